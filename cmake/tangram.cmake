@@ -1,0 +1,42 @@
+# Helpers shared by the folder CMakeLists.
+
+# tg_add_library(NAME DIR [LIBS ...]): a static library from every *.c in DIR
+# (CONFIGURE_DEPENDS so new files are picked up without editing CMake).
+function(tg_add_library name dir)
+  file(GLOB srcs CONFIGURE_DEPENDS ${dir}/*.c)
+  if(NOT srcs)
+    add_library(${name} INTERFACE)
+    target_link_libraries(${name} INTERFACE ${ARGN})
+    return()
+  endif()
+  add_library(${name} STATIC ${srcs})
+  target_link_libraries(${name} PUBLIC ${ARGN})
+endfunction()
+
+# tg_add_programs(DIR): every DIR/tangram_*.c becomes the program tangram-*.
+function(tg_add_programs dir)
+  file(GLOB mains CONFIGURE_DEPENDS ${dir}/tangram_*.c)
+  foreach(src ${mains})
+    get_filename_component(stem ${src} NAME_WE)
+    string(REPLACE "_" "-" prog ${stem})
+    add_executable(${prog} ${src})
+    target_link_libraries(${prog} PRIVATE tg_all)
+  endforeach()
+endfunction()
+
+# tg_add_unit_tests(DIR LABEL): every DIR/test_*.c becomes a cmocka program
+# and a ctest test (one process each, 300 s timeout). Exit code 77 means
+# "skipped" (used by GPU tests on machines without a device).
+function(tg_add_unit_tests dir label)
+  file(GLOB tests CONFIGURE_DEPENDS ${dir}/test_*.c)
+  foreach(src ${tests})
+    get_filename_component(stem ${src} NAME_WE)
+    add_executable(${stem} ${src})
+    target_link_libraries(${stem} PRIVATE tg_all PkgConfig::CMOCKA)
+    set_target_properties(${stem} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+    add_test(NAME ${stem} COMMAND ${stem})
+    set_tests_properties(${stem} PROPERTIES
+      LABELS ${label} TIMEOUT 300 SKIP_RETURN_CODE 77
+      ENVIRONMENT "TANGRAM_SHARED=${TANGRAM_SHARED_DIR};TANGRAM_SOURCE=${CMAKE_SOURCE_DIR};TANGRAM_BIN=${CMAKE_BINARY_DIR}/bin")
+  endforeach()
+endfunction()

@@ -1,0 +1,32 @@
+#!/bin/sh
+# Installs every Debian 12 package tangram needs to build, test and serve.
+# Idempotent and non-interactive: safe to run again; installs nothing twice.
+# CUDA 13, cuBLAS and NCCL are not Debian packages; the build uses them from
+# /usr/local/cuda when nvcc is found and builds without them otherwise.
+set -eu
+
+PKGS="build-essential cmake pkg-config git ca-certificates curl
+libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
+libjemalloc-dev libjansson-dev libpcre2-dev libutf8proc-dev
+libnghttp2-dev libhttp-parser-dev libopenblas-dev libcmocka-dev
+libsystemd-dev
+python3 python3-numpy"
+
+missing=""
+for p in $PKGS; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing="$missing $p"
+    fi
+done
+
+if [ -n "$missing" ]; then
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    export DEBIAN_FRONTEND=noninteractive
+    echo "install-deps: installing:$missing" >&2
+    $SUDO apt-get update -q
+    # shellcheck disable=SC2086
+    $SUDO apt-get install -y -q --no-install-recommends $missing
+else
+    echo "install-deps: all packages present" >&2
+fi

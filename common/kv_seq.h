@@ -1,0 +1,189 @@
+/*
+ * kv_seq.h — one request's KV pages on one rank, per (layer, group)
+ * (DESIGN.md §4.3, §4.5).
+ *
+ * A rank's ragged layout (struct kv_layout) has L layers of G groups of H_p
+ * heads each; a page is [H_p][2][P][d] elements of one (layer, group). Row
+ * r = l * G + g of a request holds the page ids of group (l, g) and two
+ * token counts:
+ *   tokens[r] — tokens reserved: everything the request will hold once the
+ *               reserved turn's prefill is done (exact §4.3 math), plus
+ *               decode tokens;
+ *   filled[r] — tokens written so far (what attention may read).
+ * Invariant: pages[r] == ceil(tokens[r] / P) at all times, so nothing is
+ * ever reclaimed after compression except through explicit tail truncation.
+ *
+ * Life of a request: kv_seq_reserve_prompt at admission (one pool pop for
+ * every row), kv_seq_commit as prefill chunks run, kv_seq_reserve_decode
+ * before each decode step (a row takes a page exactly when its last page
+ * is full), another kv_seq_reserve_prompt for the next turn (history stays,
+ * the new turn is appended), kv_seq_release / kv_seq_free at the end (one
+ * pool push). kv_seq_truncate_row releases a row's unused tail (GVote).
+ *
+ * Page ids live in one slab per request, row r at ids[off[r] ..
+ * off[r] + n_pages[r]) with spare capacity behind each row, so decode
+ * growth appends in place and the block table copies each row with one
+ * memcpy. The *_plain variants are deliberately naive baselines (one pool
+ * pop per page) for the benchmark and tests; they produce identical state.
+ *
+ * All functions: one thread per seq, and the pool's owner thread.
+ */
+#ifndef KV_SEQ_H
+#define KV_SEQ_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/kv_budget.h"
+#include "common/kv_pool.h"
+
+#define KV_PAGE_SIZE_DEFAULT 16      /* P, tokens per page */
+#define KV_PREFILL_CHUNK_DEFAULT 512 /* C, tokens per prefill chunk */
+
+/* One rank's ragged layout. */
+struct kv_layout {
+    int n_layers;                /* L */
+    int n_groups;                /* G, groups per layer on this rank */
+    int heads_per_group;         /* H_p */
+    int head_dim;                /* d */
+    int page_size;               /* P, tokens per page */
+    int prefill_chunk;           /* C, tokens per prefill chunk */
+    struct kv_forced_rule rule;  /* forced keys of §4.4 */
+    double *group_budget;        /* (L, G) b[l][g] in (0, 1]; owned */
+};
+
+/* Initialises `layout`, copying group_budget (L * G values, row-major by
+ * layer). Requires L, G, H_p, d, P, C >= 1, L * G <= 2^24, every budget in
+ * (0, 1] (1 = full KV) and rule fields >= 0. Returns 0, TG_EINVAL naming
+ * the bad field, or TG_ENOMEM; on failure the layout is zeroed. */
+int kv_layout_init(struct kv_layout *layout, int n_layers, int n_groups,
+                   int heads_per_group, int head_dim, int page_size,
+                   int prefill_chunk, const struct kv_forced_rule *rule,
+                   const double *group_budget, char *err, size_t errlen);
+
+/* Releases the budget copy. Safe on a zeroed layout. */
+void kv_layout_free(struct kv_layout *layout);
+
+/* Returns the elements of one page, H_p * 2 * P * d. */
+int64_t kv_layout_page_elems(const struct kv_layout *layout);
+
+struct kv_seq {
+    int32_t n_rows;      /* L * G of the layout it was made for */
+    int32_t page_size;   /* P */
+    int64_t pos;         /* absolute positions consumed: turns + decode */
+    int64_t turn_start;  /* first position of the last reserved turn */
+    int64_t turn_len;    /* its prompt tokens */
+    int64_t committed;   /* its positions already written; its prefill is
+                            done when committed == turn_len */
+    int32_t *tokens;     /* (rows) tokens reserved per (l, g) */
+    int32_t *filled;     /* (rows) tokens written per (l, g) */
+    int32_t *n_pages;    /* (rows) pages held = ceil(tokens / P) */
+    int32_t *cap;        /* (rows) id slots reserved per row in the slab */
+    int64_t *off;        /* (rows) first slot of each row in ids */
+    int32_t *ids;        /* (ids_cap) page ids, row by row */
+    int64_t ids_cap;     /* slots in ids (>= sum of cap) */
+    int32_t *extra;      /* (rows) scratch: pages a reservation adds */
+    int32_t *add;        /* (rows) scratch: tokens a turn adds per row, or
+                            the rows a decode step gives pages */
+    int64_t used_pages;  /* sum of n_pages */
+    int32_t max_tokens;  /* max over rows of tokens */
+    int64_t mono_pages;  /* ceil(max_tokens / P) * rows: pages of an
+                            all-heads layout, in H_p-head page units */
+    uint64_t epoch;      /* renewed (from a process-wide counter) at init
+                            and whenever held ids leave a row (release,
+                            truncation); reservations only append, so a
+                            table refreshed at the same epoch only needs
+                            each row's new tail (kv_table_refresh) */
+};
+
+/* Initialises an empty `seq` for `layout`. Returns 0 or TG_ENOMEM (seq
+ * zeroed then). The caller owns the storage of `seq`. */
+int kv_seq_init(struct kv_seq *seq, const struct kv_layout *layout,
+                char *err, size_t errlen);
+
+/* Returns every page to `pool` in one push (the pool the pages came from;
+ * NULL is allowed only when the seq holds no pages) and frees the seq's
+ * memory. Safe on a zeroed or failed-init seq. */
+void kv_seq_free(struct kv_seq *seq, struct kv_pool *pool);
+
+/* Returns every page to `pool` in one push and empties the seq (positions
+ * back to 0), keeping its buffers for the next request. Returns 0, or
+ * TG_EINVAL when pool is NULL while pages are held or the pool rejects the
+ * ids (not this pool's pages); the seq then still holds its pages. */
+int kv_seq_release(struct kv_seq *seq, struct kv_pool *pool);
+
+/* Admission control without side effects: stores in *pages the pages that
+ * kv_seq_reserve_prompt(seq, layout, ., start_pos, n_new) would take.
+ * `seq` may be NULL for a request that holds nothing yet. Returns 0 or
+ * TG_EINVAL (bad positions or layout mismatch, detail in err). */
+int kv_seq_prompt_pages(const struct kv_seq *seq,
+                        const struct kv_layout *layout, int64_t start_pos,
+                        int64_t n_new, int64_t *pages, char *err,
+                        size_t errlen);
+
+/* Reserves a new turn of `n_new` prompt tokens at absolute positions
+ * [start_pos, start_pos + n_new): for every (l, g) the tokens kept by
+ * §4.3 chunked compression, kv_turn_keep(start_pos, n_new, C, b[l][g],
+ * rule), are added to what the row holds, and all extra pages of all rows
+ * are taken in one pool pop. start_pos must be >= the positions already
+ * consumed and the previous turn's prefill must be committed. All or
+ * nothing: returns 0, TG_ENOSPC (pool too small), TG_EINVAL, TG_ERANGE
+ * (row over INT32_MAX tokens) or TG_ENOMEM, and on failure neither the
+ * seq's contents nor the pool change. */
+int kv_seq_reserve_prompt(struct kv_seq *seq, const struct kv_layout *layout,
+                          struct kv_pool *pool, int64_t start_pos,
+                          int64_t n_new, char *err, size_t errlen);
+
+/* Baseline of kv_seq_reserve_prompt with one kv_pool_pop per page; same
+ * contract and identical resulting state. Benchmarks and tests only. */
+int kv_seq_reserve_prompt_plain(struct kv_seq *seq,
+                                const struct kv_layout *layout,
+                                struct kv_pool *pool, int64_t start_pos,
+                                int64_t n_new, char *err, size_t errlen);
+
+/* Marks the next `n` positions of the reserved turn as written: each row's
+ * filled count grows by what §4.3 keeps of them. n must end on a chunk
+ * boundary of the turn (a multiple of C from the turn start) or at the end
+ * of the turn; committing the whole turn at once is allowed. Returns 0 or
+ * TG_EINVAL. */
+int kv_seq_commit(struct kv_seq *seq, const struct kv_layout *layout,
+                  int64_t n, char *err, size_t errlen);
+
+/* Stores in *pages the pages kv_seq_reserve_decode(seq, layout, ., n)
+ * would take: one for every row whose last page cannot hold the n new
+ * tokens (more for n > P). No side effects. Returns 0 or TG_EINVAL. */
+int kv_seq_decode_pages(const struct kv_seq *seq,
+                        const struct kv_layout *layout, int64_t n,
+                        int64_t *pages);
+
+/* Appends `n` >= 1 uncompressed decode tokens to every row (tokens and
+ * filled), taking the pages for rows whose last page fills in one pool
+ * pop. Requires the turn's prefill to be committed. All or nothing:
+ * returns 0, TG_ENOSPC, TG_EINVAL, TG_ERANGE or TG_ENOMEM. */
+int kv_seq_reserve_decode(struct kv_seq *seq, const struct kv_layout *layout,
+                          struct kv_pool *pool, int64_t n, char *err,
+                          size_t errlen);
+
+/* Baseline of kv_seq_reserve_decode, one pop per page. Benchmarks and tests
+ * only. */
+int kv_seq_reserve_decode_plain(struct kv_seq *seq,
+                                const struct kv_layout *layout,
+                                struct kv_pool *pool, int64_t n, char *err,
+                                size_t errlen);
+
+/* Shrinks row (l, g) to `tokens` reserved tokens (0 <= tokens <= current)
+ * and returns its tail pages beyond ceil(tokens / P) to `pool` in one push:
+ * the unused tail of a reservation, never scattered pages. filled is
+ * clipped to tokens. Only once the turn's prefill is committed (GVote
+ * truncates after its vote). Returns 0 or TG_EINVAL. */
+int kv_seq_truncate_row(struct kv_seq *seq, const struct kv_layout *layout,
+                        struct kv_pool *pool, int l, int g, int64_t tokens,
+                        char *err, size_t errlen);
+
+/* Returns the page ids of row (l, g) (count in *n_pages), borrowed from the
+ * seq until its next reservation, truncation or release. */
+const int32_t *kv_seq_row_ids(const struct kv_seq *seq,
+                              const struct kv_layout *layout, int l, int g,
+                              int32_t *n_pages);
+
+#endif /* KV_SEQ_H */

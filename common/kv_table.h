@@ -1,0 +1,129 @@
+/*
+ * kv_table.h — the CSR block table of a batch on one rank (DESIGN.md §4.5).
+ *
+ * Rows are (request slot b, layer l, group g) with r = (b * L + l) * G + g,
+ * i.e. slot b's rows are its kv_seq rows in order. Row r owns the id slots
+ * indices[indptr[r] .. indptr[r + 1]); its pages are the first npages[r]
+ * of them, in token order, and lens[r] is the tokens written in it (the
+ * kv_seq filled count). Token t of row r lives in page
+ * indices[indptr[r] + t / P] at slot t % P.
+ *
+ * Two shapes of the same structure:
+ *  - dense (kv_table_build): no gaps, npages[r] == indptr[r+1] - indptr[r]
+ *    and indptr[n_rows] == nnz: plain CSR. Built with a serial prefix over
+ *    the requests' page totals, OpenMP over requests for offsets and
+ *    lengths (pass 1) and OpenMP over rows for the ids, one contiguous
+ *    memcpy per (layer, group) row (pass 2).
+ *  - padded (kv_table_build_padded): every row gets `slack` spare slots
+ *    (filled with -1) behind its pages, so kv_table_refresh can bring the
+ *    table up to date after decode steps or a new turn by copying only
+ *    each row's new tail ids and the lengths: O(rows + new pages) per step
+ *    instead of O(all pages). A consumer reads ceil(len / P) pages of a row
+ *    (plus the page of the next append), never the gaps.
+ * Rebuilding a big dense table every step is memory-bound (every id read
+ * and written: 134 MB for 256 requests x 32 layers x 8 groups at a 32K
+ * context); the padded table is the per-step path, the dense one suits a
+ * new batch and compact uploads.
+ *
+ * kv_table_build_plain is a deliberately naive serial baseline (per-page
+ * append with a bounds check) for the benchmark and tests; it gives a
+ * dense table bit-identical to kv_table_build.
+ *
+ * Buffers only grow, geometrically, so a steady batch never allocates.
+ * A table is used by one thread at a time; builds use OpenMP inside.
+ */
+#ifndef KV_TABLE_H
+#define KV_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/kv_seq.h"
+
+struct kv_table {
+    int32_t n_seqs;       /* request slots in the batch */
+    int32_t rows_per_seq; /* L * G */
+    int32_t n_rows;       /* n_seqs * rows_per_seq */
+    int32_t page_size;    /* P, tokens per page */
+    int32_t slack;        /* spare id slots per row; 0 = dense CSR */
+    int64_t nnz;          /* pages in the table, <= INT32_MAX */
+    int64_t n_slots;      /* indptr[n_rows] = nnz + gaps */
+    int32_t *indptr;      /* (n_rows + 1) first slot of each row */
+    int32_t *indices;     /* (n_slots) page ids; -1 in gaps */
+    int32_t *npages;      /* (n_rows) pages in each row */
+    int32_t *lens;        /* (n_rows) tokens written per row */
+    int64_t cap_rows;     /* rows indptr / npages / lens can hold */
+    int64_t cap_slots;    /* ids indices can hold */
+    int64_t *seq_base;    /* (cap_seqs + 1) scratch: first slot per request */
+    const struct kv_seq **slot_seq; /* (cap_seqs) seq each slot was built
+                                       from (borrowed, compared only) */
+    uint64_t *slot_epoch; /* (cap_seqs) its epoch at that time */
+    int64_t cap_seqs;     /* slots the three arrays above can hold */
+    int64_t n_builds;     /* full builds so far (refresh statistics) */
+};
+
+/* Initialises an empty table with room for `rows` rows and `slots` page
+ * ids (0 and 0 are fine: buffers then grow on the first build). Returns 0,
+ * TG_EINVAL or TG_ENOMEM (table zeroed). The caller owns `table`. */
+int kv_table_init(struct kv_table *table, int64_t rows, int64_t slots,
+                  char *err, size_t errlen);
+
+/* Frees the buffers. Safe on a zeroed or failed-init table. */
+void kv_table_free(struct kv_table *table);
+
+/* Rebuilds the table dense for slots seqs[0..n_seqs) of `layout`; a NULL
+ * slot gives empty rows. Every seq must have been made for `layout`. The
+ * seqs are only read (concurrent readers are fine; no writer). Returns 0,
+ * TG_EINVAL (layout mismatch, n_seqs < 0), TG_ERANGE (more than INT32_MAX
+ * slots or rows) or TG_ENOMEM; on failure the table's contents are
+ * unspecified but it stays valid to rebuild or free. */
+int kv_table_build(struct kv_table *table, const struct kv_layout *layout,
+                   const struct kv_seq *const *seqs, int32_t n_seqs,
+                   char *err, size_t errlen);
+
+/* Like kv_table_build, with `slack` >= 0 spare slots behind every row so
+ * that kv_table_refresh can append in place. Same returns. */
+int kv_table_build_padded(struct kv_table *table,
+                          const struct kv_layout *layout,
+                          const struct kv_seq *const *seqs, int32_t n_seqs,
+                          int32_t slack, char *err, size_t errlen);
+
+/* Brings a padded table up to date with seqs[0..n_seqs) after
+ * reservations, releases and slot changes, touching only what changed:
+ *  - a slot holding the same seq at the same epoch as at its last layout
+ *    (it only appended pages since) gets each row's new tail ids, page
+ *    counts and lengths written in place;
+ *  - a slot whose seq or epoch changed (another request, a release or a
+ *    truncation) is laid out again inside its own region when its pages
+ *    plus slack fit there;
+ *  - anything else (a row outgrowing its slack, a slot outgrowing its
+ *    region, another slot count or layout, a dense table) rebuilds the
+ *    whole table with its current slack (n_builds counts rebuilds).
+ * Either way every row's pages, count and length equal a fresh build's.
+ * Same returns as kv_table_build. */
+int kv_table_refresh(struct kv_table *table, const struct kv_layout *layout,
+                     const struct kv_seq *const *seqs, int32_t n_seqs,
+                     char *err, size_t errlen);
+
+/* The serial per-page baseline of kv_table_build, same contract and
+ * bit-identical dense result. Benchmarks and tests only. */
+int kv_table_build_plain(struct kv_table *table,
+                         const struct kv_layout *layout,
+                         const struct kv_seq *const *seqs, int32_t n_seqs,
+                         char *err, size_t errlen);
+
+/* Resolves token `token` of row `row` to its page id and slot in the page
+ * (the CPU reference of the device lookup). Any token below the row's
+ * page capacity (npages * P) resolves, so the next append position does
+ * too. Returns 0, or TG_ERANGE for a row or token out of range. */
+int kv_table_resolve(const struct kv_table *table, int32_t row, int32_t token,
+                     int32_t *page, int32_t *slot);
+
+/* Resolves n queries (rows[i], tokens[i]) like kv_table_resolve, writing
+ * -1 to page[i] and slot[i] for a query out of range: the CPU reference of
+ * the device lookup (kernels/cuda/kv_table_dev.h). */
+void kv_table_resolve_batch(const struct kv_table *table, int32_t n,
+                            const int32_t *rows, const int32_t *tokens,
+                            int32_t *page, int32_t *slot);
+
+#endif /* KV_TABLE_H */

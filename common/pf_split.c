@@ -1,0 +1,220 @@
+/* pf_split.c — split map, TP assignment and page reservation of a profile
+ * (pf_split.h). */
+#include "common/pf_split.h"
+#include "common/kv_budget.h"
+#include "common/tg_err.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Largest prompt pf_pages_compute accepts: keeps every sum of tokens over
+ * all groups of a model far below INT64_MAX. */
+#define PF_MAX_TOKENS ((int64_t)1 << 40)
+/* Above this many chunks the closed form below replaces the chunk loop. */
+#define PF_LOOP_CHUNKS ((int64_t)1 << 16)
+
+/* ---- split map (Algorithm 1) ------------------------------------------ */
+
+int pf_split_layer(const double *budget, int H, const int *groups,
+                   int heads_per_group, int n_cta, int *splits, char *err,
+                   size_t errlen)
+{
+    if (n_cta < 1)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "n_cta: %d must be at least 1", n_cta);
+    if (H < 1 || heads_per_group < 1 || H % heads_per_group != 0)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "heads_per_group: %d does not divide num_kv_heads %d",
+                          heads_per_group, H);
+    /* Exactly as Algorithm 1 writes it: Omega in head order, tau = Omega /
+     * N_CTA, then Phi / tau, so an outside reference gets the same bits. */
+    double omega = 0.0;
+    for (int h = 0; h < H; h++)
+        omega += budget[h];
+    if (!(omega > 0.0))
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "budgets: layer total %g is not positive", omega);
+    double tau = omega / (double)n_cta;
+    int G = H / heads_per_group;
+    for (int g = 0; g < G; g++) {
+        double phi = 0.0;
+        for (int j = 0; j < heads_per_group; j++)
+            phi += budget[groups[g * heads_per_group + j]];
+        double s = round(phi / tau); /* half away from zero (C99 round) */
+        /* phi <= omega, so s <= n_cta fits an int. */
+        splits[g] = s < 1.0 ? 1 : (int)s;
+    }
+    return 0;
+}
+
+int pf_split_map(const struct pf_profile *p, int n_cta, int *splits,
+                 char *err, size_t errlen)
+{
+    int H = p->num_kv_heads, G = p->num_groups;
+    for (int l = 0; l < p->num_layers; l++) {
+        int rc = pf_split_layer(p->budget + (size_t)l * (size_t)H, H,
+                                p->groups + (size_t)l * (size_t)H,
+                                p->heads_per_group, n_cta,
+                                splits + (size_t)l * (size_t)G, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* ---- tensor parallelism ------------------------------------------------ */
+
+void pf_tp_free(struct pf_tp_plan *plan)
+{
+    if (plan == NULL)
+        return;
+    free(plan->groups);
+    free(plan->heads);
+    free(plan->rank_budget);
+    memset(plan, 0, sizeof(*plan));
+}
+
+const int *pf_tp_heads(const struct pf_tp_plan *plan, int rank, int layer)
+{
+    return plan->heads + ((size_t)rank * (size_t)plan->num_layers +
+                          (size_t)layer) * (size_t)plan->heads_per_rank;
+}
+
+const int *pf_tp_groups(const struct pf_tp_plan *plan, int rank, int layer)
+{
+    return plan->groups + ((size_t)rank * (size_t)plan->num_layers +
+                           (size_t)layer) * (size_t)plan->groups_per_rank;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+int pf_tp_assign(struct pf_tp_plan *plan, const struct pf_profile *p,
+                 int ranks, char *err, size_t errlen)
+{
+    memset(plan, 0, sizeof(*plan));
+    int L = p->num_layers, H = p->num_kv_heads, G = p->num_groups;
+    int hp = p->heads_per_group;
+    if (ranks < 1)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "tp: %d ranks, expected at least 1", ranks);
+    if (G % ranks != 0)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "tp: %d head groups per layer (num_kv_heads %d / "
+                          "heads_per_group %d) cannot be dealt evenly to %d "
+                          "ranks", G, H, hp, ranks);
+    plan->ranks = ranks;
+    plan->num_layers = L;
+    plan->groups_per_rank = G / ranks;
+    plan->heads_per_rank = H / ranks;
+    size_t tl = (size_t)ranks * (size_t)L;
+    plan->groups = malloc(tl * (size_t)plan->groups_per_rank * sizeof(int));
+    plan->heads = malloc(tl * (size_t)plan->heads_per_rank * sizeof(int));
+    plan->rank_budget = calloc(tl, sizeof(double));
+    if (plan->groups == NULL || plan->heads == NULL ||
+        plan->rank_budget == NULL) {
+        pf_tp_free(plan);
+        return tg_err_set(err, errlen, TG_ENOMEM, "tp: out of memory");
+    }
+    for (int l = 0; l < L; l++) {
+        const double *b = p->budget + (size_t)l * (size_t)H;
+        for (int i = 0; i < G; i++) {
+            /* Snake: even rounds deal 0..T-1, odd rounds T-1..0. */
+            int round_no = i / ranks, pos = i % ranks;
+            int r = (round_no % 2 == 0) ? pos : ranks - 1 - pos;
+            int *gr = (int *)pf_tp_groups(plan, r, l);
+            gr[round_no] = i;
+            int *hd = (int *)pf_tp_heads(plan, r, l);
+            const int *heads = pf_profile_group(p, l, i);
+            for (int j = 0; j < hp; j++)
+                hd[round_no * hp + j] = heads[j];
+        }
+        for (int r = 0; r < ranks; r++) {
+            int *hd = (int *)pf_tp_heads(plan, r, l);
+            qsort(hd, (size_t)plan->heads_per_rank, sizeof(int), cmp_int);
+            double sum = 0.0;
+            for (int j = 0; j < plan->heads_per_rank; j++)
+                sum += b[hd[j]];
+            plan->rank_budget[(size_t)r * (size_t)L + (size_t)l] = sum;
+        }
+    }
+    return 0;
+}
+
+/* ---- page reservation -------------------------------------------------- */
+
+/* Equals kv_turn_keep(0, n, chunk, budget, rule) without visiting every
+ * chunk: only chunks that start below the sink boundary differ from the
+ * others; all later full chunks keep the same count. */
+static int64_t turn_keep(int64_t n, int64_t chunk, double budget,
+                         const struct kv_forced_rule *rule)
+{
+    if (n / chunk <= PF_LOOP_CHUNKS)
+        return kv_turn_keep(0, n, chunk, budget, rule);
+    int64_t kept = 0, off = 0;
+    while (off < n && off < rule->n_sink) {
+        int64_t m = n - off < chunk ? n - off : chunk;
+        kept += kv_chunk_keep(m, budget, kv_chunk_forced(off, m, rule));
+        off += m;
+    }
+    int64_t full = (n - off) / chunk;
+    if (full > 0)
+        kept += full * kv_chunk_keep(chunk, budget,
+                                     kv_chunk_forced(off, chunk, rule));
+    off += full * chunk;
+    if (off < n)
+        kept += kv_chunk_keep(n - off, budget,
+                              kv_chunk_forced(off, n - off, rule));
+    return kept;
+}
+
+void pf_pages_free(struct pf_pages *pg)
+{
+    if (pg == NULL)
+        return;
+    free(pg->tokens);
+    free(pg->pages);
+    memset(pg, 0, sizeof(*pg));
+}
+
+int pf_pages_compute(struct pf_pages *out, const struct pf_profile *p,
+                     int64_t n_tokens, int64_t chunk, int64_t page_size,
+                     char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    if (n_tokens < 0 || n_tokens > PF_MAX_TOKENS)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "tokens: %lld is out of range [0, %lld]",
+                          (long long)n_tokens, (long long)PF_MAX_TOKENS);
+    if (chunk < 1)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "prefill_chunk: %lld must be at least 1",
+                          (long long)chunk);
+    if (page_size < 1)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "page_size: %lld must be at least 1",
+                          (long long)page_size);
+    size_t n = (size_t)p->num_layers * (size_t)p->num_groups;
+    out->tokens = malloc((n ? n : 1) * sizeof(int64_t));
+    out->pages = malloc((n ? n : 1) * sizeof(int64_t));
+    if (out->tokens == NULL || out->pages == NULL) {
+        pf_pages_free(out);
+        return tg_err_set(err, errlen, TG_ENOMEM, "pages: out of memory");
+    }
+    struct kv_forced_rule rule = kv_forced_rule_snapkv();
+    int64_t max_tokens = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t t = turn_keep(n_tokens, chunk, p->group_budget[i], &rule);
+        out->tokens[i] = t;
+        out->pages[i] = kv_pages_for(t, page_size);
+        out->total_pages += out->pages[i];
+        if (t > max_tokens)
+            max_tokens = t;
+    }
+    out->monolithic_pages = kv_pages_for(max_tokens, page_size) * (int64_t)n;
+    return 0;
+}

@@ -1,0 +1,90 @@
+/*
+ * pf_split.h — what a profile fixes ahead of time: the decode split map
+ * (DESIGN.md §4.6), the tensor-parallel head assignment (§4.7) and the page
+ * reservation of a prompt under ragged vs monolithic paging (§4.3, §4.5).
+ *
+ * Split map, TANGRAM Algorithm 1 (Kim et al., arXiv 2606.06302): for layer
+ * l with Omega = sum_h B[l][h] (head order) and tau = Omega / N_CTA,
+ *   Phi[l][g] = sum of B[l][h] over the group's heads (listed order),
+ *   S[l][g]   = max(1, round(Phi[l][g] / tau))   round half away from zero,
+ * so each group gets CTAs in proportion to its share of the layer's work.
+ *
+ * TP assignment: per layer the groups, in profile order (budget ascending
+ * for a clustered profile), are dealt to T ranks in snake order
+ * 0, 1, .., T-1, T-1, .., 0, 0, 1, .. so the total budget per rank is
+ * balanced (never worse than round-robin on a clustered profile, whose
+ * groups are sorted). Requires (H / H_p) % T == 0.
+ *
+ * Pure functions of their inputs; any thread.
+ */
+#ifndef PF_SPLIT_H
+#define PF_SPLIT_H
+
+#include "common/pf_profile.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Computes S[l][g] for one layer: `budget` has H entries, `groups` G * H_p
+ * head indices, `splits` receives G counts (each >= 1). n_cta >= 1.
+ * Returns 0 or TG_EINVAL (n_cta < 1, a sum of budgets that is not positive). */
+int pf_split_layer(const double *budget, int H, const int *groups,
+                   int heads_per_group, int n_cta, int *splits, char *err,
+                   size_t errlen);
+
+/* Computes the split map of every layer of *p into splits[L * G]
+ * (layer-major, groups in profile order). Returns 0 or TG_EINVAL. */
+int pf_split_map(const struct pf_profile *p, int n_cta, int *splits,
+                 char *err, size_t errlen);
+
+/* Heads of each TP rank, built by pf_tp_assign. */
+struct pf_tp_plan {
+    int ranks;            /* T */
+    int num_layers;       /* L */
+    int groups_per_rank;  /* G / T */
+    int heads_per_rank;   /* H / T */
+    int *groups;          /* (T, L, G/T) profile group indices, deal order */
+    int *heads;           /* (T, L, H/T) head indices, ascending */
+    double *rank_budget;  /* (T, L) sum of B[l][h] over the rank's heads */
+};
+
+/* Initializes *plan with the snake-order assignment of the groups of *p to
+ * `ranks` ranks. Returns 0, TG_EINVAL (ranks < 1, or G not a multiple of
+ * ranks — the message says which numbers) or TG_ENOMEM; on failure *plan
+ * is left freed. The caller owns *plan (pf_tp_free). */
+int pf_tp_assign(struct pf_tp_plan *plan, const struct pf_profile *p,
+                 int ranks, char *err, size_t errlen);
+
+/* Releases what *plan owns and zeroes it; safe on a zeroed or freed plan. */
+void pf_tp_free(struct pf_tp_plan *plan);
+
+/* Returns the H/T heads of `rank` in `layer`, ascending (borrowed). */
+const int *pf_tp_heads(const struct pf_tp_plan *plan, int rank, int layer);
+
+/* Returns the G/T profile group indices of `rank` in `layer` (borrowed). */
+const int *pf_tp_groups(const struct pf_tp_plan *plan, int rank, int layer);
+
+/* Prompt reservation of one request under ragged paging. */
+struct pf_pages {
+    int64_t *tokens;          /* (L, G) tokens group (l, g) keeps */
+    int64_t *pages;           /* (L, G) ceil(tokens / P) */
+    int64_t total_pages;      /* sum of pages */
+    int64_t monolithic_pages; /* ceil(max tokens / P) * L * G */
+};
+
+/* Computes, for every (layer, group) of *p, the tokens kept by chunked
+ * compression (kv_turn_keep with the snapkv forced rule and budget
+ * b[l][g]) of n_tokens new tokens starting at position 0 in chunks of
+ * `chunk`, their pages of `page_size` tokens, the total, and what a
+ * monolithic layout (every group as long as the longest) would take.
+ * n_tokens >= 0, chunk >= 1, page_size >= 1, else TG_EINVAL. Returns 0,
+ * TG_EINVAL or TG_ENOMEM; on failure *out is left freed. The caller owns
+ * *out (pf_pages_free). */
+int pf_pages_compute(struct pf_pages *out, const struct pf_profile *p,
+                     int64_t n_tokens, int64_t chunk, int64_t page_size,
+                     char *err, size_t errlen);
+
+/* Releases what *pg owns and zeroes it; safe on a zeroed or freed object. */
+void pf_pages_free(struct pf_pages *pg);
+
+#endif /* PF_SPLIT_H */

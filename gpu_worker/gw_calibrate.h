@@ -1,0 +1,51 @@
+/*
+ * gw_calibrate.h — offline calibration of per-head retention (DESIGN.md
+ * §1.1, §4.2): run each sample through the model with full KV, score every
+ * key of the whole context with the scoring method, apply the paper's
+ * non-uniform compression (per layer, keep the global top ceil(r * H * N)
+ * keys over all heads' scores) and record each head's retention
+ * kept_h / N. Forced keys (the last-window keys and the sinks of §4.4) are
+ * always kept, as they are at serving time.
+ */
+#ifndef GW_CALIBRATE_H
+#define GW_CALIBRATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/pf_build.h"
+#include "gpu_worker/gw_engine.h"
+
+/* Global top-ceil(ratio*H*N) selection over one layer's scores (H, N)
+ * with forced keys counted as kept; writes kept[h] / N to retention[h].
+ * Ties (equal scores) go to the lower head, then the lower position.
+ * Returns 0 or TG_ENOMEM. Pure; any thread. */
+int gw_calibrate_layer(const float *scores, int H, int N, double ratio,
+                       int window, int n_sink, double *retention);
+
+/* Runs `n_samples` token sequences (samples[i] of lens[i] tokens) through
+ * engine `e` (built with full KV, prefill_chunk >= the longest sample and
+ * on_scores wired to gw_calibrate_on_scores with `state`) and fills r
+ * (S, L, H). progress, when non-NULL, is called after every sample.
+ * Returns 0 or the first error. */
+struct gw_calib_state {
+    double ratio;      /* target keep ratio r in (0, 1] */
+    int window;        /* forced window w */
+    int n_sink;        /* forced sinks */
+    double *cur;       /* (L, H) retention of the sample being run */
+    int n_kv_heads;
+    int failed;        /* TG_ENOMEM inside the callback */
+};
+
+void gw_calibrate_on_scores(void *ud, int layer, const float *scores, int n,
+                            int n_kv_heads);
+
+typedef void (*gw_calib_progress_fn)(void *ud, int done, int total, int n_tokens);
+
+int gw_calibrate_run(struct gw_engine *e, struct gw_calib_state *st,
+                     const int32_t *const *samples, const int *lens,
+                     int n_samples, struct pf_retention *r,
+                     gw_calib_progress_fn progress, void *progress_ud,
+                     char *err, size_t errlen);
+
+#endif /* GW_CALIBRATE_H */

@@ -1,0 +1,293 @@
+/* gw_engine.c — in-process generation over one KV pool (see gw_engine.h). */
+#include "gpu_worker/gw_engine.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/kv_seq.h"
+#include "common/tg_err.h"
+#include "gpu_worker/gw_layout.h"
+
+int gw_method_parse(const char *s, enum tg_score_method *out)
+{
+    if (strcmp(s, "snapkv") == 0)
+        *out = TG_SCORE_SNAPKV;
+    else if (strcmp(s, "keydiff") == 0)
+        *out = TG_SCORE_KEYDIFF;
+    else if (strcmp(s, "expected_attention") == 0)
+        *out = TG_SCORE_EXPECTED_ATTENTION;
+    else
+        return TG_EINVAL;
+    return 0;
+}
+
+void gw_engine_free(struct gw_engine *e)
+{
+    gw_runtime_free(&e->rt);
+    tg_backend_cpu_free(e->be);
+    kv_pool_free(&e->pool);
+    gw_layout_free(&e->layout);
+    pf_profile_free(&e->profile);
+    gw_model_free(&e->model);
+    memset(e, 0, sizeof(*e));
+}
+
+int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
+                   char *err, size_t errlen)
+{
+    memset(e, 0, sizeof(*e));
+    int rc = gw_model_load(&e->model, o->model_dir, err, errlen);
+    if (rc != 0)
+        return rc;
+    const struct gw_model *m = &e->model;
+    int full = o->profile_path == NULL || strcmp(o->profile_path, "none") == 0;
+    if (full) {
+        rc = pf_profile_init_full(&e->profile, m->n_layers, m->n_kv_heads,
+                                  m->head_dim, o->heads_per_group, err, errlen);
+    } else {
+        rc = pf_profile_load(&e->profile, o->profile_path, err, errlen);
+        if (rc == 0 && (e->profile.num_layers != m->n_layers ||
+                        e->profile.num_kv_heads != m->n_kv_heads ||
+                        e->profile.head_dim != m->head_dim))
+            rc = tg_err_set(err, errlen, TG_EINVAL,
+                            "profile %s is for L=%d H=%d d=%d, the model has "
+                            "L=%d H=%d d=%d",
+                            o->profile_path, e->profile.num_layers,
+                            e->profile.num_kv_heads, e->profile.head_dim,
+                            m->n_layers, m->n_kv_heads, m->head_dim);
+    }
+    if (rc != 0)
+        goto fail;
+
+    const char *method = o->method;
+    if (method == NULL)
+        method = full ? "snapkv" : e->profile.method;
+    if (gw_method_parse(method, &e->method) != 0) {
+        rc = tg_err_set(err, errlen, TG_EINVAL,
+                        "unknown scoring method '%s' (snapkv, keydiff, "
+                        "expected_attention)", method);
+        goto fail;
+    }
+    /* Every method forces the same keys (window + sinks), so the
+     * reservation math of §4.3 holds for all of them. */
+    struct kv_forced_rule rule = kv_forced_rule_snapkv();
+    rc = gw_layout_from_profile(&e->layout, &e->profile, o->page_size,
+                                o->prefill_chunk, &rule, err, errlen);
+    if (rc != 0)
+        goto fail;
+
+    if (o->max_context < 1) {
+        rc = tg_err_set(err, errlen, TG_EINVAL, "max_context must be >= 1");
+        goto fail;
+    }
+    e->max_context = o->max_context;
+    int64_t rows = (int64_t)m->n_layers * e->layout.kv.n_groups;
+    int64_t pages = rows * kv_pages_for(o->max_context, o->page_size);
+    if (pages > INT32_MAX) {
+        rc = tg_err_set(err, errlen, TG_ETOOBIG, "%lld pages do not fit a pool",
+                        (long long)pages);
+        goto fail;
+    }
+    rc = kv_pool_init(&e->pool, (int32_t)pages, err, errlen);
+    if (rc != 0)
+        goto fail;
+    rc = tg_backend_cpu_new(o->n_threads, &e->be);
+    if (rc != 0) {
+        tg_err_set(err, errlen, rc, "cannot create the CPU backend");
+        goto fail;
+    }
+    int chunk = o->prefill_chunk;
+    struct gw_forward_opts fo = {
+        .method = e->method,
+        .max_tokens = chunk > 1 ? chunk : 1,
+        .on_scores = o->on_scores,
+        .on_scores_ud = o->on_scores_ud,
+    };
+    rc = gw_runtime_init(&e->rt, &e->model, &e->layout, &tg_ops_cpu, e->be,
+                         (int32_t)pages, &fo, err, errlen);
+    if (rc != 0)
+        goto fail;
+    return 0;
+fail:
+    gw_engine_free(e);
+    return rc;
+}
+
+void gw_gen_result_free(struct gw_gen_result *r)
+{
+    free(r->tokens);
+    free(r->lps);
+    free(r->top_ids);
+    free(r->top_lps);
+    free(r->prompt_lp);
+    free(r->kept);
+    memset(r, 0, sizeof(*r));
+}
+
+/* Points the forward pass's view at the accounting's page lists (they may
+ * move when a reservation grows the id slab). */
+static void refresh_view(const struct gw_engine *e, const struct kv_seq *s,
+                         const int32_t **pages)
+{
+    const struct kv_layout *kv = &e->layout.kv;
+    for (int l = 0; l < kv->n_layers; l++)
+        for (int g = 0; g < kv->n_groups; g++) {
+            int32_t n;
+            pages[l * kv->n_groups + g] = kv_seq_row_ids(s, kv, l, g, &n);
+        }
+}
+
+/* The physical fill must equal what the accounting says was written. */
+static int check_fill(const struct kv_seq *s, const int32_t *len, int rows,
+                      char *err, size_t errlen)
+{
+    for (int r = 0; r < rows; r++)
+        if (len[r] != s->filled[r])
+            return tg_err_set(err, errlen, TG_EINTERNAL,
+                              "row %d holds %d tokens, accounting says %d", r,
+                              len[r], s->filled[r]);
+    return 0;
+}
+
+static int is_stop(const struct gw_engine *e, const struct gw_gen_params *p,
+                   int32_t tok)
+{
+    if (!p->ignore_eos)
+        for (int i = 0; i < e->model.cfg.n_eos; i++)
+            if (tok == e->model.cfg.eos_token_ids[i])
+                return 1;
+    for (int i = 0; i < p->n_stop; i++)
+        if (tok == p->stop_ids[i])
+            return 1;
+    return 0;
+}
+
+int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
+                       int n_prompt, const struct gw_gen_params *p,
+                       struct gw_gen_result *res, char *err, size_t errlen)
+{
+    memset(res, 0, sizeof(*res));
+    const struct gw_model *m = &e->model;
+    const struct kv_layout *kv = &e->layout.kv;
+    if (n_prompt < 1 || p->max_tokens < 0 || p->n_logprobs < 0)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "need at least one prompt token and max_tokens >= 0");
+    if ((int64_t)n_prompt + p->max_tokens > e->max_context)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "prompt (%d) + max_tokens (%d) exceeds the context of "
+                          "%lld tokens", n_prompt, p->max_tokens,
+                          (long long)e->max_context);
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= m->vocab)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "prompt token %d at index %d is outside the "
+                              "vocabulary [0, %d)", prompt[i], i, m->vocab);
+
+    int rows = kv->n_layers * kv->n_groups;
+    int K = p->n_logprobs;
+    int T = p->max_tokens;
+    struct kv_seq seq = {0};
+    int32_t *len = calloc((size_t)rows, sizeof(int32_t));
+    const int32_t **pages = calloc((size_t)rows, sizeof(*pages));
+    int32_t *targets = malloc((size_t)kv->prefill_chunk * sizeof(int32_t));
+    float *logits = malloc((size_t)m->vocab * sizeof(float));
+    res->tokens = malloc(((size_t)T + 1) * sizeof(int32_t));
+    res->lps = malloc(((size_t)T + 1) * sizeof(float));
+    res->top_ids = malloc(((size_t)T * K + 1) * sizeof(int32_t));
+    res->top_lps = malloc(((size_t)T * K + 1) * sizeof(float));
+    res->kept = malloc((size_t)rows * sizeof(int32_t));
+    res->n_top = K;
+    res->n_prompt = n_prompt;
+    if (p->prompt_logprobs)
+        res->prompt_lp = malloc((size_t)n_prompt * sizeof(float));
+    int rc;
+    if (!len || !pages || !targets || !logits || !res->tokens || !res->lps ||
+        !res->top_ids || !res->top_lps || !res->kept ||
+        (p->prompt_logprobs && !res->prompt_lp)) {
+        rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+        goto out;
+    }
+    rc = kv_seq_init(&seq, kv, err, errlen);
+    if (rc != 0)
+        goto out;
+    rc = kv_seq_reserve_prompt(&seq, kv, &e->pool, 0, n_prompt, err, errlen);
+    if (rc != 0)
+        goto out;
+    refresh_view(e, &seq, pages);
+    struct gw_seq gs = {.pos = 0, .len = len, .pages = pages, .n_pages = seq.n_pages};
+
+    /* Chunked prefill (§4.3): chunks of exactly C from the turn start. */
+    if (res->prompt_lp != NULL)
+        res->prompt_lp[0] = NAN;
+    for (int off = 0; off < n_prompt; off += kv->prefill_chunk) {
+        int n = n_prompt - off < kv->prefill_chunk ? n_prompt - off : kv->prefill_chunk;
+        int last = off + n == n_prompt;
+        for (int i = 0; i < n; i++)
+            targets[i] = off + i + 1 < n_prompt ? prompt[off + i + 1] : -1;
+        struct gw_prefill_out po = {
+            .last_logits = last ? logits : NULL,
+            .lp_targets = res->prompt_lp != NULL ? targets : NULL,
+            .lp = res->prompt_lp != NULL ? res->prompt_lp + off + 1 : NULL,
+        };
+        /* lp[i] belongs to prompt position off + i + 1; the last row of the
+         * prompt has no target, so the write stays inside prompt_lp. */
+        rc = gw_forward_prefill(&e->rt, &gs, prompt + off, n, &po, err, errlen);
+        if (rc != 0)
+            goto out;
+        rc = kv_seq_commit(&seq, kv, n, err, errlen);
+        if (rc == 0)
+            rc = check_fill(&seq, len, rows, err, errlen);
+        if (rc != 0)
+            goto out;
+    }
+    memcpy(res->kept, len, (size_t)rows * sizeof(int32_t));
+
+    uint64_t rng = p->seed;
+    struct tg_sample_history hist = {.prompt = prompt, .n_prompt = n_prompt,
+                                     .output = res->tokens, .n_output = 0};
+    res->finish = GW_FINISH_LENGTH;
+    for (int t = 0; t < T; t++) {
+        int32_t tok;
+        float lp;
+        hist.n_output = t;
+        rc = tg_ops_cpu.sample(e->be, logits, m->vocab, &p->sampling, &hist,
+                               &rng, &tok, &lp, K, res->top_ids + (size_t)t * K,
+                               res->top_lps + (size_t)t * K);
+        if (rc != 0) {
+            tg_err_set(err, errlen, rc, "sampling failed");
+            goto out;
+        }
+        res->tokens[t] = tok;
+        res->lps[t] = lp;
+        res->n_tokens = t + 1;
+        if (is_stop(e, p, tok)) {
+            res->finish = GW_FINISH_STOP;
+            break;
+        }
+        if (t + 1 == T)
+            break;
+        rc = kv_seq_reserve_decode(&seq, kv, &e->pool, 1, err, errlen);
+        if (rc != 0)
+            goto out;
+        refresh_view(e, &seq, pages);
+        gs.n_pages = seq.n_pages;
+        struct gw_seq *one = &gs;
+        /* kv_seq_reserve_decode already counted the token as written; the
+         * forward pass appends it physically and advances len. */
+        rc = gw_forward_decode(&e->rt, &one, &tok, 1, logits, err, errlen);
+        if (rc == 0)
+            rc = check_fill(&seq, len, rows, err, errlen);
+        if (rc != 0)
+            goto out;
+    }
+    res->pages_used = seq.used_pages;
+    res->mono_pages = seq.mono_pages;
+out:
+    kv_seq_free(&seq, &e->pool);
+    free(len);
+    free(pages);
+    free(targets);
+    free(logits);
+    return rc;
+}

@@ -1,0 +1,99 @@
+/*
+ * gw_engine.h — in-process generation: one model, one backend, one KV pool
+ * and the page accounting of a single rank in one object. Used by
+ * tangram-generate and tangram-profile calibrate (no daemon, no IPC).
+ *
+ * A sequence's pages are reserved exactly at admission (kv_seq, §4.3), the
+ * forward pass fills them chunk by chunk, and after every step the engine
+ * checks that the physical fill equals the accounting (they are computed by
+ * different code, so this catches drift). Single-threaded use per engine.
+ */
+#ifndef GW_ENGINE_H
+#define GW_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/kv_pool.h"
+#include "common/pf_profile.h"
+#include "gpu_worker/gw_forward.h"
+#include "gpu_worker/gw_model.h"
+
+struct gw_engine_opts {
+    const char *model_dir;     /* Hugging Face model directory */
+    const char *profile_path;  /* profile JSON; NULL or "none" = full KV */
+    int heads_per_group;       /* H_p when there is no profile */
+    int page_size;             /* P tokens */
+    int prefill_chunk;         /* C tokens */
+    const char *method;        /* NULL: the profile's (snapkv for none) */
+    int64_t max_context;       /* tokens one sequence may reach (pool size) */
+    int n_threads;             /* <= 0: OpenMP default */
+    gw_on_scores_fn on_scores; /* optional, see gw_forward.h */
+    void *on_scores_ud;
+};
+
+struct gw_engine {
+    struct gw_model model;
+    struct pf_profile profile;
+    struct gw_kv_layout layout;
+    struct tg_backend *be;
+    struct gw_runtime rt;
+    struct kv_pool pool;
+    int64_t max_context;
+    enum tg_score_method method;
+};
+
+/* Parses "snapkv" / "keydiff" / "expected_attention" into *out.
+ * Returns 0 or TG_EINVAL. */
+int gw_method_parse(const char *s, enum tg_score_method *out);
+
+/* Loads the model and profile, checks they match, and sizes the KV pool
+ * for one sequence of max_context tokens. Returns 0 or an error naming
+ * the problem (file, field, sizes); on failure *e is left freed. */
+int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
+                   char *err, size_t errlen);
+
+/* Frees everything; safe on a zeroed or half-built engine. */
+void gw_engine_free(struct gw_engine *e);
+
+enum gw_finish {
+    GW_FINISH_LENGTH = 0, /* max_tokens reached */
+    GW_FINISH_STOP = 1,   /* an eos or stop id was sampled */
+};
+
+struct gw_gen_params {
+    int max_tokens;            /* >= 0 */
+    struct tg_sampling sampling;
+    uint64_t seed;
+    int n_logprobs;            /* top-K logprobs per generated token, >= 0 */
+    int prompt_logprobs;       /* compute log P(prompt[p] | prompt[<p]) */
+    int ignore_eos;            /* do not stop at the model's eos ids */
+    const int32_t *stop_ids;   /* extra stop ids (borrowed) */
+    int n_stop;
+};
+
+struct gw_gen_result {
+    int32_t *tokens;     /* (n_tokens) generated ids, a final eos included */
+    float *lps;          /* (n_tokens) log-probability of each */
+    int32_t *top_ids;    /* (n_tokens, n_top) */
+    float *top_lps;      /* (n_tokens, n_top) */
+    int n_tokens, n_top;
+    float *prompt_lp;    /* (n_prompt) [0] is NaN; NULL unless asked */
+    int n_prompt;
+    enum gw_finish finish;
+    int32_t *kept;       /* (L, G) prompt tokens held per row after prefill */
+    int64_t pages_used;  /* pages the sequence held at the end */
+    int64_t mono_pages;  /* pages an all-heads layout would hold */
+};
+
+/* Generates for `prompt` (n_prompt >= 1 ids). Fills *res (caller frees
+ * with gw_gen_result_free, also after a failure). Returns 0, TG_EINVAL
+ * (bad ids, n_prompt + max_tokens > max_context), TG_ENOSPC, or a backend
+ * error; the sequence's pages are back in the pool in every case. */
+int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
+                       int n_prompt, const struct gw_gen_params *p,
+                       struct gw_gen_result *res, char *err, size_t errlen);
+
+void gw_gen_result_free(struct gw_gen_result *r);
+
+#endif /* GW_ENGINE_H */

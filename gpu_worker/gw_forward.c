@@ -1,0 +1,356 @@
+/* gw_forward.c — forward pass with fused per-chunk compression (see .h). */
+#include "gpu_worker/gw_forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/tg_err.h"
+
+#define TRY(expr)              \
+    do {                       \
+        int rc__ = (expr);     \
+        if (rc__ != 0)         \
+            return rc__;       \
+    } while (0)
+
+static void *xcalloc(size_t n, size_t size)
+{
+    return n == 0 ? calloc(1, 1) : calloc(n, size);
+}
+
+void gw_runtime_free(struct gw_runtime *rt)
+{
+    free(rt->pool);
+    free(rt->x);
+    free(rt->h);
+    free(rt->q);
+    free(rt->k);
+    free(rt->v);
+    free(rt->att);
+    free(rt->gate);
+    free(rt->up);
+    free(rt->scores);
+    free(rt->pos);
+    free(rt->idx);
+    free(rt->keep);
+    free(rt->gp_scratch);
+    free(rt->rows);
+    free(rt->rows_pages);
+    free(rt->lp_logits);
+    memset(rt, 0, sizeof(*rt));
+}
+
+int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
+                    const struct gw_kv_layout *layout, const struct tg_ops *ops,
+                    struct tg_backend *be, int32_t n_pages,
+                    const struct gw_forward_opts *opts, char *err, size_t errlen)
+{
+    memset(rt, 0, sizeof(*rt));
+    if (layout->kv.n_layers != model->n_layers ||
+        layout->n_kv_heads != model->n_kv_heads ||
+        layout->kv.head_dim != model->head_dim || layout->kv.heads_per_group <= 0 ||
+        layout->kv.n_groups * layout->kv.heads_per_group != layout->n_kv_heads ||
+        layout->kv.page_size <= 0)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "KV layout (L=%d Hkv=%d d=%d H_p=%d groups=%d) does not "
+                          "match the model (L=%d Hkv=%d d=%d)",
+                          layout->kv.n_layers, layout->n_kv_heads, layout->kv.head_dim,
+                          layout->kv.heads_per_group, layout->kv.n_groups,
+                          model->n_layers, model->n_kv_heads, model->head_dim);
+    if (opts->max_tokens <= 0 || n_pages <= 0)
+        return tg_err_set(err, errlen, TG_EINVAL, "max_tokens and n_pages must be > 0");
+    rt->model = model;
+    rt->layout = layout;
+    rt->ops = ops;
+    rt->be = be;
+    rt->opts = *opts;
+    rt->n_pages = n_pages;
+
+    size_t T = (size_t)opts->max_tokens;
+    size_t page_floats = (size_t)layout->kv.heads_per_group * 2 *
+                         (size_t)layout->kv.page_size * (size_t)layout->kv.head_dim;
+    size_t qd = (size_t)model->n_q_heads * (size_t)model->head_dim;
+    size_t kd = (size_t)model->n_kv_heads * (size_t)model->head_dim;
+    size_t G = (size_t)layout->kv.n_groups;
+    rt->pool = calloc((size_t)n_pages * page_floats, sizeof(float));
+    rt->x = xcalloc(T * (size_t)model->hidden, sizeof(float));
+    rt->h = xcalloc(T * (size_t)model->hidden, sizeof(float));
+    rt->q = xcalloc(T * qd, sizeof(float));
+    rt->k = xcalloc(T * kd, sizeof(float));
+    rt->v = xcalloc(T * kd, sizeof(float));
+    rt->att = xcalloc(T * qd, sizeof(float));
+    rt->gate = xcalloc(T * (size_t)model->ffn, sizeof(float));
+    rt->up = xcalloc(T * (size_t)model->ffn, sizeof(float));
+    rt->scores = xcalloc(T * (size_t)model->n_kv_heads, sizeof(float));
+    rt->pos = xcalloc(T, sizeof(int32_t));
+    rt->idx = xcalloc(T * (size_t)model->n_kv_heads, sizeof(int32_t));
+    rt->keep = xcalloc((size_t)model->n_kv_heads, sizeof(int32_t));
+    rt->gp_scratch = xcalloc(G, sizeof(*rt->gp_scratch));
+    rt->rows = xcalloc(T, sizeof(*rt->rows));
+    rt->rows_pages = xcalloc(T * G, sizeof(*rt->rows_pages));
+    rt->lp_logits = xcalloc((size_t)GW_LP_BLOCK * (size_t)model->vocab, sizeof(float));
+    if (!rt->pool || !rt->x || !rt->h || !rt->q || !rt->k || !rt->v ||
+        !rt->att || !rt->gate || !rt->up || !rt->scores || !rt->pos ||
+        !rt->idx || !rt->keep || !rt->gp_scratch || !rt->rows ||
+        !rt->rows_pages || !rt->lp_logits) {
+        size_t bytes = (size_t)n_pages * page_floats * sizeof(float);
+        gw_runtime_free(rt);
+        return tg_err_set(err, errlen, TG_ENOMEM,
+                          "cannot allocate the KV pool (%d pages, %zu bytes) "
+                          "and activations for %zu tokens",
+                          n_pages, bytes, T);
+    }
+    return 0;
+}
+
+int64_t gw_chunk_keep(const struct gw_runtime *rt, int l, int g, int64_t start,
+                      int64_t n)
+{
+    const struct gw_kv_layout *lay = rt->layout;
+    double b = lay->kv.group_budget[(size_t)l * (size_t)lay->kv.n_groups + (size_t)g];
+    return kv_chunk_keep(n, b, kv_chunk_forced(start, n, &rt->layout->kv.rule));
+}
+
+/* Fills a row view of `seq` at layer l. gp receives n_groups pointers. */
+static void seq_rows(const struct gw_runtime *rt, const struct gw_seq *seq,
+                     int l, const int32_t **gp, struct tg_kv_rows *r)
+{
+    const struct gw_kv_layout *lay = rt->layout;
+    size_t base = (size_t)l * (size_t)lay->kv.n_groups;
+    for (int g = 0; g < lay->kv.n_groups; g++)
+        gp[g] = seq->pages[base + (size_t)g];
+    r->pool = rt->pool;
+    r->heads_per_group = lay->kv.heads_per_group;
+    r->page_size = lay->kv.page_size;
+    r->head_dim = lay->kv.head_dim;
+    r->n_kv_heads = lay->n_kv_heads;
+    r->head_group = lay->head_group + (size_t)l * (size_t)lay->n_kv_heads;
+    r->head_slot = lay->head_slot + (size_t)l * (size_t)lay->n_kv_heads;
+    r->group_pages = gp;
+    r->group_len = seq->len + base;
+}
+
+/* Checks that every row of `seq` at layer l can take add[g] more tokens. */
+static int seq_room(const struct gw_runtime *rt, const struct gw_seq *seq,
+                    int l, const int32_t *add, char *err, size_t errlen)
+{
+    const struct gw_kv_layout *lay = rt->layout;
+    size_t base = (size_t)l * (size_t)lay->kv.n_groups;
+    for (int g = 0; g < lay->kv.n_groups; g++) {
+        int64_t need = kv_pages_for((int64_t)seq->len[base + g] + add[g],
+                                    lay->kv.page_size);
+        if (need > seq->n_pages[base + g])
+            return tg_err_set(err, errlen, TG_ENOSPC,
+                              "layer %d group %d needs %lld pages, holds %d", l,
+                              g, (long long)need, seq->n_pages[base + g]);
+    }
+    return 0;
+}
+
+/* Q/K/V projections, optional q/k norm and RoPE for m rows of rt->h. */
+static int qkv(struct gw_runtime *rt, const struct gw_layer *w, int m)
+{
+    const struct gw_model *md = rt->model;
+    const struct tg_ops *o = rt->ops;
+    int d = md->head_dim;
+    TRY(o->gemm(rt->be, rt->h, w->wq, w->bq, m, md->n_q_heads * d, md->hidden, rt->q));
+    TRY(o->gemm(rt->be, rt->h, w->wk, w->bk, m, md->n_kv_heads * d, md->hidden, rt->k));
+    TRY(o->gemm(rt->be, rt->h, w->wv, w->bv, m, md->n_kv_heads * d, md->hidden, rt->v));
+    if (w->q_norm != NULL) {
+        TRY(o->rmsnorm(rt->be, rt->q, w->q_norm, m * md->n_q_heads, d, md->norm_eps, rt->q));
+        TRY(o->rmsnorm(rt->be, rt->k, w->k_norm, m * md->n_kv_heads, d, md->norm_eps, rt->k));
+    }
+    TRY(o->rope(rt->be, rt->q, m, md->n_q_heads, d, rt->pos, md->inv_freq));
+    TRY(o->rope(rt->be, rt->k, m, md->n_kv_heads, d, rt->pos, md->inv_freq));
+    return 0;
+}
+
+/* Output projection, residual, and the SwiGLU MLP block for m rows. */
+static int attn_out_and_mlp(struct gw_runtime *rt, const struct gw_layer *w, int m)
+{
+    const struct gw_model *md = rt->model;
+    const struct tg_ops *o = rt->ops;
+    size_t hm = (size_t)m * (size_t)md->hidden;
+    TRY(o->gemm(rt->be, rt->att, w->wo, w->bo, m, md->hidden, md->n_q_heads * md->head_dim, rt->h));
+    TRY(o->add(rt->be, rt->x, rt->h, hm));
+    TRY(o->rmsnorm(rt->be, rt->x, w->ffn_norm, m, md->hidden, md->norm_eps, rt->h));
+    TRY(o->gemm(rt->be, rt->h, w->w_gate, NULL, m, md->ffn, md->hidden, rt->gate));
+    TRY(o->gemm(rt->be, rt->h, w->w_up, NULL, m, md->ffn, md->hidden, rt->up));
+    TRY(o->silu_mul(rt->be, rt->gate, rt->up, (size_t)m * (size_t)md->ffn, rt->gate));
+    TRY(o->gemm(rt->be, rt->gate, w->w_down, NULL, m, md->hidden, md->ffn, rt->h));
+    TRY(o->add(rt->be, rt->x, rt->h, hm));
+    return 0;
+}
+
+static int final_logits(struct gw_runtime *rt, int first, int m, float *logits)
+{
+    const struct gw_model *md = rt->model;
+    float *xr = rt->x + (size_t)first * (size_t)md->hidden;
+    TRY(rt->ops->rmsnorm(rt->be, xr, md->final_norm, m, md->hidden, md->norm_eps, rt->h));
+    return rt->ops->gemm(rt->be, rt->h, md->lm_head, NULL, m, md->vocab, md->hidden, logits);
+}
+
+/* Log-probabilities of targets[i] (>= 0) after chunk row i, computed in
+ * blocks of GW_LP_BLOCK rows so the (rows, V) logits never get large. */
+static int prompt_logprobs(struct gw_runtime *rt, int n, const int32_t *targets,
+                           float *lp)
+{
+    const struct gw_model *md = rt->model;
+    for (int i0 = 0; i0 < n; i0 += GW_LP_BLOCK) {
+        int m = n - i0 < GW_LP_BLOCK ? n - i0 : GW_LP_BLOCK;
+        int any = 0;
+        int32_t tgt[GW_LP_BLOCK];
+        for (int i = 0; i < m; i++) {
+            tgt[i] = targets[i0 + i] >= 0 ? targets[i0 + i] : 0;
+            any |= targets[i0 + i] >= 0;
+        }
+        if (!any)
+            continue;
+        TRY(final_logits(rt, i0, m, rt->lp_logits));
+        float out[GW_LP_BLOCK];
+        TRY(rt->ops->logprobs(rt->be, rt->lp_logits, m, md->vocab, tgt, out));
+        for (int i = 0; i < m; i++)
+            if (targets[i0 + i] >= 0)
+                lp[i0 + i] = out[i];
+    }
+    return 0;
+}
+
+int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
+                       const int32_t *ids, int n,
+                       const struct gw_prefill_out *out, char *err,
+                       size_t errlen)
+{
+    const struct gw_model *md = rt->model;
+    const struct gw_kv_layout *lay = rt->layout;
+    const struct tg_ops *o = rt->ops;
+    if (n <= 0 || n > rt->opts.max_tokens)
+        return tg_err_set(err, errlen, TG_EINVAL, "chunk of %d tokens (max %d)",
+                          n, rt->opts.max_tokens);
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= md->vocab)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "token id %d outside the vocabulary [0, %d)",
+                              ids[i], md->vocab);
+        rt->pos[i] = (int32_t)(seq->pos + i);
+    }
+    int64_t start = seq->pos;
+    int forced = (int)kv_chunk_forced(start, n, &rt->layout->kv.rule);
+    int32_t addp[GW_MAX_GROUPS];
+    TG_ASSERT(lay->kv.n_groups <= GW_MAX_GROUPS);
+    for (int l = 0; l < lay->kv.n_layers; l++) {
+        for (int g = 0; g < lay->kv.n_groups; g++) {
+            double b = lay->kv.group_budget[(size_t)l * lay->kv.n_groups + g];
+            addp[g] = (int32_t)kv_chunk_keep(n, b, forced);
+        }
+        int rc = seq_room(rt, seq, l, addp, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+
+    float scale = 1.0f / sqrtf((float)md->head_dim);
+    TRY(o->embedding(rt->be, md->embed, md->vocab, md->hidden, ids, n, rt->x));
+    for (int l = 0; l < md->n_layers; l++) {
+        const struct gw_layer *w = &md->layers[l];
+        struct tg_kv_rows rows;
+        seq_rows(rt, seq, l, rt->gp_scratch, &rows);
+        TRY(o->rmsnorm(rt->be, rt->x, w->attn_norm, n, md->hidden, md->norm_eps, rt->h));
+        TRY(qkv(rt, w, n));
+        TRY(o->attn_chunk(rt->be, rt->q, rt->k, rt->v, n, md->n_q_heads, &rows,
+                          scale, rt->att));
+
+        /* Compression of this layer's chunk keys (§4.3 steps 3-5). */
+        int all = 1;
+        for (int h = 0; h < lay->n_kv_heads; h++) {
+            int g = rows.head_group[h];
+            double b = lay->kv.group_budget[(size_t)l * lay->kv.n_groups + g];
+            rt->keep[h] = (int32_t)kv_chunk_keep(n, b, forced);
+            if (rt->keep[h] != n)
+                all = 0;
+        }
+        int score = !all || rt->opts.on_scores != NULL;
+        if (score) {
+            TRY(o->score(rt->be, rt->opts.method, rt->q, rt->k, rt->v, n,
+                         md->n_q_heads, md->n_kv_heads, md->head_dim,
+                         rt->layout->kv.rule.window, scale, rt->scores));
+            if (rt->opts.on_scores != NULL)
+                rt->opts.on_scores(rt->opts.on_scores_ud, l, rt->scores, n,
+                                   md->n_kv_heads);
+        }
+        if (all) {
+            TRY(o->kv_append(rt->be, &rows, rt->k, rt->v, n, NULL, rt->keep));
+        } else {
+            TRY(o->select_topk(rt->be, rt->scores, n, md->n_kv_heads, rt->keep,
+                               start, rt->layout->kv.rule.window,
+                               rt->layout->kv.rule.n_sink, rt->idx));
+            TRY(o->kv_append(rt->be, &rows, rt->k, rt->v, n, rt->idx, rt->keep));
+        }
+        size_t base = (size_t)l * (size_t)lay->kv.n_groups;
+        for (int h = 0; h < lay->n_kv_heads; h++) {
+            /* every head of a group keeps the same count; count each group once */
+            if (rows.head_slot[h] == 0)
+                seq->len[base + rows.head_group[h]] += rt->keep[h];
+        }
+        TRY(attn_out_and_mlp(rt, w, n));
+    }
+    seq->pos += n;
+    if (out != NULL && out->lp_targets != NULL)
+        TRY(prompt_logprobs(rt, n, out->lp_targets, out->lp));
+    if (out != NULL && out->last_logits != NULL)
+        TRY(final_logits(rt, n - 1, 1, out->last_logits));
+    return 0;
+}
+
+int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
+                      const int32_t *ids, int n_seq, float *logits, char *err,
+                      size_t errlen)
+{
+    const struct gw_model *md = rt->model;
+    const struct gw_kv_layout *lay = rt->layout;
+    const struct tg_ops *o = rt->ops;
+    if (n_seq <= 0 || n_seq > rt->opts.max_tokens)
+        return tg_err_set(err, errlen, TG_EINVAL, "decode batch of %d (max %d)",
+                          n_seq, rt->opts.max_tokens);
+    int32_t one[GW_MAX_GROUPS];
+    TG_ASSERT(lay->kv.n_groups <= GW_MAX_GROUPS);
+    for (int g = 0; g < lay->kv.n_groups; g++)
+        one[g] = 1;
+    for (int s = 0; s < n_seq; s++) {
+        if (ids[s] < 0 || ids[s] >= md->vocab)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "token id %d outside the vocabulary [0, %d)",
+                              ids[s], md->vocab);
+        rt->pos[s] = (int32_t)seqs[s]->pos;
+        for (int l = 0; l < lay->kv.n_layers; l++) {
+            int rc = seq_room(rt, seqs[s], l, one, err, errlen);
+            if (rc != 0)
+                return rc;
+        }
+    }
+    float scale = 1.0f / sqrtf((float)md->head_dim);
+    size_t kd = (size_t)md->n_kv_heads * (size_t)md->head_dim;
+    TRY(o->embedding(rt->be, md->embed, md->vocab, md->hidden, ids, n_seq, rt->x));
+    for (int l = 0; l < md->n_layers; l++) {
+        const struct gw_layer *w = &md->layers[l];
+        TRY(o->rmsnorm(rt->be, rt->x, w->attn_norm, n_seq, md->hidden, md->norm_eps, rt->h));
+        TRY(qkv(rt, w, n_seq));
+        for (int s = 0; s < n_seq; s++) {
+            const int32_t **gp = rt->rows_pages + (size_t)s * (size_t)lay->kv.n_groups;
+            seq_rows(rt, seqs[s], l, gp, &rt->rows[s]);
+            for (int h = 0; h < md->n_kv_heads; h++)
+                rt->keep[h] = 1;
+            TRY(o->kv_append(rt->be, &rt->rows[s], rt->k + (size_t)s * kd,
+                             rt->v + (size_t)s * kd, 1, NULL, rt->keep));
+            int32_t *len = seqs[s]->len + (size_t)l * (size_t)lay->kv.n_groups;
+            for (int g = 0; g < lay->kv.n_groups; g++)
+                len[g] += 1;
+        }
+        TRY(o->attn_decode(rt->be, rt->q, n_seq, md->n_q_heads, rt->rows, scale,
+                           rt->att));
+        TRY(attn_out_and_mlp(rt, w, n_seq));
+    }
+    for (int s = 0; s < n_seq; s++)
+        seqs[s]->pos += 1;
+    return final_logits(rt, 0, n_seq, logits);
+}

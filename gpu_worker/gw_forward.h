@@ -1,0 +1,118 @@
+/*
+ * gw_forward.h — the backend-independent forward pass over ragged group
+ * pages with fused per-chunk compression (DESIGN.md §4.3).
+ *
+ * A prefill chunk of one sequence runs every layer: Q/K/V with RoPE at
+ * absolute positions, attention over the sequence's retained history plus
+ * the chunk's causal keys, then scoring of the chunk's keys, per-head top-k
+ * selection with k = min(n, max(ceil(b[l][g] * n), f)) and appending of the
+ * kept K/V to each head's group row. Decode steps batch one token of many
+ * sequences and append to every head uncompressed.
+ *
+ * The runtime owns scratch activations and the physical KV pool; page ids
+ * (which pages a sequence's rows use) are owned by the caller's page
+ * accounting and handed in through struct gw_seq. One runtime per thread.
+ */
+#ifndef GW_FORWARD_H
+#define GW_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/kv_budget.h"
+#include "common/kv_seq.h"
+#include "gpu_worker/gw_model.h"
+#include "kernels/tg_ops.h"
+
+#define GW_MAX_GROUPS 1024 /* groups per layer on one rank */
+#define GW_LP_BLOCK 16     /* rows of logits materialized at once */
+
+/* How one rank's KV heads map onto ragged pages: the page accounting
+ * layout (budgets, page size, chunk, forced keys) plus each head's place. */
+struct gw_kv_layout {
+    struct kv_layout kv;   /* L, G, H_p, d, P, C, rule, group_budget (L, G) */
+    int n_kv_heads;        /* Hkv on this rank (= G * H_p) */
+    int32_t *head_group;   /* (L, Hkv) group index of each KV head */
+    int32_t *head_slot;    /* (L, Hkv) slot of each KV head in its group */
+    int compress;          /* 0 when every budget is 1 (no scoring runs) */
+};
+
+/* One sequence's KV as the forward pass sees it. */
+struct gw_seq {
+    int64_t pos;                  /* tokens processed so far (next position) */
+    int32_t *len;                 /* (L, n_groups) tokens stored per row */
+    const int32_t *const *pages;  /* (L * n_groups) page ids of each row */
+    const int32_t *n_pages;       /* (L * n_groups) pages available per row */
+};
+
+/* Called once per layer of a prefill chunk with that layer's key scores
+ * (before forced keys), for calibration. scores (Hkv, n). */
+typedef void (*gw_on_scores_fn)(void *ud, int layer, const float *scores,
+                                int n, int n_kv_heads);
+
+struct gw_forward_opts {
+    enum tg_score_method method;  /* scoring of chunk keys */
+    int max_tokens;               /* largest chunk or decode batch */
+    gw_on_scores_fn on_scores;    /* optional */
+    void *on_scores_ud;
+};
+
+struct gw_runtime {
+    const struct gw_model *model;      /* borrowed */
+    const struct gw_kv_layout *layout; /* borrowed */
+    const struct tg_ops *ops;          /* borrowed */
+    struct tg_backend *be;             /* borrowed */
+    struct gw_forward_opts opts;
+    float *pool;     /* (n_pages, H_p, 2, P, d): owned */
+    int32_t n_pages;
+    /* scratch, owned, sized for opts.max_tokens rows */
+    float *x, *h, *q, *k, *v, *att, *gate, *up, *scores;
+    int32_t *pos, *idx, *keep;
+    const int32_t **gp_scratch; /* (n_groups) */
+    struct tg_kv_rows *rows;    /* (max_tokens) decode row views */
+    const int32_t **rows_pages; /* (max_tokens * n_groups) */
+    float *lp_logits;           /* (GW_LP_BLOCK, V) prompt-logprob scratch */
+};
+
+/* Creates a runtime with a KV pool of n_pages pages. Returns 0, TG_EINVAL
+ * (layout does not match the model) or TG_ENOMEM (message gives the bytes).
+ * `model`, `layout`, `ops` and `be` must outlive the runtime. */
+int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
+                    const struct gw_kv_layout *layout, const struct tg_ops *ops,
+                    struct tg_backend *be, int32_t n_pages,
+                    const struct gw_forward_opts *opts, char *err,
+                    size_t errlen);
+
+/* Frees what the runtime owns; safe on a zeroed runtime. */
+void gw_runtime_free(struct gw_runtime *rt);
+
+/* What a prefill chunk should produce besides the KV (all optional). */
+struct gw_prefill_out {
+    float *last_logits;        /* (V) logits after the chunk's last token */
+    const int32_t *lp_targets; /* (n) token following row i, or -1 */
+    float *lp;                 /* (n) log P(lp_targets[i] | tokens <= i) */
+};
+
+/* Runs one prefill chunk of n tokens (n <= max_tokens) of `seq` at
+ * positions seq->pos .. seq->pos + n - 1, appends the kept K/V and advances
+ * seq->pos and seq->len. Every row must already own the pages for what the
+ * chunk keeps (kv_budget math); otherwise it returns TG_ENOSPC before
+ * touching anything. `out` may be NULL. */
+int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
+                       const int32_t *ids, int n,
+                       const struct gw_prefill_out *out, char *err,
+                       size_t errlen);
+
+/* Runs one decode token for each of n_seq sequences (ids[i] at
+ * seqs[i]->pos), appending it to every head, and writes logits (n_seq, V).
+ * Every row needs room for one more token. */
+int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
+                      const int32_t *ids, int n_seq, float *logits, char *err,
+                      size_t errlen);
+
+/* Returns the tokens a prefill chunk of n tokens at absolute position
+ * `start` keeps in row (l, g) under the layout's budgets. */
+int64_t gw_chunk_keep(const struct gw_runtime *rt, int l, int g, int64_t start,
+                      int64_t n);
+
+#endif /* GW_FORWARD_H */

@@ -1,0 +1,180 @@
+/*
+ * tg_ops.h — the backend interface: one table of ops (DESIGN.md §6).
+ *
+ * The forward pass (gpu_worker/) calls only these ops, so the CPU reference
+ * (kernels/cpu/) and the CUDA backend (kernels/cuda/) are interchangeable.
+ * Every pointer is in the backend's memory (host for CPU, device for CUDA);
+ * activations are fp32 row-major unless a field says otherwise.
+ *
+ * Every op returns 0 or a negative TG_E* code (TG_EINVAL for bad shapes).
+ * Ops never log and never allocate per call on the hot path beyond the
+ * scratch owned by the backend context. One backend context per thread.
+ *
+ * Notation: n tokens in a chunk, Hq query heads, Hkv KV heads, G = Hq/Hkv
+ * (query head q reads KV head q / G), d head_dim, P page size (tokens),
+ * H_p heads per group (page), V vocabulary size.
+ */
+#ifndef TG_OPS_H
+#define TG_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The ragged KV of one sequence at one layer: every KV head h lives in
+ * group head_group[h] at slot head_slot[h] of that group's pages. A page is
+ * [H_p][2][P][d] floats: for slot j, K rows at ((j*2+0)*P + t)*d and V rows
+ * at ((j*2+1)*P + t)*d. Token t of a group's row sits in page
+ * group_pages[g][t / P] at offset t % P. All heads of a group hold the same
+ * number of tokens, group_len[g]. Keys are stored after RoPE. */
+struct tg_kv_rows {
+    float *pool;                       /* (n_pages, H_p, 2, P, d) */
+    int heads_per_group;               /* H_p */
+    int page_size;                     /* P */
+    int head_dim;                      /* d */
+    int n_kv_heads;                    /* Hkv */
+    const int32_t *head_group;         /* (Hkv) group of each KV head */
+    const int32_t *head_slot;          /* (Hkv) slot within its group's page */
+    const int32_t *const *group_pages; /* (n_groups) -> (ceil(len/P)) page ids */
+    const int32_t *group_len;          /* (n_groups) tokens held per head */
+};
+
+/* Query-side scoring methods for chunk compression (DESIGN.md §4.4). */
+enum tg_score_method {
+    TG_SCORE_SNAPKV = 0,             /* query-aware, window of last queries */
+    TG_SCORE_KEYDIFF = 1,            /* query-agnostic key diversity */
+    TG_SCORE_EXPECTED_ATTENTION = 2, /* query-agnostic expected attention */
+};
+
+/* Sampling parameters of one sequence (vLLM semantics). */
+struct tg_sampling {
+    float temperature;        /* 0 = greedy (argmax, ties to lower id) */
+    int top_k;                /* <= 0: disabled */
+    float top_p;              /* 1 = disabled */
+    float min_p;              /* 0 = disabled */
+    float repetition_penalty; /* 1 = disabled; applied to prompt + output ids */
+    float presence_penalty;   /* 0 = disabled; output ids only */
+    float frequency_penalty;  /* 0 = disabled; output ids only */
+};
+
+/* Token history a sampler needs for penalties (host memory). */
+struct tg_sample_history {
+    const int32_t *prompt; /* (n_prompt) */
+    int n_prompt;
+    const int32_t *output; /* (n_output) */
+    int n_output;
+};
+
+struct tg_backend; /* opaque per-thread backend context */
+
+struct tg_ops {
+    const char *name; /* "cpu", "cuda" */
+
+    /* out[i,:] = table[ids[i],:]. table (V, hidden); out (n, hidden). */
+    int (*embedding)(struct tg_backend *b, const float *table, int vocab,
+                     int hidden, const int32_t *ids, int n, float *out);
+
+    /* out = x * rsqrt(mean(x^2) + eps) * w per row. x, out (n, dim); w (dim).
+     * out may equal x. */
+    int (*rmsnorm)(struct tg_backend *b, const float *x, const float *w, int n,
+                   int dim, float eps, float *out);
+
+    /* y[i] += x[i] for i < len. */
+    int (*add)(struct tg_backend *b, float *y, const float *x, size_t len);
+
+    /* y = x W^T (+ bias). x (m, k); w (n, k) row-major as in HF checkpoints;
+     * bias (n) or NULL; y (m, n). */
+    int (*gemm)(struct tg_backend *b, const float *x, const float *w,
+                const float *bias, int m, int n, int k, float *y);
+
+    /* out = silu(gate) * up. gate, up, out (len); out may equal gate. */
+    int (*silu_mul)(struct tg_backend *b, const float *gate, const float *up,
+                    size_t len, float *out);
+
+    /* NeoX RoPE in place: for each row (token i, head h) with angle
+     * pos[i] * inv_freq[j], rotates the pairs (x[j], x[j + d/2]), j < d/2.
+     * x (n, heads, d); pos (n); inv_freq (d/2). */
+    int (*rope)(struct tg_backend *b, float *x, int n, int heads, int d,
+                const int32_t *pos, const float *inv_freq);
+
+    /* Attention of a prefill chunk: the query at chunk index i (absolute
+     * position start + i) sees every history token of its KV head (hist,
+     * may hold 0 tokens) and the chunk's keys 0..i. softmax in fp32 with
+     * the given scale (1/sqrt(d)). q, out (n, Hq, d); k, v (n, Hkv, d). */
+    int (*attn_chunk)(struct tg_backend *b, const float *q, const float *k,
+                      const float *v, int n, int n_q_heads,
+                      const struct tg_kv_rows *hist, float scale, float *out);
+
+    /* Decode attention of n_seq sequences, one query token each, over each
+     * sequence's rows (which already hold the new token). q, out
+     * (n_seq, Hq, d); rows (n_seq). */
+    int (*attn_decode)(struct tg_backend *b, const float *q, int n_seq,
+                       int n_q_heads, const struct tg_kv_rows *rows,
+                       float scale, float *out);
+
+    /* Scores the chunk's n keys per KV head (higher = keep), DESIGN.md §4.4.
+     * snapkv: window W = min(window, n) last queries, per KV head the mean
+     * over its G query heads and W queries of softmax_j(q.k_j*scale) over the
+     * chunk's causal keys, then average pooling (width 5, zero padding 2,
+     * divisor 5). Forced keys are NOT applied here (see select_topk).
+     * q (n, Hq, d); k, v (n, Hkv, d); scores (Hkv, n). */
+    int (*score)(struct tg_backend *b, enum tg_score_method method,
+                 const float *q, const float *k, const float *v, int n,
+                 int n_q_heads, int n_kv_heads, int d, int window, float scale,
+                 float *scores);
+
+    /* Per KV head, selects the top keep[h] chunk indices by score, treating
+     * forced keys (the chunk's last min(window, n) keys and keys at absolute
+     * position start + i < n_sink) as +inf; ties go to the lower index.
+     * Writes the kept indices of head h in ascending order to
+     * idx[h * n .. h * n + keep[h]). scores (Hkv, n); keep (Hkv);
+     * idx (Hkv, n). */
+    int (*select_topk)(struct tg_backend *b, const float *scores, int n,
+                       int n_kv_heads, const int32_t *keep, int64_t start,
+                       int window, int n_sink, int32_t *idx);
+
+    /* Appends chunk keys/values to each KV head's group row at offset
+     * rows->group_len[g] (the caller advances group_len afterwards): head h
+     * appends k[idx[h*n + t], h, :] for t < n_keep[h] (idx NULL: all n in
+     * order). Pages for the new tokens must already be in group_pages.
+     * k, v (n, Hkv, d). */
+    int (*kv_append)(struct tg_backend *b, const struct tg_kv_rows *rows,
+                     const float *k, const float *v, int n, const int32_t *idx,
+                     const int32_t *n_keep);
+
+    /* lp[i] = log_softmax(logits[i,:])[target[i]] in double-accumulated
+     * fp32. logits (n, V); target (n); lp (n). */
+    int (*logprobs)(struct tg_backend *b, const float *logits, int n,
+                    int vocab, const int32_t *target, float *lp);
+
+    /* Samples one token from logits (V) of one sequence: penalties, then
+     * temperature, top-k, top-p, min-p (vLLM order), then a draw from
+     * *rng (xoshiro/splitmix state, advanced). Greedy when temperature is
+     * 0. *lp gets the log-probability of the chosen token under the
+     * unmodified distribution (log_softmax of the raw logits); when
+     * n_top > 0 the n_top most likely tokens of that distribution go to
+     * top_ids/top_lps (descending, ties to lower id). logits may be
+     * modified in place as scratch. Host memory. */
+    int (*sample)(struct tg_backend *b, float *logits, int vocab,
+                  const struct tg_sampling *sp,
+                  const struct tg_sample_history *hist, uint64_t *rng,
+                  int32_t *token, float *lp, int n_top, int32_t *top_ids,
+                  float *top_lps);
+};
+
+/* The CPU reference backend (kernels/cpu/). */
+extern const struct tg_ops tg_ops_cpu;
+
+/* Creates a CPU backend context (scratch buffers, thread count; n_threads
+ * <= 0 uses OpenMP's default). Returns 0 or TG_ENOMEM; the caller frees it
+ * with tg_backend_cpu_free (safe on NULL). */
+int tg_backend_cpu_new(int n_threads, struct tg_backend **out);
+void tg_backend_cpu_free(struct tg_backend *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TG_OPS_H */

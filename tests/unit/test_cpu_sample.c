@@ -1,0 +1,388 @@
+/*
+ * test_cpu_sample.c — logprobs and the sampler of the CPU backend: greedy
+ * ties, seeded reproducibility, top-k/top-p/min-p supports checked through
+ * empirical frequencies on a small vocabulary, penalties, raw logprobs.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/tg_err.h"
+#include "kernels/tg_ops.h"
+
+static uint64_t rs = 0x51ed270b27a3c2f1ull;
+
+static double urand(void)
+{
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (double)(rs >> 11) * 0x1.0p-53;
+}
+
+static void near(double got, double want, double tol)
+{
+    double lim = tol * (fabs(want) > 1.0 ? fabs(want) : 1.0);
+    if (!(fabs(got - want) <= lim)) {
+        print_error("got %.9g want %.9g (tol %.3g)\n", got, want, tol);
+        fail();
+    }
+}
+
+static struct tg_backend *be(void)
+{
+    struct tg_backend *b = NULL;
+    assert_int_equal(tg_backend_cpu_new(2, &b), 0);
+    return b;
+}
+
+static const struct tg_sampling plain = {.temperature = 1.0f, .top_k = 0, .top_p = 1.0f,
+                                         .min_p = 0.0f, .repetition_penalty = 1.0f};
+
+static double ref_logprob(const float *x, int V, int t)
+{
+    double mx = -INFINITY, z = 0;
+    for (int j = 0; j < V; j++)
+        mx = x[j] > mx ? x[j] : mx;
+    for (int j = 0; j < V; j++)
+        z += exp((double)x[j] - mx);
+    return x[t] - mx - log(z);
+}
+
+static void test_logprobs(void **st)
+{
+    (void)st;
+    struct tg_backend *b = be();
+    const int shapes[][2] = {{1, 1}, {3, 10}, {4, 50000}};
+    for (int s = 0; s < 3; s++) {
+        int n = shapes[s][0], V = shapes[s][1];
+        float *x = malloc(sizeof(float) * n * V), *lp = malloc(sizeof(float) * n);
+        int32_t *t = malloc(sizeof(int32_t) * n);
+        for (int i = 0; i < n * V; i++)
+            x[i] = (float)(urand() * 40 - 20);
+        for (int i = 0; i < n; i++)
+            t[i] = (int32_t)(urand() * V);
+        assert_int_equal(tg_ops_cpu.logprobs(b, x, n, V, t, lp), 0);
+        for (int i = 0; i < n; i++)
+            near(lp[i], ref_logprob(x + (size_t)i * V, V, t[i]), 1e-5);
+        t[0] = V;
+        assert_int_equal(tg_ops_cpu.logprobs(b, x, n, V, t, lp), TG_EINVAL);
+        free(x);
+        free(lp);
+        free(t);
+    }
+    tg_backend_cpu_free(b);
+}
+
+static void test_greedy(void **st)
+{
+    (void)st;
+    struct tg_backend *b = be();
+    float x[6] = {0.5f, 3.0f, -1.0f, 3.0f, 2.9f, 3.0f};
+    struct tg_sampling sp = plain;
+    sp.temperature = 0.0f;
+    int32_t tok = -1;
+    float lp = 0;
+    uint64_t rng = 42, rng0 = rng;
+    assert_int_equal(tg_ops_cpu.sample(b, x, 6, &sp, NULL, &rng, &tok, &lp, 0, NULL, NULL), 0);
+    assert_int_equal(tok, 1); /* ties to the lower id */
+    near(lp, ref_logprob(x, 6, 1), 1e-6);
+    assert_true(rng == rng0); /* greedy draws nothing */
+    /* Greedy needs no generator. */
+    assert_int_equal(tg_ops_cpu.sample(b, x, 6, &sp, NULL, NULL, &tok, NULL, 0, NULL, NULL), 0);
+    assert_int_equal(tok, 1);
+    /* top-k = 1 at temperature 1 is greedy too, ties included. */
+    sp = plain;
+    sp.top_k = 1;
+    for (int r = 0; r < 50; r++) {
+        assert_int_equal(tg_ops_cpu.sample(b, x, 6, &sp, NULL, &rng, &tok, NULL, 0, NULL, NULL),
+                         0);
+        assert_int_equal(tok, 1);
+    }
+    tg_backend_cpu_free(b);
+}
+
+static void test_seeded(void **st)
+{
+    (void)st;
+    struct tg_backend *b = be();
+    enum { V = 100, N = 64 };
+    float x[V];
+    for (int j = 0; j < V; j++)
+        x[j] = (float)(urand() * 4);
+    struct tg_sampling sp = plain;
+    sp.temperature = 0.8f;
+    sp.top_p = 0.95f;
+    int32_t a[N], c[N], d[N];
+    uint64_t r1 = 7, r2 = 7, r3 = 8;
+    for (int i = 0; i < N; i++) {
+        float y[V];
+        memcpy(y, x, sizeof(y));
+        assert_int_equal(tg_ops_cpu.sample(b, y, V, &sp, NULL, &r1, &a[i], NULL, 0, NULL, NULL), 0);
+        memcpy(y, x, sizeof(y));
+        assert_int_equal(tg_ops_cpu.sample(b, y, V, &sp, NULL, &r2, &c[i], NULL, 0, NULL, NULL), 0);
+        memcpy(y, x, sizeof(y));
+        assert_int_equal(tg_ops_cpu.sample(b, y, V, &sp, NULL, &r3, &d[i], NULL, 0, NULL, NULL), 0);
+    }
+    assert_memory_equal(a, c, sizeof(a));
+    assert_true(r1 == r2 && r1 != 7);
+    assert_memory_not_equal(a, d, sizeof(a));
+    tg_backend_cpu_free(b);
+}
+
+/* Draws `draws` tokens from logits x (copied each time) and returns the
+ * frequencies in f[V]. */
+static void freqs(struct tg_backend *b, const float *x, int V, const struct tg_sampling *sp,
+                  uint64_t seed, int draws, double *f)
+{
+    float *y = malloc(sizeof(float) * V);
+    for (int j = 0; j < V; j++)
+        f[j] = 0;
+    for (int i = 0; i < draws; i++) {
+        int32_t tok = -1;
+        memcpy(y, x, sizeof(float) * V);
+        assert_int_equal(tg_ops_cpu.sample(b, y, V, sp, NULL, &seed, &tok, NULL, 0, NULL, NULL),
+                         0);
+        assert_true(tok >= 0 && tok < V);
+        f[tok] += 1.0 / draws;
+    }
+    free(y);
+}
+
+static void test_supports(void **st)
+{
+    (void)st;
+    struct tg_backend *b = be();
+    const double p[5] = {0.4, 0.3, 0.15, 0.1, 0.05};
+    float x[5];
+    for (int j = 0; j < 5; j++)
+        x[j] = (float)log(p[j]) + 3.0f;
+    double f[5];
+    const int N = 20000;
+    const double tol = 0.02;
+    struct tg_sampling sp = plain;
+
+    /* Plain: the distribution itself. */
+    freqs(b, x, 5, &sp, 1, N, f);
+    for (int j = 0; j < 5; j++)
+        near(f[j], p[j], tol);
+
+    /* Temperature 0.5: p^2 renormalised. */
+    sp.temperature = 0.5f;
+    freqs(b, x, 5, &sp, 2, N, f);
+    double z2 = 0;
+    for (int j = 0; j < 5; j++)
+        z2 += p[j] * p[j];
+    for (int j = 0; j < 5; j++)
+        near(f[j], p[j] * p[j] / z2, tol);
+
+    /* top-k 2: {0, 1} renormalised. */
+    sp = plain;
+    sp.top_k = 2;
+    freqs(b, x, 5, &sp, 3, N, f);
+    near(f[0], 0.4 / 0.7, tol);
+    near(f[1], 0.3 / 0.7, tol);
+    assert_true(f[2] == 0 && f[3] == 0 && f[4] == 0);
+
+    /* top-p 0.8: cumulative 0.4, 0.7, 0.85 -> {0, 1, 2}. */
+    sp = plain;
+    sp.top_p = 0.8f;
+    freqs(b, x, 5, &sp, 4, N, f);
+    near(f[0], 0.4 / 0.85, tol);
+    near(f[1], 0.3 / 0.85, tol);
+    near(f[2], 0.15 / 0.85, tol);
+    assert_true(f[3] == 0 && f[4] == 0);
+
+    /* top-p tiny: always at least the top token. */
+    sp.top_p = 1e-6f;
+    freqs(b, x, 5, &sp, 5, 200, f);
+    assert_true(f[1] == 0 && f[2] == 0 && f[3] == 0 && f[4] == 0);
+
+    /* min-p 0.3: keep p >= 0.12 -> {0, 1, 2}. */
+    sp = plain;
+    sp.min_p = 0.3f;
+    freqs(b, x, 5, &sp, 6, N, f);
+    near(f[0], 0.4 / 0.85, tol);
+    near(f[1], 0.3 / 0.85, tol);
+    near(f[2], 0.15 / 0.85, tol);
+    assert_true(f[3] == 0 && f[4] == 0);
+
+    /* top-k 4 then top-p 0.75 (over the renormalised 0.95 mass: 0.421,
+     * 0.737, 0.895 -> {0, 1, 2}) then min-p 0.45 (keeps p >= 0.18 of
+     * the original scale -> {0, 1}). */
+    sp = plain;
+    sp.top_k = 4;
+    sp.top_p = 0.75f;
+    sp.min_p = 0.45f;
+    freqs(b, x, 5, &sp, 7, N, f);
+    near(f[0], 0.4 / 0.7, tol);
+    near(f[1], 0.3 / 0.7, tol);
+    assert_true(f[2] == 0 && f[3] == 0 && f[4] == 0);
+    tg_backend_cpu_free(b);
+}
+
+static int greedy_with(struct tg_backend *b, const float *x0, int V,
+                       const struct tg_sampling *sp, const struct tg_sample_history *h)
+{
+    float y[16];
+    memcpy(y, x0, sizeof(float) * V);
+    int32_t tok = -1;
+    assert_int_equal(tg_ops_cpu.sample(b, y, V, sp, h, NULL, &tok, NULL, 0, NULL, NULL), 0);
+    return tok;
+}
+
+static void test_penalties(void **st)
+{
+    (void)st;
+    struct tg_backend *b = be();
+    const float x[4] = {2.0f, 1.9f, -1.0f, -1.05f};
+    struct tg_sampling sp = plain;
+    sp.temperature = 0.0f;
+    int32_t p0[3] = {0, 0, 0}, p2[1] = {2}, o00[2] = {0, 0};
+    struct tg_sample_history h = {.prompt = p0, .n_prompt = 1};
+    assert_int_equal(greedy_with(b, x, 4, &sp, &h), 0);
+    /* Repetition 1.1 on a positive logit divides: 2/1.1 = 1.82 < 1.9. */
+    sp.repetition_penalty = 1.1f;
+    assert_int_equal(greedy_with(b, x, 4, &sp, &h), 1);
+    /* Applied once per id: three copies of id 0 with 1.04 give 1.923. */
+    sp.repetition_penalty = 1.04f;
+    h.n_prompt = 3;
+    assert_int_equal(greedy_with(b, x, 4, &sp, &h), 0);
+    /* A negative logit is multiplied: -1 * 1.1 < -1.05. */
+    const float neg[2] = {-1.0f, -1.05f};
+    sp.repetition_penalty = 1.1f;
+    h.prompt = p2;
+    h.n_prompt = 1;
+    p2[0] = 0;
+    assert_int_equal(greedy_with(b, neg, 2, &sp, &h), 1);
+    /* The repetition penalty also covers output ids. */
+    h = (struct tg_sample_history){.output = o00, .n_output = 1};
+    assert_int_equal(greedy_with(b, x, 4, &sp, &h), 1);
+    /* Frequency: 2 - 2*0.06 = 1.88 < 1.9; with one occurrence 1.94 wins. */
+    sp = plain;
+    sp.temperature = 0.0f;
+    sp.frequency_penalty = 0.06f;
+    h.n_output = 2;
+    assert_int_equal(greedy_with(b, x, 4, &sp, &h), 1);
+    h.n_output = 1;
+    assert_int_equal(greedy_with(b, x, 4, &sp, &h), 0);
+    /* Presence counts once: 2 - 0.15 = 1.85 < 1.9 for one or two copies,
+     * and never applies to prompt-only ids. */
+    sp.frequency_penalty = 0.0f;
+    sp.presence_penalty = 0.15f;
+    assert_int_equal(greedy_with(b, x, 4, &sp, &h), 1);
+    sp.presence_penalty = 0.09f;
+    h.n_output = 2;
+    assert_int_equal(greedy_with(b, x, 4, &sp, &h), 0);
+    h = (struct tg_sample_history){.prompt = p0, .n_prompt = 3};
+    sp.presence_penalty = 5.0f;
+    sp.frequency_penalty = 5.0f;
+    assert_int_equal(greedy_with(b, x, 4, &sp, &h), 0);
+    /* The count tables are clean for the next call. */
+    sp = plain;
+    sp.temperature = 0.0f;
+    assert_int_equal(greedy_with(b, x, 4, &sp, NULL), 0);
+    /* Out-of-vocabulary history ids are rejected. */
+    int32_t bad[1] = {4};
+    h = (struct tg_sample_history){.output = bad, .n_output = 1};
+    assert_int_equal(tg_ops_cpu.sample(b, (float[4]){0}, 4, &sp, &h, NULL,
+                                       &(int32_t){0}, NULL, 0, NULL, NULL), TG_EINVAL);
+    tg_backend_cpu_free(b);
+}
+
+static void test_raw_logprobs(void **st)
+{
+    (void)st;
+    struct tg_backend *b = be();
+    enum { V = 1000 };
+    float x[V], x0[V];
+    for (int j = 0; j < V; j++)
+        x0[j] = (float)(urand() * 10 - 5);
+    x0[17] = x0[400] = 9.0f; /* tie at the top */
+    x0[3] = 8.5f;
+    struct tg_sampling sp = plain;
+    sp.temperature = 0.3f;
+    sp.repetition_penalty = 2.0f;
+    sp.frequency_penalty = 1.0f;
+    int32_t out[2] = {17, 3};
+    struct tg_sample_history h = {.output = out, .n_output = 2};
+    int32_t tok, ids[5];
+    float lp, lps[5];
+    uint64_t rng = 99;
+    memcpy(x, x0, sizeof(x));
+    assert_int_equal(tg_ops_cpu.sample(b, x, V, &sp, &h, &rng, &tok, &lp, 5, ids, lps), 0);
+    near(lp, ref_logprob(x0, V, tok), 1e-5);
+    assert_int_equal(ids[0], 17);
+    assert_int_equal(ids[1], 400);
+    assert_int_equal(ids[2], 3);
+    for (int t = 0; t < 5; t++) {
+        near(lps[t], ref_logprob(x0, V, ids[t]), 1e-5);
+        if (t > 0)
+            assert_true(lps[t] <= lps[t - 1]);
+    }
+    /* Full vocabulary of top logprobs. */
+    float small[3] = {1, 3, 2};
+    int32_t ids3[3];
+    float lps3[3];
+    sp = plain;
+    assert_int_equal(tg_ops_cpu.sample(b, small, 3, &sp, NULL, &rng, &tok, NULL, 3, ids3,
+                                       lps3), 0);
+    assert_int_equal(ids3[0], 1);
+    assert_int_equal(ids3[1], 2);
+    assert_int_equal(ids3[2], 0);
+    near(exp(lps3[0]) + exp(lps3[1]) + exp(lps3[2]), 1.0, 1e-6);
+    tg_backend_cpu_free(b);
+}
+
+static void test_sample_bad(void **st)
+{
+    (void)st;
+    struct tg_backend *b = be();
+    float x[3] = {0, 1, 2};
+    int32_t tok, ids[4];
+    float lps[4];
+    uint64_t rng = 1;
+    struct tg_sampling sp = plain;
+    assert_int_equal(tg_ops_cpu.sample(b, x, 3, &sp, NULL, &rng, &tok, NULL, 4, ids, lps),
+                     TG_EINVAL);
+    assert_int_equal(tg_ops_cpu.sample(b, x, 3, &sp, NULL, NULL, &tok, NULL, 0, NULL, NULL),
+                     TG_EINVAL); /* sampling needs a generator */
+    sp.temperature = -1.0f;
+    assert_int_equal(tg_ops_cpu.sample(b, x, 3, &sp, NULL, &rng, &tok, NULL, 0, NULL, NULL),
+                     TG_EINVAL);
+    sp = plain;
+    sp.top_p = 0.0f;
+    assert_int_equal(tg_ops_cpu.sample(b, x, 3, &sp, NULL, &rng, &tok, NULL, 0, NULL, NULL),
+                     TG_EINVAL);
+    sp = plain;
+    sp.min_p = 1.5f;
+    assert_int_equal(tg_ops_cpu.sample(b, x, 3, &sp, NULL, &rng, &tok, NULL, 0, NULL, NULL),
+                     TG_EINVAL);
+    sp = plain;
+    sp.repetition_penalty = 0.0f;
+    assert_int_equal(tg_ops_cpu.sample(b, x, 3, &sp, NULL, &rng, &tok, NULL, 0, NULL, NULL),
+                     TG_EINVAL);
+    assert_int_equal(tg_ops_cpu.sample(b, x, 0, &plain, NULL, &rng, &tok, NULL, 0, NULL, NULL),
+                     TG_EINVAL);
+    tg_backend_cpu_free(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_greedy),
+        cmocka_unit_test(test_seeded),
+        cmocka_unit_test(test_supports),
+        cmocka_unit_test(test_penalties),
+        cmocka_unit_test(test_raw_logprobs),
+        cmocka_unit_test(test_sample_bad),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,463 @@
+/* test_kv_table.c — the CSR block table: a worked example, the OpenMP
+ * build against the plain baseline (bit for bit) and against the seqs
+ * directly on random batches, token resolution, buffer reuse, and bad
+ * input. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/kv_budget.h"
+#include "common/kv_pool.h"
+#include "common/kv_seq.h"
+#include "common/kv_table.h"
+#include "common/tg_err.h"
+
+static char err[256];
+
+static void assert_tables_equal(const struct kv_table *a,
+                                const struct kv_table *b)
+{
+    assert_int_equal(a->n_rows, b->n_rows);
+    assert_int_equal(a->n_seqs, b->n_seqs);
+    assert_int_equal(a->rows_per_seq, b->rows_per_seq);
+    assert_int_equal(a->nnz, b->nnz);
+    assert_int_equal(a->n_slots, b->n_slots);
+    assert_int_equal(a->slack, b->slack);
+    assert_memory_equal(a->indptr, b->indptr,
+                        ((size_t)a->n_rows + 1) * sizeof(int32_t));
+    if (a->n_rows > 0) {
+        assert_memory_equal(a->lens, b->lens,
+                            (size_t)a->n_rows * sizeof(int32_t));
+        assert_memory_equal(a->npages, b->npages,
+                            (size_t)a->n_rows * sizeof(int32_t));
+    }
+    if (a->nnz > 0)
+        assert_memory_equal(a->indices, b->indices,
+                            (size_t)a->nnz * sizeof(int32_t));
+}
+
+/* The table must say exactly what the seqs hold: per row the pages in
+ * order, the count and the length; a dense table has no gaps, a padded
+ * one -1 in every spare slot. */
+static void assert_table_matches(const struct kv_table *t,
+                                 const struct kv_layout *lo,
+                                 const struct kv_seq *const *seqs, int n)
+{
+    int32_t row = 0;
+    int64_t nnz = 0;
+    assert_int_equal(t->n_rows, (int64_t)n * lo->n_layers * lo->n_groups);
+    for (int b = 0; b < n; b++)
+        for (int l = 0; l < lo->n_layers; l++)
+            for (int g = 0; g < lo->n_groups; g++, row++) {
+                int32_t room = t->indptr[row + 1] - t->indptr[row];
+                int32_t np = 0;
+                const int32_t *ids = NULL;
+                if (seqs[b] != NULL) {
+                    ids = kv_seq_row_ids(seqs[b], lo, l, g, &np);
+                    assert_int_equal(t->lens[row],
+                                     seqs[b]->filled[l * lo->n_groups + g]);
+                } else {
+                    assert_int_equal(t->lens[row], 0);
+                }
+                assert_int_equal(t->npages[row], np);
+                if (t->slack == 0)
+                    assert_int_equal(room, np);
+                else
+                    assert_true(room >= np); /* slack shrinks as rows grow */
+                if (np > 0)
+                    assert_memory_equal(t->indices + t->indptr[row], ids,
+                                        (size_t)np * sizeof(int32_t));
+                for (int32_t k = np; k < room; k++)
+                    assert_int_equal(t->indices[t->indptr[row] + k], -1);
+                nnz += np;
+            }
+    assert_int_equal(row, t->n_rows);
+    assert_int_equal(t->nnz, nnz);
+    assert_int_equal(t->indptr[row], t->n_slots);
+    if (t->slack == 0)
+        assert_int_equal(t->n_slots, t->nnz);
+}
+
+static void test_table_worked_example(void **state)
+{
+    (void)state;
+    /* L = 1, G = 2, P = 4, C = 8, no forced keys; budgets 0.5 and 1. */
+    const double b[2] = {0.5, 1.0};
+    struct kv_forced_rule none = {0, 0};
+    struct kv_layout lo;
+    assert_int_equal(kv_layout_init(&lo, 1, 2, 1, 4, 4, 8, &none, b, err,
+                                    sizeof(err)), 0);
+    struct kv_pool pool;
+    assert_int_equal(kv_pool_init(&pool, 64, err, sizeof(err)), 0);
+    struct kv_seq s0, s2;
+    assert_int_equal(kv_seq_init(&s0, &lo, err, sizeof(err)), 0);
+    assert_int_equal(kv_seq_init(&s2, &lo, err, sizeof(err)), 0);
+    /* s0: 10 tokens -> chunks 8 + 2 -> group 0 keeps 4 + 1 = 5 tokens
+     * (2 pages: ids 0, 1), group 1 keeps 10 (3 pages: ids 2, 3, 4). */
+    assert_int_equal(kv_seq_reserve_prompt(&s0, &lo, &pool, 0, 10, err,
+                                           sizeof(err)), 0);
+    assert_int_equal(kv_seq_commit(&s0, &lo, 8, err, sizeof(err)), 0);
+    /* s2: 3 tokens -> group 0 keeps 2 (id 5), group 1 keeps 3 (id 6). */
+    assert_int_equal(kv_seq_reserve_prompt(&s2, &lo, &pool, 0, 3, err,
+                                           sizeof(err)), 0);
+    assert_int_equal(kv_seq_commit(&s2, &lo, 3, err, sizeof(err)), 0);
+    const struct kv_seq *batch[3] = {&s0, NULL, &s2};
+
+    struct kv_table t;
+    assert_int_equal(kv_table_init(&t, 0, 0, err, sizeof(err)), 0);
+    assert_int_equal(kv_table_build(&t, &lo, batch, 3, err, sizeof(err)), 0);
+    const int32_t indptr[7] = {0, 2, 5, 5, 5, 6, 7};
+    const int32_t indices[7] = {0, 1, 2, 3, 4, 5, 6};
+    /* Only chunk 1 of s0 is written: 4 of 5 and 8 of 10 tokens. */
+    const int32_t lens[6] = {4, 8, 0, 0, 2, 3};
+    assert_int_equal(t.n_rows, 6);
+    assert_int_equal(t.nnz, 7);
+    assert_memory_equal(t.indptr, indptr, sizeof(indptr));
+    assert_memory_equal(t.indices, indices, sizeof(indices));
+    assert_memory_equal(t.lens, lens, sizeof(lens));
+
+    /* Token 9 of row 1 (s0, group 1) is page 4, slot 1; token 11 is the
+     * last slot reserved; token 12 has no page. */
+    int32_t page, slot;
+    assert_int_equal(kv_table_resolve(&t, 1, 9, &page, &slot), 0);
+    assert_int_equal(page, 4);
+    assert_int_equal(slot, 1);
+    assert_int_equal(kv_table_resolve(&t, 1, 11, &page, &slot), 0);
+    assert_int_equal(kv_table_resolve(&t, 1, 12, &page, &slot), TG_ERANGE);
+    assert_int_equal(kv_table_resolve(&t, 2, 0, &page, &slot), TG_ERANGE);
+    assert_int_equal(kv_table_resolve(&t, 6, 0, &page, &slot), TG_ERANGE);
+    assert_int_equal(kv_table_resolve(&t, -1, 0, &page, &slot), TG_ERANGE);
+    assert_int_equal(kv_table_resolve(&t, 0, -1, &page, &slot), TG_ERANGE);
+
+    struct kv_table plain;
+    memset(&plain, 0, sizeof(plain));
+    assert_int_equal(kv_table_build_plain(&plain, &lo, batch, 3, err,
+                                          sizeof(err)), 0);
+    assert_tables_equal(&t, &plain);
+
+    /* An empty batch is a table with no rows. */
+    assert_int_equal(kv_table_build(&t, &lo, NULL, 0, err, sizeof(err)), 0);
+    assert_int_equal(t.n_rows, 0);
+    assert_int_equal(t.nnz, 0);
+    assert_int_equal(t.indptr[0], 0);
+    assert_int_equal(kv_table_build_plain(&plain, &lo, NULL, 0, err,
+                                          sizeof(err)), 0);
+    assert_tables_equal(&t, &plain);
+
+    kv_table_free(&t);
+    kv_table_free(&plain);
+    kv_seq_free(&s0, &pool);
+    kv_seq_free(&s2, &pool);
+    kv_pool_free(&pool);
+    kv_layout_free(&lo);
+}
+
+static void test_table_invalid(void **state)
+{
+    (void)state;
+    struct kv_table t;
+    memset(&t, 0, sizeof(t));
+    kv_table_free(&t);
+    kv_table_free(&t);
+    assert_int_equal(kv_table_init(&t, -1, 0, err, sizeof(err)), TG_EINVAL);
+    assert_int_equal(kv_table_init(&t, 0, (int64_t)INT32_MAX + 1, err,
+                                   sizeof(err)), TG_EINVAL);
+    kv_table_free(&t);
+    assert_int_equal(kv_table_init(&t, 100, 1000, err, sizeof(err)), 0);
+
+    const double b[2] = {0.5, 1.0};
+    struct kv_forced_rule rule = kv_forced_rule_snapkv();
+    struct kv_layout lo, lo3;
+    assert_int_equal(kv_layout_init(&lo, 1, 2, 1, 4, 16, 64, &rule, b, err,
+                                    sizeof(err)), 0);
+    const double b3[3] = {0.5, 1.0, 1.0};
+    assert_int_equal(kv_layout_init(&lo3, 1, 3, 1, 4, 16, 64, &rule, b3, err,
+                                    sizeof(err)), 0);
+    struct kv_seq s;
+    assert_int_equal(kv_seq_init(&s, &lo, err, sizeof(err)), 0);
+    const struct kv_seq *batch[1] = {&s};
+    assert_int_equal(kv_table_build(&t, &lo3, batch, 1, err, sizeof(err)),
+                     TG_EINVAL);
+    assert_int_equal(kv_table_build_plain(&t, &lo3, batch, 1, err,
+                                          sizeof(err)), TG_EINVAL);
+    assert_int_equal(kv_table_build(&t, &lo, batch, -1, err, sizeof(err)),
+                     TG_EINVAL);
+    assert_int_equal(kv_table_build(&t, &lo, NULL, 1, err, sizeof(err)),
+                     TG_EINVAL);
+    /* Still usable after a failed build. */
+    assert_int_equal(kv_table_build(&t, &lo, batch, 1, err, sizeof(err)), 0);
+    assert_int_equal(t.n_rows, 2);
+    assert_int_equal(t.nnz, 0);
+    kv_seq_free(&s, NULL);
+    kv_table_free(&t);
+    kv_layout_free(&lo);
+    kv_layout_free(&lo3);
+}
+
+static uint64_t rng_state;
+
+static uint64_t rng(void)
+{
+    /* xorshift64* (Vigna 2016). */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 2685821657736338717ull;
+}
+
+static int64_t rnd(int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)(rng() % (uint64_t)(hi - lo + 1));
+}
+
+/* Random layouts and batches (with empty slots, truncated rows, decode
+ * growth and half-committed prefills); the OpenMP build equals the plain
+ * build and the seqs, across rebuilds of the same table object. Large
+ * enough batches take the parallel path. */
+static void test_table_random_vs_plain(void **state)
+{
+    (void)state;
+    rng_state = 0xdeadbeefcafef00dull;
+    struct kv_table t, plain;
+    assert_int_equal(kv_table_init(&t, 0, 0, err, sizeof(err)), 0);
+    assert_int_equal(kv_table_init(&plain, 0, 0, err, sizeof(err)), 0);
+    for (int iter = 0; iter < 12; iter++) {
+        int L = (int)rnd(1, 8), G = (int)rnd(1, 8);
+        int P = (int)rnd(1, 32), C = (int)rnd(16, 600);
+        double *b = malloc((size_t)(L * G) * sizeof(double));
+        assert_non_null(b);
+        for (int r = 0; r < L * G; r++)
+            b[r] = rnd(0, 5) == 0 ? 1.0 : (double)rnd(5, 1000) / 1000.0;
+        struct kv_forced_rule rule = kv_forced_rule_snapkv();
+        struct kv_layout lo;
+        assert_int_equal(kv_layout_init(&lo, L, G, 1, 8, P, C, &rule, b, err,
+                                        sizeof(err)), 0);
+        free(b);
+        int n = (int)rnd(1, iter % 3 == 0 ? 200 : 20);
+        struct kv_pool pool;
+        assert_int_equal(kv_pool_init(&pool, 1 << 22, err, sizeof(err)), 0);
+        struct kv_seq *seqs = calloc((size_t)n, sizeof(*seqs));
+        const struct kv_seq **batch = calloc((size_t)n, sizeof(*batch));
+        assert_non_null(seqs);
+        assert_non_null(batch);
+        for (int s = 0; s < n; s++) {
+            assert_int_equal(kv_seq_init(&seqs[s], &lo, err, sizeof(err)), 0);
+            if (rnd(0, 6) == 0)
+                continue; /* empty slot */
+            batch[s] = &seqs[s];
+            int64_t n_new = rnd(0, 2000);
+            assert_int_equal(kv_seq_reserve_prompt(&seqs[s], &lo, &pool, 0,
+                                                   n_new, err, sizeof(err)),
+                             0);
+            if (n_new > C && rnd(0, 2) == 0) {
+                /* Mid-prefill: one chunk written. */
+                assert_int_equal(kv_seq_commit(&seqs[s], &lo, C, err,
+                                               sizeof(err)), 0);
+                continue;
+            }
+            if (n_new > 0)
+                assert_int_equal(kv_seq_commit(&seqs[s], &lo, n_new, err,
+                                               sizeof(err)), 0);
+            int l = (int)rnd(0, L - 1), g = (int)rnd(0, G - 1);
+            assert_int_equal(kv_seq_truncate_row(&seqs[s], &lo, &pool, l, g,
+                                                 seqs[s].tokens[l * G + g] / 2,
+                                                 err, sizeof(err)), 0);
+            assert_int_equal(kv_seq_reserve_decode(&seqs[s], &lo, &pool,
+                                                   rnd(1, 40), err,
+                                                   sizeof(err)), 0);
+        }
+        for (int rep = 0; rep < 3; rep++) {
+            assert_int_equal(kv_table_build(&t, &lo, batch, n, err,
+                                            sizeof(err)), 0);
+            assert_int_equal(kv_table_build_plain(&plain, &lo, batch, n, err,
+                                                  sizeof(err)), 0);
+            assert_tables_equal(&t, &plain);
+            assert_table_matches(&t, &lo, batch, n);
+            assert_int_equal(t.nnz, kv_pool_n_used(&pool));
+            /* Every written token resolves to one of the row's pages. */
+            for (int k = 0; k < 50 && t.n_rows > 0; k++) {
+                int32_t row = (int32_t)rnd(0, t.n_rows - 1);
+                if (t.lens[row] == 0)
+                    continue;
+                int32_t tok = (int32_t)rnd(0, t.lens[row] - 1), page, slot;
+                assert_int_equal(kv_table_resolve(&t, row, tok, &page, &slot),
+                                 0);
+                assert_int_equal(page,
+                                 t.indices[t.indptr[row] + tok / P]);
+                assert_int_equal(slot, tok % P);
+            }
+            /* A decode step for every complete request, then rebuild. */
+            for (int s = 0; s < n; s++)
+                if (batch[s] != NULL &&
+                    seqs[s].committed == seqs[s].turn_len)
+                    assert_int_equal(kv_seq_reserve_decode(&seqs[s], &lo,
+                                                           &pool, 1, err,
+                                                           sizeof(err)), 0);
+        }
+        /* Steady state: rebuilding the same batch does not reallocate. */
+        int32_t *ip = t.indptr, *ix = t.indices, *ln = t.lens;
+        assert_int_equal(kv_table_build(&t, &lo, batch, n, err, sizeof(err)),
+                         0);
+        assert_ptr_equal(ip, t.indptr);
+        assert_ptr_equal(ix, t.indices);
+        assert_ptr_equal(ln, t.lens);
+        for (int s = 0; s < n; s++)
+            kv_seq_free(&seqs[s], &pool);
+        assert_int_equal(kv_pool_n_used(&pool), 0);
+        free(seqs);
+        free(batch);
+        kv_pool_free(&pool);
+        kv_layout_free(&lo);
+    }
+    kv_table_free(&t);
+    kv_table_free(&plain);
+}
+
+/* A padded table refreshed through decode steps, new turns, truncations,
+ * releases and slot changes always equals the seqs (and a fresh dense
+ * build row by row); pure decode steps within the slack never rebuild. */
+static void test_table_padded_refresh(void **state)
+{
+    (void)state;
+    rng_state = 0x1234567887654321ull;
+    const int L = 3, G = 4, P = 16, n = 24;
+    double b[12];
+    for (int r = 0; r < L * G; r++)
+        b[r] = (double)rnd(10, 1000) / 1000.0;
+    struct kv_forced_rule rule = kv_forced_rule_snapkv();
+    struct kv_layout lo;
+    assert_int_equal(kv_layout_init(&lo, L, G, 2, 8, P, 256, &rule, b, err,
+                                    sizeof(err)), 0);
+    struct kv_pool pool;
+    assert_int_equal(kv_pool_init(&pool, 1 << 20, err, sizeof(err)), 0);
+    assert_int_equal(kv_pool_debug_track(&pool, err, sizeof(err)), 0);
+    struct kv_seq seqs[2 * 24];
+    const struct kv_seq *batch[24];
+    for (int i = 0; i < 2 * n; i++)
+        assert_int_equal(kv_seq_init(&seqs[i], &lo, err, sizeof(err)), 0);
+    for (int i = 0; i < n; i++) {
+        batch[i] = i % 5 == 4 ? NULL : &seqs[i];
+        assert_int_equal(kv_seq_reserve_prompt(&seqs[i], &lo, &pool, 0,
+                                               rnd(1, 3000), err, sizeof(err)),
+                         0);
+        assert_int_equal(kv_seq_commit(&seqs[i], &lo, seqs[i].turn_len, err,
+                                       sizeof(err)), 0);
+    }
+    struct kv_table t, dense;
+    memset(&t, 0, sizeof(t));
+    assert_int_equal(kv_table_init(&dense, 0, 0, err, sizeof(err)), 0);
+    /* Refreshing a zeroed table builds it (dense: slack 0). */
+    assert_int_equal(kv_table_refresh(&t, &lo, batch, n, err, sizeof(err)), 0);
+    assert_int_equal(t.slack, 0);
+    assert_table_matches(&t, &lo, batch, n);
+    assert_int_equal(kv_table_build_padded(&t, &lo, batch, n, 4, err,
+                                           sizeof(err)), 0);
+    assert_table_matches(&t, &lo, batch, n);
+    assert_int_equal(kv_table_build_padded(&t, &lo, batch, n, -1, err,
+                                           sizeof(err)), TG_EINVAL);
+    assert_int_equal(kv_table_build_padded(&t, &lo, batch, n, 4, err,
+                                           sizeof(err)), 0);
+    for (int32_t row = 0; row < t.n_rows; row++)
+        assert_true(t.indptr[row + 1] - t.indptr[row] >= t.npages[row] + 4);
+
+    /* 3 * 16 decode tokens need at most 3 new pages per row: no rebuild. */
+    int64_t builds = t.n_builds;
+    for (int step = 0; step < 48; step++) {
+        for (int i = 0; i < n; i++)
+            if (batch[i] != NULL)
+                assert_int_equal(kv_seq_reserve_decode(&seqs[i], &lo, &pool, 1,
+                                                       err, sizeof(err)), 0);
+        assert_int_equal(kv_table_refresh(&t, &lo, batch, n, err,
+                                          sizeof(err)), 0);
+        assert_table_matches(&t, &lo, batch, n);
+    }
+    assert_int_equal(t.n_builds, builds);
+    int32_t page, slot;
+    for (int32_t row = 0; row < t.n_rows; row++) {
+        if (t.lens[row] == 0)
+            continue;
+        assert_int_equal(kv_table_resolve(&t, row, t.lens[row] - 1, &page,
+                                          &slot), 0);
+        assert_int_equal(page, t.indices[t.indptr[row] +
+                                         (t.lens[row] - 1) / P]);
+        assert_int_equal(kv_table_resolve(&t, row, t.npages[row] * P, &page,
+                                          &slot), TG_ERANGE);
+    }
+
+    /* Random mix of everything, checked after each refresh. Most rounds
+     * are absorbed in place (slot relayout or tail append). */
+    builds = t.n_builds;
+    for (int round = 0; round < 60; round++) {
+        int i = (int)rnd(0, n - 1);
+        int kind = (int)rnd(0, 5);
+        struct kv_seq *s = (struct kv_seq *)batch[i];
+        if (kind == 0 && s != NULL) {
+            /* Request ends; its slot gets a fresh, smaller request. */
+            assert_int_equal(kv_seq_release(s, &pool), 0);
+            assert_int_equal(kv_seq_reserve_prompt(s, &lo, &pool, 0,
+                                                   rnd(0, 500), err,
+                                                   sizeof(err)), 0);
+        } else if (kind == 1) {
+            /* Swap the slot to another seq or to empty. */
+            int j = (int)rnd(0, 2 * n - 1);
+            int used = 0;
+            for (int k = 0; k < n; k++)
+                used |= batch[k] == &seqs[j];
+            batch[i] = rnd(0, 3) == 0 || used ? NULL : &seqs[j];
+        } else if (kind == 2 && s != NULL && s->committed == s->turn_len) {
+            int l = (int)rnd(0, L - 1), g = (int)rnd(0, G - 1);
+            assert_int_equal(kv_seq_truncate_row(s, &lo, &pool, l, g,
+                                                 s->tokens[l * G + g] / 3, err,
+                                                 sizeof(err)), 0);
+        } else if (kind == 3 && s != NULL && s->committed == s->turn_len) {
+            assert_int_equal(kv_seq_reserve_prompt(s, &lo, &pool, s->pos,
+                                                   rnd(0, 700), err,
+                                                   sizeof(err)), 0);
+        } else if (s != NULL && s->committed < s->turn_len) {
+            assert_int_equal(kv_seq_commit(s, &lo, s->turn_len - s->committed,
+                                           err, sizeof(err)), 0);
+        } else if (s != NULL) {
+            assert_int_equal(kv_seq_reserve_decode(s, &lo, &pool, rnd(1, 20),
+                                                   err, sizeof(err)), 0);
+        }
+        assert_int_equal(kv_table_refresh(&t, &lo, batch, n, err,
+                                          sizeof(err)), 0);
+        assert_table_matches(&t, &lo, batch, n);
+        assert_int_equal(kv_table_build(&dense, &lo, batch, n, err,
+                                        sizeof(err)), 0);
+        assert_int_equal(dense.nnz, t.nnz);
+        assert_memory_equal(dense.lens, t.lens, (size_t)n * L * G * 4);
+    }
+    assert_true(t.n_builds - builds < 30);
+    /* Fewer slots than before: a full rebuild, still exact. */
+    assert_int_equal(kv_table_refresh(&t, &lo, batch, n - 3, err,
+                                      sizeof(err)), 0);
+    assert_table_matches(&t, &lo, batch, n - 3);
+    assert_int_equal(kv_table_refresh(&t, &lo, NULL, 1, err, sizeof(err)),
+                     TG_EINVAL);
+
+    kv_table_free(&t);
+    kv_table_free(&dense);
+    for (int i = 0; i < 2 * n; i++)
+        kv_seq_free(&seqs[i], &pool);
+    assert_int_equal(kv_pool_n_used(&pool), 0);
+    assert_int_equal(kv_pool_validate(&pool, err, sizeof(err)), 0);
+    kv_pool_free(&pool);
+    kv_layout_free(&lo);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_table_worked_example),
+        cmocka_unit_test(test_table_invalid),
+        cmocka_unit_test(test_table_random_vs_plain),
+        cmocka_unit_test(test_table_padded_refresh),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -319,3 +319,57 @@ fail:
     pf_profile_free(out);
     return rc;
 }
+
+int pf_retention_to_json(const struct pf_retention *r, json_t **out,
+                         char *err, size_t errlen)
+{
+    *out = NULL;
+    json_t *doc = json_object();
+    json_t *model = json_object();
+    json_t *samples = json_array();
+    int ok = doc && model && samples;
+    if (ok) {
+        json_object_set_new(model, "architecture",
+                            json_string(r->architecture ? r->architecture : ""));
+        json_object_set_new(model, "num_layers", json_integer(r->num_layers));
+        json_object_set_new(model, "num_kv_heads", json_integer(r->num_kv_heads));
+        json_object_set_new(model, "head_dim", json_integer(r->head_dim));
+    }
+    size_t LH = (size_t)r->num_layers * (size_t)r->num_kv_heads;
+    for (int s = 0; ok && s < r->samples; s++) {
+        json_t *layers = json_array();
+        ok = layers != NULL && json_array_append_new(samples, layers) == 0;
+        for (int l = 0; ok && l < r->num_layers; l++) {
+            json_t *heads = tg_json_doubles(r->ratio + (size_t)s * LH +
+                                                (size_t)l * (size_t)r->num_kv_heads,
+                                            (size_t)r->num_kv_heads);
+            ok = heads != NULL && json_array_append_new(layers, heads) == 0;
+        }
+    }
+    if (!ok) {
+        json_decref(doc);
+        json_decref(model);
+        json_decref(samples);
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+    }
+    json_object_set_new(doc, "format", json_string(PF_RETENTION_FORMAT));
+    json_object_set_new(doc, "version", json_integer(PF_RETENTION_VERSION));
+    json_object_set_new(doc, "model", model);
+    json_object_set_new(doc, "method", json_string(r->method ? r->method : ""));
+    json_object_set_new(doc, "target_ratio", json_real(r->target_ratio));
+    json_object_set_new(doc, "samples", samples);
+    *out = doc;
+    return 0;
+}
+
+int pf_retention_save(const struct pf_retention *r, const char *path,
+                      char *err, size_t errlen)
+{
+    json_t *doc;
+    int rc = pf_retention_to_json(r, &doc, err, errlen);
+    if (rc != 0)
+        return rc;
+    rc = tg_json_dump_file(doc, path, err, errlen);
+    json_decref(doc);
+    return rc;
+}

@@ -48,6 +48,16 @@ struct pf_retention {
 int pf_retention_from_json(struct pf_retention *r, const json_t *doc,
                            char *err, size_t errlen);
 
+/* Builds the retention document of *r ({"format": "tangram-retention",
+ * "version": 1, "model": {...}, "method", "target_ratio", "samples":
+ * [S][L][H]}); *out is a new reference. Returns 0 or TG_ENOMEM. */
+int pf_retention_to_json(const struct pf_retention *r, json_t **out,
+                         char *err, size_t errlen);
+
+/* Writes *r to `path` atomically. Returns 0, TG_EIO or TG_ENOMEM. */
+int pf_retention_save(const struct pf_retention *r, const char *path,
+                      char *err, size_t errlen);
+
 /* Loads the retention file at `path` (pf_retention_from_json); also
  * TG_ENOENT / TG_EIO / TG_EFORMAT for unreadable or malformed files. */
 int pf_retention_load(struct pf_retention *r, const char *path, char *err,

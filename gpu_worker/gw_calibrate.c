@@ -5,7 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/ct_template.h"
 #include "common/tg_err.h"
+#include "common/tg_json.h"
+#include "common/tok_tokenizer.h"
+#include <stdio.h>
 
 struct cand {
     float score;
@@ -101,4 +105,242 @@ int gw_calibrate_run(struct gw_engine *e, struct gw_calib_state *st,
             progress(progress_ud, s + 1, n_samples, lens[s]);
     }
     return 0;
+}
+
+/* Tokenizes one JSONL sample into ids. */
+static int sample_ids(const struct tok_tokenizer *tok, const char *tmpl_text,
+                      const json_t *doc, int line, struct tok_ids *ids,
+                      char *err, size_t errlen)
+{
+    json_t *v;
+    ids->n = 0;
+    if ((v = json_object_get(doc, "prompt_ids")) != NULL) {
+        if (!json_is_array(v))
+            return tg_err_set(err, errlen, TG_EFORMAT,
+                              "line %d: prompt_ids must be an array", line);
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            json_t *x = json_array_get(v, i);
+            if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+                json_integer_value(x) >= tok_vocab_size(tok))
+                return tg_err_set(err, errlen, TG_EFORMAT,
+                                  "line %d: prompt_ids[%zu] is not a token id",
+                                  line, i);
+            if (ids->n == ids->cap) {
+                size_t cap = ids->cap ? ids->cap * 2 : 256;
+                int32_t *nv = realloc(ids->v, cap * sizeof(int32_t));
+                if (nv == NULL)
+                    return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+                ids->v = nv;
+                ids->cap = cap;
+            }
+            ids->v[ids->n++] = (int32_t)json_integer_value(x);
+        }
+        return 0;
+    }
+    if ((v = json_object_get(doc, "text")) != NULL) {
+        if (!json_is_string(v))
+            return tg_err_set(err, errlen, TG_EFORMAT,
+                              "line %d: text must be a string", line);
+        return tok_encode(tok, NULL, json_string_value(v), json_string_length(v),
+                          TOK_ENCODE_ADD_SPECIAL, ids, err, errlen);
+    }
+    if ((v = json_object_get(doc, "messages")) != NULL) {
+        if (!json_is_array(v) || json_array_size(v) == 0)
+            return tg_err_set(err, errlen, TG_EFORMAT,
+                              "line %d: messages must be a non-empty array", line);
+        struct ct_template t;
+        int rc = ct_template_select(tmpl_text, NULL, &t, err, errlen);
+        if (rc != 0)
+            return rc;
+        size_t n = json_array_size(v);
+        struct ct_message *msgs = calloc(n, sizeof(*msgs));
+        if (msgs == NULL)
+            return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            json_t *m = json_array_get(v, i);
+            json_t *role = json_object_get(m, "role");
+            json_t *content = json_object_get(m, "content");
+            if (!json_is_string(role) || !json_is_string(content)) {
+                free(msgs);
+                return tg_err_set(err, errlen, TG_EFORMAT,
+                                  "line %d: messages[%zu] needs string role and "
+                                  "content", line, i);
+            }
+            msgs[i].role = json_string_value(role);
+            msgs[i].content = json_string_value(content);
+        }
+        struct ct_options co = {.add_generation_prompt = false};
+        char *text = NULL;
+        size_t len = 0;
+        rc = ct_render(&t, msgs, n, &co, &text, &len, err, errlen);
+        free(msgs);
+        if (rc != 0)
+            return rc;
+        /* The rendered template already holds BOS where the family wants it. */
+        rc = tok_encode(tok, NULL, text, len, 0, ids, err, errlen);
+        free(text);
+        return rc;
+    }
+    return tg_err_set(err, errlen, TG_EFORMAT,
+                      "line %d: expected \"text\", \"messages\" or \"prompt_ids\"",
+                      line);
+}
+
+/* Reads the samples file into arrays of token ids. */
+static int read_samples(const struct gw_calib_opts *o, const struct tok_tokenizer *tok,
+                        int32_t ***out, int **lens, int *n_out, int *max_len,
+                        char *err, size_t errlen)
+{
+    FILE *f = fopen(o->samples_path, "r");
+    if (f == NULL)
+        return tg_err_set(err, errlen, TG_ENOENT, "%s: cannot open", o->samples_path);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s", o->model_dir);
+    char *tmpl = NULL;
+    char terr[256];
+    if (ct_template_read_dir(path, &tmpl, terr, sizeof(terr)) != 0)
+        tmpl = NULL; /* only chat samples need it; they report the error */
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t got;
+    int n = 0, lineno = 0, rc = 0, alloc = 0;
+    struct tok_ids ids = {0};
+    *out = NULL;
+    *lens = NULL;
+    *max_len = 0;
+    while ((got = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r'))
+            line[--got] = '\0';
+        if (got == 0)
+            continue;
+        json_t *doc;
+        rc = tg_json_load_buf(line, (size_t)got, &doc, err, errlen);
+        if (rc != 0) {
+            char tmp[512];
+            snprintf(tmp, sizeof(tmp), "%s", err);
+            rc = tg_err_set(err, errlen, rc, "%s line %d: %s", o->samples_path,
+                            lineno, tmp);
+            break;
+        }
+        if (!json_is_object(doc)) {
+            json_decref(doc);
+            rc = tg_err_set(err, errlen, TG_EFORMAT, "%s line %d: expected an object",
+                            o->samples_path, lineno);
+            break;
+        }
+        if (json_object_get(doc, "messages") != NULL && tmpl == NULL) {
+            json_decref(doc);
+            rc = tg_err_set(err, errlen, TG_EFORMAT,
+                            "%s line %d: chat messages need a chat template: %s",
+                            o->samples_path, lineno, terr);
+            break;
+        }
+        rc = sample_ids(tok, tmpl, doc, lineno, &ids, err, errlen);
+        json_decref(doc);
+        if (rc != 0)
+            break;
+        if (ids.n == 0)
+            continue;
+        if (n == alloc) {
+            alloc = alloc ? alloc * 2 : 64;
+            int32_t **nv = realloc(*out, (size_t)alloc * sizeof(**out));
+            int *nl = realloc(*lens, (size_t)alloc * sizeof(int));
+            if (nv != NULL)
+                *out = nv;
+            if (nl != NULL)
+                *lens = nl;
+            if (nv == NULL || nl == NULL) {
+                rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+                break;
+            }
+        }
+        int len = ids.n > (size_t)o->max_sample_tokens ? o->max_sample_tokens : (int)ids.n;
+        (*out)[n] = malloc((size_t)len * sizeof(int32_t));
+        if ((*out)[n] == NULL) {
+            rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+            break;
+        }
+        memcpy((*out)[n], ids.v, (size_t)len * sizeof(int32_t));
+        (*lens)[n] = len;
+        if (len > *max_len)
+            *max_len = len;
+        n++;
+    }
+    free(line);
+    free(tmpl);
+    tok_ids_free(&ids);
+    fclose(f);
+    *n_out = n;
+    if (rc == 0 && n == 0)
+        rc = tg_err_set(err, errlen, TG_EFORMAT, "%s: no samples", o->samples_path);
+    return rc;
+}
+
+int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
+                       struct pf_profile *p, char *err, size_t errlen)
+{
+    memset(r, 0, sizeof(*r));
+    memset(p, 0, sizeof(*p));
+    if (!(o->ratio > 0 && o->ratio <= 1) || o->max_sample_tokens < 1)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "--ratio must be in (0, 1] and the sample limit >= 1");
+    enum tg_score_method method;
+    if (gw_method_parse(o->method, &method) != 0)
+        return tg_err_set(err, errlen, TG_EINVAL, "unknown method '%s'", o->method);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", o->model_dir);
+    struct tok_tokenizer tok = {0};
+    int rc = tok_tokenizer_load(&tok, path, err, errlen);
+    if (rc != 0)
+        return rc;
+    int32_t **samples = NULL;
+    int *lens = NULL, n = 0, max_len = 0;
+    struct gw_engine e = {0};
+    rc = read_samples(o, &tok, &samples, &lens, &n, &max_len, err, errlen);
+    if (rc != 0)
+        goto out;
+    struct gw_calib_state st = {.ratio = o->ratio,
+                                .window = KV_SNAPKV_WINDOW,
+                                .n_sink = KV_SINK_TOKENS};
+    struct gw_engine_opts eo = {
+        .model_dir = o->model_dir,
+        .profile_path = NULL,
+        .heads_per_group = 1,
+        .page_size = 16,
+        .prefill_chunk = max_len, /* one chunk: scores over the whole context */
+        .method = o->method,
+        .max_context = max_len,
+        .n_threads = o->n_threads,
+        .on_scores = gw_calibrate_on_scores,
+        .on_scores_ud = &st,
+    };
+    rc = gw_engine_init(&e, &eo, err, errlen);
+    if (rc != 0)
+        goto out;
+    st.n_kv_heads = e.model.n_kv_heads;
+    rc = gw_calibrate_run(&e, &st, (const int32_t *const *)samples, lens, n, r,
+                          o->progress, o->progress_ud, err, errlen);
+    if (rc != 0)
+        goto out;
+    r->architecture = strdup(mc_arch_name(e.model.cfg.arch));
+    r->method = strdup(o->method);
+    if (r->architecture == NULL || r->method == NULL) {
+        rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+        goto out;
+    }
+    rc = pf_profile_build(p, r, o->alpha, o->heads_per_group, o->grouping, err,
+                          errlen);
+out:
+    if (rc != 0) {
+        pf_retention_free(r);
+        pf_profile_free(p);
+    }
+    gw_engine_free(&e);
+    for (int i = 0; i < n; i++)
+        free(samples[i]);
+    free(samples);
+    free(lens);
+    tok_tokenizer_free(&tok);
+    return rc;
 }

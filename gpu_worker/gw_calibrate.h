@@ -48,4 +48,27 @@ int gw_calibrate_run(struct gw_engine *e, struct gw_calib_state *st,
                      gw_calib_progress_fn progress, void *progress_ud,
                      char *err, size_t errlen);
 
+/* The whole `tangram-profile calibrate` pipeline. */
+struct gw_calib_opts {
+    const char *model_dir;     /* model with tokenizer.json (+ chat template) */
+    const char *samples_path;  /* JSONL: {"text"} | {"messages"} | {"prompt_ids"} */
+    const char *method;        /* scoring method name */
+    double ratio;              /* target keep ratio r */
+    double alpha;              /* B = min(1, mean + alpha * std) */
+    int heads_per_group;       /* H_p */
+    enum pf_grouping grouping;
+    int max_sample_tokens;     /* longer samples are cut to this */
+    int n_threads;
+    gw_calib_progress_fn progress;
+    void *progress_ud;
+};
+
+/* Reads and tokenizes every sample (chat messages are rendered with the
+ * model's chat template), runs them (gw_calibrate_run), and builds the
+ * profile. *r and *p are filled for the caller to save and free (both
+ * also after a failure, when they are left freed). Errors name the sample
+ * line. Returns 0 or a TG_E* code. */
+int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
+                       struct pf_profile *p, char *err, size_t errlen);
+
 #endif /* GW_CALIBRATE_H */

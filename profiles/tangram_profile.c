@@ -10,6 +10,8 @@
  *   tangram-profile pages  --profile P --tokens N [--page-size 16]
  *                          [--prefill-chunk 512]
  *   tangram-profile tp     --profile P --ranks T
+ *   tangram-profile calibrate --model DIR --ratio r --samples FILE.jsonl
+ *                          [--method M] [--alpha A] [--heads-per-group N] -o OUT
  *
  * JSON results go to stdout, errors to stderr; exit status 0 on success, 1
  * on bad input (files, values), 2 on bad usage.
@@ -19,6 +21,7 @@
 #include "common/pf_profile.h"
 #include "common/pf_split.h"
 #include "common/tg_err.h"
+#include "gpu_worker/gw_calibrate.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -115,6 +118,8 @@ static int load_profile(const char *path, struct pf_profile *p)
 enum {
     OPT_RETENTION = 256, OPT_ALPHA, OPT_HPG, OPT_GROUPING, OPT_PROFILE,
     OPT_NCTA, OPT_TOKENS, OPT_PAGE, OPT_CHUNK, OPT_CONTEXT, OPT_RANKS,
+    OPT_MODEL, OPT_METHOD, OPT_RATIO, OPT_SAMPLES, OPT_RETOUT, OPT_MAXTOK,
+    OPT_THREADS,
 };
 
 static const struct command *current;
@@ -570,6 +575,132 @@ static int cmd_show(int argc, char **argv)
     return fflush(stdout) == 0 ? 0 : fail("%s", "cannot write to stdout");
 }
 
+/* ---- calibrate ----------------------------------------------------------- */
+
+struct calib_args {
+    struct gw_calib_opts o;
+    const char *out, *retention_out;
+    int ratio_set;
+};
+
+static int calib_take(int opt, const char *arg, void *ctx)
+{
+    struct calib_args *a = ctx;
+    int64_t v;
+    switch (opt) {
+    case OPT_MODEL:
+        a->o.model_dir = arg;
+        return 0;
+    case OPT_METHOD:
+        a->o.method = arg;
+        return 0;
+    case OPT_SAMPLES:
+        a->o.samples_path = arg;
+        return 0;
+    case OPT_RETOUT:
+        a->retention_out = arg;
+        return 0;
+    case 'o':
+        a->out = arg;
+        return 0;
+    case OPT_RATIO:
+        if (parse_f64(arg, &a->o.ratio) != 0 || !(a->o.ratio > 0.0 && a->o.ratio <= 1.0))
+            return bad_value("--ratio", arg, "a number in (0, 1]");
+        a->ratio_set = 1;
+        return 0;
+    case OPT_ALPHA:
+        if (parse_f64(arg, &a->o.alpha) != 0 || a->o.alpha < 0.0)
+            return bad_value("--alpha", arg, "a number >= 0");
+        return 0;
+    case OPT_HPG:
+        if (parse_i64(arg, 1, PF_MAX_HEADS, &v) != 0)
+            return bad_value("--heads-per-group", arg, "a positive integer");
+        a->o.heads_per_group = (int)v;
+        return 0;
+    case OPT_GROUPING:
+        if (pf_grouping_parse(arg, &a->o.grouping) != 0)
+            return bad_value("--grouping", arg, "clustered or adjacent");
+        return 0;
+    case OPT_MAXTOK:
+        if (parse_i64(arg, 1, 1 << 20, &v) != 0)
+            return bad_value("--max-sample-tokens", arg, "an integer in [1, 1048576]");
+        a->o.max_sample_tokens = (int)v;
+        return 0;
+    case OPT_THREADS:
+        if (parse_i64(arg, 0, 1024, &v) != 0)
+            return bad_value("--threads", arg, "an integer in [0, 1024]");
+        a->o.n_threads = (int)v;
+        return 0;
+    default:
+        return usage_error(current, "option not accepted here");
+    }
+}
+
+static void calib_progress(void *ud, int done, int total, int n_tokens)
+{
+    (void)ud;
+    fprintf(stderr, PROG " calibrate: sample %d/%d (%d tokens)\n", done, total,
+            n_tokens);
+}
+
+static int cmd_calibrate(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, NULL, OPT_MODEL},
+        {"method", required_argument, NULL, OPT_METHOD},
+        {"ratio", required_argument, NULL, OPT_RATIO},
+        {"samples", required_argument, NULL, OPT_SAMPLES},
+        {"alpha", required_argument, NULL, OPT_ALPHA},
+        {"heads-per-group", required_argument, NULL, OPT_HPG},
+        {"grouping", required_argument, NULL, OPT_GROUPING},
+        {"max-sample-tokens", required_argument, NULL, OPT_MAXTOK},
+        {"threads", required_argument, NULL, OPT_THREADS},
+        {"retention-out", required_argument, NULL, OPT_RETOUT},
+        {"output", required_argument, NULL, 'o'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct calib_args a = {
+        .o = {.method = "snapkv", .alpha = 2.0, .heads_per_group = 4,
+              .grouping = PF_GROUPING_CLUSTERED, .max_sample_tokens = 4096,
+              .progress = calib_progress},
+    };
+    int rc = parse_opts(argc, argv, opts, calib_take, &a);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
+    if (a.o.model_dir == NULL)
+        return usage_error(current, "--model is required");
+    if (a.o.samples_path == NULL)
+        return usage_error(current, "--samples is required");
+    if (!a.ratio_set)
+        return usage_error(current, "--ratio is required");
+    if (a.out == NULL)
+        return usage_error(current, "-o OUT is required");
+    char retpath[4096];
+    if (a.retention_out == NULL) {
+        size_t n = strlen(a.out);
+        if (n > 5 && strcmp(a.out + n - 5, ".json") == 0)
+            n -= 5;
+        snprintf(retpath, sizeof(retpath), "%.*s.retention.json", (int)n, a.out);
+        a.retention_out = retpath;
+    }
+    char err[1024];
+    struct pf_retention r;
+    struct pf_profile p;
+    rc = gw_calibrate_files(&a.o, &r, &p, err, sizeof(err));
+    if (rc != 0)
+        return fail("calibrate: %s", err);
+    rc = pf_retention_save(&r, a.retention_out, err, sizeof(err));
+    if (rc == 0)
+        rc = pf_profile_save(&p, a.out, err, sizeof(err));
+    if (rc == 0)
+        fprintf(stderr, PROG " calibrate: %d samples -> %s, %s\n", r.samples,
+                a.retention_out, a.out);
+    pf_retention_free(&r);
+    pf_profile_free(&p);
+    return rc != 0 ? fail("calibrate: %s", err) : 0;
+}
+
 /* ---- dispatch ------------------------------------------------------------ */
 
 static const struct command commands[] = {
@@ -588,6 +719,14 @@ static const struct command commands[] = {
      "of N tokens, and the monolithic equivalent, as JSON.",
      PROG " pages --profile P --tokens N [--page-size 16] "
           "[--prefill-chunk 512]"},
+    {"calibrate", cmd_calibrate,
+     "Run a model over sample texts, record per-head retention under the "
+     "paper's non-uniform compression, and write the retention file and the "
+     "profile.",
+     PROG " calibrate --model DIR --ratio r --samples FILE.jsonl "
+          "[--method snapkv|keydiff|expected_attention] [--alpha 2] "
+          "[--heads-per-group 4] [--grouping clustered|adjacent] "
+          "[--max-sample-tokens 4096] [--retention-out FILE] -o OUT"},
     {"tp", cmd_tp,
      "Print the heads (and groups) of each tensor-parallel rank as JSON.",
      PROG " tp --profile P --ranks T"},
@@ -598,7 +737,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: " PROG " COMMAND [OPTIONS]   (" PROG
                " COMMAND --help for details)\ncommands:\n");
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        fprintf(f, "  %-7s %s\n", commands[i].name, commands[i].summary);
+        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
 }
 
 int main(int argc, char **argv)

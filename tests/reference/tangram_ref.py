@@ -184,6 +184,11 @@ class Config:
         else:
             self.eos = [int(eos)]
         self.qk_norm = self.arch == "Qwen3ForCausalLM"
+        if cfg.get("hidden_act", "silu") not in ("silu", "swish"):
+            raise RefError(f"hidden_act {cfg.get('hidden_act')} is not "
+                           "supported (SwiGLU needs silu)")
+        if cfg.get("mlp_bias"):
+            raise RefError("mlp_bias is not supported")
 
 
 def rope_inv_freq(cfg):

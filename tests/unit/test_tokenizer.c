@@ -1,0 +1,1008 @@
+/* test_tokenizer.c — the byte-level BPE tokenizer (common/tok_tokenizer.h):
+ * llama.cpp's vocab tests with the Llama-3 and Qwen tokenizers, round trips,
+ * special tokens, streaming decode, BPE/pre-tokenizer semantics on small
+ * synthetic tokenizers, malformed files, and concurrent encoding. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/tg_err.h"
+#include "common/tok_tokenizer.h"
+
+static char errbuf[512];
+static char tmpdir[256];
+
+/* The three shared tokenizers, loaded once (NULL data = skip). */
+static struct tok_tokenizer g_llama, g_qwen25, g_qwen3;
+static int g_have;
+
+static const char *shared(void)
+{
+    const char *s = getenv("TANGRAM_SHARED");
+    return s ? s : "../shared";
+}
+
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)n + 1);
+    if (b != NULL && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b != NULL) {
+        b[n] = '\0';
+        *len = (size_t)n;
+    }
+    return b;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/tg_tok_test.XXXXXX");
+    if (mkdtemp(tmpdir) == NULL)
+        return -1;
+    char p[1024];
+    snprintf(p, sizeof p, "%s/data/tokenizers/llama3", shared());
+    if (tok_tokenizer_load(&g_llama, p, errbuf, sizeof errbuf) != 0)
+        return 0;
+    snprintf(p, sizeof p, "%s/data/tokenizers/qwen2.5/tokenizer.json", shared());
+    if (tok_tokenizer_load(&g_qwen25, p, errbuf, sizeof errbuf) != 0)
+        return -1;
+    snprintf(p, sizeof p, "%s/data/tokenizers/qwen3", shared());
+    if (tok_tokenizer_load(&g_qwen3, p, errbuf, sizeof errbuf) != 0)
+        return -1;
+    g_have = 1;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    tok_tokenizer_free(&g_llama);
+    tok_tokenizer_free(&g_qwen25);
+    tok_tokenizer_free(&g_qwen3);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+#define NEED_SHARED()                                                     \
+    do {                                                                  \
+        if (!g_have)                                                      \
+            skip();                                                       \
+    } while (0)
+
+/* ------------------------------------------------------ vocab test files */
+
+struct vcase {
+    char *text;
+    size_t len;
+    struct tok_ids want;
+};
+
+/* Reads ggml-vocab-<name>.gguf.{inp,out}: cases separated by
+ * "\n__ggml_vocab_test__\n", one line of ids per case. */
+static size_t load_cases(const char *name, struct vcase **out)
+{
+    char p[1024];
+    size_t ilen, olen;
+    snprintf(p, sizeof p, "%s/data/llamacpp_vocab_tests/ggml-vocab-%s.gguf.inp",
+             shared(), name);
+    char *inp = read_file(p, &ilen);
+    snprintf(p, sizeof p, "%s/data/llamacpp_vocab_tests/ggml-vocab-%s.gguf.out",
+             shared(), name);
+    char *outp = read_file(p, &olen);
+    assert_non_null(inp);
+    assert_non_null(outp);
+    static const char sep[] = "\n__ggml_vocab_test__\n";
+    struct vcase *c = NULL;
+    size_t n = 0;
+    char *at = inp, *line = outp;
+    for (char *e; (e = strstr(at, sep)) != NULL; at = e + strlen(sep)) {
+        c = realloc(c, (n + 1) * sizeof(*c));
+        assert_non_null(c);
+        memset(&c[n], 0, sizeof(c[n]));
+        c[n].len = (size_t)(e - at);
+        c[n].text = malloc(c[n].len + 1);
+        memcpy(c[n].text, at, c[n].len);
+        c[n].text[c[n].len] = '\0';
+        char *nl = strchr(line, '\n');
+        assert_non_null(nl);
+        *nl = '\0';
+        for (char *q = line, *end; *q; q = end) {
+            long v = strtol(q, &end, 10);
+            if (end == q)
+                break;
+            if (c[n].want.n == c[n].want.cap) {
+                c[n].want.cap = c[n].want.cap ? 2 * c[n].want.cap : 16;
+                c[n].want.v = realloc(c[n].want.v, c[n].want.cap * 4);
+            }
+            c[n].want.v[c[n].want.n++] = (int32_t)v;
+        }
+        line = nl + 1;
+        n++;
+    }
+    free(inp);
+    free(outp);
+    *out = c;
+    return n;
+}
+
+static void free_cases(struct vcase *c, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(c[i].text);
+        tok_ids_free(&c[i].want);
+    }
+    free(c);
+}
+
+static void check_ids(const struct tok_ids *got, const struct tok_ids *want,
+                      const char *what)
+{
+    int same = got->n == want->n &&
+               (got->n == 0 || memcmp(got->v, want->v, got->n * 4) == 0);
+    if (!same) {
+        fprintf(stderr, "mismatch on %s: got", what);
+        for (size_t i = 0; i < got->n; i++)
+            fprintf(stderr, " %d", got->v[i]);
+        fprintf(stderr, "\n  want");
+        for (size_t i = 0; i < want->n; i++)
+            fprintf(stderr, " %d", want->v[i]);
+        fprintf(stderr, "\n");
+    }
+    assert_true(same);
+}
+
+/* Every case encodes exactly; decoding gives the text back; streaming
+ * decode gives the same text in valid UTF-8 pieces. */
+static void run_vocab(const struct tok_tokenizer *tok, const char *name,
+                      size_t want_cases)
+{
+    struct vcase *c;
+    size_t n = load_cases(name, &c);
+    assert_int_equal(n, want_cases);
+    struct tok_cache cache;
+    assert_int_equal(tok_cache_init(&cache, tok, 1024, errbuf, sizeof errbuf), 0);
+    for (size_t i = 0; i < n; i++) {
+        for (int pass = 0; pass < 2; pass++) { /* no cache, then cache */
+            struct tok_ids got = {0};
+            assert_int_equal(tok_encode(tok, pass ? &cache : NULL, c[i].text,
+                                        c[i].len, 0, &got, errbuf,
+                                        sizeof errbuf), 0);
+            check_ids(&got, &c[i].want, c[i].text);
+            tok_ids_free(&got);
+        }
+        struct tok_text txt = {0}, st = {0};
+        assert_int_equal(tok_decode(tok, c[i].want.v, c[i].want.n, 0, &txt,
+                                    errbuf, sizeof errbuf), 0);
+        assert_int_equal(txt.n, c[i].len);
+        assert_memory_equal(txt.n ? txt.s : "", c[i].text, c[i].len);
+        struct tok_stream s;
+        tok_stream_init(&s, tok, 0);
+        for (size_t k = 0; k < c[i].want.n; k++) {
+            size_t before = st.n;
+            assert_int_equal(tok_stream_put(&s, c[i].want.v[k], &st, errbuf,
+                                            sizeof errbuf), 0);
+            assert_true(tok_utf8_valid(st.s + before, st.n - before, NULL));
+        }
+        assert_int_equal(tok_stream_finish(&s, &st, errbuf, sizeof errbuf), 0);
+        assert_int_equal(st.n, c[i].len);
+        assert_memory_equal(st.n ? st.s : "", c[i].text, c[i].len);
+        tok_text_free(&txt);
+        tok_text_free(&st);
+    }
+    assert_true(cache.hits > 0);
+    tok_cache_free(&cache);
+    free_cases(c, n);
+}
+
+static void test_vocab_llama3(void **state)
+{
+    (void)state;
+    NEED_SHARED();
+    run_vocab(&g_llama, "llama-bpe", 44);
+}
+
+static void test_vocab_qwen25(void **state)
+{
+    (void)state;
+    NEED_SHARED();
+    run_vocab(&g_qwen25, "qwen2", 43);
+}
+
+static void test_vocab_qwen3(void **state)
+{
+    (void)state;
+    NEED_SHARED();
+    run_vocab(&g_qwen3, "qwen2", 43);
+}
+
+/* ----------------------------------------------------- lookups and ids */
+
+static void encode_str(const struct tok_tokenizer *tok, const char *s,
+                       unsigned flags, struct tok_ids *out)
+{
+    out->n = 0;
+    assert_int_equal(tok_encode(tok, NULL, s, strlen(s), flags, out, errbuf,
+                                sizeof errbuf), 0);
+}
+
+static void expect(const struct tok_tokenizer *tok, const char *s,
+                   unsigned flags, const int32_t *want, size_t n)
+{
+    struct tok_ids got = {0};
+    encode_str(tok, s, flags, &got);
+    struct tok_ids w = {(int32_t *)want, n, n};
+    check_ids(&got, &w, s);
+    tok_ids_free(&got);
+}
+
+static void test_lookups_and_special_ids(void **state)
+{
+    (void)state;
+    NEED_SHARED();
+    assert_int_equal(tok_vocab_size(&g_llama), 128256);
+    assert_int_equal(tok_vocab_size(&g_qwen25), 151665);
+    assert_int_equal(tok_vocab_size(&g_qwen3), 151669);
+    assert_int_equal(tok_token_to_id(&g_llama, "\xC4\xA0the", 5), 279);
+    assert_int_equal(tok_token_to_id(&g_llama, "<|begin_of_text|>", 17), 128000);
+    assert_int_equal(tok_token_to_id(&g_llama, "no-such-token!!", 15), -1);
+    size_t n;
+    const char *s = tok_id_to_token(&g_llama, 279, &n);
+    assert_non_null(s);
+    assert_int_equal(n, 5);
+    assert_memory_equal(s, "\xC4\xA0the", 5);
+    s = tok_id_bytes(&g_llama, 279, &n);
+    assert_int_equal(n, 4);
+    assert_memory_equal(s, " the", 4);
+    assert_null(tok_id_to_token(&g_llama, -1, &n));
+    assert_null(tok_id_to_token(&g_llama, 128256, &n));
+    assert_null(tok_id_bytes(&g_qwen25, 151665, &n));
+    assert_true(tok_id_is_special(&g_llama, 128000));
+    assert_false(tok_id_is_special(&g_llama, 279));
+    assert_false(tok_id_is_special(&g_qwen25, 151657)); /* <tool_call> */
+    /* tokenizer_config.*.json / generation_config*.json of the folders */
+    assert_int_equal(g_llama.bos_id, 128000);
+    assert_int_equal(g_llama.eos_id, 128009);
+    assert_int_equal(g_llama.n_eos, 3);
+    assert_int_equal(g_llama.eos_ids[0], 128009);
+    assert_int_equal(g_llama.eos_ids[1], 128001);
+    assert_int_equal(g_llama.eos_ids[2], 128008);
+    assert_int_equal(g_llama.pad_id, -1);
+    assert_int_equal(g_qwen25.bos_id, -1);
+    assert_int_equal(g_qwen25.eos_id, 151645);
+    assert_int_equal(g_qwen25.pad_id, 151643);
+    assert_int_equal(g_qwen25.n_eos, 2);
+    assert_int_equal(g_qwen25.eos_ids[1], 151643);
+}
+
+static void test_special_tokens_in_text(void **state)
+{
+    (void)state;
+    NEED_SHARED();
+    static const int32_t l1[] = {128006, 882, 128007, 271};
+    expect(&g_llama, "<|start_header_id|>user<|end_header_id|>\n\n", 0, l1, 4);
+    static const int32_t l2[] = {128000, 9906, 1917};
+    expect(&g_llama, "Hello world", TOK_ENCODE_ADD_SPECIAL, l2, 3);
+    static const int32_t l3[] = {128000, 128000, 9906};
+    expect(&g_llama, "<|begin_of_text|>Hello", TOK_ENCODE_ADD_SPECIAL, l3, 3);
+    static const int32_t q1[] = {151644, 872, 198, 9707, 151645, 198, 151657};
+    expect(&g_qwen25, "<|im_start|>user\nHello<|im_end|>\n<tool_call>", 0, q1, 7);
+    /* Qwen's template adds nothing. */
+    expect(&g_qwen3, "<|im_start|>user\nHello<|im_end|>\n<tool_call>",
+           TOK_ENCODE_ADD_SPECIAL, q1, 7);
+    /* Adjacent specials, and a truncated one that is only text. */
+    static const int32_t q2[] = {151645, 151644};
+    expect(&g_qwen25, "<|im_end|><|im_start|>", 0, q2, 2);
+    struct tok_ids ids = {0};
+    encode_str(&g_qwen25, "<|im_sta", 0, &ids);
+    assert_true(ids.n > 1);
+    for (size_t i = 0; i < ids.n; i++)
+        assert_true(ids.v[i] < 151643);
+    /* SPLIT_SPECIAL: specials are text, the non-special <tool_call> is not. */
+    encode_str(&g_qwen25, "<|im_start|>user<tool_call>", TOK_ENCODE_SPLIT_SPECIAL,
+               &ids);
+    assert_true(ids.n > 3);
+    assert_int_equal(ids.v[ids.n - 1], 151657);
+    for (size_t i = 0; i + 1 < ids.n; i++)
+        assert_true(ids.v[i] < 151643);
+    struct tok_text t = {0};
+    assert_int_equal(tok_decode(&g_qwen25, ids.v, ids.n, 0, &t, errbuf,
+                                sizeof errbuf), 0);
+    assert_string_equal(t.s, "<|im_start|>user<tool_call>");
+    /* Skip-special decoding drops special tokens only. */
+    static const int32_t mix[] = {151644, 872, 151657, 151645};
+    t.n = 0;
+    assert_int_equal(tok_decode(&g_qwen25, mix, 4, TOK_DECODE_SKIP_SPECIAL, &t,
+                                errbuf, sizeof errbuf), 0);
+    assert_string_equal(t.s, "user<tool_call>");
+    /* Ids without a token are skipped. */
+    static const int32_t holes[] = {-5, 872, 999999, 151700};
+    t.n = 0;
+    assert_int_equal(tok_decode(&g_qwen25, holes, 4, 0, &t, errbuf,
+                                sizeof errbuf), 0);
+    assert_string_equal(t.s, "user");
+    tok_text_free(&t);
+    tok_ids_free(&ids);
+}
+
+static void test_invalid_utf8_input(void **state)
+{
+    (void)state;
+    NEED_SHARED();
+    struct tok_ids ids = {0};
+    assert_int_equal(tok_encode(&g_llama, NULL, "ab", 2, 0, &ids, errbuf,
+                                sizeof errbuf), 0);
+    size_t n0 = ids.n;
+    static const char *bad[] = {"a\xff", "\xC3", "\xED\xA0\x80", "\xF4\x90\x80\x80",
+                                "ok\xE2\x82"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        errbuf[0] = '\0';
+        assert_int_equal(tok_encode(&g_llama, NULL, bad[i], strlen(bad[i]), 0,
+                                    &ids, errbuf, sizeof errbuf), TG_EINVAL);
+        assert_int_equal(ids.n, n0);
+        assert_non_null(strstr(errbuf, "UTF-8"));
+    }
+    /* A cache bound to another tokenizer is refused. */
+    struct tok_cache c;
+    assert_int_equal(tok_cache_init(&c, &g_qwen25, 16, errbuf, sizeof errbuf), 0);
+    assert_int_equal(tok_encode(&g_llama, &c, "x", 1, 0, &ids, errbuf,
+                                sizeof errbuf), TG_EINVAL);
+    tok_cache_free(&c);
+    tok_ids_free(&ids);
+}
+
+/* Empty text, NUL bytes and long runs that stress the regex and BPE. */
+static void test_edge_texts(void **state)
+{
+    (void)state;
+    NEED_SHARED();
+    struct tok_ids ids = {0};
+    assert_int_equal(tok_encode(&g_qwen25, NULL, "", 0, 0, &ids, errbuf,
+                                sizeof errbuf), 0);
+    assert_int_equal(ids.n, 0);
+    assert_int_equal(tok_encode(&g_llama, NULL, "a\0b", 3, 0, &ids, errbuf,
+                                sizeof errbuf), 0);
+    struct tok_text t = {0};
+    assert_int_equal(tok_decode(&g_llama, ids.v, ids.n, 0, &t, errbuf,
+                                sizeof errbuf), 0);
+    assert_int_equal(t.n, 3);
+    assert_memory_equal(t.s, "a\0b", 3);
+    static const char fill[] = {'a', ' ', '7', '\n', '!'};
+    size_t n = 200000;
+    char *big = malloc(n);
+    for (size_t f = 0; f < sizeof fill; f++) {
+        memset(big, fill[f], n);
+        const struct tok_tokenizer *tk[] = {&g_llama, &g_qwen25};
+        for (int k = 0; k < 2; k++) {
+            ids.n = 0;
+            t.n = 0;
+            assert_int_equal(tok_encode(tk[k], NULL, big, n, 0, &ids, errbuf,
+                                        sizeof errbuf), 0);
+            assert_true(ids.n > 0 && ids.n <= n);
+            assert_int_equal(tok_decode(tk[k], ids.v, ids.n, 0, &t, errbuf,
+                                        sizeof errbuf), 0);
+            assert_int_equal(t.n, n);
+            assert_memory_equal(t.s, big, n);
+        }
+    }
+    free(big);
+    tok_text_free(&t);
+    tok_ids_free(&ids);
+}
+
+/* The GPT-2 byte alphabet (bytes_to_unicode): printable Latin-1 maps to
+ * itself, the rest to U+0100 + its rank. Writes UTF-8, returns length. */
+static int byte_char(int b, char *out)
+{
+    int cp;
+    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) {
+        cp = b;
+    } else {
+        int rank = 0;
+        for (int x = 0; x < b; x++)
+            if (!((x >= 0x21 && x <= 0x7E) || (x >= 0xA1 && x <= 0xAC) ||
+                  x >= 0xAE))
+                rank++;
+        cp = 0x100 + rank;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    out[0] = (char)(0xC0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+}
+
+/* ------------------------------------------------------------ streaming */
+
+static void test_stream_multibyte(void **state)
+{
+    (void)state;
+    NEED_SHARED();
+    /* " this is 🦙.cpp": the llama emoji's 4 bytes span 11410 99 247. */
+    static const int32_t ids[] = {420, 374, 11410, 99, 247, 13, 11055};
+    static const char *want[] = {" this", " is", " ", "", "\xF0\x9F\xA6\x99",
+                                 ".", "cpp"};
+    struct tok_stream s;
+    struct tok_text out = {0};
+    tok_stream_init(&s, &g_llama, 0);
+    for (int i = 0; i < 7; i++) {
+        size_t before = out.n;
+        assert_int_equal(tok_stream_put(&s, ids[i], &out, errbuf, sizeof errbuf), 0);
+        assert_int_equal(out.n - before, strlen(want[i]));
+        assert_memory_equal(out.s + before, want[i], strlen(want[i]));
+    }
+    assert_int_equal(tok_stream_finish(&s, &out, errbuf, sizeof errbuf), 0);
+    assert_string_equal(out.s, " this is \xF0\x9F\xA6\x99.cpp");
+    /* Ending inside a sequence gives one U+FFFD at the end only. */
+    out.n = 0;
+    tok_stream_init(&s, &g_llama, 0);
+    assert_int_equal(tok_stream_put(&s, 420, &out, errbuf, sizeof errbuf), 0);
+    assert_int_equal(tok_stream_put(&s, 11410, &out, errbuf, sizeof errbuf), 0);
+    assert_int_equal(tok_stream_put(&s, 99, &out, errbuf, sizeof errbuf), 0);
+    assert_string_equal(out.s, " this ");
+    assert_int_equal(tok_stream_finish(&s, &out, errbuf, sizeof errbuf), 0);
+    assert_string_equal(out.s, " this \xEF\xBF\xBD");
+    assert_int_equal(s.npend, 0);
+    tok_text_free(&out);
+}
+
+static void test_stream_lossy(void **state)
+{
+    (void)state;
+    NEED_SHARED();
+    int32_t byte_tok[256];
+    for (int b = 0; b < 256; b++) {
+        char c[3];
+        int n = byte_char(b, c);
+        byte_tok[b] = tok_token_to_id(&g_qwen25, c, (size_t)n);
+        assert_true(byte_tok[b] >= 0);
+    }
+    /* Maximal-subpart replacement (Unicode §3.9, Rust from_utf8_lossy). */
+    static const struct {
+        const char *in;
+        const char *want;
+    } fixed[] = {
+        {"\xE2\x28\xA1", "\xEF\xBF\xBD(\xEF\xBF\xBD"},
+        {"\xED\xA0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+        {"\xF0\x9F\x98", "\xEF\xBF\xBD"},
+        {"\xF0\x9F\x98" "a", "\xEF\xBF\xBD" "a"},
+        {"\xC0\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD"},
+        {"\xF4\x90\x80\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+        {"a\xE2\x82\xAC", "a\xE2\x82\xAC"},
+    };
+    for (size_t f = 0; f < sizeof fixed / sizeof *fixed; f++) {
+        size_t n = strlen(fixed[f].in);
+        int32_t ids[8];
+        for (size_t i = 0; i < n; i++)
+            ids[i] = byte_tok[(uint8_t)fixed[f].in[i]];
+        struct tok_text t = {0};
+        assert_int_equal(tok_decode(&g_qwen25, ids, n, 0, &t, errbuf,
+                                    sizeof errbuf), 0);
+        assert_string_equal(t.s, fixed[f].want);
+        tok_text_free(&t);
+    }
+    /* Random byte soups fed one byte per token: the stream's output equals
+     * the batch decode and every piece it emits is valid UTF-8. */
+    static const uint8_t alphabet[] = {'a', 0x80, 0x9F, 0xA0, 0xBF, 0xC2, 0xC0,
+                                       0xDF, 0xE0, 0xE2, 0xED, 0xEF, 0xF0,
+                                       0xF4, 0xF5, 0xFF, 0x82, 0xAC};
+    unsigned seed = 12345;
+    for (int trial = 0; trial < 3000; trial++) {
+        int32_t ids[16];
+        size_t n = 1 + (size_t)(rand_r(&seed) % 16);
+        for (size_t i = 0; i < n; i++)
+            ids[i] = byte_tok[alphabet[rand_r(&seed) % sizeof alphabet]];
+        struct tok_text batch = {0}, st = {0};
+        assert_int_equal(tok_decode(&g_qwen25, ids, n, 0, &batch, errbuf,
+                                    sizeof errbuf), 0);
+        assert_true(tok_utf8_valid(batch.s, batch.n, NULL));
+        struct tok_stream s;
+        tok_stream_init(&s, &g_qwen25, 0);
+        for (size_t i = 0; i < n; i++) {
+            size_t before = st.n;
+            assert_int_equal(tok_stream_put(&s, ids[i], &st, errbuf, sizeof errbuf), 0);
+            assert_true(tok_utf8_valid(st.s + before, st.n - before, NULL));
+        }
+        assert_int_equal(tok_stream_finish(&s, &st, errbuf, sizeof errbuf), 0);
+        assert_int_equal(st.n, batch.n);
+        assert_memory_equal(st.s, batch.s, batch.n);
+        tok_text_free(&batch);
+        tok_text_free(&st);
+    }
+}
+
+/* ------------------------------------------------------ threads, caches */
+
+struct job {
+    const struct tok_tokenizer *tok;
+    const char *text;
+    size_t len;
+    const struct tok_ids *want;
+    int ok;
+};
+
+static void *encode_job(void *arg)
+{
+    struct job *j = arg;
+    struct tok_cache c;
+    char err[128];
+    j->ok = tok_cache_init(&c, j->tok, 4096, err, sizeof err) == 0;
+    for (int rep = 0; rep < 3 && j->ok; rep++) {
+        struct tok_ids ids = {0};
+        j->ok = tok_encode(j->tok, &c, j->text, j->len, 0, &ids, err,
+                           sizeof err) == 0 &&
+                ids.n == j->want->n &&
+                memcmp(ids.v, j->want->v, ids.n * 4) == 0;
+        tok_ids_free(&ids);
+    }
+    tok_cache_free(&c);
+    return NULL;
+}
+
+static void test_threads(void **state)
+{
+    (void)state;
+    NEED_SHARED();
+    char p[1024];
+    size_t len;
+    snprintf(p, sizeof p, "%s/data/llamacpp_vocab_tests/ggml-vocab-qwen2.gguf.inp",
+             shared());
+    char *text = read_file(p, &len);
+    assert_non_null(text);
+    struct tok_ids want = {0};
+    assert_int_equal(tok_encode(&g_qwen25, NULL, text, len, 0, &want, errbuf,
+                                sizeof errbuf), 0);
+    pthread_t th[4];
+    struct job jobs[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (struct job){&g_qwen25, text, len, &want, 0};
+        assert_int_equal(pthread_create(&th[i], NULL, encode_job, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        assert_true(jobs[i].ok);
+    }
+    tok_ids_free(&want);
+    free(text);
+}
+
+/* --------------------------------------------------- synthetic tokenizers */
+
+/* A tokenizer.json: the 256 byte tokens (id = byte), then `extra` tokens
+ * (ids 256..), the given merges, one Split step + ByteLevel, ByteLevel
+ * decoder. Tests edit the returned document. */
+static json_t *synth_doc(const char *const *extra, const char *const *merges,
+                         const char *regex, const char *behavior)
+{
+    json_t *vocab = json_object();
+    for (int b = 0; b < 256; b++) {
+        char c[3] = {0};
+        byte_char(b, c);
+        json_object_set_new(vocab, c, json_integer(b));
+    }
+    int id = 256;
+    for (; extra && *extra; extra++)
+        json_object_set_new(vocab, *extra, json_integer(id++));
+    json_t *m = json_array();
+    for (; merges && *merges; merges++)
+        json_array_append_new(m, json_string(*merges));
+    return json_pack(
+        "{s:n, s:[], s:n, s:{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, "
+        "{s:s, s:b, s:b, s:b}]}, s:n, s:{s:s}, "
+        "s:{s:s, s:o, s:o, s:b}}",
+        "version", "added_tokens", "normalizer", "pre_tokenizer", "type",
+        "Sequence", "pretokenizers", "type", "Split", "pattern", "Regex", regex,
+        "behavior", behavior, "invert", 0, "type", "ByteLevel",
+        "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0,
+        "post_processor", "decoder", "type", "ByteLevel", "model", "type",
+        "BPE", "vocab", vocab, "merges", m, "ignore_merges", 0);
+}
+
+static int load_doc(json_t *doc, struct tok_tokenizer *tok)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/synth.json", tmpdir);
+    assert_int_equal(json_dump_file(doc, path, 0), 0);
+    json_decref(doc);
+    errbuf[0] = '\0';
+    return tok_tokenizer_load(tok, path, errbuf, sizeof errbuf);
+}
+
+/* Encodes s and compares the tokens' strings to want (NULL-terminated). */
+static void expect_tokens(const struct tok_tokenizer *tok, const char *s,
+                          unsigned flags, const char *const *want)
+{
+    struct tok_ids ids = {0};
+    encode_str(tok, s, flags, &ids);
+    size_t n = 0;
+    while (want[n])
+        n++;
+    if (ids.n != n)
+        fprintf(stderr, "'%s': %zu tokens, want %zu\n", s, ids.n, n);
+    assert_int_equal(ids.n, n);
+    for (size_t i = 0; i < n; i++) {
+        size_t len;
+        const char *t = tok_id_to_token(tok, ids.v[i], &len);
+        assert_non_null(t);
+        assert_int_equal(len, strlen(want[i]));
+        assert_memory_equal(t, want[i], len);
+    }
+    tok_ids_free(&ids);
+}
+
+static void test_bpe_rank_order(void **state)
+{
+    (void)state;
+    static const char *extra[] = {"ab", "bc", "abc", "aa", "aaa", NULL};
+    struct tok_tokenizer tok;
+    /* "b c" outranks "a b": abc -> a bc -> abc. */
+    static const char *m1[] = {"b c", "a b", "a bc", "a a", NULL};
+    assert_int_equal(load_doc(synth_doc(extra, m1, "\\s+|\\S+", "Isolated"),
+                              &tok), 0);
+    expect_tokens(&tok, "abc", 0, (const char *[]){"abc", NULL});
+    /* Equal pairs merge leftmost first: aaa -> aa a. */
+    expect_tokens(&tok, "aaa", 0, (const char *[]){"aa", "a", NULL});
+    expect_tokens(&tok, "aaaa", 0, (const char *[]){"aa", "aa", NULL});
+    tok_tokenizer_free(&tok);
+    /* Without "a bc" the word stops at a + bc even though "ab" exists. */
+    static const char *m2[] = {"b c", "a b", NULL};
+    assert_int_equal(load_doc(synth_doc(extra, m2, "\\s+|\\S+", "Isolated"),
+                              &tok), 0);
+    expect_tokens(&tok, "abc", 0, (const char *[]){"a", "bc", NULL});
+    expect_tokens(&tok, "abab", 0, (const char *[]){"ab", "ab", NULL});
+    tok_tokenizer_free(&tok);
+    /* ignore_merges: a word that is a token is kept whole. */
+    json_t *doc = synth_doc(extra, m2, "\\s+|\\S+", "Isolated");
+    json_object_set_new(json_object_get(doc, "model"), "ignore_merges",
+                        json_true());
+    assert_int_equal(load_doc(doc, &tok), 0);
+    expect_tokens(&tok, "abc", 0, (const char *[]){"abc", NULL});
+    expect_tokens(&tok, "aaa", 0, (const char *[]){"aaa", NULL});
+    expect_tokens(&tok, "abcab", 0, (const char *[]){"a", "bc", "ab", NULL});
+    tok_tokenizer_free(&tok);
+}
+
+static void test_split_behaviors(void **state)
+{
+    (void)state;
+    static const char *extra[] = {"a-", "-b", NULL};
+    static const char *merges[] = {"a -", "- b", NULL};
+    static const struct {
+        const char *behavior;
+        const char *want[4];
+    } cases[] = {
+        {"Isolated", {"a", "-", "b", NULL}},
+        {"Removed", {"a", "b", NULL}},
+        {"MergedWithPrevious", {"a-", "b", NULL}},
+        {"MergedWithNext", {"a", "-b", NULL}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct tok_tokenizer tok;
+        assert_int_equal(load_doc(synth_doc(extra, merges, "-",
+                                            cases[i].behavior), &tok), 0);
+        expect_tokens(&tok, "a-b", 0, cases[i].want);
+        tok_tokenizer_free(&tok);
+    }
+    /* invert: the regex names the pieces to keep apart from the rest. */
+    json_t *doc = synth_doc(extra, merges, "[ab]", "Isolated");
+    json_t *steps = json_object_get(json_object_get(doc, "pre_tokenizer"),
+                                    "pretokenizers");
+    json_object_set_new(json_array_get(steps, 0), "invert", json_true());
+    struct tok_tokenizer tok;
+    assert_int_equal(load_doc(doc, &tok), 0);
+    expect_tokens(&tok, "a-b", 0, (const char *[]){"a", "-", "b", NULL});
+    tok_tokenizer_free(&tok);
+}
+
+static void test_added_token_options(void **state)
+{
+    (void)state;
+    static const char *merges[] = {NULL};
+    json_t *doc = synth_doc(NULL, merges, "\\s+|\\S+", "Isolated");
+    json_t *added = json_pack(
+        "[{s:i, s:s, s:b, s:b, s:b, s:b, s:b},"
+        " {s:i, s:s, s:b, s:b, s:b, s:b, s:b},"
+        " {s:i, s:s, s:b, s:b, s:b, s:b, s:b}]",
+        "id", 300, "content", "<m>", "special", 1, "lstrip", 1, "rstrip", 1,
+        "single_word", 0, "normalized", 0,
+        "id", 301, "content", "cat", "special", 0, "lstrip", 0, "rstrip", 0,
+        "single_word", 1, "normalized", 0,
+        "id", 302, "content", "<m>x", "special", 0, "lstrip", 0, "rstrip", 0,
+        "single_word", 0, "normalized", 0);
+    json_object_set_new(doc, "added_tokens", added);
+    /* A template that puts <m> before and cat after. */
+    json_object_set_new(doc, "post_processor", json_pack(
+        "{s:s, s:[{s:{s:s}}, {s:{s:s}}, {s:{s:s}}], s:{s:{s:[i]}, s:{s:[i]}}}",
+        "type", "TemplateProcessing", "single", "SpecialToken", "id", "<m>",
+        "Sequence", "id", "A", "SpecialToken", "id", "cat", "special_tokens",
+        "<m>", "ids", 300, "cat", "ids", 301));
+    struct tok_tokenizer tok;
+    assert_int_equal(load_doc(doc, &tok), 0);
+    assert_int_equal(tok_vocab_size(&tok), 303);
+    /* lstrip/rstrip swallow the spaces around <m>. */
+    expect_tokens(&tok, "x  <m>  y", 0, (const char *[]){"x", "<m>", "y", NULL});
+    /* longest match wins: <m>x over <m>. */
+    expect_tokens(&tok, "<m>x", 0, (const char *[]){"<m>x", NULL});
+    /* single_word: cat alone matches, inside a word it does not. */
+    expect_tokens(&tok, "cat", 0, (const char *[]){"cat", NULL});
+    expect_tokens(&tok, "a cat.", 0,
+                  (const char *[]){"a", "\xC4\xA0", "cat", ".", NULL});
+    expect_tokens(&tok, "cats", 0, (const char *[]){"c", "a", "t", "s", NULL});
+    /* SPLIT_SPECIAL leaves <m> as text but still finds cat. */
+    expect_tokens(&tok, "<m> cat", TOK_ENCODE_SPLIT_SPECIAL,
+                  (const char *[]){"<", "m", ">", "\xC4\xA0", "cat", NULL});
+    /* The template: prefix and suffix. */
+    expect_tokens(&tok, "y", TOK_ENCODE_ADD_SPECIAL,
+                  (const char *[]){"<m>", "y", "cat", NULL});
+    tok_tokenizer_free(&tok);
+}
+
+static void test_normalizer_and_prefix_space(void **state)
+{
+    (void)state;
+    static const char *extra[] = {"\xC3\x83\xC2\xA9", "\xC4\xA0" "e",
+                                  NULL}; /* "Ã©" (the bytes of é), "Ġe" */
+    static const char *merges[] = {"\xC3\x83 \xC2\xA9", "\xC4\xA0 e", NULL};
+    json_t *doc = synth_doc(extra, merges, "\\s+|\\S+", "Isolated");
+    json_object_set_new(doc, "normalizer", json_pack("{s:s, s:[{s:s}]}", "type",
+                                                     "Sequence", "normalizers",
+                                                     "type", "NFC"));
+    struct tok_tokenizer tok;
+    assert_int_equal(load_doc(doc, &tok), 0);
+    struct tok_ids a = {0}, b = {0};
+    encode_str(&tok, "e\xCC\x81", 0, &a);  /* e + combining acute */
+    encode_str(&tok, "\xC3\xA9", 0, &b);   /* precomposed */
+    assert_int_equal(a.n, 1);
+    check_ids(&a, &b, "NFC");
+    tok_tokenizer_free(&tok);
+    /* GPT-2 style: ByteLevel with its own regex and a prefix space. */
+    doc = synth_doc(extra, merges, "x", "Isolated");
+    json_t *pt = json_pack("{s:s, s:b, s:b}", "type", "ByteLevel",
+                           "add_prefix_space", 1, "use_regex", 1);
+    json_object_set_new(doc, "pre_tokenizer", pt);
+    assert_int_equal(load_doc(doc, &tok), 0);
+    expect_tokens(&tok, "e e", 0, (const char *[]){"\xC4\xA0" "e", "\xC4\xA0" "e",
+                                                   NULL});
+    expect_tokens(&tok, " e", 0, (const char *[]){"\xC4\xA0" "e", NULL});
+    encode_str(&tok, "e\xCC\x81", 0, &a); /* no normalizer now: 3 bytes */
+    assert_int_equal(a.n, 3);
+    tok_tokenizer_free(&tok);
+    tok_ids_free(&a);
+    tok_ids_free(&b);
+}
+
+/* ----------------------------------------------------------- malformed */
+
+static void expect_load_error(json_t *doc, int code, const char *what)
+{
+    struct tok_tokenizer tok;
+    memset(&tok, 0x5a, sizeof tok);
+    int rc = load_doc(doc, &tok);
+    if (rc != code)
+        fprintf(stderr, "%s: got %s (%s)\n", what, tg_err_name(rc), errbuf);
+    assert_int_equal(rc, code);
+    assert_true(errbuf[0] != '\0');
+    assert_int_equal(tok.n_ids, 0); /* left zeroed */
+    assert_null(tok.arena);
+    tok_tokenizer_free(&tok);
+}
+
+static json_t *base(void)
+{
+    static const char *extra[] = {"ab", NULL};
+    static const char *merges[] = {"a b", NULL};
+    return synth_doc(extra, merges, "\\s+|\\S+", "Isolated");
+}
+
+static void set_path(json_t *doc, const char *obj, const char *key, json_t *v)
+{
+    json_t *o = obj ? json_object_get(doc, obj) : doc;
+    json_object_set_new(o, key, v);
+}
+
+static void test_malformed_files(void **state)
+{
+    (void)state;
+    json_t *d;
+    expect_load_error(json_array(), TG_EFORMAT, "top-level array");
+    d = base();
+    json_object_del(d, "model");
+    expect_load_error(d, TG_EFORMAT, "no model");
+    d = base();
+    set_path(d, "model", "type", json_string("WordPiece"));
+    expect_load_error(d, TG_EUNSUPPORTED, "WordPiece");
+    d = base();
+    set_path(d, "model", "vocab", json_pack("[s]", "a"));
+    expect_load_error(d, TG_EFORMAT, "vocab array");
+    d = base();
+    set_path(d, "model", "vocab", json_object());
+    expect_load_error(d, TG_EFORMAT, "empty vocab");
+    d = base();
+    json_object_set_new(json_object_get(json_object_get(d, "model"), "vocab"),
+                        "zz", json_integer(-3));
+    expect_load_error(d, TG_EFORMAT, "negative id");
+    d = base();
+    json_object_set_new(json_object_get(json_object_get(d, "model"), "vocab"),
+                        "zz", json_string("7"));
+    expect_load_error(d, TG_EFORMAT, "string id");
+    d = base();
+    json_object_set_new(json_object_get(json_object_get(d, "model"), "vocab"),
+                        "zz", json_integer(1 << 30));
+    expect_load_error(d, TG_EFORMAT, "huge id");
+    d = base();
+    json_object_set_new(json_object_get(json_object_get(d, "model"), "vocab"),
+                        "zz", json_integer(7));
+    expect_load_error(d, TG_EFORMAT, "duplicate id");
+    static const char *bad_merges[][2] = {{"a zzz", "unknown"}, {"ab", "no space"},
+                                          {"a  b", "two spaces"},
+                                          {"b a", "merged missing"}};
+    for (int i = 0; i < 4; i++) {
+        d = base();
+        set_path(d, "model", "merges", json_pack("[s]", bad_merges[i][0]));
+        expect_load_error(d, TG_EFORMAT, bad_merges[i][1]);
+    }
+    d = base();
+    set_path(d, "model", "merges", json_pack("[[i, i]]", 1, 2));
+    expect_load_error(d, TG_EFORMAT, "merge of numbers");
+    d = base();
+    set_path(d, "model", "merges", json_string("a b"));
+    expect_load_error(d, TG_EFORMAT, "merges not an array");
+    d = base();
+    set_path(d, "model", "byte_fallback", json_true());
+    expect_load_error(d, TG_EUNSUPPORTED, "byte_fallback");
+    d = base();
+    set_path(d, "model", "continuing_subword_prefix", json_string("##"));
+    expect_load_error(d, TG_EUNSUPPORTED, "subword prefix");
+    d = base();
+    set_path(d, "model", "unk_token", json_string("<unk>"));
+    expect_load_error(d, TG_EFORMAT, "unk not in vocab");
+    d = base();
+    set_path(d, NULL, "added_tokens", json_object());
+    expect_load_error(d, TG_EFORMAT, "added_tokens object");
+    d = base();
+    set_path(d, NULL, "added_tokens", json_pack("[{s:i}]", "id", 400));
+    expect_load_error(d, TG_EFORMAT, "added without content");
+    d = base();
+    set_path(d, NULL, "added_tokens", json_pack("[{s:i, s:s, s:s}]", "id", 400,
+                                                "content", "<x>", "special", "yes"));
+    expect_load_error(d, TG_EFORMAT, "special not bool");
+    d = base();
+    set_path(d, NULL, "normalizer", json_pack("{s:s}", "type", "Lowercase"));
+    expect_load_error(d, TG_EUNSUPPORTED, "Lowercase");
+    d = base();
+    set_path(d, NULL, "normalizer", json_pack("{s:i}", "type", 3));
+    expect_load_error(d, TG_EFORMAT, "normalizer type number");
+    d = base();
+    set_path(d, NULL, "pre_tokenizer", json_null());
+    expect_load_error(d, TG_EUNSUPPORTED, "no pre-tokenizer");
+    d = base();
+    set_path(d, NULL, "pre_tokenizer", json_pack("{s:s}", "type", "Metaspace"));
+    expect_load_error(d, TG_EUNSUPPORTED, "Metaspace");
+    d = base();
+    set_path(d, NULL, "pre_tokenizer",
+             json_pack("{s:s, s:{s:s}, s:s}", "type", "Split", "pattern",
+                       "Regex", "(unclosed", "behavior", "Isolated"));
+    expect_load_error(d, TG_EFORMAT, "bad regex");
+    d = base();
+    set_path(d, NULL, "pre_tokenizer",
+             json_pack("{s:s, s:{s:s}, s:s}", "type", "Split", "pattern",
+                       "Regex", "x", "behavior", "Contiguous"));
+    expect_load_error(d, TG_EUNSUPPORTED, "Contiguous");
+    d = base();
+    set_path(d, NULL, "pre_tokenizer",
+             json_pack("{s:s, s:i}", "type", "Split", "pattern", 5));
+    expect_load_error(d, TG_EFORMAT, "pattern number");
+    d = base();
+    set_path(d, NULL, "decoder", json_pack("{s:s}", "type", "WordPiece"));
+    expect_load_error(d, TG_EUNSUPPORTED, "decoder");
+    d = base();
+    set_path(d, NULL, "post_processor",
+             json_pack("{s:s, s:[{s:{s:s}}], s:{}}", "type", "TemplateProcessing",
+                       "single", "SpecialToken", "id", "<nope>", "special_tokens"));
+    expect_load_error(d, TG_EFORMAT, "template unknown special");
+    d = base();
+    set_path(d, NULL, "post_processor",
+             json_pack("{s:s, s:[{s:{s:s}}], s:{s:{s:[i]}}}", "type",
+                       "TemplateProcessing", "single", "SpecialToken", "id", "x",
+                       "special_tokens", "x", "ids", 99999));
+    expect_load_error(d, TG_EFORMAT, "template id out of range");
+    d = base();
+    set_path(d, NULL, "post_processor", json_pack("{s:s}", "type", "Bogus"));
+    expect_load_error(d, TG_EUNSUPPORTED, "post-processor");
+}
+
+static void write_text(const char *name, const char *text)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", tmpdir, name);
+    FILE *f = fopen(p, "wb");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_bad_paths_and_files(void **state)
+{
+    (void)state;
+    struct tok_tokenizer tok;
+    char p[512];
+    assert_int_equal(tok_tokenizer_load(&tok, "/nonexistent/tokenizer.json",
+                                        errbuf, sizeof errbuf), TG_ENOENT);
+    snprintf(p, sizeof p, "%s/emptydir", tmpdir);
+    mkdir(p, 0700);
+    assert_int_equal(tok_tokenizer_load(&tok, p, errbuf, sizeof errbuf), TG_ENOENT);
+    static const char *junk[] = {"", "{", "{\"model\": }", "\x01\x02", "[1,2]",
+                                 "{\"model\": {\"vocab\": {\"a\": 0, \"a\": 1}}}"};
+    for (size_t i = 0; i < sizeof junk / sizeof *junk; i++) {
+        write_text("junk.json", junk[i]);
+        snprintf(p, sizeof p, "%s/junk.json", tmpdir);
+        assert_int_equal(tok_tokenizer_load(&tok, p, errbuf, sizeof errbuf),
+                         TG_EFORMAT);
+        assert_int_equal(tok.n_ids, 0);
+    }
+    /* A broken tokenizer_config.json next to a good file is an error too;
+     * a good one sets the special ids. */
+    write_text("tokenizer_config.json", "{\"bos_token\": ");
+    json_t *d = base();
+    assert_int_equal(load_doc(d, &tok), TG_EFORMAT);
+    write_text("tokenizer_config.json",
+               "{\"bos_token\": {\"content\": \"ab\"}, \"eos_token\": \"a\", "
+               "\"pad_token\": null}");
+    write_text("generation_config.json", "{\"eos_token_id\": [97, 256, 98]}");
+    assert_int_equal(load_doc(base(), &tok), 0);
+    assert_int_equal(tok.bos_id, 256);
+    assert_int_equal(tok.eos_id, 97);
+    assert_int_equal(tok.pad_id, -1);
+    assert_int_equal(tok.n_eos, 3);
+    assert_int_equal(tok.eos_ids[2], 98);
+    tok_tokenizer_free(&tok);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", tmpdir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/generation_config.json", tmpdir);
+    unlink(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vocab_llama3),
+        cmocka_unit_test(test_vocab_qwen25),
+        cmocka_unit_test(test_vocab_qwen3),
+        cmocka_unit_test(test_lookups_and_special_ids),
+        cmocka_unit_test(test_special_tokens_in_text),
+        cmocka_unit_test(test_invalid_utf8_input),
+        cmocka_unit_test(test_edge_texts),
+        cmocka_unit_test(test_stream_multibyte),
+        cmocka_unit_test(test_stream_lossy),
+        cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_bpe_rank_order),
+        cmocka_unit_test(test_split_behaviors),
+        cmocka_unit_test(test_added_token_options),
+        cmocka_unit_test(test_normalizer_and_prefix_space),
+        cmocka_unit_test(test_malformed_files),
+        cmocka_unit_test(test_bad_paths_and_files),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -178,6 +178,11 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
                           "prompt (%d) + max_tokens (%d) exceeds the context of "
                           "%lld tokens", n_prompt, p->max_tokens,
                           (long long)e->max_context);
+    if ((int64_t)n_prompt + p->max_tokens > m->max_positions)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "prompt (%d) + max_tokens (%d) exceeds the model's "
+                          "context of %d tokens", n_prompt, p->max_tokens,
+                          m->max_positions);
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= m->vocab)
             return tg_err_set(err, errlen, TG_EINVAL,

@@ -80,6 +80,10 @@ int gw_model_load(struct gw_model *m, const char *dir, char *err, size_t errlen)
     m->max_positions = (int)(c->max_position_embeddings > 0x7fffffff
                                  ? 0x7fffffff
                                  : c->max_position_embeddings);
+    /* Sliding-window attention is not implemented; within the window it
+     * equals full attention, so the usable context stops there. */
+    if (c->sliding_window > 0 && c->sliding_window < m->max_positions)
+        m->max_positions = (int)c->sliding_window;
     m->norm_eps = (float)c->rms_norm_eps;
     m->tied = c->tie_word_embeddings;
 

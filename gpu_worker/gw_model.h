@@ -41,7 +41,8 @@ struct gw_model {
     int head_dim;        /* d */
     int ffn;             /* intermediate size */
     int vocab;           /* V */
-    int max_positions;   /* max_position_embeddings */
+    int max_positions;   /* usable context: max_position_embeddings, or
+                            the sliding window when smaller */
     float norm_eps;      /* rms_norm_eps */
     int tied;            /* lm_head shares the embedding table */
 

@@ -10,7 +10,7 @@
  *               reserved turn's prefill is done (exact §4.3 math), plus
  *               decode tokens;
  *   filled[r] — tokens written so far (what attention may read).
- * Invariant: pages[r] == ceil(tokens[r] / P) at all times, so nothing is
+ * Invariant: n_pages[r] == ceil(tokens[r] / P) at all times, so nothing is
  * ever reclaimed after compression except through explicit tail truncation.
  *
  * Life of a request: kv_seq_reserve_prompt at admission (one pool pop for

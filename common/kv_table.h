@@ -21,7 +21,7 @@
  *    instead of O(all pages). A consumer reads ceil(len / P) pages of a row
  *    (plus the page of the next append), never the gaps.
  * Rebuilding a big dense table every step is memory-bound (every id read
- * and written: 134 MB for 256 requests x 32 layers x 8 groups at a 32K
+ * and written: ~140 MB for 256 requests x 32 layers x 8 groups at a 32K
  * context); the padded table is the per-step path, the dense one suits a
  * new batch and compact uploads.
  *
@@ -75,8 +75,8 @@ void kv_table_free(struct kv_table *table);
  * slot gives empty rows. Every seq must have been made for `layout`. The
  * seqs are only read (concurrent readers are fine; no writer). Returns 0,
  * TG_EINVAL (layout mismatch, n_seqs < 0), TG_ERANGE (more than INT32_MAX
- * slots or rows) or TG_ENOMEM; on failure the table's contents are
- * unspecified but it stays valid to rebuild or free. */
+ * slots or rows) or TG_ENOMEM; on failure the table reads as an empty
+ * batch (n_rows = 0) and stays valid to rebuild, refresh or free. */
 int kv_table_build(struct kv_table *table, const struct kv_layout *layout,
                    const struct kv_seq *const *seqs, int32_t n_seqs,
                    char *err, size_t errlen);

@@ -79,22 +79,67 @@ static int push_id(struct tok_ids *out, int32_t id)
     return 0;
 }
 
-int tok__normalize(const struct tok_tokenizer *tok, const char *s, size_t n,
+#define NFC_OPTS (UTF8PROC_STABLE | UTF8PROC_COMPOSE)
+
+static void clear_bit(uint8_t *bits, int32_t cp)
+{
+    if (cp >= 0 && cp < TOK__NFC_LIMIT)
+        bits[cp >> 3] &= (uint8_t)~(1u << (cp & 7));
+}
+
+int tok__nfc_prepare(struct tok_tokenizer *tok, char *err, size_t errlen)
+{
+    if (tok->n_norm != 1 || tok->norm[0] != NFC_OPTS)
+        return 0;
+    uint8_t *safe = malloc(TOK__NFC_LIMIT / 8);
+    if (safe == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+    memset(safe, 0xff, TOK__NFC_LIMIT / 8);
+    /* Unicode UAX #15 quick check: a character with canonical combining
+     * class 0 that NFC maps to itself and that is never the second part of
+     * a canonical composition starts a stretch NFC cannot touch. Second
+     * parts are the non-first characters of canonical decompositions
+     * (Hangul V and T jamo included, via the syllables). */
+    for (int32_t cp = 0; cp < TOK__NFC_LIMIT; cp++) {
+        const utf8proc_property_t *pr = utf8proc_get_property(cp);
+        if (pr->combining_class != 0)
+            clear_bit(safe, cp);
+        int hangul = cp >= 0xAC00 && cp <= 0xD7A3;
+        if (pr->decomp_seqindex == UINT16_MAX && !hangul)
+            continue;
+        utf8proc_int32_t d[32];
+        int last = 0;
+        utf8proc_ssize_t k = utf8proc_decompose_char(cp, d, 32,
+                                                     UTF8PROC_DECOMPOSE, &last);
+        if (k < 1 || (k == 1 && d[0] == cp))
+            continue; /* compatibility-only mappings: NFC ignores them */
+        for (utf8proc_ssize_t i = 1; i < k && i < 32; i++)
+            clear_bit(safe, d[i]);
+        utf8proc_uint8_t enc[4], *nfc = NULL;
+        utf8proc_ssize_t n = utf8proc_encode_char(cp, enc);
+        utf8proc_ssize_t m = utf8proc_map(enc, n, &nfc, NFC_OPTS);
+        if (m != n || memcmp(nfc, enc, (size_t)n) != 0)
+            clear_bit(safe, cp);
+        free(nfc);
+    }
+    tok->nfc_safe = safe;
+    return 0;
+}
+
+static int append_bytes(struct tok_text *out, const void *p, size_t n)
+{
+    if (tok__text_reserve(out, n) != 0)
+        return TG_ENOMEM;
+    memcpy(out->s + out->n, p, n);
+    out->n += n;
+    out->s[out->n] = '\0';
+    return 0;
+}
+
+/* Runs the normalizers over s[0..n) and appends the result. */
+static int map_all(const struct tok_tokenizer *tok, const char *s, size_t n,
                    struct tok_text *out)
 {
-    out->n = 0;
-    int ascii = 1;
-    for (size_t i = 0; i < n && ascii; i++)
-        ascii = (unsigned char)s[i] < 0x80;
-    /* Every normalization form leaves ASCII unchanged. */
-    if (ascii || tok->n_norm == 0) {
-        if (tok__text_reserve(out, n) != 0)
-            return TG_ENOMEM;
-        memcpy(out->s, s, n);
-        out->n = n;
-        out->s[n] = '\0';
-        return 0;
-    }
     utf8proc_uint8_t *cur = NULL;
     utf8proc_ssize_t len = (utf8proc_ssize_t)n;
     for (int i = 0; i < tok->n_norm; i++) {
@@ -106,14 +151,76 @@ int tok__normalize(const struct tok_tokenizer *tok, const char *s, size_t n,
             return len == UTF8PROC_ERROR_NOMEM ? TG_ENOMEM : TG_EINVAL;
         cur = next;
     }
-    int rc = tok__text_reserve(out, (size_t)len);
-    if (rc == 0) {
-        memcpy(out->s, cur, (size_t)len);
-        out->n = (size_t)len;
-        out->s[len] = '\0';
-    }
+    int rc = append_bytes(out, cur, (size_t)len);
     free(cur);
     return rc;
+}
+
+/* Byte length of the character at s[i] and whether NFC leaves it alone
+ * and cannot merge it into what precedes it. */
+static size_t nfc_char(const struct tok_tokenizer *tok, const char *s,
+                       size_t n, size_t i, int *safe)
+{
+    if ((unsigned char)s[i] < 0x80) {
+        *safe = 1;
+        return 1;
+    }
+    utf8proc_int32_t cp;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i,
+                                          (utf8proc_ssize_t)(n - i), &cp);
+    *safe = k > 0 && cp < TOK__NFC_LIMIT &&
+            (tok->nfc_safe[cp >> 3] & (1u << (cp & 7)));
+    return k > 0 ? (size_t)k : 1;
+}
+
+int tok__normalize(const struct tok_tokenizer *tok, const char *s, size_t n,
+                   struct tok_text *out)
+{
+    out->n = 0;
+    if (tok__text_reserve(out, n) != 0)
+        return TG_ENOMEM;
+    out->s[0] = '\0';
+    if (tok->nfc_safe == NULL) {
+        int ascii = 1;
+        for (size_t i = 0; i < n && ascii; i++)
+            ascii = (unsigned char)s[i] < 0x80;
+        /* Every normalization form leaves ASCII unchanged. */
+        if (ascii || tok->n_norm == 0)
+            return append_bytes(out, s, n);
+        return map_all(tok, s, n, out);
+    }
+    /* NFC: copy safe stretches; run utf8proc only from the character
+     * before an unsafe one (it may compose with it) up to the next safe
+     * character (nothing after it can reach back across it). */
+    size_t i = 0;
+    while (i < n) {
+        size_t u = i, prev = SIZE_MAX, k;
+        int safe = 1;
+        while (u < n) {
+            k = nfc_char(tok, s, n, u, &safe);
+            if (!safe)
+                break;
+            prev = u;
+            u += k;
+        }
+        if (u == n)
+            return append_bytes(out, s + i, n - i);
+        size_t a = prev == SIZE_MAX ? u : prev;
+        int rc = append_bytes(out, s + i, a - i);
+        if (rc != 0)
+            return rc;
+        size_t b = u;
+        while (b < n) {
+            k = nfc_char(tok, s, n, b, &safe);
+            if (safe)
+                break;
+            b += k;
+        }
+        if ((rc = map_all(tok, s + a, b - a, out)) != 0)
+            return rc;
+        i = b;
+    }
+    return 0;
 }
 
 /* ------------------------------------------------------------------ BPE */

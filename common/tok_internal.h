@@ -95,6 +95,13 @@ static inline uint64_t tok__merge_hash(uint64_t key)
 int tok__normalize(const struct tok_tokenizer *tok, const char *s, size_t n,
                    struct tok_text *out);
 
+/* When the only normalizer is NFC, builds tok->nfc_safe so that
+ * tok__normalize can copy text that NFC leaves alone (nearly all of it)
+ * instead of running utf8proc over everything. Returns 0 or TG_ENOMEM. */
+int tok__nfc_prepare(struct tok_tokenizer *tok, char *err, size_t errlen);
+
+#define TOK__NFC_LIMIT 0x30000 /* code points covered by nfc_safe */
+
 /* The model-vocabulary id whose raw bytes are p[0..n), or -1. */
 int32_t tok__vocab_raw(const struct tok_tokenizer *tok, const void *p,
                        size_t n);

@@ -488,6 +488,7 @@ static int load_model(struct tok_tokenizer *t, json_t *doc, char *err,
                           "added_tokens: expected an array");
     if ((rc = tok__load_normalizer(t, json_object_get(doc, "normalizer"), err,
                               errlen)) != 0 ||
+        (rc = tok__nfc_prepare(t, err, errlen)) != 0 ||
         (rc = load_vocab(t, model, added, err, errlen)) != 0 ||
         (rc = load_merges(t, model, err, errlen)) != 0 ||
         (rc = load_added(t, added, err, errlen)) != 0)
@@ -625,6 +626,7 @@ void tok_tokenizer_free(struct tok_tokenizer *tok)
     free(tok->by_raw);
     free(tok->merge);
     free(tok->added);
+    free(tok->nfc_safe);
     free(tok->trie_raw.node);
     free(tok->trie_norm.node);
     memset(tok, 0, sizeof(*tok));

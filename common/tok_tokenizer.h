@@ -139,6 +139,9 @@ struct tok_tokenizer {
     int n_steps;
     int norm[4]; /* utf8proc option sets applied in order */
     int n_norm;
+    uint8_t *nfc_safe; /* NFC only: bitmap over code points < 0x30000 of
+                          those that never change under NFC nor merge with
+                          what precedes them; NULL otherwise */
     int add_prefix_space;
     int ignore_merges;
     int32_t unk_id; /* model unk_token id, -1 none */

@@ -189,10 +189,24 @@ static void test_table_invalid(void **state)
                      TG_EINVAL);
     assert_int_equal(kv_table_build(&t, &lo, NULL, 1, err, sizeof(err)),
                      TG_EINVAL);
-    /* Still usable after a failed build. */
+    /* A failed build leaves an empty table that still works. */
+    assert_int_equal(t.n_rows, 0);
+    assert_int_equal(t.nnz, 0);
     assert_int_equal(kv_table_build(&t, &lo, batch, 1, err, sizeof(err)), 0);
     assert_int_equal(t.n_rows, 2);
     assert_int_equal(t.nnz, 0);
+    assert_int_equal(kv_table_build_padded(&t, &lo, batch, 1, 2, err,
+                                           sizeof(err)), 0);
+    assert_int_equal(kv_table_build_padded(&t, &lo3, batch, 1, 2, err,
+                                           sizeof(err)), TG_EINVAL);
+    assert_int_equal(t.n_rows, 0);
+    /* The refresh after the failure rebuilds (slack kept) and is right. */
+    int64_t builds = t.n_builds;
+    assert_int_equal(kv_table_refresh(&t, &lo, batch, 1, err, sizeof(err)), 0);
+    assert_int_equal(t.n_builds, builds + 1);
+    assert_int_equal(t.n_rows, 2);
+    assert_int_equal(t.slack, 2);
+    assert_int_equal(t.n_slots, 4);
     kv_seq_free(&s, NULL);
     kv_table_free(&t);
     kv_layout_free(&lo);

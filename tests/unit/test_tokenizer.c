@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <utf8proc.h>
 
 #include "common/tg_err.h"
 #include "common/tok_tokenizer.h"
@@ -432,6 +433,49 @@ static int byte_char(int b, char *out)
     out[0] = (char)(0xC0 | (cp >> 6));
     out[1] = (char)(0x80 | (cp & 0x3F));
     return 2;
+}
+
+/* Qwen's NFC normalizer (utf8proc behind a quick-check fast path) against
+ * utf8proc_NFC on random strings of characters that compose, reorder,
+ * decompose or block: decoding the ids must give exactly NFC(s). */
+static void test_nfc_fast_path(void **state)
+{
+    (void)state;
+    NEED_SHARED();
+    static const int32_t alphabet[] = {
+        'e', 'a', '=', ' ', 0x0301, 0x0308, 0x0304, 0x0323, 0x0338, 0x00E9,
+        0x1100, 0x1161, 0x11A8, 0xAC00, 0xAC01, 0x212B, 0x0958, 0x304B,
+        0x3099, 0x0F73, 0x0344, 0x1E0A, 0x0B47, 0x0B3E, 0x4E2D, 0x0410,
+        0x0306, 0x1F00, 0x0345, 0x2126, 0x0CC6, 0x0CD5, 0x1D15E, 0x2F800};
+    struct tok_ids ids = {0};
+    struct tok_text back = {0};
+    unsigned seed = 7;
+    int changed = 0;
+    for (int trial = 0; trial < 3000; trial++) {
+        char s[64];
+        size_t n = 0, len = 1 + (size_t)(rand_r(&seed) % 10);
+        for (size_t i = 0; i < len; i++)
+            n += (size_t)utf8proc_encode_char(
+                alphabet[rand_r(&seed) % (sizeof alphabet / sizeof *alphabet)],
+                (utf8proc_uint8_t *)s + n);
+        s[n] = '\0';
+        utf8proc_uint8_t *want = utf8proc_NFC((const utf8proc_uint8_t *)s);
+        assert_non_null(want);
+        changed += strcmp((const char *)want, s) != 0;
+        ids.n = 0;
+        back.n = 0;
+        assert_int_equal(tok_encode(&g_qwen3, NULL, s, n, 0, &ids, errbuf,
+                                    sizeof errbuf), 0);
+        assert_int_equal(tok_decode(&g_qwen3, ids.v, ids.n, 0, &back, errbuf,
+                                    sizeof errbuf), 0);
+        if (strcmp(back.s, (const char *)want) != 0)
+            fprintf(stderr, "NFC mismatch on trial %d\n", trial);
+        assert_string_equal(back.s, (const char *)want);
+        free(want);
+    }
+    assert_true(changed > 500); /* the strings really exercised NFC */
+    tok_ids_free(&ids);
+    tok_text_free(&back);
 }
 
 /* ------------------------------------------------------------ streaming */
@@ -994,6 +1038,7 @@ int main(void)
         cmocka_unit_test(test_special_tokens_in_text),
         cmocka_unit_test(test_invalid_utf8_input),
         cmocka_unit_test(test_edge_texts),
+        cmocka_unit_test(test_nfc_fast_path),
         cmocka_unit_test(test_stream_multibyte),
         cmocka_unit_test(test_stream_lossy),
         cmocka_unit_test(test_threads),

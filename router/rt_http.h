@@ -1,0 +1,268 @@
+/*
+ * rt_http.h — the router's HTTP/1.1 server (DESIGN.md §2, §5): libuv TCP,
+ * Debian's http-parser, a route table, and responses that may complete
+ * later (streaming included).
+ *
+ * What it does:
+ * - Keep-alive (HTTP/1.1 default, HTTP/1.0 with "Connection: keep-alive"),
+ *   pipelining: requests on one connection are handled strictly one after
+ *   another; bytes of later requests are buffered (up to 64 KiB, then
+ *   reading pauses) and parsed once the response before them is complete,
+ *   so responses always leave in request order.
+ * - Request bodies with Content-Length or chunked transfer coding; the
+ *   handler always sees the decoded body, NUL-terminated.
+ *   "Expect: 100-continue" is answered with 100 Continue when the announced
+ *   body fits, with 413 at once when it does not.
+ * - Limits: request line + headers over max_header_bytes -> 431; body over
+ *   max_body_bytes -> 413 (known from Content-Length up front, or while
+ *   chunks arrive); a request that does not arrive completely within
+ *   request_timeout_ms -> 408; a malformed request -> 400. Each of these
+ *   sends a complete JSON error response in the OpenAI shape, then closes
+ *   the connection gracefully (FIN after the response, unread input is
+ *   drained for up to linger_ms so the client is not reset before it reads
+ *   the answer). An idle keep-alive connection is closed quietly after
+ *   idle_timeout_ms.
+ * - Routes: method + exact path (or a path prefix, when the route's path
+ *   ends with '*'). A known path with another method gets 405 with an Allow
+ *   header; an unknown path gets 404.
+ * - Responses: rt_http_respond() for a whole body with Content-Length, or
+ *   rt_http_stream_begin()/write()/end() for streaming (SSE): chunked
+ *   transfer coding on HTTP/1.1, close-delimited on HTTP/1.0.
+ *
+ * Request handles and aborts. The handler receives a `struct rt_http_req *`
+ * that is also the response handle. It may respond inside the handler or
+ * keep the handle and respond later from the loop thread. The handle stays
+ * valid until the response is complete (rt_http_respond() returned, or
+ * rt_http_stream_end() returned). If the client goes away first (EOF,
+ * reset, write error, server close):
+ * - with an abort callback set (rt_http_req_on_abort), it fires exactly
+ *   once; the handle is freed when it returns and must not be used after.
+ *   Inside the callback every response call returns TG_ECANCELED.
+ * - without one, the handle becomes a detached "zombie": every response
+ *   call returns TG_ECANCELED, and the final one (rt_http_respond or
+ *   rt_http_stream_end) frees it. rt_http_server_free() frees zombies left.
+ * EOF from the client while its request is in flight counts as going away
+ * (clients that half-close after sending are treated as gone).
+ *
+ * Threading: everything — handlers, callbacks and every rt_http_* call —
+ * runs on the thread of the server's uv loop. Library code: never prints.
+ *
+ * Implementation: rt_http.c (connections, parsing, dispatch, server) and
+ * rt_http_resp.c (responses), sharing rt_http_internal.h.
+ */
+#ifndef RT_HTTP_H
+#define RT_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+struct rt_http_req;
+struct rt_http_conn;
+
+/* Called once per complete request on the loop thread. `ud` is the route's
+ * user data. The handler must eventually finish the response through the
+ * handle (now or later) unless the request is aborted first. */
+typedef void (*rt_http_handler_fn)(struct rt_http_req *req, void *ud);
+
+/* Called once when the client of an unfinished request goes away; `ud` is
+ * the value given to rt_http_req_on_abort(). The handle is freed after it
+ * returns. */
+typedef void (*rt_http_abort_fn)(struct rt_http_req *req, void *ud);
+
+/* Called once by rt_http_server_close() when every handle is closed. */
+typedef void (*rt_http_closed_fn)(void *ud);
+
+struct rt_http_config {
+    size_t max_header_bytes;     /* request line + header bytes; over -> 431
+                                    (default 16384, min 256; http-parser's
+                                    own 80 KiB cap applies above that) */
+    size_t max_body_bytes;       /* decoded body bytes; over -> 413
+                                    (default 8 MiB) */
+    uint32_t idle_timeout_ms;    /* keep-alive idle close (default 60000;
+                                    0 = never) */
+    uint32_t request_timeout_ms; /* first byte to complete request; over ->
+                                    408. Also bounds the flush of a final
+                                    response (default 30000; 0 = never) */
+    uint32_t linger_ms;          /* input drain after a final response before
+                                    the socket closes (default 1000, 0 = close
+                                    at once) */
+    int backlog;                 /* listen(2) backlog (default 511) */
+};
+
+/* One request header, both strings NUL-terminated, name as sent. */
+struct rt_http_header {
+    const char *name;
+    const char *value;
+};
+
+struct rt_http_route {
+    char *method;                /* "GET", "POST" ... (owned copy) */
+    char *path;                  /* exact path, or prefix + '*' (owned copy) */
+    size_t prefix_len;           /* bytes before '*'; 0 for exact routes */
+    rt_http_handler_fn handler;
+    void *ud;
+};
+
+/* The server. The caller owns the storage; fields are private to rt_http.c
+ * except where a comment says a caller may read them. */
+struct rt_http_server {
+    uv_loop_t *loop;
+    struct rt_http_config cfg;
+    uv_tcp_t listener;
+    uv_idle_t resume_idle;       /* resumes connections whose async response
+                                    completed, outside the caller's stack */
+    struct rt_http_route *routes;/* (n_routes) */
+    size_t n_routes, cap_routes;
+    struct rt_http_conn *conns;  /* doubly linked list of open connections */
+    struct rt_http_conn *resume; /* singly linked list to resume */
+    struct rt_http_req *zombies; /* detached requests (see above) */
+    int port;                    /* readable: bound port after listen */
+    size_t n_conns;              /* readable: open connections */
+    uint64_t n_requests;         /* readable: requests dispatched so far */
+    int listening, live_handles, closing, initialized;
+    rt_http_closed_fn on_closed;
+    void *on_closed_ud;
+};
+
+/* A request, also its response handle. The public fields are read-only
+ * and valid while the handle is; the rest is private to rt_http.c. */
+struct rt_http_req {
+    const char *method;          /* "GET", "POST" ... (static string) */
+    const char *path;            /* path of the target, without the query,
+                                    not percent-decoded */
+    const char *query;           /* after '?', "" when none */
+    int http_major, http_minor;
+    const struct rt_http_header *headers; /* (n_headers) in arrival order */
+    size_t n_headers;
+    const char *body;            /* (body_len) decoded, NUL-terminated */
+    size_t body_len;
+
+    /* private */
+    struct rt_http_conn *conn;   /* NULL once detached */
+    struct rt_http_server *srv;
+    struct rt_http_req *next_zombie;
+    char *hbuf;                  /* url and header strings, NUL-separated */
+    size_t hlen, hcap;
+    size_t *hoffs;               /* (2 * cap_hdrs) name/value offsets in hbuf */
+    struct rt_http_header *hdrs; /* (n_hdrs), built when headers end */
+    size_t n_hdrs, cap_hdrs;
+    char *bbuf;                  /* body bytes + NUL */
+    size_t blen, bcap;
+    char *rhdrs;                 /* extra response header lines */
+    size_t rhlen;
+    rt_http_abort_fn on_abort;
+    void *abort_ud;
+    int state;                   /* RQ_* in rt_http.c */
+    int keep_alive;              /* client allows keep-alive */
+    int in_abort;
+    int is_head;                 /* HEAD: send no body bytes */
+    size_t url_len;              /* bytes of the target at hbuf[0] */
+    int last_cb;                 /* parser callback seen last (CB_* in .c) */
+};
+
+/* Fills `cfg` with the defaults listed in struct rt_http_config. */
+void rt_http_config_default(struct rt_http_config *cfg);
+
+/* Initialises `srv` on `loop` with a copy of `cfg` (NULL = defaults).
+ * Returns 0, TG_EINVAL (a limit out of range; detail in err) or
+ * TG_ENOMEM. On failure `srv` is safe to pass to rt_http_server_free().
+ * Loop thread. */
+int rt_http_server_init(struct rt_http_server *srv, uv_loop_t *loop,
+                        const struct rt_http_config *cfg, char *err,
+                        size_t errlen);
+
+/* Adds a route: requests whose method equals `method` and whose path
+ * equals `path` (or starts with it minus a trailing '*') go to `handler`
+ * with `ud`. The first matching route wins. Strings are copied. Returns 0,
+ * TG_EINVAL (empty method, path not starting with '/') or TG_ENOMEM.
+ * Call before or after listening, on the loop thread. */
+int rt_http_route_add(struct rt_http_server *srv, const char *method,
+                      const char *path, rt_http_handler_fn handler, void *ud,
+                      char *err, size_t errlen);
+
+/* Binds `host` (IPv4 or IPv6 literal) and `port` (0 = any free port; read
+ * the result in srv->port) and starts accepting. Returns 0, TG_EINVAL (bad
+ * address, already listening) or TG_EIO (bind/listen failed, detail in
+ * err). Loop thread. */
+int rt_http_server_listen(struct rt_http_server *srv, const char *host,
+                          int port, char *err, size_t errlen);
+
+/* Stops accepting and closes every connection, aborting requests in flight
+ * (their abort callbacks run before this returns). `on_closed(ud)` (may be
+ * NULL) is called from the loop once every handle is closed; run the loop
+ * until then before rt_http_server_free(). Calling it twice is a no-op.
+ * Loop thread. */
+void rt_http_server_close(struct rt_http_server *srv,
+                          rt_http_closed_fn on_closed, void *ud);
+
+/* Frees the routes and any zombie requests. Safe on a zeroed or
+ * failed-init server, and after rt_http_server_close() completed; the
+ * server must not have open handles otherwise (a broken invariant). */
+void rt_http_server_free(struct rt_http_server *srv);
+
+/* Returns the value of the first request header named `name`
+ * (ASCII case-insensitive), or NULL. Valid while the handle is. */
+const char *rt_http_req_header(const struct rt_http_req *req,
+                               const char *name);
+
+/* Registers the abort callback of `req` (replacing a previous one). Set it
+ * before returning from the handler when responding later. */
+void rt_http_req_on_abort(struct rt_http_req *req, rt_http_abort_fn fn,
+                          void *ud);
+
+/* Adds a response header line "name: value" to the response not started
+ * yet. Returns 0, TG_EINVAL (empty name, CR/LF or ':' in name, CR/LF in
+ * value, response already started, or one of the headers the server
+ * writes itself: Content-Length, Transfer-Encoding, Connection) or
+ * TG_ECANCELED (the client is gone). */
+int rt_http_resp_header(struct rt_http_req *req, const char *name,
+                        const char *value);
+
+/* Sends a whole response: status line, Content-Type (omitted when
+ * `content_type` is NULL), Content-Length, Connection, added headers, and
+ * `body` (copied; may be NULL when len is 0). The handle is freed before
+ * this returns, whatever the result. Returns 0, TG_EINVAL (status outside
+ * 200..599, a body with 204/304, CR/LF in content_type, response already
+ * started — the handle is then NOT freed), TG_ECANCELED (client gone) or TG_ENOMEM / TG_EIO (the connection
+ * is closed). */
+int rt_http_respond(struct rt_http_req *req, int status,
+                    const char *content_type, const char *body, size_t len);
+
+/* rt_http_respond() with the JSON error body of the OpenAI API:
+ * {"error":{"message":msg,"type":type,"param":null,"code":status}}.
+ * `type` NULL means "invalid_request_error" below 500, else "server_error".
+ * Same returns and ownership as rt_http_respond(). */
+int rt_http_respond_error(struct rt_http_req *req, int status,
+                          const char *type, const char *msg);
+
+/* Starts a streaming response: status line, Content-Type, added headers,
+ * and "Transfer-Encoding: chunked" (HTTP/1.1) or "Connection: close"
+ * (HTTP/1.0, close-delimited). Returns 0, TG_EINVAL (status outside
+ * 200..599 or 204/304, CR/LF in content_type, already started),
+ * TG_ECANCELED or TG_EIO. The handle stays valid. */
+int rt_http_stream_begin(struct rt_http_req *req, int status,
+                         const char *content_type);
+
+/* Queues `len` bytes of body (copied; len 0 is a no-op) as one chunk.
+ * Returns 0, TG_EINVAL (not streaming), TG_ECANCELED (client gone) or
+ * TG_ENOMEM / TG_EIO (the connection will be closed from the loop, which
+ * then runs the abort path; the handle stays valid until then). */
+int rt_http_stream_write(struct rt_http_req *req, const void *data,
+                         size_t len);
+
+/* Ends a streaming response (the last chunk, or closing the connection on
+ * HTTP/1.0). The handle is freed before this returns, except on TG_EINVAL
+ * (not streaming). Returns 0, TG_EINVAL, TG_ECANCELED or TG_EIO. */
+int rt_http_stream_end(struct rt_http_req *req);
+
+/* Bytes queued on the connection but not yet written to the socket (0 when
+ * the client is gone); lets a streaming producer apply backpressure. */
+size_t rt_http_req_pending_bytes(const struct rt_http_req *req);
+
+/* Returns the standard reason phrase of `status` ("OK", "Not Found" ...),
+ * or "Unknown" for codes it does not know. Thread-safe. */
+const char *rt_http_status_reason(int status);
+
+#endif /* RT_HTTP_H */

@@ -1,0 +1,379 @@
+/*
+ * rt_openai.h — the OpenAI-compatible HTTP API as pure functions: parsing and
+ * validation of request bodies into plain C structs, and formatting of the
+ * response bodies and SSE frames. No I/O, no globals, no tokenizer: the
+ * router's HTTP layer feeds bodies in and writes the strings out.
+ *
+ * Requests (DESIGN.md §5, shapes of the OpenAI API reference and vLLM's
+ * protocol extensions):
+ *   POST /v1/completions       rt_openai_parse_completion
+ *   POST /v1/chat/completions  rt_openai_parse_chat
+ *   POST /tokenize             rt_openai_parse_tokenize
+ *   POST /detokenize           rt_openai_parse_detokenize
+ * Unknown fields are ignored, as OpenAI does; JSON null means "absent" for
+ * every optional field; a key given twice takes its last value (as Python's
+ * json module does); "\u0000" inside strings is rejected as malformed.
+ * Integer fields accept numbers without a fraction (1.0), as pydantic does
+ * for vLLM. Known fields whose values this server cannot honour (n > 1,
+ * best_of > 1, echo, suffix, tools, tool calls, logit_bias,
+ * prompt_logprobs, non-text content parts, custom chat templates, non-text
+ * response_format) are rejected with 400 instead of being silently dropped,
+ * so a client never gets output it did not ask for.
+ *
+ * Every failure fills a struct rt_api_error: the HTTP status (400 bad input,
+ * 404 unknown model, 413 body too large, 500 out of memory), the OpenAI
+ * error type and code, `param` naming the offending field as a path
+ * ("messages[2].content[0].text", "stream_options.include_usage"), and a
+ * message for humans. rt_openai_format_error renders it as
+ * {"error": {"message", "type", "param", "code"}}.
+ *
+ * Limits chosen here (OpenAI allows 4 stop strings, vLLM any number; we take
+ * a documented middle ground that keeps the stop matcher cheap):
+ *   RT_OPENAI_MAX_STOP stop strings of at most RT_OPENAI_MAX_STOP_BYTES
+ *   bytes each, RT_OPENAI_MAX_STOP_TOKEN_IDS stop token ids, and at most
+ *   RT_OPENAI_MAX_LOGPROBS alternatives per token (OpenAI's and vLLM's
+ *   default max_logprobs, 20).
+ *
+ * Thread: every function works on caller data only; any thread, one object
+ * per thread at a time.
+ */
+#ifndef RT_OPENAI_H
+#define RT_OPENAI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/ct_template.h"
+
+#define RT_OPENAI_MAX_STOP 16
+#define RT_OPENAI_MAX_STOP_BYTES 1024
+#define RT_OPENAI_MAX_STOP_TOKEN_IDS 256
+#define RT_OPENAI_MAX_LOGPROBS 20
+#define RT_OPENAI_MAX_ID_BYTES 256 /* session_id, request_id, user */
+
+/* The frame that ends every stream. */
+#define RT_OPENAI_SSE_DONE "data: [DONE]\n\n"
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* One API error. `type` and `code` point to static strings (code NULL is
+ * JSON null); param "" is JSON null. */
+struct rt_api_error {
+    int status;        /* HTTP status: 400, 401, 404, 413, 429, 500, 503 */
+    const char *type;  /* "invalid_request_error", "server_error", ... */
+    const char *code;  /* "invalid_type", "model_not_found", ... or NULL */
+    char param[128];   /* offending field path, "" when none */
+    char message[384]; /* human-readable detail */
+};
+
+/* Returns the OpenAI error type for an HTTP status: "invalid_request_error"
+ * for 400/404/413/422, "authentication_error" 401, "permission_error" 403,
+ * "rate_limit_error" 429, "server_error" for 5xx and anything else.
+ * The string is static. Any thread. */
+const char *rt_api_error_type(int status);
+
+/* Fills *e with status, the type of rt_api_error_type(status), `code`
+ * (static string or NULL), `param` (copied; NULL = none) and the printf
+ * message (truncated to fit). Returns nothing; e must be non-NULL. */
+void rt_api_error_set(struct rt_api_error *e, int status, const char *code,
+                      const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* ---- requests ---------------------------------------------------------- */
+
+enum rt_endpoint {
+    RT_ENDPOINT_COMPLETIONS = 0, /* /v1/completions */
+    RT_ENDPOINT_CHAT,            /* /v1/chat/completions */
+};
+
+enum rt_role {
+    RT_ROLE_SYSTEM = 0, /* "system"; "developer" is read as system (OpenAI
+                           made it the new name of the system role) */
+    RT_ROLE_USER,
+    RT_ROLE_ASSISTANT,
+    RT_ROLE_TOOL,
+};
+
+/* Returns "system", "user", "assistant" or "tool" (static). */
+const char *rt_role_name(enum rt_role r);
+
+/* One chat message. All strings are malloc'd and owned by the request. */
+struct rt_message {
+    enum rt_role role;
+    char *content;           /* never NULL; text parts joined by "\n" as
+                                vLLM does for content arrays */
+    char *name;              /* NULL = absent */
+    char *reasoning_content; /* assistant only; NULL = absent */
+    char *tool_call_id;      /* tool role only (required there) */
+};
+
+/* Chat-template options of a chat or chat-form tokenize request. */
+struct rt_chat_opts {
+    bool add_generation_prompt;  /* default true */
+    bool continue_final_message; /* default false; exclusive with the above */
+    enum ct_thinking enable_thinking; /* chat_template_kwargs.enable_thinking */
+};
+
+/* Sampling parameters with the defaults of OpenAI / vLLM. */
+struct rt_sampling {
+    int32_t max_tokens;  /* >= 1; -1 = up to the context (chat default,
+                            resolved by rt_gen_request_fit); completions
+                            default 16 as in the OpenAI API */
+    int32_t min_tokens;  /* vLLM: no EOS/stop before this many; default 0 */
+    double temperature;  /* [0, 2], default 1; 0 = greedy */
+    double top_p;        /* (0, 1], default 1 */
+    int32_t top_k;       /* >= 1, or 0 = off (-1 and 0 both mean off) */
+    double min_p;        /* [0, 1], default 0 */
+    bool has_seed;
+    int64_t seed;        /* valid when has_seed */
+    double presence_penalty;   /* [-2, 2], default 0 */
+    double frequency_penalty;  /* [-2, 2], default 0 */
+    double repetition_penalty; /* > 0, default 1 (vLLM extension) */
+    bool ignore_eos;                 /* default false */
+    bool skip_special_tokens;        /* default true */
+    bool include_stop_str_in_output; /* default false */
+    char **stop;             /* n_stop malloc'd non-empty strings */
+    size_t n_stop;           /* <= RT_OPENAI_MAX_STOP */
+    int32_t *stop_token_ids; /* n_stop_token_ids ids (malloc'd or NULL) */
+    size_t n_stop_token_ids; /* <= RT_OPENAI_MAX_STOP_TOKEN_IDS */
+    int32_t logprobs;        /* -1 = none; else alternatives per token,
+                                0..RT_OPENAI_MAX_LOGPROBS */
+};
+
+/* A parsed generation request of either endpoint. Exactly one of prompt,
+ * prompt_ids (completions) or messages (chat) is set. Zeroed is empty;
+ * everything is owned by the struct and freed by rt_gen_request_free. */
+struct rt_gen_request {
+    enum rt_endpoint endpoint;
+    char *model;              /* the served name (the default when omitted) */
+    char *prompt;             /* completions, text form; NUL-terminated */
+    size_t prompt_len;        /* bytes */
+    int32_t *prompt_ids;      /* completions, token form: (n_prompt_ids) */
+    size_t n_prompt_ids;
+    struct rt_message *messages; /* chat: (n_messages), at least one */
+    size_t n_messages;
+    struct rt_chat_opts chat;
+    bool add_special_tokens;  /* completions default true, chat false */
+    struct rt_sampling sampling;
+    const char *max_tokens_param; /* static: the field that set max_tokens
+                                     ("max_tokens" / "max_completion_tokens"),
+                                     for errors raised by the fit check */
+    bool stream;
+    bool include_usage;       /* stream_options.include_usage */
+    bool continuous_usage;    /* stream_options.continuous_usage_stats
+                                 (vLLM): usage in every chunk */
+    char *user;               /* NULL = absent */
+    char *session_id;         /* "session_id" field (tangram); NULL = absent */
+    char *request_id;         /* "request_id" (vLLM extension); NULL = absent */
+};
+
+/* What the parser validates against. */
+struct rt_openai_cfg {
+    const char *served_model; /* the model name of this server (required) */
+    int32_t max_model_len;    /* context in tokens; 0 = not checked */
+    int32_t vocab_size;       /* token ids must be below it; 0 = unchecked */
+    size_t max_body_bytes;    /* larger bodies get 413; 0 = unlimited */
+};
+
+/* Parses and validates a /v1/completions body of `len` bytes into *out
+ * (which the call first zeroes). Returns 0; or fills *e and returns
+ * TG_EFORMAT (400), TG_EUNSUPPORTED (400, a feature this server lacks),
+ * TG_ENOTFOUND (404, unknown model), TG_ETOOBIG (413) or TG_ENOMEM (500),
+ * leaving *out empty. On success the caller owns *out and frees it with
+ * rt_gen_request_free. Any thread. */
+int rt_openai_parse_completion(const struct rt_openai_cfg *cfg,
+                               const char *body, size_t len,
+                               struct rt_gen_request *out,
+                               struct rt_api_error *e);
+
+/* Same for a /v1/chat/completions body (same codes and ownership). */
+int rt_openai_parse_chat(const struct rt_openai_cfg *cfg, const char *body,
+                         size_t len, struct rt_gen_request *out,
+                         struct rt_api_error *e);
+
+/* Checks a parsed request against the context once its prompt has been
+ * tokenized to n_prompt_tokens: the prompt must be non-empty and shorter
+ * than max_model_len, and prompt + max_tokens must fit (OpenAI's
+ * "context_length_exceeded"). Resolves max_tokens -1 to the room left.
+ * max_model_len <= 0 only rejects an empty prompt. Returns 0, or
+ * TG_EFORMAT / TG_ETOOBIG with *e filled (400). Any thread. */
+int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
+                       int64_t n_prompt_tokens, struct rt_api_error *e);
+
+/* Releases everything r owns and zeroes it. Safe on a zeroed request. */
+void rt_gen_request_free(struct rt_gen_request *r);
+
+/* /tokenize (vLLM): {"model", "prompt", "add_special_tokens"} or
+ * {"model", "messages", "add_generation_prompt", "continue_final_message",
+ * "add_special_tokens", "chat_template_kwargs"}, plus "return_token_strs".
+ * Owned strings as in rt_gen_request. */
+struct rt_tokenize_request {
+    char *model;
+    char *prompt;                /* text form (may be ""); NULL in chat form */
+    size_t prompt_len;
+    struct rt_message *messages; /* chat form: (n_messages) */
+    size_t n_messages;
+    struct rt_chat_opts chat;
+    bool add_special_tokens;     /* text form default true, chat false */
+    bool return_token_strs;      /* default false */
+};
+
+/* Parses a /tokenize body into *out (zeroed first). Codes, errors and
+ * ownership as rt_openai_parse_completion; free with
+ * rt_tokenize_request_free. */
+int rt_openai_parse_tokenize(const struct rt_openai_cfg *cfg,
+                             const char *body, size_t len,
+                             struct rt_tokenize_request *out,
+                             struct rt_api_error *e);
+
+/* Releases everything r owns and zeroes it. Safe on a zeroed request. */
+void rt_tokenize_request_free(struct rt_tokenize_request *r);
+
+/* /detokenize (vLLM): {"model", "tokens": [ids]}. */
+struct rt_detokenize_request {
+    char *model;
+    int32_t *tokens; /* (n_tokens), malloc'd or NULL when empty */
+    size_t n_tokens;
+};
+
+/* Parses a /detokenize body (same contract as rt_openai_parse_tokenize). */
+int rt_openai_parse_detokenize(const struct rt_openai_cfg *cfg,
+                               const char *body, size_t len,
+                               struct rt_detokenize_request *out,
+                               struct rt_api_error *e);
+
+/* Releases everything r owns and zeroes it. Safe on a zeroed request. */
+void rt_detokenize_request_free(struct rt_detokenize_request *r);
+
+/* ---- responses ------------------------------------------------------- */
+
+enum rt_finish {
+    RT_FINISH_NONE = 0, /* still generating: finish_reason null */
+    RT_FINISH_STOP,     /* "stop": EOS, stop string or stop token */
+    RT_FINISH_LENGTH,   /* "length": max_tokens or the context */
+    RT_FINISH_ABORT,    /* "abort" (vLLM): cancelled */
+    RT_FINISH_ERROR,    /* "error": the request failed mid-way */
+};
+
+/* Returns the finish_reason string of f, or NULL for RT_FINISH_NONE. */
+const char *rt_finish_name(enum rt_finish f);
+
+struct rt_usage {
+    int64_t prompt_tokens;
+    int64_t completion_tokens;
+    int64_t cached_tokens; /* prompt tokens served from stored KV */
+};
+
+/* One alternative at a position. Logprobs are natural-log probabilities;
+ * -inf (and anything below) is written as -9999.0, as vLLM does, since JSON
+ * has no infinities. */
+struct rt_top_logprob {
+    int32_t id;
+    float logprob;
+};
+
+/* The sampled token at one position and its alternatives (in the order
+ * they are to be listed; the caller decides whether the sampled token is
+ * among them). */
+struct rt_token_logprob {
+    int32_t id;
+    float logprob;
+    const struct rt_top_logprob *top; /* (n_top) */
+    size_t n_top;
+};
+
+/* Returns the bytes of token `id` as the tokenizer decodes it alone and
+ * stores their count in *len; NULL when unknown (written as ""). The bytes
+ * need not be valid UTF-8 (a token can hold part of a character): strings
+ * get U+FFFD for ill-formed sequences, the chat "bytes" field the raw
+ * bytes. They must stay valid until the next call of the callback. */
+typedef const char *(*rt_token_text_fn)(void *user, int32_t id, size_t *len);
+
+/* Identity and options of one response (non-streaming or a stream). */
+struct rt_resp_ctx {
+    enum rt_endpoint endpoint;
+    const char *id;     /* "cmpl-..." / "chatcmpl-..." (rt_openai_make_id) */
+    const char *model;  /* served model name */
+    int64_t created;    /* unix time, seconds */
+    bool logprobs;      /* the request asked for logprobs: write the
+                           logprobs object (else null) */
+    rt_token_text_fn token_text; /* required when logprobs */
+    void *token_user;
+    bool include_usage;    /* stream: usage null in chunks, final usage chunk */
+    bool continuous_usage; /* stream: usage in every chunk (vLLM) */
+    int64_t text_offset;   /* completions logprobs: code points of output text
+                              before the next token; advanced by the
+                              formatters, so a stream continues it */
+};
+
+/* Writes "<prefix>-<16 hex digits of r>" into buf (cap >= 32 bytes is
+ * enough) with prefix "cmpl" or "chatcmpl" by endpoint. The caller supplies
+ * the random bits, keeping this module free of I/O. */
+void rt_openai_make_id(char *buf, size_t cap, enum rt_endpoint ep,
+                       uint64_t r);
+
+/* Formats the non-streaming response body: one choice with the whole
+ * `text` (len bytes; ill-formed UTF-8 becomes U+FFFD), the logprobs of its
+ * n_lp tokens (when c->logprobs), finish reason `fin` and usage `u`
+ * (NULL writes "usage": null).
+ * On success *out is a malloc'd NUL-terminated string of *out_len bytes the
+ * caller frees. Returns 0, TG_EINVAL (logprobs without a token_text
+ * callback) or TG_ENOMEM. */
+int rt_openai_format_response(struct rt_resp_ctx *c, const char *text,
+                              size_t len, const struct rt_token_logprob *lp,
+                              size_t n_lp, enum rt_finish fin,
+                              const struct rt_usage *u, char **out,
+                              size_t *out_len);
+
+/* Formats the first frame of a chat stream: delta {"role": "assistant",
+ * "content": ""}. Ownership and codes as rt_openai_format_response (a
+ * completions ctx gives TG_EINVAL). */
+int rt_openai_sse_role(const struct rt_resp_ctx *c, char **out,
+                       size_t *out_len);
+
+/* Formats one stream frame "data: {...}\n\n": the text delta (len bytes,
+ * may be 0), the logprobs of its n_lp tokens, and finish reason `fin`
+ * (RT_FINISH_NONE while streaming; a chat delta without text is {}).
+ * `u` is the usage so far, written only with c->continuous_usage; with
+ * c->include_usage alone the chunk carries "usage": null as OpenAI does.
+ * Advances c->text_offset. Ownership and codes as rt_openai_format_response. */
+int rt_openai_sse_delta(struct rt_resp_ctx *c, const char *text, size_t len,
+                        const struct rt_token_logprob *lp, size_t n_lp,
+                        enum rt_finish fin, const struct rt_usage *u,
+                        char **out, size_t *out_len);
+
+/* Formats the usage frame sent after the final chunk when include_usage is
+ * set: empty choices and the usage object. Same ownership and codes. */
+int rt_openai_sse_usage(const struct rt_resp_ctx *c, const struct rt_usage *u,
+                        char **out, size_t *out_len);
+
+/* Formats the body {"error": {...}} of e. Same ownership; 0 or TG_ENOMEM. */
+int rt_openai_format_error(const struct rt_api_error *e, char **out,
+                           size_t *out_len);
+
+/* Formats an error inside a stream, "data: {"error": {...}}\n\n" (what
+ * vLLM sends before [DONE] when a request fails mid-stream). */
+int rt_openai_sse_error(const struct rt_api_error *e, char **out,
+                        size_t *out_len);
+
+/* Formats the /v1/models body: a list of the one served model with its
+ * created time and max_model_len. Same ownership; 0 or TG_ENOMEM. */
+int rt_openai_format_models(const char *model, int64_t created,
+                            int32_t max_model_len, char **out,
+                            size_t *out_len);
+
+/* Formats the /tokenize body {"count", "max_model_len", "tokens"} and, when
+ * token_text is non-NULL, "token_strs" (vLLM's return_token_strs). Same
+ * ownership; 0 or TG_ENOMEM. */
+int rt_openai_format_tokenize(const int32_t *ids, size_t n,
+                              int32_t max_model_len,
+                              rt_token_text_fn token_text, void *user,
+                              char **out, size_t *out_len);
+
+/* Formats the /detokenize body {"prompt": text} (len bytes, ill-formed
+ * UTF-8 becomes U+FFFD). Same ownership; 0 or TG_ENOMEM. */
+int rt_openai_format_detokenize(const char *text, size_t len, char **out,
+                                size_t *out_len);
+
+#endif /* RT_OPENAI_H */

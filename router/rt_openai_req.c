@@ -1,0 +1,963 @@
+/* rt_openai_req.c — parsing and validation of OpenAI-compatible request
+ * bodies (rt_openai.h). Field names, defaults and ranges follow the OpenAI
+ * API reference and vLLM's protocol.py; each check says where it deviates. */
+#include "router/rt_openai.h"
+
+#include <float.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/tg_err.h"
+#include "router/rt_openai_int.h"
+
+/* ---- errors ------------------------------------------------------------ */
+
+const char *rt_api_error_type(int status)
+{
+    switch (status) {
+    case 400:
+    case 404:
+    case 413:
+    case 422:
+        return "invalid_request_error";
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 429:
+        return "rate_limit_error";
+    default:
+        return "server_error";
+    }
+}
+
+static void verror(struct rt_api_error *e, int status, const char *code,
+                   const char *param, const char *fmt, va_list ap)
+{
+    e->status = status;
+    e->type = rt_api_error_type(status);
+    e->code = code;
+    snprintf(e->param, sizeof(e->param), "%s", param != NULL ? param : "");
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+}
+
+void rt_api_error_set(struct rt_api_error *e, int status, const char *code,
+                      const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verror(e, status, code, param, fmt, ap);
+    va_end(ap);
+}
+
+int rt__openai_fail(struct rt_api_error *e, int rc, int status,
+                    const char *code, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verror(e, status, code, param, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int rt__openai_oom(struct rt_api_error *e)
+{
+    return rt__openai_fail(e, TG_ENOMEM, 500, NULL, NULL,
+                           "out of memory while parsing the request");
+}
+
+int rt__openai_bad_type(struct rt_api_error *e, const char *param,
+                        const char *what)
+{
+    return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_type", param,
+                           "'%s' must be %s", param, what);
+}
+
+static int unsupported(struct rt_api_error *e, const char *param,
+                       const char *what)
+{
+    return rt__openai_fail(e, TG_EUNSUPPORTED, 400, "unsupported_parameter",
+                           param, "'%s': %s", param, what);
+}
+
+const char *rt_role_name(enum rt_role r)
+{
+    switch (r) {
+    case RT_ROLE_SYSTEM:
+        return "system";
+    case RT_ROLE_USER:
+        return "user";
+    case RT_ROLE_ASSISTANT:
+        return "assistant";
+    case RT_ROLE_TOOL:
+        return "tool";
+    }
+    return "system";
+}
+
+/* ---- typed optional members -------------------------------------------
+ * Each getter leaves *out untouched when the member is absent or null and
+ * sets *present (when non-NULL) to whether it was given. `param` names the
+ * field in errors. */
+
+json_t *rt__openai_member(const json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+int rt__openai_get_bool(const json_t *obj, const char *key, const char *param,
+                        bool *out, struct rt_api_error *e)
+{
+    json_t *v = rt__openai_member(obj, key);
+    if (v == NULL)
+        return 0;
+    if (!json_is_boolean(v))
+        return rt__openai_bad_type(e, param, "a boolean");
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* Integers: JSON integers, or reals with no fraction (pydantic's lax mode,
+ * which vLLM uses, accepts 16.0 for an int field). */
+static int get_int(const json_t *obj, const char *key, const char *param,
+                   int64_t lo, int64_t hi, int64_t *out, bool *present,
+                   struct rt_api_error *e)
+{
+    if (present != NULL)
+        *present = false;
+    json_t *v = rt__openai_member(obj, key);
+    if (v == NULL)
+        return 0;
+    int64_t x;
+    if (json_is_integer(v)) {
+        x = (int64_t)json_integer_value(v);
+    } else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (d != floor(d) || d < -9.2e18 || d > 9.2e18)
+            return rt__openai_bad_type(e, param, "an integer");
+        x = (int64_t)d;
+    } else {
+        return rt__openai_bad_type(e, param, "an integer");
+    }
+    if (x < lo || x > hi) {
+        if (hi == INT64_MAX || hi == INT32_MAX)
+            return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", param,
+                                   "'%s' must be at least %" PRId64
+                                   ", got %" PRId64,
+                                   param, lo, x);
+        return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", param,
+                               "'%s' must be between %" PRId64 " and %" PRId64
+                               ", got %" PRId64,
+                               param, lo, hi, x);
+    }
+    *out = x;
+    if (present != NULL)
+        *present = true;
+    return 0;
+}
+
+/* Numbers in [lo, hi], or (lo, hi] when lo_open. */
+static int get_num(const json_t *obj, const char *key, double lo, bool lo_open,
+                   double hi, double *out, struct rt_api_error *e)
+{
+    json_t *v = rt__openai_member(obj, key);
+    if (v == NULL)
+        return 0;
+    if (!json_is_number(v))
+        return rt__openai_bad_type(e, key, "a number");
+    double x = json_number_value(v);
+    if (!(lo_open ? x > lo : x >= lo) || !(x <= hi)) {
+        if (hi == DBL_MAX)
+            return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", key,
+                                   "'%s' must be %s %g, got %g", key,
+                                   lo_open ? "greater than" : "at least", lo,
+                                   x);
+        return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", key,
+                               "'%s' must be in %c%g, %g], got %g", key,
+                               lo_open ? '(' : '[', lo, hi, x);
+    }
+    *out = x;
+    return 0;
+}
+
+/* A string member copied into *out (malloc'd); max_bytes 0 = no limit. */
+static int get_str(const json_t *obj, const char *key, const char *param,
+                   size_t max_bytes, char **out, struct rt_api_error *e)
+{
+    json_t *v = rt__openai_member(obj, key);
+    if (v == NULL)
+        return 0;
+    if (!json_is_string(v))
+        return rt__openai_bad_type(e, param, "a string");
+    size_t n = json_string_length(v);
+    if (max_bytes > 0 && n > max_bytes)
+        return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", param,
+                               "'%s' is longer than %zu bytes", param,
+                               max_bytes);
+    char *s = strndup(json_string_value(v), n);
+    if (s == NULL)
+        return rt__openai_oom(e);
+    free(*out);
+    *out = s;
+    return 0;
+}
+
+/* ---- common pieces ----------------------------------------------------- */
+
+int rt__openai_load_body(const struct rt_openai_cfg *cfg, const char *body,
+                         size_t len, json_t **root, struct rt_api_error *e)
+{
+    *root = NULL;
+    if (cfg->max_body_bytes > 0 && len > cfg->max_body_bytes)
+        return rt__openai_fail(
+            e, TG_ETOOBIG, 413, "request_too_large", NULL,
+            "request body of %zu bytes exceeds the limit of %zu bytes", len,
+            cfg->max_body_bytes);
+    if (body == NULL || len == 0)
+        return rt__openai_fail(
+            e, TG_EFORMAT, 400, "invalid_json", NULL,
+            "the request body is empty; expected a JSON object");
+    json_error_t je;
+    /* No JSON_ALLOW_NUL: a "\u0000" in a string is rejected here, so every
+     * string we copy is an ordinary C string. */
+    json_t *doc = json_loadb(body, len, 0, &je);
+    if (doc == NULL)
+        return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_json", NULL,
+                               "malformed JSON at line %d column %d: %s",
+                               je.line, je.column, je.text);
+    if (!json_is_object(doc)) {
+        json_decref(doc);
+        return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_json", NULL,
+                               "the request body must be a JSON object");
+    }
+    *root = doc;
+    return 0;
+}
+
+/* "model" is optional as in vLLM (absent = the served model); a different
+ * name is 404 model_not_found, as OpenAI answers. */
+int rt__openai_parse_model(const struct rt_openai_cfg *cfg, const json_t *root,
+                           char **out, struct rt_api_error *e)
+{
+    TG_ASSERT(cfg->served_model != NULL);
+    json_t *v = rt__openai_member(root, "model");
+    const char *name = cfg->served_model;
+    if (v != NULL) {
+        if (!json_is_string(v))
+            return rt__openai_bad_type(e, "model", "a string");
+        name = json_string_value(v);
+        if (strcmp(name, cfg->served_model) != 0)
+            return rt__openai_fail(
+                e, TG_ENOTFOUND, 404, "model_not_found", "model",
+                "The model '%.100s' does not exist; this server "
+                "serves '%.100s'",
+                name, cfg->served_model);
+    }
+    *out = strdup(name);
+    return *out != NULL ? 0 : rt__openai_oom(e);
+}
+
+/* A token id array `arr` at path `param` into a malloc'd int32 array. */
+int rt__openai_read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
+                        const char *param, size_t max_n, int32_t **out,
+                        size_t *n_out, struct rt_api_error *e)
+{
+    size_t n = json_array_size(arr);
+    if (max_n > 0 && n > max_n)
+        return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", param,
+                               "'%s' has %zu entries; at most %zu are allowed",
+                               param, n, max_n);
+    int64_t hi =
+        cfg->vocab_size > 0 ? (int64_t)cfg->vocab_size - 1 : (int64_t)INT32_MAX;
+    int32_t *ids = NULL;
+    if (n > 0) {
+        ids = malloc(n * sizeof(*ids));
+        if (ids == NULL)
+            return rt__openai_oom(e);
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(arr, i);
+        char p[128];
+        snprintf(p, sizeof(p), "%.96s[%zu]", param, i);
+        if (!json_is_integer(x)) {
+            free(ids);
+            return rt__openai_bad_type(e, p, "an integer token id");
+        }
+        json_int_t v = json_integer_value(x);
+        if (v < 0 || v > hi) {
+            free(ids);
+            return rt__openai_fail(
+                e, TG_ERANGE, 400, "invalid_value", p,
+                "'%s' = %lld is not a token id (valid: 0..%" PRId64 ")", p,
+                (long long)v, hi);
+        }
+        ids[i] = (int32_t)v;
+    }
+    *out = ids;
+    *n_out = n;
+    return 0;
+}
+
+/* Fields that name features we do not implement: rejected, never ignored. */
+static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
+                              struct rt_api_error *e)
+{
+    int rc;
+    int64_t x = 1;
+    if ((rc = get_int(root, "n", "n", INT64_MIN, INT64_MAX, &x, NULL, e)))
+        return rc;
+    if (x != 1)
+        return rt__openai_fail(
+            e, TG_EUNSUPPORTED, 400, "unsupported_value", "n",
+            "'n' must be 1 (got %" PRId64 "): this server returns "
+            "one choice per request; send several requests instead",
+            x);
+    x = 1;
+    if ((rc = get_int(root, "best_of", "best_of", INT64_MIN, INT64_MAX, &x,
+                      NULL, e)))
+        return rc;
+    if (x != 1)
+        return rt__openai_fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
+                               "best_of",
+                               "'best_of' must be 1 (got %" PRId64 ")", x);
+    bool echo = false;
+    if ((rc = rt__openai_get_bool(root, "echo", "echo", &echo, e)))
+        return rc;
+    if (echo)
+        return unsupported(e, "echo", "echoing the prompt is not supported");
+    if (rt__openai_member(root, "suffix") != NULL)
+        return unsupported(e, "suffix", "suffix is not supported");
+    if (rt__openai_member(root, "prompt_logprobs") != NULL)
+        return unsupported(e, "prompt_logprobs",
+                           "prompt logprobs are not supported over HTTP");
+    json_t *v = rt__openai_member(root, "logit_bias");
+    if (v != NULL && !json_is_object(v))
+        return rt__openai_bad_type(e, "logit_bias",
+                                   "an object of token id -> bias");
+    if (v != NULL && json_object_size(v) > 0)
+        return unsupported(e, "logit_bias", "logit_bias is not supported");
+    v = rt__openai_member(root, "response_format");
+    if (v != NULL) {
+        if (!json_is_object(v))
+            return rt__openai_bad_type(e, "response_format", "an object");
+        json_t *t = json_object_get(v, "type");
+        if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
+            return unsupported(e, "response_format",
+                               "only {\"type\": \"text\"} is supported");
+    }
+    if (ep != RT_ENDPOINT_CHAT)
+        return 0;
+    v = rt__openai_member(root, "tools");
+    if (v != NULL && !json_is_array(v))
+        return rt__openai_bad_type(e, "tools", "an array");
+    if (v != NULL && json_array_size(v) > 0)
+        return unsupported(e, "tools", "tool calling is not supported");
+    v = rt__openai_member(root, "tool_choice");
+    if (v != NULL &&
+        !(json_is_string(v) && (strcmp(json_string_value(v), "none") == 0 ||
+                                strcmp(json_string_value(v), "auto") == 0)))
+        return unsupported(e, "tool_choice", "tool calling is not supported");
+    if (rt__openai_member(root, "functions") != NULL)
+        return unsupported(e, "functions", "function calling is not supported");
+    if (rt__openai_member(root, "function_call") != NULL)
+        return unsupported(e, "function_call",
+                           "function calling is not supported");
+    if (rt__openai_member(root, "chat_template") != NULL)
+        return unsupported(e, "chat_template",
+                           "custom chat templates are not accepted; the "
+                           "model's own template is used");
+    return 0;
+}
+
+static int parse_stop(const json_t *root, struct rt_sampling *s,
+                      struct rt_api_error *e)
+{
+    json_t *v = rt__openai_member(root, "stop");
+    if (v == NULL)
+        return 0;
+    size_t n;
+    if (json_is_string(v))
+        n = 1;
+    else if (json_is_array(v))
+        n = json_array_size(v);
+    else
+        return rt__openai_bad_type(e, "stop",
+                                   "a string or an array of strings");
+    if (n > RT_OPENAI_MAX_STOP)
+        return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", "stop",
+                               "'stop' has %zu strings; at most %d are allowed",
+                               n, RT_OPENAI_MAX_STOP);
+    if (n == 0)
+        return 0;
+    s->stop = calloc(n, sizeof(*s->stop));
+    if (s->stop == NULL)
+        return rt__openai_oom(e);
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_is_string(v) ? v : json_array_get(v, i);
+        char p[64];
+        if (json_is_string(v))
+            snprintf(p, sizeof(p), "stop");
+        else
+            snprintf(p, sizeof(p), "stop[%zu]", i);
+        if (!json_is_string(x))
+            return rt__openai_bad_type(e, p, "a string");
+        size_t len = json_string_length(x);
+        if (len == 0)
+            return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", p,
+                                   "'%s' must not be an empty string", p);
+        if (len > RT_OPENAI_MAX_STOP_BYTES)
+            return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", p,
+                                   "'%s' is longer than %d bytes", p,
+                                   RT_OPENAI_MAX_STOP_BYTES);
+        s->stop[i] = strndup(json_string_value(x), len);
+        if (s->stop[i] == NULL)
+            return rt__openai_oom(e);
+        s->n_stop = i + 1;
+    }
+    return 0;
+}
+
+/* Sampling fields shared by both endpoints (OpenAI names plus vLLM's
+ * extensions: top_k, min_p, repetition_penalty, min_tokens, ignore_eos,
+ * stop_token_ids, skip_special_tokens, include_stop_str_in_output). */
+static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
+                          struct rt_gen_request *r, struct rt_api_error *e)
+{
+    struct rt_sampling *s = &r->sampling;
+    bool chat = r->endpoint == RT_ENDPOINT_CHAT;
+    int rc;
+    int64_t x;
+    bool present;
+
+    /* OpenAI: chat max_tokens defaults to the room left in the context,
+     * legacy completions to 16. max_completion_tokens is the newer chat
+     * name and wins when both are sent (vLLM does the same). */
+    s->max_tokens = chat ? -1 : 16;
+    r->max_tokens_param = "max_tokens";
+    int64_t max_hi = cfg->max_model_len > 0 ? cfg->max_model_len : INT32_MAX;
+    const char *mkey = "max_tokens";
+    if (chat && rt__openai_member(root, "max_completion_tokens") != NULL)
+        mkey = "max_completion_tokens";
+    if ((rc = get_int(root, mkey, mkey, 1, max_hi, &x, &present, e)))
+        return rc;
+    if (present) {
+        s->max_tokens = (int32_t)x;
+        r->max_tokens_param = mkey;
+    }
+    if ((rc = get_int(root, "min_tokens", "min_tokens", 0, max_hi, &x, &present,
+                      e)))
+        return rc;
+    if (present) {
+        if (s->max_tokens > 0 && x > s->max_tokens)
+            return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value",
+                                   "min_tokens",
+                                   "'min_tokens' (%" PRId64 ") must not exceed "
+                                   "'%s' (%d)",
+                                   x, r->max_tokens_param, (int)s->max_tokens);
+        s->min_tokens = (int32_t)x;
+    }
+
+    /* Ranges: temperature [0, 2] and penalties [-2, 2] per the OpenAI API
+     * reference; top_p (0, 1], min_p [0, 1], repetition_penalty > 0 per
+     * vLLM's SamplingParams checks. */
+    s->temperature = 1.0;
+    s->top_p = 1.0;
+    s->repetition_penalty = 1.0;
+    if ((rc = get_num(root, "temperature", 0.0, false, 2.0, &s->temperature,
+                      e)) ||
+        (rc = get_num(root, "top_p", 0.0, true, 1.0, &s->top_p, e)) ||
+        (rc = get_num(root, "min_p", 0.0, false, 1.0, &s->min_p, e)) ||
+        (rc = get_num(root, "presence_penalty", -2.0, false, 2.0,
+                      &s->presence_penalty, e)) ||
+        (rc = get_num(root, "frequency_penalty", -2.0, false, 2.0,
+                      &s->frequency_penalty, e)) ||
+        (rc = get_num(root, "repetition_penalty", 0.0, true, DBL_MAX,
+                      &s->repetition_penalty, e)))
+        return rc;
+
+    /* vLLM: top_k -1 (and, since 0.8, 0) disables; otherwise >= 1. */
+    if ((rc = get_int(root, "top_k", "top_k", -1, INT32_MAX, &x, &present, e)))
+        return rc;
+    if (present)
+        s->top_k = x <= 0 ? 0 : (int32_t)x;
+
+    if ((rc = get_int(root, "seed", "seed", INT64_MIN, INT64_MAX, &s->seed,
+                      &s->has_seed, e)))
+        return rc;
+
+    s->skip_special_tokens = true;
+    if ((rc = rt__openai_get_bool(root, "ignore_eos", "ignore_eos",
+                                  &s->ignore_eos, e)) ||
+        (rc = rt__openai_get_bool(root, "skip_special_tokens",
+                                  "skip_special_tokens",
+                                  &s->skip_special_tokens, e)) ||
+        (rc = rt__openai_get_bool(root, "include_stop_str_in_output",
+                                  "include_stop_str_in_output",
+                                  &s->include_stop_str_in_output, e)))
+        return rc;
+
+    if ((rc = parse_stop(root, s, e)))
+        return rc;
+    json_t *v = rt__openai_member(root, "stop_token_ids");
+    if (v != NULL) {
+        if (!json_is_array(v))
+            return rt__openai_bad_type(e, "stop_token_ids",
+                                       "an array of token ids");
+        if ((rc = rt__openai_read_ids(
+                 cfg, v, "stop_token_ids", RT_OPENAI_MAX_STOP_TOKEN_IDS,
+                 &s->stop_token_ids, &s->n_stop_token_ids, e)))
+            return rc;
+    }
+
+    /* Logprobs: completions take an int 0..20 (alternatives per token);
+     * chat takes a bool plus top_logprobs 0..20, and vLLM rejects
+     * top_logprobs > 0 without logprobs=true. */
+    s->logprobs = -1;
+    if (!chat) {
+        if ((rc = get_int(root, "logprobs", "logprobs", 0,
+                          RT_OPENAI_MAX_LOGPROBS, &x, &present, e)))
+            return rc;
+        if (present)
+            s->logprobs = (int32_t)x;
+    } else {
+        bool want = false;
+        int64_t top = 0;
+        if ((rc =
+                 rt__openai_get_bool(root, "logprobs", "logprobs", &want, e)) ||
+            (rc = get_int(root, "top_logprobs", "top_logprobs", 0,
+                          RT_OPENAI_MAX_LOGPROBS, &top, NULL, e)))
+            return rc;
+        if (top > 0 && !want)
+            return rt__openai_fail(
+                e, TG_EFORMAT, 400, "invalid_value", "top_logprobs",
+                "'top_logprobs' requires 'logprobs' to be true");
+        if (want)
+            s->logprobs = (int32_t)top;
+    }
+    return 0;
+}
+
+static int parse_stream(const json_t *root, struct rt_gen_request *r,
+                        struct rt_api_error *e)
+{
+    int rc;
+    if ((rc = rt__openai_get_bool(root, "stream", "stream", &r->stream, e)))
+        return rc;
+    json_t *so = rt__openai_member(root, "stream_options");
+    if (so == NULL)
+        return 0;
+    if (!json_is_object(so))
+        return rt__openai_bad_type(e, "stream_options", "an object");
+    /* OpenAI and vLLM both refuse stream_options on a non-streaming
+     * request rather than ignore it. */
+    if (!r->stream)
+        return rt__openai_fail(
+            e, TG_EFORMAT, 400, "invalid_value", "stream_options",
+            "'stream_options' is only allowed when 'stream' is true");
+    if ((rc = rt__openai_get_bool(so, "include_usage",
+                                  "stream_options.include_usage",
+                                  &r->include_usage, e)) ||
+        (rc = rt__openai_get_bool(so, "continuous_usage_stats",
+                                  "stream_options.continuous_usage_stats",
+                                  &r->continuous_usage, e)))
+        return rc;
+    return 0;
+}
+
+/* Identity fields: user (OpenAI), request_id (vLLM), session_id (ours;
+ * the X-Session-Id header is the router's other way to set it). */
+static int parse_ids(const json_t *root, struct rt_gen_request *r,
+                     struct rt_api_error *e)
+{
+    int rc;
+    if ((rc = get_str(root, "user", "user", RT_OPENAI_MAX_ID_BYTES, &r->user,
+                      e)) ||
+        (rc = get_str(root, "request_id", "request_id", RT_OPENAI_MAX_ID_BYTES,
+                      &r->request_id, e)) ||
+        (rc = get_str(root, "session_id", "session_id", RT_OPENAI_MAX_ID_BYTES,
+                      &r->session_id, e)))
+        return rc;
+    if (r->session_id != NULL && r->session_id[0] == '\0')
+        return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value",
+                               "session_id", "'session_id' must not be empty");
+    return 0;
+}
+
+/* ---- chat messages ----------------------------------------------------- */
+
+void rt__openai_messages_free(struct rt_message *m, size_t n)
+{
+    for (size_t i = 0; m != NULL && i < n; i++) {
+        free(m[i].content);
+        free(m[i].name);
+        free(m[i].reasoning_content);
+        free(m[i].tool_call_id);
+    }
+    free(m);
+}
+
+/* Content: a string, or an array of {"type": "text", "text": ...} parts
+ * joined with "\n" (vLLM's rule for text parts). */
+static int parse_content(const json_t *v, const char *param, char **out,
+                         struct rt_api_error *e)
+{
+    if (v == NULL || json_is_null(v))
+        return rt__openai_fail(e, TG_EFORMAT, 400, "missing_required_parameter",
+                               param, "'%s' is required", param);
+    if (json_is_string(v)) {
+        *out = strndup(json_string_value(v), json_string_length(v));
+        return *out != NULL ? 0 : rt__openai_oom(e);
+    }
+    if (!json_is_array(v))
+        return rt__openai_bad_type(e, param,
+                                   "a string or an array of content parts");
+    size_t n = json_array_size(v), total = 1;
+    char p[128];
+    for (size_t j = 0; j < n; j++) {
+        json_t *part = json_array_get(v, j);
+        if (!json_is_object(part)) {
+            snprintf(p, sizeof(p), "%.96s[%zu]", param, j);
+            return rt__openai_bad_type(e, p, "an object");
+        }
+        json_t *t = json_object_get(part, "type");
+        snprintf(p, sizeof(p), "%.96s[%zu].type", param, j);
+        if (!json_is_string(t))
+            return rt__openai_bad_type(e, p, "a string");
+        if (strcmp(json_string_value(t), "text") != 0)
+            return rt__openai_fail(
+                e, TG_EUNSUPPORTED, 400, "unsupported_content_type", p,
+                "content part type '%.64s' is not supported; "
+                "only 'text' is",
+                json_string_value(t));
+        json_t *text = json_object_get(part, "text");
+        snprintf(p, sizeof(p), "%.96s[%zu].text", param, j);
+        if (!json_is_string(text))
+            return rt__openai_bad_type(e, p, "a string");
+        total += json_string_length(text) + 1;
+    }
+    char *s = malloc(total);
+    if (s == NULL)
+        return rt__openai_oom(e);
+    size_t off = 0;
+    for (size_t j = 0; j < n; j++) {
+        json_t *text = json_object_get(json_array_get(v, j), "text");
+        if (j > 0)
+            s[off++] = '\n';
+        size_t len = json_string_length(text);
+        memcpy(s + off, json_string_value(text), len);
+        off += len;
+    }
+    s[off] = '\0';
+    *out = s;
+    return 0;
+}
+
+static int parse_role(const json_t *v, const char *param, enum rt_role *out,
+                      struct rt_api_error *e)
+{
+    if (v == NULL || json_is_null(v))
+        return rt__openai_fail(e, TG_EFORMAT, 400, "missing_required_parameter",
+                               param, "'%s' is required", param);
+    if (!json_is_string(v))
+        return rt__openai_bad_type(e, param, "a string");
+    const char *s = json_string_value(v);
+    if (strcmp(s, "system") == 0 || strcmp(s, "developer") == 0)
+        *out = RT_ROLE_SYSTEM;
+    else if (strcmp(s, "user") == 0)
+        *out = RT_ROLE_USER;
+    else if (strcmp(s, "assistant") == 0)
+        *out = RT_ROLE_ASSISTANT;
+    else if (strcmp(s, "tool") == 0)
+        *out = RT_ROLE_TOOL;
+    else
+        return rt__openai_fail(
+            e, TG_EFORMAT, 400, "invalid_value", param,
+            "'%s' must be one of system, developer, user, assistant, "
+            "tool; got '%.64s'",
+            param, s);
+    return 0;
+}
+
+static int parse_message(const json_t *m, size_t i, struct rt_message *out,
+                         struct rt_api_error *e)
+{
+    char p[128];
+    snprintf(p, sizeof(p), "messages[%zu]", i);
+    if (!json_is_object(m))
+        return rt__openai_bad_type(e, p, "an object");
+    int rc;
+    snprintf(p, sizeof(p), "messages[%zu].role", i);
+    if ((rc = parse_role(json_object_get(m, "role"), p, &out->role, e)))
+        return rc;
+    snprintf(p, sizeof(p), "messages[%zu].tool_calls", i);
+    json_t *tc = rt__openai_member(m, "tool_calls");
+    if (tc != NULL && !(json_is_array(tc) && json_array_size(tc) == 0))
+        return unsupported(e, p, "tool calls are not supported");
+    snprintf(p, sizeof(p), "messages[%zu].function_call", i);
+    if (rt__openai_member(m, "function_call") != NULL)
+        return unsupported(e, p, "function calls are not supported");
+    snprintf(p, sizeof(p), "messages[%zu].content", i);
+    if ((rc =
+             parse_content(json_object_get(m, "content"), p, &out->content, e)))
+        return rc;
+    snprintf(p, sizeof(p), "messages[%zu].name", i);
+    if ((rc = get_str(m, "name", p, RT_OPENAI_MAX_ID_BYTES, &out->name, e)))
+        return rc;
+    if (out->role == RT_ROLE_ASSISTANT) {
+        snprintf(p, sizeof(p), "messages[%zu].reasoning_content", i);
+        if ((rc = get_str(m, "reasoning_content", p, 0, &out->reasoning_content,
+                          e)))
+            return rc;
+    }
+    if (out->role == RT_ROLE_TOOL) {
+        snprintf(p, sizeof(p), "messages[%zu].tool_call_id", i);
+        if ((rc = get_str(m, "tool_call_id", p, RT_OPENAI_MAX_ID_BYTES,
+                          &out->tool_call_id, e)))
+            return rc;
+        if (out->tool_call_id == NULL)
+            return rt__openai_fail(e, TG_EFORMAT, 400,
+                                   "missing_required_parameter", p,
+                                   "'%s' is required for a tool message", p);
+    }
+    return 0;
+}
+
+int rt__openai_parse_messages(const json_t *root, struct rt_message **out,
+                              size_t *n_out, struct rt_api_error *e)
+{
+    json_t *v = rt__openai_member(root, "messages");
+    if (v == NULL)
+        return rt__openai_fail(e, TG_EFORMAT, 400, "missing_required_parameter",
+                               "messages", "'messages' is required");
+    if (!json_is_array(v))
+        return rt__openai_bad_type(e, "messages", "an array of messages");
+    size_t n = json_array_size(v);
+    if (n == 0)
+        return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", "messages",
+                               "'messages' must contain at least one message");
+    struct rt_message *m = calloc(n, sizeof(*m));
+    if (m == NULL)
+        return rt__openai_oom(e);
+    for (size_t i = 0; i < n; i++) {
+        int rc = parse_message(json_array_get(v, i), i, &m[i], e);
+        if (rc) {
+            rt__openai_messages_free(m, n);
+            return rc;
+        }
+    }
+    *out = m;
+    *n_out = n;
+    return 0;
+}
+
+/* Template options shared by chat and chat-form tokenize (vLLM names). */
+int rt__openai_parse_chat_opts(const json_t *root, struct rt_chat_opts *c,
+                               struct rt_api_error *e)
+{
+    int rc;
+    c->add_generation_prompt = true;
+    c->continue_final_message = false;
+    c->enable_thinking = CT_THINKING_DEFAULT;
+    if ((rc = rt__openai_get_bool(root, "add_generation_prompt",
+                                  "add_generation_prompt",
+                                  &c->add_generation_prompt, e)) ||
+        (rc = rt__openai_get_bool(root, "continue_final_message",
+                                  "continue_final_message",
+                                  &c->continue_final_message, e)))
+        return rc;
+    if (c->add_generation_prompt && c->continue_final_message)
+        return rt__openai_fail(
+            e, TG_EFORMAT, 400, "invalid_value", "continue_final_message",
+            "'continue_final_message' and 'add_generation_prompt' "
+            "cannot both be true");
+    json_t *kw = rt__openai_member(root, "chat_template_kwargs");
+    if (kw == NULL)
+        return 0;
+    if (!json_is_object(kw))
+        return rt__openai_bad_type(e, "chat_template_kwargs", "an object");
+    json_t *th = rt__openai_member(kw, "enable_thinking");
+    if (th != NULL) {
+        if (!json_is_boolean(th))
+            return rt__openai_bad_type(
+                e, "chat_template_kwargs.enable_thinking", "a boolean");
+        c->enable_thinking =
+            json_is_true(th) ? CT_THINKING_ON : CT_THINKING_OFF;
+    }
+    return 0;
+}
+
+/* ---- completions prompt ------------------------------------------------ */
+
+/* prompt: a string, an array of token ids, or a batch of one of those
+ * (["text"] or [[ids]]); a longer batch would need n > 1 choices. */
+static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
+                        struct rt_gen_request *r, struct rt_api_error *e)
+{
+    json_t *v = rt__openai_member(root, "prompt");
+    if (v == NULL)
+        return rt__openai_fail(e, TG_EFORMAT, 400, "missing_required_parameter",
+                               "prompt", "'prompt' is required");
+    const char *param = "prompt";
+    if (json_is_array(v) && json_array_size(v) >= 1 &&
+        !json_is_integer(json_array_get(v, 0))) {
+        if (json_array_size(v) > 1)
+            return rt__openai_fail(
+                e, TG_EUNSUPPORTED, 400, "unsupported_value", "prompt",
+                "'prompt' holds %zu prompts; batched prompts are not "
+                "supported, send one prompt per request",
+                json_array_size(v));
+        v = json_array_get(v, 0);
+        param = "prompt[0]";
+        if (!json_is_string(v) && !json_is_array(v))
+            return rt__openai_bad_type(e, param,
+                                       "a string or an array of token ids");
+    }
+    if (json_is_string(v)) {
+        size_t n = json_string_length(v);
+        if (n == 0)
+            return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", param,
+                                   "'%s' must not be empty", param);
+        r->prompt = strndup(json_string_value(v), n);
+        if (r->prompt == NULL)
+            return rt__openai_oom(e);
+        r->prompt_len = n;
+        return 0;
+    }
+    if (!json_is_array(v))
+        return rt__openai_bad_type(
+            e, "prompt",
+            "a string, an array of token ids or an array of one "
+            "string");
+    if (json_array_size(v) == 0)
+        return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", param,
+                               "'%s' must not be empty", param);
+    int rc = rt__openai_read_ids(cfg, v, param, 0, &r->prompt_ids,
+                                 &r->n_prompt_ids, e);
+    if (rc)
+        return rc;
+    if (cfg->max_model_len > 0 && r->n_prompt_ids >= (size_t)cfg->max_model_len)
+        return rt__openai_fail(
+            e, TG_ETOOBIG, 400, "context_length_exceeded", param,
+            "the prompt has %zu tokens; this model's context is %d "
+            "tokens, which must also hold at least one generated "
+            "token",
+            r->n_prompt_ids, (int)cfg->max_model_len);
+    return 0;
+}
+
+/* ---- entry points ------------------------------------------------------ */
+
+static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
+                     const char *body, size_t len, struct rt_gen_request *out,
+                     struct rt_api_error *e)
+{
+    memset(out, 0, sizeof(*out));
+    out->endpoint = ep;
+    json_t *root;
+    int rc = rt__openai_load_body(cfg, body, len, &root, e);
+    if (rc)
+        return rc;
+    if ((rc = rt__openai_parse_model(cfg, root, &out->model, e)) ||
+        (rc = reject_unsupported(root, ep, e)))
+        goto fail;
+    if (ep == RT_ENDPOINT_CHAT) {
+        out->add_special_tokens = false;
+        if ((rc = rt__openai_parse_messages(root, &out->messages,
+                                            &out->n_messages, e)) ||
+            (rc = rt__openai_parse_chat_opts(root, &out->chat, e)))
+            goto fail;
+    } else {
+        out->add_special_tokens = true;
+        if ((rc = parse_prompt(cfg, root, out, e)))
+            goto fail;
+    }
+    if ((rc = rt__openai_get_bool(root, "add_special_tokens",
+                                  "add_special_tokens",
+                                  &out->add_special_tokens, e)) ||
+        (rc = parse_sampling(cfg, root, out, e)) ||
+        (rc = parse_stream(root, out, e)) || (rc = parse_ids(root, out, e)))
+        goto fail;
+    json_decref(root);
+    return 0;
+fail:
+    json_decref(root);
+    rt_gen_request_free(out);
+    out->endpoint = ep;
+    return rc;
+}
+
+int rt_openai_parse_completion(const struct rt_openai_cfg *cfg,
+                               const char *body, size_t len,
+                               struct rt_gen_request *out,
+                               struct rt_api_error *e)
+{
+    return parse_gen(cfg, RT_ENDPOINT_COMPLETIONS, body, len, out, e);
+}
+
+int rt_openai_parse_chat(const struct rt_openai_cfg *cfg, const char *body,
+                         size_t len, struct rt_gen_request *out,
+                         struct rt_api_error *e)
+{
+    return parse_gen(cfg, RT_ENDPOINT_CHAT, body, len, out, e);
+}
+
+int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
+                       int64_t n_prompt_tokens, struct rt_api_error *e)
+{
+    const char *pp = r->endpoint == RT_ENDPOINT_CHAT ? "messages" : "prompt";
+    if (n_prompt_tokens <= 0)
+        return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", pp,
+                               "the prompt is empty after tokenization");
+    if (max_model_len <= 0)
+        return 0;
+    if (n_prompt_tokens >= max_model_len)
+        return rt__openai_fail(
+            e, TG_ETOOBIG, 400, "context_length_exceeded", pp,
+            "the prompt has %" PRId64 " tokens; this model's context "
+            "is %d tokens, which must also hold at least one "
+            "generated token",
+            n_prompt_tokens, (int)max_model_len);
+    int64_t room = max_model_len - n_prompt_tokens;
+    struct rt_sampling *s = &r->sampling;
+    if (s->max_tokens < 0) {
+        s->max_tokens = (int32_t)room;
+    } else if (s->max_tokens > room) {
+        return rt__openai_fail(
+            e, TG_ETOOBIG, 400, "context_length_exceeded", r->max_tokens_param,
+            "this model's context is %d tokens, but %" PRId64
+            " prompt tokens plus %d requested in '%s' make %" PRId64
+            "; reduce the prompt or '%s'",
+            (int)max_model_len, n_prompt_tokens, (int)s->max_tokens,
+            r->max_tokens_param, n_prompt_tokens + s->max_tokens,
+            r->max_tokens_param);
+    }
+    if (s->min_tokens > s->max_tokens)
+        return rt__openai_fail(
+            e, TG_ERANGE, 400, "invalid_value", "min_tokens",
+            "'min_tokens' (%d) exceeds the %d tokens that fit in the "
+            "context",
+            (int)s->min_tokens, (int)s->max_tokens);
+    return 0;
+}
+
+void rt_gen_request_free(struct rt_gen_request *r)
+{
+    free(r->model);
+    free(r->prompt);
+    free(r->prompt_ids);
+    rt__openai_messages_free(r->messages, r->n_messages);
+    for (size_t i = 0; i < r->sampling.n_stop; i++)
+        free(r->sampling.stop[i]);
+    free(r->sampling.stop);
+    free(r->sampling.stop_token_ids);
+    free(r->user);
+    free(r->session_id);
+    free(r->request_id);
+    memset(r, 0, sizeof(*r));
+}

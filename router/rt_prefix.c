@@ -1,0 +1,230 @@
+/* rt_prefix.c — LRU cache of finished sequences' compressed KV for
+ * multi-turn reuse (see rt_prefix.h). */
+#include "router/rt_prefix.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/tg_err.h"
+
+/* 64-bit FNV-1a (Fowler, Noll, Vo): offset basis and prime from the
+ * published parameters; each token id is mixed in as one 32-bit unit. */
+#define FNV_OFFSET 0xcbf29ce484222325ULL
+#define FNV_PRIME 0x100000001b3ULL
+
+static uint64_t hash_step(uint64_t h, int32_t tok)
+{
+    return (h ^ (uint32_t)tok) * FNV_PRIME;
+}
+
+static uint64_t hash_tokens(const int32_t *tokens, int64_t n)
+{
+    uint64_t h = FNV_OFFSET;
+    for (int64_t i = 0; i < n; i++)
+        h = hash_step(h, tokens[i]);
+    return h;
+}
+
+int rt_prefix_init(struct rt_prefix *pc, int n_ranks, char *err,
+                   size_t errlen)
+{
+    memset(pc, 0, sizeof(*pc));
+    if (n_ranks < 1)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rt_prefix: %d ranks", n_ranks);
+    pc->pages = calloc((size_t)n_ranks, sizeof(int64_t));
+    if (pc->pages == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM,
+                          "rt_prefix: cannot allocate rank counters");
+    pc->n_ranks = n_ranks;
+    return 0;
+}
+
+static void unlink_entry(struct rt_prefix *pc, struct rt_prefix_entry *e)
+{
+    if (e->newer != NULL)
+        e->newer->older = e->older;
+    else
+        pc->newest = e->older;
+    if (e->older != NULL)
+        e->older->newer = e->newer;
+    else
+        pc->oldest = e->newer;
+    e->newer = e->older = NULL;
+    pc->n_entries--;
+    for (int r = 0; r < pc->n_ranks; r++)
+        pc->pages[r] -= e->seqs[r].used_pages;
+}
+
+static void free_entry(struct rt_prefix_entry *e)
+{
+    free(e->tokens);
+    free(e->session);
+    free(e->seqs);
+    free(e);
+}
+
+/* Unlinks `e`, gives its pages back and frees it. */
+static void drop_entry(struct rt_prefix *pc, struct kv_pool *pools,
+                       struct rt_prefix_entry *e)
+{
+    unlink_entry(pc, e);
+    for (int r = 0; r < pc->n_ranks; r++)
+        kv_seq_free(&e->seqs[r], &pools[r]);
+    free_entry(e);
+    pc->n_evictions++;
+}
+
+void rt_prefix_clear(struct rt_prefix *pc, struct kv_pool *pools)
+{
+    while (pc->oldest != NULL)
+        drop_entry(pc, pools, pc->oldest);
+}
+
+void rt_prefix_free(struct rt_prefix *pc, struct kv_pool *pools)
+{
+    TG_ASSERT(pools != NULL || pc->oldest == NULL);
+    if (pc->oldest != NULL)
+        rt_prefix_clear(pc, pools);
+    free(pc->pages);
+    free(pc->scratch);
+    memset(pc, 0, sizeof(*pc));
+}
+
+int rt_prefix_insert(struct rt_prefix *pc, struct kv_pool *pools,
+                     const int32_t *tokens, int64_t n_tokens,
+                     const char *session, struct kv_seq *seqs, char *err,
+                     size_t errlen)
+{
+    if (n_tokens < 1 || tokens == NULL || seqs == NULL)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rt_prefix: cannot store %lld tokens",
+                          (long long)n_tokens);
+    for (int r = 0; r < pc->n_ranks; r++) {
+        const struct kv_seq *q = &seqs[r];
+        if (q->pos != n_tokens || q->committed != q->turn_len)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "rt_prefix: rank %d seq holds %lld positions "
+                              "(%lld uncommitted), key has %lld tokens", r,
+                              (long long)q->pos,
+                              (long long)(q->turn_len - q->committed),
+                              (long long)n_tokens);
+    }
+    struct rt_prefix_entry *e = calloc(1, sizeof(*e));
+    if (e == NULL)
+        goto oom;
+    e->tokens = malloc((size_t)n_tokens * sizeof(int32_t));
+    e->seqs = malloc((size_t)pc->n_ranks * sizeof(struct kv_seq));
+    if (e->tokens == NULL || e->seqs == NULL)
+        goto oom;
+    if (session != NULL && (e->session = strdup(session)) == NULL)
+        goto oom;
+    memcpy(e->tokens, tokens, (size_t)n_tokens * sizeof(int32_t));
+    e->n_tokens = n_tokens;
+    e->hash = hash_tokens(tokens, n_tokens);
+
+    /* One entry per session and per sequence: the newer turn replaces the
+     * older one, whose KV no prompt would prefer any more. */
+    struct rt_prefix_entry *x = pc->newest;
+    while (x != NULL) {
+        struct rt_prefix_entry *next = x->older;
+        int same_session = session != NULL && x->session != NULL &&
+                           strcmp(session, x->session) == 0;
+        int same_tokens = x->n_tokens == n_tokens && x->hash == e->hash &&
+                          memcmp(x->tokens, tokens,
+                                 (size_t)n_tokens * sizeof(int32_t)) == 0;
+        if (same_session || same_tokens)
+            drop_entry(pc, pools, x);
+        x = next;
+    }
+
+    memcpy(e->seqs, seqs, (size_t)pc->n_ranks * sizeof(struct kv_seq));
+    memset(seqs, 0, (size_t)pc->n_ranks * sizeof(struct kv_seq));
+    e->older = pc->newest;
+    if (pc->newest != NULL)
+        pc->newest->newer = e;
+    else
+        pc->oldest = e;
+    pc->newest = e;
+    pc->n_entries++;
+    for (int r = 0; r < pc->n_ranks; r++)
+        pc->pages[r] += e->seqs[r].used_pages;
+    return 0;
+oom:
+    if (e != NULL)
+        free_entry(e);
+    return tg_err_set(err, errlen, TG_ENOMEM,
+                      "rt_prefix: cannot store an entry of %lld tokens",
+                      (long long)n_tokens);
+}
+
+static int is_prefix(const struct rt_prefix_entry *e, const int32_t *tokens,
+                     int64_t n_tokens, const uint64_t *prefix_hash)
+{
+    return e->n_tokens < n_tokens && prefix_hash[e->n_tokens] == e->hash &&
+           memcmp(e->tokens, tokens, (size_t)e->n_tokens * sizeof(int32_t)) ==
+               0;
+}
+
+int rt_prefix_match(struct rt_prefix *pc, const int32_t *tokens,
+                    int64_t n_tokens, const char *session,
+                    struct rt_prefix_entry **out)
+{
+    *out = NULL;
+    if (pc->n_entries == 0 || n_tokens < 2)
+        return 0;
+    if (pc->scratch_cap < n_tokens) {
+        uint64_t *h = realloc(pc->scratch, (size_t)n_tokens * sizeof(*h));
+        if (h == NULL)
+            return TG_ENOMEM;
+        pc->scratch = h;
+        pc->scratch_cap = n_tokens;
+    }
+    /* scratch[i] = hash of tokens[0 .. i); an entry is a proper prefix
+     * only when shorter than the prompt, so indices < n_tokens suffice. */
+    uint64_t *ph = pc->scratch;
+    ph[0] = FNV_OFFSET;
+    for (int64_t i = 1; i < n_tokens; i++)
+        ph[i] = hash_step(ph[i - 1], tokens[i - 1]);
+
+    struct rt_prefix_entry *best = NULL;
+    for (struct rt_prefix_entry *e = pc->newest; e != NULL; e = e->older) {
+        if (!is_prefix(e, tokens, n_tokens, ph))
+            continue;
+        if (session != NULL && e->session != NULL &&
+            strcmp(session, e->session) == 0) {
+            best = e; /* the session's own entry wins outright */
+            break;
+        }
+        if (best == NULL || e->n_tokens > best->n_tokens)
+            best = e;
+    }
+    *out = best;
+    return 0;
+}
+
+void rt_prefix_take(struct rt_prefix *pc, struct rt_prefix_entry *e,
+                    struct kv_seq *seqs_out)
+{
+    unlink_entry(pc, e);
+    memcpy(seqs_out, e->seqs, (size_t)pc->n_ranks * sizeof(struct kv_seq));
+    free_entry(e);
+}
+
+int rt_prefix_evict_lru(struct rt_prefix *pc, struct kv_pool *pools,
+                        const struct rt_prefix_entry *keep)
+{
+    struct rt_prefix_entry *e = pc->oldest;
+    if (e != NULL && e == keep)
+        e = e->newer;
+    if (e == NULL)
+        return 0;
+    drop_entry(pc, pools, e);
+    return 1;
+}
+
+int64_t rt_prefix_pages(const struct rt_prefix *pc, int rank)
+{
+    TG_ASSERT(rank >= 0 && rank < pc->n_ranks);
+    return pc->pages[rank];
+}

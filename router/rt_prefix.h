@@ -1,0 +1,108 @@
+/*
+ * rt_prefix.h — the multi-turn session cache of compressed KV
+ * (DESIGN.md §1, §5 "Multi-turn reuse"; issue 4 item 3).
+ *
+ * When a request finishes, its KV pages stay allocated: its kv_seq on every
+ * rank moves into an entry of this cache, keyed by the token sequence whose
+ * KV the pages hold (prompt + output except the last sampled token, which
+ * was never fed back) and, optionally, by a session id. The next turn of the
+ * conversation re-sends the whole history; the scheduler finds the longest
+ * stored sequence that is a proper prefix of the new prompt, takes the
+ * entry's kv_seqs over (positions continue) and only prefills the new
+ * suffix as a new turn (kv_seq_reserve_prompt at start_pos = stored length).
+ * A session id, when given, selects its entry directly if that entry is a
+ * prefix of the prompt.
+ *
+ * Entries form an LRU list (most recent first); under page pressure the
+ * scheduler evicts from the least recent end before it preempts running
+ * work. A stored entry is never shared: taking it removes it, so each page
+ * has exactly one owner (a running request, a cache entry or its pool).
+ *
+ * Matching is O(prompt + entries): the prompt's prefix hashes (64-bit
+ * FNV-1a over the token ids) are computed once, every entry's stored hash
+ * is compared against the prefix hash of its own length, and only equal
+ * hashes are confirmed with a memcmp.
+ *
+ * Not thread-safe: owned by the scheduler (the router loop thread).
+ */
+#ifndef RT_PREFIX_H
+#define RT_PREFIX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/kv_pool.h"
+#include "common/kv_seq.h"
+
+struct rt_prefix_entry {
+    struct rt_prefix_entry *newer; /* LRU neighbours; NULL at the ends */
+    struct rt_prefix_entry *older;
+    int32_t *tokens;               /* (n_tokens) token ids whose KV is held */
+    int64_t n_tokens;              /* == seqs[r].pos on every rank */
+    uint64_t hash;                 /* FNV-1a of tokens */
+    char *session;                 /* owned copy, or NULL */
+    struct kv_seq *seqs;           /* (n_ranks) owned, pages from pools[r] */
+};
+
+struct rt_prefix {
+    int n_ranks;                   /* T */
+    struct rt_prefix_entry *newest;
+    struct rt_prefix_entry *oldest;
+    int64_t n_entries;
+    int64_t *pages;                /* (n_ranks) pages held by all entries */
+    int64_t n_evictions;           /* entries dropped (LRU, replacement) */
+    uint64_t *scratch;             /* (scratch_cap) prefix hashes */
+    int64_t scratch_cap;
+};
+
+/* Initialises an empty cache for `n_ranks` >= 1 ranks. Returns 0, TG_EINVAL
+ * or TG_ENOMEM (the cache is zeroed then). The caller owns `pc`. */
+int rt_prefix_init(struct rt_prefix *pc, int n_ranks, char *err,
+                   size_t errlen);
+
+/* Returns every entry's pages to pools[0 .. n_ranks) and frees the cache.
+ * Safe on a zeroed or failed-init cache (pools may be NULL then). */
+void rt_prefix_free(struct rt_prefix *pc, struct kv_pool *pools);
+
+/* Stores a finished sequence as the newest entry. seqs[0 .. n_ranks) are
+ * moved in (the caller's structs are zeroed on success and keep ownership
+ * on failure); every seq must hold exactly positions [0, n_tokens) with its
+ * prefill committed, and tokens[0 .. n_tokens) (copied) are the ids of
+ * those positions. session may be NULL. An existing entry with the same
+ * session id or the same token sequence is replaced (its pages go back to
+ * pools). Returns 0, TG_EINVAL (n_tokens < 1 or a seq that does not match)
+ * or TG_ENOMEM. */
+int rt_prefix_insert(struct rt_prefix *pc, struct kv_pool *pools,
+                     const int32_t *tokens, int64_t n_tokens,
+                     const char *session, struct kv_seq *seqs, char *err,
+                     size_t errlen);
+
+/* Finds the entry to reuse for a prompt tokens[0 .. n_tokens): the entry of
+ * `session` (may be NULL) when its sequence is a proper prefix of the
+ * prompt, else the longest stored sequence that is a proper prefix (shorter
+ * than the prompt, so at least one token is left to prefill), the newest on
+ * a tie. *out is that entry (borrowed until the next insert, take, evict or
+ * clear) or NULL. Does not change the LRU order. Returns 0 or TG_ENOMEM. */
+int rt_prefix_match(struct rt_prefix *pc, const int32_t *tokens,
+                    int64_t n_tokens, const char *session,
+                    struct rt_prefix_entry **out);
+
+/* Removes entry `e` and moves its seqs into seqs_out[0 .. n_ranks) (which
+ * the caller then owns, with the pages; whatever seqs_out held is
+ * overwritten, so it must be zeroed or already freed). */
+void rt_prefix_take(struct rt_prefix *pc, struct rt_prefix_entry *e,
+                    struct kv_seq *seqs_out);
+
+/* Evicts the least recently stored entry other than `keep` (may be NULL),
+ * returning its pages to pools. Returns 1 when an entry was evicted, 0 when
+ * there was none. */
+int rt_prefix_evict_lru(struct rt_prefix *pc, struct kv_pool *pools,
+                        const struct rt_prefix_entry *keep);
+
+/* Evicts every entry. */
+void rt_prefix_clear(struct rt_prefix *pc, struct kv_pool *pools);
+
+/* Returns the pages held by all entries on `rank`. */
+int64_t rt_prefix_pages(const struct rt_prefix *pc, int rank);
+
+#endif /* RT_PREFIX_H */

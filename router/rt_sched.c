@@ -1,0 +1,1018 @@
+/* rt_sched.c — budget-reserving continuous-batching scheduler over the page
+ * pools of every rank (see rt_sched.h). */
+#include "router/rt_sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/tg_err.h"
+
+struct rt_sched_req {
+    uint64_t id;
+    uint64_t serial;
+    void *user;
+    char *session;            /* owned copy, or NULL */
+    int32_t *tokens;          /* (cap) prompt + generated, token i at
+                                 position i */
+    int64_t n_tokens;
+    int64_t cap;              /* grows in plan (token_room), never beyond
+                                 client prompt + max_tokens, so a huge
+                                 max_tokens costs nothing up front */
+    int64_t n_prompt;         /* the client's prompt length */
+    int32_t max_tokens;
+    int32_t n_generated;
+    enum rt_sched_state state;
+    int admitted;             /* admitted at least once */
+    int64_t cached;           /* tokens reused at the first admission */
+    struct kv_seq *seqs;      /* (T) zeroed until first admission */
+    int32_t *sent;            /* (T, rows) pages already in the slot's
+                                 block-table rows on the worker */
+    int32_t slot;             /* -1 unless running */
+    int fresh;                /* slot assigned since its last entry */
+    struct rt_sched_req *prev;      /* WAITING list links */
+    struct rt_sched_req *next;
+};
+
+/* ---- id map: open addressing, linear probing, backward-shift delete --- */
+
+static uint64_t mix64(uint64_t x)
+{
+    /* splitmix64 finaliser (Steele, Lea, Flood 2014). */
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static int64_t map_slot(const struct rt_sched *s, uint64_t id)
+{
+    int64_t mask = s->map_cap - 1;
+    int64_t i = (int64_t)(mix64(id) & (uint64_t)mask);
+    while (s->map[i] != NULL && s->map[i]->id != id)
+        i = (i + 1) & mask;
+    return i;
+}
+
+static struct rt_sched_req *map_find(const struct rt_sched *s, uint64_t id)
+{
+    return s->map[map_slot(s, id)];
+}
+
+static void map_put(struct rt_sched *s, struct rt_sched_req *req)
+{
+    int64_t i = map_slot(s, req->id);
+    TG_ASSERT(s->map[i] == NULL); /* sized for every live request */
+    s->map[i] = req;
+}
+
+static void map_del(struct rt_sched *s, uint64_t id)
+{
+    int64_t mask = s->map_cap - 1;
+    int64_t i = map_slot(s, id);
+    TG_ASSERT(s->map[i] != NULL);
+    s->map[i] = NULL;
+    /* Pull later members of the probe run back over the hole when their
+     * home slot does not lie cyclically in (hole, j]. */
+    for (int64_t j = (i + 1) & mask; s->map[j] != NULL; j = (j + 1) & mask) {
+        int64_t home = (int64_t)(mix64(s->map[j]->id) & (uint64_t)mask);
+        int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!stays) {
+            s->map[i] = s->map[j];
+            s->map[j] = NULL;
+            i = j;
+        }
+    }
+}
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static int grow(void **buf, int64_t *cap, int64_t need, size_t elem)
+{
+    if (need <= *cap)
+        return 0;
+    int64_t n = *cap > 0 ? *cap : 16;
+    while (n < need)
+        n *= 2;
+    void *p = realloc(*buf, (size_t)n * elem);
+    if (p == NULL)
+        return TG_ENOMEM;
+    *buf = p;
+    *cap = n;
+    return 0;
+}
+
+static int grow32(void **buf, int32_t *cap, int64_t need, size_t elem)
+{
+    int64_t c = *cap;
+    int rc = grow(buf, &c, need, elem);
+    *cap = (int32_t)c;
+    return rc;
+}
+
+static int is_running(const struct rt_sched_req *req)
+{
+    return req->state == RT_SCHED_PREFILLING || req->state == RT_SCHED_DECODING;
+}
+
+static void wait_unlink(struct rt_sched *s, struct rt_sched_req *req)
+{
+    if (req->prev != NULL)
+        req->prev->next = req->next;
+    else
+        s->wait_head = req->next;
+    if (req->next != NULL)
+        req->next->prev = req->prev;
+    else
+        s->wait_tail = req->prev;
+    req->prev = req->next = NULL;
+    s->n_waiting--;
+}
+
+static void wait_push_back(struct rt_sched *s, struct rt_sched_req *req)
+{
+    req->next = NULL;
+    req->prev = s->wait_tail;
+    if (s->wait_tail != NULL)
+        s->wait_tail->next = req;
+    else
+        s->wait_head = req;
+    s->wait_tail = req;
+    s->n_waiting++;
+}
+
+static void wait_push_front(struct rt_sched *s, struct rt_sched_req *req)
+{
+    req->prev = NULL;
+    req->next = s->wait_head;
+    if (s->wait_head != NULL)
+        s->wait_head->prev = req;
+    else
+        s->wait_tail = req;
+    s->wait_head = req;
+    s->n_waiting++;
+}
+
+/* Removes a running request from the running list and vacates its slot. */
+static void running_remove(struct rt_sched *s, struct rt_sched_req *req)
+{
+    int32_t i = 0;
+    while (i < s->n_running && s->running[i] != req)
+        i++;
+    TG_ASSERT(i < s->n_running);
+    memmove(&s->running[i], &s->running[i + 1],
+            (size_t)(s->n_running - i - 1) * sizeof(s->running[0]));
+    s->n_running--;
+    s->slot_used[req->slot] = 0;
+    TG_ASSERT(s->n_released < s->cfg.max_num_seqs);
+    s->released[s->n_released++] = req->slot;
+    req->slot = -1;
+}
+
+static void release_pages(struct rt_sched *s, struct rt_sched_req *req)
+{
+    if (req->seqs == NULL)
+        return;
+    for (int r = 0; r < s->cfg.n_ranks; r++) {
+        int rc = kv_seq_release(&req->seqs[r], &s->pools[r]);
+        TG_ASSERT(rc == 0); /* the pages came from this pool */
+    }
+}
+
+static void req_free(struct rt_sched *s, struct rt_sched_req *req)
+{
+    if (req->seqs != NULL) {
+        for (int r = 0; r < s->cfg.n_ranks; r++)
+            kv_seq_free(&req->seqs[r], &s->pools[r]);
+        free(req->seqs);
+    }
+    free(req->sent);
+    free(req->tokens);
+    free(req->session);
+    free(req);
+}
+
+static struct rt_sched_event *push_event(struct rt_step *step,
+                                         const struct rt_sched_req *req,
+                                         int32_t token,
+                                         enum rt_sched_end finish)
+{
+    TG_ASSERT(step->n_events < step->cap_events); /* reserved up front */
+    struct rt_sched_event *ev = &step->events[step->n_events++];
+    ev->id = req->id;
+    ev->user = req->user;
+    ev->token = token;
+    ev->finish = finish;
+    ev->prompt_tokens = req->n_prompt;
+    ev->completion_tokens = req->n_generated;
+    ev->cached_prompt_tokens = req->cached;
+    return ev;
+}
+
+/* Ends `req`: an event into `ev_step` when non-NULL, its slot released,
+ * its pages stored for multi-turn reuse (STOP / LENGTH with KV held) or
+ * given back, and the request freed. */
+static void retire(struct rt_sched *s, struct rt_sched_req *req,
+                   enum rt_sched_end finish, struct rt_step *ev_step)
+{
+    if (ev_step != NULL)
+        push_event(ev_step, req, -1, finish);
+    int store = 0;
+    if (is_running(req)) {
+        running_remove(s, req);
+        store = (finish == RT_SCHED_END_STOP ||
+                 finish == RT_SCHED_END_LENGTH) &&
+                req->state == RT_SCHED_DECODING;
+    } else if (req->state == RT_SCHED_WAITING) {
+        wait_unlink(s, req);
+    }
+    if (store) {
+        /* The last sampled token was never fed back: the KV covers
+         * tokens[0 .. n_tokens - 1). */
+        int64_t held = req->n_tokens - 1;
+        TG_ASSERT(req->seqs[0].pos == held);
+        if (rt_prefix_insert(&s->cache, s->pools, req->tokens, held,
+                             req->session, req->seqs, NULL, 0) != 0)
+            release_pages(s, req);
+    } else {
+        release_pages(s, req);
+    }
+    req->state = finish == RT_SCHED_END_STOP || finish == RT_SCHED_END_LENGTH
+                     ? RT_SCHED_FINISHED
+                     : RT_SCHED_ABORTED;
+    map_del(s, req->id);
+    req_free(s, req);
+}
+
+/* ---- life cycle ------------------------------------------------------- */
+
+int rt_sched_init(struct rt_sched *s, const struct rt_sched_config *cfg,
+                  char *err, size_t errlen)
+{
+    memset(s, 0, sizeof(*s));
+    if (cfg == NULL || cfg->layout == NULL || cfg->layout->n_layers < 1)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rt_sched: configuration or layout missing");
+    if (cfg->n_ranks < 1 || cfg->n_ranks > 4096)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rt_sched: %d ranks", cfg->n_ranks);
+    if (cfg->pages_per_rank < 1)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rt_sched: %d pages per rank",
+                          (int)cfg->pages_per_rank);
+    if (cfg->max_num_seqs < 1 || cfg->max_num_seqs > (1 << 20))
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rt_sched: max_num_seqs %d", cfg->max_num_seqs);
+    if (cfg->max_queued < 1 || cfg->max_queued > (1 << 24))
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rt_sched: max_queued %d", cfg->max_queued);
+    if (cfg->max_batched_tokens < cfg->layout->prefill_chunk)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rt_sched: max_batched_tokens %d is below the "
+                          "prefill chunk %d, so a chunk could never run",
+                          cfg->max_batched_tokens,
+                          cfg->layout->prefill_chunk);
+    s->cfg = *cfg;
+    s->rows = cfg->layout->n_layers * cfg->layout->n_groups;
+    int rc = rt_prefix_init(&s->cache, cfg->n_ranks, err, errlen);
+    if (rc != 0)
+        goto fail;
+    rc = TG_ENOMEM;
+    s->pools = calloc((size_t)cfg->n_ranks, sizeof(struct kv_pool));
+    if (s->pools == NULL)
+        goto oom;
+    for (int r = 0; r < cfg->n_ranks; r++) {
+        rc = kv_pool_init(&s->pools[r], cfg->pages_per_rank, err, errlen);
+        if (rc == 0 && cfg->debug_track)
+            rc = kv_pool_debug_track(&s->pools[r], err, errlen);
+        if (rc != 0)
+            goto fail;
+    }
+    /* Live requests never exceed max_queued + max_num_seqs (preemption
+     * only moves running ones back), so the map never fills past half. */
+    int64_t live = (int64_t)cfg->max_queued + cfg->max_num_seqs;
+    s->map_cap = 16;
+    while (s->map_cap < 2 * live)
+        s->map_cap *= 2;
+    s->map = calloc((size_t)s->map_cap, sizeof(s->map[0]));
+    s->running = calloc((size_t)cfg->max_num_seqs, sizeof(s->running[0]));
+    s->slot_used = calloc((size_t)cfg->max_num_seqs, 1);
+    s->released = calloc((size_t)cfg->max_num_seqs, sizeof(int32_t));
+    if (s->map == NULL || s->running == NULL || s->slot_used == NULL ||
+        s->released == NULL)
+        goto oom;
+    s->next_serial = 1;
+    s->next_step = 1;
+    return 0;
+oom:
+    rc = tg_err_set(err, errlen, TG_ENOMEM,
+                    "rt_sched: cannot allocate the scheduler");
+fail:
+    rt_sched_free(s);
+    return rc;
+}
+
+void rt_sched_free(struct rt_sched *s)
+{
+    if (s->map != NULL) {
+        for (int64_t i = 0; i < s->map_cap; i++)
+            if (s->map[i] != NULL)
+                req_free(s, s->map[i]);
+    }
+    if (s->pools != NULL) {
+        rt_prefix_free(&s->cache, s->pools);
+        for (int r = 0; r < s->cfg.n_ranks; r++)
+            kv_pool_free(&s->pools[r]);
+    } else {
+        rt_prefix_free(&s->cache, NULL);
+    }
+    free(s->pools);
+    free(s->map);
+    free(s->running);
+    free(s->slot_used);
+    free(s->released);
+    free(s->bits);
+    memset(s, 0, sizeof(*s));
+}
+
+void rt_step_init(struct rt_step *step)
+{
+    memset(step, 0, sizeof(*step));
+}
+
+void rt_step_free(struct rt_step *step)
+{
+    free(step->entries);
+    free(step->deltas);
+    free(step->delta_ids);
+    free(step->released);
+    free(step->events);
+    memset(step, 0, sizeof(*step));
+}
+
+/* ---- submission --------------------------------------------------------- */
+
+int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
+                    char *err, size_t errlen)
+{
+    if (req == NULL || req->prompt == NULL || req->n_prompt < 1)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rt_sched: request has an empty prompt");
+    if (req->max_tokens < 1)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rt_sched: max_tokens %d must be >= 1",
+                          (int)req->max_tokens);
+    if (req->n_prompt > INT32_MAX - (int64_t)req->max_tokens)
+        return tg_err_set(err, errlen, TG_ETOOBIG,
+                          "rt_sched: prompt of %lld tokens is too long",
+                          (long long)req->n_prompt);
+    for (int64_t i = 0; i < req->n_prompt; i++)
+        if (req->prompt[i] < 0)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "rt_sched: prompt token %lld is %d",
+                              (long long)i, (int)req->prompt[i]);
+    int64_t pages = 0;
+    int rc = kv_seq_prompt_pages(NULL, s->cfg.layout, 0, req->n_prompt,
+                                 &pages, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (pages > s->cfg.pages_per_rank)
+        return tg_err_set(err, errlen, TG_ETOOBIG,
+                          "rt_sched: prompt of %lld tokens needs %lld pages, "
+                          "a pool has %d", (long long)req->n_prompt,
+                          (long long)pages, (int)s->cfg.pages_per_rank);
+    if (map_find(s, req->id) != NULL)
+        return tg_err_set(err, errlen, TG_EEXIST,
+                          "rt_sched: request %llu is already live",
+                          (unsigned long long)req->id);
+    if (s->n_waiting >= s->cfg.max_queued)
+        return tg_err_set(err, errlen, TG_EBUSY,
+                          "rt_sched: %d requests queued already",
+                          (int)s->n_waiting);
+
+    struct rt_sched_req *q = calloc(1, sizeof(*q));
+    if (q == NULL)
+        goto oom;
+    q->cap = req->n_prompt + (req->max_tokens < 64 ? req->max_tokens : 64);
+    q->tokens = malloc((size_t)q->cap * sizeof(int32_t));
+    if (q->tokens == NULL)
+        goto oom;
+    if (req->session_id != NULL &&
+        (q->session = strdup(req->session_id)) == NULL)
+        goto oom;
+    memcpy(q->tokens, req->prompt, (size_t)req->n_prompt * sizeof(int32_t));
+    q->id = req->id;
+    q->serial = s->next_serial++;
+    q->user = req->user;
+    q->n_tokens = q->n_prompt = req->n_prompt;
+    q->max_tokens = req->max_tokens;
+    q->state = RT_SCHED_WAITING;
+    q->slot = -1;
+    map_put(s, q);
+    wait_push_back(s, q);
+    return 0;
+oom:
+    if (q != NULL)
+        req_free(s, q);
+    return tg_err_set(err, errlen, TG_ENOMEM,
+                      "rt_sched: cannot queue a request of %lld tokens",
+                      (long long)req->n_prompt);
+}
+
+int rt_sched_abort(struct rt_sched *s, uint64_t id)
+{
+    struct rt_sched_req *req = map_find(s, id);
+    if (req == NULL)
+        return TG_ENOTFOUND;
+    retire(s, req, RT_SCHED_END_ABORT, NULL);
+    return 0;
+}
+
+/* ---- planning ------------------------------------------------------- */
+
+/* Room in the step for one more entry's deltas: every row of every rank,
+ * and `ids` page ids. */
+static int delta_room(const struct rt_sched *s, struct rt_step *out,
+                      int64_t ids)
+{
+    int64_t recs = (int64_t)s->cfg.n_ranks * s->rows;
+    if (grow((void **)&out->deltas, &out->cap_deltas, out->n_deltas + recs,
+             sizeof(struct rt_step_delta)) != 0)
+        return TG_ENOMEM;
+    return grow((void **)&out->delta_ids, &out->cap_ids, out->n_ids + ids,
+                sizeof(int32_t));
+}
+
+/* Room for the token an entry of `req` samples, made while planning so
+ * that rt_sched_complete never allocates. */
+static int token_room(struct rt_sched_req *req)
+{
+    if (req->n_tokens < req->cap)
+        return 0;
+    int64_t limit = req->n_prompt + req->max_tokens;
+    int64_t cap = req->cap * 2 < limit ? req->cap * 2 : limit;
+    TG_ASSERT(cap > req->n_tokens); /* finished at max_tokens before */
+    int32_t *t = realloc(req->tokens, (size_t)cap * sizeof(int32_t));
+    if (t == NULL)
+        return TG_ENOMEM;
+    req->tokens = t;
+    req->cap = cap;
+    return 0;
+}
+
+/* Page ids the slot lacks now plus `extra` pages per rank still to come. */
+static int64_t unsent_ids(const struct rt_sched *s,
+                          const struct rt_sched_req *req, int64_t extra)
+{
+    int64_t total = 0;
+    for (int r = 0; r < s->cfg.n_ranks; r++) {
+        int64_t sent = 0;
+        for (int32_t w = 0; w < s->rows; w++)
+            sent += req->sent[(int64_t)r * s->rows + w];
+        total += req->seqs[r].used_pages - sent + extra;
+    }
+    return total;
+}
+
+/* Appends an entry for `req` with the deltas of every row (room reserved
+ * by delta_room). */
+static void add_entry(struct rt_sched *s, struct rt_step *out,
+                      struct rt_sched_req *req, enum rt_step_kind kind,
+                      int64_t pos, int64_t n, int sample)
+{
+    const struct kv_layout *lay = s->cfg.layout;
+    int32_t idx = out->n_entries++;
+    struct rt_step_entry *e = &out->entries[idx];
+    e->id = req->id;
+    e->user = req->user;
+    e->serial = req->serial;
+    e->slot = req->slot;
+    e->fresh = req->fresh;
+    e->kind = kind;
+    e->pos = pos;
+    e->n = n;
+    e->tokens = req->tokens + pos;
+    e->sample = sample;
+    e->delta_begin = out->n_deltas;
+    req->fresh = 0;
+    for (int r = 0; r < s->cfg.n_ranks; r++) {
+        int32_t *sent = req->sent + (int64_t)r * s->rows;
+        for (int32_t w = 0; w < s->rows; w++) {
+            int32_t have = 0;
+            const int32_t *ids = kv_seq_row_ids(&req->seqs[r], lay,
+                                                w / lay->n_groups,
+                                                w % lay->n_groups, &have);
+            if (have <= sent[w])
+                continue;
+            struct rt_step_delta *d = &out->deltas[out->n_deltas++];
+            d->entry = idx;
+            d->rank = r;
+            d->row = w;
+            d->first = sent[w];
+            d->n = have - sent[w];
+            d->off = out->n_ids;
+            memcpy(out->delta_ids + out->n_ids, ids + sent[w],
+                   (size_t)d->n * sizeof(int32_t));
+            out->n_ids += d->n;
+            sent[w] = have;
+        }
+    }
+    e->delta_end = out->n_deltas;
+    out->n_tokens += n;
+}
+
+/* Preemption by recompute (vLLM's RECOMPUTE mode): the pages go back, the
+ * generated tokens become part of the prompt, and the request waits at the
+ * front of the queue so that it is the next one admitted. */
+static void preempt(struct rt_sched *s, struct rt_sched_req *req)
+{
+    running_remove(s, req);
+    release_pages(s, req);
+    req->state = RT_SCHED_WAITING;
+    req->fresh = 0;
+    wait_push_front(s, req);
+    s->preemptions++;
+}
+
+enum { DEC_SCHEDULED, DEC_PREEMPTED, DEC_SKIPPED, DEC_ENDED };
+
+/* Reserves one decode token for running[idx] on every rank, evicting
+ * stored entries and then preempting the newest running requests while a
+ * pool is short. */
+static int plan_decode(struct rt_sched *s, struct rt_step *out, int32_t idx)
+{
+    struct rt_sched_req *req = s->running[idx];
+    const struct kv_layout *lay = s->cfg.layout;
+    int64_t most = 0;
+    for (;;) {
+        int short_of_pages = 0;
+        most = 0;
+        for (int r = 0; r < s->cfg.n_ranks; r++) {
+            int64_t need = 0;
+            int rc = kv_seq_decode_pages(&req->seqs[r], lay, 1, &need);
+            TG_ASSERT(rc == 0); /* DECODING implies a committed turn */
+            short_of_pages |= need > kv_pool_n_free(&s->pools[r]);
+            most = need > most ? need : most;
+        }
+        if (!short_of_pages)
+            break;
+        if (rt_prefix_evict_lru(&s->cache, s->pools, NULL))
+            continue;
+        struct rt_sched_req *victim = s->running[s->n_running - 1];
+        preempt(s, victim);
+        if (victim == req)
+            return DEC_PREEMPTED;
+    }
+    if (delta_room(s, out, unsent_ids(s, req, most)) != 0 ||
+        token_room(req) != 0)
+        return DEC_SKIPPED;
+    int64_t pos = req->seqs[0].pos;
+    TG_ASSERT(pos == req->n_tokens - 1);
+    for (int r = 0; r < s->cfg.n_ranks; r++) {
+        if (kv_seq_reserve_decode(&req->seqs[r], lay, &s->pools[r], 1, NULL,
+                                  0) != 0) {
+            /* Only out of memory can get here (pages were checked); the
+             * ranks already advanced cannot be rolled back, so the request
+             * ends. */
+            retire(s, req, RT_SCHED_END_ERROR, out);
+            return DEC_ENDED;
+        }
+    }
+    add_entry(s, out, req, RT_STEP_DECODE, pos, 1, 1);
+    return DEC_SCHEDULED;
+}
+
+/* Pages on `rank` that the prompt of `req` takes on top of what `m` (the
+ * matched entry, or NULL) holds. */
+static int64_t prompt_need(const struct rt_sched *s,
+                           const struct rt_sched_req *req,
+                           const struct rt_prefix_entry *m, int rank)
+{
+    int64_t start = m != NULL ? m->n_tokens : 0, need = 0;
+    int rc = kv_seq_prompt_pages(m != NULL ? &m->seqs[rank] : NULL,
+                                 s->cfg.layout, start, req->n_tokens - start,
+                                 &need, NULL, 0);
+    TG_ASSERT(rc == 0);
+    return need;
+}
+
+enum { ADM_ADMITTED, ADM_ENDED, ADM_STOP };
+
+/* Tries to admit the request at the front of the queue with `budget`
+ * tokens left in the step. */
+static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
+{
+    struct rt_sched_req *req = s->wait_head;
+    const struct kv_layout *lay = s->cfg.layout;
+    const int T = s->cfg.n_ranks;
+    struct rt_prefix_entry *m = NULL;
+    if (rt_prefix_match(&s->cache, req->tokens, req->n_tokens, req->session,
+                        &m) != 0)
+        m = NULL; /* no reuse without scratch memory; still correct */
+    /* A reused entry plus its new turn may need more pages than a fresh
+     * prefill (compression runs per chunk of each turn); never let reuse
+     * make a request impossible. */
+    for (int r = 0; m != NULL && r < T; r++)
+        if (m->seqs[r].used_pages + prompt_need(s, req, m, r) >
+            kv_pool_n_total(&s->pools[r]))
+            m = NULL;
+    int64_t need_max = 0;
+    for (int r = 0; r < T; r++) {
+        int64_t need = prompt_need(s, req, m, r);
+        if (m == NULL && need > kv_pool_n_total(&s->pools[r])) {
+            /* Only a preempted request can outgrow the pool: submit
+             * rejects prompts that never fit. */
+            retire(s, req, RT_SCHED_END_LENGTH, out);
+            return ADM_ENDED;
+        }
+        int64_t spare = kv_pool_n_free(&s->pools[r]) +
+                        rt_prefix_pages(&s->cache, r) -
+                        (m != NULL ? m->seqs[r].used_pages : 0);
+        if (need > spare)
+            return ADM_STOP;
+        need_max = need > need_max ? need : need_max;
+    }
+    int64_t start = m != NULL ? m->n_tokens : 0;
+    int64_t n_new = req->n_tokens - start;
+    int64_t first = n_new < lay->prefill_chunk ? n_new : lay->prefill_chunk;
+    if (first > budget)
+        return ADM_STOP;
+    int64_t held = 0;
+    for (int r = 0; m != NULL && r < T; r++)
+        held += m->seqs[r].used_pages;
+    if (delta_room(s, out, held + need_max * T) != 0 ||
+        (first == n_new && token_room(req) != 0))
+        return ADM_STOP;
+    if (req->sent == NULL &&
+        (req->sent = calloc((size_t)T * (size_t)s->rows, sizeof(int32_t))) ==
+            NULL)
+        return ADM_STOP;
+    if (req->seqs == NULL &&
+        (req->seqs = calloc((size_t)T, sizeof(struct kv_seq))) == NULL)
+        return ADM_STOP;
+
+    /* Make room: stored entries go, least recent first (never the one
+     * being reused). The spare check above guarantees this ends. */
+    for (int r = 0; r < T; r++) {
+        while (prompt_need(s, req, m, r) > kv_pool_n_free(&s->pools[r])) {
+            int evicted = rt_prefix_evict_lru(&s->cache, s->pools, m);
+            TG_ASSERT(evicted == 1);
+        }
+    }
+
+    if (m != NULL) {
+        for (int r = 0; r < T; r++)
+            kv_seq_free(&req->seqs[r], &s->pools[r]); /* empty buffers */
+        rt_prefix_take(&s->cache, m, req->seqs);
+    } else if (req->seqs[0].n_rows == 0) {
+        for (int r = 0; r < T; r++)
+            if (kv_seq_init(&req->seqs[r], lay, NULL, 0) != 0) {
+                retire(s, req, RT_SCHED_END_ERROR, out);
+                return ADM_ENDED;
+            }
+    }
+    for (int r = 0; r < T; r++)
+        if (kv_seq_reserve_prompt(&req->seqs[r], lay, &s->pools[r], start,
+                                  n_new, NULL, 0) != 0) {
+            retire(s, req, RT_SCHED_END_ERROR, out);
+            return ADM_ENDED;
+        }
+
+    wait_unlink(s, req);
+    int32_t slot = 0;
+    while (s->slot_used[slot])
+        slot++;
+    s->slot_used[slot] = 1;
+    req->slot = slot;
+    req->fresh = 1;
+    memset(req->sent, 0, (size_t)T * (size_t)s->rows * sizeof(int32_t));
+    req->state = RT_SCHED_PREFILLING;
+    s->running[s->n_running++] = req;
+    if (!req->admitted) {
+        req->admitted = 1;
+        req->cached = start;
+    }
+    s->cached_tokens += start;
+    add_entry(s, out, req, RT_STEP_PREFILL, start, first, first == n_new);
+    return ADM_ADMITTED;
+}
+
+int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
+                  size_t errlen)
+{
+    if (s->outstanding != 0)
+        return tg_err_set(err, errlen, TG_EBUSY,
+                          "rt_sched: step %llu awaits its results",
+                          (unsigned long long)s->outstanding);
+    /* Everything whose size is known is reserved before anything
+     * changes: entries and events are bounded by the live requests. */
+    int64_t live = (int64_t)s->n_running + s->n_waiting;
+    if (grow32((void **)&out->entries, &out->cap_entries,
+               s->cfg.max_num_seqs, sizeof(struct rt_step_entry)) != 0 ||
+        grow32((void **)&out->released, &out->cap_released,
+               s->cfg.max_num_seqs, sizeof(int32_t)) != 0 ||
+        grow32((void **)&out->events, &out->cap_events, live > 0 ? live : 1,
+               sizeof(struct rt_sched_event)) != 0)
+        return tg_err_set(err, errlen, TG_ENOMEM,
+                          "rt_sched: cannot grow the step buffers");
+    out->n_entries = 0;
+    out->n_tokens = 0;
+    out->n_deltas = 0;
+    out->n_ids = 0;
+    out->n_events = 0;
+    out->n_released = 0;
+    int64_t budget = s->cfg.max_batched_tokens;
+
+    /* 1. Decode tokens, oldest admission first: preemption takes the
+     * newest, which has not been planned yet. */
+    for (int32_t i = 0; i < s->n_running && budget > 0;) {
+        struct rt_sched_req *req = s->running[i];
+        if (req->state != RT_SCHED_DECODING) {
+            i++;
+            continue;
+        }
+        int r = plan_decode(s, out, i);
+        if (r == DEC_SCHEDULED) {
+            budget--;
+            i++;
+        } else if (r == DEC_SKIPPED) {
+            i++;
+        } else if (r == DEC_PREEMPTED) {
+            break; /* it was the newest: nothing after it */
+        }
+        /* DEC_ENDED: running[i] is now the next request. */
+    }
+
+    /* 2. One chunk per prefilling request, exactly C tokens from the
+     * start of its turn. */
+    const int64_t C = s->cfg.layout->prefill_chunk;
+    for (int32_t i = 0; i < s->n_running && budget > 0; i++) {
+        struct rt_sched_req *req = s->running[i];
+        if (req->state != RT_SCHED_PREFILLING)
+            continue;
+        const struct kv_seq *q = &req->seqs[0];
+        int64_t left = q->turn_len - q->committed;
+        int64_t n = left < C ? left : C;
+        if (n > budget || delta_room(s, out, unsent_ids(s, req, 0)) != 0 ||
+            (n == left && token_room(req) != 0))
+            continue;
+        add_entry(s, out, req, RT_STEP_PREFILL, q->turn_start + q->committed,
+                  n, n == left);
+        budget -= n;
+    }
+
+    /* 3. Admission, strictly FIFO. */
+    while (s->wait_head != NULL && s->n_running < s->cfg.max_num_seqs &&
+           budget > 0) {
+        int32_t before = out->n_entries;
+        int r = admit_front(s, out, budget);
+        if (r == ADM_STOP)
+            break;
+        if (r == ADM_ADMITTED)
+            budget -= out->entries[before].n;
+    }
+
+    memcpy(out->released, s->released, (size_t)s->n_released * sizeof(int32_t));
+    out->n_released = s->n_released;
+    s->n_released = 0;
+    out->step_id = s->next_step++;
+    if (out->n_entries > 0) {
+        s->outstanding = out->step_id;
+        s->steps++;
+    }
+    return 0;
+}
+
+/* ---- results ------------------------------------------------------------ */
+
+int rt_sched_complete(struct rt_sched *s, struct rt_step *step,
+                      const int32_t *tokens, const uint8_t *stop, char *err,
+                      size_t errlen)
+{
+    if (step->n_entries == 0) {
+        step->n_events = 0;
+        return 0;
+    }
+    if (s->outstanding == 0 || step->step_id != s->outstanding)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rt_sched: step %llu is not the outstanding step",
+                          (unsigned long long)step->step_id);
+    for (int32_t i = 0; i < step->n_entries; i++) {
+        if (!step->entries[i].sample)
+            continue;
+        if (tokens == NULL)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "rt_sched: step %llu samples but no tokens "
+                              "were given",
+                              (unsigned long long)step->step_id);
+        if (tokens[i] < 0)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "rt_sched: sampled token %d for entry %d",
+                              (int)tokens[i], (int)i);
+    }
+    /* The plan reserved events for every request live at that time, which
+     * bounds the entries. */
+    TG_ASSERT(step->cap_events >= step->n_entries);
+    step->n_events = 0;
+    for (int32_t i = 0; i < step->n_entries; i++) {
+        const struct rt_step_entry *e = &step->entries[i];
+        struct rt_sched_req *req = map_find(s, e->id);
+        if (req == NULL || req->serial != e->serial)
+            continue; /* aborted since the plan */
+        TG_ASSERT(is_running(req));
+        if (e->kind == RT_STEP_PREFILL) {
+            for (int r = 0; r < s->cfg.n_ranks; r++) {
+                int rc = kv_seq_commit(&req->seqs[r], s->cfg.layout, e->n,
+                                       NULL, 0);
+                TG_ASSERT(rc == 0); /* chunks are planned on boundaries */
+            }
+            if (!e->sample)
+                continue;
+            req->state = RT_SCHED_DECODING;
+        }
+        TG_ASSERT(req->n_tokens < req->cap);
+        req->tokens[req->n_tokens++] = tokens[i];
+        req->n_generated++;
+        enum rt_sched_end fin = RT_SCHED_END_NONE;
+        if (stop != NULL && stop[i])
+            fin = RT_SCHED_END_STOP;
+        else if (req->n_generated >= req->max_tokens)
+            fin = RT_SCHED_END_LENGTH;
+        push_event(step, req, tokens[i], fin);
+        if (fin != RT_SCHED_END_NONE)
+            retire(s, req, fin, NULL);
+    }
+    s->outstanding = 0;
+    return 0;
+}
+
+int rt_sched_fail_running(struct rt_sched *s, struct rt_step *step)
+{
+    if (grow32((void **)&step->events, &step->cap_events,
+               s->n_running > 0 ? s->n_running : 1,
+               sizeof(struct rt_sched_event)) != 0)
+        return TG_ENOMEM;
+    step->n_events = 0;
+    while (s->n_running > 0)
+        retire(s, s->running[s->n_running - 1], RT_SCHED_END_ERROR, step);
+    rt_prefix_clear(&s->cache, s->pools);
+    s->outstanding = 0;
+    return 0;
+}
+
+void rt_sched_drop_cache(struct rt_sched *s)
+{
+    rt_prefix_clear(&s->cache, s->pools);
+}
+
+/* ---- queries ------------------------------------------------------------ */
+
+void rt_sched_get_stats(const struct rt_sched *s, struct rt_sched_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->running = s->n_running;
+    out->waiting = s->n_waiting;
+    out->preemptions = s->preemptions;
+    out->cached_prompt_tokens = s->cached_tokens;
+    out->cache_entries = s->cache.n_entries;
+    out->cache_evictions = s->cache.n_evictions;
+    out->steps = s->steps;
+}
+
+void rt_sched_rank_pages(const struct rt_sched *s, int rank,
+                         struct rt_sched_pages *out)
+{
+    TG_ASSERT(rank >= 0 && rank < s->cfg.n_ranks);
+    const struct kv_pool *p = &s->pools[rank];
+    out->total = kv_pool_n_total(p);
+    out->used = kv_pool_n_used(p);
+    out->cached = rt_prefix_pages(&s->cache, rank);
+    out->monolithic = p->mono_pages;
+}
+
+int rt_sched_req_info(const struct rt_sched *s, uint64_t id,
+                      struct rt_sched_req_info *out)
+{
+    const struct rt_sched_req *req = map_find(s, id);
+    if (req == NULL)
+        return TG_ENOTFOUND;
+    memset(out, 0, sizeof(*out));
+    out->state = req->state;
+    out->slot = req->slot;
+    out->prompt_tokens = req->n_prompt;
+    out->n_tokens = req->n_tokens;
+    out->completion_tokens = req->n_generated;
+    out->max_tokens = req->max_tokens;
+    out->cached_prompt_tokens = req->cached;
+    if (is_running(req)) {
+        out->turn_start = req->seqs[0].turn_start;
+        out->committed = req->seqs[0].committed;
+    }
+    return 0;
+}
+
+const struct kv_seq *rt_sched_req_seq(const struct rt_sched *s, uint64_t id,
+                                      int rank)
+{
+    const struct rt_sched_req *req = map_find(s, id);
+    if (req == NULL || !is_running(req) || rank < 0 ||
+        rank >= s->cfg.n_ranks)
+        return NULL;
+    return &req->seqs[rank];
+}
+
+/* ---- validation --------------------------------------------------------- */
+
+/* Marks the pages of `q` in `bits`; returns the first page marked twice,
+ * or -1. */
+static int32_t mark_seq(const struct kv_seq *q, uint64_t *bits)
+{
+    for (int32_t w = 0; w < q->n_rows; w++) {
+        const int32_t *ids = q->ids + q->off[w];
+        for (int32_t k = 0; k < q->n_pages[w]; k++) {
+            int32_t id = ids[k];
+            if (bits[id >> 6] >> (id & 63) & 1)
+                return id;
+            bits[id >> 6] |= 1ULL << (id & 63);
+        }
+    }
+    return -1;
+}
+
+int rt_sched_validate(struct rt_sched *s, char *err, size_t errlen)
+{
+    const int T = s->cfg.n_ranks;
+    size_t words = ((size_t)s->cfg.pages_per_rank + 63) / 64;
+    if (s->bits == NULL && (s->bits = malloc(words * 8)) == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM,
+                          "rt_sched: cannot allocate the check bitmap");
+    int32_t n_slots = 0;
+    for (int32_t i = 0; i < s->cfg.max_num_seqs; i++)
+        n_slots += s->slot_used[i] != 0;
+    if (n_slots != s->n_running)
+        return tg_err_set(err, errlen, TG_EINTERNAL,
+                          "rt_sched: %d slots used, %d running", (int)n_slots,
+                          (int)s->n_running);
+    int32_t n_wait = 0;
+    for (const struct rt_sched_req *q = s->wait_head; q != NULL; q = q->next) {
+        if (q->state != RT_SCHED_WAITING || q->slot != -1 ||
+            (q->seqs != NULL && q->seqs[0].used_pages != 0))
+            return tg_err_set(err, errlen, TG_EINTERNAL,
+                              "rt_sched: queued request %llu is running or "
+                              "holds pages", (unsigned long long)q->id);
+        if (map_find(s, q->id) != q)
+            return tg_err_set(err, errlen, TG_EINTERNAL,
+                              "rt_sched: request %llu missing from the map",
+                              (unsigned long long)q->id);
+        n_wait++;
+    }
+    if (n_wait != s->n_waiting)
+        return tg_err_set(err, errlen, TG_EINTERNAL,
+                          "rt_sched: %d queued, counter says %d", (int)n_wait,
+                          (int)s->n_waiting);
+    for (int32_t i = 0; i < s->n_running; i++) {
+        const struct rt_sched_req *q = s->running[i];
+        if (!is_running(q) || q->slot < 0 || !s->slot_used[q->slot] ||
+            map_find(s, q->id) != q)
+            return tg_err_set(err, errlen, TG_EINTERNAL,
+                              "rt_sched: running request %llu is inconsistent",
+                              (unsigned long long)q->id);
+    }
+    for (int r = 0; r < T; r++) {
+        int rc = kv_pool_validate(&s->pools[r], err, errlen);
+        if (rc != 0)
+            return rc;
+        memset(s->bits, 0, words * 8);
+        const struct kv_pool *p = &s->pools[r];
+        const int32_t *free_ids = p->stack + (p->n_total - p->n_free);
+        for (int32_t k = 0; k < p->n_free; k++)
+            s->bits[free_ids[k] >> 6] |= 1ULL << (free_ids[k] & 63);
+        int64_t owned = 0, cached = 0;
+        int32_t dup = -1;
+        for (int32_t i = 0; i < s->n_running && dup < 0; i++) {
+            dup = mark_seq(&s->running[i]->seqs[r], s->bits);
+            owned += s->running[i]->seqs[r].used_pages;
+        }
+        for (const struct rt_prefix_entry *e = s->cache.newest;
+             e != NULL && dup < 0; e = e->older) {
+            dup = mark_seq(&e->seqs[r], s->bits);
+            cached += e->seqs[r].used_pages;
+        }
+        if (dup >= 0)
+            return tg_err_set(err, errlen, TG_EINTERNAL,
+                              "rt_sched: rank %d page %d is owned twice or "
+                              "owned and free", r, (int)dup);
+        if (cached != rt_prefix_pages(&s->cache, r))
+            return tg_err_set(err, errlen, TG_EINTERNAL,
+                              "rt_sched: rank %d cache holds %lld pages, "
+                              "counter says %lld", r, (long long)cached,
+                              (long long)rt_prefix_pages(&s->cache, r));
+        if (owned + cached != kv_pool_n_used(p))
+            return tg_err_set(err, errlen, TG_EINTERNAL,
+                              "rt_sched: rank %d uses %d pages, requests hold "
+                              "%lld and the cache %lld", r,
+                              (int)kv_pool_n_used(p), (long long)owned,
+                              (long long)cached);
+    }
+    return 0;
+}

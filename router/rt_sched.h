@@ -1,0 +1,314 @@
+/*
+ * rt_sched.h — the router's budget-reserving scheduler: continuous batching
+ * over the page accounting of every tensor-parallel rank, as pure logic with
+ * no I/O (DESIGN.md §2, §4.3, §4.5; issue 4 item 3).
+ *
+ * Requests arrive with their prompt token ids (rt_sched_submit) and wait in
+ * a bounded FIFO. Each call of rt_sched_plan builds the next step (one
+ * BatchPlan of §2), in this order:
+ *   1. every DECODING request (oldest admission first) contributes one
+ *      token; its decode pages are reserved (kv_seq_reserve_decode). When a
+ *      pool runs dry, stored multi-turn entries are evicted first (LRU),
+ *      then the most recently admitted running request is preempted by
+ *      recompute: its pages are released and it goes back to the front of
+ *      the queue with its generated tokens appended to its prompt;
+ *   2. every PREFILLING request contributes its next chunk: exactly C
+ *      tokens counted from the start of its turn (the last one may be
+ *      shorter), at most one chunk per request per step;
+ *   3. WAITING requests are admitted strictly FIFO while the pages of their
+ *      whole prompt can be reserved on every rank (kv_seq_prompt_pages,
+ *      exact §4.3 reservation; all ranks or none) and the limits hold: at
+ *      most max_num_seqs running, at most max_batched_tokens tokens per
+ *      step (decode tokens + chunk tokens). An admitted request's first
+ *      chunk runs in the same step. A prompt that extends a stored
+ *      sequence takes that entry's pages over (rt_prefix.h) and only its
+ *      new suffix is prefilled, as a new turn.
+ * Every step entry names the request's slot (a stable index in
+ * [0, max_num_seqs) while it runs: the row of the worker's persistent
+ * block tables), its kind, its token range and start position, and the
+ * page-table deltas: the page ids appended to each (layer, group) row of
+ * each rank since the previous step. A slot newly assigned has `fresh`
+ * set: the worker clears the slot's rows and the deltas then carry every
+ * page the request holds (a reused entry's history included).
+ *
+ * rt_sched_complete applies the step's results: commits the prefill chunks,
+ * appends the sampled tokens, finishes requests on max_tokens or when the
+ * caller flags a stop, and frees or stores (multi-turn cache) the pages of
+ * finished requests at once. rt_sched_abort ends a request in any state
+ * immediately. One step may be outstanding at a time.
+ *
+ * Positions: a request's token sequence is prompt + generated tokens and
+ * token i always sits at absolute position i (reused history included), so
+ * an entry's token range is also its position range.
+ *
+ * Not thread-safe: one owner (the router loop thread).
+ */
+#ifndef RT_SCHED_H
+#define RT_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/kv_pool.h"
+#include "common/kv_seq.h"
+#include "router/rt_prefix.h"
+
+enum rt_sched_state {
+    RT_SCHED_WAITING = 0, /* queued, holds no pages */
+    RT_SCHED_PREFILLING,  /* admitted, pages reserved, turn not yet run */
+    RT_SCHED_DECODING,    /* prompt done, one token per step */
+    RT_SCHED_FINISHED,    /* ended by stop or length (reported in events) */
+    RT_SCHED_ABORTED,     /* ended by abort or error */
+};
+
+/* How a request ended. Same order as rt_openai.h's enum rt_finish, so the
+ * router can map one to the other by value. */
+enum rt_sched_end {
+    RT_SCHED_END_NONE = 0, /* still running */
+    RT_SCHED_END_STOP,     /* the caller flagged a stop (EOS, stop string) */
+    RT_SCHED_END_LENGTH,   /* max_tokens reached, or the sequence outgrew
+                              the whole pool and can never run again */
+    RT_SCHED_END_ABORT,    /* rt_sched_abort */
+    RT_SCHED_END_ERROR,    /* internal failure (out of memory, lost
+                              worker) */
+};
+
+enum rt_step_kind {
+    RT_STEP_PREFILL = 0, /* one chunk of the request's current turn */
+    RT_STEP_DECODE,      /* the last sampled token, fed back */
+};
+
+struct rt_sched_config {
+    const struct kv_layout *layout; /* one rank's layout, the same on every
+                                       rank; borrowed, must outlive the
+                                       scheduler */
+    int n_ranks;                    /* T >= 1, one page pool each */
+    int32_t pages_per_rank;         /* pages in each rank's pool, >= 1 */
+    int max_num_seqs;               /* running requests, >= 1 */
+    int max_batched_tokens;         /* tokens per step, >= prefill chunk C
+                                       so that any chunk fits a step */
+    int max_queued;                 /* WAITING requests accepted, >= 1 */
+    int debug_track;                /* nonzero: pools check every push for
+                                       double frees (tests) */
+};
+
+struct rt_sched_request {
+    uint64_t id;            /* unique among live requests */
+    const int32_t *prompt;  /* (n_prompt) token ids >= 0, copied */
+    int64_t n_prompt;       /* >= 1 */
+    int32_t max_tokens;     /* tokens to generate at most, >= 1 */
+    const char *session_id; /* optional multi-turn key (copied), or NULL */
+    void *user;             /* caller's handle, echoed in entries/events */
+};
+
+struct rt_step_entry {
+    uint64_t id;             /* request id */
+    void *user;
+    uint64_t serial;         /* the scheduler's submission serial */
+    int32_t slot;            /* block-table slot in [0, max_num_seqs) */
+    int32_t fresh;           /* 1: slot newly assigned, clear its rows
+                                before applying the deltas */
+    enum rt_step_kind kind;
+    int64_t pos;             /* absolute position of the first token */
+    int64_t n;               /* tokens: chunk length, or 1 for decode */
+    const int32_t *tokens;   /* (n) token ids at [pos, pos + n); borrowed
+                                until rt_sched_complete / abort */
+    int32_t sample;          /* 1: sample the next token from the last
+                                position (decode, or the turn's last
+                                chunk) */
+    int64_t delta_begin;     /* its records: deltas[delta_begin ..
+                                delta_end) */
+    int64_t delta_end;
+};
+
+/* Pages appended to one (layer, group) row of one rank of an entry's slot. */
+struct rt_step_delta {
+    int32_t entry;           /* index into entries */
+    int32_t rank;
+    int32_t row;             /* l * G + g */
+    int32_t first;           /* index within the row of the first new page
+                                (the row's length before this delta) */
+    int32_t n;               /* pages appended */
+    int64_t off;             /* ids at delta_ids[off .. off + n) */
+};
+
+/* Something the caller tells a client: a sampled token and/or an end. */
+struct rt_sched_event {
+    uint64_t id;
+    void *user;
+    int32_t token;                 /* sampled token id, or -1 */
+    enum rt_sched_end finish;      /* RT_SCHED_END_NONE while running */
+    int64_t prompt_tokens;         /* the client's prompt length */
+    int64_t completion_tokens;     /* generated so far */
+    int64_t cached_prompt_tokens;  /* prompt tokens reused at its first
+                                      admission */
+};
+
+/* One step. Caller-owned storage; buffers grow as needed and are reused. */
+struct rt_step {
+    uint64_t step_id;              /* increasing; 0 = no step planned yet */
+    int32_t n_entries;
+    struct rt_step_entry *entries; /* (n_entries) decodes, then chunks */
+    int64_t n_tokens;              /* sum of entries' n */
+    int64_t n_deltas;
+    struct rt_step_delta *deltas;  /* (n_deltas) grouped by entry */
+    int64_t n_ids;
+    int32_t *delta_ids;            /* (n_ids) page ids of the deltas */
+    int32_t n_released;
+    int32_t *released;             /* (n_released) slots vacated since the
+                                      previous plan (finish, abort,
+                                      preemption) */
+    int32_t n_events;
+    struct rt_sched_event *events; /* (n_events) from the last plan
+                                      (requests ended while planning) or
+                                      complete (tokens and ends) */
+    int32_t cap_entries, cap_released, cap_events;
+    int64_t cap_deltas, cap_ids;
+};
+
+struct rt_sched_stats {
+    int32_t running;               /* PREFILLING + DECODING */
+    int32_t waiting;
+    int64_t preemptions;           /* total, by recompute */
+    int64_t cached_prompt_tokens;  /* total prompt tokens reused over all
+                                      admissions */
+    int64_t cache_entries;         /* stored multi-turn entries */
+    int64_t cache_evictions;       /* entries dropped (pressure,
+                                      replacement) */
+    int64_t steps;                 /* non-empty steps planned */
+};
+
+struct rt_sched_pages {
+    int64_t total;       /* pages in the pool */
+    int64_t used;        /* pages taken (running + cached) */
+    int64_t cached;      /* of which held by stored multi-turn entries */
+    int64_t monolithic;  /* pages an all-heads layout would need for the
+                            same sequences (§4.5) */
+};
+
+struct rt_sched_req_info {
+    enum rt_sched_state state;
+    int32_t slot;                  /* -1 unless running */
+    int64_t prompt_tokens;         /* the client's prompt */
+    int64_t n_tokens;              /* prompt + generated */
+    int64_t completion_tokens;
+    int32_t max_tokens;
+    int64_t cached_prompt_tokens;  /* reused at the first admission */
+    int64_t turn_start;            /* running: first position of its turn */
+    int64_t committed;             /* running: positions of the turn done */
+};
+
+struct rt_sched_req; /* private to rt_sched.c */
+
+/* The scheduler. Fields are private; use the functions below. */
+struct rt_sched {
+    struct rt_sched_config cfg;
+    int32_t rows;                  /* L * G */
+    struct kv_pool *pools;         /* (n_ranks) */
+    struct rt_prefix cache;
+    struct rt_sched_req **map;     /* (map_cap) open addressing by id */
+    int64_t map_cap;
+    struct rt_sched_req *wait_head; /* FIFO of WAITING requests */
+    struct rt_sched_req *wait_tail;
+    int32_t n_waiting;
+    struct rt_sched_req **running; /* (max_num_seqs) by admission order */
+    int32_t n_running;
+    uint8_t *slot_used;            /* (max_num_seqs) */
+    int32_t *released;             /* (max_num_seqs) slots vacated since the
+                                      last plan */
+    int32_t n_released;
+    uint64_t next_serial;
+    uint64_t next_step;
+    uint64_t outstanding;          /* step id awaiting complete, or 0 */
+    int64_t preemptions;
+    int64_t cached_tokens;
+    int64_t steps;
+    uint64_t *bits;                /* scratch bitmap for validate */
+};
+
+/* Initialises `s` with T pools of cfg->pages_per_rank pages each. Returns
+ * 0, TG_EINVAL naming the bad field, or TG_ENOMEM; on failure `s` is
+ * zeroed. The caller owns `s`; the layout stays borrowed. */
+int rt_sched_init(struct rt_sched *s, const struct rt_sched_config *cfg,
+                  char *err, size_t errlen);
+
+/* Ends every request without events, drops the cache and frees
+ * everything. Safe on a zeroed or failed-init scheduler. */
+void rt_sched_free(struct rt_sched *s);
+
+/* Initialises an empty step (no allocation). */
+void rt_step_init(struct rt_step *step);
+
+/* Frees a step's buffers. Safe on a zeroed step. */
+void rt_step_free(struct rt_step *step);
+
+/* Queues a request (copying prompt and session id). Returns 0, TG_EINVAL
+ * (empty prompt, negative token id, max_tokens < 1, NULL fields),
+ * TG_ETOOBIG when the prompt's pages exceed a whole pool (it could never
+ * run), TG_EEXIST when the id is live, or TG_EBUSY when max_queued
+ * requests wait already (HTTP 429 / RESOURCE_EXHAUSTED). */
+int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
+                    char *err, size_t errlen);
+
+/* Builds the next step into `out` (see the top of this file), replacing
+ * its previous contents. out->events lists requests ended while planning
+ * (RT_SCHED_END_LENGTH for a preempted sequence that outgrew the pool,
+ * RT_SCHED_END_ERROR on allocation failure); they are gone afterwards. A
+ * step with entries must be answered by rt_sched_complete before the next
+ * plan; an empty step needs no answer. Returns 0, TG_EBUSY when a step is
+ * outstanding, or TG_ENOMEM with nothing changed. */
+int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
+                  size_t errlen);
+
+/* Applies the results of the outstanding `step`: tokens[i] is the token
+ * sampled for entry i (read only where entries[i].sample), stop (may be
+ * NULL) flags entries whose token ends the request (the caller matched EOS
+ * or a stop sequence). Entries of requests aborted since the plan are
+ * skipped. step->events is replaced by one event per sampled token
+ * (with the finish reason when the request ended); ended requests are gone
+ * afterwards and their pages freed or stored for multi-turn reuse. Returns
+ * 0, or TG_EINVAL (not the outstanding step, a negative token) with
+ * nothing changed. */
+int rt_sched_complete(struct rt_sched *s, struct rt_step *step,
+                      const int32_t *tokens, const uint8_t *stop, char *err,
+                      size_t errlen);
+
+/* Ends request `id` in any state at once: its pages go back to the pools
+ * (nothing is stored), its slot is released, no event is produced. Returns
+ * 0 or TG_ENOTFOUND. */
+int rt_sched_abort(struct rt_sched *s, uint64_t id);
+
+/* For a lost worker: ends every running request with RT_SCHED_END_ERROR
+ * (events in step->events), drops the multi-turn cache (the workers' KV
+ * is gone) and forgets the outstanding step. WAITING requests stay queued.
+ * Returns 0 or TG_ENOMEM (nothing changed). */
+int rt_sched_fail_running(struct rt_sched *s, struct rt_step *step);
+
+/* Drops every stored multi-turn entry, returning its pages. */
+void rt_sched_drop_cache(struct rt_sched *s);
+
+/* Fills *out with the counters for metrics. */
+void rt_sched_get_stats(const struct rt_sched *s, struct rt_sched_stats *out);
+
+/* Fills *out with the page counters of `rank` (0 <= rank < T). */
+void rt_sched_rank_pages(const struct rt_sched *s, int rank,
+                         struct rt_sched_pages *out);
+
+/* Fills *out for live request `id`. Returns 0 or TG_ENOTFOUND. */
+int rt_sched_req_info(const struct rt_sched *s, uint64_t id,
+                      struct rt_sched_req_info *out);
+
+/* Returns the kv_seq of live request `id` on `rank` (borrowed, read only,
+ * valid until the next plan, complete or abort), or NULL when the request
+ * is unknown or holds no pages (WAITING). */
+const struct kv_seq *rt_sched_req_seq(const struct rt_sched *s, uint64_t id,
+                                      int rank);
+
+/* Checks the invariants: every pool valid; pages used on each rank equal
+ * the pages of running requests plus stored entries; no page owned twice
+ * or both owned and free; running/waiting/slot bookkeeping consistent.
+ * Returns 0, TG_EINTERNAL naming the first violation, or TG_ENOMEM.
+ * O(pages + requests); for tests and debugging. */
+int rt_sched_validate(struct rt_sched *s, char *err, size_t errlen);
+
+#endif /* RT_SCHED_H */

@@ -1,0 +1,671 @@
+/* test_openai.c — request parsing of the OpenAI API module
+ * (router/rt_openai.h): a table of invalid requests (rc, status, param and
+ * message), valid requests with their defaults and every field, the context
+ * fit check, and /tokenize and /detokenize bodies. Responses and SSE frames
+ * are tested in test_openai_resp.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/tg_err.h"
+#include "router/rt_openai.h"
+
+static const struct rt_openai_cfg CFG = {
+    .served_model = "tiny",
+    .max_model_len = 128,
+    .vocab_size = 1000,
+    .max_body_bytes = 4096,
+};
+
+enum ep { C, H, T, D }; /* completions, chat, tokenize, detokenize */
+
+/* Parses `body` at endpoint ep; on success frees the result. */
+static int parse(enum ep ep, const char *body, size_t len,
+                 struct rt_api_error *e)
+{
+    int rc;
+    if (ep == C || ep == H) {
+        struct rt_gen_request r;
+        rc = ep == C ? rt_openai_parse_completion(&CFG, body, len, &r, e)
+                     : rt_openai_parse_chat(&CFG, body, len, &r, e);
+        if (rc != 0) {
+            /* A failed parse leaves the request empty. */
+            assert_null(r.model);
+            assert_null(r.messages);
+            assert_null(r.prompt);
+            assert_null(r.sampling.stop);
+        }
+        rt_gen_request_free(&r);
+    } else if (ep == T) {
+        struct rt_tokenize_request r;
+        rc = rt_openai_parse_tokenize(&CFG, body, len, &r, e);
+        rt_tokenize_request_free(&r);
+    } else {
+        struct rt_detokenize_request r;
+        rc = rt_openai_parse_detokenize(&CFG, body, len, &r, e);
+        rt_detokenize_request_free(&r);
+    }
+    return rc;
+}
+
+/* ---- invalid requests ------------------------------------------------- */
+
+#define MSG "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
+
+struct bad_case {
+    enum ep ep;
+    const char *body;
+    int status;
+    int rc;
+    const char *param; /* "" = null */
+    const char *msg;   /* substring of the message */
+};
+
+static const struct bad_case BAD[] = {
+    /* body and JSON */
+    {C, "", 400, TG_EFORMAT, "", "body is empty"},
+    {C, "{", 400, TG_EFORMAT, "", "malformed JSON"},
+    {C, "{\"prompt\":\"hi\",}", 400, TG_EFORMAT, "", "malformed JSON"},
+    {C, "[1,2]", 400, TG_EFORMAT, "", "must be a JSON object"},
+    {C, "\"prompt\"", 400, TG_EFORMAT, "", "malformed JSON"},
+    {C, "{\"prompt\":\"a\\u0000b\"}", 400, TG_EFORMAT, "", "malformed JSON"},
+    {C, "{\"prompt\":\"hi\"} trailing", 400, TG_EFORMAT, "", "malformed"},
+    /* model */
+    {C, "{\"model\":\"gpt-4\",\"prompt\":\"hi\"}", 404, TG_ENOTFOUND, "model",
+     "'gpt-4' does not exist"},
+    {C, "{\"model\":5,\"prompt\":\"hi\"}", 400, TG_EFORMAT, "model",
+     "must be a string"},
+    {H, "{\"model\":\"Tiny\"," MSG "}", 404, TG_ENOTFOUND, "model",
+     "serves 'tiny'"},
+    /* prompt */
+    {C, "{}", 400, TG_EFORMAT, "prompt", "'prompt' is required"},
+    {C, "{\"prompt\":null}", 400, TG_EFORMAT, "prompt", "is required"},
+    {C, "{\"prompt\":\"\"}", 400, TG_EFORMAT, "prompt", "must not be empty"},
+    {C, "{\"prompt\":[]}", 400, TG_EFORMAT, "prompt", "must not be empty"},
+    {C, "{\"prompt\":[\"\"]}", 400, TG_EFORMAT, "prompt[0]",
+     "must not be empty"},
+    {C, "{\"prompt\":[[]]}", 400, TG_EFORMAT, "prompt[0]", "must not be empty"},
+    {C, "{\"prompt\":[\"a\",\"b\"]}", 400, TG_EUNSUPPORTED, "prompt",
+     "batched prompts are not supported"},
+    {C, "{\"prompt\":[[1],[2]]}", 400, TG_EUNSUPPORTED, "prompt", "batched"},
+    {C, "{\"prompt\":[1,-2]}", 400, TG_ERANGE, "prompt[1]",
+     "is not a token id"},
+    {C, "{\"prompt\":[1,1000]}", 400, TG_ERANGE, "prompt[1]", "0..999"},
+    {C, "{\"prompt\":[1,\"a\"]}", 400, TG_EFORMAT, "prompt[1]",
+     "integer token id"},
+    {C, "{\"prompt\":[1,2.5]}", 400, TG_EFORMAT, "prompt[1]",
+     "integer token id"},
+    {C, "{\"prompt\":{\"a\":1}}", 400, TG_EFORMAT, "prompt",
+     "must be a string"},
+    {C, "{\"prompt\":7}", 400, TG_EFORMAT, "prompt", "must be a string"},
+    {C, "{\"prompt\":[true]}", 400, TG_EFORMAT, "prompt[0]",
+     "a string or an array of token ids"},
+    /* n, best_of and other unsupported features */
+    {C, "{\"prompt\":\"hi\",\"n\":2}", 400, TG_EUNSUPPORTED, "n",
+     "'n' must be 1"},
+    {C, "{\"prompt\":\"hi\",\"n\":0}", 400, TG_EUNSUPPORTED, "n", "got 0"},
+    {C, "{\"prompt\":\"hi\",\"n\":\"1\"}", 400, TG_EFORMAT, "n",
+     "must be an integer"},
+    {H, "{" MSG ",\"n\":3}", 400, TG_EUNSUPPORTED, "n", "one choice"},
+    {C, "{\"prompt\":\"hi\",\"best_of\":3}", 400, TG_EUNSUPPORTED, "best_of",
+     "must be 1"},
+    {C, "{\"prompt\":\"hi\",\"echo\":true}", 400, TG_EUNSUPPORTED, "echo",
+     "not supported"},
+    {C, "{\"prompt\":\"hi\",\"echo\":\"no\"}", 400, TG_EFORMAT, "echo",
+     "must be a boolean"},
+    {C, "{\"prompt\":\"hi\",\"suffix\":\"x\"}", 400, TG_EUNSUPPORTED, "suffix",
+     "not supported"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":1}}", 400, TG_EUNSUPPORTED,
+     "logit_bias", "not supported"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":[1]}", 400, TG_EFORMAT, "logit_bias",
+     "must be an object"},
+    {C, "{\"prompt\":\"hi\",\"prompt_logprobs\":1}", 400, TG_EUNSUPPORTED,
+     "prompt_logprobs", "not supported"},
+    {C, "{\"prompt\":\"hi\",\"response_format\":{\"type\":\"json_object\"}}",
+     400, TG_EUNSUPPORTED, "response_format", "only {\"type\": \"text\"}"},
+    /* max_tokens, min_tokens */
+    {C, "{\"prompt\":\"hi\",\"max_tokens\":0}", 400, TG_ERANGE, "max_tokens",
+     "between 1 and 128, got 0"},
+    {C, "{\"prompt\":\"hi\",\"max_tokens\":-5}", 400, TG_ERANGE, "max_tokens",
+     "got -5"},
+    {C, "{\"prompt\":\"hi\",\"max_tokens\":129}", 400, TG_ERANGE, "max_tokens",
+     "between 1 and 128"},
+    {C, "{\"prompt\":\"hi\",\"max_tokens\":\"16\"}", 400, TG_EFORMAT,
+     "max_tokens", "must be an integer"},
+    {C, "{\"prompt\":\"hi\",\"max_tokens\":1.5}", 400, TG_EFORMAT, "max_tokens",
+     "must be an integer"},
+    {C, "{\"prompt\":\"hi\",\"max_tokens\":1e30}", 400, TG_EFORMAT,
+     "max_tokens", "must be an integer"},
+    {C, "{\"prompt\":\"hi\",\"max_tokens\":99999999999999999999999}", 400,
+     TG_EFORMAT, "", "malformed JSON"},
+    {H, "{" MSG ",\"max_completion_tokens\":0}", 400, TG_ERANGE,
+     "max_completion_tokens", "between 1 and 128"},
+    {H, "{" MSG ",\"max_tokens\":5,\"max_completion_tokens\":\"x\"}", 400,
+     TG_EFORMAT, "max_completion_tokens", "must be an integer"},
+    {C, "{\"prompt\":\"hi\",\"min_tokens\":20,\"max_tokens\":10}", 400,
+     TG_ERANGE, "min_tokens", "must not exceed 'max_tokens' (10)"},
+    {C, "{\"prompt\":\"hi\",\"min_tokens\":-1}", 400, TG_ERANGE, "min_tokens",
+     "got -1"},
+    /* sampling numbers */
+    {C, "{\"prompt\":\"hi\",\"temperature\":-0.1}", 400, TG_ERANGE,
+     "temperature", "must be in [0, 2]"},
+    {C, "{\"prompt\":\"hi\",\"temperature\":2.5}", 400, TG_ERANGE,
+     "temperature", "got 2.5"},
+    {C, "{\"prompt\":\"hi\",\"temperature\":\"hot\"}", 400, TG_EFORMAT,
+     "temperature", "must be a number"},
+    {H, "{" MSG ",\"temperature\":true}", 400, TG_EFORMAT, "temperature",
+     "must be a number"},
+    {C, "{\"prompt\":\"hi\",\"top_p\":0}", 400, TG_ERANGE, "top_p",
+     "must be in (0, 1]"},
+    {C, "{\"prompt\":\"hi\",\"top_p\":1.1}", 400, TG_ERANGE, "top_p", "(0, 1]"},
+    {C, "{\"prompt\":\"hi\",\"top_k\":-2}", 400, TG_ERANGE, "top_k",
+     "at least -1"},
+    {C, "{\"prompt\":\"hi\",\"top_k\":[1]}", 400, TG_EFORMAT, "top_k",
+     "must be an integer"},
+    {C, "{\"prompt\":\"hi\",\"min_p\":1.5}", 400, TG_ERANGE, "min_p", "[0, 1]"},
+    {C, "{\"prompt\":\"hi\",\"presence_penalty\":-3}", 400, TG_ERANGE,
+     "presence_penalty", "[-2, 2]"},
+    {C, "{\"prompt\":\"hi\",\"frequency_penalty\":2.01}", 400, TG_ERANGE,
+     "frequency_penalty", "got 2.01"},
+    {C, "{\"prompt\":\"hi\",\"repetition_penalty\":0}", 400, TG_ERANGE,
+     "repetition_penalty", "greater than 0"},
+    {C, "{\"prompt\":\"hi\",\"repetition_penalty\":-1}", 400, TG_ERANGE,
+     "repetition_penalty", "greater than 0"},
+    {C, "{\"prompt\":\"hi\",\"seed\":\"x\"}", 400, TG_EFORMAT, "seed",
+     "must be an integer"},
+    {C, "{\"prompt\":\"hi\",\"seed\":0.5}", 400, TG_EFORMAT, "seed",
+     "must be an integer"},
+    /* stop */
+    {C, "{\"prompt\":\"hi\",\"stop\":5}", 400, TG_EFORMAT, "stop",
+     "a string or an array of strings"},
+    {C, "{\"prompt\":\"hi\",\"stop\":\"\"}", 400, TG_EFORMAT, "stop",
+     "must not be an empty string"},
+    {C, "{\"prompt\":\"hi\",\"stop\":[\"a\",\"\"]}", 400, TG_EFORMAT, "stop[1]",
+     "must not be an empty string"},
+    {C, "{\"prompt\":\"hi\",\"stop\":[\"a\",1]}", 400, TG_EFORMAT, "stop[1]",
+     "must be a string"},
+    {C,
+     "{\"prompt\":\"hi\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\","
+     "\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\","
+     "\"17\"]}",
+     400, TG_ERANGE, "stop", "at most 16"},
+    {C, "{\"prompt\":\"hi\",\"stop_token_ids\":[5,-1]}", 400, TG_ERANGE,
+     "stop_token_ids[1]", "is not a token id"},
+    {C, "{\"prompt\":\"hi\",\"stop_token_ids\":\"5\"}", 400, TG_EFORMAT,
+     "stop_token_ids", "an array of token ids"},
+    /* booleans */
+    {C, "{\"prompt\":\"hi\",\"ignore_eos\":1}", 400, TG_EFORMAT, "ignore_eos",
+     "must be a boolean"},
+    {C, "{\"prompt\":\"hi\",\"skip_special_tokens\":\"true\"}", 400, TG_EFORMAT,
+     "skip_special_tokens", "must be a boolean"},
+    {C, "{\"prompt\":\"hi\",\"add_special_tokens\":0}", 400, TG_EFORMAT,
+     "add_special_tokens", "must be a boolean"},
+    /* logprobs */
+    {C, "{\"prompt\":\"hi\",\"logprobs\":21}", 400, TG_ERANGE, "logprobs",
+     "between 0 and 20, got 21"},
+    {C, "{\"prompt\":\"hi\",\"logprobs\":-1}", 400, TG_ERANGE, "logprobs",
+     "between 0 and 20"},
+    {C, "{\"prompt\":\"hi\",\"logprobs\":true}", 400, TG_EFORMAT, "logprobs",
+     "must be an integer"},
+    {H, "{" MSG ",\"logprobs\":\"yes\"}", 400, TG_EFORMAT, "logprobs",
+     "must be a boolean"},
+    {H, "{" MSG ",\"logprobs\":5}", 400, TG_EFORMAT, "logprobs",
+     "must be a boolean"},
+    {H, "{" MSG ",\"top_logprobs\":5}", 400, TG_EFORMAT, "top_logprobs",
+     "requires 'logprobs' to be true"},
+    {H, "{" MSG ",\"logprobs\":true,\"top_logprobs\":21}", 400, TG_ERANGE,
+     "top_logprobs", "between 0 and 20"},
+    {H, "{" MSG ",\"logprobs\":true,\"top_logprobs\":-1}", 400, TG_ERANGE,
+     "top_logprobs", "got -1"},
+    /* stream */
+    {C, "{\"prompt\":\"hi\",\"stream\":\"yes\"}", 400, TG_EFORMAT, "stream",
+     "must be a boolean"},
+    {C, "{\"prompt\":\"hi\",\"stream_options\":{\"include_usage\":true}}", 400,
+     TG_EFORMAT, "stream_options", "only allowed when 'stream' is true"},
+    {C, "{\"prompt\":\"hi\",\"stream\":true,\"stream_options\":[]}", 400,
+     TG_EFORMAT, "stream_options", "must be an object"},
+    {H, "{" MSG ",\"stream\":true,\"stream_options\":{\"include_usage\":1}}",
+     400, TG_EFORMAT, "stream_options.include_usage", "must be a boolean"},
+    /* identity */
+    {C, "{\"prompt\":\"hi\",\"user\":7}", 400, TG_EFORMAT, "user",
+     "must be a string"},
+    {C, "{\"prompt\":\"hi\",\"session_id\":\"\"}", 400, TG_EFORMAT,
+     "session_id", "must not be empty"},
+    {H, "{" MSG ",\"session_id\":[]}", 400, TG_EFORMAT, "session_id",
+     "must be a string"},
+    /* chat messages */
+    {H, "{}", 400, TG_EFORMAT, "messages", "'messages' is required"},
+    {H, "{\"messages\":\"hi\"}", 400, TG_EFORMAT, "messages",
+     "must be an array"},
+    {H, "{\"messages\":[]}", 400, TG_EFORMAT, "messages",
+     "at least one message"},
+    {H, "{\"messages\":[5]}", 400, TG_EFORMAT, "messages[0]",
+     "must be an object"},
+    {H, "{\"messages\":[{\"content\":\"x\"}]}", 400, TG_EFORMAT,
+     "messages[0].role", "is required"},
+    {H,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+     "{\"role\":\"bot\",\"content\":\"x\"}]}",
+     400, TG_EFORMAT, "messages[1].role", "must be one of"},
+    {H, "{\"messages\":[{\"role\":3,\"content\":\"x\"}]}", 400, TG_EFORMAT,
+     "messages[0].role", "must be a string"},
+    {H, "{\"messages\":[{\"role\":\"user\"}]}", 400, TG_EFORMAT,
+     "messages[0].content", "is required"},
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, TG_EFORMAT,
+     "messages[0].content", "a string or an array of content parts"},
+    {H,
+     "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
+     "\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
+     400, TG_EUNSUPPORTED, "messages[0].content[0].type",
+     "'image_url' is not supported"},
+    {H,
+     "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}"
+     "]}",
+     400, TG_EFORMAT, "messages[0].content[0].text", "must be a string"},
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":[\"x\"]}]}", 400,
+     TG_EFORMAT, "messages[0].content[0]", "must be an object"},
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"x\"}]}]}",
+     400, TG_EFORMAT, "messages[0].content[0].type", "must be a string"},
+    {H,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+     "{\"role\":\"tool\",\"content\":\"r\"}]}",
+     400, TG_EFORMAT, "messages[1].tool_call_id", "is required"},
+    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"name\":5}]}",
+     400, TG_EFORMAT, "messages[0].name", "must be a string"},
+    {H,
+     "{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\","
+     "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\"}]}]}",
+     400, TG_EUNSUPPORTED, "messages[0].tool_calls", "not supported"},
+    {H,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+     "\"f\"}}]}",
+     400, TG_EUNSUPPORTED, "tools", "tool calling is not supported"},
+    {H, "{" MSG ",\"tools\":{}}", 400, TG_EFORMAT, "tools", "must be an array"},
+    {H, "{" MSG ",\"tool_choice\":\"required\"}", 400, TG_EUNSUPPORTED,
+     "tool_choice", "not supported"},
+    {H, "{" MSG ",\"functions\":[{\"name\":\"f\"}]}", 400, TG_EUNSUPPORTED,
+     "functions", "not supported"},
+    {H,
+     "{" MSG ",\"add_generation_prompt\":true,"
+     "\"continue_final_message\":true}",
+     400, TG_EFORMAT, "continue_final_message", "cannot both be true"},
+    {H, "{" MSG ",\"chat_template_kwargs\":5}", 400, TG_EFORMAT,
+     "chat_template_kwargs", "must be an object"},
+    {H, "{" MSG ",\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}}", 400,
+     TG_EFORMAT, "chat_template_kwargs.enable_thinking", "must be a boolean"},
+    {H, "{" MSG ",\"chat_template\":\"{{x}}\"}", 400, TG_EUNSUPPORTED,
+     "chat_template", "custom chat templates"},
+    /* tokenize / detokenize */
+    {T, "{}", 400, TG_EFORMAT, "prompt", "either 'prompt' or 'messages'"},
+    {T, "{\"prompt\":5}", 400, TG_EFORMAT, "prompt", "must be a string"},
+    {T, "{\"messages\":[]}", 400, TG_EFORMAT, "messages",
+     "at least one message"},
+    {T, "{\"prompt\":\"x\",\"add_special_tokens\":\"no\"}", 400, TG_EFORMAT,
+     "add_special_tokens", "must be a boolean"},
+    {T, "{\"model\":\"big\",\"prompt\":\"x\"}", 404, TG_ENOTFOUND, "model",
+     "does not exist"},
+    {T, "nope", 400, TG_EFORMAT, "", "malformed JSON"},
+    {D, "{}", 400, TG_EFORMAT, "tokens", "'tokens' is required"},
+    {D, "{\"tokens\":\"1 2\"}", 400, TG_EFORMAT, "tokens",
+     "an array of token ids"},
+    {D, "{\"tokens\":[1,1000]}", 400, TG_ERANGE, "tokens[1]",
+     "is not a token id"},
+    {D, "{\"tokens\":[0.5]}", 400, TG_EFORMAT, "tokens[0]", "integer token id"},
+};
+
+static void test_invalid_table(void **state)
+{
+    (void)state;
+    size_t n = sizeof(BAD) / sizeof(BAD[0]);
+    assert_true(n >= 40);
+    for (size_t i = 0; i < n; i++) {
+        const struct bad_case *b = &BAD[i];
+        struct rt_api_error e;
+        memset(&e, 0, sizeof(e));
+        int rc = parse(b->ep, b->body, strlen(b->body), &e);
+        if (rc != b->rc || e.status != b->status ||
+            strcmp(e.param, b->param) != 0 ||
+            strstr(e.message, b->msg) == NULL) {
+            print_error("case %zu: %s\n  rc %d (want %d) status %d (want %d) "
+                        "param '%s' (want '%s')\n  message: %s\n  want: %s\n",
+                        i, b->body, rc, b->rc, e.status, b->status, e.param,
+                        b->param, e.message, b->msg);
+            fail();
+        }
+        assert_string_equal(e.type, "invalid_request_error");
+        assert_non_null(e.code);
+        if (b->status == 404)
+            assert_string_equal(e.code, "model_not_found");
+    }
+}
+
+static void test_body_too_large(void **state)
+{
+    (void)state;
+    size_t n = CFG.max_body_bytes + 1;
+    char *body = malloc(n + 1);
+    assert_non_null(body);
+    memset(body, ' ', n);
+    memcpy(body, "{\"prompt\":\"hi\"}", 15);
+    body[n] = '\0';
+    struct rt_api_error e;
+    assert_int_equal(parse(C, body, n, &e), TG_ETOOBIG);
+    assert_int_equal(e.status, 413);
+    assert_string_equal(e.code, "request_too_large");
+    assert_non_null(strstr(e.message, "exceeds the limit of 4096 bytes"));
+    /* The same body one byte shorter is accepted (trailing whitespace). */
+    assert_int_equal(parse(C, body, n - 1, &e), 0);
+    free(body);
+}
+
+static void test_prompt_ids_over_context(void **state)
+{
+    (void)state;
+    char body[2048] = "{\"prompt\":[";
+    for (int i = 0; i < 128; i++)
+        snprintf(body + strlen(body), sizeof(body) - strlen(body), "%s%d",
+                 i ? "," : "", i);
+    strcat(body, "]}");
+    struct rt_api_error e;
+    assert_int_equal(parse(C, body, strlen(body), &e), TG_ETOOBIG);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, "prompt");
+    assert_string_equal(e.code, "context_length_exceeded");
+    assert_non_null(strstr(e.message, "the prompt has 128 tokens"));
+}
+
+/* ---- valid requests ---------------------------------------------------- */
+
+static void test_completion_defaults(void **state)
+{
+    (void)state;
+    const char *b = "{\"prompt\":\"Hello\"}";
+    struct rt_gen_request r;
+    struct rt_api_error e;
+    assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
+    assert_int_equal(r.endpoint, RT_ENDPOINT_COMPLETIONS);
+    assert_string_equal(r.model, "tiny");
+    assert_string_equal(r.prompt, "Hello");
+    assert_int_equal(r.prompt_len, 5);
+    assert_null(r.prompt_ids);
+    assert_null(r.messages);
+    assert_true(r.add_special_tokens);
+    const struct rt_sampling *s = &r.sampling;
+    assert_int_equal(s->max_tokens, 16);
+    assert_int_equal(s->min_tokens, 0);
+    assert_true(s->temperature == 1.0);
+    assert_true(s->top_p == 1.0);
+    assert_int_equal(s->top_k, 0);
+    assert_true(s->min_p == 0.0);
+    assert_false(s->has_seed);
+    assert_true(s->presence_penalty == 0.0 && s->frequency_penalty == 0.0);
+    assert_true(s->repetition_penalty == 1.0);
+    assert_false(s->ignore_eos);
+    assert_true(s->skip_special_tokens);
+    assert_false(s->include_stop_str_in_output);
+    assert_int_equal(s->n_stop, 0);
+    assert_int_equal(s->n_stop_token_ids, 0);
+    assert_int_equal(s->logprobs, -1);
+    assert_false(r.stream);
+    assert_false(r.include_usage);
+    assert_null(r.user);
+    assert_null(r.session_id);
+    assert_null(r.request_id);
+    rt_gen_request_free(&r);
+    rt_gen_request_free(&r); /* safe twice: free zeroes */
+}
+
+static void test_completion_all_fields(void **state)
+{
+    (void)state;
+    const char *b =
+        "{\"model\":\"tiny\",\"prompt\":[1,2,999],\"max_tokens\":32.0,"
+        "\"min_tokens\":2,\"temperature\":0,\"top_p\":0.9,\"top_k\":40,"
+        "\"min_p\":0.05,\"seed\":-7,\"presence_penalty\":-2,"
+        "\"frequency_penalty\":1.5,\"repetition_penalty\":1.1,"
+        "\"stop\":\"END\",\"stop_token_ids\":[7,8],\"ignore_eos\":true,"
+        "\"skip_special_tokens\":false,\"include_stop_str_in_output\":true,"
+        "\"logprobs\":5,\"stream\":true,\"stream_options\":{\"include_usage\":"
+        "true,\"continuous_usage_stats\":true},\"user\":\"u1\","
+        "\"session_id\":\"conv-9\",\"request_id\":\"r-1\",\"n\":1,"
+        "\"best_of\":null,\"echo\":false,\"suffix\":null,\"logit_bias\":{},"
+        "\"response_format\":{\"type\":\"text\"},"
+        "\"unknown_field\":{\"deep\":[1,2,{\"x\":null}]},\"add_special_"
+        "tokens\":"
+        "false}";
+    struct rt_gen_request r;
+    struct rt_api_error e;
+    int rc = rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e);
+    if (rc)
+        print_error("%s (param %s)\n", e.message, e.param);
+    assert_int_equal(rc, 0);
+    assert_null(r.prompt);
+    assert_int_equal(r.n_prompt_ids, 3);
+    assert_int_equal(r.prompt_ids[2], 999);
+    assert_false(r.add_special_tokens);
+    const struct rt_sampling *s = &r.sampling;
+    assert_int_equal(s->max_tokens, 32);
+    assert_int_equal(s->min_tokens, 2);
+    assert_true(s->temperature == 0.0);
+    assert_true(fabs(s->top_p - 0.9) < 1e-12);
+    assert_int_equal(s->top_k, 40);
+    assert_true(fabs(s->min_p - 0.05) < 1e-12);
+    assert_true(s->has_seed);
+    assert_int_equal(s->seed, -7);
+    assert_true(s->presence_penalty == -2.0);
+    assert_true(s->frequency_penalty == 1.5);
+    assert_true(fabs(s->repetition_penalty - 1.1) < 1e-12);
+    assert_int_equal(s->n_stop, 1);
+    assert_string_equal(s->stop[0], "END");
+    assert_int_equal(s->n_stop_token_ids, 2);
+    assert_int_equal(s->stop_token_ids[1], 8);
+    assert_true(s->ignore_eos);
+    assert_false(s->skip_special_tokens);
+    assert_true(s->include_stop_str_in_output);
+    assert_int_equal(s->logprobs, 5);
+    assert_true(r.stream);
+    assert_true(r.include_usage);
+    assert_true(r.continuous_usage);
+    assert_string_equal(r.user, "u1");
+    assert_string_equal(r.session_id, "conv-9");
+    assert_string_equal(r.request_id, "r-1");
+    assert_string_equal(r.max_tokens_param, "max_tokens");
+    rt_gen_request_free(&r);
+}
+
+static void test_completion_prompt_forms(void **state)
+{
+    (void)state;
+    struct rt_gen_request r;
+    struct rt_api_error e;
+    const char *b1 = "{\"prompt\":[\"one prompt\"],\"top_k\":-1,"
+                     "\"stop\":[\"a\",\"bb\"],\"logprobs\":0,\"seed\":null}";
+    assert_int_equal(rt_openai_parse_completion(&CFG, b1, strlen(b1), &r, &e),
+                     0);
+    assert_string_equal(r.prompt, "one prompt");
+    assert_int_equal(r.sampling.top_k, 0);
+    assert_int_equal(r.sampling.n_stop, 2);
+    assert_string_equal(r.sampling.stop[1], "bb");
+    assert_int_equal(r.sampling.logprobs, 0);
+    assert_false(r.sampling.has_seed);
+    rt_gen_request_free(&r);
+
+    const char *b2 = "{\"prompt\":[[5,6]],\"stop\":[],\"top_k\":0}";
+    assert_int_equal(rt_openai_parse_completion(&CFG, b2, strlen(b2), &r, &e),
+                     0);
+    assert_null(r.prompt);
+    assert_int_equal(r.n_prompt_ids, 2);
+    assert_int_equal(r.prompt_ids[0], 5);
+    assert_int_equal(r.sampling.n_stop, 0);
+    assert_int_equal(r.sampling.top_k, 0);
+    rt_gen_request_free(&r);
+
+    /* UTF-8 and escapes come through byte-exact. */
+    const char *b3 = "{\"prompt\":\"caf\\u00e9 \\ud83d\\ude00\\n\"}";
+    assert_int_equal(rt_openai_parse_completion(&CFG, b3, strlen(b3), &r, &e),
+                     0);
+    assert_string_equal(r.prompt, "caf\xC3\xA9 \xF0\x9F\x98\x80\n");
+    rt_gen_request_free(&r);
+}
+
+static void test_chat_messages(void **state)
+{
+    (void)state;
+    const char *b =
+        "{\"model\":\"tiny\",\"messages\":["
+        "{\"role\":\"system\",\"content\":\"be brief\"},"
+        "{\"role\":\"developer\",\"content\":\"dev\"},"
+        "{\"role\":\"user\",\"name\":\"ann\",\"content\":[{\"type\":\"text\","
+        "\"text\":\"part one\"},{\"type\":\"text\",\"text\":\"part two\"}]},"
+        "{\"role\":\"assistant\",\"content\":\"ok\",\"reasoning_content\":"
+        "\"hmm\",\"tool_calls\":[]},"
+        "{\"role\":\"tool\",\"content\":\"42\",\"tool_call_id\":\"call_1\"},"
+        "{\"role\":\"user\",\"content\":[]}],"
+        "\"max_tokens\":50,\"max_completion_tokens\":20,\"logprobs\":true,"
+        "\"top_logprobs\":3,\"tools\":[],\"tool_choice\":\"none\","
+        "\"chat_template_kwargs\":{\"enable_thinking\":false,\"other\":1}}";
+    struct rt_gen_request r;
+    struct rt_api_error e;
+    int rc = rt_openai_parse_chat(&CFG, b, strlen(b), &r, &e);
+    if (rc)
+        print_error("%s (param %s)\n", e.message, e.param);
+    assert_int_equal(rc, 0);
+    assert_int_equal(r.endpoint, RT_ENDPOINT_CHAT);
+    assert_int_equal(r.n_messages, 6);
+    assert_int_equal(r.messages[0].role, RT_ROLE_SYSTEM);
+    assert_int_equal(r.messages[1].role, RT_ROLE_SYSTEM);
+    assert_string_equal(rt_role_name(r.messages[1].role), "system");
+    assert_int_equal(r.messages[2].role, RT_ROLE_USER);
+    assert_string_equal(r.messages[2].name, "ann");
+    assert_string_equal(r.messages[2].content, "part one\npart two");
+    assert_int_equal(r.messages[3].role, RT_ROLE_ASSISTANT);
+    assert_string_equal(r.messages[3].reasoning_content, "hmm");
+    assert_int_equal(r.messages[4].role, RT_ROLE_TOOL);
+    assert_string_equal(r.messages[4].tool_call_id, "call_1");
+    assert_string_equal(r.messages[5].content, "");
+    assert_null(r.messages[0].name);
+    assert_int_equal(r.sampling.max_tokens, 20);
+    assert_string_equal(r.max_tokens_param, "max_completion_tokens");
+    assert_int_equal(r.sampling.logprobs, 3);
+    assert_true(r.chat.add_generation_prompt);
+    assert_false(r.chat.continue_final_message);
+    assert_int_equal(r.chat.enable_thinking, CT_THINKING_OFF);
+    assert_false(r.add_special_tokens);
+    rt_gen_request_free(&r);
+
+    const char *b2 = "{" MSG ",\"logprobs\":true,\"add_generation_prompt\":"
+                     "false,\"continue_final_message\":true,"
+                     "\"chat_template_kwargs\":{\"enable_thinking\":true}}";
+    assert_int_equal(rt_openai_parse_chat(&CFG, b2, strlen(b2), &r, &e), 0);
+    assert_int_equal(r.sampling.max_tokens, -1); /* chat default */
+    assert_int_equal(r.sampling.logprobs, 0);
+    assert_false(r.chat.add_generation_prompt);
+    assert_true(r.chat.continue_final_message);
+    assert_int_equal(r.chat.enable_thinking, CT_THINKING_ON);
+    rt_gen_request_free(&r);
+
+    const char *b3 = "{" MSG ",\"top_logprobs\":0,\"max_tokens\":7}";
+    assert_int_equal(rt_openai_parse_chat(&CFG, b3, strlen(b3), &r, &e), 0);
+    assert_int_equal(r.sampling.logprobs, -1);
+    assert_int_equal(r.sampling.max_tokens, 7);
+    assert_string_equal(r.max_tokens_param, "max_tokens");
+    assert_int_equal(r.chat.enable_thinking, CT_THINKING_DEFAULT);
+    rt_gen_request_free(&r);
+}
+
+static void test_fit(void **state)
+{
+    (void)state;
+    struct rt_gen_request r;
+    struct rt_api_error e;
+    const char *b = "{" MSG "}";
+    assert_int_equal(rt_openai_parse_chat(&CFG, b, strlen(b), &r, &e), 0);
+    assert_int_equal(rt_gen_request_fit(&r, 128, 100, &e), 0);
+    assert_int_equal(r.sampling.max_tokens, 28); /* the room left */
+    assert_int_equal(rt_gen_request_fit(&r, 128, 0, &e), TG_EFORMAT);
+    assert_string_equal(e.param, "messages");
+    assert_int_equal(rt_gen_request_fit(&r, 128, 128, &e), TG_ETOOBIG);
+    assert_string_equal(e.param, "messages");
+    assert_string_equal(e.code, "context_length_exceeded");
+    assert_int_equal(e.status, 400);
+    rt_gen_request_free(&r);
+
+    const char *b2 = "{\"prompt\":\"x\",\"max_tokens\":16,\"min_tokens\":9}";
+    assert_int_equal(rt_openai_parse_completion(&CFG, b2, strlen(b2), &r, &e),
+                     0);
+    assert_int_equal(rt_gen_request_fit(&r, 128, 112, &e), 0);
+    assert_int_equal(r.sampling.max_tokens, 16);
+    assert_int_equal(rt_gen_request_fit(&r, 128, 113, &e), TG_ETOOBIG);
+    assert_string_equal(e.param, "max_tokens");
+    assert_non_null(strstr(e.message, "113 prompt tokens plus 16"));
+    assert_int_equal(rt_gen_request_fit(&r, 0, 100000, &e), 0); /* unchecked */
+    rt_gen_request_free(&r);
+
+    const char *b3 = "{" MSG ",\"min_tokens\":20}";
+    assert_int_equal(rt_openai_parse_chat(&CFG, b3, strlen(b3), &r, &e), 0);
+    assert_int_equal(rt_gen_request_fit(&r, 128, 120, &e), TG_ERANGE);
+    assert_string_equal(e.param, "min_tokens");
+    rt_gen_request_free(&r);
+}
+
+static void test_tokenize_requests(void **state)
+{
+    (void)state;
+    struct rt_tokenize_request t;
+    struct rt_api_error e;
+    const char *b1 = "{\"model\":\"tiny\",\"prompt\":\"\"}";
+    assert_int_equal(rt_openai_parse_tokenize(&CFG, b1, strlen(b1), &t, &e), 0);
+    assert_string_equal(t.prompt, "");
+    assert_true(t.add_special_tokens);
+    assert_false(t.return_token_strs);
+    assert_null(t.messages);
+    rt_tokenize_request_free(&t);
+
+    const char *b2 = "{" MSG ",\"return_token_strs\":true}";
+    assert_int_equal(rt_openai_parse_tokenize(&CFG, b2, strlen(b2), &t, &e), 0);
+    assert_null(t.prompt);
+    assert_int_equal(t.n_messages, 1);
+    assert_string_equal(t.messages[0].content, "hi");
+    assert_false(t.add_special_tokens);
+    assert_true(t.chat.add_generation_prompt);
+    assert_true(t.return_token_strs);
+    rt_tokenize_request_free(&t);
+
+    struct rt_detokenize_request d;
+    const char *b3 = "{\"tokens\":[]}";
+    assert_int_equal(rt_openai_parse_detokenize(&CFG, b3, strlen(b3), &d, &e),
+                     0);
+    assert_int_equal(d.n_tokens, 0);
+    assert_string_equal(d.model, "tiny");
+    rt_detokenize_request_free(&d);
+    const char *b4 = "{\"model\":null,\"tokens\":[0,999,3]}";
+    assert_int_equal(rt_openai_parse_detokenize(&CFG, b4, strlen(b4), &d, &e),
+                     0);
+    assert_int_equal(d.n_tokens, 3);
+    assert_int_equal(d.tokens[1], 999);
+    rt_detokenize_request_free(&d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_invalid_table),
+        cmocka_unit_test(test_body_too_large),
+        cmocka_unit_test(test_prompt_ids_over_context),
+        cmocka_unit_test(test_completion_defaults),
+        cmocka_unit_test(test_completion_all_fields),
+        cmocka_unit_test(test_completion_prompt_forms),
+        cmocka_unit_test(test_chat_messages),
+        cmocka_unit_test(test_fit),
+        cmocka_unit_test(test_tokenize_requests),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

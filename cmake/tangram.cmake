@@ -1,9 +1,11 @@
 # Helpers shared by the folder CMakeLists.
 
 # tg_add_library(NAME DIR [LIBS ...]): a static library from every *.c in DIR
-# (CONFIGURE_DEPENDS so new files are picked up without editing CMake).
+# except program mains (tangram*.c); CONFIGURE_DEPENDS so new files are
+# picked up without editing CMake.
 function(tg_add_library name dir)
   file(GLOB srcs CONFIGURE_DEPENDS ${dir}/*.c)
+  list(FILTER srcs EXCLUDE REGEX "/tangram[^/]*\\.c$")
   if(NOT srcs)
     add_library(${name} INTERFACE)
     target_link_libraries(${name} INTERFACE ${ARGN})
@@ -13,9 +15,11 @@ function(tg_add_library name dir)
   target_link_libraries(${name} PUBLIC ${ARGN})
 endfunction()
 
-# tg_add_programs(DIR): every DIR/tangram_*.c becomes the program tangram-*.
+# tg_add_programs(DIR): every DIR/tangram*.c becomes a program named after
+# it with '_' turned into '-' (tangram_worker.c -> tangram-worker,
+# tangramd.c -> tangramd).
 function(tg_add_programs dir)
-  file(GLOB mains CONFIGURE_DEPENDS ${dir}/tangram_*.c)
+  file(GLOB mains CONFIGURE_DEPENDS ${dir}/tangram*.c)
   foreach(src ${mains})
     get_filename_component(stem ${src} NAME_WE)
     string(REPLACE "_" "-" prog ${stem})

@@ -168,4 +168,37 @@ void tg_config_free(const struct tg_config_entry *table, size_t n, void *dst);
 json_t *tg_config_dump_json(const struct tg_config_entry *table, size_t n,
                             const void *dst);
 
+/* ---- Options back to flags (tg_config_argv.c) --------------------------
+ * A supervisor that parsed its own options hands them on to child programs
+ * as flags. Each emitted flag is one "--name=value" string (the '=' form, so
+ * a value starting with '-' is never taken for a flag), formatted so that
+ * tg_config_parse of the same table gives back the same field values:
+ * BOOL true|false, INT decimal, DOUBLE the shortest decimal that reads back
+ * to the same double, STRING verbatim, SIZE "<bytes>", SIZE_FRAC either a
+ * plain decimal fraction ("0.9") or "<bytes>B", ENUM the choice name.
+ * A STRING field that is NULL is left out (the child's default applies).
+ *
+ * The argv arrays below are malloc'ed, NULL-terminated arrays of malloc'ed
+ * strings with their length kept beside them (*argc, not counting the
+ * terminating NULL); start from *argv == NULL, *argc == 0. */
+
+/* Appends one flag per entry of table[0..n) to *argv: only the entries whose
+ * name is in the NULL-terminated list `only` (NULL = every entry), and none
+ * whose flags intersect `skip_flags` (e.g. TG_CONFIG_SECRET, to keep a key
+ * out of a child's command line). Entries are emitted in table order.
+ * Returns 0, TG_EINVAL (an ENUM index outside its choices, or a name in
+ * `only` that the table lacks) or TG_ENOMEM, with detail in err; on failure
+ * *argv keeps the entries appended so far and stays valid. Thread: any. */
+int tg_config_to_argv(const struct tg_config_entry *table, size_t n,
+                      const void *src, const char *const *only,
+                      unsigned skip_flags, char ***argv, size_t *argc,
+                      char *err, size_t errlen);
+
+/* Appends a copy of `s` to *argv. Returns 0 or TG_ENOMEM (then *argv is
+ * unchanged). Thread: any. */
+int tg_config_argv_push(char ***argv, size_t *argc, const char *s);
+
+/* Frees argv[0..argc) and the array. Safe on NULL. */
+void tg_config_argv_free(char **argv, size_t argc);
+
 #endif /* TG_CONFIG_H */

@@ -18,6 +18,9 @@
 #include <string.h>
 #include <utf8proc.h>
 
+_Static_assert(sizeof(struct tok__cache_entry) == 64,
+               "a word-cache entry is one cache line");
+
 int tok_cache_init(struct tok_cache *c, const struct tok_tokenizer *tok,
                    size_t entries, char *err, size_t errlen)
 {
@@ -84,7 +87,7 @@ static int push_id(struct tok_ids *out, int32_t id)
 static void clear_bit(uint8_t *bits, int32_t cp)
 {
     if (cp >= 0 && cp < TOK__NFC_LIMIT)
-        bits[cp >> 3] &= (uint8_t)~(1u << (cp & 7));
+        bits[cp >> 3] &= (uint8_t) ~(1u << (cp & 7));
 }
 
 int tok__nfc_prepare(struct tok_tokenizer *tok, char *err, size_t errlen)
@@ -109,8 +112,8 @@ int tok__nfc_prepare(struct tok_tokenizer *tok, char *err, size_t errlen)
             continue;
         utf8proc_int32_t d[32];
         int last = 0;
-        utf8proc_ssize_t k = utf8proc_decompose_char(cp, d, 32,
-                                                     UTF8PROC_DECOMPOSE, &last);
+        utf8proc_ssize_t k =
+            utf8proc_decompose_char(cp, d, 32, UTF8PROC_DECOMPOSE, &last);
         if (k < 1 || (k == 1 && d[0] == cp))
             continue; /* compatibility-only mappings: NFC ignores them */
         for (utf8proc_ssize_t i = 1; i < k && i < 32; i++)
@@ -158,8 +161,8 @@ static int map_all(const struct tok_tokenizer *tok, const char *s, size_t n,
 
 /* Byte length of the character at s[i] and whether NFC leaves it alone
  * and cannot merge it into what precedes it. */
-static size_t nfc_char(const struct tok_tokenizer *tok, const char *s,
-                       size_t n, size_t i, int *safe)
+static size_t nfc_char(const struct tok_tokenizer *tok, const char *s, size_t n,
+                       size_t i, int *safe)
 {
     if ((unsigned char)s[i] < 0x80) {
         *safe = 1;
@@ -280,12 +283,13 @@ static void candidate(const struct tok_tokenizer *t, struct tok__sym *sym,
 {
     if (i < 0 || sym[i].next < 0)
         return;
-    const struct tok__merge_slot *m = merge_find(t, sym[i].id,
-                                                 sym[sym[i].next].id);
+    const struct tok__merge_slot *m =
+        merge_find(t, sym[i].id, sym[sym[i].next].id);
     if (m != NULL)
-        heap_push(h, nh, (struct tok__heap_ent){
-                             (uint64_t)m->rank << 32 | (uint32_t)i,
-                             sym[i].id, sym[sym[i].next].id, m->id});
+        heap_push(h, nh,
+                  (struct tok__heap_ent){(uint64_t)m->rank << 32 | (uint32_t)i,
+                                         sym[i].id, sym[sym[i].next].id,
+                                         m->id});
 }
 
 /* Encodes one pre-tokenized word of n raw bytes. */
@@ -317,8 +321,7 @@ static int bpe_word(const struct tok_tokenizer *t, struct tok_cache *c,
         }
         c->misses++;
     }
-    if (grow((void **)&c->sym, &c->sym_cap, n, sizeof(*c->sym)) != 0 ||
-        grow((void **)&c->heap, &c->heap_cap, n, sizeof(*c->heap)) != 0)
+    if (grow((void **)&c->sym, &c->sym_cap, n, sizeof(*c->sym)) != 0)
         return TG_ENOMEM;
     struct tok__sym *sym = c->sym;
     int32_t ns = 0;
@@ -334,10 +337,11 @@ static int bpe_word(const struct tok_tokenizer *t, struct tok_cache *c,
     if (ns == 0)
         return 0;
     sym[ns - 1].next = -1;
-    /* Every live symbol has at most one pending candidate per pair, and
-     * each merge adds at most two, so n entries plus merges suffice; the
-     * heap never holds more than ns + merges <= 2n. */
-    if (grow((void **)&c->heap, &c->heap_cap, 2 * (size_t)ns, sizeof(*c->heap)) != 0)
+    /* The heap starts with at most ns - 1 candidates; each applied merge
+     * pops one and pushes at most two, and there are at most ns - 1 merges,
+     * so it never holds more than 2 (ns - 1) entries. */
+    if (grow((void **)&c->heap, &c->heap_cap, 2 * (size_t)ns,
+             sizeof(*c->heap)) != 0)
         return TG_ENOMEM;
     struct tok__heap_ent *heap = c->heap;
     size_t nh = 0;
@@ -458,17 +462,22 @@ static int split_piece(const struct tok_tokenizer *t, struct tok_cache *c,
                        struct tok_ids *out)
 {
     const struct tok__step *st = &t->step[level];
-    struct fold f = {.t = t, .c = c, .out = out, .subj = subj, .level = level,
+    struct fold f = {.t = t,
+                     .c = c,
+                     .out = out,
+                     .subj = subj,
+                     .level = level,
                      .behavior = st->behavior};
     PCRE2_SPTR p = (PCRE2_SPTR)subj + off;
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
     size_t gap = 0, at = 0;
     int inv = st->invert, rc = 0;
     while (at < len) {
-        int r = pcre2_match(st->re, p, len, at, PCRE2_NO_UTF_CHECK, c->md, NULL);
+        int r =
+            pcre2_match(st->re, p, len, at, PCRE2_NO_UTF_CHECK, c->md, NULL);
         if (r == PCRE2_ERROR_JIT_STACKLIMIT) /* the interpreter uses heap */
-            r = pcre2_match(st->re, p, len, at, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
-                            c->md, NULL);
+            r = pcre2_match(st->re, p, len, at,
+                            PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, c->md, NULL);
         if (r == PCRE2_ERROR_NOMATCH)
             break;
         if (r < 0)
@@ -654,7 +663,8 @@ int tok_encode(const struct tok_tokenizer *tok, struct tok_cache *cache,
         return 0;
     out->n = n0;
     if (rc == TG_ETOOBIG)
-        return tg_err_set(err, errlen, rc, "text too large or pathological "
+        return tg_err_set(err, errlen, rc,
+                          "text too large or pathological "
                           "for the pre-tokenizer");
     if (rc == TG_EINVAL)
         return tg_err_set(err, errlen, rc, "normalization failed");

@@ -20,7 +20,7 @@ static const char GPT2_REGEX[] =
 
 /* Optional boolean member with a default. */
 int tok__opt_bool(json_t *o, const char *key, int def, const char *ctx,
-                    int *out, char *err, size_t errlen)
+                  int *out, char *err, size_t errlen)
 {
     json_t *v = json_object_get(o, key);
     if (v == NULL || json_is_null(v)) {
@@ -35,7 +35,7 @@ int tok__opt_bool(json_t *o, const char *key, int def, const char *ctx,
 }
 
 int tok__load_normalizer(struct tok_tokenizer *t, json_t *nz, char *err,
-                           size_t errlen)
+                         size_t errlen)
 {
     if (nz == NULL || json_is_null(nz))
         return 0;
@@ -49,7 +49,8 @@ int tok__load_normalizer(struct tok_tokenizer *t, json_t *nz, char *err,
                               "normalizer.normalizers: expected an array");
         size_t i;
         json_t *v;
-        json_array_foreach(list, i, v) {
+        json_array_foreach(list, i, v)
+        {
             int rc = tok__load_normalizer(t, v, err, errlen);
             if (rc != 0)
                 return rc;
@@ -116,7 +117,8 @@ static int load_pretok(struct tok_tokenizer *t, json_t *pt, int *byte_level,
                               "pre_tokenizer.pretokenizers: expected an array");
         size_t i;
         json_t *v;
-        json_array_foreach(list, i, v) {
+        json_array_foreach(list, i, v)
+        {
             int rc = load_pretok(t, v, byte_level, err, errlen);
             if (rc != 0)
                 return rc;
@@ -129,11 +131,11 @@ static int load_pretok(struct tok_tokenizer *t, json_t *pt, int *byte_level,
     int rc;
     if (strcmp(type, "ByteLevel") == 0) {
         int prefix = 0, use_regex = 0;
-        rc = tok__opt_bool(pt, "add_prefix_space", 1, "pre_tokenizer", &prefix, err,
-                      errlen);
+        rc = tok__opt_bool(pt, "add_prefix_space", 1, "pre_tokenizer", &prefix,
+                           err, errlen);
         if (rc == 0)
-            rc = tok__opt_bool(pt, "use_regex", 1, "pre_tokenizer", &use_regex, err,
-                          errlen);
+            rc = tok__opt_bool(pt, "use_regex", 1, "pre_tokenizer", &use_regex,
+                               err, errlen);
         if (rc != 0)
             return rc;
         /* The prefix space is put before each segment, which is the piece
@@ -152,7 +154,7 @@ static int load_pretok(struct tok_tokenizer *t, json_t *pt, int *byte_level,
     if (strcmp(type, "Digits") == 0) {
         int single = 0;
         rc = tok__opt_bool(pt, "individual_digits", 0, "pre_tokenizer", &single,
-                      err, errlen);
+                           err, errlen);
         if (rc != 0)
             return rc;
         const char *re = single ? "\\p{N}" : "\\p{N}+";
@@ -197,7 +199,8 @@ static int template_ids(struct tok_tokenizer *t, json_t *ids, int suffix,
     int *n = suffix ? &t->n_suffix : &t->n_prefix;
     size_t i;
     json_t *v;
-    json_array_foreach(ids, i, v) {
+    json_array_foreach(ids, i, v)
+    {
         json_int_t id = json_integer_value(v);
         if (!json_is_integer(v) || id < 0 || id >= t->n_ids)
             return tg_err_set(err, errlen, TG_EFORMAT,
@@ -228,7 +231,8 @@ static int load_post(struct tok_tokenizer *t, json_t *pp, char *err,
                               "post_processor.processors: expected an array");
         size_t i;
         json_t *v;
-        json_array_foreach(list, i, v) {
+        json_array_foreach(list, i, v)
+        {
             int rc = load_post(t, v, err, errlen);
             if (rc != 0)
                 return rc;
@@ -240,13 +244,15 @@ static int load_post(struct tok_tokenizer *t, json_t *pp, char *err,
                           "post_processor: more than one template");
     if (strcmp(type, "BertProcessing") == 0 ||
         strcmp(type, "RobertaProcessing") == 0) {
-        json_t *cls = json_object_get(pp, "cls"), *sep = json_object_get(pp, "sep");
+        json_t *cls = json_object_get(pp, "cls"),
+               *sep = json_object_get(pp, "sep");
         json_t *a = json_pack("[O]", json_array_get(cls, 1));
         json_t *b = json_pack("[O]", json_array_get(sep, 1));
-        int rc = (a && b) ? template_ids(t, a, 0, "post_processor.cls", err, errlen)
-                          : tg_err_set(err, errlen, TG_EFORMAT,
-                                       "post_processor: cls/sep must be "
-                                       "[token, id]");
+        int rc = (a && b)
+                     ? template_ids(t, a, 0, "post_processor.cls", err, errlen)
+                     : tg_err_set(err, errlen, TG_EFORMAT,
+                                  "post_processor: cls/sep must be "
+                                  "[token, id]");
         if (rc == 0)
             rc = template_ids(t, b, 1, "post_processor.sep", err, errlen);
         json_decref(a);
@@ -264,7 +270,8 @@ static int load_post(struct tok_tokenizer *t, json_t *pp, char *err,
     int seen_seq = 0;
     size_t i;
     json_t *item;
-    json_array_foreach(single, i, item) {
+    json_array_foreach(single, i, item)
+    {
         json_t *st = json_object_get(item, "SpecialToken");
         if (json_object_get(item, "Sequence") != NULL) {
             if (seen_seq++)
@@ -273,12 +280,13 @@ static int load_post(struct tok_tokenizer *t, json_t *pp, char *err,
             continue;
         }
         const char *name = json_string_value(json_object_get(st, "id"));
-        json_t *ids = json_object_get(json_object_get(specials, name ? name : ""),
-                                      "ids");
+        json_t *ids =
+            json_object_get(json_object_get(specials, name ? name : ""), "ids");
         if (name == NULL || !json_is_array(ids))
             return tg_err_set(err, errlen, TG_EFORMAT,
                               "post_processor.single[%zu]: unknown special "
-                              "token", i);
+                              "token",
+                              i);
         int rc = template_ids(t, ids, seen_seq, "post_processor.single", err,
                               errlen);
         if (rc != 0)

@@ -1,8 +1,9 @@
 /*
- * tok_tokenizer.c — loading tokenizer.json (tok_tokenizer.h): vocabulary,
- * merges, added tokens, normalizer, pre-tokenizer, post-processor, decoder,
- * and the special ids of tokenizer_config.json / generation_config.json.
- * The encode path is tok_encode.c, the decode path tok_decode.c.
+ * tok_tokenizer.c — loading tokenizer.json (tok_tokenizer.h): the BPE
+ * model's vocabulary and merges, added tokens, the special ids of
+ * tokenizer_config.json / generation_config.json, and the lookups. The
+ * normalizer / pre-tokenizer / post-processor / decoder sections are read by
+ * tok_pipeline.c, the encode path is tok_encode.c, decoding tok_decode.c.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "common/tok_internal.h"
@@ -20,32 +21,30 @@
 
 /* bytes_to_unicode() of openai/gpt-2 src/encoder.py. */
 const uint16_t tok__byte_cp[256] = {
-    0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x106, 0x107, 0x108, 0x109,
-    0x10A, 0x10B, 0x10C, 0x10D, 0x10E, 0x10F, 0x110, 0x111, 0x112, 0x113,
-    0x114, 0x115, 0x116, 0x117, 0x118, 0x119, 0x11A, 0x11B, 0x11C, 0x11D,
-    0x11E, 0x11F, 0x120, 0x021, 0x022, 0x023, 0x024, 0x025, 0x026, 0x027,
-    0x028, 0x029, 0x02A, 0x02B, 0x02C, 0x02D, 0x02E, 0x02F, 0x030, 0x031,
-    0x032, 0x033, 0x034, 0x035, 0x036, 0x037, 0x038, 0x039, 0x03A, 0x03B,
-    0x03C, 0x03D, 0x03E, 0x03F, 0x040, 0x041, 0x042, 0x043, 0x044, 0x045,
-    0x046, 0x047, 0x048, 0x049, 0x04A, 0x04B, 0x04C, 0x04D, 0x04E, 0x04F,
-    0x050, 0x051, 0x052, 0x053, 0x054, 0x055, 0x056, 0x057, 0x058, 0x059,
-    0x05A, 0x05B, 0x05C, 0x05D, 0x05E, 0x05F, 0x060, 0x061, 0x062, 0x063,
-    0x064, 0x065, 0x066, 0x067, 0x068, 0x069, 0x06A, 0x06B, 0x06C, 0x06D,
-    0x06E, 0x06F, 0x070, 0x071, 0x072, 0x073, 0x074, 0x075, 0x076, 0x077,
-    0x078, 0x079, 0x07A, 0x07B, 0x07C, 0x07D, 0x07E, 0x121, 0x122, 0x123,
-    0x124, 0x125, 0x126, 0x127, 0x128, 0x129, 0x12A, 0x12B, 0x12C, 0x12D,
-    0x12E, 0x12F, 0x130, 0x131, 0x132, 0x133, 0x134, 0x135, 0x136, 0x137,
-    0x138, 0x139, 0x13A, 0x13B, 0x13C, 0x13D, 0x13E, 0x13F, 0x140, 0x141,
-    0x142, 0x0A1, 0x0A2, 0x0A3, 0x0A4, 0x0A5, 0x0A6, 0x0A7, 0x0A8, 0x0A9,
-    0x0AA, 0x0AB, 0x0AC, 0x143, 0x0AE, 0x0AF, 0x0B0, 0x0B1, 0x0B2, 0x0B3,
-    0x0B4, 0x0B5, 0x0B6, 0x0B7, 0x0B8, 0x0B9, 0x0BA, 0x0BB, 0x0BC, 0x0BD,
-    0x0BE, 0x0BF, 0x0C0, 0x0C1, 0x0C2, 0x0C3, 0x0C4, 0x0C5, 0x0C6, 0x0C7,
-    0x0C8, 0x0C9, 0x0CA, 0x0CB, 0x0CC, 0x0CD, 0x0CE, 0x0CF, 0x0D0, 0x0D1,
-    0x0D2, 0x0D3, 0x0D4, 0x0D5, 0x0D6, 0x0D7, 0x0D8, 0x0D9, 0x0DA, 0x0DB,
-    0x0DC, 0x0DD, 0x0DE, 0x0DF, 0x0E0, 0x0E1, 0x0E2, 0x0E3, 0x0E4, 0x0E5,
-    0x0E6, 0x0E7, 0x0E8, 0x0E9, 0x0EA, 0x0EB, 0x0EC, 0x0ED, 0x0EE, 0x0EF,
-    0x0F0, 0x0F1, 0x0F2, 0x0F3, 0x0F4, 0x0F5, 0x0F6, 0x0F7, 0x0F8, 0x0F9,
-    0x0FA, 0x0FB, 0x0FC, 0x0FD, 0x0FE, 0x0FF,
+    0x100, 0x101, 0x102, 0x103, 0x104, 0x105, 0x106, 0x107, 0x108, 0x109, 0x10A,
+    0x10B, 0x10C, 0x10D, 0x10E, 0x10F, 0x110, 0x111, 0x112, 0x113, 0x114, 0x115,
+    0x116, 0x117, 0x118, 0x119, 0x11A, 0x11B, 0x11C, 0x11D, 0x11E, 0x11F, 0x120,
+    0x021, 0x022, 0x023, 0x024, 0x025, 0x026, 0x027, 0x028, 0x029, 0x02A, 0x02B,
+    0x02C, 0x02D, 0x02E, 0x02F, 0x030, 0x031, 0x032, 0x033, 0x034, 0x035, 0x036,
+    0x037, 0x038, 0x039, 0x03A, 0x03B, 0x03C, 0x03D, 0x03E, 0x03F, 0x040, 0x041,
+    0x042, 0x043, 0x044, 0x045, 0x046, 0x047, 0x048, 0x049, 0x04A, 0x04B, 0x04C,
+    0x04D, 0x04E, 0x04F, 0x050, 0x051, 0x052, 0x053, 0x054, 0x055, 0x056, 0x057,
+    0x058, 0x059, 0x05A, 0x05B, 0x05C, 0x05D, 0x05E, 0x05F, 0x060, 0x061, 0x062,
+    0x063, 0x064, 0x065, 0x066, 0x067, 0x068, 0x069, 0x06A, 0x06B, 0x06C, 0x06D,
+    0x06E, 0x06F, 0x070, 0x071, 0x072, 0x073, 0x074, 0x075, 0x076, 0x077, 0x078,
+    0x079, 0x07A, 0x07B, 0x07C, 0x07D, 0x07E, 0x121, 0x122, 0x123, 0x124, 0x125,
+    0x126, 0x127, 0x128, 0x129, 0x12A, 0x12B, 0x12C, 0x12D, 0x12E, 0x12F, 0x130,
+    0x131, 0x132, 0x133, 0x134, 0x135, 0x136, 0x137, 0x138, 0x139, 0x13A, 0x13B,
+    0x13C, 0x13D, 0x13E, 0x13F, 0x140, 0x141, 0x142, 0x0A1, 0x0A2, 0x0A3, 0x0A4,
+    0x0A5, 0x0A6, 0x0A7, 0x0A8, 0x0A9, 0x0AA, 0x0AB, 0x0AC, 0x143, 0x0AE, 0x0AF,
+    0x0B0, 0x0B1, 0x0B2, 0x0B3, 0x0B4, 0x0B5, 0x0B6, 0x0B7, 0x0B8, 0x0B9, 0x0BA,
+    0x0BB, 0x0BC, 0x0BD, 0x0BE, 0x0BF, 0x0C0, 0x0C1, 0x0C2, 0x0C3, 0x0C4, 0x0C5,
+    0x0C6, 0x0C7, 0x0C8, 0x0C9, 0x0CA, 0x0CB, 0x0CC, 0x0CD, 0x0CE, 0x0CF, 0x0D0,
+    0x0D1, 0x0D2, 0x0D3, 0x0D4, 0x0D5, 0x0D6, 0x0D7, 0x0D8, 0x0D9, 0x0DA, 0x0DB,
+    0x0DC, 0x0DD, 0x0DE, 0x0DF, 0x0E0, 0x0E1, 0x0E2, 0x0E3, 0x0E4, 0x0E5, 0x0E6,
+    0x0E7, 0x0E8, 0x0E9, 0x0EA, 0x0EB, 0x0EC, 0x0ED, 0x0EE, 0x0EF, 0x0F0, 0x0F1,
+    0x0F2, 0x0F3, 0x0F4, 0x0F5, 0x0F6, 0x0F7, 0x0F8, 0x0F9, 0x0FA, 0x0FB, 0x0FC,
+    0x0FD, 0x0FE, 0x0FF,
 };
 
 #define NO_TOKEN UINT32_MAX
@@ -143,7 +142,8 @@ static int set_raw(struct tok_tokenizer *t, const int16_t *inv, int32_t id)
         return TG_ENOMEM;
     for (size_t i = 0; i < n;) {
         utf8proc_int32_t cp;
-        utf8proc_ssize_t k = utf8proc_iterate(s + i, (utf8proc_ssize_t)(n - i), &cp);
+        utf8proc_ssize_t k =
+            utf8proc_iterate(s + i, (utf8proc_ssize_t)(n - i), &cp);
         int b = (k > 0 && cp < 0x144) ? inv[cp] : -1;
         if (b < 0) {
             m = NO_TOKEN;
@@ -174,7 +174,8 @@ static int load_vocab(struct tok_tokenizer *t, json_t *model, json_t *added,
     int64_t max_id = -1;
     const char *key;
     json_t *v;
-    json_object_foreach(vocab, key, v) {
+    json_object_foreach(vocab, key, v)
+    {
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) >= TOK_MAX_ID)
             return tg_err_set(err, errlen, TG_EFORMAT,
@@ -184,7 +185,8 @@ static int load_vocab(struct tok_tokenizer *t, json_t *model, json_t *added,
             max_id = json_integer_value(v);
     }
     size_t i;
-    json_array_foreach(added, i, v) {
+    json_array_foreach(added, i, v)
+    {
         json_t *id = json_object_get(v, "id");
         json_t *content = json_object_get(v, "content");
         if (!json_is_integer(id) || json_integer_value(id) < 0 ||
@@ -192,7 +194,8 @@ static int load_vocab(struct tok_tokenizer *t, json_t *model, json_t *added,
             json_string_length(content) == 0)
             return tg_err_set(err, errlen, TG_EFORMAT,
                               "added_tokens[%zu]: needs an id in [0, %d) and "
-                              "a non-empty content", i, TOK_MAX_ID);
+                              "a non-empty content",
+                              i, TOK_MAX_ID);
         if (json_integer_value(id) > max_id)
             max_id = json_integer_value(id);
     }
@@ -221,7 +224,8 @@ static int load_vocab(struct tok_tokenizer *t, json_t *model, json_t *added,
     for (int b = 0; b < 256; b++)
         inv[tok__byte_cp[b]] = (int16_t)b;
 
-    json_object_foreach(vocab, key, v) {
+    json_object_foreach(vocab, key, v)
+    {
         int32_t id = (int32_t)json_integer_value(v);
         if (t->flags[id] & TOK__F_VOCAB)
             return tg_err_set(err, errlen, TG_EFORMAT,
@@ -272,7 +276,8 @@ static int merge_parts(json_t *m, size_t i, const char **a, size_t *na,
     }
     return tg_err_set(err, errlen, TG_EFORMAT,
                       "model.merges[%zu]: expected \"left right\" or "
-                      "[left, right]", i);
+                      "[left, right]",
+                      i);
 }
 
 static int load_merges(struct tok_tokenizer *t, json_t *model, char *err,
@@ -305,8 +310,8 @@ static int load_merges(struct tok_tokenizer *t, json_t *model, char *err,
         if (ia < 0 || ib < 0)
             return tg_err_set(err, errlen, TG_EFORMAT,
                               "model.merges[%zu]: token '%.*s' is not in the "
-                              "vocabulary", i, (int)(ia < 0 ? na : nb),
-                              ia < 0 ? a : b);
+                              "vocabulary",
+                              i, (int)(ia < 0 ? na : nb), ia < 0 ? a : b);
         if (na + nb > sizeof(local))
             return tg_err_set(err, errlen, TG_EUNSUPPORTED,
                               "model.merges[%zu]: token too long", i);
@@ -316,7 +321,8 @@ static int load_merges(struct tok_tokenizer *t, json_t *model, char *err,
         if (im < 0)
             return tg_err_set(err, errlen, TG_EFORMAT,
                               "model.merges[%zu]: merged token '%.*s' is not "
-                              "in the vocabulary", i, (int)(na + nb), local);
+                              "in the vocabulary",
+                              i, (int)(na + nb), local);
         uint64_t key = (uint64_t)ia << 32 | (uint32_t)ib;
         uint64_t s = tok__merge_hash(key) & t->merge_mask;
         while (t->merge[s].key != UINT64_MAX && t->merge[s].key != key)
@@ -359,8 +365,8 @@ static int trie_insert(struct tok__trie *tr, const uint8_t *k, size_t n,
                 tr->cap *= 2;
             }
             c = (int32_t)tr->n++;
-            tr->node[c] = (struct tok__trie_node){-1, tr->node[cur].child,
-                                                  -1, k[i]};
+            tr->node[c] =
+                (struct tok__trie_node){-1, tr->node[cur].child, -1, k[i]};
             tr->node[cur].child = c;
         }
         cur = c;
@@ -417,7 +423,8 @@ static int load_added(struct tok_tokenizer *t, json_t *added, char *err,
         if (rc == 0)
             rc = tok__opt_bool(o, "single_word", 0, ctx, &single, err, errlen);
         if (rc == 0) /* HF: normalized defaults to !special */
-            rc = tok__opt_bool(o, "normalized", !special, ctx, &norm, err, errlen);
+            rc = tok__opt_bool(o, "normalized", !special, ctx, &norm, err,
+                               errlen);
         if (rc != 0)
             return rc;
         json_t *content = json_object_get(o, "content");
@@ -427,12 +434,13 @@ static int load_added(struct tok_tokenizer *t, json_t *added, char *err,
         a->rstrip = (uint8_t)rstrip;
         a->single_word = (uint8_t)single;
         a->normalized = (uint8_t)(norm && t->n_norm > 0);
-        if (arena_add(t, json_string_value(content), json_string_length(content),
-                      &a->content) != 0)
+        if (arena_add(t, json_string_value(content),
+                      json_string_length(content), &a->content) != 0)
             return oom(err, errlen);
         /* The added token's content is what the id is and decodes to. */
         t->str[a->id] = t->raw[a->id] = a->content;
-        t->flags[a->id] |= (uint8_t)(TOK__F_ADDED | (special ? TOK__F_SPECIAL : 0));
+        t->flags[a->id] |=
+            (uint8_t)(TOK__F_ADDED | (special ? TOK__F_SPECIAL : 0));
         t->n_added = i + 1;
         const uint8_t *key = (const uint8_t *)t->arena + a->content.off;
         if (!a->normalized) {
@@ -474,12 +482,13 @@ static int load_model(struct tok_tokenizer *t, json_t *doc, char *err,
                               affix[i]);
     }
     int fallback = 0, rc;
-    rc = tok__opt_bool(model, "byte_fallback", 0, "model", &fallback, err, errlen);
+    rc = tok__opt_bool(model, "byte_fallback", 0, "model", &fallback, err,
+                       errlen);
     if (rc == 0 && fallback)
         rc = tg_err_set(err, errlen, TG_EUNSUPPORTED, "model.byte_fallback");
     if (rc == 0)
-        rc = tok__opt_bool(model, "ignore_merges", 0, "model", &t->ignore_merges,
-                      err, errlen);
+        rc = tok__opt_bool(model, "ignore_merges", 0, "model",
+                           &t->ignore_merges, err, errlen);
     if (rc != 0)
         return rc;
     json_t *added = json_object_get(doc, "added_tokens");
@@ -487,7 +496,7 @@ static int load_model(struct tok_tokenizer *t, json_t *doc, char *err,
         return tg_err_set(err, errlen, TG_EFORMAT,
                           "added_tokens: expected an array");
     if ((rc = tok__load_normalizer(t, json_object_get(doc, "normalizer"), err,
-                              errlen)) != 0 ||
+                                   errlen)) != 0 ||
         (rc = tok__nfc_prepare(t, err, errlen)) != 0 ||
         (rc = load_vocab(t, model, added, err, errlen)) != 0 ||
         (rc = load_merges(t, model, err, errlen)) != 0 ||
@@ -496,8 +505,8 @@ static int load_model(struct tok_tokenizer *t, json_t *doc, char *err,
     t->unk_id = -1;
     json_t *unk = json_object_get(model, "unk_token");
     if (json_is_string(unk)) {
-        t->unk_id = table_find(t, 0, json_string_value(unk),
-                               json_string_length(unk));
+        t->unk_id =
+            table_find(t, 0, json_string_value(unk), json_string_length(unk));
         if (t->unk_id < 0)
             return tg_err_set(err, errlen, TG_EFORMAT,
                               "model.unk_token: not in the vocabulary");
@@ -583,8 +592,10 @@ int tok_tokenizer_load(struct tok_tokenizer *tok, const char *path, char *err,
     char file[4096], dir[4096];
     struct stat st;
     if (stat(path, &st) != 0)
-        return tg_err_set(err, errlen, TG_ENOENT, "%s: no such file or "
-                          "directory", path);
+        return tg_err_set(err, errlen, TG_ENOENT,
+                          "%s: no such file or "
+                          "directory",
+                          path);
     if (S_ISDIR(st.st_mode)) {
         snprintf(dir, sizeof(dir), "%s", path);
         snprintf(file, sizeof(file), "%s/tokenizer.json", path);
@@ -594,16 +605,16 @@ int tok_tokenizer_load(struct tok_tokenizer *tok, const char *path, char *err,
         if (slash == NULL)
             snprintf(dir, sizeof(dir), ".");
         else
-            snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path + (slash == path)),
-                     path);
+            snprintf(dir, sizeof(dir), "%.*s",
+                     (int)(slash - path + (slash == path)), path);
     }
     json_t *doc;
     int rc = tg_json_load_file(file, &doc, err, errlen);
     if (rc != 0)
         return rc;
     if (!json_is_object(doc))
-        rc = tg_err_set(err, errlen, TG_EFORMAT, "%s: expected an object",
-                        file);
+        rc =
+            tg_err_set(err, errlen, TG_EFORMAT, "%s: expected an object", file);
     else
         rc = load_model(tok, doc, err, errlen);
     json_decref(doc);
@@ -672,8 +683,7 @@ int tok_id_is_special(const struct tok_tokenizer *tok, int32_t id)
     return id >= 0 && id < tok->n_ids && (tok->flags[id] & TOK__F_SPECIAL);
 }
 
-int32_t tok__vocab_raw(const struct tok_tokenizer *tok, const void *p,
-                       size_t n)
+int32_t tok__vocab_raw(const struct tok_tokenizer *tok, const void *p, size_t n)
 {
     return table_find(tok, 1, p, n);
 }

@@ -39,15 +39,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TOK_ENCODE_ADD_SPECIAL 1u   /* add the post-processor's ids (BOS) */
-#define TOK_ENCODE_SPLIT_SPECIAL 2u /* special tokens in the text are plain
-                                       text (non-special added tokens still
-                                       match), like HF encode_special_tokens */
-#define TOK_DECODE_SKIP_SPECIAL 1u  /* drop special added tokens */
+#define TOK_ENCODE_ADD_SPECIAL 1u /* add the post-processor's ids (BOS) */
+#define TOK_ENCODE_SPLIT_SPECIAL                                               \
+    2u                             /* special tokens in the text are plain     \
+                                      text (non-special added tokens still     \
+                                      match), like HF encode_special_tokens */
+#define TOK_DECODE_SKIP_SPECIAL 1u /* drop special added tokens */
 
-#define TOK_MAX_ID (1 << 22)        /* ids must be below this */
-#define TOK_MAX_STEPS 4             /* pre-tokenizer regex steps */
-#define TOK_MAX_TEMPLATE 8          /* ids before / after the sequence */
+#define TOK_MAX_ID (1 << 22) /* ids must be below this */
+#define TOK_MAX_STEPS 4      /* pre-tokenizer regex steps */
+#define TOK_MAX_TEMPLATE 8   /* ids before / after the sequence */
 #define TOK_MAX_EOS 8
 
 /* A growable id array the caller owns; zeroed is empty. */
@@ -100,7 +101,7 @@ struct tok__merge_slot {
 };
 
 struct tok__step {
-    void *re; /* pcre2_code_8 * */
+    void *re;         /* pcre2_code_8 * */
     uint8_t behavior; /* TOK__SPLIT_* */
     uint8_t invert;
 };
@@ -199,8 +200,8 @@ struct tok_cache {
     size_t heap_cap;
     struct tok__piece *piece[2]; /* pieces between pre-tokenizer steps */
     size_t n_piece[2], piece_cap[2];
-    struct tok_text norm; /* the normalized segment */
-    struct tok_text pre;  /* a segment with ByteLevel's prefix space */
+    struct tok_text norm;  /* the normalized segment */
+    struct tok_text pre;   /* a segment with ByteLevel's prefix space */
     uint64_t hits, misses; /* word cache statistics */
 };
 
@@ -218,8 +219,9 @@ void tok_cache_free(struct tok_cache *c);
  * keeps what it held). `flags`: TOK_ENCODE_*. `cache` may be NULL (scratch
  * is then allocated per call) or a cache initialised for this tokenizer.
  * Returns 0, TG_EINVAL (text is not valid UTF-8, or a cache of another
- * tokenizer; err says where), TG_ETOOBIG (a single word over 2^31 bytes) or
- * TG_ENOMEM; on failure `out->n` is unchanged. Thread-safe for distinct
+ * tokenizer; err says where), TG_ETOOBIG (a single word over 2^31 bytes,
+ * or a pre-tokenizer regex hit PCRE2's match limit) or TG_ENOMEM; on
+ * failure `out->n` is unchanged. Thread-safe for distinct
  * caches. */
 int tok_encode(const struct tok_tokenizer *tok, struct tok_cache *cache,
                const char *text, size_t len, unsigned flags,
@@ -230,15 +232,14 @@ int tok_encode(const struct tok_tokenizer *tok, struct tok_cache *cache,
  * large, or holes) are skipped, as HF does. `flags`: TOK_DECODE_*. Returns 0
  * or TG_ENOMEM (out unchanged). Any thread. */
 int tok_decode(const struct tok_tokenizer *tok, const int32_t *ids, size_t n,
-               unsigned flags, struct tok_text *out, char *err,
-               size_t errlen);
+               unsigned flags, struct tok_text *out, char *err, size_t errlen);
 
 /* Streaming decoder for one generated sequence. Holds at most 3 bytes of an
  * incomplete UTF-8 sequence between calls. */
 struct tok_stream {
     const struct tok_tokenizer *tok;
-    unsigned flags;   /* TOK_DECODE_* */
-    uint8_t pend[4];  /* the incomplete tail */
+    unsigned flags;  /* TOK_DECODE_* */
+    uint8_t pend[4]; /* the incomplete tail */
     uint8_t npend;
 };
 

@@ -10,7 +10,7 @@ libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
 libjemalloc-dev libjansson-dev libpcre2-dev libutf8proc-dev
 libnghttp2-dev libhttp-parser-dev libopenblas-dev libcmocka-dev
 libsystemd-dev
-python3 python3-numpy python3-jinja2"
+python3 python3-numpy python3-jinja2 python3-grpcio python3-yaml"
 
 missing=""
 for p in $PKGS; do

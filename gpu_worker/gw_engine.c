@@ -33,49 +33,71 @@ void gw_engine_free(struct gw_engine *e)
     memset(e, 0, sizeof(*e));
 }
 
-int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
-                   char *err, size_t errlen)
+int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
+                         struct gw_kv_layout *layout,
+                         enum tg_score_method *method,
+                         const struct gw_engine_opts *o, char *err,
+                         size_t errlen)
 {
-    memset(e, 0, sizeof(*e));
-    int rc = gw_model_load(&e->model, o->model_dir, err, errlen);
+    memset(model, 0, sizeof(*model));
+    memset(profile, 0, sizeof(*profile));
+    memset(layout, 0, sizeof(*layout));
+    int rc = gw_model_load(model, o->model_dir, err, errlen);
     if (rc != 0)
         return rc;
-    const struct gw_model *m = &e->model;
+    const struct gw_model *m = model;
     int full = o->profile_path == NULL || strcmp(o->profile_path, "none") == 0;
     if (full) {
-        rc = pf_profile_init_full(&e->profile, m->n_layers, m->n_kv_heads,
+        rc = pf_profile_init_full(profile, m->n_layers, m->n_kv_heads,
                                   m->head_dim, o->heads_per_group, err, errlen);
     } else {
-        rc = pf_profile_load(&e->profile, o->profile_path, err, errlen);
-        if (rc == 0 && (e->profile.num_layers != m->n_layers ||
-                        e->profile.num_kv_heads != m->n_kv_heads ||
-                        e->profile.head_dim != m->head_dim))
+        rc = pf_profile_load(profile, o->profile_path, err, errlen);
+        if (rc == 0 && (profile->num_layers != m->n_layers ||
+                        profile->num_kv_heads != m->n_kv_heads ||
+                        profile->head_dim != m->head_dim))
             rc = tg_err_set(err, errlen, TG_EINVAL,
                             "profile %s is for L=%d H=%d d=%d, the model has "
                             "L=%d H=%d d=%d",
-                            o->profile_path, e->profile.num_layers,
-                            e->profile.num_kv_heads, e->profile.head_dim,
+                            o->profile_path, profile->num_layers,
+                            profile->num_kv_heads, profile->head_dim,
                             m->n_layers, m->n_kv_heads, m->head_dim);
     }
     if (rc != 0)
         goto fail;
 
-    const char *method = o->method;
-    if (method == NULL)
-        method = full ? "snapkv" : e->profile.method;
-    if (gw_method_parse(method, &e->method) != 0) {
+    const char *name = o->method;
+    if (name == NULL)
+        name = full ? "snapkv" : profile->method;
+    if (gw_method_parse(name, method) != 0) {
         rc = tg_err_set(err, errlen, TG_EINVAL,
                         "unknown scoring method '%s' (snapkv, keydiff, "
-                        "expected_attention)", method);
+                        "expected_attention)", name);
         goto fail;
     }
     /* Every method forces the same keys (window + sinks), so the
      * reservation math of §4.3 holds for all of them. */
     struct kv_forced_rule rule = kv_forced_rule_snapkv();
-    rc = gw_layout_from_profile(&e->layout, &e->profile, o->page_size,
+    rc = gw_layout_from_profile(layout, profile, o->page_size,
                                 o->prefill_chunk, &rule, err, errlen);
     if (rc != 0)
         goto fail;
+    return 0;
+fail:
+    gw_layout_free(layout);
+    pf_profile_free(profile);
+    gw_model_free(model);
+    return rc;
+}
+
+int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
+                   char *err, size_t errlen)
+{
+    memset(e, 0, sizeof(*e));
+    int rc = gw_engine_load_parts(&e->model, &e->profile, &e->layout,
+                                  &e->method, o, err, errlen);
+    if (rc != 0)
+        return rc;
+    const struct gw_model *m = &e->model;
 
     if (o->max_context < 1) {
         rc = tg_err_set(err, errlen, TG_EINVAL, "max_context must be >= 1");

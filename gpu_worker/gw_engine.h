@@ -47,6 +47,20 @@ struct gw_engine {
  * Returns 0 or TG_EINVAL. */
 int gw_method_parse(const char *s, enum tg_score_method *out);
 
+/* The parts every user of a model builds the same way: loads the model
+ * at o->model_dir and the profile at o->profile_path (NULL or "none": full
+ * KV with o->heads_per_group heads per group), checks they match, resolves
+ * the scoring method (o->method, else the profile's, snapkv for none) and
+ * builds the page layout for o->page_size and o->prefill_chunk. The other
+ * fields of *o are ignored. Returns 0 or an error naming the problem; on
+ * failure every part is left freed (zeroed). The caller frees the parts
+ * with gw_layout_free, pf_profile_free and gw_model_free. */
+int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
+                         struct gw_kv_layout *layout,
+                         enum tg_score_method *method,
+                         const struct gw_engine_opts *o, char *err,
+                         size_t errlen);
+
 /* Loads the model and profile, checks they match, and sizes the KV pool
  * for one sequence of max_context tokens. Returns 0 or an error naming
  * the problem (file, field, sizes); on failure *e is left freed. */

@@ -21,18 +21,19 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: tangram-tokenize --tokenizer DIR|FILE [--add-special] "
-            "[--split-special]\n"
-            "       tangram-tokenize --tokenizer DIR|FILE --decode "
-            "[--skip-special]\n"
-            "Encodes UTF-8 text read from stdin and prints a JSON array of ids,\n"
-            "or with --decode reads a JSON array of ids and prints the text.\n"
-            "  --tokenizer P     tokenizer.json, or a model directory holding it\n"
-            "  --add-special     add the template's special ids (Llama-3: BOS)\n"
-            "  --split-special   treat special tokens in the text as plain text\n"
-            "  --decode          ids -> text\n"
-            "  --skip-special    drop special tokens when decoding\n");
+    fprintf(
+        f,
+        "usage: tangram-tokenize --tokenizer DIR|FILE [--add-special] "
+        "[--split-special]\n"
+        "       tangram-tokenize --tokenizer DIR|FILE --decode "
+        "[--skip-special]\n"
+        "Encodes UTF-8 text read from stdin and prints a JSON array of ids,\n"
+        "or with --decode reads a JSON array of ids and prints the text.\n"
+        "  --tokenizer P     tokenizer.json, or a model directory holding it\n"
+        "  --add-special     add the template's special ids (Llama-3: BOS)\n"
+        "  --split-special   treat special tokens in the text as plain text\n"
+        "  --decode          ids -> text\n"
+        "  --skip-special    drop special tokens when decoding\n");
 }
 
 /* Reads all of stdin into *buf (NUL-terminated); returns 0 or -1. */
@@ -116,8 +117,10 @@ static int do_decode(const struct tok_tokenizer *tok, const char *in,
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
             json_integer_value(v) > INT32_MAX ||
             tok_id_to_token(tok, (int32_t)json_integer_value(v), &tl) == NULL) {
-            fprintf(stderr, "tangram-tokenize: element %zu is not a token id "
-                            "of this tokenizer\n", i);
+            fprintf(stderr,
+                    "tangram-tokenize: element %zu is not a token id "
+                    "of this tokenizer\n",
+                    i);
             goto out;
         }
         ids[i] = (int32_t)json_integer_value(v);
@@ -154,12 +157,15 @@ int main(int argc, char **argv)
             decode = 1;
         } else if (strcmp(argv[i], "--skip-special") == 0) {
             dflags |= TOK_DECODE_SKIP_SPECIAL;
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        } else if (strcmp(argv[i], "--help") == 0 ||
+                   strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;
         } else {
-            fprintf(stderr, "tangram-tokenize: unknown or incomplete option "
-                            "'%s'\n", argv[i]);
+            fprintf(stderr,
+                    "tangram-tokenize: unknown or incomplete option "
+                    "'%s'\n",
+                    argv[i]);
             usage(stderr);
             return 2;
         }

@@ -251,8 +251,8 @@ static void model_init_random(struct gw_model *m, const struct shape *s)
 
 /* Head budgets (n values) with a log-normal spread (sigma 1), scaled so the
  * mean of the budgets clipped to [1/1024, 1] is `target`: a few heads keep
- * most keys, most keep few, as calibrated profiles look (TANGRAM, Kim et
- * al., Fig. 2: per-head retention is strongly non-uniform). The clipped
+ * most keys, most keep few, as calibrated profiles do (TANGRAM, Kim et
+ * al.: per-head retention is strongly non-uniform). The clipped
  * mean is non-decreasing in the scale, so bisection finds it. */
 static void skewed_budgets(double *b, int n, double target)
 {
@@ -781,6 +781,11 @@ int main(int argc, char **argv)
     struct variant full, prof;
     variant_init(&full, "full", &model, sh->H_p, NULL, (int32_t)need_f, be);
     variant_init(&prof, "0.25", &model, sh->H_p, budgets, (int32_t)need_q, be);
+    double gsum = 0;
+    for (int i = 0; i < prof.rows; i++)
+        gsum += prof.lay.kv.group_budget[i];
+    printf("profile 0.25: mean group budget %.4f (a group keeps the max of "
+           "its %d heads' budgets)\n", gsum / prof.rows, sh->H_p);
     printf("KV pools: full %lld pages (%.1f MB), 0.25 %lld pages (%.1f MB)\n",
            (long long)need_f, need_f * full.page_floats * 4.0 / 1e6,
            (long long)need_q, need_q * prof.page_floats * 4.0 / 1e6);

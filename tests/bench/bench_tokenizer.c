@@ -3,12 +3,13 @@
  * tokenizer (common/tok_tokenizer.h) with the Llama-3 and Qwen2.5
  * tokenizers, word cache on vs off, measured side by side in one run.
  *
- *   bench-tokenizer [--quick] [--mb N]
+ *   bench-tokenizer [--quick] [--mb N] [--file PATH]
  *
  * The text is llama.cpp's vocab test inputs followed by generated
  * multilingual text (English prose, code, German, Russian, Greek, Chinese,
  * Japanese, Arabic, emoji, numbers) up to N MB (default 10; --quick: 0.25).
- * Each measurement is the best of R runs (R = 3; --quick: 1). Prints MB/s of
+ * --file PATH benchmarks that text instead (repeated up to N MB when
+ * shorter). Each measurement is the best of R runs (R = 3; --quick: 1). Prints MB/s of
  * input text for encoding, MB/s of output text for decoding, and checks that
  * cache on/off give identical ids and that decoding restores the text.
  */
@@ -66,38 +67,92 @@ static int append_file(struct tok_text *t, const char *path)
 }
 
 /* Word lists per kind of text; a line draws words from one list. */
-static const char *const english[] = {
-    "the", "of", "and", "to", "in", "serving", "memory", "cache", "request",
-    "throughput", "latency", "model", "attention", "compression", "budget",
-    "however,", "which", "because", "scheduler", "tokens.", "It's", "we'll",
-    "reclaimed", "heads", "multi-turn", "conversation", "GPU", "kernel",
-    "pages", "\"quoted\"", "(parenthesized)", "e.g.", "state-of-the-art"};
-static const char *const code[] = {
-    "int", "main(void)", "{", "}", "return", "0;", "for", "(size_t i = 0;",
-    "i < n;", "i++)", "x->next", "=", "NULL;", "if", "(rc != 0)", "\tgoto",
-    "fail;", "def", "__init__(self):", "self.cache", "= {}", "#include",
-    "<stdio.h>", "//", "TODO:", "0x7fff", "::", "std::vector<int>", "=>"};
+static const char *const english[] = {"the",
+                                      "of",
+                                      "and",
+                                      "to",
+                                      "in",
+                                      "serving",
+                                      "memory",
+                                      "cache",
+                                      "request",
+                                      "throughput",
+                                      "latency",
+                                      "model",
+                                      "attention",
+                                      "compression",
+                                      "budget",
+                                      "however,",
+                                      "which",
+                                      "because",
+                                      "scheduler",
+                                      "tokens.",
+                                      "It's",
+                                      "we'll",
+                                      "reclaimed",
+                                      "heads",
+                                      "multi-turn",
+                                      "conversation",
+                                      "GPU",
+                                      "kernel",
+                                      "pages",
+                                      "\"quoted\"",
+                                      "(parenthesized)",
+                                      "e.g.",
+                                      "state-of-the-art"};
+static const char *const code[] = {"int",
+                                   "main(void)",
+                                   "{",
+                                   "}",
+                                   "return",
+                                   "0;",
+                                   "for",
+                                   "(size_t i = 0;",
+                                   "i < n;",
+                                   "i++)",
+                                   "x->next",
+                                   "=",
+                                   "NULL;",
+                                   "if",
+                                   "(rc != 0)",
+                                   "\tgoto",
+                                   "fail;",
+                                   "def",
+                                   "__init__(self):",
+                                   "self.cache",
+                                   "= {}",
+                                   "#include",
+                                   "<stdio.h>",
+                                   "//",
+                                   "TODO:",
+                                   "0x7fff",
+                                   "::",
+                                   "std::vector<int>",
+                                   "=>"};
 static const char *const german[] = {
-    "Größe", "über", "Straße", "Mädchen", "schön", "Prüfung", "Bäckerei",
-    "fünf", "Übersetzung", "und", "die", "der", "Schlüssel", "Fußgänger"};
+    "Größe",   "über",     "Straße",    "Mädchen",     "schön",
+    "Prüfung", "Bäckerei", "fünf",      "Übersetzung", "und",
+    "die",     "der",      "Schlüssel", "Fußgänger"};
 static const char *const russian[] = {
-    "привет", "мир", "память", "запрос", "модель", "внимание", "сжатие",
-    "кэш", "и", "в", "не", "на", "что", "это", "быстро", "страница"};
+    "привет", "мир", "память", "запрос",  "модель", "внимание",
+    "сжатие", "кэш", "и",      "в",       "не",     "на",
+    "что",    "это", "быстро", "страница"};
 static const char *const greek[] = {"αλφα", "βήτα", "γάμμα", "δέλτα", "λόγος",
-                                    "και", "το", "της", "μνήμη", "ψυχή"};
+                                    "και",  "το",   "της",   "μνήμη", "ψυχή"};
 static const char *const chinese[] = {
-    "我们", "模型", "内存", "缓存", "请求", "注意力", "压缩", "的", "是",
-    "在", "服务", "多轮", "对话", "吞吐量", "延迟", "。", "，"};
+    "我们", "模型", "内存", "缓存", "请求",   "注意力", "压缩", "的", "是",
+    "在",   "服务", "多轮", "对话", "吞吐量", "延迟",   "。",   "，"};
 static const char *const japanese[] = {
     "こんにちは", "世界", "メモリ", "キャッシュ", "モデル", "です", "ます",
-    "の", "は", "を", "トークン", "東京", "、", "。"};
-static const char *const arabic[] = {"مرحبا", "العالم", "ذاكرة", "نموذج",
-                                     "في", "من", "على", "طلب", "سريع"};
-static const char *const emoji[] = {"🦙", "😀", "👍🏽", "🚀", "❤️", "🇯🇵",
-                                    "👨‍👩‍👧", "✅", "→", "∑", "©", "½"};
-static const char *const numbers[] = {"0", "7", "42", "1234", "2024-05-17",
-                                      "3.14159", "1,000,000", "99%", "-273.15",
-                                      "0xDEADBEEF", "v1.2.3", "10:45"};
+    "の",         "は",   "を",     "トークン",   "東京",   "、",   "。"};
+static const char *const arabic[] = {"مرحبا", "العالم", "ذاكرة", "نموذج", "في",
+                                     "من",    "على",    "طلب",   "سريع"};
+static const char *const emoji[] = {
+    "🦙", "😀", "👍🏽", "🚀", "❤️", "🇯🇵", "👨‍👩‍👧",
+    "✅",    "→", "∑",        "©", "½"};
+static const char *const numbers[] = {
+    "0",         "7",   "42",      "1234",       "2024-05-17", "3.14159",
+    "1,000,000", "99%", "-273.15", "0xDEADBEEF", "v1.2.3",     "10:45"};
 
 struct list {
     const char *const *w;
@@ -106,10 +161,13 @@ struct list {
     const char *sep;
 };
 
-#define L(a, wt, sp) {a, sizeof(a) / sizeof(a[0]), wt, sp}
+#define L(a, wt, sp)                                                           \
+    {                                                                          \
+        a, sizeof(a) / sizeof(a[0]), wt, sp                                    \
+    }
 static const struct list lists[] = {
-    L(english, 50, " "), L(code, 10, " "), L(german, 5, " "),
-    L(russian, 6, " "),  L(greek, 3, " "), L(chinese, 8, ""),
+    L(english, 50, " "), L(code, 10, " "),  L(german, 5, " "),
+    L(russian, 6, " "),  L(greek, 3, " "),  L(chinese, 8, ""),
     L(japanese, 5, ""),  L(arabic, 3, " "), L(emoji, 4, " "),
     L(numbers, 6, " "),
 };
@@ -167,21 +225,26 @@ static int bench_one(const char *dir, const struct tok_text *text, int reps,
     struct tok_ids ids[2] = {{0}, {0}};
     int rc = 0;
     for (int cached = 0; cached < 2 && rc == 0; cached++) {
-        struct tok_cache c;
-        rc = tok_cache_init(&c, &tok, cached ? 1 << 16 : 0, err, sizeof err);
         double best = 1e30;
         for (int rep = 0; rep < reps && rc == 0; rep++) {
+            /* A fresh (cold) cache per run: repeats must not find the
+             * previous run's words. */
+            struct tok_cache c;
+            rc = tok_cache_init(&c, &tok, cached ? 1 << 16 : 0, err,
+                                sizeof err);
             ids[cached].n = 0;
             t0 = now();
-            rc = tok_encode(&tok, &c, text->s, text->n, 0, &ids[cached], err,
-                            sizeof err);
+            if (rc == 0)
+                rc = tok_encode(&tok, &c, text->s, text->n, 0, &ids[cached],
+                                err, sizeof err);
             double dt = now() - t0;
             best = dt < best ? dt : best;
+            if (cached)
+                r->hit_rate =
+                    (double)c.hits / (double)(c.hits + c.misses + 1);
+            tok_cache_free(&c);
         }
         r->enc_mbs[cached] = (double)text->n / best / 1e6;
-        if (cached)
-            r->hit_rate = (double)c.hits / (double)(c.hits + c.misses + 1);
-        tok_cache_free(&c);
     }
     if (rc != 0) {
         fprintf(stderr, "bench-tokenizer: %s\n", err);
@@ -237,14 +300,18 @@ int main(int argc, char **argv)
 {
     double mb = 10.0;
     int reps = 3;
+    const char *file = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             mb = 0.25;
             reps = 1;
         } else if (strcmp(argv[i], "--mb") == 0 && i + 1 < argc) {
             mb = atof(argv[++i]);
+        } else if (strcmp(argv[i], "--file") == 0 && i + 1 < argc) {
+            file = argv[++i];
         } else {
-            fprintf(stderr, "usage: bench-tokenizer [--quick] [--mb N]\n");
+            fprintf(stderr,
+                    "usage: bench-tokenizer [--quick] [--mb N] [--file PATH]\n");
             return 2;
         }
     }
@@ -255,24 +322,44 @@ int main(int argc, char **argv)
     struct tok_text text = {0};
     char p[1024];
     static const char *const inputs[] = {"llama-bpe", "qwen2"};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2 && file == NULL; i++) {
         snprintf(p, sizeof p,
-                 "%s/data/llamacpp_vocab_tests/ggml-vocab-%s.gguf.inp", shared(),
-                 inputs[i]);
+                 "%s/data/llamacpp_vocab_tests/ggml-vocab-%s.gguf.inp",
+                 shared(), inputs[i]);
         if (append_file(&text, p) != 0) {
             fprintf(stderr, "bench-tokenizer: cannot read %s\n", p);
             return 1;
         }
     }
-    if (generate(&text, (size_t)(mb * 1e6)) != 0) {
+    if (file != NULL) {
+        if (append_file(&text, file) != 0 || text.n == 0) {
+            fprintf(stderr, "bench-tokenizer: cannot read %s\n", file);
+            return 1;
+        }
+        /* Repeat the file in place up to N MB (one allocation, so the
+         * source of each copy stays valid). */
+        size_t one = text.n, copies = (size_t)(mb * 1e6) / one;
+        copies = copies ? copies : 1;
+        char *grown = realloc(text.s, one * copies + 1);
+        if (grown == NULL) {
+            fprintf(stderr, "bench-tokenizer: out of memory\n");
+            return 1;
+        }
+        text.s = grown;
+        text.cap = one * copies + 1;
+        for (size_t c = 1; c < copies; c++)
+            memcpy(text.s + c * one, text.s, one);
+        text.n = one * copies;
+        text.s[text.n] = '\0';
+    } else if (generate(&text, (size_t)(mb * 1e6)) != 0) {
         fprintf(stderr, "bench-tokenizer: out of memory\n");
         return 1;
     }
-    printf("text: %.2f MB (vocab test inputs + generated multilingual), best "
-           "of %d\n", (double)text.n / 1e6, reps);
+    printf("text: %.2f MB (%s), best of %d\n", (double)text.n / 1e6,
+           file ? file : "vocab test inputs + generated multilingual", reps);
     printf("%-8s %7s %9s %8s %12s %12s %7s %6s %10s %10s\n", "tokenizer",
-           "load_s", "tokens", "B/token", "enc_MB/s", "enc_MB/s", "cache", "hit",
-           "dec_MB/s", "stream");
+           "load_s", "tokens", "B/token", "enc_MB/s", "enc_MB/s", "cache",
+           "hit", "dec_MB/s", "stream");
     printf("%-8s %7s %9s %8s %12s %12s %7s %6s %10s %10s\n", "", "", "", "",
            "(no cache)", "(cache)", "ratio", "rate", "", "MB/s");
     static const char *const toks[] = {"llama3", "qwen2.5"};
@@ -285,10 +372,11 @@ int main(int argc, char **argv)
             status = 1;
             continue;
         }
-        printf("%-8s %7.2f %9zu %8.2f %12.2f %12.2f %7.2f %5.0f%% %10.1f %10.1f\n",
-               toks[i], r.load_s, r.n_ids, (double)text.n / (double)r.n_ids,
-               r.enc_mbs[0], r.enc_mbs[1], r.enc_mbs[1] / r.enc_mbs[0],
-               100.0 * r.hit_rate, r.dec_mbs, r.stream_mbs);
+        printf(
+            "%-8s %7.2f %9zu %8.2f %12.2f %12.2f %7.2f %5.0f%% %10.1f %10.1f\n",
+            toks[i], r.load_s, r.n_ids, (double)text.n / (double)r.n_ids,
+            r.enc_mbs[0], r.enc_mbs[1], r.enc_mbs[1] / r.enc_mbs[0],
+            100.0 * r.hit_rate, r.dec_mbs, r.stream_mbs);
     }
     tok_text_free(&text);
     return status;

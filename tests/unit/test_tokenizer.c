@@ -64,7 +64,8 @@ static int group_setup(void **state)
     snprintf(p, sizeof p, "%s/data/tokenizers/llama3", shared());
     if (tok_tokenizer_load(&g_llama, p, errbuf, sizeof errbuf) != 0)
         return 0;
-    snprintf(p, sizeof p, "%s/data/tokenizers/qwen2.5/tokenizer.json", shared());
+    snprintf(p, sizeof p, "%s/data/tokenizers/qwen2.5/tokenizer.json",
+             shared());
     if (tok_tokenizer_load(&g_qwen25, p, errbuf, sizeof errbuf) != 0)
         return -1;
     snprintf(p, sizeof p, "%s/data/tokenizers/qwen3", shared());
@@ -85,10 +86,10 @@ static int group_teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
-#define NEED_SHARED()                                                     \
-    do {                                                                  \
-        if (!g_have)                                                      \
-            skip();                                                       \
+#define NEED_SHARED()                                                          \
+    do {                                                                       \
+        if (!g_have)                                                           \
+            skip();                                                            \
     } while (0)
 
 /* ------------------------------------------------------ vocab test files */
@@ -182,27 +183,31 @@ static void run_vocab(const struct tok_tokenizer *tok, const char *name,
     size_t n = load_cases(name, &c);
     assert_int_equal(n, want_cases);
     struct tok_cache cache;
-    assert_int_equal(tok_cache_init(&cache, tok, 1024, errbuf, sizeof errbuf), 0);
+    assert_int_equal(tok_cache_init(&cache, tok, 1024, errbuf, sizeof errbuf),
+                     0);
     for (size_t i = 0; i < n; i++) {
         for (int pass = 0; pass < 2; pass++) { /* no cache, then cache */
             struct tok_ids got = {0};
             assert_int_equal(tok_encode(tok, pass ? &cache : NULL, c[i].text,
                                         c[i].len, 0, &got, errbuf,
-                                        sizeof errbuf), 0);
+                                        sizeof errbuf),
+                             0);
             check_ids(&got, &c[i].want, c[i].text);
             tok_ids_free(&got);
         }
         struct tok_text txt = {0}, st = {0};
         assert_int_equal(tok_decode(tok, c[i].want.v, c[i].want.n, 0, &txt,
-                                    errbuf, sizeof errbuf), 0);
+                                    errbuf, sizeof errbuf),
+                         0);
         assert_int_equal(txt.n, c[i].len);
         assert_memory_equal(txt.n ? txt.s : "", c[i].text, c[i].len);
         struct tok_stream s;
         tok_stream_init(&s, tok, 0);
         for (size_t k = 0; k < c[i].want.n; k++) {
             size_t before = st.n;
-            assert_int_equal(tok_stream_put(&s, c[i].want.v[k], &st, errbuf,
-                                            sizeof errbuf), 0);
+            assert_int_equal(
+                tok_stream_put(&s, c[i].want.v[k], &st, errbuf, sizeof errbuf),
+                0);
             assert_true(tok_utf8_valid(st.s + before, st.n - before, NULL));
         }
         assert_int_equal(tok_stream_finish(&s, &st, errbuf, sizeof errbuf), 0);
@@ -243,8 +248,9 @@ static void encode_str(const struct tok_tokenizer *tok, const char *s,
                        unsigned flags, struct tok_ids *out)
 {
     out->n = 0;
-    assert_int_equal(tok_encode(tok, NULL, s, strlen(s), flags, out, errbuf,
-                                sizeof errbuf), 0);
+    assert_int_equal(
+        tok_encode(tok, NULL, s, strlen(s), flags, out, errbuf, sizeof errbuf),
+        0);
 }
 
 static void expect(const struct tok_tokenizer *tok, const char *s,
@@ -265,7 +271,8 @@ static void test_lookups_and_special_ids(void **state)
     assert_int_equal(tok_vocab_size(&g_qwen25), 151665);
     assert_int_equal(tok_vocab_size(&g_qwen3), 151669);
     assert_int_equal(tok_token_to_id(&g_llama, "\xC4\xA0the", 5), 279);
-    assert_int_equal(tok_token_to_id(&g_llama, "<|begin_of_text|>", 17), 128000);
+    assert_int_equal(tok_token_to_id(&g_llama, "<|begin_of_text|>", 17),
+                     128000);
     assert_int_equal(tok_token_to_id(&g_llama, "no-such-token!!", 15), -1);
     size_t n;
     const char *s = tok_id_to_token(&g_llama, 279, &n);
@@ -307,7 +314,8 @@ static void test_special_tokens_in_text(void **state)
     static const int32_t l3[] = {128000, 128000, 9906};
     expect(&g_llama, "<|begin_of_text|>Hello", TOK_ENCODE_ADD_SPECIAL, l3, 3);
     static const int32_t q1[] = {151644, 872, 198, 9707, 151645, 198, 151657};
-    expect(&g_qwen25, "<|im_start|>user\nHello<|im_end|>\n<tool_call>", 0, q1, 7);
+    expect(&g_qwen25, "<|im_start|>user\nHello<|im_end|>\n<tool_call>", 0, q1,
+           7);
     /* Qwen's template adds nothing. */
     expect(&g_qwen3, "<|im_start|>user\nHello<|im_end|>\n<tool_call>",
            TOK_ENCODE_ADD_SPECIAL, q1, 7);
@@ -320,27 +328,28 @@ static void test_special_tokens_in_text(void **state)
     for (size_t i = 0; i < ids.n; i++)
         assert_true(ids.v[i] < 151643);
     /* SPLIT_SPECIAL: specials are text, the non-special <tool_call> is not. */
-    encode_str(&g_qwen25, "<|im_start|>user<tool_call>", TOK_ENCODE_SPLIT_SPECIAL,
-               &ids);
+    encode_str(&g_qwen25, "<|im_start|>user<tool_call>",
+               TOK_ENCODE_SPLIT_SPECIAL, &ids);
     assert_true(ids.n > 3);
     assert_int_equal(ids.v[ids.n - 1], 151657);
     for (size_t i = 0; i + 1 < ids.n; i++)
         assert_true(ids.v[i] < 151643);
     struct tok_text t = {0};
-    assert_int_equal(tok_decode(&g_qwen25, ids.v, ids.n, 0, &t, errbuf,
-                                sizeof errbuf), 0);
+    assert_int_equal(
+        tok_decode(&g_qwen25, ids.v, ids.n, 0, &t, errbuf, sizeof errbuf), 0);
     assert_string_equal(t.s, "<|im_start|>user<tool_call>");
     /* Skip-special decoding drops special tokens only. */
     static const int32_t mix[] = {151644, 872, 151657, 151645};
     t.n = 0;
     assert_int_equal(tok_decode(&g_qwen25, mix, 4, TOK_DECODE_SKIP_SPECIAL, &t,
-                                errbuf, sizeof errbuf), 0);
+                                errbuf, sizeof errbuf),
+                     0);
     assert_string_equal(t.s, "user<tool_call>");
     /* Ids without a token are skipped. */
     static const int32_t holes[] = {-5, 872, 999999, 151700};
     t.n = 0;
-    assert_int_equal(tok_decode(&g_qwen25, holes, 4, 0, &t, errbuf,
-                                sizeof errbuf), 0);
+    assert_int_equal(
+        tok_decode(&g_qwen25, holes, 4, 0, &t, errbuf, sizeof errbuf), 0);
     assert_string_equal(t.s, "user");
     tok_text_free(&t);
     tok_ids_free(&ids);
@@ -351,23 +360,26 @@ static void test_invalid_utf8_input(void **state)
     (void)state;
     NEED_SHARED();
     struct tok_ids ids = {0};
-    assert_int_equal(tok_encode(&g_llama, NULL, "ab", 2, 0, &ids, errbuf,
-                                sizeof errbuf), 0);
+    assert_int_equal(
+        tok_encode(&g_llama, NULL, "ab", 2, 0, &ids, errbuf, sizeof errbuf), 0);
     size_t n0 = ids.n;
-    static const char *bad[] = {"a\xff", "\xC3", "\xED\xA0\x80", "\xF4\x90\x80\x80",
-                                "ok\xE2\x82"};
+    static const char *bad[] = {"a\xff", "\xC3", "\xED\xA0\x80",
+                                "\xF4\x90\x80\x80", "ok\xE2\x82"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         errbuf[0] = '\0';
         assert_int_equal(tok_encode(&g_llama, NULL, bad[i], strlen(bad[i]), 0,
-                                    &ids, errbuf, sizeof errbuf), TG_EINVAL);
+                                    &ids, errbuf, sizeof errbuf),
+                         TG_EINVAL);
         assert_int_equal(ids.n, n0);
         assert_non_null(strstr(errbuf, "UTF-8"));
     }
     /* A cache bound to another tokenizer is refused. */
     struct tok_cache c;
-    assert_int_equal(tok_cache_init(&c, &g_qwen25, 16, errbuf, sizeof errbuf), 0);
-    assert_int_equal(tok_encode(&g_llama, &c, "x", 1, 0, &ids, errbuf,
-                                sizeof errbuf), TG_EINVAL);
+    assert_int_equal(tok_cache_init(&c, &g_qwen25, 16, errbuf, sizeof errbuf),
+                     0);
+    assert_int_equal(
+        tok_encode(&g_llama, &c, "x", 1, 0, &ids, errbuf, sizeof errbuf),
+        TG_EINVAL);
     tok_cache_free(&c);
     tok_ids_free(&ids);
 }
@@ -378,14 +390,15 @@ static void test_edge_texts(void **state)
     (void)state;
     NEED_SHARED();
     struct tok_ids ids = {0};
-    assert_int_equal(tok_encode(&g_qwen25, NULL, "", 0, 0, &ids, errbuf,
-                                sizeof errbuf), 0);
+    assert_int_equal(
+        tok_encode(&g_qwen25, NULL, "", 0, 0, &ids, errbuf, sizeof errbuf), 0);
     assert_int_equal(ids.n, 0);
-    assert_int_equal(tok_encode(&g_llama, NULL, "a\0b", 3, 0, &ids, errbuf,
-                                sizeof errbuf), 0);
+    assert_int_equal(
+        tok_encode(&g_llama, NULL, "a\0b", 3, 0, &ids, errbuf, sizeof errbuf),
+        0);
     struct tok_text t = {0};
-    assert_int_equal(tok_decode(&g_llama, ids.v, ids.n, 0, &t, errbuf,
-                                sizeof errbuf), 0);
+    assert_int_equal(
+        tok_decode(&g_llama, ids.v, ids.n, 0, &t, errbuf, sizeof errbuf), 0);
     assert_int_equal(t.n, 3);
     assert_memory_equal(t.s, "a\0b", 3);
     static const char fill[] = {'a', ' ', '7', '\n', '!'};
@@ -397,11 +410,13 @@ static void test_edge_texts(void **state)
         for (int k = 0; k < 2; k++) {
             ids.n = 0;
             t.n = 0;
-            assert_int_equal(tok_encode(tk[k], NULL, big, n, 0, &ids, errbuf,
-                                        sizeof errbuf), 0);
+            assert_int_equal(
+                tok_encode(tk[k], NULL, big, n, 0, &ids, errbuf, sizeof errbuf),
+                0);
             assert_true(ids.n > 0 && ids.n <= n);
-            assert_int_equal(tok_decode(tk[k], ids.v, ids.n, 0, &t, errbuf,
-                                        sizeof errbuf), 0);
+            assert_int_equal(
+                tok_decode(tk[k], ids.v, ids.n, 0, &t, errbuf, sizeof errbuf),
+                0);
             assert_int_equal(t.n, n);
             assert_memory_equal(t.s, big, n);
         }
@@ -443,10 +458,10 @@ static void test_nfc_fast_path(void **state)
     (void)state;
     NEED_SHARED();
     static const int32_t alphabet[] = {
-        'e', 'a', '=', ' ', 0x0301, 0x0308, 0x0304, 0x0323, 0x0338, 0x00E9,
-        0x1100, 0x1161, 0x11A8, 0xAC00, 0xAC01, 0x212B, 0x0958, 0x304B,
-        0x3099, 0x0F73, 0x0344, 0x1E0A, 0x0B47, 0x0B3E, 0x4E2D, 0x0410,
-        0x0306, 0x1F00, 0x0345, 0x2126, 0x0CC6, 0x0CD5, 0x1D15E, 0x2F800};
+        'e',    'a',    '=',    ' ',    0x0301, 0x0308,  0x0304, 0x0323, 0x0338,
+        0x00E9, 0x1100, 0x1161, 0x11A8, 0xAC00, 0xAC01,  0x212B, 0x0958, 0x304B,
+        0x3099, 0x0F73, 0x0344, 0x1E0A, 0x0B47, 0x0B3E,  0x4E2D, 0x0410, 0x0306,
+        0x1F00, 0x0345, 0x2126, 0x0CC6, 0x0CD5, 0x1D15E, 0x2F800};
     struct tok_ids ids = {0};
     struct tok_text back = {0};
     unsigned seed = 7;
@@ -464,10 +479,12 @@ static void test_nfc_fast_path(void **state)
         changed += strcmp((const char *)want, s) != 0;
         ids.n = 0;
         back.n = 0;
-        assert_int_equal(tok_encode(&g_qwen3, NULL, s, n, 0, &ids, errbuf,
-                                    sizeof errbuf), 0);
-        assert_int_equal(tok_decode(&g_qwen3, ids.v, ids.n, 0, &back, errbuf,
-                                    sizeof errbuf), 0);
+        assert_int_equal(
+            tok_encode(&g_qwen3, NULL, s, n, 0, &ids, errbuf, sizeof errbuf),
+            0);
+        assert_int_equal(
+            tok_decode(&g_qwen3, ids.v, ids.n, 0, &back, errbuf, sizeof errbuf),
+            0);
         if (strcmp(back.s, (const char *)want) != 0)
             fprintf(stderr, "NFC mismatch on trial %d\n", trial);
         assert_string_equal(back.s, (const char *)want);
@@ -487,13 +504,14 @@ static void test_stream_multibyte(void **state)
     /* " this is 🦙.cpp": the llama emoji's 4 bytes span 11410 99 247. */
     static const int32_t ids[] = {420, 374, 11410, 99, 247, 13, 11055};
     static const char *want[] = {" this", " is", " ", "", "\xF0\x9F\xA6\x99",
-                                 ".", "cpp"};
+                                 ".",     "cpp"};
     struct tok_stream s;
     struct tok_text out = {0};
     tok_stream_init(&s, &g_llama, 0);
     for (int i = 0; i < 7; i++) {
         size_t before = out.n;
-        assert_int_equal(tok_stream_put(&s, ids[i], &out, errbuf, sizeof errbuf), 0);
+        assert_int_equal(
+            tok_stream_put(&s, ids[i], &out, errbuf, sizeof errbuf), 0);
         assert_int_equal(out.n - before, strlen(want[i]));
         assert_memory_equal(out.s + before, want[i], strlen(want[i]));
     }
@@ -531,9 +549,13 @@ static void test_stream_lossy(void **state)
         {"\xE2\x28\xA1", "\xEF\xBF\xBD(\xEF\xBF\xBD"},
         {"\xED\xA0\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
         {"\xF0\x9F\x98", "\xEF\xBF\xBD"},
-        {"\xF0\x9F\x98" "a", "\xEF\xBF\xBD" "a"},
+        {"\xF0\x9F\x98"
+         "a",
+         "\xEF\xBF\xBD"
+         "a"},
         {"\xC0\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD"},
-        {"\xF4\x90\x80\x80", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
+        {"\xF4\x90\x80\x80",
+         "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"},
         {"a\xE2\x82\xAC", "a\xE2\x82\xAC"},
     };
     for (size_t f = 0; f < sizeof fixed / sizeof *fixed; f++) {
@@ -542,16 +564,16 @@ static void test_stream_lossy(void **state)
         for (size_t i = 0; i < n; i++)
             ids[i] = byte_tok[(uint8_t)fixed[f].in[i]];
         struct tok_text t = {0};
-        assert_int_equal(tok_decode(&g_qwen25, ids, n, 0, &t, errbuf,
-                                    sizeof errbuf), 0);
+        assert_int_equal(
+            tok_decode(&g_qwen25, ids, n, 0, &t, errbuf, sizeof errbuf), 0);
         assert_string_equal(t.s, fixed[f].want);
         tok_text_free(&t);
     }
     /* Random byte soups fed one byte per token: the stream's output equals
      * the batch decode and every piece it emits is valid UTF-8. */
-    static const uint8_t alphabet[] = {'a', 0x80, 0x9F, 0xA0, 0xBF, 0xC2, 0xC0,
-                                       0xDF, 0xE0, 0xE2, 0xED, 0xEF, 0xF0,
-                                       0xF4, 0xF5, 0xFF, 0x82, 0xAC};
+    static const uint8_t alphabet[] = {'a',  0x80, 0x9F, 0xA0, 0xBF, 0xC2,
+                                       0xC0, 0xDF, 0xE0, 0xE2, 0xED, 0xEF,
+                                       0xF0, 0xF4, 0xF5, 0xFF, 0x82, 0xAC};
     unsigned seed = 12345;
     for (int trial = 0; trial < 3000; trial++) {
         int32_t ids[16];
@@ -559,14 +581,15 @@ static void test_stream_lossy(void **state)
         for (size_t i = 0; i < n; i++)
             ids[i] = byte_tok[alphabet[rand_r(&seed) % sizeof alphabet]];
         struct tok_text batch = {0}, st = {0};
-        assert_int_equal(tok_decode(&g_qwen25, ids, n, 0, &batch, errbuf,
-                                    sizeof errbuf), 0);
+        assert_int_equal(
+            tok_decode(&g_qwen25, ids, n, 0, &batch, errbuf, sizeof errbuf), 0);
         assert_true(tok_utf8_valid(batch.s, batch.n, NULL));
         struct tok_stream s;
         tok_stream_init(&s, &g_qwen25, 0);
         for (size_t i = 0; i < n; i++) {
             size_t before = st.n;
-            assert_int_equal(tok_stream_put(&s, ids[i], &st, errbuf, sizeof errbuf), 0);
+            assert_int_equal(
+                tok_stream_put(&s, ids[i], &st, errbuf, sizeof errbuf), 0);
             assert_true(tok_utf8_valid(st.s + before, st.n - before, NULL));
         }
         assert_int_equal(tok_stream_finish(&s, &st, errbuf, sizeof errbuf), 0);
@@ -611,13 +634,15 @@ static void test_threads(void **state)
     NEED_SHARED();
     char p[1024];
     size_t len;
-    snprintf(p, sizeof p, "%s/data/llamacpp_vocab_tests/ggml-vocab-qwen2.gguf.inp",
+    snprintf(p, sizeof p,
+             "%s/data/llamacpp_vocab_tests/ggml-vocab-qwen2.gguf.inp",
              shared());
     char *text = read_file(p, &len);
     assert_non_null(text);
     struct tok_ids want = {0};
-    assert_int_equal(tok_encode(&g_qwen25, NULL, text, len, 0, &want, errbuf,
-                                sizeof errbuf), 0);
+    assert_int_equal(
+        tok_encode(&g_qwen25, NULL, text, len, 0, &want, errbuf, sizeof errbuf),
+        0);
     pthread_t th[4];
     struct job jobs[4];
     for (int i = 0; i < 4; i++) {
@@ -652,16 +677,16 @@ static json_t *synth_doc(const char *const *extra, const char *const *merges,
     json_t *m = json_array();
     for (; merges && *merges; merges++)
         json_array_append_new(m, json_string(*merges));
-    return json_pack(
-        "{s:n, s:[], s:n, s:{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, "
-        "{s:s, s:b, s:b, s:b}]}, s:n, s:{s:s}, "
-        "s:{s:s, s:o, s:o, s:b}}",
-        "version", "added_tokens", "normalizer", "pre_tokenizer", "type",
-        "Sequence", "pretokenizers", "type", "Split", "pattern", "Regex", regex,
-        "behavior", behavior, "invert", 0, "type", "ByteLevel",
-        "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0,
-        "post_processor", "decoder", "type", "ByteLevel", "model", "type",
-        "BPE", "vocab", vocab, "merges", m, "ignore_merges", 0);
+    return json_pack("{s:n, s:[], s:n, s:{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, "
+                     "{s:s, s:b, s:b, s:b}]}, s:n, s:{s:s}, "
+                     "s:{s:s, s:o, s:o, s:b}}",
+                     "version", "added_tokens", "normalizer", "pre_tokenizer",
+                     "type", "Sequence", "pretokenizers", "type", "Split",
+                     "pattern", "Regex", regex, "behavior", behavior, "invert",
+                     0, "type", "ByteLevel", "add_prefix_space", 0,
+                     "trim_offsets", 0, "use_regex", 0, "post_processor",
+                     "decoder", "type", "ByteLevel", "model", "type", "BPE",
+                     "vocab", vocab, "merges", m, "ignore_merges", 0);
 }
 
 static int load_doc(json_t *doc, struct tok_tokenizer *tok)
@@ -703,8 +728,8 @@ static void test_bpe_rank_order(void **state)
     struct tok_tokenizer tok;
     /* "b c" outranks "a b": abc -> a bc -> abc. */
     static const char *m1[] = {"b c", "a b", "a bc", "a a", NULL};
-    assert_int_equal(load_doc(synth_doc(extra, m1, "\\s+|\\S+", "Isolated"),
-                              &tok), 0);
+    assert_int_equal(
+        load_doc(synth_doc(extra, m1, "\\s+|\\S+", "Isolated"), &tok), 0);
     expect_tokens(&tok, "abc", 0, (const char *[]){"abc", NULL});
     /* Equal pairs merge leftmost first: aaa -> aa a. */
     expect_tokens(&tok, "aaa", 0, (const char *[]){"aa", "a", NULL});
@@ -712,8 +737,8 @@ static void test_bpe_rank_order(void **state)
     tok_tokenizer_free(&tok);
     /* Without "a bc" the word stops at a + bc even though "ab" exists. */
     static const char *m2[] = {"b c", "a b", NULL};
-    assert_int_equal(load_doc(synth_doc(extra, m2, "\\s+|\\S+", "Isolated"),
-                              &tok), 0);
+    assert_int_equal(
+        load_doc(synth_doc(extra, m2, "\\s+|\\S+", "Isolated"), &tok), 0);
     expect_tokens(&tok, "abc", 0, (const char *[]){"a", "bc", NULL});
     expect_tokens(&tok, "abab", 0, (const char *[]){"ab", "ab", NULL});
     tok_tokenizer_free(&tok);
@@ -744,15 +769,16 @@ static void test_split_behaviors(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct tok_tokenizer tok;
-        assert_int_equal(load_doc(synth_doc(extra, merges, "-",
-                                            cases[i].behavior), &tok), 0);
+        assert_int_equal(
+            load_doc(synth_doc(extra, merges, "-", cases[i].behavior), &tok),
+            0);
         expect_tokens(&tok, "a-b", 0, cases[i].want);
         tok_tokenizer_free(&tok);
     }
     /* invert: the regex names the pieces to keep apart from the rest. */
     json_t *doc = synth_doc(extra, merges, "[ab]", "Isolated");
-    json_t *steps = json_object_get(json_object_get(doc, "pre_tokenizer"),
-                                    "pretokenizers");
+    json_t *steps =
+        json_object_get(json_object_get(doc, "pre_tokenizer"), "pretokenizers");
     json_object_set_new(json_array_get(steps, 0), "invert", json_true());
     struct tok_tokenizer tok;
     assert_int_equal(load_doc(doc, &tok), 0);
@@ -770,23 +796,25 @@ static void test_added_token_options(void **state)
         " {s:i, s:s, s:b, s:b, s:b, s:b, s:b},"
         " {s:i, s:s, s:b, s:b, s:b, s:b, s:b}]",
         "id", 300, "content", "<m>", "special", 1, "lstrip", 1, "rstrip", 1,
-        "single_word", 0, "normalized", 0,
-        "id", 301, "content", "cat", "special", 0, "lstrip", 0, "rstrip", 0,
-        "single_word", 1, "normalized", 0,
-        "id", 302, "content", "<m>x", "special", 0, "lstrip", 0, "rstrip", 0,
+        "single_word", 0, "normalized", 0, "id", 301, "content", "cat",
+        "special", 0, "lstrip", 0, "rstrip", 0, "single_word", 1, "normalized",
+        0, "id", 302, "content", "<m>x", "special", 0, "lstrip", 0, "rstrip", 0,
         "single_word", 0, "normalized", 0);
     json_object_set_new(doc, "added_tokens", added);
     /* A template that puts <m> before and cat after. */
-    json_object_set_new(doc, "post_processor", json_pack(
-        "{s:s, s:[{s:{s:s}}, {s:{s:s}}, {s:{s:s}}], s:{s:{s:[i]}, s:{s:[i]}}}",
-        "type", "TemplateProcessing", "single", "SpecialToken", "id", "<m>",
-        "Sequence", "id", "A", "SpecialToken", "id", "cat", "special_tokens",
-        "<m>", "ids", 300, "cat", "ids", 301));
+    json_object_set_new(
+        doc, "post_processor",
+        json_pack("{s:s, s:[{s:{s:s}}, {s:{s:s}}, {s:{s:s}}], s:{s:{s:[i]}, "
+                  "s:{s:[i]}}}",
+                  "type", "TemplateProcessing", "single", "SpecialToken", "id",
+                  "<m>", "Sequence", "id", "A", "SpecialToken", "id", "cat",
+                  "special_tokens", "<m>", "ids", 300, "cat", "ids", 301));
     struct tok_tokenizer tok;
     assert_int_equal(load_doc(doc, &tok), 0);
     assert_int_equal(tok_vocab_size(&tok), 303);
     /* lstrip/rstrip swallow the spaces around <m>. */
-    expect_tokens(&tok, "x  <m>  y", 0, (const char *[]){"x", "<m>", "y", NULL});
+    expect_tokens(&tok, "x  <m>  y", 0,
+                  (const char *[]){"x", "<m>", "y", NULL});
     /* longest match wins: <m>x over <m>. */
     expect_tokens(&tok, "<m>x", 0, (const char *[]){"<m>x", NULL});
     /* single_word: cat alone matches, inside a word it does not. */
@@ -806,18 +834,20 @@ static void test_added_token_options(void **state)
 static void test_normalizer_and_prefix_space(void **state)
 {
     (void)state;
-    static const char *extra[] = {"\xC3\x83\xC2\xA9", "\xC4\xA0" "e",
+    static const char *extra[] = {"\xC3\x83\xC2\xA9",
+                                  "\xC4\xA0"
+                                  "e",
                                   NULL}; /* "Ã©" (the bytes of é), "Ġe" */
     static const char *merges[] = {"\xC3\x83 \xC2\xA9", "\xC4\xA0 e", NULL};
     json_t *doc = synth_doc(extra, merges, "\\s+|\\S+", "Isolated");
-    json_object_set_new(doc, "normalizer", json_pack("{s:s, s:[{s:s}]}", "type",
-                                                     "Sequence", "normalizers",
-                                                     "type", "NFC"));
+    json_object_set_new(doc, "normalizer",
+                        json_pack("{s:s, s:[{s:s}]}", "type", "Sequence",
+                                  "normalizers", "type", "NFC"));
     struct tok_tokenizer tok;
     assert_int_equal(load_doc(doc, &tok), 0);
     struct tok_ids a = {0}, b = {0};
-    encode_str(&tok, "e\xCC\x81", 0, &a);  /* e + combining acute */
-    encode_str(&tok, "\xC3\xA9", 0, &b);   /* precomposed */
+    encode_str(&tok, "e\xCC\x81", 0, &a); /* e + combining acute */
+    encode_str(&tok, "\xC3\xA9", 0, &b);  /* precomposed */
     assert_int_equal(a.n, 1);
     check_ids(&a, &b, "NFC");
     tok_tokenizer_free(&tok);
@@ -827,9 +857,16 @@ static void test_normalizer_and_prefix_space(void **state)
                            "add_prefix_space", 1, "use_regex", 1);
     json_object_set_new(doc, "pre_tokenizer", pt);
     assert_int_equal(load_doc(doc, &tok), 0);
-    expect_tokens(&tok, "e e", 0, (const char *[]){"\xC4\xA0" "e", "\xC4\xA0" "e",
-                                                   NULL});
-    expect_tokens(&tok, " e", 0, (const char *[]){"\xC4\xA0" "e", NULL});
+    expect_tokens(&tok, "e e", 0,
+                  (const char *[]){"\xC4\xA0"
+                                   "e",
+                                   "\xC4\xA0"
+                                   "e",
+                                   NULL});
+    expect_tokens(&tok, " e", 0,
+                  (const char *[]){"\xC4\xA0"
+                                   "e",
+                                   NULL});
     encode_str(&tok, "e\xCC\x81", 0, &a); /* no normalizer now: 3 bytes */
     assert_int_equal(a.n, 3);
     tok_tokenizer_free(&tok);
@@ -860,121 +897,148 @@ static json_t *base(void)
     return synth_doc(extra, merges, "\\s+|\\S+", "Isolated");
 }
 
-static void set_path(json_t *doc, const char *obj, const char *key, json_t *v)
-{
-    json_t *o = obj ? json_object_get(doc, obj) : doc;
-    json_object_set_new(o, key, v);
-}
+/* One malformed variant of base(): member `key` of object `obj` ("" = the
+ * root, "vocab" = model.vocab) set to the JSON text `value` ("-" deletes). */
+static const struct bad_file {
+    const char *obj, *key, *value;
+    int code;
+} bad_files[] = {
+    {"", "model", "-", TG_EFORMAT},
+    {"", "model", "[]", TG_EFORMAT},
+    {"model", "type", "\"WordPiece\"", TG_EUNSUPPORTED},
+    {"model", "vocab", "[\"a\"]", TG_EFORMAT},
+    {"model", "vocab", "{}", TG_EFORMAT},
+    {"vocab", "zz", "-3", TG_EFORMAT},
+    {"vocab", "zz", "\"7\"", TG_EFORMAT},
+    {"vocab", "zz", "1073741824", TG_EFORMAT},
+    {"vocab", "zz", "7", TG_EFORMAT}, /* id used twice */
+    {"model", "merges", "[\"a zzz\"]", TG_EFORMAT},
+    {"model", "merges", "[\"ab\"]", TG_EFORMAT},
+    {"model", "merges", "[\"a  b\"]", TG_EFORMAT},
+    {"model", "merges", "[\"b a\"]", TG_EFORMAT}, /* "ba" not a token */
+    {"model", "merges", "[[1, 2]]", TG_EFORMAT},
+    {"model", "merges", "[[\"a\"]]", TG_EFORMAT},
+    {"model", "merges", "\"a b\"", TG_EFORMAT},
+    {"model", "byte_fallback", "true", TG_EUNSUPPORTED},
+    {"model", "ignore_merges", "1", TG_EFORMAT},
+    {"model", "continuing_subword_prefix", "\"##\"", TG_EUNSUPPORTED},
+    {"model", "dropout", "0.1", TG_EUNSUPPORTED},
+    {"model", "unk_token", "\"<unk>\"", TG_EFORMAT},
+    {"", "added_tokens", "{}", TG_EFORMAT},
+    {"", "added_tokens", "[{\"id\": 400}]", TG_EFORMAT},
+    {"", "added_tokens", "[{\"id\": 400, \"content\": \"\"}]", TG_EFORMAT},
+    {"", "added_tokens", "[{\"id\": -1, \"content\": \"<x>\"}]", TG_EFORMAT},
+    {"", "added_tokens",
+     "[{\"id\": 400, \"content\": \"<x>\", \"special\": \"yes\"}]", TG_EFORMAT},
+    {"", "normalizer", "{\"type\": \"Lowercase\"}", TG_EUNSUPPORTED},
+    {"", "normalizer", "{\"type\": 3}", TG_EFORMAT},
+    {"", "normalizer", "{\"type\": \"Sequence\", \"normalizers\": 1}",
+     TG_EFORMAT},
+    {"", "pre_tokenizer", "null", TG_EUNSUPPORTED},
+    {"", "pre_tokenizer", "{\"type\": \"Metaspace\"}", TG_EUNSUPPORTED},
+    {"", "pre_tokenizer",
+     "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"(x\"}, "
+     "\"behavior\": \"Isolated\"}",
+     TG_EFORMAT},
+    {"", "pre_tokenizer",
+     "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"x\"}, "
+     "\"behavior\": \"Contiguous\"}",
+     TG_EUNSUPPORTED},
+    {"", "pre_tokenizer", "{\"type\": \"Split\", \"pattern\": 5}", TG_EFORMAT},
+    {"", "pre_tokenizer",
+     "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
+     "\"ByteLevel\"}, {\"type\": \"Digits\"}]}",
+     TG_EUNSUPPORTED}, /* a split after ByteLevel */
+    {"", "decoder", "{\"type\": \"WordPiece\"}", TG_EUNSUPPORTED},
+    {"", "post_processor",
+     "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+     "{\"id\": \"<no>\"}}], \"special_tokens\": {}}",
+     TG_EFORMAT},
+    {"", "post_processor",
+     "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+     "{\"id\": \"x\"}}], \"special_tokens\": {\"x\": {\"ids\": [99999]}}}",
+     TG_EFORMAT},
+    {"", "post_processor", "{\"type\": \"Bogus\"}", TG_EUNSUPPORTED},
+};
 
 static void test_malformed_files(void **state)
 {
     (void)state;
-    json_t *d;
     expect_load_error(json_array(), TG_EFORMAT, "top-level array");
-    d = base();
-    json_object_del(d, "model");
-    expect_load_error(d, TG_EFORMAT, "no model");
-    d = base();
-    set_path(d, "model", "type", json_string("WordPiece"));
-    expect_load_error(d, TG_EUNSUPPORTED, "WordPiece");
-    d = base();
-    set_path(d, "model", "vocab", json_pack("[s]", "a"));
-    expect_load_error(d, TG_EFORMAT, "vocab array");
-    d = base();
-    set_path(d, "model", "vocab", json_object());
-    expect_load_error(d, TG_EFORMAT, "empty vocab");
-    d = base();
-    json_object_set_new(json_object_get(json_object_get(d, "model"), "vocab"),
-                        "zz", json_integer(-3));
-    expect_load_error(d, TG_EFORMAT, "negative id");
-    d = base();
-    json_object_set_new(json_object_get(json_object_get(d, "model"), "vocab"),
-                        "zz", json_string("7"));
-    expect_load_error(d, TG_EFORMAT, "string id");
-    d = base();
-    json_object_set_new(json_object_get(json_object_get(d, "model"), "vocab"),
-                        "zz", json_integer(1 << 30));
-    expect_load_error(d, TG_EFORMAT, "huge id");
-    d = base();
-    json_object_set_new(json_object_get(json_object_get(d, "model"), "vocab"),
-                        "zz", json_integer(7));
-    expect_load_error(d, TG_EFORMAT, "duplicate id");
-    static const char *bad_merges[][2] = {{"a zzz", "unknown"}, {"ab", "no space"},
-                                          {"a  b", "two spaces"},
-                                          {"b a", "merged missing"}};
-    for (int i = 0; i < 4; i++) {
-        d = base();
-        set_path(d, "model", "merges", json_pack("[s]", bad_merges[i][0]));
-        expect_load_error(d, TG_EFORMAT, bad_merges[i][1]);
+    for (size_t i = 0; i < sizeof bad_files / sizeof *bad_files; i++) {
+        const struct bad_file *b = &bad_files[i];
+        json_t *d = base(), *o = d;
+        if (strcmp(b->obj, "vocab") == 0)
+            o = json_object_get(json_object_get(d, "model"), "vocab");
+        else if (b->obj[0] != '\0')
+            o = json_object_get(d, b->obj);
+        if (strcmp(b->value, "-") == 0) {
+            json_object_del(o, b->key);
+        } else {
+            json_t *v = json_loads(b->value, JSON_DECODE_ANY, NULL);
+            assert_non_null(v);
+            json_object_set_new(o, b->key, v);
+        }
+        char what[160];
+        snprintf(what, sizeof what, "%s.%s = %s", b->obj, b->key, b->value);
+        expect_load_error(d, b->code, what);
     }
-    d = base();
-    set_path(d, "model", "merges", json_pack("[[i, i]]", 1, 2));
-    expect_load_error(d, TG_EFORMAT, "merge of numbers");
-    d = base();
-    set_path(d, "model", "merges", json_string("a b"));
-    expect_load_error(d, TG_EFORMAT, "merges not an array");
-    d = base();
-    set_path(d, "model", "byte_fallback", json_true());
-    expect_load_error(d, TG_EUNSUPPORTED, "byte_fallback");
-    d = base();
-    set_path(d, "model", "continuing_subword_prefix", json_string("##"));
-    expect_load_error(d, TG_EUNSUPPORTED, "subword prefix");
-    d = base();
-    set_path(d, "model", "unk_token", json_string("<unk>"));
-    expect_load_error(d, TG_EFORMAT, "unk not in vocab");
-    d = base();
-    set_path(d, NULL, "added_tokens", json_object());
-    expect_load_error(d, TG_EFORMAT, "added_tokens object");
-    d = base();
-    set_path(d, NULL, "added_tokens", json_pack("[{s:i}]", "id", 400));
-    expect_load_error(d, TG_EFORMAT, "added without content");
-    d = base();
-    set_path(d, NULL, "added_tokens", json_pack("[{s:i, s:s, s:s}]", "id", 400,
-                                                "content", "<x>", "special", "yes"));
-    expect_load_error(d, TG_EFORMAT, "special not bool");
-    d = base();
-    set_path(d, NULL, "normalizer", json_pack("{s:s}", "type", "Lowercase"));
-    expect_load_error(d, TG_EUNSUPPORTED, "Lowercase");
-    d = base();
-    set_path(d, NULL, "normalizer", json_pack("{s:i}", "type", 3));
-    expect_load_error(d, TG_EFORMAT, "normalizer type number");
-    d = base();
-    set_path(d, NULL, "pre_tokenizer", json_null());
-    expect_load_error(d, TG_EUNSUPPORTED, "no pre-tokenizer");
-    d = base();
-    set_path(d, NULL, "pre_tokenizer", json_pack("{s:s}", "type", "Metaspace"));
-    expect_load_error(d, TG_EUNSUPPORTED, "Metaspace");
-    d = base();
-    set_path(d, NULL, "pre_tokenizer",
-             json_pack("{s:s, s:{s:s}, s:s}", "type", "Split", "pattern",
-                       "Regex", "(unclosed", "behavior", "Isolated"));
-    expect_load_error(d, TG_EFORMAT, "bad regex");
-    d = base();
-    set_path(d, NULL, "pre_tokenizer",
-             json_pack("{s:s, s:{s:s}, s:s}", "type", "Split", "pattern",
-                       "Regex", "x", "behavior", "Contiguous"));
-    expect_load_error(d, TG_EUNSUPPORTED, "Contiguous");
-    d = base();
-    set_path(d, NULL, "pre_tokenizer",
-             json_pack("{s:s, s:i}", "type", "Split", "pattern", 5));
-    expect_load_error(d, TG_EFORMAT, "pattern number");
-    d = base();
-    set_path(d, NULL, "decoder", json_pack("{s:s}", "type", "WordPiece"));
-    expect_load_error(d, TG_EUNSUPPORTED, "decoder");
-    d = base();
-    set_path(d, NULL, "post_processor",
-             json_pack("{s:s, s:[{s:{s:s}}], s:{}}", "type", "TemplateProcessing",
-                       "single", "SpecialToken", "id", "<nope>", "special_tokens"));
-    expect_load_error(d, TG_EFORMAT, "template unknown special");
-    d = base();
-    set_path(d, NULL, "post_processor",
-             json_pack("{s:s, s:[{s:{s:s}}], s:{s:{s:[i]}}}", "type",
-                       "TemplateProcessing", "single", "SpecialToken", "id", "x",
-                       "special_tokens", "x", "ids", 99999));
-    expect_load_error(d, TG_EFORMAT, "template id out of range");
-    d = base();
-    set_path(d, NULL, "post_processor", json_pack("{s:s}", "type", "Bogus"));
-    expect_load_error(d, TG_EUNSUPPORTED, "post-processor");
+}
+
+/* Truncated and byte-flipped versions of a valid file: loading either fails
+ * cleanly or gives a tokenizer that encodes and decodes (ASan checks). */
+static void test_fuzzed_files(void **state)
+{
+    (void)state;
+    json_t *doc = base();
+    json_object_set_new(doc, "added_tokens",
+                        json_pack("[{s:i, s:s, s:b}]", "id", 300, "content",
+                                  "<s>", "special", 1));
+    char *good = json_dumps(doc, JSON_COMPACT);
+    json_decref(doc);
+    size_t n = strlen(good);
+    char *buf = malloc(n + 1), path[512];
+    snprintf(path, sizeof path, "%s/fuzz.json", tmpdir);
+    unsigned seed = 99;
+    int loaded = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        memcpy(buf, good, n + 1);
+        size_t len = n;
+        if (trial % 2 == 0) {
+            len = (size_t)rand_r(&seed) % n;
+        } else {
+            static const char flips[] = "{}[]\",:0a\\ -9";
+            buf[(size_t)rand_r(&seed) % n] =
+                flips[(size_t)rand_r(&seed) % (sizeof flips - 1)];
+        }
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        fwrite(buf, 1, len, f);
+        fclose(f);
+        struct tok_tokenizer tok;
+        int rc = tok_tokenizer_load(&tok, path, errbuf, sizeof errbuf);
+        if (rc == 0) {
+            loaded++;
+            struct tok_ids ids = {0};
+            struct tok_text t = {0};
+            assert_int_equal(tok_encode(&tok, NULL, "ab <s>c", 7,
+                                        TOK_ENCODE_ADD_SPECIAL, &ids, errbuf,
+                                        sizeof errbuf),
+                             0);
+            assert_int_equal(
+                tok_decode(&tok, ids.v, ids.n, 0, &t, errbuf, sizeof errbuf),
+                0);
+            tok_ids_free(&ids);
+            tok_text_free(&t);
+        } else {
+            assert_true(rc == TG_EFORMAT || rc == TG_EUNSUPPORTED);
+            assert_int_equal(tok.n_ids, 0);
+        }
+        tok_tokenizer_free(&tok);
+    }
+    assert_true(loaded > 0);
+    free(buf);
+    free(good);
 }
 
 static void write_text(const char *name, const char *text)
@@ -993,12 +1057,15 @@ static void test_bad_paths_and_files(void **state)
     struct tok_tokenizer tok;
     char p[512];
     assert_int_equal(tok_tokenizer_load(&tok, "/nonexistent/tokenizer.json",
-                                        errbuf, sizeof errbuf), TG_ENOENT);
+                                        errbuf, sizeof errbuf),
+                     TG_ENOENT);
     snprintf(p, sizeof p, "%s/emptydir", tmpdir);
     mkdir(p, 0700);
-    assert_int_equal(tok_tokenizer_load(&tok, p, errbuf, sizeof errbuf), TG_ENOENT);
-    static const char *junk[] = {"", "{", "{\"model\": }", "\x01\x02", "[1,2]",
-                                 "{\"model\": {\"vocab\": {\"a\": 0, \"a\": 1}}}"};
+    assert_int_equal(tok_tokenizer_load(&tok, p, errbuf, sizeof errbuf),
+                     TG_ENOENT);
+    static const char *junk[] = {
+        "",         "{",     "{\"model\": }",
+        "\x01\x02", "[1,2]", "{\"model\": {\"vocab\": {\"a\": 0, \"a\": 1}}}"};
     for (size_t i = 0; i < sizeof junk / sizeof *junk; i++) {
         write_text("junk.json", junk[i]);
         snprintf(p, sizeof p, "%s/junk.json", tmpdir);
@@ -1048,6 +1115,7 @@ int main(void)
         cmocka_unit_test(test_normalizer_and_prefix_space),
         cmocka_unit_test(test_malformed_files),
         cmocka_unit_test(test_bad_paths_and_files),
+        cmocka_unit_test(test_fuzzed_files),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,0 +1,162 @@
+/*
+ * td_supervisor.h — the process supervisor of tangramd (DESIGN.md §2,
+ * issue 4 item 5): starts the router and the T = --tp workers, restarts
+ * what dies, drains on SIGTERM, talks to systemd.
+ *
+ * Process model. tangramd spawns `tangram-router` and `tangram-worker`
+ * rank 0..T-1 with libuv (uv_spawn); they stay in tangramd's process group
+ * and every exit path of td_sup_run waits until all of them are reaped.
+ * Residual risk: if tangramd itself is SIGKILLed (or aborts on a TG_ASSERT)
+ * nothing kills its children here. Mitigations: under systemd the unit's
+ * control group is killed as a whole (KillMode=control-group); workers exit
+ * when the router goes silent (heartbeats); and the ROUTER MUST EXIT WHEN ITS
+ * NOTIFY PIPE CLOSES — see the contract below.
+ *
+ * Router contract (fd 3 of the router, the "notify pipe", a stream socket).
+ * The router writes newline-terminated words:
+ *   "READY"             every rank is up; tangramd sends READY=1 and
+ *                       STATUS=serving to systemd (repeatable: after a
+ *                       restart the router says READY again)
+ *   "NOTREADY <reason>" a rank is down; tangramd sets STATUS=not ready: ...
+ *   "WATCHDOG"          the router's loop is alive; write it at least once
+ *                       per second. tangramd pings systemd's watchdog only
+ *                       while these keep coming within WATCHDOG_USEC, so a
+ *                       hung router gets the unit restarted.
+ *   "DRAINED"           the drain after SIGTERM finished (the router then
+ *                       exits).
+ * Lines longer than TD_NOTIFY_LINE_MAX bytes are discarded. The router must
+ * watch fd 3 for readability: end-of-file there means tangramd is gone, and
+ * the router must then exit (its workers follow when heartbeats stop).
+ *
+ * Restart policy. A worker that exits is restarted after a backoff of
+ * 100 ms doubling to 10 s, reset once the process had run 60 s
+ * (td_backoff_next); the router detects the dead rank on its own. A router
+ * that exits unexpectedly brings everything down: the workers get SIGTERM
+ * (SIGKILL after 5 s), and router and workers start again after the
+ * router's backoff, since the router's page accounting is gone and the
+ * workers' KV is stale.
+ *
+ * Signals. SIGTERM/SIGINT: STOPPING=1; SIGTERM to the router (it answers new
+ * requests 503 and finishes running ones within --shutdown-timeout); after
+ * it exits, or shutdown-timeout + 5 s, SIGTERM to the workers; SIGKILL to
+ * whatever is left 5 s later; then td_sup_run returns 0. A second
+ * SIGTERM/SIGINT during the drain SIGKILLs every child at once and
+ * td_sup_run returns TG_ECANCELED. SIGHUP is logged and ignored.
+ *
+ * Children inherit tangramd's environment minus NOTIFY_SOCKET,
+ * WATCHDOG_USEC and WATCHDOG_PID (only tangramd talks to systemd). Secret
+ * options (--api-key) never go on a command line: the router gets them as
+ * TANGRAM_<NAME> in its environment; workers do not get them at all.
+ */
+#ifndef TD_SUPERVISOR_H
+#define TD_SUPERVISOR_H
+
+#include "daemon/td_options.h"
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TD_BACKOFF_MIN_MS 100u     /* first restart delay */
+#define TD_BACKOFF_MAX_MS 10000u   /* the delay doubles up to this */
+#define TD_BACKOFF_RESET_MS 60000u /* an uptime this long resets it */
+#define TD_KILL_GRACE_MS 5000u     /* SIGTERM -> SIGKILL grace */
+#define TD_NOTIFY_LINE_MAX 1024u   /* longest notify line kept, bytes */
+#define TD_NOTIFY_FD 3             /* the notify pipe in the router */
+
+/* Restart backoff of one process. Zero-initialize. */
+struct td_backoff {
+    uint64_t next_ms; /* delay of the next restart; 0 = TD_BACKOFF_MIN_MS */
+};
+
+/* Returns the delay in ms before restarting a process that ran uptime_ms
+ * and advances *b: 100, 200, 400 ... capped at 10000; an uptime of at least
+ * TD_BACKOFF_RESET_MS starts over at 100. Thread: any, one *b at a time. */
+uint64_t td_backoff_next(struct td_backoff *b, uint64_t uptime_ms);
+
+/* The words of the router's notify pipe. */
+enum td_notify_kind {
+    TD_NOTIFY_READY = 0,
+    TD_NOTIFY_NOTREADY = 1,
+    TD_NOTIFY_WATCHDOG = 2,
+    TD_NOTIFY_DRAINED = 3,
+};
+
+/* Parses one notify line line[0..len) (without its '\n'; a trailing '\r'
+ * is ignored). On success sets *kind and, for NOTREADY, *reason and *reason_len
+ * to the text after the word and one space (possibly empty; NULL/0 for the
+ * other words). Returns 0, or TG_EFORMAT for an unknown word or text after
+ * a word that takes none. Thread: any. */
+int td_notify_parse(const char *line, size_t len, enum td_notify_kind *kind,
+                    const char **reason, size_t *reason_len);
+
+/* Appends the router's command line to *argv and *argc (the tg_config_argv
+ * array convention of common/tg_config.h: start from NULL/0, free with
+ * tg_config_argv_free): bin, every option of *o except secret ones as
+ * "--name=value" (profile NULL as "--profile=none"), then
+ * "--ipc-endpoint ENDPOINT --notify-fd 3". Returns 0, TG_EINVAL or
+ * TG_ENOMEM with detail in err. Thread: any. */
+int td_sup_router_argv(const struct td_options *o, const char *bin,
+                       const char *endpoint, char ***argv, size_t *argc,
+                       char *err, size_t errlen);
+
+/* Appends worker `rank`'s command line: bin, "--rank R --world-size T
+ * --router ENDPOINT", then --model --profile --backend --page-size
+ * --prefill-chunk --heads-per-group --kv-memory --max-num-seqs --log-format
+ * --log-level as "--name=value". Returns 0, TG_EINVAL (rank outside
+ * [0, tp)) or TG_ENOMEM with detail in err. Thread: any. */
+int td_sup_worker_argv(const struct td_options *o, const char *bin,
+                       int rank, const char *endpoint, char ***argv,
+                       size_t *argc, char *err, size_t errlen);
+
+/* Appends a child's environment: envp (NULL-terminated "KEY=VALUE"; NULL
+ * for none) without NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID and without
+ * the TANGRAM_<NAME> variables of secret options; for the router
+ * (for_router true) those variables are then added with tangramd's
+ * effective values when non-empty. Returns 0 or TG_ENOMEM. Thread: any. */
+int td_sup_child_env(const struct td_options *o, char **envp,
+                     bool for_router, char ***env, size_t *n, char *err,
+                     size_t errlen);
+
+/* Where the children are and where they meet. */
+struct td_sup_paths {
+    char router_bin[PATH_MAX];  /* tangram-router */
+    char worker_bin[PATH_MAX];  /* tangram-worker */
+    char runtime_dir[PATH_MAX]; /* holds workers.sock; "" = none yet */
+    bool own_dir;               /* we made runtime_dir (mkdtemp): remove it */
+    char endpoint[PATH_MAX + 32]; /* "ipc://<runtime_dir>/workers.sock" */
+};
+
+/* Fills *p from envp (NULL-terminated, usually `environ`): the programs are
+ * TANGRAM_ROUTER_BIN / TANGRAM_WORKER_BIN when set, else tangram-router /
+ * tangram-worker in `exe_dir` (the directory of the tangramd binary; NULL
+ * reads /proc/self/exe); both must be executable. The runtime directory is
+ * the first entry of RUNTIME_DIRECTORY (systemd) when set, else a new
+ * private mkdtemp directory "tangramd.XXXXXX" under TMPDIR or /tmp. The
+ * socket path must fit an AF_UNIX address (107 bytes). Returns 0,
+ * TG_ENOENT (a program or directory missing / not executable), TG_ETOOBIG
+ * (path too long) or TG_EIO, with a clear message in err; on failure
+ * nothing is left on disk. Thread: any. */
+int td_sup_paths_init(struct td_sup_paths *p, char **envp,
+                      const char *exe_dir, char *err, size_t errlen);
+
+/* Removes what td_sup_paths_init and the children left: workers.sock, and
+ * when own_dir every entry of the directory and the directory itself.
+ * Safe on a zeroed *p and twice. Thread: any. */
+void td_sup_paths_cleanup(struct td_sup_paths *p);
+
+/* Runs the supervisor until it is told to stop: spawns the router and the
+ * workers with environment built from envp (td_sup_child_env), handles
+ * signals, restarts and systemd notification (sd_notify; a no-op without
+ * NOTIFY_SOCKET) on its own libuv loop. Returns only once every child is
+ * reaped: 0 after a drain on SIGTERM/SIGINT, TG_ECANCELED when a second
+ * signal cut the drain short, or a negative TG_E* code when start-up failed
+ * (detail in err; children already started are killed first). Logs with
+ * tg_log. Thread: the process's only thread that handles signals; one call
+ * at a time per process (it owns SIGTERM, SIGINT and SIGHUP while it runs).
+ */
+int td_sup_run(const struct td_options *o, const struct td_sup_paths *p,
+               char **envp, char *err, size_t errlen);
+
+#endif /* TD_SUPERVISOR_H */

@@ -1,0 +1,88 @@
+/*
+ * gw_wlink.h — a worker's ZeroMQ link to the router (DESIGN.md §2).
+ *
+ * One ZMQ_DEALER socket with routing id "rank-<r>" connects to the
+ * router's ZMQ_ROUTER endpoint (ipc:///path or tcp://host:port). Every
+ * ZeroMQ message is one WorkerMessage envelope of proto/worker.proto (a
+ * router sending [identity][payload] reaches the dealer as [payload]; when
+ * a message has several frames the last one is the payload).
+ *
+ * gw_wlink_serve is the worker's main loop: Hello first, then zmq_poll
+ * with a heartbeat timer: a Heartbeat every heartbeat_ms; a BatchPlan runs
+ * gw_worker_step and the StepResult goes back; a Shutdown ends the loop
+ * after the step in flight (steps run to completion, so every shutdown
+ * drains); silence from the router for router_timeout_ms ends it with
+ * GW_WLINK_EXIT_TIMEOUT (the supervisor restarts the worker). A message
+ * that does not parse ends it with GW_WLINK_EXIT_PROTOCOL; one that parses
+ * but has the wrong version gets a StepResult with ok = false when it is a
+ * plan (its step id is known) and ends the loop otherwise.
+ *
+ * Logs through common/tg_log.h. One thread owns a link.
+ */
+#ifndef GW_WLINK_H
+#define GW_WLINK_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu_worker/gw_worker.h"
+
+typedef Tangram__Worker__V1__WorkerMessage GwWorkerMessage;
+
+/* Exit statuses of tangram-worker, returned by gw_wlink_serve. */
+enum gw_wlink_exit {
+    GW_WLINK_EXIT_OK = 0,       /* Shutdown received, or stop requested */
+    GW_WLINK_EXIT_ERROR = 1,    /* socket or memory failure */
+    GW_WLINK_EXIT_TIMEOUT = 3,  /* the router went silent */
+    GW_WLINK_EXIT_PROTOCOL = 4, /* unparsable message from the router */
+};
+
+struct gw_wlink {
+    void *ctx;        /* zmq context, owned */
+    void *sock;       /* ZMQ_DEALER, owned */
+    int rank;
+    uint64_t hb_seq;  /* heartbeats sent */
+    uint8_t *buf;     /* (buf_cap) pack buffer, owned */
+    size_t buf_cap;
+};
+
+struct gw_wlink_opts {
+    int heartbeat_ms;       /* period of our heartbeats, >= 1 */
+    int router_timeout_ms;  /* silence that ends the loop; <= 0: 10 x
+                               heartbeat_ms */
+    volatile sig_atomic_t *stop; /* optional: nonzero ends the loop with
+                                    GW_WLINK_EXIT_OK (signal handlers) */
+};
+
+/* Creates the context and the DEALER socket (routing id "rank-<rank>",
+ * linger 0) and connects it to `endpoint`. Returns 0, TG_EINVAL (bad
+ * endpoint, detail from zmq) or TG_EIO; on failure *l is left closed. */
+int gw_wlink_open(struct gw_wlink *l, const char *endpoint, int rank,
+                  char *err, size_t errlen);
+
+/* Closes the socket and the context; safe on a zeroed or closed link. */
+void gw_wlink_close(struct gw_wlink *l);
+
+/* Packs `m` (its version is set to the protocol's) and sends it as one
+ * frame. Returns 0, TG_ENOMEM or TG_EIO. */
+int gw_wlink_send(struct gw_wlink *l, GwWorkerMessage *m, char *err,
+                  size_t errlen);
+
+/* Waits up to timeout_ms (0: no wait, < 0: forever) for one message and
+ * unpacks it into *out (caller frees with gw_wlink_msg_free). Returns 0,
+ * TG_EAGAIN (nothing arrived, or a signal interrupted the wait: check your
+ * stop flag), TG_EFORMAT (a message arrived but does not parse; *out
+ * NULL), or TG_EIO (socket error). The envelope's version is not checked here. */
+int gw_wlink_recv(struct gw_wlink *l, int timeout_ms, GwWorkerMessage **out,
+                  char *err, size_t errlen);
+
+/* Frees a message from gw_wlink_recv; NULL is allowed. */
+void gw_wlink_msg_free(GwWorkerMessage *m);
+
+/* The worker's main loop described above. Returns an enum gw_wlink_exit
+ * value (the process's exit status). */
+int gw_wlink_serve(struct gw_wlink *l, struct gw_worker *w,
+                   const struct gw_wlink_opts *o);
+
+#endif /* GW_WLINK_H */

@@ -1,0 +1,780 @@
+/* gw_worker.c — one worker rank's plan execution (see gw_worker.h). */
+#if __has_include("worker.pb-c.h")
+/* The generated protocol header lives in the build tree; a library target
+ * without tg_proto's include directory compiles this file to nothing. */
+#include "gpu_worker/gw_worker.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/kv_budget.h"
+#include "common/tg_err.h"
+#include "gpu_worker/gw_engine.h"
+#include "gpu_worker/gw_layout.h"
+
+/* splitmix64's state increment (Steele, Lea & Flood 2014): the state after
+ * k draws is seed + k * GOLDEN, the sampler's rule in cpu_sample.c. */
+#define GOLDEN 0x9E3779B97F4A7C15ull
+
+static void slot_free(struct gw_wslot *s, int rows)
+{
+    if (s->pages != NULL)
+        for (int r = 0; r < rows; r++)
+            free(s->pages[r]);
+    free(s->pages);
+    free(s->n_pages);
+    free(s->cap);
+    free(s->len);
+    free(s->hist);
+    memset(s, 0, sizeof(*s));
+}
+
+void gw_worker_free(struct gw_worker *w)
+{
+    if (w->slots != NULL)
+        for (int i = 0; i < w->max_slots; i++)
+            slot_free(&w->slots[i], w->rows);
+    free(w->slots);
+    free(w->logits);
+    free(w->seqs);
+    free(w->seq_ptrs);
+    free(w->ids);
+    free(w->sim_n);
+    free(w->sim_len);
+    free(w->sim_pos);
+    free(w->sim_active);
+    free(w->sim_stamp);
+    free(w->touched);
+    free(w->entry_of);
+    free(w->tok);
+    free(w->tok_ptrs);
+    free(w->top_ids);
+    free(w->top_lps);
+    free(w->top_tmp);
+    gw_runtime_free(&w->rt);
+    tg_backend_cpu_free(w->be);
+    gw_layout_free(&w->layout);
+    pf_profile_free(&w->profile);
+    gw_model_free(&w->model);
+    memset(w, 0, sizeof(*w));
+}
+
+/* Pool pages from --kv-pages, else --kv-memory (bytes, or a fraction of
+ * the host RAM available now, after the weights were loaded). */
+static int size_pool(const struct gw_worker_opts *o, int64_t page_bytes,
+                     int32_t *out, char *err, size_t errlen)
+{
+    int64_t pages = o->kv_pages;
+    if (pages <= 0) {
+        double bytes;
+        if (o->kv_memory.is_fraction) {
+            long avail = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+            if (avail <= 0 || psz <= 0)
+                return tg_err_set(err, errlen, TG_EIO,
+                                  "cannot read the available host memory; "
+                                  "give --kv-pages or --kv-memory in bytes");
+            if (!(o->kv_memory.fraction > 0.0) || o->kv_memory.fraction > 1.0)
+                return tg_err_set(err, errlen, TG_EINVAL,
+                                  "--kv-memory fraction %g is outside (0, 1]",
+                                  o->kv_memory.fraction);
+            bytes = (double)avail * (double)psz * o->kv_memory.fraction;
+        } else {
+            bytes = (double)o->kv_memory.bytes;
+        }
+        pages = (int64_t)(bytes / (double)page_bytes);
+        if (pages > INT32_MAX)
+            pages = INT32_MAX;
+    }
+    if (pages < 1 || pages > INT32_MAX)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "the KV pool would hold %lld pages of %lld bytes; "
+                          "it needs 1 .. %d", (long long)pages,
+                          (long long)page_bytes, INT32_MAX);
+    *out = (int32_t)pages;
+    return 0;
+}
+
+static int slot_init(struct gw_wslot *s, int rows)
+{
+    s->pages = calloc((size_t)rows, sizeof(*s->pages));
+    s->n_pages = calloc((size_t)rows, sizeof(int32_t));
+    s->cap = calloc((size_t)rows, sizeof(int32_t));
+    s->len = calloc((size_t)rows, sizeof(int32_t));
+    return s->pages && s->n_pages && s->cap && s->len ? 0 : TG_ENOMEM;
+}
+
+int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
+                   char *err, size_t errlen)
+{
+    memset(w, 0, sizeof(*w));
+    if (o->backend == GW_WORKER_BACKEND_CUDA) {
+#ifdef TANGRAM_CUDA
+        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
+                          "the CUDA worker backend comes with the CUDA issue; "
+                          "use --backend cpu");
+#else
+        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
+                          "--backend cuda: this build has no CUDA backend "
+                          "(TANGRAM_CUDA not built); use --backend cpu");
+#endif
+    }
+    if (o->world_size != 1)
+        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
+                          "--world-size %d: the CPU backend runs one rank; "
+                          "tensor parallelism comes with the CUDA backend",
+                          o->world_size);
+    if (o->rank < 0 || o->rank >= o->world_size)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "--rank %d is outside [0, %d)", o->rank,
+                          o->world_size);
+    if (o->max_slots < 1 || o->page_size < 1 || o->prefill_chunk < 1)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "max slots, page size and prefill chunk must be "
+                          ">= 1");
+    struct gw_engine_opts eo = {
+        .model_dir = o->model_dir,
+        .profile_path = o->profile_path,
+        .heads_per_group = o->heads_per_group,
+        .page_size = o->page_size,
+        .prefill_chunk = o->prefill_chunk,
+        .method = o->method,
+    };
+    int rc = gw_engine_load_parts(&w->model, &w->profile, &w->layout,
+                                  &w->method, &eo, err, errlen);
+    if (rc != 0)
+        return rc;
+    w->rank = o->rank;
+    w->world_size = o->world_size;
+    w->max_slots = o->max_slots;
+    w->rows = w->model.n_layers * w->layout.kv.n_groups;
+    int64_t page_bytes =
+        kv_layout_page_elems(&w->layout.kv) * (int64_t)sizeof(float);
+    rc = size_pool(o, page_bytes, &w->n_pages, err, errlen);
+    if (rc != 0)
+        goto fail;
+    rc = tg_backend_cpu_new(o->n_threads, &w->be);
+    if (rc != 0) {
+        tg_err_set(err, errlen, rc, "cannot create the CPU backend");
+        goto fail;
+    }
+    int maxt = o->prefill_chunk > o->max_slots ? o->prefill_chunk : o->max_slots;
+    struct gw_forward_opts fo = {.method = w->method, .max_tokens = maxt};
+    rc = gw_runtime_init(&w->rt, &w->model, &w->layout, &tg_ops_cpu, w->be,
+                         w->n_pages, &fo, err, errlen);
+    if (rc != 0)
+        goto fail;
+
+    size_t S = (size_t)o->max_slots, R = (size_t)w->rows;
+    size_t V = (size_t)w->model.vocab, K = GW_WORKER_MAX_LOGPROBS;
+    w->slots = calloc(S, sizeof(*w->slots));
+    w->logits = malloc(S * V * sizeof(float));
+    w->seqs = calloc(S, sizeof(*w->seqs));
+    w->seq_ptrs = calloc(S, sizeof(*w->seq_ptrs));
+    w->ids = malloc((size_t)maxt * sizeof(int32_t));
+    w->sim_n = malloc(S * R * sizeof(int32_t));
+    w->sim_len = malloc(S * R * sizeof(int32_t));
+    w->sim_pos = malloc(S * sizeof(int64_t));
+    w->sim_active = malloc(S * sizeof(int32_t));
+    w->sim_stamp = calloc(S, sizeof(uint64_t));
+    w->touched = malloc(S * sizeof(int32_t));
+    w->entry_of = malloc(S * sizeof(int32_t));
+    w->tok = calloc(S, sizeof(*w->tok));
+    w->tok_ptrs = calloc(S, sizeof(*w->tok_ptrs));
+    w->top_ids = malloc(S * K * sizeof(uint32_t));
+    w->top_lps = malloc(S * K * sizeof(float));
+    w->top_tmp = malloc(K * sizeof(int32_t));
+    if (!w->slots || !w->logits || !w->seqs || !w->seq_ptrs || !w->ids ||
+        !w->sim_n || !w->sim_len || !w->sim_pos || !w->sim_active ||
+        !w->sim_stamp || !w->touched || !w->entry_of || !w->tok ||
+        !w->tok_ptrs || !w->top_ids || !w->top_lps || !w->top_tmp) {
+        rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory for %d slots",
+                        o->max_slots);
+        goto fail;
+    }
+    for (size_t i = 0; i < S; i++)
+        if (slot_init(&w->slots[i], w->rows) != 0) {
+            rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+            goto fail;
+        }
+
+    /* The Hello's layout summary, fixed for the worker's life. */
+    const char *prof = eo.profile_path == NULL ? "none" : eo.profile_path;
+    snprintf(w->model_name, sizeof(w->model_name), "%s", o->model_dir);
+    snprintf(w->profile_name, sizeof(w->profile_name), "%s", prof);
+    GwLayoutSummary init = TANGRAM__WORKER__V1__LAYOUT_SUMMARY__INIT;
+    w->summary = init;
+    w->summary.num_layers = (uint32_t)w->model.n_layers;
+    w->summary.num_kv_heads = (uint32_t)w->layout.n_kv_heads;
+    w->summary.heads_per_group = (uint32_t)w->layout.kv.heads_per_group;
+    w->summary.groups_per_layer = (uint32_t)w->layout.kv.n_groups;
+    w->summary.page_size = (uint32_t)w->layout.kv.page_size;
+    w->summary.head_dim = (uint32_t)w->layout.kv.head_dim;
+    w->summary.page_bytes = (uint64_t)page_bytes;
+    w->summary.profile = w->profile_name;
+    w->summary.backend = (char *)"cpu";
+    w->summary.model = w->model_name;
+    w->summary.max_model_len = (uint32_t)w->model.max_positions;
+    w->summary.vocab_size = (uint32_t)w->model.vocab;
+    return 0;
+fail:
+    gw_worker_free(w);
+    return rc;
+}
+
+void gw_worker_hello(struct gw_worker *w, GwHello *h)
+{
+    GwHello init = TANGRAM__WORKER__V1__HELLO__INIT;
+    *h = init;
+    h->version = GW_PROTOCOL_VERSION;
+    h->rank = (uint32_t)w->rank;
+    h->world_size = (uint32_t)w->world_size;
+    h->pid = (uint32_t)getpid();
+    h->pages_total = (uint32_t)w->n_pages;
+    h->layout = &w->summary;
+}
+
+/* ---- validation -------------------------------------------------------- */
+
+/* The simulated state of slot s during validation: initialised from the
+ * slot on first touch of this validation pass. */
+static void sim_touch(struct gw_worker *w, uint32_t s)
+{
+    if (w->sim_stamp[s] == w->sim_serial)
+        return;
+    w->sim_stamp[s] = w->sim_serial;
+    w->touched[w->n_touched++] = (int32_t)s;
+    const struct gw_wslot *sl = &w->slots[s];
+    size_t R = (size_t)w->rows;
+    w->sim_active[s] = sl->active;
+    w->sim_pos[s] = sl->pos;
+    memcpy(w->sim_n + s * R, sl->n_pages, R * sizeof(int32_t));
+    memcpy(w->sim_len + s * R, sl->len, R * sizeof(int32_t));
+}
+
+static void sim_clear(struct gw_worker *w, uint32_t s)
+{
+    size_t R = (size_t)w->rows;
+    sim_touch(w, s);
+    w->sim_active[s] = 0;
+    w->sim_pos[s] = 0;
+    memset(w->sim_n + s * R, 0, R * sizeof(int32_t));
+    memset(w->sim_len + s * R, 0, R * sizeof(int32_t));
+}
+
+static int check_sampling(const Tangram__Worker__V1__WorkerSampling *sp,
+                          int vocab, char *err, size_t errlen, uint32_t slot)
+{
+    if (sp == NULL)
+        return 0;
+    if (!(sp->temperature >= 0.0f) || isinf(sp->temperature) ||
+        !(sp->top_p > 0.0f) || sp->top_p > 1.0f || !(sp->min_p >= 0.0f) ||
+        sp->min_p > 1.0f || !(sp->repetition_penalty > 0.0f) ||
+        isinf(sp->repetition_penalty) || !isfinite(sp->presence_penalty) ||
+        !isfinite(sp->frequency_penalty))
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "slot %u: bad sampling parameters (temperature %g, "
+                          "top_p %g, min_p %g, repetition_penalty %g, "
+                          "presence %g, frequency %g)", slot,
+                          (double)sp->temperature, (double)sp->top_p,
+                          (double)sp->min_p, (double)sp->repetition_penalty,
+                          (double)sp->presence_penalty,
+                          (double)sp->frequency_penalty);
+    int kmax = vocab < GW_WORKER_MAX_LOGPROBS ? vocab : GW_WORKER_MAX_LOGPROBS;
+    if (sp->logprobs > (uint32_t)kmax)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "slot %u: %u logprobs asked, at most %d", slot,
+                          sp->logprobs, kmax);
+    return 0;
+}
+
+static int check_entry(struct gw_worker *w, size_t i, const GwPlanEntry *e,
+                       char *err, size_t errlen)
+{
+    const struct gw_model *m = &w->model;
+    const char *rid = e->request_id != NULL ? e->request_id : "";
+    if (e->slot >= (uint32_t)w->max_slots)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "entry %zu (request '%s'): unknown slot %u (the "
+                          "worker has %d)", i, rid, e->slot, w->max_slots);
+    uint32_t s = e->slot;
+    if (w->entry_of[s] >= 0)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "entry %zu (request '%s'): slot %u already has "
+                          "entry %d in this plan", i, rid, s, w->entry_of[s]);
+    w->entry_of[s] = (int32_t)i;
+    size_t n = e->n_token_ids;
+    if (e->kind == TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL) {
+        if (n < 1 || n > (size_t)w->layout.kv.prefill_chunk)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "slot %u (request '%s'): prefill chunk of %zu "
+                              "tokens, allowed 1 .. %d", s, rid, n,
+                              w->layout.kv.prefill_chunk);
+    } else if (e->kind == TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE) {
+        if (n != 1)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "slot %u (request '%s'): a decode entry has "
+                              "one token, got %zu", s, rid, n);
+    } else {
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "slot %u (request '%s'): unknown entry kind %d", s,
+                          rid, (int)e->kind);
+    }
+    for (size_t t = 0; t < n; t++)
+        if (e->token_ids[t] >= (uint32_t)m->vocab)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "slot %u (request '%s'): token %u at index %zu "
+                              "is outside the vocabulary [0, %d)", s, rid,
+                              e->token_ids[t], t, m->vocab);
+    if ((uint64_t)e->start_pos + n > (uint64_t)m->max_positions)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "slot %u (request '%s'): positions up to %llu "
+                          "exceed the model's context of %d", s, rid,
+                          (unsigned long long)e->start_pos + n,
+                          m->max_positions);
+    if (e->n_row_lens != 0 && (!e->fresh || e->n_row_lens != (size_t)w->rows))
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "slot %u (request '%s'): row_lens needs fresh and "
+                          "%d values, got %zu", s, rid, w->rows,
+                          e->n_row_lens);
+    sim_touch(w, s);
+    if (e->fresh) {
+        sim_clear(w, s);
+        w->sim_active[s] = 1;
+        w->sim_pos[s] = e->start_pos;
+        for (size_t r = 0; r < e->n_row_lens; r++) {
+            if (e->row_lens[r] > e->start_pos)
+                return tg_err_set(err, errlen, TG_EINVAL,
+                                  "slot %u (request '%s'): row %zu holds %u "
+                                  "tokens, more than start_pos %u", s, rid,
+                                  r, e->row_lens[r], e->start_pos);
+            w->sim_len[(size_t)s * (size_t)w->rows + r] =
+                (int32_t)e->row_lens[r];
+        }
+    } else if (!w->sim_active[s]) {
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "slot %u (request '%s'): the slot is not assigned "
+                          "(no fresh entry since it was freed)", s, rid);
+    } else if ((int64_t)e->start_pos != w->sim_pos[s]) {
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "slot %u (request '%s'): entry starts at position "
+                          "%u, the slot is at %lld", s, rid, e->start_pos,
+                          (long long)w->sim_pos[s]);
+    }
+    return check_sampling(e->sampling, m->vocab, err, errlen, s);
+}
+
+static int check_delta(struct gw_worker *w, size_t i, const GwPageDelta *d,
+                       char *err, size_t errlen)
+{
+    const struct kv_layout *kv = &w->layout.kv;
+    if (d->slot >= (uint32_t)w->max_slots || d->layer >= (uint32_t)kv->n_layers ||
+        d->group >= (uint32_t)kv->n_groups)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "page delta %zu: (slot %u, layer %u, group %u) "
+                          "outside (%d, %d, %d)", i, d->slot, d->layer,
+                          d->group, w->max_slots, kv->n_layers, kv->n_groups);
+    sim_touch(w, d->slot);
+    if (!w->sim_active[d->slot])
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "page delta %zu: slot %u is not assigned", i,
+                          d->slot);
+    size_t r = (size_t)d->slot * (size_t)w->rows +
+               (size_t)d->layer * (size_t)kv->n_groups + d->group;
+    int64_t n = w->sim_n[r];
+    if (d->truncate_to_opt_case ==
+        TANGRAM__WORKER__V1__PAGE_DELTA__TRUNCATE_TO_OPT_TRUNCATE_TO) {
+        if ((int64_t)d->truncate_to > n)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "page delta %zu: truncate_to %u but slot %u "
+                              "layer %u group %u holds %lld pages", i,
+                              d->truncate_to, d->slot, d->layer, d->group,
+                              (long long)n);
+        n = d->truncate_to;
+    }
+    for (size_t k = 0; k < d->n_page_ids; k++)
+        if (d->page_ids[k] >= (uint32_t)w->n_pages)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "page delta %zu: page id %u outside the pool of "
+                              "%d pages", i, d->page_ids[k], w->n_pages);
+    n += (int64_t)d->n_page_ids;
+    if (n > w->n_pages)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "page delta %zu: a row of %lld pages exceeds the "
+                          "pool of %d", i, (long long)n, w->n_pages);
+    w->sim_n[r] = (int32_t)n;
+    return 0;
+}
+
+/* Rows must hold what they store, and the entries must have room for what
+ * they add (the forward pass checks too, but only after earlier entries
+ * ran; checking here keeps a rejected plan from changing anything). */
+static int check_room(struct gw_worker *w, const GwBatchPlan *plan,
+                      char *err, size_t errlen)
+{
+    const struct kv_layout *kv = &w->layout.kv;
+    size_t R = (size_t)w->rows;
+    for (int t = 0; t < w->n_touched; t++) {
+        size_t s = (size_t)w->touched[t];
+        if (!w->sim_active[s])
+            continue;
+        int e = w->entry_of[s];
+        const GwPlanEntry *en = e >= 0 ? plan->entries[e] : NULL;
+        for (int l = 0; l < kv->n_layers; l++)
+            for (int g = 0; g < kv->n_groups; g++) {
+                size_t r = (size_t)l * (size_t)kv->n_groups + (size_t)g;
+                int64_t len = w->sim_len[s * R + r], add = 0;
+                if (en != NULL)
+                    add = en->kind == TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE
+                              ? 1
+                              : gw_chunk_keep(&w->rt, l, g, en->start_pos,
+                                              (int64_t)en->n_token_ids);
+                int64_t have = w->sim_n[s * R + r];
+                if (kv_pages_for(len, kv->page_size) > have ||
+                    kv_pages_for(len + add, kv->page_size) > have)
+                    return tg_err_set(
+                        err, errlen, TG_ENOSPC,
+                        "slot %zu layer %d group %d: %lld + %lld tokens need "
+                        "%lld pages, the row has %lld", s, l, g,
+                        (long long)len, (long long)add,
+                        (long long)kv_pages_for(len + add, kv->page_size),
+                        (long long)have);
+            }
+    }
+    return 0;
+}
+
+static int check_plan(struct gw_worker *w, const GwBatchPlan *plan, char *err,
+                      size_t errlen)
+{
+    if (plan->version != GW_PROTOCOL_VERSION)
+        return tg_err_set(err, errlen, TG_EPROTO,
+                          "plan version %u, this worker speaks %u",
+                          plan->version, GW_PROTOCOL_VERSION);
+    if (plan->step_id <= w->last_step)
+        return tg_err_set(err, errlen, TG_EPROTO,
+                          "step id %llu is not above the last step %llu",
+                          (unsigned long long)plan->step_id,
+                          (unsigned long long)w->last_step);
+    w->sim_serial++;
+    w->n_touched = 0;
+    for (int s = 0; s < w->max_slots; s++)
+        w->entry_of[s] = -1;
+    for (size_t i = 0; i < plan->n_frees; i++) {
+        if (plan->frees[i] >= (uint32_t)w->max_slots)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "frees[%zu]: unknown slot %u (the worker has "
+                              "%d)", i, plan->frees[i], w->max_slots);
+        sim_clear(w, plan->frees[i]);
+    }
+    int rc;
+    /* Fresh entries are applied before the deltas, so validate all entries
+     * (which performs the fresh clears) first. */
+    for (size_t i = 0; i < plan->n_entries; i++) {
+        if (plan->entries[i] == NULL)
+            return tg_err_set(err, errlen, TG_EINVAL, "entry %zu is empty", i);
+        if ((rc = check_entry(w, i, plan->entries[i], err, errlen)) != 0)
+            return rc;
+    }
+    for (size_t i = 0; i < plan->n_page_deltas; i++) {
+        if (plan->page_deltas[i] == NULL)
+            return tg_err_set(err, errlen, TG_EINVAL, "page delta %zu is empty",
+                              i);
+        if ((rc = check_delta(w, i, plan->page_deltas[i], err, errlen)) != 0)
+            return rc;
+    }
+    return check_room(w, plan, err, errlen);
+}
+
+/* ---- application ------------------------------------------------------- */
+
+static void slot_clear(struct gw_wslot *s, int rows)
+{
+    s->active = 0;
+    s->pos = 0;
+    s->num_prompt = 0;
+    s->hist_from = 0;
+    s->n_sampled = 0;
+    memset(s->n_pages, 0, (size_t)rows * sizeof(int32_t));
+    memset(s->len, 0, (size_t)rows * sizeof(int32_t));
+}
+
+/* Grows row r of slot s to hold n page ids. */
+static int row_reserve(struct gw_wslot *s, int r, int64_t n)
+{
+    if (n <= s->cap[r])
+        return 0;
+    int64_t cap = s->cap[r] > 0 ? s->cap[r] : 4;
+    while (cap < n)
+        cap *= 2;
+    int32_t *p = realloc(s->pages[r], (size_t)cap * sizeof(int32_t));
+    if (p == NULL)
+        return TG_ENOMEM;
+    s->pages[r] = p;
+    s->cap[r] = (int32_t)cap;
+    return 0;
+}
+
+static int hist_reserve(struct gw_wslot *s, int64_t n)
+{
+    if (n <= s->hist_cap)
+        return 0;
+    int64_t cap = s->hist_cap > 0 ? s->hist_cap : 64;
+    while (cap < n)
+        cap *= 2;
+    int32_t *p = realloc(s->hist, (size_t)cap * sizeof(int32_t));
+    if (p == NULL)
+        return TG_ENOMEM;
+    s->hist = p;
+    s->hist_cap = cap;
+    return 0;
+}
+
+/* Reserves everything the plan will append before anything changes, so an
+ * allocation failure also leaves the worker as it was. */
+static int reserve_all(struct gw_worker *w, const GwBatchPlan *plan)
+{
+    size_t R = (size_t)w->rows;
+    for (int t = 0; t < w->n_touched; t++) {
+        size_t s = (size_t)w->touched[t];
+        for (size_t r = 0; r < R; r++)
+            if (row_reserve(&w->slots[s], (int)r, w->sim_n[s * R + r]) != 0)
+                return TG_ENOMEM;
+    }
+    for (size_t i = 0; i < plan->n_entries; i++) {
+        const GwPlanEntry *e = plan->entries[i];
+        struct gw_wslot *sl = &w->slots[e->slot];
+        int64_t from = e->fresh ? e->start_pos : sl->hist_from;
+        if (hist_reserve(sl, (int64_t)e->start_pos + (int64_t)e->n_token_ids -
+                                 from) != 0)
+            return TG_ENOMEM;
+    }
+    return 0;
+}
+
+static void apply_plan(struct gw_worker *w, const GwBatchPlan *plan)
+{
+    for (size_t i = 0; i < plan->n_frees; i++)
+        slot_clear(&w->slots[plan->frees[i]], w->rows);
+    for (size_t i = 0; i < plan->n_entries; i++) {
+        const GwPlanEntry *e = plan->entries[i];
+        struct gw_wslot *sl = &w->slots[e->slot];
+        if (e->fresh) {
+            slot_clear(sl, w->rows);
+            sl->active = 1;
+            sl->pos = e->start_pos;
+            sl->hist_from = e->start_pos;
+            for (size_t r = 0; r < e->n_row_lens; r++)
+                sl->len[r] = (int32_t)e->row_lens[r];
+        }
+        sl->num_prompt = (int32_t)(e->num_prompt_tokens > INT32_MAX
+                                       ? INT32_MAX
+                                       : e->num_prompt_tokens);
+    }
+    for (size_t i = 0; i < plan->n_page_deltas; i++) {
+        const GwPageDelta *d = plan->page_deltas[i];
+        struct gw_wslot *sl = &w->slots[d->slot];
+        int r = (int)(d->layer * (uint32_t)w->layout.kv.n_groups + d->group);
+        if (d->truncate_to_opt_case ==
+            TANGRAM__WORKER__V1__PAGE_DELTA__TRUNCATE_TO_OPT_TRUNCATE_TO)
+            sl->n_pages[r] = (int32_t)d->truncate_to;
+        for (size_t k = 0; k < d->n_page_ids; k++)
+            sl->pages[r][sl->n_pages[r]++] = (int32_t)d->page_ids[k];
+    }
+}
+
+static struct gw_seq *seq_view(struct gw_worker *w, uint32_t slot)
+{
+    struct gw_wslot *sl = &w->slots[slot];
+    struct gw_seq *q = &w->seqs[slot];
+    q->pos = sl->pos;
+    q->len = sl->len;
+    q->pages = (const int32_t *const *)sl->pages;
+    q->n_pages = sl->n_pages;
+    return q;
+}
+
+/* Records the tokens an entry fed (positions start_pos ..). */
+static void hist_add(struct gw_wslot *sl, const GwPlanEntry *e)
+{
+    int64_t at = (int64_t)e->start_pos - sl->hist_from;
+    for (size_t t = 0; t < e->n_token_ids; t++)
+        sl->hist[at + (int64_t)t] = (int32_t)e->token_ids[t];
+}
+
+static int sample_entry(struct gw_worker *w, const GwPlanEntry *e,
+                        float *logits, GwSampledToken *out, uint32_t *top_ids,
+                        float *top_lps, char *err, size_t errlen)
+{
+    struct gw_wslot *sl = &w->slots[e->slot];
+    const Tangram__Worker__V1__WorkerSampling *ws = e->sampling;
+    struct tg_sampling sp = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f,
+                             .min_p = 0.0f, .repetition_penalty = 1.0f};
+    int K = 0;
+    if (ws != NULL) {
+        sp.temperature = ws->temperature;
+        sp.top_k = ws->top_k;
+        sp.top_p = ws->top_p;
+        sp.min_p = ws->min_p;
+        sp.repetition_penalty = ws->repetition_penalty;
+        sp.presence_penalty = ws->presence_penalty;
+        sp.frequency_penalty = ws->frequency_penalty;
+        K = (int)ws->logprobs;
+    }
+    /* Known history: positions [hist_from, pos); the prompt is positions
+     * [0, num_prompt), the output what follows. */
+    int64_t np = sl->num_prompt;
+    int64_t p_end = np < sl->pos ? np : sl->pos;
+    int64_t o_beg = np > sl->hist_from ? np : sl->hist_from;
+    struct tg_sample_history h = {
+        .prompt = sl->hist,
+        .n_prompt = p_end > sl->hist_from ? (int)(p_end - sl->hist_from) : 0,
+        .output = sl->hist + (o_beg - sl->hist_from),
+        .n_output = sl->pos > o_beg ? (int)(sl->pos - o_beg) : 0,
+    };
+    sl->n_sampled = sl->pos > np ? sl->pos - np : 0;
+    uint64_t rng = e->seed + (uint64_t)sl->n_sampled * GOLDEN;
+    int32_t tok;
+    float lp;
+    int rc = tg_ops_cpu.sample(w->be, logits, w->model.vocab, &sp, &h, &rng,
+                               &tok, &lp, K, w->top_tmp, top_lps);
+    if (rc != 0)
+        return tg_err_set(err, errlen, rc, "slot %u: sampling failed",
+                          e->slot);
+    for (int k = 0; k < K; k++)
+        top_ids[k] = (uint32_t)w->top_tmp[k];
+    GwSampledToken init = TANGRAM__WORKER__V1__SAMPLED_TOKEN__INIT;
+    *out = init;
+    out->slot = e->slot;
+    out->token_id = (uint32_t)tok;
+    out->logprob = lp;
+    out->n_top_ids = (size_t)K;
+    out->top_ids = K > 0 ? top_ids : NULL;
+    out->n_top_logprobs = (size_t)K;
+    out->top_logprobs = K > 0 ? top_lps : NULL;
+    return 0;
+}
+
+/* Logits rows: the sampled prefill entries take rows 0 .. n_pf - 1 in plan
+ * order, the decode batch rows n_pf .. n_pf + nd - 1; both together are at
+ * most one row per slot (validated), so they fit the (max_slots, V)
+ * buffer. row[i] is entry i's row or -1. */
+static int run_plan(struct gw_worker *w, const GwBatchPlan *plan,
+                    int32_t *row, char *err, size_t errlen)
+{
+    size_t V = (size_t)w->model.vocab;
+    int rc, n_pf = 0, nd = 0;
+    for (size_t i = 0; i < plan->n_entries; i++) {
+        const GwPlanEntry *e = plan->entries[i];
+        row[i] = -1;
+        if (e->kind == TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL &&
+            e->sample)
+            row[i] = n_pf++;
+    }
+    for (size_t i = 0; i < plan->n_entries; i++) {
+        const GwPlanEntry *e = plan->entries[i];
+        if (e->kind != TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL)
+            continue;
+        struct gw_wslot *sl = &w->slots[e->slot];
+        for (size_t t = 0; t < e->n_token_ids; t++)
+            w->ids[t] = (int32_t)e->token_ids[t];
+        struct gw_prefill_out po = {
+            .last_logits = row[i] >= 0 ? w->logits + (size_t)row[i] * V : NULL};
+        struct gw_seq *q = seq_view(w, e->slot);
+        rc = gw_forward_prefill(&w->rt, q, w->ids, (int)e->n_token_ids, &po,
+                                err, errlen);
+        if (rc != 0)
+            return rc;
+        hist_add(sl, e);
+        sl->pos = q->pos;
+    }
+    for (size_t i = 0; i < plan->n_entries; i++) {
+        const GwPlanEntry *e = plan->entries[i];
+        if (e->kind != TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE)
+            continue;
+        w->seq_ptrs[nd] = seq_view(w, e->slot);
+        w->ids[nd] = (int32_t)e->token_ids[0];
+        row[i] = n_pf + nd;
+        nd++;
+    }
+    if (nd > 0) {
+        rc = gw_forward_decode(&w->rt, w->seq_ptrs, w->ids, nd,
+                               w->logits + (size_t)n_pf * V, err, errlen);
+        if (rc != 0)
+            return rc;
+        for (size_t i = 0; i < plan->n_entries; i++) {
+            const GwPlanEntry *e = plan->entries[i];
+            if (e->kind != TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE)
+                continue;
+            struct gw_wslot *sl = &w->slots[e->slot];
+            hist_add(sl, e);
+            sl->pos = w->seqs[e->slot].pos;
+        }
+    }
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int gw_worker_step(struct gw_worker *w, const GwBatchPlan *plan,
+                   GwStepResult *out)
+{
+    GwStepResult init = TANGRAM__WORKER__V1__STEP_RESULT__INIT;
+    *out = init;
+    out->version = GW_PROTOCOL_VERSION;
+    out->step_id = plan->step_id;
+    out->rank = (uint32_t)w->rank;
+    out->error = w->error;
+    w->error[0] = '\0';
+    double t0 = now_s();
+    char *err = w->error;
+    size_t errlen = sizeof(w->error);
+    int rc = check_plan(w, plan, err, errlen);
+    if (rc == 0 && reserve_all(w, plan) != 0)
+        rc = tg_err_set(err, errlen, TG_ENOMEM,
+                        "out of memory for the block tables");
+    if (rc != 0)
+        goto done;
+    w->last_step = plan->step_id;
+    apply_plan(w, plan);
+    /* entry_of is free again after validation: reuse it as the row map. */
+    int32_t *row = w->entry_of;
+    rc = run_plan(w, plan, row, err, errlen);
+    if (rc != 0 || w->rank != 0)
+        goto done;
+    size_t V = (size_t)w->model.vocab, K = GW_WORKER_MAX_LOGPROBS;
+    size_t n = 0;
+    for (size_t i = 0; i < plan->n_entries; i++) {
+        const GwPlanEntry *e = plan->entries[i];
+        if (!e->sample)
+            continue;
+        rc = sample_entry(w, e, w->logits + (size_t)row[i] * V, &w->tok[n],
+                          w->top_ids + n * K, w->top_lps + n * K, err, errlen);
+        if (rc != 0)
+            goto done;
+        w->tok_ptrs[n] = &w->tok[n];
+        n++;
+    }
+    out->n_sampled = n;
+    out->sampled = n > 0 ? w->tok_ptrs : NULL;
+done:
+    out->ok = rc == 0;
+    if (rc != 0) {
+        out->n_sampled = 0;
+        out->sampled = NULL;
+        if (w->error[0] == '\0')
+            tg_err_set(err, errlen, rc, "%s", tg_strerror(rc));
+    }
+    out->step_seconds = now_s() - t0;
+    return rc;
+}
+
+#endif

@@ -1,0 +1,178 @@
+/*
+ * gw_worker.h — one worker rank's plan execution (DESIGN.md §2), without
+ * any I/O: the model, the KV pool, the persistent block tables and the
+ * sampler of a tangram-worker process. gw_wlink.h moves the messages.
+ *
+ * The router owns page accounting; the worker keeps, per request slot and
+ * per (layer, group) row, the list of page ids the router handed it (grown
+ * and cut by PageDelta records) and the tokens physically written to each
+ * row. A BatchPlan is applied as:
+ *   1. `frees`: the listed slots are dropped;
+ *   2. every entry with `fresh`: its slot is cleared (page lists emptied,
+ *      row lengths from row_lens or 0, position = start_pos, token
+ *      history restarted at start_pos);
+ *   3. `page_deltas` in order: cut the row to truncate_to pages when set,
+ *      then append page_ids;
+ *   4. every PREFILL entry, one by one (gw_forward_prefill), then all
+ *      DECODE entries as one batch (gw_forward_decode);
+ *   5. rank 0 only: every entry with `sample` draws one token.
+ * The whole plan is validated before step 1 touches anything (slots,
+ * layers, groups and page ids in range, positions equal to the slot's,
+ * chunk sizes, token ids, sampling parameters, rows holding at most what
+ * their pages can), so a bad plan yields an error result and leaves the
+ * worker unchanged and usable. The router is trusted not to hand one page
+ * to two rows (that would mix data, never corrupt memory).
+ *
+ * Sampling (rank 0): struct tg_sampling from WorkerSampling and the CPU
+ * sampler of kernels/tg_ops.h. The RNG state of a draw is
+ * seed + k * 0x9E3779B97F4A7C15, k = tokens the request has sampled
+ * before (= the slot's position - num_prompt_tokens, at least 0): the
+ * splitmix64 state after k draws (Steele, Lea & Flood 2014), exactly what
+ * gw_engine_generate's running state is, so a request sampled through
+ * plans draws what an in-process generation draws, and a recompute after
+ * preemption (fresh, re-prefilling prompt + output) continues the stream.
+ * Penalties see the slot's prompt tokens and output tokens the worker was
+ * given since the slot's last fresh start (positions [start_pos, pos));
+ * tokens of adopted stored KV (a fresh entry with start_pos > 0) are not
+ * known to the worker and do not count — a documented limit.
+ *
+ * Single-threaded: one owner thread per worker (the forward pass uses
+ * OpenMP inside).
+ */
+#ifndef GW_WORKER_H
+#define GW_WORKER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/pf_profile.h"
+#include "common/tg_config.h"
+#include "gpu_worker/gw_forward.h"
+#include "gpu_worker/gw_model.h"
+#include "worker.pb-c.h"
+
+/* Short names for the generated protocol types (proto/worker.proto). */
+typedef Tangram__Worker__V1__Hello GwHello;
+typedef Tangram__Worker__V1__LayoutSummary GwLayoutSummary;
+typedef Tangram__Worker__V1__BatchPlan GwBatchPlan;
+typedef Tangram__Worker__V1__PlanEntry GwPlanEntry;
+typedef Tangram__Worker__V1__PageDelta GwPageDelta;
+typedef Tangram__Worker__V1__StepResult GwStepResult;
+typedef Tangram__Worker__V1__SampledToken GwSampledToken;
+
+#define GW_PROTOCOL_VERSION 1u   /* PROTOCOL_VERSION_1 of worker.proto */
+#define GW_WORKER_MAX_LOGPROBS 64 /* top alternatives per sampled token */
+
+enum gw_worker_backend {
+    GW_WORKER_BACKEND_CPU = 0,
+    GW_WORKER_BACKEND_CUDA = 1,
+};
+
+struct gw_worker_opts {
+    const char *model_dir;      /* Hugging Face model directory */
+    const char *profile_path;   /* profile JSON; NULL or "none" = full KV */
+    const char *method;         /* scoring method; NULL = the profile's */
+    enum gw_worker_backend backend;
+    int heads_per_group;        /* H_p without a profile */
+    int page_size;              /* P tokens per page */
+    int prefill_chunk;          /* C tokens per prefill chunk */
+    int64_t kv_pages;           /* > 0: exactly this many pool pages */
+    struct tg_config_amount kv_memory; /* used when kv_pages <= 0: bytes,
+                                          or a fraction of the available
+                                          host RAM (td_options --kv-memory
+                                          semantics) */
+    int max_slots;              /* request slots (router --max-num-seqs) */
+    int rank;                   /* 0 .. world_size - 1; rank 0 samples */
+    int world_size;             /* tensor-parallel ranks; 1 on the CPU */
+    int n_threads;              /* <= 0: OpenMP default */
+};
+
+/* The persistent state of one request slot. */
+struct gw_wslot {
+    int active;            /* assigned by a fresh entry, not freed since */
+    int64_t pos;           /* next position (tokens processed) */
+    int32_t num_prompt;    /* the request's prompt length (penalties) */
+    int32_t *len;          /* (rows) tokens written per (l, g) row */
+    int32_t **pages;       /* (rows) -> (cap[r]) page ids of each row */
+    int32_t *n_pages;      /* (rows) page ids in use per row */
+    int32_t *cap;          /* (rows) capacity of pages[r] */
+    int32_t *hist;         /* (hist_cap) tokens at positions
+                              [hist_from, pos) */
+    int64_t hist_from;     /* first position whose token is known */
+    int64_t hist_cap;
+    int64_t n_sampled;     /* tokens sampled before the latest draw */
+};
+
+struct gw_worker {
+    struct gw_model model;
+    struct pf_profile profile;
+    struct gw_kv_layout layout;
+    enum tg_score_method method;
+    struct tg_backend *be;
+    struct gw_runtime rt;
+    int rank, world_size, max_slots;
+    int rows;                     /* L * G */
+    int32_t n_pages;              /* pool pages */
+    uint64_t last_step;           /* step id of the last accepted plan */
+    struct gw_wslot *slots;       /* (max_slots) */
+    float *logits;                /* (max_slots, V) per-entry logits */
+    struct gw_seq *seqs;          /* (max_slots) forward views */
+    struct gw_seq **seq_ptrs;     /* (max_slots) decode batch */
+    int32_t *ids;                 /* (max(C, max_slots)) token scratch */
+    /* validation scratch: the state the plan would leave, per slot */
+    int32_t *sim_n;               /* (max_slots, rows) pages per row */
+    int32_t *sim_len;             /* (max_slots, rows) tokens per row */
+    int64_t *sim_pos;             /* (max_slots) position */
+    int32_t *sim_active;          /* (max_slots) assigned */
+    uint64_t *sim_stamp;          /* (max_slots) slot's sim_* valid when ==
+                                     sim_serial */
+    uint64_t sim_serial;          /* one per validation pass */
+    int32_t *touched;             /* (max_slots) slots with valid sim_* */
+    int n_touched;
+    int32_t *entry_of;            /* (max_slots) entry index or -1, then the
+                                     logits row of each entry */
+    /* result storage, reused by every step */
+    GwSampledToken *tok;          /* (max_slots) */
+    GwSampledToken **tok_ptrs;    /* (max_slots) */
+    uint32_t *top_ids;            /* (max_slots, GW_WORKER_MAX_LOGPROBS) */
+    float *top_lps;               /* (max_slots, GW_WORKER_MAX_LOGPROBS) */
+    int32_t *top_tmp;             /* (GW_WORKER_MAX_LOGPROBS) */
+    char error[512];              /* StepResult.error of the last step */
+    /* Hello storage */
+    GwLayoutSummary summary;
+    char model_name[256];
+    char profile_name[256];
+};
+
+/* Builds the worker: loads the model and the profile (gw_engine_load_parts),
+ * sizes the pool from kv_pages or kv_memory, creates the backend and the
+ * runtime and the per-slot tables. Refuses world_size > 1 (tensor
+ * parallelism comes with the CUDA backend) and the CUDA backend when it
+ * is not built. Returns 0, or TG_EINVAL / TG_ENOMEM / a loader's code with
+ * the reason in err; on failure *w is left freed. */
+int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
+                   char *err, size_t errlen);
+
+/* Frees everything the worker owns; safe on a zeroed or half-built
+ * worker. */
+void gw_worker_free(struct gw_worker *w);
+
+/* Fills *h (initialized by the caller with TANGRAM__WORKER__V1__HELLO__INIT
+ * or not: every field is set) with version, rank, world size, pid, pool
+ * pages and the LayoutSummary. h->layout and its strings point into *w and
+ * stay valid until gw_worker_free. */
+void gw_worker_hello(struct gw_worker *w, GwHello *h);
+
+/* Runs one plan (see the top of this file) and fills *out: version,
+ * step_id, rank, ok, error, the sampled tokens (rank 0) and step_seconds.
+ * out's arrays and strings point into *w and stay valid until the next
+ * gw_worker_step or gw_worker_free. Returns 0 when the step ran, else the
+ * negative code of the failure with out->ok false and out->error naming
+ * the slot, entry or field. A plan rejected by validation (including a
+ * step id not above the last accepted one) changes nothing; a failure of
+ * the forward pass itself (which validation should make impossible)
+ * leaves the involved slots for the router to free. */
+int gw_worker_step(struct gw_worker *w, const GwBatchPlan *plan,
+                   GwStepResult *out);
+
+#endif /* GW_WORKER_H */

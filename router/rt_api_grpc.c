@@ -1,0 +1,536 @@
+/* rt_api_grpc.c — the gRPC front end of the router: tangram.v1.Generation
+ * (Generate, Tokenize, ModelInfo, Abort) and grpc.health.v1.Health/Check,
+ * over rt_grpc. Requests go through the same core as HTTP (rt_server.c).
+ * Loop thread only. */
+#include "router/rt_server.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/tg_err.h"
+#include "tangram.pb-c.h"
+
+/* Maps an HTTP-shaped API error to a gRPC status code. */
+static int grpc_status_of(int http)
+{
+    switch (http) {
+    case 400:
+    case 413:
+        return RT_GRPC_INVALID_ARGUMENT;
+    case 401:
+        return RT_GRPC_UNAUTHENTICATED;
+    case 404:
+        return RT_GRPC_NOT_FOUND;
+    case 429:
+        return RT_GRPC_RESOURCE_EXHAUSTED;
+    case 503:
+        return RT_GRPC_UNAVAILABLE;
+    default:
+        return RT_GRPC_INTERNAL;
+    }
+}
+
+static int authorized(struct rt_server *s, struct rt_grpc_call *call)
+{
+    const char *key = s->opts->td.api_key;
+    if (key == NULL || key[0] == '\0')
+        return 1;
+    const char *h = rt_grpc_call_header(call, "authorization");
+    if (h != NULL && strncasecmp(h, "Bearer ", 7) == 0 && strcmp(h + 7, key) == 0)
+        return 1;
+    rt_grpc_call_finish(call, RT_GRPC_UNAUTHENTICATED,
+                        "missing or invalid API key (authorization: Bearer ...)");
+    return 0;
+}
+
+/* Per-call state of a Generate stream. */
+struct gen_client {
+    struct rt_grpc_call *call;
+    int32_t tok_sent; /* tokens already streamed */
+};
+
+static Tangram__V1__FinishReason reason_of(enum rt_finish f)
+{
+    switch (f) {
+    case RT_FINISH_STOP:
+        return TANGRAM__V1__FINISH_REASON__FINISH_REASON_STOP;
+    case RT_FINISH_LENGTH:
+        return TANGRAM__V1__FINISH_REASON__FINISH_REASON_LENGTH;
+    case RT_FINISH_ABORT:
+        return TANGRAM__V1__FINISH_REASON__FINISH_REASON_ABORT;
+    case RT_FINISH_ERROR:
+        return TANGRAM__V1__FINISH_REASON__FINISH_REASON_ERROR;
+    default:
+        return TANGRAM__V1__FINISH_REASON__FINISH_REASON_UNSPECIFIED;
+    }
+}
+
+static void gen_deliver(struct rt_req *r, const char *text, size_t len,
+                        const struct rt_token_logprob *lps, size_t n_lp,
+                        enum rt_finish fin, const char *error)
+{
+    (void)lps;
+    (void)n_lp;
+    struct gen_client *c = r->client;
+    struct rt_server *s = r->srv;
+    Tangram__V1__GenerateResponse m = TANGRAM__V1__GENERATE_RESPONSE__INIT;
+    Tangram__V1__Usage u = TANGRAM__V1__USAGE__INIT;
+    int32_t n_new = r->n_out - c->tok_sent;
+    uint32_t *ids = malloc(((size_t)n_new + 1) * sizeof(uint32_t));
+    Tangram__V1__TokenLogprob *tl = calloc((size_t)n_new + 1, sizeof(*tl));
+    Tangram__V1__TokenLogprob **tlp = calloc((size_t)n_new + 1, sizeof(*tlp));
+    Tangram__V1__TopLogprob *tops = calloc((size_t)n_new * r->n_top + 1, sizeof(*tops));
+    Tangram__V1__TopLogprob **topp = calloc((size_t)n_new * r->n_top + 1, sizeof(*topp));
+    char *txt = malloc(len + 1);
+    char **tok_txt = calloc((size_t)n_new * (r->n_top + 1) + 1, sizeof(char *));
+    int ok = ids && tl && tlp && tops && topp && txt && tok_txt;
+    size_t n_txt = 0;
+    if (ok) {
+        memcpy(txt, text, len);
+        txt[len] = '\0';
+        for (int32_t i = 0; i < n_new; i++)
+            ids[i] = (uint32_t)r->out_ids[c->tok_sent + i];
+        m.n_token_ids = (size_t)n_new;
+        m.token_ids = ids;
+        m.text = txt;
+        m.request_id = r->id_str;
+        if (r->n_top > 0 || r->g.sampling.logprobs >= 0) {
+            for (int32_t i = 0; i < n_new; i++) {
+                int32_t t = c->tok_sent + i;
+                tangram__v1__token_logprob__init(&tl[i]);
+                tl[i].token_id = (uint32_t)r->out_ids[t];
+                tl[i].logprob = r->out_lps[t];
+                size_t bl;
+                const char *b = rt_server_token_text(s, r->out_ids[t], &bl);
+                tok_txt[n_txt] = strndup(b, bl);
+                tl[i].text = tok_txt[n_txt] ? tok_txt[n_txt] : "";
+                n_txt++;
+                tl[i].n_top = 0;
+                tl[i].top = topp + (size_t)i * r->n_top;
+                for (int k = 0; k < r->n_top; k++) {
+                    int32_t id = r->out_top_ids[(size_t)t * r->n_top + k];
+                    if (id < 0)
+                        break;
+                    Tangram__V1__TopLogprob *tp = &tops[(size_t)i * r->n_top + k];
+                    tangram__v1__top_logprob__init(tp);
+                    tp->token_id = (uint32_t)id;
+                    tp->logprob = r->out_top_lps[(size_t)t * r->n_top + k];
+                    b = rt_server_token_text(s, id, &bl);
+                    tok_txt[n_txt] = strndup(b, bl);
+                    tp->text = tok_txt[n_txt] ? tok_txt[n_txt] : "";
+                    n_txt++;
+                    topp[(size_t)i * r->n_top + k] = tp;
+                    tl[i].n_top++;
+                }
+                tlp[i] = &tl[i];
+            }
+            m.n_logprobs = (size_t)n_new;
+            m.logprobs = tlp;
+        }
+        m.finish_reason = reason_of(fin);
+        if (fin != RT_FINISH_NONE) {
+            u.prompt_tokens = (uint32_t)r->n_prompt;
+            u.completion_tokens = (uint32_t)r->n_out;
+            u.cached_prompt_tokens = (uint32_t)r->cached_tokens;
+            m.usage = &u;
+        }
+        size_t sz = tangram__v1__generate_response__get_packed_size(&m);
+        uint8_t *buf = malloc(sz + 1);
+        if (buf != NULL) {
+            tangram__v1__generate_response__pack(&m, buf);
+            rt_grpc_call_send(c->call, buf, sz);
+            free(buf);
+        } else {
+            ok = 0;
+        }
+        c->tok_sent = r->n_out;
+    }
+    for (size_t i = 0; i < n_txt; i++)
+        free(tok_txt[i]);
+    free(tok_txt);
+    free(ids);
+    free(tl);
+    free(tlp);
+    free(tops);
+    free(topp);
+    free(txt);
+    if (fin != RT_FINISH_NONE || !ok) {
+        if (!ok)
+            rt_grpc_call_finish(c->call, RT_GRPC_INTERNAL, "out of memory");
+        else if (fin == RT_FINISH_ERROR)
+            rt_grpc_call_finish(c->call, RT_GRPC_INTERNAL,
+                                error ? error : "the request failed");
+        else if (fin == RT_FINISH_ABORT)
+            rt_grpc_call_finish(c->call, RT_GRPC_CANCELLED, "aborted");
+        else
+            rt_grpc_call_finish(c->call, RT_GRPC_OK, NULL);
+        free(c);
+        r->client = NULL;
+    }
+}
+
+static const struct rt_sink gen_sink = {gen_deliver};
+
+static void gen_cancelled(struct rt_grpc_call *call, int status, void *ud)
+{
+    (void)call;
+    (void)status;
+    struct rt_req *r = ud;
+    free(r->client);
+    r->client = NULL;
+    rt_req_cancel(r);
+}
+
+/* GenerateRequest -> rt_gen_request with the OpenAI defaults. */
+static int convert(struct rt_server *s, const Tangram__V1__GenerateRequest *q,
+                   struct rt_gen_request *g, struct rt_api_error *e,
+                   struct rt_grpc_call *call)
+{
+    int forms = (q->prompt != NULL && q->prompt[0] != '\0') +
+                (q->n_prompt_token_ids > 0) + (q->n_messages > 0);
+    if (forms != 1) {
+        rt_api_error_set(e, 400, "invalid_value", "prompt",
+                         "give exactly one of prompt, prompt_token_ids and messages");
+        return TG_EINVAL;
+    }
+    memset(g, 0, sizeof(*g));
+    struct rt_sampling *sp = &g->sampling;
+    sp->max_tokens = -1;
+    sp->temperature = 1.0;
+    sp->top_p = 1.0;
+    sp->repetition_penalty = 1.0;
+    sp->skip_special_tokens = true;
+    sp->logprobs = -1;
+    g->max_tokens_param = "sampling.max_tokens";
+    g->model = strdup(s->model_name);
+    if (g->model == NULL)
+        goto nomem;
+    if (q->n_messages > 0) {
+        g->endpoint = RT_ENDPOINT_CHAT;
+        g->chat.add_generation_prompt = true;
+        g->messages = calloc(q->n_messages, sizeof(*g->messages));
+        if (g->messages == NULL)
+            goto nomem;
+        g->n_messages = q->n_messages;
+        static const char *const roles[] = {"system", "user", "assistant", "tool"};
+        for (size_t i = 0; i < q->n_messages; i++) {
+            const char *role = q->messages[i]->role ? q->messages[i]->role : "";
+            int found = -1;
+            for (int k = 0; k < 4; k++)
+                if (strcmp(role, roles[k]) == 0)
+                    found = k;
+            if (strcmp(role, "developer") == 0)
+                found = 0;
+            if (found < 0) {
+                rt_api_error_set(e, 400, "invalid_value", "messages",
+                                 "messages[%zu].role '%s' is not system, user, "
+                                 "assistant or tool", i, role);
+                return TG_EINVAL;
+            }
+            g->messages[i].role = (enum rt_role)found;
+            g->messages[i].content = strdup(q->messages[i]->content ? q->messages[i]->content : "");
+            if (g->messages[i].content == NULL)
+                goto nomem;
+        }
+    } else if (q->n_prompt_token_ids > 0) {
+        g->endpoint = RT_ENDPOINT_COMPLETIONS;
+        g->add_special_tokens = true;
+        g->prompt_ids = malloc(q->n_prompt_token_ids * sizeof(int32_t));
+        if (g->prompt_ids == NULL)
+            goto nomem;
+        for (size_t i = 0; i < q->n_prompt_token_ids; i++) {
+            if (q->prompt_token_ids[i] > INT32_MAX) {
+                rt_api_error_set(e, 400, "invalid_value", "prompt_token_ids",
+                                 "prompt_token_ids[%zu] is not a token id", i);
+                return TG_EINVAL;
+            }
+            g->prompt_ids[i] = (int32_t)q->prompt_token_ids[i];
+        }
+        g->n_prompt_ids = q->n_prompt_token_ids;
+    } else {
+        g->endpoint = RT_ENDPOINT_COMPLETIONS;
+        g->add_special_tokens = true;
+        g->prompt = strdup(q->prompt);
+        if (g->prompt == NULL)
+            goto nomem;
+        g->prompt_len = strlen(q->prompt);
+    }
+    const char *sid = q->session_id && q->session_id[0] ? q->session_id
+                                                        : rt_grpc_call_header(call, "x-session-id");
+    if (sid != NULL && sid[0] != '\0' && (g->session_id = strdup(sid)) == NULL)
+        goto nomem;
+    if (q->request_id != NULL && q->request_id[0] != '\0' &&
+        (g->request_id = strdup(q->request_id)) == NULL)
+        goto nomem;
+    const Tangram__V1__SamplingParams *p = q->sampling;
+    if (p == NULL)
+        return 0;
+#define RANGE(cond, field, ...)                                            \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            rt_api_error_set(e, 400, "invalid_value", "sampling." field,   \
+                             __VA_ARGS__);                                 \
+            return TG_EINVAL;                                              \
+        }                                                                  \
+    } while (0)
+    if (p->max_tokens_opt_case) {
+        RANGE(p->max_tokens >= 1 && p->max_tokens <= INT32_MAX, "max_tokens",
+              "max_tokens must be >= 1");
+        sp->max_tokens = (int32_t)p->max_tokens;
+    }
+    if (p->temperature_opt_case) {
+        RANGE(p->temperature >= 0 && p->temperature <= 2, "temperature",
+              "temperature must be in [0, 2]");
+        sp->temperature = p->temperature;
+    }
+    if (p->top_p_opt_case) {
+        RANGE(p->top_p > 0 && p->top_p <= 1, "top_p", "top_p must be in (0, 1]");
+        sp->top_p = p->top_p;
+    }
+    if (p->top_k_opt_case)
+        sp->top_k = p->top_k > 0 ? p->top_k : 0;
+    if (p->min_p_opt_case) {
+        RANGE(p->min_p >= 0 && p->min_p <= 1, "min_p", "min_p must be in [0, 1]");
+        sp->min_p = p->min_p;
+    }
+    if (p->seed_opt_case) {
+        sp->has_seed = true;
+        sp->seed = (int64_t)p->seed;
+    }
+    if (p->repetition_penalty_opt_case) {
+        RANGE(p->repetition_penalty > 0 && isfinite(p->repetition_penalty),
+              "repetition_penalty", "repetition_penalty must be > 0");
+        sp->repetition_penalty = p->repetition_penalty;
+    }
+    if (p->min_tokens_opt_case)
+        sp->min_tokens = (int32_t)(p->min_tokens > INT32_MAX ? INT32_MAX : p->min_tokens);
+    RANGE(p->presence_penalty >= -2 && p->presence_penalty <= 2, "presence_penalty",
+          "presence_penalty must be in [-2, 2]");
+    RANGE(p->frequency_penalty >= -2 && p->frequency_penalty <= 2,
+          "frequency_penalty", "frequency_penalty must be in [-2, 2]");
+    RANGE(p->logprobs <= 20, "logprobs", "logprobs must be at most 20");
+    RANGE(p->n_stop <= 16, "stop", "at most 16 stop strings");
+    sp->presence_penalty = p->presence_penalty;
+    sp->frequency_penalty = p->frequency_penalty;
+    sp->ignore_eos = p->ignore_eos;
+    sp->logprobs = p->logprobs > 0 ? (int32_t)p->logprobs : -1;
+    if (p->n_stop > 0) {
+        sp->stop = calloc(p->n_stop, sizeof(char *));
+        if (sp->stop == NULL)
+            goto nomem;
+        for (size_t i = 0; i < p->n_stop; i++) {
+            RANGE(p->stop[i] != NULL && p->stop[i][0] != '\0', "stop",
+                  "stop[%zu] is empty", i);
+            if ((sp->stop[i] = strdup(p->stop[i])) == NULL)
+                goto nomem;
+            sp->n_stop = i + 1;
+        }
+    }
+    if (p->n_stop_token_ids > 0) {
+        sp->stop_token_ids = malloc(p->n_stop_token_ids * sizeof(int32_t));
+        if (sp->stop_token_ids == NULL)
+            goto nomem;
+        for (size_t i = 0; i < p->n_stop_token_ids; i++)
+            sp->stop_token_ids[i] = (int32_t)(p->stop_token_ids[i] > INT32_MAX ? -1 : (int32_t)p->stop_token_ids[i]);
+        sp->n_stop_token_ids = p->n_stop_token_ids;
+    }
+#undef RANGE
+    return 0;
+nomem:
+    rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+    return TG_ENOMEM;
+}
+
+static void h_generate(struct rt_grpc_call *call, void *ud)
+{
+    struct rt_server *s = ud;
+    if (!authorized(s, call))
+        return;
+    Tangram__V1__GenerateRequest *q =
+        tangram__v1__generate_request__unpack(NULL, call->msg_len, call->msg);
+    if (q == NULL) {
+        rt_grpc_call_finish(call, RT_GRPC_INVALID_ARGUMENT,
+                            "cannot parse tangram.v1.GenerateRequest");
+        return;
+    }
+    struct gen_client *c = calloc(1, sizeof(*c));
+    struct rt_req *r = c ? rt_req_new(s, &gen_sink, c) : NULL;
+    struct rt_api_error e;
+    if (r == NULL) {
+        free(c);
+        tangram__v1__generate_request__free_unpacked(q, NULL);
+        rt_grpc_call_finish(call, RT_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    c->call = call;
+    int rc = convert(s, q, &r->g, &e, call);
+    tangram__v1__generate_request__free_unpacked(q, NULL);
+    if (rc == 0)
+        rc = rt_req_submit(r, &e);
+    if (rc != 0) {
+        rt_req_drop(r);
+        free(c);
+        rt_grpc_call_finish(call, grpc_status_of(e.status), e.message);
+        return;
+    }
+    if (r->g.request_id != NULL)
+        snprintf(r->id_str, sizeof(r->id_str), "%s", r->g.request_id);
+    rt_grpc_call_on_cancel(call, gen_cancelled, r);
+}
+
+static void reply(struct rt_grpc_call *call, const ProtobufCMessage *m)
+{
+    size_t sz = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(sz + 1);
+    if (buf == NULL) {
+        rt_grpc_call_finish(call, RT_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    protobuf_c_message_pack(m, buf);
+    rt_grpc_call_reply(call, buf, sz);
+    free(buf);
+}
+
+static void h_tokenize(struct rt_grpc_call *call, void *ud)
+{
+    struct rt_server *s = ud;
+    if (!authorized(s, call))
+        return;
+    Tangram__V1__TokenizeRequest *q =
+        tangram__v1__tokenize_request__unpack(NULL, call->msg_len, call->msg);
+    if (q == NULL) {
+        rt_grpc_call_finish(call, RT_GRPC_INVALID_ARGUMENT,
+                            "cannot parse tangram.v1.TokenizeRequest");
+        return;
+    }
+    struct tok_ids ids = {0};
+    char err[512] = "";
+    int rc = 0;
+    int chat = q->n_messages > 0;
+    if (chat && q->text != NULL && q->text[0] != '\0') {
+        rc = TG_EINVAL;
+        snprintf(err, sizeof(err), "give either text or messages");
+    } else if (chat) {
+        if (!s->have_tmpl) {
+            rc = TG_EUNSUPPORTED;
+            snprintf(err, sizeof(err), "no supported chat template: %s", s->tmpl_error);
+        } else {
+            struct ct_message *m = calloc(q->n_messages, sizeof(*m));
+            rc = m ? 0 : TG_ENOMEM;
+            for (size_t i = 0; m && i < q->n_messages; i++) {
+                m[i].role = q->messages[i]->role ? q->messages[i]->role : "";
+                m[i].content = q->messages[i]->content ? q->messages[i]->content : "";
+            }
+            struct ct_options co = {.add_generation_prompt =
+                                        q->add_generation_prompt_opt_case
+                                            ? (bool)q->add_generation_prompt
+                                            : true};
+            char *text = NULL;
+            size_t len = 0;
+            if (rc == 0)
+                rc = ct_render(&s->tmpl, m, q->n_messages, &co, &text, &len, err,
+                               sizeof(err));
+            free(m);
+            int special = q->add_special_tokens_opt_case ? q->add_special_tokens : 0;
+            if (rc == 0)
+                rc = tok_encode(&s->tok, NULL, text, len,
+                                special ? TOK_ENCODE_ADD_SPECIAL : 0, &ids, err,
+                                sizeof(err));
+            free(text);
+        }
+    } else {
+        int special = q->add_special_tokens_opt_case ? q->add_special_tokens : 1;
+        const char *t = q->text ? q->text : "";
+        rc = tok_encode(&s->tok, NULL, t, strlen(t), special ? TOK_ENCODE_ADD_SPECIAL : 0,
+                        &ids, err, sizeof(err));
+    }
+    tangram__v1__tokenize_request__free_unpacked(q, NULL);
+    if (rc != 0) {
+        tok_ids_free(&ids);
+        rt_grpc_call_finish(call, rc == TG_ENOMEM ? RT_GRPC_RESOURCE_EXHAUSTED
+                                                  : RT_GRPC_INVALID_ARGUMENT, err);
+        return;
+    }
+    Tangram__V1__TokenizeResponse m = TANGRAM__V1__TOKENIZE_RESPONSE__INIT;
+    m.n_token_ids = ids.n;
+    m.token_ids = (uint32_t *)ids.v; /* ids are >= 0 */
+    m.count = (uint32_t)ids.n;
+    m.max_model_len = (uint32_t)s->max_model_len;
+    reply(call, &m.base);
+    tok_ids_free(&ids);
+}
+
+static void h_model_info(struct rt_grpc_call *call, void *ud)
+{
+    struct rt_server *s = ud;
+    if (!authorized(s, call))
+        return;
+    Tangram__V1__ModelInfoResponse m = TANGRAM__V1__MODEL_INFO_RESPONSE__INIT;
+    m.model = s->model_name;
+    m.max_model_len = (uint32_t)s->max_model_len;
+    m.vocab_size = (uint32_t)s->mc.vocab_size;
+    m.num_layers = (uint32_t)s->mc.num_layers;
+    m.num_kv_heads = (uint32_t)s->mc.num_kv_heads;
+    m.head_dim = (uint32_t)s->mc.head_dim;
+    m.page_size = (uint32_t)s->layout.page_size;
+    m.heads_per_group = (uint32_t)s->layout.heads_per_group;
+    m.profile = s->opts->td.profile ? s->opts->td.profile : "none";
+    m.tensor_parallel = (uint32_t)s->opts->td.tp;
+    m.backend = s->opts->td.backend == TD_BACKEND_CUDA ? "cuda" : "cpu";
+    reply(call, &m.base);
+}
+
+static void h_abort(struct rt_grpc_call *call, void *ud)
+{
+    struct rt_server *s = ud;
+    if (!authorized(s, call))
+        return;
+    Tangram__V1__AbortRequest *q =
+        tangram__v1__abort_request__unpack(NULL, call->msg_len, call->msg);
+    if (q == NULL) {
+        rt_grpc_call_finish(call, RT_GRPC_INVALID_ARGUMENT,
+                            "cannot parse tangram.v1.AbortRequest");
+        return;
+    }
+    Tangram__V1__AbortResponse m = TANGRAM__V1__ABORT_RESPONSE__INIT;
+    for (struct rt_req *r = s->reqs; r != NULL; r = r->next) {
+        if (!r->done && q->request_id != NULL && strcmp(r->id_str, q->request_id) == 0) {
+            rt_req_abort(r);
+            m.found = 1;
+            break;
+        }
+    }
+    tangram__v1__abort_request__free_unpacked(q, NULL);
+    reply(call, &m.base);
+}
+
+static int health(const char *service, void *ud)
+{
+    struct rt_server *s = ud;
+    if (service[0] != '\0' && strcmp(service, "tangram.v1.Generation") != 0)
+        return RT_GRPC_HEALTH_UNKNOWN_SERVICE;
+    return rt_server_ready(s) ? RT_GRPC_HEALTH_SERVING : RT_GRPC_HEALTH_NOT_SERVING;
+}
+
+int rt_api_grpc_register(struct rt_server *s, char *err, size_t errlen)
+{
+    static const struct {
+        const char *path;
+        enum rt_grpc_kind kind;
+        rt_grpc_handler_fn fn;
+    } methods[] = {
+        {"/tangram.v1.Generation/Generate", RT_GRPC_SERVER_STREAM, h_generate},
+        {"/tangram.v1.Generation/Tokenize", RT_GRPC_UNARY, h_tokenize},
+        {"/tangram.v1.Generation/ModelInfo", RT_GRPC_UNARY, h_model_info},
+        {"/tangram.v1.Generation/Abort", RT_GRPC_UNARY, h_abort},
+    };
+    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
+        int rc = rt_grpc_method_add(&s->grpc, methods[i].path, methods[i].kind,
+                                    methods[i].fn, s, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+    return rt_grpc_health_register(&s->grpc, health, s, err, errlen);
+}

@@ -1,0 +1,377 @@
+/* rt_api_http.c — the OpenAI-compatible HTTP front end of the router:
+ * /v1/completions, /v1/chat/completions (SSE streaming), /v1/models,
+ * /tokenize, /detokenize, /health and /metrics, with optional bearer-key
+ * authentication (/health stays open). Loop thread only. */
+#include "router/rt_server.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/tg_err.h"
+#include "common/tg_log.h"
+
+static const char JSON[] = "application/json";
+
+static void send_error(struct rt_http_req *req, const struct rt_api_error *e)
+{
+    char *body = NULL;
+    size_t len = 0;
+    if (rt_openai_format_error(e, &body, &len) != 0) {
+        rt_http_respond(req, 500, "text/plain", "out of memory\n", 14);
+        return;
+    }
+    rt_http_respond(req, e->status, JSON, body, len);
+    free(body);
+}
+
+static void send_owned(struct rt_http_req *req, int status, char *body, size_t len,
+                       int rc)
+{
+    if (rc != 0) {
+        struct rt_api_error e;
+        rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
+        send_error(req, &e);
+        return;
+    }
+    rt_http_respond(req, status, JSON, body, len);
+    free(body);
+}
+
+/* Bearer key check; answers 401 itself and returns 0 when it fails. */
+static int authorized(struct rt_server *s, struct rt_http_req *req)
+{
+    const char *key = s->opts->td.api_key;
+    if (key == NULL || key[0] == '\0')
+        return 1;
+    const char *h = rt_http_req_header(req, "authorization");
+    if (h != NULL && strncasecmp(h, "Bearer ", 7) == 0) {
+        const char *got = h + 7;
+        size_t a = strlen(got), b = strlen(key);
+        /* compare in time independent of where they differ */
+        unsigned diff = (unsigned)(a ^ b);
+        for (size_t i = 0; i < a && i < b; i++)
+            diff |= (unsigned)(got[i] ^ key[i]);
+        if (diff == 0)
+            return 1;
+    }
+    struct rt_api_error e;
+    rt_api_error_set(&e, 401, "invalid_api_key", NULL,
+                     "missing or invalid API key (Authorization: Bearer ...)");
+    send_error(req, &e);
+    return 0;
+}
+
+static struct rt_usage usage_of(const struct rt_req *r)
+{
+    struct rt_usage u = {r->n_prompt, r->n_out, r->cached_tokens};
+    return u;
+}
+
+/* ---- generation sinks ---------------------------------------------------- */
+
+static void stream_write_owned(struct rt_http_req *req, char *buf, size_t len, int rc)
+{
+    if (rc == 0)
+        rt_http_stream_write(req, buf, len);
+    free(buf);
+}
+
+static void sse_deliver(struct rt_req *r, const char *text, size_t len,
+                        const struct rt_token_logprob *lps, size_t n_lp,
+                        enum rt_finish fin, const char *error)
+{
+    struct rt_http_req *req = r->client;
+    char *buf = NULL;
+    size_t n = 0;
+    struct rt_usage u = usage_of(r);
+    if (fin == RT_FINISH_ERROR) {
+        struct rt_api_error e;
+        rt_api_error_set(&e, 500, "generation_failed", NULL, "%s",
+                         error ? error : "the request failed");
+        stream_write_owned(req, buf, n, rt_openai_sse_error(&e, &buf, &n));
+    } else {
+        int rc = rt_openai_sse_delta(&r->ctx, text, len, lps, n_lp, fin, &u, &buf, &n);
+        stream_write_owned(req, buf, n, rc);
+    }
+    if (fin == RT_FINISH_NONE)
+        return;
+    if (r->g.include_usage) {
+        buf = NULL;
+        stream_write_owned(req, buf, n, rt_openai_sse_usage(&r->ctx, &u, &buf, &n));
+    }
+    rt_http_stream_write(req, RT_OPENAI_SSE_DONE, strlen(RT_OPENAI_SSE_DONE));
+    rt_http_stream_end(req);
+}
+
+static void json_deliver(struct rt_req *r, const char *text, size_t len,
+                         const struct rt_token_logprob *lps, size_t n_lp,
+                         enum rt_finish fin, const char *error)
+{
+    (void)text;
+    (void)len;
+    (void)lps;
+    (void)n_lp;
+    if (fin == RT_FINISH_NONE)
+        return;
+    struct rt_http_req *req = r->client;
+    if (fin == RT_FINISH_ERROR) {
+        struct rt_api_error e;
+        rt_api_error_set(&e, 500, "generation_failed", NULL, "%s",
+                         error ? error : "the request failed");
+        send_error(req, &e);
+        return;
+    }
+    /* The whole output: every token's logprobs from the start. */
+    size_t n_all = 0;
+    if (r->ctx.logprobs) {
+        for (int32_t i = 0; i < r->n_out; i++) {
+            struct rt_token_logprob *t = &r->lp_scratch[n_all++];
+            t->id = r->out_ids[i];
+            t->logprob = r->out_lps[i];
+            t->n_top = (size_t)r->n_top;
+            t->top = r->top_scratch + (size_t)i * r->n_top;
+            for (int k = 0; k < r->n_top; k++) {
+                r->top_scratch[(size_t)i * r->n_top + k].id = r->out_top_ids[(size_t)i * r->n_top + k];
+                r->top_scratch[(size_t)i * r->n_top + k].logprob = r->out_top_lps[(size_t)i * r->n_top + k];
+            }
+        }
+    }
+    struct rt_usage u = usage_of(r);
+    char *body = NULL;
+    size_t blen = 0;
+    int rc = rt_openai_format_response(&r->ctx, r->text.out.s ? r->text.out.s : "",
+                                       r->text.out.n, r->lp_scratch, n_all, fin,
+                                       &u, &body, &blen);
+    send_owned(req, 200, body, blen, rc);
+}
+
+static const struct rt_sink sse_sink = {sse_deliver};
+static const struct rt_sink json_sink = {json_deliver};
+
+static void on_client_gone(struct rt_http_req *req, void *ud)
+{
+    (void)req;
+    struct rt_req *r = ud;
+    rt_req_cancel(r);
+}
+
+static void generate(struct rt_server *s, struct rt_http_req *req, enum rt_endpoint ep)
+{
+    if (!authorized(s, req))
+        return;
+    struct rt_api_error e;
+    struct rt_req *r = rt_req_new(s, &json_sink, req);
+    if (r == NULL) {
+        rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
+        send_error(req, &e);
+        return;
+    }
+    int rc = ep == RT_ENDPOINT_CHAT
+                 ? rt_openai_parse_chat(&s->api_cfg, req->body, req->body_len, &r->g, &e)
+                 : rt_openai_parse_completion(&s->api_cfg, req->body, req->body_len, &r->g, &e);
+    if (rc == 0 && r->g.session_id == NULL) {
+        const char *sid = rt_http_req_header(req, "x-session-id");
+        if (sid != NULL && sid[0] != '\0')
+            r->g.session_id = strdup(sid);
+    }
+    if (rc == 0)
+        rc = rt_req_submit(r, &e);
+    if (rc != 0) {
+        rt_req_drop(r);
+        send_error(req, &e);
+        return;
+    }
+    rt_http_req_on_abort(req, on_client_gone, r);
+    if (r->g.stream) {
+        r->sink = &sse_sink;
+        rt_http_resp_header(req, "Cache-Control", "no-cache");
+        rt_http_stream_begin(req, 200, "text/event-stream");
+        if (ep == RT_ENDPOINT_CHAT) {
+            char *buf = NULL;
+            size_t n = 0;
+            stream_write_owned(req, buf, n, rt_openai_sse_role(&r->ctx, &buf, &n));
+        }
+    }
+}
+
+static void h_completions(struct rt_http_req *req, void *ud)
+{
+    generate(ud, req, RT_ENDPOINT_COMPLETIONS);
+}
+
+static void h_chat(struct rt_http_req *req, void *ud)
+{
+    generate(ud, req, RT_ENDPOINT_CHAT);
+}
+
+static void h_models(struct rt_http_req *req, void *ud)
+{
+    struct rt_server *s = ud;
+    if (!authorized(s, req))
+        return;
+    char *body = NULL;
+    size_t len = 0;
+    int rc = rt_openai_format_models(s->model_name, s->started, s->max_model_len,
+                                     &body, &len);
+    send_owned(req, 200, body, len, rc);
+}
+
+static void h_tokenize(struct rt_http_req *req, void *ud)
+{
+    struct rt_server *s = ud;
+    if (!authorized(s, req))
+        return;
+    struct rt_api_error e;
+    struct rt_tokenize_request t;
+    memset(&t, 0, sizeof(t));
+    if (rt_openai_parse_tokenize(&s->api_cfg, req->body, req->body_len, &t, &e) != 0) {
+        send_error(req, &e);
+        return;
+    }
+    /* Reuse the generation path's tokenizer through a scratch request. */
+    struct rt_req tmp;
+    memset(&tmp, 0, sizeof(tmp));
+    tmp.srv = s;
+    char err[256];
+    struct tok_ids ids = {0};
+    int rc;
+    if (t.messages != NULL) {
+        if (!s->have_tmpl) {
+            rt_api_error_set(&e, 400, "chat_template_unsupported", "messages",
+                             "this model has no supported chat template: %s",
+                             s->tmpl_error);
+            rt_tokenize_request_free(&t);
+            send_error(req, &e);
+            return;
+        }
+        struct ct_message *m = calloc(t.n_messages + 1, sizeof(*m));
+        for (size_t i = 0; m != NULL && i < t.n_messages; i++) {
+            m[i].role = rt_role_name(t.messages[i].role);
+            m[i].content = t.messages[i].content;
+            m[i].reasoning_content = t.messages[i].reasoning_content;
+        }
+        struct ct_options co = {.add_generation_prompt = t.chat.add_generation_prompt,
+                                .enable_thinking = t.chat.enable_thinking};
+        char *text = NULL;
+        size_t len = 0;
+        rc = m == NULL ? TG_ENOMEM
+                       : ct_render(&s->tmpl, m, t.n_messages, &co, &text, &len, err,
+                                   sizeof(err));
+        free(m);
+        if (rc == 0)
+            rc = tok_encode(&s->tok, NULL, text, len,
+                            t.add_special_tokens ? TOK_ENCODE_ADD_SPECIAL : 0, &ids,
+                            err, sizeof(err));
+        free(text);
+    } else {
+        rc = tok_encode(&s->tok, NULL, t.prompt, t.prompt_len,
+                        t.add_special_tokens ? TOK_ENCODE_ADD_SPECIAL : 0, &ids, err,
+                        sizeof(err));
+    }
+    if (rc != 0) {
+        rt_api_error_set(&e, 400, "invalid_prompt", t.messages ? "messages" : "prompt",
+                         "%s", rc == TG_ENOMEM ? "out of memory" : err);
+        tok_ids_free(&ids);
+        rt_tokenize_request_free(&t);
+        send_error(req, &e);
+        return;
+    }
+    char *body = NULL;
+    size_t blen = 0;
+    rc = rt_openai_format_tokenize(ids.v, ids.n, s->max_model_len,
+                                   t.return_token_strs ? rt_server_token_text : NULL,
+                                   s, &body, &blen);
+    tok_ids_free(&ids);
+    rt_tokenize_request_free(&t);
+    send_owned(req, 200, body, blen, rc);
+}
+
+static void h_detokenize(struct rt_http_req *req, void *ud)
+{
+    struct rt_server *s = ud;
+    if (!authorized(s, req))
+        return;
+    struct rt_api_error e;
+    struct rt_detokenize_request d;
+    memset(&d, 0, sizeof(d));
+    if (rt_openai_parse_detokenize(&s->api_cfg, req->body, req->body_len, &d, &e) != 0) {
+        send_error(req, &e);
+        return;
+    }
+    for (size_t i = 0; i < d.n_tokens; i++) {
+        if (d.tokens[i] < 0 || d.tokens[i] >= tok_vocab_size(&s->tok)) {
+            rt_api_error_set(&e, 400, "invalid_token", "tokens",
+                             "token id %d at index %zu is outside the vocabulary",
+                             d.tokens[i], i);
+            rt_detokenize_request_free(&d);
+            send_error(req, &e);
+            return;
+        }
+    }
+    struct tok_text text = {0};
+    char err[256];
+    int rc = tok_decode(&s->tok, d.tokens, d.n_tokens, 0, &text, err, sizeof(err));
+    rt_detokenize_request_free(&d);
+    if (rc != 0) {
+        rt_api_error_set(&e, 400, "invalid_token", "tokens", "%s", err);
+        tok_text_free(&text);
+        send_error(req, &e);
+        return;
+    }
+    char *body = NULL;
+    size_t blen = 0;
+    rc = rt_openai_format_detokenize(text.s ? text.s : "", text.n, &body, &blen);
+    tok_text_free(&text);
+    send_owned(req, 200, body, blen, rc);
+}
+
+static void h_health(struct rt_http_req *req, void *ud)
+{
+    struct rt_server *s = ud;
+    if (rt_server_ready(s)) {
+        rt_http_respond(req, 200, JSON, "{\"status\":\"ok\"}", 15);
+    } else {
+        const char *why = s->draining ? "{\"status\":\"draining\"}"
+                                      : "{\"status\":\"starting\"}";
+        rt_http_respond(req, 503, JSON, why, strlen(why));
+    }
+}
+
+static void h_metrics(struct rt_http_req *req, void *ud)
+{
+    struct rt_server *s = ud;
+    if (!authorized(s, req))
+        return;
+    struct rt_metrics_buf buf = {0};
+    char err[128];
+    if (rt_metrics_render(&s->metrics.reg, &buf, err, sizeof(err)) != 0) {
+        rt_http_respond(req, 500, "text/plain", "metrics unavailable\n", 20);
+    } else {
+        rt_http_respond(req, 200, RT_METRICS_CONTENT_TYPE, buf.data, buf.len);
+    }
+    rt_metrics_buf_free(&buf);
+}
+
+int rt_api_http_register(struct rt_server *s, char *err, size_t errlen)
+{
+    static const struct {
+        const char *method, *path;
+        rt_http_handler_fn fn;
+    } routes[] = {
+        {"POST", "/v1/completions", h_completions},
+        {"POST", "/v1/chat/completions", h_chat},
+        {"GET", "/v1/models", h_models},
+        {"POST", "/tokenize", h_tokenize},
+        {"POST", "/detokenize", h_detokenize},
+        {"GET", "/health", h_health},
+        {"GET", "/metrics", h_metrics},
+    };
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        int rc = rt_http_route_add(&s->http, routes[i].method, routes[i].path,
+                                   routes[i].fn, s, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,83 @@
+/*
+ * rt_grpc_internal.h — what rt_grpc.c (connections, nghttp2 glue) and
+ * rt_grpc_call.c (calls, framing, responses, deadlines) share. Not for
+ * other modules.
+ *
+ * Lifetime of a call: created when a stream's request HEADERS begin and
+ * linked on its connection (call->conn). It is freed once both the stream
+ * is gone (call->conn == NULL: nghttp2 closed it, or the connection went
+ * away) and nobody holds the handle (call->user_holds == 0: never
+ * dispatched, finished by the handler, or taken by the cancel callback).
+ * A handle still held after its stream is gone sits on srv->zombies.
+ *
+ * Re-entrancy: nghttp2 must not be re-entered from its own callbacks, and
+ * a connection may be closed by user code running inside one (a cancel
+ * callback). So: handlers run after nghttp2_session_mem_recv() returned
+ * (conn->ready queue); output produced while nghttp2 is running is flushed
+ * afterwards (conn->in_ng, the server's flush list); a closed connection
+ * keeps its nghttp2 session until its uv handles are closed, and every
+ * nghttp2 callback returns at once when conn->closing is set.
+ */
+#ifndef RT_GRPC_INTERNAL_H
+#define RT_GRPC_INTERNAL_H
+
+#include <nghttp2/nghttp2.h>
+
+#include "router/rt_grpc.h"
+
+/* call->state */
+enum {
+    CS_RECV = 0,       /* receiving headers / message */
+    CS_REJECTED = 1,   /* answered by the server before dispatch */
+    CS_READY = 2,      /* complete, queued for dispatch */
+    CS_DISPATCHED = 3, /* handed to the handler */
+};
+
+struct rt_grpc_conn {
+    uv_tcp_t tcp;                /* first member: handle->data also set */
+    uv_timer_t idle;             /* idle close while no streams are open */
+    uv_shutdown_t shutdown_req;
+    struct rt_grpc_server *srv;
+    struct rt_grpc_conn *prev, *next; /* srv->conns */
+    struct rt_grpc_conn *next_flush;  /* srv->flush */
+    nghttp2_session *ng;
+    struct rt_grpc_call *calls;  /* doubly linked: streams with state */
+    struct rt_grpc_call *ready, *ready_tail; /* complete, not dispatched */
+    size_t n_calls;
+    int handles_open;
+    int in_ng;                   /* nghttp2 is on the stack */
+    int in_flush;                /* on srv->flush */
+    int closing, finishing;
+    int write_blocked;           /* flush stopped on a full write queue */
+    char rbuf[65536];            /* read buffer (uv alloc callback) */
+};
+
+/* rt_grpc.c */
+/* Sends what nghttp2 has queued now when safe, else from the loop. */
+void rt__grpc_conn_flush_later(struct rt_grpc_conn *conn);
+/* Closes the connection at once, cancelling its calls. */
+void rt__grpc_conn_close(struct rt_grpc_conn *conn);
+
+/* rt_grpc_call.c */
+struct rt_grpc_call *rt__grpc_call_new(struct rt_grpc_conn *conn,
+                                       int32_t stream_id);
+void rt__grpc_call_header(struct rt_grpc_call *call, const uint8_t *name,
+                          size_t nlen, const uint8_t *value, size_t vlen);
+void rt__grpc_call_headers_done(struct rt_grpc_call *call);
+void rt__grpc_call_data(struct rt_grpc_call *call, const uint8_t *data,
+                        size_t len);
+void rt__grpc_call_end_stream(struct rt_grpc_call *call);
+/* Runs the handler of a CS_READY call (top of the loop's stack). */
+void rt__grpc_call_dispatch(struct rt_grpc_call *call);
+/* The stream is gone (nghttp2 closed it, or the connection is closing):
+ * unlinks the call from its connection, cancels a held handle, frees. */
+void rt__grpc_call_stream_gone(struct rt_grpc_call *call);
+/* After a frame of `call` was sent. */
+void rt__grpc_call_frame_sent(struct rt_grpc_call *call,
+                              const nghttp2_frame *frame);
+/* Deadline timer callback (srv->deadline_timer). */
+void rt__grpc_deadline_fire(uv_timer_t *t);
+/* Frees a zombie handle (server free). */
+void rt__grpc_call_free(struct rt_grpc_call *call);
+
+#endif /* RT_GRPC_INTERNAL_H */

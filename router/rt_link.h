@@ -1,0 +1,267 @@
+/*
+ * rt_link.h — the router's side of the router <-> worker link: one ZeroMQ
+ * ROUTER socket driven by the router's libuv loop (DESIGN.md §2; issue 4
+ * item 4; the protocol is proto/worker.proto).
+ *
+ * Topology. The router binds a ZMQ_ROUTER socket (ipc:// by default, under
+ * a runtime directory; tcp:// works too). Each of the T tensor-parallel
+ * workers connects a ZMQ_DEALER whose routing id is "rank-<r>" and sends a
+ * Hello first. Every ZeroMQ message is one WorkerMessage envelope. The
+ * socket sets ZMQ_ROUTER_HANDOVER (a restarted worker takes its routing id
+ * over from the dead connection) and ZMQ_ROUTER_MANDATORY (a send to a peer
+ * that is not connected fails instead of vanishing).
+ *
+ * Ranks. A Hello is checked against the layout the router's accounting
+ * assumes (world size, rank, num_layers, groups_per_layer, heads_per_group,
+ * page_size, head_dim, vocab_size, and pages_total >= the pages the
+ * router's pools count); a mismatch is logged, counted (n_refused,
+ * last_error) and answered with a Shutdown, and the rank stays down. An
+ * accepted Hello makes the rank alive and is acknowledged with a
+ * Heartbeat. rt_link_ready() is true while all T ranks are alive; on_ready
+ * fires each time the link becomes ready (first start, and again after a
+ * dead rank came back).
+ *
+ * Steps. rt_link_send_plan() turns one scheduler step (rt_sched.h) into a
+ * BatchPlan and sends it to every rank; each rank receives the same
+ * entries but only its own page deltas (and, for fresh slots adopting
+ * stored KV, its own row lengths). Every rank answers with a StepResult;
+ * rank 0's carries the sampled tokens. When every rank has answered the
+ * step in flight, on_result fires exactly once: ok when every rank said ok
+ * and rank 0's tokens match the sampled entries one to one, else not ok
+ * with the first error. One step is in flight at a time.
+ *
+ * Failures are errors, never silence or a hang. A rank is declared dead
+ * when no message came from it for dead_ms, when a send of a plan to it
+ * fails, when it answers out of order (a step id other than the next one
+ * it owes: a lost or duplicated message), when it sends something
+ * unparsable or of another protocol version, or when it says Hello again
+ * while alive (it restarted). A dead rank gets a Shutdown (so a stray,
+ * still running worker exits and the supervisor starts a clean one); if a
+ * step was in flight it completes at once through on_result with ok = 0
+ * ("rank r died: ..."), then on_dead(rank) fires once. The rank is alive
+ * again after its next valid Hello. Answers a rank still owed for a step
+ * that was completed early are recognised by their step id and dropped.
+ *
+ * Event loop. uv_poll watches ZMQ_FD, which is edge-triggered: every
+ * readable event drains the socket with ZMQ_DONTWAIT receives until it
+ * would block, and every send made outside the loop's callbacks schedules
+ * another drain (a uv_idle tick), because a send may consume the edge of a
+ * message that arrived meanwhile. A uv timer sends Heartbeats every
+ * heartbeat_ms and checks the deadlines.
+ *
+ * Threading: every function and every callback runs on the loop thread.
+ * Callbacks may call rt_link_send_plan, rt_link_shutdown and rt_link_close.
+ * Library code: logs through tg_log, never prints.
+ *
+ * Implementation: rt_link.c (socket, loop, ranks, results) and
+ * rt_link_plan.c (plan building), sharing rt_link_internal.h.
+ */
+#ifndef RT_LINK_H
+#define RT_LINK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "router/rt_sched.h"
+
+#define RT_LINK_HEARTBEAT_MS_DEFAULT 1000u
+#define RT_LINK_DEAD_FACTOR_DEFAULT 5u   /* dead_ms = 5 heartbeats */
+#define RT_LINK_LINGER_MS_DEFAULT 200u
+#define RT_LINK_RUNTIME_DIR_DEFAULT "/run/tangram"
+#define RT_LINK_SOCKET_NAME "router.sock"
+#define RT_LINK_MAX_RANKS 1024
+
+/* The per-rank KV layout the router's accounting assumes; a worker's Hello
+ * must match it (pages_total: at least). */
+struct rt_link_layout {
+    uint32_t num_layers;       /* L */
+    uint32_t groups_per_layer; /* G on one rank */
+    uint32_t heads_per_group;  /* H_p */
+    uint32_t page_size;        /* P, tokens per page */
+    uint32_t head_dim;         /* d */
+    uint32_t pages_total;      /* pages the router's pool of a rank counts */
+    uint32_t vocab_size;       /* sampled token ids must be below it */
+};
+
+/* One sampled token of a step, in step-entry order. Pointers borrow from
+ * the result being delivered. */
+struct rt_link_token {
+    int32_t sampled;             /* 1 when the entry asked for a sample */
+    uint32_t slot;
+    int32_t token;               /* sampled id, -1 when not sampled */
+    float logprob;               /* natural log */
+    size_t n_top;                /* alternatives, most likely first */
+    const uint32_t *top_ids;     /* (n_top) */
+    const float *top_logprobs;   /* (n_top) natural log */
+};
+
+/* What on_result receives. Everything it points to is valid only during
+ * the callback. */
+struct rt_link_result {
+    uint64_t step_id;
+    int ok;                      /* 1: every rank ok and tokens consistent */
+    const char *error;           /* "" when ok, else "rank r: ..." */
+    int32_t n_entries;           /* entries of the step */
+    const struct rt_link_token *entries; /* (n_entries) in step order */
+    const int32_t *tokens;       /* (n_entries) token sampled for entry i or
+                                    -1: the array rt_sched_complete takes
+                                    (all -1 when !ok) */
+    double step_seconds;         /* slowest rank's forward time, seconds */
+};
+
+typedef void (*rt_link_result_fn)(void *ud, const struct rt_link_result *res);
+typedef void (*rt_link_dead_fn)(void *ud, int rank);
+typedef void (*rt_link_ready_fn)(void *ud);
+
+struct rt_link_config {
+    const char *endpoint;       /* "ipc:///path" or "tcp://host:port"
+                                   ("tcp://127.0.0.1:*" picks a port); NULL:
+                                   ipc://<runtime_dir>/router.sock */
+    const char *runtime_dir;    /* NULL: RT_LINK_RUNTIME_DIR_DEFAULT */
+    int world_size;             /* T, 1 .. RT_LINK_MAX_RANKS */
+    struct rt_link_layout layout;
+    uint32_t heartbeat_ms;      /* 0: RT_LINK_HEARTBEAT_MS_DEFAULT */
+    uint32_t dead_ms;           /* silence that kills a rank; 0: 5 beats;
+                                   must be > heartbeat_ms */
+    uint32_t linger_ms;         /* how long close may wait to flush queued
+                                   messages (Shutdown); 0: default 200 */
+    rt_link_result_fn on_result;/* required */
+    rt_link_dead_fn on_dead;    /* may be NULL */
+    rt_link_ready_fn on_ready;  /* may be NULL */
+    void *ud;                   /* passed to the three callbacks */
+};
+
+/* Sampling parameters of one entry, as the router validated them. */
+struct rt_link_entry_info {
+    const char *request_id;      /* for worker logs; NULL: "" (copied) */
+    float temperature;           /* 0 = greedy */
+    float top_p;                 /* 1 = disabled */
+    int32_t top_k;               /* <= 0 = disabled */
+    float min_p;                 /* 0 = disabled */
+    float presence_penalty;      /* 0 = disabled */
+    float frequency_penalty;     /* 0 = disabled */
+    float repetition_penalty;    /* 1 = disabled */
+    uint32_t logprobs;           /* alternatives to return */
+    uint64_t seed;               /* per-request RNG seed */
+    uint32_t num_prompt_tokens;  /* the client's prompt length */
+    /* Row lengths (L * G, layer-major) for a fresh entry adopting stored
+     * KV, the same for every rank. NULL: taken per rank from the
+     * scheduler's accounting (kv_seq filled counts) when a scheduler is
+     * given and the entry is fresh at pos > 0; otherwise none are sent. */
+    const uint32_t *row_lens;    /* (n_row_lens) tokens, borrowed */
+    size_t n_row_lens;
+};
+
+/* Fills *out (zeroed with top_p = repetition_penalty = 1 beforehand) for
+ * `entry` (entry->user is the caller's handle). Returns 0, or a negative
+ * TG_E* code with detail in err, which aborts the send. */
+typedef int (*rt_link_entry_fn)(void *ud, const struct rt_step_entry *entry,
+                                struct rt_link_entry_info *out, char *err,
+                                size_t errlen);
+
+struct rt_link_rank; /* private to rt_link.c */
+
+/* The link. The caller owns the storage; fields are private to rt_link.c
+ * except where a comment says a caller may read them. */
+struct rt_link {
+    uv_loop_t *loop;
+    struct rt_link_config cfg;
+    char endpoint[256];          /* readable: the bound endpoint (a tcp
+                                    wildcard port resolved) */
+    void *zctx, *sock;           /* ZeroMQ context and ROUTER socket */
+    uv_poll_t poll;              /* on ZMQ_FD */
+    uv_timer_t timer;            /* heartbeats and deadlines */
+    uv_idle_t kick;              /* deferred drain after sends */
+    int n_handles;               /* uv handles not yet closed */
+    int initialized, closed, shut, ready, kicking;
+    struct rt_link_rank *ranks;  /* (world_size) */
+    uint64_t hb_seq;             /* heartbeats sent (sequence number) */
+    uint64_t last_step;          /* last step id sent */
+    uint64_t inflight;           /* step id awaiting answers, or 0 */
+    int n_answered;              /* ranks that answered the step */
+    int failed;                  /* some rank said !ok */
+    char step_error[512];        /* first error of the step */
+    double step_seconds;
+    void *rank0_result;          /* rank 0's unpacked WorkerMessage */
+    int32_t n_entries, cap_entries;
+    uint32_t *entry_slot;        /* (cap_entries) slots of the step */
+    uint8_t *entry_sample;       /* (cap_entries) sample flags */
+    struct rt_link_token *res_tokens; /* (cap_entries) result buffers */
+    int32_t *res_ids;            /* (cap_entries) */
+    uint64_t n_refused;          /* readable: Hellos refused */
+    uint64_t n_deaths;           /* readable: ranks declared dead */
+    uint64_t n_results;          /* readable: on_result calls */
+    char last_error[256];        /* readable: last refusal or death */
+};
+
+/* Writes "ipc://<runtime_dir>/router.sock" (runtime_dir NULL: the default)
+ * into out. Returns 0 or TG_ETOOBIG when it does not fit out or a Unix
+ * socket path (107 bytes). */
+int rt_link_default_endpoint(const char *runtime_dir, char *out,
+                             size_t outlen, char *err, size_t errlen);
+
+/* Creates the context and socket, binds cfg->endpoint and starts polling
+ * and the heartbeat timer on `loop`. cfg is copied (the endpoint string
+ * too). Returns 0, TG_EINVAL naming the bad field, TG_EIO when the bind or
+ * socket setup fails (detail from zmq_strerror) or TG_ENOMEM. On failure
+ * nothing is left open and rt_link_close is still safe. The caller owns
+ * `link` and must keep it valid until rt_link_close's handles are closed. */
+int rt_link_init(struct rt_link *link, uv_loop_t *loop,
+                 const struct rt_link_config *cfg, char *err, size_t errlen);
+
+/* Builds the BatchPlan of `step` and sends it to every rank: entries (with
+ * tokens, start position, sample and last_chunk flags, fresh, and the
+ * sampling parameters from entry_cb), the deltas of step->deltas whose
+ * rank is r to rank r only (row -> layer row / G, group row % G), and
+ * step->released as frees. `sched` (may be NULL) supplies per-rank row
+ * lengths of fresh entries at pos > 0 whose entry_cb gave none. The step
+ * must have at least one entry and a step_id greater than every step sent
+ * before. Returns 0 when the plan is on its way; its answer then always
+ * arrives through on_result (a send that fails kills that rank, which
+ * completes the step with an error from the loop, never from inside this
+ * call). Returns TG_EAGAIN when not every rank is ready, TG_EBUSY when a
+ * step is in flight, TG_ECANCELED after rt_link_shutdown, TG_EINVAL for a
+ * bad step (detail in err), entry_cb's code, or TG_ENOMEM; nothing is sent
+ * then and on_result will not fire. Reads `step` only during the call. */
+int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
+                      const struct rt_sched *sched, rt_link_entry_fn entry_cb,
+                      void *ud, char *err, size_t errlen);
+
+/* Returns 1 when every rank is alive (and shutdown has not started). */
+int rt_link_ready(const struct rt_link *link);
+
+/* Returns 1 when `rank` is alive, 0 otherwise (also out of range). */
+int rt_link_rank_alive(const struct rt_link *link, int rank);
+
+/* Returns the smallest pages_total that the alive ranks reported in their
+ * Hellos (clamped to INT32_MAX), or 0 when no rank is alive. Read it in
+ * on_ready to size the scheduler's pools from what the workers hold. */
+int32_t rt_link_min_pages(const struct rt_link *link);
+
+/* Raises the pages a Hello must report (cfg.layout.pages_total) to
+ * `pages`, e.g. once the scheduler was sized from rt_link_min_pages, so a
+ * restarted worker with a smaller pool is refused. Never lowers it.
+ * Returns 0, or TG_EINVAL when the link is not open. */
+int rt_link_require_pages(struct rt_link *link, uint32_t pages);
+
+/* Returns the step id in flight, or 0. */
+uint64_t rt_link_in_flight(const struct rt_link *link);
+
+/* Sends Shutdown (with `reason`, NULL: "router shutdown", and the drain
+ * flag: finish the step in flight first) to every rank that said Hello,
+ * then stops heartbeats and refuses new plans and Hellos. A step in flight
+ * still completes through on_result (deadlines stay armed for it). Returns
+ * 0, or TG_EINVAL when the link is not initialised. */
+int rt_link_shutdown(struct rt_link *link, int drain, const char *reason);
+
+/* Stops polling and the timer, closes the socket (waiting at most
+ * linger_ms to flush queued messages) and the context, and frees the
+ * link's memory. No callback fires from or after it (a step in flight is
+ * dropped). The uv handles close asynchronously: keep `link` valid until
+ * the loop has run again (uv_run). Safe on a zeroed, failed-init or
+ * already closed link. */
+void rt_link_close(struct rt_link *link);
+
+#endif /* RT_LINK_H */

@@ -1,0 +1,47 @@
+/*
+ * rt_link_internal.h — what rt_link.c (socket, loop, ranks, results) and
+ * rt_link_plan.c (BatchPlan building and sending) share. Not a public
+ * interface: everything here is private to the rt_link module.
+ */
+#ifndef RT_LINK_INTERNAL_H
+#define RT_LINK_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "router/rt_link.h"
+#include "worker.pb-c.h"
+
+typedef Tangram__Worker__V1__WorkerMessage wmsg_t;
+
+#define PROTO_V1 TANGRAM__WORKER__V1__PROTOCOL_VERSION__PROTOCOL_VERSION_1
+#define RANK_OWED_MAX 8  /* abandoned steps a rank may still owe */
+
+enum rank_state {
+    RANK_DOWN = 0, /* never said Hello, or refused */
+    RANK_ALIVE,
+    RANK_DEAD,     /* declared dead; waits for a new Hello */
+};
+
+struct rt_link_rank {
+    enum rank_state state;
+    uint64_t last_seen;      /* uv_now() of its last message, ms */
+    uint64_t owed[RANK_OWED_MAX]; /* unanswered step ids, oldest first */
+    int n_owed;
+    uint32_t pid;            /* from its Hello, for logs */
+    uint32_t pages_total;    /* from its Hello */
+    int shutdown_sent;       /* a Shutdown went to this incarnation */
+    int kill_pending;        /* a send failed: declare dead from the loop */
+    char kill_reason[160];
+};
+
+/* Packs `msg` and sends it to routing id "rank-<rank>" without blocking.
+ * Returns 0, or TG_EIO / TG_ENOMEM with detail in err. */
+int rt_link__send_rank(struct rt_link *link, int rank, const wmsg_t *msg,
+                       char *err, size_t errlen);
+
+/* Schedules a drain of the socket (and the deaths of ranks marked
+ * kill_pending) on the next loop iteration. */
+void rt_link__kick(struct rt_link *link);
+
+#endif /* RT_LINK_INTERNAL_H */

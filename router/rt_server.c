@@ -1,0 +1,852 @@
+/* rt_server.c — the router's core: requests, the step loop, drain (see
+ * rt_server.h). Front ends live in rt_api_http.c and rt_api_grpc.c. */
+#include "router/rt_server.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/tg_err.h"
+#include "common/tg_log.h"
+
+double rt_server_now(const struct rt_server *s)
+{
+    return (double)uv_hrtime() / 1e9 + 0.0 * (double)(s != NULL);
+}
+
+static uint64_t splitmix(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Tells tangramd (over the notify pipe) a one-word state change. */
+static void notify(struct rt_server *s, const char *line)
+{
+    if (s->opts->notify_fd < 0)
+        return;
+    char buf[256];
+    int n = snprintf(buf, sizeof(buf), "%s\n", line);
+    ssize_t w = write((int)s->opts->notify_fd, buf, (size_t)n);
+    (void)w;
+}
+
+const char *rt_server_token_text(void *user, int32_t id, size_t *len)
+{
+    struct rt_server *s = user;
+    const char *b = tok_id_bytes(&s->tok, id, len);
+    if (b == NULL) {
+        *len = 0;
+        return "";
+    }
+    return b;
+}
+
+int rt_server_ready(const struct rt_server *s)
+{
+    return s->sched_ready && rt_link_ready(&s->link) && !s->draining;
+}
+
+/* ---- requests ----------------------------------------------------------- */
+
+struct rt_req *rt_req_new(struct rt_server *s, const struct rt_sink *sink,
+                          void *client)
+{
+    struct rt_req *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return NULL;
+    r->srv = s;
+    r->sink = sink;
+    r->client = client;
+    r->id = ++s->next_id;
+    r->created = (int64_t)time(NULL);
+    r->t_arrival = rt_server_now(s);
+    r->next = s->reqs;
+    s->reqs = r;
+    s->n_reqs++;
+    return r;
+}
+
+static void req_unlink(struct rt_req *r)
+{
+    struct rt_server *s = r->srv;
+    for (struct rt_req **p = &s->reqs; *p != NULL; p = &(*p)->next) {
+        if (*p == r) {
+            *p = r->next;
+            s->n_reqs--;
+            return;
+        }
+    }
+}
+
+void rt_req_drop(struct rt_req *r)
+{
+    req_unlink(r);
+    rt_gen_request_free(&r->g);
+    rt_text_free(&r->text);
+    free(r->prompt);
+    free(r->out_ids);
+    free(r->out_lps);
+    free(r->out_top_ids);
+    free(r->out_top_lps);
+    free(r->top_scratch);
+    free(r->lp_scratch);
+    free(r);
+}
+
+static int is_stop_token(const struct rt_req *r, int32_t tok)
+{
+    const struct rt_server *s = r->srv;
+    if (!r->g.sampling.ignore_eos) {
+        for (int i = 0; i < s->mc.n_eos; i++)
+            if (tok == s->mc.eos_token_ids[i])
+                return 1;
+        for (int i = 0; i < s->tok.n_eos; i++)
+            if (tok == s->tok.eos_ids[i])
+                return 1;
+    }
+    for (size_t i = 0; i < r->g.sampling.n_stop_token_ids; i++)
+        if (tok == r->g.sampling.stop_token_ids[i])
+            return 1;
+    return 0;
+}
+
+/* Tokenizes the prompt of r->g into r->prompt. */
+static int tokenize(struct rt_req *r, struct rt_api_error *e)
+{
+    struct rt_server *s = r->srv;
+    struct tok_ids ids = {0};
+    char err[256];
+    int rc = 0;
+    if (r->g.prompt_ids != NULL) {
+        for (size_t i = 0; i < r->g.n_prompt_ids; i++)
+            if (r->g.prompt_ids[i] < 0 || r->g.prompt_ids[i] >= s->mc.vocab_size) {
+                rt_api_error_set(e, 400, "invalid_token", "prompt",
+                                 "token id %d at index %zu is outside the "
+                                 "vocabulary [0, %d)", r->g.prompt_ids[i], i,
+                                 s->mc.vocab_size);
+                return TG_EINVAL;
+            }
+        r->prompt = malloc((r->g.n_prompt_ids + 1) * sizeof(int32_t));
+        if (r->prompt == NULL)
+            goto nomem;
+        memcpy(r->prompt, r->g.prompt_ids, r->g.n_prompt_ids * sizeof(int32_t));
+        r->n_prompt = (int64_t)r->g.n_prompt_ids;
+        return 0;
+    }
+    if (r->g.endpoint == RT_ENDPOINT_CHAT) {
+        if (!s->have_tmpl) {
+            rt_api_error_set(e, 400, "chat_template_unsupported", "messages",
+                             "this model has no supported chat template: %s",
+                             s->tmpl_error);
+            return TG_EUNSUPPORTED;
+        }
+        struct ct_message *m = calloc(r->g.n_messages, sizeof(*m));
+        if (m == NULL)
+            goto nomem;
+        for (size_t i = 0; i < r->g.n_messages; i++) {
+            m[i].role = rt_role_name(r->g.messages[i].role);
+            m[i].content = r->g.messages[i].content;
+            m[i].reasoning_content = r->g.messages[i].reasoning_content;
+        }
+        struct ct_options co = {
+            .add_generation_prompt = r->g.chat.add_generation_prompt,
+            .enable_thinking = r->g.chat.enable_thinking,
+        };
+        char *text = NULL;
+        size_t len = 0;
+        rc = ct_render(&s->tmpl, m, r->g.n_messages, &co, &text, &len, err,
+                       sizeof(err));
+        free(m);
+        if (rc != 0) {
+            rt_api_error_set(e, 400, "invalid_messages", "messages", "%s", err);
+            return rc;
+        }
+        rc = tok_encode(&s->tok, NULL, text, len,
+                        r->g.add_special_tokens ? TOK_ENCODE_ADD_SPECIAL : 0,
+                        &ids, err, sizeof(err));
+        free(text);
+    } else {
+        rc = tok_encode(&s->tok, NULL, r->g.prompt, r->g.prompt_len,
+                        r->g.add_special_tokens ? TOK_ENCODE_ADD_SPECIAL : 0,
+                        &ids, err, sizeof(err));
+    }
+    if (rc != 0) {
+        tok_ids_free(&ids);
+        rt_api_error_set(e, rc == TG_ENOMEM ? 500 : 400, "invalid_prompt",
+                         "prompt", "%s", err);
+        return rc;
+    }
+    r->prompt = ids.v;
+    r->n_prompt = (int64_t)ids.n;
+    return 0;
+nomem:
+    rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+    return TG_ENOMEM;
+}
+
+static void wake(struct rt_server *s);
+
+int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
+{
+    struct rt_server *s = r->srv;
+    if (s->draining) {
+        rt_api_error_set(e, 503, "server_draining", NULL,
+                         "the server is shutting down");
+        return TG_EBUSY;
+    }
+    if (!rt_server_ready(s)) {
+        rt_api_error_set(e, 503, "not_ready", NULL,
+                         "the workers are not ready; retry later");
+        return TG_EBUSY;
+    }
+    int rc = tokenize(r, e);
+    if (rc != 0)
+        return rc;
+    rc = rt_gen_request_fit(&r->g, s->max_model_len, r->n_prompt, e);
+    if (rc != 0)
+        return rc;
+    const struct rt_sampling *sp = &r->g.sampling;
+    rc = rt_text_init(&r->text, &s->tok, (const char *const *)sp->stop,
+                      (int)sp->n_stop);
+    if (rc != 0) {
+        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        return rc;
+    }
+    r->n_top = sp->logprobs > 0 ? sp->logprobs : 0;
+    r->cap_out = sp->max_tokens;
+    r->out_ids = malloc((size_t)r->cap_out * sizeof(int32_t));
+    r->out_lps = malloc((size_t)r->cap_out * sizeof(float));
+    r->lp_scratch = calloc((size_t)r->cap_out, sizeof(*r->lp_scratch));
+    r->out_top_ids = malloc(((size_t)r->cap_out * r->n_top + 1) * sizeof(int32_t));
+    r->out_top_lps = malloc(((size_t)r->cap_out * r->n_top + 1) * sizeof(float));
+    r->top_scratch = calloc((size_t)r->cap_out * r->n_top + 1, sizeof(*r->top_scratch));
+    if (!r->out_ids || !r->out_lps || !r->lp_scratch || !r->out_top_ids ||
+        !r->out_top_lps || !r->top_scratch) {
+        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        return TG_ENOMEM;
+    }
+    r->seed = sp->has_seed ? (uint64_t)sp->seed : splitmix(&s->rng);
+    rt_openai_make_id(r->id_str, sizeof(r->id_str), r->g.endpoint, splitmix(&s->rng));
+    r->ctx.endpoint = r->g.endpoint;
+    r->ctx.id = r->id_str;
+    r->ctx.model = s->model_name;
+    r->ctx.created = r->created;
+    r->ctx.logprobs = sp->logprobs >= 0;
+    r->ctx.token_text = rt_server_token_text;
+    r->ctx.token_user = s;
+    r->ctx.include_usage = r->g.include_usage;
+    r->ctx.continuous_usage = r->g.continuous_usage;
+
+    struct rt_sched_request sr = {
+        .id = r->id,
+        .prompt = r->prompt,
+        .n_prompt = r->n_prompt,
+        .max_tokens = sp->max_tokens,
+        .session_id = r->g.session_id,
+        .user = r,
+    };
+    char err[256];
+    rc = rt_sched_submit(&s->sched, &sr, err, sizeof(err));
+    if (rc == TG_EBUSY) {
+        rt_api_error_set(e, 429, "queue_full", NULL,
+                         "too many requests are waiting (--max-queued %lld)",
+                         (long long)s->opts->td.max_queued);
+        return rc;
+    }
+    if (rc == TG_ETOOBIG) {
+        rt_api_error_set(e, 400, "context_length_exceeded", "prompt",
+                         "the prompt needs more KV pages than a worker holds: %s",
+                         err);
+        return rc;
+    }
+    if (rc != 0) {
+        rt_api_error_set(e, 500, "internal_error", NULL, "%s", err);
+        return rc;
+    }
+    r->submitted = 1;
+    rt_metrics_counter_add(s->metrics.prompt_tokens_total, (double)r->n_prompt);
+    wake(s);
+    return 0;
+}
+
+/* Releases text and logprobs produced since the last delivery. */
+static void deliver(struct rt_req *r, enum rt_finish fin, const char *error)
+{
+    if (r->done)
+        return;
+    size_t ready = rt_text_ready(&r->text, fin != RT_FINISH_NONE);
+    size_t from = r->text.emitted;
+    size_t n_lp = 0;
+    if (r->ctx.logprobs) {
+        for (int32_t i = r->lp_sent; i < r->n_out; i++) {
+            struct rt_token_logprob *t = &r->lp_scratch[n_lp++];
+            t->id = r->out_ids[i];
+            t->logprob = r->out_lps[i];
+            t->n_top = (size_t)r->n_top;
+            t->top = r->top_scratch + (size_t)i * r->n_top;
+            for (int k = 0; k < r->n_top; k++) {
+                r->top_scratch[(size_t)i * r->n_top + k].id =
+                    r->out_top_ids[(size_t)i * r->n_top + k];
+                r->top_scratch[(size_t)i * r->n_top + k].logprob =
+                    r->out_top_lps[(size_t)i * r->n_top + k];
+            }
+        }
+    }
+    if (ready == from && n_lp == 0 && fin == RT_FINISH_NONE)
+        return;
+    r->lp_sent = r->n_out;
+    rt_text_mark(&r->text, ready);
+    if (fin != RT_FINISH_NONE)
+        r->done = 1;
+    r->sink->deliver(r, r->text.out.s ? r->text.out.s + from : "", ready - from,
+                     r->lp_scratch, n_lp, fin, error);
+}
+
+static enum rt_finish finish_of(enum rt_sched_end e)
+{
+    switch (e) {
+    case RT_SCHED_END_STOP:
+        return RT_FINISH_STOP;
+    case RT_SCHED_END_LENGTH:
+        return RT_FINISH_LENGTH;
+    case RT_SCHED_END_ABORT:
+        return RT_FINISH_ABORT;
+    case RT_SCHED_END_ERROR:
+        return RT_FINISH_ERROR;
+    default:
+        return RT_FINISH_NONE;
+    }
+}
+
+static void observe_finish(struct rt_server *s, struct rt_req *r, enum rt_finish fin)
+{
+    double now = rt_server_now(s);
+    rt_metrics_histogram_observe(s->metrics.e2e_request_latency_seconds,
+                                 now - r->t_arrival);
+    enum rt_metrics_finish mf = fin == RT_FINISH_STOP     ? RT_METRICS_FINISH_STOP
+                                : fin == RT_FINISH_LENGTH ? RT_METRICS_FINISH_LENGTH
+                                : fin == RT_FINISH_ABORT  ? RT_METRICS_FINISH_ABORT
+                                                          : RT_METRICS_FINISH_ERROR;
+    rt_metrics_counter_inc(s->metrics.request_success_total[mf]);
+}
+
+/* Applies the scheduler's events of the last plan/complete. */
+static void handle_events(struct rt_server *s, const char *error)
+{
+    for (int32_t i = 0; i < s->step.n_events; i++) {
+        const struct rt_sched_event *ev = &s->step.events[i];
+        struct rt_req *r = ev->user;
+        if (r == NULL || r->done)
+            continue;
+        r->cached_tokens = ev->cached_prompt_tokens;
+        enum rt_finish fin = finish_of(ev->finish);
+        if (fin != RT_FINISH_NONE) {
+            if (fin != RT_FINISH_STOP || !r->text.stopped)
+                rt_text_finish(&r->text);
+            observe_finish(s, r, fin);
+        }
+        deliver(r, fin, fin == RT_FINISH_ERROR ? (error ? error : "the request failed") : NULL);
+    }
+}
+
+/* Frees requests that finished (after the step that referenced them). */
+static void reap(struct rt_server *s)
+{
+    struct rt_req *r = s->reqs, *next;
+    for (; r != NULL; r = next) {
+        next = r->next;
+        if (r->done && !r->in_step)
+            rt_req_drop(r);
+    }
+}
+
+void rt_req_cancel(struct rt_req *r)
+{
+    struct rt_server *s = r->srv;
+    if (r->done) {
+        if (!r->in_step)
+            rt_req_drop(r);
+        return;
+    }
+    r->done = 1;
+    if (r->submitted) {
+        rt_sched_abort(&s->sched, r->id); /* frees its pages at once */
+        observe_finish(s, r, RT_FINISH_ABORT);
+    }
+    if (!r->in_step)
+        rt_req_drop(r);
+    wake(s);
+}
+
+void rt_req_abort(struct rt_req *r)
+{
+    struct rt_server *s = r->srv;
+    if (r->done)
+        return;
+    if (r->submitted)
+        rt_sched_abort(&s->sched, r->id);
+    observe_finish(s, r, RT_FINISH_ABORT);
+    deliver(r, RT_FINISH_ABORT, NULL);
+    if (!r->in_step)
+        rt_req_drop(r);
+    wake(s);
+}
+
+/* Sampling parameters of one entry for the plan. */
+static int entry_info(void *ud, const struct rt_step_entry *en,
+                      struct rt_link_entry_info *out, char *err, size_t errlen)
+{
+    (void)ud;
+    (void)err;
+    (void)errlen;
+    const struct rt_req *r = en->user;
+    const struct rt_sampling *sp = &r->g.sampling;
+    memset(out, 0, sizeof(*out));
+    out->request_id = r->id_str;
+    out->temperature = (float)sp->temperature;
+    out->top_p = (float)sp->top_p;
+    out->top_k = sp->top_k;
+    out->min_p = (float)sp->min_p;
+    out->presence_penalty = (float)sp->presence_penalty;
+    out->frequency_penalty = (float)sp->frequency_penalty;
+    out->repetition_penalty = (float)sp->repetition_penalty;
+    out->logprobs = (uint32_t)r->n_top;
+    out->seed = r->seed;
+    out->num_prompt_tokens = (uint32_t)r->n_prompt;
+    return 0;
+}
+
+static void pump_cb(uv_idle_t *h);
+
+static void wake(struct rt_server *s)
+{
+    if (!s->pump_on && !s->stopping) {
+        uv_idle_start(&s->pump, pump_cb);
+        s->pump_on = 1;
+    }
+}
+
+static void update_gauges(struct rt_server *s)
+{
+    struct rt_sched_stats st;
+    rt_sched_get_stats(&s->sched, &st);
+    rt_metrics_gauge_set(s->metrics.num_requests_running, (double)st.running);
+    rt_metrics_gauge_set(s->metrics.num_requests_waiting, (double)st.waiting);
+    double used = 0, total = 0, mono = 0;
+    for (int rk = 0; rk < s->metrics.n_ranks; rk++) {
+        struct rt_sched_pages pg;
+        rt_sched_rank_pages(&s->sched, rk, &pg);
+        rt_metrics_gauge_set(s->metrics.kv_pages_used[rk], (double)pg.used);
+        rt_metrics_gauge_set(s->metrics.kv_pages_total[rk], (double)pg.total);
+        used += (double)pg.used;
+        total += (double)pg.total;
+        mono += (double)pg.monolithic;
+    }
+    rt_metrics_gauge_set(s->metrics.kv_cache_usage_perc, total > 0 ? used / total : 0);
+    rt_metrics_gauge_set(s->metrics.kv_pages_reclaimed_ratio,
+                         mono > 0 ? 1.0 - used / mono : 0);
+}
+
+/* One turn of the step loop: plan and send when nothing is in flight. */
+static void pump_cb(uv_idle_t *h)
+{
+    struct rt_server *s = h->data;
+    uv_idle_stop(&s->pump);
+    s->pump_on = 0;
+    if (s->step_in_flight || !s->sched_ready || !rt_link_ready(&s->link))
+        return;
+    char err[256];
+    int rc = rt_sched_plan(&s->sched, &s->step, err, sizeof(err));
+    if (rc != 0) {
+        log_err("scheduler: %s", err);
+        return;
+    }
+    handle_events(s, "the scheduler could not keep the request");
+    reap(s);
+    update_gauges(s);
+    if (s->step.n_entries == 0)
+        return;
+    for (int32_t i = 0; i < s->step.n_entries; i++)
+        ((struct rt_req *)s->step.entries[i].user)->in_step = 1;
+    rc = rt_link_send_plan(&s->link, &s->step, &s->sched, entry_info, s, err,
+                           sizeof(err));
+    if (rc != 0) {
+        log_err("cannot send step %llu: %s",
+                (unsigned long long)s->step.step_id, err);
+        rt_sched_fail_running(&s->sched, &s->step);
+        for (int32_t i = 0; i < s->step.n_entries; i++)
+            ((struct rt_req *)s->step.entries[i].user)->in_step = 0;
+        handle_events(s, err);
+        reap(s);
+        return;
+    }
+    s->step_in_flight = 1;
+}
+
+/* Rank 0's tokens came back (or the step failed). */
+static void on_result(void *ud, const struct rt_link_result *res)
+{
+    struct rt_server *s = ud;
+    s->step_in_flight = 0;
+    rt_metrics_histogram_observe(s->metrics.scheduler_step_seconds, res->step_seconds);
+    if (!res->ok) {
+        log_err("step %llu failed: %s", (unsigned long long)res->step_id, res->error);
+        rt_sched_fail_running(&s->sched, &s->step);
+        for (int32_t i = 0; i < s->step.n_entries; i++)
+            ((struct rt_req *)s->step.entries[i].user)->in_step = 0;
+        handle_events(s, res->error);
+        reap(s);
+        update_gauges(s);
+        wake(s);
+        return;
+    }
+    double now = rt_server_now(s);
+    int32_t n = s->step.n_entries;
+    uint8_t *stop = calloc((size_t)n + 1, 1);
+    for (int32_t i = 0; i < n; i++) {
+        const struct rt_step_entry *en = &s->step.entries[i];
+        struct rt_req *r = en->user;
+        r->in_step = 0;
+        if (!en->sample || r->done || res->tokens[i] < 0)
+            continue;
+        const struct rt_link_token *lt = &res->entries[i];
+        int32_t tok = res->tokens[i];
+        if (r->n_out < r->cap_out) {
+            r->out_ids[r->n_out] = tok;
+            r->out_lps[r->n_out] = lt->logprob;
+            for (int k = 0; k < r->n_top; k++) {
+                int have = (size_t)k < lt->n_top;
+                r->out_top_ids[(size_t)r->n_out * r->n_top + k] =
+                    have ? (int32_t)lt->top_ids[k] : -1;
+                r->out_top_lps[(size_t)r->n_out * r->n_top + k] =
+                    have ? lt->top_logprobs[k] : -INFINITY;
+            }
+            r->n_out++;
+        }
+        if (r->n_out == 1) {
+            r->t_first = now;
+            rt_metrics_histogram_observe(s->metrics.time_to_first_token_seconds,
+                                         now - r->t_arrival);
+        } else {
+            rt_metrics_histogram_observe(s->metrics.inter_token_latency_seconds,
+                                         now - r->t_last);
+        }
+        r->t_last = now;
+        rt_metrics_counter_inc(s->metrics.generation_tokens_total);
+        int hit = 0;
+        int eos = is_stop_token(r, tok);
+        if (!eos || r->g.sampling.include_stop_str_in_output)
+            rt_text_push(&r->text, tok, &hit);
+        if (r->n_out > r->g.sampling.min_tokens || r->g.sampling.min_tokens <= 0)
+            stop[i] = (uint8_t)(eos || hit);
+    }
+    char err[256];
+    int rc = rt_sched_complete(&s->sched, &s->step, res->tokens, stop, err, sizeof(err));
+    free(stop);
+    if (rc != 0)
+        log_err("scheduler complete: %s", err);
+    handle_events(s, NULL);
+    /* Requests still running get their new text as it becomes safe. */
+    for (int32_t i = 0; i < n; i++) {
+        struct rt_req *r = s->step.entries[i].user;
+        if (!r->done)
+            deliver(r, RT_FINISH_NONE, NULL);
+    }
+    reap(s);
+    update_gauges(s);
+    wake(s);
+}
+
+static void on_dead(void *ud, int rank)
+{
+    struct rt_server *s = ud;
+    char msg[64];
+    snprintf(msg, sizeof(msg), "NOTREADY rank %d died", rank);
+    log_err("worker rank %d is dead; running requests fail", rank);
+    notify(s, msg);
+    /* A step in flight was already failed through on_result. Otherwise the
+     * running requests' KV died with the worker: fail them now rather than
+     * on the next step. */
+    if (s->sched_ready && !s->step_in_flight) {
+        rt_sched_fail_running(&s->sched, &s->step);
+        handle_events(s, "a worker died");
+        reap(s);
+        update_gauges(s);
+    }
+}
+
+static void on_ready(void *ud)
+{
+    struct rt_server *s = ud;
+    if (!s->sched_ready) {
+        char err[256];
+        struct rt_sched_config sc = {
+            .layout = &s->layout,
+            .n_ranks = (int)s->opts->td.tp,
+            .pages_per_rank = rt_link_min_pages(&s->link),
+            .max_num_seqs = (int)s->opts->td.max_num_seqs,
+            .max_batched_tokens = (int)s->opts->td.max_batched_tokens,
+            .max_queued = (int)s->opts->td.max_queued,
+        };
+        if (rt_sched_init(&s->sched, &sc, err, sizeof(err)) != 0) {
+            log_err("cannot start the scheduler: %s", err);
+            s->exit_code = 1;
+            return;
+        }
+        s->sched_ready = 1;
+        rt_link_require_pages(&s->link, (uint32_t)sc.pages_per_rank);
+        log_info("all %lld workers ready: %d pages per rank",
+                 (long long)s->opts->td.tp, sc.pages_per_rank);
+    } else {
+        log_info("all workers are back; admitting again");
+    }
+    update_gauges(s);
+    notify(s, "READY");
+    wake(s);
+}
+
+/* ---- drain and signals --------------------------------------------------- */
+
+static void stop_all(struct rt_server *s);
+
+static void tick_cb(uv_timer_t *t)
+{
+    struct rt_server *s = t->data;
+    notify(s, "WATCHDOG");
+    if (s->draining && s->n_reqs == 0 && !s->step_in_flight)
+        stop_all(s);
+}
+
+static void drain_timeout_cb(uv_timer_t *t)
+{
+    struct rt_server *s = t->data;
+    log_warn("drain: %d requests still running after --shutdown-timeout; "
+             "cutting them", s->n_reqs);
+    struct rt_req *r = s->reqs, *next;
+    for (; r != NULL; r = next) {
+        next = r->next;
+        if (!r->done) {
+            if (r->submitted)
+                rt_sched_abort(&s->sched, r->id);
+            deliver(r, RT_FINISH_ERROR, "the server shut down");
+        }
+    }
+    reap(s);
+    if (!s->step_in_flight)
+        stop_all(s);
+}
+
+static void begin_drain(struct rt_server *s)
+{
+    if (s->draining) {
+        log_warn("second signal: stopping now");
+        s->exit_code = 1;
+        drain_timeout_cb(&s->drain_timer);
+        stop_all(s);
+        return;
+    }
+    s->draining = 1;
+    log_info("draining: %d requests in flight, at most %.1f s",
+             s->n_reqs, s->opts->td.shutdown_timeout);
+    notify(s, "NOTREADY draining");
+    uv_timer_start(&s->drain_timer, drain_timeout_cb,
+                   (uint64_t)(s->opts->td.shutdown_timeout * 1000.0), 0);
+    if (s->n_reqs == 0 && !s->step_in_flight)
+        stop_all(s);
+}
+
+static void signal_cb(uv_signal_t *h, int sig)
+{
+    (void)sig;
+    begin_drain(h->data);
+}
+
+static void close_cb(uv_handle_t *h)
+{
+    (void)h;
+}
+
+static void stop_all(struct rt_server *s)
+{
+    if (s->stopping)
+        return;
+    s->stopping = 1;
+    notify(s, "DRAINED");
+    rt_link_shutdown(&s->link, 0, "router stopping");
+    rt_http_server_close(&s->http, NULL, NULL);
+    rt_grpc_server_close(&s->grpc, NULL, NULL);
+    rt_link_close(&s->link);
+    uv_timer_stop(&s->tick);
+    uv_timer_stop(&s->drain_timer);
+    uv_idle_stop(&s->pump);
+    uv_close((uv_handle_t *)&s->tick, close_cb);
+    uv_close((uv_handle_t *)&s->drain_timer, close_cb);
+    uv_close((uv_handle_t *)&s->pump, close_cb);
+    uv_close((uv_handle_t *)&s->sig_term, close_cb);
+    uv_close((uv_handle_t *)&s->sig_int, close_cb);
+}
+
+/* ---- init / free ----------------------------------------------------------- */
+
+static int load_model_side(struct rt_server *s, char *err, size_t errlen)
+{
+    const struct td_options *o = &s->opts->td;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/config.json", o->model);
+    int rc = mc_model_config_load(&s->mc, path, err, errlen);
+    if (rc != 0)
+        return rc;
+    snprintf(path, sizeof(path), "%s/tokenizer.json", o->model);
+    rc = tok_tokenizer_load(&s->tok, path, err, errlen);
+    if (rc != 0)
+        return rc;
+    char *tmpl = NULL;
+    if (ct_template_read_dir(o->model, &tmpl, s->tmpl_error, sizeof(s->tmpl_error)) == 0) {
+        if (ct_template_select(tmpl, NULL, &s->tmpl, s->tmpl_error,
+                               sizeof(s->tmpl_error)) == 0)
+            s->have_tmpl = 1;
+        free(tmpl);
+    }
+    if (!s->have_tmpl)
+        log_warn("chat completions disabled: %s", s->tmpl_error);
+    if (o->profile != NULL) {
+        rc = pf_profile_load(&s->profile, o->profile, err, errlen);
+        if (rc == 0 && (s->profile.num_layers != s->mc.num_layers ||
+                        s->profile.num_kv_heads != s->mc.num_kv_heads ||
+                        s->profile.head_dim != s->mc.head_dim))
+            rc = tg_err_set(err, errlen, TG_EINVAL,
+                            "profile %s does not match the model (L=%d H=%d d=%d)",
+                            o->profile, s->mc.num_layers, s->mc.num_kv_heads,
+                            s->mc.head_dim);
+    } else {
+        rc = pf_profile_init_full(&s->profile, s->mc.num_layers, s->mc.num_kv_heads,
+                                  s->mc.head_dim, (int)o->heads_per_group, err, errlen);
+    }
+    if (rc != 0)
+        return rc;
+    struct kv_forced_rule rule = kv_forced_rule_snapkv();
+    rc = kv_layout_init(&s->layout, s->profile.num_layers, s->profile.num_groups,
+                        s->profile.heads_per_group, s->profile.head_dim,
+                        (int)o->page_size, (int)o->prefill_chunk, &rule,
+                        s->profile.group_budget, err, errlen);
+    if (rc != 0)
+        return rc;
+    int64_t ctx = s->mc.max_position_embeddings;
+    if (s->mc.sliding_window > 0 && s->mc.sliding_window < ctx)
+        ctx = s->mc.sliding_window;
+    if (o->max_model_len > 0 && o->max_model_len < ctx)
+        ctx = o->max_model_len;
+    s->max_model_len = ctx > INT32_MAX ? INT32_MAX : (int32_t)ctx;
+    snprintf(s->model_name, sizeof(s->model_name), "%s", o->served_model_name);
+    return 0;
+}
+
+int rt_server_init(struct rt_server *s, uv_loop_t *loop,
+                   const struct rt_router_opts *o, char *err, size_t errlen)
+{
+    memset(s, 0, sizeof(*s));
+    s->loop = loop;
+    s->opts = o;
+    s->rng = uv_hrtime() ^ ((uint64_t)getpid() << 32);
+    s->started = (int64_t)time(NULL);
+    rt_step_init(&s->step);
+    int rc = load_model_side(s, err, errlen);
+    if (rc != 0)
+        goto fail;
+    s->api_cfg.served_model = s->model_name;
+    s->api_cfg.max_model_len = s->max_model_len;
+    s->api_cfg.vocab_size = s->mc.vocab_size;
+    s->api_cfg.max_body_bytes = 8u << 20;
+    rc = rt_metrics_tangram_init(&s->metrics, (int)o->td.tp, err, errlen);
+    if (rc != 0)
+        goto fail;
+
+    struct rt_link_config lc = {
+        .endpoint = o->ipc_endpoint,
+        .world_size = (int)o->td.tp,
+        .layout = {
+            .num_layers = (uint32_t)s->layout.n_layers,
+            .groups_per_layer = (uint32_t)s->layout.n_groups,
+            .heads_per_group = (uint32_t)s->layout.heads_per_group,
+            .page_size = (uint32_t)s->layout.page_size,
+            .head_dim = (uint32_t)s->layout.head_dim,
+            .pages_total = 1,
+            .vocab_size = (uint32_t)s->mc.vocab_size,
+        },
+        .heartbeat_ms = (uint32_t)o->td.worker_heartbeat_ms,
+        .on_result = on_result,
+        .on_dead = on_dead,
+        .on_ready = on_ready,
+        .ud = s,
+    };
+    rc = rt_link_init(&s->link, loop, &lc, err, errlen);
+    if (rc != 0)
+        goto fail;
+
+    struct rt_http_config hc;
+    rt_http_config_default(&hc);
+    hc.max_body_bytes = s->api_cfg.max_body_bytes;
+    rc = rt_http_server_init(&s->http, loop, &hc, err, errlen);
+    if (rc == 0)
+        rc = rt_api_http_register(s, err, errlen);
+    if (rc == 0)
+        rc = rt_http_server_listen(&s->http, o->td.host, (int)o->td.http_port,
+                                   err, errlen);
+    if (rc != 0)
+        goto fail;
+    struct rt_grpc_config gc;
+    rt_grpc_config_default(&gc);
+    rc = rt_grpc_server_init(&s->grpc, loop, &gc, err, errlen);
+    if (rc == 0)
+        rc = rt_api_grpc_register(s, err, errlen);
+    if (rc == 0)
+        rc = rt_grpc_server_listen(&s->grpc, o->td.host, (int)o->td.grpc_port,
+                                   err, errlen);
+    if (rc != 0)
+        goto fail;
+
+    uv_idle_init(loop, &s->pump);
+    s->pump.data = s;
+    uv_timer_init(loop, &s->tick);
+    s->tick.data = s;
+    uv_timer_start(&s->tick, tick_cb, 1000, 1000);
+    uv_timer_init(loop, &s->drain_timer);
+    s->drain_timer.data = s;
+    uv_signal_init(loop, &s->sig_term);
+    s->sig_term.data = s;
+    uv_signal_start(&s->sig_term, signal_cb, SIGTERM);
+    uv_signal_init(loop, &s->sig_int);
+    s->sig_int.data = s;
+    uv_signal_start(&s->sig_int, signal_cb, SIGINT);
+    log_info("serving %s: HTTP %s:%lld, gRPC %s:%lld, workers at %s, context %d",
+             s->model_name, o->td.host, (long long)o->td.http_port, o->td.host,
+             (long long)o->td.grpc_port, s->link.endpoint, s->max_model_len);
+    return 0;
+fail:
+    rt_server_free(s);
+    return rc;
+}
+
+void rt_server_free(struct rt_server *s)
+{
+    if (!s->stopping)
+        rt_link_close(&s->link);
+    while (s->reqs != NULL)
+        rt_req_drop(s->reqs);
+    if (s->sched_ready)
+        rt_sched_free(&s->sched);
+    rt_step_free(&s->step);
+    rt_http_server_free(&s->http);
+    rt_grpc_server_free(&s->grpc);
+    rt_metrics_tangram_free(&s->metrics);
+    kv_layout_free(&s->layout);
+    pf_profile_free(&s->profile);
+    tok_tokenizer_free(&s->tok);
+    s->sched_ready = 0;
+}

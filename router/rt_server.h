@@ -1,0 +1,167 @@
+/*
+ * rt_server.h — the router process: one libuv loop thread that owns the
+ * HTTP and gRPC front ends, tokenization, the budget-reserving scheduler,
+ * the link to the workers and the metrics (DESIGN.md §2).
+ *
+ * A request's life: a front end parses it into a struct rt_req, the server
+ * tokenizes it and submits it to the scheduler; each step the scheduler
+ * plans, the link sends the plan to every rank, rank 0's sampled tokens come
+ * back, the server turns them into text (stop strings, UTF-8 safe) and hands
+ * deltas to the request's sink until it finishes. A client that goes away
+ * aborts its request and its pages are freed at once. A dead worker fails
+ * every running request with an error; admission resumes when all ranks are
+ * back. SIGTERM drains: new requests get 503, running ones finish within
+ * --shutdown-timeout, then the process exits.
+ *
+ * Everything here runs on the loop thread.
+ */
+#ifndef RT_SERVER_H
+#define RT_SERVER_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "common/ct_template.h"
+#include "common/kv_seq.h"
+#include "common/mc_model_config.h"
+#include "common/pf_profile.h"
+#include "common/tok_tokenizer.h"
+#include "daemon/td_options.h"
+#include "router/rt_grpc.h"
+#include "router/rt_http.h"
+#include "router/rt_link.h"
+#include "router/rt_metrics.h"
+#include "router/rt_openai.h"
+#include "router/rt_sched.h"
+#include "router/rt_text.h"
+
+struct rt_req;
+struct rt_server;
+
+/* Where a request's output goes (HTTP/SSE or gRPC). `deliver` is called
+ * after every step that produced output for the request, and a last time
+ * with fin != RT_FINISH_NONE; the server frees the request after that last
+ * call. `text` is the newly released text (len bytes, may be 0); lps are
+ * the tokens sampled since the last call (n_lp). */
+struct rt_sink {
+    void (*deliver)(struct rt_req *r, const char *text, size_t len,
+                    const struct rt_token_logprob *lps, size_t n_lp,
+                    enum rt_finish fin, const char *error);
+};
+
+struct rt_req {
+    uint64_t id;
+    struct rt_server *srv;
+    const struct rt_sink *sink;
+    void *client;               /* the front end's handle */
+    struct rt_gen_request g;    /* parsed request (owned) */
+    char id_str[64];            /* "cmpl-..." / "chatcmpl-..." / gRPC id */
+    int64_t created;            /* unix seconds */
+    struct rt_resp_ctx ctx;     /* response formatting state */
+    int32_t *prompt;            /* (n_prompt) token ids, owned */
+    int64_t n_prompt;
+    struct rt_text text;
+    int32_t *out_ids;           /* (n_out) generated ids */
+    float *out_lps;             /* (n_out) their logprobs */
+    int32_t *out_top_ids;       /* (n_out, n_top) */
+    float *out_top_lps;         /* (n_out, n_top) */
+    struct rt_top_logprob *top_scratch; /* (n_top) */
+    struct rt_token_logprob *lp_scratch; /* (max_tokens) */
+    int32_t n_out, cap_out, n_top;
+    int32_t lp_sent;            /* tokens whose logprobs were delivered */
+    int64_t cached_tokens;      /* prompt tokens reused from stored KV */
+    uint64_t seed;
+    double t_arrival, t_first, t_last; /* seconds, loop clock */
+    int submitted;              /* the scheduler knows it */
+    int done;                   /* finished; freed after the step */
+    int in_step;                /* part of the step in flight */
+    struct rt_req *next;        /* in the server's list */
+};
+
+struct rt_router_opts {
+    struct td_options td;       /* must stay first (shared flag table) */
+    char *ipc_endpoint;         /* worker link endpoint */
+    int64_t notify_fd;          /* pipe to tangramd, -1 = none */
+};
+
+struct rt_server {
+    uv_loop_t *loop;
+    const struct rt_router_opts *opts;
+    char model_name[256];
+    int32_t max_model_len;
+    struct mc_model_config mc;
+    struct pf_profile profile;
+    struct kv_layout layout;
+    struct tok_tokenizer tok;
+    struct ct_template tmpl;
+    int have_tmpl;
+    char tmpl_error[256];
+    struct rt_openai_cfg api_cfg;
+    struct rt_http_server http;
+    struct rt_grpc_server grpc;
+    struct rt_link link;
+    struct rt_sched sched;
+    int sched_ready;            /* initialized from the workers' pools */
+    struct rt_step step;
+    int step_in_flight;
+    struct rt_metrics_tangram metrics;
+    struct rt_req *reqs;        /* live requests */
+    int n_reqs;
+    uint64_t next_id;
+    uint64_t rng;               /* seeds for requests without one */
+    int draining;
+    int stopping;
+    uv_signal_t sig_term, sig_int;
+    uv_timer_t drain_timer;
+    uv_timer_t tick;            /* watchdog pings, drain checks */
+    uv_idle_t pump;             /* runs the step loop outside callbacks */
+    int pump_on;
+    int exit_code;
+    int64_t started;            /* unix seconds */
+};
+
+/* Loads the model's config, tokenizer, chat template and profile, binds
+ * the HTTP and gRPC ports and the worker link. Returns 0 or an error with
+ * detail in err; on failure everything is released. */
+int rt_server_init(struct rt_server *s, uv_loop_t *loop,
+                   const struct rt_router_opts *o, char *err, size_t errlen);
+
+/* Stops everything and frees; safe on a zeroed server. Run the loop until
+ * it is empty afterwards so that handles close. */
+void rt_server_free(struct rt_server *s);
+
+/* Creates a request owned by the server (listed, id assigned). */
+struct rt_req *rt_req_new(struct rt_server *s, const struct rt_sink *sink,
+                          void *client);
+
+/* Tokenizes r->g (prompt text, ids or chat messages), checks the context,
+ * and submits it. On failure fills *e (HTTP status and OpenAI error) and
+ * the caller must rt_req_drop it. */
+int rt_req_submit(struct rt_req *r, struct rt_api_error *e);
+
+/* The client is gone or cancelled: aborts the request (its pages return to
+ * the pools at once); no further deliver calls happen. */
+void rt_req_cancel(struct rt_req *r);
+
+/* Aborts a running request on behalf of the server or an Abort call: its
+ * pages return at once and the sink gets a last delivery with
+ * RT_FINISH_ABORT. */
+void rt_req_abort(struct rt_req *r);
+
+/* Frees a request that was never submitted or already finished. */
+void rt_req_drop(struct rt_req *r);
+
+/* Readiness for /health and the gRPC health service. */
+int rt_server_ready(const struct rt_server *s);
+
+/* Front-end registration (rt_api_http.c / rt_api_grpc.c). */
+int rt_api_http_register(struct rt_server *s, char *err, size_t errlen);
+int rt_api_grpc_register(struct rt_server *s, char *err, size_t errlen);
+
+/* Token text for logprobs (rt_token_text_fn). */
+const char *rt_server_token_text(void *user, int32_t id, size_t *len);
+
+/* Loop-clock seconds. */
+double rt_server_now(const struct rt_server *s);
+
+#endif /* RT_SERVER_H */

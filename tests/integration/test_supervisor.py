@@ -1,0 +1,457 @@
+#!/usr/bin/python3
+"""Integration test of the tangramd supervisor with fake router/worker programs.
+
+The fake programs (written here, pointed to by TANGRAM_ROUTER_BIN and
+TANGRAM_WORKER_BIN) append one JSON line per event (start with argv and
+environment, SIGTERM received, exit) to events.jsonl. The router fake writes
+READY and then WATCHDOG every 100 ms on fd 3; SIGUSR1 makes it stop sending
+WATCHDOG (a hung loop). A fake NOTIFY_SOCKET records what tangramd tells
+systemd. Checked: argv of router and workers, env TANGRAM_* honoured, the API
+key kept off command lines, READY/WATCHDOG/STOPPING forwarding, worker restart
+with growing backoff, router crash restarting everything, SIGTERM order and
+clean exit with no child left, second SIGTERM cutting the drain short, a
+router ignoring SIGTERM (workers stopped after shutdown-timeout + 5 s, SIGKILL
+5 s later), option errors. Exit 77 when tangramd is not built. ~15 s.
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BIN = os.environ.get("TANGRAM_BIN", "")
+TANGRAMD = os.path.join(BIN, "tangramd")
+
+FAKE = r'''#!/usr/bin/python3
+import json, os, signal, sys, time
+role = os.path.basename(sys.argv[0])
+log = os.path.join(os.environ["FAKE_DIR"], "events.jsonl")
+def ev(kind, **kw):
+    kw.update(role=role, pid=os.getpid(), event=kind, t=time.time())
+    with open(log, "a") as f:
+        f.write(json.dumps(kw) + "\n")
+env = {k: v for k, v in os.environ.items()
+       if k.startswith("TANGRAM_") or k in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+ev("start", argv=sys.argv[1:], env=env)
+state = {"term": False, "wd": True}
+def on_term(sig, frame):
+    ev("term")
+    state["term"] = True
+def on_usr1(sig, frame):
+    state["wd"] = False
+signal.signal(signal.SIGTERM, on_term)
+signal.signal(signal.SIGUSR1, on_usr1)
+stubborn = role in os.environ.get("FAKE_STUBBORN", "").split(",")
+is_router = role == "fake-router"
+if is_router:
+    os.write(3, b"NOTREADY starting\nREADY\n")
+while True:
+    if state["term"] and not stubborn:
+        if is_router:
+            os.write(3, b"DRAINED\n")
+            time.sleep(0.2)
+        ev("exit")
+        sys.exit(0)
+    if is_router and state["wd"]:
+        try:
+            os.write(3, b"WATCHDOG\n")
+        except OSError:
+            ev("exit")
+            sys.exit(0)
+    time.sleep(0.1)
+'''
+
+
+class Notify:
+    """A fake systemd NOTIFY_SOCKET collecting (time, message) pairs."""
+
+    def __init__(self, path):
+        self.path = path
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(path)
+        self.sock.settimeout(0.1)
+        self.msgs = []
+        self.lock = threading.Lock()
+        self.stop = False
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def loop(self):
+        while not self.stop:
+            try:
+                data = self.sock.recv(4096)
+            except socket.timeout:
+                continue
+            with self.lock:
+                self.msgs.append((time.time(), data.decode()))
+
+    def has(self, text, since=0.0):
+        with self.lock:
+            return any(text in m for t, m in self.msgs if t >= since)
+
+    def close(self):
+        self.stop = True
+        self.thread.join()
+        self.sock.close()
+
+
+failures = []
+
+
+def check(cond, what):
+    if cond:
+        print("ok   " + what)
+    else:
+        print("FAIL " + what)
+        failures.append(what)
+
+
+def events(d):
+    try:
+        with open(os.path.join(d, "events.jsonl")) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def wait_for(pred, timeout):
+    end = time.time() + timeout
+    while time.time() < end:
+        r = pred()
+        if r:
+            return r
+        time.sleep(0.02)
+    return pred()
+
+
+def starts(d, role, rank=None):
+    out = []
+    for e in events(d):
+        if e["event"] != "start" or e["role"] != role:
+            continue
+        if rank is not None and flag(e["argv"], "--rank") != str(rank):
+            continue
+        out.append(e)
+    return out
+
+
+def flag(argv, name):
+    """Value of `name` given as '--name=v' or '--name v'; None if absent."""
+    for i, a in enumerate(argv):
+        if a.startswith(name + "="):
+            return a[len(name) + 1:]
+        if a == name and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def setup(root, name):
+    d = os.path.join(root, name)
+    os.makedirs(d)
+    for role in ("fake-router", "fake-worker"):
+        p = os.path.join(d, role)
+        with open(p, "w") as f:
+            f.write(FAKE)
+        os.chmod(p, 0o755)
+    return d
+
+
+def base_env(d, extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("TANGRAM_") and k not in
+           ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID",
+            "RUNTIME_DIRECTORY")}
+    env.update(FAKE_DIR=d, TMPDIR=d,
+               TANGRAM_ROUTER_BIN=os.path.join(d, "fake-router"),
+               TANGRAM_WORKER_BIN=os.path.join(d, "fake-worker"))
+    env.update(extra)
+    return env
+
+
+def start(d, args, extra):
+    err = open(os.path.join(d, "stderr.log"), "w")
+    return subprocess.Popen([TANGRAMD] + args, env=base_env(d, extra),
+                            stdout=err, stderr=err)
+
+
+def stderr_of(d):
+    with open(os.path.join(d, "stderr.log")) as f:
+        return f.read()
+
+
+def all_pids(d):
+    return {e["pid"] for e in events(d) if e["event"] == "start"}
+
+
+def test_options(root):
+    d = setup(root, "opts")
+    r = subprocess.run([TANGRAMD, "--help"], capture_output=True, text=True,
+                       env=base_env(d, {}))
+    check(r.returncode == 0 and "--shutdown-timeout" in r.stdout,
+          "--help exits 0 and lists the options")
+    r = subprocess.run([TANGRAMD, "--model", "m", "--tp", "0"],
+                       capture_output=True, text=True, env=base_env(d, {}))
+    check(r.returncode == 2 and "--tp" in r.stderr, "bad --tp exits 2")
+    r = subprocess.run([TANGRAMD, "--model", "m", "--bogus"],
+                       capture_output=True, text=True, env=base_env(d, {}))
+    check(r.returncode == 2 and "--bogus" in r.stderr,
+          "unknown flag exits 2")
+    r = subprocess.run([TANGRAMD, "--model", "m"], capture_output=True,
+                       text=True, timeout=10,
+                       env=base_env(d, {"TANGRAM_WORKER_BIN":
+                                        os.path.join(d, "missing")}))
+    check(r.returncode == 1 and "tangram-worker" in r.stderr and
+          "missing" in r.stderr, "missing worker program exits 1 clearly")
+    check(not [n for n in os.listdir(d) if n.startswith("tangramd.")],
+          "no runtime directory left after a start-up failure")
+
+
+def test_main(root):
+    d = setup(root, "main")
+    nsock = Notify(os.path.join(d, "notify.sock"))
+    extra = {"NOTIFY_SOCKET": nsock.path, "WATCHDOG_USEC": "400000",
+             "TANGRAM_HTTP_PORT": "8123", "TANGRAM_API_KEY": "sekrit",
+             "TANGRAM_TP": "2"}
+    p = start(d, ["--model", "/models/tiny/", "--page-size", "32",
+                  "--shutdown-timeout", "3", "--kv-memory", "64MiB"], extra)
+    try:
+        ok = wait_for(lambda: len(starts(d, "fake-router")) == 1 and
+                      len(starts(d, "fake-worker")) == 2, 5)
+        check(ok, "router and 2 workers started")
+        router = starts(d, "fake-router")[0]
+        ra = router["argv"]
+        ep = flag(ra, "--ipc-endpoint")
+        check(ep is not None and re.match(r"^ipc://.*/workers\.sock$", ep),
+              "router gets --ipc-endpoint ipc://.../workers.sock")
+        check(flag(ra, "--notify-fd") == "3", "router gets --notify-fd 3")
+        check(flag(ra, "--http-port") == "8123", "env TANGRAM_HTTP_PORT "
+              "passed to the router as --http-port")
+        check(flag(ra, "--page-size") == "32" and flag(ra, "--tp") == "2",
+              "flags passed through to the router")
+        check(flag(ra, "--model") == "/models/tiny/" and
+              flag(ra, "--served-model-name") == "tiny",
+              "model and derived served-model-name passed to the router")
+        check(flag(ra, "--profile") == "none", "profile none passed")
+        check(not any("sekrit" in a or "api-key" in a for a in ra),
+              "API key not on the router's command line")
+        check(router["env"].get("TANGRAM_API_KEY") == "sekrit",
+              "API key in the router's environment")
+        check("NOTIFY_SOCKET" not in router["env"] and
+              "WATCHDOG_USEC" not in router["env"],
+              "systemd variables not passed to children")
+        rundir = ep[len("ipc://"):-len("/workers.sock")]
+        check(os.path.isdir(rundir) and rundir.startswith(d),
+              "private runtime directory under TMPDIR exists")
+        for rank in (0, 1):
+            w = starts(d, "fake-worker", rank)
+            wa = w[0]["argv"] if w else []
+            check(flag(wa, "--world-size") == "2" and
+                  flag(wa, "--router") == ep and
+                  flag(wa, "--model") == "/models/tiny/" and
+                  flag(wa, "--page-size") == "32" and
+                  flag(wa, "--kv-memory") == "67108864B" and
+                  flag(wa, "--backend") == "cpu" and
+                  flag(wa, "--log-level") == "info",
+                  "worker rank %d argv" % rank)
+            check(w and flag(wa, "--http-port") is None and
+                  "TANGRAM_API_KEY" not in w[0]["env"],
+                  "worker rank %d gets only its options, no key" % rank)
+        check(wait_for(lambda: nsock.has("READY=1"), 3),
+              "READY=1 forwarded to NOTIFY_SOCKET")
+        check(wait_for(lambda: nsock.has("WATCHDOG=1"), 3),
+              "WATCHDOG=1 sent while the router pings")
+
+        # A worker killed with SIGKILL comes back with growing backoff.
+        delays = []
+        for i in range(3):
+            cur = starts(d, "fake-worker", 0)[-1]
+            t0 = time.time()
+            os.kill(cur["pid"], signal.SIGKILL)
+            ok = wait_for(lambda: len(starts(d, "fake-worker", 0)) == i + 2,
+                          5)
+            check(ok, "worker rank 0 restarted after SIGKILL #%d" % (i + 1))
+            if ok:
+                new = starts(d, "fake-worker", 0)[-1]
+                check(new["pid"] != cur["pid"], "restarted worker has a "
+                      "new pid")
+                delays.append(new["t"] - t0)
+        log = stderr_of(d)
+        check(all(("restarting worker rank 0 in %d ms" % ms) in log
+                  for ms in (100, 200, 400)),
+              "restart backoff logged as 100, 200, 400 ms")
+        # Lower bounds only: the timers guarantee them, while the fake's
+        # start-up time on a loaded machine could blur a comparison.
+        check(len(delays) == 3 and delays[0] >= 0.1 and
+              delays[1] >= 0.2 and delays[2] >= 0.4,
+              "measured restart delays at least 0.1, 0.2, 0.4 s: %s" %
+              ["%.3f" % x for x in delays])
+        check("killed by signal 9" in log, "worker death logged with signal")
+        check(len(starts(d, "fake-router")) == 1 and
+              len(starts(d, "fake-worker", 1)) == 1,
+              "a worker crash restarts nothing else")
+
+        # A hung router (no WATCHDOG lines) stops the systemd pings.
+        os.kill(starts(d, "fake-router")[-1]["pid"], signal.SIGUSR1)
+        time.sleep(1.0)  # > WATCHDOG_USEC + a tick: the last ping is old
+        t_hung = time.time()
+        time.sleep(0.8)
+        check(not nsock.has("WATCHDOG=1", since=t_hung),
+              "no WATCHDOG=1 while the router is silent")
+
+        # Router crash: workers stopped, everything started again.
+        old = starts(d, "fake-router")[-1]
+        nw = len(starts(d, "fake-worker"))
+        t_crash = time.time()
+        os.kill(old["pid"], signal.SIGKILL)
+        ok = wait_for(lambda: len(starts(d, "fake-router")) == 2 and
+                      len(starts(d, "fake-worker")) == nw + 2, 8)
+        check(ok, "router crash restarts the router and both workers")
+        terms = [e for e in events(d) if e["event"] == "term" and
+                 e["role"] == "fake-worker" and e["t"] >= t_crash]
+        check(len(terms) == 2, "old workers got SIGTERM after the router "
+              "crash")
+        check(wait_for(lambda: nsock.has("READY=1", since=t_crash), 3),
+              "READY=1 again after the restart")
+        check(wait_for(lambda: nsock.has("WATCHDOG=1", since=t_crash), 3),
+              "WATCHDOG=1 again with the new router")
+
+        # SIGTERM: drain, router first, then workers, exit 0, nothing left.
+        time.sleep(0.2)
+        t_term = time.time()
+        p.send_signal(signal.SIGTERM)
+        try:
+            rc = p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        check(rc == 0, "tangramd exits 0 after SIGTERM (rc %s)" % rc)
+        check(nsock.has("STOPPING=1", since=t_term), "STOPPING=1 sent")
+        evs = [e for e in events(d) if e["t"] >= t_term]
+        rterm = [e["t"] for e in evs if e["role"] == "fake-router" and
+                 e["event"] == "term"]
+        rexit = [e["t"] for e in evs if e["role"] == "fake-router" and
+                 e["event"] == "exit"]
+        wterm = [e["t"] for e in evs if e["role"] == "fake-worker" and
+                 e["event"] == "term"]
+        check(len(rterm) == 1 and len(wterm) == 2 and rexit and
+              min(wterm) >= rexit[0],
+              "router drained first, workers got SIGTERM after it exited")
+        check("router drained" in stderr_of(d), "DRAINED line logged")
+        left = [pid for pid in all_pids(d) if alive(pid)]
+        check(not left, "no child process left (%s)" % left)
+        check(not os.path.exists(rundir), "runtime directory removed")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for pid in all_pids(d):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        nsock.close()
+
+
+def test_second_signal(root):
+    d = setup(root, "second")
+    p = start(d, ["--model", "m", "--shutdown-timeout", "20"],
+              {"FAKE_STUBBORN": "fake-router,fake-worker", "TANGRAM_TP": "1"})
+    try:
+        check(wait_for(lambda: len(starts(d, "fake-router")) == 1 and
+                       len(starts(d, "fake-worker")) == 1, 5),
+              "stubborn router and worker started")
+        p.send_signal(signal.SIGTERM)
+        check(wait_for(lambda: any(e["event"] == "term" for e in events(d)),
+                       3), "router got the first SIGTERM")
+        t0 = time.time()
+        p.send_signal(signal.SIGINT)
+        try:
+            rc = p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            rc = None
+        took = time.time() - t0
+        check(rc == 1 and took < 2,
+              "second signal: exit 1 in %.2f s (rc %s)" % (took, rc))
+        left = [pid for pid in all_pids(d) if alive(pid)]
+        check(not left, "no child left after the forced stop (%s)" % left)
+        check(not [n for n in os.listdir(d) if n.startswith("tangramd.")],
+              "runtime directory removed after the forced stop")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for pid in all_pids(d):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_drain_timeout(root):
+    """A router that ignores SIGTERM: workers stopped after
+    shutdown-timeout + 5 s, the router SIGKILLed 5 s later, exit 0."""
+    d = setup(root, "timeout")
+    p = start(d, ["--model", "m", "--shutdown-timeout", "0"],
+              {"FAKE_STUBBORN": "fake-router", "TANGRAM_TP": "1"})
+    try:
+        check(wait_for(lambda: len(starts(d, "fake-router")) == 1 and
+                       len(starts(d, "fake-worker")) == 1, 5),
+              "stubborn router started")
+        time.sleep(0.2)
+        t0 = time.time()
+        p.send_signal(signal.SIGTERM)
+        try:
+            rc = p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            rc = None
+        took = time.time() - t0
+        wterm = [e["t"] - t0 for e in events(d) if e["event"] == "term" and
+                 e["role"] == "fake-worker"]
+        check(len(wterm) == 1 and 4.8 <= wterm[0] <= 7,
+              "workers got SIGTERM after shutdown-timeout + 5 s (%s)" %
+              ["%.2f" % x for x in wterm])
+        check(rc == 0 and 9.8 <= took <= 13,
+              "stubborn router SIGKILLed, exit 0 after %.2f s (rc %s)" %
+              (took, rc))
+        check("sending SIGKILL" in stderr_of(d), "SIGKILL escalation logged")
+        left = [pid for pid in all_pids(d) if alive(pid)]
+        check(not left, "no child left after the timed-out drain (%s)" %
+              left)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for pid in all_pids(d):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def main():
+    if not BIN or not os.access(TANGRAMD, os.X_OK):
+        print("tangramd not built (TANGRAM_BIN=%r): skipped" % BIN)
+        return 77
+    with tempfile.TemporaryDirectory(prefix="tgsup") as root:
+        test_options(root)
+        test_main(root)
+        test_second_signal(root)
+        test_drain_timeout(root)
+        if failures:
+            for name in ("main", "second", "timeout"):
+                path = os.path.join(root, name, "stderr.log")
+                if os.path.exists(path):
+                    print("---- tangramd stderr (%s) ----" % name)
+                    print(stderr_of(os.path.join(root, name)))
+    print("%d failure(s)" % len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,395 @@
+/* test_wlink.c — the real tangram-worker process against a ZMQ_ROUTER in
+ * the test: Hello with the layout on connect, a plan for a short prompt
+ * (pages from a local kv_pool / kv_seq reservation, as the router does)
+ * answered with the greedy token gw_engine_generate gives, heartbeats
+ * arriving, a wrong-version plan answered with ok = false, Shutdown ->
+ * exit 0, router silence -> exit 3 within the timeout, garbage -> exit 4.
+ * Skipped when tangram-worker or tangram-make-model is not built. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "common/kv_pool.h"
+#include "common/kv_seq.h"
+#include "gpu_worker/gw_engine.h"
+#include "gpu_worker/gw_wlink.h"
+
+#define PAGE 8
+#define CHUNK 16
+
+static char tmpdir[256];
+static char model_dir[300];
+static char worker_exe[512];
+static char errbuf[512];
+
+static int setup(void **state)
+{
+    (void)state;
+    const char *bin = getenv("TANGRAM_BIN");
+    const char *shared = getenv("TANGRAM_SHARED");
+    if (bin == NULL || shared == NULL)
+        return 0;
+    char make[512];
+    snprintf(make, sizeof(make), "%s/tangram-make-model", bin);
+    snprintf(worker_exe, sizeof(worker_exe), "%s/tangram-worker", bin);
+    if (access(make, X_OK) != 0 || access(worker_exe, X_OK) != 0)
+        return 0;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/tg_test_wlink.XXXXXX");
+    if (mkdtemp(tmpdir) == NULL)
+        return -1;
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd),
+             "'%s' --arch qwen3 --hidden 64 --layers 2 --heads 4 --kv-heads 2 "
+             "--head-dim 16 --ffn 128 --tokenizer '%s/data/tokenizers/qwen3' "
+             "--seed 5 -o '%s/m' >/dev/null", make, shared, tmpdir);
+    if (system(cmd) != 0)
+        return -1;
+    snprintf(model_dir, sizeof(model_dir), "%s/m", tmpdir);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (tmpdir[0] != '\0') {
+        char cmd[600];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+struct router {
+    void *ctx, *sock;
+    char endpoint[400];
+    pid_t pid;
+};
+
+static void router_start(struct router *r, int timeout_ms)
+{
+    if (model_dir[0] == '\0')
+        skip();
+    memset(r, 0, sizeof(*r));
+    snprintf(r->endpoint, sizeof(r->endpoint), "ipc://%s/r-%d-%d.sock", tmpdir,
+             (int)getpid(), timeout_ms);
+    r->ctx = zmq_ctx_new();
+    r->sock = zmq_socket(r->ctx, ZMQ_ROUTER);
+    int linger = 0;
+    zmq_setsockopt(r->sock, ZMQ_LINGER, &linger, sizeof(linger));
+    assert_int_equal(zmq_bind(r->sock, r->endpoint), 0);
+    char tmo[32];
+    snprintf(tmo, sizeof(tmo), "%d", timeout_ms);
+    r->pid = fork();
+    assert_true(r->pid >= 0);
+    if (r->pid == 0) {
+        execl(worker_exe, worker_exe, "--model", model_dir, "--router",
+              r->endpoint, "--page-size", "8", "--prefill-chunk", "16",
+              "--kv-pages", "256", "--max-num-seqs", "4", "--heartbeat-ms",
+              "50", "--router-timeout-ms", tmo, "--threads", "1",
+              "--log-level", "err", (char *)NULL);
+        _exit(127);
+    }
+}
+
+/* Waits for the worker to exit within ms; returns its exit status, or -1
+ * after killing it. */
+static int router_wait(struct router *r, int ms)
+{
+    for (int t = 0; t < ms; t += 10) {
+        int st;
+        pid_t p = waitpid(r->pid, &st, WNOHANG);
+        if (p == r->pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        usleep(10000);
+    }
+    kill(r->pid, SIGKILL);
+    waitpid(r->pid, NULL, 0);
+    return -1;
+}
+
+static void router_stop(struct router *r)
+{
+    zmq_close(r->sock);
+    zmq_ctx_term(r->ctx);
+}
+
+/* Receives one message (identity + payload) within ms; NULL on timeout. */
+static GwWorkerMessage *router_recv(struct router *r, int ms)
+{
+    zmq_pollitem_t it = {.socket = r->sock, .events = ZMQ_POLLIN};
+    if (zmq_poll(&it, 1, ms) <= 0)
+        return NULL;
+    char id[64];
+    int n = zmq_recv(r->sock, id, sizeof(id), 0);
+    assert_int_equal(n, 6);
+    assert_memory_equal(id, "rank-0", 6);
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    assert_true(zmq_msg_recv(&m, r->sock, 0) >= 0);
+    GwWorkerMessage *out = tangram__worker__v1__worker_message__unpack(
+        NULL, zmq_msg_size(&m), zmq_msg_data(&m));
+    zmq_msg_close(&m);
+    assert_non_null(out);
+    assert_int_equal(out->version, 1);
+    return out;
+}
+
+static void router_send_raw(struct router *r, const void *buf, size_t n)
+{
+    assert_int_equal(zmq_send(r->sock, "rank-0", 6, ZMQ_SNDMORE), 6);
+    assert_int_equal(zmq_send(r->sock, buf, n, 0), (int)n);
+}
+
+static void router_send(struct router *r, GwWorkerMessage *m)
+{
+    size_t n = tangram__worker__v1__worker_message__get_packed_size(m);
+    uint8_t *buf = malloc(n + 1);
+    assert_non_null(buf);
+    tangram__worker__v1__worker_message__pack(m, buf);
+    router_send_raw(r, buf, n);
+    free(buf);
+}
+
+/* Next non-heartbeat message; counts heartbeats. */
+static GwWorkerMessage *next_msg(struct router *r, int ms, int *n_hb)
+{
+    for (;;) {
+        GwWorkerMessage *m = router_recv(r, ms);
+        if (m == NULL ||
+            m->body_case != TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_HEARTBEAT)
+            return m;
+        assert_int_equal(m->heartbeat->rank, 0);
+        (*n_hb)++;
+        gw_wlink_msg_free(m);
+    }
+}
+
+static void send_shutdown(struct router *r)
+{
+    Tangram__Worker__V1__Shutdown sd = TANGRAM__WORKER__V1__SHUTDOWN__INIT;
+    sd.version = 1;
+    sd.reason = (char *)"test";
+    sd.drain = 1;
+    GwWorkerMessage m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
+    m.version = 1;
+    m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_SHUTDOWN;
+    m.shutdown = &sd;
+    router_send(r, &m);
+}
+
+static void test_plan_heartbeat_shutdown(void **state)
+{
+    (void)state;
+    struct router r;
+    router_start(&r, 3000);
+    int n_hb = 0;
+    GwWorkerMessage *hello = next_msg(&r, 20000, &n_hb);
+    assert_non_null(hello);
+    assert_int_equal(hello->body_case,
+                     TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_HELLO);
+    assert_int_equal(hello->hello->rank, 0);
+    assert_int_equal(hello->hello->world_size, 1);
+    assert_int_equal(hello->hello->pages_total, 256);
+    assert_int_equal(hello->hello->pid, (uint32_t)r.pid);
+    assert_int_equal(hello->hello->layout->num_layers, 2);
+    assert_int_equal(hello->hello->layout->page_size, PAGE);
+    assert_string_equal(hello->hello->layout->backend, "cpu");
+    uint32_t pages_total = hello->hello->pages_total;
+    gw_wlink_msg_free(hello);
+
+    /* The reference token and the router-side page accounting. */
+    struct gw_engine eng;
+    struct gw_engine_opts eo = {.model_dir = model_dir, .heads_per_group = 1,
+                                .page_size = PAGE, .prefill_chunk = CHUNK,
+                                .max_context = 64, .n_threads = 1};
+    assert_int_equal(gw_engine_init(&eng, &eo, errbuf, sizeof(errbuf)), 0);
+    const int32_t prompt[6] = {101, 202, 303, 404, 505, 606};
+    struct gw_gen_params gp = {.max_tokens = 1, .ignore_eos = 1,
+                               .sampling = {.top_p = 1.0f,
+                                            .repetition_penalty = 1.0f}};
+    struct gw_gen_result ref;
+    assert_int_equal(gw_engine_generate(&eng, prompt, 6, &gp, &ref, errbuf,
+                                        sizeof(errbuf)), 0);
+    const struct kv_layout *kv = &eng.layout.kv;
+    struct kv_pool pool;
+    struct kv_seq seq = {0};
+    assert_int_equal(kv_pool_init(&pool, (int32_t)pages_total, errbuf,
+                                  sizeof(errbuf)), 0);
+    assert_int_equal(kv_seq_init(&seq, kv, errbuf, sizeof(errbuf)), 0);
+    assert_int_equal(kv_seq_reserve_prompt(&seq, kv, &pool, 0, 6, errbuf,
+                                           sizeof(errbuf)), 0);
+    int rows = kv->n_layers * kv->n_groups;
+    GwPageDelta d[16], *dp[16];
+    uint32_t ids[16][8];
+    assert_true(rows <= 16);
+    for (int l = 0; l < kv->n_layers; l++)
+        for (int g = 0; g < kv->n_groups; g++) {
+            int row = l * kv->n_groups + g;
+            int32_t n;
+            const int32_t *pg = kv_seq_row_ids(&seq, kv, l, g, &n);
+            GwPageDelta init = TANGRAM__WORKER__V1__PAGE_DELTA__INIT;
+            d[row] = init;
+            d[row].slot = 2;
+            d[row].layer = (uint32_t)l;
+            d[row].group = (uint32_t)g;
+            assert_true(n <= 8);
+            for (int k = 0; k < n; k++)
+                ids[row][k] = (uint32_t)pg[k];
+            d[row].page_ids = ids[row];
+            d[row].n_page_ids = (size_t)n;
+            dp[row] = &d[row];
+        }
+    uint32_t toks[6];
+    for (int i = 0; i < 6; i++)
+        toks[i] = (uint32_t)prompt[i];
+    Tangram__Worker__V1__WorkerSampling ws =
+        TANGRAM__WORKER__V1__WORKER_SAMPLING__INIT;
+    ws.top_p = 1.0f;
+    ws.repetition_penalty = 1.0f;
+    GwPlanEntry e = TANGRAM__WORKER__V1__PLAN_ENTRY__INIT, *ep = &e;
+    e.slot = 2;
+    e.request_id = (char *)"r1";
+    e.kind = TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL;
+    e.token_ids = toks;
+    e.n_token_ids = 6;
+    e.sampling = &ws;
+    e.sample = 1;
+    e.last_chunk = 1;
+    e.num_prompt_tokens = 6;
+    e.fresh = 1;
+    GwBatchPlan bp = TANGRAM__WORKER__V1__BATCH_PLAN__INIT;
+    bp.version = 1;
+    bp.step_id = 1;
+    bp.entries = &ep;
+    bp.n_entries = 1;
+    bp.page_deltas = dp;
+    bp.n_page_deltas = (size_t)rows;
+    GwWorkerMessage m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
+    m.version = 1;
+    m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_PLAN;
+    m.plan = &bp;
+    router_send(&r, &m);
+    GwWorkerMessage *res = next_msg(&r, 5000, &n_hb);
+    assert_non_null(res);
+    assert_int_equal(res->body_case,
+                     TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_RESULT);
+    assert_true(res->result->ok);
+    assert_int_equal(res->result->step_id, 1);
+    assert_int_equal(res->result->n_sampled, 1);
+    assert_int_equal(res->result->sampled[0]->slot, 2);
+    assert_int_equal(res->result->sampled[0]->token_id, ref.tokens[0]);
+    assert_memory_equal(&res->result->sampled[0]->logprob, &ref.lps[0],
+                        sizeof(float));
+    gw_wlink_msg_free(res);
+
+    /* A plan with another version gets ok = false, step id echoed. */
+    bp.step_id = 2;
+    bp.version = 9;
+    bp.n_entries = 0;
+    bp.n_page_deltas = 0;
+    router_send(&r, &m);
+    res = next_msg(&r, 5000, &n_hb);
+    assert_non_null(res);
+    assert_false(res->result->ok);
+    assert_int_equal(res->result->step_id, 2);
+    assert_non_null(strstr(res->result->error, "version"));
+    gw_wlink_msg_free(res);
+
+    /* Heartbeats keep coming (period 50 ms). */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int beats = 0;
+    for (;;) {
+        GwWorkerMessage *x = router_recv(&r, 100);
+        if (x != NULL) {
+            assert_int_equal(x->body_case,
+                             TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_HEARTBEAT);
+            beats++;
+            gw_wlink_msg_free(x);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (t1.tv_sec - t0.tv_sec >= 2 || beats >= 4)
+            break;
+    }
+    assert_true(beats >= 4);
+
+    send_shutdown(&r);
+    assert_int_equal(router_wait(&r, 5000), 0);
+    router_stop(&r);
+    kv_seq_free(&seq, &pool);
+    kv_pool_free(&pool);
+    gw_gen_result_free(&ref);
+    gw_engine_free(&eng);
+}
+
+static void test_router_silence_exits_3(void **state)
+{
+    (void)state;
+    struct router r;
+    router_start(&r, 300);
+    int n_hb = 0;
+    GwWorkerMessage *hello = next_msg(&r, 20000, &n_hb);
+    assert_non_null(hello);
+    gw_wlink_msg_free(hello);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int st = router_wait(&r, 5000);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_int_equal(st, 3);
+    double el = (double)(t1.tv_sec - t0.tv_sec) +
+                (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    assert_true(el < 2.0);
+    router_stop(&r);
+}
+
+static void test_garbage_exits_4(void **state)
+{
+    (void)state;
+    struct router r;
+    router_start(&r, 3000);
+    int n_hb = 0;
+    GwWorkerMessage *hello = next_msg(&r, 20000, &n_hb);
+    assert_non_null(hello);
+    gw_wlink_msg_free(hello);
+    const uint8_t junk[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
+    router_send_raw(&r, junk, sizeof(junk));
+    assert_int_equal(router_wait(&r, 5000), 4);
+    router_stop(&r);
+}
+
+static void test_sigterm_exits_0(void **state)
+{
+    (void)state;
+    struct router r;
+    router_start(&r, 3000);
+    int n_hb = 0;
+    GwWorkerMessage *hello = next_msg(&r, 20000, &n_hb);
+    assert_non_null(hello);
+    gw_wlink_msg_free(hello);
+    kill(r.pid, SIGTERM);
+    assert_int_equal(router_wait(&r, 5000), 0);
+    router_stop(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plan_heartbeat_shutdown),
+        cmocka_unit_test(test_router_silence_exits_3),
+        cmocka_unit_test(test_garbage_exits_4),
+        cmocka_unit_test(test_sigterm_exits_0),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

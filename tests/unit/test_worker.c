@@ -1,0 +1,614 @@
+/* test_worker.c — gw_worker_step driven by plans the way the router builds
+ * them (pages from a local kv_pool / kv_seq reservation, deltas of each
+ * row's new pages): chunked prefill + decode through plans gives the same
+ * tokens and log-probabilities, bit for bit, as gw_engine_generate on the
+ * same prompt, with full KV and with a compressing profile, greedy and
+ * seeded sampling; bad plans (bad page id, wrong position, unknown slot,
+ * out-of-order step id, bad sampling, short rows) give error results,
+ * change nothing and leave the worker usable. The tiny model comes from
+ * $TANGRAM_BIN/tangram-make-model (skipped when it is not built). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/kv_pool.h"
+#include "common/kv_seq.h"
+#include "common/pf_profile.h"
+#include "common/tg_err.h"
+#include "gpu_worker/gw_engine.h"
+#include "gpu_worker/gw_worker.h"
+
+#define PAGE 8
+#define CHUNK 16
+#define SLOTS 4
+#define POOL 1024
+
+static char tmpdir[256];
+static char model_dir[300];
+static char profile_path[300];
+static char errbuf[512];
+
+static int make_model(void **state)
+{
+    (void)state;
+    const char *bin = getenv("TANGRAM_BIN");
+    const char *shared = getenv("TANGRAM_SHARED");
+    if (bin == NULL || shared == NULL)
+        return 0;
+    char exe[512];
+    snprintf(exe, sizeof(exe), "%s/tangram-make-model", bin);
+    if (access(exe, X_OK) != 0)
+        return 0;
+    snprintf(tmpdir, sizeof(tmpdir), "/tmp/tg_test_worker.XXXXXX");
+    if (mkdtemp(tmpdir) == NULL)
+        return -1;
+    snprintf(model_dir, sizeof(model_dir), "%s/m", tmpdir);
+    char cmd[2048];
+    snprintf(cmd, sizeof(cmd),
+             "'%s' --arch qwen3 --hidden 64 --layers 2 --heads 4 --kv-heads 2 "
+             "--head-dim 16 --ffn 128 --tokenizer '%s/data/tokenizers/qwen3' "
+             "--seed 5 -o '%s' >/dev/null", exe, shared, model_dir);
+    if (system(cmd) != 0)
+        return -1;
+    /* A compressing profile: head budgets below 1, one head per group. */
+    struct pf_profile p;
+    if (pf_profile_init(&p, "Qwen3ForCausalLM", "snapkv", 2, 2, 16, 1, errbuf,
+                        sizeof(errbuf)) != 0)
+        return -1;
+    const double b[4] = {0.5, 1.0, 0.25, 0.75};
+    for (int i = 0; i < 4; i++) {
+        p.budget[i] = b[i];
+        p.mean[i] = b[i];
+    }
+    p.samples = 1;
+    p.target_ratio = 0.6;
+    snprintf(profile_path, sizeof(profile_path), "%s/profile.json", tmpdir);
+    int rc = pf_profile_finish(&p, errbuf, sizeof(errbuf));
+    if (rc == 0)
+        rc = pf_profile_save(&p, profile_path, errbuf, sizeof(errbuf));
+    pf_profile_free(&p);
+    if (rc != 0)
+        fprintf(stderr, "profile: %s\n", errbuf);
+    return rc == 0 ? 0 : -1;
+}
+
+static int remove_model(void **state)
+{
+    (void)state;
+    if (tmpdir[0] != '\0') {
+        char cmd[600];
+        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+        if (system(cmd) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void need_model(void)
+{
+    if (model_dir[0] == '\0')
+        skip();
+}
+
+static void worker_open(struct gw_worker *w, const char *profile)
+{
+    struct gw_worker_opts o = {
+        .model_dir = model_dir, .profile_path = profile, .heads_per_group = 1,
+        .page_size = PAGE, .prefill_chunk = CHUNK, .kv_pages = POOL,
+        .max_slots = SLOTS, .rank = 0, .world_size = 1, .n_threads = 1};
+    int rc = gw_worker_init(w, &o, errbuf, sizeof(errbuf));
+    if (rc != 0)
+        fprintf(stderr, "gw_worker_init: %s\n", errbuf);
+    assert_int_equal(rc, 0);
+}
+
+/* ---- a tiny router: page accounting and plan building ------------------ */
+
+#define MAX_DELTAS 64
+#define MAX_IDS 2048
+
+struct req {
+    struct kv_seq seq;
+    int32_t *sent;      /* (rows) pages already handed to the worker */
+    uint32_t slot;
+    const int32_t *prompt;
+    int n_prompt;
+    int64_t pos;        /* tokens fed */
+    int fresh;
+};
+
+struct plan {
+    GwBatchPlan bp;
+    GwPlanEntry e[SLOTS];
+    GwPlanEntry *ep[SLOTS];
+    Tangram__Worker__V1__WorkerSampling s[SLOTS];
+    uint32_t tok[SLOTS][CHUNK];
+    GwPageDelta d[MAX_DELTAS];
+    GwPageDelta *dp[MAX_DELTAS];
+    uint32_t ids[MAX_IDS];
+    size_t n_ids;
+    uint32_t frees[SLOTS];
+};
+
+static void plan_reset(struct plan *p, uint64_t step)
+{
+    GwBatchPlan init = TANGRAM__WORKER__V1__BATCH_PLAN__INIT;
+    memset(p, 0, sizeof(*p));
+    p->bp = init;
+    p->bp.version = 1;
+    p->bp.step_id = step;
+    p->bp.entries = p->ep;
+    p->bp.page_deltas = p->dp;
+    p->bp.frees = p->frees;
+}
+
+/* Adds deltas for every row of r whose page list grew since last sent. */
+static void plan_deltas(struct plan *p, struct req *r,
+                        const struct kv_layout *kv)
+{
+    for (int l = 0; l < kv->n_layers; l++)
+        for (int g = 0; g < kv->n_groups; g++) {
+            int row = l * kv->n_groups + g;
+            int32_t n;
+            const int32_t *ids = kv_seq_row_ids(&r->seq, kv, l, g, &n);
+            if (n <= r->sent[row])
+                continue;
+            assert_true(p->bp.n_page_deltas < MAX_DELTAS);
+            GwPageDelta init = TANGRAM__WORKER__V1__PAGE_DELTA__INIT;
+            GwPageDelta *d = &p->d[p->bp.n_page_deltas];
+            *d = init;
+            d->slot = r->slot;
+            d->layer = (uint32_t)l;
+            d->group = (uint32_t)g;
+            d->page_ids = p->ids + p->n_ids;
+            for (int32_t k = r->sent[row]; k < n; k++) {
+                assert_true(p->n_ids < MAX_IDS);
+                p->ids[p->n_ids++] = (uint32_t)ids[k];
+                d->n_page_ids++;
+            }
+            r->sent[row] = n;
+            p->dp[p->bp.n_page_deltas++] = d;
+        }
+}
+
+static GwPlanEntry *plan_entry(struct plan *p, struct req *r, int kind,
+                               const int32_t *toks, int n, int sample,
+                               const struct gw_gen_params *gp)
+{
+    size_t i = p->bp.n_entries++;
+    GwPlanEntry init = TANGRAM__WORKER__V1__PLAN_ENTRY__INIT;
+    Tangram__Worker__V1__WorkerSampling sinit =
+        TANGRAM__WORKER__V1__WORKER_SAMPLING__INIT;
+    GwPlanEntry *e = &p->e[i];
+    *e = init;
+    p->s[i] = sinit;
+    p->s[i].temperature = gp->sampling.temperature;
+    p->s[i].top_p = gp->sampling.top_p;
+    p->s[i].top_k = gp->sampling.top_k;
+    p->s[i].min_p = gp->sampling.min_p;
+    p->s[i].repetition_penalty = gp->sampling.repetition_penalty;
+    p->s[i].presence_penalty = gp->sampling.presence_penalty;
+    p->s[i].frequency_penalty = gp->sampling.frequency_penalty;
+    p->s[i].logprobs = (uint32_t)gp->n_logprobs;
+    e->slot = r->slot;
+    e->request_id = (char *)"req";
+    e->kind = kind;
+    for (int t = 0; t < n; t++)
+        p->tok[i][t] = (uint32_t)toks[t];
+    e->token_ids = p->tok[i];
+    e->n_token_ids = (size_t)n;
+    e->start_pos = (uint32_t)r->pos;
+    e->sampling = &p->s[i];
+    e->seed = gp->seed;
+    e->sample = sample;
+    e->num_prompt_tokens = (uint32_t)r->n_prompt;
+    e->fresh = r->fresh;
+    r->fresh = 0;
+    p->ep[i] = e;
+    return e;
+}
+
+static void req_init(struct req *r, const struct kv_layout *kv, uint32_t slot,
+                     const int32_t *prompt, int n_prompt)
+{
+    memset(r, 0, sizeof(*r));
+    assert_int_equal(kv_seq_init(&r->seq, kv, errbuf, sizeof(errbuf)), 0);
+    r->sent = calloc((size_t)(kv->n_layers * kv->n_groups), sizeof(int32_t));
+    assert_non_null(r->sent);
+    r->slot = slot;
+    r->prompt = prompt;
+    r->n_prompt = n_prompt;
+    r->fresh = 1;
+}
+
+static void req_free(struct req *r, struct kv_pool *pool)
+{
+    kv_seq_free(&r->seq, pool);
+    free(r->sent);
+}
+
+static void check_same(const struct gw_gen_result *ref, const int32_t *tok,
+                       const float *lp, const float *top, int n, int K,
+                       int exact)
+{
+    assert_int_equal(ref->n_tokens, n);
+    for (int t = 0; t < n; t++) {
+        assert_int_equal(ref->tokens[t], tok[t]);
+        if (exact)
+            assert_memory_equal(&ref->lps[t], &lp[t], sizeof(float));
+        else
+            assert_float_equal(ref->lps[t], lp[t], 1e-4);
+        for (int k = 0; k < K; k++) {
+            float a = ref->top_lps[(size_t)t * K + k], b = top[(size_t)t * K + k];
+            if (exact)
+                assert_memory_equal(&a, &b, sizeof(float));
+            else
+                assert_float_equal(a, b, 1e-4);
+        }
+    }
+}
+
+/* Runs `nreq` requests through plans (prefill chunks, then batched decode
+ * of every request each step) and compares each with gw_engine_generate. */
+static void run_against_engine(const char *profile,
+                               const struct gw_gen_params *gp, int nreq,
+                               int exact)
+{
+    need_model();
+    struct gw_worker w;
+    worker_open(&w, profile);
+    const struct kv_layout *kv = &w.layout.kv;
+    struct gw_engine_opts eo = {
+        .model_dir = model_dir, .profile_path = profile, .heads_per_group = 1,
+        .page_size = PAGE, .prefill_chunk = CHUNK, .max_context = 128,
+        .n_threads = 1};
+    struct gw_engine eng;
+    assert_int_equal(gw_engine_init(&eng, &eo, errbuf, sizeof(errbuf)), 0);
+
+    enum { NP0 = 37, NP1 = 20, T = 10, K = 3 };
+    int32_t prompts[2][NP0];
+    for (int i = 0; i < NP0; i++) {
+        prompts[0][i] = (int32_t)((i * 7919 + 13) % 5000);
+        prompts[1][i] = (int32_t)((i * 104729 + 401) % 7000);
+    }
+    const int np[2] = {NP0, NP1};
+    struct gw_gen_result ref[2];
+    for (int q = 0; q < nreq; q++)
+        assert_int_equal(gw_engine_generate(&eng, prompts[q], np[q], gp,
+                                            &ref[q], errbuf, sizeof(errbuf)),
+                         0);
+
+    struct kv_pool pool;
+    assert_int_equal(kv_pool_init(&pool, w.n_pages, errbuf, sizeof(errbuf)), 0);
+    struct req r[2];
+    int32_t out[2][T];
+    float lps[2][T], tops[2][T * K];
+    int got[2] = {0, 0};
+    for (int q = 0; q < nreq; q++) {
+        req_init(&r[q], kv, (uint32_t)(q * 2 + 1), prompts[q], np[q]);
+        assert_int_equal(kv_seq_reserve_prompt(&r[q].seq, kv, &pool, 0, np[q],
+                                               errbuf, sizeof(errbuf)), 0);
+    }
+    static struct plan p;
+    uint64_t step = 0;
+    for (;;) {
+        plan_reset(&p, ++step);
+        int any = 0;
+        for (int q = 0; q < nreq; q++) {
+            struct req *rq = &r[q];
+            if (rq->pos < rq->n_prompt) {
+                int n = rq->n_prompt - (int)rq->pos;
+                n = n < CHUNK ? n : CHUNK;
+                int last = rq->pos + n == rq->n_prompt;
+                plan_deltas(&p, rq, kv);
+                plan_entry(&p, rq, TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL,
+                           rq->prompt + rq->pos, n, last, gp);
+                assert_int_equal(kv_seq_commit(&rq->seq, kv, n, errbuf,
+                                               sizeof(errbuf)), 0);
+                rq->pos += n;
+                any = 1;
+            } else if (got[q] < gp->max_tokens) {
+                assert_int_equal(kv_seq_reserve_decode(&rq->seq, kv, &pool, 1,
+                                                       errbuf, sizeof(errbuf)),
+                                 0);
+                plan_deltas(&p, rq, kv);
+                plan_entry(&p, rq, TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE,
+                           &out[q][got[q] - 1], 1, 1, gp);
+                rq->pos += 1;
+                any = 1;
+            }
+        }
+        if (!any)
+            break;
+        GwStepResult res;
+        int rc = gw_worker_step(&w, &p.bp, &res);
+        if (rc != 0)
+            fprintf(stderr, "step %llu: %s\n", (unsigned long long)step,
+                    res.error);
+        assert_int_equal(rc, 0);
+        assert_true(res.ok);
+        assert_int_equal(res.step_id, step);
+        for (size_t i = 0; i < res.n_sampled; i++) {
+            const GwSampledToken *s = res.sampled[i];
+            int q = s->slot == 1 ? 0 : 1;
+            assert_int_equal(s->n_top_ids, K);
+            out[q][got[q]] = (int32_t)s->token_id;
+            lps[q][got[q]] = s->logprob;
+            memcpy(&tops[q][got[q] * K], s->top_logprobs, K * sizeof(float));
+            for (int k = 0; k < K; k++)
+                assert_int_equal(s->top_ids[k],
+                                 ref[q].top_ids[(size_t)got[q] * K + k]);
+            got[q]++;
+        }
+        int done = 1;
+        for (int q = 0; q < nreq; q++)
+            done &= got[q] == gp->max_tokens;
+        if (done)
+            break;
+    }
+    for (int q = 0; q < nreq; q++) {
+        check_same(&ref[q], out[q], lps[q], tops[q], got[q], K, exact);
+        gw_gen_result_free(&ref[q]);
+        req_free(&r[q], &pool);
+    }
+    assert_int_equal(kv_pool_n_used(&pool), 0);
+    kv_pool_free(&pool);
+    gw_engine_free(&eng);
+    gw_worker_free(&w);
+}
+
+static struct gw_gen_params greedy_params(void)
+{
+    struct gw_gen_params gp = {
+        .max_tokens = 10, .n_logprobs = 3, .ignore_eos = 1,
+        .sampling = {.temperature = 0.0f, .top_p = 1.0f,
+                     .repetition_penalty = 1.0f}};
+    return gp;
+}
+
+static void test_greedy_full_kv(void **state)
+{
+    (void)state;
+    struct gw_gen_params gp = greedy_params();
+    run_against_engine(NULL, &gp, 1, 1);
+}
+
+static void test_greedy_profile(void **state)
+{
+    (void)state;
+    struct gw_gen_params gp = greedy_params();
+    run_against_engine(profile_path, &gp, 1, 1);
+}
+
+static void test_seeded_sampling_penalties(void **state)
+{
+    (void)state;
+    struct gw_gen_params gp = greedy_params();
+    gp.sampling.temperature = 0.9f;
+    gp.sampling.top_k = 50;
+    gp.sampling.top_p = 0.95f;
+    gp.sampling.repetition_penalty = 1.3f;
+    gp.sampling.presence_penalty = 0.5f;
+    gp.sampling.frequency_penalty = 0.25f;
+    gp.seed = 1234;
+    run_against_engine(profile_path, &gp, 1, 1);
+}
+
+static void test_two_requests_batched(void **state)
+{
+    (void)state;
+    struct gw_gen_params gp = greedy_params();
+    run_against_engine(profile_path, &gp, 2, 0);
+}
+
+/* ---- bad plans ---------------------------------------------------------- */
+
+/* One valid fresh prefill of 5 tokens into slot 0, at step `step`. */
+static void good_plan(struct plan *p, struct req *r, const struct kv_layout *kv,
+                      uint64_t step, const struct gw_gen_params *gp)
+{
+    plan_reset(p, step);
+    plan_deltas(p, r, kv);
+    plan_entry(p, r, TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL,
+               r->prompt, r->n_prompt, 1, gp);
+}
+
+static void expect_error(struct gw_worker *w, const GwBatchPlan *bp,
+                         const char *needle)
+{
+    GwStepResult res;
+    int rc = gw_worker_step(w, bp, &res);
+    if (rc == 0)
+        fail_msg("a plan that should fail with '%s' ran", needle);
+    assert_false(res.ok);
+    assert_int_equal(res.n_sampled, 0);
+    assert_int_equal(res.step_id, bp->step_id);
+    if (strstr(res.error, needle) == NULL)
+        fail_msg("error '%s' lacks '%s'", res.error, needle);
+}
+
+static void test_bad_plans(void **state)
+{
+    (void)state;
+    need_model();
+    struct gw_worker w;
+    worker_open(&w, NULL);
+    const struct kv_layout *kv = &w.layout.kv;
+    struct gw_gen_params gp = greedy_params();
+    const int32_t prompt[5] = {11, 22, 33, 44, 55};
+    struct kv_pool pool;
+    assert_int_equal(kv_pool_init(&pool, w.n_pages, errbuf, sizeof(errbuf)), 0);
+    struct req r;
+    req_init(&r, kv, 0, prompt, 5);
+    assert_int_equal(kv_seq_reserve_prompt(&r.seq, kv, &pool, 0, 5, errbuf,
+                                           sizeof(errbuf)), 0);
+    static struct plan p;
+    int32_t *sent0 = calloc((size_t)w.rows, sizeof(int32_t));
+    assert_non_null(sent0);
+
+#define RESET_REQ()                                                  \
+    do {                                                             \
+        memset(r.sent, 0, (size_t)w.rows * sizeof(int32_t));         \
+        r.fresh = 1;                                                 \
+        r.pos = 0;                                                   \
+    } while (0)
+
+    /* bad page id */
+    good_plan(&p, &r, kv, 1, &gp);
+    p.d[0].page_ids[0] = (uint32_t)w.n_pages;
+    expect_error(&w, &p.bp, "page id");
+    /* unknown layer */
+    RESET_REQ();
+    good_plan(&p, &r, kv, 1, &gp);
+    p.d[0].layer = 99;
+    expect_error(&w, &p.bp, "outside");
+    /* unknown slot: out of range, and never assigned */
+    RESET_REQ();
+    good_plan(&p, &r, kv, 1, &gp);
+    p.e[0].slot = SLOTS + 3;
+    expect_error(&w, &p.bp, "unknown slot");
+    RESET_REQ();
+    good_plan(&p, &r, kv, 1, &gp);
+    p.e[0].fresh = 0;
+    expect_error(&w, &p.bp, "not assigned");
+    /* a row without its pages */
+    RESET_REQ();
+    good_plan(&p, &r, kv, 1, &gp);
+    p.bp.n_page_deltas = 0;
+    expect_error(&w, &p.bp, "pages");
+    /* token outside the vocabulary, bad sampling, bad version */
+    RESET_REQ();
+    good_plan(&p, &r, kv, 1, &gp);
+    p.tok[0][2] = (uint32_t)w.model.vocab;
+    expect_error(&w, &p.bp, "vocabulary");
+    RESET_REQ();
+    good_plan(&p, &r, kv, 1, &gp);
+    p.s[0].top_p = 0.0f;
+    expect_error(&w, &p.bp, "sampling");
+    RESET_REQ();
+    good_plan(&p, &r, kv, 1, &gp);
+    p.bp.version = 7;
+    expect_error(&w, &p.bp, "version");
+
+    /* After all of that the worker takes the plan and samples. */
+    RESET_REQ();
+    good_plan(&p, &r, kv, 1, &gp);
+    GwStepResult res;
+    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
+    assert_true(res.ok);
+    assert_int_equal(res.n_sampled, 1);
+    uint32_t tok = res.sampled[0]->token_id;
+    assert_int_equal(kv_seq_commit(&r.seq, kv, 5, errbuf, sizeof(errbuf)), 0);
+    r.pos = 5;
+
+    /* out-of-order step id (the same id again) */
+    assert_int_equal(kv_seq_reserve_decode(&r.seq, kv, &pool, 1, errbuf,
+                                           sizeof(errbuf)), 0);
+    plan_reset(&p, 1);
+    plan_deltas(&p, &r, kv);
+    int32_t t32 = (int32_t)tok;
+    plan_entry(&p, &r, TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE, &t32,
+               1, 1, &gp);
+    expect_error(&w, &p.bp, "step id");
+    /* wrong position */
+    p.bp.step_id = 2;
+    p.e[0].start_pos = 4;
+    expect_error(&w, &p.bp, "position");
+    /* truncate past the row */
+    p.e[0].start_pos = 5;
+    assert_int_equal(p.bp.n_page_deltas, 0); /* 6 tokens fit the page */
+    GwPageDelta dinit = TANGRAM__WORKER__V1__PAGE_DELTA__INIT;
+    p.d[0] = dinit;
+    p.d[0].truncate_to_opt_case =
+        TANGRAM__WORKER__V1__PAGE_DELTA__TRUNCATE_TO_OPT_TRUNCATE_TO;
+    p.d[0].truncate_to = 1000;
+    p.dp[0] = &p.d[0];
+    p.bp.n_page_deltas = 1;
+    expect_error(&w, &p.bp, "truncate_to");
+    /* cutting the page the row still uses */
+    p.d[0].truncate_to = 0;
+    expect_error(&w, &p.bp, "pages");
+    p.bp.n_page_deltas = 0;
+    /* two entries for one slot */
+    p.ep[1] = &p.e[0];
+    p.bp.n_entries = 2;
+    expect_error(&w, &p.bp, "already has");
+    p.bp.n_entries = 1;
+    /* the fixed plan runs, then a free makes the slot unknown again */
+    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
+    assert_int_equal(res.n_sampled, 1);
+    plan_reset(&p, 3);
+    p.frees[0] = 0;
+    p.bp.n_frees = 1;
+    r.pos = 6;
+    plan_entry(&p, &r, TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE, &t32,
+               1, 1, &gp);
+    expect_error(&w, &p.bp, "not assigned");
+    p.bp.n_entries = 0;
+    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
+    assert_int_equal(res.n_sampled, 0);
+    /* Hello */
+    GwHello h;
+    gw_worker_hello(&w, &h);
+    assert_int_equal(h.pages_total, POOL);
+    assert_int_equal(h.layout->num_layers, 2);
+    assert_int_equal(h.layout->groups_per_layer, 2);
+    assert_int_equal(h.layout->page_size, PAGE);
+    assert_string_equal(h.layout->profile, "none");
+    assert_int_equal(h.layout->page_bytes, 1 * 2 * PAGE * 16 * 4);
+#undef RESET_REQ
+    free(sent0);
+    req_free(&r, &pool);
+    kv_pool_free(&pool);
+    gw_worker_free(&w);
+}
+
+static void test_init_refusals(void **state)
+{
+    (void)state;
+    need_model();
+    struct gw_worker w;
+    struct gw_worker_opts o = {
+        .model_dir = model_dir, .heads_per_group = 1, .page_size = PAGE,
+        .prefill_chunk = CHUNK, .kv_pages = 64, .max_slots = 2, .rank = 0,
+        .world_size = 2};
+    assert_int_equal(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)),
+                     TG_EUNSUPPORTED);
+    assert_non_null(strstr(errbuf, "tensor parallelism"));
+    o.world_size = 1;
+    o.backend = GW_WORKER_BACKEND_CUDA;
+    assert_int_equal(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)),
+                     TG_EUNSUPPORTED);
+    assert_non_null(strstr(errbuf, "cuda"));
+    o.backend = GW_WORKER_BACKEND_CPU;
+    o.kv_pages = 0;
+    o.kv_memory.bytes = 100; /* less than one page */
+    assert_int_equal(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)), TG_EINVAL);
+    o.kv_memory.bytes = 1 << 20;
+    assert_int_equal(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)), 0);
+    assert_int_equal(w.n_pages, (1 << 20) / (2 * PAGE * 16 * 4));
+    gw_worker_free(&w);
+    o.model_dir = "/nonexistent/model";
+    assert_int_not_equal(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)), 0);
+    gw_worker_free(&w); /* safe on the freed worker */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_full_kv),
+        cmocka_unit_test(test_greedy_profile),
+        cmocka_unit_test(test_seeded_sampling_penalties),
+        cmocka_unit_test(test_two_requests_batched),
+        cmocka_unit_test(test_bad_plans),
+        cmocka_unit_test(test_init_refusals),
+    };
+    return cmocka_run_group_tests(tests, make_model, remove_model);
+}

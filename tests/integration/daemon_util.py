@@ -1,0 +1,445 @@
+"""daemon_util — shared helpers for integration tests of the real tangramd.
+
+Used by test_daemon_http.py, test_daemon_grpc.py and the fault tests. Only the
+Python standard library is needed here.
+
+What it gives:
+- env(): TANGRAM_BIN / TANGRAM_SHARED / TANGRAM_SOURCE and the program paths.
+- Checker: prints "ok   ..." / "FAIL ..." / "skip ..." lines and collects
+  failures, so one test file reports every broken check instead of the first.
+- make_model(): the tiny qwen3 model of the integration tests (cached per
+  directory; ~1 s to generate).
+- free_port(): a loopback TCP port that was free a moment ago.
+- Daemon: starts `tangramd` with the small settings the tests use, waits for
+  /health, remembers the router and worker pids, and stops it (SIGTERM, then
+  SIGKILL after a timeout) checking that no child survives. Use it as a
+  context manager so the daemon is killed even when a test raises.
+- http(): one HTTP/1.1 request through http.client (any method, raw body;
+  returns status, headers and body), json_of(), is_openai_error(),
+  sse_events().
+- parse_metrics() / metric(): the Prometheus text format into a dict.
+
+Conventions: every helper raises on programming errors only; network and
+server failures come back as values (status codes, None) so tests can check
+them.
+"""
+import http.client as httplib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+BIN = os.environ.get("TANGRAM_BIN", "")
+SHARED = os.environ.get("TANGRAM_SHARED", "")
+SOURCE = os.environ.get("TANGRAM_SOURCE", "")
+
+SKIP = 77  # ctest's "skipped" exit status for these tests
+
+
+def prog(name):
+    """Path of the program `name` in TANGRAM_BIN (it may not exist)."""
+    return os.path.join(BIN, name)
+
+
+def have_daemon():
+    """True when tangramd, the router, the worker and tangram-make-model are
+    built and the shared tokenizers are present."""
+    progs = ("tangramd", "tangram-router", "tangram-worker",
+             "tangram-make-model")
+    return (BIN != "" and all(os.access(prog(p), os.X_OK) for p in progs)
+            and os.path.isdir(os.path.join(SHARED, "data", "tokenizers",
+                                           "qwen3")))
+
+
+class Checker:
+    """Collects named checks. check() returns the condition so a caller can
+    skip dependent checks; skip() records a check that could not run."""
+
+    def __init__(self):
+        self.failures = []
+        self.skipped = []
+        self.passed = 0
+
+    def check(self, cond, what, detail=None):
+        if cond:
+            self.passed += 1
+            print("ok   " + what, flush=True)
+        else:
+            self.failures.append(what)
+            msg = "FAIL " + what
+            if detail is not None:
+                msg += "\n       " + str(detail)[:2000]
+            print(msg, flush=True)
+        return bool(cond)
+
+    def skip(self, what, why):
+        self.skipped.append(what)
+        print("skip %s (%s)" % (what, why), flush=True)
+
+    def summary(self):
+        """Prints the totals; returns the process exit status (0 or 1)."""
+        print("%d passed, %d failed, %d skipped" %
+              (self.passed, len(self.failures), len(self.skipped)), flush=True)
+        for f in self.failures:
+            print("  failed: " + f)
+        return 1 if self.failures else 0
+
+
+# ---- model and ports ------------------------------------------------------
+
+# The tiny model of the integration tests (issue 4): 2 layers, 4 query
+# heads over 2 KV heads of 16, vocabulary of the real qwen3 tokenizer.
+TINY_MODEL_ARGS = ["--arch", "qwen3", "--hidden", "64", "--layers", "2",
+                   "--heads", "4", "--kv-heads", "2", "--head-dim", "16",
+                   "--ffn", "128", "--dtype", "bf16", "--seed", "1"]
+
+
+def make_model(out_dir, extra=None):
+    """Generates the tiny qwen3 model into out_dir (skipped when out_dir
+    already holds one) and returns out_dir. Raises RuntimeError with the
+    tool's stderr when generation fails."""
+    if os.path.exists(os.path.join(out_dir, "model.safetensors")):
+        return out_dir
+    cmd = [prog("tangram-make-model")] + TINY_MODEL_ARGS + (extra or []) + [
+        "--tokenizer", os.path.join(SHARED, "data", "tokenizers", "qwen3"),
+        "-o", out_dir]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError("tangram-make-model failed: " + r.stderr)
+    return out_dir
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free when asked (bind port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- processes ------------------------------------------------------------
+
+def children_of(pid):
+    """Pids whose parent is pid (from /proc)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The command name is in parentheses and may hold spaces.
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 1 and int(fields[1]) == pid:
+            out.append(int(name))
+    return out
+
+
+def cmdline(pid):
+    """The command line of pid as one string ('' when it is gone)."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def alive(pid):
+    """True while pid exists and is not a zombie."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].split()[0] != "Z"
+
+
+def wait_for(pred, timeout, step=0.05):
+    """Polls pred() until it returns a true value or timeout seconds pass;
+    returns its last value."""
+    end = time.time() + timeout
+    while True:
+        v = pred()
+        if v or time.time() >= end:
+            return v
+        time.sleep(step)
+
+
+class Daemon:
+    """One tangramd on loopback with free HTTP and gRPC ports.
+
+    args: extra tangramd flags (strings). The defaults keep the daemon small:
+    --kv-memory 64MiB (the worker would otherwise reserve most of the host
+    RAM), --prefill-chunk 64, --heads-per-group 2 (the tiny model has two KV
+    heads). api_key goes through the environment (TANGRAM_API_KEY), as an
+    operator should do. The daemon's stderr goes to <workdir>/tangramd.log.
+    """
+
+    DEFAULT_ARGS = ["--kv-memory", "64MiB", "--prefill-chunk", "64",
+                    "--max-batched-tokens", "512", "--heads-per-group", "2",
+                    "--worker-heartbeat-ms", "500", "--shutdown-timeout", "5"]
+
+    def __init__(self, model, workdir, args=None, api_key=None, profile=None):
+        self.model = model
+        self.workdir = workdir
+        self.args = list(args or [])
+        self.api_key = api_key
+        self.profile = profile
+        self.http_port = free_port()
+        self.grpc_port = free_port()
+        while self.grpc_port == self.http_port:
+            self.grpc_port = free_port()
+        self.proc = None
+        self.log_path = os.path.join(workdir, "tangramd.log")
+        self.children = set()  # every router/worker pid seen
+
+    @property
+    def host(self):
+        return "127.0.0.1"
+
+    @property
+    def base_url(self):
+        return "http://127.0.0.1:%d" % self.http_port
+
+    @property
+    def grpc_target(self):
+        return "127.0.0.1:%d" % self.grpc_port
+
+    def command(self):
+        cmd = [prog("tangramd"), "--model", self.model,
+               "--http-port", str(self.http_port),
+               "--grpc-port", str(self.grpc_port)] + self.DEFAULT_ARGS
+        if self.profile:
+            cmd += ["--profile", self.profile]
+        return cmd + self.args
+
+    def start(self, timeout=60.0):
+        """Starts tangramd and waits until /health answers 200. Returns True
+        when it is ready; False (daemon left running, call stop()) when it
+        exited or did not get ready in time; the log tells why."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("TANGRAM_") and
+               k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
+        env["TMPDIR"] = self.workdir  # runtime dir (ipc socket) in our tree
+        if self.api_key is not None:
+            env["TANGRAM_API_KEY"] = self.api_key
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(self.command(), env=env,
+                                     stdout=self.log, stderr=self.log,
+                                     stdin=subprocess.DEVNULL)
+        end = time.time() + timeout
+        while time.time() < end:
+            self.note_children()
+            if self.proc.poll() is not None:
+                return False
+            st = self.health()
+            if st == 200:
+                self.note_children()
+                return True
+            time.sleep(0.1)
+        return False
+
+    def health(self):
+        """Status code of GET /health, or None when nothing answers."""
+        try:
+            st, _, _ = http("GET", self.base_url + "/health", timeout=2)
+            return st
+        except OSError:
+            return None
+
+    def note_children(self):
+        """Records the current router/worker children (they may restart)."""
+        if self.proc is None:
+            return
+        for c in children_of(self.proc.pid):
+            self.children.add(c)
+
+    def child_pids(self, role):
+        """Live children whose command line holds role ('router' or
+        'worker')."""
+        return [c for c in children_of(self.proc.pid)
+                if ("tangram-" + role) in cmdline(c)]
+
+    def log_text(self):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def stop(self, timeout=15.0):
+        """SIGTERM, then SIGKILL after timeout seconds; kills any recorded
+        child still alive after that. Returns (exit status or None,
+        list of children that outlived tangramd). Safe to call twice."""
+        if self.proc is None:
+            return None, []
+        self.note_children()
+        rc = self.proc.poll()
+        if rc is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                rc = None  # did not stop on its own
+        # tangramd waits for its children; give stragglers a moment.
+        wait_for(lambda: not any(alive(c) for c in self.children), 3)
+        left = [c for c in self.children if alive(c)]
+        for c in left:
+            try:
+                os.kill(c, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc = None
+        self.log.close()
+        return rc, left
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+# ---- HTTP -----------------------------------------------------------------
+
+def http(method, url, body=None, headers=None, timeout=30):
+    """One HTTP/1.1 request. body: bytes, str or a JSON-able object (sent as
+    application/json). Returns (status, headers dict with lower-case names,
+    body bytes). Raises OSError (including timeouts) on network failure."""
+    m = re.match(r"^http://([^/:]+):(\d+)(/.*)?$", url)
+    assert m, url
+    conn = httplib.HTTPConnection(m.group(1), int(m.group(2)),
+                                      timeout=timeout)
+    hdrs = dict(headers or {})
+    if body is not None and not isinstance(body, (bytes, str)):
+        body = json.dumps(body)
+        hdrs.setdefault("Content-Type", "application/json")
+    if isinstance(body, str):
+        body = body.encode()
+    try:
+        conn.request(method, m.group(3) or "/", body=body, headers=hdrs)
+        resp = conn.getresponse()
+        data = resp.read()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, data
+    finally:
+        conn.close()
+
+
+def json_of(data):
+    """data parsed as JSON, or None when it does not parse."""
+    try:
+        return json.loads(data)
+    except (ValueError, TypeError):
+        return None
+
+
+def is_openai_error(data):
+    """True when data is the OpenAI error shape
+    {"error": {"message": str, "type": str, "param": ..., "code": ...}}."""
+    j = json_of(data) if isinstance(data, (bytes, str)) else data
+    if not isinstance(j, dict) or not isinstance(j.get("error"), dict):
+        return False
+    e = j["error"]
+    return (isinstance(e.get("message"), str) and e["message"] != "" and
+            isinstance(e.get("type"), str) and "param" in e and "code" in e)
+
+
+def sse_events(data):
+    """Splits an SSE body (bytes) into the payloads of its `data:` lines, in
+    order (strings; "[DONE]" stays a string). Returns (payloads, problems)
+    where problems lists lines that are not SSE."""
+    payloads, problems = [], []
+    text = data.decode("utf-8", errors="replace")
+    for block in text.split("\n\n"):
+        if not block.strip():
+            continue
+        datas = []
+        for line in block.split("\n"):
+            if line.startswith("data:"):
+                datas.append(line[5:].lstrip(" "))
+            elif line.startswith(":") or line.startswith("event:") or \
+                    line.startswith("id:") or line.startswith("retry:"):
+                continue
+            else:
+                problems.append(line)
+        if datas:
+            payloads.append("\n".join(datas))
+    return payloads, problems
+
+
+# ---- metrics --------------------------------------------------------------
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+(\S+)'
+                     r'(\s+\d+)?$')
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def parse_metrics(text):
+    """Parses the Prometheus text exposition format. Returns
+    (samples, types, problems): samples maps (name, frozenset of label
+    pairs) to a float, types maps a family name to its # TYPE, problems
+    lists lines that do not parse."""
+    samples, types, problems = {}, {}, []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            parts = line.split()
+            if len(parts) >= 4 and parts[1] == "TYPE":
+                types[parts[2]] = parts[3]
+            elif len(parts) < 3 or parts[1] not in ("TYPE", "HELP"):
+                if not line.startswith("# "):
+                    problems.append(line)
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            problems.append(line)
+            continue
+        labels = []
+        if m.group(3):
+            rest = m.group(3)
+            pos = 0
+            while pos < len(rest):
+                lm = _LABEL.match(rest, pos)
+                if not lm:
+                    problems.append(line)
+                    break
+                labels.append((lm.group(1), lm.group(2)))
+                pos = lm.end()
+        try:
+            v = float(m.group(4))
+        except ValueError:
+            problems.append(line)
+            continue
+        samples[(m.group(1), frozenset(labels))] = v
+    return samples, types, problems
+
+
+def metric(samples, name, **labels):
+    """The value of one sample, or None when absent."""
+    return samples.get((name, frozenset(labels.items())))
+
+
+def fetch_metrics(base_url, headers=None):
+    """GET /metrics and parse it; returns parse_metrics()'s samples or None
+    when the request fails."""
+    try:
+        st, _, body = http("GET", base_url + "/metrics", headers=headers)
+    except OSError:
+        return None
+    if st != 200:
+        return None
+    return parse_metrics(body.decode(errors="replace"))[0]
+
+
+def scratch_dir(prefix):
+    """A fresh temporary directory (the caller removes it)."""
+    return tempfile.mkdtemp(prefix=prefix)

@@ -114,8 +114,8 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     if (o->backend == GW_WORKER_BACKEND_CUDA) {
 #ifdef TANGRAM_CUDA
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
-                          "the CUDA worker backend comes with the CUDA issue; "
-                          "use --backend cpu");
+                          "--backend cuda: the CUDA worker backend is not "
+                          "implemented yet; use --backend cpu");
 #else
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
                           "--backend cuda: this build has no CUDA backend "

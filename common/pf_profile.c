@@ -524,3 +524,11 @@ int pf_profile_save(const struct pf_profile *p, const char *path, char *err,
     json_decref(doc);
     return rc;
 }
+
+int pf_full_heads_per_group(int num_kv_heads, int wanted)
+{
+    int hp = wanted < num_kv_heads ? wanted : num_kv_heads;
+    while (hp > 1 && num_kv_heads % hp != 0)
+        hp--;
+    return hp < 1 ? 1 : hp;
+}

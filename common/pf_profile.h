@@ -92,6 +92,11 @@ int pf_profile_init_full(struct pf_profile *p, int num_layers,
                          int num_kv_heads, int head_dim, int heads_per_group,
                          char *err, size_t errlen);
 
+/* Returns the heads per group a full-KV layout of H heads uses when
+ * `wanted` are asked for: the largest divisor of H not above `wanted`
+ * (groups must partition the heads), at least 1. */
+int pf_full_heads_per_group(int num_kv_heads, int wanted);
+
 /* Releases everything *p owns and zeroes it. Safe on a zeroed, half-built
  * or already freed profile. */
 void pf_profile_free(struct pf_profile *p);

@@ -10,11 +10,20 @@ libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
 libjemalloc-dev libjansson-dev libpcre2-dev libutf8proc-dev
 libnghttp2-dev libhttp-parser-dev libopenblas-dev libcmocka-dev
 libsystemd-dev
-python3 python3-numpy python3-jinja2 python3-grpcio python3-yaml"
+python3 python3-numpy python3-jinja2 python3-grpcio python3-yaml
+python3-protobuf protobuf-compiler nodejs npm"
+
+# Names that installed packages provide (e.g. NodeSource's nodejs provides
+# and conflicts with npm): such a name counts as present, installing it
+# would fail.
+provided=$(dpkg-query -W -f='${Status}|${Provides}\n' 2>/dev/null |
+    sed -n 's/^install ok installed|//p' | tr ',' '\n' |
+    sed 's/^ *//; s/ .*//' | sort -u)
 
 missing=""
 for p in $PKGS; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" &&
+        ! printf '%s\n' "$provided" | grep -qx "$p"; then
         missing="$missing $p"
     fi
 done

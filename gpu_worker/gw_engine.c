@@ -48,8 +48,12 @@ int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
     const struct gw_model *m = model;
     int full = o->profile_path == NULL || strcmp(o->profile_path, "none") == 0;
     if (full) {
-        rc = pf_profile_init_full(profile, m->n_layers, m->n_kv_heads,
-                                  m->head_dim, o->heads_per_group, err, errlen);
+        /* Without a profile the flag is a wish: a model with fewer KV
+         * heads (or a non-divisor) gets the nearest layout that exists. */
+        rc = pf_profile_init_full(profile, m->n_layers, m->n_kv_heads, m->head_dim,
+                                  pf_full_heads_per_group(m->n_kv_heads,
+                                                          o->heads_per_group),
+                                  err, errlen);
     } else {
         rc = pf_profile_load(profile, o->profile_path, err, errlen);
         if (rc == 0 && (profile->num_layers != m->n_layers ||

@@ -38,8 +38,17 @@ static int authorized(struct rt_server *s, struct rt_grpc_call *call)
     if (key == NULL || key[0] == '\0')
         return 1;
     const char *h = rt_grpc_call_header(call, "authorization");
-    if (h != NULL && strncasecmp(h, "Bearer ", 7) == 0 && strcmp(h + 7, key) == 0)
-        return 1;
+    if (h != NULL && strncasecmp(h, "Bearer ", 7) == 0) {
+        /* Compare in time independent of where the strings differ, as the
+         * HTTP front end does: strcmp would leak the matching prefix. */
+        const char *got = h + 7;
+        size_t a = strlen(got), b = strlen(key);
+        unsigned diff = (unsigned)(a ^ b);
+        for (size_t i = 0; i < a && i < b; i++)
+            diff |= (unsigned)(got[i] ^ key[i]);
+        if (diff == 0)
+            return 1;
+    }
     rt_grpc_call_finish(call, RT_GRPC_UNAUTHENTICATED,
                         "missing or invalid API key (authorization: Bearer ...)");
     return 0;
@@ -354,6 +363,18 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
         rt_grpc_call_finish(call, RT_GRPC_INVALID_ARGUMENT,
                             "cannot parse tangram.v1.GenerateRequest");
         return;
+    }
+    /* Abort finds requests by id, so a client id must name one running
+     * request (tangram.proto: "unique among running requests"). */
+    if (q->request_id != NULL && q->request_id[0] != '\0') {
+        for (const struct rt_req *o = s->reqs; o != NULL; o = o->next) {
+            if (!o->done && strcmp(o->id_str, q->request_id) == 0) {
+                tangram__v1__generate_request__free_unpacked(q, NULL);
+                rt_grpc_call_finish(call, RT_GRPC_ALREADY_EXISTS,
+                                    "a running request has this request_id");
+                return;
+            }
+        }
     }
     struct gen_client *c = calloc(1, sizeof(*c));
     struct rt_req *r = c ? rt_req_new(s, &gen_sink, c) : NULL;

@@ -23,8 +23,20 @@ enum rank_state {
     RANK_DEAD,     /* declared dead; waits for a new Hello */
 };
 
+/* Watches a same-host worker process through a pidfd: readable when the
+ * process exits, so a killed worker is noticed at once instead of after
+ * the heartbeat deadline. Heap-allocated so that its close callback may
+ * outlive the rank table. */
+struct rt_link_pidwatch {
+    uv_poll_t poll;
+    struct rt_link *link;    /* NULL once detached */
+    int rank;
+    int fd;                  /* the pidfd */
+};
+
 struct rt_link_rank {
     enum rank_state state;
+    struct rt_link_pidwatch *pw; /* same-host workers only, else NULL */
     uint64_t last_seen;      /* uv_now() of its last message, ms */
     uint64_t owed[RANK_OWED_MAX]; /* unanswered step ids, oldest first */
     int n_owed;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -304,8 +305,10 @@ static void deliver(struct rt_req *r, enum rt_finish fin, const char *error)
     rt_text_mark(&r->text, ready);
     if (fin != RT_FINISH_NONE)
         r->done = 1;
+    r->in_deliver = 1;
     r->sink->deliver(r, r->text.out.s ? r->text.out.s + from : "", ready - from,
                      r->lp_scratch, n_lp, fin, error);
+    r->in_deliver = 0;
 }
 
 static enum rt_finish finish_of(enum rt_sched_end e)
@@ -355,15 +358,27 @@ static void handle_events(struct rt_server *s, const char *error)
     }
 }
 
+static void tick_cb(uv_timer_t *t);
+
+/* A drain whose last request just ended stops at the next loop turn rather
+ * than at the next 1 s tick (tick_cb does the stopping, outside the link's
+ * and the front ends' callbacks). */
+static void drain_check(struct rt_server *s)
+{
+    if (s->draining && !s->stopping && s->n_reqs == 0 && !s->step_in_flight)
+        uv_timer_start(&s->tick, tick_cb, 0, 1000);
+}
+
 /* Frees requests that finished (after the step that referenced them). */
 static void reap(struct rt_server *s)
 {
     struct rt_req *r = s->reqs, *next;
     for (; r != NULL; r = next) {
         next = r->next;
-        if (r->done && !r->in_step)
+        if (r->done && !r->in_step && !r->in_deliver)
             rt_req_drop(r);
     }
+    drain_check(s);
 }
 
 void rt_req_cancel(struct rt_req *r)
@@ -372,6 +387,7 @@ void rt_req_cancel(struct rt_req *r)
     if (r->done) {
         if (!r->in_step)
             rt_req_drop(r);
+        drain_check(s);
         return;
     }
     r->done = 1;
@@ -379,8 +395,9 @@ void rt_req_cancel(struct rt_req *r)
         rt_sched_abort(&s->sched, r->id); /* frees its pages at once */
         observe_finish(s, r, RT_FINISH_ABORT);
     }
-    if (!r->in_step)
+    if (!r->in_step && !r->in_deliver)
         rt_req_drop(r);
+    drain_check(s);
     wake(s);
 }
 
@@ -393,7 +410,7 @@ void rt_req_abort(struct rt_req *r)
         rt_sched_abort(&s->sched, r->id);
     observe_finish(s, r, RT_FINISH_ABORT);
     deliver(r, RT_FINISH_ABORT, NULL);
-    if (!r->in_step)
+    if (!r->in_step && !r->in_deliver)
         rt_req_drop(r);
     wake(s);
 }
@@ -438,6 +455,15 @@ static void update_gauges(struct rt_server *s)
     rt_sched_get_stats(&s->sched, &st);
     rt_metrics_gauge_set(s->metrics.num_requests_running, (double)st.running);
     rt_metrics_gauge_set(s->metrics.num_requests_waiting, (double)st.waiting);
+    /* The scheduler keeps monotonic totals; counters follow them. */
+    double cached = (double)st.cached_prompt_tokens -
+                    rt_metrics_series_value(s->metrics.cached_prompt_tokens_total);
+    if (cached > 0)
+        rt_metrics_counter_add(s->metrics.cached_prompt_tokens_total, cached);
+    double pre = (double)st.preemptions -
+                 rt_metrics_series_value(s->metrics.num_preemptions_total);
+    if (pre > 0)
+        rt_metrics_counter_add(s->metrics.num_preemptions_total, pre);
     double used = 0, total = 0, mono = 0;
     for (int rk = 0; rk < s->metrics.n_ranks; rk++) {
         struct rt_sched_pages pg;
@@ -634,6 +660,7 @@ static void drain_timeout_cb(uv_timer_t *t)
         if (!r->done) {
             if (r->submitted)
                 rt_sched_abort(&s->sched, r->id);
+            observe_finish(s, r, RT_FINISH_ERROR);
             deliver(r, RT_FINISH_ERROR, "the server shut down");
         }
     }
@@ -715,18 +742,27 @@ static int load_model_side(struct rt_server *s, char *err, size_t errlen)
     }
     if (!s->have_tmpl)
         log_warn("chat completions disabled: %s", s->tmpl_error);
-    if (o->profile != NULL) {
-        rc = pf_profile_load(&s->profile, o->profile, err, errlen);
+    /* tangramd forwards "--profile=none" for full KV (the router parses its
+     * flags with the raw table, not td_options_parse, so "none" and "" reach
+     * us unnormalized); both mean no profile, as for the worker. */
+    const char *prof = o->profile;
+    if (prof != NULL && (prof[0] == '\0' || strcasecmp(prof, "none") == 0))
+        prof = NULL;
+    if (prof != NULL) {
+        rc = pf_profile_load(&s->profile, prof, err, errlen);
         if (rc == 0 && (s->profile.num_layers != s->mc.num_layers ||
                         s->profile.num_kv_heads != s->mc.num_kv_heads ||
                         s->profile.head_dim != s->mc.head_dim))
             rc = tg_err_set(err, errlen, TG_EINVAL,
                             "profile %s does not match the model (L=%d H=%d d=%d)",
-                            o->profile, s->mc.num_layers, s->mc.num_kv_heads,
+                            prof, s->mc.num_layers, s->mc.num_kv_heads,
                             s->mc.head_dim);
     } else {
         rc = pf_profile_init_full(&s->profile, s->mc.num_layers, s->mc.num_kv_heads,
-                                  s->mc.head_dim, (int)o->heads_per_group, err, errlen);
+                                  s->mc.head_dim,
+                                  pf_full_heads_per_group(s->mc.num_kv_heads,
+                                                          (int)o->heads_per_group),
+                                  err, errlen);
     }
     if (rc != 0)
         return rc;

@@ -75,6 +75,9 @@ struct rt_req {
     int submitted;              /* the scheduler knows it */
     int done;                   /* finished; freed after the step */
     int in_step;                /* part of the step in flight */
+    int in_deliver;             /* inside its sink: a cancel from there
+                                   (a client gone while writing) must not
+                                   free it under the sink's feet */
     struct rt_req *next;        /* in the server's list */
 };
 

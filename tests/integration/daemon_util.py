@@ -237,12 +237,23 @@ class Daemon:
             self.note_children()
             if self.proc.poll() is not None:
                 return False
+            # A start-up failure (bad model, profile, flags) repeats on
+            # every restart: no point in waiting for it.
+            if self.start_failure() is not None:
+                return False
             st = self.health()
             if st == 200:
                 self.note_children()
                 return True
             time.sleep(0.1)
         return False
+
+    def start_failure(self):
+        """The first 'cannot start' line a child logged, or None."""
+        for line in self.log_text().splitlines():
+            if "cannot start:" in line:
+                return line
+        return None
 
     def health(self):
         """Status code of GET /health, or None when nothing answers."""
@@ -299,6 +310,14 @@ class Daemon:
         self.proc = None
         self.log.close()
         return rc, left
+
+    def sanitizer_reports(self):
+        """Lines of the log where ASan, LSan or UBSan reported a problem
+        (the daemon built with -DTANGRAM_SANITIZE=ON); [] when clean."""
+        keys = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                "runtime error:")
+        return [ln for ln in self.log_text().splitlines()
+                if any(k in ln for k in keys)]
 
     def __enter__(self):
         return self

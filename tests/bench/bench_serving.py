@@ -1,0 +1,538 @@
+#!/usr/bin/python3
+"""bench_serving — multi-turn serving load benchmark of the real tangramd on
+the CPU backend: full KV vs a calibrated per-head profile, same KV memory,
+one invocation (issue 4 item 10; DESIGN.md §7).
+
+Client semantics follow vLLM's benchmarks/multi_turn (benchmark_serving_
+multi_turn): every conversation is a list of user turns; turn k re-sends the
+whole history (all earlier user turns and the server's answers) plus the new
+user turn, waits for the complete answer, then sends turn k + 1 right away.
+Conversations start by a Poisson process of --request-rate conversations per
+second (exponential gaps, deterministic seed) and run concurrently.
+Measured per request (one turn): TTFT (send to the first generated token),
+ITL (gaps between streamed token messages), TPOT ((e2e - TTFT) / (output
+tokens - 1)), e2e latency; per run: request throughput and output token
+throughput over the wall time from the first send to the last answer, and
+the cached prompt token fraction (usage.cached_prompt_tokens / prompt
+tokens, i.e. how much of each re-sent history the server did not prefill
+again). Percentiles use linear interpolation between order statistics
+(numpy's default), as vLLM does.
+
+Transport: gRPC (tangram.v1.Generation/Generate, h2c) with token-id prompts.
+The history must be re-sent as the exact token ids the server produced: the
+multi-turn cache matches stored token sequences, and a random-weight
+model's output text does not re-tokenize to the same ids (partial UTF-8
+characters, non-canonical merges), so an HTTP client re-sending text would
+measure 0 % reuse. The HTTP API does not return token ids; gRPC does. Each
+streamed GenerateResponse carries the tokens of one scheduler step, so ITL
+is per token. The messages are hand-encoded protobuf (only python3-grpcio is
+needed, no generated stubs).
+
+Synthetic data: user turns are random words from a fixed list (seeded),
+wrapped as "User: ...\\nAssistant:" and tokenized by the server's Tokenize
+RPC; answers have a fixed length (ignore_eos, max_tokens), greedy.
+
+Runs: (1) full KV (no profile) and (2) a profile with target ratio
+--target, calibrated on the fly by `tangram-profile calibrate` over a few
+synthetic samples; both with the same --kv-memory, the same conversations
+and the same arrival times. Prints both side by side with the ratios
+(profile / full); --json FILE writes everything.
+
+Usage: bench_serving.py [--bin DIR] [--quick] [--json FILE] [options]
+--quick: the tiny model, 3 conversations of 2 turns, a few seconds.
+Exit status: 0, 1 on any failed request or daemon problem, 77 when the
+programs or python3-grpcio are missing.
+"""
+import argparse
+import json
+import math
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+import daemon_util as du  # noqa: E402
+
+WORDS = ("the of and to in is was for on that with as by at from his it an "
+         "were are which this be or has had not but first one their its new "
+         "after who they two her she been other when time during there into "
+         "school more may years over only year most would world city some "
+         "where between later three state such then national used made known "
+         "under many university united while part season team these american "
+         "than film second born south became states war through being "
+         "including both before north high however people family early "
+         "history album area them series against until since district county "
+         "name work life group music following number company several four "
+         "called played released career league game government house each "
+         "based day same won use station club international town located "
+         "population general college east found age march end september "
+         "began home public church line june river member system place").split()
+
+# Model shapes: big enough that decode is not trivially fast, small enough
+# for two cores (issue 4 item 10).
+FULL_MODEL = ["--arch", "qwen3", "--hidden", "256", "--layers", "4",
+              "--heads", "8", "--kv-heads", "4", "--head-dim", "32",
+              "--ffn", "512", "--dtype", "bf16", "--seed", "1"]
+
+
+# ---- protobuf (proto3 wire format, the few fields we use) ----------------------
+
+def _varint(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _field(num, wire, payload):
+    return _varint((num << 3) | wire) + payload
+
+
+def _bytes_field(num, data):
+    return _field(num, 2, _varint(len(data)) + data)
+
+
+def encode_generate(prompt_ids, max_tokens, session_id):
+    """tangram.v1.GenerateRequest{prompt_token_ids, session_id,
+    sampling{max_tokens, temperature = 0, ignore_eos}}."""
+    sampling = (_field(1, 0, _varint(max_tokens)) +
+                _field(2, 5, struct.pack("<f", 0.0)) +
+                _field(9, 0, _varint(1)))
+    packed = b"".join(_varint(t) for t in prompt_ids)
+    return (_bytes_field(3, packed) + _bytes_field(5, session_id.encode()) +
+            _bytes_field(6, sampling))
+
+
+def encode_tokenize(text):
+    """tangram.v1.TokenizeRequest{text, add_special_tokens = false}."""
+    return _bytes_field(1, text.encode()) + _field(3, 0, _varint(0))
+
+
+def _read_varint(buf, pos):
+    shift = v = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        v |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return v, pos
+        shift += 7
+
+
+def decode_fields(buf):
+    """[(field number, wire type, value)] of one message; value is an int
+    (varint, fixed32/64 as raw int) or bytes (length-delimited)."""
+    out, pos = [], 0
+    while pos < len(buf):
+        key, pos = _read_varint(buf, pos)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            v, pos = _read_varint(buf, pos)
+        elif wire == 2:
+            n, pos = _read_varint(buf, pos)
+            v, pos = bytes(buf[pos:pos + n]), pos + n
+        elif wire == 5:
+            v, pos = struct.unpack_from("<I", buf, pos)[0], pos + 4
+        elif wire == 1:
+            v, pos = struct.unpack_from("<Q", buf, pos)[0], pos + 8
+        else:
+            raise ValueError("wire type %d" % wire)
+        out.append((num, wire, v))
+    return out
+
+
+def _uints(wire, v):
+    """A repeated uint32 field's values, packed or not."""
+    if wire == 0:
+        return [v]
+    vals, pos = [], 0
+    while pos < len(v):
+        x, pos = _read_varint(v, pos)
+        vals.append(x)
+    return vals
+
+
+def decode_generate(buf):
+    """(token_ids, finish_reason, usage dict or None) of a GenerateResponse."""
+    ids, finish, usage = [], 0, None
+    for num, wire, v in decode_fields(buf):
+        if num == 1:
+            ids += _uints(wire, v)
+        elif num == 4:
+            finish = v
+        elif num == 5:
+            usage = {"prompt_tokens": 0, "completion_tokens": 0,
+                     "cached_prompt_tokens": 0}
+            names = {1: "prompt_tokens", 2: "completion_tokens",
+                     3: "cached_prompt_tokens"}
+            for n2, _, v2 in decode_fields(v):
+                if n2 in names:
+                    usage[names[n2]] = v2
+    return ids, finish, usage
+
+
+def decode_tokenize(buf):
+    ids = []
+    for num, wire, v in decode_fields(buf):
+        if num == 1:
+            ids += _uints(wire, v)
+    return ids
+
+
+# ---- workload ------------------------------------------------------------------
+
+def make_conversations(seed, n_conv, turns, lo, hi):
+    """n_conv conversations of `turns` user messages of lo..hi words each."""
+    rng = random.Random(seed)
+    return [["User: " + " ".join(rng.choice(WORDS)
+                                 for _ in range(rng.randint(lo, hi))) +
+             "\nAssistant:" for _ in range(turns)] for _ in range(n_conv)]
+
+
+def arrival_times(seed, n_conv, rate):
+    """Start offsets (s) of a Poisson process of `rate` per second; the first
+    conversation starts at 0."""
+    rng = random.Random(seed + 7919)
+    t, out = 0.0, []
+    for i in range(n_conv):
+        out.append(t)
+        t += rng.expovariate(rate) if rate > 0 else 0.0
+    return out
+
+
+def percentile(xs, p):
+    """Linear interpolation between order statistics (numpy's default)."""
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    k = (len(s) - 1) * p / 100.0
+    f = math.floor(k)
+    c = min(f + 1, len(s) - 1)
+    return s[f] + (s[c] - s[f]) * (k - f)
+
+
+def summarize(xs):
+    return {"mean": sum(xs) / len(xs) if xs else float("nan"),
+            "p50": percentile(xs, 50), "p90": percentile(xs, 90),
+            "p99": percentile(xs, 99), "n": len(xs)}
+
+
+class Client:
+    """gRPC calls over one channel (thread-safe)."""
+
+    def __init__(self, target):
+        import grpc
+        self.grpc = grpc
+        self.channel = grpc.insecure_channel(target)
+        ident = lambda b: b  # noqa: E731 - raw bytes in and out
+        self.generate = self.channel.unary_stream(
+            "/tangram.v1.Generation/Generate", request_serializer=ident,
+            response_deserializer=ident)
+        self.tokenize = self.channel.unary_unary(
+            "/tangram.v1.Generation/Tokenize", request_serializer=ident,
+            response_deserializer=ident)
+
+    def close(self):
+        self.channel.close()
+
+
+def run_turn(client, prompt_ids, max_tokens, session, timeout):
+    """One streamed Generate. Returns a result dict (error set on failure)."""
+    res = {"prompt_ids": len(prompt_ids), "out": [], "ttft": None, "itl": [],
+           "e2e": None, "usage": None, "error": None, "finish": 0}
+    t0 = time.perf_counter()
+    last = None
+    try:
+        for msg in client.generate(encode_generate(prompt_ids, max_tokens, session),
+                                   timeout=timeout):
+            now = time.perf_counter()
+            ids, finish, usage = decode_generate(msg)
+            if ids:
+                if last is None:
+                    res["ttft"] = now - t0
+                else:
+                    res["itl"].append(now - last)
+                last = now
+                res["out"] += ids
+            if usage is not None:
+                res["usage"] = usage
+            if finish:
+                res["finish"] = finish
+    except Exception as e:  # noqa: BLE001 - any RPC failure is a result
+        res["error"] = "%s: %s" % (type(e).__name__, str(e)[:300])
+    res["e2e"] = time.perf_counter() - t0
+    if res["error"] is None and (res["ttft"] is None or res["usage"] is None or
+                                 len(res["out"]) != max_tokens):
+        res["error"] = "incomplete answer: %d tokens, usage %s, finish %d" % (
+            len(res["out"]), res["usage"], res["finish"])
+    return res
+
+
+def run_load(client, convs, starts, max_tokens, timeout):
+    """Replays the conversations (ids of every user turn) concurrently.
+    Returns (list of turn results, wall seconds)."""
+    results = []
+    lock = threading.Lock()
+    t_begin = time.perf_counter()
+
+    def conversation(ci):
+        delay = t_begin + starts[ci] - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        history = []
+        for k, user_ids in enumerate(convs[ci]):
+            history = history + user_ids
+            r = run_turn(client, history, max_tokens, "conv-%d" % ci, timeout)
+            r["conv"], r["turn"] = ci, k
+            with lock:
+                results.append(r)
+            if r["error"] is not None:
+                return
+            history = history + r["out"]
+
+    threads = [threading.Thread(target=conversation, args=(i,), daemon=True)
+               for i in range(len(convs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, time.perf_counter() - t_begin
+
+
+def aggregate(results, wall, metrics):
+    ok = [r for r in results if r["error"] is None]
+    ttft = [r["ttft"] for r in ok]
+    itl = [x for r in ok for x in r["itl"]]
+    tpot = [(r["e2e"] - r["ttft"]) / (len(r["out"]) - 1) for r in ok
+            if len(r["out"]) > 1]
+    e2e = [r["e2e"] for r in ok]
+    prompt = sum(r["usage"]["prompt_tokens"] for r in ok)
+    cached = sum(r["usage"]["cached_prompt_tokens"] for r in ok)
+    out_tok = sum(r["usage"]["completion_tokens"] for r in ok)
+    later = [r for r in ok if r["turn"] > 0]
+    later_prompt = sum(r["usage"]["prompt_tokens"] for r in later)
+    later_cached = sum(r["usage"]["cached_prompt_tokens"] for r in later)
+
+    def m(name, **labels):
+        v = du.metric(metrics, name, **labels) if metrics else None
+        return v if v is not None else float("nan")
+    return {
+        "requests": len(results), "failed": len(results) - len(ok),
+        "errors": sorted({r["error"] for r in results if r["error"]})[:5],
+        "wall_s": wall,
+        "request_throughput": len(ok) / wall if wall > 0 else float("nan"),
+        "output_throughput": out_tok / wall if wall > 0 else float("nan"),
+        "prompt_tokens": prompt, "cached_prompt_tokens": cached,
+        "output_tokens": out_tok,
+        "cached_fraction": cached / prompt if prompt else float("nan"),
+        "cached_fraction_later_turns":
+            later_cached / later_prompt if later_prompt else float("nan"),
+        "ttft_s": summarize(ttft), "tpot_s": summarize(tpot),
+        "itl_s": summarize(itl), "e2e_s": summarize(e2e),
+        "preemptions": m("tangram_num_preemptions_total"),
+        "kv_pages_total": m("tangram_kv_pages_total", rank="0"),
+        "kv_pages_used_end": m("tangram_kv_pages_used", rank="0"),
+    }
+
+
+# ---- runs ----------------------------------------------------------------------
+
+def calibrate(model, work, target, hp, n_samples, words):
+    samples = os.path.join(work, "calib.jsonl")
+    rng = random.Random(12345)
+    with open(samples, "w") as f:
+        for _ in range(n_samples):
+            f.write(json.dumps({"text": " ".join(rng.choice(WORDS)
+                                                 for _ in range(words))}) + "\n")
+    out = os.path.join(work, "profile.json")
+    cmd = [du.prog("tangram-profile"), "calibrate", "--model", model,
+           "--ratio", str(target), "--samples", samples,
+           "--heads-per-group", str(hp), "-o", out]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError("calibration failed: " + r.stderr[-2000:])
+    return out
+
+
+def serve_and_run(name, model, work, profile, daemon_args, conv_texts, starts,
+                  max_tokens, timeout):
+    """Starts tangramd, tokenizes the conversations, replays them, stops.
+    Returns the aggregate dict (with 'daemon_ok')."""
+    wdir = os.path.join(work, name)
+    os.makedirs(wdir, exist_ok=True)
+    d = du.Daemon(model, wdir, args=daemon_args, profile=profile)
+    client = None
+    try:
+        if not d.start(timeout=120):
+            raise RuntimeError("%s: tangramd did not start:\n%s" %
+                               (name, d.log_text()[-3000:]))
+        client = Client(d.grpc_target)
+        convs = [[decode_tokenize(client.tokenize(encode_tokenize(t), timeout=30))
+                  for t in turns] for turns in conv_texts]
+        results, wall = run_load(client, convs, starts, max_tokens, timeout)
+        metrics = du.fetch_metrics(d.base_url)
+        agg = aggregate(results, wall, metrics)
+    finally:
+        if client is not None:
+            client.close()
+        rc, left = d.stop()
+    agg["daemon_ok"] = rc == 0 and not left
+    if not agg["daemon_ok"]:
+        agg["errors"].append("tangramd exit %s, children left %s" % (rc, left))
+    return agg
+
+
+def fmt(v, scale=1.0, digits=1):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return "%.*f" % (digits, v * scale)
+
+
+def report(full, prof, cfg):
+    rows = [("requests (failed)", lambda a: "%d (%d)" % (a["requests"], a["failed"]), None),
+            ("wall time (s)", lambda a: fmt(a["wall_s"], 1, 1), "wall_s"),
+            ("request throughput (req/s)",
+             lambda a: fmt(a["request_throughput"], 1, 3), "request_throughput"),
+            ("output throughput (tok/s)",
+             lambda a: fmt(a["output_throughput"], 1, 1), "output_throughput"),
+            ("cached prompt fraction",
+             lambda a: fmt(a["cached_fraction"], 100, 1) + " %", "cached_fraction"),
+            ("  turns 2+ only",
+             lambda a: fmt(a["cached_fraction_later_turns"], 100, 1) + " %",
+             "cached_fraction_later_turns"),
+            ("preemptions", lambda a: fmt(a["preemptions"], 1, 0), None),
+            ("KV pages (pool)", lambda a: fmt(a["kv_pages_total"], 1, 0), None)]
+    for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"),
+                       ("e2e_s", "E2E")):
+        for stat in ("mean", "p50", "p90", "p99"):
+            rows.append(("%s %s (ms)" % (label, stat),
+                         (lambda k, s: lambda a: fmt(a[k][s], 1000, 1))(key, stat),
+                         (key, stat)))
+    print("\nServing benchmark (%s)" % cfg)
+    print("%-30s %14s %14s %10s" % ("", "full KV", "profile %.2f" % cfg_target(cfg),
+                                     "ratio"))
+    for label, f, key in rows:
+        ratio = "-"
+        if key is not None:
+            a = full[key] if isinstance(key, str) else full[key[0]][key[1]]
+            b = prof[key] if isinstance(key, str) else prof[key[0]][key[1]]
+            if a and not math.isnan(a) and not math.isnan(b):
+                ratio = "%.2fx" % (b / a)
+        print("%-30s %14s %14s %10s" % (label, f(full), f(prof), ratio))
+
+
+def cfg_target(cfg):
+    return float(cfg.split("target=")[1].split(",")[0])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bin", default=os.environ.get("TANGRAM_BIN", ""),
+                    help="directory of tangramd and tools (TANGRAM_BIN)")
+    ap.add_argument("--shared", default=os.environ.get("TANGRAM_SHARED",
+                                                       "/work/shared"))
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny model, 3 conversations of 2 turns")
+    ap.add_argument("--num-conversations", type=int, default=16)
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--user-words", default="100,250",
+                    help="words per user turn, lo,hi (about as many tokens)")
+    ap.add_argument("--max-tokens", type=int, default=64,
+                    help="answer length per turn (ignore_eos)")
+    ap.add_argument("--request-rate", type=float, default=0.5,
+                    help="conversation starts per second (Poisson)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--kv-memory", default="12MiB",
+                    help="KV pool of the worker, the same for both runs")
+    ap.add_argument("--target", type=float, default=0.25,
+                    help="profile target ratio (calibrated on the fly)")
+    ap.add_argument("--prefill-chunk", type=int, default=256)
+    ap.add_argument("--timeout", type=float, default=600.0,
+                    help="client timeout of one request (s)")
+    ap.add_argument("--workdir", default=None, help="keep files here")
+    ap.add_argument("--json", default=None, help="write the results here")
+    a = ap.parse_args()
+    if a.quick:
+        a.num_conversations, a.turns, a.user_words = 3, 2, "10,20"
+        a.max_tokens, a.request_rate, a.kv_memory = 8, 4.0, "4MiB"
+        a.prefill_chunk, a.timeout = 64, 60.0
+    du.BIN = a.bin
+    du.SHARED = a.shared
+    try:
+        import grpc  # noqa: F401
+    except ImportError:
+        print("bench_serving: python3-grpcio is missing", file=sys.stderr)
+        return du.SKIP
+    if not du.have_daemon() or not os.access(du.prog("tangram-profile"), os.X_OK):
+        print("bench_serving: tangramd and tools not found in --bin %r" % a.bin,
+              file=sys.stderr)
+        return du.SKIP
+    lo, hi = (int(x) for x in a.user_words.split(","))
+    work = a.workdir or tempfile.mkdtemp(prefix="tg-bench-serving-")
+    os.makedirs(work, exist_ok=True)
+    try:
+        model = os.path.join(work, "model")
+        if a.quick:
+            du.make_model(model)
+            hp = 2
+        else:
+            if not os.path.exists(os.path.join(model, "model.safetensors")):
+                r = subprocess.run(
+                    [du.prog("tangram-make-model")] + FULL_MODEL +
+                    ["--tokenizer", os.path.join(a.shared, "data", "tokenizers",
+                                                 "qwen3"), "-o", model],
+                    capture_output=True, text=True, timeout=300)
+                if r.returncode != 0:
+                    raise RuntimeError("tangram-make-model: " + r.stderr)
+            hp = 2
+        t0 = time.time()
+        profile = calibrate(model, work, a.target, hp, 4 if a.quick else 8,
+                            60 if a.quick else 300)
+        t_cal = time.time() - t0
+        conv_texts = make_conversations(a.seed, a.num_conversations, a.turns, lo, hi)
+        starts = arrival_times(a.seed, a.num_conversations, a.request_rate)
+        daemon_args = ["--kv-memory", a.kv_memory, "--heads-per-group", str(hp),
+                       "--prefill-chunk", str(a.prefill_chunk),
+                       "--max-batched-tokens", str(max(1024, a.prefill_chunk)),
+                       "--worker-heartbeat-ms", "1000"]
+        cfg = ("%s model, %d conversations x %d turns, %s words per user turn, "
+               "%d output tokens per turn, %.2f conversations/s, kv-memory %s, "
+               "prefill-chunk %d, target=%.2f, calibration %.1f s" %
+               ("tiny" if a.quick else "hidden-256/4-layer", a.num_conversations,
+                a.turns, a.user_words, a.max_tokens, a.request_rate, a.kv_memory,
+                a.prefill_chunk, a.target, t_cal))
+        full = serve_and_run("full", model, work, None, daemon_args, conv_texts,
+                             starts, a.max_tokens, a.timeout)
+        prof = serve_and_run("profile", model, work, profile, daemon_args,
+                             conv_texts, starts, a.max_tokens, a.timeout)
+        report(full, prof, cfg)
+        out = {"config": cfg, "args": vars(a), "full": full, "profile": prof}
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(out, f, indent=1, default=str)
+        bad = False
+        for name, agg in (("full", full), ("profile", prof)):
+            if agg["failed"] or not agg["daemon_ok"]:
+                print("bench_serving: %s run: %d failed requests; %s" %
+                      (name, agg["failed"], agg["errors"]), file=sys.stderr)
+                bad = True
+        return 1 if bad else 0
+    finally:
+        if a.workdir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""Keeps tests/bench/bench_serving.py from rotting: runs it with --quick
+against the real tangramd (tiny model, full KV then a calibrated profile) and
+checks its exit status, its side-by-side table and its JSON results: every
+request answered with all its tokens, both daemons stopped cleanly,
+latencies and throughputs positive and ordered (p50 <= p90 <= p99), and the
+second turns reusing the first turn's KV (cached prompt tokens > 0, as the
+history is re-sent token for token). The quick turns are shorter than the
+snapkv window (32 forced keys), so the profile saves nothing here and only
+consistency is checked; the savings show in the full run
+(docs/PERFORMANCE.md). Exit 77 when the daemon or python3-grpcio is
+missing. About 6 s.
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import daemon_util as du  # noqa: E402
+
+
+def main():
+    if not du.have_daemon():
+        print("skip: tangramd is not built")
+        return du.SKIP
+    try:
+        import grpc  # noqa: F401
+    except ImportError:
+        print("skip: python3-grpcio is missing")
+        return du.SKIP
+    script = os.path.join(du.SOURCE or os.path.join(os.path.dirname(
+        os.path.abspath(__file__)), "..", ".."), "tests", "bench", "bench_serving.py")
+    ck = du.Checker()
+    with tempfile.TemporaryDirectory(prefix="tg-bench-quick-") as tmp:
+        out_json = os.path.join(tmp, "r.json")
+        p = subprocess.run(["/usr/bin/python3", script, "--quick", "--bin", du.BIN,
+                            "--shared", du.SHARED, "--json", out_json],
+                           capture_output=True, text=True, timeout=120)
+        print(p.stdout)
+        if p.returncode == du.SKIP:
+            print("skip: bench_serving.py skipped: " + p.stderr[-500:])
+            return du.SKIP
+        ck.check(p.returncode == 0, "bench_serving --quick exits 0",
+                 p.stderr[-3000:])
+        for label in ("full KV", "profile 0.25", "TTFT p99 (ms)", "ITL p50 (ms)",
+                      "TPOT mean (ms)", "request throughput (req/s)",
+                      "output throughput (tok/s)", "cached prompt fraction"):
+            ck.check(label in p.stdout, "table shows '%s'" % label)
+        try:
+            with open(out_json) as f:
+                res = json.load(f)
+        except (OSError, ValueError) as e:
+            ck.check(False, "JSON results written", e)
+            return ck.summary()
+        for name in ("full", "profile"):
+            a = res.get(name) or {}
+            n = 3 * 2  # conversations x turns of --quick
+            ck.check(a.get("requests") == n and a.get("failed") == 0,
+                     "%s: %d requests, none failed" % (name, n),
+                     (a.get("requests"), a.get("failed"), a.get("errors")))
+            ck.check(a.get("daemon_ok") is True, "%s: daemon stopped cleanly" % name)
+            ck.check(a.get("output_tokens") == n * 8,
+                     "%s: every answer has its 8 tokens" % name, a.get("output_tokens"))
+            for key in ("request_throughput", "output_throughput", "wall_s"):
+                v = a.get(key)
+                ck.check(isinstance(v, (int, float)) and v > 0 and math.isfinite(v),
+                         "%s: %s positive" % (name, key), v)
+            for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
+                s = a.get(key) or {}
+                vals = [s.get(k) for k in ("p50", "p90", "p99", "mean")]
+                good = all(isinstance(v, (int, float)) and v > 0 for v in vals)
+                ck.check(good and s["p50"] <= s["p90"] <= s["p99"],
+                         "%s: %s percentiles positive and ordered" % (name, key), s)
+            ck.check(a.get("ttft_s", {}).get("p50", 1e9) <= a.get("e2e_s", {}).get(
+                "p50", 0), "%s: TTFT below e2e" % name)
+            ck.check(a.get("cached_prompt_tokens", 0) > 0 and
+                     0 < a.get("cached_fraction", 0) < 1,
+                     "%s: second turns reuse cached KV" % name,
+                     (a.get("cached_prompt_tokens"), a.get("cached_fraction")))
+            ck.check(a.get("preemptions") == 0, "%s: no preemption at this size"
+                     % name, a.get("preemptions"))
+    return ck.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -427,51 +427,40 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
         return;
     }
     struct tok_ids ids = {0};
-    char err[512] = "";
-    int rc = 0;
+    struct rt_api_error e;
+    int rc;
     int chat = q->n_messages > 0;
     if (chat && q->text != NULL && q->text[0] != '\0') {
         rc = TG_EINVAL;
-        snprintf(err, sizeof(err), "give either text or messages");
+        rt_api_error_set(&e, 400, "invalid_value", "text",
+                         "give either text or messages");
     } else if (chat) {
-        if (!s->have_tmpl) {
-            rc = TG_EUNSUPPORTED;
-            snprintf(err, sizeof(err), "no supported chat template: %s", s->tmpl_error);
-        } else {
-            struct ct_message *m = calloc(q->n_messages, sizeof(*m));
-            rc = m ? 0 : TG_ENOMEM;
-            for (size_t i = 0; m && i < q->n_messages; i++) {
-                m[i].role = q->messages[i]->role ? q->messages[i]->role : "";
-                m[i].content = q->messages[i]->content ? q->messages[i]->content : "";
-            }
-            struct ct_options co = {.add_generation_prompt =
-                                        q->add_generation_prompt_opt_case
-                                            ? (bool)q->add_generation_prompt
-                                            : true};
-            char *text = NULL;
-            size_t len = 0;
-            if (rc == 0)
-                rc = ct_render(&s->tmpl, m, q->n_messages, &co, &text, &len, err,
-                               sizeof(err));
-            free(m);
-            int special = q->add_special_tokens_opt_case ? q->add_special_tokens : 0;
-            if (rc == 0)
-                rc = tok_encode(&s->tok, NULL, text, len,
-                                special ? TOK_ENCODE_ADD_SPECIAL : 0, &ids, err,
-                                sizeof(err));
-            free(text);
+        struct ct_message *m = calloc(q->n_messages, sizeof(*m));
+        for (size_t i = 0; m != NULL && i < q->n_messages; i++) {
+            m[i].role = q->messages[i]->role ? q->messages[i]->role : "";
+            m[i].content = q->messages[i]->content ? q->messages[i]->content : "";
         }
+        struct ct_options co = {.add_generation_prompt =
+                                    q->add_generation_prompt_opt_case
+                                        ? (bool)q->add_generation_prompt
+                                        : true};
+        int special = q->add_special_tokens_opt_case ? q->add_special_tokens : 0;
+        if (m == NULL) {
+            rc = TG_ENOMEM;
+            rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
+        } else {
+            rc = rt_server_encode(s, NULL, 0, m, q->n_messages, &co, special, &ids, &e);
+        }
+        free(m);
     } else {
         int special = q->add_special_tokens_opt_case ? q->add_special_tokens : 1;
         const char *t = q->text ? q->text : "";
-        rc = tok_encode(&s->tok, NULL, t, strlen(t), special ? TOK_ENCODE_ADD_SPECIAL : 0,
-                        &ids, err, sizeof(err));
+        rc = rt_server_encode(s, t, strlen(t), NULL, 0, NULL, special, &ids, &e);
     }
     tangram__v1__tokenize_request__free_unpacked(q, NULL);
     if (rc != 0) {
         tok_ids_free(&ids);
-        rt_grpc_call_finish(call, rc == TG_ENOMEM ? RT_GRPC_RESOURCE_EXHAUSTED
-                                                  : RT_GRPC_INVALID_ARGUMENT, err);
+        rt_grpc_call_finish(call, grpc_status_of(e.status), e.message);
         return;
     }
     Tangram__V1__TokenizeResponse m = TANGRAM__V1__TOKENIZE_RESPONSE__INIT;

@@ -229,49 +229,13 @@ static void h_tokenize(struct rt_http_req *req, void *ud)
         send_error(req, &e);
         return;
     }
-    /* Reuse the generation path's tokenizer through a scratch request. */
-    struct rt_req tmp;
-    memset(&tmp, 0, sizeof(tmp));
-    tmp.srv = s;
-    char err[256];
     struct tok_ids ids = {0};
-    int rc;
-    if (t.messages != NULL) {
-        if (!s->have_tmpl) {
-            rt_api_error_set(&e, 400, "chat_template_unsupported", "messages",
-                             "this model has no supported chat template: %s",
-                             s->tmpl_error);
-            rt_tokenize_request_free(&t);
-            send_error(req, &e);
-            return;
-        }
-        struct ct_message *m = calloc(t.n_messages + 1, sizeof(*m));
-        for (size_t i = 0; m != NULL && i < t.n_messages; i++) {
-            m[i].role = rt_role_name(t.messages[i].role);
-            m[i].content = t.messages[i].content;
-            m[i].reasoning_content = t.messages[i].reasoning_content;
-        }
-        struct ct_options co = {.add_generation_prompt = t.chat.add_generation_prompt,
-                                .enable_thinking = t.chat.enable_thinking};
-        char *text = NULL;
-        size_t len = 0;
-        rc = m == NULL ? TG_ENOMEM
-                       : ct_render(&s->tmpl, m, t.n_messages, &co, &text, &len, err,
-                                   sizeof(err));
-        free(m);
-        if (rc == 0)
-            rc = tok_encode(&s->tok, NULL, text, len,
-                            t.add_special_tokens ? TOK_ENCODE_ADD_SPECIAL : 0, &ids,
-                            err, sizeof(err));
-        free(text);
-    } else {
-        rc = tok_encode(&s->tok, NULL, t.prompt, t.prompt_len,
-                        t.add_special_tokens ? TOK_ENCODE_ADD_SPECIAL : 0, &ids, err,
-                        sizeof(err));
-    }
+    int rc = t.messages != NULL
+                 ? rt_server_encode_chat(s, t.messages, t.n_messages, &t.chat,
+                                         t.add_special_tokens, &ids, &e)
+                 : rt_server_encode(s, t.prompt, t.prompt_len, NULL, 0, NULL,
+                                    t.add_special_tokens, &ids, &e);
     if (rc != 0) {
-        rt_api_error_set(&e, 400, "invalid_prompt", t.messages ? "messages" : "prompt",
-                         "%s", rc == TG_ENOMEM ? "out of memory" : err);
         tok_ids_free(&ids);
         rt_tokenize_request_free(&t);
         send_error(req, &e);

@@ -117,13 +117,73 @@ static int is_stop_token(const struct rt_req *r, int32_t tok)
     return 0;
 }
 
+int rt_server_encode(struct rt_server *s, const char *text, size_t len,
+                     const struct ct_message *msgs, size_t n_msgs,
+                     const struct ct_options *co, int add_special,
+                     struct tok_ids *ids, struct rt_api_error *e)
+{
+    char err[512];
+    int rc;
+    unsigned flags = add_special ? TOK_ENCODE_ADD_SPECIAL : 0;
+    if (msgs == NULL) {
+        rc = tok_encode(&s->tok, NULL, text, len, flags, ids, err, sizeof(err));
+        if (rc != 0)
+            rt_api_error_set(e, rc == TG_ENOMEM ? 500 : 400, "invalid_prompt",
+                             "prompt", "%s", err);
+        return rc;
+    }
+    if (!s->have_tmpl) {
+        rt_api_error_set(e, 400, "chat_template_unsupported", "messages",
+                         "this model has no supported chat template: %s",
+                         s->tmpl_error);
+        return TG_EUNSUPPORTED;
+    }
+    char *rendered = NULL;
+    size_t rlen = 0;
+    rc = ct_render(&s->tmpl, msgs, n_msgs, co, &rendered, &rlen, err, sizeof(err));
+    if (rc != 0) {
+        rt_api_error_set(e, rc == TG_ENOMEM ? 500 : 400, "invalid_messages",
+                         "messages", "%s", err);
+        return rc;
+    }
+    rc = tok_encode(&s->tok, NULL, rendered, rlen, flags, ids, err, sizeof(err));
+    free(rendered);
+    if (rc != 0)
+        rt_api_error_set(e, rc == TG_ENOMEM ? 500 : 400, "invalid_messages",
+                         "messages", "%s", err);
+    return rc;
+}
+
+int rt_server_encode_chat(struct rt_server *s, const struct rt_message *m,
+                          size_t n, const struct rt_chat_opts *chat,
+                          int add_special, struct tok_ids *ids,
+                          struct rt_api_error *e)
+{
+    struct ct_message *cm = calloc(n + 1, sizeof(*cm));
+    if (cm == NULL) {
+        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        return TG_ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        cm[i].role = rt_role_name(m[i].role);
+        cm[i].content = m[i].content;
+        cm[i].reasoning_content = m[i].reasoning_content;
+    }
+    struct ct_options co = {
+        .add_generation_prompt = chat->add_generation_prompt,
+        .enable_thinking = chat->enable_thinking,
+    };
+    int rc = rt_server_encode(s, NULL, 0, cm, n, &co, add_special, ids, e);
+    free(cm);
+    return rc;
+}
+
 /* Tokenizes the prompt of r->g into r->prompt. */
 static int tokenize(struct rt_req *r, struct rt_api_error *e)
 {
     struct rt_server *s = r->srv;
     struct tok_ids ids = {0};
-    char err[256];
-    int rc = 0;
+    int rc;
     if (r->g.prompt_ids != NULL) {
         for (size_t i = 0; i < r->g.n_prompt_ids; i++)
             if (r->g.prompt_ids[i] < 0 || r->g.prompt_ids[i] >= s->mc.vocab_size) {
@@ -134,61 +194,27 @@ static int tokenize(struct rt_req *r, struct rt_api_error *e)
                 return TG_EINVAL;
             }
         r->prompt = malloc((r->g.n_prompt_ids + 1) * sizeof(int32_t));
-        if (r->prompt == NULL)
-            goto nomem;
+        if (r->prompt == NULL) {
+            rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+            return TG_ENOMEM;
+        }
         memcpy(r->prompt, r->g.prompt_ids, r->g.n_prompt_ids * sizeof(int32_t));
         r->n_prompt = (int64_t)r->g.n_prompt_ids;
         return 0;
     }
-    if (r->g.endpoint == RT_ENDPOINT_CHAT) {
-        if (!s->have_tmpl) {
-            rt_api_error_set(e, 400, "chat_template_unsupported", "messages",
-                             "this model has no supported chat template: %s",
-                             s->tmpl_error);
-            return TG_EUNSUPPORTED;
-        }
-        struct ct_message *m = calloc(r->g.n_messages, sizeof(*m));
-        if (m == NULL)
-            goto nomem;
-        for (size_t i = 0; i < r->g.n_messages; i++) {
-            m[i].role = rt_role_name(r->g.messages[i].role);
-            m[i].content = r->g.messages[i].content;
-            m[i].reasoning_content = r->g.messages[i].reasoning_content;
-        }
-        struct ct_options co = {
-            .add_generation_prompt = r->g.chat.add_generation_prompt,
-            .enable_thinking = r->g.chat.enable_thinking,
-        };
-        char *text = NULL;
-        size_t len = 0;
-        rc = ct_render(&s->tmpl, m, r->g.n_messages, &co, &text, &len, err,
-                       sizeof(err));
-        free(m);
-        if (rc != 0) {
-            rt_api_error_set(e, 400, "invalid_messages", "messages", "%s", err);
-            return rc;
-        }
-        rc = tok_encode(&s->tok, NULL, text, len,
-                        r->g.add_special_tokens ? TOK_ENCODE_ADD_SPECIAL : 0,
-                        &ids, err, sizeof(err));
-        free(text);
-    } else {
-        rc = tok_encode(&s->tok, NULL, r->g.prompt, r->g.prompt_len,
-                        r->g.add_special_tokens ? TOK_ENCODE_ADD_SPECIAL : 0,
-                        &ids, err, sizeof(err));
-    }
+    if (r->g.endpoint == RT_ENDPOINT_CHAT)
+        rc = rt_server_encode_chat(s, r->g.messages, r->g.n_messages, &r->g.chat,
+                                   r->g.add_special_tokens, &ids, e);
+    else
+        rc = rt_server_encode(s, r->g.prompt, r->g.prompt_len, NULL, 0, NULL,
+                              r->g.add_special_tokens, &ids, e);
     if (rc != 0) {
         tok_ids_free(&ids);
-        rt_api_error_set(e, rc == TG_ENOMEM ? 500 : 400, "invalid_prompt",
-                         "prompt", "%s", err);
         return rc;
     }
     r->prompt = ids.v;
     r->n_prompt = (int64_t)ids.n;
     return 0;
-nomem:
-    rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
-    return TG_ENOMEM;
 }
 
 static void wake(struct rt_server *s);

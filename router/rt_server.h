@@ -154,6 +154,21 @@ void rt_req_abort(struct rt_req *r);
 /* Frees a request that was never submitted or already finished. */
 void rt_req_drop(struct rt_req *r);
 
+/* Tokenizes `text` (len bytes) or, when msgs is non-NULL, the chat msgs
+ * (n_msgs) rendered with the model's template and options `co`. Appends to
+ * *ids. On failure fills *e (400 for bad input, 500 out of memory) and
+ * returns the code; TG_EUNSUPPORTED when the model has no template. */
+int rt_server_encode(struct rt_server *s, const char *text, size_t len,
+                     const struct ct_message *msgs, size_t n_msgs,
+                     const struct ct_options *co, int add_special,
+                     struct tok_ids *ids, struct rt_api_error *e);
+
+/* rt_server_encode for parsed OpenAI chat messages. */
+int rt_server_encode_chat(struct rt_server *s, const struct rt_message *m,
+                          size_t n, const struct rt_chat_opts *chat,
+                          int add_special, struct tok_ids *ids,
+                          struct rt_api_error *e);
+
 /* Readiness for /health and the gRPC health service. */
 int rt_server_ready(const struct rt_server *s);
 

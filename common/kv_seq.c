@@ -695,6 +695,53 @@ int kv_seq_truncate_row(struct kv_seq *seq, const struct kv_layout *layout,
     return 0;
 }
 
+int kv_seq_rewind(struct kv_seq *seq, const struct kv_layout *layout,
+                  struct kv_pool *pool, int64_t pos, const int32_t *row_tokens,
+                  char *err, size_t errlen)
+{
+    int rc = check_layout(seq, layout, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (prefill_pending(seq))
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "kv_seq: rewind while the turn's prefill is pending");
+    if (pos < 0 || pos > seq->pos)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "kv_seq: cannot rewind %lld positions to %lld",
+                          (long long)seq->pos, (long long)pos);
+    for (int32_t r = 0; r < seq->n_rows; r++)
+        if (row_tokens[r] < 0 || row_tokens[r] > seq->tokens[r] ||
+            row_tokens[r] > pos)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "kv_seq: row %d cannot go from %d to %d tokens "
+                              "at position %lld", (int)r, (int)seq->tokens[r],
+                              (int)row_tokens[r], (long long)pos);
+    int dropped = 0;
+    for (int32_t r = 0; r < seq->n_rows; r++) {
+        int32_t keep = pages_for(row_tokens[r], seq->page_size);
+        int32_t drop = seq->n_pages[r] - keep;
+        if (drop > 0) {
+            /* Pages of this seq belong to the pool: a refusal is a broken
+             * invariant, not an input error. */
+            int prc = kv_pool_push(pool, drop, seq->ids + seq->off[r] + keep);
+            TG_ASSERT(prc == 0);
+            seq->used_pages -= drop;
+            dropped = 1;
+        }
+        seq->n_pages[r] = keep;
+        seq->tokens[r] = row_tokens[r];
+        seq->filled[r] = row_tokens[r];
+    }
+    if (dropped)
+        seq->epoch = next_epoch();
+    seq->pos = pos;
+    seq->turn_start = pos;
+    seq->turn_len = seq->committed = 0;
+    recompute_max(seq);
+    update_mono(seq, pool);
+    return 0;
+}
+
 const int32_t *kv_seq_row_ids(const struct kv_seq *seq,
                               const struct kv_layout *layout, int l, int g,
                               int32_t *n_pages)

@@ -182,6 +182,17 @@ int kv_seq_truncate_row(struct kv_seq *seq, const struct kv_layout *layout,
 
 /* Returns the page ids of row (l, g) (count in *n_pages), borrowed from the
  * seq until its next reservation, truncation or release. */
+/* Rewinds the sequence to an earlier turn boundary: position `pos`
+ * (<= seq->pos) with row_tokens[r] (<= the row's tokens) tokens per row
+ * (L * G values, layer-major) — the state it had right after that turn's
+ * prefill. Tail pages beyond ceil(row_tokens / P) go back to `pool` in one
+ * push per row; written counts follow. Used by multi-turn reuse when a
+ * conversation keeps the prompt but not the generated answer. Only with no
+ * prefill pending. Returns 0 or TG_EINVAL (nothing changed). */
+int kv_seq_rewind(struct kv_seq *seq, const struct kv_layout *layout,
+                  struct kv_pool *pool, int64_t pos, const int32_t *row_tokens,
+                  char *err, size_t errlen);
+
 const int32_t *kv_seq_row_ids(const struct kv_seq *seq,
                               const struct kv_layout *layout, int l, int g,
                               int32_t *n_pages);

@@ -25,6 +25,44 @@ static uint64_t hash_tokens(const int32_t *tokens, int64_t n)
     return h;
 }
 
+void rt_prefix_bounds_free(struct rt_prefix_bounds *b)
+{
+    free(b->pos);
+    free(b->rows);
+    memset(b, 0, sizeof(*b));
+}
+
+int rt_prefix_bounds_push(struct rt_prefix_bounds *b, int64_t pos,
+                          const struct kv_seq *seqs, int n_ranks)
+{
+    int32_t rows = seqs[0].n_rows;
+    int32_t width = n_ranks * rows;
+    if (b->n > 0 && b->width != width)
+        return TG_EINVAL;
+    int32_t n = b->n;
+    while (n > 0 && b->pos[n - 1] >= pos)
+        n--; /* a rewound sequence grows again from an earlier point */
+    if (n == b->cap) {
+        int32_t cap = b->cap ? 2 * b->cap : 8;
+        int64_t *np = realloc(b->pos, (size_t)cap * sizeof(int64_t));
+        if (np == NULL)
+            return TG_ENOMEM;
+        b->pos = np;
+        int32_t *nr = realloc(b->rows, (size_t)cap * (size_t)width * sizeof(int32_t));
+        if (nr == NULL)
+            return TG_ENOMEM;
+        b->rows = nr;
+        b->cap = cap;
+    }
+    b->width = width;
+    b->pos[n] = pos;
+    for (int r = 0; r < n_ranks; r++)
+        memcpy(b->rows + (size_t)n * width + (size_t)r * rows, seqs[r].filled,
+               (size_t)rows * sizeof(int32_t));
+    b->n = n + 1;
+    return 0;
+}
+
 int rt_prefix_init(struct rt_prefix *pc, int n_ranks, char *err,
                    size_t errlen)
 {
@@ -58,6 +96,7 @@ static void unlink_entry(struct rt_prefix *pc, struct rt_prefix_entry *e)
 
 static void free_entry(struct rt_prefix_entry *e)
 {
+    rt_prefix_bounds_free(&e->bounds);
     free(e->tokens);
     free(e->session);
     free(e->seqs);
@@ -96,6 +135,17 @@ int rt_prefix_insert(struct rt_prefix *pc, struct kv_pool *pools,
                      const char *session, struct kv_seq *seqs, char *err,
                      size_t errlen)
 {
+    struct rt_prefix_bounds none = {0};
+    return rt_prefix_insert_bounds(pc, pools, tokens, n_tokens, session, seqs,
+                                   &none, err, errlen);
+}
+
+int rt_prefix_insert_bounds(struct rt_prefix *pc, struct kv_pool *pools,
+                            const int32_t *tokens, int64_t n_tokens,
+                            const char *session, struct kv_seq *seqs,
+                            struct rt_prefix_bounds *bounds, char *err,
+                            size_t errlen)
+{
     if (n_tokens < 1 || tokens == NULL || seqs == NULL)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "rt_prefix: cannot store %lld tokens",
@@ -122,6 +172,11 @@ int rt_prefix_insert(struct rt_prefix *pc, struct kv_pool *pools,
     memcpy(e->tokens, tokens, (size_t)n_tokens * sizeof(int32_t));
     e->n_tokens = n_tokens;
     e->hash = hash_tokens(tokens, n_tokens);
+    /* Boundaries past the stored positions cannot be rewound to. */
+    while (bounds->n > 0 && bounds->pos[bounds->n - 1] > n_tokens)
+        bounds->n--;
+    e->bounds = *bounds;
+    memset(bounds, 0, sizeof(*bounds));
 
     /* One entry per session and per sequence: the newer turn replaces the
      * older one, whose KV no prompt would prefer any more. */
@@ -201,6 +256,92 @@ int rt_prefix_match(struct rt_prefix *pc, const int32_t *tokens,
     }
     *out = best;
     return 0;
+}
+
+/* Returns the tokens `e` can give a prompt of n tokens: the last boundary
+ * not beyond their common prefix (and short of the prompt, so that at
+ * least one token is prefilled); *which gets that boundary's index. */
+static int64_t reusable(const struct rt_prefix_entry *e, const int32_t *tokens,
+                        int64_t n, int32_t *which)
+{
+    int64_t lim = e->n_tokens < n - 1 ? e->n_tokens : n - 1;
+    int64_t lcp = 0;
+    while (lcp < lim && e->tokens[lcp] == tokens[lcp])
+        lcp++;
+    for (int32_t i = e->bounds.n - 1; i >= 0; i--) {
+        if (e->bounds.pos[i] <= lcp) {
+            *which = i;
+            return e->bounds.pos[i];
+        }
+    }
+    return 0;
+}
+
+int rt_prefix_match_rewind(struct rt_prefix *pc, struct kv_pool *pools,
+                           const struct kv_layout *layout,
+                           const int32_t *tokens, int64_t n_tokens,
+                           const char *session, struct rt_prefix_entry **out)
+{
+    int rc = rt_prefix_match(pc, tokens, n_tokens, session, out);
+    if (rc != 0 || *out != NULL || pc->n_entries == 0 || n_tokens < 2)
+        return rc;
+    struct rt_prefix_entry *best = NULL;
+    int64_t best_n = 0;
+    int32_t best_i = -1;
+    for (struct rt_prefix_entry *e = pc->newest; e != NULL; e = e->older) {
+        int32_t i = -1;
+        int64_t got = reusable(e, tokens, n_tokens, &i);
+        if (got <= 0)
+            continue;
+        int own = session != NULL && e->session != NULL &&
+                  strcmp(session, e->session) == 0;
+        /* Pages are never shared, so rewinding consumes the entry: only
+         * worth it for the conversation's own entry, or when at least half
+         * of it is reused (the same conversation with a re-tokenized
+         * answer), not to save a few tokens of someone else's. */
+        if (!own && got * 2 < e->n_tokens)
+            continue;
+        if (own) {
+            best = e;
+            best_n = got;
+            best_i = i;
+            break;
+        }
+        if (got > best_n) {
+            best = e;
+            best_n = got;
+            best_i = i;
+        }
+    }
+    if (best == NULL)
+        return 0;
+    int32_t rows = layout->n_layers * layout->n_groups;
+    for (int r = 0; r < pc->n_ranks; r++) {
+        pc->pages[r] -= best->seqs[r].used_pages;
+        rc = kv_seq_rewind(&best->seqs[r], layout, &pools[r], best_n,
+                           best->bounds.rows + (size_t)best_i * best->bounds.width +
+                               (size_t)r * (size_t)rows,
+                           NULL, 0);
+        pc->pages[r] += best->seqs[r].used_pages;
+        /* The boundary was recorded from these very seqs: a refusal is a
+         * broken invariant. */
+        TG_ASSERT(rc == 0);
+    }
+    best->n_tokens = best_n;
+    best->hash = hash_tokens(best->tokens, best_n);
+    best->bounds.n = best_i + 1;
+    *out = best;
+    return 0;
+}
+
+void rt_prefix_take_bounds(struct rt_prefix *pc, struct rt_prefix_entry *e,
+                           struct kv_seq *seqs_out,
+                           struct rt_prefix_bounds *bounds_out)
+{
+    rt_prefix_bounds_free(bounds_out);
+    *bounds_out = e->bounds;
+    memset(&e->bounds, 0, sizeof(e->bounds));
+    rt_prefix_take(pc, e, seqs_out);
 }
 
 void rt_prefix_take(struct rt_prefix *pc, struct rt_prefix_entry *e,

@@ -34,6 +34,27 @@
 #include "common/kv_pool.h"
 #include "common/kv_seq.h"
 
+/* The chunk boundaries of a sequence: positions where its compressed KV
+ * is a complete state (a prefill chunk was just committed), with every
+ * row's token count there. Compressed rows cannot be cut at an arbitrary
+ * position (a chunk's selection depends on the whole chunk), but they can
+ * be rewound to any of these. */
+struct rt_prefix_bounds {
+    int64_t *pos;    /* (n) positions, increasing */
+    int32_t *rows;   /* (n, width) row tokens at each position */
+    int32_t n, cap;
+    int32_t width;   /* n_ranks * rows */
+};
+
+/* Appends a boundary at `pos` with the seqs' (n_ranks) written counts.
+ * A boundary at or below the last one replaces the tail from there.
+ * Returns 0 or TG_ENOMEM (the list is unchanged). */
+int rt_prefix_bounds_push(struct rt_prefix_bounds *b, int64_t pos,
+                          const struct kv_seq *seqs, int n_ranks);
+
+/* Empties the list and frees it; safe on a zeroed one. */
+void rt_prefix_bounds_free(struct rt_prefix_bounds *b);
+
 struct rt_prefix_entry {
     struct rt_prefix_entry *newer; /* LRU neighbours; NULL at the ends */
     struct rt_prefix_entry *older;
@@ -42,6 +63,7 @@ struct rt_prefix_entry {
     uint64_t hash;                 /* FNV-1a of tokens */
     char *session;                 /* owned copy, or NULL */
     struct kv_seq *seqs;           /* (n_ranks) owned, pages from pools[r] */
+    struct rt_prefix_bounds bounds; /* owned: where it may be rewound */
 };
 
 struct rt_prefix {
@@ -83,6 +105,29 @@ int rt_prefix_insert(struct rt_prefix *pc, struct kv_pool *pools,
  * than the prompt, so at least one token is left to prefill), the newest on
  * a tie. *out is that entry (borrowed until the next insert, take, evict or
  * clear) or NULL. Does not change the LRU order. Returns 0 or TG_ENOMEM. */
+/* rt_prefix_insert that also stores the sequence's chunk boundaries
+ * (*bounds is moved into the entry and zeroed). With them, a later prompt
+ * that shares only a prefix of the stored sequence (a client that
+ * re-tokenizes the answer differently, a template that drops reasoning)
+ * still reuses the KV up to the last boundary inside the shared prefix
+ * (rt_prefix_match_rewind). */
+int rt_prefix_insert_bounds(struct rt_prefix *pc, struct kv_pool *pools,
+                            const int32_t *tokens, int64_t n_tokens,
+                            const char *session, struct kv_seq *seqs,
+                            struct rt_prefix_bounds *bounds, char *err,
+                            size_t errlen);
+
+/* rt_prefix_match, and when no entry is a proper prefix of `tokens`, the
+ * entry with the most reusable tokens: the last boundary not beyond its
+ * common prefix with `tokens`. Rewinding consumes the entry (pages are not
+ * shared), so only the session's own entry, or one at least half reused,
+ * qualifies (the session's entry wins). That entry is rewound in place (the tail pages go back to the
+ * pools at once, kv_seq_rewind) and returned. Returns 0 or TG_ENOMEM. */
+int rt_prefix_match_rewind(struct rt_prefix *pc, struct kv_pool *pools,
+                           const struct kv_layout *layout,
+                           const int32_t *tokens, int64_t n_tokens,
+                           const char *session, struct rt_prefix_entry **out);
+
 int rt_prefix_match(struct rt_prefix *pc, const int32_t *tokens,
                     int64_t n_tokens, const char *session,
                     struct rt_prefix_entry **out);
@@ -92,6 +137,12 @@ int rt_prefix_match(struct rt_prefix *pc, const int32_t *tokens,
  * overwritten, so it must be zeroed or already freed). */
 void rt_prefix_take(struct rt_prefix *pc, struct rt_prefix_entry *e,
                     struct kv_seq *seqs_out);
+
+/* rt_prefix_take that also moves the entry's boundaries to *bounds_out
+ * (whatever it held is freed). */
+void rt_prefix_take_bounds(struct rt_prefix *pc, struct rt_prefix_entry *e,
+                           struct kv_seq *seqs_out,
+                           struct rt_prefix_bounds *bounds_out);
 
 /* Evicts the least recently stored entry other than `keep` (may be NULL),
  * returning its pages to pools. Returns 1 when an entry was evicted, 0 when

@@ -29,6 +29,8 @@ struct rt_sched_req {
                                  block-table rows on the worker */
     int32_t slot;             /* -1 unless running */
     int fresh;                /* slot assigned since its last entry */
+    struct rt_prefix_bounds bounds; /* its committed chunk boundaries, for
+                                       partial multi-turn reuse */
     struct rt_sched_req *prev;      /* WAITING list links */
     struct rt_sched_req *next;
 };
@@ -177,6 +179,7 @@ static void release_pages(struct rt_sched *s, struct rt_sched_req *req)
         int rc = kv_seq_release(&req->seqs[r], &s->pools[r]);
         TG_ASSERT(rc == 0); /* the pages came from this pool */
     }
+    req->bounds.n = 0; /* nothing left to rewind to */
 }
 
 static void req_free(struct rt_sched *s, struct rt_sched_req *req)
@@ -187,6 +190,7 @@ static void req_free(struct rt_sched *s, struct rt_sched_req *req)
         free(req->seqs);
     }
     free(req->sent);
+    rt_prefix_bounds_free(&req->bounds);
     free(req->tokens);
     free(req->session);
     free(req);
@@ -231,8 +235,9 @@ static void retire(struct rt_sched *s, struct rt_sched_req *req,
          * tokens[0 .. n_tokens - 1). */
         int64_t held = req->n_tokens - 1;
         TG_ASSERT(req->seqs[0].pos == held);
-        if (rt_prefix_insert(&s->cache, s->pools, req->tokens, held,
-                             req->session, req->seqs, NULL, 0) != 0)
+        if (rt_prefix_insert_bounds(&s->cache, s->pools, req->tokens, held,
+                                    req->session, req->seqs, &req->bounds,
+                                    NULL, 0) != 0)
             release_pages(s, req);
     } else {
         release_pages(s, req);
@@ -606,8 +611,8 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     const struct kv_layout *lay = s->cfg.layout;
     const int T = s->cfg.n_ranks;
     struct rt_prefix_entry *m = NULL;
-    if (rt_prefix_match(&s->cache, req->tokens, req->n_tokens, req->session,
-                        &m) != 0)
+    if (rt_prefix_match_rewind(&s->cache, s->pools, lay, req->tokens,
+                               req->n_tokens, req->session, &m) != 0)
         m = NULL; /* no reuse without scratch memory; still correct */
     /* A reused entry plus its new turn may need more pages than a fresh
      * prefill (compression runs per chunk of each turn); never let reuse
@@ -663,7 +668,7 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     if (m != NULL) {
         for (int r = 0; r < T; r++)
             kv_seq_free(&req->seqs[r], &s->pools[r]); /* empty buffers */
-        rt_prefix_take(&s->cache, m, req->seqs);
+        rt_prefix_take_bounds(&s->cache, m, req->seqs, &req->bounds);
     } else if (req->seqs[0].n_rows == 0) {
         for (int r = 0; r < T; r++)
             if (kv_seq_init(&req->seqs[r], lay, NULL, 0) != 0) {
@@ -826,6 +831,11 @@ int rt_sched_complete(struct rt_sched *s, struct rt_step *step,
                                        NULL, 0);
                 TG_ASSERT(rc == 0); /* chunks are planned on boundaries */
             }
+            /* A committed chunk is a point the KV can be rewound to, so
+             * a later prompt sharing only part of this one still reuses
+             * it (best effort: without memory there is just less reuse). */
+            (void)rt_prefix_bounds_push(&req->bounds, e->pos + e->n, req->seqs,
+                                        s->cfg.n_ranks);
             if (!e->sample)
                 continue;
             req->state = RT_SCHED_DECODING;

@@ -402,14 +402,20 @@ static void test_prefix_reuse(void **state)
     assert_int_equal(st.events[0].prompt_tokens, 27);
     validate(&s);
 
-    /* Stored now: 27 positions. A prompt equal to the stored sequence has
-     * nothing left to prefill: no reuse. A diverging one: no reuse. */
+    /* Stored now: 27 positions with chunk boundaries 8, 16, 20 (first
+     * turn) and 27. A prompt equal to the stored sequence must prefill at
+     * least one token: the entry is rewound to the last boundary before
+     * that (20). A prompt diverging at index 3 reuses nothing. */
     assert_int_equal(submit(&s, 3, turn, 27, 1, NULL), 0);
     assert_int_equal(rt_sched_plan(&s, &st, err, sizeof(err)), 0);
-    assert_int_equal(st.entries[0].pos, 0);
+    assert_int_equal(st.entries[0].pos, 20);
+    assert_int_equal(rt_sched_req_info(&s, 3, &info), 0);
+    assert_int_equal(info.cached_prompt_tokens, 20);
+    assert_int_equal(st.entries[0].n, 7); /* one chunk: done in this step */
     assert_int_equal(rt_sched_complete(&s, &st, &tok, NULL, err,
                                        sizeof(err)), 0);
-    assert_int_equal(run_until_done(&s, &st, 3, 10, NULL), RT_SCHED_END_LENGTH);
+    assert_int_equal(st.n_events, 1);
+    assert_int_equal(st.events[0].finish, RT_SCHED_END_LENGTH);
     int32_t other[30];
     memcpy(other, turn, sizeof(other));
     other[3] = 4242;
@@ -427,6 +433,71 @@ static void test_prefix_reuse(void **state)
 }
 
 /* Builds a stored-sequence seq set (T = 1) of n committed positions. */
+/* A new turn that keeps the prompt but not the generated answer (a client
+ * that re-tokenizes the answer differently, or a template that drops
+ * reasoning) still reuses the prompt's KV: the stored entry is rewound to
+ * its turn boundary and the answer's tail pages go back to the pools. */
+static void test_prefix_partial_reuse(void **state)
+{
+    (void)state;
+    struct kv_layout lay;
+    make_layout(&lay, 0);
+    struct rt_sched s;
+    struct rt_sched_config cfg = make_cfg(&lay, 2, 96, 4, 16, 8);
+    assert_int_equal(rt_sched_init(&s, &cfg, err, sizeof(err)), 0);
+    struct rt_step st;
+    rt_step_init(&st);
+    int32_t turn[40];
+    fill(turn, 40, 500);
+    assert_int_equal(submit(&s, 1, turn, 20, 9, NULL), 0);
+    assert_int_equal(run_until_done(&s, &st, 1, 40, NULL), RT_SCHED_END_LENGTH);
+    struct rt_sched_stats stats;
+    rt_sched_get_stats(&s, &stats);
+    assert_int_equal(stats.cache_entries, 1);
+    struct rt_sched_pages before;
+    rt_sched_rank_pages(&s, 0, &before);
+    int64_t cached_pages = before.used;
+
+    /* Same 20-token prompt, then text the model never generated. */
+    fill(turn + 20, 7, 900);
+    assert_int_equal(submit(&s, 2, turn, 27, 1, NULL), 0);
+    assert_int_equal(rt_sched_plan(&s, &st, err, sizeof(err)), 0);
+    assert_int_equal(st.n_entries, 1);
+    const struct rt_step_entry *e = &st.entries[0];
+    assert_int_equal(e->fresh, 1);
+    assert_int_equal(e->pos, 20);
+    assert_int_equal(e->n, 7);
+    assert_int_equal(e->tokens[0], 900);
+    struct rt_sched_req_info info;
+    assert_int_equal(rt_sched_req_info(&s, 2, &info), 0);
+    assert_int_equal(info.cached_prompt_tokens, 20);
+    for (int r = 0; r < 2; r++) {
+        const struct kv_seq *q = rt_sched_req_seq(&s, 2, r);
+        assert_non_null(q);
+        assert_int_equal(q->turn_start, 20);
+        /* The fresh slot gets exactly the pages the request holds. */
+        int64_t ids = 0;
+        for (int64_t d = e->delta_begin; d < e->delta_end; d++)
+            if (st.deltas[d].rank == r)
+                ids += st.deltas[d].n;
+        assert_int_equal(ids, q->used_pages);
+    }
+    /* The answer's tail went back: the rewound history holds fewer pages
+     * than the stored entry did (rank 0's request seq, history part). */
+    const struct kv_seq *q0 = rt_sched_req_seq(&s, 2, 0);
+    int64_t hist_pages = 0;
+    for (int32_t r = 0; r < q0->n_rows; r++)
+        hist_pages += (q0->filled[r] + lay.page_size - 1) / lay.page_size;
+    assert_true(hist_pages < cached_pages);
+    validate(&s);
+    int32_t tok = 1;
+    assert_int_equal(rt_sched_complete(&s, &st, &tok, NULL, err, sizeof(err)), 0);
+    validate(&s);
+    rt_step_free(&st);
+    rt_sched_free(&s);
+    kv_layout_free(&lay);
+}
+
 static void make_seq(struct kv_seq *q, const struct kv_layout *lay,
                      struct kv_pool *pool, int64_t n)
 {
@@ -944,6 +1015,7 @@ int main(void)
         cmocka_unit_test(test_single_request_life),
         cmocka_unit_test(test_long_generation),
         cmocka_unit_test(test_prefix_reuse),
+        cmocka_unit_test(test_prefix_partial_reuse),
         cmocka_unit_test(test_prefix_cache_unit),
         cmocka_unit_test(test_lru_eviction_order),
         cmocka_unit_test(test_session_hit),

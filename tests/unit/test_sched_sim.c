@@ -71,6 +71,8 @@ struct model_req {
     int64_t admit_order; /* running: admission counter */
     int admitted;
     int64_t cached;      /* cached_prompt_tokens seen at first admission */
+    int64_t bpos[64];    /* chunk boundaries committed since admission */
+    int nb;
     char session[16];
     int has_session;
 };
@@ -275,6 +277,7 @@ static void check_plan(struct sim *m, struct rt_step *st, int64_t budget,
             }
             assert_int_equal(info.cached_prompt_tokens, r->cached);
             mirror_clear(m, e->slot);
+            r->nb = 0;
         }
         assert_int_equal(r->state, M_RUNNING);
         if (e->kind == RT_STEP_PREFILL) {
@@ -384,6 +387,8 @@ static void apply_complete(struct sim *m, struct rt_step *st)
         struct model_req *r = &m->req[e->id];
         if (r->state == M_DONE)
             continue; /* aborted: no event */
+        if (e->kind == RT_STEP_PREFILL && r->nb < 64)
+            r->bpos[r->nb++] = e->pos + e->n; /* committed chunk */
         if (!e->sample)
             continue;
         assert_true(ev_i < st->n_events);
@@ -404,6 +409,11 @@ static void apply_complete(struct sim *m, struct rt_step *st)
             r->state = M_DONE;
             /* Stored KV covers everything but the last sampled token. */
             add_key(m, r->tokens, r->n_tokens - 1);
+            /* ... and every chunk boundary it committed: a later prompt
+             * sharing only part of it reuses up to one (rewound). */
+            for (int b = 0; b < r->nb; b++)
+                if (r->bpos[b] < r->n_tokens - 1)
+                    add_key(m, r->tokens, r->bpos[b]);
             m->recent[m->n_recent++ % 8] = (int)e->id;
             struct rt_sched_req_info gone;
             assert_int_equal(rt_sched_req_info(&m->s, e->id, &gone),
@@ -439,8 +449,8 @@ static void run_sim(uint64_t seed, int T, int32_t pages, int max_seqs,
     assert_int_equal(rt_sched_init(&m.s, &cfg, err, sizeof(err)), 0);
     m.req = calloc((size_t)n_req, sizeof(struct model_req));
     m.queue = calloc((size_t)n_req, sizeof(int64_t));
-    m.keys = calloc((size_t)n_req, sizeof(int32_t *));
-    m.key_len = calloc((size_t)n_req, sizeof(int64_t));
+    m.keys = calloc(66 * (size_t)n_req, sizeof(int32_t *));
+    m.key_len = calloc(66 * (size_t)n_req, sizeof(int64_t));
     m.mirror = calloc((size_t)max_seqs, sizeof(int32_t **));
     m.mirror_len = calloc((size_t)max_seqs, sizeof(int32_t *));
     assert_true(m.req && m.queue && m.keys && m.key_len && m.mirror &&

@@ -667,9 +667,31 @@ static void on_ready(void *ud)
 
 static void stop_all(struct rt_server *s);
 
+static void begin_drain(struct rt_server *s);
+
+/* tangramd never writes to the pipe: readable means it closed. */
+static void notify_cb(uv_poll_t *h, int status, int events)
+{
+    (void)events;
+    struct rt_server *s = h->data;
+    char buf[64];
+    ssize_t n = status < 0 ? 0 : read((int)s->opts->notify_fd, buf, sizeof(buf));
+    if (n > 0)
+        return;
+    uv_poll_stop(&s->notify_poll);
+    if (!s->draining) {
+        log_warn("tangramd is gone (notify pipe closed): draining and exiting");
+        begin_drain(s);
+    }
+}
+
 static void tick_cb(uv_timer_t *t)
 {
     struct rt_server *s = t->data;
+    if (s->exit_code != 0 && !s->stopping) {
+        stop_all(s); /* a fatal condition seen inside a callback */
+        return;
+    }
     notify(s, "WATCHDOG");
     if (s->draining && s->n_reqs == 0 && !s->step_in_flight)
         stop_all(s);
@@ -743,6 +765,8 @@ static void stop_all(struct rt_server *s)
     uv_close((uv_handle_t *)&s->pump, close_cb);
     uv_close((uv_handle_t *)&s->sig_term, close_cb);
     uv_close((uv_handle_t *)&s->sig_int, close_cb);
+    if (s->notify_watch)
+        uv_close((uv_handle_t *)&s->notify_poll, close_cb);
 }
 
 /* ---- init / free ----------------------------------------------------------- */
@@ -883,6 +907,11 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
     uv_signal_init(loop, &s->sig_term);
     s->sig_term.data = s;
     uv_signal_start(&s->sig_term, signal_cb, SIGTERM);
+    if (o->notify_fd >= 0 && uv_poll_init(loop, &s->notify_poll, (int)o->notify_fd) == 0) {
+        s->notify_poll.data = s;
+        s->notify_watch = 1;
+        uv_poll_start(&s->notify_poll, UV_READABLE | UV_DISCONNECT, notify_cb);
+    }
     uv_signal_init(loop, &s->sig_int);
     s->sig_int.data = s;
     uv_signal_start(&s->sig_int, signal_cb, SIGINT);

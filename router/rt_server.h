@@ -118,6 +118,9 @@ struct rt_server {
     uv_timer_t drain_timer;
     uv_timer_t tick;            /* watchdog pings, drain checks */
     uv_idle_t pump;             /* runs the step loop outside callbacks */
+    uv_poll_t notify_poll;      /* end-of-file on the notify pipe: tangramd
+                                   is gone, so drain and exit */
+    int notify_watch;
     int pump_on;
     int exit_code;
     int64_t started;            /* unix seconds */

@@ -479,6 +479,27 @@ def check_drain_timeout(model, work):
         d.stop()
 
 
+def check_supervisor_killed(model, work):
+    """tangramd SIGKILLed (no chance to clean up): the router sees its
+    notify pipe close and drains and exits; the workers exit when the
+    router stops. Nothing is left behind to keep serving or holding RAM."""
+    d = du.Daemon(model, work)
+    try:
+        if not ck.check(d.start(), "supervisor kill: daemon started"):
+            return
+        d.note_children()
+        children = set(d.children)
+        ck.check(len(children) == 2, "supervisor kill: router and worker seen",
+                 children)
+        d.proc.send_signal(signal.SIGKILL)
+        d.proc.wait(timeout=10)
+        gone = du.wait_for(lambda: not any(du.alive(c) for c in children), 15, 0.1)
+        ck.check(gone, "supervisor kill: router and worker exited by themselves",
+                 [c for c in children if du.alive(c)])
+    finally:
+        d.stop()
+
+
 def main():
     if not du.have_daemon():
         print("skip: tangramd or the tokenizers are not built")
@@ -506,6 +527,7 @@ def main():
             d.stop()
         check_drain(model, work)
         check_drain_timeout(model, work)
+        check_supervisor_killed(model, work)
         # Every router and every worker not killed by the test exited 0 (a
         # sanitizer build exits non-zero on a leak or a UB report).
         import re

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include "common/tg_err.h"
@@ -34,5 +35,9 @@
 #define TG_CUDA_TRY(expr) TG__GPU_TRY_GEN(expr, cudaSuccess, cudaGetErrorString, TG_EDEVICE)
 #define TG_CUDA_CHECK(expr) TG__GPU_CHECK_GEN(expr, cudaSuccess, cudaGetErrorString)
 #define TG_CUDA_LAUNCH_TRY() TG_CUDA_TRY(cudaGetLastError())
+// cuBLAS and cuBLASLt share cublasStatus_t; the Lt string function keeps
+// callers that only link cublasLt self-sufficient.
+#define TG_CUBLAS_TRY(expr) TG__GPU_TRY_GEN(expr, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString, TG_EDEVICE)
+#define TG_CUBLAS_CHECK(expr) TG__GPU_CHECK_GEN(expr, CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString)
 
 #endif // TG_CUDA_CHECK_CUH

@@ -1,0 +1,438 @@
+/* bench_cuda_decode_attn.c — split-map decode attention on a skewed
+ * profile (DESIGN.md §4.6, issue 5): the profile's split map (TANGRAM
+ * Algorithm 1 via pf_split_layer) vs a FlashDecoding-style uniform split
+ * (tg_cuda_decode_uniform_splits) vs no split, on the same kernel.
+ *
+ * Shapes: Llama-3.1-8B (32 layers x 8 KV heads, d 128, G 4) and Qwen3-32B
+ * (64 x 8, d 128, G 8), H_p heads per group (default 2), P = 16. Profile:
+ * per layer budgets u^3 (u uniform) scaled to mean 0.25 and clamped to
+ * [1/1024, 1], heads clustered by budget (sorted ascending, H_p per
+ * group), group budget = max of its heads. Every sequence holds ctx tokens
+ * of history; group g keeps ceil(b_g * ctx) of them. Batch 1..64, context
+ * 8K..128K. A run times `nl` distinct layers (default 8, page ids shuffled
+ * over the pool); when their pages exceed half the free device memory,
+ * page ids wrap around the pool (reported as "wrapped": reads then alias,
+ * which is fine for timing but can flatter small working sets via L2).
+ *
+ * Reported per configuration and variant: time per layer-step (one layer's
+ * decode attention for the whole batch, split + combine kernels), the K/V
+ * bytes it reads over that time, and that bandwidth as a fraction of the
+ * measured device-to-device cudaMemcpy bandwidth (read + write bytes per
+ * second, the usual copy ceiling).
+ *
+ * Usage: bench-cuda-decode-attn [--quick] [--bench] [--heads-per-group N]
+ *        [--layers N] [--reps N]
+ * Without a CUDA build or device it prints "skipped: no CUDA device" and
+ * exits 0. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef TANGRAM_CUDA
+#include <cuda_runtime.h>
+
+#include "common/pf_split.h"
+#include "common/tg_err.h"
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/decode_attn.h"
+#endif
+
+#ifdef TANGRAM_CUDA
+#define CK(expr)                                                           \
+    do {                                                                   \
+        cudaError_t ck__ = (expr);                                         \
+        if (ck__ != cudaSuccess) {                                         \
+            fprintf(stderr, "bench: %s: %s\n", #expr,                      \
+                    cudaGetErrorString(ck__));                             \
+            exit(1);                                                       \
+        }                                                                  \
+    } while (0)
+
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+static uint64_t rng(void)
+{
+    /* xorshift64* (Vigna 2016). */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 2685821657736338717ull;
+}
+
+static double urand(void)
+{
+    return (double)(rng() >> 11) / 9007199254740992.0;
+}
+
+struct model {
+    const char *name;
+    int layers, kv_heads, g, d;
+};
+
+/* Skewed budgets of one layer: u^3 scaled so the clamped mean is `target`
+ * (a few fixed-point rounds of rescaling after clamping). */
+static void skewed_budgets(double *b, int H, double target)
+{
+    for (int h = 0; h < H; h++) {
+        double u = urand();
+        b[h] = u * u * u + 1e-6;
+    }
+    for (int it = 0; it < 50; it++) {
+        double mean = 0.0;
+        for (int h = 0; h < H; h++)
+            mean += b[h];
+        mean /= H;
+        if (fabs(mean - target) < 1e-9)
+            break;
+        for (int h = 0; h < H; h++) {
+            b[h] *= target / mean;
+            b[h] = b[h] > 1.0 ? 1.0 : b[h] < 1.0 / 1024 ? 1.0 / 1024 : b[h];
+        }
+    }
+}
+
+static int cmp_budget_idx(const void *x, const void *y, void *ctx)
+{
+    const double *b = ctx;
+    int i = *(const int *)x, j = *(const int *)y;
+    if (b[i] != b[j])
+        return b[i] < b[j] ? -1 : 1;
+    return i - j;
+}
+
+struct variant {
+    const char *name;
+    struct tg_cuda_split_map map;
+};
+
+static double copy_bandwidth(size_t bytes)
+{
+    void *a = NULL, *b = NULL;
+    CK(cudaMalloc(&a, bytes));
+    CK(cudaMalloc(&b, bytes));
+    CK(cudaMemset(a, 1, bytes));
+    CK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    const int reps = 10;
+    CK(cudaEventRecord(e0, NULL));
+    for (int i = 0; i < reps; i++)
+        CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, NULL));
+    CK(cudaEventRecord(e1, NULL));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    return 2.0 * (double)bytes * reps / (ms * 1e-3); /* read + write */
+}
+
+/* One (model, batch, ctx) configuration: all three variants. */
+static void run_config(const struct model *m, int hp, int batch, int ctx,
+                       int nl, int reps, double copy_bw)
+{
+    const int H = m->kv_heads, NG = H / hp, G = m->g, d = m->d, P = 16;
+    const int Hq = H * G;
+    char err[256];
+    int n_cta = 0;
+    if (tg_cuda_decode_attn_n_cta(G, d, &n_cta) != 0) {
+        fprintf(stderr, "bench: n_cta failed\n");
+        exit(1);
+    }
+    /* Profile of the nl timed layers (layers of a full model differ; nl
+     * samples of the same distribution stand in for them). */
+    double *budget = malloc((size_t)nl * H * sizeof(double));
+    int *groups = malloc((size_t)nl * H * sizeof(int));
+    double *gb = malloc((size_t)nl * NG * sizeof(double));
+    int *s_map = malloc((size_t)nl * NG * sizeof(int));
+    int *s_uni = malloc((size_t)nl * NG * sizeof(int));
+    int *s_one = malloc((size_t)nl * NG * sizeof(int));
+    if (!budget || !groups || !gb || !s_map || !s_uni || !s_one) {
+        fprintf(stderr, "bench: out of memory\n");
+        exit(1);
+    }
+    for (int l = 0; l < nl; l++) {
+        double *b = budget + (size_t)l * H;
+        int *gr = groups + (size_t)l * H;
+        skewed_budgets(b, H, 0.25);
+        for (int h = 0; h < H; h++)
+            gr[h] = h;
+        qsort_r(gr, (size_t)H, sizeof(int), cmp_budget_idx, b);
+        for (int g = 0; g < NG; g++) {
+            double mx = 0.0;
+            for (int k = 0; k < hp; k++)
+                mx = b[gr[g * hp + k]] > mx ? b[gr[g * hp + k]] : mx;
+            gb[l * NG + g] = mx;
+        }
+        if (pf_split_layer(b, H, gr, hp, n_cta, s_map + (size_t)l * NG, err,
+                           sizeof(err)) != 0) {
+            fprintf(stderr, "bench: split map: %s\n", err);
+            exit(1);
+        }
+        int64_t longest = 1;
+        for (int g = 0; g < NG; g++) {
+            int64_t t = (int64_t)ceil(gb[l * NG + g] * ctx);
+            longest = t > longest ? t : longest;
+            s_one[l * NG + g] = 1;
+        }
+        tg_cuda_decode_uniform_splits(batch, NG, longest, P, n_cta,
+                                      s_uni + (size_t)l * NG);
+    }
+    /* Table: rows (seq, layer, group), every seq at context ctx. */
+    const int rows = batch * nl * NG;
+    int32_t *lens = malloc((size_t)rows * sizeof(int32_t));
+    int32_t *indptr = malloc((size_t)(rows + 1) * sizeof(int32_t));
+    if (!lens || !indptr) {
+        fprintf(stderr, "bench: out of memory\n");
+        exit(1);
+    }
+    indptr[0] = 0;
+    double kv_bytes = 0.0; /* K/V bytes read per layer-step, all nl layers */
+    for (int s = 0; s < batch; s++)
+        for (int l = 0; l < nl; l++)
+            for (int g = 0; g < NG; g++) {
+                int r = (s * nl + l) * NG + g;
+                int64_t t = (int64_t)ceil(gb[l * NG + g] * ctx);
+                lens[r] = (int32_t)(t < 1 ? 1 : t);
+                indptr[r + 1] = indptr[r] + (lens[r] + P - 1) / P;
+                kv_bytes += (double)lens[r] * hp * 2 * d * 2;
+            }
+    const int64_t need_pages = indptr[rows];
+    const size_t page_bytes = (size_t)hp * 2 * P * d * 2;
+    size_t free_b = 0, total_b = 0;
+    CK(cudaMemGetInfo(&free_b, &total_b));
+    int64_t pool_pages = need_pages;
+    if ((double)pool_pages * page_bytes > 0.5 * (double)free_b)
+        pool_pages = (int64_t)(0.5 * (double)free_b / (double)page_bytes);
+    int wrapped = pool_pages < need_pages;
+    int32_t *indices = malloc((size_t)need_pages * sizeof(int32_t));
+    if (!indices) {
+        fprintf(stderr, "bench: out of memory\n");
+        exit(1);
+    }
+    for (int64_t i = 0; i < need_pages; i++)
+        indices[i] = (int32_t)(i % pool_pages);
+    for (int64_t i = need_pages - 1; i > 0; i--) { /* shuffle */
+        int64_t j = (int64_t)(rng() % (uint64_t)(i + 1));
+        int32_t t = indices[i];
+        indices[i] = indices[j];
+        indices[j] = t;
+    }
+    int32_t *hg = malloc((size_t)H * sizeof(int32_t));
+    int32_t *hs = malloc((size_t)H * sizeof(int32_t));
+    for (int h = 0; h < H; h++) { /* one layout for every timed layer */
+        hg[h] = h / hp;
+        hs[h] = h % hp;
+    }
+
+    void *d_pool = NULL, *d_q = NULL, *d_out = NULL;
+    int32_t *d_indptr = NULL, *d_indices = NULL, *d_lens = NULL;
+    int32_t *d_hg = NULL, *d_hs = NULL;
+    CK(cudaMalloc(&d_pool, (size_t)pool_pages * page_bytes));
+    /* 0x3c3c as bf16 is ~0.0115: finite, harmless values. */
+    CK(cudaMemset(d_pool, 0x3c, (size_t)pool_pages * page_bytes));
+    CK(cudaMalloc(&d_q, (size_t)batch * Hq * d * 2));
+    CK(cudaMemset(d_q, 0x3c, (size_t)batch * Hq * d * 2));
+    CK(cudaMalloc(&d_out, (size_t)batch * Hq * d * 2));
+    CK(cudaMalloc((void **)&d_indptr, (size_t)(rows + 1) * sizeof(int32_t)));
+    CK(cudaMalloc((void **)&d_indices, (size_t)need_pages * sizeof(int32_t)));
+    CK(cudaMalloc((void **)&d_lens, (size_t)rows * sizeof(int32_t)));
+    CK(cudaMalloc((void **)&d_hg, (size_t)H * sizeof(int32_t)));
+    CK(cudaMalloc((void **)&d_hs, (size_t)H * sizeof(int32_t)));
+    CK(cudaMemcpy(d_indptr, indptr, (size_t)(rows + 1) * sizeof(int32_t),
+                  cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_indices, indices, (size_t)need_pages * sizeof(int32_t),
+                  cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_lens, lens, (size_t)rows * sizeof(int32_t),
+                  cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_hg, hg, (size_t)H * sizeof(int32_t),
+                  cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_hs, hs, (size_t)H * sizeof(int32_t),
+                  cudaMemcpyHostToDevice));
+
+    struct variant vs[3] = {{"split-map", {0}}, {"uniform", {0}},
+                            {"no-split", {0}}};
+    const int *maps[3] = {s_map, s_uni, s_one};
+    size_t ws_bytes = 0;
+    for (int v = 0; v < 3; v++) {
+        if (tg_cuda_split_map_init(&vs[v].map, maps[v], nl, NG, err,
+                                   sizeof(err)) != 0) {
+            fprintf(stderr, "bench: %s map: %s\n", vs[v].name, err);
+            exit(1);
+        }
+        for (int l = 0; l < nl; l++) {
+            size_t w = tg_cuda_decode_attn_ws_bytes(batch, Hq, d,
+                                                    vs[v].map.max[l]);
+            ws_bytes = w > ws_bytes ? w : ws_bytes;
+        }
+    }
+    float *d_ws = NULL;
+    if (ws_bytes > 0)
+        CK(cudaMalloc((void **)&d_ws, ws_bytes));
+
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    double t_us[3];
+    int cta_sum[3];
+    for (int v = 0; v < 3; v++) {
+        struct tg_cuda_decode_attn_args a = {
+            .q = d_q, .pool = d_pool, .n_seq = batch, .n_q_heads = Hq,
+            .n_kv_heads = H, .n_groups = NG, .heads_per_group = hp,
+            .page_size = P, .head_dim = d, .head_group = d_hg,
+            .head_slot = d_hs,
+            .table = {d_indptr, d_indices, d_lens, rows, nl * NG, 0},
+            .splits = &vs[v].map, .layer = 0, .scale = 1.0f / sqrtf((float)d),
+            .ws = d_ws, .ws_bytes = ws_bytes, .out = d_out,
+            .out_dtype = TG_CUDA_DECODE_OUT_BF16, .stream = NULL};
+        cta_sum[v] = 0;
+        for (int l = 0; l < nl; l++)
+            cta_sum[v] += vs[v].map.total[l];
+        for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up */
+            if (rep == 0)
+                CK(cudaEventRecord(e0, NULL));
+            for (int l = 0; l < nl; l++) {
+                a.layer = l;
+                a.table.row_offset = l * NG;
+                if (tg_cuda_decode_attn(&a, err, sizeof(err)) != 0) {
+                    fprintf(stderr, "bench: decode_attn: %s\n", err);
+                    exit(1);
+                }
+            }
+        }
+        CK(cudaEventRecord(e1, NULL));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0.0f;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        t_us[v] = (double)ms * 1e3 / ((double)reps * nl);
+    }
+    const double bytes_layer = kv_bytes / nl;
+    for (int v = 0; v < 3; v++) {
+        double bw = bytes_layer / (t_us[v] * 1e-6);
+        printf("%-14s batch %3d ctx %6d  %-9s  %9.1f us/layer  %7.1f GB/s  "
+               "%5.1f%% of copy  CTAs/seq/layer %6.1f%s\n",
+               m->name, batch, ctx, vs[v].name, t_us[v], bw * 1e-9,
+               100.0 * bw / copy_bw, (double)cta_sum[v] / nl,
+               wrapped ? "  wrapped" : "");
+    }
+    printf("%-14s batch %3d ctx %6d  split-map speedup: %.2fx vs uniform, "
+           "%.2fx vs no-split\n", m->name, batch, ctx, t_us[1] / t_us[0],
+           t_us[2] / t_us[0]);
+    fflush(stdout);
+
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    for (int v = 0; v < 3; v++)
+        tg_cuda_split_map_free(&vs[v].map);
+    CK(cudaFree(d_ws));
+    CK(cudaFree(d_pool));
+    CK(cudaFree(d_q));
+    CK(cudaFree(d_out));
+    CK(cudaFree(d_indptr));
+    CK(cudaFree(d_indices));
+    CK(cudaFree(d_lens));
+    CK(cudaFree(d_hg));
+    CK(cudaFree(d_hs));
+    free(budget);
+    free(groups);
+    free(gb);
+    free(s_map);
+    free(s_uni);
+    free(s_one);
+    free(lens);
+    free(indptr);
+    free(indices);
+    free(hg);
+    free(hs);
+}
+#endif
+
+static int arg_int(int argc, char **argv, int *i, const char *name, int lo,
+                   int hi, int *out)
+{
+    if (strcmp(argv[*i], name) != 0)
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "bench: %s needs a value\n", name);
+        exit(2);
+    }
+    char *end = NULL;
+    long v = strtol(argv[*i + 1], &end, 10);
+    if (end == argv[*i + 1] || *end != '\0' || v < lo || v > hi) {
+        fprintf(stderr, "bench: %s must be an integer in %d..%d\n", name, lo,
+                hi);
+        exit(2);
+    }
+    *out = (int)v;
+    (*i)++;
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    int quick = 0, hp = 2, nl = 8, reps = 5;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0)
+            quick = 1;
+        else if (strcmp(argv[i], "--bench") == 0)
+            continue;
+        else if (arg_int(argc, argv, &i, "--heads-per-group", 1, 8, &hp) ||
+                 arg_int(argc, argv, &i, "--layers", 1, 64, &nl) ||
+                 arg_int(argc, argv, &i, "--reps", 1, 1000, &reps))
+            continue;
+        else {
+            fprintf(stderr, "usage: %s [--quick] [--bench] "
+                    "[--heads-per-group N] [--layers N] [--reps N]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (8 % hp != 0) {
+        fprintf(stderr, "bench: --heads-per-group must divide 8\n");
+        return 2;
+    }
+#ifdef TANGRAM_CUDA
+    int n = 0;
+    if (tg_cuda_device_count(&n) != 0) {
+        printf("skipped: no CUDA device\n");
+        return 0;
+    }
+    struct tg_cuda_device_info info;
+    if (tg_cuda_device_query(0, &info) != 0) {
+        fprintf(stderr, "bench: device query failed\n");
+        return 1;
+    }
+    const struct model models[] = {{"llama-3.1-8b", 32, 8, 4, 128},
+                                   {"qwen3-32b", 64, 8, 8, 128}};
+    static const int batches[] = {1, 8, 32, 64}, ctxs[] = {8192, 32768, 131072};
+    if (quick) {
+        nl = 2;
+        reps = 2;
+    }
+    double copy_bw = copy_bandwidth(quick ? (size_t)64 << 20 : (size_t)1 << 30);
+    printf("device: %s, %d SMs, sm_%d%d; copy bandwidth %.1f GB/s "
+           "(read + write); H_p %d, P 16, target 0.25, %d layers x %d reps\n",
+           info.name, info.sm_count, info.cc_major, info.cc_minor,
+           copy_bw * 1e-9, hp, nl, reps);
+    for (int mi = 0; mi < (quick ? 1 : 2); mi++) {
+        int n_cta = 0;
+        if (tg_cuda_decode_attn_n_cta(models[mi].g, models[mi].d, &n_cta) == 0)
+            printf("%s: N_CTA = %d\n", models[mi].name, n_cta);
+        for (int ci = 0; ci < (quick ? 1 : 3); ci++)
+            for (int bi = 0; bi < (quick ? 2 : 4); bi++)
+                run_config(&models[mi], hp, batches[bi], ctxs[ci],
+                           nl < models[mi].layers ? nl : models[mi].layers,
+                           reps, copy_bw);
+    }
+    return 0;
+#else
+    (void)quick;
+    printf("skipped: no CUDA device\n");
+    return 0;
+#endif
+}

@@ -6,34 +6,8 @@
 #include <string.h>
 
 #include "common/tg_err.h"
+#include "router/rt_sched_internal.h"
 
-struct rt_sched_req {
-    uint64_t id;
-    uint64_t serial;
-    void *user;
-    char *session;            /* owned copy, or NULL */
-    int32_t *tokens;          /* (cap) prompt + generated, token i at
-                                 position i */
-    int64_t n_tokens;
-    int64_t cap;              /* grows in plan (token_room), never beyond
-                                 client prompt + max_tokens, so a huge
-                                 max_tokens costs nothing up front */
-    int64_t n_prompt;         /* the client's prompt length */
-    int32_t max_tokens;
-    int32_t n_generated;
-    enum rt_sched_state state;
-    int admitted;             /* admitted at least once */
-    int64_t cached;           /* tokens reused at the first admission */
-    struct kv_seq *seqs;      /* (T) zeroed until first admission */
-    int32_t *sent;            /* (T, rows) pages already in the slot's
-                                 block-table rows on the worker */
-    int32_t slot;             /* -1 unless running */
-    int fresh;                /* slot assigned since its last entry */
-    struct rt_prefix_bounds bounds; /* its committed chunk boundaries, for
-                                       partial multi-turn reuse */
-    struct rt_sched_req *prev;      /* WAITING list links */
-    struct rt_sched_req *next;
-};
 
 /* ---- id map: open addressing, linear probing, backward-shift delete --- */
 
@@ -56,7 +30,7 @@ static int64_t map_slot(const struct rt_sched *s, uint64_t id)
     return i;
 }
 
-static struct rt_sched_req *map_find(const struct rt_sched *s, uint64_t id)
+struct rt_sched_req *rt_sched__find(const struct rt_sched *s, uint64_t id)
 {
     return s->map[map_slot(s, id)];
 }
@@ -112,7 +86,7 @@ static int grow32(void **buf, int32_t *cap, int64_t need, size_t elem)
     return rc;
 }
 
-static int is_running(const struct rt_sched_req *req)
+int rt_sched__running(const struct rt_sched_req *req)
 {
     return req->state == RT_SCHED_PREFILLING || req->state == RT_SCHED_DECODING;
 }
@@ -222,7 +196,7 @@ static void retire(struct rt_sched *s, struct rt_sched_req *req,
     if (ev_step != NULL)
         push_event(ev_step, req, -1, finish);
     int store = 0;
-    if (is_running(req)) {
+    if (rt_sched__running(req)) {
         running_remove(s, req);
         store = (finish == RT_SCHED_END_STOP ||
                  finish == RT_SCHED_END_LENGTH) &&
@@ -386,7 +360,7 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
                           "rt_sched: prompt of %lld tokens needs %lld pages, "
                           "a pool has %d", (long long)req->n_prompt,
                           (long long)pages, (int)s->cfg.pages_per_rank);
-    if (map_find(s, req->id) != NULL)
+    if (rt_sched__find(s, req->id) != NULL)
         return tg_err_set(err, errlen, TG_EEXIST,
                           "rt_sched: request %llu is already live",
                           (unsigned long long)req->id);
@@ -426,7 +400,7 @@ oom:
 
 int rt_sched_abort(struct rt_sched *s, uint64_t id)
 {
-    struct rt_sched_req *req = map_find(s, id);
+    struct rt_sched_req *req = rt_sched__find(s, id);
     if (req == NULL)
         return TG_ENOTFOUND;
     retire(s, req, RT_SCHED_END_ABORT, NULL);
@@ -821,10 +795,10 @@ int rt_sched_complete(struct rt_sched *s, struct rt_step *step,
     step->n_events = 0;
     for (int32_t i = 0; i < step->n_entries; i++) {
         const struct rt_step_entry *e = &step->entries[i];
-        struct rt_sched_req *req = map_find(s, e->id);
+        struct rt_sched_req *req = rt_sched__find(s, e->id);
         if (req == NULL || req->serial != e->serial)
             continue; /* aborted since the plan */
-        TG_ASSERT(is_running(req));
+        TG_ASSERT(rt_sched__running(req));
         if (e->kind == RT_STEP_PREFILL) {
             for (int r = 0; r < s->cfg.n_ranks; r++) {
                 int rc = kv_seq_commit(&req->seqs[r], s->cfg.layout, e->n,
@@ -876,153 +850,3 @@ void rt_sched_drop_cache(struct rt_sched *s)
 }
 
 /* ---- queries ------------------------------------------------------------ */
-
-void rt_sched_get_stats(const struct rt_sched *s, struct rt_sched_stats *out)
-{
-    memset(out, 0, sizeof(*out));
-    out->running = s->n_running;
-    out->waiting = s->n_waiting;
-    out->preemptions = s->preemptions;
-    out->cached_prompt_tokens = s->cached_tokens;
-    out->cache_entries = s->cache.n_entries;
-    out->cache_evictions = s->cache.n_evictions;
-    out->steps = s->steps;
-}
-
-void rt_sched_rank_pages(const struct rt_sched *s, int rank,
-                         struct rt_sched_pages *out)
-{
-    TG_ASSERT(rank >= 0 && rank < s->cfg.n_ranks);
-    const struct kv_pool *p = &s->pools[rank];
-    out->total = kv_pool_n_total(p);
-    out->used = kv_pool_n_used(p);
-    out->cached = rt_prefix_pages(&s->cache, rank);
-    out->monolithic = p->mono_pages;
-}
-
-int rt_sched_req_info(const struct rt_sched *s, uint64_t id,
-                      struct rt_sched_req_info *out)
-{
-    const struct rt_sched_req *req = map_find(s, id);
-    if (req == NULL)
-        return TG_ENOTFOUND;
-    memset(out, 0, sizeof(*out));
-    out->state = req->state;
-    out->slot = req->slot;
-    out->prompt_tokens = req->n_prompt;
-    out->n_tokens = req->n_tokens;
-    out->completion_tokens = req->n_generated;
-    out->max_tokens = req->max_tokens;
-    out->cached_prompt_tokens = req->cached;
-    if (is_running(req)) {
-        out->turn_start = req->seqs[0].turn_start;
-        out->committed = req->seqs[0].committed;
-    }
-    return 0;
-}
-
-const struct kv_seq *rt_sched_req_seq(const struct rt_sched *s, uint64_t id,
-                                      int rank)
-{
-    const struct rt_sched_req *req = map_find(s, id);
-    if (req == NULL || !is_running(req) || rank < 0 ||
-        rank >= s->cfg.n_ranks)
-        return NULL;
-    return &req->seqs[rank];
-}
-
-/* ---- validation --------------------------------------------------------- */
-
-/* Marks the pages of `q` in `bits`; returns the first page marked twice,
- * or -1. */
-static int32_t mark_seq(const struct kv_seq *q, uint64_t *bits)
-{
-    for (int32_t w = 0; w < q->n_rows; w++) {
-        const int32_t *ids = q->ids + q->off[w];
-        for (int32_t k = 0; k < q->n_pages[w]; k++) {
-            int32_t id = ids[k];
-            if (bits[id >> 6] >> (id & 63) & 1)
-                return id;
-            bits[id >> 6] |= 1ULL << (id & 63);
-        }
-    }
-    return -1;
-}
-
-int rt_sched_validate(struct rt_sched *s, char *err, size_t errlen)
-{
-    const int T = s->cfg.n_ranks;
-    size_t words = ((size_t)s->cfg.pages_per_rank + 63) / 64;
-    if (s->bits == NULL && (s->bits = malloc(words * 8)) == NULL)
-        return tg_err_set(err, errlen, TG_ENOMEM,
-                          "rt_sched: cannot allocate the check bitmap");
-    int32_t n_slots = 0;
-    for (int32_t i = 0; i < s->cfg.max_num_seqs; i++)
-        n_slots += s->slot_used[i] != 0;
-    if (n_slots != s->n_running)
-        return tg_err_set(err, errlen, TG_EINTERNAL,
-                          "rt_sched: %d slots used, %d running", (int)n_slots,
-                          (int)s->n_running);
-    int32_t n_wait = 0;
-    for (const struct rt_sched_req *q = s->wait_head; q != NULL; q = q->next) {
-        if (q->state != RT_SCHED_WAITING || q->slot != -1 ||
-            (q->seqs != NULL && q->seqs[0].used_pages != 0))
-            return tg_err_set(err, errlen, TG_EINTERNAL,
-                              "rt_sched: queued request %llu is running or "
-                              "holds pages", (unsigned long long)q->id);
-        if (map_find(s, q->id) != q)
-            return tg_err_set(err, errlen, TG_EINTERNAL,
-                              "rt_sched: request %llu missing from the map",
-                              (unsigned long long)q->id);
-        n_wait++;
-    }
-    if (n_wait != s->n_waiting)
-        return tg_err_set(err, errlen, TG_EINTERNAL,
-                          "rt_sched: %d queued, counter says %d", (int)n_wait,
-                          (int)s->n_waiting);
-    for (int32_t i = 0; i < s->n_running; i++) {
-        const struct rt_sched_req *q = s->running[i];
-        if (!is_running(q) || q->slot < 0 || !s->slot_used[q->slot] ||
-            map_find(s, q->id) != q)
-            return tg_err_set(err, errlen, TG_EINTERNAL,
-                              "rt_sched: running request %llu is inconsistent",
-                              (unsigned long long)q->id);
-    }
-    for (int r = 0; r < T; r++) {
-        int rc = kv_pool_validate(&s->pools[r], err, errlen);
-        if (rc != 0)
-            return rc;
-        memset(s->bits, 0, words * 8);
-        const struct kv_pool *p = &s->pools[r];
-        const int32_t *free_ids = p->stack + (p->n_total - p->n_free);
-        for (int32_t k = 0; k < p->n_free; k++)
-            s->bits[free_ids[k] >> 6] |= 1ULL << (free_ids[k] & 63);
-        int64_t owned = 0, cached = 0;
-        int32_t dup = -1;
-        for (int32_t i = 0; i < s->n_running && dup < 0; i++) {
-            dup = mark_seq(&s->running[i]->seqs[r], s->bits);
-            owned += s->running[i]->seqs[r].used_pages;
-        }
-        for (const struct rt_prefix_entry *e = s->cache.newest;
-             e != NULL && dup < 0; e = e->older) {
-            dup = mark_seq(&e->seqs[r], s->bits);
-            cached += e->seqs[r].used_pages;
-        }
-        if (dup >= 0)
-            return tg_err_set(err, errlen, TG_EINTERNAL,
-                              "rt_sched: rank %d page %d is owned twice or "
-                              "owned and free", r, (int)dup);
-        if (cached != rt_prefix_pages(&s->cache, r))
-            return tg_err_set(err, errlen, TG_EINTERNAL,
-                              "rt_sched: rank %d cache holds %lld pages, "
-                              "counter says %lld", r, (long long)cached,
-                              (long long)rt_prefix_pages(&s->cache, r));
-        if (owned + cached != kv_pool_n_used(p))
-            return tg_err_set(err, errlen, TG_EINTERNAL,
-                              "rt_sched: rank %d uses %d pages, requests hold "
-                              "%lld and the cache %lld", r,
-                              (int)kv_pool_n_used(p), (long long)owned,
-                              (long long)cached);
-    }
-    return 0;
-}

@@ -145,6 +145,48 @@ int pf_tp_assign(struct pf_tp_plan *plan, const struct pf_profile *p,
     return 0;
 }
 
+int pf_profile_rank(struct pf_profile *out, int *global_head,
+                    const struct pf_profile *p, const struct pf_tp_plan *plan,
+                    int rank, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof(*out));
+    if (rank < 0 || rank >= plan->ranks || plan->num_layers != p->num_layers)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "tp: rank %d of %d does not fit the plan", rank,
+                          plan->ranks);
+    int L = p->num_layers, hp = p->heads_per_group;
+    int Hr = plan->heads_per_rank, Gr = plan->groups_per_rank;
+    int rc = pf_profile_init(out, p->architecture, p->method, L, Hr, p->head_dim,
+                             hp, err, errlen);
+    if (rc != 0)
+        return rc;
+    out->samples = p->samples;
+    out->target_ratio = p->target_ratio;
+    out->alpha = p->alpha;
+    out->grouping = p->grouping;
+    size_t H = (size_t)p->num_kv_heads;
+    for (int l = 0; l < L; l++) {
+        const int *gr = pf_tp_groups(plan, rank, l);
+        for (int j = 0; j < Gr; j++) {
+            const int *heads = pf_profile_group(p, l, gr[j]);
+            for (int k = 0; k < hp; k++) {
+                int local = j * hp + k, g = heads[k];
+                size_t src = (size_t)l * H + (size_t)g;
+                size_t dst = (size_t)l * (size_t)Hr + (size_t)local;
+                out->mean[dst] = p->mean[src];
+                out->std[dst] = p->std[src];
+                out->budget[dst] = p->budget[src];
+                out->groups[((size_t)l * (size_t)Gr + (size_t)j) * (size_t)hp + (size_t)k] = local;
+                global_head[dst] = g;
+            }
+        }
+    }
+    rc = pf_profile_finish(out, err, errlen);
+    if (rc != 0)
+        pf_profile_free(out);
+    return rc;
+}
+
 /* ---- page reservation -------------------------------------------------- */
 
 /* Equals kv_turn_keep(0, n, chunk, budget, rule) without visiting every

@@ -64,6 +64,22 @@ const int *pf_tp_heads(const struct pf_tp_plan *plan, int rank, int layer);
 /* Returns the G/T profile group indices of `rank` in `layer` (borrowed). */
 const int *pf_tp_groups(const struct pf_tp_plan *plan, int rank, int layer);
 
+/* Builds the profile one tensor-parallel rank serves: its H/T KV heads of
+ * every layer, renumbered locally, with its G/T groups. Local groups are the
+ * rank's groups in pf_tp_groups order; local heads are those groups' heads
+ * concatenated in that order (group j holds local heads j*H_p ..
+ * (j+1)*H_p-1). global_head[l * (H/T) + i] receives the model's KV head of
+ * local head i in layer l (caller-provided, L * H/T ints): the worker
+ * gathers that head's weights (and its G query heads) in this order, and
+ * the router reserves pages with the rank profile's group budgets — so
+ * both sides agree by construction. *out is a full profile (caller frees
+ * it with pf_profile_free). With ranks = 1 it equals *p up to renumbering
+ * (which is the identity for the groups' own order). Returns 0, TG_EINVAL
+ * or TG_ENOMEM. */
+int pf_profile_rank(struct pf_profile *out, int *global_head,
+                    const struct pf_profile *p, const struct pf_tp_plan *plan,
+                    int rank, char *err, size_t errlen);
+
 /* Prompt reservation of one request under ragged paging. */
 struct pf_pages {
     int64_t *tokens;          /* (L, G) tokens group (l, g) keeps */

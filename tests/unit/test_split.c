@@ -354,6 +354,71 @@ static void test_pages_many_chunks(void **state)
     pf_profile_free(&p);
 }
 
+/* pf_profile_rank: every head served by exactly one rank, each rank's
+ * groups keep their budgets, local heads follow the deal order. */
+static void test_profile_rank(void **state)
+{
+    (void)state;
+    char err[256];
+    for (int it = 0; it < 100; it++) {
+        int T = 1 << (int)(rnd() * 3);
+        int hp = 1 << (int)(rnd() * 3);
+        int G = T * (1 + (int)(rnd() * 3));
+        int H = G * hp, L = 1 + (int)(rnd() * 3);
+        double *b = malloc((size_t)L * H * sizeof(double));
+        for (int i = 0; i < L * H; i++)
+            b[i] = fmax(PF_BUDGET_MIN, rnd());
+        struct pf_profile p;
+        make_layer(&p, L, b, H, hp, PF_GROUPING_CLUSTERED);
+        struct pf_tp_plan plan;
+        assert_int_equal(pf_tp_assign(&plan, &p, T, err, sizeof(err)), 0);
+        int Hr = H / T, Gr = G / T;
+        int *seen = calloc((size_t)L * H, sizeof(int));
+        int *gh = malloc((size_t)L * Hr * sizeof(int));
+        for (int r = 0; r < T; r++) {
+            struct pf_profile q;
+            assert_int_equal(pf_profile_rank(&q, gh, &p, &plan, r, err, sizeof(err)), 0);
+            assert_int_equal(q.num_kv_heads, Hr);
+            assert_int_equal(q.num_groups, Gr);
+            assert_int_equal(pf_profile_validate(&q, err, sizeof(err)), 0);
+            for (int l = 0; l < L; l++) {
+                const int *gr = pf_tp_groups(&plan, r, l);
+                for (int j = 0; j < Gr; j++) {
+                    /* the local group j is the global group gr[j] */
+                    assert_true(pf_profile_group_budget(&q, l, j) ==
+                                pf_profile_group_budget(&p, l, gr[j]));
+                    const int *lh = pf_profile_group(&q, l, j);
+                    const int *g = pf_profile_group(&p, l, gr[j]);
+                    for (int k = 0; k < hp; k++) {
+                        assert_int_equal(lh[k], j * hp + k);
+                        assert_int_equal(gh[l * Hr + lh[k]], g[k]);
+                        assert_true(q.budget[(size_t)l * Hr + (size_t)lh[k]] ==
+                                    p.budget[(size_t)l * H + (size_t)g[k]]);
+                        seen[l * H + g[k]]++;
+                    }
+                }
+            }
+            pf_profile_free(&q);
+        }
+        for (int i = 0; i < L * H; i++)
+            assert_int_equal(seen[i], 1);
+        free(seen);
+        free(gh);
+        free(b);
+        pf_tp_free(&plan);
+        pf_profile_free(&p);
+    }
+    struct pf_profile p, q;
+    double b1[4] = {0.5, 0.25, 0.75, 1.0};
+    make_layer(&p, 1, b1, 4, 2, PF_GROUPING_CLUSTERED);
+    struct pf_tp_plan plan;
+    assert_int_equal(pf_tp_assign(&plan, &p, 2, err, sizeof(err)), 0);
+    int gh[2];
+    assert_int_equal(pf_profile_rank(&q, gh, &p, &plan, 2, err, sizeof(err)), TG_EINVAL);
+    pf_tp_free(&plan);
+    pf_profile_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -362,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_split_random),
         cmocka_unit_test(test_tp_snake),
         cmocka_unit_test(test_tp_random),
+        cmocka_unit_test(test_profile_rank),
         cmocka_unit_test(test_pages_exact),
         cmocka_unit_test(test_pages_many_chunks),
     };

@@ -4,10 +4,13 @@
 #include "common/tg_log.h"
 #include "daemon/td_supervisor.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <systemd/sd-daemon.h>
+#include <unistd.h>
 #include <uv.h>
 
 enum phase {
@@ -67,6 +70,15 @@ struct sup {
     uv_timer_t watchdog;       /* systemd watchdog pings */
     uint64_t wd_ms;            /* WATCHDOG_USEC in ms; 0 = disabled */
     uint64_t last_router_wd;   /* uv_now of the last router WATCHDOG */
+    char comm_id[64];          /* shared-memory name of the current worker
+                                  group incarnation; "" with --tp 1 */
+    uint64_t comm_seq;         /* incarnations started so far */
+    bool group_stopping;       /* tp > 1: a worker exited, the others are
+                                  being stopped for a group restart */
+    bool group_due;            /* group_stopping: its backoff has passed */
+    struct td_backoff group_backoff;
+    uv_timer_t group_timer;    /* the group restart's backoff */
+    uv_timer_t group_kill;     /* SIGKILL deadline of the stopping group */
     int stage;                 /* set-up reached: 0 nothing, 1 loop and
                                   restart timers, 2 every handle */
 };
@@ -103,14 +115,25 @@ static void signal_workers(struct sup *s, int sig)
         signal_child(&s->workers[i], sig);
 }
 
+static void stop_worker_restarts(struct sup *s)
+{
+    for (size_t i = 0; i < s->nworkers; i++)
+        if (s->workers[i].restart_init)
+            uv_timer_stop(&s->workers[i].restart);
+}
+
 static void stop_restarts(struct sup *s)
 {
     if (s->router.restart_init)
         uv_timer_stop(&s->router.restart);
-    for (size_t i = 0; i < s->nworkers; i++)
-        if (s->workers[i].restart_init)
-            uv_timer_stop(&s->workers[i].restart);
+    stop_worker_restarts(s);
     s->router_due = false;
+    if (s->stage >= 2) {
+        uv_timer_stop(&s->group_timer);
+        uv_timer_stop(&s->group_kill);
+    }
+    s->group_stopping = false;
+    s->group_due = false;
 }
 
 static void close_handle(uv_handle_t *h)
@@ -142,6 +165,8 @@ static void maybe_finish(struct sup *s)
     close_handle((uv_handle_t *)&s->sig_hup);
     close_handle((uv_handle_t *)&s->phase_timer);
     close_handle((uv_handle_t *)&s->watchdog);
+    close_handle((uv_handle_t *)&s->group_timer);
+    close_handle((uv_handle_t *)&s->group_kill);
     close_timers(s);
     close_notify(s);
 }
@@ -362,7 +387,7 @@ static int spawn_child(struct child *c)
 static void on_worker_restart(uv_timer_t *t)
 {
     struct child *c = t->data;
-    if (c->s->phase == PH_RUNNING)
+    if (c->s->phase == PH_RUNNING && !c->s->group_stopping)
         spawn_worker_or_retry(c);
 }
 
@@ -399,6 +424,113 @@ static void schedule_router(struct sup *s, uint64_t uptime_ms)
     uv_timer_start(&s->router.restart, on_router_restart, d, 0);
 }
 
+/* ---- the tensor-parallel worker group ----------------------------------- */
+
+/* Removes what the finished incarnation may have left in /dev/shm (a
+ * worker killed inside the all-reduce cannot clean up). Best effort. */
+static void forget_comm_id(struct sup *s)
+{
+    if (s->comm_id[0] == '\0')
+        return;
+    if (shm_unlink(s->comm_id) != 0 && errno != ENOENT)
+        log_warn("cannot remove shared memory %s: %s", s->comm_id,
+                 strerror(errno));
+    s->comm_id[0] = '\0';
+}
+
+/* Names the next incarnation of the worker group (tp > 1 only). */
+static int next_comm_id(struct sup *s, char *err, size_t errlen)
+{
+    if (s->o->tp <= 1)
+        return 0;
+    forget_comm_id(s);
+    return td_sup_comm_id(s->comm_id, sizeof s->comm_id, (long)getpid(),
+                          s->comm_seq++, err, errlen);
+}
+
+/* Starts a new incarnation: a new comm id in every worker's command line.
+ * On failure (out of memory) the workers keep their previous lines. */
+static void new_group(struct sup *s)
+{
+    char err[256];
+    if (s->o->tp <= 1)
+        return;
+    if (next_comm_id(s, err, sizeof err) != 0) {
+        log_err("worker group: %s", err);
+        return;
+    }
+    for (size_t i = 0; i < s->nworkers; i++) {
+        struct child *c = &s->workers[i];
+        char **argv = NULL;
+        size_t argc = 0;
+        if (td_sup_worker_argv(s->o, s->paths->worker_bin, c->rank,
+                               s->paths->endpoint, s->comm_id, &argv, &argc,
+                               err, sizeof err) != 0) {
+            tg_config_argv_free(argv, argc);
+            log_err("worker rank %d command line: %s", c->rank, err);
+            continue;
+        }
+        tg_config_argv_free(c->argv, c->argc);
+        c->argv = argv;
+        c->argc = argc;
+    }
+    log_info("worker group comm id %s", s->comm_id);
+}
+
+/* Group restart: every worker gone and the backoff over. */
+static void maybe_group_start(struct sup *s)
+{
+    if (s->group_stopping && !workers_alive(s))
+        uv_timer_stop(&s->group_kill); /* nobody left to kill */
+    if (!s->group_stopping || !s->group_due || workers_alive(s) ||
+        s->phase != PH_RUNNING)
+        return;
+    s->group_stopping = false;
+    s->group_due = false;
+    uv_timer_stop(&s->group_kill);
+    new_group(s);
+    for (size_t i = 0; i < s->nworkers; i++)
+        spawn_worker_or_retry(&s->workers[i]);
+}
+
+static void on_group_due(uv_timer_t *t)
+{
+    struct sup *s = t->data;
+    s->group_due = true;
+    maybe_group_start(s);
+}
+
+static void on_group_kill(uv_timer_t *t)
+{
+    struct sup *s = t->data;
+    if (!s->group_stopping || s->phase != PH_RUNNING || !workers_alive(s))
+        return;
+    log_warn("workers still running %u ms after SIGTERM: sending SIGKILL",
+             TD_KILL_GRACE_MS);
+    signal_workers(s, SIGKILL);
+}
+
+/* A worker of a tp > 1 group exited while serving: its peers would block
+ * in their next all-reduce, so the whole group stops and starts again
+ * together with a new comm id (td_supervisor.h). */
+static void group_lost(struct sup *s, const struct child *c, uint64_t uptime)
+{
+    if (!s->group_stopping) {
+        s->group_stopping = true;
+        s->group_due = false;
+        stop_worker_restarts(s);
+        uint64_t d = td_backoff_next(&s->group_backoff, uptime);
+        log_info("worker rank %d is gone: stopping its tensor-parallel "
+                 "group; restarting all %zu workers in %llu ms", c->rank,
+                 s->nworkers, (unsigned long long)d);
+        sd_notify(0, "STATUS=a worker died; restarting the worker group");
+        signal_workers(s, SIGTERM);
+        uv_timer_start(&s->group_kill, on_group_kill, TD_KILL_GRACE_MS, 0);
+        uv_timer_start(&s->group_timer, on_group_due, d, 0);
+    }
+    maybe_group_start(s);
+}
+
 /* RESTART_ALL with the workers down and the backoff over: start again. */
 static void start_all(struct sup *s)
 {
@@ -411,6 +543,7 @@ static void start_all(struct sup *s)
         schedule_router(s, 0);
         return;
     }
+    new_group(s); /* the old group's all-reduce state is gone with it */
     for (size_t i = 0; i < s->nworkers; i++)
         spawn_worker_or_retry(&s->workers[i]);
 }
@@ -443,7 +576,9 @@ static void on_child_exit(uv_process_t *p, int64_t status, int term_signal)
     c->run = NULL;
     uv_close((uv_handle_t *)p, on_run_closed);
     if (c->rank >= 0) {
-        if (s->phase == PH_RUNNING)
+        if (s->phase == PH_RUNNING && s->nworkers > 1)
+            group_lost(s, c, uptime);
+        else if (s->phase == PH_RUNNING)
             schedule_worker(c, uptime);
         else if (s->phase == PH_RESTART_ALL && s->router_due &&
                  !workers_alive(s))
@@ -536,8 +671,8 @@ static int init_child(struct sup *s, struct child *c, int rank, char *err,
                                            s->paths->endpoint, &c->argv,
                                            &c->argc, err, errlen)
                       : td_sup_worker_argv(s->o, s->paths->worker_bin, rank,
-                                           s->paths->endpoint, &c->argv,
-                                           &c->argc, err, errlen);
+                                           s->paths->endpoint, s->comm_id,
+                                           &c->argv, &c->argc, err, errlen);
     if (rc != 0)
         return rc;
     uv_timer_init(&s->loop, &c->restart);
@@ -568,6 +703,9 @@ static int sup_init(struct sup *s, const struct td_options *o,
     if (s->workers == NULL)
         return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
     s->nworkers = (size_t)o->tp; /* zeroed entries are safe to free */
+    rc = next_comm_id(s, err, errlen);
+    if (rc != 0)
+        return rc;
     rc = init_child(s, &s->router, -1, err, errlen);
     for (size_t i = 0; rc == 0 && i < s->nworkers; i++)
         rc = init_child(s, &s->workers[i], (int)i, err, errlen);
@@ -578,8 +716,11 @@ static int sup_init(struct sup *s, const struct td_options *o,
     uv_signal_init(&s->loop, &s->sig_hup);
     uv_timer_init(&s->loop, &s->phase_timer);
     uv_timer_init(&s->loop, &s->watchdog);
+    uv_timer_init(&s->loop, &s->group_timer);
+    uv_timer_init(&s->loop, &s->group_kill);
     s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
     s->phase_timer.data = s->watchdog.data = s;
+    s->group_timer.data = s->group_kill.data = s;
     s->stage = 2; /* loop-level handles exist and need closing */
     rc = uv_signal_start(&s->sig_term, on_stop_signal, SIGTERM);
     if (rc == 0)
@@ -618,6 +759,7 @@ static void sup_free(struct sup *s)
     uv_run(&s->loop, UV_RUN_DEFAULT);
     int rc = uv_loop_close(&s->loop);
     TG_ASSERT(rc == 0);
+    forget_comm_id(s); /* every worker is reaped */
     tg_config_argv_free(s->router.argv, s->router.argc);
     for (size_t i = 0; i < s->nworkers; i++)
         tg_config_argv_free(s->workers[i].argv, s->workers[i].argc);
@@ -636,8 +778,9 @@ int td_sup_run(const struct td_options *o, const struct td_sup_paths *p,
         sup_free(&s);
         return rc;
     }
-    log_info("runtime directory %s, endpoint %s", p->runtime_dir,
-             p->endpoint);
+    log_info("runtime directory %s, endpoint %s%s%s", p->runtime_dir,
+             p->endpoint, s.comm_id[0] ? ", worker group comm id " : "",
+             s.comm_id);
     sd_notify(0, "STATUS=starting router and workers");
     int src = spawn_child(&s.router);
     for (size_t i = 0; src == 0 && i < s.nworkers; i++)

@@ -90,9 +90,24 @@ int td_sup_router_argv(const struct td_options *o, const char *bin,
     return rc;
 }
 
+int td_sup_comm_id(char *out, size_t outlen, long pid, uint64_t seq,
+                   char *err, size_t errlen)
+{
+    int w = snprintf(out, outlen, "/tangram-%ld-%llu", pid,
+                     (unsigned long long)seq);
+    if (w < 0 || (size_t)w >= outlen) {
+        if (outlen > 0)
+            out[0] = '\0';
+        return tg_err_set(err, errlen, TG_ETOOBIG,
+                          "comm id of pid %ld incarnation %llu does not fit "
+                          "%zu bytes", pid, (unsigned long long)seq, outlen);
+    }
+    return 0;
+}
+
 int td_sup_worker_argv(const struct td_options *o, const char *bin,
-                       int rank, const char *endpoint, char ***argv,
-                       size_t *argc, char *err, size_t errlen)
+                       int rank, const char *endpoint, const char *comm_id,
+                       char ***argv, size_t *argc, char *err, size_t errlen)
 {
     static const char *const names[] = {
         "model",  "profile",         "backend",   "page-size",
@@ -110,6 +125,11 @@ int td_sup_worker_argv(const struct td_options *o, const char *bin,
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < sizeof head / sizeof head[0]; i++)
         rc = push(argv, argc, head[i], err, errlen);
+    if (rc == 0 && comm_id != NULL && comm_id[0] != '\0') {
+        rc = push(argv, argc, "--comm-id", err, errlen);
+        if (rc == 0)
+            rc = push(argv, argc, comm_id, err, errlen);
+    }
     size_t n;
     const struct tg_config_entry *table = td_options_table(&n);
     if (rc == 0)

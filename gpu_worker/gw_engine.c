@@ -2,10 +2,12 @@
 #include "gpu_worker/gw_engine.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/kv_seq.h"
+#include "common/pf_split.h"
 #include "common/tg_err.h"
 #include "gpu_worker/gw_layout.h"
 
@@ -33,6 +35,34 @@ void gw_engine_free(struct gw_engine *e)
     memset(e, 0, sizeof(*e));
 }
 
+/* The profile the whole model serves: the file, or full KV. */
+static int global_profile(struct pf_profile *p, const struct mc_model_config *c,
+                          const struct gw_engine_opts *o, int full, char *err,
+                          size_t errlen)
+{
+    if (full)
+        /* Without a profile the flag is a wish: a model with fewer KV
+         * heads (or a non-divisor) gets the nearest layout that exists. */
+        return pf_profile_init_full(p, c->num_layers, c->num_kv_heads,
+                                    c->head_dim,
+                                    pf_full_heads_per_group(c->num_kv_heads,
+                                                            o->heads_per_group),
+                                    err, errlen);
+    int rc = pf_profile_load(p, o->profile_path, err, errlen);
+    if (rc == 0 && (p->num_layers != c->num_layers ||
+                    p->num_kv_heads != c->num_kv_heads ||
+                    p->head_dim != c->head_dim)) {
+        rc = tg_err_set(err, errlen, TG_EINVAL,
+                        "profile %s is for L=%d H=%d d=%d, the model has "
+                        "L=%d H=%d d=%d",
+                        o->profile_path, p->num_layers, p->num_kv_heads,
+                        p->head_dim, c->num_layers, c->num_kv_heads,
+                        c->head_dim);
+        pf_profile_free(p);
+    }
+    return rc;
+}
+
 int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
                          struct gw_kv_layout *layout,
                          enum tg_score_method *method,
@@ -42,42 +72,50 @@ int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
     memset(model, 0, sizeof(*model));
     memset(profile, 0, sizeof(*profile));
     memset(layout, 0, sizeof(*layout));
-    int rc = gw_model_load(model, o->model_dir, err, errlen);
+    int T = o->world_size > 1 ? o->world_size : 1;
+    if (o->rank < 0 || o->rank >= T)
+        return tg_err_set(err, errlen, TG_EINVAL, "rank %d is outside [0, %d)",
+                          o->rank, T);
+    struct mc_model_config cfg;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/config.json", o->model_dir);
+    int rc = mc_model_config_load(&cfg, path, err, errlen);
     if (rc != 0)
         return rc;
-    const struct gw_model *m = model;
     int full = o->profile_path == NULL || strcmp(o->profile_path, "none") == 0;
-    if (full) {
-        /* Without a profile the flag is a wish: a model with fewer KV
-         * heads (or a non-divisor) gets the nearest layout that exists. */
-        rc = pf_profile_init_full(profile, m->n_layers, m->n_kv_heads, m->head_dim,
-                                  pf_full_heads_per_group(m->n_kv_heads,
-                                                          o->heads_per_group),
-                                  err, errlen);
-    } else {
-        rc = pf_profile_load(profile, o->profile_path, err, errlen);
-        if (rc == 0 && (profile->num_layers != m->n_layers ||
-                        profile->num_kv_heads != m->n_kv_heads ||
-                        profile->head_dim != m->head_dim))
-            rc = tg_err_set(err, errlen, TG_EINVAL,
-                            "profile %s is for L=%d H=%d d=%d, the model has "
-                            "L=%d H=%d d=%d",
-                            o->profile_path, profile->num_layers,
-                            profile->num_kv_heads, profile->head_dim,
-                            m->n_layers, m->n_kv_heads, m->head_dim);
-    }
+    struct pf_profile whole = {0};
+    struct pf_tp_plan plan = {0};
+    int *global_head = NULL;
+    rc = global_profile(&whole, &cfg, o, full, err, errlen);
     if (rc != 0)
         goto fail;
 
     const char *name = o->method;
     if (name == NULL)
-        name = full ? "snapkv" : profile->method;
+        name = full ? "snapkv" : whole.method;
     if (gw_method_parse(name, method) != 0) {
         rc = tg_err_set(err, errlen, TG_EINVAL,
                         "unknown scoring method '%s' (snapkv, keydiff, "
                         "expected_attention)", name);
         goto fail;
     }
+    /* §4.7: the rank's groups, and its heads in group order. */
+    rc = pf_tp_assign(&plan, &whole, T, err, errlen);
+    if (rc != 0)
+        goto fail;
+    global_head = malloc((size_t)cfg.num_layers * (size_t)plan.heads_per_rank *
+                         sizeof(int));
+    if (global_head == NULL) {
+        rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+        goto fail;
+    }
+    rc = pf_profile_rank(profile, global_head, &whole, &plan, o->rank, err, errlen);
+    if (rc != 0)
+        goto fail;
+    struct gw_shard sh = {.rank = o->rank, .world = T, .kv_heads = global_head};
+    rc = gw_model_load_shard(model, o->model_dir, &sh, err, errlen);
+    if (rc != 0)
+        goto fail;
     /* Every method forces the same keys (window + sinks), so the
      * reservation math of §4.3 holds for all of them. */
     struct kv_forced_rule rule = kv_forced_rule_snapkv();
@@ -85,8 +123,14 @@ int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
                                 o->prefill_chunk, &rule, err, errlen);
     if (rc != 0)
         goto fail;
+    free(global_head);
+    pf_tp_free(&plan);
+    pf_profile_free(&whole);
     return 0;
 fail:
+    free(global_head);
+    pf_tp_free(&plan);
+    pf_profile_free(&whole);
     gw_layout_free(layout);
     pf_profile_free(profile);
     gw_model_free(model);
@@ -97,6 +141,10 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
                    char *err, size_t errlen)
 {
     memset(e, 0, sizeof(*e));
+    if (o->world_size > 1)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "in-process generation runs one rank (world size "
+                          "%d asked)", o->world_size);
     int rc = gw_engine_load_parts(&e->model, &e->profile, &e->layout,
                                   &e->method, o, err, errlen);
     if (rc != 0)

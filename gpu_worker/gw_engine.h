@@ -28,8 +28,12 @@ struct gw_engine_opts {
     const char *method;        /* NULL: the profile's (snapkv for none) */
     int64_t max_context;       /* tokens one sequence may reach (pool size) */
     int n_threads;             /* <= 0: OpenMP default */
-    gw_on_scores_fn on_scores; /* optional, see gw_forward.h */
+    gw_on_scores_fn on_scores; /* optional, see gw_forward.h; scores are
+                                  in the rank profile's head order, which
+                                  is the model's for a profile-less run */
     void *on_scores_ud;
+    int rank;                  /* tensor-parallel rank (load_parts only) */
+    int world_size;            /* T; <= 1: one rank (gw_engine_init needs 1) */
 };
 
 struct gw_engine {
@@ -47,14 +51,22 @@ struct gw_engine {
  * Returns 0 or TG_EINVAL. */
 int gw_method_parse(const char *s, enum tg_score_method *out);
 
-/* The parts every user of a model builds the same way: loads the model
- * at o->model_dir and the profile at o->profile_path (NULL or "none": full
- * KV with o->heads_per_group heads per group), checks they match, resolves
- * the scoring method (o->method, else the profile's, snapkv for none) and
- * builds the page layout for o->page_size and o->prefill_chunk. The other
- * fields of *o are ignored. Returns 0 or an error naming the problem; on
- * failure every part is left freed (zeroed). The caller frees the parts
- * with gw_layout_free, pf_profile_free and gw_model_free. */
+/* The parts every user of a model builds the same way, for rank o->rank
+ * of o->world_size (T; one code path for T = 1): reads the model's config
+ * at o->model_dir, loads the profile at o->profile_path (NULL or "none":
+ * full KV with pf_full_heads_per_group(H, o->heads_per_group) heads per
+ * group) and checks they match, assigns groups to ranks (pf_tp_assign)
+ * and makes *profile the rank's profile (pf_profile_rank; with T = 1 the
+ * whole profile with heads renumbered in group order), loads the rank's
+ * model shard whose heads follow that order (gw_model_load_shard),
+ * resolves the scoring method (o->method, else the profile's, snapkv for
+ * none) and builds the page layout for o->page_size and o->prefill_chunk.
+ * Router and worker build rank profiles the same way, so their page math
+ * agrees. The other fields of *o are ignored. Returns 0 or an error
+ * naming the problem (TG_EINVAL for a T that does not divide the groups,
+ * heads or ffn); on failure every part is left freed (zeroed). The caller
+ * frees the parts with gw_layout_free, pf_profile_free and
+ * gw_model_free. */
 int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
                          struct gw_kv_layout *layout,
                          enum tg_score_method *method,
@@ -62,7 +74,8 @@ int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
                          size_t errlen);
 
 /* Loads the model and profile, checks they match, and sizes the KV pool
- * for one sequence of max_context tokens. Returns 0 or an error naming
+ * for one sequence of max_context tokens. In-process generation runs one
+ * rank: o->world_size > 1 is TG_EINVAL. Returns 0 or an error naming
  * the problem (file, field, sizes); on failure *e is left freed. */
 int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
                    char *err, size_t errlen);

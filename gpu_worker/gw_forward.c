@@ -60,6 +60,13 @@ int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
                           model->n_layers, model->n_kv_heads, model->head_dim);
     if (opts->max_tokens <= 0 || n_pages <= 0)
         return tg_err_set(err, errlen, TG_EINVAL, "max_tokens and n_pages must be > 0");
+    int cw = opts->comm != NULL ? opts->comm->world : 1;
+    int cr = opts->comm != NULL ? opts->comm->rank : 0;
+    if (model->world > 1 && (cw != model->world || cr != model->rank))
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "model shard of rank %d of %d needs an all-reduce "
+                          "group of that rank and size (have rank %d of %d)",
+                          model->rank, model->world, cr, cw);
     rt->model = model;
     rt->layout = layout;
     rt->ops = ops;
@@ -166,19 +173,41 @@ static int qkv(struct gw_runtime *rt, const struct gw_layer *w, int m)
     return 0;
 }
 
-/* Output projection, residual, and the SwiGLU MLP block for m rows. */
-static int attn_out_and_mlp(struct gw_runtime *rt, const struct gw_layer *w, int m)
+/* Sums the ranks' partial (m, hidden) outputs of a row-parallel layer in
+ * rt->h; nothing to do on one rank. */
+static int reduce_partial(struct gw_runtime *rt, size_t hm, int l,
+                          const char *what, char *err, size_t errlen)
+{
+    if (rt->opts.comm == NULL)
+        return 0;
+    int rc = gw_comm_allreduce_sum(rt->opts.comm, rt->h, hm);
+    if (rc != 0)
+        return tg_err_set(err, errlen, rc,
+                          "all-reduce after %s of layer %d failed (%s): a "
+                          "tensor-parallel peer is gone or out of step",
+                          what, l, tg_strerror(rc));
+    return 0;
+}
+
+/* Output projection, residual, and the SwiGLU MLP block for m rows of
+ * layer l. With tensor parallelism o_proj and down_proj are row-parallel:
+ * their GEMMs give this rank's partial sums, all-reduced before the
+ * residual adds (rank 0's shard alone holds o_proj's bias). */
+static int attn_out_and_mlp(struct gw_runtime *rt, const struct gw_layer *w,
+                            int l, int m, char *err, size_t errlen)
 {
     const struct gw_model *md = rt->model;
     const struct tg_ops *o = rt->ops;
     size_t hm = (size_t)m * (size_t)md->hidden;
     TRY(o->gemm(rt->be, rt->att, w->wo, w->bo, m, md->hidden, md->n_q_heads * md->head_dim, rt->h));
+    TRY(reduce_partial(rt, hm, l, "o_proj", err, errlen));
     TRY(o->add(rt->be, rt->x, rt->h, hm));
     TRY(o->rmsnorm(rt->be, rt->x, w->ffn_norm, m, md->hidden, md->norm_eps, rt->h));
     TRY(o->gemm(rt->be, rt->h, w->w_gate, NULL, m, md->ffn, md->hidden, rt->gate));
     TRY(o->gemm(rt->be, rt->h, w->w_up, NULL, m, md->ffn, md->hidden, rt->up));
     TRY(o->silu_mul(rt->be, rt->gate, rt->up, (size_t)m * (size_t)md->ffn, rt->gate));
     TRY(o->gemm(rt->be, rt->gate, w->w_down, NULL, m, md->hidden, md->ffn, rt->h));
+    TRY(reduce_partial(rt, hm, l, "down_proj", err, errlen));
     TRY(o->add(rt->be, rt->x, rt->h, hm));
     return 0;
 }
@@ -186,6 +215,8 @@ static int attn_out_and_mlp(struct gw_runtime *rt, const struct gw_layer *w, int
 static int final_logits(struct gw_runtime *rt, int first, int m, float *logits)
 {
     const struct gw_model *md = rt->model;
+    if (md->lm_head == NULL)
+        return TG_EINVAL; /* ranks > 0 hold no lm_head; callers check first */
     float *xr = rt->x + (size_t)first * (size_t)md->hidden;
     TRY(rt->ops->rmsnorm(rt->be, xr, md->final_norm, m, md->hidden, md->norm_eps, rt->h));
     return rt->ops->gemm(rt->be, rt->h, md->lm_head, NULL, m, md->vocab, md->hidden, logits);
@@ -235,6 +266,11 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
                               ids[i], md->vocab);
         rt->pos[i] = (int32_t)(seq->pos + i);
     }
+    if (out != NULL && (out->last_logits != NULL || out->lp_targets != NULL) &&
+        md->lm_head == NULL)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rank %d holds no lm_head: it computes no logits",
+                          md->rank);
     int64_t start = seq->pos;
     int forced = (int)kv_chunk_forced(start, n, &rt->layout->kv.rule);
     int32_t addp[GW_MAX_GROUPS];
@@ -292,7 +328,7 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
             if (rows.head_slot[h] == 0)
                 seq->len[base + rows.head_group[h]] += rt->keep[h];
         }
-        TRY(attn_out_and_mlp(rt, w, n));
+        TRY(attn_out_and_mlp(rt, w, l, n, err, errlen));
     }
     seq->pos += n;
     if (out != NULL && out->lp_targets != NULL)
@@ -312,6 +348,10 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
     if (n_seq <= 0 || n_seq > rt->opts.max_tokens)
         return tg_err_set(err, errlen, TG_EINVAL, "decode batch of %d (max %d)",
                           n_seq, rt->opts.max_tokens);
+    if (logits != NULL && md->lm_head == NULL)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rank %d holds no lm_head: it computes no logits",
+                          md->rank);
     int32_t one[GW_MAX_GROUPS];
     TG_ASSERT(lay->kv.n_groups <= GW_MAX_GROUPS);
     for (int g = 0; g < lay->kv.n_groups; g++)
@@ -348,9 +388,9 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
         }
         TRY(o->attn_decode(rt->be, rt->q, n_seq, md->n_q_heads, rt->rows, scale,
                            rt->att));
-        TRY(attn_out_and_mlp(rt, w, n_seq));
+        TRY(attn_out_and_mlp(rt, w, l, n_seq, err, errlen));
     }
     for (int s = 0; s < n_seq; s++)
         seqs[s]->pos += 1;
-    return final_logits(rt, 0, n_seq, logits);
+    return logits != NULL ? final_logits(rt, 0, n_seq, logits) : 0;
 }

@@ -12,6 +12,15 @@
  * The runtime owns scratch activations and the physical KV pool; page ids
  * (which pages a sequence's rows use) are owned by the caller's page
  * accounting and handed in through struct gw_seq. One runtime per thread.
+ *
+ * Tensor parallelism (§4.7): with a model shard (gw_model_load_shard) and
+ * a comm, the o_proj and down_proj GEMMs produce partial (m, hidden) sums
+ * that gw_comm_allreduce_sum adds up before each residual add (Megatron's
+ * row-parallel layers); o_proj's bias is on rank 0's shard only, so it is
+ * added once. Every rank must run the same prefill and decode calls in the
+ * same order (their all-reduces pair up). Ranks without lm_head (ranks > 0)
+ * pass NULL logits. An all-reduce that times out fails the call with
+ * TG_ETIMEDOUT.
  */
 #ifndef GW_FORWARD_H
 #define GW_FORWARD_H
@@ -21,6 +30,7 @@
 
 #include "common/kv_budget.h"
 #include "common/kv_seq.h"
+#include "gpu_worker/gw_comm.h"
 #include "gpu_worker/gw_model.h"
 #include "kernels/tg_ops.h"
 
@@ -55,6 +65,8 @@ struct gw_forward_opts {
     int max_tokens;               /* largest chunk or decode batch */
     gw_on_scores_fn on_scores;    /* optional */
     void *on_scores_ud;
+    struct gw_comm *comm;         /* optional (borrowed): the all-reduce of
+                                     a sharded model; NULL with one rank */
 };
 
 struct gw_runtime {
@@ -75,7 +87,9 @@ struct gw_runtime {
 };
 
 /* Creates a runtime with a KV pool of n_pages pages. Returns 0, TG_EINVAL
- * (layout does not match the model) or TG_ENOMEM (message gives the bytes).
+ * (layout does not match the model, or a sharded model without a comm of
+ * its world size and rank) or TG_ENOMEM (message gives the bytes); the
+ * comm's slots must hold max_tokens * hidden floats or more pieces run.
  * `model`, `layout`, `ops` and `be` must outlive the runtime. */
 int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
                     const struct gw_kv_layout *layout, const struct tg_ops *ops,
@@ -86,7 +100,8 @@ int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
 /* Frees what the runtime owns; safe on a zeroed runtime. */
 void gw_runtime_free(struct gw_runtime *rt);
 
-/* What a prefill chunk should produce besides the KV (all optional). */
+/* What a prefill chunk should produce besides the KV (all optional; the
+ * logits need the lm_head, so NULL on ranks > 0, else TG_EINVAL). */
 struct gw_prefill_out {
     float *last_logits;        /* (V) logits after the chunk's last token */
     const int32_t *lp_targets; /* (n) token following row i, or -1 */
@@ -104,8 +119,9 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
                        size_t errlen);
 
 /* Runs one decode token for each of n_seq sequences (ids[i] at
- * seqs[i]->pos), appending it to every head, and writes logits (n_seq, V).
- * Every row needs room for one more token. */
+ * seqs[i]->pos), appending it to every head, and writes logits (n_seq, V)
+ * unless `logits` is NULL (ranks > 0 of a sharded model pass NULL). Every
+ * row needs room for one more token. */
 int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
                       const int32_t *ids, int n_seq, float *logits, char *err,
                       size_t errlen);

@@ -5,6 +5,18 @@
  * (llm.c's malloc_and_point_parameters). The CPU backend keeps fp32 copies
  * of the checkpoint's bf16/fp16/fp32 tensors. Shapes follow Hugging Face
  * checkpoints: a linear layer's weight is (out_features, in_features).
+ *
+ * Tensor parallelism (DESIGN.md §4.7, Megatron-LM's split, Shoeybi et al.
+ * 2019): rank r of T holds the KV heads a pf_profile_rank() layout gives
+ * it and their query heads, so q/k/v (and their biases) are split by rows
+ * (column-parallel), o_proj by columns (row-parallel: each rank computes a
+ * partial hidden that an all-reduce sums), gate/up by rows and down by
+ * columns over the ffn range [r*F/T, (r+1)*F/T). Norms and the embedding
+ * are whole on every rank; o_proj's bias only on rank 0 (added once to
+ * the sum); lm_head only on rank 0 (the CPU backend's ranks > 0 never
+ * compute logits). Local KV head i of layer l is the model's head
+ * kv_heads[l*H/T + i]; its G query heads are global*G .. global*G + G-1 in
+ * that order, so local query head j still belongs to local KV head j / G.
  */
 #ifndef GW_MODEL_H
 #define GW_MODEL_H
@@ -13,6 +25,8 @@
 #include <stdint.h>
 
 #include "common/mc_model_config.h"
+
+#define GW_MODEL_MAX_KV_HEADS 4096 /* KV heads per layer of a model */
 
 struct gw_layer {
     float *attn_norm; /* (hidden) */
@@ -33,13 +47,14 @@ struct gw_layer {
 };
 
 struct gw_model {
-    struct mc_model_config cfg; /* the parsed config.json */
+    struct mc_model_config cfg; /* the parsed config.json (global sizes) */
+    int rank, world;     /* tensor-parallel shard: rank of T (0 of 1) */
     int n_layers;        /* L */
     int hidden;          /* model width */
-    int n_q_heads;       /* Hq */
-    int n_kv_heads;      /* Hkv */
+    int n_q_heads;       /* Hq on this rank (Hq_model / T) */
+    int n_kv_heads;      /* Hkv on this rank (Hkv_model / T) */
     int head_dim;        /* d */
-    int ffn;             /* intermediate size */
+    int ffn;             /* intermediate size on this rank (F / T) */
     int vocab;           /* V */
     int max_positions;   /* usable context: max_position_embeddings, or
                             the sliding window when smaller */
@@ -50,7 +65,8 @@ struct gw_model {
     size_t slab_floats;
     float *embed;           /* (V, hidden) */
     float *final_norm;      /* (hidden) */
-    float *lm_head;         /* (V, hidden); == embed when tied */
+    float *lm_head;         /* (V, hidden); == embed when tied; NULL on
+                               ranks > 0 */
     float *inv_freq;        /* (d/2) RoPE inverse frequencies (with scaling) */
     struct gw_layer *layers; /* (L) */
 };
@@ -61,6 +77,24 @@ struct gw_model {
  * TG_ENOMEM with a message naming the file, tensor or field. On failure `m`
  * is left freed. Not thread-safe for the same `m`. */
 int gw_model_load(struct gw_model *m, const char *dir, char *err, size_t errlen);
+
+/* Which part of the model one tensor-parallel rank loads. */
+struct gw_shard {
+    int rank;              /* 0 .. world - 1 */
+    int world;             /* T >= 1 */
+    const int *kv_heads;   /* (L, Hkv/T) model KV head of each local head
+                              (pf_profile_rank's global_head); NULL only
+                              with world 1: heads in model order */
+};
+
+/* Loads rank sh->rank's shard of the model in `dir` (see the top of this
+ * file); sh == NULL loads the whole model (gw_model_load). Requires Hkv,
+ * Hq and F to be multiples of T, kv_heads entries in [0, Hkv) and distinct
+ * within a layer. Returns 0, TG_EINVAL (bad shard: the message gives the
+ * numbers), or gw_model_load's codes; on failure `m` is left freed. The
+ * borrowed kv_heads need not outlive the call. */
+int gw_model_load_shard(struct gw_model *m, const char *dir,
+                        const struct gw_shard *sh, char *err, size_t errlen);
 
 /* Frees everything `m` owns; safe on a zeroed or already-freed model. */
 void gw_model_free(struct gw_model *m);

@@ -56,6 +56,7 @@ void gw_worker_free(struct gw_worker *w)
     free(w->top_lps);
     free(w->top_tmp);
     gw_runtime_free(&w->rt);
+    gw_comm_free(&w->comm);
     tg_backend_cpu_free(w->be);
     gw_layout_free(&w->layout);
     pf_profile_free(&w->profile);
@@ -122,12 +123,12 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
                           "(TANGRAM_CUDA not built); use --backend cpu");
 #endif
     }
-    if (o->world_size != 1)
+    if (o->world_size > 1 && (o->comm_id == NULL || o->comm_id[0] == '\0'))
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
-                          "--world-size %d: the CPU backend runs one rank; "
-                          "tensor parallelism comes with the CUDA backend",
-                          o->world_size);
-    if (o->rank < 0 || o->rank >= o->world_size)
+                          "--world-size %d: tensor parallelism on the CPU "
+                          "backend needs --comm-id (the shared-memory "
+                          "all-reduce group)", o->world_size);
+    if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "--rank %d is outside [0, %d)", o->rank,
                           o->world_size);
@@ -135,6 +136,30 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "max slots, page size and prefill chunk must be "
                           ">= 1");
+    int maxt = o->prefill_chunk > o->max_slots ? o->prefill_chunk : o->max_slots;
+    int rc;
+    if (o->world_size > 1) {
+        /* Join first: ranks start together, so they meet within the
+         * timeout however long their loads take afterwards. The slots
+         * hold one (maxt, hidden) partial sum. */
+        struct mc_model_config cfg;
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/config.json", o->model_dir);
+        rc = mc_model_config_load(&cfg, path, err, errlen);
+        if (rc != 0)
+            return rc;
+        rc = gw_comm_init(&w->comm, o->comm_id, o->rank, o->world_size,
+                          (size_t)maxt * (size_t)cfg.hidden_size,
+                          o->comm_timeout_ms, err, errlen);
+        if (rc != 0)
+            return rc;
+    } else {
+        rc = gw_comm_init(&w->comm, NULL, 0, 1, 1, o->comm_timeout_ms, err,
+                          errlen);
+        if (rc != 0)
+            return rc;
+    }
+    w->peer_lost_flag = o->peer_lost_flag;
     struct gw_engine_opts eo = {
         .model_dir = o->model_dir,
         .profile_path = o->profile_path,
@@ -142,11 +167,13 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
         .page_size = o->page_size,
         .prefill_chunk = o->prefill_chunk,
         .method = o->method,
+        .rank = o->rank,
+        .world_size = o->world_size,
     };
-    int rc = gw_engine_load_parts(&w->model, &w->profile, &w->layout,
-                                  &w->method, &eo, err, errlen);
+    rc = gw_engine_load_parts(&w->model, &w->profile, &w->layout, &w->method,
+                              &eo, err, errlen);
     if (rc != 0)
-        return rc;
+        goto fail;
     w->rank = o->rank;
     w->world_size = o->world_size;
     w->max_slots = o->max_slots;
@@ -156,13 +183,21 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     rc = size_pool(o, page_bytes, &w->n_pages, err, errlen);
     if (rc != 0)
         goto fail;
-    rc = tg_backend_cpu_new(o->n_threads, &w->be);
+    int threads = o->n_threads;
+    if (threads <= 0 && o->world_size > 1) {
+        /* T rank processes share the host: all cores each would
+         * oversubscribe it, and a descheduled thread stalls every
+         * all-reduce. */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cores > o->world_size ? (int)(cores / o->world_size) : 1;
+    }
+    rc = tg_backend_cpu_new(threads, &w->be);
     if (rc != 0) {
         tg_err_set(err, errlen, rc, "cannot create the CPU backend");
         goto fail;
     }
-    int maxt = o->prefill_chunk > o->max_slots ? o->prefill_chunk : o->max_slots;
-    struct gw_forward_opts fo = {.method = w->method, .max_tokens = maxt};
+    struct gw_forward_opts fo = {.method = w->method, .max_tokens = maxt,
+                                 .comm = &w->comm};
     rc = gw_runtime_init(&w->rt, &w->model, &w->layout, &tg_ops_cpu, w->be,
                          w->n_pages, &fo, err, errlen);
     if (rc != 0)
@@ -171,7 +206,8 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     size_t S = (size_t)o->max_slots, R = (size_t)w->rows;
     size_t V = (size_t)w->model.vocab, K = GW_WORKER_MAX_LOGPROBS;
     w->slots = calloc(S, sizeof(*w->slots));
-    w->logits = malloc(S * V * sizeof(float));
+    /* Only rank 0 holds the lm_head and samples. */
+    w->logits = w->rank == 0 ? malloc(S * V * sizeof(float)) : NULL;
     w->seqs = calloc(S, sizeof(*w->seqs));
     w->seq_ptrs = calloc(S, sizeof(*w->seq_ptrs));
     w->ids = malloc((size_t)maxt * sizeof(int32_t));
@@ -187,8 +223,8 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     w->top_ids = malloc(S * K * sizeof(uint32_t));
     w->top_lps = malloc(S * K * sizeof(float));
     w->top_tmp = malloc(K * sizeof(int32_t));
-    if (!w->slots || !w->logits || !w->seqs || !w->seq_ptrs || !w->ids ||
-        !w->sim_n || !w->sim_len || !w->sim_pos || !w->sim_active ||
+    if (!w->slots || (w->rank == 0 && !w->logits) || !w->seqs ||
+        !w->seq_ptrs || !w->ids || !w->sim_n || !w->sim_len || !w->sim_pos || !w->sim_active ||
         !w->sim_stamp || !w->touched || !w->entry_of || !w->tok ||
         !w->tok_ptrs || !w->top_ids || !w->top_lps || !w->top_tmp) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory for %d slots",
@@ -682,7 +718,9 @@ static int run_plan(struct gw_worker *w, const GwBatchPlan *plan,
         for (size_t t = 0; t < e->n_token_ids; t++)
             w->ids[t] = (int32_t)e->token_ids[t];
         struct gw_prefill_out po = {
-            .last_logits = row[i] >= 0 ? w->logits + (size_t)row[i] * V : NULL};
+            .last_logits = row[i] >= 0 && w->logits != NULL
+                               ? w->logits + (size_t)row[i] * V
+                               : NULL};
         struct gw_seq *q = seq_view(w, e->slot);
         rc = gw_forward_prefill(&w->rt, q, w->ids, (int)e->n_token_ids, &po,
                                 err, errlen);
@@ -702,7 +740,9 @@ static int run_plan(struct gw_worker *w, const GwBatchPlan *plan,
     }
     if (nd > 0) {
         rc = gw_forward_decode(&w->rt, w->seq_ptrs, w->ids, nd,
-                               w->logits + (size_t)n_pf * V, err, errlen);
+                               w->logits != NULL ? w->logits + (size_t)n_pf * V
+                                                 : NULL,
+                               err, errlen);
         if (rc != 0)
             return rc;
         for (size_t i = 0; i < plan->n_entries; i++) {
@@ -748,6 +788,12 @@ int gw_worker_step(struct gw_worker *w, const GwBatchPlan *plan,
     /* entry_of is free again after validation: reuse it as the row map. */
     int32_t *row = w->entry_of;
     rc = run_plan(w, plan, row, err, errlen);
+    if (rc != 0 && w->comm.failed) {
+        /* The peers are gone or out of step: nothing more can run. */
+        w->peers_lost = 1;
+        if (w->peer_lost_flag != NULL)
+            *w->peer_lost_flag = 1;
+    }
     if (rc != 0 || w->rank != 0)
         goto done;
     size_t V = (size_t)w->model.vocab, K = GW_WORKER_MAX_LOGPROBS;

@@ -36,17 +36,32 @@
  * tokens of adopted stored KV (a fresh entry with start_pos > 0) are not
  * known to the worker and do not count — a documented limit.
  *
+ * Tensor parallelism (CPU backend, DESIGN.md §4.7): rank r of T loads the
+ * profile pf_profile_rank gives it (gw_engine_load_parts) and its model
+ * shard, and joins the shared-memory all-reduce group opts.comm_id
+ * (gw_comm.h) before loading anything, so ranks meet while they start
+ * together. Every rank runs every plan (the router sends each the same
+ * entries with its own page deltas), so their all-reduces pair up; only
+ * rank 0 computes logits and samples, the others answer without tokens.
+ * An all-reduce that times out (a peer died or failed the plan) fails the
+ * step with TG_ETIMEDOUT and marks the worker's peers as lost
+ * (gw_worker.peers_lost, and *opts.peer_lost_flag): the process should
+ * exit with GW_WORKER_EXIT_PEERS_LOST for the supervisor to restart the
+ * group.
+ *
  * Single-threaded: one owner thread per worker (the forward pass uses
  * OpenMP inside).
  */
 #ifndef GW_WORKER_H
 #define GW_WORKER_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "common/pf_profile.h"
 #include "common/tg_config.h"
+#include "gpu_worker/gw_comm.h"
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_model.h"
 #include "worker.pb-c.h"
@@ -62,6 +77,8 @@ typedef Tangram__Worker__V1__SampledToken GwSampledToken;
 
 #define GW_PROTOCOL_VERSION 1u   /* PROTOCOL_VERSION_1 of worker.proto */
 #define GW_WORKER_MAX_LOGPROBS 64 /* top alternatives per sampled token */
+#define GW_WORKER_EXIT_PEERS_LOST 5 /* tangram-worker's status when an
+                                       all-reduce timed out */
 
 enum gw_worker_backend {
     GW_WORKER_BACKEND_CPU = 0,
@@ -83,8 +100,17 @@ struct gw_worker_opts {
                                           semantics) */
     int max_slots;              /* request slots (router --max-num-seqs) */
     int rank;                   /* 0 .. world_size - 1; rank 0 samples */
-    int world_size;             /* tensor-parallel ranks; 1 on the CPU */
-    int n_threads;              /* <= 0: OpenMP default */
+    int world_size;             /* tensor-parallel ranks T */
+    const char *comm_id;        /* shm name of the all-reduce group, the
+                                   same for every rank ("/tangram-..");
+                                   required when world_size > 1 */
+    int comm_timeout_ms;        /* all-reduce waits; <= 0: the default of
+                                   gw_comm.h */
+    volatile sig_atomic_t *peer_lost_flag; /* optional: set to 1 when an
+                                   all-reduce fails (e.g. the serve loop's
+                                   stop flag) */
+    int n_threads;              /* <= 0: OpenMP default (with T > 1: the
+                                   online cores / T) */
 };
 
 /* The persistent state of one request slot. */
@@ -109,13 +135,17 @@ struct gw_worker {
     struct gw_kv_layout layout;
     enum tg_score_method method;
     struct tg_backend *be;
+    struct gw_comm comm;          /* all-reduce group (no-op for T = 1) */
     struct gw_runtime rt;
     int rank, world_size, max_slots;
+    int peers_lost;               /* an all-reduce failed: exit */
+    volatile sig_atomic_t *peer_lost_flag; /* borrowed, optional */
     int rows;                     /* L * G */
     int32_t n_pages;              /* pool pages */
     uint64_t last_step;           /* step id of the last accepted plan */
     struct gw_wslot *slots;       /* (max_slots) */
-    float *logits;                /* (max_slots, V) per-entry logits */
+    float *logits;                /* (max_slots, V) per-entry logits;
+                                     NULL on ranks > 0 */
     struct gw_seq *seqs;          /* (max_slots) forward views */
     struct gw_seq **seq_ptrs;     /* (max_slots) decode batch */
     int32_t *ids;                 /* (max(C, max_slots)) token scratch */
@@ -144,12 +174,14 @@ struct gw_worker {
     char profile_name[256];
 };
 
-/* Builds the worker: loads the model and the profile (gw_engine_load_parts),
- * sizes the pool from kv_pages or kv_memory, creates the backend and the
- * runtime and the per-slot tables. Refuses world_size > 1 (tensor
- * parallelism comes with the CUDA backend) and the CUDA backend when it
- * is not built. Returns 0, or TG_EINVAL / TG_ENOMEM / a loader's code with
- * the reason in err; on failure *w is left freed. */
+/* Builds the worker: joins the all-reduce group when world_size > 1,
+ * loads the rank's profile and model shard (gw_engine_load_parts), sizes
+ * the pool from kv_pages or kv_memory, creates the backend and the
+ * runtime and the per-slot tables. Refuses world_size > 1 without a
+ * comm_id (TG_EUNSUPPORTED) and the CUDA backend (not implemented or not
+ * built). Returns 0, or TG_EINVAL / TG_EUNSUPPORTED / TG_ETIMEDOUT (the
+ * group did not assemble) / TG_ENOMEM / a loader's code with the reason
+ * in err; on failure *w is left freed. */
 int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
                    char *err, size_t errlen);
 
@@ -165,6 +197,9 @@ void gw_worker_hello(struct gw_worker *w, GwHello *h);
 
 /* Runs one plan (see the top of this file) and fills *out: version,
  * step_id, rank, ok, error, the sampled tokens (rank 0) and step_seconds.
+ * With T > 1 every rank must get every plan; a plan one rank rejects and
+ * another runs leaves the others' all-reduce to time out (TG_ETIMEDOUT,
+ * peers_lost set).
  * out's arrays and strings point into *w and stay valid until the next
  * gw_worker_step or gw_worker_free. Returns 0 when the step ran, else the
  * negative code of the failure with out->ok false and out->error naming

@@ -338,6 +338,18 @@ static void declare_dead(struct rt_link *link, int rank, const char *reason,
     }
     if (link->cfg.on_dead)
         link->cfg.on_dead(link->cfg.ud, rank);
+    if (!link->cfg.shared_fate)
+        return;
+    /* The survivors would wait in an all-reduce for a peer that is gone
+     * (their own timeout ends that too, but only after seconds): end the
+     * whole group now. Each of them recurses at most once more, finding
+     * no alive rank left. */
+    char why[200];
+    snprintf(why, sizeof why, "rank %d of its tensor-parallel group died",
+             rank);
+    for (int r = 0; r < link->cfg.world_size && !link->closed; r++)
+        if (link->ranks[r].state == RANK_ALIVE)
+            declare_dead(link, r, why, 1);
 }
 
 /* ---- receiving --------------------------------------------------------- */

@@ -38,8 +38,11 @@
  * while alive (it restarted). A dead rank gets a Shutdown (so a stray,
  * still running worker exits and the supervisor starts a clean one); if a
  * step was in flight it completes at once through on_result with ok = 0
- * ("rank r died: ..."), then on_dead(rank) fires once. The rank is alive
- * again after its next valid Hello. Answers a rank still owed for a step
+ * ("rank r died: ..."), then on_dead(rank) fires once. With
+ * cfg.shared_fate (tensor parallelism, T > 1) every other alive rank then
+ * follows the same way (Shutdown, killed, on_dead), since its peers in the
+ * all-reduce group are gone: the supervisor restarts the group as a whole.
+ * The rank is alive again after its next valid Hello. Answers a rank still owed for a step
  * that was completed early are recognised by their step id and dropped.
  *
  * Event loop. uv_poll watches ZMQ_FD, which is edge-triggered: every
@@ -127,6 +130,12 @@ struct rt_link_config {
                                    must be > heartbeat_ms */
     uint32_t linger_ms;         /* how long close may wait to flush queued
                                    messages (Shutdown); 0: default 200 */
+    int shared_fate;            /* nonzero: the ranks form one tensor-
+                                   parallel group (T > 1) whose all-reduces
+                                   pair up, so when one rank dies every
+                                   other alive rank is declared dead too
+                                   (Shutdown, process killed) rather than
+                                   left blocked in a collective */
     rt_link_result_fn on_result;/* required */
     rt_link_dead_fn on_dead;    /* may be NULL */
     rt_link_ready_fn on_ready;  /* may be NULL */

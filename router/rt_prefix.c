@@ -278,7 +278,7 @@ static int64_t reusable(const struct rt_prefix_entry *e, const int32_t *tokens,
 }
 
 int rt_prefix_match_rewind(struct rt_prefix *pc, struct kv_pool *pools,
-                           const struct kv_layout *layout,
+                           const struct kv_layout *const *layouts,
                            const int32_t *tokens, int64_t n_tokens,
                            const char *session, struct rt_prefix_entry **out)
 {
@@ -315,10 +315,11 @@ int rt_prefix_match_rewind(struct rt_prefix *pc, struct kv_pool *pools,
     }
     if (best == NULL)
         return 0;
-    int32_t rows = layout->n_layers * layout->n_groups;
+    /* Every rank has the same rows (L * G/T); only budgets differ. */
+    int32_t rows = layouts[0]->n_layers * layouts[0]->n_groups;
     for (int r = 0; r < pc->n_ranks; r++) {
         pc->pages[r] -= best->seqs[r].used_pages;
-        rc = kv_seq_rewind(&best->seqs[r], layout, &pools[r], best_n,
+        rc = kv_seq_rewind(&best->seqs[r], layouts[r], &pools[r], best_n,
                            best->bounds.rows + (size_t)best_i * best->bounds.width +
                                (size_t)r * (size_t)rows,
                            NULL, 0);

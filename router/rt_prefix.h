@@ -122,9 +122,10 @@ int rt_prefix_insert_bounds(struct rt_prefix *pc, struct kv_pool *pools,
  * common prefix with `tokens`. Rewinding consumes the entry (pages are not
  * shared), so only the session's own entry, or one at least half reused,
  * qualifies (the session's entry wins). That entry is rewound in place (the tail pages go back to the
- * pools at once, kv_seq_rewind) and returned. Returns 0 or TG_ENOMEM. */
+ * pools at once, kv_seq_rewind, rank r with layouts[r], its own layout
+ * of n_ranks entries) and returned. Returns 0 or TG_ENOMEM. */
 int rt_prefix_match_rewind(struct rt_prefix *pc, struct kv_pool *pools,
-                           const struct kv_layout *layout,
+                           const struct kv_layout *const *layouts,
                            const int32_t *tokens, int64_t n_tokens,
                            const char *session, struct rt_prefix_entry **out);
 

@@ -229,12 +229,32 @@ int rt_sched_init(struct rt_sched *s, const struct rt_sched_config *cfg,
                   char *err, size_t errlen)
 {
     memset(s, 0, sizeof(*s));
-    if (cfg == NULL || cfg->layout == NULL || cfg->layout->n_layers < 1)
+    if (cfg == NULL || (cfg->layout == NULL && cfg->layouts == NULL))
         return tg_err_set(err, errlen, TG_EINVAL,
                           "rt_sched: configuration or layout missing");
     if (cfg->n_ranks < 1 || cfg->n_ranks > 4096)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "rt_sched: %d ranks", cfg->n_ranks);
+    const struct kv_layout *l0 =
+        cfg->layouts != NULL ? cfg->layouts[0] : cfg->layout;
+    for (int r = 0; r < cfg->n_ranks; r++) {
+        const struct kv_layout *l =
+            cfg->layouts != NULL ? cfg->layouts[r] : cfg->layout;
+        if (l == NULL || l->n_layers < 1)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "rt_sched: layout of rank %d missing", r);
+        /* Deltas, row lengths and chunk plans are shared by all ranks of
+         * a step: only the group budgets may differ between ranks. */
+        if (l->n_layers != l0->n_layers || l->n_groups != l0->n_groups ||
+            l->page_size != l0->page_size ||
+            l->prefill_chunk != l0->prefill_chunk)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "rt_sched: rank %d layout (L=%d G=%d P=%d C=%d) "
+                              "differs from rank 0 (L=%d G=%d P=%d C=%d)", r,
+                              l->n_layers, l->n_groups, l->page_size,
+                              l->prefill_chunk, l0->n_layers, l0->n_groups,
+                              l0->page_size, l0->prefill_chunk);
+    }
     if (cfg->pages_per_rank < 1)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "rt_sched: %d pages per rank",
@@ -245,18 +265,24 @@ int rt_sched_init(struct rt_sched *s, const struct rt_sched_config *cfg,
     if (cfg->max_queued < 1 || cfg->max_queued > (1 << 24))
         return tg_err_set(err, errlen, TG_EINVAL,
                           "rt_sched: max_queued %d", cfg->max_queued);
-    if (cfg->max_batched_tokens < cfg->layout->prefill_chunk)
+    if (cfg->max_batched_tokens < l0->prefill_chunk)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "rt_sched: max_batched_tokens %d is below the "
                           "prefill chunk %d, so a chunk could never run",
-                          cfg->max_batched_tokens,
-                          cfg->layout->prefill_chunk);
+                          cfg->max_batched_tokens, l0->prefill_chunk);
     s->cfg = *cfg;
-    s->rows = cfg->layout->n_layers * cfg->layout->n_groups;
+    s->cfg.layout = l0;
+    s->cfg.layouts = NULL; /* the caller's array need not outlive init */
+    s->rows = l0->n_layers * l0->n_groups;
     int rc = rt_prefix_init(&s->cache, cfg->n_ranks, err, errlen);
     if (rc != 0)
         goto fail;
     rc = TG_ENOMEM;
+    s->lay = malloc((size_t)cfg->n_ranks * sizeof(s->lay[0]));
+    if (s->lay == NULL)
+        goto oom;
+    for (int r = 0; r < cfg->n_ranks; r++)
+        s->lay[r] = cfg->layouts != NULL ? cfg->layouts[r] : cfg->layout;
     s->pools = calloc((size_t)cfg->n_ranks, sizeof(struct kv_pool));
     if (s->pools == NULL)
         goto oom;
@@ -306,6 +332,7 @@ void rt_sched_free(struct rt_sched *s)
         rt_prefix_free(&s->cache, NULL);
     }
     free(s->pools);
+    free(s->lay);
     free(s->map);
     free(s->running);
     free(s->slot_used);
@@ -350,16 +377,19 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
             return tg_err_set(err, errlen, TG_EINVAL,
                               "rt_sched: prompt token %lld is %d",
                               (long long)i, (int)req->prompt[i]);
-    int64_t pages = 0;
-    int rc = kv_seq_prompt_pages(NULL, s->cfg.layout, 0, req->n_prompt,
-                                 &pages, err, errlen);
-    if (rc != 0)
-        return rc;
-    if (pages > s->cfg.pages_per_rank)
-        return tg_err_set(err, errlen, TG_ETOOBIG,
-                          "rt_sched: prompt of %lld tokens needs %lld pages, "
-                          "a pool has %d", (long long)req->n_prompt,
-                          (long long)pages, (int)s->cfg.pages_per_rank);
+    for (int r = 0; r < s->cfg.n_ranks; r++) {
+        int64_t pages = 0;
+        int rc = kv_seq_prompt_pages(NULL, s->lay[r], 0, req->n_prompt,
+                                     &pages, err, errlen);
+        if (rc != 0)
+            return rc;
+        if (pages > s->cfg.pages_per_rank)
+            return tg_err_set(err, errlen, TG_ETOOBIG,
+                              "rt_sched: prompt of %lld tokens needs %lld "
+                              "pages on rank %d, a pool has %d",
+                              (long long)req->n_prompt, (long long)pages, r,
+                              (int)s->cfg.pages_per_rank);
+    }
     if (rt_sched__find(s, req->id) != NULL)
         return tg_err_set(err, errlen, TG_EEXIST,
                           "rt_sched: request %llu is already live",
@@ -459,7 +489,6 @@ static void add_entry(struct rt_sched *s, struct rt_step *out,
                       struct rt_sched_req *req, enum rt_step_kind kind,
                       int64_t pos, int64_t n, int sample)
 {
-    const struct kv_layout *lay = s->cfg.layout;
     int32_t idx = out->n_entries++;
     struct rt_step_entry *e = &out->entries[idx];
     e->id = req->id;
@@ -475,6 +504,7 @@ static void add_entry(struct rt_sched *s, struct rt_step *out,
     e->delta_begin = out->n_deltas;
     req->fresh = 0;
     for (int r = 0; r < s->cfg.n_ranks; r++) {
+        const struct kv_layout *lay = s->lay[r];
         int32_t *sent = req->sent + (int64_t)r * s->rows;
         for (int32_t w = 0; w < s->rows; w++) {
             int32_t have = 0;
@@ -521,14 +551,13 @@ enum { DEC_SCHEDULED, DEC_PREEMPTED, DEC_SKIPPED, DEC_ENDED };
 static int plan_decode(struct rt_sched *s, struct rt_step *out, int32_t idx)
 {
     struct rt_sched_req *req = s->running[idx];
-    const struct kv_layout *lay = s->cfg.layout;
     int64_t most = 0;
     for (;;) {
         int short_of_pages = 0;
         most = 0;
         for (int r = 0; r < s->cfg.n_ranks; r++) {
             int64_t need = 0;
-            int rc = kv_seq_decode_pages(&req->seqs[r], lay, 1, &need);
+            int rc = kv_seq_decode_pages(&req->seqs[r], s->lay[r], 1, &need);
             TG_ASSERT(rc == 0); /* DECODING implies a committed turn */
             short_of_pages |= need > kv_pool_n_free(&s->pools[r]);
             most = need > most ? need : most;
@@ -548,8 +577,8 @@ static int plan_decode(struct rt_sched *s, struct rt_step *out, int32_t idx)
     int64_t pos = req->seqs[0].pos;
     TG_ASSERT(pos == req->n_tokens - 1);
     for (int r = 0; r < s->cfg.n_ranks; r++) {
-        if (kv_seq_reserve_decode(&req->seqs[r], lay, &s->pools[r], 1, NULL,
-                                  0) != 0) {
+        if (kv_seq_reserve_decode(&req->seqs[r], s->lay[r], &s->pools[r], 1,
+                                  NULL, 0) != 0) {
             /* Only out of memory can get here (pages were checked); the
              * ranks already advanced cannot be rolled back, so the request
              * ends. */
@@ -569,7 +598,7 @@ static int64_t prompt_need(const struct rt_sched *s,
 {
     int64_t start = m != NULL ? m->n_tokens : 0, need = 0;
     int rc = kv_seq_prompt_pages(m != NULL ? &m->seqs[rank] : NULL,
-                                 s->cfg.layout, start, req->n_tokens - start,
+                                 s->lay[rank], start, req->n_tokens - start,
                                  &need, NULL, 0);
     TG_ASSERT(rc == 0);
     return need;
@@ -582,10 +611,10 @@ enum { ADM_ADMITTED, ADM_ENDED, ADM_STOP };
 static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
 {
     struct rt_sched_req *req = s->wait_head;
-    const struct kv_layout *lay = s->cfg.layout;
     const int T = s->cfg.n_ranks;
+    const int64_t C = s->cfg.layout->prefill_chunk;
     struct rt_prefix_entry *m = NULL;
-    if (rt_prefix_match_rewind(&s->cache, s->pools, lay, req->tokens,
+    if (rt_prefix_match_rewind(&s->cache, s->pools, s->lay, req->tokens,
                                req->n_tokens, req->session, &m) != 0)
         m = NULL; /* no reuse without scratch memory; still correct */
     /* A reused entry plus its new turn may need more pages than a fresh
@@ -613,7 +642,7 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     }
     int64_t start = m != NULL ? m->n_tokens : 0;
     int64_t n_new = req->n_tokens - start;
-    int64_t first = n_new < lay->prefill_chunk ? n_new : lay->prefill_chunk;
+    int64_t first = n_new < C ? n_new : C;
     if (first > budget)
         return ADM_STOP;
     int64_t held = 0;
@@ -645,14 +674,14 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         rt_prefix_take_bounds(&s->cache, m, req->seqs, &req->bounds);
     } else if (req->seqs[0].n_rows == 0) {
         for (int r = 0; r < T; r++)
-            if (kv_seq_init(&req->seqs[r], lay, NULL, 0) != 0) {
+            if (kv_seq_init(&req->seqs[r], s->lay[r], NULL, 0) != 0) {
                 retire(s, req, RT_SCHED_END_ERROR, out);
                 return ADM_ENDED;
             }
     }
     for (int r = 0; r < T; r++)
-        if (kv_seq_reserve_prompt(&req->seqs[r], lay, &s->pools[r], start,
-                                  n_new, NULL, 0) != 0) {
+        if (kv_seq_reserve_prompt(&req->seqs[r], s->lay[r], &s->pools[r],
+                                  start, n_new, NULL, 0) != 0) {
             retire(s, req, RT_SCHED_END_ERROR, out);
             return ADM_ENDED;
         }
@@ -801,8 +830,8 @@ int rt_sched_complete(struct rt_sched *s, struct rt_step *step,
         TG_ASSERT(rt_sched__running(req));
         if (e->kind == RT_STEP_PREFILL) {
             for (int r = 0; r < s->cfg.n_ranks; r++) {
-                int rc = kv_seq_commit(&req->seqs[r], s->cfg.layout, e->n,
-                                       NULL, 0);
+                int rc = kv_seq_commit(&req->seqs[r], s->lay[r], e->n, NULL,
+                                       0);
                 TG_ASSERT(rc == 0); /* chunks are planned on boundaries */
             }
             /* A committed chunk is a point the KV can be rewound to, so

@@ -79,9 +79,17 @@ enum rt_step_kind {
 };
 
 struct rt_sched_config {
-    const struct kv_layout *layout; /* one rank's layout, the same on every
-                                       rank; borrowed, must outlive the
+    const struct kv_layout *layout; /* every rank's layout when layouts is
+                                       NULL (T = 1, or ranks with equal
+                                       budgets); borrowed, must outlive the
                                        scheduler */
+    const struct kv_layout *const *layouts; /* (n_ranks) rank r's layout
+                                       (pf_profile_rank of r: its own group
+                                       budgets), or NULL; the array is
+                                       copied, the layouts are borrowed
+                                       like layout. All must agree on L, G, P
+                                       and C, so rows (L * G) and chunk
+                                       boundaries match across ranks */
     int n_ranks;                    /* T >= 1, one page pool each */
     int32_t pages_per_rank;         /* pages in each rank's pool, >= 1 */
     int max_num_seqs;               /* running requests, >= 1 */
@@ -203,7 +211,9 @@ struct rt_sched_req; /* private to rt_sched.c */
 /* The scheduler. Fields are private; use the functions below. */
 struct rt_sched {
     struct rt_sched_config cfg;
-    int32_t rows;                  /* L * G */
+    const struct kv_layout **lay;  /* (n_ranks) rank r's layout (borrowed
+                                      pointers, owned array) */
+    int32_t rows;                  /* L * G, the same on every rank */
     struct kv_pool *pools;         /* (n_ranks) */
     struct rt_prefix cache;
     struct rt_sched_req **map;     /* (map_cap) open addressing by id */
@@ -226,9 +236,11 @@ struct rt_sched {
     uint64_t *bits;                /* scratch bitmap for validate */
 };
 
-/* Initialises `s` with T pools of cfg->pages_per_rank pages each. Returns
- * 0, TG_EINVAL naming the bad field, or TG_ENOMEM; on failure `s` is
- * zeroed. The caller owns `s`; the layout stays borrowed. */
+/* Initialises `s` with T pools of cfg->pages_per_rank pages each; every
+ * kv_seq operation of rank r uses rank r's layout (cfg->layouts[r], or
+ * cfg->layout for all). Returns 0, TG_EINVAL naming the bad field (also
+ * rank layouts that disagree on L, G, P or C), or TG_ENOMEM; on failure
+ * `s` is zeroed. The caller owns `s`; the layouts stay borrowed. */
 int rt_sched_init(struct rt_sched *s, const struct rt_sched_config *cfg,
                   char *err, size_t errlen);
 
@@ -244,8 +256,8 @@ void rt_step_free(struct rt_step *step);
 
 /* Queues a request (copying prompt and session id). Returns 0, TG_EINVAL
  * (empty prompt, negative token id, max_tokens < 1, NULL fields),
- * TG_ETOOBIG when the prompt's pages exceed a whole pool (it could never
- * run), TG_EEXIST when the id is live, or TG_EBUSY when max_queued
+ * TG_ETOOBIG when the prompt's pages exceed a whole pool of some rank (it
+ * could never run), TG_EEXIST when the id is live, or TG_EBUSY when max_queued
  * requests wait already (HTTP 429 / RESOURCE_EXHAUSTED). */
 int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
                     char *err, size_t errlen);

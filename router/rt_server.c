@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/pf_split.h"
 #include "common/tg_err.h"
 #include "common/tg_log.h"
 
@@ -115,67 +116,6 @@ static int is_stop_token(const struct rt_req *r, int32_t tok)
         if (tok == r->g.sampling.stop_token_ids[i])
             return 1;
     return 0;
-}
-
-int rt_server_encode(struct rt_server *s, const char *text, size_t len,
-                     const struct ct_message *msgs, size_t n_msgs,
-                     const struct ct_options *co, int add_special,
-                     struct tok_ids *ids, struct rt_api_error *e)
-{
-    char err[512];
-    int rc;
-    unsigned flags = add_special ? TOK_ENCODE_ADD_SPECIAL : 0;
-    if (msgs == NULL) {
-        rc = tok_encode(&s->tok, NULL, text, len, flags, ids, err, sizeof(err));
-        if (rc != 0)
-            rt_api_error_set(e, rc == TG_ENOMEM ? 500 : 400, "invalid_prompt",
-                             "prompt", "%s", err);
-        return rc;
-    }
-    if (!s->have_tmpl) {
-        rt_api_error_set(e, 400, "chat_template_unsupported", "messages",
-                         "this model has no supported chat template: %s",
-                         s->tmpl_error);
-        return TG_EUNSUPPORTED;
-    }
-    char *rendered = NULL;
-    size_t rlen = 0;
-    rc = ct_render(&s->tmpl, msgs, n_msgs, co, &rendered, &rlen, err, sizeof(err));
-    if (rc != 0) {
-        rt_api_error_set(e, rc == TG_ENOMEM ? 500 : 400, "invalid_messages",
-                         "messages", "%s", err);
-        return rc;
-    }
-    rc = tok_encode(&s->tok, NULL, rendered, rlen, flags, ids, err, sizeof(err));
-    free(rendered);
-    if (rc != 0)
-        rt_api_error_set(e, rc == TG_ENOMEM ? 500 : 400, "invalid_messages",
-                         "messages", "%s", err);
-    return rc;
-}
-
-int rt_server_encode_chat(struct rt_server *s, const struct rt_message *m,
-                          size_t n, const struct rt_chat_opts *chat,
-                          int add_special, struct tok_ids *ids,
-                          struct rt_api_error *e)
-{
-    struct ct_message *cm = calloc(n + 1, sizeof(*cm));
-    if (cm == NULL) {
-        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
-        return TG_ENOMEM;
-    }
-    for (size_t i = 0; i < n; i++) {
-        cm[i].role = rt_role_name(m[i].role);
-        cm[i].content = m[i].content;
-        cm[i].reasoning_content = m[i].reasoning_content;
-    }
-    struct ct_options co = {
-        .add_generation_prompt = chat->add_generation_prompt,
-        .enable_thinking = chat->enable_thinking,
-    };
-    int rc = rt_server_encode(s, NULL, 0, cm, n, &co, add_special, ids, e);
-    free(cm);
-    return rc;
 }
 
 /* Tokenizes the prompt of r->g into r->prompt. */
@@ -640,6 +580,7 @@ static void on_ready(void *ud)
         char err[256];
         struct rt_sched_config sc = {
             .layout = &s->layout,
+            .layouts = s->rank_layout_ptrs,
             .n_ranks = (int)s->opts->td.tp,
             .pages_per_rank = rt_link_min_pages(&s->link),
             .max_num_seqs = (int)s->opts->td.max_num_seqs,
@@ -771,6 +712,62 @@ static void stop_all(struct rt_server *s)
 
 /* ---- init / free ----------------------------------------------------------- */
 
+/* The page accounting of each tensor-parallel rank, built exactly as the
+ * worker of that rank builds its pool (contract of pf_split.h): the snake
+ * assignment of the profile's groups to T ranks (DESIGN.md §4.7), then
+ * each rank's own profile. With T = 1 this is the profile itself. */
+static int build_rank_layouts(struct rt_server *s, char *err, size_t errlen)
+{
+    const struct td_options *o = &s->opts->td;
+    const int T = (int)o->tp;
+    struct pf_tp_plan plan;
+    struct pf_profile rp;
+    int *global_head = NULL;
+    memset(&plan, 0, sizeof(plan));
+    memset(&rp, 0, sizeof(rp));
+    int rc = pf_tp_assign(&plan, &s->profile, T, err, errlen);
+    if (rc != 0)
+        return rc;
+    rc = TG_ENOMEM;
+    s->rank_layouts = calloc((size_t)T, sizeof(s->rank_layouts[0]));
+    s->rank_layout_ptrs = calloc((size_t)T, sizeof(s->rank_layout_ptrs[0]));
+    global_head = malloc((size_t)s->profile.num_layers *
+                         (size_t)plan.heads_per_rank * sizeof(int));
+    if (s->rank_layouts == NULL || s->rank_layout_ptrs == NULL ||
+        global_head == NULL) {
+        rc = tg_err_set(err, errlen, TG_ENOMEM,
+                        "cannot allocate %d rank layouts", T);
+        goto out;
+    }
+    struct kv_forced_rule rule = kv_forced_rule_snapkv();
+    for (int r = 0; r < T; r++) {
+        rc = pf_profile_rank(&rp, global_head, &s->profile, &plan, r, err,
+                             errlen);
+        if (rc == 0)
+            rc = kv_layout_init(&s->rank_layouts[r], rp.num_layers,
+                                rp.num_groups, rp.heads_per_group, rp.head_dim,
+                                (int)o->page_size, (int)o->prefill_chunk,
+                                &rule, rp.group_budget, err, errlen);
+        if (rc == 0 && r == 0)
+            rc = kv_layout_init(&s->layout, rp.num_layers, rp.num_groups,
+                                rp.heads_per_group, rp.head_dim,
+                                (int)o->page_size, (int)o->prefill_chunk,
+                                &rule, rp.group_budget, err, errlen);
+        pf_profile_free(&rp);
+        if (rc != 0)
+            goto out;
+        s->rank_layout_ptrs[r] = &s->rank_layouts[r];
+    }
+    if (T > 1)
+        log_info("tensor parallel over %d ranks: %d KV heads and %d groups "
+                 "per layer each", T, plan.heads_per_rank,
+                 plan.groups_per_rank);
+out:
+    free(global_head);
+    pf_tp_free(&plan);
+    return rc;
+}
+
 static int load_model_side(struct rt_server *s, char *err, size_t errlen)
 {
     const struct td_options *o = &s->opts->td;
@@ -816,11 +813,7 @@ static int load_model_side(struct rt_server *s, char *err, size_t errlen)
     }
     if (rc != 0)
         return rc;
-    struct kv_forced_rule rule = kv_forced_rule_snapkv();
-    rc = kv_layout_init(&s->layout, s->profile.num_layers, s->profile.num_groups,
-                        s->profile.heads_per_group, s->profile.head_dim,
-                        (int)o->page_size, (int)o->prefill_chunk, &rule,
-                        s->profile.group_budget, err, errlen);
+    rc = build_rank_layouts(s, err, errlen);
     if (rc != 0)
         return rc;
     int64_t ctx = s->mc.max_position_embeddings;
@@ -866,6 +859,9 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
             .vocab_size = (uint32_t)s->mc.vocab_size,
         },
         .heartbeat_ms = (uint32_t)o->td.worker_heartbeat_ms,
+        /* T > 1: one all-reduce group; a death ends every rank (the
+         * supervisor restarts them together with a new comm id). */
+        .shared_fate = o->td.tp > 1,
         .on_result = on_result,
         .on_dead = on_dead,
         .on_ready = on_ready,
@@ -937,6 +933,12 @@ void rt_server_free(struct rt_server *s)
     rt_grpc_server_free(&s->grpc);
     rt_metrics_tangram_free(&s->metrics);
     kv_layout_free(&s->layout);
+    for (int64_t r = 0; s->rank_layouts != NULL && r < s->opts->td.tp; r++)
+        kv_layout_free(&s->rank_layouts[r]);
+    free(s->rank_layouts);
+    free(s->rank_layout_ptrs);
+    s->rank_layouts = NULL;
+    s->rank_layout_ptrs = NULL;
     pf_profile_free(&s->profile);
     tok_tokenizer_free(&s->tok);
     s->sched_ready = 0;

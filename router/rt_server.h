@@ -93,8 +93,12 @@ struct rt_server {
     char model_name[256];
     int32_t max_model_len;
     struct mc_model_config mc;
-    struct pf_profile profile;
-    struct kv_layout layout;
+    struct pf_profile profile;  /* the whole model's (file or full KV) */
+    struct kv_layout layout;    /* rank 0's layout: L, G/T, H_p, d, P and
+                                   C are those of every rank */
+    struct kv_layout *rank_layouts; /* (T) rank r's own layout: the group
+                                   budgets of pf_profile_rank(r) */
+    const struct kv_layout **rank_layout_ptrs; /* (T) into rank_layouts */
     struct tok_tokenizer tok;
     struct ct_template tmpl;
     int have_tmpl;

@@ -5,11 +5,16 @@
  *
  *   tangram-worker --model DIR --router ipc:///run/tangram/w.sock
  *       [--profile FILE|none] [--backend cpu|cuda] [--rank R]
- *       [--world-size T] [--kv-pages N | --kv-memory 0.5|8GiB] ...
+ *       [--world-size T --comm-id /tangram-<pid>-<nonce>]
+ *       [--kv-pages N | --kv-memory 0.5|8GiB] ...
  *
+ * With --world-size T > 1 the T ranks of one daemon share the all-reduce
+ * group --comm-id (a POSIX shared-memory name, gpu_worker/gw_comm.h).
  * Every flag is also read from TANGRAM_<NAME>. Exit status: 0 after a
  * Shutdown (or SIGTERM/SIGINT), 1 on a start-up or socket failure, 2 on
- * bad flags, 3 when the router went silent, 4 on an unparsable message.
+ * bad flags, 3 when the router went silent, 4 on an unparsable message,
+ * 5 when an all-reduce timed out (a tensor-parallel peer is gone; the
+ * failed StepResult is sent first).
  * The process name contains "worker" so supervisors and operators can
  * find it.
  */
@@ -34,6 +39,8 @@ struct worker_options {
     int backend;
     int64_t rank;
     int64_t world_size;
+    char *comm_id;
+    int64_t comm_timeout_ms;
     char *router;
     int64_t page_size;
     int64_t prefill_chunk;
@@ -70,6 +77,14 @@ static const struct tg_config_entry table[] = {
     {.name = "world-size", .type = TG_CONFIG_INT, .def = "1", .min = 1,
      .max = 64, .offset = OFF(world_size, int64_t),
      .help = "Tensor-parallel ranks."},
+    {.name = "comm-id", .type = TG_CONFIG_STRING,
+     .offset = OFF(comm_id, char *), .metavar = "NAME",
+     .help = "Shared-memory name of the ranks' all-reduce group "
+             "(/tangram-<pid>-<nonce>); required with --world-size > 1."},
+    {.name = "comm-timeout-ms", .type = TG_CONFIG_INT, .def = "5000",
+     .min = 100, .max = 3600000, .offset = OFF(comm_timeout_ms, int64_t),
+     .help = "Longest wait for the other ranks (joining, each all-reduce) "
+             "before giving up with exit status 5."},
     {.name = "router", .type = TG_CONFIG_STRING, .offset = OFF(router, char *),
      .metavar = "ENDPOINT", .flags = TG_CONFIG_REQUIRED,
      .help = "Router endpoint: ipc:///path or tcp://host:port."},
@@ -155,6 +170,10 @@ int main(int argc, char **argv)
         .max_slots = (int)opt.max_num_seqs,
         .rank = (int)opt.rank,
         .world_size = (int)opt.world_size,
+        .comm_id = opt.comm_id,
+        .comm_timeout_ms = (int)opt.comm_timeout_ms,
+        /* a lost peer ends the serve loop after the failed StepResult */
+        .peer_lost_flag = &stop_flag,
         .n_threads = (int)opt.threads,
     };
     struct gw_worker w;
@@ -182,6 +201,10 @@ int main(int argc, char **argv)
                                .router_timeout_ms = (int)opt.router_timeout_ms,
                                .stop = &stop_flag};
     status = gw_wlink_serve(&link, &w, &lo);
+    if (w.peers_lost) {
+        log_err("a tensor-parallel peer is gone (all-reduce timed out)");
+        status = GW_WORKER_EXIT_PEERS_LOST;
+    }
     log_info("exiting with status %d", status);
 out:
     gw_wlink_close(&link);

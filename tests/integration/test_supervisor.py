@@ -7,8 +7,11 @@ environment, SIGTERM received, exit) to events.jsonl. The router fake writes
 READY and then WATCHDOG every 100 ms on fd 3; SIGUSR1 makes it stop sending
 WATCHDOG (a hung loop). A fake NOTIFY_SOCKET records what tangramd tells
 systemd. Checked: argv of router and workers, env TANGRAM_* honoured, the API
-key kept off command lines, READY/WATCHDOG/STOPPING forwarding, worker restart
-with growing backoff, router crash restarting everything, SIGTERM order and
+key kept off command lines, READY/WATCHDOG/STOPPING forwarding, with --tp 2
+one --comm-id per worker-group incarnation and a worker crash restarting the
+whole group (SIGTERM to the survivor) with growing backoff and a new comm id,
+with --tp 1 a lone worker restarted with growing backoff and no comm id,
+router crash restarting everything (new comm id), SIGTERM order and
 clean exit with no child left, second SIGTERM cutting the drain short, a
 router ignoring SIGTERM (workers stopped after shutdown-timeout + 5 s, SIGKILL
 5 s later), option errors. Exit 77 when tangramd is not built. ~15 s.
@@ -269,29 +272,59 @@ def test_main(root):
             check(w and flag(wa, "--http-port") is None and
                   "TANGRAM_API_KEY" not in w[0]["env"],
                   "worker rank %d gets only its options, no key" % rank)
+        comm = [flag(starts(d, "fake-worker", r)[0]["argv"], "--comm-id")
+                if starts(d, "fake-worker", r) else None for r in (0, 1)]
+        check(comm[0] is not None and
+              re.match(r"^/tangram-%d-\d+$" % p.pid, comm[0]) and
+              comm[0] == comm[1],
+              "both workers get the same --comm-id /tangram-<pid>-<n>: %s" %
+              comm)
         check(wait_for(lambda: nsock.has("READY=1"), 3),
               "READY=1 forwarded to NOTIFY_SOCKET")
         check(wait_for(lambda: nsock.has("WATCHDOG=1"), 3),
               "WATCHDOG=1 sent while the router pings")
 
-        # A worker killed with SIGKILL comes back with growing backoff.
+        # A worker killed with SIGKILL takes its tensor-parallel group
+        # down: the survivor gets SIGTERM and both come back together,
+        # with growing backoff and a new comm id each time.
         delays = []
+        seen_ids = {comm[0]}
         for i in range(3):
             cur = starts(d, "fake-worker", 0)[-1]
+            peer = starts(d, "fake-worker", 1)[-1]
             t0 = time.time()
             os.kill(cur["pid"], signal.SIGKILL)
-            ok = wait_for(lambda: len(starts(d, "fake-worker", 0)) == i + 2,
-                          5)
-            check(ok, "worker rank 0 restarted after SIGKILL #%d" % (i + 1))
+            ok = wait_for(lambda: len(starts(d, "fake-worker", 0)) == i + 2
+                          and len(starts(d, "fake-worker", 1)) == i + 2, 5)
+            check(ok, "both workers restarted after SIGKILL #%d of rank 0" %
+                  (i + 1))
             if ok:
-                new = starts(d, "fake-worker", 0)[-1]
-                check(new["pid"] != cur["pid"], "restarted worker has a "
-                      "new pid")
-                delays.append(new["t"] - t0)
+                new0 = starts(d, "fake-worker", 0)[-1]
+                new1 = starts(d, "fake-worker", 1)[-1]
+                check(new0["pid"] != cur["pid"] and
+                      new1["pid"] != peer["pid"],
+                      "restarted workers have new pids")
+                check(any(e["event"] == "term" and e["pid"] == peer["pid"]
+                          for e in events(d)),
+                      "the surviving rank 1 got SIGTERM")
+                check(not alive(peer["pid"]), "the old rank 1 is gone")
+                # The old group is gone before the new one starts.
+                check(min(new0["t"], new1["t"]) >=
+                      max(e["t"] for e in events(d)
+                          if e["event"] in ("term", "exit") and
+                          e["pid"] == peer["pid"]),
+                      "new group started after the old rank 1 exited")
+                c0 = flag(new0["argv"], "--comm-id")
+                c1 = flag(new1["argv"], "--comm-id")
+                check(c0 is not None and c0 == c1 and c0 not in seen_ids,
+                      "restarted group shares a new comm id (%s, %s)" %
+                      (c0, c1))
+                seen_ids.add(c0)
+                delays.append(min(new0["t"], new1["t"]) - t0)
         log = stderr_of(d)
-        check(all(("restarting worker rank 0 in %d ms" % ms) in log
+        check(all(("restarting all 2 workers in %d ms" % ms) in log
                   for ms in (100, 200, 400)),
-              "restart backoff logged as 100, 200, 400 ms")
+              "group restart backoff logged as 100, 200, 400 ms")
         # Lower bounds only: the timers guarantee them, while the fake's
         # start-up time on a loaded machine could blur a comparison.
         check(len(delays) == 3 and delays[0] >= 0.1 and
@@ -299,9 +332,8 @@ def test_main(root):
               "measured restart delays at least 0.1, 0.2, 0.4 s: %s" %
               ["%.3f" % x for x in delays])
         check("killed by signal 9" in log, "worker death logged with signal")
-        check(len(starts(d, "fake-router")) == 1 and
-              len(starts(d, "fake-worker", 1)) == 1,
-              "a worker crash restarts nothing else")
+        check(len(starts(d, "fake-router")) == 1,
+              "a worker crash does not restart the router")
 
         # A hung router (no WATCHDOG lines) stops the systemd pings.
         os.kill(starts(d, "fake-router")[-1]["pid"], signal.SIGUSR1)
@@ -319,6 +351,11 @@ def test_main(root):
         ok = wait_for(lambda: len(starts(d, "fake-router")) == 2 and
                       len(starts(d, "fake-worker")) == nw + 2, 8)
         check(ok, "router crash restarts the router and both workers")
+        if ok:
+            c0 = flag(starts(d, "fake-worker", 0)[-1]["argv"], "--comm-id")
+            check(c0 not in seen_ids and c0 == flag(
+                starts(d, "fake-worker", 1)[-1]["argv"], "--comm-id"),
+                "workers restarted with the router get a new comm id")
         terms = [e for e in events(d) if e["event"] == "term" and
                  e["role"] == "fake-worker" and e["t"] >= t_crash]
         check(len(terms) == 2, "old workers got SIGTERM after the router "
@@ -360,6 +397,44 @@ def test_main(root):
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
         nsock.close()
+
+
+def test_single_worker(root):
+    """--tp 1: no comm id; a lone worker restarts alone, with backoff."""
+    d = setup(root, "single")
+    p = start(d, ["--model", "m"], {"TANGRAM_TP": "1"})
+    try:
+        check(wait_for(lambda: len(starts(d, "fake-router")) == 1 and
+                       len(starts(d, "fake-worker")) == 1, 5),
+              "tp 1: router and one worker started")
+        w = starts(d, "fake-worker")
+        check(w and flag(w[0]["argv"], "--comm-id") is None,
+              "tp 1: no --comm-id")
+        for i in range(2):
+            cur = starts(d, "fake-worker", 0)[-1]
+            os.kill(cur["pid"], signal.SIGKILL)
+            check(wait_for(lambda: len(starts(d, "fake-worker", 0)) == i + 2,
+                           5), "tp 1: worker restarted after SIGKILL #%d" %
+                  (i + 1))
+        log = stderr_of(d)
+        check(all(("restarting worker rank 0 in %d ms" % ms) in log
+                  for ms in (100, 200)),
+              "tp 1: restart backoff logged as 100, 200 ms")
+        check(len(starts(d, "fake-router")) == 1,
+              "tp 1: a worker crash restarts nothing else")
+        p.send_signal(signal.SIGTERM)
+        try:
+            rc = p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        check(rc == 0, "tp 1: exit 0 after SIGTERM (rc %s)" % rc)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for pid in all_pids(d):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_second_signal(root):
@@ -441,10 +516,11 @@ def main():
     with tempfile.TemporaryDirectory(prefix="tgsup") as root:
         test_options(root)
         test_main(root)
+        test_single_worker(root)
         test_second_signal(root)
         test_drain_timeout(root)
         if failures:
-            for name in ("main", "second", "timeout"):
+            for name in ("main", "single", "second", "timeout"):
                 path = os.path.join(root, name, "stderr.log")
                 if os.path.exists(path):
                     print("---- tangramd stderr (%s) ----" % name)

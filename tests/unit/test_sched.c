@@ -115,6 +115,120 @@ static enum rt_sched_end run_until_done(struct rt_sched *s, struct rt_step *st,
     return RT_SCHED_END_NONE;
 }
 
+/* ---- tensor-parallel ranks with their own layouts --------------------- */
+
+/* Sum of the pages a step sends to `rank` for entry `e`. */
+static int64_t delta_pages(const struct rt_step *st, int32_t e, int rank)
+{
+    int64_t n = 0;
+    for (int64_t i = st->entries[e].delta_begin; i < st->entries[e].delta_end;
+         i++)
+        if (st->deltas[i].rank == rank)
+            n += st->deltas[i].n;
+    return n;
+}
+
+static void test_rank_layouts(void **state)
+{
+    (void)state;
+    /* Rank 0 serves full-KV groups, rank 1 compressed ones (what
+     * pf_profile_rank gives two ranks of a skewed profile). */
+    struct kv_layout full, mixed, other;
+    make_layout(&full, 1);
+    make_layout(&mixed, 0);
+    const struct kv_layout *lays[2] = {&full, &mixed};
+    int32_t prompt[40];
+    fill(prompt, 40, 100);
+    int64_t need_full = 0, need_mixed = 0;
+    assert_int_equal(kv_seq_prompt_pages(NULL, &full, 0, 22, &need_full, err,
+                                         sizeof(err)), 0);
+    assert_int_equal(kv_seq_prompt_pages(NULL, &mixed, 0, 22, &need_mixed,
+                                         err, sizeof(err)), 0);
+    assert_true(need_full > need_mixed);
+
+    /* Layouts must agree on everything but the budgets. */
+    struct rt_sched s;
+    struct rt_sched_config cfg = make_cfg(NULL, 2, 64, 4, 16, 8);
+    cfg.layouts = lays;
+    struct kv_forced_rule rule = {.window = 2, .n_sink = 1};
+    const double b6[6] = {1, 1, 1, 1, 1, 1};
+    assert_int_equal(kv_layout_init(&other, 2, 3, 1, 4, P, C, &rule, b6, err,
+                                    sizeof(err)), 0);
+    const struct kv_layout *bad[2] = {&full, &other};
+    cfg.layouts = bad;
+    assert_int_equal(rt_sched_init(&s, &cfg, err, sizeof(err)), TG_EINVAL);
+    assert_non_null(strstr(err, "rank 1"));
+    const struct kv_layout *missing[2] = {&full, NULL};
+    cfg.layouts = missing;
+    assert_int_equal(rt_sched_init(&s, &cfg, err, sizeof(err)), TG_EINVAL);
+    kv_layout_free(&other);
+
+    /* A prompt is too big when it does not fit the fullest rank's pool,
+     * even if the other rank would hold it. */
+    cfg = make_cfg(NULL, 2, (int32_t)need_full - 1, 4, 16, 8);
+    cfg.layouts = lays;
+    assert_int_equal(rt_sched_init(&s, &cfg, err, sizeof(err)), 0);
+    assert_int_equal(submit(&s, 1, prompt, 22, 2, NULL), TG_ETOOBIG);
+    assert_non_null(strstr(err, "rank 0"));
+    rt_sched_free(&s);
+
+    cfg = make_cfg(NULL, 2, 64, 4, 16, 8);
+    cfg.layouts = lays;
+    assert_int_equal(rt_sched_init(&s, &cfg, err, sizeof(err)), 0);
+    struct rt_step st;
+    rt_step_init(&st);
+    assert_int_equal(submit(&s, 1, prompt, 22, 3, "conv"), 0);
+    assert_int_equal(rt_sched_plan(&s, &st, err, sizeof(err)), 0);
+    validate(&s);
+    assert_int_equal(st.n_entries, 1);
+    /* Each rank reserves and is sent its own layout's pages. */
+    assert_int_equal(rt_sched_req_seq(&s, 1, 0)->used_pages, need_full);
+    assert_int_equal(rt_sched_req_seq(&s, 1, 1)->used_pages, need_mixed);
+    assert_int_equal(delta_pages(&st, 0, 0), need_full);
+    assert_int_equal(delta_pages(&st, 0, 1), need_mixed);
+    struct rt_sched_pages pg0, pg1;
+    rt_sched_rank_pages(&s, 0, &pg0);
+    rt_sched_rank_pages(&s, 1, &pg1);
+    assert_int_equal(pg0.used, need_full);
+    assert_int_equal(pg1.used, need_mixed);
+    int32_t toks[8] = {0};
+    assert_int_equal(rt_sched_complete(&s, &st, toks, NULL, err, sizeof(err)),
+                     0);
+    assert_int_equal(run_until_done(&s, &st, 1, 20, NULL), RT_SCHED_END_LENGTH);
+    validate(&s);
+    /* Stored for reuse; a prompt diverging after 16 tokens rewinds the
+     * entry on each rank with that rank's layout. */
+    rt_sched_rank_pages(&s, 0, &pg0);
+    rt_sched_rank_pages(&s, 1, &pg1);
+    assert_true(pg0.cached > pg1.cached && pg1.cached > 0);
+    int32_t p2[30];
+    memcpy(p2, prompt, 16 * sizeof(int32_t));
+    fill(p2 + 16, 14, 900);
+    assert_int_equal(submit(&s, 2, p2, 30, 2, "conv"), 0);
+    assert_int_equal(rt_sched_plan(&s, &st, err, sizeof(err)), 0);
+    validate(&s);
+    struct rt_sched_req_info info;
+    assert_int_equal(rt_sched_req_info(&s, 2, &info), 0);
+    assert_int_equal(info.cached_prompt_tokens, 16);
+    int64_t f2 = 0, m2 = 0;
+    assert_int_equal(kv_seq_prompt_pages(NULL, &full, 0, 16, &f2, err,
+                                         sizeof(err)), 0);
+    assert_true(rt_sched_req_seq(&s, 2, 0)->used_pages >= f2);
+    assert_int_equal(kv_seq_prompt_pages(NULL, &mixed, 0, 16, &m2, err,
+                                         sizeof(err)), 0);
+    assert_true(rt_sched_req_seq(&s, 2, 1)->used_pages >= m2);
+    assert_true(rt_sched_req_seq(&s, 2, 0)->used_pages >
+                rt_sched_req_seq(&s, 2, 1)->used_pages);
+    assert_int_equal(rt_sched_complete(&s, &st, toks, NULL, err, sizeof(err)),
+                     0);
+    assert_int_equal(run_until_done(&s, &st, 2, 20, NULL), RT_SCHED_END_LENGTH);
+    validate(&s);
+    rt_step_free(&st);
+    rt_sched_free(&s);
+    kv_layout_free(&full);
+    kv_layout_free(&mixed);
+}
+
 /* ---- configuration and submission ------------------------------------ */
 
 static void test_config_invalid(void **state)
@@ -1024,6 +1138,7 @@ int main(void)
         cmocka_unit_test(test_outgrown_pool_ends_with_length),
         cmocka_unit_test(test_abort_and_stop),
         cmocka_unit_test(test_fail_running),
+        cmocka_unit_test(test_rank_layouts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -152,8 +152,8 @@ static void test_worker_argv(void **state)
     char **argv = NULL;
     size_t argc = 0;
     char err[256];
-    assert_int_equal(td_sup_worker_argv(&o, "/bin/w", 2, "ipc:///e", &argv,
-                                        &argc, err, sizeof err), 0);
+    assert_int_equal(td_sup_worker_argv(&o, "/bin/w", 2, "ipc:///e", NULL,
+                                        &argv, &argc, err, sizeof err), 0);
     const char *want[] = {"/bin/w", "--rank", "2", "--world-size", "3",
                           "--router", "ipc:///e"};
     for (size_t i = 0; i < 7; i++)
@@ -172,15 +172,61 @@ static void test_worker_argv(void **state)
     assert_null(find_flag(argv, argc, "--http-port")); /* router-only */
     assert_null(find_flag(argv, argc, "--api-key"));
     assert_int_equal(argc, 7 + 10);
+    assert_null(find_flag(argv, argc, "--comm-id"));
     tg_config_argv_free(argv, argc);
     argv = NULL;
     argc = 0;
-    assert_int_equal(td_sup_worker_argv(&o, "/bin/w", 3, "ipc:///e", &argv,
-                                        &argc, err, sizeof err), TG_EINVAL);
-    assert_int_equal(td_sup_worker_argv(&o, "/bin/w", -1, "ipc:///e", &argv,
-                                        &argc, err, sizeof err), TG_EINVAL);
+    /* An empty comm id is no comm id. */
+    assert_int_equal(td_sup_worker_argv(&o, "/bin/w", 0, "ipc:///e", "",
+                                        &argv, &argc, err, sizeof err), 0);
+    assert_null(find_flag(argv, argc, "--comm-id"));
+    assert_int_equal(argc, 7 + 10);
+    tg_config_argv_free(argv, argc);
+    argv = NULL;
+    argc = 0;
+    /* The group's comm id follows the fixed head, as two words. */
+    assert_int_equal(td_sup_worker_argv(&o, "/bin/w", 1, "ipc:///e",
+                                        "/tangram-7-3", &argv, &argc, err,
+                                        sizeof err), 0);
+    assert_int_equal(argc, 7 + 2 + 10);
+    assert_string_equal(argv[7], "--comm-id");
+    assert_string_equal(argv[8], "/tangram-7-3");
+    assert_string_equal(find_flag(argv, argc, "--rank"), "1");
+    assert_string_equal(find_flag(argv, argc, "--model"), "/m");
+    tg_config_argv_free(argv, argc);
+    argv = NULL;
+    argc = 0;
+    assert_int_equal(td_sup_worker_argv(&o, "/bin/w", 3, "ipc:///e", NULL,
+                                        &argv, &argc, err, sizeof err),
+                     TG_EINVAL);
+    assert_int_equal(td_sup_worker_argv(&o, "/bin/w", -1, "ipc:///e",
+                                        "/tangram-1-0", &argv, &argc, err,
+                                        sizeof err), TG_EINVAL);
     tg_config_argv_free(argv, argc);
     td_options_free(&o);
+}
+
+static void test_comm_id(void **state)
+{
+    (void)state;
+    char buf[64], err[128];
+    assert_int_equal(td_sup_comm_id(buf, sizeof buf, 4242, 0, err,
+                                    sizeof err), 0);
+    assert_string_equal(buf, "/tangram-4242-0");
+    assert_int_equal(td_sup_comm_id(buf, sizeof buf, 4242, 17, err,
+                                    sizeof err), 0);
+    assert_string_equal(buf, "/tangram-4242-17");
+    /* Largest values still fit a small buffer and stay one path element. */
+    assert_int_equal(td_sup_comm_id(buf, sizeof buf, 2147483647L,
+                                    UINT64_MAX, err, sizeof err), 0);
+    assert_string_equal(buf, "/tangram-2147483647-18446744073709551615");
+    assert_null(strchr(buf + 1, '/'));
+    /* Too small: an error, never a truncated (colliding) name. */
+    char small[12];
+    assert_int_equal(td_sup_comm_id(small, sizeof small, 4242, 17, err,
+                                    sizeof err), TG_ETOOBIG);
+    assert_string_equal(small, "");
+    assert_non_null(strstr(err, "4242"));
 }
 
 static bool env_has(char **env, size_t n, const char *kv)
@@ -373,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_notify_parse),
         cmocka_unit_test(test_router_argv),
         cmocka_unit_test(test_worker_argv),
+        cmocka_unit_test(test_comm_id),
         cmocka_unit_test(test_child_env),
         cmocka_unit_test(test_paths),
         cmocka_unit_test(test_run_spawn_failure),

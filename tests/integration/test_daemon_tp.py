@@ -1,0 +1,298 @@
+#!/usr/bin/python3
+"""Integration test of tensor parallelism on the CPU backend: tangramd --tp 2.
+
+A tiny qwen3 model whose 4 KV heads divide by 2 * H_p is served with
+--tp 1 and --tp 2, with full KV (--heads-per-group 2: one group per rank)
+and with a profile built by tangram-profile from a synthetic retention file
+(--heads-per-group 1: two groups of different budgets per rank). Checked for
+each: /health 200 with two workers; greedy completions (logprobs on) give
+the same tokens with --tp 2 as with --tp 1 (a divergence is accepted only
+after a near-tie of the --tp 1 run's top two log-probabilities); the pages
+used on rank 0 and rank 1 (tangram_kv_pages_used{rank=...}) grow while a
+streaming request runs and return to their level once it is cancelled. With
+full KV, SIGKILL of the rank 1 worker: the in-flight stream ends with an
+error, both workers are restarted (new pids, a new --comm-id shared by
+both), /health returns to 200 and completions again match --tp 1.
+
+This needs a worker that accepts --world-size 2: when tangram-worker
+refuses it the test FAILS (it does not skip), naming the worker's message.
+Exit 77 only when tangramd or the shared tokenizer is missing. ~40 s.
+"""
+import http.client as httplib
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import daemon_util as du  # noqa: E402
+
+C = du.Checker()
+
+MODEL_ARGS = ["--arch", "qwen3", "--hidden", "64", "--layers", "2",
+              "--heads", "8", "--kv-heads", "4", "--head-dim", "16",
+              "--ffn", "128", "--dtype", "bf16", "--seed", "3"]
+
+PROMPTS = ["The quick brown fox jumps over the lazy dog and",
+           "Tensor parallel ranks share one all-reduce; each holds half",
+           "1, 2, 3, 4, 5, 6, 7, 8,"]
+MAX_TOKENS = 16
+NEAR_TIE = 2e-3  # natural-log gap under which fp32 sums may flip the argmax
+
+
+def make_model(out):
+    cmd = [du.prog("tangram-make-model")] + MODEL_ARGS + [
+        "--tokenizer", os.path.join(du.SHARED, "data", "tokenizers", "qwen3"),
+        "-o", out]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError("tangram-make-model failed: " + r.stderr)
+    return out
+
+
+def make_profile(work):
+    """A skewed profile of the model: 2 layers x 4 KV heads, H_p = 1."""
+    rng = random.Random(11)
+    L, H = 2, 4
+    base = [[0.05 + 0.9 * rng.random() ** 2 for _ in range(H)]
+            for _ in range(L)]
+    samples = [[[min(1.0, max(0.0, round(base[l][h] + rng.gauss(0, 0.03), 4)))
+                 for h in range(H)] for l in range(L)] for _ in range(24)]
+    ret = os.path.join(work, "ret.json")
+    with open(ret, "w") as f:
+        json.dump({"format": "tangram-retention", "version": 1,
+                   "model": {"architecture": "Qwen3ForCausalLM",
+                             "num_layers": L, "num_kv_heads": H,
+                             "head_dim": 16},
+                   "method": "snapkv", "target_ratio": 0.5,
+                   "samples": samples}, f)
+    prof = os.path.join(work, "profile.json")
+    r = subprocess.run([du.prog("tangram-profile"), "build", "--retention",
+                        ret, "--heads-per-group", "1", "-o", prof],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise RuntimeError("tangram-profile build failed: " + r.stderr)
+    return prof
+
+
+def complete(d, prompt):
+    """Greedy completion with logprobs: (tokens, top logprob lists) or
+    (None, reason)."""
+    body = json.dumps({"model": "model", "prompt": prompt, "max_tokens":
+                       MAX_TOKENS, "temperature": 0, "logprobs": 2,
+                       "ignore_eos": True}).encode()
+    try:
+        st, _, raw = du.http("POST", d.base_url + "/v1/completions", body,
+                             {"Content-Type": "application/json"}, timeout=60)
+    except OSError as e:
+        return None, "request failed: %s" % e
+    j = du.json_of(raw)
+    if st != 200 or not j:
+        return None, "status %s: %s" % (st, raw[:300])
+    lp = j["choices"][0].get("logprobs") or {}
+    return lp.get("tokens"), lp.get("top_logprobs")
+
+
+def same_greedy(ref, got):
+    """True when got's tokens equal ref's, or first differ right after a
+    near-tie in the reference (then the rest cannot be compared)."""
+    rt, rtop = ref
+    gt, _ = got
+    if rt is None or gt is None or len(rt) != len(gt):
+        return False
+    for i, (a, b) in enumerate(zip(rt, gt)):
+        if a == b:
+            continue
+        lps = sorted(rtop[i].values(), reverse=True) if rtop else []
+        return len(lps) >= 2 and lps[0] - lps[1] < NEAR_TIE
+    return True
+
+
+def reference(model, work, args, profile):
+    """Greedy outputs of --tp 1 for PROMPTS, or None."""
+    d = du.Daemon(model, work, args=["--tp", "1"] + args, profile=profile)
+    with d:
+        if not C.check(d.start(), "tp 1 reference daemon ready",
+                       d.log_text()[-2000:]):
+            return None
+        return [complete(d, p) for p in PROMPTS]
+
+
+def worker_pids(d):
+    """{rank: pid} of the live workers."""
+    out = {}
+    for pid in d.child_pids("worker"):
+        m = re.search(r"--rank[ =](\d+)", du.cmdline(pid))
+        if m:
+            out[int(m.group(1))] = pid
+    return out
+
+
+def pages(d):
+    s = du.fetch_metrics(d.base_url)
+    if s is None:
+        return None
+    return tuple(du.metric(s, "tangram_kv_pages_used", rank=str(r))
+                 for r in (0, 1))
+
+
+class Stream:
+    """A streaming completion read incrementally over its own connection."""
+
+    def __init__(self, d, prompt, max_tokens):
+        self.conn = httplib.HTTPConnection("127.0.0.1", d.http_port,
+                                           timeout=60)
+        body = json.dumps({"model": "model", "prompt": prompt, "stream": True,
+                           "max_tokens": max_tokens, "temperature": 0,
+                           "ignore_eos": True})
+        self.conn.request("POST", "/v1/completions", body,
+                          {"Content-Type": "application/json"})
+        self.resp = self.conn.getresponse()
+        self.data = b""
+
+    def read_some(self, n=1):
+        """Reads until n more SSE events arrived (or the stream ended)."""
+        want = self.data.count(b"\n\n") + n
+        while self.data.count(b"\n\n") < want:
+            chunk = self.resp.read1(4096)
+            if not chunk:
+                return False
+            self.data += chunk
+        return True
+
+    def read_all(self, timeout=30):
+        end = time.time() + timeout
+        while time.time() < end:
+            try:
+                chunk = self.resp.read1(4096)
+            except (OSError, httplib.HTTPException):
+                break
+            if not chunk:
+                break
+            self.data += chunk
+        return self.data
+
+    def close(self):
+        self.conn.close()
+
+
+def long_prompt(tag):
+    # A unique head so that no stored multi-turn entry is reused.
+    return "%s %s" % (tag, " ".join("w%d" % i for i in range(120)))
+
+
+def check_pages(d, name):
+    base = du.wait_for(lambda: pages(d), 5)
+    if not C.check(base is not None and None not in base,
+                   "%s: tangram_kv_pages_used for rank 0 and 1" % name, base):
+        return
+    st = Stream(d, long_prompt("pages-" + name), 3000)
+    C.check(st.resp.status == 200 and st.read_some(3),
+            "%s: long stream running" % name)
+    during = du.wait_for(lambda: (lambda p: p if p and p[0] > base[0] and
+                                  p[1] > base[1] else None)(pages(d)), 5)
+    C.check(during is not None, "%s: pages used grow on both ranks while a "
+            "request runs (%s -> %s)" % (name, base, during))
+    st.close()  # the client goes: the request is aborted, pages freed
+    back = du.wait_for(lambda: pages(d) == base, 10)
+    C.check(back, "%s: pages used return to %s after the request ends "
+            "(now %s)" % (name, base, pages(d)))
+
+
+def check_tp2(model, work, args, profile, ref, name, kill):
+    d = du.Daemon(model, work, args=["--tp", "2"] + args, profile=profile)
+    with d:
+        ready = d.start()
+        if not ready:
+            why = d.start_failure() or d.log_text()[-2000:]
+            C.check(False, "%s: tangramd --tp 2 ready (the worker must "
+                    "accept --world-size 2)" % name, why)
+            return
+        C.check(d.health() == 200, "%s: /health 200 with --tp 2" % name)
+        w = worker_pids(d)
+        C.check(sorted(w) == [0, 1], "%s: two workers, ranks 0 and 1" % name,
+                w)
+        ids = {du.cmdline(p).split("--comm-id ")[-1].split(" ")[0]
+               for p in w.values() if "--comm-id" in du.cmdline(p)}
+        C.check(len(ids) == 1 and len(w) == 2,
+                "%s: both workers share one --comm-id" % name, ids)
+        got = [complete(d, p) for p in PROMPTS]
+        for i, (r, g) in enumerate(zip(ref, got)):
+            C.check(same_greedy(r, g), "%s: prompt %d greedy tokens equal "
+                    "--tp 1" % (name, i), (r[0], g[0]))
+        check_pages(d, name)
+        if not kill:
+            return
+        # SIGKILL of rank 1 during a request.
+        st = Stream(d, long_prompt("kill"), 3000)
+        C.check(st.resp.status == 200 and st.read_some(2),
+                "kill: stream running before the kill")
+        old = worker_pids(d)
+        os.kill(old[1], signal.SIGKILL)
+        t0 = time.time()
+        body = st.read_all(30)
+        st.close()
+        events, _ = du.sse_events(body)
+        errs = [e for e in events if e != "[DONE]" and
+                (du.json_of(e.encode()) or {}).get("error")]
+        C.check(errs, "kill: the in-flight stream ends with an error",
+                body[-400:])
+        new = du.wait_for(lambda: (lambda p: p if sorted(p) == [0, 1] and
+                                   p[0] != old[0] and p[1] != old[1]
+                                   else None)(worker_pids(d)), 30)
+        C.check(new, "kill: both ranks restarted (old %s, new %s)" %
+                (old, worker_pids(d)))
+        C.check(du.wait_for(lambda: d.health() == 200, 60),
+                "kill: /health 200 again after %.1f s" % (time.time() - t0))
+        if new:
+            ids2 = {du.cmdline(p).split("--comm-id ")[-1].split(" ")[0]
+                    for p in new.values()}
+            C.check(len(ids2) == 1 and not (ids2 & ids),
+                    "kill: restarted group has a new shared comm id",
+                    (ids, ids2))
+        log = d.log_text()
+        C.check("tensor-parallel group" in log,
+                "kill: router and supervisor ended the whole group")
+        got = [complete(d, p) for p in PROMPTS]
+        for i, (r, g) in enumerate(zip(ref, got)):
+            C.check(same_greedy(r, g), "kill: prompt %d after the restart "
+                    "equals --tp 1" % i, (r[0], g[0]))
+        rc, left = d.stop()
+        C.check(rc == 0 and not left, "kill: clean stop (rc %s, left %s)" %
+                (rc, left))
+        C.check(not d.sanitizer_reports(), "no sanitizer reports",
+                d.sanitizer_reports()[:5])
+
+
+def main():
+    if not du.have_daemon() or not os.access(du.prog("tangram-profile"),
+                                             os.X_OK):
+        print("tangramd, tools or tokenizer missing: skipped")
+        return du.SKIP
+    work = du.scratch_dir("tgtp")
+    try:
+        model = make_model(os.path.join(work, "model"))
+        prof = make_profile(work)
+        cases = [("full", ["--heads-per-group", "2"], None, True),
+                 ("profile", ["--heads-per-group", "1"], prof, False)]
+        for name, args, profile, kill in cases:
+            sub = os.path.join(work, name)
+            os.makedirs(sub)
+            ref = reference(model, sub, args, profile)
+            if ref is None:
+                continue
+            C.check(all(r[0] and len(r[0]) == MAX_TOKENS for r in ref),
+                    "%s: --tp 1 gives %d tokens per prompt" %
+                    (name, MAX_TOKENS), [r[0] for r in ref])
+            check_tp2(model, sub, args, profile, ref, name, kill)
+    finally:
+        subprocess.run(["rm", "-rf", work])
+    return C.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -36,7 +36,7 @@ function(tg_add_unit_tests dir label)
   foreach(src ${tests})
     get_filename_component(stem ${src} NAME_WE)
     add_executable(${stem} ${src})
-    target_link_libraries(${stem} PRIVATE tg_all PkgConfig::CMOCKA)
+    target_link_libraries(${stem} PRIVATE tg_testsupport tg_all PkgConfig::CMOCKA)
     set_target_properties(${stem} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
     add_test(NAME ${stem} COMMAND ${stem})
     set_tests_properties(${stem} PROPERTIES

@@ -11,24 +11,12 @@
 
 #include "common/ct_template.h"
 #include "common/tg_err.h"
+#include "tests/support/tt_support.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static char shared_dir[1024];
-
-static const char *shared(void)
-{
-    const char *s = getenv("TANGRAM_SHARED");
-    if (s != NULL)
-        return s;
-    const char *src = getenv("TANGRAM_SOURCE");
-    snprintf(shared_dir, sizeof shared_dir, "%s/../shared",
-             src != NULL ? src : ".");
-    return shared_dir;
-}
 
 /* Renders and returns the malloc'd prompt, asserting success. */
 static char *render_ok(enum ct_family f, const struct ct_message *m, size_t n,
@@ -115,8 +103,9 @@ static void test_hash_normalization(void **state)
 
 static void detect_path(const char *rel, int is_dir, enum ct_family want)
 {
-    char path[2048], err[512] = "";
-    snprintf(path, sizeof path, "%s/data/%s", shared(), rel);
+    char sub[1024], path[2048], err[512] = "";
+    snprintf(sub, sizeof sub, "data/%s", rel);
+    tt_shared_path(sub, path, sizeof path);
     if (access(path, R_OK) != 0) {
         print_message("missing %s\n", path);
         skip();
@@ -401,8 +390,8 @@ static void write_file(const char *path, const char *text)
 static void test_read_sources(void **state)
 {
     (void)state;
-    char dir[] = "/tmp/ct_test_XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[128];
+    assert_int_equal(tt_tmpdir_make("ct_test_", dir, sizeof dir), 0);
     char path[256], p2[256], err[512];
     char *text = NULL;
 
@@ -443,9 +432,7 @@ static void test_read_sources(void **state)
     assert_int_equal(ct_template_read_dir(dir, &text, err, sizeof err), 0);
     assert_string_equal(text, "{{ messages }}\n");
     free(text);
-    unlink(jpath);
-    unlink(path);
-    rmdir(dir);
+    tt_tmpdir_remove(dir);
 }
 
 int main(void)

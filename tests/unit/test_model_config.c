@@ -9,25 +9,17 @@
 #include <cmocka.h>
 
 #include <dirent.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "common/mc_model_config.h"
 #include "common/st_safetensors.h"
 #include "common/tg_err.h"
+#include "tests/support/tt_support.h"
 
 static char errbuf[512];
-
-static const char *shared_dir(void)
-{
-    const char *s = getenv("TANGRAM_SHARED");
-    return s != NULL ? s : "../shared";
-}
 
 /* ---- every real config ---------------------------------------------------- */
 
@@ -151,14 +143,14 @@ static void test_shared_configs(void **state)
 {
     (void)state;
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/data/configs", shared_dir());
+    tt_shared_path("data/configs", dir, sizeof dir);
     DIR *d = opendir(dir);
     if (d == NULL)
         skip();
     size_t seen = 0;
     struct dirent *de;
-    char tmp[] = "/tmp/tg_mc_test.XXXXXX";
-    assert_non_null(mkdtemp(tmp));
+    char tmp[256];
+    assert_int_equal(tt_tmpdir_make("tg_mc_test.", tmp, sizeof tmp), 0);
     char out[600];
     snprintf(out, sizeof out, "%s/config.json", tmp);
     while ((de = readdir(d)) != NULL) {
@@ -187,8 +179,7 @@ static void test_shared_configs(void **state)
     }
     closedir(d);
     assert_int_equal(seen, N_EXPECTED);
-    unlink(out);
-    rmdir(tmp);
+    tt_tmpdir_remove(tmp);
 }
 
 /* ---- malformed and edge-case configs -------------------------------------- */
@@ -402,8 +393,8 @@ static void test_load_errors(void **state)
 {
     (void)state;
     struct mc_model_config c;
-    char tmp[] = "/tmp/tg_mc_err.XXXXXX";
-    assert_non_null(mkdtemp(tmp));
+    char tmp[256];
+    assert_int_equal(tt_tmpdir_make("tg_mc_err.", tmp, sizeof tmp), 0);
     /* A directory without config.json. */
     assert_int_equal(mc_model_config_load(&c, tmp, errbuf, sizeof errbuf),
                      TG_ENOENT);
@@ -422,8 +413,7 @@ static void test_load_errors(void **state)
     memset(&c, 0, sizeof c);
     assert_int_equal(mc_model_config_write_json(&c, p, errbuf, sizeof errbuf),
                      TG_ERANGE);
-    unlink(p);
-    rmdir(tmp);
+    tt_tmpdir_remove(tmp);
 }
 
 /* ---- RoPE ----------------------------------------------------------------- */
@@ -447,9 +437,8 @@ static void test_rope(void **state)
      * values from a numpy transcription of transformers'
      * _compute_llama3_parameters (float64). */
     char path[512];
-    snprintf(path, sizeof path,
-             "%s/data/configs/meta-llama--Llama-3.1-8B-Instruct_config.json",
-             shared_dir());
+    tt_shared_path("data/configs/meta-llama--Llama-3.1-8B-Instruct_config.json",
+                   path, sizeof path);
     if (mc_model_config_load(&c, path, errbuf, sizeof errbuf) != 0) {
         /* Without the shared data, build the same parameters by hand. */
         memset(&c, 0, sizeof c);

@@ -8,7 +8,6 @@
 #include <cmocka.h>
 
 #include <dirent.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,28 +18,21 @@
 #include "common/st_safetensors.h"
 #include "common/st_writer.h"
 #include "common/tg_err.h"
+#include "tests/support/tt_support.h"
 
 static char tmpdir[256];
 static char errbuf[512];
 
-static int rm_entry(const char *p, const struct stat *sb, int flag,
-                    struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
 static int setup(void **state)
 {
     (void)state;
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/tg_st_test.XXXXXX");
-    return mkdtemp(tmpdir) == NULL ? -1 : 0;
+    return tt_tmpdir_make("tg_st_test.", tmpdir, sizeof tmpdir);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    return nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return tt_tmpdir_remove(tmpdir);
 }
 
 static const char *tpath(const char *name)
@@ -97,12 +89,6 @@ static int open_rc(const char *path)
 
 /* ---- the format's own sample files ---------------------------------------- */
 
-static const char *shared_dir(void)
-{
-    const char *s = getenv("TANGRAM_SHARED");
-    return s != NULL ? s : "../shared";
-}
-
 /* Every sample holds the six values {-3,-2,-1,0,1,2} in its dtype
  * (unsigned ones wrap: 253, 254, 255 / 65533 ... ), per the generator
  * script the samples' ReadMe.md names. */
@@ -150,7 +136,7 @@ static void test_samples(void **state)
 {
     (void)state;
     char dir[512];
-    snprintf(dir, sizeof dir, "%s/data/safetensors_samples", shared_dir());
+    tt_shared_path("data/safetensors_samples", dir, sizeof dir);
     DIR *d = opendir(dir);
     if (d == NULL)
         skip();

@@ -12,16 +12,15 @@
 #include "common/tg_err.h"
 #include "common/tok_tokenizer.h"
 #include "router/rt_text.h"
+#include "tests/support/tt_support.h"
 
 static struct tok_tokenizer tok;
 
 static int setup(void **state)
 {
     (void)state;
-    const char *shared = getenv("TANGRAM_SHARED");
     char path[4096];
-    snprintf(path, sizeof(path), "%s/data/tokenizers/qwen3/tokenizer.json",
-             shared ? shared : "../shared");
+    tt_shared_path("data/tokenizers/qwen3/tokenizer.json", path, sizeof(path));
     char err[256];
     return tok_tokenizer_load(&tok, path, err, sizeof(err));
 }

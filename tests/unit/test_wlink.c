@@ -24,6 +24,7 @@
 #include "common/kv_seq.h"
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_wlink.h"
+#include "tests/support/tt_support.h"
 
 #define PAGE 8
 #define CHUNK 16
@@ -36,39 +37,28 @@ static char errbuf[512];
 static int setup(void **state)
 {
     (void)state;
-    const char *bin = getenv("TANGRAM_BIN");
-    const char *shared = getenv("TANGRAM_SHARED");
-    if (bin == NULL || shared == NULL)
-        return 0;
-    char make[512];
-    snprintf(make, sizeof(make), "%s/tangram-make-model", bin);
-    snprintf(worker_exe, sizeof(worker_exe), "%s/tangram-worker", bin);
-    if (access(make, X_OK) != 0 || access(worker_exe, X_OK) != 0)
-        return 0;
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/tg_test_wlink.XXXXXX");
-    if (mkdtemp(tmpdir) == NULL)
+    if (!tt_program("tangram-worker", worker_exe, sizeof(worker_exe)))
+        return 0; /* not built: every test skips */
+    if (tt_tmpdir_make("tg_test_wlink.", tmpdir, sizeof(tmpdir)) != 0)
         return -1;
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd),
-             "'%s' --arch qwen3 --hidden 64 --layers 2 --heads 4 --kv-heads 2 "
-             "--head-dim 16 --ffn 128 --tokenizer '%s/data/tokenizers/qwen3' "
-             "--seed 5 -o '%s/m' >/dev/null", make, shared, tmpdir);
-    if (system(cmd) != 0)
+    char dir[300];
+    snprintf(dir, sizeof(dir), "%s/m", tmpdir);
+    const char *const args[] = {"--arch", "qwen3", "--hidden", "64",
+        "--layers", "2", "--heads", "4", "--kv-heads", "2", "--head-dim",
+        "16", "--ffn", "128", "--seed", "5", NULL};
+    int rc = tt_make_model(dir, args);
+    if (rc == 77)
+        return 0;
+    if (rc != 0)
         return -1;
-    snprintf(model_dir, sizeof(model_dir), "%s/m", tmpdir);
+    snprintf(model_dir, sizeof(model_dir), "%s", dir);
     return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    if (tmpdir[0] != '\0') {
-        char cmd[600];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0)
-            return -1;
-    }
-    return 0;
+    return tt_tmpdir_remove(tmpdir);
 }
 
 struct router {

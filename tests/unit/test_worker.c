@@ -20,10 +20,10 @@
 
 #include "common/kv_pool.h"
 #include "common/kv_seq.h"
-#include "common/pf_profile.h"
 #include "common/tg_err.h"
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_worker.h"
+#include "tests/support/tt_support.h"
 
 #define PAGE 8
 #define CHUNK 16
@@ -38,57 +38,30 @@ static char errbuf[512];
 static int make_model(void **state)
 {
     (void)state;
-    const char *bin = getenv("TANGRAM_BIN");
-    const char *shared = getenv("TANGRAM_SHARED");
-    if (bin == NULL || shared == NULL)
-        return 0;
-    char exe[512];
-    snprintf(exe, sizeof(exe), "%s/tangram-make-model", bin);
-    if (access(exe, X_OK) != 0)
-        return 0;
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/tg_test_worker.XXXXXX");
-    if (mkdtemp(tmpdir) == NULL)
+    if (tt_tmpdir_make("tg_test_worker.", tmpdir, sizeof(tmpdir)) != 0)
         return -1;
     snprintf(model_dir, sizeof(model_dir), "%s/m", tmpdir);
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd),
-             "'%s' --arch qwen3 --hidden 64 --layers 2 --heads 4 --kv-heads 2 "
-             "--head-dim 16 --ffn 128 --tokenizer '%s/data/tokenizers/qwen3' "
-             "--seed 5 -o '%s' >/dev/null", exe, shared, model_dir);
-    if (system(cmd) != 0)
+    const char *const args[] = {"--arch", "qwen3", "--hidden", "64",
+        "--layers", "2", "--heads", "4", "--kv-heads", "2", "--head-dim",
+        "16", "--ffn", "128", "--seed", "5", NULL};
+    int rc = tt_make_model(model_dir, args);
+    if (rc == 77) { /* not built: every test skips */
+        model_dir[0] = '\0';
+        return 0;
+    }
+    if (rc != 0)
         return -1;
     /* A compressing profile: head budgets below 1, one head per group. */
-    struct pf_profile p;
-    if (pf_profile_init(&p, "Qwen3ForCausalLM", "snapkv", 2, 2, 16, 1, errbuf,
-                        sizeof(errbuf)) != 0)
-        return -1;
     const double b[4] = {0.5, 1.0, 0.25, 0.75};
-    for (int i = 0; i < 4; i++) {
-        p.budget[i] = b[i];
-        p.mean[i] = b[i];
-    }
-    p.samples = 1;
-    p.target_ratio = 0.6;
     snprintf(profile_path, sizeof(profile_path), "%s/profile.json", tmpdir);
-    int rc = pf_profile_finish(&p, errbuf, sizeof(errbuf));
-    if (rc == 0)
-        rc = pf_profile_save(&p, profile_path, errbuf, sizeof(errbuf));
-    pf_profile_free(&p);
-    if (rc != 0)
-        fprintf(stderr, "profile: %s\n", errbuf);
-    return rc == 0 ? 0 : -1;
+    return tt_write_profile(profile_path, "Qwen3ForCausalLM", 2, 2, 16, 1, b,
+                            NULL, 0.6);
 }
 
 static int remove_model(void **state)
 {
     (void)state;
-    if (tmpdir[0] != '\0') {
-        char cmd[600];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0)
-            return -1;
-    }
-    return 0;
+    return tt_tmpdir_remove(tmpdir);
 }
 
 static void need_model(void)

@@ -35,6 +35,7 @@
 #include "common/tg_err.h"
 #include "gpu_worker/gw_model.h"
 #include "gpu_worker/gw_worker.h"
+#include "tests/support/tt_support.h"
 
 #define PAGE 8
 #define CHUNK 16
@@ -62,71 +63,44 @@ static char errbuf[512];
 static int make_models(void **state)
 {
     (void)state;
-    const char *bin = getenv("TANGRAM_BIN");
-    const char *shared = getenv("TANGRAM_SHARED");
-    if (bin == NULL || shared == NULL)
-        return 0;
-    char exe[512];
-    snprintf(exe, sizeof(exe), "%s/tangram-make-model", bin);
-    if (access(exe, X_OK) != 0)
-        return 0;
-    snprintf(tmpdir, sizeof(tmpdir), "/tmp/tg_test_worker_tp.XXXXXX");
-    if (mkdtemp(tmpdir) == NULL)
+    if (tt_tmpdir_make("tg_test_worker_tp.", tmpdir, sizeof(tmpdir)) != 0)
         return -1;
     snprintf(qwen3_dir, sizeof(qwen3_dir), "%s/q3", tmpdir);
     snprintf(qwen2_dir, sizeof(qwen2_dir), "%s/q2", tmpdir);
     snprintf(odd_dir, sizeof(odd_dir), "%s/odd", tmpdir);
     const struct {
-        const char *dir, *args;
+        const char *dir, *arch, *ffn, *seed, *tie;
     } models[] = {
-        {qwen3_dir, "--arch qwen3 --ffn 128 --seed 7"},
-        {qwen2_dir, "--arch qwen2 --ffn 128 --tie --seed 9"},
-        {odd_dir, "--arch qwen3 --ffn 99 --seed 3"}, /* F % 2 != 0 */
+        {qwen3_dir, "qwen3", "128", "7", NULL},
+        {qwen2_dir, "qwen2", "128", "9", "--tie"},
+        {odd_dir, "qwen3", "99", "3", NULL}, /* F % 2 != 0 */
     };
     for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
-        char cmd[2048];
-        snprintf(cmd, sizeof(cmd),
-                 "'%s' %s --hidden 64 --layers 2 --heads 8 --kv-heads 4 "
-                 "--head-dim 16 --tokenizer '%s/data/tokenizers/qwen3' -o '%s' "
-                 ">/dev/null", exe, models[i].args, shared, models[i].dir);
-        if (system(cmd) != 0)
+        const char *const args[] = {"--arch", models[i].arch, "--ffn",
+            models[i].ffn, "--seed", models[i].seed, "--hidden", "64",
+            "--layers", "2", "--heads", "8", "--kv-heads", "4", "--head-dim",
+            "16", models[i].tie, NULL};
+        int rc = tt_make_model(models[i].dir, args);
+        if (rc == 77) { /* not built: every test skips */
+            qwen3_dir[0] = '\0';
+            return 0;
+        }
+        if (rc != 0)
             return -1;
     }
     /* Compressing profile, 2 heads per group; the budget order permutes
      * the heads: layer 0 groups [[3,1],[2,0]], layer 1 [[3,0],[1,2]]. */
-    struct pf_profile p;
-    if (pf_profile_init(&p, "Qwen3ForCausalLM", "snapkv", 2, 4, 16, 2, errbuf,
-                        sizeof(errbuf)) != 0)
-        return -1;
     const double b[8] = {0.9, 0.3, 0.6, 0.2, 0.5, 0.55, 1.0, 0.25};
     const int groups[8] = {3, 1, 2, 0, 3, 0, 1, 2};
-    for (int i = 0; i < 8; i++) {
-        p.budget[i] = b[i];
-        p.mean[i] = b[i];
-        p.groups[i] = groups[i];
-    }
-    p.samples = 1;
-    p.target_ratio = 0.5;
     snprintf(profile_path, sizeof(profile_path), "%s/profile.json", tmpdir);
-    int rc = pf_profile_finish(&p, errbuf, sizeof(errbuf));
-    if (rc == 0)
-        rc = pf_profile_save(&p, profile_path, errbuf, sizeof(errbuf));
-    pf_profile_free(&p);
-    if (rc != 0)
-        fprintf(stderr, "profile: %s\n", errbuf);
-    return rc == 0 ? 0 : -1;
+    return tt_write_profile(profile_path, "Qwen3ForCausalLM", 2, 4, 16, 2, b,
+                            groups, 0.5);
 }
 
 static int remove_models(void **state)
 {
     (void)state;
-    if (tmpdir[0] != '\0') {
-        char cmd[600];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-        if (system(cmd) != 0)
-            return -1;
-    }
-    return 0;
+    return tt_tmpdir_remove(tmpdir);
 }
 
 static void need_models(void)

@@ -1,0 +1,458 @@
+/* tt_link.c — fake worker ranks and the rt_link fixture (see tt_link.h). */
+#include "tests/support/tt_link.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <zmq.h>
+
+#include "common/tg_err.h"
+
+typedef Tangram__Worker__V1__WorkerMessage wmsg_t;
+
+static char err[256];
+
+/* ---- fake worker ------------------------------------------------------- */
+
+uint64_t tt_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void tt_fake_send(struct tt_fake *f, const wmsg_t *m)
+{
+    size_t n = tangram__worker__v1__worker_message__get_packed_size(m);
+    uint8_t *buf = malloc(n ? n : 1);
+    assert_non_null(buf);
+    tangram__worker__v1__worker_message__pack(m, buf);
+    assert_true(zmq_send(f->sock, buf, n, 0) == (int)n);
+    free(buf);
+}
+
+void tt_fake_hello(struct tt_fake *f, const struct tt_hello_opts *o)
+{
+    Tangram__Worker__V1__LayoutSummary lay =
+        TANGRAM__WORKER__V1__LAYOUT_SUMMARY__INIT;
+    lay.num_layers = TT_LINK_L;
+    lay.num_kv_heads = TT_LINK_G;
+    lay.heads_per_group = 1;
+    lay.groups_per_layer = TT_LINK_G;
+    lay.page_size = 4;
+    lay.head_dim = o && o->head_dim ? o->head_dim : 8;
+    lay.vocab_size = TT_LINK_VOCAB;
+    Tangram__Worker__V1__Hello h = TANGRAM__WORKER__V1__HELLO__INIT;
+    h.version = 1;
+    h.rank = o && o->hello_rank ? o->hello_rank : (uint32_t)f->rank;
+    h.world_size = o && o->world_size ? o->world_size : 2;
+    h.pid = (uint32_t)getpid();
+    h.pages_total = o && o->pages_total ? o->pages_total : 64;
+    h.layout = &lay;
+    wmsg_t m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
+    m.version = 1;
+    m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_HELLO;
+    m.hello = &h;
+    tt_fake_send(f, &m);
+}
+
+void tt_fake_open_id(struct tt_fake *f, void *zctx, const char *endpoint,
+                     int rank, const char *id,
+                     const struct tt_hello_opts *o)
+{
+    memset(f, 0, sizeof *f);
+    f->rank = rank;
+    f->sock = zmq_socket(zctx, ZMQ_DEALER);
+    assert_non_null(f->sock);
+    int zero = 0;
+    assert_int_equal(zmq_setsockopt(f->sock, ZMQ_LINGER, &zero, sizeof zero),
+                     0);
+    assert_int_equal(zmq_setsockopt(f->sock, ZMQ_ROUTING_ID, id, strlen(id)),
+                     0);
+    assert_int_equal(zmq_connect(f->sock, endpoint), 0);
+    f->last_hb_ms = tt_now_ms();
+    tt_fake_hello(f, o);
+}
+
+void tt_fake_open(struct tt_fake *f, void *zctx, const char *endpoint,
+                  int rank, const struct tt_hello_opts *o)
+{
+    char id[32];
+    snprintf(id, sizeof id, "rank-%d", rank);
+    tt_fake_open_id(f, zctx, endpoint, rank, id, o);
+}
+
+void tt_fake_close(struct tt_fake *f)
+{
+    if (f->sock)
+        zmq_close(f->sock);
+    if (f->plan)
+        tangram__worker__v1__worker_message__free_unpacked(f->plan, NULL);
+    memset(f, 0, sizeof *f);
+}
+
+static void fake_heartbeat(struct tt_fake *f)
+{
+    Tangram__Worker__V1__Heartbeat hb = TANGRAM__WORKER__V1__HEARTBEAT__INIT;
+    hb.version = 1;
+    hb.seq = ++f->hb_seq;
+    hb.rank = f->rank;
+    wmsg_t m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
+    m.version = 1;
+    m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_HEARTBEAT;
+    m.heartbeat = &hb;
+    tt_fake_send(f, &m);
+}
+
+/* Answers `plan`: rank 0 samples token 100 + slot for every entry with
+ * sample set, with two alternatives. */
+void tt_fake_answer(struct tt_fake *f, const Tangram__Worker__V1__BatchPlan *p)
+{
+    Tangram__Worker__V1__StepResult sr = TANGRAM__WORKER__V1__STEP_RESULT__INIT;
+    sr.version = 1;
+    sr.step_id = p->step_id + (f->answer == TT_ANSWER_WRONG_ID ? 5 : 0);
+    sr.rank = (uint32_t)f->rank;
+    sr.ok = f->answer != TT_ANSWER_FAIL;
+    sr.error = (char *)(f->answer == TT_ANSWER_FAIL ? "boom" : "");
+    sr.step_seconds = 0.01 * (f->rank + 1);
+    Tangram__Worker__V1__SampledToken st[16], *stp[16];
+    uint32_t top_ids[16][2];
+    float top_lp[16][2];
+    size_t n = 0;
+    for (size_t i = 0; f->rank == 0 && i < p->n_entries && n < 16; i++) {
+        if (!p->entries[i]->sample && f->answer != TT_ANSWER_EXTRA)
+            continue;
+        tangram__worker__v1__sampled_token__init(&st[n]);
+        st[n].slot = p->entries[i]->slot;
+        st[n].token_id = 100 + p->entries[i]->slot;
+        if (f->answer == TT_ANSWER_VOCAB)
+            st[n].token_id = TT_LINK_VOCAB;
+        st[n].logprob = -0.25f;
+        top_ids[n][0] = st[n].token_id;
+        top_ids[n][1] = 7;
+        top_lp[n][0] = -0.25f;
+        top_lp[n][1] = -2.0f;
+        st[n].n_top_ids = st[n].n_top_logprobs = 2;
+        st[n].top_ids = top_ids[n];
+        st[n].top_logprobs = top_lp[n];
+        stp[n] = &st[n];
+        n++;
+    }
+    sr.n_sampled = n;
+    sr.sampled = stp;
+    wmsg_t m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
+    m.version = 1;
+    m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_RESULT;
+    m.result = &sr;
+    tt_fake_send(f, &m);
+}
+
+void tt_fake_service(struct tt_fake *f)
+{
+    if (!f->sock)
+        return;
+    for (;;) {
+        uint8_t buf[65536];
+        int n = zmq_recv(f->sock, buf, sizeof buf, ZMQ_DONTWAIT);
+        if (n < 0)
+            break;
+        assert_true(n <= (int)sizeof buf);
+        wmsg_t *m =
+            tangram__worker__v1__worker_message__unpack(NULL, (size_t)n, buf);
+        assert_non_null(m);
+        assert_int_equal(m->version, 1);
+        switch (m->body_case) {
+        case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_HEARTBEAT:
+            assert_int_equal(m->heartbeat->rank, -1);
+            f->n_hb++;
+            break;
+        case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_PLAN:
+            f->n_plans++;
+            if (!f->silent && f->answer != TT_ANSWER_NONE)
+                tt_fake_answer(f, m->plan);
+            if (f->plan)
+                tangram__worker__v1__worker_message__free_unpacked(f->plan,
+                                                                   NULL);
+            f->plan = m;
+            continue; /* kept */
+        case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_SHUTDOWN:
+            f->n_shutdown++;
+            f->last_drain = m->shutdown->drain;
+            snprintf(f->last_reason, sizeof f->last_reason, "%s",
+                     m->shutdown->reason);
+            break;
+        default:
+            fail_msg("unexpected message %d", (int)m->body_case);
+        }
+        tangram__worker__v1__worker_message__free_unpacked(m, NULL);
+    }
+    uint64_t t = tt_now_ms();
+    if (!f->silent && t - f->last_hb_ms >= 5) {
+        fake_heartbeat(f);
+        f->last_hb_ms = t;
+    }
+}
+
+/* ---- router side ------------------------------------------------------- */
+
+static void on_result(void *ud, const struct rt_link_result *r)
+{
+    struct tt_link_env *e = ud;
+    e->n_result++;
+    e->res_step = r->step_id;
+    e->res_ok = r->ok;
+    snprintf(e->res_error, sizeof e->res_error, "%s", r->error);
+    e->res_n = r->n_entries;
+    for (int32_t i = 0; i < r->n_entries && i < 16; i++) {
+        e->res_tokens[i] = r->tokens[i];
+        assert_int_equal(r->entries[i].token, r->tokens[i]);
+    }
+    e->res_top0 = r->n_entries ? r->entries[0].n_top : 0;
+    e->res_top_id1 = e->res_top0 >= 2 ? r->entries[0].top_ids[1] : 0;
+    e->res_seconds = r->step_seconds;
+}
+
+static void on_dead(void *ud, int rank)
+{
+    struct tt_link_env *e = ud;
+    /* The step in flight is completed before on_dead. */
+    assert_int_equal(rt_link_in_flight(&e->link), 0);
+    e->n_dead++;
+    e->dead_rank = rank;
+    e->t_dead = tt_now_ms();
+}
+
+static void on_ready(void *ud)
+{
+    struct tt_link_env *e = ud;
+    assert_true(rt_link_ready(&e->link));
+    e->n_ready++;
+}
+
+struct rt_link_config tt_link_cfg(struct tt_link_env *e, int T)
+{
+    struct rt_link_config c = {
+        .world_size = T,
+        .layout = {.num_layers = TT_LINK_L, .groups_per_layer = TT_LINK_G,
+                   .heads_per_group = 1, .page_size = 4, .head_dim = 8,
+                   .pages_total = 64, .vocab_size = TT_LINK_VOCAB},
+        .heartbeat_ms = TT_LINK_HB_MS,
+        .dead_ms = TT_LINK_DEAD_MS,
+        .linger_ms = 50,
+        .on_result = on_result,
+        .on_dead = on_dead,
+        .on_ready = on_ready,
+        .ud = e,
+    };
+    return c;
+}
+
+struct tt_link_env *tt_link_env_new(int T, const char *endpoint)
+{
+    static int counter;
+    struct tt_link_env *e = calloc(1, sizeof *e);
+    assert_non_null(e);
+    assert_int_equal(uv_loop_init(&e->loop), 0);
+    if (endpoint)
+        snprintf(e->endpoint, sizeof e->endpoint, "%s", endpoint);
+    else
+        snprintf(e->endpoint, sizeof e->endpoint,
+                 "ipc:///tmp/tg-link-test-%d-%d.sock", (int)getpid(),
+                 ++counter);
+    struct rt_link_config c = tt_link_cfg(e, T);
+    c.endpoint = e->endpoint;
+    assert_int_equal(rt_link_init(&e->link, &e->loop, &c, err, sizeof err),
+                     0);
+    /* Fakes connect to the bound endpoint (a tcp wildcard resolved). */
+    snprintf(e->endpoint, sizeof e->endpoint, "%s", e->link.endpoint);
+    e->zctx = zmq_ctx_new();
+    assert_non_null(e->zctx);
+    return e;
+}
+
+void tt_link_env_free(struct tt_link_env *e)
+{
+    for (int i = 0; i < 3; i++)
+        tt_fake_close(&e->fk[i]);
+    zmq_ctx_term(e->zctx);
+    rt_link_close(&e->link);
+    assert_int_equal(uv_run(&e->loop, UV_RUN_DEFAULT), 0);
+    assert_int_equal(e->link.n_handles, 0);
+    assert_int_equal(uv_loop_close(&e->loop), 0);
+    free(e);
+}
+
+void tt_link_pump(struct tt_link_env *e, int ms)
+{
+    TT_PUMP_UNTIL(e, 0, ms);
+}
+
+struct tt_link_env *tt_link_env_ready(int T)
+{
+    struct tt_link_env *e = tt_link_env_new(T, NULL);
+    for (int r = 0; r < T; r++)
+        tt_fake_open(&e->fk[r], e->zctx, e->endpoint, r, NULL);
+    assert_true(TT_PUMP_UNTIL(e, rt_link_ready(&e->link), 2000));
+    assert_int_equal(e->n_ready, 1);
+    return e;
+}
+
+/* ---- a hand-made step -------------------------------------------------- */
+
+/* Entry 0: prefill, fresh slot 2 adopting stored KV at pos 4, last chunk;
+ * entry 1: decode of slot 0; entry 2: first chunk of fresh slot 1.
+ * Rank 0 gets deltas (e0, row 3: 11 12) and (e1, row 2: 13); rank 1 gets
+ * (e0, row 1: 21) and (e2, row 0: 22 23). Slot 5 is freed. */
+void tt_mini_step_make(struct tt_mini_step *m, uint64_t step_id)
+{
+    memset(m, 0, sizeof *m);
+    m->t0[0] = 5; m->t0[1] = 6; m->t0[2] = 7;
+    m->t1[0] = 9;
+    m->t2[0] = 3; m->t2[1] = 4;
+    m->ent[0] = (struct rt_step_entry){.id = 1, .slot = 2, .fresh = 1,
+        .kind = RT_STEP_PREFILL, .pos = 4, .n = 3, .tokens = m->t0,
+        .sample = 1};
+    m->ent[1] = (struct rt_step_entry){.id = 2, .slot = 0,
+        .kind = RT_STEP_DECODE, .pos = 10, .n = 1, .tokens = m->t1,
+        .sample = 1};
+    m->ent[2] = (struct rt_step_entry){.id = 3, .slot = 1, .fresh = 1,
+        .kind = RT_STEP_PREFILL, .pos = 0, .n = 2, .tokens = m->t2};
+    const int32_t ids[6] = {11, 12, 21, 22, 23, 13};
+    memcpy(m->ids, ids, sizeof ids);
+    m->del[0] = (struct rt_step_delta){.entry = 0, .rank = 0, .row = 3,
+        .first = 0, .n = 2, .off = 0};
+    m->del[1] = (struct rt_step_delta){.entry = 0, .rank = 1, .row = 1,
+        .first = 0, .n = 1, .off = 2};
+    m->del[2] = (struct rt_step_delta){.entry = 2, .rank = 1, .row = 0,
+        .first = 0, .n = 2, .off = 3};
+    m->del[3] = (struct rt_step_delta){.entry = 1, .rank = 0, .row = 2,
+        .first = 3, .n = 1, .off = 5};
+    m->released[0] = 5;
+    m->s.step_id = step_id;
+    m->s.n_entries = 3;
+    m->s.entries = m->ent;
+    m->s.n_deltas = 4;
+    m->s.deltas = m->del;
+    m->s.n_ids = 6;
+    m->s.delta_ids = m->ids;
+    m->s.n_released = 1;
+    m->s.released = m->released;
+}
+
+static const uint32_t adopted_rows[TT_LINK_L * TT_LINK_G] = {4, 3, 2, 1};
+
+int tt_mini_entry_cb(void *ud, const struct rt_step_entry *e,
+                     struct rt_link_entry_info *out, char *errbuf,
+                     size_t errlen)
+{
+    (void)ud;
+    (void)errbuf;
+    (void)errlen;
+    static char ids[8][16];
+    assert_float_equal(out->top_p, 1.0f, 0);
+    snprintf(ids[e->slot & 7], sizeof ids[0], "req-%d", e->slot);
+    out->request_id = ids[e->slot & 7];
+    out->temperature = 0.5f * (float)e->slot;
+    out->top_k = 40;
+    out->logprobs = 2;
+    out->seed = 1000u + (uint64_t)e->slot;
+    out->num_prompt_tokens = 7;
+    if (e->fresh && e->pos > 0) {
+        out->row_lens = adopted_rows;
+        out->n_row_lens = TT_LINK_L * TT_LINK_G;
+    }
+    return 0;
+}
+
+/* Checks the plan rank `r` received for tt_mini_step_make(step_id). */
+void tt_mini_plan_check(const struct tt_fake *f, uint64_t step_id)
+{
+    assert_non_null(f->plan);
+    const Tangram__Worker__V1__BatchPlan *p = f->plan->plan;
+    assert_int_equal(p->version, 1);
+    assert_int_equal(p->step_id, step_id);
+    assert_int_equal(p->n_entries, 3);
+    const Tangram__Worker__V1__PlanEntry *e0 = p->entries[0], *e1 =
+        p->entries[1], *e2 = p->entries[2];
+    assert_int_equal(e0->slot, 2);
+    assert_string_equal(e0->request_id, "req-2");
+    assert_int_equal(e0->kind,
+                     TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL);
+    assert_int_equal(e0->n_token_ids, 3);
+    assert_int_equal(e0->token_ids[2], 7);
+    assert_int_equal(e0->start_pos, 4);
+    assert_true(e0->sample && e0->last_chunk && e0->fresh);
+    assert_int_equal(e0->seed, 1002);
+    assert_int_equal(e0->num_prompt_tokens, 7);
+    assert_non_null(e0->sampling);
+    assert_float_equal(e0->sampling->temperature, 1.0f, 0);
+    assert_float_equal(e0->sampling->top_p, 1.0f, 0);
+    assert_float_equal(e0->sampling->repetition_penalty, 1.0f, 0);
+    assert_int_equal(e0->sampling->top_k, 40);
+    assert_int_equal(e0->sampling->logprobs, 2);
+    assert_int_equal(e0->n_row_lens, TT_LINK_L * TT_LINK_G);
+    assert_memory_equal(e0->row_lens, adopted_rows, sizeof adopted_rows);
+    assert_int_equal(e1->kind,
+                     TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE);
+    assert_true(e1->sample && !e1->last_chunk && !e1->fresh);
+    assert_int_equal(e1->start_pos, 10);
+    assert_int_equal(e1->token_ids[0], 9);
+    assert_int_equal(e1->n_row_lens, 0);
+    assert_true(!e2->sample && !e2->last_chunk && e2->fresh);
+    assert_int_equal(e2->n_row_lens, 0); /* fresh at pos 0 adopts nothing */
+    assert_int_equal(p->n_frees, 1);
+    assert_int_equal(p->frees[0], 5);
+    assert_int_equal(p->n_page_deltas, 2);
+    const Tangram__Worker__V1__PageDelta *a = p->page_deltas[0], *b =
+        p->page_deltas[1];
+    assert_int_equal(a->truncate_to_opt_case,
+                     TANGRAM__WORKER__V1__PAGE_DELTA__TRUNCATE_TO_OPT__NOT_SET);
+    if (f->rank == 0) {
+        /* row 3 = layer 1 group 1 of slot 2; row 2 = layer 1 group 0 */
+        assert_int_equal(a->slot, 2);
+        assert_int_equal(a->layer, 1);
+        assert_int_equal(a->group, 1);
+        assert_int_equal(a->n_page_ids, 2);
+        assert_int_equal(a->page_ids[0], 11);
+        assert_int_equal(a->page_ids[1], 12);
+        assert_int_equal(b->slot, 0);
+        assert_int_equal(b->layer, 1);
+        assert_int_equal(b->group, 0);
+        assert_int_equal(b->n_page_ids, 1);
+        assert_int_equal(b->page_ids[0], 13);
+    } else {
+        assert_int_equal(a->slot, 2);
+        assert_int_equal(a->layer, 0);
+        assert_int_equal(a->group, 1);
+        assert_int_equal(a->n_page_ids, 1);
+        assert_int_equal(a->page_ids[0], 21);
+        assert_int_equal(b->slot, 1);
+        assert_int_equal(b->layer, 0);
+        assert_int_equal(b->group, 0);
+        assert_int_equal(b->n_page_ids, 2);
+        assert_int_equal(b->page_ids[1], 23);
+    }
+}
+
+/* Sends mini step `id` and waits for its result; returns on_result's ok. */
+int tt_link_round_trip(struct tt_link_env *e, uint64_t id)
+{
+    struct tt_mini_step m;
+    tt_mini_step_make(&m, id);
+    int before = e->n_result;
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, tt_mini_entry_cb,
+                                       NULL, err, sizeof err), 0);
+    assert_true(TT_PUMP_UNTIL(e, e->n_result > before, 2000));
+    assert_int_equal(e->n_result, before + 1);
+    assert_int_equal(e->res_step, id);
+    return e->res_ok;
+}

@@ -8,7 +8,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 #include <uv.h>
@@ -70,9 +69,6 @@ struct sup {
     uv_timer_t watchdog;       /* systemd watchdog pings */
     uint64_t wd_ms;            /* WATCHDOG_USEC in ms; 0 = disabled */
     uint64_t last_router_wd;   /* uv_now of the last router WATCHDOG */
-    char comm_id[64];          /* shared-memory name of the current worker
-                                  group incarnation; "" with --tp 1 */
-    uint64_t comm_seq;         /* incarnations started so far */
     bool group_stopping;       /* tp > 1: a worker exited, the others are
                                   being stopped for a group restart */
     bool group_due;            /* group_stopping: its backoff has passed */
@@ -426,57 +422,6 @@ static void schedule_router(struct sup *s, uint64_t uptime_ms)
 
 /* ---- the tensor-parallel worker group ----------------------------------- */
 
-/* Removes what the finished incarnation may have left in /dev/shm (a
- * worker killed inside the all-reduce cannot clean up). Best effort. */
-static void forget_comm_id(struct sup *s)
-{
-    if (s->comm_id[0] == '\0')
-        return;
-    if (shm_unlink(s->comm_id) != 0 && errno != ENOENT)
-        log_warn("cannot remove shared memory %s: %s", s->comm_id,
-                 strerror(errno));
-    s->comm_id[0] = '\0';
-}
-
-/* Names the next incarnation of the worker group (tp > 1 only). */
-static int next_comm_id(struct sup *s, char *err, size_t errlen)
-{
-    if (s->o->tp <= 1)
-        return 0;
-    forget_comm_id(s);
-    return td_sup_comm_id(s->comm_id, sizeof s->comm_id, (long)getpid(),
-                          s->comm_seq++, err, errlen);
-}
-
-/* Starts a new incarnation: a new comm id in every worker's command line.
- * On failure (out of memory) the workers keep their previous lines. */
-static void new_group(struct sup *s)
-{
-    char err[256];
-    if (s->o->tp <= 1)
-        return;
-    if (next_comm_id(s, err, sizeof err) != 0) {
-        log_err("worker group: %s", err);
-        return;
-    }
-    for (size_t i = 0; i < s->nworkers; i++) {
-        struct child *c = &s->workers[i];
-        char **argv = NULL;
-        size_t argc = 0;
-        if (td_sup_worker_argv(s->o, s->paths->worker_bin, c->rank,
-                               s->paths->endpoint, s->comm_id, &argv, &argc,
-                               err, sizeof err) != 0) {
-            tg_config_argv_free(argv, argc);
-            log_err("worker rank %d command line: %s", c->rank, err);
-            continue;
-        }
-        tg_config_argv_free(c->argv, c->argc);
-        c->argv = argv;
-        c->argc = argc;
-    }
-    log_info("worker group comm id %s", s->comm_id);
-}
-
 /* Group restart: every worker gone and the backoff over. */
 static void maybe_group_start(struct sup *s)
 {
@@ -488,7 +433,6 @@ static void maybe_group_start(struct sup *s)
     s->group_stopping = false;
     s->group_due = false;
     uv_timer_stop(&s->group_kill);
-    new_group(s);
     for (size_t i = 0; i < s->nworkers; i++)
         spawn_worker_or_retry(&s->workers[i]);
 }
@@ -512,7 +456,7 @@ static void on_group_kill(uv_timer_t *t)
 
 /* A worker of a tp > 1 group exited while serving: its peers would block
  * in their next all-reduce, so the whole group stops and starts again
- * together with a new comm id (td_supervisor.h). */
+ * together (its new rank 0 names a new communicator, td_supervisor.h). */
 static void group_lost(struct sup *s, const struct child *c, uint64_t uptime)
 {
     if (!s->group_stopping) {
@@ -543,7 +487,6 @@ static void start_all(struct sup *s)
         schedule_router(s, 0);
         return;
     }
-    new_group(s); /* the old group's all-reduce state is gone with it */
     for (size_t i = 0; i < s->nworkers; i++)
         spawn_worker_or_retry(&s->workers[i]);
 }
@@ -573,6 +516,16 @@ static void on_child_exit(uv_process_t *p, int64_t status, int term_signal)
     struct sup *s = c->s;
     uint64_t uptime = uv_now(&s->loop) - c->started_ms;
     log_exit(c, status, term_signal);
+    if (c->rank == 0) {
+        /* Rank 0 owns its group's shared memory; killed, it leaves it. */
+        char err[256];
+        int n = td_sup_shm_forget(NULL, (long)p->pid, err, sizeof err);
+        if (n < 0)
+            log_warn("worker rank 0 (pid %d): %s", p->pid, err);
+        else if (n > 0)
+            log_info("removed %d shared-memory segment(s) worker rank 0 "
+                     "(pid %d) left", n, p->pid);
+    }
     c->run = NULL;
     uv_close((uv_handle_t *)p, on_run_closed);
     if (c->rank >= 0) {
@@ -671,8 +624,8 @@ static int init_child(struct sup *s, struct child *c, int rank, char *err,
                                            s->paths->endpoint, &c->argv,
                                            &c->argc, err, errlen)
                       : td_sup_worker_argv(s->o, s->paths->worker_bin, rank,
-                                           s->paths->endpoint, s->comm_id,
-                                           &c->argv, &c->argc, err, errlen);
+                                           s->paths->endpoint, &c->argv,
+                                           &c->argc, err, errlen);
     if (rc != 0)
         return rc;
     uv_timer_init(&s->loop, &c->restart);
@@ -703,9 +656,6 @@ static int sup_init(struct sup *s, const struct td_options *o,
     if (s->workers == NULL)
         return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
     s->nworkers = (size_t)o->tp; /* zeroed entries are safe to free */
-    rc = next_comm_id(s, err, errlen);
-    if (rc != 0)
-        return rc;
     rc = init_child(s, &s->router, -1, err, errlen);
     for (size_t i = 0; rc == 0 && i < s->nworkers; i++)
         rc = init_child(s, &s->workers[i], (int)i, err, errlen);
@@ -759,7 +709,6 @@ static void sup_free(struct sup *s)
     uv_run(&s->loop, UV_RUN_DEFAULT);
     int rc = uv_loop_close(&s->loop);
     TG_ASSERT(rc == 0);
-    forget_comm_id(s); /* every worker is reaped */
     tg_config_argv_free(s->router.argv, s->router.argc);
     for (size_t i = 0; i < s->nworkers; i++)
         tg_config_argv_free(s->workers[i].argv, s->workers[i].argc);
@@ -778,9 +727,8 @@ int td_sup_run(const struct td_options *o, const struct td_sup_paths *p,
         sup_free(&s);
         return rc;
     }
-    log_info("runtime directory %s, endpoint %s%s%s", p->runtime_dir,
-             p->endpoint, s.comm_id[0] ? ", worker group comm id " : "",
-             s.comm_id);
+    log_info("runtime directory %s, endpoint %s", p->runtime_dir,
+             p->endpoint);
     sd_notify(0, "STATUS=starting router and workers");
     int src = spawn_child(&s.router);
     for (size_t i = 0; src == 0 && i < s.nworkers; i++)

@@ -90,24 +90,9 @@ int td_sup_router_argv(const struct td_options *o, const char *bin,
     return rc;
 }
 
-int td_sup_comm_id(char *out, size_t outlen, long pid, uint64_t seq,
-                   char *err, size_t errlen)
-{
-    int w = snprintf(out, outlen, "/tangram-%ld-%llu", pid,
-                     (unsigned long long)seq);
-    if (w < 0 || (size_t)w >= outlen) {
-        if (outlen > 0)
-            out[0] = '\0';
-        return tg_err_set(err, errlen, TG_ETOOBIG,
-                          "comm id of pid %ld incarnation %llu does not fit "
-                          "%zu bytes", pid, (unsigned long long)seq, outlen);
-    }
-    return 0;
-}
-
 int td_sup_worker_argv(const struct td_options *o, const char *bin,
-                       int rank, const char *endpoint, const char *comm_id,
-                       char ***argv, size_t *argc, char *err, size_t errlen)
+                       int rank, const char *endpoint, char ***argv,
+                       size_t *argc, char *err, size_t errlen)
 {
     static const char *const names[] = {
         "model",  "profile",         "backend",   "page-size",
@@ -125,11 +110,6 @@ int td_sup_worker_argv(const struct td_options *o, const char *bin,
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < sizeof head / sizeof head[0]; i++)
         rc = push(argv, argc, head[i], err, errlen);
-    if (rc == 0 && comm_id != NULL && comm_id[0] != '\0') {
-        rc = push(argv, argc, "--comm-id", err, errlen);
-        if (rc == 0)
-            rc = push(argv, argc, comm_id, err, errlen);
-    }
     size_t n;
     const struct tg_config_entry *table = td_options_table(&n);
     if (rc == 0)
@@ -138,6 +118,31 @@ int td_sup_worker_argv(const struct td_options *o, const char *bin,
     if (rc == 0 && o->profile == NULL)
         rc = push(argv, argc, "--profile=none", err, errlen);
     return rc;
+}
+
+int td_sup_shm_forget(const char *shm_dir, long pid, char *err,
+                      size_t errlen)
+{
+    const char *dir = shm_dir != NULL ? shm_dir : "/dev/shm";
+    char prefix[64];
+    /* gw_comm_new_id's names: "/tangram-<pid>-<hex>" (gpu_worker/gw_comm.h) */
+    int plen = snprintf(prefix, sizeof prefix, "tangram-%ld-", pid);
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return 0; /* no shared memory there, nothing left behind */
+    int removed = 0, rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, (size_t)plen) != 0)
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) == 0)
+            removed++;
+        else if (errno != ENOENT)
+            rc = tg_err_set(err, errlen, TG_EIO, "cannot remove %s/%s: %s",
+                            dir, e->d_name, strerror(errno));
+    }
+    closedir(d);
+    return rc != 0 ? rc : removed;
 }
 
 /* True when "KEY=..." entry `kv` has key `key`. */

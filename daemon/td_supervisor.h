@@ -35,12 +35,13 @@
  * cannot survive the loss of a member: when any worker exits, the others
  * get SIGTERM (SIGKILL after 5 s), and once all are gone and the group's
  * backoff (same schedule, the dead worker's uptime) has passed, all T
- * start again with a new comm id. Comm ids: every incarnation of the
- * worker group (start, group restart, restart after a router crash) gets
- * a fresh POSIX shared-memory name "/tangram-<tangramd pid>-<n>"
- * (td_sup_comm_id), passed as --comm-id to each worker of a T > 1 group;
- * tangramd shm_unlinks the name of an incarnation once its workers are
- * all gone (whatever a SIGKILLed worker left behind). A router
+ * start again. The group's communicator is not tangramd's business: worker
+ * rank 0 names it and the router hands the name to every rank
+ * (proto/worker.proto CommSetup), so every incarnation gets a new one. On
+ * the CPU backend the name is a POSIX shared-memory segment
+ * "/tangram-<rank 0 pid>-<random>" that rank 0 removes when it exits; one
+ * killed by a signal cannot, so whenever tangramd reaps worker rank 0 it
+ * removes /dev/shm/tangram-<that pid>-* (td_sup_shm_forget). A router
  * that exits unexpectedly brings everything down: the workers get SIGTERM
  * (SIGKILL after 5 s), and router and workers start again after the
  * router's backoff, since the router's page accounting is gone and the
@@ -112,23 +113,23 @@ int td_sup_router_argv(const struct td_options *o, const char *bin,
                        char *err, size_t errlen);
 
 /* Appends worker `rank`'s command line: bin, "--rank R --world-size T
- * --router ENDPOINT", then "--comm-id ID" when comm_id is non-NULL and
- * non-empty (the group's shared-memory name; tangramd passes it when
- * T > 1), then --model --profile --backend --page-size --prefill-chunk
- * --heads-per-group --kv-memory --max-num-seqs --log-format --log-level as
- * "--name=value". Returns 0, TG_EINVAL (rank outside [0, tp)) or TG_ENOMEM
- * with detail in err. Thread: any. */
+ * --router ENDPOINT", then --model --profile --backend --page-size
+ * --prefill-chunk --heads-per-group --kv-memory --max-num-seqs --log-format
+ * --log-level as "--name=value". Returns 0, TG_EINVAL (rank outside
+ * [0, tp)) or TG_ENOMEM with detail in err. Thread: any. */
 int td_sup_worker_argv(const struct td_options *o, const char *bin,
-                       int rank, const char *endpoint, const char *comm_id,
-                       char ***argv, size_t *argc, char *err, size_t errlen);
+                       int rank, const char *endpoint, char ***argv,
+                       size_t *argc, char *err, size_t errlen);
 
-/* Writes the comm id of incarnation `seq` of the worker group of the
- * tangramd with process id `pid` into out: "/tangram-<pid>-<seq>", a POSIX
- * shared-memory name (one leading slash, no other, under NAME_MAX), unique
- * per tangramd process and incarnation. Returns 0, or TG_ETOOBIG when it
- * does not fit outlen bytes (detail in err). Thread: any. */
-int td_sup_comm_id(char *out, size_t outlen, long pid, uint64_t seq,
-                   char *err, size_t errlen);
+/* Removes the shared-memory segments a worker rank 0 with process id `pid`
+ * may have left: every entry "tangram-<pid>-*" of `shm_dir` (NULL:
+ * "/dev/shm", where Linux keeps POSIX shared memory). Returns the number
+ * removed (0 when none or the directory is missing), or TG_EIO when an
+ * entry could not be removed (detail in err; the others are still tried).
+ * Call it only once that process is reaped: the name carries its pid, so
+ * no live group is touched. Thread: any. */
+int td_sup_shm_forget(const char *shm_dir, long pid, char *err,
+                      size_t errlen);
 
 /* Appends a child's environment: envp (NULL-terminated "KEY=VALUE"; NULL
  * for none) without NOTIFY_SOCKET, WATCHDOG_USEC, WATCHDOG_PID and without

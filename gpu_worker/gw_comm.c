@@ -388,3 +388,80 @@ int gw_comm_allreduce_sum(struct gw_comm *c, float *x, size_t n)
     }
     return 0;
 }
+
+/* One piece of a gather (see gw_comm.h): recv_off points at rank 0's
+ * (T, n_total) buffer plus the piece's offset. */
+static int gather_chunk(struct gw_comm *c, const float *send, size_t n,
+                        float *recv_off, size_t n_total)
+{
+    struct gw_comm_shm *h = c->shm;
+    uint64_t k = ++c->calls;
+    int64_t deadline = now_ms() + c->timeout_ms;
+    int T = c->world, rc = 0;
+    for (int j = 0; j < T && rc == 0; j++)
+        rc = wait_ge(c, &h->ctl[j].depart, k - 1, deadline);
+    if (rc != 0)
+        return rc;
+    if (c->rank != 0) {
+        float *mine = h->slots + (size_t)c->rank * c->max_floats;
+        memcpy(mine, send, n * sizeof(float));
+        atomic_store_explicit(&h->ctl[c->rank].arrive, k, memory_order_release);
+        /* Return only once rank 0 has read every slot: a rank that left
+         * earlier (its free marks the group over) would fail a slower
+         * peer still on its way to this call. */
+        rc = wait_ge(c, &h->ctl[0].depart, k, deadline);
+        if (rc != 0)
+            return rc;
+        atomic_store_explicit(&h->ctl[c->rank].depart, k, memory_order_release);
+        return 0;
+    }
+    memcpy(recv_off, send, n * sizeof(float)); /* rank 0's own row */
+    atomic_store_explicit(&h->ctl[0].arrive, k, memory_order_release);
+    for (int j = 1; j < T && rc == 0; j++)
+        rc = wait_ge(c, &h->ctl[j].arrive, k, deadline);
+    if (rc != 0)
+        return rc;
+    for (int j = 1; j < T; j++)
+        memcpy(recv_off + (size_t)j * n_total,
+               h->slots + (size_t)j * c->max_floats, n * sizeof(float));
+    atomic_store_explicit(&h->ctl[0].depart, k, memory_order_release);
+    return 0;
+}
+
+int gw_comm_gather(struct gw_comm *c, const float *send, size_t n, float *recv)
+{
+    if (c->rank == 0 && recv == NULL && n > 0)
+        return TG_EINVAL;
+    if (c->world <= 1) {
+        if (n > 0 && recv != send)
+            memcpy(recv, send, n * sizeof(float));
+        return 0;
+    }
+    if (n == 0)
+        return 0;
+    if (c->failed || c->shm == NULL)
+        return TG_ETIMEDOUT;
+    for (size_t off = 0; off < n; off += c->max_floats) {
+        size_t m = n - off < c->max_floats ? n - off : c->max_floats;
+        int rc = gather_chunk(c, send + off, m,
+                              c->rank == 0 ? recv + off : NULL, n);
+        if (rc != 0) {
+            c->failed = 1;
+            atomic_store_explicit(&c->shm->aborted, 1, memory_order_release);
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int gw_comm_new_id(char *out, size_t outlen)
+{
+    int w = snprintf(out, outlen, "/tangram-%ld-%016llx", (long)getpid(),
+                     (unsigned long long)random_u64());
+    if (w < 0 || (size_t)w >= outlen) {
+        if (outlen > 0)
+            out[0] = '\0';
+        return TG_ETOOBIG;
+    }
+    return 0;
+}

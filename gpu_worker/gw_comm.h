@@ -27,8 +27,29 @@
  * aborted so its peers give up at once instead of waiting their own
  * timeout. A failed comm stays failed (its peers are gone or out of step).
  *
- * With world = 1 there is no segment and the all-reduce is a no-op.
- * One thread per comm; one comm per rank process.
+ * Gather of call k onto rank 0 (the vocab-parallel LM head's logits
+ * slices, Megatron-LM's vocab-parallel output layer, Shoeybi et al. 2019)
+ * uses the same slots and counters, so it interleaves freely with the
+ * all-reduce:
+ *   1. every rank waits until every depart >= k-1, copies its operand into
+ *      its slot and stores arrive[r] = k;
+ *   2. rank 0 waits until every arrive >= k, copies the slots into recv in
+ *      rank order and stores depart[0] = k; a rank r > 0 reads nothing: it
+ *      waits until depart[0] >= k and stores depart[r] = k.
+ * So no slot is overwritten before rank 0 has read it, and no rank returns
+ * (and perhaps leaves the group, which marks it over) while a slower peer
+ * has yet to arrive. A missing rank 0 or peer gives TG_ETIMEDOUT in the
+ * same call.
+ *
+ * Group ids. Rank 0 names the group (gw_comm_new_id: "/tangram-<pid>-<random
+ * hex>", its own pid so a restarted rank 0 never meets the segment of a
+ * killed predecessor); the router relays the name to every rank (proto/
+ * worker.proto CommSetup) before any of them calls gw_comm_init. A rank 0
+ * killed by a signal leaves /dev/shm/tangram-<pid>-*; tangramd removes it
+ * when it reaps that worker (td_supervisor.h).
+ *
+ * With world = 1 there is no segment, the all-reduce is a no-op and the
+ * gather a copy. One thread per comm; one comm per rank process.
  */
 #ifndef GW_COMM_H
 #define GW_COMM_H
@@ -38,6 +59,9 @@
 
 #define GW_COMM_MAX_RANKS 64         /* tangram-worker --world-size max */
 #define GW_COMM_DEFAULT_TIMEOUT_MS 5000
+#define GW_COMM_ID_MAX 64            /* bytes of a gw_comm_new_id name */
+#define GW_COMM_KIND "shm"           /* the group kind of this backend, as
+                                        Hello.comm_kind names it */
 
 struct gw_comm_shm; /* the mapped segment's layout, private to gw_comm.c */
 
@@ -74,6 +98,22 @@ int gw_comm_init(struct gw_comm *c, const char *name, int rank, int world,
  * within the timeout (or a peer gave up, or an earlier call failed); x is
  * then unspecified. A no-op returning 0 when world == 1 or n == 0. */
 int gw_comm_allreduce_sum(struct gw_comm *c, float *x, size_t n);
+
+/* Gathers n floats of every rank onto rank 0: recv (T, n) receives rank
+ * r's send at recv + r * n. recv is required on rank 0 and ignored (may be
+ * NULL) on the others; send and recv must not overlap except that with
+ * world 1 send == recv is allowed. Every rank must make the same sequence
+ * of collective calls (all-reduces and gathers) with the same n; n larger
+ * than max_floats is gathered in pieces. Returns 0, TG_EINVAL (rank 0
+ * without recv) or TG_ETIMEDOUT as gw_comm_allreduce_sum (recv is then
+ * unspecified). With world 1 it copies send into recv. */
+int gw_comm_gather(struct gw_comm *c, const float *send, size_t n, float *recv);
+
+/* Writes a fresh group id for the caller as rank 0 into out:
+ * "/tangram-<pid>-<16 hex digits of randomness>", a POSIX shared-memory
+ * name (GW_COMM_ID_MAX bytes with the NUL are enough). Returns 0 or
+ * TG_ETOOBIG when outlen is too small (out is then ""). Thread-safe. */
+int gw_comm_new_id(char *out, size_t outlen);
 
 /* Unmaps the segment; rank 0 also unlinks its name. Safe on a zeroed or
  * freed comm; zeroes *c. */

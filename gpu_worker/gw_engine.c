@@ -305,6 +305,7 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
         for (int i = 0; i < n; i++)
             targets[i] = off + i + 1 < n_prompt ? prompt[off + i + 1] : -1;
         struct gw_prefill_out po = {
+            .want_logits = last,
             .last_logits = last ? logits : NULL,
             .lp_targets = res->prompt_lp != NULL ? targets : NULL,
             .lp = res->prompt_lp != NULL ? res->prompt_lp + off + 1 : NULL,
@@ -354,7 +355,7 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
         struct gw_seq *one = &gs;
         /* kv_seq_reserve_decode already counted the token as written; the
          * forward pass appends it physically and advances len. */
-        rc = gw_forward_decode(&e->rt, &one, &tok, 1, logits, err, errlen);
+        rc = gw_forward_decode(&e->rt, &one, &tok, 1, 1, logits, err, errlen);
         if (rc == 0)
             rc = check_fill(&seq, len, rows, err, errlen);
         if (rc != 0)

@@ -38,6 +38,8 @@ void gw_runtime_free(struct gw_runtime *rt)
     free(rt->rows);
     free(rt->rows_pages);
     free(rt->lp_logits);
+    free(rt->lg_local);
+    free(rt->lg_all);
     memset(rt, 0, sizeof(*rt));
 }
 
@@ -60,13 +62,10 @@ int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
                           model->n_layers, model->n_kv_heads, model->head_dim);
     if (opts->max_tokens <= 0 || n_pages <= 0)
         return tg_err_set(err, errlen, TG_EINVAL, "max_tokens and n_pages must be > 0");
-    int cw = opts->comm != NULL ? opts->comm->world : 1;
-    int cr = opts->comm != NULL ? opts->comm->rank : 0;
-    if (model->world > 1 && (cw != model->world || cr != model->rank))
+    if (model->world > 1 && opts->comm == NULL)
         return tg_err_set(err, errlen, TG_EINVAL,
-                          "model shard of rank %d of %d needs an all-reduce "
-                          "group of that rank and size (have rank %d of %d)",
-                          model->rank, model->world, cr, cw);
+                          "model shard of rank %d of %d needs a "
+                          "communicator", model->rank, model->world);
     rt->model = model;
     rt->layout = layout;
     rt->ops = ops;
@@ -96,11 +95,25 @@ int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
     rt->gp_scratch = xcalloc(G, sizeof(*rt->gp_scratch));
     rt->rows = xcalloc(T, sizeof(*rt->rows));
     rt->rows_pages = xcalloc(T * G, sizeof(*rt->rows_pages));
-    rt->lp_logits = xcalloc((size_t)GW_LP_BLOCK * (size_t)model->vocab, sizeof(float));
+    /* Logits: every rank its (rows, Vp) slice, rank 0 the gathered
+     * (T, rows, Vp) and the (rows, V) prompt-logprob block. */
+    int v_first, v_count, vp;
+    gw_model_vocab_slice(model, &v_first, &v_count, &vp);
+    size_t world = model->world > 1 ? (size_t)model->world : 1;
+    int root = model->world <= 1 || model->rank == 0;
+    rt->lg_rows = opts->max_tokens < GW_LP_BLOCK ? opts->max_tokens : GW_LP_BLOCK;
+    size_t slice = (size_t)rt->lg_rows * (size_t)vp;
+    rt->lg_local = xcalloc(slice, sizeof(float));
+    if (root) {
+        rt->lp_logits = xcalloc((size_t)GW_LP_BLOCK * (size_t)model->vocab,
+                                sizeof(float));
+        rt->lg_all = xcalloc(world * slice, sizeof(float));
+    }
     if (!rt->pool || !rt->x || !rt->h || !rt->q || !rt->k || !rt->v ||
         !rt->att || !rt->gate || !rt->up || !rt->scores || !rt->pos ||
         !rt->idx || !rt->keep || !rt->gp_scratch || !rt->rows ||
-        !rt->rows_pages || !rt->lp_logits) {
+        !rt->rows_pages || !rt->lg_local ||
+        (root && (!rt->lp_logits || !rt->lg_all))) {
         size_t bytes = (size_t)n_pages * page_floats * sizeof(float);
         gw_runtime_free(rt);
         return tg_err_set(err, errlen, TG_ENOMEM,
@@ -212,20 +225,89 @@ static int attn_out_and_mlp(struct gw_runtime *rt, const struct gw_layer *w,
     return 0;
 }
 
-static int final_logits(struct gw_runtime *rt, int first, int m, float *logits)
+/* Checks that a sharded model's communicator is joined for its rank. */
+static int comm_check(const struct gw_runtime *rt, char *err, size_t errlen)
 {
     const struct gw_model *md = rt->model;
-    if (md->lm_head == NULL)
-        return TG_EINVAL; /* ranks > 0 hold no lm_head; callers check first */
-    float *xr = rt->x + (size_t)first * (size_t)md->hidden;
-    TRY(rt->ops->rmsnorm(rt->be, xr, md->final_norm, m, md->hidden, md->norm_eps, rt->h));
-    return rt->ops->gemm(rt->be, rt->h, md->lm_head, NULL, m, md->vocab, md->hidden, logits);
+    if (md->world <= 1)
+        return 0;
+    const struct gw_comm *c = rt->opts.comm;
+    if (c->world != md->world || c->rank != md->rank)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "model shard of rank %d of %d needs a joined "
+                          "communicator of that rank and size (have rank %d "
+                          "of %d)", md->rank, md->world, c->rank, c->world);
+    return 0;
+}
+
+static int is_root(const struct gw_runtime *rt)
+{
+    return rt->model->world <= 1 || rt->model->rank == 0;
+}
+
+/* Logits of m rows of rt->x starting at row `first`, vocab-parallel (see
+ * gw_forward.h): per block of lg_rows rows every rank computes its slice
+ * (mb, Vp) with -INFINITY in the columns past V, the slices are gathered
+ * on rank 0 as (T, mb, Vp) and transposed into out (m, V), row-major.
+ * out is written on rank 0 only (NULL elsewhere). */
+static int final_logits(struct gw_runtime *rt, int first, int m, float *out,
+                        char *err, size_t errlen)
+{
+    const struct gw_model *md = rt->model;
+    int v_first, v_count, vp;
+    gw_model_vocab_slice(md, &v_first, &v_count, &vp);
+    int T = md->world > 1 ? md->world : 1;
+    size_t V = (size_t)md->vocab, P = (size_t)vp;
+    for (int b0 = 0; b0 < m; b0 += rt->lg_rows) {
+        int mb = m - b0 < rt->lg_rows ? m - b0 : rt->lg_rows;
+        float *xr = rt->x + (size_t)(first + b0) * (size_t)md->hidden;
+        float *loc = rt->lg_local;
+        if (v_count > 0) {
+            TRY(rt->ops->rmsnorm(rt->be, xr, md->final_norm, mb, md->hidden,
+                                 md->norm_eps, rt->h));
+            TRY(rt->ops->gemm(rt->be, rt->h, md->lm_head, NULL, mb, v_count,
+                              md->hidden, loc));
+        }
+        if (v_count < vp) {
+            /* (mb, count) -> (mb, Vp): move rows back to front so none is
+             * overwritten before it moved, padding each with -inf. */
+            for (int i = mb - 1; i >= 0; i--) {
+                float *dst = loc + (size_t)i * P;
+                memmove(dst, loc + (size_t)i * (size_t)v_count,
+                        (size_t)v_count * sizeof(float));
+                for (size_t j = (size_t)v_count; j < P; j++)
+                    dst[j] = -INFINITY;
+            }
+        }
+        /* One rank (no comm, in-process generation) gathers by copying. */
+        struct gw_comm alone = {.world = 1};
+        struct gw_comm *c = rt->opts.comm != NULL ? rt->opts.comm : &alone;
+        int rc = gw_comm_gather(c, loc, (size_t)mb * P, rt->lg_all);
+        if (rc != 0)
+            return tg_err_set(err, errlen, rc,
+                              "gathering the logits slices failed (%s): a "
+                              "tensor-parallel peer is gone or out of step",
+                              tg_strerror(rc));
+        if (!is_root(rt))
+            continue;
+        for (int r = 0; r < T; r++) {
+            size_t c0 = (size_t)r * P;
+            size_t cn = c0 >= V ? 0 : (V - c0 < P ? V - c0 : P);
+            for (int i = 0; i < mb && cn > 0; i++)
+                memcpy(out + (size_t)(b0 + i) * V + c0,
+                       rt->lg_all + ((size_t)r * (size_t)mb + (size_t)i) * P,
+                       cn * sizeof(float));
+        }
+    }
+    return 0;
 }
 
 /* Log-probabilities of targets[i] (>= 0) after chunk row i, computed in
- * blocks of GW_LP_BLOCK rows so the (rows, V) logits never get large. */
+ * blocks of GW_LP_BLOCK rows so the (rows, V) logits never get large.
+ * Every rank runs the same blocks (targets are known everywhere); lp is
+ * written on rank 0. */
 static int prompt_logprobs(struct gw_runtime *rt, int n, const int32_t *targets,
-                           float *lp)
+                           float *lp, char *err, size_t errlen)
 {
     const struct gw_model *md = rt->model;
     for (int i0 = 0; i0 < n; i0 += GW_LP_BLOCK) {
@@ -238,7 +320,9 @@ static int prompt_logprobs(struct gw_runtime *rt, int n, const int32_t *targets,
         }
         if (!any)
             continue;
-        TRY(final_logits(rt, i0, m, rt->lp_logits));
+        TRY(final_logits(rt, i0, m, rt->lp_logits, err, errlen));
+        if (!is_root(rt))
+            continue;
         float out[GW_LP_BLOCK];
         TRY(rt->ops->logprobs(rt->be, rt->lp_logits, m, md->vocab, tgt, out));
         for (int i = 0; i < m; i++)
@@ -266,11 +350,12 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
                               ids[i], md->vocab);
         rt->pos[i] = (int32_t)(seq->pos + i);
     }
-    if (out != NULL && (out->last_logits != NULL || out->lp_targets != NULL) &&
-        md->lm_head == NULL)
+    TRY(comm_check(rt, err, errlen));
+    if (out != NULL && is_root(rt) &&
+        ((out->want_logits && out->last_logits == NULL) ||
+         (out->lp_targets != NULL && out->lp == NULL)))
         return tg_err_set(err, errlen, TG_EINVAL,
-                          "rank %d holds no lm_head: it computes no logits",
-                          md->rank);
+                          "rank 0 asked for logits without an output buffer");
     int64_t start = seq->pos;
     int forced = (int)kv_chunk_forced(start, n, &rt->layout->kv.rule);
     int32_t addp[GW_MAX_GROUPS];
@@ -332,15 +417,15 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
     }
     seq->pos += n;
     if (out != NULL && out->lp_targets != NULL)
-        TRY(prompt_logprobs(rt, n, out->lp_targets, out->lp));
-    if (out != NULL && out->last_logits != NULL)
-        TRY(final_logits(rt, n - 1, 1, out->last_logits));
+        TRY(prompt_logprobs(rt, n, out->lp_targets, out->lp, err, errlen));
+    if (out != NULL && out->want_logits)
+        TRY(final_logits(rt, n - 1, 1, out->last_logits, err, errlen));
     return 0;
 }
 
 int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
-                      const int32_t *ids, int n_seq, float *logits, char *err,
-                      size_t errlen)
+                      const int32_t *ids, int n_seq, int want_logits,
+                      float *logits, char *err, size_t errlen)
 {
     const struct gw_model *md = rt->model;
     const struct gw_kv_layout *lay = rt->layout;
@@ -348,10 +433,10 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
     if (n_seq <= 0 || n_seq > rt->opts.max_tokens)
         return tg_err_set(err, errlen, TG_EINVAL, "decode batch of %d (max %d)",
                           n_seq, rt->opts.max_tokens);
-    if (logits != NULL && md->lm_head == NULL)
+    TRY(comm_check(rt, err, errlen));
+    if (want_logits && logits == NULL && is_root(rt))
         return tg_err_set(err, errlen, TG_EINVAL,
-                          "rank %d holds no lm_head: it computes no logits",
-                          md->rank);
+                          "rank 0 asked for logits without an output buffer");
     int32_t one[GW_MAX_GROUPS];
     TG_ASSERT(lay->kv.n_groups <= GW_MAX_GROUPS);
     for (int g = 0; g < lay->kv.n_groups; g++)
@@ -392,5 +477,5 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
     }
     for (int s = 0; s < n_seq; s++)
         seqs[s]->pos += 1;
-    return logits != NULL ? final_logits(rt, 0, n_seq, logits) : 0;
+    return want_logits ? final_logits(rt, 0, n_seq, logits, err, errlen) : 0;
 }

@@ -17,10 +17,15 @@
  * a comm, the o_proj and down_proj GEMMs produce partial (m, hidden) sums
  * that gw_comm_allreduce_sum adds up before each residual add (Megatron's
  * row-parallel layers); o_proj's bias is on rank 0's shard only, so it is
- * added once. Every rank must run the same prefill and decode calls in the
- * same order (their all-reduces pair up). Ranks without lm_head (ranks > 0)
- * pass NULL logits. An all-reduce that times out fails the call with
- * TG_ETIMEDOUT.
+ * added once. The LM head is vocab-parallel (gw_model.h): every rank
+ * computes its (m, Vp) slice of the logits, columns past V padded with
+ * -INFINITY, in blocks of GW_LP_BLOCK rows; gw_comm_gather collects the
+ * (T, m, Vp) slices on rank 0, which transposes them into (m, V). So every
+ * rank must run the same prefill and decode calls in the same order with
+ * the same decision to compute logits (want_logits, lp_targets): their
+ * collectives pair up. Only rank 0 receives logits; the others pass NULL
+ * outputs but still take part. T = 1 runs the same code (the gather is a
+ * copy). A collective that times out fails the call with TG_ETIMEDOUT.
  */
 #ifndef GW_FORWARD_H
 #define GW_FORWARD_H
@@ -65,8 +70,10 @@ struct gw_forward_opts {
     int max_tokens;               /* largest chunk or decode batch */
     gw_on_scores_fn on_scores;    /* optional */
     void *on_scores_ud;
-    struct gw_comm *comm;         /* optional (borrowed): the all-reduce of
-                                     a sharded model; NULL with one rank */
+    struct gw_comm *comm;         /* borrowed: the collectives of a sharded
+                                     model (required then, joined by the
+                                     first forward call); NULL or a
+                                     one-rank comm with one rank */
 };
 
 struct gw_runtime {
@@ -83,14 +90,22 @@ struct gw_runtime {
     const int32_t **gp_scratch; /* (n_groups) */
     struct tg_kv_rows *rows;    /* (max_tokens) decode row views */
     const int32_t **rows_pages; /* (max_tokens * n_groups) */
-    float *lp_logits;           /* (GW_LP_BLOCK, V) prompt-logprob scratch */
+    float *lp_logits;           /* (GW_LP_BLOCK, V) prompt-logprob
+                                   scratch; rank 0 only */
+    float *lg_local;            /* (lg_rows, Vp) this rank's logits slice */
+    float *lg_all;              /* (T, lg_rows, Vp) gathered slices; rank 0
+                                   only */
+    int lg_rows;                /* min(GW_LP_BLOCK, max_tokens) */
 };
 
 /* Creates a runtime with a KV pool of n_pages pages. Returns 0, TG_EINVAL
- * (layout does not match the model, or a sharded model without a comm of
- * its world size and rank) or TG_ENOMEM (message gives the bytes); the
- * comm's slots must hold max_tokens * hidden floats or more pieces run.
- * `model`, `layout`, `ops` and `be` must outlive the runtime. */
+ * (layout does not match the model, or a sharded model without a comm)
+ * or TG_ENOMEM (message gives the bytes). The comm may still be unjoined
+ * (zeroed) here: it is checked against the model's world size and rank at
+ * every forward call (TG_EINVAL there), so a worker can size its pool
+ * before its group exists. Slots of max_tokens * hidden floats (and
+ * min(GW_LP_BLOCK, max_tokens) * Vp for the logits) avoid extra pieces.
+ * `model`, `layout`, `ops`, `be` and the comm must outlive the runtime. */
 int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
                     const struct gw_kv_layout *layout, const struct tg_ops *ops,
                     struct tg_backend *be, int32_t n_pages,
@@ -100,12 +115,18 @@ int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
 /* Frees what the runtime owns; safe on a zeroed runtime. */
 void gw_runtime_free(struct gw_runtime *rt);
 
-/* What a prefill chunk should produce besides the KV (all optional; the
- * logits need the lm_head, so NULL on ranks > 0, else TG_EINVAL). */
+/* What a prefill chunk should produce besides the KV. The decisions
+ * (want_logits, lp_targets non-NULL) must be the same on every rank; the
+ * outputs are written on rank 0 only (required there, TG_EINVAL when
+ * missing) and ignored on the others (pass NULL). */
 struct gw_prefill_out {
-    float *last_logits;        /* (V) logits after the chunk's last token */
-    const int32_t *lp_targets; /* (n) token following row i, or -1 */
-    float *lp;                 /* (n) log P(lp_targets[i] | tokens <= i) */
+    int want_logits;           /* compute the logits after the last token */
+    float *last_logits;        /* (V) those logits (rank 0) */
+    const int32_t *lp_targets; /* (n) token following row i, or -1; NULL: no
+                                  prompt logprobs. Needed on every rank
+                                  (blocks without a target are skipped) */
+    float *lp;                 /* (n) log P(lp_targets[i] | tokens <= i)
+                                  (rank 0) */
 };
 
 /* Runs one prefill chunk of n tokens (n <= max_tokens) of `seq` at
@@ -119,12 +140,14 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
                        size_t errlen);
 
 /* Runs one decode token for each of n_seq sequences (ids[i] at
- * seqs[i]->pos), appending it to every head, and writes logits (n_seq, V)
- * unless `logits` is NULL (ranks > 0 of a sharded model pass NULL). Every
- * row needs room for one more token. */
+ * seqs[i]->pos), appending it to every head. With want_logits (the same on
+ * every rank) every rank computes its vocab slice and rank 0 receives the
+ * logits (n_seq, V) in `logits` (required on rank 0, TG_EINVAL when NULL;
+ * ignored, may be NULL, on the others). Every row needs room for one more
+ * token. */
 int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
-                      const int32_t *ids, int n_seq, float *logits, char *err,
-                      size_t errlen);
+                      const int32_t *ids, int n_seq, int want_logits,
+                      float *logits, char *err, size_t errlen);
 
 /* Returns the tokens a prefill chunk of n tokens at absolute position
  * `start` keeps in row (l, g) under the layout's budgets. */

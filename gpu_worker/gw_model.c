@@ -16,18 +16,31 @@ void gw_model_free(struct gw_model *m)
     memset(m, 0, sizeof(*m));
 }
 
+void gw_model_vocab_slice(const struct gw_model *m, int *first, int *count,
+                          int *per_rank)
+{
+    int T = m->world > 1 ? m->world : 1, r = m->world > 1 ? m->rank : 0;
+    int64_t vp = ((int64_t)m->vocab + T - 1) / T;
+    int64_t f = (int64_t)r * vp, n = (int64_t)m->vocab - f;
+    *per_rank = (int)vp;
+    *first = (int)(f < m->vocab ? f : m->vocab);
+    *count = (int)(n < 0 ? 0 : n < vp ? n : vp);
+}
+
 /* Which part of a tensor a rank keeps: all of it, blocks of `blk` rows,
- * or blocks of `blk` columns of every row (blocks listed in keep order). */
-enum pick { PICK_ALL, PICK_ROWS, PICK_COLS };
+ * blocks of `blk` columns of every row (blocks listed in keep order), or
+ * the `blk` rows starting at row `first`. */
+enum pick { PICK_ALL, PICK_ROWS, PICK_COLS, PICK_RANGE };
 
 struct sel {
     enum pick pick;
     int64_t blk;          /* rows or columns per block */
     const int32_t *block; /* (n_blk) block indices in the source */
     int n_blk;
+    int64_t first;        /* PICK_RANGE: first row */
 };
 
-static const struct sel SEL_ALL = {PICK_ALL, 0, NULL, 0};
+static const struct sel SEL_ALL = {PICK_ALL, 0, NULL, 0, 0};
 
 /* One tensor to load: its HF name, the checkpoint's shape, the part kept
  * and where it goes. */
@@ -43,6 +56,8 @@ static int64_t want_numel(const struct want *w)
 {
     int64_t cols = w->cols > 0 ? w->cols : 1;
     switch (w->sel.pick) {
+    case PICK_RANGE:
+        return w->sel.blk * cols;
     case PICK_ROWS:
         return (int64_t)w->sel.n_blk * w->sel.blk * cols;
     case PICK_COLS:
@@ -78,6 +93,11 @@ static int read_part(const struct st_tensor *t, const struct want *w, float *dst
     const struct sel *s = &w->sel;
     if (s->pick == PICK_ALL)
         return st_tensor_read_f32(t, 0, st_tensor_rows(t), dst, NULL, 0);
+    if (s->pick == PICK_RANGE)
+        return s->blk == 0 ? 0
+                           : st_tensor_read_f32(t, (uint64_t)s->first,
+                                                (uint64_t)(s->first + s->blk),
+                                                dst, NULL, 0);
     if (s->pick == PICK_ROWS) {
         int64_t row_len = w->cols > 0 ? w->cols : 1;
         for (int k = 0; k < s->n_blk; k++) {
@@ -266,11 +286,11 @@ int gw_model_load_shard(struct gw_model *m, const char *dir,
         struct gw_layer *w = &m->layers[l];
         const int32_t *qb = qidx + (size_t)l * (size_t)m->n_q_heads;
         const int32_t *kb = kvidx + (size_t)l * (size_t)m->n_kv_heads;
-        struct sel q = {PICK_ROWS, d, qb, m->n_q_heads};
-        struct sel kv = {PICK_ROWS, d, kb, m->n_kv_heads};
-        struct sel o = {PICK_COLS, d, qb, m->n_q_heads};
-        struct sel fr = {PICK_ROWS, m->ffn, fidx, 1};
-        struct sel fc = {PICK_COLS, m->ffn, fidx, 1};
+        struct sel q = {PICK_ROWS, d, qb, m->n_q_heads, 0};
+        struct sel kv = {PICK_ROWS, d, kb, m->n_kv_heads, 0};
+        struct sel o = {PICK_COLS, d, qb, m->n_q_heads, 0};
+        struct sel fr = {PICK_ROWS, m->ffn, fidx, 1, 0};
+        struct sel fc = {PICK_COLS, m->ffn, fidx, 1, 0};
         if (is_identity(kb, m->n_kv_heads, c->num_kv_heads))
             q = kv = o = SEL_ALL; /* whole model, model order */
         if (T == 1)
@@ -311,8 +331,14 @@ int gw_model_load_shard(struct gw_model *m, const char *dir,
                         "is false)", dir);
         goto fail;
     }
-    if (!m->tied && sh->rank == 0)
-        add(list, &n, &m->lm_head, c->vocab_size, H, "lm_head.weight", 0);
+    /* Vocab-parallel head: this rank's rows of lm_head (or, tied, of the
+     * embedding, which stays whole for the input lookup). */
+    int v_first, v_count, v_per;
+    gw_model_vocab_slice(m, &v_first, &v_count, &v_per);
+    if (!m->tied && v_count > 0) {
+        struct sel vs = {PICK_RANGE, v_count, NULL, 0, v_first};
+        add_sel(list, &n, &m->lm_head, c->vocab_size, H, vs, "lm_head.weight", 0);
+    }
 
     size_t total = 0;
     for (int i = 0; i < n; i++) {
@@ -358,8 +384,8 @@ int gw_model_load_shard(struct gw_model *m, const char *dir,
         rc = tg_err_set(err, errlen, TG_EFORMAT, "%s: cannot convert weights", dir);
         goto fail;
     }
-    if (m->tied && sh->rank == 0)
-        m->lm_head = m->embed;
+    if (m->tied && v_count > 0)
+        m->lm_head = m->embed + (size_t)v_first * (size_t)H;
     st_model_close(&st);
     free(list);
     free(qidx);

@@ -13,8 +13,11 @@
  * partial hidden that an all-reduce sums), gate/up by rows and down by
  * columns over the ffn range [r*F/T, (r+1)*F/T). Norms and the embedding
  * are whole on every rank; o_proj's bias only on rank 0 (added once to
- * the sum); lm_head only on rank 0 (the CPU backend's ranks > 0 never
- * compute logits). Local KV head i of layer l is the model's head
+ * the sum). The LM head is vocab-parallel (Megatron-LM's vocab-parallel
+ * output layer): with Vp = ceil(V/T), rank r holds rows
+ * [r*Vp, min((r+1)*Vp, V)) of lm_head (of the embedding for a tied model,
+ * whose embedding itself stays whole), computes that slice of the logits,
+ * and gw_forward.h gathers the slices on rank 0. Local KV head i of layer l is the model's head
  * kv_heads[l*H/T + i]; its G query heads are global*G .. global*G + G-1 in
  * that order, so local query head j still belongs to local KV head j / G.
  */
@@ -65,8 +68,10 @@ struct gw_model {
     size_t slab_floats;
     float *embed;           /* (V, hidden) */
     float *final_norm;      /* (hidden) */
-    float *lm_head;         /* (V, hidden); == embed when tied; NULL on
-                               ranks > 0 */
+    float *lm_head;         /* (count, hidden) this rank's vocab slice,
+                               rows first .. first + count - 1 of the
+                               model's head (gw_model_vocab_slice); points
+                               into embed when tied; NULL when count = 0 */
     float *inv_freq;        /* (d/2) RoPE inverse frequencies (with scaling) */
     struct gw_layer *layers; /* (L) */
 };
@@ -95,6 +100,14 @@ struct gw_shard {
  * borrowed kv_heads need not outlive the call. */
 int gw_model_load_shard(struct gw_model *m, const char *dir,
                         const struct gw_shard *sh, char *err, size_t errlen);
+
+/* The vocab-parallel LM head slice of rank m->rank of m->world (a world
+ * below 1, as in a hand-built model, counts as one rank): *per_rank =
+ * Vp = ceil(V/T), *first = rank * Vp and *count = the rows this rank holds,
+ * min(Vp, V - first) and at least 0 (only with V < T*Vp can the last ranks
+ * hold fewer, or none). Thread-safe. */
+void gw_model_vocab_slice(const struct gw_model *m, int *first, int *count,
+                          int *per_rank);
 
 /* Frees everything `m` owns; safe on a zeroed or already-freed model. */
 void gw_model_free(struct gw_model *m);

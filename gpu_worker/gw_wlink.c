@@ -171,6 +171,36 @@ static int reject_plan(struct gw_wlink *l, const GwBatchPlan *p,
     return send_result(l, &res, err, errlen);
 }
 
+/* Joins the group of a CommSetup and answers CommReady. Returns -1 to
+ * keep serving, else the exit status. */
+static int on_comm_setup(struct gw_wlink *l, struct gw_worker *w,
+                         const GwCommSetup *cs)
+{
+    char why[512] = "", err[256];
+    int rc = gw_worker_comm_join(w, cs, why, sizeof(why));
+    GwCommReady cr = TANGRAM__WORKER__V1__COMM_READY__INIT;
+    cr.version = GW_PROTOCOL_VERSION;
+    cr.rank = (uint32_t)l->rank;
+    cr.ok = rc == 0;
+    cr.error = rc == 0 ? (char *)"" : why;
+    if (rc == 0)
+        log_info("joined the communicator group (%s, world size %d)",
+                 w->world_size > 1 ? w->comm.name : "one rank",
+                 w->world_size);
+    else
+        log_err("cannot join the communicator group: %s", why);
+    GwWorkerMessage m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
+    m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_COMM_READY;
+    m.comm_ready = &cr;
+    if (gw_wlink_send(l, &m, err, sizeof(err)) != 0) {
+        log_err("%s", err);
+        return GW_WLINK_EXIT_ERROR;
+    }
+    /* A rank that cannot join is useless to its group: leave, so the
+     * supervisor restarts the group (the router saw the reason). */
+    return rc == 0 ? -1 : GW_WLINK_EXIT_COMM;
+}
+
 /* Handles one message from the router. Returns -1 to keep serving, else
  * the exit status. */
 static int handle(struct gw_wlink *l, struct gw_worker *w, GwWorkerMessage *m)
@@ -221,6 +251,8 @@ static int handle(struct gw_wlink *l, struct gw_worker *w, GwWorkerMessage *m)
         log_debug("router heartbeat %llu",
                   (unsigned long long)m->heartbeat->seq);
         return -1;
+    case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_COMM_SETUP:
+        return on_comm_setup(l, w, m->comm_setup);
     default:
         log_warn("ignoring a message of body %d from the router",
                  (int)m->body_case);
@@ -244,15 +276,28 @@ int gw_wlink_serve(struct gw_wlink *l, struct gw_worker *w,
         log_err("%s", err);
         return GW_WLINK_EXIT_ERROR;
     }
-    log_info("hello sent: %u pages of %llu bytes, %d slots", hello.pages_total,
-             (unsigned long long)hello.layout->page_bytes, w->max_slots);
+    log_info("hello sent: %u pages of %llu bytes, %d slots%s%s",
+             hello.pages_total,
+             (unsigned long long)hello.layout->page_bytes, w->max_slots,
+             w->rank == 0 ? ", comm group " : "",
+             w->rank == 0 ? w->comm_id : "");
     int64_t last_rx = now_ms(), next_hb = last_rx + hb;
+    int64_t setup_ms = o->comm_setup_timeout_ms > 0
+                           ? o->comm_setup_timeout_ms
+                           : GW_WLINK_SETUP_TIMEOUT_MS_DEFAULT;
+    int64_t setup_by = last_rx + setup_ms;
     for (;;) {
         if (o->stop != NULL && *o->stop) {
             log_info("stop requested");
             return GW_WLINK_EXIT_OK;
         }
         int64_t now = now_ms();
+        if (!w->joined && now >= setup_by) {
+            log_err("no CommSetup from the router within %lld ms of the "
+                    "Hello (are all %d ranks up?); exiting",
+                    (long long)setup_ms, w->world_size);
+            return GW_WLINK_EXIT_COMM;
+        }
         if (now - last_rx >= timeout) {
             log_err("no message from the router for %lld ms; exiting",
                     (long long)(now - last_rx));
@@ -268,6 +313,8 @@ int gw_wlink_serve(struct gw_wlink *l, struct gw_worker *w,
         int64_t wait = next_hb - now;
         if (last_rx + timeout - now < wait)
             wait = last_rx + timeout - now;
+        if (!w->joined && setup_by - now < wait)
+            wait = setup_by - now;
         if (wait < 0)
             wait = 0;
         GwWorkerMessage *in;

@@ -8,7 +8,11 @@
  * a message has several frames the last one is the payload).
  *
  * gw_wlink_serve is the worker's main loop: Hello first, then zmq_poll
- * with a heartbeat timer: a Heartbeat every heartbeat_ms; a BatchPlan runs
+ * with a heartbeat timer: a Heartbeat every heartbeat_ms (also while the
+ * worker waits for its CommSetup); a CommSetup joins the communicator group
+ * (gw_worker_comm_join) and is answered with a CommReady — a failed join
+ * is reported there and ends the loop with GW_WLINK_EXIT_COMM, and so does
+ * no CommSetup within comm_setup_timeout_ms of the Hello; a BatchPlan runs
  * gw_worker_step and the StepResult goes back; a Shutdown ends the loop
  * after the step in flight (steps run to completion, so every shutdown
  * drains); silence from the router for router_timeout_ms ends it with
@@ -36,7 +40,11 @@ enum gw_wlink_exit {
     GW_WLINK_EXIT_ERROR = 1,    /* socket or memory failure */
     GW_WLINK_EXIT_TIMEOUT = 3,  /* the router went silent */
     GW_WLINK_EXIT_PROTOCOL = 4, /* unparsable message from the router */
+    /* 5 is GW_WORKER_EXIT_PEERS_LOST (gw_worker.h) */
+    GW_WLINK_EXIT_COMM = 6,     /* no CommSetup in time, or the join failed */
 };
+
+#define GW_WLINK_SETUP_TIMEOUT_MS_DEFAULT 300000 /* the slowest rank's load */
 
 struct gw_wlink {
     void *ctx;        /* zmq context, owned */
@@ -53,6 +61,9 @@ struct gw_wlink_opts {
                                heartbeat_ms */
     volatile sig_atomic_t *stop; /* optional: nonzero ends the loop with
                                     GW_WLINK_EXIT_OK (signal handlers) */
+    int comm_setup_timeout_ms;   /* longest wait for the CommSetup after the
+                                    Hello (every rank must have loaded);
+                                    <= 0: GW_WLINK_SETUP_TIMEOUT_MS_DEFAULT */
 };
 
 /* Creates the context and the DEALER socket (routing id "rank-<rank>",

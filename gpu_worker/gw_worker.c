@@ -4,6 +4,16 @@
  * without tg_proto's include directory compiles this file to nothing. */
 #include "gpu_worker/gw_worker.h"
 
+#ifdef TANGRAM_CUDA
+#include <cuda_runtime.h>
+
+#include "common/pf_split.h"
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/decode_attn.h"
+#include "kernels/cuda/nccl_comm.h"
+_Static_assert(GW_NCCL_ID_BYTES == TG_NCCL_ID_BYTES, "NCCL unique id size");
+#endif
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +66,10 @@ void gw_worker_free(struct gw_worker *w)
     free(w->top_lps);
     free(w->top_tmp);
     gw_runtime_free(&w->rt);
+#ifdef TANGRAM_CUDA
+    gw_cuda_free(&w->cu);
+    tg_nccl_free(w->nccl);
+#endif
     gw_comm_free(&w->comm);
     tg_backend_cpu_free(w->be);
     gw_layout_free(&w->layout);
@@ -108,58 +122,129 @@ static int slot_init(struct gw_wslot *s, int rows)
     return s->pages && s->n_pages && s->cap && s->len ? 0 : TG_ENOMEM;
 }
 
+/* The CPU backend: pool from host RAM, OpenMP backend, gw_runtime. */
+static int cpu_init(struct gw_worker *w, const struct gw_worker_opts *o,
+                    int64_t page_bytes, char *err, size_t errlen)
+{
+    int rc;
+    int maxt = w->max_tokens;
+    rc = size_pool(o, page_bytes, &w->n_pages, err, errlen);
+    if (rc != 0)
+        return rc;
+    int threads = o->n_threads;
+    if (threads <= 0 && o->world_size > 1) {
+        /* T rank processes share the host: all cores each would
+         * oversubscribe it, and a descheduled thread stalls every
+         * all-reduce. */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cores > o->world_size ? (int)(cores / o->world_size) : 1;
+    }
+    rc = tg_backend_cpu_new(threads, &w->be);
+    if (rc != 0)
+        return tg_err_set(err, errlen, rc, "cannot create the CPU backend");
+    struct gw_forward_opts fo = {.method = w->method, .max_tokens = maxt,
+                                 .comm = &w->comm};
+    rc = gw_runtime_init(&w->rt, &w->model, &w->layout, &tg_ops_cpu, w->be,
+                         w->n_pages, &fo, err, errlen);
+    if (rc != 0)
+        return rc;
+    return 0;
+}
+
+/* The CUDA backend: the split map from the occupancy API's N_CTA and the
+ * rank's profile (pf_split_map, §4.6), then gw_cuda_init, which plans the
+ * device memory (weights, activations, pool from kv_pages / kv_memory) and
+ * fails with the numbers when it does not fit. Rank 0 of T > 1 also draws
+ * the NCCL unique id it announces in its Hello. */
+static int cuda_init(struct gw_worker *w, const struct gw_worker_opts *o,
+                     char *err, size_t errlen)
+{
+#ifdef TANGRAM_CUDA
+    int ndev = 0, rc;
+    if (tg_cuda_device_count(&ndev) != 0 || ndev < 1)
+        return tg_err_set(err, errlen, TG_ENODEV,
+                          "--backend cuda: no CUDA device is usable here (no "
+                          "NVIDIA driver or no GPU); use --backend cpu");
+    w->device = o->device >= 0 ? o->device : o->rank;
+    if (w->device >= ndev)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rank %d would use CUDA device %d, but %d are "
+                          "visible; give --device or set "
+                          "CUDA_VISIBLE_DEVICES", o->rank, w->device, ndev);
+    int n_cta = 0;
+    if (cudaSetDevice(w->device) != cudaSuccess)
+        return tg_err_set(err, errlen, TG_EDEVICE, "cannot use CUDA device %d",
+                          w->device);
+    rc = tg_cuda_decode_attn_n_cta(w->model.n_q_heads / w->model.n_kv_heads,
+                                   w->model.head_dim, &n_cta);
+    if (rc == TG_EINVAL)
+        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
+                          "--backend cuda supports head_dim 64 and 128 with "
+                          "1..16 query heads per KV head (the model has "
+                          "head_dim %d, %d per KV head)", w->model.head_dim,
+                          w->model.n_q_heads / w->model.n_kv_heads);
+    if (rc != 0)
+        return tg_err_set(err, errlen, rc, "cannot size decode attention on "
+                          "CUDA device %d", w->device);
+    int *splits = malloc((size_t)w->rows * sizeof(int));
+    if (splits == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+    rc = pf_split_map(&w->profile, n_cta, splits, err, errlen);
+    if (rc == 0) {
+        struct gw_cuda_opts co = {
+            .device = w->device, .method = w->method,
+            .max_chunk = o->prefill_chunk, .max_seqs = o->max_slots,
+            .kv_pages = o->kv_pages, .kv_memory = o->kv_memory,
+            .graphs = o->cuda_graphs, .splits = splits,
+        };
+        rc = gw_cuda_init(&w->cu, &w->model, &w->layout, &co, err, errlen);
+    }
+    free(splits);
+    if (rc != 0)
+        return rc;
+    w->cu.n_cta = n_cta;
+    w->n_pages = w->cu.n_pages;
+    if (o->rank == 0 && o->world_size > 1)
+        rc = tg_nccl_unique_id(w->nccl_id, err, errlen);
+    return rc;
+#else
+    (void)w;
+    (void)o;
+    return tg_err_set(err, errlen, TG_EUNSUPPORTED,
+                      "--backend cuda: this build has no CUDA backend");
+#endif
+}
+
 int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
                    char *err, size_t errlen)
 {
     memset(w, 0, sizeof(*w));
-    if (o->backend == GW_WORKER_BACKEND_CUDA) {
-#ifdef TANGRAM_CUDA
-        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
-                          "--backend cuda: the CUDA worker backend is not "
-                          "implemented yet; use --backend cpu");
-#else
+#ifndef TANGRAM_CUDA
+    if (o->backend == GW_WORKER_BACKEND_CUDA)
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
                           "--backend cuda: this build has no CUDA backend "
                           "(TANGRAM_CUDA not built); use --backend cpu");
 #endif
-    }
-    if (o->world_size > 1 && (o->comm_id == NULL || o->comm_id[0] == '\0'))
-        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
-                          "--world-size %d: tensor parallelism on the CPU "
-                          "backend needs --comm-id (the shared-memory "
-                          "all-reduce group)", o->world_size);
-    if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size)
+    if (o->world_size < 1 || o->world_size > GW_COMM_MAX_RANKS ||
+        o->rank < 0 || o->rank >= o->world_size)
         return tg_err_set(err, errlen, TG_EINVAL,
-                          "--rank %d is outside [0, %d)", o->rank,
-                          o->world_size);
+                          "--rank %d is outside [0, %d) (world size 1 .. %d)",
+                          o->rank, o->world_size, GW_COMM_MAX_RANKS);
     if (o->max_slots < 1 || o->page_size < 1 || o->prefill_chunk < 1)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "max slots, page size and prefill chunk must be "
                           ">= 1");
     int maxt = o->prefill_chunk > o->max_slots ? o->prefill_chunk : o->max_slots;
     int rc;
-    if (o->world_size > 1) {
-        /* Join first: ranks start together, so they meet within the
-         * timeout however long their loads take afterwards. The slots
-         * hold one (maxt, hidden) partial sum. */
-        struct mc_model_config cfg;
-        char path[4096];
-        snprintf(path, sizeof(path), "%s/config.json", o->model_dir);
-        rc = mc_model_config_load(&cfg, path, err, errlen);
-        if (rc != 0)
-            return rc;
-        rc = gw_comm_init(&w->comm, o->comm_id, o->rank, o->world_size,
-                          (size_t)maxt * (size_t)cfg.hidden_size,
-                          o->comm_timeout_ms, err, errlen);
-        if (rc != 0)
-            return rc;
-    } else {
-        rc = gw_comm_init(&w->comm, NULL, 0, 1, 1, o->comm_timeout_ms, err,
-                          errlen);
-        if (rc != 0)
-            return rc;
-    }
+    /* The group is joined later (gw_worker_comm_join, after the Hello):
+     * rank 0 only names it now, so the router can hand the name to all. */
+    w->comm_timeout_ms = o->comm_timeout_ms;
+    if (o->backend == GW_WORKER_BACKEND_CPU && o->rank == 0 &&
+        gw_comm_new_id(w->comm_id, sizeof(w->comm_id)) != 0)
+        return tg_err_set(err, errlen, TG_EINTERNAL,
+                          "cannot name the communicator group");
     w->peer_lost_flag = o->peer_lost_flag;
+    w->backend = o->backend;
     struct gw_engine_opts eo = {
         .model_dir = o->model_dir,
         .profile_path = o->profile_path,
@@ -177,36 +262,26 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     w->rank = o->rank;
     w->world_size = o->world_size;
     w->max_slots = o->max_slots;
+    w->max_tokens = maxt;
     w->rows = w->model.n_layers * w->layout.kv.n_groups;
-    int64_t page_bytes =
-        kv_layout_page_elems(&w->layout.kv) * (int64_t)sizeof(float);
-    rc = size_pool(o, page_bytes, &w->n_pages, err, errlen);
-    if (rc != 0)
-        goto fail;
-    int threads = o->n_threads;
-    if (threads <= 0 && o->world_size > 1) {
-        /* T rank processes share the host: all cores each would
-         * oversubscribe it, and a descheduled thread stalls every
-         * all-reduce. */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = cores > o->world_size ? (int)(cores / o->world_size) : 1;
+    int64_t page_bytes;
+    if (o->backend == GW_WORKER_BACKEND_CUDA) {
+        rc = cuda_init(w, o, err, errlen);
+        if (rc != 0)
+            goto fail;
+        page_bytes = kv_layout_page_elems(&w->layout.kv) * 2; /* bf16 */
+    } else {
+        page_bytes = kv_layout_page_elems(&w->layout.kv) * (int64_t)sizeof(float);
+        rc = cpu_init(w, o, page_bytes, err, errlen);
+        if (rc != 0)
+            goto fail;
     }
-    rc = tg_backend_cpu_new(threads, &w->be);
-    if (rc != 0) {
-        tg_err_set(err, errlen, rc, "cannot create the CPU backend");
-        goto fail;
-    }
-    struct gw_forward_opts fo = {.method = w->method, .max_tokens = maxt,
-                                 .comm = &w->comm};
-    rc = gw_runtime_init(&w->rt, &w->model, &w->layout, &tg_ops_cpu, w->be,
-                         w->n_pages, &fo, err, errlen);
-    if (rc != 0)
-        goto fail;
 
     size_t S = (size_t)o->max_slots, R = (size_t)w->rows;
     size_t V = (size_t)w->model.vocab, K = GW_WORKER_MAX_LOGPROBS;
     w->slots = calloc(S, sizeof(*w->slots));
-    /* Only rank 0 holds the lm_head and samples. */
+    /* Every rank computes a vocab slice; rank 0 gets the logits and
+     * samples. */
     w->logits = w->rank == 0 ? malloc(S * V * sizeof(float)) : NULL;
     w->seqs = calloc(S, sizeof(*w->seqs));
     w->seq_ptrs = calloc(S, sizeof(*w->seq_ptrs));
@@ -251,7 +326,8 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     w->summary.head_dim = (uint32_t)w->layout.kv.head_dim;
     w->summary.page_bytes = (uint64_t)page_bytes;
     w->summary.profile = w->profile_name;
-    w->summary.backend = (char *)"cpu";
+    w->summary.backend = o->backend == GW_WORKER_BACKEND_CUDA ? (char *)"cuda"
+                                                              : (char *)"cpu";
     w->summary.model = w->model_name;
     w->summary.max_model_len = (uint32_t)w->model.max_positions;
     w->summary.vocab_size = (uint32_t)w->model.vocab;
@@ -271,6 +347,115 @@ void gw_worker_hello(struct gw_worker *w, GwHello *h)
     h->pid = (uint32_t)getpid();
     h->pages_total = (uint32_t)w->n_pages;
     h->layout = &w->summary;
+    if (w->backend == GW_WORKER_BACKEND_CUDA) {
+        h->comm_kind = (char *)GW_NCCL_KIND;
+        if (w->rank == 0 && w->world_size > 1) {
+            h->comm_id.data = w->nccl_id;
+            h->comm_id.len = GW_NCCL_ID_BYTES;
+        }
+    } else {
+        h->comm_kind = (char *)GW_COMM_KIND;
+        if (w->rank == 0) {
+            h->comm_id.data = (uint8_t *)w->comm_id;
+            h->comm_id.len = strlen(w->comm_id);
+        }
+    }
+}
+
+/* The CPU backend's group: the shared-memory all-reduce of gw_comm.h,
+ * with slots that hold one (max_tokens, hidden) partial sum and one block
+ * of logits slices in one piece. */
+static int join_shm(struct gw_worker *w, const char *name, char *err,
+                    size_t errlen)
+{
+    int v_first, v_count, vp;
+    gw_model_vocab_slice(&w->model, &v_first, &v_count, &vp);
+    size_t floats = (size_t)w->max_tokens * (size_t)w->model.hidden;
+    size_t lg = (size_t)w->rt.lg_rows * (size_t)vp;
+    if (lg > floats)
+        floats = lg;
+    return gw_comm_init(&w->comm, w->world_size > 1 ? name : NULL, w->rank,
+                        w->world_size, floats, w->comm_timeout_ms, err,
+                        errlen);
+}
+
+/* A CommSetup for the CPU backend: the shared-memory group it names. */
+static int join_shm_setup(struct gw_worker *w, const GwCommSetup *cs,
+                          const char *kind, char *err, size_t errlen)
+{
+    char name[GW_COMM_ID_MAX + 1] = "";
+    if (w->world_size > 1) {
+        if (strcmp(kind, GW_COMM_KIND) != 0)
+            return tg_err_set(err, errlen, TG_EUNSUPPORTED,
+                              "CommSetup of kind '%.32s': the CPU backend "
+                              "joins '%s' groups", kind, GW_COMM_KIND);
+        if (cs->comm_id.len == 0 || cs->comm_id.len > GW_COMM_ID_MAX ||
+            memchr(cs->comm_id.data, '\0', cs->comm_id.len) != NULL)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "CommSetup: a %zu-byte comm id is not a "
+                              "shared-memory name (1 .. %d bytes, no NUL)",
+                              cs->comm_id.len, GW_COMM_ID_MAX);
+        memcpy(name, cs->comm_id.data, cs->comm_id.len);
+        name[cs->comm_id.len] = '\0';
+    }
+    return join_shm(w, name, err, errlen);
+}
+
+/* A CommSetup for the CUDA backend: the NCCL group of rank 0's unique id
+ * (T > 1; one rank needs no communicator, its collectives are no-ops). */
+static int join_nccl(struct gw_worker *w, const GwCommSetup *cs,
+                     const char *kind, char *err, size_t errlen)
+{
+    if (w->world_size <= 1)
+        return 0;
+    if (strcmp(kind, GW_NCCL_KIND) != 0)
+        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
+                          "CommSetup of kind '%.32s': the CUDA backend joins "
+                          "'%s' groups", kind, GW_NCCL_KIND);
+    if (cs->comm_id.len != GW_NCCL_ID_BYTES)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "CommSetup: a %zu-byte comm id is not an NCCL "
+                          "unique id (%d bytes)", cs->comm_id.len,
+                          GW_NCCL_ID_BYTES);
+#ifdef TANGRAM_CUDA
+    int rc = tg_nccl_init(&w->nccl, cs->comm_id.data, w->rank, w->world_size,
+                          w->device, w->comm_timeout_ms > 0
+                                         ? w->comm_timeout_ms
+                                         : GW_COMM_DEFAULT_TIMEOUT_MS,
+                          err, errlen);
+    if (rc == 0)
+        w->cu.opts.nccl = w->nccl;
+    return rc;
+#else
+    return tg_err_set(err, errlen, TG_EUNSUPPORTED, "no CUDA in this build");
+#endif
+}
+
+int gw_worker_comm_join(struct gw_worker *w, const GwCommSetup *cs, char *err,
+                        size_t errlen)
+{
+    if (w->joined)
+        return tg_err_set(err, errlen, TG_EPROTO,
+                          "CommSetup: the communicator group is joined "
+                          "already");
+    if (cs->version != GW_PROTOCOL_VERSION)
+        return tg_err_set(err, errlen, TG_EPROTO,
+                          "CommSetup version %u, this worker speaks %u",
+                          cs->version, GW_PROTOCOL_VERSION);
+    if (cs->world_size != (uint32_t)w->world_size)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "CommSetup for world size %u, this worker is rank "
+                          "%d of %d", cs->world_size, w->rank, w->world_size);
+    /* One rank needs no peer, so it accepts any id (also none). */
+    const char *kind = cs->comm_kind != NULL ? cs->comm_kind : "";
+    int rc;
+    if (w->backend == GW_WORKER_BACKEND_CUDA)
+        rc = join_nccl(w, cs, kind, err, errlen);
+    else
+        rc = join_shm_setup(w, cs, kind, err, errlen);
+    if (rc == 0)
+        w->joined = 1;
+    return rc;
 }
 
 /* ---- validation -------------------------------------------------------- */
@@ -698,6 +883,31 @@ static int sample_entry(struct gw_worker *w, const GwPlanEntry *e,
  * order, the decode batch rows n_pf .. n_pf + nd - 1; both together are at
  * most one row per slot (validated), so they fit the (max_slots, V)
  * buffer. row[i] is entry i's row or -1. */
+/* The backend's forward pass: one chunk of w->ids for seq. */
+static int fwd_prefill(struct gw_worker *w, struct gw_seq *q, int n,
+                       const struct gw_prefill_out *po, char *err,
+                       size_t errlen)
+{
+#ifdef TANGRAM_CUDA
+    if (w->backend == GW_WORKER_BACKEND_CUDA)
+        return gw_cuda_prefill(&w->cu, q, w->ids, n, po, err, errlen);
+#endif
+    return gw_forward_prefill(&w->rt, q, w->ids, n, po, err, errlen);
+}
+
+/* The backend's decode of the nd sequences in w->seq_ptrs / w->ids. */
+static int fwd_decode(struct gw_worker *w, int nd, int want_logits,
+                      float *logits, char *err, size_t errlen)
+{
+#ifdef TANGRAM_CUDA
+    if (w->backend == GW_WORKER_BACKEND_CUDA)
+        return gw_cuda_decode(&w->cu, w->seq_ptrs, w->ids, nd, want_logits,
+                              logits, err, errlen);
+#endif
+    return gw_forward_decode(&w->rt, w->seq_ptrs, w->ids, nd, want_logits,
+                             logits, err, errlen);
+}
+
 static int run_plan(struct gw_worker *w, const GwBatchPlan *plan,
                     int32_t *row, char *err, size_t errlen)
 {
@@ -717,18 +927,21 @@ static int run_plan(struct gw_worker *w, const GwBatchPlan *plan,
         struct gw_wslot *sl = &w->slots[e->slot];
         for (size_t t = 0; t < e->n_token_ids; t++)
             w->ids[t] = (int32_t)e->token_ids[t];
+        /* Every rank knows which entries sample (same plan), so all
+         * take part in the logits of exactly those. */
         struct gw_prefill_out po = {
+            .want_logits = row[i] >= 0,
             .last_logits = row[i] >= 0 && w->logits != NULL
                                ? w->logits + (size_t)row[i] * V
                                : NULL};
         struct gw_seq *q = seq_view(w, e->slot);
-        rc = gw_forward_prefill(&w->rt, q, w->ids, (int)e->n_token_ids, &po,
-                                err, errlen);
+        rc = fwd_prefill(w, q, (int)e->n_token_ids, &po, err, errlen);
         if (rc != 0)
             return rc;
         hist_add(sl, e);
         sl->pos = q->pos;
     }
+    int d_sample = 0;
     for (size_t i = 0; i < plan->n_entries; i++) {
         const GwPlanEntry *e = plan->entries[i];
         if (e->kind != TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE)
@@ -736,13 +949,13 @@ static int run_plan(struct gw_worker *w, const GwBatchPlan *plan,
         w->seq_ptrs[nd] = seq_view(w, e->slot);
         w->ids[nd] = (int32_t)e->token_ids[0];
         row[i] = n_pf + nd;
+        d_sample |= e->sample != 0;
         nd++;
     }
     if (nd > 0) {
-        rc = gw_forward_decode(&w->rt, w->seq_ptrs, w->ids, nd,
-                               w->logits != NULL ? w->logits + (size_t)n_pf * V
-                                                 : NULL,
-                               err, errlen);
+        rc = fwd_decode(w, nd, d_sample,
+                        w->logits != NULL ? w->logits + (size_t)n_pf * V : NULL,
+                        err, errlen);
         if (rc != 0)
             return rc;
         for (size_t i = 0; i < plan->n_entries; i++) {
@@ -777,7 +990,10 @@ int gw_worker_step(struct gw_worker *w, const GwBatchPlan *plan,
     double t0 = now_s();
     char *err = w->error;
     size_t errlen = sizeof(w->error);
-    int rc = check_plan(w, plan, err, errlen);
+    int rc = w->joined ? check_plan(w, plan, err, errlen)
+                       : tg_err_set(err, errlen, TG_EPROTO,
+                                    "plan before the communicator group "
+                                    "was joined (no CommSetup yet)");
     if (rc == 0 && reserve_all(w, plan) != 0)
         rc = tg_err_set(err, errlen, TG_ENOMEM,
                         "out of memory for the block tables");

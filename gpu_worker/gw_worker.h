@@ -37,13 +37,18 @@
  * known to the worker and do not count — a documented limit.
  *
  * Tensor parallelism (CPU backend, DESIGN.md §4.7): rank r of T loads the
- * profile pf_profile_rank gives it (gw_engine_load_parts) and its model
- * shard, and joins the shared-memory all-reduce group opts.comm_id
- * (gw_comm.h) before loading anything, so ranks meet while they start
- * together. Every rank runs every plan (the router sends each the same
- * entries with its own page deltas), so their all-reduces pair up; only
- * rank 0 computes logits and samples, the others answer without tokens.
- * An all-reduce that times out (a peer died or failed the plan) fails the
+ * profile pf_profile_rank gives it (gw_engine_load_parts), its model
+ * shard and its pool (gw_worker_init, no communication). Rank 0 also names
+ * the communicator group (gw_comm_new_id) and announces it in its Hello;
+ * the router relays it to every rank in a CommSetup once all T said
+ * Hello, and each rank joins (gw_worker_comm_join) and answers CommReady.
+ * One rank goes the same way (its join needs no peer). No plan runs
+ * before the join. Every rank runs every plan (the router sends each the
+ * same entries with its own page deltas), so their collectives pair up:
+ * all-reduces after o_proj and down_proj, and the gather of the
+ * vocab-parallel logits for exactly the entries that sample (each rank
+ * knows them from the plan). Rank 0 samples; the others answer without
+ * tokens. A collective that times out (a peer died or failed the plan) fails the
  * step with TG_ETIMEDOUT and marks the worker's peers as lost
  * (gw_worker.peers_lost, and *opts.peer_lost_flag): the process should
  * exit with GW_WORKER_EXIT_PEERS_LOST for the supervisor to restart the
@@ -62,6 +67,7 @@
 #include "common/pf_profile.h"
 #include "common/tg_config.h"
 #include "gpu_worker/gw_comm.h"
+#include "gpu_worker/gw_cuda.h"
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_model.h"
 #include "worker.pb-c.h"
@@ -74,7 +80,11 @@ typedef Tangram__Worker__V1__PlanEntry GwPlanEntry;
 typedef Tangram__Worker__V1__PageDelta GwPageDelta;
 typedef Tangram__Worker__V1__StepResult GwStepResult;
 typedef Tangram__Worker__V1__SampledToken GwSampledToken;
+typedef Tangram__Worker__V1__CommSetup GwCommSetup;
+typedef Tangram__Worker__V1__CommReady GwCommReady;
 
+#define GW_NCCL_ID_BYTES 128    /* sizeof(ncclUniqueId) (TG_NCCL_ID_BYTES) */
+#define GW_NCCL_KIND "nccl"     /* Hello/CommSetup comm_kind of CUDA ranks */
 #define GW_PROTOCOL_VERSION 1u   /* PROTOCOL_VERSION_1 of worker.proto */
 #define GW_WORKER_MAX_LOGPROBS 64 /* top alternatives per sampled token */
 #define GW_WORKER_EXIT_PEERS_LOST 5 /* tangram-worker's status when an
@@ -101,16 +111,16 @@ struct gw_worker_opts {
     int max_slots;              /* request slots (router --max-num-seqs) */
     int rank;                   /* 0 .. world_size - 1; rank 0 samples */
     int world_size;             /* tensor-parallel ranks T */
-    const char *comm_id;        /* shm name of the all-reduce group, the
-                                   same for every rank ("/tangram-..");
-                                   required when world_size > 1 */
-    int comm_timeout_ms;        /* all-reduce waits; <= 0: the default of
-                                   gw_comm.h */
+    int comm_timeout_ms;        /* joining and every collective wait; <= 0:
+                                   the default of gw_comm.h */
     volatile sig_atomic_t *peer_lost_flag; /* optional: set to 1 when an
                                    all-reduce fails (e.g. the serve loop's
                                    stop flag) */
     int n_threads;              /* <= 0: OpenMP default (with T > 1: the
                                    online cores / T) */
+    int device;                 /* CUDA backend: device ordinal; < 0: the
+                                   rank (one worker per GPU) */
+    int cuda_graphs;            /* CUDA backend: capture decode graphs */
 };
 
 /* The persistent state of one request slot. */
@@ -135,9 +145,21 @@ struct gw_worker {
     struct gw_kv_layout layout;
     enum tg_score_method method;
     struct tg_backend *be;
-    struct gw_comm comm;          /* all-reduce group (no-op for T = 1) */
-    struct gw_runtime rt;
+    struct gw_comm comm;          /* all-reduce group (no-op for T = 1);
+                                     zeroed until joined */
+    struct gw_runtime rt;         /* CPU backend's forward pass */
+    struct gw_cuda cu;            /* CUDA backend's forward pass */
+    struct tg_nccl *nccl;         /* CUDA backend's group (T > 1), owned */
+    uint8_t nccl_id[GW_NCCL_ID_BYTES]; /* rank 0: the group's unique id */
+    int device;                   /* CUDA device ordinal */
+    enum gw_worker_backend backend;
     int rank, world_size, max_slots;
+    int max_tokens;               /* rows of one forward call:
+                                     max(prefill chunk, max_slots) */
+    int joined;                   /* gw_worker_comm_join succeeded */
+    int comm_timeout_ms;
+    char comm_id[GW_COMM_ID_MAX]; /* rank 0: the group it named; "" on
+                                     other ranks */
     int peers_lost;               /* an all-reduce failed: exit */
     volatile sig_atomic_t *peer_lost_flag; /* borrowed, optional */
     int rows;                     /* L * G */
@@ -174,14 +196,14 @@ struct gw_worker {
     char profile_name[256];
 };
 
-/* Builds the worker: joins the all-reduce group when world_size > 1,
- * loads the rank's profile and model shard (gw_engine_load_parts), sizes
- * the pool from kv_pages or kv_memory, creates the backend and the
- * runtime and the per-slot tables. Refuses world_size > 1 without a
- * comm_id (TG_EUNSUPPORTED) and the CUDA backend (not implemented or not
- * built). Returns 0, or TG_EINVAL / TG_EUNSUPPORTED / TG_ETIMEDOUT (the
- * group did not assemble) / TG_ENOMEM / a loader's code with the reason
- * in err; on failure *w is left freed. */
+/* Builds the worker without talking to any peer: loads the rank's
+ * profile and model shard (gw_engine_load_parts), sizes the pool from
+ * kv_pages or kv_memory, creates the backend and the runtime and the
+ * per-slot tables; rank 0 also names its communicator group (w->comm_id,
+ * sent in its Hello). Refuses the CUDA backend (not implemented or not
+ * built). Returns 0, or TG_EINVAL / TG_EUNSUPPORTED / TG_ENOMEM / a
+ * loader's code with the reason in err; on failure *w is left freed. The
+ * worker runs plans only after gw_worker_comm_join. */
 int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
                    char *err, size_t errlen);
 
@@ -191,12 +213,25 @@ void gw_worker_free(struct gw_worker *w);
 
 /* Fills *h (initialized by the caller with TANGRAM__WORKER__V1__HELLO__INIT
  * or not: every field is set) with version, rank, world size, pid, pool
- * pages and the LayoutSummary. h->layout and its strings point into *w and
- * stay valid until gw_worker_free. */
+ * pages, the LayoutSummary, comm_kind ("shm") and on rank 0 the comm_id it
+ * named. h->layout, its strings and comm_id point into *w (or static
+ * storage) and stay valid until gw_worker_free. */
 void gw_worker_hello(struct gw_worker *w, GwHello *h);
+
+/* Joins the communicator group of a CommSetup from the router: checks its
+ * version, world size and kind ("shm"; with world size 1 any kind and id,
+ * also none, is accepted), then joins the shared-memory group named by
+ * comm_id as this rank (gw_comm_init; rank 0 creates it and waits for the
+ * others, bounded by opts.comm_timeout_ms). Returns 0, TG_EPROTO (joined
+ * already, or another protocol version), TG_EINVAL / TG_EUNSUPPORTED (a
+ * setup this worker cannot join) or gw_comm_init's codes, with the reason
+ * in err (for CommReady.error); the worker stays unjoined on failure. */
+int gw_worker_comm_join(struct gw_worker *w, const GwCommSetup *cs, char *err,
+                        size_t errlen);
 
 /* Runs one plan (see the top of this file) and fills *out: version,
  * step_id, rank, ok, error, the sampled tokens (rank 0) and step_seconds.
+ * Before gw_worker_comm_join every plan fails with TG_EPROTO.
  * With T > 1 every rank must get every plan; a plan one rank rejects and
  * another runs leaves the others' all-reduce to time out (TG_ETIMEDOUT,
  * peers_lost set).

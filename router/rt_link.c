@@ -320,6 +320,8 @@ static void declare_dead(struct rt_link *link, int rank, const char *reason,
         return;
     k->state = RANK_DEAD;
     k->kill_pending = 0;
+    k->setup_sent = 0;
+    k->comm_ready = 0;
     link->ready = 0;
     link->n_deaths++;
     snprintf(link->last_error, sizeof link->last_error, "rank %d died: %s",
@@ -350,6 +352,11 @@ static void declare_dead(struct rt_link *link, int rank, const char *reason,
     for (int r = 0; r < link->cfg.world_size && !link->closed; r++)
         if (link->ranks[r].state == RANK_ALIVE)
             declare_dead(link, r, why, 1);
+}
+
+void rt_link__declare_dead(struct rt_link *link, int rank, const char *reason)
+{
+    declare_dead(link, rank, reason, 1);
 }
 
 /* ---- receiving --------------------------------------------------------- */
@@ -399,6 +406,13 @@ static int check_hello(const struct rt_link *link, int rank,
         return snprintf(why, n, "pages_total %" PRIu32
                         ", the router counts %" PRIu32,
                         h->pages_total, e->pages_total), -1;
+    if (rank == 0 && h->comm_id.len > RT_LINK_COMM_ID_MAX)
+        return snprintf(why, n, "comm_id of %zu bytes (at most %d)",
+                        h->comm_id.len, RT_LINK_COMM_ID_MAX), -1;
+    if (rank == 0 && h->comm_id.len == 0 && link->cfg.world_size > 1)
+        return snprintf(why, n, "rank 0 names no communicator group "
+                        "(comm_id) for its %d ranks", link->cfg.world_size),
+               -1;
     return 0;
 }
 
@@ -431,19 +445,20 @@ static void on_hello(struct rt_link *link, int rank,
     k->pages_total = h->pages_total;
     k->shutdown_sent = 0;
     k->kill_pending = 0;
+    k->setup_sent = 0;
+    k->comm_ready = 0;
+    if (rank == 0) {
+        if (h->comm_id.len > 0) /* data may be NULL when empty */
+            memcpy(link->comm_id, h->comm_id.data, h->comm_id.len);
+        link->comm_id_len = h->comm_id.len;
+        snprintf(link->comm_kind, sizeof link->comm_kind, "%s",
+                 h->comm_kind ? h->comm_kind : "");
+    }
     pidwatch_start(link, rank, h->pid);
     log_info("link: rank %d (pid %" PRIu32 ", %" PRIu32 " pages) is up", rank,
              h->pid, h->pages_total);
     send_heartbeat(link, rank); /* the worker's sign that it was accepted */
-    for (int r = 0; r < link->cfg.world_size; r++)
-        if (link->ranks[r].state != RANK_ALIVE)
-            return;
-    if (!link->ready) {
-        link->ready = 1;
-        log_info("link: all %d ranks ready", link->cfg.world_size);
-        if (link->cfg.on_ready)
-            link->cfg.on_ready(link->cfg.ud);
-    }
+    rt_link__advance_group(link);
 }
 
 /* Takes ownership of `m`. */
@@ -570,6 +585,12 @@ static void handle(struct rt_link *link, const char *id, size_t idlen,
         }
         on_step_result(link, rank, m);
         return; /* ownership taken */
+    case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_COMM_READY:
+        if (k->state != RANK_ALIVE)
+            stray(link, rank, "CommReady");
+        else
+            rt_link__on_comm_ready(link, rank, m->comm_ready);
+        break;
     default:
         snprintf(why, sizeof why, "unexpected message (body %d)",
                  (int)m->body_case);
@@ -666,6 +687,15 @@ static void timer_cb(uv_timer_t *h)
             declare_dead(link, r, why, 1);
             continue;
         }
+        if (k->setup_sent && !k->comm_ready && !link->shut &&
+            now - k->setup_at > link->cfg.comm_setup_ms) {
+            char why[96];
+            snprintf(why, sizeof why,
+                     "no CommReady within %" PRIu32 " ms of its CommSetup",
+                     link->cfg.comm_setup_ms);
+            declare_dead(link, r, why, 1);
+            continue;
+        }
         if (!link->shut)
             send_heartbeat(link, r);
     }
@@ -744,6 +774,8 @@ int rt_link_init(struct rt_link *link, uv_loop_t *loop,
     }
     if (!link->cfg.linger_ms)
         link->cfg.linger_ms = RT_LINK_LINGER_MS_DEFAULT;
+    if (!link->cfg.comm_setup_ms)
+        link->cfg.comm_setup_ms = RT_LINK_COMM_SETUP_MS_DEFAULT;
     link->cfg.endpoint = NULL;
     link->cfg.runtime_dir = NULL;
     if (cfg->endpoint) {
@@ -846,6 +878,11 @@ int rt_link_ready(const struct rt_link *link)
 {
     return link && link->initialized && !link->closed && !link->shut &&
            link->ready;
+}
+
+int rt_link_rank_joined(const struct rt_link *link, int rank)
+{
+    return rt_link_rank_alive(link, rank) && link->ranks[rank].comm_ready;
 }
 
 int rt_link_rank_alive(const struct rt_link *link, int rank)

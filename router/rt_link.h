@@ -14,12 +14,28 @@
  * Ranks. A Hello is checked against the layout the router's accounting
  * assumes (world size, rank, num_layers, groups_per_layer, heads_per_group,
  * page_size, head_dim, vocab_size, and pages_total >= the pages the
- * router's pools count); a mismatch is logged, counted (n_refused,
- * last_error) and answered with a Shutdown, and the rank stays down. An
- * accepted Hello makes the rank alive and is acknowledged with a
- * Heartbeat. rt_link_ready() is true while all T ranks are alive; on_ready
+ * router's pools count; rank 0's must carry a comm_id of at most
+ * RT_LINK_COMM_ID_MAX bytes when T > 1); a mismatch is logged, counted
+ * (n_refused, last_error) and answered with a Shutdown, and the rank stays
+ * down. An accepted Hello makes the rank alive and is acknowledged with a
+ * Heartbeat.
+ *
+ * Communicator. Rank 0's Hello names the group its ranks all-reduce in
+ * (comm_id, opaque bytes: a shared-memory name on the CPU backend, an
+ * ncclUniqueId on CUDA, whose bootstrap listener rank 0 opened). Once
+ * every rank is alive, each rank that has not had one for its current
+ * incarnation gets a CommSetup with rank 0's id and kind (rank 0 too, so
+ * T = 1 goes the same path; an empty id is relayed as is). Waiting for all
+ * Hellos, not just rank 0's, means every rank has loaded its weights
+ * before any joins, so joins meet at once. Each rank joins and answers
+ * CommReady; ok = false, a CommReady that was not asked for, or none within
+ * comm_setup_ms declares the rank dead like any failure (with shared_fate
+ * the whole group; the supervisor restarts it). rt_link_ready() is true
+ * while all T ranks are alive and have answered CommReady ok; on_ready
  * fires each time the link becomes ready (first start, and again after a
- * dead rank came back).
+ * dead rank came back). A rank that comes back alone (no shared_fate) is
+ * sent the id of the current rank 0: that only joins where the backend
+ * lets one rank rejoin, so tensor-parallel routers set shared_fate.
  *
  * Steps. rt_link_send_plan() turns one scheduler step (rt_sched.h) into a
  * BatchPlan and sends it to every rank; each rank receives the same
@@ -56,8 +72,9 @@
  * Callbacks may call rt_link_send_plan, rt_link_shutdown and rt_link_close.
  * Library code: logs through tg_log, never prints.
  *
- * Implementation: rt_link.c (socket, loop, ranks, results) and
- * rt_link_plan.c (plan building), sharing rt_link_internal.h.
+ * Implementation: rt_link.c (socket, loop, ranks, results),
+ * rt_link_plan.c (plan building) and rt_link_comm.c (communicator
+ * set-up), sharing rt_link_internal.h.
  */
 #ifndef RT_LINK_H
 #define RT_LINK_H
@@ -75,6 +92,8 @@
 #define RT_LINK_RUNTIME_DIR_DEFAULT "/run/tangram"
 #define RT_LINK_SOCKET_NAME "router.sock"
 #define RT_LINK_MAX_RANKS 1024
+#define RT_LINK_COMM_ID_MAX 256          /* bytes of a Hello.comm_id */
+#define RT_LINK_COMM_SETUP_MS_DEFAULT 30000u /* CommSetup -> CommReady */
 
 /* The per-rank KV layout the router's accounting assumes; a worker's Hello
  * must match it (pages_total: at least). */
@@ -130,6 +149,9 @@ struct rt_link_config {
                                    must be > heartbeat_ms */
     uint32_t linger_ms;         /* how long close may wait to flush queued
                                    messages (Shutdown); 0: default 200 */
+    uint32_t comm_setup_ms;     /* longest wait for a rank's CommReady
+                                   after its CommSetup; 0:
+                                   RT_LINK_COMM_SETUP_MS_DEFAULT */
     int shared_fate;            /* nonzero: the ranks form one tensor-
                                    parallel group (T > 1) whose all-reduces
                                    pair up, so when one rank dies every
@@ -199,6 +221,9 @@ struct rt_link {
     uint8_t *entry_sample;       /* (cap_entries) sample flags */
     struct rt_link_token *res_tokens; /* (cap_entries) result buffers */
     int32_t *res_ids;            /* (cap_entries) */
+    uint8_t comm_id[RT_LINK_COMM_ID_MAX]; /* rank 0's group id */
+    size_t comm_id_len;
+    char comm_kind[32];          /* rank 0's Hello.comm_kind */
     uint64_t n_refused;          /* readable: Hellos refused */
     uint64_t n_deaths;           /* readable: ranks declared dead */
     uint64_t n_results;          /* readable: on_result calls */
@@ -238,8 +263,13 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
                       const struct rt_sched *sched, rt_link_entry_fn entry_cb,
                       void *ud, char *err, size_t errlen);
 
-/* Returns 1 when every rank is alive (and shutdown has not started). */
+/* Returns 1 when every rank is alive and has joined the communicator
+ * group (CommReady ok), and shutdown has not started. */
 int rt_link_ready(const struct rt_link *link);
+
+/* Returns 1 when `rank` is alive and answered its CommSetup with
+ * CommReady ok, 0 otherwise (also out of range). */
+int rt_link_rank_joined(const struct rt_link *link, int rank);
 
 /* Returns 1 when `rank` is alive, 0 otherwise (also out of range). */
 int rt_link_rank_alive(const struct rt_link *link, int rank);

@@ -1,7 +1,8 @@
 /*
- * rt_link_internal.h — what rt_link.c (socket, loop, ranks, results) and
- * rt_link_plan.c (BatchPlan building and sending) share. Not a public
- * interface: everything here is private to the rt_link module.
+ * rt_link_internal.h — what rt_link.c (socket, loop, ranks, results),
+ * rt_link_plan.c (BatchPlan building and sending) and rt_link_comm.c
+ * (communicator set-up) share. Not a public interface: everything here
+ * is private to the rt_link module.
  */
 #ifndef RT_LINK_INTERNAL_H
 #define RT_LINK_INTERNAL_H
@@ -44,6 +45,9 @@ struct rt_link_rank {
     uint32_t pages_total;    /* from its Hello */
     int shutdown_sent;       /* a Shutdown went to this incarnation */
     int kill_pending;        /* a send failed: declare dead from the loop */
+    int setup_sent;          /* this incarnation got its CommSetup */
+    uint64_t setup_at;       /* uv_now() of that CommSetup, ms */
+    int comm_ready;          /* it answered CommReady ok */
     char kill_reason[160];
 };
 
@@ -55,5 +59,18 @@ int rt_link__send_rank(struct rt_link *link, int rank, const wmsg_t *msg,
 /* Schedules a drain of the socket (and the deaths of ranks marked
  * kill_pending) on the next loop iteration. */
 void rt_link__kick(struct rt_link *link);
+
+/* Declares an alive rank dead for `reason` (Shutdown to it, the step in
+ * flight fails, on_dead, shared fate). The link may be closed after. */
+void rt_link__declare_dead(struct rt_link *link, int rank, const char *reason);
+
+/* rt_link_comm.c: once every rank is alive, sends CommSetup to each rank
+ * that has not had one in its incarnation; marks the link ready (and calls
+ * on_ready) once every rank joined. The link may be closed after. */
+void rt_link__advance_group(struct rt_link *link);
+
+/* rt_link_comm.c: handles a CommReady from alive rank `rank`. */
+void rt_link__on_comm_ready(struct rt_link *link, int rank,
+                            const Tangram__Worker__V1__CommReady *cr);
 
 #endif /* RT_LINK_INTERNAL_H */

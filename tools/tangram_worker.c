@@ -5,16 +5,19 @@
  *
  *   tangram-worker --model DIR --router ipc:///run/tangram/w.sock
  *       [--profile FILE|none] [--backend cpu|cuda] [--rank R]
- *       [--world-size T --comm-id /tangram-<pid>-<nonce>]
- *       [--kv-pages N | --kv-memory 0.5|8GiB] ...
+ *       [--world-size T] [--kv-pages N | --kv-memory 0.5|8GiB] ...
  *
- * With --world-size T > 1 the T ranks of one daemon share the all-reduce
- * group --comm-id (a POSIX shared-memory name, gpu_worker/gw_comm.h).
- * Every flag is also read from TANGRAM_<NAME>. Exit status: 0 after a
- * Shutdown (or SIGTERM/SIGINT), 1 on a start-up or socket failure, 2 on
- * bad flags, 3 when the router went silent, 4 on an unparsable message,
- * 5 when an all-reduce timed out (a tensor-parallel peer is gone; the
- * failed StepResult is sent first).
+ * The T ranks of one daemon form a communicator group (a shared-memory
+ * all-reduce on the CPU backend, gpu_worker/gw_comm.h; an NCCL
+ * communicator on the CUDA backend, whose unique id rank 0 draws) that
+ * rank 0 names in its Hello and the router hands to every rank in a CommSetup
+ * (proto/worker.proto); nothing on the command line names it. Every flag
+ * is also read from TANGRAM_<NAME>. Exit status: 0 after a Shutdown (or
+ * SIGTERM/SIGINT), 1 on a start-up or socket failure, 2 on bad flags, 3
+ * when the router went silent, 4 on an unparsable message, 5 when an
+ * all-reduce timed out (a tensor-parallel peer is gone; the failed
+ * StepResult is sent first), 6 when no CommSetup came in time or joining
+ * the group failed (the failed CommReady is sent first).
  * The process name contains "worker" so supervisors and operators can
  * find it.
  */
@@ -39,8 +42,8 @@ struct worker_options {
     int backend;
     int64_t rank;
     int64_t world_size;
-    char *comm_id;
     int64_t comm_timeout_ms;
+    int64_t comm_setup_timeout_ms;
     char *router;
     int64_t page_size;
     int64_t prefill_chunk;
@@ -53,9 +56,12 @@ struct worker_options {
     int log_format;
     int log_level;
     int64_t threads;
+    int64_t device;
+    int cuda_graphs;
 };
 
 static const char *const backends[] = {"cpu", "cuda", NULL};
+static const char *const onoff[] = {"off", "on", NULL};
 static const char *const formats[] = {"text", "json", NULL};
 static const char *const levels[] = {"err", "warn", "info", "debug", NULL};
 
@@ -77,14 +83,16 @@ static const struct tg_config_entry table[] = {
     {.name = "world-size", .type = TG_CONFIG_INT, .def = "1", .min = 1,
      .max = 64, .offset = OFF(world_size, int64_t),
      .help = "Tensor-parallel ranks."},
-    {.name = "comm-id", .type = TG_CONFIG_STRING,
-     .offset = OFF(comm_id, char *), .metavar = "NAME",
-     .help = "Shared-memory name of the ranks' all-reduce group "
-             "(/tangram-<pid>-<nonce>); required with --world-size > 1."},
     {.name = "comm-timeout-ms", .type = TG_CONFIG_INT, .def = "5000",
      .min = 100, .max = 3600000, .offset = OFF(comm_timeout_ms, int64_t),
      .help = "Longest wait for the other ranks (joining, each all-reduce) "
-             "before giving up with exit status 5."},
+             "before giving up with exit status 6 (join) or 5."},
+    {.name = "comm-setup-timeout-ms", .type = TG_CONFIG_INT,
+     .def = "300000", .min = 100, .max = 86400000,
+     .offset = OFF(comm_setup_timeout_ms, int64_t),
+     .help = "Longest wait after the Hello for the router's CommSetup (it "
+             "comes once every rank has loaded) before exiting with "
+             "status 6."},
     {.name = "router", .type = TG_CONFIG_STRING, .offset = OFF(router, char *),
      .metavar = "ENDPOINT", .flags = TG_CONFIG_REQUIRED,
      .help = "Router endpoint: ipc:///path or tcp://host:port."},
@@ -123,6 +131,12 @@ static const struct tg_config_entry table[] = {
     {.name = "threads", .type = TG_CONFIG_INT, .def = "0", .min = 0,
      .max = 1024, .offset = OFF(threads, int64_t),
      .help = "CPU threads (0 = all)."},
+    {.name = "device", .type = TG_CONFIG_INT, .def = "-1", .min = -1,
+     .max = 1023, .offset = OFF(device, int64_t),
+     .help = "CUDA device of this rank (-1 = the rank: one worker per GPU)."},
+    {.name = "cuda-graphs", .type = TG_CONFIG_ENUM, .def = "on",
+     .offset = OFF(cuda_graphs, int), .choices = onoff,
+     .help = "Capture decode steps as CUDA graphs per batch-size bucket."},
 };
 #undef OFF
 #define N_TABLE (sizeof(table) / sizeof(table[0]))
@@ -170,11 +184,12 @@ int main(int argc, char **argv)
         .max_slots = (int)opt.max_num_seqs,
         .rank = (int)opt.rank,
         .world_size = (int)opt.world_size,
-        .comm_id = opt.comm_id,
         .comm_timeout_ms = (int)opt.comm_timeout_ms,
         /* a lost peer ends the serve loop after the failed StepResult */
         .peer_lost_flag = &stop_flag,
         .n_threads = (int)opt.threads,
+        .device = (int)opt.device,
+        .cuda_graphs = opt.cuda_graphs == 1,
     };
     struct gw_worker w;
     struct gw_wlink link = {0};
@@ -199,7 +214,9 @@ int main(int argc, char **argv)
              opt.profile);
     struct gw_wlink_opts lo = {.heartbeat_ms = (int)opt.heartbeat_ms,
                                .router_timeout_ms = (int)opt.router_timeout_ms,
-                               .stop = &stop_flag};
+                               .stop = &stop_flag,
+                               .comm_setup_timeout_ms =
+                                   (int)opt.comm_setup_timeout_ms};
     status = gw_wlink_serve(&link, &w, &lo);
     if (w.peers_lost) {
         log_err("a tensor-parallel peer is gone (all-reduce timed out)");

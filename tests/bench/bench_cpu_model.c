@@ -19,7 +19,9 @@
  * dimension 64 (H_p = 2, so 2 groups per layer), SwiGLU 2048, vocabulary
  * 32000, tied embeddings, q/k RMSNorm. The 0.25 profile gives every
  * (layer, KV head) a budget drawn from a skewed (log-normal) distribution
- * whose mean is 0.25, clustered by budget into groups of H_p (§4.2).
+ * whose mean is 0.25, clustered by budget into groups of H_p (§4.2). The
+ * model, the budgets and the profile come from tests/support/tt_model.h,
+ * shared with bench_cuda_model.c.
  *
  * Every prefill chunk and decode step checks that the rows' physical fill
  * equals the page accounting and that the logits are finite; a failed check
@@ -44,12 +46,12 @@
 #include "common/kv_pool.h"
 #include "common/kv_seq.h"
 #include "common/mc_model_config.h"
-#include "common/pf_build.h"
 #include "common/pf_profile.h"
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_layout.h"
 #include "gpu_worker/gw_model.h"
 #include "kernels/tg_ops.h"
+#include "tests/support/tt_model.h"
 
 #define PROG "bench-cpu-model"
 #define MAX_BATCH 8
@@ -66,23 +68,9 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static uint64_t rs = 0x9e3779b97f4a7c15ull;
-
-/* xorshift64 (Marsaglia 2003), uniform in [0, 1). */
-static double urand(void)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (double)(rs >> 11) * 0x1.0p-53;
-}
-
-/* Standard normal by Box-Muller; u1 is kept away from 0 for the log. */
-static double nrand(void)
-{
-    double u1 = urand() + 0x1.0p-54, u2 = urand();
-    return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
-}
+/* The one random stream of the run (weights, budgets, ids, pool K/V), drawn
+ * in a fixed order so every run builds the same model and profile. */
+static struct tt_rng rng = {TT_RNG_SEED};
 
 static void *xcalloc(size_t n, size_t size)
 {
@@ -101,13 +89,6 @@ static void check(int rc, const char *what, const char *err)
         fprintf(stderr, PROG ": %s failed (%d): %s\n", what, rc, err);
         exit(1);
     }
-}
-
-/* Uniform values in [-a, a]. */
-static void fill_uniform(float *x, size_t n, double a)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)((urand() * 2.0 - 1.0) * a);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -138,149 +119,7 @@ static void print_load(const char *what)
         printf("%s: %.2f %.2f %.2f\n", what, la[0], la[1], la[2]);
 }
 
-/* ---- the model ---------------------------------------------------------- */
-
-struct shape {
-    int L, hidden, Hq, Hkv, d, ffn, vocab, H_p;
-};
-
-/* Parameters of the tied Qwen3 model: embedding, per layer two norms,
- * q/k/v/o projections, q/k norms and the SwiGLU MLP, then the final norm. */
-static size_t param_count(const struct shape *s)
-{
-    size_t h = (size_t)s->hidden, qd = (size_t)s->Hq * (size_t)s->d;
-    size_t kd = (size_t)s->Hkv * (size_t)s->d;
-    size_t layer = 2 * h + qd * h + 2 * kd * h + 2 * (size_t)s->d + h * qd +
-                   3 * (size_t)s->ffn * h;
-    return (size_t)s->vocab * h + (size_t)s->L * layer + h;
-}
-
-static float *carve(float **cur, size_t n)
-{
-    float *p = *cur;
-    *cur += n;
-    return p;
-}
-
-/* Builds a Qwen3-shaped model with random weights in one slab, the way
- * gw_model_load lays out a checkpoint. Matrix entries are uniform with
- * standard deviation 0.02 (the usual initializer range), norm weights 1. */
-static void model_init_random(struct gw_model *m, const struct shape *s)
-{
-    char err[256] = "";
-    memset(m, 0, sizeof(*m));
-    struct mc_model_config *c = &m->cfg;
-    c->arch = MC_ARCH_QWEN3;
-    c->hidden_size = s->hidden;
-    c->intermediate_size = s->ffn;
-    c->num_layers = s->L;
-    c->num_heads = s->Hq;
-    c->num_kv_heads = s->Hkv;
-    c->head_dim = s->d;
-    c->vocab_size = s->vocab;
-    c->max_position_embeddings = 40960;
-    c->rms_norm_eps = 1e-6;
-    c->rope_theta = 1000000.0;
-    c->rope_scaling.type = MC_ROPE_DEFAULT;
-    c->tie_word_embeddings = true;
-    c->qk_norm = true;
-    c->bos_token_id = -1;
-    snprintf(c->torch_dtype, sizeof(c->torch_dtype), "float32");
-    check(mc_model_config_validate(c, err, sizeof(err)), "model config", err);
-
-    m->n_layers = s->L;
-    m->hidden = s->hidden;
-    m->n_q_heads = s->Hq;
-    m->n_kv_heads = s->Hkv;
-    m->head_dim = s->d;
-    m->ffn = s->ffn;
-    m->vocab = s->vocab;
-    m->max_positions = (int)c->max_position_embeddings;
-    m->norm_eps = (float)c->rms_norm_eps;
-    m->tied = 1;
-
-    size_t h = (size_t)s->hidden, qd = (size_t)s->Hq * (size_t)s->d;
-    size_t kd = (size_t)s->Hkv * (size_t)s->d, f = (size_t)s->ffn;
-    m->slab_floats = param_count(s);
-    m->slab = xcalloc(m->slab_floats, sizeof(float));
-    m->layers = xcalloc((size_t)s->L, sizeof(*m->layers));
-    m->inv_freq = xcalloc((size_t)s->d / 2, sizeof(float));
-    check(mc_rope_inv_freq(c, m->inv_freq), "RoPE frequencies", "head_dim");
-
-    const double a = 0.02 * sqrt(3.0);
-    float *cur = m->slab;
-    m->embed = carve(&cur, (size_t)s->vocab * h);
-    fill_uniform(m->embed, (size_t)s->vocab * h, a);
-    m->lm_head = m->embed;
-    for (int l = 0; l < s->L; l++) {
-        struct gw_layer *w = &m->layers[l];
-        w->attn_norm = carve(&cur, h);
-        w->wq = carve(&cur, qd * h);
-        w->wk = carve(&cur, kd * h);
-        w->wv = carve(&cur, kd * h);
-        w->q_norm = carve(&cur, (size_t)s->d);
-        w->k_norm = carve(&cur, (size_t)s->d);
-        w->wo = carve(&cur, h * qd);
-        w->ffn_norm = carve(&cur, h);
-        w->w_gate = carve(&cur, f * h);
-        w->w_up = carve(&cur, f * h);
-        w->w_down = carve(&cur, h * f);
-        fill_uniform(w->wq, qd * h, a);
-        fill_uniform(w->wk, kd * h, a);
-        fill_uniform(w->wv, kd * h, a);
-        fill_uniform(w->wo, h * qd, a);
-        fill_uniform(w->w_gate, f * h, a);
-        fill_uniform(w->w_up, f * h, a);
-        fill_uniform(w->w_down, h * f, a);
-        for (size_t i = 0; i < h; i++)
-            w->attn_norm[i] = w->ffn_norm[i] = 1.0f;
-        for (int i = 0; i < s->d; i++)
-            w->q_norm[i] = w->k_norm[i] = 1.0f;
-    }
-    m->final_norm = carve(&cur, h);
-    for (size_t i = 0; i < h; i++)
-        m->final_norm[i] = 1.0f;
-    if ((size_t)(cur - m->slab) != m->slab_floats) {
-        fprintf(stderr, PROG ": weight slab carved %zu of %zu floats\n",
-                (size_t)(cur - m->slab), m->slab_floats);
-        exit(1);
-    }
-}
-
 /* ---- the two KV variants ------------------------------------------------ */
-
-/* Head budgets (n values) with a log-normal spread (sigma 1), scaled so the
- * mean of the budgets clipped to [1/1024, 1] is `target`: a few heads keep
- * most keys, most keep few, as calibrated profiles do (TANGRAM, Kim et
- * al.: per-head retention is strongly non-uniform). The clipped
- * mean is non-decreasing in the scale, so bisection finds it. */
-static void skewed_budgets(double *b, int n, double target)
-{
-    double *raw = xcalloc((size_t)n, sizeof(double));
-    for (int i = 0; i < n; i++)
-        raw[i] = exp(nrand());
-    double lo = 0.0, hi = 1.0;
-    for (;;) {
-        double sum = 0;
-        for (int i = 0; i < n; i++)
-            sum += fmin(1.0, fmax(PF_BUDGET_MIN, hi * raw[i]));
-        if (sum / n >= target)
-            break;
-        hi *= 2.0;
-    }
-    for (int it = 0; it < 100; it++) {
-        double mid = 0.5 * (lo + hi), sum = 0;
-        for (int i = 0; i < n; i++)
-            sum += fmin(1.0, fmax(PF_BUDGET_MIN, mid * raw[i]));
-        if (sum / n < target)
-            lo = mid;
-        else
-            hi = mid;
-    }
-    for (int i = 0; i < n; i++)
-        b[i] = fmin(1.0, fmax(PF_BUDGET_MIN, hi * raw[i]));
-    free(raw);
-}
 
 /* One way of keeping KV for one model: profile, layout, page accounting
  * pool and forward runtime (with its physical pool). */
@@ -307,25 +146,9 @@ static void variant_init(struct variant *v, const char *name,
     v->name = name;
     v->model = m;
     int L = m->n_layers, H = m->n_kv_heads;
-    if (budgets == NULL) {
-        check(pf_profile_init_full(&v->prof, L, H, m->head_dim, H_p, err,
-                                   sizeof(err)), "full profile", err);
-    } else {
-        check(pf_profile_init(&v->prof, "Qwen3ForCausalLM", "snapkv", L, H,
-                              m->head_dim, H_p, err, sizeof(err)),
-              "profile", err);
-        v->prof.target_ratio = TARGET_RATIO;
-        v->prof.alpha = 2.0;
-        v->prof.samples = 50;
-        for (int i = 0; i < L * H; i++) {
-            /* A profile as if calibrated with std 0: mean = budget. */
-            v->prof.budget[i] = budgets[i];
-            v->prof.mean[i] = budgets[i];
-            v->prof.std[i] = 0.0;
-        }
-        check(pf_profile_regroup(&v->prof, H_p, PF_GROUPING_CLUSTERED, err,
-                                 sizeof(err)), "profile grouping", err);
-    }
+    check(tt_profile_from_budgets(&v->prof, "Qwen3ForCausalLM", L, H,
+                                  m->head_dim, H_p, budgets, TARGET_RATIO, err,
+                                  sizeof(err)), "profile", err);
     struct kv_forced_rule rule = kv_forced_rule_snapkv();
     check(gw_layout_from_profile(&v->lay, &v->prof, KV_PAGE_SIZE_DEFAULT,
                                  KV_PREFILL_CHUNK_DEFAULT, &rule, err,
@@ -341,7 +164,7 @@ static void variant_init(struct variant *v, const char *name,
                           err, sizeof(err)), "runtime", err);
     /* Synthetic K/V for decode contexts: post-RoPE keys of a q/k-normed
      * model have entries of magnitude ~1. */
-    fill_uniform(v->rt.pool, (size_t)n_pages * v->page_floats, 1.0);
+    tt_fill_uniform(&rng, v->rt.pool, (size_t)n_pages * v->page_floats, 1.0);
 }
 
 static void variant_free(struct variant *v)
@@ -459,7 +282,8 @@ static double prefill_chunk(struct variant *v, struct bseq *s,
                             float *logits)
 {
     char err[256] = "";
-    struct gw_prefill_out po = {.last_logits = last ? logits : NULL};
+    struct gw_prefill_out po = {.want_logits = last,
+                                .last_logits = last ? logits : NULL};
     double t0 = now();
     check(gw_forward_prefill(&v->rt, &s->gs, ids + off, m, &po, err,
                              sizeof(err)), "prefill chunk", err);
@@ -541,10 +365,10 @@ static double decode_step(struct decode_set *ds, struct variant *v,
         check(kv_seq_reserve_decode(&s->kv, &v->lay.kv, &v->pool, 1, err,
                                     sizeof(err)), "decode reservation", err);
         bseq_refresh(s, v);
-        ids[b] = (int32_t)(urand() * v->model->vocab);
+        ids[b] = (int32_t)(tt_rng_uniform(&rng) * v->model->vocab);
     }
     double t0 = now();
-    check(gw_forward_decode(&v->rt, ds->ptr, ids, ds->batch, logits, err,
+    check(gw_forward_decode(&v->rt, ds->ptr, ids, ds->batch, 1, logits, err,
                             sizeof(err)), "decode step", err);
     double dt = now() - t0;
     for (int b = 0; b < ds->batch; b++)
@@ -567,7 +391,8 @@ static void decode_free(struct decode_set *ds, struct variant *v)
 /* ---- the plan ----------------------------------------------------------- */
 
 struct plan {
-    struct shape sh;
+    struct tt_shape sh;
+    int H_p;                         /* heads per page */
     int prefill_short, prefill_long; /* prompt tokens */
     int long_layers;                 /* layers of the long prefill row */
     int dec_ctx[MAX_CTX];
@@ -577,14 +402,14 @@ struct plan {
 };
 
 static const struct plan plan_full = {
-    .sh = {12, 768, 12, 4, 64, 2048, 32000, 2},
+    .sh = {MC_ARCH_QWEN3, 12, 768, 12, 4, 64, 2048, 32000, 1}, .H_p = 2,
     .prefill_short = 1024, .prefill_long = 8192, .long_layers = 2,
     .dec_ctx = {1024, 8192, 32768}, .n_dec_ctx = 3,
     .batch8_max_ctx = 8192, .steps = 10, .warm = 2,
 };
 
 static const struct plan plan_quick = {
-    .sh = {2, 64, 8, 4, 16, 128, 512, 2},
+    .sh = {MC_ARCH_QWEN3, 2, 64, 8, 4, 16, 128, 512, 1}, .H_p = 2,
     .prefill_short = 512, .prefill_long = 1536, .long_layers = 1,
     .dec_ctx = {256, 1024, 4096}, .n_dec_ctx = 3,
     .batch8_max_ctx = 1024, .steps = 3, .warm = 1,
@@ -594,7 +419,7 @@ static int32_t *random_ids(int n, int vocab)
 {
     int32_t *ids = xcalloc((size_t)n, sizeof(int32_t));
     for (int i = 0; i < n; i++)
-        ids[i] = (int32_t)(urand() * vocab);
+        ids[i] = (int32_t)(tt_rng_uniform(&rng) * vocab);
     return ids;
 }
 
@@ -639,7 +464,7 @@ static void bench_prefill(const struct plan *pl, struct gw_model *m,
     struct gw_model mp = *m;
     mp.n_layers = Lp;
     mp.cfg.num_layers = Lp;
-    int H_p = pl->sh.H_p;
+    int H_p = pl->H_p;
     int32_t pf = (int32_t)seq_pages_bound(&mp, H_p, NULL, pl->prefill_long, 0);
     int32_t pq = (int32_t)seq_pages_bound(&mp, H_p, budgets, pl->prefill_long, 0);
     struct variant lf, lq;
@@ -720,7 +545,8 @@ int main(int argc, char **argv)
     struct plan pl = quick ? plan_quick : plan_full;
     if (long_layers > 0)
         pl.long_layers = long_layers;
-    const struct shape *sh = &pl.sh;
+    const struct tt_shape *sh = &pl.sh;
+    const int H_p = pl.H_p;
     double t_start = now();
 
     struct tg_backend *be = NULL;
@@ -729,9 +555,12 @@ int main(int argc, char **argv)
         return 1;
     }
     struct gw_model model;
-    model_init_random(&model, sh);
+    char err[256] = "";
+    check(tt_model_init_random(&model, sh, &rng, err, sizeof(err)),
+          "random model", err);
     double *budgets = xcalloc((size_t)sh->L * (size_t)sh->Hkv, sizeof(double));
-    skewed_budgets(budgets, sh->L * sh->Hkv, TARGET_RATIO);
+    check(tt_skewed_budgets(&rng, budgets, sh->L * sh->Hkv, TARGET_RATIO),
+          "skewed budgets", "bad size or target");
     double bsum = 0, bmin = 1, bmax = 0;
     for (int i = 0; i < sh->L * sh->Hkv; i++) {
         bsum += budgets[i];
@@ -740,7 +569,7 @@ int main(int argc, char **argv)
     }
 
     print_load("load average at the start");
-    size_t params = param_count(sh);
+    size_t params = tt_model_param_count(sh);
     if (threads > 0)
         printf(PROG ": CPU backend, %s mode, %d threads\n",
                quick ? "quick" : "full", threads);
@@ -753,9 +582,9 @@ int main(int argc, char **argv)
            sh->vocab);
     printf("parameters: %zu (%.1f MB fp32)\n", params, params * 4.0 / 1e6);
     printf("KV paging: P = %d tokens, H_p = %d heads per page (%d groups per "
-           "layer), page = %zu bytes\n", KV_PAGE_SIZE_DEFAULT, sh->H_p,
-           sh->Hkv / sh->H_p,
-           (size_t)sh->H_p * 2 * KV_PAGE_SIZE_DEFAULT * (size_t)sh->d * 4);
+           "layer), page = %zu bytes\n", KV_PAGE_SIZE_DEFAULT, H_p,
+           sh->Hkv / H_p,
+           (size_t)H_p * 2 * KV_PAGE_SIZE_DEFAULT * (size_t)sh->d * 4);
     printf("profile 0.25: %d head budgets, log-normal spread, mean %.4f "
            "(min %.4f, max %.4f), clustered groups, snapkv forced keys "
            "(window %d, sinks %d)\n", sh->L * sh->Hkv,
@@ -765,12 +594,12 @@ int main(int argc, char **argv)
     /* Pools of the 12-layer variants: the largest of the short prefill and
      * every decode row (batch included). */
     int steps_all = pl.warm + pl.steps;
-    int64_t need_f = seq_pages_bound(&model, sh->H_p, NULL, pl.prefill_short, 0);
-    int64_t need_q = seq_pages_bound(&model, sh->H_p, budgets, pl.prefill_short, 0);
+    int64_t need_f = seq_pages_bound(&model, H_p, NULL, pl.prefill_short, 0);
+    int64_t need_q = seq_pages_bound(&model, H_p, budgets, pl.prefill_short, 0);
     for (int c = 0; c < pl.n_dec_ctx; c++) {
         int b = pl.dec_ctx[c] <= pl.batch8_max_ctx ? MAX_BATCH : 1;
-        int64_t f = b * seq_pages_bound(&model, sh->H_p, NULL, pl.dec_ctx[c], steps_all);
-        int64_t q = b * seq_pages_bound(&model, sh->H_p, budgets, pl.dec_ctx[c], steps_all);
+        int64_t f = b * seq_pages_bound(&model, H_p, NULL, pl.dec_ctx[c], steps_all);
+        int64_t q = b * seq_pages_bound(&model, H_p, budgets, pl.dec_ctx[c], steps_all);
         need_f = f > need_f ? f : need_f;
         need_q = q > need_q ? q : need_q;
     }
@@ -779,13 +608,13 @@ int main(int argc, char **argv)
         return 1;
     }
     struct variant full, prof;
-    variant_init(&full, "full", &model, sh->H_p, NULL, (int32_t)need_f, be);
-    variant_init(&prof, "0.25", &model, sh->H_p, budgets, (int32_t)need_q, be);
+    variant_init(&full, "full", &model, H_p, NULL, (int32_t)need_f, be);
+    variant_init(&prof, "0.25", &model, H_p, budgets, (int32_t)need_q, be);
     double gsum = 0;
     for (int i = 0; i < prof.rows; i++)
         gsum += prof.lay.kv.group_budget[i];
     printf("profile 0.25: mean group budget %.4f (a group keeps the max of "
-           "its %d heads' budgets)\n", gsum / prof.rows, sh->H_p);
+           "its %d heads' budgets)\n", gsum / prof.rows, H_p);
     printf("KV pools: full %lld pages (%.1f MB), 0.25 %lld pages (%.1f MB)\n",
            (long long)need_f, need_f * full.page_floats * 4.0 / 1e6,
            (long long)need_q, need_q * prof.page_floats * 4.0 / 1e6);

@@ -11,8 +11,14 @@ after a near-tie of the --tp 1 run's top two log-probabilities); the pages
 used on rank 0 and rank 1 (tangram_kv_pages_used{rank=...}) grow while a
 streaming request runs and return to their level once it is cancelled. With
 full KV, SIGKILL of the rank 1 worker: the in-flight stream ends with an
-error, both workers are restarted (new pids, a new --comm-id shared by
-both), /health returns to 200 and completions again match --tp 1.
+error, both workers are restarted (new pids), /health returns to 200 and
+completions again match --tp 1.
+
+The communicator: no --comm-id on any command line; worker rank 0 names
+the group after its pid (/tangram-<pid>-<hex>), the router relays it in a
+CommSetup and both ranks log that they joined that one group (after the
+restart: a new one, of the new rank 0). No segment of a finished rank 0
+stays in /dev/shm.
 
 This needs a worker that accepts --world-size 2: when tangram-worker
 refuses it the test FAILS (it does not skip), naming the worker's message.
@@ -27,6 +33,9 @@ import signal
 import subprocess
 import sys
 import time
+
+JOINED = re.compile(r"worker/(\d+)\[(\d+)\] joined the communicator group "
+                    r"\((/tangram-(\d+)-[0-9a-f]{16}), world size 2\)")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import daemon_util as du  # noqa: E402
@@ -185,6 +194,26 @@ def long_prompt(tag):
     return "%s %s" % (tag, " ".join("w%d" % i for i in range(120)))
 
 
+def group_of(d, ranks):
+    """The group id both live ranks ({rank: pid}) logged joining, when it
+    is one and carries rank 0's pid; else None."""
+    seen = {}
+    for rank, pid, gid, owner in JOINED.findall(d.log_text()):
+        if ranks.get(int(rank)) == int(pid):
+            seen[int(rank)] = (gid, int(owner))
+    if sorted(seen) != [0, 1] or seen[0] != seen[1] or \
+            seen[0][1] != ranks.get(0):
+        return None
+    return seen[0][0]
+
+
+def shm_left(pid):
+    if not os.path.isdir("/dev/shm"):
+        return []
+    return [n for n in os.listdir("/dev/shm")
+            if n.startswith("tangram-%d-" % pid)]
+
+
 def check_pages(d, name):
     base = du.wait_for(lambda: pages(d), 5)
     if not C.check(base is not None and None not in base,
@@ -216,10 +245,11 @@ def check_tp2(model, work, args, profile, ref, name, kill):
         w = worker_pids(d)
         C.check(sorted(w) == [0, 1], "%s: two workers, ranks 0 and 1" % name,
                 w)
-        ids = {du.cmdline(p).split("--comm-id ")[-1].split(" ")[0]
-               for p in w.values() if "--comm-id" in du.cmdline(p)}
-        C.check(len(ids) == 1 and len(w) == 2,
-                "%s: both workers share one --comm-id" % name, ids)
+        C.check(not any("--comm-id" in du.cmdline(p) for p in w.values()),
+                "%s: no --comm-id on the workers' command lines" % name)
+        ids = group_of(d, w)
+        C.check(ids is not None, "%s: both ranks joined one group named by "
+                "rank 0 after its pid" % name, JOINED.findall(d.log_text()))
         got = [complete(d, p) for p in PROMPTS]
         for i, (r, g) in enumerate(zip(ref, got)):
             C.check(same_greedy(r, g), "%s: prompt %d greedy tokens equal "
@@ -249,11 +279,13 @@ def check_tp2(model, work, args, profile, ref, name, kill):
         C.check(du.wait_for(lambda: d.health() == 200, 60),
                 "kill: /health 200 again after %.1f s" % (time.time() - t0))
         if new:
-            ids2 = {du.cmdline(p).split("--comm-id ")[-1].split(" ")[0]
-                    for p in new.values()}
-            C.check(len(ids2) == 1 and not (ids2 & ids),
-                    "kill: restarted group has a new shared comm id",
-                    (ids, ids2))
+            ids2 = du.wait_for(lambda: group_of(d, new), 10)
+            C.check(ids2 is not None and ids2 != ids,
+                    "kill: the restarted ranks joined a new group of the "
+                    "new rank 0", (ids, ids2))
+            C.check(not shm_left(old[0]),
+                    "kill: nothing of the old rank 0 left in /dev/shm",
+                    shm_left(old[0]))
         log = d.log_text()
         C.check("tensor-parallel group" in log,
                 "kill: router and supervisor ended the whole group")
@@ -264,6 +296,9 @@ def check_tp2(model, work, args, profile, ref, name, kill):
         rc, left = d.stop()
         C.check(rc == 0 and not left, "kill: clean stop (rc %s, left %s)" %
                 (rc, left))
+        if new:
+            C.check(not shm_left(new[0]), "kill: rank 0 removed its group's "
+                    "shared memory on exit", shm_left(new[0]))
         C.check(not d.sanitizer_reports(), "no sanitizer reports",
                 d.sanitizer_reports()[:5])
 

@@ -58,6 +58,14 @@ void tt_fake_hello(struct tt_fake *f, const struct tt_hello_opts *o)
     h.pid = (uint32_t)getpid();
     h.pages_total = o && o->pages_total ? o->pages_total : 64;
     h.layout = &lay;
+    char id[64];
+    snprintf(id, sizeof id, "fake-group-%d", (int)getpid());
+    const char *cid = o && o->comm_id ? o->comm_id : id;
+    if (h.rank == 0) {
+        h.comm_id.data = (uint8_t *)cid;
+        h.comm_id.len = strlen(cid);
+    }
+    h.comm_kind = (char *)"shm";
     wmsg_t m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
     m.version = 1;
     m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_HELLO;
@@ -110,6 +118,20 @@ static void fake_heartbeat(struct tt_fake *f)
     m.version = 1;
     m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_HEARTBEAT;
     m.heartbeat = &hb;
+    tt_fake_send(f, &m);
+}
+
+void tt_fake_comm_ready(struct tt_fake *f, int ok, const char *error)
+{
+    Tangram__Worker__V1__CommReady cr = TANGRAM__WORKER__V1__COMM_READY__INIT;
+    cr.version = 1;
+    cr.rank = (uint32_t)f->rank;
+    cr.ok = ok != 0;
+    cr.error = (char *)error;
+    wmsg_t m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
+    m.version = 1;
+    m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_COMM_READY;
+    m.comm_ready = &cr;
     tt_fake_send(f, &m);
 }
 
@@ -184,6 +206,20 @@ void tt_fake_service(struct tt_fake *f)
                                                                    NULL);
             f->plan = m;
             continue; /* kept */
+        case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_COMM_SETUP: {
+            const Tangram__Worker__V1__CommSetup *cs = m->comm_setup;
+            f->n_setup++;
+            snprintf(f->setup_id, sizeof f->setup_id, "%.*s",
+                     (int)(cs->comm_id.len < 63 ? cs->comm_id.len : 63),
+                     cs->comm_id.len ? (const char *)cs->comm_id.data : "");
+            snprintf(f->setup_kind, sizeof f->setup_kind, "%s",
+                     cs->comm_kind);
+            f->setup_world = cs->world_size;
+            if (!f->silent && f->comm != TT_COMM_NONE)
+                tt_fake_comm_ready(f, f->comm == TT_COMM_OK,
+                                   f->comm == TT_COMM_OK ? "" : "no group");
+            break;
+        }
         case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_SHUTDOWN:
             f->n_shutdown++;
             f->last_drain = m->shutdown->drain;

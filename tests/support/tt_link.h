@@ -38,12 +38,24 @@ enum tt_answer {
     TT_ANSWER_VOCAB,       /* rank 0: token ids outside the vocabulary */
 };
 
+/* How a fake answers a CommSetup. */
+enum tt_comm {
+    TT_COMM_OK = 0,        /* CommReady ok at once */
+    TT_COMM_FAIL,          /* CommReady ok = false, "no group" */
+    TT_COMM_NONE,          /* never answers */
+};
+
 /* One fake worker rank; zeroed when closed. */
 struct tt_fake {
     void *sock;
     int rank;
     int silent;             /* no heartbeats, no answers */
     enum tt_answer answer;
+    enum tt_comm comm;
+    int n_setup;            /* CommSetups received */
+    char setup_id[64];      /* comm_id of the last one (text) */
+    char setup_kind[16];
+    uint32_t setup_world;
     int n_hb, n_plans, n_shutdown, last_drain;
     char last_reason[256];
     Tangram__Worker__V1__WorkerMessage *plan; /* last plan received (owned) */
@@ -52,9 +64,11 @@ struct tt_fake {
 };
 
 /* Hello fields that differ from the fixture's layout; 0 keeps the default
- * (world 2, head_dim 8, 64 pages, the fake's own rank). */
+ * (world 2, head_dim 8, 64 pages, the fake's own rank; rank 0 names the
+ * group "fake-group-<pid>", kind "shm"). */
 struct tt_hello_opts {
     uint32_t world_size, head_dim, pages_total, hello_rank;
+    const char *comm_id;   /* NULL: the default; "": none */
 };
 
 /* The router side: loop, link, fakes and what the callbacks saw. */
@@ -117,9 +131,13 @@ void tt_fake_close(struct tt_fake *f);
  * 100 + slot for every entry with sample set, with two alternatives. */
 void tt_fake_answer(struct tt_fake *f, const Tangram__Worker__V1__BatchPlan *p);
 
+/* Sends a CommReady for f's rank with `ok` and `error`. */
+void tt_fake_comm_ready(struct tt_fake *f, int ok, const char *error);
+
 /* Reads everything waiting on f's socket without blocking (counting
- * heartbeats and Shutdowns, keeping and answering plans) and heartbeats
- * every 5 ms unless silent; a no-op on a closed fake. */
+ * heartbeats and Shutdowns, keeping and answering plans, answering
+ * CommSetups as f->comm says) and heartbeats every 5 ms unless silent; a
+ * no-op on a closed fake. */
 void tt_fake_service(struct tt_fake *f);
 
 /* Returns the link configuration of a world of T ranks with the fixture's

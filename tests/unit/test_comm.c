@@ -1,9 +1,13 @@
-/* test_comm.c — gw_comm, the shared-memory all-reduce: T = 2 and 3 forked
- * ranks all-reduce random vectors (sizes from 1 to beyond one slot) many
- * times and each gets, bit for bit, the serial sum in rank order; world 1
- * is a no-op; a peer that never arrives (at join or in a later call) gives
- * TG_ETIMEDOUT within the timeout; mismatched world sizes do not join; bad
- * arguments are refused; free is safe on a zeroed comm. */
+/* test_comm.c — gw_comm, the shared-memory all-reduce and gather: T = 2
+ * and 3 forked ranks all-reduce random vectors (sizes from 1 to beyond one
+ * slot) many times and each gets, bit for bit, the serial sum in rank
+ * order, with a gather onto rank 0 between every two all-reduces that
+ * puts every rank's vector in rank order (also beyond one slot); world 1
+ * is a no-op (gather: a copy); a peer that never arrives (at join or in a
+ * later call, all-reduce or gather, rank 0 or not) gives TG_ETIMEDOUT
+ * within the timeout; mismatched world sizes do not join; bad arguments
+ * are refused; free is safe on a zeroed comm; group ids carry the pid and
+ * differ per call. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -68,6 +72,7 @@ static int rank_main(const char *name, int rank, int world)
     float *x = malloc(2500 * sizeof(float));
     float *want = malloc(2500 * sizeof(float));
     float *tmp = malloc(2500 * sizeof(float));
+    float *all = malloc((size_t)world * 2500 * sizeof(float));
     int status = 0;
     for (int it = 0; it < ITERS && status == 0; it++) {
         size_t n = iter_len(it);
@@ -82,10 +87,26 @@ static int rank_main(const char *name, int rank, int world)
             status = 11;
         else if (memcmp(x, want, n * sizeof(float)) != 0)
             status = 12;
+        if (status != 0)
+            break;
+        /* A gather of another length between all-reduces: rank 0 gets
+         * every rank's operand at recv + r * m; the others pass NULL. */
+        size_t m = iter_len(it + 3);
+        operand(x, m, rank, it + 1000);
+        if (gw_comm_gather(&c, x, m, rank == 0 ? all : NULL) != 0) {
+            status = 13;
+            break;
+        }
+        for (int r = 0; rank == 0 && r < world && status == 0; r++) {
+            operand(tmp, m, r, it + 1000);
+            if (memcmp(all + (size_t)r * m, tmp, m * sizeof(float)) != 0)
+                status = 14;
+        }
     }
     free(x);
     free(want);
     free(tmp);
+    free(all);
     gw_comm_free(&c);
     return status;
 }
@@ -137,6 +158,157 @@ static void test_world_one_noop(void **state)
     assert_true(x[0] == 1.5f && x[1] == -2.0f && x[2] == 3.25f);
     assert_null(c.shm);
     gw_comm_free(&c);
+}
+
+static void test_gather_world_one(void **state)
+{
+    (void)state;
+    struct gw_comm c;
+    assert_int_equal(gw_comm_init(&c, NULL, 0, 1, 4, 100, errbuf, sizeof(errbuf)), 0);
+    float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {0};
+    assert_int_equal(gw_comm_gather(&c, x, 6, y), 0); /* beyond one slot */
+    assert_memory_equal(x, y, sizeof(x));
+    assert_int_equal(gw_comm_gather(&c, x, 6, x), 0); /* in place */
+    assert_int_equal(gw_comm_gather(&c, x, 6, NULL), TG_EINVAL);
+    assert_int_equal(gw_comm_gather(&c, x, 0, NULL), 0);
+    gw_comm_free(&c);
+    /* a zeroed comm counts as one rank, like the all-reduce */
+    struct gw_comm z;
+    memset(&z, 0, sizeof(z));
+    y[0] = 0;
+    assert_int_equal(gw_comm_gather(&z, x, 1, y), 0);
+    assert_true(y[0] == 1);
+}
+
+/* Rank 0 gathers while rank 1 (joined, alive) never calls: TG_ETIMEDOUT
+ * within the timeout, then at once. */
+static void test_gather_peer_missing(void **state)
+{
+    (void)state;
+    char name[128];
+    comm_name(name, sizeof(name), "gather-missing");
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct gw_comm c;
+        char err[256];
+        if (gw_comm_init(&c, name, 1, 2, 16, 2000, err, sizeof(err)) != 0)
+            _exit(10);
+        float x[3] = {7, 8, 9};
+        if (gw_comm_gather(&c, x, 3, NULL) != 0)
+            _exit(11);
+        sleep(2);
+        _exit(0); /* stuck: no further call */
+    }
+    struct gw_comm c;
+    assert_int_equal(gw_comm_init(&c, name, 0, 2, 16, 400, errbuf, sizeof(errbuf)), 0);
+    float x[3] = {1, 2, 3}, all[6];
+    assert_int_equal(gw_comm_gather(&c, x, 3, all), 0);
+    assert_true(all[0] == 1 && all[2] == 3 && all[3] == 7 && all[5] == 9);
+    double t0 = now_s();
+    assert_int_equal(gw_comm_gather(&c, x, 3, all), TG_ETIMEDOUT);
+    double dt = now_s() - t0;
+    assert_true(dt >= 0.35 && dt < 1.5);
+    t0 = now_s();
+    assert_int_equal(gw_comm_gather(&c, x, 3, all), TG_ETIMEDOUT);
+    assert_int_equal(gw_comm_allreduce_sum(&c, x, 3), TG_ETIMEDOUT);
+    assert_true(now_s() - t0 < 0.1);
+    gw_comm_free(&c);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* A rank > 0 waits in a gather until rank 0 has read its slot: a rank 0
+ * that never gathers makes it time out in that call. */
+static void test_gather_root_missing(void **state)
+{
+    (void)state;
+    char name[128];
+    comm_name(name, sizeof(name), "gather-root");
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct gw_comm c;
+        char err[256];
+        if (gw_comm_init(&c, name, 0, 2, 16, 2000, err, sizeof(err)) != 0)
+            _exit(10);
+        sleep(2);
+        _exit(0); /* joined, then never gathers */
+    }
+    struct gw_comm c;
+    assert_int_equal(gw_comm_init(&c, name, 1, 2, 16, 400, errbuf, sizeof(errbuf)), 0);
+    float x[2] = {1, 2};
+    double t0 = now_s();
+    assert_int_equal(gw_comm_gather(&c, x, 2, NULL), TG_ETIMEDOUT);
+    double dt = now_s() - t0;
+    assert_true(dt >= 0.35 && dt < 1.5);
+    t0 = now_s(); /* failed stays failed */
+    assert_int_equal(gw_comm_gather(&c, x, 2, NULL), TG_ETIMEDOUT);
+    assert_true(now_s() - t0 < 0.1);
+    gw_comm_free(&c);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+/* The last gather of a group: rank 1 leaves (free marks the group over)
+ * as soon as its gather returns, while rank 2 arrives late. Nobody may
+ * fail: rank 1's gather returns only once rank 0 has read every slot. */
+static void test_gather_then_leave(void **state)
+{
+    (void)state;
+    char name[128];
+    comm_name(name, sizeof(name), "gather-leave");
+    pid_t pid[3];
+    for (int r = 1; r < 3; r++) {
+        pid[r] = fork();
+        assert_true(pid[r] >= 0);
+        if (pid[r] == 0) {
+            struct gw_comm c;
+            char err[256];
+            if (gw_comm_init(&c, name, r, 3, 16, 2000, err, sizeof(err)) != 0)
+                _exit(10);
+            if (r == 2)
+                usleep(200000);
+            float x[2] = {(float)r, (float)(10 * r)};
+            int rc = gw_comm_gather(&c, x, 2, NULL);
+            gw_comm_free(&c);
+            _exit(rc == 0 ? 0 : 11);
+        }
+    }
+    struct gw_comm c;
+    assert_int_equal(gw_comm_init(&c, name, 0, 3, 16, 2000, errbuf, sizeof(errbuf)), 0);
+    float x[2] = {0, 0}, all[6];
+    assert_int_equal(gw_comm_gather(&c, x, 2, all), 0);
+    assert_true(all[2] == 1 && all[3] == 10 && all[4] == 2 && all[5] == 20);
+    gw_comm_free(&c);
+    for (int r = 1; r < 3; r++) {
+        int st;
+        assert_int_equal(waitpid(pid[r], &st, 0), pid[r]);
+        assert_true(WIFEXITED(st));
+        assert_int_equal(WEXITSTATUS(st), 0);
+    }
+}
+
+static void test_new_id(void **state)
+{
+    (void)state;
+    char a[GW_COMM_ID_MAX], b[GW_COMM_ID_MAX], prefix[64];
+    assert_int_equal(gw_comm_new_id(a, sizeof(a)), 0);
+    assert_int_equal(gw_comm_new_id(b, sizeof(b)), 0);
+    snprintf(prefix, sizeof(prefix), "/tangram-%d-", (int)getpid());
+    assert_memory_equal(a, prefix, strlen(prefix));
+    assert_int_equal(strlen(a), strlen(prefix) + 16);
+    assert_null(strchr(a + 1, '/'));
+    assert_string_not_equal(a, b);
+    /* usable as a group name */
+    struct gw_comm c;
+    assert_int_equal(gw_comm_init(&c, a, 0, 2, 4, 100, errbuf, sizeof(errbuf)),
+                     TG_ETIMEDOUT);
+    char small[8];
+    assert_int_equal(gw_comm_new_id(small, sizeof(small)), TG_ETOOBIG);
+    assert_string_equal(small, "");
 }
 
 static void test_peer_never_joins(void **state)
@@ -334,6 +506,11 @@ int main(void)
         cmocka_unit_test(test_two_ranks),
         cmocka_unit_test(test_three_ranks),
         cmocka_unit_test(test_world_one_noop),
+        cmocka_unit_test(test_gather_world_one),
+        cmocka_unit_test(test_gather_peer_missing),
+        cmocka_unit_test(test_gather_root_missing),
+        cmocka_unit_test(test_gather_then_leave),
+        cmocka_unit_test(test_new_id),
         cmocka_unit_test(test_peer_never_joins),
         cmocka_unit_test(test_peer_stops_arriving),
         cmocka_unit_test(test_peer_gives_up_fast),

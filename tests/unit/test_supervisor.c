@@ -152,7 +152,7 @@ static void test_worker_argv(void **state)
     char **argv = NULL;
     size_t argc = 0;
     char err[256];
-    assert_int_equal(td_sup_worker_argv(&o, "/bin/w", 2, "ipc:///e", NULL,
+    assert_int_equal(td_sup_worker_argv(&o, "/bin/w", 2, "ipc:///e",
                                         &argv, &argc, err, sizeof err), 0);
     const char *want[] = {"/bin/w", "--rank", "2", "--world-size", "3",
                           "--router", "ipc:///e"};
@@ -172,61 +172,66 @@ static void test_worker_argv(void **state)
     assert_null(find_flag(argv, argc, "--http-port")); /* router-only */
     assert_null(find_flag(argv, argc, "--api-key"));
     assert_int_equal(argc, 7 + 10);
+    /* The communicator is named by worker rank 0, never on a command
+     * line (proto/worker.proto CommSetup). */
     assert_null(find_flag(argv, argc, "--comm-id"));
     tg_config_argv_free(argv, argc);
     argv = NULL;
     argc = 0;
-    /* An empty comm id is no comm id. */
-    assert_int_equal(td_sup_worker_argv(&o, "/bin/w", 0, "ipc:///e", "",
-                                        &argv, &argc, err, sizeof err), 0);
-    assert_null(find_flag(argv, argc, "--comm-id"));
-    assert_int_equal(argc, 7 + 10);
-    tg_config_argv_free(argv, argc);
-    argv = NULL;
-    argc = 0;
-    /* The group's comm id follows the fixed head, as two words. */
-    assert_int_equal(td_sup_worker_argv(&o, "/bin/w", 1, "ipc:///e",
-                                        "/tangram-7-3", &argv, &argc, err,
-                                        sizeof err), 0);
-    assert_int_equal(argc, 7 + 2 + 10);
-    assert_string_equal(argv[7], "--comm-id");
-    assert_string_equal(argv[8], "/tangram-7-3");
-    assert_string_equal(find_flag(argv, argc, "--rank"), "1");
-    assert_string_equal(find_flag(argv, argc, "--model"), "/m");
-    tg_config_argv_free(argv, argc);
-    argv = NULL;
-    argc = 0;
-    assert_int_equal(td_sup_worker_argv(&o, "/bin/w", 3, "ipc:///e", NULL,
+    assert_int_equal(td_sup_worker_argv(&o, "/bin/w", 3, "ipc:///e",
                                         &argv, &argc, err, sizeof err),
                      TG_EINVAL);
     assert_int_equal(td_sup_worker_argv(&o, "/bin/w", -1, "ipc:///e",
-                                        "/tangram-1-0", &argv, &argc, err,
-                                        sizeof err), TG_EINVAL);
+                                        &argv, &argc, err, sizeof err),
+                     TG_EINVAL);
     tg_config_argv_free(argv, argc);
     td_options_free(&o);
 }
 
-static void test_comm_id(void **state)
+static void touch(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fclose(f);
+}
+
+static bool exists(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* What a killed worker rank 0 leaves in /dev/shm goes, and only that. */
+static void test_shm_forget(void **state)
 {
     (void)state;
-    char buf[64], err[128];
-    assert_int_equal(td_sup_comm_id(buf, sizeof buf, 4242, 0, err,
-                                    sizeof err), 0);
-    assert_string_equal(buf, "/tangram-4242-0");
-    assert_int_equal(td_sup_comm_id(buf, sizeof buf, 4242, 17, err,
-                                    sizeof err), 0);
-    assert_string_equal(buf, "/tangram-4242-17");
-    /* Largest values still fit a small buffer and stay one path element. */
-    assert_int_equal(td_sup_comm_id(buf, sizeof buf, 2147483647L,
-                                    UINT64_MAX, err, sizeof err), 0);
-    assert_string_equal(buf, "/tangram-2147483647-18446744073709551615");
-    assert_null(strchr(buf + 1, '/'));
-    /* Too small: an error, never a truncated (colliding) name. */
-    char small[12];
-    assert_int_equal(td_sup_comm_id(small, sizeof small, 4242, 17, err,
-                                    sizeof err), TG_ETOOBIG);
-    assert_string_equal(small, "");
-    assert_non_null(strstr(err, "4242"));
+    char dir[] = "/tmp/tg_test_shm.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    touch(dir, "tangram-4242-00000000deadbeef");
+    touch(dir, "tangram-4242-1");
+    touch(dir, "tangram-42420-0123");   /* another pid with that prefix */
+    touch(dir, "tangram-424-77");
+    touch(dir, "other-4242-1");
+    char err[256];
+    assert_int_equal(td_sup_shm_forget(dir, 4242, err, sizeof err), 2);
+    assert_false(exists(dir, "tangram-4242-00000000deadbeef"));
+    assert_false(exists(dir, "tangram-4242-1"));
+    assert_true(exists(dir, "tangram-42420-0123"));
+    assert_true(exists(dir, "tangram-424-77"));
+    assert_true(exists(dir, "other-4242-1"));
+    assert_int_equal(td_sup_shm_forget(dir, 4242, err, sizeof err), 0);
+    /* A missing directory has nothing left behind. */
+    assert_int_equal(td_sup_shm_forget("/nonexistent-tg-shm", 1, err,
+                                       sizeof err), 0);
+    assert_int_equal(td_sup_shm_forget(dir, 42420, err, sizeof err), 1);
+    assert_int_equal(td_sup_shm_forget(dir, 424, err, sizeof err), 1);
+    char left[600];
+    snprintf(left, sizeof left, "%s/other-4242-1", dir);
+    assert_int_equal(unlink(left), 0);
+    assert_int_equal(rmdir(dir), 0);
 }
 
 static bool env_has(char **env, size_t n, const char *kv)
@@ -419,7 +424,7 @@ int main(void)
         cmocka_unit_test(test_notify_parse),
         cmocka_unit_test(test_router_argv),
         cmocka_unit_test(test_worker_argv),
-        cmocka_unit_test(test_comm_id),
+        cmocka_unit_test(test_shm_forget),
         cmocka_unit_test(test_child_env),
         cmocka_unit_test(test_paths),
         cmocka_unit_test(test_run_spawn_failure),

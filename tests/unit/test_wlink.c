@@ -1,5 +1,8 @@
 /* test_wlink.c — the real tangram-worker process against a ZMQ_ROUTER in
- * the test: Hello with the layout on connect, a plan for a short prompt
+ * the test: Hello with the layout and rank 0's comm group on connect, a
+ * plan before the CommSetup refused, CommSetup answered with CommReady ok
+ * (a bad one with ok = false and exit 6, none in time: exit 6), a plan for
+ * a short prompt
  * (pages from a local kv_pool / kv_seq reservation, as the router does)
  * answered with the greedy token gw_engine_generate gives, heartbeats
  * arriving, a wrong-version plan answered with ok = false, Shutdown ->
@@ -67,7 +70,8 @@ struct router {
     pid_t pid;
 };
 
-static void router_start(struct router *r, int timeout_ms)
+static void router_start_setup(struct router *r, int timeout_ms,
+                               const char *setup_ms)
 {
     if (model_dir[0] == '\0')
         skip();
@@ -84,6 +88,8 @@ static void router_start(struct router *r, int timeout_ms)
     r->pid = fork();
     assert_true(r->pid >= 0);
     if (r->pid == 0) {
+        if (setup_ms != NULL)
+            setenv("TANGRAM_COMM_SETUP_TIMEOUT_MS", setup_ms, 1);
         execl(worker_exe, worker_exe, "--model", model_dir, "--router",
               r->endpoint, "--page-size", "8", "--prefill-chunk", "16",
               "--kv-pages", "256", "--max-num-seqs", "4", "--heartbeat-ms",
@@ -91,6 +97,11 @@ static void router_start(struct router *r, int timeout_ms)
               "--log-level", "err", (char *)NULL);
         _exit(127);
     }
+}
+
+static void router_start(struct router *r, int timeout_ms)
+{
+    router_start_setup(r, timeout_ms, NULL);
 }
 
 /* Waits for the worker to exit within ms; returns its exit status, or -1
@@ -179,6 +190,21 @@ static void send_shutdown(struct router *r)
     router_send(r, &m);
 }
 
+static void send_comm_setup(struct router *r, uint32_t world, const char *id)
+{
+    Tangram__Worker__V1__CommSetup cs = TANGRAM__WORKER__V1__COMM_SETUP__INIT;
+    cs.version = 1;
+    cs.world_size = world;
+    cs.comm_kind = (char *)"shm";
+    cs.comm_id.data = (uint8_t *)id;
+    cs.comm_id.len = strlen(id);
+    GwWorkerMessage m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
+    m.version = 1;
+    m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_COMM_SETUP;
+    m.comm_setup = &cs;
+    router_send(r, &m);
+}
+
 static void test_plan_heartbeat_shutdown(void **state)
 {
     (void)state;
@@ -196,6 +222,15 @@ static void test_plan_heartbeat_shutdown(void **state)
     assert_int_equal(hello->hello->layout->num_layers, 2);
     assert_int_equal(hello->hello->layout->page_size, PAGE);
     assert_string_equal(hello->hello->layout->backend, "cpu");
+    /* Rank 0 names its group after its pid. */
+    char prefix[64], comm_id[128];
+    snprintf(prefix, sizeof(prefix), "/tangram-%d-", (int)r.pid);
+    assert_string_equal(hello->hello->comm_kind, "shm");
+    assert_true(hello->hello->comm_id.len > strlen(prefix) &&
+                hello->hello->comm_id.len < sizeof(comm_id));
+    memcpy(comm_id, hello->hello->comm_id.data, hello->hello->comm_id.len);
+    comm_id[hello->hello->comm_id.len] = '\0';
+    assert_memory_equal(comm_id, prefix, strlen(prefix));
     uint32_t pages_total = hello->hello->pages_total;
     gw_wlink_msg_free(hello);
 
@@ -270,8 +305,28 @@ static void test_plan_heartbeat_shutdown(void **state)
     m.version = 1;
     m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_PLAN;
     m.plan = &bp;
+    /* Before the CommSetup no plan runs (and the refusal changes
+     * nothing: the same step id is accepted afterwards). */
     router_send(&r, &m);
     GwWorkerMessage *res = next_msg(&r, 5000, &n_hb);
+    assert_non_null(res);
+    assert_int_equal(res->body_case,
+                     TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_RESULT);
+    assert_false(res->result->ok);
+    assert_non_null(strstr(res->result->error, "CommSetup"));
+    gw_wlink_msg_free(res);
+    /* One rank joins at once (T = 1 takes the same path as T > 1). */
+    send_comm_setup(&r, 1, comm_id);
+    res = next_msg(&r, 5000, &n_hb);
+    assert_non_null(res);
+    assert_int_equal(res->body_case,
+                     TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_COMM_READY);
+    assert_true(res->comm_ready->ok);
+    assert_int_equal(res->comm_ready->rank, 0);
+    gw_wlink_msg_free(res);
+    /* Joined: the same plan runs now. */
+    router_send(&r, &m);
+    res = next_msg(&r, 5000, &n_hb);
     assert_non_null(res);
     assert_int_equal(res->body_case,
                      TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_RESULT);
@@ -322,6 +377,53 @@ static void test_plan_heartbeat_shutdown(void **state)
     kv_pool_free(&pool);
     gw_gen_result_free(&ref);
     gw_engine_free(&eng);
+}
+
+static void test_bad_comm_setup_exits_6(void **state)
+{
+    (void)state;
+    struct router r;
+    router_start(&r, 3000);
+    int n_hb = 0;
+    GwWorkerMessage *hello = next_msg(&r, 20000, &n_hb);
+    assert_non_null(hello);
+    gw_wlink_msg_free(hello);
+    /* A world size the worker was not started for: CommReady ok = false
+     * with the reason, then exit 6. */
+    send_comm_setup(&r, 2, "/tangram-test-none");
+    GwWorkerMessage *res = next_msg(&r, 5000, &n_hb);
+    assert_non_null(res);
+    assert_int_equal(res->body_case,
+                     TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_COMM_READY);
+    assert_false(res->comm_ready->ok);
+    assert_non_null(strstr(res->comm_ready->error, "world size 2"));
+    gw_wlink_msg_free(res);
+    assert_int_equal(router_wait(&r, 5000), 6);
+    router_stop(&r);
+}
+
+static void test_no_comm_setup_exits_6(void **state)
+{
+    (void)state;
+    struct router r;
+    router_start_setup(&r, 3000, "400");
+    int n_hb = 0;
+    GwWorkerMessage *hello = next_msg(&r, 20000, &n_hb);
+    assert_non_null(hello);
+    gw_wlink_msg_free(hello);
+    /* Heartbeats flow while it waits; then it gives up. */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    GwWorkerMessage *x = next_msg(&r, 1000, &n_hb);
+    assert_null(x);
+    assert_true(n_hb >= 3);
+    int st = router_wait(&r, 5000);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_int_equal(st, 6);
+    double el = (double)(t1.tv_sec - t0.tv_sec) +
+                (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    assert_true(el < 2.0);
+    router_stop(&r);
 }
 
 static void test_router_silence_exits_3(void **state)
@@ -377,6 +479,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_heartbeat_shutdown),
+        cmocka_unit_test(test_bad_comm_setup_exits_6),
+        cmocka_unit_test(test_no_comm_setup_exits_6),
         cmocka_unit_test(test_router_silence_exits_3),
         cmocka_unit_test(test_garbage_exits_4),
         cmocka_unit_test(test_sigterm_exits_0),

@@ -80,6 +80,14 @@ static void worker_open(struct gw_worker *w, const char *profile)
     if (rc != 0)
         fprintf(stderr, "gw_worker_init: %s\n", errbuf);
     assert_int_equal(rc, 0);
+    /* The router's CommSetup with rank 0's group: one rank joins alone. */
+    GwCommSetup cs = TANGRAM__WORKER__V1__COMM_SETUP__INIT;
+    cs.version = GW_PROTOCOL_VERSION;
+    cs.world_size = 1;
+    cs.comm_kind = (char *)"shm";
+    cs.comm_id.data = (uint8_t *)w->comm_id;
+    cs.comm_id.len = strlen(w->comm_id);
+    assert_int_equal(gw_worker_comm_join(w, &cs, errbuf, sizeof(errbuf)), 0);
 }
 
 /* ---- a tiny router: page accounting and plan building ------------------ */
@@ -550,15 +558,17 @@ static void test_init_refusals(void **state)
     struct gw_worker w;
     struct gw_worker_opts o = {
         .model_dir = model_dir, .heads_per_group = 1, .page_size = PAGE,
-        .prefill_chunk = CHUNK, .kv_pages = 64, .max_slots = 2, .rank = 0,
+        .prefill_chunk = CHUNK, .kv_pages = 64, .max_slots = 2, .rank = 2,
         .world_size = 2};
     assert_int_equal(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)),
-                     TG_EUNSUPPORTED);
-    assert_non_null(strstr(errbuf, "tensor parallelism"));
+                     TG_EINVAL);
+    assert_non_null(strstr(errbuf, "--rank 2"));
+    o.rank = 0;
     o.world_size = 1;
     o.backend = GW_WORKER_BACKEND_CUDA;
-    assert_int_equal(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)),
-                     TG_EUNSUPPORTED);
+    /* no CUDA in the build, or no device, or (with one) head_dim 16 */
+    int rc = gw_worker_init(&w, &o, errbuf, sizeof(errbuf));
+    assert_true(rc == TG_EUNSUPPORTED || rc == TG_ENODEV);
     assert_non_null(strstr(errbuf, "cuda"));
     o.backend = GW_WORKER_BACKEND_CPU;
     o.kv_pages = 0;

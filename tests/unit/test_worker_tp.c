@@ -1,16 +1,21 @@
-/* test_worker_tp.c — tensor parallelism on the CPU backend: two forked
- * worker ranks (gw_worker_init with rank/world/comm_id, each fed the same
- * plans with page ids from its own kv_seq reservations under its own rank
- * layout, built from pf_tp_assign + pf_profile_rank the way the router
- * builds it) sample, on rank 0, what one T = 1 worker samples on the same
- * prompts: greedy tokens equal (unless the T = 1 top-2 margin is below
- * 1e-4) and log-probabilities within 1e-4, for a Qwen3 model with a
- * compressing profile whose groups permute the heads and for a tied Qwen2
- * model (q/k/v bias) with full KV. Also: rank > 0 answers without tokens,
- * its Hello reports H/T heads and G/T groups; a peer that stops makes the
- * step fail with TG_ETIMEDOUT and marks the peers lost; the shard loader
- * keeps exactly the right rows and columns; bad shards and a missing
- * comm id are refused. Models come from $TANGRAM_BIN/tangram-make-model
+/* test_worker_tp.c — tensor parallelism on the CPU backend: T forked
+ * worker ranks (gw_worker_init with rank/world, then gw_worker_comm_join
+ * with the CommSetup the router would send; each fed the same plans with
+ * page ids from its own kv_seq reservations under its own rank layout,
+ * built from pf_tp_assign + pf_profile_rank the way the router builds it)
+ * sample, on rank 0, what one T = 1 worker (joined the same way) samples
+ * on the same prompts: greedy tokens equal (unless the T = 1 top-2 margin
+ * is below 1e-4) and log-probabilities within 1e-4, for a Qwen3 model with
+ * a compressing profile whose groups permute the heads (T = 2), a tied
+ * Qwen2 model (q/k/v bias) with full KV (T = 2) and a Qwen3 model with 3
+ * KV heads (T = 3); the vocabulary divides by neither, so the
+ * vocab-parallel head pads its last slice. Also: rank > 0 answers without
+ * tokens, its Hello reports H/T heads and G/T groups and only rank 0's
+ * names a group (after its pid); a peer that stops makes the step fail
+ * with TG_ETIMEDOUT and marks the peers lost; the shard loader keeps
+ * exactly the right rows and columns, the vocab slice of lm_head
+ * included; bad shards, plans before the join and CommSetups that cannot
+ * be joined are refused. Models come from $TANGRAM_BIN/tangram-make-model
  * (skipped when it is not built). Compute runs in forked children only
  * (no OpenMP or BLAS threads exist in the parent when it forks). */
 #include <setjmp.h>
@@ -46,7 +51,7 @@
 #define K 3    /* logprobs per token */
 
 static char tmpdir[256];
-static char qwen3_dir[300], qwen2_dir[300], odd_dir[300];
+static char qwen3_dir[300], qwen2_dir[300], odd_dir[300], t3_dir[300];
 static char profile_path[300];
 static char errbuf[512];
 
@@ -68,18 +73,20 @@ static int make_models(void **state)
     snprintf(qwen3_dir, sizeof(qwen3_dir), "%s/q3", tmpdir);
     snprintf(qwen2_dir, sizeof(qwen2_dir), "%s/q2", tmpdir);
     snprintf(odd_dir, sizeof(odd_dir), "%s/odd", tmpdir);
+    snprintf(t3_dir, sizeof(t3_dir), "%s/t3", tmpdir);
     const struct {
-        const char *dir, *arch, *ffn, *seed, *tie;
+        const char *dir, *arch, *ffn, *seed, *heads, *kv, *tie;
     } models[] = {
-        {qwen3_dir, "qwen3", "128", "7", NULL},
-        {qwen2_dir, "qwen2", "128", "9", "--tie"},
-        {odd_dir, "qwen3", "99", "3", NULL}, /* F % 2 != 0 */
+        {qwen3_dir, "qwen3", "128", "7", "8", "4", NULL},
+        {qwen2_dir, "qwen2", "128", "9", "8", "4", "--tie"},
+        {odd_dir, "qwen3", "99", "3", "8", "4", NULL}, /* F % 2 != 0 */
+        {t3_dir, "qwen3", "96", "13", "6", "3", NULL}, /* for T = 3 */
     };
     for (size_t i = 0; i < sizeof(models) / sizeof(models[0]); i++) {
         const char *const args[] = {"--arch", models[i].arch, "--ffn",
             models[i].ffn, "--seed", models[i].seed, "--hidden", "64",
-            "--layers", "2", "--heads", "8", "--kv-heads", "4", "--head-dim",
-            "16", models[i].tie, NULL};
+            "--layers", "2", "--heads", models[i].heads, "--kv-heads",
+            models[i].kv, "--head-dim", "16", models[i].tie, NULL};
         int rc = tt_make_model(models[i].dir, args);
         if (rc == 77) { /* not built: every test skips */
             qwen3_dir[0] = '\0';
@@ -113,6 +120,21 @@ static void comm_name(char *out, size_t len)
 {
     static unsigned serial;
     snprintf(out, len, "/tangram-test-tp-%d-%u", (int)getpid(), serial++);
+}
+
+/* Joins `w` as the router's CommSetup would make it: the group `comm`
+ * (rank 0's Hello names it in the daemon), kind "shm", world `world`. */
+static int join(struct gw_worker *w, const char *comm, int world)
+{
+    GwCommSetup cs = TANGRAM__WORKER__V1__COMM_SETUP__INIT;
+    cs.version = GW_PROTOCOL_VERSION;
+    cs.world_size = (uint32_t)world;
+    cs.comm_kind = (char *)"shm";
+    if (comm != NULL) {
+        cs.comm_id.data = (uint8_t *)comm;
+        cs.comm_id.len = strlen(comm);
+    }
+    return gw_worker_comm_join(w, &cs, errbuf, sizeof(errbuf));
 }
 
 /* ---- the router's view of one rank: its layout, built independently --- */
@@ -265,8 +287,15 @@ static void run_rank(const char *model_dir, const char *profile, int rank,
         .model_dir = model_dir, .profile_path = profile, .heads_per_group = 1,
         .page_size = PAGE, .prefill_chunk = CHUNK, .kv_pages = POOL,
         .max_slots = SLOTS, .rank = rank, .world_size = world,
-        .comm_id = comm, .comm_timeout_ms = 5000, .n_threads = 1};
+        .comm_timeout_ms = 5000, .n_threads = 1};
     CHECK(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)) == 0);
+    /* rank 0 named a group after its pid; one rank joins its own name */
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "/tangram-%d-", (int)getpid());
+    CHECK(rank == 0 ? strncmp(w.comm_id, prefix, strlen(prefix)) == 0
+                    : w.comm_id[0] == '\0');
+    CHECK(join(&w, world > 1 ? comm : w.comm_id, world) == 0);
+    CHECK(w.joined);
     struct kv_layout kv;
     rank_layout(&kv, model_dir, profile, 1, rank, world);
     /* the router's layout and the worker's agree */
@@ -372,7 +401,7 @@ static void run_group(const char *model_dir, const char *profile, int world,
     comm_name(comm, sizeof(comm));
     int fds[2];
     assert_int_equal(pipe(fds), 0);
-    pid_t pid[2];
+    pid_t pid[3];
     for (int r = 0; r < world; r++) {
         pid[r] = fork();
         assert_true(pid[r] >= 0);
@@ -402,18 +431,18 @@ static void run_group(const char *model_dir, const char *profile, int world,
 }
 
 static void compare_tp(const char *model_dir, const char *profile,
-                       unsigned groups_t1)
+                       unsigned heads, unsigned groups_t1, int world)
 {
     need_models();
     static struct gen ref, tp;
     run_group(model_dir, profile, 1, NULL, &ref);
     assert_int_equal(ref.hello_world, 1);
-    assert_int_equal(ref.hello_heads, 4);
+    assert_int_equal(ref.hello_heads, heads);
     assert_int_equal(ref.hello_groups, groups_t1);
-    run_group(model_dir, profile, 2, &ref, &tp);
-    assert_int_equal(tp.hello_world, 2);
-    assert_int_equal(tp.hello_heads, 2);
-    assert_int_equal(tp.hello_groups, groups_t1 / 2);
+    run_group(model_dir, profile, world, &ref, &tp);
+    assert_int_equal(tp.hello_world, world);
+    assert_int_equal(tp.hello_heads, heads / (unsigned)world);
+    assert_int_equal(tp.hello_groups, groups_t1 / (unsigned)world);
     double worst = 0.0;
     for (int q = 0; q < NREQ; q++) {
         assert_int_equal(ref.got[q], NTOK);
@@ -433,19 +462,26 @@ static void compare_tp(const char *model_dir, const char *profile,
                 assert_true(fabs((double)tp.top[q][t][k] - (double)ref.top[q][t][k]) <= 1e-4);
         }
     }
-    printf("  T = 2 vs T = 1: largest logprob difference %.3g\n", worst);
+    printf("  T = %d vs T = 1: largest logprob difference %.3g\n", world,
+           worst);
 }
 
 static void test_tp2_qwen3_profile(void **state)
 {
     (void)state;
-    compare_tp(qwen3_dir, profile_path, 2);
+    compare_tp(qwen3_dir, profile_path, 4, 2, 2);
 }
 
 static void test_tp2_qwen2_tied_full_kv(void **state)
 {
     (void)state;
-    compare_tp(qwen2_dir, NULL, 4);
+    compare_tp(qwen2_dir, NULL, 4, 4, 2);
+}
+
+static void test_tp3_qwen3_full_kv(void **state)
+{
+    (void)state;
+    compare_tp(t3_dir, NULL, 3, 3, 3);
 }
 
 /* ---- a peer that stops ------------------------------------------------- */
@@ -464,9 +500,10 @@ static void test_peer_lost(void **state)
         struct gw_worker_opts o = {
             .model_dir = qwen3_dir, .heads_per_group = 1, .page_size = PAGE,
             .prefill_chunk = CHUNK, .kv_pages = 64, .max_slots = SLOTS,
-            .rank = 1, .world_size = 2, .comm_id = comm,
-            .comm_timeout_ms = 3000, .n_threads = 1};
+            .rank = 1, .world_size = 2, .comm_timeout_ms = 3000,
+            .n_threads = 1};
         CHECK(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)) == 0);
+        CHECK(join(&w, comm, 2) == 0);
         sleep(3);
         _exit(0); /* stuck, then gone without a word */
     }
@@ -478,9 +515,14 @@ static void test_peer_lost(void **state)
         struct gw_worker_opts o = {
             .model_dir = qwen3_dir, .heads_per_group = 1, .page_size = PAGE,
             .prefill_chunk = CHUNK, .kv_pages = 64, .max_slots = SLOTS,
-            .rank = 0, .world_size = 2, .comm_id = comm,
-            .comm_timeout_ms = 500, .peer_lost_flag = &lost, .n_threads = 1};
+            .rank = 0, .world_size = 2, .comm_timeout_ms = 500,
+            .peer_lost_flag = &lost, .n_threads = 1};
         CHECK(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)) == 0);
+        /* The join may wait for the peer's load; the step after it
+         * should give up after 500 ms. */
+        w.comm_timeout_ms = 3000;
+        CHECK(join(&w, comm, 2) == 0);
+        w.comm.timeout_ms = 500;
         struct kv_layout kv;
         rank_layout(&kv, qwen3_dir, NULL, 1, 0, 2);
         struct kv_pool pool;
@@ -556,7 +598,15 @@ static void test_shard_slices(void **state)
                                       sizeof(errbuf)) == 0);
             const struct gw_model *m = &sh[r];
             CHECK(m->n_kv_heads == Hl && m->n_q_heads == Hl * G && m->ffn == Fl);
-            CHECK(r == 0 ? m->lm_head == m->embed : m->lm_head == NULL);
+            /* vocab-parallel head: rank r holds rows [r*Vp, ..) of the
+             * tied embedding, which stays whole */
+            int vf, vn, vp;
+            gw_model_vocab_slice(m, &vf, &vn, &vp);
+            CHECK(vp == (whole.vocab + 1) / 2 && vf == r * vp);
+            CHECK(vn == (r == 0 ? vp : whole.vocab - vp));
+            CHECK(m->lm_head == m->embed + (size_t)vf * hid);
+            CHECK(memcmp(m->embed, whole.embed,
+                         (size_t)whole.vocab * hid * sizeof(float)) == 0);
             for (int l = 0; l < 2; l++) {
                 const struct gw_layer *a = &whole.layers[l], *b = &m->layers[l];
                 CHECK(memcmp(a->attn_norm, b->attn_norm, hid * sizeof(float)) == 0);
@@ -598,7 +648,7 @@ static void test_shard_slices(void **state)
     assert_int_equal(WEXITSTATUS(st), 0);
 }
 
-/* ---- refusals (no compute: nothing below loads weights) ------------------ */
+/* ---- refusals (no compute) ---------------------------------------------- */
 
 static void test_refusals(void **state)
 {
@@ -632,22 +682,75 @@ static void test_refusals(void **state)
                      TG_EINVAL);
     gw_model_free(&m);
 
-    struct gw_worker w;
-    struct gw_worker_opts o = {
-        .model_dir = qwen3_dir, .heads_per_group = 1, .page_size = PAGE,
-        .prefill_chunk = CHUNK, .kv_pages = 64, .max_slots = 2, .rank = 0,
-        .world_size = 2};
-    assert_int_equal(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)),
-                     TG_EUNSUPPORTED);
-    assert_non_null(strstr(errbuf, "--comm-id"));
-    o.comm_id = "/tangram-test-tp-bad";
-    o.rank = 2;
-    assert_int_equal(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)), TG_EINVAL);
-    /* a lone rank 1 never finds its group */
-    o.rank = 1;
-    o.comm_timeout_ms = 200;
-    assert_int_equal(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)), TG_ETIMEDOUT);
-    gw_worker_free(&w);
+    /* The worker side of the CommSetup (no compute: a child loads the
+     * model so the parent never starts OpenMP threads before forking). */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct gw_worker w;
+        struct gw_worker_opts o = {
+            .model_dir = qwen3_dir, .heads_per_group = 1, .page_size = PAGE,
+            .prefill_chunk = CHUNK, .kv_pages = 64, .max_slots = 2,
+            .rank = 1, .world_size = 2, .comm_timeout_ms = 200,
+            .n_threads = 1};
+        CHECK(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)) == 0);
+        CHECK(!w.joined && w.comm_id[0] == '\0'); /* only rank 0 names */
+        GwHello h;
+        gw_worker_hello(&w, &h);
+        CHECK(h.comm_id.len == 0 && strcmp(h.comm_kind, "shm") == 0);
+        /* a plan before the join */
+        static struct plan p;
+        plan_reset(&p, 1);
+        GwStepResult res;
+        CHECK(gw_worker_step(&w, &p.bp, &res) == TG_EPROTO && !res.ok);
+        CHECK(strstr(res.error, "CommSetup") != NULL);
+        /* setups this rank cannot join */
+        CHECK(join(&w, "/tangram-test-x", 3) == TG_EINVAL);
+        CHECK(strstr(errbuf, "world size 3") != NULL);
+        CHECK(join(&w, NULL, 2) == TG_EINVAL);
+        CHECK(join(&w, "/a/b", 2) == TG_EINVAL);
+        GwCommSetup cs = TANGRAM__WORKER__V1__COMM_SETUP__INIT;
+        cs.version = GW_PROTOCOL_VERSION;
+        cs.world_size = 2;
+        cs.comm_kind = (char *)"nccl";
+        cs.comm_id.data = (uint8_t *)"/x";
+        cs.comm_id.len = 2;
+        CHECK(gw_worker_comm_join(&w, &cs, errbuf, sizeof(errbuf)) ==
+              TG_EUNSUPPORTED);
+        cs.comm_kind = (char *)"shm";
+        cs.version = 7;
+        CHECK(gw_worker_comm_join(&w, &cs, errbuf, sizeof(errbuf)) ==
+              TG_EPROTO);
+        uint8_t nul[4] = {'/', 'a', 0, 'b'};
+        cs.version = GW_PROTOCOL_VERSION;
+        cs.comm_id.data = nul;
+        cs.comm_id.len = 4;
+        CHECK(gw_worker_comm_join(&w, &cs, errbuf, sizeof(errbuf)) ==
+              TG_EINVAL);
+        /* a lone rank 1 never finds its group; it stays unjoined */
+        char comm[128];
+        comm_name(comm, sizeof(comm));
+        CHECK(join(&w, comm, 2) == TG_ETIMEDOUT && !w.joined);
+        gw_worker_free(&w);
+
+        /* one rank joins anything, once */
+        o.rank = 0;
+        o.world_size = 1;
+        CHECK(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)) == 0);
+        cs.comm_kind = (char *)"";
+        cs.comm_id.len = 0;
+        cs.world_size = 1;
+        CHECK(gw_worker_comm_join(&w, &cs, errbuf, sizeof(errbuf)) == 0);
+        CHECK(w.joined);
+        CHECK(gw_worker_comm_join(&w, &cs, errbuf, sizeof(errbuf)) ==
+              TG_EPROTO);
+        gw_worker_free(&w);
+        _exit(0);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
 }
 
 int main(void)
@@ -655,6 +758,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tp2_qwen3_profile),
         cmocka_unit_test(test_tp2_qwen2_tied_full_kv),
+        cmocka_unit_test(test_tp3_qwen3_full_kv),
         cmocka_unit_test(test_peer_lost),
         cmocka_unit_test(test_shard_slices),
         cmocka_unit_test(test_refusals),

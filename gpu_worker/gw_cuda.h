@@ -1,0 +1,212 @@
+/*
+ * gw_cuda.h — the forward pass on the CUDA backend (DESIGN.md §6): the
+ * same prefill-chunk and decode semantics as gw_forward.h, with bf16
+ * weights, activations and KV pages on one device, fp32 accumulation, and
+ * the kernels of kernels/cuda/.
+ *
+ * One layer of m rows (prefill: one chunk of one sequence; decode: one
+ * token of each of m sequences):
+ *   x (fp32 residual) --rmsnorm(+ residual add of the previous block)--> h
+ *   q, k, v = h W^T + b   (cuBLASLt, bf16 out)
+ *   q, k <- RoPE (with Qwen3's q/k norm fused)
+ *   prefill: tg_cuda_prefill_attn over the sequence's ragged history and
+ *            the causal chunk, then cmp_* scoring, per-head top-k and the
+ *            append of the kept K/V into the group pages (§4.3);
+ *   decode:  tg_cuda_decode_append of every head's new K/V, then
+ *            tg_cuda_decode_attn driven by the static split map (§4.6);
+ *   part = att Wo^T (+ bo) in fp32, all-reduced over the ranks (NCCL);
+ *   x += part; h = rmsnorm(x); gate|up = h [Wg;Wu]^T (one fused GEMM);
+ *   mlp = silu(gate) * up; part = mlp Wd^T in fp32, all-reduced.
+ * After the last layer x += part; h = rmsnorm(x) and the LM head gives fp32
+ * logits. With T > 1 ranks each hold a vocabulary slice of the LM head
+ * (gw_model.h) and an NCCL all-gather assembles the logits; rank 0
+ * reorders them into (rows, V) on the host.
+ *
+ * Block tables (§4.5): every call builds the CSR of the sequences it runs
+ * — rows (sequence, layer, group), page ids and token counts — in pinned
+ * host memory and copies it to the device once; kernels read it there, so
+ * nothing is planned per step on the host beyond that copy. The split map
+ * (S[l][g], computed by the caller with pf_split_map from the occupancy
+ * API's N_CTA, tg_cuda_decode_attn_n_cta) is uploaded once at init.
+ *
+ * CUDA graphs: with opts.graphs, a decode batch of n sequences runs the
+ * graph captured for the smallest bucket >= n (1, 2, 4, 8, 16, 24, 32, 48,
+ * 64, then multiples of 32 up to max_seqs). The batch is padded with dummy
+ * sequences whose single row per group points at a scratch page beyond the
+ * pool, so the padded rows write and read only that page. A graph is
+ * captured on first use of its bucket (after one eager warm-up run of the
+ * bucket, which also settles cuBLASLt's plan cache); inputs (ids,
+ * positions, the block table) live at fixed device addresses, copied in
+ * before each launch. Buckets are padded only up to max_seqs.
+ *
+ * Sampling stays on the host (the worker copies the logits back and runs
+ * the CPU sampler of kernels/tg_ops.h), so CUDA and CPU workers draw the
+ * same token from the same logits and penalties see the same history.
+ *
+ * Memory is planned at init (gw_mem.h): weights, activations, the
+ * kernels' workspaces, staging and the pool sized from --kv-pages /
+ * --kv-memory against cudaMemGetInfo; a plan that does not fit fails
+ * before the large allocations with TG_ENOMEM naming the numbers.
+ *
+ * Every call synchronises its stream before returning (the caller's host
+ * arrays and the pinned staging are reused by the next call) and checks
+ * the KV append's fault flag. Calibration (score callbacks) runs on the
+ * CPU backend only. Functions exist in CUDA builds (TANGRAM_CUDA); one
+ * thread per runtime, which owns the current device for its life.
+ */
+#ifndef GW_CUDA_H
+#define GW_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/tg_config.h"
+#include "gpu_worker/gw_forward.h"
+#include "gpu_worker/gw_mem.h"
+#include "gpu_worker/gw_model.h"
+
+#define GW_CUDA_MAX_BUCKETS 32
+#define GW_CUDA_LP_BLOCK 64 /* prompt-logprob rows per LM-head GEMM */
+
+
+struct tg_nccl;
+struct tg_cuda_gemm;
+
+struct gw_cuda_opts {
+    int device;                    /* CUDA device ordinal */
+    enum tg_score_method method;   /* scoring of chunk keys */
+    int max_chunk;                 /* largest prefill chunk, 1..2048 */
+    int max_seqs;                  /* largest decode batch */
+    int64_t kv_pages;              /* > 0: exactly this many pages */
+    struct tg_config_amount kv_memory; /* else: bytes or fraction */
+    uint64_t reserve_bytes;        /* 0: 1 GiB kept for the runtime */
+    int graphs;                    /* capture decode as CUDA graphs; read
+                                      at every decode call, so it may be
+                                      switched between calls (benchmarks
+                                      compare both on one runtime) */
+    const int *splits;             /* (L, n_groups) split map S[l][g] */
+    struct tg_nccl *nccl;          /* borrowed; a shard of T > 1 ranks
+                                      needs it before its first forward
+                                      call (the worker sets it when it
+                                      joins; TG_EPROTO until then) */
+};
+
+/* Device copies of one layer's weights (bf16 unless noted). */
+struct gw_cuda_layer {
+    uint16_t *attn_norm;        /* (hidden) */
+    uint16_t *wq, *wk, *wv;     /* (Hq*d | Hkv*d, hidden) */
+    uint16_t *bq, *bk, *bv;     /* (Hq*d | Hkv*d) or NULL */
+    uint16_t *q_norm, *k_norm;  /* (d) or NULL */
+    uint16_t *wo;               /* (hidden, Hq*d) */
+    float *bo;                  /* fp32 (hidden) or NULL */
+    uint16_t *ffn_norm;         /* (hidden) */
+    uint16_t *w_gu;             /* (2F, hidden): gate rows then up rows */
+    uint16_t *w_down;           /* (hidden, F) */
+};
+
+struct gw_cuda {
+    const struct gw_model *model;      /* borrowed (host copy) */
+    const struct gw_kv_layout *layout; /* borrowed */
+    struct gw_cuda_opts opts;
+    void *stream;                      /* cudaStream_t, owned */
+    struct tg_cuda_gemm *gemm;         /* owned */
+    struct gw_mem_plan mem;            /* what init planned */
+    int n_cta;                         /* unused by the runtime; for logs */
+
+    void *wslab;                       /* device, owns all weights */
+    struct gw_cuda_layer *layers;      /* host (L) */
+    uint16_t *embed;                   /* (V, hidden) */
+    uint16_t *final_norm;              /* (hidden) */
+    uint16_t *lm_head;                 /* (lm_rows, hidden) */
+    int lm_rows;                       /* V, or the padded slice Vp */
+    float *inv_freq;                   /* fp32 (d/2) */
+    int32_t *head_group, *head_slot;   /* device (L, Hkv) */
+
+    uint16_t *pool;                    /* (n_pages + 1, H_p, 2, P, d); the
+                                          last page is the padding scratch */
+    int32_t n_pages;                   /* usable pages */
+    int max_rows;                      /* max(max_chunk, max_seqs) */
+
+    /* activations (device) */
+    float *x, *part;                   /* fp32 (max_rows, hidden) */
+    uint16_t *h;                       /* (max_rows, hidden) */
+    uint16_t *q, *att;                 /* (max_rows, Hq*d) */
+    uint16_t *k, *v;                   /* (max_rows, Hkv*d) */
+    uint16_t *gu;                      /* (max_rows, 2F) */
+    uint16_t *mlp;                     /* (max_rows, F) */
+    float *logits;                     /* (logit_rows, lm_rows) */
+    float *gathered;                   /* (T, logit_rows, lm_rows) or NULL */
+    int logit_rows;                    /* max(max_seqs, GW_CUDA_LP_BLOCK) */
+    float *scores;                     /* (Hkv, max_chunk) */
+    int32_t *idx;                      /* (Hkv, max_chunk) */
+    void *cmp_ws;                      /* scoring workspace */
+    size_t cmp_ws_bytes;
+    float *dec_ws;                     /* decode split partials */
+    size_t dec_ws_bytes;
+    int32_t *ids_d, *pos_d, *tgt_d;    /* (max_rows) */
+    float *lp_d;                       /* (GW_CUDA_LP_BLOCK) */
+    int32_t *fault_d;                  /* (1) */
+
+    /* block table: device buffers at fixed addresses + pinned mirrors */
+    int64_t cap_rows, cap_ids;
+    int32_t *t_indptr, *t_indices, *t_npages, *t_lens;
+    int32_t *p_indptr, *p_indices, *p_npages, *p_lens;
+    int32_t *p_ids, *p_pos, *p_fault;  /* pinned (max_rows), (1) */
+    float *p_logits;                   /* pinned (T, logit_rows, lm_rows) */
+    float *p_lp;                       /* pinned (GW_CUDA_LP_BLOCK) */
+    float *lp_host;                    /* (GW_CUDA_LP_BLOCK, V), T > 1 */
+
+    struct tg_cuda_split_map *splits;  /* owned */
+
+    int n_buckets;
+    int bucket[GW_CUDA_MAX_BUCKETS];   /* ascending batch sizes */
+    void *graph_exec[GW_CUDA_MAX_BUCKETS]; /* cudaGraphExec_t or NULL */
+    int graph_failed[GW_CUDA_MAX_BUCKETS]; /* capture failed: eager */
+    char graph_error[384];             /* why the last capture failed */
+    int64_t graph_launches, eager_steps;   /* counters for tests/logs */
+};
+
+/* Sets up the runtime on opts->device: plans memory (gw_mem_plan against
+ * cudaMemGetInfo), uploads the model's weights as bf16 (fusing gate and up),
+ * the head maps and the split map, and allocates the pool, activations and
+ * staging. `model` and `layout` must outlive the runtime. Returns 0,
+ * TG_EINVAL (unsupported shape or options, detail in err), TG_ENODEV,
+ * TG_ENOMEM (the plan does not fit: every term in MiB) or TG_EDEVICE; on
+ * failure *c is left freed. */
+int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
+                 const struct gw_kv_layout *layout,
+                 const struct gw_cuda_opts *opts, char *err, size_t errlen);
+
+/* Frees everything (synchronising the device first); safe on a zeroed or
+ * half-built runtime. */
+void gw_cuda_free(struct gw_cuda *c);
+
+/* gw_forward_prefill on the device, with the same contract: runs one
+ * chunk of n tokens (n <= max_chunk) of `seq`, appends the kept K/V,
+ * advances seq->pos and seq->len, and computes what `out` asks for
+ * (out->want_logits, out->lp_targets: the same decisions on every rank,
+ * whose collectives pair up; outputs written on rank 0 only). Returns 0,
+ * TG_EINVAL, TG_ENOSPC (a row lacks pages; nothing changed) or TG_EDEVICE
+ * (the sequence's device rows are then undefined: the caller drops it). */
+int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
+                    int n, const struct gw_prefill_out *out, char *err,
+                    size_t errlen);
+
+/* gw_forward_decode on the device: one token for each of n_seq
+ * (<= max_seqs) sequences; with want_logits (the same on every rank)
+ * rank 0 receives the logits (n_seq, V) in host `logits`. Returns 0,
+ * TG_EINVAL, TG_ENOSPC or TG_EDEVICE. */
+int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
+                   const int32_t *ids, int n_seq, int want_logits,
+                   float *logits, char *err, size_t errlen);
+
+/* The decode batch bucket that n sequences run in (the smallest bucket
+ * >= n), or -1 when n is outside 1..max_seqs. Pure. */
+int gw_cuda_bucket_of(const int *buckets, int n_buckets, int n);
+
+/* Fills buckets with the batch sizes graphs are captured for up to
+ * max_seqs (see the top of this file) and returns their count (<= cap).
+ * Pure; exists in every build so the rule is unit-tested in CI. */
+int gw_cuda_buckets(int max_seqs, int *buckets, int cap);
+
+#endif /* GW_CUDA_H */

@@ -280,7 +280,9 @@ static __global__ void __launch_bounds__(kThreads)
     const int P = p.page_size;
     const size_t page_elems = (size_t)p.hp * 2 * (size_t)P * D;
     const size_t slot_elems = (size_t)slot * 2 * (size_t)P * D;
-    for (int t0 = 0; t0 < hlen; t0 += kBN) {
+    // The step is min(kBN, hlen - t0), never past hlen: t0 + kBN would
+    // overflow int for rows within kBN of INT32_MAX (the header allows them).
+    for (int t0 = 0; t0 < hlen; t0 += min(kBN, hlen - t0)) {
         __syncthreads(); // every warp is done with the previous K/V and Q
         for (int c = tid; c < kBN * kChunks; c += kThreads) {
             const int r = c / kChunks, col = (c % kChunks) * 8, t = t0 + r;

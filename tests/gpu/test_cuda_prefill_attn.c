@@ -12,9 +12,9 @@
  * pages, and indptr leaves gaps between rows.
  *
  * Tolerance: the output is bf16 and P is rounded to bf16 before the PV
- * product, so the check is max |gpu - cpu| <= 2e-2 * max |cpu| over the
- * whole output (relative to the largest output magnitude), with every
- * element finite. A guard region after the output (pre-filled with NaN
+ * product, so the check is, per output row (token, query head),
+ * max |gpu - cpu| <= 2e-2 * max |cpu| of that row, with every element
+ * finite. A guard region after the output (pre-filled with NaN
  * bits) must stay untouched, which catches writes of padded rows.
  *
  * In a CUDA build the argument checks run first on any machine; the device
@@ -345,31 +345,45 @@ static void run_case(const struct pcase *c)
     assert_int_equal(cudaMemcpy(out16, d_out, out_bytes,
                                 cudaMemcpyDeviceToHost), cudaSuccess);
 
-    double worst = 0.0, ref_max = 0.0;
+    /* Per output row (token, query head): max |gpu - cpu| <= 2e-2 x the
+     * row's max |cpu|. A bound relative to the whole output's max would let
+     * errors in rows with small outputs (long histories average many value
+     * rows) go unseen; an fp32 emulation of the kernel's rounding (bf16 P
+     * per 64-key tile, bf16 output) stays below 6e-3 of the row max. */
+    double worst = 0.0, worst_tol = 0.0;
     size_t worst_i = 0;
-    for (size_t i = 0; i < q_n; i++)
-        ref_max = fmax(ref_max, fabs((double)ref[i]));
-    for (size_t i = 0; i < q_n; i++) {
-        double gv = (double)st_bf16_to_f32(out16[i]);
-        double e = fabs(gv - (double)ref[i]);
-        if (!isfinite(gv))
-            e = INFINITY;
-        if (e > worst) {
-            worst = e;
-            worst_i = i;
+    int failed = 0; /* the first row over its bound is reported */
+    for (size_t row = 0; row < (size_t)n * Hq; row++) {
+        double row_max = 0.0, row_err = 0.0;
+        size_t row_i = row * (size_t)d;
+        for (size_t e = 0; e < (size_t)d; e++) {
+            size_t i = row * (size_t)d + e;
+            double gv = (double)st_bf16_to_f32(out16[i]);
+            double er = isfinite(gv) ? fabs(gv - (double)ref[i]) : INFINITY;
+            row_max = fmax(row_max, fabs((double)ref[i]));
+            if (er > row_err) {
+                row_err = er;
+                row_i = i;
+            }
+        }
+        const double tol = 2e-2 * row_max;
+        if (!failed && !(row_err <= tol)) {
+            failed = 1;
+            worst = row_err;
+            worst_tol = tol;
+            worst_i = row_i;
         }
     }
     for (size_t i = 0; i < guard; i++)
         if (out16[q_n + i] != 0xffffu)
             fail_msg("Hp %d d %d G %d P %d n %d: guard element %zu written",
                      Hp, d, G, P, n, i);
-    const double tol = 2e-2 * ref_max;
-    if (!(worst <= tol)) {
+    if (failed) {
         size_t row = worst_i / (size_t)d;
-        fail_msg("Hp %d d %d G %d P %d groups %d n %d hist mode %d: max |err| "
-                 "%g > %g (2e-2 x max |out| %g) at token %zu head %zu elem "
-                 "%zu: gpu %g cpu %g", Hp, d, G, P, NG, n, (int)c->mode, worst,
-                 tol, ref_max, row / (size_t)Hq, row % (size_t)Hq,
+        fail_msg("Hp %d d %d G %d P %d groups %d n %d hist mode %d: |err| "
+                 "%g > %g (2e-2 x the row's max |out|) at token %zu head %zu "
+                 "elem %zu: gpu %g cpu %g", Hp, d, G, P, NG, n, (int)c->mode,
+                 worst, worst_tol, row / (size_t)Hq, row % (size_t)Hq,
                  worst_i % (size_t)d, (double)st_bf16_to_f32(out16[worst_i]),
                  (double)ref[worst_i]);
     }
@@ -434,6 +448,7 @@ static void test_edge_shapes(void **state)
     const struct pcase cases[] = {
         /* hp d g P groups n mode hist_max stream */
         {1, 128, 16, 16, 2, 70, HIST_RAGGED, 200, 0}, /* largest G */
+        {2, 64, 16, 1, 2, 33, HIST_RAGGED, 70, 0},    /* largest G, d 64 */
         {2, 64, 5, 16, 2, 77, HIST_RAGGED, 150, 0},   /* tokens split tiles */
         {2, 128, 3, 5, 2, 50, HIST_LONG, 180, 1},     /* odd G, odd P */
         {2, 128, 4, 16, 2, 33, HIST_LONG, 2000, 0},   /* many history tiles */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/kv_budget.h"
 #include "common/tg_err.h"
@@ -53,34 +54,7 @@ int gw_cuda_bucket_of(const int *buckets, int n_buckets, int n)
 #include "kernels/cuda/sample.h"
 #include "kernels/cuda/score_qa.h"
 #include "common/st_safetensors.h"
-
-#define CU(expr)                                                           \
-    do {                                                                   \
-        cudaError_t e__ = (expr);                                          \
-        if (e__ != cudaSuccess)                                            \
-            return tg_err_set(err, errlen, TG_EDEVICE, "%s: %s", #expr,    \
-                              cudaGetErrorString(e__));                    \
-    } while (0)
-
-/* A kernel entry's failure: the entry printed the CUDA detail (or put it
- * in err); name the op and layer. */
-#define OP(expr, what, layer)                                              \
-    do {                                                                   \
-        int rc__ = (expr);                                                 \
-        if (rc__ != 0)                                                     \
-            return op_fail(err, errlen, rc__, what, layer);                \
-    } while (0)
-
-static int op_fail(char *err, size_t errlen, int rc, const char *what,
-                   int layer)
-{
-    if (err != NULL && err[0] != '\0')
-        return rc; /* keep the entry's own message */
-    return tg_err_set(err, errlen, rc, "CUDA %s of layer %d failed (%s)",
-                      what, layer, tg_strerror(rc));
-}
-
-#define STREAM(c) ((cudaStream_t)(c)->stream)
+#include "gpu_worker/gw_cuda_internal.h"
 
 static size_t align256(size_t b)
 {
@@ -115,7 +89,7 @@ static size_t weight_bytes(const struct gw_model *m, int lm_rows)
     }
     b += align256((size_t)m->vocab * H * 2);            /* embed */
     b += align256(H * 2);                               /* final norm */
-    if (!(m->tied && m->world == 1))
+    if (!(m->tied && m->world <= 1))
         b += align256((size_t)lm_rows * H * 2);
     b += align256(d / 2 * 4);                           /* inv_freq */
     return b;
@@ -289,7 +263,7 @@ static int upload_weights(struct gw_cuda *c, size_t slab_bytes, char *err,
     if ((rc = up_bf16(&u, m->embed, (size_t)m->vocab * H, &c->embed, err, errlen)) ||
         (rc = up_bf16(&u, m->final_norm, H, &c->final_norm, err, errlen)))
         goto out;
-    if (m->tied && m->world == 1) {
+    if (m->tied && m->world <= 1) {
         c->lm_head = c->embed;
     } else {
         /* the rank's vocabulary slice, zero rows past the vocabulary */
@@ -322,16 +296,19 @@ void gw_cuda_free(struct gw_cuda *c)
                    c->logits, c->gathered, c->scores, c->idx, c->cmp_ws,
                    c->dec_ws, c->ids_d, c->pos_d, c->tgt_d, c->lp_d,
                    c->fault_d, c->t_indptr, c->t_indices, c->t_npages,
-                   c->t_lens};
+                   c->t_lens, c->full, c->s_tok, c->s_lp, c->s_top_ids,
+                   c->s_top_lps};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         if (dev[i] != NULL)
             cudaFree(dev[i]);
     void *pin[] = {c->p_indptr, c->p_indices, c->p_npages, c->p_lens,
-                   c->p_ids, c->p_pos, c->p_fault, c->p_logits, c->p_lp};
+                   c->p_ids, c->p_pos, c->p_fault, c->p_logits, c->p_lp,
+                   c->p_tok, c->p_top_ids, c->p_slp, c->p_top_lps};
     for (size_t i = 0; i < sizeof(pin) / sizeof(pin[0]); i++)
         if (pin[i] != NULL)
             cudaFreeHost(pin[i]);
     tg_cuda_gemm_free(c->gemm);
+    tg_cuda_sampler_free(c->sampler);
     if (c->stream != NULL)
         cudaStreamDestroy(STREAM(c));
     free(c->layers);
@@ -361,6 +338,16 @@ static size_t act_bytes(const struct gw_cuda *c, int world, size_t *pinned)
     b += 3 * align256((size_t)(c->cap_rows + 1) * 4) +
          align256((size_t)c->cap_ids * 4);
     b += TG_CUDA_GEMM_WORKSPACE_DEFAULT;
+    if (m->rank == 0) {
+        /* the device sampler: sort buffers of up to 32 rows (sample.h) plus
+         * cub's scratch, the unsharded logits (T > 1) and the outputs */
+        size_t S = (size_t)c->opts.max_seqs, V = (size_t)m->vocab;
+        size_t rows = S < TG_CUDA_SAMPLE_SORT_ROWS ? S : TG_CUDA_SAMPLE_SORT_ROWS;
+        b += 24 * rows * V + 16 * V + ((size_t)16 << 20);
+        if (world > 1)
+            b += align256(LR * V * 4);
+        b += 4 * align256(S * GW_CUDA_MAX_TOP * 4);
+    }
     *pinned = 3 * (size_t)(c->cap_rows + 1) * 4 + (size_t)c->cap_ids * 4 +
               2 * R * 4 + 4 +
               (size_t)(world > 1 ? world : 0) * LR * (size_t)c->lm_rows * 4;
@@ -449,6 +436,23 @@ static int alloc_runtime(struct gw_cuda *c, int world, char *err,
     HALLOC(c->p_pos, R * 4, "positions");
     HALLOC(c->p_fault, 4, "the fault flag");
     HALLOC(c->p_lp, GW_CUDA_LP_BLOCK * 4, "log-probabilities");
+    if (m->rank == 0) {
+        size_t S = (size_t)c->opts.max_seqs, K = GW_CUDA_MAX_TOP;
+        int rc = tg_cuda_sampler_new(m->vocab, c->opts.max_seqs, &c->sampler,
+                                     err, errlen);
+        if (rc != 0)
+            return rc;
+        if (world > 1)
+            DALLOC(c->full, LR * (size_t)m->vocab * 4, "unsharded logits");
+        DALLOC(c->s_tok, S * 4, "sampled tokens");
+        DALLOC(c->s_lp, S * 4, "sampled tokens");
+        DALLOC(c->s_top_ids, S * K * 4, "top logprobs");
+        DALLOC(c->s_top_lps, S * K * 4, "top logprobs");
+        HALLOC(c->p_tok, S * 4, "sampled tokens");
+        HALLOC(c->p_slp, S * 4, "sampled tokens");
+        HALLOC(c->p_top_ids, S * K * 4, "top logprobs");
+        HALLOC(c->p_top_lps, S * K * 4, "top logprobs");
+    }
     /* head maps (L, Hkv) */
     DALLOC(c->head_group, L * Hkv * 4, "head maps");
     DALLOC(c->head_slot, L * Hkv * 4, "head maps");
@@ -578,632 +582,6 @@ int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
 fail:
     gw_cuda_free(c);
     return rc;
-}
-
-/* ---- block tables ------------------------------------------------------ */
-
-/* Appends the rows of `seq` (L * n_groups, layer-major) to the pinned
- * table at row r0 / id slot *at, with lens plus `add` tokens. */
-static int table_put_seq(struct gw_cuda *c, const struct gw_seq *seq,
-                         int64_t r0, int64_t *at, int add, char *err,
-                         size_t errlen)
-{
-    int LG = c->model->n_layers * c->layout->kv.n_groups;
-    for (int r = 0; r < LG; r++) {
-        int32_t np = seq->n_pages[r];
-        if (np < 0 || *at + np > c->cap_ids)
-            return tg_err_set(err, errlen, TG_EINVAL,
-                              "block table overflow (%lld ids, capacity %lld)",
-                              (long long)(*at + np), (long long)c->cap_ids);
-        c->p_indptr[r0 + r] = (int32_t)*at;
-        c->p_npages[r0 + r] = np;
-        c->p_lens[r0 + r] = seq->len[r] + add;
-        const int32_t *pg = seq->pages[r];
-        for (int32_t i = 0; i < np; i++) {
-            if (pg[i] < 0 || pg[i] >= c->n_pages)
-                return tg_err_set(err, errlen, TG_EINVAL,
-                                  "page id %d outside the pool [0, %d)",
-                                  pg[i], c->n_pages);
-            c->p_indices[*at + i] = pg[i];
-        }
-        *at += np;
-    }
-    return 0;
-}
-
-/* A padding sequence: every row one token on the scratch page. */
-static void table_put_pad(struct gw_cuda *c, int64_t r0, int64_t *at)
-{
-    int LG = c->model->n_layers * c->layout->kv.n_groups;
-    for (int r = 0; r < LG; r++) {
-        c->p_indptr[r0 + r] = (int32_t)*at;
-        c->p_npages[r0 + r] = 1;
-        c->p_lens[r0 + r] = 1;
-        c->p_indices[(*at)++] = c->n_pages; /* the scratch page */
-    }
-}
-
-static int table_upload(struct gw_cuda *c, int64_t rows, int64_t ids,
-                        char *err, size_t errlen)
-{
-    c->p_indptr[rows] = (int32_t)ids;
-    cudaStream_t st = STREAM(c);
-    CU(cudaMemcpyAsync(c->t_indptr, c->p_indptr, (size_t)(rows + 1) * 4,
-                       cudaMemcpyHostToDevice, st));
-    CU(cudaMemcpyAsync(c->t_npages, c->p_npages, (size_t)rows * 4,
-                       cudaMemcpyHostToDevice, st));
-    CU(cudaMemcpyAsync(c->t_lens, c->p_lens, (size_t)rows * 4,
-                       cudaMemcpyHostToDevice, st));
-    if (ids > 0)
-        CU(cudaMemcpyAsync(c->t_indices, c->p_indices, (size_t)ids * 4,
-                           cudaMemcpyHostToDevice, st));
-    return 0;
-}
-
-/* ---- layer pieces ------------------------------------------------------ */
-
-static int allreduce(struct gw_cuda *c, size_t n, int l, const char *what,
-                     char *err, size_t errlen)
-{
-    if (c->model->world <= 1)
-        return 0;
-    if (c->opts.nccl == NULL)
-        return tg_err_set(err, errlen, TG_EPROTO,
-                          "rank %d of %d has not joined its NCCL group",
-                          c->model->rank, c->model->world);
-    int rc = tg_nccl_allreduce_sum(c->opts.nccl, c->part, n, 0, c->stream,
-                                   err, errlen);
-    if (rc != 0)
-        return tg_err_set(err, errlen, rc,
-                          "all-reduce after %s of layer %d failed (%s): a "
-                          "tensor-parallel peer is gone or out of step",
-                          what, l, tg_strerror(rc));
-    return 0;
-}
-
-/* Norm (adding the previous block's partial sum from layer 1 on), Q/K/V
- * and RoPE with the fused q/k norm for m rows of layer l. */
-static int layer_qkv(struct gw_cuda *c, int l, int m, char *err, size_t errlen)
-{
-    const struct gw_model *md = c->model;
-    const struct gw_cuda_layer *w = &c->layers[l];
-    int d = md->head_dim, H = md->hidden;
-    void *st = c->stream;
-    OP(ew_rmsnorm(c->x, EW_DTYPE_F32, l > 0 ? c->part : NULL, EW_DTYPE_F32,
-                  w->attn_norm, m, H, md->norm_eps, c->h, EW_DTYPE_BF16, st),
-       "attention norm", l);
-    OP(tg_cuda_gemm_bf16(c->gemm, c->h, w->wq, w->bq, m, md->n_q_heads * d, H,
-                         c->q, TG_CUDA_GEMM_BF16, st), "q_proj", l);
-    OP(tg_cuda_gemm_bf16(c->gemm, c->h, w->wk, w->bk, m, md->n_kv_heads * d, H,
-                         c->k, TG_CUDA_GEMM_BF16, st), "k_proj", l);
-    OP(tg_cuda_gemm_bf16(c->gemm, c->h, w->wv, w->bv, m, md->n_kv_heads * d, H,
-                         c->v, TG_CUDA_GEMM_BF16, st), "v_proj", l);
-    OP(ew_rope(c->q, EW_DTYPE_BF16, m, md->n_q_heads, d,
-               (int64_t)md->n_q_heads * d, c->pos_d, c->inv_freq, w->q_norm,
-               md->norm_eps, st), "q rope", l);
-    OP(ew_rope(c->k, EW_DTYPE_BF16, m, md->n_kv_heads, d,
-               (int64_t)md->n_kv_heads * d, c->pos_d, c->inv_freq, w->k_norm,
-               md->norm_eps, st), "k rope", l);
-    return 0;
-}
-
-/* o_proj (fp32 partial, all-reduced), residual + FFN norm, and the SwiGLU
- * MLP whose down_proj partial is left in c->part for the next norm. */
-static int layer_out_mlp(struct gw_cuda *c, int l, int m, char *err,
-                         size_t errlen)
-{
-    const struct gw_model *md = c->model;
-    const struct gw_cuda_layer *w = &c->layers[l];
-    int H = md->hidden, F = md->ffn;
-    void *st = c->stream;
-    size_t hm = (size_t)m * (size_t)H;
-    OP(tg_cuda_gemm_bf16(c->gemm, c->att, w->wo, w->bo, m, H,
-                         md->n_q_heads * md->head_dim, c->part,
-                         TG_CUDA_GEMM_F32, st), "o_proj", l);
-    int rc = allreduce(c, hm, l, "o_proj", err, errlen);
-    if (rc != 0)
-        return rc;
-    OP(ew_rmsnorm(c->x, EW_DTYPE_F32, c->part, EW_DTYPE_F32, w->ffn_norm, m,
-                  H, md->norm_eps, c->h, EW_DTYPE_BF16, st), "ffn norm", l);
-    OP(tg_cuda_gemm_bf16(c->gemm, c->h, w->w_gu, NULL, m, 2 * F, H, c->gu,
-                         TG_CUDA_GEMM_BF16, st), "gate/up_proj", l);
-    OP(ew_silu_mul(c->gu, c->gu + F, EW_DTYPE_BF16, m, F, 2 * (int64_t)F,
-                   c->mlp, EW_DTYPE_BF16, F, st), "silu_mul", l);
-    OP(tg_cuda_gemm_bf16(c->gemm, c->mlp, w->w_down, NULL, m, H, F, c->part,
-                         TG_CUDA_GEMM_F32, st), "down_proj", l);
-    return allreduce(c, hm, l, "down_proj", err, errlen);
-}
-
-/* The last block's residual add and the final norm of m rows into c->h. */
-static int final_norm(struct gw_cuda *c, int m, char *err, size_t errlen)
-{
-    const struct gw_model *md = c->model;
-    OP(ew_rmsnorm(c->x, EW_DTYPE_F32, c->part, EW_DTYPE_F32, c->final_norm, m,
-                  md->hidden, md->norm_eps, c->h, EW_DTYPE_BF16, c->stream),
-       "final norm", md->n_layers);
-    return 0;
-}
-
-/* LM head of m rows of c->h starting at row `first`: c->logits (m,
- * lm_rows), and with T > 1 the all-gather into c->gathered (T, m,
- * lm_rows). Enqueued only (capturable). */
-static int lm_head(struct gw_cuda *c, int first, int m, char *err,
-                   size_t errlen)
-{
-    const struct gw_model *md = c->model;
-    const uint16_t *h = c->h + (size_t)first * (size_t)md->hidden;
-    OP(tg_cuda_gemm_bf16(c->gemm, h, c->lm_head, NULL, m, c->lm_rows,
-                         md->hidden, c->logits, TG_CUDA_GEMM_F32, c->stream),
-       "lm_head", md->n_layers);
-    if (md->world > 1) {
-        if (c->opts.nccl == NULL)
-            return tg_err_set(err, errlen, TG_EPROTO,
-                              "rank %d of %d has not joined its NCCL group",
-                              md->rank, md->world);
-        int rc = tg_nccl_allgather(c->opts.nccl, c->logits, c->gathered,
-                                   (size_t)m * (size_t)c->lm_rows, 0,
-                                   c->stream, err, errlen);
-        if (rc != 0)
-            return tg_err_set(err, errlen, rc,
-                              "all-gather of the logits failed (%s)",
-                              tg_strerror(rc));
-    }
-    return 0;
-}
-
-/* Copies the first m of the `rows` rows of logits lm_head produced to
- * host `out` (m, V) and synchronises. With T > 1 the gathered (T, rows,
- * Vp) slices are reordered (rank r's column j is vocabulary id
- * r * Vp + j). */
-static int logits_to_host(struct gw_cuda *c, int rows, int m, float *out,
-                          char *err, size_t errlen)
-{
-    const struct gw_model *md = c->model;
-    size_t V = (size_t)md->vocab, Vp = (size_t)c->lm_rows;
-    cudaStream_t st = STREAM(c);
-    if (md->world <= 1) {
-        CU(cudaMemcpyAsync(out, c->logits, (size_t)m * V * 4,
-                           cudaMemcpyDeviceToHost, st));
-        CU(cudaStreamSynchronize(st));
-        return 0;
-    }
-    size_t T = (size_t)md->world;
-    CU(cudaMemcpyAsync(c->p_logits, c->gathered, T * (size_t)rows * Vp * 4,
-                       cudaMemcpyDeviceToHost, st));
-    CU(cudaStreamSynchronize(st));
-    for (size_t r = 0; r < T; r++) {
-        size_t lo = r * Vp;
-        if (lo >= V)
-            break;
-        size_t cols = V - lo < Vp ? V - lo : Vp;
-        for (size_t i = 0; i < (size_t)m; i++)
-            memcpy(out + i * V + lo, c->p_logits + (r * (size_t)rows + i) * Vp,
-                   cols * 4);
-    }
-    return 0;
-}
-
-/* Synchronises and turns a set fault flag into an error. */
-static int finish(struct gw_cuda *c, char *err, size_t errlen)
-{
-    cudaStream_t st = STREAM(c);
-    CU(cudaMemcpyAsync(c->p_fault, c->fault_d, 4, cudaMemcpyDeviceToHost, st));
-    CU(cudaStreamSynchronize(st));
-    if (*c->p_fault != 0)
-        return tg_err_set(err, errlen, TG_EDEVICE,
-                          "a KV append found no page for a kept token (the "
-                          "block table and the row lengths disagree)");
-    return 0;
-}
-
-/* ---- prefill ----------------------------------------------------------- */
-
-static int room(const struct gw_cuda *c, const struct gw_seq *seq, int l,
-                const int32_t *add, char *err, size_t errlen)
-{
-    const struct gw_kv_layout *lay = c->layout;
-    size_t base = (size_t)l * (size_t)lay->kv.n_groups;
-    for (int g = 0; g < lay->kv.n_groups; g++) {
-        int64_t need = kv_pages_for((int64_t)seq->len[base + g] + add[g],
-                                    lay->kv.page_size);
-        if (need > seq->n_pages[base + g])
-            return tg_err_set(err, errlen, TG_ENOSPC,
-                              "layer %d group %d needs %lld pages, holds %d", l,
-                              g, (long long)need, seq->n_pages[base + g]);
-    }
-    return 0;
-}
-
-static int check_ids(const struct gw_cuda *c, const int32_t *ids, int n,
-                     char *err, size_t errlen)
-{
-    for (int i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= c->model->vocab)
-            return tg_err_set(err, errlen, TG_EINVAL,
-                              "token id %d outside the vocabulary [0, %d)",
-                              ids[i], c->model->vocab);
-    return 0;
-}
-
-/* Chunk compression of layer l (§4.3 steps 3-5): keep[h] per head; all
- * kept -> plain append; else score, select, append the selection. */
-static int layer_compress(struct gw_cuda *c, int l, int n, int64_t start,
-                          int forced, char *err, size_t errlen)
-{
-    const struct gw_model *md = c->model;
-    const struct gw_kv_layout *lay = c->layout;
-    int G = lay->kv.n_groups, Hkv = md->n_kv_heads;
-    const int32_t *hg = lay->head_group + (size_t)l * (size_t)Hkv;
-    const int32_t *hs = lay->head_slot + (size_t)l * (size_t)Hkv;
-    int32_t keep[CMP_MAX_KV_HEADS];
-    int all = 1;
-    for (int h = 0; h < Hkv; h++) {
-        double b = lay->kv.group_budget[(size_t)l * (size_t)G + (size_t)hg[h]];
-        keep[h] = (int32_t)kv_chunk_keep(n, b, forced);
-        all &= keep[h] == n;
-    }
-    size_t r0 = (size_t)l * (size_t)G;
-    struct cmp_dst dst = {
-        .pool = c->pool,
-        .n_pages = (int64_t)c->n_pages,
-        .heads_per_group = lay->kv.heads_per_group,
-        .page_size = lay->kv.page_size,
-        .head_dim = md->head_dim,
-        .n_kv_heads = Hkv,
-        .n_groups = G,
-        .head_group = hg,
-        .head_slot = hs,
-        .indptr = c->t_indptr + r0,
-        .indices = c->t_indices,
-        .npages = c->t_npages + r0,
-        .lens = c->t_lens + r0,
-        .fault = c->fault_d,
-    };
-    if (all) {
-        OP(cmp_kv_append(&dst, c->k, c->v, n, NULL, keep, c->stream),
-           "KV append", l);
-        return 0;
-    }
-    struct cmp_chunk ch = {
-        .q = c->q, .k = c->k, .v = c->v, .n = n,
-        .n_q_heads = md->n_q_heads, .n_kv_heads = Hkv,
-        .head_dim = md->head_dim, .start = start,
-        .window = lay->kv.rule.window, .n_sink = lay->kv.rule.n_sink,
-        .scale = 1.0f / sqrtf((float)md->head_dim),
-    };
-    OP(cmp_score(c->opts.method, &ch, c->scores, c->cmp_ws, c->cmp_ws_bytes,
-                 c->stream), "key scoring", l);
-    OP(cmp_select_topk(c->scores, n, Hkv, keep, start, lay->kv.rule.window,
-                       lay->kv.rule.n_sink, c->idx, c->stream),
-       "top-k selection", l);
-    OP(cmp_kv_append(&dst, c->k, c->v, n, c->idx, keep, c->stream),
-       "KV append", l);
-    return 0;
-}
-
-/* log_softmax(row)[t] in double on the host (the T > 1 prompt path). */
-static float host_logprob(const float *row, int V, int t)
-{
-    float mx = row[0];
-    for (int j = 1; j < V; j++)
-        mx = row[j] > mx ? row[j] : mx;
-    double s = 0.0;
-    for (int j = 0; j < V; j++)
-        s += exp((double)row[j] - (double)mx);
-    return (float)((double)row[t] - (double)mx - log(s));
-}
-
-/* Prompt log-probabilities of a finished chunk of n rows (c->h holds the
- * final-normed rows), GW_CUDA_LP_BLOCK rows per LM-head GEMM. Blocks
- * without a target are skipped on every rank alike (the targets are the
- * same everywhere); results go to out->lp on rank 0. */
-static int prompt_lp(struct gw_cuda *c, int n, const struct gw_prefill_out *out,
-                     char *err, size_t errlen)
-{
-    const struct gw_model *md = c->model;
-    int V = md->vocab, rank0 = md->rank == 0;
-    const int32_t *tg = out->lp_targets;
-    cudaStream_t st = STREAM(c);
-    CU(cudaStreamSynchronize(st)); /* p_pos / p_ids are free again */
-    for (int i0 = 0; i0 < n; i0 += GW_CUDA_LP_BLOCK) {
-        int m = n - i0 < GW_CUDA_LP_BLOCK ? n - i0 : GW_CUDA_LP_BLOCK;
-        int any = 0;
-        for (int i = 0; i < m; i++)
-            any |= tg[i0 + i] >= 0;
-        if (!any)
-            continue;
-        int rc = lm_head(c, i0, m, err, errlen);
-        if (rc != 0)
-            return rc;
-        if (!rank0) {
-            CU(cudaStreamSynchronize(st));
-        } else if (md->world <= 1) {
-            for (int i = 0; i < m; i++)
-                c->p_pos[i] = tg[i0 + i] >= 0 ? tg[i0 + i] : 0;
-            CU(cudaMemcpyAsync(c->tgt_d, c->p_pos, (size_t)m * 4,
-                               cudaMemcpyHostToDevice, st));
-            OP(tg_cuda_logprobs(c->logits, m, V, c->tgt_d, c->lp_d, st),
-               "prompt logprobs", md->n_layers);
-            CU(cudaMemcpyAsync(c->p_lp, c->lp_d, (size_t)m * 4,
-                               cudaMemcpyDeviceToHost, st));
-            CU(cudaStreamSynchronize(st));
-            for (int i = 0; i < m; i++)
-                if (tg[i0 + i] >= 0)
-                    out->lp[i0 + i] = c->p_lp[i];
-        } else {
-            /* the gathered slices are reordered on the host anyway */
-            if (c->lp_host == NULL &&
-                (c->lp_host = malloc((size_t)GW_CUDA_LP_BLOCK * (size_t)V * 4)) == NULL)
-                return tg_err_set(err, errlen, TG_ENOMEM, "out of host memory");
-            rc = logits_to_host(c, m, m, c->lp_host, err, errlen);
-            if (rc != 0)
-                return rc;
-            for (int i = 0; i < m; i++)
-                if (tg[i0 + i] >= 0)
-                    out->lp[i0 + i] = host_logprob(c->lp_host + (size_t)i * V,
-                                                   V, tg[i0 + i]);
-        }
-    }
-    return 0;
-}
-
-int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
-                    int n, const struct gw_prefill_out *out, char *err,
-                    size_t errlen)
-{
-    const struct gw_model *md = c->model;
-    const struct gw_kv_layout *lay = c->layout;
-    if (err != NULL && errlen > 0)
-        err[0] = '\0';
-    if (n <= 0 || n > c->opts.max_chunk)
-        return tg_err_set(err, errlen, TG_EINVAL, "chunk of %d tokens (max %d)",
-                          n, c->opts.max_chunk);
-    int rc = check_ids(c, ids, n, err, errlen);
-    if (rc != 0)
-        return rc;
-    int want_last = out != NULL && out->want_logits;
-    int want_lp = out != NULL && out->lp_targets != NULL;
-    if (md->rank == 0 && ((want_last && out->last_logits == NULL) ||
-                          (want_lp && out->lp == NULL)))
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "rank 0 needs the output buffers it asks for");
-    int64_t start = seq->pos;
-    int forced = (int)kv_chunk_forced(start, n, &lay->kv.rule);
-    int32_t addp[GW_MAX_GROUPS];
-    for (int l = 0; l < lay->kv.n_layers; l++) {
-        for (int g = 0; g < lay->kv.n_groups; g++)
-            addp[g] = (int32_t)kv_chunk_keep(
-                n, lay->kv.group_budget[(size_t)l * lay->kv.n_groups + g], forced);
-        if ((rc = room(c, seq, l, addp, err, errlen)) != 0)
-            return rc;
-    }
-    cudaStream_t st = STREAM(c);
-    CU(cudaStreamSynchronize(st)); /* the pinned staging is ours again */
-    for (int i = 0; i < n; i++) {
-        c->p_ids[i] = ids[i];
-        c->p_pos[i] = (int32_t)(start + i);
-    }
-    int64_t at = 0;
-    int LG = md->n_layers * lay->kv.n_groups;
-    if ((rc = table_put_seq(c, seq, 0, &at, 0, err, errlen)) != 0 ||
-        (rc = table_upload(c, LG, at, err, errlen)) != 0)
-        return rc;
-    CU(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)n * 4, cudaMemcpyHostToDevice, st));
-    CU(cudaMemcpyAsync(c->pos_d, c->p_pos, (size_t)n * 4, cudaMemcpyHostToDevice, st));
-    CU(cudaMemsetAsync(c->fault_d, 0, 4, st));
-    OP(ew_embedding(c->embed, md->vocab, md->hidden, c->ids_d, n, c->x,
-                    EW_DTYPE_F32, st), "embedding", 0);
-    int G = lay->kv.n_groups;
-    for (int l = 0; l < md->n_layers; l++) {
-        if ((rc = layer_qkv(c, l, n, err, errlen)) != 0)
-            return rc;
-        size_t r0 = (size_t)l * (size_t)G;
-        struct tg_cuda_prefill_attn_args a = {
-            .q = c->q, .k = c->k, .v = c->v, .n = n,
-            .n_q_heads = md->n_q_heads, .n_kv_heads = md->n_kv_heads,
-            .head_dim = md->head_dim, .pool = c->pool,
-            .heads_per_group = lay->kv.heads_per_group,
-            .page_size = lay->kv.page_size, .n_groups = G,
-            .head_group = c->head_group + (size_t)l * (size_t)md->n_kv_heads,
-            .head_slot = c->head_slot + (size_t)l * (size_t)md->n_kv_heads,
-            .indptr = c->t_indptr + r0, .indices = c->t_indices,
-            .lens = c->t_lens + r0,
-            .scale = 1.0f / sqrtf((float)md->head_dim),
-            .out = c->att, .stream = c->stream,
-        };
-        OP(tg_cuda_prefill_attn(&a, err, errlen), "prefill attention", l);
-        if ((rc = layer_compress(c, l, n, start, forced, err, errlen)) != 0 ||
-            (rc = layer_out_mlp(c, l, n, err, errlen)) != 0)
-            return rc;
-    }
-    if (want_last || want_lp) {
-        if ((rc = final_norm(c, n, err, errlen)) != 0)
-            return rc;
-        if (want_lp && (rc = prompt_lp(c, n, out, err, errlen)) != 0)
-            return rc;
-        if (want_last) {
-            if ((rc = lm_head(c, n - 1, 1, err, errlen)) != 0)
-                return rc;
-            if (md->rank == 0 &&
-                (rc = logits_to_host(c, 1, 1, out->last_logits, err, errlen)) != 0)
-                return rc;
-        }
-    }
-    if ((rc = finish(c, err, errlen)) != 0)
-        return rc;
-    /* the device rows grew: mirror the kept counts on the host */
-    for (int l = 0; l < md->n_layers; l++)
-        for (int g = 0; g < G; g++)
-            seq->len[(size_t)l * G + g] += (int32_t)kv_chunk_keep(
-                n, lay->kv.group_budget[(size_t)l * G + g], forced);
-    seq->pos += n;
-    (void)LG;
-    return 0;
-}
-
-/* ---- decode ------------------------------------------------------------ */
-
-/* The whole decode step of B (padded) sequences from the device inputs
- * (ids_d, pos_d, the table): embedding, every layer, final norm and LM
- * head. Only enqueues work on the stream, so it can be captured. */
-static int decode_body(struct gw_cuda *c, int B, char *err, size_t errlen)
-{
-    const struct gw_model *md = c->model;
-    const struct gw_kv_layout *lay = c->layout;
-    int G = lay->kv.n_groups, LG = md->n_layers * G, Hkv = md->n_kv_heads;
-    int rc;
-    OP(ew_embedding(c->embed, md->vocab, md->hidden, c->ids_d, B, c->x,
-                    EW_DTYPE_F32, c->stream), "embedding", 0);
-    for (int l = 0; l < md->n_layers; l++) {
-        if ((rc = layer_qkv(c, l, B, err, errlen)) != 0)
-            return rc;
-        struct tg_cuda_kv_csr tab = {
-            .indptr = c->t_indptr, .indices = c->t_indices,
-            .lens = c->t_lens, .n_rows = (int32_t)B * LG,
-            .row_stride = LG, .row_offset = l * G,
-        };
-        const int32_t *hg = c->head_group + (size_t)l * (size_t)Hkv;
-        const int32_t *hs = c->head_slot + (size_t)l * (size_t)Hkv;
-        struct tg_cuda_decode_append_args ap = {
-            .k = c->k, .v = c->v, .n_seq = B, .n_kv_heads = Hkv,
-            .head_dim = md->head_dim,
-            .heads_per_group = lay->kv.heads_per_group,
-            .page_size = lay->kv.page_size, .pool = c->pool,
-            .n_pages = (int64_t)c->n_pages + 1, /* + the scratch page */
-            .head_group = hg, .head_slot = hs, .table = tab,
-            .fault = c->fault_d, .stream = c->stream,
-        };
-        OP(tg_cuda_decode_append(&ap, err, errlen), "decode KV append", l);
-        struct tg_cuda_decode_attn_args at = {
-            .q = c->q, .pool = c->pool, .n_seq = B,
-            .n_q_heads = md->n_q_heads, .n_kv_heads = Hkv, .n_groups = G,
-            .heads_per_group = lay->kv.heads_per_group,
-            .page_size = lay->kv.page_size, .head_dim = md->head_dim,
-            .head_group = hg, .head_slot = hs, .table = tab,
-            .splits = c->splits, .layer = l,
-            .scale = 1.0f / sqrtf((float)md->head_dim),
-            .ws = c->dec_ws, .ws_bytes = c->dec_ws_bytes, .out = c->att,
-            .out_dtype = TG_CUDA_DECODE_OUT_BF16, .stream = c->stream,
-        };
-        OP(tg_cuda_decode_attn(&at, err, errlen), "decode attention", l);
-        if ((rc = layer_out_mlp(c, l, B, err, errlen)) != 0)
-            return rc;
-    }
-    if ((rc = final_norm(c, B, err, errlen)) != 0)
-        return rc;
-    return lm_head(c, 0, B, err, errlen);
-}
-
-/* Captures decode_body for bucket bi. A bucket that fails to capture is
- * marked and runs eagerly from then on; the reason stays in graph_error
- * for the worker to log once. */
-static void capture(struct gw_cuda *c, int bi)
-{
-    cudaStream_t st = STREAM(c);
-    cudaGraph_t graph = NULL;
-    cudaGraphExec_t exec = NULL;
-    char why[256] = "";
-    cudaError_t e = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
-    if (e == cudaSuccess) {
-        int rc = decode_body(c, c->bucket[bi], why, sizeof(why));
-        e = cudaStreamEndCapture(st, &graph);
-        if (rc != 0 && why[0] == '\0')
-            snprintf(why, sizeof(why), "%s", tg_strerror(rc));
-        if (rc != 0 && e == cudaSuccess)
-            e = cudaErrorStreamCaptureInvalidated;
-    }
-    if (e == cudaSuccess)
-        e = cudaGraphInstantiate(&exec, graph, 0);
-    if (graph != NULL)
-        cudaGraphDestroy(graph);
-    if (e != cudaSuccess || exec == NULL) {
-        cudaGetLastError(); /* clear the sticky-free error state */
-        c->graph_failed[bi] = 1;
-        snprintf(c->graph_error, sizeof(c->graph_error),
-                 "decode graph of batch %d not captured (%s%s%s); that "
-                 "bucket runs eagerly", c->bucket[bi], cudaGetErrorString(e),
-                 why[0] ? ": " : "", why);
-        return;
-    }
-    c->graph_exec[bi] = exec;
-}
-
-int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
-                   const int32_t *ids, int n_seq, int want_logits,
-                   float *logits, char *err, size_t errlen)
-{
-    const struct gw_model *md = c->model;
-    const struct gw_kv_layout *lay = c->layout;
-    if (err != NULL && errlen > 0)
-        err[0] = '\0';
-    if (n_seq <= 0 || n_seq > c->opts.max_seqs)
-        return tg_err_set(err, errlen, TG_EINVAL, "decode batch of %d (max %d)",
-                          n_seq, c->opts.max_seqs);
-    int rc = check_ids(c, ids, n_seq, err, errlen);
-    if (rc != 0)
-        return rc;
-    if (want_logits && md->rank == 0 && logits == NULL)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "rank 0 needs a logits buffer");
-    int32_t one[GW_MAX_GROUPS];
-    for (int g = 0; g < lay->kv.n_groups; g++)
-        one[g] = 1;
-    for (int s = 0; s < n_seq; s++)
-        for (int l = 0; l < lay->kv.n_layers; l++)
-            if ((rc = room(c, seqs[s], l, one, err, errlen)) != 0)
-                return rc;
-    int bi = -1, B = n_seq;
-    if (c->opts.graphs) {
-        bi = gw_cuda_bucket_of(c->bucket, c->n_buckets, n_seq);
-        if (bi >= 0)
-            B = c->bucket[bi];
-    }
-    cudaStream_t st = STREAM(c);
-    CU(cudaStreamSynchronize(st));
-    int LG = md->n_layers * lay->kv.n_groups;
-    int64_t at = 0;
-    for (int s = 0; s < B; s++) {
-        if (s < n_seq) {
-            c->p_ids[s] = ids[s];
-            c->p_pos[s] = (int32_t)seqs[s]->pos;
-            rc = table_put_seq(c, seqs[s], (int64_t)s * LG, &at, 1, err, errlen);
-            if (rc != 0)
-                return rc;
-        } else {
-            c->p_ids[s] = 0;
-            c->p_pos[s] = 0;
-            table_put_pad(c, (int64_t)s * LG, &at);
-        }
-    }
-    if ((rc = table_upload(c, (int64_t)B * LG, at, err, errlen)) != 0)
-        return rc;
-    CU(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)B * 4, cudaMemcpyHostToDevice, st));
-    CU(cudaMemcpyAsync(c->pos_d, c->p_pos, (size_t)B * 4, cudaMemcpyHostToDevice, st));
-    CU(cudaMemsetAsync(c->fault_d, 0, 4, st));
-    if (bi >= 0 && c->graph_exec[bi] != NULL) {
-        CU(cudaGraphLaunch((cudaGraphExec_t)c->graph_exec[bi], st));
-        c->graph_launches++;
-    } else {
-        if ((rc = decode_body(c, B, err, errlen)) != 0)
-            return rc;
-        c->eager_steps++;
-    }
-    if (want_logits && md->rank == 0 &&
-        (rc = logits_to_host(c, B, n_seq, logits, err, errlen)) != 0)
-        return rc;
-    if ((rc = finish(c, err, errlen)) != 0)
-        return rc;
-    /* First use of a bucket ran eagerly (settling cuBLASLt's plans and
-     * any lazy kernel setup); capture it now for the next steps. Capture
-     * records without running, so the step's results stand. */
-    if (bi >= 0 && c->graph_exec[bi] == NULL && !c->graph_failed[bi])
-        capture(c, bi);
-    for (int s = 0; s < n_seq; s++) {
-        for (int r = 0; r < LG; r++)
-            seqs[s]->len[r] += 1;
-        seqs[s]->pos += 1;
-    }
-    return 0;
 }
 
 #endif /* TANGRAM_CUDA */

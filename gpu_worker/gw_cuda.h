@@ -64,13 +64,16 @@
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_mem.h"
 #include "gpu_worker/gw_model.h"
+#include "kernels/cuda/sample.h" /* plain C: struct tg_cuda_sample_params */
 
 #define GW_CUDA_MAX_BUCKETS 32
 #define GW_CUDA_LP_BLOCK 64 /* prompt-logprob rows per LM-head GEMM */
+#define GW_CUDA_MAX_TOP 20  /* top logprobs per row sampled on the device */
 
 
 struct tg_nccl;
 struct tg_cuda_gemm;
+struct tg_cuda_sampler;
 
 struct gw_cuda_opts {
     int device;                    /* CUDA device ordinal */
@@ -80,6 +83,9 @@ struct gw_cuda_opts {
     int64_t kv_pages;              /* > 0: exactly this many pages */
     struct tg_config_amount kv_memory; /* else: bytes or fraction */
     uint64_t reserve_bytes;        /* 0: 1 GiB kept for the runtime */
+    int step_timeout_ms;           /* T > 1: a call waiting longer for its
+                                      stream aborts the NCCL group (a dead
+                                      peer); <= 0: 120 s */
     int graphs;                    /* capture decode as CUDA graphs; read
                                       at every decode call, so it may be
                                       switched between calls (benchmarks
@@ -158,6 +164,19 @@ struct gw_cuda {
 
     struct tg_cuda_split_map *splits;  /* owned */
 
+    /* device sampling (rank 0): the last decode's logits stay on the
+     * device when the caller passes no host buffer */
+    struct tg_cuda_sampler *sampler;   /* owned; NULL on ranks > 0 */
+    float *full;                       /* (logit_rows, V) T > 1 rank 0:
+                                          the unsharded logits */
+    int dev_rows;                      /* rows of device logits ready */
+    int32_t *s_tok;                    /* device (max_seqs) */
+    float *s_lp;                       /* device (max_seqs) */
+    int32_t *s_top_ids;                /* device (max_seqs, MAX_TOP) */
+    float *s_top_lps;                  /* device (max_seqs, MAX_TOP) */
+    int32_t *p_tok, *p_top_ids;        /* pinned mirrors */
+    float *p_slp, *p_top_lps;
+
     int n_buckets;
     int bucket[GW_CUDA_MAX_BUCKETS];   /* ascending batch sizes */
     void *graph_exec[GW_CUDA_MAX_BUCKETS]; /* cudaGraphExec_t or NULL */
@@ -194,11 +213,29 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
 
 /* gw_forward_decode on the device: one token for each of n_seq
  * (<= max_seqs) sequences; with want_logits (the same on every rank)
- * rank 0 receives the logits (n_seq, V) in host `logits`. Returns 0,
- * TG_EINVAL, TG_ENOSPC or TG_EDEVICE. */
+ * rank 0 receives the logits (n_seq, V) in host `logits`, or, when
+ * `logits` is NULL, keeps them on the device for gw_cuda_sample (no
+ * (n_seq, V) copy to the host). Returns 0, TG_EINVAL, TG_ENOSPC,
+ * TG_ETIMEDOUT (T > 1: a peer is gone; the group is aborted) or
+ * TG_EDEVICE. */
 int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
                    const int32_t *ids, int n_seq, int want_logits,
                    float *logits, char *err, size_t errlen);
+
+/* Samples rows 0 .. n-1 of the logits the last gw_cuda_decode kept on the
+ * device (rank 0; n <= its n_seq): tokens[i] drawn under params[i]
+ * (kernels/cuda/sample.h: temperature, top-k, top-p, min-p, then one
+ * Philox draw keyed by (seed, step); greedy is the argmax with ties to the
+ * lower id, as on the CPU), lps[i] its log-probability under the raw
+ * logits, and with n_top > 0 (<= GW_CUDA_MAX_TOP) the n_top most likely
+ * ids and log-probabilities per row in top_ids/top_lps (n, n_top). Host
+ * outputs. Penalties are not applied here: rows that need them go
+ * through the host sampler. Returns 0, TG_EINVAL (nothing kept, n too
+ * large, a parameter out of range) or TG_EDEVICE. */
+int gw_cuda_sample(struct gw_cuda *c, int n,
+                   const struct tg_cuda_sample_params *params, int n_top,
+                   int32_t *tokens, float *lps, int32_t *top_ids,
+                   float *top_lps, char *err, size_t errlen);
 
 /* The decode batch bucket that n sequences run in (the smallest bucket
  * >= n), or -1 when n is outside 1..max_seqs. Pure. */

@@ -5,13 +5,7 @@
 #include "gpu_worker/gw_worker.h"
 
 #ifdef TANGRAM_CUDA
-#include <cuda_runtime.h>
-
-#include "common/pf_split.h"
-#include "kernels/cuda/cuda_device.h"
-#include "kernels/cuda/decode_attn.h"
 #include "kernels/cuda/nccl_comm.h"
-_Static_assert(GW_NCCL_ID_BYTES == TG_NCCL_ID_BYTES, "NCCL unique id size");
 #endif
 
 #include <math.h>
@@ -25,6 +19,7 @@ _Static_assert(GW_NCCL_ID_BYTES == TG_NCCL_ID_BYTES, "NCCL unique id size");
 #include "common/tg_err.h"
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_layout.h"
+#include "gpu_worker/gw_worker_internal.h"
 
 /* splitmix64's state increment (Steele, Lea & Flood 2014): the state after
  * k draws is seed + k * GOLDEN, the sampler's rule in cpu_sample.c. */
@@ -65,8 +60,18 @@ void gw_worker_free(struct gw_worker *w)
     free(w->top_ids);
     free(w->top_lps);
     free(w->top_tmp);
+    free(w->pre_mark);
+    free(w->pre_tok);
+    free(w->pre_lp);
+    free(w->pre_top_ids);
+    free(w->pre_top_lps);
+    free(w->dev_params);
     gw_runtime_free(&w->rt);
 #ifdef TANGRAM_CUDA
+    /* a group that lost a peer is aborted first, or freeing the runtime
+     * would wait for NCCL kernels that never finish */
+    if (w->peers_lost)
+        tg_nccl_abort(w->nccl);
     gw_cuda_free(&w->cu);
     tg_nccl_free(w->nccl);
 #endif
@@ -151,70 +156,6 @@ static int cpu_init(struct gw_worker *w, const struct gw_worker_opts *o,
     return 0;
 }
 
-/* The CUDA backend: the split map from the occupancy API's N_CTA and the
- * rank's profile (pf_split_map, §4.6), then gw_cuda_init, which plans the
- * device memory (weights, activations, pool from kv_pages / kv_memory) and
- * fails with the numbers when it does not fit. Rank 0 of T > 1 also draws
- * the NCCL unique id it announces in its Hello. */
-static int cuda_init(struct gw_worker *w, const struct gw_worker_opts *o,
-                     char *err, size_t errlen)
-{
-#ifdef TANGRAM_CUDA
-    int ndev = 0, rc;
-    if (tg_cuda_device_count(&ndev) != 0 || ndev < 1)
-        return tg_err_set(err, errlen, TG_ENODEV,
-                          "--backend cuda: no CUDA device is usable here (no "
-                          "NVIDIA driver or no GPU); use --backend cpu");
-    w->device = o->device >= 0 ? o->device : o->rank;
-    if (w->device >= ndev)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "rank %d would use CUDA device %d, but %d are "
-                          "visible; give --device or set "
-                          "CUDA_VISIBLE_DEVICES", o->rank, w->device, ndev);
-    int n_cta = 0;
-    if (cudaSetDevice(w->device) != cudaSuccess)
-        return tg_err_set(err, errlen, TG_EDEVICE, "cannot use CUDA device %d",
-                          w->device);
-    rc = tg_cuda_decode_attn_n_cta(w->model.n_q_heads / w->model.n_kv_heads,
-                                   w->model.head_dim, &n_cta);
-    if (rc == TG_EINVAL)
-        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
-                          "--backend cuda supports head_dim 64 and 128 with "
-                          "1..16 query heads per KV head (the model has "
-                          "head_dim %d, %d per KV head)", w->model.head_dim,
-                          w->model.n_q_heads / w->model.n_kv_heads);
-    if (rc != 0)
-        return tg_err_set(err, errlen, rc, "cannot size decode attention on "
-                          "CUDA device %d", w->device);
-    int *splits = malloc((size_t)w->rows * sizeof(int));
-    if (splits == NULL)
-        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
-    rc = pf_split_map(&w->profile, n_cta, splits, err, errlen);
-    if (rc == 0) {
-        struct gw_cuda_opts co = {
-            .device = w->device, .method = w->method,
-            .max_chunk = o->prefill_chunk, .max_seqs = o->max_slots,
-            .kv_pages = o->kv_pages, .kv_memory = o->kv_memory,
-            .graphs = o->cuda_graphs, .splits = splits,
-        };
-        rc = gw_cuda_init(&w->cu, &w->model, &w->layout, &co, err, errlen);
-    }
-    free(splits);
-    if (rc != 0)
-        return rc;
-    w->cu.n_cta = n_cta;
-    w->n_pages = w->cu.n_pages;
-    if (o->rank == 0 && o->world_size > 1)
-        rc = tg_nccl_unique_id(w->nccl_id, err, errlen);
-    return rc;
-#else
-    (void)w;
-    (void)o;
-    return tg_err_set(err, errlen, TG_EUNSUPPORTED,
-                      "--backend cuda: this build has no CUDA backend");
-#endif
-}
-
 int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
                    char *err, size_t errlen)
 {
@@ -266,7 +207,7 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     w->rows = w->model.n_layers * w->layout.kv.n_groups;
     int64_t page_bytes;
     if (o->backend == GW_WORKER_BACKEND_CUDA) {
-        rc = cuda_init(w, o, err, errlen);
+        rc = gw__worker_cuda_init(w, o, err, errlen);
         if (rc != 0)
             goto fail;
         page_bytes = kv_layout_page_elems(&w->layout.kv) * 2; /* bf16 */
@@ -401,36 +342,6 @@ static int join_shm_setup(struct gw_worker *w, const GwCommSetup *cs,
     return join_shm(w, name, err, errlen);
 }
 
-/* A CommSetup for the CUDA backend: the NCCL group of rank 0's unique id
- * (T > 1; one rank needs no communicator, its collectives are no-ops). */
-static int join_nccl(struct gw_worker *w, const GwCommSetup *cs,
-                     const char *kind, char *err, size_t errlen)
-{
-    if (w->world_size <= 1)
-        return 0;
-    if (strcmp(kind, GW_NCCL_KIND) != 0)
-        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
-                          "CommSetup of kind '%.32s': the CUDA backend joins "
-                          "'%s' groups", kind, GW_NCCL_KIND);
-    if (cs->comm_id.len != GW_NCCL_ID_BYTES)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "CommSetup: a %zu-byte comm id is not an NCCL "
-                          "unique id (%d bytes)", cs->comm_id.len,
-                          GW_NCCL_ID_BYTES);
-#ifdef TANGRAM_CUDA
-    int rc = tg_nccl_init(&w->nccl, cs->comm_id.data, w->rank, w->world_size,
-                          w->device, w->comm_timeout_ms > 0
-                                         ? w->comm_timeout_ms
-                                         : GW_COMM_DEFAULT_TIMEOUT_MS,
-                          err, errlen);
-    if (rc == 0)
-        w->cu.opts.nccl = w->nccl;
-    return rc;
-#else
-    return tg_err_set(err, errlen, TG_EUNSUPPORTED, "no CUDA in this build");
-#endif
-}
-
 int gw_worker_comm_join(struct gw_worker *w, const GwCommSetup *cs, char *err,
                         size_t errlen)
 {
@@ -450,7 +361,7 @@ int gw_worker_comm_join(struct gw_worker *w, const GwCommSetup *cs, char *err,
     const char *kind = cs->comm_kind != NULL ? cs->comm_kind : "";
     int rc;
     if (w->backend == GW_WORKER_BACKEND_CUDA)
-        rc = join_nccl(w, cs, kind, err, errlen);
+        rc = gw__worker_join_nccl(w, cs, kind, err, errlen);
     else
         rc = join_shm_setup(w, cs, kind, err, errlen);
     if (rc == 0)
@@ -630,6 +541,16 @@ static int check_delta(struct gw_worker *w, size_t i, const GwPageDelta *d,
     return 0;
 }
 
+/* The tokens a prefill chunk keeps in row (l, g): gw_chunk_keep's rule,
+ * from the worker's own layout (w->rt exists on the CPU backend only). */
+static int64_t chunk_keep(const struct gw_worker *w, int l, int g,
+                          int64_t start, int64_t n)
+{
+    const struct kv_layout *kv = &w->layout.kv;
+    double b = kv->group_budget[(size_t)l * (size_t)kv->n_groups + (size_t)g];
+    return kv_chunk_keep(n, b, kv_chunk_forced(start, n, &kv->rule));
+}
+
 /* Rows must hold what they store, and the entries must have room for what
  * they add (the forward pass checks too, but only after earlier entries
  * ran; checking here keeps a rejected plan from changing anything). */
@@ -651,8 +572,8 @@ static int check_room(struct gw_worker *w, const GwBatchPlan *plan,
                 if (en != NULL)
                     add = en->kind == TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE
                               ? 1
-                              : gw_chunk_keep(&w->rt, l, g, en->start_pos,
-                                              (int64_t)en->n_token_ids);
+                              : chunk_keep(w, l, g, en->start_pos,
+                                           (int64_t)en->n_token_ids);
                 int64_t have = w->sim_n[s * R + r];
                 if (kv_pages_for(len, kv->page_size) > have ||
                     kv_pages_for(len + add, kv->page_size) > have)
@@ -953,8 +874,12 @@ static int run_plan(struct gw_worker *w, const GwBatchPlan *plan,
         nd++;
     }
     if (nd > 0) {
+        /* rank 0 of the CUDA backend samples penalty-free decode batches
+         * on the device: the (nd, V) logits never cross to the host */
+        int dev = d_sample && gw__worker_dev_sample_ok(w, plan);
         rc = fwd_decode(w, nd, d_sample,
-                        w->logits != NULL ? w->logits + (size_t)n_pf * V : NULL,
+                        w->logits != NULL && !dev
+                            ? w->logits + (size_t)n_pf * V : NULL,
                         err, errlen);
         if (rc != 0)
             return rc;
@@ -966,6 +891,8 @@ static int run_plan(struct gw_worker *w, const GwBatchPlan *plan,
             hist_add(sl, e);
             sl->pos = w->seqs[e->slot].pos;
         }
+        if (dev && (rc = gw__worker_dev_sample(w, plan, err, errlen)) != 0)
+            return rc;
     }
     return 0;
 }
@@ -1004,7 +931,14 @@ int gw_worker_step(struct gw_worker *w, const GwBatchPlan *plan,
     /* entry_of is free again after validation: reuse it as the row map. */
     int32_t *row = w->entry_of;
     rc = run_plan(w, plan, row, err, errlen);
-    if (rc != 0 && w->comm.failed) {
+    int comm_failed = w->comm.failed;
+#ifdef TANGRAM_CUDA
+    /* The CUDA backend's collectives are NCCL's: a failed communicator
+     * (sticky in tg_nccl) means the same as a failed shared-memory one. */
+    if (rc != 0 && w->nccl != NULL && tg_nccl_check(w->nccl, NULL, 0) != 0)
+        comm_failed = 1;
+#endif
+    if (rc != 0 && comm_failed) {
         /* The peers are gone or out of step: nothing more can run. */
         w->peers_lost = 1;
         if (w->peer_lost_flag != NULL)
@@ -1018,8 +952,13 @@ int gw_worker_step(struct gw_worker *w, const GwBatchPlan *plan,
         const GwPlanEntry *e = plan->entries[i];
         if (!e->sample)
             continue;
-        rc = sample_entry(w, e, w->logits + (size_t)row[i] * V, &w->tok[n],
-                          w->top_ids + n * K, w->top_lps + n * K, err, errlen);
+        if (gw__worker_presampled(w, plan, e, &w->tok[n], w->top_ids + n * K,
+                                  w->top_lps + n * K))
+            rc = 0;
+        else
+            rc = sample_entry(w, e, w->logits + (size_t)row[i] * V,
+                              &w->tok[n], w->top_ids + n * K,
+                              w->top_lps + n * K, err, errlen);
         if (rc != 0)
             goto done;
         w->tok_ptrs[n] = &w->tok[n];

@@ -121,6 +121,9 @@ struct gw_worker_opts {
     int device;                 /* CUDA backend: device ordinal; < 0: the
                                    rank (one worker per GPU) */
     int cuda_graphs;            /* CUDA backend: capture decode graphs */
+    int step_timeout_ms;        /* CUDA backend, T > 1: bound of a step's
+                                   wait before the NCCL group is aborted;
+                                   <= 0: 120 s */
 };
 
 /* The persistent state of one request slot. */
@@ -189,6 +192,16 @@ struct gw_worker {
     uint32_t *top_ids;            /* (max_slots, GW_WORKER_MAX_LOGPROBS) */
     float *top_lps;               /* (max_slots, GW_WORKER_MAX_LOGPROBS) */
     int32_t *top_tmp;             /* (GW_WORKER_MAX_LOGPROBS) */
+    /* CUDA rank 0: decode rows sampled on the device (gw_cuda_sample) */
+    uint64_t *pre_mark;           /* (max_slots) step id of the slot's
+                                     device draw, 0 = none */
+    int32_t *pre_row;             /* (max_slots) its row in pre_* */
+    int32_t *pre_tok;             /* (max_slots) by decode row */
+    float *pre_lp;                /* (max_slots) */
+    int32_t *pre_top_ids;         /* (max_slots, GW_CUDA_MAX_TOP) */
+    float *pre_top_lps;           /* (max_slots, GW_CUDA_MAX_TOP) */
+    int pre_top;                  /* top logprobs per row of the draw */
+    struct tg_cuda_sample_params *dev_params; /* (max_slots) */
     char error[512];              /* StepResult.error of the last step */
     /* Hello storage */
     GwLayoutSummary summary;

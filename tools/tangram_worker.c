@@ -58,6 +58,7 @@ struct worker_options {
     int64_t threads;
     int64_t device;
     int cuda_graphs;
+    int64_t step_timeout_ms;
 };
 
 static const char *const backends[] = {"cpu", "cuda", NULL};
@@ -137,6 +138,10 @@ static const struct tg_config_entry table[] = {
     {.name = "cuda-graphs", .type = TG_CONFIG_ENUM, .def = "on",
      .offset = OFF(cuda_graphs, int), .choices = onoff,
      .help = "Capture decode steps as CUDA graphs per batch-size bucket."},
+    {.name = "step-timeout-ms", .type = TG_CONFIG_INT, .def = "120000",
+     .min = 1000, .max = 86400000, .offset = OFF(step_timeout_ms, int64_t),
+     .help = "CUDA backend with T > 1: a step waiting longer aborts the NCCL "
+             "group (a peer is gone) and the worker exits for a restart."},
 };
 #undef OFF
 #define N_TABLE (sizeof(table) / sizeof(table[0]))
@@ -190,6 +195,7 @@ int main(int argc, char **argv)
         .n_threads = (int)opt.threads,
         .device = (int)opt.device,
         .cuda_graphs = opt.cuda_graphs == 1,
+        .step_timeout_ms = (int)opt.step_timeout_ms,
     };
     struct gw_worker w;
     struct gw_wlink link = {0};

@@ -274,6 +274,17 @@ extern "C" int tg_nccl_world(const struct tg_nccl *c)
     return c != nullptr ? c->world : -1;
 }
 
+extern "C" void tg_nccl_abort(struct tg_nccl *c)
+{
+    if (c == nullptr || c->comm == nullptr)
+        return;
+    (void)cudaSetDevice(c->device);
+    (void)ncclCommAbort(c->comm);
+    c->comm = nullptr;
+    if (c->failed == 0)
+        c->failed = TG_ETIMEDOUT;
+}
+
 extern "C" void tg_nccl_free(struct tg_nccl *c)
 {
     if (c == nullptr)

@@ -92,6 +92,13 @@ int tg_nccl_allgather(struct tg_nccl *c, const void *send, void *recv,
  * call timed out); TG_EINVAL for c NULL. */
 int tg_nccl_check(struct tg_nccl *c, char *err, size_t errlen);
 
+/* Aborts the communicator now (ncclCommAbort) and marks it failed with
+ * TG_ETIMEDOUT: NCCL kernels still spinning on a dead or out-of-step peer
+ * return, so a stream waiting on them drains and the process can exit.
+ * Every later call fails; tg_nccl_free then only releases memory. Safe on
+ * NULL and on an already aborted communicator. */
+void tg_nccl_abort(struct tg_nccl *c);
+
 /* The communicator's rank and world size (-1 for c NULL). */
 int tg_nccl_rank(const struct tg_nccl *c);
 int tg_nccl_world(const struct tg_nccl *c);

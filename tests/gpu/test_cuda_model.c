@@ -3,11 +3,20 @@
  *  - prompt log-probabilities of a 150-token prompt in chunks of 64, with
  *    and without a compressing profile, on Qwen3 (q/k norm, d 64, G 2),
  *    Llama (d 128, G 4) and Qwen2 (biases, tied embeddings): within bf16
- *    tolerance of the fp32 CPU values, and identical row lengths;
+ *    tolerance of the fp32 CPU values, and identical row lengths and
+ *    positions; the logits after a chunk's last token (with and without
+ *    prompt logprobs in the same call) within tolerance too;
  *  - batched decode of 3 sequences (teacher-forced with the CPU's greedy
- *    tokens): log-softmax within tolerance;
- *  - CUDA graphs: the same decode with graphs on and off gives bit-identical
- *    logits, and the graph runtime really launched graphs.
+ *    tokens): log-softmax within tolerance, for the padded (bucket 4) and
+ *    the unpadded batch, and identical row lengths after every step;
+ *  - CUDA graphs: graph replays of the padded bucket give logits
+ *    bit-identical to eager runs of the same padded batch, and the graph
+ *    runtime really launched graphs (one eager warm-up step, then
+ *    replays);
+ *  - sampling on the device (gw_cuda_sample) of logits kept there: the
+ *    greedy row is the argmax of the same logits copied to the host,
+ *    log-probabilities and the top 5 match the host's log-softmax, and a
+ *    top_k 5 draw is one of those five.
  * Without a device (or a CUDA build) it reports skipped (77) after
  * checking that gw_cuda_init says TG_ENODEV clearly. */
 #include <setjmp.h>
@@ -39,6 +48,7 @@
 #define P 16
 #define NSEQ 3
 #define STEPS 5
+#define NRT 3 /* CUDA runtimes compared: graphs, padded eager, eager */
 
 #ifdef TANGRAM_CUDA
 static char tmpdir[512];
@@ -200,28 +210,40 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
                                                model.head_dim, &n_cta), 0);
     int *splits = malloc((size_t)rows * sizeof(int));
     assert_int_equal(pf_split_map(&prof, n_cta, splits, err, sizeof(err)), 0);
-    struct gw_cuda cu[2];
-    for (int gi = 0; gi < 2; gi++) {
+    /* cu[0]: graphs (NSEQ = 3 runs in bucket 4, one padding row);
+     * cu[1]: graphs on but every bucket marked failed, so each step runs
+     * decode_body eagerly at the same padded batch: its logits must be
+     * bit-identical to the graph's (same kernels, shapes and addresses);
+     * cu[2]: graphs off, the unpadded eager batch of NSEQ rows (other GEMM
+     * shapes, so compared with the CPU within tolerance only). */
+    struct gw_cuda cu[NRT];
+    for (int gi = 0; gi < NRT; gi++) {
         struct gw_cuda_opts co = {.device = 0, .method = method,
                                   .max_chunk = CHUNK, .max_seqs = 4,
                                   .kv_pages = n_pages,
                                   .reserve_bytes = (uint64_t)256 << 20,
-                                  .graphs = gi == 0, .splits = splits};
+                                  .graphs = gi < 2, .splits = splits};
         rc = gw_cuda_init(&cu[gi], &model, &lay, &co, err, sizeof(err));
         if (rc != 0)
             fail_msg("cuda runtime: %s", err);
     }
+    for (int b = 0; b < cu[1].n_buckets; b++)
+        cu[1].graph_failed[b] = 1;
 
     int V = model.vocab;
-    struct seqbuf cs[NSEQ], gs[2][NSEQ];
+    struct seqbuf cs[NSEQ], gs[NRT][NSEQ];
     int32_t prompt[NSEQ][PROMPT];
     float *lp_c = malloc(PROMPT * sizeof(float));
-    float *lp_g = malloc(PROMPT * sizeof(float));
-    float worst_lp = 0;
+    float *lp_g[NRT];
+    for (int gi = 0; gi < NRT; gi++)
+        lp_g[gi] = malloc(PROMPT * sizeof(float));
+    float *last_c = malloc((size_t)V * sizeof(float));
+    float *last_g = malloc((size_t)V * sizeof(float));
+    float worst_lp = 0, worst_last = 0;
     for (int s = 0; s < NSEQ; s++) {
         seq_make(&cs[s], rows, per_row, perm, s * rows);
-        seq_make(&gs[0][s], rows, per_row, perm, s * rows);
-        seq_make(&gs[1][s], rows, per_row, perm, s * rows);
+        for (int gi = 0; gi < NRT; gi++)
+            seq_make(&gs[gi][s], rows, per_row, perm, s * rows);
         for (int i = 0; i < PROMPT; i++) {
             st = st * 6364136223846793005ull + 1442695040888963407ull;
             prompt[s][i] = (int32_t)((st >> 33) % (uint64_t)V);
@@ -231,78 +253,170 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
             int32_t tgt[CHUNK];
             for (int i = 0; i < n; i++)
                 tgt[i] = i0 + i + 1 < PROMPT ? prompt[s][i0 + i + 1] : -1;
-            struct gw_prefill_out oc = {.lp_targets = tgt, .lp = lp_c + i0};
-            struct gw_prefill_out og = {.lp_targets = tgt, .lp = lp_g + i0};
+            /* The logits after the chunk's last token (what the worker
+             * samples from): sequence 0 asks for them together with the
+             * prompt logprobs (c->h must survive the logprob blocks),
+             * sequence 1 alone on its middle chunk, sequence 2 never. */
+            int lp_on = !(s == 1 && i0 == CHUNK);
+            int last_on = s == 0 || (s == 1 && i0 == CHUNK);
+            struct gw_prefill_out oc = {
+                .want_logits = last_on, .last_logits = last_c,
+                .lp_targets = lp_on ? tgt : NULL, .lp = lp_c + i0};
             rc = gw_forward_prefill(&rt, &cs[s].seq, prompt[s] + i0, n, &oc,
                                     err, sizeof(err));
             if (rc != 0)
                 fail_msg("cpu prefill: %s", err);
-            for (int gi = 0; gi < 2; gi++) {
+            for (int gi = 0; gi < NRT; gi++) {
+                struct gw_prefill_out og = {
+                    .want_logits = last_on, .last_logits = last_g,
+                    .lp_targets = lp_on ? tgt : NULL, .lp = lp_g[gi] + i0};
                 rc = gw_cuda_prefill(&cu[gi], &gs[gi][s].seq, prompt[s] + i0, n,
                                      &og, err, sizeof(err));
                 if (rc != 0)
                     fail_msg("cuda prefill: %s", err);
+                if (last_on) {
+                    float d = max_abs_lsm_diff(last_c, last_g, V);
+                    worst_last = d > worst_last ? d : worst_last;
+                }
+                /* identical kept counts (the lens the device appended at) */
+                for (int r = 0; r < rows; r++)
+                    assert_int_equal(cs[s].len[r], gs[gi][s].len[r]);
+                assert_true(cs[s].seq.pos == gs[gi][s].seq.pos);
             }
-            for (int r = 0; r < rows; r++)
-                assert_int_equal(cs[s].len[r], gs[0][s].len[r]);
-        }
-        for (int i = 0; i + 1 < PROMPT; i++) {
-            float d = fabsf(lp_c[i] - lp_g[i]);
-            worst_lp = d > worst_lp ? d : worst_lp;
+            if (!lp_on)
+                continue;
+            for (int i = 0; i < n && i0 + i + 1 < PROMPT; i++)
+                for (int gi = 0; gi < NRT; gi++) {
+                    float d = fabsf(lp_c[i0 + i] - lp_g[gi][i0 + i]);
+                    if (!(d <= worst_lp)) /* NaN counts as the worst */
+                        worst_lp = isnan(d) ? INFINITY : d;
+                }
         }
     }
-    printf("# %s %s: worst prompt logprob difference %.4g (tolerance %.3g)\n",
-           dir, profile ? "profile" : "full KV", worst_lp, tol);
+    printf("# %s %s: worst prompt logprob difference %.4g, worst last-token "
+           "log-softmax difference %.4g (tolerance %.3g)\n", dir,
+           profile ? "profile" : "full KV", worst_lp, worst_last, tol);
     assert_true(worst_lp <= tol);
+    assert_true(worst_last <= tol);
 
     /* batched decode, teacher-forced with the CPU's greedy tokens */
     float *lc = malloc((size_t)NSEQ * V * sizeof(float));
-    float *lg[2] = {malloc((size_t)NSEQ * V * sizeof(float)),
-                    malloc((size_t)NSEQ * V * sizeof(float))};
+    float *lg[NRT];
+    for (int gi = 0; gi < NRT; gi++)
+        lg[gi] = malloc((size_t)NSEQ * V * sizeof(float));
     int32_t ids[NSEQ];
     for (int s = 0; s < NSEQ; s++)
         ids[s] = prompt[s][PROMPT - 1];
     float worst_dec = 0;
     for (int step = 0; step < STEPS; step++) {
-        struct gw_seq *cp[NSEQ], *gp[2][NSEQ];
+        struct gw_seq *cp[NSEQ], *gp[NRT][NSEQ];
         for (int s = 0; s < NSEQ; s++) {
             cp[s] = &cs[s].seq;
-            gp[0][s] = &gs[0][s].seq;
-            gp[1][s] = &gs[1][s].seq;
+            for (int gi = 0; gi < NRT; gi++)
+                gp[gi][s] = &gs[gi][s].seq;
         }
         if (gw_forward_decode(&rt, cp, ids, NSEQ, 1, lc, err, sizeof(err)) != 0)
             fail_msg("cpu decode: %s", err);
-        for (int gi = 0; gi < 2; gi++)
+        for (int gi = 0; gi < NRT; gi++)
             if (gw_cuda_decode(&cu[gi], gp[gi], ids, NSEQ, 1, lg[gi], err,
                                sizeof(err)) != 0)
                 fail_msg("cuda decode: %s", err);
+        /* graph replay == eager run of the same padded batch, bit for bit */
         assert_memory_equal(lg[0], lg[1], (size_t)NSEQ * V * sizeof(float));
         for (int s = 0; s < NSEQ; s++) {
-            float d = max_abs_lsm_diff(lc + (size_t)s * V, lg[0] + (size_t)s * V, V);
-            worst_dec = d > worst_dec ? d : worst_dec;
+            for (int gi = 0; gi < NRT; gi += 2) {
+                float d = max_abs_lsm_diff(lc + (size_t)s * V,
+                                           lg[gi] + (size_t)s * V, V);
+                if (!(d <= worst_dec))
+                    worst_dec = isnan(d) ? INFINITY : d;
+            }
             ids[s] = argmax(lc + (size_t)s * V, V);
+            for (int gi = 0; gi < NRT; gi++) {
+                for (int r = 0; r < rows; r++)
+                    assert_int_equal(cs[s].len[r], gs[gi][s].len[r]);
+                assert_true(cs[s].seq.pos == gs[gi][s].seq.pos);
+            }
         }
+    }
+    /* one more step: cu[0] keeps its logits on the device and samples
+     * there; cu[1] (bit-identical logits) copies them to the host */
+    {
+        struct gw_seq *gp0[NSEQ], *gp1[NSEQ];
+        for (int s = 0; s < NSEQ; s++) {
+            gp0[s] = &gs[0][s].seq;
+            gp1[s] = &gs[1][s].seq;
+        }
+        if (gw_cuda_decode(&cu[0], gp0, ids, NSEQ, 1, NULL, err,
+                           sizeof(err)) != 0 ||
+            gw_cuda_decode(&cu[1], gp1, ids, NSEQ, 1, lg[1], err,
+                           sizeof(err)) != 0)
+            fail_msg("cuda decode for sampling: %s", err);
+        assert_int_equal(cu[0].dev_rows, NSEQ);
+        struct tg_cuda_sample_params sp[NSEQ] = {
+            {.temperature = 0.0f, .top_p = 1.0f, .seed = 1, .step = 0},
+            {.temperature = 0.8f, .top_k = 5, .top_p = 1.0f, .seed = 2,
+             .step = 3},
+            {.temperature = 1.0f, .top_p = 0.9f, .seed = 3, .step = 7},
+        };
+        int32_t tok[NSEQ], top_ids[NSEQ * 5];
+        float lp[NSEQ], top_lps[NSEQ * 5];
+        if (gw_cuda_sample(&cu[0], NSEQ, sp, 5, tok, lp, top_ids, top_lps, err,
+                           sizeof(err)) != 0)
+            fail_msg("device sampling: %s", err);
+        assert_int_equal(cu[0].dev_rows, 0); /* one sampling per decode */
+        for (int s = 0; s < NSEQ; s++) {
+            const float *row = lg[1] + (size_t)s * V;
+            double mx = row[0], sum = 0;
+            for (int j = 1; j < V; j++)
+                mx = row[j] > mx ? row[j] : mx;
+            for (int j = 0; j < V; j++)
+                sum += exp(row[j] - mx);
+            double lse = mx + log(sum);
+            assert_true(tok[s] >= 0 && tok[s] < V);
+            assert_true(fabs(lp[s] - (row[tok[s]] - lse)) < 1e-4);
+            assert_int_equal(top_ids[s * 5], argmax(row, V));
+            for (int k = 0; k < 5; k++) {
+                assert_true(fabs(top_lps[s * 5 + k] -
+                                 (row[top_ids[s * 5 + k]] - lse)) < 1e-4);
+                if (k > 0)
+                    assert_true(top_lps[s * 5 + k] <= top_lps[s * 5 + k - 1]);
+            }
+        }
+        assert_int_equal(tok[0], argmax(lg[1], V)); /* greedy */
+        int in_top = 0; /* top_k 5: the draw is one of the five */
+        for (int k = 0; k < 5; k++)
+            in_top |= top_ids[5 + k] == tok[1];
+        assert_true(in_top);
     }
     printf("# decode: worst log-softmax difference %.4g; graph launches %lld, "
            "eager steps %lld%s%s\n", worst_dec, (long long)cu[0].graph_launches,
            (long long)cu[0].eager_steps, cu[0].graph_error[0] ? "; " : "",
            cu[0].graph_error);
     assert_true(worst_dec <= tol);
-    assert_true(cu[0].graph_launches >= STEPS - 1);
+    /* the first step of the bucket runs eagerly and captures; the rest
+     * replay the graph */
+    /* STEPS decode steps plus the device-sampling step */
+    assert_int_equal(cu[0].graph_launches, STEPS);
+    assert_int_equal(cu[0].eager_steps, 1);
     assert_int_equal(cu[1].graph_launches, 0);
+    assert_int_equal(cu[1].eager_steps, STEPS + 1);
+    assert_int_equal(cu[2].graph_launches, 0);
+    assert_int_equal(cu[2].eager_steps, STEPS);
 
     for (int s = 0; s < NSEQ; s++) {
         seq_drop(&cs[s], rows);
-        seq_drop(&gs[0][s], rows);
-        seq_drop(&gs[1][s], rows);
+        for (int gi = 0; gi < NRT; gi++)
+            seq_drop(&gs[gi][s], rows);
     }
     free(lc);
-    free(lg[0]);
-    free(lg[1]);
     free(lp_c);
-    free(lp_g);
-    gw_cuda_free(&cu[0]);
-    gw_cuda_free(&cu[1]);
+    free(last_c);
+    free(last_g);
+    for (int gi = 0; gi < NRT; gi++) {
+        free(lg[gi]);
+        free(lp_g[gi]);
+        gw_cuda_free(&cu[gi]);
+    }
     free(splits);
     gw_runtime_free(&rt);
     tg_backend_cpu_free(be);

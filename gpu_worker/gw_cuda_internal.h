@@ -1,0 +1,76 @@
+/*
+ * gw_cuda_internal.h — what the files of the CUDA forward pass share
+ * (gw_cuda.c: set-up and weights; gw_cuda_step.c: block tables, waits and
+ * the layer pieces; gw_cuda_run.c: prefill, decode, graphs, sampling).
+ * Not part of the public API (see gw_cuda.h). CUDA builds only.
+ */
+#ifndef GW_CUDA_INTERNAL_H
+#define GW_CUDA_INTERNAL_H
+
+#ifdef TANGRAM_CUDA
+#include <cuda_runtime.h>
+
+#include "common/tg_err.h"
+#include "gpu_worker/gw_cuda.h"
+
+#define CU(expr)                                                           \
+    do {                                                                   \
+        cudaError_t e__ = (expr);                                          \
+        if (e__ != cudaSuccess)                                            \
+            return tg_err_set(err, errlen, TG_EDEVICE, "%s: %s", #expr,    \
+                              cudaGetErrorString(e__));                    \
+    } while (0)
+
+/* A kernel entry's failure: the entry printed the CUDA detail (or put it
+ * in err); name the op and layer. */
+#define OP(expr, what, layer)                                              \
+    do {                                                                   \
+        int rc__ = (expr);                                                 \
+        if (rc__ != 0)                                                     \
+            return gw_cuda__op_fail(err, errlen, rc__, what, layer);       \
+    } while (0)
+
+/* Names the failed op and layer unless the entry filled err already. */
+int gw_cuda__op_fail(char *err, size_t errlen, int rc, const char *what,
+                     int layer);
+
+#define STREAM(c) ((cudaStream_t)(c)->stream)
+
+#define WAIT(c)                                                            \
+    do {                                                                   \
+        int rc__ = gw_cuda__wait_stream((c), err, errlen);                 \
+        if (rc__ != 0)                                                     \
+            return rc__;                                                   \
+    } while (0)
+
+/* Block tables (pinned mirrors, one copy per call). */
+int gw_cuda__table_put_seq(struct gw_cuda *c, const struct gw_seq *seq,
+                           int64_t r0, int64_t *at, int add, char *err,
+                           size_t errlen);
+void gw_cuda__table_put_pad(struct gw_cuda *c, int64_t r0, int64_t *at);
+int gw_cuda__table_upload(struct gw_cuda *c, int64_t rows, int64_t ids,
+                          char *err, size_t errlen);
+/* Stream wait bounded by the NCCL group's health (T > 1). */
+int gw_cuda__wait_stream(struct gw_cuda *c, char *err, size_t errlen);
+/* Layer pieces for m rows (enqueue only, capturable). */
+int gw_cuda__allreduce(struct gw_cuda *c, size_t n, int l, const char *what,
+                       char *err, size_t errlen);
+int gw_cuda__layer_qkv(struct gw_cuda *c, int l, int m, char *err,
+                       size_t errlen);
+int gw_cuda__layer_out_mlp(struct gw_cuda *c, int l, int m, char *err,
+                           size_t errlen);
+int gw_cuda__final_norm(struct gw_cuda *c, int m, char *err, size_t errlen);
+int gw_cuda__lm_head(struct gw_cuda *c, int first, int m, char *err,
+                     size_t errlen);
+/* Logits to the host (rank 0), waits; the fault check, waits. */
+int gw_cuda__logits_to_host(struct gw_cuda *c, int rows, int m, float *out,
+                            char *err, size_t errlen);
+int gw_cuda__finish(struct gw_cuda *c, char *err, size_t errlen);
+/* Checks before anything is queued. */
+int gw_cuda__room(const struct gw_cuda *c, const struct gw_seq *seq, int l,
+                  const int32_t *add, char *err, size_t errlen);
+int gw_cuda__check_ids(const struct gw_cuda *c, const int32_t *ids, int n,
+                       char *err, size_t errlen);
+
+#endif /* TANGRAM_CUDA */
+#endif /* GW_CUDA_INTERNAL_H */

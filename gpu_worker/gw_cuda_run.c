@@ -1,0 +1,457 @@
+/* gw_cuda_run.c — the CUDA forward pass: prefill chunks with fused
+ * compression, decode steps with CUDA graphs per batch bucket, and
+ * sampling on the device (see gw_cuda.h). */
+#include "gpu_worker/gw_cuda.h"
+
+#ifdef TANGRAM_CUDA
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/kv_budget.h"
+#include "gpu_worker/gw_cuda_internal.h"
+#include "kernels/cuda/compress.h"
+#include "kernels/cuda/decode_append.h"
+#include "kernels/cuda/decode_attn.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/nccl_comm.h"
+#include "kernels/cuda/prefill_attn.h"
+#include "kernels/cuda/sample.h"
+#include "kernels/cuda/score_qa.h"
+#include "kernels/cuda/vocab_unshard.h"
+
+static int layer_compress(struct gw_cuda *c, int l, int n, int64_t start,
+                          int forced, char *err, size_t errlen)
+{
+    const struct gw_model *md = c->model;
+    const struct gw_kv_layout *lay = c->layout;
+    int G = lay->kv.n_groups, Hkv = md->n_kv_heads;
+    const int32_t *hg = lay->head_group + (size_t)l * (size_t)Hkv;
+    const int32_t *hs = lay->head_slot + (size_t)l * (size_t)Hkv;
+    int32_t keep[CMP_MAX_KV_HEADS];
+    int all = 1;
+    for (int h = 0; h < Hkv; h++) {
+        double b = lay->kv.group_budget[(size_t)l * (size_t)G + (size_t)hg[h]];
+        keep[h] = (int32_t)kv_chunk_keep(n, b, forced);
+        all &= keep[h] == n;
+    }
+    size_t r0 = (size_t)l * (size_t)G;
+    struct cmp_dst dst = {
+        .pool = c->pool,
+        .n_pages = (int64_t)c->n_pages,
+        .heads_per_group = lay->kv.heads_per_group,
+        .page_size = lay->kv.page_size,
+        .head_dim = md->head_dim,
+        .n_kv_heads = Hkv,
+        .n_groups = G,
+        .head_group = hg,
+        .head_slot = hs,
+        .indptr = c->t_indptr + r0,
+        .indices = c->t_indices,
+        .npages = c->t_npages + r0,
+        .lens = c->t_lens + r0,
+        .fault = c->fault_d,
+    };
+    if (all) {
+        OP(cmp_kv_append(&dst, c->k, c->v, n, NULL, keep, c->stream),
+           "KV append", l);
+        return 0;
+    }
+    struct cmp_chunk ch = {
+        .q = c->q, .k = c->k, .v = c->v, .n = n,
+        .n_q_heads = md->n_q_heads, .n_kv_heads = Hkv,
+        .head_dim = md->head_dim, .start = start,
+        .window = lay->kv.rule.window, .n_sink = lay->kv.rule.n_sink,
+        .scale = 1.0f / sqrtf((float)md->head_dim),
+    };
+    OP(cmp_score(c->opts.method, &ch, c->scores, c->cmp_ws, c->cmp_ws_bytes,
+                 c->stream), "key scoring", l);
+    OP(cmp_select_topk(c->scores, n, Hkv, keep, start, lay->kv.rule.window,
+                       lay->kv.rule.n_sink, c->idx, c->stream),
+       "top-k selection", l);
+    OP(cmp_kv_append(&dst, c->k, c->v, n, c->idx, keep, c->stream),
+       "KV append", l);
+    return 0;
+}
+
+/* log_softmax(row)[t] in double on the host (the T > 1 prompt path). */
+static float host_logprob(const float *row, int V, int t)
+{
+    float mx = row[0];
+    for (int j = 1; j < V; j++)
+        mx = row[j] > mx ? row[j] : mx;
+    double s = 0.0;
+    for (int j = 0; j < V; j++)
+        s += exp((double)row[j] - (double)mx);
+    return (float)((double)row[t] - (double)mx - log(s));
+}
+
+/* Prompt log-probabilities of a finished chunk of n rows (c->h holds the
+ * final-normed rows), GW_CUDA_LP_BLOCK rows per LM-head GEMM. Blocks
+ * without a target are skipped on every rank alike (the targets are the
+ * same everywhere); results go to out->lp on rank 0. */
+static int prompt_lp(struct gw_cuda *c, int n, const struct gw_prefill_out *out,
+                     char *err, size_t errlen)
+{
+    const struct gw_model *md = c->model;
+    int V = md->vocab, rank0 = md->rank == 0;
+    const int32_t *tg = out->lp_targets;
+    cudaStream_t st = STREAM(c);
+    /* Before the first collective: a failure here must not leave rank 0
+     * one all-gather short of its peers. */
+    if (rank0 && md->world > 1 && c->lp_host == NULL &&
+        (c->lp_host = malloc((size_t)GW_CUDA_LP_BLOCK * (size_t)V * 4)) == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of host memory");
+    WAIT(c); /* p_pos / p_ids are free again */
+    for (int i0 = 0; i0 < n; i0 += GW_CUDA_LP_BLOCK) {
+        int m = n - i0 < GW_CUDA_LP_BLOCK ? n - i0 : GW_CUDA_LP_BLOCK;
+        int any = 0;
+        for (int i = 0; i < m; i++)
+            any |= tg[i0 + i] >= 0;
+        if (!any)
+            continue;
+        int rc = gw_cuda__lm_head(c, i0, m, err, errlen);
+        if (rc != 0)
+            return rc;
+        if (!rank0) {
+            WAIT(c);
+        } else if (md->world <= 1) {
+            for (int i = 0; i < m; i++)
+                c->p_pos[i] = tg[i0 + i] >= 0 ? tg[i0 + i] : 0;
+            CU(cudaMemcpyAsync(c->tgt_d, c->p_pos, (size_t)m * 4,
+                               cudaMemcpyHostToDevice, st));
+            OP(tg_cuda_logprobs(c->logits, m, V, c->tgt_d, c->lp_d, st),
+               "prompt logprobs", md->n_layers);
+            CU(cudaMemcpyAsync(c->p_lp, c->lp_d, (size_t)m * 4,
+                               cudaMemcpyDeviceToHost, st));
+            WAIT(c);
+            for (int i = 0; i < m; i++)
+                if (tg[i0 + i] >= 0)
+                    out->lp[i0 + i] = c->p_lp[i];
+        } else {
+            /* the gathered slices are reordered on the host anyway */
+            rc = gw_cuda__logits_to_host(c, m, m, c->lp_host, err, errlen);
+            if (rc != 0)
+                return rc;
+            for (int i = 0; i < m; i++)
+                if (tg[i0 + i] >= 0)
+                    out->lp[i0 + i] = host_logprob(c->lp_host + (size_t)i * V,
+                                                   V, tg[i0 + i]);
+        }
+    }
+    return 0;
+}
+
+int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
+                    int n, const struct gw_prefill_out *out, char *err,
+                    size_t errlen)
+{
+    const struct gw_model *md = c->model;
+    const struct gw_kv_layout *lay = c->layout;
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (n <= 0 || n > c->opts.max_chunk)
+        return tg_err_set(err, errlen, TG_EINVAL, "chunk of %d tokens (max %d)",
+                          n, c->opts.max_chunk);
+    int rc = gw_cuda__check_ids(c, ids, n, err, errlen);
+    if (rc != 0)
+        return rc;
+    int want_last = out != NULL && out->want_logits;
+    int want_lp = out != NULL && out->lp_targets != NULL;
+    if (md->rank == 0 && ((want_last && out->last_logits == NULL) ||
+                          (want_lp && out->lp == NULL)))
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rank 0 needs the output buffers it asks for");
+    int64_t start = seq->pos;
+    int forced = (int)kv_chunk_forced(start, n, &lay->kv.rule);
+    int32_t addp[GW_MAX_GROUPS];
+    for (int l = 0; l < lay->kv.n_layers; l++) {
+        for (int g = 0; g < lay->kv.n_groups; g++)
+            addp[g] = (int32_t)kv_chunk_keep(
+                n, lay->kv.group_budget[(size_t)l * lay->kv.n_groups + g], forced);
+        if ((rc = gw_cuda__room(c, seq, l, addp, err, errlen)) != 0)
+            return rc;
+    }
+    cudaStream_t st = STREAM(c);
+    WAIT(c); /* the pinned staging is ours again */
+    for (int i = 0; i < n; i++) {
+        c->p_ids[i] = ids[i];
+        c->p_pos[i] = (int32_t)(start + i);
+    }
+    int64_t at = 0;
+    int LG = md->n_layers * lay->kv.n_groups;
+    if ((rc = gw_cuda__table_put_seq(c, seq, 0, &at, 0, err, errlen)) != 0 ||
+        (rc = gw_cuda__table_upload(c, LG, at, err, errlen)) != 0)
+        return rc;
+    CU(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)n * 4, cudaMemcpyHostToDevice, st));
+    CU(cudaMemcpyAsync(c->pos_d, c->p_pos, (size_t)n * 4, cudaMemcpyHostToDevice, st));
+    CU(cudaMemsetAsync(c->fault_d, 0, 4, st));
+    OP(ew_embedding(c->embed, md->vocab, md->hidden, c->ids_d, n, c->x,
+                    EW_DTYPE_F32, st), "embedding", 0);
+    int G = lay->kv.n_groups;
+    for (int l = 0; l < md->n_layers; l++) {
+        if ((rc = gw_cuda__layer_qkv(c, l, n, err, errlen)) != 0)
+            return rc;
+        size_t r0 = (size_t)l * (size_t)G;
+        struct tg_cuda_prefill_attn_args a = {
+            .q = c->q, .k = c->k, .v = c->v, .n = n,
+            .n_q_heads = md->n_q_heads, .n_kv_heads = md->n_kv_heads,
+            .head_dim = md->head_dim, .pool = c->pool,
+            .heads_per_group = lay->kv.heads_per_group,
+            .page_size = lay->kv.page_size, .n_groups = G,
+            .head_group = c->head_group + (size_t)l * (size_t)md->n_kv_heads,
+            .head_slot = c->head_slot + (size_t)l * (size_t)md->n_kv_heads,
+            .indptr = c->t_indptr + r0, .indices = c->t_indices,
+            .lens = c->t_lens + r0,
+            .scale = 1.0f / sqrtf((float)md->head_dim),
+            .out = c->att, .stream = c->stream,
+        };
+        OP(tg_cuda_prefill_attn(&a, err, errlen), "prefill attention", l);
+        if ((rc = layer_compress(c, l, n, start, forced, err, errlen)) != 0 ||
+            (rc = gw_cuda__layer_out_mlp(c, l, n, err, errlen)) != 0)
+            return rc;
+    }
+    if (want_last || want_lp) {
+        if ((rc = gw_cuda__final_norm(c, n, err, errlen)) != 0)
+            return rc;
+        if (want_lp && (rc = prompt_lp(c, n, out, err, errlen)) != 0)
+            return rc;
+        if (want_last) {
+            if ((rc = gw_cuda__lm_head(c, n - 1, 1, err, errlen)) != 0)
+                return rc;
+            if (md->rank == 0 &&
+                (rc = gw_cuda__logits_to_host(c, 1, 1, out->last_logits, err, errlen)) != 0)
+                return rc;
+        }
+    }
+    if ((rc = gw_cuda__finish(c, err, errlen)) != 0)
+        return rc;
+    /* the device rows grew: mirror the kept counts on the host */
+    for (int l = 0; l < md->n_layers; l++)
+        for (int g = 0; g < G; g++)
+            seq->len[(size_t)l * G + g] += (int32_t)kv_chunk_keep(
+                n, lay->kv.group_budget[(size_t)l * G + g], forced);
+    seq->pos += n;
+    (void)LG;
+    return 0;
+}
+
+/* ---- decode ------------------------------------------------------------ */
+
+/* The whole decode step of B (padded) sequences from the device inputs
+ * (ids_d, pos_d, the table): embedding, every layer, final norm and LM
+ * head. Only enqueues work on the stream, so it can be captured. */
+static int decode_body(struct gw_cuda *c, int B, char *err, size_t errlen)
+{
+    const struct gw_model *md = c->model;
+    const struct gw_kv_layout *lay = c->layout;
+    int G = lay->kv.n_groups, LG = md->n_layers * G, Hkv = md->n_kv_heads;
+    int rc;
+    OP(ew_embedding(c->embed, md->vocab, md->hidden, c->ids_d, B, c->x,
+                    EW_DTYPE_F32, c->stream), "embedding", 0);
+    for (int l = 0; l < md->n_layers; l++) {
+        if ((rc = gw_cuda__layer_qkv(c, l, B, err, errlen)) != 0)
+            return rc;
+        struct tg_cuda_kv_csr tab = {
+            .indptr = c->t_indptr, .indices = c->t_indices,
+            .lens = c->t_lens, .n_rows = (int32_t)B * LG,
+            .row_stride = LG, .row_offset = l * G,
+        };
+        const int32_t *hg = c->head_group + (size_t)l * (size_t)Hkv;
+        const int32_t *hs = c->head_slot + (size_t)l * (size_t)Hkv;
+        struct tg_cuda_decode_append_args ap = {
+            .k = c->k, .v = c->v, .n_seq = B, .n_kv_heads = Hkv,
+            .head_dim = md->head_dim,
+            .heads_per_group = lay->kv.heads_per_group,
+            .page_size = lay->kv.page_size, .pool = c->pool,
+            .n_pages = (int64_t)c->n_pages + 1, /* + the scratch page */
+            .head_group = hg, .head_slot = hs, .table = tab,
+            .fault = c->fault_d, .stream = c->stream,
+        };
+        OP(tg_cuda_decode_append(&ap, err, errlen), "decode KV append", l);
+        struct tg_cuda_decode_attn_args at = {
+            .q = c->q, .pool = c->pool, .n_seq = B,
+            .n_q_heads = md->n_q_heads, .n_kv_heads = Hkv, .n_groups = G,
+            .heads_per_group = lay->kv.heads_per_group,
+            .page_size = lay->kv.page_size, .head_dim = md->head_dim,
+            .head_group = hg, .head_slot = hs, .table = tab,
+            .splits = c->splits, .layer = l,
+            .scale = 1.0f / sqrtf((float)md->head_dim),
+            .ws = c->dec_ws, .ws_bytes = c->dec_ws_bytes, .out = c->att,
+            .out_dtype = TG_CUDA_DECODE_OUT_BF16, .stream = c->stream,
+        };
+        OP(tg_cuda_decode_attn(&at, err, errlen), "decode attention", l);
+        if ((rc = gw_cuda__layer_out_mlp(c, l, B, err, errlen)) != 0)
+            return rc;
+    }
+    if ((rc = gw_cuda__final_norm(c, B, err, errlen)) != 0)
+        return rc;
+    return gw_cuda__lm_head(c, 0, B, err, errlen);
+}
+
+/* Captures decode_body for bucket bi. A bucket that fails to capture is
+ * marked and runs eagerly from then on; the reason stays in graph_error
+ * for the worker to log once. */
+static void capture(struct gw_cuda *c, int bi)
+{
+    cudaStream_t st = STREAM(c);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    char why[256] = "";
+    cudaError_t e = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+        int rc = decode_body(c, c->bucket[bi], why, sizeof(why));
+        e = cudaStreamEndCapture(st, &graph);
+        if (rc != 0 && why[0] == '\0')
+            snprintf(why, sizeof(why), "%s", tg_strerror(rc));
+        if (rc != 0 && e == cudaSuccess)
+            e = cudaErrorStreamCaptureInvalidated;
+    }
+    if (e == cudaSuccess)
+        e = cudaGraphInstantiate(&exec, graph, 0);
+    if (graph != NULL)
+        cudaGraphDestroy(graph);
+    if (e != cudaSuccess || exec == NULL) {
+        cudaGetLastError(); /* clear the sticky-free error state */
+        c->graph_failed[bi] = 1;
+        snprintf(c->graph_error, sizeof(c->graph_error),
+                 "decode graph of batch %d not captured (%s%s%s); that "
+                 "bucket runs eagerly", c->bucket[bi], cudaGetErrorString(e),
+                 why[0] ? ": " : "", why);
+        return;
+    }
+    c->graph_exec[bi] = exec;
+}
+
+int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
+                   const int32_t *ids, int n_seq, int want_logits,
+                   float *logits, char *err, size_t errlen)
+{
+    const struct gw_model *md = c->model;
+    const struct gw_kv_layout *lay = c->layout;
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (n_seq <= 0 || n_seq > c->opts.max_seqs)
+        return tg_err_set(err, errlen, TG_EINVAL, "decode batch of %d (max %d)",
+                          n_seq, c->opts.max_seqs);
+    int rc = gw_cuda__check_ids(c, ids, n_seq, err, errlen);
+    if (rc != 0)
+        return rc;
+    c->dev_rows = 0;
+    int32_t one[GW_MAX_GROUPS];
+    for (int g = 0; g < lay->kv.n_groups; g++)
+        one[g] = 1;
+    for (int s = 0; s < n_seq; s++)
+        for (int l = 0; l < lay->kv.n_layers; l++)
+            if ((rc = gw_cuda__room(c, seqs[s], l, one, err, errlen)) != 0)
+                return rc;
+    int bi = -1, B = n_seq;
+    if (c->opts.graphs) {
+        bi = gw_cuda_bucket_of(c->bucket, c->n_buckets, n_seq);
+        if (bi >= 0)
+            B = c->bucket[bi];
+    }
+    cudaStream_t st = STREAM(c);
+    WAIT(c);
+    int LG = md->n_layers * lay->kv.n_groups;
+    int64_t at = 0;
+    for (int s = 0; s < B; s++) {
+        if (s < n_seq) {
+            c->p_ids[s] = ids[s];
+            c->p_pos[s] = (int32_t)seqs[s]->pos;
+            rc = gw_cuda__table_put_seq(c, seqs[s], (int64_t)s * LG, &at, 1, err, errlen);
+            if (rc != 0)
+                return rc;
+        } else {
+            c->p_ids[s] = 0;
+            c->p_pos[s] = 0;
+            gw_cuda__table_put_pad(c, (int64_t)s * LG, &at);
+        }
+    }
+    if ((rc = gw_cuda__table_upload(c, (int64_t)B * LG, at, err, errlen)) != 0)
+        return rc;
+    CU(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)B * 4, cudaMemcpyHostToDevice, st));
+    CU(cudaMemcpyAsync(c->pos_d, c->p_pos, (size_t)B * 4, cudaMemcpyHostToDevice, st));
+    CU(cudaMemsetAsync(c->fault_d, 0, 4, st));
+    if (bi >= 0 && c->graph_exec[bi] != NULL) {
+        CU(cudaGraphLaunch((cudaGraphExec_t)c->graph_exec[bi], st));
+        c->graph_launches++;
+    } else {
+        if ((rc = decode_body(c, B, err, errlen)) != 0)
+            return rc;
+        c->eager_steps++;
+    }
+    if (want_logits && md->rank == 0 && logits != NULL &&
+        (rc = gw_cuda__logits_to_host(c, B, n_seq, logits, err, errlen)) != 0)
+        return rc;
+    if (want_logits && md->rank == 0 && logits == NULL && md->world > 1)
+        OP(tg_cuda_vocab_unshard(c->gathered, md->world, B, c->lm_rows,
+                                 md->vocab, c->full, c->stream),
+           "logits unshard", md->n_layers);
+    if ((rc = gw_cuda__finish(c, err, errlen)) != 0)
+        return rc;
+    if (want_logits && md->rank == 0 && logits == NULL)
+        c->dev_rows = n_seq; /* kept on the device for gw_cuda_sample */
+    /* First use of a bucket ran eagerly (settling cuBLASLt's plans and
+     * any lazy kernel setup); capture it now for the next steps. Capture
+     * records without running, so the step's results stand. */
+    if (bi >= 0 && c->graph_exec[bi] == NULL && !c->graph_failed[bi])
+        capture(c, bi);
+    for (int s = 0; s < n_seq; s++) {
+        for (int r = 0; r < LG; r++)
+            seqs[s]->len[r] += 1;
+        seqs[s]->pos += 1;
+    }
+    return 0;
+}
+
+/* ---- sampling on the device -------------------------------------------- */
+
+int gw_cuda_sample(struct gw_cuda *c, int n,
+                   const struct tg_cuda_sample_params *params, int n_top,
+                   int32_t *tokens, float *lps, int32_t *top_ids,
+                   float *top_lps, char *err, size_t errlen)
+{
+    const struct gw_model *md = c->model;
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    if (c->sampler == NULL || n < 1 || n > c->dev_rows || n_top < 0 ||
+        n_top > GW_CUDA_MAX_TOP || n_top > md->vocab ||
+        (n_top > 0 && (top_ids == NULL || top_lps == NULL)) ||
+        tokens == NULL || lps == NULL || params == NULL)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "device sampling of %d rows (%d kept on the device, "
+                          "%d top logprobs, max %d)", n, c->dev_rows, n_top,
+                          GW_CUDA_MAX_TOP);
+    const float *logits = md->world > 1 ? c->full : c->logits;
+    cudaStream_t st = STREAM(c);
+    OP(tg_cuda_sample(c->sampler, logits, n, md->vocab, params, c->s_tok,
+                      c->s_lp, c->stream), "sampling", md->n_layers);
+    CU(cudaMemcpyAsync(c->p_tok, c->s_tok, (size_t)n * 4,
+                       cudaMemcpyDeviceToHost, st));
+    CU(cudaMemcpyAsync(c->p_slp, c->s_lp, (size_t)n * 4,
+                       cudaMemcpyDeviceToHost, st));
+    if (n_top > 0) {
+        OP(tg_cuda_topk_logprobs(logits, n, md->vocab, n_top, c->s_top_ids,
+                                 c->s_top_lps, c->stream),
+           "top logprobs", md->n_layers);
+        CU(cudaMemcpyAsync(c->p_top_ids, c->s_top_ids, (size_t)n * n_top * 4,
+                           cudaMemcpyDeviceToHost, st));
+        CU(cudaMemcpyAsync(c->p_top_lps, c->s_top_lps, (size_t)n * n_top * 4,
+                           cudaMemcpyDeviceToHost, st));
+    }
+    CU(cudaStreamSynchronize(st)); /* rank 0 only: no collective here */
+    memcpy(tokens, c->p_tok, (size_t)n * 4);
+    memcpy(lps, c->p_slp, (size_t)n * 4);
+    if (n_top > 0) {
+        memcpy(top_ids, c->p_top_ids, (size_t)n * n_top * 4);
+        memcpy(top_lps, c->p_top_lps, (size_t)n * n_top * 4);
+    }
+    c->dev_rows = 0; /* one sampling per decode */
+    return 0;
+}
+
+#endif /* TANGRAM_CUDA */

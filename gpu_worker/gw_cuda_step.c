@@ -1,0 +1,328 @@
+/* gw_cuda_step.c — the CUDA forward pass's pieces: per-call block tables,
+ * the bounded stream wait, and one layer's blocks (see gw_cuda.h and
+ * gw_cuda_internal.h). */
+#include "gpu_worker/gw_cuda.h"
+
+#ifdef TANGRAM_CUDA
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/kv_budget.h"
+#include "gpu_worker/gw_cuda_internal.h"
+#include "kernels/cuda/compress.h"
+#include "kernels/cuda/decode_append.h"
+#include "kernels/cuda/decode_attn.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/nccl_comm.h"
+#include "kernels/cuda/prefill_attn.h"
+#include "kernels/cuda/sample.h"
+#include "kernels/cuda/score_qa.h"
+#include "kernels/cuda/vocab_unshard.h"
+
+int gw_cuda__op_fail(char *err, size_t errlen, int rc, const char *what,
+                     int layer)
+{
+    if (err != NULL && err[0] != '\0')
+        return rc; /* keep the entry's own message */
+    return tg_err_set(err, errlen, rc, "CUDA %s of layer %d failed (%s)",
+                      what, layer, tg_strerror(rc));
+}
+
+/* ---- block tables ------------------------------------------------------ */
+
+/* Appends the rows of `seq` (L * n_groups, layer-major) to the pinned
+ * table at row r0 / id slot *at, with lens plus `add` tokens. */
+int gw_cuda__table_put_seq(struct gw_cuda *c, const struct gw_seq *seq,
+                           int64_t r0, int64_t *at, int add, char *err,
+                           size_t errlen)
+{
+    int LG = c->model->n_layers * c->layout->kv.n_groups;
+    for (int r = 0; r < LG; r++) {
+        int32_t np = seq->n_pages[r];
+        if (np < 0 || *at + np > c->cap_ids)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "block table overflow (%lld ids, capacity %lld)",
+                              (long long)(*at + np), (long long)c->cap_ids);
+        c->p_indptr[r0 + r] = (int32_t)*at;
+        c->p_npages[r0 + r] = np;
+        c->p_lens[r0 + r] = seq->len[r] + add;
+        const int32_t *pg = seq->pages[r];
+        for (int32_t i = 0; i < np; i++) {
+            if (pg[i] < 0 || pg[i] >= c->n_pages)
+                return tg_err_set(err, errlen, TG_EINVAL,
+                                  "page id %d outside the pool [0, %d)",
+                                  pg[i], c->n_pages);
+            c->p_indices[*at + i] = pg[i];
+        }
+        *at += np;
+    }
+    return 0;
+}
+
+/* A padding sequence: every row one token on the scratch page. */
+void gw_cuda__table_put_pad(struct gw_cuda *c, int64_t r0, int64_t *at)
+{
+    int LG = c->model->n_layers * c->layout->kv.n_groups;
+    for (int r = 0; r < LG; r++) {
+        c->p_indptr[r0 + r] = (int32_t)*at;
+        c->p_npages[r0 + r] = 1;
+        c->p_lens[r0 + r] = 1;
+        c->p_indices[(*at)++] = c->n_pages; /* the scratch page */
+    }
+}
+
+int gw_cuda__table_upload(struct gw_cuda *c, int64_t rows, int64_t ids,
+                          char *err, size_t errlen)
+{
+    c->p_indptr[rows] = (int32_t)ids;
+    cudaStream_t st = STREAM(c);
+    CU(cudaMemcpyAsync(c->t_indptr, c->p_indptr, (size_t)(rows + 1) * 4,
+                       cudaMemcpyHostToDevice, st));
+    CU(cudaMemcpyAsync(c->t_npages, c->p_npages, (size_t)rows * 4,
+                       cudaMemcpyHostToDevice, st));
+    CU(cudaMemcpyAsync(c->t_lens, c->p_lens, (size_t)rows * 4,
+                       cudaMemcpyHostToDevice, st));
+    if (ids > 0)
+        CU(cudaMemcpyAsync(c->t_indices, c->p_indices, (size_t)ids * 4,
+                           cudaMemcpyHostToDevice, st));
+    return 0;
+}
+
+/* ---- waiting for the stream ------------------------------------------ */
+
+/* Waits for the stream. With T > 1 an NCCL kernel spinning on a dead or
+ * out-of-step peer would block cudaStreamSynchronize forever, so the wait
+ * polls instead: every millisecond it checks the communicator's async
+ * error, and after opts.step_timeout_ms (default 120 s) it gives up; both
+ * abort the communicator (the spinning kernels then return) and fail with
+ * TG_ETIMEDOUT, for the worker to exit and the group to restart. */
+int gw_cuda__wait_stream(struct gw_cuda *c, char *err, size_t errlen)
+{
+    cudaStream_t st = STREAM(c);
+    if (c->model->world <= 1 || c->opts.nccl == NULL) {
+        CU(cudaStreamSynchronize(st));
+        return 0;
+    }
+    int limit = c->opts.step_timeout_ms > 0 ? c->opts.step_timeout_ms : 120000;
+    struct timespec t0, now, nap = {0, 1000000};
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(st);
+        if (e == cudaSuccess)
+            return 0;
+        if (e != cudaErrorNotReady)
+            return tg_err_set(err, errlen, TG_EDEVICE, "stream: %s",
+                              cudaGetErrorString(e));
+        char why[256] = "";
+        int rc = tg_nccl_check(c->opts.nccl, why, sizeof(why));
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        int64_t ms = (int64_t)(now.tv_sec - t0.tv_sec) * 1000 +
+                     (now.tv_nsec - t0.tv_nsec) / 1000000;
+        if (rc != 0 || ms > limit) {
+            tg_nccl_abort(c->opts.nccl);
+            cudaStreamSynchronize(st); /* the aborted kernels drain */
+            cudaGetLastError();
+            return tg_err_set(err, errlen, TG_ETIMEDOUT,
+                              "rank %d of %d: %s; the NCCL group is aborted",
+                              c->model->rank, c->model->world,
+                              rc != 0 ? why : "a step waited past the step "
+                                              "timeout (a peer is gone or out "
+                                              "of step)");
+        }
+        nanosleep(&nap, NULL);
+    }
+}
+
+/* ---- layer pieces ------------------------------------------------------ */
+
+int gw_cuda__allreduce(struct gw_cuda *c, size_t n, int l, const char *what,
+                       char *err, size_t errlen)
+{
+    if (c->model->world <= 1)
+        return 0;
+    if (c->opts.nccl == NULL)
+        return tg_err_set(err, errlen, TG_EPROTO,
+                          "rank %d of %d has not joined its NCCL group",
+                          c->model->rank, c->model->world);
+    int rc = tg_nccl_allreduce_sum(c->opts.nccl, c->part, n, 0, c->stream,
+                                   err, errlen);
+    if (rc != 0)
+        return tg_err_set(err, errlen, rc,
+                          "all-reduce after %s of layer %d failed (%s): a "
+                          "tensor-parallel peer is gone or out of step",
+                          what, l, tg_strerror(rc));
+    return 0;
+}
+
+/* Norm (adding the previous block's partial sum from layer 1 on), Q/K/V
+ * and RoPE with the fused q/k norm for m rows of layer l. */
+int gw_cuda__layer_qkv(struct gw_cuda *c, int l, int m, char *err, size_t errlen)
+{
+    const struct gw_model *md = c->model;
+    const struct gw_cuda_layer *w = &c->layers[l];
+    int d = md->head_dim, H = md->hidden;
+    void *st = c->stream;
+    OP(ew_rmsnorm(c->x, EW_DTYPE_F32, l > 0 ? c->part : NULL, EW_DTYPE_F32,
+                  w->attn_norm, m, H, md->norm_eps, c->h, EW_DTYPE_BF16, st),
+       "attention norm", l);
+    OP(tg_cuda_gemm_bf16(c->gemm, c->h, w->wq, w->bq, m, md->n_q_heads * d, H,
+                         c->q, TG_CUDA_GEMM_BF16, st), "q_proj", l);
+    OP(tg_cuda_gemm_bf16(c->gemm, c->h, w->wk, w->bk, m, md->n_kv_heads * d, H,
+                         c->k, TG_CUDA_GEMM_BF16, st), "k_proj", l);
+    OP(tg_cuda_gemm_bf16(c->gemm, c->h, w->wv, w->bv, m, md->n_kv_heads * d, H,
+                         c->v, TG_CUDA_GEMM_BF16, st), "v_proj", l);
+    OP(ew_rope(c->q, EW_DTYPE_BF16, m, md->n_q_heads, d,
+               (int64_t)md->n_q_heads * d, c->pos_d, c->inv_freq, w->q_norm,
+               md->norm_eps, st), "q rope", l);
+    OP(ew_rope(c->k, EW_DTYPE_BF16, m, md->n_kv_heads, d,
+               (int64_t)md->n_kv_heads * d, c->pos_d, c->inv_freq, w->k_norm,
+               md->norm_eps, st), "k rope", l);
+    return 0;
+}
+
+/* o_proj (fp32 partial, all-reduced), residual + FFN norm, and the SwiGLU
+ * MLP whose down_proj partial is left in c->part for the next norm. */
+int gw_cuda__layer_out_mlp(struct gw_cuda *c, int l, int m, char *err,
+                           size_t errlen)
+{
+    const struct gw_model *md = c->model;
+    const struct gw_cuda_layer *w = &c->layers[l];
+    int H = md->hidden, F = md->ffn;
+    void *st = c->stream;
+    size_t hm = (size_t)m * (size_t)H;
+    OP(tg_cuda_gemm_bf16(c->gemm, c->att, w->wo, w->bo, m, H,
+                         md->n_q_heads * md->head_dim, c->part,
+                         TG_CUDA_GEMM_F32, st), "o_proj", l);
+    int rc = gw_cuda__allreduce(c, hm, l, "o_proj", err, errlen);
+    if (rc != 0)
+        return rc;
+    OP(ew_rmsnorm(c->x, EW_DTYPE_F32, c->part, EW_DTYPE_F32, w->ffn_norm, m,
+                  H, md->norm_eps, c->h, EW_DTYPE_BF16, st), "ffn norm", l);
+    OP(tg_cuda_gemm_bf16(c->gemm, c->h, w->w_gu, NULL, m, 2 * F, H, c->gu,
+                         TG_CUDA_GEMM_BF16, st), "gate/up_proj", l);
+    OP(ew_silu_mul(c->gu, c->gu + F, EW_DTYPE_BF16, m, F, 2 * (int64_t)F,
+                   c->mlp, EW_DTYPE_BF16, F, st), "silu_mul", l);
+    OP(tg_cuda_gemm_bf16(c->gemm, c->mlp, w->w_down, NULL, m, H, F, c->part,
+                         TG_CUDA_GEMM_F32, st), "down_proj", l);
+    return gw_cuda__allreduce(c, hm, l, "down_proj", err, errlen);
+}
+
+/* The last block's residual add and the final norm of m rows into c->h. */
+int gw_cuda__final_norm(struct gw_cuda *c, int m, char *err, size_t errlen)
+{
+    const struct gw_model *md = c->model;
+    OP(ew_rmsnorm(c->x, EW_DTYPE_F32, c->part, EW_DTYPE_F32, c->final_norm, m,
+                  md->hidden, md->norm_eps, c->h, EW_DTYPE_BF16, c->stream),
+       "final norm", md->n_layers);
+    return 0;
+}
+
+/* LM head of m rows of c->h starting at row `first`: c->logits (m,
+ * lm_rows), and with T > 1 the all-gather into c->gathered (T, m,
+ * lm_rows). Enqueued only (capturable). */
+int gw_cuda__lm_head(struct gw_cuda *c, int first, int m, char *err,
+                     size_t errlen)
+{
+    const struct gw_model *md = c->model;
+    const uint16_t *h = c->h + (size_t)first * (size_t)md->hidden;
+    OP(tg_cuda_gemm_bf16(c->gemm, h, c->lm_head, NULL, m, c->lm_rows,
+                         md->hidden, c->logits, TG_CUDA_GEMM_F32, c->stream),
+       "lm_head", md->n_layers);
+    if (md->world > 1) {
+        if (c->opts.nccl == NULL)
+            return tg_err_set(err, errlen, TG_EPROTO,
+                              "rank %d of %d has not joined its NCCL group",
+                              md->rank, md->world);
+        int rc = tg_nccl_allgather(c->opts.nccl, c->logits, c->gathered,
+                                   (size_t)m * (size_t)c->lm_rows, 0,
+                                   c->stream, err, errlen);
+        if (rc != 0)
+            return tg_err_set(err, errlen, rc,
+                              "all-gather of the logits failed (%s)",
+                              tg_strerror(rc));
+    }
+    return 0;
+}
+
+/* Copies the first m of the `rows` rows of logits lm_head produced to
+ * host `out` (m, V) and synchronises. With T > 1 the gathered (T, rows,
+ * Vp) slices are reordered (rank r's column j is vocabulary id
+ * r * Vp + j). */
+int gw_cuda__logits_to_host(struct gw_cuda *c, int rows, int m, float *out,
+                            char *err, size_t errlen)
+{
+    const struct gw_model *md = c->model;
+    size_t V = (size_t)md->vocab, Vp = (size_t)c->lm_rows;
+    cudaStream_t st = STREAM(c);
+    if (md->world <= 1) {
+        CU(cudaMemcpyAsync(out, c->logits, (size_t)m * V * 4,
+                           cudaMemcpyDeviceToHost, st));
+        WAIT(c);
+        return 0;
+    }
+    size_t T = (size_t)md->world;
+    CU(cudaMemcpyAsync(c->p_logits, c->gathered, T * (size_t)rows * Vp * 4,
+                       cudaMemcpyDeviceToHost, st));
+    WAIT(c);
+    for (size_t r = 0; r < T; r++) {
+        size_t lo = r * Vp;
+        if (lo >= V)
+            break;
+        size_t cols = V - lo < Vp ? V - lo : Vp;
+        for (size_t i = 0; i < (size_t)m; i++)
+            memcpy(out + i * V + lo, c->p_logits + (r * (size_t)rows + i) * Vp,
+                   cols * 4);
+    }
+    return 0;
+}
+
+/* Synchronises and turns a set fault flag into an error. */
+int gw_cuda__finish(struct gw_cuda *c, char *err, size_t errlen)
+{
+    cudaStream_t st = STREAM(c);
+    CU(cudaMemcpyAsync(c->p_fault, c->fault_d, 4, cudaMemcpyDeviceToHost, st));
+    WAIT(c);
+    if (*c->p_fault != 0)
+        return tg_err_set(err, errlen, TG_EDEVICE,
+                          "a KV append found no page for a kept token (the "
+                          "block table and the row lengths disagree)");
+    return 0;
+}
+
+/* ---- prefill ----------------------------------------------------------- */
+
+int gw_cuda__room(const struct gw_cuda *c, const struct gw_seq *seq, int l,
+                  const int32_t *add, char *err, size_t errlen)
+{
+    const struct gw_kv_layout *lay = c->layout;
+    size_t base = (size_t)l * (size_t)lay->kv.n_groups;
+    for (int g = 0; g < lay->kv.n_groups; g++) {
+        int64_t need = kv_pages_for((int64_t)seq->len[base + g] + add[g],
+                                    lay->kv.page_size);
+        if (need > seq->n_pages[base + g])
+            return tg_err_set(err, errlen, TG_ENOSPC,
+                              "layer %d group %d needs %lld pages, holds %d", l,
+                              g, (long long)need, seq->n_pages[base + g]);
+    }
+    return 0;
+}
+
+int gw_cuda__check_ids(const struct gw_cuda *c, const int32_t *ids, int n,
+                       char *err, size_t errlen)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->model->vocab)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "token id %d outside the vocabulary [0, %d)",
+                              ids[i], c->model->vocab);
+    return 0;
+}
+
+/* Chunk compression of layer l (§4.3 steps 3-5): keep[h] per head; all
+ * kept -> plain append; else score, select, append the selection. */
+
+#endif /* TANGRAM_CUDA */

@@ -295,13 +295,16 @@ void gw_cuda_free(struct gw_cuda *c)
                    c->part, c->h, c->q, c->att, c->k, c->v, c->gu, c->mlp,
                    c->logits, c->gathered, c->scores, c->idx, c->cmp_ws,
                    c->dec_ws, c->ids_d, c->pos_d, c->tgt_d, c->lp_d,
-                   c->fault_d, c->t_indptr, c->t_indices, c->t_npages,
-                   c->t_lens, c->full, c->s_tok, c->s_lp, c->s_top_ids,
-                   c->s_top_lps};
+                   c->fault_d, c->dec.indptr, c->dec.indices, c->dec.npages,
+                   c->dec.lens, c->pre.indptr, c->pre.indices,
+                   c->pre.npages, c->pre.lens, c->sc_pos, c->sc_val,
+                   c->full, c->s_tok, c->s_lp, c->s_top_ids, c->s_top_lps};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         if (dev[i] != NULL)
             cudaFree(dev[i]);
-    void *pin[] = {c->p_indptr, c->p_indices, c->p_npages, c->p_lens,
+    void *pin[] = {c->dec.h_indptr, c->dec.h_indices, c->dec.h_npages,
+                   c->dec.h_lens, c->pre.h_indptr, c->pre.h_indices,
+                   c->pre.h_npages, c->pre.h_lens, c->h_sc_pos, c->h_sc_val,
                    c->p_ids, c->p_pos, c->p_fault, c->p_logits, c->p_lp,
                    c->p_tok, c->p_top_ids, c->p_slp, c->p_top_lps};
     for (size_t i = 0; i < sizeof(pin) / sizeof(pin[0]); i++)
@@ -313,6 +316,8 @@ void gw_cuda_free(struct gw_cuda *c)
         cudaStreamDestroy(STREAM(c));
     free(c->layers);
     free(c->lp_host);
+    free(c->dc_seq);
+    free(c->dc_epoch);
     memset(c, 0, sizeof(*c));
 }
 
@@ -335,8 +340,12 @@ static size_t act_bytes(const struct gw_cuda *c, int world, size_t *pinned)
     b += 2 * align256(Hkv * C * 4);
     b += align256(c->cmp_ws_bytes) + align256(c->dec_ws_bytes);
     b += 3 * align256(R * 4) + align256(GW_CUDA_LP_BLOCK * 4) + 256;
-    b += 3 * align256((size_t)(c->cap_rows + 1) * 4) +
-         align256((size_t)c->cap_ids * 4);
+    size_t tab = 3 * align256((size_t)(c->dec.cap_rows + 1) * 4) +
+                 align256((size_t)c->dec.cap_ids * 4) +
+                 3 * align256((size_t)(c->pre.cap_rows + 1) * 4) +
+                 align256((size_t)c->pre.cap_ids * 4) +
+                 2 * align256((size_t)c->dec.cap_rows * 4);
+    b += tab;
     b += TG_CUDA_GEMM_WORKSPACE_DEFAULT;
     if (m->rank == 0) {
         /* the device sampler: sort buffers of up to 32 rows (sample.h) plus
@@ -348,8 +357,7 @@ static size_t act_bytes(const struct gw_cuda *c, int world, size_t *pinned)
             b += align256(LR * V * 4);
         b += 4 * align256(S * GW_CUDA_MAX_TOP * 4);
     }
-    *pinned = 3 * (size_t)(c->cap_rows + 1) * 4 + (size_t)c->cap_ids * 4 +
-              2 * R * 4 + 4 +
+    *pinned = tab + 2 * R * 4 + 4 +
               (size_t)(world > 1 ? world : 0) * LR * (size_t)c->lm_rows * 4;
     return b;
 }
@@ -424,14 +432,27 @@ static int alloc_runtime(struct gw_cuda *c, int world, char *err,
     DALLOC(c->tgt_d, R * 4, "targets");
     DALLOC(c->lp_d, GW_CUDA_LP_BLOCK * 4, "log-probabilities");
     DALLOC(c->fault_d, 4, "the fault flag");
-    DALLOC(c->t_indptr, (size_t)(c->cap_rows + 1) * 4, "the block table");
-    DALLOC(c->t_npages, (size_t)(c->cap_rows + 1) * 4, "the block table");
-    DALLOC(c->t_lens, (size_t)(c->cap_rows + 1) * 4, "the block table");
-    DALLOC(c->t_indices, (size_t)c->cap_ids * 4, "the block table");
-    HALLOC(c->p_indptr, (size_t)(c->cap_rows + 1) * 4, "the block table");
-    HALLOC(c->p_npages, (size_t)(c->cap_rows + 1) * 4, "the block table");
-    HALLOC(c->p_lens, (size_t)(c->cap_rows + 1) * 4, "the block table");
-    HALLOC(c->p_indices, (size_t)c->cap_ids * 4, "the block table");
+    struct gw_cuda_table *tabs[2] = {&c->dec, &c->pre};
+    for (int i = 0; i < 2; i++) {
+        struct gw_cuda_table *t = tabs[i];
+        size_t rb = (size_t)(t->cap_rows + 1) * 4, ib = (size_t)t->cap_ids * 4;
+        DALLOC(t->indptr, rb, "a block table");
+        DALLOC(t->npages, rb, "a block table");
+        DALLOC(t->lens, rb, "a block table");
+        DALLOC(t->indices, ib, "a block table");
+        HALLOC(t->h_indptr, rb, "a block table");
+        HALLOC(t->h_npages, rb, "a block table");
+        HALLOC(t->h_lens, rb, "a block table");
+        HALLOC(t->h_indices, ib, "a block table");
+    }
+    DALLOC(c->sc_pos, (size_t)c->dec.cap_rows * 4, "table updates");
+    DALLOC(c->sc_val, (size_t)c->dec.cap_rows * 4, "table updates");
+    HALLOC(c->h_sc_pos, (size_t)c->dec.cap_rows * 4, "table updates");
+    HALLOC(c->h_sc_val, (size_t)c->dec.cap_rows * 4, "table updates");
+    c->dc_seq = calloc((size_t)c->opts.max_seqs, sizeof(*c->dc_seq));
+    c->dc_epoch = calloc((size_t)c->opts.max_seqs, sizeof(*c->dc_epoch));
+    if (c->dc_seq == NULL || c->dc_epoch == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of host memory");
     HALLOC(c->p_ids, R * 4, "token ids");
     HALLOC(c->p_pos, R * 4, "positions");
     HALLOC(c->p_fault, 4, "the fault flag");
@@ -497,7 +518,8 @@ int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
     c->max_rows = opts->max_chunk > opts->max_seqs ? opts->max_chunk : opts->max_seqs;
     c->logit_rows = opts->max_seqs > GW_CUDA_LP_BLOCK ? opts->max_seqs : GW_CUDA_LP_BLOCK;
     c->lm_rows = lm_rows_padded(model);
-    c->cap_rows = (int64_t)opts->max_seqs * LG;
+    c->dec.cap_rows = (int64_t)opts->max_seqs * LG;
+    c->pre.cap_rows = LG;
     int G = model->n_q_heads / model->n_kv_heads;
     c->cmp_ws_bytes = cmp_qa_workspace_bytes(opts->method, opts->max_chunk,
                                              model->n_q_heads,
@@ -548,9 +570,12 @@ int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
                                            : ((uint64_t)1 << 30),
         .page_bytes = page_bytes,
     };
-    /* activations depend on cap_ids, which depends on the pool: plan with
-     * the table bound of the pool the bytes would give, then re-plan */
-    c->cap_ids = c->cap_rows;
+    /* activations depend on the tables' id capacity, which depends on the
+     * pool: plan with a first bound, then re-plan with the pool's. Ids of
+     * one call's rows are distinct pool pages, plus per decode row one
+     * scratch id (padding) and GW_CUDA_ROW_SLACK spare slots. */
+    c->dec.cap_ids = c->dec.cap_rows * (1 + GW_CUDA_ROW_SLACK);
+    c->pre.cap_ids = 1;
     for (int pass = 0; pass < 2; pass++) {
         size_t pinned = 0;
         need.activations = act_bytes(c, world, &pinned) + page_bytes;
@@ -558,7 +583,8 @@ int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
                          free_b, total_b, where, err, errlen);
         if (rc != 0)
             goto fail;
-        c->cap_ids = c->mem.pages + c->cap_rows;
+        c->dec.cap_ids = c->mem.pages + c->dec.cap_rows * (1 + GW_CUDA_ROW_SLACK);
+        c->pre.cap_ids = c->mem.pages;
     }
     c->n_pages = (int32_t)c->mem.pages;
 

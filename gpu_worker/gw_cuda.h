@@ -22,10 +22,13 @@
  * (gw_model.h) and an NCCL all-gather assembles the logits; rank 0
  * reorders them into (rows, V) on the host.
  *
- * Block tables (§4.5): every call builds the CSR of the sequences it runs
- * — rows (sequence, layer, group), page ids and token counts — in pinned
- * host memory and copies it to the device once; kernels read it there, so
- * nothing is planned per step on the host beyond that copy. The split map
+ * Block tables (§4.5): the CSR of the sequences a call runs — rows
+ * (sequence, layer, group), page ids and token counts — is built in
+ * pinned host memory and copied to the device; kernels read it there.
+ * The decode table persists across steps: while the batch keeps its
+ * sequences (gw_seq pointer and epoch), a step only scatters the page ids
+ * appended since the last one into spare slots and re-sends the token
+ * counts, so the host work per step is O(rows), not O(pages). The split map
  * (S[l][g], computed by the caller with pf_split_map from the occupancy
  * API's N_CTA, tg_cuda_decode_attn_n_cta) is uploaded once at init.
  *
@@ -73,6 +76,16 @@
 
 struct tg_nccl;
 struct tg_cuda_gemm;
+
+#define GW_CUDA_ROW_SLACK 8 /* spare page-id slots per decode table row */
+
+/* One block table: CSR over rows (indptr, page ids, pages, token counts)
+ * in device buffers at fixed addresses and their pinned host mirrors. */
+struct gw_cuda_table {
+    int64_t cap_rows, cap_ids;
+    int32_t *indptr, *indices, *npages, *lens;         /* device */
+    int32_t *h_indptr, *h_indices, *h_npages, *h_lens; /* pinned */
+};
 struct tg_cuda_sampler;
 
 struct gw_cuda_opts {
@@ -153,10 +166,21 @@ struct gw_cuda {
     float *lp_d;                       /* (GW_CUDA_LP_BLOCK) */
     int32_t *fault_d;                  /* (1) */
 
-    /* block table: device buffers at fixed addresses + pinned mirrors */
-    int64_t cap_rows, cap_ids;
-    int32_t *t_indptr, *t_indices, *t_npages, *t_lens;
-    int32_t *p_indptr, *p_indices, *p_npages, *p_lens;
+    /* block tables (§4.5) at fixed device addresses, with pinned mirrors:
+     * `dec` for decode batches (rows (sequence, layer, group), each row
+     * with GW_CUDA_ROW_SLACK spare id slots, kept across steps: when a
+     * batch holds the same sequences (same gw_seq and epoch) as the last
+     * one, only the page ids appended since are scattered into place and
+     * the lengths re-sent), `pre` for the sequence of a prefill chunk */
+    struct gw_cuda_table dec, pre;
+    const struct gw_seq **dc_seq;      /* (max_seqs) the cached batch,
+                                          NULL for padding rows */
+    uint64_t *dc_epoch;                /* (max_seqs) their epochs */
+    int dc_B;                          /* its padded size; 0 = no cache */
+    int32_t *sc_pos, *sc_val;          /* device (cap_rows) scatter */
+    int32_t *h_sc_pos, *h_sc_val;      /* pinned mirrors */
+    int64_t table_builds, table_deltas; /* full uploads / delta steps */
+    int64_t table_scattered;           /* page ids sent by delta steps */
     int32_t *p_ids, *p_pos, *p_fault;  /* pinned (max_rows), (1) */
     float *p_logits;                   /* pinned (T, logit_rows, lm_rows) */
     float *p_lp;                       /* pinned (GW_CUDA_LP_BLOCK) */

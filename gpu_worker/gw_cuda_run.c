@@ -17,6 +17,7 @@
 #include "kernels/cuda/decode_attn.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kv_table_dev.h"
 #include "kernels/cuda/nccl_comm.h"
 #include "kernels/cuda/prefill_attn.h"
 #include "kernels/cuda/sample.h"
@@ -49,10 +50,10 @@ static int layer_compress(struct gw_cuda *c, int l, int n, int64_t start,
         .n_groups = G,
         .head_group = hg,
         .head_slot = hs,
-        .indptr = c->t_indptr + r0,
-        .indices = c->t_indices,
-        .npages = c->t_npages + r0,
-        .lens = c->t_lens + r0,
+        .indptr = c->pre.indptr + r0,
+        .indices = c->pre.indices,
+        .npages = c->pre.npages + r0,
+        .lens = c->pre.lens + r0,
         .fault = c->fault_d,
     };
     if (all) {
@@ -183,8 +184,9 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
     }
     int64_t at = 0;
     int LG = md->n_layers * lay->kv.n_groups;
-    if ((rc = gw_cuda__table_put_seq(c, seq, 0, &at, 0, err, errlen)) != 0 ||
-        (rc = gw_cuda__table_upload(c, LG, at, err, errlen)) != 0)
+    if ((rc = gw_cuda__table_put_seq(c, &c->pre, seq, 0, &at, 0, 0, err,
+                                     errlen)) != 0 ||
+        (rc = gw_cuda__table_upload(c, &c->pre, LG, at, err, errlen)) != 0)
         return rc;
     CU(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)n * 4, cudaMemcpyHostToDevice, st));
     CU(cudaMemcpyAsync(c->pos_d, c->p_pos, (size_t)n * 4, cudaMemcpyHostToDevice, st));
@@ -204,8 +206,8 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
             .page_size = lay->kv.page_size, .n_groups = G,
             .head_group = c->head_group + (size_t)l * (size_t)md->n_kv_heads,
             .head_slot = c->head_slot + (size_t)l * (size_t)md->n_kv_heads,
-            .indptr = c->t_indptr + r0, .indices = c->t_indices,
-            .lens = c->t_lens + r0,
+            .indptr = c->pre.indptr + r0, .indices = c->pre.indices,
+            .lens = c->pre.lens + r0,
             .scale = 1.0f / sqrtf((float)md->head_dim),
             .out = c->att, .stream = c->stream,
         };
@@ -256,8 +258,8 @@ static int decode_body(struct gw_cuda *c, int B, char *err, size_t errlen)
         if ((rc = gw_cuda__layer_qkv(c, l, B, err, errlen)) != 0)
             return rc;
         struct tg_cuda_kv_csr tab = {
-            .indptr = c->t_indptr, .indices = c->t_indices,
-            .lens = c->t_lens, .n_rows = (int32_t)B * LG,
+            .indptr = c->dec.indptr, .indices = c->dec.indices,
+            .lens = c->dec.lens, .n_rows = (int32_t)B * LG,
             .row_stride = LG, .row_offset = l * G,
         };
         const int32_t *hg = c->head_group + (size_t)l * (size_t)Hkv;
@@ -357,21 +359,15 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
     cudaStream_t st = STREAM(c);
     WAIT(c);
     int LG = md->n_layers * lay->kv.n_groups;
-    int64_t at = 0;
     for (int s = 0; s < B; s++) {
-        if (s < n_seq) {
-            c->p_ids[s] = ids[s];
-            c->p_pos[s] = (int32_t)seqs[s]->pos;
-            rc = gw_cuda__table_put_seq(c, seqs[s], (int64_t)s * LG, &at, 1, err, errlen);
-            if (rc != 0)
-                return rc;
-        } else {
-            c->p_ids[s] = 0;
-            c->p_pos[s] = 0;
-            gw_cuda__table_put_pad(c, (int64_t)s * LG, &at);
-        }
+        c->p_ids[s] = s < n_seq ? ids[s] : 0;
+        c->p_pos[s] = s < n_seq ? (int32_t)seqs[s]->pos : 0;
     }
-    if ((rc = gw_cuda__table_upload(c, (int64_t)B * LG, at, err, errlen)) != 0)
+    /* the cache counts only once this step has gone through */
+    int cached_B = c->dc_B;
+    c->dc_B = 0;
+    if ((rc = gw_cuda__table_decode(c, seqs, n_seq, B, cached_B, err,
+                                    errlen)) != 0)
         return rc;
     CU(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)B * 4, cudaMemcpyHostToDevice, st));
     CU(cudaMemcpyAsync(c->pos_d, c->p_pos, (size_t)B * 4, cudaMemcpyHostToDevice, st));
@@ -405,6 +401,7 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
             seqs[s]->len[r] += 1;
         seqs[s]->pos += 1;
     }
+    c->dc_B = B;
     return 0;
 }
 

@@ -58,6 +58,10 @@ struct gw_seq {
     int32_t *len;                 /* (L, n_groups) tokens stored per row */
     const int32_t *const *pages;  /* (L * n_groups) page ids of each row */
     const int32_t *n_pages;       /* (L * n_groups) pages available per row */
+    uint64_t epoch;               /* the owner changes it whenever a row's
+                                     page list is replaced or cut (not when
+                                     pages are appended); the CUDA decode
+                                     table cache keys on (seq, epoch) */
 };
 
 /* Called once per layer of a prefill chunk with that layer's key scores

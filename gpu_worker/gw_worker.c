@@ -699,13 +699,18 @@ static int reserve_all(struct gw_worker *w, const GwBatchPlan *plan)
 
 static void apply_plan(struct gw_worker *w, const GwBatchPlan *plan)
 {
-    for (size_t i = 0; i < plan->n_frees; i++)
+    /* a new epoch whenever a slot's page lists are replaced or cut, so a
+     * device block table cached from them is not reused */
+    for (size_t i = 0; i < plan->n_frees; i++) {
         slot_clear(&w->slots[plan->frees[i]], w->rows);
+        w->slots[plan->frees[i]].epoch = ++w->epoch_next;
+    }
     for (size_t i = 0; i < plan->n_entries; i++) {
         const GwPlanEntry *e = plan->entries[i];
         struct gw_wslot *sl = &w->slots[e->slot];
         if (e->fresh) {
             slot_clear(sl, w->rows);
+            sl->epoch = ++w->epoch_next;
             sl->active = 1;
             sl->pos = e->start_pos;
             sl->hist_from = e->start_pos;
@@ -721,8 +726,10 @@ static void apply_plan(struct gw_worker *w, const GwBatchPlan *plan)
         struct gw_wslot *sl = &w->slots[d->slot];
         int r = (int)(d->layer * (uint32_t)w->layout.kv.n_groups + d->group);
         if (d->truncate_to_opt_case ==
-            TANGRAM__WORKER__V1__PAGE_DELTA__TRUNCATE_TO_OPT_TRUNCATE_TO)
+            TANGRAM__WORKER__V1__PAGE_DELTA__TRUNCATE_TO_OPT_TRUNCATE_TO) {
             sl->n_pages[r] = (int32_t)d->truncate_to;
+            sl->epoch = ++w->epoch_next;
+        }
         for (size_t k = 0; k < d->n_page_ids; k++)
             sl->pages[r][sl->n_pages[r]++] = (int32_t)d->page_ids[k];
     }
@@ -736,6 +743,7 @@ static struct gw_seq *seq_view(struct gw_worker *w, uint32_t slot)
     q->len = sl->len;
     q->pages = (const int32_t *const *)sl->pages;
     q->n_pages = sl->n_pages;
+    q->epoch = sl->epoch;
     return q;
 }
 

@@ -140,6 +140,8 @@ struct gw_wslot {
     int64_t hist_from;     /* first position whose token is known */
     int64_t hist_cap;
     int64_t n_sampled;     /* tokens sampled before the latest draw */
+    uint64_t epoch;        /* changed whenever a row's page list is
+                              replaced or cut (gw_seq.epoch) */
 };
 
 struct gw_worker {
@@ -167,6 +169,7 @@ struct gw_worker {
     volatile sig_atomic_t *peer_lost_flag; /* borrowed, optional */
     int rows;                     /* L * G */
     int32_t n_pages;              /* pool pages */
+    uint64_t epoch_next;          /* source of gw_wslot.epoch values */
     uint64_t last_step;           /* step id of the last accepted plan */
     struct gw_wslot *slots;       /* (max_slots) */
     float *logits;                /* (max_slots, V) per-entry logits;

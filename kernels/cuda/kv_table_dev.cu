@@ -45,6 +45,41 @@ static int launch_resolve(const struct kv_table_dev *dt, int32_t n,
     return 0;
 }
 
+// One thread per update (grid-stride): dst[pos[i]] = val[i].
+static __global__ void scatter_kernel(int32_t *__restrict__ dst,
+                                      const int32_t *__restrict__ pos,
+                                      const int32_t *__restrict__ val,
+                                      int32_t n)
+{
+    for (int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x); i < n;
+         i += (int32_t)(gridDim.x * blockDim.x))
+        dst[pos[i]] = val[i];
+}
+
+static int launch_scatter(int32_t *dst, const int32_t *pos,
+                          const int32_t *val, int32_t n, cudaStream_t st)
+{
+    const int threads = 256;
+    int blocks = (int)((n + threads - 1) / threads);
+    if (blocks > 4096)
+        blocks = 4096;
+    scatter_kernel<<<blocks, threads, 0, st>>>(dst, pos, val, n);
+    TG_CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+extern "C" int kv_table_dev_scatter(int32_t *dst, const int32_t *pos,
+                                    const int32_t *val, int32_t n,
+                                    void *stream)
+{
+    if (n < 0 || (n > 0 && (dst == nullptr || pos == nullptr ||
+                            val == nullptr)))
+        return TG_EINVAL;
+    if (n == 0)
+        return 0;
+    return launch_scatter(dst, pos, val, n, (cudaStream_t)stream);
+}
+
 extern "C" void kv_table_dev_init(struct kv_table_dev *dt)
 {
     memset(dt, 0, sizeof(*dt));

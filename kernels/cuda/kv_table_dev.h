@@ -67,6 +67,15 @@ int kv_table_dev_resolve_host(const struct kv_table_dev *dt, int32_t n,
                               const int32_t *rows, const int32_t *tokens,
                               int32_t *page, int32_t *slot);
 
+/* Writes dst[pos[i]] = val[i] for i < n on `stream` (device arrays): the
+ * incremental update of a block table kept on the device across steps
+ * (the page ids a step appended, at their slots). Positions must be
+ * distinct and inside dst; the caller guarantees both. n == 0 queues
+ * nothing. Never allocates or synchronises. Returns 0, TG_EINVAL (n < 0
+ * or a NULL array with n > 0) or TG_EDEVICE. */
+int kv_table_dev_scatter(int32_t *dst, const int32_t *pos, const int32_t *val,
+                         int32_t n, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

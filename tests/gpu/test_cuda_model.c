@@ -6,9 +6,12 @@
  *    tolerance of the fp32 CPU values, and identical row lengths and
  *    positions; the logits after a chunk's last token (with and without
  *    prompt logprobs in the same call) within tolerance too;
- *  - batched decode of 3 sequences (teacher-forced with the CPU's greedy
- *    tokens): log-softmax within tolerance, for the padded (bucket 4) and
- *    the unpadded batch, and identical row lengths after every step;
+ *  - batched decode of 3 sequences over 12 steps (teacher-forced with the
+ *    CPU's greedy tokens; pages handed out as rows fill, so rows cross
+ *    page boundaries; one step runs only 2 of the 3): log-softmax within
+ *    tolerance, for the padded (bucket 4) and the unpadded batch,
+ *    identical row lengths after every step, and the device block table
+ *    rebuilt only when the batch changed (otherwise updated in place);
  *  - CUDA graphs: graph replays of the padded bucket give logits
  *    bit-identical to eager runs of the same padded batch, and the graph
  *    runtime really launched graphs (one eager warm-up step, then
@@ -47,7 +50,8 @@
 #define MAX_CTX 200
 #define P 16
 #define NSEQ 3
-#define STEPS 5
+#define STEPS 12 /* crosses a page boundary (150 + 11 > 160) */
+#define ODD_STEP 5 /* this step decodes sequences 0 and 2 only */
 #define NRT 3 /* CUDA runtimes compared: graphs, padded eager, eager */
 
 #ifdef TANGRAM_CUDA
@@ -118,7 +122,7 @@ static void seq_make(struct seqbuf *s, int rows, int per_row,
     assert_non_null(s->len);
     assert_non_null(s->pages);
     for (int r = 0; r < rows; r++) {
-        s->n_pages[r] = per_row;
+        s->n_pages[r] = 0; /* grown as the rows fill (seq_grow) */
         s->ids[r] = malloc((size_t)per_row * sizeof(int32_t));
         for (int i = 0; i < per_row; i++)
             s->ids[r][i] = perm[(size_t)(first_row + r) * per_row + i];
@@ -126,6 +130,20 @@ static void seq_make(struct seqbuf *s, int rows, int per_row,
     }
     s->seq = (struct gw_seq){.pos = 0, .len = s->len, .pages = s->pages,
                              .n_pages = s->n_pages};
+}
+
+/* Gives every row the pages for `add` more tokens (an upper bound for a
+ * prefill chunk, which keeps at most all of them), as the router hands
+ * pages out while a sequence grows. */
+static void seq_grow(struct seqbuf *s, int rows, int per_row, int add)
+{
+    for (int r = 0; r < rows; r++) {
+        int need = (s->len[r] + add + P - 1) / P;
+        if (need > per_row)
+            need = per_row;
+        if (need > s->n_pages[r])
+            s->n_pages[r] = need;
+    }
 }
 
 static void seq_drop(struct seqbuf *s, int rows)
@@ -262,6 +280,9 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
             struct gw_prefill_out oc = {
                 .want_logits = last_on, .last_logits = last_c,
                 .lp_targets = lp_on ? tgt : NULL, .lp = lp_c + i0};
+            seq_grow(&cs[s], rows, per_row, n);
+            for (int gi = 0; gi < NRT; gi++)
+                seq_grow(&gs[gi][s], rows, per_row, n);
             rc = gw_forward_prefill(&rt, &cs[s].seq, prompt[s] + i0, n, &oc,
                                     err, sizeof(err));
             if (rc != 0)
@@ -309,31 +330,47 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
         ids[s] = prompt[s][PROMPT - 1];
     float worst_dec = 0;
     for (int step = 0; step < STEPS; step++) {
+        /* every step but ODD_STEP decodes all sequences; ODD_STEP only 0
+         * and 2 (a smaller bucket, and a changed batch: the device block
+         * table is rebuilt, then rebuilt again for the next step) */
+        int pick[NSEQ], nb = 0;
+        for (int s = 0; s < NSEQ; s++)
+            if (step != ODD_STEP || s != 1)
+                pick[nb++] = s;
         struct gw_seq *cp[NSEQ], *gp[NRT][NSEQ];
-        for (int s = 0; s < NSEQ; s++) {
-            cp[s] = &cs[s].seq;
-            for (int gi = 0; gi < NRT; gi++)
-                gp[gi][s] = &gs[gi][s].seq;
+        int32_t bid[NSEQ];
+        for (int b = 0; b < nb; b++) {
+            int s = pick[b];
+            bid[b] = ids[s];
+            seq_grow(&cs[s], rows, per_row, 1);
+            cp[b] = &cs[s].seq;
+            for (int gi = 0; gi < NRT; gi++) {
+                seq_grow(&gs[gi][s], rows, per_row, 1);
+                gp[gi][b] = &gs[gi][s].seq;
+            }
         }
-        if (gw_forward_decode(&rt, cp, ids, NSEQ, 1, lc, err, sizeof(err)) != 0)
+        if (gw_forward_decode(&rt, cp, bid, nb, 1, lc, err, sizeof(err)) != 0)
             fail_msg("cpu decode: %s", err);
         for (int gi = 0; gi < NRT; gi++)
-            if (gw_cuda_decode(&cu[gi], gp[gi], ids, NSEQ, 1, lg[gi], err,
+            if (gw_cuda_decode(&cu[gi], gp[gi], bid, nb, 1, lg[gi], err,
                                sizeof(err)) != 0)
                 fail_msg("cuda decode: %s", err);
         /* graph replay == eager run of the same padded batch, bit for bit */
-        assert_memory_equal(lg[0], lg[1], (size_t)NSEQ * V * sizeof(float));
-        for (int s = 0; s < NSEQ; s++) {
+        assert_memory_equal(lg[0], lg[1], (size_t)nb * V * sizeof(float));
+        for (int b = 0; b < nb; b++) {
+            int s = pick[b];
             for (int gi = 0; gi < NRT; gi += 2) {
-                float d = max_abs_lsm_diff(lc + (size_t)s * V,
-                                           lg[gi] + (size_t)s * V, V);
+                float d = max_abs_lsm_diff(lc + (size_t)b * V,
+                                           lg[gi] + (size_t)b * V, V);
                 if (!(d <= worst_dec))
                     worst_dec = isnan(d) ? INFINITY : d;
             }
-            ids[s] = argmax(lc + (size_t)s * V, V);
+            ids[s] = argmax(lc + (size_t)b * V, V);
             for (int gi = 0; gi < NRT; gi++) {
-                for (int r = 0; r < rows; r++)
+                for (int r = 0; r < rows; r++) {
                     assert_int_equal(cs[s].len[r], gs[gi][s].len[r]);
+                    assert_int_equal(cs[s].n_pages[r], gs[gi][s].n_pages[r]);
+                }
                 assert_true(cs[s].seq.pos == gs[gi][s].seq.pos);
             }
         }
@@ -343,6 +380,8 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
     {
         struct gw_seq *gp0[NSEQ], *gp1[NSEQ];
         for (int s = 0; s < NSEQ; s++) {
+            seq_grow(&gs[0][s], rows, per_row, 1);
+            seq_grow(&gs[1][s], rows, per_row, 1);
             gp0[s] = &gs[0][s].seq;
             gp1[s] = &gs[1][s].seq;
         }
@@ -395,11 +434,20 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
     assert_true(worst_dec <= tol);
     /* the first step of the bucket runs eagerly and captures; the rest
      * replay the graph */
-    /* STEPS decode steps plus the device-sampling step */
-    assert_int_equal(cu[0].graph_launches, STEPS);
-    assert_int_equal(cu[0].eager_steps, 1);
+    /* STEPS decode steps plus the device-sampling step: bucket 4 runs
+     * STEPS of them (the first eagerly), bucket 2 the ODD_STEP (eagerly) */
+    assert_int_equal(cu[0].graph_launches, STEPS - 1);
+    assert_int_equal(cu[0].eager_steps, 2);
     assert_int_equal(cu[1].graph_launches, 0);
     assert_int_equal(cu[1].eager_steps, STEPS + 1);
+    /* block tables: built at the first step, at ODD_STEP and after it;
+     * every other step scattered only the appended page ids, and the
+     * rows did cross a page boundary (something was scattered) */
+    for (int gi = 0; gi < 2; gi++) {
+        assert_int_equal(cu[gi].table_builds, 3);
+        assert_int_equal(cu[gi].table_deltas, STEPS + 1 - 3);
+        assert_true(cu[gi].table_scattered > 0);
+    }
     assert_int_equal(cu[2].graph_launches, 0);
     assert_int_equal(cu[2].eager_steps, STEPS);
 

@@ -26,6 +26,7 @@ them.
 import http.client as httplib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -111,6 +112,48 @@ def make_model(out_dir, extra=None):
     if r.returncode != 0:
         raise RuntimeError("tangram-make-model failed: " + r.stderr)
     return out_dir
+
+
+def make_model_args(out_dir, args, tokenizer="qwen3"):
+    """Runs tangram-make-model with `args` (flags) into out_dir and returns
+    out_dir. Raises RuntimeError with the tool's stderr on failure."""
+    cmd = [prog("tangram-make-model")] + list(args) + [
+        "--tokenizer", os.path.join(SHARED, "data", "tokenizers", tokenizer),
+        "-o", out_dir]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError("tangram-make-model failed: " + r.stderr)
+    return out_dir
+
+
+def make_skewed_profile(work, layers, kv_heads, head_dim, seed,
+                        n_samples=24, low=0.05, heads_per_group=1):
+    """Builds a profile with tangram-profile from a synthetic retention
+    file of a Qwen3 model (layers x kv_heads of head_dim): per head a base
+    retention low + (0.95 - low) * u^2 (u uniform, so a few heads keep much
+    and most keep little), n_samples noisy samples around it (sigma 0.03),
+    target 0.5. Returns the profile's path (in work)."""
+    rng = random.Random(seed)
+    base = [[low + (0.95 - low) * rng.random() ** 2 for _ in range(kv_heads)]
+            for _ in range(layers)]
+    samples = [[[min(1.0, max(0.0, round(base[l][h] + rng.gauss(0, 0.03), 4)))
+                 for h in range(kv_heads)] for l in range(layers)]
+               for _ in range(n_samples)]
+    ret = os.path.join(work, "ret.json")
+    with open(ret, "w") as f:
+        json.dump({"format": "tangram-retention", "version": 1,
+                   "model": {"architecture": "Qwen3ForCausalLM",
+                             "num_layers": layers, "num_kv_heads": kv_heads,
+                             "head_dim": head_dim},
+                   "method": "snapkv", "target_ratio": 0.5,
+                   "samples": samples}, f)
+    prof = os.path.join(work, "profile.json")
+    r = subprocess.run([prog("tangram-profile"), "build", "--retention",
+                        ret, "--heads-per-group", str(heads_per_group), "-o",
+                        prof], capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise RuntimeError("tangram-profile build failed: " + r.stderr)
+    return prof
 
 
 def free_port():

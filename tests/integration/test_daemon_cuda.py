@@ -20,7 +20,6 @@ or more GPUs also --tp 2 on the CUDA backend (NCCL) against --tp 1.
 """
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -52,37 +51,13 @@ def gpu_count():
 
 
 def make_model(out):
-    cmd = [du.prog("tangram-make-model")] + MODEL_ARGS + [
-        "--tokenizer", os.path.join(du.SHARED, "data", "tokenizers", "qwen3"),
-        "-o", out]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    if r.returncode != 0:
-        raise RuntimeError("tangram-make-model failed: " + r.stderr)
-    return out
+    return du.make_model_args(out, MODEL_ARGS)
 
 
 def make_profile(work):
-    rng = random.Random(5)
-    L, H = 2, 4
-    base = [[0.1 + 0.85 * rng.random() ** 2 for _ in range(H)]
-            for _ in range(L)]
-    samples = [[[min(1.0, max(0.0, round(base[l][h] + rng.gauss(0, 0.03), 4)))
-                 for h in range(H)] for l in range(L)] for _ in range(16)]
-    ret = os.path.join(work, "ret.json")
-    with open(ret, "w") as f:
-        json.dump({"format": "tangram-retention", "version": 1,
-                   "model": {"architecture": "Qwen3ForCausalLM",
-                             "num_layers": L, "num_kv_heads": H,
-                             "head_dim": 64},
-                   "method": "snapkv", "target_ratio": 0.5,
-                   "samples": samples}, f)
-    prof = os.path.join(work, "profile.json")
-    r = subprocess.run([du.prog("tangram-profile"), "build", "--retention",
-                        ret, "--heads-per-group", "1", "-o", prof],
-                       capture_output=True, text=True, timeout=60)
-    if r.returncode != 0:
-        raise RuntimeError("tangram-profile build failed: " + r.stderr)
-    return prof
+    """A skewed profile of the model: 2 layers x 4 KV heads, H_p = 1."""
+    return du.make_skewed_profile(work, 2, 4, 64, 5, n_samples=16, low=0.1)
+
 
 
 def complete(d, prompt, extra=None):

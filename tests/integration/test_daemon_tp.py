@@ -27,10 +27,9 @@ Exit 77 only when tangramd or the shared tokenizer is missing. ~40 s.
 import http.client as httplib
 import json
 import os
-import random
 import re
+import shutil
 import signal
-import subprocess
 import sys
 import time
 
@@ -54,38 +53,13 @@ NEAR_TIE = 2e-3  # natural-log gap under which fp32 sums may flip the argmax
 
 
 def make_model(out):
-    cmd = [du.prog("tangram-make-model")] + MODEL_ARGS + [
-        "--tokenizer", os.path.join(du.SHARED, "data", "tokenizers", "qwen3"),
-        "-o", out]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    if r.returncode != 0:
-        raise RuntimeError("tangram-make-model failed: " + r.stderr)
-    return out
+    return du.make_model_args(out, MODEL_ARGS)
 
 
 def make_profile(work):
     """A skewed profile of the model: 2 layers x 4 KV heads, H_p = 1."""
-    rng = random.Random(11)
-    L, H = 2, 4
-    base = [[0.05 + 0.9 * rng.random() ** 2 for _ in range(H)]
-            for _ in range(L)]
-    samples = [[[min(1.0, max(0.0, round(base[l][h] + rng.gauss(0, 0.03), 4)))
-                 for h in range(H)] for l in range(L)] for _ in range(24)]
-    ret = os.path.join(work, "ret.json")
-    with open(ret, "w") as f:
-        json.dump({"format": "tangram-retention", "version": 1,
-                   "model": {"architecture": "Qwen3ForCausalLM",
-                             "num_layers": L, "num_kv_heads": H,
-                             "head_dim": 16},
-                   "method": "snapkv", "target_ratio": 0.5,
-                   "samples": samples}, f)
-    prof = os.path.join(work, "profile.json")
-    r = subprocess.run([du.prog("tangram-profile"), "build", "--retention",
-                        ret, "--heads-per-group", "1", "-o", prof],
-                       capture_output=True, text=True, timeout=60)
-    if r.returncode != 0:
-        raise RuntimeError("tangram-profile build failed: " + r.stderr)
-    return prof
+    return du.make_skewed_profile(work, 2, 4, 16, 11, n_samples=24, low=0.05)
+
 
 
 def complete(d, prompt):
@@ -325,7 +299,7 @@ def main():
                     (name, MAX_TOKENS), [r[0] for r in ref])
             check_tp2(model, sub, args, profile, ref, name, kill)
     finally:
-        subprocess.run(["rm", "-rf", work])
+        shutil.rmtree(work, ignore_errors=True)
     return C.summary()
 
 

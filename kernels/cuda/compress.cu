@@ -467,6 +467,15 @@ extern "C" size_t cmp_workspace_bytes(int n, int n_q_heads, int n_kv_heads,
     return (size_t)n_q_heads * (size_t)score_window(n, window) * sizeof(float2);
 }
 
+// The scoring workspace is read as float2: a misaligned pointer would
+// fault on the device (a sticky error) instead of failing the call.
+static bool ws_ok(const struct cmp_chunk *c, const void *ws, size_t ws_bytes)
+{
+    return ws != nullptr && ((uintptr_t)ws % alignof(float2)) == 0 &&
+           ws_bytes >= cmp_workspace_bytes(c->n, c->n_q_heads, c->n_kv_heads,
+                                           c->window);
+}
+
 extern "C" int cmp_score_snapkv(const struct cmp_chunk *c, float *scores,
                                 void *ws, size_t ws_bytes, void *stream)
 {
@@ -475,9 +484,7 @@ extern "C" int cmp_score_snapkv(const struct cmp_chunk *c, float *scores,
         return rc;
     if (c->n == 0)
         return 0;
-    if (scores == nullptr || ws == nullptr ||
-        ws_bytes < cmp_workspace_bytes(c->n, c->n_q_heads, c->n_kv_heads,
-                                       c->window))
+    if (scores == nullptr || !ws_ok(c, ws, ws_bytes))
         return TG_EINVAL;
     return launch_score(c, scores, static_cast<float2 *>(ws),
                         (cudaStream_t)stream);
@@ -551,9 +558,8 @@ extern "C" int cmp_chunk_compress(const struct cmp_chunk *c,
         return TG_EINVAL;
     if (c->n == 0)
         return 0;
-    if (scores == nullptr || idx == nullptr || c->v == nullptr || ws == nullptr ||
-        ws_bytes < cmp_workspace_bytes(c->n, c->n_q_heads, c->n_kv_heads,
-                                       c->window))
+    if (scores == nullptr || idx == nullptr || c->v == nullptr ||
+        !ws_ok(c, ws, ws_bytes))
         return TG_EINVAL;
     cudaStream_t st = (cudaStream_t)stream;
     rc = launch_score(c, scores, static_cast<float2 *>(ws), st);

@@ -105,9 +105,9 @@ struct cmp_dst {
 size_t cmp_workspace_bytes(int n, int n_q_heads, int n_kv_heads, int window);
 
 /* Writes the snapkv scores of chunk `c` to scores (device fp32 (Hkv, n)),
- * using `ws` (device, ws_bytes >= cmp_workspace_bytes) as scratch. Forced
- * keys are not applied here (see cmp_select_topk). n == 0 queues nothing.
- * Returns 0, TG_EINVAL or TG_EDEVICE. */
+ * using `ws` (device, 8-byte aligned, ws_bytes >= cmp_workspace_bytes) as
+ * scratch. Forced keys are not applied here (see cmp_select_topk). n == 0
+ * queues nothing. Returns 0, TG_EINVAL or TG_EDEVICE. */
 int cmp_score_snapkv(const struct cmp_chunk *c, float *scores, void *ws,
                      size_t ws_bytes, void *stream);
 

@@ -673,6 +673,9 @@ static void test_bad_arguments(void **state)
     assert_int_equal(cmp_score_snapkv(&c, NULL, fw, wsb, NULL), TG_EINVAL);
     assert_int_equal(cmp_score_snapkv(&c, fs, NULL, wsb, NULL), TG_EINVAL);
     assert_int_equal(cmp_score_snapkv(&c, fs, fw, wsb - 1, NULL), TG_EINVAL);
+    /* read as float2: a 4-byte aligned workspace is refused, not faulted */
+    assert_int_equal(cmp_score_snapkv(&c, fs, (char *)fw + 4, wsb, NULL),
+                     TG_EINVAL);
     b = c; b.n = 0; b.q = NULL; b.k = NULL; /* empty chunk: nothing queued */
     assert_int_equal(cmp_score_snapkv(&b, NULL, NULL, 0, NULL), 0);
 
@@ -734,6 +737,8 @@ static void test_bad_arguments(void **state)
     /* fused */
     assert_int_equal(cmp_chunk_compress(&c, keep, &dst, fs, fi, fw, wsb - 8,
                                         NULL), TG_EINVAL);
+    assert_int_equal(cmp_chunk_compress(&c, keep, &dst, fs, fi,
+                                        (char *)fw + 4, wsb, NULL), TG_EINVAL);
     assert_int_equal(cmp_chunk_compress(&c, uneven, &dst, fs, fi, fw, wsb,
                                         NULL), TG_EINVAL);
     e = dst; e.head_dim = 32;

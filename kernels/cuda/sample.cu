@@ -372,9 +372,14 @@ struct weight_fn {
 };
 
 // Walks w(0..nc) in tiles of BS with an inclusive block scan. Returns the
-// first j whose prefix sum reaches `target` (>= when ge, else >), or -1
-// (then *total is the full sum, accumulated tile by tile, and *last_pos the
-// last j with w(j) > 0, or -1).
+// first j with w(j) > 0 whose prefix sum reaches `target` (>= when ge,
+// else >), or -1 (then *total is the full sum, accumulated tile by tile,
+// and *last_pos the last j with w(j) > 0, or -1). Only positive weights
+// may hit: the block scan is not sequential (cub's raking scan restarts
+// every 16 items from a tree-summed prefix), so the prefix at a zero-weight
+// j can round an ulp above that of j - 1, and a target in that gap would
+// otherwise pick a token of weight 0 (a -inf logit or one below min-p),
+// which the CPU reference (positive weights only) never does.
 static __device__ int scan_find(int nc, const weight_fn &w, float target,
                                 bool ge, float *total, int *last_pos)
 {
@@ -391,7 +396,7 @@ static __device__ int scan_find(int nc, const weight_fn &w, float target,
         __syncthreads(); // tmp free again
         scan_t(tmp).InclusiveSum(wj, incl, agg);
         float cum = carry + incl;
-        bool hit = j < nc && (ge ? cum >= target : cum > target);
+        bool hit = wj > 0.0f && (ge ? cum >= target : cum > target);
         int first = block_min_int(hit ? j : INT_MAX);
         if (first != INT_MAX) {
             *total = carry + agg;

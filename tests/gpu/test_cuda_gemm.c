@@ -2,7 +2,8 @@
  * the CPU reference tg_ops_cpu.gemm on the same bf16-rounded inputs:
  * shapes with m 1..512 and n, k up to 8192 (odd ones included, so rows are
  * misaligned), with and without bias, bf16 and fp32 output, offset
- * (element-aligned only) pointers; the shape cache; k == 0; bad arguments.
+ * (element-aligned only) pointers; the shape cache (and a cached plan
+ * reused with another bias vector); k == 0; bad arguments.
  *
  * Tolerance: the reference is fp32 with a different summation order, so
  * |y - ref| <= 2e-4 * S (+ |ref| / 128 for bf16 output, the rounding of
@@ -240,6 +241,56 @@ static void test_cache(void **state)
     tg_cuda_gemm_free(g);
 }
 
+/* A cached plan reused with another (fused, 256-byte aligned) bias vector
+ * adds that vector, not the one the plan was built with: both buffers stay
+ * allocated, so a stale epilogue pointer would still read valid memory and
+ * only the values tell. y2 - y1 must equal b2 - b1 column by column. */
+static void test_bias_pointer_switch(void **state)
+{
+    (void)state;
+    const int m = 4, n = 64, k = 32;
+    struct tg_cuda_gemm *g = NULL;
+    assert_int_equal(tg_cuda_gemm_new(1 << 20, &g, err, sizeof(err)), 0);
+    uint16_t xh[4 * 32], wh[64 * 32];
+    float xf[4 * 32], wf[64 * 32], b1[64], b2[64], y1[4 * 64], y2[4 * 64];
+    rand_bf16((size_t)m * k, xh, xf);
+    rand_bf16((size_t)n * k, wh, wf);
+    for (int j = 0; j < n; j++) {
+        b1[j] = frand();
+        b2[j] = b1[j] + 1.0f + (float)j; /* differs by >= 1 everywhere */
+    }
+    void *dx = dev_alloc(sizeof(xh)), *dw = dev_alloc(sizeof(wh));
+    void *db1 = dev_alloc(sizeof(b1)), *db2 = dev_alloc(sizeof(b2));
+    void *dy = dev_alloc(sizeof(y1));
+    to_dev(dx, xh, sizeof(xh));
+    to_dev(dw, wh, sizeof(wh));
+    to_dev(db1, b1, sizeof(b1));
+    to_dev(db2, b2, sizeof(b2));
+    assert_int_equal(tg_cuda_gemm_bf16(g, dx, dw, db1, m, n, k, dy,
+                                       TG_CUDA_GEMM_F32, NULL), 0);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    to_host(y1, dy, sizeof(y1));
+    assert_int_equal(tg_cuda_gemm_bf16(g, dx, dw, db2, m, n, k, dy,
+                                       TG_CUDA_GEMM_F32, NULL), 0);
+    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+    to_host(y2, dy, sizeof(y2));
+    assert_int_equal(tg_cuda_gemm_cached(g), 1); /* one plan, reused */
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double d = (double)y2[i * n + j] - y1[i * n + j];
+            double want = (double)b2[j] - b1[j];
+            if (!(fabs(d - want) <= 1e-4 * (1.0 + fabs(want))))
+                fail_msg("row %d col %d: y2 - y1 = %g, bias step %g", i, j, d,
+                         want);
+        }
+    cudaFree(dx);
+    cudaFree(dw);
+    cudaFree(db1);
+    cudaFree(db2);
+    cudaFree(dy);
+    tg_cuda_gemm_free(g);
+}
+
 static void test_edges_and_bad_arguments(void **state)
 {
     (void)state;
@@ -304,6 +355,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shapes),
         cmocka_unit_test(test_cache),
+        cmocka_unit_test(test_bias_pointer_switch),
         cmocka_unit_test(test_edges_and_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,6 +11,8 @@
  *   - empirical distribution of 20000 draws on a 16-token vocabulary under
  *     temperature/top-k/top-p/min-p vs the exact distribution of the
  *     sampler's definition (and the CPU sampler against the same numbers);
+ *   - tokens of weight 0 (-inf logits, below min-p) are never drawn on a
+ *     151936-token vocabulary, whatever the block scan's rounding;
  *   - bad arguments.
  * Skipped (77) without CUDA or a device. */
 #include <setjmp.h>
@@ -571,6 +573,69 @@ static void test_distribution(void **state)
     tg_backend_cpu_free(cpu);
 }
 
+/* Tokens of weight 0 are never drawn, whatever the rounding of the block
+ * scan: a large vocabulary with a -inf logit at every 16th id (the start of
+ * each 16-item raking segment of cub's block scan, where the prefix sum is
+ * re-derived from a tree sum and can round above its predecessor's) and,
+ * on odd rows, min-p filtering that zeroes interleaved ids. Unsorted rows
+ * (no top-k/top-p) draw in id order, so zero weights sit between positive
+ * ones. 51200 draws. */
+static void test_zero_weight_never_drawn(void **state)
+{
+    (void)state;
+    const int n = 256, V = 151936, calls = 200;
+    const float min_p = 0.6f;
+    float *x = malloc((size_t)n * V * sizeof(float));
+    float *mx = malloc((size_t)n * sizeof(float));
+    assert_non_null(x);
+    assert_non_null(mx);
+    for (int i = 0; i < n; i++) {
+        float *r = x + (size_t)i * V;
+        mx[i] = -INFINITY;
+        for (int j = 0; j < V; j++) {
+            r[j] = j % 16 == 0 ? -INFINITY : 0.5f * frand() + 0.5f;
+            if (r[j] > mx[i])
+                mx[i] = r[j];
+        }
+    }
+    struct tg_cuda_sampler *sm = NULL;
+    assert_int_equal(tg_cuda_sampler_new(V, n, &sm, err, sizeof(err)), 0);
+    float *dx = dev_copy(x, (size_t)n * V * sizeof(float));
+    int32_t *dk = dev_alloc((size_t)n * sizeof(int32_t));
+    int32_t *tok = malloc((size_t)n * sizeof(int32_t));
+    struct tg_cuda_sample_params *p = calloc((size_t)n, sizeof(*p));
+    assert_non_null(tok);
+    assert_non_null(p);
+    for (int c = 0; c < calls; c++) {
+        for (int i = 0; i < n; i++) {
+            p[i] = (struct tg_cuda_sample_params){1.0f, 0, 1.0f,
+                                                  i % 2 ? min_p : 0.0f,
+                                                  0x5EEDull,
+                                                  (uint64_t)c * n + i};
+        }
+        assert_int_equal(tg_cuda_sample(sm, dx, n, V, p, dk, NULL, NULL), 0);
+        to_host(tok, dk, (size_t)n * sizeof(int32_t));
+        for (int i = 0; i < n; i++) {
+            assert_true(tok[i] >= 0 && tok[i] < V);
+            float v = x[(size_t)i * V + tok[i]];
+            if (isinf(v))
+                fail_msg("call %d row %d: drew id %d of logit -inf", c, i,
+                         tok[i]);
+            /* The device floor is m + logf(min_p) in fp32. */
+            if (i % 2 && !((double)v >= (double)mx[i] + log(min_p) - 1e-5))
+                fail_msg("call %d row %d: drew id %d (%g) below min-p of "
+                         "max %g", c, i, tok[i], v, mx[i]);
+        }
+    }
+    tg_cuda_sampler_free(sm);
+    cudaFree(dx);
+    cudaFree(dk);
+    free(x);
+    free(mx);
+    free(tok);
+    free(p);
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -660,6 +725,7 @@ int main(void)
         cmocka_unit_test(test_topk_logprobs),
         cmocka_unit_test(test_seeded_reproducibility),
         cmocka_unit_test(test_distribution),
+        cmocka_unit_test(test_zero_weight_never_drawn),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -166,6 +166,14 @@ int gw_cuda__table_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
             c->dc_seq[s] = seqs[s];
             c->dc_epoch[s] = seqs[s]->epoch;
         } else {
+            /* the capacity bound assumes the real rows' page ids are
+             * distinct pool pages; a plan that repeats pages could fill
+             * the ids up to here, so padding checks its room too */
+            if (at + LG > t->cap_ids)
+                return tg_err_set(err, errlen, TG_EINVAL,
+                                  "block table overflow (%lld ids, capacity "
+                                  "%lld)", (long long)(at + LG),
+                                  (long long)t->cap_ids);
             gw_cuda__table_put_pad(c, t, (int64_t)s * LG, &at);
             c->dc_seq[s] = NULL;
         }
@@ -178,10 +186,12 @@ int gw_cuda__table_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
 
 /* Waits for the stream. With T > 1 an NCCL kernel spinning on a dead or
  * out-of-step peer would block cudaStreamSynchronize forever, so the wait
- * polls instead: every millisecond it checks the communicator's async
- * error, and after opts.step_timeout_ms (default 120 s) it gives up; both
- * abort the communicator (the spinning kernels then return) and fail with
- * TG_ETIMEDOUT, for the worker to exit and the group to restart. */
+ * polls instead (naps of 10 us growing to 1 ms, so a step that is nearly
+ * done is not rounded up to a whole millisecond): each time it checks the
+ * communicator's async error, and after opts.step_timeout_ms (default
+ * 120 s) it gives up; both abort the communicator (the spinning kernels
+ * then return) and fail with TG_ETIMEDOUT, for the worker to exit and the
+ * group to restart. */
 int gw_cuda__wait_stream(struct gw_cuda *c, char *err, size_t errlen)
 {
     cudaStream_t st = STREAM(c);
@@ -190,7 +200,8 @@ int gw_cuda__wait_stream(struct gw_cuda *c, char *err, size_t errlen)
         return 0;
     }
     int limit = c->opts.step_timeout_ms > 0 ? c->opts.step_timeout_ms : 120000;
-    struct timespec t0, now, nap = {0, 1000000};
+    struct timespec t0, now;
+    long nap_ns = 10000; /* 10 us doubling to 1 ms: a short wait stays short */
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
         cudaError_t e = cudaStreamQuery(st);
@@ -215,7 +226,9 @@ int gw_cuda__wait_stream(struct gw_cuda *c, char *err, size_t errlen)
                                               "timeout (a peer is gone or out "
                                               "of step)");
         }
+        struct timespec nap = {0, nap_ns};
         nanosleep(&nap, NULL);
+        nap_ns = nap_ns < 1000000 ? 2 * nap_ns : 1000000;
     }
 }
 

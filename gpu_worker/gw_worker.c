@@ -61,6 +61,7 @@ void gw_worker_free(struct gw_worker *w)
     free(w->top_lps);
     free(w->top_tmp);
     free(w->pre_mark);
+    free(w->pre_row);
     free(w->pre_tok);
     free(w->pre_lp);
     free(w->pre_top_ids);

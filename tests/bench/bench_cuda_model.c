@@ -466,6 +466,10 @@ static void bseq_init(struct bseq *s, struct variant *v, int64_t n)
     s->len = xcalloc((size_t)v->rows, sizeof(int32_t));
     s->pages = xcalloc((size_t)v->rows, sizeof(*s->pages));
     bseq_refresh(s, v);
+    /* a fresh epoch: a new sequence may reuse a freed one's address, and
+     * the runtime's decode table cache keys on (pointer, epoch) */
+    static uint64_t epochs;
+    s->gs.epoch = ++epochs;
 }
 
 static void bseq_free(struct bseq *s, struct variant *v)

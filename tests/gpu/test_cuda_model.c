@@ -11,7 +11,9 @@
  *    page boundaries; one step runs only 2 of the 3): log-softmax within
  *    tolerance, for the padded (bucket 4) and the unpadded batch,
  *    identical row lengths after every step, and the device block table
- *    rebuilt only when the batch changed (otherwise updated in place);
+ *    rebuilt only when the batch or a sequence's epoch changed (otherwise
+ *    updated in place, also after a prefill chunk between two decode
+ *    steps grew a sequence's lengths and pages);
  *  - CUDA graphs: graph replays of the padded bucket give logits
  *    bit-identical to eager runs of the same padded batch, and the graph
  *    runtime really launched graphs (one eager warm-up step, then
@@ -52,6 +54,10 @@
 #define NSEQ 3
 #define STEPS 12 /* crosses a page boundary (150 + 11 > 160) */
 #define ODD_STEP 5 /* this step decodes sequences 0 and 2 only */
+#define PF_STEP 3 /* before this step, a prefill chunk of PF_N tokens
+                     (a new turn) extends sequence 0 between decodes */
+#define PF_N 20   /* 150 + 20 + 13 decoded stay within MAX_CTX */
+#define EPOCH_STEP 9 /* sequence 2's epoch changes (same pointer) */
 #define NRT 3 /* CUDA runtimes compared: graphs, padded eager, eager */
 
 #ifdef TANGRAM_CUDA
@@ -330,6 +336,42 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
         ids[s] = prompt[s][PROMPT - 1];
     float worst_dec = 0;
     for (int step = 0; step < STEPS; step++) {
+        if (step == PF_STEP) {
+            /* a new turn of sequence 0 between two decode steps: its rows
+             * grow (lengths and pages) while the decode batch stays the
+             * same, so the next decode must update the cached table in
+             * place with the pages this chunk appended */
+            int32_t chunk[PF_N];
+            chunk[0] = ids[0];
+            for (int i = 1; i < PF_N; i++) {
+                st = st * 6364136223846793005ull + 1442695040888963407ull;
+                chunk[i] = (int32_t)((st >> 33) % (uint64_t)V);
+            }
+            struct gw_prefill_out oc = {.want_logits = 1,
+                                        .last_logits = last_c};
+            seq_grow(&cs[0], rows, per_row, PF_N);
+            if (gw_forward_prefill(&rt, &cs[0].seq, chunk, PF_N, &oc, err,
+                                   sizeof(err)) != 0)
+                fail_msg("cpu prefill between decodes: %s", err);
+            for (int gi = 0; gi < NRT; gi++) {
+                struct gw_prefill_out og = {.want_logits = 1,
+                                            .last_logits = last_g};
+                seq_grow(&gs[gi][0], rows, per_row, PF_N);
+                if (gw_cuda_prefill(&cu[gi], &gs[gi][0].seq, chunk, PF_N,
+                                    &og, err, sizeof(err)) != 0)
+                    fail_msg("cuda prefill between decodes: %s", err);
+                float d = max_abs_lsm_diff(last_c, last_g, V);
+                if (!(d <= worst_dec))
+                    worst_dec = isnan(d) ? INFINITY : d;
+                for (int r = 0; r < rows; r++)
+                    assert_int_equal(cs[0].len[r], gs[gi][0].len[r]);
+                assert_true(cs[0].seq.pos == gs[gi][0].seq.pos);
+            }
+            ids[0] = argmax(last_c, V);
+        }
+        if (step == EPOCH_STEP) /* as if its page lists were replaced */
+            for (int gi = 0; gi < NRT; gi++)
+                gs[gi][2].seq.epoch++;
         /* every step but ODD_STEP decodes all sequences; ODD_STEP only 0
          * and 2 (a smaller bucket, and a changed batch: the device block
          * table is rebuilt, then rebuilt again for the next step) */
@@ -440,12 +482,14 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
     assert_int_equal(cu[0].eager_steps, 2);
     assert_int_equal(cu[1].graph_launches, 0);
     assert_int_equal(cu[1].eager_steps, STEPS + 1);
-    /* block tables: built at the first step, at ODD_STEP and after it;
-     * every other step scattered only the appended page ids, and the
-     * rows did cross a page boundary (something was scattered) */
-    for (int gi = 0; gi < 2; gi++) {
-        assert_int_equal(cu[gi].table_builds, 3);
-        assert_int_equal(cu[gi].table_deltas, STEPS + 1 - 3);
+    /* block tables: built at the first step, at ODD_STEP and after it,
+     * and at EPOCH_STEP; every other step (PF_STEP too) scattered only the
+     * appended page ids, and the rows did cross a page boundary
+     * (something was scattered). cu[2] has no device-sampling step. */
+    for (int gi = 0; gi < NRT; gi++) {
+        int steps = gi < 2 ? STEPS + 1 : STEPS;
+        assert_int_equal(cu[gi].table_builds, 4);
+        assert_int_equal(cu[gi].table_deltas, steps - 4);
         assert_true(cu[gi].table_scattered > 0);
     }
     assert_int_equal(cu[2].graph_launches, 0);

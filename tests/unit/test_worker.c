@@ -551,6 +551,81 @@ static void test_bad_plans(void **state)
     gw_worker_free(&w);
 }
 
+/* gw_seq.epoch (the CUDA decode table cache's key): a slot's epoch
+ * changes when its page lists are replaced or cut (fresh entry,
+ * truncate_to, free) and stays when pages are only appended. */
+static void test_slot_epochs(void **state)
+{
+    (void)state;
+    need_model();
+    struct gw_worker w;
+    worker_open(&w, NULL);
+    const struct kv_layout *kv = &w.layout.kv;
+    struct gw_gen_params gp = greedy_params();
+    const int32_t prompt[5] = {11, 22, 33, 44, 55};
+    struct kv_pool pool;
+    assert_int_equal(kv_pool_init(&pool, w.n_pages, errbuf, sizeof(errbuf)), 0);
+    struct req r;
+    req_init(&r, kv, 0, prompt, 5);
+    assert_int_equal(kv_seq_reserve_prompt(&r.seq, kv, &pool, 0, 5, errbuf,
+                                           sizeof(errbuf)), 0);
+    static struct plan p;
+    GwStepResult res;
+    good_plan(&p, &r, kv, 1, &gp);
+    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
+    uint64_t e1 = w.slots[0].epoch;
+    assert_true(e1 != 0);
+    assert_true(w.seqs[0].epoch == e1); /* the forward view carries it */
+
+    /* appending a page to row 0 keeps the epoch */
+    int32_t extra = -1;
+    assert_int_equal(kv_pool_pop(&pool, 1, &extra), 0);
+    plan_reset(&p, 2);
+    GwPageDelta init = TANGRAM__WORKER__V1__PAGE_DELTA__INIT;
+    p.d[0] = init;
+    p.d[0].slot = 0;
+    p.ids[0] = (uint32_t)extra;
+    p.d[0].page_ids = p.ids;
+    p.d[0].n_page_ids = 1;
+    p.dp[0] = &p.d[0];
+    p.bp.n_page_deltas = 1;
+    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
+    assert_true(w.slots[0].epoch == e1);
+    int32_t n0 = w.slots[0].n_pages[0];
+
+    /* cutting row 0 back changes it */
+    plan_reset(&p, 3);
+    p.d[0] = init;
+    p.d[0].slot = 0;
+    p.d[0].truncate_to_opt_case =
+        TANGRAM__WORKER__V1__PAGE_DELTA__TRUNCATE_TO_OPT_TRUNCATE_TO;
+    p.d[0].truncate_to = (uint32_t)(n0 - 1);
+    p.dp[0] = &p.d[0];
+    p.bp.n_page_deltas = 1;
+    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
+    uint64_t e2 = w.slots[0].epoch;
+    assert_true(e2 != e1);
+
+    /* freeing the slot changes it again, and a fresh start once more */
+    plan_reset(&p, 4);
+    p.frees[0] = 0;
+    p.bp.n_frees = 1;
+    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
+    uint64_t e3 = w.slots[0].epoch;
+    assert_true(e3 != e2 && e3 != e1);
+    memset(r.sent, 0, (size_t)w.rows * sizeof(int32_t));
+    r.fresh = 1;
+    r.pos = 0;
+    good_plan(&p, &r, kv, 5, &gp);
+    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
+    assert_true(w.slots[0].epoch != e3 && w.slots[0].epoch != e2 &&
+                w.slots[0].epoch != e1);
+
+    req_free(&r, &pool);
+    kv_pool_free(&pool);
+    gw_worker_free(&w);
+}
+
 static void test_init_refusals(void **state)
 {
     (void)state;
@@ -591,6 +666,7 @@ int main(void)
         cmocka_unit_test(test_seeded_sampling_penalties),
         cmocka_unit_test(test_two_requests_batched),
         cmocka_unit_test(test_bad_plans),
+        cmocka_unit_test(test_slot_epochs),
         cmocka_unit_test(test_init_refusals),
     };
     return cmocka_run_group_tests(tests, make_model, remove_model);

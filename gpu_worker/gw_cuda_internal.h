@@ -71,8 +71,6 @@ int gw_cuda__logits_to_host(struct gw_cuda *c, int rows, int m, float *out,
                             char *err, size_t errlen);
 int gw_cuda__finish(struct gw_cuda *c, char *err, size_t errlen);
 /* Checks before anything is queued. */
-int gw_cuda__room(const struct gw_cuda *c, const struct gw_seq *seq, int l,
-                  const int32_t *add, char *err, size_t errlen);
 int gw_cuda__check_ids(const struct gw_cuda *c, const int32_t *ids, int n,
                        char *err, size_t errlen);
 

@@ -173,7 +173,7 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
         for (int g = 0; g < lay->kv.n_groups; g++)
             addp[g] = (int32_t)kv_chunk_keep(
                 n, lay->kv.group_budget[(size_t)l * lay->kv.n_groups + g], forced);
-        if ((rc = gw_cuda__room(c, seq, l, addp, err, errlen)) != 0)
+        if ((rc = gw_seq_room(c->layout, seq, l, addp, err, errlen)) != 0)
             return rc;
     }
     cudaStream_t st = STREAM(c);
@@ -348,7 +348,7 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
         one[g] = 1;
     for (int s = 0; s < n_seq; s++)
         for (int l = 0; l < lay->kv.n_layers; l++)
-            if ((rc = gw_cuda__room(c, seqs[s], l, one, err, errlen)) != 0)
+            if ((rc = gw_seq_room(c->layout, seqs[s], l, one, err, errlen)) != 0)
                 return rc;
     int bi = -1, B = n_seq;
     if (c->opts.graphs) {

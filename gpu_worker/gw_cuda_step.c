@@ -390,22 +390,6 @@ int gw_cuda__finish(struct gw_cuda *c, char *err, size_t errlen)
 
 /* ---- prefill ----------------------------------------------------------- */
 
-int gw_cuda__room(const struct gw_cuda *c, const struct gw_seq *seq, int l,
-                  const int32_t *add, char *err, size_t errlen)
-{
-    const struct gw_kv_layout *lay = c->layout;
-    size_t base = (size_t)l * (size_t)lay->kv.n_groups;
-    for (int g = 0; g < lay->kv.n_groups; g++) {
-        int64_t need = kv_pages_for((int64_t)seq->len[base + g] + add[g],
-                                    lay->kv.page_size);
-        if (need > seq->n_pages[base + g])
-            return tg_err_set(err, errlen, TG_ENOSPC,
-                              "layer %d group %d needs %lld pages, holds %d", l,
-                              g, (long long)need, seq->n_pages[base + g]);
-    }
-    return 0;
-}
-
 int gw_cuda__check_ids(const struct gw_cuda *c, const int32_t *ids, int n,
                        char *err, size_t errlen)
 {

@@ -151,11 +151,9 @@ static void seq_rows(const struct gw_runtime *rt, const struct gw_seq *seq,
     r->group_len = seq->len + base;
 }
 
-/* Checks that every row of `seq` at layer l can take add[g] more tokens. */
-static int seq_room(const struct gw_runtime *rt, const struct gw_seq *seq,
-                    int l, const int32_t *add, char *err, size_t errlen)
+int gw_seq_room(const struct gw_kv_layout *lay, const struct gw_seq *seq,
+                int l, const int32_t *add, char *err, size_t errlen)
 {
-    const struct gw_kv_layout *lay = rt->layout;
     size_t base = (size_t)l * (size_t)lay->kv.n_groups;
     for (int g = 0; g < lay->kv.n_groups; g++) {
         int64_t need = kv_pages_for((int64_t)seq->len[base + g] + add[g],
@@ -365,7 +363,7 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
             double b = lay->kv.group_budget[(size_t)l * lay->kv.n_groups + g];
             addp[g] = (int32_t)kv_chunk_keep(n, b, forced);
         }
-        int rc = seq_room(rt, seq, l, addp, err, errlen);
+        int rc = gw_seq_room(rt->layout, seq, l, addp, err, errlen);
         if (rc != 0)
             return rc;
     }
@@ -448,7 +446,7 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
                               ids[s], md->vocab);
         rt->pos[s] = (int32_t)seqs[s]->pos;
         for (int l = 0; l < lay->kv.n_layers; l++) {
-            int rc = seq_room(rt, seqs[s], l, one, err, errlen);
+            int rc = gw_seq_room(rt->layout, seqs[s], l, one, err, errlen);
             if (rc != 0)
                 return rc;
         }

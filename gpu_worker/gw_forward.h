@@ -153,6 +153,13 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
                       const int32_t *ids, int n_seq, int want_logits,
                       float *logits, char *err, size_t errlen);
 
+/* Checks that every row of `seq` at layer l owns the pages for add[g]
+ * more tokens (add: n_groups counts). Returns 0 or TG_ENOSPC naming the
+ * layer, group and page counts. Shared by the CPU and CUDA forward
+ * passes; pure. */
+int gw_seq_room(const struct gw_kv_layout *lay, const struct gw_seq *seq,
+                int l, const int32_t *add, char *err, size_t errlen);
+
 /* Returns the tokens a prefill chunk of n tokens at absolute position
  * `start` keeps in row (l, g) under the layout's budgets. */
 int64_t gw_chunk_keep(const struct gw_runtime *rt, int l, int g, int64_t start,

@@ -17,10 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "common/st_safetensors.h"
 #include "kernels/tg_ops.h"
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
@@ -31,86 +31,19 @@
 #ifdef TANGRAM_CUDA
 enum { HQ = 32, HKV = 8, D = 128, HP = 4, PAGE = 16, WIN = 32, SINKS = 4 };
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+#define PROG "bench-cuda-compress"
+#define CK(expr) TT_CUDA_CK(PROG, expr)
 
-static float rnd_f(float lo, float hi)
-{
-    /* xorshift64* (Vigna 2016). */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    uint64_t x = rng_state * 2685821657736338717ull;
-    return lo + (hi - lo) * (float)((x >> 11) * (1.0 / 9007199254740992.0));
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-#define CK(expr)                                                          \
-    do {                                                                  \
-        cudaError_t ck__ = (expr);                                        \
-        if (ck__ != cudaSuccess) {                                        \
-            fprintf(stderr, "bench-cuda-compress: %s: %s\n", #expr,       \
-                    cudaGetErrorString(ck__));                            \
-            exit(1);                                                      \
-        }                                                                 \
-    } while (0)
+static struct tt_xrng rng = {0x2545f4914f6cdd1dull};
 
 #define OK(expr)                                                          \
     do {                                                                  \
         int ok__ = (expr);                                                \
         if (ok__ != 0) {                                                  \
-            fprintf(stderr, "bench-cuda-compress: %s failed (%d)\n",      \
-                    #expr, ok__);                                         \
+            fprintf(stderr, PROG ": %s failed (%d)\n", #expr, ok__);     \
             exit(1);                                                      \
         }                                                                 \
     } while (0)
-
-static void *dmalloc(size_t bytes)
-{
-    void *p = NULL;
-    CK(cudaMalloc(&p, bytes));
-    return p;
-}
-
-static void *hmalloc(size_t bytes)
-{
-    void *p = malloc(bytes);
-    if (p == NULL) {
-        fprintf(stderr, "bench-cuda-compress: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-/* Device-to-device copy bandwidth (read + write bytes per second) of a
- * 512 MiB buffer: the ceiling of a memory-bound kernel. */
-static double copy_bandwidth(int iters)
-{
-    const size_t bytes = (size_t)512 << 20;
-    void *a = dmalloc(bytes), *b = dmalloc(bytes);
-    CK(cudaMemset(a, 1, bytes));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    CK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
-    CK(cudaEventRecord(e0, NULL));
-    for (int i = 0; i < iters; i++)
-        CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, NULL));
-    CK(cudaEventRecord(e1, NULL));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0.0f;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-    return 2.0 * (double)bytes * iters / (ms * 1e-3);
-}
 
 struct bench_ctx {
     struct cmp_chunk c;
@@ -150,18 +83,13 @@ static double time_step(struct bench_ctx *x, enum step s, int iters)
 {
     run_step(x, s);
     CK(cudaDeviceSynchronize());
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    CK(cudaEventRecord(e0, NULL));
+    struct tt_cuda_timer t;
+    tt_cuda_timer_init(&t, PROG);
+    tt_cuda_timer_start(&t, NULL);
     for (int i = 0; i < iters; i++)
         run_step(x, s);
-    CK(cudaEventRecord(e1, NULL));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0.0f;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
+    double ms = tt_cuda_timer_ms(&t, NULL);
+    tt_cuda_timer_free(&t);
     return ms * 1e-3 / iters;
 }
 
@@ -172,16 +100,22 @@ static int run(int n, int iters, int quick)
     int clock_khz = 0;
     CK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
     const double fp32_peak = (double)info.sm_count * 128.0 * 2.0 * clock_khz * 1e3;
-    const double copy_bw = copy_bandwidth(quick ? 3 : 20);
+    /* Device-to-device copy of a 512 MiB buffer: the ceiling of a
+     * memory-bound kernel. */
+    const double copy_bw =
+        tt_cuda_copy_bandwidth(PROG, (size_t)512 << 20, quick ? 3 : 20);
 
     const size_t nq = (size_t)n * HQ * D, nk = (size_t)n * HKV * D;
-    uint16_t *qb = hmalloc(nq * 2), *kb = hmalloc(nk * 2), *vb = hmalloc(nk * 2);
-    float *qf = hmalloc(nq * 4), *kf = hmalloc(nk * 4), *vf = hmalloc(nk * 4);
-    for (size_t i = 0; i < nq; i++)
-        qf[i] = st_bf16_to_f32(qb[i] = st_f32_to_bf16(rnd_f(-2.0f, 2.0f)));
-    for (size_t i = 0; i < nk; i++) {
-        kf[i] = st_bf16_to_f32(kb[i] = st_f32_to_bf16(rnd_f(-1.0f, 1.0f)));
-        vf[i] = st_bf16_to_f32(vb[i] = st_f32_to_bf16(rnd_f(-1.0f, 1.0f)));
+    uint16_t *qb = tt_bench_malloc(PROG, nq * 2);
+    uint16_t *kb = tt_bench_malloc(PROG, nk * 2);
+    uint16_t *vb = tt_bench_malloc(PROG, nk * 2);
+    float *qf = tt_bench_malloc(PROG, nq * 4);
+    float *kf = tt_bench_malloc(PROG, nk * 4);
+    float *vf = tt_bench_malloc(PROG, nk * 4);
+    tt_fill_bf16(&rng, qb, qf, nq, -2.0f, 2.0f);
+    for (size_t i = 0; i < nk; i++) { /* K and V interleaved */
+        tt_fill_bf16(&rng, kb + i, kf + i, 1, -1.0f, 1.0f);
+        tt_fill_bf16(&rng, vb + i, vf + i, 1, -1.0f, 1.0f);
     }
 
     /* keep = min(n, max(ceil(0.25 n), forced)), DESIGN §4.3; a history of
@@ -202,7 +136,8 @@ static int run(int n, int iters, int quick)
         head_group[h] = h / HP;
         head_slot[h] = h % HP;
     }
-    int32_t *ids = hmalloc((size_t)n_groups * pages_per_group * sizeof(int32_t));
+    int32_t *ids = tt_bench_malloc(
+        PROG, (size_t)n_groups * pages_per_group * sizeof(int32_t));
     for (int g = 0; g < n_groups; g++) {
         lens[g] = hist;
         npages[g] = pages_per_group;
@@ -216,12 +151,11 @@ static int run(int n, int iters, int quick)
 
     struct bench_ctx x;
     memset(&x, 0, sizeof(x));
-    uint16_t *dq = dmalloc(nq * 2), *dk = dmalloc(nk * 2), *dv = dmalloc(nk * 2);
-    CK(cudaMemcpy(dq, qb, nq * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dk, kb, nk * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dv, vb, nk * 2, cudaMemcpyHostToDevice));
-    int32_t *dtab = dmalloc((size_t)(3 * n_groups + 2 + indptr[n_groups]) *
-                            sizeof(int32_t));
+    uint16_t *dq = tt_cuda_bench_upload(PROG, qb, nq * 2);
+    uint16_t *dk = tt_cuda_bench_upload(PROG, kb, nk * 2);
+    uint16_t *dv = tt_cuda_bench_upload(PROG, vb, nk * 2);
+    int32_t *dtab = tt_cuda_bench_alloc(
+        PROG, (size_t)(3 * n_groups + 2 + indptr[n_groups]) * sizeof(int32_t));
     int32_t *d_indptr = dtab, *d_npages = dtab + n_groups + 1,
             *d_lens = d_npages + n_groups, *d_fault = d_lens + n_groups,
             *d_ids = d_fault + 1;
@@ -231,7 +165,7 @@ static int run(int n, int iters, int quick)
     CK(cudaMemset(d_fault, 0, sizeof(int32_t)));
     CK(cudaMemcpy(d_ids, ids, (size_t)indptr[n_groups] * sizeof(int32_t),
                   cudaMemcpyHostToDevice));
-    uint16_t *dpool = dmalloc(pool_elems * 2);
+    uint16_t *dpool = tt_cuda_bench_alloc(PROG, pool_elems * 2);
     CK(cudaMemset(dpool, 0, pool_elems * 2));
 
     x.c = (struct cmp_chunk){
@@ -248,10 +182,10 @@ static int run(int n, int iters, int quick)
     };
     for (int h = 0; h < HKV; h++)
         x.keep[h] = kk;
-    x.scores = dmalloc((size_t)HKV * n * sizeof(float));
-    x.idx = dmalloc((size_t)HKV * n * sizeof(int32_t));
+    x.scores = tt_cuda_bench_alloc(PROG, (size_t)HKV * n * sizeof(float));
+    x.idx = tt_cuda_bench_alloc(PROG, (size_t)HKV * n * sizeof(int32_t));
     x.ws_bytes = cmp_workspace_bytes(n, HQ, HKV, WIN);
-    x.ws = dmalloc(x.ws_bytes);
+    x.ws = tt_cuda_bench_alloc(PROG, x.ws_bytes);
 
     double t_score = time_step(&x, STEP_SCORE, iters);
     double t_select = time_step(&x, STEP_SELECT, iters);
@@ -260,16 +194,16 @@ static int run(int n, int iters, int quick)
     int32_t fault = 0;
     CK(cudaMemcpy(&fault, d_fault, sizeof(fault), cudaMemcpyDeviceToHost));
     if (fault != 0) {
-        fprintf(stderr, "bench-cuda-compress: append reported a fault\n");
+        fprintf(stderr, PROG ": append reported a fault\n");
         return 1;
     }
 
     /* The CPU reference on the same data, once (it is slow). */
     struct tg_backend *cpu = NULL;
     OK(tg_backend_cpu_new(0, &cpu));
-    float *rs = hmalloc((size_t)HKV * n * sizeof(float));
-    int32_t *ri = hmalloc((size_t)HKV * n * sizeof(int32_t));
-    float *cpool = hmalloc(pool_elems * sizeof(float));
+    float *rs = tt_bench_malloc(PROG, (size_t)HKV * n * sizeof(float));
+    int32_t *ri = tt_bench_malloc(PROG, (size_t)HKV * n * sizeof(int32_t));
+    float *cpool = tt_bench_malloc(PROG, pool_elems * sizeof(float));
     memset(cpool, 0, pool_elems * sizeof(float));
     const int32_t *gp[HKV / HP];
     for (int g = 0; g < n_groups; g++)
@@ -279,12 +213,12 @@ static int run(int n, int iters, int quick)
         .head_dim = D, .n_kv_heads = HKV, .head_group = head_group,
         .head_slot = head_slot, .group_pages = gp, .group_len = lens,
     };
-    double c0 = now_s();
+    double c0 = tt_now_s();
     OK(tg_ops_cpu.score(cpu, TG_SCORE_SNAPKV, qf, kf, vf, n, HQ, HKV, D, WIN,
                         x.c.scale, rs));
     OK(tg_ops_cpu.select_topk(cpu, rs, n, HKV, x.keep, hist, WIN, SINKS, ri));
     OK(tg_ops_cpu.kv_append(cpu, &rows, kf, vf, n, ri, x.keep));
-    double t_cpu = now_s() - c0;
+    double t_cpu = tt_now_s() - c0;
     tg_backend_cpu_free(cpu);
 
     double macs = 0.0; /* one pass: G * sum over window rows of (i+1) * d */
@@ -350,11 +284,8 @@ int main(int argc, char **argv)
     if (iters == 0)
         iters = quick ? 5 : 200;
 #ifdef TANGRAM_CUDA
-    int count = 0;
-    if (tg_cuda_device_count(&count) != 0 || count < 1) {
-        printf("skipped: no CUDA device\n");
+    if (!tt_cuda_have_device("skipped: no CUDA device"))
         return 0;
-    }
     return run(n, iters, quick);
 #else
     (void)quick;

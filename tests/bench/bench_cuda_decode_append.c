@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
@@ -29,81 +31,32 @@
 #include "kernels/cuda/decode_append.h"
 #endif
 
+#define PROG "bench"
+
 #ifdef TANGRAM_CUDA
-#define CK(expr)                                                           \
-    do {                                                                   \
-        cudaError_t ck__ = (expr);                                         \
-        if (ck__ != cudaSuccess) {                                         \
-            fprintf(stderr, "bench: %s: %s\n", #expr,                      \
-                    cudaGetErrorString(ck__));                             \
-            exit(1);                                                       \
-        }                                                                  \
-    } while (0)
+#define CK(expr) TT_CUDA_CK(PROG, expr)
 
-static uint64_t rng_state = 0x9fb21c651e98df25ull;
-
-static uint64_t rng(void)
-{
-    /* xorshift64* (Vigna 2016). */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes > 0 ? bytes : 1);
-    if (p == NULL) {
-        fprintf(stderr, "bench: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
-
-static void *dev_copy(const void *h, size_t bytes)
-{
-    void *d = NULL;
-    CK(cudaMalloc(&d, bytes > 0 ? bytes : 1));
-    if (bytes > 0)
-        CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-    return d;
-}
-
-static double elapsed_us(cudaEvent_t e0, cudaEvent_t e1, int reps)
-{
-    float ms = 0.0f;
-    CK(cudaEventSynchronize(e1));
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    return ms * 1e3 / reps;
-}
+static struct tt_xrng rng = {0x9fb21c651e98df25ull};
 
 static void run_batch(int n_seq, int reps)
 {
     const int Hkv = 8, d = 128, Hp = 2, P = 16, NG = Hkv / Hp;
     const int n_rows = n_seq * NG;
     /* Host table: only each row's slot of the new token holds a page. */
-    int32_t *indptr = xmalloc((size_t)(n_rows + 1) * 4);
-    int32_t *lens = xmalloc((size_t)n_rows * 4);
+    int32_t *indptr = tt_bench_malloc(PROG, (size_t)(n_rows + 1) * 4);
+    int32_t *lens = tt_bench_malloc(PROG, (size_t)n_rows * 4);
     indptr[0] = 0;
     for (int r = 0; r < n_rows; r++) {
-        lens[r] = 1 + (int32_t)(rng() % 4096);
+        lens[r] = 1 + (int32_t)(tt_xrng_next(&rng) % 4096);
         indptr[r + 1] = indptr[r] + (lens[r] + P - 1) / P;
     }
     const int64_t n_slots = indptr[n_rows], n_pages = 4 * (int64_t)n_rows;
-    int32_t *indices = xmalloc((size_t)n_slots * 4);
+    int32_t *indices = tt_bench_malloc(PROG, (size_t)n_slots * 4);
     for (int64_t i = 0; i < n_slots; i++)
         indices[i] = -1;
     /* Distinct random pages: a prefix of a shuffled id list. */
-    int32_t *ids = xmalloc((size_t)n_pages * 4);
-    for (int64_t i = 0; i < n_pages; i++)
-        ids[i] = (int32_t)i;
-    for (int64_t i = n_pages - 1; i > 0; i--) {
-        int64_t j = (int64_t)(rng() % (uint64_t)(i + 1));
-        int32_t t = ids[i];
-        ids[i] = ids[j];
-        ids[j] = t;
-    }
+    int32_t *ids = tt_bench_malloc(PROG, (size_t)n_pages * 4);
+    tt_xrng_perm(&rng, ids, n_pages);
     for (int r = 0; r < n_rows; r++)
         indices[indptr[r] + (lens[r] - 1) / P] = ids[r];
     int32_t hg[8], hs[8];
@@ -131,42 +84,40 @@ static void run_batch(int n_seq, int reps)
     a.page_size = P;
     a.pool = pool;
     a.n_pages = n_pages;
-    a.head_group = dev_copy(hg, sizeof(hg));
-    a.head_slot = dev_copy(hs, sizeof(hs));
-    a.table.indptr = dev_copy(indptr, (size_t)(n_rows + 1) * 4);
-    a.table.indices = dev_copy(indices, (size_t)n_slots * 4);
-    a.table.lens = dev_copy(lens, (size_t)n_rows * 4);
+    a.head_group = tt_cuda_bench_upload(PROG, hg, sizeof(hg));
+    a.head_slot = tt_cuda_bench_upload(PROG, hs, sizeof(hs));
+    a.table.indptr =
+        tt_cuda_bench_upload(PROG, indptr, (size_t)(n_rows + 1) * 4);
+    a.table.indices = tt_cuda_bench_upload(PROG, indices, (size_t)n_slots * 4);
+    a.table.lens = tt_cuda_bench_upload(PROG, lens, (size_t)n_rows * 4);
     a.table.n_rows = n_rows;
     a.table.row_stride = NG;
     a.table.row_offset = 0;
-    a.fault = dev_copy(&(int32_t){0}, 4);
+    a.fault = tt_cuda_bench_upload(PROG, &(int32_t){0}, 4);
     char err[256];
     if (tg_cuda_decode_append(&a, err, sizeof(err)) != 0) { /* warm-up */
         fprintf(stderr, "bench: decode_append: %s\n", err);
         exit(1);
     }
     CK(cudaMemcpyAsync(dst, k, payload, cudaMemcpyDeviceToDevice, NULL));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    CK(cudaEventRecord(e0, NULL));
+    struct tt_cuda_timer t;
+    tt_cuda_timer_init(&t, PROG);
+    tt_cuda_timer_start(&t, NULL);
     for (int r = 0; r < reps; r++)
         if (tg_cuda_decode_append(&a, err, sizeof(err)) != 0) {
             fprintf(stderr, "bench: decode_append: %s\n", err);
             exit(1);
         }
-    CK(cudaEventRecord(e1, NULL));
-    const double us_app = elapsed_us(e0, e1, reps);
+    const double us_app = tt_cuda_timer_ms(&t, NULL) * 1e3 / reps;
     /* The memcpy side: K and V payload, as one contiguous copy of 2x. */
     uint16_t *src2 = NULL;
     CK(cudaMalloc((void **)&src2, 2 * payload));
     CK(cudaMemset(src2, 0x3f, 2 * payload));
-    CK(cudaEventRecord(e0, NULL));
+    tt_cuda_timer_start(&t, NULL);
     for (int r = 0; r < reps; r++)
         CK(cudaMemcpyAsync(dst, src2, 2 * payload, cudaMemcpyDeviceToDevice,
                            NULL));
-    CK(cudaEventRecord(e1, NULL));
-    const double us_cpy = elapsed_us(e0, e1, reps);
+    const double us_cpy = tt_cuda_timer_ms(&t, NULL) * 1e3 / reps;
     int32_t fault = -1;
     CK(cudaMemcpy(&fault, a.fault, 4, cudaMemcpyDeviceToHost));
     if (fault != 0) {
@@ -178,8 +129,7 @@ static void run_batch(int n_seq, int reps)
            "%7.2f us %7.1f GB/s | append/memcpy time %.2f\n", n_seq,
            2.0 * payload / 1024.0, us_app, moved / (us_app * 1e-6) * 1e-9,
            us_cpy, moved / (us_cpy * 1e-6) * 1e-9, us_app / us_cpy);
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
+    tt_cuda_timer_free(&t);
     CK(cudaFree(k));
     CK(cudaFree(v));
     CK(cudaFree(pool));
@@ -201,36 +151,14 @@ static void run_batch(int n_seq, int reps)
 int main(int argc, char **argv)
 {
     int quick = 0, reps = 200;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0) {
-            quick = 1;
-        } else if (strcmp(argv[i], "--bench") == 0) {
-            continue;
-        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            char *end = NULL;
-            long r = strtol(argv[++i], &end, 10);
-            if (end == argv[i] || *end != '\0' || r < 1 || r > 1000000) {
-                fprintf(stderr, "bench: --reps wants 1..1000000\n");
-                return 2;
-            }
-            reps = (int)r;
-        } else {
-            fprintf(stderr, "usage: %s [--quick] [--bench] [--reps N]\n",
-                    argv[0]);
-            return 2;
-        }
-    }
+    const struct tt_bench_opt opts[] = {{"--reps", 1, 1000000, &reps}};
+    if (tt_bench_args(PROG, argc, argv, &quick, opts, TT_COUNT(opts),
+                      "[--quick] [--bench] [--reps N]") != 0)
+        return 2;
 #ifdef TANGRAM_CUDA
-    int n_dev = 0;
-    if (tg_cuda_device_count(&n_dev) != 0) {
-        printf("skipped: no CUDA device\n");
-        return 0;
-    }
     struct tg_cuda_device_info info;
-    if (tg_cuda_device_query(0, &info) != 0) {
-        fprintf(stderr, "bench: device query failed\n");
-        return 1;
-    }
+    if (!tt_cuda_bench_device(PROG, &info))
+        return 0;
     if (quick)
         reps = 3;
     printf("device: %s, %d SMs, sm_%d%d; Hkv 8, d 128, H_p 2, P 16; %d reps; "

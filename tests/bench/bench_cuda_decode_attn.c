@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
@@ -39,32 +41,12 @@
 #include "kernels/cuda/decode_attn.h"
 #endif
 
+#define PROG "bench"
+
 #ifdef TANGRAM_CUDA
-#define CK(expr)                                                           \
-    do {                                                                   \
-        cudaError_t ck__ = (expr);                                         \
-        if (ck__ != cudaSuccess) {                                         \
-            fprintf(stderr, "bench: %s: %s\n", #expr,                      \
-                    cudaGetErrorString(ck__));                             \
-            exit(1);                                                       \
-        }                                                                  \
-    } while (0)
+#define CK(expr) TT_CUDA_CK(PROG, expr)
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static uint64_t rng(void)
-{
-    /* xorshift64* (Vigna 2016). */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-
-static double urand(void)
-{
-    return (double)(rng() >> 11) / 9007199254740992.0;
-}
+static struct tt_xrng rng = {0x2545f4914f6cdd1dull};
 
 struct model {
     const char *name;
@@ -76,7 +58,7 @@ struct model {
 static void skewed_budgets(double *b, int H, double target)
 {
     for (int h = 0; h < H; h++) {
-        double u = urand();
+        double u = tt_xrng_unit(&rng);
         b[h] = u * u * u + 1e-6;
     }
     for (int it = 0; it < 50; it++) {
@@ -106,31 +88,6 @@ struct variant {
     const char *name;
     struct tg_cuda_split_map map;
 };
-
-static double copy_bandwidth(size_t bytes)
-{
-    void *a = NULL, *b = NULL;
-    CK(cudaMalloc(&a, bytes));
-    CK(cudaMalloc(&b, bytes));
-    CK(cudaMemset(a, 1, bytes));
-    CK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    const int reps = 10;
-    CK(cudaEventRecord(e0, NULL));
-    for (int i = 0; i < reps; i++)
-        CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, NULL));
-    CK(cudaEventRecord(e1, NULL));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0.0f;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-    return 2.0 * (double)bytes * reps / (ms * 1e-3); /* read + write */
-}
 
 /* One (model, batch, ctx) configuration: all three variants. */
 static void run_config(const struct model *m, int hp, int batch, int ctx,
@@ -217,12 +174,7 @@ static void run_config(const struct model *m, int hp, int batch, int ctx,
     }
     for (int64_t i = 0; i < need_pages; i++)
         indices[i] = (int32_t)(i % pool_pages);
-    for (int64_t i = need_pages - 1; i > 0; i--) { /* shuffle */
-        int64_t j = (int64_t)(rng() % (uint64_t)(i + 1));
-        int32_t t = indices[i];
-        indices[i] = indices[j];
-        indices[j] = t;
-    }
+    tt_xrng_shuffle(&rng, indices, need_pages);
     int32_t *hg = malloc((size_t)H * sizeof(int32_t));
     int32_t *hs = malloc((size_t)H * sizeof(int32_t));
     for (int h = 0; h < H; h++) { /* one layout for every timed layer */
@@ -230,30 +182,20 @@ static void run_config(const struct model *m, int hp, int batch, int ctx,
         hs[h] = h % hp;
     }
 
-    void *d_pool = NULL, *d_q = NULL, *d_out = NULL;
-    int32_t *d_indptr = NULL, *d_indices = NULL, *d_lens = NULL;
-    int32_t *d_hg = NULL, *d_hs = NULL;
-    CK(cudaMalloc(&d_pool, (size_t)pool_pages * page_bytes));
+    void *d_pool = tt_cuda_bench_alloc(PROG, (size_t)pool_pages * page_bytes);
     /* 0x3c3c as bf16 is ~0.0115: finite, harmless values. */
     CK(cudaMemset(d_pool, 0x3c, (size_t)pool_pages * page_bytes));
-    CK(cudaMalloc(&d_q, (size_t)batch * Hq * d * 2));
+    void *d_q = tt_cuda_bench_alloc(PROG, (size_t)batch * Hq * d * 2);
     CK(cudaMemset(d_q, 0x3c, (size_t)batch * Hq * d * 2));
-    CK(cudaMalloc(&d_out, (size_t)batch * Hq * d * 2));
-    CK(cudaMalloc((void **)&d_indptr, (size_t)(rows + 1) * sizeof(int32_t)));
-    CK(cudaMalloc((void **)&d_indices, (size_t)need_pages * sizeof(int32_t)));
-    CK(cudaMalloc((void **)&d_lens, (size_t)rows * sizeof(int32_t)));
-    CK(cudaMalloc((void **)&d_hg, (size_t)H * sizeof(int32_t)));
-    CK(cudaMalloc((void **)&d_hs, (size_t)H * sizeof(int32_t)));
-    CK(cudaMemcpy(d_indptr, indptr, (size_t)(rows + 1) * sizeof(int32_t),
-                  cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_indices, indices, (size_t)need_pages * sizeof(int32_t),
-                  cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_lens, lens, (size_t)rows * sizeof(int32_t),
-                  cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_hg, hg, (size_t)H * sizeof(int32_t),
-                  cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_hs, hs, (size_t)H * sizeof(int32_t),
-                  cudaMemcpyHostToDevice));
+    void *d_out = tt_cuda_bench_alloc(PROG, (size_t)batch * Hq * d * 2);
+    int32_t *d_indptr = tt_cuda_bench_upload(
+        PROG, indptr, (size_t)(rows + 1) * sizeof(int32_t));
+    int32_t *d_indices = tt_cuda_bench_upload(
+        PROG, indices, (size_t)need_pages * sizeof(int32_t));
+    int32_t *d_lens =
+        tt_cuda_bench_upload(PROG, lens, (size_t)rows * sizeof(int32_t));
+    int32_t *d_hg = tt_cuda_bench_upload(PROG, hg, (size_t)H * sizeof(int32_t));
+    int32_t *d_hs = tt_cuda_bench_upload(PROG, hs, (size_t)H * sizeof(int32_t));
 
     struct variant vs[3] = {{"split-map", {0}}, {"uniform", {0}},
                             {"no-split", {0}}};
@@ -275,9 +217,8 @@ static void run_config(const struct model *m, int hp, int batch, int ctx,
     if (ws_bytes > 0)
         CK(cudaMalloc((void **)&d_ws, ws_bytes));
 
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    struct tt_cuda_timer tm;
+    tt_cuda_timer_init(&tm, PROG);
     double t_us[3];
     int cta_sum[3];
     for (int v = 0; v < 3; v++) {
@@ -295,7 +236,7 @@ static void run_config(const struct model *m, int hp, int batch, int ctx,
             cta_sum[v] += vs[v].map.total[l];
         for (int rep = -1; rep < reps; rep++) { /* rep -1: warm-up */
             if (rep == 0)
-                CK(cudaEventRecord(e0, NULL));
+                tt_cuda_timer_start(&tm, NULL);
             for (int l = 0; l < nl; l++) {
                 a.layer = l;
                 a.table.row_offset = l * NG;
@@ -305,11 +246,7 @@ static void run_config(const struct model *m, int hp, int batch, int ctx,
                 }
             }
         }
-        CK(cudaEventRecord(e1, NULL));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0.0f;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        t_us[v] = (double)ms * 1e3 / ((double)reps * nl);
+        t_us[v] = tt_cuda_timer_ms(&tm, NULL) * 1e3 / ((double)reps * nl);
     }
     const double bytes_layer = kv_bytes / nl;
     for (int v = 0; v < 3; v++) {
@@ -325,8 +262,7 @@ static void run_config(const struct model *m, int hp, int batch, int ctx,
            t_us[2] / t_us[0]);
     fflush(stdout);
 
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
+    tt_cuda_timer_free(&tm);
     for (int v = 0; v < 3; v++)
         tg_cuda_split_map_free(&vs[v].map);
     CK(cudaFree(d_ws));
@@ -352,61 +288,26 @@ static void run_config(const struct model *m, int hp, int batch, int ctx,
 }
 #endif
 
-static int arg_int(int argc, char **argv, int *i, const char *name, int lo,
-                   int hi, int *out)
-{
-    if (strcmp(argv[*i], name) != 0)
-        return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "bench: %s needs a value\n", name);
-        exit(2);
-    }
-    char *end = NULL;
-    long v = strtol(argv[*i + 1], &end, 10);
-    if (end == argv[*i + 1] || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "bench: %s must be an integer in %d..%d\n", name, lo,
-                hi);
-        exit(2);
-    }
-    *out = (int)v;
-    (*i)++;
-    return 1;
-}
-
 int main(int argc, char **argv)
 {
     int quick = 0, hp = 2, nl = 8, reps = 5;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0)
-            quick = 1;
-        else if (strcmp(argv[i], "--bench") == 0)
-            continue;
-        else if (arg_int(argc, argv, &i, "--heads-per-group", 1, 8, &hp) ||
-                 arg_int(argc, argv, &i, "--layers", 1, 64, &nl) ||
-                 arg_int(argc, argv, &i, "--reps", 1, 1000, &reps))
-            continue;
-        else {
-            fprintf(stderr, "usage: %s [--quick] [--bench] "
-                    "[--heads-per-group N] [--layers N] [--reps N]\n",
-                    argv[0]);
-            return 2;
-        }
-    }
+    const struct tt_bench_opt opts[] = {
+        {"--heads-per-group", 1, 8, &hp},
+        {"--layers", 1, 64, &nl},
+        {"--reps", 1, 1000, &reps},
+    };
+    if (tt_bench_args(PROG, argc, argv, &quick, opts, TT_COUNT(opts),
+                      "[--quick] [--bench] [--heads-per-group N] "
+                      "[--layers N] [--reps N]") != 0)
+        return 2;
     if (8 % hp != 0) {
         fprintf(stderr, "bench: --heads-per-group must divide 8\n");
         return 2;
     }
 #ifdef TANGRAM_CUDA
-    int n = 0;
-    if (tg_cuda_device_count(&n) != 0) {
-        printf("skipped: no CUDA device\n");
-        return 0;
-    }
     struct tg_cuda_device_info info;
-    if (tg_cuda_device_query(0, &info) != 0) {
-        fprintf(stderr, "bench: device query failed\n");
-        return 1;
-    }
+    if (!tt_cuda_bench_device(PROG, &info))
+        return 0;
     const struct model models[] = {{"llama-3.1-8b", 32, 8, 4, 128},
                                    {"qwen3-32b", 64, 8, 8, 128}};
     static const int batches[] = {1, 8, 32, 64}, ctxs[] = {8192, 32768, 131072};
@@ -414,7 +315,8 @@ int main(int argc, char **argv)
         nl = 2;
         reps = 2;
     }
-    double copy_bw = copy_bandwidth(quick ? (size_t)64 << 20 : (size_t)1 << 30);
+    double copy_bw = tt_cuda_copy_bandwidth(
+        PROG, quick ? (size_t)64 << 20 : (size_t)1 << 30, 10);
     printf("device: %s, %d SMs, sm_%d%d; copy bandwidth %.1f GB/s "
            "(read + write); H_p %d, P 16, target 0.25, %d layers x %d reps\n",
            info.name, info.sm_count, info.cc_major, info.cc_minor,

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "common/tg_err.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
@@ -214,13 +215,9 @@ static int setup(struct bench *B, int quick)
         free(inv);
         return TG_ENOMEM;
     }
-    uint64_t x = 0x2545f4914f6cdd1dull;
+    struct tt_xrng r = {0x2545f4914f6cdd1dull};
     for (int i = 0; i < B->tokens; i++) {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        ids[i] = (int32_t)((x * 2685821657736338717ull >> 33) %
-                           (uint64_t)B->vocab);
+        ids[i] = (int32_t)((tt_xrng_next(&r) >> 33) % (uint64_t)B->vocab);
         pos[i] = i; /* one long prompt */
     }
     /* HF default RoPE table, theta = 5e5 (Llama-3): theta^(-2j/d). */

@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -30,20 +32,13 @@
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/gemm.h"
 
-#define CK(expr)                                                           \
-    do {                                                                   \
-        cudaError_t ck__ = (expr);                                         \
-        if (ck__ != cudaSuccess) {                                         \
-            fprintf(stderr, "bench-cuda-gemm: %s: %s\n", #expr,           \
-                    cudaGetErrorString(ck__));                             \
-            exit(1);                                                       \
-        }                                                                  \
-    } while (0)
+#define PROG "bench-cuda-gemm"
+#define CK(expr) TT_CUDA_CK(PROG, expr)
 #define CKB(expr)                                                          \
     do {                                                                   \
         cublasStatus_t ck__ = (expr);                                      \
         if (ck__ != CUBLAS_STATUS_SUCCESS) {                               \
-            fprintf(stderr, "bench-cuda-gemm: %s: %s\n", #expr,           \
+            fprintf(stderr, PROG ": %s: %s\n", #expr,                      \
                     cublasLtGetStatusString(ck__));                        \
             exit(1);                                                       \
         }                                                                  \
@@ -72,19 +67,10 @@ static void fill_random(void *d, size_t count)
     const size_t blk = (size_t)1 << 22;
     static uint16_t *host;
     if (host == NULL) {
-        host = malloc(blk * sizeof(uint16_t));
-        if (host == NULL) {
-            fprintf(stderr, "bench-cuda-gemm: out of memory\n");
-            exit(1);
-        }
-        uint64_t s = 0x9e3779b97f4a7c15ull;
-        for (size_t i = 0; i < blk; i++) {
-            s ^= s >> 12;
-            s ^= s << 25;
-            s ^= s >> 27; /* xorshift64* (Vigna 2016) */
-            double u = (double)((s * 2685821657736338717ull) >> 11) * 0x1.0p-53;
-            host[i] = st_f32_to_bf16((float)(2.0 * u - 1.0));
-        }
+        host = tt_bench_malloc(PROG, blk * sizeof(uint16_t));
+        struct tt_xrng r = {0x9e3779b97f4a7c15ull};
+        for (size_t i = 0; i < blk; i++)
+            host[i] = st_f32_to_bf16(tt_xrng_sym(&r));
     }
     for (size_t off = 0; off < count; off += blk) {
         size_t c = count - off < blk ? count - off : blk;
@@ -97,31 +83,27 @@ static void fill_random(void *d, size_t count)
  * also builds the cached plan). */
 static double time_ours(struct tg_cuda_gemm *g, const void *x, const void *w,
                         void *y, int m, const struct shape *s, int iters,
-                        cudaEvent_t e0, cudaEvent_t e1)
+                        struct tt_cuda_timer *t)
 {
     enum tg_cuda_gemm_dtype dt = s->f32 ? TG_CUDA_GEMM_F32 : TG_CUDA_GEMM_BF16;
     for (int i = 0; i < 2; i++)
         if (tg_cuda_gemm_bf16(g, x, w, NULL, m, s->n, s->k, y, dt, NULL) != 0) {
-            fprintf(stderr, "bench-cuda-gemm: wrapper failed on %s m %d\n",
-                    s->name, m);
+            fprintf(stderr, PROG ": wrapper failed on %s m %d\n", s->name,
+                    m);
             exit(1);
         }
-    CK(cudaEventRecord(e0, NULL));
+    tt_cuda_timer_start(t, NULL);
     for (int i = 0; i < iters; i++)
         (void)tg_cuda_gemm_bf16(g, x, w, NULL, m, s->n, s->k, y, dt, NULL);
-    CK(cudaEventRecord(e1, NULL));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0.0f;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    return (double)ms / iters;
+    return tt_cuda_timer_ms(t, NULL) / iters;
 }
 
 /* Best average milliseconds over the heuristic's algorithms for the same
  * TN problem with plain cublasLtMatmul calls; *n_algos gets how many. */
 static double time_ceiling(cublasLtHandle_t lt, void *ws, size_t ws_bytes,
                            const void *x, const void *w, void *y, int m,
-                           const struct shape *s, int iters, cudaEvent_t e0,
-                           cudaEvent_t e1, int *n_algos)
+                           const struct shape *s, int iters,
+                           struct tt_cuda_timer *t, int *n_algos)
 {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, d;
@@ -161,16 +143,13 @@ static double time_ceiling(cublasLtHandle_t lt, void *ws, size_t ws_bytes,
         if (!ok)
             continue;
         tried++;
-        CK(cudaEventRecord(e0, NULL));
+        tt_cuda_timer_start(t, NULL);
         for (int r = 0; r < iters; r++)
             (void)cublasLtMatmul(lt, op, &alpha, w, a, x, b, &beta, y, d, y,
                                  d, al, ws, ws_bytes, NULL);
-        CK(cudaEventRecord(e1, NULL));
-        CK(cudaEventSynchronize(e1));
-        float ms = 0.0f;
-        CK(cudaEventElapsedTime(&ms, e0, e1));
-        if ((double)ms / iters < best)
-            best = (double)ms / iters;
+        double ms = tt_cuda_timer_ms(t, NULL);
+        if (ms / iters < best)
+            best = ms / iters;
     }
     CK(cudaGetLastError());
     cublasLtMatmulPreferenceDestroy(pref);
@@ -184,14 +163,11 @@ static double time_ceiling(cublasLtHandle_t lt, void *ws, size_t ws_bytes,
 
 static int run(int quick)
 {
-    int ndev = 0;
-    if (tg_cuda_device_count(&ndev) != 0 || ndev < 1) {
-        printf("skipped: no CUDA device\n");
+    if (!tt_cuda_have_device("skipped: no CUDA device"))
         return 0;
-    }
     struct tg_cuda_device_info info;
     if (tg_cuda_device_query(0, &info) != 0) {
-        fprintf(stderr, "bench-cuda-gemm: cannot query device 0\n");
+        fprintf(stderr, PROG ": cannot query device 0\n");
         return 1;
     }
     printf("device: %s (sm_%d%d, %d SMs)%s\n", info.name, info.cc_major,
@@ -199,16 +175,15 @@ static int run(int quick)
     char err[256];
     struct tg_cuda_gemm *g = NULL;
     if (tg_cuda_gemm_new(0, &g, err, sizeof(err)) != 0) {
-        fprintf(stderr, "bench-cuda-gemm: %s\n", err);
+        fprintf(stderr, PROG ": %s\n", err);
         return 1;
     }
     cublasLtHandle_t lt;
     CKB(cublasLtCreate(&lt));
     void *ws = NULL;
     CK(cudaMalloc(&ws, TG_CUDA_GEMM_WORKSPACE_DEFAULT));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    struct tt_cuda_timer t;
+    tt_cuda_timer_init(&t, PROG);
 
     const int *ms = quick ? ms_quick : ms_full;
     int n_ms = quick ? 2 : (int)(sizeof(ms_full) / sizeof(ms_full[0]));
@@ -233,17 +208,16 @@ static int run(int quick)
             int m = ms[mi];
             double flop = 2.0 * m * (double)s->n * s->k;
             /* Size the loop to ~25 ms from one timed call (3 in quick). */
-            double t1 = time_ours(g, x, w, y, m, s, 1, e0, e1);
+            double t1 = time_ours(g, x, w, y, m, s, 1, &t);
             int iters = 3;
             if (!quick) {
                 double want = 25.0 / (t1 > 1e-4 ? t1 : 1e-4);
                 iters = want < 5 ? 5 : want > 500 ? 500 : (int)want;
             }
-            double t_ours = time_ours(g, x, w, y, m, s, iters, e0, e1);
+            double t_ours = time_ours(g, x, w, y, m, s, iters, &t);
             int n_algos = 0;
             double t_ceil = time_ceiling(lt, ws, TG_CUDA_GEMM_WORKSPACE_DEFAULT,
-                                         x, w, y, m, s, iters, e0, e1,
-                                         &n_algos);
+                                         x, w, y, m, s, iters, &t, &n_algos);
             double tf_ours = flop / (t_ours * 1e-3) / 1e12;
             double tf_ceil = n_algos > 0 ? flop / (t_ceil * 1e-3) / 1e12 : 0.0;
             /* The wrapper's algorithm is one of the candidates, so the
@@ -265,8 +239,7 @@ static int run(int quick)
     if (count > 0)
         printf("geometric mean frac of ceiling: %.3f over %d shapes\n",
                exp(log_sum / count), count);
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
+    tt_cuda_timer_free(&t);
     CK(cudaFree(ws));
     CKB(cublasLtDestroy(lt));
     tg_cuda_gemm_free(g);

@@ -64,7 +64,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/kv_budget.h"
 #include "common/kv_pool.h"
@@ -76,7 +75,9 @@
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_layout.h"
 #include "gpu_worker/gw_model.h"
+#include "tests/support/tt_cuda.h"
 #include "tests/support/tt_model.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
@@ -242,25 +243,10 @@ static int parse_args(struct bopts *o, int argc, char **argv)
 
 #ifdef TANGRAM_CUDA
 
-#define CK(expr)                                                          \
-    do {                                                                  \
-        cudaError_t ck__ = (expr);                                        \
-        if (ck__ != cudaSuccess) {                                        \
-            fprintf(stderr, PROG ": %s: %s\n", #expr,                     \
-                    cudaGetErrorString(ck__));                            \
-            exit(1);                                                      \
-        }                                                                 \
-    } while (0)
+#define CK(expr) TT_CUDA_CK(PROG, expr)
 
 static const double targets[N_VARIANTS] = {1.0, 0.75, 0.5, 0.25};
 static const char *const names[N_VARIANTS] = {"full", "0.75", "0.5", "0.25"};
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void *xcalloc(size_t n, size_t size)
 {
@@ -280,26 +266,6 @@ static void check(int rc, const char *what, const char *err)
                 err);
         exit(1);
     }
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static int all_finite(const float *x, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return 0;
-    return 1;
 }
 
 /* ---- one variant: profile, layout, page accounting, runtime ------------ */
@@ -515,15 +481,15 @@ static double prefill_once(struct variant *v, const int32_t *ids, int n,
         int last = off + m == n;
         struct gw_prefill_out po = {.want_logits = last,
                                     .last_logits = last ? logits : NULL};
-        double t0 = now();
+        double t0 = tt_now_s();
         check(gw_cuda_prefill(&v->cu, &s.gs, ids + off, m, &po, err,
                               sizeof(err)), "prefill chunk", err);
-        sec += now() - t0;
+        sec += tt_now_s() - t0;
         check(kv_seq_commit(&s.kv, &v->lay.kv, m, err, sizeof(err)),
               "commit", err);
         bseq_check_fill(&s, v, "prefill");
     }
-    if (!all_finite(logits, (size_t)v->cu.model->vocab)) {
+    if (!tt_all_finite(logits, (size_t)v->cu.model->vocab)) {
         fprintf(stderr, PROG ": prefill (%s) produced non-finite logits\n",
                 v->name);
         exit(1);
@@ -545,7 +511,7 @@ static void bench_prefill(struct variant *v, const struct bopts *o,
     prefill_once(v, ids, o->prompt, o->chunk, logits, res); /* warm-up */
     for (int i = 0; i < o->prefill_reps; i++)
         t[i] = prefill_once(v, ids, o->prompt, o->chunk, logits, res);
-    res->sec = median(t, o->prefill_reps);
+    res->sec = tt_median(t, o->prefill_reps);
 }
 
 /* ---- decode under memory pressure --------------------------------------- */
@@ -590,15 +556,15 @@ static double decode_phase(struct variant *v, const struct bopts *o,
             g0 = v->cu.graph_launches;
             e0 = v->cu.eager_steps;
         }
-        double t0 = now();
+        double t0 = tt_now_s();
         check(gw_cuda_decode(&v->cu, ptr, ids, B, 1, logits, err, sizeof(err)),
               "decode step", err);
-        double dt = now() - t0;
+        double dt = tt_now_s() - t0;
         if (i >= WARM_STEPS)
             t[i - WARM_STEPS] = dt;
         for (int b = 0; b < B; b++)
             bseq_check_fill(&S[b], v, "decode");
-        if (!all_finite(logits, (size_t)B * (size_t)v->cu.model->vocab)) {
+        if (!tt_all_finite(logits, (size_t)B * (size_t)v->cu.model->vocab)) {
             fprintf(stderr, PROG ": decode (%s) produced non-finite logits\n",
                     v->name);
             exit(1);
@@ -617,7 +583,7 @@ static double decode_phase(struct variant *v, const struct bopts *o,
         exit(1);
     }
     v->cu.opts.graphs = 1;
-    return 1e3 * median(t, o->steps);
+    return 1e3 * tt_median(t, o->steps);
 }
 
 /* One context row: `batch` sequences of ctx committed tokens each (pages
@@ -762,7 +728,7 @@ static int print_verdict(const struct bopts *o, const struct result *res)
 static int run(const struct bopts *o, int argc, char **argv)
 {
     char err[256] = "";
-    double t_start = now();
+    double t_start = tt_now_s();
     CK(cudaSetDevice(o->device));
     struct tg_cuda_device_info info;
     check(tg_cuda_device_query(o->device, &info), "device query", "");
@@ -785,10 +751,10 @@ static int run(const struct bopts *o, int argc, char **argv)
     struct tt_rng rng;
     tt_rng_init(&rng, TT_RNG_SEED);
     struct gw_model model;
-    double t0 = now();
+    double t0 = tt_now_s();
     check(tt_model_init_random(&model, s, &rng, err, sizeof(err)),
           "random model", err);
-    printf("host model built in %.1f s (%.1f GB fp32)\n", now() - t0,
+    printf("host model built in %.1f s (%.1f GB fp32)\n", tt_now_s() - t0,
            model.slab_floats * 4.0 / 1e9);
 
     int n_heads = s->L * s->Hkv;
@@ -831,9 +797,9 @@ static int run(const struct bopts *o, int argc, char **argv)
                     "pages; raise --kv-gib\n", o->prompt, n_pages);
             return 1;
         }
-        t0 = now();
+        t0 = tt_now_s();
         variant_runtime(v, o, &model, n_pages, max_batch, &rng);
-        r->init_sec = now() - t0;
+        r->init_sec = tt_now_s() - t0;
         if (vi == N_VARIANTS - 1)
             tt_model_drop_weights(&model); /* every runtime has uploaded */
         printf("%-5s: mean group budget %.4f, max split %d, runtime init "
@@ -860,7 +826,7 @@ static int run(const struct bopts *o, int argc, char **argv)
     print_tables(o, vs, res);
     printf("\n");
     int bad = print_verdict(o, res);
-    printf("total wall time %.1f s\n", now() - t_start);
+    printf("total wall time %.1f s\n", tt_now_s() - t_start);
     for (int vi = 0; vi < N_VARIANTS; vi++)
         variant_free(&vs[vi]);
     cudaFreeHost(logits);

@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
@@ -36,51 +38,17 @@
 #include "kernels/cuda/prefill_attn.h"
 #endif
 
+#define PROG "bench"
+
 #ifdef TANGRAM_CUDA
-#define CK(expr)                                                           \
-    do {                                                                   \
-        cudaError_t ck__ = (expr);                                         \
-        if (ck__ != cudaSuccess) {                                         \
-            fprintf(stderr, "bench: %s: %s\n", #expr,                      \
-                    cudaGetErrorString(ck__));                             \
-            exit(1);                                                       \
-        }                                                                  \
-    } while (0)
+#define CK(expr) TT_CUDA_CK(PROG, expr)
 
-static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-
-static uint64_t rng(void)
-{
-    /* xorshift64* (Vigna 2016). */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes > 0 ? bytes : 1);
-    if (p == NULL) {
-        fprintf(stderr, "bench: out of memory\n");
-        exit(1);
-    }
-    return p;
-}
+static struct tt_xrng rng = {0x2545f4914f6cdd1dull};
 
 struct model {
     const char *name;
     int hq, hkv, d;
 };
-
-/* Elapsed ms between two recorded events. */
-static double event_ms(cudaEvent_t e0, cudaEvent_t e1)
-{
-    float ms = 0.0f;
-    CK(cudaEventSynchronize(e1));
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    return (double)ms;
-}
 
 /* The cuBLASLt bf16 GEMM rate for an s x s x s product, in flop/s. */
 static double gemm_ceiling(int s, int reps)
@@ -99,22 +67,19 @@ static double gemm_ceiling(int s, int reps)
     /* 0x3c3c as bf16 is ~0.0115: finite, harmless values. */
     CK(cudaMemset(x, 0x3c, bytes));
     CK(cudaMemset(w, 0x3c, bytes));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    struct tt_cuda_timer t;
+    tt_cuda_timer_init(&t, PROG);
     for (int r = -1; r < reps; r++) { /* r = -1: warm-up, plan cache */
         if (r == 0)
-            CK(cudaEventRecord(e0, NULL));
+            tt_cuda_timer_start(&t, NULL);
         if (tg_cuda_gemm_bf16(g, x, w, NULL, s, s, s, y, TG_CUDA_GEMM_BF16,
                               NULL) != 0) {
             fprintf(stderr, "bench: gemm %d^3 failed\n", s);
             exit(1);
         }
     }
-    CK(cudaEventRecord(e1, NULL));
-    const double ms = event_ms(e0, e1);
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
+    const double ms = tt_cuda_timer_ms(&t, NULL);
+    tt_cuda_timer_free(&t);
     CK(cudaFree(x));
     CK(cudaFree(w));
     CK(cudaFree(y));
@@ -131,32 +96,20 @@ struct hist_view {
 static void view_init(struct hist_view *v, const int32_t *lens, int ng,
                       int hp, int P, int64_t pool_pages)
 {
-    int32_t *indptr = xmalloc((size_t)ng * sizeof(int32_t));
+    int32_t *indptr = tt_bench_malloc(PROG, (size_t)ng * sizeof(int32_t));
     int64_t need = 0;
     for (int g = 0; g < ng; g++) {
         indptr[g] = (int32_t)need;
         need += (lens[g] + P - 1) / P;
     }
     /* Distinct page ids, shuffled over the pool. */
-    int32_t *perm = xmalloc((size_t)pool_pages * sizeof(int32_t));
-    for (int64_t i = 0; i < pool_pages; i++)
-        perm[i] = (int32_t)i;
-    for (int64_t i = pool_pages - 1; i > 0; i--) {
-        int64_t j = (int64_t)(rng() % (uint64_t)(i + 1));
-        int32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    int32_t *perm = tt_bench_malloc(PROG, (size_t)pool_pages * sizeof(int32_t));
+    tt_xrng_perm(&rng, perm, pool_pages);
     const size_t n_idx = need > 0 ? (size_t)need : 1;
-    CK(cudaMalloc((void **)&v->d_indptr, (size_t)ng * sizeof(int32_t)));
-    CK(cudaMalloc((void **)&v->d_indices, n_idx * sizeof(int32_t)));
-    CK(cudaMalloc((void **)&v->d_lens, (size_t)ng * sizeof(int32_t)));
-    CK(cudaMemcpy(v->d_indptr, indptr, (size_t)ng * sizeof(int32_t),
-                  cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(v->d_indices, perm, n_idx * sizeof(int32_t),
-                  cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(v->d_lens, lens, (size_t)ng * sizeof(int32_t),
-                  cudaMemcpyHostToDevice));
+    v->d_indptr =
+        tt_cuda_bench_upload(PROG, indptr, (size_t)ng * sizeof(int32_t));
+    v->d_indices = tt_cuda_bench_upload(PROG, perm, n_idx * sizeof(int32_t));
+    v->d_lens = tt_cuda_bench_upload(PROG, lens, (size_t)ng * sizeof(int32_t));
     double sum = 0.0;
     for (int g = 0; g < ng; g++)
         sum += (double)lens[g] * hp;
@@ -178,8 +131,8 @@ static void run_config(const struct model *m, int hp, int n, int hist,
 {
     const int Hq = m->hq, Hkv = m->hkv, d = m->d, NG = Hkv / hp, P = 16;
     char err[256];
-    int32_t *lens_r = xmalloc((size_t)NG * sizeof(int32_t));
-    int32_t *lens_m = xmalloc((size_t)NG * sizeof(int32_t));
+    int32_t *lens_r = tt_bench_malloc(PROG, (size_t)NG * sizeof(int32_t));
+    int32_t *lens_m = tt_bench_malloc(PROG, (size_t)NG * sizeof(int32_t));
     int64_t div = 1;
     for (int g = 0; g < NG; g++, div *= 4) {
         lens_r[g] = (int32_t)((hist + div - 1) / div);
@@ -187,37 +140,32 @@ static void run_config(const struct model *m, int hp, int n, int hist,
     }
     const int64_t pool_pages = (int64_t)NG * ((hist + P - 1) / P) + 1;
     const size_t page_bytes = (size_t)hp * 2 * P * d * 2;
-    void *d_pool = NULL, *d_q = NULL, *d_k = NULL, *d_v = NULL, *d_out = NULL;
-    CK(cudaMalloc(&d_pool, (size_t)pool_pages * page_bytes));
+    void *d_pool = tt_cuda_bench_alloc(PROG, (size_t)pool_pages * page_bytes);
     CK(cudaMemset(d_pool, 0x3c, (size_t)pool_pages * page_bytes));
-    CK(cudaMalloc(&d_q, (size_t)n * Hq * d * 2));
+    void *d_q = tt_cuda_bench_alloc(PROG, (size_t)n * Hq * d * 2);
     CK(cudaMemset(d_q, 0x3c, (size_t)n * Hq * d * 2));
-    CK(cudaMalloc(&d_k, (size_t)n * Hkv * d * 2));
+    void *d_k = tt_cuda_bench_alloc(PROG, (size_t)n * Hkv * d * 2);
     CK(cudaMemset(d_k, 0x3c, (size_t)n * Hkv * d * 2));
-    CK(cudaMalloc(&d_v, (size_t)n * Hkv * d * 2));
+    void *d_v = tt_cuda_bench_alloc(PROG, (size_t)n * Hkv * d * 2);
     CK(cudaMemset(d_v, 0x3c, (size_t)n * Hkv * d * 2));
-    CK(cudaMalloc(&d_out, (size_t)n * Hq * d * 2));
-    int32_t *hg = xmalloc((size_t)Hkv * sizeof(int32_t));
-    int32_t *hs = xmalloc((size_t)Hkv * sizeof(int32_t));
+    void *d_out = tt_cuda_bench_alloc(PROG, (size_t)n * Hq * d * 2);
+    int32_t *hg = tt_bench_malloc(PROG, (size_t)Hkv * sizeof(int32_t));
+    int32_t *hs = tt_bench_malloc(PROG, (size_t)Hkv * sizeof(int32_t));
     for (int h = 0; h < Hkv; h++) {
         hg[h] = h / hp;
         hs[h] = h % hp;
     }
-    int32_t *d_hg = NULL, *d_hs = NULL;
-    CK(cudaMalloc((void **)&d_hg, (size_t)Hkv * sizeof(int32_t)));
-    CK(cudaMalloc((void **)&d_hs, (size_t)Hkv * sizeof(int32_t)));
-    CK(cudaMemcpy(d_hg, hg, (size_t)Hkv * sizeof(int32_t),
-                  cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_hs, hs, (size_t)Hkv * sizeof(int32_t),
-                  cudaMemcpyHostToDevice));
+    int32_t *d_hg =
+        tt_cuda_bench_upload(PROG, hg, (size_t)Hkv * sizeof(int32_t));
+    int32_t *d_hs =
+        tt_cuda_bench_upload(PROG, hs, (size_t)Hkv * sizeof(int32_t));
 
     struct hist_view views[2];
     view_init(&views[0], lens_r, NG, hp, P, pool_pages);
     view_init(&views[1], lens_m, NG, hp, P, pool_pages);
     static const char *names[2] = {"ragged", "monolithic"};
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    struct tt_cuda_timer tm;
+    tt_cuda_timer_init(&tm, PROG);
     double t_us[2], tflops[2];
     for (int vi = 0; vi < 2; vi++) {
         struct tg_cuda_prefill_attn_args a = {
@@ -230,14 +178,13 @@ static void run_config(const struct model *m, int hp, int n, int hist,
             .out = d_out, .stream = NULL};
         for (int r = -1; r < reps; r++) { /* r = -1: warm-up */
             if (r == 0)
-                CK(cudaEventRecord(e0, NULL));
+                tt_cuda_timer_start(&tm, NULL);
             if (tg_cuda_prefill_attn(&a, err, sizeof(err)) != 0) {
                 fprintf(stderr, "bench: prefill_attn: %s\n", err);
                 exit(1);
             }
         }
-        CK(cudaEventRecord(e1, NULL));
-        t_us[vi] = event_ms(e0, e1) * 1e3 / reps;
+        t_us[vi] = tt_cuda_timer_ms(&tm, NULL) * 1e3 / reps;
         const double flops = 4.0 * n * (views[vi].mean_len + n / 2.0) * d * Hq;
         tflops[vi] = flops / (t_us[vi] * 1e-6);
     }
@@ -250,8 +197,7 @@ static void run_config(const struct model *m, int hp, int n, int hist,
            m->name, n, hist, t_us[0] / t_us[1]);
     fflush(stdout);
 
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
+    tt_cuda_timer_free(&tm);
     view_free(&views[0]);
     view_free(&views[1]);
     CK(cudaFree(d_pool));
@@ -268,59 +214,25 @@ static void run_config(const struct model *m, int hp, int n, int hist,
 }
 #endif
 
-static int arg_int(int argc, char **argv, int *i, const char *name, int lo,
-                   int hi, int *out)
-{
-    if (strcmp(argv[*i], name) != 0)
-        return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "bench: %s needs a value\n", name);
-        exit(2);
-    }
-    char *end = NULL;
-    long v = strtol(argv[*i + 1], &end, 10);
-    if (end == argv[*i + 1] || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "bench: %s must be an integer in %d..%d\n", name, lo,
-                hi);
-        exit(2);
-    }
-    *out = (int)v;
-    (*i)++;
-    return 1;
-}
-
 int main(int argc, char **argv)
 {
     int quick = 0, hp = 2, reps = 10;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0)
-            quick = 1;
-        else if (strcmp(argv[i], "--bench") == 0)
-            continue;
-        else if (arg_int(argc, argv, &i, "--heads-per-group", 1, 8, &hp) ||
-                 arg_int(argc, argv, &i, "--reps", 1, 1000, &reps))
-            continue;
-        else {
-            fprintf(stderr, "usage: %s [--quick] [--bench] [--reps N] "
-                    "[--heads-per-group N]\n", argv[0]);
-            return 2;
-        }
-    }
+    const struct tt_bench_opt opts[] = {
+        {"--heads-per-group", 1, 8, &hp},
+        {"--reps", 1, 1000, &reps},
+    };
+    if (tt_bench_args(PROG, argc, argv, &quick, opts, TT_COUNT(opts),
+                      "[--quick] [--bench] [--reps N] "
+                      "[--heads-per-group N]") != 0)
+        return 2;
     if (8 % hp != 0) {
         fprintf(stderr, "bench: --heads-per-group must divide 8\n");
         return 2;
     }
 #ifdef TANGRAM_CUDA
-    int n_dev = 0;
-    if (tg_cuda_device_count(&n_dev) != 0) {
-        printf("skipped: no CUDA device\n");
-        return 0;
-    }
     struct tg_cuda_device_info info;
-    if (tg_cuda_device_query(0, &info) != 0) {
-        fprintf(stderr, "bench: device query failed\n");
-        return 1;
-    }
+    if (!tt_cuda_bench_device(PROG, &info))
+        return 0;
     if (quick)
         reps = 2;
     const int gemm_s = quick ? 1024 : 8192;

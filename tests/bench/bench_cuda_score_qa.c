@@ -22,76 +22,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
-#include "common/st_safetensors.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/score_qa.h"
 #endif
 
+#define PROG "bench"
+
 #ifdef TANGRAM_CUDA
-#define CK(expr)                                                           \
-    do {                                                                   \
-        cudaError_t ck__ = (expr);                                         \
-        if (ck__ != cudaSuccess) {                                         \
-            fprintf(stderr, "bench: %s: %s\n", #expr,                      \
-                    cudaGetErrorString(ck__));                             \
-            exit(1);                                                       \
-        }                                                                  \
-    } while (0)
+#define CK(expr) TT_CUDA_CK(PROG, expr)
 
-static uint64_t rng_state = 0x853c49e6748fea9bull;
+static struct tt_xrng rng = {0x853c49e6748fea9bull};
 
-static float urand(void)
-{
-    /* xorshift64* (Vigna 2016). */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    uint64_t x = rng_state * 2685821657736338717ull;
-    return (float)((x >> 11) * (1.0 / 9007199254740992.0));
-}
-
+/* A device buffer of len random bf16 values in [lo, hi). */
 static uint16_t *dev_random_bf16(size_t len, float lo, float hi)
 {
-    uint16_t *h = malloc(len * 2);
-    if (h == NULL) {
-        fprintf(stderr, "bench: out of memory\n");
-        exit(1);
-    }
-    for (size_t i = 0; i < len; i++)
-        h[i] = st_f32_to_bf16(lo + (hi - lo) * urand());
-    uint16_t *d = NULL;
-    CK(cudaMalloc((void **)&d, len * 2));
-    CK(cudaMemcpy(d, h, len * 2, cudaMemcpyHostToDevice));
+    uint16_t *h = tt_bench_malloc(PROG, len * 2);
+    tt_fill_bf16(&rng, h, NULL, len, lo, hi);
+    uint16_t *d = tt_cuda_bench_upload(PROG, h, len * 2);
     free(h);
     return d;
-}
-
-static double copy_bandwidth(size_t bytes)
-{
-    void *a = NULL, *b = NULL;
-    CK(cudaMalloc(&a, bytes));
-    CK(cudaMalloc(&b, bytes));
-    CK(cudaMemset(a, 1, bytes));
-    CK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    const int reps = 10;
-    CK(cudaEventRecord(e0, NULL));
-    for (int i = 0; i < reps; i++)
-        CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, NULL));
-    CK(cudaEventRecord(e1, NULL));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0.0f;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-    return 2.0 * (double)bytes * reps / (ms * 1e-3); /* read + write */
 }
 
 /* Mean microseconds of one cmp_score call over reps (after one warm-up). */
@@ -102,21 +56,16 @@ static double time_method(enum tg_score_method m, const struct cmp_chunk *c,
         fprintf(stderr, "bench: cmp_score(%d) failed\n", (int)m);
         exit(1);
     }
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    CK(cudaEventRecord(e0, NULL));
+    struct tt_cuda_timer t;
+    tt_cuda_timer_init(&t, PROG);
+    tt_cuda_timer_start(&t, NULL);
     for (int r = 0; r < reps; r++)
         if (cmp_score(m, c, scores, ws, wsb, NULL) != 0) {
             fprintf(stderr, "bench: cmp_score(%d) failed\n", (int)m);
             exit(1);
         }
-    CK(cudaEventRecord(e1, NULL));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0.0f;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
+    double ms = tt_cuda_timer_ms(&t, NULL);
+    tt_cuda_timer_free(&t);
     return ms * 1e3 / reps;
 }
 
@@ -170,39 +119,18 @@ static void run_config(const struct model *md, int n, int reps, double copy_bw)
 int main(int argc, char **argv)
 {
     int quick = 0, reps = 50;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0) {
-            quick = 1;
-        } else if (strcmp(argv[i], "--bench") == 0) {
-            continue;
-        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            char *end = NULL;
-            long r = strtol(argv[++i], &end, 10);
-            if (end == argv[i] || *end != '\0' || r < 1 || r > 100000) {
-                fprintf(stderr, "bench: --reps wants 1..100000\n");
-                return 2;
-            }
-            reps = (int)r;
-        } else {
-            fprintf(stderr, "usage: %s [--quick] [--bench] [--reps N]\n",
-                    argv[0]);
-            return 2;
-        }
-    }
+    const struct tt_bench_opt opts[] = {{"--reps", 1, 100000, &reps}};
+    if (tt_bench_args(PROG, argc, argv, &quick, opts, TT_COUNT(opts),
+                      "[--quick] [--bench] [--reps N]") != 0)
+        return 2;
 #ifdef TANGRAM_CUDA
-    int n_dev = 0;
-    if (tg_cuda_device_count(&n_dev) != 0) {
-        printf("skipped: no CUDA device\n");
-        return 0;
-    }
     struct tg_cuda_device_info info;
-    if (tg_cuda_device_query(0, &info) != 0) {
-        fprintf(stderr, "bench: device query failed\n");
-        return 1;
-    }
+    if (!tt_cuda_bench_device(PROG, &info))
+        return 0;
     if (quick)
         reps = 3;
-    double copy_bw = copy_bandwidth(quick ? (size_t)64 << 20 : (size_t)1 << 30);
+    double copy_bw = tt_cuda_copy_bandwidth(
+        PROG, quick ? (size_t)64 << 20 : (size_t)1 << 30, 10);
     printf("device: %s, %d SMs, sm_%d%d; copy bandwidth %.1f GB/s (read + "
            "write); window 32, %d reps\n", info.name, info.sm_count,
            info.cc_major, info.cc_minor, copy_bw * 1e-9, reps);

@@ -32,71 +32,16 @@
 #include "common/st_safetensors.h"
 #include "common/tg_err.h"
 #include "kernels/tg_ops.h"
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/compress.h"
-#include "kernels/cuda/cuda_device.h"
 #endif
 
 #ifdef TANGRAM_CUDA
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rng(void)
-{
-    /* xorshift64* (Vigna 2016). */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-
-static int rnd(int lo, int hi)
-{
-    return lo + (int)(rng() % (uint64_t)(hi - lo + 1));
-}
-
-static float rnd_f(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((rng() >> 11) * (1.0 / 9007199254740992.0));
-}
-
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes > 0 ? bytes : 1);
-    assert_non_null(p);
-    return p;
-}
-
-static void *dev_alloc(size_t bytes)
-{
-    void *p = NULL;
-    assert_int_equal(cudaMalloc(&p, bytes > 0 ? bytes : 1), cudaSuccess);
-    return p;
-}
-
-static void to_dev(void *dst, const void *src, size_t bytes)
-{
-    if (bytes > 0)
-        assert_int_equal(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
-                         cudaSuccess);
-}
-
-static void to_host(void *dst, const void *src, size_t bytes)
-{
-    if (bytes > 0)
-        assert_int_equal(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost),
-                         cudaSuccess);
-}
-
-/* Random bf16 values in [lo, hi): bits in b, their exact floats in f. */
-static void fill_bf16(uint16_t *b, float *f, size_t len, float lo, float hi)
-{
-    for (size_t i = 0; i < len; i++) {
-        b[i] = st_f32_to_bf16(rnd_f(lo, hi));
-        f[i] = st_bf16_to_f32(b[i]);
-    }
-}
+static struct tt_xrng rng = {0x9e3779b97f4a7c15ull};
 
 /* A ragged layout of one sequence at one layer: Hkv heads shuffled into
  * n_groups = Hkv / Hp groups, each group with a random history length and
@@ -120,42 +65,24 @@ static void layout_make(struct layout *lo, int Hkv, int Hp, int P, int d,
     lo->d = d;
     lo->n_groups = Hkv / Hp;
     int G = lo->n_groups;
-    lo->head_group = xmalloc((size_t)Hkv * sizeof(int32_t));
-    lo->head_slot = xmalloc((size_t)Hkv * sizeof(int32_t));
-    int *perm = xmalloc((size_t)Hkv * sizeof(int));
-    for (int h = 0; h < Hkv; h++)
-        perm[h] = h;
-    for (int h = Hkv - 1; h > 0; h--) {
-        int j = rnd(0, h), t = perm[h];
-        perm[h] = perm[j];
-        perm[j] = t;
-    }
-    for (int p = 0; p < Hkv; p++) {
-        lo->head_group[perm[p]] = p / Hp;
-        lo->head_slot[perm[p]] = p % Hp;
-    }
-    free(perm);
-    lo->indptr = xmalloc((size_t)(G + 1) * sizeof(int32_t));
-    lo->npages = xmalloc((size_t)G * sizeof(int32_t));
-    lo->lens = xmalloc((size_t)G * sizeof(int32_t));
+    lo->head_group = tt_xmalloc((size_t)Hkv * sizeof(int32_t));
+    lo->head_slot = tt_xmalloc((size_t)Hkv * sizeof(int32_t));
+    tt_heads_scatter(&rng, Hkv, Hp, lo->head_group, lo->head_slot);
+    lo->indptr = tt_xmalloc((size_t)(G + 1) * sizeof(int32_t));
+    lo->npages = tt_xmalloc((size_t)G * sizeof(int32_t));
+    lo->lens = tt_xmalloc((size_t)G * sizeof(int32_t));
     lo->indptr[0] = 0;
     for (int g = 0; g < G; g++) {
-        lo->lens[g] = rnd(0, 3 * P);
-        lo->npages[g] = (lo->lens[g] + add[g] + P - 1) / P + rnd(0, 1);
+        lo->lens[g] = tt_xrng_int(&rng, 0, 3 * P);
+        lo->npages[g] = (lo->lens[g] + add[g] + P - 1) / P +
+                        tt_xrng_int(&rng, 0, 1);
         lo->indptr[g + 1] = lo->indptr[g] + lo->npages[g];
     }
     lo->n_pages = lo->indptr[G] + 3; /* a few pages nobody owns */
-    int32_t *ids = xmalloc((size_t)lo->n_pages * sizeof(int32_t));
-    for (int64_t i = 0; i < lo->n_pages; i++)
-        ids[i] = (int32_t)i;
-    for (int64_t i = lo->n_pages - 1; i > 0; i--) {
-        int j = rnd(0, (int)i);
-        int32_t t = ids[i];
-        ids[i] = ids[j];
-        ids[j] = t;
-    }
+    int32_t *ids = tt_xmalloc((size_t)lo->n_pages * sizeof(int32_t));
+    tt_xrng_perm(&rng, ids, lo->n_pages);
     lo->indices = ids;
-    lo->group_pages = xmalloc((size_t)G * sizeof(*lo->group_pages));
+    lo->group_pages = tt_xmalloc((size_t)G * sizeof(*lo->group_pages));
     for (int g = 0; g < G; g++)
         lo->group_pages[g] = lo->indices + lo->indptr[g];
 }
@@ -187,18 +114,19 @@ static void dev_layout_make(struct dev_layout *dl, const struct layout *lo,
                             const uint16_t *pool, struct cmp_dst *dst)
 {
     int G = lo->n_groups;
-    dl->indptr = dev_alloc((size_t)(G + 1) * sizeof(int32_t));
-    dl->indices = dev_alloc((size_t)lo->indptr[G] * sizeof(int32_t));
-    dl->npages = dev_alloc((size_t)G * sizeof(int32_t));
-    dl->lens = dev_alloc((size_t)G * sizeof(int32_t));
-    dl->fault = dev_alloc(sizeof(int32_t));
-    dl->pool = dev_alloc(pool_elems(lo) * sizeof(uint16_t));
-    to_dev(dl->indptr, lo->indptr, (size_t)(G + 1) * sizeof(int32_t));
-    to_dev(dl->indices, lo->indices, (size_t)lo->indptr[G] * sizeof(int32_t));
-    to_dev(dl->npages, lo->npages, (size_t)G * sizeof(int32_t));
-    to_dev(dl->lens, lo->lens, (size_t)G * sizeof(int32_t));
+    dl->indptr = tt_cuda_alloc((size_t)(G + 1) * sizeof(int32_t));
+    dl->indices = tt_cuda_alloc((size_t)lo->indptr[G] * sizeof(int32_t));
+    dl->npages = tt_cuda_alloc((size_t)G * sizeof(int32_t));
+    dl->lens = tt_cuda_alloc((size_t)G * sizeof(int32_t));
+    dl->fault = tt_cuda_alloc(sizeof(int32_t));
+    dl->pool = tt_cuda_alloc(pool_elems(lo) * sizeof(uint16_t));
+    tt_cuda_to_dev(dl->indptr, lo->indptr, (size_t)(G + 1) * sizeof(int32_t));
+    tt_cuda_to_dev(dl->indices, lo->indices,
+                   (size_t)lo->indptr[G] * sizeof(int32_t));
+    tt_cuda_to_dev(dl->npages, lo->npages, (size_t)G * sizeof(int32_t));
+    tt_cuda_to_dev(dl->lens, lo->lens, (size_t)G * sizeof(int32_t));
     assert_int_equal(cudaMemset(dl->fault, 0, sizeof(int32_t)), cudaSuccess);
-    to_dev(dl->pool, pool, pool_elems(lo) * sizeof(uint16_t));
+    tt_cuda_to_dev(dl->pool, pool, pool_elems(lo) * sizeof(uint16_t));
     memset(dst, 0, sizeof(*dst));
     dst->pool = dl->pool;
     dst->n_pages = lo->n_pages;
@@ -229,7 +157,7 @@ static void dev_layout_free(struct dev_layout *dl)
 static int32_t fault_read(const struct dev_layout *dl)
 {
     int32_t f = -1;
-    to_host(&f, dl->fault, sizeof(f));
+    tt_cuda_to_host(&f, dl->fault, sizeof(f));
     return f;
 }
 
@@ -240,7 +168,7 @@ static void cpu_append(struct tg_backend *b, const struct layout *lo,
                        const int32_t *idx, const int32_t *keep)
 {
     size_t np = pool_elems(lo);
-    float *fp = xmalloc(np * sizeof(float));
+    float *fp = tt_xmalloc(np * sizeof(float));
     for (size_t i = 0; i < np; i++)
         fp[i] = st_bf16_to_f32(pool[i]);
     struct tg_kv_rows rows = {
@@ -286,7 +214,7 @@ static int boundary_clear(const float *s, int n, int keep, int64_t start,
 {
     if (keep == 0 || keep == n)
         return 1;
-    float *e = xmalloc((size_t)n * sizeof(float));
+    float *e = tt_xmalloc((size_t)n * sizeof(float));
     for (int i = 0; i < n; i++)
         e[i] = eff(s, i, n, start, window, n_sink);
     qsort(e, (size_t)n, sizeof(float), cmp_desc);
@@ -302,7 +230,7 @@ static int boundary_clear(const float *s, int n, int keep, int64_t start,
 static float boundary_value(const float *s, int n, int keep, int64_t start,
                             int window, int n_sink)
 {
-    float *e = xmalloc((size_t)n * sizeof(float));
+    float *e = tt_xmalloc((size_t)n * sizeof(float));
     for (int i = 0; i < n; i++)
         e[i] = eff(s, i, n, start, window, n_sink);
     qsort(e, (size_t)n, sizeof(float), cmp_desc);
@@ -316,7 +244,7 @@ static void check_near_boundary(const float *s, int n, int keep,
                                 int64_t start, int window, int n_sink)
 {
     float thr = boundary_value(s, n, keep, start, window, n_sink);
-    uint8_t *mark = xmalloc((size_t)n);
+    uint8_t *mark = tt_xmalloc((size_t)n);
     memset(mark, 0, (size_t)n);
     for (int t = 0; t < keep; t++) {
         mark[gsel[t]] |= 1;
@@ -338,11 +266,13 @@ static void run_shape(struct tg_backend *cpu, const struct shape *sh,
 {
     const int n = sh->n, Hq = sh->Hq, Hkv = sh->Hkv, d = sh->d;
     const size_t nq = (size_t)n * Hq * d, nk = (size_t)n * Hkv * d;
-    uint16_t *qb = xmalloc(nq * 2), *kb = xmalloc(nk * 2), *vb = xmalloc(nk * 2);
-    float *qf = xmalloc(nq * 4), *kf = xmalloc(nk * 4), *vf = xmalloc(nk * 4);
-    fill_bf16(qb, qf, nq, -2.0f, 2.0f);
-    fill_bf16(kb, kf, nk, -1.0f, 1.0f);
-    fill_bf16(vb, vf, nk, -3.0f, 3.0f);
+    uint16_t *qb = tt_xmalloc(nq * 2), *kb = tt_xmalloc(nk * 2),
+             *vb = tt_xmalloc(nk * 2);
+    float *qf = tt_xmalloc(nq * 4), *kf = tt_xmalloc(nk * 4),
+          *vf = tt_xmalloc(nk * 4);
+    tt_fill_bf16(&rng, qb, qf, nq, -2.0f, 2.0f);
+    tt_fill_bf16(&rng, kb, kf, nk, -1.0f, 1.0f);
+    tt_fill_bf16(&rng, vb, vf, nk, -3.0f, 3.0f);
     const float scale = 1.0f / sqrtf((float)d);
 
     /* keep per group: k = min(n, max(ceil(b n), f)) as DESIGN §4.3. */
@@ -351,37 +281,38 @@ static void run_shape(struct tg_backend *cpu, const struct shape *sh,
     int forced = 0;
     for (int i = 0; i < n; i++)
         forced += i >= n - Wsel || sh->start + i < sh->n_sink;
-    int32_t *gkeep = xmalloc((size_t)G * sizeof(int32_t));
+    int32_t *gkeep = tt_xmalloc((size_t)G * sizeof(int32_t));
     for (int g = 0; g < G; g++) {
-        double bud = rnd(50, 1000) / 1000.0;
+        double bud = tt_xrng_int(&rng, 50, 1000) / 1000.0;
         int kk = (int)ceil(bud * n);
         kk = kk > forced ? kk : forced;
         gkeep[g] = kk < n ? kk : n;
     }
     struct layout lo;
     layout_make(&lo, Hkv, sh->Hp, sh->P, d, gkeep);
-    int32_t *keep = xmalloc((size_t)Hkv * sizeof(int32_t));
+    int32_t *keep = tt_xmalloc((size_t)Hkv * sizeof(int32_t));
     for (int h = 0; h < Hkv; h++)
         keep[h] = gkeep[lo.head_group[h]];
     size_t np = pool_elems(&lo);
-    uint16_t *pool = xmalloc(np * 2);
-    float *junk = xmalloc(np * 4);
-    fill_bf16(pool, junk, np, -5.0f, 5.0f);
+    uint16_t *pool = tt_xmalloc(np * 2);
+    float *junk = tt_xmalloc(np * 4);
+    tt_fill_bf16(&rng, pool, junk, np, -5.0f, 5.0f);
     free(junk);
 
     /* Device run. */
-    uint16_t *dq = dev_alloc(nq * 2), *dk = dev_alloc(nk * 2), *dv = dev_alloc(nk * 2);
-    to_dev(dq, qb, nq * 2);
-    to_dev(dk, kb, nk * 2);
-    to_dev(dv, vb, nk * 2);
+    uint16_t *dq = tt_cuda_alloc(nq * 2), *dk = tt_cuda_alloc(nk * 2),
+             *dv = tt_cuda_alloc(nk * 2);
+    tt_cuda_to_dev(dq, qb, nq * 2);
+    tt_cuda_to_dev(dk, kb, nk * 2);
+    tt_cuda_to_dev(dv, vb, nk * 2);
     struct dev_layout dl;
     struct cmp_dst dst;
     dev_layout_make(&dl, &lo, pool, &dst);
-    float *dscores = dev_alloc((size_t)Hkv * n * sizeof(float));
-    int32_t *didx = dev_alloc((size_t)Hkv * n * sizeof(int32_t));
+    float *dscores = tt_cuda_alloc((size_t)Hkv * n * sizeof(float));
+    int32_t *didx = tt_cuda_alloc((size_t)Hkv * n * sizeof(int32_t));
     size_t wsb = cmp_workspace_bytes(n, Hq, Hkv, sh->window);
     assert_true(wsb > 0);
-    void *ws = dev_alloc(wsb);
+    void *ws = tt_cuda_alloc(wsb);
     struct cmp_chunk c = {
         .q = dq, .k = dk, .v = dv, .n = n, .n_q_heads = Hq, .n_kv_heads = Hkv,
         .head_dim = d, .start = sh->start, .window = sh->window,
@@ -390,16 +321,16 @@ static void run_shape(struct tg_backend *cpu, const struct shape *sh,
     assert_int_equal(cmp_chunk_compress(&c, keep, &dst, dscores, didx, ws, wsb,
                                         NULL), 0);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-    float *gs = xmalloc((size_t)Hkv * n * sizeof(float));
-    int32_t *gi = xmalloc((size_t)Hkv * n * sizeof(int32_t));
-    uint16_t *gpool = xmalloc(np * 2);
-    to_host(gs, dscores, (size_t)Hkv * n * sizeof(float));
-    to_host(gi, didx, (size_t)Hkv * n * sizeof(int32_t));
-    to_host(gpool, dl.pool, np * 2);
+    float *gs = tt_xmalloc((size_t)Hkv * n * sizeof(float));
+    int32_t *gi = tt_xmalloc((size_t)Hkv * n * sizeof(int32_t));
+    uint16_t *gpool = tt_xmalloc(np * 2);
+    tt_cuda_to_host(gs, dscores, (size_t)Hkv * n * sizeof(float));
+    tt_cuda_to_host(gi, didx, (size_t)Hkv * n * sizeof(int32_t));
+    tt_cuda_to_host(gpool, dl.pool, np * 2);
     assert_int_equal(fault_read(&dl), 0);
 
     /* Scores. */
-    float *rs = xmalloc((size_t)Hkv * n * sizeof(float));
+    float *rs = tt_xmalloc((size_t)Hkv * n * sizeof(float));
     assert_int_equal(tg_ops_cpu.score(cpu, TG_SCORE_SNAPKV, qf, kf, vf, n, Hq,
                                       Hkv, d, sh->window, scale, rs), 0);
     for (int h = 0; h < Hkv; h++) {
@@ -415,7 +346,7 @@ static void run_shape(struct tg_backend *cpu, const struct shape *sh,
     }
 
     /* Selections. */
-    int32_t *ri = xmalloc((size_t)Hkv * n * sizeof(int32_t));
+    int32_t *ri = tt_xmalloc((size_t)Hkv * n * sizeof(int32_t));
     assert_int_equal(tg_ops_cpu.select_topk(cpu, rs, n, Hkv, keep, sh->start,
                                             sh->window, sh->n_sink, ri), 0);
     for (int h = 0; h < Hkv; h++) {
@@ -502,39 +433,43 @@ static void test_select_exact(void **state)
     assert_int_equal(tg_backend_cpu_new(1, &cpu), 0);
     static const int ns[] = {1, 2, 3, 31, 32, 33, 100, 1000, 2047, 2048};
     for (size_t t = 0; t < sizeof(ns) / sizeof(ns[0]); t++) {
-        const int n = ns[t], H = rnd(1, 6);
-        float *s = xmalloc((size_t)H * n * sizeof(float));
-        int32_t *keep = xmalloc((size_t)H * sizeof(int32_t));
+        const int n = ns[t], H = tt_xrng_int(&rng, 1, 6);
+        float *s = tt_xmalloc((size_t)H * n * sizeof(float));
+        int32_t *keep = tt_xmalloc((size_t)H * sizeof(int32_t));
         for (int i = 0; i < H * n; i++) {
-            switch (rnd(0, 9)) {
+            switch (tt_xrng_int(&rng, 0, 9)) {
             case 0: s[i] = NAN; break;
             case 1: s[i] = -INFINITY; break;
             case 2: s[i] = INFINITY; break;
-            case 3: s[i] = rnd(0, 1) ? 0.0f : -0.0f; break;
-            case 4: s[i] = -rnd_f(0.0f, 1.0f); break;
-            case 5: case 6: s[i] = 0.1f * (float)rnd(1, 3); break; /* ties */
-            default: s[i] = rnd_f(0.0f, 1.0f); break;
+            case 3: s[i] = tt_xrng_int(&rng, 0, 1) ? 0.0f : -0.0f; break;
+            case 4: s[i] = -tt_xrng_float(&rng, 0.0f, 1.0f); break;
+            case 5: case 6: /* ties */
+                s[i] = 0.1f * (float)tt_xrng_int(&rng, 1, 3);
+                break;
+            default: s[i] = tt_xrng_float(&rng, 0.0f, 1.0f); break;
             }
         }
         for (int h = 0; h < H; h++)
-            keep[h] = h == 0 ? 0 : h == 1 ? n : rnd(0, n);
+            keep[h] = h == 0 ? 0 : h == 1 ? n : tt_xrng_int(&rng, 0, n);
         const int windows[] = {0, 5, 32};
         for (int w = 0; w < 3; w++) {
-            int64_t start = rnd(0, 2) == 0 ? 0 : rnd(1, 1000);
-            int sink = rnd(0, 1) ? 4 : 0;
+            int64_t start = tt_xrng_int(&rng, 0, 2) == 0
+                                ? 0
+                                : tt_xrng_int(&rng, 1, 1000);
+            int sink = tt_xrng_int(&rng, 0, 1) ? 4 : 0;
             size_t bytes = (size_t)H * n * sizeof(int32_t);
-            int32_t *ri = xmalloc(bytes), *gi = xmalloc(bytes);
+            int32_t *ri = tt_xmalloc(bytes), *gi = tt_xmalloc(bytes);
             memset(ri, 0xff, bytes);
             memset(gi, 0xff, bytes);
             assert_int_equal(tg_ops_cpu.select_topk(cpu, s, n, H, keep, start,
                                                     windows[w], sink, ri), 0);
-            float *ds = dev_alloc((size_t)H * n * sizeof(float));
-            int32_t *di = dev_alloc(bytes);
-            to_dev(ds, s, (size_t)H * n * sizeof(float));
-            to_dev(di, gi, bytes);
+            float *ds = tt_cuda_alloc((size_t)H * n * sizeof(float));
+            int32_t *di = tt_cuda_alloc(bytes);
+            tt_cuda_to_dev(ds, s, (size_t)H * n * sizeof(float));
+            tt_cuda_to_dev(di, gi, bytes);
             assert_int_equal(cmp_select_topk(ds, n, H, keep, start, windows[w],
                                              sink, di, NULL), 0);
-            to_host(gi, di, bytes);
+            tt_cuda_to_host(gi, di, bytes);
             /* Whole rows: the tail past keep[h] must stay untouched too. */
             if (memcmp(gi, ri, bytes) != 0)
                 fail_msg("select n=%d H=%d window=%d start=%lld differs", n,
@@ -559,57 +494,59 @@ static void test_append_paths(void **state)
     assert_int_equal(tg_backend_cpu_new(1, &cpu), 0);
     const int ds[] = {64, 36};
     for (int t = 0; t < 4; t++) {
-        const int d = ds[t % 2], Hkv = 4, Hp = 2, P = 8, n = rnd(1, 40);
+        const int d = ds[t % 2], Hkv = 4, Hp = 2, P = 8,
+                  n = tt_xrng_int(&rng, 1, 40);
         const int unaligned = t >= 2; /* pool one element off: scalar path */
         const size_t nk = (size_t)n * Hkv * d;
-        uint16_t *kb = xmalloc(nk * 2), *vb = xmalloc(nk * 2);
-        float *kf = xmalloc(nk * 4), *vf = xmalloc(nk * 4);
-        fill_bf16(kb, kf, nk, -1.0f, 1.0f);
-        fill_bf16(vb, vf, nk, -1.0f, 1.0f);
+        uint16_t *kb = tt_xmalloc(nk * 2), *vb = tt_xmalloc(nk * 2);
+        float *kf = tt_xmalloc(nk * 4), *vf = tt_xmalloc(nk * 4);
+        tt_fill_bf16(&rng, kb, kf, nk, -1.0f, 1.0f);
+        tt_fill_bf16(&rng, vb, vf, nk, -1.0f, 1.0f);
         int32_t add[2] = {n, n};
         struct layout lo;
         layout_make(&lo, Hkv, Hp, P, d, add);
         size_t np = pool_elems(&lo);
-        uint16_t *pool = xmalloc(np * 2);
-        float *junk = xmalloc(np * 4);
-        fill_bf16(pool, junk, np, -1.0f, 1.0f);
+        uint16_t *pool = tt_xmalloc(np * 2);
+        float *junk = tt_xmalloc(np * 4);
+        tt_fill_bf16(&rng, pool, junk, np, -1.0f, 1.0f);
         free(junk);
         struct dev_layout dl;
         struct cmp_dst dst;
         dev_layout_make(&dl, &lo, pool, &dst);
         uint16_t *buf = NULL;
         if (unaligned) {
-            buf = dev_alloc((np + 1) * 2);
-            to_dev(buf + 1, pool, np * 2);
+            buf = tt_cuda_alloc((np + 1) * 2);
+            tt_cuda_to_dev(buf + 1, pool, np * 2);
             dst.pool = buf + 1;
         }
-        uint16_t *dk = dev_alloc(nk * 2), *dv = dev_alloc(nk * 2);
-        to_dev(dk, kb, nk * 2);
-        to_dev(dv, vb, nk * 2);
+        uint16_t *dk = tt_cuda_alloc(nk * 2), *dv = tt_cuda_alloc(nk * 2);
+        tt_cuda_to_dev(dk, kb, nk * 2);
+        tt_cuda_to_dev(dv, vb, nk * 2);
         /* idx NULL: every row in order. */
         assert_int_equal(cmp_kv_append(&dst, dk, dv, n, NULL, NULL, NULL), 0);
-        uint16_t *gpool = xmalloc(np * 2);
-        to_host(gpool, dst.pool, np * 2);
+        uint16_t *gpool = tt_xmalloc(np * 2);
+        tt_cuda_to_host(gpool, dst.pool, np * 2);
         assert_int_equal(fault_read(&dl), 0);
         cpu_append(cpu, &lo, pool, kf, vf, n, NULL, NULL);
         assert_memory_equal(gpool, pool, np * 2);
 
         /* Missing destinations: no pages (npages 0) -> fault, no write. */
         int32_t zero[2] = {0, 0};
-        to_dev(dl.npages, zero, sizeof(zero));
+        tt_cuda_to_dev(dl.npages, zero, sizeof(zero));
         assert_int_equal(cmp_kv_append(&dst, dk, dv, n, NULL, NULL, NULL), 0);
-        to_host(gpool, dst.pool, np * 2);
+        tt_cuda_to_host(gpool, dst.pool, np * 2);
         assert_int_equal(fault_read(&dl), 1);
         assert_memory_equal(gpool, pool, np * 2);
         /* A page id outside the pool -> fault, no write. */
         assert_int_equal(cudaMemset(dl.fault, 0, 4), cudaSuccess);
-        to_dev(dl.npages, lo.npages, sizeof(zero));
+        tt_cuda_to_dev(dl.npages, lo.npages, sizeof(zero));
         int32_t bad = (int32_t)lo.n_pages;
         for (int g = 0; g < 2; g++)
             for (int p = 0; p < lo.npages[g]; p++)
-                to_dev(dl.indices + lo.indptr[g] + p, &bad, sizeof(bad));
+                tt_cuda_to_dev(dl.indices + lo.indptr[g] + p, &bad,
+                               sizeof(bad));
         assert_int_equal(cmp_kv_append(&dst, dk, dv, n, NULL, NULL, NULL), 0);
-        to_host(gpool, dst.pool, np * 2);
+        tt_cuda_to_host(gpool, dst.pool, np * 2);
         assert_int_equal(fault_read(&dl), 1);
         assert_memory_equal(gpool, pool, np * 2);
 
@@ -764,21 +701,14 @@ int main(void)
     const struct CMUnitTest host_tests[] = {
         cmocka_unit_test(test_bad_arguments),
     };
-    int rc = cmocka_run_group_tests_name("compress_args", host_tests, NULL,
-                                         NULL);
-    if (rc != 0)
-        return rc;
-    int n = 0;
-    if (tg_cuda_device_count(&n) != 0) {
-        printf("no CUDA device: device tests skipped\n");
-        return 77;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_select_exact),
         cmocka_unit_test(test_append_paths),
         cmocka_unit_test(test_compress_vs_cpu),
     };
-    return cmocka_run_group_tests_name("compress_device", tests, NULL, NULL);
+    return tt_cuda_run_tests("compress_args", host_tests, TT_COUNT(host_tests),
+                             "no CUDA device: device tests skipped",
+                             "compress_device", tests, TT_COUNT(tests));
 #else
     printf("built without CUDA: skipped\n");
     return 77;

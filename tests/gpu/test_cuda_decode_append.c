@@ -29,71 +29,16 @@
 #include "common/st_safetensors.h"
 #include "common/tg_err.h"
 #include "kernels/tg_ops.h"
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/decode_append.h"
 #endif
 
 #ifdef TANGRAM_CUDA
-static uint64_t rng_state = 0xda3e39cb94b95bdbull;
-
-static uint64_t rng(void)
-{
-    /* xorshift64* (Vigna 2016). */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-
-static int rnd(int lo, int hi)
-{
-    return lo + (int)(rng() % (uint64_t)(hi - lo + 1));
-}
-
-static float rnd_f(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((rng() >> 11) * (1.0 / 9007199254740992.0));
-}
-
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes > 0 ? bytes : 1);
-    assert_non_null(p);
-    return p;
-}
-
-static void *dev_alloc(size_t bytes)
-{
-    void *p = NULL;
-    assert_int_equal(cudaMalloc(&p, bytes > 0 ? bytes : 1), cudaSuccess);
-    return p;
-}
-
-static void to_dev(void *dst, const void *src, size_t bytes)
-{
-    if (bytes > 0)
-        assert_int_equal(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
-                         cudaSuccess);
-}
-
-static void to_host(void *dst, const void *src, size_t bytes)
-{
-    if (bytes > 0)
-        assert_int_equal(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost),
-                         cudaSuccess);
-}
-
-static void fill_bf16(uint16_t *b, float *f, size_t len, float lo, float hi)
-{
-    for (size_t i = 0; i < len; i++) {
-        b[i] = st_f32_to_bf16(rnd_f(lo, hi));
-        if (f != NULL)
-            f[i] = st_bf16_to_f32(b[i]);
-    }
-}
+static struct tt_xrng rng = {0xda3e39cb94b95bdbull};
 
 struct shape {
     int n_seq, Hkv, Hp, d, P, L, layer;
@@ -120,44 +65,25 @@ static void layout_make(struct layout *lo, const struct shape *sh)
     const int Hkv = sh->Hkv, Hp = sh->Hp, P = sh->P;
     lo->NG = Hkv / Hp;
     lo->n_rows = sh->n_seq * sh->L * lo->NG;
-    lo->head_group = xmalloc((size_t)Hkv * sizeof(int32_t));
-    lo->head_slot = xmalloc((size_t)Hkv * sizeof(int32_t));
-    int *perm = xmalloc((size_t)Hkv * sizeof(int));
-    for (int h = 0; h < Hkv; h++)
-        perm[h] = h;
-    for (int h = Hkv - 1; h > 0; h--) {
-        int j = rnd(0, h), t = perm[h];
-        perm[h] = perm[j];
-        perm[j] = t;
-    }
-    for (int p = 0; p < Hkv; p++) {
-        lo->head_group[perm[p]] = p / Hp;
-        lo->head_slot[perm[p]] = p % Hp;
-    }
-    free(perm);
-    lo->indptr = xmalloc((size_t)(lo->n_rows + 1) * sizeof(int32_t));
-    lo->lens = xmalloc((size_t)lo->n_rows * sizeof(int32_t));
-    int32_t *npg = xmalloc((size_t)lo->n_rows * sizeof(int32_t));
+    lo->head_group = tt_xmalloc((size_t)Hkv * sizeof(int32_t));
+    lo->head_slot = tt_xmalloc((size_t)Hkv * sizeof(int32_t));
+    tt_heads_scatter(&rng, Hkv, Hp, lo->head_group, lo->head_slot);
+    lo->indptr = tt_xmalloc((size_t)(lo->n_rows + 1) * sizeof(int32_t));
+    lo->lens = tt_xmalloc((size_t)lo->n_rows * sizeof(int32_t));
+    int32_t *npg = tt_xmalloc((size_t)lo->n_rows * sizeof(int32_t));
     lo->indptr[0] = 0;
     int64_t pages = 0;
     for (int32_t r = 0; r < lo->n_rows; r++) {
-        lo->lens[r] = rnd(1, 5 * P);
+        lo->lens[r] = tt_xrng_int(&rng, 1, 5 * P);
         npg[r] = (lo->lens[r] + P - 1) / P;
         pages += npg[r];
-        lo->indptr[r + 1] = lo->indptr[r] + npg[r] + rnd(0, 2);
+        lo->indptr[r + 1] = lo->indptr[r] + npg[r] + tt_xrng_int(&rng, 0, 2);
     }
     lo->n_slots = lo->indptr[lo->n_rows];
     lo->n_pages = pages + 3; /* a few pages nobody owns */
-    int32_t *ids = xmalloc((size_t)lo->n_pages * sizeof(int32_t));
-    for (int64_t i = 0; i < lo->n_pages; i++)
-        ids[i] = (int32_t)i;
-    for (int64_t i = lo->n_pages - 1; i > 0; i--) {
-        int j = rnd(0, (int)i);
-        int32_t t = ids[i];
-        ids[i] = ids[j];
-        ids[j] = t;
-    }
-    lo->indices = xmalloc((size_t)lo->n_slots * sizeof(int32_t));
+    int32_t *ids = tt_xmalloc((size_t)lo->n_pages * sizeof(int32_t));
+    tt_xrng_perm(&rng, ids, lo->n_pages);
+    lo->indices = tt_xmalloc((size_t)lo->n_slots * sizeof(int32_t));
     int64_t next = 0;
     for (int32_t r = 0; r < lo->n_rows; r++)
         for (int32_t i = lo->indptr[r]; i < lo->indptr[r + 1]; i++)
@@ -192,11 +118,11 @@ static void cpu_append(struct tg_backend *b, const struct layout *lo,
 {
     const int Hkv = lo->sh.Hkv, d = lo->sh.d, NG = lo->NG;
     size_t np = pool_elems(lo);
-    float *fp = xmalloc(np * sizeof(float));
+    float *fp = tt_xmalloc(np * sizeof(float));
     for (size_t i = 0; i < np; i++)
         fp[i] = st_bf16_to_f32(pool[i]);
-    const int32_t **gp = xmalloc((size_t)NG * sizeof(*gp));
-    int32_t *glen = xmalloc((size_t)NG * sizeof(int32_t));
+    const int32_t **gp = tt_xmalloc((size_t)NG * sizeof(*gp));
+    int32_t *glen = tt_xmalloc((size_t)NG * sizeof(int32_t));
     for (int s = 0; s < lo->sh.n_seq; s++) {
         for (int g = 0; g < NG; g++) {
             int32_t r = row_of(lo, s, g);
@@ -267,25 +193,25 @@ static void dev_make(struct dev *dv, const struct layout *lo,
 {
     const int Hkv = lo->sh.Hkv;
     size_t np = pool_elems(lo), nk = (size_t)lo->sh.n_seq * Hkv * lo->sh.d;
-    dv->head_group = dev_alloc((size_t)Hkv * 4);
-    dv->head_slot = dev_alloc((size_t)Hkv * 4);
-    dv->indptr = dev_alloc((size_t)(lo->n_rows + 1) * 4);
-    dv->indices = dev_alloc((size_t)lo->n_slots * 4);
-    dv->lens = dev_alloc((size_t)lo->n_rows * 4);
-    dv->fault = dev_alloc(4);
-    dv->buf = dev_alloc((np + 1) * 2);
+    dv->head_group = tt_cuda_alloc((size_t)Hkv * 4);
+    dv->head_slot = tt_cuda_alloc((size_t)Hkv * 4);
+    dv->indptr = tt_cuda_alloc((size_t)(lo->n_rows + 1) * 4);
+    dv->indices = tt_cuda_alloc((size_t)lo->n_slots * 4);
+    dv->lens = tt_cuda_alloc((size_t)lo->n_rows * 4);
+    dv->fault = tt_cuda_alloc(4);
+    dv->buf = tt_cuda_alloc((np + 1) * 2);
     dv->pool = dv->buf + (unaligned ? 1 : 0);
-    dv->k = dev_alloc(nk * 2);
-    dv->v = dev_alloc(nk * 2);
-    to_dev(dv->head_group, lo->head_group, (size_t)Hkv * 4);
-    to_dev(dv->head_slot, lo->head_slot, (size_t)Hkv * 4);
-    to_dev(dv->indptr, lo->indptr, (size_t)(lo->n_rows + 1) * 4);
-    to_dev(dv->indices, lo->indices, (size_t)lo->n_slots * 4);
-    to_dev(dv->lens, lo->lens, (size_t)lo->n_rows * 4);
+    dv->k = tt_cuda_alloc(nk * 2);
+    dv->v = tt_cuda_alloc(nk * 2);
+    tt_cuda_to_dev(dv->head_group, lo->head_group, (size_t)Hkv * 4);
+    tt_cuda_to_dev(dv->head_slot, lo->head_slot, (size_t)Hkv * 4);
+    tt_cuda_to_dev(dv->indptr, lo->indptr, (size_t)(lo->n_rows + 1) * 4);
+    tt_cuda_to_dev(dv->indices, lo->indices, (size_t)lo->n_slots * 4);
+    tt_cuda_to_dev(dv->lens, lo->lens, (size_t)lo->n_rows * 4);
     assert_int_equal(cudaMemset(dv->fault, 0, 4), cudaSuccess);
-    to_dev(dv->pool, pool, np * 2);
-    to_dev(dv->k, k, nk * 2);
-    to_dev(dv->v, v, nk * 2);
+    tt_cuda_to_dev(dv->pool, pool, np * 2);
+    tt_cuda_to_dev(dv->k, k, nk * 2);
+    tt_cuda_to_dev(dv->v, v, nk * 2);
 }
 
 static void dev_free(struct dev *dv)
@@ -331,7 +257,7 @@ static struct tg_cuda_decode_append_args args_of(const struct layout *lo,
 static int32_t fault_read(const struct dev *dv)
 {
     int32_t f = -1;
-    to_host(&f, dv->fault, 4);
+    tt_cuda_to_host(&f, dv->fault, 4);
     return f;
 }
 
@@ -344,14 +270,14 @@ struct data {
 static void data_make(struct data *dt, const struct layout *lo)
 {
     size_t np = pool_elems(lo), nk = (size_t)lo->sh.n_seq * lo->sh.Hkv * lo->sh.d;
-    dt->pool = xmalloc(np * 2);
-    dt->kb = xmalloc(nk * 2);
-    dt->vb = xmalloc(nk * 2);
-    dt->kf = xmalloc(nk * 4);
-    dt->vf = xmalloc(nk * 4);
-    fill_bf16(dt->pool, NULL, np, -5.0f, 5.0f);
-    fill_bf16(dt->kb, dt->kf, nk, -1.0f, 1.0f);
-    fill_bf16(dt->vb, dt->vf, nk, -3.0f, 3.0f);
+    dt->pool = tt_xmalloc(np * 2);
+    dt->kb = tt_xmalloc(nk * 2);
+    dt->vb = tt_xmalloc(nk * 2);
+    dt->kf = tt_xmalloc(nk * 4);
+    dt->vf = tt_xmalloc(nk * 4);
+    tt_fill_bf16(&rng, dt->pool, NULL, np, -5.0f, 5.0f);
+    tt_fill_bf16(&rng, dt->kb, dt->kf, nk, -1.0f, 1.0f);
+    tt_fill_bf16(&rng, dt->vb, dt->vf, nk, -3.0f, 3.0f);
 }
 
 static void data_free(struct data *dt)
@@ -380,12 +306,12 @@ static void run_shape(struct tg_backend *cpu, const struct shape *sh,
     if (tg_cuda_decode_append(&a, err, sizeof(err)) != 0)
         fail_msg("decode_append: %s", err);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-    uint16_t *gpool = xmalloc(np * 2);
-    to_host(gpool, dv.pool, np * 2);
+    uint16_t *gpool = tt_xmalloc(np * 2);
+    tt_cuda_to_host(gpool, dv.pool, np * 2);
     assert_int_equal(fault_read(&dv), 0);
 
     /* The CPU op, and the host model agreeing with it on valid data. */
-    uint16_t *mpool = xmalloc(np * 2);
+    uint16_t *mpool = tt_xmalloc(np * 2);
     memcpy(mpool, dt.pool, np * 2);
     assert_int_equal(model_append(&lo, lo.head_group, lo.head_slot, mpool,
                                   dt.kb, dt.vb), 0);
@@ -453,12 +379,13 @@ static void test_append_faults(void **state)
             layout_make(&lo, &sh);
             struct data dt;
             data_make(&dt, &lo);
-            int32_t *hg = xmalloc((size_t)sh.Hkv * 4);
-            int32_t *hs = xmalloc((size_t)sh.Hkv * 4);
+            int32_t *hg = tt_xmalloc((size_t)sh.Hkv * 4);
+            int32_t *hs = tt_xmalloc((size_t)sh.Hkv * 4);
             memcpy(hg, lo.head_group, (size_t)sh.Hkv * 4);
             memcpy(hs, lo.head_slot, (size_t)sh.Hkv * 4);
-            const int s = rnd(0, sh.n_seq - 1), g = rnd(0, lo.NG - 1);
-            const int h = rnd(0, sh.Hkv - 1);
+            const int s = tt_xrng_int(&rng, 0, sh.n_seq - 1),
+                      g = tt_xrng_int(&rng, 0, lo.NG - 1);
+            const int h = tt_xrng_int(&rng, 0, sh.Hkv - 1);
             const int32_t r = row_of(&lo, s, g);
             const int32_t last = lo.indptr[r] + (lo.lens[r] - 1) / sh.P;
             switch (kind) {
@@ -474,14 +401,14 @@ static void test_append_faults(void **state)
             }
             struct dev dv;
             dev_make(&dv, &lo, dt.pool, dt.kb, dt.vb, unaligned);
-            to_dev(dv.head_group, hg, (size_t)sh.Hkv * 4);
-            to_dev(dv.head_slot, hs, (size_t)sh.Hkv * 4);
+            tt_cuda_to_dev(dv.head_group, hg, (size_t)sh.Hkv * 4);
+            tt_cuda_to_dev(dv.head_slot, hs, (size_t)sh.Hkv * 4);
             struct tg_cuda_decode_append_args a = args_of(&lo, &dv);
             char err[256] = "";
             assert_int_equal(tg_cuda_decode_append(&a, err, sizeof(err)), 0);
             size_t np = pool_elems(&lo);
-            uint16_t *gpool = xmalloc(np * 2);
-            to_host(gpool, dv.pool, np * 2);
+            uint16_t *gpool = tt_xmalloc(np * 2);
+            tt_cuda_to_host(gpool, dv.pool, np * 2);
             assert_int_equal(fault_read(&dv), 1);
             assert_int_equal(model_append(&lo, hg, hs, dt.pool, dt.kb, dt.vb),
                              1);
@@ -532,12 +459,12 @@ static void test_append_graph(void **state)
     assert_int_equal(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     /* Nothing ran during capture: the pool is still the input. */
     size_t np = pool_elems(&lo);
-    uint16_t *gpool = xmalloc(np * 2);
-    to_host(gpool, dv.pool, np * 2);
+    uint16_t *gpool = tt_xmalloc(np * 2);
+    tt_cuda_to_host(gpool, dv.pool, np * 2);
     assert_memory_equal(gpool, dt.pool, np * 2);
     assert_int_equal(cudaGraphLaunch(exec, st), cudaSuccess);
     assert_int_equal(cudaStreamSynchronize(st), cudaSuccess);
-    to_host(gpool, dv.pool, np * 2);
+    tt_cuda_to_host(gpool, dv.pool, np * 2);
     cpu_append(cpu, &lo, dt.pool, dt.kf, dt.vf);
     assert_memory_equal(gpool, dt.pool, np * 2);
     assert_int_equal(fault_read(&dv), 0);
@@ -626,22 +553,15 @@ int main(void)
     const struct CMUnitTest host_tests[] = {
         cmocka_unit_test(test_bad_arguments),
     };
-    int rc = cmocka_run_group_tests_name("decode_append_args", host_tests,
-                                         NULL, NULL);
-    if (rc != 0)
-        return rc;
-    int n = 0;
-    if (tg_cuda_device_count(&n) != 0) {
-        printf("no CUDA device: device tests skipped\n");
-        return 77;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_append_vs_cpu),
         cmocka_unit_test(test_append_faults),
         cmocka_unit_test(test_append_graph),
     };
-    return cmocka_run_group_tests_name("decode_append_device", tests, NULL,
-                                       NULL);
+    return tt_cuda_run_tests("decode_append_args", host_tests,
+                             TT_COUNT(host_tests),
+                             "no CUDA device: device tests skipped",
+                             "decode_append_device", tests, TT_COUNT(tests));
 #else
     printf("built without CUDA: skipped\n");
     return 77;

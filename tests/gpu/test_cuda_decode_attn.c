@@ -25,6 +25,8 @@
 #include <string.h>
 
 #include "common/tg_err.h"
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
@@ -36,26 +38,7 @@
 
 #ifdef TANGRAM_CUDA
 static char err[256];
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rng(void)
-{
-    /* xorshift64* (Vigna 2016). */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-
-static int rnd(int lo, int hi)
-{
-    return lo + (int)(rng() % (uint64_t)(hi - lo + 1));
-}
-
-static float frnd(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((double)(rng() >> 11) / 9007199254740992.0);
-}
+static struct tt_xrng rng = {0x9e3779b97f4a7c15ull};
 
 /* ---- host-only checks (no device needed) ---- */
 
@@ -214,16 +197,6 @@ static void test_bad_arguments(void **state)
 
 /* ---- device tests ---- */
 
-static void *dev_upload(const void *src, size_t bytes)
-{
-    void *d = NULL;
-    assert_int_equal(cudaMalloc(&d, bytes > 0 ? bytes : 1), cudaSuccess);
-    if (bytes > 0)
-        assert_int_equal(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice),
-                         cudaSuccess);
-    return d;
-}
-
 struct dcase {
     int hp, d, g, page, n_groups, n_seq;
     int max_len;      /* lens drawn in 1..max_len (plus fixed edge values) */
@@ -248,43 +221,24 @@ static void run_case(const struct dcase *c)
     int64_t n_pages = 0;
     indptr[0] = 0;
     for (int r = 0; r < rows; r++) {
-        int e = rnd(0, 9);
+        int e = tt_xrng_int(&rng, 0, 9);
         /* max_len 1: every row one token (the edge values would not be) */
-        lens[r] = c->max_len == 1 ? 1 : e < 7 ? edge[e] : rnd(1, c->max_len);
+        lens[r] = c->max_len == 1 ? 1
+                  : e < 7         ? edge[e]
+                                  : tt_xrng_int(&rng, 1, c->max_len);
         int np = (lens[r] + P - 1) / P;
-        int slack = rnd(0, 2); /* padded-table gaps, never read */
+        int slack = tt_xrng_int(&rng, 0, 2); /* padded-table gaps, never read */
         indptr[r + 1] = indptr[r] + np + slack;
         n_pages += np + slack;
     }
     /* Shuffled page ids: a random permutation of the pool. */
     int32_t *indices = malloc((size_t)n_pages * sizeof(int32_t));
     assert_non_null(indices);
-    for (int64_t i = 0; i < n_pages; i++)
-        indices[i] = (int32_t)i;
-    for (int64_t i = n_pages - 1; i > 0; i--) {
-        int64_t j = (int64_t)(rng() % (uint64_t)(i + 1));
-        int32_t t = indices[i];
-        indices[i] = indices[j];
-        indices[j] = t;
-    }
+    tt_xrng_perm(&rng, indices, n_pages);
     /* Heads to (group, slot) by a random permutation. */
-    int32_t *hg = malloc((size_t)Hkv * sizeof(int32_t));
-    int32_t *hs = malloc((size_t)Hkv * sizeof(int32_t));
-    int *perm = malloc((size_t)Hkv * sizeof(int));
-    assert_non_null(hg);
-    assert_non_null(hs);
-    assert_non_null(perm);
-    for (int h = 0; h < Hkv; h++)
-        perm[h] = h;
-    for (int h = Hkv - 1; h > 0; h--) {
-        int j = rnd(0, h), t = perm[h];
-        perm[h] = perm[j];
-        perm[j] = t;
-    }
-    for (int h = 0; h < Hkv; h++) {
-        hg[h] = perm[h] / Hp;
-        hs[h] = perm[h] % Hp;
-    }
+    int32_t *hg = tt_xmalloc((size_t)Hkv * sizeof(int32_t));
+    int32_t *hs = tt_xmalloc((size_t)Hkv * sizeof(int32_t));
+    tt_heads_gather(&rng, Hkv, Hp, hg, hs);
     /* bf16 data and its exact fp32 image for the CPU. */
     const size_t pool_n = (size_t)n_pages * Hp * 2 * P * d;
     const size_t q_n = (size_t)NS * Hq * d;
@@ -296,14 +250,8 @@ static void run_case(const struct dcase *c)
     assert_non_null(pool32);
     assert_non_null(q16);
     assert_non_null(q32);
-    for (size_t i = 0; i < pool_n; i++) {
-        pool16[i] = st_f32_to_bf16(frnd(-1.0f, 1.0f));
-        pool32[i] = st_bf16_to_f32(pool16[i]);
-    }
-    for (size_t i = 0; i < q_n; i++) {
-        q16[i] = st_f32_to_bf16(frnd(-3.0f, 3.0f));
-        q32[i] = st_bf16_to_f32(q16[i]);
-    }
+    tt_fill_bf16(&rng, pool16, pool32, pool_n, -1.0f, 1.0f);
+    tt_fill_bf16(&rng, q16, q32, q_n, -3.0f, 3.0f);
 
     /* CPU reference over layer 1's rows. */
     struct tg_kv_rows *kr = calloc((size_t)NS, sizeof(*kr));
@@ -333,13 +281,15 @@ static void run_case(const struct dcase *c)
     tg_backend_cpu_free(cpu);
 
     /* Device copies. */
-    uint16_t *d_pool = dev_upload(pool16, pool_n * sizeof(uint16_t));
-    uint16_t *d_q = dev_upload(q16, q_n * sizeof(uint16_t));
-    int32_t *d_indptr = dev_upload(indptr, (size_t)(rows + 1) * sizeof(int32_t));
-    int32_t *d_indices = dev_upload(indices, (size_t)n_pages * sizeof(int32_t));
-    int32_t *d_lens = dev_upload(lens, (size_t)rows * sizeof(int32_t));
-    int32_t *d_hg = dev_upload(hg, (size_t)Hkv * sizeof(int32_t));
-    int32_t *d_hs = dev_upload(hs, (size_t)Hkv * sizeof(int32_t));
+    uint16_t *d_pool = tt_cuda_upload(pool16, pool_n * sizeof(uint16_t));
+    uint16_t *d_q = tt_cuda_upload(q16, q_n * sizeof(uint16_t));
+    int32_t *d_indptr =
+        tt_cuda_upload(indptr, (size_t)(rows + 1) * sizeof(int32_t));
+    int32_t *d_indices =
+        tt_cuda_upload(indices, (size_t)n_pages * sizeof(int32_t));
+    int32_t *d_lens = tt_cuda_upload(lens, (size_t)rows * sizeof(int32_t));
+    int32_t *d_hg = tt_cuda_upload(hg, (size_t)Hkv * sizeof(int32_t));
+    int32_t *d_hs = tt_cuda_upload(hs, (size_t)Hkv * sizeof(int32_t));
     float *out32 = malloc(q_n * sizeof(float));
     uint16_t *out16 = malloc(q_n * sizeof(uint16_t));
     assert_non_null(out32);
@@ -351,11 +301,11 @@ static void run_case(const struct dcase *c)
     for (int variant = 0; variant < 3; variant++) {
         /* Layer 0 of the map gets junk so the layer index matters. */
         for (int g = 0; g < NG; g++)
-            split[g] = rnd(1, 8);
+            split[g] = tt_xrng_int(&rng, 1, 8);
         int *s1 = split + NG;
         if (variant == 0) {
             for (int g = 0; g < NG; g++)
-                s1[g] = rnd(1, c->split_max);
+                s1[g] = tt_xrng_int(&rng, 1, c->split_max);
         } else if (variant == 1) {
             for (int g = 0; g < NG; g++)
                 s1[g] = 1;
@@ -528,7 +478,6 @@ static void run_case(const struct dcase *c)
     free(q32);
     free(hg);
     free(hs);
-    free(perm);
     free(lens);
     free(indptr);
     free(indices);
@@ -541,8 +490,9 @@ static void test_matches_cpu(void **state)
     for (int a = 0; a < 3; a++)
         for (int b = 0; b < 2; b++)
             for (int c = 0; c < 3; c++) {
-                struct dcase k = {hps[a], ds[b], gs[c], 16, rnd(1, 3),
-                                  rnd(1, 4), 300, 8};
+                struct dcase k = {hps[a], ds[b], gs[c], 16,
+                                  tt_xrng_int(&rng, 1, 3),
+                                  tt_xrng_int(&rng, 1, 4), 300, 8};
                 run_case(&k);
             }
 }
@@ -592,20 +542,14 @@ int main(void)
         cmocka_unit_test(test_split_map_rejects),
         cmocka_unit_test(test_bad_arguments),
     };
-    int rc = cmocka_run_group_tests_name("host", host_tests, NULL, NULL);
-    if (rc != 0)
-        return rc;
-    int n = 0;
-    if (tg_cuda_device_count(&n) != 0) {
-        printf("no CUDA device: device tests skipped\n");
-        return 77;
-    }
     const struct CMUnitTest dev_tests[] = {
         cmocka_unit_test(test_n_cta),
         cmocka_unit_test(test_matches_cpu),
         cmocka_unit_test(test_odd_shapes),
     };
-    return cmocka_run_group_tests_name("device", dev_tests, NULL, NULL);
+    return tt_cuda_run_tests("host", host_tests, TT_COUNT(host_tests),
+                             "no CUDA device: device tests skipped",
+                             "device", dev_tests, TT_COUNT(dev_tests));
 #else
     printf("built without CUDA: skipped\n");
     return 77;

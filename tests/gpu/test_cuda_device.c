@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "common/tg_err.h"
+#include "tests/support/tt_cuda.h"
 #ifdef TANGRAM_CUDA
 #include "kernels/cuda/cuda_device.h"
 #endif
@@ -25,11 +26,8 @@ static void test_query(void **state)
 int main(void)
 {
 #ifdef TANGRAM_CUDA
-    int n = 0;
-    if (tg_cuda_device_count(&n) != 0) {
-        printf("no CUDA device: skipped\n");
+    if (!tt_cuda_have_device("no CUDA device: skipped"))
         return 77;
-    }
 #else
     printf("built without CUDA: skipped\n");
     return 77;

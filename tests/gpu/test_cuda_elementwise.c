@@ -26,40 +26,17 @@
 #include "common/st_safetensors.h"
 #include "common/tg_err.h"
 #include "kernels/tg_ops.h"
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/elementwise.h"
 #endif
 
 #ifdef TANGRAM_CUDA
 static struct tg_backend *cpu;
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rng(void)
-{
-    /* xorshift64* (Vigna 2016). */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-
-static int rnd(int lo, int hi)
-{
-    return lo + (int)(rng() % (uint64_t)(hi - lo + 1));
-}
-
-static float uniform(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((double)(rng() >> 11) / 9007199254740992.0);
-}
-
-static float bf16_round(float x)
-{
-    return st_bf16_to_f32(st_f32_to_bf16(x));
-}
+static struct tt_xrng rng = {0x9e3779b97f4a7c15ull};
 
 static size_t dsize(enum ew_dtype dt)
 {
@@ -75,40 +52,24 @@ static const char *dname(enum ew_dtype dt)
  * and the reference see the same inputs. */
 static float *rand_vals(size_t len, float lo, float hi, enum ew_dtype dt)
 {
-    float *a = malloc((len > 0 ? len : 1) * sizeof(float));
-    assert_non_null(a);
+    float *a = tt_xmalloc(len * sizeof(float));
     for (size_t i = 0; i < len; i++) {
-        float v = uniform(lo, hi);
-        a[i] = dt == EW_DTYPE_BF16 ? bf16_round(v) : v;
+        float v = tt_xrng_float(&rng, lo, hi);
+        a[i] = dt == EW_DTYPE_BF16 ? tt_bf16_round(v) : v;
     }
     return a;
-}
-
-static void *dev_alloc(size_t bytes)
-{
-    void *p = NULL;
-    assert_int_equal(cudaMalloc(&p, bytes > 0 ? bytes : 1), cudaSuccess);
-    return p;
 }
 
 /* Copies host floats to a new device buffer stored as dt. */
 static void *dev_from(const float *h, size_t len, enum ew_dtype dt)
 {
-    void *d = dev_alloc(len * dsize(dt));
-    if (len == 0)
-        return d;
-    if (dt == EW_DTYPE_F32) {
-        assert_int_equal(cudaMemcpy(d, h, len * 4, cudaMemcpyHostToDevice),
-                         cudaSuccess);
-    } else {
-        uint16_t *t = malloc(len * 2);
-        assert_non_null(t);
-        for (size_t i = 0; i < len; i++)
-            t[i] = st_f32_to_bf16(h[i]);
-        assert_int_equal(cudaMemcpy(d, t, len * 2, cudaMemcpyHostToDevice),
-                         cudaSuccess);
-        free(t);
-    }
+    if (dt == EW_DTYPE_F32)
+        return tt_cuda_upload(h, len * 4);
+    uint16_t *t = tt_xmalloc(len * 2);
+    for (size_t i = 0; i < len; i++)
+        t[i] = st_f32_to_bf16(h[i]);
+    void *d = tt_cuda_upload(t, len * 2);
+    free(t);
     return d;
 }
 
@@ -116,23 +77,16 @@ static void *dev_from(const float *h, size_t len, enum ew_dtype dt)
  * for the device, so kernel errors surface here). */
 static float *host_from(const void *d, size_t len, enum ew_dtype dt)
 {
-    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-    float *h = malloc((len > 0 ? len : 1) * sizeof(float));
-    assert_non_null(h);
-    if (len == 0)
-        return h;
+    float *h = tt_xmalloc(len * sizeof(float));
     if (dt == EW_DTYPE_F32) {
-        assert_int_equal(cudaMemcpy(h, d, len * 4, cudaMemcpyDeviceToHost),
-                         cudaSuccess);
-    } else {
-        uint16_t *t = malloc(len * 2);
-        assert_non_null(t);
-        assert_int_equal(cudaMemcpy(t, d, len * 2, cudaMemcpyDeviceToHost),
-                         cudaSuccess);
-        for (size_t i = 0; i < len; i++)
-            h[i] = st_bf16_to_f32(t[i]);
-        free(t);
+        tt_cuda_sync_to_host(h, d, len * 4);
+        return h;
     }
+    uint16_t *t = tt_xmalloc(len * 2);
+    tt_cuda_sync_to_host(t, d, len * 2);
+    for (size_t i = 0; i < len; i++)
+        h[i] = st_bf16_to_f32(t[i]);
+    free(t);
     return h;
 }
 
@@ -175,8 +129,8 @@ static void test_convert(void **state)
     assert_non_null(out);
     for (size_t i = 0; i < n; i++)
         bits[i] = (uint16_t)i;
-    uint16_t *dbits = dev_alloc(n * 2);
-    float *dout = dev_alloc(n * 4);
+    uint16_t *dbits = tt_cuda_alloc(n * 2);
+    float *dout = tt_cuda_alloc(n * 4);
     assert_int_equal(cudaMemcpy(dbits, bits, n * 2, cudaMemcpyHostToDevice),
                      cudaSuccess);
     assert_int_equal(ew_bf16_to_f32(dbits, dout, n, NULL), 0);
@@ -212,13 +166,13 @@ static void test_convert(void **state)
         assert_non_null(in);
         assert_non_null(got);
         for (size_t i = 0; i < len; i++) {
-            uint32_t u = (uint32_t)rng();
+            uint32_t u = (uint32_t)tt_xrng_next(&rng);
             if (i < sizeof(corners) / sizeof(corners[0]))
                 u = corners[i];
             memcpy(&in[i], &u, 4);
         }
-        float *din = dev_alloc(len * 4);
-        uint16_t *dgot = dev_alloc(len * 2);
+        float *din = tt_cuda_alloc(len * 4);
+        uint16_t *dgot = tt_cuda_alloc(len * 2);
         assert_int_equal(cudaMemcpy(din, in, len * 4, cudaMemcpyHostToDevice),
                          cudaSuccess);
         assert_int_equal(ew_f32_to_bf16(din, dgot, len, NULL), 0);
@@ -252,12 +206,12 @@ static void check_embedding(int vocab, int hidden, int n, enum ew_dtype odt)
     assert_non_null(ids);
     assert_non_null(ids_ok);
     for (int i = 0; i < n; i++) {
-        ids[i] = rnd(0, vocab - 1);
-        int k = rnd(0, 9);
+        ids[i] = tt_xrng_int(&rng, 0, vocab - 1);
+        int k = tt_xrng_int(&rng, 0, 9);
         if (k == 0)
-            ids[i] = vocab + rnd(0, 3); /* invalid: zero row */
+            ids[i] = vocab + tt_xrng_int(&rng, 0, 3); /* invalid: zero row */
         else if (k == 1)
-            ids[i] = -1 - rnd(0, 3);
+            ids[i] = -1 - tt_xrng_int(&rng, 0, 3);
         ids_ok[i] = ids[i] >= 0 && ids[i] < vocab ? ids[i] : 0;
     }
     size_t olen = (size_t)n * hidden;
@@ -270,11 +224,11 @@ static void check_embedding(int vocab, int hidden, int n, enum ew_dtype odt)
             memset(ref + (size_t)i * hidden, 0, (size_t)hidden * 4);
 
     void *dtable = dev_from(table, (size_t)vocab * hidden, EW_DTYPE_BF16);
-    int32_t *dids = dev_alloc((size_t)(n > 0 ? n : 1) * 4);
+    int32_t *dids = tt_cuda_alloc((size_t)(n > 0 ? n : 1) * 4);
     if (n > 0)
         assert_int_equal(cudaMemcpy(dids, ids, (size_t)n * 4,
                                     cudaMemcpyHostToDevice), cudaSuccess);
-    void *dout = dev_alloc(olen * dsize(odt));
+    void *dout = tt_cuda_alloc(olen * dsize(odt));
     assert_int_equal(ew_embedding(dtable, vocab, hidden, dids, n, dout, odt,
                                   NULL), 0);
     float *got = host_from(dout, olen, odt);
@@ -297,8 +251,10 @@ static void test_embedding(void **state)
     for (int o = 0; o < 2; o++) {
         enum ew_dtype odt = o ? EW_DTYPE_BF16 : EW_DTYPE_F32;
         for (size_t k = 0; k < sizeof(hiddens) / sizeof(hiddens[0]); k++)
-            check_embedding(rnd(1, 300), hiddens[k], rnd(1, 40), odt);
-        check_embedding(rnd(1, 50), rnd(1, 8192), rnd(1, 40), odt);
+            check_embedding(tt_xrng_int(&rng, 1, 300), hiddens[k],
+                            tt_xrng_int(&rng, 1, 40), odt);
+        check_embedding(tt_xrng_int(&rng, 1, 50), tt_xrng_int(&rng, 1, 8192),
+                        tt_xrng_int(&rng, 1, 40), odt);
         check_embedding(1, 7, 5, odt);
         check_embedding(10, 7, 0, odt);
     }
@@ -325,14 +281,14 @@ static void check_rmsnorm(int n, int dim, int with_res, enum ew_dtype xdt,
         assert_int_equal(tg_ops_cpu.add(cpu, xref, r, len), 0);
         if (xdt == EW_DTYPE_BF16)
             for (size_t i = 0; i < len; i++)
-                xref[i] = bf16_round(xref[i]);
+                xref[i] = tt_bf16_round(xref[i]);
     }
     assert_int_equal(tg_ops_cpu.rmsnorm(cpu, xref, w, n, dim, eps, ref), 0);
 
     void *dx = dev_from(x, len, xdt);
     void *dr = with_res ? dev_from(r, len, rdt) : NULL;
     void *dw = dev_from(w, (size_t)dim, EW_DTYPE_BF16);
-    void *dout = in_place ? dx : dev_alloc(len * dsize(odt));
+    void *dout = in_place ? dx : tt_cuda_alloc(len * dsize(odt));
     assert_int_equal(ew_rmsnorm(dx, xdt, dr, rdt, dw, n, dim, eps, dout, odt,
                                 stream), 0);
     char what[128];
@@ -369,11 +325,14 @@ static void test_rmsnorm(void **state)
         enum ew_dtype rdt = (c & 2) ? EW_DTYPE_BF16 : EW_DTYPE_F32;
         enum ew_dtype odt = (c & 4) ? EW_DTYPE_BF16 : EW_DTYPE_F32;
         for (size_t k = 0; k < sizeof(dims) / sizeof(dims[0]); k++) {
-            check_rmsnorm(rnd(1, 9), dims[k], 1, xdt, rdt, odt, 0, NULL);
+            check_rmsnorm(tt_xrng_int(&rng, 1, 9), dims[k], 1, xdt, rdt, odt,
+                          0, NULL);
             if ((c & 2) == 0) /* without a residual rdt does not matter */
-                check_rmsnorm(rnd(1, 9), dims[k], 0, xdt, rdt, odt, 0, NULL);
+                check_rmsnorm(tt_xrng_int(&rng, 1, 9), dims[k], 0, xdt, rdt,
+                              odt, 0, NULL);
         }
-        check_rmsnorm(rnd(1, 40), rnd(1, 8192), 1, xdt, rdt, odt, 0, NULL);
+        check_rmsnorm(tt_xrng_int(&rng, 1, 40), tt_xrng_int(&rng, 1, 8192), 1,
+                      xdt, rdt, odt, 0, NULL);
     }
     /* In place (out == x) without a residual, and on a created stream. */
     check_rmsnorm(7, 4096, 0, EW_DTYPE_BF16, EW_DTYPE_BF16, EW_DTYPE_BF16, 1,
@@ -402,7 +361,7 @@ static void check_rope(int n, int heads, int d, int64_t stride, int with_norm,
     assert_non_null(pos);
     assert_non_null(inv_freq);
     for (int i = 0; i < n; i++)
-        pos[i] = i == 0 ? 0 : rnd(0, 131071);
+        pos[i] = i == 0 ? 0 : tt_xrng_int(&rng, 0, 131071);
     /* HF default RoPE: inv_freq[j] = theta^(-2j/d), theta = 1e6 (Qwen3). */
     for (int j = 0; j < d / 2; j++)
         inv_freq[j] = (float)(1.0 / pow(1e6, 2.0 * j / d));
@@ -418,8 +377,8 @@ static void check_rope(int n, int heads, int d, int64_t stride, int with_norm,
 
     void *dx = dev_from(x, len, dt);
     void *dw = with_norm ? dev_from(w, (size_t)d, EW_DTYPE_BF16) : NULL;
-    int32_t *dpos = dev_alloc((size_t)(n > 0 ? n : 1) * 4);
-    float *dinv = dev_alloc((size_t)(d / 2) * 4);
+    int32_t *dpos = tt_cuda_alloc((size_t)(n > 0 ? n : 1) * 4);
+    float *dinv = tt_cuda_alloc((size_t)(d / 2) * 4);
     if (n > 0)
         assert_int_equal(cudaMemcpy(dpos, pos, (size_t)n * 4,
                                     cudaMemcpyHostToDevice), cudaSuccess);
@@ -464,14 +423,15 @@ static void test_rope(void **state)
         int norm = (c & 2) != 0;
         for (size_t k = 0; k < sizeof(ds) / sizeof(ds[0]); k++) {
             int d = ds[k];
-            int heads = rnd(1, 64);
-            check_rope(rnd(1, 12), heads, d, (int64_t)heads * d, norm, dt);
-            /* q inside a fused QKV row: k and v columns follow. */
-            int kv = rnd(1, 8);
-            check_rope(rnd(1, 12), heads, d, (int64_t)(heads + 2 * kv) * d,
+            int heads = tt_xrng_int(&rng, 1, 64);
+            check_rope(tt_xrng_int(&rng, 1, 12), heads, d, (int64_t)heads * d,
                        norm, dt);
-            check_rope(1, 64, d, 64 * d + rnd(1, 5), norm, dt);
-            check_rope(rnd(1, 4), 1, d, d, norm, dt);
+            /* q inside a fused QKV row: k and v columns follow. */
+            int kv = tt_xrng_int(&rng, 1, 8);
+            check_rope(tt_xrng_int(&rng, 1, 12), heads, d,
+                       (int64_t)(heads + 2 * kv) * d, norm, dt);
+            check_rope(1, 64, d, 64 * d + tt_xrng_int(&rng, 1, 5), norm, dt);
+            check_rope(tt_xrng_int(&rng, 1, 4), 1, d, d, norm, dt);
         }
         /* Tiny and odd-half head sizes: lanes without a pair. */
         check_rope(3, 5, 2, 10, norm, dt);
@@ -512,7 +472,7 @@ static void check_silu(int n, int width, int fused, int64_t ld_out,
     const char *dgate = dg;
     const void *dup = fused ? (const void *)(dgate + (size_t)width * dsize(idt))
                             : du;
-    void *dout = in_place ? dg : dev_alloc(out_len * dsize(odt));
+    void *dout = in_place ? dg : tt_cuda_alloc(out_len * dsize(odt));
     assert_int_equal(ew_silu_mul(dg, dup, idt, n, width, ld_in, dout, odt,
                                  ld_out, NULL), 0);
     float *got = host_from(dout, out_len, odt);
@@ -549,10 +509,12 @@ static void test_silu_mul(void **state)
         enum ew_dtype odt = (c & 2) ? EW_DTYPE_BF16 : EW_DTYPE_F32;
         for (size_t k = 0; k < sizeof(widths) / sizeof(widths[0]); k++) {
             int w = widths[k];
-            check_silu(rnd(1, 9), w, 0, w, idt, odt, 0);
-            check_silu(rnd(1, 9), w, 1, w + rnd(0, 3), idt, odt, 0);
+            check_silu(tt_xrng_int(&rng, 1, 9), w, 0, w, idt, odt, 0);
+            check_silu(tt_xrng_int(&rng, 1, 9), w, 1,
+                       w + tt_xrng_int(&rng, 0, 3), idt, odt, 0);
         }
-        check_silu(rnd(1, 40), rnd(1, 8192), rnd(0, 1), 8192, idt, odt, 0);
+        check_silu(tt_xrng_int(&rng, 1, 40), tt_xrng_int(&rng, 1, 8192),
+                   tt_xrng_int(&rng, 0, 1), 8192, idt, odt, 0);
         check_silu(0, 64, 0, 64, idt, odt, 0);
     }
     /* In place over the gate half of a fused gate_up output. */
@@ -706,8 +668,7 @@ static int teardown(void **state)
 int main(void)
 {
 #ifdef TANGRAM_CUDA
-    int n = 0;
-    have_device = tg_cuda_device_count(&n) == 0;
+    have_device = tt_cuda_have_device(NULL);
     if (!have_device) {
         const struct CMUnitTest host_tests[] = {
             cmocka_unit_test(test_bad_arguments),

@@ -26,57 +26,26 @@
 #include "common/st_safetensors.h"
 #include "common/tg_err.h"
 #include "kernels/tg_ops.h"
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime_api.h>
 
-#include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/gemm.h"
 #endif
 
 #ifdef TANGRAM_CUDA
 static char err[256];
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static struct tt_xrng rng = {0x9e3779b97f4a7c15ull};
 
-static uint64_t rng(void)
-{
-    /* xorshift64* (Vigna 2016). */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-
-static float frand(void) /* uniform in [-1, 1) */
-{
-    return (float)((double)(rng() >> 11) * 0x1.0p-52 - 1.0);
-}
-
-/* n random values rounded to bf16: bits to h, the same values to f. */
+/* n random values in [-1, 1) rounded to bf16: bits to h, the same values
+ * to f. */
 static void rand_bf16(size_t n, uint16_t *h, float *f)
 {
     for (size_t i = 0; i < n; i++) {
-        h[i] = st_f32_to_bf16(frand());
+        h[i] = st_f32_to_bf16(tt_xrng_sym(&rng));
         f[i] = st_bf16_to_f32(h[i]);
     }
-}
-
-static void *dev_alloc(size_t bytes)
-{
-    void *p = NULL;
-    assert_int_equal(cudaMalloc(&p, bytes ? bytes : 1), cudaSuccess);
-    return p;
-}
-
-static void to_dev(void *d, const void *h, size_t bytes)
-{
-    assert_int_equal(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice),
-                     cudaSuccess);
-}
-
-static void to_host(void *h, const void *d, size_t bytes)
-{
-    assert_int_equal(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost),
-                     cudaSuccess);
 }
 
 struct gcase {
@@ -111,20 +80,22 @@ static void run_case(struct tg_cuda_gemm *g, struct tg_backend *cpu,
     rand_bf16(n * k, wh, wf);
     for (size_t j = 0; j < n; j++) {
         if (c->f32) {
-            bf[j] = frand();
+            bf[j] = tt_xrng_sym(&rng);
             ((float *)bh)[j] = bf[j];
         } else {
-            ((uint16_t *)bh)[j] = st_f32_to_bf16(frand());
+            ((uint16_t *)bh)[j] = st_f32_to_bf16(tt_xrng_sym(&rng));
             bf[j] = st_bf16_to_f32(((uint16_t *)bh)[j]);
         }
     }
-    char *dx = dev_alloc((m * k + off) * 2), *dw = dev_alloc((n * k + 3 * off) * 2);
-    char *db = dev_alloc((n + off) * ysz), *dy = dev_alloc((m * n + off) * ysz);
+    char *dx = tt_cuda_alloc((m * k + off) * 2);
+    char *dw = tt_cuda_alloc((n * k + 3 * off) * 2);
+    char *db = tt_cuda_alloc((n + off) * ysz);
+    char *dy = tt_cuda_alloc((m * n + off) * ysz);
     char *px = dx + off * 2, *pw = dw + 3 * off * 2, *pb = db + off * ysz,
          *py = dy + off * ysz;
-    to_dev(px, xh, m * k * 2);
-    to_dev(pw, wh, n * k * 2);
-    to_dev(pb, bh, n * ysz);
+    tt_cuda_to_dev(px, xh, m * k * 2);
+    tt_cuda_to_dev(pw, wh, n * k * 2);
+    tt_cuda_to_dev(pb, bh, n * ysz);
     assert_int_equal(cudaMemset(dy, 0xff, (m * n + off) * ysz), cudaSuccess);
     int rc = tg_cuda_gemm_bf16(g, px, pw, c->bias ? pb : NULL, c->m, c->n,
                                c->k, py,
@@ -132,7 +103,7 @@ static void run_case(struct tg_cuda_gemm *g, struct tg_backend *cpu,
                                NULL);
     assert_int_equal(rc, 0);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-    to_host(yh, py, m * n * ysz);
+    tt_cuda_to_host(yh, py, m * n * ysz);
 
     assert_int_equal(tg_ops_cpu.gemm(cpu, xf, wf, c->bias ? bf : NULL, c->m,
                                      c->n, c->k, ref), 0);
@@ -256,24 +227,24 @@ static void test_bias_pointer_switch(void **state)
     rand_bf16((size_t)m * k, xh, xf);
     rand_bf16((size_t)n * k, wh, wf);
     for (int j = 0; j < n; j++) {
-        b1[j] = frand();
+        b1[j] = tt_xrng_sym(&rng);
         b2[j] = b1[j] + 1.0f + (float)j; /* differs by >= 1 everywhere */
     }
-    void *dx = dev_alloc(sizeof(xh)), *dw = dev_alloc(sizeof(wh));
-    void *db1 = dev_alloc(sizeof(b1)), *db2 = dev_alloc(sizeof(b2));
-    void *dy = dev_alloc(sizeof(y1));
-    to_dev(dx, xh, sizeof(xh));
-    to_dev(dw, wh, sizeof(wh));
-    to_dev(db1, b1, sizeof(b1));
-    to_dev(db2, b2, sizeof(b2));
+    void *dx = tt_cuda_alloc(sizeof(xh)), *dw = tt_cuda_alloc(sizeof(wh));
+    void *db1 = tt_cuda_alloc(sizeof(b1)), *db2 = tt_cuda_alloc(sizeof(b2));
+    void *dy = tt_cuda_alloc(sizeof(y1));
+    tt_cuda_to_dev(dx, xh, sizeof(xh));
+    tt_cuda_to_dev(dw, wh, sizeof(wh));
+    tt_cuda_to_dev(db1, b1, sizeof(b1));
+    tt_cuda_to_dev(db2, b2, sizeof(b2));
     assert_int_equal(tg_cuda_gemm_bf16(g, dx, dw, db1, m, n, k, dy,
                                        TG_CUDA_GEMM_F32, NULL), 0);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-    to_host(y1, dy, sizeof(y1));
+    tt_cuda_to_host(y1, dy, sizeof(y1));
     assert_int_equal(tg_cuda_gemm_bf16(g, dx, dw, db2, m, n, k, dy,
                                        TG_CUDA_GEMM_F32, NULL), 0);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-    to_host(y2, dy, sizeof(y2));
+    tt_cuda_to_host(y2, dy, sizeof(y2));
     assert_int_equal(tg_cuda_gemm_cached(g), 1); /* one plan, reused */
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
@@ -297,7 +268,7 @@ static void test_edges_and_bad_arguments(void **state)
     struct tg_cuda_gemm *g = NULL;
     assert_int_equal(tg_cuda_gemm_new(0, NULL, err, sizeof(err)), TG_EINVAL);
     assert_int_equal(tg_cuda_gemm_new(0, &g, err, sizeof(err)), 0);
-    char *buf = dev_alloc(4096);
+    char *buf = tt_cuda_alloc(4096);
     void *x = buf, *w = buf + 1024, *y = buf + 2048, *b = buf + 3072;
     assert_int_equal(tg_cuda_gemm_bf16(NULL, x, w, NULL, 1, 1, 1, y,
                                        TG_CUDA_GEMM_BF16, NULL), TG_EINVAL);
@@ -324,17 +295,17 @@ static void test_edges_and_bad_arguments(void **state)
                                        TG_CUDA_GEMM_BF16, NULL), 0);
     /* k == 0: y = bias (fp32), or 0 (bf16). */
     float bias[3] = {1.5f, -2.0f, 0.25f};
-    to_dev(b, bias, sizeof(bias));
+    tt_cuda_to_dev(b, bias, sizeof(bias));
     assert_int_equal(tg_cuda_gemm_bf16(g, NULL, NULL, b, 2, 3, 0, y,
                                        TG_CUDA_GEMM_F32, NULL), 0);
     float out[6];
-    to_host(out, y, sizeof(out));
+    tt_cuda_to_host(out, y, sizeof(out));
     for (int i = 0; i < 6; i++)
         assert_true(out[i] == bias[i % 3]);
     assert_int_equal(tg_cuda_gemm_bf16(g, NULL, NULL, NULL, 2, 3, 0, y,
                                        TG_CUDA_GEMM_BF16, NULL), 0);
     uint16_t o16[6];
-    to_host(o16, y, sizeof(o16));
+    tt_cuda_to_host(o16, y, sizeof(o16));
     for (int i = 0; i < 6; i++)
         assert_int_equal(o16[i], 0);
     assert_int_equal(tg_cuda_gemm_cached(g), 0); /* none of these planned */
@@ -347,11 +318,8 @@ static void test_edges_and_bad_arguments(void **state)
 int main(void)
 {
 #ifdef TANGRAM_CUDA
-    int n = 0;
-    if (tg_cuda_device_count(&n) != 0) {
-        printf("no CUDA device: skipped\n");
+    if (!tt_cuda_have_device("no CUDA device: skipped"))
         return 77;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shapes),
         cmocka_unit_test(test_cache),

@@ -41,9 +41,9 @@
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_layout.h"
+#include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
-#include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/decode_attn.h"
 #endif
 
@@ -550,8 +550,7 @@ int main(void)
     printf("skipped: built without CUDA\n");
     return 77;
 #else
-    int ndev = 0;
-    if (tg_cuda_device_count(&ndev) != 0 || ndev < 1) {
+    if (!tt_cuda_have_device(NULL)) {
         /* the runtime must say so clearly instead of failing obscurely */
         struct gw_model m = {0};
         struct gw_kv_layout lay = {0};

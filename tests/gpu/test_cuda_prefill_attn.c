@@ -32,37 +32,19 @@
 #include <string.h>
 
 #include "common/tg_err.h"
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
 #include "common/st_safetensors.h"
-#include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/prefill_attn.h"
 #include "kernels/tg_ops.h"
 #endif
 
 #ifdef TANGRAM_CUDA
 static char err[256];
-static uint64_t rng_state = 0x853c49e6748fea9bull;
-
-static uint64_t rng(void)
-{
-    /* xorshift64* (Vigna 2016). */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-
-static int rnd(int lo, int hi)
-{
-    return lo + (int)(rng() % (uint64_t)(hi - lo + 1));
-}
-
-static float frnd(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((double)(rng() >> 11) / 9007199254740992.0);
-}
+static struct tt_xrng rng = {0x853c49e6748fea9bull};
 
 /* ---- host-only checks (no device needed) ---- */
 
@@ -153,16 +135,6 @@ static void test_bad_arguments(void **state)
 
 /* ---- device tests ---- */
 
-static void *dev_upload(const void *src, size_t bytes)
-{
-    void *d = NULL;
-    assert_int_equal(cudaMalloc(&d, bytes > 0 ? bytes : 16), cudaSuccess);
-    if (bytes > 0)
-        assert_int_equal(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice),
-                         cudaSuccess);
-    return d;
-}
-
 enum hist_mode {
     HIST_NONE = 0,   /* every group empty */
     HIST_RAGGED = 1, /* 0 tokens, exactly one page, partial last page, random */
@@ -178,15 +150,6 @@ struct pcase {
     int use_stream; /* run on a created stream instead of the default */
 };
 
-/* bf16 data and its exact fp32 image for the CPU. */
-static void fill_bf16(uint16_t *h16, float *h32, size_t n, float lo, float hi)
-{
-    for (size_t i = 0; i < n; i++) {
-        h16[i] = st_f32_to_bf16(frnd(lo, hi));
-        h32[i] = st_bf16_to_f32(h16[i]);
-    }
-}
-
 static void run_case(const struct pcase *c)
 {
     const int Hp = c->hp, d = c->d, G = c->g, P = c->page, n = c->n;
@@ -198,7 +161,7 @@ static void run_case(const struct pcase *c)
     int32_t *indptr = malloc((size_t)(NG + 1) * sizeof(int32_t));
     assert_non_null(lens);
     assert_non_null(indptr);
-    const int shift = rnd(0, 3);
+    const int shift = tt_xrng_int(&rng, 0, 3);
     for (int g = 0; g < NG; g++) {
         switch (c->mode) {
         case HIST_NONE:
@@ -208,15 +171,16 @@ static void run_case(const struct pcase *c)
             int e = (g + shift) % 4;
             lens[g] = e == 0 ? 0
                       : e == 1 ? P
-                      : e == 2 ? 2 * P + (P > 1 ? rnd(1, P - 1) : 1)
-                               : rnd(0, c->hist_max);
+                      : e == 2 ? 2 * P +
+                                     (P > 1 ? tt_xrng_int(&rng, 1, P - 1) : 1)
+                               : tt_xrng_int(&rng, 0, c->hist_max);
             break;
         }
         case HIST_SINGLE:
-            lens[g] = rnd(1, P);
+            lens[g] = tt_xrng_int(&rng, 1, P);
             break;
         case HIST_LONG:
-            lens[g] = rnd(c->hist_max / 2, c->hist_max);
+            lens[g] = tt_xrng_int(&rng, c->hist_max / 2, c->hist_max);
             break;
         default: {
             static const int at_tile[4] = {64, 128, 65, 63};
@@ -230,23 +194,16 @@ static void run_case(const struct pcase *c)
     int64_t need = 0;
     for (int g = 0; g < NG; g++)
         need += (lens[g] + P - 1) / P;
-    const int64_t n_pages = need + rnd(1, 6);
+    const int64_t n_pages = need + tt_xrng_int(&rng, 1, 6);
     int32_t *perm = malloc((size_t)n_pages * sizeof(int32_t));
     int32_t *indices = malloc((size_t)(need + 3 * NG + 1) * sizeof(int32_t));
     assert_non_null(perm);
     assert_non_null(indices);
-    for (int64_t i = 0; i < n_pages; i++)
-        perm[i] = (int32_t)i;
-    for (int64_t i = n_pages - 1; i > 0; i--) {
-        int64_t j = (int64_t)(rng() % (uint64_t)(i + 1));
-        int32_t t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
+    tt_xrng_perm(&rng, perm, n_pages);
     int64_t used = 0;
     indptr[0] = 0;
     for (int g = 0; g < NG; g++) {
-        int np = (lens[g] + P - 1) / P, slack = rnd(0, 3);
+        int np = (lens[g] + P - 1) / P, slack = tt_xrng_int(&rng, 0, 3);
         for (int i = 0; i < np; i++)
             indices[indptr[g] + i] = perm[used++];
         for (int i = 0; i < slack; i++) /* out-of-pool ids: must stay unread */
@@ -257,23 +214,9 @@ static void run_case(const struct pcase *c)
     if (indptr[NG] == 0)
         indices[0] = INT32_MAX;
     /* KV heads to (group, slot) by a random permutation. */
-    int32_t *hg = malloc((size_t)Hkv * sizeof(int32_t));
-    int32_t *hs = malloc((size_t)Hkv * sizeof(int32_t));
-    int *hperm = malloc((size_t)Hkv * sizeof(int));
-    assert_non_null(hg);
-    assert_non_null(hs);
-    assert_non_null(hperm);
-    for (int h = 0; h < Hkv; h++)
-        hperm[h] = h;
-    for (int h = Hkv - 1; h > 0; h--) {
-        int j = rnd(0, h), t = hperm[h];
-        hperm[h] = hperm[j];
-        hperm[j] = t;
-    }
-    for (int h = 0; h < Hkv; h++) {
-        hg[h] = hperm[h] / Hp;
-        hs[h] = hperm[h] % Hp;
-    }
+    int32_t *hg = tt_xmalloc((size_t)Hkv * sizeof(int32_t));
+    int32_t *hs = tt_xmalloc((size_t)Hkv * sizeof(int32_t));
+    tt_heads_gather(&rng, Hkv, Hp, hg, hs);
 
     const size_t pool_n = (size_t)n_pages * Hp * 2 * P * d;
     const size_t q_n = (size_t)n * Hq * d, kv_n = (size_t)n * Hkv * d;
@@ -286,10 +229,10 @@ static void run_case(const struct pcase *c)
     uint16_t *v16 = malloc(kv_n * sizeof(uint16_t));
     float *v32 = malloc(kv_n * sizeof(float));
     assert_true(pool16 && pool32 && q16 && q32 && k16 && k32 && v16 && v32);
-    fill_bf16(pool16, pool32, pool_n, -1.0f, 1.0f);
-    fill_bf16(q16, q32, q_n, -3.0f, 3.0f);
-    fill_bf16(k16, k32, kv_n, -1.0f, 1.0f);
-    fill_bf16(v16, v32, kv_n, -1.0f, 1.0f);
+    tt_fill_bf16(&rng, pool16, pool32, pool_n, -1.0f, 1.0f);
+    tt_fill_bf16(&rng, q16, q32, q_n, -3.0f, 3.0f);
+    tt_fill_bf16(&rng, k16, k32, kv_n, -1.0f, 1.0f);
+    tt_fill_bf16(&rng, v16, v32, kv_n, -1.0f, 1.0f);
 
     /* CPU reference on the same CSR data. */
     const int32_t **gp = calloc((size_t)NG, sizeof(*gp));
@@ -310,15 +253,16 @@ static void run_case(const struct pcase *c)
 
     /* Device copies; the output has a NaN-filled guard tail. */
     const size_t guard = 4096;
-    uint16_t *d_pool = dev_upload(pool16, pool_n * sizeof(uint16_t));
-    uint16_t *d_q = dev_upload(q16, q_n * sizeof(uint16_t));
-    uint16_t *d_k = dev_upload(k16, kv_n * sizeof(uint16_t));
-    uint16_t *d_v = dev_upload(v16, kv_n * sizeof(uint16_t));
-    int32_t *d_indptr = dev_upload(indptr, (size_t)NG * sizeof(int32_t));
-    int32_t *d_indices = dev_upload(indices, (size_t)n_slots * sizeof(int32_t));
-    int32_t *d_lens = dev_upload(lens, (size_t)NG * sizeof(int32_t));
-    int32_t *d_hg = dev_upload(hg, (size_t)Hkv * sizeof(int32_t));
-    int32_t *d_hs = dev_upload(hs, (size_t)Hkv * sizeof(int32_t));
+    uint16_t *d_pool = tt_cuda_upload(pool16, pool_n * sizeof(uint16_t));
+    uint16_t *d_q = tt_cuda_upload(q16, q_n * sizeof(uint16_t));
+    uint16_t *d_k = tt_cuda_upload(k16, kv_n * sizeof(uint16_t));
+    uint16_t *d_v = tt_cuda_upload(v16, kv_n * sizeof(uint16_t));
+    int32_t *d_indptr = tt_cuda_upload(indptr, (size_t)NG * sizeof(int32_t));
+    int32_t *d_indices =
+        tt_cuda_upload(indices, (size_t)n_slots * sizeof(int32_t));
+    int32_t *d_lens = tt_cuda_upload(lens, (size_t)NG * sizeof(int32_t));
+    int32_t *d_hg = tt_cuda_upload(hg, (size_t)Hkv * sizeof(int32_t));
+    int32_t *d_hs = tt_cuda_upload(hs, (size_t)Hkv * sizeof(int32_t));
     uint16_t *d_out = NULL;
     const size_t out_bytes = (q_n + guard) * sizeof(uint16_t);
     assert_int_equal(cudaMalloc((void **)&d_out, out_bytes), cudaSuccess);
@@ -413,7 +357,6 @@ static void run_case(const struct pcase *c)
     free(v32);
     free(hg);
     free(hs);
-    free(hperm);
     free(perm);
     free(indices);
     free(lens);
@@ -435,7 +378,8 @@ static void test_matches_cpu(void **state)
             for (int c = 0; c < 3; c++, idx++) {
                 int P = pages[(idx / 4) % 2];
                 struct pcase k = {hps[c], ds[a], gs[b], P,
-                                  hps[c] == 4 ? rnd(1, 2) : rnd(1, 4),
+                                  hps[c] == 4 ? tt_xrng_int(&rng, 1, 2)
+                                              : tt_xrng_int(&rng, 1, 4),
                                   ns[idx % 4], modes[(idx + idx / 4) % 4],
                                   P == 1 ? 70 : 300, idx % 5 == 0};
                 run_case(&k);
@@ -471,19 +415,13 @@ int main(void)
     const struct CMUnitTest host_tests[] = {
         cmocka_unit_test(test_bad_arguments),
     };
-    int rc = cmocka_run_group_tests_name("host", host_tests, NULL, NULL);
-    if (rc != 0)
-        return rc;
-    int n = 0;
-    if (tg_cuda_device_count(&n) != 0) {
-        printf("no CUDA device: device tests skipped\n");
-        return 77;
-    }
     const struct CMUnitTest dev_tests[] = {
         cmocka_unit_test(test_matches_cpu),
         cmocka_unit_test(test_edge_shapes),
     };
-    return cmocka_run_group_tests_name("device", dev_tests, NULL, NULL);
+    return tt_cuda_run_tests("host", host_tests, TT_COUNT(host_tests),
+                             "no CUDA device: device tests skipped",
+                             "device", dev_tests, TT_COUNT(dev_tests));
 #else
     printf("built without CUDA: skipped\n");
     return 77;

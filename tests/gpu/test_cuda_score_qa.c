@@ -25,74 +25,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/st_safetensors.h"
 #include "common/tg_err.h"
 #include "kernels/tg_ops.h"
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/score_qa.h"
 #endif
 
 #ifdef TANGRAM_CUDA
-static uint64_t rng_state = 0x5851f42d4c957f2dull;
-
-static uint64_t rng(void)
-{
-    /* xorshift64* (Vigna 2016). */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-
-static int rnd(int lo, int hi)
-{
-    return lo + (int)(rng() % (uint64_t)(hi - lo + 1));
-}
-
-static float rnd_f(float lo, float hi)
-{
-    return lo + (hi - lo) * (float)((rng() >> 11) * (1.0 / 9007199254740992.0));
-}
-
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes > 0 ? bytes : 1);
-    assert_non_null(p);
-    return p;
-}
-
-static void *dev_alloc(size_t bytes)
-{
-    void *p = NULL;
-    assert_int_equal(cudaMalloc(&p, bytes > 0 ? bytes : 1), cudaSuccess);
-    return p;
-}
-
-static void to_dev(void *dst, const void *src, size_t bytes)
-{
-    if (bytes > 0)
-        assert_int_equal(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice),
-                         cudaSuccess);
-}
-
-static void to_host(void *dst, const void *src, size_t bytes)
-{
-    if (bytes > 0)
-        assert_int_equal(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost),
-                         cudaSuccess);
-}
-
-/* Random bf16 values in [lo, hi): bits in b, their exact floats in f. */
-static void fill_bf16(uint16_t *b, float *f, size_t len, float lo, float hi)
-{
-    for (size_t i = 0; i < len; i++) {
-        b[i] = st_f32_to_bf16(rnd_f(lo, hi));
-        f[i] = st_bf16_to_f32(b[i]);
-    }
-}
+static struct tt_xrng rng = {0x5851f42d4c957f2dull};
 
 /* Special contents of a chunk, to reach the zero branches. */
 enum special {
@@ -119,25 +63,26 @@ static void chunk_make(struct chunk_data *cd, const struct shape *sh)
     const int n = sh->n, d = sh->d, Hkv = sh->Hkv;
     cd->nq = (size_t)n * sh->Hq * d;
     cd->nk = (size_t)n * Hkv * d;
-    cd->qb = xmalloc(cd->nq * 2);
-    cd->kb = xmalloc(cd->nk * 2);
-    cd->vb = xmalloc(cd->nk * 2);
-    cd->qf = xmalloc(cd->nq * 4);
-    cd->kf = xmalloc(cd->nk * 4);
-    cd->vf = xmalloc(cd->nk * 4);
-    fill_bf16(cd->qb, cd->qf, cd->nq, -2.0f, 2.0f);
+    cd->qb = tt_xmalloc(cd->nq * 2);
+    cd->kb = tt_xmalloc(cd->nk * 2);
+    cd->vb = tt_xmalloc(cd->nk * 2);
+    cd->qf = tt_xmalloc(cd->nq * 4);
+    cd->kf = tt_xmalloc(cd->nk * 4);
+    cd->vf = tt_xmalloc(cd->nk * 4);
+    tt_fill_bf16(&rng, cd->qb, cd->qf, cd->nq, -2.0f, 2.0f);
     /* Keys with a shared offset, as real keys have a dominant direction,
      * plus noise: keydiff scores then spread over a real range. */
-    float bias = rnd(0, 1) ? 0.0f : 0.4f;
-    fill_bf16(cd->kb, cd->kf, cd->nk, -1.0f + bias, 1.0f + bias);
-    fill_bf16(cd->vb, cd->vf, cd->nk, -3.0f, 3.0f);
+    float bias = tt_xrng_int(&rng, 0, 1) ? 0.0f : 0.4f;
+    tt_fill_bf16(&rng, cd->kb, cd->kf, cd->nk, -1.0f + bias, 1.0f + bias);
+    tt_fill_bf16(&rng, cd->vb, cd->vf, cd->nk, -3.0f, 3.0f);
     if (sh->sp == SP_ZERO_ROWS && n > 0) {
         for (int t = 0; t < 3; t++) {
-            int j = rnd(0, n - 1), h = rnd(0, Hkv - 1);
+            int j = tt_xrng_int(&rng, 0, n - 1),
+                h = tt_xrng_int(&rng, 0, Hkv - 1);
             size_t o = ((size_t)j * Hkv + h) * d;
             memset(cd->kb + o, 0, (size_t)d * 2);
             memset(cd->kf + o, 0, (size_t)d * 4);
-            j = rnd(0, n - 1);
+            j = tt_xrng_int(&rng, 0, n - 1);
             o = ((size_t)j * Hkv + h) * d;
             memset(cd->vb + o, 0, (size_t)d * 2);
             memset(cd->vf + o, 0, (size_t)d * 4);
@@ -148,12 +93,12 @@ static void chunk_make(struct chunk_data *cd, const struct shape *sh)
             memcpy(cd->kb + (size_t)j * Hkv * d, cd->kb, (size_t)Hkv * d * 2);
             memcpy(cd->kf + (size_t)j * Hkv * d, cd->kf, (size_t)Hkv * d * 4);
         }
-    cd->dq = dev_alloc(cd->nq * 2);
-    cd->dk = dev_alloc(cd->nk * 2);
-    cd->dv = dev_alloc(cd->nk * 2);
-    to_dev(cd->dq, cd->qb, cd->nq * 2);
-    to_dev(cd->dk, cd->kb, cd->nk * 2);
-    to_dev(cd->dv, cd->vb, cd->nk * 2);
+    cd->dq = tt_cuda_alloc(cd->nq * 2);
+    cd->dk = tt_cuda_alloc(cd->nk * 2);
+    cd->dv = tt_cuda_alloc(cd->nk * 2);
+    tt_cuda_to_dev(cd->dq, cd->qb, cd->nq * 2);
+    tt_cuda_to_dev(cd->dk, cd->kb, cd->nk * 2);
+    tt_cuda_to_dev(cd->dv, cd->vb, cd->nk * 2);
 }
 
 static void chunk_free(struct chunk_data *cd)
@@ -191,16 +136,16 @@ static void run_shape(struct tg_backend *cpu, enum tg_score_method method,
     size_t wsb = cmp_qa_workspace_bytes(method, n, sh->Hq, Hkv, sh->d,
                                         sh->window);
     assert_true(wsb > 0);
-    void *ws = dev_alloc(wsb);
+    void *ws = tt_cuda_alloc(wsb);
     const size_t sb = (size_t)Hkv * n * sizeof(float);
-    float *ds = dev_alloc(sb);
+    float *ds = tt_cuda_alloc(sb);
     assert_int_equal(cudaMemset(ds, 0xff, sb), cudaSuccess); /* NaN */
     assert_int_equal(cmp_score(method, &c, ds, ws, wsb, NULL), 0);
-    float *gs = xmalloc(sb), *gs2 = xmalloc(sb), *rs = xmalloc(sb);
-    to_host(gs, ds, sb);
+    float *gs = tt_xmalloc(sb), *gs2 = tt_xmalloc(sb), *rs = tt_xmalloc(sb);
+    tt_cuda_to_host(gs, ds, sb);
     assert_int_equal(cudaMemset(ds, 0xff, sb), cudaSuccess);
     assert_int_equal(cmp_score(method, &c, ds, ws, wsb, NULL), 0);
-    to_host(gs2, ds, sb);
+    tt_cuda_to_host(gs2, ds, sb);
     if (memcmp(gs, gs2, sb) != 0)
         fail_msg("method %d n=%d: two runs differ", (int)method, n);
 
@@ -258,14 +203,15 @@ static void run_method(enum tg_score_method method, int n_random)
     static const int ds[] = {64, 96, 128};
     for (int t = 0; t < n_random; t++) {
         struct shape sh;
-        sh.Hkv = rnd(1, 8);
-        sh.Hq = sh.Hkv * rnd(1, 8);
-        sh.d = ds[rnd(0, 2)];
+        sh.Hkv = tt_xrng_int(&rng, 1, 8);
+        sh.Hq = sh.Hkv * tt_xrng_int(&rng, 1, 8);
+        sh.d = ds[tt_xrng_int(&rng, 0, 2)];
         /* Mostly short chunks, some long (the CPU reference of
          * expected_attention costs G * W * n * d per head). */
-        sh.n = rnd(0, 3) == 0 ? rnd(1000, 2048) : rnd(1, 600);
-        sh.window = rnd(0, 4) == 0 && sh.n <= 256 ? 0 : 32;
-        sh.sp = rnd(0, 3) == 0 ? SP_ZERO_ROWS : SP_NONE;
+        sh.n = tt_xrng_int(&rng, 0, 3) == 0 ? tt_xrng_int(&rng, 1000, 2048)
+                                            : tt_xrng_int(&rng, 1, 600);
+        sh.window = tt_xrng_int(&rng, 0, 4) == 0 && sh.n <= 256 ? 0 : 32;
+        sh.sp = tt_xrng_int(&rng, 0, 3) == 0 ? SP_ZERO_ROWS : SP_NONE;
         run_shape(cpu, method, &sh);
     }
     tg_backend_cpu_free(cpu);
@@ -294,15 +240,15 @@ static void test_routing(void **state)
     size_t wsb = cmp_qa_workspace_bytes(TG_SCORE_SNAPKV, sh.n, sh.Hq, sh.Hkv,
                                         sh.d, sh.window);
     assert_int_equal(wsb, cmp_workspace_bytes(sh.n, sh.Hq, sh.Hkv, sh.window));
-    void *ws = dev_alloc(wsb);
+    void *ws = tt_cuda_alloc(wsb);
     const size_t sb = (size_t)sh.Hkv * sh.n * sizeof(float);
-    float *ds = dev_alloc(sb);
-    float *a = xmalloc(sb), *b = xmalloc(sb);
+    float *ds = tt_cuda_alloc(sb);
+    float *a = tt_xmalloc(sb), *b = tt_xmalloc(sb);
     assert_int_equal(cmp_score(TG_SCORE_SNAPKV, &c, ds, ws, wsb, NULL), 0);
-    to_host(a, ds, sb);
+    tt_cuda_to_host(a, ds, sb);
     assert_int_equal(cudaMemset(ds, 0, sb), cudaSuccess);
     assert_int_equal(cmp_score_snapkv(&c, ds, ws, wsb, NULL), 0);
-    to_host(b, ds, sb);
+    tt_cuda_to_host(b, ds, sb);
     assert_memory_equal(a, b, sb);
 
     /* An empty chunk queues nothing: the scores keep their bytes. */
@@ -313,7 +259,7 @@ static void test_routing(void **state)
         e.n = 0;
         assert_int_equal(cmp_score(ms[m], &e, ds, ws, wsb, NULL), 0);
         assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-        to_host(a, ds, sb);
+        tt_cuda_to_host(a, ds, sb);
         assert_memory_equal(a, b, sb);
     }
     cudaFree(ws);
@@ -426,21 +372,14 @@ int main(void)
     const struct CMUnitTest host_tests[] = {
         cmocka_unit_test(test_bad_arguments),
     };
-    int rc = cmocka_run_group_tests_name("score_qa_args", host_tests, NULL,
-                                         NULL);
-    if (rc != 0)
-        return rc;
-    int n = 0;
-    if (tg_cuda_device_count(&n) != 0) {
-        printf("no CUDA device: device tests skipped\n");
-        return 77;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_routing),
         cmocka_unit_test(test_keydiff_vs_cpu),
         cmocka_unit_test(test_expected_attention_vs_cpu),
     };
-    return cmocka_run_group_tests_name("score_qa_device", tests, NULL, NULL);
+    return tt_cuda_run_tests("score_qa_args", host_tests, TT_COUNT(host_tests),
+                             "no CUDA device: device tests skipped",
+                             "score_qa_device", tests, TT_COUNT(tests));
 #else
     printf("built without CUDA: skipped\n");
     return 77;

@@ -15,10 +15,11 @@
 #include <string.h>
 
 #include "common/tg_err.h"
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/vocab_unshard.h"
 
 static void test_bad_arguments(void **state)
@@ -52,23 +53,15 @@ static void check_case(int T, int rows, int Vp, int V)
         for (int c = 0; c < V; c++)
             want[(size_t)i * V + c] =
                 g[((size_t)(c / Vp) * rows + i) * Vp + (size_t)(c % Vp)];
-    float *dg = NULL, *dout = NULL;
-    assert_int_equal(cudaMalloc((void **)&dg, gn * sizeof(float)), cudaSuccess);
-    assert_int_equal(cudaMalloc((void **)&dout, (on + 1) * sizeof(float)),
-                     cudaSuccess);
-    assert_int_equal(cudaMemcpy(dg, g, gn * sizeof(float),
-                                cudaMemcpyHostToDevice), cudaSuccess);
+    float *dg = tt_cuda_upload(g, gn * sizeof(float));
+    float *dout = tt_cuda_alloc((on + 1) * sizeof(float));
     /* a guard element after out must stay untouched */
     float guard = 12345.0f;
-    assert_int_equal(cudaMemcpy(dout + on, &guard, sizeof(float),
-                                cudaMemcpyHostToDevice), cudaSuccess);
+    tt_cuda_to_dev(dout + on, &guard, sizeof(float));
     assert_int_equal(tg_cuda_vocab_unshard(dg, T, rows, Vp, V, dout, NULL), 0);
-    assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
-    assert_int_equal(cudaMemcpy(got, dout, on * sizeof(float),
-                                cudaMemcpyDeviceToHost), cudaSuccess);
+    tt_cuda_sync_to_host(got, dout, on * sizeof(float));
     float after = 0;
-    assert_int_equal(cudaMemcpy(&after, dout + on, sizeof(float),
-                                cudaMemcpyDeviceToHost), cudaSuccess);
+    tt_cuda_to_host(&after, dout + on, sizeof(float));
     assert_memory_equal(got, want, on * sizeof(float));
     assert_true(after == guard);
     cudaFree(dg);
@@ -96,15 +89,9 @@ int main(void)
     return 77;
 #else
     const struct CMUnitTest args[] = {cmocka_unit_test(test_bad_arguments)};
-    int rc = cmocka_run_group_tests(args, NULL, NULL);
-    if (rc != 0)
-        return rc;
-    int n = 0;
-    if (tg_cuda_device_count(&n) != 0 || n < 1) {
-        printf("skipped: no CUDA device\n");
-        return 77;
-    }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_reorder)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tt_cuda_run_tests("args", args, TT_COUNT(args),
+                             "skipped: no CUDA device", "tests", tests,
+                             TT_COUNT(tests));
 #endif
 }

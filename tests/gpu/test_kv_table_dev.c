@@ -17,28 +17,15 @@
 #include "common/kv_seq.h"
 #include "common/kv_table.h"
 #include "common/tg_err.h"
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
-#include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/kv_table_dev.h"
 #endif
 
 #ifdef TANGRAM_CUDA
 static char err[256];
-static uint64_t rng_state = 0x853c49e6748fea9bull;
-
-static uint64_t rng(void)
-{
-    /* xorshift64* (Vigna 2016). */
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ull;
-}
-
-static int64_t rnd(int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(rng() % (uint64_t)(hi - lo + 1));
-}
+static struct tt_xrng rng = {0x853c49e6748fea9bull};
 
 /* Random queries over the table, a quarter of them out of range, resolved
  * on the device and on the host; both must agree exactly. */
@@ -58,14 +45,14 @@ static void check_queries(const struct kv_table *t,
     assert_non_null(pg_ref);
     assert_non_null(sl_ref);
     for (int32_t i = 0; i < n; i++) {
-        int32_t r = (int32_t)rnd(0, t->n_rows > 0 ? t->n_rows - 1 : 0);
+        int32_t r = tt_xrng_int(&rng, 0, t->n_rows > 0 ? t->n_rows - 1 : 0);
         int32_t cap = t->n_rows > 0 ? t->npages[r] * t->page_size : 0;
         rows[i] = r;
-        toks[i] = (int32_t)rnd(0, cap > 0 ? cap - 1 : 0);
-        switch (rnd(0, 7)) {
-        case 0: rows[i] = -1 - (int32_t)rnd(0, 5); break;
-        case 1: rows[i] = t->n_rows + (int32_t)rnd(0, 5); break;
-        case 2: toks[i] = cap + (int32_t)rnd(0, 40); break;
+        toks[i] = tt_xrng_int(&rng, 0, cap > 0 ? cap - 1 : 0);
+        switch (tt_xrng_int64(&rng, 0, 7)) {
+        case 0: rows[i] = -1 - tt_xrng_int(&rng, 0, 5); break;
+        case 1: rows[i] = t->n_rows + tt_xrng_int(&rng, 0, 5); break;
+        case 2: toks[i] = cap + tt_xrng_int(&rng, 0, 40); break;
         case 3: toks[i] = -1; break;
         default: break;
         }
@@ -90,11 +77,12 @@ static void test_upload_and_resolve(void **state)
     struct kv_table t;
     assert_int_equal(kv_table_init(&t, 0, 0, err, sizeof(err)), 0);
     for (int iter = 0; iter < 6; iter++) {
-        int L = (int)rnd(1, 16), G = (int)rnd(1, 8), P = (int)rnd(1, 32);
+        int L = tt_xrng_int(&rng, 1, 16), G = tt_xrng_int(&rng, 1, 8),
+            P = tt_xrng_int(&rng, 1, 32);
         double *b = malloc((size_t)(L * G) * sizeof(double));
         assert_non_null(b);
         for (int r = 0; r < L * G; r++)
-            b[r] = (double)rnd(10, 1000) / 1000.0;
+            b[r] = (double)tt_xrng_int64(&rng, 10, 1000) / 1000.0;
         struct kv_forced_rule rule = kv_forced_rule_snapkv();
         struct kv_layout lo;
         assert_int_equal(kv_layout_init(&lo, L, G, 2, 64, P, 512, &rule, b,
@@ -110,10 +98,10 @@ static void test_upload_and_resolve(void **state)
         assert_non_null(batch);
         for (int s = 0; s < n; s++) {
             assert_int_equal(kv_seq_init(&seqs[s], &lo, err, sizeof(err)), 0);
-            batch[s] = rnd(0, 5) == 0 ? NULL : &seqs[s];
+            batch[s] = tt_xrng_int64(&rng, 0, 5) == 0 ? NULL : &seqs[s];
             assert_int_equal(kv_seq_reserve_prompt(&seqs[s], &lo, &pool, 0,
-                                                   rnd(0, 4000), err,
-                                                   sizeof(err)), 0);
+                                                   tt_xrng_int64(&rng, 0, 4000),
+                                                   err, sizeof(err)), 0);
         }
         if (iter % 2 == 0)
             assert_int_equal(kv_table_build(&t, &lo, batch, n, err,
@@ -177,11 +165,8 @@ static void test_bad_arguments(void **state)
 int main(void)
 {
 #ifdef TANGRAM_CUDA
-    int n = 0;
-    if (tg_cuda_device_count(&n) != 0) {
-        printf("no CUDA device: skipped\n");
+    if (!tt_cuda_have_device("no CUDA device: skipped"))
         return 77;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_upload_and_resolve),
         cmocka_unit_test(test_bad_arguments),

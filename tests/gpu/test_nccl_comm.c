@@ -24,11 +24,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/st_safetensors.h"
 #include "common/tg_err.h"
+#include "tests/support/tt_cuda.h"
+#include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
@@ -38,13 +39,6 @@
 
 #ifdef TANGRAM_CUDA
 static const char child_flag[] = "--nccl-child";
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void hex_encode(const uint8_t *id, char *hex)
 {
@@ -110,11 +104,11 @@ static void test_bad_arguments(void **state)
 
     /* A device that does not exist (none at all on a machine without one). */
     c = (struct tg_nccl *)(uintptr_t)0x1;
-    double t0 = now_s();
+    double t0 = tt_now_s();
     assert_int_equal(tg_nccl_init(&c, id, 0, 1, 1000, 1000, err, sizeof(err)),
                      TG_ENODEV);
     assert_null(c);
-    assert_true(now_s() - t0 < 30.0);
+    assert_true(tt_now_s() - t0 < 30.0);
 
     /* No communicator. */
     assert_int_equal(tg_nccl_allreduce_sum(NULL, fb, 8, 0, NULL, err,
@@ -162,14 +156,8 @@ static void test_world_one(void **state)
     uint16_t *hb = malloc(n * 2), *hb2 = malloc(n * 2);
     assert_true(hf && hf2 && hb && hb2);
     fill_pattern(hf, hb, n, 0);
-    float *df = NULL, *df2 = NULL;
-    uint16_t *db = NULL, *db2 = NULL;
-    assert_int_equal(cudaMalloc((void **)&df, n * 4), cudaSuccess);
-    assert_int_equal(cudaMalloc((void **)&df2, n * 4), cudaSuccess);
-    assert_int_equal(cudaMalloc((void **)&db, n * 2), cudaSuccess);
-    assert_int_equal(cudaMalloc((void **)&db2, n * 2), cudaSuccess);
-    assert_int_equal(cudaMemcpy(df, hf, n * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    assert_int_equal(cudaMemcpy(db, hb, n * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    float *df = tt_cuda_upload(hf, n * 4), *df2 = tt_cuda_alloc(n * 4);
+    uint16_t *db = tt_cuda_upload(hb, n * 2), *db2 = tt_cuda_alloc(n * 2);
     cudaStream_t st;
     assert_int_equal(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking),
                      cudaSuccess);
@@ -180,8 +168,8 @@ static void test_world_one(void **state)
     if (tg_nccl_allreduce_sum(c, db, n, 1, st, err, sizeof(err)) != 0)
         fail_msg("all-reduce bf16: %s", err);
     assert_int_equal(cudaStreamSynchronize(st), cudaSuccess);
-    assert_int_equal(cudaMemcpy(hf2, df, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    assert_int_equal(cudaMemcpy(hb2, db, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    tt_cuda_to_host(hf2, df, n * 4);
+    tt_cuda_to_host(hb2, db, n * 2);
     assert_memory_equal(hf, hf2, n * 4);
     assert_memory_equal(hb, hb2, n * 2);
 
@@ -193,8 +181,8 @@ static void test_world_one(void **state)
     if (tg_nccl_allgather(c, db, db2, n, 1, st, err, sizeof(err)) != 0)
         fail_msg("all-gather bf16: %s", err);
     assert_int_equal(cudaStreamSynchronize(st), cudaSuccess);
-    assert_int_equal(cudaMemcpy(hf2, df2, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-    assert_int_equal(cudaMemcpy(hb2, db2, n * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+    tt_cuda_to_host(hf2, df2, n * 4);
+    tt_cuda_to_host(hb2, db2, n * 2);
     assert_memory_equal(hf, hf2, n * 4);
     assert_memory_equal(hb, hb2, n * 2);
 
@@ -224,7 +212,7 @@ static void test_world_one(void **state)
     assert_int_equal(cudaGraphLaunch(exec, st), cudaSuccess);
     assert_int_equal(cudaGraphLaunch(exec, st), cudaSuccess);
     assert_int_equal(cudaStreamSynchronize(st), cudaSuccess);
-    assert_int_equal(cudaMemcpy(hf2, df, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    tt_cuda_to_host(hf2, df, n * 4);
     assert_memory_equal(hf, hf2, n * 4);
     assert_int_equal(tg_nccl_check(c, err, sizeof(err)), 0);
     cudaGraphExecDestroy(exec);
@@ -253,9 +241,9 @@ static void test_peer_timeout(void **state)
         fail_msg("unique id: %s", err);
     struct tg_nccl *c = (struct tg_nccl *)(uintptr_t)0x1;
     const int timeout_ms = 1500;
-    double t0 = now_s();
+    double t0 = tt_now_s();
     int rc = tg_nccl_init(&c, id, 0, 2, 0, timeout_ms, err, sizeof(err));
-    double dt = now_s() - t0;
+    double dt = tt_now_s() - t0;
     printf("alone in a 2-rank communicator: %s after %.2f s (%s)\n",
            tg_err_name(rc), dt, err);
     assert_int_equal(rc, TG_ETIMEDOUT);
@@ -395,8 +383,8 @@ static void test_two_ranks(void **state)
         }
     }
     int status[2] = {-1, -1}, done = 0;
-    double t0 = now_s();
-    while (done < 2 && now_s() - t0 < 120.0) {
+    double t0 = tt_now_s();
+    while (done < 2 && tt_now_s() - t0 < 120.0) {
         for (int r = 0; r < 2; r++) {
             if (status[r] != -1)
                 continue;
@@ -429,20 +417,14 @@ int main(int argc, char **argv)
     const struct CMUnitTest host_tests[] = {
         cmocka_unit_test(test_bad_arguments),
     };
-    int rc = cmocka_run_group_tests_name("nccl_args", host_tests, NULL, NULL);
-    if (rc != 0)
-        return rc;
-    int n = 0;
-    if (tg_cuda_device_count(&n) != 0) {
-        printf("no CUDA device: device tests skipped\n");
-        return 77;
-    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_world_one),
         cmocka_unit_test(test_peer_timeout),
         cmocka_unit_test(test_two_ranks),
     };
-    return cmocka_run_group_tests_name("nccl_device", tests, NULL, NULL);
+    return tt_cuda_run_tests("nccl_args", host_tests, TT_COUNT(host_tests),
+                             "no CUDA device: device tests skipped",
+                             "nccl_device", tests, TT_COUNT(tests));
 #else
     (void)argc;
     (void)argv;

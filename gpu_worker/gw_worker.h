@@ -35,8 +35,17 @@
  * given since the slot's last fresh start (positions [start_pos, pos));
  * tokens of adopted stored KV (a fresh entry with start_pos > 0) are not
  * known to the worker and do not count — a documented limit.
+ * On the CUDA backend, a decode batch whose sampling entries use no
+ * penalties and at most GW_CUDA_MAX_TOP top logprobs is drawn on the
+ * device instead (gw_cuda_sample: the same vLLM order, a Philox draw keyed
+ * by (seed, k) with the same k, log-probabilities of the raw logits), so
+ * its logits never cross to the host; greedy rows give the same token as
+ * the CPU sampler would on those logits, sampled rows the same
+ * distribution but another stream of random numbers. Prefill rows and
+ * rows with penalties use the CPU sampler on logits copied back.
  *
- * Tensor parallelism (CPU backend, DESIGN.md §4.7): rank r of T loads the
+ * Tensor parallelism (DESIGN.md §4.7; the CPU backend's shared-memory
+ * group stands in for NCCL in CI): rank r of T loads the
  * profile pf_profile_rank gives it (gw_engine_load_parts), its model
  * shard and its pool (gw_worker_init, no communication). Rank 0 also names
  * the communicator group (gw_comm_new_id) and announces it in its Hello;
@@ -216,9 +225,12 @@ struct gw_worker {
  * profile and model shard (gw_engine_load_parts), sizes the pool from
  * kv_pages or kv_memory, creates the backend and the runtime and the
  * per-slot tables; rank 0 also names its communicator group (w->comm_id,
- * sent in its Hello). Refuses the CUDA backend (not implemented or not
- * built). Returns 0, or TG_EINVAL / TG_EUNSUPPORTED / TG_ENOMEM / a
- * loader's code with the reason in err; on failure *w is left freed. The
+ * sent in its Hello). With the CUDA backend it sets up the device runtime
+ * instead (gw_worker_internal.h: memory plan, weights, split map, rank
+ * 0's NCCL unique id). Returns 0, or TG_EINVAL / TG_EUNSUPPORTED (a build
+ * without CUDA, a shape the kernels lack) / TG_ENODEV / TG_ENOMEM (the
+ * memory plan, naming the numbers) / a loader's code with the reason in
+ * err; on failure *w is left freed. The
  * worker runs plans only after gw_worker_comm_join. */
 int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
                    char *err, size_t errlen);

@@ -316,8 +316,8 @@ void gw_cuda_free(struct gw_cuda *c)
         cudaStreamDestroy(STREAM(c));
     free(c->layers);
     free(c->lp_host);
-    free(c->dc_seq);
-    free(c->dc_epoch);
+    free(c->dcache.seq);
+    free(c->dcache.epoch);
     memset(c, 0, sizeof(*c));
 }
 
@@ -449,9 +449,11 @@ static int alloc_runtime(struct gw_cuda *c, int world, char *err,
     DALLOC(c->sc_val, (size_t)c->dec.cap_rows * 4, "table updates");
     HALLOC(c->h_sc_pos, (size_t)c->dec.cap_rows * 4, "table updates");
     HALLOC(c->h_sc_val, (size_t)c->dec.cap_rows * 4, "table updates");
-    c->dc_seq = calloc((size_t)c->opts.max_seqs, sizeof(*c->dc_seq));
-    c->dc_epoch = calloc((size_t)c->opts.max_seqs, sizeof(*c->dc_epoch));
-    if (c->dc_seq == NULL || c->dc_epoch == NULL)
+    c->dcache.seq = calloc((size_t)c->opts.max_seqs, sizeof(*c->dcache.seq));
+    c->dcache.epoch = calloc((size_t)c->opts.max_seqs,
+                             sizeof(*c->dcache.epoch));
+    c->dcache.cap = c->opts.max_seqs;
+    if (c->dcache.seq == NULL || c->dcache.epoch == NULL)
         return tg_err_set(err, errlen, TG_ENOMEM, "out of host memory");
     HALLOC(c->p_ids, R * 4, "token ids");
     HALLOC(c->p_pos, R * 4, "positions");

@@ -44,16 +44,10 @@ int gw_cuda__op_fail(char *err, size_t errlen, int rc, const char *what,
     } while (0)
 
 /* Block tables (pinned mirrors, device copies). */
-int gw_cuda__table_put_seq(struct gw_cuda *c, struct gw_cuda_table *t,
-                           const struct gw_seq *seq, int64_t r0, int64_t *at,
-                           int add, int slack, char *err, size_t errlen);
-void gw_cuda__table_put_pad(struct gw_cuda *c, struct gw_cuda_table *t,
-                            int64_t r0, int64_t *at);
 int gw_cuda__table_upload(struct gw_cuda *c, struct gw_cuda_table *t,
                           int64_t rows, int64_t ids, char *err, size_t errlen);
 int gw_cuda__table_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
-                          int n_seq, int B, int cached_B, char *err,
-                          size_t errlen);
+                          int n_seq, int B, char *err, size_t errlen);
 /* Stream wait bounded by the NCCL group's health (T > 1). */
 int gw_cuda__wait_stream(struct gw_cuda *c, char *err, size_t errlen);
 /* Layer pieces for m rows (enqueue only, capturable). */

@@ -184,8 +184,8 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
     }
     int64_t at = 0;
     int LG = md->n_layers * lay->kv.n_groups;
-    if ((rc = gw_cuda__table_put_seq(c, &c->pre, seq, 0, &at, 0, 0, err,
-                                     errlen)) != 0 ||
+    if ((rc = gw_cuda_table_put_seq(&c->pre, seq, LG, 0, &at, 0, 0, err,
+                                    errlen)) != 0 ||
         (rc = gw_cuda__table_upload(c, &c->pre, LG, at, err, errlen)) != 0)
         return rc;
     CU(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)n * 4, cudaMemcpyHostToDevice, st));
@@ -363,11 +363,8 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
         c->p_ids[s] = s < n_seq ? ids[s] : 0;
         c->p_pos[s] = s < n_seq ? (int32_t)seqs[s]->pos : 0;
     }
-    /* the cache counts only once this step has gone through */
-    int cached_B = c->dc_B;
-    c->dc_B = 0;
-    if ((rc = gw_cuda__table_decode(c, seqs, n_seq, B, cached_B, err,
-                                    errlen)) != 0)
+    /* the table cache counts only once this step has gone through */
+    if ((rc = gw_cuda__table_decode(c, seqs, n_seq, B, err, errlen)) != 0)
         return rc;
     CU(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)B * 4, cudaMemcpyHostToDevice, st));
     CU(cudaMemcpyAsync(c->pos_d, c->p_pos, (size_t)B * 4, cudaMemcpyHostToDevice, st));
@@ -401,7 +398,7 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
             seqs[s]->len[r] += 1;
         seqs[s]->pos += 1;
     }
-    c->dc_B = B;
+    gw_cuda_table_commit(&c->dcache, B);
     return 0;
 }
 

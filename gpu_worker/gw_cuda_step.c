@@ -35,52 +35,6 @@ int gw_cuda__op_fail(char *err, size_t errlen, int rc, const char *what,
 
 /* ---- block tables ------------------------------------------------------ */
 
-/* Writes the rows of `seq` (L * n_groups, layer-major) into the pinned
- * mirror of t at row r0 / id slot *at: token counts plus `add`, and after
- * each row's page ids `slack` spare slots holding -1 (a kernel that
- * reaches one faults instead of touching a page). Page ids were range-
- * checked when the plan was validated (gw_worker.c), so rows are copied
- * whole. */
-int gw_cuda__table_put_seq(struct gw_cuda *c, struct gw_cuda_table *t,
-                           const struct gw_seq *seq, int64_t r0, int64_t *at,
-                           int add, int slack, char *err, size_t errlen)
-{
-    int LG = c->model->n_layers * c->layout->kv.n_groups;
-    if (r0 + LG > t->cap_rows)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "block table overflow (%lld rows, capacity %lld)",
-                          (long long)(r0 + LG), (long long)t->cap_rows);
-    for (int r = 0; r < LG; r++) {
-        int32_t np = seq->n_pages[r];
-        if (np < 0 || *at + np + slack > t->cap_ids)
-            return tg_err_set(err, errlen, TG_EINVAL,
-                              "block table overflow (%lld ids, capacity %lld)",
-                              (long long)(*at + np + slack),
-                              (long long)t->cap_ids);
-        t->h_indptr[r0 + r] = (int32_t)*at;
-        t->h_npages[r0 + r] = np;
-        t->h_lens[r0 + r] = seq->len[r] + add;
-        memcpy(t->h_indices + *at, seq->pages[r], (size_t)np * 4);
-        for (int i = 0; i < slack; i++)
-            t->h_indices[*at + np + i] = -1;
-        *at += np + slack;
-    }
-    return 0;
-}
-
-/* A padding sequence: every row one token on the scratch page. */
-void gw_cuda__table_put_pad(struct gw_cuda *c, struct gw_cuda_table *t,
-                            int64_t r0, int64_t *at)
-{
-    int LG = c->model->n_layers * c->layout->kv.n_groups;
-    for (int r = 0; r < LG; r++) {
-        t->h_indptr[r0 + r] = (int32_t)*at;
-        t->h_npages[r0 + r] = 1;
-        t->h_lens[r0 + r] = 1;
-        t->h_indices[(*at)++] = c->n_pages; /* the scratch page */
-    }
-}
-
 int gw_cuda__table_upload(struct gw_cuda *c, struct gw_cuda_table *t,
                           int64_t rows, int64_t ids, char *err, size_t errlen)
 {
@@ -99,87 +53,42 @@ int gw_cuda__table_upload(struct gw_cuda *c, struct gw_cuda_table *t,
 }
 
 /* The decode table of a batch of B rows (n_seq real sequences, then
- * padding). When the cached table is of the same batch (cached_B == B,
- * same gw_seq pointers and epochs, no row shrunk or outgrown its slots),
- * only the page ids appended since are scattered into their slots and
- * the token counts re-sent; otherwise the table is rebuilt and sent
- * whole. Enqueued on the stream. */
+ * padding): gw_cuda_table_prepare decides between an in-place update
+ * (page ids appended since the last step scattered into their slots,
+ * counts re-sent) and a full rebuild; this enqueues either on the stream.
+ * The caller commits the cache once the step went through. */
 int gw_cuda__table_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
-                          int n_seq, int B, int cached_B, char *err,
-                          size_t errlen)
+                          int n_seq, int B, char *err, size_t errlen)
 {
     struct gw_cuda_table *t = &c->dec;
     int LG = c->model->n_layers * c->layout->kv.n_groups;
-    int ok = cached_B == B;
-    for (int s = 0; s < B && ok; s++)
-        ok = s < n_seq ? c->dc_seq[s] == seqs[s] &&
-                             c->dc_epoch[s] == seqs[s]->epoch
-                       : c->dc_seq[s] == NULL;
-    int64_t nsc = 0;
-    for (int s = 0; s < n_seq && ok; s++) {
-        const struct gw_seq *q = seqs[s];
-        for (int r = 0; r < LG && ok; r++) {
-            int64_t row = (int64_t)s * LG + r;
-            int32_t np = q->n_pages[r], up = t->h_npages[row];
-            int32_t cap = t->h_indptr[row + 1] - t->h_indptr[row];
-            if (np < up || np > cap || nsc + (np - up) > t->cap_rows) {
-                ok = 0;
-                break;
-            }
-            for (int32_t i = up; i < np; i++) {
-                c->h_sc_pos[nsc] = t->h_indptr[row] + i;
-                c->h_sc_val[nsc] = q->pages[r][i];
-                nsc++;
-            }
-            t->h_npages[row] = np;
-            t->h_lens[row] = q->len[r] + 1;
-        }
+    int64_t n = 0;
+    int rc = gw_cuda_table_prepare(t, &c->dcache, seqs, n_seq, B, LG,
+                                   c->n_pages, c->h_sc_pos, c->h_sc_val,
+                                   t->cap_rows, &n, err, errlen);
+    if (rc < 0)
+        return rc;
+    if (rc == 0) {
+        c->table_builds++;
+        return gw_cuda__table_upload(c, t, (int64_t)B * LG, n, err, errlen);
     }
     cudaStream_t st = STREAM(c);
-    if (ok) {
-        size_t rows = (size_t)B * (size_t)LG;
-        CU(cudaMemcpyAsync(t->lens, t->h_lens, rows * 4,
+    size_t rows = (size_t)B * (size_t)LG;
+    CU(cudaMemcpyAsync(t->lens, t->h_lens, rows * 4, cudaMemcpyHostToDevice,
+                       st));
+    CU(cudaMemcpyAsync(t->npages, t->h_npages, rows * 4,
+                       cudaMemcpyHostToDevice, st));
+    if (n > 0) {
+        CU(cudaMemcpyAsync(c->sc_pos, c->h_sc_pos, (size_t)n * 4,
                            cudaMemcpyHostToDevice, st));
-        CU(cudaMemcpyAsync(t->npages, t->h_npages, rows * 4,
+        CU(cudaMemcpyAsync(c->sc_val, c->h_sc_val, (size_t)n * 4,
                            cudaMemcpyHostToDevice, st));
-        if (nsc > 0) {
-            CU(cudaMemcpyAsync(c->sc_pos, c->h_sc_pos, (size_t)nsc * 4,
-                               cudaMemcpyHostToDevice, st));
-            CU(cudaMemcpyAsync(c->sc_val, c->h_sc_val, (size_t)nsc * 4,
-                               cudaMemcpyHostToDevice, st));
-            OP(kv_table_dev_scatter(t->indices, c->sc_pos, c->sc_val,
-                                    (int32_t)nsc, c->stream),
-               "block table update", 0);
-        }
-        c->table_deltas++;
-        c->table_scattered += nsc;
-        return 0;
+        OP(kv_table_dev_scatter(t->indices, c->sc_pos, c->sc_val, (int32_t)n,
+                                c->stream), "block table update", 0);
     }
-    int64_t at = 0;
-    for (int s = 0; s < B; s++) {
-        if (s < n_seq) {
-            int rc = gw_cuda__table_put_seq(c, t, seqs[s], (int64_t)s * LG,
-                                            &at, 1, GW_CUDA_ROW_SLACK, err,
-                                            errlen);
-            if (rc != 0)
-                return rc;
-            c->dc_seq[s] = seqs[s];
-            c->dc_epoch[s] = seqs[s]->epoch;
-        } else {
-            /* the capacity bound assumes the real rows' page ids are
-             * distinct pool pages; a plan that repeats pages could fill
-             * the ids up to here, so padding checks its room too */
-            if (at + LG > t->cap_ids)
-                return tg_err_set(err, errlen, TG_EINVAL,
-                                  "block table overflow (%lld ids, capacity "
-                                  "%lld)", (long long)(at + LG),
-                                  (long long)t->cap_ids);
-            gw_cuda__table_put_pad(c, t, (int64_t)s * LG, &at);
-            c->dc_seq[s] = NULL;
-        }
-    }
-    c->table_builds++;
-    return gw_cuda__table_upload(c, t, (int64_t)B * LG, at, err, errlen);
+    c->table_deltas++;
+    c->table_scattered += n;
+    return 0;
 }
 
 /* ---- waiting for the stream ------------------------------------------ */

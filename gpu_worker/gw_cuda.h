@@ -42,9 +42,10 @@
  * positions, the block table) live at fixed device addresses, copied in
  * before each launch. Buckets are padded only up to max_seqs.
  *
- * Sampling stays on the host (the worker copies the logits back and runs
- * the CPU sampler of kernels/tg_ops.h), so CUDA and CPU workers draw the
- * same token from the same logits and penalties see the same history.
+ * Sampling: a decode's logits either go back to the host (the worker's
+ * CPU sampler: penalties, prefill rows) or stay on the device for
+ * gw_cuda_sample (penalty-free rows: only tokens and log-probabilities
+ * cross); see gw_worker.h for which rows take which path.
  *
  * Memory is planned at init (gw_mem.h): weights, activations, the
  * kernels' workspaces, staging and the pool sized from --kv-pages /

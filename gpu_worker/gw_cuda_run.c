@@ -237,7 +237,6 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
             seq->len[(size_t)l * G + g] += (int32_t)kv_chunk_keep(
                 n, lay->kv.group_budget[(size_t)l * G + g], forced);
     seq->pos += n;
-    (void)LG;
     return 0;
 }
 

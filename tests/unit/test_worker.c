@@ -23,6 +23,7 @@
 #include "common/tg_err.h"
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_worker.h"
+#include "tests/support/tt_plan.h"
 #include "tests/support/tt_support.h"
 
 #define PAGE 8
@@ -92,127 +93,36 @@ static void worker_open(struct gw_worker *w, const char *profile)
 
 /* ---- a tiny router: page accounting and plan building ------------------ */
 
-#define MAX_DELTAS 64
-#define MAX_IDS 2048
-
-struct req {
-    struct kv_seq seq;
-    int32_t *sent;      /* (rows) pages already handed to the worker */
-    uint32_t slot;
-    const int32_t *prompt;
-    int n_prompt;
-    int64_t pos;        /* tokens fed */
-    int fresh;
-};
-
-struct plan {
-    GwBatchPlan bp;
-    GwPlanEntry e[SLOTS];
-    GwPlanEntry *ep[SLOTS];
-    Tangram__Worker__V1__WorkerSampling s[SLOTS];
-    uint32_t tok[SLOTS][CHUNK];
-    GwPageDelta d[MAX_DELTAS];
-    GwPageDelta *dp[MAX_DELTAS];
-    uint32_t ids[MAX_IDS];
-    size_t n_ids;
-    uint32_t frees[SLOTS];
-};
-
-static void plan_reset(struct plan *p, uint64_t step)
-{
-    GwBatchPlan init = TANGRAM__WORKER__V1__BATCH_PLAN__INIT;
-    memset(p, 0, sizeof(*p));
-    p->bp = init;
-    p->bp.version = 1;
-    p->bp.step_id = step;
-    p->bp.entries = p->ep;
-    p->bp.page_deltas = p->dp;
-    p->bp.frees = p->frees;
-}
-
-/* Adds deltas for every row of r whose page list grew since last sent. */
-static void plan_deltas(struct plan *p, struct req *r,
+/* Plans through tests/support/tt_plan, asserting where it reports full. */
+static void plan_deltas(struct tt_plan *p, struct tt_req *r,
                         const struct kv_layout *kv)
 {
-    for (int l = 0; l < kv->n_layers; l++)
-        for (int g = 0; g < kv->n_groups; g++) {
-            int row = l * kv->n_groups + g;
-            int32_t n;
-            const int32_t *ids = kv_seq_row_ids(&r->seq, kv, l, g, &n);
-            if (n <= r->sent[row])
-                continue;
-            assert_true(p->bp.n_page_deltas < MAX_DELTAS);
-            GwPageDelta init = TANGRAM__WORKER__V1__PAGE_DELTA__INIT;
-            GwPageDelta *d = &p->d[p->bp.n_page_deltas];
-            *d = init;
-            d->slot = r->slot;
-            d->layer = (uint32_t)l;
-            d->group = (uint32_t)g;
-            d->page_ids = p->ids + p->n_ids;
-            for (int32_t k = r->sent[row]; k < n; k++) {
-                assert_true(p->n_ids < MAX_IDS);
-                p->ids[p->n_ids++] = (uint32_t)ids[k];
-                d->n_page_ids++;
-            }
-            r->sent[row] = n;
-            p->dp[p->bp.n_page_deltas++] = d;
-        }
+    assert_int_equal(tt_plan_deltas(p, r, kv), 0);
 }
 
-static GwPlanEntry *plan_entry(struct plan *p, struct req *r, int kind,
+static GwPlanEntry *plan_entry(struct tt_plan *p, struct tt_req *r, int kind,
                                const int32_t *toks, int n, int sample,
                                const struct gw_gen_params *gp)
 {
-    size_t i = p->bp.n_entries++;
-    GwPlanEntry init = TANGRAM__WORKER__V1__PLAN_ENTRY__INIT;
-    Tangram__Worker__V1__WorkerSampling sinit =
-        TANGRAM__WORKER__V1__WORKER_SAMPLING__INIT;
-    GwPlanEntry *e = &p->e[i];
-    *e = init;
-    p->s[i] = sinit;
-    p->s[i].temperature = gp->sampling.temperature;
-    p->s[i].top_p = gp->sampling.top_p;
-    p->s[i].top_k = gp->sampling.top_k;
-    p->s[i].min_p = gp->sampling.min_p;
-    p->s[i].repetition_penalty = gp->sampling.repetition_penalty;
-    p->s[i].presence_penalty = gp->sampling.presence_penalty;
-    p->s[i].frequency_penalty = gp->sampling.frequency_penalty;
-    p->s[i].logprobs = (uint32_t)gp->n_logprobs;
-    e->slot = r->slot;
-    e->request_id = (char *)"req";
-    e->kind = kind;
-    for (int t = 0; t < n; t++)
-        p->tok[i][t] = (uint32_t)toks[t];
-    e->token_ids = p->tok[i];
-    e->n_token_ids = (size_t)n;
-    e->start_pos = (uint32_t)r->pos;
-    e->sampling = &p->s[i];
+    GwPlanEntry *e = tt_plan_entry(p, r, kind, toks, n, sample);
+    assert_non_null(e);
+    Tangram__Worker__V1__WorkerSampling *sp = e->sampling;
+    sp->temperature = gp->sampling.temperature;
+    sp->top_p = gp->sampling.top_p;
+    sp->top_k = gp->sampling.top_k;
+    sp->min_p = gp->sampling.min_p;
+    sp->repetition_penalty = gp->sampling.repetition_penalty;
+    sp->presence_penalty = gp->sampling.presence_penalty;
+    sp->frequency_penalty = gp->sampling.frequency_penalty;
+    sp->logprobs = (uint32_t)gp->n_logprobs;
     e->seed = gp->seed;
-    e->sample = sample;
-    e->num_prompt_tokens = (uint32_t)r->n_prompt;
-    e->fresh = r->fresh;
-    r->fresh = 0;
-    p->ep[i] = e;
     return e;
 }
 
-static void req_init(struct req *r, const struct kv_layout *kv, uint32_t slot,
-                     const int32_t *prompt, int n_prompt)
+static void req_init(struct tt_req *r, const struct kv_layout *kv,
+                     uint32_t slot, const int32_t *prompt, int n_prompt)
 {
-    memset(r, 0, sizeof(*r));
-    assert_int_equal(kv_seq_init(&r->seq, kv, errbuf, sizeof(errbuf)), 0);
-    r->sent = calloc((size_t)(kv->n_layers * kv->n_groups), sizeof(int32_t));
-    assert_non_null(r->sent);
-    r->slot = slot;
-    r->prompt = prompt;
-    r->n_prompt = n_prompt;
-    r->fresh = 1;
-}
-
-static void req_free(struct req *r, struct kv_pool *pool)
-{
-    kv_seq_free(&r->seq, pool);
-    free(r->sent);
+    assert_int_equal(tt_req_init(r, kv, slot, prompt, n_prompt), 0);
 }
 
 static void check_same(const struct gw_gen_result *ref, const int32_t *tok,
@@ -268,7 +178,7 @@ static void run_against_engine(const char *profile,
 
     struct kv_pool pool;
     assert_int_equal(kv_pool_init(&pool, w.n_pages, errbuf, sizeof(errbuf)), 0);
-    struct req r[2];
+    struct tt_req r[2];
     int32_t out[2][T];
     float lps[2][T], tops[2][T * K];
     int got[2] = {0, 0};
@@ -277,13 +187,13 @@ static void run_against_engine(const char *profile,
         assert_int_equal(kv_seq_reserve_prompt(&r[q].seq, kv, &pool, 0, np[q],
                                                errbuf, sizeof(errbuf)), 0);
     }
-    static struct plan p;
+    static struct tt_plan p;
     uint64_t step = 0;
     for (;;) {
-        plan_reset(&p, ++step);
+        tt_plan_reset(&p, ++step);
         int any = 0;
         for (int q = 0; q < nreq; q++) {
-            struct req *rq = &r[q];
+            struct tt_req *rq = &r[q];
             if (rq->pos < rq->n_prompt) {
                 int n = rq->n_prompt - (int)rq->pos;
                 n = n < CHUNK ? n : CHUNK;
@@ -337,7 +247,7 @@ static void run_against_engine(const char *profile,
     for (int q = 0; q < nreq; q++) {
         check_same(&ref[q], out[q], lps[q], tops[q], got[q], K, exact);
         gw_gen_result_free(&ref[q]);
-        req_free(&r[q], &pool);
+        tt_req_free(&r[q], &pool);
     }
     assert_int_equal(kv_pool_n_used(&pool), 0);
     kv_pool_free(&pool);
@@ -392,10 +302,10 @@ static void test_two_requests_batched(void **state)
 /* ---- bad plans ---------------------------------------------------------- */
 
 /* One valid fresh prefill of 5 tokens into slot 0, at step `step`. */
-static void good_plan(struct plan *p, struct req *r, const struct kv_layout *kv,
+static void good_plan(struct tt_plan *p, struct tt_req *r, const struct kv_layout *kv,
                       uint64_t step, const struct gw_gen_params *gp)
 {
-    plan_reset(p, step);
+    tt_plan_reset(p, step);
     plan_deltas(p, r, kv);
     plan_entry(p, r, TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL,
                r->prompt, r->n_prompt, 1, gp);
@@ -426,11 +336,11 @@ static void test_bad_plans(void **state)
     const int32_t prompt[5] = {11, 22, 33, 44, 55};
     struct kv_pool pool;
     assert_int_equal(kv_pool_init(&pool, w.n_pages, errbuf, sizeof(errbuf)), 0);
-    struct req r;
+    struct tt_req r;
     req_init(&r, kv, 0, prompt, 5);
     assert_int_equal(kv_seq_reserve_prompt(&r.seq, kv, &pool, 0, 5, errbuf,
                                            sizeof(errbuf)), 0);
-    static struct plan p;
+    static struct tt_plan p;
     int32_t *sent0 = calloc((size_t)w.rows, sizeof(int32_t));
     assert_non_null(sent0);
 
@@ -492,7 +402,7 @@ static void test_bad_plans(void **state)
     /* out-of-order step id (the same id again) */
     assert_int_equal(kv_seq_reserve_decode(&r.seq, kv, &pool, 1, errbuf,
                                            sizeof(errbuf)), 0);
-    plan_reset(&p, 1);
+    tt_plan_reset(&p, 1);
     plan_deltas(&p, &r, kv);
     int32_t t32 = (int32_t)tok;
     plan_entry(&p, &r, TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE, &t32,
@@ -525,7 +435,7 @@ static void test_bad_plans(void **state)
     /* the fixed plan runs, then a free makes the slot unknown again */
     assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
     assert_int_equal(res.n_sampled, 1);
-    plan_reset(&p, 3);
+    tt_plan_reset(&p, 3);
     p.frees[0] = 0;
     p.bp.n_frees = 1;
     r.pos = 6;
@@ -546,7 +456,7 @@ static void test_bad_plans(void **state)
     assert_int_equal(h.layout->page_bytes, 1 * 2 * PAGE * 16 * 4);
 #undef RESET_REQ
     free(sent0);
-    req_free(&r, &pool);
+    tt_req_free(&r, &pool);
     kv_pool_free(&pool);
     gw_worker_free(&w);
 }
@@ -565,11 +475,11 @@ static void test_slot_epochs(void **state)
     const int32_t prompt[5] = {11, 22, 33, 44, 55};
     struct kv_pool pool;
     assert_int_equal(kv_pool_init(&pool, w.n_pages, errbuf, sizeof(errbuf)), 0);
-    struct req r;
+    struct tt_req r;
     req_init(&r, kv, 0, prompt, 5);
     assert_int_equal(kv_seq_reserve_prompt(&r.seq, kv, &pool, 0, 5, errbuf,
                                            sizeof(errbuf)), 0);
-    static struct plan p;
+    static struct tt_plan p;
     GwStepResult res;
     good_plan(&p, &r, kv, 1, &gp);
     assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
@@ -580,7 +490,7 @@ static void test_slot_epochs(void **state)
     /* appending a page to row 0 keeps the epoch */
     int32_t extra = -1;
     assert_int_equal(kv_pool_pop(&pool, 1, &extra), 0);
-    plan_reset(&p, 2);
+    tt_plan_reset(&p, 2);
     GwPageDelta init = TANGRAM__WORKER__V1__PAGE_DELTA__INIT;
     p.d[0] = init;
     p.d[0].slot = 0;
@@ -594,7 +504,7 @@ static void test_slot_epochs(void **state)
     int32_t n0 = w.slots[0].n_pages[0];
 
     /* cutting row 0 back changes it */
-    plan_reset(&p, 3);
+    tt_plan_reset(&p, 3);
     p.d[0] = init;
     p.d[0].slot = 0;
     p.d[0].truncate_to_opt_case =
@@ -607,7 +517,7 @@ static void test_slot_epochs(void **state)
     assert_true(e2 != e1);
 
     /* freeing the slot changes it again, and a fresh start once more */
-    plan_reset(&p, 4);
+    tt_plan_reset(&p, 4);
     p.frees[0] = 0;
     p.bp.n_frees = 1;
     assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
@@ -621,7 +531,7 @@ static void test_slot_epochs(void **state)
     assert_true(w.slots[0].epoch != e3 && w.slots[0].epoch != e2 &&
                 w.slots[0].epoch != e1);
 
-    req_free(&r, &pool);
+    tt_req_free(&r, &pool);
     kv_pool_free(&pool);
     gw_worker_free(&w);
 }

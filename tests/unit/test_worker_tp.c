@@ -40,6 +40,7 @@
 #include "common/tg_err.h"
 #include "gpu_worker/gw_model.h"
 #include "gpu_worker/gw_worker.h"
+#include "tests/support/tt_plan.h"
 #include "tests/support/tt_support.h"
 
 #define PAGE 8
@@ -171,97 +172,20 @@ static void rank_layout(struct kv_layout *kv, const char *model_dir,
 
 /* ---- plans ------------------------------------------------------------- */
 
-#define MAX_DELTAS 64
-#define MAX_IDS 2048
-
-struct req {
-    struct kv_seq seq;
-    int32_t *sent; /* (rows) pages already handed to the worker */
-    uint32_t slot;
-    const int32_t *prompt;
-    int n_prompt;
-    int64_t pos;
-    int fresh;
-};
-
-struct plan {
-    GwBatchPlan bp;
-    GwPlanEntry e[SLOTS];
-    GwPlanEntry *ep[SLOTS];
-    Tangram__Worker__V1__WorkerSampling s[SLOTS];
-    uint32_t tok[SLOTS][CHUNK];
-    GwPageDelta d[MAX_DELTAS];
-    GwPageDelta *dp[MAX_DELTAS];
-    uint32_t ids[MAX_IDS];
-    size_t n_ids;
-};
-
-static void plan_reset(struct plan *p, uint64_t step)
+/* Plans through tests/support/tt_plan (ranks are forked: CHECK, not
+ * cmocka asserts), greedy with K top logprobs. */
+static void plan_deltas(struct tt_plan *p, struct tt_req *r,
+                        const struct kv_layout *kv)
 {
-    GwBatchPlan init = TANGRAM__WORKER__V1__BATCH_PLAN__INIT;
-    memset(p, 0, sizeof(*p));
-    p->bp = init;
-    p->bp.version = GW_PROTOCOL_VERSION;
-    p->bp.step_id = step;
-    p->bp.entries = p->ep;
-    p->bp.page_deltas = p->dp;
+    CHECK(tt_plan_deltas(p, r, kv) == 0);
 }
 
-static void plan_deltas(struct plan *p, struct req *r, const struct kv_layout *kv)
-{
-    for (int l = 0; l < kv->n_layers; l++)
-        for (int g = 0; g < kv->n_groups; g++) {
-            int row = l * kv->n_groups + g;
-            int32_t n;
-            const int32_t *ids = kv_seq_row_ids(&r->seq, kv, l, g, &n);
-            if (n <= r->sent[row])
-                continue;
-            CHECK(p->bp.n_page_deltas < MAX_DELTAS);
-            GwPageDelta init = TANGRAM__WORKER__V1__PAGE_DELTA__INIT;
-            GwPageDelta *d = &p->d[p->bp.n_page_deltas];
-            *d = init;
-            d->slot = r->slot;
-            d->layer = (uint32_t)l;
-            d->group = (uint32_t)g;
-            d->page_ids = p->ids + p->n_ids;
-            for (int32_t k = r->sent[row]; k < n; k++) {
-                CHECK(p->n_ids < MAX_IDS);
-                p->ids[p->n_ids++] = (uint32_t)ids[k];
-                d->n_page_ids++;
-            }
-            r->sent[row] = n;
-            p->dp[p->bp.n_page_deltas++] = d;
-        }
-}
-
-static void plan_entry(struct plan *p, struct req *r, int kind,
+static void plan_entry(struct tt_plan *p, struct tt_req *r, int kind,
                        const int32_t *toks, int n, int sample)
 {
-    size_t i = p->bp.n_entries++;
-    GwPlanEntry init = TANGRAM__WORKER__V1__PLAN_ENTRY__INIT;
-    Tangram__Worker__V1__WorkerSampling sinit =
-        TANGRAM__WORKER__V1__WORKER_SAMPLING__INIT;
-    GwPlanEntry *e = &p->e[i];
-    *e = init;
-    p->s[i] = sinit;
-    p->s[i].temperature = 0.0f; /* greedy */
-    p->s[i].top_p = 1.0f;
-    p->s[i].repetition_penalty = 1.0f;
-    p->s[i].logprobs = K;
-    e->slot = r->slot;
-    e->request_id = (char *)"req";
-    e->kind = kind;
-    for (int t = 0; t < n; t++)
-        p->tok[i][t] = (uint32_t)toks[t];
-    e->token_ids = p->tok[i];
-    e->n_token_ids = (size_t)n;
-    e->start_pos = (uint32_t)r->pos;
-    e->sampling = &p->s[i];
-    e->sample = sample;
-    e->num_prompt_tokens = (uint32_t)r->n_prompt;
-    e->fresh = r->fresh;
-    r->fresh = 0;
-    p->ep[i] = e;
+    GwPlanEntry *e = tt_plan_entry(p, r, kind, toks, n, sample);
+    CHECK(e != NULL);
+    e->sampling->logprobs = K;
 }
 
 /* What rank 0 (or the T = 1 worker) sampled. */
@@ -320,7 +244,7 @@ static void run_rank(const char *model_dir, const char *profile, int rank,
     }
     struct kv_pool pool;
     CHECK(kv_pool_init(&pool, w.n_pages, errbuf, sizeof(errbuf)) == 0);
-    struct req r[NREQ];
+    struct tt_req r[NREQ];
     for (int q = 0; q < NREQ; q++) {
         memset(&r[q], 0, sizeof(r[q]));
         CHECK(kv_seq_init(&r[q].seq, &kv, errbuf, sizeof(errbuf)) == 0);
@@ -333,12 +257,12 @@ static void run_rank(const char *model_dir, const char *profile, int rank,
         CHECK(kv_seq_reserve_prompt(&r[q].seq, &kv, &pool, 0, np[q], errbuf,
                                     sizeof(errbuf)) == 0);
     }
-    static struct plan p;
+    static struct tt_plan p;
     int fed[NREQ] = {0, 0};
     for (uint64_t step = 1;; step++) {
-        plan_reset(&p, step);
+        tt_plan_reset(&p, step);
         for (int q = 0; q < NREQ; q++) {
-            struct req *rq = &r[q];
+            struct tt_req *rq = &r[q];
             if (rq->pos < rq->n_prompt) {
                 int n = rq->n_prompt - (int)rq->pos;
                 n = n < CHUNK ? n : CHUNK;
@@ -528,13 +452,13 @@ static void test_peer_lost(void **state)
         struct kv_pool pool;
         CHECK(kv_pool_init(&pool, w.n_pages, errbuf, sizeof(errbuf)) == 0);
         int32_t prompt[5] = {1, 2, 3, 4, 5};
-        struct req rq = {.slot = 0, .prompt = prompt, .n_prompt = 5, .fresh = 1};
+        struct tt_req rq = {.slot = 0, .prompt = prompt, .n_prompt = 5, .fresh = 1};
         CHECK(kv_seq_init(&rq.seq, &kv, errbuf, sizeof(errbuf)) == 0);
         rq.sent = calloc((size_t)(kv.n_layers * kv.n_groups), sizeof(int32_t));
         CHECK(kv_seq_reserve_prompt(&rq.seq, &kv, &pool, 0, 5, errbuf,
                                     sizeof(errbuf)) == 0);
-        static struct plan p;
-        plan_reset(&p, 1);
+        static struct tt_plan p;
+        tt_plan_reset(&p, 1);
         plan_deltas(&p, &rq, &kv);
         plan_entry(&p, &rq, TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL,
                    prompt, 5, 1);
@@ -550,7 +474,7 @@ static void test_peer_lost(void **state)
         CHECK(dt >= 0.4 && dt < 2.5);
         CHECK(w.peers_lost == 1 && lost == 1);
         /* the next (valid) plan fails at once: the group is gone */
-        plan_reset(&p, 2);
+        tt_plan_reset(&p, 2);
         memset(rq.sent, 0, (size_t)(kv.n_layers * kv.n_groups) * sizeof(int32_t));
         rq.fresh = 1;
         plan_deltas(&p, &rq, &kv);
@@ -699,8 +623,8 @@ static void test_refusals(void **state)
         gw_worker_hello(&w, &h);
         CHECK(h.comm_id.len == 0 && strcmp(h.comm_kind, "shm") == 0);
         /* a plan before the join */
-        static struct plan p;
-        plan_reset(&p, 1);
+        static struct tt_plan p;
+        tt_plan_reset(&p, 1);
         GwStepResult res;
         CHECK(gw_worker_step(&w, &p.bp, &res) == TG_EPROTO && !res.ok);
         CHECK(strstr(res.error, "CommSetup") != NULL);

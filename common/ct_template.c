@@ -81,7 +81,7 @@ uint64_t ct_template_hash(const char *text)
     return h;
 }
 
-/* Hashes of the templates in ../shared/data (see SOURCES.tsv there). */
+/* Hashes of the templates in the project data folder (data/SOURCES.tsv). */
 static const struct {
     uint64_t hash;
     enum ct_family family;

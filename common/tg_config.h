@@ -17,7 +17,7 @@
  * (name upper-cased, '-' -> '_': "http-port" -> TANGRAM_HTTP_PORT), then the
  * flags `--name value` / `--name=value` (bools: `--name`, `--no-name`,
  * `--name=true|false`). A flag given twice keeps the last value. Unknown
- * TANGRAM_* variables are ignored (tests and scripts use TANGRAM_SHARED etc.);
+ * TANGRAM_* variables are ignored (tests and scripts use TANGRAM_DATA etc.);
  * unknown flags are errors that suggest the closest known name.
  *
  * Value syntax per type (the C type of the field is in brackets):

@@ -1,19 +1,34 @@
 #!/bin/sh
 # Runs the whole test suite: installs missing packages, builds (warnings are
 # errors), runs every ctest test, then rebuilds the host code with ASan +
-# UBSan and runs the unit tests again under the sanitizers.
-# GPU tests report "skipped" on machines without an NVIDIA device.
+# UBSan and runs the unit tests again under the sanitizers. After each ctest
+# run it prints how many tests ran and skipped: only GPU tests may skip
+# (without an NVIDIA device); any other skip fails the run.
 set -eu
 cd "$(dirname "$0")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)
+PY=${TANGRAM_PYTHON:-/usr/bin/python3}
 
 sh deploy/install-deps.sh
 
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build build -j"$JOBS"
-(cd build && ctest --output-on-failure -j"$JOBS")
+# run_ctest DIR [ctest args...]: ctest in DIR, then the summary; fails if
+# either does.
+run_ctest() {
+    dir=$1
+    shift
+    rc=0
+    (cd "$dir" && ctest --output-on-failure -j"$JOBS" \
+        --output-junit ctest-junit.xml "$@") || rc=$?
+    "$PY" tests/ctest_summary.py "$dir" "$dir/ctest-junit.xml" || rc=1
+    return $rc
+}
 
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTANGRAM_SANITIZE=ON -DTANGRAM_CUDA=OFF
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANGRAM_PYTHON="$PY"
+cmake --build build -j"$JOBS"
+run_ctest build
+
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTANGRAM_SANITIZE=ON \
+    -DTANGRAM_CUDA=OFF -DTANGRAM_PYTHON="$PY"
 cmake --build build-asan -j"$JOBS"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest -L unit --output-on-failure -j"$JOBS")
+export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
+run_ctest build-asan -L unit

@@ -6,16 +6,16 @@ set -eu
 cd "$(dirname "$0")/.."
 BIN=${1:-build}/bin
 OUT=${2:-models}
-SHARED=${TANGRAM_SHARED:-../shared}
+DATA=${TANGRAM_DATA:-data}
 mkdir -p "$OUT"
 # qwen3: 4 layers, 8 query heads over 4 KV heads of 32, tied embeddings.
 [ -f "$OUT/tiny-qwen3/model.safetensors" ] || "$BIN/tangram-make-model" --arch qwen3 \
     --hidden 128 --layers 4 --heads 8 --kv-heads 4 --head-dim 32 --ffn 384 --tie \
-    --tokenizer "$SHARED/data/tokenizers/qwen3" --dtype bf16 --seed 7 -o "$OUT/tiny-qwen3"
+    --tokenizer "$DATA/tokenizers/qwen3" --dtype bf16 --seed 7 -o "$OUT/tiny-qwen3"
 # llama: Llama-3 rope scaling, untied head.
 [ -f "$OUT/tiny-llama/model.safetensors" ] || "$BIN/tangram-make-model" --arch llama \
     --hidden 128 --layers 4 --heads 8 --kv-heads 4 --head-dim 32 --ffn 384 \
-    --rope-scaling-llama3 8 --tokenizer "$SHARED/data/tokenizers/llama3" --dtype bf16 \
+    --rope-scaling-llama3 8 --tokenizer "$DATA/tokenizers/llama3" --dtype bf16 \
     --seed 7 -o "$OUT/tiny-llama"
 if [ "${3:-}" = "--calibrate" ]; then
     for m in tiny-qwen3 tiny-llama; do

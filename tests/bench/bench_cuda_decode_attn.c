@@ -23,7 +23,7 @@
  * Usage: bench-cuda-decode-attn [--quick] [--bench] [--heads-per-group N]
  *        [--layers N] [--reps N]
  * Without a CUDA build or device it prints "skipped: no CUDA device" and
- * exits 0. */
+ * exits 77 (skipped). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -307,7 +307,7 @@ int main(int argc, char **argv)
 #ifdef TANGRAM_CUDA
     struct tg_cuda_device_info info;
     if (!tt_cuda_bench_device(PROG, &info))
-        return 0;
+        return 77; /* ctest: skipped */
     const struct model models[] = {{"llama-3.1-8b", 32, 8, 4, 128},
                                    {"qwen3-32b", 64, 8, 8, 128}};
     static const int batches[] = {1, 8, 32, 64}, ctxs[] = {8192, 32768, 131072};
@@ -335,6 +335,6 @@ int main(int argc, char **argv)
 #else
     (void)quick;
     printf("skipped: no CUDA device\n");
-    return 0;
+    return 77; /* ctest: skipped */
 #endif
 }

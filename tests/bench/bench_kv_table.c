@@ -11,7 +11,7 @@
  *       of a padded table in place (the per-step path), dense OpenMP
  *       rebuild, or plain reservation + plain rebuild.
  * Shapes come from the Hugging Face configs in
- * $TANGRAM_SHARED/data/configs (Llama-3.1-8B: 32 layers x 8 KV heads,
+ * $TANGRAM_DATA/configs (Llama-3.1-8B: 32 layers x 8 KV heads,
  * Qwen3-32B: 64 x 8, d = 128); requests hold 32K-token prompts under a
  * skewed synthetic profile of mean budget 0.25; H_p in {1, 2, 4, 8}.
  *
@@ -43,7 +43,7 @@
 
 struct shape {
     const char *name;
-    const char *config; /* file under data/configs */
+    const char *config; /* file under data/configs of the project */
     int n_layers, n_kv_heads, head_dim;
 };
 
@@ -71,7 +71,7 @@ static int load_shape(struct shape *s, const char *dir, char *err,
                       size_t errlen)
 {
     char path[1024];
-    snprintf(path, sizeof(path), "%s/data/configs/%s", dir, s->config);
+    snprintf(path, sizeof(path), "%s/configs/%s", dir, s->config);
     json_t *doc = NULL;
     int rc = tg_json_load_file(path, &doc, err, errlen);
     if (rc != 0)
@@ -449,7 +449,7 @@ int main(int argc, char **argv)
          8, 128},
         {"Qwen3-32B", "Qwen--Qwen3-32B_config.json", 64, 8, 128},
     };
-    const char *dir = getenv("TANGRAM_SHARED");
+    const char *dir = getenv("TANGRAM_DATA");
     for (int i = 0; i < 2; i++) {
         char err[256] = "";
         int rc = dir != NULL ? load_shape(&shapes[i], dir, err, sizeof(err))
@@ -458,7 +458,7 @@ int main(int argc, char **argv)
             /* The shapes above are those configs' values (hard-coded
              * fallback so the benchmark runs without the shared folder). */
             printf("# %s: config not read (%s), using L=%d H=%d d=%d\n",
-                   shapes[i].name, dir != NULL ? err : "TANGRAM_SHARED unset",
+                   shapes[i].name, dir != NULL ? err : "TANGRAM_DATA unset",
                    shapes[i].n_layers, shapes[i].n_kv_heads,
                    shapes[i].head_dim);
     }

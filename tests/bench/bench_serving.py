@@ -40,8 +40,8 @@ and the same arrival times. Prints both side by side with the ratios
 
 Usage: bench_serving.py [--bin DIR] [--quick] [--json FILE] [options]
 --quick: the tiny model, 3 conversations of 2 turns, a few seconds.
-Exit status: 0, 1 on any failed request or daemon problem, 77 when the
-programs or python3-grpcio are missing.
+Exit status: 0, or 1 on any failed request, daemon problem or missing input
+(programs not built, python3-grpcio not installed; named on stderr).
 """
 import argparse
 import json
@@ -441,8 +441,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bin", default=os.environ.get("TANGRAM_BIN", ""),
                     help="directory of tangramd and tools (TANGRAM_BIN)")
-    ap.add_argument("--shared", default=os.environ.get("TANGRAM_SHARED",
-                                                       "/work/shared"))
+    ap.add_argument("--data", default=os.environ.get("TANGRAM_DATA", os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "data")))
     ap.add_argument("--quick", action="store_true",
                     help="tiny model, 3 conversations of 2 turns")
     ap.add_argument("--num-conversations", type=int, default=16)
@@ -469,16 +468,13 @@ def main():
         a.max_tokens, a.request_rate, a.kv_memory = 8, 4.0, "4MiB"
         a.prefill_chunk, a.timeout = 64, 60.0
     du.BIN = a.bin
-    du.SHARED = a.shared
-    try:
-        import grpc  # noqa: F401
-    except ImportError:
-        print("bench_serving: python3-grpcio is missing", file=sys.stderr)
-        return du.SKIP
-    if not du.have_daemon() or not os.access(du.prog("tangram-profile"), os.X_OK):
-        print("bench_serving: tangramd and tools not found in --bin %r" % a.bin,
-              file=sys.stderr)
-        return du.SKIP
+    du.DATA = a.data
+    missing = du.missing_inputs(
+        programs=("tangramd", "tangram-router", "tangram-worker",
+                  "tangram-make-model", "tangram-profile"),
+        modules=[("grpc", "python3-grpcio")])
+    if missing:
+        return du.fail_missing(missing)
     lo, hi = (int(x) for x in a.user_words.split(","))
     work = a.workdir or tempfile.mkdtemp(prefix="tg-bench-serving-")
     os.makedirs(work, exist_ok=True)
@@ -491,7 +487,7 @@ def main():
             if not os.path.exists(os.path.join(model, "model.safetensors")):
                 r = subprocess.run(
                     [du.prog("tangram-make-model")] + FULL_MODEL +
-                    ["--tokenizer", os.path.join(a.shared, "data", "tokenizers",
+                    ["--tokenizer", os.path.join(a.data, "tokenizers",
                                                  "qwen3"), "-o", model],
                     capture_output=True, text=True, timeout=300)
                 if r.returncode != 0:

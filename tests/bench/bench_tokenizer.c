@@ -30,8 +30,8 @@ static double now(void)
 
 static const char *shared(void)
 {
-    const char *s = getenv("TANGRAM_SHARED");
-    return s ? s : "../shared";
+    const char *s = getenv("TANGRAM_DATA");
+    return s ? s : "data";
 }
 
 static int append(struct tok_text *t, const char *s, size_t n)
@@ -324,7 +324,7 @@ int main(int argc, char **argv)
     static const char *const inputs[] = {"llama-bpe", "qwen2"};
     for (int i = 0; i < 2 && file == NULL; i++) {
         snprintf(p, sizeof p,
-                 "%s/data/llamacpp_vocab_tests/ggml-vocab-%s.gguf.inp",
+                 "%s/llamacpp_vocab_tests/ggml-vocab-%s.gguf.inp",
                  shared(), inputs[i]);
         if (append_file(&text, p) != 0) {
             fprintf(stderr, "bench-tokenizer: cannot read %s\n", p);
@@ -367,7 +367,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < 2; i++) {
         struct result r;
         memset(&r, 0, sizeof r);
-        snprintf(p, sizeof p, "%s/data/tokenizers/%s", shared(), toks[i]);
+        snprintf(p, sizeof p, "%s/tokenizers/%s", shared(), toks[i]);
         if (bench_one(p, &text, reps, &r) != 0) {
             status = 1;
             continue;

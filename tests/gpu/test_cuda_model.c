@@ -82,7 +82,7 @@ static int setup(void **state)
         "2", "--heads", "4", "--kv-heads", "4", "--head-dim", "64", "--ffn",
         "256", "--seed", "13", "--tie", NULL};
     char tok[600];
-    tt_shared_path("data/tokenizers/llama3", tok, sizeof(tok));
+    tt_data_path("tokenizers/llama3", tok, sizeof(tok));
     const char *ll2[sizeof(ll) / sizeof(ll[0])];
     memcpy(ll2, ll, sizeof(ll));
     ll2[17] = tok;

@@ -4,7 +4,7 @@ Used by test_daemon_http.py, test_daemon_grpc.py and the fault tests. Only the
 Python standard library is needed here.
 
 What it gives:
-- env(): TANGRAM_BIN / TANGRAM_SHARED / TANGRAM_SOURCE and the program paths.
+- env(): TANGRAM_BIN / TANGRAM_DATA / TANGRAM_SOURCE and the program paths.
 - Checker: prints "ok   ..." / "FAIL ..." / "skip ..." lines and collects
   failures, so one test file reports every broken check instead of the first.
 - make_model(): the tiny qwen3 model of the integration tests (cached per
@@ -28,6 +28,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,10 +36,10 @@ import tempfile
 import time
 
 BIN = os.environ.get("TANGRAM_BIN", "")
-SHARED = os.environ.get("TANGRAM_SHARED", "")
+DATA = os.environ.get("TANGRAM_DATA", "")
 SOURCE = os.environ.get("TANGRAM_SOURCE", "")
 
-SKIP = 77  # ctest's "skipped" exit status for these tests
+SKIP = 77  # ctest's "skipped" exit status: only the GPU tests may use it
 
 
 def prog(name):
@@ -46,23 +47,52 @@ def prog(name):
     return os.path.join(BIN, name)
 
 
+def missing_inputs(programs=("tangramd", "tangram-router", "tangram-worker",
+                               "tangram-make-model"), modules=(), tools=()):
+    """Names every input of a test that is absent: programs not built in
+    TANGRAM_BIN, the project's qwen3 tokenizer, Python modules (with their
+    Debian package) and command-line tools. An empty list means the test
+    can run; otherwise the test fails naming them (it never skips)."""
+    out = []
+    if BIN == "":
+        out.append("TANGRAM_BIN is not set")
+    else:
+        out += ["%s (not built)" % prog(p) for p in programs
+                if not os.access(prog(p), os.X_OK)]
+    tok = os.path.join(DATA, "tokenizers", "qwen3")
+    if not os.path.isdir(tok):
+        out.append("project data %s (TANGRAM_DATA=%r)" % (tok, DATA))
+    for mod, pkg in modules:
+        try:
+            __import__(mod)
+        except ImportError:
+            out.append("Python module %s (Debian package %s)" % (mod, pkg))
+    out += ["tool %s (not on PATH)" % t for t in tools
+            if shutil.which(t) is None]
+    return out
+
+
+def fail_missing(missing):
+    """Prints the missing inputs as a failure; returns exit status 1."""
+    print("FAIL: missing inputs (sh deploy/install-deps.sh installs the "
+          "packages; cmake --build builds the programs):", flush=True)
+    for m in missing:
+        print("  - " + m, flush=True)
+    return 1
+
+
 def have_daemon():
-    """True when tangramd, the router, the worker and tangram-make-model are
-    built and the shared tokenizers are present."""
-    progs = ("tangramd", "tangram-router", "tangram-worker",
-             "tangram-make-model")
-    return (BIN != "" and all(os.access(prog(p), os.X_OK) for p in progs)
-            and os.path.isdir(os.path.join(SHARED, "data", "tokenizers",
-                                           "qwen3")))
+    """True when missing_inputs() finds nothing."""
+    return not missing_inputs()
 
 
 class Checker:
     """Collects named checks. check() returns the condition so a caller can
-    skip dependent checks; skip() records a check that could not run."""
+    leave out dependent checks; missing() records a check that could not run
+    for want of an input, which is a failure too."""
 
     def __init__(self):
         self.failures = []
-        self.skipped = []
         self.passed = 0
 
     def check(self, cond, what, detail=None):
@@ -77,14 +107,14 @@ class Checker:
             print(msg, flush=True)
         return bool(cond)
 
-    def skip(self, what, why):
-        self.skipped.append(what)
-        print("skip %s (%s)" % (what, why), flush=True)
+    def missing(self, what, why):
+        self.failures.append("%s (missing: %s)" % (what, why))
+        print("FAIL %s: could not run, missing: %s" % (what, why), flush=True)
 
     def summary(self):
         """Prints the totals; returns the process exit status (0 or 1)."""
-        print("%d passed, %d failed, %d skipped" %
-              (self.passed, len(self.failures), len(self.skipped)), flush=True)
+        print("%d passed, %d failed" % (self.passed, len(self.failures)),
+              flush=True)
         for f in self.failures:
             print("  failed: " + f)
         return 1 if self.failures else 0
@@ -106,7 +136,7 @@ def make_model(out_dir, extra=None):
     if os.path.exists(os.path.join(out_dir, "model.safetensors")):
         return out_dir
     cmd = [prog("tangram-make-model")] + TINY_MODEL_ARGS + (extra or []) + [
-        "--tokenizer", os.path.join(SHARED, "data", "tokenizers", "qwen3"),
+        "--tokenizer", os.path.join(DATA, "tokenizers", "qwen3"),
         "-o", out_dir]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
@@ -118,7 +148,7 @@ def make_model_args(out_dir, args, tokenizer="qwen3"):
     """Runs tangram-make-model with `args` (flags) into out_dir and returns
     out_dir. Raises RuntimeError with the tool's stderr on failure."""
     cmd = [prog("tangram-make-model")] + list(args) + [
-        "--tokenizer", os.path.join(SHARED, "data", "tokenizers", tokenizer),
+        "--tokenizer", os.path.join(DATA, "tokenizers", tokenizer),
         "-o", out_dir]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:

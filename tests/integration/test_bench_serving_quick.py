@@ -23,26 +23,18 @@ import daemon_util as du  # noqa: E402
 
 
 def main():
-    if not du.have_daemon():
-        print("skip: tangramd is not built")
-        return du.SKIP
-    try:
-        import grpc  # noqa: F401
-    except ImportError:
-        print("skip: python3-grpcio is missing")
-        return du.SKIP
+    missing = du.missing_inputs(modules=[("grpc", "python3-grpcio")])
+    if missing:
+        return du.fail_missing(missing)
     script = os.path.join(du.SOURCE or os.path.join(os.path.dirname(
         os.path.abspath(__file__)), "..", ".."), "tests", "bench", "bench_serving.py")
     ck = du.Checker()
     with tempfile.TemporaryDirectory(prefix="tg-bench-quick-") as tmp:
         out_json = os.path.join(tmp, "r.json")
-        p = subprocess.run(["/usr/bin/python3", script, "--quick", "--bin", du.BIN,
-                            "--shared", du.SHARED, "--json", out_json],
+        p = subprocess.run([sys.executable, script, "--quick", "--bin", du.BIN,
+                            "--data", du.DATA, "--json", out_json],
                            capture_output=True, text=True, timeout=120)
         print(p.stdout)
-        if p.returncode == du.SKIP:
-            print("skip: bench_serving.py skipped: " + p.stderr[-500:])
-            return du.SKIP
         ck.check(p.returncode == 0, "bench_serving --quick exits 0",
                  p.stderr[-3000:])
         for label in ("full KV", "profile 0.25", "TTFT p99 (ms)", "ITL p50 (ms)",

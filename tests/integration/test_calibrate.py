@@ -23,7 +23,7 @@ import tempfile
 
 SRC = os.environ.get("TANGRAM_SOURCE", os.path.dirname(os.path.dirname(
     os.path.dirname(os.path.abspath(__file__)))))
-SHARED = os.environ.get("TANGRAM_SHARED", os.path.join(os.path.dirname(SRC), "shared"))
+DATA = os.environ.get("TANGRAM_DATA", os.path.join(SRC, "data"))
 BIN = os.environ.get("TANGRAM_BIN", os.path.join(SRC, "build", "bin"))
 sys.path.insert(0, os.path.join(SRC, "tests", "reference"))
 import profile_ref as pr  # noqa: E402
@@ -45,14 +45,14 @@ def run(args, **kw):
 def main():
     for prog in (MAKE, PROF, GEN):
         if not os.access(prog, os.X_OK):
-            print("skipped: %s not built" % prog)
-            return 77
+            print("FAIL: %s is not built" % prog)
+            return 1
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
         model = os.path.join(tmp, "m")
         run([MAKE, "--arch", "qwen3", "--hidden", "64", "--layers", "2", "--heads", "8",
              "--kv-heads", "4", "--head-dim", "16", "--ffn", "128", "--tie",
-             "--tokenizer", os.path.join(SHARED, "data/tokenizers/qwen3"),
+             "--tokenizer", os.path.join(DATA, "tokenizers/qwen3"),
              "--dtype", "bf16", "--seed", "11", "-o", model])
         samples = os.path.join(tmp, "s.jsonl")
         words = ("the cache grows with every turn of the conversation while "

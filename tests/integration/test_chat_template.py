@@ -8,7 +8,7 @@ look-alikes) with each shipped template through jinja2 set up as transformers
 does (tests/reference/render_jinja.py) and with tangram-template, and
 requires byte-identical output. Also checks detection, the default Llama
 dates, errors where Jinja raises, unsupported tool requests and unknown
-templates. Exit 77 (skipped) when python3-jinja2 is not installed.
+templates. Fails, naming it, when python3-jinja2 is not installed.
 """
 import json
 import os
@@ -20,20 +20,20 @@ import tempfile
 
 SOURCE = os.environ.get("TANGRAM_SOURCE",
                         os.path.join(os.path.dirname(__file__), "..", ".."))
-SHARED = os.environ.get("TANGRAM_SHARED", os.path.join(SOURCE, "..", "shared"))
+DATA = os.environ.get("TANGRAM_DATA", os.path.join(SOURCE, "data"))
 BIN = os.environ.get("TANGRAM_BIN", os.path.join(SOURCE, "build", "bin"))
 TOOL = os.path.join(BIN, "tangram-template")
 
 try:
     import jinja2  # noqa: F401
 except ImportError:
-    print("SKIP: python3-jinja2 is not installed", file=sys.stderr)
-    sys.exit(77)
+    print("FAIL: python3-jinja2 is not installed (sh deploy/install-deps.sh)",
+          file=sys.stderr)
+    sys.exit(1)
 
 sys.path.insert(0, os.path.join(SOURCE, "tests", "reference"))
 import render_jinja  # noqa: E402
 
-DATA = os.path.join(SHARED, "data")
 TOK = os.path.join(DATA, "tokenizers")
 LLAMA33 = os.path.join(DATA, "chat_templates",
                        "meta-llama-Llama-3.3-70B-Instruct.jinja")

@@ -501,9 +501,9 @@ def check_supervisor_killed(model, work):
 
 
 def main():
-    if not du.have_daemon():
-        print("skip: tangramd or the tokenizers are not built")
-        return du.SKIP
+    missing = du.missing_inputs()
+    if missing:
+        return du.fail_missing(missing)
     work = du.scratch_dir("tg-faults-")
     try:
         model = du.make_model(os.path.join(work, "model"))

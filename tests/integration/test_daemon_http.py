@@ -4,8 +4,9 @@
 Starts tangramd (router + one CPU worker) on loopback with the tiny qwen3
 model, --max-model-len 128 and an API key, and drives it with http.client,
 curl and the official OpenAI Node client (npm `openai`, installed on first
-use into <build>/integration-clients or $TMPDIR; that part reports skipped
-when node/npm or the registry are unavailable, the rest still runs).
+use into <build>/integration-clients or $TMPDIR; when node/npm or the
+registry are unavailable that part fails, naming what is missing, and the
+rest still runs).
 
 Checked: /health (open without the key), /v1/models, /metrics (parses, has
 the DESIGN §5 names), the API key (401 in the OpenAI error shape), non-
@@ -636,9 +637,6 @@ def t_disconnect(api):
 
 
 def t_curl(api):
-    if shutil.which("curl") is None:
-        chk.skip("curl checks", "curl not installed")
-        return
     d = api.d
     r = subprocess.run(
         ["curl", "-sS", "-w", "\n%{http_code}", d.base_url +
@@ -705,7 +703,7 @@ def node_dir():
 def t_node(api):
     root, why = node_dir()
     if root is None:
-        chk.skip("OpenAI Node client checks", why)
+        chk.missing("OpenAI Node client checks", why)
         return
     env = dict(os.environ, OPENAI_API_KEY=KEY)
     r = subprocess.run(["node", os.path.join(root, "openai_client.mjs"),
@@ -744,9 +742,9 @@ def t_node(api):
 
 
 def main():
-    if not du.have_daemon():
-        print("tangramd or the tiny model inputs are missing: skipped")
-        return du.SKIP
+    missing = du.missing_inputs(tools=["curl", "node", "npm"])
+    if missing:
+        return du.fail_missing(missing)
     work = du.scratch_dir("tgdhttp")
     d = None
     try:

@@ -278,10 +278,11 @@ def check_tp2(model, work, args, profile, ref, name, kill):
 
 
 def main():
-    if not du.have_daemon() or not os.access(du.prog("tangram-profile"),
-                                             os.X_OK):
-        print("tangramd, tools or tokenizer missing: skipped")
-        return du.SKIP
+    missing = du.missing_inputs(programs=(
+        "tangramd", "tangram-router", "tangram-worker", "tangram-make-model",
+        "tangram-profile"))
+    if missing:
+        return du.fail_missing(missing)
     work = du.scratch_dir("tgtp")
     try:
         model = make_model(os.path.join(work, "model"))

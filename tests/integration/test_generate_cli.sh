@@ -3,21 +3,24 @@
 # sampling reproducibility, JSON shape, and clear errors for bad input.
 set -u
 BIN=${TANGRAM_BIN:-build/bin}
-SHARED=${TANGRAM_SHARED:-../shared}
-[ -x "$BIN/tangram-generate" ] && [ -x "$BIN/tangram-make-model" ] || { echo "skipped: not built"; exit 77; }
+DATA=${TANGRAM_DATA:-data}
+PY=${TANGRAM_PYTHON:-/usr/bin/python3}
+for p in tangram-generate tangram-make-model; do
+    [ -x "$BIN/$p" ] || { echo "FAIL: $BIN/$p is not built"; exit 1; }
+done
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 pass=0; fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
 "$BIN/tangram-make-model" --arch qwen3 --hidden 64 --layers 2 --heads 4 --kv-heads 2 \
-    --head-dim 16 --ffn 128 --tokenizer "$SHARED/data/tokenizers/qwen3" --dtype bf16 \
+    --head-dim 16 --ffn 128 --tokenizer "$DATA/tokenizers/qwen3" --dtype bf16 \
     --seed 3 -o "$tmp/m" >/dev/null || { echo "FAIL: make-model"; exit 1; }
 G="$BIN/tangram-generate --model $tmp/m"
 
 # Text prompt, JSON output with every field.
 out=$($G --prompt "Hello there, how are you?" --max-tokens 5 --json) || bad "text prompt"
-echo "$out" | /usr/bin/python3 -c '
+echo "$out" | "$PY" -c '
 import json,sys
 d=json.load(sys.stdin)
 assert set(d)>={"prompt_token_ids","prompt_logprobs","token_ids","text","logprobs","finish_reason"}, d.keys()
@@ -27,7 +30,7 @@ assert len(d["token_ids"])==5 and d["finish_reason"] in ("length","stop")
 
 # --max-tokens 0: prompt logprobs only.
 out=$($G --prompt-ids '[1,2,3,4,5]' --max-tokens 0 --prompt-logprobs --json) || bad "max-tokens 0"
-echo "$out" | /usr/bin/python3 -c '
+echo "$out" | "$PY" -c '
 import json,sys
 d=json.load(sys.stdin)
 assert d["token_ids"]==[] and d["prompt_logprobs"][0] is None and len(d["prompt_logprobs"])==5
@@ -42,7 +45,7 @@ c=$($G --prompt-ids '[10,20,30]' --max-tokens 12 --temperature 1.0 --top-p 0.95 
 [ "$a" != "$c" ] && ok || bad "different seeds, same output"
 
 # Top logprobs: K entries, descending, the chosen token's logprob finite.
-$G --prompt-ids '[10,20,30]' --max-tokens 3 --logprobs 4 --json | /usr/bin/python3 -c '
+$G --prompt-ids '[10,20,30]' --max-tokens 3 --logprobs 4 --json | "$PY" -c '
 import json,sys
 d=json.load(sys.stdin)
 for e in d["logprobs"]:

@@ -14,7 +14,7 @@ A prompt log-probability mismatch is tolerated (and reported) only when
 the reference saw a top-k boundary whose scores are within 1e-5
 (relative), where fp32 rounding may legitimately pick the other key.
 
-Exit 77 (skipped) when tangram-make-model or tangram-generate is not built.
+Fails, naming it, when tangram-make-model or tangram-generate is not built.
 """
 
 import json
@@ -30,8 +30,7 @@ import numpy as np
 SRC = os.environ.get("TANGRAM_SOURCE",
                      os.path.dirname(os.path.dirname(os.path.dirname(
                          os.path.abspath(__file__)))))
-SHARED = os.environ.get("TANGRAM_SHARED",
-                        os.path.join(os.path.dirname(SRC), "shared"))
+DATA = os.environ.get("TANGRAM_DATA", os.path.join(SRC, "data"))
 BIN = os.environ.get("TANGRAM_BIN", os.path.join(SRC, "build", "bin"))
 sys.path.insert(0, os.path.join(SRC, "tests", "reference"))
 
@@ -71,7 +70,7 @@ def fail(msg):
 
 def make_model(name, args, tok, seed, out):
     cmd = [MAKE] + args + SHAPE + [
-        "--tokenizer", os.path.join(SHARED, "data", "tokenizers", tok),
+        "--tokenizer", os.path.join(DATA, "tokenizers", tok),
         "--seed", str(seed), "-o", out]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if p.returncode != 0 and "--rope-scaling-llama3" in args:
@@ -83,7 +82,7 @@ def make_model(name, args, tok, seed, out):
                 and (i == 0 or args[i - 1] not in ("--rope-scaling-llama3",
                                                     "--rope-original-max"))]
         cmd = [MAKE] + keep + SHAPE + [
-            "--tokenizer", os.path.join(SHARED, "data", "tokenizers", tok),
+            "--tokenizer", os.path.join(DATA, "tokenizers", tok),
             "--seed", str(seed), "-o", out]
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if p.returncode != 0:
@@ -195,11 +194,11 @@ def compare(what, got, ref):
 def main():
     for prog in (MAKE, GEN):
         if not os.access(prog, os.X_OK):
-            print(f"skipped: {prog} is not built")
-            return 77
-    if not os.path.isdir(os.path.join(SHARED, "data", "tokenizers")):
-        print(f"skipped: no tokenizers under {SHARED}/data")
-        return 77
+            print(f"FAIL: {prog} is not built")
+            return 1
+    if not os.path.isdir(os.path.join(DATA, "tokenizers")):
+        print(f"FAIL: project data missing: {DATA}/tokenizers")
+        return 1
     rng = np.random.default_rng(7)
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="tg-genref-") as tmp:

@@ -9,20 +9,16 @@
 set -euo pipefail
 
 BIN=${TANGRAM_BIN:?TANGRAM_BIN not set}
-SHARED=${TANGRAM_SHARED:?TANGRAM_SHARED not set}
+DATA=${TANGRAM_DATA:?TANGRAM_DATA not set}
 MAKE="$BIN/tangram-make-model"
 CHECK_C="$BIN/../tests/test_model_config"
-TOK="$SHARED/data/tokenizers"
-PY=/usr/bin/python3
+TOK="$DATA/tokenizers"
+PY=${TANGRAM_PYTHON:-/usr/bin/python3}
 
-if [[ ! -x "$MAKE" || ! -d "$TOK/qwen3" ]]; then
-    echo "SKIP: tangram-make-model or shared tokenizers missing"
-    exit 77
-fi
-if ! "$PY" -c 'import numpy' 2>/dev/null; then
-    echo "SKIP: python3-numpy missing"
-    exit 77
-fi
+[[ -x "$MAKE" ]] || { echo "FAIL: $MAKE is not built"; exit 1; }
+[[ -d "$TOK/qwen3" ]] || { echo "FAIL: project tokenizers missing: $TOK/qwen3"; exit 1; }
+"$PY" -c 'import numpy' 2>/dev/null ||
+    { echo "FAIL: python3-numpy is not installed (sh deploy/install-deps.sh)"; exit 1; }
 
 tmp=$(mktemp -d /tmp/tg_make_model.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -128,14 +124,11 @@ EOF
 }
 
 ccheck() { # dir
-    if [[ -x "$CHECK_C" ]]; then
-        TANGRAM_TEST_MODEL_DIR="$1" "$CHECK_C" >"$tmp/ccheck.log" 2>&1 ||
-            { cat "$tmp/ccheck.log"; fail "C reader rejected $1"; }
-        grep -q "OK \] test_generated_model" "$tmp/ccheck.log" ||
-            { cat "$tmp/ccheck.log"; fail "C check did not run for $1"; }
-    else
-        echo "note: $CHECK_C not built; C-side check skipped"
-    fi
+    [[ -x "$CHECK_C" ]] || fail "$CHECK_C is not built"
+    TANGRAM_TEST_MODEL_DIR="$1" "$CHECK_C" >"$tmp/ccheck.log" 2>&1 ||
+        { cat "$tmp/ccheck.log"; fail "C reader rejected $1"; }
+    grep -q "OK \] test_generated_model" "$tmp/ccheck.log" ||
+        { cat "$tmp/ccheck.log"; fail "C check did not run for $1"; }
 }
 
 gen() { # name tokenizer args...

@@ -10,7 +10,7 @@ if [ ! -x "$BIN" ]; then
     echo "FAIL: $BIN not built" >&2
     exit 1
 fi
-PY=/usr/bin/python3
+PY=${TANGRAM_PYTHON:-/usr/bin/python3}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 cd "$TMP" || exit 1

@@ -33,8 +33,7 @@ import numpy as np
 SRC = os.environ.get("TANGRAM_SOURCE",
                      os.path.dirname(os.path.dirname(os.path.dirname(
                          os.path.abspath(__file__)))))
-SHARED = os.environ.get("TANGRAM_SHARED",
-                        os.path.join(os.path.dirname(SRC), "shared"))
+DATA = os.environ.get("TANGRAM_DATA", os.path.join(SRC, "data"))
 REF = os.path.join(SRC, "tests", "reference")
 sys.path.insert(0, REF)
 
@@ -302,9 +301,8 @@ def prompt(n, vocab, seed):
 
 class TestSafetensors(unittest.TestCase):
     def test_samples(self):
-        sd = os.path.join(SHARED, "data", "safetensors_samples")
-        if not os.path.isdir(sd):
-            self.skipTest("no shared safetensors samples")
+        sd = os.path.join(DATA, "safetensors_samples")
+        self.assertTrue(os.path.isdir(sd), "project data missing: " + sd)
         overall = tr.read_safetensors(os.path.join(sd, "overall.safetensors"))
         self.assertEqual(sorted(overall), sorted("BHIbdefhi"))
         for name, arr in overall.items():

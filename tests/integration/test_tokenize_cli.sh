@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # test_tokenize_cli.sh — tangram-tokenize end to end: encode / decode with the
-# shared Llama-3 and Qwen tokenizers, --add-special, special tokens in text,
-# every llama.cpp vocab test case through the CLI, and bad input / bad
-# usage exit codes. Exit 77 (skipped) without the shared data.
+# project's Llama-3 and Qwen tokenizers, --add-special, special tokens in
+# text, every llama.cpp vocab test case through the CLI, and bad input / bad
+# usage exit codes. Missing data fails the test.
 set -u
 BIN="${TANGRAM_BIN:?TANGRAM_BIN not set}/tangram-tokenize"
-SHARED="${TANGRAM_SHARED:-../shared}"
-TOK="$SHARED/data/tokenizers"
-VT="$SHARED/data/llamacpp_vocab_tests"
+DATA="${TANGRAM_DATA:?TANGRAM_DATA not set}"
+PY=${TANGRAM_PYTHON:-/usr/bin/python3}
+TOK="$DATA/tokenizers"
+VT="$DATA/llamacpp_vocab_tests"
 [ -x "$BIN" ] || { echo "missing $BIN"; exit 1; }
-[ -f "$TOK/llama3/tokenizer.json" ] && [ -d "$VT" ] || { echo "no shared data: skip"; exit 77; }
+[ -f "$TOK/llama3/tokenizer.json" ] || { echo "FAIL: project data missing: $TOK/llama3/tokenizer.json"; exit 1; }
+[ -d "$VT" ] || { echo "FAIL: project data missing: $VT"; exit 1; }
 
 fail=0
 check() { # name got want
@@ -42,7 +44,7 @@ check "decode skip-special" \
 # Vocab test cases through the CLI and back: the longest case (it mixes
 # whitespace runs, emoji, scripts, digits and contractions) and one short one
 # per tokenizer; test_tokenizer checks all of them in-process.
-/usr/bin/python3 - "$BIN" "$TOK" "$VT" <<'EOF' || fail=1
+"$PY" - "$BIN" "$TOK" "$VT" <<'EOF' || fail=1
 import json, subprocess, sys
 bin_, tok, vt = sys.argv[1:4]
 bad = 0

@@ -86,8 +86,8 @@ _Noreturn void tt_cuda_die(const char *prog, const char *what,
     } while (0)
 
 /* Returns 1 with *info describing device 0; 0 after printing "skipped: no
- * CUDA device" on stdout when there is none (the benchmark then exits 0,
- * so its --quick test passes on machines without a GPU). A device that is
+ * CUDA device" on stdout when there is none (the benchmark then exits 77,
+ * so its --quick test reports skipped on machines without a GPU). A device that is
  * there but cannot be queried prints "<prog>: device query failed" and
  * exits 1. */
 int tt_cuda_bench_device(const char *prog, struct tg_cuda_device_info *info);

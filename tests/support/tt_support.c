@@ -55,18 +55,26 @@ int tt_program(const char *name, char *out, size_t cap)
     return access(out, X_OK) == 0;
 }
 
-void tt_shared_path(const char *rel, char *out, size_t cap)
+void tt_data_path(const char *rel, char *out, size_t cap)
 {
-    const char *sh = getenv("TANGRAM_SHARED");
-    snprintf(out, cap, "%s/%s", sh && sh[0] ? sh : "../shared", rel);
+    const char *sh = getenv("TANGRAM_DATA");
+    snprintf(out, cap, "%s/%s", sh && sh[0] ? sh : "data", rel);
+}
+
+const char *tt_python(void)
+{
+    const char *p = getenv("TANGRAM_PYTHON");
+    return p != NULL && p[0] != '\0' ? p : "/usr/bin/python3";
 }
 
 int tt_make_model(const char *out_dir, const char *const *args)
 {
     char prog[4096], tok[4096];
-    if (!tt_program("tangram-make-model", prog, sizeof(prog)))
-        return 77;
-    tt_shared_path("data/tokenizers/qwen3", tok, sizeof(tok));
+    if (!tt_program("tangram-make-model", prog, sizeof(prog))) {
+        fprintf(stderr, "tt_make_model: %s is not built\n", prog);
+        return -1;
+    }
+    tt_data_path("tokenizers/qwen3", tok, sizeof(tok));
     const char *argv[64];
     int n = 0, has_tok = 0;
     argv[n++] = prog;

@@ -26,14 +26,18 @@ int tt_tmpdir_remove(const char *dir);
  * the current directory) into out. Returns 1 when it is executable. */
 int tt_program(const char *name, char *out, size_t cap);
 
-/* Writes $TANGRAM_SHARED/<rel> (default ../shared) into out. */
-void tt_shared_path(const char *rel, char *out, size_t cap);
+/* Writes $TANGRAM_DATA/<rel> (default ./data: the project data folder) into out. */
+void tt_data_path(const char *rel, char *out, size_t cap);
+
+/* Returns the Python interpreter of the test clients: $TANGRAM_PYTHON
+ * (CMake's TANGRAM_PYTHON), default /usr/bin/python3. */
+const char *tt_python(void);
 
 /* Runs tangram-make-model with `args` (a NULL-terminated list of extra
  * flags such as "--arch", "qwen3", ...; the tokenizer defaults to the
- * shared qwen3 one unless args name --tokenizer) writing to out_dir, with
- * its output discarded. Returns 0, -1 on failure, or 77 when the program
- * is not built (the caller skips). */
+ * project's qwen3 one unless args name --tokenizer) writing to out_dir,
+ * with its output discarded. Returns 0, or -1 on failure (a program that
+ * is not built is a failure, named on stderr). */
 int tt_make_model(const char *out_dir, const char *const *args);
 
 /* Writes a profile file for L layers x H heads of dimension d with

@@ -104,12 +104,10 @@ static void test_hash_normalization(void **state)
 static void detect_path(const char *rel, int is_dir, enum ct_family want)
 {
     char sub[1024], path[2048], err[512] = "";
-    snprintf(sub, sizeof sub, "data/%s", rel);
-    tt_shared_path(sub, path, sizeof path);
-    if (access(path, R_OK) != 0) {
-        print_message("missing %s\n", path);
-        skip();
-    }
+    snprintf(sub, sizeof sub, "%s", rel);
+    tt_data_path(sub, path, sizeof path);
+    if (access(path, R_OK) != 0)
+        fail_msg("project data file missing: %s", path);
     char *text = NULL;
     int rc = is_dir ? ct_template_read_dir(path, &text, err, sizeof err)
                     : ct_template_read_file(path, &text, err, sizeof err);

@@ -20,9 +20,12 @@ static int setup(void **state)
 {
     (void)state;
     char path[4096];
-    tt_shared_path("data/tokenizers/qwen3/tokenizer.json", path, sizeof(path));
-    char err[256];
-    return tok_tokenizer_load(&tok, path, err, sizeof(err));
+    tt_data_path("tokenizers/qwen3/tokenizer.json", path, sizeof(path));
+    char err[512];
+    int rc = tok_tokenizer_load(&tok, path, err, sizeof(err));
+    if (rc != 0)
+        fprintf(stderr, "test_text: %s: %s\n", path, err);
+    return rc;
 }
 
 static int teardown(void **state)

@@ -22,9 +22,8 @@
 
 static char errbuf[512];
 
-/* The three shared tokenizers, loaded once (NULL data = skip). */
+/* The three project tokenizers, loaded once by the group setup. */
 static struct tok_tokenizer g_llama, g_qwen25, g_qwen3;
-static int g_have;
 
 static char *read_file(const char *path, size_t *len)
 {
@@ -50,17 +49,20 @@ static char *read_file(const char *path, size_t *len)
 static int group_setup(void **state)
 {
     (void)state;
-    char p[1024];
-    tt_shared_path("data/tokenizers/llama3", p, sizeof p);
-    if (tok_tokenizer_load(&g_llama, p, errbuf, sizeof errbuf) != 0)
-        return 0;
-    tt_shared_path("data/tokenizers/qwen2.5/tokenizer.json", p, sizeof p);
-    if (tok_tokenizer_load(&g_qwen25, p, errbuf, sizeof errbuf) != 0)
-        return -1;
-    tt_shared_path("data/tokenizers/qwen3", p, sizeof p);
-    if (tok_tokenizer_load(&g_qwen3, p, errbuf, sizeof errbuf) != 0)
-        return -1;
-    g_have = 1;
+    static const struct {
+        struct tok_tokenizer *t;
+        const char *rel;
+    } toks[] = {{&g_llama, "tokenizers/llama3"},
+                {&g_qwen25, "tokenizers/qwen2.5/tokenizer.json"},
+                {&g_qwen3, "tokenizers/qwen3"}};
+    for (size_t i = 0; i < sizeof(toks) / sizeof(toks[0]); i++) {
+        char p[1024];
+        tt_data_path(toks[i].rel, p, sizeof p);
+        if (tok_tokenizer_load(toks[i].t, p, errbuf, sizeof errbuf) != 0) {
+            fprintf(stderr, "test_tokenizer: %s: %s\n", p, errbuf);
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -72,12 +74,6 @@ static int group_teardown(void **state)
     tok_tokenizer_free(&g_qwen3);
     return 0;
 }
-
-#define NEED_SHARED()                                                          \
-    do {                                                                       \
-        if (!g_have)                                                           \
-            skip();                                                            \
-    } while (0)
 
 /* ------------------------------------------------------ vocab test files */
 
@@ -94,12 +90,12 @@ static size_t load_cases(const char *name, struct vcase **out)
     char rel[256], p[1024];
     size_t ilen, olen;
     snprintf(rel, sizeof rel,
-             "data/llamacpp_vocab_tests/ggml-vocab-%s.gguf.inp", name);
-    tt_shared_path(rel, p, sizeof p);
+             "llamacpp_vocab_tests/ggml-vocab-%s.gguf.inp", name);
+    tt_data_path(rel, p, sizeof p);
     char *inp = read_file(p, &ilen);
     snprintf(rel, sizeof rel,
-             "data/llamacpp_vocab_tests/ggml-vocab-%s.gguf.out", name);
-    tt_shared_path(rel, p, sizeof p);
+             "llamacpp_vocab_tests/ggml-vocab-%s.gguf.out", name);
+    tt_data_path(rel, p, sizeof p);
     char *outp = read_file(p, &olen);
     assert_non_null(inp);
     assert_non_null(outp);
@@ -196,21 +192,18 @@ static void run_vocab(const struct tok_tokenizer *tok, const char *name,
 static void test_vocab_llama3(void **state)
 {
     (void)state;
-    NEED_SHARED();
     run_vocab(&g_llama, "llama-bpe", 44);
 }
 
 static void test_vocab_qwen25(void **state)
 {
     (void)state;
-    NEED_SHARED();
     run_vocab(&g_qwen25, "qwen2", 43);
 }
 
 static void test_vocab_qwen3(void **state)
 {
     (void)state;
-    NEED_SHARED();
     run_vocab(&g_qwen3, "qwen2", 43);
 }
 
@@ -229,7 +222,6 @@ static void expect(const struct tok_tokenizer *tok, const char *s,
 static void test_lookups_and_special_ids(void **state)
 {
     (void)state;
-    NEED_SHARED();
     assert_int_equal(tok_vocab_size(&g_llama), 128256);
     assert_int_equal(tok_vocab_size(&g_qwen25), 151665);
     assert_int_equal(tok_vocab_size(&g_qwen3), 151669);
@@ -269,7 +261,6 @@ static void test_lookups_and_special_ids(void **state)
 static void test_special_tokens_in_text(void **state)
 {
     (void)state;
-    NEED_SHARED();
     static const int32_t l1[] = {128006, 882, 128007, 271};
     expect(&g_llama, "<|start_header_id|>user<|end_header_id|>\n\n", 0, l1, 4);
     static const int32_t l2[] = {128000, 9906, 1917};
@@ -321,7 +312,6 @@ static void test_special_tokens_in_text(void **state)
 static void test_invalid_utf8_input(void **state)
 {
     (void)state;
-    NEED_SHARED();
     struct tok_ids ids = {0};
     assert_int_equal(
         tok_encode(&g_llama, NULL, "ab", 2, 0, &ids, errbuf, sizeof errbuf), 0);
@@ -351,7 +341,6 @@ static void test_invalid_utf8_input(void **state)
 static void test_edge_texts(void **state)
 {
     (void)state;
-    NEED_SHARED();
     struct tok_ids ids = {0};
     assert_int_equal(
         tok_encode(&g_qwen25, NULL, "", 0, 0, &ids, errbuf, sizeof errbuf), 0);
@@ -395,7 +384,6 @@ static void test_edge_texts(void **state)
 static void test_nfc_fast_path(void **state)
 {
     (void)state;
-    NEED_SHARED();
     static const int32_t alphabet[] = {
         'e',    'a',    '=',    ' ',    0x0301, 0x0308,  0x0304, 0x0323, 0x0338,
         0x00E9, 0x1100, 0x1161, 0x11A8, 0xAC00, 0xAC01,  0x212B, 0x0958, 0x304B,
@@ -439,7 +427,6 @@ static void test_nfc_fast_path(void **state)
 static void test_stream_multibyte(void **state)
 {
     (void)state;
-    NEED_SHARED();
     /* " this is 🦙.cpp": the llama emoji's 4 bytes span 11410 99 247. */
     static const int32_t ids[] = {420, 374, 11410, 99, 247, 13, 11055};
     static const char *want[] = {" this", " is", " ", "", "\xF0\x9F\xA6\x99",
@@ -472,7 +459,6 @@ static void test_stream_multibyte(void **state)
 static void test_stream_lossy(void **state)
 {
     (void)state;
-    NEED_SHARED();
     int32_t byte_tok[256];
     for (int b = 0; b < 256; b++) {
         char c[3];
@@ -570,10 +556,9 @@ static void *encode_job(void *arg)
 static void test_threads(void **state)
 {
     (void)state;
-    NEED_SHARED();
     char p[1024];
     size_t len;
-    tt_shared_path("data/llamacpp_vocab_tests/ggml-vocab-qwen2.gguf.inp", p,
+    tt_data_path("llamacpp_vocab_tests/ggml-vocab-qwen2.gguf.inp", p,
                    sizeof p);
     char *text = read_file(p, &len);
     assert_non_null(text);

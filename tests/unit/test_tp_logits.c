@@ -71,10 +71,6 @@ static int make_models(void **state)
         "2", "--heads", "6", "--kv-heads", "3", "--head-dim", "16", "--ffn",
         "96", "--seed", "22", "--tie", NULL};
     int rc = tt_make_model(untied_dir, a);
-    if (rc == 77) {
-        untied_dir[0] = '\0'; /* not built: every test skips */
-        return 0;
-    }
     if (rc != 0 || tt_make_model(tied_dir, b) != 0)
         return -1;
     return 0;
@@ -326,8 +322,6 @@ static double max_rel_rows(const float *a, const float *b, size_t rows,
 
 static void compare(const char *dir, const int *worlds, int n_worlds)
 {
-    if (untied_dir[0] == '\0')
-        skip();
     struct mc_model_config cfg;
     assert_int_equal(mc_model_config_load(&cfg, dir, errbuf, sizeof(errbuf)), 0);
     size_t V = (size_t)cfg.vocab_size;

@@ -40,8 +40,10 @@ static char errbuf[512];
 static int setup(void **state)
 {
     (void)state;
-    if (!tt_program("tangram-worker", worker_exe, sizeof(worker_exe)))
-        return 0; /* not built: every test skips */
+    if (!tt_program("tangram-worker", worker_exe, sizeof(worker_exe))) {
+        fprintf(stderr, "test_wlink: %s is not built\n", worker_exe);
+        return -1;
+    }
     if (tt_tmpdir_make("tg_test_wlink.", tmpdir, sizeof(tmpdir)) != 0)
         return -1;
     char dir[300];
@@ -50,8 +52,6 @@ static int setup(void **state)
         "--layers", "2", "--heads", "4", "--kv-heads", "2", "--head-dim",
         "16", "--ffn", "128", "--seed", "5", NULL};
     int rc = tt_make_model(dir, args);
-    if (rc == 77)
-        return 0;
     if (rc != 0)
         return -1;
     snprintf(model_dir, sizeof(model_dir), "%s", dir);
@@ -73,8 +73,6 @@ struct router {
 static void router_start_setup(struct router *r, int timeout_ms,
                                const char *setup_ms)
 {
-    if (model_dir[0] == '\0')
-        skip();
     memset(r, 0, sizeof(*r));
     snprintf(r->endpoint, sizeof(r->endpoint), "ipc://%s/r-%d-%d.sock", tmpdir,
              (int)getpid(), timeout_ms);

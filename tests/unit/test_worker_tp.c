@@ -89,10 +89,6 @@ static int make_models(void **state)
             "--layers", "2", "--heads", models[i].heads, "--kv-heads",
             models[i].kv, "--head-dim", "16", models[i].tie, NULL};
         int rc = tt_make_model(models[i].dir, args);
-        if (rc == 77) { /* not built: every test skips */
-            qwen3_dir[0] = '\0';
-            return 0;
-        }
         if (rc != 0)
             return -1;
     }
@@ -113,8 +109,7 @@ static int remove_models(void **state)
 
 static void need_models(void)
 {
-    if (qwen3_dir[0] == '\0')
-        skip();
+    assert_true(qwen3_dir[0] != '\0'); /* the group setup made it */
 }
 
 static void comm_name(char *out, size_t len)

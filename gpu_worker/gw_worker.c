@@ -57,6 +57,9 @@ void gw_worker_free(struct gw_worker *w)
     free(w->entry_of);
     free(w->tok);
     free(w->tok_ptrs);
+    free(w->serr);
+    free(w->serr_ptrs);
+    free(w->serr_text);
     free(w->top_ids);
     free(w->top_lps);
     free(w->top_tmp);
@@ -237,13 +240,17 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     w->entry_of = malloc(S * sizeof(int32_t));
     w->tok = calloc(S, sizeof(*w->tok));
     w->tok_ptrs = calloc(S, sizeof(*w->tok_ptrs));
+    w->serr = calloc(S, sizeof(*w->serr));
+    w->serr_ptrs = calloc(S, sizeof(*w->serr_ptrs));
+    w->serr_text = calloc(S, GW_WORKER_SLOT_ERROR_MAX);
     w->top_ids = malloc(S * K * sizeof(uint32_t));
     w->top_lps = malloc(S * K * sizeof(float));
     w->top_tmp = malloc(K * sizeof(int32_t));
     if (!w->slots || (w->rank == 0 && !w->logits) || !w->seqs ||
         !w->seq_ptrs || !w->ids || !w->sim_n || !w->sim_len || !w->sim_pos || !w->sim_active ||
         !w->sim_stamp || !w->touched || !w->entry_of || !w->tok ||
-        !w->tok_ptrs || !w->top_ids || !w->top_lps || !w->top_tmp) {
+        !w->tok_ptrs || !w->serr || !w->serr_ptrs || !w->serr_text ||
+        !w->top_ids || !w->top_lps || !w->top_tmp) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory for %d slots",
                         o->max_slots);
         goto fail;
@@ -398,8 +405,9 @@ static void sim_clear(struct gw_worker *w, uint32_t s)
     memset(w->sim_len + s * R, 0, R * sizeof(int32_t));
 }
 
-static int check_sampling(const Tangram__Worker__V1__WorkerSampling *sp,
-                          int vocab, char *err, size_t errlen, uint32_t slot)
+int gw__worker_check_sampling(const Tangram__Worker__V1__WorkerSampling *sp,
+                              int vocab, char *err, size_t errlen,
+                              uint32_t slot)
 {
     if (sp == NULL)
         return 0;
@@ -497,7 +505,9 @@ static int check_entry(struct gw_worker *w, size_t i, const GwPlanEntry *e,
                           "%u, the slot is at %lld", s, rid, e->start_pos,
                           (long long)w->sim_pos[s]);
     }
-    return check_sampling(e->sampling, m->vocab, err, errlen, s);
+    /* Sampling parameters are the request's own: rank 0 checks them when
+     * it draws, and a bad one fails only that request (a SlotError). */
+    return 0;
 }
 
 static int check_delta(struct gw_worker *w, size_t i, const GwPageDelta *d,
@@ -956,30 +966,46 @@ int gw_worker_step(struct gw_worker *w, const GwBatchPlan *plan,
     if (rc != 0 || w->rank != 0)
         goto done;
     size_t V = (size_t)w->model.vocab, K = GW_WORKER_MAX_LOGPROBS;
-    size_t n = 0;
+    size_t n = 0, n_err = 0;
     for (size_t i = 0; i < plan->n_entries; i++) {
         const GwPlanEntry *e = plan->entries[i];
         if (!e->sample)
             continue;
-        if (gw__worker_presampled(w, plan, e, &w->tok[n], w->top_ids + n * K,
-                                  w->top_lps + n * K))
-            rc = 0;
-        else
-            rc = sample_entry(w, e, w->logits + (size_t)row[i] * V,
-                              &w->tok[n], w->top_ids + n * K,
-                              w->top_lps + n * K, err, errlen);
-        if (rc != 0)
-            goto done;
+        /* A draw that cannot be made fails only its own request: the
+         * entry's KV is written like the others', so the step stands. */
+        char *serr = w->serr_text + n_err * GW_WORKER_SLOT_ERROR_MAX;
+        int src = gw__worker_check_sampling(e->sampling, w->model.vocab, serr,
+                                            GW_WORKER_SLOT_ERROR_MAX, e->slot);
+        if (src == 0 &&
+            !gw__worker_presampled(w, plan, e, &w->tok[n], w->top_ids + n * K,
+                                   w->top_lps + n * K))
+            src = sample_entry(w, e, w->logits + (size_t)row[i] * V,
+                               &w->tok[n], w->top_ids + n * K,
+                               w->top_lps + n * K, serr,
+                               GW_WORKER_SLOT_ERROR_MAX);
+        if (src != 0) {
+            GwSlotError sinit = TANGRAM__WORKER__V1__SLOT_ERROR__INIT;
+            w->serr[n_err] = sinit;
+            w->serr[n_err].slot = e->slot;
+            w->serr[n_err].error = serr;
+            w->serr_ptrs[n_err] = &w->serr[n_err];
+            n_err++;
+            continue;
+        }
         w->tok_ptrs[n] = &w->tok[n];
         n++;
     }
     out->n_sampled = n;
     out->sampled = n > 0 ? w->tok_ptrs : NULL;
+    out->n_slot_errors = n_err;
+    out->slot_errors = n_err > 0 ? w->serr_ptrs : NULL;
 done:
     out->ok = rc == 0;
     if (rc != 0) {
         out->n_sampled = 0;
         out->sampled = NULL;
+        out->n_slot_errors = 0;
+        out->slot_errors = NULL;
         if (w->error[0] == '\0')
             tg_err_set(err, errlen, rc, "%s", tg_strerror(rc));
     }

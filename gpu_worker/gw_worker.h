@@ -18,9 +18,14 @@
  *   5. rank 0 only: every entry with `sample` draws one token.
  * The whole plan is validated before step 1 touches anything (slots,
  * layers, groups and page ids in range, positions equal to the slot's,
- * chunk sizes, token ids, sampling parameters, rows holding at most what
- * their pages can), so a bad plan yields an error result and leaves the
- * worker unchanged and usable. The router is trusted not to hand one page
+ * chunk sizes, token ids, rows holding at most what their pages can), so
+ * a bad plan yields an error result and leaves the worker unchanged and
+ * usable. Sampling parameters are the one thing a client chooses: rank 0
+ * checks them when it draws (finite, in range, logprobs at most
+ * GW_WORKER_MAX_LOGPROBS), and an entry whose draw cannot be made gets a
+ * SlotError instead of a token while the step and every other entry go
+ * on (its KV was written like the others'; the router ends that request
+ * alone). The router is trusted not to hand one page
  * to two rows (that would mix data, never corrupt memory).
  *
  * Sampling (rank 0): struct tg_sampling from WorkerSampling and the CPU
@@ -89,6 +94,7 @@ typedef Tangram__Worker__V1__PlanEntry GwPlanEntry;
 typedef Tangram__Worker__V1__PageDelta GwPageDelta;
 typedef Tangram__Worker__V1__StepResult GwStepResult;
 typedef Tangram__Worker__V1__SampledToken GwSampledToken;
+typedef Tangram__Worker__V1__SlotError GwSlotError;
 typedef Tangram__Worker__V1__CommSetup GwCommSetup;
 typedef Tangram__Worker__V1__CommReady GwCommReady;
 
@@ -96,6 +102,7 @@ typedef Tangram__Worker__V1__CommReady GwCommReady;
 #define GW_NCCL_KIND "nccl"     /* Hello/CommSetup comm_kind of CUDA ranks */
 #define GW_PROTOCOL_VERSION 1u   /* PROTOCOL_VERSION_1 of worker.proto */
 #define GW_WORKER_MAX_LOGPROBS 64 /* top alternatives per sampled token */
+#define GW_WORKER_SLOT_ERROR_MAX 256 /* bytes of one SlotError text */
 #define GW_WORKER_EXIT_PEERS_LOST 5 /* tangram-worker's status when an
                                        all-reduce timed out */
 
@@ -201,6 +208,9 @@ struct gw_worker {
     /* result storage, reused by every step */
     GwSampledToken *tok;          /* (max_slots) */
     GwSampledToken **tok_ptrs;    /* (max_slots) */
+    GwSlotError *serr;            /* (max_slots) per-request failures */
+    GwSlotError **serr_ptrs;      /* (max_slots) */
+    char *serr_text;              /* (max_slots, GW_WORKER_SLOT_ERROR_MAX) */
     uint32_t *top_ids;            /* (max_slots, GW_WORKER_MAX_LOGPROBS) */
     float *top_lps;               /* (max_slots, GW_WORKER_MAX_LOGPROBS) */
     int32_t *top_tmp;             /* (GW_WORKER_MAX_LOGPROBS) */
@@ -258,7 +268,8 @@ int gw_worker_comm_join(struct gw_worker *w, const GwCommSetup *cs, char *err,
                         size_t errlen);
 
 /* Runs one plan (see the top of this file) and fills *out: version,
- * step_id, rank, ok, error, the sampled tokens (rank 0) and step_seconds.
+ * step_id, rank, ok, error, the sampled tokens and slot errors (rank 0)
+ * and step_seconds.
  * Before gw_worker_comm_join every plan fails with TG_EPROTO.
  * With T > 1 every rank must get every plan; a plan one rank rejects and
  * another runs leaves the others' all-reduce to time out (TG_ETIMEDOUT,

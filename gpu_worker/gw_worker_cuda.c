@@ -151,7 +151,9 @@ int gw__worker_dev_sample_ok(const struct gw_worker *w,
         if (e->kind != ENTRY_DECODE || !e->sample || ws == NULL)
             continue;
         if (ws->repetition_penalty != 1.0f || ws->presence_penalty != 0.0f ||
-            ws->frequency_penalty != 0.0f || ws->logprobs > GW_CUDA_MAX_TOP)
+            ws->frequency_penalty != 0.0f || ws->logprobs > GW_CUDA_MAX_TOP ||
+            gw__worker_check_sampling(ws, w->model.vocab, NULL, 0,
+                                      e->slot) != 0)
             return 0;
     }
     return 1;

@@ -24,9 +24,20 @@ int gw__worker_cuda_init(struct gw_worker *w, const struct gw_worker_opts *o,
 int gw__worker_join_nccl(struct gw_worker *w, const GwCommSetup *cs,
                          const char *kind, char *err, size_t errlen);
 
+/* Checks the sampling parameters of the entry in `slot` as the sampler
+ * will use them: temperature >= 0 and finite, top_p in (0, 1], min_p in
+ * [0, 1], repetition_penalty > 0 and finite, presence and frequency
+ * penalties finite, logprobs at most min(vocab, GW_WORKER_MAX_LOGPROBS).
+ * NULL is the defaults. Returns 0 or TG_EINVAL naming the values. */
+int gw__worker_check_sampling(const Tangram__Worker__V1__WorkerSampling *sp,
+                              int vocab, char *err, size_t errlen,
+                              uint32_t slot);
+
 /* Whether rank 0 of the CUDA backend can sample this plan's decode rows
  * on the device: no decode entry that samples asks for penalties or more
- * than GW_CUDA_MAX_TOP top logprobs. 0 on the CPU backend. */
+ * than GW_CUDA_MAX_TOP top logprobs or has parameters
+ * gw__worker_check_sampling refuses (those fail alone on the host path).
+ * 0 on the CPU backend. */
 int gw__worker_dev_sample_ok(const struct gw_worker *w,
                              const GwBatchPlan *plan);
 

@@ -192,6 +192,25 @@ static void complete_step(struct rt_link *link, int ok, const char *error)
                 got++;
             }
         }
+        for (size_t k = 0; sr && k < sr->n_slot_errors && !verr[0]; k++) {
+            const Tangram__Worker__V1__SlotError *se = sr->slot_errors[k];
+            int32_t i = 0;
+            while (i < n && !(link->entry_sample[i] &&
+                              link->entry_slot[i] == se->slot))
+                i++;
+            if (i == n || link->res_tokens[i].token >= 0 ||
+                link->res_tokens[i].error != NULL)
+                snprintf(verr, sizeof verr,
+                         "rank 0: slot error for slot %" PRIu32
+                         ", which was not to be sampled (or answered twice)",
+                         se->slot);
+            else {
+                link->res_tokens[i].error =
+                    se->error != NULL && se->error[0] ? se->error
+                                                      : "sampling failed";
+                got++;
+            }
+        }
         if (!verr[0] && got != want)
             snprintf(verr, sizeof verr,
                      "rank 0 returned %d of %d sampled tokens", (int)got,
@@ -202,6 +221,7 @@ static void complete_step(struct rt_link *link, int ok, const char *error)
             for (int32_t i = 0; i < n; i++) {
                 link->res_tokens[i].token = -1;
                 link->res_tokens[i].n_top = 0;
+                link->res_tokens[i].error = NULL;
                 link->res_ids[i] = -1;
             }
         }

@@ -43,8 +43,9 @@
  * stored KV, its own row lengths). Every rank answers with a StepResult;
  * rank 0's carries the sampled tokens. When every rank has answered the
  * step in flight, on_result fires exactly once: ok when every rank said ok
- * and rank 0's tokens match the sampled entries one to one, else not ok
- * with the first error. One step is in flight at a time.
+ * and rank 0 answered every sampled entry exactly once — with a token, or
+ * with a slot error that fails that entry's request alone (entries[i].error)
+ * — else not ok with the first error. One step is in flight at a time.
  *
  * Failures are errors, never silence or a hang. A rank is declared dead
  * when no message came from it for dead_ms, when a send of a plan to it
@@ -113,6 +114,9 @@ struct rt_link_token {
     int32_t sampled;             /* 1 when the entry asked for a sample */
     uint32_t slot;
     int32_t token;               /* sampled id, -1 when not sampled */
+    const char *error;           /* non-NULL: rank 0 could not draw for
+                                    this entry (its sampling parameters);
+                                    only its request fails, token is -1 */
     float logprob;               /* natural log */
     size_t n_top;                /* alternatives, most likely first */
     const uint32_t *top_ids;     /* (n_top) */

@@ -192,6 +192,18 @@ int rt_openai_parse_chat(const struct rt_openai_cfg *cfg, const char *body,
                          size_t len, struct rt_gen_request *out,
                          struct rt_api_error *e);
 
+/* Checks the sampling parameters as the worker's sampler will see them:
+ * after conversion to single precision (WorkerSampling's floats), a value
+ * that passed the range checks as a double can become 0 or infinity (top_p
+ * 1e-300, repetition_penalty 1e308). Requires temperature, min_p and the
+ * penalties finite, top_p in (0, 1], min_p in [0, 1], temperature >= 0 and
+ * repetition_penalty > 0. Returns 0, or TG_EINVAL with *e filled (400,
+ * naming the parameter and the value). Both front ends call it (through
+ * rt_req_submit) so no request reaches a worker with values it refuses.
+ * Any thread. */
+int rt_sampling_check_converted(const struct rt_sampling *sp,
+                                struct rt_api_error *e);
+
 /* Checks a parsed request against the context once its prompt has been
  * tokenized to n_prompt_tokens: the prompt must be non-empty and shorter
  * than max_model_len, and prompt + max_tokens must fit (OpenAI's

@@ -907,6 +907,38 @@ int rt_openai_parse_chat(const struct rt_openai_cfg *cfg, const char *body,
     return parse_gen(cfg, RT_ENDPOINT_CHAT, body, len, out, e);
 }
 
+int rt_sampling_check_converted(const struct rt_sampling *sp,
+                                struct rt_api_error *e)
+{
+    const struct {
+        const char *name;
+        double v;
+        int ok; /* of the single-precision value */
+    } f[] = {
+        {"temperature", sp->temperature,
+         isfinite((float)sp->temperature) && (float)sp->temperature >= 0.0f},
+        {"top_p", sp->top_p,
+         (float)sp->top_p > 0.0f && (float)sp->top_p <= 1.0f},
+        {"min_p", sp->min_p,
+         (float)sp->min_p >= 0.0f && (float)sp->min_p <= 1.0f},
+        {"presence_penalty", sp->presence_penalty,
+         isfinite((float)sp->presence_penalty)},
+        {"frequency_penalty", sp->frequency_penalty,
+         isfinite((float)sp->frequency_penalty)},
+        {"repetition_penalty", sp->repetition_penalty,
+         isfinite((float)sp->repetition_penalty) &&
+             (float)sp->repetition_penalty > 0.0f},
+    };
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        if (!f[i].ok)
+            return rt__openai_fail(e, TG_EINVAL, 400, "invalid_value",
+                                   f[i].name,
+                                   "%s %.17g is out of range once converted "
+                                   "to single precision (%g)", f[i].name,
+                                   f[i].v, (double)(float)f[i].v);
+    return 0;
+}
+
 int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
                        int64_t n_prompt_tokens, struct rt_api_error *e)
 {

@@ -813,6 +813,12 @@ int rt_sched_complete(struct rt_sched *s, struct rt_step *step,
                               "rt_sched: step %llu samples but no tokens "
                               "were given",
                               (unsigned long long)step->step_id);
+        /* An entry whose request was aborted since the plan (a client
+         * gone, or a request the worker failed alone) has no token. */
+        const struct rt_sched_req *live =
+            rt_sched__find(s, step->entries[i].id);
+        if (live == NULL || live->serial != step->entries[i].serial)
+            continue;
         if (tokens[i] < 0)
             return tg_err_set(err, errlen, TG_EINVAL,
                               "rt_sched: sampled token %d for entry %d",

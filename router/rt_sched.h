@@ -276,7 +276,7 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
  * sampled for entry i (read only where entries[i].sample), stop (may be
  * NULL) flags entries whose token ends the request (the caller matched EOS
  * or a stop sequence). Entries of requests aborted since the plan are
- * skipped. step->events is replaced by one event per sampled token
+ * skipped, and their tokens may be -1 (none was drawn). step->events is replaced by one event per sampled token
  * (with the finish reason when the request ended); ended requests are gone
  * afterwards and their pages freed or stored for multi-turn reuse. Returns
  * 0, or TG_EINVAL (not the outstanding step, a negative token) with

@@ -172,7 +172,10 @@ int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
                          "the workers are not ready; retry later");
         return TG_EBUSY;
     }
-    int rc = tokenize(r, e);
+    int rc = rt_sampling_check_converted(&r->g.sampling, e);
+    if (rc != 0)
+        return rc;
+    rc = tokenize(r, e);
     if (rc != 0)
         return rc;
     rc = rt_gen_request_fit(&r->g, s->max_model_len, r->n_prompt, e);
@@ -500,6 +503,20 @@ static void on_result(void *ud, const struct rt_link_result *res)
     }
     double now = rt_server_now(s);
     int32_t n = s->step.n_entries;
+    /* A request the worker could not sample for fails alone: it leaves the
+     * scheduler now (its pages freed, nothing stored), so complete skips
+     * its entry, and every other request goes on. */
+    for (int32_t i = 0; i < n; i++) {
+        struct rt_req *r = s->step.entries[i].user;
+        if (res->entries[i].error == NULL || r->done)
+            continue;
+        log_warn("request %s failed on the worker: %s", r->id_str,
+                 res->entries[i].error);
+        rt_sched_abort(&s->sched, r->id);
+        rt_text_finish(&r->text);
+        observe_finish(s, r, RT_FINISH_ERROR);
+        deliver(r, RT_FINISH_ERROR, res->entries[i].error);
+    }
     uint8_t *stop = calloc((size_t)n + 1, 1);
     for (int32_t i = 0; i < n; i++) {
         const struct rt_step_entry *en = &s->step.entries[i];

@@ -436,6 +436,79 @@ def t_multiturn(api):
               "cached-token metric grew with the session turn too")
 
 
+def t_poison(api):
+    """One client's unusable sampling parameters fail only its own request:
+    values that pass as doubles but become 0 or infinity as the worker's
+    floats are refused with a 400 naming the parameter, while a batch of
+    good streams runs on to the end and the multi-turn cache keeps its
+    entries."""
+    conv = [{"role": "user", "content": "Remember the word lighthouse."}]
+    st, j, raw = api.chat(conv, max_tokens=4, ignore_eos=True)
+    if not chk.check(st == 200, "poison: first turn of a cached "
+                     "conversation", raw):
+        return
+    conv += [{"role": "assistant",
+              "content": j["choices"][0]["message"]["content"]},
+             {"role": "user", "content": "Which word?"}]
+    n = 8
+    results = [None] * n
+
+    def one(i):
+        try:
+            results[i] = stream(api, "/v1/completions",
+                                {"model": MODEL, "prompt": "Good stream %d" % i,
+                                 "max_tokens": 24, "temperature": 0.7,
+                                 "seed": i, "ignore_eos": True,
+                                 "stream": True,
+                                 "stream_options": {"include_usage": True}})
+        except OSError as e:
+            results[i] = e
+
+    th = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in th:
+        t.start()
+    poisons = [("/v1/completions", {"top_p": 1e-300}, "top_p"),
+               ("/v1/completions", {"repetition_penalty": 1e308},
+                "repetition_penalty"),
+               ("/v1/chat/completions", {"top_p": 1e-46}, "top_p"),
+               ("/v1/chat/completions", {"repetition_penalty": 3.5e38},
+                "repetition_penalty")]
+    for path, extra, param in poisons:
+        body = {"model": MODEL, "max_tokens": 8, "stream": True}
+        if path.endswith("completions") and "chat" not in path:
+            body["prompt"] = "poisoned"
+        else:
+            body["messages"] = [{"role": "user", "content": "poisoned"}]
+        body.update(extra)
+        st, _, data = api.post(path, body)
+        j = du.json_of(data)
+        err = j.get("error") if isinstance(j, dict) else None
+        err = err if isinstance(err, dict) else {}
+        chk.check(st == 400 and err.get("param") == param and
+                  param in err.get("message", ""),
+                  "poison %s %s: 400 naming %s" % (path, extra, param), data)
+    for t in th:
+        t.join(120)
+    good = 0
+    for r in results:
+        if isinstance(r, tuple) and r[0] == 200:
+            chunks, done, bad = parse_chunks(r[2])
+            u = chunks[-1].get("usage") if chunks else None
+            if done and not bad and u and u["completion_tokens"] == 24:
+                good += 1
+    chk.check(good == n, "poison: all %d good streams ran to the end "
+              "(%d ok)" % (n, good))
+    st, j2, raw = api.chat(conv, max_tokens=4, ignore_eos=True)
+    cached = j2["usage"]["prompt_tokens_details"]["cached_tokens"] \
+        if st == 200 else -1
+    chk.check(cached > 0, "poison: the multi-turn cache survived (second "
+              "turn reuses %d tokens)" % cached, raw)
+    failed = [ln for ln in api.d.log_text().splitlines()
+              if "step" in ln and "failed" in ln]
+    chk.check(not failed, "poison: no step failed in the daemon's log",
+              failed[:3])
+
+
 def t_tokenize(api):
     text = "Hello world, tangram here!"
     st, j, raw = api.post_json("/tokenize", {"model": MODEL, "prompt": text})
@@ -767,6 +840,7 @@ def main():
             t_tokenize(api)
             t_multiturn(api)
             t_concurrent(api, PROFILE is None)
+            t_poison(api)
             t_bad_input(api)
             t_disconnect(api)
             t_curl(api)

@@ -150,9 +150,21 @@ void tt_fake_answer(struct tt_fake *f, const Tangram__Worker__V1__BatchPlan *p)
     uint32_t top_ids[16][2];
     float top_lp[16][2];
     size_t n = 0;
+    Tangram__Worker__V1__SlotError se = TANGRAM__WORKER__V1__SLOT_ERROR__INIT,
+                                   *sep = &se;
+    int want_se = f->rank == 0 && (f->answer == TT_ANSWER_SLOT_ERROR ||
+                                   f->answer == TT_ANSWER_SLOT_TWICE);
     for (size_t i = 0; f->rank == 0 && i < p->n_entries && n < 16; i++) {
         if (!p->entries[i]->sample && f->answer != TT_ANSWER_EXTRA)
             continue;
+        if (want_se && sr.n_slot_errors == 0) {
+            se.slot = p->entries[i]->slot;
+            se.error = (char *)"bad top_p";
+            sr.n_slot_errors = 1;
+            sr.slot_errors = &sep;
+            if (f->answer == TT_ANSWER_SLOT_ERROR)
+                continue;
+        }
         tangram__worker__v1__sampled_token__init(&st[n]);
         st[n].slot = p->entries[i]->slot;
         st[n].token_id = 100 + p->entries[i]->slot;
@@ -250,6 +262,8 @@ static void on_result(void *ud, const struct rt_link_result *r)
     e->res_n = r->n_entries;
     for (int32_t i = 0; i < r->n_entries && i < 16; i++) {
         e->res_tokens[i] = r->tokens[i];
+        snprintf(e->res_entry_error[i], sizeof e->res_entry_error[i], "%s",
+                 r->entries[i].error ? r->entries[i].error : "");
         assert_int_equal(r->entries[i].token, r->tokens[i]);
     }
     e->res_top0 = r->n_entries ? r->entries[0].n_top : 0;

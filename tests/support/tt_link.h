@@ -36,6 +36,10 @@ enum tt_answer {
     TT_ANSWER_NONE,        /* the test answers by hand */
     TT_ANSWER_EXTRA,       /* rank 0: a token for every entry, sampled or not */
     TT_ANSWER_VOCAB,       /* rank 0: token ids outside the vocabulary */
+    TT_ANSWER_SLOT_ERROR,  /* rank 0: a SlotError ("bad top_p") for the
+                              first sampled entry, tokens for the rest */
+    TT_ANSWER_SLOT_TWICE,  /* rank 0: as OK, plus a SlotError for the
+                              first sampled entry (answered twice) */
 };
 
 /* How a fake answers a CommSetup. */
@@ -85,6 +89,7 @@ struct tt_link_env {
     int res_ok;
     char res_error[512];
     int32_t res_tokens[16];
+    char res_entry_error[16][64]; /* entries[i].error, "" when NULL */
     int32_t res_n;
     size_t res_top0;
     uint32_t res_top_id1;

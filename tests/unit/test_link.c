@@ -251,6 +251,31 @@ static void test_rank_error(void **state)
     assert_int_equal(e->n_dead, 0);
     e->fk[0].answer = TT_ANSWER_OK;
     assert_true(tt_link_round_trip(e, 5));
+    /* A slot error fails that entry alone: the step is ok, the entry has
+     * no token and carries the worker's text, the others have theirs. */
+    e->fk[0].answer = TT_ANSWER_SLOT_ERROR;
+    assert_true(tt_link_round_trip(e, 6));
+    int errs = 0, toks = 0;
+    for (int32_t i = 0; i < e->res_n; i++) {
+        if (e->res_entry_error[i][0]) {
+            assert_string_equal(e->res_entry_error[i], "bad top_p");
+            assert_int_equal(e->res_tokens[i], -1);
+            errs++;
+        } else if (e->res_tokens[i] >= 0) {
+            toks++;
+        }
+    }
+    assert_int_equal(errs, 1);
+    assert_true(toks >= 1);
+    /* A token and a slot error for one entry is a broken answer. */
+    e->fk[0].answer = TT_ANSWER_SLOT_TWICE;
+    assert_false(tt_link_round_trip(e, 7));
+    assert_non_null(strstr(e->res_error, "answered twice"));
+    for (int32_t i = 0; i < e->res_n; i++)
+        assert_string_equal(e->res_entry_error[i], "");
+    e->fk[0].answer = TT_ANSWER_OK;
+    assert_true(tt_link_round_trip(e, 8));
+    assert_int_equal(e->n_dead, 0);
     tt_link_env_free(e);
 }
 

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -369,15 +370,11 @@ static void test_bad_plans(void **state)
     good_plan(&p, &r, kv, 1, &gp);
     p.bp.n_page_deltas = 0;
     expect_error(&w, &p.bp, "pages");
-    /* token outside the vocabulary, bad sampling, bad version */
+    /* token outside the vocabulary, bad version */
     RESET_REQ();
     good_plan(&p, &r, kv, 1, &gp);
     p.tok[0][2] = (uint32_t)w.model.vocab;
     expect_error(&w, &p.bp, "vocabulary");
-    RESET_REQ();
-    good_plan(&p, &r, kv, 1, &gp);
-    p.s[0].top_p = 0.0f;
-    expect_error(&w, &p.bp, "sampling");
     RESET_REQ();
     good_plan(&p, &r, kv, 1, &gp);
     p.bp.version = 7;
@@ -454,6 +451,105 @@ static void test_bad_plans(void **state)
     tt_req_free(&r, &pool);
     kv_pool_free(&pool);
     gw_worker_free(&w);
+}
+
+/* A request whose sampling parameters the sampler cannot use fails alone:
+ * in a batch of three, the poisoned one gets a SlotError naming its slot
+ * while the step stays ok, the other two are sampled exactly as in a plan
+ * without it, and all three slots took their tokens (the poisoned one can
+ * then be freed and its slot reused). */
+static void test_slot_error_alone(void **state)
+{
+    (void)state;
+    need_model();
+    const struct {
+        float top_p, rep, temp;
+        uint32_t logprobs;
+        const char *needle;
+    } poison[] = {{0.0f, 1.0f, 0.0f, 0, "top_p 0"},
+                  {1.0f, INFINITY, 0.0f, 0, "repetition_penalty inf"},
+                  {1.0f, 1.0f, NAN, 0, "temperature nan"},
+                  {1.0f, 1.0f, 0.0f, 1000, "1000 logprobs"}};
+    struct gw_gen_params gp = greedy_params();
+    const int32_t prompts[3][4] = {{11, 22, 33, 44}, {5, 6, 7, 8},
+                                   {99, 98, 97, 96}};
+    /* The reference: the same three prefills, all with good parameters. */
+    uint32_t want[3];
+    for (int round = -1; round < (int)(sizeof(poison) / sizeof(poison[0]));
+         round++) {
+        struct gw_worker w;
+        worker_open(&w, NULL);
+        const struct kv_layout *kv = &w.layout.kv;
+        struct kv_pool pool;
+        assert_int_equal(kv_pool_init(&pool, w.n_pages, errbuf, sizeof(errbuf)),
+                         0);
+        struct tt_req r[3];
+        static struct tt_plan p;
+        tt_plan_reset(&p, 1);
+        for (int q = 0; q < 3; q++) {
+            req_init(&r[q], kv, (uint32_t)q, prompts[q], 4);
+            assert_int_equal(kv_seq_reserve_prompt(&r[q].seq, kv, &pool, 0, 4,
+                                                   errbuf, sizeof(errbuf)),
+                             0);
+            plan_deltas(&p, &r[q], kv);
+            plan_entry(&p, &r[q],
+                       TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL,
+                       prompts[q], 4, 1, &gp);
+        }
+        if (round >= 0) { /* poison the middle request */
+            p.s[1].top_p = poison[round].top_p;
+            p.s[1].repetition_penalty = poison[round].rep;
+            p.s[1].temperature = poison[round].temp;
+            p.s[1].logprobs = poison[round].logprobs;
+        }
+        GwStepResult res;
+        assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
+        assert_true(res.ok);
+        if (round < 0) {
+            assert_int_equal(res.n_sampled, 3);
+            assert_int_equal(res.n_slot_errors, 0);
+            for (int q = 0; q < 3; q++)
+                want[q] = res.sampled[q]->token_id;
+        } else {
+            assert_int_equal(res.n_sampled, 2);
+            assert_int_equal(res.n_slot_errors, 1);
+            assert_int_equal(res.slot_errors[0]->slot, 1);
+            if (strstr(res.slot_errors[0]->error, poison[round].needle) ==
+                NULL)
+                fail_msg("slot error '%s' lacks '%s'",
+                         res.slot_errors[0]->error, poison[round].needle);
+            assert_int_equal(res.sampled[0]->slot, 0);
+            assert_int_equal(res.sampled[0]->token_id, want[0]);
+            assert_int_equal(res.sampled[1]->slot, 2);
+            assert_int_equal(res.sampled[1]->token_id, want[2]);
+        }
+        /* Every slot took its chunk, the poisoned one too. */
+        for (int q = 0; q < 3; q++)
+            assert_int_equal(w.slots[q].pos, 4);
+        /* The router frees the failed request's slot; a fresh request
+         * takes it over in the next step. */
+        tt_plan_reset(&p, 2);
+        p.frees[0] = 1;
+        p.bp.n_frees = 1;
+        tt_req_free(&r[1], &pool);
+        req_init(&r[1], kv, 1, prompts[1], 4);
+        assert_int_equal(kv_seq_reserve_prompt(&r[1].seq, kv, &pool, 0, 4,
+                                               errbuf, sizeof(errbuf)),
+                         0);
+        plan_deltas(&p, &r[1], kv);
+        plan_entry(&p, &r[1],
+                   TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL,
+                   prompts[1], 4, 1, &gp);
+        assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
+        assert_int_equal(res.n_sampled, 1);
+        assert_int_equal(res.n_slot_errors, 0);
+        assert_int_equal(res.sampled[0]->token_id, want[1]);
+        for (int q = 0; q < 3; q++)
+            tt_req_free(&r[q], &pool);
+        assert_int_equal(kv_pool_n_used(&pool), 0);
+        kv_pool_free(&pool);
+        gw_worker_free(&w);
+    }
 }
 
 /* gw_seq.epoch (the CUDA decode table cache's key): a slot's epoch
@@ -571,6 +667,7 @@ int main(void)
         cmocka_unit_test(test_seeded_sampling_penalties),
         cmocka_unit_test(test_two_requests_batched),
         cmocka_unit_test(test_bad_plans),
+        cmocka_unit_test(test_slot_error_alone),
         cmocka_unit_test(test_slot_epochs),
         cmocka_unit_test(test_init_refusals),
     };

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 int pf_grouping_parse(const char *s, enum pf_grouping *out)
 {
@@ -117,6 +118,33 @@ int pf_profile_init_full(struct pf_profile *p, int num_layers,
     rc = pf_profile_finish(p, err, errlen);
     if (rc != 0)
         pf_profile_free(p);
+    return rc;
+}
+
+int pf_profile_for_model(struct pf_profile *p, const char *path,
+                         int num_layers, int num_kv_heads, int head_dim,
+                         int heads_per_group, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof(*p));
+    if (path == NULL || path[0] == '\0' || strcasecmp(path, "none") == 0)
+        /* Without a profile the flag is a wish: a model with fewer KV
+         * heads (or a non-divisor) gets the nearest layout that exists. */
+        return pf_profile_init_full(
+            p, num_layers, num_kv_heads, head_dim,
+            pf_full_heads_per_group(num_kv_heads, heads_per_group), err,
+            errlen);
+    int rc = pf_profile_load(p, path, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (p->num_layers != num_layers || p->num_kv_heads != num_kv_heads ||
+        p->head_dim != head_dim) {
+        rc = tg_err_set(err, errlen, TG_EINVAL,
+                        "profile %s is for L=%d H=%d d=%d, the model has "
+                        "L=%d H=%d d=%d", path, p->num_layers,
+                        p->num_kv_heads, p->head_dim, num_layers,
+                        num_kv_heads, head_dim);
+        pf_profile_free(p);
+    }
     return rc;
 }
 

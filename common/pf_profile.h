@@ -126,6 +126,18 @@ int pf_profile_from_json(struct pf_profile *p, const json_t *doc, char *err,
 int pf_profile_load(struct pf_profile *p, const char *path, char *err,
                     size_t errlen);
 
+/* The profile a whole model is served with, as the router, every worker
+ * rank and tangramd's start-up checks all build it: path NULL, "" or
+ * "none" (any case) gives the full-KV profile of num_layers x num_kv_heads
+ * x head_dim with pf_full_heads_per_group(H, heads_per_group) heads per
+ * group; otherwise the file at path, which must be for the same
+ * num_layers, num_kv_heads and head_dim (an error names both shapes).
+ * Returns 0 or pf_profile_load's / pf_profile_init_full's codes, TG_EINVAL
+ * for a shape mismatch; on failure *p is left freed. Any thread. */
+int pf_profile_for_model(struct pf_profile *p, const char *path,
+                         int num_layers, int num_kv_heads, int head_dim,
+                         int heads_per_group, char *err, size_t errlen);
+
 /* Builds the JSON document of *p in the file format above; *out is a new
  * reference the caller decrefs. Returns 0 or TG_ENOMEM. */
 int pf_profile_to_json(const struct pf_profile *p, json_t **out, char *err,

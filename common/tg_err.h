@@ -40,7 +40,8 @@ extern "C" {
     XX(EBUSY, -17, "busy")                                               \
     XX(ENODEV, -18, "no device")                                         \
     XX(EDEVICE, -19, "device error")                                     \
-    XX(EINTERNAL, -20, "internal error")
+    XX(EINTERNAL, -20, "internal error")                                 \
+    XX(ESTARTUP, -21, "start-up failed")
 
 enum tg_err {
     TG_OK = 0,

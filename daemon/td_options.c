@@ -60,9 +60,13 @@ static const struct tg_config_entry table[] = {
     {.name = "kv-memory", .type = TG_CONFIG_SIZE_FRAC, .def = "0.9",
      .min = 1048576, .max = 1125899906842624.0,
      .offset = OFF(kv_memory, struct tg_config_amount),
-     .help = "KV pool per rank: a fraction of free device memory (0.9, "
-             "90%) or bytes (8GiB)."},
-    {.name = "max-queued", .type = TG_CONFIG_INT, .def = "1024", .min = 0,
+     .help = "KV pool per rank, bytes (8GiB) or a fraction (0.9, 90%). CUDA: "
+             "of the GPU's free memory after weights and activations. CPU: "
+             "of the host memory available at start after the fp32 weights "
+             "and a system reserve (5% of RAM, 1-16 GiB), shared by all --tp "
+             "ranks, so the default leaves the host healthy at any --tp; "
+             "bytes that do not fit are refused at start."},
+    {.name = "max-queued", .type = TG_CONFIG_INT, .def = "1024", .min = 1,
      .max = 16777216, .offset = OFF(max_queued, int64_t), .metavar = "N",
      .help = "Waiting requests beyond which new ones get 429."},
     {.name = "api-key", .type = TG_CONFIG_STRING, .def = "",

@@ -30,6 +30,18 @@ struct run {
     struct child *c;
 };
 
+/* The stderr pipe of one child run: what the child writes is copied to
+ * tangramd's stderr as it arrives (so the log keeps every line), and the
+ * last complete line is kept in the child for the start-up failure
+ * message. Freed by its close callback, which comes after EOF (the child
+ * and everything it started have closed the pipe). */
+struct err_pipe {
+    uv_pipe_t pipe;
+    struct child *c;
+    char line[TD_CHILD_LINE_MAX];
+    size_t len;
+};
+
 /* The notify pipe of one router run; freed by its close callback. */
 struct notify_conn {
     uv_pipe_t pipe;
@@ -49,6 +61,7 @@ struct child {
     bool restart_init;     /* restart timer initialized (needs a close) */
     char **argv;
     size_t argc;
+    char last_line[TD_CHILD_LINE_MAX]; /* last stderr line, NUL-terminated */
 };
 
 struct sup {
@@ -77,6 +90,10 @@ struct sup {
     uv_timer_t group_kill;     /* SIGKILL deadline of the stopping group */
     int stage;                 /* set-up reached: 0 nothing, 1 loop and
                                   restart timers, 2 every handle */
+    bool ever_ready;           /* the router said READY at least once */
+    struct child *failed;      /* the child whose exit before the first
+                                  READY failed the start-up, or NULL */
+    char failed_what[64];      /* how it ended ("exited with status 1") */
 };
 
 static void start_all(struct sup *s);
@@ -240,6 +257,7 @@ static void handle_line(struct sup *s, const char *line, size_t len)
     case TD_NOTIFY_READY:
         if (s->phase != PH_RUNNING)
             return;
+        s->ever_ready = true;
         log_info("all ranks ready: serving");
         sd_notify(0, "READY=1\nSTATUS=serving");
         return;
@@ -296,6 +314,63 @@ static void on_notify_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     }
 }
 
+/* ---- children's stderr ---------------------------------------------------- */
+
+static void on_err_closed(uv_handle_t *h)
+{
+    free(h->data);
+}
+
+static void on_err_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    (void)h;
+    (void)hint;
+    static char space[8192]; /* one loop thread; consumed before reuse */
+    *buf = uv_buf_init(space, sizeof space);
+}
+
+/* Keeps the line just completed as the child's last line (empty lines
+ * are not kept). */
+static void err_line_done(struct err_pipe *ep)
+{
+    size_t n = ep->len;
+    while (n > 0 && (ep->line[n - 1] == '\r' || ep->line[n - 1] == ' '))
+        n--;
+    if (n > 0 && ep->c != NULL) {
+        memcpy(ep->c->last_line, ep->line, n);
+        ep->c->last_line[n] = '\0';
+    }
+    ep->len = 0;
+}
+
+static void on_err_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
+{
+    struct err_pipe *ep = st->data;
+    if (nread < 0) { /* EOF: the child is gone */
+        if (ep->len > 0)
+            err_line_done(ep);
+        uv_close((uv_handle_t *)st, on_err_closed);
+        return;
+    }
+    /* Relay as is: the lines are already formatted by the child's logger.
+     * A short write (a full stderr) loses text rather than stall the loop
+     * that supervises everything. */
+    ssize_t off = 0;
+    while (off < nread) {
+        ssize_t w = write(STDERR_FILENO, buf->base + off, (size_t)(nread - off));
+        if (w <= 0)
+            break;
+        off += w;
+    }
+    for (ssize_t i = 0; i < nread; i++) {
+        char ch = buf->base[i];
+        if (ch == '\n')
+            err_line_done(ep);
+        else if (ep->len < sizeof ep->line - 1)
+            ep->line[ep->len++] = ch;
+    }
+}
+
 /* ---- spawning -------------------------------------------------------------
  */
 
@@ -318,10 +393,21 @@ static int spawn_child(struct child *c)
         return UV_ENOMEM;
     r->c = c;
     r->proc.data = r;
+    struct err_pipe *ep = calloc(1, sizeof *ep);
+    if (ep == NULL || uv_pipe_init(&s->loop, &ep->pipe, 0) != 0) {
+        free(ep);
+        free(r);
+        return UV_ENOMEM;
+    }
+    ep->pipe.data = ep;
+    ep->c = c;
+    c->last_line[0] = '\0';
     uv_stdio_container_t stdio[TD_NOTIFY_FD + 1] = {
         {.flags = UV_IGNORE},
         {.flags = UV_INHERIT_FD, .data.fd = 1},
-        {.flags = UV_INHERIT_FD, .data.fd = 2},
+        /* Flags are from the child's side: it writes its stderr. */
+        {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE,
+         .data.stream = (uv_stream_t *)&ep->pipe},
         {.flags = UV_IGNORE},
     };
     int nstdio = 3;
@@ -329,6 +415,7 @@ static int spawn_child(struct child *c)
         close_notify(s); /* the previous run's, if still open */
         nc = calloc(1, sizeof *nc);
         if (nc == NULL) {
+            uv_close((uv_handle_t *)&ep->pipe, on_err_closed);
             free(r);
             return UV_ENOMEM;
         }
@@ -337,6 +424,7 @@ static int spawn_child(struct child *c)
         int rc = uv_pipe_init(&s->loop, &nc->pipe, 0);
         if (rc != 0) {
             free(nc);
+            uv_close((uv_handle_t *)&ep->pipe, on_err_closed);
             free(r);
             return rc;
         }
@@ -358,9 +446,17 @@ static int spawn_child(struct child *c)
         log_err("cannot start %s (%s): %s", child_name(c, name, sizeof name),
                 c->argv[0], uv_strerror(rc));
         uv_close((uv_handle_t *)&r->proc, on_run_closed);
+        uv_close((uv_handle_t *)&ep->pipe, on_err_closed);
         if (nc != NULL)
             uv_close((uv_handle_t *)&nc->pipe, on_notify_closed);
         return rc;
+    }
+    if (uv_read_start((uv_stream_t *)&ep->pipe, on_err_alloc, on_err_read) !=
+        0) {
+        /* Nothing reads it: the child's writes would fill the pipe. */
+        log_err("cannot read the stderr of %s",
+                child_name(c, name, sizeof name));
+        uv_close((uv_handle_t *)&ep->pipe, on_err_closed);
     }
     c->run = r;
     c->started_ms = uv_now(&s->loop);
@@ -509,6 +605,33 @@ static void log_exit(struct child *c, int64_t status, int sig)
         log_info("%s (pid %d) %s", name, c->run->proc.pid, what);
 }
 
+/* A child ended before the server was ever ready: a bad model, profile,
+ * flag or port fails the same way on every restart, so tangramd stops
+ * everything and td_sup_run returns TG_ESTARTUP with the child's last
+ * stderr line. Crashes after the first READY keep the restarts. */
+static void startup_failed(struct sup *s, struct child *c, int64_t status,
+                           int sig)
+{
+    char name[32];
+    if (sig != 0)
+        snprintf(s->failed_what, sizeof s->failed_what,
+                 "was killed by signal %d", sig);
+    else
+        snprintf(s->failed_what, sizeof s->failed_what,
+                 "exited with status %lld", (long long)status);
+    s->failed = c;
+    log_err("%s %s before the server was ready: start-up failed, not "
+            "restarting", child_name(c, name, sizeof name), s->failed_what);
+    stop_restarts(s);
+    uv_timer_stop(&s->phase_timer);
+    s->phase = PH_DRAIN_WORKERS; /* maybe_finish ends the loop from here */
+    signal_child(&s->router, SIGTERM);
+    signal_workers(s, SIGTERM);
+    uv_timer_start(&s->phase_timer, on_kill_deadline, TD_KILL_GRACE_MS, 0);
+    s->result = TG_ESTARTUP;
+    maybe_finish(s);
+}
+
 static void on_child_exit(uv_process_t *p, int64_t status, int term_signal)
 {
     struct run *r = p->data;
@@ -528,6 +651,10 @@ static void on_child_exit(uv_process_t *p, int64_t status, int term_signal)
     }
     c->run = NULL;
     uv_close((uv_handle_t *)p, on_run_closed);
+    if (!s->ever_ready && s->phase == PH_RUNNING && s->failed == NULL) {
+        startup_failed(s, c, status, term_signal);
+        return;
+    }
     if (c->rank >= 0) {
         if (s->phase == PH_RUNNING && s->nworkers > 1)
             group_lost(s, c, uptime);
@@ -743,6 +870,20 @@ int td_sup_run(const struct td_options *o, const struct td_sup_paths *p,
     }
     uv_run(&s.loop, UV_RUN_DEFAULT);
     rc = s.result;
+    if (rc == TG_ESTARTUP && s.failed != NULL) {
+        /* Every stderr pipe reached EOF before the loop ended, so the
+         * failed child's last line is its last word. */
+        char name[32], status[TD_CHILD_LINE_MAX + 160];
+        child_name(s.failed, name, sizeof name);
+        tg_err_set(err, errlen, TG_ESTARTUP,
+                   "%s %s before the server was ready%s%s", name,
+                   s.failed_what, s.failed->last_line[0] ? ": " : "",
+                   s.failed->last_line);
+        snprintf(status, sizeof status, "STATUS=start-up failed: %s %s%s%s",
+                 name, s.failed_what, s.failed->last_line[0] ? ": " : "",
+                 s.failed->last_line);
+        sd_notify(0, status);
+    }
     sup_free(&s);
     return rc;
 }

@@ -28,7 +28,16 @@
  * watch fd 3 for readability: end-of-file there means tangramd is gone, and
  * the router must then exit (its workers follow when heartbeats stop).
  *
- * Restart policy. With --tp 1 a worker that exits is restarted after a
+ * Start-up. A child that exits before the router's first READY (a model,
+ * profile, tokenizer, flag or port it cannot use fails the same way every
+ * time) is not restarted: every other child is stopped and td_sup_run
+ * returns TG_ESTARTUP with "<child> exited with status N before the server
+ * was ready: <its last stderr line>" in err and in systemd's STATUS=.
+ * Children's stderr goes through tangramd (a pipe per child, copied to
+ * tangramd's stderr as it arrives) so that line is known.
+ *
+ * Restart policy (after the first READY). With --tp 1 a worker that exits
+ * is restarted after a
  * backoff of 100 ms doubling to 10 s, reset once the process had run 60 s
  * (td_backoff_next); the router detects the dead rank on its own. With
  * --tp T > 1 the workers form one all-reduce group (DESIGN.md §4.7) that
@@ -75,6 +84,7 @@
 #define TD_KILL_GRACE_MS 5000u     /* SIGTERM -> SIGKILL grace */
 #define TD_NOTIFY_LINE_MAX 1024u   /* longest notify line kept, bytes */
 #define TD_NOTIFY_FD 3             /* the notify pipe in the router */
+#define TD_CHILD_LINE_MAX 512u     /* last stderr line kept per child */
 
 /* Restart backoff of one process. Zero-initialize. */
 struct td_backoff {
@@ -172,8 +182,10 @@ void td_sup_paths_cleanup(struct td_sup_paths *p);
  * signals, restarts and systemd notification (sd_notify; a no-op without
  * NOTIFY_SOCKET) on its own libuv loop. Returns only once every child is
  * reaped: 0 after a drain on SIGTERM/SIGINT, TG_ECANCELED when a second
- * signal cut the drain short, or a negative TG_E* code when start-up failed
- * (detail in err; children already started are killed first). Logs with
+ * signal cut the drain short, TG_ESTARTUP when a child ended before the
+ * server was first ready (see Start-up above), or another negative TG_E*
+ * code when set-up failed (detail in err; children already started are
+ * killed first). Logs with
  * tg_log. Thread: the process's only thread that handles signals; one call
  * at a time per process (it owns SIGTERM, SIGINT and SIGHUP while it runs).
  */

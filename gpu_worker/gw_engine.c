@@ -35,34 +35,6 @@ void gw_engine_free(struct gw_engine *e)
     memset(e, 0, sizeof(*e));
 }
 
-/* The profile the whole model serves: the file, or full KV. */
-static int global_profile(struct pf_profile *p, const struct mc_model_config *c,
-                          const struct gw_engine_opts *o, int full, char *err,
-                          size_t errlen)
-{
-    if (full)
-        /* Without a profile the flag is a wish: a model with fewer KV
-         * heads (or a non-divisor) gets the nearest layout that exists. */
-        return pf_profile_init_full(p, c->num_layers, c->num_kv_heads,
-                                    c->head_dim,
-                                    pf_full_heads_per_group(c->num_kv_heads,
-                                                            o->heads_per_group),
-                                    err, errlen);
-    int rc = pf_profile_load(p, o->profile_path, err, errlen);
-    if (rc == 0 && (p->num_layers != c->num_layers ||
-                    p->num_kv_heads != c->num_kv_heads ||
-                    p->head_dim != c->head_dim)) {
-        rc = tg_err_set(err, errlen, TG_EINVAL,
-                        "profile %s is for L=%d H=%d d=%d, the model has "
-                        "L=%d H=%d d=%d",
-                        o->profile_path, p->num_layers, p->num_kv_heads,
-                        p->head_dim, c->num_layers, c->num_kv_heads,
-                        c->head_dim);
-        pf_profile_free(p);
-    }
-    return rc;
-}
-
 int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
                          struct gw_kv_layout *layout,
                          enum tg_score_method *method,
@@ -86,7 +58,9 @@ int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
     struct pf_profile whole = {0};
     struct pf_tp_plan plan = {0};
     int *global_head = NULL;
-    rc = global_profile(&whole, &cfg, o, full, err, errlen);
+    rc = pf_profile_for_model(&whole, full ? NULL : o->profile_path,
+                              cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,
+                              o->heads_per_group, err, errlen);
     if (rc != 0)
         goto fail;
 

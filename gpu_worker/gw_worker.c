@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "common/kv_budget.h"
+#include "common/tg_hostmem.h"
 #include "common/tg_err.h"
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_layout.h"
@@ -87,29 +88,29 @@ void gw_worker_free(struct gw_worker *w)
     memset(w, 0, sizeof(*w));
 }
 
-/* Pool pages from --kv-pages, else --kv-memory (bytes, or a fraction of
- * the host RAM available now, after the weights were loaded). */
+/* Pool pages from --kv-pages, else --kv-memory (tg_hostmem.h): a
+ * fraction is this rank's share (1 / world_size) of the host memory
+ * available now (after this rank's weights were loaded) less the system
+ * reserve; bytes must fit in that memory. tangramd passes bytes it planned
+ * for all ranks together, so the check here only guards a worker started
+ * by hand. */
 static int size_pool(const struct gw_worker_opts *o, int64_t page_bytes,
                      int32_t *out, char *err, size_t errlen)
 {
     int64_t pages = o->kv_pages;
     if (pages <= 0) {
-        double bytes;
-        if (o->kv_memory.is_fraction) {
-            long avail = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-            if (avail <= 0 || psz <= 0)
-                return tg_err_set(err, errlen, TG_EIO,
-                                  "cannot read the available host memory; "
-                                  "give --kv-pages or --kv-memory in bytes");
-            if (!(o->kv_memory.fraction > 0.0) || o->kv_memory.fraction > 1.0)
-                return tg_err_set(err, errlen, TG_EINVAL,
-                                  "--kv-memory fraction %g is outside (0, 1]",
-                                  o->kv_memory.fraction);
-            bytes = (double)avail * (double)psz * o->kv_memory.fraction;
-        } else {
-            bytes = (double)o->kv_memory.bytes;
-        }
-        pages = (int64_t)(bytes / (double)page_bytes);
+        struct tg_hostmem hm;
+        int64_t bytes = 0;
+        int rc = tg_hostmem_read(&hm, err, errlen);
+        if (rc == 0)
+            rc = tg_hostmem_kv_bytes(
+                &hm, &o->kv_memory,
+                o->kv_memory.is_fraction && o->world_size > 1 ? o->world_size
+                                                              : 1,
+                0, &bytes, err, errlen);
+        if (rc != 0)
+            return rc;
+        pages = bytes / page_bytes;
         if (pages > INT32_MAX)
             pages = INT32_MAX;
     }

@@ -806,28 +806,11 @@ static int load_model_side(struct rt_server *s, char *err, size_t errlen)
     }
     if (!s->have_tmpl)
         log_warn("chat completions disabled: %s", s->tmpl_error);
-    /* tangramd forwards "--profile=none" for full KV (the router parses its
-     * flags with the raw table, not td_options_parse, so "none" and "" reach
-     * us unnormalized); both mean no profile, as for the worker. */
-    const char *prof = o->profile;
-    if (prof != NULL && (prof[0] == '\0' || strcasecmp(prof, "none") == 0))
-        prof = NULL;
-    if (prof != NULL) {
-        rc = pf_profile_load(&s->profile, prof, err, errlen);
-        if (rc == 0 && (s->profile.num_layers != s->mc.num_layers ||
-                        s->profile.num_kv_heads != s->mc.num_kv_heads ||
-                        s->profile.head_dim != s->mc.head_dim))
-            rc = tg_err_set(err, errlen, TG_EINVAL,
-                            "profile %s does not match the model (L=%d H=%d d=%d)",
-                            prof, s->mc.num_layers, s->mc.num_kv_heads,
-                            s->mc.head_dim);
-    } else {
-        rc = pf_profile_init_full(&s->profile, s->mc.num_layers, s->mc.num_kv_heads,
-                                  s->mc.head_dim,
-                                  pf_full_heads_per_group(s->mc.num_kv_heads,
-                                                          (int)o->heads_per_group),
-                                  err, errlen);
-    }
+    /* tangramd forwards "--profile=none" for full KV; "none" and "" both
+     * mean no profile, as for the worker. */
+    rc = pf_profile_for_model(&s->profile, o->profile, s->mc.num_layers,
+                              s->mc.num_kv_heads, s->mc.head_dim,
+                              (int)o->heads_per_group, err, errlen);
     if (rc != 0)
         return rc;
     rc = build_rank_layouts(s, err, errlen);
@@ -933,6 +916,14 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
              (long long)o->td.grpc_port, s->link.endpoint, s->max_model_len);
     return 0;
 fail:
+    /* Nothing has run yet: close what was opened and let the loop finish
+     * those closes (the servers are freed only with their handles closed),
+     * so a port in use is an error message, never an assertion. */
+    rt_http_server_close(&s->http, NULL, NULL);
+    rt_grpc_server_close(&s->grpc, NULL, NULL);
+    rt_link_close(&s->link);
+    s->stopping = 1;
+    uv_run(loop, UV_RUN_DEFAULT);
     rt_server_free(s);
     return rc;
 }

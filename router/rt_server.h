@@ -132,7 +132,10 @@ struct rt_server {
 
 /* Loads the model's config, tokenizer, chat template and profile, binds
  * the HTTP and gRPC ports and the worker link. Returns 0 or an error with
- * detail in err; on failure everything is released. */
+ * detail in err (a port in use names the address); on failure everything
+ * is released, running `loop` until the handles opened so far are closed
+ * (call it before anything else uses the loop), and rt_server_free is
+ * still safe. */
 int rt_server_init(struct rt_server *s, uv_loop_t *loop,
                    const struct rt_router_opts *o, char *err, size_t errlen);
 

@@ -15,7 +15,11 @@ left (/dev/shm/tangram-<pid>-*) removed, with --tp 1 a lone worker restarted
 with growing backoff, router crash restarting everything, SIGTERM order and
 clean exit with no child left, second SIGTERM cutting the drain short, a
 router ignoring SIGTERM (workers stopped after shutdown-timeout + 5 s, SIGKILL
-5 s later), option errors. Exit 77 when tangramd is not built. ~15 s.
+5 s later), option errors, and start-up failures: a child that exits
+before the first READY is not restarted — tangramd stops the others and
+exits 3 with the child's last stderr line (also in systemd's STATUS=), and
+so does a configuration its own checks refuse. Fails when tangramd is not
+built. ~15 s.
 """
 import json
 import os
@@ -30,6 +34,18 @@ import time
 
 BIN = os.environ.get("TANGRAM_BIN", "")
 TANGRAMD = os.path.join(BIN, "tangramd")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import daemon_util as du  # noqa: E402
+
+# A real tiny model: tangramd checks the model, tokenizer, weights and ports
+# before it starts any (here fake) child. Set by main().
+MODEL = ""
+
+
+def ports():
+    """--http-port and --grpc-port flags with ports free right now."""
+    return ["--http-port", str(du.free_port()), "--grpc-port",
+            str(du.free_port())]
 
 FAKE = r'''#!/usr/bin/python3
 import json, os, signal, sys, time
@@ -42,6 +58,10 @@ def ev(kind, **kw):
 env = {k: v for k, v in os.environ.items()
        if k.startswith("TANGRAM_") or k in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
 ev("start", argv=sys.argv[1:], env=env)
+if role in os.environ.get("FAKE_FAIL_EARLY", "").split(","):
+    sys.stderr.write("fake start-up error: cannot load the model\n")
+    ev("exit")
+    sys.exit(1)
 state = {"term": False, "wd": True}
 def on_term(sig, frame):
     ev("term")
@@ -53,7 +73,10 @@ signal.signal(signal.SIGUSR1, on_usr1)
 stubborn = role in os.environ.get("FAKE_STUBBORN", "").split(",")
 is_router = role == "fake-router"
 if is_router:
-    os.write(3, b"NOTREADY starting\nREADY\n")
+    # As the real router: READY only once every rank is up, which never
+    # happens while a worker fails at start.
+    os.write(3, b"NOTREADY starting\n" if os.environ.get("FAKE_FAIL_EARLY")
+             else b"NOTREADY starting\nREADY\n")
 while True:
     if state["term"] and not stubborn:
         if is_router:
@@ -213,14 +236,59 @@ def test_options(root):
                        capture_output=True, text=True, env=base_env(d, {}))
     check(r.returncode == 2 and "--bogus" in r.stderr,
           "unknown flag exits 2")
-    r = subprocess.run([TANGRAMD, "--model", "m"], capture_output=True,
-                       text=True, timeout=10,
+    r = subprocess.run([TANGRAMD, "--model", MODEL] + ports(),
+                       capture_output=True, text=True, timeout=30,
                        env=base_env(d, {"TANGRAM_WORKER_BIN":
                                         os.path.join(d, "missing")}))
-    check(r.returncode == 1 and "tangram-worker" in r.stderr and
-          "missing" in r.stderr, "missing worker program exits 1 clearly")
+    check(r.returncode == 3 and "tangram-worker" in r.stderr and
+          "missing" in r.stderr, "missing worker program exits 3 clearly")
     check(not [n for n in os.listdir(d) if n.startswith("tangramd.")],
           "no runtime directory left after a start-up failure")
+    r = subprocess.run([TANGRAMD, "--model", os.path.join(d, "nope")] +
+                       ports(), capture_output=True, text=True, timeout=30,
+                       env=base_env(d, {}))
+    check(r.returncode == 3 and "is not a directory" in r.stderr and
+          not starts(d, "fake-router"),
+          "a missing model directory exits 3 before any child starts")
+    check(not [n for n in os.listdir(d) if n.startswith("tangramd.")],
+          "no runtime directory left after a refused configuration")
+
+
+def test_early_failure(root):
+    """A child that dies before the first READY ends tangramd (exit 3, its
+    last stderr line in the error and in STATUS=); nothing restarts."""
+    for role in ("fake-worker", "fake-router"):
+        d = setup(root, "early-" + role)
+        nsock = Notify(os.path.join(d, "notify.sock"))
+        p = start(d, ["--model", MODEL, "--tp", "2", "--heads-per-group",
+                      "1", "--shutdown-timeout", "2"] + ports(),
+                  {"NOTIFY_SOCKET": nsock.path, "FAKE_FAIL_EARLY": role})
+        try:
+            rc = p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = p.wait()
+        err = stderr_of(d)
+        check(rc == 3 and "before the server was ready" in err and
+              "fake start-up error: cannot load the model" in
+              err.splitlines()[-1],
+              "%s failing at start: tangramd exits 3 with its last line "
+              "(rc %s)" % (role, rc))
+        n = len(starts(d, role))
+        # At most one start per process: the others may have been stopped
+        # before they logged their own start.
+        check(1 <= n <= (1 if role == "fake-router" else 2) and
+              len(starts(d, "fake-router")) <= 1,
+              "%s failing at start: nothing restarted (%d starts)" % (role, n))
+        check(wait_for(lambda: nsock.has("STATUS=start-up failed") and
+                       nsock.has("fake start-up error"), 2),
+              "%s failing at start: systemd STATUS says why" % role)
+        left = [pid for pid in all_pids(d) if alive(pid)]
+        check(not left, "%s failing at start: no child left (%s)" %
+              (role, left))
+        nsock.close()
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_main(root):
@@ -229,8 +297,11 @@ def test_main(root):
     extra = {"NOTIFY_SOCKET": nsock.path, "WATCHDOG_USEC": "400000",
              "TANGRAM_HTTP_PORT": "8123", "TANGRAM_API_KEY": "sekrit",
              "TANGRAM_TP": "2"}
-    p = start(d, ["--model", "/models/tiny/", "--page-size", "32",
-                  "--shutdown-timeout", "3", "--kv-memory", "64MiB"], extra)
+    p = start(d, ["--model", MODEL + "/", "--page-size", "32",
+                  "--heads-per-group", "1", "--grpc-port",
+                  str(du.free_port()), "--shutdown-timeout", "3",
+                  "--kv-memory", "64MiB"],
+              dict(extra, TANGRAM_HTTP_PORT=str(du.free_port())))
     try:
         ok = wait_for(lambda: len(starts(d, "fake-router")) == 1 and
                       len(starts(d, "fake-worker")) == 2, 5)
@@ -241,11 +312,12 @@ def test_main(root):
         check(ep is not None and re.match(r"^ipc://.*/workers\.sock$", ep),
               "router gets --ipc-endpoint ipc://.../workers.sock")
         check(flag(ra, "--notify-fd") == "3", "router gets --notify-fd 3")
-        check(flag(ra, "--http-port") == "8123", "env TANGRAM_HTTP_PORT "
-              "passed to the router as --http-port")
+        check(flag(ra, "--http-port") == router["env"].get(
+            "TANGRAM_HTTP_PORT", "?"), "env TANGRAM_HTTP_PORT passed to the "
+              "router as --http-port")
         check(flag(ra, "--page-size") == "32" and flag(ra, "--tp") == "2",
               "flags passed through to the router")
-        check(flag(ra, "--model") == "/models/tiny/" and
+        check(flag(ra, "--model") == MODEL + "/" and
               flag(ra, "--served-model-name") == "tiny",
               "model and derived served-model-name passed to the router")
         check(flag(ra, "--profile") == "none", "profile none passed")
@@ -264,7 +336,7 @@ def test_main(root):
             wa = w[0]["argv"] if w else []
             check(flag(wa, "--world-size") == "2" and
                   flag(wa, "--router") == ep and
-                  flag(wa, "--model") == "/models/tiny/" and
+                  flag(wa, "--model") == MODEL + "/" and
                   flag(wa, "--page-size") == "32" and
                   flag(wa, "--kv-memory") == "67108864B" and
                   flag(wa, "--backend") == "cpu" and
@@ -401,7 +473,7 @@ def test_main(root):
 def test_single_worker(root):
     """--tp 1: a lone worker restarts alone, with backoff."""
     d = setup(root, "single")
-    p = start(d, ["--model", "m"], {"TANGRAM_TP": "1"})
+    p = start(d, ["--model", MODEL] + ports(), {"TANGRAM_TP": "1"})
     try:
         check(wait_for(lambda: len(starts(d, "fake-router")) == 1 and
                        len(starts(d, "fake-worker")) == 1, 5),
@@ -438,7 +510,7 @@ def test_single_worker(root):
 
 def test_second_signal(root):
     d = setup(root, "second")
-    p = start(d, ["--model", "m", "--shutdown-timeout", "20"],
+    p = start(d, ["--model", MODEL, "--shutdown-timeout", "20"] + ports(),
               {"FAKE_STUBBORN": "fake-router,fake-worker", "TANGRAM_TP": "1"})
     try:
         check(wait_for(lambda: len(starts(d, "fake-router")) == 1 and
@@ -473,7 +545,7 @@ def test_drain_timeout(root):
     """A router that ignores SIGTERM: workers stopped after
     shutdown-timeout + 5 s, the router SIGKILLed 5 s later, exit 0."""
     d = setup(root, "timeout")
-    p = start(d, ["--model", "m", "--shutdown-timeout", "0"],
+    p = start(d, ["--model", MODEL, "--shutdown-timeout", "0"] + ports(),
               {"FAKE_STUBBORN": "fake-router", "TANGRAM_TP": "1"})
     try:
         check(wait_for(lambda: len(starts(d, "fake-router")) == 1 and
@@ -512,8 +584,14 @@ def main():
     if not BIN or not os.access(TANGRAMD, os.X_OK):
         print("FAIL: tangramd is not built (TANGRAM_BIN=%r)" % BIN)
         return 1
+    missing = du.missing_inputs(programs=("tangramd", "tangram-make-model"))
+    if missing:
+        return du.fail_missing(missing)
     with tempfile.TemporaryDirectory(prefix="tgsup") as root:
+        global MODEL
+        MODEL = du.make_model(os.path.join(root, "tiny"))
         test_options(root)
+        test_early_failure(root)
         test_main(root)
         test_single_worker(root)
         test_second_signal(root)

@@ -1,7 +1,7 @@
 /* pf_split.c — split map, TP assignment and page reservation of a profile
  * (pf_split.h). */
 #include "common/pf_split.h"
-#include "common/kv_budget.h"
+#include "common/kv/kv_budget.h"
 #include "common/tg_err.h"
 
 #include <math.h>

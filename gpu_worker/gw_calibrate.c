@@ -87,10 +87,10 @@ int gw_calibrate_run(struct gw_engine *e, struct gw_calib_state *st,
     r->head_dim = m->head_dim;
     r->target_ratio = st->ratio;
     for (int s = 0; s < n_samples; s++) {
-        if (lens[s] > e->layout.kv.prefill_chunk)
+        if (lens[s] > e->layout.prefill_chunk)
             return tg_err_set(err, errlen, TG_EINVAL,
                               "sample %d has %d tokens, more than the chunk of %d",
-                              s, lens[s], e->layout.kv.prefill_chunk);
+                              s, lens[s], e->layout.prefill_chunk);
         st->cur = r->ratio + (size_t)s * LH;
         st->failed = 0;
         struct gw_gen_params gp = {.max_tokens = 0, .ignore_eos = 1};

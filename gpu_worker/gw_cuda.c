@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/kv_budget.h"
+#include "common/kv/kv_budget.h"
 #include "common/tg_err.h"
 
 /* ---- decode batch buckets (every build) -------------------------------- */
@@ -362,7 +362,7 @@ static size_t act_bytes(const struct gw_cuda *c, int world, size_t *pinned)
     return b;
 }
 
-static int check_shape(const struct gw_model *m, const struct gw_kv_layout *lay,
+static int check_shape(const struct gw_model *m, const struct kv_layout *lay,
                        const struct gw_cuda_opts *o, char *err, size_t errlen)
 {
     int d = m->head_dim, Hkv = m->n_kv_heads;
@@ -374,11 +374,11 @@ static int check_shape(const struct gw_model *m, const struct gw_kv_layout *lay,
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
                           "--backend cuda supports 1..16 query heads per KV "
                           "head (Hq %d, Hkv %d)", m->n_q_heads, Hkv);
-    if (lay->kv.heads_per_group > 16 || Hkv > CMP_MAX_KV_HEADS)
+    if (lay->heads_per_group > 16 || Hkv > CMP_MAX_KV_HEADS)
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
                           "--backend cuda supports at most 16 heads per group "
                           "and %d KV heads per rank (have %d and %d)",
-                          CMP_MAX_KV_HEADS, lay->kv.heads_per_group, Hkv);
+                          CMP_MAX_KV_HEADS, lay->heads_per_group, Hkv);
     if (o->max_chunk < 1 || o->max_chunk > CMP_MAX_CHUNK)
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
                           "--prefill-chunk %d: the CUDA backend compresses "
@@ -387,8 +387,8 @@ static int check_shape(const struct gw_model *m, const struct gw_kv_layout *lay,
     if (o->max_seqs < 1 || o->splits == NULL)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "max_seqs must be >= 1 and a split map given");
-    if (m->vocab < 1 || lay->kv.n_layers != m->n_layers ||
-        lay->n_kv_heads != Hkv || lay->kv.head_dim != d)
+    if (m->vocab < 1 || lay->n_layers != m->n_layers ||
+        lay->n_kv_heads != Hkv || lay->head_dim != d)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "KV layout does not match the model");
     return 0;
@@ -404,7 +404,7 @@ static int alloc_runtime(struct gw_cuda *c, int world, char *err,
     size_t F = (size_t)m->ffn, LR = (size_t)c->logit_rows;
     size_t C = (size_t)c->opts.max_chunk, Hkv = (size_t)m->n_kv_heads;
     size_t L = (size_t)m->n_layers;
-    size_t page_elems = (size_t)kv_layout_page_elems(&c->layout->kv);
+    size_t page_elems = (size_t)kv_layout_page_elems(c->layout);
     DALLOC(c->pool, ((size_t)c->n_pages + 1) * page_elems * 2, "the KV pool");
     DALLOC(c->x, R * H * 4, "activations");
     DALLOC(c->part, R * H * 4, "activations");
@@ -488,7 +488,7 @@ static int alloc_runtime(struct gw_cuda *c, int world, char *err,
 }
 
 int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
-                 const struct gw_kv_layout *layout,
+                 const struct kv_layout *layout,
                  const struct gw_cuda_opts *opts, char *err, size_t errlen)
 {
     memset(c, 0, sizeof(*c));
@@ -516,7 +516,7 @@ int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
     c->stream = st;
 
     int world = model->world > 1 ? model->world : 1;
-    int LG = model->n_layers * layout->kv.n_groups;
+    int LG = model->n_layers * layout->n_groups;
     c->max_rows = opts->max_chunk > opts->max_seqs ? opts->max_chunk : opts->max_seqs;
     c->logit_rows = opts->max_seqs > GW_CUDA_LP_BLOCK ? opts->max_seqs : GW_CUDA_LP_BLOCK;
     c->lm_rows = lm_rows_padded(model);
@@ -527,7 +527,7 @@ int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
                                              model->n_q_heads,
                                              model->n_kv_heads,
                                              model->head_dim,
-                                             layout->kv.rule.window);
+                                             layout->rule.window);
     if (c->cmp_ws_bytes == 0)
         c->cmp_ws_bytes = 256;
 
@@ -538,7 +538,7 @@ int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
         goto fail;
     }
     rc = tg_cuda_split_map_init(c->splits, opts->splits, model->n_layers,
-                                layout->kv.n_groups, err, errlen);
+                                layout->n_groups, err, errlen);
     if (rc != 0)
         goto fail;
     int max_split = 1;
@@ -562,7 +562,7 @@ int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
         snprintf(where, sizeof(where), "GPU %d (%s)", opts->device, prop.name);
     else
         snprintf(where, sizeof(where), "GPU %d", opts->device);
-    size_t page_bytes = (size_t)kv_layout_page_elems(&layout->kv) * 2;
+    size_t page_bytes = (size_t)kv_layout_page_elems(layout) * 2;
     /* the pool's page ids are < the pool: an upper bound of the ids one
      * call's table holds, plus one scratch id per padded row */
     size_t slab = weight_bytes(model, c->lm_rows);

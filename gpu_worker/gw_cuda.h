@@ -136,7 +136,7 @@ struct gw_cuda_layer {
 
 struct gw_cuda {
     const struct gw_model *model;      /* borrowed (host copy) */
-    const struct gw_kv_layout *layout; /* borrowed */
+    const struct kv_layout *layout; /* borrowed */
     struct gw_cuda_opts opts;
     void *stream;                      /* cudaStream_t, owned */
     struct tg_cuda_gemm *gemm;         /* owned */
@@ -225,7 +225,7 @@ struct gw_cuda {
  * TG_ENOMEM (the plan does not fit: every term in MiB) or TG_EDEVICE; on
  * failure *c is left freed. */
 int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
-                 const struct gw_kv_layout *layout,
+                 const struct kv_layout *layout,
                  const struct gw_cuda_opts *opts, char *err, size_t errlen);
 
 /* Frees everything (synchronising the device first); safe on a zeroed or

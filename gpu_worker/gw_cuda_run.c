@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/kv_budget.h"
+#include "common/kv/kv_budget.h"
 #include "gpu_worker/gw_cuda_internal.h"
 #include "kernels/cuda/compress.h"
 #include "kernels/cuda/decode_append.h"
@@ -28,14 +28,14 @@ static int layer_compress(struct gw_cuda *c, int l, int n, int64_t start,
                           int forced, char *err, size_t errlen)
 {
     const struct gw_model *md = c->model;
-    const struct gw_kv_layout *lay = c->layout;
-    int G = lay->kv.n_groups, Hkv = md->n_kv_heads;
+    const struct kv_layout *lay = c->layout;
+    int G = lay->n_groups, Hkv = md->n_kv_heads;
     const int32_t *hg = lay->head_group + (size_t)l * (size_t)Hkv;
     const int32_t *hs = lay->head_slot + (size_t)l * (size_t)Hkv;
     int32_t keep[CMP_MAX_KV_HEADS];
     int all = 1;
     for (int h = 0; h < Hkv; h++) {
-        double b = lay->kv.group_budget[(size_t)l * (size_t)G + (size_t)hg[h]];
+        double b = lay->group_budget[(size_t)l * (size_t)G + (size_t)hg[h]];
         keep[h] = (int32_t)kv_chunk_keep(n, b, forced);
         all &= keep[h] == n;
     }
@@ -43,8 +43,8 @@ static int layer_compress(struct gw_cuda *c, int l, int n, int64_t start,
     struct cmp_dst dst = {
         .pool = c->pool,
         .n_pages = (int64_t)c->n_pages,
-        .heads_per_group = lay->kv.heads_per_group,
-        .page_size = lay->kv.page_size,
+        .heads_per_group = lay->heads_per_group,
+        .page_size = lay->page_size,
         .head_dim = md->head_dim,
         .n_kv_heads = Hkv,
         .n_groups = G,
@@ -65,13 +65,13 @@ static int layer_compress(struct gw_cuda *c, int l, int n, int64_t start,
         .q = c->q, .k = c->k, .v = c->v, .n = n,
         .n_q_heads = md->n_q_heads, .n_kv_heads = Hkv,
         .head_dim = md->head_dim, .start = start,
-        .window = lay->kv.rule.window, .n_sink = lay->kv.rule.n_sink,
+        .window = lay->rule.window, .n_sink = lay->rule.n_sink,
         .scale = 1.0f / sqrtf((float)md->head_dim),
     };
     OP(cmp_score(c->opts.method, &ch, c->scores, c->cmp_ws, c->cmp_ws_bytes,
                  c->stream), "key scoring", l);
-    OP(cmp_select_topk(c->scores, n, Hkv, keep, start, lay->kv.rule.window,
-                       lay->kv.rule.n_sink, c->idx, c->stream),
+    OP(cmp_select_topk(c->scores, n, Hkv, keep, start, lay->rule.window,
+                       lay->rule.n_sink, c->idx, c->stream),
        "top-k selection", l);
     OP(cmp_kv_append(&dst, c->k, c->v, n, c->idx, keep, c->stream),
        "KV append", l);
@@ -151,7 +151,7 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
                     size_t errlen)
 {
     const struct gw_model *md = c->model;
-    const struct gw_kv_layout *lay = c->layout;
+    const struct kv_layout *lay = c->layout;
     if (err != NULL && errlen > 0)
         err[0] = '\0';
     if (n <= 0 || n > c->opts.max_chunk)
@@ -167,12 +167,12 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "rank 0 needs the output buffers it asks for");
     int64_t start = seq->pos;
-    int forced = (int)kv_chunk_forced(start, n, &lay->kv.rule);
-    int32_t addp[GW_MAX_GROUPS];
-    for (int l = 0; l < lay->kv.n_layers; l++) {
-        for (int g = 0; g < lay->kv.n_groups; g++)
+    int forced = (int)kv_chunk_forced(start, n, &lay->rule);
+    int32_t addp[KV_MAX_GROUPS];
+    for (int l = 0; l < lay->n_layers; l++) {
+        for (int g = 0; g < lay->n_groups; g++)
             addp[g] = (int32_t)kv_chunk_keep(
-                n, lay->kv.group_budget[(size_t)l * lay->kv.n_groups + g], forced);
+                n, lay->group_budget[(size_t)l * lay->n_groups + g], forced);
         if ((rc = gw_seq_room(c->layout, seq, l, addp, err, errlen)) != 0)
             return rc;
     }
@@ -183,7 +183,7 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
         c->p_pos[i] = (int32_t)(start + i);
     }
     int64_t at = 0;
-    int LG = md->n_layers * lay->kv.n_groups;
+    int LG = md->n_layers * lay->n_groups;
     if ((rc = gw_cuda_table_put_seq(&c->pre, seq, LG, 0, &at, 0, 0, err,
                                     errlen)) != 0 ||
         (rc = gw_cuda__table_upload(c, &c->pre, LG, at, err, errlen)) != 0)
@@ -193,7 +193,7 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
     CU(cudaMemsetAsync(c->fault_d, 0, 4, st));
     OP(ew_embedding(c->embed, md->vocab, md->hidden, c->ids_d, n, c->x,
                     EW_DTYPE_F32, st), "embedding", 0);
-    int G = lay->kv.n_groups;
+    int G = lay->n_groups;
     for (int l = 0; l < md->n_layers; l++) {
         if ((rc = gw_cuda__layer_qkv(c, l, n, err, errlen)) != 0)
             return rc;
@@ -202,8 +202,8 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
             .q = c->q, .k = c->k, .v = c->v, .n = n,
             .n_q_heads = md->n_q_heads, .n_kv_heads = md->n_kv_heads,
             .head_dim = md->head_dim, .pool = c->pool,
-            .heads_per_group = lay->kv.heads_per_group,
-            .page_size = lay->kv.page_size, .n_groups = G,
+            .heads_per_group = lay->heads_per_group,
+            .page_size = lay->page_size, .n_groups = G,
             .head_group = c->head_group + (size_t)l * (size_t)md->n_kv_heads,
             .head_slot = c->head_slot + (size_t)l * (size_t)md->n_kv_heads,
             .indptr = c->pre.indptr + r0, .indices = c->pre.indices,
@@ -235,7 +235,7 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
     for (int l = 0; l < md->n_layers; l++)
         for (int g = 0; g < G; g++)
             seq->len[(size_t)l * G + g] += (int32_t)kv_chunk_keep(
-                n, lay->kv.group_budget[(size_t)l * G + g], forced);
+                n, lay->group_budget[(size_t)l * G + g], forced);
     seq->pos += n;
     return 0;
 }
@@ -248,8 +248,8 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
 static int decode_body(struct gw_cuda *c, int B, char *err, size_t errlen)
 {
     const struct gw_model *md = c->model;
-    const struct gw_kv_layout *lay = c->layout;
-    int G = lay->kv.n_groups, LG = md->n_layers * G, Hkv = md->n_kv_heads;
+    const struct kv_layout *lay = c->layout;
+    int G = lay->n_groups, LG = md->n_layers * G, Hkv = md->n_kv_heads;
     int rc;
     OP(ew_embedding(c->embed, md->vocab, md->hidden, c->ids_d, B, c->x,
                     EW_DTYPE_F32, c->stream), "embedding", 0);
@@ -266,8 +266,8 @@ static int decode_body(struct gw_cuda *c, int B, char *err, size_t errlen)
         struct tg_cuda_decode_append_args ap = {
             .k = c->k, .v = c->v, .n_seq = B, .n_kv_heads = Hkv,
             .head_dim = md->head_dim,
-            .heads_per_group = lay->kv.heads_per_group,
-            .page_size = lay->kv.page_size, .pool = c->pool,
+            .heads_per_group = lay->heads_per_group,
+            .page_size = lay->page_size, .pool = c->pool,
             .n_pages = (int64_t)c->n_pages + 1, /* + the scratch page */
             .head_group = hg, .head_slot = hs, .table = tab,
             .fault = c->fault_d, .stream = c->stream,
@@ -276,8 +276,8 @@ static int decode_body(struct gw_cuda *c, int B, char *err, size_t errlen)
         struct tg_cuda_decode_attn_args at = {
             .q = c->q, .pool = c->pool, .n_seq = B,
             .n_q_heads = md->n_q_heads, .n_kv_heads = Hkv, .n_groups = G,
-            .heads_per_group = lay->kv.heads_per_group,
-            .page_size = lay->kv.page_size, .head_dim = md->head_dim,
+            .heads_per_group = lay->heads_per_group,
+            .page_size = lay->page_size, .head_dim = md->head_dim,
             .head_group = hg, .head_slot = hs, .table = tab,
             .splits = c->splits, .layer = l,
             .scale = 1.0f / sqrtf((float)md->head_dim),
@@ -332,7 +332,7 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
                    float *logits, char *err, size_t errlen)
 {
     const struct gw_model *md = c->model;
-    const struct gw_kv_layout *lay = c->layout;
+    const struct kv_layout *lay = c->layout;
     if (err != NULL && errlen > 0)
         err[0] = '\0';
     if (n_seq <= 0 || n_seq > c->opts.max_seqs)
@@ -342,11 +342,11 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
     if (rc != 0)
         return rc;
     c->dev_rows = 0;
-    int32_t one[GW_MAX_GROUPS];
-    for (int g = 0; g < lay->kv.n_groups; g++)
+    int32_t one[KV_MAX_GROUPS];
+    for (int g = 0; g < lay->n_groups; g++)
         one[g] = 1;
     for (int s = 0; s < n_seq; s++)
-        for (int l = 0; l < lay->kv.n_layers; l++)
+        for (int l = 0; l < lay->n_layers; l++)
             if ((rc = gw_seq_room(c->layout, seqs[s], l, one, err, errlen)) != 0)
                 return rc;
     int bi = -1, B = n_seq;
@@ -357,7 +357,7 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
     }
     cudaStream_t st = STREAM(c);
     WAIT(c);
-    int LG = md->n_layers * lay->kv.n_groups;
+    int LG = md->n_layers * lay->n_groups;
     for (int s = 0; s < B; s++) {
         c->p_ids[s] = s < n_seq ? ids[s] : 0;
         c->p_pos[s] = s < n_seq ? (int32_t)seqs[s]->pos : 0;

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/kv_budget.h"
+#include "common/kv/kv_budget.h"
 #include "gpu_worker/gw_cuda_internal.h"
 #include "kernels/cuda/compress.h"
 #include "kernels/cuda/decode_append.h"
@@ -61,7 +61,7 @@ int gw_cuda__table_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
                           int n_seq, int B, char *err, size_t errlen)
 {
     struct gw_cuda_table *t = &c->dec;
-    int LG = c->model->n_layers * c->layout->kv.n_groups;
+    int LG = c->model->n_layers * c->layout->n_groups;
     int64_t n = 0;
     int rc = gw_cuda_table_prepare(t, &c->dcache, seqs, n_seq, B, LG,
                                    c->n_pages, c->h_sc_pos, c->h_sc_val,

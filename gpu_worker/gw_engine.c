@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/kv_seq.h"
+#include "common/kv/kv_seq.h"
 #include "common/pf_split.h"
 #include "common/tg_err.h"
-#include "gpu_worker/gw_layout.h"
+#include "common/kv/kv_layout.h"
 
 int gw_method_parse(const char *s, enum tg_score_method *out)
 {
@@ -29,14 +29,14 @@ void gw_engine_free(struct gw_engine *e)
     gw_runtime_free(&e->rt);
     tg_backend_cpu_free(e->be);
     kv_pool_free(&e->pool);
-    gw_layout_free(&e->layout);
+    kv_layout_free(&e->layout);
     pf_profile_free(&e->profile);
     gw_model_free(&e->model);
     memset(e, 0, sizeof(*e));
 }
 
 int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
-                         struct gw_kv_layout *layout,
+                         struct kv_layout *layout,
                          enum tg_score_method *method,
                          const struct gw_engine_opts *o, char *err,
                          size_t errlen)
@@ -56,7 +56,6 @@ int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
         return rc;
     int full = o->profile_path == NULL || strcmp(o->profile_path, "none") == 0;
     struct pf_profile whole = {0};
-    struct pf_tp_plan plan = {0};
     int *global_head = NULL;
     rc = pf_profile_for_model(&whole, full ? NULL : o->profile_path,
                               cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,
@@ -73,39 +72,33 @@ int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
                         "expected_attention)", name);
         goto fail;
     }
-    /* §4.7: the rank's groups, and its heads in group order. */
-    rc = pf_tp_assign(&plan, &whole, T, err, errlen);
-    if (rc != 0)
-        goto fail;
-    global_head = malloc((size_t)cfg.num_layers * (size_t)plan.heads_per_rank *
+    /* §4.7: the rank's groups, its heads in group order and its layout,
+     * built as the router builds it (kv_layout_for_rank). Every method
+     * forces the same keys (window + sinks), so the reservation math of
+     * §4.3 holds for all of them. */
+    global_head = malloc((size_t)cfg.num_layers * (size_t)cfg.num_kv_heads *
                          sizeof(int));
     if (global_head == NULL) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
         goto fail;
     }
-    rc = pf_profile_rank(profile, global_head, &whole, &plan, o->rank, err, errlen);
+    struct kv_forced_rule rule = kv_forced_rule_snapkv();
+    rc = kv_layout_for_rank(layout, profile, global_head, &whole, T, o->rank,
+                            o->page_size, o->prefill_chunk, &rule, err,
+                            errlen);
     if (rc != 0)
         goto fail;
     struct gw_shard sh = {.rank = o->rank, .world = T, .kv_heads = global_head};
     rc = gw_model_load_shard(model, o->model_dir, &sh, err, errlen);
     if (rc != 0)
         goto fail;
-    /* Every method forces the same keys (window + sinks), so the
-     * reservation math of §4.3 holds for all of them. */
-    struct kv_forced_rule rule = kv_forced_rule_snapkv();
-    rc = gw_layout_from_profile(layout, profile, o->page_size,
-                                o->prefill_chunk, &rule, err, errlen);
-    if (rc != 0)
-        goto fail;
     free(global_head);
-    pf_tp_free(&plan);
     pf_profile_free(&whole);
     return 0;
 fail:
     free(global_head);
-    pf_tp_free(&plan);
     pf_profile_free(&whole);
-    gw_layout_free(layout);
+    kv_layout_free(layout);
     pf_profile_free(profile);
     gw_model_free(model);
     return rc;
@@ -130,7 +123,7 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
         goto fail;
     }
     e->max_context = o->max_context;
-    int64_t rows = (int64_t)m->n_layers * e->layout.kv.n_groups;
+    int64_t rows = (int64_t)m->n_layers * e->layout.n_groups;
     int64_t pages = rows * kv_pages_for(o->max_context, o->page_size);
     if (pages > INT32_MAX) {
         rc = tg_err_set(err, errlen, TG_ETOOBIG, "%lld pages do not fit a pool",
@@ -178,7 +171,7 @@ void gw_gen_result_free(struct gw_gen_result *r)
 static void refresh_view(const struct gw_engine *e, const struct kv_seq *s,
                          const int32_t **pages)
 {
-    const struct kv_layout *kv = &e->layout.kv;
+    const struct kv_layout *kv = &e->layout;
     for (int l = 0; l < kv->n_layers; l++)
         for (int g = 0; g < kv->n_groups; g++) {
             int32_t n;
@@ -217,7 +210,7 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
 {
     memset(res, 0, sizeof(*res));
     const struct gw_model *m = &e->model;
-    const struct kv_layout *kv = &e->layout.kv;
+    const struct kv_layout *kv = &e->layout;
     if (n_prompt < 1 || p->max_tokens < 0 || p->n_logprobs < 0)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "need at least one prompt token and max_tokens >= 0");

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/kv_pool.h"
+#include "common/kv/kv_pool.h"
 #include "common/pf_profile.h"
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_model.h"
@@ -39,7 +39,7 @@ struct gw_engine_opts {
 struct gw_engine {
     struct gw_model model;
     struct pf_profile profile;
-    struct gw_kv_layout layout;
+    struct kv_layout layout;
     struct tg_backend *be;
     struct gw_runtime rt;
     struct kv_pool pool;
@@ -65,10 +65,10 @@ int gw_method_parse(const char *s, enum tg_score_method *out);
  * agrees. The other fields of *o are ignored. Returns 0 or an error
  * naming the problem (TG_EINVAL for a T that does not divide the groups,
  * heads or ffn); on failure every part is left freed (zeroed). The caller
- * frees the parts with gw_layout_free, pf_profile_free and
+ * frees the parts with kv_layout_free, pf_profile_free and
  * gw_model_free. */
 int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
-                         struct gw_kv_layout *layout,
+                         struct kv_layout *layout,
                          enum tg_score_method *method,
                          const struct gw_engine_opts *o, char *err,
                          size_t errlen);

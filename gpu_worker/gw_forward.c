@@ -44,21 +44,21 @@ void gw_runtime_free(struct gw_runtime *rt)
 }
 
 int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
-                    const struct gw_kv_layout *layout, const struct tg_ops *ops,
+                    const struct kv_layout *layout, const struct tg_ops *ops,
                     struct tg_backend *be, int32_t n_pages,
                     const struct gw_forward_opts *opts, char *err, size_t errlen)
 {
     memset(rt, 0, sizeof(*rt));
-    if (layout->kv.n_layers != model->n_layers ||
+    if (layout->n_layers != model->n_layers ||
         layout->n_kv_heads != model->n_kv_heads ||
-        layout->kv.head_dim != model->head_dim || layout->kv.heads_per_group <= 0 ||
-        layout->kv.n_groups * layout->kv.heads_per_group != layout->n_kv_heads ||
-        layout->kv.page_size <= 0)
+        layout->head_dim != model->head_dim || layout->heads_per_group <= 0 ||
+        layout->n_groups * layout->heads_per_group != layout->n_kv_heads ||
+        layout->page_size <= 0)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "KV layout (L=%d Hkv=%d d=%d H_p=%d groups=%d) does not "
                           "match the model (L=%d Hkv=%d d=%d)",
-                          layout->kv.n_layers, layout->n_kv_heads, layout->kv.head_dim,
-                          layout->kv.heads_per_group, layout->kv.n_groups,
+                          layout->n_layers, layout->n_kv_heads, layout->head_dim,
+                          layout->heads_per_group, layout->n_groups,
                           model->n_layers, model->n_kv_heads, model->head_dim);
     if (opts->max_tokens <= 0 || n_pages <= 0)
         return tg_err_set(err, errlen, TG_EINVAL, "max_tokens and n_pages must be > 0");
@@ -74,11 +74,11 @@ int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
     rt->n_pages = n_pages;
 
     size_t T = (size_t)opts->max_tokens;
-    size_t page_floats = (size_t)layout->kv.heads_per_group * 2 *
-                         (size_t)layout->kv.page_size * (size_t)layout->kv.head_dim;
+    size_t page_floats = (size_t)layout->heads_per_group * 2 *
+                         (size_t)layout->page_size * (size_t)layout->head_dim;
     size_t qd = (size_t)model->n_q_heads * (size_t)model->head_dim;
     size_t kd = (size_t)model->n_kv_heads * (size_t)model->head_dim;
-    size_t G = (size_t)layout->kv.n_groups;
+    size_t G = (size_t)layout->n_groups;
     rt->pool = calloc((size_t)n_pages * page_floats, sizeof(float));
     rt->x = xcalloc(T * (size_t)model->hidden, sizeof(float));
     rt->h = xcalloc(T * (size_t)model->hidden, sizeof(float));
@@ -127,23 +127,23 @@ int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
 int64_t gw_chunk_keep(const struct gw_runtime *rt, int l, int g, int64_t start,
                       int64_t n)
 {
-    const struct gw_kv_layout *lay = rt->layout;
-    double b = lay->kv.group_budget[(size_t)l * (size_t)lay->kv.n_groups + (size_t)g];
-    return kv_chunk_keep(n, b, kv_chunk_forced(start, n, &rt->layout->kv.rule));
+    const struct kv_layout *lay = rt->layout;
+    double b = lay->group_budget[(size_t)l * (size_t)lay->n_groups + (size_t)g];
+    return kv_chunk_keep(n, b, kv_chunk_forced(start, n, &rt->layout->rule));
 }
 
 /* Fills a row view of `seq` at layer l. gp receives n_groups pointers. */
 static void seq_rows(const struct gw_runtime *rt, const struct gw_seq *seq,
                      int l, const int32_t **gp, struct tg_kv_rows *r)
 {
-    const struct gw_kv_layout *lay = rt->layout;
-    size_t base = (size_t)l * (size_t)lay->kv.n_groups;
-    for (int g = 0; g < lay->kv.n_groups; g++)
+    const struct kv_layout *lay = rt->layout;
+    size_t base = (size_t)l * (size_t)lay->n_groups;
+    for (int g = 0; g < lay->n_groups; g++)
         gp[g] = seq->pages[base + (size_t)g];
     r->pool = rt->pool;
-    r->heads_per_group = lay->kv.heads_per_group;
-    r->page_size = lay->kv.page_size;
-    r->head_dim = lay->kv.head_dim;
+    r->heads_per_group = lay->heads_per_group;
+    r->page_size = lay->page_size;
+    r->head_dim = lay->head_dim;
     r->n_kv_heads = lay->n_kv_heads;
     r->head_group = lay->head_group + (size_t)l * (size_t)lay->n_kv_heads;
     r->head_slot = lay->head_slot + (size_t)l * (size_t)lay->n_kv_heads;
@@ -151,13 +151,13 @@ static void seq_rows(const struct gw_runtime *rt, const struct gw_seq *seq,
     r->group_len = seq->len + base;
 }
 
-int gw_seq_room(const struct gw_kv_layout *lay, const struct gw_seq *seq,
+int gw_seq_room(const struct kv_layout *lay, const struct gw_seq *seq,
                 int l, const int32_t *add, char *err, size_t errlen)
 {
-    size_t base = (size_t)l * (size_t)lay->kv.n_groups;
-    for (int g = 0; g < lay->kv.n_groups; g++) {
+    size_t base = (size_t)l * (size_t)lay->n_groups;
+    for (int g = 0; g < lay->n_groups; g++) {
         int64_t need = kv_pages_for((int64_t)seq->len[base + g] + add[g],
-                                    lay->kv.page_size);
+                                    lay->page_size);
         if (need > seq->n_pages[base + g])
             return tg_err_set(err, errlen, TG_ENOSPC,
                               "layer %d group %d needs %lld pages, holds %d", l,
@@ -336,7 +336,7 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
                        size_t errlen)
 {
     const struct gw_model *md = rt->model;
-    const struct gw_kv_layout *lay = rt->layout;
+    const struct kv_layout *lay = rt->layout;
     const struct tg_ops *o = rt->ops;
     if (n <= 0 || n > rt->opts.max_tokens)
         return tg_err_set(err, errlen, TG_EINVAL, "chunk of %d tokens (max %d)",
@@ -355,12 +355,12 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "rank 0 asked for logits without an output buffer");
     int64_t start = seq->pos;
-    int forced = (int)kv_chunk_forced(start, n, &rt->layout->kv.rule);
-    int32_t addp[GW_MAX_GROUPS];
-    TG_ASSERT(lay->kv.n_groups <= GW_MAX_GROUPS);
-    for (int l = 0; l < lay->kv.n_layers; l++) {
-        for (int g = 0; g < lay->kv.n_groups; g++) {
-            double b = lay->kv.group_budget[(size_t)l * lay->kv.n_groups + g];
+    int forced = (int)kv_chunk_forced(start, n, &rt->layout->rule);
+    int32_t addp[KV_MAX_GROUPS];
+    TG_ASSERT(lay->n_groups <= KV_MAX_GROUPS);
+    for (int l = 0; l < lay->n_layers; l++) {
+        for (int g = 0; g < lay->n_groups; g++) {
+            double b = lay->group_budget[(size_t)l * lay->n_groups + g];
             addp[g] = (int32_t)kv_chunk_keep(n, b, forced);
         }
         int rc = gw_seq_room(rt->layout, seq, l, addp, err, errlen);
@@ -383,7 +383,7 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
         int all = 1;
         for (int h = 0; h < lay->n_kv_heads; h++) {
             int g = rows.head_group[h];
-            double b = lay->kv.group_budget[(size_t)l * lay->kv.n_groups + g];
+            double b = lay->group_budget[(size_t)l * lay->n_groups + g];
             rt->keep[h] = (int32_t)kv_chunk_keep(n, b, forced);
             if (rt->keep[h] != n)
                 all = 0;
@@ -392,7 +392,7 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
         if (score) {
             TRY(o->score(rt->be, rt->opts.method, rt->q, rt->k, rt->v, n,
                          md->n_q_heads, md->n_kv_heads, md->head_dim,
-                         rt->layout->kv.rule.window, scale, rt->scores));
+                         rt->layout->rule.window, scale, rt->scores));
             if (rt->opts.on_scores != NULL)
                 rt->opts.on_scores(rt->opts.on_scores_ud, l, rt->scores, n,
                                    md->n_kv_heads);
@@ -401,11 +401,11 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
             TRY(o->kv_append(rt->be, &rows, rt->k, rt->v, n, NULL, rt->keep));
         } else {
             TRY(o->select_topk(rt->be, rt->scores, n, md->n_kv_heads, rt->keep,
-                               start, rt->layout->kv.rule.window,
-                               rt->layout->kv.rule.n_sink, rt->idx));
+                               start, rt->layout->rule.window,
+                               rt->layout->rule.n_sink, rt->idx));
             TRY(o->kv_append(rt->be, &rows, rt->k, rt->v, n, rt->idx, rt->keep));
         }
-        size_t base = (size_t)l * (size_t)lay->kv.n_groups;
+        size_t base = (size_t)l * (size_t)lay->n_groups;
         for (int h = 0; h < lay->n_kv_heads; h++) {
             /* every head of a group keeps the same count; count each group once */
             if (rows.head_slot[h] == 0)
@@ -426,7 +426,7 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
                       float *logits, char *err, size_t errlen)
 {
     const struct gw_model *md = rt->model;
-    const struct gw_kv_layout *lay = rt->layout;
+    const struct kv_layout *lay = rt->layout;
     const struct tg_ops *o = rt->ops;
     if (n_seq <= 0 || n_seq > rt->opts.max_tokens)
         return tg_err_set(err, errlen, TG_EINVAL, "decode batch of %d (max %d)",
@@ -435,9 +435,9 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
     if (want_logits && logits == NULL && is_root(rt))
         return tg_err_set(err, errlen, TG_EINVAL,
                           "rank 0 asked for logits without an output buffer");
-    int32_t one[GW_MAX_GROUPS];
-    TG_ASSERT(lay->kv.n_groups <= GW_MAX_GROUPS);
-    for (int g = 0; g < lay->kv.n_groups; g++)
+    int32_t one[KV_MAX_GROUPS];
+    TG_ASSERT(lay->n_groups <= KV_MAX_GROUPS);
+    for (int g = 0; g < lay->n_groups; g++)
         one[g] = 1;
     for (int s = 0; s < n_seq; s++) {
         if (ids[s] < 0 || ids[s] >= md->vocab)
@@ -445,7 +445,7 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
                               "token id %d outside the vocabulary [0, %d)",
                               ids[s], md->vocab);
         rt->pos[s] = (int32_t)seqs[s]->pos;
-        for (int l = 0; l < lay->kv.n_layers; l++) {
+        for (int l = 0; l < lay->n_layers; l++) {
             int rc = gw_seq_room(rt->layout, seqs[s], l, one, err, errlen);
             if (rc != 0)
                 return rc;
@@ -459,14 +459,14 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
         TRY(o->rmsnorm(rt->be, rt->x, w->attn_norm, n_seq, md->hidden, md->norm_eps, rt->h));
         TRY(qkv(rt, w, n_seq));
         for (int s = 0; s < n_seq; s++) {
-            const int32_t **gp = rt->rows_pages + (size_t)s * (size_t)lay->kv.n_groups;
+            const int32_t **gp = rt->rows_pages + (size_t)s * (size_t)lay->n_groups;
             seq_rows(rt, seqs[s], l, gp, &rt->rows[s]);
             for (int h = 0; h < md->n_kv_heads; h++)
                 rt->keep[h] = 1;
             TRY(o->kv_append(rt->be, &rt->rows[s], rt->k + (size_t)s * kd,
                              rt->v + (size_t)s * kd, 1, NULL, rt->keep));
-            int32_t *len = seqs[s]->len + (size_t)l * (size_t)lay->kv.n_groups;
-            for (int g = 0; g < lay->kv.n_groups; g++)
+            int32_t *len = seqs[s]->len + (size_t)l * (size_t)lay->n_groups;
+            for (int g = 0; g < lay->n_groups; g++)
                 len[g] += 1;
         }
         TRY(o->attn_decode(rt->be, rt->q, n_seq, md->n_q_heads, rt->rows, scale,

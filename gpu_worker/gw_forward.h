@@ -33,24 +33,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/kv_budget.h"
-#include "common/kv_seq.h"
+#include "common/kv/kv_budget.h"
+#include "common/kv/kv_layout.h"
+#include "common/kv/kv_seq.h"
 #include "gpu_worker/gw_comm.h"
 #include "gpu_worker/gw_model.h"
 #include "kernels/tg_ops.h"
 
-#define GW_MAX_GROUPS 1024 /* groups per layer on one rank */
 #define GW_LP_BLOCK 16     /* rows of logits materialized at once */
 
-/* How one rank's KV heads map onto ragged pages: the page accounting
- * layout (budgets, page size, chunk, forced keys) plus each head's place. */
-struct gw_kv_layout {
-    struct kv_layout kv;   /* L, G, H_p, d, P, C, rule, group_budget (L, G) */
-    int n_kv_heads;        /* Hkv on this rank (= G * H_p) */
-    int32_t *head_group;   /* (L, Hkv) group index of each KV head */
-    int32_t *head_slot;    /* (L, Hkv) slot of each KV head in its group */
-    int compress;          /* 0 when every budget is 1 (no scoring runs) */
-};
 
 /* One sequence's KV as the forward pass sees it. */
 struct gw_seq {
@@ -82,7 +73,7 @@ struct gw_forward_opts {
 
 struct gw_runtime {
     const struct gw_model *model;      /* borrowed */
-    const struct gw_kv_layout *layout; /* borrowed */
+    const struct kv_layout *layout; /* borrowed */
     const struct tg_ops *ops;          /* borrowed */
     struct tg_backend *be;             /* borrowed */
     struct gw_forward_opts opts;
@@ -111,7 +102,7 @@ struct gw_runtime {
  * min(GW_LP_BLOCK, max_tokens) * Vp for the logits) avoid extra pieces.
  * `model`, `layout`, `ops`, `be` and the comm must outlive the runtime. */
 int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
-                    const struct gw_kv_layout *layout, const struct tg_ops *ops,
+                    const struct kv_layout *layout, const struct tg_ops *ops,
                     struct tg_backend *be, int32_t n_pages,
                     const struct gw_forward_opts *opts, char *err,
                     size_t errlen);
@@ -157,7 +148,7 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
  * more tokens (add: n_groups counts). Returns 0 or TG_ENOSPC naming the
  * layer, group and page counts. Shared by the CPU and CUDA forward
  * passes; pure. */
-int gw_seq_room(const struct gw_kv_layout *lay, const struct gw_seq *seq,
+int gw_seq_room(const struct kv_layout *lay, const struct gw_seq *seq,
                 int l, const int32_t *add, char *err, size_t errlen);
 
 /* Returns the tokens a prefill chunk of n tokens at absolute position

@@ -15,11 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/kv_budget.h"
+#include "common/kv/kv_budget.h"
 #include "common/tg_hostmem.h"
 #include "common/tg_err.h"
 #include "gpu_worker/gw_engine.h"
-#include "gpu_worker/gw_layout.h"
+#include "common/kv/kv_layout.h"
 #include "gpu_worker/gw_worker_internal.h"
 
 /* splitmix64's state increment (Steele, Lea & Flood 2014): the state after
@@ -82,7 +82,7 @@ void gw_worker_free(struct gw_worker *w)
 #endif
     gw_comm_free(&w->comm);
     tg_backend_cpu_free(w->be);
-    gw_layout_free(&w->layout);
+    kv_layout_free(&w->layout);
     pf_profile_free(&w->profile);
     gw_model_free(&w->model);
     memset(w, 0, sizeof(*w));
@@ -209,15 +209,15 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     w->world_size = o->world_size;
     w->max_slots = o->max_slots;
     w->max_tokens = maxt;
-    w->rows = w->model.n_layers * w->layout.kv.n_groups;
+    w->rows = w->model.n_layers * w->layout.n_groups;
     int64_t page_bytes;
     if (o->backend == GW_WORKER_BACKEND_CUDA) {
         rc = gw__worker_cuda_init(w, o, err, errlen);
         if (rc != 0)
             goto fail;
-        page_bytes = kv_layout_page_elems(&w->layout.kv) * 2; /* bf16 */
+        page_bytes = kv_layout_page_elems(&w->layout) * 2; /* bf16 */
     } else {
-        page_bytes = kv_layout_page_elems(&w->layout.kv) * (int64_t)sizeof(float);
+        page_bytes = kv_layout_page_elems(&w->layout) * (int64_t)sizeof(float);
         rc = cpu_init(w, o, page_bytes, err, errlen);
         if (rc != 0)
             goto fail;
@@ -270,10 +270,10 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     w->summary = init;
     w->summary.num_layers = (uint32_t)w->model.n_layers;
     w->summary.num_kv_heads = (uint32_t)w->layout.n_kv_heads;
-    w->summary.heads_per_group = (uint32_t)w->layout.kv.heads_per_group;
-    w->summary.groups_per_layer = (uint32_t)w->layout.kv.n_groups;
-    w->summary.page_size = (uint32_t)w->layout.kv.page_size;
-    w->summary.head_dim = (uint32_t)w->layout.kv.head_dim;
+    w->summary.heads_per_group = (uint32_t)w->layout.heads_per_group;
+    w->summary.groups_per_layer = (uint32_t)w->layout.n_groups;
+    w->summary.page_size = (uint32_t)w->layout.page_size;
+    w->summary.head_dim = (uint32_t)w->layout.head_dim;
     w->summary.page_bytes = (uint64_t)page_bytes;
     w->summary.profile = w->profile_name;
     w->summary.backend = o->backend == GW_WORKER_BACKEND_CUDA ? (char *)"cuda"
@@ -450,11 +450,11 @@ static int check_entry(struct gw_worker *w, size_t i, const GwPlanEntry *e,
     w->entry_of[s] = (int32_t)i;
     size_t n = e->n_token_ids;
     if (e->kind == TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL) {
-        if (n < 1 || n > (size_t)w->layout.kv.prefill_chunk)
+        if (n < 1 || n > (size_t)w->layout.prefill_chunk)
             return tg_err_set(err, errlen, TG_EINVAL,
                               "slot %u (request '%s'): prefill chunk of %zu "
                               "tokens, allowed 1 .. %d", s, rid, n,
-                              w->layout.kv.prefill_chunk);
+                              w->layout.prefill_chunk);
     } else if (e->kind == TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE) {
         if (n != 1)
             return tg_err_set(err, errlen, TG_EINVAL,
@@ -514,7 +514,7 @@ static int check_entry(struct gw_worker *w, size_t i, const GwPlanEntry *e,
 static int check_delta(struct gw_worker *w, size_t i, const GwPageDelta *d,
                        char *err, size_t errlen)
 {
-    const struct kv_layout *kv = &w->layout.kv;
+    const struct kv_layout *kv = &w->layout;
     if (d->slot >= (uint32_t)w->max_slots || d->layer >= (uint32_t)kv->n_layers ||
         d->group >= (uint32_t)kv->n_groups)
         return tg_err_set(err, errlen, TG_EINVAL,
@@ -558,7 +558,7 @@ static int check_delta(struct gw_worker *w, size_t i, const GwPageDelta *d,
 static int64_t chunk_keep(const struct gw_worker *w, int l, int g,
                           int64_t start, int64_t n)
 {
-    const struct kv_layout *kv = &w->layout.kv;
+    const struct kv_layout *kv = &w->layout;
     double b = kv->group_budget[(size_t)l * (size_t)kv->n_groups + (size_t)g];
     return kv_chunk_keep(n, b, kv_chunk_forced(start, n, &kv->rule));
 }
@@ -569,7 +569,7 @@ static int64_t chunk_keep(const struct gw_worker *w, int l, int g,
 static int check_room(struct gw_worker *w, const GwBatchPlan *plan,
                       char *err, size_t errlen)
 {
-    const struct kv_layout *kv = &w->layout.kv;
+    const struct kv_layout *kv = &w->layout;
     size_t R = (size_t)w->rows;
     for (int t = 0; t < w->n_touched; t++) {
         size_t s = (size_t)w->touched[t];
@@ -736,7 +736,7 @@ static void apply_plan(struct gw_worker *w, const GwBatchPlan *plan)
     for (size_t i = 0; i < plan->n_page_deltas; i++) {
         const GwPageDelta *d = plan->page_deltas[i];
         struct gw_wslot *sl = &w->slots[d->slot];
-        int r = (int)(d->layer * (uint32_t)w->layout.kv.n_groups + d->group);
+        int r = (int)(d->layer * (uint32_t)w->layout.n_groups + d->group);
         if (d->truncate_to_opt_case ==
             TANGRAM__WORKER__V1__PAGE_DELTA__TRUNCATE_TO_OPT_TRUNCATE_TO) {
             sl->n_pages[r] = (int32_t)d->truncate_to;

@@ -163,7 +163,7 @@ struct gw_wslot {
 struct gw_worker {
     struct gw_model model;
     struct pf_profile profile;
-    struct gw_kv_layout layout;
+    struct kv_layout layout;
     enum tg_score_method method;
     struct tg_backend *be;
     struct gw_comm comm;          /* all-reduce group (no-op for T = 1);

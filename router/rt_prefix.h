@@ -31,8 +31,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/kv_pool.h"
-#include "common/kv_seq.h"
+#include "common/kv/kv_pool.h"
+#include "common/kv/kv_seq.h"
 
 /* The chunk boundaries of a sequence: positions where its compressed KV
  * is a complete state (a prefill chunk was just committed), with every

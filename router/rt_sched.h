@@ -49,8 +49,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/kv_pool.h"
-#include "common/kv_seq.h"
+#include "common/kv/kv_pool.h"
+#include "common/kv/kv_seq.h"
 #include "router/rt_prefix.h"
 
 enum rt_sched_state {

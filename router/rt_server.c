@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/pf_split.h"
+#include "common/kv/kv_layout.h"
 #include "common/tg_err.h"
 #include "common/tg_log.h"
 
@@ -729,59 +729,35 @@ static void stop_all(struct rt_server *s)
 
 /* ---- init / free ----------------------------------------------------------- */
 
-/* The page accounting of each tensor-parallel rank, built exactly as the
- * worker of that rank builds its pool (contract of pf_split.h): the snake
- * assignment of the profile's groups to T ranks (DESIGN.md §4.7), then
- * each rank's own profile. With T = 1 this is the profile itself. */
+/* The page accounting of each tensor-parallel rank, built by the same
+ * function as the worker of that rank builds its pool (kv_layout_for_rank:
+ * the snake assignment of the profile's groups to T ranks, DESIGN.md §4.7,
+ * then the rank's own profile). With T = 1 this is the profile itself. */
 static int build_rank_layouts(struct rt_server *s, char *err, size_t errlen)
 {
     const struct td_options *o = &s->opts->td;
     const int T = (int)o->tp;
-    struct pf_tp_plan plan;
-    struct pf_profile rp;
-    int *global_head = NULL;
-    memset(&plan, 0, sizeof(plan));
-    memset(&rp, 0, sizeof(rp));
-    int rc = pf_tp_assign(&plan, &s->profile, T, err, errlen);
-    if (rc != 0)
-        return rc;
-    rc = TG_ENOMEM;
     s->rank_layouts = calloc((size_t)T, sizeof(s->rank_layouts[0]));
     s->rank_layout_ptrs = calloc((size_t)T, sizeof(s->rank_layout_ptrs[0]));
-    global_head = malloc((size_t)s->profile.num_layers *
-                         (size_t)plan.heads_per_rank * sizeof(int));
-    if (s->rank_layouts == NULL || s->rank_layout_ptrs == NULL ||
-        global_head == NULL) {
-        rc = tg_err_set(err, errlen, TG_ENOMEM,
-                        "cannot allocate %d rank layouts", T);
-        goto out;
-    }
+    if (s->rank_layouts == NULL || s->rank_layout_ptrs == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM,
+                          "cannot allocate %d rank layouts", T);
     struct kv_forced_rule rule = kv_forced_rule_snapkv();
-    for (int r = 0; r < T; r++) {
-        rc = pf_profile_rank(&rp, global_head, &s->profile, &plan, r, err,
-                             errlen);
-        if (rc == 0)
-            rc = kv_layout_init(&s->rank_layouts[r], rp.num_layers,
-                                rp.num_groups, rp.heads_per_group, rp.head_dim,
-                                (int)o->page_size, (int)o->prefill_chunk,
-                                &rule, rp.group_budget, err, errlen);
-        if (rc == 0 && r == 0)
-            rc = kv_layout_init(&s->layout, rp.num_layers, rp.num_groups,
-                                rp.heads_per_group, rp.head_dim,
-                                (int)o->page_size, (int)o->prefill_chunk,
-                                &rule, rp.group_budget, err, errlen);
-        pf_profile_free(&rp);
-        if (rc != 0)
-            goto out;
+    int rc = 0;
+    for (int r = 0; r < T && rc == 0; r++) {
+        rc = kv_layout_for_rank(&s->rank_layouts[r], NULL, NULL, &s->profile,
+                                T, r, (int)o->page_size,
+                                (int)o->prefill_chunk, &rule, err, errlen);
         s->rank_layout_ptrs[r] = &s->rank_layouts[r];
     }
-    if (T > 1)
+    if (rc == 0)
+        rc = kv_layout_for_rank(&s->layout, NULL, NULL, &s->profile, T, 0,
+                                (int)o->page_size, (int)o->prefill_chunk,
+                                &rule, err, errlen);
+    if (rc == 0 && T > 1)
         log_info("tensor parallel over %d ranks: %d KV heads and %d groups "
-                 "per layer each", T, plan.heads_per_rank,
-                 plan.groups_per_rank);
-out:
-    free(global_head);
-    pf_tp_free(&plan);
+                 "per layer each", T, s->layout.n_kv_heads,
+                 s->layout.n_groups);
     return rc;
 }
 

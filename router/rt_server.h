@@ -22,7 +22,7 @@
 #include <uv.h>
 
 #include "common/ct_template.h"
-#include "common/kv_seq.h"
+#include "common/kv/kv_seq.h"
 #include "common/mc_model_config.h"
 #include "common/pf_profile.h"
 #include "common/tok_tokenizer.h"

@@ -299,8 +299,8 @@ int main(int argc, char **argv)
         json_object_set_new(kv, "pages_used", json_integer(res.pages_used));
         json_object_set_new(kv, "monolithic_pages", json_integer(res.mono_pages));
         a = json_array();
-        int G = eng.layout.kv.n_groups;
-        for (int l = 0; l < eng.layout.kv.n_layers; l++) {
+        int G = eng.layout.n_groups;
+        for (int l = 0; l < eng.layout.n_layers; l++) {
             json_t *row = json_array();
             for (int g = 0; g < G; g++)
                 json_array_append_new(row, json_integer(res.kept[l * G + g]));

@@ -71,7 +71,7 @@ struct cmp_chunk {
 };
 
 /* Where one sequence's rows of one layer live: the bf16 page pool and the
- * CSR page lists of its groups (kv_table layout, common/kv_table.h). With
+ * CSR page lists of its groups (kv_table layout, common/kv/kv_table.h). With
  * a device kv_table_dev `dt` and the sequence's first row r0 of the layer
  * (r0 = (slot * L + l) * n_groups), indptr = dt.indptr + r0, indices =
  * dt.indices, npages = dt.npages + r0, lens = dt.lens + r0. Head h writes

@@ -56,7 +56,7 @@
 extern "C" {
 #endif
 
-/* One layer's view of a device CSR block table (common/kv_table.h layout):
+/* One layer's view of a device CSR block table (common/kv/kv_table.h layout):
  * the row of (sequence s, group g) is s * row_stride + row_offset + g; it
  * owns page ids indices[indptr[row] ..], of which the first
  * ceil(lens[row] / P) are read (padded tables' gaps are never touched). */

@@ -1,7 +1,7 @@
 /*
  * kv_table_dev.h — the block table on the device (DESIGN.md §4.5).
  *
- * A worker keeps one device copy of its rank's kv_table (common/kv_table.h):
+ * A worker keeps one device copy of its rank's kv_table (common/kv/kv_table.h):
  * indptr, indices, npages and lens in device buffers that are allocated
  * once and grown geometrically, refilled by an asynchronous host-to-device
  * copy on the step's stream. kv_table_dev_resolve is the lookup every
@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#include "common/kv_table.h"
+#include "common/kv/kv_table.h"
 
 #ifdef __cplusplus
 extern "C" {

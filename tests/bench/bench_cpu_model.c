@@ -42,13 +42,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/kv_budget.h"
-#include "common/kv_pool.h"
-#include "common/kv_seq.h"
+#include "common/kv/kv_budget.h"
+#include "common/kv/kv_pool.h"
+#include "common/kv/kv_seq.h"
 #include "common/mc_model_config.h"
 #include "common/pf_profile.h"
 #include "gpu_worker/gw_forward.h"
-#include "gpu_worker/gw_layout.h"
+#include "common/kv/kv_layout.h"
 #include "gpu_worker/gw_model.h"
 #include "kernels/tg_ops.h"
 #include "tests/support/tt_model.h"
@@ -127,7 +127,7 @@ struct variant {
     const char *name;
     const struct gw_model *model; /* borrowed */
     struct pf_profile prof;
-    struct gw_kv_layout lay;
+    struct kv_layout lay;
     struct kv_pool pool;
     struct gw_runtime rt;
     int rows;              /* L * groups */
@@ -150,11 +150,11 @@ static void variant_init(struct variant *v, const char *name,
                                   m->head_dim, H_p, budgets, TARGET_RATIO, err,
                                   sizeof(err)), "profile", err);
     struct kv_forced_rule rule = kv_forced_rule_snapkv();
-    check(gw_layout_from_profile(&v->lay, &v->prof, KV_PAGE_SIZE_DEFAULT,
+    check(kv_layout_from_profile(&v->lay, &v->prof, KV_PAGE_SIZE_DEFAULT,
                                  KV_PREFILL_CHUNK_DEFAULT, &rule, err,
                                  sizeof(err)), "layout", err);
-    v->rows = L * v->lay.kv.n_groups;
-    v->page_floats = (size_t)kv_layout_page_elems(&v->lay.kv);
+    v->rows = L * v->lay.n_groups;
+    v->page_floats = (size_t)kv_layout_page_elems(&v->lay);
     check(kv_pool_init(&v->pool, n_pages, err, sizeof(err)), "page pool", err);
     struct gw_forward_opts fo = {
         .method = TG_SCORE_SNAPKV,
@@ -171,7 +171,7 @@ static void variant_free(struct variant *v)
 {
     gw_runtime_free(&v->rt);
     kv_pool_free(&v->pool);
-    gw_layout_free(&v->lay);
+    kv_layout_free(&v->lay);
     pf_profile_free(&v->prof);
     memset(v, 0, sizeof(*v));
 }
@@ -213,7 +213,7 @@ struct bseq {
 /* Re-points the views after a reservation (the id slab may move). */
 static void bseq_refresh(struct bseq *s, const struct variant *v)
 {
-    const struct kv_layout *kv = &v->lay.kv;
+    const struct kv_layout *kv = &v->lay;
     for (int l = 0; l < kv->n_layers; l++)
         for (int g = 0; g < kv->n_groups; g++) {
             int32_t n;
@@ -242,8 +242,8 @@ static void bseq_init(struct bseq *s, struct variant *v, int64_t n)
 {
     char err[256] = "";
     memset(s, 0, sizeof(*s));
-    check(kv_seq_init(&s->kv, &v->lay.kv, err, sizeof(err)), "kv_seq_init", err);
-    check(kv_seq_reserve_prompt(&s->kv, &v->lay.kv, &v->pool, 0, n, err,
+    check(kv_seq_init(&s->kv, &v->lay, err, sizeof(err)), "kv_seq_init", err);
+    check(kv_seq_reserve_prompt(&s->kv, &v->lay, &v->pool, 0, n, err,
                                 sizeof(err)), "prompt reservation", err);
     s->len = xcalloc((size_t)v->rows, sizeof(int32_t));
     s->pages = xcalloc((size_t)v->rows, sizeof(*s->pages));
@@ -288,7 +288,7 @@ static double prefill_chunk(struct variant *v, struct bseq *s,
     check(gw_forward_prefill(&v->rt, &s->gs, ids + off, m, &po, err,
                              sizeof(err)), "prefill chunk", err);
     double dt = now() - t0;
-    check(kv_seq_commit(&s->kv, &v->lay.kv, m, err, sizeof(err)), "commit", err);
+    check(kv_seq_commit(&s->kv, &v->lay, m, err, sizeof(err)), "commit", err);
     bseq_check_fill(s, v, "prefill");
     if (last && !all_finite(logits, (size_t)v->model->vocab)) {
         fprintf(stderr, PROG ": prefill (%s) produced non-finite logits\n",
@@ -305,7 +305,7 @@ static void run_prefill_pair(struct variant *vf, struct variant *vq,
                              const int32_t *ids, int n, float *logits,
                              struct prefill_res *rf, struct prefill_res *rq)
 {
-    const int C = vf->lay.kv.prefill_chunk;
+    const int C = vf->lay.prefill_chunk;
     struct bseq sf, sq;
     bseq_init(&sf, vf, n);
     bseq_init(&sq, vq, n);
@@ -345,7 +345,7 @@ static void decode_setup(struct decode_set *ds, struct variant *v, int64_t ctx,
     for (int b = 0; b < batch; b++) {
         struct bseq *s = &ds->s[b];
         bseq_init(s, v, ctx);
-        check(kv_seq_commit(&s->kv, &v->lay.kv, ctx, err, sizeof(err)),
+        check(kv_seq_commit(&s->kv, &v->lay, ctx, err, sizeof(err)),
               "commit", err);
         memcpy(s->len, s->kv.filled, (size_t)v->rows * sizeof(int32_t));
         s->gs.pos = ctx;
@@ -362,7 +362,7 @@ static double decode_step(struct decode_set *ds, struct variant *v,
     int32_t ids[MAX_BATCH];
     for (int b = 0; b < ds->batch; b++) {
         struct bseq *s = &ds->s[b];
-        check(kv_seq_reserve_decode(&s->kv, &v->lay.kv, &v->pool, 1, err,
+        check(kv_seq_reserve_decode(&s->kv, &v->lay, &v->pool, 1, err,
                                     sizeof(err)), "decode reservation", err);
         bseq_refresh(s, v);
         ids[b] = (int32_t)(tt_rng_uniform(&rng) * v->model->vocab);
@@ -612,7 +612,7 @@ int main(int argc, char **argv)
     variant_init(&prof, "0.25", &model, H_p, budgets, (int32_t)need_q, be);
     double gsum = 0;
     for (int i = 0; i < prof.rows; i++)
-        gsum += prof.lay.kv.group_budget[i];
+        gsum += prof.lay.group_budget[i];
     printf("profile 0.25: mean group budget %.4f (a group keeps the max of "
            "its %d heads' budgets)\n", gsum / prof.rows, H_p);
     printf("KV pools: full %lld pages (%.1f MB), 0.25 %lld pages (%.1f MB)\n",

@@ -13,7 +13,7 @@
  *   2. Decode under memory pressure, per context length (8K and 32K): as
  *      many sequences as the pool holds, capped at 256. A sequence takes
  *      what §4.3 reserves for a context-token prompt (kv_turn_keep per
- *      (layer, group), common/kv_budget.h) plus the pages its rows grow
+ *      (layer, group), common/kv/kv_budget.h) plus the pages its rows grow
  *      into over the run's decode steps, so sequences = floor(pool pages /
  *      pages per sequence). The batch then decodes one token per sequence
  *      per step with CUDA graphs on (the median step after two warm-up
@@ -65,15 +65,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/kv_budget.h"
-#include "common/kv_pool.h"
-#include "common/kv_seq.h"
+#include "common/kv/kv_budget.h"
+#include "common/kv/kv_pool.h"
+#include "common/kv/kv_seq.h"
 #include "common/pf_profile.h"
 #include "common/pf_split.h"
 #include "common/tg_err.h"
 #include "gpu_worker/gw_cuda.h"
 #include "gpu_worker/gw_forward.h"
-#include "gpu_worker/gw_layout.h"
+#include "common/kv/kv_layout.h"
 #include "gpu_worker/gw_model.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_model.h"
@@ -274,7 +274,7 @@ struct variant {
     const char *name;
     double target;
     struct pf_profile prof;
-    struct gw_kv_layout lay;
+    struct kv_layout lay;
     struct kv_pool pool;   /* the page accounting of the runtime's pool */
     struct gw_cuda cu;
     int *splits;           /* (L, G) split map S[l][g] */
@@ -297,10 +297,10 @@ static void variant_layout(struct variant *v, const struct bopts *o,
                                   s->d, o->H_p, budgets, target, err,
                                   sizeof(err)), "profile", err);
     struct kv_forced_rule rule = kv_forced_rule_snapkv();
-    check(gw_layout_from_profile(&v->lay, &v->prof, KV_PAGE_SIZE_DEFAULT,
+    check(kv_layout_from_profile(&v->lay, &v->prof, KV_PAGE_SIZE_DEFAULT,
                                  o->chunk, &rule, err, sizeof(err)),
           "layout", err);
-    v->rows = s->L * v->lay.kv.n_groups;
+    v->rows = s->L * v->lay.n_groups;
     v->splits = xcalloc((size_t)v->rows, sizeof(int));
     check(pf_split_map(&v->prof, n_cta, v->splits, err, sizeof(err)),
           "split map", err);
@@ -327,7 +327,7 @@ static double mean_group_budget(const struct variant *v)
 {
     double s = 0;
     for (int i = 0; i < v->rows; i++)
-        s += v->lay.kv.group_budget[i];
+        s += v->lay.group_budget[i];
     return s / v->rows;
 }
 
@@ -336,7 +336,7 @@ static double mean_group_budget(const struct variant *v)
 static void pool_fill_random(struct variant *v, struct tt_rng *r)
 {
     size_t elems = ((size_t)v->cu.n_pages + 1) *
-                   (size_t)kv_layout_page_elems(&v->lay.kv);
+                   (size_t)kv_layout_page_elems(&v->lay);
     size_t blk = (size_t)8 << 20;
     blk = blk < elems ? blk : elems;
     uint16_t *h = xcalloc(blk, sizeof(uint16_t));
@@ -385,7 +385,7 @@ static void variant_free(struct variant *v)
     gw_cuda_free(&v->cu);
     kv_pool_free(&v->pool);
     free(v->splits);
-    gw_layout_free(&v->lay);
+    kv_layout_free(&v->lay);
     pf_profile_free(&v->prof);
     memset(v, 0, sizeof(*v));
 }
@@ -402,7 +402,7 @@ struct bseq {
 /* Re-points the views after a reservation (the id slab may move). */
 static void bseq_refresh(struct bseq *s, const struct variant *v)
 {
-    const struct kv_layout *kv = &v->lay.kv;
+    const struct kv_layout *kv = &v->lay;
     for (int l = 0; l < kv->n_layers; l++)
         for (int g = 0; g < kv->n_groups; g++) {
             int32_t n;
@@ -419,14 +419,14 @@ static void bseq_init(struct bseq *s, struct variant *v, int64_t n)
 {
     char err[256] = "";
     memset(s, 0, sizeof(*s));
-    check(kv_seq_init(&s->kv, &v->lay.kv, err, sizeof(err)), "kv_seq_init", err);
-    check(kv_seq_reserve_prompt(&s->kv, &v->lay.kv, &v->pool, 0, n, err,
+    check(kv_seq_init(&s->kv, &v->lay, err, sizeof(err)), "kv_seq_init", err);
+    check(kv_seq_reserve_prompt(&s->kv, &v->lay, &v->pool, 0, n, err,
                                 sizeof(err)), "prompt reservation", err);
-    if (s->kv.used_pages != seq_pages(&v->lay.kv, n, 0)) {
+    if (s->kv.used_pages != seq_pages(&v->lay, n, 0)) {
         fprintf(stderr, PROG ": %s: a %lld-token prompt took %lld pages, the "
                 "reservation math says %lld\n", v->name, (long long)n,
                 (long long)s->kv.used_pages,
-                (long long)seq_pages(&v->lay.kv, n, 0));
+                (long long)seq_pages(&v->lay, n, 0));
         exit(1);
     }
     s->len = xcalloc((size_t)v->rows, sizeof(int32_t));
@@ -485,7 +485,7 @@ static double prefill_once(struct variant *v, const int32_t *ids, int n,
         check(gw_cuda_prefill(&v->cu, &s.gs, ids + off, m, &po, err,
                               sizeof(err)), "prefill chunk", err);
         sec += tt_now_s() - t0;
-        check(kv_seq_commit(&s.kv, &v->lay.kv, m, err, sizeof(err)),
+        check(kv_seq_commit(&s.kv, &v->lay, m, err, sizeof(err)),
               "commit", err);
         bseq_check_fill(&s, v, "prefill");
     }
@@ -546,7 +546,7 @@ static double decode_phase(struct variant *v, const struct bopts *o,
     int64_t g0 = 0, e0 = 0;
     for (int i = 0; i < WARM_STEPS + o->steps; i++) {
         for (int b = 0; b < B; b++) {
-            check(kv_seq_reserve_decode(&S[b].kv, &v->lay.kv, &v->pool, 1,
+            check(kv_seq_reserve_decode(&S[b].kv, &v->lay, &v->pool, 1,
                                         err, sizeof(err)),
                   "decode reservation", err);
             bseq_refresh(&S[b], v);
@@ -602,7 +602,7 @@ static void bench_decode(struct variant *v, const struct bopts *o, int ctx,
     struct gw_seq **ptr = xcalloc((size_t)B, sizeof(*ptr));
     for (int b = 0; b < B; b++) {
         bseq_init(&S[b], v, ctx);
-        check(kv_seq_commit(&S[b].kv, &v->lay.kv, ctx, err, sizeof(err)),
+        check(kv_seq_commit(&S[b].kv, &v->lay, ctx, err, sizeof(err)),
               "commit", err);
         memcpy(S[b].len, S[b].kv.filled, (size_t)v->rows * sizeof(int32_t));
         S[b].gs.pos = ctx;
@@ -787,12 +787,12 @@ static int run(const struct bopts *o, int argc, char **argv)
         int64_t n_dec = decode_steps_total(o);
         for (int c = 0; c < o->n_ctx; c++) {
             struct decode_res *d = &r->dec[c];
-            d->pages_per_seq = seq_pages(&v->lay.kv, o->ctx[c], n_dec);
+            d->pages_per_seq = seq_pages(&v->lay, o->ctx[c], n_dec);
             d->fit = n_pages / d->pages_per_seq;
             d->batch = (int)(d->fit < o->max_seqs ? d->fit : o->max_seqs);
             max_batch = d->batch > max_batch ? d->batch : max_batch;
         }
-        if (seq_pages(&v->lay.kv, o->prompt, 0) > n_pages) {
+        if (seq_pages(&v->lay, o->prompt, 0) > n_pages) {
             fprintf(stderr, PROG ": the %d-token prompt does not fit %d "
                     "pages; raise --kv-gib\n", o->prompt, n_pages);
             return 1;

@@ -30,10 +30,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/kv_budget.h"
-#include "common/kv_pool.h"
-#include "common/kv_seq.h"
-#include "common/kv_table.h"
+#include "common/kv/kv_budget.h"
+#include "common/kv/kv_pool.h"
+#include "common/kv/kv_seq.h"
+#include "common/kv/kv_table.h"
 #include "common/tg_err.h"
 #include "common/tg_json.h"
 

@@ -40,7 +40,7 @@
 #include "gpu_worker/gw_cuda.h"
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_forward.h"
-#include "gpu_worker/gw_layout.h"
+#include "common/kv/kv_layout.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
@@ -195,7 +195,7 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
     char err[512] = "";
     struct gw_model model = {0};
     struct pf_profile prof = {0};
-    struct gw_kv_layout lay = {0};
+    struct kv_layout lay = {0};
     enum tg_score_method method;
     struct gw_engine_opts eo = {.model_dir = dir, .profile_path = profile,
                                 .heads_per_group = hp, .page_size = P,
@@ -205,7 +205,7 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
                                   sizeof(err));
     if (rc != 0)
         fail_msg("load %s: %s", dir, err);
-    int L = model.n_layers, G = lay.kv.n_groups, rows = L * G;
+    int L = model.n_layers, G = lay.n_groups, rows = L * G;
     int per_row = (MAX_CTX + P - 1) / P;
     int32_t n_pages = rows * per_row * NSEQ;
     int32_t *perm = malloc((size_t)n_pages * sizeof(int32_t));
@@ -513,7 +513,7 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
     gw_runtime_free(&rt);
     tg_backend_cpu_free(be);
     free(perm);
-    gw_layout_free(&lay);
+    kv_layout_free(&lay);
     pf_profile_free(&prof);
     gw_model_free(&model);
 }
@@ -553,14 +553,14 @@ int main(void)
     if (!tt_cuda_have_device(NULL)) {
         /* the runtime must say so clearly instead of failing obscurely */
         struct gw_model m = {0};
-        struct gw_kv_layout lay = {0};
+        struct kv_layout lay = {0};
         m.head_dim = 64;
         m.n_q_heads = m.n_kv_heads = 1;
         m.vocab = 1;
         m.world = 1;
-        lay.kv.heads_per_group = 1;
+        lay.heads_per_group = 1;
         lay.n_kv_heads = 1;
-        lay.kv.head_dim = 64;
+        lay.head_dim = 64;
         int splits[1] = {1};
         struct gw_cuda_opts o = {.max_chunk = 16, .max_seqs = 1, .kv_pages = 1,
                                  .splits = splits};

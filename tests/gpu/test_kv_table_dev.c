@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/kv_pool.h"
-#include "common/kv_seq.h"
-#include "common/kv_table.h"
+#include "common/kv/kv_pool.h"
+#include "common/kv/kv_seq.h"
+#include "common/kv/kv_table.h"
 #include "common/tg_err.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"

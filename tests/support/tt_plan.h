@@ -11,9 +11,9 @@
 
 #include <stdint.h>
 
-#include "common/kv_budget.h"
-#include "common/kv_pool.h"
-#include "common/kv_seq.h"
+#include "common/kv/kv_budget.h"
+#include "common/kv/kv_pool.h"
+#include "common/kv/kv_seq.h"
 #include "gpu_worker/gw_worker.h"
 
 #define TT_PLAN_SLOTS 8         /* entries (and frees) per plan */

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/kv_budget.h"
+#include "common/kv/kv_budget.h"
 #include "router/rt_sched.h"
 
 #define TT_SCHED_PAGE 4  /* page size, tokens */

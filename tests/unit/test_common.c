@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/kv_budget.h"
+#include "common/kv/kv_budget.h"
 #include "common/tg_err.h"
 #include "common/tg_json.h"
 #include "common/tg_log.h"

@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/kv_budget.h"
-#include "common/kv_pool.h"
-#include "common/kv_seq.h"
-#include "common/kv_table.h"
+#include "common/kv/kv_budget.h"
+#include "common/kv/kv_pool.h"
+#include "common/kv/kv_seq.h"
+#include "common/kv/kv_table.h"
 #include "common/tg_err.h"
 
 static char err[256];

@@ -19,7 +19,7 @@
 #include <uv.h>
 #include <zmq.h>
 
-#include "common/kv_seq.h"
+#include "common/kv/kv_seq.h"
 #include "common/tg_err.h"
 #include "common/tg_log.h"
 #include "router/rt_link.h"

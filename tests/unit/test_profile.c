@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "common/kv_budget.h"
+#include "common/kv/kv_budget.h"
 #include "common/pf_build.h"
 #include "common/pf_profile.h"
 #include "common/pf_split.h"

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/kv_budget.h"
-#include "common/kv_pool.h"
-#include "common/kv_seq.h"
+#include "common/kv/kv_budget.h"
+#include "common/kv/kv_pool.h"
+#include "common/kv/kv_seq.h"
 #include "common/tg_err.h"
 #include "router/rt_prefix.h"
 #include "router/rt_sched.h"

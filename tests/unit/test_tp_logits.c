@@ -27,13 +27,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/kv_pool.h"
-#include "common/kv_seq.h"
+#include "common/kv/kv_pool.h"
+#include "common/kv/kv_seq.h"
 #include "common/tg_err.h"
 #include "gpu_worker/gw_comm.h"
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_forward.h"
-#include "gpu_worker/gw_layout.h"
+#include "common/kv/kv_layout.h"
 #include "tests/support/tt_support.h"
 
 #define PAGE 8
@@ -136,7 +136,7 @@ static void run_rank(const char *dir, int rank, int world, const char *comm,
                                 .rank = rank, .world_size = world};
     struct gw_model m;
     struct pf_profile prof;
-    struct gw_kv_layout lay;
+    struct kv_layout lay;
     enum tg_score_method method;
     CHECK(gw_engine_load_parts(&m, &prof, &lay, &method, &eo, errbuf,
                                sizeof(errbuf)) == 0);
@@ -155,7 +155,7 @@ static void run_rank(const char *dir, int rank, int world, const char *comm,
     struct gw_runtime rt;
     CHECK(gw_runtime_init(&rt, &m, &lay, &tg_ops_cpu, be, POOL, &fo, errbuf,
                           sizeof(errbuf)) == 0);
-    const struct kv_layout *kv = &lay.kv;
+    const struct kv_layout *kv = &lay;
     int rows = kv->n_layers * kv->n_groups;
     struct kv_pool pool;
     CHECK(kv_pool_init(&pool, POOL, errbuf, sizeof(errbuf)) == 0);
@@ -245,7 +245,7 @@ static void run_rank(const char *dir, int rank, int world, const char *comm,
     gw_runtime_free(&rt);
     tg_backend_cpu_free(be);
     gw_comm_free(&c);
-    gw_layout_free(&lay);
+    kv_layout_free(&lay);
     pf_profile_free(&prof);
     gw_model_free(&m);
 }

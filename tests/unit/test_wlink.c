@@ -23,8 +23,8 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "common/kv_pool.h"
-#include "common/kv_seq.h"
+#include "common/kv/kv_pool.h"
+#include "common/kv/kv_seq.h"
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_wlink.h"
 #include "tests/support/tt_support.h"
@@ -245,7 +245,7 @@ static void test_plan_heartbeat_shutdown(void **state)
     struct gw_gen_result ref;
     assert_int_equal(gw_engine_generate(&eng, prompt, 6, &gp, &ref, errbuf,
                                         sizeof(errbuf)), 0);
-    const struct kv_layout *kv = &eng.layout.kv;
+    const struct kv_layout *kv = &eng.layout;
     struct kv_pool pool;
     struct kv_seq seq = {0};
     assert_int_equal(kv_pool_init(&pool, (int32_t)pages_total, errbuf,

@@ -19,8 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/kv_pool.h"
-#include "common/kv_seq.h"
+#include "common/kv/kv_pool.h"
+#include "common/kv/kv_seq.h"
 #include "common/tg_err.h"
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_worker.h"
@@ -151,7 +151,7 @@ static void run_against_engine(const char *profile,
     need_model();
     struct gw_worker w;
     worker_open(&w, profile);
-    const struct kv_layout *kv = &w.layout.kv;
+    const struct kv_layout *kv = &w.layout;
     struct gw_engine_opts eo = {
         .model_dir = model_dir, .profile_path = profile, .heads_per_group = 1,
         .page_size = PAGE, .prefill_chunk = CHUNK, .max_context = 128,
@@ -327,7 +327,7 @@ static void test_bad_plans(void **state)
     need_model();
     struct gw_worker w;
     worker_open(&w, NULL);
-    const struct kv_layout *kv = &w.layout.kv;
+    const struct kv_layout *kv = &w.layout;
     struct gw_gen_params gp = greedy_params();
     const int32_t prompt[5] = {11, 22, 33, 44, 55};
     struct kv_pool pool;
@@ -479,7 +479,7 @@ static void test_slot_error_alone(void **state)
          round++) {
         struct gw_worker w;
         worker_open(&w, NULL);
-        const struct kv_layout *kv = &w.layout.kv;
+        const struct kv_layout *kv = &w.layout;
         struct kv_pool pool;
         assert_int_equal(kv_pool_init(&pool, w.n_pages, errbuf, sizeof(errbuf)),
                          0);
@@ -561,7 +561,7 @@ static void test_slot_epochs(void **state)
     need_model();
     struct gw_worker w;
     worker_open(&w, NULL);
-    const struct kv_layout *kv = &w.layout.kv;
+    const struct kv_layout *kv = &w.layout;
     struct gw_gen_params gp = greedy_params();
     const int32_t prompt[5] = {11, 22, 33, 44, 55};
     struct kv_pool pool;

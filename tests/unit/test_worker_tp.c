@@ -33,8 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/kv_pool.h"
-#include "common/kv_seq.h"
+#include "common/kv/kv_pool.h"
+#include "common/kv/kv_seq.h"
 #include "common/pf_profile.h"
 #include "common/pf_split.h"
 #include "common/tg_err.h"
@@ -218,10 +218,10 @@ static void run_rank(const char *model_dir, const char *profile, int rank,
     struct kv_layout kv;
     rank_layout(&kv, model_dir, profile, 1, rank, world);
     /* the router's layout and the worker's agree */
-    CHECK(kv.n_groups == w.layout.kv.n_groups);
-    CHECK(kv.heads_per_group == w.layout.kv.heads_per_group);
+    CHECK(kv.n_groups == w.layout.n_groups);
+    CHECK(kv.heads_per_group == w.layout.heads_per_group);
     for (int i = 0; i < kv.n_layers * kv.n_groups; i++)
-        CHECK(kv.group_budget[i] == w.layout.kv.group_budget[i]);
+        CHECK(kv.group_budget[i] == w.layout.group_budget[i]);
 
     static struct gen out;
     memset(&out, 0, sizeof(out));

@@ -1,7 +1,7 @@
 /* kv_table.c — CSR block table of a batch: OpenMP over rows with one
  * contiguous copy per (layer, group) row, a padded variant refreshed in
  * place, and the plain baseline (see kv_table.h). */
-#include "common/kv_table.h"
+#include "common/kv/kv_table.h"
 
 #include <stdlib.h>
 #include <string.h>

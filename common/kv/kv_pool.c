@@ -1,6 +1,6 @@
 /* kv_pool.c — per-rank page pool: a downward-growing stack of free page
  * ids with bulk pop/push (see kv_pool.h). */
-#include "common/kv_pool.h"
+#include "common/kv/kv_pool.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -38,7 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/kv_seq.h"
+#include "common/kv/kv_seq.h"
 
 struct kv_table {
     int32_t n_seqs;       /* request slots in the batch */

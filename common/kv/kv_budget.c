@@ -1,5 +1,5 @@
 /* kv_budget.c — reservation math of DESIGN.md §4.3 (see kv_budget.h). */
-#include "common/kv_budget.h"
+#include "common/kv/kv_budget.h"
 
 #include <math.h>
 

@@ -34,38 +34,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/kv_budget.h"
-#include "common/kv_pool.h"
+#include "common/kv/kv_budget.h"
+#include "common/kv/kv_layout.h"
+#include "common/kv/kv_pool.h"
 
-#define KV_PAGE_SIZE_DEFAULT 16      /* P, tokens per page */
-#define KV_PREFILL_CHUNK_DEFAULT 512 /* C, tokens per prefill chunk */
 
-/* One rank's ragged layout. */
-struct kv_layout {
-    int n_layers;                /* L */
-    int n_groups;                /* G, groups per layer on this rank */
-    int heads_per_group;         /* H_p */
-    int head_dim;                /* d */
-    int page_size;               /* P, tokens per page */
-    int prefill_chunk;           /* C, tokens per prefill chunk */
-    struct kv_forced_rule rule;  /* forced keys of §4.4 */
-    double *group_budget;        /* (L, G) b[l][g] in (0, 1]; owned */
-};
-
-/* Initialises `layout`, copying group_budget (L * G values, row-major by
- * layer). Requires L, G, H_p, d, P, C >= 1, L * G <= 2^24, every budget in
- * (0, 1] (1 = full KV) and rule fields >= 0. Returns 0, TG_EINVAL naming
- * the bad field, or TG_ENOMEM; on failure the layout is zeroed. */
-int kv_layout_init(struct kv_layout *layout, int n_layers, int n_groups,
-                   int heads_per_group, int head_dim, int page_size,
-                   int prefill_chunk, const struct kv_forced_rule *rule,
-                   const double *group_budget, char *err, size_t errlen);
-
-/* Releases the budget copy. Safe on a zeroed layout. */
-void kv_layout_free(struct kv_layout *layout);
-
-/* Returns the elements of one page, H_p * 2 * P * d. */
-int64_t kv_layout_page_elems(const struct kv_layout *layout);
 
 struct kv_seq {
     int32_t n_rows;      /* L * G of the layout it was made for */

@@ -1,7 +1,7 @@
 /* kv_seq.c — one request's pages per (layer, group): reservation at
  * admission, prefill commits, decode growth, tail truncation and release
  * (see kv_seq.h). */
-#include "common/kv_seq.h"
+#include "common/kv/kv_seq.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -21,68 +21,6 @@ static uint64_t next_epoch(void)
     return atomic_fetch_add(&epoch_source, 1) + 1;
 }
 
-/* ---- layout --------------------------------------------------------- */
-
-int kv_layout_init(struct kv_layout *layout, int n_layers, int n_groups,
-                   int heads_per_group, int head_dim, int page_size,
-                   int prefill_chunk, const struct kv_forced_rule *rule,
-                   const double *group_budget, char *err, size_t errlen)
-{
-    memset(layout, 0, sizeof(*layout));
-    if (n_layers < 1 || n_groups < 1 || heads_per_group < 1 || head_dim < 1)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "kv_layout: L=%d G=%d H_p=%d d=%d must all be >= 1",
-                          n_layers, n_groups, heads_per_group, head_dim);
-    if (page_size < 1 || prefill_chunk < 1)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "kv_layout: page size %d and prefill chunk %d must "
-                          "be >= 1", page_size, prefill_chunk);
-    if ((int64_t)n_layers * n_groups > ROWS_MAX)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "kv_layout: %d x %d (layer, group) rows is too many",
-                          n_layers, n_groups);
-    if (rule == NULL || rule->window < 0 || rule->n_sink < 0)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "kv_layout: forced-key rule missing or negative");
-    if (group_budget == NULL)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "kv_layout: group budgets missing");
-    size_t rows = (size_t)n_layers * (size_t)n_groups;
-    for (size_t r = 0; r < rows; r++) {
-        double b = group_budget[r];
-        /* Written as !(b > 0) so NaN is rejected too. */
-        if (!(b > 0.0) || b > 1.0)
-            return tg_err_set(err, errlen, TG_EINVAL,
-                              "kv_layout: budget of layer %zu group %zu is %g, "
-                              "outside (0, 1]",
-                              r / (size_t)n_groups, r % (size_t)n_groups, b);
-    }
-    layout->group_budget = malloc(rows * sizeof(double));
-    if (layout->group_budget == NULL)
-        return tg_err_set(err, errlen, TG_ENOMEM,
-                          "kv_layout: cannot copy %zu budgets", rows);
-    memcpy(layout->group_budget, group_budget, rows * sizeof(double));
-    layout->n_layers = n_layers;
-    layout->n_groups = n_groups;
-    layout->heads_per_group = heads_per_group;
-    layout->head_dim = head_dim;
-    layout->page_size = page_size;
-    layout->prefill_chunk = prefill_chunk;
-    layout->rule = *rule;
-    return 0;
-}
-
-void kv_layout_free(struct kv_layout *layout)
-{
-    free(layout->group_budget);
-    memset(layout, 0, sizeof(*layout));
-}
-
-int64_t kv_layout_page_elems(const struct kv_layout *layout)
-{
-    return (int64_t)layout->heads_per_group * 2 * layout->page_size *
-           layout->head_dim;
-}
 
 /* ---- helpers -------------------------------------------------------- */
 

@@ -16,7 +16,7 @@
  * JSON results go to stdout, errors to stderr; exit status 0 on success, 1
  * on bad input (files, values), 2 on bad usage.
  */
-#include "common/kv_budget.h"
+#include "common/kv/kv_budget.h"
 #include "common/pf_build.h"
 #include "common/pf_profile.h"
 #include "common/pf_split.h"

@@ -690,3 +690,59 @@ const int32_t *kv_seq_row_ids(const struct kv_seq *seq,
     *n_pages = seq->n_pages[r];
     return seq->ids + seq->off[r];
 }
+
+/* ---- a worker's mirror of the router's rows -------------------------- */
+
+int kv_seq_row_append(struct kv_seq *seq, int32_t row, const int32_t *ids,
+                      int32_t n)
+{
+    if (row < 0 || row >= seq->n_rows || n < 0 || (n > 0 && ids == NULL) ||
+        (int64_t)seq->n_pages[row] + n > INT32_MAX / seq->page_size)
+        return TG_EINVAL;
+    if (n == 0)
+        return 0;
+    memset(seq->extra, 0, (size_t)seq->n_rows * sizeof(int32_t));
+    seq->extra[row] = n;
+    int rc = ensure_room(seq);
+    seq->extra[row] = 0;
+    if (rc != 0)
+        return rc;
+    memcpy(seq->ids + seq->off[row] + seq->n_pages[row], ids,
+           (size_t)n * sizeof(int32_t));
+    seq->n_pages[row] += n;
+    seq->tokens[row] = seq->n_pages[row] * seq->page_size;
+    seq->used_pages += n;
+    return 0;
+}
+
+int kv_seq_row_cut(struct kv_seq *seq, int32_t row, int32_t n_pages)
+{
+    if (row < 0 || row >= seq->n_rows || n_pages < 0 ||
+        n_pages > seq->n_pages[row])
+        return TG_EINVAL;
+    int32_t drop = seq->n_pages[row] - n_pages;
+    if (drop == 0)
+        return 0;
+    seq->epoch = next_epoch();
+    seq->n_pages[row] = n_pages;
+    seq->tokens[row] = n_pages * seq->page_size;
+    if (seq->filled[row] > seq->tokens[row])
+        seq->filled[row] = seq->tokens[row];
+    seq->used_pages -= drop;
+    return 0;
+}
+
+void kv_seq_clear(struct kv_seq *seq)
+{
+    size_t bytes = (size_t)seq->n_rows * sizeof(int32_t);
+    if (seq->n_rows > 0) {
+        memset(seq->tokens, 0, bytes);
+        memset(seq->filled, 0, bytes);
+        memset(seq->n_pages, 0, bytes);
+    }
+    seq->epoch = next_epoch();
+    seq->pos = seq->turn_start = seq->turn_len = seq->committed = 0;
+    seq->used_pages = 0;
+    seq->max_tokens = 0;
+    seq->mono_pages = 0;
+}

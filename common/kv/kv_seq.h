@@ -170,4 +170,29 @@ const int32_t *kv_seq_row_ids(const struct kv_seq *seq,
                               const struct kv_layout *layout, int l, int g,
                               int32_t *n_pages);
 
+/* ---- a worker's mirror of the router's rows ---------------------------
+ * A worker does not reserve: the router hands it page ids row by row (the
+ * BatchPlan's page deltas). These three keep the same slab, counts and
+ * epoch rules without a pool, so block tables (kv_table) and the forward
+ * passes read a worker's rows exactly as they read the router's. A row
+ * filled this way reserves whole pages (tokens[r] = n_pages[r] * P); such
+ * a seq is for reading, not for kv_seq_reserve_* (mono_pages and
+ * max_tokens are not kept). */
+
+/* Appends n page ids to row `row` (the slab grows as for a reservation).
+ * The epoch stays: ids only appended. Returns 0, TG_EINVAL (row out of
+ * range, n < 0) or TG_ENOMEM (nothing changed). */
+int kv_seq_row_append(struct kv_seq *seq, int32_t row, const int32_t *ids,
+                      int32_t n);
+
+/* Cuts row `row` to its first n_pages pages (no pool: the ids are the
+ * router's to reuse); filled[row] is clamped to what they hold. A cut that
+ * drops ids renews the epoch. Returns 0 or TG_EINVAL (row out of range, or
+ * n_pages above what the row holds). */
+int kv_seq_row_cut(struct kv_seq *seq, int32_t row, int32_t n_pages);
+
+/* Empties every row without a pool (a worker's slot freed or started
+ * afresh) and renews the epoch; positions and the turn go back to 0. */
+void kv_seq_clear(struct kv_seq *seq);
+
 #endif /* KV_SEQ_H */

@@ -110,7 +110,59 @@ void kv_table_free(struct kv_table *table)
     free(table->seq_base);
     free(table->slot_seq);
     free(table->slot_epoch);
+    free(table->dirty);
+    free(table->prev_npages);
+    free(table->slot_moved);
     memset(table, 0, sizeof(*table));
+}
+
+int kv_table_set_rows(struct kv_table *table, int32_t len_bias,
+                      int32_t pad_page)
+{
+    if (len_bias < 0 || pad_page < -1)
+        return TG_EINVAL;
+    int32_t has = pad_page >= 0;
+    if (len_bias != table->len_bias || has != table->has_pad ||
+        (has && pad_page != table->pad_page))
+        table->stale = 1;
+    table->len_bias = len_bias;
+    table->has_pad = has;
+    table->pad_page = has ? pad_page : 0;
+    return 0;
+}
+
+int kv_table_track(struct kv_table *table, int on)
+{
+    table->track = on != 0;
+    table->n_dirty = 0;
+    table->rebuilt = 1;
+    return 0;
+}
+
+void kv_table_invalidate(struct kv_table *table)
+{
+    table->stale = 1;
+}
+
+/* The lengths of slot s's rows: filled plus the bias. */
+static void put_lens(int32_t *dst, const struct kv_seq *s, int32_t per,
+                     int32_t bias)
+{
+    if (bias == 0) {
+        memcpy(dst, s->filled, (size_t)per * sizeof(int32_t));
+        return;
+    }
+    for (int32_t r = 0; r < per; r++)
+        dst[r] = s->filled[r] + bias;
+}
+
+/* Pages a slot holds in the table: its seq's, or the padding pages. */
+static int64_t slot_pages(const struct kv_table *t, const struct kv_seq *s,
+                          int32_t per)
+{
+    if (s != NULL)
+        return s->used_pages;
+    return t->has_pad ? per : 0;
 }
 
 /* Checks the batch against the layout, sizes the row and slot-record
@@ -183,7 +235,7 @@ static int build(struct kv_table *table, const struct kv_layout *layout,
     int64_t nnz = 0;
     base[0] = 0;
     for (int32_t b = 0; b < n_seqs; b++) {
-        int64_t pages = seqs[b] != NULL ? seqs[b]->used_pages : 0;
+        int64_t pages = slot_pages(table, seqs[b], per);
         nnz += pages;
         base[b + 1] = base[b] + pages + (int64_t)per * slack;
     }
@@ -204,6 +256,8 @@ static int build(struct kv_table *table, const struct kv_layout *layout,
     int32_t *indices = table->indices;
     int32_t *npages = table->npages;
     int32_t *lens = table->lens;
+    const int32_t pad = table->has_pad ? table->pad_page : -1;
+    const int32_t bias = table->len_bias;
 #pragma omp parallel if (n_slots >= PAR_MIN_IDS)
     {
         /* Pass 1: row offsets (a local scan per slot), counts, lengths. */
@@ -213,10 +267,12 @@ static int build(struct kv_table *table, const struct kv_layout *layout,
             int64_t o = (int64_t)b * per;
             int32_t acc = (int32_t)base[b];
             if (s == NULL) {
-                for (int32_t r = 0; r < per; r++)
-                    indptr[o + r] = acc + r * slack;
-                memset(npages + o, 0, (size_t)per * sizeof(int32_t));
-                memset(lens + o, 0, (size_t)per * sizeof(int32_t));
+                int32_t k = pad >= 0 ? 1 : 0;
+                for (int32_t r = 0; r < per; r++) {
+                    indptr[o + r] = acc + r * (k + slack);
+                    npages[o + r] = k;
+                    lens[o + r] = k;
+                }
                 continue;
             }
             const int32_t *np = s->n_pages;
@@ -225,7 +281,7 @@ static int build(struct kv_table *table, const struct kv_layout *layout,
                 acc += np[r] + slack;
             }
             memcpy(npages + o, np, (size_t)per * sizeof(int32_t));
-            memcpy(lens + o, s->filled, (size_t)per * sizeof(int32_t));
+            put_lens(lens + o, s, per, bias);
         }
         /* Pass 2: every (layer, group) row is one contiguous copy from the
          * seq's slab (memcpy is the SIMD loop here), then its gap. */
@@ -234,8 +290,10 @@ static int build(struct kv_table *table, const struct kv_layout *layout,
             for (int32_t r = 0; r < per; r++) {
                 const struct kv_seq *s = seqs[b];
                 int32_t *dst = indices + indptr[(int64_t)b * per + r];
-                int32_t n = s != NULL ? s->n_pages[r] : 0;
-                if (n > 0)
+                int32_t n = s != NULL ? s->n_pages[r] : pad >= 0 ? 1 : 0;
+                if (s == NULL && n > 0)
+                    dst[0] = pad;
+                else if (n > 0)
                     memcpy(dst, s->ids + s->off[r], (size_t)n * sizeof(int32_t));
                 if (slack > 0)
                     memset(dst + n, 0xff, (size_t)slack * sizeof(int32_t));
@@ -245,6 +303,9 @@ static int build(struct kv_table *table, const struct kv_layout *layout,
     indptr[n_rows] = (int32_t)n_slots;
     table->nnz = nnz;
     table->n_slots = n_slots;
+    table->stale = 0;
+    table->rebuilt = 1;
+    table->n_dirty = 0;
     return 0;
 }
 
@@ -273,10 +334,13 @@ static void relayout_slot(struct kv_table *t, int32_t b,
     const int32_t per = t->rows_per_seq, slack = t->slack;
     int64_t o = (int64_t)b * per;
     int32_t acc = (int32_t)t->seq_base[b];
+    int32_t pad = t->has_pad ? t->pad_page : -1;
     for (int32_t r = 0; r < per; r++) {
-        int32_t n = s != NULL ? s->n_pages[r] : 0;
+        int32_t n = s != NULL ? s->n_pages[r] : pad >= 0 ? 1 : 0;
         t->indptr[o + r] = acc;
-        if (n > 0)
+        if (s == NULL && n > 0)
+            t->indices[acc] = pad;
+        else if (n > 0)
             memcpy(t->indices + acc, s->ids + s->off[r],
                    (size_t)n * sizeof(int32_t));
         t->npages[o + r] = n;
@@ -288,18 +352,49 @@ static void relayout_slot(struct kv_table *t, int32_t b,
         acc = (int32_t)end;
     }
     if (s != NULL)
-        memcpy(t->lens + o, s->filled, (size_t)per * sizeof(int32_t));
+        put_lens(t->lens + o, s, per, t->len_bias);
     else
-        memset(t->lens + o, 0, (size_t)per * sizeof(int32_t));
+        for (int32_t r = 0; r < per; r++)
+            t->lens[o + r] = pad >= 0 ? 1 : 0;
     t->slot_seq[b] = s;
     t->slot_epoch[b] = s != NULL ? s->epoch : 0;
+    if (t->slot_moved != NULL)
+        t->slot_moved[b] = 1;
+}
+
+/* After an in-place refresh: lists every id position it wrote (rows that
+ * grew, and whole slots laid out again) for a device copy. */
+static int collect_dirty(struct kv_table *t)
+{
+    const int32_t per = t->rows_per_seq;
+    int64_t n = 0;
+    for (int32_t b = 0; b < t->n_seqs; b++)
+        for (int32_t r = 0; r < per; r++) {
+            int64_t row = (int64_t)b * per + r;
+            int32_t from = t->slot_moved[b] ? 0 : t->prev_npages[row];
+            if (t->npages[row] > from)
+                n += t->npages[row] - from;
+        }
+    if (grow((void **)&t->dirty, &t->cap_dirty, n, sizeof(int32_t)) != 0)
+        return TG_ENOMEM;
+    n = 0;
+    for (int32_t b = 0; b < t->n_seqs; b++)
+        for (int32_t r = 0; r < per; r++) {
+            int64_t row = (int64_t)b * per + r;
+            int32_t from = t->slot_moved[b] ? 0 : t->prev_npages[row];
+            for (int32_t i = from; i < t->npages[row]; i++)
+                t->dirty[n++] = t->indptr[row] + i;
+        }
+    t->n_dirty = n;
+    return 0;
 }
 
 int kv_table_refresh(struct kv_table *table, const struct kv_layout *layout,
                      const struct kv_seq *const *seqs, int32_t n_seqs,
                      char *err, size_t errlen)
 {
-    if (table->slack == 0 || table->indptr == NULL || n_seqs != table->n_seqs ||
+    if (table->slack == 0 || table->indptr == NULL || table->stale ||
+        n_seqs != table->n_seqs ||
         (int64_t)layout->n_layers * layout->n_groups != table->rows_per_seq ||
         layout->page_size != table->page_size || (n_seqs > 0 && seqs == NULL))
         return build(table, layout, seqs, n_seqs, table->slack, err, errlen);
@@ -310,6 +405,22 @@ int kv_table_refresh(struct kv_table *table, const struct kv_layout *layout,
             return tg_err_set(err, errlen, TG_EINVAL,
                               "kv_table: slot %d was made for another layout",
                               (int)b);
+    if (table->track) {
+        int64_t c1 = table->cap_rows > 0 ? table->cap_rows : 0;
+        int64_t c0 = table->prev_npages != NULL ? c1 : 0;
+        int64_t s0 = table->slot_moved != NULL ? table->cap_seqs : 0;
+        int64_t s1 = s0;
+        if (grow((void **)&table->prev_npages, &c0, table->cap_rows,
+                 sizeof(int32_t)) != 0 ||
+            grow((void **)&table->slot_moved, &s1,
+                 table->cap_seqs > 0 ? table->cap_seqs : 1, 1) != 0)
+            return tg_err_set(err, errlen, TG_ENOMEM,
+                              "kv_table: cannot track %d rows",
+                              (int)table->n_rows);
+        memcpy(table->prev_npages, table->npages,
+               (size_t)table->n_rows * sizeof(int32_t));
+        memset(table->slot_moved, 0, (size_t)n_seqs);
+    }
     const int64_t slack_per_slot = (int64_t)per * table->slack;
     int32_t *indptr = table->indptr;
     int32_t *indices = table->indices;
@@ -325,16 +436,18 @@ int kv_table_refresh(struct kv_table *table, const struct kv_layout *layout,
             (s != NULL && s->epoch != table->slot_epoch[b])) {
             /* Another request in this slot, or ids left a row: lay the
              * slot out again if it fits its region, else rebuild all. */
-            int64_t need = (s != NULL ? s->used_pages : 0) + slack_per_slot;
+            int64_t need = slot_pages(table, s, per) + slack_per_slot;
             if (need > table->seq_base[b + 1] - table->seq_base[b])
                 overflow = 1;
             else
                 relayout_slot(table, b, s);
-            nnz += s != NULL ? s->used_pages : 0;
+            nnz += slot_pages(table, s, per);
             continue;
         }
-        if (s == NULL)
+        if (s == NULL) {
+            nnz += slot_pages(table, s, per);
             continue;
+        }
         int64_t o = (int64_t)b * per;
         for (int32_t r = 0; r < per; r++) {
             int32_t np = s->n_pages[r], old = npages[o + r];
@@ -350,12 +463,19 @@ int kv_table_refresh(struct kv_table *table, const struct kv_layout *layout,
                        (size_t)(np - old) * sizeof(int32_t));
             npages[o + r] = np;
         }
-        memcpy(lens + o, s->filled, (size_t)per * sizeof(int32_t));
+        put_lens(lens + o, s, per, table->len_bias);
         nnz += s->used_pages;
     }
     if (overflow)
         return build(table, layout, seqs, n_seqs, table->slack, err, errlen);
     table->nnz = nnz;
+    table->rebuilt = 0;
+    table->n_dirty = 0;
+    if (table->track && collect_dirty(table) != 0) {
+        table->stale = 1; /* the copy can no longer be told what changed */
+        return tg_err_set(err, errlen, TG_ENOMEM,
+                          "kv_table: cannot list the changed ids");
+    }
     return 0;
 }
 

@@ -25,6 +25,15 @@
  * context); the padded table is the per-step path, the dense one suits a
  * new batch and compact uploads.
  *
+ * The CUDA decode path keeps a device copy of a padded table in step with
+ * it (kernels/cuda/kv_table_dev.h, gpu_worker/gw_cuda_step.c): it builds
+ * from the worker's slots (kv_seqs mirroring the router's rows, see
+ * kv_seq.h), with kv_table_set_rows giving lengths that include the token
+ * being appended and padding slots (batches padded to a CUDA graph's
+ * bucket) one scratch page each, and kv_table_track listing the id
+ * positions a refresh wrote in place, so a step uploads the O(rows)
+ * counts and scatters only those ids.
+ *
  * kv_table_build_plain is a deliberately naive serial baseline (per-page
  * append with a bounds check) for the benchmark and tests; it gives a
  * dense table bit-identical to kv_table_build.
@@ -60,6 +69,22 @@ struct kv_table {
     uint64_t *slot_epoch; /* (cap_seqs) its epoch at that time */
     int64_t cap_seqs;     /* slots the three arrays above can hold */
     int64_t n_builds;     /* full builds so far (refresh statistics) */
+    /* What rows say (kv_table_set_rows). */
+    int32_t len_bias;     /* added to every real row's length */
+    int32_t has_pad;      /* 1: an empty slot's rows hold the one page
+                             pad_page with one token; 0 (zeroed): empty */
+    int32_t pad_page;
+    /* Device mirrors (kv_table_track). */
+    int track;            /* record what refreshes write */
+    int stale;            /* the next refresh must rebuild */
+    int rebuilt;          /* the last build or refresh rebuilt the table:
+                             a mirror must take all of it */
+    int64_t n_dirty;      /* positions of indices[] the last in-place
+                             refresh wrote */
+    int32_t *dirty;       /* (n_dirty) */
+    int64_t cap_dirty;
+    int32_t *prev_npages; /* (cap_rows) scratch of a tracked refresh */
+    uint8_t *slot_moved;  /* (cap_seqs) scratch: slots laid out again */
 };
 
 /* Initialises an empty table with room for `rows` rows and `slots` page
@@ -67,6 +92,26 @@ struct kv_table {
  * TG_EINVAL or TG_ENOMEM (table zeroed). The caller owns `table`. */
 int kv_table_init(struct kv_table *table, int64_t rows, int64_t slots,
                   char *err, size_t errlen);
+
+/* Sets what the rows of the following builds and refreshes say: lengths
+ * are the seq's filled counts plus len_bias (>= 0; a decode table counts
+ * the token its step appends), and a NULL slot's rows hold the one page
+ * pad_page with one token when pad_page >= 0 (else they are empty). A
+ * change forces the next refresh to rebuild. Returns 0 or TG_EINVAL. */
+int kv_table_set_rows(struct kv_table *table, int32_t len_bias,
+                      int32_t pad_page);
+
+/* Turns recording on or off: after each build or refresh, `rebuilt` says
+ * whether the whole table was laid out anew, and otherwise dirty[0 ..
+ * n_dirty) lists every position of indices[] the refresh wrote (appended
+ * ids, and every id of a slot laid out again in its region), so a copy
+ * elsewhere (a GPU's) stays equal to the table by taking indptr, npages
+ * and lens (O(rows)) and those ids. Returns 0 or TG_ENOMEM. */
+int kv_table_track(struct kv_table *table, int on);
+
+/* Makes the next refresh rebuild (a device copy could not be updated, say,
+ * so neither table nor copy can be trusted to match the last layout). */
+void kv_table_invalidate(struct kv_table *table);
 
 /* Frees the buffers. Safe on a zeroed or failed-init table. */
 void kv_table_free(struct kv_table *table);

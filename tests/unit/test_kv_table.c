@@ -465,6 +465,236 @@ static void test_table_padded_refresh(void **state)
     kv_layout_free(&lo);
 }
 
+/* A device copy kept in step through kv_table_track: starting from a
+ * copy of a rebuilt table, taking indptr, npages and lens whole and only
+ * the listed ids after each in-place refresh must give the table again.
+ * The rows say what a decode table says (kv_table_set_rows: lengths with
+ * the appended token, one scratch page per padding slot), and the slots
+ * are worker mirrors (kv_seq_row_append / cut / clear of the router's
+ * ids), so this is the CUDA decode path's table on the host. */
+struct mirror {
+    int32_t *indptr, *npages, *lens, *indices;
+    int64_t n_rows, n_slots;
+};
+
+static void mirror_take(struct mirror *m, const struct kv_table *t)
+{
+    if (t->rebuilt) {
+        free(m->indices);
+        m->indices = malloc((size_t)(t->n_slots + 1) * sizeof(int32_t));
+        assert_non_null(m->indices);
+        memcpy(m->indices, t->indices, (size_t)t->n_slots * sizeof(int32_t));
+        m->n_slots = t->n_slots;
+    } else {
+        assert_int_equal(m->n_slots, t->n_slots); /* regions stay */
+        for (int64_t i = 0; i < t->n_dirty; i++) {
+            assert_true(t->dirty[i] >= 0 && t->dirty[i] < t->n_slots);
+            m->indices[t->dirty[i]] = t->indices[t->dirty[i]];
+        }
+    }
+    size_t rb = (size_t)(t->n_rows + 1) * sizeof(int32_t);
+    m->indptr = realloc(m->indptr, rb);
+    m->npages = realloc(m->npages, rb);
+    m->lens = realloc(m->lens, rb);
+    assert_true(m->indptr && m->npages && m->lens);
+    memcpy(m->indptr, t->indptr, rb);
+    memcpy(m->npages, t->npages, (size_t)t->n_rows * sizeof(int32_t));
+    memcpy(m->lens, t->lens, (size_t)t->n_rows * sizeof(int32_t));
+    m->n_rows = t->n_rows;
+}
+
+/* Every page a reader can reach is the same in the copy. */
+static void mirror_check(const struct mirror *m, const struct kv_table *t)
+{
+    for (int64_t r = 0; r < t->n_rows; r++) {
+        assert_int_equal(m->npages[r], t->npages[r]);
+        for (int32_t i = 0; i < t->npages[r]; i++)
+            assert_int_equal(m->indices[t->indptr[r] + i],
+                             t->indices[t->indptr[r] + i]);
+    }
+}
+
+/* The worker's copy of a router seq, from the ids alone. */
+static void mirror_seq(struct kv_seq *w, const struct kv_seq *src,
+                       const struct kv_layout *lo)
+{
+    for (int32_t r = 0; r < src->n_rows; r++) {
+        int32_t have = w->n_pages[r], np = src->n_pages[r];
+        if (np < have)
+            assert_int_equal(kv_seq_row_cut(w, r, np), 0);
+        else if (np > have)
+            assert_int_equal(kv_seq_row_append(w, r, src->ids + src->off[r] +
+                                                      have, np - have), 0);
+        w->filled[r] = src->filled[r];
+    }
+    (void)lo;
+}
+
+static void test_table_device_mirror(void **state)
+{
+    (void)state;
+    rng_state = 0x0ddba11cafef00dull;
+    const int L = 2, G = 3, P = 16, n = 12, PAD = 1 << 19;
+    double b[6] = {0.2, 0.5, 1.0, 0.3, 0.9, 0.05};
+    struct kv_forced_rule rule = kv_forced_rule_snapkv();
+    struct kv_layout lo;
+    assert_int_equal(kv_layout_init(&lo, L, G, 2, 8, P, 128, &rule, b, err,
+                                    sizeof(err)), 0);
+    struct kv_pool pool;
+    assert_int_equal(kv_pool_init(&pool, 1 << 18, err, sizeof(err)), 0);
+    struct kv_seq router[12], worker[12];
+    const struct kv_seq *batch[12];
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(kv_seq_init(&router[i], &lo, err, sizeof(err)), 0);
+        assert_int_equal(kv_seq_init(&worker[i], &lo, err, sizeof(err)), 0);
+        assert_int_equal(kv_seq_reserve_prompt(&router[i], &lo, &pool, 0,
+                                               rnd(1, 900), err, sizeof(err)),
+                         0);
+        assert_int_equal(kv_seq_commit(&router[i], &lo, router[i].turn_len,
+                                       err, sizeof(err)), 0);
+        mirror_seq(&worker[i], &router[i], &lo);
+        batch[i] = i % 4 == 3 ? NULL : &worker[i]; /* padding slots */
+    }
+    /* The worker's mirror reads exactly like the router's seq. */
+    struct kv_table a, c;
+    assert_int_equal(kv_table_init(&a, 0, 0, err, sizeof(err)), 0);
+    assert_int_equal(kv_table_init(&c, 0, 0, err, sizeof(err)), 0);
+    const struct kv_seq *rb[12], *wb[12];
+    for (int i = 0; i < n; i++) {
+        rb[i] = &router[i];
+        wb[i] = &worker[i];
+    }
+    assert_int_equal(kv_table_build(&a, &lo, rb, n, err, sizeof(err)), 0);
+    assert_int_equal(kv_table_build(&c, &lo, wb, n, err, sizeof(err)), 0);
+    assert_tables_equal(&a, &c);
+
+    struct kv_table t;
+    assert_int_equal(kv_table_init(&t, 0, 0, err, sizeof(err)), 0);
+    assert_int_equal(kv_table_set_rows(&t, 1, PAD), 0);
+    assert_int_equal(kv_table_set_rows(&t, -1, PAD), TG_EINVAL);
+    assert_int_equal(kv_table_track(&t, 1), 0);
+    assert_int_equal(kv_table_build_padded(&t, &lo, batch, n, 4, err,
+                                           sizeof(err)), 0);
+    assert_true(t.rebuilt);
+    struct mirror m = {0};
+    mirror_take(&m, &t);
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < L * G; r++) {
+            int64_t row = (int64_t)i * L * G + r;
+            if (batch[i] == NULL) {
+                /* a padding slot: one scratch page, one token */
+                assert_int_equal(t.npages[row], 1);
+                assert_int_equal(t.lens[row], 1);
+                assert_int_equal(t.indices[t.indptr[row]], PAD);
+            } else {
+                assert_int_equal(t.lens[row], worker[i].filled[r] + 1);
+            }
+        }
+    int in_place = 0, rebuilds = 0;
+    for (int step = 0; step < 120; step++) {
+        int i = (int)rnd(0, n - 1), kind = (int)rnd(0, 9);
+        if (kind == 0) {
+            /* the slot's request ends and a new one takes it */
+            assert_int_equal(kv_seq_release(&router[i], &pool), 0);
+            kv_seq_clear(&worker[i]);
+            assert_int_equal(kv_seq_reserve_prompt(&router[i], &lo, &pool, 0,
+                                                   rnd(1, 400), err,
+                                                   sizeof(err)), 0);
+            assert_int_equal(kv_seq_commit(&router[i], &lo,
+                                           router[i].turn_len, err,
+                                           sizeof(err)), 0);
+            batch[i] = &worker[i];
+        } else if (kind == 1) {
+            batch[i] = batch[i] == NULL ? &worker[i] : NULL;
+        } else if (kind == 2) {
+            /* a row cut back (decode-time compaction, GVote) */
+            int r = (int)rnd(0, L * G - 1);
+            assert_int_equal(kv_seq_truncate_row(&router[i], &lo, &pool,
+                                                 r / G, r % G,
+                                                 router[i].filled[r] / 2, err,
+                                                 sizeof(err)), 0);
+        } else {
+            /* a decode step for everybody in the batch */
+            for (int k = 0; k < n; k++)
+                if (batch[k] != NULL) {
+                    assert_int_equal(kv_seq_reserve_decode(&router[k], &lo,
+                                                           &pool, 1, err,
+                                                           sizeof(err)), 0);
+                    for (int r = 0; r < L * G; r++)
+                        router[k].filled[r]++;
+                }
+        }
+        for (int k = 0; k < n; k++)
+            mirror_seq(&worker[k], &router[k], &lo);
+        uint64_t before = worker[i].epoch;
+        (void)before;
+        assert_int_equal(kv_table_refresh(&t, &lo, batch, n, err,
+                                          sizeof(err)), 0);
+        if (t.rebuilt)
+            rebuilds++;
+        else
+            in_place++;
+        mirror_take(&m, &t);
+        mirror_check(&m, &t);
+        /* and the table says what the router's seqs say */
+        for (int k = 0; k < n; k++) {
+            if (batch[k] == NULL)
+                continue;
+            for (int r = 0; r < L * G; r++) {
+                int64_t row = (int64_t)k * L * G + r;
+                assert_int_equal(t.npages[row], router[k].n_pages[r]);
+                assert_int_equal(t.lens[row], router[k].filled[r] + 1);
+                assert_memory_equal(t.indices + t.indptr[row],
+                                    router[k].ids + router[k].off[r],
+                                    (size_t)router[k].n_pages[r] * 4);
+            }
+        }
+    }
+    assert_true(in_place > rebuilds); /* the per-step path is in place */
+    /* A copy that could not be updated forces a rebuild. */
+    kv_table_invalidate(&t);
+    assert_int_equal(kv_table_refresh(&t, &lo, batch, n, err, sizeof(err)),
+                     0);
+    assert_true(t.rebuilt);
+    /* Other row semantics force one too. */
+    assert_int_equal(kv_table_refresh(&t, &lo, batch, n, err, sizeof(err)),
+                     0);
+    assert_false(t.rebuilt);
+    assert_int_equal(kv_table_set_rows(&t, 0, -1), 0);
+    assert_int_equal(kv_table_refresh(&t, &lo, batch, n, err, sizeof(err)),
+                     0);
+    assert_true(t.rebuilt);
+    assert_table_matches(&t, &lo, batch, n);
+    /* Cutting more than a row holds, or another row, is refused. */
+    assert_int_equal(kv_seq_row_cut(&worker[0], 0, worker[0].n_pages[0] + 1),
+                     TG_EINVAL);
+    assert_int_equal(kv_seq_row_cut(&worker[0], L * G, 0), TG_EINVAL);
+    assert_int_equal(kv_seq_row_append(&worker[0], -1, NULL, 0), TG_EINVAL);
+    uint64_t e = worker[0].epoch;
+    assert_int_equal(kv_seq_row_append(&worker[0], 0, (const int32_t[]){7}, 1),
+                     0);
+    assert_true(worker[0].epoch == e); /* appends keep the epoch */
+    assert_int_equal(kv_seq_row_cut(&worker[0], 0, 0), 0);
+    assert_true(worker[0].epoch != e); /* cuts renew it */
+    assert_int_equal(worker[0].filled[0], 0);
+
+    free(m.indptr);
+    free(m.npages);
+    free(m.lens);
+    free(m.indices);
+    kv_table_free(&t);
+    kv_table_free(&a);
+    kv_table_free(&c);
+    for (int i = 0; i < n; i++) {
+        kv_seq_free(&router[i], &pool);
+        kv_seq_clear(&worker[i]); /* a mirror's ids are the router's */
+        kv_seq_free(&worker[i], NULL);
+    }
+    assert_int_equal(kv_pool_n_used(&pool), 0);
+    kv_pool_free(&pool);
+    kv_layout_free(&lo);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -472,6 +702,7 @@ int main(void)
         cmocka_unit_test(test_table_invalid),
         cmocka_unit_test(test_table_random_vs_plain),
         cmocka_unit_test(test_table_padded_refresh),
+        cmocka_unit_test(test_table_device_mirror),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

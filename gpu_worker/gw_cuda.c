@@ -316,8 +316,10 @@ void gw_cuda_free(struct gw_cuda *c)
         cudaStreamDestroy(STREAM(c));
     free(c->layers);
     free(c->lp_host);
-    free(c->dcache.seq);
-    free(c->dcache.epoch);
+    free(c->dec_seqs);
+    free(c->keep_rows);
+    kv_table_free(&c->dec_kv);
+    kv_table_free(&c->pre_kv);
     memset(c, 0, sizeof(*c));
 }
 
@@ -449,12 +451,18 @@ static int alloc_runtime(struct gw_cuda *c, int world, char *err,
     DALLOC(c->sc_val, (size_t)c->dec.cap_rows * 4, "table updates");
     HALLOC(c->h_sc_pos, (size_t)c->dec.cap_rows * 4, "table updates");
     HALLOC(c->h_sc_val, (size_t)c->dec.cap_rows * 4, "table updates");
-    c->dcache.seq = calloc((size_t)c->opts.max_seqs, sizeof(*c->dcache.seq));
-    c->dcache.epoch = calloc((size_t)c->opts.max_seqs,
-                             sizeof(*c->dcache.epoch));
-    c->dcache.cap = c->opts.max_seqs;
-    if (c->dcache.seq == NULL || c->dcache.epoch == NULL)
+    c->dec_seqs = calloc((size_t)c->opts.max_seqs, sizeof(*c->dec_seqs));
+    c->keep_rows = calloc((size_t)c->layout->n_layers *
+                              (size_t)c->layout->n_groups,
+                          sizeof(*c->keep_rows));
+    if (c->dec_seqs == NULL || c->keep_rows == NULL ||
+        kv_table_init(&c->dec_kv, c->dec.cap_rows, 0, err, errlen) != 0 ||
+        kv_table_init(&c->pre_kv, c->pre.cap_rows, 0, err, errlen) != 0)
         return tg_err_set(err, errlen, TG_ENOMEM, "out of host memory");
+    /* Decode rows count the token the step appends; padding rows of a
+     * graph bucket point at the scratch page past the pool. */
+    kv_table_set_rows(&c->dec_kv, 1, c->n_pages);
+    kv_table_track(&c->dec_kv, 1);
     HALLOC(c->p_ids, R * 4, "token ids");
     HALLOC(c->p_pos, R * 4, "positions");
     HALLOC(c->p_fault, 4, "the fault flag");

@@ -64,6 +64,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/kv/kv_table.h"
 #include "common/tg_config.h"
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_mem.h"
@@ -89,14 +90,6 @@ struct gw_cuda_table {
                                        + 1), (cap_ids), (cap_rows + 1) x2 */
 };
 
-/* Which batch the decode table was last sent for. */
-struct gw_cuda_table_cache {
-    const struct gw_seq **seq; /* (cap) the batch's sequences, NULL for
-                                  padding rows */
-    uint64_t *epoch;           /* (cap) their epochs then */
-    int cap;                   /* max_seqs */
-    int B;                     /* padded batch size; 0 = nothing cached */
-};
 struct tg_cuda_sampler;
 
 struct gw_cuda_opts {
@@ -184,7 +177,14 @@ struct gw_cuda {
      * one, only the page ids appended since are scattered into place and
      * the lengths re-sent), `pre` for the sequence of a prefill chunk */
     struct gw_cuda_table dec, pre;
-    struct gw_cuda_table_cache dcache; /* what `dec` was sent for */
+    struct kv_table dec_kv;            /* the host CSR `dec` copies
+                                          (kv_table.h: padded, tracked,
+                                          decode lengths, padding slots on
+                                          the scratch page) */
+    struct kv_table pre_kv;            /* the host CSR of a prefill */
+    const struct kv_seq **dec_seqs;    /* (max_seqs) a batch's sequences */
+    int32_t *keep_rows;                /* (L * G) a prefill chunk's keep per
+                                          row (gw_chunk_plan) */
     int32_t *sc_pos, *sc_val;          /* device (cap_rows) scatter */
     int32_t *h_sc_pos, *h_sc_val;      /* pinned mirrors */
     int64_t table_builds, table_deltas; /* full uploads / delta steps */
@@ -275,44 +275,16 @@ int gw_cuda_bucket_of(const int *buckets, int n_buckets, int n);
 
 /* ---- block tables on the host (every build; gw_cuda_table.c) ---------- */
 
-/* Writes the `rows` rows of `seq` (layer-major) into t's host mirror at
- * row r0 / id slot *at: token counts plus `add`, and after each row's
- * page ids `slack` spare slots holding -1 (a kernel reaching one faults
- * rather than touching a page); advances *at. Returns 0 or TG_EINVAL
- * (rows or ids beyond the capacity; nothing past it is written). */
-int gw_cuda_table_put_seq(struct gw_cuda_table *t, const struct gw_seq *seq,
-                          int rows, int64_t r0, int64_t *at, int add,
-                          int slack, char *err, size_t errlen);
-
-/* Writes a padding sequence: each of `rows` rows one token on
- * scratch_page. Returns 0 or TG_EINVAL (capacity). */
-int gw_cuda_table_put_pad(struct gw_cuda_table *t, int rows, int64_t r0,
-                          int64_t *at, int32_t scratch_page, char *err,
-                          size_t errlen);
-
-/* Prepares t's host mirror for a decode batch of B rows: n_seq sequences
- * (`rows` table rows each; counts sent as len + 1, the new token) then
- * B - n_seq padding sequences. When `cache` says the table was sent for
- * the same batch (same B, gw_seq pointers and epochs, padding in the same
- * places) and no row shrank or outgrew its slots, only the page ids
- * appended since are staged: sc_pos[i] (id slot) / sc_val[i] (page id)
- * for i < *n_out (at most sc_cap), and 1 is returned — the caller sends
- * the counts and scatters those ids. Otherwise the mirror is rebuilt
- * (GW_CUDA_ROW_SLACK spare slots per row), *n_out gets the id count, the
- * cache records the batch, and 0 is returned — the caller sends it all.
- * Either way the cache is marked empty until gw_cuda_table_commit, so a
- * step that fails after this call is never trusted. Negative: TG_EINVAL
- * (capacity or batch sizes). Pure. */
-int gw_cuda_table_prepare(struct gw_cuda_table *t,
-                          struct gw_cuda_table_cache *cache,
-                          struct gw_seq *const *seqs, int n_seq, int B,
-                          int rows, int32_t scratch_page, int32_t *sc_pos,
-                          int32_t *sc_val, int64_t sc_cap, int64_t *n_out,
-                          char *err, size_t errlen);
-
-/* Marks the table as sent for the batch of B rows just prepared (call
- * after the step that used it went through). */
-void gw_cuda_table_commit(struct gw_cuda_table_cache *cache, int B);
+/* Stages host table k (just built or refreshed by kv_table) in t's pinned
+ * mirrors for the device copy: when k was rebuilt (or the changed ids do
+ * not fit sc_cap) the whole table, *n_scatter = -1; otherwise indptr,
+ * npages and lens whole (O(rows)) and the ids k->dirty lists as
+ * (sc_pos[i], sc_val[i]) pairs, *n_scatter of them, for the device
+ * scatter. Returns 0, or TG_EINVAL when k exceeds t's capacities (nothing
+ * staged). Pure. */
+int gw_cuda_table_stage(struct gw_cuda_table *t, const struct kv_table *k,
+                        int32_t *sc_pos, int32_t *sc_val, int64_t sc_cap,
+                        int64_t *n_scatter, char *err, size_t errlen);
 
 /* Fills buckets with the batch sizes graphs are captured for up to
  * max_seqs (see the top of this file) and returns their count (<= cap).

@@ -43,9 +43,10 @@ int gw_cuda__op_fail(char *err, size_t errlen, int rc, const char *what,
             return rc__;                                                   \
     } while (0)
 
-/* Block tables (pinned mirrors, device copies). */
-int gw_cuda__table_upload(struct gw_cuda *c, struct gw_cuda_table *t,
-                          int64_t rows, int64_t ids, char *err, size_t errlen);
+/* Block tables: the host CSR (kv_table) staged in pinned mirrors and
+ * copied, whole or by the ids that changed, to the device. */
+int gw_cuda__table_prefill(struct gw_cuda *c, const struct gw_seq *seq,
+                           char *err, size_t errlen);
 int gw_cuda__table_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
                           int n_seq, int B, char *err, size_t errlen);
 /* Stream wait bounded by the NCCL group's health (T > 1). */

@@ -25,7 +25,7 @@
 #include "kernels/cuda/vocab_unshard.h"
 
 static int layer_compress(struct gw_cuda *c, int l, int n, int64_t start,
-                          int forced, char *err, size_t errlen)
+                          const int32_t *keep_rows, char *err, size_t errlen)
 {
     const struct gw_model *md = c->model;
     const struct kv_layout *lay = c->layout;
@@ -35,8 +35,7 @@ static int layer_compress(struct gw_cuda *c, int l, int n, int64_t start,
     int32_t keep[CMP_MAX_KV_HEADS];
     int all = 1;
     for (int h = 0; h < Hkv; h++) {
-        double b = lay->group_budget[(size_t)l * (size_t)G + (size_t)hg[h]];
-        keep[h] = (int32_t)kv_chunk_keep(n, b, forced);
+        keep[h] = keep_rows[(size_t)l * (size_t)G + (size_t)hg[h]];
         all &= keep[h] == n;
     }
     size_t r0 = (size_t)l * (size_t)G;
@@ -167,26 +166,17 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "rank 0 needs the output buffers it asks for");
     int64_t start = seq->pos;
-    int forced = (int)kv_chunk_forced(start, n, &lay->rule);
-    int32_t addp[KV_MAX_GROUPS];
-    for (int l = 0; l < lay->n_layers; l++) {
-        for (int g = 0; g < lay->n_groups; g++)
-            addp[g] = (int32_t)kv_chunk_keep(
-                n, lay->group_budget[(size_t)l * lay->n_groups + g], forced);
-        if ((rc = gw_seq_room(c->layout, seq, l, addp, err, errlen)) != 0)
-            return rc;
-    }
+    int forced = 0;
+    if ((rc = gw_chunk_plan(lay, seq, n, c->keep_rows, &forced, err,
+                            errlen)) != 0)
+        return rc;
     cudaStream_t st = STREAM(c);
     WAIT(c); /* the pinned staging is ours again */
     for (int i = 0; i < n; i++) {
         c->p_ids[i] = ids[i];
         c->p_pos[i] = (int32_t)(start + i);
     }
-    int64_t at = 0;
-    int LG = md->n_layers * lay->n_groups;
-    if ((rc = gw_cuda_table_put_seq(&c->pre, seq, LG, 0, &at, 0, 0, err,
-                                    errlen)) != 0 ||
-        (rc = gw_cuda__table_upload(c, &c->pre, LG, at, err, errlen)) != 0)
+    if ((rc = gw_cuda__table_prefill(c, seq, err, errlen)) != 0)
         return rc;
     CU(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)n * 4, cudaMemcpyHostToDevice, st));
     CU(cudaMemcpyAsync(c->pos_d, c->p_pos, (size_t)n * 4, cudaMemcpyHostToDevice, st));
@@ -212,7 +202,8 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
             .out = c->att, .stream = c->stream,
         };
         OP(tg_cuda_prefill_attn(&a, err, errlen), "prefill attention", l);
-        if ((rc = layer_compress(c, l, n, start, forced, err, errlen)) != 0 ||
+        if ((rc = layer_compress(c, l, n, start, c->keep_rows, err,
+                                 errlen)) != 0 ||
             (rc = gw_cuda__layer_out_mlp(c, l, n, err, errlen)) != 0)
             return rc;
     }
@@ -232,11 +223,7 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
     if ((rc = gw_cuda__finish(c, err, errlen)) != 0)
         return rc;
     /* the device rows grew: mirror the kept counts on the host */
-    for (int l = 0; l < md->n_layers; l++)
-        for (int g = 0; g < G; g++)
-            seq->len[(size_t)l * G + g] += (int32_t)kv_chunk_keep(
-                n, lay->group_budget[(size_t)l * G + g], forced);
-    seq->pos += n;
+    gw_chunk_advance(seq, lay, c->keep_rows, n);
     return 0;
 }
 
@@ -327,9 +314,9 @@ static void capture(struct gw_cuda *c, int bi)
     c->graph_exec[bi] = exec;
 }
 
-int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
-                   const int32_t *ids, int n_seq, int want_logits,
-                   float *logits, char *err, size_t errlen)
+static int decode(struct gw_cuda *c, struct gw_seq *const *seqs,
+                  const int32_t *ids, int n_seq, int want_logits,
+                  float *logits, char *err, size_t errlen)
 {
     const struct gw_model *md = c->model;
     const struct kv_layout *lay = c->layout;
@@ -362,7 +349,6 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
         c->p_ids[s] = s < n_seq ? ids[s] : 0;
         c->p_pos[s] = s < n_seq ? (int32_t)seqs[s]->pos : 0;
     }
-    /* the table cache counts only once this step has gone through */
     if ((rc = gw_cuda__table_decode(c, seqs, n_seq, B, err, errlen)) != 0)
         return rc;
     CU(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)B * 4, cudaMemcpyHostToDevice, st));
@@ -397,8 +383,19 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
             seqs[s]->len[r] += 1;
         seqs[s]->pos += 1;
     }
-    gw_cuda_table_commit(&c->dcache, B);
     return 0;
+}
+
+int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
+                   const int32_t *ids, int n_seq, int want_logits,
+                   float *logits, char *err, size_t errlen)
+{
+    int rc = decode(c, seqs, ids, n_seq, want_logits, logits, err, errlen);
+    /* A step that failed may have left the device table short of the
+     * update the host table holds: rebuild it next time. */
+    if (rc != 0)
+        kv_table_invalidate(&c->dec_kv);
+    return rc;
 }
 
 /* ---- sampling on the device -------------------------------------------- */

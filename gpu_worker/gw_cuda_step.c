@@ -35,10 +35,12 @@ int gw_cuda__op_fail(char *err, size_t errlen, int rc, const char *what,
 
 /* ---- block tables ------------------------------------------------------ */
 
-int gw_cuda__table_upload(struct gw_cuda *c, struct gw_cuda_table *t,
-                          int64_t rows, int64_t ids, char *err, size_t errlen)
+/* Copies t's staged pinned mirrors to the device: everything when
+ * n_scatter < 0, else the counts and the n_scatter changed ids. */
+static int table_send(struct gw_cuda *c, struct gw_cuda_table *t,
+                      int64_t rows, int64_t ids, int64_t n_scatter, char *err,
+                      size_t errlen)
 {
-    t->h_indptr[rows] = (int32_t)ids;
     cudaStream_t st = STREAM(c);
     CU(cudaMemcpyAsync(t->indptr, t->h_indptr, (size_t)(rows + 1) * 4,
                        cudaMemcpyHostToDevice, st));
@@ -46,49 +48,80 @@ int gw_cuda__table_upload(struct gw_cuda *c, struct gw_cuda_table *t,
                        cudaMemcpyHostToDevice, st));
     CU(cudaMemcpyAsync(t->lens, t->h_lens, (size_t)rows * 4,
                        cudaMemcpyHostToDevice, st));
-    if (ids > 0)
-        CU(cudaMemcpyAsync(t->indices, t->h_indices, (size_t)ids * 4,
+    if (n_scatter < 0) {
+        if (ids > 0)
+            CU(cudaMemcpyAsync(t->indices, t->h_indices, (size_t)ids * 4,
+                               cudaMemcpyHostToDevice, st));
+        return 0;
+    }
+    if (n_scatter > 0) {
+        CU(cudaMemcpyAsync(c->sc_pos, c->h_sc_pos, (size_t)n_scatter * 4,
                            cudaMemcpyHostToDevice, st));
+        CU(cudaMemcpyAsync(c->sc_val, c->h_sc_val, (size_t)n_scatter * 4,
+                           cudaMemcpyHostToDevice, st));
+        OP(kv_table_dev_scatter(t->indices, c->sc_pos, c->sc_val,
+                                (int32_t)n_scatter, c->stream),
+           "block table update", 0);
+    }
     return 0;
 }
 
+/* The table of one prefill chunk's sequence: kv_table_build of its rows
+ * (dense: one sequence, read once), then sent whole. */
+int gw_cuda__table_prefill(struct gw_cuda *c, const struct gw_seq *seq,
+                           char *err, size_t errlen)
+{
+    if (seq->kv == NULL)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "a CUDA prefill needs the sequence's kv_seq");
+    const struct kv_seq *one[1] = {seq->kv};
+    int rc = kv_table_build(&c->pre_kv, c->layout, one, 1, err, errlen);
+    int64_t n = 0;
+    if (rc == 0)
+        rc = gw_cuda_table_stage(&c->pre, &c->pre_kv, NULL, NULL, 0, &n, err,
+                                 errlen);
+    if (rc != 0)
+        return rc;
+    return table_send(c, &c->pre, c->pre_kv.n_rows, c->pre_kv.n_slots, -1,
+                      err, errlen);
+}
+
 /* The decode table of a batch of B rows (n_seq real sequences, then
- * padding): gw_cuda_table_prepare decides between an in-place update
- * (page ids appended since the last step scattered into their slots,
- * counts re-sent) and a full rebuild; this enqueues either on the stream.
- * The caller commits the cache once the step went through. */
+ * padding): kv_table_refresh brings the host CSR up to date (in place
+ * when only pages were appended or a slot was laid out again in its
+ * region, else a rebuild), and only what changed goes to the device. The
+ * caller invalidates the table when the step then fails, so a device copy
+ * that may have missed an update is never trusted. */
 int gw_cuda__table_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
                           int n_seq, int B, char *err, size_t errlen)
 {
-    struct gw_cuda_table *t = &c->dec;
-    int LG = c->model->n_layers * c->layout->n_groups;
+    for (int s = 0; s < B; s++) {
+        if (s < n_seq && seqs[s]->kv == NULL)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "a CUDA decode needs each sequence's kv_seq");
+        c->dec_seqs[s] = s < n_seq ? seqs[s]->kv : NULL;
+    }
+    struct kv_table *k = &c->dec_kv;
+    int rc = k->slack > 0 ? kv_table_refresh(k, c->layout, c->dec_seqs, B,
+                                             err, errlen)
+                          : kv_table_build_padded(k, c->layout, c->dec_seqs,
+                                                  B, GW_CUDA_ROW_SLACK, err,
+                                                  errlen);
     int64_t n = 0;
-    int rc = gw_cuda_table_prepare(t, &c->dcache, seqs, n_seq, B, LG,
-                                   c->n_pages, c->h_sc_pos, c->h_sc_val,
-                                   t->cap_rows, &n, err, errlen);
-    if (rc < 0)
+    if (rc == 0)
+        rc = gw_cuda_table_stage(&c->dec, k, c->h_sc_pos, c->h_sc_val,
+                                 c->dec.cap_rows, &n, err, errlen);
+    if (rc != 0) {
+        kv_table_invalidate(k);
         return rc;
-    if (rc == 0) {
+    }
+    if (n < 0)
         c->table_builds++;
-        return gw_cuda__table_upload(c, t, (int64_t)B * LG, n, err, errlen);
+    else {
+        c->table_deltas++;
+        c->table_scattered += n;
     }
-    cudaStream_t st = STREAM(c);
-    size_t rows = (size_t)B * (size_t)LG;
-    CU(cudaMemcpyAsync(t->lens, t->h_lens, rows * 4, cudaMemcpyHostToDevice,
-                       st));
-    CU(cudaMemcpyAsync(t->npages, t->h_npages, rows * 4,
-                       cudaMemcpyHostToDevice, st));
-    if (n > 0) {
-        CU(cudaMemcpyAsync(c->sc_pos, c->h_sc_pos, (size_t)n * 4,
-                           cudaMemcpyHostToDevice, st));
-        CU(cudaMemcpyAsync(c->sc_val, c->h_sc_val, (size_t)n * 4,
-                           cudaMemcpyHostToDevice, st));
-        OP(kv_table_dev_scatter(t->indices, c->sc_pos, c->sc_val, (int32_t)n,
-                                c->stream), "block table update", 0);
-    }
-    c->table_deltas++;
-    c->table_scattered += n;
-    return 0;
+    return table_send(c, &c->dec, k->n_rows, k->n_slots, n, err, errlen);
 }
 
 /* ---- waiting for the stream ------------------------------------------ */

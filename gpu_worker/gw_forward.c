@@ -34,6 +34,7 @@ void gw_runtime_free(struct gw_runtime *rt)
     free(rt->pos);
     free(rt->idx);
     free(rt->keep);
+    free(rt->keep_rows);
     free(rt->gp_scratch);
     free(rt->rows);
     free(rt->rows_pages);
@@ -92,6 +93,8 @@ int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
     rt->pos = xcalloc(T, sizeof(int32_t));
     rt->idx = xcalloc(T * (size_t)model->n_kv_heads, sizeof(int32_t));
     rt->keep = xcalloc((size_t)model->n_kv_heads, sizeof(int32_t));
+    rt->keep_rows = xcalloc((size_t)layout->n_layers * (size_t)layout->n_groups,
+                            sizeof(int32_t));
     rt->gp_scratch = xcalloc(G, sizeof(*rt->gp_scratch));
     rt->rows = xcalloc(T, sizeof(*rt->rows));
     rt->rows_pages = xcalloc(T * G, sizeof(*rt->rows_pages));
@@ -111,7 +114,8 @@ int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
     }
     if (!rt->pool || !rt->x || !rt->h || !rt->q || !rt->k || !rt->v ||
         !rt->att || !rt->gate || !rt->up || !rt->scores || !rt->pos ||
-        !rt->idx || !rt->keep || !rt->gp_scratch || !rt->rows ||
+        !rt->idx || !rt->keep || !rt->keep_rows || !rt->gp_scratch ||
+        !rt->rows ||
         !rt->rows_pages || !rt->lg_local ||
         (root && (!rt->lp_logits || !rt->lg_all))) {
         size_t bytes = (size_t)n_pages * page_floats * sizeof(float);
@@ -124,12 +128,31 @@ int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
     return 0;
 }
 
-int64_t gw_chunk_keep(const struct gw_runtime *rt, int l, int g, int64_t start,
-                      int64_t n)
+int gw_chunk_plan(const struct kv_layout *lay, const struct gw_seq *seq,
+                  int n, int32_t *keep, int *forced, char *err,
+                  size_t errlen)
 {
-    const struct kv_layout *lay = rt->layout;
-    double b = lay->group_budget[(size_t)l * (size_t)lay->n_groups + (size_t)g];
-    return kv_chunk_keep(n, b, kv_chunk_forced(start, n, &rt->layout->rule));
+    int f = (int)kv_chunk_forced(seq->pos, n, &lay->rule);
+    size_t G = (size_t)lay->n_groups;
+    for (int l = 0; l < lay->n_layers; l++) {
+        int32_t *k = keep + (size_t)l * G;
+        for (size_t g = 0; g < G; g++)
+            k[g] = (int32_t)kv_chunk_keep(n, lay->group_budget[l * G + g], f);
+        int rc = gw_seq_room(lay, seq, l, k, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+    *forced = f;
+    return 0;
+}
+
+void gw_chunk_advance(struct gw_seq *seq, const struct kv_layout *lay,
+                      const int32_t *keep, int n)
+{
+    size_t rows = (size_t)lay->n_layers * (size_t)lay->n_groups;
+    for (size_t r = 0; r < rows; r++)
+        seq->len[r] += keep[r];
+    seq->pos += n;
 }
 
 /* Fills a row view of `seq` at layer l. gp receives n_groups pointers. */
@@ -355,18 +378,10 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "rank 0 asked for logits without an output buffer");
     int64_t start = seq->pos;
-    int forced = (int)kv_chunk_forced(start, n, &rt->layout->rule);
-    int32_t addp[KV_MAX_GROUPS];
-    TG_ASSERT(lay->n_groups <= KV_MAX_GROUPS);
-    for (int l = 0; l < lay->n_layers; l++) {
-        for (int g = 0; g < lay->n_groups; g++) {
-            double b = lay->group_budget[(size_t)l * lay->n_groups + g];
-            addp[g] = (int32_t)kv_chunk_keep(n, b, forced);
-        }
-        int rc = gw_seq_room(rt->layout, seq, l, addp, err, errlen);
-        if (rc != 0)
-            return rc;
-    }
+    int forced = 0;
+    int rc = gw_chunk_plan(lay, seq, n, rt->keep_rows, &forced, err, errlen);
+    if (rc != 0)
+        return rc;
 
     float scale = 1.0f / sqrtf((float)md->head_dim);
     TRY(o->embedding(rt->be, md->embed, md->vocab, md->hidden, ids, n, rt->x));
@@ -381,10 +396,9 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
 
         /* Compression of this layer's chunk keys (§4.3 steps 3-5). */
         int all = 1;
+        const int32_t *krow = rt->keep_rows + (size_t)l * lay->n_groups;
         for (int h = 0; h < lay->n_kv_heads; h++) {
-            int g = rows.head_group[h];
-            double b = lay->group_budget[(size_t)l * lay->n_groups + g];
-            rt->keep[h] = (int32_t)kv_chunk_keep(n, b, forced);
+            rt->keep[h] = krow[rows.head_group[h]];
             if (rt->keep[h] != n)
                 all = 0;
         }
@@ -405,15 +419,10 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
                                rt->layout->rule.n_sink, rt->idx));
             TRY(o->kv_append(rt->be, &rows, rt->k, rt->v, n, rt->idx, rt->keep));
         }
-        size_t base = (size_t)l * (size_t)lay->n_groups;
-        for (int h = 0; h < lay->n_kv_heads; h++) {
-            /* every head of a group keeps the same count; count each group once */
-            if (rows.head_slot[h] == 0)
-                seq->len[base + rows.head_group[h]] += rt->keep[h];
-        }
         TRY(attn_out_and_mlp(rt, w, l, n, err, errlen));
     }
-    seq->pos += n;
+    /* Each layer appended at its rows' old lengths; they grow now. */
+    gw_chunk_advance(seq, lay, rt->keep_rows, n);
     if (out != NULL && out->lp_targets != NULL)
         TRY(prompt_logprobs(rt, n, out->lp_targets, out->lp, err, errlen));
     if (out != NULL && out->want_logits)

@@ -49,10 +49,12 @@ struct gw_seq {
     int32_t *len;                 /* (L, n_groups) tokens stored per row */
     const int32_t *const *pages;  /* (L * n_groups) page ids of each row */
     const int32_t *n_pages;       /* (L * n_groups) pages available per row */
-    uint64_t epoch;               /* the owner changes it whenever a row's
-                                     page list is replaced or cut (not when
-                                     pages are appended); the CUDA decode
-                                     table cache keys on (seq, epoch) */
+    const struct kv_seq *kv;      /* the rows' owner, whose slab, counts
+                                     and epoch pages/n_pages/len view: the
+                                     CUDA decode path keeps its block table
+                                     (kv_table) in step with it. NULL where
+                                     no block table is built (the CPU
+                                     forward pass reads the rows above) */
 };
 
 /* Called once per layer of a prefill chunk with that layer's key scores
@@ -82,6 +84,7 @@ struct gw_runtime {
     /* scratch, owned, sized for opts.max_tokens rows */
     float *x, *h, *q, *k, *v, *att, *gate, *up, *scores;
     int32_t *pos, *idx, *keep;
+    int32_t *keep_rows;         /* (L * n_groups) a chunk's keep per row */
     const int32_t **gp_scratch; /* (n_groups) */
     struct tg_kv_rows *rows;    /* (max_tokens) decode row views */
     const int32_t **rows_pages; /* (max_tokens * n_groups) */
@@ -151,9 +154,18 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
 int gw_seq_room(const struct kv_layout *lay, const struct gw_seq *seq,
                 int l, const int32_t *add, char *err, size_t errlen);
 
-/* Returns the tokens a prefill chunk of n tokens at absolute position
- * `start` keeps in row (l, g) under the layout's budgets. */
-int64_t gw_chunk_keep(const struct gw_runtime *rt, int l, int g, int64_t start,
-                      int64_t n);
+/* The accounting of one prefill chunk, shared by the CPU and CUDA forward
+ * passes so that it exists once (§4.3 step 4): the chunk of n tokens at
+ * seq->pos keeps keep[l * G + g] = min(n, max(ceil(b[l][g] * n), f))
+ * tokens in row (l, g), f the chunk's forced keys (*forced). Checks first
+ * that every row owns the pages for what it keeps; TG_ENOSPC (naming the
+ * row) before anything changes otherwise. keep has L * G entries. */
+int gw_chunk_plan(const struct kv_layout *lay, const struct gw_seq *seq,
+                  int n, int32_t *keep, int *forced, char *err,
+                  size_t errlen);
+
+/* After a chunk ran: every row grew by its keep, the position by n. */
+void gw_chunk_advance(struct gw_seq *seq, const struct kv_layout *lay,
+                      const int32_t *keep, int n);
 
 #endif /* GW_FORWARD_H */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "common/tg_err.h"
@@ -21,7 +22,159 @@ void gw_wlink_close(struct gw_wlink *l)
     if (l->ctx != NULL)
         zmq_ctx_term(l->ctx);
     free(l->buf);
+    free(l->entries);
+    free(l->deltas);
+    free(l->tok);
+    free(l->tok_ptrs);
+    free(l->serr);
+    free(l->serr_ptrs);
+    free(l->top_ids);
     memset(l, 0, sizeof(*l));
+}
+
+/* ---- protobuf <-> the plain step of gw_plan.h -------------------------- */
+
+/* Grows *p (elements of `size` bytes) to hold n; 0 or TG_ENOMEM. */
+static int fit(void **p, size_t *cap, size_t n, size_t size)
+{
+    if (n <= *cap)
+        return 0;
+    size_t c = *cap > 0 ? *cap : 16;
+    while (c < n)
+        c *= 2;
+    void *q = realloc(*p, c * size);
+    if (q == NULL)
+        return TG_ENOMEM;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+int gw_wlink_decode_plan(struct gw_wlink *l,
+                         const Tangram__Worker__V1__BatchPlan *bp,
+                         struct gw_plan *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (fit((void **)&l->entries, &l->cap_entries, bp->n_entries,
+            sizeof(*l->entries)) != 0 ||
+        fit((void **)&l->deltas, &l->cap_deltas, bp->n_page_deltas,
+            sizeof(*l->deltas)) != 0)
+        return TG_ENOMEM;
+    static const Tangram__Worker__V1__PlanEntry empty_entry =
+        TANGRAM__WORKER__V1__PLAN_ENTRY__INIT;
+    static const Tangram__Worker__V1__PageDelta empty_delta =
+        TANGRAM__WORKER__V1__PAGE_DELTA__INIT;
+    for (size_t i = 0; i < bp->n_entries; i++) {
+        const Tangram__Worker__V1__PlanEntry *e =
+            bp->entries[i] != NULL ? bp->entries[i] : &empty_entry;
+        struct gw_entry *o = &l->entries[i];
+        memset(o, 0, sizeof(*o));
+        o->slot = e->slot;
+        o->request_id = e->request_id != NULL ? e->request_id : "";
+        o->kind = e->kind == TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL
+                      ? GW_ENTRY_PREFILL
+                  : e->kind == TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE
+                      ? GW_ENTRY_DECODE
+                      : (enum gw_entry_kind)0; /* refused by the worker */
+        o->tokens = e->token_ids;
+        o->n_tokens = e->n_token_ids;
+        o->start_pos = e->start_pos;
+        o->sampling = GW_SAMPLING_GREEDY;
+        const Tangram__Worker__V1__WorkerSampling *ws = e->sampling;
+        if (ws != NULL) {
+            o->sampling.sp.temperature = ws->temperature;
+            o->sampling.sp.top_p = ws->top_p;
+            o->sampling.sp.top_k = ws->top_k;
+            o->sampling.sp.min_p = ws->min_p;
+            o->sampling.sp.presence_penalty = ws->presence_penalty;
+            o->sampling.sp.frequency_penalty = ws->frequency_penalty;
+            o->sampling.sp.repetition_penalty = ws->repetition_penalty;
+            o->sampling.n_top = ws->logprobs > INT32_MAX ? INT32_MAX
+                                                         : (int)ws->logprobs;
+        }
+        o->seed = e->seed;
+        o->sample = e->sample;
+        o->last_chunk = e->last_chunk;
+        o->num_prompt_tokens = e->num_prompt_tokens;
+        o->fresh = e->fresh;
+        o->row_lens = e->row_lens;
+        o->n_row_lens = e->n_row_lens;
+    }
+    for (size_t i = 0; i < bp->n_page_deltas; i++) {
+        const Tangram__Worker__V1__PageDelta *d =
+            bp->page_deltas[i] != NULL ? bp->page_deltas[i] : &empty_delta;
+        l->deltas[i] = (struct gw_delta){
+            .slot = d->slot, .layer = d->layer, .group = d->group,
+            .page_ids = d->page_ids, .n_page_ids = d->n_page_ids,
+            .has_truncate =
+                d->truncate_to_opt_case ==
+                TANGRAM__WORKER__V1__PAGE_DELTA__TRUNCATE_TO_OPT_TRUNCATE_TO,
+            .truncate_to = d->truncate_to};
+    }
+    out->version = bp->version;
+    out->step_id = bp->step_id;
+    out->entries = l->entries;
+    out->n_entries = bp->n_entries;
+    out->deltas = l->deltas;
+    out->n_deltas = bp->n_page_deltas;
+    out->frees = bp->frees;
+    out->n_frees = bp->n_frees;
+    return 0;
+}
+
+int gw_wlink_encode_result(struct gw_wlink *l, const struct gw_result *r,
+                           Tangram__Worker__V1__StepResult *out)
+{
+    Tangram__Worker__V1__StepResult init =
+        TANGRAM__WORKER__V1__STEP_RESULT__INIT;
+    *out = init;
+    size_t K = GW_WORKER_MAX_LOGPROBS, cap = l->cap_tok, scap = l->cap_serr;
+    if (fit((void **)&l->tok, &l->cap_tok, r->n_tokens, sizeof(*l->tok)) ||
+        fit((void **)&l->tok_ptrs, &cap, r->n_tokens, sizeof(*l->tok_ptrs)) ||
+        fit((void **)&l->serr, &l->cap_serr, r->n_slot_errors,
+            sizeof(*l->serr)) ||
+        fit((void **)&l->serr_ptrs, &scap, r->n_slot_errors,
+            sizeof(*l->serr_ptrs)))
+        return TG_ENOMEM;
+    size_t tcap = l->top_ids != NULL ? l->cap_tok * K : 0;
+    if (r->n_tokens * K > tcap) {
+        uint32_t *t = realloc(l->top_ids, l->cap_tok * K * sizeof(uint32_t));
+        if (t == NULL)
+            return TG_ENOMEM;
+        l->top_ids = t;
+    }
+    for (size_t i = 0; i < r->n_tokens; i++) {
+        const struct gw_token *t = &r->tokens[i];
+        Tangram__Worker__V1__SampledToken *o = &l->tok[i];
+        tangram__worker__v1__sampled_token__init(o);
+        o->slot = t->slot;
+        o->token_id = (uint32_t)t->token;
+        o->logprob = t->logprob;
+        uint32_t *ids = l->top_ids + i * K;
+        for (int k = 0; k < t->n_top; k++)
+            ids[k] = (uint32_t)t->top_ids[k];
+        o->n_top_ids = o->n_top_logprobs = (size_t)t->n_top;
+        o->top_ids = t->n_top > 0 ? ids : NULL;
+        o->top_logprobs = t->n_top > 0 ? (float *)t->top_lps : NULL;
+        l->tok_ptrs[i] = o;
+    }
+    for (size_t i = 0; i < r->n_slot_errors; i++) {
+        tangram__worker__v1__slot_error__init(&l->serr[i]);
+        l->serr[i].slot = r->slot_errors[i].slot;
+        l->serr[i].error = (char *)r->slot_errors[i].error;
+        l->serr_ptrs[i] = &l->serr[i];
+    }
+    out->version = GW_PROTOCOL_VERSION;
+    out->step_id = r->step_id;
+    out->rank = (uint32_t)r->rank;
+    out->ok = r->ok;
+    out->error = (char *)(r->error != NULL ? r->error : "");
+    out->n_sampled = r->n_tokens;
+    out->sampled = r->n_tokens > 0 ? l->tok_ptrs : NULL;
+    out->n_slot_errors = r->n_slot_errors;
+    out->slot_errors = r->n_slot_errors > 0 ? l->serr_ptrs : NULL;
+    out->step_seconds = r->step_seconds;
+    return 0;
 }
 
 int gw_wlink_open(struct gw_wlink *l, const char *endpoint, int rank,
@@ -146,7 +299,8 @@ static int send_heartbeat(struct gw_wlink *l, char *err, size_t errlen)
     return gw_wlink_send(l, &m, err, errlen);
 }
 
-static int send_result(struct gw_wlink *l, GwStepResult *res, char *err,
+static int send_result(struct gw_wlink *l,
+                       Tangram__Worker__V1__StepResult *res, char *err,
                        size_t errlen)
 {
     GwWorkerMessage m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
@@ -156,13 +310,15 @@ static int send_result(struct gw_wlink *l, GwStepResult *res, char *err,
 }
 
 /* Answers a plan whose envelope or body has the wrong version. */
-static int reject_plan(struct gw_wlink *l, const GwBatchPlan *p,
+static int reject_plan(struct gw_wlink *l,
+                       const Tangram__Worker__V1__BatchPlan *p,
                        uint32_t version, char *err, size_t errlen)
 {
     char msg[160];
     snprintf(msg, sizeof(msg), "protocol version %u, this worker speaks %u",
              version, GW_PROTOCOL_VERSION);
-    GwStepResult res = TANGRAM__WORKER__V1__STEP_RESULT__INIT;
+    Tangram__Worker__V1__StepResult res =
+        TANGRAM__WORKER__V1__STEP_RESULT__INIT;
     res.version = GW_PROTOCOL_VERSION;
     res.step_id = p->step_id;
     res.rank = (uint32_t)l->rank;
@@ -174,19 +330,28 @@ static int reject_plan(struct gw_wlink *l, const GwBatchPlan *p,
 /* Joins the group of a CommSetup and answers CommReady. Returns -1 to
  * keep serving, else the exit status. */
 static int on_comm_setup(struct gw_wlink *l, struct gw_worker *w,
-                         const GwCommSetup *cs)
+                         const Tangram__Worker__V1__CommSetup *setup)
 {
     char why[512] = "", err[256];
-    int rc = gw_worker_comm_join(w, cs, why, sizeof(why));
-    GwCommReady cr = TANGRAM__WORKER__V1__COMM_READY__INIT;
+    struct gw_comm_setup cs = {
+        .version = setup->version, .world_size = setup->world_size,
+        .kind = setup->comm_kind != NULL ? setup->comm_kind : "",
+        .id = setup->comm_id.data, .id_len = setup->comm_id.len};
+    int rc = gw_worker_comm_join(w, &cs, why, sizeof(why));
+    Tangram__Worker__V1__CommReady cr = TANGRAM__WORKER__V1__COMM_READY__INIT;
     cr.version = GW_PROTOCOL_VERSION;
     cr.rank = (uint32_t)l->rank;
     cr.ok = rc == 0;
     cr.error = rc == 0 ? (char *)"" : why;
-    if (rc == 0)
+    /* A shared-memory group is named by text; an NCCL id is bytes. */
+    int text = strcmp(cs.kind, "shm") == 0 && cs.id != NULL &&
+               cs.id_len < 128 && memchr(cs.id, '\0', cs.id_len) == NULL;
+    if (rc == 0 && w->world_size > 1 && text)
+        log_info("joined the communicator group (%.*s, world size %d)",
+                 (int)cs.id_len, (const char *)cs.id, w->world_size);
+    else if (rc == 0)
         log_info("joined the communicator group (%s, world size %d)",
-                 w->world_size > 1 ? w->comm.name : "one rank",
-                 w->world_size);
+                 w->world_size > 1 ? cs.kind : "one rank", w->world_size);
     else
         log_err("cannot join the communicator group: %s", why);
     GwWorkerMessage m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
@@ -207,7 +372,7 @@ static int handle(struct gw_wlink *l, struct gw_worker *w, GwWorkerMessage *m)
 {
     char err[256];
     int rc;
-    const GwBatchPlan *plan =
+    const Tangram__Worker__V1__BatchPlan *plan =
         m->body_case == TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_PLAN ? m->plan
                                                                        : NULL;
     uint32_t version = m->version;
@@ -227,15 +392,27 @@ static int handle(struct gw_wlink *l, struct gw_worker *w, GwWorkerMessage *m)
     }
     switch (m->body_case) {
     case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_PLAN: {
-        GwStepResult res;
-        rc = gw_worker_step(w, plan, &res);
+        struct gw_plan gp;
+        struct gw_result gr;
+        Tangram__Worker__V1__StepResult res;
+        if (gw_wlink_decode_plan(l, plan, &gp) != 0) {
+            log_err("step %llu: out of memory decoding the plan",
+                    (unsigned long long)plan->step_id);
+            return GW_WLINK_EXIT_ERROR;
+        }
+        rc = gw_worker_step(w, &gp, &gr);
         if (rc != 0)
             log_err("step %llu: %s", (unsigned long long)plan->step_id,
-                    res.error);
+                    gr.error);
         else
             log_debug("step %llu: %zu entries, %zu sampled, %.3f ms",
                       (unsigned long long)plan->step_id, plan->n_entries,
-                      res.n_sampled, res.step_seconds * 1e3);
+                      gr.n_tokens, gr.step_seconds * 1e3);
+        if (gw_wlink_encode_result(l, &gr, &res) != 0) {
+            log_err("step %llu: out of memory encoding the result",
+                    (unsigned long long)plan->step_id);
+            return GW_WLINK_EXIT_ERROR;
+        }
         if (send_result(l, &res, err, sizeof(err)) != 0) {
             log_err("%s", err);
             return GW_WLINK_EXIT_ERROR;
@@ -267,8 +444,32 @@ int gw_wlink_serve(struct gw_wlink *l, struct gw_worker *w,
     int hb = o->heartbeat_ms > 0 ? o->heartbeat_ms : 1000;
     int64_t timeout = o->router_timeout_ms > 0 ? o->router_timeout_ms
                                                : 10 * (int64_t)hb;
-    GwHello hello;
-    gw_worker_hello(w, &hello);
+    struct gw_hello_info hi;
+    gw_worker_hello(w, &hi);
+    Tangram__Worker__V1__LayoutSummary lay =
+        TANGRAM__WORKER__V1__LAYOUT_SUMMARY__INIT;
+    lay.num_layers = (uint32_t)hi.num_layers;
+    lay.num_kv_heads = (uint32_t)hi.num_kv_heads;
+    lay.heads_per_group = (uint32_t)hi.heads_per_group;
+    lay.groups_per_layer = (uint32_t)hi.groups_per_layer;
+    lay.page_size = (uint32_t)hi.page_size;
+    lay.head_dim = (uint32_t)hi.head_dim;
+    lay.page_bytes = (uint64_t)hi.page_bytes;
+    lay.profile = (char *)hi.profile;
+    lay.backend = (char *)hi.backend;
+    lay.model = (char *)hi.model;
+    lay.max_model_len = (uint32_t)hi.max_model_len;
+    lay.vocab_size = (uint32_t)hi.vocab_size;
+    Tangram__Worker__V1__Hello hello = TANGRAM__WORKER__V1__HELLO__INIT;
+    hello.version = GW_PROTOCOL_VERSION;
+    hello.rank = (uint32_t)hi.rank;
+    hello.world_size = (uint32_t)hi.world_size;
+    hello.pid = (uint32_t)getpid();
+    hello.pages_total = (uint32_t)hi.pages_total;
+    hello.layout = &lay;
+    hello.comm_kind = (char *)hi.comm_kind;
+    hello.comm_id.data = (uint8_t *)hi.comm_id;
+    hello.comm_id.len = hi.comm_id_len;
     GwWorkerMessage m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_HELLO;
     m.hello = &hello;
@@ -276,11 +477,18 @@ int gw_wlink_serve(struct gw_wlink *l, struct gw_worker *w,
         log_err("%s", err);
         return GW_WLINK_EXIT_ERROR;
     }
-    log_info("hello sent: %u pages of %llu bytes, %d slots%s%s",
-             hello.pages_total,
-             (unsigned long long)hello.layout->page_bytes, w->max_slots,
-             w->rank == 0 ? ", comm group " : "",
-             w->rank == 0 ? w->comm_id : "");
+    log_info("hello sent: %u pages of %llu bytes, %d slots, %s backend%s%.*s",
+             hello.pages_total, (unsigned long long)lay.page_bytes,
+             w->max_slots, hi.backend,
+             hi.comm_id_len > 0 && hi.comm_id_len < 100 &&
+                     hi.comm_kind[0] == 's'
+                 ? ", comm group "
+                 : "",
+             hi.comm_id_len > 0 && hi.comm_id_len < 100 &&
+                     hi.comm_kind[0] == 's'
+                 ? (int)hi.comm_id_len
+                 : 0,
+             hi.comm_id != NULL ? (const char *)hi.comm_id : "");
     int64_t last_rx = now_ms(), next_hb = last_rx + hb;
     int64_t setup_ms = o->comm_setup_timeout_ms > 0
                            ? o->comm_setup_timeout_ms

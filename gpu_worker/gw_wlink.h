@@ -21,6 +21,10 @@
  * but has the wrong version gets a StepResult with ok = false when it is a
  * plan (its step id is known) and ends the loop otherwise.
  *
+ * The link is where protobuf stops: a BatchPlan is decoded into the plain
+ * struct gw_plan (gw_plan.h) the worker runs, and the worker's gw_result,
+ * Hello information and CommSetup answer are encoded here.
+ *
  * Logs through common/tg_log.h. One thread owns a link.
  */
 #ifndef GW_WLINK_H
@@ -30,9 +34,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpu_worker/gw_plan.h"
 #include "gpu_worker/gw_worker.h"
+#include "worker.pb-c.h"
 
+/* Short names of the protocol's types, for the link and its tests (the
+ * protocol stops here: the worker itself sees gw_plan.h). */
 typedef Tangram__Worker__V1__WorkerMessage GwWorkerMessage;
+typedef Tangram__Worker__V1__Hello GwHello;
+typedef Tangram__Worker__V1__BatchPlan GwBatchPlan;
+typedef Tangram__Worker__V1__PlanEntry GwPlanEntry;
+typedef Tangram__Worker__V1__PageDelta GwPageDelta;
+typedef Tangram__Worker__V1__StepResult GwStepResult;
+typedef Tangram__Worker__V1__SampledToken GwSampledToken;
+typedef Tangram__Worker__V1__CommSetup GwCommSetup;
 
 /* Exit statuses of tangram-worker, returned by gw_wlink_serve. */
 enum gw_wlink_exit {
@@ -53,6 +68,16 @@ struct gw_wlink {
     uint64_t hb_seq;  /* heartbeats sent */
     uint8_t *buf;     /* (buf_cap) pack buffer, owned */
     size_t buf_cap;
+    /* the decoded plan (gw_wlink_decode_plan), reused */
+    struct gw_entry *entries;
+    size_t cap_entries;
+    struct gw_delta *deltas;
+    size_t cap_deltas;
+    /* the encoded result (gw_wlink_encode_result), reused */
+    Tangram__Worker__V1__SampledToken *tok, **tok_ptrs;
+    Tangram__Worker__V1__SlotError *serr, **serr_ptrs;
+    uint32_t *top_ids;  /* (cap_tok * GW_WORKER_MAX_LOGPROBS) */
+    size_t cap_tok, cap_serr;
 };
 
 struct gw_wlink_opts {
@@ -90,6 +115,19 @@ int gw_wlink_recv(struct gw_wlink *l, int timeout_ms, GwWorkerMessage **out,
 
 /* Frees a message from gw_wlink_recv; NULL is allowed. */
 void gw_wlink_msg_free(GwWorkerMessage *m);
+
+/* Decodes BatchPlan bp into *out. The entries and deltas arrays are the
+ * link's (valid until the next decode); strings and id arrays borrow from
+ * bp. Entries without sampling parameters get GW_SAMPLING_GREEDY. Returns
+ * 0 or TG_ENOMEM. */
+int gw_wlink_decode_plan(struct gw_wlink *l, const Tangram__Worker__V1__BatchPlan *bp,
+                         struct gw_plan *out);
+
+/* Encodes result r into *out (initialized here): the arrays are the
+ * link's, valid until the next encode; strings borrow from r. Returns 0 or
+ * TG_ENOMEM. */
+int gw_wlink_encode_result(struct gw_wlink *l, const struct gw_result *r,
+                           Tangram__Worker__V1__StepResult *out);
 
 /* The worker's main loop described above. Returns an enum gw_wlink_exit
  * value (the process's exit status). */

@@ -1,10 +1,17 @@
 /*
- * tg_ops.h — the backend interface: one table of ops (DESIGN.md §6).
+ * tg_ops.h — the op table of the CPU reference backend (DESIGN.md §6).
  *
- * The forward pass (gpu_worker/) calls only these ops, so the CPU reference
- * (kernels/cpu/) and the CUDA backend (kernels/cuda/) are interchangeable.
- * Every pointer is in the backend's memory (host for CPU, device for CUDA);
- * activations are fp32 row-major unless a field says otherwise.
+ * The CPU forward pass (gpu_worker/gw_forward.c) calls only these ops, and
+ * kernels/cpu/ implements them in fp32 with OpenMP and BLAS. The CUDA
+ * forward pass (gpu_worker/gw_cuda*.c) does not go through this table: it
+ * calls the kernels of kernels/cuda/ directly, because they fuse and store
+ * differently (bf16 weights and pages, fused Q/K norm and RoPE, one append
+ * for a whole decode batch, CUDA graphs over fixed device addresses); each
+ * of those kernels is tested against the CPU op here that it replaces.
+ * What makes the two backends interchangeable for the worker is the
+ * runtime interface one level up, gpu_worker/gw_backend.h.
+ * Pointers are host memory; activations are fp32 row-major unless a field
+ * says otherwise.
  *
  * Every op returns 0 or a negative TG_E* code (TG_EINVAL for bad shapes).
  * Ops never log and never allocate per call on the hot path beyond the
@@ -59,6 +66,15 @@ struct tg_sampling {
     float presence_penalty;   /* 0 = disabled; output ids only */
     float frequency_penalty;  /* 0 = disabled; output ids only */
 };
+
+/* The sampling that changes nothing: greedy, every filter and penalty off.
+ * The one place these "off" values are written; a request's API defaults
+ * (OpenAI's temperature 1) are the router's business. */
+#define TG_SAMPLING_OFF                                                    \
+    ((struct tg_sampling){.temperature = 0.0f, .top_k = 0, .top_p = 1.0f,  \
+                          .min_p = 0.0f, .repetition_penalty = 1.0f,       \
+                          .presence_penalty = 0.0f,                        \
+                          .frequency_penalty = 0.0f})
 
 /* Token history a sampler needs for penalties (host memory). */
 struct tg_sample_history {

@@ -179,8 +179,8 @@ int main(int argc, char **argv)
         .model_dir = opt.model,
         .profile_path = opt.profile,
         .method = opt.method,
-        .backend = opt.backend == 1 ? GW_WORKER_BACKEND_CUDA
-                                    : GW_WORKER_BACKEND_CPU,
+        .backend = opt.backend == 1 ? GW_BACKEND_CUDA
+                                    : GW_BACKEND_CPU,
         .heads_per_group = (int)opt.heads_per_group,
         .page_size = (int)opt.page_size,
         .prefill_chunk = (int)opt.prefill_chunk,

@@ -393,24 +393,32 @@ static void variant_free(struct variant *v)
 /* ---- one sequence's pages as the runtime sees them ---------------------- */
 
 struct bseq {
-    struct kv_seq kv;
-    int32_t *len;          /* (rows) device fill, advanced by the runtime */
-    const int32_t **pages; /* (rows) views of kv's page ids */
+    struct kv_seq kv;      /* the router's accounting (pool reservations) */
+    struct kv_seq w;       /* the worker's mirror of it (page ids handed
+                              over, fill advanced by the runtime), which
+                              the device block table is built from */
+    const int32_t **pages; /* (rows) views of w's page ids */
     struct gw_seq gs;
 };
 
-/* Re-points the views after a reservation (the id slab may move). */
+/* Hands the worker's mirror the pages a reservation added and re-points
+ * the views (the id slab may move), as the worker applies page deltas. */
 static void bseq_refresh(struct bseq *s, const struct variant *v)
 {
-    const struct kv_layout *kv = &v->lay;
-    for (int l = 0; l < kv->n_layers; l++)
-        for (int g = 0; g < kv->n_groups; g++) {
-            int32_t n;
-            s->pages[l * kv->n_groups + g] = kv_seq_row_ids(&s->kv, kv, l, g, &n);
+    for (int r = 0; r < v->rows; r++) {
+        int32_t have = s->w.n_pages[r], np = s->kv.n_pages[r];
+        if (np > have &&
+            kv_seq_row_append(&s->w, r, s->kv.ids + s->kv.off[r] + have,
+                              np - have) != 0) {
+            fprintf(stderr, PROG ": out of memory for the page mirror\n");
+            exit(1);
         }
+        s->pages[r] = s->w.ids + s->w.off[r];
+    }
     s->gs.pages = s->pages;
-    s->gs.n_pages = s->kv.n_pages;
-    s->gs.len = s->len;
+    s->gs.n_pages = s->w.n_pages;
+    s->gs.len = s->w.filled;
+    s->gs.kv = &s->w;
 }
 
 /* Reserves an n-token prompt at position 0 for a fresh sequence, and
@@ -429,19 +437,16 @@ static void bseq_init(struct bseq *s, struct variant *v, int64_t n)
                 (long long)seq_pages(&v->lay, n, 0));
         exit(1);
     }
-    s->len = xcalloc((size_t)v->rows, sizeof(int32_t));
+    check(kv_seq_init(&s->w, &v->lay, err, sizeof(err)), "kv_seq_init", err);
     s->pages = xcalloc((size_t)v->rows, sizeof(*s->pages));
     bseq_refresh(s, v);
-    /* a fresh epoch: a new sequence may reuse a freed one's address, and
-     * the runtime's decode table cache keys on (pointer, epoch) */
-    static uint64_t epochs;
-    s->gs.epoch = ++epochs;
 }
 
 static void bseq_free(struct bseq *s, struct variant *v)
 {
     kv_seq_free(&s->kv, &v->pool);
-    free(s->len);
+    kv_seq_clear(&s->w); /* a mirror: its ids are the pool's via kv */
+    kv_seq_free(&s->w, NULL);
     free(s->pages);
     memset(s, 0, sizeof(*s));
 }
@@ -451,9 +456,9 @@ static void bseq_check_fill(const struct bseq *s, const struct variant *v,
                             const char *where)
 {
     for (int r = 0; r < v->rows; r++)
-        if (s->len[r] != s->kv.filled[r]) {
+        if (s->w.filled[r] != s->kv.filled[r]) {
             fprintf(stderr, PROG ": %s (%s): row %d holds %d tokens, the "
-                    "accounting says %d\n", where, v->name, r, s->len[r],
+                    "accounting says %d\n", where, v->name, r, s->w.filled[r],
                     s->kv.filled[r]);
             exit(1);
         }
@@ -604,7 +609,8 @@ static void bench_decode(struct variant *v, const struct bopts *o, int ctx,
         bseq_init(&S[b], v, ctx);
         check(kv_seq_commit(&S[b].kv, &v->lay, ctx, err, sizeof(err)),
               "commit", err);
-        memcpy(S[b].len, S[b].kv.filled, (size_t)v->rows * sizeof(int32_t));
+        memcpy(S[b].w.filled, S[b].kv.filled,
+               (size_t)v->rows * sizeof(int32_t));
         S[b].gs.pos = ctx;
         ptr[b] = &S[b].gs;
     }

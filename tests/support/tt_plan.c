@@ -1,4 +1,4 @@
-/* tt_plan.c — BatchPlans for worker tests (see tt_plan.h). */
+/* tt_plan.c — worker plans for tests (see tt_plan.h). */
 #include "tests/support/tt_plan.h"
 
 #include <stdlib.h>
@@ -6,14 +6,12 @@
 
 void tt_plan_reset(struct tt_plan *p, uint64_t step)
 {
-    GwBatchPlan init = TANGRAM__WORKER__V1__BATCH_PLAN__INIT;
     memset(p, 0, sizeof(*p));
-    p->bp = init;
-    p->bp.version = GW_PROTOCOL_VERSION;
-    p->bp.step_id = step;
-    p->bp.entries = p->ep;
-    p->bp.page_deltas = p->dp;
-    p->bp.frees = p->frees;
+    p->plan.version = GW_PROTOCOL_VERSION;
+    p->plan.step_id = step;
+    p->plan.entries = p->e;
+    p->plan.deltas = p->d;
+    p->plan.frees = p->frees;
 }
 
 int tt_plan_deltas(struct tt_plan *p, struct tt_req *r,
@@ -26,12 +24,11 @@ int tt_plan_deltas(struct tt_plan *p, struct tt_req *r,
             const int32_t *ids = kv_seq_row_ids(&r->seq, kv, l, g, &n);
             if (n <= r->sent[row])
                 continue;
-            if (p->bp.n_page_deltas >= TT_PLAN_MAX_DELTAS ||
+            if (p->plan.n_deltas >= TT_PLAN_MAX_DELTAS ||
                 p->n_ids + (size_t)(n - r->sent[row]) > TT_PLAN_MAX_IDS)
                 return -1;
-            GwPageDelta init = TANGRAM__WORKER__V1__PAGE_DELTA__INIT;
-            GwPageDelta *d = &p->d[p->bp.n_page_deltas];
-            *d = init;
+            struct gw_delta *d = &p->d[p->plan.n_deltas++];
+            memset(d, 0, sizeof(*d));
             d->slot = r->slot;
             d->layer = (uint32_t)l;
             d->group = (uint32_t)g;
@@ -41,40 +38,31 @@ int tt_plan_deltas(struct tt_plan *p, struct tt_req *r,
                 d->n_page_ids++;
             }
             r->sent[row] = n;
-            p->dp[p->bp.n_page_deltas++] = d;
         }
     return 0;
 }
 
-GwPlanEntry *tt_plan_entry(struct tt_plan *p, struct tt_req *r, int kind,
-                           const int32_t *toks, int n, int sample)
+struct gw_entry *tt_plan_entry(struct tt_plan *p, struct tt_req *r, int kind,
+                               const int32_t *toks, int n, int sample)
 {
-    if (p->bp.n_entries >= TT_PLAN_SLOTS || n < 0 || n > TT_PLAN_CHUNK)
+    if (p->plan.n_entries >= TT_PLAN_SLOTS || n < 0 || n > TT_PLAN_CHUNK)
         return NULL;
-    size_t i = p->bp.n_entries++;
-    GwPlanEntry init = TANGRAM__WORKER__V1__PLAN_ENTRY__INIT;
-    Tangram__Worker__V1__WorkerSampling sinit =
-        TANGRAM__WORKER__V1__WORKER_SAMPLING__INIT;
-    GwPlanEntry *e = &p->e[i];
-    *e = init;
-    p->s[i] = sinit;
-    p->s[i].temperature = 0.0f; /* greedy */
-    p->s[i].top_p = 1.0f;
-    p->s[i].repetition_penalty = 1.0f;
+    size_t i = p->plan.n_entries++;
+    struct gw_entry *e = &p->e[i];
+    memset(e, 0, sizeof(*e));
     e->slot = r->slot;
-    e->request_id = (char *)"req";
-    e->kind = kind;
+    e->request_id = "req";
+    e->kind = (enum gw_entry_kind)kind;
     for (int t = 0; t < n; t++)
         p->tok[i][t] = (uint32_t)toks[t];
-    e->token_ids = p->tok[i];
-    e->n_token_ids = (size_t)n;
+    e->tokens = p->tok[i];
+    e->n_tokens = (size_t)n;
     e->start_pos = (uint32_t)r->pos;
-    e->sampling = &p->s[i];
+    e->sampling = GW_SAMPLING_GREEDY;
     e->sample = sample;
     e->num_prompt_tokens = (uint32_t)r->n_prompt;
     e->fresh = r->fresh;
     r->fresh = 0;
-    p->ep[i] = e;
     return e;
 }
 

@@ -78,12 +78,11 @@ static void worker_open(struct gw_worker *w, const char *profile)
         fprintf(stderr, "gw_worker_init: %s\n", errbuf);
     assert_int_equal(rc, 0);
     /* The router's CommSetup with rank 0's group: one rank joins alone. */
-    GwCommSetup cs = TANGRAM__WORKER__V1__COMM_SETUP__INIT;
-    cs.version = GW_PROTOCOL_VERSION;
-    cs.world_size = 1;
-    cs.comm_kind = (char *)"shm";
-    cs.comm_id.data = (uint8_t *)w->comm_id;
-    cs.comm_id.len = strlen(w->comm_id);
+    struct gw_hello_info h;
+    gw_worker_hello(w, &h);
+    struct gw_comm_setup cs = {.version = GW_PROTOCOL_VERSION,
+                               .world_size = 1, .kind = "shm",
+                               .id = h.comm_id, .id_len = h.comm_id_len};
     assert_int_equal(gw_worker_comm_join(w, &cs, errbuf, sizeof(errbuf)), 0);
 }
 
@@ -96,21 +95,14 @@ static void plan_deltas(struct tt_plan *p, struct tt_req *r,
     assert_int_equal(tt_plan_deltas(p, r, kv), 0);
 }
 
-static GwPlanEntry *plan_entry(struct tt_plan *p, struct tt_req *r, int kind,
+static struct gw_entry *plan_entry(struct tt_plan *p, struct tt_req *r, int kind,
                                const int32_t *toks, int n, int sample,
                                const struct gw_gen_params *gp)
 {
-    GwPlanEntry *e = tt_plan_entry(p, r, kind, toks, n, sample);
+    struct gw_entry *e = tt_plan_entry(p, r, kind, toks, n, sample);
     assert_non_null(e);
-    Tangram__Worker__V1__WorkerSampling *sp = e->sampling;
-    sp->temperature = gp->sampling.temperature;
-    sp->top_p = gp->sampling.top_p;
-    sp->top_k = gp->sampling.top_k;
-    sp->min_p = gp->sampling.min_p;
-    sp->repetition_penalty = gp->sampling.repetition_penalty;
-    sp->presence_penalty = gp->sampling.presence_penalty;
-    sp->frequency_penalty = gp->sampling.frequency_penalty;
-    sp->logprobs = (uint32_t)gp->n_logprobs;
+    e->sampling.sp = gp->sampling;
+    e->sampling.n_top = gp->n_logprobs;
     e->seed = gp->seed;
     return e;
 }
@@ -173,7 +165,7 @@ static void run_against_engine(const char *profile,
                          0);
 
     struct kv_pool pool;
-    assert_int_equal(kv_pool_init(&pool, w.n_pages, errbuf, sizeof(errbuf)), 0);
+    assert_int_equal(kv_pool_init(&pool, w.be->n_pages, errbuf, sizeof(errbuf)), 0);
     struct tt_req r[2];
     int32_t out[2][T];
     float lps[2][T], tops[2][T * K];
@@ -195,7 +187,7 @@ static void run_against_engine(const char *profile,
                 n = n < CHUNK ? n : CHUNK;
                 int last = rq->pos + n == rq->n_prompt;
                 plan_deltas(&p, rq, kv);
-                plan_entry(&p, rq, TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL,
+                plan_entry(&p, rq, GW_ENTRY_PREFILL,
                            rq->prompt + rq->pos, n, last, gp);
                 assert_int_equal(kv_seq_commit(&rq->seq, kv, n, errbuf,
                                                sizeof(errbuf)), 0);
@@ -206,7 +198,7 @@ static void run_against_engine(const char *profile,
                                                        errbuf, sizeof(errbuf)),
                                  0);
                 plan_deltas(&p, rq, kv);
-                plan_entry(&p, rq, TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE,
+                plan_entry(&p, rq, GW_ENTRY_DECODE,
                            &out[q][got[q] - 1], 1, 1, gp);
                 rq->pos += 1;
                 any = 1;
@@ -214,21 +206,21 @@ static void run_against_engine(const char *profile,
         }
         if (!any)
             break;
-        GwStepResult res;
-        int rc = gw_worker_step(&w, &p.bp, &res);
+        struct gw_result res;
+        int rc = gw_worker_step(&w, &p.plan, &res);
         if (rc != 0)
             fprintf(stderr, "step %llu: %s\n", (unsigned long long)step,
                     res.error);
         assert_int_equal(rc, 0);
         assert_true(res.ok);
         assert_int_equal(res.step_id, step);
-        for (size_t i = 0; i < res.n_sampled; i++) {
-            const GwSampledToken *s = res.sampled[i];
+        for (size_t i = 0; i < res.n_tokens; i++) {
+            const struct gw_token *s = &res.tokens[i];
             int q = s->slot == 1 ? 0 : 1;
-            assert_int_equal(s->n_top_ids, K);
-            out[q][got[q]] = (int32_t)s->token_id;
+            assert_int_equal(s->n_top, K);
+            out[q][got[q]] = s->token;
             lps[q][got[q]] = s->logprob;
-            memcpy(&tops[q][got[q] * K], s->top_logprobs, K * sizeof(float));
+            memcpy(&tops[q][got[q] * K], s->top_lps, K * sizeof(float));
             for (int k = 0; k < K; k++)
                 assert_int_equal(s->top_ids[k],
                                  ref[q].top_ids[(size_t)got[q] * K + k]);
@@ -303,19 +295,19 @@ static void good_plan(struct tt_plan *p, struct tt_req *r, const struct kv_layou
 {
     tt_plan_reset(p, step);
     plan_deltas(p, r, kv);
-    plan_entry(p, r, TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL,
+    plan_entry(p, r, GW_ENTRY_PREFILL,
                r->prompt, r->n_prompt, 1, gp);
 }
 
-static void expect_error(struct gw_worker *w, const GwBatchPlan *bp,
+static void expect_error(struct gw_worker *w, const struct gw_plan *bp,
                          const char *needle)
 {
-    GwStepResult res;
+    struct gw_result res;
     int rc = gw_worker_step(w, bp, &res);
     if (rc == 0)
         fail_msg("a plan that should fail with '%s' ran", needle);
     assert_false(res.ok);
-    assert_int_equal(res.n_sampled, 0);
+    assert_int_equal(res.n_tokens, 0);
     assert_int_equal(res.step_id, bp->step_id);
     if (strstr(res.error, needle) == NULL)
         fail_msg("error '%s' lacks '%s'", res.error, needle);
@@ -331,7 +323,7 @@ static void test_bad_plans(void **state)
     struct gw_gen_params gp = greedy_params();
     const int32_t prompt[5] = {11, 22, 33, 44, 55};
     struct kv_pool pool;
-    assert_int_equal(kv_pool_init(&pool, w.n_pages, errbuf, sizeof(errbuf)), 0);
+    assert_int_equal(kv_pool_init(&pool, w.be->n_pages, errbuf, sizeof(errbuf)), 0);
     struct tt_req r;
     req_init(&r, kv, 0, prompt, 5);
     assert_int_equal(kv_seq_reserve_prompt(&r.seq, kv, &pool, 0, 5, errbuf,
@@ -349,45 +341,45 @@ static void test_bad_plans(void **state)
 
     /* bad page id */
     good_plan(&p, &r, kv, 1, &gp);
-    p.d[0].page_ids[0] = (uint32_t)w.n_pages;
-    expect_error(&w, &p.bp, "page id");
+    p.ids[0] = (uint32_t)w.be->n_pages; /* the first delta's first id */
+    expect_error(&w, &p.plan, "page id");
     /* unknown layer */
     RESET_REQ();
     good_plan(&p, &r, kv, 1, &gp);
     p.d[0].layer = 99;
-    expect_error(&w, &p.bp, "outside");
+    expect_error(&w, &p.plan, "outside");
     /* unknown slot: out of range, and never assigned */
     RESET_REQ();
     good_plan(&p, &r, kv, 1, &gp);
     p.e[0].slot = SLOTS + 3;
-    expect_error(&w, &p.bp, "unknown slot");
+    expect_error(&w, &p.plan, "unknown slot");
     RESET_REQ();
     good_plan(&p, &r, kv, 1, &gp);
     p.e[0].fresh = 0;
-    expect_error(&w, &p.bp, "not assigned");
+    expect_error(&w, &p.plan, "not assigned");
     /* a row without its pages */
     RESET_REQ();
     good_plan(&p, &r, kv, 1, &gp);
-    p.bp.n_page_deltas = 0;
-    expect_error(&w, &p.bp, "pages");
+    p.plan.n_deltas = 0;
+    expect_error(&w, &p.plan, "pages");
     /* token outside the vocabulary, bad version */
     RESET_REQ();
     good_plan(&p, &r, kv, 1, &gp);
     p.tok[0][2] = (uint32_t)w.model.vocab;
-    expect_error(&w, &p.bp, "vocabulary");
+    expect_error(&w, &p.plan, "vocabulary");
     RESET_REQ();
     good_plan(&p, &r, kv, 1, &gp);
-    p.bp.version = 7;
-    expect_error(&w, &p.bp, "version");
+    p.plan.version = 7;
+    expect_error(&w, &p.plan, "version");
 
     /* After all of that the worker takes the plan and samples. */
     RESET_REQ();
     good_plan(&p, &r, kv, 1, &gp);
-    GwStepResult res;
-    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
+    struct gw_result res;
+    assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
     assert_true(res.ok);
-    assert_int_equal(res.n_sampled, 1);
-    uint32_t tok = res.sampled[0]->token_id;
+    assert_int_equal(res.n_tokens, 1);
+    uint32_t tok = res.tokens[0].token;
     assert_int_equal(kv_seq_commit(&r.seq, kv, 5, errbuf, sizeof(errbuf)), 0);
     r.pos = 5;
 
@@ -397,55 +389,55 @@ static void test_bad_plans(void **state)
     tt_plan_reset(&p, 1);
     plan_deltas(&p, &r, kv);
     int32_t t32 = (int32_t)tok;
-    plan_entry(&p, &r, TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE, &t32,
+    plan_entry(&p, &r, GW_ENTRY_DECODE, &t32,
                1, 1, &gp);
-    expect_error(&w, &p.bp, "step id");
+    expect_error(&w, &p.plan, "step id");
     /* wrong position */
-    p.bp.step_id = 2;
+    p.plan.step_id = 2;
     p.e[0].start_pos = 4;
-    expect_error(&w, &p.bp, "position");
+    expect_error(&w, &p.plan, "position");
     /* truncate past the row */
     p.e[0].start_pos = 5;
-    assert_int_equal(p.bp.n_page_deltas, 0); /* 6 tokens fit the page */
-    GwPageDelta dinit = TANGRAM__WORKER__V1__PAGE_DELTA__INIT;
-    p.d[0] = dinit;
-    p.d[0].truncate_to_opt_case =
-        TANGRAM__WORKER__V1__PAGE_DELTA__TRUNCATE_TO_OPT_TRUNCATE_TO;
+    assert_int_equal(p.plan.n_deltas, 0); /* 6 tokens fit the page */
+    memset(&p.d[0], 0, sizeof(p.d[0]));
+    p.d[0].has_truncate = 1;
     p.d[0].truncate_to = 1000;
-    p.dp[0] = &p.d[0];
-    p.bp.n_page_deltas = 1;
-    expect_error(&w, &p.bp, "truncate_to");
+    p.plan.n_deltas = 1;
+    expect_error(&w, &p.plan, "truncate_to");
     /* cutting the page the row still uses */
     p.d[0].truncate_to = 0;
-    expect_error(&w, &p.bp, "pages");
-    p.bp.n_page_deltas = 0;
+    expect_error(&w, &p.plan, "pages");
+    p.plan.n_deltas = 0;
     /* two entries for one slot */
-    p.ep[1] = &p.e[0];
-    p.bp.n_entries = 2;
-    expect_error(&w, &p.bp, "already has");
-    p.bp.n_entries = 1;
+    p.e[1] = p.e[0];
+    p.plan.n_entries = 2;
+    expect_error(&w, &p.plan, "already has");
+    p.plan.n_entries = 1;
     /* the fixed plan runs, then a free makes the slot unknown again */
-    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
-    assert_int_equal(res.n_sampled, 1);
+    assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
+    assert_int_equal(res.n_tokens, 1);
     tt_plan_reset(&p, 3);
     p.frees[0] = 0;
-    p.bp.n_frees = 1;
+    p.plan.n_frees = 1;
     r.pos = 6;
-    plan_entry(&p, &r, TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE, &t32,
+    plan_entry(&p, &r, GW_ENTRY_DECODE, &t32,
                1, 1, &gp);
-    expect_error(&w, &p.bp, "not assigned");
-    p.bp.n_entries = 0;
-    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
-    assert_int_equal(res.n_sampled, 0);
+    expect_error(&w, &p.plan, "not assigned");
+    p.plan.n_entries = 0;
+    assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
+    assert_int_equal(res.n_tokens, 0);
     /* Hello */
-    GwHello h;
+    struct gw_hello_info h;
     gw_worker_hello(&w, &h);
     assert_int_equal(h.pages_total, POOL);
-    assert_int_equal(h.layout->num_layers, 2);
-    assert_int_equal(h.layout->groups_per_layer, 2);
-    assert_int_equal(h.layout->page_size, PAGE);
-    assert_string_equal(h.layout->profile, "none");
-    assert_int_equal(h.layout->page_bytes, 1 * 2 * PAGE * 16 * 4);
+    assert_int_equal(h.num_layers, 2);
+    assert_int_equal(h.groups_per_layer, 2);
+    assert_int_equal(h.page_size, PAGE);
+    assert_string_equal(h.profile, "none");
+    assert_string_equal(h.backend, "cpu");
+    assert_string_equal(h.comm_kind, "shm");
+    assert_true(h.comm_id_len > 0); /* rank 0 names its group */
+    assert_int_equal(h.page_bytes, 1 * 2 * PAGE * 16 * 4);
 #undef RESET_REQ
     free(sent0);
     tt_req_free(&r, &pool);
@@ -481,7 +473,7 @@ static void test_slot_error_alone(void **state)
         worker_open(&w, NULL);
         const struct kv_layout *kv = &w.layout;
         struct kv_pool pool;
-        assert_int_equal(kv_pool_init(&pool, w.n_pages, errbuf, sizeof(errbuf)),
+        assert_int_equal(kv_pool_init(&pool, w.be->n_pages, errbuf, sizeof(errbuf)),
                          0);
         struct tt_req r[3];
         static struct tt_plan p;
@@ -493,35 +485,35 @@ static void test_slot_error_alone(void **state)
                              0);
             plan_deltas(&p, &r[q], kv);
             plan_entry(&p, &r[q],
-                       TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL,
+                       GW_ENTRY_PREFILL,
                        prompts[q], 4, 1, &gp);
         }
         if (round >= 0) { /* poison the middle request */
-            p.s[1].top_p = poison[round].top_p;
-            p.s[1].repetition_penalty = poison[round].rep;
-            p.s[1].temperature = poison[round].temp;
-            p.s[1].logprobs = poison[round].logprobs;
+            p.e[1].sampling.sp.top_p = poison[round].top_p;
+            p.e[1].sampling.sp.repetition_penalty = poison[round].rep;
+            p.e[1].sampling.sp.temperature = poison[round].temp;
+            p.e[1].sampling.n_top = (int)poison[round].logprobs;
         }
-        GwStepResult res;
-        assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
+        struct gw_result res;
+        assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
         assert_true(res.ok);
         if (round < 0) {
-            assert_int_equal(res.n_sampled, 3);
+            assert_int_equal(res.n_tokens, 3);
             assert_int_equal(res.n_slot_errors, 0);
             for (int q = 0; q < 3; q++)
-                want[q] = res.sampled[q]->token_id;
+                want[q] = res.tokens[q].token;
         } else {
-            assert_int_equal(res.n_sampled, 2);
+            assert_int_equal(res.n_tokens, 2);
             assert_int_equal(res.n_slot_errors, 1);
-            assert_int_equal(res.slot_errors[0]->slot, 1);
-            if (strstr(res.slot_errors[0]->error, poison[round].needle) ==
+            assert_int_equal(res.slot_errors[0].slot, 1);
+            if (strstr(res.slot_errors[0].error, poison[round].needle) ==
                 NULL)
                 fail_msg("slot error '%s' lacks '%s'",
-                         res.slot_errors[0]->error, poison[round].needle);
-            assert_int_equal(res.sampled[0]->slot, 0);
-            assert_int_equal(res.sampled[0]->token_id, want[0]);
-            assert_int_equal(res.sampled[1]->slot, 2);
-            assert_int_equal(res.sampled[1]->token_id, want[2]);
+                         res.slot_errors[0].error, poison[round].needle);
+            assert_int_equal(res.tokens[0].slot, 0);
+            assert_int_equal(res.tokens[0].token, want[0]);
+            assert_int_equal(res.tokens[1].slot, 2);
+            assert_int_equal(res.tokens[1].token, want[2]);
         }
         /* Every slot took its chunk, the poisoned one too. */
         for (int q = 0; q < 3; q++)
@@ -530,7 +522,7 @@ static void test_slot_error_alone(void **state)
          * takes it over in the next step. */
         tt_plan_reset(&p, 2);
         p.frees[0] = 1;
-        p.bp.n_frees = 1;
+        p.plan.n_frees = 1;
         tt_req_free(&r[1], &pool);
         req_init(&r[1], kv, 1, prompts[1], 4);
         assert_int_equal(kv_seq_reserve_prompt(&r[1].seq, kv, &pool, 0, 4,
@@ -538,12 +530,12 @@ static void test_slot_error_alone(void **state)
                          0);
         plan_deltas(&p, &r[1], kv);
         plan_entry(&p, &r[1],
-                   TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL,
+                   GW_ENTRY_PREFILL,
                    prompts[1], 4, 1, &gp);
-        assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
-        assert_int_equal(res.n_sampled, 1);
+        assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
+        assert_int_equal(res.n_tokens, 1);
         assert_int_equal(res.n_slot_errors, 0);
-        assert_int_equal(res.sampled[0]->token_id, want[1]);
+        assert_int_equal(res.tokens[0].token, want[1]);
         for (int q = 0; q < 3; q++)
             tt_req_free(&r[q], &pool);
         assert_int_equal(kv_pool_n_used(&pool), 0);
@@ -565,62 +557,58 @@ static void test_slot_epochs(void **state)
     struct gw_gen_params gp = greedy_params();
     const int32_t prompt[5] = {11, 22, 33, 44, 55};
     struct kv_pool pool;
-    assert_int_equal(kv_pool_init(&pool, w.n_pages, errbuf, sizeof(errbuf)), 0);
+    assert_int_equal(kv_pool_init(&pool, w.be->n_pages, errbuf, sizeof(errbuf)), 0);
     struct tt_req r;
     req_init(&r, kv, 0, prompt, 5);
     assert_int_equal(kv_seq_reserve_prompt(&r.seq, kv, &pool, 0, 5, errbuf,
                                            sizeof(errbuf)), 0);
     static struct tt_plan p;
-    GwStepResult res;
+    struct gw_result res;
     good_plan(&p, &r, kv, 1, &gp);
-    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
-    uint64_t e1 = w.slots[0].epoch;
+    assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
+    uint64_t e1 = w.slots[0].kv.epoch;
     assert_true(e1 != 0);
-    assert_true(w.seqs[0].epoch == e1); /* the forward view carries it */
+    assert_true(w.seqs[0].kv == &w.slots[0].kv); /* the forward view's */
 
     /* appending a page to row 0 keeps the epoch */
     int32_t extra = -1;
     assert_int_equal(kv_pool_pop(&pool, 1, &extra), 0);
     tt_plan_reset(&p, 2);
-    GwPageDelta init = TANGRAM__WORKER__V1__PAGE_DELTA__INIT;
-    p.d[0] = init;
+    memset(&p.d[0], 0, sizeof(p.d[0]));
     p.d[0].slot = 0;
     p.ids[0] = (uint32_t)extra;
     p.d[0].page_ids = p.ids;
     p.d[0].n_page_ids = 1;
-    p.dp[0] = &p.d[0];
-    p.bp.n_page_deltas = 1;
-    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
-    assert_true(w.slots[0].epoch == e1);
-    int32_t n0 = w.slots[0].n_pages[0];
+    p.plan.n_deltas = 1;
+    assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
+    assert_true(w.slots[0].kv.epoch == e1);
+    int32_t n0 = w.slots[0].kv.n_pages[0];
 
     /* cutting row 0 back changes it */
     tt_plan_reset(&p, 3);
-    p.d[0] = init;
+    memset(&p.d[0], 0, sizeof(p.d[0]));
     p.d[0].slot = 0;
-    p.d[0].truncate_to_opt_case =
-        TANGRAM__WORKER__V1__PAGE_DELTA__TRUNCATE_TO_OPT_TRUNCATE_TO;
+    p.d[0].has_truncate = 1;
     p.d[0].truncate_to = (uint32_t)(n0 - 1);
-    p.dp[0] = &p.d[0];
-    p.bp.n_page_deltas = 1;
-    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
-    uint64_t e2 = w.slots[0].epoch;
+    p.plan.n_deltas = 1;
+    assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
+    uint64_t e2 = w.slots[0].kv.epoch;
     assert_true(e2 != e1);
 
     /* freeing the slot changes it again, and a fresh start once more */
     tt_plan_reset(&p, 4);
     p.frees[0] = 0;
-    p.bp.n_frees = 1;
-    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
-    uint64_t e3 = w.slots[0].epoch;
+    p.plan.n_frees = 1;
+    assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
+    uint64_t e3 = w.slots[0].kv.epoch;
     assert_true(e3 != e2 && e3 != e1);
     memset(r.sent, 0, (size_t)w.rows * sizeof(int32_t));
     r.fresh = 1;
     r.pos = 0;
     good_plan(&p, &r, kv, 5, &gp);
-    assert_int_equal(gw_worker_step(&w, &p.bp, &res), 0);
-    assert_true(w.slots[0].epoch != e3 && w.slots[0].epoch != e2 &&
-                w.slots[0].epoch != e1);
+    assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
+    assert_true(w.slots[0].kv.epoch != e3 && w.slots[0].kv.epoch != e2 &&
+                w.slots[0].kv.epoch != e1);
 
     tt_req_free(&r, &pool);
     kv_pool_free(&pool);
@@ -641,18 +629,18 @@ static void test_init_refusals(void **state)
     assert_non_null(strstr(errbuf, "--rank 2"));
     o.rank = 0;
     o.world_size = 1;
-    o.backend = GW_WORKER_BACKEND_CUDA;
+    o.backend = GW_BACKEND_CUDA;
     /* no CUDA in the build, or no device, or (with one) head_dim 16 */
     int rc = gw_worker_init(&w, &o, errbuf, sizeof(errbuf));
     assert_true(rc == TG_EUNSUPPORTED || rc == TG_ENODEV);
     assert_non_null(strstr(errbuf, "cuda"));
-    o.backend = GW_WORKER_BACKEND_CPU;
+    o.backend = GW_BACKEND_CPU;
     o.kv_pages = 0;
     o.kv_memory.bytes = 100; /* less than one page */
     assert_int_equal(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)), TG_EINVAL);
     o.kv_memory.bytes = 1 << 20;
     assert_int_equal(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)), 0);
-    assert_int_equal(w.n_pages, (1 << 20) / (2 * PAGE * 16 * 4));
+    assert_int_equal(w.be->n_pages, (1 << 20) / (2 * PAGE * 16 * 4));
     gw_worker_free(&w);
     o.model_dir = "/nonexistent/model";
     assert_int_not_equal(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)), 0);

@@ -1,0 +1,173 @@
+/*
+ * gw_backend.h — the worker runtime interface: what one worker rank asks
+ * of its compute backend, as one table of functions with a CPU and a CUDA
+ * implementation (gw_backend_cpu.c, gw_backend_cuda.c). The worker's plan
+ * logic (gw_worker.c) calls only these, so it has no backend branches.
+ *
+ *   comm_id / comm_join  the tensor-parallel group (DESIGN.md §4.7): rank 0
+ *                        names it (a shared-memory segment on the CPU, an
+ *                        NCCL unique id on CUDA) for its Hello; every rank
+ *                        joins what the router's CommSetup relays
+ *   prefill              one chunk of one sequence with fused compression
+ *                        (§4.3), logits of its last token into a row
+ *   decode               one token of each of n sequences (§4.5, §4.6),
+ *                        logits into consecutive rows
+ *   sample               one token from a row (rank 0)
+ *   comm_failed          the group is broken (a collective timed out)
+ *
+ * Logits rows. A step's logits live in the backend, addressed by row: the
+ * worker gives each sampled prefill entry the next row, then the decode
+ * batch the rows after. Rows are host memory (max_slots, V) on rank 0 of
+ * the CPU backend; the CUDA backend may keep decode rows on the device and
+ * draw them there (decode sees the draws it will be asked for, so it can
+ * tell whether every one can be drawn on the device: no penalties, at
+ * most GW_CUDA_MAX_TOP alternatives), and copies the others to the host.
+ * Either way `sample` answers for any row. Whether logits are computed at
+ * all (row >= 0, first_row >= 0) must be the same on every rank: the
+ * vocab-parallel LM head gathers them collectively.
+ *
+ * Draws. Every backend draws in vLLM's order (penalties, temperature,
+ * top-k, top-p, min-p) from an RNG stream keyed by the request's seed and
+ * the index of the token drawn (seed + index * 0x9E3779B97F4A7C15 on the
+ * host, splitmix64 (Steele, Lea & Flood 2014); a Philox stream keyed the
+ * same way on the device), so a request sampled through plans, restarted
+ * after preemption or run in process (gw_engine) draws the same tokens on
+ * the host. Log-probabilities are of the raw logits.
+ *
+ * The sequences' pages are the router's (gw_seq, kv_seq mirrors); the
+ * physical pool is the backend's. One thread per backend.
+ */
+#ifndef GW_BACKEND_H
+#define GW_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/kv/kv_layout.h"
+#include "common/pf_profile.h"
+#include "common/tg_config.h"
+#include "gpu_worker/gw_forward.h"
+#include "gpu_worker/gw_model.h"
+#include "gpu_worker/gw_plan.h"
+#include "kernels/tg_ops.h"
+
+#define GW_BACKEND_MAX_TOP 64 /* top alternatives of one draw */
+
+enum gw_backend_kind {
+    GW_BACKEND_CPU = 0,
+    GW_BACKEND_CUDA = 1,
+};
+
+/* One token to draw (rank 0). */
+struct gw_draw {
+    uint32_t slot;                       /* for messages */
+    int row;                             /* the step's logits row */
+    const struct gw_sampling *sampling;  /* checked by the caller */
+    uint64_t seed;                       /* the request's RNG seed */
+    uint64_t index;                      /* tokens it drew before */
+    struct tg_sample_history hist;       /* for penalties (host) */
+};
+
+struct gw_backend_cfg {
+    const struct gw_model *model;        /* borrowed, outlives the backend */
+    const struct kv_layout *layout;      /* borrowed */
+    const struct pf_profile *profile;    /* borrowed: the rank's (splits) */
+    enum tg_score_method method;         /* scoring of chunk keys */
+    int max_slots;                       /* sequences, logits rows */
+    int max_tokens;                      /* max(prefill chunk, max_slots) */
+    int rank, world_size;
+    int comm_timeout_ms;                 /* joins and collective waits;
+                                            <= 0: gw_comm.h's default */
+    int n_threads;                       /* host threads; <= 0: default */
+    int64_t kv_pages;                    /* > 0: exactly this many pages */
+    struct tg_config_amount kv_memory;   /* else: bytes or a fraction */
+    int device;                          /* CUDA: ordinal (< 0: the rank) */
+    int cuda_graphs;                     /* CUDA: capture decode graphs */
+    int step_timeout_ms;                 /* CUDA, T > 1: bounded waits */
+};
+
+struct gw_backend;
+
+struct gw_backend_ops {
+    const char *name;       /* "cpu", "cuda" */
+    const char *comm_kind;  /* the Hello's comm_kind: "shm", "nccl" */
+    /* Rank 0's group id for its Hello (*len 0 when none is needed), valid
+     * for the backend's life. */
+    void (*comm_id)(const struct gw_backend *b, const uint8_t **id,
+                    size_t *len);
+    /* Joins the group of a CommSetup (kind and id checked here; one rank
+     * joins alone whatever the id). 0 or an error with the reason. */
+    int (*comm_join)(struct gw_backend *b, const struct gw_comm_setup *cs,
+                     char *err, size_t errlen);
+    /* 1 once a collective failed: the peers are gone or out of step. */
+    int (*comm_failed)(struct gw_backend *b);
+    /* Runs a chunk of n tokens of seq at seq->pos (gw_forward_prefill's
+     * contract: rows must hold the pages; TG_ENOSPC otherwise before
+     * anything changes), logits of its last token into `row` (< 0: none;
+     * written on rank 0). */
+    int (*prefill)(struct gw_backend *b, struct gw_seq *seq,
+                   const int32_t *ids, int n, int row, char *err,
+                   size_t errlen);
+    /* One token of each of n sequences (gw_forward_decode's contract),
+     * logits into rows first_row .. first_row + n - 1 (first_row < 0:
+     * none). draws[0 .. n_draws) are the rows of this batch rank 0 will
+     * ask `sample` for (NULL/0 elsewhere). */
+    int (*decode)(struct gw_backend *b, struct gw_seq *const *seqs,
+                  const int32_t *ids, int n, int first_row,
+                  const struct gw_draw *draws, int n_draws, char *err,
+                  size_t errlen);
+    /* Draws d's token into *out (slot, token, logprob, n_top; top_ids and
+     * top_lps are the caller's GW_BACKEND_MAX_TOP arrays, which out points
+     * to). Rank 0, after the step's forward calls. */
+    int (*sample)(struct gw_backend *b, const struct gw_draw *d,
+                  struct gw_token *out, int32_t *top_ids, float *top_lps,
+                  char *err, size_t errlen);
+    /* Frees the backend (and b itself). */
+    void (*free)(struct gw_backend *b);
+};
+
+/* The fields every backend has; each implementation embeds it first. */
+struct gw_backend {
+    const struct gw_backend_ops *ops;
+    struct gw_backend_cfg cfg;
+    int32_t n_pages;         /* pages in the pool */
+    int64_t page_bytes;      /* bytes of one page */
+    float *logits;           /* (max_slots, V) host rows; rank 0 only */
+    struct tg_backend *host; /* CPU ops context of the host sampler */
+};
+
+/* Creates the backend of `kind` for cfg (copied; the pointers it holds are
+ * borrowed): sizes the pool (CPU: tg_hostmem.h; CUDA: the device memory
+ * plan), loads what it needs and, on rank 0 of a group, names the group.
+ * Returns 0 with *out set, or TG_EUNSUPPORTED (a build without CUDA, a
+ * shape the kernels lack), TG_ENODEV, TG_EINVAL, TG_ENOMEM (naming the
+ * numbers) with the reason in err. */
+int gw_backend_new(enum gw_backend_kind kind, const struct gw_backend_cfg *cfg,
+                   struct gw_backend **out, char *err, size_t errlen);
+
+/* Frees b; safe on NULL. */
+void gw_backend_free(struct gw_backend *b);
+
+/* The two implementations (gw_backend_new picks one). */
+int gw_backend_cpu_new(const struct gw_backend_cfg *cfg,
+                       struct gw_backend **out, char *err, size_t errlen);
+int gw_backend_cuda_new(const struct gw_backend_cfg *cfg,
+                        struct gw_backend **out, char *err, size_t errlen);
+
+/* ---- for implementations ---------------------------------------------- */
+
+/* Fills the common part: cfg, the host logits rows (rank 0) and the host
+ * sampler's context. Returns 0 or TG_ENOMEM. */
+int gw_backend__base_init(struct gw_backend *b, const struct gw_backend_cfg *cfg,
+                          char *err, size_t errlen);
+
+/* Frees the common part (not b). */
+void gw_backend__base_free(struct gw_backend *b);
+
+/* Draws d's token from host row d->row with the CPU sampler (the host
+ * RNG stream of the top of this file). */
+int gw_backend__host_sample(struct gw_backend *b, const struct gw_draw *d,
+                            struct gw_token *out, int32_t *top_ids,
+                            float *top_lps, char *err, size_t errlen);
+
+#endif /* GW_BACKEND_H */

@@ -1,0 +1,128 @@
+/*
+ * gw_plan.h — one step as the worker runs it, in plain C: the BatchPlan of
+ * proto/worker.proto decoded by the worker's link (gw_wlink.c), the result
+ * it encodes back into a StepResult, what a Hello announces and a
+ * CommSetup asks. Nothing past the link sees protobuf.
+ *
+ * Strings and arrays borrowed by a decoded plan point into the message the
+ * link received; they stay valid until the link receives the next
+ * message. A result borrows from the worker (gw_worker_step) until its
+ * next step.
+ */
+#ifndef GW_PLAN_H
+#define GW_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/tg_ops.h"
+
+enum gw_entry_kind {
+    GW_ENTRY_PREFILL = 1, /* one prefill chunk (at most one per request) */
+    GW_ENTRY_DECODE = 2,  /* one decode token */
+};
+
+/* How rank 0 draws an entry's token (vLLM order, DESIGN.md §5). */
+struct gw_sampling {
+    struct tg_sampling sp; /* temperature, top-k/p, min-p, penalties */
+    int n_top;             /* top alternatives returned with the token */
+};
+
+/* A sampling no request asks for: greedy, every filter and penalty off. */
+#define GW_SAMPLING_GREEDY                                                 \
+    ((struct gw_sampling){.sp = TG_SAMPLING_OFF, .n_top = 0})
+
+struct gw_entry {
+    uint32_t slot;              /* the request's row of the block tables */
+    const char *request_id;     /* for errors; never NULL ("" at least) */
+    enum gw_entry_kind kind;
+    const uint32_t *tokens;     /* (n_tokens): the chunk, or one token */
+    size_t n_tokens;
+    uint32_t start_pos;         /* position of tokens[0] */
+    struct gw_sampling sampling;
+    uint64_t seed;              /* the request's RNG seed */
+    int sample;                 /* draw the next token after this entry */
+    int last_chunk;             /* prefill: the prompt ends here */
+    uint32_t num_prompt_tokens; /* the client's prompt (penalties) */
+    int fresh;                  /* clear the slot first (a new request, a
+                                   restart after preemption, adopted KV) */
+    const uint32_t *row_lens;   /* (n_row_lens) fresh entries adopting
+                                   stored KV: tokens per (layer, group) row
+                                   already written; 0 or L * G values */
+    size_t n_row_lens;
+};
+
+/* Page ids appended to one (layer, group) row of a slot, after an optional
+ * cut of the row to truncate_to pages. */
+struct gw_delta {
+    uint32_t slot, layer, group;
+    const uint32_t *page_ids;   /* (n_page_ids) */
+    size_t n_page_ids;
+    int has_truncate;
+    uint32_t truncate_to;
+};
+
+struct gw_plan {
+    uint32_t version;           /* protocol version of the message */
+    uint64_t step_id;           /* strictly increasing */
+    const struct gw_entry *entries;
+    size_t n_entries;
+    const struct gw_delta *deltas;  /* applied before the entries run */
+    size_t n_deltas;
+    const uint32_t *frees;      /* slots vacated since the last plan */
+    size_t n_frees;
+};
+
+/* A token rank 0 drew. */
+struct gw_token {
+    uint32_t slot;
+    int32_t token;
+    float logprob;              /* natural log, of the raw distribution */
+    int n_top;
+    const int32_t *top_ids;     /* (n_top) most likely first */
+    const float *top_lps;       /* (n_top) */
+};
+
+/* A sampled entry whose request fails alone (its parameters could not be
+ * used or its draw failed); the step stands for everything else. */
+struct gw_slot_error {
+    uint32_t slot;
+    const char *error;
+};
+
+struct gw_result {
+    uint64_t step_id;
+    int rank;
+    int ok;
+    const char *error;          /* "" when ok */
+    const struct gw_token *tokens;  /* (n_tokens) rank 0, plan order */
+    size_t n_tokens;
+    const struct gw_slot_error *slot_errors; /* (n_slot_errors) rank 0 */
+    size_t n_slot_errors;
+    double step_seconds;        /* this rank's forward time */
+};
+
+/* What a Hello announces (the link adds version and pid). */
+struct gw_hello_info {
+    int rank, world_size;
+    int32_t pages_total;
+    int num_layers, num_kv_heads, heads_per_group, groups_per_layer;
+    int page_size, head_dim;
+    int64_t page_bytes;
+    const char *profile, *backend, *model;
+    int max_model_len, vocab_size;
+    const char *comm_kind;      /* "shm" or "nccl" */
+    const uint8_t *comm_id;     /* rank 0's group id, or NULL */
+    size_t comm_id_len;
+};
+
+/* What a CommSetup asks. */
+struct gw_comm_setup {
+    uint32_t version;
+    uint32_t world_size;
+    const char *kind;           /* never NULL ("" at least) */
+    const uint8_t *id;
+    size_t id_len;
+};
+
+#endif /* GW_PLAN_H */

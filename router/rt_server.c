@@ -835,7 +835,7 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
     s->api_cfg.served_model = s->model_name;
     s->api_cfg.max_model_len = s->max_model_len;
     s->api_cfg.vocab_size = s->mc.vocab_size;
-    s->api_cfg.max_body_bytes = 8u << 20;
+    s->api_cfg.max_body_bytes = (size_t)o->td.http_max_body;
     rc = rt_metrics_tangram_init(&s->metrics, (int)o->td.tp, err, errlen);
     if (rc != 0)
         goto fail;
@@ -866,8 +866,7 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
         goto fail;
 
     struct rt_http_config hc;
-    rt_http_config_default(&hc);
-    hc.max_body_bytes = s->api_cfg.max_body_bytes;
+    rt_api_http_config(s, &hc);
     rc = rt_http_server_init(&s->http, loop, &hc, err, errlen);
     if (rc == 0)
         rc = rt_api_http_register(s, err, errlen);

@@ -215,6 +215,11 @@ int rt_server_ready(const struct rt_server *s);
 
 /* Front-end registration (rt_api_http.c / rt_api_grpc.c). */
 int rt_api_http_register(struct rt_server *s, char *err, size_t errlen);
+
+/* Fills the HTTP server's limits from the options (rt_api_http.c); raises
+ * the open-file limit for them (or lowers max_connections to what it
+ * allows), logging either. */
+void rt_api_http_config(struct rt_server *s, struct rt_http_config *hc);
 int rt_api_grpc_register(struct rt_server *s, char *err, size_t errlen);
 
 /* Token text for logprobs (rt_token_text_fn). */

@@ -102,6 +102,7 @@ static int head_check(const struct rt_http_req *req, void *ud,
         return 0;
     out->status = 401;
     out->type = rt_api_error_type(401);
+    out->code = "invalid_api_key";
     out->message = "missing or invalid API key (Authorization: Bearer ...)";
     out->header = "WWW-Authenticate: Bearer";
     return 1;

@@ -491,7 +491,8 @@ static void conn_fail(struct rt_http_conn *conn, int status, enum http_errno e)
     }
     const char *msg = conn->error_msg ? conn->error_msg
                                       : default_message(status, e);
-    char *body = rt__http_error_json(status, refused ? rf->type : NULL, msg);
+    char *body = rt__http_error_json_code(status, refused ? rf->type : NULL,
+                                          msg, refused ? rf->code : NULL);
     const char *b = body ? body : "{}";
     const char *extra = refused && rf->header ? rf->header : "";
     char head[512];

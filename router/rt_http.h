@@ -130,6 +130,8 @@ struct rt_http_refusal {
     const char *type;            /* OpenAI error type; NULL: the default of
                                     rt_http_respond_error() */
     const char *message;         /* NULL: the reason phrase */
+    const char *code;            /* the error's "code" string; NULL: the
+                                    status number */
     const char *header;          /* one extra response header line without
                                     CRLF ("WWW-Authenticate: Bearer"), or
                                     NULL */

@@ -135,7 +135,10 @@ void rt__http_conn_finish(struct rt_http_conn *conn);
  * client half-closed and sent nothing more after this request. */
 int rt__http_conn_last(const struct rt_http_conn *conn);
 
-/* The JSON error body of the OpenAI API (malloc'ed; NULL on OOM). */
+/* The JSON error body of the OpenAI API (malloc'ed; NULL on OOM): "code"
+ * is the status number, or the string `code` when not NULL. */
 char *rt__http_error_json(int status, const char *type, const char *msg);
+char *rt__http_error_json_code(int status, const char *type, const char *msg,
+                               const char *code);
 
 #endif /* RT_HTTP_INTERNAL_H */

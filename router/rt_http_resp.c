@@ -113,11 +113,18 @@ static int has_crlf(const char *s)
 /* The JSON error body of the OpenAI API; malloc'ed, NULL on OOM. */
 char *rt__http_error_json(int status, const char *type, const char *msg)
 {
+    return rt__http_error_json_code(status, type, msg, NULL);
+}
+
+char *rt__http_error_json_code(int status, const char *type, const char *msg,
+                               const char *code)
+{
     if (!type)
         type = status < 500 ? "invalid_request_error" : "server_error";
-    json_t *doc = json_pack("{s:{s:s,s:s,s:n,s:i}}", "error", "message",
+    json_t *c = code ? json_string(code) : json_integer(status);
+    json_t *doc = json_pack("{s:{s:s,s:s,s:n,s:o}}", "error", "message",
                             msg ? msg : rt_http_status_reason(status), "type",
-                            type, "param", "code", status);
+                            type, "param", "code", c);
     if (!doc)
         return NULL;
     char *s = json_dumps(doc, JSON_COMPACT);

@@ -238,8 +238,10 @@ def t_routes_hidden(d):
                                ("wrong method", "DELETE", "/v1/completions"),
                                ("known path", "GET", "/v1/models")):
         st, hd, body = du.http(method, d.base_url + path)
+        j = du.json_of(body)
         chk.check(st == 401 and hd.get("www-authenticate") == "Bearer" and
-                  du.is_openai_error(body),
+                  du.is_openai_error(body) and
+                  j["error"]["code"] == "invalid_api_key",
                   "no key: %s -> 401 (not 404/405)" % what, (st, body[:200]))
     st, _, _ = du.http("GET", d.base_url + "/v1/nothing", headers=AUTH)
     chk.check(st == 404, "with the key: unknown path -> 404", st)

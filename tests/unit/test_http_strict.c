@@ -301,8 +301,8 @@ static void test_head_check(void **state)
     assert_int_equal(r.status, 401);
     assert_true(tt_http_head_has(&r, "\r\nWWW-Authenticate: Bearer\r\n"));
     assert_true(tt_http_head_has(&r, "Connection: close"));
-    assert_non_null(strstr(r.body, "\"type\":\"invalid_api_key\""));
-    assert_non_null(strstr(r.body, "\"code\":401"));
+    assert_non_null(strstr(r.body, "\"type\":\"authentication_error\""));
+    assert_non_null(strstr(r.body, "\"code\":\"invalid_api_key\""));
     free(r.body);
     assert_true(tt_http_cli_closed(&c));
     tt_http_cli_close(&c);

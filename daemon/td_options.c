@@ -99,6 +99,46 @@ static const struct tg_config_entry table[] = {
      .metavar = "MS",
      .help = "Router/worker heartbeat period; a peer silent for several "
              "periods is declared dead."},
+    /* HTTP front end limits (router/rt_http.h, docs/DEPLOYMENT.md). */
+    {.name = "http-max-connections", .type = TG_CONFIG_INT, .def = "4096",
+     .min = 16, .max = 1048576, .offset = OFF(http_max_connections, int64_t),
+     .metavar = "N",
+     .help = "Open HTTP connections; at the limit the oldest idle one is "
+             "closed for a new one, else the new one gets 503."},
+    {.name = "http-max-connections-per-ip", .type = TG_CONFIG_INT,
+     .def = "0", .min = 0, .max = 1048576,
+     .offset = OFF(http_max_connections_per_ip, int64_t), .metavar = "N",
+     .help = "Open HTTP connections of one client address; 0 = no limit "
+             "(behind a proxy every client has the proxy's address)."},
+    {.name = "http-header-timeout", .type = TG_CONFIG_DOUBLE, .def = "10",
+     .min = 0.1, .max = 3600, .offset = OFF(http_header_timeout, double),
+     .metavar = "SECONDS",
+     .help = "A request line and headers must arrive within this of their "
+             "first byte (408 otherwise)."},
+    {.name = "http-body-timeout", .type = TG_CONFIG_DOUBLE, .def = "60",
+     .min = 0.1, .max = 86400, .offset = OFF(http_body_timeout, double),
+     .metavar = "SECONDS",
+     .help = "A request body must arrive within this of the end of its "
+             "head (408 otherwise)."},
+    {.name = "http-idle-timeout", .type = TG_CONFIG_DOUBLE, .def = "60",
+     .min = 0.1, .max = 86400, .offset = OFF(http_idle_timeout, double),
+     .metavar = "SECONDS",
+     .help = "A keep-alive connection without a request is closed after "
+             "this."},
+    {.name = "http-send-timeout", .type = TG_CONFIG_DOUBLE, .def = "60",
+     .min = 0.1, .max = 86400, .offset = OFF(http_send_timeout, double),
+     .metavar = "SECONDS",
+     .help = "A client that reads none of its response (or stream) for "
+             "this long is cut off and its request aborted."},
+    {.name = "http-max-body", .type = TG_CONFIG_SIZE, .def = "8MiB",
+     .min = 4096, .max = 1073741824.0, .offset = OFF(http_max_body, uint64_t),
+     .metavar = "BYTES",
+     .help = "Largest request body (413 beyond); only read once the API "
+             "key was checked."},
+    {.name = "metrics-auth", .type = TG_CONFIG_BOOL, .def = "false",
+     .offset = OFF(metrics_auth, bool),
+     .help = "Require the API key for /metrics too (by default scrapers "
+             "read it without one)."},
 };
 
 #define NTABLE (sizeof table / sizeof table[0])

@@ -14,6 +14,7 @@
 #include "common/tg_config.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,6 +51,16 @@ struct td_options {
                                  path component of model */
     int64_t max_model_len;    /* context limit in tokens; 0 = the model's */
     int64_t worker_heartbeat_ms; /* router<->worker heartbeat period, ms */
+    /* HTTP front end limits (router/rt_http.h; docs/DEPLOYMENT.md) */
+    int64_t http_max_connections; /* open HTTP connections */
+    int64_t http_max_connections_per_ip; /* per client address; 0 = off */
+    double http_header_timeout;  /* seconds for a request head */
+    double http_body_timeout;    /* seconds for a request body */
+    double http_idle_timeout;    /* seconds a keep-alive connection idles */
+    double http_send_timeout;    /* seconds a response may make no progress
+                                    (a client that stopped reading) */
+    uint64_t http_max_body;      /* bytes of a request body */
+    bool metrics_auth;           /* /metrics needs the API key too */
 };
 
 /* The option table (static, read-only) and its length. */

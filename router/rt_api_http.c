@@ -1,17 +1,48 @@
 /* rt_api_http.c — the OpenAI-compatible HTTP front end of the router:
  * /v1/completions, /v1/chat/completions (SSE streaming), /v1/models,
- * /tokenize, /detokenize, /health and /metrics, with optional bearer-key
- * authentication (/health stays open). Loop thread only. */
+ * /tokenize, /detokenize, /health and /metrics.
+ *
+ * With an API key, every path but /health (and /metrics unless
+ * --metrics-auth) needs "Authorization: Bearer <key>". The key is checked
+ * by the HTTP server's head check, before any body byte is read and before
+ * routing: a client without it gets 401 and a closed connection whatever
+ * the path or method, so it can neither make the router buffer a body nor
+ * learn the routes from 404/405.
+ *
+ * SSE streams apply backpressure (rt_req.blocked): while more than
+ * SSE_HIGH_WATER bytes wait in the connection's send queue the request's
+ * output stays in the request, and resumes once the queue drains to
+ * SSE_LOW_WATER; a client that reads nothing for --http-send-timeout is
+ * cut by the HTTP server, which aborts the request like a disconnect.
+ * Loop thread only. */
 #include "router/rt_server.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 
 #include "common/tg_err.h"
 #include "common/tg_log.h"
 
 static const char JSON[] = "application/json";
+
+/* Send-queue bytes above which a stream's output is held, and below which
+ * it resumes: a few hundred events, far below what a reading client ever
+ * leaves queued. */
+#define SSE_HIGH_WATER (256u * 1024u)
+#define SSE_LOW_WATER (64u * 1024u)
+
+/* Retry-After seconds: a full queue frees up within seconds; a worker
+ * restart or a drain (another replica takes over) takes longer. */
+#define RETRY_AFTER_QUEUE_FULL "1"
+#define RETRY_AFTER_UNAVAILABLE "5"
+
+/* Descriptors kept free beside the HTTP connections (gRPC clients, the
+ * worker link, pidfds, logs), at most. */
+#define FD_RESERVE 1024
 
 static void send_error(struct rt_http_req *req, const struct rt_api_error *e)
 {
@@ -21,6 +52,10 @@ static void send_error(struct rt_http_req *req, const struct rt_api_error *e)
         rt_http_respond(req, 500, "text/plain", "out of memory\n", 14);
         return;
     }
+    if (e->status == 429)
+        rt_http_resp_header(req, "Retry-After", RETRY_AFTER_QUEUE_FULL);
+    else if (e->status == 503)
+        rt_http_resp_header(req, "Retry-After", RETRY_AFTER_UNAVAILABLE);
     rt_http_respond(req, e->status, JSON, body, len);
     free(body);
 }
@@ -38,28 +73,39 @@ static void send_owned(struct rt_http_req *req, int status, char *body, size_t l
     free(body);
 }
 
-/* Bearer key check; answers 401 itself and returns 0 when it fails. */
-static int authorized(struct rt_server *s, struct rt_http_req *req)
+/* True when `h` is "Bearer <key>". */
+static int key_matches(const char *key, const char *h)
 {
+    if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
+        return 0;
+    const char *got = h + 7;
+    size_t a = strlen(got), b = strlen(key);
+    /* compare in time independent of where they differ */
+    unsigned diff = (unsigned)(a ^ b);
+    for (size_t i = 0; i < a && i < b; i++)
+        diff |= (unsigned)(got[i] ^ key[i]);
+    return diff == 0;
+}
+
+/* The HTTP server's head check (see the top). */
+static int head_check(const struct rt_http_req *req, void *ud,
+                      struct rt_http_refusal *out)
+{
+    const struct rt_server *s = ud;
     const char *key = s->opts->td.api_key;
     if (key == NULL || key[0] == '\0')
-        return 1;
-    const char *h = rt_http_req_header(req, "authorization");
-    if (h != NULL && strncasecmp(h, "Bearer ", 7) == 0) {
-        const char *got = h + 7;
-        size_t a = strlen(got), b = strlen(key);
-        /* compare in time independent of where they differ */
-        unsigned diff = (unsigned)(a ^ b);
-        for (size_t i = 0; i < a && i < b; i++)
-            diff |= (unsigned)(got[i] ^ key[i]);
-        if (diff == 0)
-            return 1;
-    }
-    struct rt_api_error e;
-    rt_api_error_set(&e, 401, "invalid_api_key", NULL,
-                     "missing or invalid API key (Authorization: Bearer ...)");
-    send_error(req, &e);
-    return 0;
+        return 0;
+    if (strcmp(req->path, "/health") == 0 ||
+        (strcmp(req->path, "/metrics") == 0 && !s->opts->td.metrics_auth))
+        return 0;
+    if (key_matches(key, rt_http_req_header(req, "authorization")))
+        return 0;
+    out->status = 401;
+    out->type = rt_api_error_type(401);
+    out->code = "invalid_api_key";
+    out->message = "missing or invalid API key (Authorization: Bearer ...)";
+    out->header = "WWW-Authenticate: Bearer";
+    return 1;
 }
 
 static struct rt_usage usage_of(const struct rt_req *r)
@@ -146,6 +192,21 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     send_owned(req, 200, body, blen, rc);
 }
 
+static void sse_drained(struct rt_http_req *req, void *ud)
+{
+    (void)req;
+    rt_req_resume(ud);
+}
+
+static int sse_blocked(struct rt_req *r)
+{
+    struct rt_http_req *req = r->client;
+    if (rt_http_req_pending_bytes(req) <= SSE_HIGH_WATER)
+        return 0;
+    /* Not armed (the client is gone): write on, the abort follows. */
+    return rt_http_req_on_drain(req, SSE_LOW_WATER, sse_drained, r) == 0;
+}
+
 static const struct rt_sink sse_sink = {sse_deliver};
 static const struct rt_sink json_sink = {json_deliver};
 
@@ -158,8 +219,6 @@ static void on_client_gone(struct rt_http_req *req, void *ud)
 
 static void generate(struct rt_server *s, struct rt_http_req *req, enum rt_endpoint ep)
 {
-    if (!authorized(s, req))
-        return;
     struct rt_api_error e;
     struct rt_req *r = rt_req_new(s, &json_sink, req);
     if (r == NULL) {
@@ -185,6 +244,7 @@ static void generate(struct rt_server *s, struct rt_http_req *req, enum rt_endpo
     rt_http_req_on_abort(req, on_client_gone, r);
     if (r->g.stream) {
         r->sink = &sse_sink;
+        r->blocked = sse_blocked;
         rt_http_resp_header(req, "Cache-Control", "no-cache");
         rt_http_stream_begin(req, 200, "text/event-stream");
         if (ep == RT_ENDPOINT_CHAT) {
@@ -208,8 +268,6 @@ static void h_chat(struct rt_http_req *req, void *ud)
 static void h_models(struct rt_http_req *req, void *ud)
 {
     struct rt_server *s = ud;
-    if (!authorized(s, req))
-        return;
     char *body = NULL;
     size_t len = 0;
     int rc = rt_openai_format_models(s->model_name, s->started, s->max_model_len,
@@ -220,8 +278,6 @@ static void h_models(struct rt_http_req *req, void *ud)
 static void h_tokenize(struct rt_http_req *req, void *ud)
 {
     struct rt_server *s = ud;
-    if (!authorized(s, req))
-        return;
     struct rt_api_error e;
     struct rt_tokenize_request t;
     memset(&t, 0, sizeof(t));
@@ -254,8 +310,6 @@ static void h_tokenize(struct rt_http_req *req, void *ud)
 static void h_detokenize(struct rt_http_req *req, void *ud)
 {
     struct rt_server *s = ud;
-    if (!authorized(s, req))
-        return;
     struct rt_api_error e;
     struct rt_detokenize_request d;
     memset(&d, 0, sizeof(d));
@@ -290,23 +344,83 @@ static void h_detokenize(struct rt_http_req *req, void *ud)
     send_owned(req, 200, body, blen, rc);
 }
 
+/* The first rank silent for more than two heartbeat periods (a worker
+ * stopped or hung that the link has not declared dead yet, which takes
+ * five), with its silence in *ms; -1 when every rank is speaking. */
+static int stalled_rank(const struct rt_server *s, int64_t *ms)
+{
+    int64_t late = 2 * s->opts->td.worker_heartbeat_ms;
+    for (int r = 0; r < (int)s->opts->td.tp; r++) {
+        int64_t quiet = rt_link_rank_silence_ms(&s->link, r);
+        if (quiet > late) {
+            *ms = quiet;
+            return r;
+        }
+    }
+    return -1;
+}
+
 static void h_health(struct rt_http_req *req, void *ud)
 {
     struct rt_server *s = ud;
-    if (rt_server_ready(s)) {
-        rt_http_respond(req, 200, JSON, "{\"status\":\"ok\"}", 15);
-    } else {
+    if (!rt_server_ready(s)) {
         const char *why = s->draining ? "{\"status\":\"draining\"}"
                                       : "{\"status\":\"starting\"}";
         rt_http_respond(req, 503, JSON, why, strlen(why));
+        return;
     }
+    int64_t ms = 0;
+    int rank = stalled_rank(s, &ms);
+    if (rank >= 0) {
+        char body[256];
+        int n = snprintf(body, sizeof(body),
+                         "{\"status\":\"stalled\",\"reason\":\"worker rank %d "
+                         "sent nothing for %" PRId64 " ms (heartbeat every "
+                         "%lld ms)\"}",
+                         rank, ms, (long long)s->opts->td.worker_heartbeat_ms);
+        rt_http_respond(req, 503, JSON, body, (size_t)n);
+        return;
+    }
+    rt_http_respond(req, 200, JSON, "{\"status\":\"ok\"}", 15);
+}
+
+/* Makes counter `c` equal the monotonic total `total`. */
+static void follow(struct rt_metrics_series *c, uint64_t total)
+{
+    double d = (double)total - rt_metrics_series_value(c);
+    if (d > 0)
+        rt_metrics_counter_add(c, d);
+}
+
+/* Copies the HTTP server's counters into the metrics before a scrape. */
+static void sync_http_metrics(struct rt_server *s)
+{
+    const struct rt_http_stats *st = &s->http.stats;
+    struct rt_metrics_tangram *m = &s->metrics;
+    rt_metrics_gauge_set(m->http_connections_open, (double)s->http.n_live);
+    follow(m->http_connections_evicted_total, st->evicted);
+    follow(m->http_slow_readers_aborted_total, st->slow_readers);
+    follow(m->http_connections_rejected_total[RT_METRICS_HTTP_REJECT_MAX],
+           st->rejected_max);
+    follow(m->http_connections_rejected_total[RT_METRICS_HTTP_REJECT_PER_IP],
+           st->rejected_per_ip);
+    follow(m->http_requests_timed_out_total[RT_METRICS_HTTP_TIMEOUT_HEADER],
+           st->timeout_header);
+    follow(m->http_requests_timed_out_total[RT_METRICS_HTTP_TIMEOUT_BODY],
+           st->timeout_body);
+    /* The head check refuses for the API key only. */
+    follow(m->http_requests_refused_total[RT_METRICS_HTTP_REFUSE_UNAUTH],
+           st->refused_head);
+    follow(m->http_requests_refused_total[RT_METRICS_HTTP_REFUSE_MALFORMED],
+           st->malformed);
+    follow(m->http_requests_refused_total[RT_METRICS_HTTP_REFUSE_TOO_LARGE],
+           st->too_large);
 }
 
 static void h_metrics(struct rt_http_req *req, void *ud)
 {
     struct rt_server *s = ud;
-    if (!authorized(s, req))
-        return;
+    sync_http_metrics(s);
     struct rt_metrics_buf buf = {0};
     char err[128];
     if (rt_metrics_render(&s->metrics.reg, &buf, err, sizeof(err)) != 0) {
@@ -315,6 +429,60 @@ static void h_metrics(struct rt_http_req *req, void *ud)
         rt_http_respond(req, 200, RT_METRICS_CONTENT_TYPE, buf.data, buf.len);
     }
     rt_metrics_buf_free(&buf);
+}
+
+static uint32_t to_ms(double seconds)
+{
+    double ms = seconds * 1000.0 + 0.5;
+    return ms >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+}
+
+/* Raises the open-file limit to what hc->max_connections needs (the soft
+ * limit up to the hard one), or lowers max_connections to fit. */
+static void fit_fd_limit(struct rt_http_config *hc)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t need = (rlim_t)hc->max_connections + FD_RESERVE;
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return;
+    rlim_t old = rl.rlim_cur;
+    struct rlimit want = rl;
+    want.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : rl.rlim_max;
+    if (want.rlim_cur > old && setrlimit(RLIMIT_NOFILE, &want) == 0) {
+        rl = want;
+        log_info("raised the open-file limit from %llu to %llu for "
+                 "--http-max-connections %" PRIu32,
+                 (unsigned long long)old, (unsigned long long)rl.rlim_cur,
+                 hc->max_connections);
+    }
+    if (rl.rlim_cur >= need)
+        return;
+    rlim_t reserve = rl.rlim_cur / 4 < FD_RESERVE ? rl.rlim_cur / 4
+                                                  : FD_RESERVE;
+    rlim_t fit = rl.rlim_cur > reserve + 16 ? rl.rlim_cur - reserve : 16;
+    log_warn("the open-file limit %llu (hard %llu) is too low for "
+             "--http-max-connections %" PRIu32 "; serving at most %llu "
+             "connections (raise LimitNOFILE / ulimit -n)",
+             (unsigned long long)rl.rlim_cur,
+             (unsigned long long)rl.rlim_max, hc->max_connections,
+             (unsigned long long)fit);
+    hc->max_connections = (uint32_t)fit;
+}
+
+void rt_api_http_config(struct rt_server *s, struct rt_http_config *hc)
+{
+    const struct td_options *o = &s->opts->td;
+    rt_http_config_default(hc);
+    hc->max_body_bytes = (size_t)o->http_max_body;
+    hc->header_timeout_ms = to_ms(o->http_header_timeout);
+    hc->body_timeout_ms = to_ms(o->http_body_timeout);
+    hc->idle_timeout_ms = to_ms(o->http_idle_timeout);
+    hc->send_timeout_ms = to_ms(o->http_send_timeout);
+    hc->max_connections = (uint32_t)o->http_max_connections;
+    hc->max_connections_per_ip = (uint32_t)o->http_max_connections_per_ip;
+    fit_fd_limit(hc);
 }
 
 int rt_api_http_register(struct rt_server *s, char *err, size_t errlen)
@@ -337,5 +505,6 @@ int rt_api_http_register(struct rt_server *s, char *err, size_t errlen)
         if (rc != 0)
             return rc;
     }
+    rt_http_server_on_head(&s->http, head_check, s);
     return 0;
 }

@@ -1,6 +1,8 @@
 /*
  * rt_http.c — HTTP/1.1 server on libuv + http-parser (see rt_http.h):
- * connections, parsing and dispatch; responses are in rt_http_resp.c.
+ * connections and their limits, timers, dispatch and the server; parsing
+ * is in rt_http_parse.c, responses in rt_http_resp.c, the server object
+ * (init, routes, listen, close) in rt_http_server.c.
  *
  * One connection serves one request at a time. Incoming bytes are appended
  * to the connection's pending buffer and fed to http-parser; the parser is
@@ -17,75 +19,129 @@
  * away for linger_ms — closing with unread input would make the kernel send
  * a reset that can destroy the response before the client reads it (the
  * "lingering close" of RFC 9112 §9.6).
+ *
+ * One timer per connection, in one mode at a time (TM_* in
+ * rt_http_internal.h): idle, head deadline, body deadline, send progress,
+ * flush, linger. The server keeps the idle connections on a list, oldest
+ * first, so that one can be closed in O(1) when a new connection arrives
+ * at max_connections.
  */
 #include "router/rt_http_internal.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 
 #include "common/tg_err.h"
 
-void rt_http_config_default(struct rt_http_config *cfg)
-{
-    memset(cfg, 0, sizeof(*cfg));
-    cfg->max_header_bytes = 16384;
-    cfg->max_body_bytes = 8u << 20;
-    cfg->idle_timeout_ms = 60000;
-    cfg->request_timeout_ms = 30000;
-    cfg->linger_ms = 1000;
-    cfg->backlog = 511;
-}
-
-/* Appends bytes to a growable buffer with room for a terminating NUL. */
-static int buf_append(char **buf, size_t *len, size_t *cap, const char *at,
-                      size_t n)
-{
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 256;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *p = realloc(*buf, c);
-        if (!p)
-            return TG_ENOMEM;
-        *buf = p;
-        *cap = c;
-    }
-    memcpy(*buf + *len, at, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-    return 0;
-}
-
-void rt__http_req_free(struct rt_http_req *req)
-{
-    if (!req)
-        return;
-    free(req->hbuf);
-    free(req->hoffs);
-    free(req->hdrs);
-    free(req->bbuf);
-    free(req->rhdrs);
-    free(req);
-}
-
-/* ---- connection plumbing ---------------------------------------------- */
+/* ---- connection lists -------------------------------------------------- */
 
 static void conn_close(struct rt_http_conn *conn);
+static void conn_close_how(struct rt_http_conn *conn, int reset);
 static void conn_process(struct rt_http_conn *conn);
 static void conn_arm_timer(struct rt_http_conn *conn);
 static void read_start(struct rt_http_conn *conn);
 
-static void srv_handle_closed(struct rt_http_server *srv)
+/* The idle list: connections without a request, oldest first. */
+static void idle_enter(struct rt_http_conn *conn)
 {
-    srv->live_handles--;
-    if (srv->closing && srv->live_handles == 0 && srv->on_closed) {
-        rt_http_closed_fn cb = srv->on_closed;
-        srv->on_closed = NULL;
-        cb(srv->on_closed_ud);
+    struct rt_http_server *srv = conn->srv;
+    if (conn->in_idle)
+        return;
+    conn->in_idle = 1;
+    conn->idle_next = NULL;
+    conn->idle_prev = srv->idle_tail;
+    if (srv->idle_tail)
+        srv->idle_tail->idle_next = conn;
+    else
+        srv->idle_head = conn;
+    srv->idle_tail = conn;
+}
+
+static void idle_leave(struct rt_http_conn *conn)
+{
+    struct rt_http_server *srv = conn->srv;
+    if (!conn->in_idle)
+        return;
+    conn->in_idle = 0;
+    if (conn->idle_prev)
+        conn->idle_prev->idle_next = conn->idle_next;
+    else
+        srv->idle_head = conn->idle_next;
+    if (conn->idle_next)
+        conn->idle_next->idle_prev = conn->idle_prev;
+    else
+        srv->idle_tail = conn->idle_prev;
+    conn->idle_prev = conn->idle_next = NULL;
+}
+
+/* The peer list: half-closed connections with a request in flight, whose
+ * socket is checked for a reset (rt_http.h, "Half-close"). */
+static void on_peer_timer(uv_timer_t *t);
+
+static void peers_add(struct rt_http_conn *conn)
+{
+    struct rt_http_server *srv = conn->srv;
+    if (conn->in_peers)
+        return;
+    conn->in_peers = 1;
+    conn->next_peer = srv->peers;
+    srv->peers = conn;
+    if (!uv_is_active((uv_handle_t *)&srv->peer_timer))
+        uv_timer_start(&srv->peer_timer, on_peer_timer, 20, 250);
+}
+
+static void peers_remove(struct rt_http_conn *conn)
+{
+    if (!conn->in_peers)
+        return;
+    conn->in_peers = 0;
+    for (struct rt_http_conn **pp = &conn->srv->peers; *pp;
+         pp = &(*pp)->next_peer) {
+        if (*pp == conn) {
+            *pp = conn->next_peer;
+            break;
+        }
     }
 }
+
+/* True when the kernel has seen a reset on the socket (or cannot say): the
+ * client closed entirely rather than half-closed. */
+static int peer_reset(struct rt_http_conn *conn)
+{
+    uv_os_fd_t fd;
+    if (uv_fileno((const uv_handle_t *)&conn->tcp, &fd) != 0)
+        return 1;
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) != 0)
+        return 1;
+    return ti.tcpi_state == TCP_CLOSE;
+}
+
+static void on_peer_timer(uv_timer_t *t)
+{
+    struct rt_http_server *srv = t->data;
+    struct rt_http_conn *c = srv->peers, *next;
+    for (; c; c = next) {
+        next = c->next_peer;
+        if (c->closing || c->finishing || !c->cur) {
+            peers_remove(c);
+        } else if (peer_reset(c)) {
+            peers_remove(c);
+            conn_close(c); /* aborts the request */
+        }
+    }
+    if (!srv->peers)
+        uv_timer_stop(t);
+}
+
+/* ---- connection plumbing ---------------------------------------------- */
 
 static void on_resume_idle(uv_idle_t *h);
 
@@ -116,13 +172,82 @@ static void on_resume_idle(uv_idle_t *h)
     uv_idle_stop(h);
 }
 
+static size_t queued(const struct rt_http_conn *conn)
+{
+    return uv_stream_get_write_queue_size((const uv_stream_t *)&conn->tcp);
+}
+
+/* Bytes in the kernel's send queue not yet acknowledged by the client
+ * (TIOCOUTQ, Linux: unsent plus unacknowledged); 0 when it cannot say. */
+static size_t kernel_unacked(const struct rt_http_conn *conn)
+{
+    uv_os_fd_t fd;
+    int n = 0;
+    if (uv_fileno((const uv_handle_t *)&conn->tcp, &fd) != 0 ||
+        ioctl(fd, TIOCOUTQ, &n) != 0 || n < 0)
+        return 0;
+    return (size_t)n;
+}
+
+static void timer_set(struct rt_http_conn *conn, int mode, uint32_t ms);
+
+/* The period at which send progress is checked: a quarter of the
+ * deadline, so a stall is caught within 1.25 deadlines. */
+static uint32_t send_period(const struct rt_http_conn *conn)
+{
+    uint32_t t = conn->srv->cfg.send_timeout_ms;
+    if (t == 0)
+        return 0;
+    return t / 4 > 50 ? t / 4 : 50;
+}
+
+/* Starts watching send progress in `mode` (TM_SEND or TM_FLUSH). The
+ * kernel's own buffers hold megabytes, so "the client reads nothing" is
+ * judged by what it acknowledges, not by what libuv still queues. */
+static void send_watch(struct rt_http_conn *conn, int mode)
+{
+    uint64_t kernel_in = conn->submitted - queued(conn);
+    conn->acked_mark = kernel_in - kernel_unacked(conn);
+    conn->progress_at = uv_now(conn->srv->loop);
+    timer_set(conn, mode, send_period(conn));
+}
+
+/* A send-progress check (timer in TM_SEND or TM_FLUSH). Returns 1 when the
+ * client made no progress for send_timeout_ms (the caller closes). */
+static int send_check(struct rt_http_conn *conn, int mode)
+{
+    size_t unacked = kernel_unacked(conn), q = queued(conn);
+    uint64_t acked = conn->submitted - q - unacked;
+    uint64_t now = uv_now(conn->srv->loop);
+    if (mode == TM_SEND && q == 0 && unacked == 0)
+        return 0; /* all delivered: the next write watches again */
+    if (acked != conn->acked_mark) {
+        conn->acked_mark = acked;
+        conn->progress_at = now;
+    } else if (now - conn->progress_at >= conn->srv->cfg.send_timeout_ms) {
+        return 1;
+    }
+    timer_set(conn, mode, send_period(conn));
+    return 0;
+}
+
 static void on_write(uv_write_t *w, int status)
 {
     struct wreq *wr = (struct wreq *)w;
     struct rt_http_conn *conn = wr->conn;
     free(wr);
-    if (status < 0 && !conn->closing)
+    if (conn->closing)
+        return;
+    if (status < 0) {
         conn_close(conn);
+        return;
+    }
+    struct rt_http_req *req = conn->cur;
+    if (req && req->on_drain && queued(conn) <= req->drain_low) {
+        rt_http_drain_fn fn = req->on_drain;
+        req->on_drain = NULL;
+        fn(req, req->drain_ud);
+    }
 }
 
 int rt__http_write(struct rt_http_conn *conn, const char *a, size_t alen,
@@ -145,8 +270,14 @@ int rt__http_write(struct rt_http_conn *conn, const char *a, size_t alen,
             memcpy(wr->data + alen + blen, c, clen);
         uv_buf_t buf = uv_buf_init(wr->data, (unsigned)n);
         if (uv_write(&wr->w, (uv_stream_t *)&conn->tcp, &buf, 1, on_write) ==
-            0)
+            0) {
+            conn->submitted += n;
+            /* A response in flight must be read within the deadline. */
+            if (conn->timer_mode == TM_NONE && conn->cur &&
+                conn->cur->state != RQ_PARSING)
+                send_watch(conn, TM_SEND);
             return 0;
+        }
         free(wr);
         rc = TG_EIO;
     }
@@ -170,7 +301,7 @@ static void on_conn_handle_closed(uv_handle_t *h)
     srv->n_conns--;
     free(conn->pend);
     free(conn);
-    srv_handle_closed(srv);
+    rt__http_srv_handle_closed(srv);
 }
 
 /* Takes the current request away from the connection: a request still
@@ -182,6 +313,7 @@ static void conn_drop_cur(struct rt_http_conn *conn)
     conn->cur = NULL;
     if (!req)
         return;
+    req->on_drain = NULL;
     if (req->state == RQ_PARSING) {
         rt__http_req_free(req);
         return;
@@ -197,11 +329,16 @@ static void conn_drop_cur(struct rt_http_conn *conn)
     }
 }
 
-static void conn_close(struct rt_http_conn *conn)
+/* Closes the connection; with `reset` (and no FIN sent yet) by a reset,
+ * which also discards what the kernel still holds for the client. */
+static void conn_close_how(struct rt_http_conn *conn, int reset)
 {
     if (conn->closing)
         return;
     conn->closing = 1;
+    conn->srv->n_live--;
+    idle_leave(conn);
+    peers_remove(conn);
     if (conn->in_resume) {
         struct rt_http_server *srv = conn->srv;
         for (struct rt_http_conn **pp = &srv->resume; *pp;
@@ -216,22 +353,59 @@ static void conn_close(struct rt_http_conn *conn)
     conn_drop_cur(conn);
     uv_read_stop((uv_stream_t *)&conn->tcp);
     uv_close((uv_handle_t *)&conn->timer, on_conn_handle_closed);
-    uv_close((uv_handle_t *)&conn->tcp, on_conn_handle_closed);
+    /* libuv forbids a reset after uv_shutdown. */
+    if (!reset || conn->finishing ||
+        uv_tcp_close_reset(&conn->tcp, on_conn_handle_closed) != 0)
+        uv_close((uv_handle_t *)&conn->tcp, on_conn_handle_closed);
+}
+
+static void conn_close(struct rt_http_conn *conn)
+{
+    conn_close_how(conn, 0);
+}
+
+void rt__http_conn_close(struct rt_http_conn *conn)
+{
+    conn_close(conn);
 }
 
 static void on_timer(uv_timer_t *t)
 {
     struct rt_http_conn *conn = t->data;
+    struct rt_http_server *srv = conn->srv;
     int mode = conn->timer_mode;
     conn->timer_mode = TM_NONE;
-    if (mode == TM_REQUEST) {
+    struct rt_http_req *req = conn->cur;
+    switch (mode) {
+    case TM_HEAD:
+    case TM_BODY:
         /* The client started a request and did not finish it in time. */
-        struct rt_http_req *req = conn->cur;
         if (req && req->state == RQ_PARSING) {
+            if (mode == TM_HEAD)
+                srv->stats.timeout_header++;
+            else
+                srv->stats.timeout_body++;
             conn->error_status = 408;
+            conn->error_msg = mode == TM_HEAD
+                                  ? "request head not received in time"
+                                  : "request body not received in time";
             conn_process(conn); /* no input: goes straight to the error */
             return;
         }
+        break;
+    case TM_SEND:
+    case TM_FLUSH:
+        if (!send_check(conn, mode))
+            return;
+        /* The client acknowledged nothing for send_timeout_ms: it stopped
+         * reading. Closing aborts its request (pages freed upstream); the
+         * reset drops what the kernel still buffers for it at once rather
+         * than after minutes of zero-window probes. */
+        srv->stats.slow_readers++;
+        conn_close_how(conn, 1);
+        return;
+    default:
+        break;
     }
     conn_close(conn);
 }
@@ -252,7 +426,8 @@ static void on_shutdown(uv_shutdown_t *sr, int status)
     struct rt_http_conn *conn = sr->data;
     if (conn->closing)
         return;
-    if (status < 0 || conn->srv->cfg.linger_ms == 0) {
+    /* After the client's own FIN there is no input left to drain. */
+    if (status < 0 || conn->srv->cfg.linger_ms == 0 || conn->peer_eof) {
         conn_close(conn);
         return;
     }
@@ -265,6 +440,8 @@ void rt__http_conn_finish(struct rt_http_conn *conn)
     if (conn->closing || conn->finishing)
         return;
     conn->finishing = 1;
+    idle_leave(conn);
+    peers_remove(conn);
     conn_drop_cur(conn);
     conn->shutdown_req.data = conn;
     if (uv_shutdown(&conn->shutdown_req, (uv_stream_t *)&conn->tcp,
@@ -274,8 +451,8 @@ void rt__http_conn_finish(struct rt_http_conn *conn)
         return;
     }
     /* Bound the flush: a client that never reads must not pin us. */
-    timer_set(conn, TM_FLUSH, conn->srv->cfg.request_timeout_ms);
-    if (conn->read_paused) {
+    send_watch(conn, TM_FLUSH);
+    if (conn->read_paused && !conn->peer_eof) {
         conn->read_paused = 0;
         conn->pend_off = conn->pend_len = 0;
         /* Reading again drains the client's input during the linger. */
@@ -283,13 +460,49 @@ void rt__http_conn_finish(struct rt_http_conn *conn)
     }
 }
 
-/* Answers a request that failed to parse and ends the connection. */
-static void conn_fail(struct rt_http_conn *conn, int status, const char *msg)
+int rt__http_conn_last(const struct rt_http_conn *conn)
 {
-    char *body = rt__http_error_json(status, NULL, msg);
+    return conn->peer_eof && conn->pend_off >= conn->pend_len;
+}
+
+static const char *default_message(int status, enum http_errno e)
+{
+    switch (status) {
+    case 408: return "request not received in time";
+    case 413: return "request body too large";
+    case 431: return "request headers too large";
+    case 500: return "out of memory";
+    default: return http_errno_description(e);
+    }
+}
+
+/* Answers a request that failed to parse (or was refused by the head
+ * check) and ends the connection. */
+static void conn_fail(struct rt_http_conn *conn, int status, enum http_errno e)
+{
+    struct rt_http_server *srv = conn->srv;
+    const struct rt_http_refusal *rf = &conn->refusal;
+    int refused = rf->status == status && status != 0;
+    if (!refused) {
+        if (status == 413 || status == 431)
+            srv->stats.too_large++;
+        else if (status == 400 || status == 501 || status == 505)
+            srv->stats.malformed++;
+    }
+    const char *msg = conn->error_msg ? conn->error_msg
+                                      : default_message(status, e);
+    char *body = rt__http_error_json_code(status, refused ? rf->type : NULL,
+                                          msg, refused ? rf->code : NULL);
     const char *b = body ? body : "{}";
-    char head[256];
+    const char *extra = refused && rf->header ? rf->header : "";
+    char head[512];
     int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\nConnection: close\r\n%s%s\r\n",
+                     status, rt_http_status_reason(status), strlen(b), extra,
+                     *extra ? "\r\n" : "");
+    if (n < 0 || (size_t)n >= sizeof(head))
+        n = snprintf(head, sizeof(head),
                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\nConnection: close\r\n\r\n",
                      status, rt_http_status_reason(status), strlen(b));
@@ -297,246 +510,6 @@ static void conn_fail(struct rt_http_conn *conn, int status, const char *msg)
     free(body);
     rt__http_conn_finish(conn);
 }
-
-/* ---- parser callbacks -------------------------------------------------- */
-
-static struct rt_http_conn *pconn(http_parser *p)
-{
-    return p->data;
-}
-
-/* Counts request-line and header bytes against the limit. */
-static int hdr_account(struct rt_http_conn *conn, size_t n)
-{
-    conn->hdr_bytes += n;
-    if (conn->hdr_bytes > conn->srv->cfg.max_header_bytes) {
-        conn->error_status = 431;
-        return -1;
-    }
-    return 0;
-}
-
-static int on_message_begin(http_parser *p)
-{
-    struct rt_http_conn *conn = pconn(p);
-    TG_ASSERT(conn->cur == NULL);
-    struct rt_http_req *req = calloc(1, sizeof(*req));
-    if (!req) {
-        conn->error_status = 500;
-        return -1;
-    }
-    req->conn = conn;
-    req->srv = conn->srv;
-    req->state = RQ_PARSING;
-    conn->cur = req;
-    conn->hdr_bytes = 0;
-    return 0;
-}
-
-/* Terminates the string being collected in hbuf (url, name or value). */
-static int hbuf_terminate(struct rt_http_req *req)
-{
-    return buf_append(&req->hbuf, &req->hlen, &req->hcap, "", 1);
-}
-
-static int on_url(http_parser *p, const char *at, size_t n)
-{
-    struct rt_http_conn *conn = pconn(p);
-    struct rt_http_req *req = conn->cur;
-    if (hdr_account(conn, n) < 0)
-        return -1;
-    req->last_cb = CB_URL;
-    req->url_len += n;
-    if (buf_append(&req->hbuf, &req->hlen, &req->hcap, at, n) < 0) {
-        conn->error_status = 500;
-        return -1;
-    }
-    return 0;
-}
-
-static int on_header_field(http_parser *p, const char *at, size_t n)
-{
-    struct rt_http_conn *conn = pconn(p);
-    struct rt_http_req *req = conn->cur;
-    /* A new header also costs its ": " and CRLF. */
-    if (hdr_account(conn, n + (req->last_cb != CB_FIELD ? 4 : 0)) < 0)
-        return -1;
-    if (req->last_cb != CB_FIELD) {
-        /* A new header: close the previous string, record the name. */
-        if (hbuf_terminate(req) < 0)
-            goto oom;
-        if (req->n_hdrs == req->cap_hdrs) {
-            size_t c = req->cap_hdrs ? 2 * req->cap_hdrs : 16;
-            size_t *o = realloc(req->hoffs, 2 * c * sizeof(*o));
-            if (!o)
-                goto oom;
-            req->hoffs = o;
-            req->cap_hdrs = c;
-        }
-        req->hoffs[2 * req->n_hdrs] = req->hlen;
-        req->hoffs[2 * req->n_hdrs + 1] = req->hlen; /* empty value */
-        req->n_hdrs++;
-        req->last_cb = CB_FIELD;
-    }
-    if (buf_append(&req->hbuf, &req->hlen, &req->hcap, at, n) < 0)
-        goto oom;
-    return 0;
-oom:
-    conn->error_status = 500;
-    return -1;
-}
-
-static int on_header_value(http_parser *p, const char *at, size_t n)
-{
-    struct rt_http_conn *conn = pconn(p);
-    struct rt_http_req *req = conn->cur;
-    if (hdr_account(conn, n) < 0)
-        return -1;
-    if (req->last_cb != CB_VALUE) {
-        if (hbuf_terminate(req) < 0)
-            goto oom;
-        req->hoffs[2 * (req->n_hdrs - 1) + 1] = req->hlen;
-        req->last_cb = CB_VALUE;
-    }
-    if (buf_append(&req->hbuf, &req->hlen, &req->hcap, at, n) < 0)
-        goto oom;
-    return 0;
-oom:
-    conn->error_status = 500;
-    return -1;
-}
-
-/* Splits the target into path and query (appended to hbuf as two more
- * strings) and returns their offsets; -1 when the target is malformed. */
-static int split_target(struct rt_http_req *req, int is_connect,
-                        size_t *path_off, size_t *query_off)
-{
-    const char *url = req->hbuf;
-    size_t ulen = req->url_len;
-    const char *path = "/", *query = "";
-    size_t plen = 1, qlen = 0;
-    struct http_parser_url u;
-    if (ulen == 1 && url[0] == '*') {
-        path = "*"; /* OPTIONS * (asterisk-form) */
-    } else {
-        http_parser_url_init(&u);
-        if (http_parser_parse_url(url, ulen, is_connect, &u) != 0)
-            return -1;
-        if (u.field_set & (1 << UF_PATH)) {
-            path = url + u.field_data[UF_PATH].off;
-            plen = u.field_data[UF_PATH].len;
-        }
-        if (u.field_set & (1 << UF_QUERY)) {
-            query = url + u.field_data[UF_QUERY].off;
-            qlen = u.field_data[UF_QUERY].len;
-        }
-    }
-    /* Copy out before appending: the append may move hbuf. */
-    char *tmp = malloc(plen + qlen + 2);
-    if (!tmp)
-        return -2;
-    memcpy(tmp, path, plen);
-    tmp[plen] = '\0';
-    memcpy(tmp + plen + 1, query, qlen);
-    tmp[plen + 1 + qlen] = '\0';
-    int rc = hbuf_terminate(req);
-    *path_off = req->hlen;
-    if (rc == 0)
-        rc = buf_append(&req->hbuf, &req->hlen, &req->hcap, tmp, plen + 1);
-    *query_off = req->hlen;
-    if (rc == 0)
-        rc = buf_append(&req->hbuf, &req->hlen, &req->hcap, tmp + plen + 1,
-                        qlen);
-    free(tmp);
-    return rc < 0 ? -2 : 0;
-}
-
-static int on_headers_complete(http_parser *p)
-{
-    struct rt_http_conn *conn = pconn(p);
-    struct rt_http_req *req = conn->cur;
-    const struct rt_http_config *cfg = &conn->srv->cfg;
-    size_t path_off, query_off;
-    int rc = split_target(req, p->method == HTTP_CONNECT, &path_off,
-                          &query_off);
-    if (rc < 0) {
-        conn->error_status = rc == -1 ? 400 : 500;
-        return -1;
-    }
-    if (req->n_hdrs) {
-        req->hdrs = malloc(req->n_hdrs * sizeof(*req->hdrs));
-        if (!req->hdrs) {
-            conn->error_status = 500;
-            return -1;
-        }
-    }
-    /* hbuf does not move from here on: pointers are stable. */
-    for (size_t i = 0; i < req->n_hdrs; i++) {
-        req->hdrs[i].name = req->hbuf + req->hoffs[2 * i];
-        req->hdrs[i].value = req->hbuf + req->hoffs[2 * i + 1];
-    }
-    req->headers = req->hdrs;
-    req->n_headers = req->n_hdrs;
-    req->path = req->hbuf + path_off;
-    req->query = req->hbuf + query_off;
-    req->method = http_method_str((enum http_method)p->method);
-    req->is_head = p->method == HTTP_HEAD;
-    req->http_major = p->http_major;
-    req->http_minor = p->http_minor;
-    /* Upgrades (h2c, websocket) are not served here: answer and close. */
-    req->keep_alive = http_should_keep_alive(p) && !p->upgrade;
-
-    int chunked = (p->flags & F_CHUNKED) != 0;
-    if (!chunked && p->content_length != ULLONG_MAX &&
-        p->content_length > cfg->max_body_bytes) {
-        conn->error_status = 413;
-        return -1;
-    }
-    const char *expect = rt_http_req_header(req, "Expect");
-    if (expect && strcasecmp(expect, "100-continue") == 0 &&
-        p->http_major == 1 && p->http_minor >= 1) {
-        static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-        rt__http_write(conn, cont, sizeof(cont) - 1, NULL, 0, NULL, 0);
-    }
-    return 0;
-}
-
-static int on_body(http_parser *p, const char *at, size_t n)
-{
-    struct rt_http_conn *conn = pconn(p);
-    struct rt_http_req *req = conn->cur;
-    if (req->blen + n > conn->srv->cfg.max_body_bytes) {
-        conn->error_status = 413;
-        return -1;
-    }
-    if (buf_append(&req->bbuf, &req->blen, &req->bcap, at, n) < 0) {
-        conn->error_status = 500;
-        return -1;
-    }
-    return 0;
-}
-
-static int on_message_complete(http_parser *p)
-{
-    struct rt_http_conn *conn = pconn(p);
-    struct rt_http_req *req = conn->cur;
-    req->body = req->bbuf ? req->bbuf : "";
-    req->body_len = req->blen;
-    req->state = RQ_HANDLER;
-    /* One request at a time: stop here, dispatch, resume after it. */
-    http_parser_pause(p, 1);
-    return 0;
-}
-
-static const http_parser_settings parser_settings = {
-    .on_message_begin = on_message_begin,
-    .on_url = on_url,
-    .on_header_field = on_header_field,
-    .on_header_value = on_header_value,
-    .on_headers_complete = on_headers_complete,
-    .on_body = on_body,
-    .on_message_complete = on_message_complete,
-};
 
 /* ---- dispatch ---------------------------------------------------------- */
 
@@ -585,17 +558,6 @@ static void dispatch(struct rt_http_conn *conn)
     conn->in_dispatch = 0;
 }
 
-static const char *parse_error_message(int status, enum http_errno e)
-{
-    switch (status) {
-    case 408: return "request not received in time";
-    case 413: return "request body too large";
-    case 431: return "request headers too large";
-    case 500: return "out of memory";
-    default: return http_errno_description(e);
-    }
-}
-
 static void conn_process(struct rt_http_conn *conn)
 {
     while (!conn->closing && !conn->finishing && !conn->want_close &&
@@ -606,11 +568,9 @@ static void conn_process(struct rt_http_conn *conn)
         if (conn->error_status == 0) {
             if (avail == 0)
                 break;
-            n = http_parser_execute(&conn->parser, &parser_settings,
-                                    conn->pend + conn->pend_off, avail);
+            n = rt__http_parse(conn, conn->pend + conn->pend_off, avail, &e);
             conn->pend_off += n;
-            e = HTTP_PARSER_ERRNO(&conn->parser);
-            if (e == HPE_PAUSED) {
+            if (conn->error_status == 0 && e == HPE_PAUSED) {
                 http_parser_pause(&conn->parser, 0);
                 dispatch(conn);
                 continue;
@@ -620,12 +580,19 @@ static void conn_process(struct rt_http_conn *conn)
             int status = conn->error_status;
             if (!status)
                 status = e == HPE_HEADER_OVERFLOW ? 431 : 400;
-            conn_fail(conn, status, parse_error_message(status, e));
+            conn_fail(conn, status, e);
             return;
         }
     }
     if (conn->closing || conn->finishing)
         return;
+    /* A half-closed client whose requests are all answered: done. A
+     * request it started but never finished cannot complete. */
+    if (conn->peer_eof && !conn->want_close &&
+        (!conn->cur || conn->cur->state == RQ_PARSING)) {
+        rt__http_conn_finish(conn);
+        return;
+    }
     /* Compact the pending buffer; resume reading when there is room. */
     if (conn->pend_off == conn->pend_len) {
         conn->pend_off = conn->pend_len = 0;
@@ -635,7 +602,8 @@ static void conn_process(struct rt_http_conn *conn)
         conn->pend_len -= conn->pend_off;
         conn->pend_off = 0;
     }
-    if (conn->read_paused && conn->pend_len < PENDING_CAP) {
+    if (conn->read_paused && conn->pend_len < PENDING_CAP &&
+        !conn->peer_eof) {
         conn->read_paused = 0;
         read_start(conn);
     }
@@ -645,36 +613,78 @@ static void conn_process(struct rt_http_conn *conn)
 static void conn_arm_timer(struct rt_http_conn *conn)
 {
     const struct rt_http_config *cfg = &conn->srv->cfg;
+    struct rt_http_req *req = conn->cur;
     if (conn->closing || conn->finishing)
         return;
-    if (!conn->cur) {
-        timer_set(conn, TM_IDLE, cfg->idle_timeout_ms);
-    } else if (conn->cur->state == RQ_PARSING) {
-        if (conn->timer_mode != TM_REQUEST)
-            timer_set(conn, TM_REQUEST, cfg->request_timeout_ms);
-    } else {
-        timer_set(conn, TM_NONE, 0); /* the handler's time is its own */
+    if (!req) {
+        /* Bytes that start no request (stray CRLFs) do not extend it. */
+        idle_enter(conn);
+        if (conn->timer_mode != TM_IDLE)
+            timer_set(conn, TM_IDLE, cfg->idle_timeout_ms);
+        return;
+    }
+    idle_leave(conn);
+    if (req->state == RQ_PARSING) {
+        int mode = req->head_done ? TM_BODY : TM_HEAD;
+        if (conn->timer_mode != mode)
+            timer_set(conn, mode,
+                      req->head_done ? cfg->body_timeout_ms
+                                     : cfg->header_timeout_ms);
+    } else if (conn->timer_mode != TM_SEND) {
+        /* The handler's time is its own; only a send that makes no
+         * progress is bounded. */
+        if (queued(conn) > 0 || kernel_unacked(conn) > 0)
+            send_watch(conn, TM_SEND);
+        else
+            timer_set(conn, TM_NONE, 0);
     }
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
+    (void)suggested;
     struct rt_http_conn *conn = h->data;
-    *buf = uv_buf_init(conn->rbuf, sizeof(conn->rbuf));
+    *buf = uv_buf_init(conn->srv->rbuf, RT_HTTP_READ_BUF);
+}
+
+/* The client shut down its sending side (rt_http.h, "Half-close"). */
+static void on_peer_eof(struct rt_http_conn *conn)
+{
+    struct rt_http_req *req = conn->cur;
+    conn->peer_eof = 1;
+    uv_read_stop((uv_stream_t *)&conn->tcp);
+    conn->read_paused = 0;
+    if (!req || req->state == RQ_PARSING) {
+        /* Nothing complete to answer. */
+        conn_close(conn);
+        return;
+    }
+    conn->srv->stats.half_closed++;
+    /* Probe: a socket closed entirely answers this with a reset. */
+    if (req->state == RQ_HANDLER && req->http_major == 1 &&
+        req->http_minor >= 1) {
+        static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        if (rt__http_write(conn, cont, sizeof(cont) - 1, NULL, 0, NULL, 0) < 0)
+            return;
+    }
+    peers_add(conn);
 }
 
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     struct rt_http_conn *conn = s->data;
     if (nread < 0) {
-        /* EOF or error: the client is gone (see rt_http.h). */
-        conn_close(conn);
+        /* A reset or an error, or the end of a lingering drain: gone. */
+        if (nread != UV_EOF || conn->finishing || conn->closing)
+            conn_close(conn);
+        else
+            on_peer_eof(conn);
         return;
     }
     if (nread == 0 || conn->closing || conn->finishing)
         return; /* finishing: lingering, input is thrown away */
-    if (buf_append(&conn->pend, &conn->pend_len, &conn->pend_cap, buf->base,
-                   (size_t)nread) < 0) {
+    if (rt__http_buf_append(&conn->pend, &conn->pend_len, &conn->pend_cap,
+                            buf->base, (size_t)nread) < 0) {
         conn_close(conn);
         return;
     }
@@ -696,18 +706,78 @@ static void read_start(struct rt_http_conn *conn)
         conn_close(conn);
 }
 
+/* ---- accepting, within the limits ------------------------------------- */
+
+/* The client address as 16 bytes (IPv4 mapped into IPv6). */
+static void peer_address(struct rt_http_conn *conn)
+{
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    memset(conn->peer, 0, sizeof(conn->peer));
+    if (uv_tcp_getpeername(&conn->tcp, (struct sockaddr *)&ss, &len) != 0)
+        return;
+    if (ss.ss_family == AF_INET6) {
+        memcpy(conn->peer, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+    } else if (ss.ss_family == AF_INET) {
+        conn->peer[10] = conn->peer[11] = 0xff;
+        memcpy(conn->peer + 12, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+    }
+}
+
+/* Open connections (not closing) of conn's client, conn excluded. */
+static size_t conns_of_peer(const struct rt_http_conn *conn)
+{
+    size_t n = 0;
+    for (const struct rt_http_conn *c = conn->srv->conns; c; c = c->next)
+        if (c != conn && !c->closing &&
+            memcmp(c->peer, conn->peer, sizeof(c->peer)) == 0)
+            n++;
+    return n;
+}
+
+/* The oldest idle connection of conn's client, or NULL. */
+static struct rt_http_conn *oldest_idle_of_peer(const struct rt_http_conn *conn)
+{
+    for (struct rt_http_conn *c = conn->srv->idle_head; c; c = c->idle_next)
+        if (memcmp(c->peer, conn->peer, sizeof(c->peer)) == 0)
+            return c;
+    return NULL;
+}
+
+/* Refuses a new connection over a limit: a 503 with Retry-After if the
+ * socket takes it at once, then close. Never blocks and never reads, so a
+ * flood of connections costs one write and one close each. */
+static void conn_reject(struct rt_http_conn *conn, const char *why)
+{
+    char body[256], resp[512];
+    int bl = snprintf(body, sizeof(body),
+                      "{\"error\":{\"message\":\"%s\",\"type\":"
+                      "\"server_error\",\"param\":null,\"code\":503}}",
+                      why);
+    int n = snprintf(resp, sizeof(resp),
+                     "HTTP/1.1 503 Service Unavailable\r\n"
+                     "Content-Type: application/json\r\n"
+                     "Content-Length: %d\r\nRetry-After: %u\r\n"
+                     "Connection: close\r\n\r\n%s",
+                     bl, conn->srv->cfg.retry_after_s, body);
+    uv_buf_t b = uv_buf_init(resp, (unsigned)n);
+    uv_try_write((uv_stream_t *)&conn->tcp, &b, 1);
+    conn_close(conn);
+}
+
 static void free_handle(uv_handle_t *h)
 {
     free(h);
 }
 
-static void on_connection(uv_stream_t *l, int status)
+void rt__http_on_connection(uv_stream_t *l, int status)
 {
     struct rt_http_server *srv = l->data;
     if (status < 0 || srv->closing)
         return;
     struct rt_http_conn *conn = calloc(1, sizeof(*conn));
-    if (!conn) {
+    if (!conn || uv_tcp_init(srv->loop, &conn->tcp) < 0) {
+        free(conn);
         /* Accept and drop, so the backlog does not spin. */
         uv_tcp_t *tmp = malloc(sizeof(*tmp));
         if (tmp && uv_tcp_init(srv->loop, tmp) == 0) {
@@ -719,10 +789,6 @@ static void on_connection(uv_stream_t *l, int status)
         return;
     }
     conn->srv = srv;
-    if (uv_tcp_init(srv->loop, &conn->tcp) < 0) {
-        free(conn);
-        return;
-    }
     uv_timer_init(srv->loop, &conn->timer);
     conn->tcp.data = conn;
     conn->timer.data = conn;
@@ -734,157 +800,39 @@ static void on_connection(uv_stream_t *l, int status)
         srv->conns->prev = conn;
     srv->conns = conn;
     srv->n_conns++;
+    srv->n_live++;
     srv->live_handles++;
     if (uv_accept(l, (uv_stream_t *)&conn->tcp) < 0) {
         conn_close(conn);
         return;
     }
+    peer_address(conn);
+    const struct rt_http_config *cfg = &srv->cfg;
+    /* n_live counts this one too. An idle connection gives way: it holds
+     * a descriptor and nothing else, and its client reconnects at need. */
+    if (cfg->max_connections && srv->n_live > cfg->max_connections) {
+        if (!srv->idle_head) {
+            srv->stats.rejected_max++;
+            conn_reject(conn, "the server is at its connection limit");
+            return;
+        }
+        srv->stats.evicted++;
+        conn_close(srv->idle_head);
+    }
+    if (cfg->max_connections_per_ip &&
+        conns_of_peer(conn) >= cfg->max_connections_per_ip) {
+        struct rt_http_conn *victim = oldest_idle_of_peer(conn);
+        if (!victim) {
+            srv->stats.rejected_per_ip++;
+            conn_reject(conn, "too many connections from this address");
+            return;
+        }
+        srv->stats.evicted++;
+        conn_close(victim);
+    }
+    srv->stats.accepted++;
     uv_tcp_nodelay(&conn->tcp, 1);
     read_start(conn);
     if (!conn->closing)
         conn_arm_timer(conn);
-}
-
-/* ---- server ------------------------------------------------------------ */
-
-int rt_http_server_init(struct rt_http_server *srv, uv_loop_t *loop,
-                        const struct rt_http_config *cfg, char *err,
-                        size_t errlen)
-{
-    memset(srv, 0, sizeof(*srv));
-    if (!loop)
-        return tg_err_set(err, errlen, TG_EINVAL, "http: no loop");
-    if (cfg)
-        srv->cfg = *cfg;
-    else
-        rt_http_config_default(&srv->cfg);
-    if (srv->cfg.max_header_bytes < 256 ||
-        srv->cfg.max_header_bytes > (64u << 20))
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "http: max_header_bytes %zu outside [256, 64 MiB]",
-                          srv->cfg.max_header_bytes);
-    if (srv->cfg.max_body_bytes > ((size_t)1 << 40))
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "http: max_body_bytes %zu too large",
-                          srv->cfg.max_body_bytes);
-    if (srv->cfg.backlog <= 0)
-        return tg_err_set(err, errlen, TG_EINVAL, "http: backlog %d <= 0",
-                          srv->cfg.backlog);
-    srv->loop = loop;
-    int rc = uv_tcp_init(loop, &srv->listener);
-    if (rc < 0)
-        return tg_err_set(err, errlen, TG_EIO, "http: uv_tcp_init: %s",
-                          uv_strerror(rc));
-    /* uv_idle_init cannot fail (it only links the handle into the loop). */
-    rc = uv_idle_init(loop, &srv->resume_idle);
-    TG_ASSERT(rc == 0);
-    srv->listener.data = srv;
-    srv->resume_idle.data = srv;
-    srv->live_handles = 2;
-    srv->initialized = 1;
-    return 0;
-}
-
-int rt_http_route_add(struct rt_http_server *srv, const char *method,
-                      const char *path, rt_http_handler_fn handler, void *ud,
-                      char *err, size_t errlen)
-{
-    if (!method || !*method || !path || path[0] != '/' || !handler)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "http: route needs a method, a path starting "
-                          "with '/' and a handler");
-    if (srv->n_routes == srv->cap_routes) {
-        size_t c = srv->cap_routes ? 2 * srv->cap_routes : 16;
-        struct rt_http_route *r = realloc(srv->routes, c * sizeof(*r));
-        if (!r)
-            return tg_err_set(err, errlen, TG_ENOMEM, "http: routes");
-        srv->routes = r;
-        srv->cap_routes = c;
-    }
-    struct rt_http_route *r = &srv->routes[srv->n_routes];
-    r->method = strdup(method);
-    r->path = strdup(path);
-    if (!r->method || !r->path) {
-        free(r->method);
-        free(r->path);
-        return tg_err_set(err, errlen, TG_ENOMEM, "http: routes");
-    }
-    size_t plen = strlen(path);
-    r->prefix_len = path[plen - 1] == '*' ? plen - 1 : 0;
-    r->handler = handler;
-    r->ud = ud;
-    srv->n_routes++;
-    return 0;
-}
-
-int rt_http_server_listen(struct rt_http_server *srv, const char *host,
-                          int port, char *err, size_t errlen)
-{
-    if (!srv->initialized || srv->listening || srv->closing)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "http: server not ready to listen");
-    if (port < 0 || port > 65535)
-        return tg_err_set(err, errlen, TG_EINVAL, "http: bad port %d", port);
-    struct sockaddr_storage ss;
-    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
-        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "http: '%s' is not an IP address", host);
-    int rc = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&ss, 0);
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&srv->listener, srv->cfg.backlog,
-                       on_connection);
-    if (rc < 0)
-        return tg_err_set(err, errlen, TG_EIO, "http: listen on %s:%d: %s",
-                          host, port, uv_strerror(rc));
-    struct sockaddr_storage got;
-    int len = sizeof(got);
-    rc = uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&got, &len);
-    if (rc < 0)
-        return tg_err_set(err, errlen, TG_EIO, "http: getsockname: %s",
-                          uv_strerror(rc));
-    srv->port = got.ss_family == AF_INET6
-                    ? ntohs(((struct sockaddr_in6 *)&got)->sin6_port)
-                    : ntohs(((struct sockaddr_in *)&got)->sin_port);
-    srv->listening = 1;
-    return 0;
-}
-
-static void on_srv_handle_closed(uv_handle_t *h)
-{
-    srv_handle_closed(h->data);
-}
-
-void rt_http_server_close(struct rt_http_server *srv,
-                          rt_http_closed_fn on_closed, void *ud)
-{
-    if (!srv->initialized || srv->closing)
-        return;
-    srv->closing = 1;
-    srv->on_closed = on_closed;
-    srv->on_closed_ud = ud;
-    uv_close((uv_handle_t *)&srv->listener, on_srv_handle_closed);
-    uv_close((uv_handle_t *)&srv->resume_idle, on_srv_handle_closed);
-    srv->resume = NULL;
-    for (struct rt_http_conn *c = srv->conns; c; c = c->next) {
-        c->in_resume = 0;
-        conn_close(c);
-    }
-}
-
-void rt_http_server_free(struct rt_http_server *srv)
-{
-    if (srv->initialized)
-        TG_ASSERT(srv->closing && srv->live_handles == 0);
-    for (size_t i = 0; i < srv->n_routes; i++) {
-        free(srv->routes[i].method);
-        free(srv->routes[i].path);
-    }
-    free(srv->routes);
-    while (srv->zombies) {
-        struct rt_http_req *z = srv->zombies;
-        srv->zombies = z->next_zombie;
-        rt__http_req_free(z);
-    }
-    memset(srv, 0, sizeof(*srv));
 }

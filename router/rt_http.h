@@ -12,16 +12,54 @@
  * - Request bodies with Content-Length or chunked transfer coding; the
  *   handler always sees the decoded body, NUL-terminated.
  *   "Expect: 100-continue" is answered with 100 Continue when the announced
- *   body fits, with 413 at once when it does not.
- * - Limits: request line + headers over max_header_bytes -> 431; body over
- *   max_body_bytes -> 413 (known from Content-Length up front, or while
- *   chunks arrive); a request that does not arrive completely within
- *   request_timeout_ms -> 408; a malformed request -> 400. Each of these
- *   sends a complete JSON error response in the OpenAI shape, then closes
- *   the connection gracefully (FIN after the response, unread input is
- *   drained for up to linger_ms so the client is not reset before it reads
- *   the answer). An idle keep-alive connection is closed quietly after
+ *   body fits (and the head check passed), with 413 at once when it does
+ *   not.
+ * - Strict HTTP/1.1 framing (RFC 9112), because a lenient parser behind a
+ *   proxy that reads the same bytes differently is how requests are
+ *   smuggled. Refused with 400 and a close: a line ending that is not CRLF
+ *   (bare LF or bare CR) in the head, in chunk-size lines and in trailers;
+ *   chunk data not followed by CRLF; a header line starting with
+ *   whitespace (obs-fold, or whitespace before the first header); a field
+ *   name that is not a token ("Host : x"); Content-Length and
+ *   Transfer-Encoding together, two Content-Lengths, a malformed one;
+ *   chunked applied twice or not last; Transfer-Encoding on HTTP/1.0; an
+ *   HTTP/1.1 request without exactly one Host header, or two Host headers,
+ *   or a Host value with characters a host cannot have. A transfer coding
+ *   other than chunked gets 501; an HTTP major version other than 1 gets
+ *   505 (1.x with x > 1 is served as 1.1, RFC 9110 §2.5). Trailer fields
+ *   are checked and counted against max_header_bytes, then dropped.
+ * - Limits (each answered with a complete JSON error in the OpenAI shape,
+ *   then a graceful close: FIN after the response, unread input drained
+ *   for up to linger_ms so the client is not reset before it reads the
+ *   answer): request line + headers over max_header_bytes -> 431; body
+ *   over max_body_bytes -> 413 (known from Content-Length up front, from a
+ *   chunk's announced size, or while chunks arrive); the head not complete
+ *   within header_timeout_ms of its first byte, or the body not within
+ *   body_timeout_ms of the end of the head -> 408; a malformed request ->
+ *   400. An idle keep-alive connection is closed quietly after
  *   idle_timeout_ms.
+ * - Head check: rt_http_server_on_head() installs a callback that sees
+ *   each request's head before any body byte is read (authentication);
+ *   a refusal is answered at once and the connection closed, so an
+ *   unauthenticated client can never make the server buffer a body.
+ * - Connections: at most max_connections are open. When a new one arrives
+ *   at the limit the oldest idle connection (keep-alive between requests,
+ *   or connected and silent) is closed to make room; when none is idle the
+ *   new one gets a 503 with Retry-After and is closed. The listener never
+ *   stops accepting. With max_connections_per_ip, one client address is
+ *   held to that many the same way (its own oldest idle one is closed,
+ *   else the new one is refused).
+ * - Slow readers: a connection whose queued response bytes make no
+ *   progress for send_timeout_ms (the client stopped reading) is closed,
+ *   which aborts its request. A streaming producer bounds what it queues
+ *   with rt_http_req_pending_bytes() and rt_http_req_on_drain().
+ * - Half-close: a client that shuts down its sending side after a complete
+ *   request still gets its response(s) (RFC 9112 §9.6), then the
+ *   connection closes. To tell that apart from a client that closed
+ *   entirely, a request that has no response bytes yet is probed with an
+ *   interim "100 Continue" (HTTP/1.1 only; clients must accept unsolicited
+ *   1xx, RFC 9110 §15.2): a closed socket answers it with a reset, which
+ *   aborts the request within about a quarter second.
  * - Routes: method + exact path (or a path prefix, when the route's path
  *   ends with '*'). A known path with another method gets 405 with an Allow
  *   header; an unknown path gets 404.
@@ -41,14 +79,18 @@
  * - without one, the handle becomes a detached "zombie": every response
  *   call returns TG_ECANCELED, and the final one (rt_http_respond or
  *   rt_http_stream_end) frees it. rt_http_server_free() frees zombies left.
- * EOF from the client while its request is in flight counts as going away
- * (clients that half-close after sending are treated as gone).
+ * EOF from the client while its request is in flight is a half-close, not
+ * going away (see above); a reset or a failed write is.
  *
  * Threading: everything — handlers, callbacks and every rt_http_* call —
  * runs on the thread of the server's uv loop. Library code: never prints.
+ * The process must ignore SIGPIPE (libuv writes with write(2), and a
+ * client that is gone must give EPIPE, not kill the process).
  *
- * Implementation: rt_http.c (connections, parsing, dispatch, server) and
- * rt_http_resp.c (responses), sharing rt_http_internal.h.
+ * Implementation: rt_http.c (connections, limits, dispatch),
+ * rt_http_parse.c (parser callbacks and the strictness checks),
+ * rt_http_resp.c (responses) and rt_http_server.c (init, routes, listen,
+ * close), sharing rt_http_internal.h.
  */
 #ifndef RT_HTTP_H
 #define RT_HTTP_H
@@ -57,6 +99,9 @@
 #include <stdint.h>
 
 #include <uv.h>
+
+/* Bytes of the read buffer the connections of one server share. */
+#define RT_HTTP_READ_BUF 65536
 
 struct rt_http_req;
 struct rt_http_conn;
@@ -74,21 +119,80 @@ typedef void (*rt_http_abort_fn)(struct rt_http_req *req, void *ud);
 /* Called once by rt_http_server_close() when every handle is closed. */
 typedef void (*rt_http_closed_fn)(void *ud);
 
+/* Called once, from the loop, when the bytes queued on the request's
+ * connection fell to the low mark given to rt_http_req_on_drain(). */
+typedef void (*rt_http_drain_fn)(struct rt_http_req *req, void *ud);
+
+/* What a head check answers instead of serving a request. The strings
+ * must outlive the call (static text). */
+struct rt_http_refusal {
+    int status;                  /* 400..599 */
+    const char *type;            /* OpenAI error type; NULL: the default of
+                                    rt_http_respond_error() */
+    const char *message;         /* NULL: the reason phrase */
+    const char *code;            /* the error's "code" string; NULL: the
+                                    status number */
+    const char *header;          /* one extra response header line without
+                                    CRLF ("WWW-Authenticate: Bearer"), or
+                                    NULL */
+};
+
+/* Called once per request when its head is complete and valid, before any
+ * body byte is read: method, path, query, version and headers of `req`
+ * are set; body is not. Returns 0 to go on (read the body, dispatch), or
+ * nonzero after filling *out to refuse: the server then answers out->status
+ * with a JSON error, closes the connection, and never reads the body. It
+ * must not call any rt_http_* function on `req`. */
+typedef int (*rt_http_head_fn)(const struct rt_http_req *req, void *ud,
+                               struct rt_http_refusal *out);
+
 struct rt_http_config {
-    size_t max_header_bytes;     /* request line + header bytes; over -> 431
-                                    (default 16384, min 256; http-parser's
-                                    own 80 KiB cap applies above that) */
+    size_t max_header_bytes;     /* request line + header bytes (trailers
+                                    included); over -> 431 (default 16384,
+                                    min 256; http-parser's own 80 KiB cap
+                                    applies above that) */
     size_t max_body_bytes;       /* decoded body bytes; over -> 413
                                     (default 8 MiB) */
-    uint32_t idle_timeout_ms;    /* keep-alive idle close (default 60000;
+    uint32_t idle_timeout_ms;    /* keep-alive idle close, also for a new
+                                    connection that sends nothing (default
+                                    60000; 0 = never) */
+    uint32_t header_timeout_ms;  /* first byte of a request to the end of
+                                    its head; over -> 408 (default 10000;
                                     0 = never) */
-    uint32_t request_timeout_ms; /* first byte to complete request; over ->
-                                    408. Also bounds the flush of a final
-                                    response (default 30000; 0 = never) */
+    uint32_t body_timeout_ms;    /* end of the head to the end of the body;
+                                    over -> 408 (default 60000; 0 = never) */
+    uint32_t send_timeout_ms;    /* queued response bytes that make no
+                                    progress this long: the client stopped
+                                    reading, the connection is closed and
+                                    its request aborted. Also bounds the
+                                    flush of a final response (default
+                                    60000; 0 = never) */
     uint32_t linger_ms;          /* input drain after a final response before
                                     the socket closes (default 1000, 0 = close
                                     at once) */
+    uint32_t max_connections;    /* open connections (default 4096; 0 = no
+                                    limit) */
+    uint32_t max_connections_per_ip; /* open connections of one client
+                                    address (default 0 = no limit) */
+    uint32_t retry_after_s;      /* Retry-After of the 503 that refuses a
+                                    connection over the limit (default 1) */
     int backlog;                 /* listen(2) backlog (default 511) */
+};
+
+/* Counters of the server since init, for metrics. Readable by callers. */
+struct rt_http_stats {
+    uint64_t accepted;           /* connections accepted and served */
+    uint64_t rejected_max;       /* refused: max_connections, none idle */
+    uint64_t rejected_per_ip;    /* refused: max_connections_per_ip */
+    uint64_t evicted;            /* idle connections closed to make room */
+    uint64_t timeout_header;     /* 408: head not complete in time */
+    uint64_t timeout_body;       /* 408: body not complete in time */
+    uint64_t malformed;          /* 400 / 501 / 505 from parsing */
+    uint64_t too_large;          /* 413 / 431 */
+    uint64_t refused_head;       /* refused by the head check */
+    uint64_t slow_readers;       /* closed by send_timeout_ms */
+    uint64_t half_closed;        /* requests still in flight when their
+                                    client half-closed */
 };
 
 /* One request header, both strings NUL-terminated, name as sent. */
@@ -113,14 +217,27 @@ struct rt_http_server {
     uv_tcp_t listener;
     uv_idle_t resume_idle;       /* resumes connections whose async response
                                     completed, outside the caller's stack */
+    uv_timer_t peer_timer;       /* checks half-closed clients (see top) */
     struct rt_http_route *routes;/* (n_routes) */
     size_t n_routes, cap_routes;
     struct rt_http_conn *conns;  /* doubly linked list of open connections */
+    struct rt_http_conn *idle_head, *idle_tail; /* idle connections, oldest
+                                    first (the ones closed to make room) */
     struct rt_http_conn *resume; /* singly linked list to resume */
+    struct rt_http_conn *peers;  /* half-closed with a request in flight */
     struct rt_http_req *zombies; /* detached requests (see above) */
+    rt_http_head_fn on_head;
+    void *on_head_ud;
+    char *rbuf;                  /* (RT_HTTP_READ_BUF) read buffer shared by
+                                    every connection: input is copied out
+                                    (or dropped) in the read callback */
     int port;                    /* readable: bound port after listen */
-    size_t n_conns;              /* readable: open connections */
+    size_t n_conns;              /* readable: open connections, closing
+                                    ones included */
+    size_t n_live;               /* readable: open connections not closing
+                                    (what max_connections counts) */
     uint64_t n_requests;         /* readable: requests dispatched so far */
+    struct rt_http_stats stats;  /* readable */
     int listening, live_handles, closing, initialized;
     rt_http_closed_fn on_closed;
     void *on_closed_ud;
@@ -160,6 +277,11 @@ struct rt_http_req {
     int is_head;                 /* HEAD: send no body bytes */
     size_t url_len;              /* bytes of the target at hbuf[0] */
     int last_cb;                 /* parser callback seen last (CB_* in .c) */
+    int head_done;               /* headers complete: later fields are
+                                    trailers */
+    rt_http_drain_fn on_drain;   /* armed by rt_http_req_on_drain */
+    void *drain_ud;
+    size_t drain_low;
 };
 
 /* Fills `cfg` with the defaults listed in struct rt_http_config. */
@@ -172,6 +294,11 @@ void rt_http_config_default(struct rt_http_config *cfg);
 int rt_http_server_init(struct rt_http_server *srv, uv_loop_t *loop,
                         const struct rt_http_config *cfg, char *err,
                         size_t errlen);
+
+/* Installs the head check (see rt_http_head_fn; NULL removes it), run for
+ * every request after this call. Loop thread. */
+void rt_http_server_on_head(struct rt_http_server *srv, rt_http_head_fn fn,
+                            void *ud);
 
 /* Adds a route: requests whose method equals `method` and whose path
  * equals `path` (or starts with it minus a trailing '*') go to `handler`
@@ -260,6 +387,15 @@ int rt_http_stream_end(struct rt_http_req *req);
 /* Bytes queued on the connection but not yet written to the socket (0 when
  * the client is gone); lets a streaming producer apply backpressure. */
 size_t rt_http_req_pending_bytes(const struct rt_http_req *req);
+
+/* Arms `fn(req, ud)` to be called once, from the loop (never inside a
+ * response call), when the bytes queued on req's connection fall to `low`
+ * or below; replaces one armed before. It is not called once the handle is
+ * gone (final response, abort). Returns 0, TG_EAGAIN when no more than
+ * `low` bytes are queued now (nothing armed: just write), or TG_ECANCELED
+ * (the client is gone). */
+int rt_http_req_on_drain(struct rt_http_req *req, size_t low,
+                         rt_http_drain_fn fn, void *ud);
 
 /* Returns the standard reason phrase of `status` ("OK", "Not Found" ...),
  * or "Unknown" for codes it does not know. Thread-safe. */

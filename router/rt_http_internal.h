@@ -1,6 +1,8 @@
 /*
- * rt_http_internal.h — what rt_http.c (connections, parsing, dispatch) and
- * rt_http_resp.c (responses) share. Not for use outside router/rt_http*.c.
+ * rt_http_internal.h — what rt_http.c (connections, limits, dispatch),
+ * rt_http_parse.c (parser callbacks, strictness checks), rt_http_resp.c
+ * (responses) and rt_http_server.c (the server object) share. Not for use
+ * outside router/rt_http*.c.
  */
 #ifndef RT_HTTP_INTERNAL_H
 #define RT_HTTP_INTERNAL_H
@@ -17,11 +19,19 @@ enum {
 
 enum { CB_NONE = 0, CB_URL, CB_FIELD, CB_VALUE };
 
-enum { TM_NONE = 0, TM_IDLE, TM_REQUEST, TM_FLUSH, TM_LINGER };
+enum {
+    TM_NONE = 0,
+    TM_IDLE,   /* no request: idle_timeout_ms */
+    TM_HEAD,   /* head arriving: header_timeout_ms from its first byte */
+    TM_BODY,   /* body arriving: body_timeout_ms from the end of the head */
+    TM_SEND,   /* response bytes unacknowledged: send_timeout_ms without
+                  the client acknowledging any (checked 4 times a period) */
+    TM_FLUSH,  /* final response flushing before the FIN: same bound */
+    TM_LINGER, /* after the FIN: input drained for linger_ms */
+};
 
 /* Unparsed input kept while a request is in flight before reading pauses. */
 #define PENDING_CAP (64u * 1024u)
-#define READ_BUF 32768
 
 struct rt_http_conn {
     struct rt_http_server *srv;
@@ -29,14 +39,36 @@ struct rt_http_conn {
     uv_timer_t timer;
     uv_shutdown_t shutdown_req;
     http_parser parser;
-    struct rt_http_conn *prev, *next; /* srv->conns */
-    struct rt_http_conn *next_resume; /* srv->resume */
+    struct rt_http_conn *prev, *next;           /* srv->conns */
+    struct rt_http_conn *idle_prev, *idle_next; /* srv idle list */
+    struct rt_http_conn *next_resume;           /* srv->resume */
+    struct rt_http_conn *next_peer;             /* srv->peers */
     struct rt_http_req *cur;          /* parsing or in flight; at most one */
     char *pend;                       /* (pend_len) unparsed input from
                                          pend_off on */
     size_t pend_off, pend_len, pend_cap;
-    size_t hdr_bytes;                 /* request line + header bytes so far */
+    size_t hdr_bytes;                 /* request line + header (and
+                                         trailer) bytes so far */
     int error_status;                 /* set by a callback refusing input */
+    const char *error_msg;            /* its message (static), or NULL */
+    struct rt_http_refusal refusal;   /* the head check's, when it refused */
+    /* Framing check of the bytes the parser consumes outside bodies
+     * (rt_http_parse.c): the head, chunk-size lines, the CRLF after chunk
+     * data, trailers. */
+    const char *scan_at;              /* next unchecked byte of the buffer
+                                         being parsed; NULL outside it */
+    uint64_t chunk_left;              /* data bytes of the current chunk */
+    int crlf_need;                    /* 2, 1: CR, LF due after chunk data */
+    int prev_cr;                      /* the last framing byte was CR */
+    int prev_nonempty;                /* the line before was not empty */
+    size_t line_len;                  /* bytes of the current line so far */
+    uint8_t peer[16];                 /* client address (IPv4 mapped into
+                                         IPv6), for the per-IP limit */
+    /* Send progress (TM_SEND, TM_FLUSH): bytes the client acknowledged,
+     * as submitted - libuv's queue - the kernel's unacknowledged ones. */
+    uint64_t submitted;               /* bytes handed to uv_write */
+    uint64_t acked_mark;              /* acknowledged at the last progress */
+    uint64_t progress_at;             /* uv_now() of the last progress, ms */
     int handles_open;                 /* tcp + timer until their close cbs */
     int closing;                      /* uv_close issued */
     int finishing;                    /* graceful shutdown under way */
@@ -45,7 +77,9 @@ struct rt_http_conn {
     int in_dispatch;
     int read_paused;
     int timer_mode;
-    char rbuf[READ_BUF];
+    int in_idle;                      /* on the server's idle list */
+    int peer_eof;                     /* the client half-closed */
+    int in_peers;                     /* on srv->peers */
 };
 
 struct wreq {
@@ -55,8 +89,34 @@ struct wreq {
     char data[];
 };
 
+/* Accepts a connection on the listener (rt_http.c), within the limits. */
+void rt__http_on_connection(uv_stream_t *l, int status);
+
+/* Closes a connection at once, aborting its request (rt_http.c). */
+void rt__http_conn_close(struct rt_http_conn *conn);
+
+/* One server handle finished closing; the last one of a closing server
+ * calls on_closed (rt_http_server.c). */
+void rt__http_srv_handle_closed(struct rt_http_server *srv);
+
+/* The parser callbacks (rt_http_parse.c). */
+extern const http_parser_settings rt__http_parser_settings;
+
+/* Feeds data[0..len) to the connection's parser and checks the framing of
+ * what it consumed. Returns the bytes consumed and sets *e to the
+ * parser's errno (HPE_PAUSED: one request is complete). When a check
+ * refused the input, conn->error_status is set (and *e is not HPE_OK
+ * unless the refusal came after the parser finished). */
+size_t rt__http_parse(struct rt_http_conn *conn, const char *data,
+                      size_t len, enum http_errno *e);
+
 /* Frees a request and everything it owns. NULL is a no-op. */
 void rt__http_req_free(struct rt_http_req *req);
+
+/* Appends n bytes to a growable NUL-terminated buffer. Returns 0 or
+ * TG_ENOMEM. */
+int rt__http_buf_append(char **buf, size_t *len, size_t *cap, const char *at,
+                        size_t n);
 
 /* Queues the concatenation of up to three pieces as one write (copied). On
  * failure the connection is marked to close from the idle callback (never
@@ -71,7 +131,14 @@ void rt__http_resume_later(struct rt_http_conn *conn);
 /* Ends `conn` gracefully: flush, FIN, drain input for linger_ms, close. */
 void rt__http_conn_finish(struct rt_http_conn *conn);
 
-/* The JSON error body of the OpenAI API (malloc'ed; NULL on OOM). */
+/* True when the response being written is the connection's last one: the
+ * client half-closed and sent nothing more after this request. */
+int rt__http_conn_last(const struct rt_http_conn *conn);
+
+/* The JSON error body of the OpenAI API (malloc'ed; NULL on OOM): "code"
+ * is the status number, or the string `code` when not NULL. */
 char *rt__http_error_json(int status, const char *type, const char *msg);
+char *rt__http_error_json_code(int status, const char *type, const char *msg,
+                               const char *code);
 
 #endif /* RT_HTTP_INTERNAL_H */

@@ -113,11 +113,18 @@ static int has_crlf(const char *s)
 /* The JSON error body of the OpenAI API; malloc'ed, NULL on OOM. */
 char *rt__http_error_json(int status, const char *type, const char *msg)
 {
+    return rt__http_error_json_code(status, type, msg, NULL);
+}
+
+char *rt__http_error_json_code(int status, const char *type, const char *msg,
+                               const char *code)
+{
     if (!type)
         type = status < 500 ? "invalid_request_error" : "server_error";
-    json_t *doc = json_pack("{s:{s:s,s:s,s:n,s:i}}", "error", "message",
+    json_t *c = code ? json_string(code) : json_integer(status);
+    json_t *doc = json_pack("{s:{s:s,s:s,s:n,s:o}}", "error", "message",
                             msg ? msg : rt_http_status_reason(status), "type",
-                            type, "param", "code", status);
+                            type, "param", "code", c);
     if (!doc)
         return NULL;
     char *s = json_dumps(doc, JSON_COMPACT);
@@ -276,7 +283,8 @@ int rt_http_respond(struct rt_http_req *req, int status,
         (content_type && has_crlf(content_type)))
         return TG_EINVAL;
     struct rt_http_conn *conn = req->conn;
-    int keep = req->keep_alive && !conn->srv->closing;
+    int keep = req->keep_alive && !conn->srv->closing &&
+               !rt__http_conn_last(conn);
     rc = write_head(req, status, content_type, 0, len, keep,
                     req->is_head ? NULL : body, req->is_head ? 0 : len);
     if (rc < 0) {
@@ -316,7 +324,8 @@ int rt_http_stream_begin(struct rt_http_req *req, int status,
         return TG_EINVAL;
     int http10 = req->http_major == 1 && req->http_minor == 0;
     /* HTTP/1.0 has no chunked coding: the body ends when we close. */
-    int keep = req->keep_alive && !http10 && !req->conn->srv->closing;
+    int keep = req->keep_alive && !http10 && !req->conn->srv->closing &&
+               !rt__http_conn_last(req->conn);
     rc = write_head(req, status, content_type, 1, 0, keep, NULL, 0);
     if (rc < 0)
         return rc;
@@ -366,7 +375,8 @@ int rt_http_stream_end(struct rt_http_req *req)
             return rc;
         }
     }
-    req_complete(req, req->keep_alive && !req->conn->srv->closing);
+    req_complete(req, req->keep_alive && !req->conn->srv->closing &&
+                          !rt__http_conn_last(req->conn));
     return 0;
 }
 
@@ -375,4 +385,19 @@ size_t rt_http_req_pending_bytes(const struct rt_http_req *req)
     if (!req->conn)
         return 0;
     return uv_stream_get_write_queue_size((const uv_stream_t *)&req->conn->tcp);
+}
+
+int rt_http_req_on_drain(struct rt_http_req *req, size_t low,
+                         rt_http_drain_fn fn, void *ud)
+{
+    if (!req->conn || req->conn->want_close || req->conn->closing)
+        return TG_ECANCELED;
+    req->on_drain = NULL;
+    if (rt_http_req_pending_bytes(req) <= low)
+        return TG_EAGAIN;
+    /* The write callbacks of rt_http.c call it as the queue drains. */
+    req->on_drain = fn;
+    req->drain_ud = ud;
+    req->drain_low = low;
+    return 0;
 }

@@ -913,6 +913,14 @@ int rt_link_rank_alive(const struct rt_link *link, int rank)
     return link->ranks[rank].state == RANK_ALIVE;
 }
 
+int64_t rt_link_rank_silence_ms(const struct rt_link *link, int rank)
+{
+    if (!rt_link_rank_alive(link, rank))
+        return -1;
+    uint64_t now = uv_now(link->loop), last = link->ranks[rank].last_seen;
+    return now > last ? (int64_t)(now - last) : 0;
+}
+
 int32_t rt_link_min_pages(const struct rt_link *link)
 {
     if (!link || !link->initialized || link->closed)

@@ -278,6 +278,13 @@ int rt_link_rank_joined(const struct rt_link *link, int rank);
 /* Returns 1 when `rank` is alive, 0 otherwise (also out of range). */
 int rt_link_rank_alive(const struct rt_link *link, int rank);
 
+/* Returns the milliseconds since the last message of any kind from alive
+ * `rank` (the loop's clock, uv_now), or -1 when the rank is not alive (or
+ * out of range). A healthy rank speaks at least every heartbeat_ms between
+ * steps; a longer silence means it is stalled, long before dead_ms declares
+ * it dead. */
+int64_t rt_link_rank_silence_ms(const struct rt_link *link, int rank);
+
 /* Returns the smallest pages_total that the alive ranks reported in their
  * Hellos (clamped to INT32_MAX), or 0 when no rank is alive. Read it in
  * on_ready to size the scheduler's pools from what the workers hold. */

@@ -783,12 +783,82 @@ static const struct single_def single_defs[] = {
      "Histogram of time from arrival to completion, in seconds.",
      RT_METRICS_HISTOGRAM, rt_metrics_e2e_bounds, &rt_metrics_e2e_n_bounds,
      SLOT(e2e_request_latency_seconds)},
+    {"tangram_http_connections_open",
+     "Open HTTP connections (closing ones excluded).", RT_METRICS_GAUGE,
+     NULL, NULL, SLOT(http_connections_open)},
+    {"tangram_http_connections_evicted_total",
+     "Idle HTTP connections closed to make room for a new one at "
+     "--http-max-connections.",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(http_connections_evicted_total)},
+    {"tangram_http_slow_readers_aborted_total",
+     "HTTP connections cut because the client read none of its response "
+     "for --http-send-timeout; their requests were aborted.",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(http_slow_readers_aborted_total)},
     {"tangram_scheduler_step_seconds",
      "Histogram of scheduler step time (plan sent to result received), in "
      "seconds.",
      RT_METRICS_HISTOGRAM, rt_metrics_step_bounds, &rt_metrics_step_n_bounds,
      SLOT(scheduler_step_seconds)},
 };
+
+/* Registers a counter family `name` with one label and a series per value
+ * of values[0..n) into dst[0..n). */
+static int add_labelled_counters(struct rt_metrics_tangram *m,
+                                 const char *name, const char *help,
+                                 const char *label,
+                                 const char *const *values, int n,
+                                 struct rt_metrics_series **dst, char *err,
+                                 size_t errlen)
+{
+    struct rt_metrics_family *f;
+    int rc = rt_metrics_family_add(&m->reg, name, help, RT_METRICS_COUNTER, 1,
+                                   &label, NULL, 0, &f, err, errlen);
+    for (int i = 0; rc == 0 && i < n; i++)
+        rc = rt_metrics_series_add(f, &values[i], &dst[i], err, errlen);
+    return rc;
+}
+
+static const char *const http_reject_names[RT_METRICS_HTTP_REJECT_COUNT] = {
+    [RT_METRICS_HTTP_REJECT_MAX] = "max_connections",
+    [RT_METRICS_HTTP_REJECT_PER_IP] = "max_connections_per_ip",
+};
+static const char *const http_timeout_names[RT_METRICS_HTTP_TIMEOUT_COUNT] = {
+    [RT_METRICS_HTTP_TIMEOUT_HEADER] = "header",
+    [RT_METRICS_HTTP_TIMEOUT_BODY] = "body",
+};
+static const char *const http_refuse_names[RT_METRICS_HTTP_REFUSE_COUNT] = {
+    [RT_METRICS_HTTP_REFUSE_UNAUTH] = "unauthenticated",
+    [RT_METRICS_HTTP_REFUSE_MALFORMED] = "malformed",
+    [RT_METRICS_HTTP_REFUSE_TOO_LARGE] = "too_large",
+};
+
+/* The labelled families of the HTTP front end. */
+static int add_http_families(struct rt_metrics_tangram *m, char *err,
+                             size_t errlen)
+{
+    int rc = add_labelled_counters(
+        m, "tangram_http_connections_rejected_total",
+        "New HTTP connections refused (503) at a connection limit, by "
+        "limit.",
+        "reason", http_reject_names, RT_METRICS_HTTP_REJECT_COUNT,
+        m->http_connections_rejected_total, err, errlen);
+    if (rc == 0)
+        rc = add_labelled_counters(
+            m, "tangram_http_requests_timed_out_total",
+            "HTTP requests answered 408 because their head or body did not "
+            "arrive in time, by phase.",
+            "phase", http_timeout_names, RT_METRICS_HTTP_TIMEOUT_COUNT,
+            m->http_requests_timed_out_total, err, errlen);
+    if (rc == 0)
+        rc = add_labelled_counters(
+            m, "tangram_http_requests_refused_total",
+            "HTTP requests refused before their body was read: without a "
+            "valid API key (401), malformed (400, 501, 505) or too large "
+            "(413, 431).",
+            "reason", http_refuse_names, RT_METRICS_HTTP_REFUSE_COUNT,
+            m->http_requests_refused_total, err, errlen);
+    return rc;
+}
 
 /* Registers family `name` with label `label` and one gauge per rank. */
 static int add_rank_gauges(struct rt_metrics_tangram *m, const char *name,
@@ -856,6 +926,8 @@ int rt_metrics_tangram_init(struct rt_metrics_tangram *m, int n_ranks,
     for (int r = 0; rc == 0 && r < RT_METRICS_FINISH_COUNT; r++)
         rc = rt_metrics_series_add(f, &finish_names[r],
                                    &m->request_success_total[r], err, errlen);
+    if (rc == 0)
+        rc = add_http_families(m, err, errlen);
     if (rc != 0)
         goto fail;
     return 0;

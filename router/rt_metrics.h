@@ -214,6 +214,28 @@ enum rt_metrics_finish {
     RT_METRICS_FINISH_COUNT,
 };
 
+/* reason label values of tangram_http_connections_rejected_total. */
+enum rt_metrics_http_reject {
+    RT_METRICS_HTTP_REJECT_MAX,    /* "max_connections" */
+    RT_METRICS_HTTP_REJECT_PER_IP, /* "max_connections_per_ip" */
+    RT_METRICS_HTTP_REJECT_COUNT,
+};
+
+/* phase label values of tangram_http_requests_timed_out_total. */
+enum rt_metrics_http_timeout {
+    RT_METRICS_HTTP_TIMEOUT_HEADER, /* "header" */
+    RT_METRICS_HTTP_TIMEOUT_BODY,   /* "body" */
+    RT_METRICS_HTTP_TIMEOUT_COUNT,
+};
+
+/* reason label values of tangram_http_requests_refused_total. */
+enum rt_metrics_http_refuse {
+    RT_METRICS_HTTP_REFUSE_UNAUTH,    /* "unauthenticated" */
+    RT_METRICS_HTTP_REFUSE_MALFORMED, /* "malformed" */
+    RT_METRICS_HTTP_REFUSE_TOO_LARGE, /* "too_large" */
+    RT_METRICS_HTTP_REFUSE_COUNT,
+};
+
 /* Most ranks the tangram set accepts (per-rank page gauges). */
 #define RT_METRICS_MAX_RANKS 1024
 
@@ -243,6 +265,17 @@ struct rt_metrics_tangram {
     struct rt_metrics_series *num_preemptions_total;
     struct rt_metrics_series
         *request_success_total[RT_METRICS_FINISH_COUNT]; /* {finished_reason} */
+    /* the HTTP front end (the router copies its counters in before each
+     * scrape) */
+    struct rt_metrics_series *http_connections_open;          /* gauge */
+    struct rt_metrics_series *http_connections_evicted_total;
+    struct rt_metrics_series *http_slow_readers_aborted_total;
+    struct rt_metrics_series
+        *http_connections_rejected_total[RT_METRICS_HTTP_REJECT_COUNT];
+    struct rt_metrics_series
+        *http_requests_timed_out_total[RT_METRICS_HTTP_TIMEOUT_COUNT];
+    struct rt_metrics_series
+        *http_requests_refused_total[RT_METRICS_HTTP_REFUSE_COUNT];
 };
 
 /* vLLM's bucket bounds (seconds), exported for tests and documentation. */

@@ -158,6 +158,7 @@ static int tokenize(struct rt_req *r, struct rt_api_error *e)
 }
 
 static void wake(struct rt_server *s);
+static void drain_check(struct rt_server *s);
 
 int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
 {
@@ -245,39 +246,22 @@ int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
     return 0;
 }
 
-/* Releases text and logprobs produced since the last delivery. */
-static void deliver(struct rt_req *r, enum rt_finish fin, const char *error)
+void rt_req_resume(struct rt_req *r)
 {
+    struct rt_server *s = r->srv;
     if (r->done)
         return;
-    size_t ready = rt_text_ready(&r->text, fin != RT_FINISH_NONE);
-    size_t from = r->text.emitted;
-    size_t n_lp = 0;
-    if (r->ctx.logprobs) {
-        for (int32_t i = r->lp_sent; i < r->n_out; i++) {
-            struct rt_token_logprob *t = &r->lp_scratch[n_lp++];
-            t->id = r->out_ids[i];
-            t->logprob = r->out_lps[i];
-            t->n_top = (size_t)r->n_top;
-            t->top = r->top_scratch + (size_t)i * r->n_top;
-            for (int k = 0; k < r->n_top; k++) {
-                r->top_scratch[(size_t)i * r->n_top + k].id =
-                    r->out_top_ids[(size_t)i * r->n_top + k];
-                r->top_scratch[(size_t)i * r->n_top + k].logprob =
-                    r->out_top_lps[(size_t)i * r->n_top + k];
-            }
-        }
+    if (r->holding) {
+        r->holding = 0;
+        rt_req_deliver(r, (enum rt_finish)r->held_fin,
+                       r->held_error[0] ? r->held_error : NULL);
+    } else {
+        rt_req_deliver(r, RT_FINISH_NONE, NULL);
     }
-    if (ready == from && n_lp == 0 && fin == RT_FINISH_NONE)
-        return;
-    r->lp_sent = r->n_out;
-    rt_text_mark(&r->text, ready);
-    if (fin != RT_FINISH_NONE)
-        r->done = 1;
-    r->in_deliver = 1;
-    r->sink->deliver(r, r->text.out.s ? r->text.out.s + from : "", ready - from,
-                     r->lp_scratch, n_lp, fin, error);
-    r->in_deliver = 0;
+    if (r->done && !r->in_step && !r->in_deliver) {
+        rt_req_drop(r);
+        drain_check(s);
+    }
 }
 
 static enum rt_finish finish_of(enum rt_sched_end e)
@@ -323,7 +307,7 @@ static void handle_events(struct rt_server *s, const char *error)
                 rt_text_finish(&r->text);
             observe_finish(s, r, fin);
         }
-        deliver(r, fin, fin == RT_FINISH_ERROR ? (error ? error : "the request failed") : NULL);
+        rt_req_deliver(r, fin, fin == RT_FINISH_ERROR ? (error ? error : "the request failed") : NULL);
     }
 }
 
@@ -360,7 +344,8 @@ void rt_req_cancel(struct rt_req *r)
         return;
     }
     r->done = 1;
-    if (r->submitted) {
+    /* A held request already left the scheduler and was counted. */
+    if (r->submitted && !r->holding) {
         rt_sched_abort(&s->sched, r->id); /* frees its pages at once */
         observe_finish(s, r, RT_FINISH_ABORT);
     }
@@ -373,12 +358,12 @@ void rt_req_cancel(struct rt_req *r)
 void rt_req_abort(struct rt_req *r)
 {
     struct rt_server *s = r->srv;
-    if (r->done)
+    if (r->done || r->holding)
         return;
     if (r->submitted)
         rt_sched_abort(&s->sched, r->id);
     observe_finish(s, r, RT_FINISH_ABORT);
-    deliver(r, RT_FINISH_ABORT, NULL);
+    rt_req_deliver(r, RT_FINISH_ABORT, NULL);
     if (!r->in_step && !r->in_deliver)
         rt_req_drop(r);
     wake(s);
@@ -565,7 +550,7 @@ static void on_result(void *ud, const struct rt_link_result *res)
     for (int32_t i = 0; i < n; i++) {
         struct rt_req *r = s->step.entries[i].user;
         if (!r->done)
-            deliver(r, RT_FINISH_NONE, NULL);
+            rt_req_deliver(r, RT_FINISH_NONE, NULL);
     }
     reap(s);
     update_gauges(s);
@@ -663,11 +648,20 @@ static void drain_timeout_cb(uv_timer_t *t)
     struct rt_req *r = s->reqs, *next;
     for (; r != NULL; r = next) {
         next = r->next;
-        if (!r->done) {
+        if (r->holding) {
+            /* Output held for a client that is not reading: drop it and
+             * end the stream with the error. */
+            r->holding = 0;
+            r->no_hold = 1;
+            rt_text_mark(&r->text, r->text.out.n);
+            r->lp_sent = r->n_out;
+            rt_req_deliver(r, RT_FINISH_ERROR, "the server shut down");
+        } else if (!r->done) {
             if (r->submitted)
                 rt_sched_abort(&s->sched, r->id);
             observe_finish(s, r, RT_FINISH_ERROR);
-            deliver(r, RT_FINISH_ERROR, "the server shut down");
+            r->no_hold = 1;
+            rt_req_deliver(r, RT_FINISH_ERROR, "the server shut down");
         }
     }
     reap(s);
@@ -817,7 +811,7 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
     s->api_cfg.served_model = s->model_name;
     s->api_cfg.max_model_len = s->max_model_len;
     s->api_cfg.vocab_size = s->mc.vocab_size;
-    s->api_cfg.max_body_bytes = 8u << 20;
+    s->api_cfg.max_body_bytes = (size_t)o->td.http_max_body;
     rc = rt_metrics_tangram_init(&s->metrics, (int)o->td.tp, err, errlen);
     if (rc != 0)
         goto fail;
@@ -848,8 +842,7 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
         goto fail;
 
     struct rt_http_config hc;
-    rt_http_config_default(&hc);
-    hc.max_body_bytes = s->api_cfg.max_body_bytes;
+    rt_api_http_config(s, &hc);
     rc = rt_http_server_init(&s->http, loop, &hc, err, errlen);
     if (rc == 0)
         rc = rt_api_http_register(s, err, errlen);

@@ -49,11 +49,25 @@ struct rt_sink {
                     enum rt_finish fin, const char *error);
 };
 
+/* Most tokens (with their logprobs) and text bytes one delivery carries
+ * when output piled up behind a blocked client (rt_req.blocked). */
+#define RT_DELIVER_MAX_TOKENS 64
+#define RT_DELIVER_MAX_TEXT 65536
+
 struct rt_req {
     uint64_t id;
     struct rt_server *srv;
     const struct rt_sink *sink;
     void *client;               /* the front end's handle */
+    /* Optional backpressure, set by the front end: nonzero while the
+     * client takes no more output (its send queue is full). The server
+     * then keeps the output in the request (the token arrays are sized for
+     * max_tokens at submit, so nothing grows), a final delivery that falls
+     * due included, and the front end calls rt_req_resume() once the
+     * client drains. Output that piled up goes out in deliveries of at
+     * most RT_DELIVER_MAX_TOKENS tokens and RT_DELIVER_MAX_TEXT bytes,
+     * asking `blocked` again between them. NULL: never blocked. */
+    int (*blocked)(struct rt_req *r);
     struct rt_gen_request g;    /* parsed request (owned) */
     char id_str[64];            /* "cmpl-..." / "chatcmpl-..." / gRPC id */
     int64_t created;            /* unix seconds */
@@ -78,6 +92,12 @@ struct rt_req {
     int in_deliver;             /* inside its sink: a cancel from there
                                    (a client gone while writing) must not
                                    free it under the sink's feet */
+    int holding;                /* finished, its last delivery held for a
+                                   client that is not reading (blocked);
+                                   freed once delivered or cancelled */
+    int held_fin;               /* enum rt_finish of that delivery */
+    char held_error[160];       /* its error text, "" for none */
+    int no_hold;                /* deliver even when blocked (drain cut) */
     struct rt_req *next;        /* in the server's list */
 };
 
@@ -161,6 +181,20 @@ void rt_req_cancel(struct rt_req *r);
  * RT_FINISH_ABORT. */
 void rt_req_abort(struct rt_req *r);
 
+/* Hands r's output since the last delivery to its sink: text and
+ * logprobs in pieces of at most RT_DELIVER_MAX_TOKENS tokens and
+ * RT_DELIVER_MAX_TEXT bytes while r->blocked allows, then (once all went
+ * out) the final delivery when fin != RT_FINISH_NONE, which marks r done.
+ * A final delivery that meets a blocked client is held (r->holding) for
+ * rt_req_resume(). No-op on a done or holding request. Loop thread. */
+void rt_req_deliver(struct rt_req *r, enum rt_finish fin, const char *error);
+
+/* The client of a blocked request drained: delivers what was held (in
+ * pieces, while the sink stays unblocked), the final delivery included;
+ * a request whose final delivery went out is freed before this returns.
+ * Loop thread, never from inside the request's own sink. */
+void rt_req_resume(struct rt_req *r);
+
 /* Frees a request that was never submitted or already finished. */
 void rt_req_drop(struct rt_req *r);
 
@@ -184,6 +218,11 @@ int rt_server_ready(const struct rt_server *s);
 
 /* Front-end registration (rt_api_http.c / rt_api_grpc.c). */
 int rt_api_http_register(struct rt_server *s, char *err, size_t errlen);
+
+/* Fills the HTTP server's limits from the options (rt_api_http.c); raises
+ * the open-file limit for them (or lowers max_connections to what it
+ * allows), logging either. */
+void rt_api_http_config(struct rt_server *s, struct rt_http_config *hc);
 int rt_api_grpc_register(struct rt_server *s, char *err, size_t errlen);
 
 /* Token text for logprobs (rt_token_text_fn). */

@@ -119,6 +119,14 @@ def value_ok(e, v):
             x = int(v) if t == "INT" else float(v)
         except ValueError:
             return False
+    elif t == "BOOL":
+        return v.lower() in ("true", "false", "1", "0", "yes", "no", "on",
+                             "off")
+    elif t == "SIZE":
+        m = re.fullmatch(r"([0-9]*\.?[0-9]+)([a-zA-Z]*)", v)
+        if not m or m.group(2).lower() not in SIZE_UNITS:
+            return False
+        x = float(m.group(1)) * SIZE_UNITS[m.group(2).lower()]
     elif t == "SIZE_FRAC":
         m = re.fullmatch(r"([0-9]*\.?[0-9]+)(%|[a-zA-Z]*)", v)
         if not m:

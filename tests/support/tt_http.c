@@ -11,6 +11,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -209,22 +210,141 @@ static void h_misuse(struct rt_http_req *req, void *ud)
     rt_http_respond(req, 204, NULL, NULL, 0);
 }
 
-int tt_http_fx_setup(void **state)
+/* Counters of the server, read on the loop thread: "name=value" lines. */
+static void h_counters(struct rt_http_req *req, void *ud)
+{
+    struct tt_http_fx *fx = ud;
+    const struct rt_http_stats *st = &req->srv->stats;
+    char b[512];
+    int n = snprintf(b, sizeof(b),
+                     "live=%zu\naccepted=%llu\nrejected_max=%llu\n"
+                     "rejected_per_ip=%llu\nevicted=%llu\n"
+                     "timeout_header=%llu\ntimeout_body=%llu\n"
+                     "malformed=%llu\ntoo_large=%llu\nrefused_head=%llu\n"
+                     "slow_readers=%llu\nhalf_closed=%llu\n"
+                     "max_pending=%d\n",
+                     req->srv->n_live, (unsigned long long)st->accepted,
+                     (unsigned long long)st->rejected_max,
+                     (unsigned long long)st->rejected_per_ip,
+                     (unsigned long long)st->evicted,
+                     (unsigned long long)st->timeout_header,
+                     (unsigned long long)st->timeout_body,
+                     (unsigned long long)st->malformed,
+                     (unsigned long long)st->too_large,
+                     (unsigned long long)st->refused_head,
+                     (unsigned long long)st->slow_readers,
+                     (unsigned long long)st->half_closed,
+                     atomic_load(&fx->max_pending));
+    rt_http_respond(req, 200, "text/plain", b, (size_t)n);
+}
+
+/* /flood?kb=N: N KiB in 16 KiB chunks, as fast as the client reads: the
+ * producer stops above 64 KiB queued and resumes from on_drain at 16 KiB
+ * (the backpressure pattern of the SSE front end). */
+struct flood {
+    struct rt_http_req *req;
+    struct tt_http_fx *fx;
+    size_t left;
+};
+
+enum { FLOOD_CHUNK = 16384, FLOOD_HIGH = 65536, FLOOD_LOW = 16384 };
+
+static void flood_abort(struct rt_http_req *req, void *ud)
+{
+    (void)req;
+    struct flood *f = ud;
+    atomic_fetch_add(&f->fx->aborts, 1);
+    free(f);
+}
+
+static void flood_pump(struct rt_http_req *req, void *ud)
+{
+    struct flood *f = ud;
+    static char chunk[FLOOD_CHUNK];
+    if (chunk[0] == '\0')
+        memset(chunk, 'f', sizeof(chunk));
+    for (;;) {
+        size_t q = rt_http_req_pending_bytes(req);
+        if ((int)q > atomic_load(&f->fx->max_pending))
+            atomic_store(&f->fx->max_pending, (int)q);
+        if (f->left == 0) {
+            assert_int_equal(rt_http_stream_end(req), 0);
+            free(f);
+            return;
+        }
+        if (q > FLOOD_HIGH) {
+            int rc = rt_http_req_on_drain(req, FLOOD_LOW, flood_pump, f);
+            if (rc == 0)
+                return;
+            assert_int_equal(rc, TG_EAGAIN);
+        }
+        size_t n = f->left < FLOOD_CHUNK ? f->left : FLOOD_CHUNK;
+        assert_int_equal(rt_http_stream_write(req, chunk, n), 0);
+        f->left -= n;
+    }
+}
+
+static void h_flood(struct rt_http_req *req, void *ud)
+{
+    struct flood *f = calloc(1, sizeof(*f));
+    assert_non_null(f);
+    f->req = req;
+    f->fx = ud;
+    f->left = (size_t)query_int(req->query, "kb=", 64) * 1024;
+    rt_http_req_on_abort(req, flood_abort, f);
+    /* Nothing queued yet: there is nothing to wait for. */
+    assert_int_equal(rt_http_req_on_drain(req, 0, flood_pump, f), TG_EAGAIN);
+    assert_int_equal(rt_http_stream_begin(req, 200, "application/octet-stream"),
+                     0);
+    flood_pump(req, f);
+}
+
+/* The head check of tt_http_fx_start(with_auth): everything but /hello
+ * needs "Authorization: Bearer k". */
+static int auth_head(const struct rt_http_req *req, void *ud,
+                     struct rt_http_refusal *out)
+{
+    (void)ud;
+    if (strcmp(req->path, "/hello") == 0)
+        return 0;
+    const char *a = rt_http_req_header(req, "authorization");
+    if (a && strcmp(a, "Bearer k") == 0)
+        return 0;
+    out->status = 401;
+    out->type = "authentication_error";
+    out->code = "invalid_api_key";
+    out->message = "missing or invalid API key";
+    out->header = "WWW-Authenticate: Bearer";
+    return 1;
+}
+
+void tt_http_fx_test_config(struct rt_http_config *cfg)
+{
+    rt_http_config_default(cfg);
+    cfg->max_header_bytes = 4096;
+    cfg->max_body_bytes = 1 << 20;
+    cfg->idle_timeout_ms = 1500;
+    cfg->header_timeout_ms = 1000;
+    cfg->body_timeout_ms = 1000;
+    cfg->send_timeout_ms = 1000;
+    cfg->linger_ms = 200;
+}
+
+struct tt_http_fx *tt_http_fx_start(const struct rt_http_config *cfg,
+                                    int with_auth)
 {
     struct tt_http_fx *fx = calloc(1, sizeof(*fx));
     assert_non_null(fx);
     char err[256];
+    /* As in the router: libuv writes with write(2), so a client that is
+     * gone must give EPIPE, not kill the process. */
+    signal(SIGPIPE, SIG_IGN);
     assert_int_equal(uv_loop_init(&fx->loop), 0);
-    struct rt_http_config cfg;
-    rt_http_config_default(&cfg);
-    cfg.max_header_bytes = 4096;
-    cfg.max_body_bytes = 1 << 20;
-    cfg.idle_timeout_ms = 1500;
-    cfg.request_timeout_ms = 1000;
-    cfg.linger_ms = 200;
-    assert_int_equal(rt_http_server_init(&fx->srv, &fx->loop, &cfg, err,
+    assert_int_equal(rt_http_server_init(&fx->srv, &fx->loop, cfg, err,
                                          sizeof(err)),
                      0);
+    if (with_auth)
+        rt_http_server_on_head(&fx->srv, auth_head, fx);
     static const struct {
         const char *m, *p;
         rt_http_handler_fn h;
@@ -235,7 +355,8 @@ int tt_http_fx_setup(void **state)
         {"GET", "/zombie", h_zombie},   {"GET", "/sse", tt_http_sse_handler},
         {"GET", "/forever", tt_http_sse_handler},
         {"GET", "/v1/models/*", h_prefix},
-        {"GET", "/misuse", h_misuse},
+        {"GET", "/misuse", h_misuse},   {"GET", "/counters", h_counters},
+        {"GET", "/flood", h_flood},
     };
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++)
         assert_int_equal(rt_http_route_add(&fx->srv, routes[i].m,
@@ -255,7 +376,14 @@ int tt_http_fx_setup(void **state)
     uv_async_init(&fx->loop, &fx->stop, on_stop);
     fx->stop.data = fx;
     assert_int_equal(pthread_create(&fx->thread, NULL, loop_thread, fx), 0);
-    *state = fx;
+    return fx;
+}
+
+int tt_http_fx_setup(void **state)
+{
+    struct rt_http_config cfg;
+    tt_http_fx_test_config(&cfg);
+    *state = tt_http_fx_start(&cfg, 0);
     return 0;
 }
 
@@ -437,8 +565,10 @@ void tt_http_expect_no_conns_left(struct tt_http_fx *fx)
 {
     for (int i = 0; i < 100; i++) {
         struct tt_http_resp r;
-        tt_http_one_shot(
-            fx, "GET /stats HTTP/1.1\r\nConnection: close\r\n\r\n", &r);
+        tt_http_one_shot(fx,
+                         "GET /stats HTTP/1.1\r\nHost: t\r\n"
+                         "Authorization: Bearer k\r\nConnection: close\r\n\r\n",
+                         &r);
         int n = atoi(r.body);
         free(r.body);
         if (n == 1)
@@ -446,4 +576,47 @@ void tt_http_expect_no_conns_left(struct tt_http_fx *fx)
         tt_http_sleep_ms(20);
     }
     fail_msg("connections still open");
+}
+
+void tt_http_expect_error_close(struct tt_http_fx *fx, const char *raw,
+                                int status)
+{
+    struct tt_http_cli c;
+    tt_http_cli_open(&c, fx->port);
+    tt_http_cli_sends(&c, raw);
+    struct tt_http_resp r;
+    if (tt_http_cli_response(&c, &r) != 0)
+        fail_msg("no response to: %s", raw);
+    if (r.status != status)
+        fail_msg("status %d, want %d, for: %s", r.status, status, raw);
+    assert_true(tt_http_head_has(&r, "Connection: close"));
+    assert_true(tt_http_head_has(&r, "Content-Type: application/json"));
+    /* "code" is the status number, or a string a head check chose. */
+    char code[32];
+    snprintf(code, sizeof(code), "\"code\":%d}}", status);
+    if (!strstr(r.body, "\"code\":\""))
+        assert_non_null(strstr(r.body, code));
+    assert_non_null(strstr(r.body, "{\"error\":{\"message\":"));
+    assert_non_null(strstr(r.body, "\"param\":null"));
+    free(r.body);
+    assert_true(tt_http_cli_closed(&c));
+    tt_http_cli_close(&c);
+}
+
+long tt_http_counter(struct tt_http_fx *fx, const char *name)
+{
+    struct tt_http_resp r;
+    tt_http_one_shot(fx,
+                     "GET /counters HTTP/1.1\r\nHost: t\r\n"
+                     "Authorization: Bearer k\r\nConnection: close\r\n\r\n",
+                     &r);
+    assert_int_equal(r.status, 200);
+    char key[64];
+    snprintf(key, sizeof(key), "%s=", name);
+    const char *p = strstr(r.body, key);
+    if (!p)
+        fail_msg("no counter %s in %s", name, r.body);
+    long v = strtol(p + strlen(key), NULL, 10);
+    free(r.body);
+    return v;
 }

@@ -16,8 +16,16 @@
  *   GET /forever           SSE events every 5 ms until the client leaves
  *   GET /v1/models/<any>   "<path>?<query>"
  *   GET /misuse            wrong API calls (result in misuse_ok), then 204
- * Server limits: 4096 header bytes, 1 MiB body, idle timeout 1500 ms,
- * request timeout 1000 ms, linger 200 ms.
+ *   GET /counters          the server's rt_http_stats (and live connections,
+ *                          max_pending) as "name=value" lines
+ *   GET /flood?kb=N        N KiB (default 64) streamed with backpressure:
+ *                          writes stop above 64 KiB queued and resume from
+ *                          rt_http_req_on_drain at 16 KiB; the largest
+ *                          queue seen lands in max_pending
+ * Server limits (tt_http_fx_test_config): 4096 header bytes, 1 MiB body,
+ * idle timeout 1500 ms, header, body and send timeouts 1000 ms, linger
+ * 200 ms. With auth (tt_http_fx_start), every path but /hello needs
+ * "Authorization: Bearer k" (a head check answering 401).
  *
  * Test code only. Client calls run on the test thread; a failed check
  * fails the running cmocka test.
@@ -42,6 +50,7 @@ struct tt_http_fx {
     atomic_int zombie_rc;     /* rt_http_respond() result of /zombie */
     atomic_int zombie_done;
     atomic_int misuse_ok;     /* /misuse checks passed */
+    atomic_int max_pending;   /* largest queue /flood saw, bytes */
 };
 
 /* A raw client connection with its receive buffer. */
@@ -61,8 +70,16 @@ struct tt_http_resp {
     int chunked;     /* the body came with Transfer-Encoding: chunked */
 };
 
-/* cmocka setup: allocates a struct tt_http_fx into *state, starts the
- * server with the demo routes on an ephemeral port and its loop thread.
+/* The fixture's limits (see the top) over rt_http_config_default(). */
+void tt_http_fx_test_config(struct rt_http_config *cfg);
+
+/* Allocates a fixture and starts the server with `cfg`, the demo routes
+ * and, when with_auth, the head check, on an ephemeral port and its loop
+ * thread. Stop it with tt_http_fx_teardown(&fx). */
+struct tt_http_fx *tt_http_fx_start(const struct rt_http_config *cfg,
+                                    int with_auth);
+
+/* cmocka setup: tt_http_fx_start(test config, no auth) into *state.
  * Returns 0 (a failure fails the test). */
 int tt_http_fx_setup(void **state);
 
@@ -116,5 +133,15 @@ void tt_http_one_shot(struct tt_http_fx *fx, const char *raw,
 /* Polls /stats until only the polling connection itself is open; fails
  * the test after about 2 s. */
 void tt_http_expect_no_conns_left(struct tt_http_fx *fx);
+
+/* Sends raw on a fresh connection and checks the answer: `status`, a
+ * complete JSON error in the OpenAI shape ("code" the status number, or a
+ * string), "Connection: close", and the server closing the connection. */
+void tt_http_expect_error_close(struct tt_http_fx *fx, const char *raw,
+                                int status);
+
+/* The value of one /counters line (see above), fetched on a fresh
+ * connection. */
+long tt_http_counter(struct tt_http_fx *fx, const char *name);
 
 #endif /* TT_HTTP_H */

@@ -44,8 +44,8 @@ static void test_get(void **state)
     /* HEAD: the same head, no body bytes. */
     struct tt_http_cli c;
     tt_http_cli_open(&c, fx->port);
-    tt_http_cli_sends(&c, "HEAD /hello HTTP/1.1\r\n\r\n"
-                          "GET /hello HTTP/1.1\r\n\r\n");
+    tt_http_cli_sends(&c, "HEAD /hello HTTP/1.1\r\nHost: t\r\n\r\n"
+                          "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
     char *end;
     while (!(end = memmem(c.buf, c.len, "\r\n\r\n", 4)))
         assert_int_equal(tt_http_cli_fill(&c), 0);
@@ -65,7 +65,8 @@ static void test_post_body(void **state)
     struct tt_http_fx *fx = *state;
     struct tt_http_resp r;
     tt_http_one_shot(fx,
-             "POST /echo HTTP/1.1\r\nX-Test: abc\r\nContent-Length: 11\r\n\r\n"
+             "POST /echo HTTP/1.1\r\nHost: t\r\n"
+             "X-Test: abc\r\nContent-Length: 11\r\n\r\n"
              "hello world",
              &r);
     assert_int_equal(r.status, 200);
@@ -76,7 +77,8 @@ static void test_post_body(void **state)
     /* A 512 KiB body arriving in many reads. */
     size_t n = 512 * 1024;
     char *big = malloc(n + 128);
-    int hl = sprintf(big, "PUT /echo HTTP/1.1\r\nContent-Length: %zu\r\n\r\n",
+    int hl = sprintf(big, "PUT /echo HTTP/1.1\r\nHost: t\r\n"
+                          "Content-Length: %zu\r\n\r\n",
                      n);
     for (size_t i = 0; i < n; i++)
         big[hl + (int)i] = (char)('a' + i % 26);
@@ -101,7 +103,8 @@ static void test_keep_alive(void **state)
         struct tt_http_resp r;
         char req[128];
         snprintf(req, sizeof(req),
-                 "POST /echo HTTP/1.1\r\nContent-Length: 2\r\n\r\nr%d", i);
+                 "POST /echo HTTP/1.1\r\nHost: t\r\n"
+                 "Content-Length: 2\r\n\r\nr%d", i);
         tt_http_cli_sends(&c, req);
         assert_int_equal(tt_http_cli_response(&c, &r), 0);
         assert_int_equal(r.status, 200);
@@ -110,11 +113,12 @@ static void test_keep_alive(void **state)
     }
     /* Three requests, one connection: /stats sees it plus its own. */
     struct tt_http_resp r;
-    tt_http_one_shot(fx, "GET /stats HTTP/1.1\r\n\r\n", &r);
+    tt_http_one_shot(fx, "GET /stats HTTP/1.1\r\nHost: t\r\n\r\n", &r);
     assert_string_equal(r.body, "2");
     free(r.body);
     /* "Connection: close" ends it after the answer. */
-    tt_http_cli_sends(&c, "GET /hello HTTP/1.1\r\nConnection: close\r\n\r\n");
+    tt_http_cli_sends(&c, "GET /hello HTTP/1.1\r\nHost: t\r\n"
+                          "Connection: close\r\n\r\n");
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     assert_true(tt_http_head_has(&r, "Connection: close"));
     free(r.body);
@@ -129,10 +133,12 @@ static void test_pipelining(void **state)
     struct tt_http_cli c;
     tt_http_cli_open(&c, fx->port);
     /* The slow one first: answers must still come back in order. */
-    tt_http_cli_sends(&c, "GET /delay?ms=60&tag=first HTTP/1.1\r\n\r\n"
-                  "GET /hello HTTP/1.1\r\n\r\n"
-                  "POST /echo HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"
-                  "GET /delay?ms=10&tag=last HTTP/1.1\r\n\r\n");
+    tt_http_cli_sends(&c, "GET /delay?ms=60&tag=first HTTP/1.1\r\nHost: t\r\n"
+                          "\r\n"
+                  "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n"
+                  "POST /echo HTTP/1.1\r\nHost: t\r\n"
+                  "Content-Length: 3\r\n\r\nabc"
+                  "GET /delay?ms=10&tag=last HTTP/1.1\r\nHost: t\r\n\r\n");
     const char *want[] = {"first", "hello", "abc", "last"};
     for (int i = 0; i < 4; i++) {
         struct tt_http_resp r;
@@ -151,7 +157,7 @@ static void test_chunked_upload(void **state)
     tt_http_cli_open(&c, fx->port);
     /* Chunks split at awkward places, with an extension and a trailer. */
     const char *parts[] = {
-        "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n",
         "3\r\nhel\r", "\n6;ext=1\r\nlo wor\r\n", "2\r\nld\r\n0\r\n",
         "X-Trailer: t\r\n\r\n"};
     for (size_t i = 0; i < 5; i++) {
@@ -164,7 +170,7 @@ static void test_chunked_upload(void **state)
     assert_string_equal(r.body, "hello world");
     free(r.body);
     /* The connection stays usable. */
-    tt_http_cli_sends(&c, "GET /hello HTTP/1.1\r\n\r\n");
+    tt_http_cli_sends(&c, "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     assert_string_equal(r.body, "hello");
     free(r.body);
@@ -176,7 +182,8 @@ static void test_expect_continue(void **state)
     struct tt_http_fx *fx = *state;
     struct tt_http_cli c;
     tt_http_cli_open(&c, fx->port);
-    tt_http_cli_sends(&c, "POST /echo HTTP/1.1\r\nContent-Length: 4\r\n"
+    tt_http_cli_sends(&c, "POST /echo HTTP/1.1\r\nHost: t\r\n"
+                          "Content-Length: 4\r\n"
                   "Expect: 100-continue\r\n\r\n");
     struct tt_http_resp r;
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
@@ -188,7 +195,8 @@ static void test_expect_continue(void **state)
     assert_string_equal(r.body, "data");
     free(r.body);
     /* Too large: 413 at once, no 100. */
-    tt_http_cli_sends(&c, "POST /echo HTTP/1.1\r\nContent-Length: 99999999\r\n"
+    tt_http_cli_sends(&c, "POST /echo HTTP/1.1\r\nHost: t\r\n"
+                          "Content-Length: 99999999\r\n"
                   "Expect: 100-continue\r\n\r\n");
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     assert_int_equal(r.status, 413);
@@ -201,22 +209,7 @@ static void test_expect_continue(void **state)
 static void expect_error_close(struct tt_http_fx *fx, const char *raw,
                                int status)
 {
-    struct tt_http_cli c;
-    tt_http_cli_open(&c, fx->port);
-    tt_http_cli_sends(&c, raw);
-    struct tt_http_resp r;
-    assert_int_equal(tt_http_cli_response(&c, &r), 0);
-    assert_int_equal(r.status, status);
-    assert_true(tt_http_head_has(&r, "Connection: close"));
-    assert_true(tt_http_head_has(&r, "Content-Type: application/json"));
-    char code[32];
-    snprintf(code, sizeof(code), "\"code\":%d}}", status);
-    assert_non_null(strstr(r.body, code));
-    assert_non_null(strstr(r.body, "{\"error\":{\"message\":"));
-    assert_non_null(strstr(r.body, "\"param\":null"));
-    free(r.body);
-    assert_true(tt_http_cli_closed(&c));
-    tt_http_cli_close(&c);
+    tt_http_expect_error_close(fx, raw, status);
 }
 
 static void test_header_too_large(void **state)
@@ -225,12 +218,12 @@ static void test_header_too_large(void **state)
     size_t n = 8192;
     char *raw = malloc(n + 128);
     assert_non_null(raw);
-    int k = sprintf(raw, "GET /hello HTTP/1.1\r\nX-Big: ");
+    int k = sprintf(raw, "GET /hello HTTP/1.1\r\nHost: t\r\nX-Big: ");
     memset(raw + k, 'x', n);
     strcpy(raw + k + n, "\r\n\r\n");
     expect_error_close(fx, raw, 431);
     /* Many small headers add up too. */
-    k = sprintf(raw, "GET /hello HTTP/1.1\r\n");
+    k = sprintf(raw, "GET /hello HTTP/1.1\r\nHost: t\r\n");
     for (int i = 0; i < 700; i++) /* ~6 KB in 10-byte lines */
         k += sprintf(raw + k, "H%d: v\r\n", i);
     strcpy(raw + k, "\r\n");
@@ -238,12 +231,12 @@ static void test_header_too_large(void **state)
     /* So does a long target. */
     k = sprintf(raw, "GET /hello?");
     memset(raw + k, 'q', 5000);
-    strcpy(raw + k + 5000, " HTTP/1.1\r\n\r\n");
+    strcpy(raw + k + 5000, " HTTP/1.1\r\nHost: t\r\n\r\n");
     expect_error_close(fx, raw, 431);
     free(raw);
     /* Just under the limit is fine. */
     raw = malloc(4096);
-    k = sprintf(raw, "GET /hello HTTP/1.1\r\nX-Big: ");
+    k = sprintf(raw, "GET /hello HTTP/1.1\r\nHost: t\r\nX-Big: ");
     memset(raw + k, 'y', 3000);
     strcpy(raw + k + 3000, "\r\n\r\n");
     struct tt_http_resp r;
@@ -258,13 +251,15 @@ static void test_body_too_large(void **state)
     struct tt_http_fx *fx = *state;
     /* Announced: refused before the body is sent. */
     expect_error_close(
-        fx, "POST /echo HTTP/1.1\r\nContent-Length: 2000000\r\n\r\n", 413);
+        fx, "POST /echo HTTP/1.1\r\nHost: t\r\n"
+            "Content-Length: 2000000\r\n\r\n", 413);
     /* Chunked: refused once the decoded size passes the limit, while the
      * client is still sending (the lingering close keeps the answer). */
     struct tt_http_cli c;
     tt_http_cli_open(&c, fx->port);
     tt_http_cli_sends(
-        &c, "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+        &c, "POST /echo HTTP/1.1\r\nHost: t\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n");
     char *chunk = malloc(70000);
     int k = sprintf(chunk, "10000\r\n");
     memset(chunk + k, 'z', 0x10000);
@@ -283,7 +278,8 @@ static void test_body_too_large(void **state)
     /* Exactly at the limit is fine. */
     size_t n = 1 << 20;
     char *big = malloc(n + 128);
-    k = sprintf(big, "POST /echo HTTP/1.1\r\nContent-Length: %zu\r\n\r\n", n);
+    k = sprintf(big, "POST /echo HTTP/1.1\r\nHost: t\r\n"
+                     "Content-Length: %zu\r\n\r\n", n);
     memset(big + k, 'b', n);
     tt_http_cli_open(&c, fx->port);
     tt_http_cli_send(&c, big, (size_t)k + n);
@@ -299,23 +295,27 @@ static void test_malformed(void **state)
 {
     struct tt_http_fx *fx = *state;
     expect_error_close(fx, "GARBAGE\r\n\r\n", 400);
-    expect_error_close(fx, "\x01\x02\x03 / HTTP/1.1\r\n\r\n", 400);
+    expect_error_close(fx, "\x01\x02\x03 / HTTP/1.1\r\nHost: t\r\n\r\n", 400);
     expect_error_close(fx, "GET /hello HTTP/9.9x\r\n\r\n", 400);
-    expect_error_close(fx, "GET /hello HTTP/1.1\r\nBad Header\r\n\r\n", 400);
+    expect_error_close(fx, "GET /hello HTTP/1.1\r\nHost: t\r\n"
+                           "Bad Header\r\n\r\n", 400);
     expect_error_close(
-        fx, "POST /echo HTTP/1.1\r\nContent-Length: abc\r\n\r\n", 400);
+        fx, "POST /echo HTTP/1.1\r\nHost: t\r\n"
+            "Content-Length: abc\r\n\r\n", 400);
     expect_error_close(fx,
-                       "POST /echo HTTP/1.1\r\nContent-Length: 1\r\n"
+                       "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n"
                        "Content-Length: 2\r\n\r\nab",
                        400);
     expect_error_close(fx,
-                       "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+                       "POST /echo HTTP/1.1\r\nHost: t\r\n"
+                       "Transfer-Encoding: chunked\r\n"
                        "\r\nzz\r\n",
                        400);
     /* A good request before a bad one is still answered. */
     struct tt_http_cli c;
     tt_http_cli_open(&c, fx->port);
-    tt_http_cli_sends(&c, "GET /hello HTTP/1.1\r\n\r\nNOT HTTP AT ALL\r\n\r\n");
+    tt_http_cli_sends(&c, "GET /hello HTTP/1.1\r\nHost: t\r\n"
+                          "\r\nNOT HTTP AT ALL\r\n\r\n");
     struct tt_http_resp r;
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     assert_int_equal(r.status, 200);
@@ -334,7 +334,7 @@ static void test_request_timeout(void **state)
     struct tt_http_cli c;
     tt_http_cli_open(&c, fx->port);
     /* And nothing more. */
-    tt_http_cli_sends(&c, "GET /hello HTTP/1.1\r\nX-Slow: ");
+    tt_http_cli_sends(&c, "GET /hello HTTP/1.1\r\nHost: t\r\nX-Slow: ");
     struct tt_http_resp r;
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     assert_int_equal(r.status, 408);
@@ -348,7 +348,7 @@ static void test_idle_timeout(void **state)
     struct tt_http_fx *fx = *state;
     struct tt_http_cli c;
     tt_http_cli_open(&c, fx->port);
-    tt_http_cli_sends(&c, "GET /hello HTTP/1.1\r\n\r\n");
+    tt_http_cli_sends(&c, "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
     struct tt_http_resp r;
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     free(r.body);
@@ -369,41 +369,45 @@ static void test_routes(void **state)
     struct tt_http_cli c;
     tt_http_cli_open(&c, fx->port);
     struct tt_http_resp r;
-    tt_http_cli_sends(&c, "GET /nothing-here HTTP/1.1\r\n\r\n");
+    tt_http_cli_sends(&c, "GET /nothing-here HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     assert_int_equal(r.status, 404);
     assert_non_null(strstr(r.body, "\"code\":404"));
     assert_non_null(strstr(r.body, "\"type\":\"invalid_request_error\""));
     free(r.body);
     /* 404/405 keep the connection. */
-    tt_http_cli_sends(&c, "DELETE /echo HTTP/1.1\r\n\r\n");
+    tt_http_cli_sends(&c, "DELETE /echo HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     assert_int_equal(r.status, 405);
     assert_true(tt_http_head_has(&r, "\r\nAllow: POST, PUT\r\n"));
     assert_non_null(strstr(r.body, "\"code\":405"));
     free(r.body);
-    tt_http_cli_sends(&c, "POST /hello HTTP/1.1\r\nContent-Length: 1\r\n\r\nx");
+    tt_http_cli_sends(&c, "POST /hello HTTP/1.1\r\nHost: t\r\n"
+                          "Content-Length: 1\r\n\r\nx");
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     assert_int_equal(r.status, 405);
     assert_true(tt_http_head_has(&r, "\r\nAllow: GET, HEAD\r\n"));
     free(r.body);
     /* Prefix route; path and query split; absolute-form target. */
-    tt_http_cli_sends(&c, "GET /v1/models/tiny%20one?x=1&y=2 HTTP/1.1\r\n\r\n");
+    tt_http_cli_sends(&c, "GET /v1/models/tiny%20one?x=1&y=2 HTTP/1.1\r\n"
+                          "Host: t\r\n"
+                          "\r\n");
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     assert_int_equal(r.status, 200);
     assert_string_equal(r.body, "/v1/models/tiny%20one?x=1&y=2");
     free(r.body);
-    tt_http_cli_sends(&c, "GET http://h:1/v1/models/a HTTP/1.1\r\n\r\n");
+    tt_http_cli_sends(&c, "GET http://h:1/v1/models/a HTTP/1.1\r\nHost: t\r\n"
+                          "\r\n");
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     assert_string_equal(r.body, "/v1/models/a?");
     free(r.body);
     /* Not the prefix. */
-    tt_http_cli_sends(&c, "GET /v1/models HTTP/1.1\r\n\r\n");
+    tt_http_cli_sends(&c, "GET /v1/models HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     assert_int_equal(r.status, 404);
     free(r.body);
     /* Misused API calls are refused, the good answer still goes out. */
-    tt_http_cli_sends(&c, "GET /misuse HTTP/1.1\r\n\r\n");
+    tt_http_cli_sends(&c, "GET /misuse HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     assert_int_equal(r.status, 204);
     assert_false(tt_http_head_has(&r, "Content-Length"));

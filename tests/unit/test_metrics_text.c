@@ -212,6 +212,12 @@ static void test_tangram_set(void **state)
         {"tangram_scheduler_step_seconds", RT_METRICS_HISTOGRAM, 16},
         {"tangram_cached_prompt_tokens_total", RT_METRICS_COUNTER, 0},
         {"tangram_request_success_total", RT_METRICS_COUNTER, 0},
+        {"tangram_http_connections_open", RT_METRICS_GAUGE, 0},
+        {"tangram_http_connections_evicted_total", RT_METRICS_COUNTER, 0},
+        {"tangram_http_slow_readers_aborted_total", RT_METRICS_COUNTER, 0},
+        {"tangram_http_connections_rejected_total", RT_METRICS_COUNTER, 0},
+        {"tangram_http_requests_timed_out_total", RT_METRICS_COUNTER, 0},
+        {"tangram_http_requests_refused_total", RT_METRICS_COUNTER, 0},
     };
     int n_want = (int)(sizeof(want) / sizeof(want[0]));
     assert_int_equal(m.reg.n_families, n_want);
@@ -253,6 +259,14 @@ static void test_tangram_set(void **state)
                      0);
     rt_metrics_counter_inc(m.num_preemptions_total);
     rt_metrics_counter_inc(m.request_success_total[RT_METRICS_FINISH_LENGTH]);
+    rt_metrics_gauge_set(m.http_connections_open, 7);
+    rt_metrics_counter_inc(
+        m.http_requests_refused_total[RT_METRICS_HTTP_REFUSE_UNAUTH]);
+    rt_metrics_counter_add(
+        m.http_connections_rejected_total[RT_METRICS_HTTP_REJECT_PER_IP], 2);
+    rt_metrics_counter_inc(
+        m.http_requests_timed_out_total[RT_METRICS_HTTP_TIMEOUT_BODY]);
+    rt_metrics_counter_inc(m.http_slow_readers_aborted_total);
 
     char *text = tt_prom_render(&m.reg);
     tt_prom_assert_valid(text);
@@ -284,6 +298,17 @@ static void test_tangram_set(void **state)
         "tangram_request_success_total{finished_reason=\"length\"} 1\n"
         "tangram_request_success_total{finished_reason=\"abort\"} 0\n"
         "tangram_request_success_total{finished_reason=\"error\"} 0\n",
+        "\ntangram_http_connections_open 7\n",
+        "\ntangram_http_connections_evicted_total 0\n",
+        "\ntangram_http_slow_readers_aborted_total 1\n",
+        "\ntangram_http_connections_rejected_total{reason=\"max_connections\"} 0\n"
+        "tangram_http_connections_rejected_total{reason="
+        "\"max_connections_per_ip\"} 2\n",
+        "\ntangram_http_requests_timed_out_total{phase=\"header\"} 0\n"
+        "tangram_http_requests_timed_out_total{phase=\"body\"} 1\n",
+        "\ntangram_http_requests_refused_total{reason=\"unauthenticated\"} 1\n"
+        "tangram_http_requests_refused_total{reason=\"malformed\"} 0\n"
+        "tangram_http_requests_refused_total{reason=\"too_large\"} 0\n",
     };
     for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++)
         if (strstr(text, lines[i]) == NULL)

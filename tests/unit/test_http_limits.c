@@ -1,0 +1,257 @@
+/* test_http_limits.c — the router's HTTP/1.1 server (rt_http) under
+ * hostile load, over real loopback sockets (fixture in
+ * tests/support/tt_http.{h,c}).
+ *
+ * Covered: at max_connections an idle connection gives way to a new one
+ * (so a new client is served while idle ones fill the table), busy ones
+ * do not and the newcomer gets 503 with Retry-After; the same per client
+ * address; a slowloris head that keeps trickling still times out (408);
+ * a stalled body times out; a client that stops reading a stream is cut
+ * after send_timeout_ms and its request aborted, with the producer's
+ * queue bounded by rt_http_req_on_drain backpressure; a reading client of
+ * the same stream gets every byte; the counters of each. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "common/tg_err.h"
+#include "router/rt_http.h"
+#include "tests/support/tt_http.h"
+
+#define H "Host: t\r\n"
+
+static int setup_max4(void **state)
+{
+    struct rt_http_config cfg;
+    tt_http_fx_test_config(&cfg);
+    cfg.max_connections = 4;
+    *state = tt_http_fx_start(&cfg, 0);
+    return 0;
+}
+
+static int setup_per_ip2(void **state)
+{
+    struct rt_http_config cfg;
+    tt_http_fx_test_config(&cfg);
+    cfg.max_connections = 100;
+    cfg.max_connections_per_ip = 2;
+    *state = tt_http_fx_start(&cfg, 0);
+    return 0;
+}
+
+/* Opens a connection and waits until the server has taken it (a request
+ * on another connection would otherwise race with its accept). */
+static void open_idle(struct tt_http_fx *fx, struct tt_http_cli *c)
+{
+    tt_http_cli_open(c, fx->port);
+    tt_http_sleep_ms(30);
+}
+
+static void get_hello(struct tt_http_cli *c)
+{
+    struct tt_http_resp r;
+    tt_http_cli_sends(c, "GET /hello HTTP/1.1\r\n" H "\r\n");
+    assert_int_equal(tt_http_cli_response(c, &r), 0);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "hello");
+    free(r.body);
+}
+
+/* Reads the 503 that refuses a connection over a limit. */
+static void expect_refused(struct tt_http_fx *fx, const char *why)
+{
+    struct tt_http_cli c;
+    struct tt_http_resp r;
+    tt_http_cli_open(&c, fx->port);
+    assert_int_equal(tt_http_cli_response(&c, &r), 0);
+    assert_int_equal(r.status, 503);
+    assert_true(tt_http_head_has(&r, "\r\nRetry-After: 1\r\n"));
+    assert_true(tt_http_head_has(&r, "Connection: close"));
+    assert_non_null(strstr(r.body, why));
+    free(r.body);
+    assert_true(tt_http_cli_closed(&c));
+    tt_http_cli_close(&c);
+}
+
+static void test_idle_gives_way(void **state)
+{
+    struct tt_http_fx *fx = *state;
+    struct tt_http_cli c[5];
+    for (int i = 0; i < 4; i++)
+        open_idle(fx, &c[i]);
+    /* At the limit with four idle connections: a fifth is served, and
+     * the oldest idle one was closed for it. */
+    open_idle(fx, &c[4]);
+    get_hello(&c[4]);
+    assert_true(tt_http_cli_closed(&c[0]));
+    get_hello(&c[1]);
+    /* Keep-alive connections between requests are idle too: /counters on
+     * a new connection takes c[2]'s place (c[1] served last is newer). */
+    assert_int_equal(tt_http_counter(fx, "evicted"), 2);
+    assert_true(tt_http_cli_closed(&c[2]));
+    get_hello(&c[3]);
+    get_hello(&c[4]);
+    for (int i = 0; i < 5; i++)
+        tt_http_cli_close(&c[i]);
+}
+
+static void test_busy_refused(void **state)
+{
+    struct tt_http_fx *fx = *state;
+    struct tt_http_cli c[4];
+    /* Four connections in the middle of a request: none can give way. */
+    for (int i = 0; i < 4; i++) {
+        open_idle(fx, &c[i]);
+        tt_http_cli_sends(&c[i], "GET /hello HTTP/1.1\r\n");
+    }
+    tt_http_sleep_ms(30);
+    expect_refused(fx, "connection limit");
+    /* Their heads time out (header_timeout_ms); one keeps trickling
+     * bytes, which does not extend its deadline. */
+    int got_408 = 0;
+    for (int i = 0; i < 40 && !got_408; i++) {
+        char b = 'X';
+        if (send(c[0].fd, i == 0 ? "X-Slow: " : &b, i == 0 ? 8 : 1,
+                 MSG_NOSIGNAL) < 0)
+            break;
+        tt_http_sleep_ms(100);
+        ssize_t n = recv(c[0].fd, c[0].buf, 64, MSG_DONTWAIT | MSG_PEEK);
+        got_408 = n > 12 && memcmp(c[0].buf, "HTTP/1.1 408", 12) == 0;
+    }
+    for (int i = 0; i < 4; i++) {
+        struct tt_http_resp r;
+        assert_int_equal(tt_http_cli_response(&c[i], &r), 0);
+        assert_int_equal(r.status, 408);
+        assert_non_null(strstr(r.body, "head not received in time"));
+        free(r.body);
+        tt_http_cli_close(&c[i]);
+    }
+    assert_true(got_408); /* within the 4 s of trickling */
+    assert_int_equal(tt_http_counter(fx, "rejected_max"), 1);
+    assert_int_equal(tt_http_counter(fx, "timeout_header"), 4);
+}
+
+static void test_per_ip(void **state)
+{
+    struct tt_http_fx *fx = *state;
+    struct tt_http_cli c[3];
+    open_idle(fx, &c[0]);
+    open_idle(fx, &c[1]);
+    open_idle(fx, &c[2]); /* the third from 127.0.0.1: c[0] gives way */
+    assert_true(tt_http_cli_closed(&c[0]));
+    get_hello(&c[2]);
+    tt_http_cli_close(&c[0]);
+    tt_http_cli_close(&c[1]);
+    tt_http_cli_close(&c[2]);
+    tt_http_expect_no_conns_left(fx);
+    /* Two busy ones: the third is refused. */
+    open_idle(fx, &c[0]);
+    open_idle(fx, &c[1]);
+    tt_http_cli_sends(&c[0], "GET /delay?ms=3000 HTTP/1.1\r\n" H "\r\n");
+    tt_http_cli_sends(&c[1], "GET /delay?ms=3000 HTTP/1.1\r\n" H "\r\n");
+    tt_http_sleep_ms(30);
+    expect_refused(fx, "too many connections from this address");
+    tt_http_cli_close(&c[0]);
+    tt_http_cli_close(&c[1]);
+    /* Their requests end (aborted) and the address is welcome again. */
+    for (int i = 0; i < 100 && atomic_load(&fx->aborts) < 2; i++)
+        tt_http_sleep_ms(20);
+    assert_int_equal(atomic_load(&fx->aborts), 2);
+    tt_http_expect_no_conns_left(fx);
+    assert_int_equal(tt_http_counter(fx, "rejected_per_ip"), 1);
+    assert_true(tt_http_counter(fx, "evicted") >= 1);
+}
+
+static void test_body_timeout(void **state)
+{
+    struct tt_http_fx *fx = *state;
+    struct tt_http_cli c;
+    struct tt_http_resp r;
+    tt_http_cli_open(&c, fx->port);
+    tt_http_cli_sends(&c, "POST /echo HTTP/1.1\r\n" H
+                          "Content-Length: 10\r\n\r\nhalf!");
+    assert_int_equal(tt_http_cli_response(&c, &r), 0);
+    assert_int_equal(r.status, 408);
+    assert_non_null(strstr(r.body, "body not received in time"));
+    free(r.body);
+    assert_true(tt_http_cli_closed(&c));
+    tt_http_cli_close(&c);
+    assert_int_equal(tt_http_counter(fx, "timeout_body"), 1);
+    assert_int_equal(tt_http_counter(fx, "timeout_header"), 0);
+}
+
+/* A reader gets the whole backpressured stream. */
+static void test_flood_read(void **state)
+{
+    struct tt_http_fx *fx = *state;
+    struct tt_http_resp r;
+    tt_http_one_shot(fx, "GET /flood?kb=4096 HTTP/1.1\r\n" H "\r\n", &r);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.body_len, 4096u * 1024u);
+    for (size_t i = 0; i < r.body_len; i++)
+        if (r.body[i] != 'f')
+            fail_msg("byte %zu is %d", i, r.body[i]);
+    free(r.body);
+    assert_true(tt_http_counter(fx, "max_pending") <= 96 * 1024);
+    assert_int_equal(atomic_load(&fx->aborts), 0);
+}
+
+/* A client that stops reading: the producer pauses at its bound, the
+ * connection is cut after send_timeout_ms, the request is aborted. */
+static void test_slow_reader(void **state)
+{
+    struct tt_http_fx *fx = *state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    struct tt_http_cli c;
+    tt_http_cli_open(&c, fx->port);
+    /* Swap in the socket with the small receive buffer (set before
+     * connect, so the window stays small). */
+    close(c.fd);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)fx->port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    c.fd = fd;
+    tt_http_cli_sends(&c, "GET /flood?kb=262144 HTTP/1.1\r\n" H "\r\n");
+    /* Never read. The server gives up on us. */
+    for (int i = 0; i < 100 && atomic_load(&fx->aborts) == 0; i++)
+        tt_http_sleep_ms(50);
+    assert_int_equal(atomic_load(&fx->aborts), 1);
+    tt_http_cli_close(&c);
+    assert_int_equal(tt_http_counter(fx, "slow_readers"), 1);
+    /* 256 MiB asked for; the queue never held more than its bound. */
+    assert_true(tt_http_counter(fx, "max_pending") <= 96 * 1024);
+    assert_true(tt_http_counter(fx, "max_pending") > 64 * 1024);
+    tt_http_expect_no_conns_left(fx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_idle_gives_way, setup_max4,
+                                        tt_http_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_busy_refused, setup_max4,
+                                        tt_http_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_per_ip, setup_per_ip2,
+                                        tt_http_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_body_timeout, tt_http_fx_setup,
+                                        tt_http_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_flood_read, tt_http_fx_setup,
+                                        tt_http_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_reader, tt_http_fx_setup,
+                                        tt_http_fx_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

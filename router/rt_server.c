@@ -500,7 +500,7 @@ static void on_result(void *ud, const struct rt_link_result *res)
         rt_sched_abort(&s->sched, r->id);
         rt_text_finish(&r->text);
         observe_finish(s, r, RT_FINISH_ERROR);
-        deliver(r, RT_FINISH_ERROR, res->entries[i].error);
+        rt_req_deliver(r, RT_FINISH_ERROR, res->entries[i].error);
     }
     uint8_t *stop = calloc((size_t)n + 1, 1);
     for (int32_t i = 0; i < n; i++) {

@@ -5,9 +5,16 @@
  * file (blocking socket) for what a real gRPC client never sends: wrong
  * :method / content-type / te, compressed or bad flags, zero / two /
  * truncated / oversized messages, huge headers, grpc-timeout deadlines
- * (malformed too), a client vanishing mid-call, plus a raw echo; then
- * the idle timeout and server close with a call in flight. The checks
- * with Debian's python3-grpcio client are in test_grpc_grpcio.c. */
+ * (malformed too, and one passed before dispatch), a client vanishing
+ * mid-call, plus a raw echo; then the idle timeout and server close with
+ * a call in flight; the hardening: a stream whose request never comes
+ * (receive deadline, for unary and bidi streams), a connection kept open
+ * by such streams (idle limit), streams over SETTINGS_MAX_CONCURRENT_
+ * STREAMS (refused), admission from the headers before any body; bidi
+ * streams (echo, errors, oversized); and the graceful close (a Watch
+ * stream gets NOT_SERVING and UNAVAILABLE, a running stream UNAVAILABLE).
+ * The checks with Debian's python3-grpcio client are in
+ * test_grpc_grpcio.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -196,6 +203,35 @@ static int cli_wait_eof(struct cli *c, int ms)
             return 1;
     }
     return 0;
+}
+
+/* Goes on running an open client (after cli_open) until its stream
+ * closed, the connection ended or `ms` passed; returns 1 when the stream
+ * closed. */
+static int cli_pump(struct cli *c, int ms)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (!c->closed) {
+        if (nghttp2_session_send(c->s) != 0)
+            break;
+        struct timespec t1;
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        long el = (t1.tv_sec - t0.tv_sec) * 1000 +
+                  (t1.tv_nsec - t0.tv_nsec) / 1000000;
+        if (el >= ms)
+            break;
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        if (poll(&p, 1, (int)(ms - el)) <= 0)
+            continue;
+        uint8_t buf[16384];
+        ssize_t r = recv(c->fd, buf, sizeof(buf), 0);
+        if (r <= 0)
+            break;
+        if (nghttp2_session_mem_recv(c->s, buf, (size_t)r) < 0)
+            break;
+    }
+    return c->closed;
 }
 
 static void cli_end(struct cli *c)
@@ -595,6 +631,370 @@ static void test_idle_and_close(void **state)
     free(fx);
 }
 
+/* Loops until `pred(fx)` holds or ~3 s pass; returns the last result. */
+static int wait_count(atomic_int *v, int want)
+{
+    for (int i = 0; i < 300 && atomic_load(v) < want; i++)
+        usleep(10000);
+    return atomic_load(v);
+}
+
+/* The receive deadline: a stream whose request never completes gets
+ * DEADLINE_EXCEEDED and a reset, for unary/server-stream calls (headers
+ * alone, or part of a message) and for bidi calls (no next message); a
+ * complete request is not affected. */
+static void test_recv_timeout(void **state)
+{
+    (void)state;
+    struct rt_grpc_config cfg;
+    rt_grpc_config_default(&cfg);
+    cfg.recv_timeout_ms = 200;
+    cfg.idle_timeout_ms = 0;
+    struct tt_grpc_fx *fx = calloc(1, sizeof(*fx));
+    assert_non_null(fx);
+    tt_grpc_fx_start_cfg(fx, &cfg);
+    struct cli *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    uint8_t buf[64];
+
+    size_t n = std_nv("/test.Echo/Slow", "application/grpc", "trailers",
+                      "POST");
+    /* Headers, no body, stream left open. */
+    assert_true(cli_call(c, fx->port, g_nv, n, NULL, 0, 0, 5000));
+    assert_int_equal(c->grpc_status, RT_GRPC_DEADLINE_EXCEEDED);
+    assert_non_null(strstr(c->grpc_msg, "receive timeout"));
+    assert_int_equal(c->close_code, NGHTTP2_NO_ERROR);
+    /* Three bytes of a message prefix, then nothing. */
+    size_t blen = frame(buf, 0, "hello", 5);
+    assert_true(cli_call(c, fx->port, g_nv, n, buf, 3, 0, 5000));
+    assert_int_equal(c->grpc_status, RT_GRPC_DEADLINE_EXCEEDED);
+    assert_int_equal(atomic_load(&fx->slow_started), 0); /* no handler ran */
+    assert_int_equal(atomic_load(&fx->events[RT_GRPC_EVENT_RECV_TIMEOUT]), 2);
+    /* A bidi stream with no message: its handler ran, and loses the call
+     * with DEADLINE_EXCEEDED. */
+    n = std_nv("/test.Echo/Bidi", "application/grpc", "trailers", "POST");
+    assert_true(cli_call(c, fx->port, g_nv, n, NULL, 0, 0, 5000));
+    assert_int_equal(c->grpc_status, RT_GRPC_DEADLINE_EXCEEDED);
+    assert_non_null(strstr(c->grpc_msg, "no request message"));
+    assert_int_equal(wait_count(&fx->cancel_deadline, 1), 1);
+    /* A bidi stream that sent one message and then went quiet: the echo,
+     * then the deadline. */
+    blen = frame(buf, 0, "hi", 2);
+    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 0, 5000));
+    assert_int_equal(c->data_len, 7);
+    assert_int_equal(c->grpc_status, RT_GRPC_DEADLINE_EXCEEDED);
+    assert_int_equal(atomic_load(&fx->events[RT_GRPC_EVENT_RECV_TIMEOUT]), 4);
+    /* A complete request is answered as usual. */
+    n = std_nv("/test.Echo/Unary", "application/grpc", "trailers", "POST");
+    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 5000));
+    assert_int_equal(c->grpc_status, 0);
+    assert_int_equal(atomic_load(&fx->events[RT_GRPC_EVENT_RECV_TIMEOUT]), 4);
+    assert_int_equal(atomic_load(&fx->cancel_bad), 0);
+    free(c);
+    tt_grpc_fx_stop(fx);
+    free(fx);
+}
+
+/* The idle limit counts a connection whose streams only wait for their
+ * requests as idle: it is closed although a stream is open. */
+static void test_idle_open_stream(void **state)
+{
+    (void)state;
+    struct rt_grpc_config cfg;
+    rt_grpc_config_default(&cfg);
+    cfg.idle_timeout_ms = 200;
+    cfg.recv_timeout_ms = 60000;
+    struct tt_grpc_fx *fx = calloc(1, sizeof(*fx));
+    assert_non_null(fx);
+    tt_grpc_fx_start_cfg(fx, &cfg);
+    struct cli *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    size_t n = std_nv("/test.Echo/Unary", "application/grpc", "trailers",
+                      "POST");
+    cli_open(c, fx->port, g_nv, n, NULL, 0, 0, 5000);
+    assert_true(cli_wait_eof(c, 3000));
+    cli_end(c);
+    assert_int_equal(atomic_load(&fx->events[RT_GRPC_EVENT_IDLE_CLOSE]), 1);
+    assert_int_equal(atomic_load(&fx->events[RT_GRPC_EVENT_RECV_TIMEOUT]), 0);
+    free(c);
+    tt_grpc_fx_stop(fx);
+    assert_int_equal(atomic_load(&fx->events[RT_GRPC_EVENT_CONN_OPEN]),
+                     atomic_load(&fx->events[RT_GRPC_EVENT_CONN_CLOSE]));
+    free(fx);
+}
+
+/* ---- several streams on one connection ---------------------------------- */
+
+struct mcli {
+    int fd;
+    nghttp2_session *s;
+    uint32_t code[8];   /* close code by (stream id - 1) / 2 */
+    int closed[8];
+};
+
+static int mcli_close(nghttp2_session *s, int32_t sid, uint32_t code,
+                      void *ud)
+{
+    struct mcli *m = ud;
+    (void)s;
+    int k = (sid - 1) / 2;
+    if (k >= 0 && k < 8) {
+        m->closed[k] = 1;
+        m->code[k] = code;
+    }
+    return 0;
+}
+
+static ssize_t mcli_send(nghttp2_session *s, const uint8_t *d, size_t n,
+                         int flags, void *ud)
+{
+    struct mcli *m = ud;
+    (void)s;
+    (void)flags;
+    ssize_t w = send(m->fd, d, n, MSG_NOSIGNAL);
+    return w < 0 ? NGHTTP2_ERR_CALLBACK_FAILURE : w;
+}
+
+static const uint8_t g_one[] = {0, 0, 0, 0, 1, 'x'};
+
+static ssize_t mcli_body(nghttp2_session *s, int32_t sid, uint8_t *buf,
+                         size_t len, uint32_t *flags, nghttp2_data_source *src,
+                         void *ud)
+{
+    (void)s;
+    (void)sid;
+    (void)ud;
+    (void)len;
+    memcpy(buf, g_one, sizeof(g_one));
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+    (void)src;
+    return (ssize_t)sizeof(g_one);
+}
+
+/* SETTINGS_MAX_CONCURRENT_STREAMS: a client that ignores it (it sends its
+ * third stream before reading the server's SETTINGS) gets that stream
+ * refused; the first two run. */
+static void test_max_streams(void **state)
+{
+    (void)state;
+    struct rt_grpc_config cfg;
+    rt_grpc_config_default(&cfg);
+    cfg.max_concurrent_streams = 2;
+    struct tt_grpc_fx *fx = calloc(1, sizeof(*fx));
+    assert_non_null(fx);
+    tt_grpc_fx_start_cfg(fx, &cfg);
+    struct mcli m;
+    memset(&m, 0, sizeof(m));
+    m.fd = tcp_connect(fx->port);
+    nghttp2_session_callbacks *cb;
+    nghttp2_session_callbacks_new(&cb);
+    nghttp2_session_callbacks_set_send_callback(cb, mcli_send);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cb, mcli_close);
+    nghttp2_option *opt;
+    nghttp2_option_new(&opt);
+    nghttp2_option_set_peer_max_concurrent_streams(opt, 100);
+    assert_int_equal(nghttp2_session_client_new2(&m.s, cb, &m, opt), 0);
+    nghttp2_option_del(opt);
+    nghttp2_session_callbacks_del(cb);
+    nghttp2_submit_settings(m.s, NGHTTP2_FLAG_NONE, NULL, 0);
+    size_t n = std_nv("/test.Echo/Slow", "application/grpc", "trailers",
+                      "POST");
+    nghttp2_data_provider dp = {.source.ptr = NULL,
+                                .read_callback = mcli_body};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(nghttp2_submit_request(m.s, NULL, g_nv, n, &dp,
+                                                NULL),
+                         2 * i + 1);
+    assert_int_equal(nghttp2_session_send(m.s), 0);
+    for (int i = 0; i < 300 && !m.closed[2]; i++) {
+        struct pollfd p = {.fd = m.fd, .events = POLLIN};
+        if (poll(&p, 1, 10) <= 0)
+            continue;
+        uint8_t buf[16384];
+        ssize_t r = recv(m.fd, buf, sizeof(buf), 0);
+        if (r <= 0)
+            break;
+        assert_true(nghttp2_session_mem_recv(m.s, buf, (size_t)r) >= 0);
+        nghttp2_session_send(m.s);
+    }
+    assert_true(m.closed[2]);
+    assert_int_equal(m.code[2], NGHTTP2_REFUSED_STREAM);
+    assert_false(m.closed[0] || m.closed[1]);
+    assert_int_equal(wait_count(&fx->slow_started, 2), 2);
+    assert_int_equal(
+        atomic_load(&fx->events[RT_GRPC_EVENT_REFUSED_STREAM]), 1);
+    nghttp2_session_del(m.s);
+    close(m.fd);
+    assert_int_equal(wait_count(&fx->cancels, 2), 2);
+    tt_grpc_fx_stop(fx);
+    free(fx);
+}
+
+/* Admission runs on the headers: a caller without the key is answered
+ * while its body has not even started; with the key the call goes on.
+ * Other paths are not checked. A grpc-timeout already passed when the
+ * handler would run gets DEADLINE_EXCEEDED without the handler. */
+static void test_admission_and_early_deadline(void **state)
+{
+    (void)state;
+    struct tt_grpc_fx *fx = calloc(1, sizeof(*fx));
+    assert_non_null(fx);
+    tt_grpc_fx_start(fx);
+    struct cli *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    uint8_t buf[64];
+    size_t blen = frame(buf, 0, "hello", 5);
+    size_t n = std_nv("/test.Secret/Unary", "application/grpc", "trailers",
+                      "POST");
+    assert_true(cli_call(c, fx->port, g_nv, n, NULL, 0, 0, 3000));
+    assert_int_equal(c->grpc_status, RT_GRPC_UNAUTHENTICATED);
+    assert_string_equal(c->grpc_msg, "no key");
+    assert_int_equal(c->close_code, NGHTTP2_NO_ERROR);
+    nghttp2_nv key = MKNV("authorization", "Bearer s3cret");
+    g_nv[n++] = key;
+    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    assert_int_equal(c->grpc_status, 0);
+    assert_int_equal(c->data_len, blen);
+    assert_int_equal(atomic_load(&fx->admits), 2);
+    n = std_nv("/test.Echo/Unary", "application/grpc", "trailers", "POST");
+    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    assert_int_equal(c->grpc_status, 0);
+    assert_int_equal(atomic_load(&fx->admits), 2);
+
+    n = std_nv("/test.Echo/Slow", "application/grpc", "trailers", "POST");
+    nghttp2_nv to = MKNV("grpc-timeout", "0m");
+    g_nv[n++] = to;
+    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    assert_int_equal(c->grpc_status, RT_GRPC_DEADLINE_EXCEEDED);
+    assert_int_equal(atomic_load(&fx->slow_started), 0);
+    assert_int_equal(atomic_load(&fx->events[RT_GRPC_EVENT_DEADLINE]), 1);
+    free(c);
+    tt_grpc_fx_stop(fx);
+    free(fx);
+}
+
+/* Bidirectional streams on the wire: several messages in, each echoed,
+ * OK at the half-close; an error after some messages; a message over the
+ * limit; a stream ending inside a message. */
+static void test_bidi(void **state)
+{
+    (void)state;
+    struct rt_grpc_config cfg;
+    rt_grpc_config_default(&cfg);
+    cfg.max_message_bytes = 1024;
+    struct tt_grpc_fx *fx = calloc(1, sizeof(*fx));
+    assert_non_null(fx);
+    tt_grpc_fx_start_cfg(fx, &cfg);
+    struct cli *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    uint8_t *buf = calloc(1, 4096);
+    assert_non_null(buf);
+    size_t n = std_nv("/test.Echo/Bidi", "application/grpc", "trailers",
+                      "POST");
+    size_t blen = frame(buf, 0, "a", 1);
+    blen += frame(buf + blen, 0, "bb", 2);
+    blen += frame(buf + blen, 0, "", 0);
+    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    assert_int_equal(c->grpc_status, 0);
+    assert_int_equal(c->data_len, blen);
+    assert_memory_equal(c->data, buf, blen);
+    /* No message at all: just OK. */
+    assert_true(cli_call(c, fx->port, g_nv, n, NULL, 0, 1, 3000));
+    assert_int_equal(c->grpc_status, 0);
+    assert_int_equal(c->data_len, 0);
+    /* "fail" after one echo; the rest is not read. */
+    blen = frame(buf, 0, "one", 3);
+    blen += frame(buf + blen, 0, "fail", 4);
+    blen += frame(buf + blen, 0, "never", 5);
+    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    assert_int_equal(c->grpc_status, RT_GRPC_INVALID_ARGUMENT);
+    assert_string_equal(c->grpc_msg, "bidi failed");
+    assert_int_equal(c->data_len, 8);
+    /* Over the message limit, arriving with the first message: refused
+     * before the handler ran. */
+    char big[2000];
+    memset(big, 'z', sizeof(big));
+    blen = frame(buf, 0, "ok", 2);
+    blen += frame(buf + blen, 0, big, sizeof(big));
+    int before = atomic_load(&fx->cancels);
+    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    assert_int_equal(c->grpc_status, RT_GRPC_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(c->grpc_msg, "exceeds the limit"));
+    assert_int_equal(atomic_load(&fx->cancels), before);
+    /* ... and later, once the handler holds the call: it loses the call
+     * (cancel callback), the client gets RESOURCE_EXHAUSTED. */
+    blen = frame(buf, 0, "ok", 2);
+    assert_false(cli_open(c, fx->port, g_nv, n, buf, blen, 0, 300));
+    assert_int_equal(c->data_len, blen);
+    blen = frame(buf, 0, big, sizeof(big));
+    c->body = buf;
+    c->body_len = blen;
+    c->body_off = 0;
+    assert_int_equal(nghttp2_session_resume_data(c->s, c->sid), 0);
+    assert_true(cli_pump(c, 3000));
+    cli_end(c);
+    assert_int_equal(c->grpc_status, RT_GRPC_RESOURCE_EXHAUSTED);
+    assert_int_equal(wait_count(&fx->cancels, before + 1), before + 1);
+    assert_int_equal(atomic_load(&fx->events[RT_GRPC_EVENT_TOO_LARGE]), 2);
+    /* The stream ends inside a message. */
+    blen = frame(buf, 0, "hello", 5) - 2;
+    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    assert_int_equal(c->grpc_status, RT_GRPC_INVALID_ARGUMENT);
+    assert_non_null(strstr(c->grpc_msg, "inside a message"));
+    assert_int_equal(atomic_load(&fx->cancel_bad), 0);
+    free(buf);
+    free(c);
+    tt_grpc_fx_stop(fx);
+    free(fx);
+}
+
+/* Server close is graceful: a Watch stream gets its last state
+ * (NOT_SERVING) and ends with UNAVAILABLE; a running stream ends with
+ * UNAVAILABLE (its cancel callback ran); both reach the client before the
+ * connection closes. */
+static void test_close_graceful(void **state)
+{
+    (void)state;
+    struct tt_grpc_fx *fx = calloc(1, sizeof(*fx));
+    assert_non_null(fx);
+    tt_grpc_fx_start(fx);
+    struct cli *w = calloc(1, sizeof(*w));
+    struct cli *t = calloc(1, sizeof(*t));
+    assert_non_null(w);
+    assert_non_null(t);
+    uint8_t buf[64];
+    size_t n = std_nv("/grpc.health.v1.Health/Watch", "application/grpc",
+                      "trailers", "POST");
+    size_t blen = frame(buf, 0, "", 0); /* HealthCheckRequest{service: ""} */
+    assert_false(cli_open(w, fx->port, g_nv, n, buf, blen, 1, 300));
+    static const uint8_t serving[] = {0, 0, 0, 0, 2, 0x08, 0x01};
+    static const uint8_t not_serving[] = {0, 0, 0, 0, 2, 0x08, 0x02};
+    assert_int_equal(w->data_len, sizeof(serving));
+    assert_memory_equal(w->data, serving, sizeof(serving));
+    n = std_nv("/test.Echo/Ticks", "application/grpc", "trailers", "POST");
+    blen = frame(buf, 0, "1000000", 7);
+    assert_false(cli_open(t, fx->port, g_nv, n, buf, blen, 1, 100));
+    assert_true(t->data_len > 0);
+    tt_grpc_fx_stop(fx);
+    assert_true(cli_pump(w, 3000));
+    assert_int_equal(w->data_len, 2 * sizeof(serving));
+    assert_memory_equal(w->data + sizeof(serving), not_serving,
+                        sizeof(not_serving));
+    assert_int_equal(w->grpc_status, RT_GRPC_UNAVAILABLE);
+    assert_string_equal(w->grpc_msg, "the server is shutting down");
+    assert_true(cli_pump(t, 3000));
+    assert_int_equal(t->grpc_status, RT_GRPC_UNAVAILABLE);
+    assert_true(cli_wait_eof(w, 3000));
+    assert_true(cli_wait_eof(t, 3000));
+    assert_int_equal(atomic_load(&fx->cancels), 1); /* the Ticks call */
+    assert_int_equal(atomic_load(&fx->cancel_bad), 0);
+    cli_end(w);
+    cli_end(t);
+    free(w);
+    free(t);
+    free(fx);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -604,6 +1004,12 @@ int main(void)
         cmocka_unit_test(test_config_and_misuse),
         cmocka_unit_test(test_raw_protocol),
         cmocka_unit_test(test_idle_and_close),
+        cmocka_unit_test(test_recv_timeout),
+        cmocka_unit_test(test_idle_open_stream),
+        cmocka_unit_test(test_max_streams),
+        cmocka_unit_test(test_admission_and_early_deadline),
+        cmocka_unit_test(test_bidi),
+        cmocka_unit_test(test_close_graceful),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

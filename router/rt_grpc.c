@@ -439,9 +439,11 @@ static int cb_frame_send(nghttp2_session *s, const nghttp2_frame *frame,
     if (frame->hd.type == NGHTTP2_RST_STREAM &&
         frame->rst_stream.error_code == NGHTTP2_REFUSED_STREAM)
         rt__grpc_event(conn->srv, RT_GRPC_EVENT_REFUSED_STREAM);
-    if (frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS)
-        rt__grpc_conn_touch(conn);
     struct rt_grpc_call *call = stream_call(conn, frame->hd.stream_id);
+    /* Response data of a call a handler took is activity (idle limit). */
+    if (call && call->state == CS_DISPATCHED &&
+        (frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS))
+        rt__grpc_conn_touch(conn);
     if (call)
         rt__grpc_call_frame_sent(call, frame);
     return 0;

@@ -51,9 +51,10 @@
  *   peer cannot take yet stays queued on the call and resumes when its
  *   window opens or the handler writes more).
  * - Idle connections: a connection with no call in progress (dispatched to
- *   a handler and not finished) and no response data sent for
- *   idle_timeout_ms gets GOAWAY and is closed. Streams still waiting for
- *   their request do not count as progress.
+ *   a handler and not finished) and no response frame of such a call sent
+ *   for idle_timeout_ms gets GOAWAY and is closed. Streams still waiting
+ *   for their request, and the answers to streams refused or timed out
+ *   before a handler took them, do not count as activity.
  * - Anything that is not HTTP/2 (bad preface, garbage) closes only that
  *   connection; other connections and streams are unaffected.
  * - Close: rt_grpc_server_close() ends every call with a status (14

@@ -318,7 +318,11 @@ static int server_finish(struct rt_grpc_call *call, int status,
     struct rt_grpc_conn *conn = call->conn;
     call->finishing = 1;
     call->fin_status = status;
-    rt__grpc_conn_touch(conn);
+    /* Only calls a handler took count as activity of the connection:
+     * answering streams that never got that far (refused, timed out) must
+     * not keep a connection open forever. */
+    if (call->state == CS_DISPATCHED)
+        rt__grpc_conn_touch(conn);
     free(call->fin_msg);
     call->fin_msg = NULL;
     if (message && message[0]) {
@@ -404,13 +408,23 @@ void rt__grpc_call_header(struct rt_grpc_call *call, const uint8_t *name,
         call->hoffs = o;
         call->cap_hdrs = cap;
     }
-    if (!call->hbuf) {
-        call->hbuf = malloc(max);
-        if (!call->hbuf) {
+    size_t need = call->hlen + nlen + vlen + 2;
+    if (need > call->hcap) {
+        /* Grown as needed (strings are kept as offsets until the block
+         * ends): a stream still waiting for its request holds what its
+         * headers take, not max_header_bytes. */
+        size_t cap = call->hcap ? call->hcap : 512;
+        while (cap < need)
+            cap *= 2;
+        if (cap > max)
+            cap = max;
+        char *b = realloc(call->hbuf, cap);
+        if (!b) {
             call->hdr_overflow = 1;
             return;
         }
-        call->hcap = max;
+        call->hbuf = b;
+        call->hcap = cap;
     }
     /* nghttp2 hands out names and values that may contain NUL only when
      * they are invalid, which it rejects before this callback. */

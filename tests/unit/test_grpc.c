@@ -120,7 +120,8 @@ static ssize_t cli_body(nghttp2_session *s, int32_t sid, uint8_t *buf,
     size_t n = c->body_len - c->body_off;
     if (n > len)
         n = len;
-    memcpy(buf, c->body + c->body_off, n);
+    if (n)
+        memcpy(buf, c->body + c->body_off, n);
     c->body_off += n;
     if (c->body_off == c->body_len) {
         if (c->body_eof)
@@ -696,7 +697,8 @@ static void test_recv_timeout(void **state)
 }
 
 /* The idle limit counts a connection whose streams only wait for their
- * requests as idle: it is closed although a stream is open. */
+ * requests as idle: it is closed although a stream is open, and although
+ * its client keeps opening such streams. */
 static void test_idle_open_stream(void **state)
 {
     (void)state;
@@ -720,6 +722,35 @@ static void test_idle_open_stream(void **state)
     tt_grpc_fx_stop(fx);
     assert_int_equal(atomic_load(&fx->events[RT_GRPC_EVENT_CONN_OPEN]),
                      atomic_load(&fx->events[RT_GRPC_EVENT_CONN_CLOSE]));
+    free(fx);
+
+    /* A client that keeps opening streams that never send their request:
+     * the answers to those (receive timeouts) are not activity, so the
+     * connection still ends at the idle limit. */
+    cfg.idle_timeout_ms = 400;
+    cfg.recv_timeout_ms = 100;
+    fx = calloc(1, sizeof(*fx));
+    assert_non_null(fx);
+    tt_grpc_fx_start_cfg(fx, &cfg);
+    c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    assert_true(cli_open(c, fx->port, g_nv, n, NULL, 0, 0, 3000));
+    assert_int_equal(c->grpc_status, RT_GRPC_DEADLINE_EXCEEDED);
+    int rounds = 1, ended = 0;
+    for (; rounds < 100 && !ended; rounds++) {
+        c->closed = 0;
+        nghttp2_data_provider dp = {.source.ptr = NULL,
+                                    .read_callback = cli_body};
+        c->sid = nghttp2_submit_request(c->s, NULL, g_nv, n, &dp, NULL);
+        /* After GOAWAY the client library refuses new streams. */
+        ended = c->sid < 0 || !cli_pump(c, 3000);
+    }
+    assert_true(ended);
+    assert_true(rounds > 2);
+    assert_int_equal(atomic_load(&fx->events[RT_GRPC_EVENT_IDLE_CLOSE]), 1);
+    cli_end(c);
+    free(c);
+    tt_grpc_fx_stop(fx);
     free(fx);
 }
 

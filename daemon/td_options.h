@@ -50,6 +50,12 @@ struct td_options {
                                  path component of model */
     int64_t max_model_len;    /* context limit in tokens; 0 = the model's */
     int64_t worker_heartbeat_ms; /* router<->worker heartbeat period, ms */
+    double grpc_recv_timeout; /* seconds a gRPC request (each message of a
+                                 streaming request) may take to arrive */
+    double grpc_idle_timeout; /* seconds before an idle gRPC connection is
+                                 closed; 0 = never */
+    int64_t grpc_max_streams; /* concurrent streams per gRPC connection */
+    uint64_t grpc_max_message; /* bytes of one gRPC request message */
 };
 
 /* The option table (static, read-only) and its length. */

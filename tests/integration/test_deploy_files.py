@@ -119,14 +119,14 @@ def value_ok(e, v):
             x = int(v) if t == "INT" else float(v)
         except ValueError:
             return False
-    elif t == "SIZE_FRAC":
+    elif t in ("SIZE_FRAC", "SIZE"):
         m = re.fullmatch(r"([0-9]*\.?[0-9]+)(%|[a-zA-Z]*)", v)
         if not m:
             return False
         num, unit = float(m.group(1)), m.group(2).lower()
-        if unit == "%":
+        if t == "SIZE_FRAC" and unit == "%":
             return 0 < num <= 100
-        if unit == "" and num <= 1:
+        if t == "SIZE_FRAC" and unit == "" and num <= 1:
             return num > 0
         if unit not in SIZE_UNITS:
             return False

@@ -484,8 +484,9 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
         return;
     }
     /* Abort finds requests by id, so a client id must name one running
-     * request of its owner (tangram.proto: "unique among your running
-     * requests"); the id is stored whole, so it is checked first. */
+     * request of its owner (tangram.proto: "unique among the caller's
+     * running requests"); the id is stored whole, so it is checked
+     * first. */
     if (q->request_id != NULL && q->request_id[0] != '\0') {
         struct rt_api_error ie;
         const char *why = NULL;
@@ -574,7 +575,8 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
     } else if (chat) {
         struct ct_message *m = calloc(q->n_messages, sizeof(*m));
         for (size_t i = 0; m != NULL && i < q->n_messages; i++) {
-            /* "developer" renders as "system", as over HTTP. */
+            /* Checked above; "developer" renders as "system", as over
+             * HTTP. */
             rt_role_from_name(q->messages[i]->role, &role);
             m[i].role = rt_role_name(role);
             m[i].content = q->messages[i]->content ? q->messages[i]->content : "";

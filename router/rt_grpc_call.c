@@ -466,7 +466,8 @@ void rt__grpc_call_headers_done(struct rt_grpc_call *call)
     if (call->n_hdrs) {
         call->hdrs = malloc(call->n_hdrs * sizeof(*call->hdrs));
         if (!call->hdrs) {
-            rt__grpc_call_reject(call, RT_GRPC_RESOURCE_EXHAUSTED, 200, "out of memory");
+            rt__grpc_call_reject(call, RT_GRPC_RESOURCE_EXHAUSTED, 200,
+                                 "out of memory");
             return;
         }
         for (size_t i = 0; i < call->n_hdrs; i++) {
@@ -481,19 +482,20 @@ void rt__grpc_call_headers_done(struct rt_grpc_call *call)
     if (path)
         call->path = path;
     if (!method || strcmp(method, "POST") != 0) {
-        rt__grpc_call_reject(call, RT_GRPC_UNIMPLEMENTED, 405, "gRPC requires POST");
+        rt__grpc_call_reject(call, RT_GRPC_UNIMPLEMENTED, 405,
+                             "gRPC requires POST");
         return;
     }
     if (!content_type_ok(rt_grpc_call_header(call, "content-type"))) {
         rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 415,
-               "content-type must be application/grpc or "
-               "application/grpc+proto");
+                             "content-type must be application/grpc or "
+                             "application/grpc+proto");
         return;
     }
     const char *te = rt_grpc_call_header(call, "te");
     if (!te || strcasecmp(te, "trailers") != 0) {
         rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
-               "missing header 'te: trailers'");
+                             "missing header 'te: trailers'");
         return;
     }
     const char *to = rt_grpc_call_header(call, "grpc-timeout");
@@ -522,15 +524,17 @@ void rt__grpc_call_headers_done(struct rt_grpc_call *call)
         return;
     }
     if (srv->closing) {
-        rt__grpc_call_reject(call, RT_GRPC_UNAVAILABLE, 200, "the server is shutting down");
+        rt__grpc_call_reject(call, RT_GRPC_UNAVAILABLE, 200,
+                             "the server is shutting down");
         return;
     }
     if (srv->admit) {
         msg[0] = '\0';
         int st = srv->admit(call, srv->admit_ud, msg, sizeof(msg));
         if (st != RT_GRPC_OK) {
-            rt__grpc_call_reject(call, st >= 0 && st <= 16 ? st : RT_GRPC_INTERNAL, 200,
-                   msg[0] ? msg : "refused");
+            rt__grpc_call_reject(call,
+                                 st >= 0 && st <= 16 ? st : RT_GRPC_INTERNAL,
+                                 200, msg[0] ? msg : "refused");
             return;
         }
     }
@@ -606,7 +610,7 @@ static int message_begin(struct rt_grpc_call *call)
     }
     if (!bidi && call->n_msgs >= 1) {
         rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
-               "expected exactly one request message, got more");
+                             "expected exactly one request message, got more");
         return -1;
     }
     if (n > call->srv->cfg.max_message_bytes) {
@@ -694,12 +698,12 @@ void rt__grpc_call_end_stream(struct rt_grpc_call *call)
         return;
     if (call->prefix_got) {
         rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
-               "request stream ended inside a message");
+                             "request stream ended inside a message");
         return;
     }
     if (call->n_msgs != 1) {
         rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
-               "expected exactly one request message, got none");
+                             "expected exactly one request message, got none");
         return;
     }
     call->msg = call->mwant ? call->mbuf : NULL;
@@ -734,12 +738,13 @@ void rt__grpc_call_dispatch(struct rt_grpc_call *call)
     if (call->state == CS_READY) {
         if (srv->closing) {
             rt__grpc_call_reject(call, RT_GRPC_UNAVAILABLE, 200,
-                   "the server is shutting down");
+                                 "the server is shutting down");
             return;
         }
         if (call->deadline_ms && uv_now(srv->loop) >= call->deadline_ms) {
             rt__grpc_event(srv, RT_GRPC_EVENT_DEADLINE);
-            rt__grpc_call_reject(call, RT_GRPC_DEADLINE_EXCEEDED, 200, "deadline exceeded");
+            rt__grpc_call_reject(call, RT_GRPC_DEADLINE_EXCEEDED, 200,
+                                 "deadline exceeded");
             return;
         }
         call->state = CS_DISPATCHED;

@@ -45,15 +45,18 @@ struct health {
     struct watcher *watchers;    /* doubly linked */
 };
 
+/* HealthCheckResponse.ServingStatus values, shorter. */
+#define ST_(x) GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__##x
+
 /* The state of `svc` as a HealthCheckResponse.ServingStatus value. */
 static int status_of(const struct health *h, const char *svc)
 {
     int st = h->fn(svc, h->ud);
     if (st == RT_GRPC_HEALTH_SERVING)
-        return GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+        return ST_(SERVING);
     if (st == RT_GRPC_HEALTH_NOT_SERVING)
-        return GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
-    return GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN;
+        return ST_(NOT_SERVING);
+    return ST_(SERVICE_UNKNOWN);
 }
 
 /* Packs a HealthCheckResponse with `status` into buf (16 bytes suffice:
@@ -79,7 +82,7 @@ static void h_check(struct rt_grpc_call *call, void *ud)
     }
     const char *svc = req->service ? req->service : "";
     int st = status_of(h, svc);
-    if (st == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN) {
+    if (st == ST_(SERVICE_UNKNOWN)) {
         char msg[200];
         snprintf(msg, sizeof(msg), "unknown service '%.150s'", svc);
         grpc__health__v1__health_check_request__free_unpacked(req, NULL);
@@ -189,15 +192,10 @@ void rt__grpc_health_close(struct rt_grpc_server *srv)
     struct health *h = srv->health;
     while (h->watchers) {
         struct watcher *w = h->watchers;
-        int unknown =
-            w->last ==
-            GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN;
-        if (!unknown &&
-            w->last !=
-                GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING &&
-            watcher_send(
-                w, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING) != 0)
-            continue;
+        /* The server stops serving every service it knows. */
+        if (w->last != ST_(SERVICE_UNKNOWN) && w->last != ST_(NOT_SERVING) &&
+            watcher_send(w, ST_(NOT_SERVING)) != 0)
+            continue; /* ended and unlinked */
         rt_grpc_call_finish(w->call, RT_GRPC_UNAVAILABLE,
                             "the server is shutting down");
         watcher_unlink(w);

@@ -255,6 +255,10 @@ static int build(struct refl *r, const uint8_t *set, size_t len, char *err,
 typedef Grpc__Reflection__V1__ServerReflectionRequest Req;
 typedef Grpc__Reflection__V1__ServerReflectionResponse Resp;
 
+/* The oneof cases of requests (Q_) and responses (A_), shorter. */
+#define Q_(x) GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_##x
+#define A_(x) GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_##x
+
 static void error_response(Resp *resp, Grpc__Reflection__V1__ErrorResponse *e,
                            char *buf, size_t cap, int code, const char *fmt,
                            ...)
@@ -265,8 +269,7 @@ static void error_response(Resp *resp, Grpc__Reflection__V1__ErrorResponse *e,
     va_end(ap);
     e->error_code = code;
     e->error_message = buf;
-    resp->message_response_case =
-        GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_ERROR_RESPONSE;
+    resp->message_response_case = A_(ERROR_RESPONSE);
     resp->error_response = e;
 }
 
@@ -365,17 +368,15 @@ static int answer(struct refl *r, struct rt_grpc_call *call, Req *req)
     size_t fi;
     const struct refl_sym *sym;
     switch (req->message_request_case) {
-    case GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_LIST_SERVICES:
+    case Q_(LIST_SERVICES):
         lsr.n_service = list_services(r->srv, items, ptrs, names, names_cap);
         lsr.service = ptrs;
-        resp.message_response_case =
-            GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_LIST_SERVICES_RESPONSE;
+        resp.message_response_case = A_(LIST_SERVICES_RESPONSE);
         resp.list_services_response = &lsr;
         break;
-    case GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_FILE_BY_FILENAME:
-    case GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_FILE_CONTAINING_SYMBOL:
-        if (req->message_request_case ==
-            GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_FILE_BY_FILENAME) {
+    case Q_(FILE_BY_FILENAME):
+    case Q_(FILE_CONTAINING_SYMBOL):
+        if (req->message_request_case == Q_(FILE_BY_FILENAME)) {
             if (find_file(r, req->file_by_filename, &fi) != 0) {
                 error_response(&resp, &er, ebuf, sizeof(ebuf),
                                RT_GRPC_NOT_FOUND, "unknown file '%.200s'",
@@ -394,11 +395,10 @@ static int answer(struct refl *r, struct rt_grpc_call *call, Req *req)
         }
         fdr.n_file_descriptor_proto = closure(r, fi, files, queue, seen);
         fdr.file_descriptor_proto = files;
-        resp.message_response_case =
-            GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_FILE_DESCRIPTOR_RESPONSE;
+        resp.message_response_case = A_(FILE_DESCRIPTOR_RESPONSE);
         resp.file_descriptor_response = &fdr;
         break;
-    case GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_FILE_CONTAINING_EXTENSION: {
+    case Q_(FILE_CONTAINING_EXTENSION): {
         const Grpc__Reflection__V1__ExtensionRequest *x =
             req->file_containing_extension;
         const char *type = x->containing_type[0] == '.' ? x->containing_type + 1
@@ -416,12 +416,11 @@ static int answer(struct refl *r, struct rt_grpc_call *call, Req *req)
         }
         fdr.n_file_descriptor_proto = closure(r, hit->file, files, queue, seen);
         fdr.file_descriptor_proto = files;
-        resp.message_response_case =
-            GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_FILE_DESCRIPTOR_RESPONSE;
+        resp.message_response_case = A_(FILE_DESCRIPTOR_RESPONSE);
         resp.file_descriptor_response = &fdr;
         break;
     }
-    case GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_ALL_EXTENSION_NUMBERS_OF_TYPE:
+    case Q_(ALL_EXTENSION_NUMBERS_OF_TYPE):
         sym = sym_find(r, req->all_extension_numbers_of_type);
         if (!sym || !sym->is_message) {
             error_response(&resp, &er, ebuf, sizeof(ebuf), RT_GRPC_NOT_FOUND,
@@ -434,8 +433,7 @@ static int answer(struct refl *r, struct rt_grpc_call *call, Req *req)
             if (strcmp(r->exts[i].extendee, sym->name) == 0)
                 numbers[enr.n_extension_number++] = r->exts[i].number;
         enr.extension_number = numbers;
-        resp.message_response_case =
-            GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_ALL_EXTENSION_NUMBERS_RESPONSE;
+        resp.message_response_case = A_(ALL_EXTENSION_NUMBERS_RESPONSE);
         resp.all_extension_numbers_response = &enr;
         break;
     default:

@@ -48,7 +48,7 @@ import daemon_util as du  # noqa: E402
 
 MODEL = "tiny"
 chk = du.Checker()
-LONG_TOKENS = 3000
+LONG_TOKENS = 4000
 # Each channel its own connection (grpcio shares them between channels to
 # one target otherwise): the tests of connection-scoped Abort need that.
 OWN_CONN = [("grpc.use_local_subchannel_pool", 1)]
@@ -313,17 +313,17 @@ def t_deadline(grpc, api, ch, http, port):
     after = http.pages()
     chk.check(before is not None and after == before,
               "its pages come back (%s -> %s)" % (before, after))
-    # The server ends the call itself: grpc-timeout 700m on a raw stream
+    # The server ends the call itself: grpc-timeout 1500m on a raw stream
     # whose client never cancels.
     d0 = http.value("tangram_grpc_deadline_exceeded_total")
     body = api.request(prompt="The server's own deadline", sampling={
         "max_tokens": LONG_TOKENS, "ignore_eos": True}).SerializeToString()
     h = RawH2(port)
-    h.request(1, "/tangram.v1.Generation/Generate", body, timeout="700m")
+    h.request(1, "/tangram.v1.Generation/Generate", body, timeout="1500m")
     ended = h.pump(lambda c: 1 in c.ended)
     h.close()
     chk.check(ended and len(h.data.get(1, b"")) > 0,
-              "grpc-timeout 700m: the server streamed, then ended the call")
+              "grpc-timeout 1500m: the server streamed, then ended the call")
     chk.check(http.value("tangram_grpc_deadline_exceeded_total") == d0 + 1,
               "tangram_grpc_deadline_exceeded_total counts it")
     after = http.pages()

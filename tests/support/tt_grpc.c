@@ -291,6 +291,14 @@ static int health_fn(const char *service, void *ud)
 void tt_grpc_fx_start_cfg(struct tt_grpc_fx *fx,
                           const struct rt_grpc_config *cfg)
 {
+    tt_grpc_fx_start_set(fx, cfg, tg_api_descriptor_set,
+                         tg_api_descriptor_set_len);
+}
+
+void tt_grpc_fx_start_set(struct tt_grpc_fx *fx,
+                          const struct rt_grpc_config *cfg,
+                          const uint8_t *set, size_t set_len)
+{
     memset(fx, 0, sizeof(*fx));
     atomic_store(&fx->serving, 1);
     char err[256];
@@ -330,12 +338,10 @@ void tt_grpc_fx_start_cfg(struct tt_grpc_fx *fx,
     assert_int_equal(
         rt_grpc_health_register(&fx->srv, health_fn, fx, err, sizeof(err)),
         TG_EEXIST);
-    assert_int_equal(rt_grpc_reflect_register(&fx->srv, tg_api_descriptor_set,
-                                              tg_api_descriptor_set_len, err,
+    assert_int_equal(rt_grpc_reflect_register(&fx->srv, set, set_len, err,
                                               sizeof(err)),
                      0);
-    assert_int_equal(rt_grpc_reflect_register(&fx->srv, tg_api_descriptor_set,
-                                              tg_api_descriptor_set_len, err,
+    assert_int_equal(rt_grpc_reflect_register(&fx->srv, set, set_len, err,
                                               sizeof(err)),
                      TG_EEXIST);
     rt_grpc_server_on_admit(&fx->srv, admit_fn, fx);

@@ -35,7 +35,8 @@
  *                          UNAUTHENTICATED "no key" from the headers)
  * plus the health service ("" serving, tangram.v1.Generation as set, any
  * other name unknown) and server reflection over the router's embedded
- * descriptors (tg_api_descriptor_set). Every rt_grpc event is counted.
+ * descriptors (tg_api_descriptor_set, or a set of the test's). Every
+ * rt_grpc event is counted.
  *
  * Test code only. Start and stop run on the test thread; a failed check
  * fails the running cmocka test.
@@ -77,6 +78,12 @@ struct tt_grpc_fx {
  * are refused. The caller owns fx and stops it with tt_grpc_fx_stop(). */
 void tt_grpc_fx_start_cfg(struct tt_grpc_fx *fx,
                           const struct rt_grpc_config *cfg);
+
+/* tt_grpc_fx_start_cfg() with reflection serving the descriptor set
+ * `set` (set_len bytes, a serialized FileDescriptorSet) instead. */
+void tt_grpc_fx_start_set(struct tt_grpc_fx *fx,
+                          const struct rt_grpc_config *cfg,
+                          const uint8_t *set, size_t set_len);
 
 /* tt_grpc_fx_start_cfg() with the default configuration. */
 void tt_grpc_fx_start(struct tt_grpc_fx *fx);

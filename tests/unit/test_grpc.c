@@ -12,7 +12,9 @@
  * by such streams (idle limit), streams over SETTINGS_MAX_CONCURRENT_
  * STREAMS (refused), admission from the headers before any body; bidi
  * streams (echo, errors, oversized); and the graceful close (a Watch
- * stream gets NOT_SERVING and UNAVAILABLE, a running stream UNAVAILABLE).
+ * stream gets NOT_SERVING and UNAVAILABLE, a running stream UNAVAILABLE);
+ * reflection over a descriptor set with imports (transitive closure,
+ * extensions, a set lacking an import refused).
  * The checks with Debian's python3-grpcio client are in
  * test_grpc_grpcio.c. */
 #include <setjmp.h>
@@ -36,7 +38,10 @@
 #include <nghttp2/nghttp2.h>
 
 #include "common/tg_err.h"
+#include "proto/descriptor_index.pb-c.h"
+#include "proto/reflection.pb-c.h"
 #include "router/rt_grpc.h"
+#include "router/rt_grpc_reflect.h"
 #include "tests/support/tt_grpc.h"
 
 /* ---- a minimal blocking nghttp2 client -------------------------------- */
@@ -1026,6 +1031,224 @@ static void test_close_graceful(void **state)
     free(fx);
 }
 
+/* ---- reflection over a set with imports --------------------------------- */
+
+/* Packs one descriptor_index File into a malloc'd buffer. */
+static ProtobufCBinaryData pack_file(const Tangram__Descidx__File *f)
+{
+    ProtobufCBinaryData b;
+    b.len = tangram__descidx__file__get_packed_size(f);
+    b.data = malloc(b.len + 1);
+    assert_non_null(b.data);
+    tangram__descidx__file__pack(f, b.data);
+    return b;
+}
+
+/* A FileDescriptorSet (malloc'd, *len bytes): a.proto declares pa.M;
+ * b.proto imports it and declares pb.N and the extension pb.tag = 100 of
+ * pa.M; c.proto imports b.proto and declares service pc.S with method Go.
+ * Without `with_a`, a.proto is left out (a broken set). */
+static uint8_t *make_set(int with_a, size_t *len)
+{
+    Tangram__Descidx__Message m = TANGRAM__DESCIDX__MESSAGE__INIT;
+    Tangram__Descidx__Message n = TANGRAM__DESCIDX__MESSAGE__INIT;
+    Tangram__Descidx__Field ext = TANGRAM__DESCIDX__FIELD__INIT;
+    Tangram__Descidx__Method go = TANGRAM__DESCIDX__METHOD__INIT;
+    Tangram__Descidx__Service svc = TANGRAM__DESCIDX__SERVICE__INIT;
+    Tangram__Descidx__File fa = TANGRAM__DESCIDX__FILE__INIT;
+    Tangram__Descidx__File fb = TANGRAM__DESCIDX__FILE__INIT;
+    Tangram__Descidx__File fc = TANGRAM__DESCIDX__FILE__INIT;
+    m.name = "M";
+    n.name = "N";
+    ext.name = "tag";
+    ext.extendee = ".pa.M";
+    ext.has_number = 1;
+    ext.number = 100;
+    go.name = "Go";
+    svc.name = "S";
+    Tangram__Descidx__Method *gos[] = {&go};
+    svc.n_method = 1;
+    svc.method = gos;
+    Tangram__Descidx__Message *ma[] = {&m}, *mb[] = {&n};
+    Tangram__Descidx__Field *exts[] = {&ext};
+    Tangram__Descidx__Service *svcs[] = {&svc};
+    char *dep_a[] = {"a.proto"}, *dep_b[] = {"b.proto"};
+    fa.name = "a.proto";
+    fa.package = "pa";
+    fa.n_message_type = 1;
+    fa.message_type = ma;
+    fb.name = "b.proto";
+    fb.package = "pb";
+    fb.n_dependency = 1;
+    fb.dependency = dep_a;
+    fb.n_message_type = 1;
+    fb.message_type = mb;
+    fb.n_extension = 1;
+    fb.extension = exts;
+    fc.name = "c.proto";
+    fc.package = "pc";
+    fc.n_dependency = 1;
+    fc.dependency = dep_b;
+    fc.n_service = 1;
+    fc.service = svcs;
+    ProtobufCBinaryData files[3];
+    size_t nf = 0;
+    if (with_a)
+        files[nf++] = pack_file(&fa);
+    files[nf++] = pack_file(&fb);
+    files[nf++] = pack_file(&fc);
+    Tangram__Descidx__FileSet set = TANGRAM__DESCIDX__FILE_SET__INIT;
+    set.n_file = nf;
+    set.file = files;
+    *len = tangram__descidx__file_set__get_packed_size(&set);
+    uint8_t *out = malloc(*len + 1);
+    assert_non_null(out);
+    tangram__descidx__file_set__pack(&set, out);
+    for (size_t i = 0; i < nf; i++)
+        free(files[i].data);
+    return out;
+}
+
+/* Appends one framed ServerReflectionRequest to buf at *off. */
+static void put_request(uint8_t *buf, size_t *off,
+                        const Grpc__Reflection__V1__ServerReflectionRequest *q)
+{
+    size_t n = grpc__reflection__v1__server_reflection_request__get_packed_size(q);
+    buf[*off] = 0;
+    buf[*off + 1] = (uint8_t)(n >> 24);
+    buf[*off + 2] = (uint8_t)(n >> 16);
+    buf[*off + 3] = (uint8_t)(n >> 8);
+    buf[*off + 4] = (uint8_t)n;
+    grpc__reflection__v1__server_reflection_request__pack(q, buf + *off + 5);
+    *off += 5 + n;
+}
+
+/* The file names of a file_descriptor_response, comma-separated. */
+static void file_names(const Grpc__Reflection__V1__ServerReflectionResponse *r,
+                       char *out, size_t cap)
+{
+    out[0] = '\0';
+    assert_int_equal(
+        r->message_response_case,
+        GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_FILE_DESCRIPTOR_RESPONSE);
+    const Grpc__Reflection__V1__FileDescriptorResponse *f =
+        r->file_descriptor_response;
+    for (size_t i = 0; i < f->n_file_descriptor_proto; i++) {
+        Tangram__Descidx__File *p = tangram__descidx__file__unpack(
+            NULL, f->file_descriptor_proto[i].len,
+            f->file_descriptor_proto[i].data);
+        assert_non_null(p);
+        size_t l = strlen(out);
+        snprintf(out + l, cap - l, "%s%s", i ? "," : "", p->name);
+        tangram__descidx__file__free_unpacked(p, NULL);
+    }
+}
+
+/* Reflection answers with the transitive imports of a file (the file
+ * first), finds extensions, and refuses a set that lacks an import. */
+static void test_reflect_imports(void **state)
+{
+    (void)state;
+    char err[256];
+    size_t len;
+    uint8_t *set = make_set(0, &len);
+    uv_loop_t loop;
+    struct rt_grpc_server srv;
+    assert_int_equal(uv_loop_init(&loop), 0);
+    assert_int_equal(rt_grpc_server_init(&srv, &loop, NULL, err, sizeof(err)),
+                     0);
+    assert_int_equal(rt_grpc_reflect_register(&srv, set, len, err,
+                                              sizeof(err)),
+                     TG_EFORMAT);
+    assert_non_null(strstr(err, "b.proto imports a.proto"));
+    free(set);
+    static const uint8_t garbage[] = {0x0a, 0x05, 0x01};
+    assert_int_equal(rt_grpc_reflect_register(&srv, garbage, sizeof(garbage),
+                                              err, sizeof(err)),
+                     TG_EFORMAT);
+    rt_grpc_server_close(&srv, NULL, NULL);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    rt_grpc_server_free(&srv);
+    assert_int_equal(uv_loop_close(&loop), 0);
+
+    set = make_set(1, &len);
+    struct tt_grpc_fx *fx = calloc(1, sizeof(*fx));
+    assert_non_null(fx);
+    tt_grpc_fx_start_set(fx, NULL, set, len);
+    free(set); /* copied by the server */
+    uint8_t *buf = malloc(4096);
+    assert_non_null(buf);
+    size_t off = 0;
+    Grpc__Reflection__V1__ServerReflectionRequest q =
+        GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__INIT;
+    Grpc__Reflection__V1__ExtensionRequest x =
+        GRPC__REFLECTION__V1__EXTENSION_REQUEST__INIT;
+#define ASK(kind, field, value)                                             \
+    q.message_request_case =                                                \
+        GRPC__REFLECTION__V1__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_##kind; \
+    q.field = value;                                                        \
+    put_request(buf, &off, &q)
+    ASK(FILE_CONTAINING_SYMBOL, file_containing_symbol, "pc.S.Go");
+    ASK(FILE_CONTAINING_SYMBOL, file_containing_symbol, ".pb.tag");
+    ASK(FILE_BY_FILENAME, file_by_filename, "a.proto");
+    x.containing_type = "pa.M";
+    x.extension_number = 100;
+    ASK(FILE_CONTAINING_EXTENSION, file_containing_extension, &x);
+    ASK(ALL_EXTENSION_NUMBERS_OF_TYPE, all_extension_numbers_of_type, "pa.M");
+    ASK(ALL_EXTENSION_NUMBERS_OF_TYPE, all_extension_numbers_of_type, "pc.S");
+#undef ASK
+    struct cli *c = calloc(1, sizeof(*c));
+    assert_non_null(c);
+    size_t n = std_nv("/grpc.reflection.v1.ServerReflection/"
+                      "ServerReflectionInfo",
+                      "application/grpc", "trailers", "POST");
+    assert_true(cli_call(c, fx->port, g_nv, n, buf, off, 1, 3000));
+    assert_int_equal(c->grpc_status, 0);
+    Grpc__Reflection__V1__ServerReflectionResponse *r[6];
+    size_t at = 0;
+    for (int i = 0; i < 6; i++) {
+        assert_true(at + 5 <= c->data_len);
+        size_t ml = (size_t)c->data[at + 1] << 24 |
+                    (size_t)c->data[at + 2] << 16 |
+                    (size_t)c->data[at + 3] << 8 | c->data[at + 4];
+        r[i] = grpc__reflection__v1__server_reflection_response__unpack(
+            NULL, ml, c->data + at + 5);
+        assert_non_null(r[i]);
+        at += 5 + ml;
+    }
+    assert_int_equal(at, c->data_len);
+    char names[128];
+    file_names(r[0], names, sizeof(names));
+    assert_string_equal(names, "c.proto,b.proto,a.proto");
+    file_names(r[1], names, sizeof(names));
+    assert_string_equal(names, "b.proto,a.proto");
+    file_names(r[2], names, sizeof(names));
+    assert_string_equal(names, "a.proto");
+    file_names(r[3], names, sizeof(names));
+    assert_string_equal(names, "b.proto,a.proto");
+    assert_int_equal(
+        r[4]->message_response_case,
+        GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_ALL_EXTENSION_NUMBERS_RESPONSE);
+    assert_string_equal(r[4]->all_extension_numbers_response->base_type_name,
+                        "pa.M");
+    assert_int_equal(r[4]->all_extension_numbers_response->n_extension_number,
+                     1);
+    assert_int_equal(r[4]->all_extension_numbers_response->extension_number[0],
+                     100);
+    /* A service is no message type. */
+    assert_int_equal(
+        r[5]->message_response_case,
+        GRPC__REFLECTION__V1__SERVER_REFLECTION_RESPONSE__MESSAGE_RESPONSE_ERROR_RESPONSE);
+    assert_int_equal(r[5]->error_response->error_code, RT_GRPC_NOT_FOUND);
+    for (int i = 0; i < 6; i++)
+        grpc__reflection__v1__server_reflection_response__free_unpacked(r[i],
+                                                                       NULL);
+    free(c);
+    free(buf);
+    tt_grpc_fx_stop(fx);
+    free(fx);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -1041,6 +1264,7 @@ int main(void)
         cmocka_unit_test(test_admission_and_early_deadline),
         cmocka_unit_test(test_bidi),
         cmocka_unit_test(test_close_graceful),
+        cmocka_unit_test(test_reflect_imports),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -120,6 +120,13 @@ static void test_config_and_misuse(void **state)
     assert_int_equal(rt_grpc_server_init(&srv, &loop, &cfg, err, sizeof(err)),
                      TG_EINVAL);
     rt_grpc_server_free(&srv);
+    rt_grpc_config_default(&cfg);
+    assert_int_equal(cfg.recv_timeout_ms, 30000);
+    cfg.recv_timeout_ms = 0;
+    assert_int_equal(rt_grpc_server_init(&srv, &loop, &cfg, err, sizeof(err)),
+                     TG_EINVAL);
+    assert_non_null(strstr(err, "recv_timeout_ms"));
+    rt_grpc_server_free(&srv);
 
     assert_int_equal(rt_grpc_server_init(&srv, &loop, NULL, err, sizeof(err)),
                      0);

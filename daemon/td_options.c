@@ -139,6 +139,26 @@ static const struct tg_config_entry table[] = {
      .offset = OFF(metrics_auth, bool),
      .help = "Require the API key for /metrics too (by default scrapers "
              "read it without one)."},
+    {.name = "grpc-recv-timeout", .type = TG_CONFIG_DOUBLE, .def = "30",
+     .min = 0.001, .max = 3600, .offset = OFF(grpc_recv_timeout, double),
+     .metavar = "SECONDS",
+     .help = "A gRPC request must arrive within this long of its headers "
+             "(each message, on a streaming call); else DEADLINE_EXCEEDED."},
+    {.name = "grpc-idle-timeout", .type = TG_CONFIG_DOUBLE, .def = "300",
+     .min = 0, .max = 86400, .offset = OFF(grpc_idle_timeout, double),
+     .metavar = "SECONDS",
+     .help = "Close a gRPC connection with no call in progress and no "
+             "response sent for this long; 0 never."},
+    {.name = "grpc-max-streams", .type = TG_CONFIG_INT, .def = "100",
+     .min = 1, .max = 65536, .offset = OFF(grpc_max_streams, int64_t),
+     .metavar = "N",
+     .help = "Concurrent streams per gRPC connection "
+             "(SETTINGS_MAX_CONCURRENT_STREAMS); more are refused."},
+    {.name = "grpc-max-message", .type = TG_CONFIG_SIZE, .def = "4MiB",
+     .min = 1024, .max = 268435456.0,
+     .offset = OFF(grpc_max_message, uint64_t), .metavar = "BYTES",
+     .help = "Largest gRPC request message; larger ones get "
+             "RESOURCE_EXHAUSTED."},
 };
 
 #define NTABLE (sizeof table / sizeof table[0])

@@ -61,6 +61,12 @@ struct td_options {
                                     (a client that stopped reading) */
     uint64_t http_max_body;      /* bytes of a request body */
     bool metrics_auth;           /* /metrics needs the API key too */
+    double grpc_recv_timeout; /* seconds a gRPC request (each message of a
+                                 streaming request) may take to arrive */
+    double grpc_idle_timeout; /* seconds before an idle gRPC connection is
+                                 closed; 0 = never */
+    int64_t grpc_max_streams; /* concurrent streams per gRPC connection */
+    uint64_t grpc_max_message; /* bytes of one gRPC request message */
 };
 
 /* The option table (static, read-only) and its length. */

@@ -1,16 +1,36 @@
 /* rt_api_grpc.c — the gRPC front end of the router: tangram.v1.Generation
- * (Generate, Tokenize, ModelInfo, Abort) and grpc.health.v1.Health/Check,
- * over rt_grpc. Requests go through the same core as HTTP (rt_server.c).
+ * (Generate, Tokenize, ModelInfo, Abort), grpc.health.v1.Health (Check,
+ * Watch) and server reflection, over rt_grpc. Requests go through the same
+ * core as HTTP (rt_server.c) and take the same limits (rt_openai.h).
+ *
+ * Authentication: with --api-key set, every call but the health service
+ * needs "authorization: Bearer KEY"; it is checked from the headers
+ * (rt_grpc admission), before any of the request body is read.
+ *
+ * Who owns a Generate request (for Abort and for the uniqueness of
+ * request_id): with --api-key set, the key is the identity, and the daemon
+ * has one key, so any caller presenting it owns every gRPC request. Without
+ * a key, nobody is authenticated and the owner is the HTTP/2 connection
+ * that started the request: Abort works from that connection only (a
+ * grpcio channel keeps one connection, so a client aborting on the channel
+ * it generates on is served). Requests of other owners are invisible:
+ * Abort answers found=false and a reused request_id is accepted, exactly
+ * as if they did not exist. Requests started over HTTP are not gRPC's to
+ * abort.
+ *
  * Loop thread only. */
 #include "router/rt_server.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "common/tg_err.h"
+#include "router/rt_grpc_reflect.h"
 #include "tangram.pb-c.h"
+#include "tg_api_descriptors.h"
 
 /* Maps an HTTP-shaped API error to a gRPC status code. */
 static int grpc_status_of(int http)
@@ -32,11 +52,22 @@ static int grpc_status_of(int http)
     }
 }
 
-static int authorized(struct rt_server *s, struct rt_grpc_call *call)
+static int have_key(const struct rt_server *s)
 {
     const char *key = s->opts->td.api_key;
-    if (key == NULL || key[0] == '\0')
-        return 1;
+    return key != NULL && key[0] != '\0';
+}
+
+/* rt_grpc admission: the API key, from the headers, before the body. */
+static int admit(const struct rt_grpc_call *call, void *ud, char *msg,
+                 size_t msglen)
+{
+    struct rt_server *s = ud;
+    static const char health[] = "/grpc.health.v1.Health/";
+    /* Probes (kubelet, load balancers) carry no key. */
+    if (!have_key(s) || strncmp(call->path, health, sizeof(health) - 1) == 0)
+        return RT_GRPC_OK;
+    const char *key = s->opts->td.api_key;
     const char *h = rt_grpc_call_header(call, "authorization");
     if (h != NULL && strncasecmp(h, "Bearer ", 7) == 0) {
         /* Compare in time independent of where the strings differ, as the
@@ -47,18 +78,90 @@ static int authorized(struct rt_server *s, struct rt_grpc_call *call)
         for (size_t i = 0; i < a && i < b; i++)
             diff |= (unsigned)(got[i] ^ key[i]);
         if (diff == 0)
-            return 1;
+            return RT_GRPC_OK;
     }
-    rt_grpc_call_finish(call, RT_GRPC_UNAUTHENTICATED,
-                        "missing or invalid API key (authorization: Bearer ...)");
-    return 0;
+    rt_metrics_counter_inc(s->metrics.grpc_unauthenticated_total);
+    snprintf(msg, msglen,
+             "missing or invalid API key (authorization: Bearer ...)");
+    return RT_GRPC_UNAUTHENTICATED;
+}
+
+/* rt_grpc events into /metrics. */
+static void on_event(int event, void *ud)
+{
+    struct rt_metrics_tangram *m = &((struct rt_server *)ud)->metrics;
+    switch (event) {
+    case RT_GRPC_EVENT_CONN_OPEN:
+        rt_metrics_gauge_add(m->grpc_connections, 1);
+        break;
+    case RT_GRPC_EVENT_CONN_CLOSE:
+        rt_metrics_gauge_add(m->grpc_connections, -1);
+        break;
+    case RT_GRPC_EVENT_IDLE_CLOSE:
+        rt_metrics_counter_inc(m->grpc_idle_closes_total);
+        break;
+    case RT_GRPC_EVENT_RECV_TIMEOUT:
+        rt_metrics_counter_inc(m->grpc_receive_timeouts_total);
+        break;
+    case RT_GRPC_EVENT_DEADLINE:
+        rt_metrics_counter_inc(m->grpc_deadline_exceeded_total);
+        break;
+    case RT_GRPC_EVENT_REFUSED_STREAM:
+        rt_metrics_counter_inc(m->grpc_refused_streams_total);
+        break;
+    case RT_GRPC_EVENT_TOO_LARGE:
+        rt_metrics_counter_inc(m->grpc_oversized_messages_total);
+        break;
+    default:
+        break;
+    }
 }
 
 /* Per-call state of a Generate stream. */
 struct gen_client {
     struct rt_grpc_call *call;
     int32_t tok_sent; /* tokens already streamed */
+    uint64_t conn_id; /* the connection that started it (its owner when
+                         no API key is set; see the top) */
 };
+
+static const struct rt_sink gen_sink;
+
+/* The live gRPC request with client id `id` that `call`'s caller owns
+ * (see the top), or NULL. */
+static struct rt_req *owned_req(struct rt_server *s,
+                                const struct rt_grpc_call *call,
+                                const char *id)
+{
+    for (struct rt_req *r = s->reqs; r != NULL; r = r->next) {
+        const struct gen_client *c = r->client;
+        if (r->done || r->sink != &gen_sink || c == NULL ||
+            strcmp(r->id_str, id) != 0)
+            continue;
+        if (have_key(s) || c->conn_id == call->conn_id)
+            return r;
+    }
+    return NULL;
+}
+
+/* An identifier field (request_id, session_id): at most
+ * RT_OPENAI_MAX_ID_BYTES bytes of UTF-8, as over HTTP. */
+static int check_id(const char *v, const char *param, struct rt_api_error *e)
+{
+    size_t n = strlen(v);
+    if (n > RT_OPENAI_MAX_ID_BYTES) {
+        rt_api_error_set(e, 400, "invalid_value", param,
+                         "%s is %zu bytes; at most %d are allowed", param, n,
+                         RT_OPENAI_MAX_ID_BYTES);
+        return TG_EINVAL;
+    }
+    if (!tok_utf8_valid(v, n, NULL)) {
+        rt_api_error_set(e, 400, "invalid_value", param,
+                         "%s is not valid UTF-8", param);
+        return TG_EINVAL;
+    }
+    return 0;
+}
 
 static Tangram__V1__FinishReason reason_of(enum rt_finish f)
 {
@@ -182,6 +285,18 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
 
 static const struct rt_sink gen_sink = {gen_deliver};
 
+/* A chat role by name, as the HTTP API takes it; fills *e otherwise. */
+static int parse_role(const char *role, size_t i, enum rt_role *out,
+                      struct rt_api_error *e)
+{
+    if (rt_role_from_name(role, out) == 0)
+        return 0;
+    rt_api_error_set(e, 400, "invalid_value", "messages",
+                     "messages[%zu].role '%.64s' is not one of system, "
+                     "developer, user, assistant, tool", i, role);
+    return TG_EINVAL;
+}
+
 static void gen_cancelled(struct rt_grpc_call *call, int status, void *ud)
 {
     (void)call;
@@ -223,22 +338,10 @@ static int convert(struct rt_server *s, const Tangram__V1__GenerateRequest *q,
         if (g->messages == NULL)
             goto nomem;
         g->n_messages = q->n_messages;
-        static const char *const roles[] = {"system", "user", "assistant", "tool"};
         for (size_t i = 0; i < q->n_messages; i++) {
             const char *role = q->messages[i]->role ? q->messages[i]->role : "";
-            int found = -1;
-            for (int k = 0; k < 4; k++)
-                if (strcmp(role, roles[k]) == 0)
-                    found = k;
-            if (strcmp(role, "developer") == 0)
-                found = 0;
-            if (found < 0) {
-                rt_api_error_set(e, 400, "invalid_value", "messages",
-                                 "messages[%zu].role '%s' is not system, user, "
-                                 "assistant or tool", i, role);
+            if (parse_role(role, i, &g->messages[i].role, e) != 0)
                 return TG_EINVAL;
-            }
-            g->messages[i].role = (enum rt_role)found;
             g->messages[i].content = strdup(q->messages[i]->content ? q->messages[i]->content : "");
             if (g->messages[i].content == NULL)
                 goto nomem;
@@ -268,8 +371,12 @@ static int convert(struct rt_server *s, const Tangram__V1__GenerateRequest *q,
     }
     const char *sid = q->session_id && q->session_id[0] ? q->session_id
                                                         : rt_grpc_call_header(call, "x-session-id");
-    if (sid != NULL && sid[0] != '\0' && (g->session_id = strdup(sid)) == NULL)
-        goto nomem;
+    if (sid != NULL && sid[0] != '\0') {
+        if (check_id(sid, "session_id", e) != 0)
+            return TG_EINVAL;
+        if ((g->session_id = strdup(sid)) == NULL)
+            goto nomem;
+    }
     if (q->request_id != NULL && q->request_id[0] != '\0' &&
         (g->request_id = strdup(q->request_id)) == NULL)
         goto nomem;
@@ -319,8 +426,14 @@ static int convert(struct rt_server *s, const Tangram__V1__GenerateRequest *q,
           "presence_penalty must be in [-2, 2]");
     RANGE(p->frequency_penalty >= -2 && p->frequency_penalty <= 2,
           "frequency_penalty", "frequency_penalty must be in [-2, 2]");
-    RANGE(p->logprobs <= 20, "logprobs", "logprobs must be at most 20");
-    RANGE(p->n_stop <= 16, "stop", "at most 16 stop strings");
+    /* The limits of the HTTP API (rt_openai.h), the same numbers. */
+    RANGE(p->logprobs <= RT_OPENAI_MAX_LOGPROBS, "logprobs",
+          "logprobs must be at most %d", RT_OPENAI_MAX_LOGPROBS);
+    RANGE(p->n_stop <= RT_OPENAI_MAX_STOP, "stop",
+          "at most %d stop strings", RT_OPENAI_MAX_STOP);
+    RANGE(p->n_stop_token_ids <= RT_OPENAI_MAX_STOP_TOKEN_IDS,
+          "stop_token_ids", "at most %d stop_token_ids",
+          RT_OPENAI_MAX_STOP_TOKEN_IDS);
     sp->presence_penalty = p->presence_penalty;
     sp->frequency_penalty = p->frequency_penalty;
     sp->ignore_eos = p->ignore_eos;
@@ -332,6 +445,9 @@ static int convert(struct rt_server *s, const Tangram__V1__GenerateRequest *q,
         for (size_t i = 0; i < p->n_stop; i++) {
             RANGE(p->stop[i] != NULL && p->stop[i][0] != '\0', "stop",
                   "stop[%zu] is empty", i);
+            RANGE(strlen(p->stop[i]) <= RT_OPENAI_MAX_STOP_BYTES, "stop",
+                  "stop[%zu] is longer than %d bytes", i,
+                  RT_OPENAI_MAX_STOP_BYTES);
             if ((sp->stop[i] = strdup(p->stop[i])) == NULL)
                 goto nomem;
             sp->n_stop = i + 1;
@@ -341,8 +457,13 @@ static int convert(struct rt_server *s, const Tangram__V1__GenerateRequest *q,
         sp->stop_token_ids = malloc(p->n_stop_token_ids * sizeof(int32_t));
         if (sp->stop_token_ids == NULL)
             goto nomem;
-        for (size_t i = 0; i < p->n_stop_token_ids; i++)
-            sp->stop_token_ids[i] = (int32_t)(p->stop_token_ids[i] > INT32_MAX ? -1 : (int32_t)p->stop_token_ids[i]);
+        for (size_t i = 0; i < p->n_stop_token_ids; i++) {
+            RANGE(p->stop_token_ids[i] < (uint32_t)s->mc.vocab_size,
+                  "stop_token_ids",
+                  "stop_token_ids[%zu] = %u is not a token id (valid: "
+                  "0..%d)", i, p->stop_token_ids[i], s->mc.vocab_size - 1);
+            sp->stop_token_ids[i] = (int32_t)p->stop_token_ids[i];
+        }
         sp->n_stop_token_ids = p->n_stop_token_ids;
     }
 #undef RANGE
@@ -355,8 +476,6 @@ nomem:
 static void h_generate(struct rt_grpc_call *call, void *ud)
 {
     struct rt_server *s = ud;
-    if (!authorized(s, call))
-        return;
     Tangram__V1__GenerateRequest *q =
         tangram__v1__generate_request__unpack(NULL, call->msg_len, call->msg);
     if (q == NULL) {
@@ -365,15 +484,24 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
         return;
     }
     /* Abort finds requests by id, so a client id must name one running
-     * request (tangram.proto: "unique among running requests"). */
+     * request of its owner (tangram.proto: "unique among the caller's
+     * running requests"); the id is stored whole, so it is checked
+     * first. */
     if (q->request_id != NULL && q->request_id[0] != '\0') {
-        for (const struct rt_req *o = s->reqs; o != NULL; o = o->next) {
-            if (!o->done && strcmp(o->id_str, q->request_id) == 0) {
-                tangram__v1__generate_request__free_unpacked(q, NULL);
-                rt_grpc_call_finish(call, RT_GRPC_ALREADY_EXISTS,
-                                    "a running request has this request_id");
-                return;
-            }
+        struct rt_api_error ie;
+        const char *why = NULL;
+        int st = RT_GRPC_OK;
+        if (check_id(q->request_id, "request_id", &ie) != 0) {
+            st = RT_GRPC_INVALID_ARGUMENT;
+            why = ie.message;
+        } else if (owned_req(s, call, q->request_id) != NULL) {
+            st = RT_GRPC_ALREADY_EXISTS;
+            why = "a running request has this request_id";
+        }
+        if (why != NULL) {
+            tangram__v1__generate_request__free_unpacked(q, NULL);
+            rt_grpc_call_finish(call, st, why);
+            return;
         }
     }
     struct gen_client *c = calloc(1, sizeof(*c));
@@ -386,6 +514,7 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
         return;
     }
     c->call = call;
+    c->conn_id = call->conn_id;
     int rc = convert(s, q, &r->g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
     if (rc == 0)
@@ -396,6 +525,7 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
         rt_grpc_call_finish(call, grpc_status_of(e.status), e.message);
         return;
     }
+    /* check_id() kept it within id_str. */
     if (r->g.request_id != NULL)
         snprintf(r->id_str, sizeof(r->id_str), "%s", r->g.request_id);
     rt_grpc_call_on_cancel(call, gen_cancelled, r);
@@ -417,8 +547,6 @@ static void reply(struct rt_grpc_call *call, const ProtobufCMessage *m)
 static void h_tokenize(struct rt_grpc_call *call, void *ud)
 {
     struct rt_server *s = ud;
-    if (!authorized(s, call))
-        return;
     Tangram__V1__TokenizeRequest *q =
         tangram__v1__tokenize_request__unpack(NULL, call->msg_len, call->msg);
     if (q == NULL) {
@@ -428,6 +556,16 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
     }
     struct tok_ids ids = {0};
     struct rt_api_error e;
+    /* Roles as Generate and the HTTP API take them. */
+    enum rt_role role;
+    for (size_t i = 0; i < q->n_messages; i++) {
+        if (parse_role(q->messages[i]->role ? q->messages[i]->role : "", i,
+                       &role, &e) != 0) {
+            tangram__v1__tokenize_request__free_unpacked(q, NULL);
+            rt_grpc_call_finish(call, RT_GRPC_INVALID_ARGUMENT, e.message);
+            return;
+        }
+    }
     int rc;
     int chat = q->n_messages > 0;
     if (chat && q->text != NULL && q->text[0] != '\0') {
@@ -437,7 +575,10 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
     } else if (chat) {
         struct ct_message *m = calloc(q->n_messages, sizeof(*m));
         for (size_t i = 0; m != NULL && i < q->n_messages; i++) {
-            m[i].role = q->messages[i]->role ? q->messages[i]->role : "";
+            /* Checked above; "developer" renders as "system", as over
+             * HTTP. */
+            rt_role_from_name(q->messages[i]->role, &role);
+            m[i].role = rt_role_name(role);
             m[i].content = q->messages[i]->content ? q->messages[i]->content : "";
         }
         struct ct_options co = {.add_generation_prompt =
@@ -475,8 +616,6 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
 static void h_model_info(struct rt_grpc_call *call, void *ud)
 {
     struct rt_server *s = ud;
-    if (!authorized(s, call))
-        return;
     Tangram__V1__ModelInfoResponse m = TANGRAM__V1__MODEL_INFO_RESPONSE__INIT;
     m.model = s->model_name;
     m.max_model_len = (uint32_t)s->max_model_len;
@@ -495,8 +634,6 @@ static void h_model_info(struct rt_grpc_call *call, void *ud)
 static void h_abort(struct rt_grpc_call *call, void *ud)
 {
     struct rt_server *s = ud;
-    if (!authorized(s, call))
-        return;
     Tangram__V1__AbortRequest *q =
         tangram__v1__abort_request__unpack(NULL, call->msg_len, call->msg);
     if (q == NULL) {
@@ -505,12 +642,21 @@ static void h_abort(struct rt_grpc_call *call, void *ud)
         return;
     }
     Tangram__V1__AbortResponse m = TANGRAM__V1__ABORT_RESPONSE__INIT;
-    for (struct rt_req *r = s->reqs; r != NULL; r = r->next) {
-        if (!r->done && q->request_id != NULL && strcmp(r->id_str, q->request_id) == 0) {
-            rt_req_abort(r);
-            m.found = 1;
-            break;
-        }
+    struct rt_api_error e;
+    if (q->request_id != NULL && q->request_id[0] != '\0' &&
+        check_id(q->request_id, "request_id", &e) != 0) {
+        tangram__v1__abort_request__free_unpacked(q, NULL);
+        rt_grpc_call_finish(call, RT_GRPC_INVALID_ARGUMENT, e.message);
+        return;
+    }
+    /* Only the owner's requests count (see the top): others get the
+     * answer an unknown id gets. */
+    struct rt_req *r = q->request_id != NULL && q->request_id[0] != '\0'
+                           ? owned_req(s, call, q->request_id)
+                           : NULL;
+    if (r != NULL) {
+        rt_req_abort(r);
+        m.found = 1;
     }
     tangram__v1__abort_request__free_unpacked(q, NULL);
     reply(call, &m.base);
@@ -522,6 +668,16 @@ static int health(const char *service, void *ud)
     if (service[0] != '\0' && strcmp(service, "tangram.v1.Generation") != 0)
         return RT_GRPC_HEALTH_UNKNOWN_SERVICE;
     return rt_server_ready(s) ? RT_GRPC_HEALTH_SERVING : RT_GRPC_HEALTH_NOT_SERVING;
+}
+
+void rt_api_grpc_config(const struct rt_server *s, struct rt_grpc_config *gc)
+{
+    const struct td_options *o = &s->opts->td;
+    rt_grpc_config_default(gc);
+    gc->recv_timeout_ms = (uint32_t)ceil(o->grpc_recv_timeout * 1000.0);
+    gc->idle_timeout_ms = (uint32_t)ceil(o->grpc_idle_timeout * 1000.0);
+    gc->max_concurrent_streams = (uint32_t)o->grpc_max_streams;
+    gc->max_message_bytes = (size_t)o->grpc_max_message;
 }
 
 int rt_api_grpc_register(struct rt_server *s, char *err, size_t errlen)
@@ -542,5 +698,11 @@ int rt_api_grpc_register(struct rt_server *s, char *err, size_t errlen)
         if (rc != 0)
             return rc;
     }
-    return rt_grpc_health_register(&s->grpc, health, s, err, errlen);
+    rt_grpc_server_on_admit(&s->grpc, admit, s);
+    rt_grpc_server_on_event(&s->grpc, on_event, s);
+    int rc = rt_grpc_health_register(&s->grpc, health, s, err, errlen);
+    if (rc == 0)
+        rc = rt_grpc_reflect_register(&s->grpc, tg_api_descriptor_set,
+                                      tg_api_descriptor_set_len, err, errlen);
+    return rc;
 }

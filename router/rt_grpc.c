@@ -14,6 +14,12 @@
  * (GOAWAY exchanged, fatal protocol error) or the client goes away; input
  * that is not HTTP/2 makes nghttp2_session_mem_recv() fail (bad client
  * magic), which closes that connection only.
+ *
+ * Server close is graceful: every call still open gets a final status,
+ * each connection a GOAWAY, and a connection closes once nghttp2 has
+ * nothing left to say (its streams closed) or close_linger_ms passed. The
+ * server's own handles (flush idle, timers) stay open until the last
+ * connection is gone, because writing those last responses needs them.
  */
 #include "router/rt_grpc_internal.h"
 
@@ -33,12 +39,49 @@ void rt_grpc_config_default(struct rt_grpc_config *cfg)
     cfg->window_bytes = 1u << 20;
     cfg->max_header_bytes = 16384;
     cfg->idle_timeout_ms = 300000;
+    cfg->recv_timeout_ms = 30000;
+    cfg->close_linger_ms = 1000;
     cfg->backlog = 511;
 }
 
 /* ---- connections ------------------------------------------------------- */
 
 static void conn_flush(struct rt_grpc_conn *conn);
+
+void rt__grpc_event(struct rt_grpc_server *srv, int event)
+{
+    if (srv->on_event)
+        srv->on_event(event, srv->event_ud);
+}
+
+void rt__grpc_conn_touch(struct rt_grpc_conn *conn)
+{
+    conn->last_active = uv_now(conn->srv->loop);
+}
+
+void rt__grpc_ready_push(struct rt_grpc_call *call)
+{
+    struct rt_grpc_conn *conn = call->conn;
+    if (call->on_ready || !conn || conn->closing)
+        return;
+    call->on_ready = 1;
+    call->next_ready = NULL;
+    if (conn->ready_tail)
+        conn->ready_tail->next_ready = call;
+    else
+        conn->ready = call;
+    conn->ready_tail = call;
+}
+
+static void ready_clear(struct rt_grpc_conn *conn)
+{
+    for (struct rt_grpc_call *c = conn->ready, *n; c; c = n) {
+        n = c->next_ready;
+        c->on_ready = 0;
+        c->next_ready = NULL;
+    }
+    conn->ready = conn->ready_tail = NULL;
+}
 
 static void srv_handle_closed(struct rt_grpc_server *srv)
 {
@@ -73,6 +116,22 @@ void rt__grpc_conn_flush_later(struct rt_grpc_conn *conn)
     uv_idle_start(&srv->flush_idle, on_flush_idle);
 }
 
+static void on_srv_handle_closed(uv_handle_t *h)
+{
+    srv_handle_closed(h->data);
+}
+
+/* Closes the server's own handles once no connection needs them. */
+static void srv_close_handles(struct rt_grpc_server *srv)
+{
+    if (srv->handles_closing)
+        return;
+    srv->handles_closing = 1;
+    uv_close((uv_handle_t *)&srv->flush_idle, on_srv_handle_closed);
+    uv_close((uv_handle_t *)&srv->deadline_timer, on_srv_handle_closed);
+    uv_close((uv_handle_t *)&srv->health_timer, on_srv_handle_closed);
+}
+
 static void on_conn_handle_closed(uv_handle_t *h)
 {
     struct rt_grpc_conn *conn = h->data;
@@ -88,6 +147,9 @@ static void on_conn_handle_closed(uv_handle_t *h)
     srv->n_conns--;
     nghttp2_session_del(conn->ng);
     free(conn);
+    rt__grpc_event(srv, RT_GRPC_EVENT_CONN_CLOSE);
+    if (srv->closing && srv->conns == NULL)
+        srv_close_handles(srv);
     srv_handle_closed(srv);
 }
 
@@ -107,7 +169,7 @@ void rt__grpc_conn_close(struct rt_grpc_conn *conn)
         }
         conn->in_flush = 0;
     }
-    conn->ready = conn->ready_tail = NULL;
+    ready_clear(conn);
     /* Each call leaves the list before its cancel callback runs, so user
      * code in the callback sees consistent lists. */
     while (conn->calls) {
@@ -165,17 +227,6 @@ static void on_write(uv_write_t *w, int status)
     }
 }
 
-static void idle_arm(struct rt_grpc_conn *conn)
-{
-    uint32_t ms = conn->srv->cfg.idle_timeout_ms;
-    if (conn->closing)
-        return;
-    if (conn->n_calls == 0 && ms)
-        uv_timer_again(&conn->idle);
-    else
-        uv_timer_stop(&conn->idle);
-}
-
 /* Moves what nghttp2 wants to send into the socket's write queue. */
 static void conn_flush(struct rt_grpc_conn *conn)
 {
@@ -219,14 +270,12 @@ static void conn_flush(struct rt_grpc_conn *conn)
         }
     }
     if (!nghttp2_session_want_read(conn->ng) &&
-        !nghttp2_session_want_write(conn->ng)) {
+        !nghttp2_session_want_write(conn->ng))
         conn_finish(conn);
-        return;
-    }
-    idle_arm(conn);
 }
 
-/* Runs the handlers of calls that completed during the last read. */
+/* Runs the handlers of calls that completed during the last read, and
+ * delivers the input of bidirectional calls. */
 static void conn_dispatch(struct rt_grpc_conn *conn)
 {
     while (!conn->closing && conn->ready) {
@@ -235,6 +284,7 @@ static void conn_dispatch(struct rt_grpc_conn *conn)
         if (!conn->ready)
             conn->ready_tail = NULL;
         call->next_ready = NULL;
+        call->on_ready = 0;
         rt__grpc_call_dispatch(call);
     }
 }
@@ -274,14 +324,31 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     conn_flush(conn);
 }
 
+/* Idle check, re-armed by itself: a connection is busy while a handler
+ * holds one of its calls; otherwise idle since its last dispatch,
+ * response frame or finish. Streams still receiving their request do not
+ * keep it open (their own receive deadline applies too). */
 static void on_idle_timer(uv_timer_t *t)
 {
     struct rt_grpc_conn *conn = t->data;
-    if (conn->closing || conn->n_calls)
+    uint32_t idle = conn->srv->cfg.idle_timeout_ms;
+    if (conn->closing || conn->draining || idle == 0)
         return;
-    /* A graceful end: GOAWAY, then the connection closes once sent. */
-    nghttp2_session_terminate_session(conn->ng, NGHTTP2_NO_ERROR);
-    conn_flush(conn);
+    int busy = 0;
+    for (struct rt_grpc_call *k = conn->calls; k && !busy; k = k->next)
+        busy = rt__grpc_call_in_progress(k);
+    uint64_t now = uv_now(conn->srv->loop);
+    if (busy) {
+        conn->last_active = now;
+    } else if (now - conn->last_active >= idle) {
+        /* A graceful end: GOAWAY, then the connection closes once sent. */
+        rt__grpc_event(conn->srv, RT_GRPC_EVENT_IDLE_CLOSE);
+        nghttp2_session_terminate_session(conn->ng, NGHTTP2_NO_ERROR);
+        conn_flush(conn);
+        return;
+    }
+    uv_timer_start(&conn->idle, on_idle_timer,
+                   conn->last_active + idle - now, 0);
 }
 
 /* ---- nghttp2 callbacks ------------------------------------------------ */
@@ -307,7 +374,6 @@ static int cb_begin_headers(nghttp2_session *s, const nghttp2_frame *frame,
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets the stream */
     nghttp2_session_set_stream_user_data(conn->ng, frame->hd.stream_id,
                                          call);
-    uv_timer_stop(&conn->idle);
     return 0;
 }
 
@@ -368,7 +434,16 @@ static int cb_frame_send(nghttp2_session *s, const nghttp2_frame *frame,
     (void)s;
     if (conn->closing || frame->hd.stream_id == 0)
         return 0;
+    /* nghttp2 refuses streams over SETTINGS_MAX_CONCURRENT_STREAMS itself,
+     * before any callback of ours saw them. */
+    if (frame->hd.type == NGHTTP2_RST_STREAM &&
+        frame->rst_stream.error_code == NGHTTP2_REFUSED_STREAM)
+        rt__grpc_event(conn->srv, RT_GRPC_EVENT_REFUSED_STREAM);
     struct rt_grpc_call *call = stream_call(conn, frame->hd.stream_id);
+    /* Response data of a call a handler took is activity (idle limit). */
+    if (call && call->state == CS_DISPATCHED &&
+        (frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS))
+        rt__grpc_conn_touch(conn);
     if (call)
         rt__grpc_call_frame_sent(call, frame);
     return 0;
@@ -464,15 +539,18 @@ static void on_connection(uv_stream_t *ls, int status)
     conn->tcp.data = conn;
     conn->idle.data = conn;
     conn->handles_open = 2;
+    conn->id = ++srv->next_conn_id;
     srv->live_handles++; /* one per connection, see on_conn_handle_closed */
     conn->next = srv->conns;
     if (srv->conns)
         srv->conns->prev = conn;
     srv->conns = conn;
     srv->n_conns++;
+    rt__grpc_event(srv, RT_GRPC_EVENT_CONN_OPEN);
+    rt__grpc_conn_touch(conn);
     if (srv->cfg.idle_timeout_ms)
         uv_timer_start(&conn->idle, on_idle_timer, srv->cfg.idle_timeout_ms,
-                       srv->cfg.idle_timeout_ms);
+                       0);
     if (uv_accept(ls, (uv_stream_t *)&conn->tcp) != 0 ||
         conn_session_new(conn) != 0) {
         rt__grpc_conn_close(conn);
@@ -487,11 +565,6 @@ static void on_connection(uv_stream_t *ls, int status)
 }
 
 /* ---- server ------------------------------------------------------------ */
-
-static void on_srv_handle_closed(uv_handle_t *h)
-{
-    srv_handle_closed(h->data);
-}
 
 int rt_grpc_server_init(struct rt_grpc_server *srv, uv_loop_t *loop,
                         const struct rt_grpc_config *cfg, char *err,
@@ -518,16 +591,21 @@ int rt_grpc_server_init(struct rt_grpc_server *srv, uv_loop_t *loop,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "max_header_bytes %zu out of range 256..1 MiB",
                           c->max_header_bytes);
+    if (c->recv_timeout_ms < 1)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "recv_timeout_ms must be at least 1");
     if (c->backlog <= 0)
         srv->cfg.backlog = 511;
     srv->loop = loop;
     uv_tcp_init(loop, &srv->listener);
     uv_idle_init(loop, &srv->flush_idle);
     uv_timer_init(loop, &srv->deadline_timer);
+    uv_timer_init(loop, &srv->health_timer);
     srv->listener.data = srv;
     srv->flush_idle.data = srv;
     srv->deadline_timer.data = srv;
-    srv->live_handles = 3;
+    srv->health_timer.data = srv;
+    srv->live_handles = 4;
     srv->initialized = 1;
     return 0;
 }
@@ -542,7 +620,8 @@ int rt_grpc_method_add(struct rt_grpc_server *srv, const char *path,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "method path '%s' is not /service/method",
                           path ? path : "(null)");
-    if (kind != RT_GRPC_UNARY && kind != RT_GRPC_SERVER_STREAM)
+    if (kind != RT_GRPC_UNARY && kind != RT_GRPC_SERVER_STREAM &&
+        kind != RT_GRPC_BIDI_STREAM)
         return tg_err_set(err, errlen, TG_EINVAL, "unknown method kind %d",
                           (int)kind);
     if (!handler)
@@ -601,6 +680,61 @@ int rt_grpc_server_listen(struct rt_grpc_server *srv, const char *host,
     return 0;
 }
 
+void rt_grpc_server_on_admit(struct rt_grpc_server *srv, rt_grpc_admit_fn fn,
+                             void *ud)
+{
+    srv->admit = fn;
+    srv->admit_ud = ud;
+}
+
+void rt_grpc_server_on_event(struct rt_grpc_server *srv, rt_grpc_event_fn fn,
+                             void *ud)
+{
+    srv->on_event = fn;
+    srv->event_ud = ud;
+}
+
+static void on_linger(uv_timer_t *t)
+{
+    rt__grpc_conn_close(t->data);
+}
+
+/* Server close, one connection: every call gets a final status, then
+ * GOAWAY; the connection closes once nghttp2 is done (conn_flush) or at
+ * the linger limit. */
+static void conn_drain(struct rt_grpc_conn *conn)
+{
+    static const char bye[] = "the server is shutting down";
+    if (conn->closing || conn->draining)
+        return;
+    conn->draining = 1;
+    ready_clear(conn);
+    /* A failed call stays linked but no longer matches, and a cancel
+     * callback may change the list: rescan from the start after each. */
+    int again = 1;
+    while (again && !conn->closing) {
+        again = 0;
+        for (struct rt_grpc_call *k = conn->calls; k; k = k->next) {
+            int waiting = k->headers_done && !k->finishing &&
+                          (k->state == CS_RECV || k->state == CS_READY);
+            if (waiting || rt__grpc_call_in_progress(k)) {
+                rt__grpc_call_fail(k, RT_GRPC_CANCELLED,
+                                   RT_GRPC_UNAVAILABLE, bye);
+                again = 1;
+                break;
+            }
+        }
+    }
+    if (conn->closing)
+        return;
+    nghttp2_submit_goaway(conn->ng, NGHTTP2_FLAG_NONE,
+                          nghttp2_session_get_last_proc_stream_id(conn->ng),
+                          NGHTTP2_NO_ERROR, NULL, 0);
+    uv_timer_stop(&conn->idle);
+    uv_timer_start(&conn->idle, on_linger, conn->srv->cfg.close_linger_ms, 0);
+    conn_flush(conn);
+}
+
 void rt_grpc_server_close(struct rt_grpc_server *srv,
                           rt_grpc_closed_fn on_closed, void *ud)
 {
@@ -609,13 +743,16 @@ void rt_grpc_server_close(struct rt_grpc_server *srv,
     srv->closing = 1;
     srv->on_closed = on_closed;
     srv->on_closed_ud = ud;
+    uv_close((uv_handle_t *)&srv->listener, on_srv_handle_closed);
+    /* Watch streams first, so their last state goes out with the rest. */
+    if (srv->health)
+        rt__grpc_health_close(srv);
     /* Connections unlink themselves only from their close callbacks, so
      * walking the list while closing is safe. */
     for (struct rt_grpc_conn *c = srv->conns; c; c = c->next)
-        rt__grpc_conn_close(c);
-    uv_close((uv_handle_t *)&srv->listener, on_srv_handle_closed);
-    uv_close((uv_handle_t *)&srv->flush_idle, on_srv_handle_closed);
-    uv_close((uv_handle_t *)&srv->deadline_timer, on_srv_handle_closed);
+        conn_drain(c);
+    if (srv->conns == NULL)
+        srv_close_handles(srv);
 }
 
 void rt_grpc_server_free(struct rt_grpc_server *srv)
@@ -630,6 +767,7 @@ void rt_grpc_server_free(struct rt_grpc_server *srv)
     for (size_t i = 0; i < srv->n_methods; i++)
         free(srv->methods[i].path);
     free(srv->methods);
-    free(srv->health);
+    rt__grpc_health_free(srv->health);
+    rt__grpc_reflect_free(srv->reflection);
     memset(srv, 0, sizeof(*srv));
 }

@@ -13,28 +13,54 @@
  *   "te: trailers" (else 3 INVALID_ARGUMENT); each answer is a complete
  *   gRPC status in trailers-only form. HTTP-level violations (pseudo
  *   headers, frame errors) are reset by nghttp2 itself, per stream.
+ * - Admission: once a call's headers are complete and its method is known,
+ *   the admit callback (rt_grpc_server_on_admit; the router checks the API
+ *   key there) may refuse it with a status. Nothing of the request body is
+ *   buffered before that.
  * - Messages: the 5-byte length prefix (compressed flag, big-endian u32
  *   length) is parsed and removed; handlers see raw protobuf bytes and
  *   pack/unpack themselves. A compressed message gets 12 UNIMPLEMENTED
  *   ("compression not supported"; we advertise grpc-accept-encoding
  *   identity); a message over max_message_bytes gets 8 RESOURCE_EXHAUSTED
- *   as soon as its prefix arrives (nothing more is buffered); anything but
- *   exactly one request message gets 3 INVALID_ARGUMENT (only unary and
- *   server-streaming methods exist here).
- * - grpc-timeout becomes a deadline measured from the request headers;
- *   when it passes, the call is cancelled (as below) and the client gets
- *   4 DEADLINE_EXCEEDED. A malformed grpc-timeout gets 3 INVALID_ARGUMENT.
- * - Handlers run once the request stream ended (END_STREAM), with the one
- *   request message. They answer now or later: rt_grpc_call_send() any
- *   number of messages (at most one for RT_GRPC_UNARY), then
- *   rt_grpc_call_finish() with a status and message; grpc-message is
- *   percent-encoded per the spec. Finishing before any message is sent
- *   gives a trailers-only response.
- * - Many concurrent streams per connection; HTTP/2 flow control both ways
- *   (output the peer cannot take yet stays queued on the call and resumes
- *   when its window opens or the handler writes more).
+ *   as soon as its prefix arrives (nothing more is buffered). Unary and
+ *   server-streaming methods take exactly one request message (anything
+ *   else gets 3 INVALID_ARGUMENT); bidirectional methods any number.
+ * - Receive deadline: a unary or server-streaming request must be complete
+ *   (END_STREAM) within recv_timeout_ms of its first HEADERS frame, and a
+ *   bidirectional stream must deliver each message (or END_STREAM) within
+ *   recv_timeout_ms of the previous one; else 4 DEADLINE_EXCEEDED and the
+ *   stream is reset. A header block left unfinished that long closes the
+ *   connection.
+ * - grpc-timeout (1 to 8 digits and a unit H M S m u n) becomes a deadline
+ *   measured from the request headers; when it passes, the call is
+ *   cancelled (as below) and the client gets 4 DEADLINE_EXCEEDED; a call
+ *   whose deadline passed before its handler would run gets it without
+ *   running the handler. A malformed grpc-timeout gets 3 INVALID_ARGUMENT.
+ * - Unary and server-streaming handlers run once the request stream ended
+ *   (END_STREAM), with the one request message. They answer now or later:
+ *   rt_grpc_call_send() any number of messages (at most one for
+ *   RT_GRPC_UNARY), then rt_grpc_call_finish() with a status and message;
+ *   grpc-message is percent-encoded per the spec. Finishing before any
+ *   message is sent gives a trailers-only response.
+ * - Bidirectional handlers run as soon as the call is admitted, without a
+ *   message; they register rt_grpc_call_on_message() and get each request
+ *   message as it arrives, then an end-of-input call.
+ * - Many concurrent streams per connection, at most max_concurrent_streams
+ *   (SETTINGS_MAX_CONCURRENT_STREAMS; nghttp2 refuses more with
+ *   RST_STREAM REFUSED_STREAM); HTTP/2 flow control both ways (output the
+ *   peer cannot take yet stays queued on the call and resumes when its
+ *   window opens or the handler writes more).
+ * - Idle connections: a connection with no call in progress (dispatched to
+ *   a handler and not finished) and no response frame of such a call sent
+ *   for idle_timeout_ms gets GOAWAY and is closed. Streams still waiting
+ *   for their request, and the answers to streams refused or timed out
+ *   before a handler took them, do not count as activity.
  * - Anything that is not HTTP/2 (bad preface, garbage) closes only that
  *   connection; other connections and streams are unaffected.
+ * - Close: rt_grpc_server_close() ends every call with a status (14
+ *   UNAVAILABLE "the server is shutting down" unless the handler finished
+ *   it), sends GOAWAY, and closes each connection once its output is
+ *   written or close_linger_ms passed.
  *
  * Call handles and cancellation (the rt_http contract). The handler
  * receives a `struct rt_grpc_call *`; the handle stays valid until
@@ -50,9 +76,11 @@
  * Threading: everything — handlers, callbacks and every rt_grpc_* call —
  * runs on the thread of the server's uv loop. Library code: never prints.
  *
- * Implementation: rt_grpc.c (connections, nghttp2 glue, server),
- * rt_grpc_call.c (calls, framing, responses, deadlines, encoders) sharing
- * rt_grpc_internal.h; rt_grpc_health.c (grpc.health.v1.Health).
+ * Implementation: rt_grpc.c (connections, nghttp2 glue, server, close),
+ * rt_grpc_call.c (calls, framing, responses, encoders) and
+ * rt_grpc_timer.c (deadlines, receive deadlines) sharing
+ * rt_grpc_internal.h; rt_grpc_health.c (grpc.health.v1.Health);
+ * rt_grpc_reflect.c (server reflection, rt_grpc_reflect.h).
  */
 #ifndef RT_GRPC_H
 #define RT_GRPC_H
@@ -64,6 +92,7 @@
 
 struct rt_grpc_call;
 struct rt_grpc_conn;
+struct rt_grpc_inmsg;
 struct rt_grpc_server;
 
 /* gRPC status codes (doc/statuscodes.md of the gRPC repository). */
@@ -87,17 +116,55 @@ enum rt_grpc_status {
     RT_GRPC_UNAUTHENTICATED = 16,
 };
 
-/* How many response messages a method sends. */
+/* How many messages a method takes and sends. */
 enum rt_grpc_kind {
-    RT_GRPC_UNARY = 0,         /* exactly one message, then OK */
-    RT_GRPC_SERVER_STREAM = 1, /* any number of messages */
+    RT_GRPC_UNARY = 0,         /* one request, exactly one response
+                                  message, then OK */
+    RT_GRPC_SERVER_STREAM = 1, /* one request, any number of responses */
+    RT_GRPC_BIDI_STREAM = 2,   /* any number of requests, delivered as
+                                  they arrive, and of responses */
 };
 
-/* Called once per complete request on the loop thread; `ud` is the
- * method's user data. The handler must eventually call
- * rt_grpc_call_finish() (now or later) unless the call is cancelled
+/* What rt_grpc_server_on_event() reports, for metrics. */
+enum rt_grpc_event {
+    RT_GRPC_EVENT_CONN_OPEN = 0,   /* a connection was accepted */
+    RT_GRPC_EVENT_CONN_CLOSE,      /* ... and is closed (each open once) */
+    RT_GRPC_EVENT_IDLE_CLOSE,      /* closed by idle_timeout_ms */
+    RT_GRPC_EVENT_RECV_TIMEOUT,    /* a stream ended by recv_timeout_ms */
+    RT_GRPC_EVENT_DEADLINE,        /* a call ended by its grpc-timeout */
+    RT_GRPC_EVENT_REFUSED_STREAM,  /* a stream over max_concurrent_streams
+                                      refused (RST_STREAM REFUSED_STREAM) */
+    RT_GRPC_EVENT_TOO_LARGE,       /* a message over max_message_bytes */
+    RT_GRPC_EVENT_COUNT,
+};
+
+/* Called once per call on the loop thread; `ud` is the method's user
+ * data. Unary and server-streaming methods: once the request is complete,
+ * with call->msg set. Bidirectional methods: once the call is admitted,
+ * with no message (call->msg NULL); the handler sets
+ * rt_grpc_call_on_message() to receive them. The handler must eventually
+ * call rt_grpc_call_finish() (now or later) unless the call is cancelled
  * first and a cancel callback took it. */
 typedef void (*rt_grpc_handler_fn)(struct rt_grpc_call *call, void *ud);
+
+/* Bidirectional calls: called for each request message in order (`msg`
+ * non-NULL, `len` bytes without the prefix, valid during the call only;
+ * an empty message has len 0), then once with msg NULL when the client
+ * half-closed its side. Not called any more once the call is finishing or
+ * cancelled. `ud` is the value given to rt_grpc_call_on_message(). */
+typedef void (*rt_grpc_message_fn)(struct rt_grpc_call *call,
+                                   const uint8_t *msg, size_t len, void *ud);
+
+/* Decides whether a call may go on, once its headers are complete and its
+ * method is known (call->path, rt_grpc_call_header() usable; no message
+ * yet). Returns RT_GRPC_OK, or the status to refuse the call with after
+ * writing a message into msg[0..msglen) (NUL-terminated). */
+typedef int (*rt_grpc_admit_fn)(const struct rt_grpc_call *call, void *ud,
+                                char *msg, size_t msglen);
+
+/* Reports one event (enum rt_grpc_event); must not call back into the
+ * server. */
+typedef void (*rt_grpc_event_fn)(int event, void *ud);
 
 /* Called once when an unfinished call ends early (see top); `ud` is the
  * value given to rt_grpc_call_on_cancel(). `status` says why:
@@ -121,9 +188,15 @@ struct rt_grpc_config {
     size_t max_header_bytes;     /* request header bytes (names + values);
                                     over -> RESOURCE_EXHAUSTED (default
                                     16384, min 256) */
-    uint32_t idle_timeout_ms;    /* close a connection without streams
-                                    after this long (default 300000;
+    uint32_t idle_timeout_ms;    /* close a connection without a call in
+                                    progress and without response data
+                                    sent for this long (default 300000;
                                     0 = never) */
+    uint32_t recv_timeout_ms;    /* receive deadline of a request (see
+                                    top; default 30000, min 1) */
+    uint32_t close_linger_ms;    /* at server close, how long a connection
+                                    may take to write its last responses
+                                    (default 1000) */
     int backlog;                 /* listen(2) backlog (default 511) */
 };
 
@@ -150,6 +223,7 @@ struct rt_grpc_server {
     uv_idle_t flush_idle;        /* flushes connections written to outside
                                     their read callback */
     uv_timer_t deadline_timer;   /* fires at the earliest call deadline */
+    uv_timer_t health_timer;     /* polls the health of Watch streams */
     uint64_t deadline_armed;     /* loop ms it is armed for; 0 = idle */
     struct rt_grpc_method *methods; /* (n_methods) */
     size_t n_methods, cap_methods;
@@ -157,12 +231,19 @@ struct rt_grpc_server {
     struct rt_grpc_conn *flush;  /* singly linked list to flush */
     struct rt_grpc_call *zombies;/* doubly linked detached handles */
     void *health;                /* state of rt_grpc_health_register() */
+    void *reflection;            /* state of rt_grpc_reflect_register() */
+    rt_grpc_admit_fn admit;
+    void *admit_ud;
+    rt_grpc_event_fn on_event;
+    void *event_ud;
+    uint64_t next_conn_id;
     int port;                    /* readable: bound port after listen */
     size_t n_conns;              /* readable: open connections */
     uint64_t n_calls;            /* readable: calls dispatched to handlers */
     uint64_t n_cancels;          /* readable: calls cancelled after
                                     dispatch (client, deadline, close) */
     int listening, live_handles, closing, initialized;
+    int handles_closing;         /* the server's own handles are closing */
     rt_grpc_closed_fn on_closed;
     void *on_closed_ud;
 };
@@ -180,6 +261,9 @@ struct rt_grpc_call {
     size_t n_headers;
     uint64_t deadline_ms;        /* uv_now() value of the deadline;
                                     0 = none */
+    uint64_t conn_id;            /* the connection's number, unique in the
+                                    server's life (never 0): identifies the
+                                    client's connection after it is gone */
 
     /* private */
     struct rt_grpc_conn *conn;   /* NULL once the stream is gone */
@@ -190,6 +274,9 @@ struct rt_grpc_call {
     void *handler_ud;
     int kind;                    /* enum rt_grpc_kind of the method */
     int32_t stream_id;
+    uint64_t recv_deadline_ms;   /* uv_now() value by which the request (or
+                                    the next message of a bidi call) must
+                                    arrive; 0 = none */
     char *hbuf;                  /* header strings, NUL-separated */
     size_t hlen, hcap;
     size_t *hoffs;               /* (2 * cap_hdrs) name/value offsets */
@@ -200,12 +287,22 @@ struct rt_grpc_call {
     uint8_t *mbuf;               /* (mwant) payload being assembled */
     size_t mlen, mwant;
     int n_msgs;                  /* complete request messages */
+    struct rt_grpc_inmsg *inq, *inq_tail; /* bidi: messages to deliver */
+    size_t inq_bytes;
+    struct rt_grpc_inmsg *in_cur;/* bidi: message being assembled */
+    rt_grpc_message_fn on_message;
+    void *message_ud;
     uint8_t *out;                /* framed output not yet taken by nghttp2 */
     size_t out_off, out_len, out_cap;
     char *fin_msg;               /* percent-encoded grpc-message or NULL */
     int fin_status;              /* grpc-status once finishing */
     int state;                   /* CS_* in rt_grpc_internal.h */
     int req_ended;               /* END_STREAM received */
+    int headers_done;            /* the request header block is complete */
+    int eos_pending;             /* bidi: end of input not yet delivered */
+    int on_ready;                /* on conn->ready */
+    int pinned;                  /* the server is delivering to it: not
+                                    freed until unpinned */
     int hdr_overflow;            /* headers over max_header_bytes */
     int user_holds;              /* the handler owns the handle */
     int canceled;                /* handle cancelled (or zombie) */
@@ -264,6 +361,23 @@ void rt_grpc_server_free(struct rt_grpc_server *srv);
 const char *rt_grpc_call_header(const struct rt_grpc_call *call,
                                 const char *name);
 
+/* Sets the admission callback (NULL: every call is admitted). Loop
+ * thread, before listening. */
+void rt_grpc_server_on_admit(struct rt_grpc_server *srv, rt_grpc_admit_fn fn,
+                             void *ud);
+
+/* Sets the event callback (NULL: none). Loop thread, before listening. */
+void rt_grpc_server_on_event(struct rt_grpc_server *srv, rt_grpc_event_fn fn,
+                             void *ud);
+
+/* Bidirectional calls: registers the message callback of `call`
+ * (replacing a previous one); set it in the handler. Messages that arrived
+ * before are delivered right after the handler returns. Messages queue up
+ * to twice max_message_bytes while no callback takes them; beyond that the
+ * call ends with RESOURCE_EXHAUSTED. */
+void rt_grpc_call_on_message(struct rt_grpc_call *call, rt_grpc_message_fn fn,
+                             void *ud);
+
 /* Registers the cancel callback of `call` (replacing a previous one). Set
  * it before returning from the handler when finishing later. */
 void rt_grpc_call_on_cancel(struct rt_grpc_call *call, rt_grpc_cancel_fn fn,
@@ -320,16 +434,27 @@ const char *rt_grpc_status_name(int status);
 enum rt_grpc_health {
     RT_GRPC_HEALTH_SERVING = 1,
     RT_GRPC_HEALTH_NOT_SERVING = 2,
-    RT_GRPC_HEALTH_UNKNOWN_SERVICE = 3, /* Check answers 5 NOT_FOUND */
+    RT_GRPC_HEALTH_UNKNOWN_SERVICE = 3, /* Check answers 5 NOT_FOUND,
+                                           Watch sends SERVICE_UNKNOWN */
 };
 
 /* Reports the state of `service` ("" = the server as a whole); returns an
  * enum rt_grpc_health value. Loop thread. */
 typedef int (*rt_grpc_health_fn)(const char *service, void *ud);
 
-/* Registers "/grpc.health.v1.Health/Check" (answers from `fn`, a
- * malformed request gets INVALID_ARGUMENT) and "/grpc.health.v1.Health/
- * Watch" (UNIMPLEMENTED). Returns 0, TG_EINVAL (NULL fn), TG_EEXIST
+/* How often Watch streams re-read the state through the callback. */
+#define RT_GRPC_HEALTH_POLL_MS 100
+
+/* Registers "/grpc.health.v1.Health/Check" and "/grpc.health.v1.Health/
+ * Watch" (doc/health-checking.md of the gRPC repository).
+ * Check answers SERVING / NOT_SERVING from `fn`, 5 NOT_FOUND for a service
+ * `fn` does not know; a malformed request gets INVALID_ARGUMENT.
+ * Watch sends the current state at once (SERVICE_UNKNOWN for an unknown
+ * service, without ending the stream), then every change, read from `fn`
+ * every RT_GRPC_HEALTH_POLL_MS while Watch streams are open. At server
+ * close each Watch stream gets NOT_SERVING (unless that was the last state
+ * sent, or the service is unknown) and ends with 14 UNAVAILABLE "the
+ * server is shutting down". Returns 0, TG_EINVAL (NULL fn), TG_EEXIST
  * (registered already) or TG_ENOMEM. Loop thread. */
 int rt_grpc_health_register(struct rt_grpc_server *srv, rt_grpc_health_fn fn,
                             void *ud, char *err, size_t errlen);

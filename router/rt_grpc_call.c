@@ -1,7 +1,8 @@
 /*
  * rt_grpc_call.c — gRPC calls (see rt_grpc.h, rt_grpc_internal.h): request
- * headers and checks, the 5-byte message framing, responses and
- * trailers, cancellation, deadlines, and the small encoders.
+ * headers, checks and admission, the 5-byte message framing (one message,
+ * or a stream of them for bidirectional calls), responses and trailers,
+ * cancellation, and the small encoders. Deadlines are in rt_grpc_timer.c.
  *
  * Wire format (gRPC PROTOCOL-HTTP2.md): a request is HEADERS (:method
  * POST, :path /Service/Method, content-type application/grpc[+proto],
@@ -112,6 +113,12 @@ void rt__grpc_call_free(struct rt_grpc_call *call)
 {
     if (!call)
         return;
+    while (call->inq) {
+        struct rt_grpc_inmsg *m = call->inq;
+        call->inq = m->next;
+        free(m);
+    }
+    free(call->in_cur);
     free(call->hbuf);
     free(call->hoffs);
     free(call->hdrs);
@@ -123,7 +130,7 @@ void rt__grpc_call_free(struct rt_grpc_call *call)
 
 static void maybe_free(struct rt_grpc_call *call)
 {
-    if (call->conn || call->user_holds)
+    if (call->conn || call->user_holds || call->pinned)
         return;
     if (call->is_zombie) {
         struct rt_grpc_server *srv = call->srv;
@@ -144,6 +151,7 @@ struct rt_grpc_call *rt__grpc_call_new(struct rt_grpc_conn *conn,
     if (!call)
         return NULL;
     call->conn = conn;
+    call->conn_id = conn->id;
     call->srv = conn->srv;
     call->stream_id = stream_id;
     call->path = "";
@@ -152,21 +160,34 @@ struct rt_grpc_call *rt__grpc_call_new(struct rt_grpc_conn *conn,
         conn->calls->prev = call;
     conn->calls = call;
     conn->n_calls++;
+    /* The whole request, headers included, has recv_timeout_ms. */
+    call->recv_deadline_ms = uv_now(call->srv->loop) +
+                             call->srv->cfg.recv_timeout_ms;
+    rt__grpc_deadline_arm(call->srv, call->recv_deadline_ms);
     return call;
 }
 
 /* Takes the handle away from the handler: the cancel callback runs (and
- * the handle is released), or the handle turns into a zombie. */
+ * the handle is released), or the handle turns into a zombie. The call
+ * stays allocated until the caller lets go (maybe_free). */
 static void cancel_user(struct rt_grpc_call *call, int status)
 {
     call->canceled = 1;
     call->srv->n_cancels++;
     if (call->on_cancel) {
+        call->pinned++;
         call->in_cancel = 1;
         call->on_cancel(call, status, call->cancel_ud);
         call->in_cancel = 0;
         call->user_holds = 0;
+        call->pinned--;
     }
+}
+
+int rt__grpc_call_in_progress(const struct rt_grpc_call *call)
+{
+    return call->state == CS_DISPATCHED && call->user_holds &&
+           !call->canceled && !call->finishing;
 }
 
 void rt__grpc_call_stream_gone(struct rt_grpc_call *call)
@@ -180,8 +201,9 @@ void rt__grpc_call_stream_gone(struct rt_grpc_call *call)
         if (call->next)
             call->next->prev = call->prev;
         call->prev = call->next = NULL;
-        if (call->state == CS_READY) {
-            /* Reset by the client before its handler ran. */
+        if (call->on_ready) {
+            /* Reset by the client before its handler ran or its input
+             * was delivered. */
             for (struct rt_grpc_call **pp = &conn->ready; *pp;
                  pp = &(*pp)->next_ready) {
                 if (*pp == call) {
@@ -192,8 +214,11 @@ void rt__grpc_call_stream_gone(struct rt_grpc_call *call)
             conn->ready_tail = NULL;
             for (struct rt_grpc_call *c = conn->ready; c; c = c->next_ready)
                 conn->ready_tail = c;
-            call->state = CS_REJECTED;
+            call->on_ready = 0;
+            call->next_ready = NULL;
         }
+        if (call->state == CS_READY)
+            call->state = CS_REJECTED;
         conn->n_calls--;
         call->conn = NULL;
     }
@@ -293,6 +318,11 @@ static int server_finish(struct rt_grpc_call *call, int status,
     struct rt_grpc_conn *conn = call->conn;
     call->finishing = 1;
     call->fin_status = status;
+    /* Only calls a handler took count as activity of the connection:
+     * answering streams that never got that far (refused, timed out) must
+     * not keep a connection open forever. */
+    if (call->state == CS_DISPATCHED)
+        rt__grpc_conn_touch(conn);
     free(call->fin_msg);
     call->fin_msg = NULL;
     if (message && message[0]) {
@@ -315,15 +345,34 @@ static int server_finish(struct rt_grpc_call *call, int status,
     return rv != 0 ? TG_ENOMEM : 0;
 }
 
-/* Answers a call the handler never saw. */
-static void reject(struct rt_grpc_call *call, int status, int http_status,
-                   const char *message)
+void rt__grpc_call_reject(struct rt_grpc_call *call, int status,
+                          int http_status, const char *message)
 {
     call->state = CS_REJECTED;
     free(call->mbuf);
     call->mbuf = NULL;
     call->mlen = call->mwant = 0;
+    free(call->in_cur);
+    call->in_cur = NULL;
     server_finish(call, status, message, http_status);
+}
+
+void rt__grpc_call_fail(struct rt_grpc_call *call, int cancel_status,
+                        int status, const char *message)
+{
+    if (call->state != CS_DISPATCHED) {
+        if (!call->finishing && call->conn && !call->conn->closing)
+            rt__grpc_call_reject(call, status, 200, message);
+        return;
+    }
+    call->pinned++;
+    if (call->user_holds && !call->canceled)
+        cancel_user(call, cancel_status);
+    /* The cancel callback may have closed this connection. */
+    if (call->conn && !call->conn->closing && !call->finishing)
+        server_finish(call, status, message, 200);
+    call->pinned--;
+    maybe_free(call);
 }
 
 void rt__grpc_call_frame_sent(struct rt_grpc_call *call,
@@ -335,78 +384,6 @@ void rt__grpc_call_frame_sent(struct rt_grpc_call *call,
         (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) && !call->req_ended)
         nghttp2_submit_rst_stream(call->conn->ng, NGHTTP2_FLAG_NONE,
                                   call->stream_id, NGHTTP2_NO_ERROR);
-}
-
-/* ---- deadlines --------------------------------------------------------- */
-
-static int deadline_live(const struct rt_grpc_call *call)
-{
-    if (!call->deadline_ms)
-        return 0;
-    return call->state == CS_RECV ||
-           (call->state == CS_DISPATCHED && call->user_holds &&
-            !call->canceled && !call->finishing);
-}
-
-static void deadline_arm(struct rt_grpc_server *srv, uint64_t when)
-{
-    if (srv->closing || (srv->deadline_armed && srv->deadline_armed <= when))
-        return;
-    uint64_t now = uv_now(srv->loop);
-    srv->deadline_armed = when;
-    uv_timer_start(&srv->deadline_timer, rt__grpc_deadline_fire,
-                   when > now ? when - now : 0, 0);
-}
-
-/* Expires one call; user code may run (cancel callback). */
-static void expire(struct rt_grpc_call *call)
-{
-    call->deadline_ms = 0;
-    if (call->state == CS_RECV) {
-        reject(call, RT_GRPC_DEADLINE_EXCEEDED, 200, "deadline exceeded");
-        return;
-    }
-    cancel_user(call, RT_GRPC_DEADLINE_EXCEEDED);
-    /* The callback may have closed the server (and this connection). */
-    if (call->conn && !call->conn->closing)
-        server_finish(call, RT_GRPC_DEADLINE_EXCEEDED, "deadline exceeded",
-                      200);
-}
-
-void rt__grpc_deadline_fire(uv_timer_t *t)
-{
-    struct rt_grpc_server *srv = t->data;
-    srv->deadline_armed = 0;
-    uint64_t now = uv_now(srv->loop);
-    /* Rescan from the start after each expiry: the cancel callback may
-     * change any list. Expired calls lose their deadline, so this ends. */
-    int again = 1;
-    while (again && !srv->closing) {
-        again = 0;
-        for (struct rt_grpc_conn *c = srv->conns; c && !again; c = c->next) {
-            if (c->closing)
-                continue;
-            for (struct rt_grpc_call *k = c->calls; k; k = k->next) {
-                if (deadline_live(k) && k->deadline_ms <= now) {
-                    expire(k);
-                    again = 1;
-                    break;
-                }
-            }
-        }
-    }
-    if (srv->closing)
-        return;
-    uint64_t next = 0;
-    for (struct rt_grpc_conn *c = srv->conns; c; c = c->next) {
-        if (c->closing)
-            continue;
-        for (struct rt_grpc_call *k = c->calls; k; k = k->next)
-            if (deadline_live(k) && (!next || k->deadline_ms < next))
-                next = k->deadline_ms;
-    }
-    if (next)
-        deadline_arm(srv, next);
 }
 
 /* ---- request ----------------------------------------------------------- */
@@ -431,13 +408,23 @@ void rt__grpc_call_header(struct rt_grpc_call *call, const uint8_t *name,
         call->hoffs = o;
         call->cap_hdrs = cap;
     }
-    if (!call->hbuf) {
-        call->hbuf = malloc(max);
-        if (!call->hbuf) {
+    size_t need = call->hlen + nlen + vlen + 2;
+    if (need > call->hcap) {
+        /* Grown as needed (strings are kept as offsets until the block
+         * ends): a stream still waiting for its request holds what its
+         * headers take, not max_header_bytes. */
+        size_t cap = call->hcap ? call->hcap : 512;
+        while (cap < need)
+            cap *= 2;
+        if (cap > max)
+            cap = max;
+        char *b = realloc(call->hbuf, cap);
+        if (!b) {
             call->hdr_overflow = 1;
             return;
         }
-        call->hcap = max;
+        call->hbuf = b;
+        call->hcap = cap;
     }
     /* nghttp2 hands out names and values that may contain NUL only when
      * they are invalid, which it rejects before this callback. */
@@ -468,17 +455,19 @@ void rt__grpc_call_headers_done(struct rt_grpc_call *call)
     if (call->state != CS_RECV)
         return;
     struct rt_grpc_server *srv = call->srv;
-    char msg[160];
+    char msg[256];
+    call->headers_done = 1;
     if (call->hdr_overflow) {
         snprintf(msg, sizeof(msg), "request headers exceed %zu bytes",
                  srv->cfg.max_header_bytes);
-        reject(call, RT_GRPC_RESOURCE_EXHAUSTED, 200, msg);
+        rt__grpc_call_reject(call, RT_GRPC_RESOURCE_EXHAUSTED, 200, msg);
         return;
     }
     if (call->n_hdrs) {
         call->hdrs = malloc(call->n_hdrs * sizeof(*call->hdrs));
         if (!call->hdrs) {
-            reject(call, RT_GRPC_RESOURCE_EXHAUSTED, 200, "out of memory");
+            rt__grpc_call_reject(call, RT_GRPC_RESOURCE_EXHAUSTED, 200,
+                                 "out of memory");
             return;
         }
         for (size_t i = 0; i < call->n_hdrs; i++) {
@@ -493,31 +482,33 @@ void rt__grpc_call_headers_done(struct rt_grpc_call *call)
     if (path)
         call->path = path;
     if (!method || strcmp(method, "POST") != 0) {
-        reject(call, RT_GRPC_UNIMPLEMENTED, 405, "gRPC requires POST");
+        rt__grpc_call_reject(call, RT_GRPC_UNIMPLEMENTED, 405,
+                             "gRPC requires POST");
         return;
     }
     if (!content_type_ok(rt_grpc_call_header(call, "content-type"))) {
-        reject(call, RT_GRPC_INVALID_ARGUMENT, 415,
-               "content-type must be application/grpc or "
-               "application/grpc+proto");
+        rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 415,
+                             "content-type must be application/grpc or "
+                             "application/grpc+proto");
         return;
     }
     const char *te = rt_grpc_call_header(call, "te");
     if (!te || strcasecmp(te, "trailers") != 0) {
-        reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
-               "missing header 'te: trailers'");
+        rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
+                             "missing header 'te: trailers'");
         return;
     }
     const char *to = rt_grpc_call_header(call, "grpc-timeout");
+    uint64_t deadline = 0;
     if (to) {
         uint64_t ms;
         if (rt_grpc_timeout_parse(to, &ms) != 0) {
             snprintf(msg, sizeof(msg), "malformed grpc-timeout '%.64s'", to);
-            reject(call, RT_GRPC_INVALID_ARGUMENT, 200, msg);
+            rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200, msg);
             return;
         }
         uint64_t when = uv_now(srv->loop) + ms;
-        call->deadline_ms = when ? when : 1;
+        deadline = when ? when : 1;
     }
     for (size_t i = 0; i < srv->n_methods; i++) {
         if (strcmp(srv->methods[i].path, call->path) == 0) {
@@ -529,18 +520,130 @@ void rt__grpc_call_headers_done(struct rt_grpc_call *call)
     }
     if (!call->handler) {
         snprintf(msg, sizeof(msg), "unknown method %.120s", call->path);
-        reject(call, RT_GRPC_UNIMPLEMENTED, 200, msg);
+        rt__grpc_call_reject(call, RT_GRPC_UNIMPLEMENTED, 200, msg);
         return;
     }
-    if (call->deadline_ms)
-        deadline_arm(srv, call->deadline_ms);
+    if (srv->closing) {
+        rt__grpc_call_reject(call, RT_GRPC_UNAVAILABLE, 200,
+                             "the server is shutting down");
+        return;
+    }
+    if (srv->admit) {
+        msg[0] = '\0';
+        int st = srv->admit(call, srv->admit_ud, msg, sizeof(msg));
+        if (st != RT_GRPC_OK) {
+            rt__grpc_call_reject(call,
+                                 st >= 0 && st <= 16 ? st : RT_GRPC_INTERNAL,
+                                 200, msg[0] ? msg : "refused");
+            return;
+        }
+    }
+    call->deadline_ms = deadline;
+    if (deadline)
+        rt__grpc_deadline_arm(srv, deadline);
+    if (call->kind == RT_GRPC_BIDI_STREAM) {
+        /* The handler runs now; each message must then arrive within
+         * recv_timeout_ms of the one before. */
+        call->state = CS_READY;
+        call->recv_deadline_ms = uv_now(srv->loop) + srv->cfg.recv_timeout_ms;
+        rt__grpc_deadline_arm(srv, call->recv_deadline_ms);
+        rt__grpc_ready_push(call);
+    }
+}
+
+/* Still taking request bytes: before dispatch, or a bidi call whose input
+ * is open and which nobody is ending. */
+static int receiving(const struct rt_grpc_call *call)
+{
+    if (call->state == CS_RECV)
+        return 1;
+    return call->kind == RT_GRPC_BIDI_STREAM && !call->req_ended &&
+           !call->finishing && !call->canceled &&
+           (call->state == CS_READY || call->state == CS_DISPATCHED);
+}
+
+/* A complete message of a bidi call: queued for delivery after the
+ * current read. */
+static void bidi_message_done(struct rt_grpc_call *call)
+{
+    struct rt_grpc_server *srv = call->srv;
+    struct rt_grpc_inmsg *m = call->in_cur;
+    call->in_cur = NULL;
+    call->prefix_got = 0;
+    m->next = NULL;
+    if (call->inq_tail)
+        call->inq_tail->next = m;
+    else
+        call->inq = m;
+    call->inq_tail = m;
+    call->inq_bytes += m->len;
+    call->n_msgs++;
+    if (call->inq_bytes > 2 * srv->cfg.max_message_bytes) {
+        rt__grpc_call_fail(call, RT_GRPC_CANCELLED, RT_GRPC_RESOURCE_EXHAUSTED,
+                           "too many request messages waiting to be read");
+        return;
+    }
+    call->recv_deadline_ms = uv_now(srv->loop) + srv->cfg.recv_timeout_ms;
+    rt__grpc_deadline_arm(srv, call->recv_deadline_ms);
+    rt__grpc_ready_push(call);
+}
+
+/* A message prefix is complete: checks it and makes room for the payload.
+ * Returns 0, or -1 when the call was answered with an error. */
+static int message_begin(struct rt_grpc_call *call)
+{
+    char msg[160];
+    const uint8_t *p = call->prefix;
+    uint32_t n = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 |
+                 (uint32_t)p[3] << 8 | (uint32_t)p[4];
+    int bidi = call->kind == RT_GRPC_BIDI_STREAM && call->state != CS_RECV;
+    if (p[0] == 1) {
+        rt__grpc_call_fail(call, RT_GRPC_CANCELLED, RT_GRPC_UNIMPLEMENTED,
+                           "compression not supported");
+        return -1;
+    }
+    if (p[0] != 0) {
+        snprintf(msg, sizeof(msg), "bad message flag %u (expected 0)", p[0]);
+        rt__grpc_call_fail(call, RT_GRPC_CANCELLED, RT_GRPC_INVALID_ARGUMENT,
+                           msg);
+        return -1;
+    }
+    if (!bidi && call->n_msgs >= 1) {
+        rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
+                             "expected exactly one request message, got more");
+        return -1;
+    }
+    if (n > call->srv->cfg.max_message_bytes) {
+        snprintf(msg, sizeof(msg),
+                 "request message of %u bytes exceeds the limit of %zu bytes",
+                 n, call->srv->cfg.max_message_bytes);
+        rt__grpc_event(call->srv, RT_GRPC_EVENT_TOO_LARGE);
+        rt__grpc_call_fail(call, RT_GRPC_CANCELLED,
+                           RT_GRPC_RESOURCE_EXHAUSTED, msg);
+        return -1;
+    }
+    if (bidi) {
+        call->in_cur = malloc(sizeof(*call->in_cur) + n);
+        if (call->in_cur)
+            call->in_cur->len = n;
+    } else {
+        call->mbuf = malloc(n ? n : 1);
+    }
+    if (bidi ? !call->in_cur : !call->mbuf) {
+        rt__grpc_call_fail(call, RT_GRPC_CANCELLED,
+                           RT_GRPC_RESOURCE_EXHAUSTED,
+                           "out of memory for the request message");
+        return -1;
+    }
+    call->mwant = n;
+    call->mlen = 0;
+    return 0;
 }
 
 void rt__grpc_call_data(struct rt_grpc_call *call, const uint8_t *data,
                         size_t len)
 {
-    char msg[160];
-    while (len && call->state == CS_RECV) {
+    while (len && receiving(call)) {
         if (call->prefix_got < 5) {
             size_t k = 5 - call->prefix_got;
             if (k > len)
@@ -551,52 +654,24 @@ void rt__grpc_call_data(struct rt_grpc_call *call, const uint8_t *data,
             len -= k;
             if (call->prefix_got < 5)
                 return;
-            const uint8_t *p = call->prefix;
-            uint32_t n = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 |
-                         (uint32_t)p[3] << 8 | (uint32_t)p[4];
-            if (p[0] == 1) {
-                reject(call, RT_GRPC_UNIMPLEMENTED, 200,
-                       "compression not supported");
+            if (message_begin(call) != 0)
                 return;
-            }
-            if (p[0] != 0) {
-                snprintf(msg, sizeof(msg),
-                         "bad message flag %u (expected 0)", p[0]);
-                reject(call, RT_GRPC_INVALID_ARGUMENT, 200, msg);
-                return;
-            }
-            if (call->n_msgs >= 1) {
-                reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
-                       "expected exactly one request message, got more");
-                return;
-            }
-            if (n > call->srv->cfg.max_message_bytes) {
-                snprintf(msg, sizeof(msg),
-                         "request message of %u bytes exceeds the limit of "
-                         "%zu bytes",
-                         n, call->srv->cfg.max_message_bytes);
-                reject(call, RT_GRPC_RESOURCE_EXHAUSTED, 200, msg);
-                return;
-            }
-            call->mbuf = malloc(n ? n : 1);
-            if (!call->mbuf) {
-                reject(call, RT_GRPC_RESOURCE_EXHAUSTED, 200,
-                       "out of memory for the request message");
-                return;
-            }
-            call->mwant = n;
-            call->mlen = 0;
         }
         size_t k = call->mwant - call->mlen;
         if (k > len)
             k = len;
-        memcpy(call->mbuf + call->mlen, data, k);
+        uint8_t *dst = call->in_cur ? call->in_cur->data : call->mbuf;
+        memcpy(dst + call->mlen, data, k);
         call->mlen += k;
         data += k;
         len -= k;
         if (call->mlen == call->mwant) {
-            call->n_msgs++;
-            call->prefix_got = 0;
+            if (call->in_cur) {
+                bidi_message_done(call);
+            } else {
+                call->n_msgs++;
+                call->prefix_got = 0;
+            }
         }
     }
 }
@@ -604,37 +679,90 @@ void rt__grpc_call_data(struct rt_grpc_call *call, const uint8_t *data,
 void rt__grpc_call_end_stream(struct rt_grpc_call *call)
 {
     call->req_ended = 1;
+    call->recv_deadline_ms = 0;
+    if (call->kind == RT_GRPC_BIDI_STREAM &&
+        (call->state == CS_READY || call->state == CS_DISPATCHED)) {
+        if (call->finishing || call->canceled)
+            return;
+        if (call->prefix_got) {
+            rt__grpc_call_fail(call, RT_GRPC_CANCELLED,
+                               RT_GRPC_INVALID_ARGUMENT,
+                               "request stream ended inside a message");
+            return;
+        }
+        call->eos_pending = 1;
+        rt__grpc_ready_push(call);
+        return;
+    }
     if (call->state != CS_RECV)
         return;
     if (call->prefix_got) {
-        reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
-               "request stream ended inside a message");
+        rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
+                             "request stream ended inside a message");
         return;
     }
     if (call->n_msgs != 1) {
-        reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
-               "expected exactly one request message, got none");
+        rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
+                             "expected exactly one request message, got none");
         return;
     }
     call->msg = call->mwant ? call->mbuf : NULL;
     call->msg_len = call->mwant;
     call->state = CS_READY;
-    struct rt_grpc_conn *conn = call->conn;
-    if (conn->ready_tail)
-        conn->ready_tail->next_ready = call;
-    else
-        conn->ready = call;
-    conn->ready_tail = call;
+    rt__grpc_ready_push(call);
+}
+
+/* Hands a bidi call its queued messages, then the end of its input, while
+ * its handler holds it. The call is pinned by the caller. */
+static void deliver_input(struct rt_grpc_call *call)
+{
+    while (call->inq && call->on_message && rt__grpc_call_in_progress(call)) {
+        struct rt_grpc_inmsg *m = call->inq;
+        call->inq = m->next;
+        if (!call->inq)
+            call->inq_tail = NULL;
+        call->inq_bytes -= m->len;
+        call->on_message(call, m->data, m->len, call->message_ud);
+        free(m);
+    }
+    if (call->eos_pending && !call->inq && call->on_message &&
+        rt__grpc_call_in_progress(call)) {
+        call->eos_pending = 0;
+        call->on_message(call, NULL, 0, call->message_ud);
+    }
 }
 
 void rt__grpc_call_dispatch(struct rt_grpc_call *call)
 {
-    if (call->state != CS_READY)
+    struct rt_grpc_server *srv = call->srv;
+    if (call->state == CS_READY) {
+        if (srv->closing) {
+            rt__grpc_call_reject(call, RT_GRPC_UNAVAILABLE, 200,
+                                 "the server is shutting down");
+            return;
+        }
+        if (call->deadline_ms && uv_now(srv->loop) >= call->deadline_ms) {
+            rt__grpc_event(srv, RT_GRPC_EVENT_DEADLINE);
+            rt__grpc_call_reject(call, RT_GRPC_DEADLINE_EXCEEDED, 200,
+                                 "deadline exceeded");
+            return;
+        }
+        call->state = CS_DISPATCHED;
+        call->user_holds = 1;
+        srv->n_calls++;
+        rt__grpc_conn_touch(call->conn);
+        call->pinned++;
+        call->handler(call, call->handler_ud);
+    } else if (call->state == CS_DISPATCHED &&
+               call->kind == RT_GRPC_BIDI_STREAM) {
+        call->pinned++;
+    } else {
         return;
-    call->state = CS_DISPATCHED;
-    call->user_holds = 1;
-    call->srv->n_calls++;
-    call->handler(call, call->handler_ud);
+    }
+    if (call->kind == RT_GRPC_BIDI_STREAM)
+        deliver_input(call);
+    call->pinned--;
+    maybe_free(call);
 }
 
 /* ---- public call API ---------------------------------------------------- */
@@ -646,6 +774,13 @@ const char *rt_grpc_call_header(const struct rt_grpc_call *call,
         if (strcasecmp(call->headers[i].name, name) == 0)
             return call->headers[i].value;
     return NULL;
+}
+
+void rt_grpc_call_on_message(struct rt_grpc_call *call, rt_grpc_message_fn fn,
+                             void *ud)
+{
+    call->on_message = fn;
+    call->message_ud = ud;
 }
 
 void rt_grpc_call_on_cancel(struct rt_grpc_call *call, rt_grpc_cancel_fn fn,

@@ -799,6 +799,28 @@ static const struct single_def single_defs[] = {
      "seconds.",
      RT_METRICS_HISTOGRAM, rt_metrics_step_bounds, &rt_metrics_step_n_bounds,
      SLOT(scheduler_step_seconds)},
+    {"tangram_grpc_connections", "Open gRPC (HTTP/2) connections.",
+     RT_METRICS_GAUGE, NULL, NULL, SLOT(grpc_connections)},
+    {"tangram_grpc_receive_timeouts_total",
+     "gRPC streams reset because the request did not arrive within "
+     "--grpc-recv-timeout (and header blocks left unfinished).",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(grpc_receive_timeouts_total)},
+    {"tangram_grpc_idle_closes_total",
+     "gRPC connections closed after --grpc-idle-timeout without a call in "
+     "progress.",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(grpc_idle_closes_total)},
+    {"tangram_grpc_deadline_exceeded_total",
+     "gRPC calls ended by the client's deadline (grpc-timeout).",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(grpc_deadline_exceeded_total)},
+    {"tangram_grpc_refused_streams_total",
+     "gRPC streams refused over --grpc-max-streams on their connection.",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(grpc_refused_streams_total)},
+    {"tangram_grpc_oversized_messages_total",
+     "gRPC request messages refused over --grpc-max-message.",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(grpc_oversized_messages_total)},
+    {"tangram_grpc_unauthenticated_total",
+     "gRPC calls refused for a missing or wrong API key.",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(grpc_unauthenticated_total)},
 };
 
 /* Registers a counter family `name` with one label and a series per value

@@ -276,6 +276,15 @@ struct rt_metrics_tangram {
         *http_requests_timed_out_total[RT_METRICS_HTTP_TIMEOUT_COUNT];
     struct rt_metrics_series
         *http_requests_refused_total[RT_METRICS_HTTP_REFUSE_COUNT];
+    /* the gRPC front end (router/rt_grpc.h): open connections (gauge), and
+     * counters of what its limits refused or ended */
+    struct rt_metrics_series *grpc_connections;
+    struct rt_metrics_series *grpc_receive_timeouts_total;
+    struct rt_metrics_series *grpc_idle_closes_total;
+    struct rt_metrics_series *grpc_deadline_exceeded_total;
+    struct rt_metrics_series *grpc_refused_streams_total;
+    struct rt_metrics_series *grpc_oversized_messages_total;
+    struct rt_metrics_series *grpc_unauthenticated_total;
 };
 
 /* vLLM's bucket bounds (seconds), exported for tests and documentation. */

@@ -98,6 +98,11 @@ enum rt_role {
 /* Returns "system", "user", "assistant" or "tool" (static). */
 const char *rt_role_name(enum rt_role r);
 
+/* The role named `s` ("system", "developer", "user", "assistant",
+ * "tool"; exact spelling) into *out. Returns 0 or TG_EFORMAT for any
+ * other name. Shared by the HTTP and gRPC front ends. */
+int rt_role_from_name(const char *s, enum rt_role *out);
+
 /* One chat message. All strings are malloc'd and owned by the request. */
 struct rt_message {
     enum rt_role role;

@@ -100,6 +100,21 @@ const char *rt_role_name(enum rt_role r)
     return "system";
 }
 
+int rt_role_from_name(const char *s, enum rt_role *out)
+{
+    if (strcmp(s, "system") == 0 || strcmp(s, "developer") == 0)
+        *out = RT_ROLE_SYSTEM;
+    else if (strcmp(s, "user") == 0)
+        *out = RT_ROLE_USER;
+    else if (strcmp(s, "assistant") == 0)
+        *out = RT_ROLE_ASSISTANT;
+    else if (strcmp(s, "tool") == 0)
+        *out = RT_ROLE_TOOL;
+    else
+        return TG_EFORMAT;
+    return 0;
+}
+
 /* ---- typed optional members -------------------------------------------
  * Each getter leaves *out untouched when the member is absent or null and
  * sets *present (when non-NULL) to whether it was given. `param` names the
@@ -667,15 +682,7 @@ static int parse_role(const json_t *v, const char *param, enum rt_role *out,
     if (!json_is_string(v))
         return rt__openai_bad_type(e, param, "a string");
     const char *s = json_string_value(v);
-    if (strcmp(s, "system") == 0 || strcmp(s, "developer") == 0)
-        *out = RT_ROLE_SYSTEM;
-    else if (strcmp(s, "user") == 0)
-        *out = RT_ROLE_USER;
-    else if (strcmp(s, "assistant") == 0)
-        *out = RT_ROLE_ASSISTANT;
-    else if (strcmp(s, "tool") == 0)
-        *out = RT_ROLE_TOOL;
-    else
+    if (rt_role_from_name(s, out) != 0)
         return rt__openai_fail(
             e, TG_EFORMAT, 400, "invalid_value", param,
             "'%s' must be one of system, developer, user, assistant, "

@@ -852,7 +852,7 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
     if (rc != 0)
         goto fail;
     struct rt_grpc_config gc;
-    rt_grpc_config_default(&gc);
+    rt_api_grpc_config(s, &gc);
     rc = rt_grpc_server_init(&s->grpc, loop, &gc, err, errlen);
     if (rc == 0)
         rc = rt_api_grpc_register(s, err, errlen);

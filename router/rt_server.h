@@ -69,7 +69,9 @@ struct rt_req {
      * asking `blocked` again between them. NULL: never blocked. */
     int (*blocked)(struct rt_req *r);
     struct rt_gen_request g;    /* parsed request (owned) */
-    char id_str[64];            /* "cmpl-..." / "chatcmpl-..." / gRPC id */
+    char id_str[RT_OPENAI_MAX_ID_BYTES + 1]; /* "cmpl-..." /
+                                   "chatcmpl-..." / a gRPC client's whole
+                                   request_id */
     int64_t created;            /* unix seconds */
     struct rt_resp_ctx ctx;     /* response formatting state */
     int32_t *prompt;            /* (n_prompt) token ids, owned */
@@ -224,6 +226,9 @@ int rt_api_http_register(struct rt_server *s, char *err, size_t errlen);
  * allows), logging either. */
 void rt_api_http_config(struct rt_server *s, struct rt_http_config *hc);
 int rt_api_grpc_register(struct rt_server *s, char *err, size_t errlen);
+
+/* The gRPC server's limits from the --grpc-* options (rt_api_grpc.c). */
+void rt_api_grpc_config(const struct rt_server *s, struct rt_grpc_config *gc);
 
 /* Token text for logprobs (rt_token_text_fn). */
 const char *rt_server_token_text(void *user, int32_t id, size_t *len);

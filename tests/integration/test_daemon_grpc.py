@@ -21,10 +21,20 @@ unknown id (found=false); a second request with a running request's id
 (ALREADY_EXISTS); client cancellation frees the pages; garbage
 protobuf bytes -> INVALID_ARGUMENT; missing/bad key -> UNAUTHENTICATED;
 temperature 5 -> INVALID_ARGUMENT (and other bad requests); queue full ->
-RESOURCE_EXHAUSTED; and at the end nothing runs or waits and the pages in
-use are the multi-turn cache's (the page accounting of test_daemon_http.py:
-aborted and cancelled requests add nothing). Exit 77 when the daemon,
-grpcio, protobuf or protoc is missing. About 20 s on 2 cores.
+RESOURCE_EXHAUSTED; the hardening: a caller without the key is refused from
+its headers while its body is still held back (and counted in /metrics),
+server reflection needs the key too while health does not, request_id is
+stored whole up to 256 bytes (duplicate check, Abort and the responses use
+all of it) and longer ones are refused, as are over-long session ids,
+unknown chat roles in Tokenize, stop_token_ids outside the vocabulary or
+too many of them, stop strings over the HTTP API's byte limit, and messages
+over --grpc-max-message (counted); and at the end nothing runs or waits and
+the pages in use are the multi-turn cache's (the page accounting of
+test_daemon_http.py: aborted and cancelled requests add nothing). Fails,
+naming it, when the daemon, grpcio, protobuf or protoc is missing. About
+20 s on 2 cores. The key-less daemon's checks (reflection used to call
+Generate, Watch through a drain, deadlines, receive timeouts, Abort scoped
+to the connection) are in test_daemon_grpc_ops.py.
 """
 import importlib
 import os
@@ -467,6 +477,139 @@ def t_bad(c, grpc, http):
                   "bad input took no pages (%s -> %s)" % (before, after))
 
 
+def t_limits(c, grpc, http):
+    """The hardening of the gRPC front end, with the key configured."""
+    m0 = http.metrics() or {}
+    ev = threading.Event()
+
+    def held():
+        ev.wait(30)
+        yield c.pb.TokenizeRequest(text="never sent").SerializeToString()
+    call = c.ch.stream_unary(GEN + "Tokenize")
+    code, det = code_of(grpc, call, held(), timeout=20)
+    ev.set()
+    chk.check(code == grpc.StatusCode.UNAUTHENTICATED,
+              "no key: refused from the headers while the body is held back "
+              "(%s: %s)" % (code, det))
+    m1 = http.metrics() or {}
+    chk.check((du.metric(m1, "tangram_grpc_unauthenticated_total") or 0) >
+              (du.metric(m0, "tangram_grpc_unauthenticated_total") or 0),
+              "tangram_grpc_unauthenticated_total counts it")
+    refl = c.ch.stream_stream(
+        "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo")
+    code, _ = code_of(grpc, lambda: list(refl(iter([b"\x3a\x00"]),
+                                              timeout=10)))
+    chk.check(code == grpc.StatusCode.UNAUTHENTICATED,
+              "reflection without the key -> UNAUTHENTICATED (%s)" % code)
+    code, got = code_of(grpc, lambda: list(refl(iter([b"\x3a\x00"]),
+                                                metadata=AUTH_MD,
+                                                timeout=10)))
+    chk.check(code == grpc.StatusCode.OK and len(got) == 1,
+              "reflection with the key answers (%s)" % code)
+
+    # request_id: stored whole up to 256 bytes, refused beyond.
+    long_id = "r" * 200
+    bg = Background(c, prompt="A long id", request_id=long_id,
+                    sampling=dict(LONG))
+    bg.first.wait(30)
+    chk.check(bg.msgs and bg.msgs[0].request_id == long_id,
+              "a 200-byte request_id comes back whole")
+    _, code, _ = c.gen(prompt="same id", request_id=long_id,
+                       sampling={"max_tokens": 2})
+    chk.check(code == grpc.StatusCode.ALREADY_EXISTS,
+              "the same 200-byte id again -> ALREADY_EXISTS (%s)" % code)
+    # Another id sharing its first 63 bytes is another request (queued
+    # behind the first with --max-num-seqs 1).
+    other = long_id[:63] + "x"
+    bg2 = Background(c, prompt="Another long id", request_id=other,
+                     sampling=dict(LONG))
+    waiting = du.wait_for(lambda: (du.metric(http.metrics() or {},
+                                             "tangram_num_requests_waiting")
+                                   or 0) >= 1, 10)
+    chk.check(waiting and bg2.code is None,
+              "a 64-byte id sharing the first 63 bytes is accepted (%s)" %
+              bg2.code)
+    code, r = code_of(grpc, c.abort, c.pb.AbortRequest(
+        request_id=long_id[:63]), metadata=AUTH_MD, timeout=10)
+    chk.check(code == grpc.StatusCode.OK and not r.found,
+              "Abort by a 63-byte prefix of the ids: found=false", (code, r))
+    for rid, what in ((other, "the 64-byte id"), (long_id, "the 200-byte id")):
+        code, r = code_of(grpc, c.abort, c.pb.AbortRequest(request_id=rid),
+                          metadata=AUTH_MD, timeout=10)
+        chk.check(code == grpc.StatusCode.OK and r.found,
+                  "Abort by %s: found=true" % what, (code, r))
+    bg.join(20)
+    bg2.join(20)
+    chk.check(bg.code == grpc.StatusCode.CANCELLED and
+              bg2.code == grpc.StatusCode.CANCELLED,
+              "both long-id streams end CANCELLED (%s, %s)" %
+              (bg.code, bg2.code))
+    for what, kw in (("request_id of 257 bytes", dict(request_id="x" * 257)),
+                     ("session_id of 257 bytes", dict(session_id="s" * 257))):
+        msgs, code, det = c.gen(prompt="a", sampling={"max_tokens": 2}, **kw)
+        chk.check(code == grpc.StatusCode.INVALID_ARGUMENT and not msgs and
+                  "256" in det, "%s -> INVALID_ARGUMENT (%s: %s)" %
+                  (what, code, det))
+    code, det = code_of(grpc, c.abort, c.pb.AbortRequest(
+        request_id="x" * 257), metadata=AUTH_MD, timeout=10)
+    chk.check(code == grpc.StatusCode.INVALID_ARGUMENT,
+              "Abort with a 257-byte id -> INVALID_ARGUMENT (%s)" % code)
+
+    # Tokenize takes the roles Generate and HTTP take.
+    for role in ("wizard", ""):
+        code, det = code_of(grpc, c.tokenize, c.pb.TokenizeRequest(
+            messages=[c.pb.ChatMessage(role=role, content="x")]),
+            metadata=AUTH_MD, timeout=10)
+        chk.check(code == grpc.StatusCode.INVALID_ARGUMENT and "role" in det,
+                  "Tokenize with role %r -> INVALID_ARGUMENT (%s: %s)" %
+                  (role, code, det))
+    toks = {}
+    for role in ("developer", "system"):
+        code, r = code_of(grpc, c.tokenize, c.pb.TokenizeRequest(messages=[
+            c.pb.ChatMessage(role=role, content="Be brief."),
+            c.pb.ChatMessage(role="user", content="hi")]),
+            metadata=AUTH_MD, timeout=10)
+        toks[role] = list(r.token_ids) if code == grpc.StatusCode.OK else code
+    chk.check(toks["developer"] == toks["system"] and
+              isinstance(toks["system"], list),
+              "Tokenize: developer renders as system, as over HTTP", toks)
+
+    # Sampling limits: those of the HTTP API (rt_openai.h).
+    code, info = code_of(grpc, c.model_info, c.pb.ModelInfoRequest(),
+                         metadata=AUTH_MD, timeout=10)
+    vocab = info.vocab_size if code == grpc.StatusCode.OK else 151669
+    cases = [
+        ("a stop token id outside the vocabulary",
+         {"stop_token_ids": [vocab]}),
+        ("257 stop token ids", {"stop_token_ids": [1] * 257}),
+        ("a 1 MB stop string", {"stop": ["s" * (1 << 20)]}),
+        ("a stop string of 1025 bytes", {"stop": ["s" * 1025]}),
+        ("17 stop strings", {"stop": ["a%d" % i for i in range(17)]}),
+    ]
+    for what, sp in cases:
+        sp = dict(sp, max_tokens=2)
+        msgs, code, det = c.gen(prompt="a", sampling=sp)
+        chk.check(code == grpc.StatusCode.INVALID_ARGUMENT and not msgs and
+                  det, "%s -> INVALID_ARGUMENT (%s: %s)" % (what, code,
+                                                              det[:80]))
+    msgs, code, _ = c.gen(prompt="a", sampling={
+        "max_tokens": 2, "ignore_eos": True, "stop": ["s" * 1024],
+        "stop_token_ids": [vocab - 1] * 256})
+    chk.check(code == grpc.StatusCode.OK,
+              "at the limits (a 1024-byte stop, 256 ids up to vocab-1) is "
+              "accepted (%s)" % code)
+    m0 = http.metrics() or {}
+    msgs, code, det = c.gen(prompt="p" * (5 << 20), sampling={
+        "max_tokens": 2})
+    chk.check(code == grpc.StatusCode.RESOURCE_EXHAUSTED,
+              "a 5 MiB request over --grpc-max-message -> RESOURCE_EXHAUSTED "
+              "(%s)" % code)
+    m1 = http.metrics() or {}
+    chk.check((du.metric(m1, "tangram_grpc_oversized_messages_total") or 0)
+              == (du.metric(m0, "tangram_grpc_oversized_messages_total")
+                  or 0) + 1, "tangram_grpc_oversized_messages_total counts it")
+
+
 def main():
     missing = du.missing_inputs(
         modules=[("grpc", "python3-grpcio"),
@@ -500,6 +643,7 @@ def main():
             t_abort(c, grpc, http)
             t_queue_full(c, grpc, http)
             t_bad(c, grpc, http)
+            t_limits(c, grpc, http)
             m = http.idle(10)
             chk.check(m is not None, "at the end nothing runs or waits")
             if m is not None:

@@ -132,9 +132,9 @@ def value_ok(e, v):
         if not m:
             return False
         num, unit = float(m.group(1)), m.group(2).lower()
-        if unit == "%":
+        if t == "SIZE_FRAC" and unit == "%":
             return 0 < num <= 100
-        if unit == "" and num <= 1:
+        if t == "SIZE_FRAC" and unit == "" and num <= 1:
             return num > 0
         if unit not in SIZE_UNITS:
             return False

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "common/tg_err.h"
+#include "router/rt_grpc_reflect.h"
+#include "tg_api_descriptors.h"
 
 /* A /test.Echo/Ticks call in progress. */
 struct tick {
@@ -181,13 +183,16 @@ static void h_release(struct rt_grpc_call *call, void *ud)
 static void h_stats(struct rt_grpc_call *call, void *ud)
 {
     struct tt_grpc_fx *fx = ud;
-    char m[160];
+    char m[256];
     int n = snprintf(m, sizeof(m), "%d %d %d %d %zu %d",
                      atomic_load(&fx->cancels),
                      atomic_load(&fx->cancel_deadline),
                      atomic_load(&fx->cancel_bad),
                      atomic_load(&fx->slow_started), fx->srv.n_conns,
                      fx->n_kept);
+    for (int e = 0; e < RT_GRPC_EVENT_COUNT; e++)
+        n += snprintf(m + n, sizeof(m) - (size_t)n, " %d",
+                      atomic_load(&fx->events[e]));
     rt_grpc_call_reply(call, m, (size_t)n);
 }
 
@@ -215,6 +220,63 @@ static void h_twice(struct rt_grpc_call *call, void *ud)
     assert_int_equal(rt_grpc_call_finish(call, RT_GRPC_OK, NULL), 0);
 }
 
+static void on_bidi_message(struct rt_grpc_call *call, const uint8_t *msg,
+                            size_t len, void *ud)
+{
+    (void)ud;
+    if (!msg) {
+        assert_int_equal(rt_grpc_call_finish(call, RT_GRPC_OK, NULL), 0);
+        return;
+    }
+    if (len == 4 && memcmp(msg, "fail", 4) == 0) {
+        assert_int_equal(rt_grpc_call_finish(call, RT_GRPC_INVALID_ARGUMENT,
+                                             "bidi failed"),
+                         0);
+        return;
+    }
+    assert_int_equal(rt_grpc_call_send(call, msg, len), 0);
+}
+
+static void on_bidi_cancel(struct rt_grpc_call *call, int status, void *ud)
+{
+    struct tt_grpc_fx *fx = ud;
+    (void)call;
+    atomic_fetch_add(&fx->cancels, 1);
+    if (status == RT_GRPC_DEADLINE_EXCEEDED)
+        atomic_fetch_add(&fx->cancel_deadline, 1);
+    else if (status != RT_GRPC_CANCELLED)
+        atomic_fetch_add(&fx->cancel_bad, 1);
+}
+
+/* Bidi echo: no message yet when this runs. */
+static void h_bidi(struct rt_grpc_call *call, void *ud)
+{
+    assert_null(call->msg);
+    rt_grpc_call_on_cancel(call, on_bidi_cancel, ud);
+    rt_grpc_call_on_message(call, on_bidi_message, ud);
+}
+
+static int admit_fn(const struct rt_grpc_call *call, void *ud, char *msg,
+                    size_t msglen)
+{
+    struct tt_grpc_fx *fx = ud;
+    if (strncmp(call->path, "/test.Secret/", 13) != 0)
+        return RT_GRPC_OK;
+    atomic_fetch_add(&fx->admits, 1);
+    const char *h = rt_grpc_call_header(call, "authorization");
+    if (h && strcmp(h, "Bearer s3cret") == 0)
+        return RT_GRPC_OK;
+    snprintf(msg, msglen, "no key");
+    return RT_GRPC_UNAUTHENTICATED;
+}
+
+static void event_fn(int event, void *ud)
+{
+    struct tt_grpc_fx *fx = ud;
+    assert_true(event >= 0 && event < RT_GRPC_EVENT_COUNT);
+    atomic_fetch_add(&fx->events[event], 1);
+}
+
 static int health_fn(const char *service, void *ud)
 {
     struct tt_grpc_fx *fx = ud;
@@ -228,6 +290,14 @@ static int health_fn(const char *service, void *ud)
 
 void tt_grpc_fx_start_cfg(struct tt_grpc_fx *fx,
                           const struct rt_grpc_config *cfg)
+{
+    tt_grpc_fx_start_set(fx, cfg, tg_api_descriptor_set,
+                         tg_api_descriptor_set_len);
+}
+
+void tt_grpc_fx_start_set(struct tt_grpc_fx *fx,
+                          const struct rt_grpc_config *cfg,
+                          const uint8_t *set, size_t set_len)
 {
     memset(fx, 0, sizeof(*fx));
     atomic_store(&fx->serving, 1);
@@ -252,6 +322,8 @@ void tt_grpc_fx_start_cfg(struct tt_grpc_fx *fx,
         {"/test.Echo/SetServing", RT_GRPC_UNARY, h_set_serving},
         {"/test.Echo/Empty", RT_GRPC_UNARY, h_empty},
         {"/test.Echo/Twice", RT_GRPC_UNARY, h_twice},
+        {"/test.Echo/Bidi", RT_GRPC_BIDI_STREAM, h_bidi},
+        {"/test.Secret/Unary", RT_GRPC_UNARY, h_echo},
     };
     for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++)
         assert_int_equal(rt_grpc_method_add(&fx->srv, m[i].path, m[i].kind,
@@ -266,6 +338,14 @@ void tt_grpc_fx_start_cfg(struct tt_grpc_fx *fx,
     assert_int_equal(
         rt_grpc_health_register(&fx->srv, health_fn, fx, err, sizeof(err)),
         TG_EEXIST);
+    assert_int_equal(rt_grpc_reflect_register(&fx->srv, set, set_len, err,
+                                              sizeof(err)),
+                     0);
+    assert_int_equal(rt_grpc_reflect_register(&fx->srv, set, set_len, err,
+                                              sizeof(err)),
+                     TG_EEXIST);
+    rt_grpc_server_on_admit(&fx->srv, admit_fn, fx);
+    rt_grpc_server_on_event(&fx->srv, event_fn, fx);
     assert_int_equal(rt_grpc_server_listen(&fx->srv, "127.0.0.1", 0, err,
                                            sizeof(err)),
                      0);

@@ -20,13 +20,23 @@
  *   /test.Echo/Release     unary: finishes every kept handle, answers
  *                          "<TG_ECANCELED results>/<kept>"
  *   /test.Echo/Stats       unary: "cancels cancel_deadline cancel_bad
- *                          slow_started n_conns n_kept"
+ *                          slow_started n_conns n_kept" and the count of
+ *                          each rt_grpc event (enum order)
  *   /test.Echo/SetServing  unary: "1"/"0" sets the health of
  *                          tangram.v1.Generation
  *   /test.Echo/Empty       unary: finishes OK without a message
  *   /test.Echo/Twice       unary: tries a second message (refused), then OK
+ *   /test.Echo/Bidi        bidi: each request message back as it comes;
+ *                          "fail" ends the call with INVALID_ARGUMENT
+ *                          "bidi failed"; the client's half-close ends it
+ *                          OK
+ *   /test.Secret/Unary     unary echo behind the admission check: needs
+ *                          "authorization: Bearer s3cret" (else
+ *                          UNAUTHENTICATED "no key" from the headers)
  * plus the health service ("" serving, tangram.v1.Generation as set, any
- * other name unknown).
+ * other name unknown) and server reflection over the router's embedded
+ * descriptors (tg_api_descriptor_set, or a set of the test's). Every
+ * rt_grpc event is counted.
  *
  * Test code only. Start and stop run on the test thread; a failed check
  * fails the running cmocka test.
@@ -53,6 +63,8 @@ struct tt_grpc_fx {
     atomic_int cancel_bad;      /* on_cancel with an unexpected status or
                                    a response call not failing */
     atomic_int slow_started;    /* /test.Echo/Slow calls begun */
+    atomic_int events[RT_GRPC_EVENT_COUNT]; /* rt_grpc events seen */
+    atomic_int admits;          /* admission checks of /test.Secret/ */
     struct rt_grpc_call *kept[TT_GRPC_MAX_KEPT]; /* zombies-to-be (no
                                                     on_cancel); loop thread */
     int n_kept;
@@ -66,6 +78,12 @@ struct tt_grpc_fx {
  * are refused. The caller owns fx and stops it with tt_grpc_fx_stop(). */
 void tt_grpc_fx_start_cfg(struct tt_grpc_fx *fx,
                           const struct rt_grpc_config *cfg);
+
+/* tt_grpc_fx_start_cfg() with reflection serving the descriptor set
+ * `set` (set_len bytes, a serialized FileDescriptorSet) instead. */
+void tt_grpc_fx_start_set(struct tt_grpc_fx *fx,
+                          const struct rt_grpc_config *cfg,
+                          const uint8_t *set, size_t set_len);
 
 /* tt_grpc_fx_start_cfg() with the default configuration. */
 void tt_grpc_fx_start(struct tt_grpc_fx *fx);

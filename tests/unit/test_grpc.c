@@ -1,21 +1,20 @@
 /* test_grpc.c — the router's gRPC server (rt_grpc): pure helpers
  * (timeout parsing, message encoding), configuration and API misuse, and
  * the server on real loopback sockets (fixture with demo methods in
- * tests/support/tt_grpc.{h,c}) driven by a small nghttp2 client in this
- * file (blocking socket) for what a real gRPC client never sends: wrong
- * :method / content-type / te, compressed or bad flags, zero / two /
+ * tests/support/tt_grpc.{h,c}) driven by the small nghttp2 client of
+ * tests/support/tt_h2cli.{h,c} for what a real gRPC client never sends:
+ * wrong :method / content-type / te, compressed or bad flags, zero / two /
  * truncated / oversized messages, huge headers, grpc-timeout deadlines
- * (malformed too), a client vanishing mid-call, plus a raw echo; then
- * the idle timeout and server close with a call in flight. The checks
- * with Debian's python3-grpcio client are in test_grpc_grpcio.c. */
+ * (malformed too), a client vanishing mid-call, plus a raw echo; then the
+ * idle timeout and server close with a call in flight. The limits and
+ * streaming kinds added for hardening are in test_grpc_limits.c; the
+ * checks with Debian's python3-grpcio client in test_grpc_grpcio.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -31,236 +30,7 @@
 #include "common/tg_err.h"
 #include "router/rt_grpc.h"
 #include "tests/support/tt_grpc.h"
-
-/* ---- a minimal blocking nghttp2 client -------------------------------- */
-
-struct cli {
-    int fd;
-    nghttp2_session *s;
-    int32_t sid;
-    int http_status, grpc_status;
-    char grpc_msg[512];
-    uint8_t data[1 << 16];
-    size_t data_len;
-    int closed;
-    uint32_t close_code;
-    const uint8_t *body;
-    size_t body_len, body_off;
-    int body_eof; /* END_STREAM after the body */
-};
-
-static ssize_t cli_send(nghttp2_session *s, const uint8_t *d, size_t n,
-                        int flags, void *ud)
-{
-    struct cli *c = ud;
-    (void)s;
-    (void)flags;
-    ssize_t w = send(c->fd, d, n, MSG_NOSIGNAL);
-    return w < 0 ? NGHTTP2_ERR_CALLBACK_FAILURE : w;
-}
-
-static int cli_header(nghttp2_session *s, const nghttp2_frame *f,
-                      const uint8_t *name, size_t nlen, const uint8_t *value,
-                      size_t vlen, uint8_t flags, void *ud)
-{
-    struct cli *c = ud;
-    (void)s;
-    (void)f;
-    (void)flags;
-    if (nlen == 7 && memcmp(name, ":status", 7) == 0)
-        c->http_status = atoi((const char *)value);
-    else if (nlen == 11 && memcmp(name, "grpc-status", 11) == 0)
-        c->grpc_status = atoi((const char *)value);
-    else if (nlen == 12 && memcmp(name, "grpc-message", 12) == 0)
-        snprintf(c->grpc_msg, sizeof(c->grpc_msg), "%.*s", (int)vlen,
-                 (const char *)value);
-    return 0;
-}
-
-static int cli_data(nghttp2_session *s, uint8_t flags, int32_t sid,
-                    const uint8_t *d, size_t n, void *ud)
-{
-    struct cli *c = ud;
-    (void)s;
-    (void)flags;
-    (void)sid;
-    size_t k = n < sizeof(c->data) - c->data_len ? n
-                                                 : sizeof(c->data) - c->data_len;
-    memcpy(c->data + c->data_len, d, k);
-    c->data_len += k;
-    return 0;
-}
-
-static int cli_close(nghttp2_session *s, int32_t sid, uint32_t code, void *ud)
-{
-    struct cli *c = ud;
-    (void)s;
-    if (sid == c->sid) {
-        c->closed = 1;
-        c->close_code = code;
-    }
-    return 0;
-}
-
-static ssize_t cli_body(nghttp2_session *s, int32_t sid, uint8_t *buf,
-                        size_t len, uint32_t *flags, nghttp2_data_source *src,
-                        void *ud)
-{
-    struct cli *c = ud;
-    (void)s;
-    (void)sid;
-    (void)src;
-    size_t n = c->body_len - c->body_off;
-    if (n > len)
-        n = len;
-    memcpy(buf, c->body + c->body_off, n);
-    c->body_off += n;
-    if (c->body_off == c->body_len) {
-        if (c->body_eof)
-            *flags |= NGHTTP2_DATA_FLAG_EOF;
-        else if (n == 0)
-            return NGHTTP2_ERR_DEFERRED;
-    }
-    return (ssize_t)n;
-}
-
-static int tcp_connect(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a = {0};
-    a.sin_family = AF_INET;
-    a.sin_port = htons((uint16_t)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-    return fd;
-}
-
-/* Starts one request with `nv` (n entries) and `body`, END_STREAM after
- * the body when `eof`, and runs it until the stream closes or `ms` pass;
- * the connection stays open. Returns 1 when the stream closed. */
-static int cli_open(struct cli *c, int port, const nghttp2_nv *nv, size_t n,
-                    const void *body, size_t blen, int eof, int ms)
-{
-    memset(c, 0, sizeof(*c));
-    c->grpc_status = -1;
-    c->fd = tcp_connect(port);
-    c->body = body;
-    c->body_len = blen;
-    c->body_eof = eof;
-    nghttp2_session_callbacks *cb;
-    nghttp2_session_callbacks_new(&cb);
-    nghttp2_session_callbacks_set_send_callback(cb, cli_send);
-    nghttp2_session_callbacks_set_on_header_callback(cb, cli_header);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, cli_data);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cb, cli_close);
-    assert_int_equal(nghttp2_session_client_new(&c->s, cb, c), 0);
-    nghttp2_session_callbacks_del(cb);
-    nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, NULL, 0);
-    nghttp2_data_provider dp = {.source.ptr = NULL, .read_callback = cli_body};
-    c->sid = nghttp2_submit_request(c->s, NULL, nv, n,
-                                    (body || eof == 0) ? &dp : NULL, NULL);
-    assert_true(c->sid > 0);
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (!c->closed) {
-        assert_int_equal(nghttp2_session_send(c->s), 0);
-        struct timespec t1;
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        long el = (t1.tv_sec - t0.tv_sec) * 1000 +
-                  (t1.tv_nsec - t0.tv_nsec) / 1000000;
-        if (el >= ms)
-            break;
-        struct pollfd p = {.fd = c->fd, .events = POLLIN};
-        if (poll(&p, 1, (int)(ms - el)) <= 0)
-            continue;
-        uint8_t buf[16384];
-        ssize_t r = recv(c->fd, buf, sizeof(buf), 0);
-        if (r <= 0)
-            break;
-        if (nghttp2_session_mem_recv(c->s, buf, (size_t)r) < 0)
-            break;
-    }
-    return c->closed;
-}
-
-/* Waits up to `ms` for the server to close the connection; returns 1 when
- * it did (EOF or reset). */
-static int cli_wait_eof(struct cli *c, int ms)
-{
-    struct pollfd p = {.fd = c->fd, .events = POLLIN};
-    while (poll(&p, 1, ms) > 0) {
-        uint8_t buf[4096];
-        ssize_t r = recv(c->fd, buf, sizeof(buf), 0);
-        if (r <= 0)
-            return 1;
-    }
-    return 0;
-}
-
-static void cli_end(struct cli *c)
-{
-    nghttp2_session_del(c->s);
-    close(c->fd);
-}
-
-/* cli_open() + cli_end(). */
-static int cli_call(struct cli *c, int port, const nghttp2_nv *nv, size_t n,
-                    const void *body, size_t blen, int eof, int ms)
-{
-    int closed = cli_open(c, port, nv, n, body, blen, eof, ms);
-    cli_end(c);
-    return closed;
-}
-
-#define MKNV(n, v)                                                       \
-    {(uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, sizeof(v) - 1,       \
-     NGHTTP2_NV_FLAG_NONE}
-
-static nghttp2_nv g_nv[8];
-
-/* The headers of a well-formed call to `path` (static storage). */
-static size_t std_nv(const char *path, const char *ct, const char *te,
-                     const char *method)
-{
-    size_t n = 0;
-    nghttp2_nv m = MKNV(":method", "POST");
-    m.value = (uint8_t *)method;
-    m.valuelen = strlen(method);
-    g_nv[n++] = m;
-    nghttp2_nv s = MKNV(":scheme", "http");
-    g_nv[n++] = s;
-    nghttp2_nv a = MKNV(":authority", "localhost");
-    g_nv[n++] = a;
-    nghttp2_nv p = MKNV(":path", "/");
-    p.value = (uint8_t *)path;
-    p.valuelen = strlen(path);
-    g_nv[n++] = p;
-    if (ct) {
-        nghttp2_nv c = MKNV("content-type", "");
-        c.value = (uint8_t *)ct;
-        c.valuelen = strlen(ct);
-        g_nv[n++] = c;
-    }
-    if (te) {
-        nghttp2_nv t = MKNV("te", "");
-        t.value = (uint8_t *)te;
-        t.valuelen = strlen(te);
-        g_nv[n++] = t;
-    }
-    return n;
-}
-
-static size_t frame(uint8_t *out, uint8_t flag, const char *msg, size_t len)
-{
-    out[0] = flag;
-    out[1] = (uint8_t)(len >> 24);
-    out[2] = (uint8_t)(len >> 16);
-    out[3] = (uint8_t)(len >> 8);
-    out[4] = (uint8_t)len;
-    memcpy(out + 5, msg, len);
-    return len + 5;
-}
+#include "tests/support/tt_h2cli.h"
 
 /* ---- tests ------------------------------------------------------------- */
 
@@ -350,6 +120,13 @@ static void test_config_and_misuse(void **state)
     assert_int_equal(rt_grpc_server_init(&srv, &loop, &cfg, err, sizeof(err)),
                      TG_EINVAL);
     rt_grpc_server_free(&srv);
+    rt_grpc_config_default(&cfg);
+    assert_int_equal(cfg.recv_timeout_ms, 30000);
+    cfg.recv_timeout_ms = 0;
+    assert_int_equal(rt_grpc_server_init(&srv, &loop, &cfg, err, sizeof(err)),
+                     TG_EINVAL);
+    assert_non_null(strstr(err, "recv_timeout_ms"));
+    rt_grpc_server_free(&srv);
 
     assert_int_equal(rt_grpc_server_init(&srv, &loop, NULL, err, sizeof(err)),
                      0);
@@ -403,81 +180,85 @@ static void test_raw_protocol(void **state)
     struct tt_grpc_fx *fx = calloc(1, sizeof(*fx));
     assert_non_null(fx);
     tt_grpc_fx_start(fx);
-    struct cli *c = calloc(1, sizeof(*c));
+    struct tt_h2cli *c = calloc(1, sizeof(*c));
     assert_non_null(c);
     uint8_t *buf = malloc(1 << 16);
     assert_non_null(buf);
     size_t n, blen;
 
     /* A well-formed echo. */
-    n = std_nv("/test.Echo/Unary", "application/grpc+proto", "trailers",
-               "POST");
-    blen = frame(buf, 0, "hello", 5);
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    n = tt_h2cli_std_nv("/test.Echo/Unary", "application/grpc+proto",
+                        "trailers", "POST");
+    blen = tt_h2cli_frame(buf, 0, "hello", 5);
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->http_status, 200);
     assert_int_equal(c->grpc_status, 0);
     assert_int_equal(c->data_len, 10);
     assert_memory_equal(c->data, "\0\0\0\0\5hello", 10);
 
     /* Empty message echoes as an empty message. */
-    blen = frame(buf, 0, "", 0);
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    blen = tt_h2cli_frame(buf, 0, "", 0);
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->grpc_status, 0);
     assert_int_equal(c->data_len, 5);
 
     /* Wrong content-type -> 415. */
-    n = std_nv("/test.Echo/Unary", "application/json", "trailers", "POST");
-    blen = frame(buf, 0, "hello", 5);
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    n = tt_h2cli_std_nv("/test.Echo/Unary", "application/json", "trailers",
+                        "POST");
+    blen = tt_h2cli_frame(buf, 0, "hello", 5);
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->http_status, 415);
     assert_int_equal(c->grpc_status, RT_GRPC_INVALID_ARGUMENT);
     assert_non_null(strstr(c->grpc_msg, "content-type"));
-    n = std_nv("/test.Echo/Unary", NULL, "trailers", "POST");
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    n = tt_h2cli_std_nv("/test.Echo/Unary", NULL, "trailers", "POST");
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->http_status, 415);
 
     /* GET -> 405. */
-    n = std_nv("/test.Echo/Unary", "application/grpc", "trailers", "GET");
-    assert_true(cli_call(c, fx->port, g_nv, n, NULL, 0, 1, 3000));
+    n = tt_h2cli_std_nv("/test.Echo/Unary", "application/grpc", "trailers",
+                        "GET");
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, NULL, 0, 1, 3000));
     assert_int_equal(c->http_status, 405);
     assert_int_equal(c->grpc_status, RT_GRPC_UNIMPLEMENTED);
 
     /* No te: trailers. */
-    n = std_nv("/test.Echo/Unary", "application/grpc", NULL, "POST");
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    n = tt_h2cli_std_nv("/test.Echo/Unary", "application/grpc", NULL, "POST");
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->http_status, 200);
     assert_int_equal(c->grpc_status, RT_GRPC_INVALID_ARGUMENT);
     assert_non_null(strstr(c->grpc_msg, "te: trailers"));
 
     /* Unknown method, trailers-only. */
-    n = std_nv("/test.Echo/Nope", "application/grpc", "trailers", "POST");
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    n = tt_h2cli_std_nv("/test.Echo/Nope", "application/grpc", "trailers",
+                        "POST");
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->grpc_status, RT_GRPC_UNIMPLEMENTED);
     assert_int_equal(c->data_len, 0);
     assert_non_null(strstr(c->grpc_msg, "/test.Echo/Nope"));
 
-    n = std_nv("/test.Echo/Unary", "application/grpc", "trailers", "POST");
+    n = tt_h2cli_std_nv("/test.Echo/Unary", "application/grpc", "trailers",
+                        "POST");
     /* Compressed flag. */
-    blen = frame(buf, 1, "hello", 5);
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    blen = tt_h2cli_frame(buf, 1, "hello", 5);
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->grpc_status, RT_GRPC_UNIMPLEMENTED);
     assert_string_equal(c->grpc_msg, "compression not supported");
     /* A flag that is neither 0 nor 1. */
-    blen = frame(buf, 2, "hello", 5);
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    blen = tt_h2cli_frame(buf, 2, "hello", 5);
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->grpc_status, RT_GRPC_INVALID_ARGUMENT);
     /* Two messages. */
-    blen = frame(buf, 0, "a", 1);
-    blen += frame(buf + blen, 0, "b", 1);
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    blen = tt_h2cli_frame(buf, 0, "a", 1);
+    blen += tt_h2cli_frame(buf + blen, 0, "b", 1);
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->grpc_status, RT_GRPC_INVALID_ARGUMENT);
     assert_non_null(strstr(c->grpc_msg, "exactly one"));
     /* No message at all. */
-    assert_true(cli_call(c, fx->port, g_nv, n, NULL, 0, 1, 3000));
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, NULL, 0, 1, 3000));
     assert_int_equal(c->grpc_status, RT_GRPC_INVALID_ARGUMENT);
     /* Truncated message. */
-    blen = frame(buf, 0, "hello", 5) - 2;
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    blen = tt_h2cli_frame(buf, 0, "hello", 5) - 2;
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->grpc_status, RT_GRPC_INVALID_ARGUMENT);
     assert_non_null(strstr(c->grpc_msg, "inside a message"));
     /* Prefix announcing 5 MiB, the stream left open: answered at once,
@@ -487,46 +268,50 @@ static void test_raw_protocol(void **state)
     buf[2] = 0x50;
     buf[3] = 0;
     buf[4] = 0;
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, 5, 0, 3000));
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, 5, 0, 3000));
     assert_int_equal(c->grpc_status, RT_GRPC_RESOURCE_EXHAUSTED);
     assert_non_null(strstr(c->grpc_msg, "exceeds the limit"));
     assert_int_equal(c->close_code, NGHTTP2_NO_ERROR);
 
     /* Unary handler misuse is refused; the call still completes. */
-    n = std_nv("/test.Echo/Twice", "application/grpc", "trailers", "POST");
-    blen = frame(buf, 0, "x", 1);
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    n = tt_h2cli_std_nv("/test.Echo/Twice", "application/grpc", "trailers",
+                        "POST");
+    blen = tt_h2cli_frame(buf, 0, "x", 1);
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->grpc_status, 0);
     assert_int_equal(c->data_len, 8);
     /* A unary handler that finishes OK without a message. */
-    n = std_nv("/test.Echo/Empty", "application/grpc", "trailers", "POST");
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    n = tt_h2cli_std_nv("/test.Echo/Empty", "application/grpc", "trailers",
+                        "POST");
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->grpc_status, RT_GRPC_INTERNAL);
     assert_int_equal(c->data_len, 0);
     assert_non_null(strstr(c->grpc_msg, "without a response message"));
 
     /* Headers over the limit. */
-    n = std_nv("/test.Echo/Unary", "application/grpc", "trailers", "POST");
+    n = tt_h2cli_std_nv("/test.Echo/Unary", "application/grpc", "trailers",
+                        "POST");
     char *big = malloc(17000);
     assert_non_null(big);
     memset(big, 'a', 16999);
     big[16999] = '\0';
-    nghttp2_nv bh = MKNV("x-big", "");
+    nghttp2_nv bh = TT_H2_NV("x-big", "");
     bh.value = (uint8_t *)big;
     bh.valuelen = 16999;
-    g_nv[n++] = bh;
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    tt_h2cli_nv[n++] = bh;
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->grpc_status, RT_GRPC_RESOURCE_EXHAUSTED);
     free(big);
 
     /* Deadlines from grpc-timeout: the server answers DEADLINE_EXCEEDED
      * and fires on_cancel with that status. */
-    n = std_nv("/test.Echo/Slow", "application/grpc", "trailers", "POST");
-    nghttp2_nv to = MKNV("grpc-timeout", "150m");
-    g_nv[n++] = to;
+    n = tt_h2cli_std_nv("/test.Echo/Slow", "application/grpc", "trailers",
+                        "POST");
+    nghttp2_nv to = TT_H2_NV("grpc-timeout", "150m");
+    tt_h2cli_nv[n++] = to;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     clock_gettime(CLOCK_MONOTONIC, &t1);
     long el = (t1.tv_sec - t0.tv_sec) * 1000 +
               (t1.tv_nsec - t0.tv_nsec) / 1000000;
@@ -534,20 +319,21 @@ static void test_raw_protocol(void **state)
     assert_true(el >= 140 && el < 2000);
     assert_int_equal(atomic_load(&fx->cancel_deadline), 1);
     /* A deadline that passes before the request is complete. */
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, 3, 0, 3000));
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, 3, 0, 3000));
     assert_int_equal(c->grpc_status, RT_GRPC_DEADLINE_EXCEEDED);
     assert_int_equal(atomic_load(&fx->cancel_deadline), 1); /* no handler */
     /* Malformed grpc-timeout. */
-    nghttp2_nv bad = MKNV("grpc-timeout", "soon");
-    g_nv[n - 1] = bad;
-    assert_true(cli_call(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    nghttp2_nv bad = TT_H2_NV("grpc-timeout", "soon");
+    tt_h2cli_nv[n - 1] = bad;
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->grpc_status, RT_GRPC_INVALID_ARGUMENT);
     assert_non_null(strstr(c->grpc_msg, "grpc-timeout"));
 
     /* A client that vanishes mid-call: on_cancel with CANCELLED. */
     int before = atomic_load(&fx->cancels);
-    n = std_nv("/test.Echo/Slow", "application/grpc", "trailers", "POST");
-    cli_call(c, fx->port, g_nv, n, buf, blen, 1, 200);
+    n = tt_h2cli_std_nv("/test.Echo/Slow", "application/grpc", "trailers",
+                        "POST");
+    tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 200);
     for (int i = 0; i < 200 && atomic_load(&fx->cancels) == before; i++)
         usleep(10000);
     assert_int_equal(atomic_load(&fx->cancels), before + 1);
@@ -570,27 +356,28 @@ static void test_idle_and_close(void **state)
     struct tt_grpc_fx *fx = calloc(1, sizeof(*fx));
     assert_non_null(fx);
     tt_grpc_fx_start_cfg(fx, &cfg);
-    struct cli *c = calloc(1, sizeof(*c));
+    struct tt_h2cli *c = calloc(1, sizeof(*c));
     assert_non_null(c);
     uint8_t buf[64];
-    size_t n = std_nv("/test.Echo/Unary", "application/grpc", "trailers",
-                      "POST");
-    size_t blen = frame(buf, 0, "hi", 2);
-    assert_true(cli_open(c, fx->port, g_nv, n, buf, blen, 1, 3000));
+    size_t n = tt_h2cli_std_nv("/test.Echo/Unary", "application/grpc",
+                               "trailers", "POST");
+    size_t blen = tt_h2cli_frame(buf, 0, "hi", 2);
+    assert_true(tt_h2cli_open(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->grpc_status, 0);
-    assert_true(cli_wait_eof(c, 3000)); /* idle close */
-    cli_end(c);
+    assert_true(tt_h2cli_wait_eof(c, 3000)); /* idle close */
+    tt_h2cli_end(c);
 
-    n = std_nv("/test.Echo/Slow", "application/grpc", "trailers", "POST");
-    assert_false(cli_open(c, fx->port, g_nv, n, buf, blen, 1, 300));
-    assert_false(cli_wait_eof(c, 100)); /* a call is open: no idle close */
+    n = tt_h2cli_std_nv("/test.Echo/Slow", "application/grpc", "trailers",
+                        "POST");
+    assert_false(tt_h2cli_open(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 300));
+    assert_false(tt_h2cli_wait_eof(c, 100)); /* a call is open: no idle close */
     assert_int_equal(atomic_load(&fx->slow_started), 1);
     assert_int_equal(atomic_load(&fx->cancels), 0);
     tt_grpc_fx_stop(fx); /* cancels the call */
     assert_int_equal(atomic_load(&fx->cancels), 1);
     assert_int_equal(atomic_load(&fx->cancel_bad), 0);
-    assert_true(cli_wait_eof(c, 3000));
-    cli_end(c);
+    assert_true(tt_h2cli_wait_eof(c, 3000));
+    tt_h2cli_end(c);
     free(c);
     free(fx);
 }

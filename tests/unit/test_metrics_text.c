@@ -218,6 +218,13 @@ static void test_tangram_set(void **state)
         {"tangram_http_connections_rejected_total", RT_METRICS_COUNTER, 0},
         {"tangram_http_requests_timed_out_total", RT_METRICS_COUNTER, 0},
         {"tangram_http_requests_refused_total", RT_METRICS_COUNTER, 0},
+        {"tangram_grpc_connections", RT_METRICS_GAUGE, 0},
+        {"tangram_grpc_receive_timeouts_total", RT_METRICS_COUNTER, 0},
+        {"tangram_grpc_idle_closes_total", RT_METRICS_COUNTER, 0},
+        {"tangram_grpc_deadline_exceeded_total", RT_METRICS_COUNTER, 0},
+        {"tangram_grpc_refused_streams_total", RT_METRICS_COUNTER, 0},
+        {"tangram_grpc_oversized_messages_total", RT_METRICS_COUNTER, 0},
+        {"tangram_grpc_unauthenticated_total", RT_METRICS_COUNTER, 0},
     };
     int n_want = (int)(sizeof(want) / sizeof(want[0]));
     assert_int_equal(m.reg.n_families, n_want);

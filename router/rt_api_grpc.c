@@ -321,12 +321,7 @@ static int convert(struct rt_server *s, const Tangram__V1__GenerateRequest *q,
     }
     memset(g, 0, sizeof(*g));
     struct rt_sampling *sp = &g->sampling;
-    sp->max_tokens = -1;
-    sp->temperature = 1.0;
-    sp->top_p = 1.0;
-    sp->repetition_penalty = 1.0;
-    sp->skip_special_tokens = true;
-    sp->logprobs = -1;
+    rt_sampling_init(sp);
     g->max_tokens_param = "sampling.max_tokens";
     g->model = strdup(s->model_name);
     if (g->model == NULL)

@@ -37,10 +37,10 @@
  * sent the id of the current rank 0: that only joins where the backend
  * lets one rank rejoin, so tensor-parallel routers set shared_fate.
  *
- * Steps. rt_link_send_plan() turns one scheduler step (rt_sched.h) into a
- * BatchPlan and sends it to every rank; each rank receives the same
- * entries but only its own page deltas (and, for fresh slots adopting
- * stored KV, its own row lengths). Every rank answers with a StepResult;
+ * Steps. rt_link_send_plan() encodes one scheduler step (rt_sched.h, which
+ * carries everything a plan needs) as a BatchPlan and sends it to every
+ * rank; each rank receives the same entries but only its own page deltas
+ * (and, for fresh slots adopting stored KV, its own row lengths). Every rank answers with a StepResult;
  * rank 0's carries the sampled tokens. When every rank has answered the
  * step in flight, on_result fires exactly once: ok when every rank said ok
  * and rank 0 answered every sampled entry exactly once — with a token, or
@@ -168,34 +168,6 @@ struct rt_link_config {
     void *ud;                   /* passed to the three callbacks */
 };
 
-/* Sampling parameters of one entry, as the router validated them. */
-struct rt_link_entry_info {
-    const char *request_id;      /* for worker logs; NULL: "" (copied) */
-    float temperature;           /* 0 = greedy */
-    float top_p;                 /* 1 = disabled */
-    int32_t top_k;               /* <= 0 = disabled */
-    float min_p;                 /* 0 = disabled */
-    float presence_penalty;      /* 0 = disabled */
-    float frequency_penalty;     /* 0 = disabled */
-    float repetition_penalty;    /* 1 = disabled */
-    uint32_t logprobs;           /* alternatives to return */
-    uint64_t seed;               /* per-request RNG seed */
-    uint32_t num_prompt_tokens;  /* the client's prompt length */
-    /* Row lengths (L * G, layer-major) for a fresh entry adopting stored
-     * KV, the same for every rank. NULL: taken per rank from the
-     * scheduler's accounting (kv_seq filled counts) when a scheduler is
-     * given and the entry is fresh at pos > 0; otherwise none are sent. */
-    const uint32_t *row_lens;    /* (n_row_lens) tokens, borrowed */
-    size_t n_row_lens;
-};
-
-/* Fills *out (zeroed with top_p = repetition_penalty = 1 beforehand) for
- * `entry` (entry->user is the caller's handle). Returns 0, or a negative
- * TG_E* code with detail in err, which aborts the send. */
-typedef int (*rt_link_entry_fn)(void *ud, const struct rt_step_entry *entry,
-                                struct rt_link_entry_info *out, char *err,
-                                size_t errlen);
-
 struct rt_link_rank; /* private to rt_link.c */
 
 /* The link. The caller owns the storage; fields are private to rt_link.c
@@ -249,23 +221,22 @@ int rt_link_default_endpoint(const char *runtime_dir, char *out,
 int rt_link_init(struct rt_link *link, uv_loop_t *loop,
                  const struct rt_link_config *cfg, char *err, size_t errlen);
 
-/* Builds the BatchPlan of `step` and sends it to every rank: entries (with
- * tokens, start position, sample and last_chunk flags, fresh, and the
- * sampling parameters from entry_cb), the deltas of step->deltas whose
- * rank is r to rank r only (row -> layer row / G, group row % G), and
- * step->released as frees. `sched` (may be NULL) supplies per-rank row
- * lengths of fresh entries at pos > 0 whose entry_cb gave none. The step
- * must have at least one entry and a step_id greater than every step sent
- * before. Returns 0 when the plan is on its way; its answer then always
- * arrives through on_result (a send that fails kills that rank, which
- * completes the step with an error from the loop, never from inside this
- * call). Returns TG_EAGAIN when not every rank is ready, TG_EBUSY when a
- * step is in flight, TG_ECANCELED after rt_link_shutdown, TG_EINVAL for a
- * bad step (detail in err), entry_cb's code, or TG_ENOMEM; nothing is sent
+/* Encodes `step` (the scheduler's, which holds everything a plan needs)
+ * as the BatchPlan of each rank and sends it: the entries (tokens, start
+ * position, sample and last_chunk flags, fresh, request id, sampling
+ * parameters) to every rank, the deltas of step->deltas whose rank is r
+ * (row -> layer row / G, group row % G) and the row lengths of adopted
+ * entries for rank r to rank r only, and step->released as frees. The
+ * step must have at least one entry and a step_id greater than every step
+ * sent before. Returns 0 when the plan is on its way; its answer then
+ * always arrives through on_result (a send that fails kills that rank,
+ * which completes the step with an error from the loop, never from inside
+ * this call). Returns TG_EAGAIN when not every rank is ready, TG_EBUSY
+ * when a step is in flight, TG_ECANCELED after rt_link_shutdown,
+ * TG_EINVAL for a bad step (detail in err) or TG_ENOMEM; nothing is sent
  * then and on_result will not fire. Reads `step` only during the call. */
 int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
-                      const struct rt_sched *sched, rt_link_entry_fn entry_cb,
-                      void *ud, char *err, size_t errlen);
+                      char *err, size_t errlen);
 
 /* Returns 1 when every rank is alive and has joined the communicator
  * group (CommReady ok), and shutdown has not started. */

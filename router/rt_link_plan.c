@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/kv/kv_seq.h"
 #include "common/tg_err.h"
 #include "router/rt_link.h"
 #include "router/rt_link_internal.h"
@@ -67,6 +66,14 @@ static int check_step(const struct rt_link *link, const struct rt_step *s,
             if (s->entries[j].slot == e->slot)
                 return tg_err_set(err, errlen, TG_EINVAL,
                                   "slot %d appears twice", e->slot);
+        if (e->sampling == NULL)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "entry %d: no sampling parameters", i);
+        if (e->row_lens_off >= 0 &&
+            (!e->fresh || e->row_lens_off + (int64_t)link->cfg.world_size *
+                                                rows > s->n_row_lens))
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "entry %d: row lengths out of range", i);
     }
     if (s->n_deltas < 0 || (s->n_deltas && (!s->deltas || !s->delta_ids)))
         return tg_err_set(err, errlen, TG_EINVAL, "bad delta arrays");
@@ -96,7 +103,7 @@ struct plan_build {
     Tangram__Worker__V1__PlanEntry *pe;       /* (n_entries) */
     Tangram__Worker__V1__PlanEntry **pep;     /* (n_entries) */
     Tangram__Worker__V1__WorkerSampling *ws;  /* (n_entries) */
-    uint8_t *per_rank_rows;                   /* (n_entries) */
+
     Tangram__Worker__V1__PageDelta *pd;       /* (n_deltas) by rank */
     Tangram__Worker__V1__PageDelta **pdp;     /* (n_deltas) */
     int64_t *rank_start;                      /* (T + 1) */
@@ -107,15 +114,14 @@ static void plan_build_free(struct plan_build *b)
     free(b->pe);
     free(b->pep);
     free(b->ws);
-    free(b->per_rank_rows);
+
     free(b->pd);
     free(b->pdp);
     free(b->rank_start);
 }
 
 int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
-                      const struct rt_sched *sched, rt_link_entry_fn entry_cb,
-                      void *ud, char *err, size_t errlen)
+                      char *err, size_t errlen)
 {
     if (!link || !link->initialized || link->closed)
         return tg_err_set(err, errlen, TG_EINVAL, "link not open");
@@ -126,8 +132,8 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
     if (link->inflight)
         return tg_err_set(err, errlen, TG_EBUSY,
                           "step %" PRIu64 " still in flight", link->inflight);
-    if (!step || !entry_cb)
-        return tg_err_set(err, errlen, TG_EINVAL, "step and entry_cb needed");
+    if (!step)
+        return tg_err_set(err, errlen, TG_EINVAL, "no step");
     int rc = check_step(link, step, err, errlen);
     if (rc)
         return rc;
@@ -143,53 +149,37 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
     b.pe = calloc((size_t)n, sizeof *b.pe);
     b.pep = calloc((size_t)n, sizeof *b.pep);
     b.ws = calloc((size_t)n, sizeof *b.ws);
-    b.per_rank_rows = calloc((size_t)n, 1);
     b.pd = calloc((size_t)(nd ? nd : 1), sizeof *b.pd);
     b.pdp = calloc((size_t)(nd ? nd : 1), sizeof *b.pdp);
     b.rank_start = calloc((size_t)T + 1, sizeof *b.rank_start);
-    if (!b.pe || !b.pep || !b.ws || !b.per_rank_rows || !b.pd || !b.pdp ||
-        !b.rank_start) {
+    if (!b.pe || !b.pep || !b.ws || !b.pd || !b.pdp || !b.rank_start) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "no memory for the plan");
         goto out;
     }
 
-    /* Entries: the same for every rank except sched-derived row_lens. */
+    /* Entries: the same for every rank but the row lengths of adopted
+     * KV, set per rank below. */
     for (int32_t i = 0; i < n; i++) {
         const struct rt_step_entry *e = &step->entries[i];
-        struct rt_link_entry_info info = {0};
-        info.top_p = 1.0f;
-        info.repetition_penalty = 1.0f;
-        rc = entry_cb(ud, e, &info, err, errlen);
-        if (rc) {
-            if (rc > 0)
-                rc = tg_err_set(err, errlen, TG_EINVAL,
-                                "entry callback returned %d", rc);
-            goto out;
-        }
-        if (info.row_lens && info.n_row_lens != rows) {
-            rc = tg_err_set(err, errlen, TG_EINVAL,
-                            "entry %d: %zu row lengths, the layout has %zu "
-                            "rows", i, info.n_row_lens, rows);
-            goto out;
-        }
+        const struct rt_step_sampling *sp = e->sampling;
         Tangram__Worker__V1__WorkerSampling *ws = &b.ws[i];
         tangram__worker__v1__worker_sampling__init(ws);
-        ws->temperature = info.temperature;
-        ws->top_p = info.top_p;
-        ws->top_k = info.top_k;
-        ws->min_p = info.min_p;
-        ws->presence_penalty = info.presence_penalty;
-        ws->frequency_penalty = info.frequency_penalty;
-        ws->repetition_penalty = info.repetition_penalty;
-        ws->logprobs = info.logprobs;
+        ws->temperature = sp->temperature;
+        ws->top_p = sp->top_p;
+        ws->top_k = sp->top_k;
+        ws->min_p = sp->min_p;
+        ws->presence_penalty = sp->presence_penalty;
+        ws->frequency_penalty = sp->frequency_penalty;
+        ws->repetition_penalty = sp->repetition_penalty;
+        ws->logprobs = sp->logprobs;
         Tangram__Worker__V1__PlanEntry *p = &b.pe[i];
         tangram__worker__v1__plan_entry__init(p);
         p->slot = (uint32_t)e->slot;
         /* protobuf-c only reads these during pack (casts drop const; the
          * int32 -> uint32 views are signed/unsigned variants of one type,
          * which C11 6.5p7 lets alias, and every value was checked >= 0). */
-        p->request_id = (char *)(uintptr_t)(info.request_id
-                                                ? info.request_id : "");
+        p->request_id = (char *)(uintptr_t)(e->request_id ? e->request_id
+                                                          : "");
         p->kind = e->kind == RT_STEP_PREFILL
                       ? TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL
                       : TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE;
@@ -197,26 +187,14 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
         p->token_ids = (uint32_t *)(uintptr_t)e->tokens;
         p->start_pos = (uint32_t)e->pos;
         p->sampling = ws;
-        p->seed = info.seed;
+        p->seed = sp->seed;
         p->sample = e->sample ? 1 : 0;
         p->last_chunk = e->kind == RT_STEP_PREFILL && e->sample;
-        p->num_prompt_tokens = info.num_prompt_tokens;
+        p->num_prompt_tokens = e->num_prompt < 0 ? 0
+                               : e->num_prompt > UINT32_MAX
+                                   ? UINT32_MAX
+                                   : (uint32_t)e->num_prompt;
         p->fresh = e->fresh ? 1 : 0;
-        if (info.row_lens) {
-            p->n_row_lens = rows;
-            p->row_lens = (uint32_t *)(uintptr_t)info.row_lens;
-        } else if (e->fresh && e->pos > 0 && sched) {
-            for (int r = 0; r < T; r++) {
-                const struct kv_seq *q = rt_sched_req_seq(sched, e->id, r);
-                if (!q || (size_t)q->n_rows != rows) {
-                    rc = tg_err_set(err, errlen, TG_EINVAL,
-                                    "entry %d: no accounting of request %"
-                                    PRIu64 " on rank %d", i, e->id, r);
-                    goto out;
-                }
-            }
-            b.per_rank_rows[i] = 1;
-        }
         b.pep[i] = p;
     }
 
@@ -261,11 +239,11 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
     /* From here the plan is committed: failures become deaths. */
     for (int r = 0; r < T; r++) {
         for (int32_t i = 0; i < n; i++)
-            if (b.per_rank_rows[i]) {
-                const struct kv_seq *q =
-                    rt_sched_req_seq(sched, step->entries[i].id, r);
+            if (step->entries[i].row_lens_off >= 0) {
                 b.pe[i].n_row_lens = rows;
-                b.pe[i].row_lens = (uint32_t *)(uintptr_t)q->filled;
+                b.pe[i].row_lens = (uint32_t *)(uintptr_t)(
+                    step->row_lens + step->entries[i].row_lens_off +
+                    (int64_t)r * (int64_t)rows);
             }
         plan.n_page_deltas = (size_t)(b.rank_start[r + 1] - b.rank_start[r]);
         plan.page_deltas = b.pdp + b.rank_start[r];

@@ -197,6 +197,12 @@ int rt_openai_parse_chat(const struct rt_openai_cfg *cfg, const char *body,
                          size_t len, struct rt_gen_request *out,
                          struct rt_api_error *e);
 
+/* Sets *s to the API's defaults, the one place they are written (both
+ * front ends start from them): temperature 1, top_p 1, top_k and min_p
+ * off, penalties off (repetition 1), special tokens skipped, no logprobs,
+ * max_tokens -1 (up to the context; completions then set OpenAI's 16). */
+void rt_sampling_init(struct rt_sampling *s);
+
 /* Checks the sampling parameters as the worker's sampler will see them:
  * after conversion to single precision (WorkerSampling's floats), a value
  * that passed the range checks as a double can become 0 or infinity (top_p

@@ -445,6 +445,7 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
                           struct rt_gen_request *r, struct rt_api_error *e)
 {
     struct rt_sampling *s = &r->sampling;
+    rt_sampling_init(s);
     bool chat = r->endpoint == RT_ENDPOINT_CHAT;
     int rc;
     int64_t x;
@@ -481,9 +482,6 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
     /* Ranges: temperature [0, 2] and penalties [-2, 2] per the OpenAI API
      * reference; top_p (0, 1], min_p [0, 1], repetition_penalty > 0 per
      * vLLM's SamplingParams checks. */
-    s->temperature = 1.0;
-    s->top_p = 1.0;
-    s->repetition_penalty = 1.0;
     if ((rc = get_num(root, "temperature", 0.0, false, 2.0, &s->temperature,
                       e)) ||
         (rc = get_num(root, "top_p", 0.0, true, 1.0, &s->top_p, e)) ||
@@ -506,7 +504,6 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
                       &s->has_seed, e)))
         return rc;
 
-    s->skip_special_tokens = true;
     if ((rc = rt__openai_get_bool(root, "ignore_eos", "ignore_eos",
                                   &s->ignore_eos, e)) ||
         (rc = rt__openai_get_bool(root, "skip_special_tokens",
@@ -533,7 +530,6 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
     /* Logprobs: completions take an int 0..20 (alternatives per token);
      * chat takes a bool plus top_logprobs 0..20, and vLLM rejects
      * top_logprobs > 0 without logprobs=true. */
-    s->logprobs = -1;
     if (!chat) {
         if ((rc = get_int(root, "logprobs", "logprobs", 0,
                           RT_OPENAI_MAX_LOGPROBS, &x, &present, e)))
@@ -912,6 +908,17 @@ int rt_openai_parse_chat(const struct rt_openai_cfg *cfg, const char *body,
                          struct rt_api_error *e)
 {
     return parse_gen(cfg, RT_ENDPOINT_CHAT, body, len, out, e);
+}
+
+void rt_sampling_init(struct rt_sampling *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->max_tokens = -1;
+    s->temperature = 1.0;
+    s->top_p = 1.0;
+    s->repetition_penalty = 1.0;
+    s->skip_special_tokens = true;
+    s->logprobs = -1;
 }
 
 int rt_sampling_check_converted(const struct rt_sampling *sp,

@@ -167,6 +167,7 @@ static void req_free(struct rt_sched *s, struct rt_sched_req *req)
     rt_prefix_bounds_free(&req->bounds);
     free(req->tokens);
     free(req->session);
+    free(req->request_id);
     free(req);
 }
 
@@ -353,6 +354,7 @@ void rt_step_free(struct rt_step *step)
     free(step->delta_ids);
     free(step->released);
     free(step->events);
+    free(step->row_lens);
     memset(step, 0, sizeof(*step));
 }
 
@@ -409,6 +411,10 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
     if (req->session_id != NULL &&
         (q->session = strdup(req->session_id)) == NULL)
         goto oom;
+    if ((q->request_id = strdup(req->request_id != NULL ? req->request_id
+                                                        : "")) == NULL)
+        goto oom;
+    q->sampling = req->sampling;
     memcpy(q->tokens, req->prompt, (size_t)req->n_prompt * sizeof(int32_t));
     q->id = req->id;
     q->serial = s->next_serial++;
@@ -501,6 +507,20 @@ static void add_entry(struct rt_sched *s, struct rt_step *out,
     e->n = n;
     e->tokens = req->tokens + pos;
     e->sample = sample;
+    e->request_id = req->request_id;
+    e->sampling = &req->sampling;
+    e->num_prompt = req->n_prompt;
+    e->row_lens_off = -1;
+    if (req->fresh && pos > 0) {
+        /* Stored KV adopted: the worker learns how much each row holds
+         * (room reserved by rt_sched_plan). */
+        e->row_lens_off = out->n_row_lens;
+        for (int r = 0; r < s->cfg.n_ranks; r++) {
+            memcpy(out->row_lens + out->n_row_lens, req->seqs[r].filled,
+                   (size_t)s->rows * sizeof(int32_t));
+            out->n_row_lens += s->rows;
+        }
+    }
     e->delta_begin = out->n_deltas;
     req->fresh = 0;
     for (int r = 0; r < s->cfg.n_ranks; r++) {
@@ -720,7 +740,10 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
         grow32((void **)&out->released, &out->cap_released,
                s->cfg.max_num_seqs, sizeof(int32_t)) != 0 ||
         grow32((void **)&out->events, &out->cap_events, live > 0 ? live : 1,
-               sizeof(struct rt_sched_event)) != 0)
+               sizeof(struct rt_sched_event)) != 0 ||
+        grow((void **)&out->row_lens, &out->cap_row_lens,
+               (int64_t)s->cfg.max_num_seqs * s->cfg.n_ranks * s->rows,
+               sizeof(int32_t)) != 0)
         return tg_err_set(err, errlen, TG_ENOMEM,
                           "rt_sched: cannot grow the step buffers");
     out->n_entries = 0;
@@ -729,6 +752,7 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
     out->n_ids = 0;
     out->n_events = 0;
     out->n_released = 0;
+    out->n_row_lens = 0;
     int64_t budget = s->cfg.max_batched_tokens;
 
     /* 1. Decode tokens, oldest admission first: preemption takes the

@@ -25,11 +25,14 @@
  *      new suffix is prefilled, as a new turn.
  * Every step entry names the request's slot (a stable index in
  * [0, max_num_seqs) while it runs: the row of the worker's persistent
- * block tables), its kind, its token range and start position, and the
- * page-table deltas: the page ids appended to each (layer, group) row of
- * each rank since the previous step. A slot newly assigned has `fresh`
- * set: the worker clears the slot's rows and the deltas then carry every
- * page the request holds (a reused entry's history included).
+ * block tables), its kind, its token range and start position, its
+ * sampling parameters and the page-table deltas: the page ids appended to
+ * each (layer, group) row of each rank since the previous step. A slot
+ * newly assigned has `fresh` set: the worker clears the slot's rows and
+ * the deltas then carry every page the request holds (a reused entry's
+ * history included), and the step carries each rank's row lengths of that
+ * history. So a step is everything a plan needs: the link only encodes
+ * it.
  *
  * rt_sched_complete applies the step's results: commits the prefill chunks,
  * appends the sampled tokens, finishes requests on max_tokens or when the
@@ -100,8 +103,27 @@ struct rt_sched_config {
                                        double frees (tests) */
 };
 
+/* How the workers draw a request's tokens: its sampling parameters as a
+ * worker takes them (single precision; the front ends checked them with
+ * rt_sampling_check_converted), its RNG seed and the alternatives wanted.
+ * Fixed at submission; every entry of the request carries them. */
+struct rt_step_sampling {
+    float temperature;          /* 0 = greedy */
+    float top_p;                /* 1 = off */
+    int32_t top_k;              /* <= 0 = off */
+    float min_p;                /* 0 = off */
+    float presence_penalty;     /* 0 = off */
+    float frequency_penalty;    /* 0 = off */
+    float repetition_penalty;   /* 1 = off */
+    uint32_t logprobs;          /* top alternatives returned per token */
+    uint64_t seed;              /* per-request RNG seed */
+};
+
 struct rt_sched_request {
     uint64_t id;            /* unique among live requests */
+    const char *request_id; /* the client-visible id, for worker logs and
+                               errors (copied; NULL: "") */
+    struct rt_step_sampling sampling;
     const int32_t *prompt;  /* (n_prompt) token ids >= 0, copied */
     int64_t n_prompt;       /* >= 1 */
     int32_t max_tokens;     /* tokens to generate at most, >= 1 */
@@ -124,6 +146,13 @@ struct rt_step_entry {
     int32_t sample;          /* 1: sample the next token from the last
                                 position (decode, or the turn's last
                                 chunk) */
+    const char *request_id;  /* the request's (borrowed like tokens) */
+    const struct rt_step_sampling *sampling; /* the request's (borrowed) */
+    int64_t num_prompt;      /* the client's prompt length (penalties) */
+    int64_t row_lens_off;    /* fresh entry adopting stored KV (pos > 0):
+                                each rank's tokens per (layer, group) row
+                                at row_lens[off + rank * L * G ..]; -1
+                                otherwise */
     int64_t delta_begin;     /* its records: deltas[delta_begin ..
                                 delta_end) */
     int64_t delta_end;
@@ -166,12 +195,14 @@ struct rt_step {
     int32_t *released;             /* (n_released) slots vacated since the
                                       previous plan (finish, abort,
                                       preemption) */
+    int64_t n_row_lens;
+    int32_t *row_lens;             /* (n_row_lens) see entries' row_lens_off */
     int32_t n_events;
     struct rt_sched_event *events; /* (n_events) from the last plan
                                       (requests ended while planning) or
                                       complete (tokens and ends) */
     int32_t cap_entries, cap_released, cap_events;
-    int64_t cap_deltas, cap_ids;
+    int64_t cap_deltas, cap_ids, cap_row_lens;
 };
 
 struct rt_sched_stats {

@@ -12,6 +12,8 @@ struct rt_sched_req {
     uint64_t serial;
     void *user;
     char *session;            /* owned copy, or NULL */
+    char *request_id;         /* owned copy ("" at least) */
+    struct rt_step_sampling sampling;
     int32_t *tokens;          /* (cap) prompt + generated, token i at
                                  position i */
     int64_t n_tokens;

@@ -214,8 +214,22 @@ int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
     r->ctx.include_usage = r->g.include_usage;
     r->ctx.continuous_usage = r->g.continuous_usage;
 
+    /* What the workers draw with: the values rt_sampling_check_converted
+     * passed, in the single precision they take. */
     struct rt_sched_request sr = {
         .id = r->id,
+        .request_id = r->id_str,
+        .sampling = {
+            .temperature = (float)sp->temperature,
+            .top_p = (float)sp->top_p,
+            .top_k = sp->top_k,
+            .min_p = (float)sp->min_p,
+            .presence_penalty = (float)sp->presence_penalty,
+            .frequency_penalty = (float)sp->frequency_penalty,
+            .repetition_penalty = (float)sp->repetition_penalty,
+            .logprobs = (uint32_t)r->n_top,
+            .seed = r->seed,
+        },
         .prompt = r->prompt,
         .n_prompt = r->n_prompt,
         .max_tokens = sp->max_tokens,
@@ -369,30 +383,6 @@ void rt_req_abort(struct rt_req *r)
     wake(s);
 }
 
-/* Sampling parameters of one entry for the plan. */
-static int entry_info(void *ud, const struct rt_step_entry *en,
-                      struct rt_link_entry_info *out, char *err, size_t errlen)
-{
-    (void)ud;
-    (void)err;
-    (void)errlen;
-    const struct rt_req *r = en->user;
-    const struct rt_sampling *sp = &r->g.sampling;
-    memset(out, 0, sizeof(*out));
-    out->request_id = r->id_str;
-    out->temperature = (float)sp->temperature;
-    out->top_p = (float)sp->top_p;
-    out->top_k = sp->top_k;
-    out->min_p = (float)sp->min_p;
-    out->presence_penalty = (float)sp->presence_penalty;
-    out->frequency_penalty = (float)sp->frequency_penalty;
-    out->repetition_penalty = (float)sp->repetition_penalty;
-    out->logprobs = (uint32_t)r->n_top;
-    out->seed = r->seed;
-    out->num_prompt_tokens = (uint32_t)r->n_prompt;
-    return 0;
-}
-
 static void pump_cb(uv_idle_t *h);
 
 static void wake(struct rt_server *s)
@@ -454,8 +444,7 @@ static void pump_cb(uv_idle_t *h)
         return;
     for (int32_t i = 0; i < s->step.n_entries; i++)
         ((struct rt_req *)s->step.entries[i].user)->in_step = 1;
-    rc = rt_link_send_plan(&s->link, &s->step, &s->sched, entry_info, s, err,
-                           sizeof(err));
+    rc = rt_link_send_plan(&s->link, &s->step, err, sizeof(err));
     if (rc != 0) {
         log_err("cannot send step %llu: %s",
                 (unsigned long long)s->step.step_id, err);

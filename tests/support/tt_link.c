@@ -386,6 +386,26 @@ void tt_mini_step_make(struct tt_mini_step *m, uint64_t step_id)
         .first = 0, .n = 2, .off = 3};
     m->del[3] = (struct rt_step_delta){.entry = 1, .rank = 0, .row = 2,
         .first = 3, .n = 1, .off = 5};
+    /* Request "req-<slot>", temperature slot / 2, top-k 40, two
+     * alternatives, seed 1000 + slot, a 7-token client prompt; entry 0
+     * adopts stored KV whose rows hold 4, 3, 2, 1 tokens on every rank. */
+    for (int i = 0; i < 3; i++) {
+        snprintf(m->rid[i], sizeof m->rid[i], "req-%d", m->ent[i].slot);
+        m->smp[i] = (struct rt_step_sampling){
+            .temperature = 0.5f * (float)m->ent[i].slot, .top_p = 1.0f,
+            .top_k = 40, .repetition_penalty = 1.0f, .logprobs = 2,
+            .seed = 1000u + (uint64_t)m->ent[i].slot};
+        m->ent[i].request_id = m->rid[i];
+        m->ent[i].sampling = &m->smp[i];
+        m->ent[i].num_prompt = 7;
+        m->ent[i].row_lens_off = -1;
+    }
+    for (int r = 0; r < 3; r++)
+        for (int w = 0; w < TT_LINK_L * TT_LINK_G; w++)
+            m->row_lens[r * TT_LINK_L * TT_LINK_G + w] = 4 - w;
+    m->ent[0].row_lens_off = 0;
+    m->s.n_row_lens = 3 * TT_LINK_L * TT_LINK_G;
+    m->s.row_lens = m->row_lens;
     m->released[0] = 5;
     m->s.step_id = step_id;
     m->s.n_entries = 3;
@@ -396,31 +416,6 @@ void tt_mini_step_make(struct tt_mini_step *m, uint64_t step_id)
     m->s.delta_ids = m->ids;
     m->s.n_released = 1;
     m->s.released = m->released;
-}
-
-static const uint32_t adopted_rows[TT_LINK_L * TT_LINK_G] = {4, 3, 2, 1};
-
-int tt_mini_entry_cb(void *ud, const struct rt_step_entry *e,
-                     struct rt_link_entry_info *out, char *errbuf,
-                     size_t errlen)
-{
-    (void)ud;
-    (void)errbuf;
-    (void)errlen;
-    static char ids[8][16];
-    assert_float_equal(out->top_p, 1.0f, 0);
-    snprintf(ids[e->slot & 7], sizeof ids[0], "req-%d", e->slot);
-    out->request_id = ids[e->slot & 7];
-    out->temperature = 0.5f * (float)e->slot;
-    out->top_k = 40;
-    out->logprobs = 2;
-    out->seed = 1000u + (uint64_t)e->slot;
-    out->num_prompt_tokens = 7;
-    if (e->fresh && e->pos > 0) {
-        out->row_lens = adopted_rows;
-        out->n_row_lens = TT_LINK_L * TT_LINK_G;
-    }
-    return 0;
 }
 
 /* Checks the plan rank `r` received for tt_mini_step_make(step_id). */
@@ -450,7 +445,8 @@ void tt_mini_plan_check(const struct tt_fake *f, uint64_t step_id)
     assert_int_equal(e0->sampling->top_k, 40);
     assert_int_equal(e0->sampling->logprobs, 2);
     assert_int_equal(e0->n_row_lens, TT_LINK_L * TT_LINK_G);
-    assert_memory_equal(e0->row_lens, adopted_rows, sizeof adopted_rows);
+    for (int w = 0; w < TT_LINK_L * TT_LINK_G; w++)
+        assert_int_equal(e0->row_lens[w], 4 - w);
     assert_int_equal(e1->kind,
                      TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE);
     assert_true(e1->sample && !e1->last_chunk && !e1->fresh);
@@ -499,8 +495,7 @@ int tt_link_round_trip(struct tt_link_env *e, uint64_t id)
     struct tt_mini_step m;
     tt_mini_step_make(&m, id);
     int before = e->n_result;
-    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), 0);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), 0);
     assert_true(TT_PUMP_UNTIL(e, e->n_result > before, 2000));
     assert_int_equal(e->n_result, before + 1);
     assert_int_equal(e->res_step, id);

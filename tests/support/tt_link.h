@@ -103,6 +103,9 @@ struct tt_mini_step {
     struct rt_step s;
     struct rt_step_entry ent[3];
     struct rt_step_delta del[4];
+    struct rt_step_sampling smp[3];
+    char rid[3][16];
+    int32_t row_lens[3 * TT_LINK_L * TT_LINK_G]; /* up to 3 ranks */
     int32_t ids[6];
     int32_t released[1];
     int32_t t0[3], t1[1], t2[2];
@@ -172,13 +175,7 @@ struct tt_link_env *tt_link_env_ready(int T);
  * Slot 5 is freed. */
 void tt_mini_step_make(struct tt_mini_step *m, uint64_t step_id);
 
-/* The rt_link entry callback for mini steps: request id "req-<slot>",
- * temperature slot / 2, top_k 40, 2 logprobs, seed 1000 + slot, 7 prompt
- * tokens, and fixed row lengths {4, 3, 2, 1} for a fresh entry at
- * pos > 0. Returns 0. */
-int tt_mini_entry_cb(void *ud, const struct rt_step_entry *e,
-                     struct rt_link_entry_info *out, char *errbuf,
-                     size_t errlen);
+
 
 /* Asserts that the plan fake f kept is the mini step `step_id` as its rank
  * must see it. */

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <cmocka.h>
 
 static char err[256];
@@ -41,8 +42,14 @@ int tt_sched_submit(struct rt_sched *s, uint64_t id, const int32_t *prompt,
                     int64_t n, int32_t max_tokens, const char *session,
                     char *errbuf, size_t errlen)
 {
+    char rid[32];
+    snprintf(rid, sizeof rid, "req-%llu", (unsigned long long)id);
     struct rt_sched_request rq = {
         .id = id,
+        .request_id = rid,
+        .sampling = {.temperature = 0.25f * (float)(id % 4), .top_p = 1.0f,
+                     .top_k = (int32_t)id, .repetition_penalty = 1.0f,
+                     .logprobs = (uint32_t)(id % 3), .seed = 7000u + id},
         .prompt = prompt,
         .n_prompt = n,
         .max_tokens = max_tokens,

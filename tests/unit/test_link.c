@@ -25,21 +25,13 @@
 #include "router/rt_link.h"
 #include "router/rt_sched.h"
 #include "tests/support/tt_link.h"
+#include "tests/support/tt_sched.h"
 #include "worker.pb-c.h"
 
 static char err[256];
 
 /* ---- tests ------------------------------------------------------------- */
 
-static int failing_cb(void *ud, const struct rt_step_entry *e,
-                      struct rt_link_entry_info *out, char *errbuf,
-                      size_t errlen)
-{
-    (void)ud;
-    (void)e;
-    (void)out;
-    return tg_err_set(errbuf, errlen, TG_EINVAL, "no such request");
-}
 
 
 static void test_config_errors(void **state)
@@ -52,8 +44,7 @@ static void test_config_errors(void **state)
     assert_int_equal(rt_link_shutdown(&zero, 0, NULL), TG_EINVAL);
     struct tt_mini_step m;
     tt_mini_step_make(&m, 1);
-    assert_int_equal(rt_link_send_plan(&zero, &m.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), TG_EINVAL);
+    assert_int_equal(rt_link_send_plan(&zero, &m.s, err, sizeof err), TG_EINVAL);
 
     uv_loop_t loop;
     assert_int_equal(uv_loop_init(&loop), 0);
@@ -116,8 +107,7 @@ static void test_hello_ready(void **state)
     assert_false(rt_link_ready(&e->link));
     struct tt_mini_step m;
     tt_mini_step_make(&m, 1);
-    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), TG_EAGAIN);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), TG_EAGAIN);
     tt_fake_open(&e->fk[0], e->zctx, e->endpoint, 0, NULL);
     assert_true(TT_PUMP_UNTIL(e, rt_link_rank_alive(&e->link, 0), 2000));
     assert_false(rt_link_ready(&e->link));
@@ -158,40 +148,42 @@ static void test_plan_round_trip(void **state)
     struct tt_link_env *e = tt_link_env_ready(2);
     struct tt_mini_step m;
     tt_mini_step_make(&m, 1);
-    /* The callback's failure aborts the send: nothing leaves. */
-    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, failing_cb, NULL,
-                                       err, sizeof err), TG_EINVAL);
-    assert_string_equal(err, "no such request");
+    /* An entry without sampling parameters or with row lengths past the
+     * step's aborts the send: nothing leaves. */
+    m.ent[1].sampling = NULL;
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err),
+                     TG_EINVAL);
+    assert_non_null(strstr(err, "sampling"));
+    tt_mini_step_make(&m, 1);
+    m.s.n_row_lens = TT_LINK_L * TT_LINK_G; /* one rank's, for two */
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err),
+                     TG_EINVAL);
+    assert_non_null(strstr(err, "row lengths"));
+    tt_mini_step_make(&m, 1);
     assert_int_equal(rt_link_in_flight(&e->link), 0);
     /* Bad steps are refused up front. */
     m.del[1].row = TT_LINK_L * TT_LINK_G;
-    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), TG_EINVAL);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), TG_EINVAL);
     tt_mini_step_make(&m, 1);
     m.ent[1].slot = 2;
-    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), TG_EINVAL);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), TG_EINVAL);
     tt_mini_step_make(&m, 1);
     m.t1[0] = -1;
-    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), TG_EINVAL);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), TG_EINVAL);
     tt_mini_step_make(&m, 1);
     m.s.n_ids = 5;
-    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), TG_EINVAL);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), TG_EINVAL);
     tt_link_pump(e, 20);
     assert_int_equal(e->fk[0].n_plans + e->fk[1].n_plans, 0);
 
     /* Hold the answers to see the step in flight. */
     e->fk[0].answer = e->fk[1].answer = TT_ANSWER_NONE;
     tt_mini_step_make(&m, 1);
-    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), 0);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), 0);
     assert_int_equal(rt_link_in_flight(&e->link), 1);
     struct tt_mini_step m2;
     tt_mini_step_make(&m2, 2);
-    assert_int_equal(rt_link_send_plan(&e->link, &m2.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), TG_EBUSY);
+    assert_int_equal(rt_link_send_plan(&e->link, &m2.s, err, sizeof err), TG_EBUSY);
     assert_true(TT_PUMP_UNTIL(e, e->fk[0].n_plans && e->fk[1].n_plans, 2000));
     tt_mini_plan_check(&e->fk[0], 1);
     tt_mini_plan_check(&e->fk[1], 1);
@@ -215,8 +207,7 @@ static void test_plan_round_trip(void **state)
 
     /* Step ids must grow. */
     tt_mini_step_make(&m, 1);
-    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), TG_EINVAL);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), TG_EINVAL);
     /* Answered automatically from now on. */
     e->fk[0].answer = e->fk[1].answer = TT_ANSWER_OK;
     assert_true(tt_link_round_trip(e, 2));
@@ -287,20 +278,6 @@ struct sched_fix {
     struct rt_step step;
 };
 
-static int sched_entry_cb(void *ud, const struct rt_step_entry *e,
-                          struct rt_link_entry_info *out, char *errbuf,
-                          size_t errlen)
-{
-    (void)errbuf;
-    (void)errlen;
-    struct sched_fix *f = ud;
-    struct rt_sched_req_info info;
-    assert_int_equal(rt_sched_req_info(&f->s, e->id, &info), 0);
-    out->num_prompt_tokens = (uint32_t)info.prompt_tokens;
-    out->seed = e->id;
-    return 0;
-}
-
 /* Checks that rank r's plan carries exactly the scheduler's deltas of rank
  * r, and row lengths equal to the rank's filled counts for a fresh entry
  * at pos > 0. */
@@ -328,6 +305,18 @@ static void check_sched_plan(const struct tt_fake *fk, struct sched_fix *f)
         const Tangram__Worker__V1__PlanEntry *pe = p->entries[i];
         assert_int_equal(pe->slot, se->slot);
         assert_int_equal(pe->start_pos, se->pos);
+        /* the step carries the request's own parameters, set at submit */
+        char rid[32];
+        snprintf(rid, sizeof rid, "req-%llu", (unsigned long long)se->id);
+        assert_string_equal(pe->request_id, rid);
+        assert_int_equal(pe->seed, 7000u + se->id);
+        assert_int_equal(pe->sampling->top_k, (int32_t)se->id);
+        assert_int_equal(pe->sampling->logprobs, se->id % 3);
+        assert_float_equal(pe->sampling->temperature,
+                           0.25f * (float)(se->id % 4), 0);
+        struct rt_sched_req_info info;
+        assert_int_equal(rt_sched_req_info(&f->s, se->id, &info), 0);
+        assert_int_equal(pe->num_prompt_tokens, info.prompt_tokens);
         if (se->fresh && se->pos > 0) {
             const struct kv_seq *q = rt_sched_req_seq(&f->s, se->id,
                                                       fk->rank);
@@ -352,8 +341,7 @@ static void sched_step(struct tt_link_env *e, struct sched_fix *f,
     assert_int_equal(fresh_adopt, expect_fresh);
     int before = e->n_result, p0 = e->fk[0].n_plans, p1 = e->fk[1].n_plans;
     e->fk[0].answer = e->fk[1].answer = TT_ANSWER_NONE;
-    assert_int_equal(rt_link_send_plan(&e->link, &f->step, &f->s,
-                                       sched_entry_cb, f, err, sizeof err),
+    assert_int_equal(rt_link_send_plan(&e->link, &f->step, err, sizeof err),
                      0);
     assert_true(TT_PUMP_UNTIL(e, e->fk[0].n_plans > p0 && e->fk[1].n_plans > p1,
                               2000));
@@ -389,9 +377,8 @@ static void test_with_scheduler(void **state)
     int32_t prompt[24];
     for (int i = 0; i < 24; i++)
         prompt[i] = 10 + i;
-    struct rt_sched_request rq = {.id = 1, .prompt = prompt, .n_prompt = 12,
-        .max_tokens = 2, .session_id = "conv"};
-    assert_int_equal(rt_sched_submit(&f->s, &rq, err, sizeof err), 0);
+    assert_int_equal(tt_sched_submit(&f->s, 1, prompt, 12, 2, "conv", err,
+                                     sizeof err), 0);
     sched_step(e, f, 0); /* chunk 1 */
     sched_step(e, f, 0); /* chunk 2, samples */
     sched_step(e, f, 0); /* decode, ends on max_tokens */
@@ -403,9 +390,8 @@ static void test_with_scheduler(void **state)
     turn2[13] = 100 + 0;
     for (int i = 14; i < 20; i++)
         turn2[i] = 50 + i;
-    struct rt_sched_request rq2 = {.id = 2, .prompt = turn2, .n_prompt = 20,
-        .max_tokens = 1, .session_id = "conv"};
-    assert_int_equal(rt_sched_submit(&f->s, &rq2, err, sizeof err), 0);
+    assert_int_equal(tt_sched_submit(&f->s, 2, turn2, 20, 1, "conv", err,
+                                     sizeof err), 0);
     sched_step(e, f, 1);
     struct rt_sched_stats st;
     rt_sched_get_stats(&f->s, &st);

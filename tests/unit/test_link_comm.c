@@ -63,8 +63,7 @@ static void test_ready_needs_comm_ready(void **state)
     assert_int_equal(e->n_ready, 0);
     struct tt_mini_step m;
     tt_mini_step_make(&m, 1);
-    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), TG_EAGAIN);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), TG_EAGAIN);
     /* One joined is not enough either. */
     tt_fake_comm_ready(&e->fk[0], 1, "");
     assert_true(TT_PUMP_UNTIL(e, rt_link_rank_joined(&e->link, 0), 2000));

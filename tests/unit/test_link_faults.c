@@ -65,8 +65,7 @@ static void test_dead_and_restart(void **state)
     struct tt_mini_step m;
     tt_mini_step_make(&m, 2);
     uint64_t t0 = tt_now_ms();
-    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), 0);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), 0);
     assert_true(TT_PUMP_UNTIL(e, e->n_dead == 1, 3000));
     uint64_t took = e->t_dead - t0;
     assert_true(took <= TT_LINK_DEAD_MS + 3 * TT_LINK_HB_MS + 200);
@@ -78,8 +77,7 @@ static void test_dead_and_restart(void **state)
     assert_false(rt_link_ready(&e->link));
     assert_true(rt_link_rank_alive(&e->link, 0));
     tt_mini_step_make(&m, 3);
-    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), TG_EAGAIN);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), TG_EAGAIN);
     /* Its heartbeats resume: not registered any more, told to go once. */
     e->fk[1].silent = 0;
     tt_link_pump(e, 60);
@@ -108,8 +106,7 @@ static void test_hello_while_alive(void **state)
     e->fk[0].answer = e->fk[1].answer = TT_ANSWER_NONE;
     struct tt_mini_step m;
     tt_mini_step_make(&m, 1);
-    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), 0);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), 0);
     assert_true(TT_PUMP_UNTIL(e, e->fk[1].n_plans == 1, 2000));
     tt_fake_hello(&e->fk[1], NULL);
     assert_true(TT_PUMP_UNTIL(e, e->n_ready == 2, 2000));
@@ -124,8 +121,7 @@ static void test_hello_while_alive(void **state)
      * once step 2 is out, and its late answer to step 1 is dropped. */
     e->fk[1].answer = TT_ANSWER_OK;
     tt_mini_step_make(&m, 2);
-    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), 0);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), 0);
     assert_true(TT_PUMP_UNTIL(e, e->fk[0].n_plans == 2, 2000));
     Tangram__Worker__V1__BatchPlan old = TANGRAM__WORKER__V1__BATCH_PLAN__INIT;
     old.step_id = 1;
@@ -240,8 +236,7 @@ static void test_shutdown(void **state)
     }
     struct tt_mini_step m;
     tt_mini_step_make(&m, 2);
-    assert_int_equal(rt_link_send_plan(&e->link, &m.s, NULL, tt_mini_entry_cb,
-                                       NULL, err, sizeof err), TG_ECANCELED);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), TG_ECANCELED);
     /* Workers leaving on our Shutdown are not deaths. */
     e->fk[0].silent = e->fk[1].silent = 1;
     int hb0 = e->fk[0].n_hb;

@@ -122,7 +122,7 @@ struct gw_worker_opts {
     int64_t kv_pages;           /* > 0: exactly this many pool pages */
     struct tg_config_amount kv_memory; /* used when kv_pages <= 0: bytes,
                                           or a fraction of the available
-                                          host RAM (td_options --kv-memory
+                                          host RAM (the --kv-memory
                                           semantics) */
     int max_slots;              /* request slots (router --max-num-seqs) */
     int rank;                   /* 0 .. world_size - 1; rank 0 samples */

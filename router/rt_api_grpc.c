@@ -2,7 +2,7 @@
  * (Generate, Tokenize, ModelInfo, Abort) and grpc.health.v1.Health/Check,
  * over rt_grpc. Requests go through the same core as HTTP (rt_server.c).
  * Loop thread only. */
-#include "router/rt_server.h"
+#include "router/rt_api.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -34,7 +34,7 @@ static int grpc_status_of(int http)
 
 static int authorized(struct rt_server *s, struct rt_grpc_call *call)
 {
-    const char *key = s->opts->td.api_key;
+    const char *key = s->opts->api_key;
     if (key == NULL || key[0] == '\0')
         return 1;
     const char *h = rt_grpc_call_header(call, "authorization");
@@ -486,9 +486,9 @@ static void h_model_info(struct rt_grpc_call *call, void *ud)
     m.head_dim = (uint32_t)s->mc.head_dim;
     m.page_size = (uint32_t)s->layout.page_size;
     m.heads_per_group = (uint32_t)s->layout.heads_per_group;
-    m.profile = s->opts->td.profile ? s->opts->td.profile : "none";
-    m.tensor_parallel = (uint32_t)s->opts->td.tp;
-    m.backend = s->opts->td.backend == TD_BACKEND_CUDA ? "cuda" : "cpu";
+    m.profile = s->opts->profile ? s->opts->profile : "none";
+    m.tensor_parallel = (uint32_t)s->opts->tp;
+    m.backend = s->opts->backend == TG_SERVE_BACKEND_CUDA ? "cuda" : "cpu";
     reply(call, &m.base);
 }
 

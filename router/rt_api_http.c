@@ -2,7 +2,7 @@
  * /v1/completions, /v1/chat/completions (SSE streaming), /v1/models,
  * /tokenize, /detokenize, /health and /metrics, with optional bearer-key
  * authentication (/health stays open). Loop thread only. */
-#include "router/rt_server.h"
+#include "router/rt_api.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +41,7 @@ static void send_owned(struct rt_http_req *req, int status, char *body, size_t l
 /* Bearer key check; answers 401 itself and returns 0 when it fails. */
 static int authorized(struct rt_server *s, struct rt_http_req *req)
 {
-    const char *key = s->opts->td.api_key;
+    const char *key = s->opts->api_key;
     if (key == NULL || key[0] == '\0')
         return 1;
     const char *h = rt_http_req_header(req, "authorization");

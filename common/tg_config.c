@@ -1,6 +1,8 @@
-/* tg_config.c — declarative configuration table: defaults, TANGRAM_* env,
- * flags, --help and a JSON dump (tg_config.h). */
+/* tg_config.c — declarative configuration table: table checks, defaults,
+ * TANGRAM_* env and flags (tg_config.h). --help and the JSON dump are in
+ * tg_config_help.c. */
 #include "common/tg_config.h"
+#include "common/tg_config_internal.h"
 #include "common/tg_err.h"
 
 #include <ctype.h>
@@ -12,9 +14,6 @@
 
 #define ENV_PREFIX "TANGRAM_"
 #define NAME_MAX_LEN 64  /* longest flag name a table may use */
-#define HELP_WIDTH 120   /* total width --help wraps to */
-#define HELP_MIN_WRAP 40 /* narrowest help column beside the other columns */
-#define HELP_BELOW_INDENT 6 /* indent of help put under its row */
 
 /* Where a value came from, for error messages: "--tp", "TANGRAM_TP" or
  * "default of --tp". */
@@ -27,12 +26,7 @@ static void *field_ptr(void *dst, const struct tg_config_entry *e)
     return (char *)dst + e->offset;
 }
 
-/* Per type, indexed by enum tg_config_type: the name shown in --help, the
- * default metavar and the size of the C field. */
-static const struct {
-    const char *name, *metavar;
-    size_t size;
-} types[] = {
+const struct tg_config__type_info tg_config__types[] = {
     {"bool", NULL, sizeof(bool)},
     {"int", "N", sizeof(int64_t)},
     {"double", "X", sizeof(double)},
@@ -81,6 +75,18 @@ static void format_bytes(uint64_t v, char *buf, size_t len)
     snprintf(buf, len, "%llu", (unsigned long long)v);
 }
 
+/* Shortest "%.*g" text of x that reads back to x, so a bound such as
+ * 1.0000001 is not shown rounded to "1" (17 significant digits always
+ * suffice for an IEEE double; infinity prints as "inf"). */
+static void format_shortest(double x, char *buf, size_t len)
+{
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x)
+            return;
+    }
+}
+
 /* Formats a range bound of an entry of type t. */
 static void format_bound(enum tg_config_type t, double x, char *buf,
                          size_t len)
@@ -91,11 +97,11 @@ static void format_bound(enum tg_config_type t, double x, char *buf,
     else if (t == TG_CONFIG_INT && fabs(x) < 9.2e18 && x == floor(x))
         snprintf(buf, len, "%lld", (long long)x);
     else
-        snprintf(buf, len, "%g", x);
+        format_shortest(x, buf, len);
 }
 
-static void format_range(const struct tg_config_entry *e, char *buf,
-                         size_t len)
+void tg_config__format_range(const struct tg_config_entry *e, char *buf,
+                             size_t len)
 {
     char lo[48], hi[48];
     buf[0] = '\0';
@@ -417,7 +423,7 @@ static int set_value(const struct tg_config_entry *e, void *dst, const char *s,
             }
         }
         char list[256];
-        format_range(e, list, sizeof list);
+        tg_config__format_range(e, list, sizeof list);
         return tg_err_set(err, errlen, TG_EINVAL, "%s: '%s' is not one of %s",
                           who, s, list);
     }
@@ -432,7 +438,8 @@ static void clear_value(const struct tg_config_entry *e, void *dst)
     void *f = field_ptr(dst, e);
     if (e->type == TG_CONFIG_STRING)
         free(*(char **)f);
-    memset(f, 0, types[e->type].size); /* a NULL pointer for strings */
+    /* zero is a NULL pointer for strings */
+    memset(f, 0, tg_config__types[e->type].size);
 }
 
 /* ---- table checks and lookup ------------------------------------------ */
@@ -464,8 +471,29 @@ static int check_table(const struct tg_config_entry *table, size_t n,
             if (strcmp(table[j].name, nm) == 0)
                 return tg_err_set(err, errlen, TG_EINVAL,
                                   "config table: --%s listed twice", nm);
+        char c = e->short_flag;
+        if (c == 0)
+            continue;
+        if (!isalnum((unsigned char)c) || c == 'h')
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "config table: --%s has a bad short flag",
+                              nm);
+        for (size_t j = 0; j < i; j++)
+            if (table[j].short_flag == c)
+                return tg_err_set(err, errlen, TG_EINVAL,
+                                  "config table: -%c given to --%s and --%s",
+                                  c, table[j].name, nm);
     }
     return 0;
+}
+
+static const struct tg_config_entry *
+find_short(const struct tg_config_entry *table, size_t n, char c)
+{
+    for (size_t i = 0; c != 0 && i < n; i++)
+        if (table[i].short_flag == c)
+            return &table[i];
+    return NULL;
 }
 
 static const struct tg_config_entry *
@@ -575,13 +603,14 @@ static bool wants_help(const struct tg_config_entry *table, size_t n,
             return false;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
             return true;
-        if (strncmp(a, "--", 2) == 0 && strchr(a, '=') == NULL) {
-            const struct tg_config_entry *e =
-                find_entry(table, n, a + 2, strlen(a + 2));
-            if (e != NULL && e->type != TG_CONFIG_BOOL && i + 1 < argc &&
-                strncmp(argv[i + 1], "--", 2) != 0)
-                i++;
-        }
+        const struct tg_config_entry *e = NULL;
+        if (strncmp(a, "--", 2) == 0 && strchr(a, '=') == NULL)
+            e = find_entry(table, n, a + 2, strlen(a + 2));
+        else if (a[0] == '-' && a[1] != '-' && a[1] != '\0' && a[2] == '\0')
+            e = find_short(table, n, a[1]); /* "-o" without its value */
+        if (e != NULL && e->type != TG_CONFIG_BOOL && i + 1 < argc &&
+            strncmp(argv[i + 1], "--", 2) != 0)
+            i++;
     }
     return false;
 }
@@ -648,6 +677,26 @@ static int add_positional(struct tg_config_cli *cli, int idx, char **argv,
     return 0;
 }
 
+/* Sets e from the argument after argv[*i] and advances *i past it; `who`
+ * names the flag as given. */
+static int take_next_value(const struct tg_config_entry *e, void *dst,
+                           int argc, char **argv, int *i, const char *who,
+                           char *err, size_t errlen)
+{
+    if (*i + 1 >= argc)
+        return tg_err_set(err, errlen, TG_EINVAL, "%s: missing value", who);
+    const char *v = argv[*i + 1];
+    /* A value that looks like a flag is almost always a forgotten value;
+     * such values can still be passed as --name=--value. */
+    if (strncmp(v, "--", 2) == 0)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "%s: missing value (next argument is '%s'; use "
+                          "--%s=VALUE for a value starting with --)",
+                          who, v, e->name);
+    (*i)++;
+    return set_value(e, dst, v, who, err, errlen);
+}
+
 /* Applies argv[i] (and possibly argv[i + 1]); advances *i past what it
  * consumed. */
 static int apply_flag(const struct tg_config_entry *table, size_t n,
@@ -688,19 +737,39 @@ static int apply_flag(const struct tg_config_entry *table, size_t n,
         *(bool *)field_ptr(dst, e) = true;
         return 0;
     }
-    if (*i + 1 >= argc)
-        return tg_err_set(err, errlen, TG_EINVAL, "%s: missing value",
-                          o.text);
-    const char *v = argv[*i + 1];
-    /* A value that looks like a flag is almost always a forgotten value;
-     * such values can still be passed as --name=--value. */
-    if (strncmp(v, "--", 2) == 0)
+    return take_next_value(e, dst, argc, argv, i, o.text, err, errlen);
+}
+
+/* Applies "-c", "-cVALUE" or "-c VALUE" (argv[*i]) for the entry whose
+ * short_flag is c. */
+static int apply_short(const struct tg_config_entry *table, size_t n,
+                       void *dst, int argc, char **argv, int *i, bool *set,
+                       char *err, size_t errlen)
+{
+    const char *a = argv[*i];
+    const struct tg_config_entry *e = find_short(table, n, a[1]);
+    if (e == NULL) {
+        char s[NAME_MAX_LEN + 4];
+        suggest(table, n, a + 1, strlen(a + 1), s, sizeof s);
         return tg_err_set(err, errlen, TG_EINVAL,
-                          "%s: missing value (next argument is '%s'; use "
-                          "%s=VALUE for a value starting with --)",
-                          o.text, v, o.text);
-    (*i)++;
-    return set_value(e, dst, v, o.text, err, errlen);
+                          "unknown option '%s' (%s%s%s)", a,
+                          s[0] ? "did you mean --" : "flags are --name; "
+                                                     "see --help",
+                          s, s[0] ? "?" : "");
+    }
+    struct origin o;
+    snprintf(o.text, sizeof o.text, "-%c (--%s)", a[1], e->name);
+    set[e - table] = true;
+    if (e->type == TG_CONFIG_BOOL) {
+        if (a[2] != '\0')
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "%s does not take a value", o.text);
+        *(bool *)field_ptr(dst, e) = true;
+        return 0;
+    }
+    if (a[2] != '\0')
+        return set_value(e, dst, a + 2, o.text, err, errlen);
+    return take_next_value(e, dst, argc, argv, i, o.text, err, errlen);
 }
 
 static int apply_argv(const struct tg_config_entry *table, size_t n,
@@ -718,13 +787,8 @@ static int apply_argv(const struct tg_config_entry *table, size_t n,
         if (only_positional || a[0] != '-' || a[1] == '\0') {
             rc = add_positional(cli, i, argv, err, errlen);
         } else if (a[1] != '-') {
-            char s[NAME_MAX_LEN + 4];
-            suggest(table, n, a + 1, strlen(a + 1), s, sizeof s);
-            rc = tg_err_set(err, errlen, TG_EINVAL,
-                            "unknown option '%s' (%s%s%s)", a,
-                            s[0] ? "did you mean --" : "flags are --name; "
-                                                       "see --help",
-                            s, s[0] ? "?" : "");
+            rc = apply_short(table, n, dst, argc, argv, &i, set, err,
+                             errlen);
         } else {
             rc = apply_flag(table, n, dst, argc, argv, &i, set, err, errlen);
         }
@@ -735,8 +799,8 @@ static int apply_argv(const struct tg_config_entry *table, size_t n,
 }
 
 static int check_required(const struct tg_config_entry *table, size_t n,
-                          const void *dst, const bool *set, char *err,
-                          size_t errlen)
+                          const void *dst, const bool *set, bool no_env,
+                          char *err, size_t errlen)
 {
     for (size_t i = 0; i < n; i++) {
         const struct tg_config_entry *e = &table[i];
@@ -744,12 +808,21 @@ static int check_required(const struct tg_config_entry *table, size_t n,
             continue;
         char env[NAME_MAX_LEN + 16];
         TG_ASSERT(tg_config_env_name(e, env, sizeof env) == 0);
+        char alias[8] = "";
+        if (e->short_flag != 0)
+            snprintf(alias, sizeof alias, "-%c, ", e->short_flag);
+        if (!set[i] && e->def == NULL && no_env)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "missing required %s--%s", alias, e->name);
         if (!set[i] && e->def == NULL)
             return tg_err_set(err, errlen, TG_EINVAL,
-                              "missing required --%s (or environment "
-                              "variable %s)", e->name, env);
+                              "missing required %s--%s (or environment "
+                              "variable %s)", alias, e->name, env);
         if (e->type == TG_CONFIG_STRING) {
             const char *s = *(char *const *)((const char *)dst + e->offset);
+            if ((s == NULL || s[0] == '\0') && no_env)
+                return tg_err_set(err, errlen, TG_EINVAL,
+                                  "--%s must not be empty", e->name);
             if (s == NULL || s[0] == '\0')
                 return tg_err_set(err, errlen, TG_EINVAL,
                                   "--%s (%s) must not be empty", e->name,
@@ -763,8 +836,11 @@ int tg_config_parse_cli(const struct tg_config_entry *table, size_t n,
                         void *dst, struct tg_config_cli *cli, int argc,
                         char **argv, char **envp, char *err, size_t errlen)
 {
+    bool no_env = cli != NULL && cli->no_env;
     if (cli != NULL)
         cli->npositional = 0;
+    if (no_env)
+        envp = NULL;
     int rc = check_table(table, n, err, errlen);
     if (rc != 0)
         return rc;
@@ -773,7 +849,8 @@ int tg_config_parse_cli(const struct tg_config_entry *table, size_t n,
         return rc;
     if (wants_help(table, n, argc, argv)) {
         if (cli != NULL && cli->help_out != NULL) {
-            rc = tg_config_help(table, n, cli->usage, cli->help_out);
+            rc = tg_config__help(table, n, cli->usage, !no_env,
+                                 cli->help_out);
             if (rc != 0)
                 return tg_err_set(err, errlen, rc, "writing --help failed");
         }
@@ -786,7 +863,7 @@ int tg_config_parse_cli(const struct tg_config_entry *table, size_t n,
     if (rc == 0)
         rc = apply_argv(table, n, dst, cli, argc, argv, set, err, errlen);
     if (rc == 0)
-        rc = check_required(table, n, dst, set, err, errlen);
+        rc = check_required(table, n, dst, set, no_env, err, errlen);
     free(set);
     return rc;
 }
@@ -810,189 +887,4 @@ void tg_config_free(const struct tg_config_entry *table, size_t n, void *dst)
         free(*p);
         *p = NULL;
     }
-}
-
-/* ---- help ------------------------------------------------------------- */
-
-enum { COL_FLAG, COL_ENV, COL_TYPE, COL_DEF, COL_RANGE, NCOLS };
-
-struct help_row {
-    char col[NCOLS][160];
-    const char *help;
-};
-
-static void help_row_fill(const struct tg_config_entry *e, struct help_row *r)
-{
-    const char *meta = e->metavar != NULL ? e->metavar
-                                          : types[e->type].metavar;
-    char choices[128];
-    if (e->type == TG_CONFIG_ENUM && meta == NULL) {
-        format_range(e, choices, sizeof choices);
-        meta = choices;
-    }
-    if (e->type == TG_CONFIG_BOOL)
-        snprintf(r->col[COL_FLAG], sizeof r->col[0], "--[no-]%s", e->name);
-    else
-        snprintf(r->col[COL_FLAG], sizeof r->col[0], "--%s %s", e->name,
-                 meta);
-    if (tg_config_env_name(e, r->col[COL_ENV], sizeof r->col[0]) != 0)
-        r->col[COL_ENV][0] = '\0';
-    snprintf(r->col[COL_TYPE], sizeof r->col[0], "%s", types[e->type].name);
-    if (e->def == NULL)
-        snprintf(r->col[COL_DEF], sizeof r->col[0], "%s",
-                 (e->flags & TG_CONFIG_REQUIRED) ? "(required)" : "(none)");
-    else if (e->def[0] == '\0')
-        snprintf(r->col[COL_DEF], sizeof r->col[0], "\"\"");
-    else
-        snprintf(r->col[COL_DEF], sizeof r->col[0], "%s", e->def);
-    format_range(e, r->col[COL_RANGE], sizeof r->col[0]);
-    r->help = e->help != NULL ? e->help : "";
-}
-
-/* Writes `text` word-wrapped to `width` columns; continuation lines are
- * indented by `indent` spaces. */
-static void write_wrapped(FILE *out, const char *text, size_t indent,
-                          size_t width)
-{
-    const char *p = text;
-    bool first = true;
-    while (*p != '\0') {
-        size_t left = strlen(p), take = left;
-        if (left > width) {
-            take = width;
-            while (take > 0 && p[take] != ' ')
-                take--;
-            if (take == 0) /* one word longer than the column */
-                take = strcspn(p, " ");
-        }
-        if (!first)
-            fprintf(out, "\n%*s", (int)indent, "");
-        fwrite(p, 1, take, out);
-        first = false;
-        p += take;
-        while (*p == ' ')
-            p++;
-    }
-    fputc('\n', out);
-}
-
-int tg_config_help(const struct tg_config_entry *table, size_t n,
-                   const char *usage, FILE *out)
-{
-    static const char *const heads[NCOLS] = {"FLAG", "ENVIRONMENT", "TYPE",
-                                             "DEFAULT", "RANGE"};
-    struct help_row *rows = calloc(n + 1, sizeof *rows);
-    if (rows == NULL)
-        return TG_ENOMEM;
-    for (size_t i = 0; i < n; i++)
-        help_row_fill(&table[i], &rows[i]);
-    struct help_row *hr = &rows[n];
-    snprintf(hr->col[COL_FLAG], sizeof hr->col[0], "--help, -h");
-    hr->help = "Print this help and exit.";
-
-    size_t w[NCOLS];
-    for (int c = 0; c < NCOLS; c++) {
-        w[c] = strlen(heads[c]);
-        for (size_t i = 0; i <= n; i++) {
-            size_t l = strlen(rows[i].col[c]);
-            if (l > w[c])
-                w[c] = l;
-        }
-    }
-    /* Each row is " " then " col " per column, so the help column starts
-     * here. When the columns leave too little room, the help sentence goes
-     * on its own line under the row instead. */
-    size_t helpcol = 1;
-    for (int c = 0; c < NCOLS; c++)
-        helpcol += w[c] + 2;
-    bool below = helpcol + HELP_MIN_WRAP > HELP_WIDTH;
-    size_t indent = below ? HELP_BELOW_INDENT : helpcol;
-    size_t wrap = HELP_WIDTH - indent;
-    if (usage != NULL)
-        fprintf(out, "%s\n\n", usage);
-    fprintf(out, "Each flag can also be set by the environment variable shown;"
-                 " a flag wins over\nthe environment, which wins over the "
-                 "default.\n\n");
-    struct help_row head = {.help = "DESCRIPTION"};
-    for (int c = 0; c < NCOLS; c++)
-        snprintf(head.col[c], sizeof head.col[c], "%s", heads[c]);
-    for (size_t i = 0; i <= n + 1; i++) {
-        const struct help_row *r = i == 0 ? &head : &rows[i - 1];
-        char line[NCOLS * 162 + 2];
-        size_t off = 0;
-        line[off++] = ' ';
-        for (int c = 0; c < NCOLS; c++)
-            off += (size_t)snprintf(line + off, sizeof line - off, " %-*s ",
-                                    (int)w[c], r->col[c]);
-        if (below) { /* no trailing blanks; help on the next line */
-            while (off > 0 && line[off - 1] == ' ')
-                off--;
-            line[off] = '\0';
-            fprintf(out, "%s\n", line);
-            if (i == 0)
-                continue;
-            fprintf(out, "%*s", (int)indent, "");
-        } else {
-            fputs(line, out);
-        }
-        write_wrapped(out, r->help, indent, wrap);
-    }
-    free(rows);
-    fflush(out);
-    return ferror(out) ? TG_EIO : 0;
-}
-
-/* ---- JSON dump -------------------------------------------------------- */
-
-static json_t *value_json(const struct tg_config_entry *e, const void *dst)
-{
-    const void *f = (const char *)dst + e->offset;
-    switch (e->type) {
-    case TG_CONFIG_BOOL: return json_boolean(*(const bool *)f);
-    case TG_CONFIG_INT: return json_integer((json_int_t)*(const int64_t *)f);
-    case TG_CONFIG_DOUBLE: return json_real(*(const double *)f);
-    case TG_CONFIG_STRING: {
-        const char *s = *(char *const *)f;
-        if (e->flags & TG_CONFIG_SECRET)
-            return json_string(s != NULL && s[0] != '\0' ? "***" : "");
-        return s != NULL ? json_string(s) : json_null();
-    }
-    case TG_CONFIG_SIZE:
-        /* json_int_t is 64-bit signed; sizes beyond 2^63 do not occur in
-         * practice, clamp rather than wrap. */
-        return json_integer((json_int_t)(*(const uint64_t *)f > INT64_MAX
-                                             ? INT64_MAX
-                                             : *(const uint64_t *)f));
-    case TG_CONFIG_SIZE_FRAC: {
-        const struct tg_config_amount *a = f;
-        if (a->is_fraction)
-            return json_real(a->fraction);
-        return json_integer(
-            (json_int_t)(a->bytes > INT64_MAX ? INT64_MAX : a->bytes));
-    }
-    case TG_CONFIG_ENUM: {
-        int v = *(const int *)f;
-        for (int i = 0; e->choices != NULL && e->choices[i] != NULL; i++)
-            if (i == v)
-                return json_string(e->choices[i]);
-        return json_integer(v);
-    }
-    }
-    return json_null();
-}
-
-json_t *tg_config_dump_json(const struct tg_config_entry *table, size_t n,
-                            const void *dst)
-{
-    json_t *obj = json_object();
-    if (obj == NULL)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        json_t *v = value_json(&table[i], dst);
-        if (v == NULL || json_object_set_new(obj, table[i].name, v) != 0) {
-            json_decref(obj);
-            return NULL;
-        }
-    }
-    return obj;
 }

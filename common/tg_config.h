@@ -38,7 +38,8 @@
  * Ranges: for INT, DOUBLE and SIZE (and the bytes form of SIZE_FRAC) the
  * value must lie in [min, max] when max > min; with max <= min (e.g. both
  * left 0) there is no range check. The fraction form of SIZE_FRAC must be in
- * (0, 1]. Bounds are doubles, so exact up to 2^53.
+ * (0, 1]. Bounds are doubles, so exact up to 2^53; INFINITY as max bounds
+ * one side only (shown as "inf").
  *
  * Errors name the flag ("--tp") or the variable ("TANGRAM_TP") and the
  * reason. Codes: TG_EINVAL for usage errors (unknown flag, missing value,
@@ -72,6 +73,11 @@ enum tg_config_type {
 #define TG_CONFIG_REQUIRED 0x1u /* parse fails unless env or a flag sets it */
 #define TG_CONFIG_SECRET 0x2u   /* value is masked in the JSON dump */
 
+/* Marks: bits 8..15 of the flags are left to the table's owner, e.g. to say
+ * which program of several takes a row (common/tg_serve_opts.h). tg_config
+ * itself never reads them. k is 0..7. */
+#define TG_CONFIG_MARK(k) (0x100u << (k))
+
 /* The value of a SIZE_FRAC field: "a share of something" or "so many
  * bytes". Exactly one of the two forms is meaningful. */
 struct tg_config_amount {
@@ -94,7 +100,11 @@ struct tg_config_entry {
     const char *help;         /* one sentence for --help */
     const char *metavar;      /* value placeholder in --help ("DIR");
                                  NULL picks one from the type */
-    unsigned flags;           /* TG_CONFIG_REQUIRED | TG_CONFIG_SECRET */
+    unsigned flags;           /* TG_CONFIG_REQUIRED | TG_CONFIG_SECRET |
+                                 TG_CONFIG_MARK(k) */
+    char short_flag;          /* 0, or a one-letter alias ('o': "-o OUT",
+                                 "-oOUT"; a bool takes no value): a letter
+                                 or digit, unique, not 'h' */
 };
 
 /* offsetof(s, f), but a compile error unless member f of struct type s has
@@ -113,14 +123,20 @@ struct tg_config_cli {
     int *positional;    /* out: argv indices of positional arguments */
     size_t positional_cap; /* capacity of positional; 0 rejects them all */
     size_t npositional; /* out: how many were stored */
+    bool no_env;        /* the program reads no TANGRAM_* variables (a
+                           one-shot tool whose flag names would collide
+                           with the daemon's variables): envp is ignored,
+                           --help has no ENVIRONMENT column and messages
+                           name only flags */
 };
 
 /* Fills the fields of `dst` described by table[0..n) from defaults, then
  * envp, then argv, as described at the top of this file. argv[0] is the
  * program name and is skipped; "--" ends the flags (everything after it is
  * positional). envp is a NULL-terminated array of "KEY=VALUE" strings (pass
- * `environ` in a daemon) or NULL to consult no environment at all; the first
- * matching KEY wins, as with getenv. --help / -h anywhere before "--" wins
+ * `environ` in a daemon) or NULL to consult no environment at all (see also
+ * cli->no_env); the first matching KEY wins, as with getenv. An entry with a
+ * short_flag also takes "-c VALUE" and "-cVALUE" ("-c" alone for a bool). --help / -h anywhere before "--" wins
  * over every other argument: help goes to cli->help_out (when cli and it are
  * non-NULL) and TG_EDONE is returned with dst holding the defaults.
  *
@@ -142,10 +158,12 @@ int tg_config_parse(const struct tg_config_entry *table, size_t n, void *dst,
                     size_t errlen);
 
 /* Writes the help text for table[0..n) to `out`: the usage line (when
- * non-NULL), then one aligned row per entry with the flag and its metavar,
- * the environment variable, the type, the default, the range or choices and
- * the help sentence (wrapped in its column), then a row for --help.
- * Returns 0 or TG_EIO when writing fails. Thread: any. */
+ * non-NULL), then one aligned row per entry with the flag (and its short
+ * form) and its metavar, the environment variable, the type, the default,
+ * the range or choices and the help sentence (wrapped in its column), then
+ * a row for --help. tg_config_parse_cli with cli->no_env writes the same
+ * without the environment column. Returns 0 or TG_EIO when writing fails.
+ * Thread: any. */
 int tg_config_help(const struct tg_config_entry *table, size_t n,
                    const char *usage, FILE *out);
 

@@ -65,6 +65,23 @@ const char *tg_err_name(int err);
 int tg_err_set(char *err, size_t errlen, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* The one generic checked call (DESIGN.md §8.5; the host-C counterpart of
+ * kernels/cuda/cuda_check.cuh): evaluates `expr` once into a local
+ * `tg__st` of type `ctype` and, when it differs from `ok`, returns `ret`
+ * from the enclosing function (`ret` may use tg__st, e.g. to add detail).
+ * Used only through prefixed instances: TG_TRY below, GW_CU_TRY and the
+ * others of gpu_worker/gw_cuda_internal.h. */
+#define TG__TRY_GEN(ctype, expr, ok, ret)                                \
+    do {                                                                 \
+        ctype tg__st = (expr);                                           \
+        if (tg__st != (ok))                                              \
+            return (ret);                                                \
+    } while (0)
+
+/* Passes a failure on: when `expr` (a function returning 0 or a TG_E*
+ * code) fails, returns its code from the enclosing function. */
+#define TG_TRY(expr) TG__TRY_GEN(int, expr, 0, tg__st)
+
 /* Broken invariants (never input errors) stop the process with the
  * statement, function, file and line. */
 #define TG_ASSERT(expr)                                                  \

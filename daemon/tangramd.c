@@ -1,7 +1,8 @@
 /*
  * tangramd — the serving daemon's supervisor (DESIGN.md §2, §5).
  *
- * Parses every option of daemon/td_options.h (flags and TANGRAM_* variables),
+ * Parses its options (daemon/td_options.h over the serving table of
+ * common/tg_serve_opts.h: flags and TANGRAM_* variables),
  * checks that the configuration can serve (daemon/td_preflight.h: model,
  * tokenizer, weights, profile, listen addresses, host memory), creates the
  * runtime directory, then runs the supervisor of daemon/td_supervisor.h:
@@ -43,7 +44,7 @@ static int startup_failed(const char *what)
 
 int main(int argc, char **argv)
 {
-    struct td_options o = {0};
+    struct tg_serve_opts o = {0};
     char err[1024] = "";
     int rc = td_options_parse(&o, argc, argv, environ, err, sizeof err);
     if (rc == TG_EDONE) {
@@ -79,7 +80,7 @@ int main(int argc, char **argv)
         td_options_free(&o);
         return startup_failed(err);
     }
-    if (o.backend == TD_BACKEND_CPU) {
+    if (o.backend == TG_SERVE_BACKEND_CPU) {
         /* Every CPU rank gets the bytes planned for all ranks together
          * (a fraction read by each rank alone would not add up). */
         log_info("CPU backend: KV pool %lld MiB per rank x %lld (host "

@@ -72,7 +72,7 @@ static void count_params(const struct st_model *m, int64_t *all,
     }
 }
 
-static int check_model(const struct td_options *o, struct mc_model_config *mc,
+static int check_model(const struct tg_serve_opts *o, struct mc_model_config *mc,
                        struct td_preflight *out, char *err, size_t errlen)
 {
     struct stat st;
@@ -101,7 +101,7 @@ static int check_model(const struct td_options *o, struct mc_model_config *mc,
     return 0;
 }
 
-static int check_profile(const struct td_options *o,
+static int check_profile(const struct tg_serve_opts *o,
                          const struct mc_model_config *mc, char *err,
                          size_t errlen)
 {
@@ -125,7 +125,7 @@ static int check_profile(const struct td_options *o,
 
 /* CPU backend: every rank holds its share of the fp32 weights, each the
  * whole input embedding; the pools come out of what is left. */
-static int plan_cpu_memory(const struct td_options *o,
+static int plan_cpu_memory(const struct tg_serve_opts *o,
                            struct td_preflight *out, char *err, size_t errlen)
 {
     int64_t T = o->tp;
@@ -142,7 +142,7 @@ static int plan_cpu_memory(const struct td_options *o,
                                err, errlen);
 }
 
-int td_preflight_run(const struct td_options *o, struct td_preflight *out,
+int td_preflight_run(const struct tg_serve_opts *o, struct td_preflight *out,
                      char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
@@ -163,7 +163,7 @@ int td_preflight_run(const struct td_options *o, struct td_preflight *out,
                                  err, errlen);
     if (rc != 0)
         return rc;
-    if (o->backend == TD_BACKEND_CPU)
+    if (o->backend == TG_SERVE_BACKEND_CPU)
         return plan_cpu_memory(o, out, err, errlen);
     return 0;
 }

@@ -44,7 +44,7 @@ struct td_preflight {
  * naming the file, flag or number in err. Reads files and binds sockets
  * (closed again) only; takes about as long as loading the tokenizer.
  * Thread: any. */
-int td_preflight_run(const struct td_options *o, struct td_preflight *out,
+int td_preflight_run(const struct tg_serve_opts *o, struct td_preflight *out,
                      char *err, size_t errlen);
 
 /* Checks that host:port can be bound for listening now (name resolution,

@@ -66,7 +66,7 @@ struct child {
 
 struct sup {
     uv_loop_t loop;
-    const struct td_options *o;
+    const struct tg_serve_opts *o;
     const struct td_sup_paths *paths;
     enum phase phase;
     int result;                /* td_sup_run's return value */
@@ -761,7 +761,7 @@ static int init_child(struct sup *s, struct child *c, int rank, char *err,
     return 0;
 }
 
-static int sup_init(struct sup *s, const struct td_options *o,
+static int sup_init(struct sup *s, const struct tg_serve_opts *o,
                     const struct td_sup_paths *p, char **envp, char *err,
                     size_t errlen)
 {
@@ -844,7 +844,7 @@ static void sup_free(struct sup *s)
     tg_config_argv_free(s->worker_env, s->worker_nenv);
 }
 
-int td_sup_run(const struct td_options *o, const struct td_sup_paths *p,
+int td_sup_run(const struct tg_serve_opts *o, const struct td_sup_paths *p,
                char **envp, char *err, size_t errlen)
 {
     struct sup s;

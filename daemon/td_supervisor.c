@@ -68,16 +68,14 @@ static int push(char ***argv, size_t *argc, const char *s, char *err,
     return 0;
 }
 
-int td_sup_router_argv(const struct td_options *o, const char *bin,
+int td_sup_router_argv(const struct tg_serve_opts *o, const char *bin,
                        const char *endpoint, char ***argv, size_t *argc,
                        char *err, size_t errlen)
 {
-    size_t n;
-    const struct tg_config_entry *table = td_options_table(&n);
     int rc = push(argv, argc, bin, err, errlen);
     if (rc == 0)
-        rc = tg_config_to_argv(table, n, o, NULL, TG_CONFIG_SECRET, argv,
-                               argc, err, errlen);
+        rc = tg_serve_opts_forward(o, TG_SERVE_ROUTER, argv, argc, err,
+                                   errlen);
     /* td_options_parse turns "none" into NULL, which to_argv leaves out;
      * say it explicitly so the child cannot fall back on another default. */
     if (rc == 0 && o->profile == NULL)
@@ -90,14 +88,10 @@ int td_sup_router_argv(const struct td_options *o, const char *bin,
     return rc;
 }
 
-int td_sup_worker_argv(const struct td_options *o, const char *bin,
+int td_sup_worker_argv(const struct tg_serve_opts *o, const char *bin,
                        int rank, const char *endpoint, char ***argv,
                        size_t *argc, char *err, size_t errlen)
 {
-    static const char *const names[] = {
-        "model",  "profile",         "backend",   "page-size",
-        "prefill-chunk", "heads-per-group", "kv-memory", "max-num-seqs",
-        "log-format", "log-level", NULL};
     if (rank < 0 || rank >= o->tp)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "worker rank %d outside [0, %lld)", rank,
@@ -110,11 +104,9 @@ int td_sup_worker_argv(const struct td_options *o, const char *bin,
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < sizeof head / sizeof head[0]; i++)
         rc = push(argv, argc, head[i], err, errlen);
-    size_t n;
-    const struct tg_config_entry *table = td_options_table(&n);
     if (rc == 0)
-        rc = tg_config_to_argv(table, n, o, names, TG_CONFIG_SECRET, argv,
-                               argc, err, errlen);
+        rc = tg_serve_opts_forward(o, TG_SERVE_WORKER, argv, argc, err,
+                                   errlen);
     if (rc == 0 && o->profile == NULL)
         rc = push(argv, argc, "--profile=none", err, errlen);
     return rc;
@@ -152,7 +144,7 @@ static bool env_has_key(const char *kv, const char *key)
     return strncmp(kv, key, kl) == 0 && kv[kl] == '=';
 }
 
-int td_sup_child_env(const struct td_options *o, char **envp,
+int td_sup_child_env(const struct tg_serve_opts *o, char **envp,
                      bool for_router, char ***env, size_t *n, char *err,
                      size_t errlen)
 {

@@ -1,7 +1,7 @@
 /*
  * td_supervisor.h — the process supervisor of tangramd (DESIGN.md §2,
- * issue 4 item 5): starts the router and the T = --tp workers, restarts
- * what dies, drains on SIGTERM, talks to systemd.
+ * §5): starts the router and the T = --tp workers, restarts what dies,
+ * drains on SIGTERM, talks to systemd.
  *
  * Process model. tangramd spawns `tangram-router` and `tangram-worker`
  * rank 0..T-1 with libuv (uv_spawn); they stay in tangramd's process group
@@ -114,20 +114,22 @@ int td_notify_parse(const char *line, size_t len, enum td_notify_kind *kind,
 
 /* Appends the router's command line to *argv and *argc (the tg_config_argv
  * array convention of common/tg_config.h: start from NULL/0, free with
- * tg_config_argv_free): bin, every option of *o except secret ones as
- * "--name=value" (profile NULL as "--profile=none"), then
+ * tg_config_argv_free): bin, every row of the serving table marked for
+ * tangramd and the router except secret ones as "--name=value"
+ * (tg_serve_opts_forward; profile NULL as "--profile=none"), then
  * "--ipc-endpoint ENDPOINT --notify-fd 3". Returns 0, TG_EINVAL or
  * TG_ENOMEM with detail in err. Thread: any. */
-int td_sup_router_argv(const struct td_options *o, const char *bin,
+int td_sup_router_argv(const struct tg_serve_opts *o, const char *bin,
                        const char *endpoint, char ***argv, size_t *argc,
                        char *err, size_t errlen);
 
 /* Appends worker `rank`'s command line: bin, "--rank R --world-size T
- * --router ENDPOINT", then --model --profile --backend --page-size
- * --prefill-chunk --heads-per-group --kv-memory --max-num-seqs --log-format
- * --log-level as "--name=value". Returns 0, TG_EINVAL (rank outside
- * [0, tp)) or TG_ENOMEM with detail in err. Thread: any. */
-int td_sup_worker_argv(const struct td_options *o, const char *bin,
+ * --router ENDPOINT", then every row marked for tangramd and the worker
+ * (today --model --profile --backend --heads-per-group --page-size
+ * --prefill-chunk --max-num-seqs --kv-memory --log-format --log-level) as
+ * "--name=value" (profile NULL as "--profile=none"). Returns 0, TG_EINVAL
+ * (rank outside [0, tp)) or TG_ENOMEM with detail in err. Thread: any. */
+int td_sup_worker_argv(const struct tg_serve_opts *o, const char *bin,
                        int rank, const char *endpoint, char ***argv,
                        size_t *argc, char *err, size_t errlen);
 
@@ -146,7 +148,7 @@ int td_sup_shm_forget(const char *shm_dir, long pid, char *err,
  * the TANGRAM_<NAME> variables of secret options; for the router
  * (for_router true) those variables are then added with tangramd's
  * effective values when non-empty. Returns 0 or TG_ENOMEM. Thread: any. */
-int td_sup_child_env(const struct td_options *o, char **envp,
+int td_sup_child_env(const struct tg_serve_opts *o, char **envp,
                      bool for_router, char ***env, size_t *n, char *err,
                      size_t errlen);
 
@@ -189,7 +191,7 @@ void td_sup_paths_cleanup(struct td_sup_paths *p);
  * tg_log. Thread: the process's only thread that handles signals; one call
  * at a time per process (it owns SIGTERM, SIGINT and SIGHUP while it runs).
  */
-int td_sup_run(const struct td_options *o, const struct td_sup_paths *p,
+int td_sup_run(const struct tg_serve_opts *o, const struct td_sup_paths *p,
                char **envp, char *err, size_t errlen);
 
 #endif /* TD_SUPERVISOR_H */

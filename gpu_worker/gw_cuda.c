@@ -142,18 +142,12 @@ static int halloc(void **p, size_t bytes, const char *what, char *err,
     return 0;
 }
 
+/* Device / pinned host allocation of a field, returning the failure from
+ * the enclosing function (TG_TRY). */
 #define DALLOC(field, bytes, what)                                          \
-    do {                                                                    \
-        int rc__ = dalloc((void **)&(field), (bytes), (what), err, errlen); \
-        if (rc__ != 0)                                                      \
-            return rc__;                                                    \
-    } while (0)
+    TG_TRY(dalloc((void **)&(field), (bytes), (what), err, errlen))
 #define HALLOC(field, bytes, what)                                          \
-    do {                                                                    \
-        int rc__ = halloc((void **)&(field), (bytes), (what), err, errlen); \
-        if (rc__ != 0)                                                      \
-            return rc__;                                                    \
-    } while (0)
+    TG_TRY(halloc((void **)&(field), (bytes), (what), err, errlen))
 
 /* ---- weight upload ----------------------------------------------------- */
 
@@ -185,9 +179,9 @@ static int up_cat(struct uploader *u, const float *a, size_t na,
             float x = e < na ? a[e] : e < na + nb ? b[e - na] : 0.0f;
             u->bounce[j] = st_f32_to_bf16(x);
         }
-        CU(cudaMemcpyAsync(*dst + i, u->bounce, m * 2, cudaMemcpyHostToDevice,
-                           u->stream));
-        CU(cudaStreamSynchronize(u->stream)); /* the bounce is reused */
+        GW_CU_TRY(cudaMemcpyAsync(*dst + i, u->bounce, m * 2, cudaMemcpyHostToDevice,
+                                  u->stream));
+        GW_CU_TRY(cudaStreamSynchronize(u->stream)); /* the bounce is reused */
     }
     return 0;
 }
@@ -206,7 +200,7 @@ static int up_f32(struct uploader *u, const float *src, size_t n, float **dst,
         return tg_err_set(err, errlen, TG_EINVAL, "weight slab overflow");
     *dst = (float *)(u->base + u->off);
     u->off += bytes;
-    CU(cudaMemcpy(*dst, src, n * 4, cudaMemcpyHostToDevice));
+    GW_CU_TRY(cudaMemcpy(*dst, src, n * 4, cudaMemcpyHostToDevice));
     return 0;
 }
 
@@ -487,11 +481,11 @@ static int alloc_runtime(struct gw_cuda *c, int world, char *err,
     /* head maps (L, Hkv) */
     DALLOC(c->head_group, L * Hkv * 4, "head maps");
     DALLOC(c->head_slot, L * Hkv * 4, "head maps");
-    CU(cudaMemcpy(c->head_group, c->layout->head_group, L * Hkv * 4,
-                  cudaMemcpyHostToDevice));
-    CU(cudaMemcpy(c->head_slot, c->layout->head_slot, L * Hkv * 4,
-                  cudaMemcpyHostToDevice));
-    CU(cudaMemset(c->pool, 0, ((size_t)c->n_pages + 1) * page_elems * 2));
+    GW_CU_TRY(cudaMemcpy(c->head_group, c->layout->head_group, L * Hkv * 4,
+                         cudaMemcpyHostToDevice));
+    GW_CU_TRY(cudaMemcpy(c->head_slot, c->layout->head_slot, L * Hkv * 4,
+                         cudaMemcpyHostToDevice));
+    GW_CU_TRY(cudaMemset(c->pool, 0, ((size_t)c->n_pages + 1) * page_elems * 2));
     return 0;
 }
 
@@ -518,9 +512,9 @@ int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
     c->layout = layout;
     c->opts = *opts;
     c->opts.splits = NULL; /* not kept: uploaded below */
-    CU(cudaSetDevice(opts->device));
+    GW_CU_TRY(cudaSetDevice(opts->device));
     cudaStream_t st;
-    CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    GW_CU_TRY(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     c->stream = st;
 
     int world = model->world > 1 ? model->world : 1;

@@ -13,22 +13,22 @@
 #include "common/tg_err.h"
 #include "gpu_worker/gw_cuda.h"
 
-#define CU(expr)                                                           \
-    do {                                                                   \
-        cudaError_t e__ = (expr);                                          \
-        if (e__ != cudaSuccess)                                            \
-            return tg_err_set(err, errlen, TG_EDEVICE, "%s: %s", #expr,    \
-                              cudaGetErrorString(e__));                    \
-    } while (0)
+/* Checked calls of the CUDA forward pass: prefixed instances of the one
+ * generic check TG__TRY_GEN (common/tg_err.h, DESIGN.md §8.5). Each
+ * returns from the enclosing function, which has `char *err, size_t
+ * errlen` in scope for the detail. */
+
+/* A CUDA runtime call: TG_EDEVICE, naming the call and the CUDA error. */
+#define GW_CU_TRY(expr)                                                    \
+    TG__TRY_GEN(cudaError_t, expr, cudaSuccess,                            \
+                tg_err_set(err, errlen, TG_EDEVICE, "%s: %s", #expr,       \
+                           cudaGetErrorString(tg__st)))
 
 /* A kernel entry's failure: the entry printed the CUDA detail (or put it
  * in err); name the op and layer. */
-#define OP(expr, what, layer)                                              \
-    do {                                                                   \
-        int rc__ = (expr);                                                 \
-        if (rc__ != 0)                                                     \
-            return gw_cuda__op_fail(err, errlen, rc__, what, layer);       \
-    } while (0)
+#define GW_OP_TRY(expr, what, layer)                                       \
+    TG__TRY_GEN(int, expr, 0,                                              \
+                gw_cuda__op_fail(err, errlen, tg__st, what, layer))
 
 /* Names the failed op and layer unless the entry filled err already. */
 int gw_cuda__op_fail(char *err, size_t errlen, int rc, const char *what,
@@ -36,12 +36,8 @@ int gw_cuda__op_fail(char *err, size_t errlen, int rc, const char *what,
 
 #define STREAM(c) ((cudaStream_t)(c)->stream)
 
-#define WAIT(c)                                                            \
-    do {                                                                   \
-        int rc__ = gw_cuda__wait_stream((c), err, errlen);                 \
-        if (rc__ != 0)                                                     \
-            return rc__;                                                   \
-    } while (0)
+/* A bounded wait for the stream (gw_cuda__wait_stream): its code. */
+#define GW_WAIT_TRY(c) TG_TRY(gw_cuda__wait_stream((c), err, errlen))
 
 /* Block tables: the host CSR (kv_table) staged in pinned mirrors and
  * copied, whole or by the ids that changed, to the device. */

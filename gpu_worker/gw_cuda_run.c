@@ -56,7 +56,7 @@ static int layer_compress(struct gw_cuda *c, int l, int n, int64_t start,
         .fault = c->fault_d,
     };
     if (all) {
-        OP(cmp_kv_append(&dst, c->k, c->v, n, NULL, keep, c->stream),
+        GW_OP_TRY(cmp_kv_append(&dst, c->k, c->v, n, NULL, keep, c->stream),
            "KV append", l);
         return 0;
     }
@@ -67,12 +67,12 @@ static int layer_compress(struct gw_cuda *c, int l, int n, int64_t start,
         .window = lay->rule.window, .n_sink = lay->rule.n_sink,
         .scale = 1.0f / sqrtf((float)md->head_dim),
     };
-    OP(cmp_score(c->opts.method, &ch, c->scores, c->cmp_ws, c->cmp_ws_bytes,
+    GW_OP_TRY(cmp_score(c->opts.method, &ch, c->scores, c->cmp_ws, c->cmp_ws_bytes,
                  c->stream), "key scoring", l);
-    OP(cmp_select_topk(c->scores, n, Hkv, keep, start, lay->rule.window,
+    GW_OP_TRY(cmp_select_topk(c->scores, n, Hkv, keep, start, lay->rule.window,
                        lay->rule.n_sink, c->idx, c->stream),
        "top-k selection", l);
-    OP(cmp_kv_append(&dst, c->k, c->v, n, c->idx, keep, c->stream),
+    GW_OP_TRY(cmp_kv_append(&dst, c->k, c->v, n, c->idx, keep, c->stream),
        "KV append", l);
     return 0;
 }
@@ -105,7 +105,7 @@ static int prompt_lp(struct gw_cuda *c, int n, const struct gw_prefill_out *out,
     if (rank0 && md->world > 1 && c->lp_host == NULL &&
         (c->lp_host = malloc((size_t)GW_CUDA_LP_BLOCK * (size_t)V * 4)) == NULL)
         return tg_err_set(err, errlen, TG_ENOMEM, "out of host memory");
-    WAIT(c); /* p_pos / p_ids are free again */
+    GW_WAIT_TRY(c); /* p_pos / p_ids are free again */
     for (int i0 = 0; i0 < n; i0 += GW_CUDA_LP_BLOCK) {
         int m = n - i0 < GW_CUDA_LP_BLOCK ? n - i0 : GW_CUDA_LP_BLOCK;
         int any = 0;
@@ -117,17 +117,17 @@ static int prompt_lp(struct gw_cuda *c, int n, const struct gw_prefill_out *out,
         if (rc != 0)
             return rc;
         if (!rank0) {
-            WAIT(c);
+            GW_WAIT_TRY(c);
         } else if (md->world <= 1) {
             for (int i = 0; i < m; i++)
                 c->p_pos[i] = tg[i0 + i] >= 0 ? tg[i0 + i] : 0;
-            CU(cudaMemcpyAsync(c->tgt_d, c->p_pos, (size_t)m * 4,
+            GW_CU_TRY(cudaMemcpyAsync(c->tgt_d, c->p_pos, (size_t)m * 4,
                                cudaMemcpyHostToDevice, st));
-            OP(tg_cuda_logprobs(c->logits, m, V, c->tgt_d, c->lp_d, st),
+            GW_OP_TRY(tg_cuda_logprobs(c->logits, m, V, c->tgt_d, c->lp_d, st),
                "prompt logprobs", md->n_layers);
-            CU(cudaMemcpyAsync(c->p_lp, c->lp_d, (size_t)m * 4,
+            GW_CU_TRY(cudaMemcpyAsync(c->p_lp, c->lp_d, (size_t)m * 4,
                                cudaMemcpyDeviceToHost, st));
-            WAIT(c);
+            GW_WAIT_TRY(c);
             for (int i = 0; i < m; i++)
                 if (tg[i0 + i] >= 0)
                     out->lp[i0 + i] = c->p_lp[i];
@@ -171,17 +171,17 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
                             errlen)) != 0)
         return rc;
     cudaStream_t st = STREAM(c);
-    WAIT(c); /* the pinned staging is ours again */
+    GW_WAIT_TRY(c); /* the pinned staging is ours again */
     for (int i = 0; i < n; i++) {
         c->p_ids[i] = ids[i];
         c->p_pos[i] = (int32_t)(start + i);
     }
     if ((rc = gw_cuda__table_prefill(c, seq, err, errlen)) != 0)
         return rc;
-    CU(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)n * 4, cudaMemcpyHostToDevice, st));
-    CU(cudaMemcpyAsync(c->pos_d, c->p_pos, (size_t)n * 4, cudaMemcpyHostToDevice, st));
-    CU(cudaMemsetAsync(c->fault_d, 0, 4, st));
-    OP(ew_embedding(c->embed, md->vocab, md->hidden, c->ids_d, n, c->x,
+    GW_CU_TRY(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)n * 4, cudaMemcpyHostToDevice, st));
+    GW_CU_TRY(cudaMemcpyAsync(c->pos_d, c->p_pos, (size_t)n * 4, cudaMemcpyHostToDevice, st));
+    GW_CU_TRY(cudaMemsetAsync(c->fault_d, 0, 4, st));
+    GW_OP_TRY(ew_embedding(c->embed, md->vocab, md->hidden, c->ids_d, n, c->x,
                     EW_DTYPE_F32, st), "embedding", 0);
     int G = lay->n_groups;
     for (int l = 0; l < md->n_layers; l++) {
@@ -201,7 +201,7 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
             .scale = 1.0f / sqrtf((float)md->head_dim),
             .out = c->att, .stream = c->stream,
         };
-        OP(tg_cuda_prefill_attn(&a, err, errlen), "prefill attention", l);
+        GW_OP_TRY(tg_cuda_prefill_attn(&a, err, errlen), "prefill attention", l);
         if ((rc = layer_compress(c, l, n, start, c->keep_rows, err,
                                  errlen)) != 0 ||
             (rc = gw_cuda__layer_out_mlp(c, l, n, err, errlen)) != 0)
@@ -238,7 +238,7 @@ static int decode_body(struct gw_cuda *c, int B, char *err, size_t errlen)
     const struct kv_layout *lay = c->layout;
     int G = lay->n_groups, LG = md->n_layers * G, Hkv = md->n_kv_heads;
     int rc;
-    OP(ew_embedding(c->embed, md->vocab, md->hidden, c->ids_d, B, c->x,
+    GW_OP_TRY(ew_embedding(c->embed, md->vocab, md->hidden, c->ids_d, B, c->x,
                     EW_DTYPE_F32, c->stream), "embedding", 0);
     for (int l = 0; l < md->n_layers; l++) {
         if ((rc = gw_cuda__layer_qkv(c, l, B, err, errlen)) != 0)
@@ -259,7 +259,7 @@ static int decode_body(struct gw_cuda *c, int B, char *err, size_t errlen)
             .head_group = hg, .head_slot = hs, .table = tab,
             .fault = c->fault_d, .stream = c->stream,
         };
-        OP(tg_cuda_decode_append(&ap, err, errlen), "decode KV append", l);
+        GW_OP_TRY(tg_cuda_decode_append(&ap, err, errlen), "decode KV append", l);
         struct tg_cuda_decode_attn_args at = {
             .q = c->q, .pool = c->pool, .n_seq = B,
             .n_q_heads = md->n_q_heads, .n_kv_heads = Hkv, .n_groups = G,
@@ -271,7 +271,7 @@ static int decode_body(struct gw_cuda *c, int B, char *err, size_t errlen)
             .ws = c->dec_ws, .ws_bytes = c->dec_ws_bytes, .out = c->att,
             .out_dtype = TG_CUDA_DECODE_OUT_BF16, .stream = c->stream,
         };
-        OP(tg_cuda_decode_attn(&at, err, errlen), "decode attention", l);
+        GW_OP_TRY(tg_cuda_decode_attn(&at, err, errlen), "decode attention", l);
         if ((rc = gw_cuda__layer_out_mlp(c, l, B, err, errlen)) != 0)
             return rc;
     }
@@ -343,7 +343,7 @@ static int decode(struct gw_cuda *c, struct gw_seq *const *seqs,
             B = c->bucket[bi];
     }
     cudaStream_t st = STREAM(c);
-    WAIT(c);
+    GW_WAIT_TRY(c);
     int LG = md->n_layers * lay->n_groups;
     for (int s = 0; s < B; s++) {
         c->p_ids[s] = s < n_seq ? ids[s] : 0;
@@ -351,11 +351,11 @@ static int decode(struct gw_cuda *c, struct gw_seq *const *seqs,
     }
     if ((rc = gw_cuda__table_decode(c, seqs, n_seq, B, err, errlen)) != 0)
         return rc;
-    CU(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)B * 4, cudaMemcpyHostToDevice, st));
-    CU(cudaMemcpyAsync(c->pos_d, c->p_pos, (size_t)B * 4, cudaMemcpyHostToDevice, st));
-    CU(cudaMemsetAsync(c->fault_d, 0, 4, st));
+    GW_CU_TRY(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)B * 4, cudaMemcpyHostToDevice, st));
+    GW_CU_TRY(cudaMemcpyAsync(c->pos_d, c->p_pos, (size_t)B * 4, cudaMemcpyHostToDevice, st));
+    GW_CU_TRY(cudaMemsetAsync(c->fault_d, 0, 4, st));
     if (bi >= 0 && c->graph_exec[bi] != NULL) {
-        CU(cudaGraphLaunch((cudaGraphExec_t)c->graph_exec[bi], st));
+        GW_CU_TRY(cudaGraphLaunch((cudaGraphExec_t)c->graph_exec[bi], st));
         c->graph_launches++;
     } else {
         if ((rc = decode_body(c, B, err, errlen)) != 0)
@@ -366,7 +366,7 @@ static int decode(struct gw_cuda *c, struct gw_seq *const *seqs,
         (rc = gw_cuda__logits_to_host(c, B, n_seq, logits, err, errlen)) != 0)
         return rc;
     if (want_logits && md->rank == 0 && logits == NULL && md->world > 1)
-        OP(tg_cuda_vocab_unshard(c->gathered, md->world, B, c->lm_rows,
+        GW_OP_TRY(tg_cuda_vocab_unshard(c->gathered, md->world, B, c->lm_rows,
                                  md->vocab, c->full, c->stream),
            "logits unshard", md->n_layers);
     if ((rc = gw_cuda__finish(c, err, errlen)) != 0)
@@ -418,22 +418,22 @@ int gw_cuda_sample(struct gw_cuda *c, int n,
                           GW_CUDA_MAX_TOP);
     const float *logits = md->world > 1 ? c->full : c->logits;
     cudaStream_t st = STREAM(c);
-    OP(tg_cuda_sample(c->sampler, logits, n, md->vocab, params, c->s_tok,
+    GW_OP_TRY(tg_cuda_sample(c->sampler, logits, n, md->vocab, params, c->s_tok,
                       c->s_lp, c->stream), "sampling", md->n_layers);
-    CU(cudaMemcpyAsync(c->p_tok, c->s_tok, (size_t)n * 4,
+    GW_CU_TRY(cudaMemcpyAsync(c->p_tok, c->s_tok, (size_t)n * 4,
                        cudaMemcpyDeviceToHost, st));
-    CU(cudaMemcpyAsync(c->p_slp, c->s_lp, (size_t)n * 4,
+    GW_CU_TRY(cudaMemcpyAsync(c->p_slp, c->s_lp, (size_t)n * 4,
                        cudaMemcpyDeviceToHost, st));
     if (n_top > 0) {
-        OP(tg_cuda_topk_logprobs(logits, n, md->vocab, n_top, c->s_top_ids,
+        GW_OP_TRY(tg_cuda_topk_logprobs(logits, n, md->vocab, n_top, c->s_top_ids,
                                  c->s_top_lps, c->stream),
            "top logprobs", md->n_layers);
-        CU(cudaMemcpyAsync(c->p_top_ids, c->s_top_ids, (size_t)n * n_top * 4,
+        GW_CU_TRY(cudaMemcpyAsync(c->p_top_ids, c->s_top_ids, (size_t)n * n_top * 4,
                            cudaMemcpyDeviceToHost, st));
-        CU(cudaMemcpyAsync(c->p_top_lps, c->s_top_lps, (size_t)n * n_top * 4,
+        GW_CU_TRY(cudaMemcpyAsync(c->p_top_lps, c->s_top_lps, (size_t)n * n_top * 4,
                            cudaMemcpyDeviceToHost, st));
     }
-    CU(cudaStreamSynchronize(st)); /* rank 0 only: no collective here */
+    GW_CU_TRY(cudaStreamSynchronize(st)); /* rank 0 only: no collective here */
     memcpy(tokens, c->p_tok, (size_t)n * 4);
     memcpy(lps, c->p_slp, (size_t)n * 4);
     if (n_top > 0) {

@@ -42,24 +42,24 @@ static int table_send(struct gw_cuda *c, struct gw_cuda_table *t,
                       size_t errlen)
 {
     cudaStream_t st = STREAM(c);
-    CU(cudaMemcpyAsync(t->indptr, t->h_indptr, (size_t)(rows + 1) * 4,
+    GW_CU_TRY(cudaMemcpyAsync(t->indptr, t->h_indptr, (size_t)(rows + 1) * 4,
                        cudaMemcpyHostToDevice, st));
-    CU(cudaMemcpyAsync(t->npages, t->h_npages, (size_t)rows * 4,
+    GW_CU_TRY(cudaMemcpyAsync(t->npages, t->h_npages, (size_t)rows * 4,
                        cudaMemcpyHostToDevice, st));
-    CU(cudaMemcpyAsync(t->lens, t->h_lens, (size_t)rows * 4,
+    GW_CU_TRY(cudaMemcpyAsync(t->lens, t->h_lens, (size_t)rows * 4,
                        cudaMemcpyHostToDevice, st));
     if (n_scatter < 0) {
         if (ids > 0)
-            CU(cudaMemcpyAsync(t->indices, t->h_indices, (size_t)ids * 4,
+            GW_CU_TRY(cudaMemcpyAsync(t->indices, t->h_indices, (size_t)ids * 4,
                                cudaMemcpyHostToDevice, st));
         return 0;
     }
     if (n_scatter > 0) {
-        CU(cudaMemcpyAsync(c->sc_pos, c->h_sc_pos, (size_t)n_scatter * 4,
+        GW_CU_TRY(cudaMemcpyAsync(c->sc_pos, c->h_sc_pos, (size_t)n_scatter * 4,
                            cudaMemcpyHostToDevice, st));
-        CU(cudaMemcpyAsync(c->sc_val, c->h_sc_val, (size_t)n_scatter * 4,
+        GW_CU_TRY(cudaMemcpyAsync(c->sc_val, c->h_sc_val, (size_t)n_scatter * 4,
                            cudaMemcpyHostToDevice, st));
-        OP(kv_table_dev_scatter(t->indices, c->sc_pos, c->sc_val,
+        GW_OP_TRY(kv_table_dev_scatter(t->indices, c->sc_pos, c->sc_val,
                                 (int32_t)n_scatter, c->stream),
            "block table update", 0);
     }
@@ -138,7 +138,7 @@ int gw_cuda__wait_stream(struct gw_cuda *c, char *err, size_t errlen)
 {
     cudaStream_t st = STREAM(c);
     if (c->model->world <= 1 || c->opts.nccl == NULL) {
-        CU(cudaStreamSynchronize(st));
+        GW_CU_TRY(cudaStreamSynchronize(st));
         return 0;
     }
     int limit = c->opts.step_timeout_ms > 0 ? c->opts.step_timeout_ms : 120000;
@@ -203,19 +203,19 @@ int gw_cuda__layer_qkv(struct gw_cuda *c, int l, int m, char *err, size_t errlen
     const struct gw_cuda_layer *w = &c->layers[l];
     int d = md->head_dim, H = md->hidden;
     void *st = c->stream;
-    OP(ew_rmsnorm(c->x, EW_DTYPE_F32, l > 0 ? c->part : NULL, EW_DTYPE_F32,
+    GW_OP_TRY(ew_rmsnorm(c->x, EW_DTYPE_F32, l > 0 ? c->part : NULL, EW_DTYPE_F32,
                   w->attn_norm, m, H, md->norm_eps, c->h, EW_DTYPE_BF16, st),
        "attention norm", l);
-    OP(tg_cuda_gemm_bf16(c->gemm, c->h, w->wq, w->bq, m, md->n_q_heads * d, H,
+    GW_OP_TRY(tg_cuda_gemm_bf16(c->gemm, c->h, w->wq, w->bq, m, md->n_q_heads * d, H,
                          c->q, TG_CUDA_GEMM_BF16, st), "q_proj", l);
-    OP(tg_cuda_gemm_bf16(c->gemm, c->h, w->wk, w->bk, m, md->n_kv_heads * d, H,
+    GW_OP_TRY(tg_cuda_gemm_bf16(c->gemm, c->h, w->wk, w->bk, m, md->n_kv_heads * d, H,
                          c->k, TG_CUDA_GEMM_BF16, st), "k_proj", l);
-    OP(tg_cuda_gemm_bf16(c->gemm, c->h, w->wv, w->bv, m, md->n_kv_heads * d, H,
+    GW_OP_TRY(tg_cuda_gemm_bf16(c->gemm, c->h, w->wv, w->bv, m, md->n_kv_heads * d, H,
                          c->v, TG_CUDA_GEMM_BF16, st), "v_proj", l);
-    OP(ew_rope(c->q, EW_DTYPE_BF16, m, md->n_q_heads, d,
+    GW_OP_TRY(ew_rope(c->q, EW_DTYPE_BF16, m, md->n_q_heads, d,
                (int64_t)md->n_q_heads * d, c->pos_d, c->inv_freq, w->q_norm,
                md->norm_eps, st), "q rope", l);
-    OP(ew_rope(c->k, EW_DTYPE_BF16, m, md->n_kv_heads, d,
+    GW_OP_TRY(ew_rope(c->k, EW_DTYPE_BF16, m, md->n_kv_heads, d,
                (int64_t)md->n_kv_heads * d, c->pos_d, c->inv_freq, w->k_norm,
                md->norm_eps, st), "k rope", l);
     return 0;
@@ -231,19 +231,19 @@ int gw_cuda__layer_out_mlp(struct gw_cuda *c, int l, int m, char *err,
     int H = md->hidden, F = md->ffn;
     void *st = c->stream;
     size_t hm = (size_t)m * (size_t)H;
-    OP(tg_cuda_gemm_bf16(c->gemm, c->att, w->wo, w->bo, m, H,
+    GW_OP_TRY(tg_cuda_gemm_bf16(c->gemm, c->att, w->wo, w->bo, m, H,
                          md->n_q_heads * md->head_dim, c->part,
                          TG_CUDA_GEMM_F32, st), "o_proj", l);
     int rc = gw_cuda__allreduce(c, hm, l, "o_proj", err, errlen);
     if (rc != 0)
         return rc;
-    OP(ew_rmsnorm(c->x, EW_DTYPE_F32, c->part, EW_DTYPE_F32, w->ffn_norm, m,
+    GW_OP_TRY(ew_rmsnorm(c->x, EW_DTYPE_F32, c->part, EW_DTYPE_F32, w->ffn_norm, m,
                   H, md->norm_eps, c->h, EW_DTYPE_BF16, st), "ffn norm", l);
-    OP(tg_cuda_gemm_bf16(c->gemm, c->h, w->w_gu, NULL, m, 2 * F, H, c->gu,
+    GW_OP_TRY(tg_cuda_gemm_bf16(c->gemm, c->h, w->w_gu, NULL, m, 2 * F, H, c->gu,
                          TG_CUDA_GEMM_BF16, st), "gate/up_proj", l);
-    OP(ew_silu_mul(c->gu, c->gu + F, EW_DTYPE_BF16, m, F, 2 * (int64_t)F,
+    GW_OP_TRY(ew_silu_mul(c->gu, c->gu + F, EW_DTYPE_BF16, m, F, 2 * (int64_t)F,
                    c->mlp, EW_DTYPE_BF16, F, st), "silu_mul", l);
-    OP(tg_cuda_gemm_bf16(c->gemm, c->mlp, w->w_down, NULL, m, H, F, c->part,
+    GW_OP_TRY(tg_cuda_gemm_bf16(c->gemm, c->mlp, w->w_down, NULL, m, H, F, c->part,
                          TG_CUDA_GEMM_F32, st), "down_proj", l);
     return gw_cuda__allreduce(c, hm, l, "down_proj", err, errlen);
 }
@@ -252,7 +252,7 @@ int gw_cuda__layer_out_mlp(struct gw_cuda *c, int l, int m, char *err,
 int gw_cuda__final_norm(struct gw_cuda *c, int m, char *err, size_t errlen)
 {
     const struct gw_model *md = c->model;
-    OP(ew_rmsnorm(c->x, EW_DTYPE_F32, c->part, EW_DTYPE_F32, c->final_norm, m,
+    GW_OP_TRY(ew_rmsnorm(c->x, EW_DTYPE_F32, c->part, EW_DTYPE_F32, c->final_norm, m,
                   md->hidden, md->norm_eps, c->h, EW_DTYPE_BF16, c->stream),
        "final norm", md->n_layers);
     return 0;
@@ -266,7 +266,7 @@ int gw_cuda__lm_head(struct gw_cuda *c, int first, int m, char *err,
 {
     const struct gw_model *md = c->model;
     const uint16_t *h = c->h + (size_t)first * (size_t)md->hidden;
-    OP(tg_cuda_gemm_bf16(c->gemm, h, c->lm_head, NULL, m, c->lm_rows,
+    GW_OP_TRY(tg_cuda_gemm_bf16(c->gemm, h, c->lm_head, NULL, m, c->lm_rows,
                          md->hidden, c->logits, TG_CUDA_GEMM_F32, c->stream),
        "lm_head", md->n_layers);
     if (md->world > 1) {
@@ -296,15 +296,15 @@ int gw_cuda__logits_to_host(struct gw_cuda *c, int rows, int m, float *out,
     size_t V = (size_t)md->vocab, Vp = (size_t)c->lm_rows;
     cudaStream_t st = STREAM(c);
     if (md->world <= 1) {
-        CU(cudaMemcpyAsync(out, c->logits, (size_t)m * V * 4,
+        GW_CU_TRY(cudaMemcpyAsync(out, c->logits, (size_t)m * V * 4,
                            cudaMemcpyDeviceToHost, st));
-        WAIT(c);
+        GW_WAIT_TRY(c);
         return 0;
     }
     size_t T = (size_t)md->world;
-    CU(cudaMemcpyAsync(c->p_logits, c->gathered, T * (size_t)rows * Vp * 4,
+    GW_CU_TRY(cudaMemcpyAsync(c->p_logits, c->gathered, T * (size_t)rows * Vp * 4,
                        cudaMemcpyDeviceToHost, st));
-    WAIT(c);
+    GW_WAIT_TRY(c);
     for (size_t r = 0; r < T; r++) {
         size_t lo = r * Vp;
         if (lo >= V)
@@ -321,8 +321,8 @@ int gw_cuda__logits_to_host(struct gw_cuda *c, int rows, int m, float *out,
 int gw_cuda__finish(struct gw_cuda *c, char *err, size_t errlen)
 {
     cudaStream_t st = STREAM(c);
-    CU(cudaMemcpyAsync(c->p_fault, c->fault_d, 4, cudaMemcpyDeviceToHost, st));
-    WAIT(c);
+    GW_CU_TRY(cudaMemcpyAsync(c->p_fault, c->fault_d, 4, cudaMemcpyDeviceToHost, st));
+    GW_WAIT_TRY(c);
     if (*c->p_fault != 0)
         return tg_err_set(err, errlen, TG_EDEVICE,
                           "a KV append found no page for a kept token (the "

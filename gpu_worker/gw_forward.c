@@ -7,13 +7,6 @@
 
 #include "common/tg_err.h"
 
-#define TRY(expr)              \
-    do {                       \
-        int rc__ = (expr);     \
-        if (rc__ != 0)         \
-            return rc__;       \
-    } while (0)
-
 static void *xcalloc(size_t n, size_t size)
 {
     return n == 0 ? calloc(1, 1) : calloc(n, size);
@@ -195,15 +188,15 @@ static int qkv(struct gw_runtime *rt, const struct gw_layer *w, int m)
     const struct gw_model *md = rt->model;
     const struct tg_ops *o = rt->ops;
     int d = md->head_dim;
-    TRY(o->gemm(rt->be, rt->h, w->wq, w->bq, m, md->n_q_heads * d, md->hidden, rt->q));
-    TRY(o->gemm(rt->be, rt->h, w->wk, w->bk, m, md->n_kv_heads * d, md->hidden, rt->k));
-    TRY(o->gemm(rt->be, rt->h, w->wv, w->bv, m, md->n_kv_heads * d, md->hidden, rt->v));
+    TG_TRY(o->gemm(rt->be, rt->h, w->wq, w->bq, m, md->n_q_heads * d, md->hidden, rt->q));
+    TG_TRY(o->gemm(rt->be, rt->h, w->wk, w->bk, m, md->n_kv_heads * d, md->hidden, rt->k));
+    TG_TRY(o->gemm(rt->be, rt->h, w->wv, w->bv, m, md->n_kv_heads * d, md->hidden, rt->v));
     if (w->q_norm != NULL) {
-        TRY(o->rmsnorm(rt->be, rt->q, w->q_norm, m * md->n_q_heads, d, md->norm_eps, rt->q));
-        TRY(o->rmsnorm(rt->be, rt->k, w->k_norm, m * md->n_kv_heads, d, md->norm_eps, rt->k));
+        TG_TRY(o->rmsnorm(rt->be, rt->q, w->q_norm, m * md->n_q_heads, d, md->norm_eps, rt->q));
+        TG_TRY(o->rmsnorm(rt->be, rt->k, w->k_norm, m * md->n_kv_heads, d, md->norm_eps, rt->k));
     }
-    TRY(o->rope(rt->be, rt->q, m, md->n_q_heads, d, rt->pos, md->inv_freq));
-    TRY(o->rope(rt->be, rt->k, m, md->n_kv_heads, d, rt->pos, md->inv_freq));
+    TG_TRY(o->rope(rt->be, rt->q, m, md->n_q_heads, d, rt->pos, md->inv_freq));
+    TG_TRY(o->rope(rt->be, rt->k, m, md->n_kv_heads, d, rt->pos, md->inv_freq));
     return 0;
 }
 
@@ -233,16 +226,16 @@ static int attn_out_and_mlp(struct gw_runtime *rt, const struct gw_layer *w,
     const struct gw_model *md = rt->model;
     const struct tg_ops *o = rt->ops;
     size_t hm = (size_t)m * (size_t)md->hidden;
-    TRY(o->gemm(rt->be, rt->att, w->wo, w->bo, m, md->hidden, md->n_q_heads * md->head_dim, rt->h));
-    TRY(reduce_partial(rt, hm, l, "o_proj", err, errlen));
-    TRY(o->add(rt->be, rt->x, rt->h, hm));
-    TRY(o->rmsnorm(rt->be, rt->x, w->ffn_norm, m, md->hidden, md->norm_eps, rt->h));
-    TRY(o->gemm(rt->be, rt->h, w->w_gate, NULL, m, md->ffn, md->hidden, rt->gate));
-    TRY(o->gemm(rt->be, rt->h, w->w_up, NULL, m, md->ffn, md->hidden, rt->up));
-    TRY(o->silu_mul(rt->be, rt->gate, rt->up, (size_t)m * (size_t)md->ffn, rt->gate));
-    TRY(o->gemm(rt->be, rt->gate, w->w_down, NULL, m, md->hidden, md->ffn, rt->h));
-    TRY(reduce_partial(rt, hm, l, "down_proj", err, errlen));
-    TRY(o->add(rt->be, rt->x, rt->h, hm));
+    TG_TRY(o->gemm(rt->be, rt->att, w->wo, w->bo, m, md->hidden, md->n_q_heads * md->head_dim, rt->h));
+    TG_TRY(reduce_partial(rt, hm, l, "o_proj", err, errlen));
+    TG_TRY(o->add(rt->be, rt->x, rt->h, hm));
+    TG_TRY(o->rmsnorm(rt->be, rt->x, w->ffn_norm, m, md->hidden, md->norm_eps, rt->h));
+    TG_TRY(o->gemm(rt->be, rt->h, w->w_gate, NULL, m, md->ffn, md->hidden, rt->gate));
+    TG_TRY(o->gemm(rt->be, rt->h, w->w_up, NULL, m, md->ffn, md->hidden, rt->up));
+    TG_TRY(o->silu_mul(rt->be, rt->gate, rt->up, (size_t)m * (size_t)md->ffn, rt->gate));
+    TG_TRY(o->gemm(rt->be, rt->gate, w->w_down, NULL, m, md->hidden, md->ffn, rt->h));
+    TG_TRY(reduce_partial(rt, hm, l, "down_proj", err, errlen));
+    TG_TRY(o->add(rt->be, rt->x, rt->h, hm));
     return 0;
 }
 
@@ -284,9 +277,9 @@ static int final_logits(struct gw_runtime *rt, int first, int m, float *out,
         float *xr = rt->x + (size_t)(first + b0) * (size_t)md->hidden;
         float *loc = rt->lg_local;
         if (v_count > 0) {
-            TRY(rt->ops->rmsnorm(rt->be, xr, md->final_norm, mb, md->hidden,
+            TG_TRY(rt->ops->rmsnorm(rt->be, xr, md->final_norm, mb, md->hidden,
                                  md->norm_eps, rt->h));
-            TRY(rt->ops->gemm(rt->be, rt->h, md->lm_head, NULL, mb, v_count,
+            TG_TRY(rt->ops->gemm(rt->be, rt->h, md->lm_head, NULL, mb, v_count,
                               md->hidden, loc));
         }
         if (v_count < vp) {
@@ -341,11 +334,11 @@ static int prompt_logprobs(struct gw_runtime *rt, int n, const int32_t *targets,
         }
         if (!any)
             continue;
-        TRY(final_logits(rt, i0, m, rt->lp_logits, err, errlen));
+        TG_TRY(final_logits(rt, i0, m, rt->lp_logits, err, errlen));
         if (!is_root(rt))
             continue;
         float out[GW_LP_BLOCK];
-        TRY(rt->ops->logprobs(rt->be, rt->lp_logits, m, md->vocab, tgt, out));
+        TG_TRY(rt->ops->logprobs(rt->be, rt->lp_logits, m, md->vocab, tgt, out));
         for (int i = 0; i < m; i++)
             if (targets[i0 + i] >= 0)
                 lp[i0 + i] = out[i];
@@ -371,7 +364,7 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
                               ids[i], md->vocab);
         rt->pos[i] = (int32_t)(seq->pos + i);
     }
-    TRY(comm_check(rt, err, errlen));
+    TG_TRY(comm_check(rt, err, errlen));
     if (out != NULL && is_root(rt) &&
         ((out->want_logits && out->last_logits == NULL) ||
          (out->lp_targets != NULL && out->lp == NULL)))
@@ -384,14 +377,14 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
         return rc;
 
     float scale = 1.0f / sqrtf((float)md->head_dim);
-    TRY(o->embedding(rt->be, md->embed, md->vocab, md->hidden, ids, n, rt->x));
+    TG_TRY(o->embedding(rt->be, md->embed, md->vocab, md->hidden, ids, n, rt->x));
     for (int l = 0; l < md->n_layers; l++) {
         const struct gw_layer *w = &md->layers[l];
         struct tg_kv_rows rows;
         seq_rows(rt, seq, l, rt->gp_scratch, &rows);
-        TRY(o->rmsnorm(rt->be, rt->x, w->attn_norm, n, md->hidden, md->norm_eps, rt->h));
-        TRY(qkv(rt, w, n));
-        TRY(o->attn_chunk(rt->be, rt->q, rt->k, rt->v, n, md->n_q_heads, &rows,
+        TG_TRY(o->rmsnorm(rt->be, rt->x, w->attn_norm, n, md->hidden, md->norm_eps, rt->h));
+        TG_TRY(qkv(rt, w, n));
+        TG_TRY(o->attn_chunk(rt->be, rt->q, rt->k, rt->v, n, md->n_q_heads, &rows,
                           scale, rt->att));
 
         /* Compression of this layer's chunk keys (§4.3 steps 3-5). */
@@ -404,7 +397,7 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
         }
         int score = !all || rt->opts.on_scores != NULL;
         if (score) {
-            TRY(o->score(rt->be, rt->opts.method, rt->q, rt->k, rt->v, n,
+            TG_TRY(o->score(rt->be, rt->opts.method, rt->q, rt->k, rt->v, n,
                          md->n_q_heads, md->n_kv_heads, md->head_dim,
                          rt->layout->rule.window, scale, rt->scores));
             if (rt->opts.on_scores != NULL)
@@ -412,21 +405,21 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
                                    md->n_kv_heads);
         }
         if (all) {
-            TRY(o->kv_append(rt->be, &rows, rt->k, rt->v, n, NULL, rt->keep));
+            TG_TRY(o->kv_append(rt->be, &rows, rt->k, rt->v, n, NULL, rt->keep));
         } else {
-            TRY(o->select_topk(rt->be, rt->scores, n, md->n_kv_heads, rt->keep,
+            TG_TRY(o->select_topk(rt->be, rt->scores, n, md->n_kv_heads, rt->keep,
                                start, rt->layout->rule.window,
                                rt->layout->rule.n_sink, rt->idx));
-            TRY(o->kv_append(rt->be, &rows, rt->k, rt->v, n, rt->idx, rt->keep));
+            TG_TRY(o->kv_append(rt->be, &rows, rt->k, rt->v, n, rt->idx, rt->keep));
         }
-        TRY(attn_out_and_mlp(rt, w, l, n, err, errlen));
+        TG_TRY(attn_out_and_mlp(rt, w, l, n, err, errlen));
     }
     /* Each layer appended at its rows' old lengths; they grow now. */
     gw_chunk_advance(seq, lay, rt->keep_rows, n);
     if (out != NULL && out->lp_targets != NULL)
-        TRY(prompt_logprobs(rt, n, out->lp_targets, out->lp, err, errlen));
+        TG_TRY(prompt_logprobs(rt, n, out->lp_targets, out->lp, err, errlen));
     if (out != NULL && out->want_logits)
-        TRY(final_logits(rt, n - 1, 1, out->last_logits, err, errlen));
+        TG_TRY(final_logits(rt, n - 1, 1, out->last_logits, err, errlen));
     return 0;
 }
 
@@ -440,7 +433,7 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
     if (n_seq <= 0 || n_seq > rt->opts.max_tokens)
         return tg_err_set(err, errlen, TG_EINVAL, "decode batch of %d (max %d)",
                           n_seq, rt->opts.max_tokens);
-    TRY(comm_check(rt, err, errlen));
+    TG_TRY(comm_check(rt, err, errlen));
     if (want_logits && logits == NULL && is_root(rt))
         return tg_err_set(err, errlen, TG_EINVAL,
                           "rank 0 asked for logits without an output buffer");
@@ -462,25 +455,25 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
     }
     float scale = 1.0f / sqrtf((float)md->head_dim);
     size_t kd = (size_t)md->n_kv_heads * (size_t)md->head_dim;
-    TRY(o->embedding(rt->be, md->embed, md->vocab, md->hidden, ids, n_seq, rt->x));
+    TG_TRY(o->embedding(rt->be, md->embed, md->vocab, md->hidden, ids, n_seq, rt->x));
     for (int l = 0; l < md->n_layers; l++) {
         const struct gw_layer *w = &md->layers[l];
-        TRY(o->rmsnorm(rt->be, rt->x, w->attn_norm, n_seq, md->hidden, md->norm_eps, rt->h));
-        TRY(qkv(rt, w, n_seq));
+        TG_TRY(o->rmsnorm(rt->be, rt->x, w->attn_norm, n_seq, md->hidden, md->norm_eps, rt->h));
+        TG_TRY(qkv(rt, w, n_seq));
         for (int s = 0; s < n_seq; s++) {
             const int32_t **gp = rt->rows_pages + (size_t)s * (size_t)lay->n_groups;
             seq_rows(rt, seqs[s], l, gp, &rt->rows[s]);
             for (int h = 0; h < md->n_kv_heads; h++)
                 rt->keep[h] = 1;
-            TRY(o->kv_append(rt->be, &rt->rows[s], rt->k + (size_t)s * kd,
+            TG_TRY(o->kv_append(rt->be, &rt->rows[s], rt->k + (size_t)s * kd,
                              rt->v + (size_t)s * kd, 1, NULL, rt->keep));
             int32_t *len = seqs[s]->len + (size_t)l * (size_t)lay->n_groups;
             for (int g = 0; g < lay->n_groups; g++)
                 len[g] += 1;
         }
-        TRY(o->attn_decode(rt->be, rt->q, n_seq, md->n_q_heads, rt->rows, scale,
+        TG_TRY(o->attn_decode(rt->be, rt->q, n_seq, md->n_q_heads, rt->rows, scale,
                            rt->att));
-        TRY(attn_out_and_mlp(rt, w, l, n_seq, err, errlen));
+        TG_TRY(attn_out_and_mlp(rt, w, l, n_seq, err, errlen));
     }
     for (int s = 0; s < n_seq; s++)
         seqs[s]->pos += 1;

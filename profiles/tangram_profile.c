@@ -14,17 +14,20 @@
  *                          [--method M] [--alpha A] [--heads-per-group N] -o OUT
  *
  * JSON results go to stdout, errors to stderr; exit status 0 on success, 1
- * on bad input (files, values), 2 on bad usage.
+ * on bad input (files, values), 2 on bad usage (an unknown flag, a bad or
+ * missing flag value). Each sub-command's flags are one tg_config table
+ * (common/tg_config.h), so `tangram-profile COMMAND --help` is generated
+ * from it; no TANGRAM_* variables are read (names such as --profile,
+ * --model and --page-size would collide with the daemon's).
  */
 #include "common/kv/kv_budget.h"
 #include "common/pf_build.h"
 #include "common/pf_profile.h"
 #include "common/pf_split.h"
+#include "common/tg_config.h"
 #include "common/tg_err.h"
 #include "gpu_worker/gw_calibrate.h"
 
-#include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -54,33 +57,6 @@ static int usage_error(const struct command *c, const char *msg)
 {
     fprintf(stderr, PROG " %s: %s\nusage: %s\n", c->name, msg, c->usage);
     return EXIT_USAGE;
-}
-
-/* Parses a whole-string integer in [lo, hi]; returns 0 or -1. */
-static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
-{
-    if (s == NULL || *s == '\0')
-        return -1;
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno != 0 || *end != '\0' || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int parse_f64(const char *s, double *out)
-{
-    if (s == NULL || *s == '\0')
-        return -1;
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno != 0 || *end != '\0' || !isfinite(v))
-        return -1;
-    *out = v;
-    return 0;
 }
 
 static int print_json(json_t *doc)
@@ -114,214 +90,169 @@ static int load_profile(const char *path, struct pf_profile *p)
     return 0;
 }
 
-/* Options shared by the sub-commands; each accepts its own subset. */
-enum {
-    OPT_RETENTION = 256, OPT_ALPHA, OPT_HPG, OPT_GROUPING, OPT_PROFILE,
-    OPT_NCTA, OPT_TOKENS, OPT_PAGE, OPT_CHUNK, OPT_CONTEXT, OPT_RANKS,
-    OPT_MODEL, OPT_METHOD, OPT_RATIO, OPT_SAMPLES, OPT_RETOUT, OPT_MAXTOK,
-    OPT_THREADS,
-};
-
 static const struct command *current;
 
-/* Runs getopt_long over argv with `opts`, calling `take` per option. */
-static int parse_opts(int argc, char **argv, const struct option *opts,
-                      int (*take)(int opt, const char *arg, void *ctx),
-                      void *ctx)
+/* Parses the flags of the current sub-command with its table into dst.
+ * Returns -1 to go on, else the exit status to end with: 0 after --help
+ * (printed to stdout), EXIT_USAGE after a usage error (the message and the
+ * usage line on stderr), EXIT_FAILURE when out of memory. */
+static int parse_flags(const struct tg_config_entry *table, size_t n,
+                       void *dst, int argc, char **argv)
 {
-    optind = 1;
-    opterr = 0;
-    for (;;) {
-        int idx = 0;
-        int c = getopt_long(argc, argv, ":ho:", opts, &idx);
-        if (c == -1)
-            break;
-        if (c == 'h') {
-            printf("usage: %s\n%s\n", current->usage, current->summary);
-            return -1;
-        }
-        if (c == '?') {
-            char msg[128];
-            snprintf(msg, sizeof(msg), "unknown option '%s'", argv[optind - 1]);
-            return usage_error(current, msg);
-        }
-        if (c == ':') {
-            char msg[128];
-            snprintf(msg, sizeof(msg), "option '%s' needs a value",
-                     argv[optind - 1]);
-            return usage_error(current, msg);
-        }
-        int rc = take(c, optarg, ctx);
-        if (rc != 0)
-            return rc;
-    }
-    if (optind < argc) {
-        char msg[128];
-        snprintf(msg, sizeof(msg), "unexpected argument '%s'", argv[optind]);
-        return usage_error(current, msg);
-    }
-    return 0;
+    char usage[1024], err[512];
+    snprintf(usage, sizeof(usage), "usage: %s\n\n%s", current->usage,
+             current->summary);
+    struct tg_config_cli cli = {.usage = usage, .help_out = stdout,
+                                .no_env = true};
+    int rc = tg_config_parse_cli(table, n, dst, &cli, argc, argv, NULL, err,
+                                 sizeof(err));
+    if (rc == TG_EDONE)
+        return 0;
+    if (rc == TG_ENOMEM)
+        return fail("%s", "out of memory");
+    if (rc != 0)
+        return usage_error(current, err);
+    return -1;
 }
 
-static int bad_value(const char *opt, const char *arg, const char *want)
+static const char *const grouping_choices[] = {"clustered", "adjacent",
+                                               NULL};
+
+/* A --grouping choice index as the enum (via its name, so the two lists
+ * cannot drift apart). */
+static enum pf_grouping grouping_of(int idx)
 {
-    char msg[256];
-    snprintf(msg, sizeof(msg), "%s: '%s' is not %s", opt, arg, want);
-    return usage_error(current, msg);
+    enum pf_grouping g = PF_GROUPING_CLUSTERED;
+    TG_ASSERT(pf_grouping_parse(grouping_choices[idx], &g) == 0);
+    return g;
 }
+
+#define ROW_ALPHA(S)                                                       \
+    {.name = "alpha", .type = TG_CONFIG_DOUBLE, .def = "2", .min = 0,      \
+     .max = INFINITY, .offset = TG_CONFIG_OFFSET(S, alpha, double),        \
+     .metavar = "A",                                                       \
+     .help = "Budget = min(1, mean + A x std) of each head's retention."}
+#define ROW_GROUPING(S)                                                    \
+    {.name = "grouping", .type = TG_CONFIG_ENUM, .def = "clustered",       \
+     .choices = grouping_choices,                                          \
+     .offset = TG_CONFIG_OFFSET(S, grouping, int),                         \
+     .help = "clustered: heads of similar budget share a page group; "     \
+             "adjacent: heads in index order (ablation)."}
+#define ROW_OUTPUT(S, what)                                                \
+    {.name = "output", .short_flag = 'o', .type = TG_CONFIG_STRING,        \
+     .offset = TG_CONFIG_OFFSET(S, out, char *), .metavar = "OUT",         \
+     .flags = TG_CONFIG_REQUIRED, .help = what}
 
 /* ---- build ------------------------------------------------------------- */
 
 struct build_args {
-    const char *retention, *out;
+    char *retention, *out;
     double alpha;
     int64_t hpg;
-    enum pf_grouping grouping;
+    int grouping;
 };
 
-static int build_take(int opt, const char *arg, void *ctx)
-{
-    struct build_args *a = ctx;
-    switch (opt) {
-    case OPT_RETENTION:
-        a->retention = arg;
-        return 0;
-    case 'o':
-        a->out = arg;
-        return 0;
-    case OPT_ALPHA:
-        if (parse_f64(arg, &a->alpha) != 0 || a->alpha < 0.0)
-            return bad_value("--alpha", arg, "a number >= 0");
-        return 0;
-    case OPT_HPG:
-        if (parse_i64(arg, 1, PF_MAX_HEADS, &a->hpg) != 0)
-            return bad_value("--heads-per-group", arg, "a positive integer");
-        return 0;
-    case OPT_GROUPING:
-        if (pf_grouping_parse(arg, &a->grouping) != 0)
-            return bad_value("--grouping", arg, "clustered or adjacent");
-        return 0;
-    default:
-        return usage_error(current, "option not accepted here");
-    }
-}
+static const struct tg_config_entry build_table[] = {
+    {.name = "retention", .type = TG_CONFIG_STRING,
+     .offset = TG_CONFIG_OFFSET(struct build_args, retention, char *),
+     .metavar = "FILE", .flags = TG_CONFIG_REQUIRED,
+     .help = "Per-head retention samples (tangram-retention JSON)."},
+    ROW_ALPHA(struct build_args),
+    {.name = "heads-per-group", .type = TG_CONFIG_INT, .min = 1,
+     .max = PF_MAX_HEADS,
+     .offset = TG_CONFIG_OFFSET(struct build_args, hpg, int64_t),
+     .metavar = "N", .flags = TG_CONFIG_REQUIRED,
+     .help = "KV heads per page group (H_p); must divide the KV heads."},
+    ROW_GROUPING(struct build_args),
+    ROW_OUTPUT(struct build_args, "Profile to write; - writes it to stdout."),
+};
 
-static int cmd_build(int argc, char **argv)
+static int build_run(const struct build_args *a)
 {
-    static const struct option opts[] = {
-        {"retention", required_argument, NULL, OPT_RETENTION},
-        {"alpha", required_argument, NULL, OPT_ALPHA},
-        {"heads-per-group", required_argument, NULL, OPT_HPG},
-        {"grouping", required_argument, NULL, OPT_GROUPING},
-        {"output", required_argument, NULL, 'o'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    struct build_args a = {NULL, NULL, 2.0, 0, PF_GROUPING_CLUSTERED};
-    int rc = parse_opts(argc, argv, opts, build_take, &a);
-    if (rc != 0)
-        return rc < 0 ? 0 : rc;
-    if (a.retention == NULL)
-        return usage_error(current, "--retention is required");
-    if (a.hpg == 0)
-        return usage_error(current, "--heads-per-group is required");
-    if (a.out == NULL)
-        return usage_error(current, "-o OUT is required");
     char err[512];
     struct pf_retention r;
-    if (pf_retention_load(&r, a.retention, err, sizeof(err)) != 0)
-        return file_fail(a.retention, err);
+    if (pf_retention_load(&r, a->retention, err, sizeof(err)) != 0)
+        return file_fail(a->retention, err);
     struct pf_profile p;
-    rc = pf_profile_build(&p, &r, a.alpha, (int)a.hpg, a.grouping, err,
-                          sizeof(err));
+    int rc = pf_profile_build(&p, &r, a->alpha, (int)a->hpg,
+                              grouping_of(a->grouping), err, sizeof(err));
     pf_retention_free(&r);
     if (rc != 0)
         return fail("build: %s", err);
-    if (strcmp(a.out, "-") == 0) {
+    if (strcmp(a->out, "-") == 0) {
         json_t *doc;
         rc = pf_profile_to_json(&p, &doc, err, sizeof(err));
         pf_profile_free(&p);
         return rc != 0 ? fail("%s", err) : print_json(doc);
     }
-    rc = pf_profile_save(&p, a.out, err, sizeof(err));
+    rc = pf_profile_save(&p, a->out, err, sizeof(err));
     pf_profile_free(&p);
     return rc != 0 ? fail("%s", err) : 0;
+}
+
+static int cmd_build(int argc, char **argv)
+{
+    static const size_t n = sizeof(build_table) / sizeof(build_table[0]);
+    struct build_args a;
+    memset(&a, 0, sizeof(a));
+    int rc = parse_flags(build_table, n, &a, argc, argv);
+    if (rc < 0)
+        rc = build_run(&a);
+    tg_config_free(build_table, n, &a);
+    return rc;
 }
 
 /* ---- profile-reading commands ------------------------------------------ */
 
 struct use_args {
-    const char *profile;
+    char *profile;
     int64_t n_cta, tokens, page, chunk, context, ranks;
 };
 
-static int use_take(int opt, const char *arg, void *ctx)
+#define USE_OFF(f) TG_CONFIG_OFFSET(struct use_args, f, int64_t)
+#define ROW_PROFILE                                                        \
+    {.name = "profile", .type = TG_CONFIG_STRING,                          \
+     .offset = TG_CONFIG_OFFSET(struct use_args, profile, char *),         \
+     .metavar = "P", .flags = TG_CONFIG_REQUIRED,                          \
+     .help = "The profile (tangram-profile JSON)."}
+#define ROW_PAGE                                                           \
+    {.name = "page-size", .type = TG_CONFIG_INT, .def = "16", .min = 1,    \
+     .max = INT32_MAX, .offset = USE_OFF(page), .metavar = "TOKENS",       \
+     .help = "Tokens per KV page (P)."}
+#define ROW_CHUNK                                                          \
+    {.name = "prefill-chunk", .type = TG_CONFIG_INT, .def = "512",         \
+     .min = 1, .max = INT32_MAX, .offset = USE_OFF(chunk),                 \
+     .metavar = "TOKENS",                                                  \
+     .help = "Prefill chunk length C; compression runs per chunk."}
+
+/* Parses the flags and loads the profile. Returns -1 to go on (then p is
+ * loaded and the caller frees it), else the exit status. */
+static int use_begin(const struct tg_config_entry *table, size_t n,
+                     int argc, char **argv, struct use_args *a,
+                     struct pf_profile *p)
 {
-    struct use_args *a = ctx;
-    switch (opt) {
-    case OPT_PROFILE:
-        a->profile = arg;
-        return 0;
-    case OPT_NCTA:
-        if (parse_i64(arg, 1, INT32_MAX, &a->n_cta) != 0)
-            return bad_value("--n-cta", arg, "an integer >= 1");
-        return 0;
-    case OPT_TOKENS:
-        if (parse_i64(arg, 0, (int64_t)1 << 40, &a->tokens) != 0)
-            return bad_value("--tokens", arg, "an integer in [0, 2^40]");
-        return 0;
-    case OPT_CONTEXT:
-        if (parse_i64(arg, 0, (int64_t)1 << 40, &a->context) != 0)
-            return bad_value("--context", arg, "an integer in [0, 2^40]");
-        return 0;
-    case OPT_PAGE:
-        if (parse_i64(arg, 1, INT32_MAX, &a->page) != 0)
-            return bad_value("--page-size", arg, "an integer >= 1");
-        return 0;
-    case OPT_CHUNK:
-        if (parse_i64(arg, 1, INT32_MAX, &a->chunk) != 0)
-            return bad_value("--prefill-chunk", arg, "an integer >= 1");
-        return 0;
-    case OPT_RANKS:
-        if (parse_i64(arg, 1, PF_MAX_HEADS, &a->ranks) != 0)
-            return bad_value("--ranks", arg, "an integer >= 1");
-        return 0;
-    default:
-        return usage_error(current, "option not accepted here");
-    }
+    int rc = parse_flags(table, n, a, argc, argv);
+    if (rc >= 0)
+        return rc;
+    rc = load_profile(a->profile, p);
+    return rc != 0 ? rc : -1;
 }
 
-#define UNSET (-1)
-
-/* Parses the options, checks the required ones, loads the profile. */
-static int use_begin(int argc, char **argv, const struct option *opts,
-                     struct use_args *a, struct pf_profile *p, int *done)
+/* Runs a profile-reading sub-command: its flags, the profile, then `run`
+ * (which frees the profile). */
+static int use_command(const struct tg_config_entry *table, size_t n,
+                       int argc, char **argv,
+                       int (*run)(const struct use_args *a,
+                                  struct pf_profile *p))
 {
-    *done = 0;
-    int rc = parse_opts(argc, argv, opts, use_take, a);
-    if (rc != 0) {
-        *done = 1;
-        return rc < 0 ? 0 : rc;
-    }
-    *done = 1;
-    if (a->profile == NULL)
-        return usage_error(current, "--profile is required");
-    for (const struct option *o = opts; o->name != NULL; o++) {
-        int64_t v = o->val == OPT_NCTA     ? a->n_cta
-                    : o->val == OPT_TOKENS ? a->tokens
-                    : o->val == OPT_RANKS  ? a->ranks
-                                           : 0;
-        if (v == UNSET) {
-            char msg[64];
-            snprintf(msg, sizeof(msg), "--%s is required", o->name);
-            return usage_error(current, msg);
-        }
-    }
-    rc = load_profile(a->profile, p);
-    if (rc != 0)
-        return rc;
-    *done = 0;
-    return 0;
+    struct use_args a;
+    struct pf_profile p;
+    memset(&a, 0, sizeof(a));
+    int rc = use_begin(table, n, argc, argv, &a, &p);
+    if (rc < 0)
+        rc = run(&a, &p);
+    tg_config_free(table, n, &a);
+    return rc;
 }
 
 /* Appends `v` to array `arr` (stolen); returns 0 or -1, as jansson does. */
@@ -349,26 +280,16 @@ static json_t *int_rows(const int64_t *v, int rows, int cols)
     return outer;
 }
 
-static int cmd_splits(int argc, char **argv)
+static int splits_run(const struct use_args *a, struct pf_profile *p)
 {
-    static const struct option opts[] = {
-        {"profile", required_argument, NULL, OPT_PROFILE},
-        {"n-cta", required_argument, NULL, OPT_NCTA},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    struct use_args a = {NULL, UNSET, 0, 16, 512, 32768, 0};
-    struct pf_profile p;
-    int done, rc = use_begin(argc, argv, opts, &a, &p, &done);
-    if (done)
-        return rc;
-    size_t n = (size_t)p.num_layers * (size_t)p.num_groups;
+    int rc = 0;
+    size_t n = (size_t)p->num_layers * (size_t)p->num_groups;
     int *s = malloc(n * sizeof(int));
     int64_t *s64 = malloc(n * sizeof(int64_t));
     char err[256];
     if (s == NULL || s64 == NULL) {
         rc = fail("%s", "out of memory");
-    } else if (pf_split_map(&p, (int)a.n_cta, s, err, sizeof(err)) != 0) {
+    } else if (pf_split_map(p, (int)a->n_cta, s, err, sizeof(err)) != 0) {
         rc = fail("splits: %s", err);
     } else {
         for (size_t i = 0; i < n; i++)
@@ -376,9 +297,9 @@ static int cmd_splits(int argc, char **argv)
         json_t *doc = json_object();
         int bad = doc == NULL;
         if (!bad) {
-            bad |= json_object_set_new(doc, "n_cta", json_integer(a.n_cta));
+            bad |= json_object_set_new(doc, "n_cta", json_integer(a->n_cta));
             bad |= json_object_set_new(
-                doc, "splits", int_rows(s64, p.num_layers, p.num_groups));
+                doc, "splits", int_rows(s64, p->num_layers, p->num_groups));
         }
         if (bad) {
             json_decref(doc);
@@ -388,33 +309,34 @@ static int cmd_splits(int argc, char **argv)
     }
     free(s);
     free(s64);
-    pf_profile_free(&p);
+    pf_profile_free(p);
     return rc;
 }
 
-static int cmd_pages(int argc, char **argv)
+static int cmd_splits(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"profile", required_argument, NULL, OPT_PROFILE},
-        {"tokens", required_argument, NULL, OPT_TOKENS},
-        {"page-size", required_argument, NULL, OPT_PAGE},
-        {"prefill-chunk", required_argument, NULL, OPT_CHUNK},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    static const struct tg_config_entry table[] = {
+        ROW_PROFILE,
+        {.name = "n-cta", .type = TG_CONFIG_INT, .min = 1, .max = INT32_MAX,
+         .offset = USE_OFF(n_cta), .metavar = "N",
+         .flags = TG_CONFIG_REQUIRED,
+         .help = "N_CTA of DESIGN.md 4.6: the decode kernel's active CTAs "
+                 "per SM times the SM count."},
     };
-    struct use_args a = {NULL, 0, UNSET, 16, 512, 32768, 0};
-    struct pf_profile p;
-    int done, rc = use_begin(argc, argv, opts, &a, &p, &done);
-    if (done)
-        return rc;
+    return use_command(table, sizeof(table) / sizeof(table[0]), argc, argv,
+                       splits_run);
+}
+
+static int pages_run(const struct use_args *a, struct pf_profile *p)
+{
     struct pf_pages pg;
     char err[256];
-    if (pf_pages_compute(&pg, &p, a.tokens, a.chunk, a.page, err,
+    if (pf_pages_compute(&pg, p, a->tokens, a->chunk, a->page, err,
                          sizeof(err)) != 0) {
-        pf_profile_free(&p);
+        pf_profile_free(p);
         return fail("pages: %s", err);
     }
-    size_t L = (size_t)p.num_layers, G = (size_t)p.num_groups;
+    size_t L = (size_t)p->num_layers, G = (size_t)p->num_groups;
     json_t *doc = json_object();
     int bad = doc == NULL;
     if (!bad) {
@@ -432,27 +354,31 @@ static int cmd_pages(int argc, char **argv)
         doc = NULL;
     }
     pf_pages_free(&pg);
-    pf_profile_free(&p);
+    pf_profile_free(p);
     return print_json(doc);
 }
 
-static int cmd_tp(int argc, char **argv)
+static int cmd_pages(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"profile", required_argument, NULL, OPT_PROFILE},
-        {"ranks", required_argument, NULL, OPT_RANKS},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    static const struct tg_config_entry table[] = {
+        ROW_PROFILE,
+        {.name = "tokens", .type = TG_CONFIG_INT, .min = 0,
+         .max = 1099511627776.0, .offset = USE_OFF(tokens), .metavar = "N",
+         .flags = TG_CONFIG_REQUIRED, .help = "Prompt length in tokens."},
+        ROW_PAGE,
+        ROW_CHUNK,
     };
-    struct use_args a = {NULL, 0, 0, 16, 512, 32768, UNSET};
-    struct pf_profile p;
-    int done, rc = use_begin(argc, argv, opts, &a, &p, &done);
-    if (done)
-        return rc;
+    return use_command(table, sizeof(table) / sizeof(table[0]), argc, argv,
+                       pages_run);
+}
+
+static int tp_run(const struct use_args *a, struct pf_profile *p)
+{
+    int rc = 0;
     struct pf_tp_plan plan;
     char err[256];
-    rc = pf_tp_assign(&plan, &p, (int)a.ranks, err, sizeof(err));
-    pf_profile_free(&p);
+    rc = pf_tp_assign(&plan, p, (int)a->ranks, err, sizeof(err));
+    pf_profile_free(p);
     if (rc != 0)
         return fail("%s", err);
     json_t *doc = json_object();
@@ -495,6 +421,18 @@ static int cmd_tp(int argc, char **argv)
     return print_json(doc);
 }
 
+static int cmd_tp(int argc, char **argv)
+{
+    static const struct tg_config_entry table[] = {
+        ROW_PROFILE,
+        {.name = "ranks", .type = TG_CONFIG_INT, .min = 1, .max = PF_MAX_HEADS,
+         .offset = USE_OFF(ranks), .metavar = "T", .flags = TG_CONFIG_REQUIRED,
+         .help = "Tensor-parallel ranks."},
+    };
+    return use_command(table, sizeof(table) / sizeof(table[0]), argc, argv,
+                       tp_run);
+}
+
 /* ---- show --------------------------------------------------------------- */
 
 static void show_layers(const struct pf_profile *p)
@@ -522,44 +460,32 @@ static double pct(int64_t part, int64_t whole)
     return whole > 0 ? 100.0 * (double)part / (double)whole : 0.0;
 }
 
-static int cmd_show(int argc, char **argv)
+static int show_run(const struct use_args *a, struct pf_profile *p)
 {
-    static const struct option opts[] = {
-        {"profile", required_argument, NULL, OPT_PROFILE},
-        {"context", required_argument, NULL, OPT_CONTEXT},
-        {"page-size", required_argument, NULL, OPT_PAGE},
-        {"prefill-chunk", required_argument, NULL, OPT_CHUNK},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    struct use_args a = {NULL, 0, 0, 16, 512, 32768, 0};
-    struct pf_profile p;
-    int done, rc = use_begin(argc, argv, opts, &a, &p, &done);
-    if (done)
-        return rc;
     struct pf_pages pg;
     char err[256];
-    if (pf_pages_compute(&pg, &p, a.context, a.chunk, a.page, err,
+    if (pf_pages_compute(&pg, p, a->context, a->chunk, a->page, err,
                          sizeof(err)) != 0) {
-        pf_profile_free(&p);
+        pf_profile_free(p);
         return fail("show: %s", err);
     }
     printf("profile %s: %s, %d layers x %d KV heads, head_dim %d\n",
-           a.profile, p.architecture, p.num_layers, p.num_kv_heads, p.head_dim);
-    printf("method %s, target_ratio %g, alpha %g, %d samples\n", p.method,
-           p.target_ratio, p.alpha, p.samples);
+           a->profile, p->architecture, p->num_layers, p->num_kv_heads,
+           p->head_dim);
+    printf("method %s, target_ratio %g, alpha %g, %d samples\n", p->method,
+           p->target_ratio, p->alpha, p->samples);
     printf("grouping %s, %d heads per group, %d groups per layer\n",
-           pf_grouping_name(p.grouping), p.heads_per_group, p.num_groups);
-    show_layers(&p);
+           pf_grouping_name(p->grouping), p->heads_per_group, p->num_groups);
+    show_layers(p);
     /* One page = H_p heads x 2 (K, V) x P tokens x d elements; bytes for
      * bf16, the CUDA backend's KV dtype. */
-    int64_t groups = (int64_t)p.num_layers * p.num_groups;
-    int64_t full = kv_pages_for(a.context, a.page) * groups;
-    double page_mib = (double)p.heads_per_group * 2.0 * (double)a.page *
-                      (double)p.head_dim * 2.0 / (1024.0 * 1024.0);
+    int64_t groups = (int64_t)p->num_layers * p->num_groups;
+    int64_t full = kv_pages_for(a->context, a->page) * groups;
+    double page_mib = (double)p->heads_per_group * 2.0 * (double)a->page *
+                      (double)p->head_dim * 2.0 / (1024.0 * 1024.0);
     printf("KV memory for one %lld-token prompt (page %lld tokens, prefill "
            "chunk %lld, bf16):\n",
-           (long long)a.context, (long long)a.page, (long long)a.chunk);
+           (long long)a->context, (long long)a->page, (long long)a->chunk);
     printf("  full KV:          %10lld pages %12.2f MiB\n", (long long)full,
            (double)full * page_mib);
     printf("  monolithic:       %10lld pages %12.2f MiB\n",
@@ -571,70 +497,69 @@ static int cmd_show(int argc, char **argv)
            pct(pg.monolithic_pages - pg.total_pages, pg.monolithic_pages),
            pct(full - pg.total_pages, full));
     pf_pages_free(&pg);
-    pf_profile_free(&p);
+    pf_profile_free(p);
     return fflush(stdout) == 0 ? 0 : fail("%s", "cannot write to stdout");
+}
+
+static int cmd_show(int argc, char **argv)
+{
+    static const struct tg_config_entry table[] = {
+        ROW_PROFILE,
+        {.name = "context", .type = TG_CONFIG_INT, .def = "32768", .min = 0,
+         .max = 1099511627776.0, .offset = USE_OFF(context), .metavar = "N",
+         .help = "Prompt length of the memory estimate, in tokens."},
+        ROW_PAGE,
+        ROW_CHUNK,
+    };
+    return use_command(table, sizeof(table) / sizeof(table[0]), argc, argv,
+                       show_run);
 }
 
 /* ---- calibrate ----------------------------------------------------------- */
 
 struct calib_args {
-    struct gw_calib_opts o;
-    const char *out, *retention_out;
-    int ratio_set;
+    char *model, *method, *samples, *retention_out, *out;
+    double ratio, alpha;
+    int64_t hpg, max_sample_tokens, threads;
+    int grouping;
 };
 
-static int calib_take(int opt, const char *arg, void *ctx)
-{
-    struct calib_args *a = ctx;
-    int64_t v;
-    switch (opt) {
-    case OPT_MODEL:
-        a->o.model_dir = arg;
-        return 0;
-    case OPT_METHOD:
-        a->o.method = arg;
-        return 0;
-    case OPT_SAMPLES:
-        a->o.samples_path = arg;
-        return 0;
-    case OPT_RETOUT:
-        a->retention_out = arg;
-        return 0;
-    case 'o':
-        a->out = arg;
-        return 0;
-    case OPT_RATIO:
-        if (parse_f64(arg, &a->o.ratio) != 0 || !(a->o.ratio > 0.0 && a->o.ratio <= 1.0))
-            return bad_value("--ratio", arg, "a number in (0, 1]");
-        a->ratio_set = 1;
-        return 0;
-    case OPT_ALPHA:
-        if (parse_f64(arg, &a->o.alpha) != 0 || a->o.alpha < 0.0)
-            return bad_value("--alpha", arg, "a number >= 0");
-        return 0;
-    case OPT_HPG:
-        if (parse_i64(arg, 1, PF_MAX_HEADS, &v) != 0)
-            return bad_value("--heads-per-group", arg, "a positive integer");
-        a->o.heads_per_group = (int)v;
-        return 0;
-    case OPT_GROUPING:
-        if (pf_grouping_parse(arg, &a->o.grouping) != 0)
-            return bad_value("--grouping", arg, "clustered or adjacent");
-        return 0;
-    case OPT_MAXTOK:
-        if (parse_i64(arg, 1, 1 << 20, &v) != 0)
-            return bad_value("--max-sample-tokens", arg, "an integer in [1, 1048576]");
-        a->o.max_sample_tokens = (int)v;
-        return 0;
-    case OPT_THREADS:
-        if (parse_i64(arg, 0, 1024, &v) != 0)
-            return bad_value("--threads", arg, "an integer in [0, 1024]");
-        a->o.n_threads = (int)v;
-        return 0;
-    default:
-        return usage_error(current, "option not accepted here");
-    }
-}
+#define CAL_OFF(f, t) TG_CONFIG_OFFSET(struct calib_args, f, t)
+static const struct tg_config_entry calib_table[] = {
+    {.name = "model", .type = TG_CONFIG_STRING,
+     .offset = CAL_OFF(model, char *), .metavar = "DIR",
+     .flags = TG_CONFIG_REQUIRED,
+     .help = "Hugging Face model directory (with tokenizer.json)."},
+    {.name = "method", .type = TG_CONFIG_STRING, .def = "snapkv",
+     .offset = CAL_OFF(method, char *), .metavar = "M",
+     .help = "Scoring method: snapkv, keydiff or expected_attention."},
+    {.name = "ratio", .type = TG_CONFIG_DOUBLE, .min = 0, .max = 1,
+     .offset = CAL_OFF(ratio, double), .metavar = "r",
+     .flags = TG_CONFIG_REQUIRED,
+     .help = "Target keep ratio r, in (0, 1]."},
+    {.name = "samples", .type = TG_CONFIG_STRING,
+     .offset = CAL_OFF(samples, char *), .metavar = "FILE.jsonl",
+     .flags = TG_CONFIG_REQUIRED,
+     .help = "Calibration samples, one JSON object per line: text, messages "
+             "or prompt_ids."},
+    ROW_ALPHA(struct calib_args),
+    {.name = "heads-per-group", .type = TG_CONFIG_INT, .def = "4", .min = 1,
+     .max = PF_MAX_HEADS, .offset = CAL_OFF(hpg, int64_t), .metavar = "N",
+     .help = "KV heads per page group (H_p) of the profile."},
+    ROW_GROUPING(struct calib_args),
+    {.name = "max-sample-tokens", .type = TG_CONFIG_INT, .def = "4096",
+     .min = 1, .max = 1 << 20, .offset = CAL_OFF(max_sample_tokens, int64_t),
+     .metavar = "N", .help = "Longer samples are cut to this many tokens."},
+    {.name = "threads", .type = TG_CONFIG_INT, .def = "0", .min = 0,
+     .max = 1024, .offset = CAL_OFF(threads, int64_t), .metavar = "N",
+     .help = "CPU threads (0 = all)."},
+    {.name = "retention-out", .type = TG_CONFIG_STRING,
+     .offset = CAL_OFF(retention_out, char *), .metavar = "FILE",
+     .help = "Retention file to write; default OUT with .retention.json for "
+             ".json."},
+    ROW_OUTPUT(struct calib_args, "Profile to write."),
+};
+#undef CAL_OFF
 
 static void calib_progress(void *ud, int done, int total, int n_tokens)
 {
@@ -643,62 +568,58 @@ static void calib_progress(void *ud, int done, int total, int n_tokens)
             n_tokens);
 }
 
-static int cmd_calibrate(int argc, char **argv)
+static int calib_run(const struct calib_args *a)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, NULL, OPT_MODEL},
-        {"method", required_argument, NULL, OPT_METHOD},
-        {"ratio", required_argument, NULL, OPT_RATIO},
-        {"samples", required_argument, NULL, OPT_SAMPLES},
-        {"alpha", required_argument, NULL, OPT_ALPHA},
-        {"heads-per-group", required_argument, NULL, OPT_HPG},
-        {"grouping", required_argument, NULL, OPT_GROUPING},
-        {"max-sample-tokens", required_argument, NULL, OPT_MAXTOK},
-        {"threads", required_argument, NULL, OPT_THREADS},
-        {"retention-out", required_argument, NULL, OPT_RETOUT},
-        {"output", required_argument, NULL, 'o'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+    if (!(a->ratio > 0.0)) {
+        char msg[128];
+        snprintf(msg, sizeof(msg), "--ratio: %g is not a number in (0, 1]",
+                 a->ratio);
+        return usage_error(current, msg);
+    }
+    struct gw_calib_opts o = {
+        .model_dir = a->model, .samples_path = a->samples,
+        .method = a->method, .ratio = a->ratio, .alpha = a->alpha,
+        .heads_per_group = (int)a->hpg, .grouping = grouping_of(a->grouping),
+        .max_sample_tokens = (int)a->max_sample_tokens,
+        .n_threads = (int)a->threads, .progress = calib_progress,
     };
-    struct calib_args a = {
-        .o = {.method = "snapkv", .alpha = 2.0, .heads_per_group = 4,
-              .grouping = PF_GROUPING_CLUSTERED, .max_sample_tokens = 4096,
-              .progress = calib_progress},
-    };
-    int rc = parse_opts(argc, argv, opts, calib_take, &a);
-    if (rc != 0)
-        return rc < 0 ? 0 : rc;
-    if (a.o.model_dir == NULL)
-        return usage_error(current, "--model is required");
-    if (a.o.samples_path == NULL)
-        return usage_error(current, "--samples is required");
-    if (!a.ratio_set)
-        return usage_error(current, "--ratio is required");
-    if (a.out == NULL)
-        return usage_error(current, "-o OUT is required");
     char retpath[4096];
-    if (a.retention_out == NULL) {
-        size_t n = strlen(a.out);
-        if (n > 5 && strcmp(a.out + n - 5, ".json") == 0)
+    const char *retention_out = a->retention_out;
+    if (retention_out == NULL) {
+        size_t n = strlen(a->out);
+        if (n > 5 && strcmp(a->out + n - 5, ".json") == 0)
             n -= 5;
-        snprintf(retpath, sizeof(retpath), "%.*s.retention.json", (int)n, a.out);
-        a.retention_out = retpath;
+        snprintf(retpath, sizeof(retpath), "%.*s.retention.json", (int)n,
+                 a->out);
+        retention_out = retpath;
     }
     char err[1024];
     struct pf_retention r;
     struct pf_profile p;
-    rc = gw_calibrate_files(&a.o, &r, &p, err, sizeof(err));
+    int rc = gw_calibrate_files(&o, &r, &p, err, sizeof(err));
     if (rc != 0)
         return fail("calibrate: %s", err);
-    rc = pf_retention_save(&r, a.retention_out, err, sizeof(err));
+    rc = pf_retention_save(&r, retention_out, err, sizeof(err));
     if (rc == 0)
-        rc = pf_profile_save(&p, a.out, err, sizeof(err));
+        rc = pf_profile_save(&p, a->out, err, sizeof(err));
     if (rc == 0)
         fprintf(stderr, PROG " calibrate: %d samples -> %s, %s\n", r.samples,
-                a.retention_out, a.out);
+                retention_out, a->out);
     pf_retention_free(&r);
     pf_profile_free(&p);
     return rc != 0 ? fail("calibrate: %s", err) : 0;
+}
+
+static int cmd_calibrate(int argc, char **argv)
+{
+    static const size_t n = sizeof(calib_table) / sizeof(calib_table[0]);
+    struct calib_args a;
+    memset(&a, 0, sizeof(a));
+    int rc = parse_flags(calib_table, n, &a, argc, argv);
+    if (rc < 0)
+        rc = calib_run(&a);
+    tg_config_free(calib_table, n, &a);
+    return rc;
 }
 
 /* ---- dispatch ------------------------------------------------------------ */

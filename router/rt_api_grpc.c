@@ -19,7 +19,7 @@
  * abort.
  *
  * Loop thread only. */
-#include "router/rt_server.h"
+#include "router/rt_api.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -54,7 +54,7 @@ static int grpc_status_of(int http)
 
 static int have_key(const struct rt_server *s)
 {
-    const char *key = s->opts->td.api_key;
+    const char *key = s->opts->api_key;
     return key != NULL && key[0] != '\0';
 }
 
@@ -67,7 +67,7 @@ static int admit(const struct rt_grpc_call *call, void *ud, char *msg,
     /* Probes (kubelet, load balancers) carry no key. */
     if (!have_key(s) || strncmp(call->path, health, sizeof(health) - 1) == 0)
         return RT_GRPC_OK;
-    const char *key = s->opts->td.api_key;
+    const char *key = s->opts->api_key;
     const char *h = rt_grpc_call_header(call, "authorization");
     if (h != NULL && strncasecmp(h, "Bearer ", 7) == 0) {
         /* Compare in time independent of where the strings differ, as the
@@ -620,9 +620,9 @@ static void h_model_info(struct rt_grpc_call *call, void *ud)
     m.head_dim = (uint32_t)s->mc.head_dim;
     m.page_size = (uint32_t)s->layout.page_size;
     m.heads_per_group = (uint32_t)s->layout.heads_per_group;
-    m.profile = s->opts->td.profile ? s->opts->td.profile : "none";
-    m.tensor_parallel = (uint32_t)s->opts->td.tp;
-    m.backend = s->opts->td.backend == TD_BACKEND_CUDA ? "cuda" : "cpu";
+    m.profile = s->opts->profile ? s->opts->profile : "none";
+    m.tensor_parallel = (uint32_t)s->opts->tp;
+    m.backend = s->opts->backend == TG_SERVE_BACKEND_CUDA ? "cuda" : "cpu";
     reply(call, &m.base);
 }
 
@@ -663,16 +663,6 @@ static int health(const char *service, void *ud)
     if (service[0] != '\0' && strcmp(service, "tangram.v1.Generation") != 0)
         return RT_GRPC_HEALTH_UNKNOWN_SERVICE;
     return rt_server_ready(s) ? RT_GRPC_HEALTH_SERVING : RT_GRPC_HEALTH_NOT_SERVING;
-}
-
-void rt_api_grpc_config(const struct rt_server *s, struct rt_grpc_config *gc)
-{
-    const struct td_options *o = &s->opts->td;
-    rt_grpc_config_default(gc);
-    gc->recv_timeout_ms = (uint32_t)ceil(o->grpc_recv_timeout * 1000.0);
-    gc->idle_timeout_ms = (uint32_t)ceil(o->grpc_idle_timeout * 1000.0);
-    gc->max_concurrent_streams = (uint32_t)o->grpc_max_streams;
-    gc->max_message_bytes = (size_t)o->grpc_max_message;
 }
 
 int rt_api_grpc_register(struct rt_server *s, char *err, size_t errlen)

@@ -15,7 +15,7 @@
  * SSE_LOW_WATER; a client that reads nothing for --http-send-timeout is
  * cut by the HTTP server, which aborts the request like a disconnect.
  * Loop thread only. */
-#include "router/rt_server.h"
+#include "router/rt_api.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -42,7 +42,6 @@ static const char JSON[] = "application/json";
 
 /* Descriptors kept free beside the HTTP connections (gRPC clients, the
  * worker link, pidfds, logs), at most. */
-#define FD_RESERVE 1024
 
 static void send_error(struct rt_http_req *req, const struct rt_api_error *e)
 {
@@ -92,11 +91,11 @@ static int head_check(const struct rt_http_req *req, void *ud,
                       struct rt_http_refusal *out)
 {
     const struct rt_server *s = ud;
-    const char *key = s->opts->td.api_key;
+    const char *key = s->opts->api_key;
     if (key == NULL || key[0] == '\0')
         return 0;
     if (strcmp(req->path, "/health") == 0 ||
-        (strcmp(req->path, "/metrics") == 0 && !s->opts->td.metrics_auth))
+        (strcmp(req->path, "/metrics") == 0 && !s->opts->metrics_auth))
         return 0;
     if (key_matches(key, rt_http_req_header(req, "authorization")))
         return 0;
@@ -349,8 +348,8 @@ static void h_detokenize(struct rt_http_req *req, void *ud)
  * five), with its silence in *ms; -1 when every rank is speaking. */
 static int stalled_rank(const struct rt_server *s, int64_t *ms)
 {
-    int64_t late = 2 * s->opts->td.worker_heartbeat_ms;
-    for (int r = 0; r < (int)s->opts->td.tp; r++) {
+    int64_t late = 2 * s->opts->worker_heartbeat_ms;
+    for (int r = 0; r < (int)s->opts->tp; r++) {
         int64_t quiet = rt_link_rank_silence_ms(&s->link, r);
         if (quiet > late) {
             *ms = quiet;
@@ -377,7 +376,7 @@ static void h_health(struct rt_http_req *req, void *ud)
                          "{\"status\":\"stalled\",\"reason\":\"worker rank %d "
                          "sent nothing for %" PRId64 " ms (heartbeat every "
                          "%lld ms)\"}",
-                         rank, ms, (long long)s->opts->td.worker_heartbeat_ms);
+                         rank, ms, (long long)s->opts->worker_heartbeat_ms);
         rt_http_respond(req, 503, JSON, body, (size_t)n);
         return;
     }
@@ -429,60 +428,6 @@ static void h_metrics(struct rt_http_req *req, void *ud)
         rt_http_respond(req, 200, RT_METRICS_CONTENT_TYPE, buf.data, buf.len);
     }
     rt_metrics_buf_free(&buf);
-}
-
-static uint32_t to_ms(double seconds)
-{
-    double ms = seconds * 1000.0 + 0.5;
-    return ms >= (double)UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
-}
-
-/* Raises the open-file limit to what hc->max_connections needs (the soft
- * limit up to the hard one), or lowers max_connections to fit. */
-static void fit_fd_limit(struct rt_http_config *hc)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-        return;
-    rlim_t need = (rlim_t)hc->max_connections + FD_RESERVE;
-    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
-        return;
-    rlim_t old = rl.rlim_cur;
-    struct rlimit want = rl;
-    want.rlim_cur = rl.rlim_max == RLIM_INFINITY ? need : rl.rlim_max;
-    if (want.rlim_cur > old && setrlimit(RLIMIT_NOFILE, &want) == 0) {
-        rl = want;
-        log_info("raised the open-file limit from %llu to %llu for "
-                 "--http-max-connections %" PRIu32,
-                 (unsigned long long)old, (unsigned long long)rl.rlim_cur,
-                 hc->max_connections);
-    }
-    if (rl.rlim_cur >= need)
-        return;
-    rlim_t reserve = rl.rlim_cur / 4 < FD_RESERVE ? rl.rlim_cur / 4
-                                                  : FD_RESERVE;
-    rlim_t fit = rl.rlim_cur > reserve + 16 ? rl.rlim_cur - reserve : 16;
-    log_warn("the open-file limit %llu (hard %llu) is too low for "
-             "--http-max-connections %" PRIu32 "; serving at most %llu "
-             "connections (raise LimitNOFILE / ulimit -n)",
-             (unsigned long long)rl.rlim_cur,
-             (unsigned long long)rl.rlim_max, hc->max_connections,
-             (unsigned long long)fit);
-    hc->max_connections = (uint32_t)fit;
-}
-
-void rt_api_http_config(struct rt_server *s, struct rt_http_config *hc)
-{
-    const struct td_options *o = &s->opts->td;
-    rt_http_config_default(hc);
-    hc->max_body_bytes = (size_t)o->http_max_body;
-    hc->header_timeout_ms = to_ms(o->http_header_timeout);
-    hc->body_timeout_ms = to_ms(o->http_body_timeout);
-    hc->idle_timeout_ms = to_ms(o->http_idle_timeout);
-    hc->send_timeout_ms = to_ms(o->http_send_timeout);
-    hc->max_connections = (uint32_t)o->http_max_connections;
-    hc->max_connections_per_ip = (uint32_t)o->http_max_connections_per_ip;
-    fit_fd_limit(hc);
 }
 
 int rt_api_http_register(struct rt_server *s, char *err, size_t errlen)

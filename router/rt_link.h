@@ -1,7 +1,7 @@
 /*
  * rt_link.h — the router's side of the router <-> worker link: one ZeroMQ
- * ROUTER socket driven by the router's libuv loop (DESIGN.md §2; issue 4
- * item 4; the protocol is proto/worker.proto).
+ * ROUTER socket driven by the router's libuv loop (DESIGN.md §2; the
+ * protocol is proto/worker.proto).
  *
  * Topology. The router binds a ZMQ_ROUTER socket (ipc:// by default, under
  * a runtime directory; tcp:// works too). Each of the T tensor-parallel

@@ -1,6 +1,6 @@
 /*
  * rt_prefix.h — the multi-turn session cache of compressed KV
- * (DESIGN.md §1, §5 "Multi-turn reuse"; issue 4 item 3).
+ * (DESIGN.md §1, §5 "Multi-turn reuse").
  *
  * When a request finishes, its KV pages stay allocated: its kv_seq on every
  * rank moves into an entry of this cache, keyed by the token sequence whose

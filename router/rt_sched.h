@@ -1,7 +1,7 @@
 /*
  * rt_sched.h — the router's budget-reserving scheduler: continuous batching
  * over the page accounting of every tensor-parallel rank, as pure logic with
- * no I/O (DESIGN.md §2, §4.3, §4.5; issue 4 item 3).
+ * no I/O (DESIGN.md §2, §4.3, §4.5).
  *
  * Requests arrive with their prompt token ids (rt_sched_submit) and wait in
  * a bounded FIFO. Each call of rt_sched_plan builds the next step (one

@@ -1,5 +1,6 @@
 /* rt_server.c — the router's core: requests, the step loop, drain (see
- * rt_server.h). Front ends live in rt_api_http.c and rt_api_grpc.c. */
+ * rt_server.h). The front ends (rt_api.h) are registered by the router's
+ * main; nothing here calls into them. */
 #include "router/rt_server.h"
 
 #include <math.h>
@@ -241,7 +242,7 @@ int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
     if (rc == TG_EBUSY) {
         rt_api_error_set(e, 429, "queue_full", NULL,
                          "too many requests are waiting (--max-queued %lld)",
-                         (long long)s->opts->td.max_queued);
+                         (long long)s->opts->max_queued);
         return rc;
     }
     if (rc == TG_ETOOBIG) {
@@ -572,11 +573,11 @@ static void on_ready(void *ud)
         struct rt_sched_config sc = {
             .layout = &s->layout,
             .layouts = s->rank_layout_ptrs,
-            .n_ranks = (int)s->opts->td.tp,
+            .n_ranks = (int)s->opts->tp,
             .pages_per_rank = rt_link_min_pages(&s->link),
-            .max_num_seqs = (int)s->opts->td.max_num_seqs,
-            .max_batched_tokens = (int)s->opts->td.max_batched_tokens,
-            .max_queued = (int)s->opts->td.max_queued,
+            .max_num_seqs = (int)s->opts->max_num_seqs,
+            .max_batched_tokens = (int)s->opts->max_batched_tokens,
+            .max_queued = (int)s->opts->max_queued,
         };
         if (rt_sched_init(&s->sched, &sc, err, sizeof(err)) != 0) {
             log_err("cannot start the scheduler: %s", err);
@@ -586,7 +587,7 @@ static void on_ready(void *ud)
         s->sched_ready = 1;
         rt_link_require_pages(&s->link, (uint32_t)sc.pages_per_rank);
         log_info("all %lld workers ready: %d pages per rank",
-                 (long long)s->opts->td.tp, sc.pages_per_rank);
+                 (long long)s->opts->tp, sc.pages_per_rank);
     } else {
         log_info("all workers are back; admitting again");
     }
@@ -669,10 +670,10 @@ static void begin_drain(struct rt_server *s)
     }
     s->draining = 1;
     log_info("draining: %d requests in flight, at most %.1f s",
-             s->n_reqs, s->opts->td.shutdown_timeout);
+             s->n_reqs, s->opts->shutdown_timeout);
     notify(s, "NOTREADY draining");
     uv_timer_start(&s->drain_timer, drain_timeout_cb,
-                   (uint64_t)(s->opts->td.shutdown_timeout * 1000.0), 0);
+                   (uint64_t)(s->opts->shutdown_timeout * 1000.0), 0);
     if (s->n_reqs == 0 && !s->step_in_flight)
         stop_all(s);
 }
@@ -718,7 +719,7 @@ static void stop_all(struct rt_server *s)
  * then the rank's own profile). With T = 1 this is the profile itself. */
 static int build_rank_layouts(struct rt_server *s, char *err, size_t errlen)
 {
-    const struct td_options *o = &s->opts->td;
+    const struct tg_serve_opts *o = s->opts;
     const int T = (int)o->tp;
     s->rank_layouts = calloc((size_t)T, sizeof(s->rank_layouts[0]));
     s->rank_layout_ptrs = calloc((size_t)T, sizeof(s->rank_layout_ptrs[0]));
@@ -746,7 +747,7 @@ static int build_rank_layouts(struct rt_server *s, char *err, size_t errlen)
 
 static int load_model_side(struct rt_server *s, char *err, size_t errlen)
 {
-    const struct td_options *o = &s->opts->td;
+    const struct tg_serve_opts *o = s->opts;
     char path[4096];
     snprintf(path, sizeof(path), "%s/config.json", o->model);
     int rc = mc_model_config_load(&s->mc, path, err, errlen);
@@ -786,7 +787,7 @@ static int load_model_side(struct rt_server *s, char *err, size_t errlen)
 }
 
 int rt_server_init(struct rt_server *s, uv_loop_t *loop,
-                   const struct rt_router_opts *o, char *err, size_t errlen)
+                   const struct tg_serve_opts *o, char *err, size_t errlen)
 {
     memset(s, 0, sizeof(*s));
     s->loop = loop;
@@ -800,14 +801,14 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
     s->api_cfg.served_model = s->model_name;
     s->api_cfg.max_model_len = s->max_model_len;
     s->api_cfg.vocab_size = s->mc.vocab_size;
-    s->api_cfg.max_body_bytes = (size_t)o->td.http_max_body;
-    rc = rt_metrics_tangram_init(&s->metrics, (int)o->td.tp, err, errlen);
+    s->api_cfg.max_body_bytes = (size_t)o->http_max_body;
+    rc = rt_metrics_tangram_init(&s->metrics, (int)o->tp, err, errlen);
     if (rc != 0)
         goto fail;
 
     struct rt_link_config lc = {
         .endpoint = o->ipc_endpoint,
-        .world_size = (int)o->td.tp,
+        .world_size = (int)o->tp,
         .layout = {
             .num_layers = (uint32_t)s->layout.n_layers,
             .groups_per_layer = (uint32_t)s->layout.n_groups,
@@ -817,10 +818,10 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
             .pages_total = 1,
             .vocab_size = (uint32_t)s->mc.vocab_size,
         },
-        .heartbeat_ms = (uint32_t)o->td.worker_heartbeat_ms,
+        .heartbeat_ms = (uint32_t)o->worker_heartbeat_ms,
         /* T > 1: one all-reduce group; a death ends every rank (the
          * supervisor restarts them together with a new comm id). */
-        .shared_fate = o->td.tp > 1,
+        .shared_fate = o->tp > 1,
         .on_result = on_result,
         .on_dead = on_dead,
         .on_ready = on_ready,
@@ -831,25 +832,34 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
         goto fail;
 
     struct rt_http_config hc;
-    rt_api_http_config(s, &hc);
+    rt_server__http_limits(o, &hc);
     rc = rt_http_server_init(&s->http, loop, &hc, err, errlen);
-    if (rc == 0)
-        rc = rt_api_http_register(s, err, errlen);
-    if (rc == 0)
-        rc = rt_http_server_listen(&s->http, o->td.host, (int)o->td.http_port,
-                                   err, errlen);
     if (rc != 0)
         goto fail;
     struct rt_grpc_config gc;
-    rt_api_grpc_config(s, &gc);
+    rt_server__grpc_limits(o, &gc);
     rc = rt_grpc_server_init(&s->grpc, loop, &gc, err, errlen);
-    if (rc == 0)
-        rc = rt_api_grpc_register(s, err, errlen);
-    if (rc == 0)
-        rc = rt_grpc_server_listen(&s->grpc, o->td.host, (int)o->td.grpc_port,
-                                   err, errlen);
     if (rc != 0)
         goto fail;
+    return 0;
+fail:
+    rt_server_discard(s);
+    return rc;
+}
+
+int rt_server_listen(struct rt_server *s, char *err, size_t errlen)
+{
+    const struct tg_serve_opts *o = s->opts;
+    uv_loop_t *loop = s->loop;
+    int rc = rt_http_server_listen(&s->http, o->host, (int)o->http_port, err,
+                                   errlen);
+    if (rc == 0)
+        rc = rt_grpc_server_listen(&s->grpc, o->host, (int)o->grpc_port, err,
+                                   errlen);
+    if (rc != 0) {
+        rt_server_discard(s);
+        return rc;
+    }
 
     uv_idle_init(loop, &s->pump);
     s->pump.data = s;
@@ -870,10 +880,13 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
     s->sig_int.data = s;
     uv_signal_start(&s->sig_int, signal_cb, SIGINT);
     log_info("serving %s: HTTP %s:%lld, gRPC %s:%lld, workers at %s, context %d",
-             s->model_name, o->td.host, (long long)o->td.http_port, o->td.host,
-             (long long)o->td.grpc_port, s->link.endpoint, s->max_model_len);
+             s->model_name, o->host, (long long)o->http_port, o->host,
+             (long long)o->grpc_port, s->link.endpoint, s->max_model_len);
     return 0;
-fail:
+}
+
+void rt_server_discard(struct rt_server *s)
+{
     /* Nothing has run yet: close what was opened and let the loop finish
      * those closes (the servers are freed only with their handles closed),
      * so a port in use is an error message, never an assertion. */
@@ -881,9 +894,8 @@ fail:
     rt_grpc_server_close(&s->grpc, NULL, NULL);
     rt_link_close(&s->link);
     s->stopping = 1;
-    uv_run(loop, UV_RUN_DEFAULT);
+    uv_run(s->loop, UV_RUN_DEFAULT);
     rt_server_free(s);
-    return rc;
 }
 
 void rt_server_free(struct rt_server *s)
@@ -899,7 +911,7 @@ void rt_server_free(struct rt_server *s)
     rt_grpc_server_free(&s->grpc);
     rt_metrics_tangram_free(&s->metrics);
     kv_layout_free(&s->layout);
-    for (int64_t r = 0; s->rank_layouts != NULL && r < s->opts->td.tp; r++)
+    for (int64_t r = 0; s->rank_layouts != NULL && r < s->opts->tp; r++)
         kv_layout_free(&s->rank_layouts[r]);
     free(s->rank_layouts);
     free(s->rank_layout_ptrs);

@@ -25,8 +25,8 @@
 #include "common/kv/kv_seq.h"
 #include "common/mc_model_config.h"
 #include "common/pf_profile.h"
+#include "common/tg_serve_opts.h"
 #include "common/tok_tokenizer.h"
-#include "daemon/td_options.h"
 #include "router/rt_grpc.h"
 #include "router/rt_http.h"
 #include "router/rt_link.h"
@@ -103,15 +103,11 @@ struct rt_req {
     struct rt_req *next;        /* in the server's list */
 };
 
-struct rt_router_opts {
-    struct td_options td;       /* must stay first (shared flag table) */
-    char *ipc_endpoint;         /* worker link endpoint */
-    int64_t notify_fd;          /* pipe to tangramd, -1 = none */
-};
-
 struct rt_server {
     uv_loop_t *loop;
-    const struct rt_router_opts *opts;
+    const struct tg_serve_opts *opts; /* the router's rows of the serving
+                                   table (tg_serve_opts_table
+                                   (TG_SERVE_ROUTER)); not owned */
     char model_name[256];
     int32_t max_model_len;
     struct mc_model_config mc;
@@ -152,14 +148,34 @@ struct rt_server {
     int64_t started;            /* unix seconds */
 };
 
-/* Loads the model's config, tokenizer, chat template and profile, binds
- * the HTTP and gRPC ports and the worker link. Returns 0 or an error with
- * detail in err (a port in use names the address); on failure everything
- * is released, running `loop` until the handles opened so far are closed
- * (call it before anything else uses the loop), and rt_server_free is
- * still safe. */
+/* Start-up is three steps, run by the router's main:
+ *   rt_server_init    loads the model's config, tokenizer, chat template
+ *                     and profile, binds the worker link and creates the
+ *                     HTTP and gRPC servers (s->http, s->grpc) without
+ *                     routes and not yet listening;
+ *   the front ends    add their routes and services to those servers
+ *                     (router/rt_api.h);
+ *   rt_server_listen  binds --host:--http-port and --host:--grpc-port and
+ *                     starts serving (timers, SIGTERM/SIGINT, the notify
+ *                     pipe).
+ * rt_server_init returns 0 or an error with detail in err; on failure
+ * everything is released, running `loop` until the handles opened so far
+ * are closed (call it before anything else uses the loop), and
+ * rt_server_free is still safe. `o` must outlive the server. */
 int rt_server_init(struct rt_server *s, uv_loop_t *loop,
-                   const struct rt_router_opts *o, char *err, size_t errlen);
+                   const struct tg_serve_opts *o, char *err, size_t errlen);
+
+/* Binds the HTTP and gRPC listeners and starts serving (see above). Call
+ * once, after rt_server_init succeeded and the front ends registered.
+ * Returns 0 or an error with detail in err (a port in use names the
+ * address); on failure everything is released as by a failed
+ * rt_server_init. */
+int rt_server_listen(struct rt_server *s, char *err, size_t errlen);
+
+/* Releases a server that rt_server_init set up but that will never listen
+ * (a front end failed to register): closes its handles, runs the loop until
+ * they are closed and frees everything; rt_server_free stays safe. */
+void rt_server_discard(struct rt_server *s);
 
 /* Stops everything and frees; safe on a zeroed server. Run the loop until
  * it is empty afterwards so that handles close. */
@@ -218,17 +234,12 @@ int rt_server_encode_chat(struct rt_server *s, const struct rt_message *m,
 /* Readiness for /health and the gRPC health service. */
 int rt_server_ready(const struct rt_server *s);
 
-/* Front-end registration (rt_api_http.c / rt_api_grpc.c). */
-int rt_api_http_register(struct rt_server *s, char *err, size_t errlen);
-
-/* Fills the HTTP server's limits from the options (rt_api_http.c); raises
- * the open-file limit for them (or lowers max_connections to what it
- * allows), logging either. */
-void rt_api_http_config(struct rt_server *s, struct rt_http_config *hc);
-int rt_api_grpc_register(struct rt_server *s, char *err, size_t errlen);
-
-/* The gRPC server's limits from the --grpc-* options (rt_api_grpc.c). */
-void rt_api_grpc_config(const struct rt_server *s, struct rt_grpc_config *gc);
+/* The HTTP and gRPC servers' limits from the options (rt_server_limits.c;
+ * internal to rt_server_init). */
+void rt_server__http_limits(const struct tg_serve_opts *o,
+                            struct rt_http_config *hc);
+void rt_server__grpc_limits(const struct tg_serve_opts *o,
+                            struct rt_grpc_config *gc);
 
 /* Token text for logprobs (rt_token_text_fn). */
 const char *rt_server_token_text(void *user, int32_t id, size_t *len);

@@ -1,11 +1,15 @@
 /*
  * tangram-router — the router process (started by tangramd; DESIGN.md §2).
  *
- * Takes every tangramd flag (daemon/td_options.h) plus --ipc-endpoint (the
- * worker link) and --notify-fd (a pipe to tangramd for READY / NOTREADY /
- * WATCHDOG / DRAINED lines; -1 for none). Exits 0 after a drain, 1 on a
- * start-up failure, 2 on bad flags. When tangramd goes away (the notify pipe
- * closes) the router drains and exits too, so no orphan keeps serving.
+ * Takes the rows of the serving table marked for the router
+ * (common/tg_serve_opts.h): every tangramd flag, which tangramd forwards,
+ * plus the router's own --ipc-endpoint (the worker link) and --notify-fd (a
+ * pipe to tangramd for READY / NOTREADY / WATCHDOG / DRAINED lines; -1 for
+ * none). Sets up the server core (router/rt_server.h), registers the HTTP
+ * and gRPC front ends (router/rt_api.h), then listens. Exits 0 after a
+ * drain, 1 on a start-up failure, 2 on bad flags. When tangramd goes away
+ * (the notify pipe closes) the router drains and exits too, so no orphan
+ * keeps serving.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -16,55 +20,56 @@
 #include "common/tg_config.h"
 #include "common/tg_err.h"
 #include "common/tg_log.h"
+#include "common/tg_serve_opts.h"
+#include "router/rt_api.h"
 #include "router/rt_server.h"
 
 extern char **environ;
 
+/* Registers the front ends and listens; on failure the server is released
+ * (rt_server_discard / a failed rt_server_listen). */
+static int start_serving(struct rt_server *s, char *err, size_t errlen)
+{
+    int rc = rt_api_http_register(s, err, errlen);
+    if (rc == 0)
+        rc = rt_api_grpc_register(s, err, errlen);
+    if (rc != 0) {
+        rt_server_discard(s);
+        return rc;
+    }
+    return rt_server_listen(s, err, errlen);
+}
+
 int main(int argc, char **argv)
 {
-    size_t n_td = 0;
-    const struct tg_config_entry *td = td_options_table(&n_td);
-    struct tg_config_entry *table = calloc(n_td + 2, sizeof(*table));
-    if (table == NULL)
-        return 1;
-    memcpy(table, td, n_td * sizeof(*table));
-    /* struct td_options is the first member of rt_router_opts, so the
-     * shared table's offsets hold. */
-    table[n_td] = (struct tg_config_entry){
-        .name = "ipc-endpoint", .type = TG_CONFIG_STRING,
-        .offset = offsetof(struct rt_router_opts, ipc_endpoint),
-        .metavar = "ENDPOINT",
-        .help = "ZeroMQ endpoint the workers connect to (ipc:// or tcp://)."};
-    table[n_td + 1] = (struct tg_config_entry){
-        .name = "notify-fd", .type = TG_CONFIG_INT, .def = "-1", .min = -1,
-        .max = 65535, .offset = offsetof(struct rt_router_opts, notify_fd),
-        .metavar = "FD", .help = "Pipe to tangramd for state lines (-1: none)."};
-    size_t n = n_td + 2;
-
-    struct rt_router_opts o;
+    size_t n = 0;
+    const struct tg_config_entry *table =
+        tg_serve_opts_table(TG_SERVE_ROUTER, &n);
+    struct tg_serve_opts o;
     memset(&o, 0, sizeof(o));
     char err[1024] = "";
     struct tg_config_cli cli = {.usage = "usage: tangram-router --model DIR [options]",
                                 .help_out = stdout};
     int rc = tg_config_parse_cli(table, n, &o, &cli, argc, argv, environ, err, sizeof(err));
     if (rc == TG_EDONE) {
-        free(table);
+        tg_serve_opts_free(&o);
         return 0;
     }
     if (rc != 0) {
         fprintf(stderr, "tangram-router: %s\n", err);
-        tg_config_free(table, n, &o);
-        free(table);
+        tg_serve_opts_free(&o);
         return 2;
     }
-    tg_log_init("router", -1, (enum tg_log_level)o.td.log_level,
-                (enum tg_log_format)o.td.log_format);
+    tg_log_init("router", -1, (enum tg_log_level)o.log_level,
+                (enum tg_log_format)o.log_format);
     signal(SIGPIPE, SIG_IGN);
 
     uv_loop_t loop;
     uv_loop_init(&loop);
     struct rt_server s;
     rc = rt_server_init(&s, &loop, &o, err, sizeof(err));
+    if (rc == 0)
+        rc = start_serving(&s, err, sizeof(err));
     int status = 1;
     if (rc != 0) {
         log_err("cannot start: %s", err);
@@ -76,7 +81,6 @@ int main(int argc, char **argv)
     rt_server_free(&s);
     uv_run(&loop, UV_RUN_NOWAIT);
     uv_loop_close(&loop);
-    tg_config_free(table, n, &o);
-    free(table);
+    tg_serve_opts_free(&o);
     return status;
 }

@@ -20,17 +20,22 @@
  * logits have unit spread (peaky, unlike the usual 0.02 init which makes
  * attention near-uniform and top-k selection fragile); embeddings N(0, 1);
  * norm weights 1 + N(0, 0.1); biases N(0, 0.1).
+ *
+ * The flags are one tg_config table (common/tg_config.h): --help is
+ * generated from it; an unknown flag or a bad value exits with status 2 and
+ * a message naming the flag. No TANGRAM_* variables are read (a one-shot
+ * tool; names such as --seed or --layers mean nothing to the daemon).
  */
 #include "common/mc_model_config.h"
 #include "common/st_safetensors.h"
 #include "common/st_writer.h"
+#include "common/tg_config.h"
 #include "common/tg_err.h"
 #include "common/tg_json.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,13 +45,13 @@
 
 #define ERRLEN 512
 
+/* The model to write, after the flags are checked. */
 struct opts {
     enum mc_arch arch;
-    int have_arch;
     int hidden, layers, heads, kv_heads, head_dim, ffn;
     int tie;
-    const char *tokenizer;
-    const char *out;
+    const char *tokenizer;  /* borrowed from struct flags */
+    const char *out;        /* borrowed from struct flags */
     enum st_dtype dtype;
     uint64_t seed;
     double rope_theta;
@@ -56,208 +61,130 @@ struct opts {
     double rms_eps;         /* 0 = architecture default */
 };
 
-static void usage(FILE *f)
-{
-    fprintf(f,
-            "usage: tangram-make-model --arch qwen3|qwen2|llama|mistral "
-            "--tokenizer DIR -o DIR\n"
-            "  [--hidden N=64] [--layers N=2] [--heads N=4] [--kv-heads N=2]\n"
-            "  [--head-dim N=hidden/heads] [--ffn N=128] [--tie]\n"
-            "  [--dtype bf16|fp16|fp32 (bf16)] [--seed S=0] "
-            "[--rope-theta X=10000]\n"
-            "  [--rope-scaling-llama3 FACTOR] [--rope-original-max N=8192]\n"
-            "  [--max-position N=32768] [--rms-eps X (1e-6 qwen, 1e-5 "
-            "llama/mistral)]\n");
-}
-
-static int parse_int(const char *flag, const char *s, long lo, long hi,
-                     int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
-        fprintf(stderr, "tangram-make-model: %s: '%s' is not an integer in "
-                        "[%ld, %ld]\n", flag, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-static int parse_real(const char *flag, const char *s, double lo, double hi,
-                      double *out)
-{
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno != 0 || end == s || *end != '\0' || !(v >= lo && v <= hi)) {
-        fprintf(stderr, "tangram-make-model: %s: '%s' is not a number in "
-                        "[%g, %g]\n", flag, s, lo, hi);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-enum {
-    OPT_ARCH = 256, OPT_HIDDEN, OPT_LAYERS, OPT_HEADS, OPT_KV_HEADS,
-    OPT_HEAD_DIM, OPT_FFN, OPT_TIE, OPT_TOKENIZER, OPT_DTYPE, OPT_SEED,
-    OPT_THETA, OPT_LLAMA3, OPT_ORIG_MAX, OPT_MAX_POS, OPT_EPS, OPT_HELP
+/* The flags as tg_config fills them. */
+struct flags {
+    int arch;               /* index into arch_choices */
+    int64_t hidden, layers, heads, kv_heads, head_dim, ffn;
+    bool tie;
+    char *tokenizer, *out, *seed;
+    int dtype;              /* index into dtype_choices */
+    double rope_theta, llama3_factor, rms_eps;
+    int64_t rope_orig_max, max_position;
 };
 
-static int parse_args(int argc, char **argv, struct opts *o)
+static const char *const arch_choices[] = {"qwen3", "qwen2", "llama",
+                                           "mistral", NULL};
+static const enum mc_arch arch_values[] = {MC_ARCH_QWEN3, MC_ARCH_QWEN2,
+                                           MC_ARCH_LLAMA, MC_ARCH_MISTRAL};
+static const char *const dtype_choices[] = {"bf16", "fp16", "fp32", NULL};
+static const enum st_dtype dtype_values[] = {ST_DTYPE_BF16, ST_DTYPE_F16,
+                                             ST_DTYPE_F32};
+
+#define F_OFF(f, t) TG_CONFIG_OFFSET(struct flags, f, t)
+static const struct tg_config_entry table[] = {
+    {.name = "arch", .type = TG_CONFIG_ENUM, .choices = arch_choices,
+     .offset = F_OFF(arch, int), .flags = TG_CONFIG_REQUIRED,
+     .help = "Architecture of config.json (Qwen3ForCausalLM, "
+             "Qwen2ForCausalLM, LlamaForCausalLM, MistralForCausalLM)."},
+    {.name = "tokenizer", .type = TG_CONFIG_STRING,
+     .offset = F_OFF(tokenizer, char *), .metavar = "DIR",
+     .flags = TG_CONFIG_REQUIRED,
+     .help = "Tokenizer directory (tokenizer.json, tokenizer_config*.json, "
+             "optional generation_config*.json); sets vocab_size, bos and "
+             "eos."},
+    {.name = "output", .short_flag = 'o', .type = TG_CONFIG_STRING,
+     .offset = F_OFF(out, char *), .metavar = "DIR",
+     .flags = TG_CONFIG_REQUIRED,
+     .help = "Model directory to write (created)."},
+    {.name = "hidden", .type = TG_CONFIG_INT, .def = "64", .min = 1,
+     .max = 65536, .offset = F_OFF(hidden, int64_t), .metavar = "N",
+     .help = "hidden_size."},
+    {.name = "layers", .type = TG_CONFIG_INT, .def = "2", .min = 1,
+     .max = 1024, .offset = F_OFF(layers, int64_t), .metavar = "N",
+     .help = "num_hidden_layers."},
+    {.name = "heads", .type = TG_CONFIG_INT, .def = "4", .min = 1,
+     .max = 1024, .offset = F_OFF(heads, int64_t), .metavar = "N",
+     .help = "num_attention_heads."},
+    {.name = "kv-heads", .type = TG_CONFIG_INT, .def = "2", .min = 1,
+     .max = 1024, .offset = F_OFF(kv_heads, int64_t), .metavar = "N",
+     .help = "num_key_value_heads; must divide --heads."},
+    {.name = "head-dim", .type = TG_CONFIG_INT, .min = 2, .max = 1024,
+     .offset = F_OFF(head_dim, int64_t), .metavar = "N",
+     .help = "head_dim, even; default hidden / heads."},
+    {.name = "ffn", .type = TG_CONFIG_INT, .def = "128", .min = 1,
+     .max = 262144, .offset = F_OFF(ffn, int64_t), .metavar = "N",
+     .help = "intermediate_size."},
+    {.name = "tie", .type = TG_CONFIG_BOOL, .def = "false",
+     .offset = F_OFF(tie, bool),
+     .help = "Tie the LM head to the embeddings (no lm_head.weight)."},
+    {.name = "dtype", .type = TG_CONFIG_ENUM, .def = "bf16",
+     .choices = dtype_choices, .offset = F_OFF(dtype, int),
+     .help = "Weight dtype of model.safetensors."},
+    {.name = "seed", .type = TG_CONFIG_STRING, .def = "0",
+     .offset = F_OFF(seed, char *), .metavar = "S",
+     .help = "Seed of the weights: a non-negative integer (decimal, 0x hex "
+             "or 0 octal, up to 2^64 - 1)."},
+    {.name = "rope-theta", .type = TG_CONFIG_DOUBLE, .def = "10000",
+     .min = 1.0000001, .max = 1e12, .offset = F_OFF(rope_theta, double),
+     .metavar = "X", .help = "rope_theta."},
+    {.name = "rope-scaling-llama3", .type = TG_CONFIG_DOUBLE, .min = 1e-3,
+     .max = 1e6, .offset = F_OFF(llama3_factor, double), .metavar = "FACTOR",
+     .help = "Add Llama-3.1 rope_scaling with this factor (low 1, high 4); "
+             "default none."},
+    {.name = "rope-original-max", .type = TG_CONFIG_INT, .def = "8192",
+     .min = 1, .max = INT32_MAX, .offset = F_OFF(rope_orig_max, int64_t),
+     .metavar = "N",
+     .help = "original_max_position_embeddings of the rope scaling."},
+    {.name = "max-position", .type = TG_CONFIG_INT, .def = "32768", .min = 1,
+     .max = INT32_MAX, .offset = F_OFF(max_position, int64_t),
+     .metavar = "N", .help = "max_position_embeddings."},
+    {.name = "rms-eps", .type = TG_CONFIG_DOUBLE, .min = 1e-12, .max = 1.0,
+     .offset = F_OFF(rms_eps, double), .metavar = "X",
+     .help = "rms_norm_eps; default 1e-6 for qwen, 1e-5 for llama and "
+             "mistral."},
+};
+#undef F_OFF
+#define N_TABLE (sizeof table / sizeof table[0])
+
+static const char usage[] =
+    "usage: tangram-make-model --arch qwen3|qwen2|llama|mistral "
+    "--tokenizer DIR -o DIR [options]\n\n"
+    "Writes a small, randomly initialised Hugging Face model directory "
+    "(config.json,\nmodel.safetensors, tokenizer files) for tests and "
+    "benchmarks.";
+
+/* Checks what the table cannot (sizes that constrain each other, the seed)
+ * and fills *o from *f; o borrows f's strings. Returns 0, or -1 after a
+ * message on stderr. */
+static int check_flags(const struct flags *f, struct opts *o)
 {
-    static const struct option lo[] = {
-        {"arch", required_argument, NULL, OPT_ARCH},
-        {"hidden", required_argument, NULL, OPT_HIDDEN},
-        {"layers", required_argument, NULL, OPT_LAYERS},
-        {"heads", required_argument, NULL, OPT_HEADS},
-        {"kv-heads", required_argument, NULL, OPT_KV_HEADS},
-        {"head-dim", required_argument, NULL, OPT_HEAD_DIM},
-        {"ffn", required_argument, NULL, OPT_FFN},
-        {"tie", no_argument, NULL, OPT_TIE},
-        {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-        {"dtype", required_argument, NULL, OPT_DTYPE},
-        {"seed", required_argument, NULL, OPT_SEED},
-        {"rope-theta", required_argument, NULL, OPT_THETA},
-        {"rope-scaling-llama3", required_argument, NULL, OPT_LLAMA3},
-        {"rope-original-max", required_argument, NULL, OPT_ORIG_MAX},
-        {"max-position", required_argument, NULL, OPT_MAX_POS},
-        {"rms-eps", required_argument, NULL, OPT_EPS},
-        {"output", required_argument, NULL, 'o'},
-        {"help", no_argument, NULL, OPT_HELP},
-        {NULL, 0, NULL, 0},
-    };
     memset(o, 0, sizeof *o);
-    o->hidden = 64;
-    o->layers = 2;
-    o->heads = 4;
-    o->kv_heads = 2;
-    o->ffn = 128;
-    o->dtype = ST_DTYPE_BF16;
-    o->rope_theta = 10000.0;
-    o->rope_orig_max = 8192;
-    o->max_position = 32768;
-    int c;
-    int64_t v;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, "o:h", lo, NULL)) != -1) {
-        const char *a = optarg;
-        switch (c) {
-        case OPT_ARCH:
-            if (strcmp(a, "qwen3") == 0)
-                o->arch = MC_ARCH_QWEN3;
-            else if (strcmp(a, "qwen2") == 0)
-                o->arch = MC_ARCH_QWEN2;
-            else if (strcmp(a, "llama") == 0)
-                o->arch = MC_ARCH_LLAMA;
-            else if (strcmp(a, "mistral") == 0)
-                o->arch = MC_ARCH_MISTRAL;
-            else {
-                fprintf(stderr, "tangram-make-model: --arch: '%s' is not one "
-                                "of qwen3, qwen2, llama, mistral\n", a);
-                return -1;
-            }
-            o->have_arch = 1;
-            break;
-#define INTOPT(CODE, FLAG, LO, HI, FIELD)                       \
-        case CODE:                                              \
-            if (parse_int(FLAG, a, LO, HI, &v) != 0)            \
-                return -1;                                      \
-            o->FIELD = (int)v;                                  \
-            break;
-        INTOPT(OPT_HIDDEN, "--hidden", 1, 65536, hidden)
-        INTOPT(OPT_LAYERS, "--layers", 1, 1024, layers)
-        INTOPT(OPT_HEADS, "--heads", 1, 1024, heads)
-        INTOPT(OPT_KV_HEADS, "--kv-heads", 1, 1024, kv_heads)
-        INTOPT(OPT_HEAD_DIM, "--head-dim", 2, 1024, head_dim)
-        INTOPT(OPT_FFN, "--ffn", 1, 262144, ffn)
-#undef INTOPT
-        case OPT_TIE:
-            o->tie = 1;
-            break;
-        case OPT_TOKENIZER:
-            o->tokenizer = a;
-            break;
-        case 'o':
-            o->out = a;
-            break;
-        case OPT_DTYPE:
-            if (strcmp(a, "bf16") == 0)
-                o->dtype = ST_DTYPE_BF16;
-            else if (strcmp(a, "fp16") == 0)
-                o->dtype = ST_DTYPE_F16;
-            else if (strcmp(a, "fp32") == 0)
-                o->dtype = ST_DTYPE_F32;
-            else {
-                fprintf(stderr, "tangram-make-model: --dtype: '%s' is not "
-                                "one of bf16, fp16, fp32\n", a);
-                return -1;
-            }
-            break;
-        case OPT_SEED: {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(a, &end, 0);
-            if (errno != 0 || end == a || *end != '\0' || a[0] == '-') {
-                fprintf(stderr, "tangram-make-model: --seed: '%s' is not a "
-                                "non-negative integer\n", a);
-                return -1;
-            }
-            o->seed = s;
-            break;
-        }
-        case OPT_THETA:
-            if (parse_real("--rope-theta", a, 1.0000001, 1e12,
-                           &o->rope_theta) != 0)
-                return -1;
-            break;
-        case OPT_LLAMA3:
-            if (parse_real("--rope-scaling-llama3", a, 1e-3, 1e6,
-                           &o->llama3_factor) != 0)
-                return -1;
-            break;
-        case OPT_ORIG_MAX:
-            if (parse_int("--rope-original-max", a, 1, INT32_MAX,
-                          &o->rope_orig_max) != 0)
-                return -1;
-            break;
-        case OPT_MAX_POS:
-            if (parse_int("--max-position", a, 1, INT32_MAX,
-                          &o->max_position) != 0)
-                return -1;
-            break;
-        case OPT_EPS:
-            if (parse_real("--rms-eps", a, 1e-12, 1.0, &o->rms_eps) != 0)
-                return -1;
-            break;
-        case OPT_HELP:
-        case 'h':
-            usage(stdout);
-            exit(0);
-        default:
-            if (optopt != 0 && optopt < 256)
-                fprintf(stderr, "tangram-make-model: bad option '-%c'\n",
-                        optopt);
-            else
-                fprintf(stderr, "tangram-make-model: bad option '%s' or "
-                                "missing argument\n", argv[optind - 1]);
-            usage(stderr);
-            return -1;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "tangram-make-model: unexpected argument '%s'\n",
-                argv[optind]);
+    o->arch = arch_values[f->arch];
+    o->hidden = (int)f->hidden;
+    o->layers = (int)f->layers;
+    o->heads = (int)f->heads;
+    o->kv_heads = (int)f->kv_heads;
+    o->head_dim = (int)f->head_dim;
+    o->ffn = (int)f->ffn;
+    o->tie = f->tie;
+    o->tokenizer = f->tokenizer;
+    o->out = f->out;
+    o->dtype = dtype_values[f->dtype];
+    o->rope_theta = f->rope_theta;
+    o->llama3_factor = f->llama3_factor;
+    o->rope_orig_max = f->rope_orig_max;
+    o->max_position = f->max_position;
+    o->rms_eps = f->rms_eps;
+    const char *a = f->seed;
+    char *end;
+    errno = 0;
+    unsigned long long seed = strtoull(a, &end, 0);
+    if (errno != 0 || end == a || *end != '\0' || a[0] == '-') {
+        fprintf(stderr, "tangram-make-model: --seed: '%s' is not a "
+                        "non-negative integer\n", a);
         return -1;
     }
-    if (!o->have_arch || o->tokenizer == NULL || o->out == NULL) {
-        fprintf(stderr, "tangram-make-model: --arch, --tokenizer and -o are "
-                        "required\n");
-        usage(stderr);
-        return -1;
-    }
+    o->seed = seed;
     if (o->head_dim == 0) {
         if (o->hidden % o->heads != 0) {
             fprintf(stderr, "tangram-make-model: --hidden %d is not a "
@@ -651,21 +578,19 @@ static int die(const char *msg)
     return 1;
 }
 
-int main(int argc, char **argv)
+/* Writes the model directory described by *o. Returns the exit status. */
+static int make_model(const struct opts *o)
 {
-    struct opts o;
-    if (parse_args(argc, argv, &o) != 0)
-        return 2;
     char err[ERRLEN];
     struct stat sb;
-    if (stat(o.tokenizer, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    if (stat(o->tokenizer, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         fprintf(stderr, "tangram-make-model: --tokenizer: '%s' is not a "
-                        "directory\n", o.tokenizer);
+                        "directory\n", o->tokenizer);
         return 2;
     }
-    char *tok_path = join(o.tokenizer, "tokenizer.json");
-    char *tcfg_path = find_variant(o.tokenizer, "tokenizer_config");
-    char *gcfg_path = find_variant(o.tokenizer, "generation_config");
+    char *tok_path = join(o->tokenizer, "tokenizer.json");
+    char *tcfg_path = find_variant(o->tokenizer, "tokenizer_config");
+    char *gcfg_path = find_variant(o->tokenizer, "generation_config");
     json_t *tok = NULL, *tcfg = NULL, *gcfg = NULL;
     int status = 1;
     if (!is_file(tok_path)) {
@@ -675,7 +600,7 @@ int main(int argc, char **argv)
     }
     if (tcfg_path == NULL) {
         fprintf(stderr, "tangram-make-model: %s: no tokenizer_config.json\n",
-                o.tokenizer);
+                o->tokenizer);
         status = 2;
         goto out;
     }
@@ -691,32 +616,32 @@ int main(int argc, char **argv)
 
     struct mc_model_config c;
     memset(&c, 0, sizeof c);
-    c.arch = o.arch;
-    c.hidden_size = o.hidden;
-    c.intermediate_size = o.ffn;
-    c.num_layers = o.layers;
-    c.num_heads = o.heads;
-    c.num_kv_heads = o.kv_heads;
-    c.head_dim = o.head_dim;
+    c.arch = o->arch;
+    c.hidden_size = o->hidden;
+    c.intermediate_size = o->ffn;
+    c.num_layers = o->layers;
+    c.num_heads = o->heads;
+    c.num_kv_heads = o->kv_heads;
+    c.head_dim = o->head_dim;
     c.vocab_size = (int)(max_id + 1);
-    c.max_position_embeddings = o.max_position;
-    c.rms_norm_eps = o.rms_eps;
-    c.rope_theta = o.rope_theta;
-    if (o.llama3_factor > 0.0) {
+    c.max_position_embeddings = o->max_position;
+    c.rms_norm_eps = o->rms_eps;
+    c.rope_theta = o->rope_theta;
+    if (o->llama3_factor > 0.0) {
         /* The Llama-3.1 release values apart from the factor. */
         c.rope_scaling.type = MC_ROPE_LLAMA3;
-        c.rope_scaling.factor = o.llama3_factor;
+        c.rope_scaling.factor = o->llama3_factor;
         c.rope_scaling.low_freq_factor = 1.0;
         c.rope_scaling.high_freq_factor = 4.0;
-        c.rope_scaling.original_max_position_embeddings = o.rope_orig_max;
+        c.rope_scaling.original_max_position_embeddings = o->rope_orig_max;
     }
-    c.tie_word_embeddings = o.tie != 0;
-    c.qkv_bias = o.arch == MC_ARCH_QWEN2;
+    c.tie_word_embeddings = o->tie != 0;
+    c.qkv_bias = o->arch == MC_ARCH_QWEN2;
     c.o_bias = false;
-    c.qk_norm = o.arch == MC_ARCH_QWEN3;
+    c.qk_norm = o->arch == MC_ARCH_QWEN3;
     snprintf(c.torch_dtype, sizeof c.torch_dtype, "%s",
-             o.dtype == ST_DTYPE_BF16  ? "bfloat16"
-             : o.dtype == ST_DTYPE_F16 ? "float16"
+             o->dtype == ST_DTYPE_BF16  ? "bfloat16"
+             : o->dtype == ST_DTYPE_F16 ? "float16"
                                        : "float32");
     c.bos_token_id = -1;
     if (gcfg != NULL) {
@@ -738,12 +663,12 @@ int main(int argc, char **argv)
         status = die(err);
         goto out;
     }
-    if (mkdir_p(o.out) != 0) {
+    if (mkdir_p(o->out) != 0) {
         fprintf(stderr, "tangram-make-model: -o %s: cannot create directory: "
-                        "%s\n", o.out, strerror(errno));
+                        "%s\n", o->out, strerror(errno));
         goto out;
     }
-    char *p = join(o.out, "config.json");
+    char *p = join(o->out, "config.json");
     int rc = mc_model_config_write_json(&c, p, err, sizeof err);
     free(p);
     if (rc != 0) {
@@ -761,7 +686,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++) {
         if (copies[i].src == NULL)
             continue;
-        p = join(o.out, copies[i].dst);
+        p = join(o->out, copies[i].dst);
         rc = copy_file(copies[i].src, p, err, sizeof err);
         free(p);
         if (rc != 0) {
@@ -770,8 +695,8 @@ int main(int argc, char **argv)
         }
     }
     uint64_t params = 0;
-    p = join(o.out, "model.safetensors");
-    rc = build_weights(&c, &o, p, &params, err, sizeof err);
+    p = join(o->out, "model.safetensors");
+    rc = build_weights(&c, o, p, &params, err, sizeof err);
     free(p);
     if (rc != 0) {
         status = die(err);
@@ -779,9 +704,9 @@ int main(int argc, char **argv)
     }
     printf("%s: %s, %d layers, hidden %d, heads %d/%d x %d, ffn %d, vocab "
            "%d, %llu parameters (%s)\n",
-           o.out, mc_arch_name(c.arch), c.num_layers, c.hidden_size,
+           o->out, mc_arch_name(c.arch), c.num_layers, c.hidden_size,
            c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
-           c.vocab_size, (unsigned long long)params, st_dtype_name(o.dtype));
+           c.vocab_size, (unsigned long long)params, st_dtype_name(o->dtype));
     status = 0;
 out:
     json_decref(tok);
@@ -790,5 +715,31 @@ out:
     free(tok_path);
     free(tcfg_path);
     free(gcfg_path);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    struct flags f;
+    memset(&f, 0, sizeof f);
+    char err[ERRLEN];
+    struct tg_config_cli cli = {.usage = usage, .help_out = stdout,
+                                .no_env = true};
+    int rc = tg_config_parse_cli(table, N_TABLE, &f, &cli, argc, argv, NULL,
+                                 err, sizeof err);
+    int status;
+    struct opts o;
+    if (rc == TG_EDONE) {
+        status = 0;
+    } else if (rc != 0) {
+        fprintf(stderr, "tangram-make-model: %s\n(see tangram-make-model "
+                        "--help)\n", err);
+        status = 2;
+    } else if (check_flags(&f, &o) != 0) {
+        status = 2;
+    } else {
+        status = make_model(&o);
+    }
+    tg_config_free(table, N_TABLE, &f);
     return status;
 }

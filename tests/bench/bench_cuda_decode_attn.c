@@ -1,5 +1,5 @@
 /* bench_cuda_decode_attn.c — split-map decode attention on a skewed
- * profile (DESIGN.md §4.6, issue 5): the profile's split map (TANGRAM
+ * profile (DESIGN.md §4.6): the profile's split map (TANGRAM
  * Algorithm 1 via pf_split_layer) vs a FlashDecoding-style uniform split
  * (tg_cuda_decode_uniform_splits) vs no split, on the same kernel.
  *

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench_serving — multi-turn serving load benchmark of the real tangramd on
 the CPU backend: full KV vs a calibrated per-head profile, same KV memory,
-one invocation (issue 4 item 10; DESIGN.md §7).
+one invocation (DESIGN.md §7).
 
 Client semantics follow vLLM's benchmarks/multi_turn (benchmark_serving_
 multi_turn): every conversation is a list of user turns; turn k re-sends the
@@ -76,7 +76,7 @@ WORDS = ("the of and to in is was for on that with as by at from his it an "
          "began home public church line june river member system place").split()
 
 # Model shapes: big enough that decode is not trivially fast, small enough
-# for two cores (issue 4 item 10).
+# for a benchmark run on two cores.
 FULL_MODEL = ["--arch", "qwen3", "--hidden", "256", "--layers", "4",
               "--heads", "8", "--kv-heads", "4", "--head-dim", "32",
               "--ffn", "512", "--dtype", "bf16", "--seed", "1"]

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Fault tolerance of the real tangramd (issue 4, item 9; DESIGN.md §2, §5).
+"""Fault tolerance of the real tangramd (DESIGN.md §2, §5): a client going
+away, leaked pages, a worker killed mid-generation, and the SIGTERM drain.
 
 Starts tangramd on loopback with the tiny qwen3 model (daemon_util) and
 checks, with client timeouts everywhere so that a hang is a failure and not

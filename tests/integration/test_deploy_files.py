@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Checks the deployment files of deploy/ against each other and against
-tangramd's option table (daemon/td_options.c).
+tangramd's options: the rows of the serving option table
+(common/tg_serve_opts.c) marked TG_SERVE_DAEMON.
 
 - Every YAML of deploy/k8s parses (python3-yaml); no object names a
   namespace; kustomization.yaml lists exactly the other manifests.
@@ -73,12 +74,15 @@ def read(path):
 
 
 # --------------------------------------------------------------------------
-# The option table of daemon/td_options.c.
+# tangramd's rows of the serving option table (common/tg_serve_opts.c).
+
+TABLE_SRC = os.path.join(SRC, "common", "tg_serve_opts.c")
 
 def parse_options():
-    """Returns {env name: entry dict} from the C table. An entry has name,
-    type, min, max and choices (a list, for enums)."""
-    text = read(os.path.join(SRC, "daemon", "td_options.c"))
+    """Returns {env name: entry dict} from the C table, tangramd's rows only
+    (those whose flags carry TG_SERVE_DAEMON). An entry has name, type, min,
+    max, def and choices (a list, for enums)."""
+    text = read(TABLE_SRC)
     arrays = {}
     for m in re.finditer(r"static const char \*const (\w+)\[\]\s*=\s*\{(.*?)\};",
                          text, re.S):
@@ -88,6 +92,8 @@ def parse_options():
     starts = [m.start() for m in re.finditer(r'\{\s*\.name\s*=', table)]
     for i, s in enumerate(starts):
         body = table[s:starts[i + 1] if i + 1 < len(starts) else len(table)]
+        if not re.search(r"\.flags\s*=[^,]*\bTG_SERVE_DAEMON\b", body):
+            continue
         name = re.search(r'\.name\s*=\s*"([a-z0-9-]+)"', body).group(1)
         e = {"name": name,
              "type": re.search(r"\.type\s*=\s*TG_CONFIG_(\w+)", body).group(1)}
@@ -96,6 +102,8 @@ def parse_options():
             e[k] = float(m.group(1)) if m else None
         m = re.search(r"\.choices\s*=\s*(\w+)", body)
         e["choices"] = arrays.get(m.group(1)) if m else None
+        m = re.search(r'\.def\s*=\s*"([^"]*)"', body)
+        e["def"] = m.group(1) if m else None
         opts["TANGRAM_" + name.upper().replace("-", "_")] = e
     return opts
 
@@ -149,10 +157,14 @@ def value_ok(e, v):
 
 
 OPTS = parse_options()
-check(len(OPTS) >= 18, "td_options.c: parsed only %d options" % len(OPTS))
+check(len(OPTS) >= 18, "tg_serve_opts.c: parsed only %d tangramd options"
+      % len(OPTS))
 for must in ("TANGRAM_MODEL", "TANGRAM_HTTP_PORT", "TANGRAM_GRPC_PORT",
              "TANGRAM_SHUTDOWN_TIMEOUT", "TANGRAM_HOST", "TANGRAM_TP"):
-    check(must in OPTS, "td_options.c: option %s not found" % must)
+    check(must in OPTS, "tg_serve_opts.c: option %s not found" % must)
+# The worker's and the router's own rows are not tangramd's.
+for other in ("TANGRAM_RANK", "TANGRAM_ROUTER", "TANGRAM_IPC_ENDPOINT"):
+    check(other not in OPTS, "tg_serve_opts.c: %s taken for tangramd's" % other)
 # The value model itself must reject what tangramd rejects.
 check(not value_ok(OPTS["TANGRAM_HTTP_PORT"], "70000"), "value_ok: port range")
 check(not value_ok(OPTS["TANGRAM_BACKEND"], "rocm"), "value_ok: enum")
@@ -217,11 +229,7 @@ if check(cm is not None, "no ConfigMap"):
 
 
 def opt_default(key):
-    text = read(os.path.join(SRC, "daemon", "td_options.c"))
-    name = OPTS[key]["name"]
-    m = re.search(r'\.name\s*=\s*"%s".*?\.def\s*=\s*"([^"]*)"' % name, text,
-                  re.S)
-    return m.group(1)
+    return OPTS[key]["def"]
 
 
 def cfg(key):

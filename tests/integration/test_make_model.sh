@@ -201,7 +201,8 @@ expect_fail "hidden" --arch qwen3 "${Q[@]}" --hidden 12x
 expect_fail "hidden" --arch qwen3 "${Q[@]}" --hidden 0
 expect_fail "heads" --arch qwen3 "${Q[@]}" --hidden 66 --heads 4
 expect_fail "rope-theta" --arch qwen3 "${Q[@]}" --rope-theta -5
-expect_fail "option" --arch qwen3 "${Q[@]}" --bogus
+expect_fail "unknown flag '--bogus'" --arch qwen3 "${Q[@]}" --bogus
+expect_fail "seed" --arch qwen3 "${Q[@]}" --seed -1
 [[ ! -e "$tmp/bad" ]] || fail "a failed run left $tmp/bad behind"
 "$MAKE" --help | grep -q "usage" || fail "--help"
 

@@ -252,7 +252,8 @@ expect_fail "--tokens" "$BIN" pages --profile prof.json --tokens -1
 expect_fail "--page-size" "$BIN" pages --profile prof.json --tokens 5 --page-size 0
 expect_fail "--prefill-chunk" "$BIN" pages --profile prof.json --tokens 5 --prefill-chunk x
 expect_fail "3 ranks" "$BIN" tp --profile prof.json --ranks 3
-expect_fail "unknown option" "$BIN" splits --profile prof.json --n-cta 4 --bogus
+expect_fail "unknown flag '--bogus'" "$BIN" splits --profile prof.json --n-cta 4 --bogus
+expect_fail "unknown option '-x'" "$BIN" splits --profile prof.json --n-cta 4 -x
 expect_fail "unexpected argument" "$BIN" splits --profile prof.json --n-cta 4 extra
 expect_fail "unknown command" "$BIN" frobnicate
 [ -e x.json ] && fail "a failed build left x.json"
@@ -261,7 +262,9 @@ expect_fail "unknown command" "$BIN" frobnicate
 for c in build show splits pages tp; do
     "$BIN" "$c" --help > help.txt 2>&1 || fail "$c --help exit status"
     grep -q "usage: tangram-profile $c" help.txt || fail "$c --help text"
+    grep -q -- "--profile P\|--retention FILE" help.txt || fail "$c --help lacks its flags"
 done
+"$BIN" build --help | grep -q -- "-o, --output OUT" || fail "build --help lacks -o"
 "$BIN" --help | grep -q "splits" || fail "top-level --help"
 
 if [ "$fails" -ne 0 ]; then

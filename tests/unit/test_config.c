@@ -582,7 +582,7 @@ static void test_free_zeroed(void **state)
     tg_config_free(ttab, NT, &o);
     tg_config_free(ttab, NT, &o);
     tg_config_free(ttab, NT, NULL);
-    struct td_options t;
+    struct tg_serve_opts t;
     memset(&t, 0, sizeof t);
     td_options_free(&t);
     td_options_free(&t);
@@ -596,7 +596,7 @@ static void test_free_zeroed(void **state)
 
 /* ---- tangramd options ------------------------------------------------- */
 
-static int tdparse(struct td_options *o, char **envp, const char *const *args)
+static int tdparse(struct tg_serve_opts *o, char **envp, const char *const *args)
 {
     char *argv[40];
     int argc = 0;
@@ -611,12 +611,12 @@ static int tdparse(struct td_options *o, char **envp, const char *const *args)
 static void test_td_defaults(void **state)
 {
     (void)state;
-    struct td_options o = {0};
+    struct tg_serve_opts o = {0};
     assert_int_equal(tdparse(&o, NULL, ARGS("--model", "/models/tiny-llama/")),
                      0);
     assert_string_equal(o.model, "/models/tiny-llama/");
     assert_null(o.profile);
-    assert_int_equal(o.backend, TD_BACKEND_CPU);
+    assert_int_equal(o.backend, TG_SERVE_BACKEND_CPU);
     assert_int_equal(o.tp, 1);
     assert_string_equal(o.host, "127.0.0.1");
     assert_int_equal(o.http_port, 8000);
@@ -653,7 +653,7 @@ static void test_td_env_flags(void **state)
     char *envp[] = {"TANGRAM_MODEL=/m/qwen", "TANGRAM_API_KEY=sk-env",
                     "TANGRAM_HTTP_PORT=9000", "TANGRAM_KV_MEMORY=12GiB",
                     "TANGRAM_LOG_FORMAT=json", "TANGRAM_TP=2", NULL};
-    struct td_options o = {0};
+    struct tg_serve_opts o = {0};
     assert_int_equal(tdparse(&o, envp, ARGS("--tp", "4", "--backend=cuda",
                                             "--profile", "p.json",
                                             "--log-level", "debug",
@@ -668,7 +668,7 @@ static void test_td_env_flags(void **state)
     assert_int_equal(o.log_format, 1);
     assert_int_equal(o.log_level, 3);
     assert_int_equal(o.tp, 4); /* flag over env */
-    assert_int_equal(o.backend, TD_BACKEND_CUDA);
+    assert_int_equal(o.backend, TG_SERVE_BACKEND_CUDA);
     assert_string_equal(o.profile, "p.json");
     assert_string_equal(o.served_model_name, "qwen-x");
     assert_true(o.shutdown_timeout == 2.5);
@@ -719,7 +719,7 @@ static void test_td_errors(void **state)
         {"--worker-heartbeat-ms", "5", TG_ERANGE, "[10, 600000]"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct td_options o = {0};
+        struct tg_serve_opts o = {0};
         int rc = tdparse(&o, NULL, ARGS("--model", "m", cases[i].a,
                                         cases[i].b));
         if (rc != cases[i].rc || strstr(errbuf, cases[i].needle) == NULL)
@@ -729,7 +729,7 @@ static void test_td_errors(void **state)
         td_options_free(&o);
     }
     /* A model path with no name needs an explicit served name. */
-    struct td_options o = {0};
+    struct tg_serve_opts o = {0};
     assert_int_equal(tdparse(&o, NULL, ARGS("--model", "/")), TG_EINVAL);
     assert_non_null(strstr(errbuf, "--served-model-name"));
     assert_int_equal(tdparse(&o, NULL, ARGS("--model", "/",

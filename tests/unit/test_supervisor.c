@@ -77,7 +77,7 @@ static void test_notify_parse(void **state)
     assert_int_equal(k, TD_NOTIFY_READY);
 }
 
-static void parse_opts(struct td_options *o, char **argv, int argc)
+static void parse_opts(struct tg_serve_opts *o, char **argv, int argc)
 {
     char err[512];
     memset(o, 0, sizeof *o);
@@ -105,7 +105,7 @@ static void test_router_argv(void **state)
                   "--api-key", "sekrit", "--kv-memory", "75%",
                   "--shutdown-timeout", "2.5", "--log-format", "json",
                   "--profile", "/p.json"};
-    struct td_options o;
+    struct tg_serve_opts o;
     parse_opts(&o, in, (int)(sizeof in / sizeof in[0]));
     char **argv = NULL;
     size_t argc = 0;
@@ -123,7 +123,7 @@ static void test_router_argv(void **state)
     assert_string_equal(argv[argc - 1], "3");
     /* Without the router-only tail, the flags parse back to tangramd's own
      * options (the key aside). */
-    struct td_options back;
+    struct tg_serve_opts back;
     parse_opts(&back, argv, (int)argc - 4);
     assert_string_equal(back.model, "/m/llama/");
     assert_string_equal(back.profile, "/p.json");
@@ -147,7 +147,7 @@ static void test_worker_argv(void **state)
     char *in[] = {"tangramd", "--model", "/m", "--tp", "3", "--page-size",
                   "32", "--kv-memory", "8GiB", "--backend", "cuda",
                   "--log-level", "debug", "--http-port", "9000"};
-    struct td_options o;
+    struct tg_serve_opts o;
     parse_opts(&o, in, (int)(sizeof in / sizeof in[0]));
     char **argv = NULL;
     size_t argc = 0;
@@ -246,7 +246,7 @@ static void test_child_env(void **state)
 {
     (void)state;
     char *in[] = {"tangramd", "--model", "/m", "--api-key", "flagkey"};
-    struct td_options o;
+    struct tg_serve_opts o;
     parse_opts(&o, in, 5);
     char *envp[] = {"PATH=/bin", "NOTIFY_SOCKET=/run/n", "WATCHDOG_USEC=5",
                     "WATCHDOG_PID=1", "TANGRAM_API_KEY=envkey",
@@ -400,7 +400,7 @@ static void test_run_spawn_failure(void **state)
     scratch_make(&sc);
     char *in[] = {"tangramd", "--model", "/m", "--tp", "2",
                   "--log-level", "err"};
-    struct td_options o;
+    struct tg_serve_opts o;
     parse_opts(&o, in, 7);
     tg_log_init("test", -1, TG_LOG_ERR, TG_LOG_TEXT);
     struct td_sup_paths p;

@@ -64,6 +64,8 @@ static int release(struct rt_tc_parser *p, const char *s, size_t k)
 /* Drops the first k bytes of the held buffer. */
 static void consume(struct rt_tc_parser *p, size_t k)
 {
+    if (k == 0)
+        return;
     memmove(p->buf, p->buf + k, p->n - k);
     p->n -= k;
 }

@@ -723,12 +723,11 @@ static int getslice(struct jj_ctx *c, struct jj_scope *sc,
 
 /* ---- calls -------------------------------------------------------------------- */
 
-int jj_call(struct jj_ctx *c, int line, struct jj_scope *sc,
-            struct jj_val callee, const struct jj_val *args, size_t nargs,
+int jj_call(struct jj_ctx *c, int line, struct jj_val callee,
+            const struct jj_val *args, size_t nargs,
             const char *const *kwnames, const struct jj_val *kwvals,
             size_t nkw, struct jj_val *out)
 {
-    (void)sc;
     int rc = jj_step(c, line);
     if (rc)
         return rc;
@@ -929,7 +928,7 @@ int jj_eval(struct jj_ctx *c, struct jj_scope *sc, const struct jj_node *n,
             return rc;
         struct argv av;
         if ((rc = eval_args(c, sc, n, &av)) == 0)
-            rc = jj_call(c, n->line, sc, a, av.v, n->n_kids, n->kwnames,
+            rc = jj_call(c, n->line, a, av.v, n->n_kids, n->kwnames,
                          av.v + n->n_kids, n->n_kw, out);
         argv_free(&av);
         jj_unref(a);

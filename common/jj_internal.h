@@ -393,8 +393,6 @@ int jj_dict_set(struct jj_dict *d, struct jj_val k, struct jj_val v);
 int jj_dict_append(struct jj_dict *d, struct jj_val k, struct jj_val v);
 /* Borrowed value of key k, or NULL. Keys compare by Python equality. */
 const struct jj_val *jj_dict_get(const struct jj_dict *d, struct jj_val k);
-const struct jj_val *jj_dict_get_str(const struct jj_dict *d,
-                                     const char *key, size_t len);
 struct jj_val jj_dict_val(struct jj_dict *d);
 
 /* Hashability of a dict key (str, int, float, bool, None, tuple of such). */
@@ -521,8 +519,8 @@ int jj_json_dumps(struct jj_ctx *c, int line, struct jj_val v,
 int jj_eval(struct jj_ctx *c, struct jj_scope *sc, const struct jj_node *n,
             struct jj_val *out);
 /* Calls callee with positional args and keyword args. */
-int jj_call(struct jj_ctx *c, int line, struct jj_scope *sc,
-            struct jj_val callee, const struct jj_val *args, size_t nargs,
+int jj_call(struct jj_ctx *c, int line, struct jj_val callee,
+            const struct jj_val *args, size_t nargs,
             const char *const *kwnames, const struct jj_val *kwvals,
             size_t nkw, struct jj_val *out);
 /* Jinja's sandboxed getattr / getitem (environment.getattr / getitem). */

@@ -409,32 +409,6 @@ const struct jj_val *jj_dict_get(const struct jj_dict *d, struct jj_val k)
     return i >= 0 ? &d->v[i] : NULL;
 }
 
-const struct jj_val *jj_dict_get_str(const struct jj_dict *d,
-                                     const char *key, size_t len)
-{
-    /* a temporary string on the stack for short keys */
-    _Alignas(struct jj_str) char mem[sizeof(struct jj_str) + 64];
-    struct jj_str *ks;
-    bool heap = len >= 64;
-    if (heap) {
-        ks = jj_str_new(key, len);
-        if (ks == NULL)
-            return NULL;
-    } else {
-        ks = (struct jj_str *)mem;
-        memset(ks, 0, sizeof(*ks));
-        memcpy(ks->s, key, len);
-        ks->s[len] = '\0';
-        ks->len = len;
-        ks->h.type = JJ_STR;
-        ks->h.immortal = 1;
-    }
-    const struct jj_val *r = jj_dict_get(d, jj_str_val(ks));
-    if (heap)
-        free(ks);
-    return r;
-}
-
 struct jj_val jj_dict_val(struct jj_dict *d)
 {
     struct jj_val v = {.t = JJ_DICT};

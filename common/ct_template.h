@@ -1,151 +1,129 @@
 /*
- * ct_template.h — chat templates of the supported model families, rendered
- * in C byte-for-byte as the models' own Jinja templates render them under
- * Hugging Face's apply_chat_template (trim_blocks, lstrip_blocks).
+ * ct_template.h — a model's own chat template: found in a model or
+ * tokenizer directory, compiled with the Jinja engine (jj_template.h) and
+ * rendered the way transformers' apply_chat_template renders it.
  *
- * We do not embed a Jinja interpreter. Instead each supported template is
- * re-implemented as straight-line C that mirrors its control flow, and the
- * template text shipped with a model is identified (ct_template_detect) by
- * the hash of its known text or, failing that, by distinctive substrings.
- * An unknown template is an error that names it, unless the caller names
- * the family explicitly (ct_template_select). The integration test
- * tests/integration/test_chat_template.py checks the output against the real
- * templates rendered with jinja2 (tests/reference/render_jinja.py).
+ * Sources, in transformers' order of precedence: DIR/chat_template.jinja
+ * (newer Hugging Face models), else the "chat_template" of
+ * DIR/tokenizer_config.json (a string, or a list of {name, template} where
+ * "default" is used, and "tool_use" when the request has tools and the list
+ * has one), else the single DIR/tokenizer_config.*.json. The special tokens
+ * come from that tokenizer_config (a string or an AddedToken object with
+ * "content"), as transformers' special_tokens_map holds them: bos_token,
+ * eos_token, unk_token, sep_token, pad_token, cls_token, mask_token and
+ * additional_special_tokens, each bound only when set and non-empty.
  *
- * Families (canonical names as accepted by ct_family_parse):
- *   "chatml-qwen2.5"  Qwen2.5-Instruct ChatML; default system prompt
- *                     "You are Qwen, created by Alibaba Cloud. You are a
- *                     helpful assistant." when messages[0] is not system.
- *   "qwen3"           Qwen3 (hybrid thinking): no default system prompt;
- *                     assistant turns after the last real user query carry
- *                     <think>…</think> built from reasoning_content (or from
- *                     a <think> block inside content); earlier turns drop it;
- *                     enable_thinking=false appends an empty think block to
- *                     the generation prompt.
- *   "llama3"          Llama-3.1 / 3.3 Instruct: <|begin_of_text|>, a system
- *                     header with "Cutting Knowledge Date: December 2023" and
- *                     "Today Date: <date_string>" (default "26 Jul 2024", the
- *                     template's literal), contents trimmed.
- *   "llama3.2"        Llama-3.2 Instruct: as llama3, but the default
- *                     date_string is today's local date "%d %b %Y" (the
- *                     template calls strftime_now, which transformers defines
- *                     as datetime.now().strftime).
+ * Template variables of a render, as transformers passes them: messages,
+ * tools (the list, or None when the request has none), documents (None),
+ * add_generation_prompt, the special tokens, and the caller's extra keyword
+ * arguments (chat_template_kwargs: enable_thinking and any other). The
+ * messages and tools are the caller's JSON as it is: the template sees
+ * exactly what the client sent (content strings or lists of parts,
+ * tool_calls with arguments as given). date_string stays undefined unless
+ * an extra argument sets it; strftime_now() formats the render time (or a
+ * time fixed by the caller). continue_final_message cuts the output after
+ * the final message's content as transformers does.
  *
- * Tool calling (tool definitions, assistant tool_calls, tool/ipython role
- * messages) is not implemented: such requests fail with TG_EUNSUPPORTED
- * rather than render differently from the template.
+ * Tool-call output formats (ct_tool_format) are recognized from the
+ * template text: "<tool_call>" (Qwen2.5, Qwen3, Hermes, QwQ) means the model
+ * writes <tool_call>{json}</tool_call> blocks; a Llama-3.x template (its
+ * "<|start_header_id|>" headers and the '"parameters"' call shape) means the
+ * whole answer is one JSON object {"name", "parameters"}. Anything else has
+ * no known output format: tools are rendered, the output stays text.
  *
- * Everything here is pure computation on caller data: any thread.
+ * Thread: a loaded template is immutable; renders may run on any thread.
  */
 #ifndef CT_TEMPLATE_H
 #define CT_TEMPLATE_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
+#include <time.h>
 
-enum ct_family {
-    CT_FAMILY_UNKNOWN = 0,
-    CT_FAMILY_QWEN25,  /* "chatml-qwen2.5" */
-    CT_FAMILY_QWEN3,   /* "qwen3" */
-    CT_FAMILY_LLAMA3,  /* "llama3" (Llama-3.1 / 3.3 text) */
-    CT_FAMILY_LLAMA32, /* "llama3.2" */
+#include "common/jj_template.h"
+
+enum ct_tool_format {
+    CT_TOOLS_NONE = 0,   /* no known tool-call output format */
+    CT_TOOLS_HERMES,     /* <tool_call>\n{"name", "arguments"}\n</tool_call> */
+    CT_TOOLS_LLAMA_JSON, /* the whole output is {"name", "parameters"} */
 };
 
-/* How a template's family was decided. */
-enum ct_match {
-    CT_MATCH_NONE = 0,
-    CT_MATCH_EXACT,       /* normalized text hash equals a known template */
-    CT_MATCH_FINGERPRINT, /* unknown text carrying the family's markers */
-    CT_MATCH_NAMED,       /* the caller named the family */
-};
+/* Returns "none", "hermes" or "llama3_json". */
+const char *ct_tool_format_name(enum ct_tool_format f);
+
+/* Recognizes the tool-call output format from template text. */
+enum ct_tool_format ct_tool_format_detect(const char *text);
 
 struct ct_template {
-    enum ct_family family;
-    enum ct_match match;
-    uint64_t hash; /* ct_template_hash of the text; 0 when no text given */
+    struct jj_template *tmpl;      /* the default template */
+    struct jj_template *tmpl_tools; /* "tool_use" of a template list, or
+                                       NULL */
+    char *source;                  /* text of the default template */
+    json_t *specials;              /* object: special token name -> value */
+    enum ct_tool_format tool_format;
+    char path[512];                /* where the template came from */
 };
-
-/* One chat message. Strings are borrowed, NUL-terminated UTF-8. */
-struct ct_message {
-    const char *role;              /* "system", "user", "assistant", ... */
-    const char *content;           /* required (never NULL) */
-    const char *reasoning_content; /* NULL = absent (same as JSON null) */
-    bool tool_calls;               /* message carries tool calls */
-};
-
-/* The Jinja variable enable_thinking: only an explicit false changes the
- * output (qwen3 tests `enable_thinking is defined and is false`). */
-enum ct_thinking {
-    CT_THINKING_DEFAULT = 0, /* variable undefined: thinking on */
-    CT_THINKING_ON,
-    CT_THINKING_OFF,
-};
-
-/* Render options; a zeroed struct is valid (no generation prompt, default
- * thinking, template's default date, no tools). */
-struct ct_options {
-    bool add_generation_prompt; /* append the assistant header */
-    enum ct_thinking enable_thinking; /* qwen3 only; ignored otherwise */
-    const char *date_string;    /* llama3*: "Today Date"; NULL = default */
-    bool tools;                 /* the request defines tools */
-};
-
-/* Returns the canonical name of family f ("qwen3"), or "unknown". */
-const char *ct_family_name(enum ct_family f);
-
-/* Parses a family name into *out. Accepts the canonical names plus the
- * aliases "qwen2.5", "llama3.1" and "llama3.3". Returns 0, or TG_EINVAL with
- * a message listing the valid names. Any thread. */
-int ct_family_parse(const char *name, enum ct_family *out, char *err,
-                    size_t errlen);
-
-/* Returns the 64-bit FNV-1a hash of `text` normalized the way Jinja sees it:
- * leading and trailing ASCII whitespace removed and CR of CRLF dropped
- * (Jinja normalizes newlines, and trim_blocks eats the final one). */
-uint64_t ct_template_hash(const char *text);
-
-/* Identifies the family of the chat template source `text`. On success
- * fills *out (match EXACT or FINGERPRINT) and returns 0. An unrecognized
- * template gives TG_EUNSUPPORTED with a message naming its hash and first
- * line; NULL text gives TG_EINVAL. Any thread. */
-int ct_template_detect(const char *text, struct ct_template *out, char *err,
-                       size_t errlen);
-
-/* Chooses the template to render with: the family `name` when non-NULL
- * (match NAMED; text may then be anything, including NULL or unknown),
- * otherwise ct_template_detect(text). Returns 0, TG_EINVAL (bad name, or
- * neither text nor name) or TG_EUNSUPPORTED (unknown text, no name). */
-int ct_template_select(const char *text, const char *name,
-                       struct ct_template *out, char *err, size_t errlen);
 
 /* Reads a chat template source from `path`: a .json file is read as a
  * tokenizer_config.json (its "chat_template" string, or the entry named
  * "default" of a list of {name, template}); any other file is the template
  * text itself (.jinja). On success *out is a malloc'd NUL-terminated string
  * the caller frees. Returns 0, TG_ENOENT, TG_EIO, TG_EFORMAT, TG_ENOTFOUND
- * (JSON without a chat template) or TG_ENOMEM. */
+ * (JSON without a chat template) or TG_ENOMEM. Any thread. */
 int ct_template_read_file(const char *path, char **out, char *err,
                           size_t errlen);
 
 /* Reads the chat template of a model or tokenizer directory: the first of
  * DIR/chat_template.jinja, DIR/tokenizer_config.json, or the single
- * DIR/tokenizer_config.*.json (so a folder holding one renamed config works).
- * Same ownership and codes as ct_template_read_file. */
+ * DIR/tokenizer_config.*.json (so a folder holding one renamed config
+ * works). Same ownership and codes as ct_template_read_file. */
 int ct_template_read_dir(const char *dir, char **out, char *err,
                          size_t errlen);
 
-/* Renders messages[0..n) with template t and options opt (NULL = zeroed
- * options) into *out, a malloc'd NUL-terminated string the caller frees;
- * *out_len (when non-NULL) gets its length in bytes. Fails, leaving *out
- * NULL, with TG_EINVAL where the Jinja template itself fails (an empty
- * message list: every supported template reads messages[0]) or on NULL
- * role/content; TG_EUNSUPPORTED for tools, tool calls, tool/ipython roles or
- * an unknown family; TG_ENOMEM. Roles a template ignores are ignored the same
- * way (Qwen drops unknown roles; Llama renders any role as a header).
- * Any thread. */
-int ct_render(const struct ct_template *t, const struct ct_message *messages,
-              size_t n, const struct ct_options *opt, char **out,
-              size_t *out_len, char *err, size_t errlen);
+/* Loads and compiles the chat template of directory `dir` (see above) into
+ * *t, which the call zeroes first. Returns 0; TG_ENOENT / TG_EIO /
+ * TG_EFORMAT / TG_ENOTFOUND for missing or malformed sources; the codes of
+ * jj_template_parse for a template the engine cannot compile (the message
+ * names the construct and line); TG_ENOMEM. On failure *t is empty.
+ * Free with ct_template_free. */
+int ct_template_load_dir(struct ct_template *t, const char *dir, char *err,
+                         size_t errlen);
+
+/* The same for a single file: a tokenizer_config .json (template and
+ * special tokens) or a .jinja template (no special tokens). */
+int ct_template_load_file(struct ct_template *t, const char *path, char *err,
+                          size_t errlen);
+
+/* Compiles template text (len bytes) with the special tokens of `specials`
+ * (an object or NULL; a new reference is taken). Same codes. */
+int ct_template_load_text(struct ct_template *t, const char *text,
+                          size_t len, json_t *specials, char *err,
+                          size_t errlen);
+
+/* Releases everything t holds; safe on a zeroed template. */
+void ct_template_free(struct ct_template *t);
+
+struct ct_render_opts {
+    bool add_generation_prompt;
+    bool continue_final_message; /* exclusive with add_generation_prompt */
+    json_t *kwargs;          /* extra template variables (an object, borrowed;
+                                NULL = none): chat_template_kwargs */
+    const struct tm *now;    /* strftime_now time; NULL = now, local */
+    struct jj_limits limits; /* zero = the engine's defaults */
+};
+
+/* Renders `messages` (a JSON array, borrowed) and `tools` (a JSON array or
+ * NULL) with template t into *out, a malloc'd NUL-terminated string of
+ * *out_len bytes the caller frees. Returns 0; TG_EINVAL when the template
+ * fails (its raise_exception, an undefined value, a type error) or a
+ * kwargs name collides with a reserved variable (messages, tools,
+ * documents, add_generation_prompt); TG_EFORMAT for continue_final_message
+ * whose final message the output does not contain; TG_EUNSUPPORTED,
+ * TG_ETOOBIG (a limit) and TG_ENOMEM from the engine. Any thread. */
+int ct_template_render(const struct ct_template *t, json_t *messages,
+                       json_t *tools, const struct ct_render_opts *o,
+                       char **out, size_t *out_len, char *err,
+                       size_t errlen);
 
 #endif /* CT_TEMPLATE_H */

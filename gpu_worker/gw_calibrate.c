@@ -108,7 +108,7 @@ int gw_calibrate_run(struct gw_engine *e, struct gw_calib_state *st,
 }
 
 /* Tokenizes one JSONL sample into ids. */
-static int sample_ids(const struct tok_tokenizer *tok, const char *tmpl_text,
+static int sample_ids(const struct tok_tokenizer *tok, const struct ct_template *tmpl,
                       const json_t *doc, int line, struct tok_ids *ids,
                       char *err, size_t errlen)
 {
@@ -148,35 +148,16 @@ static int sample_ids(const struct tok_tokenizer *tok, const char *tmpl_text,
         if (!json_is_array(v) || json_array_size(v) == 0)
             return tg_err_set(err, errlen, TG_EFORMAT,
                               "line %d: messages must be a non-empty array", line);
-        struct ct_template t;
-        int rc = ct_template_select(tmpl_text, NULL, &t, err, errlen);
-        if (rc != 0)
-            return rc;
-        size_t n = json_array_size(v);
-        struct ct_message *msgs = calloc(n, sizeof(*msgs));
-        if (msgs == NULL)
-            return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
-        for (size_t i = 0; i < n; i++) {
-            json_t *m = json_array_get(v, i);
-            json_t *role = json_object_get(m, "role");
-            json_t *content = json_object_get(m, "content");
-            if (!json_is_string(role) || !json_is_string(content)) {
-                free(msgs);
-                return tg_err_set(err, errlen, TG_EFORMAT,
-                                  "line %d: messages[%zu] needs string role and "
-                                  "content", line, i);
-            }
-            msgs[i].role = json_string_value(role);
-            msgs[i].content = json_string_value(content);
-        }
-        struct ct_options co = {.add_generation_prompt = false};
+        /* The model's own chat template renders the conversation as it
+         * is, without a generation prompt (a sample is a whole text). */
+        struct ct_render_opts co = {.add_generation_prompt = false};
         char *text = NULL;
         size_t len = 0;
-        rc = ct_render(&t, msgs, n, &co, &text, &len, err, errlen);
-        free(msgs);
+        int rc = ct_template_render(tmpl, v, NULL, &co, &text, &len, err,
+                                    errlen);
         if (rc != 0)
             return rc;
-        /* The rendered template already holds BOS where the family wants it. */
+        /* The rendered template already holds BOS where the model wants it. */
         rc = tok_encode(tok, NULL, text, len, 0, ids, err, errlen);
         free(text);
         return rc;
@@ -196,9 +177,9 @@ static int read_samples(const struct gw_calib_opts *o, const struct tok_tokenize
         return tg_err_set(err, errlen, TG_ENOENT, "%s: cannot open", o->samples_path);
     char path[4096];
     snprintf(path, sizeof(path), "%s", o->model_dir);
-    char *tmpl = NULL;
-    char terr[256];
-    if (ct_template_read_dir(path, &tmpl, terr, sizeof(terr)) != 0)
+    struct ct_template tmpl_store, *tmpl = &tmpl_store;
+    char terr[512];
+    if (ct_template_load_dir(tmpl, path, terr, sizeof(terr)) != 0)
         tmpl = NULL; /* only chat samples need it; they report the error */
     char *line = NULL;
     size_t cap = 0;
@@ -268,7 +249,8 @@ static int read_samples(const struct gw_calib_opts *o, const struct tok_tokenize
         n++;
     }
     free(line);
-    free(tmpl);
+    if (tmpl != NULL)
+        ct_template_free(tmpl);
     tok_ids_free(&ids);
     fclose(f);
     *n_out = n;

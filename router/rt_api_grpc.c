@@ -29,6 +29,7 @@
 
 #include "common/tg_err.h"
 #include "router/rt_grpc_reflect.h"
+#include "router/rt_openai_int.h"
 #include "tangram.pb-c.h"
 #include "tg_api_descriptors.h"
 
@@ -117,6 +118,84 @@ static void on_event(int event, void *ud)
     }
 }
 
+/* The OpenAI JSON of a chat (messages, tools, tool_choice) from its
+ * protobuf form, so that it goes through the HTTP API's validation and
+ * normalization (rt_openai_chat.c). Returns a new object or NULL. */
+static json_t *chat_json(Tangram__V1__ChatMessage *const *msgs, size_t n,
+                         Tangram__V1__Tool *const *tools, size_t n_tools,
+                         const char *tool_choice, struct rt_api_error *e)
+{
+    json_t *root = json_object(), *arr = json_array();
+    int bad = root == NULL || arr == NULL ||
+              json_object_set_new(root, "messages", arr) != 0;
+    for (size_t i = 0; !bad && i < n; i++) {
+        const Tangram__V1__ChatMessage *m = msgs[i];
+        json_t *o = json_object();
+        bad |= o == NULL || json_array_append_new(arr, o) != 0;
+        if (bad)
+            break;
+        bad |= json_object_set_new(o, "role", json_string(m->role ? m->role : ""));
+        bool null_content = m->n_tool_calls > 0 &&
+                            (m->content == NULL || m->content[0] == '\0');
+        bad |= json_object_set_new(o, "content",
+                                   null_content ? json_null()
+                                                : json_string(m->content ? m->content : ""));
+        if (m->name != NULL && m->name[0] != '\0')
+            bad |= json_object_set_new(o, "name", json_string(m->name));
+        if (m->reasoning_content != NULL && m->reasoning_content[0] != '\0')
+            bad |= json_object_set_new(o, "reasoning_content",
+                                       json_string(m->reasoning_content));
+        if (m->tool_call_id != NULL && m->tool_call_id[0] != '\0')
+            bad |= json_object_set_new(o, "tool_call_id", json_string(m->tool_call_id));
+        if (m->n_tool_calls > 0) {
+            json_t *calls = json_array();
+            bad |= calls == NULL || json_object_set_new(o, "tool_calls", calls) != 0;
+            for (size_t k = 0; !bad && k < m->n_tool_calls; k++) {
+                const Tangram__V1__ToolCall *c = m->tool_calls[k];
+                json_t *f = json_pack("{s:s, s:s}", "name", c->name ? c->name : "",
+                                      "arguments", c->arguments ? c->arguments : "");
+                json_t *jc = json_pack("{s:s, s:s, s:o}", "id", c->id ? c->id : "",
+                                       "type", "function", "function", f);
+                bad |= jc == NULL || json_array_append_new(calls, jc) != 0;
+            }
+        }
+    }
+    if (!bad && n_tools > 0) {
+        json_t *ta = json_array();
+        bad |= ta == NULL || json_object_set_new(root, "tools", ta) != 0;
+        for (size_t k = 0; !bad && k < n_tools; k++) {
+            const Tangram__V1__Tool *t = tools[k];
+            json_t *f = json_pack("{s:s}", "name", t->name ? t->name : "");
+            bad |= f == NULL;
+            if (!bad && t->description != NULL && t->description[0] != '\0')
+                bad |= json_object_set_new(f, "description", json_string(t->description));
+            if (!bad && t->parameters_json != NULL && t->parameters_json[0] != '\0') {
+                json_error_t je;
+                json_t *p = json_loads(t->parameters_json, 0, &je);
+                if (p == NULL) {
+                    json_decref(f);
+                    json_decref(root);
+                    rt_api_error_set(e, 400, "invalid_value", "tools",
+                                     "tools[%zu].parameters_json is not JSON: %s",
+                                     k, je.text);
+                    return NULL;
+                }
+                bad |= json_object_set_new(f, "parameters", p);
+            }
+            json_t *jt = bad ? NULL : json_pack("{s:s, s:o}", "type", "function", "function", f);
+            bad |= jt == NULL || json_array_append_new(ta, jt) != 0;
+        }
+    }
+    if (!bad && tool_choice != NULL && tool_choice[0] != '\0')
+        bad |= json_object_set_new(root, "tool_choice", json_string(tool_choice));
+    if (bad) {
+        json_decref(root);
+        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        return NULL;
+    }
+    return root;
+}
+
 /* Per-call state of a Generate stream. */
 struct gen_client {
     struct rt_grpc_call *call;
@@ -174,9 +253,55 @@ static Tangram__V1__FinishReason reason_of(enum rt_finish f)
         return TANGRAM__V1__FINISH_REASON__FINISH_REASON_ABORT;
     case RT_FINISH_ERROR:
         return TANGRAM__V1__FINISH_REASON__FINISH_REASON_ERROR;
+    case RT_FINISH_TOOL_CALLS:
+        return TANGRAM__V1__FINISH_REASON__FINISH_REASON_TOOL_CALLS;
     default:
         return TANGRAM__V1__FINISH_REASON__FINISH_REASON_UNSPECIFIED;
     }
+}
+
+/* Runs the tool-call parser over this delivery's text: *text / *len become
+ * the content it releases (in *own, malloc'd), [*first, *n_calls) of
+ * rt_tc_calls the calls completed, and a STOP with calls becomes
+ * TOOL_CALLS. Returns 0 or TG_ENOMEM. */
+static int tool_delta(struct rt_req *r, const char **text, size_t *len,
+                      enum rt_finish *fin, char **own, size_t *first,
+                      size_t *n_calls)
+{
+    struct rt_tc_delta d;
+    int rc = rt_tc_feed(r->tc, *text, *len, &d);
+    if (rc != 0)
+        return rc;
+    size_t n = d.content_len;
+    char *buf = malloc(n + 1);
+    if (buf == NULL)
+        return TG_ENOMEM;
+    memcpy(buf, d.content, n);
+    *first = d.first_index;
+    if (*fin != RT_FINISH_NONE) {
+        if ((rc = rt_tc_finish(r->tc, &d)) != 0) {
+            free(buf);
+            return rc;
+        }
+        char *b2 = realloc(buf, n + d.content_len + 1);
+        if (b2 == NULL) {
+            free(buf);
+            return TG_ENOMEM;
+        }
+        buf = b2;
+        memcpy(buf + n, d.content, d.content_len);
+        n += d.content_len;
+    }
+    buf[n] = '\0';
+    size_t total;
+    rt_tc_calls(r->tc, &total);
+    *n_calls = total;
+    if (*fin == RT_FINISH_STOP && total > 0)
+        *fin = RT_FINISH_TOOL_CALLS;
+    *own = buf;
+    *text = buf;
+    *len = n;
+    return 0;
 }
 
 static void gen_deliver(struct rt_req *r, const char *text, size_t len,
@@ -187,6 +312,26 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
     (void)n_lp;
     struct gen_client *c = r->client;
     struct rt_server *s = r->srv;
+    char *tc_text = NULL;
+    size_t first_call = 0, end_call = 0;
+    int tc_ok = r->tc == NULL || fin == RT_FINISH_ERROR ||
+                tool_delta(r, &text, &len, &fin, &tc_text, &first_call,
+                           &end_call) == 0;
+    Tangram__V1__ToolCall *pcalls = NULL, **pcallp = NULL;
+    if (tc_ok && end_call > first_call) {
+        size_t k = end_call - first_call, total;
+        const struct rt_tool_call *all = rt_tc_calls(r->tc, &total);
+        pcalls = calloc(k, sizeof(*pcalls));
+        pcallp = calloc(k, sizeof(*pcallp));
+        tc_ok = pcalls != NULL && pcallp != NULL;
+        for (size_t i = 0; tc_ok && i < k; i++) {
+            tangram__v1__tool_call__init(&pcalls[i]);
+            pcalls[i].id = all[first_call + i].id;
+            pcalls[i].name = all[first_call + i].name;
+            pcalls[i].arguments = all[first_call + i].arguments;
+            pcallp[i] = &pcalls[i];
+        }
+    }
     Tangram__V1__GenerateResponse m = TANGRAM__V1__GENERATE_RESPONSE__INIT;
     Tangram__V1__Usage u = TANGRAM__V1__USAGE__INIT;
     int32_t n_new = r->n_out - c->tok_sent;
@@ -197,11 +342,15 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
     Tangram__V1__TopLogprob **topp = calloc((size_t)n_new * r->n_top + 1, sizeof(*topp));
     char *txt = malloc(len + 1);
     char **tok_txt = calloc((size_t)n_new * (r->n_top + 1) + 1, sizeof(char *));
-    int ok = ids && tl && tlp && tops && topp && txt && tok_txt;
+    int ok = ids && tl && tlp && tops && topp && txt && tok_txt && tc_ok;
     size_t n_txt = 0;
     if (ok) {
         memcpy(txt, text, len);
         txt[len] = '\0';
+        if (pcallp != NULL) {
+            m.n_tool_calls = end_call - first_call;
+            m.tool_calls = pcallp;
+        }
         for (int32_t i = 0; i < n_new; i++)
             ids[i] = (uint32_t)r->out_ids[c->tok_sent + i];
         m.n_token_ids = (size_t)n_new;
@@ -268,6 +417,9 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
     free(tops);
     free(topp);
     free(txt);
+    free(tc_text);
+    free(pcalls);
+    free(pcallp);
     if (fin != RT_FINISH_NONE || !ok) {
         if (!ok)
             rt_grpc_call_finish(c->call, RT_GRPC_INTERNAL, "out of memory");
@@ -284,18 +436,6 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
 }
 
 static const struct rt_sink gen_sink = {gen_deliver};
-
-/* A chat role by name, as the HTTP API takes it; fills *e otherwise. */
-static int parse_role(const char *role, size_t i, enum rt_role *out,
-                      struct rt_api_error *e)
-{
-    if (rt_role_from_name(role, out) == 0)
-        return 0;
-    rt_api_error_set(e, 400, "invalid_value", "messages",
-                     "messages[%zu].role '%.64s' is not one of system, "
-                     "developer, user, assistant, tool", i, role);
-    return TG_EINVAL;
-}
 
 static void gen_cancelled(struct rt_grpc_call *call, int status, void *ud)
 {
@@ -319,6 +459,11 @@ static int convert(struct rt_server *s, const Tangram__V1__GenerateRequest *q,
                          "give exactly one of prompt, prompt_token_ids and messages");
         return TG_EINVAL;
     }
+    if (q->n_messages == 0 && (q->n_tools > 0 || (q->tool_choice && q->tool_choice[0]))) {
+        rt_api_error_set(e, 400, "invalid_value", "tools",
+                         "tools and tool_choice apply to chats (messages) only");
+        return TG_EINVAL;
+    }
     memset(g, 0, sizeof(*g));
     struct rt_sampling *sp = &g->sampling;
     rt_sampling_init(sp);
@@ -329,18 +474,17 @@ static int convert(struct rt_server *s, const Tangram__V1__GenerateRequest *q,
     if (q->n_messages > 0) {
         g->endpoint = RT_ENDPOINT_CHAT;
         g->chat.add_generation_prompt = true;
-        g->messages = calloc(q->n_messages, sizeof(*g->messages));
-        if (g->messages == NULL)
-            goto nomem;
-        g->n_messages = q->n_messages;
-        for (size_t i = 0; i < q->n_messages; i++) {
-            const char *role = q->messages[i]->role ? q->messages[i]->role : "";
-            if (parse_role(role, i, &g->messages[i].role, e) != 0)
-                return TG_EINVAL;
-            g->messages[i].content = strdup(q->messages[i]->content ? q->messages[i]->content : "");
-            if (g->messages[i].content == NULL)
-                goto nomem;
-        }
+        json_t *root = chat_json(q->messages, q->n_messages, q->tools,
+                                 q->n_tools, q->tool_choice, e);
+        if (root == NULL)
+            return e->status == 500 ? TG_ENOMEM : TG_EINVAL;
+        int rc = rt__openai_parse_messages(root, &g->messages, &g->n_messages,
+                                           &g->chat_messages, e);
+        if (rc == 0)
+            rc = rt__openai_parse_tools(root, &g->tools, &g->tool_choice, e);
+        json_decref(root);
+        if (rc != 0)
+            return rc;
     } else if (q->n_prompt_token_ids > 0) {
         g->endpoint = RT_ENDPOINT_COMPLETIONS;
         g->add_special_tokens = true;
@@ -551,16 +695,6 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
     }
     struct tok_ids ids = {0};
     struct rt_api_error e;
-    /* Roles as Generate and the HTTP API take them. */
-    enum rt_role role;
-    for (size_t i = 0; i < q->n_messages; i++) {
-        if (parse_role(q->messages[i]->role ? q->messages[i]->role : "", i,
-                       &role, &e) != 0) {
-            tangram__v1__tokenize_request__free_unpacked(q, NULL);
-            rt_grpc_call_finish(call, RT_GRPC_INVALID_ARGUMENT, e.message);
-            return;
-        }
-    }
     int rc;
     int chat = q->n_messages > 0;
     if (chat && q->text != NULL && q->text[0] != '\0') {
@@ -568,30 +702,31 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
         rt_api_error_set(&e, 400, "invalid_value", "text",
                          "give either text or messages");
     } else if (chat) {
-        struct ct_message *m = calloc(q->n_messages, sizeof(*m));
-        for (size_t i = 0; m != NULL && i < q->n_messages; i++) {
-            /* Checked above; "developer" renders as "system", as over
-             * HTTP. */
-            rt_role_from_name(q->messages[i]->role, &role);
-            m[i].role = rt_role_name(role);
-            m[i].content = q->messages[i]->content ? q->messages[i]->content : "";
-        }
-        struct ct_options co = {.add_generation_prompt =
-                                    q->add_generation_prompt_opt_case
-                                        ? (bool)q->add_generation_prompt
-                                        : true};
+        struct rt_chat_opts co = {.add_generation_prompt =
+                                      q->add_generation_prompt_opt_case
+                                          ? (bool)q->add_generation_prompt
+                                          : true};
         int special = q->add_special_tokens_opt_case ? q->add_special_tokens : 0;
-        if (m == NULL) {
-            rc = TG_ENOMEM;
-            rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
-        } else {
-            rc = rt_server_encode(s, NULL, 0, m, q->n_messages, &co, special, &ids, &e);
-        }
-        free(m);
+        json_t *root = chat_json(q->messages, q->n_messages, q->tools,
+                                 q->n_tools, NULL, &e);
+        struct rt_message *msgs = NULL;
+        size_t n_msgs = 0;
+        json_t *chat_msgs = NULL, *tools = NULL;
+        rc = root == NULL ? TG_EINVAL
+                          : rt__openai_parse_messages(root, &msgs, &n_msgs,
+                                                      &chat_msgs, &e);
+        if (rc == 0)
+            rc = rt__openai_parse_tools(root, &tools, NULL, &e);
+        if (rc == 0)
+            rc = rt_server_encode_chat(s, chat_msgs, tools, &co, special, &ids, &e);
+        rt__openai_messages_free(msgs, n_msgs);
+        json_decref(chat_msgs);
+        json_decref(tools);
+        json_decref(root);
     } else {
         int special = q->add_special_tokens_opt_case ? q->add_special_tokens : 1;
         const char *t = q->text ? q->text : "";
-        rc = rt_server_encode(s, t, strlen(t), NULL, 0, NULL, special, &ids, &e);
+        rc = rt_server_encode(s, t, strlen(t), special, &ids, &e);
     }
     tangram__v1__tokenize_request__free_unpacked(q, NULL);
     if (rc != 0) {

@@ -122,6 +122,30 @@ static void stream_write_owned(struct rt_http_req *req, char *buf, size_t len, i
     free(buf);
 }
 
+/* A stream frame of content (with logprobs) and one of tool calls, each
+ * written when it has something. */
+static int sse_tool_frames(struct rt_req *r, const struct rt_tc_delta *d,
+                           const struct rt_token_logprob *lps, size_t n_lp,
+                           const struct rt_usage *u)
+{
+    struct rt_http_req *req = r->client;
+    char *buf = NULL;
+    size_t n = 0;
+    int rc = 0;
+    if (d->content_len > 0 || n_lp > 0) {
+        rc = rt_openai_sse_delta(&r->ctx, d->content, d->content_len, lps,
+                                 n_lp, RT_FINISH_NONE, u, &buf, &n);
+        stream_write_owned(req, buf, n, rc);
+    }
+    if (rc == 0 && d->n_calls > 0) {
+        buf = NULL;
+        rc = rt_openai_sse_tool_calls(&r->ctx, d->calls, d->n_calls,
+                                      d->first_index, NULL, 0, u, &buf, &n);
+        stream_write_owned(req, buf, n, rc);
+    }
+    return rc;
+}
+
 static void sse_deliver(struct rt_req *r, const char *text, size_t len,
                         const struct rt_token_logprob *lps, size_t n_lp,
                         enum rt_finish fin, const char *error)
@@ -135,6 +159,33 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
         rt_api_error_set(&e, 500, "generation_failed", NULL, "%s",
                          error ? error : "the request failed");
         stream_write_owned(req, buf, n, rt_openai_sse_error(&e, &buf, &n));
+    } else if (r->tc != NULL) {
+        /* tool calls: text that may start a call is held back until it is
+         * decided; calls go out as tool_calls deltas */
+        struct rt_tc_delta d;
+        int rc = rt_tc_feed(r->tc, text, len, &d);
+        if (rc == 0)
+            rc = sse_tool_frames(r, &d, lps, n_lp, &u);
+        if (rc == 0 && fin != RT_FINISH_NONE &&
+            (rc = rt_tc_finish(r->tc, &d)) == 0)
+            rc = sse_tool_frames(r, &d, NULL, 0, &u);
+        if (rc != 0) {
+            struct rt_api_error e;
+            rt_api_error_set(&e, 500, "internal_error", NULL,
+                             "out of memory");
+            buf = NULL;
+            stream_write_owned(req, buf, n, rt_openai_sse_error(&e, &buf, &n));
+            fin = fin == RT_FINISH_NONE ? RT_FINISH_ERROR : fin;
+        } else if (fin != RT_FINISH_NONE) {
+            size_t n_calls;
+            rt_tc_calls(r->tc, &n_calls);
+            enum rt_finish f = fin == RT_FINISH_STOP && n_calls > 0
+                                   ? RT_FINISH_TOOL_CALLS
+                                   : fin;
+            buf = NULL;
+            rc = rt_openai_sse_delta(&r->ctx, "", 0, NULL, 0, f, &u, &buf, &n);
+            stream_write_owned(req, buf, n, rc);
+        }
     } else {
         int rc = rt_openai_sse_delta(&r->ctx, text, len, lps, n_lp, fin, &u, &buf, &n);
         stream_write_owned(req, buf, n, rc);
@@ -147,6 +198,46 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
     }
     rt_http_stream_write(req, RT_OPENAI_SSE_DONE, strlen(RT_OPENAI_SSE_DONE));
     rt_http_stream_end(req);
+}
+
+/* The non-streaming chat body of a request with tool calls. */
+static int tool_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
+                         const struct rt_usage *u, char **body, size_t *blen)
+{
+    struct rt_tc_delta d;
+    char *content = NULL;
+    size_t clen = 0;
+    int rc = rt_tc_feed(r->tc, r->text.out.s ? r->text.out.s : "",
+                        r->text.out.n, &d);
+    if (rc == 0) {
+        content = malloc(d.content_len + 1);
+        if (content == NULL)
+            rc = TG_ENOMEM;
+        else
+            memcpy(content, d.content, clen = d.content_len);
+    }
+    if (rc == 0 && (rc = rt_tc_finish(r->tc, &d)) == 0) {
+        char *c2 = realloc(content, clen + d.content_len + 1);
+        if (c2 == NULL) {
+            rc = TG_ENOMEM;
+        } else {
+            content = c2;
+            memcpy(content + clen, d.content, d.content_len);
+            clen += d.content_len;
+            content[clen] = '\0';
+        }
+    }
+    if (rc == 0) {
+        size_t n_calls;
+        const struct rt_tool_call *calls = rt_tc_calls(r->tc, &n_calls);
+        if (fin == RT_FINISH_STOP && n_calls > 0)
+            fin = RT_FINISH_TOOL_CALLS;
+        rc = rt_openai_format_chat_response(
+            &r->ctx, clen == 0 && n_calls > 0 ? NULL : content, clen, calls,
+            n_calls, r->lp_scratch, n_all, fin, u, body, blen);
+    }
+    free(content);
+    return rc;
 }
 
 static void json_deliver(struct rt_req *r, const char *text, size_t len,
@@ -185,9 +276,11 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     struct rt_usage u = usage_of(r);
     char *body = NULL;
     size_t blen = 0;
-    int rc = rt_openai_format_response(&r->ctx, r->text.out.s ? r->text.out.s : "",
-                                       r->text.out.n, r->lp_scratch, n_all, fin,
-                                       &u, &body, &blen);
+    int rc = r->tc != NULL
+                 ? tool_response(r, n_all, fin, &u, &body, &blen)
+                 : rt_openai_format_response(&r->ctx, r->text.out.s ? r->text.out.s : "",
+                                             r->text.out.n, r->lp_scratch, n_all, fin,
+                                             &u, &body, &blen);
     send_owned(req, 200, body, blen, rc);
 }
 
@@ -286,9 +379,9 @@ static void h_tokenize(struct rt_http_req *req, void *ud)
     }
     struct tok_ids ids = {0};
     int rc = t.messages != NULL
-                 ? rt_server_encode_chat(s, t.messages, t.n_messages, &t.chat,
+                 ? rt_server_encode_chat(s, t.chat_messages, t.tools, &t.chat,
                                          t.add_special_tokens, &ids, &e)
-                 : rt_server_encode(s, t.prompt, t.prompt_len, NULL, 0, NULL,
+                 : rt_server_encode(s, t.prompt, t.prompt_len,
                                     t.add_special_tokens, &ids, &e);
     if (rc != 0) {
         tok_ids_free(&ids);

@@ -15,10 +15,27 @@
  * json module does); "\u0000" inside strings is rejected as malformed.
  * Integer fields accept numbers without a fraction (1.0), as pydantic does
  * for vLLM. Known fields whose values this server cannot honour (n > 1,
- * best_of > 1, echo, suffix, tools, tool calls, logit_bias,
- * prompt_logprobs, non-text content parts, custom chat templates, non-text
- * response_format) are rejected with 400 instead of being silently dropped,
- * so a client never gets output it did not ask for.
+ * best_of > 1, echo, suffix, tool_choice "required" or a named function,
+ * the deprecated functions / function_call, logit_bias, prompt_logprobs,
+ * non-text content parts, custom chat templates, non-text response_format)
+ * are rejected with 400 instead of being silently dropped, so a client
+ * never gets output it did not ask for.
+ *
+ * Chat messages are validated (OpenAI shapes: roles, content strings or text
+ * parts, assistant tool_calls {id, type "function", function {name,
+ * arguments}}, tool messages with tool_call_id) and kept twice: as C
+ * structs, and as the JSON array the chat template renders
+ * (rt_gen_request.chat_messages): roles as sent ("developer" becomes
+ * "system"), text parts joined with "\n" into one string (vLLM's rule for
+ * templates that take strings), content null (allowed only for an
+ * assistant message with tool calls) as "" as vLLM passes it, tool-call
+ * arguments parsed from their JSON string into
+ * the object (as vLLM does, since Hugging Face templates expect an object;
+ * a string that is not JSON stays a string), and each optional member
+ * (name, reasoning_content, tool_calls, tool_call_id) present only when
+ * given. Tools are validated ({"type": "function", "function": {"name",
+ * "description"?, "parameters"? object}}, at most RT_OPENAI_MAX_TOOLS) and
+ * passed to the template as sent.
  *
  * Every failure fills a struct rt_api_error: the HTTP status (400 bad input,
  * 404 unknown model, 413 body too large, 500 out of memory), the OpenAI
@@ -44,13 +61,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/ct_template.h"
+#include <jansson.h>
+
+#include "router/rt_toolcall.h"
 
 #define RT_OPENAI_MAX_STOP 16
 #define RT_OPENAI_MAX_STOP_BYTES 1024
 #define RT_OPENAI_MAX_STOP_TOKEN_IDS 256
 #define RT_OPENAI_MAX_LOGPROBS 20
 #define RT_OPENAI_MAX_ID_BYTES 256 /* session_id, request_id, user */
+#define RT_OPENAI_MAX_TOOLS 128    /* OpenAI's limit on tools per request */
 
 /* The frame that ends every stream. */
 #define RT_OPENAI_SSE_DONE "data: [DONE]\n\n"
@@ -106,18 +126,30 @@ int rt_role_from_name(const char *s, enum rt_role *out);
 /* One chat message. All strings are malloc'd and owned by the request. */
 struct rt_message {
     enum rt_role role;
-    char *content;           /* never NULL; text parts joined by "\n" as
-                                vLLM does for content arrays */
+    char *content;           /* never NULL ("" when content_null); text
+                                parts joined by "\n" as vLLM does */
+    bool content_null;       /* content was null (assistant with tool
+                                calls only) */
     char *name;              /* NULL = absent */
     char *reasoning_content; /* assistant only; NULL = absent */
     char *tool_call_id;      /* tool role only (required there) */
+    size_t n_tool_calls;     /* assistant: calls in the message */
 };
 
 /* Chat-template options of a chat or chat-form tokenize request. */
 struct rt_chat_opts {
     bool add_generation_prompt;  /* default true */
     bool continue_final_message; /* default false; exclusive with the above */
-    enum ct_thinking enable_thinking; /* chat_template_kwargs.enable_thinking */
+    json_t *kwargs; /* chat_template_kwargs as sent (an object, owned;
+                       NULL = none): extra template variables such as
+                       enable_thinking (which must be a boolean) */
+};
+
+/* tool_choice: "auto" (the default with tools) lets the model call tools;
+ * "none" renders the prompt without tools and returns text only. */
+enum rt_tool_choice {
+    RT_TOOL_CHOICE_AUTO = 0,
+    RT_TOOL_CHOICE_NONE,
 };
 
 /* Sampling parameters with the defaults of OpenAI / vLLM. */
@@ -158,6 +190,9 @@ struct rt_gen_request {
     size_t n_prompt_ids;
     struct rt_message *messages; /* chat: (n_messages), at least one */
     size_t n_messages;
+    json_t *chat_messages;    /* chat: the messages for the template (owned) */
+    json_t *tools;            /* chat: the tools array (owned; NULL = none) */
+    enum rt_tool_choice tool_choice;
     struct rt_chat_opts chat;
     bool add_special_tokens;  /* completions default true, chat false */
     struct rt_sampling sampling;
@@ -228,15 +263,17 @@ int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
 void rt_gen_request_free(struct rt_gen_request *r);
 
 /* /tokenize (vLLM): {"model", "prompt", "add_special_tokens"} or
- * {"model", "messages", "add_generation_prompt", "continue_final_message",
- * "add_special_tokens", "chat_template_kwargs"}, plus "return_token_strs".
- * Owned strings as in rt_gen_request. */
+ * {"model", "messages", "tools", "add_generation_prompt",
+ * "continue_final_message", "add_special_tokens", "chat_template_kwargs"},
+ * plus "return_token_strs". Owned as in rt_gen_request. */
 struct rt_tokenize_request {
     char *model;
     char *prompt;                /* text form (may be ""); NULL in chat form */
     size_t prompt_len;
     struct rt_message *messages; /* chat form: (n_messages) */
     size_t n_messages;
+    json_t *chat_messages;       /* chat form: for the template (owned) */
+    json_t *tools;               /* chat form: tools (owned; NULL = none) */
     struct rt_chat_opts chat;
     bool add_special_tokens;     /* text form default true, chat false */
     bool return_token_strs;      /* default false */
@@ -277,6 +314,7 @@ enum rt_finish {
     RT_FINISH_LENGTH,   /* "length": max_tokens or the context */
     RT_FINISH_ABORT,    /* "abort" (vLLM): cancelled */
     RT_FINISH_ERROR,    /* "error": the request failed mid-way */
+    RT_FINISH_TOOL_CALLS, /* "tool_calls": stopped after calling tools */
 };
 
 /* Returns the finish_reason string of f, or NULL for RT_FINISH_NONE. */
@@ -348,6 +386,30 @@ int rt_openai_format_response(struct rt_resp_ctx *c, const char *text,
                               size_t n_lp, enum rt_finish fin,
                               const struct rt_usage *u, char **out,
                               size_t *out_len);
+
+/* Formats the non-streaming chat response whose message has `content`
+ * (len bytes; NULL writes "content": null) and the tool calls calls[0..n)
+ * ("tool_calls" omitted when n is 0). Otherwise as
+ * rt_openai_format_response (same ownership and codes). */
+int rt_openai_format_chat_response(struct rt_resp_ctx *c, const char *content,
+                                   size_t len,
+                                   const struct rt_tool_call *calls, size_t n,
+                                   const struct rt_token_logprob *lp,
+                                   size_t n_lp, enum rt_finish fin,
+                                   const struct rt_usage *u, char **out,
+                                   size_t *out_len);
+
+/* Formats a chat stream frame whose delta carries the tool calls
+ * calls[0..n), numbered from first_index: {"tool_calls": [{"index", "id",
+ * "type": "function", "function": {"name", "arguments"}}]}, with the
+ * logprobs of n_lp tokens and finish_reason null. Same ownership and codes
+ * (a completions ctx gives TG_EINVAL). */
+int rt_openai_sse_tool_calls(struct rt_resp_ctx *c,
+                             const struct rt_tool_call *calls, size_t n,
+                             size_t first_index,
+                             const struct rt_token_logprob *lp, size_t n_lp,
+                             const struct rt_usage *u, char **out,
+                             size_t *out_len);
 
 /* Formats the first frame of a chat stream: delta {"role": "assistant",
  * "content": ""}. Ownership and codes as rt_openai_format_response (a

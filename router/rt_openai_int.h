@@ -34,6 +34,15 @@ int rt__openai_bad_type(struct rt_api_error *e, const char *param,
 /* Returns member `key` of obj (borrowed), or NULL when absent or null. */
 json_t *rt__openai_member(const json_t *obj, const char *key);
 
+/* 400 unsupported_parameter "'param': what"; returns TG_EUNSUPPORTED. */
+int rt__openai_unsupported(struct rt_api_error *e, const char *param,
+                           const char *what);
+
+/* Optional string member copied into *out (malloc'd, replacing *out);
+ * max_bytes 0 = no limit. */
+int rt__openai_get_str(const json_t *obj, const char *key, const char *param,
+                       size_t max_bytes, char **out, struct rt_api_error *e);
+
 /* Optional boolean member. */
 int rt__openai_get_bool(const json_t *obj, const char *key, const char *param,
                         bool *out, struct rt_api_error *e);
@@ -55,14 +64,24 @@ int rt__openai_read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
                         size_t *n_out, struct rt_api_error *e);
 
 /* The required, non-empty "messages" array into a malloc'd message array
- * the caller frees with rt__openai_messages_free. */
+ * the caller frees with rt__openai_messages_free, and into *chat (a new
+ * JSON array: the messages as the chat template sees them, rt_openai.h). */
 int rt__openai_parse_messages(const json_t *root, struct rt_message **out,
-                              size_t *n_out, struct rt_api_error *e);
+                              size_t *n_out, json_t **chat,
+                              struct rt_api_error *e);
+
+/* "tools" into *tools (a new reference to the validated array, NULL when
+ * absent) and, when choice is non-NULL, "tool_choice" and
+ * "parallel_tool_calls" (validated; the latter is not enforced). */
+int rt__openai_parse_tools(const json_t *root, json_t **tools,
+                           enum rt_tool_choice *choice,
+                           struct rt_api_error *e);
 
 /* Frees messages[0..n) and the array; NULL is fine. */
 void rt__openai_messages_free(struct rt_message *m, size_t n);
 
-/* add_generation_prompt, continue_final_message, chat_template_kwargs. */
+/* add_generation_prompt, continue_final_message, chat_template_kwargs
+ * (kept as a new reference in c->kwargs). */
 int rt__openai_parse_chat_opts(const json_t *root, struct rt_chat_opts *c,
                                struct rt_api_error *e);
 

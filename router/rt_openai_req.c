@@ -78,8 +78,8 @@ int rt__openai_bad_type(struct rt_api_error *e, const char *param,
                            "'%s' must be %s", param, what);
 }
 
-static int unsupported(struct rt_api_error *e, const char *param,
-                       const char *what)
+int rt__openai_unsupported(struct rt_api_error *e, const char *param,
+                           const char *what)
 {
     return rt__openai_fail(e, TG_EUNSUPPORTED, 400, "unsupported_parameter",
                            param, "'%s': %s", param, what);
@@ -202,8 +202,8 @@ static int get_num(const json_t *obj, const char *key, double lo, bool lo_open,
 }
 
 /* A string member copied into *out (malloc'd); max_bytes 0 = no limit. */
-static int get_str(const json_t *obj, const char *key, const char *param,
-                   size_t max_bytes, char **out, struct rt_api_error *e)
+int rt__openai_get_str(const json_t *obj, const char *key, const char *param,
+                       size_t max_bytes, char **out, struct rt_api_error *e)
 {
     json_t *v = rt__openai_member(obj, key);
     if (v == NULL)
@@ -345,46 +345,36 @@ static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
     if ((rc = rt__openai_get_bool(root, "echo", "echo", &echo, e)))
         return rc;
     if (echo)
-        return unsupported(e, "echo", "echoing the prompt is not supported");
+        return rt__openai_unsupported(e, "echo", "echoing the prompt is not supported");
     if (rt__openai_member(root, "suffix") != NULL)
-        return unsupported(e, "suffix", "suffix is not supported");
+        return rt__openai_unsupported(e, "suffix", "suffix is not supported");
     if (rt__openai_member(root, "prompt_logprobs") != NULL)
-        return unsupported(e, "prompt_logprobs",
+        return rt__openai_unsupported(e, "prompt_logprobs",
                            "prompt logprobs are not supported over HTTP");
     json_t *v = rt__openai_member(root, "logit_bias");
     if (v != NULL && !json_is_object(v))
         return rt__openai_bad_type(e, "logit_bias",
                                    "an object of token id -> bias");
     if (v != NULL && json_object_size(v) > 0)
-        return unsupported(e, "logit_bias", "logit_bias is not supported");
+        return rt__openai_unsupported(e, "logit_bias", "logit_bias is not supported");
     v = rt__openai_member(root, "response_format");
     if (v != NULL) {
         if (!json_is_object(v))
             return rt__openai_bad_type(e, "response_format", "an object");
         json_t *t = json_object_get(v, "type");
         if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
-            return unsupported(e, "response_format",
+            return rt__openai_unsupported(e, "response_format",
                                "only {\"type\": \"text\"} is supported");
     }
     if (ep != RT_ENDPOINT_CHAT)
         return 0;
-    v = rt__openai_member(root, "tools");
-    if (v != NULL && !json_is_array(v))
-        return rt__openai_bad_type(e, "tools", "an array");
-    if (v != NULL && json_array_size(v) > 0)
-        return unsupported(e, "tools", "tool calling is not supported");
-    v = rt__openai_member(root, "tool_choice");
-    if (v != NULL &&
-        !(json_is_string(v) && (strcmp(json_string_value(v), "none") == 0 ||
-                                strcmp(json_string_value(v), "auto") == 0)))
-        return unsupported(e, "tool_choice", "tool calling is not supported");
     if (rt__openai_member(root, "functions") != NULL)
-        return unsupported(e, "functions", "function calling is not supported");
+        return rt__openai_unsupported(e, "functions", "function calling is not supported");
     if (rt__openai_member(root, "function_call") != NULL)
-        return unsupported(e, "function_call",
+        return rt__openai_unsupported(e, "function_call",
                            "function calling is not supported");
     if (rt__openai_member(root, "chat_template") != NULL)
-        return unsupported(e, "chat_template",
+        return rt__openai_unsupported(e, "chat_template",
                            "custom chat templates are not accepted; the "
                            "model's own template is used");
     return 0;
@@ -587,211 +577,16 @@ static int parse_ids(const json_t *root, struct rt_gen_request *r,
                      struct rt_api_error *e)
 {
     int rc;
-    if ((rc = get_str(root, "user", "user", RT_OPENAI_MAX_ID_BYTES, &r->user,
+    if ((rc = rt__openai_get_str(root, "user", "user", RT_OPENAI_MAX_ID_BYTES, &r->user,
                       e)) ||
-        (rc = get_str(root, "request_id", "request_id", RT_OPENAI_MAX_ID_BYTES,
+        (rc = rt__openai_get_str(root, "request_id", "request_id", RT_OPENAI_MAX_ID_BYTES,
                       &r->request_id, e)) ||
-        (rc = get_str(root, "session_id", "session_id", RT_OPENAI_MAX_ID_BYTES,
+        (rc = rt__openai_get_str(root, "session_id", "session_id", RT_OPENAI_MAX_ID_BYTES,
                       &r->session_id, e)))
         return rc;
     if (r->session_id != NULL && r->session_id[0] == '\0')
         return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value",
                                "session_id", "'session_id' must not be empty");
-    return 0;
-}
-
-/* ---- chat messages ----------------------------------------------------- */
-
-void rt__openai_messages_free(struct rt_message *m, size_t n)
-{
-    for (size_t i = 0; m != NULL && i < n; i++) {
-        free(m[i].content);
-        free(m[i].name);
-        free(m[i].reasoning_content);
-        free(m[i].tool_call_id);
-    }
-    free(m);
-}
-
-/* Content: a string, or an array of {"type": "text", "text": ...} parts
- * joined with "\n" (vLLM's rule for text parts). */
-static int parse_content(const json_t *v, const char *param, char **out,
-                         struct rt_api_error *e)
-{
-    if (v == NULL || json_is_null(v))
-        return rt__openai_fail(e, TG_EFORMAT, 400, "missing_required_parameter",
-                               param, "'%s' is required", param);
-    if (json_is_string(v)) {
-        *out = strndup(json_string_value(v), json_string_length(v));
-        return *out != NULL ? 0 : rt__openai_oom(e);
-    }
-    if (!json_is_array(v))
-        return rt__openai_bad_type(e, param,
-                                   "a string or an array of content parts");
-    size_t n = json_array_size(v), total = 1;
-    char p[128];
-    for (size_t j = 0; j < n; j++) {
-        json_t *part = json_array_get(v, j);
-        if (!json_is_object(part)) {
-            snprintf(p, sizeof(p), "%.96s[%zu]", param, j);
-            return rt__openai_bad_type(e, p, "an object");
-        }
-        json_t *t = json_object_get(part, "type");
-        snprintf(p, sizeof(p), "%.96s[%zu].type", param, j);
-        if (!json_is_string(t))
-            return rt__openai_bad_type(e, p, "a string");
-        if (strcmp(json_string_value(t), "text") != 0)
-            return rt__openai_fail(
-                e, TG_EUNSUPPORTED, 400, "unsupported_content_type", p,
-                "content part type '%.64s' is not supported; "
-                "only 'text' is",
-                json_string_value(t));
-        json_t *text = json_object_get(part, "text");
-        snprintf(p, sizeof(p), "%.96s[%zu].text", param, j);
-        if (!json_is_string(text))
-            return rt__openai_bad_type(e, p, "a string");
-        total += json_string_length(text) + 1;
-    }
-    char *s = malloc(total);
-    if (s == NULL)
-        return rt__openai_oom(e);
-    size_t off = 0;
-    for (size_t j = 0; j < n; j++) {
-        json_t *text = json_object_get(json_array_get(v, j), "text");
-        if (j > 0)
-            s[off++] = '\n';
-        size_t len = json_string_length(text);
-        memcpy(s + off, json_string_value(text), len);
-        off += len;
-    }
-    s[off] = '\0';
-    *out = s;
-    return 0;
-}
-
-static int parse_role(const json_t *v, const char *param, enum rt_role *out,
-                      struct rt_api_error *e)
-{
-    if (v == NULL || json_is_null(v))
-        return rt__openai_fail(e, TG_EFORMAT, 400, "missing_required_parameter",
-                               param, "'%s' is required", param);
-    if (!json_is_string(v))
-        return rt__openai_bad_type(e, param, "a string");
-    const char *s = json_string_value(v);
-    if (rt_role_from_name(s, out) != 0)
-        return rt__openai_fail(
-            e, TG_EFORMAT, 400, "invalid_value", param,
-            "'%s' must be one of system, developer, user, assistant, "
-            "tool; got '%.64s'",
-            param, s);
-    return 0;
-}
-
-static int parse_message(const json_t *m, size_t i, struct rt_message *out,
-                         struct rt_api_error *e)
-{
-    char p[128];
-    snprintf(p, sizeof(p), "messages[%zu]", i);
-    if (!json_is_object(m))
-        return rt__openai_bad_type(e, p, "an object");
-    int rc;
-    snprintf(p, sizeof(p), "messages[%zu].role", i);
-    if ((rc = parse_role(json_object_get(m, "role"), p, &out->role, e)))
-        return rc;
-    snprintf(p, sizeof(p), "messages[%zu].tool_calls", i);
-    json_t *tc = rt__openai_member(m, "tool_calls");
-    if (tc != NULL && !(json_is_array(tc) && json_array_size(tc) == 0))
-        return unsupported(e, p, "tool calls are not supported");
-    snprintf(p, sizeof(p), "messages[%zu].function_call", i);
-    if (rt__openai_member(m, "function_call") != NULL)
-        return unsupported(e, p, "function calls are not supported");
-    snprintf(p, sizeof(p), "messages[%zu].content", i);
-    if ((rc =
-             parse_content(json_object_get(m, "content"), p, &out->content, e)))
-        return rc;
-    snprintf(p, sizeof(p), "messages[%zu].name", i);
-    if ((rc = get_str(m, "name", p, RT_OPENAI_MAX_ID_BYTES, &out->name, e)))
-        return rc;
-    if (out->role == RT_ROLE_ASSISTANT) {
-        snprintf(p, sizeof(p), "messages[%zu].reasoning_content", i);
-        if ((rc = get_str(m, "reasoning_content", p, 0, &out->reasoning_content,
-                          e)))
-            return rc;
-    }
-    if (out->role == RT_ROLE_TOOL) {
-        snprintf(p, sizeof(p), "messages[%zu].tool_call_id", i);
-        if ((rc = get_str(m, "tool_call_id", p, RT_OPENAI_MAX_ID_BYTES,
-                          &out->tool_call_id, e)))
-            return rc;
-        if (out->tool_call_id == NULL)
-            return rt__openai_fail(e, TG_EFORMAT, 400,
-                                   "missing_required_parameter", p,
-                                   "'%s' is required for a tool message", p);
-    }
-    return 0;
-}
-
-int rt__openai_parse_messages(const json_t *root, struct rt_message **out,
-                              size_t *n_out, struct rt_api_error *e)
-{
-    json_t *v = rt__openai_member(root, "messages");
-    if (v == NULL)
-        return rt__openai_fail(e, TG_EFORMAT, 400, "missing_required_parameter",
-                               "messages", "'messages' is required");
-    if (!json_is_array(v))
-        return rt__openai_bad_type(e, "messages", "an array of messages");
-    size_t n = json_array_size(v);
-    if (n == 0)
-        return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", "messages",
-                               "'messages' must contain at least one message");
-    struct rt_message *m = calloc(n, sizeof(*m));
-    if (m == NULL)
-        return rt__openai_oom(e);
-    for (size_t i = 0; i < n; i++) {
-        int rc = parse_message(json_array_get(v, i), i, &m[i], e);
-        if (rc) {
-            rt__openai_messages_free(m, n);
-            return rc;
-        }
-    }
-    *out = m;
-    *n_out = n;
-    return 0;
-}
-
-/* Template options shared by chat and chat-form tokenize (vLLM names). */
-int rt__openai_parse_chat_opts(const json_t *root, struct rt_chat_opts *c,
-                               struct rt_api_error *e)
-{
-    int rc;
-    c->add_generation_prompt = true;
-    c->continue_final_message = false;
-    c->enable_thinking = CT_THINKING_DEFAULT;
-    if ((rc = rt__openai_get_bool(root, "add_generation_prompt",
-                                  "add_generation_prompt",
-                                  &c->add_generation_prompt, e)) ||
-        (rc = rt__openai_get_bool(root, "continue_final_message",
-                                  "continue_final_message",
-                                  &c->continue_final_message, e)))
-        return rc;
-    if (c->add_generation_prompt && c->continue_final_message)
-        return rt__openai_fail(
-            e, TG_EFORMAT, 400, "invalid_value", "continue_final_message",
-            "'continue_final_message' and 'add_generation_prompt' "
-            "cannot both be true");
-    json_t *kw = rt__openai_member(root, "chat_template_kwargs");
-    if (kw == NULL)
-        return 0;
-    if (!json_is_object(kw))
-        return rt__openai_bad_type(e, "chat_template_kwargs", "an object");
-    json_t *th = rt__openai_member(kw, "enable_thinking");
-    if (th != NULL) {
-        if (!json_is_boolean(th))
-            return rt__openai_bad_type(
-                e, "chat_template_kwargs.enable_thinking", "a boolean");
-        c->enable_thinking =
-            json_is_true(th) ? CT_THINKING_ON : CT_THINKING_OFF;
-    }
     return 0;
 }
 
@@ -872,7 +667,10 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
     if (ep == RT_ENDPOINT_CHAT) {
         out->add_special_tokens = false;
         if ((rc = rt__openai_parse_messages(root, &out->messages,
-                                            &out->n_messages, e)) ||
+                                            &out->n_messages,
+                                            &out->chat_messages, e)) ||
+            (rc = rt__openai_parse_tools(root, &out->tools,
+                                         &out->tool_choice, e)) ||
             (rc = rt__openai_parse_chat_opts(root, &out->chat, e)))
             goto fail;
     } else {
@@ -998,6 +796,9 @@ void rt_gen_request_free(struct rt_gen_request *r)
     free(r->prompt);
     free(r->prompt_ids);
     rt__openai_messages_free(r->messages, r->n_messages);
+    json_decref(r->chat_messages);
+    json_decref(r->tools);
+    json_decref(r->chat.kwargs);
     for (size_t i = 0; i < r->sampling.n_stop; i++)
         free(r->sampling.stop[i]);
     free(r->sampling.stop);

@@ -165,6 +165,8 @@ const char *rt_finish_name(enum rt_finish f)
         return "abort";
     case RT_FINISH_ERROR:
         return "error";
+    case RT_FINISH_TOOL_CALLS:
+        return "tool_calls";
     case RT_FINISH_NONE:
         break;
     }
@@ -331,11 +333,34 @@ void rt_openai_make_id(char *buf, size_t cap, enum rt_endpoint ep, uint64_t r)
              ep == RT_ENDPOINT_CHAT ? "chatcmpl" : "cmpl", r);
 }
 
-int rt_openai_format_response(struct rt_resp_ctx *c, const char *text,
-                              size_t len, const struct rt_token_logprob *lp,
-                              size_t n_lp, enum rt_finish fin,
-                              const struct rt_usage *u, char **out,
-                              size_t *out_len)
+/* The tool_calls array of a message or delta (index only in deltas). */
+static json_t *tool_calls_json(const struct rt_tool_call *calls, size_t n,
+                               size_t first_index, bool with_index, int *bad)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n && !*bad; i++) {
+        json_t *o = json_object(), *f = json_object();
+        if (with_index)
+            put(o, "index", json_integer((json_int_t)(first_index + i)), bad);
+        put(o, "id", json_string(calls[i].id), bad);
+        put(o, "type", json_string("function"), bad);
+        put(f, "name", json_string(calls[i].name), bad);
+        put(f, "arguments", json_string(calls[i].arguments), bad);
+        put(o, "function", f, bad);
+        push(arr, o, bad);
+    }
+    if (arr == NULL)
+        *bad = 1;
+    return arr;
+}
+
+/* The whole response; content NULL writes null (chat with tool calls). */
+static int format_response(struct rt_resp_ctx *c, const char *text,
+                           size_t len, bool null_content,
+                           const struct rt_tool_call *calls, size_t n_calls,
+                           const struct rt_token_logprob *lp, size_t n_lp,
+                           enum rt_finish fin, const struct rt_usage *u,
+                           char **out, size_t *out_len)
 {
     *out = NULL;
     if (c->logprobs && c->token_text == NULL)
@@ -344,12 +369,17 @@ int rt_openai_format_response(struct rt_resp_ctx *c, const char *text,
     json_t *doc = envelope(c, false, &bad);
     json_t *choice = json_object();
     put(choice, "index", json_integer(0), &bad);
-    json_t *t = rt__openai_string_lossy(text != NULL ? text : "",
-                                        text != NULL ? len : 0, NULL);
+    json_t *t = null_content ? json_null()
+                             : rt__openai_string_lossy(text != NULL ? text : "",
+                                                       text != NULL ? len : 0,
+                                                       NULL);
     if (c->endpoint == RT_ENDPOINT_CHAT) {
         json_t *msg = json_object();
         put(msg, "role", json_string("assistant"), &bad);
         put(msg, "content", t, &bad);
+        if (n_calls > 0)
+            put(msg, "tool_calls",
+                tool_calls_json(calls, n_calls, 0, false, &bad), &bad);
         put(choice, "message", msg, &bad);
     } else {
         put(choice, "text", t, &bad);
@@ -365,6 +395,66 @@ int rt_openai_format_response(struct rt_resp_ctx *c, const char *text,
         return TG_ENOMEM;
     }
     return rt__openai_dump(doc, "", "", out, out_len);
+}
+
+int rt_openai_format_response(struct rt_resp_ctx *c, const char *text,
+                              size_t len, const struct rt_token_logprob *lp,
+                              size_t n_lp, enum rt_finish fin,
+                              const struct rt_usage *u, char **out,
+                              size_t *out_len)
+{
+    return format_response(c, text, len, false, NULL, 0, lp, n_lp, fin, u,
+                           out, out_len);
+}
+
+int rt_openai_format_chat_response(struct rt_resp_ctx *c, const char *content,
+                                   size_t len,
+                                   const struct rt_tool_call *calls, size_t n,
+                                   const struct rt_token_logprob *lp,
+                                   size_t n_lp, enum rt_finish fin,
+                                   const struct rt_usage *u, char **out,
+                                   size_t *out_len)
+{
+    if (c->endpoint != RT_ENDPOINT_CHAT) {
+        *out = NULL;
+        return TG_EINVAL;
+    }
+    return format_response(c, content, len, content == NULL, calls, n, lp,
+                           n_lp, fin, u, out, out_len);
+}
+
+int rt_openai_sse_tool_calls(struct rt_resp_ctx *c,
+                             const struct rt_tool_call *calls, size_t n,
+                             size_t first_index,
+                             const struct rt_token_logprob *lp, size_t n_lp,
+                             const struct rt_usage *u, char **out,
+                             size_t *out_len)
+{
+    *out = NULL;
+    if (c->endpoint != RT_ENDPOINT_CHAT ||
+        (c->logprobs && c->token_text == NULL))
+        return TG_EINVAL;
+    int bad = 0;
+    json_t *doc = envelope(c, true, &bad);
+    json_t *choice = json_object(), *delta = json_object();
+    put(choice, "index", json_integer(0), &bad);
+    put(delta, "tool_calls", tool_calls_json(calls, n, first_index, true, &bad),
+        &bad);
+    put(choice, "delta", delta, &bad);
+    put(choice, "logprobs", logprobs_value(c, lp, n_lp, true), &bad);
+    put(choice, "finish_reason", json_null(), &bad);
+    json_t *choices = json_array();
+    push(choices, choice, &bad);
+    put(doc, "choices", choices, &bad);
+    if (c->continuous_usage && u != NULL)
+        put(doc, "usage", usage_json(u), &bad);
+    else if (c->include_usage || c->continuous_usage)
+        put(doc, "usage", json_null(), &bad);
+    if (bad) {
+        json_decref(doc);
+        return TG_ENOMEM;
+    }
+    return rt__openai_dump(doc, "data: ", "\n\n", out, out_len);
 }
 
 int rt_openai_sse_role(const struct rt_resp_ctx *c, char **out, size_t *out_len)

@@ -46,7 +46,9 @@ int rt_openai_parse_tokenize(const struct rt_openai_cfg *cfg, const char *body,
          * default for add_special_tokens is false here. */
         out->add_special_tokens = false;
         if ((rc = rt__openai_parse_messages(root, &out->messages,
-                                            &out->n_messages, e)) ||
+                                            &out->n_messages,
+                                            &out->chat_messages, e)) ||
+            (rc = rt__openai_parse_tools(root, &out->tools, NULL, e)) ||
             (rc = rt__openai_parse_chat_opts(root, &out->chat, e)))
             goto fail;
     } else {
@@ -74,6 +76,9 @@ void rt_tokenize_request_free(struct rt_tokenize_request *r)
     free(r->model);
     free(r->prompt);
     rt__openai_messages_free(r->messages, r->n_messages);
+    json_decref(r->chat_messages);
+    json_decref(r->tools);
+    json_decref(r->chat.kwargs);
     memset(r, 0, sizeof(*r));
 }
 

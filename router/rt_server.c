@@ -99,6 +99,10 @@ void rt_req_drop(struct rt_req *r)
     free(r->out_top_lps);
     free(r->top_scratch);
     free(r->lp_scratch);
+    if (r->tc != NULL) {
+        rt_tc_free(r->tc);
+        free(r->tc);
+    }
     free(r);
 }
 
@@ -144,10 +148,14 @@ static int tokenize(struct rt_req *r, struct rt_api_error *e)
         return 0;
     }
     if (r->g.endpoint == RT_ENDPOINT_CHAT)
-        rc = rt_server_encode_chat(s, r->g.messages, r->g.n_messages, &r->g.chat,
-                                   r->g.add_special_tokens, &ids, e);
+        rc = rt_server_encode_chat(s, r->g.chat_messages,
+                                   r->g.tool_choice == RT_TOOL_CHOICE_NONE
+                                       ? NULL
+                                       : r->g.tools,
+                                   &r->g.chat, r->g.add_special_tokens, &ids,
+                                   e);
     else
-        rc = rt_server_encode(s, r->g.prompt, r->g.prompt_len, NULL, 0, NULL,
+        rc = rt_server_encode(s, r->g.prompt, r->g.prompt_len,
                               r->g.add_special_tokens, &ids, e);
     if (rc != 0) {
         tok_ids_free(&ids);
@@ -204,6 +212,19 @@ int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
         return TG_ENOMEM;
     }
     r->seed = sp->has_seed ? (uint64_t)sp->seed : splitmix(&s->rng);
+    /* Tool calls are parsed out of the output when the template told the
+     * model how to write them and the request offered tools. */
+    if (r->g.endpoint == RT_ENDPOINT_CHAT && r->g.tools != NULL &&
+        json_array_size(r->g.tools) > 0 &&
+        r->g.tool_choice == RT_TOOL_CHOICE_AUTO &&
+        s->tmpl.tool_format != CT_TOOLS_NONE) {
+        r->tc = malloc(sizeof(*r->tc));
+        if (r->tc == NULL) {
+            rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+            return TG_ENOMEM;
+        }
+        rt_tc_init(r->tc, s->tmpl.tool_format, splitmix(&s->rng));
+    }
     rt_openai_make_id(r->id_str, sizeof(r->id_str), r->g.endpoint, splitmix(&s->rng));
     r->ctx.endpoint = r->g.endpoint;
     r->ctx.id = r->id_str;
@@ -757,15 +778,21 @@ static int load_model_side(struct rt_server *s, char *err, size_t errlen)
     rc = tok_tokenizer_load(&s->tok, path, err, errlen);
     if (rc != 0)
         return rc;
-    char *tmpl = NULL;
-    if (ct_template_read_dir(o->model, &tmpl, s->tmpl_error, sizeof(s->tmpl_error)) == 0) {
-        if (ct_template_select(tmpl, NULL, &s->tmpl, s->tmpl_error,
-                               sizeof(s->tmpl_error)) == 0)
-            s->have_tmpl = 1;
-        free(tmpl);
-    }
-    if (!s->have_tmpl)
+    /* The model's own chat template; a template the engine cannot compile
+     * disables chat (400 naming the reason), not the whole server. */
+    if (ct_template_load_dir(&s->tmpl, o->model, s->tmpl_error,
+                             sizeof(s->tmpl_error)) == 0) {
+        s->have_tmpl = 1;
+        log_info("chat template %s (tool calls: %s)", s->tmpl.path,
+                 ct_tool_format_name(s->tmpl.tool_format));
+        const char *u = jj_template_unsupported(s->tmpl.tmpl);
+        if (u[0] != '\0')
+            log_warn("chat template %s uses a construct this server cannot "
+                     "render (%s); requests that reach it fail with 400",
+                     s->tmpl.path, u);
+    } else {
         log_warn("chat completions disabled: %s", s->tmpl_error);
+    }
     /* tangramd forwards "--profile=none" for full KV; "none" and "" both
      * mean no profile, as for the worker. */
     rc = pf_profile_for_model(&s->profile, o->profile, s->mc.num_layers,
@@ -919,5 +946,7 @@ void rt_server_free(struct rt_server *s)
     s->rank_layout_ptrs = NULL;
     pf_profile_free(&s->profile);
     tok_tokenizer_free(&s->tok);
+    ct_template_free(&s->tmpl);
+    s->have_tmpl = 0;
     s->sched_ready = 0;
 }

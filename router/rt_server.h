@@ -100,6 +100,9 @@ struct rt_req {
     int held_fin;               /* enum rt_finish of that delivery */
     char held_error[160];       /* its error text, "" for none */
     int no_hold;                /* deliver even when blocked (drain cut) */
+    struct rt_tc_parser *tc;    /* tool-call parser of a chat request with
+                                   tools and a known output format; NULL =
+                                   the output is plain text */
     struct rt_req *next;        /* in the server's list */
 };
 
@@ -118,9 +121,9 @@ struct rt_server {
                                    budgets of pf_profile_rank(r) */
     const struct kv_layout **rank_layout_ptrs; /* (T) into rank_layouts */
     struct tok_tokenizer tok;
-    struct ct_template tmpl;
+    struct ct_template tmpl;    /* the model's chat template */
     int have_tmpl;
-    char tmpl_error[256];
+    char tmpl_error[512];       /* why chat is disabled, when it is */
     struct rt_openai_cfg api_cfg;
     struct rt_http_server http;
     struct rt_grpc_server grpc;
@@ -216,18 +219,20 @@ void rt_req_resume(struct rt_req *r);
 /* Frees a request that was never submitted or already finished. */
 void rt_req_drop(struct rt_req *r);
 
-/* Tokenizes `text` (len bytes) or, when msgs is non-NULL, the chat msgs
- * (n_msgs) rendered with the model's template and options `co`. Appends to
- * *ids. On failure fills *e (400 for bad input, 500 out of memory) and
- * returns the code; TG_EUNSUPPORTED when the model has no template. */
+/* Tokenizes `text` (len bytes), appending to *ids. On failure fills *e
+ * (400 for bad input, 500 out of memory) and returns the code. */
 int rt_server_encode(struct rt_server *s, const char *text, size_t len,
-                     const struct ct_message *msgs, size_t n_msgs,
-                     const struct ct_options *co, int add_special,
-                     struct tok_ids *ids, struct rt_api_error *e);
+                     int add_special, struct tok_ids *ids,
+                     struct rt_api_error *e);
 
-/* rt_server_encode for parsed OpenAI chat messages. */
-int rt_server_encode_chat(struct rt_server *s, const struct rt_message *m,
-                          size_t n, const struct rt_chat_opts *chat,
+/* Renders the chat `messages` (JSON array, as rt_openai.h builds it) and
+ * `tools` (JSON array or NULL) with the model's chat template and options
+ * `chat`, then tokenizes the prompt, appending to *ids. On failure fills *e
+ * and returns the code: 400 for a template failure (its message, e.g. a
+ * template's raise_exception) or a chat model without a usable template
+ * (TG_EUNSUPPORTED, naming why), 500 out of memory. */
+int rt_server_encode_chat(struct rt_server *s, json_t *messages,
+                          json_t *tools, const struct rt_chat_opts *chat,
                           int add_special, struct tok_ids *ids,
                           struct rt_api_error *e);
 

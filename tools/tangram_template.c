@@ -1,17 +1,22 @@
-/* tangram-template — render a chat conversation with a model's chat template.
+/* tangram-template — render a conversation with a model's own chat template.
  *
- *   tangram-template (--model DIR | --tokenizer DIR | --template-file F)
- *                    [--template NAME] [--no-generation-prompt]
- *                    [--enable-thinking true|false] [--date-string S]
- *                    [--detect]
+ *   tangram-template (--tokenizer DIR | --model DIR | --template-file F)
+ *                    [--no-generation-prompt] [--continue-final-message]
+ *                    [--enable-thinking true|false] [--date-string YYYY-MM-DD]
+ *                    [--bos-token S] [--eos-token S]
  *
- * Reads {"messages": [{"role", "content", "reasoning_content"?}, ...]} on
- * stdin and writes the rendered prompt to stdout exactly (no newline added).
- * The template comes from the model/tokenizer directory (chat_template.jinja
- * or tokenizer_config.json) or from a .jinja / tokenizer_config .json file;
- * --template NAME picks the family instead of detecting it (then no source
- * is needed). --detect prints "<family> <exact|fingerprint|named> <hash>"
- * and reads no stdin. Exit status: 0 ok, 1 render/input error, 2 usage. */
+ * Reads {"messages": [...], "tools": [...]} on stdin ("tools" optional, and
+ * an optional "chat_template_kwargs" object of extra template variables)
+ * and writes the prompt to stdout exactly (no newline added), rendered as
+ * transformers' apply_chat_template renders it (common/ct_template.h): the
+ * template and special tokens come from DIR (chat_template.jinja or
+ * tokenizer_config.json) or from F (a .jinja template or a
+ * tokenizer_config .json). --date-string fixes the date strftime_now()
+ * formats (midnight local time of that day); it does not set the template
+ * variable date_string, which stays undefined as in transformers.
+ * Exit status: 0 ok, 1 render or input error (the message names it), 2
+ * usage. A template the engine cannot render fails; it never prints a
+ * different prompt. */
 #include "common/ct_template.h"
 #include "common/tg_err.h"
 #include "common/tg_json.h"
@@ -19,17 +24,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void usage(FILE *f)
 {
-    fputs("usage: tangram-template (--model DIR | --tokenizer DIR | "
+    fputs("usage: tangram-template (--tokenizer DIR | --model DIR | "
           "--template-file F)\n"
-          "                        [--template NAME] "
-          "[--no-generation-prompt]\n"
+          "                        [--no-generation-prompt] "
+          "[--continue-final-message]\n"
           "                        [--enable-thinking true|false] "
-          "[--date-string S] [--detect]\n"
-          "Reads {\"messages\": [...]} JSON on stdin, prints the prompt.\n"
-          "Template names: chatml-qwen2.5, qwen3, llama3, llama3.2\n",
+          "[--date-string YYYY-MM-DD]\n"
+          "                        [--bos-token S] [--eos-token S]\n"
+          "Reads {\"messages\": [...], \"tools\": [...]} JSON on stdin and "
+          "prints the prompt\n"
+          "rendered with the model's own chat template (Jinja, as "
+          "transformers does).\n"
+          "Exit status: 0 ok, 1 render or input error, 2 usage.\n",
           f);
 }
 
@@ -63,94 +73,54 @@ static int read_stdin(char **out, size_t *len)
     return 0;
 }
 
-/* Converts the request JSON into messages borrowing strings from doc;
- * *msgs is malloc'd (caller frees). */
-static int parse_request(json_t *doc, struct ct_message **msgs, size_t *n,
-                         struct ct_options *opt, char *err, size_t errlen)
+/* "YYYY-MM-DD" into midnight of that day. */
+static bool parse_date(const char *s, struct tm *tm)
 {
-    *msgs = NULL;
-    *n = 0;
-    if (!json_is_object(doc))
-        return tg_err_set(err, errlen, TG_EFORMAT,
-                          "request: expected a JSON object");
-    json_t *tools = json_object_get(doc, "tools");
-    if (tools != NULL && !json_is_null(tools))
-        opt->tools = true;
-    json_t *arr = NULL;
-    int rc = tg_json_get_array(doc, "messages", "", -1, &arr, err, errlen);
-    if (rc != 0)
-        return rc;
-    size_t count = json_array_size(arr);
-    struct ct_message *m = calloc(count ? count : 1, sizeof *m);
-    if (m == NULL)
-        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
-    for (size_t i = 0; i < count; i++) {
-        json_t *jm = json_array_get(arr, i);
-        char ctx[48];
-        snprintf(ctx, sizeof ctx, "messages[%zu]", i);
-        if (!json_is_object(jm)) {
-            rc = tg_err_set(err, errlen, TG_EFORMAT,
-                            "%s: expected an object", ctx);
-            goto fail;
-        }
-        rc = tg_json_get_string(jm, "role", ctx, &m[i].role, err, errlen);
-        if (rc != 0)
-            goto fail;
-        json_t *c = json_object_get(jm, "content");
-        if (json_is_array(c)) {
-            rc = tg_err_set(err, errlen, TG_EUNSUPPORTED,
-                            "%s.content: content parts are not supported; "
-                            "pass a string",
-                            ctx);
-            goto fail;
-        }
-        rc = tg_json_get_string(jm, "content", ctx, &m[i].content, err,
-                                errlen);
-        if (rc != 0)
-            goto fail;
-        json_t *rcj = json_object_get(jm, "reasoning_content");
-        if (rcj != NULL && !json_is_null(rcj)) {
-            if (!json_is_string(rcj)) {
-                rc = tg_err_set(err, errlen, TG_EFORMAT,
-                                "%s.reasoning_content: expected a string",
-                                ctx);
-                goto fail;
-            }
-            m[i].reasoning_content = json_string_value(rcj);
-        }
-        m[i].tool_calls = json_object_get(jm, "tool_calls") != NULL;
-    }
-    *msgs = m;
-    *n = count;
-    return 0;
-fail:
-    free(m);
-    return rc;
+    int y, m, d;
+    char tail;
+    if (sscanf(s, "%4d-%2d-%2d%c", &y, &m, &d, &tail) != 3 ||
+        strlen(s) != 10 || m < 1 || m > 12 || d < 1 || d > 31 || y < 1)
+        return false;
+    memset(tm, 0, sizeof(*tm));
+    tm->tm_year = y - 1900;
+    tm->tm_mon = m - 1;
+    tm->tm_mday = d;
+    tm->tm_isdst = -1;
+    struct tm check = *tm;
+    if (mktime(&check) == (time_t)-1 || check.tm_mday != d ||
+        check.tm_mon != m - 1)
+        return false;
+    *tm = check;
+    return true;
 }
 
 int main(int argc, char **argv)
 {
-    const char *dir = NULL, *file = NULL, *name = NULL;
-    struct ct_options opt = {.add_generation_prompt = true};
-    bool detect_only = false;
+    const char *dir = NULL, *file = NULL, *bos = NULL, *eos = NULL;
+    int thinking = -1;
+    bool gen_prompt = true, cont = false, have_date = false;
+    struct tm date;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has_val = i + 1 < argc;
-        if ((strcmp(a, "--model") == 0 || strcmp(a, "--tokenizer") == 0) &&
-            has_val) {
+        if ((!strcmp(a, "--model") || !strcmp(a, "--tokenizer")) && has_val) {
             dir = argv[++i];
-        } else if (strcmp(a, "--template-file") == 0 && has_val) {
+        } else if (!strcmp(a, "--template-file") && has_val) {
             file = argv[++i];
-        } else if (strcmp(a, "--template") == 0 && has_val) {
-            name = argv[++i];
-        } else if (strcmp(a, "--no-generation-prompt") == 0) {
-            opt.add_generation_prompt = false;
-        } else if (strcmp(a, "--enable-thinking") == 0 && has_val) {
+        } else if (!strcmp(a, "--no-generation-prompt")) {
+            gen_prompt = false;
+        } else if (!strcmp(a, "--continue-final-message")) {
+            cont = true;
+        } else if (!strcmp(a, "--bos-token") && has_val) {
+            bos = argv[++i];
+        } else if (!strcmp(a, "--eos-token") && has_val) {
+            eos = argv[++i];
+        } else if (!strcmp(a, "--enable-thinking") && has_val) {
             const char *v = argv[++i];
-            if (strcmp(v, "true") == 0) {
-                opt.enable_thinking = CT_THINKING_ON;
-            } else if (strcmp(v, "false") == 0) {
-                opt.enable_thinking = CT_THINKING_OFF;
+            if (!strcmp(v, "true")) {
+                thinking = 1;
+            } else if (!strcmp(v, "false")) {
+                thinking = 0;
             } else {
                 fprintf(stderr,
                         "tangram-template: --enable-thinking takes true or "
@@ -158,11 +128,17 @@ int main(int argc, char **argv)
                         v);
                 return 2;
             }
-        } else if (strcmp(a, "--date-string") == 0 && has_val) {
-            opt.date_string = argv[++i];
-        } else if (strcmp(a, "--detect") == 0) {
-            detect_only = true;
-        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        } else if (!strcmp(a, "--date-string") && has_val) {
+            const char *v = argv[++i];
+            if (!parse_date(v, &date)) {
+                fprintf(stderr,
+                        "tangram-template: --date-string takes a date "
+                        "YYYY-MM-DD, not '%s'\n",
+                        v);
+                return 2;
+            }
+            have_date = true;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
         } else {
@@ -171,68 +147,85 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    if ((dir != NULL) + (file != NULL) > 1 ||
-        (dir == NULL && file == NULL && name == NULL)) {
-        fprintf(stderr, "tangram-template: give exactly one of --model, "
-                        "--tokenizer, --template-file (or --template NAME)\n");
+    if ((dir != NULL) + (file != NULL) != 1) {
+        fprintf(stderr, "tangram-template: give exactly one of --tokenizer, "
+                        "--model, --template-file\n");
         usage(stderr);
         return 2;
     }
+    if (cont && gen_prompt) {
+        /* as transformers: continuing the final message and opening a new
+         * assistant turn exclude each other */
+        gen_prompt = false;
+    }
 
-    char err[512] = "";
-    char *text = NULL, *input = NULL, *prompt = NULL;
-    struct ct_message *msgs = NULL;
-    json_t *doc = NULL;
-    int status = 1, rc = 0;
-    if (dir != NULL)
-        rc = ct_template_read_dir(dir, &text, err, sizeof err);
-    else if (file != NULL)
-        rc = ct_template_read_file(file, &text, err, sizeof err);
-    if (rc != 0)
-        goto out;
-    struct ct_template t;
-    rc = ct_template_select(text, name, &t, err, sizeof err);
-    if (rc != 0)
-        goto out;
-    if (detect_only) {
-        static const char *const how[] = {"none", "exact", "fingerprint",
-                                          "named"};
-        printf("%s %s %016llx\n", ct_family_name(t.family), how[t.match],
-               (unsigned long long)t.hash);
-        status = 0;
-        goto out;
-    }
+    char err[1024] = "";
+    char *input = NULL, *prompt = NULL;
+    json_t *doc = NULL, *kwargs = NULL;
+    struct ct_template t = {0};
+    int rc = dir != NULL ? ct_template_load_dir(&t, dir, err, sizeof err)
+                         : ct_template_load_file(&t, file, err, sizeof err);
+    if (rc == 0 && bos != NULL &&
+        json_object_set_new(t.specials, "bos_token", json_string(bos)))
+        rc = tg_err_set(err, sizeof err, TG_ENOMEM, "out of memory");
+    if (rc == 0 && eos != NULL &&
+        json_object_set_new(t.specials, "eos_token", json_string(eos)))
+        rc = tg_err_set(err, sizeof err, TG_ENOMEM, "out of memory");
     size_t in_len = 0;
-    rc = read_stdin(&input, &in_len);
-    if (rc != 0) {
-        tg_err_set(err, sizeof err, rc, "reading stdin: %s",
-                   tg_strerror(rc));
-        goto out;
+    if (rc == 0 && (rc = read_stdin(&input, &in_len)) != 0)
+        tg_err_set(err, sizeof err, rc, "reading stdin: %s", tg_strerror(rc));
+    if (rc == 0)
+        rc = tg_json_load_buf(input, in_len, &doc, err, sizeof err);
+    json_t *messages = NULL, *tools = NULL;
+    if (rc == 0 && !json_is_object(doc))
+        rc = tg_err_set(err, sizeof err, TG_EFORMAT,
+                        "stdin: expected a JSON object {\"messages\": [...]}");
+    if (rc == 0) {
+        messages = json_object_get(doc, "messages");
+        tools = json_object_get(doc, "tools");
+        if (!json_is_array(messages))
+            rc = tg_err_set(err, sizeof err, TG_EFORMAT,
+                            "stdin: \"messages\" must be an array");
+        else if (tools != NULL && !json_is_array(tools) &&
+                 !json_is_null(tools))
+            rc = tg_err_set(err, sizeof err, TG_EFORMAT,
+                            "stdin: \"tools\" must be an array");
+        if (json_is_null(tools))
+            tools = NULL;
     }
-    rc = tg_json_load_buf(input, in_len, &doc, err, sizeof err);
-    if (rc != 0)
-        goto out;
-    size_t n = 0;
-    rc = parse_request(doc, &msgs, &n, &opt, err, sizeof err);
-    if (rc != 0)
-        goto out;
+    if (rc == 0) {
+        json_t *kw = json_object_get(doc, "chat_template_kwargs");
+        kwargs = json_is_object(kw) ? json_deep_copy(kw) : json_object();
+        if (kw != NULL && !json_is_object(kw) && !json_is_null(kw))
+            rc = tg_err_set(err, sizeof err, TG_EFORMAT,
+                            "stdin: \"chat_template_kwargs\" must be an "
+                            "object");
+        else if (kwargs == NULL ||
+                 (thinking >= 0 &&
+                  json_object_set_new(kwargs, "enable_thinking",
+                                      json_boolean(thinking)) != 0))
+            rc = tg_err_set(err, sizeof err, TG_ENOMEM, "out of memory");
+    }
     size_t len = 0;
-    rc = ct_render(&t, msgs, n, &opt, &prompt, &len, err, sizeof err);
-    if (rc != 0)
-        goto out;
-    if (fwrite(prompt, 1, len, stdout) != len || fflush(stdout) != 0) {
-        rc = tg_err_set(err, sizeof err, TG_EIO, "writing stdout failed");
-        goto out;
+    if (rc == 0) {
+        struct ct_render_opts o = {
+            .add_generation_prompt = gen_prompt,
+            .continue_final_message = cont,
+            .kwargs = kwargs,
+            .now = have_date ? &date : NULL,
+        };
+        rc = ct_template_render(&t, messages, tools, &o, &prompt, &len, err,
+                                sizeof err);
     }
-    status = 0;
-out:
-    if (status != 0)
-        fprintf(stderr, "tangram-template: %s (%s)\n", err,
-                tg_err_name(rc));
+    if (rc == 0 &&
+        (fwrite(prompt, 1, len, stdout) != len || fflush(stdout) != 0))
+        rc = tg_err_set(err, sizeof err, TG_EIO, "writing stdout failed");
+    if (rc != 0)
+        fprintf(stderr, "tangram-template: %s (%s)\n", err, tg_err_name(rc));
     free(prompt);
-    free(msgs);
+    json_decref(kwargs);
     json_decref(doc);
     free(input);
-    free(text);
-    return status;
+    ct_template_free(&t);
+    return rc == 0 ? 0 : 1;
 }

@@ -11,7 +11,9 @@ The daemon runs with --max-num-seqs 1 --max-queued 1 and an API key, so that
 a long request plus a queued one fill it (RESOURCE_EXHAUSTED for the next).
 
 Checked: Health/Check SERVING (open without the key), NOT_FOUND for an
-unknown service; ModelInfo; Tokenize equals the HTTP /tokenize; Generate
+unknown service; ModelInfo; Tokenize equals the HTTP /tokenize (also for a
+chat with tools, a tool call and its result; Generate with tools; bad tool
+parameters and tool_choice "required" -> INVALID_ARGUMENT); Generate
 streams tokens and text with finish_reason 0 until the last message, which
 carries LENGTH and the usage; greedy Generate equals the HTTP completion of
 the same prompt ids; logprobs; stop strings; a second turn by session_id
@@ -37,6 +39,7 @@ Generate, Watch through a drain, deadlines, receive timeouts, Abort scoped
 to the connection) are in test_daemon_grpc_ops.py.
 """
 import importlib
+import json
 import os
 import shutil
 import subprocess
@@ -192,6 +195,57 @@ def t_health_info(c, grpc, http):
         metadata=AUTH_MD, timeout=10)
     chk.check(code == grpc.StatusCode.OK and r.count > 3,
               "Tokenize of a chat renders the template", (code, r))
+    t_tools(c, grpc, http)
+
+
+def t_tools(c, grpc, http):
+    """Tool use over gRPC renders exactly what the HTTP API renders."""
+    params = {"type": "object", "properties": {"city": {"type": "string"}}}
+    tool = c.pb.Tool(name="get_weather", description="Weather of a city.",
+                     parameters_json=json.dumps(params))
+    msgs = [c.pb.ChatMessage(role="user", content="Weather in Paris?"),
+            c.pb.ChatMessage(role="assistant", tool_calls=[c.pb.ToolCall(
+                id="call_1", name="get_weather",
+                arguments="{\"city\": \"Paris\"}")]),
+            c.pb.ChatMessage(role="tool", tool_call_id="call_1",
+                             content="21 C")]
+    code, r = code_of(grpc, c.tokenize, c.pb.TokenizeRequest(
+        messages=msgs, tools=[tool]), metadata=AUTH_MD, timeout=10)
+    st, j = http.post("/tokenize", {"model": MODEL, "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {
+                "name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "21 C"}],
+        "tools": [{"type": "function", "function": {
+            "name": "get_weather", "description": "Weather of a city.",
+            "parameters": params}}]})
+    chk.check(code == grpc.StatusCode.OK and st == 200 and
+              list(r.token_ids) == j["tokens"],
+              "Tokenize of a chat with tools and tool calls equals HTTP",
+              (code, r, j))
+    gm, code, det = c.gen(messages=msgs, tools=[tool], tool_choice="auto",
+                          sampling={"max_tokens": 6, "temperature": 0})
+    chk.check(code == grpc.StatusCode.OK and gm and
+              gm[-1].finish_reason in (c.pb.FINISH_REASON_STOP,
+                                       c.pb.FINISH_REASON_LENGTH,
+                                       c.pb.FINISH_REASON_TOOL_CALLS) and
+              all(tc.id.startswith("call_") and json.loads(tc.arguments)
+                  is not None for m in gm for tc in m.tool_calls),
+              "Generate of a chat with tools", (code, det, gm[-1:]))
+    gm, code, det = c.gen(messages=msgs[:1], tools=[c.pb.Tool(
+        name="f", parameters_json="{not json")])
+    chk.check(code == grpc.StatusCode.INVALID_ARGUMENT and
+              "parameters_json" in det,
+              "a tool with bad parameters_json -> INVALID_ARGUMENT", det)
+    gm, code, det = c.gen(messages=msgs[:1], tools=[tool],
+                          tool_choice="required")
+    chk.check(code == grpc.StatusCode.INVALID_ARGUMENT and
+              "tool_choice" in det,
+              "tool_choice required -> INVALID_ARGUMENT", det)
+    gm, code, det = c.gen(prompt="x", tools=[tool])
+    chk.check(code == grpc.StatusCode.INVALID_ARGUMENT,
+              "tools on a text prompt -> INVALID_ARGUMENT", det)
 
 
 def t_generate(c, grpc, http):

@@ -283,14 +283,67 @@ static const struct bad_case BAD[] = {
     {H,
      "{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\","
      "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\"}]}]}",
-     400, TG_EUNSUPPORTED, "messages[0].tool_calls", "not supported"},
+     400, TG_EFORMAT, "messages[0].tool_calls[0].function", "must be an object"},
+    {H,
+     "{\"messages\":[{\"role\":\"assistant\",\"content\":null,"
+     "\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":"
+     "\"f\",\"arguments\":\"{}\"}}]}]}",
+     400, TG_EFORMAT, "messages[0].tool_calls[0].id", "non-empty string"},
+    {H,
+     "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":"
+     "\"c\",\"type\":\"code\",\"function\":{\"name\":\"f\","
+     "\"arguments\":\"{}\"}}]}]}",
+     400, TG_EFORMAT, "messages[0].tool_calls[0].type", "\"function\""},
+    {H,
+     "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":"
+     "\"c\",\"function\":{\"name\":\"\",\"arguments\":\"{}\"}}]}]}",
+     400, TG_EFORMAT, "messages[0].tool_calls[0].function.name",
+     "non-empty string"},
+    {H,
+     "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":"
+     "\"c\",\"function\":{\"name\":\"f\",\"arguments\":3}}]}]}",
+     400, TG_EFORMAT, "messages[0].tool_calls[0].function.arguments",
+     "a JSON string"},
+    {H,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"tool_calls\":"
+     "[{\"id\":\"c\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}"
+     "]}]}",
+     400, TG_EFORMAT, "messages[0].tool_calls", "only assistant"},
+    {H, "{\"messages\":[{\"role\":\"assistant\",\"content\":null}]}",
+     400, TG_EFORMAT, "messages[0].content", "is required"},
+    {H, "{\"messages\":[{\"role\":\"assistant\",\"function_call\":{}}]}",
+     400, TG_EUNSUPPORTED, "messages[0].function_call", "tool_calls"},
+    {H, "{" MSG ",\"tools\":{}}", 400, TG_EFORMAT, "tools", "must be an array"},
+    {H, "{" MSG ",\"tools\":[3]}", 400, TG_EFORMAT, "tools[0]",
+     "must be an object"},
+    {H, "{" MSG ",\"tools\":[{\"type\":\"retrieval\"}]}", 400, TG_EFORMAT,
+     "tools[0].type", "\"function\""},
+    {H, "{" MSG ",\"tools\":[{\"type\":\"function\"}]}", 400, TG_EFORMAT,
+     "tools[0].function", "must be an object"},
     {H,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
-     "\"f\"}}]}",
-     400, TG_EUNSUPPORTED, "tools", "tool calling is not supported"},
-    {H, "{" MSG ",\"tools\":{}}", 400, TG_EFORMAT, "tools", "must be an array"},
+     "\"bad name\"}}]}",
+     400, TG_EFORMAT, "tools[0].function.name", "1 to 64 characters"},
+    {H,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+     "\"f\",\"parameters\":[]}}]}",
+     400, TG_EFORMAT, "tools[0].function.parameters", "JSON Schema object"},
+    {H,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+     "\"f\",\"description\":1}}]}",
+     400, TG_EFORMAT, "tools[0].function.description", "must be a string"},
     {H, "{" MSG ",\"tool_choice\":\"required\"}", 400, TG_EUNSUPPORTED,
      "tool_choice", "not supported"},
+    {H,
+     "{" MSG ",\"tool_choice\":{\"type\":\"function\",\"function\":"
+     "{\"name\":\"f\"}}}",
+     400, TG_EUNSUPPORTED, "tool_choice", "naming a function"},
+    {H, "{" MSG ",\"tool_choice\":\"sometimes\"}", 400, TG_EFORMAT,
+     "tool_choice", "must be"},
+    {H, "{" MSG ",\"parallel_tool_calls\":1}", 400, TG_EFORMAT,
+     "parallel_tool_calls", "must be a boolean"},
+    {H, "{" MSG ",\"chat_template_kwargs\":{\"messages\":[]}}", 400,
+     TG_EFORMAT, "chat_template_kwargs.messages", "set by the request"},
     {H, "{" MSG ",\"functions\":[{\"name\":\"f\"}]}", 400, TG_EUNSUPPORTED,
      "functions", "not supported"},
     {H,
@@ -557,8 +610,28 @@ static void test_chat_messages(void **state)
     assert_int_equal(r.sampling.logprobs, 3);
     assert_true(r.chat.add_generation_prompt);
     assert_false(r.chat.continue_final_message);
-    assert_int_equal(r.chat.enable_thinking, CT_THINKING_OFF);
+    assert_true(json_is_false(json_object_get(r.chat.kwargs,
+                                              "enable_thinking")));
+    assert_int_equal(json_integer_value(json_object_get(r.chat.kwargs,
+                                                        "other")), 1);
+    assert_int_equal(r.tool_choice, RT_TOOL_CHOICE_NONE);
+    assert_int_equal(json_array_size(r.tools), 0);
     assert_false(r.add_special_tokens);
+    /* the template's view: developer is system, parts joined, an empty
+     * tool_calls list dropped, optional members only when given */
+    char *view = json_dumps(r.chat_messages, JSON_COMPACT);
+    assert_string_equal(
+        view,
+        "[{\"role\":\"system\",\"content\":\"be brief\"},"
+        "{\"role\":\"system\",\"content\":\"dev\"},"
+        "{\"role\":\"user\",\"content\":\"part one\\npart two\","
+        "\"name\":\"ann\"},"
+        "{\"role\":\"assistant\",\"content\":\"ok\","
+        "\"reasoning_content\":\"hmm\"},"
+        "{\"role\":\"tool\",\"content\":\"42\",\"tool_call_id\":"
+        "\"call_1\"},"
+        "{\"role\":\"user\",\"content\":\"\"}]");
+    free(view);
     rt_gen_request_free(&r);
 
     const char *b2 = "{" MSG ",\"logprobs\":true,\"add_generation_prompt\":"
@@ -569,7 +642,8 @@ static void test_chat_messages(void **state)
     assert_int_equal(r.sampling.logprobs, 0);
     assert_false(r.chat.add_generation_prompt);
     assert_true(r.chat.continue_final_message);
-    assert_int_equal(r.chat.enable_thinking, CT_THINKING_ON);
+    assert_true(json_is_true(json_object_get(r.chat.kwargs,
+                                             "enable_thinking")));
     rt_gen_request_free(&r);
 
     const char *b3 = "{" MSG ",\"top_logprobs\":0,\"max_tokens\":7}";
@@ -577,8 +651,60 @@ static void test_chat_messages(void **state)
     assert_int_equal(r.sampling.logprobs, -1);
     assert_int_equal(r.sampling.max_tokens, 7);
     assert_string_equal(r.max_tokens_param, "max_tokens");
-    assert_int_equal(r.chat.enable_thinking, CT_THINKING_DEFAULT);
+    assert_null(r.chat.kwargs);
+    assert_null(r.tools);
+    assert_int_equal(r.tool_choice, RT_TOOL_CHOICE_AUTO);
     rt_gen_request_free(&r);
+}
+
+static void test_chat_tools(void **state)
+{
+    (void)state;
+    const char *b =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":["
+        "{\"id\":\"call_1\",\"type\":\"function\",\"function\":{"
+        "\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": "
+        "\\\"Paris\\\"}\"}},"
+        "{\"id\":\"call_2\",\"function\":{\"name\":\"f\","
+        "\"arguments\":\"not json\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":"
+        "\"21C\"}],"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+        "\"get_weather\",\"description\":\"Weather.\",\"parameters\":"
+        "{\"type\":\"object\"},\"strict\":true}}],"
+        "\"tool_choice\":\"auto\",\"parallel_tool_calls\":false}";
+    struct rt_gen_request r;
+    struct rt_api_error e;
+    int rc = rt_openai_parse_chat(&CFG, b, strlen(b), &r, &e);
+    if (rc)
+        print_error("%s (param %s)\n", e.message, e.param);
+    assert_int_equal(rc, 0);
+    assert_true(r.messages[1].content_null);
+    assert_string_equal(r.messages[1].content, "");
+    assert_int_equal(r.messages[1].n_tool_calls, 2);
+    assert_int_equal(r.tool_choice, RT_TOOL_CHOICE_AUTO);
+    assert_int_equal(json_array_size(r.tools), 1);
+    /* arguments parsed from their JSON string; a non-JSON string stays */
+    char *view = json_dumps(json_array_get(r.chat_messages, 1), JSON_COMPACT);
+    assert_string_equal(
+        view,
+        "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":["
+        "{\"id\":\"call_1\",\"type\":\"function\",\"function\":{"
+        "\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}},"
+        "{\"id\":\"call_2\",\"type\":\"function\",\"function\":{"
+        "\"name\":\"f\",\"arguments\":\"not json\"}}]}");
+    free(view);
+    rt_gen_request_free(&r);
+
+    /* /tokenize takes tools too */
+    struct rt_tokenize_request t;
+    const char *b2 = "{" MSG ",\"tools\":[{\"type\":\"function\","
+                     "\"function\":{\"name\":\"f\"}}]}";
+    assert_int_equal(rt_openai_parse_tokenize(&CFG, b2, strlen(b2), &t, &e), 0);
+    assert_int_equal(json_array_size(t.tools), 1);
+    assert_int_equal(json_array_size(t.chat_messages), 1);
+    rt_tokenize_request_free(&t);
 }
 
 static void test_fit(void **state)
@@ -664,6 +790,7 @@ int main(void)
         cmocka_unit_test(test_completion_all_fields),
         cmocka_unit_test(test_completion_prompt_forms),
         cmocka_unit_test(test_chat_messages),
+        cmocka_unit_test(test_chat_tools),
         cmocka_unit_test(test_fit),
         cmocka_unit_test(test_tokenize_requests),
     };

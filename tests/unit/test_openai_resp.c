@@ -2,7 +2,8 @@
  * (router/rt_openai.h): the exact JSON of completion and chat responses,
  * logprobs in both shapes, SSE framing of streams (role chunk, deltas,
  * finish chunk, usage chunk, [DONE]), errors, /v1/models, /tokenize and
- * /detokenize bodies, and U+FFFD substitution of ill-formed UTF-8. Every
+ * /detokenize bodies, tool calls in chat responses and stream deltas, and
+ * U+FFFD substitution of ill-formed UTF-8. Every
  * output is parsed back with jansson and compared field by field. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -221,6 +222,91 @@ static void test_chat_response_logprobs(void **state)
     check_usage(json_object_get(j, "usage"), 7, 1, 0);
     json_decref(j);
     free(out);
+}
+
+static void test_chat_tool_calls(void **state)
+{
+    (void)state;
+    struct rt_resp_ctx c = {.endpoint = RT_ENDPOINT_CHAT,
+                            .id = "chatcmpl-t",
+                            .model = "tiny",
+                            .created = 5};
+    struct rt_tool_call calls[2] = {
+        {"call_1", "get_weather", "{\"city\": \"Paris\"}"},
+        {"call_2", "now", "{}"}};
+    struct rt_usage u = {9, 4, 0};
+    char *out;
+    size_t n;
+    /* content null next to the calls, finish_reason tool_calls */
+    assert_int_equal(rt_openai_format_chat_response(&c, NULL, 0, calls, 2,
+                                                    NULL, 0,
+                                                    RT_FINISH_TOOL_CALLS, &u,
+                                                    &out, &n),
+                     0);
+    json_t *j = load(out, n);
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *msg = json_object_get(c0, "message");
+    assert_true(json_is_null(json_object_get(msg, "content")));
+    assert_string_equal(jstr(c0, "finish_reason"), "tool_calls");
+    json_t *tc = json_object_get(msg, "tool_calls");
+    assert_int_equal(json_array_size(tc), 2);
+    json_t *t0 = json_array_get(tc, 0);
+    assert_string_equal(jstr(t0, "id"), "call_1");
+    assert_string_equal(jstr(t0, "type"), "function");
+    assert_null(json_object_get(t0, "index"));
+    json_t *f0 = json_object_get(t0, "function");
+    assert_string_equal(jstr(f0, "name"), "get_weather");
+    assert_string_equal(jstr(f0, "arguments"), "{\"city\": \"Paris\"}");
+    json_decref(j);
+    free(out);
+    /* content and no calls: no tool_calls member */
+    assert_int_equal(rt_openai_format_chat_response(&c, "hi", 2, NULL, 0,
+                                                    NULL, 0, RT_FINISH_STOP,
+                                                    &u, &out, &n),
+                     0);
+    j = load(out, n);
+    msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0),
+                          "message");
+    assert_string_equal(jstr(msg, "content"), "hi");
+    assert_null(json_object_get(msg, "tool_calls"));
+    json_decref(j);
+    free(out);
+    /* a stream delta of calls numbered from first_index */
+    assert_int_equal(rt_openai_sse_tool_calls(&c, calls + 1, 1, 1, NULL, 0,
+                                              &u, &out, &n),
+                     0);
+    j = load_sse(out, n);
+    assert_string_equal(jstr(j, "object"), "chat.completion.chunk");
+    c0 = json_array_get(json_object_get(j, "choices"), 0);
+    assert_true(json_is_null(json_object_get(c0, "finish_reason")));
+    json_t *d = json_object_get(c0, "delta");
+    assert_int_equal(json_object_size(d), 1);
+    t0 = json_array_get(json_object_get(d, "tool_calls"), 0);
+    assert_int_equal(json_integer_value(json_object_get(t0, "index")), 1);
+    assert_string_equal(jstr(t0, "id"), "call_2");
+    assert_string_equal(jstr(json_object_get(t0, "function"), "arguments"),
+                        "{}");
+    json_decref(j);
+    free(out);
+    /* the closing chunk's finish reason */
+    assert_int_equal(rt_openai_sse_delta(&c, "", 0, NULL, 0,
+                                         RT_FINISH_TOOL_CALLS, &u, &out, &n),
+                     0);
+    j = load_sse(out, n);
+    c0 = json_array_get(json_object_get(j, "choices"), 0);
+    assert_string_equal(jstr(c0, "finish_reason"), "tool_calls");
+    json_decref(j);
+    free(out);
+    assert_string_equal(rt_finish_name(RT_FINISH_TOOL_CALLS), "tool_calls");
+    /* chat-only formatters refuse a completions context */
+    struct rt_resp_ctx cc = {.endpoint = RT_ENDPOINT_COMPLETIONS};
+    assert_int_equal(rt_openai_format_chat_response(&cc, "x", 1, NULL, 0, NULL,
+                                                    0, RT_FINISH_STOP, NULL,
+                                                    &out, &n),
+                     TG_EINVAL);
+    assert_int_equal(rt_openai_sse_tool_calls(&cc, calls, 1, 0, NULL, 0, NULL,
+                                              &out, &n),
+                     TG_EINVAL);
 }
 
 static void test_chat_stream(void **state)
@@ -498,6 +584,7 @@ int main(void)
         cmocka_unit_test(test_completion_response),
         cmocka_unit_test(test_completion_logprobs),
         cmocka_unit_test(test_chat_response_logprobs),
+        cmocka_unit_test(test_chat_tool_calls),
         cmocka_unit_test(test_chat_stream),
         cmocka_unit_test(test_completion_stream),
         cmocka_unit_test(test_errors),

@@ -28,6 +28,7 @@
 #include <strings.h>
 
 #include "common/tg_err.h"
+#include "router/rt_api_grpc_internal.h"
 #include "router/rt_grpc_reflect.h"
 #include "tangram.pb-c.h"
 #include "tg_api_descriptors.h"
@@ -307,10 +308,10 @@ static void gen_cancelled(struct rt_grpc_call *call, int status, void *ud)
     rt_req_cancel(r);
 }
 
-/* GenerateRequest -> rt_gen_request with the OpenAI defaults. */
-static int convert(struct rt_server *s, const Tangram__V1__GenerateRequest *q,
-                   struct rt_gen_request *g, struct rt_api_error *e,
-                   struct rt_grpc_call *call)
+int rt__api_grpc_convert(struct rt_server *s,
+                         const Tangram__V1__GenerateRequest *q,
+                         struct rt_gen_request *g, struct rt_api_error *e,
+                         const struct rt_grpc_call *call)
 {
     int forms = (q->prompt != NULL && q->prompt[0] != '\0') +
                 (q->n_prompt_token_ids > 0) + (q->n_messages > 0);
@@ -515,7 +516,7 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     }
     c->call = call;
     c->conn_id = call->conn_id;
-    int rc = convert(s, q, &r->g, &e, call);
+    int rc = rt__api_grpc_convert(s, q, &r->g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
     if (rc == 0)
         rc = rt_req_submit(r, &e);

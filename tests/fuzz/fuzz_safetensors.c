@@ -42,11 +42,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             continue;
         uint64_t rows = st_tensor_rows(t);
         uint64_t per = rows ? t->numel / rows : 0;
+        /* Rows of no elements cost nothing to read but there may be 2^62
+         * of them; rows with elements are bounded by the file's size. */
+        uint64_t read = per == 0 && rows > 4 ? 4 : rows;
         float *r = realloc(row, (per ? per : 1) * sizeof(float));
         if (!r)
             fz_fail("out of memory");
         row = r;
-        for (uint64_t k = 0; k < rows; k++)
+        for (uint64_t k = 0; k < read; k++)
             if (st_tensor_read_f32(t, k, k + 1, row, err, sizeof(err)) != 0)
                 fz_fail("read of row %llu of %s: %s", (unsigned long long)k,
                         t->name, err);

@@ -82,6 +82,11 @@ static void run_plan(struct gw_wlink *l, struct gw_worker *w,
         fz_fail("gw_wlink_decode_plan: out of memory");
     uint64_t before = w->last_step;
     int rc = gw_worker_step(w, &gp, &gr);
+    /* FZ_VERBOSE=1 shows what each plan of a seed does. */
+    if (getenv("FZ_VERBOSE"))
+        fprintf(stderr, "step %llu: %s %s (%zu tokens)\n",
+                (unsigned long long)bp->step_id, rc == 0 ? "ran" : "refused",
+                gr.error ? gr.error : "", gr.n_tokens);
     if (rc != 0 && gr.ok)
         fz_fail("a failed step reported ok");
     if (rc != 0 && gr.error[0] == '\0')

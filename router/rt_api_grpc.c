@@ -308,6 +308,8 @@ static void gen_cancelled(struct rt_grpc_call *call, int status, void *ud)
     rt_req_cancel(r);
 }
 
+/* GenerateRequest -> rt_gen_request with the OpenAI defaults (declared in
+ * rt_api_grpc_internal.h for the fuzzing harness). */
 int rt__api_grpc_convert(struct rt_server *s,
                          const Tangram__V1__GenerateRequest *q,
                          struct rt_gen_request *g, struct rt_api_error *e,

@@ -202,7 +202,10 @@ static int template_ids(struct tok_tokenizer *t, json_t *ids, int suffix,
     json_array_foreach(ids, i, v)
     {
         json_int_t id = json_integer_value(v);
-        if (!json_is_integer(v) || id < 0 || id >= t->n_ids)
+        /* An id below n_ids can still be a hole between tokens (str len
+         * UINT32_MAX): encoding would emit an id with no token. */
+        if (!json_is_integer(v) || id < 0 || id >= t->n_ids ||
+            t->str[id].len == UINT32_MAX)
             return tg_err_set(err, errlen, TG_EFORMAT,
                               "%s: id out of the vocabulary", ctx);
         if (*n == TOK_MAX_TEMPLATE)

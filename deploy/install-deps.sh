@@ -1,15 +1,18 @@
 #!/bin/sh
 # Installs every Debian 12 package tangram needs to build, test and serve.
 # Idempotent and non-interactive: safe to run again; installs nothing twice.
-# CUDA 13, cuBLAS and NCCL are not Debian packages; the build uses them from
-# /usr/local/cuda when nvcc is found and builds without them otherwise.
+# clang, libclang-rt-14-dev (libFuzzer and clang's sanitizer runtimes, only
+# recommended by clang) and libomp-dev (clang's OpenMP) build the fuzzing
+# harnesses (tests/fuzz). CUDA 13, cuBLAS and NCCL are not Debian packages;
+# the build uses them from /usr/local/cuda when nvcc is found and builds
+# without them otherwise.
 set -eu
 
 PKGS="build-essential cmake pkg-config git ca-certificates curl
 libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
 libjemalloc-dev libjansson-dev libpcre2-dev libutf8proc-dev
 libnghttp2-dev libhttp-parser-dev libopenblas-dev libcmocka-dev
-libsystemd-dev
+libsystemd-dev clang libclang-rt-14-dev libomp-dev
 python3 python3-numpy python3-jinja2 python3-grpcio python3-yaml
 python3-protobuf protobuf-compiler nodejs npm"
 

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Runs the whole test suite: installs missing packages, builds (warnings are
 # errors), runs every ctest test, then rebuilds the host code with ASan +
-# UBSan and runs the unit tests again under the sanitizers. After each ctest
+# UBSan and runs the unit tests again under the sanitizers, then builds the
+# libFuzzer harnesses with clang and fuzzes each for a bounded time
+# (TANGRAM_FUZZ_SECONDS, default 25; tests/fuzz/README.md). After each ctest
 # run it prints how many tests ran and skipped: only GPU tests may skip
 # (without an NVIDIA device); any other skip fails the run.
 set -eu
@@ -32,3 +34,12 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTANGRAM_SANITIZE=ON \
 cmake --build build-asan -j"$JOBS"
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 run_ctest build-asan -L unit
+
+# Fuzzing: the harnesses of tests/fuzz in their own build (clang,
+# fuzzer-no-link + ASan + UBSan), each for a bounded time over a scratch
+# copy of its seed corpus, two at a time; a crash, leak, hang or sanitizer
+# report fails the run and names the reproducer.
+cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DTANGRAM_FUZZ=ON -DTANGRAM_CUDA=OFF -DTANGRAM_PYTHON="$PY"
+cmake --build build-fuzz -j"$JOBS" --target fuzz
+sh tests/fuzz/run.sh build-fuzz "${TANGRAM_FUZZ_SECONDS:-25}" 2

@@ -523,16 +523,12 @@ static void reject_connection(struct rt_grpc_server *srv, uv_stream_t *ls)
     uv_close((uv_handle_t *)tmp, on_reject_closed);
 }
 
-static void on_connection(uv_stream_t *ls, int status)
+/* A connection of srv with its handles initialised, linked into srv. */
+static struct rt_grpc_conn *conn_new(struct rt_grpc_server *srv)
 {
-    struct rt_grpc_server *srv = ls->data;
-    if (status < 0 || srv->closing)
-        return;
     struct rt_grpc_conn *conn = calloc(1, sizeof(*conn));
-    if (!conn) {
-        reject_connection(srv, ls);
-        return;
-    }
+    if (!conn)
+        return NULL;
     conn->srv = srv;
     uv_tcp_init(srv->loop, &conn->tcp);
     uv_timer_init(srv->loop, &conn->idle);
@@ -551,8 +547,14 @@ static void on_connection(uv_stream_t *ls, int status)
     if (srv->cfg.idle_timeout_ms)
         uv_timer_start(&conn->idle, on_idle_timer, srv->cfg.idle_timeout_ms,
                        0);
-    if (uv_accept(ls, (uv_stream_t *)&conn->tcp) != 0 ||
-        conn_session_new(conn) != 0) {
+    return conn;
+}
+
+/* Starts the HTTP/2 session of a connection whose socket is open, and
+ * reading. */
+static void conn_start(struct rt_grpc_conn *conn)
+{
+    if (conn_session_new(conn) != 0) {
         rt__grpc_conn_close(conn);
         return;
     }
@@ -562,6 +564,38 @@ static void on_connection(uv_stream_t *ls, int status)
         return;
     }
     conn_flush(conn); /* our SETTINGS */
+}
+
+static void on_connection(uv_stream_t *ls, int status)
+{
+    struct rt_grpc_server *srv = ls->data;
+    if (status < 0 || srv->closing)
+        return;
+    struct rt_grpc_conn *conn = conn_new(srv);
+    if (!conn) {
+        reject_connection(srv, ls);
+        return;
+    }
+    if (uv_accept(ls, (uv_stream_t *)&conn->tcp) != 0) {
+        rt__grpc_conn_close(conn);
+        return;
+    }
+    conn_start(conn);
+}
+
+int rt__grpc_conn_adopt(struct rt_grpc_server *srv, int fd)
+{
+    if (!srv->initialized || srv->closing)
+        return TG_EINVAL;
+    struct rt_grpc_conn *conn = conn_new(srv);
+    if (!conn)
+        return TG_ENOMEM;
+    if (uv_tcp_open(&conn->tcp, fd) != 0) {
+        rt__grpc_conn_close(conn);
+        return TG_EIO;
+    }
+    conn_start(conn);
+    return 0;
 }
 
 /* ---- server ------------------------------------------------------------ */

@@ -770,24 +770,9 @@ static void free_handle(uv_handle_t *h)
     free(h);
 }
 
-void rt__http_on_connection(uv_stream_t *l, int status)
+/* Links a connection whose tcp handle was just initialised into srv. */
+static void conn_link(struct rt_http_server *srv, struct rt_http_conn *conn)
 {
-    struct rt_http_server *srv = l->data;
-    if (status < 0 || srv->closing)
-        return;
-    struct rt_http_conn *conn = calloc(1, sizeof(*conn));
-    if (!conn || uv_tcp_init(srv->loop, &conn->tcp) < 0) {
-        free(conn);
-        /* Accept and drop, so the backlog does not spin. */
-        uv_tcp_t *tmp = malloc(sizeof(*tmp));
-        if (tmp && uv_tcp_init(srv->loop, tmp) == 0) {
-            uv_accept(l, (uv_stream_t *)tmp);
-            uv_close((uv_handle_t *)tmp, free_handle);
-        } else {
-            free(tmp);
-        }
-        return;
-    }
     conn->srv = srv;
     uv_timer_init(srv->loop, &conn->timer);
     conn->tcp.data = conn;
@@ -802,10 +787,13 @@ void rt__http_on_connection(uv_stream_t *l, int status)
     srv->n_conns++;
     srv->n_live++;
     srv->live_handles++;
-    if (uv_accept(l, (uv_stream_t *)&conn->tcp) < 0) {
-        conn_close(conn);
-        return;
-    }
+}
+
+/* Applies the connection limits to a connection just accepted and starts
+ * reading it. */
+static void conn_start(struct rt_http_conn *conn)
+{
+    struct rt_http_server *srv = conn->srv;
     peer_address(conn);
     const struct rt_http_config *cfg = &srv->cfg;
     /* n_live counts this one too. An idle connection gives way: it holds
@@ -835,4 +823,50 @@ void rt__http_on_connection(uv_stream_t *l, int status)
     read_start(conn);
     if (!conn->closing)
         conn_arm_timer(conn);
+}
+
+void rt__http_on_connection(uv_stream_t *l, int status)
+{
+    struct rt_http_server *srv = l->data;
+    if (status < 0 || srv->closing)
+        return;
+    struct rt_http_conn *conn = calloc(1, sizeof(*conn));
+    if (!conn || uv_tcp_init(srv->loop, &conn->tcp) < 0) {
+        free(conn);
+        /* Accept and drop, so the backlog does not spin. */
+        uv_tcp_t *tmp = malloc(sizeof(*tmp));
+        if (tmp && uv_tcp_init(srv->loop, tmp) == 0) {
+            uv_accept(l, (uv_stream_t *)tmp);
+            uv_close((uv_handle_t *)tmp, free_handle);
+        } else {
+            free(tmp);
+        }
+        return;
+    }
+    conn_link(srv, conn);
+    if (uv_accept(l, (uv_stream_t *)&conn->tcp) < 0) {
+        conn_close(conn);
+        return;
+    }
+    conn_start(conn);
+}
+
+int rt__http_conn_adopt(struct rt_http_server *srv, int fd)
+{
+    if (srv->closing)
+        return TG_EINVAL;
+    struct rt_http_conn *conn = calloc(1, sizeof(*conn));
+    if (!conn)
+        return TG_ENOMEM;
+    if (uv_tcp_init(srv->loop, &conn->tcp) < 0) {
+        free(conn);
+        return TG_EIO;
+    }
+    conn_link(srv, conn);
+    if (uv_tcp_open(&conn->tcp, fd) < 0) {
+        conn_close(conn);
+        return TG_EIO;
+    }
+    conn_start(conn);
+    return 0;
 }

@@ -92,6 +92,16 @@ struct wreq {
 /* Accepts a connection on the listener (rt_http.c), within the limits. */
 void rt__http_on_connection(uv_stream_t *l, int status);
 
+/* Adopts `fd`, a connected stream socket, as a connection of srv, as if
+ * the listener had accepted it: the same limits, parser, timers and
+ * responses (rt_http.c). It exists for the fuzzing harness
+ * (tests/fuzz/fuzz_http.c), which feeds bytes to the real connection
+ * state machine over a socketpair without a listener; the server itself
+ * only accepts. Returns 0 (the server owns fd and closes it with the
+ * connection), TG_EINVAL (the server is closing), TG_ENOMEM or TG_EIO
+ * (libuv refused the descriptor; fd stays the caller's). Loop thread. */
+int rt__http_conn_adopt(struct rt_http_server *srv, int fd);
+
 /* Closes a connection at once, aborting its request (rt_http.c). */
 void rt__http_conn_close(struct rt_http_conn *conn);
 

@@ -109,6 +109,12 @@ size_t rt__http_parse(struct rt_http_conn *conn, const char *data,
     if ((*e == HPE_OK || *e == HPE_PAUSED) && conn->error_status == 0)
         scan_framing(conn, conn->scan_at, data + n);
     conn->scan_at = NULL;
+    /* A request the parser completed in this call but a check refused
+     * (its framing, scanned only now) is never dispatched: it goes back
+     * to "being received", which dropping it frees, instead of becoming
+     * a zombie that lives until the server closes. */
+    if (conn->error_status && conn->cur && conn->cur->state == RQ_HANDLER)
+        conn->cur->state = RQ_PARSING;
     return n;
 }
 

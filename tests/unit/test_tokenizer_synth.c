@@ -364,6 +364,45 @@ static void test_malformed_files(void **state)
     }
 }
 
+/* A template id below the largest id but without a token (a hole in the
+ * ids) is refused like one past the end: encoding would emit it (found by
+ * tests/fuzz/fuzz_tokenizer.c; reproducer in
+ * tests/fuzz/corpus/tokenizer/repro-template-id-hole). An id that is a
+ * token still works. */
+static void test_template_id_hole(void **state)
+{
+    (void)state;
+    static const char pp[] =
+        "{\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": "
+        "{\"id\": \"x\"}}, {\"Sequence\": {\"id\": \"A\"}}], "
+        "\"special_tokens\": {\"x\": {\"ids\": [%d]}}}";
+    char text[512];
+    for (int id = 299; id <= 300; id++) {
+        json_t *d = base();
+        /* Ids 0..256 are tokens, then a hole up to "zz" at 300. */
+        json_object_set_new(
+            json_object_get(json_object_get(d, "model"), "vocab"), "zz",
+            json_integer(300));
+        snprintf(text, sizeof text, pp, id);
+        json_object_set_new(d, "post_processor", json_loads(text, 0, NULL));
+        struct tok_tokenizer tok;
+        int rc = load_doc(d, &tok);
+        if (id == 299) {
+            assert_int_equal(rc, TG_EFORMAT);
+            assert_non_null(strstr(errbuf, "out of the vocabulary"));
+            continue;
+        }
+        assert_int_equal(rc, 0);
+        struct tok_ids ids = {0};
+        tt_tok_encode(&tok, "ab", TOK_ENCODE_ADD_SPECIAL, &ids);
+        assert_int_equal(ids.n, 2);
+        assert_int_equal(ids.v[0], 300);
+        assert_int_equal(ids.v[1], 256);
+        tok_ids_free(&ids);
+        tok_tokenizer_free(&tok);
+    }
+}
+
 /* Truncated and byte-flipped versions of a valid file: loading either fails
  * cleanly or gives a tokenizer that encodes and decodes (ASan checks). */
 static void test_fuzzed_files(void **state)
@@ -482,6 +521,7 @@ int main(void)
         cmocka_unit_test(test_added_token_options),
         cmocka_unit_test(test_normalizer_and_prefix_space),
         cmocka_unit_test(test_malformed_files),
+        cmocka_unit_test(test_template_id_hole),
         cmocka_unit_test(test_bad_paths_and_files),
         cmocka_unit_test(test_fuzzed_files),
     };

@@ -1,0 +1,122 @@
+/*
+ * fuzz_grpc_msg.c — the protobuf messages a gRPC client sends the router,
+ * decoded the way router/rt_api_grpc.c decodes them: tangram.v1
+ * GenerateRequest (unpacked, then converted into the router's request by
+ * rt__api_grpc_convert, checked by rt_sampling_check_converted and
+ * rt_gen_request_fit), TokenizeRequest (unpacked, roles checked with
+ * rt_role_from_name), AbortRequest, and grpc.health.v1
+ * HealthCheckRequest. The framing around them (HTTP/2, the 5-byte gRPC
+ * prefix) and the reflection service are fuzzed by fuzz_grpc.c; this
+ * harness reaches the message decoding at full speed.
+ *
+ * Input layout:
+ *   byte 0      the message type: & 3 = GenerateRequest, TokenizeRequest,
+ *               AbortRequest, HealthCheckRequest; bit 2: the call carries
+ *               an "x-session-id" header
+ *   bytes 1..   the protobuf bytes (the gRPC message without its prefix)
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/tg_err.h"
+#include "health.pb-c.h"
+#include "router/rt_api_grpc_internal.h"
+#include "router/rt_openai.h"
+#include "tangram.pb-c.h"
+#include "tests/fuzz/fz_util.h"
+
+/* The fields rt__api_grpc_convert reads: model_name, mc.vocab_size. */
+static struct rt_server *srv;
+
+static void generate(const uint8_t *msg, size_t len, int session_header)
+{
+    Tangram__V1__GenerateRequest *q =
+        tangram__v1__generate_request__unpack(NULL, len, msg);
+    if (!q)
+        return;
+    static const struct rt_grpc_header hdrs[] = {
+        {":path", "/tangram.v1.Generation/Generate"},
+        {"x-session-id", "conversation-7"},
+    };
+    struct rt_grpc_call call;
+    memset(&call, 0, sizeof(call));
+    call.path = hdrs[0].value;
+    call.headers = hdrs;
+    call.n_headers = session_header ? 2 : 1;
+    struct rt_gen_request g;
+    struct rt_api_error e;
+    memset(&g, 0, sizeof(g));
+    int rc = rt__api_grpc_convert(srv, q, &g, &e, &call);
+    tangram__v1__generate_request__free_unpacked(q, NULL);
+    if (rc == 0) {
+        if ((g.prompt != NULL) + (g.prompt_ids != NULL) +
+                (g.messages != NULL) != 1)
+            fz_fail("a request needs exactly one prompt form");
+        rc = rt_sampling_check_converted(&g.sampling, &e);
+        /* The prompt's token count as the router would find it: ids as
+         * given, text at most one token per byte. */
+        int64_t n = g.prompt_ids ? (int64_t)g.n_prompt_ids
+                                 : g.prompt ? (int64_t)g.prompt_len
+                                            : (int64_t)g.n_messages * 4;
+        if (rc == 0)
+            rc = rt_gen_request_fit(&g, 4096, n, &e);
+    }
+    if (rc != 0 && (e.status < 400 || e.status > 599))
+        fz_fail("error %d without an HTTP error status", rc);
+    rt_gen_request_free(&g);
+}
+
+static void tokenize(const uint8_t *msg, size_t len)
+{
+    Tangram__V1__TokenizeRequest *q =
+        tangram__v1__tokenize_request__unpack(NULL, len, msg);
+    if (!q)
+        return;
+    for (size_t i = 0; i < q->n_messages; i++) {
+        enum rt_role role;
+        if (rt_role_from_name(q->messages[i]->role ? q->messages[i]->role
+                                                   : "",
+                              &role) == 0 &&
+            rt_role_name(role) == NULL)
+            fz_fail("role without a name");
+    }
+    tangram__v1__tokenize_request__free_unpacked(q, NULL);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (!srv) {
+        srv = calloc(1, sizeof(*srv));
+        if (!srv)
+            fz_fail("out of memory");
+        strcpy(srv->model_name, "tiny");
+        srv->mc.vocab_size = 151936;
+    }
+    if (size < 1)
+        return 0;
+    const uint8_t *msg = data + 1;
+    size_t len = size - 1;
+    switch (data[0] & 3) {
+    case 0:
+        generate(msg, len, (data[0] & 4) != 0);
+        break;
+    case 1:
+        tokenize(msg, len);
+        break;
+    case 2: {
+        Tangram__V1__AbortRequest *q =
+            tangram__v1__abort_request__unpack(NULL, len, msg);
+        if (q)
+            tangram__v1__abort_request__free_unpacked(q, NULL);
+        break;
+    }
+    default: {
+        Grpc__Health__V1__HealthCheckRequest *q =
+            grpc__health__v1__health_check_request__unpack(NULL, len, msg);
+        if (q)
+            grpc__health__v1__health_check_request__free_unpacked(q, NULL);
+        break;
+    }
+    }
+    return 0;
+}

@@ -151,7 +151,7 @@ static void other_value(const struct tg_config_entry *e, char *buf,
  * value, then `extra` (NULL-terminated flag/value pairs, winning). */
 static void daemon_opts(struct tg_serve_opts *o, const char *const *extra)
 {
-    static char flags[64][80], vals[64][128];
+    static char flags[64][224], vals[64][128];
     char *argv[MAX_ARGS];
     int argc = 0;
     argv[argc++] = "tangramd";

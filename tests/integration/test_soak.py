@@ -548,7 +548,10 @@ FAULTS = ["kill", "stop_short", "stop_long"]
 
 
 def inject(d, fault, rng, log):
-    """One worker fault; returns True when it was injected."""
+    """One worker fault; returns True when it was injected. A fault waits
+    for the daemon to serve again after the previous one (the restart
+    backoff grows to 10 s when workers die more often than once a minute)."""
+    du.wait_for(lambda: d.health() == 200, 30, 0.1)
     workers = d.child_pids("worker")
     if not workers:
         log.append("%s: no worker to hit (restarting)" % fault)

@@ -53,11 +53,11 @@ table (requests by kind and outcome, faults, pages and RSS per round) and a
 final "SOAK-SUMMARY {json}" line are printed. Fails, naming it, when the
 daemon, grpcio, protobuf or protoc is missing.
 """
-import http.client  # noqa: F401 - imported for the error types below
 import importlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -785,7 +785,6 @@ def run_phase(phase_no, name, model, work, args, profile, n_ranks, secs,
             "cut", 0) == 0, "%s: stalled readers cut by the router: %d "
                  "(tangram_http_slow_readers_aborted_total)" % (name, cut))
         log = d.log_text()
-        import re
         crashes = re.findall(r"(?:router|worker rank \d+) \(pid \d+\) "
                              r"(?:exited with status [1-9]\d*|killed by "
                              r"signal (?!9 )\d+[^\n]*)", log)

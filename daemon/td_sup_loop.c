@@ -660,9 +660,14 @@ static void on_child_exit(uv_process_t *p, int64_t status, int term_signal)
             group_lost(s, c, uptime);
         else if (s->phase == PH_RUNNING)
             schedule_worker(c, uptime);
-        else if (s->phase == PH_RESTART_ALL && s->router_due &&
-                 !workers_alive(s))
-            start_all(s);
+        else if (s->phase == PH_RESTART_ALL && !workers_alive(s)) {
+            /* Nobody is left to SIGKILL: without this the deadline fires
+             * during a router backoff longer than the grace and warns
+             * about children that are gone. */
+            uv_timer_stop(&s->phase_timer);
+            if (s->router_due)
+                start_all(s);
+        }
         maybe_finish(s);
         return;
     }

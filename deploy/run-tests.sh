@@ -1,7 +1,9 @@
 #!/bin/sh
 # Runs the whole test suite: installs missing packages, builds (warnings are
 # errors), runs every ctest test, then rebuilds the host code with ASan +
-# UBSan and runs the unit tests again under the sanitizers, then builds the
+# UBSan and runs the unit tests again under the sanitizers (the ctest run
+# includes the soak test, tests/integration/test_soak.py, in its short form:
+# TANGRAM_SOAK_SECONDS of load, default 48), then builds the
 # libFuzzer harnesses with clang and fuzzes each for a bounded time
 # (TANGRAM_FUZZ_SECONDS, default 25; tests/fuzz/README.md). After each ctest
 # run it prints how many tests ran and skipped: only GPU tests may skip

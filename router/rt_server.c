@@ -436,6 +436,7 @@ static void update_gauges(struct rt_server *s)
         rt_sched_rank_pages(&s->sched, rk, &pg);
         rt_metrics_gauge_set(s->metrics.kv_pages_used[rk], (double)pg.used);
         rt_metrics_gauge_set(s->metrics.kv_pages_total[rk], (double)pg.total);
+        rt_metrics_gauge_set(s->metrics.kv_pages_cached[rk], (double)pg.cached);
         used += (double)pg.used;
         total += (double)pg.total;
         mono += (double)pg.monolithic;

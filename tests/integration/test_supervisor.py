@@ -12,14 +12,16 @@ on any command line (worker rank 0 names its group, the router relays it),
 with --tp 2 a worker crash restarting the whole group (SIGTERM to the
 survivor) with growing backoff and the shared-memory segments a killed rank 0
 left (/dev/shm/tangram-<pid>-*) removed, with --tp 1 a lone worker restarted
-with growing backoff, router crash restarting everything, SIGTERM order and
+with growing backoff, router crash restarting everything, a router crash
+loop whose backoff outgrows the 5 s kill grace (no spurious SIGKILL warning
+for children already gone), SIGTERM order and
 clean exit with no child left, second SIGTERM cutting the drain short, a
 router ignoring SIGTERM (workers stopped after shutdown-timeout + 5 s, SIGKILL
 5 s later), option errors, and start-up failures: a child that exits
 before the first READY is not restarted — tangramd stops the others and
 exits 3 with the child's last stderr line (also in systemd's STATUS=), and
 so does a configuration its own checks refuse. Fails when tangramd is not
-built. ~15 s.
+built. ~30 s.
 """
 import json
 import os
@@ -58,6 +60,10 @@ def ev(kind, **kw):
 env = {k: v for k, v in os.environ.items()
        if k.startswith("TANGRAM_") or k in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
 ev("start", argv=sys.argv[1:], env=env)
+if role == "fake-router" and os.path.exists(
+        os.path.join(os.environ["FAKE_DIR"], "router-crash")):
+    ev("exit")  # a router that dies at once, after a first good run
+    sys.exit(1)
 if role in os.environ.get("FAKE_FAIL_EARLY", "").split(","):
     sys.stderr.write("fake start-up error: cannot load the model\n")
     ev("exit")
@@ -580,6 +586,60 @@ def test_drain_timeout(root):
                 os.kill(pid, signal.SIGKILL)
 
 
+def test_router_crash_loop(root):
+    """A router that keeps dying at start (after a first READY): its
+    backoff grows past the 5 s SIGTERM -> SIGKILL grace. The workers of
+    each run exit on SIGTERM at once, so nothing is left to kill when the
+    grace ends and no "sending SIGKILL" warning may be logged (it was, on
+    every backoff longer than the grace). Once the router starts cleanly
+    again everything serves and stops with exit 0."""
+    d = setup(root, "crashloop")
+    p = start(d, ["--model", MODEL] + ports(), {"TANGRAM_TP": "1"})
+    flag_file = os.path.join(d, "router-crash")
+    try:
+        check(wait_for(lambda: len(starts(d, "fake-router")) == 1 and
+                       len(starts(d, "fake-worker")) == 1, 5),
+              "crash loop: router and worker started")
+        time.sleep(0.3)  # READY reached tangramd: restarts, not a failure
+        with open(flag_file, "w"):
+            pass
+        os.kill(starts(d, "fake-router")[0]["pid"], signal.SIGKILL)
+        # Backoff 100, 200, ... 3200 ms, then 6400 ms: over the grace.
+        long_wait = "restarting router and all workers in 6400 ms"
+        check(wait_for(lambda: long_wait in stderr_of(d), 20),
+              "crash loop: router backoff reached 6400 ms")
+        t_long = time.time()
+        check(wait_for(lambda: not any(
+            alive(e["pid"]) for e in events(d) if e["event"] == "start"
+            and e["role"] == "fake-worker"), 3),
+              "crash loop: every worker exited on SIGTERM")
+        time.sleep(max(0.0, 5.6 - (time.time() - t_long)))
+        log = stderr_of(d)
+        check("sending SIGKILL" not in log,
+              "crash loop: no SIGKILL warning while nothing runs "
+              "(backoff longer than the kill grace)")
+        os.unlink(flag_file)
+        n = len(starts(d, "fake-router"))
+        check(wait_for(lambda: len(starts(d, "fake-router")) == n + 1, 5),
+              "crash loop: the router started again after the backoff")
+        time.sleep(0.3)
+        p.send_signal(signal.SIGTERM)
+        try:
+            rc = p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            rc = None
+        check(rc == 0, "crash loop: exit 0 after SIGTERM (rc %s)" % rc)
+        left = [pid for pid in all_pids(d) if alive(pid)]
+        check(not left, "crash loop: no child left (%s)" % left)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for pid in all_pids(d):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 def main():
     if not BIN or not os.access(TANGRAMD, os.X_OK):
         print("FAIL: tangramd is not built (TANGRAM_BIN=%r)" % BIN)
@@ -596,8 +656,10 @@ def main():
         test_single_worker(root)
         test_second_signal(root)
         test_drain_timeout(root)
+        test_router_crash_loop(root)
         if failures:
-            for name in ("main", "single", "second", "timeout"):
+            for name in ("main", "single", "second", "timeout",
+                         "crashloop"):
                 path = os.path.join(root, name, "stderr.log")
                 if os.path.exists(path):
                     print("---- tangramd stderr (%s) ----" % name)

@@ -650,7 +650,7 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         if (m == NULL && need > kv_pool_n_total(&s->pools[r])) {
             /* Only a preempted request can outgrow the pool: submit
              * rejects prompts that never fit. */
-            retire(s, req, RT_SCHED_END_LENGTH, out);
+            retire(s, req, RT_SCHED_END_KV_FULL, out);
             return ADM_ENDED;
         }
         int64_t spare = kv_pool_n_free(&s->pools[r]) +

@@ -64,16 +64,20 @@ enum rt_sched_state {
     RT_SCHED_ABORTED,     /* ended by abort or error */
 };
 
-/* How a request ended. Same order as rt_openai.h's enum rt_finish, so the
- * router can map one to the other by value. */
+/* How a request ended. */
 enum rt_sched_end {
     RT_SCHED_END_NONE = 0, /* still running */
     RT_SCHED_END_STOP,     /* the caller flagged a stop (EOS, stop string) */
-    RT_SCHED_END_LENGTH,   /* max_tokens reached, or the sequence outgrew
-                              the whole pool and can never run again */
+    RT_SCHED_END_LENGTH,   /* max_tokens reached */
     RT_SCHED_END_ABORT,    /* rt_sched_abort */
     RT_SCHED_END_ERROR,    /* internal failure (out of memory, lost
                               worker) */
+    RT_SCHED_END_KV_FULL,  /* the sequence outgrew a whole pool of some
+                              rank and can never run again: the KV cache,
+                              not the client's limit, ended it (an error
+                              to the client, never "length"). A router
+                              whose max_model_len fits the pool
+                              (rt_sched_max_tokens) does not see it. */
 };
 
 enum rt_step_kind {
@@ -295,7 +299,7 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
 
 /* Builds the next step into `out` (see the top of this file), replacing
  * its previous contents. out->events lists requests ended while planning
- * (RT_SCHED_END_LENGTH for a preempted sequence that outgrew the pool,
+ * (RT_SCHED_END_KV_FULL for a preempted sequence that outgrew the pool,
  * RT_SCHED_END_ERROR on allocation failure); they are gone afterwards. A
  * step with entries must be answered by rt_sched_complete before the next
  * plan; an empty step needs no answer. Returns 0, TG_EBUSY when a step is
@@ -329,6 +333,15 @@ int rt_sched_fail_running(struct rt_sched *s, struct rt_step *step);
 
 /* Drops every stored multi-turn entry, returning its pages. */
 void rt_sched_drop_cache(struct rt_sched *s);
+
+/* The longest sequence (prompt plus generated tokens, the whole
+ * conversation for a multi-turn request) that every rank's pool can hold
+ * for one request alone, whatever its budgets: floor(pages / (L * G)) * P
+ * per rank, the minimum over ranks. The bound assumes no key is dropped
+ * (decode tokens are kept whole, and a turn of one token keeps that
+ * token), so a request within it always runs to its own end once the
+ * others have finished. The router clamps max_model_len to it. */
+int64_t rt_sched_max_tokens(const struct rt_sched *s);
 
 /* Fills *out with the counters for metrics. */
 void rt_sched_get_stats(const struct rt_sched *s, struct rt_sched_stats *out);

@@ -7,6 +7,19 @@
 #include "common/tg_err.h"
 #include "router/rt_sched_internal.h"
 
+int64_t rt_sched_max_tokens(const struct rt_sched *s)
+{
+    int64_t best = INT64_MAX;
+    for (int r = 0; r < s->cfg.n_ranks; r++) {
+        const struct kv_layout *l = s->lay[r];
+        int64_t rows = (int64_t)l->n_layers * l->n_groups;
+        int64_t cap = kv_pool_n_total(&s->pools[r]) / rows * l->page_size;
+        if (cap < best)
+            best = cap;
+    }
+    return best;
+}
+
 void rt_sched_get_stats(const struct rt_sched *s, struct rt_sched_stats *out)
 {
     memset(out, 0, sizeof(*out));

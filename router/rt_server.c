@@ -310,6 +310,7 @@ static enum rt_finish finish_of(enum rt_sched_end e)
     case RT_SCHED_END_ABORT:
         return RT_FINISH_ABORT;
     case RT_SCHED_END_ERROR:
+    case RT_SCHED_END_KV_FULL:
         return RT_FINISH_ERROR;
     default:
         return RT_FINISH_NONE;
@@ -343,7 +344,12 @@ static void handle_events(struct rt_server *s, const char *error)
                 rt_text_finish(&r->text);
             observe_finish(s, r, fin);
         }
-        rt_req_deliver(r, fin, fin == RT_FINISH_ERROR ? (error ? error : "the request failed") : NULL);
+        const char *why = error ? error : "the request failed";
+        if (ev->finish == RT_SCHED_END_KV_FULL)
+            why = "the KV cache cannot hold this sequence: it outgrew a "
+                  "whole page pool (raise --kv-memory or lower "
+                  "--max-model-len)";
+        rt_req_deliver(r, fin, fin == RT_FINISH_ERROR ? why : NULL);
     }
 }
 
@@ -610,6 +616,18 @@ static void on_ready(void *ud)
         rt_link_require_pages(&s->link, (uint32_t)sc.pages_per_rank);
         log_info("all %lld workers ready: %d pages per rank",
                  (long long)s->opts->tp, sc.pages_per_rank);
+        /* Never advertise a context the pool cannot hold for one request:
+         * such a request would be preempted and end without reaching its
+         * own limit. */
+        int64_t fit = rt_sched_max_tokens(&s->sched);
+        if (fit < s->max_model_len) {
+            log_warn("max_model_len lowered from %d to %lld tokens: the KV "
+                     "pool (%d pages per rank) holds no more for one request "
+                     "(raise --kv-memory for more)",
+                     s->max_model_len, (long long)fit, sc.pages_per_rank);
+            s->max_model_len = (int32_t)fit;
+            s->api_cfg.max_model_len = s->max_model_len;
+        }
     } else {
         log_info("all workers are back; admitting again");
     }

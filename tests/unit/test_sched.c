@@ -511,7 +511,7 @@ static void test_evict_before_preempt(void **state)
     kv_layout_free(&lay);
 }
 
-static void test_outgrown_pool_ends_with_length(void **state)
+static void test_outgrown_pool_ends_kv_full(void **state)
 {
     (void)state;
     struct kv_layout lay;
@@ -525,11 +525,15 @@ static void test_outgrown_pool_ends_with_length(void **state)
     rt_step_init(&st);
     int32_t a[14];
     tt_sched_fill(a, 14, 1);
+    /* The pool holds 16 positions for one request: that is the context
+     * the router advertises (it clamps max_model_len to it). */
+    assert_int_equal(rt_sched_max_tokens(&s), 16);
     assert_int_equal(tt_sched_submit(&s, 1, a, 14, 100, NULL, err, sizeof(err)),
                      0);
     struct rt_sched_event ev;
+    /* The KV cache ended it, not max_tokens: never reported as length. */
     assert_int_equal(tt_sched_run_until_done(&s, &st, 1, 50, &ev),
-                     RT_SCHED_END_LENGTH);
+                     RT_SCHED_END_KV_FULL);
     /* Positions 0..15 fill the pool: 3 tokens generated (14, 15 fed), the
      * 17th position cannot exist. */
     assert_int_equal(ev.completion_tokens, 3);
@@ -698,7 +702,7 @@ int main(void)
         cmocka_unit_test(test_long_generation),
         cmocka_unit_test(test_preemption_by_recompute),
         cmocka_unit_test(test_evict_before_preempt),
-        cmocka_unit_test(test_outgrown_pool_ends_with_length),
+        cmocka_unit_test(test_outgrown_pool_ends_kv_full),
         cmocka_unit_test(test_abort_and_stop),
         cmocka_unit_test(test_fail_running),
         cmocka_unit_test(test_rank_layouts),

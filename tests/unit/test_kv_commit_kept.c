@@ -148,11 +148,21 @@ static void test_head_len_ops(void **state)
     tg_backend_cpu_free(be);
 }
 
+static void test_decode_bound(void **state)
+{
+    (void)state;
+    /* max_tokens 32768, caps up to 2048 + beta 128: 2176 tokens. */
+    assert_int_equal(kv_decode_bound(32768, 2048, 128), 2176);
+    assert_int_equal(kv_decode_bound(100, 2048, 128), 100);
+    assert_int_equal(kv_pages_for(kv_decode_bound(32768, 2048, 128), 16), 136);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_commit_kept_releases_tail),
         cmocka_unit_test(test_head_len_ops),
+        cmocka_unit_test(test_decode_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

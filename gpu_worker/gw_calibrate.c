@@ -270,6 +270,14 @@ int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
     enum tg_score_method method;
     if (gw_method_parse(o->method, &method) != 0)
         return tg_err_set(err, errlen, TG_EINVAL, "unknown method '%s'", o->method);
+    if (method == TG_SCORE_GVOTE)
+        /* Calibration ranks scores globally (the paper's top-k); gvote
+         * votes instead of scoring, and takes its upper bounds from a
+         * profile calibrated with a scoring method. */
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "calibrate needs a scoring method (snapkv, keydiff, "
+                          "expected_attention); gvote runs under a profile "
+                          "calibrated with one of them");
     char path[4096];
     snprintf(path, sizeof(path), "%s/tokenizer.json", o->model_dir);
     struct tok_tokenizer tok = {0};

@@ -19,6 +19,8 @@ int gw_method_parse(const char *s, enum tg_score_method *out)
         *out = TG_SCORE_KEYDIFF;
     else if (strcmp(s, "expected_attention") == 0)
         *out = TG_SCORE_EXPECTED_ATTENTION;
+    else if (strcmp(s, "gvote") == 0)
+        *out = TG_SCORE_GVOTE;
     else
         return TG_EINVAL;
     return 0;
@@ -32,6 +34,7 @@ void gw_engine_free(struct gw_engine *e)
     kv_layout_free(&e->layout);
     pf_profile_free(&e->profile);
     gw_model_free(&e->model);
+    free(e->global_head);
     memset(e, 0, sizeof(*e));
 }
 
@@ -41,6 +44,22 @@ int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
                          const struct gw_engine_opts *o, char *err,
                          size_t errlen)
 {
+    int *map = NULL;
+    int rc = gw_engine_load_parts_map(model, profile, layout, method, &map, o,
+                                      err, errlen);
+    free(map);
+    return rc;
+}
+
+int gw_engine_load_parts_map(struct gw_model *model,
+                             struct pf_profile *profile,
+                             struct kv_layout *layout,
+                             enum tg_score_method *method,
+                             int **global_head_out,
+                             const struct gw_engine_opts *o, char *err,
+                             size_t errlen)
+{
+    *global_head_out = NULL;
     memset(model, 0, sizeof(*model));
     memset(profile, 0, sizeof(*profile));
     memset(layout, 0, sizeof(*layout));
@@ -69,7 +88,7 @@ int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
     if (gw_method_parse(name, method) != 0) {
         rc = tg_err_set(err, errlen, TG_EINVAL,
                         "unknown scoring method '%s' (snapkv, keydiff, "
-                        "expected_attention)", name);
+                        "expected_attention, gvote)", name);
         goto fail;
     }
     /* §4.7: the rank's groups, its heads in group order and its layout,
@@ -92,7 +111,7 @@ int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
     rc = gw_model_load_shard(model, o->model_dir, &sh, err, errlen);
     if (rc != 0)
         goto fail;
-    free(global_head);
+    *global_head_out = global_head;
     pf_profile_free(&whole);
     return 0;
 fail:
@@ -112,8 +131,9 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "in-process generation runs one rank (world size "
                           "%d asked)", o->world_size);
-    int rc = gw_engine_load_parts(&e->model, &e->profile, &e->layout,
-                                  &e->method, o, err, errlen);
+    int rc = gw_engine_load_parts_map(&e->model, &e->profile, &e->layout,
+                                      &e->method, &e->global_head, o, err,
+                                      errlen);
     if (rc != 0)
         return rc;
     const struct gw_model *m = &e->model;
@@ -144,6 +164,7 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
         .max_tokens = chunk > 1 ? chunk : 1,
         .on_scores = o->on_scores,
         .on_scores_ud = o->on_scores_ud,
+        .gvote = o->gvote != NULL ? *o->gvote : gw_gvote_params_default(),
     };
     rc = gw_runtime_init(&e->rt, &e->model, &e->layout, &tg_ops_cpu, e->be,
                          (int32_t)pages, &fo, err, errlen);
@@ -163,6 +184,9 @@ void gw_gen_result_free(struct gw_gen_result *r)
     free(r->top_lps);
     free(r->prompt_lp);
     free(r->kept);
+    free(r->forced_lps);
+    free(r->kept_n);
+    free(r->kept_pos);
     memset(r, 0, sizeof(*r));
 }
 
@@ -204,6 +228,38 @@ static int is_stop(const struct gw_engine *e, const struct gw_gen_params *p,
     return 0;
 }
 
+/* Copies the positions each head holds into res, in model head order
+ * (the engine's heads are the profile's group order). */
+static int dump_kept(const struct gw_engine *e, const int32_t *len,
+                     const int32_t *hlen, const int32_t *slot_pos,
+                     int32_t slot_cap, struct gw_gen_result *res, char *err,
+                     size_t errlen)
+{
+    const struct kv_layout *kv = &e->layout;
+    int H = kv->n_kv_heads;
+    size_t heads = (size_t)kv->n_layers * (size_t)H;
+    res->kept_cap = slot_cap;
+    res->kept_n = calloc(heads, sizeof(int32_t));
+    res->kept_pos = malloc(heads * (size_t)slot_cap * sizeof(int32_t));
+    if (res->kept_n == NULL || res->kept_pos == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+    for (int l = 0; l < kv->n_layers; l++)
+        for (int i = 0; i < H; i++) {
+            size_t li = (size_t)l * (size_t)H + (size_t)i;
+            int g = kv->head_group[li];
+            int32_t cnt = hlen != NULL ? hlen[li]
+                                       : len[(size_t)l * kv->n_groups + g];
+            size_t mh = (size_t)l * (size_t)H + (size_t)e->global_head[li];
+            res->kept_n[mh] = cnt;
+            /* Appends are in position order (chunks ascending, decode
+             * after), so the slots are already sorted. */
+            memcpy(res->kept_pos + mh * (size_t)slot_cap,
+                   slot_pos + li * (size_t)slot_cap,
+                   (size_t)cnt * sizeof(int32_t));
+        }
+    return 0;
+}
+
 int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
                        int n_prompt, const struct gw_gen_params *p,
                        struct gw_gen_result *res, char *err, size_t errlen)
@@ -214,6 +270,17 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
     if (n_prompt < 1 || p->max_tokens < 0 || p->n_logprobs < 0)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "need at least one prompt token and max_tokens >= 0");
+    if (p->forced_ids != NULL && p->n_forced != p->max_tokens)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "%d forced ids with max_tokens %d: teacher-forced "
+                          "decode generates exactly the forced ids",
+                          p->n_forced, p->max_tokens);
+    for (int i = 0; p->forced_ids != NULL && i < p->n_forced; i++)
+        if (p->forced_ids[i] < 0 || p->forced_ids[i] >= m->vocab)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "forced id %d at index %d is outside the "
+                              "vocabulary [0, %d)", p->forced_ids[i], i,
+                              m->vocab);
     if ((int64_t)n_prompt + p->max_tokens > e->max_context)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "prompt (%d) + max_tokens (%d) exceeds the context of "
@@ -231,9 +298,19 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
                               "vocabulary [0, %d)", prompt[i], i, m->vocab);
 
     int rows = kv->n_layers * kv->n_groups;
+    int heads = kv->n_layers * kv->n_kv_heads;
+    int gvote = e->method == TG_SCORE_GVOTE;
     int K = p->n_logprobs;
     int T = p->max_tokens;
+    int32_t slot_cap = (int32_t)(n_prompt + T);
     struct kv_seq seq = {0};
+    int32_t *hlen = gvote ? calloc((size_t)heads, sizeof(int32_t)) : NULL;
+    int32_t *slot_pos = p->dump_kept
+                            ? malloc((size_t)heads * (size_t)slot_cap *
+                                     sizeof(int32_t))
+                            : NULL;
+    if (p->forced_ids != NULL)
+        res->forced_lps = malloc(((size_t)T + 1) * sizeof(float));
     int32_t *len = calloc((size_t)rows, sizeof(int32_t));
     const int32_t **pages = calloc((size_t)rows, sizeof(*pages));
     int32_t *targets = malloc((size_t)kv->prefill_chunk * sizeof(int32_t));
@@ -249,7 +326,9 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
         res->prompt_lp = malloc((size_t)n_prompt * sizeof(float));
     int rc;
     if (!len || !pages || !targets || !logits || !res->tokens || !res->lps ||
-        !res->top_ids || !res->top_lps || !res->kept ||
+        !res->top_ids || !res->top_lps || !res->kept || (gvote && !hlen) ||
+        (p->dump_kept && !slot_pos) ||
+        (p->forced_ids != NULL && !res->forced_lps) ||
         (p->prompt_logprobs && !res->prompt_lp)) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
         goto out;
@@ -261,7 +340,9 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
     if (rc != 0)
         goto out;
     refresh_view(e, &seq, pages);
-    struct gw_seq gs = {.pos = 0, .len = len, .pages = pages, .n_pages = seq.n_pages};
+    struct gw_seq gs = {.pos = 0, .len = len, .pages = pages,
+                        .n_pages = seq.n_pages, .hlen = hlen, .seed = p->seed,
+                        .slot_pos = slot_pos, .slot_cap = slot_cap};
 
     /* Chunked prefill (§4.3): chunks of exactly C from the turn start. */
     if (res->prompt_lp != NULL)
@@ -282,7 +363,17 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
         rc = gw_forward_prefill(&e->rt, &gs, prompt + off, n, &po, err, errlen);
         if (rc != 0)
             goto out;
-        rc = kv_seq_commit(&seq, kv, n, err, errlen);
+        if (gvote) {
+            /* §4.8 step 5: the rows hold what their longest heads filled;
+             * what the chunk's reservation did not use goes back now. */
+            int64_t freed = 0;
+            rc = kv_seq_commit_kept(&seq, kv, &e->pool, n, len, &freed, err,
+                                    errlen);
+            res->pages_released += freed;
+            refresh_view(e, &seq, pages);
+        } else {
+            rc = kv_seq_commit(&seq, kv, n, err, errlen);
+        }
         if (rc == 0)
             rc = check_fill(&seq, len, rows, err, errlen);
         if (rc != 0)
@@ -298,9 +389,28 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
         int32_t tok;
         float lp;
         hist.n_output = t;
-        rc = tg_ops_cpu.sample(e->be, logits, m->vocab, &p->sampling, &hist,
-                               &rng, &tok, &lp, K, res->top_ids + (size_t)t * K,
-                               res->top_lps + (size_t)t * K);
+        if (p->forced_ids != NULL) {
+            /* Teacher forcing: the forced id takes the sampled token's
+             * place; its log-probability under the raw distribution is
+             * taken before sampling uses the logits as scratch. */
+            tok = p->forced_ids[t];
+            rc = tg_ops_cpu.logprobs(e->be, logits, 1, m->vocab, &tok, &lp);
+            if (rc == 0 && K > 0) {
+                struct tg_sampling off = TG_SAMPLING_OFF;
+                int32_t unused;
+                float unused_lp;
+                rc = tg_ops_cpu.sample(e->be, logits, m->vocab, &off, &hist,
+                                       &rng, &unused, &unused_lp, K,
+                                       res->top_ids + (size_t)t * K,
+                                       res->top_lps + (size_t)t * K);
+            }
+            res->forced_lps[t] = lp;
+        } else {
+            rc = tg_ops_cpu.sample(e->be, logits, m->vocab, &p->sampling,
+                                   &hist, &rng, &tok, &lp, K,
+                                   res->top_ids + (size_t)t * K,
+                                   res->top_lps + (size_t)t * K);
+        }
         if (rc != 0) {
             tg_err_set(err, errlen, rc, "sampling failed");
             goto out;
@@ -308,7 +418,7 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
         res->tokens[t] = tok;
         res->lps[t] = lp;
         res->n_tokens = t + 1;
-        if (is_stop(e, p, tok)) {
+        if (p->forced_ids == NULL && is_stop(e, p, tok)) {
             res->finish = GW_FINISH_STOP;
             break;
         }
@@ -330,7 +440,14 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
     }
     res->pages_used = seq.used_pages;
     res->mono_pages = seq.mono_pages;
+    if (p->dump_kept) {
+        rc = dump_kept(e, len, hlen, slot_pos, slot_cap, res, err, errlen);
+        if (rc != 0)
+            goto out;
+    }
 out:
+    free(hlen);
+    free(slot_pos);
     kv_seq_free(&seq, &e->pool);
     free(len);
     free(pages);

@@ -26,6 +26,8 @@ struct gw_engine_opts {
     int page_size;             /* P tokens */
     int prefill_chunk;         /* C tokens */
     const char *method;        /* NULL: the profile's (snapkv for none) */
+    const struct gw_gvote_params *gvote; /* method gvote: NULL for the
+                                            defaults of §4.8 */
     int64_t max_context;       /* tokens one sequence may reach (pool size) */
     int n_threads;             /* <= 0: OpenMP default */
     gw_on_scores_fn on_scores; /* optional, see gw_forward.h; scores are
@@ -45,9 +47,11 @@ struct gw_engine {
     struct kv_pool pool;
     int64_t max_context;
     enum tg_score_method method;
+    int *global_head;          /* (L, Hkv) model KV head of each of the
+                                  rank's heads (which are in group order) */
 };
 
-/* Parses "snapkv" / "keydiff" / "expected_attention" into *out.
+/* Parses "snapkv" / "keydiff" / "expected_attention" / "gvote" into *out.
  * Returns 0 or TG_EINVAL. */
 int gw_method_parse(const char *s, enum tg_score_method *out);
 
@@ -73,6 +77,17 @@ int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
                          const struct gw_engine_opts *o, char *err,
                          size_t errlen);
 
+/* gw_engine_load_parts that also hands over the (L, Hkv/T) model KV head
+ * of each of the rank's heads in *global_head (malloc'd, the caller
+ * frees it; NULL on failure). */
+int gw_engine_load_parts_map(struct gw_model *model,
+                             struct pf_profile *profile,
+                             struct kv_layout *layout,
+                             enum tg_score_method *method,
+                             int **global_head,
+                             const struct gw_engine_opts *o, char *err,
+                             size_t errlen);
+
 /* Loads the model and profile, checks they match, and sizes the KV pool
  * for one sequence of max_context tokens. In-process generation runs one
  * rank: o->world_size > 1 is TG_EINVAL. Returns 0 or an error naming
@@ -97,6 +112,11 @@ struct gw_gen_params {
     int ignore_eos;            /* do not stop at the model's eos ids */
     const int32_t *stop_ids;   /* extra stop ids (borrowed) */
     int n_stop;
+    const int32_t *forced_ids; /* teacher-forced decode (borrowed): id t
+                                  takes the place of sampled token t, no
+                                  stop; needs max_tokens == n_forced */
+    int n_forced;
+    int dump_kept;             /* fill kept_pos / kept_n at the end */
 };
 
 struct gw_gen_result {
@@ -111,6 +131,13 @@ struct gw_gen_result {
     int32_t *kept;       /* (L, G) prompt tokens held per row after prefill */
     int64_t pages_used;  /* pages the sequence held at the end */
     int64_t mono_pages;  /* pages an all-heads layout would hold */
+    int64_t pages_released; /* pages gvote gave back after its chunks */
+    float *forced_lps;   /* (n_forced) log P(forced id t | all before) */
+    int32_t *kept_n;     /* (L, Hkv) model head order: positions held at
+                            the end (dump_kept) */
+    int32_t *kept_pos;   /* (L, Hkv, kept_cap) their sorted absolute
+                            positions */
+    int32_t kept_cap;
 };
 
 /* Generates for `prompt` (n_prompt >= 1 ids). Fills *res (caller frees

@@ -28,12 +28,14 @@ void gw_runtime_free(struct gw_runtime *rt)
     free(rt->idx);
     free(rt->keep);
     free(rt->keep_rows);
+    free(rt->kcap);
     free(rt->gp_scratch);
     free(rt->rows);
     free(rt->rows_pages);
     free(rt->lp_logits);
     free(rt->lg_local);
     free(rt->lg_all);
+    gw_gvote_free(&rt->gv);
     memset(rt, 0, sizeof(*rt));
 }
 
@@ -86,6 +88,7 @@ int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
     rt->pos = xcalloc(T, sizeof(int32_t));
     rt->idx = xcalloc(T * (size_t)model->n_kv_heads, sizeof(int32_t));
     rt->keep = xcalloc((size_t)model->n_kv_heads, sizeof(int32_t));
+    rt->kcap = xcalloc((size_t)model->n_kv_heads, sizeof(int32_t));
     rt->keep_rows = xcalloc((size_t)layout->n_layers * (size_t)layout->n_groups,
                             sizeof(int32_t));
     rt->gp_scratch = xcalloc(G, sizeof(*rt->gp_scratch));
@@ -107,7 +110,7 @@ int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
     }
     if (!rt->pool || !rt->x || !rt->h || !rt->q || !rt->k || !rt->v ||
         !rt->att || !rt->gate || !rt->up || !rt->scores || !rt->pos ||
-        !rt->idx || !rt->keep || !rt->keep_rows || !rt->gp_scratch ||
+        !rt->idx || !rt->keep || !rt->keep_rows || !rt->kcap || !rt->gp_scratch ||
         !rt->rows ||
         !rt->rows_pages || !rt->lg_local ||
         (root && (!rt->lp_logits || !rt->lg_all))) {
@@ -117,6 +120,14 @@ int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
                           "cannot allocate the KV pool (%d pages, %zu bytes) "
                           "and activations for %zu tokens",
                           n_pages, bytes, T);
+    }
+    if (opts->method == TG_SCORE_GVOTE) {
+        int rc = gw_gvote_init(&rt->gv, model, opts->max_tokens, &opts->gvote,
+                               err, errlen);
+        if (rc != 0) {
+            gw_runtime_free(rt);
+            return rc;
+        }
     }
     return 0;
 }
@@ -165,6 +176,30 @@ static void seq_rows(const struct gw_runtime *rt, const struct gw_seq *seq,
     r->head_slot = lay->head_slot + (size_t)l * (size_t)lay->n_kv_heads;
     r->group_pages = gp;
     r->group_len = seq->len + base;
+    r->head_len = seq->hlen != NULL
+                      ? seq->hlen + (size_t)l * (size_t)lay->n_kv_heads
+                      : NULL;
+}
+
+/* Records the absolute positions of what head h of layer l appended: cnt
+ * entries at its old length, chunk index idx[t] (NULL: t) + start. */
+static void log_slots(const struct kv_layout *lay, struct gw_seq *seq, int l,
+                      const struct tg_kv_rows *r, const int32_t *idx, int n,
+                      const int32_t *cnt, int64_t start)
+{
+    if (seq->slot_pos == NULL)
+        return;
+    for (int h = 0; h < lay->n_kv_heads; h++) {
+        int64_t base = r->head_len != NULL ? r->head_len[h]
+                                           : r->group_len[r->head_group[h]];
+        int32_t *sp = seq->slot_pos +
+                      ((size_t)l * (size_t)lay->n_kv_heads + (size_t)h) *
+                          (size_t)seq->slot_cap;
+        for (int t = 0; t < cnt[h] && base + t < seq->slot_cap; t++)
+            sp[base + t] = (int32_t)(start + (idx != NULL
+                                                  ? idx[(size_t)h * n + t]
+                                                  : t));
+    }
 }
 
 int gw_seq_room(const struct kv_layout *lay, const struct gw_seq *seq,
@@ -346,6 +381,42 @@ static int prompt_logprobs(struct gw_runtime *rt, int n, const int32_t *targets,
     return 0;
 }
 
+/* §4.8 for layer l of a chunk: per-head selection within the group's §4.3
+ * keep (the reservation), append at each head's own length, then
+ * keep_rows[l][g] becomes how much the group's longest head grew, so
+ * gw_chunk_advance moves seq->len to the longest head. rt->h still holds
+ * the layer's normed input (q_proj's input rows). */
+static int gvote_layer(struct gw_runtime *rt, struct gw_seq *seq, int l,
+                       const struct gw_layer *w, const struct tg_kv_rows *rows,
+                       int n, int64_t start)
+{
+    const struct kv_layout *lay = rt->layout;
+    const int Hkv = lay->n_kv_heads, G = lay->n_groups;
+    int32_t *krow = rt->keep_rows + (size_t)l * (size_t)G;
+    int32_t *hl = seq->hlen + (size_t)l * (size_t)Hkv;
+    int32_t *cap = rt->kcap;
+    for (int h = 0; h < Hkv; h++)
+        cap[h] = krow[rows->head_group[h]];
+    struct gw_gvote_chunk c = {
+        .w = w, .x = rt->h, .q = rt->q, .k = rt->k, .n = n, .start = start,
+        .layer = l, .seed = seq->seed, .rule = &lay->rule, .kcap = cap};
+    TG_TRY(gw_gvote_select(&rt->gv, rt->model, rt->ops, rt->be, &c, rt->keep,
+                           rt->idx));
+    log_slots(lay, seq, l, rows, rt->idx, n, rt->keep, start);
+    TG_TRY(rt->ops->kv_append(rt->be, rows, rt->k, rt->v, n, rt->idx,
+                              rt->keep));
+    const int32_t *glen = seq->len + (size_t)l * (size_t)G;
+    for (int g = 0; g < G; g++)
+        krow[g] = 0;
+    for (int h = 0; h < Hkv; h++) {
+        int g = rows->head_group[h];
+        hl[h] += rt->keep[h];
+        if (hl[h] - glen[g] > krow[g])
+            krow[g] = hl[h] - glen[g];
+    }
+    return 0;
+}
+
 int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
                        const int32_t *ids, int n,
                        const struct gw_prefill_out *out, char *err,
@@ -371,6 +442,9 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "rank 0 asked for logits without an output buffer");
     int64_t start = seq->pos;
+    if (rt->opts.method == TG_SCORE_GVOTE && seq->hlen == NULL)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "gvote needs per-head lengths (gw_seq.hlen)");
     int forced = 0;
     int rc = gw_chunk_plan(lay, seq, n, rt->keep_rows, &forced, err, errlen);
     if (rc != 0)
@@ -388,29 +462,35 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
                           scale, rt->att));
 
         /* Compression of this layer's chunk keys (§4.3 steps 3-5). */
-        int all = 1;
         const int32_t *krow = rt->keep_rows + (size_t)l * lay->n_groups;
-        for (int h = 0; h < lay->n_kv_heads; h++) {
-            rt->keep[h] = krow[rows.head_group[h]];
-            if (rt->keep[h] != n)
-                all = 0;
-        }
-        int score = !all || rt->opts.on_scores != NULL;
-        if (score) {
-            TG_TRY(o->score(rt->be, rt->opts.method, rt->q, rt->k, rt->v, n,
-                         md->n_q_heads, md->n_kv_heads, md->head_dim,
-                         rt->layout->rule.window, scale, rt->scores));
-            if (rt->opts.on_scores != NULL)
-                rt->opts.on_scores(rt->opts.on_scores_ud, l, rt->scores, n,
-                                   md->n_kv_heads);
-        }
-        if (all) {
-            TG_TRY(o->kv_append(rt->be, &rows, rt->k, rt->v, n, NULL, rt->keep));
+        if (rt->opts.method == TG_SCORE_GVOTE) {
+            TG_TRY(gvote_layer(rt, seq, l, w, &rows, n, start));
         } else {
-            TG_TRY(o->select_topk(rt->be, rt->scores, n, md->n_kv_heads, rt->keep,
-                               start, rt->layout->rule.window,
-                               rt->layout->rule.n_sink, rt->idx));
-            TG_TRY(o->kv_append(rt->be, &rows, rt->k, rt->v, n, rt->idx, rt->keep));
+            int all = 1;
+            for (int h = 0; h < lay->n_kv_heads; h++) {
+                rt->keep[h] = krow[rows.head_group[h]];
+                if (rt->keep[h] != n)
+                    all = 0;
+            }
+            int score = !all || rt->opts.on_scores != NULL;
+            if (score) {
+                TG_TRY(o->score(rt->be, rt->opts.method, rt->q, rt->k, rt->v, n,
+                             md->n_q_heads, md->n_kv_heads, md->head_dim,
+                             rt->layout->rule.window, scale, rt->scores));
+                if (rt->opts.on_scores != NULL)
+                    rt->opts.on_scores(rt->opts.on_scores_ud, l, rt->scores, n,
+                                       md->n_kv_heads);
+            }
+            if (all) {
+                log_slots(lay, seq, l, &rows, NULL, n, rt->keep, start);
+                TG_TRY(o->kv_append(rt->be, &rows, rt->k, rt->v, n, NULL, rt->keep));
+            } else {
+                TG_TRY(o->select_topk(rt->be, rt->scores, n, md->n_kv_heads, rt->keep,
+                                   start, rt->layout->rule.window,
+                                   rt->layout->rule.n_sink, rt->idx));
+                log_slots(lay, seq, l, &rows, rt->idx, n, rt->keep, start);
+                TG_TRY(o->kv_append(rt->be, &rows, rt->k, rt->v, n, rt->idx, rt->keep));
+            }
         }
         TG_TRY(attn_out_and_mlp(rt, w, l, n, err, errlen));
     }
@@ -465,11 +545,16 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
             seq_rows(rt, seqs[s], l, gp, &rt->rows[s]);
             for (int h = 0; h < md->n_kv_heads; h++)
                 rt->keep[h] = 1;
+            log_slots(lay, seqs[s], l, &rt->rows[s], NULL, 1, rt->keep,
+                      seqs[s]->pos);
             TG_TRY(o->kv_append(rt->be, &rt->rows[s], rt->k + (size_t)s * kd,
                              rt->v + (size_t)s * kd, 1, NULL, rt->keep));
             int32_t *len = seqs[s]->len + (size_t)l * (size_t)lay->n_groups;
             for (int g = 0; g < lay->n_groups; g++)
                 len[g] += 1;
+            if (seqs[s]->hlen != NULL)
+                for (int h = 0; h < md->n_kv_heads; h++)
+                    seqs[s]->hlen[(size_t)l * (size_t)md->n_kv_heads + h] += 1;
         }
         TG_TRY(o->attn_decode(rt->be, rt->q, n_seq, md->n_q_heads, rt->rows, scale,
                            rt->att));

@@ -37,6 +37,7 @@
 #include "common/kv/kv_layout.h"
 #include "common/kv/kv_seq.h"
 #include "gpu_worker/gw_comm.h"
+#include "gpu_worker/gw_gvote.h"
 #include "gpu_worker/gw_model.h"
 #include "kernels/tg_ops.h"
 
@@ -55,6 +56,18 @@ struct gw_seq {
                                      (kv_table) in step with it. NULL where
                                      no block table is built (the CPU
                                      forward pass reads the rows above) */
+    int32_t *hlen;                /* (L, Hkv) tokens held by each KV head
+                                     (rank order), required with gvote,
+                                     whose heads of one group keep
+                                     different counts (len is then the
+                                     longest head of the group); NULL for
+                                     the other methods */
+    uint64_t seed;                /* the request's seed: gvote's synthetic
+                                     query stream */
+    int32_t *slot_pos;            /* (L, Hkv, slot_cap) absolute position
+                                     of each head's slot, written on every
+                                     append (--dump-kept); or NULL */
+    int32_t slot_cap;             /* slots per head in slot_pos */
 };
 
 /* Called once per layer of a prefill chunk with that layer's key scores
@@ -64,6 +77,7 @@ typedef void (*gw_on_scores_fn)(void *ud, int layer, const float *scores,
 
 struct gw_forward_opts {
     enum tg_score_method method;  /* scoring of chunk keys */
+    struct gw_gvote_params gvote; /* with TG_SCORE_GVOTE */
     int max_tokens;               /* largest chunk or decode batch */
     gw_on_scores_fn on_scores;    /* optional */
     void *on_scores_ud;
@@ -85,6 +99,7 @@ struct gw_runtime {
     float *x, *h, *q, *k, *v, *att, *gate, *up, *scores;
     int32_t *pos, *idx, *keep;
     int32_t *keep_rows;         /* (L * n_groups) a chunk's keep per row */
+    int32_t *kcap;              /* (Hkv) gvote's per-head cap */
     const int32_t **gp_scratch; /* (n_groups) */
     struct tg_kv_rows *rows;    /* (max_tokens) decode row views */
     const int32_t **rows_pages; /* (max_tokens * n_groups) */
@@ -94,6 +109,7 @@ struct gw_runtime {
     float *lg_all;              /* (T, lg_rows, Vp) gathered slices; rank 0
                                    only */
     int lg_rows;                /* min(GW_LP_BLOCK, max_tokens) */
+    struct gw_gvote gv;         /* gvote scratch (method gvote only) */
 };
 
 /* Creates a runtime with a KV pool of n_pages pages. Returns 0, TG_EINVAL
@@ -129,7 +145,9 @@ struct gw_prefill_out {
 
 /* Runs one prefill chunk of n tokens (n <= max_tokens) of `seq` at
  * positions seq->pos .. seq->pos + n - 1, appends the kept K/V and advances
- * seq->pos and seq->len. Every row must already own the pages for what the
+ * seq->pos and seq->len (and seq->hlen). With gvote a row may grow by less
+ * than the §4.3 keep (never more): the caller compares seq->len with its
+ * reservation and gives the difference back (kv_seq_commit_kept). Every row must already own the pages for what the
  * chunk keeps (kv_budget math); otherwise it returns TG_ENOSPC before
  * touching anything. `out` may be NULL. */
 int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,

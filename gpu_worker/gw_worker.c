@@ -80,6 +80,17 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
                                   &w->method, &eo, err, errlen);
     if (rc != 0)
         goto fail;
+    if (w->method == TG_SCORE_GVOTE) {
+        /* gvote rows shrink after each chunk by amounts only the worker
+         * knows; until the plan reports them back to the router's page
+         * accounting, a worker refusing it at start-up beats a request
+         * failing mid-prefill. */
+        rc = tg_err_set(err, errlen, TG_EINVAL,
+                        "--method gvote runs in-process only "
+                        "(tangram-generate, tangram-profile calibrate); "
+                        "the daemon's workers do not support it yet");
+        goto fail;
+    }
     w->rank = o->rank;
     w->world_size = o->world_size;
     w->max_slots = o->max_slots;

@@ -35,8 +35,11 @@ extern "C" {
  * group head_group[h] at slot head_slot[h] of that group's pages. A page is
  * [H_p][2][P][d] floats: for slot j, K rows at ((j*2+0)*P + t)*d and V rows
  * at ((j*2+1)*P + t)*d. Token t of a group's row sits in page
- * group_pages[g][t / P] at offset t % P. All heads of a group hold the same
- * number of tokens, group_len[g]. Keys are stored after RoPE. */
+ * group_pages[g][t / P] at offset t % P. Without head_len all heads of a
+ * group hold the same number of tokens, group_len[g]; with head_len
+ * (adaptive budgets, DESIGN.md §4.8) head h holds its own first
+ * head_len[h] <= group_len[head_group[h]] slots and the group's row is as
+ * long as its longest head. Keys are stored after RoPE. */
 struct tg_kv_rows {
     float *pool;                       /* (n_pages, H_p, 2, P, d) */
     int heads_per_group;               /* H_p */
@@ -47,6 +50,8 @@ struct tg_kv_rows {
     const int32_t *head_slot;          /* (Hkv) slot within its group's page */
     const int32_t *const *group_pages; /* (n_groups) -> (ceil(len/P)) page ids */
     const int32_t *group_len;          /* (n_groups) tokens held per head */
+    const int32_t *head_len;           /* (Hkv) tokens held by each head, or
+                                          NULL: group_len of its group */
 };
 
 /* Query-side scoring methods for chunk compression (DESIGN.md §4.4). */
@@ -54,6 +59,9 @@ enum tg_score_method {
     TG_SCORE_SNAPKV = 0,             /* query-aware, window of last queries */
     TG_SCORE_KEYDIFF = 1,            /* query-agnostic key diversity */
     TG_SCORE_EXPECTED_ATTENTION = 2, /* query-agnostic expected attention */
+    TG_SCORE_GVOTE = 3,              /* adaptive per-head budgets (§4.8):
+                                        not a `score` op, the forward pass
+                                        selects through gpu_worker/gw_gvote */
 };
 
 /* Sampling parameters of one sequence (vLLM semantics). */
@@ -153,9 +161,11 @@ struct tg_ops {
                        int window, int n_sink, int32_t *idx);
 
     /* Appends chunk keys/values to each KV head's group row at offset
-     * rows->group_len[g] (the caller advances group_len afterwards): head h
-     * appends k[idx[h*n + t], h, :] for t < n_keep[h] (idx NULL: all n in
-     * order). Pages for the new tokens must already be in group_pages.
+     * rows->group_len[g] (rows->head_len[h] when head_len is set; the
+     * caller advances the lengths afterwards): head h appends
+     * k[idx[h*n + t], h, :] for t < n_keep[h] (idx NULL: all n in order).
+     * Without head_len the heads of a group must keep equal counts.
+     * Pages for the new tokens must already be in group_pages.
      * k, v (n, Hkv, d). */
     int (*kv_append)(struct tg_backend *b, const struct tg_kv_rows *rows,
                      const float *k, const float *v, int n, const int32_t *idx,

@@ -4,7 +4,15 @@
  *   tangram-generate --model DIR [--profile FILE|none] (--prompt TEXT |
  *       --prompt-ids JSON) [--max-tokens N] [--temperature T] [--top-k K]
  *       [--top-p P] [--min-p P] [--seed S] [--logprobs K] [--prompt-logprobs]
- *       [--prefill-chunk C] [--json]
+ *       [--prefill-chunk C] [--method M] [--gvote-p P] [--gvote-samples S]
+ *       [--gvote-future N] [--forced-ids JSON] [--dump-kept] [--json]
+ *
+ * --forced-ids teacher-forces the decode (DESIGN.md §5): the m ids take the
+ * places of m sampled tokens (the first from the prompt's last logits, m-1
+ * decode steps feed the first m-1) and the JSON gets forced_logprobs, the
+ * log-probability of each given all before it; --max-tokens becomes m.
+ * --dump-kept adds kept_positions[layer][kv_head], the sorted absolute
+ * positions every KV head holds at the end.
  *
  * With --prompt-logprobs it prints, for every prompt position after the
  * first, log P(prompt[p] | prompt[<p]) under the chunked, compressed
@@ -47,6 +55,11 @@ struct gen_options {
     int64_t page_size;
     int64_t heads_per_group;
     char *method;
+    double gvote_p;
+    int64_t gvote_samples;
+    int64_t gvote_future;
+    char *forced_ids;
+    bool dump_kept;
     bool ignore_eos;
     int64_t threads;
     bool json;
@@ -106,7 +119,27 @@ static const struct tg_config_entry gen_table[] = {
      .help = "Heads per page group without a profile."},
     {.name = "method", .type = TG_CONFIG_STRING,
      .offset = OFF(method, char *),
-     .help = "Scoring method (default: the profile's)."},
+     .help = "Scoring method: snapkv, keydiff, expected_attention or gvote "
+             "(default: the profile's)."},
+    {.name = "gvote-p", .type = TG_CONFIG_DOUBLE, .def = "0.95",
+     .min = 1e-9, .max = 1, .offset = OFF(gvote_p, double),
+     .help = "gvote: attention mass of the real query's nucleus."},
+    {.name = "gvote-samples", .type = TG_CONFIG_INT, .def = "8", .min = 0,
+     .max = GW_GVOTE_MAX_SAMPLES, .offset = OFF(gvote_samples, int64_t),
+     .help = "gvote: synthetic queries per query head (0: deterministic)."},
+    {.name = "gvote-future", .type = TG_CONFIG_INT, .def = "32", .min = 1,
+     .max = GW_GVOTE_MAX_FUTURE, .offset = OFF(gvote_future, int64_t),
+     .metavar = "TOKENS",
+     .help = "gvote: future positions averaged into the synthetic queries' "
+             "rotation."},
+    {.name = "forced-ids", .type = TG_CONFIG_STRING,
+     .offset = OFF(forced_ids, char *), .metavar = "JSON",
+     .help = "Teacher-forced decode of these ids (JSON array; sets "
+             "--max-tokens to their count); the JSON gets forced_logprobs."},
+    {.name = "dump-kept", .type = TG_CONFIG_BOOL, .def = "false",
+     .offset = OFF(dump_kept, bool),
+     .help = "Add kept_positions[layer][kv_head] (absolute positions held "
+             "at the end) to the JSON."},
     {.name = "ignore-eos", .type = TG_CONFIG_BOOL, .def = "false",
      .offset = OFF(ignore_eos, bool), .help = "Do not stop at eos tokens."},
     {.name = "threads", .type = TG_CONFIG_INT, .def = "0", .min = 0,
@@ -118,7 +151,8 @@ static const struct tg_config_entry gen_table[] = {
 #undef OFF
 #define N_GEN (sizeof(gen_table) / sizeof(gen_table[0]))
 
-static int parse_ids(const char *s, struct tok_ids *ids, char *err, size_t errlen)
+static int parse_ids(const char *s, const char *flag, struct tok_ids *ids,
+                     char *err, size_t errlen)
 {
     json_t *doc;
     int rc = tg_json_load_buf(s, strlen(s), &doc, err, errlen);
@@ -127,7 +161,7 @@ static int parse_ids(const char *s, struct tok_ids *ids, char *err, size_t errle
     if (!json_is_array(doc) || json_array_size(doc) == 0) {
         json_decref(doc);
         return tg_err_set(err, errlen, TG_EINVAL,
-                          "--prompt-ids: expected a non-empty JSON array");
+                          "%s: expected a non-empty JSON array", flag);
     }
     ids->n = 0;
     ids->cap = json_array_size(doc);
@@ -142,7 +176,7 @@ static int parse_ids(const char *s, struct tok_ids *ids, char *err, size_t errle
             json_integer_value(v) > INT32_MAX) {
             json_decref(doc);
             return tg_err_set(err, errlen, TG_EINVAL,
-                              "--prompt-ids[%zu]: expected a token id", i);
+                              "%s[%zu]: expected a token id", flag, i);
         }
         ids->v[ids->n++] = (int32_t)json_integer_value(v);
     }
@@ -175,6 +209,7 @@ int main(int argc, char **argv)
     int status = 1;
     struct tok_tokenizer tok = {0};
     struct tok_ids prompt = {0};
+    struct tok_ids forced = {0};
     struct tok_text text = {0};
     struct gw_engine eng = {0};
     struct gw_gen_result res = {0};
@@ -202,15 +237,23 @@ int main(int argc, char **argv)
         rc = tok_encode(&tok, NULL, o.prompt, strlen(o.prompt),
                         TOK_ENCODE_ADD_SPECIAL, &prompt, err, sizeof(err));
     } else {
-        rc = parse_ids(o.prompt_ids, &prompt, err, sizeof(err));
+        rc = parse_ids(o.prompt_ids, "--prompt-ids", &prompt, err, sizeof(err));
     }
     if (rc == 0 && prompt.n == 0)
         rc = tg_err_set(err, sizeof(err), TG_EINVAL, "the prompt is empty");
+    if (rc == 0 && o.forced_ids != NULL) {
+        rc = parse_ids(o.forced_ids, "--forced-ids", &forced, err, sizeof(err));
+        if (rc == 0)
+            o.max_tokens = (int64_t)forced.n;
+    }
     if (rc != 0) {
         fprintf(stderr, "tangram-generate: %s\n", err);
         goto out;
     }
 
+    struct gw_gvote_params gvp = {.p = o.gvote_p,
+                                   .samples = (int)o.gvote_samples,
+                                   .future = (int)o.gvote_future};
     struct gw_engine_opts eo = {
         .model_dir = o.model,
         .profile_path = o.profile,
@@ -218,6 +261,7 @@ int main(int argc, char **argv)
         .page_size = (int)o.page_size,
         .prefill_chunk = (int)o.prefill_chunk,
         .method = o.method,
+        .gvote = &gvp,
         .max_context = (int64_t)prompt.n + o.max_tokens,
         .n_threads = (int)o.threads,
     };
@@ -239,6 +283,9 @@ int main(int argc, char **argv)
         .n_logprobs = (int)o.logprobs,
         .prompt_logprobs = o.prompt_logprobs,
         .ignore_eos = o.ignore_eos,
+        .forced_ids = forced.v,
+        .n_forced = (int)forced.n,
+        .dump_kept = o.dump_kept,
     };
     rc = gw_engine_generate(&eng, prompt.v, (int)prompt.n, &gp, &res, err,
                             sizeof(err));
@@ -295,9 +342,33 @@ int main(int argc, char **argv)
         }
         json_object_set_new(doc, "logprobs", a);
         json_object_set_new(doc, "finish_reason", json_string(finish));
+        if (res.forced_lps != NULL) {
+            a = json_array();
+            for (int i = 0; i < res.n_tokens; i++)
+                json_array_append_new(a, lp_value(res.forced_lps[i]));
+            json_object_set_new(doc, "forced_logprobs", a);
+        }
+        if (res.kept_n != NULL) {
+            int H = eng.layout.n_kv_heads;
+            a = json_array();
+            for (int l = 0; l < eng.layout.n_layers; l++) {
+                json_t *row = json_array();
+                for (int h = 0; h < H; h++) {
+                    size_t mh = (size_t)l * (size_t)H + (size_t)h;
+                    json_t *ps = json_array();
+                    for (int32_t t = 0; t < res.kept_n[mh]; t++)
+                        json_array_append_new(
+                            ps, json_integer(res.kept_pos[mh * (size_t)res.kept_cap + t]));
+                    json_array_append_new(row, ps);
+                }
+                json_array_append_new(a, row);
+            }
+            json_object_set_new(doc, "kept_positions", a);
+        }
         json_t *kv = json_object();
         json_object_set_new(kv, "pages_used", json_integer(res.pages_used));
         json_object_set_new(kv, "monolithic_pages", json_integer(res.mono_pages));
+        json_object_set_new(kv, "pages_released", json_integer(res.pages_released));
         a = json_array();
         int G = eng.layout.n_groups;
         for (int l = 0; l < eng.layout.n_layers; l++) {
@@ -333,6 +404,7 @@ out:
     gw_engine_free(&eng);
     tok_text_free(&text);
     tok_ids_free(&prompt);
+    tok_ids_free(&forced);
     tok_tokenizer_free(&tok);
     tg_config_free(gen_table, N_GEN, &o);
     return status;

@@ -46,6 +46,18 @@ int64_t kv_chunk_keep(int64_t n, double budget, int64_t forced);
 int64_t kv_turn_keep(int64_t start, int64_t n_new, int64_t chunk,
                      double budget, const struct kv_forced_rule *rule);
 
+/* Decode tokens a group must reserve under decode-time compression
+ * (DESIGN.md §4.9): min(max_tokens, cap_max + every), cap_max the largest
+ * cap of the group's heads and `every` the trigger period beta (a head
+ * holds at most its cap right after a trigger and grows by beta until the
+ * next). All arguments >= 0. */
+static inline int64_t kv_decode_bound(int64_t max_tokens, int64_t cap_max,
+                                      int64_t every)
+{
+    int64_t b = cap_max + every;
+    return max_tokens < b ? max_tokens : b;
+}
+
 /* Returns ceil(tokens / page_size): pages needed to hold `tokens` tokens. */
 static inline int64_t kv_pages_for(int64_t tokens, int64_t page_size)
 {

@@ -438,6 +438,76 @@ int kv_seq_commit(struct kv_seq *seq, const struct kv_layout *layout,
     return 0;
 }
 
+int kv_seq_commit_kept(struct kv_seq *seq, const struct kv_layout *layout,
+                       struct kv_pool *pool, int64_t n,
+                       const int32_t *filled_after, int64_t *released,
+                       char *err, size_t errlen)
+{
+    *released = 0;
+    int rc = check_layout(seq, layout, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (pool == NULL || filled_after == NULL)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "kv_seq: commit_kept needs a pool and the rows");
+    int64_t left = seq->turn_len - seq->committed;
+    int64_t C = layout->prefill_chunk;
+    if (n < 1 || n > left || ((seq->committed + n) % C != 0 && n != left))
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "kv_seq: cannot commit %lld tokens at turn offset "
+                          "%lld (%lld pending, chunks of %lld)",
+                          (long long)n, (long long)seq->committed,
+                          (long long)left, (long long)C);
+    int64_t at = seq->turn_start + seq->committed;
+    /* Validate every row before changing any. */
+    for (int32_t r = 0; r < seq->n_rows; r++) {
+        int64_t keep = turn_keep(at, n, C, layout->group_budget[r],
+                                 &layout->rule);
+        if (filled_after[r] < seq->filled[r] ||
+            filled_after[r] > seq->filled[r] + keep)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "kv_seq: row %d would hold %d tokens after the "
+                              "chunk; it may hold %d .. %lld", (int)r,
+                              (int)filled_after[r], (int)seq->filled[r],
+                              (long long)(seq->filled[r] + keep));
+    }
+    int64_t freed = 0;
+    int32_t old_max = seq->max_tokens;
+    int shrank = 0;
+    for (int32_t r = 0; r < seq->n_rows; r++) {
+        int64_t keep = turn_keep(at, n, C, layout->group_budget[r],
+                                 &layout->rule);
+        int32_t short_by = (int32_t)(seq->filled[r] + keep - filled_after[r]);
+        seq->filled[r] = filled_after[r];
+        if (short_by == 0)
+            continue;
+        /* The reservation of this chunk shrinks by what the row did not
+         * keep; what later chunks and decode need stays reserved. */
+        int32_t tokens = seq->tokens[r] - short_by;
+        int32_t keep_pages = pages_for(tokens, seq->page_size);
+        int32_t drop = seq->n_pages[r] - keep_pages;
+        if (seq->tokens[r] == old_max)
+            shrank = 1;
+        seq->tokens[r] = tokens;
+        if (drop <= 0)
+            continue;
+        rc = kv_pool_push(pool, drop, seq->ids + seq->off[r] + keep_pages);
+        /* The ids came from this pool: a rejection is a broken invariant. */
+        TG_ASSERT(rc == 0);
+        seq->n_pages[r] = keep_pages;
+        seq->used_pages -= drop;
+        freed += drop;
+    }
+    if (freed > 0)
+        seq->epoch = next_epoch();
+    if (shrank)
+        recompute_max(seq);
+    update_mono(seq, pool);
+    seq->committed += n;
+    *released = freed;
+    return 0;
+}
+
 /* ---- decode --------------------------------------------------------- */
 
 static int check_decode(const struct kv_seq *seq,

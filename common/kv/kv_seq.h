@@ -122,6 +122,19 @@ int kv_seq_reserve_prompt_plain(struct kv_seq *seq,
 int kv_seq_commit(struct kv_seq *seq, const struct kv_layout *layout,
                   int64_t n, char *err, size_t errlen);
 
+/* kv_seq_commit for adaptive budgets (gvote, DESIGN.md §4.8 step 5): the
+ * next n positions of the turn are written and row r now holds
+ * filled_after[r] tokens, between what it held and what §4.3 keeps (its
+ * reservation for the chunk). The rows' reservations shrink by what they
+ * did not keep and every page no longer needed (beyond ceil(tokens / P),
+ * tokens still covering the remaining chunks) goes back to `pool` at
+ * once; *released gets their count. Same chunk rule as kv_seq_commit.
+ * All or nothing: returns 0 or TG_EINVAL (nothing changed). */
+int kv_seq_commit_kept(struct kv_seq *seq, const struct kv_layout *layout,
+                       struct kv_pool *pool, int64_t n,
+                       const int32_t *filled_after, int64_t *released,
+                       char *err, size_t errlen);
+
 /* Stores in *pages the pages kv_seq_reserve_decode(seq, layout, ., n)
  * would take: one for every row whose last page cannot hold the n new
  * tokens (more for n > P). No side effects. Returns 0 or TG_EINVAL. */

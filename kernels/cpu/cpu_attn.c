@@ -149,7 +149,7 @@ static void osm_feed(struct osm *o, const float *kb, const float *vb,
 static void osm_feed_rows(struct osm *o, const struct tg_kv_rows *r, int h)
 {
     int g = r->head_group[h];
-    int len = r->group_len[g];
+    int len = r->head_len != NULL ? r->head_len[h] : r->group_len[g];
     const int P = r->page_size, d = r->head_dim;
     size_t page_floats = (size_t)r->heads_per_group * 2 * (size_t)P * (size_t)d;
     size_t slot_off = (size_t)r->head_slot[h] * 2 * (size_t)P * (size_t)d;
@@ -185,6 +185,9 @@ int cpu__rows_check(const struct tg_kv_rows *r)
         if (g < 0 || s < 0 || s >= r->heads_per_group || r->group_len[g] < 0)
             return TG_EINVAL;
         if (r->group_len[g] > 0 && r->group_pages[g] == NULL)
+            return TG_EINVAL;
+        if (r->head_len != NULL &&
+            (r->head_len[h] < 0 || r->head_len[h] > r->group_len[g]))
             return TG_EINVAL;
     }
     return 0;
@@ -249,7 +252,8 @@ int cpu__attn_decode(struct tg_backend *b, const float *q, int n_seq,
         if (cpu__rows_check(r) != 0 || r->n_kv_heads != Hkv || r->head_dim != d)
             return TG_EINVAL;
         for (int h = 0; h < Hkv; h++) {
-            int l = r->group_len[r->head_group[h]];
+            int l = r->head_len != NULL ? r->head_len[h]
+                                        : r->group_len[r->head_group[h]];
             /* The rows already hold the new token, so none may be empty. */
             if (l < 1)
                 return TG_EINVAL;

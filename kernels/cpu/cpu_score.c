@@ -376,7 +376,7 @@ int cpu__kv_append(struct tg_backend *b, const struct tg_kv_rows *rows,
             return TG_EINVAL;
         if (cnt > 0 && rows->group_pages[g] == NULL)
             return TG_EINVAL;
-        for (int h2 = 0; h2 < h; h2++)
+        for (int h2 = 0; h2 < h && rows->head_len == NULL; h2++)
             if (rows->head_group[h2] == g &&
                 (idx != NULL ? n_keep[h2] : n) != cnt)
                 return TG_EINVAL; /* a group's heads share one length */
@@ -392,7 +392,8 @@ int cpu__kv_append(struct tg_backend *b, const struct tg_kv_rows *rows,
     for (int h = 0; h < Hkv; h++) {
         int g = rows->head_group[h];
         int cnt = idx != NULL ? n_keep[h] : n;
-        int64_t base = rows->group_len[g];
+        int64_t base = rows->head_len != NULL ? rows->head_len[h]
+                                              : rows->group_len[g];
         size_t slot_off = (size_t)rows->head_slot[h] * 2 * (size_t)P * (size_t)d;
         for (int t = 0; t < cnt; t++) {
             int src = idx != NULL ? idx[(size_t)h * n + t] : t;

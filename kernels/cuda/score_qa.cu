@@ -427,6 +427,8 @@ extern "C" size_t cmp_qa_workspace_bytes(enum tg_score_method method, int n,
                sizeof(float);
     case TG_SCORE_EXPECTED_ATTENTION:
         return ea_ws_layout(n, n_q_heads, head_dim, nullptr, nullptr);
+    case TG_SCORE_GVOTE: // selects by votes, not by a score (gw_gvote)
+        return 0;
     }
     return 0;
 }
@@ -474,6 +476,8 @@ extern "C" int cmp_score(enum tg_score_method method,
         return cmp_score_keydiff(c, scores, ws, ws_bytes, stream);
     case TG_SCORE_EXPECTED_ATTENTION:
         return cmp_score_expected_attention(c, scores, ws, ws_bytes, stream);
+    case TG_SCORE_GVOTE: // selects by votes, not by a score (gw_gvote)
+        return TG_EINVAL;
     }
     return TG_EINVAL;
 }

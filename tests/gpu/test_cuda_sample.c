@@ -82,8 +82,7 @@ static float *make_logits(int n, int V)
     return x;
 }
 
-static const struct tg_sampling greedy_sp = {0.0f, 0, 1.0f, 0.0f,
-                                             1.0f, 0.0f, 0.0f};
+static const struct tg_sampling greedy_sp = TG_SAMPLING_OFF;
 
 /* CPU greedy token of one row (the CPU op may scribble on its input). */
 static int32_t cpu_greedy(struct tg_backend *cpu, const float *row, int V)
@@ -518,8 +517,11 @@ static void test_distribution(void **state)
         }
         check_freq(count, want, "cuda", (int)c);
         /* The CPU sampler against the same numbers validates them. */
-        struct tg_sampling sp = {pc.temperature, pc.top_k, pc.top_p, pc.min_p,
-                                 1.0f, 0.0f, 0.0f};
+        struct tg_sampling sp = TG_SAMPLING_OFF;
+        sp.temperature = pc.temperature;
+        sp.top_k = pc.top_k;
+        sp.top_p = pc.top_p;
+        sp.min_p = pc.min_p;
         uint64_t state_rng = 42;
         memset(count, 0, sizeof(count));
         for (int i = 0; i < DN; i++) {

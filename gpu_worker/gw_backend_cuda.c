@@ -39,6 +39,9 @@ struct cuda_backend {
     int32_t *dev_top_ids;         /* (max_slots, GW_CUDA_MAX_TOP) */
     float *dev_top_lps;           /* (max_slots, GW_CUDA_MAX_TOP) */
     uint8_t *dev_drawn;           /* (max_slots) by decode row */
+    const struct tg_sampling **dev_bias; /* (max_slots) by decode row: the
+                                            row's sampling when it has a
+                                            logit bias, else NULL */
 };
 
 static void cuda_comm_id(const struct gw_backend *b, const uint8_t **id,
@@ -107,21 +110,24 @@ static int cuda_prefill(struct gw_backend *b, struct gw_seq *seq,
 }
 
 /* Rank 0 draws a decode batch on the device when every draw can be: no
- * penalties, at most GW_CUDA_MAX_TOP alternatives; then its (n, V)
- * logits never cross to the host. */
+ * penalties, at most GW_CUDA_MAX_TOP alternatives, at most
+ * GW_CUDA_MAX_BIAS logit-bias entries in all; then its (n, V) logits never
+ * cross to the host. */
 static int device_draws(const struct cuda_backend *c, const struct gw_draw *d,
                         int n_draws)
 {
     if (c->base.cfg.rank != 0 || c->cu.sampler == NULL || n_draws <= 0)
         return 0;
+    int64_t n_bias = 0;
     for (int i = 0; i < n_draws; i++) {
         const struct tg_sampling *sp = &d[i].sampling->sp;
         if (sp->repetition_penalty != 1.0f || sp->presence_penalty != 0.0f ||
             sp->frequency_penalty != 0.0f ||
             d[i].sampling->n_top > GW_CUDA_MAX_TOP)
             return 0;
+        n_bias += sp->n_bias > 0 ? sp->n_bias : 0;
     }
-    return 1;
+    return n_bias <= GW_CUDA_MAX_BIAS;
 }
 
 static int cuda_decode(struct gw_backend *b, struct gw_seq *const *seqs,
@@ -146,6 +152,7 @@ static int cuda_decode(struct gw_backend *b, struct gw_seq *const *seqs,
      * asked ones are handed out by cuda_sample. */
     int top = 0;
     memset(c->dev_drawn, 0, (size_t)n);
+    memset(c->dev_bias, 0, (size_t)n * sizeof(*c->dev_bias));
     for (int i = 0; i < n; i++)
         c->dev_params[i] = (struct tg_cuda_sample_params){
             .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f};
@@ -161,10 +168,13 @@ static int cuda_decode(struct gw_backend *b, struct gw_seq *const *seqs,
             .top_p = sp->top_p, .min_p = sp->min_p, .seed = draws[i].seed,
             .step = draws[i].index};
         c->dev_drawn[r] = 1;
+        if (sp->n_bias > 0)
+            c->dev_bias[r] = sp;
         if (draws[i].sampling->n_top > top)
             top = draws[i].sampling->n_top;
     }
-    rc = gw_cuda_sample(&c->cu, n, c->dev_params, top, c->dev_tok, c->dev_lp,
+    rc = gw_cuda_sample(&c->cu, n, c->dev_params, c->dev_bias, top, c->dev_tok,
+                        c->dev_lp,
                         c->dev_top_ids, c->dev_top_lps, err, errlen);
     if (rc != 0)
         return rc;
@@ -213,6 +223,7 @@ static void cuda_free(struct gw_backend *b)
     free(c->dev_top_ids);
     free(c->dev_top_lps);
     free(c->dev_drawn);
+    free(c->dev_bias);
     gw_backend__base_free(b);
     free(c);
 }
@@ -294,8 +305,9 @@ static int cuda_setup(struct cuda_backend *c, char *err, size_t errlen)
         c->dev_top_ids = calloc(S * K, sizeof(int32_t));
         c->dev_top_lps = calloc(S * K, sizeof(float));
         c->dev_drawn = calloc(S, 1);
+        c->dev_bias = calloc(S, sizeof(*c->dev_bias));
         if (!c->dev_params || !c->dev_tok || !c->dev_lp || !c->dev_top_ids ||
-            !c->dev_top_lps || !c->dev_drawn)
+            !c->dev_top_lps || !c->dev_drawn || !c->dev_bias)
             return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
     }
     if (o->rank == 0 && o->world_size > 1)

@@ -292,7 +292,8 @@ void gw_cuda_free(struct gw_cuda *c)
                    c->fault_d, c->dec.indptr, c->dec.indices, c->dec.npages,
                    c->dec.lens, c->pre.indptr, c->pre.indices,
                    c->pre.npages, c->pre.lens, c->sc_pos, c->sc_val,
-                   c->full, c->s_tok, c->s_lp, c->s_top_ids, c->s_top_lps};
+                   c->full, c->s_tok, c->s_lp, c->s_top_ids, c->s_top_lps,
+                   c->s_bias_rows, c->s_bias_ids, c->s_bias_vals};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         if (dev[i] != NULL)
             cudaFree(dev[i]);
@@ -300,7 +301,8 @@ void gw_cuda_free(struct gw_cuda *c)
                    c->dec.h_lens, c->pre.h_indptr, c->pre.h_indices,
                    c->pre.h_npages, c->pre.h_lens, c->h_sc_pos, c->h_sc_val,
                    c->p_ids, c->p_pos, c->p_fault, c->p_logits, c->p_lp,
-                   c->p_tok, c->p_top_ids, c->p_slp, c->p_top_lps};
+                   c->p_tok, c->p_top_ids, c->p_slp, c->p_top_lps,
+                   c->p_bias_rows, c->p_bias_ids, c->p_bias_vals};
     for (size_t i = 0; i < sizeof(pin) / sizeof(pin[0]); i++)
         if (pin[i] != NULL)
             cudaFreeHost(pin[i]);
@@ -477,6 +479,12 @@ static int alloc_runtime(struct gw_cuda *c, int world, char *err,
         HALLOC(c->p_slp, S * 4, "sampled tokens");
         HALLOC(c->p_top_ids, S * K * 4, "top logprobs");
         HALLOC(c->p_top_lps, S * K * 4, "top logprobs");
+        DALLOC(c->s_bias_rows, GW_CUDA_MAX_BIAS * 4, "logit bias");
+        DALLOC(c->s_bias_ids, GW_CUDA_MAX_BIAS * 4, "logit bias");
+        DALLOC(c->s_bias_vals, GW_CUDA_MAX_BIAS * 4, "logit bias");
+        HALLOC(c->p_bias_rows, GW_CUDA_MAX_BIAS * 4, "logit bias");
+        HALLOC(c->p_bias_ids, GW_CUDA_MAX_BIAS * 4, "logit bias");
+        HALLOC(c->p_bias_vals, GW_CUDA_MAX_BIAS * 4, "logit bias");
     }
     /* head maps (L, Hkv) */
     DALLOC(c->head_group, L * Hkv * 4, "head maps");

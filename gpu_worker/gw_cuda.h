@@ -74,6 +74,8 @@
 #define GW_CUDA_MAX_BUCKETS 32
 #define GW_CUDA_LP_BLOCK 64 /* prompt-logprob rows per LM-head GEMM */
 #define GW_CUDA_MAX_TOP 20  /* top logprobs per row sampled on the device */
+#define GW_CUDA_MAX_BIAS 8192 /* logit-bias entries per device-sampled batch
+                                 (all rows together); more: host sampler */
 
 
 struct tg_nccl;
@@ -208,6 +210,10 @@ struct gw_cuda {
     float *s_top_lps;                  /* device (max_seqs, MAX_TOP) */
     int32_t *p_tok, *p_top_ids;        /* pinned mirrors */
     float *p_slp, *p_top_lps;
+    int32_t *s_bias_rows, *s_bias_ids; /* device (GW_CUDA_MAX_BIAS) */
+    float *s_bias_vals;                /* device (GW_CUDA_MAX_BIAS) */
+    int32_t *p_bias_rows, *p_bias_ids; /* pinned mirrors */
+    float *p_bias_vals;
 
     int n_buckets;
     int bucket[GW_CUDA_MAX_BUCKETS];   /* ascending batch sizes */
@@ -262,10 +268,16 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
  * logits, and with n_top > 0 (<= GW_CUDA_MAX_TOP) the n_top most likely
  * ids and log-probabilities per row in top_ids/top_lps (n, n_top). Host
  * outputs. Penalties are not applied here: rows that need them go
- * through the host sampler. Returns 0, TG_EINVAL (nothing kept, n too
- * large, a parameter out of range) or TG_EDEVICE. */
+ * through the host sampler. OpenAI logit bias is: bias (NULL = none, else
+ * n entries, NULL for a row without) gives each row's tg_sampling, whose
+ * bias_ids/bias_vals are added to that row's device logits before the
+ * draw and taken off again after it, so lps and the top logprobs stay
+ * those of the raw logits as on the CPU; at most GW_CUDA_MAX_BIAS entries
+ * over all rows. Returns 0, TG_EINVAL (nothing kept, n too large, a
+ * parameter out of range, too many bias entries) or TG_EDEVICE. */
 int gw_cuda_sample(struct gw_cuda *c, int n,
-                   const struct tg_cuda_sample_params *params, int n_top,
+                   const struct tg_cuda_sample_params *params,
+                   const struct tg_sampling *const *bias, int n_top,
                    int32_t *tokens, float *lps, int32_t *top_ids,
                    float *top_lps, char *err, size_t errlen);
 

@@ -400,8 +400,30 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
 
 /* ---- sampling on the device -------------------------------------------- */
 
+/* Flattens the rows' logit bias into the pinned buffers (row, id, value
+ * triples). Returns the entry count, or -1 over GW_CUDA_MAX_BIAS. */
+static int gather_bias(struct gw_cuda *c, int n,
+                       const struct tg_sampling *const *bias)
+{
+    int m = 0;
+    for (int i = 0; bias != NULL && i < n; i++) {
+        const struct tg_sampling *sp = bias[i];
+        if (sp == NULL || sp->n_bias <= 0)
+            continue;
+        if (sp->n_bias > GW_CUDA_MAX_BIAS - m)
+            return -1;
+        for (int k = 0; k < sp->n_bias; k++, m++) {
+            c->p_bias_rows[m] = i;
+            c->p_bias_ids[m] = sp->bias_ids[k];
+            c->p_bias_vals[m] = sp->bias_vals[k];
+        }
+    }
+    return m;
+}
+
 int gw_cuda_sample(struct gw_cuda *c, int n,
-                   const struct tg_cuda_sample_params *params, int n_top,
+                   const struct tg_cuda_sample_params *params,
+                   const struct tg_sampling *const *bias, int n_top,
                    int32_t *tokens, float *lps, int32_t *top_ids,
                    float *top_lps, char *err, size_t errlen)
 {
@@ -416,10 +438,36 @@ int gw_cuda_sample(struct gw_cuda *c, int n,
                           "device sampling of %d rows (%d kept on the device, "
                           "%d top logprobs, max %d)", n, c->dev_rows, n_top,
                           GW_CUDA_MAX_TOP);
-    const float *logits = md->world > 1 ? c->full : c->logits;
+    float *logits = md->world > 1 ? c->full : c->logits;
     cudaStream_t st = STREAM(c);
+    int nb = gather_bias(c, n, bias);
+    if (nb < 0)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "more than %d logit-bias entries in one batch",
+                          GW_CUDA_MAX_BIAS);
+    if (nb > 0) {
+        GW_CU_TRY(cudaMemcpyAsync(c->s_bias_rows, c->p_bias_rows, (size_t)nb * 4,
+                           cudaMemcpyHostToDevice, st));
+        GW_CU_TRY(cudaMemcpyAsync(c->s_bias_ids, c->p_bias_ids, (size_t)nb * 4,
+                           cudaMemcpyHostToDevice, st));
+        GW_CU_TRY(cudaMemcpyAsync(c->s_bias_vals, c->p_bias_vals, (size_t)nb * 4,
+                           cudaMemcpyHostToDevice, st));
+        GW_OP_TRY(tg_cuda_logit_bias(logits, md->vocab, c->s_bias_rows,
+                              c->s_bias_ids, c->s_bias_vals, nb, 1.0f,
+                              c->stream), "logit bias", md->n_layers);
+    }
     GW_OP_TRY(tg_cuda_sample(c->sampler, logits, n, md->vocab, params, c->s_tok,
                       c->s_lp, c->stream), "sampling", md->n_layers);
+    if (nb > 0) {
+        /* Back to the raw logits: the chosen tokens' log-probabilities
+         * (and the top logprobs below) are those of the raw logits, as
+         * the CPU sampler reports them. */
+        GW_OP_TRY(tg_cuda_logit_bias(logits, md->vocab, c->s_bias_rows,
+                              c->s_bias_ids, c->s_bias_vals, nb, -1.0f,
+                              c->stream), "logit bias", md->n_layers);
+        GW_OP_TRY(tg_cuda_logprobs(logits, n, md->vocab, c->s_tok, c->s_lp,
+                            c->stream), "log-probabilities", md->n_layers);
+    }
     GW_CU_TRY(cudaMemcpyAsync(c->p_tok, c->s_tok, (size_t)n * 4,
                        cudaMemcpyDeviceToHost, st));
     GW_CU_TRY(cudaMemcpyAsync(c->p_slp, c->s_lp, (size_t)n * 4,

@@ -91,6 +91,14 @@ int gw_wlink_decode_plan(struct gw_wlink *l,
             o->sampling.sp.repetition_penalty = ws->repetition_penalty;
             o->sampling.n_top = ws->logprobs > INT32_MAX ? INT32_MAX
                                                          : (int)ws->logprobs;
+            /* Borrowed from the message, like tokens; unequal lengths
+             * become n_bias -1, which check_sampling refuses. */
+            o->sampling.sp.bias_ids = ws->bias_ids;
+            o->sampling.sp.bias_vals = ws->bias_values;
+            o->sampling.sp.n_bias =
+                ws->n_bias_ids != ws->n_bias_values || ws->n_bias_ids > INT32_MAX
+                    ? -1
+                    : (int)ws->n_bias_ids;
         }
         o->seed = e->seed;
         o->sample = e->sample;

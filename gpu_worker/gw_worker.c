@@ -230,7 +230,8 @@ static void sim_clear(struct gw_worker *w, uint32_t s)
 /* The sampling parameters of an entry as the sampler will use them:
  * temperature >= 0 and finite, top_p in (0, 1], min_p in [0, 1],
  * repetition_penalty > 0 and finite, presence and frequency penalties
- * finite, at most min(vocab, GW_WORKER_MAX_LOGPROBS) alternatives. */
+ * finite, at most min(vocab, GW_WORKER_MAX_LOGPROBS) alternatives, logit
+ * bias ids in [0, vocab) with finite values. */
 static int check_sampling(const struct gw_sampling *s, int vocab,
                           uint32_t slot, char *err, size_t errlen)
 {
@@ -248,6 +249,17 @@ static int check_sampling(const struct gw_sampling *s, int vocab,
                           (double)sp->min_p, (double)sp->repetition_penalty,
                           (double)sp->presence_penalty,
                           (double)sp->frequency_penalty);
+    if (sp->n_bias < 0 || sp->n_bias > vocab)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "slot %u: logit bias with %d ids and values for a "
+                          "vocabulary of %d", slot, sp->n_bias, vocab);
+    for (int k = 0; k < sp->n_bias; k++)
+        if (sp->bias_ids[k] < 0 || sp->bias_ids[k] >= vocab ||
+            !isfinite(sp->bias_vals[k]))
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "slot %u: logit bias %g for token %d (vocabulary "
+                              "%d)", slot, (double)sp->bias_vals[k],
+                              (int)sp->bias_ids[k], vocab);
     int kmax = vocab < GW_WORKER_MAX_LOGPROBS ? vocab : GW_WORKER_MAX_LOGPROBS;
     if (s->n_top < 0 || s->n_top > kmax)
         return tg_err_set(err, errlen, TG_EINVAL,

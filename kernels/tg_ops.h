@@ -73,6 +73,14 @@ struct tg_sampling {
     float repetition_penalty; /* 1 = disabled; applied to prompt + output ids */
     float presence_penalty;   /* 0 = disabled; output ids only */
     float frequency_penalty;  /* 0 = disabled; output ids only */
+    /* OpenAI logit_bias: bias_vals[i] is added to the logit of bias_ids[i]
+     * (distinct ids in [0, vocab), finite values) together with the
+     * penalties, before temperature and the filters; the log-probabilities
+     * reported stay those of the raw logits. Borrowed, n_bias >= 0 (0 =
+     * none; the arrays may then be NULL). */
+    const int32_t *bias_ids;  /* (n_bias) */
+    const float *bias_vals;   /* (n_bias) */
+    int n_bias;
 };
 
 /* The sampling that changes nothing: greedy, every filter and penalty off.

@@ -240,6 +240,24 @@ static int tool_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
     return rc;
 }
 
+/* The non-streaming completions body with the echoed prompt in front. */
+static int echo_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
+                         const struct rt_usage *u, char **body, size_t *blen)
+{
+    size_t on = r->text.out.n, en = r->g.echo_len;
+    char *all = malloc(en + on + 1);
+    if (all == NULL)
+        return TG_ENOMEM;
+    memcpy(all, r->g.echo_text, en);
+    if (on > 0)
+        memcpy(all + en, r->text.out.s, on);
+    all[en + on] = '\0';
+    int rc = rt_openai_format_response(&r->ctx, all, en + on, r->lp_scratch,
+                                       n_all, fin, u, body, blen);
+    free(all);
+    return rc;
+}
+
 static void json_deliver(struct rt_req *r, const char *text, size_t len,
                          const struct rt_token_logprob *lps, size_t n_lp,
                          enum rt_finish fin, const char *error)
@@ -276,8 +294,9 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     struct rt_usage u = usage_of(r);
     char *body = NULL;
     size_t blen = 0;
-    int rc = r->tc != NULL
-                 ? tool_response(r, n_all, fin, &u, &body, &blen)
+    int rc = r->tc != NULL ? tool_response(r, n_all, fin, &u, &body, &blen)
+             : r->g.echo_text != NULL
+                 ? echo_response(r, n_all, fin, &u, &body, &blen)
                  : rt_openai_format_response(&r->ctx, r->text.out.s ? r->text.out.s : "",
                                              r->text.out.n, r->lp_scratch, n_all, fin,
                                              &u, &body, &blen);
@@ -309,6 +328,45 @@ static void on_client_gone(struct rt_http_req *req, void *ud)
     rt_req_cancel(r);
 }
 
+/* completions "echo": the prompt's text, which the output then starts
+ * with (OpenAI; vLLM decodes a prompt sent as token ids). */
+static int echo_prepare(struct rt_server *s, struct rt_gen_request *g,
+                        struct rt_api_error *e)
+{
+    if (!g->echo)
+        return 0;
+    if (g->prompt != NULL) {
+        g->echo_text = malloc(g->prompt_len + 1);
+        if (g->echo_text == NULL)
+            goto oom;
+        memcpy(g->echo_text, g->prompt, g->prompt_len);
+        g->echo_text[g->prompt_len] = '\0';
+        g->echo_len = g->prompt_len;
+        return 0;
+    }
+    struct tok_text text = {0};
+    char err[256];
+    int rc = tok_decode(&s->tok, g->prompt_ids, g->n_prompt_ids, 0, &text,
+                        err, sizeof(err));
+    if (rc != 0) {
+        tok_text_free(&text);
+        rt_api_error_set(e, 400, "invalid_token", "prompt", "%s", err);
+        return rc;
+    }
+    g->echo_text = malloc(text.n + 1);
+    if (g->echo_text != NULL) {
+        memcpy(g->echo_text, text.s ? text.s : "", text.n);
+        g->echo_text[text.n] = '\0';
+        g->echo_len = text.n;
+    }
+    tok_text_free(&text);
+    if (g->echo_text != NULL)
+        return 0;
+oom:
+    rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+    return TG_ENOMEM;
+}
+
 static void generate(struct rt_server *s, struct rt_http_req *req, enum rt_endpoint ep)
 {
     struct rt_api_error e;
@@ -327,6 +385,8 @@ static void generate(struct rt_server *s, struct rt_http_req *req, enum rt_endpo
             r->g.session_id = strdup(sid);
     }
     if (rc == 0)
+        rc = echo_prepare(s, &r->g, &e);
+    if (rc == 0)
         rc = rt_req_submit(r, &e);
     if (rc != 0) {
         rt_req_drop(r);
@@ -343,6 +403,16 @@ static void generate(struct rt_server *s, struct rt_http_req *req, enum rt_endpo
             char *buf = NULL;
             size_t n = 0;
             stream_write_owned(req, buf, n, rt_openai_sse_role(&r->ctx, &buf, &n));
+        } else if (r->g.echo_text != NULL) {
+            /* The echoed prompt is the stream's first text (as vLLM). */
+            char *buf = NULL;
+            size_t n = 0;
+            struct rt_usage u = usage_of(r);
+            stream_write_owned(req, buf, n,
+                               rt_openai_sse_delta(&r->ctx, r->g.echo_text,
+                                                   r->g.echo_len, NULL, 0,
+                                                   RT_FINISH_NONE, &u, &buf,
+                                                   &n));
         }
     }
 }

@@ -172,6 +172,11 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
         ws->frequency_penalty = sp->frequency_penalty;
         ws->repetition_penalty = sp->repetition_penalty;
         ws->logprobs = sp->logprobs;
+        /* Read only during pack, like request_id below. */
+        ws->n_bias_ids = sp->n_bias;
+        ws->bias_ids = (int32_t *)(uintptr_t)sp->bias_ids;
+        ws->n_bias_values = sp->n_bias;
+        ws->bias_values = (float *)(uintptr_t)sp->bias_vals;
         Tangram__Worker__V1__PlanEntry *p = &b.pe[i];
         tangram__worker__v1__plan_entry__init(p);
         p->slot = (uint32_t)e->slot;

@@ -41,7 +41,7 @@
 #define RT_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
 /* Most label names one family may carry. */
-#define RT_METRICS_MAX_LABELS 4
+#define RT_METRICS_MAX_LABELS 8
 
 /* Most histogram bounds (finite `le` values) of one family. */
 #define RT_METRICS_MAX_BOUNDS 64

@@ -15,9 +15,10 @@
  * json module does); "\u0000" inside strings is rejected as malformed.
  * Integer fields accept numbers without a fraction (1.0), as pydantic does
  * for vLLM. Known fields whose values this server cannot honour (n > 1,
- * best_of > 1, echo, suffix, tool_choice "required" or a named function,
- * the deprecated functions / function_call, logit_bias, prompt_logprobs,
- * non-text content parts, custom chat templates, non-text response_format)
+ * best_of > 1, echo with logprobs, suffix, tool_choice "required" or a
+ * named function, the deprecated functions / function_call,
+ * prompt_logprobs, non-text content parts, custom chat templates,
+ * non-text response_format)
  * are rejected with 400 instead of being silently dropped, so a client
  * never gets output it did not ask for.
  *
@@ -71,6 +72,7 @@
 #define RT_OPENAI_MAX_LOGPROBS 20
 #define RT_OPENAI_MAX_ID_BYTES 256 /* session_id, request_id, user */
 #define RT_OPENAI_MAX_TOOLS 128    /* OpenAI's limit on tools per request */
+#define RT_OPENAI_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */
 
 /* The frame that ends every stream. */
 #define RT_OPENAI_SSE_DONE "data: [DONE]\n\n"
@@ -176,6 +178,10 @@ struct rt_sampling {
     size_t n_stop_token_ids; /* <= RT_OPENAI_MAX_STOP_TOKEN_IDS */
     int32_t logprobs;        /* -1 = none; else alternatives per token,
                                 0..RT_OPENAI_MAX_LOGPROBS */
+    int32_t *bias_ids;       /* logit_bias: (n_bias) distinct token ids in
+                                ascending order (malloc'd or NULL) */
+    float *bias_vals;        /* (n_bias) biases in [-100, 100] */
+    size_t n_bias;           /* <= RT_OPENAI_MAX_LOGIT_BIAS */
 };
 
 /* A parsed generation request of either endpoint. Exactly one of prompt,
@@ -206,6 +212,12 @@ struct rt_gen_request {
     char *user;               /* NULL = absent */
     char *session_id;         /* "session_id" field (tangram); NULL = absent */
     char *request_id;         /* "request_id" (vLLM extension); NULL = absent */
+    bool echo;                /* completions "echo": the output starts with
+                                 the prompt (refused with logprobs) */
+    char *echo_text;          /* the prompt text to echo, filled by the front
+                                 end (the text as sent, or the prompt ids
+                                 decoded); owned, NULL = none */
+    size_t echo_len;          /* bytes of echo_text */
 };
 
 /* What the parser validates against. */

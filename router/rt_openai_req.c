@@ -3,6 +3,7 @@
  * API reference and vLLM's protocol.py; each check says where it deviates. */
 #include "router/rt_openai.h"
 
+#include <errno.h>
 #include <float.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -344,27 +345,32 @@ static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
     bool echo = false;
     if ((rc = rt__openai_get_bool(root, "echo", "echo", &echo, e)))
         return rc;
-    if (echo)
-        return rt__openai_unsupported(e, "echo", "echoing the prompt is not supported");
+    if (echo && ep == RT_ENDPOINT_CHAT)
+        return rt__openai_unsupported(e, "echo",
+                                      "echo is a /v1/completions parameter");
     if (rt__openai_member(root, "suffix") != NULL)
         return rt__openai_unsupported(e, "suffix", "suffix is not supported");
     if (rt__openai_member(root, "prompt_logprobs") != NULL)
         return rt__openai_unsupported(e, "prompt_logprobs",
                            "prompt logprobs are not supported over HTTP");
-    json_t *v = rt__openai_member(root, "logit_bias");
-    if (v != NULL && !json_is_object(v))
-        return rt__openai_bad_type(e, "logit_bias",
-                                   "an object of token id -> bias");
-    if (v != NULL && json_object_size(v) > 0)
-        return rt__openai_unsupported(e, "logit_bias", "logit_bias is not supported");
-    v = rt__openai_member(root, "response_format");
+    json_t *v = rt__openai_member(root, "response_format");
     if (v != NULL) {
         if (!json_is_object(v))
             return rt__openai_bad_type(e, "response_format", "an object");
         json_t *t = json_object_get(v, "type");
-        if (!json_is_string(t) || strcmp(json_string_value(t), "text") != 0)
-            return rt__openai_unsupported(e, "response_format",
-                               "only {\"type\": \"text\"} is supported");
+        if (!json_is_string(t))
+            return rt__openai_bad_type(e, "response_format.type", "a string");
+        const char *ts = json_string_value(t);
+        if (strcmp(ts, "text") != 0)
+            return rt__openai_fail(
+                e, TG_EUNSUPPORTED, 400, "unsupported_value",
+                "response_format.type",
+                "response_format type '%.64s' is not supported: this server "
+                "has no constrained decoding, so it cannot guarantee %s; only "
+                "{\"type\": \"text\"} is accepted",
+                ts, strcmp(ts, "json_object") == 0 ? "valid JSON output"
+                    : strcmp(ts, "json_schema") == 0 ? "output matching a schema"
+                                                     : "that format");
     }
     if (ep != RT_ENDPOINT_CHAT)
         return 0;
@@ -431,6 +437,99 @@ static int parse_stop(const json_t *root, struct rt_sampling *s,
 /* Sampling fields shared by both endpoints (OpenAI names plus vLLM's
  * extensions: top_k, min_p, repetition_penalty, min_tokens, ignore_eos,
  * stop_token_ids, skip_special_tokens, include_stop_str_in_output). */
+static int cmp_bias(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* logit_bias (OpenAI): {"<token id>": bias}, bias in [-100, 100], added to
+ * the token's logit before sampling (vLLM's semantics: keys are decimal
+ * token ids, values numbers). Ids must be below the vocabulary, each id
+ * once ("7" and "07" name the same token); entries come out sorted by id.
+ * {} and null mean none. */
+static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
+                            struct rt_sampling *s, struct rt_api_error *e)
+{
+    json_t *v = rt__openai_member(root, "logit_bias");
+    if (v == NULL)
+        return 0;
+    if (!json_is_object(v))
+        return rt__openai_bad_type(e, "logit_bias",
+                                   "an object of token id -> bias");
+    size_t n = json_object_size(v);
+    if (n == 0)
+        return 0;
+    if (n > RT_OPENAI_MAX_LOGIT_BIAS)
+        return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", "logit_bias",
+                               "'logit_bias' has %zu entries; at most %d are "
+                               "allowed", n, RT_OPENAI_MAX_LOGIT_BIAS);
+    /* ids and values side by side, to sort by id. */
+    struct { int32_t id; float val; } *tmp = malloc(n * sizeof(*tmp));
+    if (tmp == NULL)
+        return rt__openai_oom(e);
+    size_t i = 0;
+    const char *key;
+    json_t *val;
+    int rc = 0;
+    json_object_foreach(v, key, val) {
+        char p[128];
+        snprintf(p, sizeof(p), "logit_bias.%.64s", key);
+        char *end = NULL;
+        errno = 0;
+        long long id = key[0] >= '0' && key[0] <= '9' ? strtoll(key, &end, 10)
+                                                      : -1;
+        int64_t hi = cfg->vocab_size > 0 ? (int64_t)cfg->vocab_size - 1
+                                         : INT32_MAX;
+        if (id < 0 || end == NULL || *end != '\0' || errno != 0 || id > hi) {
+            rc = rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", p,
+                                 "logit_bias key '%.64s' is not a token id "
+                                 "(valid: 0..%" PRId64 ")", key, hi);
+            break;
+        }
+        if (!json_is_number(val)) {
+            rc = rt__openai_bad_type(e, p, "a number");
+            break;
+        }
+        double b = json_number_value(val);
+        if (!(b >= -100.0 && b <= 100.0)) {
+            rc = rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", p,
+                                 "logit_bias values must be in [-100, 100] "
+                                 "(got %g for token %lld)", b, id);
+            break;
+        }
+        tmp[i].id = (int32_t)id;
+        tmp[i].val = (float)b;
+        i++;
+    }
+    if (rc == 0) {
+        /* The id is the first member: sorting the pairs by it is sorting
+         * the ids (ties cannot stay: they are refused just below). */
+        qsort(tmp, n, sizeof(*tmp), cmp_bias);
+        for (i = 1; i < n && rc == 0; i++)
+            if (tmp[i].id == tmp[i - 1].id)
+                rc = rt__openai_fail(e, TG_EINVAL, 400, "invalid_value",
+                                     "logit_bias",
+                                     "'logit_bias' names token %d twice",
+                                     (int)tmp[i].id);
+    }
+    if (rc == 0) {
+        s->bias_ids = malloc(n * sizeof(*s->bias_ids));
+        s->bias_vals = malloc(n * sizeof(*s->bias_vals));
+        if (s->bias_ids == NULL || s->bias_vals == NULL) {
+            rc = rt__openai_oom(e);
+        } else {
+            for (i = 0; i < n; i++) {
+                s->bias_ids[i] = tmp[i].id;
+                s->bias_vals[i] = tmp[i].val;
+            }
+            s->n_bias = n;
+        }
+    }
+    free(tmp);
+    return rc;
+}
+
 static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
                           struct rt_gen_request *r, struct rt_api_error *e)
 {
@@ -504,7 +603,7 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
                                   &s->include_stop_str_in_output, e)))
         return rc;
 
-    if ((rc = parse_stop(root, s, e)))
+    if ((rc = parse_stop(root, s, e)) || (rc = parse_logit_bias(cfg, root, s, e)))
         return rc;
     json_t *v = rt__openai_member(root, "stop_token_ids");
     if (v != NULL) {
@@ -675,7 +774,8 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
             goto fail;
     } else {
         out->add_special_tokens = true;
-        if ((rc = parse_prompt(cfg, root, out, e)))
+        if ((rc = parse_prompt(cfg, root, out, e)) ||
+            (rc = rt__openai_get_bool(root, "echo", "echo", &out->echo, e)))
             goto fail;
     }
     if ((rc = rt__openai_get_bool(root, "add_special_tokens",
@@ -684,6 +784,18 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
         (rc = parse_sampling(cfg, root, out, e)) ||
         (rc = parse_stream(root, out, e)) || (rc = parse_ids(root, out, e)))
         goto fail;
+    /* vLLM answers echo + logprobs with the prompt's log-probabilities,
+     * which would cost a forward pass of every prompt position through
+     * the compressed prefill; this server does not compute them over HTTP
+     * (tangram-generate --prompt-logprobs does, offline). */
+    if (out->echo && out->sampling.logprobs >= 0) {
+        rc = rt__openai_fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
+                             "echo",
+                             "'echo' with 'logprobs' would need the prompt's "
+                             "log-probabilities, which this server does not "
+                             "return; send echo without logprobs");
+        goto fail;
+    }
     json_decref(root);
     return 0;
 fail:
@@ -803,6 +915,9 @@ void rt_gen_request_free(struct rt_gen_request *r)
         free(r->sampling.stop[i]);
     free(r->sampling.stop);
     free(r->sampling.stop_token_ids);
+    free(r->echo_text);
+    free(r->sampling.bias_ids);
+    free(r->sampling.bias_vals);
     free(r->user);
     free(r->session_id);
     free(r->request_id);

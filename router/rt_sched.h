@@ -121,6 +121,12 @@ struct rt_step_sampling {
     float repetition_penalty;   /* 1 = off */
     uint32_t logprobs;          /* top alternatives returned per token */
     uint64_t seed;              /* per-request RNG seed */
+    /* OpenAI logit_bias: bias_vals[i] added to the logit of bias_ids[i]
+     * (distinct ids >= 0, finite values). rt_sched_submit copies the
+     * arrays; the scheduler's copy lives as long as the request. */
+    const int32_t *bias_ids;    /* (n_bias) */
+    const float *bias_vals;     /* (n_bias) */
+    uint32_t n_bias;            /* 0 = none */
 };
 
 struct rt_sched_request {

@@ -14,6 +14,7 @@
 #include "common/kv/kv_layout.h"
 #include "common/tg_err.h"
 #include "common/tg_log.h"
+#include "router/rt_metrics_info.h"
 
 double rt_server_now(const struct rt_server *s)
 {
@@ -251,6 +252,9 @@ int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
             .repetition_penalty = (float)sp->repetition_penalty,
             .logprobs = (uint32_t)r->n_top,
             .seed = r->seed,
+            .bias_ids = sp->bias_ids,
+            .bias_vals = sp->bias_vals,
+            .n_bias = (uint32_t)sp->n_bias,
         },
         .prompt = r->prompt,
         .n_prompt = r->n_prompt,
@@ -593,6 +597,28 @@ static void on_dead(void *ud, int rank)
     }
 }
 
+/* tangram_cache_config_info, once the pools are sized (rt_metrics_info.h).
+ * A failure costs only the metric, so it is logged and serving goes on. */
+static void publish_cache_config(struct rt_server *s,
+                                 const struct rt_sched_config *sc)
+{
+    const struct kv_layout *one = &s->layout;
+    const struct kv_layout *const *lays =
+        sc->layouts != NULL ? sc->layouts : &one;
+    struct rt_metrics_cache_config cc = {
+        .page_size = s->layout.page_size,
+        .num_pages = sc->pages_per_rank,
+        .num_ranks = sc->n_ranks,
+        .heads_per_group = s->layout.heads_per_group,
+        .num_gpu_blocks = rt_metrics_pool_token_blocks(lays, sc->n_ranks,
+                                                       sc->pages_per_rank),
+    };
+    char err[256];
+    if (rt_metrics_tangram_set_cache_config(&s->metrics, &cc, err,
+                                            sizeof(err)) != 0)
+        log_warn("%s", err);
+}
+
 static void on_ready(void *ud)
 {
     struct rt_server *s = ud;
@@ -614,6 +640,7 @@ static void on_ready(void *ud)
         }
         s->sched_ready = 1;
         rt_link_require_pages(&s->link, (uint32_t)sc.pages_per_rank);
+        publish_cache_config(s, &sc);
         log_info("all %lld workers ready: %d pages per rank",
                  (long long)s->opts->tp, sc.pages_per_rank);
         /* Never advertise a context the pool cannot hold for one request:

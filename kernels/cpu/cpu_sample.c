@@ -101,6 +101,12 @@ static int check_params(const struct tg_sampling *sp)
         return TG_EINVAL;
     if (!isfinite(sp->presence_penalty) || !isfinite(sp->frequency_penalty))
         return TG_EINVAL;
+    if (sp->n_bias < 0 ||
+        (sp->n_bias > 0 && (sp->bias_ids == NULL || sp->bias_vals == NULL)))
+        return TG_EINVAL;
+    for (int k = 0; k < sp->n_bias; k++)
+        if (!isfinite(sp->bias_vals[k]))
+            return TG_EINVAL;
     return 0;
 }
 
@@ -183,6 +189,9 @@ int cpu__sample(struct tg_backend *b, float *logits, int vocab,
             if (hist->output[t] < 0 || hist->output[t] >= vocab)
                 return TG_EINVAL;
     }
+    for (int k = 0; k < sp->n_bias; k++)
+        if (sp->bias_ids[k] < 0 || sp->bias_ids[k] >= vocab)
+            return TG_EINVAL;
     if (cpu__vocab_reserve(b, (size_t)vocab) != 0)
         return TG_ENOMEM;
     struct cpu_pair *pr = b->pairs;
@@ -212,6 +221,10 @@ int cpu__sample(struct tg_backend *b, float *logits, int vocab,
                     sp->presence_penalty != 0.0f || sp->frequency_penalty != 0.0f);
     if (penalise)
         apply_penalties(b, pr, sp, hist);
+    /* logit_bias (OpenAI; vLLM adds it to the logits before its sampler's
+     * penalties and temperature): pr is still in id order here. */
+    for (int k = 0; k < sp->n_bias; k++)
+        pr[sp->bias_ids[k]].v += sp->bias_vals[k];
 
     int nc = vocab;
     int32_t chosen;

@@ -235,6 +235,51 @@ extern "C" int tg_cuda_argmax(const float *logits, int n, int vocab,
     return launch_argmax(logits, n, vocab, ids, (cudaStream_t)stream);
 }
 
+// ---------------------------------------------------------------- logit bias
+
+// One thread per (row, id, value) entry. Entries of one row name distinct
+// ids (the router refuses repeats), so no two threads touch one logit.
+static __global__ void logit_bias_kernel(float *__restrict__ logits, int V,
+                                         const int32_t *__restrict__ rows,
+                                         const int32_t *__restrict__ ids,
+                                         const float *__restrict__ vals, int n,
+                                         float scale)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        int id = ids[i];
+        if (id >= 0 && id < V)
+            logits[(size_t)rows[i] * V + id] += scale * vals[i];
+    }
+}
+
+static int launch_logit_bias(float *logits, int V, const int32_t *rows,
+                             const int32_t *ids, const float *vals, int n,
+                             float scale, cudaStream_t stream)
+{
+    const int threads = 256;
+    logit_bias_kernel<<<(n + threads - 1) / threads, threads, 0, stream>>>(
+        logits, V, rows, ids, vals, n, scale);
+    TG_CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+extern "C" int tg_cuda_logit_bias(float *logits, int vocab,
+                                  const int32_t *rows, const int32_t *ids,
+                                  const float *vals, int n, float scale,
+                                  void *stream)
+{
+    if (n < 0 || vocab < 1 || !std::isfinite(scale))
+        return TG_EINVAL;
+    if (n == 0)
+        return 0;
+    if (logits == nullptr || rows == nullptr || ids == nullptr ||
+        vals == nullptr)
+        return TG_EINVAL;
+    return launch_logit_bias(logits, vocab, rows, ids, vals, n, scale,
+                             (cudaStream_t)stream);
+}
+
 // ---------------------------------------------------------------- top-K
 
 // K rounds of "best element after the previous pick": a selection sort

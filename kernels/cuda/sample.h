@@ -73,6 +73,18 @@ int tg_cuda_logprobs(const float *logits, int n, int vocab,
 int tg_cuda_argmax(const float *logits, int n, int vocab, int32_t *ids,
                    void *stream);
 
+/* OpenAI logit_bias on the device: logits[rows[i], ids[i]] += scale *
+ * vals[i] for i < n, one thread per entry. logits device (rows, vocab)
+ * fp32; rows, ids, vals device (n). The entries of one row must name
+ * distinct ids; an id outside [0, vocab) is skipped (the worker checked
+ * them). scale 1 applies the bias, -1 takes it back off (so log-probs of
+ * the raw logits can be read after a biased draw; x + b - b may differ
+ * from x in the last bit). Returns 0 once queued, TG_EINVAL or TG_EDEVICE.
+ * Any thread. */
+int tg_cuda_logit_bias(float *logits, int vocab, const int32_t *rows,
+                       const int32_t *ids, const float *vals, int n,
+                       float scale, void *stream);
+
 /* The k most likely ids of each row in (logit desc, id asc) order (NaN as
  * -inf) with their log_softmax values of the raw logits.
  * logits device (n, vocab) fp32; ids device (n, k) int32; lps device

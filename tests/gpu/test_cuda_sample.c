@@ -82,8 +82,7 @@ static float *make_logits(int n, int V)
     return x;
 }
 
-static const struct tg_sampling greedy_sp = {0.0f, 0, 1.0f, 0.0f,
-                                             1.0f, 0.0f, 0.0f};
+static const struct tg_sampling greedy_sp = TG_SAMPLING_OFF;
 
 /* CPU greedy token of one row (the CPU op may scribble on its input). */
 static int32_t cpu_greedy(struct tg_backend *cpu, const float *row, int V)
@@ -518,8 +517,11 @@ static void test_distribution(void **state)
         }
         check_freq(count, want, "cuda", (int)c);
         /* The CPU sampler against the same numbers validates them. */
-        struct tg_sampling sp = {pc.temperature, pc.top_k, pc.top_p, pc.min_p,
-                                 1.0f, 0.0f, 0.0f};
+        struct tg_sampling sp = TG_SAMPLING_OFF;
+        sp.temperature = pc.temperature;
+        sp.top_k = pc.top_k;
+        sp.top_p = pc.top_p;
+        sp.min_p = pc.min_p;
         uint64_t state_rng = 42;
         memset(count, 0, sizeof(count));
         for (int i = 0; i < DN; i++) {
@@ -603,6 +605,89 @@ static void test_zero_weight_never_drawn(void **state)
     free(mx);
     free(tok);
     free(p);
+}
+
+/* tg_cuda_logit_bias: the device adds exactly what the CPU sampler adds
+ * (greedy draws agree with the CPU's under the same bias), scale -1 takes
+ * it back off to within an ulp, and bad arguments are refused. */
+static void test_logit_bias(void **state)
+{
+    (void)state;
+    const int n = 5, V = 1000;
+    struct tg_backend *cpu = NULL;
+    assert_int_equal(tg_backend_cpu_new(0, &cpu), 0);
+    float *x = make_logits(n, V);
+    /* Even rows force token 7 * i + 3 with +100, odd rows ban their argmax
+     * with -100; every row also gets +0.5 on one other token. */
+    int32_t rows[15], ids[15];
+    float vals[15];
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        int32_t best = cpu_greedy(cpu, x + (size_t)i * V, V);
+        if (i % 2 == 1) {
+            rows[m] = i, ids[m] = best, vals[m++] = -100.0f;
+        } else {
+            rows[m] = i, ids[m] = 7 * i + 3, vals[m++] = 100.0f;
+        }
+        rows[m] = i, ids[m] = (best + 11) % V, vals[m++] = 0.5f;
+    }
+    int32_t ref[5], got[5];
+    for (int i = 0; i < n; i++) {
+        int32_t bid[3];
+        float bval[3];
+        int nb = 0;
+        for (int k = 0; k < m; k++)
+            if (rows[k] == i)
+                bid[nb] = ids[k], bval[nb++] = vals[k];
+        struct tg_sampling sp = TG_SAMPLING_OFF;
+        sp.bias_ids = bid;
+        sp.bias_vals = bval;
+        sp.n_bias = nb;
+        float *row = malloc((size_t)V * sizeof(float));
+        assert_non_null(row);
+        memcpy(row, x + (size_t)i * V, (size_t)V * sizeof(float));
+        assert_int_equal(tg_ops_cpu.sample(cpu, row, V, &sp, NULL, NULL,
+                                           &ref[i], NULL, 0, NULL, NULL), 0);
+        free(row);
+    }
+    float *dx = tt_cuda_upload(x, (size_t)n * V * sizeof(float));
+    int32_t *drows = tt_cuda_upload(rows, (size_t)m * sizeof(int32_t));
+    int32_t *dids = tt_cuda_upload(ids, (size_t)m * sizeof(int32_t));
+    float *dvals = tt_cuda_upload(vals, (size_t)m * sizeof(float));
+    int32_t *dk = tt_cuda_alloc((size_t)n * sizeof(int32_t));
+    assert_int_equal(tg_cuda_logit_bias(dx, V, drows, dids, dvals, m, 1.0f,
+                                        NULL), 0);
+    assert_int_equal(tg_cuda_argmax(dx, n, V, dk, NULL), 0);
+    tt_cuda_sync_to_host(got, dk, (size_t)n * sizeof(int32_t));
+    assert_memory_equal(got, ref, (size_t)n * sizeof(int32_t));
+    assert_int_equal(got[0], 3);
+    /* Off again: the raw logits, to within an ulp of the bias. */
+    assert_int_equal(tg_cuda_logit_bias(dx, V, drows, dids, dvals, m, -1.0f,
+                                        NULL), 0);
+    float *back = malloc((size_t)n * V * sizeof(float));
+    assert_non_null(back);
+    tt_cuda_sync_to_host(back, dx, (size_t)n * V * sizeof(float));
+    for (size_t j = 0; j < (size_t)n * V; j++)
+        assert_true(fabsf(back[j] - x[j]) <= 1e-4f);
+    /* Refused: negative count, vocab < 1, NULL arrays, non-finite scale. */
+    assert_int_equal(tg_cuda_logit_bias(dx, V, drows, dids, dvals, -1, 1.0f,
+                                        NULL), TG_EINVAL);
+    assert_int_equal(tg_cuda_logit_bias(dx, 0, drows, dids, dvals, m, 1.0f,
+                                        NULL), TG_EINVAL);
+    assert_int_equal(tg_cuda_logit_bias(dx, V, NULL, dids, dvals, m, 1.0f,
+                                        NULL), TG_EINVAL);
+    assert_int_equal(tg_cuda_logit_bias(dx, V, drows, dids, dvals, m, NAN,
+                                        NULL), TG_EINVAL);
+    assert_int_equal(tg_cuda_logit_bias(NULL, V, drows, dids, dvals, 0, 1.0f,
+                                        NULL), 0); /* nothing to do */
+    free(back);
+    cudaFree(dx);
+    cudaFree(drows);
+    cudaFree(dids);
+    cudaFree(dvals);
+    cudaFree(dk);
+    free(x);
+    tg_backend_cpu_free(cpu);
 }
 
 static void test_bad_arguments(void **state)
@@ -693,6 +778,7 @@ int main(void)
         cmocka_unit_test(test_distribution),
         cmocka_unit_test(test_zero_weight_never_drawn),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_logit_bias),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 #else

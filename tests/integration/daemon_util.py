@@ -533,6 +533,31 @@ def fetch_metrics(base_url, headers=None):
     return parse_metrics(body.decode(errors="replace"))[0]
 
 
+def node_clients(scripts):
+    """A directory holding tests/integration/clients/package.json and the
+    given .mjs scripts with the official OpenAI Node client installed
+    (npm install, once per build tree). Returns (dir, None), or (None, why)
+    when node/npm is missing or the install failed."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        return None, "node/npm not installed"
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients")
+    base = os.path.dirname(BIN.rstrip("/")) if BIN else ""
+    root = os.path.join(base, "integration-clients") if base and \
+        os.access(base, os.W_OK) else os.path.join(
+            os.environ.get("TMPDIR", "/tmp"), "tangram-integration-clients")
+    os.makedirs(root, exist_ok=True)
+    for f in ["package.json"] + list(scripts):
+        shutil.copyfile(os.path.join(src, f), os.path.join(root, f))
+    if not os.path.isdir(os.path.join(root, "node_modules", "openai")):
+        r = subprocess.run(["npm", "install", "--no-audit", "--no-fund",
+                            "--loglevel=error"], cwd=root,
+                           capture_output=True, text=True, timeout=240)
+        if r.returncode != 0 or not os.path.isdir(
+                os.path.join(root, "node_modules", "openai")):
+            return None, "npm install failed: " + r.stderr[-300:]
+    return root, None
+
+
 def scratch_dir(prefix):
     """A fresh temporary directory (the caller removes it)."""
     return tempfile.mkdtemp(prefix=prefix)

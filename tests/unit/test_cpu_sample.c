@@ -373,6 +373,84 @@ static void test_sample_bad(void **st)
     tg_backend_cpu_free(b);
 }
 
+/* OpenAI logit_bias: added to the logits before the draw (with the
+ * penalties), so +100 forces a token and -100 bans the argmax; the
+ * reported log-probability stays that of the raw logits; bad entries are
+ * refused. */
+static void test_logit_bias(void **st)
+{
+    (void)st;
+    struct tg_backend *b = be();
+    const int V = 8;
+    const float x[8] = {0.5f, 3.0f, 1.0f, -2.0f, 0.0f, 2.5f, -1.0f, 1.5f};
+    float row[8];
+    int32_t tok;
+    float lp;
+    struct tg_sampling sp = TG_SAMPLING_OFF; /* greedy */
+    int32_t ids[2] = {3, 1};
+    float vals[2] = {100.0f, 0.0f};
+    sp.bias_ids = ids;
+    sp.bias_vals = vals;
+    sp.n_bias = 1;
+    memcpy(row, x, sizeof(row));
+    assert_int_equal(tg_ops_cpu.sample(b, row, V, &sp, NULL, NULL, &tok, &lp, 0,
+                                       NULL, NULL), 0);
+    assert_int_equal(tok, 3);
+    near(lp, ref_logprob(x, V, 3), 1e-6); /* raw, not biased */
+
+    /* Ban the argmax (id 1): the runner-up (id 5) wins. */
+    ids[0] = 1;
+    vals[0] = -100.0f;
+    memcpy(row, x, sizeof(row));
+    assert_int_equal(tg_ops_cpu.sample(b, row, V, &sp, NULL, NULL, &tok, &lp, 0,
+                                       NULL, NULL), 0);
+    assert_int_equal(tok, 5);
+
+    /* Sampling at temperature 1 with a +100 bias: always that token. */
+    struct tg_sampling hot = plain;
+    hot.bias_ids = ids;
+    hot.bias_vals = vals;
+    hot.n_bias = 1;
+    ids[0] = 6;
+    vals[0] = 100.0f;
+    uint64_t rng = 7;
+    for (int i = 0; i < 200; i++) {
+        memcpy(row, x, sizeof(row));
+        assert_int_equal(tg_ops_cpu.sample(b, row, V, &hot, NULL, &rng, &tok,
+                                           &lp, 0, NULL, NULL), 0);
+        assert_int_equal(tok, 6);
+    }
+    /* A zero bias changes nothing. */
+    ids[0] = 3;
+    vals[0] = 0.0f;
+    memcpy(row, x, sizeof(row));
+    assert_int_equal(tg_ops_cpu.sample(b, row, V, &sp, NULL, NULL, &tok, &lp, 0,
+                                       NULL, NULL), 0);
+    assert_int_equal(tok, 1);
+
+    /* Refused: an id outside the vocabulary, a non-finite value, missing
+     * arrays, a negative count. */
+    ids[0] = V;
+    assert_int_equal(tg_ops_cpu.sample(b, row, V, &sp, NULL, NULL, &tok, &lp, 0,
+                                       NULL, NULL), TG_EINVAL);
+    ids[0] = -1;
+    assert_int_equal(tg_ops_cpu.sample(b, row, V, &sp, NULL, NULL, &tok, &lp, 0,
+                                       NULL, NULL), TG_EINVAL);
+    ids[0] = 2;
+    vals[0] = NAN;
+    assert_int_equal(tg_ops_cpu.sample(b, row, V, &sp, NULL, NULL, &tok, &lp, 0,
+                                       NULL, NULL), TG_EINVAL);
+    vals[0] = 1.0f;
+    sp.bias_vals = NULL;
+    assert_int_equal(tg_ops_cpu.sample(b, row, V, &sp, NULL, NULL, &tok, &lp, 0,
+                                       NULL, NULL), TG_EINVAL);
+    sp.bias_vals = vals;
+    sp.n_bias = -1;
+    assert_int_equal(tg_ops_cpu.sample(b, row, V, &sp, NULL, NULL, &tok, &lp, 0,
+                                       NULL, NULL), TG_EINVAL);
+    tg_backend_cpu_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +460,7 @@ int main(void)
         cmocka_unit_test(test_supports),
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_raw_logprobs),
+        cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_sample_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

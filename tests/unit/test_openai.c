@@ -117,20 +117,40 @@ static const struct bad_case BAD[] = {
     {H, "{" MSG ",\"n\":3}", 400, TG_EUNSUPPORTED, "n", "one choice"},
     {C, "{\"prompt\":\"hi\",\"best_of\":3}", 400, TG_EUNSUPPORTED, "best_of",
      "must be 1"},
-    {C, "{\"prompt\":\"hi\",\"echo\":true}", 400, TG_EUNSUPPORTED, "echo",
-     "not supported"},
+    {H, "{" MSG ",\"echo\":true}", 400, TG_EUNSUPPORTED, "echo",
+     "a /v1/completions parameter"},
+    {C, "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":0}", 400,
+     TG_EUNSUPPORTED, "echo", "prompt's log-probabilities"},
     {C, "{\"prompt\":\"hi\",\"echo\":\"no\"}", 400, TG_EFORMAT, "echo",
      "must be a boolean"},
     {C, "{\"prompt\":\"hi\",\"suffix\":\"x\"}", 400, TG_EUNSUPPORTED, "suffix",
      "not supported"},
-    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":1}}", 400, TG_EUNSUPPORTED,
-     "logit_bias", "not supported"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"1000\":1}}", 400, TG_ERANGE,
+     "logit_bias.1000", "valid: 0..999"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"-1\":1}}", 400, TG_ERANGE,
+     "logit_bias.-1", "not a token id"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"abc\":1}}", 400, TG_ERANGE,
+     "logit_bias.abc", "not a token id"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"5x\":1}}", 400, TG_ERANGE,
+     "logit_bias.5x", "not a token id"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":100.5}}", 400, TG_ERANGE,
+     "logit_bias.5", "[-100, 100]"},
+    {H, "{" MSG ",\"logit_bias\":{\"5\":-101}}", 400, TG_ERANGE,
+     "logit_bias.5", "[-100, 100]"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":\"1\"}}", 400, TG_EFORMAT,
+     "logit_bias.5", "a number"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"7\":1,\"07\":2}}", 400,
+     TG_EINVAL, "logit_bias", "token 7 twice"},
     {C, "{\"prompt\":\"hi\",\"logit_bias\":[1]}", 400, TG_EFORMAT, "logit_bias",
      "must be an object"},
     {C, "{\"prompt\":\"hi\",\"prompt_logprobs\":1}", 400, TG_EUNSUPPORTED,
      "prompt_logprobs", "not supported"},
     {C, "{\"prompt\":\"hi\",\"response_format\":{\"type\":\"json_object\"}}",
-     400, TG_EUNSUPPORTED, "response_format", "only {\"type\": \"text\"}"},
+     400, TG_EUNSUPPORTED, "response_format.type", "valid JSON output"},
+    {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\"}}",
+     400, TG_EUNSUPPORTED, "response_format.type", "matching a schema"},
+    {H, "{" MSG ",\"response_format\":{\"type\":5}}",
+     400, TG_EFORMAT, "response_format.type", "a string"},
     /* max_tokens, min_tokens */
     {C, "{\"prompt\":\"hi\",\"max_tokens\":0}", 400, TG_ERANGE, "max_tokens",
      "between 1 and 128, got 0"},
@@ -534,6 +554,39 @@ static void test_completion_all_fields(void **state)
     rt_gen_request_free(&r);
 }
 
+static void test_logit_bias_and_echo(void **state)
+{
+    (void)state;
+    const char *b = "{\"prompt\":\"hi\",\"echo\":true,\"logit_bias\":"
+                    "{\"999\":-100,\"3\":2.5,\"0\":100}}";
+    struct rt_gen_request r;
+    struct rt_api_error e;
+    assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
+    assert_true(r.echo);
+    assert_null(r.echo_text); /* the front end fills it */
+    assert_int_equal(r.sampling.n_bias, 3);
+    /* sorted by id */
+    assert_int_equal(r.sampling.bias_ids[0], 0);
+    assert_int_equal(r.sampling.bias_ids[1], 3);
+    assert_int_equal(r.sampling.bias_ids[2], 999);
+    assert_true(r.sampling.bias_vals[0] == 100.0f);
+    assert_true(r.sampling.bias_vals[1] == 2.5f);
+    assert_true(r.sampling.bias_vals[2] == -100.0f);
+    rt_gen_request_free(&r);
+    /* chat takes logit_bias too; an empty map is none */
+    b = "{" MSG ",\"logit_bias\":{\"42\":-100}}";
+    assert_int_equal(rt_openai_parse_chat(&CFG, b, strlen(b), &r, &e), 0);
+    assert_int_equal(r.sampling.n_bias, 1);
+    assert_int_equal(r.sampling.bias_ids[0], 42);
+    assert_false(r.echo);
+    rt_gen_request_free(&r);
+    b = "{\"prompt\":\"hi\",\"logit_bias\":{},\"echo\":false}";
+    assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
+    assert_int_equal(r.sampling.n_bias, 0);
+    assert_null(r.sampling.bias_ids);
+    rt_gen_request_free(&r);
+}
+
 static void test_completion_prompt_forms(void **state)
 {
     (void)state;
@@ -788,6 +841,7 @@ int main(void)
         cmocka_unit_test(test_prompt_ids_over_context),
         cmocka_unit_test(test_completion_defaults),
         cmocka_unit_test(test_completion_all_fields),
+        cmocka_unit_test(test_logit_bias_and_echo),
         cmocka_unit_test(test_completion_prompt_forms),
         cmocka_unit_test(test_chat_messages),
         cmocka_unit_test(test_chat_tools),

@@ -128,6 +128,9 @@ struct rt_sched_request {
     int64_t n_prompt;       /* >= 1 */
     int32_t max_tokens;     /* tokens to generate at most, >= 1 */
     const char *session_id; /* optional multi-turn key (copied), or NULL */
+    uint64_t cache_scope;   /* multi-turn cache scope: only entries stored
+                               by requests of the same scope are reused or
+                               replaced (rt_prefix.h); 0 is a scope too */
     void *user;             /* caller's handle, echoed in entries/events */
 };
 

@@ -48,6 +48,21 @@ static const char JSON[] = "application/json";
 /* Descriptors kept free beside the HTTP connections (gRPC clients, the
  * worker link, pidfds, logs), at most. */
 
+/* The error object of a generation that failed: a sequence that outgrew
+ * the KV cache (the core's message starts with "kv_cache_exhausted: ") is
+ * 503 kv_cache_exhausted, as the capacity of this replica and not the
+ * request is at fault; anything else is 500 generation_failed. */
+static void gen_error(struct rt_api_error *e, const char *error)
+{
+    static const char kv[] = "kv_cache_exhausted: ";
+    if (error != NULL && strncmp(error, kv, sizeof(kv) - 1) == 0)
+        rt_api_error_set(e, 503, "kv_cache_exhausted", NULL, "%s",
+                         error + sizeof(kv) - 1);
+    else
+        rt_api_error_set(e, 500, "generation_failed", NULL, "%s",
+                         error ? error : "the request failed");
+}
+
 static void send_error(struct rt_http_req *req, const struct rt_api_error *e)
 {
     char *body = NULL;
@@ -161,8 +176,7 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
     struct rt_usage u = usage_of(r);
     if (fin == RT_FINISH_ERROR) {
         struct rt_api_error e;
-        rt_api_error_set(&e, 500, "generation_failed", NULL, "%s",
-                         error ? error : "the request failed");
+        gen_error(&e, error);
         stream_write_owned(req, buf, n, rt_openai_sse_error(&e, &buf, &n));
     } else if (r->tc != NULL) {
         /* tool calls: text that may start a call is held back until it is
@@ -258,8 +272,7 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     struct rt_http_req *req = r->client;
     if (fin == RT_FINISH_ERROR) {
         struct rt_api_error e;
-        rt_api_error_set(&e, 500, "generation_failed", NULL, "%s",
-                         error ? error : "the request failed");
+        gen_error(&e, error);
         send_error(req, &e);
         return;
     }

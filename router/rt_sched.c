@@ -651,8 +651,9 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         int64_t need = prompt_need(s, req, m, r);
         if (m == NULL && need > kv_pool_n_total(&s->pools[r])) {
             /* Only a preempted request can outgrow the pool: submit
-             * rejects prompts that never fit. */
-            retire(s, req, RT_SCHED_END_LENGTH, out);
+             * rejects prompts that never fit. It did not reach a length
+             * the client asked for: the KV ran out. */
+            retire(s, req, RT_SCHED_END_KV, out);
             return ADM_ENDED;
         }
         int64_t spare = kv_pool_n_free(&s->pools[r]) +

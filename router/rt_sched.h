@@ -69,11 +69,17 @@ enum rt_sched_state {
 enum rt_sched_end {
     RT_SCHED_END_NONE = 0, /* still running */
     RT_SCHED_END_STOP,     /* the caller flagged a stop (EOS, stop string) */
-    RT_SCHED_END_LENGTH,   /* max_tokens reached, or the sequence outgrew
-                              the whole pool and can never run again */
+    RT_SCHED_END_LENGTH,   /* max_tokens reached */
     RT_SCHED_END_ABORT,    /* rt_sched_abort */
     RT_SCHED_END_ERROR,    /* internal failure (out of memory, lost
                               worker) */
+    RT_SCHED_END_KV,       /* the sequence outgrew a whole page pool and
+                              can never run again: not a length the client
+                              asked for (vLLM refuses such a context at
+                              start-up; the router caps max_model_len to a
+                              pool, so only a pool smaller than the
+                              context gets here). Maps to an error, never
+                              to finish_reason "length". */
 };
 
 enum rt_step_kind {
@@ -298,7 +304,7 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
 
 /* Builds the next step into `out` (see the top of this file), replacing
  * its previous contents. out->events lists requests ended while planning
- * (RT_SCHED_END_LENGTH for a preempted sequence that outgrew the pool,
+ * (RT_SCHED_END_KV for a preempted sequence that outgrew the pool,
  * RT_SCHED_END_ERROR on allocation failure); they are gone afterwards. A
  * step with entries must be answered by rt_sched_complete before the next
  * plan; an empty step needs no answer. Returns 0, TG_EBUSY when a step is

@@ -463,6 +463,7 @@ static enum rt_finish finish_of(enum rt_sched_end e)
     case RT_SCHED_END_ABORT:
         return RT_FINISH_ABORT;
     case RT_SCHED_END_ERROR:
+    case RT_SCHED_END_KV:
         return RT_FINISH_ERROR;
     default:
         return RT_FINISH_NONE;
@@ -496,6 +497,10 @@ static void handle_events(struct rt_server *s, const char *error)
                 rt_text_finish(&r->text);
             observe_finish(s, r, fin);
         }
+        if (ev->finish == RT_SCHED_END_KV)
+            error = "kv_cache_exhausted: the sequence outgrew the KV cache "
+                    "(preempted and too long to fit the whole page pool "
+                    "again); retry with a shorter prompt or max_tokens";
         rt_req_deliver(r, fin, fin == RT_FINISH_ERROR ? (error ? error : "the request failed") : NULL);
     }
 }
@@ -749,6 +754,32 @@ static void on_dead(void *ud, int rank)
     }
 }
 
+/* The context never exceeds what one rank's pool holds for a single
+ * request, so that a request alone can always run: its worst case is every
+ * (layer, group) row holding all its tokens uncompressed (decode appends
+ * uncompressed; a prefill chunk keeps at most all of its tokens), i.e.
+ * rows x ceil(n / P) pages. vLLM refuses to start in that case; we cap
+ * max_model_len, say so, and report the cap in /v1/models and ModelInfo. */
+static void clamp_context(struct rt_server *s, int32_t pages)
+{
+    int64_t cap = INT64_MAX;
+    for (int r = 0; r < (int)s->opts->tp; r++) {
+        const struct kv_layout *l = &s->rank_layouts[r];
+        int64_t rows = (int64_t)l->n_layers * l->n_groups;
+        int64_t n = rows > 0 ? (int64_t)pages / rows * l->page_size : 0;
+        cap = n < cap ? n : cap;
+    }
+    if (cap < s->max_model_len) {
+        log_warn("max_model_len %d capped to %lld: a KV pool of %d pages per "
+                 "rank holds at most %lld tokens of one request (raise "
+                 "--kv-memory for the full context)",
+                 (int)s->max_model_len, (long long)cap, (int)pages,
+                 (long long)cap);
+        s->max_model_len = cap < 2 ? 2 : (int32_t)cap;
+        s->api_cfg.max_model_len = s->max_model_len;
+    }
+}
+
 static void on_ready(void *ud)
 {
     struct rt_server *s = ud;
@@ -770,6 +801,7 @@ static void on_ready(void *ud)
         }
         s->sched_ready = 1;
         rt_link_require_pages(&s->link, (uint32_t)sc.pages_per_rank);
+        clamp_context(s, sc.pages_per_rank);
         log_info("all %lld workers ready: %d pages per rank",
                  (long long)s->opts->tp, sc.pages_per_rank);
     } else {

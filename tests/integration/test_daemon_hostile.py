@@ -20,7 +20,12 @@ model, --tokenizer-threads 1 (so that big prompts queue on the pool) and a
 - cache scopes: client A (X-Session-Id tenant-a) stores a conversation;
   client B (tenant-b) sending A's prompt plus more sees cached_tokens 0,
   and A's next turn still hits its entry (cached_tokens > 0); a client
-  without a session id does not see A's entry either.
+  without a session id does not see A's entry either;
+- a second daemon with a KV pool far below the context (--kv-memory
+  1MiB): max_model_len is capped to what the pool holds for one request
+  (log line and /v1/models), and 4 concurrent requests that preempt each
+  other each end with finish_reason "length" and exactly max_tokens tokens
+  (or 503 kv_cache_exhausted), never a short "length".
 
 Checks are on order and content, never on timing thresholds.
 """
@@ -186,6 +191,68 @@ def t_cache_scopes(d):
               "(cached_tokens %s)" % cached, raw)
 
 
+def t_tiny_pool(work, model):
+    """A KV pool far smaller than the context: max_model_len is capped to
+    what the pool holds for one request (log line, /v1/models), and under
+    preemption every answer that says finish_reason "length" has exactly
+    max_tokens tokens."""
+    d = du.Daemon(model, work, ["--max-model-len", "100000",
+                                "--kv-memory", "1MiB", "--page-size", "16"],
+                  api_key=KEY)
+    try:
+        if not chk.check(d.start(), "tiny pool: tangramd starts",
+                         d.log_text()[-3000:]):
+            return
+        m = du.fetch_metrics(d.base_url, AUTH)
+        pages = du.metric(m, "tangram_kv_pages_total", rank="0")
+        st, _, data = du.http("GET", d.base_url + "/v1/models", None, AUTH)
+        ctx = du.json_of(data)["data"][0]["max_model_len"]
+        cap = int(pages) // 2 * 16  # 2 rows (layers x groups), 16 per page
+        chk.check(ctx == min(cap, ctx) and ctx <= cap and
+                  "capped to %d" % ctx in d.log_text(),
+                  "tiny pool: max_model_len %s is capped to the pool's %s "
+                  "tokens for one request (%s pages), with a log line" %
+                  (ctx, cap, pages))
+        n = 4
+        res = [None] * n
+
+        def one(i):
+            res[i] = post(d, "/v1/completions", {
+                "model": MODEL, "prompt": "Tell me story %d" % i,
+                "max_tokens": ctx - 16, "temperature": 0,
+                "ignore_eos": True})
+
+        ths = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join()
+        truthful = 0
+        for st, j, raw in res:
+            if st == 200:
+                fr = j["choices"][0]["finish_reason"]
+                truthful += fr == "length" and \
+                    j["usage"]["completion_tokens"] == ctx - 16
+            else:
+                truthful += st == 503 and \
+                    j["error"]["code"] == "kv_cache_exhausted"
+        m = du.fetch_metrics(d.base_url, AUTH)
+        pre = du.metric(m, "tangram_num_preemptions_total")
+        chk.check(truthful == n, "tiny pool: %d concurrent requests of %d "
+                  "tokens (preemptions: %s) end with finish_reason length "
+                  "and exactly max_tokens, or 503 kv_cache_exhausted" %
+                  (n, ctx - 16, pre), [r[2][:300] for r in res])
+        st, j, raw = post(d, "/v1/completions", {
+            "model": MODEL, "prompt": "Hi", "max_tokens": ctx + 10})
+        chk.check(st == 400 and j["error"]["code"] in (
+                  "context_length_exceeded", "invalid_value"),
+                  "tiny pool: max_tokens beyond the capped context is "
+                  "refused up front", raw[:300])
+    finally:
+        rc, left = d.stop()
+        chk.check(rc == 0 and not left, "tiny pool: tangramd stops cleanly")
+
+
 def main():
     missing = du.missing_inputs()
     if missing:
@@ -204,6 +271,11 @@ def main():
         if ready:
             t_cache_scopes(d)
             t_tokenize_off_loop(d)
+        rc, left = d.stop()
+        d = None
+        chk.check(rc == 0 and not left, "tangramd stops cleanly")
+        os.makedirs(os.path.join(work, "tiny-pool"), exist_ok=True)
+        t_tiny_pool(os.path.join(work, "tiny-pool"), model)
     finally:
         if d is not None:
             rc, left = d.stop()

@@ -85,6 +85,12 @@ static const struct tg_config_entry table[] = {
      .max = 16777216, .offset = OFF(max_queued, int64_t), .metavar = "N",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
      .help = "Waiting requests beyond which new ones get 429."},
+    {.name = "tokenizer-threads", .type = TG_CONFIG_INT, .def = "4", .min = 1,
+     .max = 1024, .offset = OFF(tokenizer_threads, int64_t), .metavar = "N",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "Threads of the router's pool that render and tokenize "
+             "prompts off the event loop (libuv's UV_THREADPOOL_SIZE, set "
+             "before the loop starts)."},
     {.name = "api-key", .type = TG_CONFIG_STRING, .def = "",
      .offset = OFF(api_key, char *), .metavar = "KEY",
      .flags = TG_CONFIG_SECRET | TG_SERVE_DAEMON | TG_SERVE_ROUTER,

@@ -76,6 +76,8 @@ struct tg_serve_opts {
                                           the free device (or host) memory,
                                           or bytes; also the workers' */
     int64_t max_queued;       /* waiting requests before 429 */
+    int64_t tokenizer_threads; /* router: libuv thread pool size, the
+                                  prompts' render + tokenize workers */
     char *api_key;            /* bearer key; "" = no authentication
                                  (secret: environment only for children) */
     int log_format;           /* enum tg_log_format (text=0, json=1); also

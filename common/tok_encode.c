@@ -26,6 +26,7 @@ int tok_cache_init(struct tok_cache *c, const struct tok_tokenizer *tok,
 {
     memset(c, 0, sizeof(*c));
     c->tok = tok;
+    c->stop_n = SIZE_MAX;
     c->md = pcre2_match_data_create(1, NULL);
     if (c->md == NULL)
         goto fail;
@@ -298,6 +299,9 @@ static int bpe_word(const struct tok_tokenizer *t, struct tok_cache *c,
 {
     if (n == 0)
         return 0;
+    /* tok_encode_max: past the caller's bound, stop at the next word. */
+    if (out->n > c->stop_n)
+        return TG_ERANGE;
     if (n > INT32_MAX)
         return TG_ETOOBIG;
     if (t->ignore_merges) { /* HF: a word in the vocabulary is kept whole */
@@ -634,6 +638,15 @@ int tok_encode(const struct tok_tokenizer *tok, struct tok_cache *cache,
                const char *text, size_t len, unsigned flags,
                struct tok_ids *out, char *err, size_t errlen)
 {
+    return tok_encode_max(tok, cache, text, len, flags, SIZE_MAX, out, err,
+                          errlen);
+}
+
+int tok_encode_max(const struct tok_tokenizer *tok, struct tok_cache *cache,
+                   const char *text, size_t len, unsigned flags,
+                   size_t max_ids, struct tok_ids *out, char *err,
+                   size_t errlen)
+{
     size_t bad;
     if (!tok_utf8_valid(text, len, &bad))
         return tg_err_set(err, errlen, TG_EINVAL,
@@ -648,6 +661,8 @@ int tok_encode(const struct tok_tokenizer *tok, struct tok_cache *cache,
         cache = &local;
     }
     size_t n0 = out->n;
+    size_t saved_stop = cache->stop_n;
+    cache->stop_n = max_ids > SIZE_MAX - n0 ? SIZE_MAX : n0 + max_ids;
     int rc = 0;
     if (flags & TOK_ENCODE_ADD_SPECIAL)
         for (int i = 0; rc == 0 && i < tok->n_prefix; i++)
@@ -657,11 +672,16 @@ int tok_encode(const struct tok_tokenizer *tok, struct tok_cache *cache,
     if (flags & TOK_ENCODE_ADD_SPECIAL)
         for (int i = 0; rc == 0 && i < tok->n_suffix; i++)
             rc = push_id(out, tok->suffix[i]);
+    if (rc == 0 && out->n > cache->stop_n)
+        rc = TG_ERANGE;
+    cache->stop_n = saved_stop;
     if (cache == &local)
         tok_cache_free(&local);
     if (rc == 0)
         return 0;
     out->n = n0;
+    if (rc == TG_ERANGE)
+        return tg_err_set(err, errlen, rc, "more than %zu tokens", max_ids);
     if (rc == TG_ETOOBIG)
         return tg_err_set(err, errlen, rc,
                           "text too large or pathological "

@@ -203,6 +203,7 @@ struct tok_cache {
     struct tok_text norm;  /* the normalized segment */
     struct tok_text pre;   /* a segment with ByteLevel's prefix space */
     uint64_t hits, misses; /* word cache statistics */
+    size_t stop_n;         /* internal: tok_encode_max's bound on out->n */
 };
 
 /* Prepares `c` for encoding with `tok` (which must outlive it). `entries`
@@ -226,6 +227,19 @@ void tok_cache_free(struct tok_cache *c);
 int tok_encode(const struct tok_tokenizer *tok, struct tok_cache *cache,
                const char *text, size_t len, unsigned flags,
                struct tok_ids *out, char *err, size_t errlen);
+
+/* tok_encode with a bound: when the text gives more than `max_ids` ids
+ * (the post-processor's included) it returns TG_ERANGE, `out->n`
+ * unchanged, having stopped at the first word that starts past the bound,
+ * so a text far over the bound costs about max_ids ids of work, not its
+ * whole length (UTF-8 validation, one linear pass, still covers it all).
+ * Byte length alone cannot prove a text over the bound: a token may span
+ * many bytes, so the bound is checked on the ids as they come. max_ids =
+ * SIZE_MAX is tok_encode. Same codes and threads as tok_encode. */
+int tok_encode_max(const struct tok_tokenizer *tok, struct tok_cache *cache,
+                   const char *text, size_t len, unsigned flags,
+                   size_t max_ids, struct tok_ids *out, char *err,
+                   size_t errlen);
 
 /* Decodes `n` ids and appends the text to `out` (always valid UTF-8: ill-
  * formed byte sequences become U+FFFD). Ids without a token (negative, too

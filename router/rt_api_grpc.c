@@ -18,6 +18,10 @@
  * as if they did not exist. Requests started over HTTP are not gRPC's to
  * abort.
  *
+ * Prompts of Generate and Tokenize are tokenized on the thread pool
+ * (rt_encode_job): the handler returns and the call goes on when the job
+ * ends; a call cancelled meanwhile cancels the job.
+ *
  * Loop thread only. */
 #include "router/rt_api.h"
 
@@ -707,6 +711,21 @@ nomem:
     return TG_ENOMEM;
 }
 
+/* The prompt was tokenized off the loop (rt_req.on_submitted). */
+static void gen_submitted(struct rt_req *r, int rc, struct rt_api_error *e)
+{
+    struct gen_client *c = r->client;
+    if (rc != 0) {
+        struct rt_grpc_call *call = c->call;
+        rt_req_drop(r);
+        free(c);
+        rt_grpc_call_finish(call, grpc_status_of(e->status), e->message);
+        return;
+    }
+    if (r->g.request_id != NULL)
+        snprintf(r->id_str, sizeof(r->id_str), "%s", r->g.request_id);
+}
+
 static void h_generate(struct rt_grpc_call *call, void *ud)
 {
     struct rt_server *s = ud;
@@ -751,16 +770,20 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     c->conn_id = call->conn_id;
     int rc = rt__api_grpc_convert(s, q, &r->g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
+    r->on_submitted = gen_submitted;
+    /* check_id() kept it within id_str; named at once, so that the id
+     * is taken (and Abort finds it) while the prompt is tokenized. */
+    if (rc == 0 && r->g.request_id != NULL)
+        snprintf(r->id_str, sizeof(r->id_str), "%s", r->g.request_id);
     if (rc == 0)
         rc = rt_req_submit(r, &e);
-    if (rc != 0) {
+    if (rc != 0 && rc != TG_EAGAIN) {
         rt_req_drop(r);
         free(c);
         rt_grpc_call_finish(call, grpc_status_of(e.status), e.message);
         return;
     }
-    /* check_id() kept it within id_str. */
-    if (r->g.request_id != NULL)
+    if (rc == 0 && r->g.request_id != NULL)
         snprintf(r->id_str, sizeof(r->id_str), "%s", r->g.request_id);
     rt_grpc_call_on_cancel(call, gen_cancelled, r);
 }
@@ -778,6 +801,50 @@ static void reply(struct rt_grpc_call *call, const ProtobufCMessage *m)
     free(buf);
 }
 
+/* A Tokenize call while its prompt is encoded on the thread pool. */
+struct tok_call {
+    struct rt_encode_job job;
+    json_t *chat_msgs, *tools;    /* the job's inputs (owned) */
+    char *text;
+    struct rt_grpc_call *call;    /* NULL once the call is cancelled */
+    struct rt_server *s;
+};
+
+static void tok_call_free(struct tok_call *tc)
+{
+    tok_ids_free(&tc->job.ids);
+    json_decref(tc->chat_msgs);
+    json_decref(tc->tools);
+    free(tc->text);
+    free(tc);
+}
+
+static void tok_call_cancelled(struct rt_grpc_call *call, int status, void *ud)
+{
+    (void)call;
+    (void)status;
+    struct tok_call *tc = ud;
+    tc->call = NULL;
+    rt_encode_job_cancel(&tc->job);
+}
+
+static void tok_call_done(struct rt_encode_job *j)
+{
+    struct tok_call *tc = j->owner;
+    struct rt_grpc_call *call = tc->call;
+    if (call != NULL && j->rc != 0) {
+        rt_grpc_call_finish(call, grpc_status_of(j->e.status), j->e.message);
+    } else if (call != NULL) {
+        Tangram__V1__TokenizeResponse m = TANGRAM__V1__TOKENIZE_RESPONSE__INIT;
+        m.n_token_ids = j->ids.n;
+        m.token_ids = (uint32_t *)j->ids.v; /* ids are >= 0 */
+        m.count = (uint32_t)j->ids.n;
+        m.max_model_len = (uint32_t)tc->s->max_model_len;
+        reply(call, &m.base);
+    }
+    tok_call_free(tc);
+}
+
 static void h_tokenize(struct rt_grpc_call *call, void *ud)
 {
     struct rt_server *s = ud;
@@ -788,54 +855,70 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
                             "cannot parse tangram.v1.TokenizeRequest");
         return;
     }
-    struct tok_ids ids = {0};
     struct rt_api_error e;
-    int rc;
+    struct tok_call *tc = calloc(1, sizeof(*tc));
+    if (tc == NULL) {
+        tangram__v1__tokenize_request__free_unpacked(q, NULL);
+        rt_grpc_call_finish(call, RT_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    struct rt_encode_job *j = &tc->job;
+    int rc = 0;
     int chat = q->n_messages > 0;
     if (chat && q->text != NULL && q->text[0] != '\0') {
         rc = TG_EINVAL;
         rt_api_error_set(&e, 400, "invalid_value", "text",
                          "give either text or messages");
     } else if (chat) {
-        struct rt_chat_opts co = {.add_generation_prompt =
-                                      q->add_generation_prompt_opt_case
-                                          ? (bool)q->add_generation_prompt
-                                          : true};
-        int special = q->add_special_tokens_opt_case ? q->add_special_tokens : 0;
+        j->is_chat = 1;
+        j->chat.add_generation_prompt = q->add_generation_prompt_opt_case
+                                            ? (bool)q->add_generation_prompt
+                                            : true;
+        j->add_special = q->add_special_tokens_opt_case ? q->add_special_tokens : 0;
         json_t *root = chat_json(q->messages, q->n_messages, q->tools,
                                  q->n_tools, NULL, &e);
         struct rt_message *msgs = NULL;
         size_t n_msgs = 0;
-        json_t *chat_msgs = NULL, *tools = NULL;
         rc = root == NULL ? TG_EINVAL
                           : rt__openai_parse_messages(root, &msgs, &n_msgs,
-                                                      &chat_msgs, &e);
+                                                      &tc->chat_msgs, &e);
         if (rc == 0)
-            rc = rt__openai_parse_tools(root, &tools, NULL, &e);
-        if (rc == 0)
-            rc = rt_server_encode_chat(s, chat_msgs, tools, &co, special, &ids, &e);
+            rc = rt__openai_parse_tools(root, &tc->tools, NULL, &e);
         rt__openai_messages_free(msgs, n_msgs);
-        json_decref(chat_msgs);
-        json_decref(tools);
         json_decref(root);
+        j->messages = tc->chat_msgs;
+        j->tools = tc->tools;
     } else {
-        int special = q->add_special_tokens_opt_case ? q->add_special_tokens : 1;
-        const char *t = q->text ? q->text : "";
-        rc = rt_server_encode(s, t, strlen(t), special, &ids, &e);
+        j->add_special = q->add_special_tokens_opt_case ? q->add_special_tokens : 1;
+        tc->text = strdup(q->text ? q->text : "");
+        if (tc->text == NULL) {
+            rc = TG_ENOMEM;
+            rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
+        }
+        j->text = tc->text;
+        j->len = tc->text ? strlen(tc->text) : 0;
     }
     tangram__v1__tokenize_request__free_unpacked(q, NULL);
+    j->owner = tc;
+    j->done = tok_call_done;
+    j->max_ids = SIZE_MAX;
+    tc->call = call;
+    tc->s = s;
+    if (rc == 0 && rt_encode_job_small(j)) {
+        rt_encode_job_run(s, j);
+        tok_call_done(j);
+        return;
+    }
+    if (rc == 0 && rt_encode_job_start(s, j) != 0) {
+        rc = TG_EINTERNAL;
+        e = j->e;
+    }
     if (rc != 0) {
-        tok_ids_free(&ids);
+        tok_call_free(tc);
         rt_grpc_call_finish(call, grpc_status_of(e.status), e.message);
         return;
     }
-    Tangram__V1__TokenizeResponse m = TANGRAM__V1__TOKENIZE_RESPONSE__INIT;
-    m.n_token_ids = ids.n;
-    m.token_ids = (uint32_t *)ids.v; /* ids are >= 0 */
-    m.count = (uint32_t)ids.n;
-    m.max_model_len = (uint32_t)s->max_model_len;
-    reply(call, &m.base);
-    tok_ids_free(&ids);
+    rt_grpc_call_on_cancel(call, tok_call_cancelled, tc);
 }
 
 static void h_model_info(struct rt_grpc_call *call, void *ud)

@@ -14,6 +14,11 @@
  * output stays in the request, and resumes once the queue drains to
  * SSE_LOW_WATER; a client that reads nothing for --http-send-timeout is
  * cut by the HTTP server, which aborts the request like a disconnect.
+ *
+ * Prompts (completions, chat, /tokenize) are rendered and tokenized on
+ * the thread pool (rt_encode_job); the handler returns at once and the
+ * answer follows when the job ends, so a huge prompt never holds up
+ * /health or another stream. A client gone meanwhile cancels the job.
  * Loop thread only. */
 #include "router/rt_api.h"
 
@@ -42,6 +47,21 @@ static const char JSON[] = "application/json";
 
 /* Descriptors kept free beside the HTTP connections (gRPC clients, the
  * worker link, pidfds, logs), at most. */
+
+/* The error object of a generation that failed: a sequence that outgrew
+ * the KV cache (the core's message starts with "kv_cache_exhausted: ") is
+ * 503 kv_cache_exhausted, as the capacity of this replica and not the
+ * request is at fault; anything else is 500 generation_failed. */
+static void gen_error(struct rt_api_error *e, const char *error)
+{
+    static const char kv[] = "kv_cache_exhausted: ";
+    if (error != NULL && strncmp(error, kv, sizeof(kv) - 1) == 0)
+        rt_api_error_set(e, 503, "kv_cache_exhausted", NULL, "%s",
+                         error + sizeof(kv) - 1);
+    else
+        rt_api_error_set(e, 500, "generation_failed", NULL, "%s",
+                         error ? error : "the request failed");
+}
 
 static void send_error(struct rt_http_req *req, const struct rt_api_error *e)
 {
@@ -156,8 +176,7 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
     struct rt_usage u = usage_of(r);
     if (fin == RT_FINISH_ERROR) {
         struct rt_api_error e;
-        rt_api_error_set(&e, 500, "generation_failed", NULL, "%s",
-                         error ? error : "the request failed");
+        gen_error(&e, error);
         stream_write_owned(req, buf, n, rt_openai_sse_error(&e, &buf, &n));
     } else if (r->tc != NULL) {
         /* tool calls: text that may start a call is held back until it is
@@ -271,8 +290,7 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     struct rt_http_req *req = r->client;
     if (fin == RT_FINISH_ERROR) {
         struct rt_api_error e;
-        rt_api_error_set(&e, 500, "generation_failed", NULL, "%s",
-                         error ? error : "the request failed");
+        gen_error(&e, error);
         send_error(req, &e);
         return;
     }
@@ -367,6 +385,45 @@ oom:
     return TG_ENOMEM;
 }
 
+/* The request is with the scheduler: answer as a stream or wait. */
+static void generate_begin(struct rt_req *r)
+{
+    struct rt_http_req *req = r->client;
+    if (r->g.stream) {
+        r->sink = &sse_sink;
+        r->blocked = sse_blocked;
+        rt_http_resp_header(req, "Cache-Control", "no-cache");
+        rt_http_stream_begin(req, 200, "text/event-stream");
+        if (r->g.endpoint == RT_ENDPOINT_CHAT) {
+            char *buf = NULL;
+            size_t n = 0;
+            stream_write_owned(req, buf, n, rt_openai_sse_role(&r->ctx, &buf, &n));
+        } else if (r->g.echo_text != NULL) {
+            /* The echoed prompt is the stream's first text (as vLLM). */
+            char *buf = NULL;
+            size_t n = 0;
+            struct rt_usage u = usage_of(r);
+            stream_write_owned(req, buf, n,
+                               rt_openai_sse_delta(&r->ctx, r->g.echo_text,
+                                                   r->g.echo_len, NULL, 0,
+                                                   RT_FINISH_NONE, &u, &buf,
+                                                   &n));
+        }
+    }
+}
+
+/* The prompt was tokenized off the loop (rt_req.on_submitted). */
+static void generate_submitted(struct rt_req *r, int rc, struct rt_api_error *e)
+{
+    if (rc != 0) {
+        struct rt_http_req *req = r->client;
+        rt_req_drop(r);
+        send_error(req, e);
+        return;
+    }
+    generate_begin(r);
+}
+
 static void generate(struct rt_server *s, struct rt_http_req *req, enum rt_endpoint ep)
 {
     struct rt_api_error e;
@@ -384,37 +441,20 @@ static void generate(struct rt_server *s, struct rt_http_req *req, enum rt_endpo
         if (sid != NULL && sid[0] != '\0')
             r->g.session_id = strdup(sid);
     }
+    r->on_submitted = generate_submitted;
     if (rc == 0)
         rc = echo_prepare(s, &r->g, &e);
     if (rc == 0)
         rc = rt_req_submit(r, &e);
-    if (rc != 0) {
+    if (rc != 0 && rc != TG_EAGAIN) {
         rt_req_drop(r);
         send_error(req, &e);
         return;
     }
+    /* A client gone while its prompt is tokenized cancels it too. */
     rt_http_req_on_abort(req, on_client_gone, r);
-    if (r->g.stream) {
-        r->sink = &sse_sink;
-        r->blocked = sse_blocked;
-        rt_http_resp_header(req, "Cache-Control", "no-cache");
-        rt_http_stream_begin(req, 200, "text/event-stream");
-        if (ep == RT_ENDPOINT_CHAT) {
-            char *buf = NULL;
-            size_t n = 0;
-            stream_write_owned(req, buf, n, rt_openai_sse_role(&r->ctx, &buf, &n));
-        } else if (r->g.echo_text != NULL) {
-            /* The echoed prompt is the stream's first text (as vLLM). */
-            char *buf = NULL;
-            size_t n = 0;
-            struct rt_usage u = usage_of(r);
-            stream_write_owned(req, buf, n,
-                               rt_openai_sse_delta(&r->ctx, r->g.echo_text,
-                                                   r->g.echo_len, NULL, 0,
-                                                   RT_FINISH_NONE, &u, &buf,
-                                                   &n));
-        }
-    }
+    if (rc == 0)
+        generate_begin(r);
 }
 
 static void h_completions(struct rt_http_req *req, void *ud)
@@ -437,36 +477,90 @@ static void h_models(struct rt_http_req *req, void *ud)
     send_owned(req, 200, body, len, rc);
 }
 
+/* A /tokenize request while its prompt is encoded on the thread pool. */
+struct tok_call {
+    struct rt_encode_job job;       /* first: the job's owner is the call */
+    struct rt_tokenize_request t;   /* the job's inputs */
+    struct rt_http_req *req;        /* NULL once the client is gone */
+    struct rt_server *s;
+};
+
+static void tok_call_gone(struct rt_http_req *req, void *ud)
+{
+    (void)req;
+    struct tok_call *tc = ud;
+    tc->req = NULL;
+    rt_encode_job_cancel(&tc->job);
+}
+
+static void tok_call_done(struct rt_encode_job *j)
+{
+    struct tok_call *tc = j->owner;
+    struct rt_server *s = tc->s;
+    struct rt_http_req *req = tc->req;
+    if (req != NULL) {
+        if (j->rc != 0) {
+            send_error(req, &j->e);
+        } else {
+            char *body = NULL;
+            size_t blen = 0;
+            int rc = rt_openai_format_tokenize(
+                j->ids.v, j->ids.n, s->max_model_len,
+                tc->t.return_token_strs ? rt_server_token_text : NULL, s,
+                &body, &blen);
+            send_owned(req, 200, body, blen, rc);
+        }
+    }
+    tok_ids_free(&j->ids);
+    rt_tokenize_request_free(&tc->t);
+    free(tc);
+}
+
 static void h_tokenize(struct rt_http_req *req, void *ud)
 {
     struct rt_server *s = ud;
     struct rt_api_error e;
-    struct rt_tokenize_request t;
-    memset(&t, 0, sizeof(t));
-    if (rt_openai_parse_tokenize(&s->api_cfg, req->body, req->body_len, &t, &e) != 0) {
+    struct tok_call *tc = calloc(1, sizeof(*tc));
+    if (tc == NULL) {
+        rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
         send_error(req, &e);
         return;
     }
-    struct tok_ids ids = {0};
-    int rc = t.messages != NULL
-                 ? rt_server_encode_chat(s, t.chat_messages, t.tools, &t.chat,
-                                         t.add_special_tokens, &ids, &e)
-                 : rt_server_encode(s, t.prompt, t.prompt_len,
-                                    t.add_special_tokens, &ids, &e);
-    if (rc != 0) {
-        tok_ids_free(&ids);
-        rt_tokenize_request_free(&t);
+    if (rt_openai_parse_tokenize(&s->api_cfg, req->body, req->body_len, &tc->t, &e) != 0) {
+        rt_tokenize_request_free(&tc->t);
+        free(tc);
         send_error(req, &e);
         return;
     }
-    char *body = NULL;
-    size_t blen = 0;
-    rc = rt_openai_format_tokenize(ids.v, ids.n, s->max_model_len,
-                                   t.return_token_strs ? rt_server_token_text : NULL,
-                                   s, &body, &blen);
-    tok_ids_free(&ids);
-    rt_tokenize_request_free(&t);
-    send_owned(req, 200, body, blen, rc);
+    struct rt_tokenize_request *t = &tc->t;
+    struct rt_encode_job *j = &tc->job;
+    j->owner = tc;
+    j->done = tok_call_done;
+    j->add_special = t->add_special_tokens;
+    j->max_ids = SIZE_MAX; /* /tokenize counts any length */
+    if (t->messages != NULL) {
+        j->is_chat = 1;
+        j->messages = t->chat_messages;
+        j->tools = t->tools;
+        j->chat = t->chat;
+    } else {
+        j->text = t->prompt;
+        j->len = t->prompt_len;
+    }
+    tc->req = req;
+    tc->s = s;
+    if (rt_encode_job_small(j)) {
+        rt_encode_job_run(s, j);
+        tok_call_done(j);
+        return;
+    }
+    if (rt_encode_job_start(s, j) != 0) {
+        send_error(req, &j->e);
+        rt_tokenize_request_free(&tc->t);
+        free(tc);
+        return;
+    }
+    rt_http_req_on_abort(req, tok_call_gone, tc);
 }
 
 static void h_detokenize(struct rt_http_req *req, void *ud)

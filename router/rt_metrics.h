@@ -249,6 +249,7 @@ struct rt_metrics_tangram {
     /* gauges */
     struct rt_metrics_series *num_requests_running;
     struct rt_metrics_series *num_requests_waiting;
+    struct rt_metrics_series *tokenize_jobs_in_flight;
     struct rt_metrics_series *kv_cache_usage_perc;
     struct rt_metrics_series *kv_pages_reclaimed_ratio;
     struct rt_metrics_series **kv_pages_used;  /* (n_ranks) {rank="r"} */

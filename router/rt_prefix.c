@@ -131,18 +131,20 @@ void rt_prefix_free(struct rt_prefix *pc, struct kv_pool *pools)
 }
 
 int rt_prefix_insert(struct rt_prefix *pc, struct kv_pool *pools,
-                     const int32_t *tokens, int64_t n_tokens,
+                     const int32_t *tokens, int64_t n_tokens, uint64_t scope,
                      const char *session, struct kv_seq *seqs, char *err,
                      size_t errlen)
 {
     struct rt_prefix_bounds none = {0};
-    return rt_prefix_insert_bounds(pc, pools, tokens, n_tokens, session, seqs,
+    return rt_prefix_insert_bounds(pc, pools, tokens, n_tokens, scope, session,
+                                   seqs,
                                    &none, err, errlen);
 }
 
 int rt_prefix_insert_bounds(struct rt_prefix *pc, struct kv_pool *pools,
                             const int32_t *tokens, int64_t n_tokens,
-                            const char *session, struct kv_seq *seqs,
+                            uint64_t scope, const char *session,
+                            struct kv_seq *seqs,
                             struct rt_prefix_bounds *bounds, char *err,
                             size_t errlen)
 {
@@ -172,17 +174,23 @@ int rt_prefix_insert_bounds(struct rt_prefix *pc, struct kv_pool *pools,
     memcpy(e->tokens, tokens, (size_t)n_tokens * sizeof(int32_t));
     e->n_tokens = n_tokens;
     e->hash = hash_tokens(tokens, n_tokens);
+    e->scope = scope;
     /* Boundaries past the stored positions cannot be rewound to. */
     while (bounds->n > 0 && bounds->pos[bounds->n - 1] > n_tokens)
         bounds->n--;
     e->bounds = *bounds;
     memset(bounds, 0, sizeof(*bounds));
 
-    /* One entry per session and per sequence: the newer turn replaces the
-     * older one, whose KV no prompt would prefer any more. */
+    /* One entry per session and per sequence within a scope: the newer
+     * turn replaces the older one, whose KV no prompt of that scope would
+     * prefer any more. Another scope's entries are never touched. */
     struct rt_prefix_entry *x = pc->newest;
     while (x != NULL) {
         struct rt_prefix_entry *next = x->older;
+        if (x->scope != scope) {
+            x = next;
+            continue;
+        }
         int same_session = session != NULL && x->session != NULL &&
                            strcmp(session, x->session) == 0;
         int same_tokens = x->n_tokens == n_tokens && x->hash == e->hash &&
@@ -222,7 +230,7 @@ static int is_prefix(const struct rt_prefix_entry *e, const int32_t *tokens,
 }
 
 int rt_prefix_match(struct rt_prefix *pc, const int32_t *tokens,
-                    int64_t n_tokens, const char *session,
+                    int64_t n_tokens, uint64_t scope, const char *session,
                     struct rt_prefix_entry **out)
 {
     *out = NULL;
@@ -244,7 +252,7 @@ int rt_prefix_match(struct rt_prefix *pc, const int32_t *tokens,
 
     struct rt_prefix_entry *best = NULL;
     for (struct rt_prefix_entry *e = pc->newest; e != NULL; e = e->older) {
-        if (!is_prefix(e, tokens, n_tokens, ph))
+        if (e->scope != scope || !is_prefix(e, tokens, n_tokens, ph))
             continue;
         if (session != NULL && e->session != NULL &&
             strcmp(session, e->session) == 0) {
@@ -280,15 +288,18 @@ static int64_t reusable(const struct rt_prefix_entry *e, const int32_t *tokens,
 int rt_prefix_match_rewind(struct rt_prefix *pc, struct kv_pool *pools,
                            const struct kv_layout *const *layouts,
                            const int32_t *tokens, int64_t n_tokens,
-                           const char *session, struct rt_prefix_entry **out)
+                           uint64_t scope, const char *session,
+                           struct rt_prefix_entry **out)
 {
-    int rc = rt_prefix_match(pc, tokens, n_tokens, session, out);
+    int rc = rt_prefix_match(pc, tokens, n_tokens, scope, session, out);
     if (rc != 0 || *out != NULL || pc->n_entries == 0 || n_tokens < 2)
         return rc;
     struct rt_prefix_entry *best = NULL;
     int64_t best_n = 0;
     int32_t best_i = -1;
     for (struct rt_prefix_entry *e = pc->newest; e != NULL; e = e->older) {
+        if (e->scope != scope)
+            continue;
         int32_t i = -1;
         int64_t got = reusable(e, tokens, n_tokens, &i);
         if (got <= 0)

@@ -13,6 +13,14 @@
  * A session id, when given, selects its entry directly if that entry is a
  * prefix of the prompt.
  *
+ * Scopes: every entry carries the 64-bit scope of the request that stored
+ * it (the router derives it from the caller's API key and session, see
+ * rt_server.c), and insert, match and rewind only ever see entries of the
+ * caller's own scope. So a client can neither learn that another scope
+ * holds a prefix (no cached_tokens, no timing difference) nor take its
+ * entry over or replace it. Scope 0 is an ordinary scope (tests, callers
+ * without isolation).
+ *
  * Entries form an LRU list (most recent first); under page pressure the
  * scheduler evicts from the least recent end before it preempts running
  * work. A stored entry is never shared: taking it removes it, so each page
@@ -61,6 +69,7 @@ struct rt_prefix_entry {
     int32_t *tokens;               /* (n_tokens) token ids whose KV is held */
     int64_t n_tokens;              /* == seqs[r].pos on every rank */
     uint64_t hash;                 /* FNV-1a of tokens */
+    uint64_t scope;                /* isolation scope of its owner */
     char *session;                 /* owned copy, or NULL */
     struct kv_seq *seqs;           /* (n_ranks) owned, pages from pools[r] */
     struct rt_prefix_bounds bounds; /* owned: where it may be rewound */
@@ -86,8 +95,8 @@ int rt_prefix_init(struct rt_prefix *pc, int n_ranks, char *err,
  * Safe on a zeroed or failed-init cache (pools may be NULL then). */
 void rt_prefix_free(struct rt_prefix *pc, struct kv_pool *pools);
 
-/* Stores a finished sequence as the newest entry. seqs[0 .. n_ranks) are
- * moved in (the caller's structs are zeroed on success and keep ownership
+/* Stores a finished sequence of scope `scope` as the newest entry.
+ * seqs[0 .. n_ranks) are moved in (the caller's structs are zeroed on success and keep ownership
  * on failure); every seq must hold exactly positions [0, n_tokens) with its
  * prefill committed, and tokens[0 .. n_tokens) (copied) are the ids of
  * those positions. session may be NULL. An existing entry with the same
@@ -95,12 +104,12 @@ void rt_prefix_free(struct rt_prefix *pc, struct kv_pool *pools);
  * pools). Returns 0, TG_EINVAL (n_tokens < 1 or a seq that does not match)
  * or TG_ENOMEM. */
 int rt_prefix_insert(struct rt_prefix *pc, struct kv_pool *pools,
-                     const int32_t *tokens, int64_t n_tokens,
+                     const int32_t *tokens, int64_t n_tokens, uint64_t scope,
                      const char *session, struct kv_seq *seqs, char *err,
                      size_t errlen);
 
-/* Finds the entry to reuse for a prompt tokens[0 .. n_tokens): the entry of
- * `session` (may be NULL) when its sequence is a proper prefix of the
+/* Finds the entry of scope `scope` to reuse for a prompt
+ * tokens[0 .. n_tokens): the entry of `session` (may be NULL) when its sequence is a proper prefix of the
  * prompt, else the longest stored sequence that is a proper prefix (shorter
  * than the prompt, so at least one token is left to prefill), the newest on
  * a tie. *out is that entry (borrowed until the next insert, take, evict or
@@ -113,7 +122,7 @@ int rt_prefix_insert(struct rt_prefix *pc, struct kv_pool *pools,
  * (rt_prefix_match_rewind). */
 int rt_prefix_insert_bounds(struct rt_prefix *pc, struct kv_pool *pools,
                             const int32_t *tokens, int64_t n_tokens,
-                            const char *session, struct kv_seq *seqs,
+                            uint64_t scope, const char *session, struct kv_seq *seqs,
                             struct rt_prefix_bounds *bounds, char *err,
                             size_t errlen);
 
@@ -127,10 +136,11 @@ int rt_prefix_insert_bounds(struct rt_prefix *pc, struct kv_pool *pools,
 int rt_prefix_match_rewind(struct rt_prefix *pc, struct kv_pool *pools,
                            const struct kv_layout *const *layouts,
                            const int32_t *tokens, int64_t n_tokens,
-                           const char *session, struct rt_prefix_entry **out);
+                           uint64_t scope, const char *session,
+                           struct rt_prefix_entry **out);
 
 int rt_prefix_match(struct rt_prefix *pc, const int32_t *tokens,
-                    int64_t n_tokens, const char *session,
+                    int64_t n_tokens, uint64_t scope, const char *session,
                     struct rt_prefix_entry **out);
 
 /* Removes entry `e` and moves its seqs into seqs_out[0 .. n_ranks) (which

@@ -213,8 +213,8 @@ static void retire(struct rt_sched *s, struct rt_sched_req *req,
         int64_t held = req->n_tokens - 1;
         TG_ASSERT(req->seqs[0].pos == held);
         if (rt_prefix_insert_bounds(&s->cache, s->pools, req->tokens, held,
-                                    req->session, req->seqs, &req->bounds,
-                                    NULL, 0) != 0)
+                                    req->scope, req->session, req->seqs,
+                                    &req->bounds, NULL, 0) != 0)
             release_pages(s, req);
     } else {
         release_pages(s, req);
@@ -410,6 +410,7 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
     q->tokens = malloc((size_t)q->cap * sizeof(int32_t));
     if (q->tokens == NULL)
         goto oom;
+    q->scope = req->cache_scope;
     if (req->session_id != NULL &&
         (q->session = strdup(req->session_id)) == NULL)
         goto oom;
@@ -652,7 +653,8 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     const int64_t C = s->cfg.layout->prefill_chunk;
     struct rt_prefix_entry *m = NULL;
     if (rt_prefix_match_rewind(&s->cache, s->pools, s->lay, req->tokens,
-                               req->n_tokens, req->session, &m) != 0)
+                               req->n_tokens, req->scope, req->session,
+                               &m) != 0)
         m = NULL; /* no reuse without scratch memory; still correct */
     /* A reused entry plus its new turn may need more pages than a fresh
      * prefill (compression runs per chunk of each turn); never let reuse
@@ -666,8 +668,9 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         int64_t need = prompt_need(s, req, m, r);
         if (m == NULL && need > kv_pool_n_total(&s->pools[r])) {
             /* Only a preempted request can outgrow the pool: submit
-             * rejects prompts that never fit. */
-            retire(s, req, RT_SCHED_END_KV_FULL, out);
+             * rejects prompts that never fit. It did not reach a length
+             * the client asked for: the KV ran out. */
+            retire(s, req, RT_SCHED_END_KV, out);
             return ADM_ENDED;
         }
         int64_t spare = kv_pool_n_free(&s->pools[r]) +

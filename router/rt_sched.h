@@ -72,12 +72,13 @@ enum rt_sched_end {
     RT_SCHED_END_ABORT,    /* rt_sched_abort */
     RT_SCHED_END_ERROR,    /* internal failure (out of memory, lost
                               worker) */
-    RT_SCHED_END_KV_FULL,  /* the sequence outgrew a whole pool of some
-                              rank and can never run again: the KV cache,
-                              not the client's limit, ended it (an error
-                              to the client, never "length"). A router
-                              whose max_model_len fits the pool
-                              (rt_sched_max_tokens) does not see it. */
+    RT_SCHED_END_KV,       /* the sequence outgrew a whole page pool and
+                              can never run again: not a length the client
+                              asked for (vLLM refuses such a context at
+                              start-up; the router caps max_model_len to
+                              rt_sched_max_tokens, so a request within it
+                              does not get here). Maps to an error, never
+                              to finish_reason "length". */
 };
 
 enum rt_step_kind {
@@ -138,6 +139,9 @@ struct rt_sched_request {
     int64_t n_prompt;       /* >= 1 */
     int32_t max_tokens;     /* tokens to generate at most, >= 1 */
     const char *session_id; /* optional multi-turn key (copied), or NULL */
+    uint64_t cache_scope;   /* multi-turn cache scope: only entries stored
+                               by requests of the same scope are reused or
+                               replaced (rt_prefix.h); 0 is a scope too */
     void *user;             /* caller's handle, echoed in entries/events */
 };
 
@@ -305,7 +309,7 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
 
 /* Builds the next step into `out` (see the top of this file), replacing
  * its previous contents. out->events lists requests ended while planning
- * (RT_SCHED_END_KV_FULL for a preempted sequence that outgrew the pool,
+ * (RT_SCHED_END_KV for a preempted sequence that outgrew the pool,
  * RT_SCHED_END_ERROR on allocation failure); they are gone afterwards. A
  * step with entries must be answered by rt_sched_complete before the next
  * plan; an empty step needs no answer. Returns 0, TG_EBUSY when a step is

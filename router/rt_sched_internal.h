@@ -12,6 +12,7 @@ struct rt_sched_req {
     uint64_t serial;
     void *user;
     char *session;            /* owned copy, or NULL */
+    uint64_t scope;           /* multi-turn cache scope (rt_prefix.h) */
     char *request_id;         /* owned copy ("" at least) */
     struct rt_step_sampling sampling;
     int32_t *tokens;          /* (cap) prompt + generated, token i at

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -124,51 +125,184 @@ static int is_stop_token(const struct rt_req *r, int32_t tok)
     return 0;
 }
 
-/* Tokenizes the prompt of r->g into r->prompt. */
-static int tokenize(struct rt_req *r, struct rt_api_error *e)
+/* Copies the client's token ids into r->prompt after checking them. */
+static int take_prompt_ids(struct rt_req *r, struct rt_api_error *e)
 {
     struct rt_server *s = r->srv;
-    struct tok_ids ids = {0};
-    int rc;
-    if (r->g.prompt_ids != NULL) {
-        for (size_t i = 0; i < r->g.n_prompt_ids; i++)
-            if (r->g.prompt_ids[i] < 0 || r->g.prompt_ids[i] >= s->mc.vocab_size) {
-                rt_api_error_set(e, 400, "invalid_token", "prompt",
-                                 "token id %d at index %zu is outside the "
-                                 "vocabulary [0, %d)", r->g.prompt_ids[i], i,
-                                 s->mc.vocab_size);
-                return TG_EINVAL;
-            }
-        r->prompt = malloc((r->g.n_prompt_ids + 1) * sizeof(int32_t));
-        if (r->prompt == NULL) {
-            rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
-            return TG_ENOMEM;
+    for (size_t i = 0; i < r->g.n_prompt_ids; i++)
+        if (r->g.prompt_ids[i] < 0 || r->g.prompt_ids[i] >= s->mc.vocab_size) {
+            rt_api_error_set(e, 400, "invalid_token", "prompt",
+                             "token id %d at index %zu is outside the "
+                             "vocabulary [0, %d)", r->g.prompt_ids[i], i,
+                             s->mc.vocab_size);
+            return TG_EINVAL;
         }
-        memcpy(r->prompt, r->g.prompt_ids, r->g.n_prompt_ids * sizeof(int32_t));
-        r->n_prompt = (int64_t)r->g.n_prompt_ids;
-        return 0;
+    r->prompt = malloc((r->g.n_prompt_ids + 1) * sizeof(int32_t));
+    if (r->prompt == NULL) {
+        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        return TG_ENOMEM;
     }
-    if (r->g.endpoint == RT_ENDPOINT_CHAT)
-        rc = rt_server_encode_chat(s, r->g.chat_messages,
-                                   r->g.tool_choice == RT_TOOL_CHOICE_NONE
-                                       ? NULL
-                                       : r->g.tools,
-                                   &r->g.chat, r->g.add_special_tokens, &ids,
-                                   e);
-    else
-        rc = rt_server_encode(s, r->g.prompt, r->g.prompt_len,
-                              r->g.add_special_tokens, &ids, e);
-    if (rc != 0) {
-        tok_ids_free(&ids);
-        return rc;
-    }
-    r->prompt = ids.v;
-    r->n_prompt = (int64_t)ids.n;
+    memcpy(r->prompt, r->g.prompt_ids, r->g.n_prompt_ids * sizeof(int32_t));
+    r->n_prompt = (int64_t)r->g.n_prompt_ids;
     return 0;
 }
 
-static void wake(struct rt_server *s);
+/* The most prompt tokens the context leaves r: max_model_len minus
+ * max_tokens when the client gave it, else minus the one token that must
+ * be generated. A prompt beyond it is refused whatever its exact length,
+ * so encoding may stop there (tok_encode_max). */
+static size_t prompt_bound(const struct rt_req *r)
+{
+    int64_t ctx = r->srv->max_model_len;
+    if (ctx <= 0)
+        return SIZE_MAX;
+    int64_t gen = r->g.sampling.max_tokens > 0 ? r->g.sampling.max_tokens : 1;
+    int64_t bound = ctx - gen;
+    return bound < 0 ? 0 : (size_t)bound;
+}
+
+/* Fills j with r's prompt (text or chat). */
+static void job_inputs(struct rt_req *r, struct rt_encode_job *j)
+{
+    j->owner = r;
+    j->add_special = r->g.add_special_tokens;
+    j->max_ids = prompt_bound(r);
+    if (r->g.endpoint == RT_ENDPOINT_CHAT) {
+        j->is_chat = 1;
+        j->messages = r->g.chat_messages;
+        j->tools = r->g.tool_choice == RT_TOOL_CHOICE_NONE ? NULL : r->g.tools;
+        j->chat = r->g.chat;
+    } else {
+        j->text = r->g.prompt;
+        j->len = r->g.prompt_len;
+    }
+}
+
+/* The context error of a prompt that tok_encode_max stopped. */
+static void over_context(struct rt_req *r, struct rt_api_error *e)
+{
+    rt_api_error_set(e, 400, "context_length_exceeded",
+                     r->g.endpoint == RT_ENDPOINT_CHAT ? "messages" : "prompt",
+                     "the prompt has more than %zu tokens; this model's "
+                     "context is %d tokens, which must also hold %s",
+                     prompt_bound(r), (int)r->srv->max_model_len,
+                     r->g.sampling.max_tokens > 0 ? "max_tokens"
+                                                  : "at least one generated token");
+}
+
+static int submit_tokenized(struct rt_req *r, struct rt_api_error *e);
 static void drain_check(struct rt_server *s);
+
+/* A request's encode job ended (loop thread). */
+static void req_job_done(struct rt_encode_job *j)
+{
+    struct rt_req *r = j->owner;
+    struct rt_server *s = r->srv;
+    r->job = NULL;
+    struct tok_ids ids = j->ids;
+    int rc = j->rc;
+    struct rt_api_error e = j->e;
+    free(j);
+    if (r->done) {
+        /* Cancelled or aborted meanwhile: the result is dropped. */
+        tok_ids_free(&ids);
+        if (!r->in_step && !r->in_deliver && !r->holding)
+            rt_req_drop(r);
+        drain_check(s);
+        return;
+    }
+    if (rc == 0) {
+        r->prompt = ids.v;
+        r->n_prompt = (int64_t)ids.n;
+        rc = submit_tokenized(r, &e);
+    } else {
+        tok_ids_free(&ids);
+        if (rc == TG_ERANGE)
+            over_context(r, &e);
+    }
+    r->on_submitted(r, rc, &e);
+}
+
+/* Tokenizes the prompt of r->g into r->prompt, or starts a job for it
+ * (TG_EAGAIN). */
+static int tokenize(struct rt_req *r, struct rt_api_error *e)
+{
+    struct rt_server *s = r->srv;
+    if (r->g.prompt_ids != NULL)
+        return take_prompt_ids(r, e);
+    struct rt_encode_job *j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        return TG_ENOMEM;
+    }
+    job_inputs(r, j);
+    if (r->on_submitted == NULL || rt_encode_job_small(j)) {
+        /* Small prompts, and synchronous callers: the same work, here. */
+        rt_encode_job_run(s, j);
+        int rc = j->rc;
+        if (rc != 0) {
+            tok_ids_free(&j->ids);
+            if (rc == TG_ERANGE)
+                over_context(r, e);
+            else
+                *e = j->e;
+            free(j);
+            return rc;
+        }
+        r->prompt = j->ids.v;
+        r->n_prompt = (int64_t)j->ids.n;
+        free(j);
+        return 0;
+    }
+    j->done = req_job_done;
+    if (rt_encode_job_start(s, j) != 0) {
+        *e = j->e;
+        free(j);
+        return TG_EINTERNAL;
+    }
+    r->job = j;
+    return TG_EAGAIN;
+}
+
+static void wake(struct rt_server *s);
+
+static uint64_t scope_mix(uint64_t h, const char *p, size_t n)
+{
+    /* FNV-1a over the bytes, keyed by the starting value. */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)p[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* The multi-turn cache scope of a request (rt_prefix.h): a keyed hash of
+ * who is calling and which conversation it names. Who: the API key the
+ * request was authenticated with (the daemon has one, --api-key, so today
+ * it separates nothing, but a server with several keys keeps their caches
+ * apart by it). Which conversation: the session id (X-Session-Id, the
+ * body's session_id, gRPC session_id), else the OpenAI `user` field, else
+ * none: requests that name neither share one scope per key, as every
+ * request did before scopes existed. The hash is keyed by a random
+ * per-process value and finished with splitmix64, so nobody outside can
+ * aim a session id at another scope. */
+static uint64_t cache_scope(const struct rt_req *r)
+{
+    const struct rt_server *s = r->srv;
+    const char *key = s->opts->api_key != NULL ? s->opts->api_key : "";
+    const char *conv = "";
+    char kind = '-';
+    if (r->g.session_id != NULL) {
+        conv = r->g.session_id;
+        kind = 's';
+    } else if (r->g.user != NULL) {
+        conv = r->g.user;
+        kind = 'u';
+    }
+    uint64_t h = 0xcbf29ce484222325ULL ^ s->scope_key;
+    h = scope_mix(h, key, strlen(key) + 1);
+    h = scope_mix(h, &kind, 1);
+    h = scope_mix(h, conv, strlen(conv));
+    return splitmix(&h);
+}
 
 int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
 {
@@ -189,7 +323,25 @@ int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
     rc = tokenize(r, e);
     if (rc != 0)
         return rc;
-    rc = rt_gen_request_fit(&r->g, s->max_model_len, r->n_prompt, e);
+    return submit_tokenized(r, e);
+}
+
+/* The rest of rt_req_submit once r->prompt holds the ids. */
+static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
+{
+    struct rt_server *s = r->srv;
+    /* The state may have changed while the prompt was encoded. */
+    if (s->draining) {
+        rt_api_error_set(e, 503, "server_draining", NULL,
+                         "the server is shutting down");
+        return TG_EBUSY;
+    }
+    if (!rt_server_ready(s)) {
+        rt_api_error_set(e, 503, "not_ready", NULL,
+                         "the workers are not ready; retry later");
+        return TG_EBUSY;
+    }
+    int rc = rt_gen_request_fit(&r->g, s->max_model_len, r->n_prompt, e);
     if (rc != 0)
         return rc;
     const struct rt_sampling *sp = &r->g.sampling;
@@ -260,6 +412,7 @@ int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
         .n_prompt = r->n_prompt,
         .max_tokens = sp->max_tokens,
         .session_id = r->g.session_id,
+        .cache_scope = cache_scope(r),
         .user = r,
     };
     char err[256];
@@ -298,7 +451,7 @@ void rt_req_resume(struct rt_req *r)
     } else {
         rt_req_deliver(r, RT_FINISH_NONE, NULL);
     }
-    if (r->done && !r->in_step && !r->in_deliver) {
+    if (r->done && !r->in_step && !r->in_deliver && r->job == NULL) {
         rt_req_drop(r);
         drain_check(s);
     }
@@ -314,7 +467,7 @@ static enum rt_finish finish_of(enum rt_sched_end e)
     case RT_SCHED_END_ABORT:
         return RT_FINISH_ABORT;
     case RT_SCHED_END_ERROR:
-    case RT_SCHED_END_KV_FULL:
+    case RT_SCHED_END_KV:
         return RT_FINISH_ERROR;
     default:
         return RT_FINISH_NONE;
@@ -349,10 +502,10 @@ static void handle_events(struct rt_server *s, const char *error)
             observe_finish(s, r, fin);
         }
         const char *why = error ? error : "the request failed";
-        if (ev->finish == RT_SCHED_END_KV_FULL)
-            why = "the KV cache cannot hold this sequence: it outgrew a "
-                  "whole page pool (raise --kv-memory or lower "
-                  "--max-model-len)";
+        if (ev->finish == RT_SCHED_END_KV)
+            why = "kv_cache_exhausted: the sequence outgrew the KV cache "
+                  "(preempted and too long to fit the whole page pool "
+                  "again); retry with a shorter prompt or max_tokens";
         rt_req_deliver(r, fin, fin == RT_FINISH_ERROR ? why : NULL);
     }
 }
@@ -364,8 +517,14 @@ static void tick_cb(uv_timer_t *t);
  * and the front ends' callbacks). */
 static void drain_check(struct rt_server *s)
 {
-    if (s->draining && !s->stopping && s->n_reqs == 0 && !s->step_in_flight)
+    if (s->draining && !s->stopping && s->n_reqs == 0 && s->n_jobs == 0 &&
+        !s->step_in_flight)
         uv_timer_start(&s->tick, tick_cb, 0, 1000);
+}
+
+void rt_server__jobs_changed(struct rt_server *s)
+{
+    drain_check(s);
 }
 
 /* Frees requests that finished (after the step that referenced them). */
@@ -374,7 +533,7 @@ static void reap(struct rt_server *s)
     struct rt_req *r = s->reqs, *next;
     for (; r != NULL; r = next) {
         next = r->next;
-        if (r->done && !r->in_step && !r->in_deliver)
+        if (r->done && !r->in_step && !r->in_deliver && r->job == NULL)
             rt_req_drop(r);
     }
     drain_check(s);
@@ -383,8 +542,10 @@ static void reap(struct rt_server *s)
 void rt_req_cancel(struct rt_req *r)
 {
     struct rt_server *s = r->srv;
+    if (r->job != NULL)
+        rt_encode_job_cancel(r->job); /* r is freed when the job ends */
     if (r->done) {
-        if (!r->in_step)
+        if (!r->in_step && r->job == NULL)
             rt_req_drop(r);
         drain_check(s);
         return;
@@ -395,7 +556,7 @@ void rt_req_cancel(struct rt_req *r)
         rt_sched_abort(&s->sched, r->id); /* frees its pages at once */
         observe_finish(s, r, RT_FINISH_ABORT);
     }
-    if (!r->in_step && !r->in_deliver)
+    if (!r->in_step && !r->in_deliver && r->job == NULL)
         rt_req_drop(r);
     drain_check(s);
     wake(s);
@@ -408,9 +569,11 @@ void rt_req_abort(struct rt_req *r)
         return;
     if (r->submitted)
         rt_sched_abort(&s->sched, r->id);
+    if (r->job != NULL)
+        rt_encode_job_cancel(r->job); /* r is freed when the job ends */
     observe_finish(s, r, RT_FINISH_ABORT);
     rt_req_deliver(r, RT_FINISH_ABORT, NULL);
-    if (!r->in_step && !r->in_deliver)
+    if (!r->in_step && !r->in_deliver && r->job == NULL)
         rt_req_drop(r);
     wake(s);
 }
@@ -648,9 +811,9 @@ static void on_ready(void *ud)
          * own limit. */
         int64_t fit = rt_sched_max_tokens(&s->sched);
         if (fit < s->max_model_len) {
-            log_warn("max_model_len lowered from %d to %lld tokens: the KV "
-                     "pool (%d pages per rank) holds no more for one request "
-                     "(raise --kv-memory for more)",
+            log_warn("max_model_len %d capped to %lld: a KV pool of %d "
+                     "pages per rank holds no more tokens of one request "
+                     "(raise --kv-memory for the full context)",
                      s->max_model_len, (long long)fit, sc.pages_per_rank);
             s->max_model_len = (int32_t)fit;
             s->api_cfg.max_model_len = s->max_model_len;
@@ -693,7 +856,7 @@ static void tick_cb(uv_timer_t *t)
         return;
     }
     notify(s, "WATCHDOG");
-    if (s->draining && s->n_reqs == 0 && !s->step_in_flight)
+    if (s->draining && s->n_reqs == 0 && s->n_jobs == 0 && !s->step_in_flight)
         stop_all(s);
 }
 
@@ -702,6 +865,9 @@ static void drain_timeout_cb(uv_timer_t *t)
     struct rt_server *s = t->data;
     log_warn("drain: %d requests still running after --shutdown-timeout; "
              "cutting them", s->n_reqs);
+    /* Prompts still waiting for a tokenizer thread are not started; the
+     * running ones end on their own and the stop waits for them. */
+    rt_server__cancel_jobs(s);
     struct rt_req *r = s->reqs, *next;
     for (; r != NULL; r = next) {
         next = r->next;
@@ -722,7 +888,7 @@ static void drain_timeout_cb(uv_timer_t *t)
         }
     }
     reap(s);
-    if (!s->step_in_flight)
+    if (!s->step_in_flight && s->n_jobs == 0)
         stop_all(s);
 }
 
@@ -741,7 +907,7 @@ static void begin_drain(struct rt_server *s)
     notify(s, "NOTREADY draining");
     uv_timer_start(&s->drain_timer, drain_timeout_cb,
                    (uint64_t)(s->opts->shutdown_timeout * 1000.0), 0);
-    if (s->n_reqs == 0 && !s->step_in_flight)
+    if (s->n_reqs == 0 && s->n_jobs == 0 && !s->step_in_flight)
         stop_all(s);
 }
 
@@ -866,6 +1032,9 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
     s->loop = loop;
     s->opts = o;
     s->rng = uv_hrtime() ^ ((uint64_t)getpid() << 32);
+    if (getrandom(&s->scope_key, sizeof(s->scope_key), 0) !=
+        (ssize_t)sizeof(s->scope_key))
+        s->scope_key = splitmix(&s->rng);
     s->started = (int64_t)time(NULL);
     rt_step_init(&s->step);
     int rc = load_model_side(s, err, errlen);

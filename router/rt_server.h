@@ -18,6 +18,7 @@
 #ifndef RT_SERVER_H
 #define RT_SERVER_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -37,6 +38,7 @@
 
 struct rt_req;
 struct rt_server;
+struct rt_encode_job;
 
 /* Where a request's output goes (HTTP/SSE or gRPC). `deliver` is called
  * after every step that produced output for the request, and a last time
@@ -100,6 +102,17 @@ struct rt_req {
     int held_fin;               /* enum rt_finish of that delivery */
     char held_error[160];       /* its error text, "" for none */
     int no_hold;                /* deliver even when blocked (drain cut) */
+    /* Set by the front end before rt_req_submit to have the prompt
+     * rendered and tokenized off the loop thread: rt_req_submit then
+     * returns TG_EAGAIN and this is called once, on the loop thread, with
+     * the outcome of the submission (0, or a code with *e filled: the
+     * front end then reports e and calls rt_req_drop). It is not called
+     * for a request cancelled or aborted meanwhile. NULL: rt_req_submit
+     * tokenizes on the calling thread. */
+    void (*on_submitted)(struct rt_req *r, int rc, struct rt_api_error *e);
+    struct rt_encode_job *job;  /* its encode job while one runs; a request
+                                   cancelled meanwhile is freed when the
+                                   job ends */
     struct rt_tc_parser *tc;    /* tool-call parser of a chat request with
                                    tools and a known output format; NULL =
                                    the output is plain text */
@@ -137,6 +150,9 @@ struct rt_server {
     int n_reqs;
     uint64_t next_id;
     uint64_t rng;               /* seeds for requests without one */
+    uint64_t scope_key;         /* random per process: keys the multi-turn
+                                   cache scopes (rt_server.c), so a scope
+                                   cannot be computed from outside */
     int draining;
     int stopping;
     uv_signal_t sig_term, sig_int;
@@ -149,7 +165,67 @@ struct rt_server {
     int pump_on;
     int exit_code;
     int64_t started;            /* unix seconds */
+    struct rt_encode_job *jobs; /* encode jobs queued or running */
+    int n_jobs;                 /* their count: a drain waits for them */
 };
+
+/* One prompt rendered and tokenized on libuv's thread pool
+ * (rt_server_encode.c). The owner fills the inputs, starts it, and gets
+ * `done` exactly once on the loop thread (also after a cancel); it keeps
+ * the inputs alive and unmodified until then and frees the job (and ids)
+ * afterwards. */
+struct rt_encode_job {
+    uv_work_t work;             /* internal */
+    struct rt_server *srv;      /* set by rt_encode_job_start */
+    /* inputs */
+    int is_chat;
+    const char *text;           /* !is_chat: len bytes, borrowed */
+    size_t len;
+    json_t *messages;           /* is_chat: JSON array, borrowed */
+    json_t *tools;              /* is_chat: JSON array or NULL, borrowed */
+    struct rt_chat_opts chat;   /* is_chat: a copy; kwargs borrowed */
+    int add_special;
+    size_t max_ids;             /* stop once the prompt has more ids than
+                                   this (TG_ERANGE, tok_encode_max);
+                                   SIZE_MAX: no bound */
+    void (*done)(struct rt_encode_job *j); /* loop thread, once */
+    void *owner;
+    /* outputs, valid in done */
+    struct tok_ids ids;         /* owned by the job's owner from done on */
+    int rc;                     /* 0, TG_ECANCELED, or the encode error */
+    struct rt_api_error e;      /* rc != 0: the error to report */
+    atomic_int cancelled;       /* internal */
+    struct rt_encode_job *prev, *next; /* internal: s->jobs */
+};
+
+/* Prompts of at most this many bytes (text, or the strings of a chat's
+ * messages, tools and template arguments; a template may still expand
+ * them, within its limits) are encoded on the loop thread: it takes
+ * microseconds, and they never queue behind megabyte prompts on the
+ * pool. */
+#define RT_ENCODE_INLINE_BYTES (16u * 1024u)
+
+/* Returns 1 when j's input is small enough to encode inline. */
+int rt_encode_job_small(const struct rt_encode_job *j);
+
+/* Encodes j on the calling thread (the owner then calls its own done
+ * logic; j->done is not called). */
+void rt_encode_job_run(struct rt_server *s, struct rt_encode_job *j);
+
+/* Queues `j` on the thread pool. Returns 0, or TG_EINTERNAL with j->e set
+ * (then `done` is never called). Loop thread. */
+int rt_encode_job_start(struct rt_server *s, struct rt_encode_job *j);
+
+/* The owner gives up on `j`: a job still waiting for a thread is skipped,
+ * a running one finishes; either way `done` follows with j->rc ==
+ * TG_ECANCELED when it never ran. Loop thread. */
+void rt_encode_job_cancel(struct rt_encode_job *j);
+
+/* Cancels every job still queued (the drain's cut). Loop thread. */
+void rt_server__cancel_jobs(struct rt_server *s);
+
+/* Called after a job ended: a drain waiting for it may stop. */
+void rt_server__jobs_changed(struct rt_server *s);
 
 /* Start-up is three steps, run by the router's main:
  *   rt_server_init    loads the model's config, tokenizer, chat template
@@ -190,7 +266,13 @@ struct rt_req *rt_req_new(struct rt_server *s, const struct rt_sink *sink,
 
 /* Tokenizes r->g (prompt text, ids or chat messages), checks the context,
  * and submits it. On failure fills *e (HTTP status and OpenAI error) and
- * the caller must rt_req_drop it. */
+ * the caller must rt_req_drop it. With r->on_submitted set and a text or
+ * chat prompt, the tokenization runs on the thread pool and the return is
+ * TG_EAGAIN: the outcome comes through on_submitted. The encoding stops as
+ * soon as the prompt has more tokens than the context leaves it
+ * (max_model_len minus max_tokens when given, else minus one), so an
+ * over-long prompt costs about a context's worth of tokenization before
+ * it is refused with context_length_exceeded. */
 int rt_req_submit(struct rt_req *r, struct rt_api_error *e);
 
 /* The client is gone or cancelled: aborts the request (its pages return to
@@ -219,8 +301,9 @@ void rt_req_resume(struct rt_req *r);
 /* Frees a request that was never submitted or already finished. */
 void rt_req_drop(struct rt_req *r);
 
-/* Tokenizes `text` (len bytes), appending to *ids. On failure fills *e
- * (400 for bad input, 500 out of memory) and returns the code. */
+/* Tokenizes `text` (len bytes) on the calling thread, appending to *ids.
+ * On failure fills *e (400 for bad input, 500 out of memory) and returns
+ * the code. Any thread (reads only immutable server state). */
 int rt_server_encode(struct rt_server *s, const char *text, size_t len,
                      int add_special, struct tok_ids *ids,
                      struct rt_api_error *e);

@@ -63,6 +63,12 @@ int main(int argc, char **argv)
     tg_log_init("router", -1, (enum tg_log_level)o.log_level,
                 (enum tg_log_format)o.log_format);
     signal(SIGPIPE, SIG_IGN);
+    /* Prompts are rendered and tokenized on libuv's thread pool
+     * (rt_server_encode.c), which reads its size from the environment
+     * when the first job is queued: set it before anything runs. */
+    char threads[32];
+    snprintf(threads, sizeof(threads), "%lld", (long long)o.tokenizer_threads);
+    setenv("UV_THREADPOOL_SIZE", threads, 1);
 
     uv_loop_t loop;
     uv_loop_init(&loop);

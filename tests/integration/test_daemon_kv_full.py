@@ -68,7 +68,7 @@ def main():
                   "max_model_len is what the pool holds for one request "
                   "(%d pages -> %d tokens; model context %d; advertised %s)"
                   % (pages, fit, ctx, advertised))
-        chk.check("max_model_len lowered" in d.log_text(),
+        chk.check("capped to %d" % fit in d.log_text(),
                   "the router logs that it lowered max_model_len")
 
         prompt = "one two three four"

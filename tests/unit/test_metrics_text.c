@@ -226,6 +226,7 @@ static void test_tangram_set(void **state)
         {"tangram_grpc_refused_streams_total", RT_METRICS_COUNTER, 0},
         {"tangram_grpc_oversized_messages_total", RT_METRICS_COUNTER, 0},
         {"tangram_grpc_unauthenticated_total", RT_METRICS_COUNTER, 0},
+        {"tangram_tokenize_jobs_in_flight", RT_METRICS_GAUGE, 0},
     };
     int n_want = (int)(sizeof(want) / sizeof(want[0]));
     assert_int_equal(m.reg.n_families, n_want);

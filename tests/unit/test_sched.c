@@ -511,7 +511,10 @@ static void test_evict_before_preempt(void **state)
     kv_layout_free(&lay);
 }
 
-static void test_outgrown_pool_ends_kv_full(void **state)
+/* A request alone that outgrows the whole pool while decoding is
+ * preempted, cannot be admitted again and ends with RT_SCHED_END_KV, never
+ * LENGTH: it did not reach its max_tokens (the router reports an error). */
+static void test_outgrown_pool_ends_with_kv(void **state)
 {
     (void)state;
     struct kv_layout lay;
@@ -533,7 +536,7 @@ static void test_outgrown_pool_ends_kv_full(void **state)
     struct rt_sched_event ev;
     /* The KV cache ended it, not max_tokens: never reported as length. */
     assert_int_equal(tt_sched_run_until_done(&s, &st, 1, 50, &ev),
-                     RT_SCHED_END_KV_FULL);
+                     RT_SCHED_END_KV);
     /* Positions 0..15 fill the pool: 3 tokens generated (14, 15 fed), the
      * 17th position cannot exist. */
     assert_int_equal(ev.completion_tokens, 3);
@@ -702,7 +705,7 @@ int main(void)
         cmocka_unit_test(test_long_generation),
         cmocka_unit_test(test_preemption_by_recompute),
         cmocka_unit_test(test_evict_before_preempt),
-        cmocka_unit_test(test_outgrown_pool_ends_kv_full),
+        cmocka_unit_test(test_outgrown_pool_ends_with_kv),
         cmocka_unit_test(test_abort_and_stop),
         cmocka_unit_test(test_fail_running),
         cmocka_unit_test(test_rank_layouts),

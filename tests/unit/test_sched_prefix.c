@@ -1,7 +1,7 @@
 /* test_sched_prefix.c — the router scheduler's multi-turn cache
  * (rt_prefix, through rt_sched and directly): prefix reuse with exact
  * cached_prompt_tokens, partial reuse, the cache's own lookups and
- * replacement, LRU eviction order and session-id hits. The rest of the
+ * replacement, LRU eviction order, session-id hits and scope isolation. The rest of the
  * scheduler is tested in test_sched.c; the shared fixture is
  * tests/support/tt_sched.h. */
 #include <setjmp.h>
@@ -217,42 +217,42 @@ static void test_prefix_cache_unit(void **state)
     /* A: 8 tokens, session "s1"; B: 16 tokens (extends A); C: 24 tokens,
      * other content. */
     make_seq(&q, &lay, &pool, 8);
-    assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 7, NULL, &q, err,
+    assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 7, 0, NULL, &q, err,
                                       sizeof(err)), TG_EINVAL); /* 8 != 7 */
-    assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 8, "s1", &q, err,
+    assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 8, 0, "s1", &q, err,
                                       sizeof(err)), 0);
     assert_int_equal(q.n_rows, 0); /* moved out */
     make_seq(&q, &lay, &pool, 16);
-    assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 16, NULL, &q, err,
+    assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 16, 0, NULL, &q, err,
                                       sizeof(err)), 0);
     int32_t ctoks[24];
     tt_sched_fill(ctoks, 24, 5000);
     make_seq(&q, &lay, &pool, 24);
-    assert_int_equal(rt_prefix_insert(&pc, &pool, ctoks, 24, "s2", &q, err,
+    assert_int_equal(rt_prefix_insert(&pc, &pool, ctoks, 24, 0, "s2", &q, err,
                                       sizeof(err)), 0);
     assert_int_equal(pc.n_entries, 3);
     assert_int_equal(rt_prefix_pages(&pc, 0), kv_pool_n_used(&pool));
 
     struct rt_prefix_entry *m = NULL;
     /* Longest proper prefix wins. */
-    assert_int_equal(rt_prefix_match(&pc, toks, 20, NULL, &m), 0);
+    assert_int_equal(rt_prefix_match(&pc, toks, 20, 0, NULL, &m), 0);
     assert_non_null(m);
     assert_int_equal(m->n_tokens, 16);
     /* The session selects its own entry even though B is longer. */
-    assert_int_equal(rt_prefix_match(&pc, toks, 20, "s1", &m), 0);
+    assert_int_equal(rt_prefix_match(&pc, toks, 20, 0, "s1", &m), 0);
     assert_int_equal(m->n_tokens, 8);
     /* A session whose entry is not a prefix falls back to the longest. */
-    assert_int_equal(rt_prefix_match(&pc, toks, 20, "s2", &m), 0);
+    assert_int_equal(rt_prefix_match(&pc, toks, 20, 0, "s2", &m), 0);
     assert_int_equal(m->n_tokens, 16);
     /* Exactly the stored length is not a proper prefix. */
-    assert_int_equal(rt_prefix_match(&pc, toks, 16, NULL, &m), 0);
+    assert_int_equal(rt_prefix_match(&pc, toks, 16, 0, NULL, &m), 0);
     assert_int_equal(m->n_tokens, 8);
-    assert_int_equal(rt_prefix_match(&pc, toks, 8, NULL, &m), 0);
+    assert_int_equal(rt_prefix_match(&pc, toks, 8, 0, NULL, &m), 0);
     assert_null(m);
     int32_t bad[20];
     memcpy(bad, toks, sizeof(bad));
     bad[5] = 1;
-    assert_int_equal(rt_prefix_match(&pc, bad, 20, NULL, &m), 0);
+    assert_int_equal(rt_prefix_match(&pc, bad, 20, 0, NULL, &m), 0);
     assert_null(m);
 
     /* LRU: oldest first (A), never the kept one. */
@@ -269,19 +269,19 @@ static void test_prefix_cache_unit(void **state)
 
     /* The same session replaces its entry; the same tokens too. */
     make_seq(&q, &lay, &pool, 12);
-    assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 12, "s2", &q, err,
+    assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 12, 0, "s2", &q, err,
                                       sizeof(err)), 0);
     assert_int_equal(pc.n_entries, 1);
     assert_int_equal(pc.newest->n_tokens, 12);
     make_seq(&q, &lay, &pool, 12);
-    assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 12, NULL, &q, err,
+    assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 12, 0, NULL, &q, err,
                                       sizeof(err)), 0);
     assert_int_equal(pc.n_entries, 1);
     assert_null(pc.newest->session);
     assert_int_equal(rt_prefix_pages(&pc, 0), kv_pool_n_used(&pool));
 
     /* Take moves the seq out with its pages. */
-    assert_int_equal(rt_prefix_match(&pc, toks, 30, NULL, &m), 0);
+    assert_int_equal(rt_prefix_match(&pc, toks, 30, 0, NULL, &m), 0);
     assert_non_null(m);
     struct kv_seq got;
     memset(&got, 0, sizeof(got));
@@ -294,7 +294,7 @@ static void test_prefix_cache_unit(void **state)
     assert_int_equal(kv_pool_n_used(&pool), 0);
 
     make_seq(&q, &lay, &pool, 5);
-    assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 5, "x", &q, err,
+    assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 5, 0, "x", &q, err,
                                       sizeof(err)), 0);
     rt_prefix_free(&pc, &pool); /* returns the pages */
     assert_int_equal(kv_pool_n_used(&pool), 0);
@@ -412,6 +412,119 @@ static void test_session_hit(void **state)
     kv_layout_free(&lay);
 }
 
+/* Scopes isolate clients: another scope neither sees an entry (no match,
+ * no rewind), nor replaces it by storing the same tokens or session id;
+ * the owner's scope still hits afterwards. */
+static void test_prefix_scopes(void **state)
+{
+    (void)state;
+    struct kv_layout lay;
+    tt_sched_layout(&lay, 1);
+    struct kv_pool pool;
+    assert_int_equal(kv_pool_init(&pool, 256, err, sizeof(err)), 0);
+    assert_int_equal(kv_pool_debug_track(&pool, err, sizeof(err)), 0);
+    struct rt_prefix pc;
+    assert_int_equal(rt_prefix_init(&pc, 1, err, sizeof(err)), 0);
+    int32_t toks[64];
+    tt_sched_fill(toks, 64, 10);
+    const uint64_t A = 0x1111, B = 0x2222;
+    struct kv_seq q;
+    struct rt_prefix_entry *m = NULL;
+
+    make_seq(&q, &lay, &pool, 16);
+    assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 16, A, "conv", &q,
+                                      err, sizeof(err)), 0);
+    /* B guesses the prefix, with and without A's session id. */
+    assert_int_equal(rt_prefix_match(&pc, toks, 40, B, NULL, &m), 0);
+    assert_null(m);
+    assert_int_equal(rt_prefix_match(&pc, toks, 40, B, "conv", &m), 0);
+    assert_null(m);
+    const struct kv_layout *lays[1] = {&lay};
+    assert_int_equal(rt_prefix_match_rewind(&pc, &pool, lays, toks, 12, B,
+                                            "conv", &m), 0);
+    assert_null(m);
+    /* B stores the very same tokens and session: a second entry, A's
+     * stays. */
+    make_seq(&q, &lay, &pool, 16);
+    assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 16, B, "conv", &q,
+                                      err, sizeof(err)), 0);
+    assert_int_equal(pc.n_entries, 2);
+    assert_int_equal(rt_prefix_match(&pc, toks, 40, A, NULL, &m), 0);
+    assert_non_null(m);
+    assert_true(m->scope == A);
+    assert_int_equal(m->n_tokens, 16);
+    assert_int_equal(rt_prefix_match(&pc, toks, 40, B, NULL, &m), 0);
+    assert_non_null(m);
+    assert_true(m->scope == B);
+    /* A third scope still sees nothing. */
+    assert_int_equal(rt_prefix_match(&pc, toks, 40, 0, NULL, &m), 0);
+    assert_null(m);
+    /* Within A, a newer turn replaces A's own entry only. */
+    make_seq(&q, &lay, &pool, 20);
+    assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 20, A, "conv", &q,
+                                      err, sizeof(err)), 0);
+    assert_int_equal(pc.n_entries, 2);
+    assert_int_equal(rt_prefix_match(&pc, toks, 40, B, NULL, &m), 0);
+    assert_int_equal(m->n_tokens, 16);
+    assert_int_equal(rt_prefix_pages(&pc, 0), kv_pool_n_used(&pool));
+    rt_prefix_free(&pc, &pool);
+    assert_int_equal(kv_pool_n_used(&pool), 0);
+    kv_pool_free(&pool);
+    kv_layout_free(&lay);
+}
+
+/* Through the scheduler: a request of another scope with a stored prompt
+ * as its prefix reuses nothing (cached 0) and the owner still hits. */
+static void test_sched_scopes(void **state)
+{
+    (void)state;
+    struct kv_layout lay;
+    tt_sched_layout(&lay, 0);
+    struct rt_sched s;
+    struct rt_sched_config cfg = tt_sched_cfg(&lay, 2, 128, 4, 16, 8);
+    assert_int_equal(rt_sched_init(&s, &cfg, err, sizeof(err)), 0);
+    struct rt_step st;
+    rt_step_init(&st);
+    int32_t u[48];
+    tt_sched_fill(u, 48, 50);
+    /* Scope 0 (the fixture's) stores u[0 .. 31). */
+    tt_sched_finish_turn(&s, &st, 1, u, 30, NULL);
+    tt_sched_fill(u + 31, 5, 8000);
+    int32_t cp[48];
+    memcpy(cp, u, sizeof(cp));
+    struct rt_sched_request other = {
+        .id = 2, .prompt = cp, .n_prompt = 36, .max_tokens = 1,
+        .cache_scope = 77, .user = NULL,
+        .sampling = {.temperature = 0, .top_p = 1, .repetition_penalty = 1},
+    };
+    assert_int_equal(rt_sched_submit(&s, &other, err, sizeof(err)), 0);
+    assert_int_equal(rt_sched_plan(&s, &st, err, sizeof(err)), 0);
+    struct rt_sched_req_info info;
+    assert_int_equal(rt_sched_req_info(&s, 2, &info), 0);
+    assert_int_equal(info.cached_prompt_tokens, 0);
+    assert_int_equal(st.entries[0].pos, 0);
+    struct rt_sched_stats stats;
+    rt_sched_get_stats(&s, &stats);
+    assert_int_equal(stats.cache_entries, 1); /* untouched */
+    tt_sched_validate(&s);
+    int32_t tok1 = 1;
+    assert_int_equal(rt_sched_complete(&s, &st, &tok1, NULL, err,
+                                       sizeof(err)), 0);
+    /* The owner's scope still hits its 31 tokens. */
+    assert_int_equal(tt_sched_submit(&s, 3, u, 36, 1, NULL, err, sizeof(err)),
+                     0);
+    assert_int_equal(rt_sched_plan(&s, &st, err, sizeof(err)), 0);
+    assert_int_equal(rt_sched_req_info(&s, 3, &info), 0);
+    assert_int_equal(info.cached_prompt_tokens, 31);
+    int32_t tok[2] = {1, 1};
+    assert_int_equal(rt_sched_complete(&s, &st, tok, NULL, err, sizeof(err)),
+                     0);
+    tt_sched_validate(&s);
+    rt_step_free(&st);
+    rt_sched_free(&s);
+    kv_layout_free(&lay);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -420,6 +533,8 @@ int main(void)
         cmocka_unit_test(test_prefix_cache_unit),
         cmocka_unit_test(test_lru_eviction_order),
         cmocka_unit_test(test_session_hit),
+        cmocka_unit_test(test_prefix_scopes),
+        cmocka_unit_test(test_sched_scopes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -193,7 +193,7 @@ static void check_plan(struct sim *m, struct rt_step *st, int64_t budget,
     /* Requests ended while planning. */
     for (int32_t i = 0; i < st->n_events; i++) {
         const struct rt_sched_event *ev = &st->events[i];
-        assert_true(ev->finish == RT_SCHED_END_KV_FULL); /* outgrew a pool */
+        assert_true(ev->finish == RT_SCHED_END_KV);
         assert_int_equal(ev->token, -1);
         struct model_req *r = &m->req[ev->id];
         assert_true(r->generated > 0); /* only outgrown preempted ones */

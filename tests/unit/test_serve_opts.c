@@ -70,6 +70,7 @@ static void test_marks(void **state)
         "model", "profile", "backend", "tp", "host", "http-port",
         "grpc-port", "heads-per-group", "page-size", "prefill-chunk",
         "max-num-seqs", "max-batched-tokens", "kv-memory", "max-queued",
+        "tokenizer-threads",
         "api-key", "log-format", "log-level", "shutdown-timeout",
         "served-model-name", "max-model-len", "worker-heartbeat-ms",
         "http-max-connections", "http-max-connections-per-ip",

@@ -580,6 +580,56 @@ static void test_threads(void **state)
     free(text);
 }
 
+/* tok_encode_max: at the exact count the ids equal tok_encode's; one
+ * below, TG_ERANGE with the array unchanged; a huge text over a small
+ * bound stops early and still refuses. */
+static void test_encode_max(void **state)
+{
+    (void)state;
+    const char *text = "The quick brown fox jumps over the lazy dog, again "
+                       "and again.<|im_end|> And then some more words.";
+    struct tok_ids want = {0}, got = {0};
+    assert_int_equal(tok_encode(&g_qwen3, NULL, text, strlen(text),
+                                TOK_ENCODE_ADD_SPECIAL, &want, errbuf,
+                                sizeof errbuf), 0);
+    assert_true(want.n > 4);
+    assert_int_equal(tok_encode_max(&g_qwen3, NULL, text, strlen(text),
+                                    TOK_ENCODE_ADD_SPECIAL, want.n, &got,
+                                    errbuf, sizeof errbuf), 0);
+    assert_int_equal(got.n, want.n);
+    assert_memory_equal(got.v, want.v, want.n * sizeof(int32_t));
+    /* Appending: the bound counts from what the array held. */
+    assert_int_equal(tok_encode_max(&g_qwen3, NULL, text, strlen(text),
+                                    TOK_ENCODE_ADD_SPECIAL, want.n - 1, &got,
+                                    errbuf, sizeof errbuf), TG_ERANGE);
+    assert_int_equal(got.n, want.n);
+    assert_non_null(strstr(errbuf, "more than"));
+    struct tok_cache c;
+    assert_int_equal(tok_cache_init(&c, &g_qwen3, 256, errbuf,
+                                    sizeof errbuf), 0);
+    size_t big = 4u << 20;
+    char *huge = malloc(big);
+    assert_non_null(huge);
+    for (size_t i = 0; i < big; i++)
+        huge[i] = (i % 6 == 5) ? ' ' : (char)('a' + (int)(i % 23));
+    tok_ids_free(&got);
+    assert_int_equal(tok_encode_max(&g_qwen3, &c, huge, big, 0, 100, &got,
+                                    errbuf, sizeof errbuf), TG_ERANGE);
+    assert_int_equal(got.n, 0);
+    /* It stopped near the bound rather than encoding 4 MiB: the array
+     * never grew to the text's size. */
+    assert_true(got.cap < 4096);
+    /* The cache works unbounded afterwards. */
+    assert_int_equal(tok_encode(&g_qwen3, &c, text, strlen(text),
+                                TOK_ENCODE_ADD_SPECIAL, &got, errbuf,
+                                sizeof errbuf), 0);
+    assert_int_equal(got.n, want.n);
+    tok_cache_free(&c);
+    free(huge);
+    tok_ids_free(&got);
+    tok_ids_free(&want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -594,6 +644,7 @@ int main(void)
         cmocka_unit_test(test_stream_multibyte),
         cmocka_unit_test(test_stream_lossy),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_encode_max),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1,0 +1,296 @@
+#!/usr/bin/python3
+"""Integration test of tangramd under hostile load: prompts tokenized off
+the event loop, the early context check, and multi-turn cache isolation.
+
+Starts tangramd (router + one CPU worker) on loopback with the tiny qwen3
+model, --tokenizer-threads 1 (so that big prompts queue on the pool) and a
+16 MiB body limit, then:
+
+- sends 6 concurrent /tokenize requests of 8 MB each and, while they are
+  encoded, reads /metrics and /health: the router answers them while at
+  least two tokenize jobs are still in flight
+  (tangram_tokenize_jobs_in_flight >= 2 in a /metrics answer, /health 200
+  after it, before the last big answer), and a small streaming completion
+  started meanwhile (its prompt is encoded inline, not behind the big
+  ones) gives the same events as alone; every big answer has the exact
+  ids (the prompt is one unit repeated, whose ids repeat);
+- an 8 MB completion prompt against --max-model-len 128 is refused with
+  context_length_exceeded saying the prompt has "more than" the tokens the
+  context leaves (the encoding stopped there);
+- cache scopes: client A (X-Session-Id tenant-a) stores a conversation;
+  client B (tenant-b) sending A's prompt plus more sees cached_tokens 0,
+  and A's next turn still hits its entry (cached_tokens > 0); a client
+  without a session id does not see A's entry either;
+- a second daemon with a KV pool far below the context (--kv-memory
+  1MiB): max_model_len is capped to what the pool holds for one request
+  (log line and /v1/models), and 4 concurrent requests that preempt each
+  other each end with finish_reason "length" and exactly max_tokens tokens
+  (or 503 kv_cache_exhausted), never a short "length".
+
+Checks are on order and content, never on timing thresholds.
+"""
+import json
+import os
+import shutil
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import daemon_util as du  # noqa: E402
+
+KEY = "sk-tangram-hostile"
+AUTH = {"Authorization": "Bearer " + KEY}
+MODEL = "tiny"
+MAX_LEN = 128
+UNIT = " alpha beta gamma delta"
+BIG_JOBS = 6
+
+chk = du.Checker()
+
+
+def post(d, path, body, headers=None, timeout=300):
+    h = dict(AUTH)
+    h.update(headers or {})
+    st, _, data = du.http("POST", d.base_url + path, body, h, timeout)
+    return st, du.json_of(data), data
+
+
+def t_tokenize_off_loop(d):
+    st, j, raw = post(d, "/tokenize", {"model": MODEL, "prompt": UNIT,
+                                       "add_special_tokens": False})
+    if not chk.check(st == 200 and j["count"] > 0, "/tokenize of one unit",
+                     raw):
+        return
+    unit_ids = j["tokens"]
+    reps = (8 << 20) // len(UNIT)
+    big = UNIT * reps
+    lock = threading.Lock()
+    order = []          # events in the order they happened
+    results = {}
+
+    def note(ev):
+        with lock:
+            order.append(ev)
+
+    def big_call(i):
+        st, j, raw = post(d, "/tokenize", {"model": MODEL, "prompt": big,
+                                           "add_special_tokens": False})
+        results[i] = (st, j)
+        note(("tokenize", i))
+
+    def stream_call():
+        body = {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 48,
+                "temperature": 0, "ignore_eos": True, "stream": True}
+        st, _, data = du.http("POST", d.base_url + "/v1/completions", body,
+                              AUTH, 300)
+        payloads, problems = du.sse_events(data)
+        texts = [json.loads(p)["choices"][0]["text"] for p in payloads
+                 if p != "[DONE]"] + [p for p in payloads if p == "[DONE]"]
+        results["stream"] = (st, texts, problems)
+        note(("stream", 0))
+
+    # The stream's text pieces alone (greedy), for comparison.
+    stream_call()
+    alone = results.pop("stream")[1]
+    order.clear()
+    chk.check(alone and alone[-1] == "[DONE]", "a stream alone ends with "
+              "[DONE]", alone)
+
+    threads = [threading.Thread(target=big_call, args=(i,))
+               for i in range(BIG_JOBS)]
+    for t in threads:
+        t.start()
+    # Wait until the router holds at least two jobs, reading /metrics (a
+    # loop-thread answer) until it says so or every big call has ended.
+    seen = None
+    while seen is None and any(t.is_alive() for t in threads):
+        m = du.fetch_metrics(d.base_url, AUTH)
+        v = du.metric(m, "tangram_tokenize_jobs_in_flight") if m else None
+        if v is not None and v >= 2:
+            seen = v
+            note(("metrics", v))
+    health = d.health()
+    note(("health", health))
+    st_thread = threading.Thread(target=stream_call)
+    st_thread.start()
+    st_thread.join()
+    for t in threads:
+        t.join()
+    names = [e[0] for e in order]
+    chk.check(seen is not None,
+              "/metrics answered while %s tokenize jobs were in flight "
+              "(tangram_tokenize_jobs_in_flight)" % seen, order)
+    last_tok = max(i for i, n in enumerate(names) if n == "tokenize")
+    chk.check(health == 200 and names.index("health") < last_tok,
+              "/health answered 200 before the last big tokenize ended",
+              order)
+    st, payloads, problems = results.get("stream", (None, [], ["none"]))
+    chk.check(st == 200 and not problems and payloads == alone,
+              "a stream started while the big prompts were encoded ran to "
+              "[DONE] with the same events as alone", (st, problems, order))
+    want = len(unit_ids) * reps
+    good = sum(1 for i in range(BIG_JOBS)
+               if results.get(i, (0, None))[0] == 200 and
+               results[i][1]["count"] == want and
+               results[i][1]["tokens"][:len(unit_ids) * 3] == unit_ids * 3 and
+               results[i][1]["tokens"][-len(unit_ids):] == unit_ids)
+    chk.check(good == BIG_JOBS, "all %d big /tokenize answers are exact "
+              "(%d ids each)" % (BIG_JOBS, want),
+              [results.get(i, (None,))[0] for i in range(BIG_JOBS)])
+    m = du.fetch_metrics(d.base_url, AUTH)
+    chk.check(m is not None and
+              du.metric(m, "tangram_tokenize_jobs_in_flight") == 0,
+              "no tokenize job is left in flight")
+    # The early context check: an 8 MB prompt stops encoding at the bound.
+    st, j, raw = post(d, "/v1/completions", {"model": MODEL, "prompt": big,
+                                             "max_tokens": 8})
+    msg = j["error"]["message"] if isinstance(j, dict) and "error" in j \
+        else ""
+    chk.check(st == 400 and j["error"]["code"] == "context_length_exceeded"
+              and "more than 120 tokens" in msg,
+              "an 8 MB prompt is refused as over the context at the bound "
+              "(%s)" % msg, raw[:500])
+    st, j, raw = post(d, "/v1/chat/completions", {
+        "model": MODEL, "messages": [{"role": "user", "content": big}]})
+    msg = j["error"]["message"] if isinstance(j, dict) and "error" in j \
+        else ""
+    chk.check(st == 400 and "more than 127 tokens" in msg,
+              "an 8 MB chat message is refused the same way (%s)" % msg,
+              raw[:500])
+
+
+def complete(d, prompt, sid=None, max_tokens=4):
+    h = {"X-Session-Id": sid} if sid else {}
+    st, j, raw = post(d, "/v1/completions", {
+        "model": MODEL, "prompt": prompt, "max_tokens": max_tokens,
+        "temperature": 0, "ignore_eos": True}, h)
+    cached = j["usage"]["prompt_tokens_details"]["cached_tokens"] \
+        if st == 200 else None
+    return st, j, cached, raw
+
+
+def t_cache_scopes(d):
+    p = "The harbour lights were low and the tide came in" + \
+        " slowly over the stones" * 2
+    st, j, cached, raw = complete(d, p, "tenant-a")
+    if not chk.check(st == 200 and cached == 0,
+                     "scopes: A's first turn stores its conversation", raw):
+        return
+    more = p + " and then the night fell"
+    st, j, cached, raw = complete(d, more, "tenant-b")
+    chk.check(st == 200 and cached == 0,
+              "scopes: B (another X-Session-Id) sending A's prompt plus more "
+              "sees cached_tokens 0 (got %s)" % cached, raw)
+    st, j, cached, raw = complete(d, more)
+    chk.check(st == 200 and cached == 0,
+              "scopes: a client without a session id sees cached_tokens 0 "
+              "(got %s)" % cached, raw)
+    st, j, cached, raw = complete(d, more, "tenant-a")
+    chk.check(st == 200 and cached is not None and cached > 0,
+              "scopes: A's own next turn still hits its entry "
+              "(cached_tokens %s)" % cached, raw)
+
+
+def t_tiny_pool(work, model):
+    """A KV pool far smaller than the context: max_model_len is capped to
+    what the pool holds for one request (log line, /v1/models), and under
+    preemption every answer that says finish_reason "length" has exactly
+    max_tokens tokens."""
+    d = du.Daemon(model, work, ["--max-model-len", "100000",
+                                "--kv-memory", "1MiB", "--page-size", "16"],
+                  api_key=KEY)
+    try:
+        if not chk.check(d.start(), "tiny pool: tangramd starts",
+                         d.log_text()[-3000:]):
+            return
+        m = du.fetch_metrics(d.base_url, AUTH)
+        pages = du.metric(m, "tangram_kv_pages_total", rank="0")
+        st, _, data = du.http("GET", d.base_url + "/v1/models", None, AUTH)
+        ctx = du.json_of(data)["data"][0]["max_model_len"]
+        cap = int(pages) // 2 * 16  # 2 rows (layers x groups), 16 per page
+        chk.check(ctx == min(cap, ctx) and ctx <= cap and
+                  "capped to %d" % ctx in d.log_text(),
+                  "tiny pool: max_model_len %s is capped to the pool's %s "
+                  "tokens for one request (%s pages), with a log line" %
+                  (ctx, cap, pages))
+        n = 4
+        res = [None] * n
+
+        def one(i):
+            res[i] = post(d, "/v1/completions", {
+                "model": MODEL, "prompt": "Tell me story %d" % i,
+                "max_tokens": ctx - 16, "temperature": 0,
+                "ignore_eos": True})
+
+        ths = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join()
+        truthful = 0
+        for st, j, raw in res:
+            if st == 200:
+                fr = j["choices"][0]["finish_reason"]
+                truthful += fr == "length" and \
+                    j["usage"]["completion_tokens"] == ctx - 16
+            else:
+                truthful += st == 503 and \
+                    j["error"]["code"] == "kv_cache_exhausted"
+        m = du.fetch_metrics(d.base_url, AUTH)
+        pre = du.metric(m, "tangram_num_preemptions_total")
+        chk.check(truthful == n, "tiny pool: %d concurrent requests of %d "
+                  "tokens (preemptions: %s) end with finish_reason length "
+                  "and exactly max_tokens, or 503 kv_cache_exhausted" %
+                  (n, ctx - 16, pre), [r[2][:300] for r in res])
+        st, j, raw = post(d, "/v1/completions", {
+            "model": MODEL, "prompt": "Hi", "max_tokens": ctx + 10})
+        chk.check(st == 400 and j["error"]["code"] in (
+                  "context_length_exceeded", "invalid_value"),
+                  "tiny pool: max_tokens beyond the capped context is "
+                  "refused up front", raw[:300])
+    finally:
+        rc, left = d.stop()
+        chk.check(rc == 0 and not left, "tiny pool: tangramd stops cleanly")
+
+
+def main():
+    missing = du.missing_inputs()
+    if missing:
+        return du.fail_missing(missing)
+    work = du.scratch_dir("tgdhostile")
+    d = None
+    try:
+        model = du.make_model(os.path.join(work, MODEL))
+        d = du.Daemon(model, work, ["--max-model-len", str(MAX_LEN),
+                                    "--tokenizer-threads", "1",
+                                    "--http-max-body", "16MiB"],
+                      api_key=KEY)
+        ready = d.start()
+        chk.check(ready, "tangramd starts and /health turns 200",
+                  d.log_text()[-3000:])
+        if ready:
+            t_cache_scopes(d)
+            t_tokenize_off_loop(d)
+        rc, left = d.stop()
+        d = None
+        chk.check(rc == 0 and not left, "tangramd stops cleanly")
+        os.makedirs(os.path.join(work, "tiny-pool"), exist_ok=True)
+        t_tiny_pool(os.path.join(work, "tiny-pool"), model)
+    finally:
+        if d is not None:
+            rc, left = d.stop()
+            chk.check(rc == 0, "tangramd exits 0 on SIGTERM (rc %s)" % rc)
+            chk.check(not left, "no router/worker survives tangramd (%s)" %
+                      left)
+            san = d.sanitizer_reports()
+            chk.check(not san, "no sanitizer report in the daemon's log",
+                      "\n".join(san[:10]))
+            if chk.failures:
+                print("---- tangramd log (tail) ----")
+                print(d.log_text()[-4000:])
+        shutil.rmtree(work, ignore_errors=True)
+    return chk.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

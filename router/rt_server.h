@@ -227,6 +227,13 @@ void rt_server__cancel_jobs(struct rt_server *s);
 /* Called after a job ended: a drain waiting for it may stop. */
 void rt_server__jobs_changed(struct rt_server *s);
 
+/* Internal to rt_server*.c: schedule a step at the next loop turn; stop a
+ * drain whose last request just ended; the next value of a splitmix64
+ * stream (Steele, Lea and Flood 2014) at *x. Loop thread. */
+void rt_server__wake(struct rt_server *s);
+void rt_server__drain_check(struct rt_server *s);
+uint64_t rt_server__splitmix(uint64_t *x);
+
 /* Start-up is three steps, run by the router's main:
  *   rt_server_init    loads the model's config, tokenizer, chat template
  *                     and profile, binds the worker link and creates the

@@ -1,10 +1,8 @@
 /* jj_expr.c — expression evaluation (jj_internal.h): literals, names,
  * Python's operators on int / float / str / list (int is limited to 64 bits;
  * an overflow is an error, never a wrapped number), comparisons chained as
- * in Python, `in`, `and` / `or` returning an operand, inline if, and the
- * sandboxed attribute and item access of jinja2.sandbox (an attribute first
- * tries a method of the type, then an item; an item first tries the item,
- * then an attribute; a miss is an Undefined that fails only when used). */
+ * in Python, `in`, `and` / `or` returning an operand, inline if, slices
+ * and calls. Attribute and item access are in jj_access.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,21 +35,13 @@ int jj_undef_error(struct jj_ctx *c, int line, struct jj_val u)
 
 /* ---- numbers --------------------------------------------------------------- */
 
-static bool is_intlike(struct jj_val v)
-{
-    return v.t == JJ_INT || v.t == JJ_BOOL;
-}
-static int64_t as_int(struct jj_val v)
-{
-    return v.t == JJ_BOOL ? v.u.b : v.u.i;
-}
 static bool is_num(struct jj_val v)
 {
-    return is_intlike(v) || v.t == JJ_FLOAT;
+    return jj_is_intlike(v) || v.t == JJ_FLOAT;
 }
 static double as_float(struct jj_val v)
 {
-    return v.t == JJ_FLOAT ? v.u.f : (double)as_int(v);
+    return v.t == JJ_FLOAT ? v.u.f : (double)jj_as_int(v);
 }
 
 static int overflow(struct jj_ctx *c, int line)
@@ -263,8 +253,8 @@ int jj_binop(struct jj_ctx *c, int line, int op, struct jj_val a,
         return jj_undef_error(c, line, b);
     static const char *const sym[] = {"", "+", "-", "*", "/", "//", "%", "**"};
     const char *os = op <= JJ_OP_POW ? sym[op] : "?";
-    if (is_intlike(a) && is_intlike(b) && op != JJ_OP_DIV) {
-        int64_t x = as_int(a), y = as_int(b), r;
+    if (jj_is_intlike(a) && jj_is_intlike(b) && op != JJ_OP_DIV) {
+        int64_t x = jj_as_int(a), y = jj_as_int(b), r;
         switch (op) {
         case JJ_OP_ADD:
             if (__builtin_add_overflow(x, y, &r))
@@ -322,8 +312,8 @@ int jj_binop(struct jj_ctx *c, int line, int op, struct jj_val a,
         return 0;
     }
     if (is_num(a) && is_num(b)) {
-        if (op == JJ_OP_DIV && is_intlike(a) && is_intlike(b) &&
-            (llabs(as_int(a)) > (1LL << 53) || llabs(as_int(b)) > (1LL << 53)))
+        if (op == JJ_OP_DIV && jj_is_intlike(a) && jj_is_intlike(b) &&
+            (llabs(jj_as_int(a)) > (1LL << 53) || llabs(jj_as_int(b)) > (1LL << 53)))
             return jj_fail(c, line, TG_EUNSUPPORTED,
                            "unsupported: true division of integers beyond "
                            "2**53");
@@ -334,7 +324,7 @@ int jj_binop(struct jj_ctx *c, int line, int op, struct jj_val a,
         case JJ_OP_MUL: r = x * y; break;
         case JJ_OP_DIV:
             if (y == 0.0)
-                return zero_div(c, line, is_intlike(b) && is_intlike(a)
+                return zero_div(c, line, jj_is_intlike(b) && jj_is_intlike(a)
                                              ? "division by zero"
                                              : "float division by zero");
             r = x / y;
@@ -395,235 +385,15 @@ int jj_binop(struct jj_ctx *c, int line, int op, struct jj_val a,
         bool seq_b = b.t == JJ_STR ||
                      (b.t == JJ_LIST && (b.u.l->seq == JJ_SEQ_LIST ||
                                          b.u.l->seq == JJ_SEQ_TUPLE));
-        if (seq_a && is_intlike(b))
-            return repeat(c, line, a, as_int(b), out);
-        if (seq_b && is_intlike(a))
-            return repeat(c, line, b, as_int(a), out);
+        if (seq_a && jj_is_intlike(b))
+            return repeat(c, line, a, jj_as_int(b), out);
+        if (seq_b && jj_is_intlike(a))
+            return repeat(c, line, b, jj_as_int(a), out);
     }
     if (op == JJ_OP_MOD && a.t == JJ_STR)
         return jj_fail(c, line, TG_EUNSUPPORTED,
                        "unsupported: printf-style string formatting (%%)");
     return type_error(c, line, os, a, b);
-}
-
-/* ---- attribute and item access --------------------------------------------- */
-
-static const char *owner_name(struct jj_val v)
-{
-    switch (v.t) {
-    case JJ_DICT: return "dict object";
-    case JJ_STR: return "str object";
-    case JJ_LIST:
-        return v.u.l->seq == JJ_SEQ_TUPLE ? "tuple object"
-               : v.u.l->seq == JJ_SEQ_RANGE ? "range object"
-                                             : "list object";
-    case JJ_NONE: return "NoneType object";
-    case JJ_INT: return "int object";
-    case JJ_BOOL: return "bool object";
-    case JJ_FLOAT: return "float object";
-    case JJ_NS: return "jinja2.utils.Namespace object";
-    case JJ_LOOP: return "jinja2.runtime.LoopContext object";
-    case JJ_FUNC: return "function object";
-    default: return "object";
-    }
-}
-
-static bool numeric_attr(const char *n)
-{
-    static const char *const names[] = {
-        "real", "imag", "numerator", "denominator", "conjugate",
-        "bit_length", "bit_count", "as_integer_ratio", "is_integer", "hex",
-        "fromhex", "to_bytes", "from_bytes", NULL};
-    for (size_t i = 0; names[i] != NULL; i++)
-        if (strcmp(n, names[i]) == 0)
-            return true;
-    return false;
-}
-
-static int loop_attr(struct jj_ctx *c, int line, struct jj_val lv,
-                     struct jj_str *name, struct jj_val *out)
-{
-    const struct jj_loop *lp = lv.u.lp;
-    const char *n = name->s;
-    size_t i = lp->i, len = lp->items->n;
-    if (!strcmp(n, "index"))
-        *out = jj_int((int64_t)i + 1);
-    else if (!strcmp(n, "index0"))
-        *out = jj_int((int64_t)i);
-    else if (!strcmp(n, "revindex"))
-        *out = jj_int((int64_t)(len - i));
-    else if (!strcmp(n, "revindex0"))
-        *out = jj_int((int64_t)(len - i - 1));
-    else if (!strcmp(n, "first"))
-        *out = jj_bool(i == 0);
-    else if (!strcmp(n, "last"))
-        *out = jj_bool(i + 1 == len);
-    else if (!strcmp(n, "length"))
-        *out = jj_int((int64_t)len);
-    else if (!strcmp(n, "depth"))
-        *out = jj_int(lp->depth);
-    else if (!strcmp(n, "depth0"))
-        *out = jj_int(lp->depth - 1);
-    else if (!strcmp(n, "previtem")) {
-        if (i == 0) {
-            *out = jj_undef_msg("there is no previous item");
-        } else {
-            *out = lp->items->v[i - 1];
-            jj_ref(*out);
-        }
-    } else if (!strcmp(n, "nextitem")) {
-        if (i + 1 >= len) {
-            *out = jj_undef_msg("there is no next item");
-        } else {
-            *out = lp->items->v[i + 1];
-            jj_ref(*out);
-        }
-    } else if (!strcmp(n, "cycle") || !strcmp(n, "changed")) {
-        struct jj_func *fn = calloc(1, sizeof(*fn));
-        struct jj_val *self = malloc(sizeof(*self));
-        if (fn == NULL || self == NULL) {
-            free(fn);
-            free(self);
-            return jj_oom(c, line);
-        }
-        fn->h.rc = 1;
-        fn->h.type = JJ_FUNC;
-        fn->kind = JJ_FN_METHOD;
-        fn->name = n[1] == 'y' ? "cycle" : "changed";
-        *self = lv;
-        jj_ref(lv);
-        fn->self = self;
-        out->t = JJ_FUNC;
-        out->u.fn = fn;
-    } else {
-        *out = jj_undef_named(name, owner_name(lv));
-    }
-    return 0;
-}
-
-int jj_getattr(struct jj_ctx *c, int line, struct jj_val obj,
-               struct jj_str *name, struct jj_val *out)
-{
-    if (name->len >= 2 && name->s[0] == '_' && name->s[1] == '_')
-        return jj_fail(c, line, TG_EUNSUPPORTED,
-                       "unsupported: access to the attribute '%s'", name->s);
-    if (obj.t == JJ_UNDEF)
-        return jj_undef_error(c, line, obj);
-    int rc;
-    switch (obj.t) {
-    case JJ_DICT:
-    case JJ_STR:
-    case JJ_LIST:
-        rc = jj_method_lookup(c, line, obj, name, out);
-        if (rc < 0)
-            return rc;
-        if (rc == 1)
-            return 0;
-        if (obj.t == JJ_DICT) {
-            const struct jj_val *v = jj_dict_get(obj.u.d, jj_str_val(name));
-            if (v != NULL) {
-                *out = *v;
-                jj_ref(*out);
-                return 0;
-            }
-        }
-        break;
-    case JJ_NS: {
-        const struct jj_val *v =
-            jj_dict_get(obj.u.ns->attrs, jj_str_val(name));
-        if (v != NULL) {
-            *out = *v;
-            jj_ref(*out);
-            return 0;
-        }
-        break;
-    }
-    case JJ_LOOP:
-        return loop_attr(c, line, obj, name, out);
-    case JJ_INT:
-    case JJ_FLOAT:
-    case JJ_BOOL:
-        if (numeric_attr(name->s))
-            return jj_fail(c, line, TG_EUNSUPPORTED,
-                           "unsupported: the number attribute '%s'", name->s);
-        break;
-    case JJ_FUNC:
-    case JJ_ITER:
-        return jj_fail(c, line, TG_EUNSUPPORTED,
-                       "unsupported: the attribute '%s' of a %s", name->s,
-                       jj_type_name(obj));
-    default:
-        break;
-    }
-    *out = jj_undef_named(name, owner_name(obj));
-    return 0;
-}
-
-/* Python index normalization; false when out of range. */
-static bool norm_index(int64_t i, size_t n, size_t *out)
-{
-    if (i < 0)
-        i += (int64_t)n;
-    if (i < 0 || (uint64_t)i >= n)
-        return false;
-    *out = (size_t)i;
-    return true;
-}
-
-int jj_getitem(struct jj_ctx *c, int line, struct jj_val obj,
-               struct jj_val key, struct jj_val *out)
-{
-    if (obj.t == JJ_UNDEF)
-        return jj_undef_error(c, line, obj);
-    size_t idx;
-    switch (obj.t) {
-    case JJ_DICT:
-        if (jj_hashable(key)) {
-            const struct jj_val *v = jj_dict_get(obj.u.d, key);
-            if (v != NULL) {
-                *out = *v;
-                jj_ref(*out);
-                return 0;
-            }
-        }
-        break;
-    case JJ_LIST:
-        if (obj.u.l->seq != JJ_SEQ_LIST && obj.u.l->seq != JJ_SEQ_TUPLE &&
-            obj.u.l->seq != JJ_SEQ_RANGE)
-            break;
-        if (is_intlike(key) && norm_index(as_int(key), obj.u.l->n, &idx)) {
-            *out = obj.u.l->v[idx];
-            jj_ref(*out);
-            return 0;
-        }
-        break;
-    case JJ_STR:
-        if (is_intlike(key) &&
-            norm_index(as_int(key), obj.u.s->ncp, &idx)) {
-            size_t a = jj_utf8_offset(obj.u.s, idx), adv;
-            jj_utf8_next(obj.u.s->s + a, obj.u.s->len - a, &adv);
-            int rc = jj_make_str(c, line, obj.u.s->s + a, adv, out);
-            if (rc == 0)
-                out->u.s->markup = obj.u.s->markup;
-            return rc;
-        }
-        break;
-    default:
-        break;
-    }
-    /* a string key falls back to an attribute */
-    if (key.t == JJ_STR &&
-        !(key.u.s->len >= 2 && key.u.s->s[0] == '_' && key.u.s->s[1] == '_')) {
-        if (obj.t == JJ_DICT || obj.t == JJ_STR || obj.t == JJ_LIST) {
-            int rc = jj_method_lookup(c, line, obj, key.u.s, out);
-            if (rc != 0)
-                return rc < 0 ? rc : 0;
-        } else if (obj.t == JJ_NS || obj.t == JJ_LOOP) {
-            return jj_getattr(c, line, obj, key.u.s, out);
-        }
-    }
-    *out = jj_undef_named(key.t == JJ_STR ? key.u.s : NULL, owner_name(obj));
-    return 0;
 }
 
 /* obj[a:b:c] */
@@ -640,7 +410,7 @@ static int getslice(struct jj_ctx *c, struct jj_scope *sc,
             rc = jj_eval(c, sc, pn[i], &parts[i]);
     bool ok = true;
     for (int i = 0; i < 3; i++)
-        if (parts[i].t != JJ_NONE && !is_intlike(parts[i]))
+        if (parts[i].t != JJ_NONE && !jj_is_intlike(parts[i]))
             ok = false;
     bool seq = obj.t == JJ_STR ||
                (obj.t == JJ_LIST && (obj.u.l->seq == JJ_SEQ_LIST ||
@@ -652,17 +422,17 @@ static int getslice(struct jj_ctx *c, struct jj_scope *sc,
         /* Python raises TypeError, which the sandbox turns into Undefined */
         *out = jj_undef_msg("the slice could not be applied");
     } else if (rc == 0) {
-        int64_t step = parts[2].t == JJ_NONE ? 1 : as_int(parts[2]);
+        int64_t step = parts[2].t == JJ_NONE ? 1 : jj_as_int(parts[2]);
         if (step == 0) {
             rc = jj_fail(c, n->line, TG_EINVAL,
                          "ValueError: slice step cannot be zero");
         } else {
             int64_t len = obj.t == JJ_STR ? (int64_t)obj.u.s->ncp
                                           : (int64_t)obj.u.l->n;
-            int64_t start = parts[0].t != JJ_NONE ? as_int(parts[0])
+            int64_t start = parts[0].t != JJ_NONE ? jj_as_int(parts[0])
                             : step < 0            ? INT64_MAX
                                                   : 0;
-            int64_t stop = parts[1].t != JJ_NONE ? as_int(parts[1])
+            int64_t stop = parts[1].t != JJ_NONE ? jj_as_int(parts[1])
                            : step < 0            ? INT64_MIN
                                                  : INT64_MAX;
             if (start == INT64_MAX && step < 0)
@@ -973,8 +743,8 @@ int jj_eval(struct jj_ctx *c, struct jj_scope *sc, const struct jj_node *n,
             return rc;
         if (a.t == JJ_UNDEF) {
             rc = jj_undef_error(c, n->line, a);
-        } else if (is_intlike(a)) {
-            int64_t x = as_int(a);
+        } else if (jj_is_intlike(a)) {
+            int64_t x = jj_as_int(a);
             if (n->type == JJ_N_NEG && x == INT64_MIN)
                 rc = overflow(c, n->line);
             else

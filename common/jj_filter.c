@@ -71,14 +71,6 @@ static int soft_str(struct jj_ctx *c, int line, struct jj_val v,
     return jj_to_str(c, line, v, out);
 }
 
-static bool is_intlike(struct jj_val v)
-{
-    return v.t == JJ_INT || v.t == JJ_BOOL;
-}
-static int64_t as_int(struct jj_val v)
-{
-    return v.t == JJ_BOOL ? v.u.b : v.u.i;
-}
 
 /* An iterator value over list l (stolen). */
 
@@ -238,8 +230,8 @@ static int do_tojson(struct jj_ctx *c, int line, struct jj_val v,
         if (p[1].t == JJ_STR) {
             o.indent = p[1].u.s->s;
             o.indent_len = p[1].u.s->len;
-        } else if (is_intlike(p[1])) {
-            int64_t k = as_int(p[1]);
+        } else if (jj_is_intlike(p[1])) {
+            int64_t k = jj_as_int(p[1]);
             if (k > (int64_t)sizeof spaces)
                 return jj_fail(c, line, TG_EUNSUPPORTED,
                                "unsupported: tojson indent above %zu",
@@ -290,8 +282,8 @@ static int do_indent(struct jj_ctx *c, int line, struct jj_val v,
     if (hv[0] && p[0].t == JJ_STR) {
         rc = jj_buf_put(&ind, p[0].u.s->s, p[0].u.s->len);
     } else {
-        int64_t w = hv[0] ? (is_intlike(p[0]) ? as_int(p[0]) : -1) : 4;
-        if (hv[0] && !is_intlike(p[0]))
+        int64_t w = hv[0] ? (jj_is_intlike(p[0]) ? jj_as_int(p[0]) : -1) : 4;
+        if (hv[0] && !jj_is_intlike(p[0]))
             return jj_fail(c, line, TG_EINVAL,
                            "TypeError: can't multiply sequence by non-int");
         if (w > 4096)
@@ -365,7 +357,7 @@ static int do_round(struct jj_ctx *c, int line, struct jj_val v,
 {
     int rc;
     BIND("round", "precision", "method");
-    int64_t prec = hv[0] ? (is_intlike(p[0]) ? as_int(p[0]) : -999) : 0;
+    int64_t prec = hv[0] ? (jj_is_intlike(p[0]) ? jj_as_int(p[0]) : -999) : 0;
     const char *method = hv[1] && p[1].t == JJ_STR ? p[1].u.s->s : "common";
     if (hv[1] && p[1].t != JJ_STR)
         return jj_fail(c, line, TG_EINVAL,
@@ -381,13 +373,13 @@ static int do_round(struct jj_ctx *c, int line, struct jj_val v,
                        "unsupported: round precision other than 0..300");
     if (v.t == JJ_UNDEF)
         return jj_undef_error(c, line, v);
-    if (!is_intlike(v) && v.t != JJ_FLOAT)
+    if (!jj_is_intlike(v) && v.t != JJ_FLOAT)
         return jj_fail(c, line, TG_EINVAL,
                        "TypeError: type %s doesn't define __round__ method",
                        jj_type_name(v));
     if (!strcmp(method, "common")) {
-        if (is_intlike(v)) {
-            *out = jj_int(as_int(v));
+        if (jj_is_intlike(v)) {
+            *out = jj_int(jj_as_int(v));
             return 0;
         }
         if (!isfinite(v.u.f)) {
@@ -400,7 +392,7 @@ static int do_round(struct jj_ctx *c, int line, struct jj_val v,
         return 0;
     }
     double scale = pow(10.0, (double)prec);
-    double x = (is_intlike(v) ? (double)as_int(v) : v.u.f) * scale;
+    double x = (jj_is_intlike(v) ? (double)jj_as_int(v) : v.u.f) * scale;
     if (!isfinite(x))
         return jj_fail(c, line, TG_EINVAL,
                        "OverflowError: cannot convert float infinity to "
@@ -426,8 +418,8 @@ static int do_center(struct jj_ctx *c, int line, struct jj_val v,
 {
     int rc;
     BIND("center", "width");
-    int64_t width = hv[0] ? (is_intlike(p[0]) ? as_int(p[0]) : -1) : 80;
-    if (hv[0] && !is_intlike(p[0]))
+    int64_t width = hv[0] ? (jj_is_intlike(p[0]) ? jj_as_int(p[0]) : -1) : 80;
+    if (hv[0] && !jj_is_intlike(p[0]))
         return jj_fail(c, line, TG_EINVAL,
                        "TypeError: integer argument expected");
     if (width > (int64_t)c->lim.max_output)
@@ -475,8 +467,8 @@ int jj_apply_filter(struct jj_ctx *c, struct jj_scope *sc, int line, int fid,
         NOARGS("abs");
         if (v.t == JJ_UNDEF)
             return jj_undef_error(c, line, v);
-        if (is_intlike(v)) {
-            int64_t x = as_int(v);
+        if (jj_is_intlike(v)) {
+            int64_t x = jj_as_int(v);
             if (x == INT64_MIN)
                 return jj_fail(c, line, TG_EUNSUPPORTED,
                                "unsupported: integer result beyond 64 bits");
@@ -585,8 +577,8 @@ int jj_apply_filter(struct jj_ctx *c, struct jj_scope *sc, int line, int fid,
             *out = v;
             return 0;
         }
-        if (is_intlike(v)) {
-            *out = jj_float((double)as_int(v));
+        if (jj_is_intlike(v)) {
+            *out = jj_float((double)jj_as_int(v));
             return 0;
         }
         if (v.t == JJ_STR && parse_py_float(v.u.s->s, v.u.s->len, &f)) {
@@ -602,11 +594,11 @@ int jj_apply_filter(struct jj_ctx *c, struct jj_scope *sc, int line, int fid,
     case F_INT: {
         BIND("int", "default", "base");
         struct jj_val dflt = hv[0] ? p[0] : jj_int(0);
-        int64_t base = hv[1] ? (is_intlike(p[1]) ? as_int(p[1]) : -1) : 10;
+        int64_t base = hv[1] ? (jj_is_intlike(p[1]) ? jj_as_int(p[1]) : -1) : 10;
         if (v.t == JJ_UNDEF)
             return jj_undef_error(c, line, v);
-        if (is_intlike(v)) {
-            *out = jj_int(as_int(v));
+        if (jj_is_intlike(v)) {
+            *out = jj_int(jj_as_int(v));
             return 0;
         }
         if (v.t == JJ_FLOAT) {
@@ -730,7 +722,7 @@ int jj_apply_filter(struct jj_ctx *c, struct jj_scope *sc, int line, int fid,
                            "TypeError: replace() missing required arguments");
         struct jj_val old, nw;
         int64_t count = hv[2] && p[2].t != JJ_NONE
-                            ? (is_intlike(p[2]) ? as_int(p[2]) : -2)
+                            ? (jj_is_intlike(p[2]) ? jj_as_int(p[2]) : -2)
                             : -1;
         if (count == -2)
             return jj_fail(c, line, TG_EINVAL,

@@ -155,6 +155,16 @@ struct jj_val {
     } u;
 };
 
+/* An int or a bool (Python's bool is an int), and its value. */
+static inline bool jj_is_intlike(struct jj_val v)
+{
+    return v.t == JJ_INT || v.t == JJ_BOOL;
+}
+static inline int64_t jj_as_int(struct jj_val v)
+{
+    return v.t == JJ_BOOL ? v.u.b : v.u.i;
+}
+
 /* ---- AST ---------------------------------------------------------------- */
 
 enum jj_node_type {

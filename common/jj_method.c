@@ -97,14 +97,6 @@ int jj_method_lookup(struct jj_ctx *c, int line, struct jj_val v,
 
 /* ---- str methods ---------------------------------------------------------------- */
 
-static bool is_intlike(struct jj_val v)
-{
-    return v.t == JJ_INT || v.t == JJ_BOOL;
-}
-static int64_t as_int(struct jj_val v)
-{
-    return v.t == JJ_BOOL ? v.u.b : v.u.i;
-}
 
 static int want_str(struct jj_ctx *c, int line, const char *m,
                     struct jj_val v)
@@ -180,10 +172,10 @@ static int str_method(struct jj_ctx *c, int line, const char *m,
         }
         int64_t maxsplit = -1;
         if (hv[1]) {
-            if (!is_intlike(p[1]))
+            if (!jj_is_intlike(p[1]))
                 return jj_fail(c, line, TG_EINVAL,
                                "TypeError: maxsplit must be an integer");
-            maxsplit = as_int(p[1]);
+            maxsplit = jj_as_int(p[1]);
         }
         return jj_text_split(c, line, s, sep, maxsplit, m[0] == 'r', out);
     }
@@ -232,11 +224,11 @@ static int str_method(struct jj_ctx *c, int line, const char *m,
         if ((rc = want_str(c, line, m, p[0])) ||
             (rc = want_str(c, line, m, p[1])))
             return rc;
-        if (hv[2] && !is_intlike(p[2]))
+        if (hv[2] && !jj_is_intlike(p[2]))
             return jj_fail(c, line, TG_EINVAL,
                            "TypeError: replace() count must be an integer");
         return jj_text_replace(c, line, s, p[0].u.s, p[1].u.s,
-                               hv[2] ? as_int(p[2]) : -1, out);
+                               hv[2] ? jj_as_int(p[2]) : -1, out);
     }
     if (!strcmp(m, "find") || !strcmp(m, "rfind") || !strcmp(m, "index") ||
         !strcmp(m, "rindex") || !strcmp(m, "count")) {
@@ -685,7 +677,7 @@ static int do_range(struct jj_ctx *c, int line, const struct jj_val *args,
                        "TypeError: range expected 1 to 3 arguments, got %zu",
                        nargs);
     for (size_t i = 0; i < nargs; i++)
-        if (!is_intlike(args[i])) {
+        if (!jj_is_intlike(args[i])) {
             if (args[i].t == JJ_UNDEF)
                 return jj_undef_error(c, line, args[i]);
             return jj_fail(c, line, TG_EINVAL,
@@ -695,12 +687,12 @@ static int do_range(struct jj_ctx *c, int line, const struct jj_val *args,
         }
     int64_t start = 0, stop, step = 1;
     if (nargs == 1) {
-        stop = as_int(args[0]);
+        stop = jj_as_int(args[0]);
     } else {
-        start = as_int(args[0]);
-        stop = as_int(args[1]);
+        start = jj_as_int(args[0]);
+        stop = jj_as_int(args[1]);
         if (nargs == 3)
-            step = as_int(args[2]);
+            step = jj_as_int(args[2]);
     }
     if (step == 0)
         return jj_fail(c, line, TG_EINVAL,

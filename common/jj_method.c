@@ -115,6 +115,30 @@ static bool affix(const struct jj_str *s, const struct jj_str *x, bool end)
     return memcmp(s->s + (end ? s->len - x->len : 0), x->s, x->len) == 0;
 }
 
+/* Binds (first, start, end) for str.startswith / find and the like into
+ * p / hv: positional only, the first required, start and end refused. */
+static int bind_sub_range(struct jj_ctx *c, int line, const char *m,
+                          const char *first, const struct jj_val *args,
+                          size_t nargs, size_t nkw, struct jj_val *p,
+                          bool *hv)
+{
+    const char *const pn[] = {first, "start", "end"};
+    int rc = jj_bind_args(c, line, m, pn, 3, args, nargs, NULL, NULL, 0, p,
+                          hv);
+    if (rc != 0)
+        return rc;
+    if (nkw > 0)
+        return jj_fail(c, line, TG_EINVAL,
+                       "TypeError: %s() takes no keyword arguments", m);
+    if (hv[1] || hv[2])
+        return jj_fail(c, line, TG_EUNSUPPORTED,
+                       "unsupported: %s() with start or end", m);
+    if (!hv[0])
+        return jj_fail(c, line, TG_EINVAL,
+                       "TypeError: %s() takes at least 1 argument", m);
+    return 0;
+}
+
 static int str_method(struct jj_ctx *c, int line, const char *m,
                       struct jj_str *s, const struct jj_val *args,
                       size_t nargs, const char *const *kwnames,
@@ -128,19 +152,9 @@ static int str_method(struct jj_ctx *c, int line, const char *m,
         return jj_fail(c, line, TG_EUNSUPPORTED,
                        "unsupported: the method '%s' of a Markup string", m);
     if (!strcmp(m, "startswith") || !strcmp(m, "endswith")) {
-        static const char *const pn[] = {"prefix", "start", "end"};
-        if ((rc = jj_bind_args(c, line, m, pn, 3, args, nargs, NULL, NULL, 0,
-                               p, hv)))
+        if ((rc = bind_sub_range(c, line, m, "prefix", args, nargs, nkw, p,
+                                 hv)))
             return rc;
-        if (nkw > 0)
-            return jj_fail(c, line, TG_EINVAL,
-                           "TypeError: %s() takes no keyword arguments", m);
-        if (hv[1] || hv[2])
-            return jj_fail(c, line, TG_EUNSUPPORTED,
-                           "unsupported: %s() with start or end", m);
-        if (!hv[0])
-            return jj_fail(c, line, TG_EINVAL,
-                           "TypeError: %s() takes at least 1 argument", m);
         bool end = m[0] == 'e', r = false;
         if (p[0].t == JJ_STR) {
             r = affix(s, p[0].u.s, end);
@@ -232,19 +246,9 @@ static int str_method(struct jj_ctx *c, int line, const char *m,
     }
     if (!strcmp(m, "find") || !strcmp(m, "rfind") || !strcmp(m, "index") ||
         !strcmp(m, "rindex") || !strcmp(m, "count")) {
-        static const char *const pn[] = {"sub", "start", "end"};
-        if ((rc = jj_bind_args(c, line, m, pn, 3, args, nargs, NULL, NULL, 0,
-                               p, hv)))
+        if ((rc = bind_sub_range(c, line, m, "sub", args, nargs, nkw, p,
+                                 hv)))
             return rc;
-        if (nkw > 0)
-            return jj_fail(c, line, TG_EINVAL,
-                           "TypeError: %s() takes no keyword arguments", m);
-        if (hv[1] || hv[2])
-            return jj_fail(c, line, TG_EUNSUPPORTED,
-                           "unsupported: %s() with start or end", m);
-        if (!hv[0])
-            return jj_fail(c, line, TG_EINVAL,
-                           "TypeError: %s() takes at least 1 argument", m);
         if ((rc = want_str(c, line, m, p[0])))
             return rc;
         if (!strcmp(m, "count")) {

@@ -218,20 +218,11 @@ int kv_seq_release(struct kv_seq *seq, struct kv_pool *pool)
     }
     if (pool != NULL)
         pool->mono_pages -= seq->mono_pages;
-    size_t bytes = (size_t)seq->n_rows * sizeof(int32_t);
-    if (seq->n_rows > 0) {
-        memset(seq->tokens, 0, bytes);
-        memset(seq->filled, 0, bytes);
-        memset(seq->n_pages, 0, bytes);
-        /* No room anywhere: the next reservation re-partitions the slab
-         * with fresh headroom (ensure_room). */
-        memset(seq->cap, 0, bytes);
-    }
-    seq->epoch = next_epoch();
-    seq->pos = seq->turn_start = seq->turn_len = seq->committed = 0;
-    seq->used_pages = 0;
-    seq->max_tokens = 0;
-    seq->mono_pages = 0;
+    kv_seq_clear(seq);
+    /* No room anywhere: the next reservation re-partitions the slab with
+     * fresh headroom (ensure_room). */
+    if (seq->n_rows > 0)
+        memset(seq->cap, 0, (size_t)seq->n_rows * sizeof(int32_t));
     return 0;
 }
 

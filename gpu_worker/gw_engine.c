@@ -164,6 +164,8 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
         .max_tokens = chunk > 1 ? chunk : 1,
         .on_scores = o->on_scores,
         .on_scores_ud = o->on_scores_ud,
+        .on_queries = o->on_queries,
+        .on_queries_ud = o->on_queries_ud,
         .gvote = o->gvote != NULL ? *o->gvote : gw_gvote_params_default(),
     };
     rc = gw_runtime_init(&e->rt, &e->model, &e->layout, &tg_ops_cpu, e->be,

@@ -34,6 +34,9 @@ struct gw_engine_opts {
                                   in the rank profile's head order, which
                                   is the model's for a profile-less run */
     void *on_scores_ud;
+    gw_on_queries_fn on_queries; /* optional, see gw_forward.h (model head
+                                    order for a profile-less run) */
+    void *on_queries_ud;
     int rank;                  /* tensor-parallel rank (load_parts only) */
     int world_size;            /* T; <= 1: one rank (gw_engine_init needs 1) */
 };

@@ -217,8 +217,10 @@ int gw_seq_room(const struct kv_layout *lay, const struct gw_seq *seq,
     return 0;
 }
 
-/* Q/K/V projections, optional q/k norm and RoPE for m rows of rt->h. */
-static int qkv(struct gw_runtime *rt, const struct gw_layer *w, int m)
+/* Q/K/V projections, optional q/k norm and RoPE for m rows of rt->h;
+ * prefill chunks (layer l >= 0) show their pre-RoPE queries to the
+ * on_queries hook. */
+static int qkv(struct gw_runtime *rt, const struct gw_layer *w, int m, int l)
 {
     const struct gw_model *md = rt->model;
     const struct tg_ops *o = rt->ops;
@@ -230,6 +232,9 @@ static int qkv(struct gw_runtime *rt, const struct gw_layer *w, int m)
         TG_TRY(o->rmsnorm(rt->be, rt->q, w->q_norm, m * md->n_q_heads, d, md->norm_eps, rt->q));
         TG_TRY(o->rmsnorm(rt->be, rt->k, w->k_norm, m * md->n_kv_heads, d, md->norm_eps, rt->k));
     }
+    if (l >= 0 && rt->opts.on_queries != NULL)
+        rt->opts.on_queries(rt->opts.on_queries_ud, l, rt->q, m,
+                            md->n_q_heads, d);
     TG_TRY(o->rope(rt->be, rt->q, m, md->n_q_heads, d, rt->pos, md->inv_freq));
     TG_TRY(o->rope(rt->be, rt->k, m, md->n_kv_heads, d, rt->pos, md->inv_freq));
     return 0;
@@ -457,7 +462,7 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
         struct tg_kv_rows rows;
         seq_rows(rt, seq, l, rt->gp_scratch, &rows);
         TG_TRY(o->rmsnorm(rt->be, rt->x, w->attn_norm, n, md->hidden, md->norm_eps, rt->h));
-        TG_TRY(qkv(rt, w, n));
+        TG_TRY(qkv(rt, w, n, l));
         TG_TRY(o->attn_chunk(rt->be, rt->q, rt->k, rt->v, n, md->n_q_heads, &rows,
                           scale, rt->att));
 
@@ -539,7 +544,7 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
     for (int l = 0; l < md->n_layers; l++) {
         const struct gw_layer *w = &md->layers[l];
         TG_TRY(o->rmsnorm(rt->be, rt->x, w->attn_norm, n_seq, md->hidden, md->norm_eps, rt->h));
-        TG_TRY(qkv(rt, w, n_seq));
+        TG_TRY(qkv(rt, w, n_seq, -1));
         for (int s = 0; s < n_seq; s++) {
             const int32_t **gp = rt->rows_pages + (size_t)s * (size_t)lay->n_groups;
             seq_rows(rt, seqs[s], l, gp, &rt->rows[s]);

@@ -75,12 +75,21 @@ struct gw_seq {
 typedef void (*gw_on_scores_fn)(void *ud, int layer, const float *scores,
                                 int n, int n_kv_heads);
 
+/* Called once per layer of a prefill chunk with the chunk's pre-RoPE
+ * queries (after q_norm where the model has one), for calibration of the
+ * decode-time statistics (§4.9). q (n, Hq, d), heads in the runtime's
+ * (rank) order. */
+typedef void (*gw_on_queries_fn)(void *ud, int layer, const float *q, int n,
+                                 int n_q_heads, int head_dim);
+
 struct gw_forward_opts {
     enum tg_score_method method;  /* scoring of chunk keys */
     struct gw_gvote_params gvote; /* with TG_SCORE_GVOTE */
     int max_tokens;               /* largest chunk or decode batch */
     gw_on_scores_fn on_scores;    /* optional */
     void *on_scores_ud;
+    gw_on_queries_fn on_queries;  /* optional */
+    void *on_queries_ud;
     struct gw_comm *comm;         /* borrowed: the collectives of a sharded
                                      model (required then, joined by the
                                      first forward call); NULL or a

@@ -18,7 +18,9 @@
  * before each decode step (a row takes a page exactly when its last page
  * is full), another kv_seq_reserve_prompt for the next turn (history stays,
  * the new turn is appended), kv_seq_release / kv_seq_free at the end (one
- * pool push). kv_seq_truncate_row releases a row's unused tail (GVote).
+ * pool push). kv_seq_truncate_row releases a row's unused tail (GVote);
+ * kv_seq_compact_rows gives back the tails decode-time compression
+ * emptied (§4.9).
  *
  * Page ids live in one slab per request, row r at ids[off[r] ..
  * off[r] + n_pages[r]) with spare capacity behind each row, so decode
@@ -165,6 +167,18 @@ int kv_seq_reserve_decode_plain(struct kv_seq *seq,
 int kv_seq_truncate_row(struct kv_seq *seq, const struct kv_layout *layout,
                         struct kv_pool *pool, int l, int g, int64_t tokens,
                         char *err, size_t errlen);
+
+/* Decode-phase shrink of decode-time compression (DESIGN.md §4.9): the
+ * rows were compacted in place (survivors slid forward, order kept) and
+ * row r now fills filled_after[r] <= filled[r] tokens (L * G values,
+ * layer-major). Each row's reservation shrinks by what it lost, and every
+ * page beyond ceil(tokens / P) goes back to `pool`: pages freed = pages
+ * no longer filled (nothing reserved and unwritten is given up). Only
+ * with no prefill pending. *released gets the count. All or nothing:
+ * returns 0 or TG_EINVAL (nothing changed). */
+int kv_seq_compact_rows(struct kv_seq *seq, const struct kv_layout *layout,
+                        struct kv_pool *pool, const int32_t *filled_after,
+                        int64_t *released, char *err, size_t errlen);
 
 /* Returns the page ids of row (l, g) (count in *n_pages), borrowed from the
  * seq until its next reservation, truncation or release. */

@@ -171,6 +171,114 @@ trig_compact_kernel(const tg_cuda_trig_compact_args a)
     }
 }
 
+// Order-preserving key of a score: larger score, larger key. NaN counts
+// as -inf and -0 as +0, as the host's comparison (gw_trig_select) has it.
+static __device__ __forceinline__ uint32_t score_key(float s)
+{
+    if (s != s)
+        s = -INFINITY;
+    if (s == 0.0f)
+        s = 0.0f; // -0 ties with +0, as the host's comparison has it
+    uint32_t u = __float_as_uint(s);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+static constexpr int kSelThreads = 256;
+
+// Exclusive prefix of a per-thread 0/1 flag over the CTA, in thread order;
+// *total gets the CTA's sum. All threads call it.
+static __device__ int cta_exclusive(int flag, int *total, int *warp_sums)
+{
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const unsigned ballot = __ballot_sync(0xffffffffu, flag);
+    const int in_warp = __popc(ballot & ((1u << lane) - 1u));
+    if (lane == 0)
+        warp_sums[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, sum = 0;
+    for (int w = 0; w < kSelThreads / 32; w++) {
+        before += w < warp ? warp_sums[w] : 0;
+        sum += warp_sums[w];
+    }
+    __syncthreads(); // warp_sums is rewritten by the next call
+    *total = sum;
+    return before + in_warp;
+}
+
+// Select kernel: grid.x = n_items, block = kSelThreads.
+static __global__ void __launch_bounds__(kSelThreads)
+trig_select_kernel(const tg_cuda_trig_select_args a)
+{
+    __shared__ unsigned hist[256];
+    __shared__ int warp_sums[kSelThreads / 32];
+    __shared__ uint32_t s_prefix;
+    __shared__ int s_left;
+    const tg_cuda_trig_item it = a.items[blockIdx.x];
+    if (it.n < 0 || it.n_keep < a.window || it.n_keep > it.n) {
+        if (threadIdx.x == 0 && a.fault != nullptr)
+            *a.fault = 1;
+        return;
+    }
+    const float *sc = a.score + it.off;
+    const int m = it.n - a.window;     // slots chosen by score
+    const int want = it.n_keep - a.window;
+    // Radix select, most significant byte first: after the passes, T is
+    // the want-th largest key and `left` how many keys equal to T survive
+    // (the earliest ones).
+    uint32_t prefix = 0, mask = 0;
+    int left = want;
+    for (int shift = 24; shift >= 0 && want > 0; shift -= 8) {
+        for (int b = threadIdx.x; b < 256; b += blockDim.x)
+            hist[b] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < m; i += blockDim.x) {
+            uint32_t k = score_key(sc[i]);
+            if ((k & mask) == prefix)
+                atomicAdd(&hist[(k >> shift) & 0xffu], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int need = left, b = 255;
+            for (; b > 0 && (int)hist[b] < need; b--)
+                need -= (int)hist[b];
+            s_prefix = prefix | ((uint32_t)b << shift);
+            s_left = need;
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        left = s_left;
+        mask |= 0xffu << shift;
+        __syncthreads();
+    }
+    const uint32_t T = prefix;
+    // Survivors in slot order: score above T, the first `left` equal to T,
+    // and the window.
+    int eq_before = 0, kept_before = 0;
+    for (int base = 0; base < it.n; base += blockDim.x) {
+        const int i = base + (int)threadIdx.x;
+        uint32_t k = i < m ? score_key(sc[i]) : 0u;
+        const int eq = want > 0 && i < m && k == T;
+        const int gt = want > 0 && i < m && k > T;
+        int eq_total;
+        const int eq_rank = eq_before + cta_exclusive(eq, &eq_total, warp_sums);
+        const int keep = gt || (eq && eq_rank < left) || (i >= m && i < it.n);
+        int kept_total;
+        const int pos = kept_before + cta_exclusive(keep, &kept_total, warp_sums);
+        if (keep)
+            a.src[(size_t)it.off + (size_t)pos] = i;
+        eq_before += eq_total;
+        kept_before += kept_total;
+    }
+    if (threadIdx.x == 0 && kept_before != it.n_keep && a.fault != nullptr)
+        *a.fault = 1; // unreachable: the radix passes count exactly
+}
+
+static cudaError_t launch_select(const tg_cuda_trig_select_args &a)
+{
+    trig_select_kernel<<<a.n_items, kSelThreads, 0, (cudaStream_t)a.stream>>>(a);
+    return cudaGetLastError();
+}
+
 static cudaError_t launch_score(const tg_cuda_trig_score_args &a)
 {
     trig_score_kernel<<<a.n_items, kThreads, 0, (cudaStream_t)a.stream>>>(a);
@@ -240,5 +348,23 @@ extern "C" int tg_cuda_trig_compact(const struct tg_cuda_trig_compact_args *a,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "trig compact: items and survivors are required");
     TG_CUDA_TRY(launch_compact(*a));
+    return 0;
+}
+
+extern "C" int tg_cuda_trig_select(const struct tg_cuda_trig_select_args *a,
+                                   char *err, size_t errlen)
+{
+    if (a == nullptr || a->n_items < 0 || a->window < 0)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "trig select: bad arguments (items %d, window %d)",
+                          a == nullptr ? 0 : a->n_items,
+                          a == nullptr ? 0 : a->window);
+    if (a->n_items == 0)
+        return 0;
+    if (a->items == nullptr || a->score == nullptr || a->src == nullptr)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "trig select: items, scores and survivors are "
+                          "required");
+    TG_CUDA_TRY(launch_select(*a));
     return 0;
 }

@@ -39,6 +39,10 @@
  * (row, head) (each head's region is compacted once per trigger); the
  * rows' shrinking and the pages freed are the caller's (kv_seq).
  *
+ * A trigger is three launches for the whole batch: score, select (below),
+ * compact; the caller knows the new lengths without reading anything back
+ * (each head keeps min(region, cap)).
+ *
  * Faults. An item whose row, slot range or a page id it would touch is out
  * of range is skipped and *fault is set to 1 (when fault != NULL); the
  * flag is never cleared here.
@@ -70,9 +74,10 @@ struct tg_cuda_trig_item {
     int32_t layer;  /* layer of the statistics (score only) */
     int32_t first;  /* first slot of the region */
     int32_t n;      /* slots in the region (score: keys scored) */
-    int32_t off;    /* score: offset of the item's n scores in `score`;
-                       compaction: offset of its survivors in `src` */
-    int32_t n_keep; /* compaction: survivors (<= n); score: unused */
+    int32_t off;    /* offset of the item's n scores in `score` and of its
+                       survivors in `src` (room for n in each) */
+    int32_t n_keep; /* select / compaction: survivors (<= n), the cap;
+                       score: unused */
     int64_t t;      /* score: next decode position; compaction: unused */
 };
 
@@ -107,6 +112,32 @@ struct tg_cuda_trig_score_args {
  * TG_EINVAL or TG_EDEVICE. */
 int tg_cuda_trig_score(const struct tg_cuda_trig_score_args *a, char *err,
                        size_t errlen);
+
+/* Survivor choice of §4.9 on the device (CPU reference gw_trig_select):
+ * of an item's n slots the last `window` always survive, and of the other
+ * n - window the n_keep - window with the highest scores (ties: earlier
+ * slot; NaN counts as -inf), found by a 4-pass radix select on the scores'
+ * order-preserving 32-bit keys, so nothing is sorted and n is not bounded
+ * by shared memory. The survivors are written ascending to
+ * src[off .. off + n_keep), the layout tg_cuda_trig_compact reads, so
+ * score, select and compact chain on one stream with no host round trip.
+ * An item with n_keep outside [window, n] is skipped with *fault set.
+ * Given the same float scores the choice equals gw_trig_select's. */
+struct tg_cuda_trig_select_args {
+    const struct tg_cuda_trig_item *items; /* device (n_items); n_keep is
+                                              the item's cap */
+    int n_items;
+    int window;              /* W_d >= 0 */
+    const float *score;      /* device: item i's n scores at score[off ..] */
+    int32_t *src;            /* device: item i's survivors at src[off ..] */
+    int32_t *fault;          /* device (1) or NULL */
+    void *stream;
+};
+
+/* Queues the choice for every item. Returns 0 (also for n_items == 0),
+ * TG_EINVAL or TG_EDEVICE. */
+int tg_cuda_trig_select(const struct tg_cuda_trig_select_args *a, char *err,
+                        size_t errlen);
 
 struct tg_cuda_trig_compact_args {
     struct tg_cuda_trig_pages pg;

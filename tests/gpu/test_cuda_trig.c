@@ -266,6 +266,94 @@ static void test_score_vs_cpu(void **state)
     run_scores(8, 32, 128, 2, 4, 3, 64);
 }
 
+/* ---- survivor choice ---------------------------------------------------- */
+
+/* Scores with many ties (a few distinct values), NaNs, negative zeros and
+ * infinities, against gw_trig_select on the same values. */
+static void run_select(int n_items, int max_n, int window, int distinct)
+{
+    struct tg_cuda_trig_item *it = tt_xmalloc((size_t)n_items * sizeof(*it));
+    int32_t total = 0;
+    for (int i = 0; i < n_items; i++) {
+        memset(&it[i], 0, sizeof(it[i]));
+        it[i].n = tt_xrng_int(&rng, window, max_n);
+        it[i].n_keep = tt_xrng_int(&rng, window, it[i].n);
+        if (i % 5 == 0)
+            it[i].n_keep = window;   /* nothing chosen by score */
+        if (i % 7 == 0)
+            it[i].n_keep = it[i].n;  /* everything kept */
+        it[i].off = total;
+        total += it[i].n;
+    }
+    float *sc = tt_xmalloc((size_t)(total > 0 ? total : 1) * 4);
+    for (int32_t j = 0; j < total; j++) {
+        int r = tt_xrng_int(&rng, 0, 99);
+        sc[j] = r == 0   ? NAN
+                : r == 1 ? -INFINITY
+                : r == 2 ? INFINITY
+                : r == 3 ? -0.0f
+                : distinct > 0
+                    ? (float)tt_xrng_int(&rng, -distinct, distinct) * 0.5f
+                    : tt_xrng_float(&rng, -10.0f, 10.0f);
+    }
+    struct tg_cuda_trig_item *d_it =
+        tt_cuda_upload(it, (size_t)(n_items > 0 ? n_items : 1) * sizeof(*it));
+    float *d_sc = tt_cuda_upload(sc, (size_t)(total > 0 ? total : 1) * 4);
+    int32_t *d_src = tt_cuda_alloc((size_t)(total > 0 ? total : 1) * 4);
+    int32_t *d_fault = tt_cuda_alloc(4);
+    int32_t zero = 0;
+    tt_cuda_to_dev(d_fault, &zero, 4);
+    struct tg_cuda_trig_select_args a = {
+        .items = d_it, .n_items = n_items, .window = window, .score = d_sc,
+        .src = d_src, .fault = d_fault,
+    };
+    char err[256] = "";
+    assert_int_equal(tg_cuda_trig_select(&a, err, sizeof(err)), 0);
+    int32_t *src = tt_xmalloc((size_t)(total > 0 ? total : 1) * 4);
+    tt_cuda_to_host(src, d_src, (size_t)total * 4);
+    int32_t f = -1;
+    tt_cuda_to_host(&f, d_fault, 4);
+    assert_int_equal(f, 0);
+    double *dsc = tt_xmalloc((size_t)max_n * sizeof(double));
+    uint8_t *keep = tt_xmalloc((size_t)max_n);
+    for (int i = 0; i < n_items; i++) {
+        for (int j = 0; j < it[i].n; j++)
+            dsc[j] = (double)sc[it[i].off + j];
+        assert_int_equal(gw_trig_select(dsc, it[i].n, it[i].n_keep, window,
+                                        keep), 0);
+        int m = 0;
+        for (int j = 0; j < it[i].n; j++)
+            if (keep[j]) {
+                if (src[it[i].off + m] != j)
+                    fail_msg("item %d (n %d keep %d window %d): survivor %d "
+                             "is slot %d on the device, %d on the host", i,
+                             it[i].n, it[i].n_keep, window, m,
+                             src[it[i].off + m], j);
+                m++;
+            }
+        assert_int_equal(m, it[i].n_keep);
+    }
+    free(dsc);
+    free(keep);
+    free(src);
+    free(sc);
+    free(it);
+    cudaFree(d_it);
+    cudaFree(d_sc);
+    cudaFree(d_src);
+    cudaFree(d_fault);
+}
+
+static void test_select_vs_cpu(void **state)
+{
+    (void)state;
+    run_select(1, 1, 0, 0);
+    run_select(50, 300, 8, 3);      /* heavy ties */
+    run_select(40, 2200, 32, 0);    /* default-sized regions */
+    run_select(6, 17000, 32, 50);   /* caps far above one CTA's tile */
+    run_select(30, 64, 0, 1);       /* no window, three values */
+}
+
 /* ---- compaction --------------------------------------------------------- */
 
 enum pattern { PAT_RANDOM, PAT_ALL, PAT_NONE, PAT_SHIFT1, PAT_SPARSE, PAT_N };
@@ -486,6 +574,19 @@ static void test_bad_arguments(void **state)
     bc = c; bc.pg.indices = NULL; EXPECT_C(&bc);
 #undef EXPECT_S
 #undef EXPECT_C
+    struct tg_cuda_trig_select_args sel = {
+        .items = fit, .n_items = 3, .window = 4, .score = ff, .src = fi,
+    };
+    struct tg_cuda_trig_select_args bl;
+    bl = sel; bl.window = -1;
+    assert_int_equal(tg_cuda_trig_select(&bl, err, sizeof(err)), TG_EINVAL);
+    bl = sel; bl.score = NULL;
+    assert_int_equal(tg_cuda_trig_select(&bl, err, sizeof(err)), TG_EINVAL);
+    bl = sel; bl.src = NULL;
+    assert_int_equal(tg_cuda_trig_select(&bl, err, sizeof(err)), TG_EINVAL);
+    assert_int_equal(tg_cuda_trig_select(NULL, err, sizeof(err)), TG_EINVAL);
+    bl = sel; bl.n_items = 0; bl.items = NULL;
+    assert_int_equal(tg_cuda_trig_select(&bl, NULL, 0), 0);
     /* Empty batches are valid and queue nothing. */
     bs = s;
     bs.n_items = 0;
@@ -506,6 +607,7 @@ int main(void)
     };
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_score_vs_cpu),
+        cmocka_unit_test(test_select_vs_cpu),
         cmocka_unit_test(test_compact_vs_cpu),
         cmocka_unit_test(test_compact_faults),
     };

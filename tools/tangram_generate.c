@@ -421,6 +421,10 @@ int main(int argc, char **argv)
                             json_integer(res.decode_pages_released));
         json_object_set_new(kv, "decode_triggers",
                             json_integer(res.decode_triggers));
+        json_object_set_new(doc, "timing",
+                            json_pack("{s:f,s:f}", "decode_seconds",
+                                      res.decode_seconds, "compact_seconds",
+                                      res.compact_seconds));
         a = json_array();
         int G = eng.layout.n_groups;
         for (int l = 0; l < eng.layout.n_layers; l++) {

@@ -10,7 +10,10 @@ decode forward steps), and, with trig, the compaction cost per trigger
 (scoring, survivor choice, compaction and the page accounting) as a share
 of one decode step. "Requests that fit concurrently" at the same KV memory
 is the pool (--kv-pages, default: what the uncompressed request needs at
-its peak) divided by one request's peak pages: the peak is what a
+its peak) divided by one request's peak pages. The baseline passes
+--decode-compress trig with beta 2^20 and a cap of 2^30 (never triggers)
+so that it reports its decode time and runs the same per-head-length
+attention; its pages are those of an uncompressed run: the peak is what a
 scheduler must be able to give every admitted request (§4.9's bound).
 
 Model: tangram-make-model's random Qwen3-shaped decoder (--hidden 256,
@@ -95,7 +98,10 @@ def main():
                 str(a.budget), "--decode-every", str(a.every),
                 "--decode-window", str(a.window)])):
             t0 = time.monotonic()
-            out = json.loads(run(base + extra))
+            out = json.loads(run(base + extra + (
+                [] if extra else ["--decode-compress", "trig",
+                                  "--decode-every", str(1 << 20),
+                                  "--decode-budget", str(1 << 30)])))
             out["wall"] = time.monotonic() - t0
             res[name] = out
     n, t = res["none"], res["trig"]

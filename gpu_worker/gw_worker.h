@@ -110,6 +110,8 @@ struct gw_worker_opts {
     int step_timeout_ms;        /* CUDA backend, T > 1: bound of a step's
                                    wait before the NCCL group is aborted;
                                    <= 0: 120 s */
+    const struct gw_gvote_params *gvote; /* method gvote: NULL for the
+                                   defaults of DESIGN.md §4.8 */
 };
 
 /* The persistent state of one request slot. */
@@ -131,6 +133,9 @@ struct gw_worker {
     struct pf_profile profile;    /* this rank's */
     struct kv_layout layout;      /* this rank's */
     enum tg_score_method method;
+    int per_head;                 /* the method is adaptive: slots keep
+                                     per-head lengths (kv_seq heads) and
+                                     every prefill chunk reports them */
     struct gw_backend *be;        /* the compute backend, owned */
     int rank, world_size, max_slots;
     int max_tokens;               /* rows of one forward call:
@@ -164,6 +169,10 @@ struct gw_worker {
     float *top_lps;               /* (max_slots, GW_WORKER_MAX_LOGPROBS) */
     struct gw_slot_error *serr;   /* (max_slots) */
     char *serr_text;              /* (max_slots, GW_WORKER_SLOT_ERROR_MAX) */
+    struct gw_head_lens *hrep;    /* (max_slots) the step's head-length
+                                     reports, pointing into the slots */
+    int n_hrep;
+    int32_t *row_max;             /* (rows) validation scratch */
     char error[512];              /* the result's error of the last step */
     /* Hello storage */
     char model_name[256];

@@ -123,7 +123,10 @@ static void other_value(const struct tg_config_entry *e, char *buf,
         return;
     }
     case TG_CONFIG_DOUBLE:
-        snprintf(buf, len, "%g", e->min + 1.5);
+        /* A narrow range (gvote-p's (0, 1]) takes its middle. */
+        snprintf(buf, len, "%g",
+                 e->max > e->min + 1.5 ? e->min + 1.5
+                                       : e->min + (e->max - e->min) / 2);
         return;
     case TG_CONFIG_STRING:
         snprintf(buf, len, "x-%s", e->name);

@@ -18,6 +18,14 @@
  *   4. every PREFILL entry, one by one, then all DECODE entries as one
  *      batch, through the backend;
  *   5. rank 0 only: every entry with `sample` draws one token.
+ * An adaptive method (gvote, gw_method_per_head) keeps per-head lengths in
+ * every slot (kv_seq heads, announced in the Hello): a fresh entry sets
+ * them from its head_lens (checked: one per KV head, rows = their longest
+ * heads; without them every head holds its row), the forward pass moves
+ * them, and after each prefill chunk every rank reports the slot's heads
+ * in its result (gw_result.head_lens). The router commits them and cuts the
+ * rows it shrank with truncate_to in the slot's next deltas; until then the
+ * slot's rows keep their stale tail ids, which nothing reads.
  * The whole plan is validated before step 1 touches anything (slots,
  * layers, groups and page ids in range, positions equal to the slot's,
  * chunk sizes, token ids, rows holding at most what their pages can), so a

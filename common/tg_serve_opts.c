@@ -62,6 +62,30 @@ static const struct tg_config_entry table[] = {
      .metavar = "TOKENS",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
      .help = "Prefill chunk length C; compression runs per chunk."},
+    /* The compression method and gvote's parameters (DESIGN.md §4.8; the
+     * ranges are gpu_worker/gw_gvote.h's). Only the workers use them; the
+     * router learns from their Hello whether the method keeps per-head
+     * lengths. */
+    {.name = "method", .type = TG_CONFIG_STRING, .offset = OFF(method, char *),
+     .metavar = "NAME",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "Scoring method of prefill compression: snapkv, keydiff, "
+             "expected_attention or gvote (adaptive per-request budgets "
+             "inside the reservation; --backend cpu only for now). "
+             "Default: the profile's (snapkv without one)."},
+    {.name = "gvote-p", .type = TG_CONFIG_DOUBLE, .def = "0.95", .min = 1e-9,
+     .max = 1, .offset = OFF(gvote_p, double), .metavar = "P",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "gvote: attention mass of the real query's nucleus."},
+    {.name = "gvote-samples", .type = TG_CONFIG_INT, .def = "8", .min = 0,
+     .max = 256, .offset = OFF(gvote_samples, int64_t), .metavar = "S",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "gvote: synthetic queries per query head (0: deterministic)."},
+    {.name = "gvote-future", .type = TG_CONFIG_INT, .def = "32", .min = 1,
+     .max = 65536, .offset = OFF(gvote_future, int64_t), .metavar = "N",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "gvote: future positions averaged into the synthetic queries' "
+             "rotation."},
     {.name = "max-num-seqs", .type = TG_CONFIG_INT, .def = "256", .min = 1,
      .max = 65536, .offset = OFF(max_num_seqs, int64_t), .metavar = "N",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
@@ -229,9 +253,6 @@ static const struct tg_config_entry table[] = {
      .help = "Longest wait after the Hello for the router's CommSetup (it "
              "comes once every rank has loaded) before exiting with "
              "status 6."},
-    {.name = "method", .type = TG_CONFIG_STRING, .offset = OFF(method, char *),
-     .flags = TG_SERVE_WORKER,
-     .help = "Scoring method (default: the profile's)."},
     {.name = "kv-pages", .type = TG_CONFIG_INT, .def = "0", .min = 0,
      .max = 2147483647.0, .offset = OFF(kv_pages, int64_t),
      .flags = TG_SERVE_WORKER,

@@ -69,6 +69,12 @@ struct tg_serve_opts {
     int64_t page_size;        /* P, tokens per page; also the workers' */
     int64_t prefill_chunk;    /* C of DESIGN §4.3, tokens per prefill chunk;
                                  also the workers' */
+    char *method;             /* scoring method; NULL = the profile's; the
+                                 workers' (the router takes it to be
+                                 forwarded, and ignores it) */
+    double gvote_p;           /* gvote's nucleus mass (§4.8); the workers' */
+    int64_t gvote_samples;    /* gvote's synthetic queries S */
+    int64_t gvote_future;     /* gvote's future positions n_f */
     int64_t max_num_seqs;     /* running requests per step (the workers'
                                  request slots) */
     int64_t max_batched_tokens; /* tokens per step (decode + chunks) */
@@ -119,7 +125,6 @@ struct tg_serve_opts {
     int64_t world_size;       /* tensor-parallel ranks T (tangramd: --tp) */
     int64_t comm_timeout_ms;  /* longest wait for the other ranks */
     int64_t comm_setup_timeout_ms; /* longest wait for the CommSetup */
-    char *method;             /* scoring method; NULL = the profile's */
     int64_t kv_pages;         /* > 0: exactly this many pool pages */
     int64_t heartbeat_ms;     /* period of the worker's heartbeats */
     int64_t router_timeout_ms; /* router silence before exit 3; 0 = 10 x

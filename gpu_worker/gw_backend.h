@@ -73,6 +73,7 @@ struct gw_backend_cfg {
     const struct kv_layout *layout;      /* borrowed */
     const struct pf_profile *profile;    /* borrowed: the rank's (splits) */
     enum tg_score_method method;         /* scoring of chunk keys */
+    struct gw_gvote_params gvote;        /* with method gvote */
     int max_slots;                       /* sequences, logits rows */
     int max_tokens;                      /* max(prefill chunk, max_slots) */
     int rank, world_size;

@@ -197,6 +197,7 @@ int gw_backend_cpu_new(const struct gw_backend_cfg *cfg,
         goto fail;
     }
     struct gw_forward_opts fo = {.method = cfg->method,
+                                 .gvote = cfg->gvote,
                                  .max_tokens = cfg->max_tokens,
                                  .comm = &c->comm};
     rc = gw_runtime_init(&c->rt, cfg->model, cfg->layout, &tg_ops_cpu, c->be,

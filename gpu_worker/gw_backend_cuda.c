@@ -319,6 +319,15 @@ int gw_backend_cuda_new(const struct gw_backend_cfg *cfg,
                         struct gw_backend **out, char *err, size_t errlen)
 {
     *out = NULL;
+    if (gw_method_per_head(cfg->method))
+        /* Its heads of one group keep different counts; the CUDA forward
+         * pass (kernels/cuda attention, append and the block table of
+         * gw_cuda*.c) reads one length per row, so it would attend over
+         * the unused tail slots of the shorter heads. */
+        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
+                          "--method gvote: the CUDA forward pass does not "
+                          "read per-head lengths yet (its attention reads "
+                          "row lengths); use --backend cpu");
     struct cuda_backend *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");

@@ -40,6 +40,11 @@ void gw_runtime_free(struct gw_runtime *rt)
     memset(rt, 0, sizeof(*rt));
 }
 
+int gw_method_per_head(enum tg_score_method method)
+{
+    return method == TG_SCORE_GVOTE;
+}
+
 int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
                     const struct kv_layout *layout, const struct tg_ops *ops,
                     struct tg_backend *be, int32_t n_pages,

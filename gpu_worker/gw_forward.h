@@ -128,6 +128,12 @@ struct gw_runtime {
     struct gw_trig_work trig;   /* decode-time compression scratch */
 };
 
+/* Returns 1 when `method` lets the heads of one group keep different
+ * counts (gvote): the forward pass then needs gw_seq.hlen and its callers
+ * must count per head (kv_seq heads); 0 for the methods that keep the
+ * §4.3 count in every head. Pure. */
+int gw_method_per_head(enum tg_score_method method);
+
 /* Creates a runtime with a KV pool of n_pages pages. Returns 0, TG_EINVAL
  * (layout does not match the model, or a sharded model without a comm)
  * or TG_ENOMEM (message gives the bytes). The comm may still be unjoined

@@ -50,6 +50,11 @@ struct gw_entry {
                                    stored KV: tokens per (layer, group) row
                                    already written; 0 or L * G values */
     size_t n_row_lens;
+    const uint32_t *head_lens;  /* (n_head_lens) with row_lens, for a
+                                   worker keeping per-head lengths: tokens
+                                   of each KV head (L * Hkv, layer-major,
+                                   the rank's head order); or 0 values */
+    size_t n_head_lens;
 };
 
 /* Page ids appended to one (layer, group) row of a slot, after an optional
@@ -90,6 +95,14 @@ struct gw_slot_error {
     const char *error;
 };
 
+/* The per-head lengths of one slot after the step (a slot whose heads
+ * kept counts the router cannot predict: an adaptive method's chunk). */
+struct gw_head_lens {
+    uint32_t slot;
+    const int32_t *lens;        /* (n) L * Hkv, layer-major, rank order */
+    size_t n;
+};
+
 struct gw_result {
     uint64_t step_id;
     int rank;
@@ -100,6 +113,8 @@ struct gw_result {
     const struct gw_slot_error *slot_errors; /* (n_slot_errors) rank 0 */
     size_t n_slot_errors;
     double step_seconds;        /* this rank's forward time */
+    const struct gw_head_lens *head_lens; /* (n_head_lens) every rank */
+    size_t n_head_lens;
 };
 
 /* What a Hello announces (the link adds version and pid). */
@@ -111,6 +126,7 @@ struct gw_hello_info {
     int64_t page_bytes;
     const char *profile, *backend, *model;
     int max_model_len, vocab_size;
+    int per_head_lens;          /* slots keep (and report) head lengths */
     const char *comm_kind;      /* "shm" or "nccl" */
     const uint8_t *comm_id;     /* rank 0's group id, or NULL */
     size_t comm_id_len;

@@ -28,6 +28,9 @@ void gw_wlink_close(struct gw_wlink *l)
     free(l->tok_ptrs);
     free(l->serr);
     free(l->serr_ptrs);
+    free(l->heads);
+    free(l->heads_ptrs);
+    free(l->head_vals);
     free(l->top_ids);
     memset(l, 0, sizeof(*l));
 }
@@ -107,6 +110,8 @@ int gw_wlink_decode_plan(struct gw_wlink *l,
         o->fresh = e->fresh;
         o->row_lens = e->row_lens;
         o->n_row_lens = e->n_row_lens;
+        o->head_lens = e->head_lens;
+        o->n_head_lens = e->n_head_lens;
     }
     for (size_t i = 0; i < bp->n_page_deltas; i++) {
         const Tangram__Worker__V1__PageDelta *d =
@@ -137,7 +142,16 @@ int gw_wlink_encode_result(struct gw_wlink *l, const struct gw_result *r,
         TANGRAM__WORKER__V1__STEP_RESULT__INIT;
     *out = init;
     size_t K = GW_WORKER_MAX_LOGPROBS, cap = l->cap_tok, scap = l->cap_serr;
-    if (fit((void **)&l->tok, &l->cap_tok, r->n_tokens, sizeof(*l->tok)) ||
+    size_t hcap = l->cap_heads, hbuf = 0;
+    for (size_t i = 0; i < r->n_head_lens; i++)
+        hbuf += r->head_lens[i].n;
+    if (fit((void **)&l->heads, &l->cap_heads, r->n_head_lens,
+            sizeof(*l->heads)) ||
+        fit((void **)&l->heads_ptrs, &hcap, r->n_head_lens,
+            sizeof(*l->heads_ptrs)) ||
+        fit((void **)&l->head_vals, &l->cap_head_vals, hbuf,
+            sizeof(*l->head_vals)) ||
+        fit((void **)&l->tok, &l->cap_tok, r->n_tokens, sizeof(*l->tok)) ||
         fit((void **)&l->tok_ptrs, &cap, r->n_tokens, sizeof(*l->tok_ptrs)) ||
         fit((void **)&l->serr, &l->cap_serr, r->n_slot_errors,
             sizeof(*l->serr)) ||
@@ -172,6 +186,21 @@ int gw_wlink_encode_result(struct gw_wlink *l, const struct gw_result *r,
         l->serr[i].error = (char *)r->slot_errors[i].error;
         l->serr_ptrs[i] = &l->serr[i];
     }
+    uint32_t *hv = l->head_vals;
+    for (size_t i = 0; i < r->n_head_lens; i++) {
+        const struct gw_head_lens *h = &r->head_lens[i];
+        Tangram__Worker__V1__SlotHeadLens *o = &l->heads[i];
+        tangram__worker__v1__slot_head_lens__init(o);
+        o->slot = h->slot;
+        for (size_t k = 0; k < h->n; k++) /* lengths are >= 0 */
+            hv[k] = (uint32_t)h->lens[k];
+        o->n_head_lens = h->n;
+        o->head_lens = h->n > 0 ? hv : NULL;
+        hv += h->n;
+        l->heads_ptrs[i] = o;
+    }
+    out->n_head_lens = r->n_head_lens;
+    out->head_lens = r->n_head_lens > 0 ? l->heads_ptrs : NULL;
     out->version = GW_PROTOCOL_VERSION;
     out->step_id = r->step_id;
     out->rank = (uint32_t)r->rank;
@@ -468,6 +497,7 @@ int gw_wlink_serve(struct gw_wlink *l, struct gw_worker *w,
     lay.model = (char *)hi.model;
     lay.max_model_len = (uint32_t)hi.max_model_len;
     lay.vocab_size = (uint32_t)hi.vocab_size;
+    lay.per_head_lens = hi.per_head_lens != 0;
     Tangram__Worker__V1__Hello hello = TANGRAM__WORKER__V1__HELLO__INIT;
     hello.version = GW_PROTOCOL_VERSION;
     hello.rank = (uint32_t)hi.rank;

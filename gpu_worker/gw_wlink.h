@@ -78,6 +78,9 @@ struct gw_wlink {
     Tangram__Worker__V1__SlotError *serr, **serr_ptrs;
     uint32_t *top_ids;  /* (cap_tok * GW_WORKER_MAX_LOGPROBS) */
     size_t cap_tok, cap_serr;
+    Tangram__Worker__V1__SlotHeadLens *heads, **heads_ptrs;
+    uint32_t *head_vals;  /* (cap_head_vals) every report's values */
+    size_t cap_heads, cap_head_vals;
 };
 
 struct gw_wlink_opts {

@@ -44,6 +44,8 @@ void gw_worker_free(struct gw_worker *w)
     free(w->top_lps);
     free(w->serr);
     free(w->serr_text);
+    free(w->hrep);
+    free(w->row_max);
     gw_backend_free(w->be);
     kv_layout_free(&w->layout);
     pf_profile_free(&w->profile);
@@ -80,17 +82,9 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
                                   &w->method, &eo, err, errlen);
     if (rc != 0)
         goto fail;
-    if (w->method == TG_SCORE_GVOTE) {
-        /* gvote rows shrink after each chunk by amounts only the worker
-         * knows; until the plan reports them back to the router's page
-         * accounting, a worker refusing it at start-up beats a request
-         * failing mid-prefill. */
-        rc = tg_err_set(err, errlen, TG_EINVAL,
-                        "--method gvote runs in-process only "
-                        "(tangram-generate, tangram-profile calibrate); "
-                        "the daemon's workers do not support it yet");
-        goto fail;
-    }
+    /* An adaptive method's heads keep counts only the worker learns: its
+     * slots keep per-head lengths and every step reports them. */
+    w->per_head = gw_method_per_head(w->method);
     w->rank = o->rank;
     w->world_size = o->world_size;
     w->max_slots = o->max_slots;
@@ -98,7 +92,9 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     w->rows = w->layout.n_layers * w->layout.n_groups;
     struct gw_backend_cfg bc = {
         .model = &w->model, .layout = &w->layout, .profile = &w->profile,
-        .method = w->method, .max_slots = o->max_slots, .max_tokens = maxt,
+        .method = w->method,
+        .gvote = o->gvote != NULL ? *o->gvote : gw_gvote_params_default(),
+        .max_slots = o->max_slots, .max_tokens = maxt,
         .rank = o->rank, .world_size = o->world_size,
         .comm_timeout_ms = o->comm_timeout_ms, .n_threads = o->n_threads,
         .kv_pages = o->kv_pages, .kv_memory = o->kv_memory,
@@ -129,16 +125,22 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     w->top_lps = malloc(S * K * sizeof(float));
     w->serr = calloc(S, sizeof(*w->serr));
     w->serr_text = calloc(S, GW_WORKER_SLOT_ERROR_MAX);
+    w->hrep = calloc(S, sizeof(*w->hrep));
+    w->row_max = calloc(R, sizeof(int32_t));
     if (!w->slots || !w->seqs || !w->seq_ptrs || !w->ids || !w->sim_n ||
         !w->sim_len || !w->sim_pos || !w->sim_active || !w->sim_stamp ||
         !w->touched || !w->entry_of || !w->draws || !w->draw_of || !w->tok ||
-        !w->top_ids || !w->top_lps || !w->serr || !w->serr_text) {
+        !w->top_ids || !w->top_lps || !w->serr || !w->serr_text ||
+        !w->hrep || !w->row_max) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory for %d slots",
                         o->max_slots);
         goto fail;
     }
     for (size_t i = 0; i < S; i++) {
         rc = kv_seq_init(&w->slots[i].kv, &w->layout, err, errlen);
+        if (rc == 0 && w->per_head)
+            rc = kv_seq_heads_enable(&w->slots[i].kv, &w->layout, err,
+                                     errlen);
         if (rc != 0)
             goto fail;
         w->slots[i].rowp = calloc(R, sizeof(*w->slots[i].rowp));
@@ -174,6 +176,7 @@ void gw_worker_hello(const struct gw_worker *w, struct gw_hello_info *h)
     h->model = w->model_name;
     h->max_model_len = w->model.max_positions;
     h->vocab_size = w->model.vocab;
+    h->per_head_lens = w->per_head;
     h->comm_kind = w->be->ops->comm_kind;
     w->be->ops->comm_id(w->be, &h->comm_id, &h->comm_id_len);
 }
@@ -268,6 +271,41 @@ static int check_sampling(const struct gw_sampling *s, int vocab,
     return 0;
 }
 
+/* Head lengths of a fresh entry adopting stored KV (row_lens checked by
+ * the caller): a worker keeping them, L * Hkv values, none beyond
+ * start_pos, and each row as long as its longest head (kv_heads_row_max,
+ * the router's own rule). */
+static int check_head_lens(struct gw_worker *w, const struct gw_entry *e,
+                           const char *rid, char *err, size_t errlen)
+{
+    const struct kv_layout *kv = &w->layout;
+    size_t heads = (size_t)kv->n_layers * (size_t)kv->n_kv_heads;
+    if (!w->per_head || e->n_head_lens != heads ||
+        e->n_row_lens != (size_t)w->rows)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "slot %u (request '%s'): %zu head lengths; this "
+                          "worker %s", e->slot, rid, e->n_head_lens,
+                          w->per_head ? "needs them with row_lens, one per "
+                                        "KV head of the rank"
+                                      : "keeps whole rows only");
+    for (size_t h = 0; h < heads; h++)
+        if (e->head_lens[h] > e->start_pos)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "slot %u (request '%s'): head %zu holds %u "
+                              "tokens, more than start_pos %u", e->slot, rid,
+                              h, e->head_lens[h], e->start_pos);
+    /* Bounded by start_pos (a uint32) above, so the int32 view is exact
+     * for every position a model reaches (check_entry bounds it). */
+    kv_heads_row_max(kv, (const int32_t *)e->head_lens, w->row_max);
+    for (size_t r = 0; r < (size_t)w->rows; r++)
+        if ((uint32_t)w->row_max[r] != e->row_lens[r])
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "slot %u (request '%s'): row %zu holds %u "
+                              "tokens but its longest head %d", e->slot, rid,
+                              r, e->row_lens[r], (int)w->row_max[r]);
+    return 0;
+}
+
 static int check_entry(struct gw_worker *w, size_t i, const struct gw_entry *e,
                        char *err, size_t errlen)
 {
@@ -317,6 +355,11 @@ static int check_entry(struct gw_worker *w, size_t i, const struct gw_entry *e,
                           "slot %u (request '%s'): row_lens needs fresh and "
                           "%d values, got %zu", s, rid, w->rows,
                           e->n_row_lens);
+    if (e->n_head_lens != 0) {
+        int rc = check_head_lens(w, e, rid, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
     sim_touch(w, s);
     if (e->fresh) {
         sim_clear(w, s);
@@ -520,6 +563,14 @@ static int apply_plan(struct gw_worker *w, const struct gw_plan *plan)
             sl->hist_from = e->start_pos;
             for (size_t r = 0; r < e->n_row_lens; r++)
                 sl->kv.filled[r] = (int32_t)e->row_lens[r];
+            if (sl->kv.head_len != NULL) {
+                /* Adopted heads as the router counts them; without them
+                 * (whole rows) every head holds its row. */
+                for (size_t h = 0; h < e->n_head_lens; h++)
+                    sl->kv.head_len[h] = (int32_t)e->head_lens[h];
+                if (e->n_head_lens == 0)
+                    kv_seq_heads_from_rows(&sl->kv, &w->layout);
+            }
         }
         sl->num_prompt = (int32_t)(e->num_prompt_tokens > INT32_MAX
                                        ? INT32_MAX
@@ -554,6 +605,7 @@ static struct gw_seq *seq_view(struct gw_worker *w, uint32_t slot)
     q->pages = sl->rowp;
     q->n_pages = sl->kv.n_pages;
     q->kv = &sl->kv;
+    q->hlen = sl->kv.head_len; /* NULL unless the method is adaptive */
     return q;
 }
 
@@ -630,12 +682,20 @@ static int run_plan(struct gw_worker *w, const struct gw_plan *plan,
         /* Every rank knows which entries sample (same plan), so all take
          * part in the logits of exactly those. */
         struct gw_seq *q = seq_view(w, e->slot);
+        q->seed = e->seed; /* gvote's synthetic-query stream */
         rc = ops->prefill(w->be, q, w->ids, (int)e->n_tokens, row[i], err,
                           errlen);
         if (rc != 0)
             return rc;
         hist_add(sl, e);
         sl->pos = q->pos;
+        if (q->hlen != NULL) {
+            /* The heads kept what the method chose, which the router
+             * cannot predict: report every head after the chunk. */
+            w->hrep[w->n_hrep++] = (struct gw_head_lens){
+                .slot = e->slot, .lens = sl->kv.head_len,
+                .n = (size_t)sl->kv.n_heads};
+        }
     }
     int n_draws = 0;
     for (size_t i = 0; i < plan->n_entries; i++) {
@@ -731,12 +791,17 @@ int gw_worker_step(struct gw_worker *w, const struct gw_plan *plan,
     }
     /* entry_of is free again after validation: reuse it as the row map. */
     int32_t *row = w->entry_of;
+    w->n_hrep = 0;
     rc = run_plan(w, plan, row, err, errlen);
     if (rc != 0 && w->be->ops->comm_failed(w->be)) {
         /* The peers are gone or out of step: nothing more can run. */
         w->peers_lost = 1;
         if (w->peer_lost_flag != NULL)
             *w->peer_lost_flag = 1;
+    }
+    if (rc == 0 && w->n_hrep > 0) {
+        out->head_lens = w->hrep;
+        out->n_head_lens = (size_t)w->n_hrep;
     }
     if (rc != 0 || w->rank != 0)
         goto done;
@@ -753,6 +818,8 @@ done:
         out->tokens = NULL;
         out->n_slot_errors = 0;
         out->slot_errors = NULL;
+        out->n_head_lens = 0;
+        out->head_lens = NULL;
         if (w->error[0] == '\0')
             tg_err_set(err, errlen, rc, "%s", tg_strerror(rc));
     }

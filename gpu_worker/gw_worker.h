@@ -18,6 +18,14 @@
  *   4. every PREFILL entry, one by one, then all DECODE entries as one
  *      batch, through the backend;
  *   5. rank 0 only: every entry with `sample` draws one token.
+ * An adaptive method (gvote, gw_method_per_head) keeps per-head lengths in
+ * every slot (kv_seq heads, announced in the Hello): a fresh entry sets
+ * them from its head_lens (checked: one per KV head, rows = their longest
+ * heads; without them every head holds its row), the forward pass moves
+ * them, and after each prefill chunk every rank reports the slot's heads
+ * in its result (gw_result.head_lens). The router commits them and cuts the
+ * rows it shrank with truncate_to in the slot's next deltas; until then the
+ * slot's rows keep their stale tail ids, which nothing reads.
  * The whole plan is validated before step 1 touches anything (slots,
  * layers, groups and page ids in range, positions equal to the slot's,
  * chunk sizes, token ids, rows holding at most what their pages can), so a
@@ -110,6 +118,8 @@ struct gw_worker_opts {
     int step_timeout_ms;        /* CUDA backend, T > 1: bound of a step's
                                    wait before the NCCL group is aborted;
                                    <= 0: 120 s */
+    const struct gw_gvote_params *gvote; /* method gvote: NULL for the
+                                   defaults of DESIGN.md §4.8 */
 };
 
 /* The persistent state of one request slot. */
@@ -131,6 +141,9 @@ struct gw_worker {
     struct pf_profile profile;    /* this rank's */
     struct kv_layout layout;      /* this rank's */
     enum tg_score_method method;
+    int per_head;                 /* the method is adaptive: slots keep
+                                     per-head lengths (kv_seq heads) and
+                                     every prefill chunk reports them */
     struct gw_backend *be;        /* the compute backend, owned */
     int rank, world_size, max_slots;
     int max_tokens;               /* rows of one forward call:
@@ -164,6 +177,10 @@ struct gw_worker {
     float *top_lps;               /* (max_slots, GW_WORKER_MAX_LOGPROBS) */
     struct gw_slot_error *serr;   /* (max_slots) */
     char *serr_text;              /* (max_slots, GW_WORKER_SLOT_ERROR_MAX) */
+    struct gw_head_lens *hrep;    /* (max_slots) the step's head-length
+                                     reports, pointing into the slots */
+    int n_hrep;
+    int32_t *row_max;             /* (rows) validation scratch */
     char error[512];              /* the result's error of the last step */
     /* Hello storage */
     char model_name[256];

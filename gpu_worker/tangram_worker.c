@@ -72,6 +72,9 @@ int main(int argc, char **argv)
     tg_log_init("worker", (int)opt.rank, (enum tg_log_level)opt.log_level,
                 (enum tg_log_format)opt.log_format);
 
+    struct gw_gvote_params gvote = {.p = opt.gvote_p,
+                                    .samples = (int)opt.gvote_samples,
+                                    .future = (int)opt.gvote_future};
     struct gw_worker_opts wo = {
         .model_dir = opt.model,
         .profile_path = opt.profile,
@@ -94,6 +97,7 @@ int main(int argc, char **argv)
         .device = (int)opt.device,
         .cuda_graphs = opt.cuda_graphs == 1,
         .step_timeout_ms = (int)opt.step_timeout_ms,
+        .gvote = &gvote,
     };
     struct gw_worker w;
     struct gw_wlink link = {0};

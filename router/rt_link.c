@@ -235,6 +235,8 @@ static void complete_step(struct rt_link *link, int ok, const char *error)
         .tokens = link->res_ids,
         .step_seconds = link->step_seconds,
     };
+    if (ok)
+        rt_link__heads_result(link, &res);
     if (!ok)
         log_warn("link: step %" PRIu64 " failed: %s", res.step_id,
                  res.error);
@@ -422,6 +424,9 @@ static int check_hello(const struct rt_link *link, int rank,
     CHECK_FIELD(head_dim, head_dim)
     CHECK_FIELD(vocab_size, vocab_size)
 #undef CHECK_FIELD
+    if (link->per_head >= 0 && (int)l->per_head_lens != link->per_head)
+        return snprintf(why, n, "per_head_lens %d, the group's is %d",
+                        (int)l->per_head_lens, link->per_head), -1;
     if (h->pages_total < e->pages_total)
         return snprintf(why, n, "pages_total %" PRIu32
                         ", the router counts %" PRIu32,
@@ -463,6 +468,7 @@ static void on_hello(struct rt_link *link, int rank,
     k->n_owed = 0;
     k->pid = h->pid;
     k->pages_total = h->pages_total;
+    link->per_head = h->layout->per_head_lens ? 1 : 0;
     k->shutdown_sent = 0;
     k->kill_pending = 0;
     k->setup_sent = 0;
@@ -518,6 +524,11 @@ static void on_step_result(struct rt_link *link, int rank, wmsg_t *m)
         link->failed = 1;
         snprintf(link->step_error, sizeof link->step_error, "rank %d: %s",
                  rank, sr->error && sr->error[0] ? sr->error : "failed");
+    } else if (sr->ok && !link->failed &&
+               rt_link__collect_heads(link, rank, sr, why, sizeof why)) {
+        link->failed = 1; /* malformed: the step fails like a !ok one */
+        snprintf(link->step_error, sizeof link->step_error, "rank %d: %s",
+                 rank, why);
     }
     if (rank == 0) {
         TG_ASSERT(link->rank0_result == NULL);
@@ -776,6 +787,7 @@ int rt_link_init(struct rt_link *link, uv_loop_t *loop,
                  const struct rt_link_config *cfg, char *err, size_t errlen)
 {
     memset(link, 0, sizeof *link);
+    link->per_head = -1;
     if (!loop || !cfg)
         return tg_err_set(err, errlen, TG_EINVAL, "loop and cfg required");
     int rc = check_config(cfg, err, errlen);
@@ -943,6 +955,11 @@ int rt_link_require_pages(struct rt_link *link, uint32_t pages)
     return 0;
 }
 
+int rt_link_per_head(const struct rt_link *link)
+{
+    return link && link->per_head == 1;
+}
+
 uint64_t rt_link_in_flight(const struct rt_link *link)
 {
     return link && link->initialized && !link->closed ? link->inflight : 0;
@@ -988,6 +1005,7 @@ void rt_link_close(struct rt_link *link)
     free(link->entry_sample);
     free(link->res_tokens);
     free(link->res_ids);
+    rt_link__heads_free(link);
     link->ranks = NULL;
     link->entry_slot = NULL;
     link->entry_sample = NULL;

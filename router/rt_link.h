@@ -45,7 +45,9 @@
  * step in flight, on_result fires exactly once: ok when every rank said ok
  * and rank 0 answered every sampled entry exactly once — with a token, or
  * with a slot error that fails that entry's request alone (entries[i].error)
- * — else not ok with the first error. One step is in flight at a time.
+ * — and every rank's head-length reports name a slot of the step's entries
+ * at most once with one length per KV head of the rank (L x G x H_p) —
+ * else not ok with the first error. One step is in flight at a time.
  *
  * Failures are errors, never silence or a hang. A rank is declared dead
  * when no message came from it for dead_ms, when a send of a plan to it
@@ -134,6 +136,11 @@ struct rt_link_result {
     const int32_t *tokens;       /* (n_entries) token sampled for entry i or
                                     -1: the array rt_sched_complete takes
                                     (all -1 when !ok) */
+    const struct rt_step_heads *heads; /* (n_heads) every rank's head-length
+                                    reports (StepResult.head_lens) by entry
+                                    index, what rt_sched_complete_heads
+                                    takes; none when !ok */
+    int32_t n_heads;
     double step_seconds;         /* slowest rank's forward time, seconds */
 };
 
@@ -200,6 +207,16 @@ struct rt_link {
     uint8_t comm_id[RT_LINK_COMM_ID_MAX]; /* rank 0's group id */
     size_t comm_id_len;
     char comm_kind[32];          /* rank 0's Hello.comm_kind */
+    int per_head;                /* -1 until the first accepted Hello says
+                                    whether the workers keep per-head
+                                    lengths (LayoutSummary.per_head_lens);
+                                    later Hellos must agree */
+    struct rt_step_heads *res_heads; /* (cap_res_heads) the step's reports */
+    int64_t *res_head_off;       /* (cap_res_heads) their values at
+                                    res_head_vals + off */
+    int32_t n_res_heads, cap_res_heads;
+    int32_t *res_head_vals;      /* (cap_res_head_vals) */
+    int64_t n_res_head_vals, cap_res_head_vals;
     uint64_t n_refused;          /* readable: Hellos refused */
     uint64_t n_deaths;           /* readable: ranks declared dead */
     uint64_t n_results;          /* readable: on_result calls */
@@ -266,6 +283,12 @@ int32_t rt_link_min_pages(const struct rt_link *link);
  * restarted worker with a smaller pool is refused. Never lowers it.
  * Returns 0, or TG_EINVAL when the link is not open. */
 int rt_link_require_pages(struct rt_link *link, uint32_t pages);
+
+/* Returns 1 when the workers keep per-head lengths (their Hellos said so;
+ * every rank agrees, or is refused), 0 when they keep whole rows or no
+ * Hello was accepted yet. Read it in on_ready to configure the
+ * scheduler (rt_sched_config.per_head). */
+int rt_link_per_head(const struct rt_link *link);
 
 /* Returns the step id in flight, or 0. */
 uint64_t rt_link_in_flight(const struct rt_link *link);

@@ -69,6 +69,21 @@ void rt_link__declare_dead(struct rt_link *link, int rank, const char *reason);
  * on_ready) once every rank joined. The link may be closed after. */
 void rt_link__advance_group(struct rt_link *link);
 
+/* rt_link_heads.c: copies the head-length reports of rank `rank`'s ok
+ * StepResult for the step in flight into the link's buffers. Returns 0, or
+ * -1 with the reason in why (a report for a slot without an entry, twice
+ * for one slot, with the wrong count or a length over INT32_MAX, from a
+ * worker that keeps no head lengths, or no memory). */
+int rt_link__collect_heads(struct rt_link *link, int rank,
+                           const Tangram__Worker__V1__StepResult *sr,
+                           char *why, size_t n);
+
+/* rt_link_heads.c: points the reports at their values for on_result. */
+void rt_link__heads_result(struct rt_link *link, struct rt_link_result *res);
+
+/* rt_link_heads.c: frees the report buffers. */
+void rt_link__heads_free(struct rt_link *link);
+
 /* rt_link_comm.c: handles a CommReady from alive rank `rank`. */
 void rt_link__on_comm_ready(struct rt_link *link, int rank,
                             const Tangram__Worker__V1__CommReady *cr);

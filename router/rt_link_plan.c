@@ -74,6 +74,12 @@ static int check_step(const struct rt_link *link, const struct rt_step *s,
                                                 rows > s->n_row_lens))
             return tg_err_set(err, errlen, TG_EINVAL,
                               "entry %d: row lengths out of range", i);
+        if (e->has_head_lens &&
+            (e->row_lens_off < 0 || s->n_heads < 1 || e->head_lens_off < 0 ||
+             e->head_lens_off + (int64_t)link->cfg.world_size * s->n_heads >
+                 s->n_head_lens))
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "entry %d: head lengths out of range", i);
     }
     if (s->n_deltas < 0 || (s->n_deltas && (!s->deltas || !s->delta_ids)))
         return tg_err_set(err, errlen, TG_EINVAL, "bad delta arrays");
@@ -81,7 +87,8 @@ static int check_step(const struct rt_link *link, const struct rt_step *s,
         const struct rt_step_delta *d = &s->deltas[i];
         if (d->entry < 0 || d->entry >= s->n_entries || d->rank < 0 ||
             d->rank >= link->cfg.world_size || d->row < 0 || d->row >= rows ||
-            d->n < 0 || d->off < 0 || d->off + d->n > s->n_ids)
+            d->n < 0 || d->off < 0 || d->off + d->n > s->n_ids ||
+            (d->has_truncate && d->truncate_to < 0))
             return tg_err_set(err, errlen, TG_EINVAL,
                               "delta %" PRId64 ": entry, rank, row or id "
                               "range out of bounds", i);
@@ -224,6 +231,11 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
             pd->group = (uint32_t)d->row % G;
             pd->n_page_ids = (size_t)d->n;
             pd->page_ids = (uint32_t *)(uintptr_t)(step->delta_ids + d->off);
+            if (d->has_truncate) {
+                pd->truncate_to_opt_case =
+                    TANGRAM__WORKER__V1__PAGE_DELTA__TRUNCATE_TO_OPT_TRUNCATE_TO;
+                pd->truncate_to = (uint32_t)d->truncate_to;
+            }
             b.pdp[at] = pd;
         }
         free(fill);
@@ -249,6 +261,12 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
                 b.pe[i].row_lens = (uint32_t *)(uintptr_t)(
                     step->row_lens + step->entries[i].row_lens_off +
                     (int64_t)r * (int64_t)rows);
+                if (step->entries[i].has_head_lens) {
+                    b.pe[i].n_head_lens = (size_t)step->n_heads;
+                    b.pe[i].head_lens = (uint32_t *)(uintptr_t)(
+                        step->head_lens + step->entries[i].head_lens_off +
+                        (int64_t)r * step->n_heads);
+                }
             }
         plan.n_page_deltas = (size_t)(b.rank_start[r + 1] - b.rank_start[r]);
         plan.page_deltas = b.pdp + b.rank_start[r];
@@ -273,6 +291,8 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
     link->step_error[0] = '\0';
     link->step_seconds = 0;
     link->n_entries = n;
+    link->n_res_heads = 0;
+    link->n_res_head_vals = 0;
     for (int32_t i = 0; i < n; i++) {
         link->entry_slot[i] = (uint32_t)step->entries[i].slot;
         link->entry_sample[i] = step->entries[i].sample ? 1 : 0;

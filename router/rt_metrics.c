@@ -729,6 +729,7 @@ void rt_metrics_tangram_free(struct rt_metrics_tangram *m)
     free(m->kv_pages_used);
     free(m->kv_pages_total);
     free(m->kv_pages_cached);
+    free(m->kv_pages_released);
     memset(m, 0, sizeof(*m));
 }
 
@@ -887,14 +888,16 @@ static int add_http_families(struct rt_metrics_tangram *m, char *err,
     return rc;
 }
 
-/* Registers family `name` with label `label` and one gauge per rank. */
-static int add_rank_gauges(struct rt_metrics_tangram *m, const char *name,
-                           const char *help, struct rt_metrics_series **dst,
-                           char *err, size_t errlen)
+/* Registers family `name` with label "rank" and one series of `type` per
+ * rank. */
+static int add_rank_series(struct rt_metrics_tangram *m, const char *name,
+                           const char *help, enum rt_metrics_type type,
+                           struct rt_metrics_series **dst, char *err,
+                           size_t errlen)
 {
     const char *label = "rank";
     struct rt_metrics_family *f;
-    int rc = rt_metrics_family_add(&m->reg, name, help, RT_METRICS_GAUGE, 1,
+    int rc = rt_metrics_family_add(&m->reg, name, help, type, 1,
                                    &label, NULL, 0, &f, err, errlen);
     for (int r = 0; rc == 0 && r < m->n_ranks; r++) {
         char v[16];
@@ -918,8 +921,10 @@ int rt_metrics_tangram_init(struct rt_metrics_tangram *m, int n_ranks,
     m->kv_pages_used = calloc((size_t)n_ranks, sizeof(*m->kv_pages_used));
     m->kv_pages_total = calloc((size_t)n_ranks, sizeof(*m->kv_pages_total));
     m->kv_pages_cached = calloc((size_t)n_ranks, sizeof(*m->kv_pages_cached));
+    m->kv_pages_released =
+        calloc((size_t)n_ranks, sizeof(*m->kv_pages_released));
     if (m->kv_pages_used == NULL || m->kv_pages_total == NULL ||
-        m->kv_pages_cached == NULL) {
+        m->kv_pages_cached == NULL || m->kv_pages_released == NULL) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "metrics: out of memory");
         goto fail;
     }
@@ -934,22 +939,30 @@ int rt_metrics_tangram_init(struct rt_metrics_tangram *m, int n_ranks,
         if (rc != 0)
             goto fail;
     }
-    rc = add_rank_gauges(m, "tangram_kv_pages_used",
+    rc = add_rank_series(m, "tangram_kv_pages_used",
                          "KV pages in use in the rank's pool.",
-                         m->kv_pages_used, err, errlen);
+                         RT_METRICS_GAUGE, m->kv_pages_used, err, errlen);
     if (rc != 0)
         goto fail;
-    rc = add_rank_gauges(m, "tangram_kv_pages_total",
-                         "KV pages in the rank's pool.", m->kv_pages_total,
-                         err, errlen);
+    rc = add_rank_series(m, "tangram_kv_pages_total",
+                         "KV pages in the rank's pool.", RT_METRICS_GAUGE,
+                         m->kv_pages_total, err, errlen);
     if (rc != 0)
         goto fail;
     /* With nothing running or waiting, used == cached on every rank: any
      * difference is a leaked page (the soak test checks it). */
-    rc = add_rank_gauges(m, "tangram_kv_pages_cached",
+    rc = add_rank_series(m, "tangram_kv_pages_cached",
                          "KV pages of the rank's pool held by stored "
                          "multi-turn entries (part of kv_pages_used).",
-                         m->kv_pages_cached, err, errlen);
+                         RT_METRICS_GAUGE, m->kv_pages_cached, err, errlen);
+    if (rc != 0)
+        goto fail;
+    rc = add_rank_series(m, "tangram_kv_pages_released_total",
+                         "KV pages an adaptive method (gvote) gave back to "
+                         "the rank's pool right after a prefill chunk kept "
+                         "less than its reservation.",
+                         RT_METRICS_COUNTER, m->kv_pages_released, err,
+                         errlen);
     if (rc != 0)
         goto fail;
 

@@ -255,6 +255,8 @@ struct rt_metrics_tangram {
     struct rt_metrics_series **kv_pages_used;  /* (n_ranks) {rank="r"} */
     struct rt_metrics_series **kv_pages_total; /* (n_ranks) {rank="r"} */
     struct rt_metrics_series **kv_pages_cached; /* (n_ranks) {rank="r"} */
+    struct rt_metrics_series **kv_pages_released; /* (n_ranks) {rank="r"}
+                                                     counter */
     /* histograms (seconds) */
     struct rt_metrics_series *time_to_first_token_seconds;
     struct rt_metrics_series *inter_token_latency_seconds;

@@ -29,6 +29,7 @@ void rt_prefix_bounds_free(struct rt_prefix_bounds *b)
 {
     free(b->pos);
     free(b->rows);
+    free(b->heads);
     memset(b, 0, sizeof(*b));
 }
 
@@ -37,7 +38,9 @@ int rt_prefix_bounds_push(struct rt_prefix_bounds *b, int64_t pos,
 {
     int32_t rows = seqs[0].n_rows;
     int32_t width = n_ranks * rows;
-    if (b->n > 0 && b->width != width)
+    int32_t heads = seqs[0].head_len != NULL ? seqs[0].n_heads : 0;
+    int32_t hwidth = n_ranks * heads;
+    if (b->n > 0 && (b->width != width || b->hwidth != hwidth))
         return TG_EINVAL;
     int32_t n = b->n;
     while (n > 0 && b->pos[n - 1] >= pos)
@@ -52,9 +55,24 @@ int rt_prefix_bounds_push(struct rt_prefix_bounds *b, int64_t pos,
         if (nr == NULL)
             return TG_ENOMEM;
         b->rows = nr;
+        if (hwidth > 0) {
+            int32_t *nh = realloc(b->heads,
+                                  (size_t)cap * (size_t)hwidth * sizeof(int32_t));
+            if (nh == NULL)
+                return TG_ENOMEM;
+            b->heads = nh;
+        }
         b->cap = cap;
     }
+    if (hwidth > 0 && b->heads == NULL &&
+        (b->heads = malloc((size_t)b->cap * (size_t)hwidth *
+                           sizeof(int32_t))) == NULL)
+        return TG_ENOMEM;
     b->width = width;
+    b->hwidth = hwidth;
+    for (int r = 0; r < n_ranks && hwidth > 0; r++)
+        memcpy(b->heads + (size_t)n * hwidth + (size_t)r * heads,
+               seqs[r].head_len, (size_t)heads * sizeof(int32_t));
     b->pos[n] = pos;
     for (int r = 0; r < n_ranks; r++)
         memcpy(b->rows + (size_t)n * width + (size_t)r * rows, seqs[r].filled,
@@ -328,12 +346,19 @@ int rt_prefix_match_rewind(struct rt_prefix *pc, struct kv_pool *pools,
         return 0;
     /* Every rank has the same rows (L * G/T); only budgets differ. */
     int32_t rows = layouts[0]->n_layers * layouts[0]->n_groups;
+    int32_t heads = best->bounds.hwidth / pc->n_ranks;
     for (int r = 0; r < pc->n_ranks; r++) {
         pc->pages[r] -= best->seqs[r].used_pages;
-        rc = kv_seq_rewind(&best->seqs[r], layouts[r], &pools[r], best_n,
-                           best->bounds.rows + (size_t)best_i * best->bounds.width +
-                               (size_t)r * (size_t)rows,
-                           NULL, 0);
+        const int32_t *ht =
+            heads > 0 ? best->bounds.heads +
+                            (size_t)best_i * best->bounds.hwidth +
+                            (size_t)r * (size_t)heads
+                      : NULL;
+        rc = kv_seq_rewind_heads(&best->seqs[r], layouts[r], &pools[r], best_n,
+                                 best->bounds.rows +
+                                     (size_t)best_i * best->bounds.width +
+                                     (size_t)r * (size_t)rows,
+                                 ht, NULL, 0);
         pc->pages[r] += best->seqs[r].used_pages;
         /* The boundary was recorded from these very seqs: a refusal is a
          * broken invariant. */

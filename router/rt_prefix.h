@@ -46,15 +46,23 @@
  * is a complete state (a prefill chunk was just committed), with every
  * row's token count there. Compressed rows cannot be cut at an arbitrary
  * position (a chunk's selection depends on the whole chunk), but they can
- * be rewound to any of these. */
+ * be rewound to any of these. A sequence with per-head lengths (an
+ * adaptive method, kv_seq.h) records every head's length too, and a
+ * rewind restores them (kv_seq_rewind_heads): a head appends at its own
+ * end in position order, so cutting it to its length at the boundary is
+ * exactly its state there. */
 struct rt_prefix_bounds {
     int64_t *pos;    /* (n) positions, increasing */
     int32_t *rows;   /* (n, width) row tokens at each position */
+    int32_t *heads;  /* (n, hwidth) head tokens at each position, or NULL
+                        for sequences without per-head lengths */
     int32_t n, cap;
     int32_t width;   /* n_ranks * rows */
+    int32_t hwidth;  /* n_ranks * heads per rank, or 0 */
 };
 
-/* Appends a boundary at `pos` with the seqs' (n_ranks) written counts.
+/* Appends a boundary at `pos` with the seqs' (n_ranks) written counts
+ * (and head lengths when the seqs keep them).
  * A boundary at or below the last one replaces the tail from there.
  * Returns 0 or TG_ENOMEM (the list is unchanged). */
 int rt_prefix_bounds_push(struct rt_prefix_bounds *b, int64_t pos,

@@ -164,6 +164,7 @@ static void req_free(struct rt_sched *s, struct rt_sched_req *req)
         free(req->seqs);
     }
     free(req->sent);
+    free(req->cut);
     rt_prefix_bounds_free(&req->bounds);
     free(req->tokens);
     free(req->session);
@@ -306,9 +307,24 @@ int rt_sched_init(struct rt_sched *s, const struct rt_sched_config *cfg,
     s->running = calloc((size_t)cfg->max_num_seqs, sizeof(s->running[0]));
     s->slot_used = calloc((size_t)cfg->max_num_seqs, 1);
     s->released = calloc((size_t)cfg->max_num_seqs, sizeof(int32_t));
+    s->released_pages = calloc((size_t)cfg->n_ranks, sizeof(int64_t));
     if (s->map == NULL || s->running == NULL || s->slot_used == NULL ||
-        s->released == NULL)
+        s->released == NULL || s->released_pages == NULL)
         goto oom;
+    if (cfg->per_head) {
+        for (int r = 0; r < cfg->n_ranks; r++)
+            if (s->lay[r]->head_group == NULL ||
+                s->lay[r]->n_kv_heads != s->lay[0]->n_kv_heads) {
+                rc = tg_err_set(err, errlen, TG_EINVAL,
+                                "rt_sched: per-head lengths need every "
+                                "rank's head maps, with equal head counts");
+                goto fail;
+            }
+        s->head_of = malloc((size_t)cfg->max_num_seqs *
+                            (size_t)cfg->n_ranks * sizeof(int32_t));
+        if (s->head_of == NULL)
+            goto oom;
+    }
     s->next_serial = 1;
     s->next_step = 1;
     return 0;
@@ -340,6 +356,8 @@ void rt_sched_free(struct rt_sched *s)
     free(s->running);
     free(s->slot_used);
     free(s->released);
+    free(s->released_pages);
+    free(s->head_of);
     free(s->bits);
     memset(s, 0, sizeof(*s));
 }
@@ -357,6 +375,7 @@ void rt_step_free(struct rt_step *step)
     free(step->released);
     free(step->events);
     free(step->row_lens);
+    free(step->head_lens);
     memset(step, 0, sizeof(*step));
 }
 
@@ -539,22 +558,38 @@ static void add_entry(struct rt_sched *s, struct rt_step *out,
             out->n_row_lens += s->rows;
         }
     }
+    e->has_head_lens = 0;
+    e->head_lens_off = 0;
+    if (req->fresh && pos > 0 && req->seqs[0].head_len != NULL) {
+        /* ... and how much each of its heads holds. */
+        e->has_head_lens = 1;
+        e->head_lens_off = out->n_head_lens;
+        for (int r = 0; r < s->cfg.n_ranks; r++) {
+            memcpy(out->head_lens + out->n_head_lens, req->seqs[r].head_len,
+                   (size_t)out->n_heads * sizeof(int32_t));
+            out->n_head_lens += out->n_heads;
+        }
+    }
     e->delta_begin = out->n_deltas;
     req->fresh = 0;
     for (int r = 0; r < s->cfg.n_ranks; r++) {
         const struct kv_layout *lay = s->lay[r];
         int32_t *sent = req->sent + (int64_t)r * s->rows;
+        uint8_t *cut = req->cut + (int64_t)r * s->rows;
         for (int32_t w = 0; w < s->rows; w++) {
             int32_t have = 0;
             const int32_t *ids = kv_seq_row_ids(&req->seqs[r], lay,
                                                 w / lay->n_groups,
                                                 w % lay->n_groups, &have);
-            if (have <= sent[w])
+            if (have <= sent[w] && !cut[w])
                 continue;
             struct rt_step_delta *d = &out->deltas[out->n_deltas++];
             d->entry = idx;
             d->rank = r;
             d->row = w;
+            d->has_truncate = cut[w];
+            d->truncate_to = cut[w] ? sent[w] : 0;
+            cut[w] = 0;
             d->first = sent[w];
             d->n = have - sent[w];
             d->off = out->n_ids;
@@ -695,6 +730,9 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         (req->sent = calloc((size_t)T * (size_t)s->rows, sizeof(int32_t))) ==
             NULL)
         return ADM_STOP;
+    if (req->cut == NULL &&
+        (req->cut = calloc((size_t)T * (size_t)s->rows, 1)) == NULL)
+        return ADM_STOP;
     if (req->seqs == NULL &&
         (req->seqs = calloc((size_t)T, sizeof(struct kv_seq))) == NULL)
         return ADM_STOP;
@@ -714,7 +752,10 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         rt_prefix_take_bounds(&s->cache, m, req->seqs, &req->bounds);
     } else if (req->seqs[0].n_rows == 0) {
         for (int r = 0; r < T; r++)
-            if (kv_seq_init(&req->seqs[r], s->lay[r], NULL, 0) != 0) {
+            if (kv_seq_init(&req->seqs[r], s->lay[r], NULL, 0) != 0 ||
+                (s->cfg.per_head &&
+                 kv_seq_heads_enable(&req->seqs[r], s->lay[r], NULL, 0) !=
+                     0)) {
                 retire(s, req, RT_SCHED_END_ERROR, out);
                 return ADM_ENDED;
             }
@@ -734,6 +775,7 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     req->slot = slot;
     req->fresh = 1;
     memset(req->sent, 0, (size_t)T * (size_t)s->rows * sizeof(int32_t));
+    memset(req->cut, 0, (size_t)T * (size_t)s->rows);
     req->state = RT_SCHED_PREFILLING;
     s->running[s->n_running++] = req;
     if (!req->admitted) {
@@ -763,7 +805,12 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
                sizeof(struct rt_sched_event)) != 0 ||
         grow((void **)&out->row_lens, &out->cap_row_lens,
                (int64_t)s->cfg.max_num_seqs * s->cfg.n_ranks * s->rows,
-               sizeof(int32_t)) != 0)
+               sizeof(int32_t)) != 0 ||
+        (s->cfg.per_head &&
+         grow((void **)&out->head_lens, &out->cap_head_lens,
+              (int64_t)s->cfg.max_num_seqs * s->cfg.n_ranks *
+                  s->cfg.layout->n_layers * s->cfg.layout->n_kv_heads,
+              sizeof(int32_t)) != 0))
         return tg_err_set(err, errlen, TG_ENOMEM,
                           "rt_sched: cannot grow the step buffers");
     out->n_entries = 0;
@@ -773,6 +820,10 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
     out->n_events = 0;
     out->n_released = 0;
     out->n_row_lens = 0;
+    out->n_head_lens = 0;
+    out->n_heads = s->cfg.per_head ? s->cfg.layout->n_layers *
+                                         s->cfg.layout->n_kv_heads
+                                   : 0;
     int64_t budget = s->cfg.max_batched_tokens;
 
     /* 1. Decode tokens, oldest admission first: preemption takes the
@@ -841,6 +892,15 @@ int rt_sched_complete(struct rt_sched *s, struct rt_step *step,
                       const int32_t *tokens, const uint8_t *stop, char *err,
                       size_t errlen)
 {
+    return rt_sched_complete_heads(s, step, tokens, stop, NULL, 0, err,
+                                   errlen);
+}
+
+int rt_sched_complete_heads(struct rt_sched *s, struct rt_step *step,
+                            const int32_t *tokens, const uint8_t *stop,
+                            const struct rt_step_heads *heads,
+                            int32_t n_heads, char *err, size_t errlen)
+{
     if (step->n_entries == 0) {
         step->n_events = 0;
         return 0;
@@ -868,6 +928,19 @@ int rt_sched_complete(struct rt_sched *s, struct rt_step *step,
                               "rt_sched: sampled token %d for entry %d",
                               (int)tokens[i], (int)i);
     }
+    int rc = rt_sched_check_heads(s, step, heads, n_heads, err, errlen);
+    if (rc != 0)
+        return rc;
+    const int T = s->cfg.n_ranks;
+    if (n_heads > 0) {
+        /* Checked: the reports' entries exist and only per-head
+         * schedulers have prefill reports, so head_of exists. */
+        TG_ASSERT(s->head_of != NULL);
+        for (int64_t i = 0; i < (int64_t)step->n_entries * T; i++)
+            s->head_of[i] = -1;
+        for (int32_t k = 0; k < n_heads; k++)
+            s->head_of[(int64_t)heads[k].entry * T + heads[k].rank] = k;
+    }
     /* The plan reserved events for every request live at that time, which
      * bounds the entries. */
     TG_ASSERT(step->cap_events >= step->n_entries);
@@ -879,11 +952,9 @@ int rt_sched_complete(struct rt_sched *s, struct rt_step *step,
             continue; /* aborted since the plan */
         TG_ASSERT(rt_sched__running(req));
         if (e->kind == RT_STEP_PREFILL) {
-            for (int r = 0; r < s->cfg.n_ranks; r++) {
-                int rc = kv_seq_commit(&req->seqs[r], s->lay[r], e->n, NULL,
-                                       0);
-                TG_ASSERT(rc == 0); /* chunks are planned on boundaries */
-            }
+            rt_sched__commit_chunk(s, req, e, heads,
+                                   n_heads > 0 ? s->head_of + (int64_t)i * T
+                                               : NULL);
             /* A committed chunk is a point the KV can be rewound to, so
              * a later prompt sharing only part of this one still reuses
              * it (best effort: without memory there is just less reuse). */

@@ -34,6 +34,19 @@
  * history. So a step is everything a plan needs: the link only encodes
  * it.
  *
+ * Per-head lengths (cfg.per_head, an adaptive method such as gvote,
+ * DESIGN.md §4.8): every request keeps each rank's head lengths
+ * (kv_seq_heads_enable). A worker reports, for a slot whose heads kept
+ * less than the §4.3 keep of its chunk, each head's length after the step
+ * (struct rt_step_heads); rt_sched_complete_heads commits such a chunk with
+ * kv_seq_commit_heads (rows = their longest heads, the unused reservation
+ * back to the pool at once, counted in rt_sched_pages.released) instead of
+ * kv_seq_commit, which stays the rule for a rank that reports nothing. A
+ * row that lost pages so is cut on the worker by a delta of the request's
+ * next entry (has_truncate: the worker's copy keeps the stale tail ids
+ * until then, unread, since the slot runs nothing before that entry). A
+ * fresh entry adopting stored KV carries every rank's head lengths too.
+ *
  * rt_sched_complete applies the step's results: commits the prefill chunks,
  * appends the sampled tokens, finishes requests on max_tokens or when the
  * caller flags a stop, and frees or stores (multi-turn cache) the pages of
@@ -106,6 +119,9 @@ struct rt_sched_config {
     int max_queued;                 /* WAITING requests accepted, >= 1 */
     int debug_track;                /* nonzero: pools check every push for
                                        double frees (tests) */
+    int per_head;                   /* nonzero: requests keep per-head
+                                       lengths (an adaptive method; the
+                                       layouts need head maps) */
 };
 
 /* How the workers draw a request's tokens: its sampling parameters as a
@@ -167,6 +183,10 @@ struct rt_step_entry {
                                 each rank's tokens per (layer, group) row
                                 at row_lens[off + rank * L * G ..]; -1
                                 otherwise */
+    int32_t has_head_lens;   /* such an entry of a per-head scheduler: each
+                                rank's head lengths at head_lens[
+                                head_lens_off + rank * n_heads ..] */
+    int64_t head_lens_off;
     int64_t delta_begin;     /* its records: deltas[delta_begin ..
                                 delta_end) */
     int64_t delta_end;
@@ -178,8 +198,12 @@ struct rt_step_delta {
     int32_t rank;
     int32_t row;             /* l * G + g */
     int32_t first;           /* index within the row of the first new page
-                                (the row's length before this delta) */
-    int32_t n;               /* pages appended */
+                                (the row's length before this delta, after
+                                its cut) */
+    int32_t n;               /* pages appended (may be 0 after a cut) */
+    int32_t has_truncate;    /* cut the worker's row to truncate_to pages
+                                first (pages a per-head commit gave back) */
+    int32_t truncate_to;
     int64_t off;             /* ids at delta_ids[off .. off + n) */
 };
 
@@ -211,12 +235,27 @@ struct rt_step {
                                       preemption) */
     int64_t n_row_lens;
     int32_t *row_lens;             /* (n_row_lens) see entries' row_lens_off */
+    int32_t n_heads;               /* per-head scheduler: L * Hkv of a rank,
+                                      else 0 */
+    int64_t n_head_lens;
+    int32_t *head_lens;            /* (n_head_lens) see entries'
+                                      head_lens_off */
     int32_t n_events;
     struct rt_sched_event *events; /* (n_events) from the last plan
                                       (requests ended while planning) or
                                       complete (tokens and ends) */
     int32_t cap_entries, cap_released, cap_events;
-    int64_t cap_deltas, cap_ids, cap_row_lens;
+    int64_t cap_deltas, cap_ids, cap_row_lens, cap_head_lens;
+};
+
+/* One rank's report of the head lengths of one entry's slot after the
+ * step (proto StepResult.head_lens): n values, L * Hkv of that rank,
+ * layer-major in the rank's head order. Borrowed by the calls below. */
+struct rt_step_heads {
+    int32_t entry;           /* index into the step's entries */
+    int32_t rank;
+    const int32_t *head_lens;
+    int64_t n;
 };
 
 struct rt_sched_stats {
@@ -237,6 +276,8 @@ struct rt_sched_pages {
     int64_t cached;      /* of which held by stored multi-turn entries */
     int64_t monolithic;  /* pages an all-heads layout would need for the
                             same sequences (§4.5) */
+    int64_t released;    /* pages per-head commits gave back early, total
+                            since start (tangram_kv_pages_released_total) */
 };
 
 struct rt_sched_req_info {
@@ -279,6 +320,10 @@ struct rt_sched {
     int64_t cached_tokens;
     int64_t steps;
     uint64_t *bits;                /* scratch bitmap for validate */
+    int64_t *released_pages;       /* (n_ranks) rt_sched_pages.released */
+    int32_t *head_of;              /* per_head: (max_num_seqs, n_ranks)
+                                      report index of each (entry, rank),
+                                      complete's scratch */
 };
 
 /* Initialises `s` with T pools of cfg->pages_per_rank pages each; every
@@ -329,6 +374,29 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
 int rt_sched_complete(struct rt_sched *s, struct rt_step *step,
                       const int32_t *tokens, const uint8_t *stop, char *err,
                       size_t errlen);
+
+/* Checks head-length reports against the outstanding `step` without
+ * changing anything: every report names an entry of the step (reports of
+ * requests aborted since the plan are ignored) that is a prefill chunk of
+ * a request keeping per-head lengths, a rank in range, at most one report
+ * per (entry, rank), and lengths that fit the chunk's reservation
+ * (kv_seq_heads_fit: L * Hkv values, no head shorter than before or longer
+ * than its row's §4.3 keep allows). Returns 0 or TG_EPROTO naming the
+ * rank, slot and head: the worker's accounting and the router's disagree,
+ * to be handled like any malformed result. */
+int rt_sched_check_heads(const struct rt_sched *s, const struct rt_step *step,
+                         const struct rt_step_heads *heads, int32_t n_heads,
+                         char *err, size_t errlen);
+
+/* rt_sched_complete with the workers' head-length reports (may be NULL
+ * with n_heads 0): a reported prefill chunk commits with
+ * kv_seq_commit_heads on that rank. The reports are checked first
+ * (rt_sched_check_heads); a failure returns TG_EPROTO with nothing
+ * changed. */
+int rt_sched_complete_heads(struct rt_sched *s, struct rt_step *step,
+                            const int32_t *tokens, const uint8_t *stop,
+                            const struct rt_step_heads *heads,
+                            int32_t n_heads, char *err, size_t errlen);
 
 /* Ends request `id` in any state at once: its pages go back to the pools
  * (nothing is stored), its slot is released, no event is produced. Returns

@@ -30,6 +30,9 @@ struct rt_sched_req {
     struct kv_seq *seqs;      /* (T) zeroed until first admission */
     int32_t *sent;            /* (T, rows) pages already in the slot's
                                  block-table rows on the worker */
+    uint8_t *cut;             /* (T, rows) 1: a per-head commit shrank the
+                                 row below what the worker holds; its next
+                                 delta cuts it to sent first */
     int32_t slot;             /* -1 unless running */
     int fresh;                /* slot assigned since its last entry */
     struct rt_prefix_bounds bounds; /* its committed chunk boundaries, for
@@ -43,5 +46,15 @@ struct rt_sched_req *rt_sched__find(const struct rt_sched *s, uint64_t id);
 
 /* Returns 1 when the request is PREFILLING or DECODING. */
 int rt_sched__running(const struct rt_sched_req *req);
+
+/* rt_sched_heads.c: commits prefill entry `e` of live `req` on every rank,
+ * with kv_seq_commit_heads where heads[head_of[rank]] reports it (checked
+ * by rt_sched_check_heads) and kv_seq_commit elsewhere; counts the pages
+ * given back and marks the rows to cut on the worker. head_of may be NULL
+ * (no reports). */
+void rt_sched__commit_chunk(struct rt_sched *s, struct rt_sched_req *req,
+                            const struct rt_step_entry *e,
+                            const struct rt_step_heads *heads,
+                            const int32_t *head_of);
 
 #endif /* RT_SCHED_INTERNAL_H */

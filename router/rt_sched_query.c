@@ -41,6 +41,7 @@ void rt_sched_rank_pages(const struct rt_sched *s, int rank,
     out->used = kv_pool_n_used(p);
     out->cached = rt_prefix_pages(&s->cache, rank);
     out->monolithic = p->mono_pages;
+    out->released = s->released_pages[rank];
 }
 
 int rt_sched_req_info(const struct rt_sched *s, uint64_t id,

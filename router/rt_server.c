@@ -227,6 +227,10 @@ static void update_gauges(struct rt_server *s)
         rt_metrics_gauge_set(s->metrics.kv_pages_used[rk], (double)pg.used);
         rt_metrics_gauge_set(s->metrics.kv_pages_total[rk], (double)pg.total);
         rt_metrics_gauge_set(s->metrics.kv_pages_cached[rk], (double)pg.cached);
+        double rel = (double)pg.released -
+                     rt_metrics_series_value(s->metrics.kv_pages_released[rk]);
+        if (rel > 0)
+            rt_metrics_counter_add(s->metrics.kv_pages_released[rk], rel);
         used += (double)pg.used;
         total += (double)pg.total;
         mono += (double)pg.monolithic;
@@ -277,12 +281,20 @@ static void on_result(void *ud, const struct rt_link_result *res)
     struct rt_server *s = ud;
     s->step_in_flight = 0;
     rt_metrics_histogram_observe(s->metrics.scheduler_step_seconds, res->step_seconds);
-    if (!res->ok) {
-        log_err("step %llu failed: %s", (unsigned long long)res->step_id, res->error);
+    /* Head lengths that do not fit the router's accounting make the result
+     * malformed: the worker's KV and the router's disagree. */
+    char herr[320];
+    const char *error = res->error;
+    if (res->ok && rt_sched_check_heads(&s->sched, &s->step, res->heads,
+                                        res->n_heads, herr,
+                                        sizeof(herr)) != 0)
+        error = herr;
+    if (!res->ok || error == herr) {
+        log_err("step %llu failed: %s", (unsigned long long)res->step_id, error);
         rt_sched_fail_running(&s->sched, &s->step);
         for (int32_t i = 0; i < s->step.n_entries; i++)
             ((struct rt_req *)s->step.entries[i].user)->in_step = 0;
-        handle_events(s, res->error);
+        handle_events(s, error);
         reap(s);
         update_gauges(s);
         rt_server__wake(s);
@@ -343,7 +355,9 @@ static void on_result(void *ud, const struct rt_link_result *res)
             stop[i] = (uint8_t)(eos || hit);
     }
     char err[256];
-    int rc = rt_sched_complete(&s->sched, &s->step, res->tokens, stop, err, sizeof(err));
+    int rc = rt_sched_complete_heads(&s->sched, &s->step, res->tokens, stop,
+                                     res->heads, res->n_heads, err,
+                                     sizeof(err));
     free(stop);
     if (rc != 0)
         log_err("scheduler complete: %s", err);
@@ -412,6 +426,7 @@ static void on_ready(void *ud)
             .max_num_seqs = (int)s->opts->max_num_seqs,
             .max_batched_tokens = (int)s->opts->max_batched_tokens,
             .max_queued = (int)s->opts->max_queued,
+            .per_head = rt_link_per_head(&s->link),
         };
         if (rt_sched_init(&s->sched, &sc, err, sizeof(err)) != 0) {
             log_err("cannot start the scheduler: %s", err);

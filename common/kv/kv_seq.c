@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/kv/kv_seq_internal.h"
 #include "common/tg_err.h"
 
 #define ROWS_MAX (1 << 24)
@@ -29,8 +30,8 @@ static uint64_t next_epoch(void)
  * only the chunks starting below n_sink and the short last chunk are
  * computed one by one. O(n_sink / C + 1) instead of O(n_new / C); the unit
  * tests check it against kv_turn_keep. */
-static int64_t turn_keep(int64_t start, int64_t n_new, int64_t chunk,
-                         double budget, const struct kv_forced_rule *rule)
+int64_t kv_seq__turn_keep(int64_t start, int64_t n_new, int64_t chunk,
+                          double budget, const struct kv_forced_rule *rule)
 {
     if (n_new <= 0)
         return 0;
@@ -239,6 +240,7 @@ void kv_seq_free(struct kv_seq *seq, struct kv_pool *pool)
     free(seq->ids);
     free(seq->extra);
     free(seq->add);
+    free(seq->head_len);
     memset(seq, 0, sizeof(*seq));
 }
 
@@ -281,8 +283,10 @@ static int plan_prompt(const struct kv_seq *seq, const struct kv_layout *layout,
     int32_t P = layout->page_size;
     int64_t total = 0;
     for (int32_t r = 0; r < rows; r++) {
-        int64_t keep = turn_keep(start_pos, n_new, layout->prefill_chunk,
-                                 layout->group_budget[r], &layout->rule);
+        int64_t keep = kv_seq__turn_keep(start_pos, n_new,
+                                         layout->prefill_chunk,
+                                         layout->group_budget[r],
+                                         &layout->rule);
         int64_t held = seq != NULL ? seq->tokens[r] : 0;
         if (held + keep > INT32_MAX)
             return tg_err_set(err, errlen, TG_ERANGE,
@@ -419,12 +423,14 @@ int kv_seq_commit(struct kv_seq *seq, const struct kv_layout *layout,
                           (long long)C);
     int64_t at = seq->turn_start + seq->committed;
     for (int32_t r = 0; r < seq->n_rows; r++) {
-        int64_t keep = turn_keep(at, n, C, layout->group_budget[r],
+        int64_t keep = kv_seq__turn_keep(at, n, C, layout->group_budget[r],
                                  &layout->rule);
         seq->filled[r] += (int32_t)keep;
         /* The reservation already counted these tokens. */
         TG_ASSERT(seq->filled[r] <= seq->tokens[r]);
     }
+    if (seq->head_len != NULL)
+        kv_seq__heads_commit(seq, layout, at, n);
     seq->committed += n;
     return 0;
 }
@@ -433,6 +439,20 @@ int kv_seq_commit_kept(struct kv_seq *seq, const struct kv_layout *layout,
                        struct kv_pool *pool, int64_t n,
                        const int32_t *filled_after, int64_t *released,
                        char *err, size_t errlen)
+{
+    *released = 0;
+    if (seq->head_len != NULL)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "kv_seq: a seq with per-head lengths commits "
+                          "through kv_seq_commit_heads");
+    return kv_seq__commit_rows(seq, layout, pool, n, filled_after, released,
+                               err, errlen);
+}
+
+int kv_seq__commit_rows(struct kv_seq *seq, const struct kv_layout *layout,
+                        struct kv_pool *pool, int64_t n,
+                        const int32_t *filled_after, int64_t *released,
+                        char *err, size_t errlen)
 {
     *released = 0;
     int rc = check_layout(seq, layout, err, errlen);
@@ -452,7 +472,7 @@ int kv_seq_commit_kept(struct kv_seq *seq, const struct kv_layout *layout,
     int64_t at = seq->turn_start + seq->committed;
     /* Validate every row before changing any. */
     for (int32_t r = 0; r < seq->n_rows; r++) {
-        int64_t keep = turn_keep(at, n, C, layout->group_budget[r],
+        int64_t keep = kv_seq__turn_keep(at, n, C, layout->group_budget[r],
                                  &layout->rule);
         if (filled_after[r] < seq->filled[r] ||
             filled_after[r] > seq->filled[r] + keep)
@@ -466,7 +486,7 @@ int kv_seq_commit_kept(struct kv_seq *seq, const struct kv_layout *layout,
     int32_t old_max = seq->max_tokens;
     int shrank = 0;
     for (int32_t r = 0; r < seq->n_rows; r++) {
-        int64_t keep = turn_keep(at, n, C, layout->group_budget[r],
+        int64_t keep = kv_seq__turn_keep(at, n, C, layout->group_budget[r],
                                  &layout->rule);
         int32_t short_by = (int32_t)(seq->filled[r] + keep - filled_after[r]);
         seq->filled[r] = filled_after[r];
@@ -596,6 +616,9 @@ static void finish_decode(struct kv_seq *seq, struct kv_pool *pool, int64_t n,
 #pragma omp simd
     for (int32_t r = 0; r < seq->n_rows; r++)
         filled[r] += n32;
+    if (seq->head_len != NULL) /* a decode token goes to every head */
+        for (int32_t h = 0; h < seq->n_heads; h++)
+            seq->head_len[h] += n32;
     seq->max_tokens += n32;
     seq->used_pages += pages;
     seq->pos += n;
@@ -750,6 +773,18 @@ int kv_seq_rewind(struct kv_seq *seq, const struct kv_layout *layout,
                   struct kv_pool *pool, int64_t pos, const int32_t *row_tokens,
                   char *err, size_t errlen)
 {
+    if (seq->head_len != NULL)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "kv_seq: a seq with per-head lengths rewinds "
+                          "through kv_seq_rewind_heads");
+    return kv_seq__rewind_rows(seq, layout, pool, pos, row_tokens, err,
+                               errlen);
+}
+
+int kv_seq__rewind_rows(struct kv_seq *seq, const struct kv_layout *layout,
+                        struct kv_pool *pool, int64_t pos,
+                        const int32_t *row_tokens, char *err, size_t errlen)
+{
     int rc = check_layout(seq, layout, err, errlen);
     if (rc != 0)
         return rc;
@@ -853,6 +888,8 @@ void kv_seq_clear(struct kv_seq *seq)
         memset(seq->filled, 0, bytes);
         memset(seq->n_pages, 0, bytes);
     }
+    if (seq->head_len != NULL)
+        memset(seq->head_len, 0, (size_t)seq->n_heads * sizeof(int32_t));
     seq->epoch = next_epoch();
     seq->pos = seq->turn_start = seq->turn_len = seq->committed = 0;
     seq->used_pages = 0;

@@ -69,6 +69,10 @@ struct kv_seq {
                             truncation); reservations only append, so a
                             table refreshed at the same epoch only needs
                             each row's new tail (kv_table_refresh) */
+    int32_t n_heads;     /* L * Hkv when head_len is kept, else 0 */
+    int32_t *head_len;   /* (L, Hkv) tokens held by each KV head of the
+                            rank (layout head order), or NULL: see "per-head
+                            lengths" below */
 };
 
 /* Initialises an empty `seq` for `layout`. Returns 0 or TG_ENOMEM (seq
@@ -196,6 +200,69 @@ int kv_seq_rewind(struct kv_seq *seq, const struct kv_layout *layout,
 const int32_t *kv_seq_row_ids(const struct kv_seq *seq,
                               const struct kv_layout *layout, int l, int g,
                               int32_t *n_pages);
+
+/* ---- per-head lengths (adaptive methods) -------------------------------
+ * A method whose heads keep counts the router cannot predict (gvote's
+ * votes, DESIGN.md §4.8; decode-time compaction, §4.9) needs each head's
+ * length, not only its row's: head_len[l * Hkv + h] for the rank's local
+ * head h (kv_layout.head_group maps it to its row). The row's filled count
+ * is then its longest head's (a head appends at its own end, so a shorter
+ * head leaves unused slots at the row's tail only). Only such requests pay
+ * for the array (kv_seq_heads_enable). Once enabled, the functions above
+ * keep it in step: kv_seq_commit adds the §4.3 keep to every head (the
+ * predicted case), a decode token adds one to every head, release and
+ * clear zero it, free frees it. kv_seq_commit_kept and kv_seq_rewind refuse
+ * a seq with heads (their row counts cannot say which head kept what):
+ * kv_seq_commit_heads and kv_seq_rewind_heads take the heads instead. */
+
+/* Gives `seq` per-head lengths for `layout` (which must carry its head
+ * maps, kv_layout_from_profile), every head set to its row's filled count.
+ * A no-op when already enabled. Returns 0, TG_EINVAL (no head maps, layout
+ * mismatch) or TG_ENOMEM (nothing changed). */
+int kv_seq_heads_enable(struct kv_seq *seq, const struct kv_layout *layout,
+                        char *err, size_t errlen);
+
+/* Sets every head of a seq with heads (enabled for `layout`) to its row's
+ * filled count: the state of rows filled whole (a worker adopting KV that
+ * was kept by rows). */
+void kv_seq_heads_from_rows(struct kv_seq *seq, const struct kv_layout *layout);
+
+/* Stores in row_max[r] (L * G values) the longest of head_len's heads of
+ * row r (0 for a row without heads) under `layout`'s head maps. Pure; the
+ * one place that turns head lengths into row lengths, for the router's
+ * accounting and a worker's checks alike. */
+void kv_heads_row_max(const struct kv_layout *layout, const int32_t *head_len,
+                      int32_t *row_max);
+
+/* Checks, without side effects, that the next `n` positions of the turn
+ * may leave the heads at head_after (n_heads values, L * Hkv): the count
+ * matches, every head holds at least what it held and at most that plus
+ * its row's §4.3 keep for those positions (its reservation), and n ends on
+ * a chunk boundary or the turn. Returns 0 or TG_EINVAL naming the head. */
+int kv_seq_heads_fit(const struct kv_seq *seq, const struct kv_layout *layout,
+                     int64_t n, const int32_t *head_after, int64_t n_heads,
+                     char *err, size_t errlen);
+
+/* kv_seq_commit for a seq with heads whose chunk kept head_after (checked
+ * as kv_seq_heads_fit): every row's filled count becomes its longest
+ * head's, and the pages its reservation no longer needs go back to `pool`
+ * at once by kv_seq_commit_kept's rule (a row keeps ceil((filled + tokens
+ * still reserved) / P) pages); *released gets their count. All or
+ * nothing: returns 0 or TG_EINVAL (nothing changed). */
+int kv_seq_commit_heads(struct kv_seq *seq, const struct kv_layout *layout,
+                        struct kv_pool *pool, int64_t n,
+                        const int32_t *head_after, int64_t n_heads,
+                        int64_t *released, char *err, size_t errlen);
+
+/* kv_seq_rewind for a seq with heads: head_tokens (n_heads values) are the
+ * heads' lengths at the boundary (each at most what the head holds), and
+ * row_tokens[r] must be the longest of its heads. A seq without heads
+ * takes head_tokens NULL (plain kv_seq_rewind). Returns 0 or TG_EINVAL
+ * (nothing changed). */
+int kv_seq_rewind_heads(struct kv_seq *seq, const struct kv_layout *layout,
+                        struct kv_pool *pool, int64_t pos,
+                        const int32_t *row_tokens, const int32_t *head_tokens,
+                        char *err, size_t errlen);
 
 /* ---- a worker's mirror of the router's rows ---------------------------
  * A worker does not reserve: the router hands it page ids row by row (the

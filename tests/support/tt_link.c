@@ -51,6 +51,7 @@ void tt_fake_hello(struct tt_fake *f, const struct tt_hello_opts *o)
     lay.page_size = 4;
     lay.head_dim = o && o->head_dim ? o->head_dim : 8;
     lay.vocab_size = TT_LINK_VOCAB;
+    lay.per_head_lens = o && o->per_head;
     Tangram__Worker__V1__Hello h = TANGRAM__WORKER__V1__HELLO__INIT;
     h.version = 1;
     h.rank = o && o->hello_rank ? o->hello_rank : (uint32_t)f->rank;
@@ -183,6 +184,29 @@ void tt_fake_answer(struct tt_fake *f, const Tangram__Worker__V1__BatchPlan *p)
     }
     sr.n_sampled = n;
     sr.sampled = stp;
+    Tangram__Worker__V1__SlotHeadLens hl[16], *hlp[16];
+    uint32_t hv[16][TT_LINK_HEADS];
+    if (f->answer == TT_ANSWER_HEADS || f->answer == TT_ANSWER_HEADS_COUNT ||
+        f->answer == TT_ANSWER_HEADS_SLOT) {
+        size_t nh = 0;
+        for (size_t i = 0; i < p->n_entries && nh < 16; i++) {
+            if (p->entries[i]->kind !=
+                TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL)
+                continue;
+            tangram__worker__v1__slot_head_lens__init(&hl[nh]);
+            uint32_t slot = p->entries[i]->slot;
+            hl[nh].slot = f->answer == TT_ANSWER_HEADS_SLOT ? 9 : slot;
+            for (int k = 0; k < TT_LINK_HEADS; k++)
+                hv[nh][k] = 100u * (uint32_t)f->rank + slot * 10u + (uint32_t)k;
+            hl[nh].n_head_lens = TT_LINK_HEADS -
+                                 (f->answer == TT_ANSWER_HEADS_COUNT ? 1 : 0);
+            hl[nh].head_lens = hv[nh];
+            hlp[nh] = &hl[nh];
+            nh++;
+        }
+        sr.n_head_lens = nh;
+        sr.head_lens = hlp;
+    }
     wmsg_t m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
     m.version = 1;
     m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_RESULT;
@@ -269,6 +293,16 @@ static void on_result(void *ud, const struct rt_link_result *r)
     e->res_top0 = r->n_entries ? r->entries[0].n_top : 0;
     e->res_top_id1 = e->res_top0 >= 2 ? r->entries[0].top_ids[1] : 0;
     e->res_seconds = r->step_seconds;
+    e->res_n_heads = r->n_heads;
+    e->res_heads_sum = 0;
+    e->res_heads_rank_mask = 0;
+    for (int32_t k = 0; k < r->n_heads; k++) {
+        const struct rt_step_heads *h = &r->heads[k];
+        assert_true(h->entry >= 0 && h->entry < r->n_entries);
+        e->res_heads_rank_mask |= 1 << h->rank;
+        for (int64_t v = 0; v < h->n; v++)
+            e->res_heads_sum += h->head_lens[v];
+    }
 }
 
 static void on_dead(void *ud, int rank)

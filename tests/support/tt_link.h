@@ -40,7 +40,14 @@ enum tt_answer {
                               first sampled entry, tokens for the rest */
     TT_ANSWER_SLOT_TWICE,  /* rank 0: as OK, plus a SlotError for the
                               first sampled entry (answered twice) */
+    TT_ANSWER_HEADS,       /* as OK, plus head lengths for every prefill
+                              entry's slot: TT_LINK_HEADS values
+                              100 * rank + slot * 10 + k */
+    TT_ANSWER_HEADS_COUNT, /* as HEADS with one value too few */
+    TT_ANSWER_HEADS_SLOT,  /* as HEADS for slot 9, which has no entry */
 };
+
+#define TT_LINK_HEADS (TT_LINK_L * TT_LINK_G) /* KV heads x L (H_p = 1) */
 
 /* How a fake answers a CommSetup. */
 enum tt_comm {
@@ -73,6 +80,7 @@ struct tt_fake {
 struct tt_hello_opts {
     uint32_t world_size, head_dim, pages_total, hello_rank;
     const char *comm_id;   /* NULL: the default; "": none */
+    int per_head;          /* LayoutSummary.per_head_lens */
 };
 
 /* The router side: loop, link, fakes and what the callbacks saw. */
@@ -94,6 +102,9 @@ struct tt_link_env {
     size_t res_top0;
     uint32_t res_top_id1;
     double res_seconds;
+    int32_t res_n_heads;          /* head-length reports */
+    int64_t res_heads_sum;        /* sum of all their values */
+    int32_t res_heads_rank_mask;  /* bit r: rank r reported */
     uint64_t t_dead;
 };
 
@@ -106,6 +117,7 @@ struct tt_mini_step {
     struct rt_step_sampling smp[3];
     char rid[3][16];
     int32_t row_lens[3 * TT_LINK_L * TT_LINK_G]; /* up to 3 ranks */
+    int32_t head_lens[3 * TT_LINK_HEADS];        /* up to 3 ranks */
     int32_t ids[6];
     int32_t released[1];
     int32_t t0[3], t1[1], t2[2];

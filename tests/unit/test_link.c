@@ -270,6 +270,97 @@ static void test_rank_error(void **state)
     tt_link_env_free(e);
 }
 
+/* Per-head lengths: the Hello's flag is the group's (a rank that differs
+ * is refused), a fresh entry's head lengths and a row cut reach each rank
+ * as its own, and every rank's head-length reports come back by entry,
+ * while a report for a slot without an entry, with the wrong count, or
+ * from a worker that keeps none fails the step. */
+static void test_head_lens(void **state)
+{
+    (void)state;
+    /* Whole rows: a report is a broken answer. */
+    struct tt_link_env *e = tt_link_env_ready(2);
+    assert_false(rt_link_per_head(&e->link));
+    e->fk[0].answer = e->fk[1].answer = TT_ANSWER_HEADS;
+    assert_false(tt_link_round_trip(e, 1));
+    assert_non_null(strstr(e->res_error, "keeps none"));
+    assert_int_equal(e->res_n_heads, 0);
+    tt_link_env_free(e);
+
+    e = tt_link_env_new(2, NULL);
+    struct tt_hello_opts ph = {.per_head = 1};
+    tt_fake_open(&e->fk[0], e->zctx, e->endpoint, 0, &ph);
+    tt_fake_open(&e->fk[1], e->zctx, e->endpoint, 1, &ph);
+    assert_true(TT_PUMP_UNTIL(e, rt_link_ready(&e->link), 2000));
+    assert_true(rt_link_per_head(&e->link));
+
+    /* The plan: entry 0 adopts KV with each rank's head lengths, and
+     * rank 0's row 3 is cut to one page before its ids. */
+    struct tt_mini_step m;
+    tt_mini_step_make(&m, 1);
+    for (int k = 0; k < 2 * TT_LINK_HEADS; k++)
+        m.head_lens[k] = 50 + k;
+    m.s.n_heads = TT_LINK_HEADS;
+    m.s.head_lens = m.head_lens;
+    m.s.n_head_lens = 2 * TT_LINK_HEADS;
+    m.ent[0].has_head_lens = 1;
+    m.ent[2].has_head_lens = 1; /* without row lengths: refused */
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err),
+                     TG_EINVAL);
+    assert_non_null(strstr(err, "head lengths"));
+    m.ent[2].has_head_lens = 0;
+    m.del[0].has_truncate = 1;
+    m.del[0].truncate_to = 1;
+    e->fk[0].answer = e->fk[1].answer = TT_ANSWER_HEADS;
+    int before = e->n_result;
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), 0);
+    assert_true(TT_PUMP_UNTIL(e, e->n_result > before, 2000));
+    assert_true(e->res_ok);
+    for (int r = 0; r < 2; r++) {
+        const Tangram__Worker__V1__BatchPlan *p = e->fk[r].plan->plan;
+        const Tangram__Worker__V1__PlanEntry *e0 = p->entries[0];
+        assert_int_equal(e0->n_head_lens, TT_LINK_HEADS);
+        for (int k = 0; k < TT_LINK_HEADS; k++)
+            assert_int_equal(e0->head_lens[k], 50 + r * TT_LINK_HEADS + k);
+        assert_int_equal(p->entries[1]->n_head_lens, 0);
+        assert_int_equal(p->entries[2]->n_head_lens, 0);
+        const Tangram__Worker__V1__PageDelta *a = p->page_deltas[0];
+        if (r == 0) {
+            assert_int_equal(a->truncate_to_opt_case,
+                TANGRAM__WORKER__V1__PAGE_DELTA__TRUNCATE_TO_OPT_TRUNCATE_TO);
+            assert_int_equal(a->truncate_to, 1);
+            assert_int_equal(a->n_page_ids, 2);
+        } else {
+            assert_int_equal(a->truncate_to_opt_case,
+                TANGRAM__WORKER__V1__PAGE_DELTA__TRUNCATE_TO_OPT__NOT_SET);
+        }
+    }
+    /* Two prefill entries (slots 2 and 1) on two ranks. */
+    assert_int_equal(e->res_n_heads, 4);
+    assert_int_equal(e->res_heads_rank_mask, 3);
+    assert_int_equal(e->res_heads_sum, 1064);
+
+    e->fk[1].answer = TT_ANSWER_HEADS_COUNT;
+    assert_false(tt_link_round_trip(e, 2));
+    assert_non_null(strstr(e->res_error, "rank 1: 3 head lengths"));
+    assert_int_equal(e->res_n_heads, 0);
+    e->fk[1].answer = TT_ANSWER_HEADS_SLOT;
+    assert_false(tt_link_round_trip(e, 3));
+    assert_non_null(strstr(e->res_error, "slot 9, which has no entry"));
+    e->fk[1].answer = TT_ANSWER_HEADS;
+    assert_true(tt_link_round_trip(e, 4));
+    assert_int_equal(e->res_n_heads, 4);
+    assert_int_equal(e->n_dead, 0);
+
+    /* A restarted rank keeping whole rows does not fit the group. */
+    tt_fake_close(&e->fk[1]);
+    tt_fake_open(&e->fk[1], e->zctx, e->endpoint, 1, NULL);
+    assert_true(TT_PUMP_UNTIL(e, e->fk[1].n_shutdown == 1, 2000));
+    assert_non_null(strstr(e->fk[1].last_reason,
+                           "per_head_lens 0, the group's is 1"));
+    tt_link_env_free(e);
+}
+
 /* ---- with the real scheduler ------------------------------------------ */
 
 struct sched_fix {
@@ -412,6 +503,7 @@ int main(void)
         cmocka_unit_test(test_hello_ready),
         cmocka_unit_test(test_plan_round_trip),
         cmocka_unit_test(test_rank_error),
+        cmocka_unit_test(test_head_lens),
         cmocka_unit_test(test_with_scheduler),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -210,6 +210,7 @@ static void test_tangram_set(void **state)
         {"tangram_kv_pages_used", RT_METRICS_GAUGE, 0},
         {"tangram_kv_pages_total", RT_METRICS_GAUGE, 0},
         {"tangram_kv_pages_cached", RT_METRICS_GAUGE, 0},
+        {"tangram_kv_pages_released_total", RT_METRICS_COUNTER, 0},
         {"tangram_scheduler_step_seconds", RT_METRICS_HISTOGRAM, 16},
         {"tangram_cached_prompt_tokens_total", RT_METRICS_COUNTER, 0},
         {"tangram_request_success_total", RT_METRICS_COUNTER, 0},
@@ -255,6 +256,7 @@ static void test_tangram_set(void **state)
     rt_metrics_gauge_set(m.kv_pages_total[0], 64);
     rt_metrics_gauge_set(m.kv_pages_total[1], 64);
     rt_metrics_gauge_set(m.kv_pages_cached[1], 9);
+    rt_metrics_counter_add(m.kv_pages_released[1], 5);
     assert_int_equal(rt_metrics_histogram_observe(m.time_to_first_token_seconds,
                                                   0.1), 0);
     assert_int_equal(rt_metrics_histogram_observe(m.inter_token_latency_seconds,
@@ -290,6 +292,9 @@ static void test_tangram_set(void **state)
         "\ntangram_kv_pages_total{rank=\"1\"} 64\n",
         "\ntangram_kv_pages_cached{rank=\"0\"} 0\n",
         "\ntangram_kv_pages_cached{rank=\"1\"} 9\n",
+        "\n# TYPE tangram_kv_pages_released_total counter\n",
+        "\ntangram_kv_pages_released_total{rank=\"0\"} 0\n",
+        "\ntangram_kv_pages_released_total{rank=\"1\"} 5\n",
         "\ntangram_time_to_first_token_seconds_bucket{le=\"0.08\"} 0\n"
         "tangram_time_to_first_token_seconds_bucket{le=\"0.1\"} 1\n",
         "\ntangram_time_to_first_token_seconds_bucket{le=\"2560\"} 1\n"

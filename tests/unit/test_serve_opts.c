@@ -69,7 +69,7 @@ static void test_marks(void **state)
     static const char *const daemon_rows[] = {
         "model", "profile", "backend", "tp", "host", "http-port",
         "grpc-port", "heads-per-group", "page-size", "prefill-chunk",
-        "max-num-seqs", "max-batched-tokens", "kv-memory", "max-queued",
+        "method", "gvote-p", "gvote-samples", "gvote-future", "max-num-seqs", "max-batched-tokens", "kv-memory", "max-queued",
         "tokenizer-threads",
         "api-key", "log-format", "log-level", "shutdown-timeout",
         "served-model-name", "max-model-len", "worker-heartbeat-ms",
@@ -123,7 +123,10 @@ static void other_value(const struct tg_config_entry *e, char *buf,
         return;
     }
     case TG_CONFIG_DOUBLE:
-        snprintf(buf, len, "%g", e->min + 1.5);
+        /* A narrow range (gvote-p's (0, 1]) takes its middle. */
+        snprintf(buf, len, "%g",
+                 e->max > e->min + 1.5 ? e->min + 1.5
+                                       : e->min + (e->max - e->min) / 2);
         return;
     case TG_CONFIG_STRING:
         snprintf(buf, len, "x-%s", e->name);

@@ -171,7 +171,13 @@ static void test_worker_argv(void **state)
     assert_non_null(find_flag(argv, argc, "--max-num-seqs"));
     assert_null(find_flag(argv, argc, "--http-port")); /* router-only */
     assert_null(find_flag(argv, argc, "--api-key"));
-    assert_int_equal(argc, 7 + 10);
+    /* --method is unset (the profile's): not forwarded; gvote's three
+     * parameters are. */
+    assert_null(find_flag(argv, argc, "--method"));
+    assert_non_null(find_flag(argv, argc, "--gvote-p"));
+    assert_non_null(find_flag(argv, argc, "--gvote-samples"));
+    assert_non_null(find_flag(argv, argc, "--gvote-future"));
+    assert_int_equal(argc, 7 + 13);
     /* The communicator is named by worker rank 0, never on a command
      * line (proto/worker.proto CommSetup). */
     assert_null(find_flag(argv, argc, "--comm-id"));

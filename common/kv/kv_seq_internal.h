@@ -1,0 +1,34 @@
+/*
+ * kv_seq_internal.h — what kv_seq.c (rows) shares with kv_seq_heads.c
+ * (per-head lengths). Not for other modules: they use kv_seq.h.
+ */
+#ifndef KV_SEQ_INTERNAL_H
+#define KV_SEQ_INTERNAL_H
+
+#include <stdint.h>
+
+#include "common/kv/kv_seq.h"
+
+/* Tokens §4.3 keeps of a turn of n_new tokens at start, chunked by
+ * `chunk` from the turn start, at budget b (kv_turn_keep in closed form). */
+int64_t kv_seq__turn_keep(int64_t start, int64_t n_new, int64_t chunk,
+                          double budget, const struct kv_forced_rule *rule);
+
+/* kv_seq_commit_kept without its refusal of a seq with heads (the caller
+ * keeps head_len in step itself). */
+int kv_seq__commit_rows(struct kv_seq *seq, const struct kv_layout *layout,
+                        struct kv_pool *pool, int64_t n,
+                        const int32_t *filled_after, int64_t *released,
+                        char *err, size_t errlen);
+
+/* kv_seq_rewind without its refusal of a seq with heads. */
+int kv_seq__rewind_rows(struct kv_seq *seq, const struct kv_layout *layout,
+                        struct kv_pool *pool, int64_t pos,
+                        const int32_t *row_tokens, char *err, size_t errlen);
+
+/* kv_seq_commit's step for the heads: the n positions at `at` add their
+ * row's §4.3 keep to every head. */
+void kv_seq__heads_commit(struct kv_seq *seq, const struct kv_layout *layout,
+                          int64_t at, int64_t n);
+
+#endif /* KV_SEQ_INTERNAL_H */

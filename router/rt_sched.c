@@ -164,6 +164,7 @@ static void req_free(struct rt_sched *s, struct rt_sched_req *req)
         free(req->seqs);
     }
     free(req->sent);
+    free(req->sibs);
     rt_prefix_bounds_free(&req->bounds);
     free(req->tokens);
     free(req->session);
@@ -190,12 +191,35 @@ static struct rt_sched_event *push_event(struct rt_step *step,
     return ev;
 }
 
+/* Takes an attached parallel sample off its leader's list. */
+static void sample_detach(struct rt_sched *s, struct rt_sched_req *req)
+{
+    struct rt_sched_req *l = req->leader;
+    int32_t i = 0;
+    while (i < l->n_sibs && l->sibs[i] != req)
+        i++;
+    TG_ASSERT(i < l->n_sibs);
+    memmove(&l->sibs[i], &l->sibs[i + 1],
+            (size_t)(l->n_sibs - i - 1) * sizeof(l->sibs[0]));
+    l->n_sibs--;
+    if (req->state == RT_SCHED_WAITING)
+        s->n_attached--;
+    req->leader = NULL;
+    req->fork_pending = 0;
+}
+
 /* Ends `req`: an event into `ev_step` when non-NULL, its slot released,
  * its pages stored for multi-turn reuse (STOP / LENGTH with KV held) or
  * given back, and the request freed. */
 static void retire(struct rt_sched *s, struct rt_sched_req *req,
                    enum rt_sched_end finish, struct rt_step *ev_step)
 {
+    /* A group not yet forked ends as a whole. */
+    while (req->n_sibs > 0)
+        retire(s, req->sibs[req->n_sibs - 1], finish, ev_step);
+    int attached = req->leader != NULL;
+    if (attached)
+        sample_detach(s, req);
     if (ev_step != NULL)
         push_event(ev_step, req, -1, finish);
     int store = 0;
@@ -203,8 +227,8 @@ static void retire(struct rt_sched *s, struct rt_sched_req *req,
         running_remove(s, req);
         store = (finish == RT_SCHED_END_STOP ||
                  finish == RT_SCHED_END_LENGTH) &&
-                req->state == RT_SCHED_DECODING;
-    } else if (req->state == RT_SCHED_WAITING) {
+                req->state == RT_SCHED_DECODING && !req->is_sample;
+    } else if (req->state == RT_SCHED_WAITING && !attached) {
         wait_unlink(s, req);
     }
     if (store) {
@@ -362,6 +386,52 @@ void rt_step_free(struct rt_step *step)
 
 /* ---- submission --------------------------------------------------------- */
 
+/* A parallel sample may join `req->fork_of` when that request waits, was
+ * never admitted, leads no other group, has the same prompt, and the
+ * group still fits a step's slots and a pool: its prompt's pages plus one
+ * private page per row for each other sample (the admission bound). */
+static int sample_check(struct rt_sched *s, const struct rt_sched_request *req,
+                        struct rt_sched_req **leader, char *err,
+                        size_t errlen)
+{
+    struct rt_sched_req *l = rt_sched__find(s, req->fork_of);
+    if (l == NULL || l->state != RT_SCHED_WAITING || l->admitted ||
+        l->leader != NULL || l->is_sample)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rt_sched: request %llu is not a waiting request "
+                          "to sample in parallel with",
+                          (unsigned long long)req->fork_of);
+    if (req->session_id != NULL || l->n_prompt != req->n_prompt ||
+        memcmp(l->tokens, req->prompt,
+               (size_t)req->n_prompt * sizeof(int32_t)) != 0)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "rt_sched: a parallel sample needs its group's "
+                          "prompt and no session");
+    int64_t k = (int64_t)l->n_sibs + 1; /* samples besides the leader */
+    if (1 + k > s->cfg.max_num_seqs)
+        return tg_err_set(err, errlen, TG_ETOOBIG,
+                          "rt_sched: %lld parallel samples exceed "
+                          "max_num_seqs %d", (long long)(1 + k),
+                          s->cfg.max_num_seqs);
+    for (int r = 0; r < s->cfg.n_ranks; r++) {
+        int64_t pages = 0;
+        int rc = kv_seq_prompt_pages(NULL, s->lay[r], 0, req->n_prompt,
+                                     &pages, err, errlen);
+        if (rc != 0)
+            return rc;
+        if (pages + k * s->rows > s->cfg.pages_per_rank)
+            return tg_err_set(err, errlen, TG_ETOOBIG,
+                              "rt_sched: %lld parallel samples of a %lld-"
+                              "token prompt need %lld pages on rank %d, a "
+                              "pool has %d", (long long)(1 + k),
+                              (long long)req->n_prompt,
+                              (long long)(pages + k * s->rows), r,
+                              (int)s->cfg.pages_per_rank);
+    }
+    *leader = l;
+    return 0;
+}
+
 int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
                     char *err, size_t errlen)
 {
@@ -398,7 +468,12 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
         return tg_err_set(err, errlen, TG_EEXIST,
                           "rt_sched: request %llu is already live",
                           (unsigned long long)req->id);
-    if (s->n_waiting >= s->cfg.max_queued)
+    struct rt_sched_req *leader = NULL;
+    if (req->fork_of != 0) {
+        int rc = sample_check(s, req, &leader, err, errlen);
+        if (rc != 0)
+            return rc;
+    } else if (s->n_waiting >= s->cfg.max_queued)
         return tg_err_set(err, errlen, TG_EBUSY,
                           "rt_sched: %d requests queued already",
                           (int)s->n_waiting);
@@ -441,6 +516,17 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
     q->max_tokens = req->max_tokens;
     q->state = RT_SCHED_WAITING;
     q->slot = -1;
+    if (leader != NULL) {
+        if (grow32((void **)&leader->sibs, &leader->cap_sibs,
+                   leader->n_sibs + 1, sizeof(leader->sibs[0])) != 0)
+            goto oom;
+        leader->sibs[leader->n_sibs++] = q;
+        q->leader = leader;
+        q->is_sample = 1;
+        s->n_attached++;
+        map_put(s, q);
+        return 0;
+    }
     map_put(s, q);
     wait_push_back(s, q);
     return 0;
@@ -529,6 +615,7 @@ static void add_entry(struct rt_sched *s, struct rt_step *out,
     e->sampling = &req->sampling;
     e->num_prompt = req->n_prompt;
     e->row_lens_off = -1;
+    e->fork_from = -1;
     if (req->fresh && pos > 0) {
         /* Stored KV adopted: the worker learns how much each row holds
          * (room reserved by rt_sched_plan). */
@@ -573,6 +660,20 @@ static void add_entry(struct rt_sched *s, struct rt_step *out,
  * front of the queue so that it is the next one admitted. */
 static void preempt(struct rt_sched *s, struct rt_sched_req *req)
 {
+    /* A group not yet forked goes back whole: its samples hold only
+     * shares of the leader's prompt, which a recompute prefills again. */
+    if (req->fork_pending)
+        req = req->leader;
+    for (int32_t i = 0; i < req->n_sibs; i++) {
+        struct rt_sched_req *q = req->sibs[i];
+        TG_ASSERT(q->fork_pending);
+        running_remove(s, q);
+        release_pages(s, q);
+        q->state = RT_SCHED_WAITING;
+        q->fork_pending = 0;
+        q->fresh = 0;
+        s->n_attached++;
+    }
     running_remove(s, req);
     release_pages(s, req);
     req->state = RT_SCHED_WAITING;
@@ -642,6 +743,94 @@ static int64_t prompt_need(const struct rt_sched *s,
     return need;
 }
 
+/* ---- parallel samples (OpenAI n > 1) -------------------------------- */
+
+/* Room in the step for the fork entries of `leader`'s samples (their
+ * deltas carry every page they hold) and the tokens they sample, checked
+ * with the leader's last chunk so that the chunk and the forks go
+ * together. */
+static int forks_room(struct rt_sched *s, struct rt_step *out,
+                      struct rt_sched_req *leader)
+{
+    if (leader->n_sibs == 0)
+        return 0;
+    int64_t ids = 0;
+    for (int32_t i = 0; i < leader->n_sibs; i++) {
+        ids += unsent_ids(s, leader->sibs[i], 0);
+        if (token_room(leader->sibs[i]) != 0)
+            return TG_ENOMEM;
+    }
+    int64_t recs = (int64_t)(leader->n_sibs + 1) * s->cfg.n_ranks * s->rows;
+    if (grow((void **)&out->deltas, &out->cap_deltas, out->n_deltas + recs,
+             sizeof(struct rt_step_delta)) != 0)
+        return TG_ENOMEM;
+    return grow((void **)&out->delta_ids, &out->cap_ids,
+                out->n_ids + ids + unsent_ids(s, leader, 0), sizeof(int32_t));
+}
+
+/* After `leader`'s last chunk entry: one fork entry per sample (room made
+ * by forks_room), and the group dissolves into ordinary requests. */
+static void plan_forks(struct rt_sched *s, struct rt_step *out,
+                       struct rt_sched_req *leader)
+{
+    for (int32_t i = 0; i < leader->n_sibs; i++) {
+        struct rt_sched_req *q = leader->sibs[i];
+        TG_ASSERT(q->fork_pending && q->fresh);
+        int32_t idx = out->n_entries;
+        add_entry(s, out, q, RT_STEP_FORK, q->seqs[0].pos, 0, 1);
+        out->entries[idx].fork_from = leader->slot;
+        q->fork_pending = 0;
+        q->leader = NULL;
+    }
+    leader->n_sibs = 0;
+}
+
+/* At `leader`'s admission, its reservation made: every attached sample
+ * forks it on every rank (shared full pages, a private last page per
+ * partly filled row) and takes a slot after it. The caller checked the
+ * slots and pages. Returns 0 or TG_ENOMEM (the sample that failed holds
+ * nothing; the caller ends the group). */
+static int admit_samples(struct rt_sched *s, struct rt_sched_req *leader,
+                         int64_t start)
+{
+    const int T = s->cfg.n_ranks;
+    for (int32_t i = 0; i < leader->n_sibs; i++) {
+        struct rt_sched_req *q = leader->sibs[i];
+        if (q->sent == NULL &&
+            (q->sent = calloc((size_t)T * (size_t)s->rows,
+                              sizeof(int32_t))) == NULL)
+            return TG_ENOMEM;
+        if (q->seqs == NULL &&
+            (q->seqs = calloc((size_t)T, sizeof(struct kv_seq))) == NULL)
+            return TG_ENOMEM;
+        for (int r = 0; r < T; r++) {
+            if ((q->seqs[r].n_rows == 0 &&
+                 kv_seq_init(&q->seqs[r], s->lay[r], NULL, 0) != 0) ||
+                kv_seq_fork(&q->seqs[r], &leader->seqs[r], s->lay[r],
+                            &s->pools[r], NULL, NULL, 0) != 0) {
+                release_pages(s, q);
+                return TG_ENOMEM;
+            }
+        }
+        int32_t slot = 0;
+        while (s->slot_used[slot])
+            slot++;
+        s->slot_used[slot] = 1;
+        q->slot = slot;
+        q->fresh = 1;
+        memset(q->sent, 0, (size_t)T * (size_t)s->rows * sizeof(int32_t));
+        q->state = RT_SCHED_PREFILLING;
+        q->fork_pending = 1;
+        s->n_attached--;
+        s->running[s->n_running++] = q;
+        if (!q->admitted) {
+            q->admitted = 1;
+            q->cached = start;
+        }
+    }
+    return 0;
+}
+
 enum { ADM_ADMITTED, ADM_ENDED, ADM_STOP };
 
 /* Tries to admit the request at the front of the queue with `budget`
@@ -651,6 +840,12 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     struct rt_sched_req *req = s->wait_head;
     const int T = s->cfg.n_ranks;
     const int64_t C = s->cfg.layout->prefill_chunk;
+    /* Attached parallel samples come along: a slot each, and at most one
+     * private page per row each (the exact count, rows whose reserved
+     * tokens end inside a page, is taken by kv_seq_fork). */
+    const int64_t sib_pages = (int64_t)req->n_sibs * s->rows;
+    if (s->n_running + 1 + req->n_sibs > s->cfg.max_num_seqs)
+        return ADM_STOP;
     struct rt_prefix_entry *m = NULL;
     if (rt_prefix_match_rewind(&s->cache, s->pools, s->lay, req->tokens,
                                req->n_tokens, req->scope, req->session,
@@ -676,7 +871,7 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         int64_t spare = kv_pool_n_free(&s->pools[r]) +
                         rt_prefix_pages(&s->cache, r) -
                         (m != NULL ? m->seqs[r].used_pages : 0);
-        if (need > spare)
+        if (need + sib_pages > spare)
             return ADM_STOP;
         need_max = need > need_max ? need : need_max;
     }
@@ -691,6 +886,21 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     if (delta_room(s, out, held + need_max * T) != 0 ||
         (first == n_new && token_room(req) != 0))
         return ADM_STOP;
+    if (first == n_new && req->n_sibs > 0) {
+        /* The forks run in this step: room for their entries (pages not
+         * yet taken count as the leader's whole prompt, a bound). */
+        int64_t ids = (int64_t)req->n_sibs * (held + need_max * T);
+        int64_t recs = (int64_t)(req->n_sibs + 1) * T * s->rows;
+        for (int32_t i = 0; i < req->n_sibs; i++)
+            if (token_room(req->sibs[i]) != 0)
+                return ADM_STOP;
+        if (grow((void **)&out->deltas, &out->cap_deltas,
+                 out->n_deltas + recs, sizeof(struct rt_step_delta)) != 0 ||
+            grow((void **)&out->delta_ids, &out->cap_ids,
+                 out->n_ids + ids + held + need_max * T,
+                 sizeof(int32_t)) != 0)
+            return ADM_STOP;
+    }
     if (req->sent == NULL &&
         (req->sent = calloc((size_t)T * (size_t)s->rows, sizeof(int32_t))) ==
             NULL)
@@ -702,9 +912,12 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     /* Make room: stored entries go, least recent first (never the one
      * being reused). The spare check above guarantees this ends. */
     for (int r = 0; r < T; r++) {
-        while (prompt_need(s, req, m, r) > kv_pool_n_free(&s->pools[r])) {
-            int evicted = rt_prefix_evict_lru(&s->cache, s->pools, m);
-            TG_ASSERT(evicted == 1);
+        while (prompt_need(s, req, m, r) + sib_pages >
+               kv_pool_n_free(&s->pools[r])) {
+            /* An entry sharing pages with a running sample frees fewer
+             * than it holds, so the cache may run out first. */
+            if (!rt_prefix_evict_lru(&s->cache, s->pools, m))
+                return ADM_STOP;
         }
     }
 
@@ -741,7 +954,13 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         req->cached = start;
     }
     s->cached_tokens += start;
+    if (req->n_sibs > 0 && admit_samples(s, req, start) != 0) {
+        retire(s, req, RT_SCHED_END_ERROR, out);
+        return ADM_ENDED;
+    }
     add_entry(s, out, req, RT_STEP_PREFILL, start, first, first == n_new);
+    if (first == n_new)
+        plan_forks(s, out, req);
     return ADM_ADMITTED;
 }
 
@@ -754,7 +973,7 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
                           (unsigned long long)s->outstanding);
     /* Everything whose size is known is reserved before anything
      * changes: entries and events are bounded by the live requests. */
-    int64_t live = (int64_t)s->n_running + s->n_waiting;
+    int64_t live = (int64_t)s->n_running + s->n_waiting + s->n_attached;
     if (grow32((void **)&out->entries, &out->cap_entries,
                s->cfg.max_num_seqs, sizeof(struct rt_step_entry)) != 0 ||
         grow32((void **)&out->released, &out->cap_released,
@@ -784,10 +1003,13 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
             continue;
         }
         int r = plan_decode(s, out, i);
-        if (r == DEC_SCHEDULED) {
-            budget--;
-            i++;
-        } else if (r == DEC_SKIPPED) {
+        if (r == DEC_SCHEDULED || r == DEC_SKIPPED) {
+            budget -= r == DEC_SCHEDULED;
+            /* A group preempted whole may have held earlier slots of the
+             * list: find the request again. */
+            if (i >= s->n_running || s->running[i] != req)
+                for (i = 0; s->running[i] != req; i++)
+                    ;
             i++;
         } else if (r == DEC_PREEMPTED) {
             break; /* it was the newest: nothing after it */
@@ -800,16 +1022,19 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
     const int64_t C = s->cfg.layout->prefill_chunk;
     for (int32_t i = 0; i < s->n_running && budget > 0; i++) {
         struct rt_sched_req *req = s->running[i];
-        if (req->state != RT_SCHED_PREFILLING)
+        if (req->state != RT_SCHED_PREFILLING || req->fork_pending)
             continue;
         const struct kv_seq *q = &req->seqs[0];
         int64_t left = q->turn_len - q->committed;
         int64_t n = left < C ? left : C;
         if (n > budget || delta_room(s, out, unsent_ids(s, req, 0)) != 0 ||
-            (n == left && token_room(req) != 0))
+            (n == left && (token_room(req) != 0 ||
+                           forks_room(s, out, req) != 0)))
             continue;
         add_entry(s, out, req, RT_STEP_PREFILL, q->turn_start + q->committed,
                   n, n == left);
+        if (n == left)
+            plan_forks(s, out, req);
         budget -= n;
     }
 
@@ -892,6 +1117,9 @@ int rt_sched_complete(struct rt_sched *s, struct rt_step *step,
             if (!e->sample)
                 continue;
             req->state = RT_SCHED_DECODING;
+        } else if (e->kind == RT_STEP_FORK) {
+            req->state = RT_SCHED_DECODING; /* its pages are the forked
+                                                prompt's, committed */
         }
         TG_ASSERT(req->n_tokens < req->cap);
         req->tokens[req->n_tokens++] = tokens[i];

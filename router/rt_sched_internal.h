@@ -34,6 +34,20 @@ struct rt_sched_req {
     int fresh;                /* slot assigned since its last entry */
     struct rt_prefix_bounds bounds; /* its committed chunk boundaries, for
                                        partial multi-turn reuse */
+    /* Parallel samples (OpenAI n > 1). A group's first request (the
+     * leader) waits in the queue with its other samples attached (they
+     * are in no list); at its admission they are forked from its
+     * reservation (kv_seq_fork) and take slots, and in the step of its
+     * last chunk they get fork entries, after which every sample is an
+     * ordinary request. */
+    struct rt_sched_req *leader;    /* an attached sample: its leader */
+    struct rt_sched_req **sibs;     /* a leader: its attached samples */
+    int32_t n_sibs, cap_sibs;
+    int fork_pending;               /* admitted, forked, fork entry not yet
+                                       planned */
+    int is_sample;                  /* a parallel sample other than the
+                                       first: never stored for multi-turn
+                                       reuse */
     struct rt_sched_req *prev;      /* WAITING list links */
     struct rt_sched_req *next;
 };

@@ -1027,6 +1027,8 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
         const struct kv_seq *q = &req->seqs[0];
         int64_t left = q->turn_len - q->committed;
         int64_t n = left < C ? left : C;
+        if (left == 0)
+            continue; /* a sample forked in this step: no prefill */
         if (n > budget || delta_room(s, out, unsent_ids(s, req, 0)) != 0 ||
             (n == left && (token_room(req) != 0 ||
                            forks_room(s, out, req) != 0)))

@@ -492,8 +492,6 @@ int gw_cuda_sample(struct gw_cuda *c, int n,
     return 0;
 }
 
-#endif /* TANGRAM_CUDA */
-
 int gw_cuda_copy_pages(struct gw_cuda *c, const int32_t *src,
                        const int32_t *dst, int n, char *err, size_t errlen)
 {
@@ -515,3 +513,5 @@ int gw_cuda_copy_pages(struct gw_cuda *c, const int32_t *src,
     GW_WAIT_TRY(c);
     return 0;
 }
+
+#endif /* TANGRAM_CUDA */

@@ -191,23 +191,6 @@ static struct rt_sched_event *push_event(struct rt_step *step,
     return ev;
 }
 
-/* Takes an attached parallel sample off its leader's list. */
-static void sample_detach(struct rt_sched *s, struct rt_sched_req *req)
-{
-    struct rt_sched_req *l = req->leader;
-    int32_t i = 0;
-    while (i < l->n_sibs && l->sibs[i] != req)
-        i++;
-    TG_ASSERT(i < l->n_sibs);
-    memmove(&l->sibs[i], &l->sibs[i + 1],
-            (size_t)(l->n_sibs - i - 1) * sizeof(l->sibs[0]));
-    l->n_sibs--;
-    if (req->state == RT_SCHED_WAITING)
-        s->n_attached--;
-    req->leader = NULL;
-    req->fork_pending = 0;
-}
-
 /* Ends `req`: an event into `ev_step` when non-NULL, its slot released,
  * its pages stored for multi-turn reuse (STOP / LENGTH with KV held) or
  * given back, and the request freed. */
@@ -219,7 +202,7 @@ static void retire(struct rt_sched *s, struct rt_sched_req *req,
         retire(s, req->sibs[req->n_sibs - 1], finish, ev_step);
     int attached = req->leader != NULL;
     if (attached)
-        sample_detach(s, req);
+        rt_sched__sample_detach(s, req);
     if (ev_step != NULL)
         push_event(ev_step, req, -1, finish);
     int store = 0;
@@ -386,52 +369,6 @@ void rt_step_free(struct rt_step *step)
 
 /* ---- submission --------------------------------------------------------- */
 
-/* A parallel sample may join `req->fork_of` when that request waits, was
- * never admitted, leads no other group, has the same prompt, and the
- * group still fits a step's slots and a pool: its prompt's pages plus one
- * private page per row for each other sample (the admission bound). */
-static int sample_check(struct rt_sched *s, const struct rt_sched_request *req,
-                        struct rt_sched_req **leader, char *err,
-                        size_t errlen)
-{
-    struct rt_sched_req *l = rt_sched__find(s, req->fork_of);
-    if (l == NULL || l->state != RT_SCHED_WAITING || l->admitted ||
-        l->leader != NULL || l->is_sample)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "rt_sched: request %llu is not a waiting request "
-                          "to sample in parallel with",
-                          (unsigned long long)req->fork_of);
-    if (req->session_id != NULL || l->n_prompt != req->n_prompt ||
-        memcmp(l->tokens, req->prompt,
-               (size_t)req->n_prompt * sizeof(int32_t)) != 0)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "rt_sched: a parallel sample needs its group's "
-                          "prompt and no session");
-    int64_t k = (int64_t)l->n_sibs + 1; /* samples besides the leader */
-    if (1 + k > s->cfg.max_num_seqs)
-        return tg_err_set(err, errlen, TG_ETOOBIG,
-                          "rt_sched: %lld parallel samples exceed "
-                          "max_num_seqs %d", (long long)(1 + k),
-                          s->cfg.max_num_seqs);
-    for (int r = 0; r < s->cfg.n_ranks; r++) {
-        int64_t pages = 0;
-        int rc = kv_seq_prompt_pages(NULL, s->lay[r], 0, req->n_prompt,
-                                     &pages, err, errlen);
-        if (rc != 0)
-            return rc;
-        if (pages + k * s->rows > s->cfg.pages_per_rank)
-            return tg_err_set(err, errlen, TG_ETOOBIG,
-                              "rt_sched: %lld parallel samples of a %lld-"
-                              "token prompt need %lld pages on rank %d, a "
-                              "pool has %d", (long long)(1 + k),
-                              (long long)req->n_prompt,
-                              (long long)(pages + k * s->rows), r,
-                              (int)s->cfg.pages_per_rank);
-    }
-    *leader = l;
-    return 0;
-}
-
 int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
                     char *err, size_t errlen)
 {
@@ -470,7 +407,7 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
                           (unsigned long long)req->id);
     struct rt_sched_req *leader = NULL;
     if (req->fork_of != 0) {
-        int rc = sample_check(s, req, &leader, err, errlen);
+        int rc = rt_sched__sample_check(s, req, &leader, err, errlen);
         if (rc != 0)
             return rc;
     } else if (s->n_waiting >= s->cfg.max_queued)
@@ -517,13 +454,8 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
     q->state = RT_SCHED_WAITING;
     q->slot = -1;
     if (leader != NULL) {
-        if (grow32((void **)&leader->sibs, &leader->cap_sibs,
-                   leader->n_sibs + 1, sizeof(leader->sibs[0])) != 0)
+        if (rt_sched__sample_attach(s, leader, q) != 0)
             goto oom;
-        leader->sibs[leader->n_sibs++] = q;
-        q->leader = leader;
-        q->is_sample = 1;
-        s->n_attached++;
         map_put(s, q);
         return 0;
     }
@@ -660,20 +592,8 @@ static void add_entry(struct rt_sched *s, struct rt_step *out,
  * front of the queue so that it is the next one admitted. */
 static void preempt(struct rt_sched *s, struct rt_sched_req *req)
 {
-    /* A group not yet forked goes back whole: its samples hold only
-     * shares of the leader's prompt, which a recompute prefills again. */
-    if (req->fork_pending)
-        req = req->leader;
-    for (int32_t i = 0; i < req->n_sibs; i++) {
-        struct rt_sched_req *q = req->sibs[i];
-        TG_ASSERT(q->fork_pending);
-        running_remove(s, q);
-        release_pages(s, q);
-        q->state = RT_SCHED_WAITING;
-        q->fork_pending = 0;
-        q->fresh = 0;
-        s->n_attached++;
-    }
+    /* A group not yet forked goes back whole. */
+    req = rt_sched__group_requeue(s, req);
     running_remove(s, req);
     release_pages(s, req);
     req->state = RT_SCHED_WAITING;
@@ -743,94 +663,6 @@ static int64_t prompt_need(const struct rt_sched *s,
     return need;
 }
 
-/* ---- parallel samples (OpenAI n > 1) -------------------------------- */
-
-/* Room in the step for the fork entries of `leader`'s samples (their
- * deltas carry every page they hold) and the tokens they sample, checked
- * with the leader's last chunk so that the chunk and the forks go
- * together. */
-static int forks_room(struct rt_sched *s, struct rt_step *out,
-                      struct rt_sched_req *leader)
-{
-    if (leader->n_sibs == 0)
-        return 0;
-    int64_t ids = 0;
-    for (int32_t i = 0; i < leader->n_sibs; i++) {
-        ids += unsent_ids(s, leader->sibs[i], 0);
-        if (token_room(leader->sibs[i]) != 0)
-            return TG_ENOMEM;
-    }
-    int64_t recs = (int64_t)(leader->n_sibs + 1) * s->cfg.n_ranks * s->rows;
-    if (grow((void **)&out->deltas, &out->cap_deltas, out->n_deltas + recs,
-             sizeof(struct rt_step_delta)) != 0)
-        return TG_ENOMEM;
-    return grow((void **)&out->delta_ids, &out->cap_ids,
-                out->n_ids + ids + unsent_ids(s, leader, 0), sizeof(int32_t));
-}
-
-/* After `leader`'s last chunk entry: one fork entry per sample (room made
- * by forks_room), and the group dissolves into ordinary requests. */
-static void plan_forks(struct rt_sched *s, struct rt_step *out,
-                       struct rt_sched_req *leader)
-{
-    for (int32_t i = 0; i < leader->n_sibs; i++) {
-        struct rt_sched_req *q = leader->sibs[i];
-        TG_ASSERT(q->fork_pending && q->fresh);
-        int32_t idx = out->n_entries;
-        add_entry(s, out, q, RT_STEP_FORK, q->seqs[0].pos, 0, 1);
-        out->entries[idx].fork_from = leader->slot;
-        q->fork_pending = 0;
-        q->leader = NULL;
-    }
-    leader->n_sibs = 0;
-}
-
-/* At `leader`'s admission, its reservation made: every attached sample
- * forks it on every rank (shared full pages, a private last page per
- * partly filled row) and takes a slot after it. The caller checked the
- * slots and pages. Returns 0 or TG_ENOMEM (the sample that failed holds
- * nothing; the caller ends the group). */
-static int admit_samples(struct rt_sched *s, struct rt_sched_req *leader,
-                         int64_t start)
-{
-    const int T = s->cfg.n_ranks;
-    for (int32_t i = 0; i < leader->n_sibs; i++) {
-        struct rt_sched_req *q = leader->sibs[i];
-        if (q->sent == NULL &&
-            (q->sent = calloc((size_t)T * (size_t)s->rows,
-                              sizeof(int32_t))) == NULL)
-            return TG_ENOMEM;
-        if (q->seqs == NULL &&
-            (q->seqs = calloc((size_t)T, sizeof(struct kv_seq))) == NULL)
-            return TG_ENOMEM;
-        for (int r = 0; r < T; r++) {
-            if ((q->seqs[r].n_rows == 0 &&
-                 kv_seq_init(&q->seqs[r], s->lay[r], NULL, 0) != 0) ||
-                kv_seq_fork(&q->seqs[r], &leader->seqs[r], s->lay[r],
-                            &s->pools[r], NULL, NULL, 0) != 0) {
-                release_pages(s, q);
-                return TG_ENOMEM;
-            }
-        }
-        int32_t slot = 0;
-        while (s->slot_used[slot])
-            slot++;
-        s->slot_used[slot] = 1;
-        q->slot = slot;
-        q->fresh = 1;
-        memset(q->sent, 0, (size_t)T * (size_t)s->rows * sizeof(int32_t));
-        q->state = RT_SCHED_PREFILLING;
-        q->fork_pending = 1;
-        s->n_attached--;
-        s->running[s->n_running++] = q;
-        if (!q->admitted) {
-            q->admitted = 1;
-            q->cached = start;
-        }
-    }
-    return 0;
-}
-
 enum { ADM_ADMITTED, ADM_ENDED, ADM_STOP };
 
 /* Tries to admit the request at the front of the queue with `budget`
@@ -886,21 +718,9 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     if (delta_room(s, out, held + need_max * T) != 0 ||
         (first == n_new && token_room(req) != 0))
         return ADM_STOP;
-    if (first == n_new && req->n_sibs > 0) {
-        /* The forks run in this step: room for their entries (pages not
-         * yet taken count as the leader's whole prompt, a bound). */
-        int64_t ids = (int64_t)req->n_sibs * (held + need_max * T);
-        int64_t recs = (int64_t)(req->n_sibs + 1) * T * s->rows;
-        for (int32_t i = 0; i < req->n_sibs; i++)
-            if (token_room(req->sibs[i]) != 0)
-                return ADM_STOP;
-        if (grow((void **)&out->deltas, &out->cap_deltas,
-                 out->n_deltas + recs, sizeof(struct rt_step_delta)) != 0 ||
-            grow((void **)&out->delta_ids, &out->cap_ids,
-                 out->n_ids + ids + held + need_max * T,
-                 sizeof(int32_t)) != 0)
-            return ADM_STOP;
-    }
+    if (first == n_new &&
+        rt_sched__forks_admit_room(s, out, req, held + need_max * T) != 0)
+        return ADM_STOP;
     if (req->sent == NULL &&
         (req->sent = calloc((size_t)T * (size_t)s->rows, sizeof(int32_t))) ==
             NULL)
@@ -954,13 +774,13 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         req->cached = start;
     }
     s->cached_tokens += start;
-    if (req->n_sibs > 0 && admit_samples(s, req, start) != 0) {
+    if (req->n_sibs > 0 && rt_sched__admit_samples(s, req, start) != 0) {
         retire(s, req, RT_SCHED_END_ERROR, out);
         return ADM_ENDED;
     }
     add_entry(s, out, req, RT_STEP_PREFILL, start, first, first == n_new);
     if (first == n_new)
-        plan_forks(s, out, req);
+        rt_sched__plan_forks(s, out, req);
     return ADM_ADMITTED;
 }
 
@@ -1031,12 +851,12 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
             continue; /* a sample forked in this step: no prefill */
         if (n > budget || delta_room(s, out, unsent_ids(s, req, 0)) != 0 ||
             (n == left && (token_room(req) != 0 ||
-                           forks_room(s, out, req) != 0)))
+                           rt_sched__forks_room(s, out, req) != 0)))
             continue;
         add_entry(s, out, req, RT_STEP_PREFILL, q->turn_start + q->committed,
                   n, n == left);
         if (n == left)
-            plan_forks(s, out, req);
+            rt_sched__plan_forks(s, out, req);
         budget -= n;
     }
 
@@ -1156,6 +976,46 @@ int rt_sched_fail_running(struct rt_sched *s, struct rt_step *step)
 void rt_sched_drop_cache(struct rt_sched *s)
 {
     rt_prefix_clear(&s->cache, s->pools);
+}
+
+/* ---- shared with rt_sched_fork.c (rt_sched_internal.h) ----------------- */
+
+int rt_sched__grow(void **buf, int64_t *cap, int64_t need, size_t elem)
+{
+    return grow(buf, cap, need, elem);
+}
+
+int rt_sched__grow32(void **buf, int32_t *cap, int64_t need, size_t elem)
+{
+    return grow32(buf, cap, need, elem);
+}
+
+void rt_sched__running_remove(struct rt_sched *s, struct rt_sched_req *req)
+{
+    running_remove(s, req);
+}
+
+void rt_sched__release_pages(struct rt_sched *s, struct rt_sched_req *req)
+{
+    release_pages(s, req);
+}
+
+int rt_sched__token_room(struct rt_sched_req *req)
+{
+    return token_room(req);
+}
+
+int64_t rt_sched__unsent_ids(const struct rt_sched *s,
+                             const struct rt_sched_req *req, int64_t extra)
+{
+    return unsent_ids(s, req, extra);
+}
+
+void rt_sched__add_entry(struct rt_sched *s, struct rt_step *out,
+                         struct rt_sched_req *req, enum rt_step_kind kind,
+                         int64_t pos, int64_t n, int sample)
+{
+    add_entry(s, out, req, kind, pos, n, sample);
 }
 
 /* ---- queries ------------------------------------------------------------ */

@@ -230,7 +230,7 @@ static const struct tg_config_entry table[] = {
              "comes once every rank has loaded) before exiting with "
              "status 6."},
     {.name = "method", .type = TG_CONFIG_STRING, .offset = OFF(method, char *),
-     .flags = TG_SERVE_WORKER | TG_SERVE_ROUTER,
+     .flags = TG_SERVE_ROUTER | TG_SERVE_WORKER,
      .help = "Scoring method (default: the profile's)."},
     {.name = "kv-pages", .type = TG_CONFIG_INT, .def = "0", .min = 0,
      .max = 2147483647.0, .offset = OFF(kv_pages, int64_t),

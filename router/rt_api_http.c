@@ -15,6 +15,11 @@
  * SSE_LOW_WATER; a client that reads nothing for --http-send-timeout is
  * cut by the HTTP server, which aborts the request like a disconnect.
  *
+ * n > 1 (docs/API.md "n"): the choices are n requests, the first
+ * submitted as usual and the others made parallel samples of it right
+ * after (rt_req_new_sample); a gen_group joins their output into one
+ * response and ends it with the last choice.
+ *
  * Prompts (completions, chat, /tokenize) are rendered and tokenized on
  * the thread pool (rt_encode_job); the handler returns at once and the
  * answer follows when the job ends, so a huge prompt never holds up

@@ -693,7 +693,8 @@ static int parse_ids(const json_t *root, struct rt_gen_request *r,
 /* ---- completions prompt ------------------------------------------------ */
 
 /* prompt: a string, an array of token ids, or a batch of one of those
- * (["text"] or [[ids]]); a longer batch would need n > 1 choices. */
+ * (["text"] or [[ids]]); a longer batch is refused (one prompt per
+ * request; its choices, n, are indexed 0..n-1). */
 static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
                         struct rt_gen_request *r, struct rt_api_error *e)
 {

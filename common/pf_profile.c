@@ -92,6 +92,9 @@ int pf_profile_init(struct pf_profile *p, const char *architecture,
     p->group_budget = calloc(lg, sizeof(double));
     if (p->group_budget == NULL)
         goto nomem;
+    p->budget_mean = calloc((size_t)num_layers, sizeof(double));
+    if (p->budget_mean == NULL)
+        goto nomem;
     for (size_t i = 0; i < lh; i++)
         p->groups[i] = (int)(i % (size_t)num_kv_heads);
     return 0;
@@ -159,6 +162,8 @@ void pf_profile_free(struct pf_profile *p)
     free(p->budget);
     free(p->groups);
     free(p->group_budget);
+    free(p->budget_mean);
+    pf_trig_free(&p->trig);
     memset(p, 0, sizeof(*p));
 }
 
@@ -220,6 +225,10 @@ int pf_profile_validate(const struct pf_profile *p, char *err, size_t errlen)
         p->std == NULL || p->budget == NULL || p->groups == NULL ||
         p->group_budget == NULL)
         return tg_err_set(err, errlen, TG_EFORMAT, "profile: not initialized");
+    rc = pf_trig_validate(&p->trig, p->num_layers, p->num_kv_heads,
+                          p->head_dim, err, errlen);
+    if (rc != 0)
+        return rc;
     if (!(p->target_ratio > 0.0 && p->target_ratio <= 1.0))
         return tg_err_set(err, errlen, TG_ERANGE,
                           "target_ratio: %g is out of range (0, 1]",
@@ -266,6 +275,11 @@ int pf_profile_finish(struct pf_profile *p, char *err, size_t errlen)
         return tg_err_set(err, errlen, TG_EFORMAT, "profile: not initialized");
     int H = p->num_kv_heads, hp = p->heads_per_group;
     for (int l = 0; l < p->num_layers; l++) {
+        double sum = 0.0;
+        for (int h = 0; h < H; h++)
+            sum += p->budget[(size_t)l * (size_t)H + (size_t)h];
+        if (p->budget_mean != NULL)
+            p->budget_mean[l] = sum / (double)H;
         for (int g = 0; g < p->num_groups; g++) {
             const int *heads = pf_profile_group(p, l, g);
             double mx = 0.0;
@@ -442,6 +456,10 @@ int pf_profile_from_json(struct pf_profile *p, const json_t *doc, char *err,
         rc = read_layer(p, json_array_get(layers, (size_t)l), l, seen, err,
                         errlen);
     free(seen);
+    json_t *trig = json_object_get(doc, "trig");
+    if (rc == 0 && trig != NULL)
+        rc = pf_trig_from_json(&p->trig, trig, (int)L, (int)H, (int)d, err,
+                               errlen);
     if (rc == 0)
         rc = pf_profile_finish(p, err, errlen);
     if (rc == 0)
@@ -530,6 +548,10 @@ int pf_profile_to_json(const struct pf_profile *p, json_t **out, char *err,
                                    json_string(pf_grouping_name(p->grouping)));
         bad |= json_object_set_new(doc, "layers", layers);
         layers = NULL;
+        if (p->trig.num_q_heads > 0)
+            bad |= json_object_set_new(doc, "trig",
+                                       pf_trig_to_json(&p->trig,
+                                                       p->num_layers));
     }
     json_decref(model);
     json_decref(layers);

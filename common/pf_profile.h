@@ -15,7 +15,8 @@
  *     "method": "snapkv", "target_ratio": r, "alpha": 2.0, "samples": S,
  *     "heads_per_group": H_p, "grouping": "clustered"|"adjacent",
  *     "layers": [ {"mean": [H], "std": [H], "budget": [H],
- *                  "groups": [[h, ...], ...]} x L ] }
+ *                  "groups": [[h, ...], ...]} x L ],
+ *     "trig": {...} }    // optional, pf_trig.h (§4.9)
  * Loading checks every field and names the offending one in the error
  * ("layers[3].groups: head 5 appears twice"). Group budgets
  * b[l][g] = max(B[l][h] for h in group) are derived on load, never stored.
@@ -31,6 +32,8 @@
 
 #include <jansson.h>
 #include <stddef.h>
+
+#include "common/pf_trig.h"
 
 #define PF_PROFILE_FORMAT "tangram-profile"
 #define PF_PROFILE_VERSION 1
@@ -65,6 +68,13 @@ struct pf_profile {
     double *budget;          /* (L, H) budget ratio in [1/1024, 1] */
     int *groups;             /* (L, G, H_p) head indices, groups in order */
     double *group_budget;    /* (L, G) max budget of the group's heads */
+    double *budget_mean;     /* (L) mean budget over the whole model's KV
+                                heads of each layer, the denominator of
+                                the decode caps (§4.9); pf_profile_finish
+                                computes it, pf_profile_rank keeps the
+                                whole model's so a rank's caps agree */
+    struct pf_trig trig;     /* optional "trig" statistics (§4.9);
+                                trig.num_q_heads 0 when absent */
 };
 
 /* Parses "clustered" / "adjacent" into *out. Returns 0 or TG_EINVAL. */

@@ -181,7 +181,13 @@ int pf_profile_rank(struct pf_profile *out, int *global_head,
             }
         }
     }
-    rc = pf_profile_finish(out, err, errlen);
+    rc = pf_trig_rank(&out->trig, &p->trig, L, p->num_kv_heads, Hr,
+                      global_head, err, errlen);
+    if (rc == 0)
+        rc = pf_profile_finish(out, err, errlen);
+    /* Decode caps divide by the whole model's mean budget (§4.9). */
+    if (rc == 0)
+        memcpy(out->budget_mean, p->budget_mean, (size_t)L * sizeof(double));
     if (rc != 0)
         pf_profile_free(out);
     return rc;

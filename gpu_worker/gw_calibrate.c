@@ -259,6 +259,72 @@ static int read_samples(const struct gw_calib_opts *o, const struct tok_tokenize
     return rc;
 }
 
+void gw_calibrate_on_queries(void *ud, int layer, const float *q, int n,
+                             int n_q_heads, int head_dim)
+{
+    struct gw_calib_trig *t = ud;
+    if (layer < 0 || layer >= t->n_layers || n_q_heads != t->n_q_heads ||
+        head_dim != 2 * t->half) {
+        t->failed = 1;
+        return;
+    }
+    const int half = t->half;
+    size_t base = (size_t)layer * (size_t)n_q_heads * (size_t)half;
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < n_q_heads; h++) {
+            /* Rotate-half pairing: z_f = x_f + i x_{f + d/2}. */
+            const float *x = q + ((size_t)i * (size_t)n_q_heads + (size_t)h) *
+                                     (size_t)head_dim;
+            size_t o = base + (size_t)h * (size_t)half;
+            for (int f = 0; f < half; f++) {
+                double a = x[f], b = x[f + half];
+                t->sre[o + (size_t)f] += a;
+                t->sim[o + (size_t)f] += b;
+                t->sabs[o + (size_t)f] += sqrt(a * a + b * b);
+            }
+        }
+    t->rows[layer] += n;
+}
+
+static void trig_free(struct gw_calib_trig *t)
+{
+    free(t->sre);
+    free(t->sim);
+    free(t->sabs);
+    free(t->rows);
+    memset(t, 0, sizeof(*t));
+}
+
+/* The means of the sums into p->trig (the profile's query heads are the
+ * model's: calibration runs without a profile, heads in model order). */
+static int trig_finish(const struct gw_calib_trig *t, struct pf_profile *p,
+                       char *err, size_t errlen)
+{
+    if (t->failed)
+        return tg_err_set(err, errlen, TG_EINTERNAL,
+                          "trig calibration saw queries of an unexpected "
+                          "shape");
+    int rc = pf_trig_init(&p->trig, t->n_layers, t->n_q_heads, 2 * t->half,
+                          err, errlen);
+    if (rc != 0)
+        return rc;
+    size_t per = (size_t)t->n_q_heads * (size_t)t->half;
+    for (int l = 0; l < t->n_layers; l++) {
+        if (t->rows[l] < 1) {
+            pf_trig_free(&p->trig);
+            return tg_err_set(err, errlen, TG_EINTERNAL,
+                              "trig calibration saw no query of layer %d", l);
+        }
+        double inv = 1.0 / (double)t->rows[l];
+        for (size_t i = (size_t)l * per; i < (size_t)(l + 1) * per; i++) {
+            p->trig.re[i] = (float)(t->sre[i] * inv);
+            p->trig.im[i] = (float)(t->sim[i] * inv);
+            p->trig.abs[i] = (float)(t->sabs[i] * inv);
+        }
+    }
+    return pf_profile_validate(p, err, errlen);
+}
+
 int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
                        struct pf_profile *p, char *err, size_t errlen)
 {
@@ -287,6 +353,7 @@ int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
     int32_t **samples = NULL;
     int *lens = NULL, n = 0, max_len = 0;
     struct gw_engine e = {0};
+    struct gw_calib_trig trig = {0};
     rc = read_samples(o, &tok, &samples, &lens, &n, &max_len, err, errlen);
     if (rc != 0)
         goto out;
@@ -304,10 +371,34 @@ int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
         .n_threads = o->n_threads,
         .on_scores = gw_calibrate_on_scores,
         .on_scores_ud = &st,
+        .on_queries = o->trig ? gw_calibrate_on_queries : NULL,
+        .on_queries_ud = &trig,
     };
     rc = gw_engine_init(&e, &eo, err, errlen);
     if (rc != 0)
         goto out;
+    if (o->trig) {
+        const struct gw_model *m = &e.model;
+        if (m->head_dim % 2 != 0) {
+            rc = tg_err_set(err, errlen, TG_EINVAL,
+                            "--trig needs an even head_dim (RoPE pairs), "
+                            "the model has %d", m->head_dim);
+            goto out;
+        }
+        size_t cnt = (size_t)m->n_layers * (size_t)m->n_q_heads *
+                     (size_t)(m->head_dim / 2);
+        trig.n_layers = m->n_layers;
+        trig.n_q_heads = m->n_q_heads;
+        trig.half = m->head_dim / 2;
+        trig.sre = calloc(cnt, sizeof(double));
+        trig.sim = calloc(cnt, sizeof(double));
+        trig.sabs = calloc(cnt, sizeof(double));
+        trig.rows = calloc((size_t)m->n_layers, sizeof(int64_t));
+        if (!trig.sre || !trig.sim || !trig.sabs || !trig.rows) {
+            rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+            goto out;
+        }
+    }
     st.n_kv_heads = e.model.n_kv_heads;
     rc = gw_calibrate_run(&e, &st, (const int32_t *const *)samples, lens, n, r,
                           o->progress, o->progress_ud, err, errlen);
@@ -321,7 +412,10 @@ int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
     }
     rc = pf_profile_build(p, r, o->alpha, o->heads_per_group, o->grouping, err,
                           errlen);
+    if (rc == 0 && o->trig)
+        rc = trig_finish(&trig, p, err, errlen);
 out:
+    trig_free(&trig);
     if (rc != 0) {
         pf_retention_free(r);
         pf_profile_free(p);

@@ -59,13 +59,32 @@ struct gw_calib_opts {
     enum pf_grouping grouping;
     int max_sample_tokens;     /* longer samples are cut to this */
     int n_threads;
+    int trig;                  /* also record the decode-time statistics
+                                  of §4.9 into the profile's "trig" */
     gw_calib_progress_fn progress;
     void *progress_ud;
 };
 
+/* Accumulators of the §4.9 statistics over the calibration samples'
+ * pre-RoPE queries: every query row of every sample (all prompt
+ * positions) counts once; sums are in double, in sample then position
+ * order, and the means divide by the row count at the end. */
+struct gw_calib_trig {
+    int n_layers, n_q_heads, half;
+    double *sre, *sim, *sabs;  /* (L, Hq, d/2) sums */
+    int64_t *rows;             /* (L) query rows seen per layer */
+    int failed;                /* a shape mismatch inside the callback */
+};
+
+/* gw_on_queries_fn of calibration: adds the chunk's queries to the sums
+ * of `ud` (a struct gw_calib_trig). */
+void gw_calibrate_on_queries(void *ud, int layer, const float *q, int n,
+                             int n_q_heads, int head_dim);
+
 /* Reads and tokenizes every sample (chat messages are rendered with the
  * model's chat template), runs them (gw_calibrate_run), and builds the
- * profile. *r and *p are filled for the caller to save and free (both
+ * profile (with o->trig also its "trig" statistics, pf_trig.h). *r and
+ * *p are filled for the caller to save and free (both
  * also after a failure, when they are left freed). Errors name the sample
  * line. Returns 0 or a TG_E* code. */
 int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/kv/kv_seq.h"
 #include "common/pf_split.h"
@@ -35,6 +36,8 @@ void gw_engine_free(struct gw_engine *e)
     pf_profile_free(&e->profile);
     gw_model_free(&e->model);
     free(e->global_head);
+    gw_trig_cfg_free(&e->trig);
+    pf_trig_free(&e->trig_stats);
     memset(e, 0, sizeof(*e));
 }
 
@@ -123,6 +126,61 @@ fail:
     return rc;
 }
 
+int gw_engine_trig_init(struct gw_trig_cfg *c, struct pf_trig *own,
+                        const struct gw_trig_opts *o, const char *stats_path,
+                        const struct pf_profile *profile,
+                        const struct kv_layout *layout,
+                        const struct gw_model *m, const int *global_head,
+                        char *err, size_t errlen)
+{
+    memset(own, 0, sizeof(*own));
+    const struct pf_trig *stats = &profile->trig;
+    if (stats_path != NULL && stats_path[0] != '\0') {
+        /* Statistics of another profile file (a profile-less run has
+         * none of its own): the same model shape, heads renumbered to
+         * the rank's order. */
+        struct pf_profile sp;
+        int rc = pf_profile_load(&sp, stats_path, err, errlen);
+        if (rc != 0)
+            return rc;
+        if (sp.num_layers != m->n_layers || sp.head_dim != m->head_dim ||
+            sp.num_kv_heads != m->n_kv_heads * (m->world > 1 ? m->world : 1)) {
+            pf_profile_free(&sp);
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "trig statistics file %s is for L=%d H=%d "
+                              "d=%d, not this model", stats_path,
+                              sp.num_layers, sp.num_kv_heads, sp.head_dim);
+        }
+        if (sp.trig.num_q_heads == 0) {
+            pf_profile_free(&sp);
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "%s has no trig statistics (tangram-profile "
+                              "calibrate --trig)", stats_path);
+        }
+        rc = pf_trig_rank(own, &sp.trig, m->n_layers, sp.num_kv_heads,
+                          layout->n_kv_heads, global_head, err, errlen);
+        pf_profile_free(&sp);
+        if (rc != 0)
+            return rc;
+        stats = own;
+    } else if (stats->num_q_heads == 0) {
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          strcmp(profile->method, "none") == 0
+                              ? "--decode-compress trig: --profile none has "
+                                "no trig statistics; name a profile that has "
+                                "them with --trig-stats"
+                              : "--decode-compress trig: the profile has no "
+                                "\"trig\" statistics; calibrate it with "
+                                "tangram-profile calibrate --trig (or name "
+                                "another with --trig-stats)");
+    }
+    int rc = gw_trig_cfg_init(c, o, profile, layout, stats, m->n_q_heads,
+                              m->inv_freq, err, errlen);
+    if (rc != 0)
+        pf_trig_free(own);
+    return rc;
+}
+
 int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
                    char *err, size_t errlen)
 {
@@ -164,12 +222,21 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
         .max_tokens = chunk > 1 ? chunk : 1,
         .on_scores = o->on_scores,
         .on_scores_ud = o->on_scores_ud,
+        .on_queries = o->on_queries,
+        .on_queries_ud = o->on_queries_ud,
         .gvote = o->gvote != NULL ? *o->gvote : gw_gvote_params_default(),
     };
     rc = gw_runtime_init(&e->rt, &e->model, &e->layout, &tg_ops_cpu, e->be,
                          (int32_t)pages, &fo, err, errlen);
     if (rc != 0)
         goto fail;
+    if (o->trig != NULL && o->trig->enabled) {
+        rc = gw_engine_trig_init(&e->trig, &e->trig_stats, o->trig,
+                                 o->trig_stats_path, &e->profile, &e->layout,
+                                 &e->model, e->global_head, err, errlen);
+        if (rc != 0)
+            goto fail;
+    }
     return 0;
 fail:
     gw_engine_free(e);
@@ -260,6 +327,33 @@ static int dump_kept(const struct gw_engine *e, const int32_t *len,
     return 0;
 }
 
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* §4.9 trigger: the step just run made the count of tokens decoded this
+ * turn a multiple of beta. Heads over their caps are compacted, the rows
+ * shrink to their longest heads and the tail pages go back at once. */
+static int decode_compact(struct gw_engine *e, struct kv_seq *seq,
+                          struct gw_seq *gs, struct gw_gen_result *res,
+                          char *err, size_t errlen)
+{
+    double t0 = now_seconds();
+    int64_t heads = 0, freed = 0;
+    struct gw_seq *one = gs;
+    int rc = gw_forward_trig(&e->rt, &e->trig, &one, 1, &heads, err, errlen);
+    if (rc == 0)
+        rc = kv_seq_compact_rows(seq, &e->layout, &e->pool, gs->len, &freed,
+                                 err, errlen);
+    res->decode_triggers++;
+    res->decode_pages_released += freed;
+    res->compact_seconds += now_seconds() - t0;
+    return rc == 0 ? check_fill(seq, gs->len, seq->n_rows, err, errlen) : rc;
+}
+
 int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
                        int n_prompt, const struct gw_gen_params *p,
                        struct gw_gen_result *res, char *err, size_t errlen)
@@ -300,11 +394,14 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
     int rows = kv->n_layers * kv->n_groups;
     int heads = kv->n_layers * kv->n_kv_heads;
     int gvote = e->method == TG_SCORE_GVOTE;
+    int trig = e->trig.cap != NULL;
     int K = p->n_logprobs;
     int T = p->max_tokens;
     int32_t slot_cap = (int32_t)(n_prompt + T);
     struct kv_seq seq = {0};
-    int32_t *hlen = gvote ? calloc((size_t)heads, sizeof(int32_t)) : NULL;
+    int32_t *hlen = gvote || trig ? calloc((size_t)heads, sizeof(int32_t))
+                                  : NULL;
+    int32_t *dstart = trig ? calloc((size_t)heads, sizeof(int32_t)) : NULL;
     int32_t *slot_pos = p->dump_kept
                             ? malloc((size_t)heads * (size_t)slot_cap *
                                      sizeof(int32_t))
@@ -326,7 +423,8 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
         res->prompt_lp = malloc((size_t)n_prompt * sizeof(float));
     int rc;
     if (!len || !pages || !targets || !logits || !res->tokens || !res->lps ||
-        !res->top_ids || !res->top_lps || !res->kept || (gvote && !hlen) ||
+        !res->top_ids || !res->top_lps || !res->kept ||
+        ((gvote || trig) && !hlen) || (trig && !dstart) ||
         (p->dump_kept && !slot_pos) ||
         (p->forced_ids != NULL && !res->forced_lps) ||
         (p->prompt_logprobs && !res->prompt_lp)) {
@@ -380,6 +478,13 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
             goto out;
     }
     memcpy(res->kept, len, (size_t)rows * sizeof(int32_t));
+    res->pages_peak = seq.used_pages;
+    if (trig) {
+        /* §4.9: decode's region of this turn starts where prefill left
+         * each head. */
+        memcpy(dstart, hlen, (size_t)heads * sizeof(int32_t));
+        gs.dstart = dstart;
+    }
 
     uint64_t rng = p->seed;
     struct tg_sample_history hist = {.prompt = prompt, .n_prompt = n_prompt,
@@ -429,14 +534,22 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
             goto out;
         refresh_view(e, &seq, pages);
         gs.n_pages = seq.n_pages;
+        if (seq.used_pages > res->pages_peak)
+            res->pages_peak = seq.used_pages;
         struct gw_seq *one = &gs;
         /* kv_seq_reserve_decode already counted the token as written; the
          * forward pass appends it physically and advances len. */
+        double t0 = now_seconds();
         rc = gw_forward_decode(&e->rt, &one, &tok, 1, 1, logits, err, errlen);
+        res->decode_seconds += now_seconds() - t0;
         if (rc == 0)
             rc = check_fill(&seq, len, rows, err, errlen);
+        if (rc == 0 && trig && (t + 1) % e->trig.every == 0)
+            rc = decode_compact(e, &seq, &gs, res, err, errlen);
         if (rc != 0)
             goto out;
+        if (trig)
+            refresh_view(e, &seq, pages);
     }
     res->pages_used = seq.used_pages;
     res->mono_pages = seq.mono_pages;
@@ -447,6 +560,7 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
     }
 out:
     free(hlen);
+    free(dstart);
     free(slot_pos);
     kv_seq_free(&seq, &e->pool);
     free(len);

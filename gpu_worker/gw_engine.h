@@ -34,6 +34,14 @@ struct gw_engine_opts {
                                   in the rank profile's head order, which
                                   is the model's for a profile-less run */
     void *on_scores_ud;
+    const struct gw_trig_opts *trig; /* decode-time compression (§4.9);
+                                        NULL or !enabled: none */
+    const char *trig_stats_path; /* profile file whose "trig" statistics
+                                    score decode keys; NULL: the profile's
+                                    own (a profile-less run needs one) */
+    gw_on_queries_fn on_queries; /* optional, see gw_forward.h (model head
+                                    order for a profile-less run) */
+    void *on_queries_ud;
     int rank;                  /* tensor-parallel rank (load_parts only) */
     int world_size;            /* T; <= 1: one rank (gw_engine_init needs 1) */
 };
@@ -49,6 +57,9 @@ struct gw_engine {
     enum tg_score_method method;
     int *global_head;          /* (L, Hkv) model KV head of each of the
                                   rank's heads (which are in group order) */
+    struct gw_trig_cfg trig;   /* decode-time compression; cap NULL: off */
+    struct pf_trig trig_stats; /* statistics from trig_stats_path, rank
+                                  order (else the profile's are used) */
 };
 
 /* Parses "snapkv" / "keydiff" / "expected_attention" / "gvote" into *out.
@@ -89,11 +100,26 @@ int gw_engine_load_parts_map(struct gw_model *model,
                              size_t errlen);
 
 /* Loads the model and profile, checks they match, and sizes the KV pool
- * for one sequence of max_context tokens. In-process generation runs one
+ * for one sequence of max_context tokens. With o->trig enabled it checks
+ * the options and the statistics and computes the caps (gw_trig_cfg_init,
+ * a clear TG_EINVAL when the statistics are missing). In-process generation runs one
  * rank: o->world_size > 1 is TG_EINVAL. Returns 0 or an error naming
  * the problem (file, field, sizes); on failure *e is left freed. */
 int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
                    char *err, size_t errlen);
+
+/* Decode-time compression of a rank (§4.9) as the engine and the worker
+ * build it: statistics from stats_path (a profile file of the same model,
+ * heads renumbered to the rank by global_head; its statistics go into
+ * *own) or else the rank profile's own, then gw_trig_cfg_init. Missing
+ * statistics are a TG_EINVAL naming the fix. *c borrows the statistics
+ * (*own or the profile's) and m's frequencies. */
+int gw_engine_trig_init(struct gw_trig_cfg *c, struct pf_trig *own,
+                        const struct gw_trig_opts *o, const char *stats_path,
+                        const struct pf_profile *profile,
+                        const struct kv_layout *layout,
+                        const struct gw_model *m, const int *global_head,
+                        char *err, size_t errlen);
 
 /* Frees everything; safe on a zeroed or half-built engine. */
 void gw_engine_free(struct gw_engine *e);
@@ -132,6 +158,14 @@ struct gw_gen_result {
     int64_t pages_used;  /* pages the sequence held at the end */
     int64_t mono_pages;  /* pages an all-heads layout would hold */
     int64_t pages_released; /* pages gvote gave back after its chunks */
+    int64_t pages_peak;  /* most pages the sequence held at once */
+    int64_t decode_pages_released; /* pages decode-time compression gave
+                                      back (§4.9) */
+    int64_t decode_triggers;       /* compactions run */
+    double decode_seconds;         /* wall time of the decode forward
+                                      steps */
+    double compact_seconds;        /* wall time of the compactions (incl.
+                                      the page accounting) */
     float *forced_lps;   /* (n_forced) log P(forced id t | all before) */
     int32_t *kept_n;     /* (L, Hkv) model head order: positions held at
                             the end (dump_kept) */

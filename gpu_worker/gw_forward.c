@@ -36,6 +36,7 @@ void gw_runtime_free(struct gw_runtime *rt)
     free(rt->lg_local);
     free(rt->lg_all);
     gw_gvote_free(&rt->gv);
+    gw_trig_work_free(&rt->trig);
     memset(rt, 0, sizeof(*rt));
 }
 
@@ -217,8 +218,10 @@ int gw_seq_room(const struct kv_layout *lay, const struct gw_seq *seq,
     return 0;
 }
 
-/* Q/K/V projections, optional q/k norm and RoPE for m rows of rt->h. */
-static int qkv(struct gw_runtime *rt, const struct gw_layer *w, int m)
+/* Q/K/V projections, optional q/k norm and RoPE for m rows of rt->h;
+ * prefill chunks (layer l >= 0) show their pre-RoPE queries to the
+ * on_queries hook. */
+static int qkv(struct gw_runtime *rt, const struct gw_layer *w, int m, int l)
 {
     const struct gw_model *md = rt->model;
     const struct tg_ops *o = rt->ops;
@@ -230,6 +233,9 @@ static int qkv(struct gw_runtime *rt, const struct gw_layer *w, int m)
         TG_TRY(o->rmsnorm(rt->be, rt->q, w->q_norm, m * md->n_q_heads, d, md->norm_eps, rt->q));
         TG_TRY(o->rmsnorm(rt->be, rt->k, w->k_norm, m * md->n_kv_heads, d, md->norm_eps, rt->k));
     }
+    if (l >= 0 && rt->opts.on_queries != NULL)
+        rt->opts.on_queries(rt->opts.on_queries_ud, l, rt->q, m,
+                            md->n_q_heads, d);
     TG_TRY(o->rope(rt->be, rt->q, m, md->n_q_heads, d, rt->pos, md->inv_freq));
     TG_TRY(o->rope(rt->be, rt->k, m, md->n_kv_heads, d, rt->pos, md->inv_freq));
     return 0;
@@ -457,7 +463,7 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
         struct tg_kv_rows rows;
         seq_rows(rt, seq, l, rt->gp_scratch, &rows);
         TG_TRY(o->rmsnorm(rt->be, rt->x, w->attn_norm, n, md->hidden, md->norm_eps, rt->h));
-        TG_TRY(qkv(rt, w, n));
+        TG_TRY(qkv(rt, w, n, l));
         TG_TRY(o->attn_chunk(rt->be, rt->q, rt->k, rt->v, n, md->n_q_heads, &rows,
                           scale, rt->att));
 
@@ -491,6 +497,14 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
                 log_slots(lay, seq, l, &rows, rt->idx, n, rt->keep, start);
                 TG_TRY(o->kv_append(rt->be, &rows, rt->k, rt->v, n, rt->idx, rt->keep));
             }
+            /* Heads of unequal lengths (a compacted decode region of an
+             * earlier turn) appended at their own ends; every head of a
+             * group kept the same count, so the row grows as the §4.3
+             * keep says. */
+            if (seq->hlen != NULL)
+                for (int h = 0; h < lay->n_kv_heads; h++)
+                    seq->hlen[(size_t)l * (size_t)lay->n_kv_heads + (size_t)h] +=
+                        rt->keep[h];
         }
         TG_TRY(attn_out_and_mlp(rt, w, l, n, err, errlen));
     }
@@ -539,7 +553,7 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
     for (int l = 0; l < md->n_layers; l++) {
         const struct gw_layer *w = &md->layers[l];
         TG_TRY(o->rmsnorm(rt->be, rt->x, w->attn_norm, n_seq, md->hidden, md->norm_eps, rt->h));
-        TG_TRY(qkv(rt, w, n_seq));
+        TG_TRY(qkv(rt, w, n_seq, -1));
         for (int s = 0; s < n_seq; s++) {
             const int32_t **gp = rt->rows_pages + (size_t)s * (size_t)lay->n_groups;
             seq_rows(rt, seqs[s], l, gp, &rt->rows[s]);
@@ -563,4 +577,53 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
     for (int s = 0; s < n_seq; s++)
         seqs[s]->pos += 1;
     return want_logits ? final_logits(rt, 0, n_seq, logits, err, errlen) : 0;
+}
+
+int gw_forward_trig(struct gw_runtime *rt, const struct gw_trig_cfg *c,
+                    struct gw_seq *const *seqs, int n_seq, int64_t *heads,
+                    char *err, size_t errlen)
+{
+    const struct kv_layout *lay = rt->layout;
+    const int H = lay->n_kv_heads, G = lay->n_groups;
+    *heads = 0;
+    if (c == NULL || c->n_layers != lay->n_layers || c->n_kv_heads != H)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "decode compression is not configured for this "
+                          "layout");
+    for (int s = 0; s < n_seq; s++) {
+        struct gw_seq *sq = seqs[s];
+        if (sq->hlen == NULL || sq->dstart == NULL)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "decode compression needs per-head lengths and "
+                              "decode-region starts");
+        for (int l = 0; l < lay->n_layers; l++) {
+            struct tg_kv_rows rows;
+            seq_rows(rt, sq, l, rt->gp_scratch, &rows);
+            int32_t *hl = sq->hlen + (size_t)l * (size_t)H;
+            int32_t *sp = sq->slot_pos != NULL
+                              ? sq->slot_pos + (size_t)l * (size_t)H *
+                                                   (size_t)sq->slot_cap
+                              : NULL;
+            int n = gw_trig_compact_layer(c, l, &rows, hl,
+                                          sq->dstart + (size_t)l * (size_t)H,
+                                          sq->pos, sp, sq->slot_cap, &rt->trig);
+            if (n < 0)
+                return tg_err_set(err, errlen, n,
+                                  "decode compaction of layer %d failed (%s)",
+                                  l, tg_strerror(n));
+            *heads += n;
+            if (n == 0)
+                continue;
+            /* A group's row is as long as its longest head. */
+            int32_t *len = sq->len + (size_t)l * (size_t)G;
+            for (int g = 0; g < G; g++)
+                len[g] = 0;
+            for (int h = 0; h < H; h++) {
+                int g = rows.head_group[h];
+                if (hl[h] > len[g])
+                    len[g] = hl[h];
+            }
+        }
+    }
+    return 0;
 }

@@ -39,6 +39,7 @@
 #include "gpu_worker/gw_comm.h"
 #include "gpu_worker/gw_gvote.h"
 #include "gpu_worker/gw_model.h"
+#include "gpu_worker/gw_trig.h"
 #include "kernels/tg_ops.h"
 
 #define GW_LP_BLOCK 16     /* rows of logits materialized at once */
@@ -68,6 +69,11 @@ struct gw_seq {
                                      of each head's slot, written on every
                                      append (--dump-kept); or NULL */
     int32_t slot_cap;             /* slots per head in slot_pos */
+    int32_t *dstart;              /* (L, Hkv) first slot of each head's
+                                     decode region of the current turn
+                                     (decode-time compression, §4.9: what
+                                     decode appended after the turn's
+                                     prefill); NULL without it */
 };
 
 /* Called once per layer of a prefill chunk with that layer's key scores
@@ -75,12 +81,21 @@ struct gw_seq {
 typedef void (*gw_on_scores_fn)(void *ud, int layer, const float *scores,
                                 int n, int n_kv_heads);
 
+/* Called once per layer of a prefill chunk with the chunk's pre-RoPE
+ * queries (after q_norm where the model has one), for calibration of the
+ * decode-time statistics (§4.9). q (n, Hq, d), heads in the runtime's
+ * (rank) order. */
+typedef void (*gw_on_queries_fn)(void *ud, int layer, const float *q, int n,
+                                 int n_q_heads, int head_dim);
+
 struct gw_forward_opts {
     enum tg_score_method method;  /* scoring of chunk keys */
     struct gw_gvote_params gvote; /* with TG_SCORE_GVOTE */
     int max_tokens;               /* largest chunk or decode batch */
     gw_on_scores_fn on_scores;    /* optional */
     void *on_scores_ud;
+    gw_on_queries_fn on_queries;  /* optional */
+    void *on_queries_ud;
     struct gw_comm *comm;         /* borrowed: the collectives of a sharded
                                      model (required then, joined by the
                                      first forward call); NULL or a
@@ -110,6 +125,7 @@ struct gw_runtime {
                                    only */
     int lg_rows;                /* min(GW_LP_BLOCK, max_tokens) */
     struct gw_gvote gv;         /* gvote scratch (method gvote only) */
+    struct gw_trig_work trig;   /* decode-time compression scratch */
 };
 
 /* Creates a runtime with a KV pool of n_pages pages. Returns 0, TG_EINVAL
@@ -164,6 +180,19 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
 int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
                       const int32_t *ids, int n_seq, int want_logits,
                       float *logits, char *err, size_t errlen);
+
+/* Decode-time compression (§4.9) of n_seq sequences, each right after
+ * the decode step that made its count of tokens decoded this turn a
+ * multiple of c->every (the caller decides which): per layer, heads whose
+ * decode region [dstart, hlen) exceeds the cap are compacted in place
+ * (gw_trig_compact_layer, scores for the next position seq->pos), then
+ * each row's len becomes its longest head. Needs hlen and dstart. The
+ * caller hands the new lens to its page accounting (kv_seq_compact_rows)
+ * and returns the freed tail pages. *heads gets the heads compacted.
+ * Returns 0, TG_EINVAL or TG_ENOMEM. */
+int gw_forward_trig(struct gw_runtime *rt, const struct gw_trig_cfg *c,
+                    struct gw_seq *const *seqs, int n_seq, int64_t *heads,
+                    char *err, size_t errlen);
 
 /* Checks that every row of `seq` at layer l owns the pages for add[g]
  * more tokens (add: n_groups counts). Returns 0 or TG_ENOSPC naming the

@@ -5,21 +5,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/kv/kv_budget.h"
 #include "common/tg_err.h"
 
 int gw_trig_caps(const double *budget, int H, int64_t c, int window,
                  int uniform, int32_t *cap)
 {
-    int64_t F = GW_TRIG_SINKS + (int64_t)window;
-    if (H < 1 || window < 0 || c < F || c > INT32_MAX)
+    if (H < 1)
         return TG_EINVAL;
     double mean = 0.0;
-    for (int h = 0; h < H; h++) {
+    for (int h = 0; h < H; h++)
+        mean += budget[h];
+    return gw_trig_caps_mean(budget, H, mean / (double)H, c, window, uniform,
+                             cap);
+}
+
+int gw_trig_caps_mean(const double *budget, int H, double mean, int64_t c,
+                      int window, int uniform, int32_t *cap)
+{
+    int64_t F = GW_TRIG_SINKS + (int64_t)window;
+    if (H < 1 || window < 0 || c < F || c > INT32_MAX || !(mean > 0.0))
+        return TG_EINVAL;
+    for (int h = 0; h < H; h++)
         if (!(budget[h] > 0.0 && budget[h] <= 1.0))
             return TG_EINVAL;
-        mean += budget[h];
-    }
-    mean /= (double)H;
     for (int h = 0; h < H; h++) {
         if (uniform) {
             cap[h] = (int32_t)c;
@@ -139,4 +148,221 @@ int gw_trig_compact_head(const struct tg_kv_rows *rows, int h, int first,
         memcpy(slot_ptr(rows, h, first + j, 1), scratch + (size_t)(2 * j + 1) * d, rb);
     }
     return m;
+}
+
+void gw_trig_coef(const struct gw_trig_qstat *q, int G, int d,
+                  const float *inv_freq, int64_t t, double *coef)
+{
+    const int half = d / 2;
+    const double norm = 1.0 / ((double)G * GW_TRIG_N_OFFSETS * sqrt((double)d));
+    double *U = coef, *V = coef + half, *N = coef + 2 * half;
+    for (int f = 0; f < half; f++) {
+        double sc = 0.0, ss = 0.0;
+        /* sum over o of e^{i w (t+o)} = sc + i ss, shared by the G heads. */
+        for (int o = 0; o < GW_TRIG_N_OFFSETS; o++) {
+            double ang = (double)inv_freq[f] * (double)(t + ((int64_t)1 << o));
+            sc += cos(ang);
+            ss += sin(ang);
+        }
+        double u = 0.0, v = 0.0, n = 0.0;
+        for (int g = 0; g < G; g++) {
+            double a = q[g].re[f], b = q[g].im[f];
+            u += a * sc - b * ss;
+            v += a * ss + b * sc;
+            n += GW_TRIG_N_OFFSETS * ((double)q[g].abs[f] - sqrt(a * a + b * b));
+        }
+        U[f] = u * norm;
+        V[f] = v * norm;
+        N[f] = n * norm;
+    }
+}
+
+double gw_trig_score_coef(const double *coef, const float *k, int d)
+{
+    const int half = d / 2;
+    const double *U = coef, *V = coef + half, *N = coef + 2 * half;
+    double s = 0.0;
+    for (int f = 0; f < half; f++) {
+        double kx = k[f], ky = k[f + half];
+        s += U[f] * kx + V[f] * ky + N[f] * sqrt(kx * kx + ky * ky);
+    }
+    return s;
+}
+
+void gw_trig_cfg_free(struct gw_trig_cfg *c)
+{
+    if (c == NULL)
+        return;
+    free(c->cap);
+    free(c->group_cap);
+    memset(c, 0, sizeof(*c));
+}
+
+int gw_trig_cfg_init(struct gw_trig_cfg *c, const struct gw_trig_opts *o,
+                     const struct pf_profile *p, const struct kv_layout *lay,
+                     const struct pf_trig *stats, int n_q_heads,
+                     const float *inv_freq, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof(*c));
+    int64_t F = GW_TRIG_SINKS + (int64_t)o->window;
+    if (o->window < 0)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "--decode-window must be >= 0 (got %d)", o->window);
+    if (o->budget < F || o->budget > INT32_MAX)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "--decode-budget %lld must be at least F = 4 + "
+                          "--decode-window = %lld (sinks and the window "
+                          "always stay)", (long long)o->budget, (long long)F);
+    if (o->every < 1)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "--decode-every must be >= 1 (got %d)", o->every);
+    const int L = lay->n_layers, H = lay->n_kv_heads, d = lay->head_dim;
+    if (stats == NULL || stats->num_q_heads == 0)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "--decode-compress trig needs the profile's trig "
+                          "statistics (tangram-profile calibrate --trig)");
+    if (p->num_layers != L || p->num_kv_heads != H || n_q_heads % H != 0 ||
+        stats->num_q_heads != n_q_heads || stats->half != d / 2 ||
+        d % 2 != 0)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "trig statistics for %d query heads of %d pairs do "
+                          "not fit the model's %d query heads of dimension %d",
+                          stats->num_q_heads, stats->half, n_q_heads, d);
+    c->every = o->every;
+    c->window = o->window;
+    c->n_layers = L;
+    c->n_kv_heads = H;
+    c->group = n_q_heads / H;
+    c->head_dim = d;
+    c->n_groups = lay->n_groups;
+    c->stats = stats;
+    c->inv_freq = inv_freq;
+    c->cap = malloc((size_t)L * (size_t)H * sizeof(int32_t));
+    c->group_cap = calloc((size_t)L * (size_t)lay->n_groups, sizeof(int32_t));
+    if (c->cap == NULL || c->group_cap == NULL) {
+        gw_trig_cfg_free(c);
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+    }
+    for (int l = 0; l < L; l++) {
+        int32_t *cap = c->cap + (size_t)l * (size_t)H;
+        int rc = gw_trig_caps_mean(p->budget + (size_t)l * (size_t)H, H,
+                                   p->budget_mean[l], o->budget, o->window,
+                                   o->uniform, cap);
+        if (rc != 0) {
+            gw_trig_cfg_free(c);
+            return tg_err_set(err, errlen, rc, "decode caps of layer %d", l);
+        }
+        for (int h = 0; h < H; h++) {
+            int32_t *gc = c->group_cap +
+                          (size_t)l * (size_t)lay->n_groups +
+                          (size_t)lay->head_group[(size_t)l * (size_t)H + (size_t)h];
+            if (cap[h] > *gc)
+                *gc = cap[h];
+        }
+    }
+    return 0;
+}
+
+int64_t gw_trig_row_bound(const struct gw_trig_cfg *c, int l, int g,
+                          int64_t max_tokens)
+{
+    int64_t cap = c->group_cap[(size_t)l * (size_t)c->n_groups + (size_t)g];
+    return kv_decode_bound(max_tokens, cap, c->every);
+}
+
+void gw_trig_work_free(struct gw_trig_work *w)
+{
+    if (w == NULL)
+        return;
+    free(w->score);
+    free(w->coef);
+    free(w->keep);
+    free(w->kv);
+    free(w->pos);
+    memset(w, 0, sizeof(*w));
+}
+
+static int work_grow(struct gw_trig_work *w, int n, int d)
+{
+    if (w->coef == NULL) {
+        w->coef = malloc((size_t)3 * (size_t)(d / 2) * sizeof(double));
+        if (w->coef == NULL)
+            return TG_ENOMEM;
+    }
+    if (n <= w->cap_n)
+        return 0;
+    int want = n + n / 2 + 64;
+    double *s = realloc(w->score, (size_t)want * sizeof(double));
+    if (s != NULL)
+        w->score = s;
+    uint8_t *k = realloc(w->keep, (size_t)want);
+    if (k != NULL)
+        w->keep = k;
+    float *kv = realloc(w->kv, (size_t)want * 2 * (size_t)d * sizeof(float));
+    if (kv != NULL)
+        w->kv = kv;
+    int32_t *p = realloc(w->pos, (size_t)want * sizeof(int32_t));
+    if (p != NULL)
+        w->pos = p;
+    if (s == NULL || k == NULL || kv == NULL || p == NULL)
+        return TG_ENOMEM;
+    w->cap_n = want;
+    return 0;
+}
+
+int gw_trig_compact_layer(const struct gw_trig_cfg *c, int l,
+                          const struct tg_kv_rows *rows, int32_t *hlen,
+                          const int32_t *dstart, int64_t t, int32_t *slot_pos,
+                          int32_t slot_cap, struct gw_trig_work *w)
+{
+    const int H = c->n_kv_heads, G = c->group, d = c->head_dim;
+    const int half = d / 2;
+    if (rows->head_len != hlen || l < 0 || l >= c->n_layers)
+        return TG_EINVAL;
+    int done = 0;
+    for (int h = 0; h < H; h++) {
+        int cap = c->cap[(size_t)l * (size_t)H + (size_t)h];
+        int first = dstart[h], n = hlen[h] - dstart[h];
+        if (n <= cap)
+            continue;
+        if (first < 0)
+            return TG_EINVAL;
+        if (work_grow(w, n, d) != 0)
+            return TG_ENOMEM;
+        /* The statistics of the head's G query heads (rank order). */
+        struct gw_trig_qstat q[64];
+        struct gw_trig_qstat *qs = G <= 64 ? q : malloc((size_t)G * sizeof(*qs));
+        if (qs == NULL)
+            return TG_ENOMEM;
+        const struct pf_trig *st = c->stats;
+        for (int g = 0; g < G; g++) {
+            size_t off = ((size_t)l * (size_t)st->num_q_heads +
+                          (size_t)h * (size_t)G + (size_t)g) * (size_t)half;
+            qs[g] = (struct gw_trig_qstat){st->re + off, st->im + off,
+                                           st->abs + off};
+        }
+        gw_trig_coef(qs, G, d, c->inv_freq, t, w->coef);
+        if (qs != q)
+            free(qs);
+        /* The window is kept whatever it scores; score the rest. */
+        for (int i = 0; i < n - c->window; i++)
+            w->score[i] = gw_trig_score_coef(w->coef,
+                                             slot_ptr(rows, h, first + i, 0), d);
+        int rc = gw_trig_select(w->score, n, cap, c->window, w->keep);
+        if (rc != 0)
+            return rc;
+        rc = gw_trig_compact_head(rows, h, first, n, w->keep, w->kv);
+        if (rc != cap)
+            return rc < 0 ? rc : TG_EINVAL;
+        if (slot_pos != NULL) {
+            int32_t *sp = slot_pos + (size_t)h * (size_t)slot_cap;
+            int m = 0;
+            for (int i = 0; i < n; i++)
+                if (w->keep[i])
+                    sp[first + m++] = sp[first + i];
+        }
+        hlen[h] = first + cap;
+        done++;
+    }
+    return done;
 }

@@ -522,6 +522,7 @@ struct calib_args {
     double ratio, alpha;
     int64_t hpg, max_sample_tokens, threads;
     int grouping;
+    bool trig;
 };
 
 #define CAL_OFF(f, t) TG_CONFIG_OFFSET(struct calib_args, f, t)
@@ -557,6 +558,11 @@ static const struct tg_config_entry calib_table[] = {
      .offset = CAL_OFF(retention_out, char *), .metavar = "FILE",
      .help = "Retention file to write; default OUT with .retention.json for "
              ".json."},
+    {.name = "trig", .type = TG_CONFIG_BOOL,
+     .def = "false", .offset = CAL_OFF(trig, bool),
+     .help = "Also record the decode-time compression statistics (re, im, "
+             "abs of the pre-RoPE queries per layer and query head, DESIGN.md "
+             "4.9) into the profile's trig object."},
     ROW_OUTPUT(struct calib_args, "Profile to write."),
 };
 #undef CAL_OFF
@@ -581,7 +587,8 @@ static int calib_run(const struct calib_args *a)
         .method = a->method, .ratio = a->ratio, .alpha = a->alpha,
         .heads_per_group = (int)a->hpg, .grouping = grouping_of(a->grouping),
         .max_sample_tokens = (int)a->max_sample_tokens,
-        .n_threads = (int)a->threads, .progress = calib_progress,
+        .n_threads = (int)a->threads, .trig = a->trig,
+        .progress = calib_progress,
     };
     char retpath[4096];
     const char *retention_out = a->retention_out;
@@ -647,7 +654,8 @@ static const struct command commands[] = {
      PROG " calibrate --model DIR --ratio r --samples FILE.jsonl "
           "[--method snapkv|keydiff|expected_attention] [--alpha 2] "
           "[--heads-per-group 4] [--grouping clustered|adjacent] "
-          "[--max-sample-tokens 4096] [--retention-out FILE] -o OUT"},
+          "[--max-sample-tokens 4096] [--retention-out FILE] [--trig] "
+          "-o OUT"},
     {"tp", cmd_tp,
      "Print the heads (and groups) of each tensor-parallel rank as JSON.",
      PROG " tp --profile P --ranks T"},

@@ -5,7 +5,9 @@
  *       --prompt-ids JSON) [--max-tokens N] [--temperature T] [--top-k K]
  *       [--top-p P] [--min-p P] [--seed S] [--logprobs K] [--prompt-logprobs]
  *       [--prefill-chunk C] [--method M] [--gvote-p P] [--gvote-samples S]
- *       [--gvote-future N] [--forced-ids JSON] [--dump-kept] [--json]
+ *       [--gvote-future N] [--decode-compress none|trig] [--decode-budget c]
+ *       [--decode-budget-uniform] [--decode-every B] [--decode-window W]
+ *       [--trig-stats FILE] [--forced-ids JSON] [--dump-kept] [--json]
  *
  * --forced-ids teacher-forces the decode (DESIGN.md §5): the m ids take the
  * places of m sampled tokens (the first from the prompt's last logits, m-1
@@ -58,6 +60,12 @@ struct gen_options {
     double gvote_p;
     int64_t gvote_samples;
     int64_t gvote_future;
+    char *decode_compress;
+    int64_t decode_budget;
+    bool decode_budget_uniform;
+    int64_t decode_every;
+    int64_t decode_window;
+    char *trig_stats;
     char *forced_ids;
     bool dump_kept;
     bool ignore_eos;
@@ -132,6 +140,30 @@ static const struct tg_config_entry gen_table[] = {
      .metavar = "TOKENS",
      .help = "gvote: future positions averaged into the synthetic queries' "
              "rotation."},
+    {.name = "decode-compress", .type = TG_CONFIG_STRING, .def = "none",
+     .offset = OFF(decode_compress, char *), .metavar = "none|trig",
+     .help = "Decode-time compression of the KV decode appends (DESIGN.md "
+             "4.9): trig keeps each head's decode region at its cap, scored "
+             "with the profile's trig statistics."},
+    {.name = "decode-budget", .type = TG_CONFIG_INT, .def = "2048", .min = 1,
+     .max = INT32_MAX, .offset = OFF(decode_budget, int64_t),
+     .metavar = "TOKENS",
+     .help = "trig: average decode cap c per head (>= 4 + --decode-window)."},
+    {.name = "decode-budget-uniform", .type = TG_CONFIG_BOOL, .def = "false",
+     .offset = OFF(decode_budget_uniform, bool),
+     .help = "trig: every head gets cap c (no profile scaling)."},
+    {.name = "decode-every", .type = TG_CONFIG_INT, .def = "128", .min = 1,
+     .max = 1 << 20, .offset = OFF(decode_every, int64_t),
+     .metavar = "TOKENS",
+     .help = "trig: compact after every this many decoded tokens (beta)."},
+    {.name = "decode-window", .type = TG_CONFIG_INT, .def = "32", .min = 0,
+     .max = 1 << 20, .offset = OFF(decode_window, int64_t),
+     .metavar = "TOKENS",
+     .help = "trig: the last entries of the decode region always kept."},
+    {.name = "trig-stats", .type = TG_CONFIG_STRING,
+     .offset = OFF(trig_stats, char *), .metavar = "FILE",
+     .help = "trig: profile file whose trig statistics score the keys "
+             "(default: --profile's own; needed with --profile none)."},
     {.name = "forced-ids", .type = TG_CONFIG_STRING,
      .offset = OFF(forced_ids, char *), .metavar = "JSON",
      .help = "Teacher-forced decode of these ids (JSON array; sets "
@@ -254,7 +286,22 @@ int main(int argc, char **argv)
     struct gw_gvote_params gvp = {.p = o.gvote_p,
                                    .samples = (int)o.gvote_samples,
                                    .future = (int)o.gvote_future};
+    struct gw_trig_opts tro = {
+        .budget = o.decode_budget,
+        .uniform = o.decode_budget_uniform,
+        .every = (int)o.decode_every,
+        .window = (int)o.decode_window,
+    };
+    if (strcmp(o.decode_compress, "trig") == 0) {
+        tro.enabled = 1;
+    } else if (strcmp(o.decode_compress, "none") != 0) {
+        fprintf(stderr, "tangram-generate: --decode-compress: expected none "
+                        "or trig, got '%s'\n", o.decode_compress);
+        goto out;
+    }
     struct gw_engine_opts eo = {
+        .trig = &tro,
+        .trig_stats_path = o.trig_stats,
         .model_dir = o.model,
         .profile_path = o.profile,
         .heads_per_group = (int)o.heads_per_group,
@@ -369,6 +416,19 @@ int main(int argc, char **argv)
         json_object_set_new(kv, "pages_used", json_integer(res.pages_used));
         json_object_set_new(kv, "monolithic_pages", json_integer(res.mono_pages));
         json_object_set_new(kv, "pages_released", json_integer(res.pages_released));
+        json_object_set_new(kv, "pages_peak", json_integer(res.pages_peak));
+        json_object_set_new(kv, "decode_pages_released",
+                            json_integer(res.decode_pages_released));
+        json_object_set_new(kv, "decode_triggers",
+                            json_integer(res.decode_triggers));
+        /* Wall times only with decode compression (its benchmark reads
+         * them): a plain run's JSON stays byte-identical across runs. */
+        if (tro.enabled)
+            json_object_set_new(doc, "timing",
+                                json_pack("{s:f,s:f}", "decode_seconds",
+                                          res.decode_seconds,
+                                          "compact_seconds",
+                                          res.compact_seconds));
         a = json_array();
         int G = eng.layout.n_groups;
         for (int l = 0; l < eng.layout.n_layers; l++) {

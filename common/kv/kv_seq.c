@@ -694,6 +694,58 @@ int kv_seq_truncate_row(struct kv_seq *seq, const struct kv_layout *layout,
     return 0;
 }
 
+int kv_seq_compact_rows(struct kv_seq *seq, const struct kv_layout *layout,
+                        struct kv_pool *pool, const int32_t *filled_after,
+                        int64_t *released, char *err, size_t errlen)
+{
+    *released = 0;
+    int rc = check_layout(seq, layout, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (pool == NULL || filled_after == NULL)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "kv_seq: compact_rows needs a pool and the rows");
+    if (prefill_pending(seq))
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "kv_seq: decode compaction while the turn's "
+                          "prefill is pending");
+    for (int32_t r = 0; r < seq->n_rows; r++)
+        if (filled_after[r] < 0 || filled_after[r] > seq->filled[r])
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "kv_seq: row %d cannot shrink from %d to %d "
+                              "tokens", (int)r, (int)seq->filled[r],
+                              (int)filled_after[r]);
+    int64_t freed = 0;
+    int32_t old_max = seq->max_tokens;
+    int shrank = 0;
+    for (int32_t r = 0; r < seq->n_rows; r++) {
+        int32_t lost = seq->filled[r] - filled_after[r];
+        if (lost == 0)
+            continue;
+        if (seq->tokens[r] == old_max)
+            shrank = 1;
+        seq->filled[r] = filled_after[r];
+        seq->tokens[r] -= lost;
+        int32_t keep_pages = pages_for(seq->tokens[r], seq->page_size);
+        int32_t drop = seq->n_pages[r] - keep_pages;
+        if (drop <= 0)
+            continue;
+        rc = kv_pool_push(pool, drop, seq->ids + seq->off[r] + keep_pages);
+        /* The ids came from this pool: a rejection is a broken invariant. */
+        TG_ASSERT(rc == 0);
+        seq->n_pages[r] = keep_pages;
+        seq->used_pages -= drop;
+        freed += drop;
+    }
+    if (freed > 0)
+        seq->epoch = next_epoch();
+    if (shrank)
+        recompute_max(seq);
+    update_mono(seq, pool);
+    *released = freed;
+    return 0;
+}
+
 int kv_seq_rewind(struct kv_seq *seq, const struct kv_layout *layout,
                   struct kv_pool *pool, int64_t pos, const int32_t *row_tokens,
                   char *err, size_t errlen)

@@ -18,9 +18,11 @@
  * before each decode step (a row takes a page exactly when its last page
  * is full), another kv_seq_reserve_prompt for the next turn (history stays,
  * the new turn is appended), kv_seq_release / kv_seq_free at the end (one
- * pool push). kv_seq_truncate_row releases a row's unused tail (GVote).
- * kv_seq_fork makes a second sequence share a request's full pages
- * (parallel samples); a pool push then drops one owner of a shared page.
+ * pool push). kv_seq_truncate_row releases a row's unused tail (GVote);
+ * kv_seq_compact_rows gives back the tails decode-time compression
+ * emptied (§4.9). kv_seq_fork makes a second sequence share a request's
+ * full pages (parallel samples); a pool push then drops one owner of a
+ * shared page.
  *
  * Page ids live in one slab per request, row r at ids[off[r] ..
  * off[r] + n_pages[r]) with spare capacity behind each row, so decode
@@ -191,6 +193,18 @@ int64_t kv_seq_fork_pages(const struct kv_seq *src);
 int kv_seq_fork(struct kv_seq *dst, const struct kv_seq *src,
                 const struct kv_layout *layout, struct kv_pool *pool,
                 int64_t *private_pages, char *err, size_t errlen);
+
+/* Decode-phase shrink of decode-time compression (DESIGN.md §4.9): the
+ * rows were compacted in place (survivors slid forward, order kept) and
+ * row r now fills filled_after[r] <= filled[r] tokens (L * G values,
+ * layer-major). Each row's reservation shrinks by what it lost, and every
+ * page beyond ceil(tokens / P) goes back to `pool`: pages freed = pages
+ * no longer filled (nothing reserved and unwritten is given up). Only
+ * with no prefill pending. *released gets the count. All or nothing:
+ * returns 0 or TG_EINVAL (nothing changed). */
+int kv_seq_compact_rows(struct kv_seq *seq, const struct kv_layout *layout,
+                        struct kv_pool *pool, const int32_t *filled_after,
+                        int64_t *released, char *err, size_t errlen);
 
 /* Returns the page ids of row (l, g) (count in *n_pages), borrowed from the
  * seq until its next reservation, truncation or release. */

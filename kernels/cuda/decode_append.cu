@@ -22,6 +22,8 @@ struct append_params {
     const int32_t *indptr;     // (n_rows + 1)
     const int32_t *indices;    // page ids
     const int32_t *lens;       // (n_rows), the new token included
+    const int32_t *head_lens;  // (n_seq * head_stride) or NULL
+    int head_stride, head_offset;
     int32_t *fault;            // (1) or NULL
     int64_t n_pages;
     int64_t n_items;           // n_seq * Hkv
@@ -53,7 +55,11 @@ decode_append_kernel(const append_params p, const T *__restrict__ k,
     bool ok = grp >= 0 && slot >= 0 && slot < p.hp && row < p.n_rows;
     int64_t t = -1, page = -1;
     if (ok) {
-        t = (int64_t)p.lens[row] - 1; // lens already count the new token
+        // lens (or the head's own count) already include the new token
+        t = p.head_lens != nullptr
+                ? (int64_t)p.head_lens[(size_t)s * p.head_stride +
+                                       p.head_offset + h] - 1
+                : (int64_t)p.lens[row] - 1;
         const int64_t first = p.indptr[row];
         const int64_t owned = (int64_t)p.indptr[row + 1] - first;
         ok = t >= 0 && t / P < owned;
@@ -142,12 +148,21 @@ extern "C" int tg_cuda_decode_append(const struct tg_cuda_decode_append_args *a,
                           "%d exceed the table's %d rows", a->n_seq,
                           t->row_stride, t->row_offset, t->n_rows);
 
+    if (t->head_lens != nullptr &&
+        (t->head_offset < 0 || t->head_stride < t->head_offset + a->n_kv_heads))
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "decode_append: head lengths with stride %d and "
+                          "offset %d cannot hold %d heads", t->head_stride,
+                          t->head_offset, a->n_kv_heads);
     append_params p;
     p.head_group = a->head_group;
     p.head_slot = a->head_slot;
     p.indptr = t->indptr;
     p.indices = t->indices;
     p.lens = t->lens;
+    p.head_lens = t->head_lens;
+    p.head_stride = t->head_stride;
+    p.head_offset = t->head_offset;
     p.fault = a->fault;
     p.n_pages = a->n_pages;
     p.n_items = n_items;

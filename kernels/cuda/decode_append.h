@@ -9,6 +9,8 @@
  * of the decode table (struct tg_cuda_kv_csr, decode_attn.h): the table's
  * lens already count the new token, exactly as decode attention reads
  * them, so the worker uploads one table per step and both kernels agree.
+ * With per-head lengths in the table (tg_cuda_kv_csr.head_lens) head h's
+ * token goes to its own count - 1 instead (the count includes it).
  * With slot = head_slot[h] and P = page_size, the token goes to page
  * indices[indptr[row] + t / P] at offset t % P: K at
  * ((slot*2+0)*P + t%P)*d and V at ((slot*2+1)*P + t%P)*d inside a page

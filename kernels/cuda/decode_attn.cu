@@ -45,11 +45,13 @@ struct dec_params {
     const int32_t *indptr;     // (n_rows + 1)
     const int32_t *indices;    // (n_slots)
     const int32_t *lens;       // (n_rows)
+    const int32_t *head_lens;  // (n_seq * head_stride) or NULL
     const int32_t *offsets;    // (n_groups + 1) this layer's split prefix
     float *ws;                 // (n_seq, Hq, max_splits, d + 2)
     void *out;                 // (n_seq, Hq, d) bf16 or fp32
     int n_seq, n_q_heads, n_kv_heads, n_groups, hp, page_size, head_dim, g;
     int row_stride, row_offset;
+    int head_stride, head_offset;
     int total_splits; // sum_g S[g]: CTAs per sequence
     int max_splits;   // max_g S[g]: workspace stride
     int out_f32;
@@ -150,6 +152,13 @@ decode_split_kernel(const dec_params p)
         const int h = slot_head[j]; // the same in every thread
         if (h < 0)
             continue;
+        // A head shorter than its row reads only its own tokens.
+        int64_t h_end = t_end;
+        if (p.head_lens != nullptr) {
+            const int64_t hl =
+                p.head_lens[(size_t)seq * p.head_stride + p.head_offset + h];
+            h_end = hl < h_end ? hl : h_end;
+        }
         // The G query rows of KV head h, pre-scaled.
         for (int i = (int)threadIdx.x; i < GM * D; i += kThreads) {
             int gi = i / D, e = i % D;
@@ -172,11 +181,11 @@ decode_split_kernel(const dec_params p)
                 acc[gi][c] = 0.0f;
         }
 
-        for (int64_t t0 = t_begin + (int64_t)warp * kTile; t0 < t_end;
+        for (int64_t t0 = t_begin + (int64_t)warp * kTile; t0 < h_end;
              t0 += (int64_t)kWarps * kTile) {
             const int64_t t = t0 + tok;
-            const bool valid = t < t_end;
-            const int64_t left = t_end - t0;
+            const bool valid = t < h_end;
+            const int64_t left = h_end - t0;
             const int n_valid = left < kTile ? (int)left : kTile;
             long long koff = 0;
             if (valid) {
@@ -455,6 +464,12 @@ extern "C" int tg_cuda_decode_attn(const struct tg_cuda_decode_attn_args *a,
                           "decode_attn: %d sequences x stride %d + offset %d "
                           "+ %d groups exceed the table's %d rows", a->n_seq,
                           t->row_stride, t->row_offset, a->n_groups, t->n_rows);
+    if (t->head_lens != nullptr &&
+        (t->head_offset < 0 || t->head_stride < t->head_offset + a->n_kv_heads))
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "decode_attn: head lengths with stride %d and "
+                          "offset %d cannot hold %d heads", t->head_stride,
+                          t->head_offset, a->n_kv_heads);
     const int total = sm->total[a->layer], max_s = sm->max[a->layer];
     if ((int64_t)a->n_seq * total > (int64_t)INT32_MAX)
         return tg_err_set(err, errlen, TG_EINVAL,
@@ -478,6 +493,9 @@ extern "C" int tg_cuda_decode_attn(const struct tg_cuda_decode_attn_args *a,
     p.indptr = t->indptr;
     p.indices = t->indices;
     p.lens = t->lens;
+    p.head_lens = t->head_lens;
+    p.head_stride = t->head_stride;
+    p.head_offset = t->head_offset;
     p.offsets = sm->offsets + (size_t)a->layer * (size_t)(a->n_groups + 1);
     p.ws = a->ws;
     p.out = a->out;
@@ -530,6 +548,9 @@ extern "C" int tg_cuda_decode_csr_layer(struct tg_cuda_kv_csr *csr,
     csr->n_rows = dt->n_rows;
     csr->row_stride = (int32_t)per_seq;
     csr->row_offset = layer * n_groups;
+    csr->head_lens = nullptr; // per-head lengths are the caller's to add
+    csr->head_stride = 0;
+    csr->head_offset = 0;
     return 0;
 }
 

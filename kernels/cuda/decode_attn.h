@@ -67,6 +67,16 @@ struct tg_cuda_kv_csr {
     int32_t n_rows;         /* rows in the table (for argument checks) */
     int32_t row_stride;     /* rows per sequence: L * n_groups, or n_groups */
     int32_t row_offset;     /* row of (sequence 0, group 0): layer * n_groups */
+    /* Optional per-head lengths, for rows whose heads hold different
+     * counts (adaptive budgets, decode-time compaction). NULL: every head
+     * holds its row's lens. Otherwise KV head h of sequence s holds
+     * head_lens[s * head_stride + head_offset + h] tokens, at most its
+     * row's lens (the caller guarantees it): attention reads only those,
+     * and the decode append writes the new token at that count - 1 (the
+     * count already includes it, as lens does). */
+    const int32_t *head_lens; /* device (n_seq * head_stride) or NULL */
+    int32_t head_stride;      /* heads per sequence: L * Hkv, or Hkv */
+    int32_t head_offset;      /* head 0 of this layer: layer * Hkv */
 };
 
 /* Fills *csr with layer `layer` of an uploaded kv_table_dev whose rows are

@@ -356,6 +356,74 @@ static void test_append_vs_cpu(void **state)
     tg_backend_cpu_free(cpu);
 }
 
+/* ---- per-head lengths --------------------------------------------------- */
+
+/* Heads of one group holding different counts (adaptive budgets,
+ * decode-time compaction): each head's token goes to its own count - 1,
+ * not its row's. Checked against a host copy at those slots, and the
+ * same model with every head at its row's length is checked against the
+ * CPU op first, so the model is the op's contract. */
+static void test_append_head_lens(void **state)
+{
+    (void)state;
+    static const struct shape shapes[] = {
+        {7, 8, 4, 128, 16, 2, 1},
+        {5, 6, 3, 36, 8, 3, 2}, /* scalar copies */
+    };
+    for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+        const struct shape *sh = &shapes[si];
+        struct layout lo;
+        layout_make(&lo, sh);
+        struct data dt;
+        data_make(&dt, &lo);
+        const int Hkv = sh->Hkv, d = sh->d, P = sh->P, Hp = sh->Hp, L = sh->L;
+        int32_t *hl = tt_xmalloc((size_t)sh->n_seq * L * Hkv * 4);
+        for (int s = 0; s < sh->n_seq; s++)
+            for (int l = 0; l < L; l++)
+                for (int h = 0; h < Hkv; h++) {
+                    int64_t row = (int64_t)(s * L + l) * lo.NG + lo.head_group[h];
+                    hl[(s * L + l) * Hkv + h] = tt_xrng_int(&rng, 1, lo.lens[row]);
+                }
+        struct dev dv;
+        dev_make(&dv, &lo, dt.pool, dt.kb, dt.vb, 0);
+        int32_t *d_hl = tt_cuda_upload(hl, (size_t)sh->n_seq * L * Hkv * 4);
+        struct tg_cuda_decode_append_args a = args_of(&lo, &dv);
+        a.table.head_lens = d_hl;
+        a.table.head_stride = L * Hkv;
+        a.table.head_offset = sh->layer * Hkv;
+        char err[256] = "";
+        if (tg_cuda_decode_append(&a, err, sizeof(err)) != 0)
+            fail_msg("decode_append: %s", err);
+        size_t np = pool_elems(&lo);
+        uint16_t *gpool = tt_xmalloc(np * 2);
+        tt_cuda_to_host(gpool, dv.pool, np * 2);
+        assert_int_equal(fault_read(&dv), 0);
+        for (int s = 0; s < sh->n_seq; s++)
+            for (int h = 0; h < Hkv; h++) {
+                int64_t row = (int64_t)(s * L + sh->layer) * lo.NG + lo.head_group[h];
+                int64_t t = hl[(s * L + sh->layer) * Hkv + h] - 1;
+                int64_t page = lo.indices[lo.indptr[row] + t / P];
+                size_t base = (((size_t)page * Hp + (size_t)lo.head_slot[h]) *
+                               2 * (size_t)P + (size_t)(t % P)) * (size_t)d;
+                size_t so = ((size_t)s * Hkv + h) * (size_t)d;
+                memcpy(dt.pool + base, dt.kb + so, (size_t)d * 2);
+                memcpy(dt.pool + base + (size_t)P * d, dt.vb + so, (size_t)d * 2);
+            }
+        if (memcmp(gpool, dt.pool, np * 2) != 0)
+            fail_msg("shape %zu: pool differs from the per-head model", si);
+        /* A stride that cannot hold the layer's heads is refused. */
+        a.table.head_stride = sh->layer * Hkv + Hkv - 1;
+        assert_int_equal(tg_cuda_decode_append(&a, err, sizeof(err)),
+                         TG_EINVAL);
+        cudaFree(d_hl);
+        free(gpool);
+        free(hl);
+        dev_free(&dv);
+        data_free(&dt);
+        layout_free(&lo);
+    }
+}
+
 /* ---- missing destinations ----------------------------------------------- */
 
 enum fault_kind {
@@ -556,6 +624,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_append_vs_cpu),
         cmocka_unit_test(test_append_faults),
+        cmocka_unit_test(test_append_head_lens),
         cmocka_unit_test(test_append_graph),
     };
     return tt_cuda_run_tests("decode_append_args", host_tests,

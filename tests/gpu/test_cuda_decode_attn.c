@@ -201,6 +201,7 @@ struct dcase {
     int hp, d, g, page, n_groups, n_seq;
     int max_len;      /* lens drawn in 1..max_len (plus fixed edge values) */
     int split_max;    /* S[g] drawn in 1..split_max */
+    int per_head;     /* heads hold their own counts (1..their row's) */
 };
 
 /* One random problem checked against the CPU for three split maps
@@ -253,6 +254,26 @@ static void run_case(const struct dcase *c)
     tt_fill_bf16(&rng, pool16, pool32, pool_n, -1.0f, 1.0f);
     tt_fill_bf16(&rng, q16, q32, q_n, -3.0f, 3.0f);
 
+    /* Per-head lengths (L * Hkv per sequence, as the worker keeps them):
+     * each head of a row holds 1..the row's tokens, one head exactly the
+     * row's (a row is as long as its longest head). */
+    int32_t *hl = NULL;
+    if (c->per_head) {
+        hl = tt_xmalloc((size_t)NS * L * Hkv * sizeof(int32_t));
+        for (int s = 0; s < NS; s++)
+            for (int l = 0; l < L; l++) {
+                for (int h = 0; h < Hkv; h++)
+                    hl[(s * L + l) * Hkv + h] =
+                        tt_xrng_int(&rng, 1, lens[(s * L + l) * NG + hg[h]]);
+                for (int g = 0; g < NG; g++)
+                    for (int h = 0; h < Hkv; h++)
+                        if (hg[h] == g) {
+                            hl[(s * L + l) * Hkv + h] = lens[(s * L + l) * NG + g];
+                            break;
+                        }
+            }
+    }
+
     /* CPU reference over layer 1's rows. */
     struct tg_kv_rows *kr = calloc((size_t)NS, sizeof(*kr));
     const int32_t **gp = calloc((size_t)NS * NG, sizeof(*gp));
@@ -272,7 +293,8 @@ static void run_case(const struct dcase *c)
             .pool = pool32, .heads_per_group = Hp, .page_size = P,
             .head_dim = d, .n_kv_heads = Hkv, .head_group = hg,
             .head_slot = hs, .group_pages = gp + s * NG,
-            .group_len = gl + s * NG};
+            .group_len = gl + s * NG,
+            .head_len = hl != NULL ? hl + (s * L + layer) * Hkv : NULL};
     }
     struct tg_backend *cpu = NULL;
     assert_int_equal(tg_backend_cpu_new(1, &cpu), 0);
@@ -290,6 +312,9 @@ static void run_case(const struct dcase *c)
     int32_t *d_lens = tt_cuda_upload(lens, (size_t)rows * sizeof(int32_t));
     int32_t *d_hg = tt_cuda_upload(hg, (size_t)Hkv * sizeof(int32_t));
     int32_t *d_hs = tt_cuda_upload(hs, (size_t)Hkv * sizeof(int32_t));
+    int32_t *d_hl = hl != NULL ? tt_cuda_upload(hl, (size_t)NS * L * Hkv *
+                                                        sizeof(int32_t))
+                               : NULL;
     float *out32 = malloc(q_n * sizeof(float));
     uint16_t *out16 = malloc(q_n * sizeof(uint16_t));
     assert_non_null(out32);
@@ -329,7 +354,8 @@ static void run_case(const struct dcase *c)
             .n_kv_heads = Hkv, .n_groups = NG, .heads_per_group = Hp,
             .page_size = P, .head_dim = d, .head_group = d_hg,
             .head_slot = d_hs,
-            .table = {d_indptr, d_indices, d_lens, rows, L * NG, layer * NG},
+            .table = {d_indptr, d_indices, d_lens, rows, L * NG, layer * NG,
+                      d_hl, L * Hkv, layer * Hkv},
             .splits = &sm, .layer = layer, .scale = scale, .ws = d_ws,
             .ws_bytes = ws_bytes, .out = d_out,
             .out_dtype = TG_CUDA_DECODE_OUT_F32, .stream = NULL};
@@ -466,6 +492,9 @@ static void run_case(const struct dcase *c)
     cudaFree(d_lens);
     cudaFree(d_hg);
     cudaFree(d_hs);
+    if (d_hl != NULL)
+        cudaFree(d_hl);
+    free(hl);
     free(out32);
     free(out16);
     free(kr);
@@ -492,7 +521,10 @@ static void test_matches_cpu(void **state)
             for (int c = 0; c < 3; c++) {
                 struct dcase k = {hps[a], ds[b], gs[c], 16,
                                   tt_xrng_int(&rng, 1, 3),
-                                  tt_xrng_int(&rng, 1, 4), 300, 8};
+                                  tt_xrng_int(&rng, 1, 4), 300, 8, 0};
+                run_case(&k);
+                /* Heads of a group holding different counts. */
+                k.per_head = 1;
                 run_case(&k);
             }
 }
@@ -503,18 +535,18 @@ static void test_odd_shapes(void **state)
     /* Non-power-of-two G, the largest G, an odd page size, long rows with
      * many splits, a single sequence of single-token rows. */
     const struct dcase cases[] = {
-        {2, 128, 5, 16, 2, 3, 200, 8},
-        {1, 64, 16, 16, 3, 2, 200, 8},
-        {4, 128, 16, 16, 2, 1, 100, 4},
-        {2, 64, 4, 5, 3, 3, 120, 8},
-        {4, 128, 8, 16, 2, 2, 3000, 8},
-        {1, 128, 4, 16, 4, 1, 1, 8},
+        {2, 128, 5, 16, 2, 3, 200, 8, 0},
+        {1, 64, 16, 16, 3, 2, 200, 8, 0},
+        {4, 128, 16, 16, 2, 1, 100, 4, 0},
+        {2, 64, 4, 5, 3, 3, 120, 8, 1},
+        {4, 128, 8, 16, 2, 2, 3000, 8, 0},
+        {1, 128, 4, 16, 4, 1, 1, 8, 0},
         /* P = 1 (a split boundary after every token), H_p = 16 (the
          * largest group), G = 2 (the GM = 2 instances), many sequences. */
-        {2, 64, 2, 1, 2, 3, 70, 8},
-        {16, 64, 1, 16, 1, 2, 100, 4},
-        {16, 128, 2, 16, 2, 2, 300, 8},
-        {1, 128, 2, 7, 3, 9, 150, 8},
+        {2, 64, 2, 1, 2, 3, 70, 8, 1},
+        {16, 64, 1, 16, 1, 2, 100, 4, 0},
+        {16, 128, 2, 16, 2, 2, 300, 8, 1},
+        {1, 128, 2, 7, 3, 9, 150, 8, 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         run_case(&cases[i]);

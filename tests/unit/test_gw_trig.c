@@ -165,6 +165,127 @@ static void test_compact_overlapping(void **state)
                      TG_EINVAL);
 }
 
+/* The folded score (coefficients once per head) equals the direct one. */
+static void test_coef_matches_direct(void **state)
+{
+    (void)state;
+    enum { D = 16, H = D / 2, G = 3 };
+    float inv[H], re[G][H], im[G][H], ab[G][H], k[D];
+    for (int f = 0; f < H; f++)
+        inv[f] = powf(10000.0f, -(float)(2 * f) / D);
+    struct gw_trig_qstat q[G];
+    for (int g = 0; g < G; g++) {
+        for (int f = 0; f < H; f++) {
+            re[g][f] = (float)sin(0.3 * f + g);
+            im[g][f] = (float)cos(1.1 * f - g);
+            ab[g][f] = (float)hypot(re[g][f], im[g][f]) + 0.25f * g;
+        }
+        q[g] = (struct gw_trig_qstat){re[g], im[g], ab[g]};
+    }
+    double coef[3 * H];
+    for (int64_t t = 0; t < 70000; t += 6997) {
+        gw_trig_coef(q, G, D, inv, t, coef);
+        for (int trial = 0; trial < 5; trial++) {
+            for (int j = 0; j < D; j++)
+                k[j] = (float)sin(0.7 * j * (trial + 1) + (double)t);
+            double a = gw_trig_score(q, G, k, D, inv, t);
+            double b = gw_trig_score_coef(coef, k, D);
+            assert_true(fabs(a - b) <= 1e-12 * (1.0 + fabs(a)));
+        }
+    }
+}
+
+/* A rank's caps from the whole model's mean equal the whole model's. */
+static void test_caps_mean(void **state)
+{
+    (void)state;
+    double b[4] = {0.2, 0.6, 0.4, 0.8};
+    int32_t whole[4], part[2];
+    assert_int_equal(gw_trig_caps(b, 4, 100, 8, 0, whole), 0);
+    assert_int_equal(gw_trig_caps_mean(b + 2, 2, 0.5, 100, 8, 0, part), 0);
+    assert_int_equal(part[0], whole[2]);
+    assert_int_equal(part[1], whole[3]);
+    assert_int_equal(gw_trig_caps_mean(b, 2, 0.0, 100, 8, 0, part), TG_EINVAL);
+}
+
+/* One layer of a sequence: heads over their caps keep the window plus the
+ * best-scored, in order, their slot positions move with them; a head at
+ * its cap is untouched. */
+static void test_compact_layer(void **state)
+{
+    (void)state;
+    enum { P = 4, D = 4, HP = 2, NPG = 8, HK = 2, G = 1, N = 20 };
+    float pool[NPG * HP * 2 * P * D];
+    int32_t pages[5] = {6, 1, 4, 0, 3};
+    const int32_t *gp[1] = {pages};
+    int32_t hg[HK] = {0, 0}, hs[HK] = {0, 1}, glen[1] = {N};
+    int32_t hlen[HK] = {N, 14}, dstart[HK] = {5, 5};
+    struct tg_kv_rows r = {.pool = pool, .heads_per_group = HP,
+                           .page_size = P, .head_dim = D, .n_kv_heads = HK,
+                           .head_group = hg, .head_slot = hs,
+                           .group_pages = gp, .group_len = glen,
+                           .head_len = hlen};
+    size_t pf = (size_t)HP * 2 * P * D;
+    int32_t slot_pos[HK * N];
+    for (int h = 0; h < HK; h++)
+        for (int t = 0; t < N; t++) {
+            float *kp = pool + (size_t)pages[t / P] * pf +
+                        ((size_t)hs[h] * 2) * P * D + (size_t)(t % P) * D;
+            for (int j = 0; j < D; j++)
+                kp[j] = (float)sin(0.9 * t + 0.37 * j + h);
+            kp[(size_t)P * D] = (float)(1000 + t); /* V[0] tags the slot */
+            slot_pos[h * N + t] = 500 + t;
+        }
+    float inv[D / 2] = {1.0f, 0.01f};
+    float st_re[HK * G * D / 2] = {0.5f, -0.2f, 0.1f, 0.3f};
+    float st_im[HK * G * D / 2] = {0.1f, 0.4f, -0.6f, 0.2f};
+    float st_ab[HK * G * D / 2] = {0.9f, 0.5f, 0.7f, 0.4f};
+    struct pf_trig stats = {.num_q_heads = HK * G, .half = D / 2,
+                            .re = st_re, .im = st_im, .abs = st_ab};
+    int32_t cap[HK] = {9, 9}, gcap[1] = {9};
+    struct gw_trig_cfg c = {.every = 4, .window = 3, .n_layers = 1,
+                            .n_kv_heads = HK, .group = G, .head_dim = D,
+                            .n_groups = 1, .cap = cap, .group_cap = gcap,
+                            .stats = &stats, .inv_freq = inv};
+    /* Expected survivors of head 0: the direct score of every region slot
+     * but the window, top 6, ties earlier. */
+    struct gw_trig_qstat q0 = {st_re, st_im, st_ab};
+    double sc[N];
+    int n0 = N - 5;
+    for (int i = 0; i < n0; i++) {
+        int t = 5 + i;
+        float *kp = pool + (size_t)pages[t / P] * pf + (size_t)(t % P) * D;
+        sc[i] = gw_trig_score(&q0, 1, kp, D, inv, 777);
+    }
+    uint8_t want[N];
+    assert_int_equal(gw_trig_select(sc, n0, 9, 3, want), 0);
+    struct gw_trig_work w = {0};
+    assert_int_equal(gw_trig_compact_layer(&c, 0, &r, hlen, dstart, 777,
+                                           slot_pos, N, &w), 1);
+    assert_int_equal(hlen[0], 5 + 9);
+    assert_int_equal(hlen[1], 14); /* region 9 = cap: untouched */
+    int m = 0;
+    for (int i = 0; i < n0; i++) {
+        if (!want[i])
+            continue;
+        int t = 5 + m++, src = 5 + i;
+        float *kp = pool + (size_t)pages[t / P] * pf + (size_t)(t % P) * D;
+        assert_true(kp[(size_t)P * D] == (float)(1000 + src));
+        assert_int_equal(slot_pos[t], 500 + src);
+    }
+    assert_int_equal(m, 9);
+    for (int t = 0; t < 5; t++)
+        assert_int_equal(slot_pos[t], 500 + t); /* the prompt stays */
+    for (int t = 0; t < 14; t++)
+        assert_int_equal(slot_pos[N + t], 500 + t);
+    /* head_len must be the lengths it updates. */
+    int32_t other[HK] = {N, 14};
+    assert_int_equal(gw_trig_compact_layer(&c, 0, &r, other, dstart, 777,
+                                           NULL, 0, &w), TG_EINVAL);
+    gw_trig_work_free(&w);
+    gw_trig_work_free(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -172,6 +293,9 @@ int main(void)
         cmocka_unit_test(test_score_matches_rotated_dot),
         cmocka_unit_test(test_select),
         cmocka_unit_test(test_compact_overlapping),
+        cmocka_unit_test(test_coef_matches_direct),
+        cmocka_unit_test(test_caps_mean),
+        cmocka_unit_test(test_compact_layer),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

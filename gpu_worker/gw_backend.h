@@ -13,6 +13,9 @@
  *   decode               one token of each of n sequences (§4.5, §4.6),
  *                        logits into consecutive rows
  *   sample               one token from a row (rank 0)
+ *   copy_pages           page contents to other pages of the pool (a
+ *                        parallel sample's private copy of a partly
+ *                        filled page, proto ENTRY_KIND_FORK)
  *   comm_failed          the group is broken (a collective timed out)
  *
  * Logits rows. A step's logits live in the backend, addressed by row: the
@@ -123,6 +126,13 @@ struct gw_backend_ops {
     int (*sample)(struct gw_backend *b, const struct gw_draw *d,
                   struct gw_token *out, int32_t *top_ids, float *top_lps,
                   char *err, size_t errlen);
+    /* Copies the content of pool page src[i] to page dst[i] for i < n
+     * (every rank, its own pool), ordered after the forward calls made
+     * before it and before those made after it. Ids must be distinct
+     * pages of the pool, no dst among the srcs. 0, TG_EINVAL (an id
+     * outside the pool) or TG_EDEVICE. */
+    int (*copy_pages)(struct gw_backend *b, const int32_t *src,
+                      const int32_t *dst, int n, char *err, size_t errlen);
     /* Frees the backend (and b itself). */
     void (*free)(struct gw_backend *b);
 };

@@ -148,6 +148,24 @@ static void cpu_free(struct gw_backend *b)
     free(c);
 }
 
+static int cpu_copy_pages(struct gw_backend *b, const int32_t *src,
+                          const int32_t *dst, int n, char *err,
+                          size_t errlen)
+{
+    struct cpu_backend *c = (struct cpu_backend *)b;
+    size_t elems = (size_t)kv_layout_page_elems(b->cfg.layout);
+    for (int i = 0; i < n; i++) {
+        if (src[i] < 0 || src[i] >= b->n_pages || dst[i] < 0 ||
+            dst[i] >= b->n_pages)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "page copy %d -> %d outside the pool of %d",
+                              (int)src[i], (int)dst[i], (int)b->n_pages);
+        memcpy(c->rt.pool + (size_t)dst[i] * elems,
+               c->rt.pool + (size_t)src[i] * elems, elems * sizeof(float));
+    }
+    return 0;
+}
+
 static const struct gw_backend_ops cpu_ops = {
     .name = "cpu",
     .comm_kind = GW_COMM_KIND,
@@ -157,6 +175,7 @@ static const struct gw_backend_ops cpu_ops = {
     .prefill = cpu_prefill,
     .decode = cpu_decode,
     .sample = cpu_sample,
+    .copy_pages = cpu_copy_pages,
     .free = cpu_free,
 };
 

@@ -208,6 +208,14 @@ static int cuda_sample(struct gw_backend *b, const struct gw_draw *d,
     return 0;
 }
 
+static int cuda_copy_pages(struct gw_backend *b, const int32_t *src,
+                           const int32_t *dst, int n, char *err,
+                           size_t errlen)
+{
+    struct cuda_backend *c = (struct cuda_backend *)b;
+    return gw_cuda_copy_pages(&c->cu, src, dst, n, err, errlen);
+}
+
 static void cuda_free(struct gw_backend *b)
 {
     struct cuda_backend *c = (struct cuda_backend *)b;
@@ -237,6 +245,7 @@ static const struct gw_backend_ops cuda_ops = {
     .prefill = cuda_prefill,
     .decode = cuda_decode,
     .sample = cuda_sample,
+    .copy_pages = cuda_copy_pages,
     .free = cuda_free,
 };
 

@@ -285,6 +285,13 @@ int gw_cuda_sample(struct gw_cuda *c, int n,
  * >= n), or -1 when n is outside 1..max_seqs. Pure. */
 int gw_cuda_bucket_of(const int *buckets, int n_buckets, int n);
 
+/* Copies pool page src[i] to page dst[i] for i < n, device to device on
+ * the runtime's stream (so after the forward calls before it and before
+ * those after it), and waits. Returns 0, TG_EINVAL (an id outside the
+ * pool) or TG_EDEVICE. */
+int gw_cuda_copy_pages(struct gw_cuda *c, const int32_t *src,
+                       const int32_t *dst, int n, char *err, size_t errlen);
+
 /* ---- block tables on the host (every build; gw_cuda_table.c) ---------- */
 
 /* Stages host table k (just built or refreshed by kv_table) in t's pinned

@@ -492,4 +492,26 @@ int gw_cuda_sample(struct gw_cuda *c, int n,
     return 0;
 }
 
+int gw_cuda_copy_pages(struct gw_cuda *c, const int32_t *src,
+                       const int32_t *dst, int n, char *err, size_t errlen)
+{
+    /* A page is [H_p][2][P][d] half-precision elements, contiguous in the
+     * pool, so one device-to-device copy per page. */
+    size_t bytes = (size_t)kv_layout_page_elems(c->layout) * 2;
+    for (int i = 0; i < n; i++) {
+        if (src[i] < 0 || src[i] >= c->n_pages || dst[i] < 0 ||
+            dst[i] >= c->n_pages)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "page copy %d -> %d outside the pool of %d",
+                              (int)src[i], (int)dst[i], (int)c->n_pages);
+        GW_CU_TRY(cudaMemcpyAsync((char *)c->pool + (size_t)dst[i] * bytes,
+                                  (const char *)c->pool +
+                                      (size_t)src[i] * bytes,
+                                  bytes, cudaMemcpyDeviceToDevice,
+                                  STREAM(c)));
+    }
+    GW_WAIT_TRY(c);
+    return 0;
+}
+
 #endif /* TANGRAM_CUDA */

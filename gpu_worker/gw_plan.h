@@ -20,6 +20,8 @@
 enum gw_entry_kind {
     GW_ENTRY_PREFILL = 1, /* one prefill chunk (at most one per request) */
     GW_ENTRY_DECODE = 2,  /* one decode token */
+    GW_ENTRY_FORK = 3,    /* a parallel sample of another slot's prompt
+                             (proto/worker.proto ENTRY_KIND_FORK) */
 };
 
 /* How rank 0 draws an entry's token (vLLM order, DESIGN.md §5). */
@@ -55,6 +57,7 @@ struct gw_entry {
                                    of each KV head (L * Hkv, layer-major,
                                    the rank's head order); or 0 values */
     size_t n_head_lens;
+    uint32_t fork_from;         /* GW_ENTRY_FORK: the source slot */
 };
 
 /* Page ids appended to one (layer, group) row of a slot, after an optional

@@ -78,6 +78,8 @@ int gw_wlink_decode_plan(struct gw_wlink *l,
                       ? GW_ENTRY_PREFILL
                   : e->kind == TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE
                       ? GW_ENTRY_DECODE
+                  : e->kind == TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_FORK
+                      ? GW_ENTRY_FORK
                       : (enum gw_entry_kind)0; /* refused by the worker */
         o->tokens = e->token_ids;
         o->n_tokens = e->n_token_ids;
@@ -112,6 +114,7 @@ int gw_wlink_decode_plan(struct gw_wlink *l,
         o->n_row_lens = e->n_row_lens;
         o->head_lens = e->head_lens;
         o->n_head_lens = e->n_head_lens;
+        o->fork_from = e->fork_from;
     }
     for (size_t i = 0; i < bp->n_page_deltas; i++) {
         const Tangram__Worker__V1__PageDelta *d =

@@ -37,6 +37,8 @@ void gw_worker_free(struct gw_worker *w)
     free(w->sim_stamp);
     free(w->touched);
     free(w->entry_of);
+    free(w->cp_src);
+    free(w->cp_dst);
     free(w->draws);
     free(w->draw_of);
     free(w->tok);
@@ -118,6 +120,8 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     w->sim_stamp = calloc(S, sizeof(uint64_t));
     w->touched = malloc(S * sizeof(int32_t));
     w->entry_of = malloc(S * sizeof(int32_t));
+    w->cp_src = malloc(R * sizeof(int32_t));
+    w->cp_dst = malloc(R * sizeof(int32_t));
     w->draws = calloc(S, sizeof(*w->draws));
     w->draw_of = malloc(S * sizeof(int32_t));
     w->tok = calloc(S, sizeof(*w->tok));
@@ -129,9 +133,9 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     w->row_max = calloc(R, sizeof(int32_t));
     if (!w->slots || !w->seqs || !w->seq_ptrs || !w->ids || !w->sim_n ||
         !w->sim_len || !w->sim_pos || !w->sim_active || !w->sim_stamp ||
-        !w->touched || !w->entry_of || !w->draws || !w->draw_of || !w->tok ||
-        !w->top_ids || !w->top_lps || !w->serr || !w->serr_text ||
-        !w->hrep || !w->row_max) {
+        !w->touched || !w->entry_of || !w->cp_src || !w->cp_dst ||
+        !w->draws || !w->draw_of || !w->tok || !w->top_ids || !w->top_lps ||
+        !w->serr || !w->serr_text || !w->hrep || !w->row_max) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory for %d slots",
                         o->max_slots);
         goto fail;
@@ -306,6 +310,37 @@ static int check_head_lens(struct gw_worker *w, const struct gw_entry *e,
     return 0;
 }
 
+/* A fork entry (a parallel sample, proto ENTRY_KIND_FORK): fresh, no
+ * tokens, rows given, a draw, and an earlier entry of the plan that runs
+ * the source slot's last prefill chunk (with a draw) ending where the
+ * fork starts. The rows themselves are checked against the source's once
+ * the deltas are known (check_forks). */
+static int check_fork(struct gw_worker *w, const struct gw_entry *e,
+                      char *err, size_t errlen)
+{
+    const char *rid = e->request_id != NULL ? e->request_id : "";
+    uint32_t s = e->slot, src = e->fork_from;
+    if (e->n_tokens != 0 || !e->fresh || !e->sample ||
+        e->n_row_lens != (size_t)w->rows)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "slot %u (request '%s'): a fork entry is fresh, "
+                          "samples, has no tokens and %d row lengths", s,
+                          rid, w->rows);
+    if (src >= (uint32_t)w->max_slots || src == s || w->entry_of[src] < 0)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "slot %u (request '%s'): fork from slot %u, which "
+                          "has no earlier entry in this plan", s, rid, src);
+    const struct gw_entry *se = &w->plan_entries[w->entry_of[src]];
+    if (se->kind != GW_ENTRY_PREFILL || !se->last_chunk || !se->sample ||
+        (uint64_t)se->start_pos + se->n_tokens != e->start_pos)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "slot %u (request '%s'): fork from slot %u at "
+                          "position %u, which is not the end of a last "
+                          "prefill chunk with a draw in this plan", s, rid,
+                          src, e->start_pos);
+    return 0;
+}
+
 static int check_entry(struct gw_worker *w, size_t i, const struct gw_entry *e,
                        char *err, size_t errlen)
 {
@@ -333,6 +368,10 @@ static int check_entry(struct gw_worker *w, size_t i, const struct gw_entry *e,
             return tg_err_set(err, errlen, TG_EINVAL,
                               "slot %u (request '%s'): a decode entry has "
                               "one token, got %zu", s, rid, n);
+    } else if (e->kind == GW_ENTRY_FORK) {
+        int rc = check_fork(w, e, err, errlen);
+        if (rc != 0)
+            return rc;
     } else {
         return tg_err_set(err, errlen, TG_EINVAL,
                           "slot %u (request '%s'): unknown entry kind %d", s,
@@ -451,7 +490,7 @@ static int check_room(struct gw_worker *w, const struct gw_plan *plan,
                              : 0;
         for (size_t r = 0; r < R; r++) {
             int64_t len = w->sim_len[s * R + r], add = 0;
-            if (en != NULL)
+            if (en != NULL && en->kind != GW_ENTRY_FORK)
                 add = en->kind == GW_ENTRY_DECODE
                           ? 1
                           : kv_chunk_keep((int64_t)en->n_tokens,
@@ -471,6 +510,38 @@ static int check_room(struct gw_worker *w, const struct gw_plan *plan,
     return 0;
 }
 
+/* Every fork's rows, as the plan leaves them, hold exactly the pages and
+ * tokens its source's rows will hold after the source's last chunk. */
+static int check_forks(struct gw_worker *w, const struct gw_plan *plan,
+                       char *err, size_t errlen)
+{
+    const struct kv_layout *kv = &w->layout;
+    size_t R = (size_t)w->rows;
+    for (size_t i = 0; i < plan->n_entries; i++) {
+        const struct gw_entry *e = &plan->entries[i];
+        if (e->kind != GW_ENTRY_FORK)
+            continue;
+        size_t d = e->slot, s = e->fork_from;
+        const struct gw_entry *se = &plan->entries[w->entry_of[s]];
+        int64_t forced = kv_chunk_forced(se->start_pos,
+                                         (int64_t)se->n_tokens, &kv->rule);
+        for (size_t r = 0; r < R; r++) {
+            int64_t after = w->sim_len[s * R + r] +
+                            kv_chunk_keep((int64_t)se->n_tokens,
+                                          kv->group_budget[r], forced);
+            if (w->sim_n[d * R + r] != w->sim_n[s * R + r] ||
+                w->sim_len[d * R + r] != after)
+                return tg_err_set(
+                    err, errlen, TG_EINVAL,
+                    "slot %zu forks slot %zu: row %zu would hold %d pages "
+                    "and %d tokens, the source %d pages and %lld tokens", d,
+                    s, r, (int)w->sim_n[d * R + r], (int)w->sim_len[d * R + r],
+                    (int)w->sim_n[s * R + r], (long long)after);
+        }
+    }
+    return 0;
+}
+
 static int check_plan(struct gw_worker *w, const struct gw_plan *plan,
                       char *err, size_t errlen)
 {
@@ -485,6 +556,7 @@ static int check_plan(struct gw_worker *w, const struct gw_plan *plan,
                           (unsigned long long)w->last_step);
     w->sim_serial++;
     w->n_touched = 0;
+    w->plan_entries = plan->entries;
     for (int s = 0; s < w->max_slots; s++)
         w->entry_of[s] = -1;
     for (size_t i = 0; i < plan->n_frees; i++) {
@@ -503,7 +575,9 @@ static int check_plan(struct gw_worker *w, const struct gw_plan *plan,
     for (size_t i = 0; i < plan->n_deltas; i++)
         if ((rc = check_delta(w, i, &plan->deltas[i], err, errlen)) != 0)
             return rc;
-    return check_room(w, plan, err, errlen);
+    if ((rc = check_room(w, plan, err, errlen)) != 0)
+        return rc;
+    return check_forks(w, plan, err, errlen);
 }
 
 /* ---- application ------------------------------------------------------- */
@@ -523,6 +597,18 @@ static int hist_reserve(struct gw_wslot *s, int64_t n)
     return 0;
 }
 
+/* The prefill entry a fork entry samples from (validated to exist). */
+static const struct gw_entry *fork_source(const struct gw_plan *plan,
+                                          const struct gw_entry *e)
+{
+    for (size_t j = 0; j < plan->n_entries; j++)
+        if (plan->entries[j].slot == e->fork_from &&
+            plan->entries[j].kind == GW_ENTRY_PREFILL)
+            return &plan->entries[j];
+    TG_ASSERT(0);
+    return NULL;
+}
+
 /* Reserves the token history the plan appends before anything changes, so
  * an allocation failure leaves the worker as it was. (The rows' slabs grow
  * in apply_plan; kv_seq_row_append changes nothing when it fails, and the
@@ -533,6 +619,11 @@ static int reserve_all(struct gw_worker *w, const struct gw_plan *plan)
         const struct gw_entry *e = &plan->entries[i];
         struct gw_wslot *sl = &w->slots[e->slot];
         int64_t from = e->fresh ? e->start_pos : sl->hist_from;
+        if (e->kind == GW_ENTRY_FORK) {
+            /* The source's history (its entry validated). */
+            const struct gw_entry *se = fork_source(plan, e);
+            from = se->fresh ? se->start_pos : w->slots[se->slot].hist_from;
+        }
         if (hist_reserve(sl, (int64_t)e->start_pos + (int64_t)e->n_tokens -
                                  from) != 0)
             return TG_ENOMEM;
@@ -655,6 +746,56 @@ static void slot_error(struct gw_worker *w, size_t *n_err, uint32_t slot,
     (*n_err)++;
 }
 
+/* A fork entry once its source's last chunk has run: the pages of its
+ * rows that differ from the source's (the private copies of the partly
+ * filled last pages) get the source's content, it takes the source's
+ * position and token history (penalties), and rank 0 gives it a copy of
+ * the source's logits row to draw from with its own seed (a draw may use
+ * its row as scratch, so two draws never share one). */
+static int run_fork(struct gw_worker *w, const struct gw_plan *plan,
+                    const struct gw_entry *e, const int32_t *row, char *err,
+                    size_t errlen)
+{
+    const struct gw_entry *se = fork_source(plan, e);
+    struct gw_wslot *src = &w->slots[se->slot], *dst = &w->slots[e->slot];
+    int n_cp = 0;
+    for (int32_t r = 0; r < w->rows; r++) {
+        const int32_t *a = src->kv.ids + src->kv.off[r];
+        const int32_t *b = dst->kv.ids + dst->kv.off[r];
+        for (int32_t k = 0; k < dst->kv.n_pages[r]; k++) {
+            if (a[k] == b[k])
+                continue;
+            if (n_cp == w->rows) {
+                int rc = w->be->ops->copy_pages(w->be, w->cp_src, w->cp_dst,
+                                                n_cp, err, errlen);
+                if (rc != 0)
+                    return rc;
+                n_cp = 0;
+            }
+            w->cp_src[n_cp] = a[k];
+            w->cp_dst[n_cp++] = b[k];
+        }
+    }
+    if (n_cp > 0) {
+        int rc = w->be->ops->copy_pages(w->be, w->cp_src, w->cp_dst, n_cp,
+                                        err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+    int64_t n_hist = src->pos - src->hist_from;
+    if (n_hist > 0)
+        memcpy(dst->hist, src->hist, (size_t)n_hist * sizeof(int32_t));
+    dst->hist_from = src->hist_from;
+    dst->pos = src->pos;
+    int32_t si = (int32_t)(se - plan->entries), di = (int32_t)(e - plan->entries);
+    if (w->rank == 0 && w->be->logits != NULL && row[si] >= 0 && row[di] >= 0) {
+        size_t V = (size_t)w->model.vocab;
+        memcpy(w->be->logits + (size_t)row[di] * V,
+               w->be->logits + (size_t)row[si] * V, V * sizeof(float));
+    }
+    return 0;
+}
+
 /* Logits rows: the sampled prefill entries take rows 0 .. n_pf - 1 in plan
  * order, the decode batch rows n_pf .. n_pf + nd - 1; both together are at
  * most one row per slot (validated), so they fit the backend's
@@ -669,7 +810,8 @@ static int run_plan(struct gw_worker *w, const struct gw_plan *plan,
     for (size_t i = 0; i < plan->n_entries; i++) {
         const struct gw_entry *e = &plan->entries[i];
         row[i] = -1;
-        if (e->kind == GW_ENTRY_PREFILL && e->sample)
+        if ((e->kind == GW_ENTRY_PREFILL || e->kind == GW_ENTRY_FORK) &&
+            e->sample)
             row[i] = n_pf++;
     }
     for (size_t i = 0; i < plan->n_entries; i++) {
@@ -697,6 +839,10 @@ static int run_plan(struct gw_worker *w, const struct gw_plan *plan,
                 .n = (size_t)sl->kv.n_heads};
         }
     }
+    for (size_t i = 0; i < plan->n_entries; i++)
+        if (plan->entries[i].kind == GW_ENTRY_FORK &&
+            (rc = run_fork(w, plan, &plan->entries[i], row, err, errlen)) != 0)
+            return rc;
     int n_draws = 0;
     for (size_t i = 0; i < plan->n_entries; i++) {
         const struct gw_entry *e = &plan->entries[i];

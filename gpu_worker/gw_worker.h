@@ -169,6 +169,8 @@ struct gw_worker {
     int n_touched;
     int32_t *entry_of;            /* (max_slots) entry index or -1, then the
                                      logits row of each entry */
+    int32_t *cp_src, *cp_dst;     /* (rows) page copies of a fork entry */
+    const struct gw_entry *plan_entries; /* the plan being validated */
     /* the step's draws and result storage, reused by every step */
     struct gw_draw *draws;        /* (max_slots) plan order */
     int32_t *draw_of;             /* (max_slots) entry -> draw or -1 */

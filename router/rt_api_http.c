@@ -15,6 +15,11 @@
  * SSE_LOW_WATER; a client that reads nothing for --http-send-timeout is
  * cut by the HTTP server, which aborts the request like a disconnect.
  *
+ * n > 1 (docs/API.md "n"): the choices are n requests, the first
+ * submitted as usual and the others made parallel samples of it right
+ * after (rt_req_new_sample); a gen_group joins their output into one
+ * response and ends it with the last choice.
+ *
  * Prompts (completions, chat, /tokenize) are rendered and tokenized on
  * the thread pool (rt_encode_job); the handler returns at once and the
  * answer follows when the job ends, so a huge prompt never holds up
@@ -127,10 +132,81 @@ static int head_check(const struct rt_http_req *req, void *ud,
     return 1;
 }
 
+/* ---- parallel samples (n > 1) ------------------------------------------ */
+
+/* The n choices of one request (docs/API.md "n"): n rt_reqs with one
+ * client. Every member is listed in m[] until its final delivery reaches
+ * its sink (or the group cancels it), never after, since the server frees
+ * a finished request after its step. The HTTP response ends with the last
+ * choice: one body with every choice (non-streaming), or the usage chunk
+ * and [DONE] (streaming). A choice that fails fails the request: its error
+ * goes out as the response and the other choices are cancelled. */
+struct gen_group {
+    struct rt_http_req *req;
+    int busy;                      /* inside group_drained: freed after */
+    int dead;                      /* freed while busy */
+    struct rt_req *m[RT_OPENAI_MAX_N];
+    char *bodies[RT_OPENAI_MAX_N]; /* non-streaming: each choice's body */
+    size_t blens[RT_OPENAI_MAX_N];
+    int32_t n, n_open;             /* choices; not yet finished */
+    int64_t done_tokens;           /* completion tokens of finished ones */
+    int64_t n_prompt, cached;      /* the shared prompt, counted once */
+};
+
+static void group_free(struct gen_group *g)
+{
+    if (g == NULL)
+        return;
+    if (g->busy) {
+        g->dead = 1;
+        return;
+    }
+    for (int32_t i = 0; i < g->n; i++)
+        free(g->bodies[i]);
+    free(g);
+}
+
 static struct rt_usage usage_of(const struct rt_req *r)
 {
-    struct rt_usage u = {r->n_prompt, r->n_out, r->cached_tokens};
+    const struct gen_group *g = r->group;
+    if (g == NULL) {
+        struct rt_usage u = {r->n_prompt, r->n_out, r->cached_tokens};
+        return u;
+    }
+    struct rt_usage u = {g->n_prompt, g->done_tokens,
+                         g->m[0] != NULL ? g->m[0]->cached_tokens : g->cached};
+    for (int32_t i = 0; i < g->n; i++)
+        if (g->m[i] != NULL)
+            u.completion_tokens += g->m[i]->n_out;
     return u;
+}
+
+/* r's final delivery: it leaves the group. Returns 1 when it was the last
+ * choice (the caller ends the response and frees the group). */
+static int group_leave(struct gen_group *g, struct rt_req *r)
+{
+    if (g->m[r->choice] == r) {
+        if (r->choice == 0)
+            g->cached = r->cached_tokens;
+        g->m[r->choice] = NULL;
+        g->done_tokens += r->n_out;
+        g->n_open--;
+    }
+    return g->n_open == 0;
+}
+
+/* Cancels every choice still open (a failed choice, or the client gone);
+ * their pages return to the pools at once. */
+static void group_cancel(struct gen_group *g)
+{
+    for (int32_t i = 0; i < g->n; i++) {
+        struct rt_req *q = g->m[i];
+        if (q == NULL)
+            continue;
+        g->m[i] = NULL;
+        g->n_open--;
+        rt_req_cancel(q);
+    }
 }
 
 /* ---- generation sinks ---------------------------------------------------- */
@@ -174,10 +250,18 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
     char *buf = NULL;
     size_t n = 0;
     struct rt_usage u = usage_of(r);
+    struct gen_group *g = r->group;
     if (fin == RT_FINISH_ERROR) {
         struct rt_api_error e;
         gen_error(&e, error);
         stream_write_owned(req, buf, n, rt_openai_sse_error(&e, &buf, &n));
+        if (g != NULL) {
+            /* One failed choice fails the request. */
+            group_leave(g, r);
+            group_cancel(g);
+            group_free(g);
+            g = NULL;
+        }
     } else if (r->tc != NULL) {
         /* tool calls: text that may start a call is held back until it is
          * decided; calls go out as tool_calls deltas */
@@ -211,6 +295,12 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
     }
     if (fin == RT_FINISH_NONE)
         return;
+    if (g != NULL) {
+        if (!group_leave(g, r))
+            return; /* other choices still stream */
+        u = usage_of(r);
+        group_free(g);
+    }
     if (r->g.include_usage) {
         buf = NULL;
         stream_write_owned(req, buf, n, rt_openai_sse_usage(&r->ctx, &u, &buf, &n));
@@ -277,6 +367,32 @@ static int echo_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
     return rc;
 }
 
+/* A choice's non-streaming body (rc: its formatting); the last one sends
+ * every choice in one body, as OpenAI does. */
+static void group_body(struct gen_group *g, struct rt_req *r, int rc,
+                       char *body, size_t blen)
+{
+    struct rt_http_req *req = g->req;
+    if (rc != 0) {
+        group_leave(g, r);
+        group_cancel(g);
+        group_free(g);
+        send_owned(req, 200, NULL, 0, rc); /* the 500 */
+        return;
+    }
+    g->bodies[r->choice] = body;
+    g->blens[r->choice] = blen;
+    if (!group_leave(g, r))
+        return;
+    struct rt_usage u = usage_of(r);
+    char *all = NULL;
+    size_t alen = 0;
+    rc = rt_openai_merge_choices((const char *const *)g->bodies,
+                                 (size_t)g->n, &u, &all, &alen);
+    group_free(g);
+    send_owned(req, 200, all, alen, rc);
+}
+
 static void json_deliver(struct rt_req *r, const char *text, size_t len,
                          const struct rt_token_logprob *lps, size_t n_lp,
                          enum rt_finish fin, const char *error)
@@ -288,9 +404,16 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     if (fin == RT_FINISH_NONE)
         return;
     struct rt_http_req *req = r->client;
+    struct gen_group *g = r->group;
     if (fin == RT_FINISH_ERROR) {
         struct rt_api_error e;
         gen_error(&e, error);
+        if (g != NULL) {
+            /* One failed choice fails the request. */
+            group_leave(g, r);
+            group_cancel(g);
+            group_free(g);
+        }
         send_error(req, &e);
         return;
     }
@@ -318,7 +441,10 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
                  : rt_openai_format_response(&r->ctx, r->text.out.s ? r->text.out.s : "",
                                              r->text.out.n, r->lp_scratch, n_all, fin,
                                              &u, &body, &blen);
-    send_owned(req, 200, body, blen, rc);
+    if (g != NULL)
+        group_body(g, r, rc, body, blen);
+    else
+        send_owned(req, 200, body, blen, rc);
 }
 
 static void sse_drained(struct rt_http_req *req, void *ud)
@@ -327,12 +453,30 @@ static void sse_drained(struct rt_http_req *req, void *ud)
     rt_req_resume(ud);
 }
 
+/* The client of a stream with several choices drained: every open
+ * choice resumes (one of them may end the response). */
+static void group_drained(struct rt_http_req *req, void *ud)
+{
+    (void)req;
+    struct gen_group *g = ud;
+    g->busy = 1;
+    for (int32_t i = 0; i < g->n; i++)
+        if (g->m[i] != NULL)
+            rt_req_resume(g->m[i]);
+    g->busy = 0;
+    if (g->dead)
+        group_free(g);
+}
+
 static int sse_blocked(struct rt_req *r)
 {
     struct rt_http_req *req = r->client;
     if (rt_http_req_pending_bytes(req) <= SSE_HIGH_WATER)
         return 0;
     /* Not armed (the client is gone): write on, the abort follows. */
+    if (r->group != NULL)
+        return rt_http_req_on_drain(req, SSE_LOW_WATER, group_drained,
+                                    r->group) == 0;
     return rt_http_req_on_drain(req, SSE_LOW_WATER, sse_drained, r) == 0;
 }
 
@@ -344,6 +488,52 @@ static void on_client_gone(struct rt_http_req *req, void *ud)
     (void)req;
     struct rt_req *r = ud;
     rt_req_cancel(r);
+}
+
+/* The client of a request with several choices is gone: every open
+ * choice is cancelled (their pages, shared or not, return at once). */
+static void group_gone(struct rt_http_req *req, void *ud)
+{
+    (void)req;
+    struct gen_group *g = ud;
+    group_cancel(g);
+    group_free(g);
+}
+
+/* n > 1: the other choices join the submitted request r (its scheduler
+ * entry still waits, so they share its prompt's pages). Returns 0, or
+ * fills *e and returns nonzero with r and the samples cancelled. */
+static int group_start(struct rt_req *r, struct rt_api_error *e)
+{
+    int32_t n = r->g.n;
+    if (n <= 1)
+        return 0;
+    struct gen_group *g = calloc(1, sizeof(*g));
+    if (g == NULL) {
+        rt_http_req_on_abort(r->client, NULL, NULL);
+        rt_req_cancel(r);
+        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        return TG_ENOMEM;
+    }
+    g->req = r->client;
+    g->n = n;
+    g->n_open = 1;
+    g->m[0] = r;
+    g->n_prompt = r->n_prompt;
+    r->group = g;
+    rt_http_req_on_abort(g->req, group_gone, g);
+    for (int32_t i = 1; i < n; i++) {
+        struct rt_req *q = rt_req_new_sample(r, i, e);
+        if (q == NULL) {
+            rt_http_req_on_abort(g->req, NULL, NULL);
+            group_cancel(g);
+            group_free(g);
+            return TG_EINVAL;
+        }
+        g->m[i] = q;
+        g->n_open++;
+    }
+    return 0;
 }
 
 /* completions "echo": the prompt's text, which the output then starts
@@ -385,29 +575,43 @@ oom:
     return TG_ENOMEM;
 }
 
-/* The request is with the scheduler: answer as a stream or wait. */
+/* The request is with the scheduler: its other choices join it, then
+ * answer as a stream or wait. */
 static void generate_begin(struct rt_req *r)
 {
     struct rt_http_req *req = r->client;
-    if (r->g.stream) {
-        r->sink = &sse_sink;
-        r->blocked = sse_blocked;
-        rt_http_resp_header(req, "Cache-Control", "no-cache");
-        rt_http_stream_begin(req, 200, "text/event-stream");
-        if (r->g.endpoint == RT_ENDPOINT_CHAT) {
-            char *buf = NULL;
-            size_t n = 0;
-            stream_write_owned(req, buf, n, rt_openai_sse_role(&r->ctx, &buf, &n));
-        } else if (r->g.echo_text != NULL) {
-            /* The echoed prompt is the stream's first text (as vLLM). */
-            char *buf = NULL;
-            size_t n = 0;
-            struct rt_usage u = usage_of(r);
-            stream_write_owned(req, buf, n,
-                               rt_openai_sse_delta(&r->ctx, r->g.echo_text,
-                                                   r->g.echo_len, NULL, 0,
+    struct rt_api_error e;
+    if (group_start(r, &e) != 0) {
+        send_error(req, &e);
+        return;
+    }
+    if (!r->g.stream)
+        return;
+    struct gen_group *g = r->group;
+    int32_t n = g != NULL ? g->n : 1;
+    for (int32_t i = 0; i < n; i++) {
+        struct rt_req *q = g != NULL ? g->m[i] : r;
+        q->sink = &sse_sink;
+        q->blocked = sse_blocked;
+    }
+    rt_http_resp_header(req, "Cache-Control", "no-cache");
+    rt_http_stream_begin(req, 200, "text/event-stream");
+    /* Each choice opens with its role (chat) or its echoed prompt (as
+     * vLLM does), in index order. */
+    for (int32_t i = 0; i < n; i++) {
+        struct rt_req *q = g != NULL ? g->m[i] : r;
+        char *buf = NULL;
+        size_t len = 0;
+        if (q->g.endpoint == RT_ENDPOINT_CHAT) {
+            stream_write_owned(req, buf, len,
+                               rt_openai_sse_role(&q->ctx, &buf, &len));
+        } else if (q->g.echo_text != NULL) {
+            struct rt_usage u = usage_of(q);
+            stream_write_owned(req, buf, len,
+                               rt_openai_sse_delta(&q->ctx, q->g.echo_text,
+                                                   q->g.echo_len, NULL, 0,
                                                    RT_FINISH_NONE, &u, &buf,
-                                                   &n));
+                                                   &len));
         }
     }
 }
@@ -442,6 +646,8 @@ static void generate(struct rt_server *s, struct rt_http_req *req, enum rt_endpo
             r->g.session_id = strdup(sid);
     }
     r->on_submitted = generate_submitted;
+    if (rc == 0)
+        rc = rt_server_check_n(s, r->g.n, &e);
     if (rc == 0)
         rc = echo_prepare(s, &r->g, &e);
     if (rc == 0)

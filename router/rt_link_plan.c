@@ -53,9 +53,14 @@ static int check_step(const struct rt_link *link, const struct rt_step *s,
                           s->step_id, link->last_step);
     for (int32_t i = 0; i < s->n_entries; i++) {
         const struct rt_step_entry *e = &s->entries[i];
-        if (e->slot < 0 || e->n < 1 || !e->tokens || e->pos < 0 ||
-            e->pos + e->n > (int64_t)UINT32_MAX ||
-            (e->kind != RT_STEP_PREFILL && e->kind != RT_STEP_DECODE))
+        /* A fork entry has no tokens; the others at least one. */
+        int fork = e->kind == RT_STEP_FORK;
+        if (e->slot < 0 || e->n < (fork ? 0 : 1) || (fork && e->n != 0) ||
+            !e->tokens || e->pos < 0 || e->pos + e->n > (int64_t)UINT32_MAX ||
+            (e->kind != RT_STEP_PREFILL && e->kind != RT_STEP_DECODE &&
+             !fork) ||
+            (fork && (e->fork_from < 0 || e->fork_from == e->slot ||
+                      !e->sample || !e->fresh || e->row_lens_off < 0)))
             return tg_err_set(err, errlen, TG_EINVAL,
                               "entry %d: bad slot, kind or token range", i);
         for (int64_t t = 0; t < e->n; t++)
@@ -194,7 +199,11 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
                                                           : "");
         p->kind = e->kind == RT_STEP_PREFILL
                       ? TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_PREFILL
+                  : e->kind == RT_STEP_FORK
+                      ? TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_FORK
                       : TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE;
+        if (e->kind == RT_STEP_FORK)
+            p->fork_from = (uint32_t)e->fork_from;
         p->n_token_ids = (size_t)e->n;
         p->token_ids = (uint32_t *)(uintptr_t)e->tokens;
         p->start_pos = (uint32_t)e->pos;

@@ -14,8 +14,8 @@
  * every optional field; a key given twice takes its last value (as Python's
  * json module does); "\u0000" inside strings is rejected as malformed.
  * Integer fields accept numbers without a fraction (1.0), as pydantic does
- * for vLLM. Known fields whose values this server cannot honour (n > 1,
- * best_of > 1, echo with logprobs, suffix, tool_choice "required" or a
+ * for vLLM. Known fields whose values this server cannot honour (best_of
+ * other than n, echo with logprobs, suffix, tool_choice "required" or a
  * named function, the deprecated functions / function_call,
  * prompt_logprobs, non-text content parts, custom chat templates,
  * non-text response_format)
@@ -73,6 +73,8 @@
 #define RT_OPENAI_MAX_ID_BYTES 256 /* session_id, request_id, user */
 #define RT_OPENAI_MAX_TOOLS 128    /* OpenAI's limit on tools per request */
 #define RT_OPENAI_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */
+#define RT_OPENAI_MAX_N 16         /* choices (parallel samples) per request:
+                                      n in [1, 16] (docs/API.md "n") */
 
 /* The frame that ends every stream. */
 #define RT_OPENAI_SSE_DONE "data: [DONE]\n\n"
@@ -189,6 +191,8 @@ struct rt_sampling {
  * everything is owned by the struct and freed by rt_gen_request_free. */
 struct rt_gen_request {
     enum rt_endpoint endpoint;
+    int32_t n;                /* choices, 1..RT_OPENAI_MAX_N (parsed; 0 in a
+                                 request built elsewhere means 1) */
     char *model;              /* the served name (the default when omitted) */
     char *prompt;             /* completions, text form; NUL-terminated */
     size_t prompt_len;        /* bytes */
@@ -273,6 +277,17 @@ int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
 
 /* Releases everything r owns and zeroes it. Safe on a zeroed request. */
 void rt_gen_request_free(struct rt_gen_request *r);
+
+/* Fills *out (overwritten) with what one more parallel sample of `src`
+ * needs once src's prompt is tokenized and its max_tokens resolved: the
+ * endpoint, sampling (stop strings, stop ids and logit bias copied),
+ * stream and usage options, tool_choice and the tools (a reference),
+ * echo_text, model, user and request_id; no prompt, messages or session
+ * (a sample is never stored for multi-turn reuse), and n = 1. Returns 0
+ * or TG_ENOMEM (*out then empty). The caller frees *out with
+ * rt_gen_request_free. Any thread. */
+int rt_gen_request_copy_sample(const struct rt_gen_request *src,
+                               struct rt_gen_request *out);
 
 /* /tokenize (vLLM): {"model", "prompt", "add_special_tokens"} or
  * {"model", "messages", "tools", "add_generation_prompt",
@@ -378,6 +393,7 @@ struct rt_resp_ctx {
     int64_t text_offset;   /* completions logprobs: code points of output text
                               before the next token; advanced by the
                               formatters, so a stream continues it */
+    int32_t index;         /* the choice's "index" (0 unless n > 1) */
 };
 
 /* Writes "<prefix>-<16 hex digits of r>" into buf (cap >= 32 bytes is
@@ -444,6 +460,16 @@ int rt_openai_sse_delta(struct rt_resp_ctx *c, const char *text, size_t len,
  * set: empty choices and the usage object. Same ownership and codes. */
 int rt_openai_sse_usage(const struct rt_resp_ctx *c, const struct rt_usage *u,
                         char **out, size_t *out_len);
+
+/* Joins the non-streaming bodies of the n choices of one request (each
+ * formatted by rt_openai_format_response / rt_openai_format_chat_response
+ * with its own ctx.index, in the order given) into one body: the first
+ * body's envelope, the choices of all of them in order, and usage `u`
+ * (NULL: null). Same ownership; 0, TG_EFORMAT (a body that is not such a
+ * response) or TG_ENOMEM. */
+int rt_openai_merge_choices(const char *const *bodies, size_t n,
+                            const struct rt_usage *u, char **out,
+                            size_t *out_len);
 
 /* Formats the body {"error": {...}} of e. Same ownership; 0 or TG_ENOMEM. */
 int rt_openai_format_error(const struct rt_api_error *e, char **out,

@@ -322,26 +322,27 @@ int rt__openai_read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
 
 /* Fields that name features we do not implement: rejected, never ignored. */
 static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
+                              struct rt_gen_request *out,
                               struct rt_api_error *e)
 {
     int rc;
     int64_t x = 1;
-    if ((rc = get_int(root, "n", "n", INT64_MIN, INT64_MAX, &x, NULL, e)))
+    /* n: parallel samples of one prompt (docs/API.md "n"), at most
+     * RT_OPENAI_MAX_N; the server also bounds it by --max-num-seqs. */
+    if ((rc = get_int(root, "n", "n", 1, RT_OPENAI_MAX_N, &x, NULL, e)))
         return rc;
-    if (x != 1)
-        return rt__openai_fail(
-            e, TG_EUNSUPPORTED, 400, "unsupported_value", "n",
-            "'n' must be 1 (got %" PRId64 "): this server returns "
-            "one choice per request; send several requests instead",
-            x);
-    x = 1;
+    out->n = (int32_t)x;
+    /* best_of = n is the same request; more would need the choices ranked
+     * by their log-probabilities, which this server does not do. */
     if ((rc = get_int(root, "best_of", "best_of", INT64_MIN, INT64_MAX, &x,
                       NULL, e)))
         return rc;
-    if (x != 1)
+    if (x != out->n)
         return rt__openai_fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
                                "best_of",
-                               "'best_of' must be 1 (got %" PRId64 ")", x);
+                               "'best_of' must equal 'n' (%d; got %" PRId64
+                               "): ranking extra samples is not supported",
+                               (int)out->n, x);
     bool echo = false;
     if ((rc = rt__openai_get_bool(root, "echo", "echo", &echo, e)))
         return rc;
@@ -692,7 +693,8 @@ static int parse_ids(const json_t *root, struct rt_gen_request *r,
 /* ---- completions prompt ------------------------------------------------ */
 
 /* prompt: a string, an array of token ids, or a batch of one of those
- * (["text"] or [[ids]]); a longer batch would need n > 1 choices. */
+ * (["text"] or [[ids]]); a longer batch is refused (one prompt per
+ * request; its choices, n, are indexed 0..n-1). */
 static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
                         struct rt_gen_request *r, struct rt_api_error *e)
 {
@@ -756,12 +758,13 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
 {
     memset(out, 0, sizeof(*out));
     out->endpoint = ep;
+    out->n = 1;
     json_t *root;
     int rc = rt__openai_load_body(cfg, body, len, &root, e);
     if (rc)
         return rc;
     if ((rc = rt__openai_parse_model(cfg, root, &out->model, e)) ||
-        (rc = reject_unsupported(root, ep, e)))
+        (rc = reject_unsupported(root, ep, out, e)))
         goto fail;
     if (ep == RT_ENDPOINT_CHAT) {
         out->add_special_tokens = false;
@@ -899,6 +902,74 @@ int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
             "'min_tokens' (%d) exceeds the %d tokens that fit in the "
             "context",
             (int)s->min_tokens, (int)s->max_tokens);
+    return 0;
+}
+
+static char *dup_or_null(const char *p, int *bad)
+{
+    char *d = p != NULL ? strdup(p) : NULL;
+    *bad |= p != NULL && d == NULL;
+    return d;
+}
+
+static void *dup_bytes(const void *p, size_t n, int *bad)
+{
+    if (p == NULL || n == 0)
+        return NULL;
+    void *d = malloc(n);
+    if (d == NULL)
+        *bad = 1;
+    else
+        memcpy(d, p, n);
+    return d;
+}
+
+int rt_gen_request_copy_sample(const struct rt_gen_request *src,
+                               struct rt_gen_request *out)
+{
+    int bad = 0;
+    memset(out, 0, sizeof(*out));
+    out->endpoint = src->endpoint;
+    out->n = 1;
+    out->tool_choice = src->tool_choice;
+    out->chat.add_generation_prompt = src->chat.add_generation_prompt;
+    out->chat.continue_final_message = src->chat.continue_final_message;
+    out->add_special_tokens = src->add_special_tokens;
+    out->max_tokens_param = src->max_tokens_param;
+    out->stream = src->stream;
+    out->include_usage = src->include_usage;
+    out->continuous_usage = src->continuous_usage;
+    out->echo = src->echo;
+    out->model = dup_or_null(src->model, &bad);
+    out->user = dup_or_null(src->user, &bad);
+    out->request_id = dup_or_null(src->request_id, &bad);
+    if (src->tools != NULL)
+        out->tools = json_incref(src->tools);
+    out->echo_text = dup_bytes(src->echo_text, src->echo_len + 1, &bad);
+    out->echo_len = out->echo_text != NULL ? src->echo_len : 0;
+    struct rt_sampling *d = &out->sampling;
+    const struct rt_sampling *f = &src->sampling;
+    *d = *f;
+    d->stop = NULL;
+    d->n_stop = 0;
+    d->stop_token_ids = dup_bytes(f->stop_token_ids,
+                                  f->n_stop_token_ids * sizeof(int32_t), &bad);
+    d->n_stop_token_ids = d->stop_token_ids != NULL ? f->n_stop_token_ids : 0;
+    d->bias_ids = dup_bytes(f->bias_ids, f->n_bias * sizeof(int32_t), &bad);
+    d->bias_vals = dup_bytes(f->bias_vals, f->n_bias * sizeof(float), &bad);
+    d->n_bias = d->bias_ids != NULL && d->bias_vals != NULL ? f->n_bias : 0;
+    if (f->n_stop > 0) {
+        d->stop = calloc(f->n_stop, sizeof(char *));
+        bad |= d->stop == NULL;
+        for (size_t i = 0; d->stop != NULL && i < f->n_stop; i++) {
+            d->stop[i] = dup_or_null(f->stop[i], &bad);
+            d->n_stop += d->stop[i] != NULL;
+        }
+    }
+    if (bad) {
+        rt_gen_request_free(out);
+        return TG_ENOMEM;
+    }
     return 0;
 }
 

@@ -368,7 +368,7 @@ static int format_response(struct rt_resp_ctx *c, const char *text,
     int bad = 0;
     json_t *doc = envelope(c, false, &bad);
     json_t *choice = json_object();
-    put(choice, "index", json_integer(0), &bad);
+    put(choice, "index", json_integer(c->index), &bad);
     json_t *t = null_content ? json_null()
                              : rt__openai_string_lossy(text != NULL ? text : "",
                                                        text != NULL ? len : 0,
@@ -437,7 +437,7 @@ int rt_openai_sse_tool_calls(struct rt_resp_ctx *c,
     int bad = 0;
     json_t *doc = envelope(c, true, &bad);
     json_t *choice = json_object(), *delta = json_object();
-    put(choice, "index", json_integer(0), &bad);
+    put(choice, "index", json_integer(c->index), &bad);
     put(delta, "tool_calls", tool_calls_json(calls, n, first_index, true, &bad),
         &bad);
     put(choice, "delta", delta, &bad);
@@ -467,7 +467,7 @@ int rt_openai_sse_role(const struct rt_resp_ctx *c, char **out, size_t *out_len)
     json_t *choice = json_object(), *delta = json_object();
     put(delta, "role", json_string("assistant"), &bad);
     put(delta, "content", json_string(""), &bad);
-    put(choice, "index", json_integer(0), &bad);
+    put(choice, "index", json_integer(c->index), &bad);
     put(choice, "delta", delta, &bad);
     put(choice, "logprobs", json_null(), &bad);
     put(choice, "finish_reason", json_null(), &bad);
@@ -496,7 +496,7 @@ int rt_openai_sse_delta(struct rt_resp_ctx *c, const char *text, size_t len,
     int bad = 0;
     json_t *doc = envelope(c, true, &bad);
     json_t *choice = json_object();
-    put(choice, "index", json_integer(0), &bad);
+    put(choice, "index", json_integer(c->index), &bad);
     json_t *t = rt__openai_string_lossy(len > 0 ? text : "", len, NULL);
     if (c->endpoint == RT_ENDPOINT_CHAT) {
         json_t *delta = json_object();
@@ -537,6 +537,40 @@ int rt_openai_sse_usage(const struct rt_resp_ctx *c, const struct rt_usage *u,
         return TG_ENOMEM;
     }
     return rt__openai_dump(doc, "data: ", "\n\n", out, out_len);
+}
+
+int rt_openai_merge_choices(const char *const *bodies, size_t n,
+                            const struct rt_usage *u, char **out,
+                            size_t *out_len)
+{
+    *out = NULL;
+    if (n == 0)
+        return TG_EFORMAT;
+    json_t *doc = NULL, *all = NULL;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        json_error_t je;
+        json_t *d = json_loads(bodies[i], 0, &je);
+        json_t *ch = d != NULL ? json_object_get(d, "choices") : NULL;
+        if (!json_is_array(ch)) {
+            rc = d == NULL && strstr(je.text, "memory") ? TG_ENOMEM
+                                                         : TG_EFORMAT;
+        } else if (i == 0) {
+            doc = json_incref(d);
+            all = ch;
+        } else if (json_array_extend(all, ch) != 0) {
+            rc = TG_ENOMEM;
+        }
+        json_decref(d);
+    }
+    int bad = rc != 0;
+    if (rc == 0)
+        put(doc, "usage", usage_json(u), &bad);
+    if (bad) {
+        json_decref(doc);
+        return rc != 0 ? rc : TG_ENOMEM;
+    }
+    return rt__openai_dump(doc, "", "", out, out_len);
 }
 
 static json_t *error_doc(const struct rt_api_error *e)

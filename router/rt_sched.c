@@ -165,6 +165,7 @@ static void req_free(struct rt_sched *s, struct rt_sched_req *req)
     }
     free(req->sent);
     free(req->cut);
+    free(req->sibs);
     rt_prefix_bounds_free(&req->bounds);
     free(req->tokens);
     free(req->session);
@@ -197,6 +198,12 @@ static struct rt_sched_event *push_event(struct rt_step *step,
 static void retire(struct rt_sched *s, struct rt_sched_req *req,
                    enum rt_sched_end finish, struct rt_step *ev_step)
 {
+    /* A group not yet forked ends as a whole. */
+    while (req->n_sibs > 0)
+        retire(s, req->sibs[req->n_sibs - 1], finish, ev_step);
+    int attached = req->leader != NULL;
+    if (attached)
+        rt_sched__sample_detach(s, req);
     if (ev_step != NULL)
         push_event(ev_step, req, -1, finish);
     int store = 0;
@@ -204,8 +211,8 @@ static void retire(struct rt_sched *s, struct rt_sched_req *req,
         running_remove(s, req);
         store = (finish == RT_SCHED_END_STOP ||
                  finish == RT_SCHED_END_LENGTH) &&
-                req->state == RT_SCHED_DECODING;
-    } else if (req->state == RT_SCHED_WAITING) {
+                req->state == RT_SCHED_DECODING && !req->is_sample;
+    } else if (req->state == RT_SCHED_WAITING && !attached) {
         wait_unlink(s, req);
     }
     if (store) {
@@ -417,7 +424,12 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
         return tg_err_set(err, errlen, TG_EEXIST,
                           "rt_sched: request %llu is already live",
                           (unsigned long long)req->id);
-    if (s->n_waiting >= s->cfg.max_queued)
+    struct rt_sched_req *leader = NULL;
+    if (req->fork_of != 0) {
+        int rc = rt_sched__sample_check(s, req, &leader, err, errlen);
+        if (rc != 0)
+            return rc;
+    } else if (s->n_waiting >= s->cfg.max_queued)
         return tg_err_set(err, errlen, TG_EBUSY,
                           "rt_sched: %d requests queued already",
                           (int)s->n_waiting);
@@ -460,6 +472,12 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
     q->max_tokens = req->max_tokens;
     q->state = RT_SCHED_WAITING;
     q->slot = -1;
+    if (leader != NULL) {
+        if (rt_sched__sample_attach(s, leader, q) != 0)
+            goto oom;
+        map_put(s, q);
+        return 0;
+    }
     map_put(s, q);
     wait_push_back(s, q);
     return 0;
@@ -548,6 +566,7 @@ static void add_entry(struct rt_sched *s, struct rt_step *out,
     e->sampling = &req->sampling;
     e->num_prompt = req->n_prompt;
     e->row_lens_off = -1;
+    e->fork_from = -1;
     if (req->fresh && pos > 0) {
         /* Stored KV adopted: the worker learns how much each row holds
          * (room reserved by rt_sched_plan). */
@@ -608,6 +627,8 @@ static void add_entry(struct rt_sched *s, struct rt_step *out,
  * front of the queue so that it is the next one admitted. */
 static void preempt(struct rt_sched *s, struct rt_sched_req *req)
 {
+    /* A group not yet forked goes back whole. */
+    req = rt_sched__group_requeue(s, req);
     running_remove(s, req);
     release_pages(s, req);
     req->state = RT_SCHED_WAITING;
@@ -686,6 +707,12 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     struct rt_sched_req *req = s->wait_head;
     const int T = s->cfg.n_ranks;
     const int64_t C = s->cfg.layout->prefill_chunk;
+    /* Attached parallel samples come along: a slot each, and at most one
+     * private page per row each (the exact count, rows whose reserved
+     * tokens end inside a page, is taken by kv_seq_fork). */
+    const int64_t sib_pages = (int64_t)req->n_sibs * s->rows;
+    if (s->n_running + 1 + req->n_sibs > s->cfg.max_num_seqs)
+        return ADM_STOP;
     struct rt_prefix_entry *m = NULL;
     if (rt_prefix_match_rewind(&s->cache, s->pools, s->lay, req->tokens,
                                req->n_tokens, req->scope, req->session,
@@ -711,7 +738,7 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         int64_t spare = kv_pool_n_free(&s->pools[r]) +
                         rt_prefix_pages(&s->cache, r) -
                         (m != NULL ? m->seqs[r].used_pages : 0);
-        if (need > spare)
+        if (need + sib_pages > spare)
             return ADM_STOP;
         need_max = need > need_max ? need : need_max;
     }
@@ -725,6 +752,9 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         held += m->seqs[r].used_pages;
     if (delta_room(s, out, held + need_max * T) != 0 ||
         (first == n_new && token_room(req) != 0))
+        return ADM_STOP;
+    if (first == n_new &&
+        rt_sched__forks_admit_room(s, out, req, held + need_max * T) != 0)
         return ADM_STOP;
     if (req->sent == NULL &&
         (req->sent = calloc((size_t)T * (size_t)s->rows, sizeof(int32_t))) ==
@@ -740,9 +770,12 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     /* Make room: stored entries go, least recent first (never the one
      * being reused). The spare check above guarantees this ends. */
     for (int r = 0; r < T; r++) {
-        while (prompt_need(s, req, m, r) > kv_pool_n_free(&s->pools[r])) {
-            int evicted = rt_prefix_evict_lru(&s->cache, s->pools, m);
-            TG_ASSERT(evicted == 1);
+        while (prompt_need(s, req, m, r) + sib_pages >
+               kv_pool_n_free(&s->pools[r])) {
+            /* An entry sharing pages with a running sample frees fewer
+             * than it holds, so the cache may run out first. */
+            if (!rt_prefix_evict_lru(&s->cache, s->pools, m))
+                return ADM_STOP;
         }
     }
 
@@ -783,7 +816,13 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         req->cached = start;
     }
     s->cached_tokens += start;
+    if (req->n_sibs > 0 && rt_sched__admit_samples(s, req, start) != 0) {
+        retire(s, req, RT_SCHED_END_ERROR, out);
+        return ADM_ENDED;
+    }
     add_entry(s, out, req, RT_STEP_PREFILL, start, first, first == n_new);
+    if (first == n_new)
+        rt_sched__plan_forks(s, out, req);
     return ADM_ADMITTED;
 }
 
@@ -796,7 +835,7 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
                           (unsigned long long)s->outstanding);
     /* Everything whose size is known is reserved before anything
      * changes: entries and events are bounded by the live requests. */
-    int64_t live = (int64_t)s->n_running + s->n_waiting;
+    int64_t live = (int64_t)s->n_running + s->n_waiting + s->n_attached;
     if (grow32((void **)&out->entries, &out->cap_entries,
                s->cfg.max_num_seqs, sizeof(struct rt_step_entry)) != 0 ||
         grow32((void **)&out->released, &out->cap_released,
@@ -835,10 +874,13 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
             continue;
         }
         int r = plan_decode(s, out, i);
-        if (r == DEC_SCHEDULED) {
-            budget--;
-            i++;
-        } else if (r == DEC_SKIPPED) {
+        if (r == DEC_SCHEDULED || r == DEC_SKIPPED) {
+            budget -= r == DEC_SCHEDULED;
+            /* A group preempted whole may have held earlier slots of the
+             * list: find the request again. */
+            if (i >= s->n_running || s->running[i] != req)
+                for (i = 0; s->running[i] != req; i++)
+                    ;
             i++;
         } else if (r == DEC_PREEMPTED) {
             break; /* it was the newest: nothing after it */
@@ -851,16 +893,21 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
     const int64_t C = s->cfg.layout->prefill_chunk;
     for (int32_t i = 0; i < s->n_running && budget > 0; i++) {
         struct rt_sched_req *req = s->running[i];
-        if (req->state != RT_SCHED_PREFILLING)
+        if (req->state != RT_SCHED_PREFILLING || req->fork_pending)
             continue;
         const struct kv_seq *q = &req->seqs[0];
         int64_t left = q->turn_len - q->committed;
         int64_t n = left < C ? left : C;
+        if (left == 0)
+            continue; /* a sample forked in this step: no prefill */
         if (n > budget || delta_room(s, out, unsent_ids(s, req, 0)) != 0 ||
-            (n == left && token_room(req) != 0))
+            (n == left && (token_room(req) != 0 ||
+                           rt_sched__forks_room(s, out, req) != 0)))
             continue;
         add_entry(s, out, req, RT_STEP_PREFILL, q->turn_start + q->committed,
                   n, n == left);
+        if (n == left)
+            rt_sched__plan_forks(s, out, req);
         budget -= n;
     }
 
@@ -963,6 +1010,9 @@ int rt_sched_complete_heads(struct rt_sched *s, struct rt_step *step,
             if (!e->sample)
                 continue;
             req->state = RT_SCHED_DECODING;
+        } else if (e->kind == RT_STEP_FORK) {
+            req->state = RT_SCHED_DECODING; /* its pages are the forked
+                                                prompt's, committed */
         }
         TG_ASSERT(req->n_tokens < req->cap);
         req->tokens[req->n_tokens++] = tokens[i];
@@ -997,6 +1047,46 @@ int rt_sched_fail_running(struct rt_sched *s, struct rt_step *step)
 void rt_sched_drop_cache(struct rt_sched *s)
 {
     rt_prefix_clear(&s->cache, s->pools);
+}
+
+/* ---- shared with rt_sched_fork.c (rt_sched_internal.h) ----------------- */
+
+int rt_sched__grow(void **buf, int64_t *cap, int64_t need, size_t elem)
+{
+    return grow(buf, cap, need, elem);
+}
+
+int rt_sched__grow32(void **buf, int32_t *cap, int64_t need, size_t elem)
+{
+    return grow32(buf, cap, need, elem);
+}
+
+void rt_sched__running_remove(struct rt_sched *s, struct rt_sched_req *req)
+{
+    running_remove(s, req);
+}
+
+void rt_sched__release_pages(struct rt_sched *s, struct rt_sched_req *req)
+{
+    release_pages(s, req);
+}
+
+int rt_sched__token_room(struct rt_sched_req *req)
+{
+    return token_room(req);
+}
+
+int64_t rt_sched__unsent_ids(const struct rt_sched *s,
+                             const struct rt_sched_req *req, int64_t extra)
+{
+    return unsent_ids(s, req, extra);
+}
+
+void rt_sched__add_entry(struct rt_sched *s, struct rt_step *out,
+                         struct rt_sched_req *req, enum rt_step_kind kind,
+                         int64_t pos, int64_t n, int sample)
+{
+    add_entry(s, out, req, kind, pos, n, sample);
 }
 
 /* ---- queries ------------------------------------------------------------ */

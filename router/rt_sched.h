@@ -97,6 +97,13 @@ enum rt_sched_end {
 enum rt_step_kind {
     RT_STEP_PREFILL = 0, /* one chunk of the request's current turn */
     RT_STEP_DECODE,      /* the last sampled token, fed back */
+    RT_STEP_FORK,        /* a parallel sample (n > 1) starts from the
+                            prompt its group's first request prefills in
+                            the same step: no tokens (n = 0), fresh, its
+                            rows share that request's full pages (the
+                            worker copies the partly filled last pages),
+                            and it samples its first token from that
+                            request's logits with its own seed */
 };
 
 struct rt_sched_config {
@@ -159,6 +166,17 @@ struct rt_sched_request {
                                by requests of the same scope are reused or
                                replaced (rt_prefix.h); 0 is a scope too */
     void *user;             /* caller's handle, echoed in entries/events */
+    uint64_t fork_of;       /* nonzero: a parallel sample (OpenAI n > 1)
+                               of the WAITING, never admitted request
+                               fork_of, submitted right after it with the
+                               same prompt and no session. It is admitted
+                               with that request, shares its prompt's
+                               pages and draws its first token from the
+                               same prefill (RT_STEP_FORK); from then on
+                               it runs, ends and is preempted (alone, by
+                               recompute) as a request of its own. Before
+                               that, a preemption or end of either ends or
+                               requeues the whole group. */
 };
 
 struct rt_step_entry {
@@ -187,6 +205,9 @@ struct rt_step_entry {
                                 rank's head lengths at head_lens[
                                 head_lens_off + rank * n_heads ..] */
     int64_t head_lens_off;
+    int32_t fork_from;       /* RT_STEP_FORK: the slot of the request it
+                                samples from (its last chunk comes earlier
+                                in the step); -1 otherwise */
     int64_t delta_begin;     /* its records: deltas[delta_begin ..
                                 delta_end) */
     int64_t delta_end;
@@ -324,6 +345,8 @@ struct rt_sched {
     int32_t *head_of;              /* per_head: (max_num_seqs, n_ranks)
                                       report index of each (entry, rank),
                                       complete's scratch */
+    int32_t n_attached;            /* parallel samples attached to a
+                                      waiting leader (in no list) */
 };
 
 /* Initialises `s` with T pools of cfg->pages_per_rank pages each; every

@@ -1,6 +1,7 @@
 /*
  * rt_sched_internal.h — what rt_sched.c shares with rt_sched_query.c (the
- * read-only queries and the invariant check). Not for other modules.
+ * read-only queries and the invariant check) and rt_sched_fork.c (parallel
+ * samples). Not for other modules. Loop thread, as the scheduler.
  */
 #ifndef RT_SCHED_INTERNAL_H
 #define RT_SCHED_INTERNAL_H
@@ -37,6 +38,20 @@ struct rt_sched_req {
     int fresh;                /* slot assigned since its last entry */
     struct rt_prefix_bounds bounds; /* its committed chunk boundaries, for
                                        partial multi-turn reuse */
+    /* Parallel samples (OpenAI n > 1). A group's first request (the
+     * leader) waits in the queue with its other samples attached (they
+     * are in no list); at its admission they are forked from its
+     * reservation (kv_seq_fork) and take slots, and in the step of its
+     * last chunk they get fork entries, after which every sample is an
+     * ordinary request. */
+    struct rt_sched_req *leader;    /* an attached sample: its leader */
+    struct rt_sched_req **sibs;     /* a leader: its attached samples */
+    int32_t n_sibs, cap_sibs;
+    int fork_pending;               /* admitted, forked, fork entry not yet
+                                       planned */
+    int is_sample;                  /* a parallel sample other than the
+                                       first: never stored for multi-turn
+                                       reuse */
     struct rt_sched_req *prev;      /* WAITING list links */
     struct rt_sched_req *next;
 };
@@ -56,5 +71,80 @@ void rt_sched__commit_chunk(struct rt_sched *s, struct rt_sched_req *req,
                             const struct rt_step_entry *e,
                             const struct rt_step_heads *heads,
                             const int32_t *head_of);
+
+/* ---- rt_sched.c helpers used by rt_sched_fork.c ---- */
+
+/* Grows *buf (of elem-byte elements, capacity *cap) to hold `need`,
+ * doubling; 0 or TG_ENOMEM (then unchanged). */
+int rt_sched__grow(void **buf, int64_t *cap, int64_t need, size_t elem);
+int rt_sched__grow32(void **buf, int32_t *cap, int64_t need, size_t elem);
+
+/* Removes a running request from the running list and vacates its slot. */
+void rt_sched__running_remove(struct rt_sched *s, struct rt_sched_req *req);
+
+/* Gives every page req holds back to the pools (one owner each). */
+void rt_sched__release_pages(struct rt_sched *s, struct rt_sched_req *req);
+
+
+/* Room for the token an entry of `req` samples; 0 or TG_ENOMEM. */
+int rt_sched__token_room(struct rt_sched_req *req);
+
+/* Page ids the slot lacks now plus `extra` pages per rank still to come. */
+int64_t rt_sched__unsent_ids(const struct rt_sched *s,
+                             const struct rt_sched_req *req, int64_t extra);
+
+/* Appends an entry for `req` with the deltas of every row (room made by
+ * rt_sched.c's delta_room). */
+void rt_sched__add_entry(struct rt_sched *s, struct rt_step *out,
+                         struct rt_sched_req *req, enum rt_step_kind kind,
+                         int64_t pos, int64_t n, int sample);
+
+/* ---- rt_sched_fork.c: parallel samples (OpenAI n > 1) ---- */
+
+/* Checks that `req` (fork_of set) may join its leader: a waiting request
+ * never admitted, leading no other group, with the same prompt and no
+ * session, and the grown group fits max_num_seqs and a pool (the prompt's
+ * pages plus one private page per row per other sample). Returns 0 with
+ * *leader set, TG_EINVAL or TG_ETOOBIG (err filled). */
+int rt_sched__sample_check(struct rt_sched *s,
+                           const struct rt_sched_request *req,
+                           struct rt_sched_req **leader, char *err,
+                           size_t errlen);
+
+/* Attaches the new sample q to leader (q is in no list); 0 or TG_ENOMEM
+ * (nothing changed). */
+int rt_sched__sample_attach(struct rt_sched *s, struct rt_sched_req *leader,
+                            struct rt_sched_req *q);
+
+/* Takes an attached (or admitted, not yet forked) sample off its leader's
+ * list. */
+void rt_sched__sample_detach(struct rt_sched *s, struct rt_sched_req *req);
+
+/* Before `req` (or its leader, when req is a sample not yet forked) is
+ * preempted: its samples leave the running list, give back their shares
+ * and wait attached again. Returns the request to preempt (the leader). */
+struct rt_sched_req *rt_sched__group_requeue(struct rt_sched *s,
+                                             struct rt_sched_req *req);
+
+/* Room in `out` for the fork entries of req's samples when req's first
+ * chunk is also its last; ids_one bounds the page ids of one member.
+ * 0 or TG_ENOMEM (do not admit now). */
+int rt_sched__forks_admit_room(struct rt_sched *s, struct rt_step *out,
+                               struct rt_sched_req *req, int64_t ids_one);
+
+/* The same for a running leader's last chunk; 0 or TG_ENOMEM. */
+int rt_sched__forks_room(struct rt_sched *s, struct rt_step *out,
+                         struct rt_sched_req *leader);
+
+/* After the leader's last chunk entry: one fork entry per sample, and the
+ * group dissolves into ordinary requests. */
+void rt_sched__plan_forks(struct rt_sched *s, struct rt_step *out,
+                          struct rt_sched_req *leader);
+
+/* At the leader's admission (its reservation made): every attached sample
+ * forks it on every rank and takes a slot. 0 or TG_ENOMEM (the caller
+ * ends the group). */
+int rt_sched__admit_samples(struct rt_sched *s, struct rt_sched_req *leader,
+                            int64_t start);
 
 #endif /* RT_SCHED_INTERNAL_H */

@@ -79,18 +79,14 @@ const struct kv_seq *rt_sched_req_seq(const struct rt_sched *s, uint64_t id,
 
 /* Marks the pages of `q` in `bits`; returns the first page marked twice,
  * or -1. */
-static int32_t mark_seq(const struct kv_seq *q, uint64_t *bits)
+/* Counts one ownership of every page `q` holds. */
+static void count_seq(const struct kv_seq *q, int32_t *cnt)
 {
     for (int32_t w = 0; w < q->n_rows; w++) {
         const int32_t *ids = q->ids + q->off[w];
-        for (int32_t k = 0; k < q->n_pages[w]; k++) {
-            int32_t id = ids[k];
-            if (bits[id >> 6] >> (id & 63) & 1)
-                return id;
-            bits[id >> 6] |= 1ULL << (id & 63);
-        }
+        for (int32_t k = 0; k < q->n_pages[w]; k++)
+            cnt[ids[k]]++;
     }
-    return -1;
 }
 
 int rt_sched_validate(struct rt_sched *s, char *err, size_t errlen)
@@ -136,37 +132,49 @@ int rt_sched_validate(struct rt_sched *s, char *err, size_t errlen)
         int rc = kv_pool_validate(&s->pools[r], err, errlen);
         if (rc != 0)
             return rc;
-        memset(s->bits, 0, words * 8);
+        /* Owners per page (parallel samples share pages): every taken
+         * page is held exactly as many times as the pool counts owners,
+         * and no free page is held. */
         const struct kv_pool *p = &s->pools[r];
-        const int32_t *free_ids = p->stack + (p->n_total - p->n_free);
-        for (int32_t k = 0; k < p->n_free; k++)
-            s->bits[free_ids[k] >> 6] |= 1ULL << (free_ids[k] & 63);
-        int64_t owned = 0, cached = 0;
-        int32_t dup = -1;
-        for (int32_t i = 0; i < s->n_running && dup < 0; i++) {
-            dup = mark_seq(&s->running[i]->seqs[r], s->bits);
-            owned += s->running[i]->seqs[r].used_pages;
-        }
-        for (const struct rt_prefix_entry *e = s->cache.newest;
-             e != NULL && dup < 0; e = e->older) {
-            dup = mark_seq(&e->seqs[r], s->bits);
+        int32_t *cnt = calloc((size_t)p->n_total + 1, sizeof(int32_t));
+        if (cnt == NULL)
+            return tg_err_set(err, errlen, TG_ENOMEM,
+                              "rt_sched: cannot allocate the check counts");
+        int64_t cached = 0;
+        for (int32_t i = 0; i < s->n_running; i++)
+            count_seq(&s->running[i]->seqs[r], cnt);
+        for (const struct rt_prefix_entry *e = s->cache.newest; e != NULL;
+             e = e->older) {
+            count_seq(&e->seqs[r], cnt);
             cached += e->seqs[r].used_pages;
         }
-        if (dup >= 0)
+        const int32_t *free_ids = p->stack + (p->n_total - p->n_free);
+        int32_t bad = -1, held = 0, distinct = 0;
+        for (int32_t k = 0; k < p->n_free && bad < 0; k++)
+            if (cnt[free_ids[k]] != 0)
+                bad = free_ids[k], held = cnt[free_ids[k]];
+        for (int32_t id = 0; id < p->n_total; id++)
+            distinct += cnt[id] > 0;
+        for (int32_t id = 0; id < p->n_total && bad < 0; id++)
+            if (cnt[id] > 0 && cnt[id] != 1 + p->refs[id])
+                bad = id, held = cnt[id];
+        free(cnt);
+        if (bad >= 0)
             return tg_err_set(err, errlen, TG_EINTERNAL,
-                              "rt_sched: rank %d page %d is owned twice or "
-                              "owned and free", r, (int)dup);
+                              "rt_sched: rank %d page %d is held %d times, "
+                              "the pool counts %d owners (or it is free)", r,
+                              (int)bad, (int)held, (int)(1 + p->refs[bad]));
+        int64_t owned = distinct;
         if (cached != rt_prefix_pages(&s->cache, r))
             return tg_err_set(err, errlen, TG_EINTERNAL,
                               "rt_sched: rank %d cache holds %lld pages, "
                               "counter says %lld", r, (long long)cached,
                               (long long)rt_prefix_pages(&s->cache, r));
-        if (owned + cached != kv_pool_n_used(p))
+        if (owned != kv_pool_n_used(p))
             return tg_err_set(err, errlen, TG_EINTERNAL,
-                              "rt_sched: rank %d uses %d pages, requests hold "
-                              "%lld and the cache %lld", r,
-                              (int)kv_pool_n_used(p), (long long)owned,
-                              (long long)cached);
+                              "rt_sched: rank %d uses %d pages, requests and "
+                              "the cache hold %lld distinct ones", r,
+                              (int)kv_pool_n_used(p), (long long)owned);
     }
     return 0;
 }

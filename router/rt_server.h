@@ -116,6 +116,14 @@ struct rt_req {
     struct rt_tc_parser *tc;    /* tool-call parser of a chat request with
                                    tools and a known output format; NULL =
                                    the output is plain text */
+    /* Parallel samples (OpenAI n > 1, docs/API.md "n"): choice `choice`
+     * of the client's request; a sample other than choice 0 names the
+     * request it shares the prompt with (fork_of, its id) and shares its
+     * client, sink, id_str and created time. `group` is the front end's
+     * (opaque here). */
+    int32_t choice;
+    uint64_t fork_of;
+    void *group;
     struct rt_req *next;        /* in the server's list */
 };
 
@@ -281,6 +289,27 @@ struct rt_req *rt_req_new(struct rt_server *s, const struct rt_sink *sink,
  * over-long prompt costs about a context's worth of tokenization before
  * it is refused with context_length_exceeded. */
 int rt_req_submit(struct rt_req *r, struct rt_api_error *e);
+
+/* Why n parallel samples of one request cannot run here, as a 400 naming
+ * `n`: more than --max-num-seqs, or a scoring method whose rows shrink by
+ * what the worker keeps after each chunk (gvote), which a sample forked
+ * from the reservation cannot follow. Returns 0 (n <= 1 always) or
+ * TG_EUNSUPPORTED with *e filled. Loop thread. */
+int rt_server_check_n(const struct rt_server *s, int32_t n,
+                      struct rt_api_error *e);
+
+/* Choice `index` (1 .. n-1) of `leader`, which rt_req_submit submitted
+ * and whose scheduler entry still waits (call it right after the
+ * submission, before the loop turns): a new request with leader's
+ * sink, client, group, id_str, prompt and a copy of its parameters
+ * (rt_gen_request_copy_sample), seeded with leader's seed + index
+ * (modulo 2^64), submitted as a parallel sample (rt_sched_request.
+ * fork_of) so it shares the prompt's KV. Returns it, or NULL with *e
+ * filled (a 400 naming `n` when the samples do not fit a worker's pool,
+ * else 500); the caller then cancels the leader and the samples made so
+ * far. Loop thread. */
+struct rt_req *rt_req_new_sample(struct rt_req *leader, int32_t index,
+                                 struct rt_api_error *e);
 
 /* The client is gone or cancelled: aborts the request (its pages return to
  * the pools at once); no further deliver calls happen. */

@@ -300,7 +300,9 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
         rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
         return TG_ENOMEM;
     }
-    r->seed = sp->has_seed ? (uint64_t)sp->seed : rt_server__splitmix(&s->rng);
+    if (r->fork_of == 0) /* a sample's seed is set by rt_req_new_sample */
+        r->seed = sp->has_seed ? (uint64_t)sp->seed
+                               : rt_server__splitmix(&s->rng);
     /* Tool calls are parsed out of the output when the template told the
      * model how to write them and the request offered tools. */
     if (r->g.endpoint == RT_ENDPOINT_CHAT && r->g.tools != NULL &&
@@ -314,7 +316,9 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
         }
         rt_tc_init(r->tc, s->tmpl.tool_format, rt_server__splitmix(&s->rng));
     }
-    rt_openai_make_id(r->id_str, sizeof(r->id_str), r->g.endpoint, rt_server__splitmix(&s->rng));
+    if (r->fork_of == 0) /* a sample has its leader's */
+        rt_openai_make_id(r->id_str, sizeof(r->id_str), r->g.endpoint,
+                          rt_server__splitmix(&s->rng));
     r->ctx.endpoint = r->g.endpoint;
     r->ctx.id = r->id_str;
     r->ctx.model = s->model_name;
@@ -324,6 +328,7 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
     r->ctx.token_user = s;
     r->ctx.include_usage = r->g.include_usage;
     r->ctx.continuous_usage = r->g.continuous_usage;
+    r->ctx.index = r->choice;
 
     /* What the workers draw with: the values rt_sampling_check_converted
      * passed, in the single precision they take. */
@@ -350,6 +355,7 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
         .session_id = r->g.session_id,
         .cache_scope = cache_scope(r),
         .user = r,
+        .fork_of = r->fork_of,
     };
     char err[256];
     rc = rt_sched_submit(&s->sched, &sr, err, sizeof(err));
@@ -357,6 +363,12 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
         rt_api_error_set(e, 429, "queue_full", NULL,
                          "too many requests are waiting (--max-queued %lld)",
                          (long long)s->opts->max_queued);
+        return rc;
+    }
+    if (rc == TG_ETOOBIG && r->fork_of != 0) {
+        rt_api_error_set(e, 400, "invalid_value", "n",
+                         "'n' = %d parallel samples do not fit: %s",
+                         (int)r->choice + 1, err);
         return rc;
     }
     if (rc == TG_ETOOBIG) {
@@ -370,9 +382,73 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
         return rc;
     }
     r->submitted = 1;
-    rt_metrics_counter_add(s->metrics.prompt_tokens_total, (double)r->n_prompt);
+    if (r->fork_of == 0) /* a prompt shared by samples is counted once */
+        rt_metrics_counter_add(s->metrics.prompt_tokens_total,
+                               (double)r->n_prompt);
     rt_server__wake(s);
     return 0;
+}
+
+int rt_server_check_n(const struct rt_server *s, int32_t n,
+                      struct rt_api_error *e)
+{
+    if (n <= 1)
+        return 0;
+    if (n > s->opts->max_num_seqs) {
+        rt_api_error_set(e, 400, "unsupported_value", "n",
+                         "'n' = %d exceeds --max-num-seqs %lld: the choices "
+                         "of one request run side by side", (int)n,
+                         (long long)s->opts->max_num_seqs);
+        return TG_EUNSUPPORTED;
+    }
+    /* The method the workers score with: --method, else the profile's
+     * (gpu_worker/gw_engine.c reads them in that order). */
+    const char *m = s->opts->method != NULL && s->opts->method[0] != '\0'
+                        ? s->opts->method
+                        : s->profile.method;
+    if (m != NULL && strcmp(m, "gvote") == 0) {
+        rt_api_error_set(e, 400, "unsupported_value", "n",
+                         "'n' = %d is not supported with --method gvote: "
+                         "its rows shrink by what the worker keeps after "
+                         "each prefill chunk, and the samples share the "
+                         "prompt's pages as reserved; send n requests "
+                         "instead", (int)n);
+        return TG_EUNSUPPORTED;
+    }
+    return 0;
+}
+
+struct rt_req *rt_req_new_sample(struct rt_req *leader, int32_t index,
+                                 struct rt_api_error *e)
+{
+    struct rt_server *s = leader->srv;
+    struct rt_req *r = rt_req_new(s, leader->sink, leader->client);
+    if (r == NULL ||
+        rt_gen_request_copy_sample(&leader->g, &r->g) != 0 ||
+        (r->prompt = malloc(((size_t)leader->n_prompt + 1) *
+                            sizeof(int32_t))) == NULL) {
+        if (r != NULL)
+            rt_req_drop(r);
+        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        return NULL;
+    }
+    memcpy(r->prompt, leader->prompt,
+           (size_t)leader->n_prompt * sizeof(int32_t));
+    r->n_prompt = leader->n_prompt;
+    r->blocked = leader->blocked;
+    r->group = leader->group;
+    r->choice = index;
+    r->fork_of = leader->id;
+    /* vLLM's rule for the choices of a seeded request: choice i draws
+     * with seed + i; without a seed, leader's seed was random. */
+    r->seed = leader->seed + (uint64_t)index;
+    r->created = leader->created;
+    memcpy(r->id_str, leader->id_str, sizeof(r->id_str));
+    if (submit_tokenized(r, e) != 0) {
+        rt_req_drop(r);
+        return NULL;
+    }
+    return r;
 }
 
 void rt_req_resume(struct rt_req *r)

@@ -37,6 +37,15 @@ int kv_pool_init(struct kv_pool *pool, int32_t n_pages, char *err,
         return tg_err_set(err, errlen, TG_ENOMEM,
                           "kv_pool: cannot allocate a stack of %d pages",
                           (int)n_pages);
+    /* calloc: untouched pages of a large pool cost nothing until shared. */
+    pool->refs = calloc((size_t)n_pages + 1, sizeof(int32_t));
+    if (pool->refs == NULL) {
+        free(pool->stack);
+        pool->stack = NULL;
+        return tg_err_set(err, errlen, TG_ENOMEM,
+                          "kv_pool: cannot allocate the reference counts of "
+                          "%d pages", (int)n_pages);
+    }
     for (int32_t i = 0; i < n_pages; i++)
         pool->stack[i] = i;
     pool->n_total = n_pages;
@@ -48,6 +57,7 @@ void kv_pool_free(struct kv_pool *pool)
 {
     free(pool->stack);
     free(pool->in_use);
+    free(pool->refs);
     memset(pool, 0, sizeof(*pool));
 }
 
@@ -80,7 +90,8 @@ int kv_pool_pop(struct kv_pool *pool, int32_t n, int32_t *out)
 
 /* With tracking on: every id must be in range, in use, and appear once.
  * Clears the bits as it goes and restores them if an id fails, so a
- * rejected push leaves the bitmap unchanged. */
+ * rejected push leaves the bitmap unchanged. A shared page's bit is set
+ * again by the caller once the push stands (it stays taken). */
 static int track_push(struct kv_pool *pool, int32_t n, const int32_t *ids)
 {
     for (int32_t i = 0; i < n; i++) {
@@ -95,6 +106,29 @@ static int track_push(struct kv_pool *pool, int32_t n, const int32_t *ids)
     return 0;
 }
 
+/* Push while some page of the pool is shared: shared pages lose one
+ * reference, the others are stacked in the order of ids, exactly where a
+ * plain push of just them would put them. */
+static void push_shared(struct kv_pool *pool, int32_t n, const int32_t *ids)
+{
+    int32_t back = 0;
+    for (int32_t i = 0; i < n; i++)
+        back += pool->refs[ids[i]] == 0;
+    pool->n_free += back;
+    int32_t *dst = pool->stack + (pool->n_total - pool->n_free);
+    for (int32_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        if (pool->refs[id] == 0) {
+            *dst++ = id;
+            continue;
+        }
+        if (--pool->refs[id] == 0)
+            pool->n_shared--;
+        if (pool->in_use != NULL)
+            bit_set(pool->in_use, id); /* still taken by its other owners */
+    }
+}
+
 int kv_pool_push(struct kv_pool *pool, int32_t n, const int32_t *ids)
 {
     if (n < 0 || n > pool->n_total - pool->n_free)
@@ -106,10 +140,50 @@ int kv_pool_push(struct kv_pool *pool, int32_t n, const int32_t *ids)
         if (rc != 0)
             return rc;
     }
+    if (pool->n_shared > 0) {
+        push_shared(pool, n, ids);
+        return 0;
+    }
     pool->n_free += n;
     memcpy(pool->stack + (pool->n_total - pool->n_free), ids,
            (size_t)n * sizeof(int32_t));
     return 0;
+}
+
+int kv_pool_ref(struct kv_pool *pool, int32_t n, const int32_t *ids)
+{
+    if (n < 0 || (n > 0 && ids == NULL))
+        return TG_EINVAL;
+    /* Validate everything first: all or nothing. A page listed k <= n
+     * times gains k owners, so a page within n owners of INT32_MAX is
+     * refused (conservative, and unreachable in practice). */
+    for (int32_t i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        if (id < 0 || id >= pool->n_total)
+            return TG_EINVAL;
+        if (pool->in_use != NULL && !bit_get(pool->in_use, id))
+            return TG_EINVAL;
+        if (pool->refs[id] >= INT32_MAX - 1 - n)
+            return TG_EINVAL;
+    }
+    for (int32_t i = 0; i < n; i++)
+        if (pool->refs[ids[i]]++ == 0)
+            pool->n_shared++;
+    return 0;
+}
+
+int32_t kv_pool_owners(const struct kv_pool *pool, int32_t id)
+{
+    if (id < 0 || id >= pool->n_total)
+        return 0;
+    if (pool->in_use != NULL && !bit_get(pool->in_use, id))
+        return 0;
+    return 1 + pool->refs[id];
+}
+
+int32_t kv_pool_n_shared(const struct kv_pool *pool)
+{
+    return pool->n_shared;
 }
 
 int32_t kv_pool_n_total(const struct kv_pool *pool) { return pool->n_total; }
@@ -180,6 +254,22 @@ int kv_pool_validate(const struct kv_pool *pool, char *err, size_t errlen)
         else
             bit_set(seen, id);
     }
+    int32_t shared = 0;
+    for (int32_t id = 0; id < pool->n_total && rc == 0; id++) {
+        if (pool->refs[id] < 0)
+            rc = tg_err_set(err, errlen, TG_EINTERNAL,
+                            "kv_pool: page %d has %d references", (int)id,
+                            (int)pool->refs[id]);
+        else if (pool->refs[id] > 0 && bit_get(seen, id))
+            rc = tg_err_set(err, errlen, TG_EINTERNAL,
+                            "kv_pool: page %d is free but keeps %d "
+                            "references", (int)id, (int)pool->refs[id]);
+        shared += pool->refs[id] > 0;
+    }
+    if (rc == 0 && shared != pool->n_shared)
+        rc = tg_err_set(err, errlen, TG_EINTERNAL,
+                        "kv_pool: %d pages are shared, the count says %d",
+                        (int)shared, (int)pool->n_shared);
     if (rc == 0 && pool->in_use != NULL) {
         for (int32_t id = 0; id < pool->n_total; id++) {
             if (bit_get(seen, id) == bit_get(pool->in_use, id)) {

@@ -20,9 +20,21 @@
  * every (layer, group) of a request is as long as its longest one, would
  * need. The server reports kv_pages_reclaimed_ratio = 1 - used/monolithic.
  *
+ * Shared pages (parallel samples, DESIGN.md §4.5, docs/API.md `n`): a
+ * page taken once may gain more owners through kv_pool_ref; each owner
+ * gives it back with an ordinary push, and the page returns to the free
+ * stack only when its last owner pushes it. refs[id] counts the owners
+ * beyond the first (0 for a page with one owner, and for every free page),
+ * so pop never touches it. n_shared counts the pages with refs > 0: while
+ * it is 0, push is the single memcpy above; otherwise push walks its ids,
+ * dropping one reference from a shared page and stacking the others (in
+ * the same order a plain push would). Pages used (n_total - n_free) counts
+ * distinct pages, however many owners they have.
+ *
  * Debug tracking (a bitmap of pages in use) catches double frees and
- * foreign ids at push time; it is off by default because it costs a pass
- * over every id, and tests switch it on.
+ * foreign ids at push time: a page pushed more times than it has owners
+ * is a double free. It is off by default because it costs a pass over
+ * every id, and tests switch it on.
  *
  * Not thread-safe: one owner (the router loop, or a worker) per pool.
  */
@@ -41,6 +53,9 @@ struct kv_pool {
                            unless debug tracking is on */
     int64_t mono_pages; /* monolithic-layout pages of the live requests, in
                            H_p-head page units (kept by kv_seq.c) */
+    int32_t *refs;      /* (n_total) owners beyond the first of each page
+                           taken; 0 for free pages */
+    int32_t n_shared;   /* pages with refs > 0 */
 };
 
 /* Initialises `pool` with `n_pages` free pages (ids 0..n_pages-1; the first
@@ -64,12 +79,31 @@ int kv_pool_pop(struct kv_pool *pool, int32_t n, int32_t *out);
  * nothing, when n < 0 or fewer than n pages are free. */
 const int32_t *kv_pool_pop_view(struct kv_pool *pool, int32_t n);
 
-/* Returns the `n` pages ids[0..n) to the pool in one copy. The ids must
- * have come from this pool and be in use. Returns 0, or TG_EINVAL when more
- * pages would be free than exist; with debug tracking on also TG_EINVAL
- * for an id out of range, a page already free (double free) or an id
- * repeated within ids. On failure nothing is returned. */
+/* Gives up one ownership of each of the `n` pages ids[0..n): a page with
+ * other owners loses one reference and stays taken; a page with a single
+ * owner goes back to the free stack (in one copy when no page of the pool
+ * is shared). The ids must have come from this pool and be in use.
+ * Returns 0, or TG_EINVAL when more pages would be free than exist; with
+ * debug tracking on also TG_EINVAL for an id out of range, a page already
+ * free (double free) or an id repeated within ids. On failure nothing
+ * changes. */
 int kv_pool_push(struct kv_pool *pool, int32_t n, const int32_t *ids);
+
+/* Adds one owner to each of the `n` pages ids[0..n), which must be taken
+ * (the new owner gives each back with kv_pool_push like any page; an id
+ * listed twice gains two owners). The pool's counters do not move: a
+ * shared page is one page used. Returns 0, or TG_EINVAL (n < 0, an id out
+ * of range, a page at INT32_MAX owners, or with debug tracking on a free
+ * page); on failure nothing changes. Costs one pass over the ids. */
+int kv_pool_ref(struct kv_pool *pool, int32_t n, const int32_t *ids);
+
+/* Owners of page `id`: 0 when it is free (known only with debug tracking
+ * on; otherwise a free page reads 1), else 1 + its extra references.
+ * For tests and checks. */
+int32_t kv_pool_owners(const struct kv_pool *pool, int32_t id);
+
+/* Pages with more than one owner. */
+int32_t kv_pool_n_shared(const struct kv_pool *pool);
 
 /* Counters. kv_pool_n_used = n_total - n_free. */
 int32_t kv_pool_n_total(const struct kv_pool *pool);
@@ -90,7 +124,8 @@ int kv_pool_debug_track(struct kv_pool *pool, char *err, size_t errlen);
 /* Checks the pool's invariants without changing it: free count in range,
  * every free id in range and on the stack once, high-water mark >= used,
  * and (with tracking on) the bitmap marks exactly the pages not on the
- * stack. Returns 0, TG_EINTERNAL naming the first violation, or TG_ENOMEM.
+ * stack, no free page holds references and n_shared matches the pages
+ * that do. Returns 0, TG_EINTERNAL naming the first violation, or TG_ENOMEM.
  * For tests and debugging; O(n_total). */
 int kv_pool_validate(const struct kv_pool *pool, char *err, size_t errlen);
 

@@ -828,6 +828,86 @@ int kv_seq__rewind_rows(struct kv_seq *seq, const struct kv_layout *layout,
     return 0;
 }
 
+/* ---- fork (parallel samples) ----------------------------------------- */
+
+int64_t kv_seq_fork_pages(const struct kv_seq *src)
+{
+    int64_t n = 0;
+    for (int32_t r = 0; r < src->n_rows; r++)
+        n += src->tokens[r] % src->page_size != 0;
+    return n;
+}
+
+int kv_seq_fork(struct kv_seq *dst, const struct kv_seq *src,
+                const struct kv_layout *layout, struct kv_pool *pool,
+                int64_t *private_pages, char *err, size_t errlen)
+{
+    if (private_pages != NULL)
+        *private_pages = 0;
+    int rc = check_layout(src, layout, err, errlen);
+    if (rc == 0)
+        rc = check_layout(dst, layout, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (dst == src || dst->used_pages != 0 || pool == NULL)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "kv_seq: a fork needs an empty destination (it "
+                          "holds %lld pages) and a pool",
+                          (long long)dst->used_pages);
+    const int32_t P = src->page_size;
+    int64_t priv = kv_seq_fork_pages(src);
+    if (priv > pool->n_free)
+        return tg_err_set(err, errlen, TG_ENOSPC,
+                          "kv_seq: fork needs %lld private pages, %d free",
+                          (long long)priv, (int)pool->n_free);
+    for (int32_t r = 0; r < dst->n_rows; r++)
+        dst->extra[r] = src->n_pages[r];
+    rc = ensure_room(dst);
+    for (int32_t r = 0; r < dst->n_rows; r++)
+        dst->extra[r] = 0;
+    if (rc != 0)
+        return tg_err_set(err, errlen, TG_ENOMEM,
+                          "kv_seq: cannot grow the page-id slab");
+    /* Shared pages first, row by row; a refusal (ids not of this pool: a
+     * broken invariant) gives back the references already added. */
+    for (int32_t r = 0; r < src->n_rows; r++) {
+        int32_t full = src->tokens[r] / P;
+        const int32_t *ids = src->ids + src->off[r];
+        rc = kv_pool_ref(pool, full, ids);
+        if (rc != 0) {
+            for (int32_t q = 0; q < r; q++)
+                (void)kv_pool_push(pool, src->tokens[q] / P,
+                                   src->ids + src->off[q]);
+            return tg_err_set(err, errlen, rc,
+                              "kv_seq: the pool refused to share row %d",
+                              (int)r);
+        }
+        if (full > 0)
+            memcpy(dst->ids + dst->off[r], ids,
+                   (size_t)full * sizeof(int32_t));
+        dst->n_pages[r] = full;
+    }
+    const int32_t *fresh = kv_pool_pop_view(pool, (int32_t)priv);
+    TG_ASSERT(fresh != NULL); /* checked against n_free above */
+    for (int32_t r = 0; r < src->n_rows; r++) {
+        if (src->tokens[r] % P != 0)
+            dst->ids[dst->off[r] + dst->n_pages[r]++] = *fresh++;
+        TG_ASSERT(dst->n_pages[r] == src->n_pages[r]);
+        dst->tokens[r] = src->tokens[r];
+        dst->filled[r] = src->tokens[r];
+    }
+    dst->used_pages = src->used_pages;
+    dst->pos = src->pos;
+    dst->turn_start = src->turn_start;
+    dst->turn_len = src->turn_len;
+    dst->committed = src->turn_len;
+    dst->max_tokens = src->max_tokens;
+    update_mono(dst, pool);
+    if (private_pages != NULL)
+        *private_pages = priv;
+    return 0;
+}
+
 const int32_t *kv_seq_row_ids(const struct kv_seq *seq,
                               const struct kv_layout *layout, int l, int g,
                               int32_t *n_pages)

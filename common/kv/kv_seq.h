@@ -20,7 +20,9 @@
  * the new turn is appended), kv_seq_release / kv_seq_free at the end (one
  * pool push). kv_seq_truncate_row releases a row's unused tail (GVote);
  * kv_seq_compact_rows gives back the tails decode-time compression
- * emptied (§4.9).
+ * emptied (§4.9). kv_seq_fork makes a second sequence share a request's
+ * full pages (parallel samples); a pool push then drops one owner of a
+ * shared page.
  *
  * Page ids live in one slab per request, row r at ids[off[r] ..
  * off[r] + n_pages[r]) with spare capacity behind each row, so decode
@@ -172,6 +174,30 @@ int kv_seq_truncate_row(struct kv_seq *seq, const struct kv_layout *layout,
                         struct kv_pool *pool, int l, int g, int64_t tokens,
                         char *err, size_t errlen);
 
+/* Pages kv_seq_fork(., src, ...) takes from the pool: one per row whose
+ * reserved tokens end inside a page. No side effects. */
+int64_t kv_seq_fork_pages(const struct kv_seq *src);
+
+/* Makes the empty `dst` (initialised for the same layout, holding no
+ * pages) a second owner of src's rows, as they stand once src's reserved
+ * turn is committed (parallel samples, docs/API.md `n`): for every row,
+ * the pages full of reserved tokens are shared (one more owner each,
+ * kv_pool_ref), and a last page only partly covered by them is replaced in
+ * dst by a fresh private page taken from `pool` (all in one pop), whose
+ * content the worker copies from src's page. So neither sequence ever
+ * writes into a shared page: decode appends into each one's own last page
+ * or into pages taken later, and a next turn of either starts past the
+ * shared pages. dst gets src's positions with its turn committed (filled
+ * = tokens); src does not change. The router forks when it reserves src's
+ * turn, before that turn runs; the worker copies once src's last chunk has
+ * run. Either sequence may be released first; each gives back only its
+ * ownerships. *private_pages (may be NULL) gets the pages taken. All or
+ * nothing: returns 0, TG_ENOSPC (fewer free pages than kv_seq_fork_pages),
+ * TG_EINVAL (dst not empty, layouts differ) or TG_ENOMEM. */
+int kv_seq_fork(struct kv_seq *dst, const struct kv_seq *src,
+                const struct kv_layout *layout, struct kv_pool *pool,
+                int64_t *private_pages, char *err, size_t errlen);
+
 /* Decode-phase shrink of decode-time compression (DESIGN.md §4.9): the
  * rows were compacted in place (survivors slid forward, order kept) and
  * row r now fills filled_after[r] <= filled[r] tokens (L * G values,
@@ -186,6 +212,10 @@ int kv_seq_compact_rows(struct kv_seq *seq, const struct kv_layout *layout,
 
 /* Returns the page ids of row (l, g) (count in *n_pages), borrowed from the
  * seq until its next reservation, truncation or release. */
+const int32_t *kv_seq_row_ids(const struct kv_seq *seq,
+                              const struct kv_layout *layout, int l, int g,
+                              int32_t *n_pages);
+
 /* Rewinds the sequence to an earlier turn boundary: position `pos`
  * (<= seq->pos) with row_tokens[r] (<= the row's tokens) tokens per row
  * (L * G values, layer-major) — the state it had right after that turn's

@@ -231,6 +231,17 @@ def multi_turn(d, model, prof, name):
             .get("cached_tokens") == N_PROMPT,
             "%s: turn 3 reuses the KV up to turn 1's last chunk (%d)" %
             (name, N_PROMPT), raw[-300:])
+    # Parallel samples fork their leader's reservation, which gvote
+    # shrinks after each chunk: refused, naming the parameter.
+    st, _, raw = du.http("POST", d.base_url + "/v1/completions",
+                         {"model": "model", "prompt": ids, "max_tokens": 4,
+                          "n": 2}, timeout=60)
+    j = du.json_of(raw)
+    C.check(st == 400 and j is not None and
+            j.get("error", {}).get("param") == "n" and
+            "gvote" in j.get("error", {}).get("message", ""),
+            "%s: n = 2 under gvote is a 400 naming n and the method" % name,
+            raw[:300])
     no_running_pages(d, 1, name + " multi-turn")
     C.check("failed" not in d.log_text(),
             "%s: no step failed (no malformed head lengths)" % name,

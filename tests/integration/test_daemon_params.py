@@ -11,7 +11,8 @@ openai_params.mjs) and raw HTTP:
   what the same request without echo generates; streamed the same; usage
   unchanged; echo with logprobs is 400; a prompt sent as token ids is
   echoed decoded.
-- response_format json_object and n > 1 are 400 with the parameter named.
+- response_format json_object and n = 17 (over the limit of 16) are 400
+  with the parameter named.
 
 Fails, naming them, when node/npm or the daemon are missing.
 """
@@ -135,7 +136,7 @@ def t_node(d, force, ban):
             ("bias_range", "logit_bias.99999999",
              "logit_bias outside the vocabulary"),
             ("bias_value", "logit_bias.%d" % force, "logit_bias value 150"),
-            ("n2", "n", "n = 2")):
+            ("n17", "n", "n = 17")):
         x = j[k]
         chk.check(x["threw"] and x["status"] == 400 and x["bad_request"] and
                   x["param"] == param,

@@ -108,15 +108,23 @@ static const struct bad_case BAD[] = {
     {C, "{\"prompt\":7}", 400, TG_EFORMAT, "prompt", "must be a string"},
     {C, "{\"prompt\":[true]}", 400, TG_EFORMAT, "prompt[0]",
      "a string or an array of token ids"},
-    /* n, best_of and other unsupported features */
-    {C, "{\"prompt\":\"hi\",\"n\":2}", 400, TG_EUNSUPPORTED, "n",
-     "'n' must be 1"},
-    {C, "{\"prompt\":\"hi\",\"n\":0}", 400, TG_EUNSUPPORTED, "n", "got 0"},
+    /* n in [1, RT_OPENAI_MAX_N]; best_of only equal to n */
+    {C, "{\"prompt\":\"hi\",\"n\":0}", 400, TG_ERANGE, "n",
+     "between 1 and 16, got 0"},
+    {C, "{\"prompt\":\"hi\",\"n\":17}", 400, TG_ERANGE, "n",
+     "between 1 and 16, got 17"},
+    {C, "{\"prompt\":\"hi\",\"n\":-1}", 400, TG_ERANGE, "n", "got -1"},
+    {C, "{\"prompt\":\"hi\",\"n\":2.5}", 400, TG_EFORMAT, "n",
+     "must be an integer"},
     {C, "{\"prompt\":\"hi\",\"n\":\"1\"}", 400, TG_EFORMAT, "n",
      "must be an integer"},
-    {H, "{" MSG ",\"n\":3}", 400, TG_EUNSUPPORTED, "n", "one choice"},
+    {H, "{" MSG ",\"n\":100}", 400, TG_ERANGE, "n", "got 100"},
     {C, "{\"prompt\":\"hi\",\"best_of\":3}", 400, TG_EUNSUPPORTED, "best_of",
-     "must be 1"},
+     "must equal 'n' (1; got 3)"},
+    {C, "{\"prompt\":\"hi\",\"n\":2,\"best_of\":3}", 400, TG_EUNSUPPORTED,
+     "best_of", "must equal 'n' (2; got 3)"},
+    {H, "{" MSG ",\"n\":3,\"best_of\":1}", 400, TG_EUNSUPPORTED, "best_of",
+     "(3; got 1)"},
     {H, "{" MSG ",\"echo\":true}", 400, TG_EUNSUPPORTED, "echo",
      "a /v1/completions parameter"},
     {C, "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":0}", 400,
@@ -496,6 +504,77 @@ static void test_completion_defaults(void **state)
     rt_gen_request_free(&r); /* safe twice: free zeroes */
 }
 
+static void test_n_and_sample_copy(void **state)
+{
+    (void)state;
+    struct rt_gen_request r, c;
+    struct rt_api_error e;
+    const char *b0 = "{\"prompt\":\"Hello\"}";
+    assert_int_equal(rt_openai_parse_completion(&CFG, b0, strlen(b0), &r, &e),
+                     0);
+    assert_int_equal(r.n, 1);
+    rt_gen_request_free(&r);
+    const char *b1 = "{\"prompt\":\"Hello\",\"n\":16,\"best_of\":16}";
+    assert_int_equal(rt_openai_parse_completion(&CFG, b1, strlen(b1), &r, &e),
+                     0);
+    assert_int_equal(r.n, 16);
+    rt_gen_request_free(&r);
+    const char *b2 = "{" MSG ",\"n\":3.0,\"best_of\":null,\"stream\":true,"
+                     "\"stream_options\":{\"include_usage\":true},"
+                     "\"stop\":[\"x\",\"yz\"],\"stop_token_ids\":[5,6],"
+                     "\"logit_bias\":{\"7\":-1.5},\"seed\":42,"
+                     "\"max_tokens\":9,\"temperature\":0.5,\"logprobs\":true,"
+                     "\"top_logprobs\":2,\"user\":\"u1\","
+                     "\"session_id\":\"s1\",\"tools\":[{\"type\":\"function\","
+                     "\"function\":{\"name\":\"f\"}}]}";
+    assert_int_equal(rt_openai_parse_chat(&CFG, b2, strlen(b2), &r, &e), 0);
+    assert_int_equal(r.n, 3);
+    assert_int_equal(rt_gen_request_copy_sample(&r, &c), 0);
+    /* What a sample needs, as deep copies (or a reference to the tools)... */
+    assert_int_equal(c.endpoint, RT_ENDPOINT_CHAT);
+    assert_int_equal(c.n, 1);
+    assert_true(c.stream && c.include_usage);
+    assert_int_equal(c.sampling.n_stop, 2);
+    assert_string_equal(c.sampling.stop[1], "yz");
+    assert_ptr_not_equal(c.sampling.stop, r.sampling.stop);
+    assert_ptr_not_equal(c.sampling.stop[0], r.sampling.stop[0]);
+    assert_int_equal(c.sampling.n_stop_token_ids, 2);
+    assert_int_equal(c.sampling.stop_token_ids[1], 6);
+    assert_ptr_not_equal(c.sampling.stop_token_ids, r.sampling.stop_token_ids);
+    assert_int_equal(c.sampling.n_bias, 1);
+    assert_int_equal(c.sampling.bias_ids[0], 7);
+    assert_true(c.sampling.bias_vals[0] == -1.5f);
+    assert_true(c.sampling.has_seed && c.sampling.seed == 42);
+    assert_int_equal(c.sampling.max_tokens, 9);
+    assert_true(c.sampling.temperature == 0.5);
+    assert_int_equal(c.sampling.logprobs, 2);
+    assert_string_equal(c.user, "u1");
+    assert_string_equal(c.model, "tiny");
+    assert_ptr_equal(c.tools, r.tools);
+    /* ... and nothing of the prompt or the session. */
+    assert_null(c.messages);
+    assert_null(c.chat_messages);
+    assert_null(c.prompt);
+    assert_null(c.session_id);
+    /* Each frees its own. */
+    rt_gen_request_free(&r);
+    assert_string_equal(c.sampling.stop[0], "x");
+    assert_int_equal((int)json_array_size(c.tools), 1);
+    rt_gen_request_free(&c);
+    /* echo text is copied too. */
+    const char *b3 = "{\"prompt\":\"Hey\",\"echo\":true,\"n\":2}";
+    assert_int_equal(rt_openai_parse_completion(&CFG, b3, strlen(b3), &r, &e),
+                     0);
+    r.echo_text = strdup("Hey");
+    r.echo_len = 3;
+    assert_int_equal(rt_gen_request_copy_sample(&r, &c), 0);
+    assert_true(c.echo);
+    assert_int_equal(c.echo_len, 3);
+    assert_string_equal(c.echo_text, "Hey");
+    rt_gen_request_free(&r);
+    rt_gen_request_free(&c);
+}
+
 static void test_completion_all_fields(void **state)
 {
     (void)state;
@@ -840,6 +919,7 @@ int main(void)
         cmocka_unit_test(test_body_too_large),
         cmocka_unit_test(test_prompt_ids_over_context),
         cmocka_unit_test(test_completion_defaults),
+        cmocka_unit_test(test_n_and_sample_copy),
         cmocka_unit_test(test_completion_all_fields),
         cmocka_unit_test(test_logit_bias_and_echo),
         cmocka_unit_test(test_completion_prompt_forms),

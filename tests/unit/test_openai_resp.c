@@ -578,10 +578,137 @@ static void test_utf8_lossy(void **state)
     }
 }
 
+/* n > 1: each choice formatted with its own index, the bodies joined in
+ * order with the request's usage; streamed frames carry their index. */
+static void test_choices(void **state)
+{
+    (void)state;
+    int calls = 0;
+    struct rt_resp_ctx c = {.endpoint = RT_ENDPOINT_CHAT,
+                            .id = "chatcmpl-n",
+                            .model = "tiny",
+                            .created = 7,
+                            .logprobs = true,
+                            .token_text = tok_text,
+                            .token_user = &calls};
+    struct rt_usage u1 = {.prompt_tokens = 4, .completion_tokens = 1};
+    struct rt_top_logprob top = {1, -0.5f};
+    struct rt_token_logprob lp = {1, -0.25f, &top, 1};
+    struct rt_tool_call call = {.id = "call_1", .name = "f",
+                                .arguments = "{\"a\":1}"};
+    char *b[3];
+    size_t bl[3];
+    c.index = 0;
+    assert_int_equal(rt_openai_format_chat_response(&c, "Hello", 5, NULL, 0,
+                                                    &lp, 1, RT_FINISH_LENGTH,
+                                                    &u1, &b[0], &bl[0]),
+                     0);
+    c.index = 1;
+    assert_int_equal(rt_openai_format_chat_response(&c, NULL, 0, &call, 1,
+                                                    NULL, 0,
+                                                    RT_FINISH_TOOL_CALLS, &u1,
+                                                    &b[1], &bl[1]),
+                     0);
+    c.index = 2;
+    assert_int_equal(rt_openai_format_chat_response(&c, "", 0, NULL, 0, NULL,
+                                                    0, RT_FINISH_STOP, NULL,
+                                                    &b[2], &bl[2]),
+                     0);
+    struct rt_usage u = {.prompt_tokens = 4, .completion_tokens = 9,
+                         .cached_tokens = 2};
+    char *out;
+    size_t n;
+    assert_int_equal(rt_openai_merge_choices((const char *const *)b, 3, &u,
+                                             &out, &n),
+                     0);
+    assert_int_equal(strlen(out), n);
+    json_t *j = load(out, n);
+    assert_string_equal(jstr(j, "id"), "chatcmpl-n");
+    assert_string_equal(jstr(j, "object"), "chat.completion");
+    assert_int_equal(jint(j, "created"), 7);
+    json_t *ch = json_object_get(j, "choices");
+    assert_int_equal(json_array_size(ch), 3);
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(jint(json_array_get(ch, i), "index"), (int)i);
+    json_t *m0 = json_object_get(json_array_get(ch, 0), "message");
+    assert_string_equal(jstr(m0, "content"), "Hello");
+    assert_string_equal(jstr(json_array_get(ch, 0), "finish_reason"),
+                        "length");
+    json_t *lps = json_object_get(json_array_get(ch, 0), "logprobs");
+    json_t *e0 = json_array_get(json_object_get(lps, "content"), 0);
+    assert_true(json_real_value(json_object_get(e0, "logprob")) == -0.25);
+    json_t *m1 = json_object_get(json_array_get(ch, 1), "message");
+    assert_true(json_is_null(json_object_get(m1, "content")));
+    json_t *tc = json_array_get(json_object_get(m1, "tool_calls"), 0);
+    assert_string_equal(jstr(tc, "id"), "call_1");
+    assert_string_equal(jstr(json_array_get(ch, 1), "finish_reason"),
+                        "tool_calls");
+    assert_string_equal(jstr(json_array_get(ch, 2), "finish_reason"), "stop");
+    /* Usage is the request's: the prompt once, every choice's tokens. */
+    check_usage(json_object_get(j, "usage"), 4, 9, 2);
+    json_decref(j);
+    free(out);
+    /* Not a response body: refused. */
+    const char *bad[2] = {b[0], "{\"choices\":1}"};
+    assert_int_equal(rt_openai_merge_choices(bad, 2, &u, &out, &n),
+                     TG_EFORMAT);
+    assert_null(out);
+    const char *garbage[1] = {"{"};
+    assert_int_equal(rt_openai_merge_choices(garbage, 1, &u, &out, &n),
+                     TG_EFORMAT);
+    assert_int_equal(rt_openai_merge_choices(garbage, 0, &u, &out, &n),
+                     TG_EFORMAT);
+    for (int i = 0; i < 3; i++)
+        free(b[i]);
+    /* Stream frames: role, delta and the tool-call delta of choice 2. */
+    c.index = 2;
+    assert_int_equal(rt_openai_sse_role(&c, &out, &n), 0);
+    j = load_sse(out, n);
+    assert_int_equal(jint(json_array_get(json_object_get(j, "choices"), 0),
+                          "index"),
+                     2);
+    json_decref(j);
+    free(out);
+    c.logprobs = false;
+    assert_int_equal(rt_openai_sse_delta(&c, "x", 1, NULL, 0,
+                                         RT_FINISH_STOP, NULL, &out, &n),
+                     0);
+    j = load_sse(out, n);
+    json_t *c2 = json_array_get(json_object_get(j, "choices"), 0);
+    assert_int_equal(jint(c2, "index"), 2);
+    assert_string_equal(jstr(c2, "finish_reason"), "stop");
+    json_decref(j);
+    free(out);
+    assert_int_equal(rt_openai_sse_tool_calls(&c, &call, 1, 0, NULL, 0, NULL,
+                                              &out, &n),
+                     0);
+    j = load_sse(out, n);
+    assert_int_equal(jint(json_array_get(json_object_get(j, "choices"), 0),
+                          "index"),
+                     2);
+    json_decref(j);
+    free(out);
+    /* Completions too. */
+    struct rt_resp_ctx cc = {.endpoint = RT_ENDPOINT_COMPLETIONS,
+                             .id = "cmpl-n",
+                             .model = "tiny",
+                             .index = 5};
+    assert_int_equal(rt_openai_sse_delta(&cc, "y", 1, NULL, 0, RT_FINISH_NONE,
+                                         NULL, &out, &n),
+                     0);
+    j = load_sse(out, n);
+    c2 = json_array_get(json_object_get(j, "choices"), 0);
+    assert_int_equal(jint(c2, "index"), 5);
+    assert_string_equal(jstr(c2, "text"), "y");
+    json_decref(j);
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_completion_response),
+        cmocka_unit_test(test_choices),
         cmocka_unit_test(test_completion_logprobs),
         cmocka_unit_test(test_chat_response_logprobs),
         cmocka_unit_test(test_chat_tool_calls),

@@ -287,6 +287,144 @@ static void test_two_requests_batched(void **state)
     run_against_engine(profile_path, &gp, 2, 0);
 }
 
+/* ---- parallel samples (fork entries) ------------------------------------ */
+
+/* Request A (slot 1) prefills a 37-token prompt; with its last chunk a fork
+ * entry starts B (slot 3) from it: B's rows share A's full pages (the
+ * router's kv_seq_fork) and hold private copies of the partly filled last
+ * pages. Both then decode in one batch. Each must equal the in-process
+ * engine run alone with its own seed: the copied pages, the copied token
+ * history (penalties) and the copied logits row are all exercised. */
+static void run_fork(const char *profile, const struct gw_gen_params *gp,
+                     uint64_t seed_b)
+{
+    need_model();
+    struct gw_worker w;
+    worker_open(&w, profile);
+    const struct kv_layout *kv = &w.layout;
+    struct gw_engine_opts eo = {
+        .model_dir = model_dir, .profile_path = profile, .heads_per_group = 1,
+        .page_size = PAGE, .prefill_chunk = CHUNK, .max_context = 128,
+        .n_threads = 1};
+    struct gw_engine eng;
+    assert_int_equal(gw_engine_init(&eng, &eo, errbuf, sizeof(errbuf)), 0);
+    enum { NP = 37, T = 10, K = 3 };
+    int32_t prompt[NP];
+    for (int i = 0; i < NP; i++)
+        prompt[i] = (int32_t)((i * 7919 + 13) % 5000);
+    struct gw_gen_params gpb = *gp;
+    gpb.seed = seed_b;
+    struct gw_gen_result ref[2];
+    assert_int_equal(gw_engine_generate(&eng, prompt, NP, gp, &ref[0], errbuf,
+                                        sizeof(errbuf)), 0);
+    assert_int_equal(gw_engine_generate(&eng, prompt, NP, &gpb, &ref[1],
+                                        errbuf, sizeof(errbuf)), 0);
+    struct kv_pool pool;
+    assert_int_equal(kv_pool_init(&pool, w.be->n_pages, errbuf,
+                                  sizeof(errbuf)), 0);
+    assert_int_equal(kv_pool_debug_track(&pool, errbuf, sizeof(errbuf)), 0);
+    struct tt_req r[2];
+    req_init(&r[0], kv, 1, prompt, NP);
+    req_init(&r[1], kv, 3, prompt, NP);
+    assert_int_equal(kv_seq_reserve_prompt(&r[0].seq, kv, &pool, 0, NP, errbuf,
+                                           sizeof(errbuf)), 0);
+    int64_t priv = 0;
+    assert_int_equal(kv_seq_fork(&r[1].seq, &r[0].seq, kv, &pool, &priv,
+                                 errbuf, sizeof(errbuf)), 0);
+    assert_true(priv > 0); /* some row ends inside a page */
+    int32_t row_lens[64];
+    assert_true(w.rows <= 64);
+    for (int i = 0; i < w.rows; i++)
+        row_lens[i] = r[1].seq.filled[i];
+    const struct gw_gen_params *gps[2] = {gp, &gpb};
+    int32_t out[2][T];
+    float lps[2][T], tops[2][T * K];
+    int got[2] = {0, 0};
+    static struct tt_plan p;
+    uint64_t step = 0;
+    while (got[0] < T || got[1] < T) {
+        tt_plan_reset(&p, ++step);
+        struct tt_req *a = &r[0], *b = &r[1];
+        if (a->pos < NP) {
+            int n = NP - (int)a->pos < CHUNK ? NP - (int)a->pos : CHUNK;
+            int last = a->pos + n == NP;
+            plan_deltas(&p, a, kv);
+            plan_entry(&p, a, GW_ENTRY_PREFILL, prompt + a->pos, n, last, gp)
+                ->last_chunk = last;
+            assert_int_equal(kv_seq_commit(&a->seq, kv, n, errbuf,
+                                           sizeof(errbuf)), 0);
+            a->pos += n;
+            if (last) {
+                b->pos = NP;
+                plan_deltas(&p, b, kv);
+                struct gw_entry *e = plan_entry(&p, b, GW_ENTRY_FORK, prompt,
+                                                0, 1, &gpb);
+                e->fork_from = a->slot;
+                e->row_lens = (const uint32_t *)row_lens;
+                e->n_row_lens = (size_t)w.rows;
+            }
+        } else {
+            for (int q = 0; q < 2; q++) {
+                if (got[q] >= T)
+                    continue;
+                assert_int_equal(kv_seq_reserve_decode(&r[q].seq, kv, &pool,
+                                                       1, errbuf,
+                                                       sizeof(errbuf)), 0);
+                plan_deltas(&p, &r[q], kv);
+                plan_entry(&p, &r[q], GW_ENTRY_DECODE, &out[q][got[q] - 1], 1,
+                           1, gps[q]);
+                r[q].pos += 1;
+            }
+        }
+        struct gw_result res;
+        int rc = gw_worker_step(&w, &p.plan, &res);
+        if (rc != 0)
+            fprintf(stderr, "step %llu: %s\n", (unsigned long long)step,
+                    res.error);
+        assert_int_equal(rc, 0);
+        for (size_t i = 0; i < res.n_tokens; i++) {
+            const struct gw_token *t = &res.tokens[i];
+            int q = t->slot == 1 ? 0 : 1;
+            out[q][got[q]] = t->token;
+            lps[q][got[q]] = t->logprob;
+            memcpy(&tops[q][got[q] * K], t->top_lps, K * sizeof(float));
+            got[q]++;
+        }
+    }
+    for (int q = 0; q < 2; q++) {
+        check_same(&ref[q], out[q], lps[q], tops[q], got[q], K, 0);
+        gw_gen_result_free(&ref[q]);
+    }
+    /* Release in either order returns every page. */
+    tt_req_free(&r[0], &pool);
+    assert_true(kv_pool_n_used(&pool) > 0);
+    tt_req_free(&r[1], &pool);
+    assert_int_equal(kv_pool_n_used(&pool), 0);
+    kv_pool_free(&pool);
+    gw_engine_free(&eng);
+    gw_worker_free(&w);
+}
+
+static void test_fork_greedy(void **state)
+{
+    (void)state;
+    struct gw_gen_params gp = greedy_params();
+    run_fork(profile_path, &gp, 0);
+}
+
+static void test_fork_seeded_penalties(void **state)
+{
+    (void)state;
+    struct gw_gen_params gp = greedy_params();
+    gp.sampling.temperature = 0.9f;
+    gp.sampling.top_k = 50;
+    gp.sampling.top_p = 0.95f;
+    gp.sampling.repetition_penalty = 1.3f;
+    gp.sampling.presence_penalty = 0.5f;
+    gp.seed = 1234;
+    run_fork(profile_path, &gp, 1235);
+}
+
 /* ---- bad plans ---------------------------------------------------------- */
 
 /* One valid fresh prefill of 5 tokens into slot 0, at step `step`. */
@@ -653,6 +791,8 @@ int main(void)
         cmocka_unit_test(test_greedy_full_kv),
         cmocka_unit_test(test_greedy_profile),
         cmocka_unit_test(test_seeded_sampling_penalties),
+        cmocka_unit_test(test_fork_greedy),
+        cmocka_unit_test(test_fork_seeded_penalties),
         cmocka_unit_test(test_two_requests_batched),
         cmocka_unit_test(test_bad_plans),
         cmocka_unit_test(test_slot_error_alone),

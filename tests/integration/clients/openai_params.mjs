@@ -11,7 +11,7 @@
 // Sends completions and chats with logit_bias (non-streaming and
 // streaming), completions with echo (both forms), and the requests the
 // server refuses with 400 (echo with logprobs, response_format
-// json_object, logit_bias outside the vocabulary, n > 1). Prints one JSON
+// json_object, logit_bias outside the vocabulary, n = 17). Prints one JSON
 // object with what the client saw; the Python test judges it. Exits 1 only
 // when the client threw where it should not have.
 import OpenAI from "openai";
@@ -93,7 +93,7 @@ async function main() {
     ...base, logit_bias: { "99999999": 5 } }));
   out.bias_value = await refused(() => client.completions.create({
     ...base, logit_bias: { [String(ids.force)]: 150 } }));
-  out.n2 = await refused(() => client.completions.create({ ...base, n: 2 }));
+  out.n17 = await refused(() => client.completions.create({ ...base, n: 17 }));
   console.log(JSON.stringify(out));
 }
 

@@ -70,11 +70,9 @@ void gw_calibrate_on_scores(void *ud, int layer, const float *scores, int n,
         st->failed = rc;
 }
 
-int gw_calibrate_run(struct gw_engine *e, struct gw_calib_state *st,
-                     const int32_t *const *samples, const int *lens,
-                     int n_samples, struct pf_retention *r,
-                     gw_calib_progress_fn progress, void *progress_ud,
-                     char *err, size_t errlen)
+/* Fills r's header for n_samples samples of engine e's model. */
+static int retention_alloc(const struct gw_engine *e, int n_samples,
+                           struct pf_retention *r, char *err, size_t errlen)
 {
     const struct gw_model *m = &e->model;
     size_t LH = (size_t)m->n_layers * (size_t)m->n_kv_heads;
@@ -85,6 +83,19 @@ int gw_calibrate_run(struct gw_engine *e, struct gw_calib_state *st,
     r->num_layers = m->n_layers;
     r->num_kv_heads = m->n_kv_heads;
     r->head_dim = m->head_dim;
+    return 0;
+}
+
+int gw_calibrate_run(struct gw_engine *e, struct gw_calib_state *st,
+                     const int32_t *const *samples, const int *lens,
+                     int n_samples, struct pf_retention *r,
+                     gw_calib_progress_fn progress, void *progress_ud,
+                     char *err, size_t errlen)
+{
+    size_t LH = (size_t)e->model.n_layers * (size_t)e->model.n_kv_heads;
+    int rc0 = retention_alloc(e, n_samples, r, err, errlen);
+    if (rc0 != 0)
+        return rc0;
     r->target_ratio = st->ratio;
     for (int s = 0; s < n_samples; s++) {
         if (lens[s] > e->layout.prefill_chunk)
@@ -104,6 +115,71 @@ int gw_calibrate_run(struct gw_engine *e, struct gw_calib_state *st,
         if (progress != NULL)
             progress(progress_ud, s + 1, n_samples, lens[s]);
     }
+    return 0;
+}
+
+int gw_calibrate_gvote_run(struct gw_engine *e, uint64_t seed,
+                           const int32_t *const *samples, const int *lens,
+                           int n_samples, struct pf_retention *r,
+                           gw_calib_progress_fn progress, void *progress_ud,
+                           char *err, size_t errlen)
+{
+    if (e->method != TG_SCORE_GVOTE)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "gvote calibration needs an engine running gvote");
+    const struct pf_profile *pp = &e->profile;
+    for (size_t i = 0; i < (size_t)pp->num_layers * (size_t)pp->num_kv_heads;
+         i++)
+        if (pp->budget[i] != 1.0)
+            /* A budget below 1 would cap the votes with a reservation;
+             * calibration measures what gvote keeps on its own. */
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "gvote calibration needs a profile-less "
+                              "engine (every budget 1)");
+    int rc = retention_alloc(e, n_samples, r, err, errlen);
+    if (rc != 0)
+        return rc;
+    const int L = e->model.n_layers, H = e->model.n_kv_heads;
+    const size_t LH = (size_t)L * (size_t)H;
+    double sum = 0.0;
+    for (int s = 0; s < n_samples; s++) {
+        /* Each sample is a request of its own seed, as a served request
+         * is; seed + s keeps the run a function of the flags. */
+        struct gw_gen_params gp = {.max_tokens = 0, .ignore_eos = 1,
+                                   .seed = seed + (uint64_t)s,
+                                   .dump_kept = 1};
+        struct gw_gen_result res;
+        rc = gw_engine_generate(e, samples[s], lens[s], &gp, &res, err,
+                                errlen);
+        if (rc == 0 && res.kept_n == NULL)
+            rc = tg_err_set(err, errlen, TG_EINTERNAL,
+                            "sample %d: the engine reported no head lengths",
+                            s);
+        double *row = r->ratio + (size_t)s * LH;
+        /* kept_n is in model head order, the retention file's. With no
+         * decode it holds what the sample's chunks kept, all of them. */
+        for (size_t i = 0; rc == 0 && i < LH; i++) {
+            int32_t k = res.kept_n[i];
+            if (k < 1 || k > lens[s]) {
+                rc = tg_err_set(err, errlen, TG_EINTERNAL,
+                                "sample %d: layer %d head %d kept %d of %d "
+                                "keys", s, (int)(i / (size_t)H),
+                                (int)(i % (size_t)H), k, lens[s]);
+                break;
+            }
+            row[i] = (double)k / (double)lens[s];
+            sum += row[i];
+        }
+        gw_gen_result_free(&res);
+        if (rc != 0)
+            return rc;
+        if (progress != NULL)
+            progress(progress_ud, s + 1, n_samples, lens[s]);
+    }
+    /* The mean of ratios in (0, 1] lies in (0, 1]; the clamp only guards
+     * the last ulp of the division. */
+    double mean = sum / ((double)n_samples * (double)LH);
+    r->target_ratio = mean > 1.0 ? 1.0 : mean;
     return 0;
 }
 
@@ -330,20 +406,42 @@ int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
 {
     memset(r, 0, sizeof(*r));
     memset(p, 0, sizeof(*p));
-    if (!(o->ratio > 0 && o->ratio <= 1) || o->max_sample_tokens < 1)
+    if (o->max_sample_tokens < 1)
         return tg_err_set(err, errlen, TG_EINVAL,
-                          "--ratio must be in (0, 1] and the sample limit >= 1");
+                          "the sample limit must be >= 1");
     enum tg_score_method method;
-    if (gw_method_parse(o->method, &method) != 0)
-        return tg_err_set(err, errlen, TG_EINVAL, "unknown method '%s'", o->method);
-    if (method == TG_SCORE_GVOTE)
-        /* Calibration ranks scores globally (the paper's top-k); gvote
-         * votes instead of scoring, and takes its upper bounds from a
-         * profile calibrated with a scoring method. */
+    if (o->method == NULL || gw_method_parse(o->method, &method) != 0)
         return tg_err_set(err, errlen, TG_EINVAL,
-                          "calibrate needs a scoring method (snapkv, keydiff, "
-                          "expected_attention); gvote runs under a profile "
-                          "calibrated with one of them");
+                          "unknown method '%s' (snapkv, keydiff, "
+                          "expected_attention, gvote)",
+                          o->method != NULL ? o->method : "(null)");
+    const int gv = method == TG_SCORE_GVOTE;
+    if (gv) {
+        /* gvote votes instead of scoring: there is no global top-k to
+         * size, so it runs itself in the serving chunks and its own
+         * keep counts are the retention (gw_calibrate_gvote_run). */
+        if (o->ratio != 0.0)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "--ratio does not apply to gvote: what it "
+                              "keeps follows --gvote-p (the profile "
+                              "records the mean it kept)");
+        if (o->prefill_chunk < 1)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "--prefill-chunk must be >= 1, got %d",
+                              o->prefill_chunk);
+        int prc = gw_gvote_params_check(&o->gvote, err, errlen);
+        if (prc != 0)
+            return prc;
+    } else {
+        if (!(o->ratio > 0 && o->ratio <= 1))
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "--ratio must be in (0, 1] for method %s",
+                              o->method);
+        if (o->prefill_chunk != 0)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "--prefill-chunk applies to gvote only (%s "
+                              "scores a sample as one chunk)", o->method);
+    }
     char path[4096];
     snprintf(path, sizeof(path), "%s/tokenizer.json", o->model_dir);
     struct tok_tokenizer tok = {0};
@@ -362,15 +460,20 @@ int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
                                 .n_sink = KV_SINK_TOKENS};
     struct gw_engine_opts eo = {
         .model_dir = o->model_dir,
-        .profile_path = NULL,
+        .profile_path = NULL, /* budget 1: gvote's k_cap is n */
         .heads_per_group = 1,
         .page_size = 16,
-        .prefill_chunk = max_len, /* one chunk: scores over the whole context */
+        /* Scoring methods: one chunk, scores over the whole context.
+         * gvote: the serving chunks (a shorter chunk than C changes no
+         * boundary of samples of at most max_len tokens). */
+        .prefill_chunk = gv && o->prefill_chunk < max_len ? o->prefill_chunk
+                                                          : max_len,
         .method = o->method,
+        .gvote = gv ? &o->gvote : NULL,
         .max_context = max_len,
         .n_threads = o->n_threads,
-        .on_scores = gw_calibrate_on_scores,
-        .on_scores_ud = &st,
+        .on_scores = gv ? NULL : gw_calibrate_on_scores,
+        .on_scores_ud = gv ? NULL : &st,
         .on_queries = o->trig ? gw_calibrate_on_queries : NULL,
         .on_queries_ud = &trig,
     };
@@ -400,8 +503,14 @@ int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
         }
     }
     st.n_kv_heads = e.model.n_kv_heads;
-    rc = gw_calibrate_run(&e, &st, (const int32_t *const *)samples, lens, n, r,
-                          o->progress, o->progress_ud, err, errlen);
+    if (gv)
+        rc = gw_calibrate_gvote_run(&e, o->seed,
+                                    (const int32_t *const *)samples, lens, n,
+                                    r, o->progress, o->progress_ud, err,
+                                    errlen);
+    else
+        rc = gw_calibrate_run(&e, &st, (const int32_t *const *)samples, lens,
+                              n, r, o->progress, o->progress_ud, err, errlen);
     if (rc != 0)
         goto out;
     r->architecture = strdup(mc_arch_name(e.model.cfg.arch));

@@ -12,6 +12,9 @@
  *   tangram-profile tp     --profile P --ranks T
  *   tangram-profile calibrate --model DIR --ratio r --samples FILE.jsonl
  *                          [--method M] [--alpha A] [--heads-per-group N] -o OUT
+ *   tangram-profile calibrate --model DIR --method gvote --samples FILE.jsonl
+ *                          [--gvote-p P] [--gvote-samples S] [--gvote-future N]
+ *                          [--prefill-chunk C] [--seed N] ... -o OUT
  *
  * JSON results go to stdout, errors to stderr; exit status 0 on success, 1
  * on bad input (files, values), 2 on bad usage (an unknown flag, a bad or
@@ -523,7 +526,17 @@ struct calib_args {
     int64_t hpg, max_sample_tokens, threads;
     int grouping;
     bool trig;
+    double gvote_p;
+    int64_t gvote_samples, gvote_future, prefill_chunk, seed;
 };
+
+/* The defaults of the gvote rows below, also what "not given" looks like
+ * to calib_run (a flag given with its default value changes nothing). */
+#define CAL_GVOTE_P_DEF "0.95"
+#define CAL_GVOTE_SAMPLES_DEF "8"
+#define CAL_GVOTE_FUTURE_DEF "32"
+#define CAL_CHUNK_DEF "512"
+#define CAL_SEED_DEF "0"
 
 #define CAL_OFF(f, t) TG_CONFIG_OFFSET(struct calib_args, f, t)
 static const struct tg_config_entry calib_table[] = {
@@ -533,11 +546,39 @@ static const struct tg_config_entry calib_table[] = {
      .help = "Hugging Face model directory (with tokenizer.json)."},
     {.name = "method", .type = TG_CONFIG_STRING, .def = "snapkv",
      .offset = CAL_OFF(method, char *), .metavar = "M",
-     .help = "Scoring method: snapkv, keydiff or expected_attention."},
-    {.name = "ratio", .type = TG_CONFIG_DOUBLE, .min = 0, .max = 1,
+     .help = "Scoring method: snapkv, keydiff or expected_attention (the "
+             "paper's global top-k per layer), or gvote (its own adaptive "
+             "keep counts, DESIGN.md 4.8)."},
+    /* No default: 0 means "not given" (the range starts above it). */
+    {.name = "ratio", .type = TG_CONFIG_DOUBLE, .min = 1e-9, .max = 1,
      .offset = CAL_OFF(ratio, double), .metavar = "r",
-     .flags = TG_CONFIG_REQUIRED,
-     .help = "Target keep ratio r, in (0, 1]."},
+     .help = "Target keep ratio r, in (0, 1]; required with a scoring "
+             "method, refused with gvote."},
+    /* gvote's flags: the names, ranges and defaults of tangram-generate's
+     * and tangramd's (common/tg_serve_opts.c). */
+    {.name = "gvote-p", .type = TG_CONFIG_DOUBLE, .def = CAL_GVOTE_P_DEF,
+     .min = 1e-9, .max = 1, .offset = CAL_OFF(gvote_p, double),
+     .metavar = "P",
+     .help = "gvote: attention mass of the real query's nucleus."},
+    {.name = "gvote-samples", .type = TG_CONFIG_INT,
+     .def = CAL_GVOTE_SAMPLES_DEF, .min = 0, .max = GW_GVOTE_MAX_SAMPLES,
+     .offset = CAL_OFF(gvote_samples, int64_t), .metavar = "S",
+     .help = "gvote: synthetic queries per query head (0: deterministic)."},
+    {.name = "gvote-future", .type = TG_CONFIG_INT,
+     .def = CAL_GVOTE_FUTURE_DEF, .min = 1, .max = GW_GVOTE_MAX_FUTURE,
+     .offset = CAL_OFF(gvote_future, int64_t), .metavar = "N",
+     .help = "gvote: future positions averaged into the synthetic queries' "
+             "rotation."},
+    {.name = "prefill-chunk", .type = TG_CONFIG_INT, .def = CAL_CHUNK_DEF,
+     .min = 1, .max = 1 << 20, .offset = CAL_OFF(prefill_chunk, int64_t),
+     .metavar = "TOKENS",
+     .help = "gvote: chunk length C the samples are cut into, as when "
+             "serving (use the server's --prefill-chunk)."},
+    {.name = "seed", .type = TG_CONFIG_INT, .def = CAL_SEED_DEF, .min = 0,
+     .max = 9007199254740991.0, .offset = CAL_OFF(seed, int64_t),
+     .metavar = "N",
+     .help = "gvote: sample i (0-based) runs with request seed N + i, the "
+             "seed of its synthetic queries."},
     {.name = "samples", .type = TG_CONFIG_STRING,
      .offset = CAL_OFF(samples, char *), .metavar = "FILE.jsonl",
      .flags = TG_CONFIG_REQUIRED,
@@ -574,20 +615,60 @@ static void calib_progress(void *ud, int done, int total, int n_tokens)
             n_tokens);
 }
 
+/* The gvote-only flags given with a value other than their default,
+ * named for a usage error; NULL when there is none. */
+static const char *calib_gvote_flag_set(const struct calib_args *a)
+{
+    if (a->gvote_p != atof(CAL_GVOTE_P_DEF))
+        return "--gvote-p";
+    if (a->gvote_samples != atoll(CAL_GVOTE_SAMPLES_DEF))
+        return "--gvote-samples";
+    if (a->gvote_future != atoll(CAL_GVOTE_FUTURE_DEF))
+        return "--gvote-future";
+    if (a->prefill_chunk != atoll(CAL_CHUNK_DEF))
+        return "--prefill-chunk";
+    if (a->seed != atoll(CAL_SEED_DEF))
+        return "--seed";
+    return NULL;
+}
+
 static int calib_run(const struct calib_args *a)
 {
-    if (!(a->ratio > 0.0)) {
-        char msg[128];
-        snprintf(msg, sizeof(msg), "--ratio: %g is not a number in (0, 1]",
-                 a->ratio);
+    char msg[256];
+    enum tg_score_method method;
+    if (gw_method_parse(a->method, &method) != 0) {
+        snprintf(msg, sizeof(msg), "--method: unknown method '%s' (snapkv, "
+                 "keydiff, expected_attention, gvote)", a->method);
+        return usage_error(current, msg);
+    }
+    int gv = method == TG_SCORE_GVOTE;
+    const char *flag = calib_gvote_flag_set(a);
+    if (gv && a->ratio != 0.0)
+        return usage_error(current,
+                           "--ratio does not apply to --method gvote: what "
+                           "gvote keeps follows --gvote-p and the text (the "
+                           "profile's target_ratio records the mean it "
+                           "kept)");
+    if (!gv && !(a->ratio > 0.0)) {
+        snprintf(msg, sizeof(msg), "--ratio is required with --method %s (a "
+                 "target keep ratio in (0, 1])", a->method);
+        return usage_error(current, msg);
+    }
+    if (!gv && flag != NULL) {
+        snprintf(msg, sizeof(msg), "%s applies to --method gvote only (%s "
+                 "scores each sample as one chunk)", flag, a->method);
         return usage_error(current, msg);
     }
     struct gw_calib_opts o = {
         .model_dir = a->model, .samples_path = a->samples,
-        .method = a->method, .ratio = a->ratio, .alpha = a->alpha,
+        .method = a->method, .ratio = gv ? 0.0 : a->ratio, .alpha = a->alpha,
         .heads_per_group = (int)a->hpg, .grouping = grouping_of(a->grouping),
         .max_sample_tokens = (int)a->max_sample_tokens,
         .n_threads = (int)a->threads, .trig = a->trig,
+        .gvote = {.p = a->gvote_p, .samples = (int)a->gvote_samples,
+                  .future = (int)a->gvote_future},
+        .prefill_chunk = gv ? (int)a->prefill_chunk : 0,
+        .seed = (uint64_t)a->seed,
         .progress = calib_progress,
     };
     char retpath[4096];
@@ -649,10 +730,13 @@ static const struct command commands[] = {
           "[--prefill-chunk 512]"},
     {"calibrate", cmd_calibrate,
      "Run a model over sample texts, record per-head retention under the "
-     "paper's non-uniform compression, and write the retention file and the "
-     "profile.",
-     PROG " calibrate --model DIR --ratio r --samples FILE.jsonl "
-          "[--method snapkv|keydiff|expected_attention] [--alpha 2] "
+     "paper's non-uniform compression (or gvote's own keep counts), and "
+     "write the retention file and the profile.",
+     PROG " calibrate --model DIR --samples FILE.jsonl "
+          "(--ratio r [--method snapkv|keydiff|expected_attention] | "
+          "--method gvote [--gvote-p 0.95] [--gvote-samples 8] "
+          "[--gvote-future 32] [--prefill-chunk 512] [--seed 0]) "
+          "[--alpha 2] "
           "[--heads-per-group 4] [--grouping clustered|adjacent] "
           "[--max-sample-tokens 4096] [--retention-out FILE] [--trig] "
           "-o OUT"},

@@ -14,6 +14,8 @@ static const char *const log_format_choices[] = {"text", "json", NULL};
 static const char *const log_level_choices[] = {"err", "warn", "info",
                                                 "debug", NULL};
 static const char *const onoff_choices[] = {"off", "on", NULL};
+/* Same order as enum tg_decode_compress. */
+static const char *const decode_compress_choices[] = {"none", "trig", NULL};
 
 /* tangramd's rows come first, in the order of its --help (and of the flags
  * it forwards); then the router's own; then the worker's own. */
@@ -86,6 +88,40 @@ static const struct tg_config_entry table[] = {
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
      .help = "gvote: future positions averaged into the synthetic queries' "
              "rotation."},
+    /* Decode-time compression (DESIGN.md §4.9; the cap rule is
+     * common/kv/kv_trig.h's). The workers compact; the router needs the
+     * caps for its admission bound and to check the workers' reports. */
+    {.name = "decode-compress", .type = TG_CONFIG_ENUM, .def = "none",
+     .offset = OFF(decode_compress, int), .choices = decode_compress_choices,
+     .metavar = "MODE",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "Decode-time compression: none, or trig (every --decode-every "
+             "decoded tokens, heads over their cap keep their best KV by "
+             "the profile's trig statistics; --backend cpu only for now)."},
+    {.name = "decode-budget", .type = TG_CONFIG_INT, .def = "2048",
+     .min = 1, .max = 2147483647.0, .offset = OFF(decode_budget, int64_t),
+     .metavar = "TOKENS",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "trig: decode KV per head c (scaled per head by the profile's "
+             "budgets); at least 4 + --decode-window."},
+    {.name = "decode-budget-uniform", .type = TG_CONFIG_BOOL, .def = "false",
+     .offset = OFF(decode_budget_uniform, bool),
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "trig: every head keeps --decode-budget (no per-head scaling)."},
+    {.name = "decode-every", .type = TG_CONFIG_INT, .def = "128", .min = 1,
+     .max = 1048576, .offset = OFF(decode_every, int64_t), .metavar = "N",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "trig: decoded tokens between compactions (beta)."},
+    {.name = "decode-window", .type = TG_CONFIG_INT, .def = "32", .min = 0,
+     .max = 1048576, .offset = OFF(decode_window, int64_t), .metavar = "N",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "trig: latest decoded entries always kept (W_d)."},
+    {.name = "trig-stats", .type = TG_CONFIG_STRING, .def = "",
+     .offset = OFF(trig_stats, char *), .metavar = "FILE",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "trig: take the statistics from this profile file of the same "
+             "model (needed with --profile none; overrides the profile's "
+             "own)."},
     {.name = "max-num-seqs", .type = TG_CONFIG_INT, .def = "256", .min = 1,
      .max = 65536, .offset = OFF(max_num_seqs, int64_t), .metavar = "N",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,

@@ -51,6 +51,13 @@ enum tg_serve_backend {
     TG_SERVE_BACKEND_CUDA = 1,
 };
 
+/* --decode-compress. Values are the indices of the choices "none",
+ * "trig" (DESIGN.md §4.9). */
+enum tg_decode_compress {
+    TG_DECODE_COMPRESS_NONE = 0,
+    TG_DECODE_COMPRESS_TRIG = 1,
+};
+
 /* Every serving option. A program's parse fills the fields of its own rows;
  * the others stay zero (NULL strings). */
 struct tg_serve_opts {
@@ -75,6 +82,14 @@ struct tg_serve_opts {
     double gvote_p;           /* gvote's nucleus mass (§4.8); the workers' */
     int64_t gvote_samples;    /* gvote's synthetic queries S */
     int64_t gvote_future;     /* gvote's future positions n_f */
+    int decode_compress;      /* enum tg_decode_compress (§4.9); router
+                                 and workers */
+    int64_t decode_budget;    /* trig: c, tokens per head */
+    bool decode_budget_uniform; /* trig: every head c */
+    int64_t decode_every;     /* trig: beta */
+    int64_t decode_window;    /* trig: W_d */
+    char *trig_stats;         /* trig: statistics from another profile
+                                 file; "" = the profile's own */
     int64_t max_num_seqs;     /* running requests per step (the workers'
                                  request slots) */
     int64_t max_batched_tokens; /* tokens per step (decode + chunks) */

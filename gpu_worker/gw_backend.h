@@ -16,6 +16,10 @@
  *   copy_pages           page contents to other pages of the pool (a
  *                        parallel sample's private copy of a partly
  *                        filled page, proto ENTRY_KIND_FORK)
+ *   compact              decode-time compression (§4.9) of n sequences
+ *                        right after their trigger step (CPU; the CUDA
+ *                        backend refuses: its worker refuses trig at
+ *                        start-up)
  *   comm_failed          the group is broken (a collective timed out)
  *
  * Logits rows. A step's logits live in the backend, addressed by row: the
@@ -133,6 +137,14 @@ struct gw_backend_ops {
      * outside the pool) or TG_EDEVICE. */
     int (*copy_pages)(struct gw_backend *b, const int32_t *src,
                       const int32_t *dst, int n, char *err, size_t errlen);
+    /* Decode-time compression (gw_forward_trig's contract) of the n
+     * sequences, each right after the decode step that triggered it:
+     * heads over their caps are compacted in place, hlen and len shrink;
+     * *heads gets the heads compacted. 0, TG_EINVAL, TG_ENOMEM, or
+     * TG_EUNSUPPORTED where the backend has no compaction. */
+    int (*compact)(struct gw_backend *b, const struct gw_trig_cfg *c,
+                   struct gw_seq *const *seqs, int n, int64_t *heads,
+                   char *err, size_t errlen);
     /* Frees the backend (and b itself). */
     void (*free)(struct gw_backend *b);
 };

@@ -166,6 +166,14 @@ static int cpu_copy_pages(struct gw_backend *b, const int32_t *src,
     return 0;
 }
 
+static int cpu_compact(struct gw_backend *b, const struct gw_trig_cfg *tc,
+                       struct gw_seq *const *seqs, int n, int64_t *heads,
+                       char *err, size_t errlen)
+{
+    struct cpu_backend *c = (struct cpu_backend *)b;
+    return gw_forward_trig(&c->rt, tc, seqs, n, heads, err, errlen);
+}
+
 static const struct gw_backend_ops cpu_ops = {
     .name = "cpu",
     .comm_kind = GW_COMM_KIND,
@@ -176,6 +184,7 @@ static const struct gw_backend_ops cpu_ops = {
     .decode = cpu_decode,
     .sample = cpu_sample,
     .copy_pages = cpu_copy_pages,
+    .compact = cpu_compact,
     .free = cpu_free,
 };
 

@@ -216,6 +216,23 @@ static int cuda_copy_pages(struct gw_backend *b, const int32_t *src,
     return gw_cuda_copy_pages(&c->cu, src, dst, n, err, errlen);
 }
 
+/* No forward pass calls the trig kernels yet: the worker refuses
+ * --decode-compress trig on this backend at start-up, so this only
+ * answers a caller that did not. */
+static int cuda_compact(struct gw_backend *b, const struct gw_trig_cfg *tc,
+                        struct gw_seq *const *seqs, int n, int64_t *heads,
+                        char *err, size_t errlen)
+{
+    (void)b;
+    (void)tc;
+    (void)seqs;
+    (void)n;
+    *heads = 0;
+    return tg_err_set(err, errlen, TG_EUNSUPPORTED,
+                      "decode-time compression is not wired on the CUDA "
+                      "backend yet");
+}
+
 static void cuda_free(struct gw_backend *b)
 {
     struct cuda_backend *c = (struct cuda_backend *)b;
@@ -246,6 +263,7 @@ static const struct gw_backend_ops cuda_ops = {
     .decode = cuda_decode,
     .sample = cuda_sample,
     .copy_pages = cuda_copy_pages,
+    .compact = cuda_compact,
     .free = cuda_free,
 };
 

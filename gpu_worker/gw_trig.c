@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/kv/kv_budget.h"
+#include "common/kv/kv_trig.h"
 #include "common/tg_err.h"
 
 int gw_trig_caps(const double *budget, int H, int64_t c, int window,
@@ -23,24 +24,9 @@ int gw_trig_caps(const double *budget, int H, int64_t c, int window,
 int gw_trig_caps_mean(const double *budget, int H, double mean, int64_t c,
                       int window, int uniform, int32_t *cap)
 {
-    int64_t F = GW_TRIG_SINKS + (int64_t)window;
-    if (H < 1 || window < 0 || c < F || c > INT32_MAX || !(mean > 0.0))
-        return TG_EINVAL;
-    for (int h = 0; h < H; h++)
-        if (!(budget[h] > 0.0 && budget[h] <= 1.0))
-            return TG_EINVAL;
-    for (int h = 0; h < H; h++) {
-        if (uniform) {
-            cap[h] = (int32_t)c;
-            continue;
-        }
-        /* round(): half away from zero, as C's round() does. */
-        double r = round((double)c * budget[h] / mean);
-        if (r > (double)INT32_MAX)
-            r = (double)INT32_MAX;
-        cap[h] = (int32_t)(r < (double)F ? (double)F : r);
-    }
-    return 0;
+    /* The rule lives in common/kv (the router's admission bound uses it
+     * too). */
+    return kv_trig_caps_mean(budget, H, mean, c, window, uniform, cap);
 }
 
 double gw_trig_score(const struct gw_trig_qstat *q, int G, const float *k,
@@ -204,18 +190,12 @@ int gw_trig_cfg_init(struct gw_trig_cfg *c, const struct gw_trig_opts *o,
                      const float *inv_freq, char *err, size_t errlen)
 {
     memset(c, 0, sizeof(*c));
-    int64_t F = GW_TRIG_SINKS + (int64_t)o->window;
-    if (o->window < 0)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "--decode-window must be >= 0 (got %d)", o->window);
-    if (o->budget < F || o->budget > INT32_MAX)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "--decode-budget %lld must be at least F = 4 + "
-                          "--decode-window = %lld (sinks and the window "
-                          "always stay)", (long long)o->budget, (long long)F);
-    if (o->every < 1)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "--decode-every must be >= 1 (got %d)", o->every);
+    struct kv_trig_opts ko = {.enabled = o->enabled, .budget = o->budget,
+                              .uniform = o->uniform, .every = o->every,
+                              .window = o->window};
+    int rc = kv_trig_opts_check(&ko, err, errlen);
+    if (rc != 0)
+        return rc;
     const int L = lay->n_layers, H = lay->n_kv_heads, d = lay->head_dim;
     if (stats == NULL || stats->num_q_heads == 0)
         return tg_err_set(err, errlen, TG_EINVAL,
@@ -228,6 +208,11 @@ int gw_trig_cfg_init(struct gw_trig_cfg *c, const struct gw_trig_opts *o,
                           "trig statistics for %d query heads of %d pairs do "
                           "not fit the model's %d query heads of dimension %d",
                           stats->num_q_heads, stats->half, n_q_heads, d);
+    /* The caps are common/kv's (one rule for the router and workers). */
+    struct kv_trig kt;
+    rc = kv_trig_init(&kt, &ko, p, lay, err, errlen);
+    if (rc != 0)
+        return rc;
     c->every = o->every;
     c->window = o->window;
     c->n_layers = L;
@@ -237,29 +222,8 @@ int gw_trig_cfg_init(struct gw_trig_cfg *c, const struct gw_trig_opts *o,
     c->n_groups = lay->n_groups;
     c->stats = stats;
     c->inv_freq = inv_freq;
-    c->cap = malloc((size_t)L * (size_t)H * sizeof(int32_t));
-    c->group_cap = calloc((size_t)L * (size_t)lay->n_groups, sizeof(int32_t));
-    if (c->cap == NULL || c->group_cap == NULL) {
-        gw_trig_cfg_free(c);
-        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
-    }
-    for (int l = 0; l < L; l++) {
-        int32_t *cap = c->cap + (size_t)l * (size_t)H;
-        int rc = gw_trig_caps_mean(p->budget + (size_t)l * (size_t)H, H,
-                                   p->budget_mean[l], o->budget, o->window,
-                                   o->uniform, cap);
-        if (rc != 0) {
-            gw_trig_cfg_free(c);
-            return tg_err_set(err, errlen, rc, "decode caps of layer %d", l);
-        }
-        for (int h = 0; h < H; h++) {
-            int32_t *gc = c->group_cap +
-                          (size_t)l * (size_t)lay->n_groups +
-                          (size_t)lay->head_group[(size_t)l * (size_t)H + (size_t)h];
-            if (cap[h] > *gc)
-                *gc = cap[h];
-        }
-    }
+    c->cap = kt.cap;             /* ownership moves to c */
+    c->group_cap = kt.group_cap;
     return 0;
 }
 

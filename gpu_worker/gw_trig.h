@@ -27,14 +27,17 @@
 #include <stdint.h>
 
 #include "common/kv/kv_layout.h"
+#include "common/kv/kv_trig.h"
 #include "common/pf_profile.h"
 #include "kernels/tg_ops.h"
 
 #define GW_TRIG_N_OFFSETS 17        /* O = {2^0 .. 2^16} */
-#define GW_TRIG_BUDGET_DEFAULT 2048 /* --decode-budget c */
-#define GW_TRIG_EVERY_DEFAULT 128   /* --decode-every beta */
-#define GW_TRIG_WINDOW_DEFAULT 32   /* --decode-window W_d */
-#define GW_TRIG_SINKS 4             /* F = 4 + W_d */
+/* The option defaults and the cap rule are common/kv/kv_trig.h's (the
+ * router's admission bound uses them too). */
+#define GW_TRIG_BUDGET_DEFAULT KV_TRIG_BUDGET_DEFAULT
+#define GW_TRIG_EVERY_DEFAULT KV_TRIG_EVERY_DEFAULT
+#define GW_TRIG_WINDOW_DEFAULT KV_TRIG_WINDOW_DEFAULT
+#define GW_TRIG_SINKS KV_TRIG_SINKS
 
 /* Caps of one layer, §4.9: cap[h] = max(F, round(c * budget[h] /
  * mean_h budget)), F = 4 + window, round half away from zero; uniform:
@@ -43,7 +46,7 @@
 int gw_trig_caps(const double *budget, int H, int64_t c, int window,
                  int uniform, int32_t *cap);
 
-/* gw_trig_caps with the denominator given: mean is mean_h budget over
+/* gw_trig_caps with the denominator given (kv_trig_caps_mean): mean is mean_h budget over
  * the whole model's heads of the layer (a tensor-parallel rank holds only
  * some of them; pf_profile.budget_mean). Same returns. */
 int gw_trig_caps_mean(const double *budget, int H, double mean, int64_t c,

@@ -18,6 +18,7 @@ static void slot_free(struct gw_wslot *s)
     kv_seq_free(&s->kv, NULL);
     free(s->rowp);
     free(s->hist);
+    free(s->dstart);
     memset(s, 0, sizeof(*s));
 }
 
@@ -49,6 +50,8 @@ void gw_worker_free(struct gw_worker *w)
     free(w->hrep);
     free(w->row_max);
     gw_backend_free(w->be);
+    gw_trig_cfg_free(&w->trig);
+    pf_trig_free(&w->trig_stats);
     kv_layout_free(&w->layout);
     pf_profile_free(&w->profile);
     gw_model_free(&w->model);
@@ -80,13 +83,36 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
         .rank = o->rank,
         .world_size = o->world_size,
     };
-    int rc = gw_engine_load_parts(&w->model, &w->profile, &w->layout,
-                                  &w->method, &eo, err, errlen);
+    int *global_head = NULL;
+    int trig = o->trig != NULL && o->trig->enabled;
+    if (trig && o->backend != GW_BACKEND_CPU)
+        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
+                          "--decode-compress trig runs on --backend cpu only "
+                          "for now (the CUDA forward pass does not compact "
+                          "yet)");
+    int rc = gw_engine_load_parts_map(&w->model, &w->profile, &w->layout,
+                                      &w->method, &global_head, &eo, err,
+                                      errlen);
     if (rc != 0)
         goto fail;
+    if (trig) {
+        /* Caps from common/kv (the router's admission bound uses the same
+         * rule), statistics in the rank's head order. */
+        rc = gw_engine_trig_init(&w->trig, &w->trig_stats, o->trig,
+                                 o->trig_stats_path, &w->profile, &w->layout,
+                                 &w->model, global_head, err, errlen);
+        if (rc != 0) {
+            free(global_head);
+            goto fail;
+        }
+    }
+    free(global_head);
     /* An adaptive method's heads keep counts only the worker learns: its
-     * slots keep per-head lengths and every step reports them. */
-    w->per_head = gw_method_per_head(w->method);
+     * slots keep per-head lengths and every step reports them. Decode-time
+     * compression shrinks heads by their own caps: per-head lengths too,
+     * reported after each trigger. */
+    w->per_head_prefill = gw_method_per_head(w->method);
+    w->per_head = w->per_head_prefill || trig;
     w->rank = o->rank;
     w->world_size = o->world_size;
     w->max_slots = o->max_slots;
@@ -148,7 +174,11 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
         if (rc != 0)
             goto fail;
         w->slots[i].rowp = calloc(R, sizeof(*w->slots[i].rowp));
-        if (w->slots[i].rowp == NULL) {
+        if (trig)
+            w->slots[i].dstart = calloc((size_t)w->layout.n_layers *
+                                            (size_t)w->layout.n_kv_heads,
+                                        sizeof(int32_t));
+        if (w->slots[i].rowp == NULL || (trig && w->slots[i].dstart == NULL)) {
             rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
             goto fail;
         }
@@ -696,7 +726,8 @@ static struct gw_seq *seq_view(struct gw_worker *w, uint32_t slot)
     q->pages = sl->rowp;
     q->n_pages = sl->kv.n_pages;
     q->kv = &sl->kv;
-    q->hlen = sl->kv.head_len; /* NULL unless the method is adaptive */
+    q->hlen = sl->kv.head_len; /* NULL unless heads are kept */
+    q->dstart = sl->dstart;    /* NULL without trig */
     return q;
 }
 
@@ -746,6 +777,18 @@ static void slot_error(struct gw_worker *w, size_t *n_err, uint32_t slot,
     (*n_err)++;
 }
 
+/* A turn's decode begins for slot sl (its last prefill chunk ran, or a
+ * fork copied its source): with trig, each head's decode region starts at
+ * its present length and the decoded count at the present position. */
+static void decode_region_begin(struct gw_worker *w, struct gw_wslot *sl)
+{
+    if (w->trig.cap == NULL)
+        return;
+    memcpy(sl->dstart, sl->kv.head_len,
+           (size_t)sl->kv.n_heads * sizeof(int32_t));
+    sl->dbase = sl->pos;
+}
+
 /* A fork entry once its source's last chunk has run: the pages of its
  * rows that differ from the source's (the private copies of the partly
  * filled last pages) get the source's content, it takes the source's
@@ -787,6 +830,12 @@ static int run_fork(struct gw_worker *w, const struct gw_plan *plan,
         memcpy(dst->hist, src->hist, (size_t)n_hist * sizeof(int32_t));
     dst->hist_from = src->hist_from;
     dst->pos = src->pos;
+    if (dst->kv.head_len != NULL) {
+        /* The fork holds exactly what its source holds, head by head. */
+        memcpy(dst->kv.head_len, src->kv.head_len,
+               (size_t)dst->kv.n_heads * sizeof(int32_t));
+        decode_region_begin(w, dst);
+    }
     int32_t si = (int32_t)(se - plan->entries), di = (int32_t)(e - plan->entries);
     if (w->rank == 0 && w->be->logits != NULL && row[si] >= 0 && row[di] >= 0) {
         size_t V = (size_t)w->model.vocab;
@@ -794,6 +843,33 @@ static int run_fork(struct gw_worker *w, const struct gw_plan *plan,
                w->be->logits + (size_t)row[si] * V, V * sizeof(float));
     }
     return 0;
+}
+
+/* §4.9 trigger, after the decode batch ran: the slots whose append made
+ * their turn's decoded count a multiple of beta are compacted together
+ * through the backend, and each reports its heads (every rank). */
+static int compact_triggered(struct gw_worker *w, const struct gw_plan *plan,
+                             char *err, size_t errlen)
+{
+    int n = 0;
+    for (size_t i = 0; i < plan->n_entries; i++) {
+        const struct gw_entry *e = &plan->entries[i];
+        if (e->kind != GW_ENTRY_DECODE)
+            continue;
+        struct gw_wslot *sl = &w->slots[e->slot];
+        int64_t decoded = sl->pos - sl->dbase;
+        if (decoded <= 0 || decoded % w->trig.every != 0)
+            continue;
+        w->seq_ptrs[n++] = seq_view(w, e->slot);
+        w->hrep[w->n_hrep++] = (struct gw_head_lens){
+            .slot = e->slot, .lens = sl->kv.head_len,
+            .n = (size_t)sl->kv.n_heads};
+    }
+    if (n == 0)
+        return 0;
+    int64_t heads = 0;
+    return w->be->ops->compact(w->be, &w->trig, w->seq_ptrs, n, &heads, err,
+                               errlen);
 }
 
 /* Logits rows: the sampled prefill entries take rows 0 .. n_pf - 1 in plan
@@ -831,7 +907,9 @@ static int run_plan(struct gw_worker *w, const struct gw_plan *plan,
             return rc;
         hist_add(sl, e);
         sl->pos = q->pos;
-        if (q->hlen != NULL) {
+        if (e->last_chunk)
+            decode_region_begin(w, sl);
+        if (w->per_head_prefill) {
             /* The heads kept what the method chose, which the router
              * cannot predict: report every head after the chunk. */
             w->hrep[w->n_hrep++] = (struct gw_head_lens){
@@ -869,6 +947,8 @@ static int run_plan(struct gw_worker *w, const struct gw_plan *plan,
             if (e->kind == GW_ENTRY_DECODE)
                 w->slots[e->slot].pos = w->seqs[e->slot].pos;
         }
+        if (w->trig.cap != NULL)
+            return compact_triggered(w, plan, err, errlen);
     }
     return 0;
 }

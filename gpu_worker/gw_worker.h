@@ -26,6 +26,16 @@
  * in its result (gw_result.head_lens). The router commits them and cuts the
  * rows it shrank with truncate_to in the slot's next deltas; until then the
  * slot's rows keep their stale tail ids, which nothing reads.
+ * Decode-time compression (trig, DESIGN.md §4.9, CPU backend): slots keep
+ * per-head lengths too, and each slot knows where its current turn's
+ * decode began (dbase, set when a turn's last prefill chunk runs or a
+ * fork copies its source) and where each head's decode region starts
+ * (dstart, the head lengths at that moment). After the decode batch, every
+ * slot whose append made pos - dbase a multiple of beta is compacted
+ * through the backend's `compact` (heads over their caps keep their caps,
+ * §4.9), and every rank reports those slots' head lengths in its result;
+ * the router applies them (kv_seq_compact_rows) and cuts the rows with
+ * truncate_to in the slot's next deltas, as for gvote.
  * The whole plan is validated before step 1 touches anything (slots,
  * layers, groups and page ids in range, positions equal to the slot's,
  * chunk sizes, token ids, rows holding at most what their pages can), so a
@@ -120,6 +130,11 @@ struct gw_worker_opts {
                                    <= 0: 120 s */
     const struct gw_gvote_params *gvote; /* method gvote: NULL for the
                                    defaults of DESIGN.md §4.8 */
+    const struct gw_trig_opts *trig; /* decode-time compression (§4.9);
+                                   NULL or !enabled: none. CPU backend
+                                   only: the CUDA worker refuses it */
+    const char *trig_stats_path; /* trig: statistics from this profile
+                                   file; NULL or "": the profile's own */
 };
 
 /* The persistent state of one request slot. */
@@ -134,6 +149,14 @@ struct gw_wslot {
                               [hist_from, pos) */
     int64_t hist_from;     /* first position whose token is known */
     int64_t hist_cap;
+    int32_t *dstart;       /* (L, Hkv) with trig: first slot of each
+                              head's decode region of the current turn
+                              (its length when the turn's prefill ended,
+                              or when its fork copied the source) */
+    int64_t dbase;         /* with trig: position where the current
+                              turn's decode began; a decode append that
+                              leaves pos - dbase a multiple of beta
+                              triggers a compaction */
 };
 
 struct gw_worker {
@@ -141,9 +164,14 @@ struct gw_worker {
     struct pf_profile profile;    /* this rank's */
     struct kv_layout layout;      /* this rank's */
     enum tg_score_method method;
-    int per_head;                 /* the method is adaptive: slots keep
-                                     per-head lengths (kv_seq heads) and
-                                     every prefill chunk reports them */
+    int per_head;                 /* slots keep per-head lengths (kv_seq
+                                     heads): an adaptive method or trig */
+    int per_head_prefill;         /* the method is adaptive (gvote): every
+                                     prefill chunk reports the heads */
+    struct gw_trig_cfg trig;      /* decode-time compression (§4.9);
+                                     cap == NULL: off */
+    struct pf_trig trig_stats;    /* statistics of --trig-stats, or empty
+                                     (trig borrows the profile's) */
     struct gw_backend *be;        /* the compute backend, owned */
     int rank, world_size, max_slots;
     int max_tokens;               /* rows of one forward call:

@@ -75,6 +75,12 @@ int main(int argc, char **argv)
     struct gw_gvote_params gvote = {.p = opt.gvote_p,
                                     .samples = (int)opt.gvote_samples,
                                     .future = (int)opt.gvote_future};
+    struct gw_trig_opts trig = {
+        .enabled = opt.decode_compress == TG_DECODE_COMPRESS_TRIG,
+        .budget = opt.decode_budget,
+        .uniform = opt.decode_budget_uniform,
+        .every = (int)opt.decode_every,
+        .window = (int)opt.decode_window};
     struct gw_worker_opts wo = {
         .model_dir = opt.model,
         .profile_path = opt.profile,
@@ -98,6 +104,8 @@ int main(int argc, char **argv)
         .cuda_graphs = opt.cuda_graphs == 1,
         .step_timeout_ms = (int)opt.step_timeout_ms,
         .gvote = &gvote,
+        .trig = &trig,
+        .trig_stats_path = opt.trig_stats,
     };
     struct gw_worker w;
     struct gw_wlink link = {0};

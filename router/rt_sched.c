@@ -165,6 +165,8 @@ static void req_free(struct rt_sched *s, struct rt_sched_req *req)
     }
     free(req->sent);
     free(req->cut);
+    free(req->bound_pages);
+    free(req->dstart);
     free(req->sibs);
     rt_prefix_bounds_free(&req->bounds);
     free(req->tokens);
@@ -332,6 +334,35 @@ int rt_sched_init(struct rt_sched *s, const struct rt_sched_config *cfg,
         if (s->head_of == NULL)
             goto oom;
     }
+    if (cfg->trig != NULL) {
+        if (!cfg->per_head) {
+            rc = tg_err_set(err, errlen, TG_EINVAL,
+                            "rt_sched: decode-time compression needs "
+                            "per-head lengths");
+            goto fail;
+        }
+        s->trig = malloc((size_t)cfg->n_ranks * sizeof(s->trig[0]));
+        s->trig_scratch = malloc((size_t)s->lay[0]->n_layers *
+                                 (size_t)s->lay[0]->n_kv_heads *
+                                 sizeof(int32_t));
+        if (s->trig == NULL || s->trig_scratch == NULL)
+            goto oom;
+        for (int r = 0; r < cfg->n_ranks; r++) {
+            const struct kv_trig *t = cfg->trig[r];
+            if (t == NULL || t->cap == NULL ||
+                t->n_layers != s->lay[r]->n_layers ||
+                t->n_groups != s->lay[r]->n_groups ||
+                t->n_kv_heads != s->lay[r]->n_kv_heads ||
+                t->every != cfg->trig[0]->every) {
+                rc = tg_err_set(err, errlen, TG_EINVAL,
+                                "rt_sched: decode caps of rank %d do not fit "
+                                "its layout", r);
+                goto fail;
+            }
+            s->trig[r] = t;
+        }
+    }
+    s->cfg.trig = NULL; /* the caller's array need not outlive init */
     s->next_serial = 1;
     s->next_step = 1;
     return 0;
@@ -365,6 +396,8 @@ void rt_sched_free(struct rt_sched *s)
     free(s->released);
     free(s->released_pages);
     free(s->head_of);
+    free((void *)s->trig);
+    free(s->trig_scratch);
     free(s->bits);
     memset(s, 0, sizeof(*s));
 }
@@ -419,6 +452,17 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
                               "pages on rank %d, a pool has %d",
                               (long long)req->n_prompt, (long long)pages, r,
                               (int)s->cfg.pages_per_rank);
+        /* Decode-time compression bounds the decode KV: the prompt and
+         * that bound must fit together. */
+        int64_t dec = rt_sched__trig_extra(s, r, req->max_tokens);
+        if (pages + dec > s->cfg.pages_per_rank)
+            return tg_err_set(err, errlen, TG_ETOOBIG,
+                              "rt_sched: prompt of %lld tokens needs %lld "
+                              "pages on rank %d and its compressed decode "
+                              "(max_tokens %d) up to %lld more, a pool has "
+                              "%d", (long long)req->n_prompt,
+                              (long long)pages, r, (int)req->max_tokens,
+                              (long long)dec, (int)s->cfg.pages_per_rank);
     }
     if (rt_sched__find(s, req->id) != NULL)
         return tg_err_set(err, errlen, TG_EEXIST,
@@ -738,7 +782,13 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         int64_t spare = kv_pool_n_free(&s->pools[r]) +
                         rt_prefix_pages(&s->cache, r) -
                         (m != NULL ? m->seqs[r].used_pages : 0);
-        if (need + sib_pages > spare)
+        /* With decode-time compression the group's bounded decode is
+         * reserved too, and the running requests' headroom stays free. */
+        int64_t dec = (1 + (int64_t)req->n_sibs) *
+                          rt_sched__trig_extra(s, r, (int64_t)req->max_tokens -
+                                                         req->n_generated) +
+                      rt_sched__trig_headroom(s, r);
+        if (need + sib_pages + dec > spare)
             return ADM_STOP;
         need_max = need > need_max ? need : need_max;
     }
@@ -817,6 +867,13 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     }
     s->cached_tokens += start;
     if (req->n_sibs > 0 && rt_sched__admit_samples(s, req, start) != 0) {
+        retire(s, req, RT_SCHED_END_ERROR, out);
+        return ADM_ENDED;
+    }
+    int trc = rt_sched__trig_admitted(s, req);
+    for (int32_t i = 0; trc == 0 && i < req->n_sibs; i++)
+        trc = rt_sched__trig_admitted(s, req->sibs[i]);
+    if (trc != 0) {
         retire(s, req, RT_SCHED_END_ERROR, out);
         return ADM_ENDED;
     }
@@ -1010,9 +1067,17 @@ int rt_sched_complete_heads(struct rt_sched *s, struct rt_step *step,
             if (!e->sample)
                 continue;
             req->state = RT_SCHED_DECODING;
+            rt_sched__trig_decode_begin(s, req);
         } else if (e->kind == RT_STEP_FORK) {
             req->state = RT_SCHED_DECODING; /* its pages are the forked
                                                 prompt's, committed */
+            rt_sched__trig_decode_begin(s, req);
+        } else if (rt_sched__trig_fires(s, req, e)) {
+            /* §4.9 trigger step: the heads as the workers compacted them
+             * (checked), before the request can end and be stored. */
+            rt_sched__trig_compact(s, req, heads,
+                                   n_heads > 0 ? s->head_of + (int64_t)i * T
+                                               : NULL);
         }
         TG_ASSERT(req->n_tokens < req->cap);
         req->tokens[req->n_tokens++] = tokens[i];

@@ -47,6 +47,33 @@
  * until then, unread, since the slot runs nothing before that entry). A
  * fresh entry adopting stored KV carries every rank's head lengths too.
  *
+ * Decode-time compression (cfg.trig, `--decode-compress trig`, DESIGN.md
+ * §4.9; needs per_head). A request's decode KV is bounded per row by
+ * kv_trig_row_bound (min(max_tokens, the group's largest cap + beta)), so
+ * admission takes, on top of its prompt pages, the pages of that bound
+ * (kv_trig_decode_pages, with the max_tokens left) and keeps them as
+ * headroom: a request is admitted only while every pool's free and
+ * cached pages cover its prompt, its own bound and what the running trig
+ * requests may still take (bound_pages - used). So decode growth never
+ * finds a pool short after the cache is evicted and a trig request is
+ * never preempted for it (pages a compaction gives back stay its
+ * headroom). rt_sched_submit refuses a request whose prompt plus bound
+ * exceed a pool, and rt_sched_max_tokens no longer caps the context: the
+ * sequence length does not bound the KV. A decode entry whose append makes
+ * the turn's decoded count (positions past the end of its last prefill
+ * chunk) a multiple of beta is a trigger step: each rank reports the
+ * slot's head lengths (rt_step_heads), which must be exactly what the cap
+ * rule leaves (kv_trig_head_after from the head lengths when the turn's
+ * decode began); they are applied with kv_seq_compact_heads (rows shrink
+ * to their longest heads, pages no longer filled go back at once, counted
+ * in rt_sched_pages.released) and the rows are cut on the worker by the
+ * next entry's deltas, as for gvote. A rank that reports nothing is taken
+ * to follow the rule. Rewind boundaries are the committed prefill chunks
+ * only, which precede every decode region compacted after them, so
+ * multi-turn reuse never rewinds into a compacted region; a stored
+ * conversation carries its compacted rows and heads whole and a new turn
+ * continues at its true positions.
+ *
  * rt_sched_complete applies the step's results: commits the prefill chunks,
  * appends the sampled tokens, finishes requests on max_tokens or when the
  * caller flags a stop, and frees or stores (multi-turn cache) the pages of
@@ -67,6 +94,7 @@
 
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
+#include "common/kv/kv_trig.h"
 #include "router/rt_prefix.h"
 
 enum rt_sched_state {
@@ -129,6 +157,11 @@ struct rt_sched_config {
     int per_head;                   /* nonzero: requests keep per-head
                                        lengths (an adaptive method; the
                                        layouts need head maps) */
+    const struct kv_trig *const *trig; /* (n_ranks) rank r's decode caps
+                                       (`--decode-compress trig`), or
+                                       NULL: none. Needs per_head; the
+                                       array is copied, the caps borrowed
+                                       like the layouts */
 };
 
 /* How the workers draw a request's tokens: its sampling parameters as a
@@ -347,6 +380,8 @@ struct rt_sched {
                                       complete's scratch */
     int32_t n_attached;            /* parallel samples attached to a
                                       waiting leader (in no list) */
+    const struct kv_trig **trig;   /* (n_ranks) or NULL: cfg.trig */
+    int32_t *trig_scratch;         /* (L * Hkv) predicted head lengths */
 };
 
 /* Initialises `s` with T pools of cfg->pages_per_rank pages each; every
@@ -401,7 +436,8 @@ int rt_sched_complete(struct rt_sched *s, struct rt_step *step,
 /* Checks head-length reports against the outstanding `step` without
  * changing anything: every report names an entry of the step (reports of
  * requests aborted since the plan are ignored) that is a prefill chunk of
- * a request keeping per-head lengths, a rank in range, at most one report
+ * a request keeping per-head lengths or a trigger step (decode-time
+ * compression, exactly the cap rule's lengths), a rank in range, at most one report
  * per (entry, rank), and lengths that fit the chunk's reservation
  * (kv_seq_heads_fit: L * Hkv values, no head shorter than before or longer
  * than its row's §4.3 keep allows). Returns 0 or TG_EPROTO naming the
@@ -441,7 +477,10 @@ void rt_sched_drop_cache(struct rt_sched *s);
  * per rank, the minimum over ranks. The bound assumes no key is dropped
  * (decode tokens are kept whole, and a turn of one token keeps that
  * token), so a request within it always runs to its own end once the
- * others have finished. The router clamps max_model_len to it. */
+ * others have finished. The router clamps max_model_len to it. With
+ * decode-time compression (cfg.trig) it is INT64_MAX: the KV no longer
+ * grows with the sequence, and rt_sched_submit checks each request's
+ * prompt plus its decode bound instead. */
 int64_t rt_sched_max_tokens(const struct rt_sched *s);
 
 /* Fills *out with the counters for metrics. */

@@ -28,7 +28,7 @@ int rt_sched__sample_check(struct rt_sched *s,
                           "rt_sched: request %llu is not a waiting request "
                           "to sample in parallel with",
                           (unsigned long long)req->fork_of);
-    if (s->cfg.per_head)
+    if (s->cfg.per_head && s->trig == NULL)
         /* A sample forks its leader's reservation, which per-head commits
          * shrink after each chunk by counts only the workers know. */
         return tg_err_set(err, errlen, TG_EINVAL,
@@ -52,6 +52,9 @@ int rt_sched__sample_check(struct rt_sched *s,
                                      err, errlen);
         if (rc != 0)
             return rc;
+        /* With decode-time compression every sample's bounded decode is
+         * reserved at admission too. */
+        pages += (1 + k) * rt_sched__trig_extra(s, r, req->max_tokens);
         if (pages + k * s->rows > s->cfg.pages_per_rank)
             return tg_err_set(err, errlen, TG_ETOOBIG,
                               "rt_sched: %lld parallel samples of a %lld-"
@@ -149,7 +152,12 @@ int rt_sched__admit_samples(struct rt_sched *s, struct rt_sched_req *leader,
             if ((q->seqs[r].n_rows == 0 &&
                  kv_seq_init(&q->seqs[r], s->lay[r], NULL, 0) != 0) ||
                 kv_seq_fork(&q->seqs[r], &leader->seqs[r], s->lay[r],
-                            &s->pools[r], NULL, NULL, 0) != 0) {
+                            &s->pools[r], NULL, NULL, 0) != 0 ||
+                /* With heads kept (decode-time compression; gvote takes
+                 * no samples) each head starts as its source's will. */
+                (s->cfg.per_head &&
+                 kv_seq_fork_heads(&q->seqs[r], &leader->seqs[r], s->lay[r],
+                                   NULL, 0) != 0)) {
                 rt_sched__release_pages(s, q);
                 return TG_ENOMEM;
             }

@@ -40,6 +40,13 @@ int rt_sched_check_heads(const struct rt_sched *s, const struct rt_step *step,
             continue; /* aborted since the plan: nothing to commit */
         const struct kv_seq *q = &req->seqs[h->rank];
         char why[200];
+        if (e->kind == RT_STEP_DECODE && q->head_len != NULL &&
+            s->trig != NULL) {
+            int rc = rt_sched__trig_check(s, req, e, h, err, errlen);
+            if (rc != 0)
+                return rc;
+            continue;
+        }
         if (e->kind != RT_STEP_PREFILL || q->head_len == NULL)
             return tg_err_set(err, errlen, TG_EPROTO,
                               "rank %d reported head lengths for slot %d "

@@ -52,6 +52,15 @@ struct rt_sched_req {
     int is_sample;                  /* a parallel sample other than the
                                        first: never stored for multi-turn
                                        reuse */
+    /* Decode-time compression (s->trig): the bound of §4.9 and where the
+     * current turn's decode began. */
+    int64_t *bound_pages;           /* (T) pages it may hold at most on
+                                       each rank until it ends or its next
+                                       admission: its pages at admission
+                                       plus kv_trig_decode_pages */
+    int32_t *dstart;                /* (T, L * Hkv) head lengths when its
+                                       turn's decode began */
+    int64_t dbase;                  /* position where it began */
     struct rt_sched_req *prev;      /* WAITING list links */
     struct rt_sched_req *next;
 };
@@ -69,6 +78,46 @@ int rt_sched__running(const struct rt_sched_req *req);
  * (no reports). */
 void rt_sched__commit_chunk(struct rt_sched *s, struct rt_sched_req *req,
                             const struct rt_step_entry *e,
+                            const struct rt_step_heads *heads,
+                            const int32_t *head_of);
+
+/* ---- rt_sched_trig.c: decode-time compression (§4.9) ---- */
+
+/* Pages the decode of a request with max_tokens tokens left may take on
+ * `rank` beyond its pages at the end of its prefill (0 without trig). */
+int64_t rt_sched__trig_extra(const struct rt_sched *s, int rank,
+                             int64_t max_tokens);
+
+/* Pages the running trig requests may still take on `rank`: the sum of
+ * bound_pages - used pages (the headroom admission keeps free). */
+int64_t rt_sched__trig_headroom(const struct rt_sched *s, int rank);
+
+/* After req's reservation at admission: its bound on every rank. 0 or
+ * TG_ENOMEM. No-op without trig. */
+int rt_sched__trig_admitted(struct rt_sched *s, struct rt_sched_req *req);
+
+/* req's turn has committed its prefill (or its fork): its decode region
+ * starts at every head's present length. */
+void rt_sched__trig_decode_begin(struct rt_sched *s, struct rt_sched_req *req);
+
+/* 1 when decode entry e of req is a trigger step (its append makes the
+ * tokens decoded this turn a multiple of beta). */
+int rt_sched__trig_fires(const struct rt_sched *s,
+                         const struct rt_sched_req *req,
+                         const struct rt_step_entry *e);
+
+/* Checks rank h->rank's report for decode entry e of req: a trigger step,
+ * and exactly the cap rule's lengths. 0 or TG_EPROTO. */
+int rt_sched__trig_check(const struct rt_sched *s,
+                         const struct rt_sched_req *req,
+                         const struct rt_step_entry *e,
+                         const struct rt_step_heads *h, char *err,
+                         size_t errlen);
+
+/* Applies a trigger step of req on every rank (the report, or the rule
+ * where a rank reported nothing): kv_seq_compact_heads, pages counted in
+ * released, rows marked to cut on the worker. */
+void rt_sched__trig_compact(struct rt_sched *s, struct rt_sched_req *req,
                             const struct rt_step_heads *heads,
                             const int32_t *head_of);
 

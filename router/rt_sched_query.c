@@ -10,6 +10,8 @@
 int64_t rt_sched_max_tokens(const struct rt_sched *s)
 {
     int64_t best = INT64_MAX;
+    if (s->trig != NULL)
+        return best; /* the decode KV is bounded; submit checks each */
     for (int r = 0; r < s->cfg.n_ranks; r++) {
         const struct kv_layout *l = s->lay[r];
         int64_t rows = (int64_t)l->n_layers * l->n_groups;

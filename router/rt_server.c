@@ -427,6 +427,7 @@ static void on_ready(void *ud)
             .max_batched_tokens = (int)s->opts->max_batched_tokens,
             .max_queued = (int)s->opts->max_queued,
             .per_head = rt_link_per_head(&s->link),
+            .trig = s->rank_trig_ptrs, /* NULL without trig */
         };
         if (rt_sched_init(&s->sched, &sc, err, sizeof(err)) != 0) {
             log_err("cannot start the scheduler: %s", err);
@@ -645,6 +646,8 @@ static int load_model_side(struct rt_server *s, char *err, size_t errlen)
     if (rc != 0)
         return rc;
     rc = build_rank_layouts(s, err, errlen);
+    if (rc == 0)
+        rc = rt_server__trig_init(s, err, errlen);
     if (rc != 0)
         return rc;
     int64_t ctx = s->mc.max_position_embeddings;
@@ -789,6 +792,7 @@ void rt_server_free(struct rt_server *s)
         kv_layout_free(&s->rank_layouts[r]);
     free(s->rank_layouts);
     free(s->rank_layout_ptrs);
+    rt_server__trig_free(s);
     s->rank_layouts = NULL;
     s->rank_layout_ptrs = NULL;
     pf_profile_free(&s->profile);

@@ -141,6 +141,9 @@ struct rt_server {
     struct kv_layout *rank_layouts; /* (T) rank r's own layout: the group
                                    budgets of pf_profile_rank(r) */
     const struct kv_layout **rank_layout_ptrs; /* (T) into rank_layouts */
+    struct kv_trig *rank_trig;  /* (T) rank r's decode caps with
+                                   --decode-compress trig, else NULL */
+    const struct kv_trig **rank_trig_ptrs; /* (T) into rank_trig */
     struct tok_tokenizer tok;
     struct ct_template tmpl;    /* the model's chat template */
     int have_tmpl;
@@ -241,6 +244,15 @@ void rt_server__jobs_changed(struct rt_server *s);
 void rt_server__wake(struct rt_server *s);
 void rt_server__drain_check(struct rt_server *s);
 uint64_t rt_server__splitmix(uint64_t *x);
+
+/* rt_server_trig.c: with --decode-compress trig, checks the start-up
+ * conditions (CPU backend, trig statistics in the profile or
+ * --trig-stats, option values) and builds every rank's caps for the
+ * scheduler's admission bound (common/kv/kv_trig.h, the workers' own
+ * rule). Returns 0 or TG_EINVAL / TG_EUNSUPPORTED / TG_ENOMEM with the
+ * reason. rt_server__trig_free is safe on a server without caps. */
+int rt_server__trig_init(struct rt_server *s, char *err, size_t errlen);
+void rt_server__trig_free(struct rt_server *s);
 
 /* Start-up is three steps, run by the router's main:
  *   rt_server_init    loads the model's config, tokenizer, chat template

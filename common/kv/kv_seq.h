@@ -294,6 +294,26 @@ int kv_seq_rewind_heads(struct kv_seq *seq, const struct kv_layout *layout,
                         const int32_t *row_tokens, const int32_t *head_tokens,
                         char *err, size_t errlen);
 
+/* kv_seq_compact_rows for a seq with heads (decode-time compression,
+ * DESIGN.md §4.9): every head now holds head_after[h] tokens (n_heads
+ * values, each between 0 and what it holds), every row its longest head,
+ * and the pages no longer filled go back to `pool` at once (*released).
+ * Only with no prefill pending. All or nothing: returns 0 or TG_EINVAL
+ * (nothing changed). */
+int kv_seq_compact_heads(struct kv_seq *seq, const struct kv_layout *layout,
+                         struct kv_pool *pool, const int32_t *head_after,
+                         int64_t n_heads, int64_t *released, char *err,
+                         size_t errlen);
+
+/* Gives dst, just forked from src (kv_seq_fork) while src's turn is
+ * reserved and not yet committed, per-head lengths: each head holds what
+ * its source head will hold once that turn commits as predicted (its
+ * row's §4.3 keep added). src must keep heads. Returns 0, TG_EINVAL or
+ * TG_ENOMEM. */
+int kv_seq_fork_heads(struct kv_seq *dst, const struct kv_seq *src,
+                      const struct kv_layout *layout, char *err,
+                      size_t errlen);
+
 /* ---- a worker's mirror of the router's rows ---------------------------
  * A worker does not reserve: the router hands it page ids row by row (the
  * BatchPlan's page deltas). These three keep the same slab, counts and

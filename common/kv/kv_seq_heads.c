@@ -202,3 +202,56 @@ int kv_seq_rewind_heads(struct kv_seq *seq, const struct kv_layout *layout,
     memcpy(seq->head_len, head_tokens, (size_t)seq->n_heads * sizeof(int32_t));
     return 0;
 }
+
+int kv_seq_compact_heads(struct kv_seq *seq, const struct kv_layout *layout,
+                         struct kv_pool *pool, const int32_t *head_after,
+                         int64_t n_heads, int64_t *released, char *err,
+                         size_t errlen)
+{
+    *released = 0;
+    int rc = check_heads(seq, layout, err, errlen);
+    if (rc != 0)
+        return rc;
+    if (head_after == NULL || n_heads != seq->n_heads)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "kv_seq: %lld head lengths for %d heads",
+                          (long long)n_heads, (int)seq->n_heads);
+    for (int32_t h = 0; h < seq->n_heads; h++)
+        if (head_after[h] < 0 || head_after[h] > seq->head_len[h])
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "kv_seq: head %d cannot go from %d to %d "
+                              "tokens in a compaction", (int)h,
+                              (int)seq->head_len[h], (int)head_after[h]);
+    /* The rows become their longest heads; seq->add is free scratch
+     * outside a reservation. */
+    kv_heads_row_max(layout, head_after, seq->add);
+    rc = kv_seq_compact_rows(seq, layout, pool, seq->add, released, err,
+                             errlen);
+    if (rc != 0)
+        return rc;
+    memcpy(seq->head_len, head_after, (size_t)seq->n_heads * sizeof(int32_t));
+    return 0;
+}
+
+int kv_seq_fork_heads(struct kv_seq *dst, const struct kv_seq *src,
+                      const struct kv_layout *layout, char *err,
+                      size_t errlen)
+{
+    int rc = check_heads(src, layout, err, errlen);
+    if (rc == 0)
+        rc = kv_seq_heads_enable(dst, layout, err, errlen);
+    if (rc != 0)
+        return rc;
+    /* src's reserved turn is still to be committed: every head of a row
+     * adds the row's §4.3 keep, i.e. what the row reserves beyond what it
+     * holds (the predicted case, kv_seq_commit). */
+    const int G = layout->n_groups, H = layout->n_kv_heads;
+    for (int l = 0; l < layout->n_layers; l++)
+        for (int h = 0; h < H; h++) {
+            size_t i = (size_t)l * (size_t)H + (size_t)h;
+            size_t r = (size_t)l * (size_t)G + (size_t)layout->head_group[i];
+            dst->head_len[i] = src->head_len[i] + src->tokens[r] -
+                               src->filled[r];
+        }
+    return 0;
+}

@@ -69,7 +69,9 @@ static void test_marks(void **state)
     static const char *const daemon_rows[] = {
         "model", "profile", "backend", "tp", "host", "http-port",
         "grpc-port", "heads-per-group", "page-size", "prefill-chunk",
-        "method", "gvote-p", "gvote-samples", "gvote-future", "max-num-seqs", "max-batched-tokens", "kv-memory", "max-queued",
+        "method", "gvote-p", "gvote-samples", "gvote-future",
+        "decode-compress", "decode-budget", "decode-budget-uniform",
+        "decode-every", "decode-window", "trig-stats", "max-num-seqs", "max-batched-tokens", "kv-memory", "max-queued",
         "tokenizer-threads",
         "api-key", "log-format", "log-level", "shutdown-timeout",
         "served-model-name", "max-model-len", "worker-heartbeat-ms",

@@ -177,7 +177,15 @@ static void test_worker_argv(void **state)
     assert_non_null(find_flag(argv, argc, "--gvote-p"));
     assert_non_null(find_flag(argv, argc, "--gvote-samples"));
     assert_non_null(find_flag(argv, argc, "--gvote-future"));
-    assert_int_equal(argc, 7 + 13);
+    /* Decode-time compression's rows travel too (§4.9): the workers
+     * compact. */
+    assert_string_equal(find_flag(argv, argc, "--decode-compress"), "none");
+    assert_non_null(find_flag(argv, argc, "--decode-budget"));
+    assert_non_null(find_flag(argv, argc, "--decode-budget-uniform"));
+    assert_non_null(find_flag(argv, argc, "--decode-every"));
+    assert_non_null(find_flag(argv, argc, "--decode-window"));
+    assert_non_null(find_flag(argv, argc, "--trig-stats"));
+    assert_int_equal(argc, 7 + 19);
     /* The communicator is named by worker rank 0, never on a command
      * line (proto/worker.proto CommSetup). */
     assert_null(find_flag(argv, argc, "--comm-id"));

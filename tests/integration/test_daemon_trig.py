@@ -1,0 +1,378 @@
+#!/usr/bin/python3
+"""tangramd --decode-compress trig (DESIGN.md §4.9) on the CPU backend, end
+to end, against tangram-generate with the same trig flags and profile.
+
+The tiny qwen3 model (2 KV heads) with a profile from `tangram-profile
+calibrate --trig` (H_p = 1: every head its own group, so a compaction
+frees pages per head), small caps (--decode-budget 12 --decode-every 8
+--decode-window 4) and 64-token generations (several triggers each):
+  * greedy completions of distinct prompts equal tangram-generate's output,
+    two over HTTP (text, token count) and two over gRPC (token ids);
+  * tangram_kv_pages_released_total grows by exactly the sum of
+    tangram-generate's kv.decode_pages_released, which is > 0;
+  * a request whose max_tokens would not fit the pool uncompressed (prompt +
+    max_tokens beyond what --kv-memory 1MiB holds) is served under trig,
+    and while it streams the pages in use (sampled from /metrics) never
+    exceed its bound (prompt pages + min(max_tokens, cap + beta) per row);
+    the same request without trig is refused (400);
+  * afterwards every page in use is a stored multi-turn entry's;
+  * multi-turn: turn 2 (turn 1's prompt and answer plus new ids, same
+    X-Session-Id) is served and reuses the compacted stored KV
+    (cached_tokens = turn 1's fed-back positions);
+  * n = 2 with a seed: choice i equals an n = 1 run with seed + i;
+  * --tp 2: the same token ids as tangram-generate over gRPC and HTTP, and
+    released pages summing to tangram-generate's;
+  * start-up refusals: trig with a profile without statistics, with
+    --profile none and no --trig-stats, and on --backend cuda, each a
+    failed start naming the fix.
+Fails, naming it, when a program, grpcio, protobuf or protoc is missing.
+"""
+import importlib
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import daemon_util as du  # noqa: E402
+
+C = du.Checker()
+CHUNK = 64
+SEED = 7
+MAX_TOKENS = 64
+N_PROMPT = 40
+BUDGET, EVERY, WINDOW = 12, 8, 4
+PAGE = 16
+TRIG = ["--decode-compress", "trig", "--decode-budget", str(BUDGET),
+        "--decode-every", str(EVERY), "--decode-window", str(WINDOW)]
+
+
+def prompt_ids(k, n=N_PROMPT):
+    return [(i * (37 + 2 * k) + 11 * k + 5) % 3000 + 100 for i in range(n)]
+
+
+def generate(model, prof, ids, max_tokens=MAX_TOKENS):
+    r = subprocess.run(
+        [du.prog("tangram-generate"), "--model", model, "--profile", prof,
+         "--prompt-ids", json.dumps(ids), "--max-tokens", str(max_tokens),
+         "--temperature", "0", "--seed", str(SEED), "--prefill-chunk",
+         str(CHUNK), "--json"] + TRIG,
+        capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        return None, r.stderr[-500:]
+    j = json.loads(r.stdout)
+    return j, j["kv"]["decode_pages_released"]
+
+
+def http_complete(d, ids, session=None, max_tokens=MAX_TOKENS, **extra):
+    hdrs = {"X-Session-Id": session} if session else None
+    body = {"model": "model", "prompt": ids, "max_tokens": max_tokens,
+            "temperature": 0, "seed": SEED}
+    body.update(extra)
+    st, _, raw = du.http("POST", d.base_url + "/v1/completions", body,
+                         headers=hdrs, timeout=300)
+    return st, du.json_of(raw), raw
+
+
+def load_protos(out_dir):
+    proto_dir = os.path.join(du.SOURCE, "proto")
+    r = subprocess.run(["protoc", "-I", proto_dir, "--python_out=" + out_dir,
+                        "tangram.proto"], capture_output=True, text=True,
+                       timeout=60)
+    if r.returncode != 0:
+        return None
+    sys.path.insert(0, out_dir)
+    return importlib.import_module("tangram_pb2")
+
+
+def grpc_generate(grpc, pb, d, ids):
+    ch = grpc.insecure_channel(d.grpc_target)
+    gen = ch.unary_stream("/tangram.v1.Generation/Generate",
+                          request_serializer=lambda m: m.SerializeToString(),
+                          response_deserializer=pb.GenerateResponse.FromString)
+    req = pb.GenerateRequest(prompt_token_ids=ids)
+    req.sampling.CopyFrom(pb.SamplingParams(max_tokens=MAX_TOKENS,
+                                            temperature=0.0, seed=SEED))
+    out = []
+    try:
+        for m in gen(req, timeout=300):
+            out += list(m.token_ids)
+        return out, "OK"
+    except grpc.RpcError as e:
+        return None, "%s %s" % (e.code(), e.details())
+    finally:
+        ch.close()
+
+
+def metrics(d, T):
+    s = du.fetch_metrics(d.base_url)
+    if s is None:
+        return None
+    return {
+        "released": sum(du.metric(s, "tangram_kv_pages_released_total",
+                                  rank=str(r)) or 0 for r in range(T)),
+        "used": [du.metric(s, "tangram_kv_pages_used", rank=str(r))
+                 for r in range(T)],
+        "cached": [du.metric(s, "tangram_kv_pages_cached", rank=str(r))
+                   for r in range(T)],
+        "total": [du.metric(s, "tangram_kv_pages_total", rank=str(r))
+                  for r in range(T)],
+    }
+
+
+def no_running_pages(d, T, name):
+    m = metrics(d, T)
+    C.check(m is not None and None not in m["used"] and
+            m["used"] == m["cached"],
+            "%s: after the requests every page in use is a stored entry's "
+            "(used == cached per rank)" % name, m)
+
+
+def row_bounds(prof, max_tokens):
+    """Decode tokens each (layer, head) row of H_p = 1 may hold: the §4.9
+    rule, min(max_tokens, cap + beta), cap = max(F, round(c b / mean))."""
+    with open(prof) as f:
+        layers = json.load(f)["layers"]
+    out = []
+    for layer in layers:
+        b = layer["budget"]
+        mean = sum(b) / len(b)
+        for x in b:
+            v = BUDGET * x / mean
+            cap = max(4 + WINDOW, int(math.floor(v + 0.5)))
+            out.append(min(max_tokens, cap + EVERY))
+    return out
+
+
+def serve_case(grpc, pb, model, prof, work, name, tp, first_k):
+    d = du.Daemon(model, work, profile=prof, args=TRIG + [
+        "--tp", str(tp), "--heads-per-group", "1",
+        "--prefill-chunk", str(CHUNK)])
+    if not C.check(d.start(), "%s: tangramd --decode-compress trig ready" %
+                   name, d.log_text()[-3000:]):
+        d.stop()
+        return None
+    m0 = metrics(d, tp)
+    want = 0
+    for k in range(first_k, first_k + 4):
+        ids = prompt_ids(k)
+        ref, rel = generate(model, prof, ids)
+        if not C.check(ref is not None, "%s: tangram-generate prompt %d" %
+                       (name, k), rel):
+            continue
+        want += rel
+        if k % 2 == 0:
+            st, j, raw = http_complete(d, ids)
+            ok = st == 200 and j is not None
+            C.check(ok and j["choices"][0]["text"] == ref["text"] and
+                    j["usage"]["completion_tokens"] == len(ref["token_ids"]),
+                    "%s: HTTP completion %d equals tangram-generate (%d "
+                    "triggers)" % (name, k, ref["kv"]["decode_triggers"]),
+                    (st, raw[:400], ref["text"]))
+        else:
+            got, why = grpc_generate(grpc, pb, d, ids)
+            C.check(got == ref["token_ids"],
+                    "%s: gRPC Generate %d equals tangram-generate token for "
+                    "token" % (name, k), (got, why, ref["token_ids"]))
+    m1 = metrics(d, tp)
+    if C.check(m0 is not None and m1 is not None, "%s: metrics" % name):
+        C.check(want > 0, "%s: tangram-generate's compactions gave pages "
+                "back" % name, want)
+        C.check(m1["released"] - m0["released"] == want,
+                "%s: tangram_kv_pages_released_total grew by "
+                "tangram-generate's kv.decode_pages_released (%d)" %
+                (name, want), (m0, m1))
+    no_running_pages(d, tp, name)
+    return d
+
+
+def long_bounded(d, prof, name):
+    """A request the pool cannot hold uncompressed, served under the bound
+    while /metrics is sampled."""
+    m = metrics(d, 1)
+    total = m["total"][0] if m else None
+    if not C.check(total, "%s: pool size known" % name, m):
+        return 0
+    rows = len(row_bounds(prof, 1))
+    # prompt + max_tokens beyond what the pool holds per row uncompressed
+    n_tokens = (int(total) // rows) * PAGE + 64
+    ids = prompt_ids(60, 20)
+    max_tokens = n_tokens - len(ids)
+    bound = sum(math.ceil((len(ids) + b) / PAGE)
+                for b in row_bounds(prof, max_tokens))
+    peak = [0]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            mm = metrics(d, 1)
+            if mm and mm["used"][0] is not None:
+                running = mm["used"][0] - (mm["cached"][0] or 0)
+                peak[0] = max(peak[0], running)
+            time.sleep(0.05)
+    t = threading.Thread(target=sample)
+    t.start()
+    st, j, raw = http_complete(d, ids, max_tokens=max_tokens,
+                               ignore_eos=True, stream=False)
+    done.set()
+    t.join()
+    C.check(st == 200 and j is not None and
+            j["usage"]["completion_tokens"] == max_tokens,
+            "%s: %d tokens (more than the pool holds uncompressed, %d pages) "
+            "served under trig" % (name, max_tokens, int(total)), raw[:300])
+    C.check(0 < peak[0] <= bound,
+            "%s: running pages stayed within the bound (peak %d <= %d)" %
+            (name, peak[0], bound), peak[0])
+    return max_tokens
+
+
+def multi_turn(d, model, prof, name):
+    ids = prompt_ids(40)
+    ref, _ = generate(model, prof, ids)
+    st, j, raw = http_complete(d, ids, session="conv-1")
+    if not C.check(st == 200 and j is not None and ref is not None and
+                   j["choices"][0]["text"] == ref["text"],
+                   "%s: turn 1 equals tangram-generate" % name, raw[:300]):
+        return
+    out = ref["token_ids"]
+    turn2 = ids + out + [(7 * i + 3) % 3000 + 100 for i in range(20)]
+    st, j, raw = http_complete(d, turn2, session="conv-1")
+    held = N_PROMPT + len(out) - 1
+    ok = st == 200 and j is not None
+    C.check(ok and j["usage"]["completion_tokens"] >= 1,
+            "%s: turn 2 of a compacted conversation served" % name, raw[:300])
+    C.check(ok and (j["usage"].get("prompt_tokens_details") or {})
+            .get("cached_tokens") == held,
+            "%s: turn 2 reuses the stored compacted KV (%d cached tokens)" %
+            (name, held), raw[:300])
+
+
+def parallel(d, name):
+    ids = prompt_ids(50)
+    body = {"model": "model", "prompt": ids, "max_tokens": 24,
+            "temperature": 1, "seed": 99, "n": 2, "ignore_eos": True}
+    st, _, raw = du.http("POST", d.base_url + "/v1/completions", body,
+                         timeout=300)
+    j = du.json_of(raw)
+    if not C.check(st == 200 and j is not None and len(j["choices"]) == 2,
+                   "%s: n = 2 under trig served" % name, raw[:300]):
+        return
+    got = [c["text"] for c in sorted(j["choices"], key=lambda c: c["index"])]
+    want = []
+    for i in range(2):
+        b = dict(body, n=1, seed=99 + i)
+        st, _, raw = du.http("POST", d.base_url + "/v1/completions", b,
+                             timeout=300)
+        jj = du.json_of(raw)
+        want.append(jj["choices"][0]["text"] if st == 200 and jj else None)
+    C.check(got == want, "%s: choice i equals n = 1 with seed + i" % name,
+            (got, want))
+
+
+def refusals(model, prof_plain, prof, work):
+    cases = (("no-stats", prof_plain, TRIG, "calibrate --trig"),
+             ("none", None, TRIG, "--trig-stats"),
+             ("cuda", prof, TRIG + ["--backend", "cuda"], "--backend cpu"),
+             ("budget", prof, ["--decode-compress", "trig", "--decode-budget",
+                               "5", "--decode-window", "4"],
+              "--decode-budget"))
+    for name, p, args, needle in cases:
+        sub = os.path.join(work, "refuse-" + name)
+        os.makedirs(sub)
+        d = du.Daemon(model, sub, profile=p, args=args)
+        started = d.start(timeout=30)
+        log = d.log_text()
+        d.stop()
+        C.check(not started and needle in log,
+                "refused at start-up (%s), naming %r" % (name, needle),
+                log[-800:])
+
+
+def main():
+    missing = du.missing_inputs(
+        programs=("tangramd", "tangram-router", "tangram-worker",
+                  "tangram-make-model", "tangram-profile",
+                  "tangram-generate"),
+        modules=(("grpc", "python3-grpcio"),
+                 ("google.protobuf", "python3-protobuf")),
+        tools=("protoc",))
+    if missing:
+        return du.fail_missing(missing)
+    import grpc
+    work = du.scratch_dir("tgtrig")
+    try:
+        pb = load_protos(work)
+        if not C.check(pb is not None, "protoc generates tangram_pb2"):
+            return C.summary()
+        model = du.make_model(os.path.join(work, "model"))
+        samples = os.path.join(work, "samples.jsonl")
+        with open(samples, "w") as f:
+            for k in range(4):
+                f.write(json.dumps({"prompt_ids": prompt_ids(100 + k, 90)})
+                        + "\n")
+        prof = os.path.join(work, "trig.json")
+        plain = os.path.join(work, "plain.json")
+        for out, extra in ((prof, ["--trig"]), (plain, [])):
+            r = subprocess.run(
+                [du.prog("tangram-profile"), "calibrate", "--model", model,
+                 "--ratio", "0.4", "--samples", samples, "--heads-per-group",
+                 "1", "--threads", "1", "-o", out] + extra,
+                capture_output=True, text=True, timeout=300)
+            if not C.check(r.returncode == 0, "tangram-profile calibrate %s" %
+                           " ".join(extra), r.stderr[-500:]):
+                return C.summary()
+        for name, tp, k in (("tp1", 1, 0), ("tp2", 2, 20)):
+            sub = os.path.join(work, name)
+            os.makedirs(sub)
+            d = serve_case(grpc, pb, model, prof, sub, name, tp, k)
+            if d is None:
+                continue
+            try:
+                if tp == 1:
+                    multi_turn(d, model, prof, name)
+                    parallel(d, name)
+                    no_running_pages(d, 1, name + " after turns and n = 2")
+                C.check("failed" not in d.log_text(),
+                        "%s: no step failed (no malformed head lengths)" %
+                        name, d.log_text()[-2000:])
+            finally:
+                d.stop()
+        # The bounded reservation on a pool of 1 MiB.
+        sub = os.path.join(work, "small")
+        os.makedirs(sub)
+        d = du.Daemon(model, sub, profile=prof, args=TRIG + [
+            "--heads-per-group", "1", "--kv-memory", "1MiB"])
+        if C.check(d.start(), "small pool: ready", d.log_text()[-2000:]):
+            try:
+                mt = long_bounded(d, prof, "small pool")
+                no_running_pages(d, 1, "small pool")
+            finally:
+                d.stop()
+            if mt:
+                sub = os.path.join(work, "small-plain")
+                os.makedirs(sub)
+                d = du.Daemon(model, sub, profile=prof, args=[
+                    "--heads-per-group", "1", "--kv-memory", "1MiB"])
+                if C.check(d.start(), "small pool without trig: ready"):
+                    try:
+                        st, j, raw = http_complete(d, prompt_ids(60, 20),
+                                                   max_tokens=mt)
+                        C.check(st == 400,
+                                "without trig the same request is refused "
+                                "(400)", raw[:300])
+                    finally:
+                        d.stop()
+        else:
+            d.stop()
+        refusals(model, plain, prof, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return C.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

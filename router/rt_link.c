@@ -249,88 +249,6 @@ static void complete_step(struct rt_link *link, int ok, const char *error)
         tangram__worker__v1__worker_message__free_unpacked(r0, NULL);
 }
 
-/* ---- same-host process watch ------------------------------------------ */
-
-static void pidwatch_closed(uv_handle_t *h)
-{
-    struct rt_link_pidwatch *pw = h->data;
-    close(pw->fd);
-    free(pw);
-}
-
-/* Stops and releases the watch of `rank` (if any). */
-static void pidwatch_stop(struct rt_link *link, int rank)
-{
-    struct rt_link_pidwatch *pw = link->ranks[rank].pw;
-    if (pw == NULL)
-        return;
-    link->ranks[rank].pw = NULL;
-    pw->link = NULL;
-    uv_close((uv_handle_t *)&pw->poll, pidwatch_closed);
-}
-
-static void declare_dead(struct rt_link *link, int rank, const char *reason,
-                         int tell);
-
-static void pidwatch_cb(uv_poll_t *h, int status, int events)
-{
-    (void)status;
-    (void)events;
-    struct rt_link_pidwatch *pw = h->data;
-    struct rt_link *link = pw->link;
-    if (link == NULL)
-        return;
-    int rank = pw->rank;
-    pidwatch_stop(link, rank);
-    declare_dead(link, rank, "its process exited", 0);
-}
-
-/* Starts watching the process of a rank that connected over ipc:// (the
- * same host, so its pid is ours to watch). Without pidfd support the
- * heartbeat deadline remains the only detector. */
-static void pidwatch_start(struct rt_link *link, int rank, uint32_t pid)
-{
-    pidwatch_stop(link, rank);
-    /* Only another process of this host: a worker never shares the
-     * router's pid or is its parent (in-process fakes in tests do). */
-    if (pid == 0 || (pid_t)pid == getpid() || (pid_t)pid == getppid() ||
-        strncmp(link->endpoint, "ipc://", 6) != 0)
-        return;
-#ifdef SYS_pidfd_open
-    int fd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-    if (fd < 0)
-        return;
-    struct rt_link_pidwatch *pw = calloc(1, sizeof(*pw));
-    if (pw == NULL || uv_poll_init(link->loop, &pw->poll, fd) != 0) {
-        free(pw);
-        close(fd);
-        return;
-    }
-    pw->link = link;
-    pw->rank = rank;
-    pw->fd = fd;
-    pw->poll.data = pw;
-    uv_poll_start(&pw->poll, UV_READABLE, pidwatch_cb);
-    link->ranks[rank].pw = pw;
-#endif
-}
-
-/* A rank declared dead while its process lives on (hung, or talking
- * nonsense) is killed, so that the supervisor restarts it: a stuck
- * process would never act on the Shutdown it was sent. */
-static void pidwatch_kill(struct rt_link *link, int rank)
-{
-#ifdef SYS_pidfd_send_signal
-    struct rt_link_pidwatch *pw = link->ranks[rank].pw;
-    if (pw != NULL && syscall(SYS_pidfd_send_signal, pw->fd, SIGKILL, NULL, 0) == 0)
-        log_warn("link: killed the process of rank %d (pid %" PRIu32 ")", rank,
-                 link->ranks[rank].pid);
-#else
-    (void)link;
-    (void)rank;
-#endif
-}
-
 /* Declares an alive rank dead: Shutdown to it (unless `tell` is 0: its
  * routing id already belongs to a new incarnation), the step in flight
  * fails, then on_dead. The link may be closed when this returns. */
@@ -351,7 +269,7 @@ static void declare_dead(struct rt_link *link, int rank, const char *reason,
     log_err("link: %s", link->last_error);
     if (tell) {
         send_shutdown(link, rank, reason, 0);
-        pidwatch_kill(link, rank);
+        rt_link__pidwatch_kill(link, rank);
     }
     if (link->inflight) {
         char e[256];
@@ -379,6 +297,11 @@ static void declare_dead(struct rt_link *link, int rank, const char *reason,
 void rt_link__declare_dead(struct rt_link *link, int rank, const char *reason)
 {
     declare_dead(link, rank, reason, 1);
+}
+
+void rt_link__declare_exited(struct rt_link *link, int rank)
+{
+    declare_dead(link, rank, "its process exited", 0);
 }
 
 /* ---- receiving --------------------------------------------------------- */
@@ -480,7 +403,7 @@ static void on_hello(struct rt_link *link, int rank,
         snprintf(link->comm_kind, sizeof link->comm_kind, "%s",
                  h->comm_kind ? h->comm_kind : "");
     }
-    pidwatch_start(link, rank, h->pid);
+    rt_link__pidwatch_start(link, rank, h->pid);
     log_info("link: rank %d (pid %" PRIu32 ", %" PRIu32 " pages) is up", rank,
              h->pid, h->pages_total);
     send_heartbeat(link, rank); /* the worker's sign that it was accepted */
@@ -987,7 +910,7 @@ void rt_link_close(struct rt_link *link)
         return;
     link->closed = 1;
     for (int r = 0; link->ranks != NULL && r < link->cfg.world_size; r++)
-        pidwatch_stop(link, r);
+        rt_link__pidwatch_stop(link, r);
     uv_close((uv_handle_t *)&link->poll, close_cb);
     uv_close((uv_handle_t *)&link->timer, close_cb);
     uv_close((uv_handle_t *)&link->kick, close_cb);

@@ -64,6 +64,24 @@ void rt_link__kick(struct rt_link *link);
  * flight fails, on_dead, shared fate). The link may be closed after. */
 void rt_link__declare_dead(struct rt_link *link, int rank, const char *reason);
 
+/* Declares an alive rank dead because its process exited (no Shutdown:
+ * its routing id may already belong to a new incarnation). */
+void rt_link__declare_exited(struct rt_link *link, int rank);
+
+/* rt_link_pidwatch.c: starts watching the process of a rank that connected
+ * over ipc:// (the same host, so its pid is ours to watch); its exit
+ * declares the rank dead at once. Without pidfd support the heartbeat
+ * deadline remains the only detector. Replaces any earlier watch. */
+void rt_link__pidwatch_start(struct rt_link *link, int rank, uint32_t pid);
+
+/* Stops and releases the watch of `rank` (if any). */
+void rt_link__pidwatch_stop(struct rt_link *link, int rank);
+
+/* A rank declared dead while its process lives on (hung, or talking
+ * nonsense) is killed, so that the supervisor restarts it: a stuck process
+ * would never act on the Shutdown it was sent. No-op without a watch. */
+void rt_link__pidwatch_kill(struct rt_link *link, int rank);
+
 /* rt_link_comm.c: once every rank is alive, sends CommSetup to each rank
  * that has not had one in its incarnation; marks the link ready (and calls
  * on_ready) once every rank joined. The link may be closed after. */

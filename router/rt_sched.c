@@ -63,7 +63,7 @@ static void map_del(struct rt_sched *s, uint64_t id)
 
 /* ---- small helpers ---------------------------------------------------- */
 
-static int grow(void **buf, int64_t *cap, int64_t need, size_t elem)
+int rt_sched__grow(void **buf, int64_t *cap, int64_t need, size_t elem)
 {
     if (need <= *cap)
         return 0;
@@ -78,10 +78,10 @@ static int grow(void **buf, int64_t *cap, int64_t need, size_t elem)
     return 0;
 }
 
-static int grow32(void **buf, int32_t *cap, int64_t need, size_t elem)
+int rt_sched__grow32(void **buf, int32_t *cap, int64_t need, size_t elem)
 {
     int64_t c = *cap;
-    int rc = grow(buf, &c, need, elem);
+    int rc = rt_sched__grow(buf, &c, need, elem);
     *cap = (int32_t)c;
     return rc;
 }
@@ -130,7 +130,7 @@ static void wait_push_front(struct rt_sched *s, struct rt_sched_req *req)
 }
 
 /* Removes a running request from the running list and vacates its slot. */
-static void running_remove(struct rt_sched *s, struct rt_sched_req *req)
+void rt_sched__running_remove(struct rt_sched *s, struct rt_sched_req *req)
 {
     int32_t i = 0;
     while (i < s->n_running && s->running[i] != req)
@@ -145,7 +145,7 @@ static void running_remove(struct rt_sched *s, struct rt_sched_req *req)
     req->slot = -1;
 }
 
-static void release_pages(struct rt_sched *s, struct rt_sched_req *req)
+void rt_sched__release_pages(struct rt_sched *s, struct rt_sched_req *req)
 {
     if (req->seqs == NULL)
         return;
@@ -177,10 +177,10 @@ static void req_free(struct rt_sched *s, struct rt_sched_req *req)
     free(req);
 }
 
-static struct rt_sched_event *push_event(struct rt_step *step,
-                                         const struct rt_sched_req *req,
-                                         int32_t token,
-                                         enum rt_sched_end finish)
+struct rt_sched_event *rt_sched__push_event(struct rt_step *step,
+                                            const struct rt_sched_req *req,
+                                            int32_t token,
+                                            enum rt_sched_end finish)
 {
     TG_ASSERT(step->n_events < step->cap_events); /* reserved up front */
     struct rt_sched_event *ev = &step->events[step->n_events++];
@@ -197,20 +197,20 @@ static struct rt_sched_event *push_event(struct rt_step *step,
 /* Ends `req`: an event into `ev_step` when non-NULL, its slot released,
  * its pages stored for multi-turn reuse (STOP / LENGTH with KV held) or
  * given back, and the request freed. */
-static void retire(struct rt_sched *s, struct rt_sched_req *req,
-                   enum rt_sched_end finish, struct rt_step *ev_step)
+void rt_sched__retire(struct rt_sched *s, struct rt_sched_req *req,
+                      enum rt_sched_end finish, struct rt_step *ev_step)
 {
     /* A group not yet forked ends as a whole. */
     while (req->n_sibs > 0)
-        retire(s, req->sibs[req->n_sibs - 1], finish, ev_step);
+        rt_sched__retire(s, req->sibs[req->n_sibs - 1], finish, ev_step);
     int attached = req->leader != NULL;
     if (attached)
         rt_sched__sample_detach(s, req);
     if (ev_step != NULL)
-        push_event(ev_step, req, -1, finish);
+        rt_sched__push_event(ev_step, req, -1, finish);
     int store = 0;
     if (rt_sched__running(req)) {
-        running_remove(s, req);
+        rt_sched__running_remove(s, req);
         store = (finish == RT_SCHED_END_STOP ||
                  finish == RT_SCHED_END_LENGTH) &&
                 req->state == RT_SCHED_DECODING && !req->is_sample;
@@ -225,9 +225,9 @@ static void retire(struct rt_sched *s, struct rt_sched_req *req,
         if (rt_prefix_insert_bounds(&s->cache, s->pools, req->tokens, held,
                                     req->scope, req->session, req->seqs,
                                     &req->bounds, NULL, 0) != 0)
-            release_pages(s, req);
+            rt_sched__release_pages(s, req);
     } else {
-        release_pages(s, req);
+        rt_sched__release_pages(s, req);
     }
     req->state = finish == RT_SCHED_END_STOP || finish == RT_SCHED_END_LENGTH
                      ? RT_SCHED_FINISHED
@@ -538,7 +538,7 @@ int rt_sched_abort(struct rt_sched *s, uint64_t id)
     struct rt_sched_req *req = rt_sched__find(s, id);
     if (req == NULL)
         return TG_ENOTFOUND;
-    retire(s, req, RT_SCHED_END_ABORT, NULL);
+    rt_sched__retire(s, req, RT_SCHED_END_ABORT, NULL);
     return 0;
 }
 
@@ -550,16 +550,16 @@ static int delta_room(const struct rt_sched *s, struct rt_step *out,
                       int64_t ids)
 {
     int64_t recs = (int64_t)s->cfg.n_ranks * s->rows;
-    if (grow((void **)&out->deltas, &out->cap_deltas, out->n_deltas + recs,
+    if (rt_sched__grow((void **)&out->deltas, &out->cap_deltas, out->n_deltas + recs,
              sizeof(struct rt_step_delta)) != 0)
         return TG_ENOMEM;
-    return grow((void **)&out->delta_ids, &out->cap_ids, out->n_ids + ids,
+    return rt_sched__grow((void **)&out->delta_ids, &out->cap_ids, out->n_ids + ids,
                 sizeof(int32_t));
 }
 
 /* Room for the token an entry of `req` samples, made while planning so
  * that rt_sched_complete never allocates. */
-static int token_room(struct rt_sched_req *req)
+int rt_sched__token_room(struct rt_sched_req *req)
 {
     if (req->n_tokens < req->cap)
         return 0;
@@ -575,7 +575,7 @@ static int token_room(struct rt_sched_req *req)
 }
 
 /* Page ids the slot lacks now plus `extra` pages per rank still to come. */
-static int64_t unsent_ids(const struct rt_sched *s,
+int64_t rt_sched__unsent_ids(const struct rt_sched *s,
                           const struct rt_sched_req *req, int64_t extra)
 {
     int64_t total = 0;
@@ -590,7 +590,7 @@ static int64_t unsent_ids(const struct rt_sched *s,
 
 /* Appends an entry for `req` with the deltas of every row (room reserved
  * by delta_room). */
-static void add_entry(struct rt_sched *s, struct rt_step *out,
+void rt_sched__add_entry(struct rt_sched *s, struct rt_step *out,
                       struct rt_sched_req *req, enum rt_step_kind kind,
                       int64_t pos, int64_t n, int sample)
 {
@@ -673,8 +673,8 @@ static void preempt(struct rt_sched *s, struct rt_sched_req *req)
 {
     /* A group not yet forked goes back whole. */
     req = rt_sched__group_requeue(s, req);
-    running_remove(s, req);
-    release_pages(s, req);
+    rt_sched__running_remove(s, req);
+    rt_sched__release_pages(s, req);
     req->state = RT_SCHED_WAITING;
     req->fresh = 0;
     wait_push_front(s, req);
@@ -709,8 +709,8 @@ static int plan_decode(struct rt_sched *s, struct rt_step *out, int32_t idx)
         if (victim == req)
             return DEC_PREEMPTED;
     }
-    if (delta_room(s, out, unsent_ids(s, req, most)) != 0 ||
-        token_room(req) != 0)
+    if (delta_room(s, out, rt_sched__unsent_ids(s, req, most)) != 0 ||
+        rt_sched__token_room(req) != 0)
         return DEC_SKIPPED;
     int64_t pos = req->seqs[0].pos;
     TG_ASSERT(pos == req->n_tokens - 1);
@@ -720,11 +720,11 @@ static int plan_decode(struct rt_sched *s, struct rt_step *out, int32_t idx)
             /* Only out of memory can get here (pages were checked); the
              * ranks already advanced cannot be rolled back, so the request
              * ends. */
-            retire(s, req, RT_SCHED_END_ERROR, out);
+            rt_sched__retire(s, req, RT_SCHED_END_ERROR, out);
             return DEC_ENDED;
         }
     }
-    add_entry(s, out, req, RT_STEP_DECODE, pos, 1, 1);
+    rt_sched__add_entry(s, out, req, RT_STEP_DECODE, pos, 1, 1);
     return DEC_SCHEDULED;
 }
 
@@ -776,7 +776,7 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
             /* Only a preempted request can outgrow the pool: submit
              * rejects prompts that never fit. It did not reach a length
              * the client asked for: the KV ran out. */
-            retire(s, req, RT_SCHED_END_KV, out);
+            rt_sched__retire(s, req, RT_SCHED_END_KV, out);
             return ADM_ENDED;
         }
         int64_t spare = kv_pool_n_free(&s->pools[r]) +
@@ -801,7 +801,7 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     for (int r = 0; m != NULL && r < T; r++)
         held += m->seqs[r].used_pages;
     if (delta_room(s, out, held + need_max * T) != 0 ||
-        (first == n_new && token_room(req) != 0))
+        (first == n_new && rt_sched__token_room(req) != 0))
         return ADM_STOP;
     if (first == n_new &&
         rt_sched__forks_admit_room(s, out, req, held + need_max * T) != 0)
@@ -839,14 +839,14 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
                 (s->cfg.per_head &&
                  kv_seq_heads_enable(&req->seqs[r], s->lay[r], NULL, 0) !=
                      0)) {
-                retire(s, req, RT_SCHED_END_ERROR, out);
+                rt_sched__retire(s, req, RT_SCHED_END_ERROR, out);
                 return ADM_ENDED;
             }
     }
     for (int r = 0; r < T; r++)
         if (kv_seq_reserve_prompt(&req->seqs[r], s->lay[r], &s->pools[r],
                                   start, n_new, NULL, 0) != 0) {
-            retire(s, req, RT_SCHED_END_ERROR, out);
+            rt_sched__retire(s, req, RT_SCHED_END_ERROR, out);
             return ADM_ENDED;
         }
 
@@ -867,17 +867,17 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     }
     s->cached_tokens += start;
     if (req->n_sibs > 0 && rt_sched__admit_samples(s, req, start) != 0) {
-        retire(s, req, RT_SCHED_END_ERROR, out);
+        rt_sched__retire(s, req, RT_SCHED_END_ERROR, out);
         return ADM_ENDED;
     }
     int trc = rt_sched__trig_admitted(s, req);
     for (int32_t i = 0; trc == 0 && i < req->n_sibs; i++)
         trc = rt_sched__trig_admitted(s, req->sibs[i]);
     if (trc != 0) {
-        retire(s, req, RT_SCHED_END_ERROR, out);
+        rt_sched__retire(s, req, RT_SCHED_END_ERROR, out);
         return ADM_ENDED;
     }
-    add_entry(s, out, req, RT_STEP_PREFILL, start, first, first == n_new);
+    rt_sched__add_entry(s, out, req, RT_STEP_PREFILL, start, first, first == n_new);
     if (first == n_new)
         rt_sched__plan_forks(s, out, req);
     return ADM_ADMITTED;
@@ -893,17 +893,17 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
     /* Everything whose size is known is reserved before anything
      * changes: entries and events are bounded by the live requests. */
     int64_t live = (int64_t)s->n_running + s->n_waiting + s->n_attached;
-    if (grow32((void **)&out->entries, &out->cap_entries,
+    if (rt_sched__grow32((void **)&out->entries, &out->cap_entries,
                s->cfg.max_num_seqs, sizeof(struct rt_step_entry)) != 0 ||
-        grow32((void **)&out->released, &out->cap_released,
+        rt_sched__grow32((void **)&out->released, &out->cap_released,
                s->cfg.max_num_seqs, sizeof(int32_t)) != 0 ||
-        grow32((void **)&out->events, &out->cap_events, live > 0 ? live : 1,
+        rt_sched__grow32((void **)&out->events, &out->cap_events, live > 0 ? live : 1,
                sizeof(struct rt_sched_event)) != 0 ||
-        grow((void **)&out->row_lens, &out->cap_row_lens,
+        rt_sched__grow((void **)&out->row_lens, &out->cap_row_lens,
                (int64_t)s->cfg.max_num_seqs * s->cfg.n_ranks * s->rows,
                sizeof(int32_t)) != 0 ||
         (s->cfg.per_head &&
-         grow((void **)&out->head_lens, &out->cap_head_lens,
+         rt_sched__grow((void **)&out->head_lens, &out->cap_head_lens,
               (int64_t)s->cfg.max_num_seqs * s->cfg.n_ranks *
                   s->cfg.layout->n_layers * s->cfg.layout->n_kv_heads,
               sizeof(int32_t)) != 0))
@@ -957,11 +957,11 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
         int64_t n = left < C ? left : C;
         if (left == 0)
             continue; /* a sample forked in this step: no prefill */
-        if (n > budget || delta_room(s, out, unsent_ids(s, req, 0)) != 0 ||
-            (n == left && (token_room(req) != 0 ||
+        if (n > budget || delta_room(s, out, rt_sched__unsent_ids(s, req, 0)) != 0 ||
+            (n == left && (rt_sched__token_room(req) != 0 ||
                            rt_sched__forks_room(s, out, req) != 0)))
             continue;
-        add_entry(s, out, req, RT_STEP_PREFILL, q->turn_start + q->committed,
+        rt_sched__add_entry(s, out, req, RT_STEP_PREFILL, q->turn_start + q->committed,
                   n, n == left);
         if (n == left)
             rt_sched__plan_forks(s, out, req);
@@ -988,170 +988,6 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
         s->steps++;
     }
     return 0;
-}
-
-/* ---- results ------------------------------------------------------------ */
-
-int rt_sched_complete(struct rt_sched *s, struct rt_step *step,
-                      const int32_t *tokens, const uint8_t *stop, char *err,
-                      size_t errlen)
-{
-    return rt_sched_complete_heads(s, step, tokens, stop, NULL, 0, err,
-                                   errlen);
-}
-
-int rt_sched_complete_heads(struct rt_sched *s, struct rt_step *step,
-                            const int32_t *tokens, const uint8_t *stop,
-                            const struct rt_step_heads *heads,
-                            int32_t n_heads, char *err, size_t errlen)
-{
-    if (step->n_entries == 0) {
-        step->n_events = 0;
-        return 0;
-    }
-    if (s->outstanding == 0 || step->step_id != s->outstanding)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "rt_sched: step %llu is not the outstanding step",
-                          (unsigned long long)step->step_id);
-    for (int32_t i = 0; i < step->n_entries; i++) {
-        if (!step->entries[i].sample)
-            continue;
-        if (tokens == NULL)
-            return tg_err_set(err, errlen, TG_EINVAL,
-                              "rt_sched: step %llu samples but no tokens "
-                              "were given",
-                              (unsigned long long)step->step_id);
-        /* An entry whose request was aborted since the plan (a client
-         * gone, or a request the worker failed alone) has no token. */
-        const struct rt_sched_req *live =
-            rt_sched__find(s, step->entries[i].id);
-        if (live == NULL || live->serial != step->entries[i].serial)
-            continue;
-        if (tokens[i] < 0)
-            return tg_err_set(err, errlen, TG_EINVAL,
-                              "rt_sched: sampled token %d for entry %d",
-                              (int)tokens[i], (int)i);
-    }
-    int rc = rt_sched_check_heads(s, step, heads, n_heads, err, errlen);
-    if (rc != 0)
-        return rc;
-    const int T = s->cfg.n_ranks;
-    if (n_heads > 0) {
-        /* Checked: the reports' entries exist and only per-head
-         * schedulers have prefill reports, so head_of exists. */
-        TG_ASSERT(s->head_of != NULL);
-        for (int64_t i = 0; i < (int64_t)step->n_entries * T; i++)
-            s->head_of[i] = -1;
-        for (int32_t k = 0; k < n_heads; k++)
-            s->head_of[(int64_t)heads[k].entry * T + heads[k].rank] = k;
-    }
-    /* The plan reserved events for every request live at that time, which
-     * bounds the entries. */
-    TG_ASSERT(step->cap_events >= step->n_entries);
-    step->n_events = 0;
-    for (int32_t i = 0; i < step->n_entries; i++) {
-        const struct rt_step_entry *e = &step->entries[i];
-        struct rt_sched_req *req = rt_sched__find(s, e->id);
-        if (req == NULL || req->serial != e->serial)
-            continue; /* aborted since the plan */
-        TG_ASSERT(rt_sched__running(req));
-        if (e->kind == RT_STEP_PREFILL) {
-            rt_sched__commit_chunk(s, req, e, heads,
-                                   n_heads > 0 ? s->head_of + (int64_t)i * T
-                                               : NULL);
-            /* A committed chunk is a point the KV can be rewound to, so
-             * a later prompt sharing only part of this one still reuses
-             * it (best effort: without memory there is just less reuse). */
-            (void)rt_prefix_bounds_push(&req->bounds, e->pos + e->n, req->seqs,
-                                        s->cfg.n_ranks);
-            if (!e->sample)
-                continue;
-            req->state = RT_SCHED_DECODING;
-            rt_sched__trig_decode_begin(s, req);
-        } else if (e->kind == RT_STEP_FORK) {
-            req->state = RT_SCHED_DECODING; /* its pages are the forked
-                                                prompt's, committed */
-            rt_sched__trig_decode_begin(s, req);
-        } else if (rt_sched__trig_fires(s, req, e)) {
-            /* §4.9 trigger step: the heads as the workers compacted them
-             * (checked), before the request can end and be stored. */
-            rt_sched__trig_compact(s, req, heads,
-                                   n_heads > 0 ? s->head_of + (int64_t)i * T
-                                               : NULL);
-        }
-        TG_ASSERT(req->n_tokens < req->cap);
-        req->tokens[req->n_tokens++] = tokens[i];
-        req->n_generated++;
-        enum rt_sched_end fin = RT_SCHED_END_NONE;
-        if (stop != NULL && stop[i])
-            fin = RT_SCHED_END_STOP;
-        else if (req->n_generated >= req->max_tokens)
-            fin = RT_SCHED_END_LENGTH;
-        push_event(step, req, tokens[i], fin);
-        if (fin != RT_SCHED_END_NONE)
-            retire(s, req, fin, NULL);
-    }
-    s->outstanding = 0;
-    return 0;
-}
-
-int rt_sched_fail_running(struct rt_sched *s, struct rt_step *step)
-{
-    if (grow32((void **)&step->events, &step->cap_events,
-               s->n_running > 0 ? s->n_running : 1,
-               sizeof(struct rt_sched_event)) != 0)
-        return TG_ENOMEM;
-    step->n_events = 0;
-    while (s->n_running > 0)
-        retire(s, s->running[s->n_running - 1], RT_SCHED_END_ERROR, step);
-    rt_prefix_clear(&s->cache, s->pools);
-    s->outstanding = 0;
-    return 0;
-}
-
-void rt_sched_drop_cache(struct rt_sched *s)
-{
-    rt_prefix_clear(&s->cache, s->pools);
-}
-
-/* ---- shared with rt_sched_fork.c (rt_sched_internal.h) ----------------- */
-
-int rt_sched__grow(void **buf, int64_t *cap, int64_t need, size_t elem)
-{
-    return grow(buf, cap, need, elem);
-}
-
-int rt_sched__grow32(void **buf, int32_t *cap, int64_t need, size_t elem)
-{
-    return grow32(buf, cap, need, elem);
-}
-
-void rt_sched__running_remove(struct rt_sched *s, struct rt_sched_req *req)
-{
-    running_remove(s, req);
-}
-
-void rt_sched__release_pages(struct rt_sched *s, struct rt_sched_req *req)
-{
-    release_pages(s, req);
-}
-
-int rt_sched__token_room(struct rt_sched_req *req)
-{
-    return token_room(req);
-}
-
-int64_t rt_sched__unsent_ids(const struct rt_sched *s,
-                             const struct rt_sched_req *req, int64_t extra)
-{
-    return unsent_ids(s, req, extra);
-}
-
-void rt_sched__add_entry(struct rt_sched *s, struct rt_step *out,
-                         struct rt_sched_req *req, enum rt_step_kind kind,
-                         int64_t pos, int64_t n, int sample)
-{
-    add_entry(s, out, req, kind, pos, n, sample);
 }
 
 /* ---- queries ------------------------------------------------------------ */

@@ -121,12 +121,25 @@ void rt_sched__trig_compact(struct rt_sched *s, struct rt_sched_req *req,
                             const struct rt_step_heads *heads,
                             const int32_t *head_of);
 
-/* ---- rt_sched.c helpers used by rt_sched_fork.c ---- */
+/* ---- rt_sched.c helpers used by rt_sched_fork.c and rt_sched_complete.c ---- */
 
 /* Grows *buf (of elem-byte elements, capacity *cap) to hold `need`,
  * doubling; 0 or TG_ENOMEM (then unchanged). */
 int rt_sched__grow(void **buf, int64_t *cap, int64_t need, size_t elem);
 int rt_sched__grow32(void **buf, int32_t *cap, int64_t need, size_t elem);
+
+/* Appends an event for `req` to step (room reserved when the step was
+ * planned) and returns it. */
+struct rt_sched_event *rt_sched__push_event(struct rt_step *step,
+                                            const struct rt_sched_req *req,
+                                            int32_t token,
+                                            enum rt_sched_end finish);
+
+/* Ends `req`: an event into `ev_step` when non-NULL, its slot released,
+ * its pages stored for multi-turn reuse (STOP / LENGTH with KV held) or
+ * given back, and the request freed (with its group's unforked samples). */
+void rt_sched__retire(struct rt_sched *s, struct rt_sched_req *req,
+                      enum rt_sched_end finish, struct rt_step *ev_step);
 
 /* Removes a running request from the running list and vacates its slot. */
 void rt_sched__running_remove(struct rt_sched *s, struct rt_sched_req *req);

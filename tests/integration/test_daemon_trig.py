@@ -22,6 +22,9 @@ frees pages per head), small caps (--decode-budget 12 --decode-every 8
   * n = 2 with a seed: choice i equals an n = 1 run with seed + i;
   * --tp 2: the same token ids as tangram-generate over gRPC and HTTP, and
     released pages summing to tangram-generate's;
+  * a worker SIGKILLed while two long trig generations compact loses only
+    them: two queued requests are served after the restart, equal to
+    tangram-generate, and every page in use is then a stored entry's;
   * start-up refusals: trig with a profile without statistics, with
     --profile none and no --trig-stats, and on --backend cuda, each a
     failed start naming the fix.
@@ -292,6 +295,76 @@ def refusals(model, prof_plain, prof, work):
                 log[-800:])
 
 
+def worker_killed(model, prof, work):
+    """SIGKILL of the worker while long trig generations compact: only the
+    in-flight requests are lost. Two long requests run (--max-num-seqs 2)
+    and trigger compactions every EVERY tokens; two more wait in the queue.
+    The kill fails the two running ones; the queued two are admitted by
+    the restarted worker and answer exactly what tangram-generate answers;
+    afterwards every page in use is a stored entry's."""
+    name = "worker killed"
+    d = du.Daemon(model, work, profile=prof, args=TRIG + [
+        "--heads-per-group", "1", "--prefill-chunk", str(CHUNK),
+        "--max-num-seqs", "2"])
+    if not C.check(d.start(), "%s: ready" % name, d.log_text()[-3000:]):
+        d.stop()
+        return
+    try:
+        res = {}
+
+        def call(key, ids, max_tokens, **extra):
+            res[key] = http_complete(d, ids, max_tokens=max_tokens, **extra)
+        longs = [threading.Thread(target=call, args=(("long", k),
+                                                     prompt_ids(70 + k),
+                                                     30000),
+                                  kwargs={"ignore_eos": True})
+                 for k in range(2)]
+        for t in longs:
+            t.start()
+        ok = du.wait_for(lambda: du.metric(du.fetch_metrics(d.base_url) or {},
+                                           "tangram_num_requests_running") == 2,
+                         20, 0.05)
+        C.check(ok, "%s: two long requests running" % name)
+        queued = [threading.Thread(target=call, args=(("queued", k),
+                                                       prompt_ids(80 + k),
+                                                       MAX_TOKENS))
+                  for k in range(2)]
+        for t in queued:
+            t.start()
+        ok = du.wait_for(lambda: du.metric(du.fetch_metrics(d.base_url) or {},
+                                           "tangram_num_requests_waiting") == 2,
+                         20, 0.05)
+        C.check(ok, "%s: two requests queued behind them" % name)
+        m0 = metrics(d, 1)
+        # Compactions are running: released pages keep growing.
+        ok = du.wait_for(lambda: (metrics(d, 1) or {"released": 0})["released"]
+                         >= (m0["released"] if m0 else 0) + 8, 30, 0.05)
+        C.check(ok, "%s: compactions gave pages back before the kill" % name)
+        workers = d.child_pids("worker")
+        if not C.check(len(workers) == 1, "%s: one worker" % name, workers):
+            return
+        os.kill(workers[0], 9)
+        for t in longs + queued:
+            t.join(300)
+        for k in range(2):
+            st, j, raw = res.get(("long", k), (None, None, b""))
+            C.check(st is not None and st >= 500,
+                    "%s: in-flight request %d ended with an error" % (name, k),
+                    (st, raw[:300]))
+        for k in range(2):
+            ref, _ = generate(model, prof, prompt_ids(80 + k))
+            st, j, raw = res.get(("queued", k), (None, None, b""))
+            C.check(st == 200 and j is not None and ref is not None and
+                    j["choices"][0]["text"] == ref["text"],
+                    "%s: queued request %d served after the restart, equal "
+                    "to tangram-generate" % (name, k), (st, raw[:300]))
+        back = du.wait_for(lambda: d.health() == 200, 30, 0.05)
+        C.check(back, "%s: /health back to 200" % name)
+        no_running_pages(d, 1, name)
+    finally:
+        d.stop()
+
+
 def main():
     missing = du.missing_inputs(
         programs=("tangramd", "tangram-router", "tangram-worker",
@@ -368,6 +441,9 @@ def main():
                         d.stop()
         else:
             d.stop()
+        sub = os.path.join(work, "killed")
+        os.makedirs(sub)
+        worker_killed(model, prof, sub)
         refusals(model, plain, prof, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -9,6 +9,7 @@
 
 #include "common/kv/kv_seq.h"
 #include "common/pf_split.h"
+#include "common/kv/kv_trig.h"
 #include "common/tg_err.h"
 #include "common/kv/kv_layout.h"
 
@@ -164,15 +165,9 @@ int gw_engine_trig_init(struct gw_trig_cfg *c, struct pf_trig *own,
             return rc;
         stats = own;
     } else if (stats->num_q_heads == 0) {
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          strcmp(profile->method, "none") == 0
-                              ? "--decode-compress trig: --profile none has "
-                                "no trig statistics; name a profile that has "
-                                "them with --trig-stats"
-                              : "--decode-compress trig: the profile has no "
-                                "\"trig\" statistics; calibrate it with "
-                                "tangram-profile calibrate --trig (or name "
-                                "another with --trig-stats)");
+        return tg_err_set(err, errlen, TG_EINVAL, "%s",
+                          kv_trig_no_stats_reason(
+                              strcmp(profile->method, "none") == 0));
     }
     int rc = gw_trig_cfg_init(c, o, profile, layout, stats, m->n_q_heads,
                               m->inv_freq, err, errlen);

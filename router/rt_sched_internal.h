@@ -121,6 +121,13 @@ void rt_sched__trig_compact(struct rt_sched *s, struct rt_sched_req *req,
                             const struct rt_step_heads *heads,
                             const int32_t *head_of);
 
+/* rt_sched_heads.c: after rank `rank`'s rows of req gave pages back, the
+ * worker's rows still hold what was sent; marks every row holding fewer
+ * pages than sent to be cut back in the request's next entry (a truncate
+ * delta) and lowers its sent count. */
+void rt_sched__mark_cuts(struct rt_sched *s, struct rt_sched_req *req,
+                         int rank);
+
 /* ---- rt_sched.c helpers used by rt_sched_fork.c and rt_sched_complete.c ---- */
 
 /* Grows *buf (of elem-byte elements, capacity *cap) to hold `need`,

@@ -153,14 +153,6 @@ void rt_sched__trig_compact(struct rt_sched *s, struct rt_sched_req *req,
         s->released_pages[r] += freed;
         if (freed == 0)
             continue;
-        /* The worker's rows still hold what was sent: the request's next
-         * entry cuts them back to what the router kept. */
-        int32_t *sent = req->sent + (int64_t)r * s->rows;
-        uint8_t *cut = req->cut + (int64_t)r * s->rows;
-        for (int32_t w = 0; w < s->rows; w++)
-            if (q->n_pages[w] < sent[w]) {
-                sent[w] = q->n_pages[w];
-                cut[w] = 1;
-            }
+        rt_sched__mark_cuts(s, req, r);
     }
 }

@@ -41,16 +41,9 @@ static int check_stats(const struct rt_server *s, char *err, size_t errlen)
         return 0;
     }
     if (s->profile.trig.num_q_heads == 0)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "%s",
-                          strcmp(s->profile.method, "none") == 0
-                              ? "--decode-compress trig: --profile none has "
-                                "no trig statistics; name a profile that has "
-                                "them with --trig-stats"
-                              : "--decode-compress trig: the profile has no "
-                                "\"trig\" statistics; calibrate it with "
-                                "tangram-profile calibrate --trig (or name "
-                                "another with --trig-stats)");
+        return tg_err_set(err, errlen, TG_EINVAL, "%s",
+                          kv_trig_no_stats_reason(
+                              strcmp(s->profile.method, "none") == 0));
     return 0;
 }
 

@@ -403,12 +403,10 @@ int kv_seq_reserve_prompt_plain(struct kv_seq *seq,
     return 0;
 }
 
-int kv_seq_commit(struct kv_seq *seq, const struct kv_layout *layout,
-                  int64_t n, char *err, size_t errlen)
+int kv_seq__check_commit(const struct kv_seq *seq,
+                         const struct kv_layout *layout, int64_t n,
+                         char *err, size_t errlen)
 {
-    int rc = check_layout(seq, layout, err, errlen);
-    if (rc != 0)
-        return rc;
     int64_t left = seq->turn_len - seq->committed;
     int64_t C = layout->prefill_chunk;
     if (n < 1 || n > left)
@@ -421,6 +419,53 @@ int kv_seq_commit(struct kv_seq *seq, const struct kv_layout *layout,
                           "does not end on a %lld-token chunk boundary",
                           (long long)n, (long long)seq->committed,
                           (long long)C);
+    return 0;
+}
+
+/* Shrinks row r's reservation to `tokens` (<= what it reserves) and gives
+ * its pages beyond ceil(tokens / P) back to `pool` in one push; *shrank is
+ * set when the row was the longest (max_tokens must be recomputed).
+ * Returns the pages given back. The caller ends with shrink_done. */
+static int32_t row_shrink(struct kv_seq *seq, struct kv_pool *pool,
+                          int32_t r, int32_t tokens, int *shrank)
+{
+    if (seq->tokens[r] == seq->max_tokens)
+        *shrank = 1;
+    seq->tokens[r] = tokens;
+    int32_t keep_pages = pages_for(tokens, seq->page_size);
+    int32_t drop = seq->n_pages[r] - keep_pages;
+    if (drop <= 0)
+        return 0;
+    int rc = kv_pool_push(pool, drop, seq->ids + seq->off[r] + keep_pages);
+    /* The ids came from this pool: a rejection is a broken invariant. */
+    TG_ASSERT(rc == 0);
+    (void)rc;
+    seq->n_pages[r] = keep_pages;
+    seq->used_pages -= drop;
+    return drop;
+}
+
+/* After row_shrink calls: a new epoch when held ids left (block tables
+ * must rebuild), max_tokens and the pool's monolithic count again. */
+static void shrink_done(struct kv_seq *seq, struct kv_pool *pool,
+                        int64_t freed, int shrank)
+{
+    if (freed > 0)
+        seq->epoch = next_epoch();
+    if (shrank)
+        recompute_max(seq);
+    update_mono(seq, pool);
+}
+
+int kv_seq_commit(struct kv_seq *seq, const struct kv_layout *layout,
+                  int64_t n, char *err, size_t errlen)
+{
+    int rc = check_layout(seq, layout, err, errlen);
+    if (rc != 0)
+        return rc;
+    if ((rc = kv_seq__check_commit(seq, layout, n, err, errlen)) != 0)
+        return rc;
+    int64_t C = layout->prefill_chunk;
     int64_t at = seq->turn_start + seq->committed;
     for (int32_t r = 0; r < seq->n_rows; r++) {
         int64_t keep = kv_seq__turn_keep(at, n, C, layout->group_budget[r],
@@ -461,14 +506,9 @@ int kv_seq__commit_rows(struct kv_seq *seq, const struct kv_layout *layout,
     if (pool == NULL || filled_after == NULL)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "kv_seq: commit_kept needs a pool and the rows");
-    int64_t left = seq->turn_len - seq->committed;
+    if ((rc = kv_seq__check_commit(seq, layout, n, err, errlen)) != 0)
+        return rc;
     int64_t C = layout->prefill_chunk;
-    if (n < 1 || n > left || ((seq->committed + n) % C != 0 && n != left))
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "kv_seq: cannot commit %lld tokens at turn offset "
-                          "%lld (%lld pending, chunks of %lld)",
-                          (long long)n, (long long)seq->committed,
-                          (long long)left, (long long)C);
     int64_t at = seq->turn_start + seq->committed;
     /* Validate every row before changing any. */
     for (int32_t r = 0; r < seq->n_rows; r++) {
@@ -483,7 +523,6 @@ int kv_seq__commit_rows(struct kv_seq *seq, const struct kv_layout *layout,
                               (long long)(seq->filled[r] + keep));
     }
     int64_t freed = 0;
-    int32_t old_max = seq->max_tokens;
     int shrank = 0;
     for (int32_t r = 0; r < seq->n_rows; r++) {
         int64_t keep = kv_seq__turn_keep(at, n, C, layout->group_budget[r],
@@ -494,26 +533,9 @@ int kv_seq__commit_rows(struct kv_seq *seq, const struct kv_layout *layout,
             continue;
         /* The reservation of this chunk shrinks by what the row did not
          * keep; what later chunks and decode need stays reserved. */
-        int32_t tokens = seq->tokens[r] - short_by;
-        int32_t keep_pages = pages_for(tokens, seq->page_size);
-        int32_t drop = seq->n_pages[r] - keep_pages;
-        if (seq->tokens[r] == old_max)
-            shrank = 1;
-        seq->tokens[r] = tokens;
-        if (drop <= 0)
-            continue;
-        rc = kv_pool_push(pool, drop, seq->ids + seq->off[r] + keep_pages);
-        /* The ids came from this pool: a rejection is a broken invariant. */
-        TG_ASSERT(rc == 0);
-        seq->n_pages[r] = keep_pages;
-        seq->used_pages -= drop;
-        freed += drop;
+        freed += row_shrink(seq, pool, r, seq->tokens[r] - short_by, &shrank);
     }
-    if (freed > 0)
-        seq->epoch = next_epoch();
-    if (shrank)
-        recompute_max(seq);
-    update_mono(seq, pool);
+    shrink_done(seq, pool, freed, shrank);
     seq->committed += n;
     *released = freed;
     return 0;
@@ -739,32 +761,15 @@ int kv_seq_compact_rows(struct kv_seq *seq, const struct kv_layout *layout,
                               "tokens", (int)r, (int)seq->filled[r],
                               (int)filled_after[r]);
     int64_t freed = 0;
-    int32_t old_max = seq->max_tokens;
     int shrank = 0;
     for (int32_t r = 0; r < seq->n_rows; r++) {
         int32_t lost = seq->filled[r] - filled_after[r];
         if (lost == 0)
             continue;
-        if (seq->tokens[r] == old_max)
-            shrank = 1;
         seq->filled[r] = filled_after[r];
-        seq->tokens[r] -= lost;
-        int32_t keep_pages = pages_for(seq->tokens[r], seq->page_size);
-        int32_t drop = seq->n_pages[r] - keep_pages;
-        if (drop <= 0)
-            continue;
-        rc = kv_pool_push(pool, drop, seq->ids + seq->off[r] + keep_pages);
-        /* The ids came from this pool: a rejection is a broken invariant. */
-        TG_ASSERT(rc == 0);
-        seq->n_pages[r] = keep_pages;
-        seq->used_pages -= drop;
-        freed += drop;
+        freed += row_shrink(seq, pool, r, seq->tokens[r] - lost, &shrank);
     }
-    if (freed > 0)
-        seq->epoch = next_epoch();
-    if (shrank)
-        recompute_max(seq);
-    update_mono(seq, pool);
+    shrink_done(seq, pool, freed, shrank);
     *released = freed;
     return 0;
 }

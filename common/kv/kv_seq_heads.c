@@ -110,14 +110,9 @@ int kv_seq_heads_fit(const struct kv_seq *seq, const struct kv_layout *layout,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "kv_seq: %lld head lengths for %d heads",
                           (long long)n_heads, (int)seq->n_heads);
-    int64_t left = seq->turn_len - seq->committed;
+    if ((rc = kv_seq__check_commit(seq, layout, n, err, errlen)) != 0)
+        return rc;
     int64_t C = layout->prefill_chunk;
-    if (n < 1 || n > left || ((seq->committed + n) % C != 0 && n != left))
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "kv_seq: cannot commit %lld tokens at turn offset "
-                          "%lld (%lld pending, chunks of %lld)",
-                          (long long)n, (long long)seq->committed,
-                          (long long)left, (long long)C);
     int64_t at = seq->turn_start + seq->committed;
     const int G = layout->n_groups, H = layout->n_kv_heads;
     for (int l = 0; l < layout->n_layers; l++)

@@ -14,6 +14,13 @@
 int64_t kv_seq__turn_keep(int64_t start, int64_t n_new, int64_t chunk,
                           double budget, const struct kv_forced_rule *rule);
 
+/* Checks that the next n positions of the reserved turn may be committed:
+ * 1 <= n <= what is pending, ending on a chunk boundary of the turn (a
+ * multiple of C from its start) or at its end. Returns 0 or TG_EINVAL. */
+int kv_seq__check_commit(const struct kv_seq *seq,
+                         const struct kv_layout *layout, int64_t n,
+                         char *err, size_t errlen);
+
 /* kv_seq_commit_kept without its refusal of a seq with heads (the caller
  * keeps head_len in step itself). */
 int kv_seq__commit_rows(struct kv_seq *seq, const struct kv_layout *layout,

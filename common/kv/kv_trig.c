@@ -123,3 +123,13 @@ int64_t kv_trig_decode_pages(const struct kv_trig *t, int page_size,
                                   page_size);
     return pages;
 }
+
+const char *kv_trig_no_stats_reason(int profile_none)
+{
+    return profile_none
+               ? "--decode-compress trig: --profile none has no trig "
+                 "statistics; name a profile that has them with --trig-stats"
+               : "--decode-compress trig: the profile has no \"trig\" "
+                 "statistics; calibrate it with tangram-profile calibrate "
+                 "--trig (or name another with --trig-stats)";
+}

@@ -39,6 +39,10 @@ struct kv_trig_opts {
     int window;              /* W_d, --decode-window */
 };
 
+/* The start-up refusal of trig without statistics, naming the fix:
+ * profile_none is 1 for --profile none. A static string. */
+const char *kv_trig_no_stats_reason(int profile_none);
+
 /* Checks o: window >= 0, F = 4 + window <= budget <= INT32_MAX,
  * every >= 1. Returns 0 or TG_EINVAL with a message naming the flag. */
 int kv_trig_opts_check(const struct kv_trig_opts *o, char *err,

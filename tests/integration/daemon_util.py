@@ -558,6 +558,44 @@ def node_clients(scripts):
     return root, None
 
 
+def load_tangram_pb2(out_dir):
+    """Generates the Python classes of proto/tangram.proto into out_dir with
+    protoc and imports them; returns the tangram_pb2 module, or None when
+    protoc fails (the caller's check names it)."""
+    import importlib
+    import sys
+    proto_dir = os.path.join(SOURCE, "proto")
+    r = subprocess.run(["protoc", "-I", proto_dir, "--python_out=" + out_dir,
+                        "tangram.proto"], capture_output=True, text=True,
+                       timeout=60)
+    if r.returncode != 0:
+        return None
+    sys.path.insert(0, out_dir)
+    return importlib.import_module("tangram_pb2")
+
+
+def grpc_generate_ids(grpc, pb, target, ids, max_tokens, seed, timeout=300):
+    """Token ids of a greedy tangram.v1.Generation/Generate of prompt ids
+    with max_tokens and seed, as (ids, "OK"), or (None, "<code> <details>")
+    when the call fails."""
+    ch = grpc.insecure_channel(target)
+    gen = ch.unary_stream("/tangram.v1.Generation/Generate",
+                          request_serializer=lambda m: m.SerializeToString(),
+                          response_deserializer=pb.GenerateResponse.FromString)
+    req = pb.GenerateRequest(prompt_token_ids=ids)
+    req.sampling.CopyFrom(pb.SamplingParams(max_tokens=max_tokens,
+                                            temperature=0.0, seed=seed))
+    out = []
+    try:
+        for m in gen(req, timeout=timeout):
+            out += list(m.token_ids)
+        return out, "OK"
+    except grpc.RpcError as e:
+        return None, "%s %s" % (e.code(), e.details())
+    finally:
+        ch.close()
+
+
 def scratch_dir(prefix):
     """A fresh temporary directory (the caller removes it)."""
     return tempfile.mkdtemp(prefix=prefix)

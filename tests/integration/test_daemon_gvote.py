@@ -33,7 +33,6 @@ tangram-generate's, and no running page at the end.
 Fails, naming it, when a program, the tokenizer, grpcio, protobuf or protoc
 is missing. About 30 s.
 """
-import importlib
 import json
 import os
 import shutil
@@ -92,34 +91,13 @@ def http_complete(d, ids, session=None):
 
 
 def load_protos(out_dir):
-    proto_dir = os.path.join(du.SOURCE, "proto")
-    r = subprocess.run(["protoc", "-I", proto_dir, "--python_out=" + out_dir,
-                        "tangram.proto"], capture_output=True, text=True,
-                       timeout=60)
-    if r.returncode != 0:
-        return None
-    sys.path.insert(0, out_dir)
-    return importlib.import_module("tangram_pb2")
+    return du.load_tangram_pb2(out_dir)
 
 
 def grpc_generate(grpc, pb, d, ids):
     """Token ids of a greedy Generate, or None with the status."""
-    ch = grpc.insecure_channel(d.grpc_target)
-    gen = ch.unary_stream("/tangram.v1.Generation/Generate",
-                          request_serializer=lambda m: m.SerializeToString(),
-                          response_deserializer=pb.GenerateResponse.FromString)
-    req = pb.GenerateRequest(prompt_token_ids=ids)
-    req.sampling.CopyFrom(pb.SamplingParams(max_tokens=MAX_TOKENS,
-                                            temperature=0.0, seed=SEED))
-    out = []
-    try:
-        for m in gen(req, timeout=120):
-            out += list(m.token_ids)
-        return out, "OK"
-    except grpc.RpcError as e:
-        return None, "%s %s" % (e.code(), e.details())
-    finally:
-        ch.close()
+    return du.grpc_generate_ids(grpc, pb, d.grpc_target, ids, MAX_TOKENS,
+                                SEED, timeout=120)
 
 
 def metrics(d, T):

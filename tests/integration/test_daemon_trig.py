@@ -30,7 +30,6 @@ frees pages per head), small caps (--decode-budget 12 --decode-every 8
     failed start naming the fix.
 Fails, naming it, when a program, grpcio, protobuf or protoc is missing.
 """
-import importlib
 import json
 import math
 import os
@@ -82,33 +81,13 @@ def http_complete(d, ids, session=None, max_tokens=MAX_TOKENS, **extra):
 
 
 def load_protos(out_dir):
-    proto_dir = os.path.join(du.SOURCE, "proto")
-    r = subprocess.run(["protoc", "-I", proto_dir, "--python_out=" + out_dir,
-                        "tangram.proto"], capture_output=True, text=True,
-                       timeout=60)
-    if r.returncode != 0:
-        return None
-    sys.path.insert(0, out_dir)
-    return importlib.import_module("tangram_pb2")
+    return du.load_tangram_pb2(out_dir)
 
 
 def grpc_generate(grpc, pb, d, ids):
-    ch = grpc.insecure_channel(d.grpc_target)
-    gen = ch.unary_stream("/tangram.v1.Generation/Generate",
-                          request_serializer=lambda m: m.SerializeToString(),
-                          response_deserializer=pb.GenerateResponse.FromString)
-    req = pb.GenerateRequest(prompt_token_ids=ids)
-    req.sampling.CopyFrom(pb.SamplingParams(max_tokens=MAX_TOKENS,
-                                            temperature=0.0, seed=SEED))
-    out = []
-    try:
-        for m in gen(req, timeout=300):
-            out += list(m.token_ids)
-        return out, "OK"
-    except grpc.RpcError as e:
-        return None, "%s %s" % (e.code(), e.details())
-    finally:
-        ch.close()
+    """Token ids of a greedy Generate, or None with the status."""
+    return du.grpc_generate_ids(grpc, pb, d.grpc_target, ids, MAX_TOKENS,
+                                SEED, timeout=300)
 
 
 def metrics(d, T):

@@ -558,6 +558,35 @@ def node_clients(scripts):
     return root, None
 
 
+def kv_page_metrics(base_url, n_ranks):
+    """The page counters of every rank from /metrics, or None when it cannot
+    be fetched: released (sum of tangram_kv_pages_released_total),
+    released_ranks, used, cached and total (lists per rank, None where a
+    sample is absent) and cached_tokens
+    (tangram_cached_prompt_tokens_total)."""
+    s = fetch_metrics(base_url)
+    if s is None:
+        return None
+
+    def per_rank(name):
+        return [metric(s, name, rank=str(r)) for r in range(n_ranks)]
+    released = per_rank("tangram_kv_pages_released_total")
+    return {
+        "released": sum(v or 0 for v in released),
+        "released_ranks": released,
+        "used": per_rank("tangram_kv_pages_used"),
+        "cached": per_rank("tangram_kv_pages_cached"),
+        "total": per_rank("tangram_kv_pages_total"),
+        "cached_tokens": metric(s, "tangram_cached_prompt_tokens_total"),
+    }
+
+
+def only_cached_pages(m):
+    """Whether every page in use on every rank belongs to the multi-turn
+    store (no request holds pages): used == cached per rank."""
+    return m is not None and None not in m["used"] and m["used"] == m["cached"]
+
+
 def load_tangram_pb2(out_dir):
     """Generates the Python classes of proto/tangram.proto into out_dir with
     protoc and imports them; returns the tangram_pb2 module, or None when

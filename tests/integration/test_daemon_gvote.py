@@ -101,26 +101,12 @@ def grpc_generate(grpc, pb, d, ids):
 
 
 def metrics(d, T):
-    s = du.fetch_metrics(d.base_url)
-    if s is None:
-        return None
-    return {
-        "released": sum(du.metric(s, "tangram_kv_pages_released_total",
-                                  rank=str(r)) or 0 for r in range(T)),
-        "released_ranks": [du.metric(s, "tangram_kv_pages_released_total",
-                                     rank=str(r)) for r in range(T)],
-        "used": [du.metric(s, "tangram_kv_pages_used", rank=str(r))
-                 for r in range(T)],
-        "cached": [du.metric(s, "tangram_kv_pages_cached", rank=str(r))
-                   for r in range(T)],
-        "cached_tokens": du.metric(s, "tangram_cached_prompt_tokens_total"),
-    }
+    return du.kv_page_metrics(d.base_url, T)
 
 
 def no_running_pages(d, T, name):
     m = metrics(d, T)
-    C.check(m is not None and None not in m["used"] and
-            m["used"] == m["cached"],
+    C.check(du.only_cached_pages(m),
             "%s: after the requests every page in use is a stored entry's "
             "(used == cached per rank)" % name, m)
 

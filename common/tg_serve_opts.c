@@ -73,7 +73,7 @@ static const struct tg_config_entry table[] = {
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
      .help = "Scoring method of prefill compression: snapkv, keydiff, "
              "expected_attention or gvote (adaptive per-request budgets "
-             "inside the reservation; --backend cpu only for now). "
+             "inside the reservation). "
              "Default: the profile's (snapkv without one)."},
     {.name = "gvote-p", .type = TG_CONFIG_DOUBLE, .def = "0.95", .min = 1e-9,
      .max = 1, .offset = OFF(gvote_p, double), .metavar = "P",
@@ -97,7 +97,7 @@ static const struct tg_config_entry table[] = {
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
      .help = "Decode-time compression: none, or trig (every --decode-every "
              "decoded tokens, heads over their cap keep their best KV by "
-             "the profile's trig statistics; --backend cpu only for now)."},
+             "the profile's trig statistics)."},
     {.name = "decode-budget", .type = TG_CONFIG_INT, .def = "2048",
      .min = 1, .max = 2147483647.0, .offset = OFF(decode_budget, int64_t),
      .metavar = "TOKENS",

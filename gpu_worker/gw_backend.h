@@ -17,9 +17,9 @@
  *                        parallel sample's private copy of a partly
  *                        filled page, proto ENTRY_KIND_FORK)
  *   compact              decode-time compression (§4.9) of n sequences
- *                        right after their trigger step (CPU; the CUDA
- *                        backend refuses: its worker refuses trig at
- *                        start-up)
+ *                        right after their trigger step (CPU: gw_trig
+ *                        over the host pool; CUDA: kernels/cuda/trig.h,
+ *                        one round of launches for the batch)
  *   comm_failed          the group is broken (a collective timed out)
  *
  * Logits rows. A step's logits live in the backend, addressed by row: the
@@ -81,6 +81,9 @@ struct gw_backend_cfg {
     const struct pf_profile *profile;    /* borrowed: the rank's (splits) */
     enum tg_score_method method;         /* scoring of chunk keys */
     struct gw_gvote_params gvote;        /* with method gvote */
+    const struct gw_trig_cfg *trig;      /* borrowed: decode-time
+                                            compression (outlives the
+                                            backend), or NULL */
     int max_slots;                       /* sequences, logits rows */
     int max_tokens;                      /* max(prefill chunk, max_slots) */
     int rank, world_size;

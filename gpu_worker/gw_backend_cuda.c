@@ -216,21 +216,12 @@ static int cuda_copy_pages(struct gw_backend *b, const int32_t *src,
     return gw_cuda_copy_pages(&c->cu, src, dst, n, err, errlen);
 }
 
-/* No forward pass calls the trig kernels yet: the worker refuses
- * --decode-compress trig on this backend at start-up, so this only
- * answers a caller that did not. */
 static int cuda_compact(struct gw_backend *b, const struct gw_trig_cfg *tc,
                         struct gw_seq *const *seqs, int n, int64_t *heads,
                         char *err, size_t errlen)
 {
-    (void)b;
-    (void)tc;
-    (void)seqs;
-    (void)n;
-    *heads = 0;
-    return tg_err_set(err, errlen, TG_EUNSUPPORTED,
-                      "decode-time compression is not wired on the CUDA "
-                      "backend yet");
+    struct cuda_backend *c = (struct cuda_backend *)b;
+    return gw_cuda_compact(&c->cu, tc, seqs, n, heads, err, errlen);
 }
 
 static void cuda_free(struct gw_backend *b)
@@ -315,6 +306,9 @@ static int cuda_setup(struct cuda_backend *c, char *err, size_t errlen)
             .kv_pages = o->kv_pages, .kv_memory = o->kv_memory,
             .graphs = o->cuda_graphs, .splits = splits,
             .step_timeout_ms = o->step_timeout_ms,
+            .per_head = gw_method_per_head(o->method) || o->trig != NULL,
+            .gvote = o->gvote, .host_ops = &tg_ops_cpu,
+            .host_be = c->base.host, .trig = o->trig,
         };
         rc = gw_cuda_init(&c->cu, m, o->layout, &co, err, errlen);
     }
@@ -346,15 +340,6 @@ int gw_backend_cuda_new(const struct gw_backend_cfg *cfg,
                         struct gw_backend **out, char *err, size_t errlen)
 {
     *out = NULL;
-    if (gw_method_per_head(cfg->method))
-        /* Its heads of one group keep different counts; the CUDA forward
-         * pass (kernels/cuda attention, append and the block table of
-         * gw_cuda*.c) reads one length per row, so it would attend over
-         * the unused tail slots of the shorter heads. */
-        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
-                          "--method gvote: the CUDA forward pass does not "
-                          "read per-head lengths yet (its attention reads "
-                          "row lengths); use --backend cpu");
     struct cuda_backend *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");

@@ -306,6 +306,7 @@ void gw_cuda_free(struct gw_cuda *c)
     for (size_t i = 0; i < sizeof(pin) / sizeof(pin[0]); i++)
         if (pin[i] != NULL)
             cudaFreeHost(pin[i]);
+    gw_cuda__heads_free(c);
     tg_cuda_gemm_free(c->gemm);
     tg_cuda_sampler_free(c->sampler);
     if (c->stream != NULL)
@@ -355,7 +356,9 @@ static size_t act_bytes(const struct gw_cuda *c, int world, size_t *pinned)
             b += align256(LR * V * 4);
         b += 4 * align256(S * GW_CUDA_MAX_TOP * 4);
     }
-    *pinned = tab + 2 * R * 4 + 4 +
+    size_t heads_pinned = 0;
+    b += gw_cuda__heads_bytes(c, &heads_pinned);
+    *pinned = tab + 2 * R * 4 + 4 + heads_pinned +
               (size_t)(world > 1 ? world : 0) * LR * (size_t)c->lm_rows * 4;
     return b;
 }
@@ -494,7 +497,7 @@ static int alloc_runtime(struct gw_cuda *c, int world, char *err,
     GW_CU_TRY(cudaMemcpy(c->head_slot, c->layout->head_slot, L * Hkv * 4,
                          cudaMemcpyHostToDevice));
     GW_CU_TRY(cudaMemset(c->pool, 0, ((size_t)c->n_pages + 1) * page_elems * 2));
-    return 0;
+    return gw_cuda__heads_alloc(c, err, errlen);
 }
 
 int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,

@@ -52,6 +52,18 @@
  * --kv-memory against cudaMemGetInfo; a plan that does not fit fails
  * before the large allocations with TG_ENOMEM naming the numbers.
  *
+ * Per-head lengths (opts.per_head, gw_cuda_heads.c): with gvote or
+ * decode-time compression a group's heads hold different counts
+ * (gw_seq.hlen; the row's len is its longest head). Each prefill uploads
+ * the sequence's (L, Hkv) head counts and each decode step the batch's
+ * (plus the step's token) to fixed device buffers, and prefill attention,
+ * the chunk append, the decode append and decode attention read a head's
+ * own count. gvote's selection (gw_gvote.h) runs on the host: per layer
+ * the chunk's normed input, queries and keys come back as fp32, the
+ * synthetic queries use the host copy of the weights (gw_model), and the
+ * chosen indices go up for the append. Decode-time compaction
+ * (gw_cuda_compact) runs the kernels of kernels/cuda/trig.h.
+ *
  * Every call synchronises its stream before returning (the caller's host
  * arrays and the pinned staging are reused by the next call) and checks
  * the KV append's fault flag. Calibration (score callbacks) runs on the
@@ -110,6 +122,17 @@ struct gw_cuda_opts {
                                       switched between calls (benchmarks
                                       compare both on one runtime) */
     const int *splits;             /* (L, n_groups) split map S[l][g] */
+    int per_head;                  /* the slots keep per-head lengths
+                                      (gw_seq.hlen: gvote, decode-time
+                                      compression): every call uploads
+                                      them and the kernels read each
+                                      head's own count */
+    struct gw_gvote_params gvote;  /* with method gvote */
+    const struct tg_ops *host_ops; /* gvote: the host ops and context its
+                                      synthetic queries run on (borrowed) */
+    struct tg_backend *host_be;
+    const struct gw_trig_cfg *trig; /* decode-time compression (borrowed,
+                                      outlives the runtime), or NULL */
     struct tg_nccl *nccl;          /* borrowed; a shard of T > 1 ranks
                                       needs it before its first forward
                                       call (the worker sets it when it
@@ -221,6 +244,30 @@ struct gw_cuda {
     int graph_failed[GW_CUDA_MAX_BUCKETS]; /* capture failed: eager */
     char graph_error[384];             /* why the last capture failed */
     int64_t graph_launches, eager_steps;   /* counters for tests/logs */
+
+    /* Per-head lengths (opts.per_head; gw_cuda_heads.c). */
+    int32_t *hl_pre, *h_hl_pre;        /* device / pinned (L * Hkv): a
+                                          prefill's heads before the chunk */
+    int32_t *hl_dec, *h_hl_dec;        /* device / pinned (max_seqs, L *
+                                          Hkv): decode heads counting the
+                                          step's token (padding rows: 1) */
+    int32_t *hkeep;                    /* host (L * Hkv) what each head of
+                                          a prefill chunk appended */
+    /* gvote's selection on the host (method gvote) */
+    struct gw_gvote gv;
+    uint16_t *p_gv;                    /* pinned bf16 (max_chunk, hidden +
+                                          Hq*d + Hkv*d): h, q, k of a layer */
+    float *gv_x, *gv_q, *gv_k;         /* host fp32 copies of them */
+    int32_t *p_gv_idx;                 /* pinned (Hkv, max_chunk) selection */
+    /* decode-time compression (opts.trig) */
+    float *trig_re, *trig_im, *trig_abs; /* device (L, Hq, d/2) statistics */
+    void *trig_items;                  /* device tg_cuda_trig_item (cap) */
+    void *p_trig_items;                /* pinned mirror */
+    int64_t trig_cap_items;
+    float *trig_score;                 /* device (trig_cap_slots) */
+    int32_t *trig_src;                 /* device (trig_cap_slots) */
+    int64_t trig_cap_slots;            /* scored slots per launch round */
+    int64_t trig_rounds;               /* launch rounds so far (tests) */
 };
 
 /* Sets up the runtime on opts->device: plans memory (gw_mem_plan against
@@ -284,6 +331,22 @@ int gw_cuda_sample(struct gw_cuda *c, int n,
 /* The decode batch bucket that n sequences run in (the smallest bucket
  * >= n), or -1 when n is outside 1..max_seqs. Pure. */
 int gw_cuda_bucket_of(const int *buckets, int n_buckets, int n);
+
+/* gw_forward_trig on the device (DESIGN.md §4.9), for n (<= max_seqs)
+ * sequences right after the decode step that triggered them: every head
+ * whose decode region [dstart, hlen) is longer than its cap keeps its cap
+ * (the last `window` entries, the rest by kernels/cuda/trig.h's score at
+ * the next position seq->pos, ties to the earlier slot) and is compacted
+ * in order in place; hlen and the rows' len shrink on the host, *heads
+ * counts the heads compacted. One round of three launches (score,
+ * select, compact) covers the batch unless its regions exceed the
+ * runtime's workspace (trig_cap_slots), then several. Needs opts.trig
+ * (the same cfg as tc) and per-head lengths. slot_pos is not kept on
+ * this backend. Returns 0, TG_EINVAL or TG_EDEVICE (the sequences' device
+ * rows are then undefined: the caller drops them). */
+int gw_cuda_compact(struct gw_cuda *c, const struct gw_trig_cfg *tc,
+                    struct gw_seq *const *seqs, int n, int64_t *heads,
+                    char *err, size_t errlen);
 
 /* Copies pool page src[i] to page dst[i] for i < n, device to device on
  * the runtime's stream (so after the forward calls before it and before

@@ -1,7 +1,8 @@
 /*
  * gw_cuda_internal.h — what the files of the CUDA forward pass share
  * (gw_cuda.c: set-up and weights; gw_cuda_step.c: block tables, waits and
- * the layer pieces; gw_cuda_run.c: prefill, decode, graphs, sampling).
+ * the layer pieces; gw_cuda_run.c: prefill, decode, graphs, sampling;
+ * gw_cuda_heads.c: per-head lengths, gvote, decode-time compaction).
  * Not part of the public API (see gw_cuda.h). CUDA builds only.
  */
 #ifndef GW_CUDA_INTERNAL_H
@@ -61,6 +62,27 @@ int gw_cuda__lm_head(struct gw_cuda *c, int first, int m, char *err,
 int gw_cuda__logits_to_host(struct gw_cuda *c, int rows, int m, float *out,
                             char *err, size_t errlen);
 int gw_cuda__finish(struct gw_cuda *c, char *err, size_t errlen);
+/* Per-head lengths, gvote and decode-time compaction (gw_cuda_heads.c).
+ * heads_bytes: device bytes (and *pinned host bytes) they need, for the
+ * memory plan; heads_alloc / heads_free: their buffers (free is safe on
+ * a half-built runtime). heads_prefill uploads seq's head counts before
+ * a chunk and clears hkeep; heads_advance adds hkeep to seq->hlen once
+ * the chunk is done. heads_decode uploads a batch's counts plus its token
+ * (padding rows 1). gvote_select brings layer l's normed input, queries
+ * and keys back, runs gw_gvote_select on the host with keep[h] as the
+ * head's cap in and its kept count out, and uploads the chosen indices
+ * to c->idx. All no-ops (0) without opts.per_head except gvote_select. */
+size_t gw_cuda__heads_bytes(const struct gw_cuda *c, size_t *pinned);
+int gw_cuda__heads_alloc(struct gw_cuda *c, char *err, size_t errlen);
+void gw_cuda__heads_free(struct gw_cuda *c);
+int gw_cuda__heads_prefill(struct gw_cuda *c, const struct gw_seq *seq,
+                           char *err, size_t errlen);
+void gw_cuda__heads_advance(struct gw_cuda *c, struct gw_seq *seq);
+int gw_cuda__heads_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
+                          int n_seq, int B, char *err, size_t errlen);
+int gw_cuda__gvote_select(struct gw_cuda *c, const struct gw_seq *seq, int l,
+                          int n, int64_t start, int32_t *keep, char *err,
+                          size_t errlen);
 /* Checks before anything is queued. */
 int gw_cuda__check_ids(const struct gw_cuda *c, const int32_t *ids, int n,
                        char *err, size_t errlen);

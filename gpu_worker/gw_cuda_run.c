@@ -24,8 +24,15 @@
 #include "kernels/cuda/score_qa.h"
 #include "kernels/cuda/vocab_unshard.h"
 
-static int layer_compress(struct gw_cuda *c, int l, int n, int64_t start,
-                          const int32_t *keep_rows, char *err, size_t errlen)
+/* §4.3 steps 3-5 for layer l of a chunk of seq: the keep of each head
+ * (its group's row of keep_rows), scoring and top-k when that is below n,
+ * the append. With gvote (§4.8) the selection runs on the host per head
+ * within that keep, each head appends at its own length, and keep_rows'
+ * row becomes how much the group's longest head grew. With per-head
+ * lengths what each head appended goes to c->hkeep. */
+static int layer_compress(struct gw_cuda *c, const struct gw_seq *seq, int l,
+                          int n, int64_t start, int32_t *keep_rows, char *err,
+                          size_t errlen)
 {
     const struct gw_model *md = c->model;
     const struct kv_layout *lay = c->layout;
@@ -53,8 +60,30 @@ static int layer_compress(struct gw_cuda *c, int l, int n, int64_t start,
         .indices = c->pre.indices,
         .npages = c->pre.npages + r0,
         .lens = c->pre.lens + r0,
+        .head_lens = c->opts.per_head ? c->hl_pre + (size_t)l * (size_t)Hkv
+                                      : NULL,
         .fault = c->fault_d,
     };
+    if (c->opts.method == TG_SCORE_GVOTE) {
+        TG_TRY(gw_cuda__gvote_select(c, seq, l, n, start, keep, err, errlen));
+        GW_OP_TRY(cmp_kv_append(&dst, c->k, c->v, n, c->idx, keep, c->stream),
+                  "KV append", l);
+        int32_t *krow = keep_rows + r0;
+        const int32_t *hl = seq->hlen + (size_t)l * (size_t)Hkv;
+        const int32_t *glen = seq->len + r0;
+        for (int g = 0; g < G; g++)
+            krow[g] = 0;
+        for (int h = 0; h < Hkv; h++) {
+            int32_t grow = hl[h] + keep[h] - glen[hg[h]];
+            if (grow > krow[hg[h]])
+                krow[hg[h]] = grow;
+            c->hkeep[(size_t)l * (size_t)Hkv + (size_t)h] = keep[h];
+        }
+        return 0;
+    }
+    if (c->opts.per_head)
+        for (int h = 0; h < Hkv; h++)
+            c->hkeep[(size_t)l * (size_t)Hkv + (size_t)h] = keep[h];
     if (all) {
         GW_OP_TRY(cmp_kv_append(&dst, c->k, c->v, n, NULL, keep, c->stream),
            "KV append", l);
@@ -176,7 +205,8 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
         c->p_ids[i] = ids[i];
         c->p_pos[i] = (int32_t)(start + i);
     }
-    if ((rc = gw_cuda__table_prefill(c, seq, err, errlen)) != 0)
+    if ((rc = gw_cuda__table_prefill(c, seq, err, errlen)) != 0 ||
+        (rc = gw_cuda__heads_prefill(c, seq, err, errlen)) != 0)
         return rc;
     GW_CU_TRY(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)n * 4, cudaMemcpyHostToDevice, st));
     GW_CU_TRY(cudaMemcpyAsync(c->pos_d, c->p_pos, (size_t)n * 4, cudaMemcpyHostToDevice, st));
@@ -198,11 +228,14 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
             .head_slot = c->head_slot + (size_t)l * (size_t)md->n_kv_heads,
             .indptr = c->pre.indptr + r0, .indices = c->pre.indices,
             .lens = c->pre.lens + r0,
+            .head_lens = c->opts.per_head
+                             ? c->hl_pre + (size_t)l * (size_t)md->n_kv_heads
+                             : NULL,
             .scale = 1.0f / sqrtf((float)md->head_dim),
             .out = c->att, .stream = c->stream,
         };
         GW_OP_TRY(tg_cuda_prefill_attn(&a, err, errlen), "prefill attention", l);
-        if ((rc = layer_compress(c, l, n, start, c->keep_rows, err,
+        if ((rc = layer_compress(c, seq, l, n, start, c->keep_rows, err,
                                  errlen)) != 0 ||
             (rc = gw_cuda__layer_out_mlp(c, l, n, err, errlen)) != 0)
             return rc;
@@ -224,6 +257,7 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
         return rc;
     /* the device rows grew: mirror the kept counts on the host */
     gw_chunk_advance(seq, lay, c->keep_rows, n);
+    gw_cuda__heads_advance(c, seq);
     return 0;
 }
 
@@ -247,6 +281,8 @@ static int decode_body(struct gw_cuda *c, int B, char *err, size_t errlen)
             .indptr = c->dec.indptr, .indices = c->dec.indices,
             .lens = c->dec.lens, .n_rows = (int32_t)B * LG,
             .row_stride = LG, .row_offset = l * G,
+            .head_lens = c->opts.per_head ? c->hl_dec : NULL,
+            .head_stride = md->n_layers * Hkv, .head_offset = l * Hkv,
         };
         const int32_t *hg = c->head_group + (size_t)l * (size_t)Hkv;
         const int32_t *hs = c->head_slot + (size_t)l * (size_t)Hkv;
@@ -349,7 +385,8 @@ static int decode(struct gw_cuda *c, struct gw_seq *const *seqs,
         c->p_ids[s] = s < n_seq ? ids[s] : 0;
         c->p_pos[s] = s < n_seq ? (int32_t)seqs[s]->pos : 0;
     }
-    if ((rc = gw_cuda__table_decode(c, seqs, n_seq, B, err, errlen)) != 0)
+    if ((rc = gw_cuda__table_decode(c, seqs, n_seq, B, err, errlen)) != 0 ||
+        (rc = gw_cuda__heads_decode(c, seqs, n_seq, B, err, errlen)) != 0)
         return rc;
     GW_CU_TRY(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)B * 4, cudaMemcpyHostToDevice, st));
     GW_CU_TRY(cudaMemcpyAsync(c->pos_d, c->p_pos, (size_t)B * 4, cudaMemcpyHostToDevice, st));
@@ -381,6 +418,9 @@ static int decode(struct gw_cuda *c, struct gw_seq *const *seqs,
     for (int s = 0; s < n_seq; s++) {
         for (int r = 0; r < LG; r++)
             seqs[s]->len[r] += 1;
+        if (c->opts.per_head)
+            for (int i = 0; i < md->n_layers * md->n_kv_heads; i++)
+                seqs[s]->hlen[i] += 1;
         seqs[s]->pos += 1;
     }
     return 0;

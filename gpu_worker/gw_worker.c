@@ -86,11 +86,6 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     };
     int *global_head = NULL;
     int trig = o->trig != NULL && o->trig->enabled;
-    if (trig && o->backend != GW_BACKEND_CPU)
-        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
-                          "--decode-compress trig runs on --backend cpu only "
-                          "for now (the CUDA forward pass does not compact "
-                          "yet)");
     int rc = gw_engine_load_parts_map(&w->model, &w->profile, &w->layout,
                                       &w->method, &global_head, &eo, err,
                                       errlen);
@@ -123,6 +118,7 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
         .model = &w->model, .layout = &w->layout, .profile = &w->profile,
         .method = w->method,
         .gvote = o->gvote != NULL ? *o->gvote : gw_gvote_params_default(),
+        .trig = trig ? &w->trig : NULL,
         .max_slots = o->max_slots, .max_tokens = maxt,
         .rank = o->rank, .world_size = o->world_size,
         .comm_timeout_ms = o->comm_timeout_ms, .n_threads = o->n_threads,

@@ -131,8 +131,7 @@ struct gw_worker_opts {
     const struct gw_gvote_params *gvote; /* method gvote: NULL for the
                                    defaults of DESIGN.md §4.8 */
     const struct gw_trig_opts *trig; /* decode-time compression (§4.9);
-                                   NULL or !enabled: none. CPU backend
-                                   only: the CUDA worker refuses it */
+                                   NULL or !enabled: none */
     const char *trig_stats_path; /* trig: statistics from this profile
                                    file; NULL or "": the profile's own */
 };

@@ -52,11 +52,6 @@ int rt_server__trig_init(struct rt_server *s, char *err, size_t errlen)
     const struct tg_serve_opts *o = s->opts;
     if (o->decode_compress != TG_DECODE_COMPRESS_TRIG)
         return 0;
-    if (o->backend != TG_SERVE_BACKEND_CPU)
-        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
-                          "--decode-compress trig runs on --backend cpu "
-                          "only for now (the CUDA workers do not compact "
-                          "yet)");
     struct kv_trig_opts ko = {.enabled = 1,
                               .budget = o->decode_budget,
                               .uniform = o->decode_budget_uniform,

@@ -328,6 +328,7 @@ static __global__ void append_kernel(append_geom gm, heads_arg heads,
                                      const int32_t *__restrict__ indices,
                                      const int32_t *__restrict__ npages,
                                      const int32_t *__restrict__ lens,
+                                     const int32_t *__restrict__ head_lens,
                                      T *__restrict__ pool,
                                      int32_t *__restrict__ fault)
 {
@@ -338,7 +339,7 @@ static __global__ void append_kernel(append_geom gm, heads_arg heads,
         return;
     const int src = idx != nullptr ? idx[(size_t)h * gm.n + t] : t;
     const int g = heads.group[h], slot = heads.slot[h];
-    const int64_t len = lens[g];
+    const int64_t len = head_lens != nullptr ? head_lens[h] : lens[g];
     const int64_t pos = len + t;
     bool ok = src >= 0 && src < gm.n && len >= 0 && pos / gm.P < npages[g];
     int64_t page = -1;
@@ -379,12 +380,13 @@ static int launch_append(const struct cmp_dst *dst, const uint16_t *k,
         append_kernel<uint4><<<grid, threads, 0, stream>>>(
             gm, heads, reinterpret_cast<const uint4 *>(k),
             reinterpret_cast<const uint4 *>(v), idx, dst->indptr, dst->indices,
-            dst->npages, dst->lens, reinterpret_cast<uint4 *>(dst->pool),
+            dst->npages, dst->lens, dst->head_lens,
+            reinterpret_cast<uint4 *>(dst->pool),
             dst->fault);
     } else {
         append_kernel<uint16_t><<<grid, threads, 0, stream>>>(
             gm, heads, k, v, idx, dst->indptr, dst->indices, dst->npages,
-            dst->lens, dst->pool, dst->fault);
+            dst->lens, dst->head_lens, dst->pool, dst->fault);
     }
     TG_CUDA_LAUNCH_TRY();
     return 0;
@@ -421,7 +423,8 @@ static int check_keep(const int32_t *keep, int n, int n_kv_heads,
 }
 
 // Validates dst and fills the group/slot arrays; keep must already be in
-// heads (a group's heads must keep the same count).
+// heads (without per-head lengths a group's heads must keep the same
+// count: they append at one shared offset).
 static int check_dst(const struct cmp_dst *dst, heads_arg *heads, int max_keep)
 {
     if (dst == nullptr || dst->n_kv_heads < 1 ||
@@ -447,7 +450,8 @@ static int check_dst(const struct cmp_dst *dst, heads_arg *heads, int max_keep)
         for (int h2 = 0; h2 < h; h2++)
             if (dst->head_group[h2] == g && dst->head_slot[h2] == s)
                 return TG_EINVAL;
-        if (group_keep[g] >= 0 && group_keep[g] != heads->keep[h])
+        if (dst->head_lens == nullptr && group_keep[g] >= 0 &&
+            group_keep[g] != heads->keep[h])
             return TG_EINVAL; // a group's heads share one length
         group_keep[g] = heads->keep[h];
         heads->group[h] = (int16_t)g;

@@ -13,7 +13,8 @@
  *     ranking as +inf, NaN as -inf, ties to the lower index; the kept
  *     chunk indices in ascending order;
  *  3. append — the kept K/V rows of each head copied into its group's
- *     pages after the group's current length.
+ *     pages after the group's current length (or the head's own length,
+ *     when the rows keep per-head lengths).
  * The CPU reference is tg_ops_cpu.score / select_topk / kv_append
  * (kernels/cpu/cpu_score.c); results match it up to fp32 rounding of the
  * scores (different summation order), and exactly for select and append
@@ -93,6 +94,12 @@ struct cmp_dst {
     const int32_t *npages;     /* device (n_groups) pages of each group row */
     const int32_t *lens;       /* device (n_groups) tokens already held: the
                                   append offset (the caller advances it) */
+    const int32_t *head_lens;  /* device (Hkv) or NULL: tokens each head
+                                  already holds, its own append offset
+                                  (adaptive budgets, compacted decode
+                                  regions: a group's heads then differ).
+                                  The caller keeps head_lens[h] + keep[h]
+                                  within the row's pages and advances both */
     int32_t *fault;            /* device (1) or NULL: set to 1 when a kept
                                   row's destination is missing (token past
                                   npages * P, or a page id outside the
@@ -124,8 +131,10 @@ int cmp_select_topk(const float *scores, int n, int n_kv_heads,
  * copies k[idx[h*n + t], h, :] and v[...] for t < n_keep[h] (idx NULL:
  * all n rows in order, n_keep ignored). k, v: device bf16 (n, Hkv, d);
  * idx: device int32 (Hkv, n) or NULL; n_keep: host (Hkv), 0..n, equal
- * within a group (a group's heads share one length). Indices outside
+ * within a group unless dst->head_lens is given. Indices outside
  * [0, n) and missing destinations skip the row and set dst->fault.
+ * With dst->head_lens head h appends at its own length, and n_keep may
+ * differ within a group.
  * Returns 0, TG_EINVAL or TG_EDEVICE. */
 int cmp_kv_append(const struct cmp_dst *dst, const uint16_t *k,
                   const uint16_t *v, int n, const int32_t *idx,

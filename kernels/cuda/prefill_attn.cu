@@ -106,6 +106,7 @@ struct pfa_params {
     const int32_t *indptr;     // (n_groups)
     const int32_t *indices;    // page ids
     const int32_t *lens;       // (n_groups)
+    const int32_t *head_lens;  // (Hkv) or nullptr: the row's lens
     __nv_bfloat16 *out;        // (n, Hq, D)
     int n, hq, hkv, g, hp, page_size, n_tiles;
     float scale_log2; // scale * log2(e): exp(x*scale) = exp2(x*scale_log2)
@@ -275,7 +276,7 @@ static __global__ void __launch_bounds__(kThreads)
 
     // 1. History of head h: its group's row, token by token from pages.
     const int grp = p.head_group[h], slot = p.head_slot[h];
-    const int hlen = p.lens[grp];
+    const int hlen = p.head_lens != nullptr ? p.head_lens[h] : p.lens[grp];
     const int32_t *pages = p.indices + p.indptr[grp];
     const int P = p.page_size;
     const size_t page_elems = (size_t)p.hp * 2 * (size_t)P * D;
@@ -446,6 +447,7 @@ extern "C" int tg_cuda_prefill_attn(const struct tg_cuda_prefill_attn_args *a,
     p.indptr = a->indptr;
     p.indices = a->indices;
     p.lens = a->lens;
+    p.head_lens = a->head_lens;
     p.out = reinterpret_cast<__nv_bfloat16 *>(a->out);
     p.n = a->n;
     p.hq = a->n_q_heads;

@@ -7,7 +7,8 @@
  * position start + i) of query head q (KV head h = q / G, G = Hq / Hkv)
  * attends to
  *   1. every history token of head h: the lens[g] tokens of its group row
- *      g = head_group[h] (slot s = head_slot[h]), token t in page
+ *      g = head_group[h] (slot s = head_slot[h]; head_lens[h] tokens
+ *      instead when per-head lengths are given), token t in page
  *      indices[indptr[g] + t / P] at offset t % P, K at
  *      ((s*2+0)*P + t%P)*d and V at ((s*2+1)*P + t%P)*d inside the page
  *      (the page layout of kernels/tg_ops.h, the same CSR view as
@@ -74,6 +75,13 @@ struct tg_cuda_prefill_attn_args {
     const int32_t *indices;    /* device page ids, read at indptr[g] + i */
     const int32_t *lens;       /* device (n_groups) history tokens per row
                                   (before this chunk's append) */
+    const int32_t *head_lens;  /* device (Hkv) history tokens of each KV
+                                  head, or NULL: every head reads its
+                                  row's lens. For rows whose heads hold
+                                  different counts (adaptive budgets,
+                                  decode-time compaction): head h reads
+                                  its first head_lens[h] tokens, which
+                                  the caller keeps <= lens[head_group[h]] */
     float scale;               /* 1/sqrt(d) */
     uint16_t *out;             /* device bf16 (n, Hq, d) */
     void *stream;              /* cudaStream_t or NULL */

@@ -15,6 +15,8 @@
  *    n, window 0) exactly equal to the CPU;
  *  - append alone (idx NULL, unaligned pool -> scalar copy path) and
  *    missing destinations (fault flag, nothing written);
+ *  - append with per-head lengths (head_lens: each head at its own length
+ *    with its own kept count) bit for bit against the CPU's head_len;
  *  - argument errors, which need no device: in a CUDA build they run even
  *    without one, then the program reports skipped (77).
  * Built without CUDA: skipped (77). */
@@ -163,9 +165,10 @@ static int32_t fault_read(const struct dev_layout *dl)
 
 /* The CPU append of idx (or NULL) into a float copy of pool; pool is
  * updated to the bf16 bits of the result (exact: every value is a bf16). */
-static void cpu_append(struct tg_backend *b, const struct layout *lo,
-                       uint16_t *pool, const float *k, const float *v, int n,
-                       const int32_t *idx, const int32_t *keep)
+static void cpu_append_heads(struct tg_backend *b, const struct layout *lo,
+                             uint16_t *pool, const float *k, const float *v,
+                             int n, const int32_t *idx, const int32_t *keep,
+                             const int32_t *head_len)
 {
     size_t np = pool_elems(lo);
     float *fp = tt_xmalloc(np * sizeof(float));
@@ -175,12 +178,20 @@ static void cpu_append(struct tg_backend *b, const struct layout *lo,
         .pool = fp, .heads_per_group = lo->Hp, .page_size = lo->P,
         .head_dim = lo->d, .n_kv_heads = lo->Hkv, .head_group = lo->head_group,
         .head_slot = lo->head_slot, .group_pages = lo->group_pages,
-        .group_len = lo->lens,
+        .group_len = lo->lens, .head_len = head_len,
     };
     assert_int_equal(tg_ops_cpu.kv_append(b, &rows, k, v, n, idx, keep), 0);
     for (size_t i = 0; i < np; i++)
         pool[i] = st_f32_to_bf16(fp[i]);
     free(fp);
+}
+
+/* The same with one length per group (no head_len). */
+static void cpu_append(struct tg_backend *b, const struct layout *lo,
+                       uint16_t *pool, const float *k, const float *v, int n,
+                       const int32_t *idx, const int32_t *keep)
+{
+    cpu_append_heads(b, lo, pool, k, v, n, idx, keep, NULL);
 }
 
 /* ---- fused compression vs CPU -------------------------------------------- */
@@ -560,6 +571,89 @@ static void test_append_paths(void **state)
     tg_backend_cpu_free(cpu);
 }
 
+/* Per-head lengths (dst.head_lens): each head appends its own kept count,
+ * which differs within a group, at its own length, bit for bit as the CPU
+ * append with tg_kv_rows.head_len; aligned and scalar copy paths. */
+static void test_append_per_head(void **state)
+{
+    (void)state;
+    struct tg_backend *cpu = NULL;
+    assert_int_equal(tg_backend_cpu_new(1, &cpu), 0);
+    const int ds[] = {64, 36};
+    for (int t = 0; t < 4; t++) {
+        const int d = ds[t % 2], Hkv = 4, Hp = 2, P = 8,
+                  n = tt_xrng_int(&rng, 1, 40);
+        const size_t nk = (size_t)n * Hkv * d;
+        uint16_t *kb = tt_xmalloc(nk * 2), *vb = tt_xmalloc(nk * 2);
+        float *kf = tt_xmalloc(nk * 4), *vf = tt_xmalloc(nk * 4);
+        tt_fill_bf16(&rng, kb, kf, nk, -1.0f, 1.0f);
+        tt_fill_bf16(&rng, vb, vf, nk, -1.0f, 1.0f);
+        int32_t add[2] = {n, n};
+        struct layout lo;
+        layout_make(&lo, Hkv, Hp, P, d, add);
+        /* Heads at their own lengths (one per group at the row's), each
+         * keeping its own count of ascending chunk indices. */
+        int32_t hl[4], keep[4];
+        int32_t *idx = tt_xmalloc((size_t)Hkv * (size_t)n * sizeof(int32_t));
+        int32_t *perm = tt_xmalloc((size_t)n * sizeof(int32_t));
+        int seen[2] = {0, 0};
+        for (int h = 0; h < Hkv; h++) {
+            int g = lo.head_group[h];
+            hl[h] = seen[g]++ == 0 ? lo.lens[g]
+                                   : tt_xrng_int(&rng, 0, lo.lens[g]);
+            keep[h] = tt_xrng_int(&rng, 0, n);
+            tt_xrng_perm(&rng, perm, n);
+            int32_t *row = idx + (size_t)h * (size_t)n;
+            int m = 0;
+            for (int i = 0; i < n; i++) /* the first keep[h] of perm, sorted */
+                for (int j = 0; j < keep[h]; j++)
+                    if (perm[j] == i)
+                        row[m++] = i;
+            for (int i = m; i < n; i++)
+                row[i] = -1; /* past the kept count: never read */
+        }
+        size_t np = pool_elems(&lo);
+        uint16_t *pool = tt_xmalloc(np * 2);
+        float *junk = tt_xmalloc(np * 4);
+        tt_fill_bf16(&rng, pool, junk, np, -1.0f, 1.0f);
+        free(junk);
+        struct dev_layout dl;
+        struct cmp_dst dst;
+        dev_layout_make(&dl, &lo, pool, &dst);
+        int32_t *d_hl = tt_cuda_upload(hl, sizeof(hl));
+        int32_t *d_idx = tt_cuda_upload(idx, (size_t)Hkv * (size_t)n * 4);
+        dst.head_lens = d_hl;
+        uint16_t *dk = tt_cuda_alloc(nk * 2), *dv = tt_cuda_alloc(nk * 2);
+        tt_cuda_to_dev(dk, kb, nk * 2);
+        tt_cuda_to_dev(dv, vb, nk * 2);
+        assert_int_equal(cmp_kv_append(&dst, dk, dv, n, d_idx, keep, NULL), 0);
+        uint16_t *gpool = tt_xmalloc(np * 2);
+        tt_cuda_to_host(gpool, dst.pool, np * 2);
+        assert_int_equal(fault_read(&dl), 0);
+        cpu_append_heads(cpu, &lo, pool, kf, vf, n, idx, keep, hl);
+        assert_memory_equal(gpool, pool, np * 2);
+        /* Without head_lens the uneven keeps of a group are refused. */
+        dst.head_lens = NULL;
+        int uneven = 0;
+        for (int h = 0; h < Hkv; h++)
+            for (int h2 = 0; h2 < h; h2++)
+                uneven |= lo.head_group[h] == lo.head_group[h2] &&
+                          keep[h] != keep[h2];
+        if (uneven)
+            assert_int_equal(cmp_kv_append(&dst, dk, dv, n, d_idx, keep, NULL),
+                             TG_EINVAL);
+        cudaFree(d_hl);
+        cudaFree(d_idx);
+        cudaFree(dk);
+        cudaFree(dv);
+        dev_layout_free(&dl);
+        layout_free(&lo);
+        free(idx); free(perm);
+        free(kb); free(vb); free(kf); free(vf); free(pool); free(gpool);
+    }
+    tg_backend_cpu_free(cpu);
+}
+
 /* ---- argument errors (no device needed) --------------------------------- */
 
 static void test_bad_arguments(void **state)
@@ -704,6 +798,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_select_exact),
         cmocka_unit_test(test_append_paths),
+        cmocka_unit_test(test_append_per_head),
         cmocka_unit_test(test_compress_vs_cpu),
     };
     return tt_cuda_run_tests("compress_args", host_tests, TT_COUNT(host_tests),

@@ -23,6 +23,13 @@
  *    greedy row is the argmax of the same logits copied to the host,
  *    log-probabilities and the top 5 match the host's log-softmax, and a
  *    top_k 5 draw is one of those five.
+ *  - per-head lengths (a profile of 2 heads per group): gvote (S = 0) and
+ *    snapkv with decode-time compaction (trig caps, random statistics, a
+ *    compaction after every 8th of 40 decode steps on both backends): the
+ *    prompt's logprobs and the decode log-softmax within tolerance, every
+ *    row as long as its longest head, head counts equal to the CPU's
+ *    (snapkv, trig) and the same heads compacted in one launch round per
+ *    trigger.
  * Without a device (or a CUDA build) it reports skipped (77) after
  * checking that gw_cuda_init says TG_ENODEV clearly. */
 #include <setjmp.h>
@@ -577,6 +584,231 @@ static void test_qwen2_tied_bias(void **state)
     (void)state;
     run_case(q2_dir, NULL, 4, 0.05f);
 }
+
+/* ---- per-head lengths: gvote and decode-time compaction ---------------- */
+
+#define HSTEPS 40    /* decode steps of a per-head case */
+#define TRIG_EVERY 8 /* trig's beta there (budget 12, window 4) */
+
+/* Gives a seqbuf per-head lengths (as a worker slot keeps them). */
+static void seq_heads(struct seqbuf *s, const struct kv_layout *lay)
+{
+    char err[256];
+    if (kv_seq_heads_enable(&s->kv, lay, err, sizeof(err)) != 0)
+        fail_msg("kv_seq_heads_enable: %s", err);
+    s->seq.hlen = s->kv.head_len;
+    s->seq.seed = 7;
+}
+
+/* Every head within its row, every row as long as its longest head. */
+static void check_heads(const struct seqbuf *s, const struct kv_layout *lay)
+{
+    int L = lay->n_layers, G = lay->n_groups, H = lay->n_kv_heads;
+    for (int l = 0; l < L; l++)
+        for (int g = 0; g < G; g++) {
+            int32_t mx = 0;
+            for (int h = 0; h < H; h++)
+                if (lay->head_group[l * H + h] == g &&
+                    s->kv.head_len[l * H + h] > mx)
+                    mx = s->kv.head_len[l * H + h];
+            assert_int_equal(s->kv.filled[l * G + g], mx);
+        }
+}
+
+/* One sequence with per-head lengths on both backends, q3 with the
+ * 2-heads-per-group profile: gvote (S = 0) or snapkv with trig (random
+ * statistics). The prompt's logprobs and HSTEPS teacher-forced decode
+ * steps (graphs on; with trig a compaction after every TRIG_EVERY-th on
+ * both sides) within tol; head counts exactly the CPU's where they are
+ * determined by lengths alone (snapkv, trig), checked for consistency
+ * under gvote (its bf16 inputs may tip a near-tie of the nucleus). */
+static void run_heads_case(int gvote, int trig, float tol)
+{
+    char err[512] = "";
+    struct gw_model model = {0};
+    struct pf_profile prof = {0};
+    struct kv_layout lay = {0};
+    enum tg_score_method method;
+    struct gw_gvote_params gp = gw_gvote_params_default();
+    gp.samples = 0;
+    struct gw_engine_opts eo = {.model_dir = q3_dir, .profile_path = q3_profile,
+                                .page_size = P, .prefill_chunk = CHUNK,
+                                .method = gvote ? "gvote" : NULL,
+                                .gvote = &gp, .world_size = 1};
+    if (gw_engine_load_parts(&model, &prof, &lay, &method, &eo, err,
+                             sizeof(err)) != 0)
+        fail_msg("load: %s", err);
+    int L = model.n_layers, G = lay.n_groups, H = lay.n_kv_heads;
+    int rows = L * G, per_row = (MAX_CTX + P - 1) / P, V = model.vocab;
+    int32_t n_pages = rows * per_row;
+    int32_t *perm = malloc((size_t)n_pages * sizeof(int32_t));
+    for (int32_t i = 0; i < n_pages; i++)
+        perm[i] = n_pages - 1 - i;
+    struct tg_backend *be = NULL;
+    assert_int_equal(tg_backend_cpu_new(0, &be), 0);
+    struct gw_runtime rt;
+    struct gw_forward_opts fo = {.method = method, .gvote = gp,
+                                 .max_tokens = CHUNK};
+    if (gw_runtime_init(&rt, &model, &lay, &tg_ops_cpu, be, n_pages, &fo, err,
+                        sizeof(err)) != 0)
+        fail_msg("cpu runtime: %s", err);
+    struct pf_trig stats = {0};
+    struct gw_trig_cfg tc = {0};
+    uint64_t st = 0x5eed;
+    if (trig) {
+        assert_int_equal(pf_trig_init(&stats, L, model.n_q_heads,
+                                      model.head_dim, err, sizeof(err)), 0);
+        size_t n = (size_t)L * model.n_q_heads * (size_t)(model.head_dim / 2);
+        for (size_t i = 0; i < n; i++) {
+            double u[3];
+            for (int k = 0; k < 3; k++) {
+                st = st * 6364136223846793005ull + 1442695040888963407ull;
+                u[k] = (double)(st >> 11) / 9007199254740992.0;
+            }
+            stats.re[i] = (float)(2 * u[0] - 1);
+            stats.im[i] = (float)(2 * u[1] - 1);
+            stats.abs[i] = (float)(hypot(stats.re[i], stats.im[i]) + 0.5 * u[2]);
+        }
+        struct gw_trig_opts to = {.enabled = 1, .budget = 12,
+                                  .every = TRIG_EVERY, .window = 4};
+        if (gw_trig_cfg_init(&tc, &to, &prof, &lay, &stats, model.n_q_heads,
+                             model.inv_freq, err, sizeof(err)) != 0)
+            fail_msg("trig cfg: %s", err);
+    }
+    int n_cta = 0;
+    assert_int_equal(tg_cuda_decode_attn_n_cta(model.n_q_heads / model.n_kv_heads,
+                                               model.head_dim, &n_cta), 0);
+    int *splits = malloc((size_t)rows * sizeof(int));
+    assert_int_equal(pf_split_map(&prof, n_cta, splits, err, sizeof(err)), 0);
+    struct gw_cuda cu;
+    struct gw_cuda_opts co = {.device = 0, .method = method,
+                              .max_chunk = CHUNK, .max_seqs = 4,
+                              .kv_pages = n_pages,
+                              .reserve_bytes = (uint64_t)256 << 20,
+                              .graphs = 1, .splits = splits, .per_head = 1,
+                              .gvote = gp, .host_ops = &tg_ops_cpu,
+                              .host_be = be, .trig = trig ? &tc : NULL};
+    if (gw_cuda_init(&cu, &model, &lay, &co, err, sizeof(err)) != 0)
+        fail_msg("cuda runtime: %s", err);
+
+    struct seqbuf cs, gs;
+    seq_make(&cs, &lay, rows, per_row, perm, 0);
+    seq_make(&gs, &lay, rows, per_row, perm, 0);
+    seq_heads(&cs, &lay);
+    seq_heads(&gs, &lay);
+    int32_t prompt[PROMPT];
+    for (int i = 0; i < PROMPT; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        prompt[i] = (int32_t)((st >> 33) % (uint64_t)V);
+    }
+    float lp_c[PROMPT], lp_g[PROMPT], worst_lp = 0, worst_dec = 0;
+    float *lc = malloc((size_t)V * sizeof(float));
+    float *lg = malloc((size_t)V * sizeof(float));
+    int head_diff = 0;
+    for (int i0 = 0; i0 < PROMPT; i0 += CHUNK) {
+        int n = PROMPT - i0 < CHUNK ? PROMPT - i0 : CHUNK;
+        int32_t tgt[CHUNK];
+        for (int i = 0; i < n; i++)
+            tgt[i] = i0 + i + 1 < PROMPT ? prompt[i0 + i + 1] : -1;
+        struct gw_prefill_out oc = {.want_logits = 1, .last_logits = lc,
+                                    .lp_targets = tgt, .lp = lp_c + i0};
+        struct gw_prefill_out og = {.want_logits = 1, .last_logits = lg,
+                                    .lp_targets = tgt, .lp = lp_g + i0};
+        seq_grow(&cs, rows, per_row, n);
+        seq_grow(&gs, rows, per_row, n);
+        if (gw_forward_prefill(&rt, &cs.seq, prompt + i0, n, &oc, err,
+                               sizeof(err)) != 0)
+            fail_msg("cpu prefill: %s", err);
+        if (gw_cuda_prefill(&cu, &gs.seq, prompt + i0, n, &og, err,
+                            sizeof(err)) != 0)
+            fail_msg("cuda prefill: %s", err);
+        for (int i = 0; i < n && i0 + i + 1 < PROMPT; i++) {
+            float d = fabsf(lp_c[i0 + i] - lp_g[i0 + i]);
+            if (!(d <= worst_lp))
+                worst_lp = isnan(d) ? INFINITY : d;
+        }
+        check_heads(&gs, &lay);
+        for (int i = 0; i < L * H; i++) {
+            head_diff += cs.kv.head_len[i] != gs.kv.head_len[i];
+            if (!gvote)
+                assert_int_equal(cs.kv.head_len[i], gs.kv.head_len[i]);
+        }
+    }
+    /* The decode region starts after the prompt (the worker's dstart). */
+    int32_t *ds_c = malloc((size_t)L * H * sizeof(int32_t));
+    int32_t *ds_g = malloc((size_t)L * H * sizeof(int32_t));
+    memcpy(ds_c, cs.kv.head_len, (size_t)L * H * sizeof(int32_t));
+    memcpy(ds_g, gs.kv.head_len, (size_t)L * H * sizeof(int32_t));
+    cs.seq.dstart = ds_c;
+    gs.seq.dstart = ds_g;
+    int32_t id = argmax(lc, V);
+    int64_t compacted = 0;
+    for (int step = 0; step < HSTEPS; step++) {
+        seq_grow(&cs, rows, per_row, 1);
+        seq_grow(&gs, rows, per_row, 1);
+        struct gw_seq *cp = &cs.seq, *gq = &gs.seq;
+        if (gw_forward_decode(&rt, &cp, &id, 1, 1, lc, err, sizeof(err)) != 0)
+            fail_msg("cpu decode: %s", err);
+        if (gw_cuda_decode(&cu, &gq, &id, 1, 1, lg, err, sizeof(err)) != 0)
+            fail_msg("cuda decode: %s", err);
+        float d = max_abs_lsm_diff(lc, lg, V);
+        if (!(d <= worst_dec))
+            worst_dec = isnan(d) ? INFINITY : d;
+        id = argmax(lc, V);
+        if (trig && (step + 1) % TRIG_EVERY == 0) {
+            int64_t hc = 0, hg = 0;
+            if (gw_forward_trig(&rt, &tc, &cp, 1, &hc, err, sizeof(err)) != 0)
+                fail_msg("cpu compaction: %s", err);
+            if (gw_cuda_compact(&cu, &tc, &gq, 1, &hg, err, sizeof(err)) != 0)
+                fail_msg("cuda compaction: %s", err);
+            assert_int_equal(hc, hg);
+            compacted += hg;
+        }
+        check_heads(&gs, &lay);
+        for (int i = 0; i < L * H && !gvote; i++)
+            assert_int_equal(cs.kv.head_len[i], gs.kv.head_len[i]);
+    }
+    printf("# per-head %s: worst prompt logprob difference %.4g, worst decode "
+           "log-softmax difference %.4g (tolerance %.3g); heads whose counts "
+           "differ from the CPU's %d; heads compacted %lld in %lld rounds\n",
+           gvote ? "gvote" : "trig", worst_lp, worst_dec, tol, head_diff,
+           (long long)compacted, (long long)cu.trig_rounds);
+    assert_true(worst_lp <= tol);
+    assert_true(worst_dec <= tol);
+    if (trig) {
+        assert_true(compacted > 0);
+        /* one round per trigger that compacted: the batch in one go */
+        assert_true(cu.trig_rounds > 0 && cu.trig_rounds <= HSTEPS / TRIG_EVERY);
+    }
+    free(ds_c);
+    free(ds_g);
+    free(lc);
+    free(lg);
+    seq_drop(&cs, rows);
+    seq_drop(&gs, rows);
+    gw_cuda_free(&cu);
+    free(splits);
+    gw_trig_cfg_free(&tc);
+    pf_trig_free(&stats);
+    gw_runtime_free(&rt);
+    tg_backend_cpu_free(be);
+    free(perm);
+    kv_layout_free(&lay);
+    pf_profile_free(&prof);
+    gw_model_free(&model);
+}
+
+static void test_qwen3_gvote(void **state)
+{
+    (void)state;
+    run_heads_case(1, 0, 0.1f);
+}
+
+static void test_qwen3_trig(void **state)
+{
+    (void)state;
+    run_heads_case(0, 1, 0.1f);
+}
 #endif
 
 int main(void)
@@ -614,6 +846,8 @@ int main(void)
         cmocka_unit_test(test_qwen3_profile),
         cmocka_unit_test(test_llama_full),
         cmocka_unit_test(test_qwen2_tied_bias),
+        cmocka_unit_test(test_qwen3_gvote),
+        cmocka_unit_test(test_qwen3_trig),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 #endif

@@ -8,8 +8,10 @@
  * 64-row tiles); H_p 1/2/4; P 1/5/16; n 1/17/64/77/130/200; history
  * profiles: none, ragged (groups of 0 tokens, exactly one page, a partial
  * last page, random), single-page groups, long rows (many 64-key tiles,
- * the last partial), rows at and around the 64-key tile size. Page ids are a shuffled subset of a pool with unused
- * pages, and indptr leaves gaps between rows.
+ * the last partial), rows at and around the 64-key tile size; and
+ * per-head lengths (head_lens: a group's heads reading different counts).
+ * Page ids are a shuffled subset of a pool with unused pages, and indptr
+ * leaves gaps between rows.
  *
  * Tolerance: the output is bf16 and P is rounded to bf16 before the PV
  * product, so the check is, per output row (token, query head),
@@ -148,6 +150,9 @@ struct pcase {
     enum hist_mode mode;
     int hist_max;   /* longest history row (HIST_RAGGED / HIST_LONG) */
     int use_stream; /* run on a created stream instead of the default */
+    int per_head;   /* heads of a group hold different counts (head_lens):
+                       each head's random count in 0 .. its row's, with
+                       the row's longest head at the row's length */
 };
 
 static void run_case(const struct pcase *c)
@@ -217,6 +222,20 @@ static void run_case(const struct pcase *c)
     int32_t *hg = tt_xmalloc((size_t)Hkv * sizeof(int32_t));
     int32_t *hs = tt_xmalloc((size_t)Hkv * sizeof(int32_t));
     tt_heads_gather(&rng, Hkv, Hp, hg, hs);
+    /* Per-head counts: one head of each group keeps the row's length (a
+     * row is as long as its longest head), the others any count up to it. */
+    int32_t *hl = NULL;
+    if (c->per_head) {
+        hl = tt_xmalloc((size_t)Hkv * sizeof(int32_t));
+        for (int h = 0; h < Hkv; h++)
+            hl[h] = tt_xrng_int(&rng, 0, lens[hg[h]]);
+        for (int g = 0; g < NG; g++)
+            for (int h = 0; h < Hkv; h++)
+                if (hg[h] == g) {
+                    hl[h] = lens[g];
+                    break;
+                }
+    }
 
     const size_t pool_n = (size_t)n_pages * Hp * 2 * P * d;
     const size_t q_n = (size_t)n * Hq * d, kv_n = (size_t)n * Hkv * d;
@@ -244,7 +263,8 @@ static void run_case(const struct pcase *c)
     struct tg_kv_rows kr = {
         .pool = pool32, .heads_per_group = Hp, .page_size = P,
         .head_dim = d, .n_kv_heads = Hkv, .head_group = hg,
-        .head_slot = hs, .group_pages = gp, .group_len = lens};
+        .head_slot = hs, .group_pages = gp, .group_len = lens,
+        .head_len = hl};
     struct tg_backend *cpu = NULL;
     assert_int_equal(tg_backend_cpu_new(0, &cpu), 0);
     assert_int_equal(tg_ops_cpu.attn_chunk(cpu, q32, k32, v32, n, Hq, &kr,
@@ -263,6 +283,9 @@ static void run_case(const struct pcase *c)
     int32_t *d_lens = tt_cuda_upload(lens, (size_t)NG * sizeof(int32_t));
     int32_t *d_hg = tt_cuda_upload(hg, (size_t)Hkv * sizeof(int32_t));
     int32_t *d_hs = tt_cuda_upload(hs, (size_t)Hkv * sizeof(int32_t));
+    int32_t *d_hl = hl != NULL
+                        ? tt_cuda_upload(hl, (size_t)Hkv * sizeof(int32_t))
+                        : NULL;
     uint16_t *d_out = NULL;
     const size_t out_bytes = (q_n + guard) * sizeof(uint16_t);
     assert_int_equal(cudaMalloc((void **)&d_out, out_bytes), cudaSuccess);
@@ -276,8 +299,8 @@ static void run_case(const struct pcase *c)
         .n_kv_heads = Hkv, .head_dim = d, .pool = d_pool,
         .heads_per_group = Hp, .page_size = P, .n_groups = NG,
         .head_group = d_hg, .head_slot = d_hs, .indptr = d_indptr,
-        .indices = d_indices, .lens = d_lens, .scale = scale, .out = d_out,
-        .stream = st};
+        .indices = d_indices, .lens = d_lens, .head_lens = d_hl,
+        .scale = scale, .out = d_out, .stream = st};
     int rc = tg_cuda_prefill_attn(&a, err, sizeof(err));
     if (rc != 0)
         fail_msg("prefill_attn: %s", err);
@@ -344,6 +367,8 @@ static void run_case(const struct pcase *c)
     cudaFree(d_lens);
     cudaFree(d_hg);
     cudaFree(d_hs);
+    cudaFree(d_hl);
+    free(hl);
     free(out16);
     free(gp);
     free(ref);
@@ -381,7 +406,7 @@ static void test_matches_cpu(void **state)
                                   hps[c] == 4 ? tt_xrng_int(&rng, 1, 2)
                                               : tt_xrng_int(&rng, 1, 4),
                                   ns[idx % 4], modes[(idx + idx / 4) % 4],
-                                  P == 1 ? 70 : 300, idx % 5 == 0};
+                                  P == 1 ? 70 : 300, idx % 5 == 0, 0};
                 run_case(&k);
             }
 }
@@ -390,19 +415,37 @@ static void test_edge_shapes(void **state)
 {
     (void)state;
     const struct pcase cases[] = {
-        /* hp d g P groups n mode hist_max stream */
-        {1, 128, 16, 16, 2, 70, HIST_RAGGED, 200, 0}, /* largest G */
-        {2, 64, 16, 1, 2, 33, HIST_RAGGED, 70, 0},    /* largest G, d 64 */
-        {2, 64, 5, 16, 2, 77, HIST_RAGGED, 150, 0},   /* tokens split tiles */
-        {2, 128, 3, 5, 2, 50, HIST_LONG, 180, 1},     /* odd G, odd P */
-        {2, 128, 4, 16, 2, 33, HIST_LONG, 2000, 0},   /* many history tiles */
-        {1, 64, 1, 16, 1, 1, HIST_NONE, 0, 0},        /* one query, no keys */
-        {1, 64, 1, 16, 1, 1, HIST_LONG, 130, 0},      /* one query, history */
-        {4, 64, 1, 16, 1, 130, HIST_NONE, 0, 1},      /* causal only, 3 tiles */
-        {2, 128, 8, 1, 2, 64, HIST_SINGLE, 1, 0},     /* P = 1, one token */
-        {1, 128, 2, 16, 4, 200, HIST_TILES, 0, 0},    /* lens at tile size */
-        {2, 64, 4, 5, 2, 64, HIST_TILES, 0, 0},
-        {4, 128, 8, 16, 2, 17, HIST_LONG, 64, 1},
+        /* hp d g P groups n mode hist_max stream per_head */
+        {1, 128, 16, 16, 2, 70, HIST_RAGGED, 200, 0, 0}, /* largest G */
+        {2, 64, 16, 1, 2, 33, HIST_RAGGED, 70, 0, 0},    /* largest G, d 64 */
+        {2, 64, 5, 16, 2, 77, HIST_RAGGED, 150, 0, 0},   /* tokens split tiles */
+        {2, 128, 3, 5, 2, 50, HIST_LONG, 180, 1, 0},     /* odd G, odd P */
+        {2, 128, 4, 16, 2, 33, HIST_LONG, 2000, 0, 0},   /* many history tiles */
+        {1, 64, 1, 16, 1, 1, HIST_NONE, 0, 0, 0},        /* one query, no keys */
+        {1, 64, 1, 16, 1, 1, HIST_LONG, 130, 0, 0},      /* one query, history */
+        {4, 64, 1, 16, 1, 130, HIST_NONE, 0, 1, 0},      /* causal only, 3 tiles */
+        {2, 128, 8, 1, 2, 64, HIST_SINGLE, 1, 0, 0},     /* P = 1, one token */
+        {1, 128, 2, 16, 4, 200, HIST_TILES, 0, 0, 0},    /* lens at tile size */
+        {2, 64, 4, 5, 2, 64, HIST_TILES, 0, 0, 0},
+        {4, 128, 8, 16, 2, 17, HIST_LONG, 64, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        run_case(&cases[i]);
+}
+
+/* Per-head lengths (adaptive budgets, compacted decode regions): every
+ * head reads only its own first head_lens[h] tokens, against the CPU
+ * reference's tg_kv_rows.head_len. */
+static void test_per_head_lengths(void **state)
+{
+    (void)state;
+    const struct pcase cases[] = {
+        /* hp d g P groups n mode hist_max stream per_head */
+        {2, 128, 4, 16, 2, 33, HIST_LONG, 300, 0, 1},
+        {4, 64, 2, 16, 2, 64, HIST_RAGGED, 200, 1, 1},
+        {2, 128, 8, 5, 2, 17, HIST_TILES, 0, 0, 1},
+        {1, 128, 4, 16, 4, 130, HIST_LONG, 2000, 0, 1}, /* H_p 1: rows */
+        {4, 128, 1, 1, 1, 70, HIST_LONG, 90, 0, 1},     /* P = 1 */
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         run_case(&cases[i]);
@@ -418,6 +461,7 @@ int main(void)
     const struct CMUnitTest dev_tests[] = {
         cmocka_unit_test(test_matches_cpu),
         cmocka_unit_test(test_edge_shapes),
+        cmocka_unit_test(test_per_head_lengths),
     };
     return tt_cuda_run_tests("host", host_tests, TT_COUNT(host_tests),
                              "no CUDA device: device tests skipped",

@@ -26,8 +26,9 @@ frees pages per head), small caps (--decode-budget 12 --decode-every 8
     them: two queued requests are served after the restart, equal to
     tangram-generate, and every page in use is then a stored entry's;
   * start-up refusals: trig with a profile without statistics, with
-    --profile none and no --trig-stats, and on --backend cuda, each a
-    failed start naming the fix.
+    --profile none and no --trig-stats, and a budget below its floor, each
+    a failed start naming the fix (the CUDA backend's trig is
+    test_daemon_cuda_heads.py's, on a GPU).
 Fails, naming it, when a program, grpcio, protobuf or protoc is missing.
 """
 import json
@@ -245,7 +246,6 @@ def parallel(d, name):
 def refusals(model, prof_plain, prof, work):
     cases = (("no-stats", prof_plain, TRIG, "calibrate --trig"),
              ("none", None, TRIG, "--trig-stats"),
-             ("cuda", prof, TRIG + ["--backend", "cuda"], "--backend cpu"),
              ("budget", prof, ["--decode-compress", "trig", "--decode-budget",
                                "5", "--decode-window", "4"],
               "--decode-budget"))

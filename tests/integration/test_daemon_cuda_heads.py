@@ -1,0 +1,260 @@
+#!/usr/bin/python3
+"""Per-head KV lengths on the CUDA backend: tangramd --backend cuda with
+--method gvote (DESIGN.md §4.8) and with --decode-compress trig (§4.9),
+against --backend cpu serving the same model, profile and requests.
+
+Without a usable NVIDIA GPU (nvidia-smi -L lists none) it checks that
+neither option is refused for the CUDA backend any more: each start fails
+only because there is no device (or no CUDA build), never naming the
+method. Then it exits 77 (skipped).
+
+With a GPU, on a tiny qwen3 model with head_dim 64 (8 query / 4 KV heads,
+2 layers; the CUDA kernels take d 64 and 128) and a profile from
+`tangram-profile calibrate --trig --heads-per-group 1` (every head its own
+group, so per-head lengths move pages):
+  * gvote, with S = 0 and with S = 8 synthetic queries: greedy completions
+    with logprobs agree with the CPU backend by test_daemon_cuda.py's rule
+    (each step's token is equal, or the CPU's top two were within 0.1 nat
+    there, after which bf16 against fp32 may take another path); both
+    backends give pages back (tangram_kv_pages_released_total > 0);
+  * trig (--decode-budget 12 --decode-every 8 --decode-window 4, 64-token
+    greedy generations with ignore_eos, so several compactions each): the
+    same agreement rule, and the pages released are exactly the CPU's
+    (what a compaction frees depends only on the heads' lengths and caps,
+    not on which entries survive);
+  * for both: turn 2 of a conversation (same X-Session-Id) reuses the
+    stored per-head KV (cached_tokens > 0) and is served; 6 concurrent
+    sampled streams end with [DONE]; afterwards every page in use is a
+    stored entry's, and no step failed.
+Fails, naming it, when a program is missing.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import daemon_util as du  # noqa: E402
+
+C = du.Checker()
+
+MODEL_ARGS = ["--arch", "qwen3", "--hidden", "256", "--layers", "2",
+              "--heads", "8", "--kv-heads", "4", "--head-dim", "64",
+              "--ffn", "384", "--dtype", "bf16", "--seed", "23"]
+CHUNK = 64
+N_PROMPT = 40
+MAX_TOKENS = 64
+NEAR_TIE = 0.1
+SEED = 7
+TRIG = ["--decode-compress", "trig", "--decode-budget", "12",
+        "--decode-every", "8", "--decode-window", "4"]
+BASE = ["--heads-per-group", "1", "--prefill-chunk", str(CHUNK),
+        "--kv-memory", "256MiB"]
+
+
+def gpu_count():
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    r = subprocess.run([smi, "-L"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return 0
+    return sum(1 for line in r.stdout.splitlines() if line.startswith("GPU "))
+
+
+def prompt_ids(k, n=N_PROMPT):
+    return [(i * (41 + 2 * k) + 13 * k + 7) % 3000 + 100 for i in range(n)]
+
+
+def calibrate(model, work):
+    samples = os.path.join(work, "samples.jsonl")
+    with open(samples, "w") as f:
+        for k in range(4):
+            f.write(json.dumps({"prompt_ids": prompt_ids(100 + k, 90)}) +
+                    "\n")
+    prof = os.path.join(work, "trig.json")
+    r = subprocess.run(
+        [du.prog("tangram-profile"), "calibrate", "--model", model,
+         "--ratio", "0.4", "--samples", samples, "--heads-per-group", "1",
+         "--threads", "1", "--trig", "-o", prof],
+        capture_output=True, text=True, timeout=300)
+    C.check(r.returncode == 0, "tangram-profile calibrate --trig",
+            r.stderr[-500:])
+    return prof if r.returncode == 0 else None
+
+
+def complete(d, ids, session=None):
+    body = {"model": "model", "prompt": ids, "max_tokens": MAX_TOKENS,
+            "temperature": 0, "logprobs": 5, "ignore_eos": True,
+            "seed": SEED}  # gvote's synthetic queries draw from the seed
+    hdrs = {"X-Session-Id": session} if session else None
+    st, _, raw = du.http("POST", d.base_url + "/v1/completions", body,
+                         headers=hdrs, timeout=300)
+    j = du.json_of(raw)
+    if st != 200 or not j:
+        return None, "status %s: %s" % (st, raw[:300]), None
+    lp = j["choices"][0].get("logprobs") or {}
+    return lp.get("tokens"), lp.get("top_logprobs"), j
+
+
+def close_greedy(ref, got):
+    """Each step's token agrees, or the reference's top two were within
+    NEAR_TIE there (the rest of the sequence then cannot be compared)."""
+    rt, rtop = ref[0], ref[1]
+    gt = got[0]
+    if rt is None or gt is None or len(rt) != len(gt):
+        return False
+    for i, (a, b) in enumerate(zip(rt, gt)):
+        if a == b:
+            continue
+        lps = sorted(rtop[i].values(), reverse=True) if rtop else []
+        return len(lps) >= 2 and lps[0] - lps[1] < NEAR_TIE
+    return True
+
+
+def cpu_answer_ids(model, prof, ids, extra):
+    """tangram-generate's greedy answer ids (CPU backend, same flags)."""
+    r = subprocess.run(
+        [du.prog("tangram-generate"), "--model", model, "--profile", prof,
+         "--prompt-ids", json.dumps(ids), "--max-tokens", str(MAX_TOKENS),
+         "--temperature", "0", "--seed", str(SEED), "--ignore-eos",
+         "--prefill-chunk",
+         str(CHUNK), "--json"] + extra,
+        capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        C.check(False, "tangram-generate " + " ".join(extra), r.stderr[-500:])
+        return None
+    return json.loads(r.stdout)["token_ids"]
+
+
+def streams_finish(d, n):
+    ok = []
+
+    def one(i):
+        body = {"model": "model", "prompt": prompt_ids(60 + i),
+                "max_tokens": 40, "stream": True, "temperature": 0.8,
+                "seed": i, "ignore_eos": True}
+        st, _, raw = du.http("POST", d.base_url + "/v1/completions", body,
+                             timeout=300)
+        ok.append(st == 200 and raw.rstrip().endswith(b"data: [DONE]"))
+
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return len(ok) == n and all(ok)
+
+
+def released(d):
+    s = du.fetch_metrics(d.base_url)
+    return du.metric(s, "tangram_kv_pages_released_total", rank="0") or 0
+
+
+def run(model, prof, work, backend, extra):
+    """Serves on `backend` with `extra` flags: per prompt the greedy result,
+    the pages released by them, and (GPU only) the other checks. Returns
+    (results, released) or None when the daemon did not start."""
+    sub = os.path.join(work, backend + "-" + str(len(os.listdir(work))))
+    os.makedirs(sub)
+    d = du.Daemon(model, sub, profile=prof,
+                  args=BASE + extra + ["--backend", backend])
+    with d:
+        if not C.check(d.start(timeout=240), "%s %s: daemon ready" %
+                       (backend, " ".join(extra)), d.log_text()[-3000:]):
+            return None
+        r0 = released(d)
+        res = [complete(d, prompt_ids(k)) for k in range(4)]
+        rel = released(d) - r0
+        if backend == "cuda":
+            tag = "cuda " + " ".join(extra)
+            ids = prompt_ids(40)
+            t1 = complete(d, ids, session="conv-1")
+            out = cpu_answer_ids(model, prof, ids, extra)
+            if C.check(t1[0] is not None and out is not None,
+                       tag + ": turn 1 served", t1[1]):
+                # Turn 1's answer as ids (HTTP answers text): the CPU's,
+                # which the GPU's equals up to near-ties; what matches the
+                # stored entry's ids is reused.
+                turn2 = ids + out + [(7 * i + 3) % 3000 + 100
+                                     for i in range(20)]
+                t2 = complete(d, turn2, session="conv-1")
+                j = t2[2]
+                cached = ((j or {}).get("usage", {}).get(
+                    "prompt_tokens_details") or {}).get("cached_tokens", 0)
+                C.check(j is not None and cached > 0,
+                        tag + ": turn 2 reuses the stored per-head KV "
+                        "(%s cached tokens)" % cached, t2[1])
+            C.check(streams_finish(d, 6), tag + ": 6 concurrent streams end")
+            C.check(du.wait_for(lambda: du.only_cached_pages(
+                du.kv_page_metrics(d.base_url, 1)), 20),
+                tag + ": afterwards every page in use is a stored entry's",
+                du.kv_page_metrics(d.base_url, 1))
+            C.check("failed" not in d.log_text(),
+                    tag + ": no step failed", d.log_text()[-2000:])
+        return res, rel
+
+
+def compare(model, prof, work, extra, name, exact_release):
+    cpu = run(model, prof, work, "cpu", extra)
+    gpu = run(model, prof, work, "cuda", extra)
+    if cpu is None or gpu is None:
+        return
+    for k, (a, b) in enumerate(zip(cpu[0], gpu[0])):
+        C.check(close_greedy(a, b), "%s: prompt %d greedy close to cpu" %
+                (name, k), "cpu %s\ncuda %s" % (a[0], b[0]))
+    C.check(cpu[1] > 0 and gpu[1] > 0,
+            "%s: pages released on both backends" % name, (cpu[1], gpu[1]))
+    if exact_release:
+        C.check(cpu[1] == gpu[1], "%s: the GPU releases exactly the CPU's "
+                "pages" % name, (cpu[1], gpu[1]))
+
+
+def refused_only_for_want_of_a_device(model, prof, work):
+    for name, extra in (("gvote", ["--method", "gvote"]), ("trig", TRIG)):
+        sub = os.path.join(work, "nogpu-" + name)
+        os.makedirs(sub)
+        d = du.Daemon(model, sub, profile=prof,
+                      args=BASE + ["--backend", "cuda"] + extra)
+        with d:
+            d.start(timeout=30)
+            line = d.start_failure() or ""
+            log = d.log_text()
+            C.check(("no CUDA device" in line or "no CUDA backend" in line)
+                    and "gvote" not in line and "trig" not in line,
+                    "%s on --backend cuda is refused only for want of a GPU"
+                    % name, line or log[-1500:])
+
+
+def main():
+    missing = du.missing_inputs(
+        programs=("tangramd", "tangram-router", "tangram-worker",
+                  "tangram-make-model", "tangram-profile",
+                  "tangram-generate"))
+    if missing:
+        return du.fail_missing(missing)
+    work = du.scratch_dir("tg_cuda_heads.")
+    try:
+        model = du.make_model_args(os.path.join(work, "model"), MODEL_ARGS)
+        prof = calibrate(model, work)
+        if prof is None:
+            return C.summary()
+        if gpu_count() == 0:
+            refused_only_for_want_of_a_device(model, prof, work)
+            if C.summary() != 0:
+                return 1
+            print("skipped: no NVIDIA GPU")
+            return 77
+        compare(model, prof, work, ["--method", "gvote", "--gvote-samples",
+                                    "0"], "gvote S=0", False)
+        compare(model, prof, work, ["--method", "gvote"], "gvote S=8", False)
+        compare(model, prof, work, TRIG, "trig", True)
+        return C.summary()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -115,8 +115,8 @@ static int lm_rows_held(const struct gw_model *m)
 
 /* ---- allocation helpers ------------------------------------------------ */
 
-static int dalloc(void **p, size_t bytes, const char *what, char *err,
-                  size_t errlen)
+int gw_cuda__dalloc(void **p, size_t bytes, const char *what, char *err,
+                    size_t errlen)
 {
     cudaError_t e = cudaMalloc(p, bytes > 0 ? bytes : 1);
     if (e != cudaSuccess) {
@@ -129,8 +129,8 @@ static int dalloc(void **p, size_t bytes, const char *what, char *err,
     return 0;
 }
 
-static int halloc(void **p, size_t bytes, const char *what, char *err,
-                  size_t errlen)
+int gw_cuda__halloc(void **p, size_t bytes, const char *what, char *err,
+                    size_t errlen)
 {
     cudaError_t e = cudaMallocHost(p, bytes > 0 ? bytes : 1);
     if (e != cudaSuccess) {
@@ -142,12 +142,6 @@ static int halloc(void **p, size_t bytes, const char *what, char *err,
     return 0;
 }
 
-/* Device / pinned host allocation of a field, returning the failure from
- * the enclosing function (TG_TRY). */
-#define DALLOC(field, bytes, what)                                          \
-    TG_TRY(dalloc((void **)&(field), (bytes), (what), err, errlen))
-#define HALLOC(field, bytes, what)                                          \
-    TG_TRY(halloc((void **)&(field), (bytes), (what), err, errlen))
 
 /* ---- weight upload ----------------------------------------------------- */
 

@@ -73,36 +73,6 @@ size_t gw_cuda__heads_bytes(const struct gw_cuda *c, size_t *pinned)
     return b;
 }
 
-static int dev_alloc(void **p, size_t bytes, const char *what, char *err,
-                     size_t errlen)
-{
-    cudaError_t e = cudaMalloc(p, bytes > 0 ? bytes : 1);
-    if (e == cudaSuccess)
-        return 0;
-    *p = NULL;
-    return tg_err_set(err, errlen, e == cudaErrorMemoryAllocation ? TG_ENOMEM
-                                                                  : TG_EDEVICE,
-                      "cudaMalloc of %zu bytes for %s: %s", bytes, what,
-                      cudaGetErrorString(e));
-}
-
-static int pin_alloc(void **p, size_t bytes, const char *what, char *err,
-                     size_t errlen)
-{
-    cudaError_t e = cudaMallocHost(p, bytes > 0 ? bytes : 1);
-    if (e == cudaSuccess)
-        return 0;
-    *p = NULL;
-    return tg_err_set(err, errlen, TG_ENOMEM,
-                      "cudaMallocHost of %zu pinned bytes for %s: %s", bytes,
-                      what, cudaGetErrorString(e));
-}
-
-#define DEV(field, bytes, what)                                            \
-    TG_TRY(dev_alloc((void **)&(field), (bytes), (what), err, errlen))
-#define PIN(field, bytes, what)                                            \
-    TG_TRY(pin_alloc((void **)&(field), (bytes), (what), err, errlen))
-
 /* The statistics in the rank's query-head order, as gw_trig_cfg holds
  * them, uploaded once. */
 static int trig_upload_stats(struct gw_cuda *c, char *err, size_t errlen)
@@ -119,9 +89,9 @@ static int trig_upload_stats(struct gw_cuda *c, char *err, size_t errlen)
                           "shape than the model's rank");
     size_t bytes = (size_t)m->n_layers * (size_t)m->n_q_heads *
                    (size_t)st->half * 4;
-    DEV(c->trig_re, bytes, "trig statistics");
-    DEV(c->trig_im, bytes, "trig statistics");
-    DEV(c->trig_abs, bytes, "trig statistics");
+    DALLOC(c->trig_re, bytes, "trig statistics");
+    DALLOC(c->trig_im, bytes, "trig statistics");
+    DALLOC(c->trig_abs, bytes, "trig statistics");
     GW_CU_TRY(cudaMemcpy(c->trig_re, st->re, bytes, cudaMemcpyHostToDevice));
     GW_CU_TRY(cudaMemcpy(c->trig_im, st->im, bytes, cudaMemcpyHostToDevice));
     GW_CU_TRY(cudaMemcpy(c->trig_abs, st->abs, bytes, cudaMemcpyHostToDevice));
@@ -140,10 +110,10 @@ int gw_cuda__heads_alloc(struct gw_cuda *c, char *err, size_t errlen)
                               "per-head lengths (opts.per_head)");
         return 0;
     }
-    DEV(c->hl_pre, LH * 4, "head lengths");
-    DEV(c->hl_dec, S * LH * 4, "head lengths");
-    PIN(c->h_hl_pre, LH * 4, "head lengths");
-    PIN(c->h_hl_dec, S * LH * 4, "head lengths");
+    DALLOC(c->hl_pre, LH * 4, "head lengths");
+    DALLOC(c->hl_dec, S * LH * 4, "head lengths");
+    HALLOC(c->h_hl_pre, LH * 4, "head lengths");
+    HALLOC(c->h_hl_dec, S * LH * 4, "head lengths");
     c->hkeep = calloc(LH, sizeof(*c->hkeep));
     if (c->hkeep == NULL)
         return tg_err_set(err, errlen, TG_ENOMEM, "out of host memory");
@@ -156,8 +126,8 @@ int gw_cuda__heads_alloc(struct gw_cuda *c, char *err, size_t errlen)
         size_t kd = (size_t)m->n_kv_heads * m->head_dim;
         TG_TRY(gw_gvote_init(&c->gv, m, c->opts.max_chunk, &c->opts.gvote,
                              err, errlen));
-        PIN(c->p_gv, C * (H + qd + kd) * 2, "gvote staging");
-        PIN(c->p_gv_idx, (size_t)m->n_kv_heads * C * 4, "gvote staging");
+        HALLOC(c->p_gv, C * (H + qd + kd) * 2, "gvote staging");
+        HALLOC(c->p_gv_idx, (size_t)m->n_kv_heads * C * 4, "gvote staging");
         c->gv_x = malloc(C * H * sizeof(float));
         c->gv_q = malloc(C * qd * sizeof(float));
         c->gv_k = malloc(C * kd * sizeof(float));
@@ -169,10 +139,10 @@ int gw_cuda__heads_alloc(struct gw_cuda *c, char *err, size_t errlen)
         int64_t items, slots;
         trig_sizes(c, &items, &slots);
         size_t ib = (size_t)items * sizeof(struct tg_cuda_trig_item);
-        DEV(c->trig_items, ib, "trig items");
-        PIN(c->p_trig_items, ib, "trig items");
-        DEV(c->trig_score, (size_t)slots * 4, "trig scores");
-        DEV(c->trig_src, (size_t)slots * 4, "trig survivors");
+        DALLOC(c->trig_items, ib, "trig items");
+        HALLOC(c->p_trig_items, ib, "trig items");
+        DALLOC(c->trig_score, (size_t)slots * 4, "trig scores");
+        DALLOC(c->trig_src, (size_t)slots * 4, "trig survivors");
         c->trig_cap_items = items;
         c->trig_cap_slots = slots;
     }

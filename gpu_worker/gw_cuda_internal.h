@@ -40,6 +40,20 @@ int gw_cuda__op_fail(char *err, size_t errlen, int rc, const char *what,
 /* A bounded wait for the stream (gw_cuda__wait_stream): its code. */
 #define GW_WAIT_TRY(c) TG_TRY(gw_cuda__wait_stream((c), err, errlen))
 
+/* cudaMalloc / cudaMallocHost of `bytes` (1 when 0) for `what`: 0, or
+ * TG_ENOMEM / TG_EDEVICE naming the size and the purpose (*p NULL). */
+int gw_cuda__dalloc(void **p, size_t bytes, const char *what, char *err,
+                    size_t errlen);
+int gw_cuda__halloc(void **p, size_t bytes, const char *what, char *err,
+                    size_t errlen);
+
+/* Device / pinned host allocation of a field, returning the failure from
+ * the enclosing function (TG_TRY). */
+#define DALLOC(field, bytes, what)                                          \
+    TG_TRY(gw_cuda__dalloc((void **)&(field), (bytes), (what), err, errlen))
+#define HALLOC(field, bytes, what)                                          \
+    TG_TRY(gw_cuda__halloc((void **)&(field), (bytes), (what), err, errlen))
+
 /* Block tables: the host CSR (kv_table) staged in pinned mirrors and
  * copied, whole or by the ids that changed, to the device. */
 int gw_cuda__table_prefill(struct gw_cuda *c, const struct gw_seq *seq,

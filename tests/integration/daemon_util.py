@@ -187,6 +187,35 @@ def make_skewed_profile(work, layers, kv_heads, head_dim, seed,
     return prof
 
 
+def greedy_agrees(ref_tokens, ref_top, got_tokens, near_tie):
+    """The rule comparing two greedy runs whose numerics differ (bf16
+    against fp32, a different reduction order): True when got's tokens
+    equal ref's, or first differ right after a step where ref's two most
+    likely tokens were within near_tie nat (from there on the runs may
+    take different paths, so the rest cannot be compared). ref_top: per
+    step a {token: logprob} dict of ref's top alternatives."""
+    if ref_tokens is None or got_tokens is None or \
+            len(ref_tokens) != len(got_tokens):
+        return False
+    for i, (a, b) in enumerate(zip(ref_tokens, got_tokens)):
+        if a == b:
+            continue
+        lps = sorted(ref_top[i].values(), reverse=True) if ref_top else []
+        return len(lps) >= 2 and lps[0] - lps[1] < near_tie
+    return True
+
+
+def gpu_count():
+    """NVIDIA GPUs nvidia-smi -L lists (0 without the tool or a driver)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    r = subprocess.run([smi, "-L"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return 0
+    return sum(1 for line in r.stdout.splitlines() if line.startswith("GPU "))
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that was free when asked (bind port 0)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -21,7 +21,6 @@ or more GPUs also --tp 2 on the CUDA backend (NCCL) against --tp 1.
 import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 
@@ -38,16 +37,6 @@ PROMPTS = ["The quick brown fox jumps over the lazy dog and",
            "1, 2, 3, 4, 5, 6, 7, 8,"]
 MAX_TOKENS = 16
 NEAR_TIE = 0.1
-
-
-def gpu_count():
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return 0
-    r = subprocess.run([smi, "-L"], capture_output=True, text=True)
-    if r.returncode != 0:
-        return 0
-    return sum(1 for line in r.stdout.splitlines() if line.startswith("GPU "))
 
 
 def make_model(out):
@@ -77,16 +66,7 @@ def complete(d, prompt, extra=None):
 def close_greedy(ref, got):
     """Each step's token agrees, or the reference's top two were within
     NEAR_TIE there (the rest of the sequence then cannot be compared)."""
-    rt, rtop = ref
-    gt, _ = got
-    if rt is None or gt is None or len(rt) != len(gt):
-        return False
-    for i, (a, b) in enumerate(zip(rt, gt)):
-        if a == b:
-            continue
-        lps = sorted(rtop[i].values(), reverse=True) if rtop else []
-        return len(lps) >= 2 and lps[0] - lps[1] < NEAR_TIE
-    return True
+    return du.greedy_agrees(ref[0], ref[1], got[0], NEAR_TIE)
 
 
 def streams_finish(d, n):
@@ -162,7 +142,7 @@ def main():
     work = du.scratch_dir("tg_cuda_daemon.")
     try:
         model = make_model(os.path.join(work, "model"))
-        n = gpu_count()
+        n = du.gpu_count()
         if n == 0:
             refused_without_gpu(model, work)
             if C.summary() != 0:

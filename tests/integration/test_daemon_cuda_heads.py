@@ -54,16 +54,6 @@ BASE = ["--heads-per-group", "1", "--prefill-chunk", str(CHUNK),
         "--kv-memory", "256MiB"]
 
 
-def gpu_count():
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return 0
-    r = subprocess.run([smi, "-L"], capture_output=True, text=True)
-    if r.returncode != 0:
-        return 0
-    return sum(1 for line in r.stdout.splitlines() if line.startswith("GPU "))
-
-
 def prompt_ids(k, n=N_PROMPT):
     return [(i * (41 + 2 * k) + 13 * k + 7) % 3000 + 100 for i in range(n)]
 
@@ -102,16 +92,7 @@ def complete(d, ids, session=None):
 def close_greedy(ref, got):
     """Each step's token agrees, or the reference's top two were within
     NEAR_TIE there (the rest of the sequence then cannot be compared)."""
-    rt, rtop = ref[0], ref[1]
-    gt = got[0]
-    if rt is None or gt is None or len(rt) != len(gt):
-        return False
-    for i, (a, b) in enumerate(zip(rt, gt)):
-        if a == b:
-            continue
-        lps = sorted(rtop[i].values(), reverse=True) if rtop else []
-        return len(lps) >= 2 and lps[0] - lps[1] < NEAR_TIE
-    return True
+    return du.greedy_agrees(ref[0], ref[1], got[0], NEAR_TIE)
 
 
 def cpu_answer_ids(model, prof, ids, extra):
@@ -241,7 +222,7 @@ def main():
         prof = calibrate(model, work)
         if prof is None:
             return C.summary()
-        if gpu_count() == 0:
+        if du.gpu_count() == 0:
             refused_only_for_want_of_a_device(model, prof, work)
             if C.summary() != 0:
                 return 1

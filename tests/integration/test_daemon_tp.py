@@ -83,16 +83,7 @@ def complete(d, prompt):
 def same_greedy(ref, got):
     """True when got's tokens equal ref's, or first differ right after a
     near-tie in the reference (then the rest cannot be compared)."""
-    rt, rtop = ref
-    gt, _ = got
-    if rt is None or gt is None or len(rt) != len(gt):
-        return False
-    for i, (a, b) in enumerate(zip(rt, gt)):
-        if a == b:
-            continue
-        lps = sorted(rtop[i].values(), reverse=True) if rtop else []
-        return len(lps) >= 2 and lps[0] - lps[1] < NEAR_TIE
-    return True
+    return du.greedy_agrees(ref[0], ref[1], got[0], NEAR_TIE)
 
 
 def reference(model, work, args, profile):

@@ -205,15 +205,214 @@ def greedy_agrees(ref_tokens, ref_top, got_tokens, near_tie):
     return True
 
 
-def gpu_count():
-    """NVIDIA GPUs nvidia-smi -L lists (0 without the tool or a driver)."""
+# ---- CUDA against CPU: both backends score one token sequence --------------
+
+def complete_ids(d, ids, max_tokens, extra=None, headers=None, timeout=300):
+    """A greedy /v1/completions of the prompt `ids` (token ids) with
+    logprobs 5 and ignore_eos; `extra` adds or overrides body fields.
+    Returns (tokens, token_logprobs, top_logprobs, json) of the first
+    choice, or (None, why, None, None)."""
+    body = {"model": "model", "prompt": list(ids), "max_tokens": max_tokens,
+            "temperature": 0, "logprobs": 5, "ignore_eos": True}
+    body.update(extra or {})
+    try:
+        st, _, raw = http("POST", d.base_url + "/v1/completions", body,
+                          headers=headers, timeout=timeout)
+    except OSError as e:
+        return None, "request failed: %s" % e, None, None
+    j = json_of(raw)
+    if st != 200 or not j:
+        return None, "status %s: %s" % (st, raw[:300]), None, None
+    lp = j["choices"][0].get("logprobs") or {}
+    return lp.get("tokens"), lp.get("token_logprobs"), \
+        lp.get("top_logprobs"), j
+
+
+def forced_scores(d, prompt, seq, extra=None):
+    """Teacher forcing through the daemon's API: for each i, the
+    log-probability of seq[i] after prompt + seq[:i], from a one-token
+    completion of that prefix whose choice is forced to seq[i] by
+    logit_bias +100 (the returned logprob is the raw one, unbiased), with
+    the backend's own top-5 there. The requests go in order, so a daemon
+    reuses the previous prefix's stored KV exactly as another daemon given
+    the same requests does; each choice is checked to be seq[i] (its text
+    against /detokenize's). Returns a list of {"lp", "top": [(token, lp)
+    by lp descending]} per position, or (None, why)."""
+    out, text = [], {}
+    for i, t in enumerate(seq):
+        body = dict(extra or {}, logit_bias={str(t): 100})
+        toks, lps, tops, _ = complete_ids(d, list(prompt) + list(seq[:i]), 1,
+                                          body)
+        if toks is None or not lps or len(lps) != 1:
+            return None, "position %d: %s" % (i, lps)
+        if t not in text:
+            st, _, raw = http("POST", d.base_url + "/detokenize",
+                              {"model": "model", "tokens": [t]})
+            text[t] = (json_of(raw) or {}).get("prompt") if st == 200 \
+                else None
+        # Token text is lossy for a lone byte of a UTF-8 sequence.
+        if toks[0] != text[t] and "\ufffd" not in (text[t] or "") + toks[0]:
+            return None, "position %d: the choice is %r, not the forced " \
+                "token %d (%r)" % (i, toks[0], t, text[t])
+        top = sorted((tops[0] or {}).items(), key=lambda kv: -kv[1])
+        out.append({"lp": lps[0], "top": top})
+    return out, None
+
+
+def forced_decode(d, prompt, tok, n, extra=None):
+    """Teacher-forced decode through the daemon's API: the prompt, then n
+    tokens all forced to `tok` (logit_bias +100), so every backend decodes
+    the same sequence through its decode path. Returns the n raw
+    log-probabilities of tok as scores like forced_scores', or (None,
+    why)."""
+    body = dict(extra or {}, logit_bias={str(tok): 100})
+    toks, lps, tops, _ = complete_ids(d, prompt, n, body)
+    if toks is None or not lps or len(lps) != n or len(set(toks)) != 1:
+        return None, "forced decode: %s %s" % (toks, lps)
+    return [{"lp": lp, "top": sorted((tp or {}).items(),
+                                     key=lambda kv: -kv[1])}
+            for lp, tp in zip(lps, tops)], None
+
+
+def compare_scores(ref, got, tol):
+    """Compares two backends' scores of one sequence (forced_scores or
+    forced_decode, position by position): returns a dict with n, worst and
+    mean |difference| of the forced token's logprob, bad (positions over
+    tol, with both values), agree (positions where both backends' most
+    likely token is the same) and must_agree_bad (positions where ref's
+    two most likely tokens are more than 2 tol apart, so a logprob error
+    within tol could not swap them, yet the most likely tokens differ)."""
+    diffs, bad, agree, must = [], [], 0, []
+    for i, (a, b) in enumerate(zip(ref, got)):
+        dlt = abs(a["lp"] - b["lp"])
+        diffs.append(dlt)
+        if not dlt <= tol:
+            bad.append((i, a["lp"], b["lp"]))
+        same = bool(a["top"]) and bool(b["top"]) and \
+            a["top"][0][0] == b["top"][0][0]
+        agree += same
+        gap = a["top"][0][1] - a["top"][1][1] if len(a["top"]) > 1 else 0
+        if not same and gap > 2 * tol:
+            must.append((i, a["top"][:2], b["top"][:2]))
+    n = len(diffs)
+    return {"n": n, "worst": max(diffs) if diffs else 0.0,
+            "mean": sum(diffs) / n if n else 0.0, "bad": bad,
+            "agree": agree, "must_agree_bad": must,
+            "complete": len(ref) == len(got)}
+
+
+def measure_forced(chk, d, cases, n_decode, extra=None):
+    """Every score teacher forcing gives of daemon d, for cases [(prompt
+    ids, sequence)]: per case (forced_scores of the sequence,
+    forced_decode of n_decode copies of its first token, the free-running
+    greedy completion of n_decode tokens as (tokens, top_logprobs)).
+    `extra` adds body fields to every request (a seed). A failed request is
+    a failed check of chk; returns the list, or None after one."""
+    out = []
+    for k, (p, seq) in enumerate(cases):
+        forced, why = forced_scores(d, p, seq, extra)
+        if not chk.check(forced is not None, "prompt %d: teacher-forced "
+                         "scores" % k, why):
+            return None
+        dec, why = forced_decode(d, p, seq[0], n_decode, extra)
+        if not chk.check(dec is not None, "prompt %d: forced decode" % k,
+                         why):
+            return None
+        toks, lps, tops, _ = complete_ids(d, p, n_decode, extra)
+        if not chk.check(toks is not None, "prompt %d: greedy completion"
+                         % k, lps):
+            return None
+        out.append((forced, dec, (toks, tops)))
+    return out
+
+
+def check_forced(chk, name, ref, got, tol, near_tie):
+    """Checks measure_forced's scores of one backend (got) against
+    another's (ref): the forced token's logprob within tol at every forced
+    position and every forced decode step, the most likely token the same
+    wherever ref's top two are over 2 tol apart, and the free-running
+    greedy completions differing only after a step where ref's top two
+    were within near_tie (greedy_agrees). Prints the figures: worst and
+    mean |difference|, greedy agreement at the forced positions, and how
+    many free-running tokens agree."""
+    for k, (a, b) in enumerate(zip(ref, got)):
+        for what, x, y in (("forced positions", a[0], b[0]),
+                           ("forced decode", a[1], b[1])):
+            r = compare_scores(x, y, tol)
+            print("# %s, prompt %d, %s: %d positions, worst |dlogprob| "
+                  "%.4g, mean %.4g (tolerance %.3g); greedy agreement "
+                  "%d/%d" % (name, k, what, r["n"], r["worst"], r["mean"],
+                             tol, r["agree"], r["n"]), flush=True)
+            chk.check(r["complete"] and r["n"] == len(x) and not r["bad"],
+                      "%s, prompt %d: %s within %.3g nat at every position"
+                      % (name, k, what, tol), r["bad"])
+            chk.check(not r["must_agree_bad"],
+                      "%s, prompt %d: %s: the same most likely token "
+                      "wherever the reference's top two are over %.3g apart"
+                      % (name, k, what, 2 * tol), r["must_agree_bad"])
+        ta, tops = a[2]
+        tb = b[2][0]
+        same = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y),
+                    len(ta))
+        print("# %s, prompt %d: free-running greedy agrees for %d of %d "
+              "tokens" % (name, k, same, len(ta)), flush=True)
+        chk.check(greedy_agrees(ta, tops, tb, near_tie),
+                  "%s, prompt %d: free-running greedy differs only after a "
+                  "near-tie (%.2g nat)" % (name, k, near_tie),
+                  "reference %s\ngot %s" % (ta, tb))
+
+
+def require_gpu():
+    """True when TANGRAM_REQUIRE_GPU=1 (the GPU round sets it): a GPU test
+    that cannot reach a device then fails instead of skipping."""
+    return os.environ.get("TANGRAM_REQUIRE_GPU") == "1"
+
+
+def gpu_probe():
+    """(n, problem): the NVIDIA GPUs `nvidia-smi -L` lists, and None, or
+    (0, why) when a driver is there but the GPUs cannot be listed (a broken
+    driver, or nvidia-smi missing beside a loaded driver). A machine
+    without a loaded NVIDIA kernel driver (/proc/driver/nvidia/version
+    absent) and without nvidia-smi has no device: (0, None)."""
+    driver = os.path.exists("/proc/driver/nvidia/version")
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return 0
-    r = subprocess.run([smi, "-L"], capture_output=True, text=True)
-    if r.returncode != 0:
-        return 0
-    return sum(1 for line in r.stdout.splitlines() if line.startswith("GPU "))
+        return (0, "an NVIDIA driver is loaded but nvidia-smi is not on "
+                   "PATH") if driver else (0, None)
+    try:
+        r = subprocess.run([smi, "-L"], capture_output=True, text=True,
+                           timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return 0, "nvidia-smi -L: %s" % e
+    n = sum(1 for line in r.stdout.splitlines() if line.startswith("GPU "))
+    if r.returncode == 0:
+        return n, None
+    out = (r.stdout + r.stderr).strip()
+    if not driver or "No devices were found" in out:
+        return 0, None
+    return 0, "nvidia-smi -L failed (exit %d): %s" % (r.returncode,
+                                                       out[-300:])
+
+
+def gpu_count():
+    """NVIDIA GPUs the machine has (0: none, the only reason a GPU test may
+    skip). Raises RuntimeError naming the problem when a driver is there
+    but the GPUs cannot be listed: the test then fails, never skips."""
+    n, problem = gpu_probe()
+    if problem is not None:
+        raise RuntimeError("cannot count the GPUs: " + problem)
+    return n
+
+
+def gpu_skip(why="no NVIDIA GPU"):
+    """The exit status of a GPU test that found no device: prints
+    "skipped: <why>" and returns SKIP, or, under TANGRAM_REQUIRE_GPU=1,
+    prints a failure and returns 1."""
+    if require_gpu():
+        print("FAIL: TANGRAM_REQUIRE_GPU=1 but " + why, flush=True)
+        return 1
+    print("skipped: " + why, flush=True)
+    return SKIP
 
 
 def free_port():

@@ -109,7 +109,10 @@ def t_tokenize_off_loop(d):
         if v is not None and v >= 2:
             seen = v
             note(("metrics", v))
-    health = d.health()
+    # No time limit that a loaded machine could break: the router answers
+    # off the tokenizer pool if /health completes before the last big
+    # tokenize does (the order below); 120 s only ends a hang.
+    health = d.health(timeout=120)
     note(("health", health))
     st_thread = threading.Thread(target=stream_call)
     st_thread.start()

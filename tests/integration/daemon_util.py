@@ -11,9 +11,13 @@ What it gives:
   directory; ~1 s to generate).
 - free_port(): a loopback TCP port that was free a moment ago.
 - Daemon: starts `tangramd` with the small settings the tests use, waits for
-  /health, remembers the router and worker pids, and stops it (SIGTERM, then
+  /health (starting again on new ports when a parallel test took one),
+  remembers the router and worker pids, and stops it (SIGTERM, then
   SIGKILL after a timeout) checking that no child survives. Use it as a
   context manager so the daemon is killed even when a test raises.
+- GPU tests: gpu_count() / gpu_skip() (skip only without a device, fail
+  under TANGRAM_REQUIRE_GPU=1), and teacher forcing of two backends
+  (forced_scores, forced_decode, measure_forced, check_forced).
 - http(): one HTTP/1.1 request through http.client (any method, raw body;
   returns status, headers and body), json_of(), is_openai_error(),
   sse_events().
@@ -486,19 +490,30 @@ class Daemon:
                     "--max-batched-tokens", "512", "--heads-per-group", "2",
                     "--worker-heartbeat-ms", "500", "--shutdown-timeout", "5"]
 
+    # Starts tried when the daemon loses a port: free_port() only says a
+    # port was free a moment ago, and a test running in parallel may bind
+    # it before tangramd does.
+    PORT_TRIES = 4
+
     def __init__(self, model, workdir, args=None, api_key=None, profile=None):
         self.model = model
         self.workdir = workdir
         self.args = list(args or [])
         self.api_key = api_key
         self.profile = profile
+        self.new_ports()
+        self.proc = None
+        self.log_path = os.path.join(workdir, "tangramd.log")
+        self.log_from = 0  # where the latest start's part of the log begins
+        self.children = set()  # every router/worker pid seen
+        self.port_retries = 0
+
+    def new_ports(self):
+        """Picks a free HTTP and a free gRPC port, different ones."""
         self.http_port = free_port()
         self.grpc_port = free_port()
         while self.grpc_port == self.http_port:
             self.grpc_port = free_port()
-        self.proc = None
-        self.log_path = os.path.join(workdir, "tangramd.log")
-        self.children = set()  # every router/worker pid seen
 
     @property
     def host(self):
@@ -523,7 +538,32 @@ class Daemon:
     def start(self, timeout=60.0):
         """Starts tangramd and waits until /health answers 200. Returns True
         when it is ready; False (daemon left running, call stop()) when it
-        exited or did not get ready in time; the log tells why."""
+        exited or did not get ready in time; the log tells why. A daemon
+        that could not listen because its port was taken meanwhile (by a
+        test running in parallel: "address already in use") is started
+        again on new ports, up to PORT_TRIES times in all."""
+        for attempt in range(self.PORT_TRIES):
+            ok = self.start_once(timeout)
+            if ok or attempt + 1 == self.PORT_TRIES or not self.lost_port():
+                return ok
+            self.stop()
+            self.new_ports()
+            self.port_retries += 1
+        return False
+
+    def lost_port(self):
+        """True when the latest start failed for want of its port."""
+        if self.proc is not None and self.proc.poll() is None and \
+                self.start_failure() is None:
+            return False
+        return "address already in use" in self.log_since_start().lower()
+
+    def start_once(self, timeout):
+        """One start (see start())."""
+        try:
+            self.log_from = os.path.getsize(self.log_path)
+        except OSError:
+            self.log_from = 0
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("TANGRAM_") and
                k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
@@ -551,16 +591,18 @@ class Daemon:
         return False
 
     def start_failure(self):
-        """The first 'cannot start' line a child logged, or None."""
-        for line in self.log_text().splitlines():
+        """The first 'cannot start' line a child logged since the latest
+        start, or None."""
+        for line in self.log_since_start().splitlines():
             if "cannot start:" in line:
                 return line
         return None
 
-    def health(self):
-        """Status code of GET /health, or None when nothing answers."""
+    def health(self, timeout=2):
+        """Status code of GET /health, or None when nothing answers within
+        timeout seconds."""
         try:
-            st, _, _ = http("GET", self.base_url + "/health", timeout=2)
+            st, _, _ = http("GET", self.base_url + "/health", timeout=timeout)
             return st
         except OSError:
             return None
@@ -577,6 +619,15 @@ class Daemon:
         'worker')."""
         return [c for c in children_of(self.proc.pid)
                 if ("tangram-" + role) in cmdline(c)]
+
+    def log_since_start(self):
+        """The log written since the latest start."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_from)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def log_text(self):
         try:
@@ -601,8 +652,9 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
                 rc = None  # did not stop on its own
-        # tangramd waits for its children; give stragglers a moment.
-        wait_for(lambda: not any(alive(c) for c in self.children), 3)
+        # tangramd waits for its children; give stragglers a moment (up
+        # to 15 s on a loaded machine; it ends as soon as they are gone).
+        wait_for(lambda: not any(alive(c) for c in self.children), 15)
         left = [c for c in self.children if alive(c)]
         for c in left:
             try:
@@ -762,10 +814,14 @@ def fetch_metrics(base_url, headers=None):
 
 
 def node_clients(scripts):
-    """A directory holding tests/integration/clients/package.json and the
-    given .mjs scripts with the official OpenAI Node client installed
-    (npm install, once per build tree). Returns (dir, None), or (None, why)
-    when node/npm is missing or the install failed."""
+    """A directory holding tests/integration/clients/package.json, its
+    package-lock.json and the given .mjs scripts, with the official OpenAI
+    Node client installed from the committed lockfile (`npm ci`: exactly
+    its versions and integrity hashes), once per build tree and again when
+    the lockfile changes; a file lock makes tests running in parallel share
+    one install. Returns (dir, None), or (None, why) when node/npm is
+    missing or the install failed."""
+    import fcntl
     if shutil.which("node") is None or shutil.which("npm") is None:
         return None, "node/npm not installed"
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients")
@@ -774,15 +830,36 @@ def node_clients(scripts):
         os.access(base, os.W_OK) else os.path.join(
             os.environ.get("TMPDIR", "/tmp"), "tangram-integration-clients")
     os.makedirs(root, exist_ok=True)
-    for f in ["package.json"] + list(scripts):
-        shutil.copyfile(os.path.join(src, f), os.path.join(root, f))
-    if not os.path.isdir(os.path.join(root, "node_modules", "openai")):
-        r = subprocess.run(["npm", "install", "--no-audit", "--no-fund",
-                            "--loglevel=error"], cwd=root,
-                           capture_output=True, text=True, timeout=240)
-        if r.returncode != 0 or not os.path.isdir(
+    with open(os.path.join(root, ".install-lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for f in ["package.json", "package-lock.json"] + list(scripts):
+            # Replaced whole: a test running node on the old copy keeps it.
+            tmp = os.path.join(root, ".%s.%d" % (f, os.getpid()))
+            shutil.copyfile(os.path.join(src, f), tmp)
+            os.replace(tmp, os.path.join(root, f))
+        with open(os.path.join(src, "package-lock.json"), "rb") as f:
+            want = f.read()
+        stamp = os.path.join(root, "node_modules", ".tangram-lockfile")
+        try:
+            with open(stamp, "rb") as f:
+                have = f.read()
+        except OSError:
+            have = None
+        if have != want or not os.path.isdir(
                 os.path.join(root, "node_modules", "openai")):
-            return None, "npm install failed: " + r.stderr[-300:]
+            try:
+                r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund",
+                                    "--loglevel=error"], cwd=root,
+                                   capture_output=True, text=True,
+                                   timeout=300)
+            except subprocess.TimeoutExpired:
+                return None, "npm ci timed out"
+            if r.returncode != 0 or not os.path.isdir(
+                    os.path.join(root, "node_modules", "openai")):
+                return None, ("npm ci (tests/integration/clients/"
+                              "package-lock.json) failed: " + r.stderr[-300:])
+            with open(stamp, "wb") as f:
+                f.write(want)
     return root, None
 
 

@@ -51,6 +51,12 @@ def prog(name):
     return os.path.join(BIN, name)
 
 
+# The programs of a test that also builds profiles and runs the in-process
+# generator beside the daemon.
+ALL_PROGRAMS = ("tangramd", "tangram-router", "tangram-worker",
+                "tangram-make-model", "tangram-profile", "tangram-generate")
+
+
 def missing_inputs(programs=("tangramd", "tangram-router", "tangram-worker",
                                "tangram-make-model"), modules=(), tools=()):
     """Names every input of a test that is absent: programs not built in

@@ -175,10 +175,7 @@ def refused_without_gpu(model, work):
 
 
 def main():
-    missing = du.missing_inputs(
-        programs=("tangramd", "tangram-router", "tangram-worker",
-                  "tangram-make-model", "tangram-profile",
-                  "tangram-generate"))
+    missing = du.missing_inputs(programs=du.ALL_PROGRAMS)
     if missing:
         return du.fail_missing(missing)
     work = du.scratch_dir("tg_cuda_daemon.")

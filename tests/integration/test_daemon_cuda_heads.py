@@ -252,10 +252,7 @@ def refused_only_for_want_of_a_device(model, prof, work):
 
 
 def main():
-    missing = du.missing_inputs(
-        programs=("tangramd", "tangram-router", "tangram-worker",
-                  "tangram-make-model", "tangram-profile",
-                  "tangram-generate"))
+    missing = du.missing_inputs(programs=du.ALL_PROGRAMS)
     if missing:
         return du.fail_missing(missing)
     work = du.scratch_dir("tg_cuda_heads.")

@@ -146,6 +146,17 @@ static void test_samples_wait_for_slots(void **state)
 
 /* ---- pages of parallel samples ------------------------------------------ */
 
+/* A full-KV scheduler of one rank with a pool of `pages` (8 slots, 64
+ * tokens a step) and an empty step. */
+static void full_kv_sched(struct kv_layout *lay, struct rt_sched *s,
+                          struct rt_step *st, int32_t pages)
+{
+    tt_sched_layout(lay, 1);
+    struct rt_sched_config cfg = tt_sched_cfg(lay, 1, pages, 8, 64, 8);
+    assert_int_equal(rt_sched_init(s, &cfg, err, sizeof err), 0);
+    rt_step_init(st);
+}
+
 /* Full KV, pool of `pages`: a finished request leaves a stored entry of 8
  * pages (7 positions, 2 pages per row); then request 2 (6 tokens: 8
  * pages) and a group of a leader with an 18-token prompt (5 pages per
@@ -157,12 +168,9 @@ static void test_samples_wait_for_slots(void **state)
 static int group_admitted(int32_t pages)
 {
     struct kv_layout lay;
-    tt_sched_layout(&lay, 1);
     struct rt_sched s;
-    struct rt_sched_config cfg = tt_sched_cfg(&lay, 1, pages, 8, 64, 8);
-    assert_int_equal(rt_sched_init(&s, &cfg, err, sizeof err), 0);
     struct rt_step st;
-    rt_step_init(&st);
+    full_kv_sched(&lay, &s, &st, pages);
     int32_t e[8], a[6], g[18];
     tt_sched_fill(e, 6, 100);
     tt_sched_fill(a, 6, 200);
@@ -221,12 +229,9 @@ static void test_sample_pages_exact(void **state)
 static int turn_admitted(int32_t pages)
 {
     struct kv_layout lay;
-    tt_sched_layout(&lay, 1);
     struct rt_sched s;
-    struct rt_sched_config cfg = tt_sched_cfg(&lay, 1, pages, 8, 64, 8);
-    assert_int_equal(rt_sched_init(&s, &cfg, err, sizeof err), 0);
     struct rt_step st;
-    rt_step_init(&st);
+    full_kv_sched(&lay, &s, &st, pages);
     int32_t m[18], z[8], r[6];
     tt_sched_fill(m, 6, 100);
     tt_sched_fill(z, 6, 200);

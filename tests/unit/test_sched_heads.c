@@ -12,7 +12,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/kv/kv_seq.h"

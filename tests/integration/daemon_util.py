@@ -488,13 +488,16 @@ class Daemon:
     args: extra tangramd flags (strings). The defaults keep the daemon small:
     --kv-memory 64MiB (the worker would otherwise reserve most of the host
     RAM), --prefill-chunk 64, --heads-per-group 2 (the tiny model has two KV
-    heads). api_key goes through the environment (TANGRAM_API_KEY), as an
-    operator should do. The daemon's stderr goes to <workdir>/tangramd.log.
+    heads), --worker-heartbeat-ms 1000 (the daemon's default: a worker
+    silent for 5 s is dead; half that was seen to kill workers busy in one
+    step on a loaded machine). api_key goes through the environment
+    (TANGRAM_API_KEY), as an operator should do. The daemon's stderr goes
+    to <workdir>/tangramd.log.
     """
 
     DEFAULT_ARGS = ["--kv-memory", "64MiB", "--prefill-chunk", "64",
                     "--max-batched-tokens", "512", "--heads-per-group", "2",
-                    "--worker-heartbeat-ms", "500", "--shutdown-timeout", "5"]
+                    "--worker-heartbeat-ms", "1000", "--shutdown-timeout", "5"]
 
     # Starts tried when the daemon loses a port: free_port() only says a
     # port was free a moment ago, and a test running in parallel may bind
@@ -574,6 +577,13 @@ class Daemon:
                if not k.startswith("TANGRAM_") and
                k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
         env["TMPDIR"] = self.workdir  # runtime dir (ipc socket) in our tree
+        # A worker's patience with a silent router (10 x its heartbeat by
+        # default): on a loaded machine the router's start-up (tokenizer,
+        # chat template) was seen to take longer than that, and the worker
+        # gave up before the router spoke, failing the start. A router that
+        # never comes is still tangramd's to handle (a child that fails
+        # before READY stops the others).
+        env["TANGRAM_ROUTER_TIMEOUT_MS"] = "60000"
         if self.api_key is not None:
             env["TANGRAM_API_KEY"] = self.api_key
         self.log = open(self.log_path, "ab")

@@ -34,8 +34,8 @@ synthetic queries, and for trig (--decode-budget 12 --decode-every 8
 Without a usable NVIDIA GPU it checks that neither option is refused for
 the CUDA backend any more (each start fails only because there is no
 device, or no CUDA build, never naming the method), measures trig's
-teacher forcing on two CPU daemons (which must agree to 1e-4: this checks
-the measuring itself), and exits 77 (skipped), or 1 under
+teacher forcing of the first prompt on two CPU daemons (which must agree
+to 1e-4: this checks the measuring itself), and exits 77 (skipped), or 1 under
 TANGRAM_REQUIRE_GPU=1. Fails, naming it, when a program is missing or a
 loaded driver cannot list the GPUs.
 """
@@ -222,7 +222,7 @@ def compare(model, prof, work, extra, name, exact_release):
 def self_check(model, prof, work):
     """Without a GPU: trig's measuring on two CPU daemons given the same
     requests; every figure must agree to SELF_TOL."""
-    cases = forced_cases(model, prof, TRIG, n=2)
+    cases = forced_cases(model, prof, TRIG, n=1)
     if cases is None:
         return
     a = run(model, prof, work, "cpu", TRIG, cases)

@@ -19,6 +19,17 @@ int tt_cuda_skip(const char *why)
         printf("FAIL: TANGRAM_REQUIRE_GPU=1 but %s\n", why);
         return 1;
     }
+#ifndef TANGRAM_CUDA
+    /* A machine with a device whose build left CUDA out (no nvcc found at
+     * configure time) would skip every GPU test for want of a build. */
+    FILE *drv = fopen("/proc/driver/nvidia/version", "r");
+    if (drv != NULL) {
+        fclose(drv);
+        printf("FAIL: an NVIDIA driver is loaded but %s (configure with "
+               "nvcc on PATH)\n", why);
+        return 1;
+    }
+#endif
     printf("skipped: %s\n", why);
     return 77;
 }

@@ -34,7 +34,8 @@ int tt_cuda_required(void);
  * has no device to run on, `why` saying what is missing ("built without
  * CUDA", "no CUDA device"): prints "skipped: <why>" and returns 77, or,
  * under TANGRAM_REQUIRE_GPU=1, prints "FAIL: TANGRAM_REQUIRE_GPU=1 but
- * <why>" and returns 1. Any build. */
+ * <why>" and returns 1. A build without CUDA on a machine whose NVIDIA
+ * driver is loaded fails too (the test could have run). Any build. */
 int tt_cuda_skip(const char *why);
 
 #ifdef TANGRAM_CUDA

@@ -47,12 +47,24 @@ static int setup_per_ip2(void **state)
     return 0;
 }
 
+/* Connections the server has taken: accepted, refused or taking another's
+ * place (counters of its own thread, read as they stand). */
+static uint64_t taken(struct tt_http_fx *fx)
+{
+    const volatile struct rt_http_stats *st = &fx->srv.stats;
+    return st->accepted + st->rejected_max + st->rejected_per_ip;
+}
+
 /* Opens a connection and waits until the server has taken it (a request
- * on another connection would otherwise race with its accept). */
+ * on another connection would otherwise race with its accept): by its
+ * counters, not a sleep, which a loaded machine may outlast. */
 static void open_idle(struct tt_http_fx *fx, struct tt_http_cli *c)
 {
+    uint64_t before = taken(fx);
     tt_http_cli_open(c, fx->port);
-    tt_http_sleep_ms(30);
+    for (int i = 0; i < 2000 && taken(fx) == before; i++)
+        tt_http_sleep_ms(5);
+    assert_true(taken(fx) > before);
 }
 
 static void get_hello(struct tt_http_cli *c)

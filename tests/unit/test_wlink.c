@@ -203,11 +203,16 @@ static void send_comm_setup(struct router *r, uint32_t world, const char *id)
     router_send(r, &m);
 }
 
+/* The router silence after which the workers of the tests that do not
+ * test it exit: this fake router sends no heartbeats, and a loaded machine
+ * under ASan was seen to spend more than 3 s between two of its messages. */
+#define PATIENT_MS 30000
+
 static void test_plan_heartbeat_shutdown(void **state)
 {
     (void)state;
     struct router r;
-    router_start(&r, 3000);
+    router_start(&r, PATIENT_MS);
     int n_hb = 0;
     GwWorkerMessage *hello = next_msg(&r, 20000, &n_hb);
     assert_non_null(hello);
@@ -381,7 +386,7 @@ static void test_bad_comm_setup_exits_6(void **state)
 {
     (void)state;
     struct router r;
-    router_start(&r, 3000);
+    router_start(&r, PATIENT_MS);
     int n_hb = 0;
     GwWorkerMessage *hello = next_msg(&r, 20000, &n_hb);
     assert_non_null(hello);
@@ -404,7 +409,7 @@ static void test_no_comm_setup_exits_6(void **state)
 {
     (void)state;
     struct router r;
-    router_start_setup(&r, 3000, "400");
+    router_start_setup(&r, PATIENT_MS, "400");
     int n_hb = 0;
     GwWorkerMessage *hello = next_msg(&r, 20000, &n_hb);
     assert_non_null(hello);
@@ -453,7 +458,7 @@ static void test_garbage_exits_4(void **state)
 {
     (void)state;
     struct router r;
-    router_start(&r, 3000);
+    router_start(&r, PATIENT_MS);
     int n_hb = 0;
     GwWorkerMessage *hello = next_msg(&r, 20000, &n_hb);
     assert_non_null(hello);
@@ -468,7 +473,7 @@ static void test_sigterm_exits_0(void **state)
 {
     (void)state;
     struct router r;
-    router_start(&r, 3000);
+    router_start(&r, PATIENT_MS);
     int n_hb = 0;
     GwWorkerMessage *hello = next_msg(&r, 20000, &n_hb);
     assert_non_null(hello);

@@ -403,7 +403,7 @@ int st_file_open(struct st_file *f, const char *path, char *err, size_t errlen)
         goto fail;
     }
     f->map_len = (size_t)size;
-    close(fd);
+    f->fd = fd; /* kept for st_file_pread; closed with the mapping */
     fd = -1;
     const uint8_t *base = f->map;
     uint64_t n = rd_le64(base);
@@ -441,14 +441,45 @@ fail:
 
 void st_file_close(struct st_file *f)
 {
-    if (f->map != NULL)
+    if (f->map != NULL) {
         munmap(f->map, f->map_len);
+        close(f->fd);
+    }
     free(f->path);
     free(f->tensors);
     free(f->meta_keys);
     free(f->meta_vals);
     free(f->strings);
     memset(f, 0, sizeof *f);
+}
+
+int st_file_pread(const struct st_file *f, uint64_t data_offset, void *buf,
+                  size_t n, char *err, size_t errlen)
+{
+    if (data_offset > f->data_len || n > f->data_len - data_offset)
+        return tg_err_set(err, errlen, TG_ERANGE,
+                          "%s: bytes [%llu, +%zu) outside the %llu-byte data "
+                          "region", f->path, (unsigned long long)data_offset,
+                          n, (unsigned long long)f->data_len);
+    uint64_t pos = (uint64_t)(f->data - (const uint8_t *)f->map) + data_offset;
+    uint8_t *out = buf;
+    while (n > 0) {
+        /* Linux moves at most 0x7ffff000 bytes per call. */
+        size_t want = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
+        ssize_t got = pread(f->fd, out, want, (off_t)pos);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return tg_err_set(err, errlen, TG_EIO,
+                              "%s: read at byte %llu: %s", f->path,
+                              (unsigned long long)pos,
+                              got < 0 ? strerror(errno)
+                                      : "end of file (truncated since open?)");
+        out += got;
+        pos += (uint64_t)got;
+        n -= (size_t)got;
+    }
+    return 0;
 }
 
 const struct st_tensor *st_file_find(const struct st_file *f, const char *name)
@@ -659,6 +690,20 @@ const struct st_tensor *st_model_find(const struct st_model *m,
             hi = mid;
         else
             lo = mid + 1;
+    }
+    return NULL;
+}
+
+const struct st_file *st_model_file_of(const struct st_model *m,
+                                       const struct st_tensor *t)
+{
+    for (size_t i = 0; i < m->n_files; i++) {
+        const struct st_file *f = &m->files[i];
+        /* Addresses as integers: t may point into another shard's array. */
+        uintptr_t a = (uintptr_t)t, lo = (uintptr_t)f->tensors;
+        if (f->n_tensors > 0 && a >= lo &&
+            a < lo + f->n_tensors * sizeof(*f->tensors))
+            return f;
     }
     return NULL;
 }

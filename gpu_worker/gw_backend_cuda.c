@@ -316,6 +316,7 @@ static int cuda_setup(struct cuda_backend *c, char *err, size_t errlen)
     if (rc != 0)
         return rc;
     c->cu.n_cta = n_cta;
+    c->base.load = c->cu.load;
     c->base.n_pages = c->cu.n_pages;
     c->base.page_bytes = kv_layout_page_elems(o->layout) * 2; /* bf16 */
     if (o->rank == 0) {

@@ -112,7 +112,9 @@ int gw_engine_load_parts_map(struct gw_model *model,
     if (rc != 0)
         goto fail;
     struct gw_shard sh = {.rank = o->rank, .world = T, .kv_heads = global_head};
-    rc = gw_model_load_shard(model, o->model_dir, &sh, err, errlen);
+    rc = o->no_host_weights
+             ? gw_model_open(model, o->model_dir, &sh, err, errlen)
+             : gw_model_load_shard(model, o->model_dir, &sh, err, errlen);
     if (rc != 0)
         goto fail;
     *global_head_out = global_head;
@@ -184,6 +186,9 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "in-process generation runs one rank (world size "
                           "%d asked)", o->world_size);
+    if (o->no_host_weights)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "in-process generation computes with host weights");
     int rc = gw_engine_load_parts_map(&e->model, &e->profile, &e->layout,
                                       &e->method, &e->global_head, o, err,
                                       errlen);

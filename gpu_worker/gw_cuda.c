@@ -550,12 +550,12 @@ int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
         snprintf(where, sizeof(where), "GPU %d (%s)", opts->device, prop.name);
     else
         snprintf(where, sizeof(where), "GPU %d", opts->device);
+    rc = gw_wslab_init(&c->ws, model, err, errlen); /* the weights' bytes */
+    if (rc != 0)
+        goto fail;
     size_t page_bytes = (size_t)kv_layout_page_elems(layout) * 2;
     /* the pool's page ids are < the pool: an upper bound of the ids one
      * call's table holds, plus one scratch id per padded row */
-    rc = gw_wslab_init(&c->ws, model, err, errlen);
-    if (rc != 0)
-        goto fail;
     struct gw_mem_need need = {
         .weights = c->ws.bytes,
         .reserve = opts->reserve_bytes > 0 ? opts->reserve_bytes

@@ -453,18 +453,23 @@ static int drain(struct pipe2 *q, const struct gw_load_sink *sink,
     return 0;
 }
 
+/* The start of a run: *stats zeroed, the staging size asked for (0: the
+ * default) within its bounds. */
+static size_t run_start(struct gw_load_stats *stats, size_t staging)
+{
+    memset(stats, 0, sizeof(*stats));
+    size_t cap = staging > 0 ? staging : GW_LOAD_STAGING_DEFAULT;
+    return cap < GW_LOAD_STAGING_MIN ? GW_LOAD_STAGING_MIN : cap;
+}
+
 int gw_load_run(const struct gw_load_plan *p, const struct st_model *st,
                 size_t staging, const struct gw_load_sink *sink,
                 struct gw_load_stats *stats, char *err, size_t errlen)
 {
     struct gw_load_stats local;
-    if (stats == NULL)
-        stats = &local;
-    memset(stats, 0, sizeof(*stats));
+    stats = stats != NULL ? stats : &local;
+    size_t cap = run_start(stats, staging);
     double t0 = now_s();
-    size_t cap = staging > 0 ? staging : GW_LOAD_STAGING_DEFAULT;
-    if (cap < GW_LOAD_STAGING_MIN)
-        cap = GW_LOAD_STAGING_MIN;
     struct order *ord = calloc((size_t)(p->n > 0 ? p->n : 1), sizeof(*ord));
     uint8_t *seen = calloc(st->n_files > 0 ? st->n_files : 1, 1);
     struct pieces ps = {0};
@@ -543,13 +548,9 @@ int gw_load_run_host(const struct gw_load_plan *p, const struct gw_model *m,
                      struct gw_load_stats *stats, char *err, size_t errlen)
 {
     struct gw_load_stats local;
-    if (stats == NULL)
-        stats = &local;
-    memset(stats, 0, sizeof(*stats));
+    stats = stats != NULL ? stats : &local;
+    size_t cap = run_start(stats, staging);
     double t0 = now_s();
-    size_t cap = staging > 0 ? staging : GW_LOAD_STAGING_DEFAULT;
-    if (cap < GW_LOAD_STAGING_MIN)
-        cap = GW_LOAD_STAGING_MIN;
     uint64_t per = cap / sizeof(float);
     int rc = 0;
     for (int i = 0; i < p->n && rc == 0; i++) {

@@ -19,7 +19,8 @@
  *     a TG_EIO naming the file, a model without host weights is refused by
  *     the CPU backend.
  * Models come from $TANGRAM_BIN/tangram-make-model (a failure when it is
- * not built). */
+ * not built) with a 1001-token tokenizer the test writes, so they are
+ * small yet wider than the smallest staging. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -129,10 +130,43 @@ static int reshard(const char *src, const char *dst, int n, int bias,
     return rc == 0 ? 0 : -1;
 }
 
+/* A tokenizer directory that tangram-make-model takes: VOCAB tokens (an
+ * odd count, so two ranks' vocabulary slices differ and the last one is
+ * padded on the device), eos the last. Small, so every tensor is quick
+ * to write and to check, yet the embedding is still wider than the
+ * smallest staging. */
+#define VOCAB 1001
+static char tok_dir[300];
+
+static int write_tokenizer(void)
+{
+    snprintf(tok_dir, sizeof(tok_dir), "%s/tok", tmpdir);
+    if (mkdir(tok_dir, 0700) != 0)
+        return -1;
+    json_t *vocab = json_object();
+    for (int i = 0; i < VOCAB; i++) {
+        char t[16];
+        snprintf(t, sizeof(t), "t%d", i);
+        json_object_set_new(vocab, t, json_integer(i));
+    }
+    json_t *tok = json_pack("{s:{s:s, s:o, s:[]}, s:[]}", "model", "type", "BPE",
+                            "vocab", vocab, "merges", "added_tokens");
+    json_t *cfg = json_pack("{s:n, s:s}", "bos_token", "eos_token", "t1000");
+    char path[400];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", tok_dir);
+    int rc = tok == NULL || json_dump_file(tok, path, 0) != 0;
+    snprintf(path, sizeof(path), "%s/tokenizer_config.json", tok_dir);
+    rc |= cfg == NULL || json_dump_file(cfg, path, 0) != 0;
+    json_decref(tok);
+    json_decref(cfg);
+    return rc ? -1 : 0;
+}
+
 static int make_models(void **state)
 {
     (void)state;
-    if (tt_tmpdir_make("tg_test_model_load.", tmpdir, sizeof(tmpdir)) != 0)
+    if (tt_tmpdir_make("tg_test_model_load.", tmpdir, sizeof(tmpdir)) != 0 ||
+        write_tokenizer() != 0)
         return -1;
     snprintf(bf16_dir, sizeof(bf16_dir), "%s/bf16", tmpdir);
     snprintf(fp16_dir, sizeof(fp16_dir), "%s/fp16", tmpdir);
@@ -141,16 +175,17 @@ static int make_models(void **state)
     /* The ffn is wide enough that a row of down_proj is 1 KiB: the
      * smallest staging reads it in several batches of rows. */
     const char *const a[] = {"--arch", "qwen3", "--hidden", "64", "--layers",
-                             "2", "--heads", "4", "--kv-heads", "2",
+                             "2", "--heads", "8", "--kv-heads", "4",
                              "--head-dim", "16", "--ffn", "512", "--seed", "1",
-                             NULL};
+                             "--tokenizer", tok_dir, NULL};
     const char *const b[] = {"--arch", "qwen2", "--hidden", "64", "--layers",
                              "2", "--heads", "4", "--kv-heads", "2", "--ffn",
                              "128", "--tie", "--dtype", "fp16", "--seed", "2",
-                             NULL};
+                             "--tokenizer", tok_dir, NULL};
     const char *const c[] = {"--arch", "llama", "--hidden", "64", "--layers",
                              "2", "--heads", "4", "--kv-heads", "2", "--ffn",
-                             "128", "--dtype", "fp32", "--seed", "3", NULL};
+                             "128", "--dtype", "fp32", "--seed", "3",
+                             "--tokenizer", tok_dir, NULL};
     if (tt_make_model(bf16_dir, a) != 0 || tt_make_model(fp16_dir, b) != 0 ||
         tt_make_model(fp32_dir, c) != 0) {
         fprintf(stderr, "test_model_load: tangram-make-model failed\n");
@@ -263,10 +298,13 @@ static void slab_case(const char *dir, int world, int rank, size_t bounce,
     assert_int_equal(gw_model_open(&shape, dir, NULL, errbuf, sizeof(errbuf)), 0);
     int L = shape.n_layers, H = shape.n_kv_heads, Hl = H / world;
     gw_model_free(&shape);
+    /* Rank r holds heads r, r + T, ...: in that order in even layers
+     * (blocks apart in the file, or the identity when T = 1), backwards
+     * in odd ones. */
     int *map = tt_xmalloc((size_t)L * (size_t)Hl * sizeof(int));
-    for (int l = 0; l < L; l++) /* rank r takes heads H-1-r, H-1-r-T, ... */
+    for (int l = 0; l < L; l++)
         for (int i = 0; i < Hl; i++)
-            map[l * Hl + i] = (H - 1 - rank - i * world + l) % H;
+            map[l * Hl + i] = rank + (l % 2 == 0 ? i : Hl - 1 - i) * world;
     struct gw_shard sh = {.rank = rank, .world = world, .kv_heads = map};
     struct gw_model m;
     if (from_host)

@@ -715,6 +715,60 @@ uint64_t st_tensor_rows(const struct st_tensor *t)
     return t->rank == 0 ? 1 : (uint64_t)t->shape[0];
 }
 
+int st_convert_f32(enum st_dtype dt, const void *src, size_t n, float *dst)
+{
+    const uint8_t *p = src;
+    switch (dt) {
+    case ST_DTYPE_F32:
+        if (n > 0)
+            memcpy(dst, p, n * 4);
+        return 0;
+    case ST_DTYPE_BF16:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = st_bf16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+        return 0;
+    case ST_DTYPE_F16:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = st_f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+        return 0;
+    case ST_DTYPE_F64:
+        for (size_t i = 0; i < n; i++) {
+            double d;
+            memcpy(&d, p + 8 * i, 8);
+            dst[i] = (float)d;
+        }
+        return 0;
+    default:
+        return TG_EUNSUPPORTED;
+    }
+}
+
+int st_convert_bf16(enum st_dtype dt, const void *src, size_t n, uint16_t *dst)
+{
+    const uint8_t *p = src;
+    if (dt == ST_DTYPE_BF16) {
+        if (n > 0)
+            memcpy(dst, p, n * 2); /* the bits as they are */
+        return 0;
+    }
+    if (dt != ST_DTYPE_F32 && dt != ST_DTYPE_F16 && dt != ST_DTYPE_F64)
+        return TG_EUNSUPPORTED;
+    for (size_t i = 0; i < n; i++) {
+        float x;
+        if (dt == ST_DTYPE_F32) {
+            memcpy(&x, p + 4 * i, 4);
+        } else if (dt == ST_DTYPE_F16) {
+            x = st_f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+        } else {
+            double d;
+            memcpy(&d, p + 8 * i, 8);
+            x = (float)d;
+        }
+        dst[i] = st_f32_to_bf16(x);
+    }
+    return 0;
+}
+
 int st_tensor_read_f32(const struct st_tensor *t, uint64_t row_begin,
                        uint64_t row_end, float *out, char *err, size_t errlen)
 {
@@ -728,33 +782,10 @@ int st_tensor_read_f32(const struct st_tensor *t, uint64_t row_begin,
     uint64_t row_len = rows > 0 ? t->numel / rows : 0;
     uint64_t first = row_begin * row_len, cnt = (row_end - row_begin) * row_len;
     const uint8_t *src = t->data;
-    switch (t->dtype) {
-    case ST_DTYPE_F32:
-        if (cnt > 0)
-            memcpy(out, src + first * 4, cnt * 4);
-        return 0;
-    case ST_DTYPE_BF16:
-    case ST_DTYPE_F16: {
-        const uint8_t *p = src + first * 2;
-        int bf = t->dtype == ST_DTYPE_BF16;
-        for (uint64_t i = 0; i < cnt; i++) {
-            uint16_t h = (uint16_t)(p[2 * i] | (p[2 * i + 1] << 8));
-            out[i] = bf ? st_bf16_to_f32(h) : st_f16_to_f32(h);
-        }
-        return 0;
-    }
-    case ST_DTYPE_F64: {
-        const uint8_t *p = src + first * 8;
-        for (uint64_t i = 0; i < cnt; i++) {
-            double d;
-            memcpy(&d, p + 8 * i, 8);
-            out[i] = (float)d;
-        }
-        return 0;
-    }
-    default:
+    if (st_convert_f32(t->dtype, src + first * st_dtype_size(t->dtype),
+                       (size_t)cnt, out) != 0)
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
                           "tensor '%s': cannot convert %s to float32",
                           t->name, st_dtype_name(t->dtype));
-    }
+    return 0;
 }

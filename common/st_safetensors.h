@@ -178,6 +178,14 @@ float st_f16_to_f32(uint16_t h);
 uint16_t st_f32_to_bf16(float x);
 uint16_t st_f32_to_f16(float x);
 
+/* Converts n elements of dt at src (little-endian, any alignment) into
+ * dst: st_convert_f32 to float32 (F32, F16, BF16, F64); st_convert_bf16
+ * to bf16 bits (BF16 copied bit for bit, F32, F16 and F64 through
+ * float32 rounded to nearest even). Returns 0 or TG_EUNSUPPORTED for
+ * another dtype. Pure, any thread. */
+int st_convert_f32(enum st_dtype dt, const void *src, size_t n, float *dst);
+int st_convert_bf16(enum st_dtype dt, const void *src, size_t n, uint16_t *dst);
+
 /* Returns the number of rows of t: shape[0], or 1 for a scalar. A row is
  * numel / rows elements (0-sized tensors have row length 0). */
 uint64_t st_tensor_rows(const struct st_tensor *t);

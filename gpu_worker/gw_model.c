@@ -216,27 +216,21 @@ static int host_upload(void *ctx, const struct gw_load_slice *s, char *err,
                           s->t->name, (unsigned long long)s->offset,
                           (unsigned long long)s->n);
     float *dst = *slot + s->offset;
-    const uint8_t *p = s->data;
-    int64_t n = (int64_t)s->n;
-    switch (s->dtype) {
-    case ST_DTYPE_F32:
-        memcpy(dst, p, (size_t)n * sizeof(float));
-        return 0;
-    case ST_DTYPE_BF16:
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = st_bf16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
-        return 0;
-    case ST_DTYPE_F16:
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = st_f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
-        return 0;
-    default:
+    const uint8_t *src = s->data;
+    size_t es = st_dtype_size(s->dtype);
+    /* Pieces of 64K elements over the OpenMP threads. */
+    int64_t n = (int64_t)s->n, per = (int64_t)1 << 16, pieces = (n + per - 1) / per;
+    int bad = 0;
+#pragma omp parallel for schedule(static) reduction(| : bad) if (pieces > 1)
+    for (int64_t k = 0; k < pieces; k++) {
+        int64_t a = k * per, cnt = n - a < per ? n - a : per;
+        bad |= st_convert_f32(s->dtype, src + (size_t)a * es, (size_t)cnt, dst + a) != 0;
+    }
+    if (bad)
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
                           "tensor %s: cannot convert %s to float32",
                           s->t->name, st_dtype_name(s->dtype));
-    }
+    return 0;
 }
 
 int gw_model_load_weights(struct gw_model *m, size_t staging, char *err,

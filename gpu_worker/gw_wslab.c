@@ -97,32 +97,6 @@ uint64_t gw_wslab_offset(const struct gw_wslab *s, int kind, int layer,
     return s->layer[(size_t)layer * GW_W_COUNT + (size_t)kind];
 }
 
-/* Converts n elements of `dt` at src into n elements of the slab's type
- * (elem bytes each) at dst. */
-static void convert(void *dst, int elem, const uint8_t *src, enum st_dtype dt,
-                    size_t n)
-{
-    if (elem == 2 && dt == ST_DTYPE_BF16) {
-        memcpy(dst, src, n * 2); /* the checkpoint's own bits */
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        float x;
-        if (dt == ST_DTYPE_F32) {
-            memcpy(&x, src + 4 * i, 4);
-        } else {
-            uint16_t h = (uint16_t)(src[2 * i] | (src[2 * i + 1] << 8));
-            x = dt == ST_DTYPE_BF16 ? st_bf16_to_f32(h) : st_f16_to_f32(h);
-        }
-        if (elem == 4) {
-            memcpy((uint8_t *)dst + 4 * i, &x, 4);
-        } else {
-            uint16_t b = st_f32_to_bf16(x);
-            memcpy((uint8_t *)dst + 2 * i, &b, 2);
-        }
-    }
-}
-
 int gw_wslab_upload(void *ctx, const struct gw_load_slice *sl, char *err,
                     size_t errlen)
 {
@@ -149,7 +123,10 @@ int gw_wslab_upload(void *ctx, const struct gw_load_slice *sl, char *err,
         int b = u->next;
         if (u->busy[b] && u->out.wait != NULL)
             TG_TRY(u->out.wait(u->out.ctx, b, err, errlen));
-        convert(u->bounce[b], elem, src + done * in_es, sl->dtype, k);
+        if (elem == 2)
+            st_convert_bf16(sl->dtype, src + done * in_es, k, u->bounce[b]);
+        else
+            st_convert_f32(sl->dtype, src + done * in_es, k, u->bounce[b]);
         TG_TRY(u->out.copy(u->out.ctx,
                            base + (sl->offset + done) * (uint64_t)elem,
                            u->bounce[b], k * (size_t)elem, b, err, errlen));

@@ -137,38 +137,39 @@ static int wcopy_wait(void *ctx, int buf, char *err, size_t errlen)
     return 0;
 }
 
+/* The device address of (kind, layer) in the slab, or NULL. */
+static void *slab_at(const struct gw_cuda *c, int kind, int layer)
+{
+    int elem;
+    uint64_t off = gw_wslab_offset(&c->ws, kind, layer, &elem);
+    return off == GW_WSLAB_NONE ? NULL : (char *)c->wslab + off;
+}
+
 /* Points the runtime's tensors into the slab. */
 static void carve_weights(struct gw_cuda *c)
 {
     const struct gw_model *m = c->model;
-    char *base = c->wslab;
-    int e;
-#define AT(kind, layer) \
-    (gw_wslab_offset(&c->ws, (kind), (layer), &e) == GW_WSLAB_NONE \
-         ? NULL \
-         : (void *)(base + gw_wslab_offset(&c->ws, (kind), (layer), &e)))
     for (int l = 0; l < m->n_layers; l++) {
         struct gw_cuda_layer *g = &c->layers[l];
-        g->attn_norm = AT(GW_W_ATTN_NORM, l);
-        g->wq = AT(GW_W_WQ, l);
-        g->wk = AT(GW_W_WK, l);
-        g->wv = AT(GW_W_WV, l);
-        g->bq = AT(GW_W_BQ, l);
-        g->bk = AT(GW_W_BK, l);
-        g->bv = AT(GW_W_BV, l);
-        g->q_norm = AT(GW_W_Q_NORM, l);
-        g->k_norm = AT(GW_W_K_NORM, l);
-        g->wo = AT(GW_W_WO, l);
-        g->bo = AT(GW_W_BO, l);
-        g->ffn_norm = AT(GW_W_FFN_NORM, l);
-        g->w_gu = AT(GW_W_GATE, l);
-        g->w_down = AT(GW_W_DOWN, l);
+        g->attn_norm = slab_at(c, GW_W_ATTN_NORM, l);
+        g->wq = slab_at(c, GW_W_WQ, l);
+        g->wk = slab_at(c, GW_W_WK, l);
+        g->wv = slab_at(c, GW_W_WV, l);
+        g->bq = slab_at(c, GW_W_BQ, l);
+        g->bk = slab_at(c, GW_W_BK, l);
+        g->bv = slab_at(c, GW_W_BV, l);
+        g->q_norm = slab_at(c, GW_W_Q_NORM, l);
+        g->k_norm = slab_at(c, GW_W_K_NORM, l);
+        g->wo = slab_at(c, GW_W_WO, l);
+        g->bo = slab_at(c, GW_W_BO, l);
+        g->ffn_norm = slab_at(c, GW_W_FFN_NORM, l);
+        g->w_gu = slab_at(c, GW_W_GATE, l);
+        g->w_down = slab_at(c, GW_W_DOWN, l);
     }
-    c->embed = AT(GW_W_EMBED, 0);
-    c->final_norm = AT(GW_W_FINAL_NORM, 0);
-    c->lm_head = AT(GW_W_LM_HEAD, 0);
-    c->inv_freq = AT(GW_WSLAB_INV_FREQ, 0);
-#undef AT
+    c->embed = slab_at(c, GW_W_EMBED, 0);
+    c->final_norm = slab_at(c, GW_W_FINAL_NORM, 0);
+    c->lm_head = slab_at(c, GW_W_LM_HEAD, 0);
+    c->inv_freq = slab_at(c, GW_WSLAB_INV_FREQ, 0);
 }
 
 /* Streams the weights into the slab (gw_load -> gw_wslab_upload -> the

@@ -13,8 +13,9 @@
  * opened checkpoint (single file or sharded index) and checks its shape
  * and dtype (bf16, fp16 or fp32) before anything is read.
  *
- * Streaming. gw_load_run reads every kept byte with pread
- * (st_file_pread), never through the file's mapping, so the resident set
+ * Streaming. gw_load_run reads what the rank keeps (whole rows of a
+ * column split) with pread (st_file_pread), never through the file's
+ * mapping, so the resident set
  * holds the staging buffer and not the file: mapped pages would count
  * against the process until the file is closed. Tensors are read in file
  * order (shard, then offset) so the disk sees one forward pass. Each

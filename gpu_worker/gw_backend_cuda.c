@@ -92,7 +92,8 @@ static int cuda_comm_failed(struct gw_backend *b)
 }
 
 static int cuda_prefill(struct gw_backend *b, struct gw_seq *seq,
-                        const int32_t *ids, int n, int row, char *err,
+                        const int32_t *ids, int n, int row,
+                        const int32_t *lp_targets, float *lp, char *err,
                         size_t errlen)
 {
     struct cuda_backend *c = (struct cuda_backend *)b;
@@ -102,6 +103,8 @@ static int cuda_prefill(struct gw_backend *b, struct gw_seq *seq,
         .last_logits = row >= 0 && b->logits != NULL
                            ? b->logits + (size_t)row * V
                            : NULL,
+        .lp_targets = lp_targets,
+        .lp = lp,
     };
     int rc = gw_cuda_prefill(&c->cu, seq, ids, n, &po, err, errlen);
     if (rc == TG_ETIMEDOUT)
@@ -309,6 +312,8 @@ static int cuda_setup(struct cuda_backend *c, char *err, size_t errlen)
             .per_head = gw_method_per_head(o->method) || o->trig != NULL,
             .gvote = o->gvote, .host_ops = &tg_ops_cpu,
             .host_be = c->base.host, .trig = o->trig,
+            .on_scores = o->on_scores, .on_scores_ud = o->on_scores_ud,
+            .on_queries = o->on_queries, .on_queries_ud = o->on_queries_ud,
         };
         rc = gw_cuda_init(&c->cu, m, o->layout, &co, err, errlen);
     }

@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "common/pf_split.h"
+#include "common/tg_log.h"
 #include "gpu_worker/gw_comm.h"
 #include "gpu_worker/gw_cuda.h"
 #include "kernels/cuda/cuda_device.h"
@@ -321,6 +322,12 @@ static int cuda_setup(struct cuda_backend *c, char *err, size_t errlen)
     if (rc != 0)
         return rc;
     c->cu.n_cta = n_cta;
+    const struct gw_mem_plan *mp = &c->cu.mem;
+    log_info("CUDA memory plan on device %d: %llu MiB in all, a KV pool of "
+             "%lld pages (%llu MiB) included; %llu MiB left free", c->device,
+             (unsigned long long)(mp->total_bytes >> 20), (long long)mp->pages,
+             (unsigned long long)(mp->pool_bytes >> 20),
+             (unsigned long long)(mp->free_after >> 20));
     c->base.n_pages = c->cu.n_pages;
     c->base.page_bytes = kv_layout_page_elems(o->layout) * 2; /* bf16 */
     if (o->rank == 0) {

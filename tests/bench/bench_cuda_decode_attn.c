@@ -346,6 +346,7 @@ int main(int argc, char **argv)
     return 0;
 #else
     (void)quick;
+    (void)target;
     printf("skipped: no CUDA device\n");
     return 77; /* ctest: skipped */
 #endif

@@ -362,13 +362,17 @@ def aggregate(results, wall, metrics):
 # ---- runs ----------------------------------------------------------------------
 
 def calibrate(model, work, target, hp, n_samples, words, backend):
+    """The profile of `target` for the model, calibrated now unless the
+    work directory (--workdir, kept between runs) holds it already."""
+    out = os.path.join(work, "profile-%.2f-hp%d.json" % (target, hp))
+    if os.path.exists(out):
+        return out
     samples = os.path.join(work, "calib.jsonl")
     rng = random.Random(12345)
     with open(samples, "w") as f:
         for _ in range(n_samples):
             f.write(json.dumps({"text": " ".join(rng.choice(WORDS)
                                                  for _ in range(words))}) + "\n")
-    out = os.path.join(work, "profile-%.2f.json" % target)
     cmd = [du.prog("tangram-profile"), "calibrate", "--model", model,
            "--ratio", str(target), "--samples", samples,
            "--heads-per-group", str(hp), "--backend", backend, "-o", out]
@@ -578,6 +582,8 @@ def main():
     ap.add_argument("--calib-samples", type=int, default=8)
     ap.add_argument("--calib-words", type=int, default=300)
     ap.add_argument("--prefill-chunk", type=int, default=256)
+    ap.add_argument("--max-num-seqs", type=int, default=0,
+                    help="the daemon's --max-num-seqs (0: its default)")
     ap.add_argument("--timeout", type=float, default=600.0,
                     help="client timeout of one request (s)")
     ap.add_argument("--workdir", default=None, help="keep files here")
@@ -633,7 +639,9 @@ def main():
         t_cal = time.time() - t0
         conv_texts = make_conversations(a.seed, a.num_conversations, a.turns, lo, hi)
         starts = arrival_times(a.seed, a.num_conversations, a.request_rate)
-        daemon_args = ["--backend", a.backend,
+        extra = (["--max-num-seqs", str(a.max_num_seqs)]
+                 if a.max_num_seqs > 0 else [])
+        daemon_args = extra + ["--backend", a.backend,
                        "--kv-memory", a.kv_memory, "--heads-per-group", str(hp),
                        "--prefill-chunk", str(a.prefill_chunk),
                        "--max-batched-tokens", str(max(1024, a.prefill_chunk)),

@@ -45,15 +45,6 @@ import daemon_util as du  # noqa: E402
 SHAPE = "meta-llama--Llama-3.1-8B-Instruct"
 
 
-def ids_of(vocab, n):
-    """n ids in [1000, min(vocab, 100000)) from a fixed LCG."""
-    hi, x, out = min(vocab, 100000), 12345, []
-    for _ in range(n):
-        x = (x * 6364136223846793005 + 1442695040888963407) % (1 << 64)
-        out.append(1000 + (x >> 33) % (hi - 1000))
-    return out
-
-
 def run_tangram(model, ids, new, backend):
     cmd = [du.prog("tangram-generate"), "--model", model, "--profile", "none",
            "--prompt-ids", json.dumps(ids), "--max-tokens", str(new),
@@ -82,12 +73,8 @@ def run_transformers(model, ids, new, reps, dev):
         return {"error": "no transformers/torch in %s (%s)"
                 % (sys.executable, e)}
     t0 = time.time()
-    auto = transformers.AutoModelForCausalLM
-    try:
-        m = auto.from_pretrained(model, dtype=torch.bfloat16)
-    except TypeError:
-        m = auto.from_pretrained(model, torch_dtype=torch.bfloat16)
-    m = m.to(torch.bfloat16).to(dev).eval()
+    m = du.hf_from_pretrained(transformers, torch, model, torch.bfloat16)
+    m = m.to(dev).eval()
     load = time.time() - t0
     x = torch.tensor([ids], device=dev)
 
@@ -118,7 +105,7 @@ def run_transformers(model, ids, new, reps, dev):
     out = {"prefill_s": pre, "decode_s": dec,
            "prefill_tps": len(ids) / pre, "decode_tps": (new - 1) / dec,
            "load_s": load, "version": transformers.__version__}
-    del m
+    m = None  # frees the weights before the cache is emptied
     if dev == "cuda":
         torch.cuda.empty_cache()
     return out
@@ -157,7 +144,7 @@ def main():
         made = time.time() - t0
         with open(os.path.join(model, "config.json")) as f:
             vocab = json.load(f)["vocab_size"]
-        ids = ids_of(vocab, a.prompt)
+        ids = du.random_ids(vocab, a.prompt, 12345)
         backend = "cuda" if gpu else "cpu"
         tg = run_tangram(model, ids, a.new, backend)
         hf = run_transformers(model, ids, a.new, a.reps,

@@ -701,3 +701,31 @@ def config_path(name):
     """data/configs/<name>_config.json of the project data (TANGRAM_DATA),
     e.g. config_path("Qwen--Qwen3-8B")."""
     return os.path.join(DATA, "configs", name + "_config.json")
+
+
+def random_ids(vocab, n, seed):
+    """n token ids in [1000, min(vocab, 100000)) from a fixed 64-bit LCG
+    (Knuth's MMIX constants): reproducible prompts of ordinary tokens, no
+    special ids, for the reference tests and peer benchmarks."""
+    hi = min(vocab, 100000)
+    x, out = seed, []
+    for _ in range(n):
+        x = (x * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        out.append(1000 + (x >> 33) % (hi - 1000))
+    return out
+
+
+def hf_from_pretrained(transformers, torch, model_dir, dtype):
+    """transformers' AutoModelForCausalLM.from_pretrained(model_dir) in
+    `dtype` (a torch dtype). transformers >= 4.56 names the argument dtype
+    (and keeps torch_dtype); older ones know only torch_dtype; a version
+    that ignored it is cast. The modules are the caller's (this file needs
+    only the standard library)."""
+    auto = transformers.AutoModelForCausalLM
+    try:
+        m = auto.from_pretrained(model_dir, dtype=dtype)
+    except TypeError:
+        m = auto.from_pretrained(model_dir, torch_dtype=dtype)
+    if next(m.parameters()).dtype != dtype:
+        m = m.to(dtype)
+    return m

@@ -91,17 +91,6 @@ def model_spec(name):
                        "qwen3-8b[:N], llama3.1-8b[:N])" % name)
 
 
-def prompt_ids(vocab, n, seed):
-    """n pseudo-random ids in [1000, min(vocab, 100000)) (no special
-    tokens), from a fixed LCG."""
-    hi = min(vocab, 100000)
-    x, out = seed, []
-    for _ in range(n):
-        x = (x * 6364136223846793005 + 1442695040888963407) % (1 << 64)
-        out.append(1000 + (x >> 33) % (hi - 1000))
-    return out
-
-
 def tangram(model, ids, backend, extra):
     """tangram-generate --json with full KV; raises with its stderr."""
     cmd = [du.prog("tangram-generate"), "--model", model, "--profile", "none",
@@ -134,16 +123,7 @@ class HFReference:
         torch.backends.cudnn.allow_tf32 = False
         torch.set_float32_matmul_precision("highest")
         want = torch.float32 if dtype == "fp32" else torch.bfloat16
-        auto = transformers.AutoModelForCausalLM
-        # transformers >= 4.56 names the argument dtype (torch_dtype stays
-        # accepted there); older ones only know torch_dtype.
-        try:
-            m = auto.from_pretrained(model_dir, dtype=want)
-        except TypeError:
-            m = auto.from_pretrained(model_dir, torch_dtype=want)
-        p = next(m.parameters())
-        if p.dtype != want:  # a version that ignored the argument
-            m = m.to(want)
+        m = du.hf_from_pretrained(transformers, torch, model_dir, want)
         self.model = m.to("cuda").eval()
         self.name = "transformers %s %s" % (transformers.__version__, dtype)
 
@@ -215,7 +195,7 @@ def check_model(C, name, work, make_ref, device_backend):
     du.make_model_args(mdir, args, tokenizer=tok)
     with open(os.path.join(mdir, "config.json")) as f:
         vocab = json.load(f)["vocab_size"]
-    ids = prompt_ids(vocab, PROMPT_LEN, 11)
+    ids = du.random_ids(vocab, PROMPT_LEN, 11)
     print("%s: model made in %.1f s" % (name, time.time() - t0), flush=True)
 
     ref = make_ref(mdir, "fp32")

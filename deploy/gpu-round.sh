@@ -215,7 +215,7 @@ case "$PHASE" in
     for t in "$B"/tests/test_cuda_* "$B"/tests/test_kv_table_dev; do
         [ -x "$t" ] || continue
         n=$(basename "$t")
-        case "$n" in test_cuda_sample | test_cuda_model) continue ;; esac
+        case "$n" in test_cuda_sample | test_cuda_model | test_cuda_engine) continue ;; esac
         gstage "memcheck-$n" 45 compute-sanitizer --tool memcheck --error-exitcode 9 "$t"
     done
     # test_cuda_sample's scans take minutes under racecheck: memcheck only,

@@ -239,6 +239,14 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
     rc = gw_backend_new(o->backend, &bc, &e->bk, err, errlen);
     if (rc != 0)
         goto fail;
+    if (e->bk->n_pages < pages) {
+        /* every page id the accounting hands out must exist there */
+        rc = tg_err_set(err, errlen, TG_EINTERNAL,
+                        "the %s backend's pool has %d pages, the accounting "
+                        "%lld", e->bk->ops->name, (int)e->bk->n_pages,
+                        (long long)pages);
+        goto fail;
+    }
     /* One rank joins its group alone, as a worker of --tp 1 does. */
     const uint8_t *id = NULL;
     size_t id_len = 0;

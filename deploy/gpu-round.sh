@@ -46,7 +46,8 @@ PHASE=${PHASE:-1}
 OUT=${OUT:-$PWD/gpu-round-out}
 B=${BUILD:-build-gpu}
 WORK=${WORK:-/tmp/tg-gpu-round}
-LOGS=$(mktemp -d /tmp/gpu-round-logs.XXXXXX)
+LOGS=/tmp/gpu-round-logs.$$
+rm -rf "$LOGS" && mkdir -p "$LOGS" || exit 1
 case "$PHASE" in
 1) BUDGET=${BUDGET:-450} ;;
 2) BUDGET=${BUDGET:-250} ;;

@@ -657,3 +657,75 @@ def grpc_generate_ids(grpc, pb, target, ids, max_tokens, seed, timeout=300):
 def scratch_dir(prefix):
     """A fresh temporary directory (the caller removes it)."""
     return tempfile.mkdtemp(prefix=prefix)
+
+
+# ---- real shapes ----------------------------------------------------------
+
+def shape_args(config_path, layers=None, seed=1):
+    """tangram-make-model flags for the shape of a real config.json (the
+    project's data/configs): width, heads, KV heads, head_dim, ffn, RoPE
+    theta and Llama-3 scaling, context, norm eps, tied embeddings, bf16;
+    `layers` (None: the config's depth) makes a shallower model of the same
+    width. Returns (flags, tokenizer folder name under data/tokenizers)."""
+    with open(config_path) as f:
+        c = json.load(f)
+    mt = c.get("model_type", "")
+    arch = {"qwen3": "qwen3", "qwen2": "qwen2", "llama": "llama",
+            "mistral": "mistral"}.get(mt)
+    if arch is None:
+        raise RuntimeError("%s: model_type %r has no tangram-make-model "
+                           "architecture" % (config_path, mt))
+    heads = c["num_attention_heads"]
+    args = ["--arch", arch, "--hidden", str(c["hidden_size"]),
+            "--layers", str(layers or c["num_hidden_layers"]),
+            "--heads", str(heads),
+            "--kv-heads", str(c.get("num_key_value_heads", heads)),
+            "--head-dim", str(c.get("head_dim") or c["hidden_size"] // heads),
+            "--ffn", str(c["intermediate_size"]),
+            "--rope-theta", repr(float(c.get("rope_theta", 10000.0))),
+            "--max-position", str(c.get("max_position_embeddings", 32768)),
+            "--rms-eps", repr(float(c.get("rms_norm_eps", 1e-6))),
+            "--dtype", "bf16", "--seed", str(seed)]
+    rs = c.get("rope_scaling") or {}
+    if rs.get("rope_type") == "llama3":
+        args += ["--rope-scaling-llama3", repr(float(rs["factor"])),
+                 "--rope-original-max",
+                 str(rs.get("original_max_position_embeddings", 8192))]
+    if c.get("tie_word_embeddings"):
+        args.append("--tie")
+    tok = {"qwen3": "qwen3", "qwen2": "qwen2.5"}.get(arch, "llama3")
+    return args, tok
+
+
+def config_path(name):
+    """data/configs/<name>_config.json of the project data (TANGRAM_DATA),
+    e.g. config_path("Qwen--Qwen3-8B")."""
+    return os.path.join(DATA, "configs", name + "_config.json")
+
+
+def random_ids(vocab, n, seed):
+    """n token ids in [1000, min(vocab, 100000)) from a fixed 64-bit LCG
+    (Knuth's MMIX constants): reproducible prompts of ordinary tokens, no
+    special ids, for the reference tests and peer benchmarks."""
+    hi = min(vocab, 100000)
+    x, out = seed, []
+    for _ in range(n):
+        x = (x * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        out.append(1000 + (x >> 33) % (hi - 1000))
+    return out
+
+
+def hf_from_pretrained(transformers, torch, model_dir, dtype):
+    """transformers' AutoModelForCausalLM.from_pretrained(model_dir) in
+    `dtype` (a torch dtype). transformers >= 4.56 names the argument dtype
+    (and keeps torch_dtype); older ones know only torch_dtype; a version
+    that ignored it is cast. The modules are the caller's (this file needs
+    only the standard library)."""
+    auto = transformers.AutoModelForCausalLM
+    try:
+        m = auto.from_pretrained(model_dir, dtype=dtype)
+    except TypeError:
+        m = auto.from_pretrained(model_dir, torch_dtype=dtype)
+    if next(m.parameters()).dtype != dtype:
+        m = m.to(dtype)
+    return m

@@ -846,43 +846,10 @@ static void h_health(struct rt_http_req *req, void *ud)
     rt_http_respond(req, 200, JSON, "{\"status\":\"ok\"}", 15);
 }
 
-/* Makes counter `c` equal the monotonic total `total`. */
-static void follow(struct rt_metrics_series *c, uint64_t total)
-{
-    double d = (double)total - rt_metrics_series_value(c);
-    if (d > 0)
-        rt_metrics_counter_add(c, d);
-}
-
-/* Copies the HTTP server's counters into the metrics before a scrape. */
-static void sync_http_metrics(struct rt_server *s)
-{
-    const struct rt_http_stats *st = &s->http.stats;
-    struct rt_metrics_tangram *m = &s->metrics;
-    rt_metrics_gauge_set(m->http_connections_open, (double)s->http.n_live);
-    follow(m->http_connections_evicted_total, st->evicted);
-    follow(m->http_slow_readers_aborted_total, st->slow_readers);
-    follow(m->http_connections_rejected_total[RT_METRICS_HTTP_REJECT_MAX],
-           st->rejected_max);
-    follow(m->http_connections_rejected_total[RT_METRICS_HTTP_REJECT_PER_IP],
-           st->rejected_per_ip);
-    follow(m->http_requests_timed_out_total[RT_METRICS_HTTP_TIMEOUT_HEADER],
-           st->timeout_header);
-    follow(m->http_requests_timed_out_total[RT_METRICS_HTTP_TIMEOUT_BODY],
-           st->timeout_body);
-    /* The head check refuses for the API key only. */
-    follow(m->http_requests_refused_total[RT_METRICS_HTTP_REFUSE_UNAUTH],
-           st->refused_head);
-    follow(m->http_requests_refused_total[RT_METRICS_HTTP_REFUSE_MALFORMED],
-           st->malformed);
-    follow(m->http_requests_refused_total[RT_METRICS_HTTP_REFUSE_TOO_LARGE],
-           st->too_large);
-}
-
 static void h_metrics(struct rt_http_req *req, void *ud)
 {
     struct rt_server *s = ud;
-    sync_http_metrics(s);
+    rt_server_net_metrics(s);
     struct rt_metrics_buf buf = {0};
     char err[128];
     if (rt_metrics_render(&s->metrics.reg, &buf, err, sizeof(err)) != 0) {

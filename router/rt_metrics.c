@@ -727,7 +727,7 @@ void rt_metrics_tangram_free(struct rt_metrics_tangram *m)
         return;
     rt_metrics_registry_free(&m->reg);
     free(m->kv_pages_used);
-    free(m->kv_pages_total);
+    free(m->kv_pages_capacity);
     free(m->kv_pages_cached);
     free(m->kv_pages_released);
     memset(m, 0, sizeof(*m));
@@ -793,9 +793,15 @@ static const struct single_def single_defs[] = {
      "Open HTTP connections (closing ones excluded).", RT_METRICS_GAUGE,
      NULL, NULL, SLOT(http_connections_open)},
     {"tangram_http_connections_evicted_total",
-     "Idle HTTP connections closed to make room for a new one at "
-     "--http-max-connections.",
+     "HTTP connections closed to make room for a new one at "
+     "--http-max-connections or --http-max-connections-per-ip: idle ones "
+     "first, then the slowest incomplete request heads.",
      RT_METRICS_COUNTER, NULL, NULL, SLOT(http_connections_evicted_total)},
+    {"tangram_http_slow_heads_evicted_total",
+     "HTTP connections in the middle of a request head closed (408) to "
+     "make room for a new one because nothing was idle; the slowest head "
+     "goes first.",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(http_slow_heads_evicted_total)},
     {"tangram_http_slow_readers_aborted_total",
      "HTTP connections cut because the client read none of its response "
      "for --http-send-timeout; their requests were aborted.",
@@ -827,6 +833,19 @@ static const struct single_def single_defs[] = {
     {"tangram_grpc_unauthenticated_total",
      "gRPC calls refused for a missing or wrong API key.",
      RT_METRICS_COUNTER, NULL, NULL, SLOT(grpc_unauthenticated_total)},
+    {"tangram_grpc_connections_evicted_total",
+     "Idle gRPC connections closed (GOAWAY) to make room for a new one at "
+     "--grpc-max-connections or --grpc-max-connections-per-ip.",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(grpc_connections_evicted_total)},
+    {"tangram_request_body_memory_bytes",
+     "Request body bytes (HTTP bodies, gRPC messages) the router holds, "
+     "counted against --max-body-memory.",
+     RT_METRICS_GAUGE, NULL, NULL, SLOT(request_body_memory_bytes)},
+    {"tangram_request_body_memory_refused_total",
+     "Requests refused (HTTP 503, gRPC UNAVAILABLE) because their body "
+     "did not fit in --max-body-memory.",
+     RT_METRICS_COUNTER, NULL, NULL,
+     SLOT(request_body_memory_refused_total)},
 };
 
 /* Registers a counter family `name` with one label and a series per value
@@ -858,10 +877,15 @@ static const char *const http_refuse_names[RT_METRICS_HTTP_REFUSE_COUNT] = {
     [RT_METRICS_HTTP_REFUSE_UNAUTH] = "unauthenticated",
     [RT_METRICS_HTTP_REFUSE_MALFORMED] = "malformed",
     [RT_METRICS_HTTP_REFUSE_TOO_LARGE] = "too_large",
+    [RT_METRICS_HTTP_REFUSE_BODY_MEMORY] = "body_memory",
+};
+static const char *const api_names[RT_METRICS_API_COUNT] = {
+    [RT_METRICS_API_HTTP] = "http",
+    [RT_METRICS_API_GRPC] = "grpc",
 };
 
-/* The labelled families of the HTTP front end. */
-static int add_http_families(struct rt_metrics_tangram *m, char *err,
+/* The labelled families of the front ends (connections, requests). */
+static int add_net_families(struct rt_metrics_tangram *m, char *err,
                              size_t errlen)
 {
     int rc = add_labelled_counters(
@@ -881,10 +905,24 @@ static int add_http_families(struct rt_metrics_tangram *m, char *err,
         rc = add_labelled_counters(
             m, "tangram_http_requests_refused_total",
             "HTTP requests refused before their body was read: without a "
-            "valid API key (401), malformed (400, 501, 505) or too large "
-            "(413, 431).",
+            "valid API key (401), malformed (400, 501, 505), too large "
+            "(413, 431) or over the body memory budget (503).",
             "reason", http_refuse_names, RT_METRICS_HTTP_REFUSE_COUNT,
             m->http_requests_refused_total, err, errlen);
+    if (rc == 0)
+        rc = add_labelled_counters(
+            m, "tangram_grpc_connections_rejected_total",
+            "New gRPC connections refused (GOAWAY) at a connection limit, "
+            "by limit.",
+            "reason", http_reject_names, RT_METRICS_HTTP_REJECT_COUNT,
+            m->grpc_connections_rejected_total, err, errlen);
+    if (rc == 0)
+        rc = add_labelled_counters(
+            m, "tangram_accept_pauses_total",
+            "Times accepting new connections paused because the process "
+            "ran out of file descriptors (or memory), by API.",
+            "api", api_names, RT_METRICS_API_COUNT, m->accept_pauses_total,
+            err, errlen);
     return rc;
 }
 
@@ -919,11 +957,12 @@ int rt_metrics_tangram_init(struct rt_metrics_tangram *m, int n_ranks,
     m->n_ranks = n_ranks;
     int rc;
     m->kv_pages_used = calloc((size_t)n_ranks, sizeof(*m->kv_pages_used));
-    m->kv_pages_total = calloc((size_t)n_ranks, sizeof(*m->kv_pages_total));
+    m->kv_pages_capacity =
+        calloc((size_t)n_ranks, sizeof(*m->kv_pages_capacity));
     m->kv_pages_cached = calloc((size_t)n_ranks, sizeof(*m->kv_pages_cached));
     m->kv_pages_released =
         calloc((size_t)n_ranks, sizeof(*m->kv_pages_released));
-    if (m->kv_pages_used == NULL || m->kv_pages_total == NULL ||
+    if (m->kv_pages_used == NULL || m->kv_pages_capacity == NULL ||
         m->kv_pages_cached == NULL || m->kv_pages_released == NULL) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "metrics: out of memory");
         goto fail;
@@ -944,9 +983,9 @@ int rt_metrics_tangram_init(struct rt_metrics_tangram *m, int n_ranks,
                          RT_METRICS_GAUGE, m->kv_pages_used, err, errlen);
     if (rc != 0)
         goto fail;
-    rc = add_rank_series(m, "tangram_kv_pages_total",
+    rc = add_rank_series(m, "tangram_kv_pages_capacity",
                          "KV pages in the rank's pool.", RT_METRICS_GAUGE,
-                         m->kv_pages_total, err, errlen);
+                         m->kv_pages_capacity, err, errlen);
     if (rc != 0)
         goto fail;
     /* With nothing running or waiting, used == cached on every rank: any
@@ -977,7 +1016,7 @@ int rt_metrics_tangram_init(struct rt_metrics_tangram *m, int n_ranks,
         rc = rt_metrics_series_add(f, &finish_names[r],
                                    &m->request_success_total[r], err, errlen);
     if (rc == 0)
-        rc = add_http_families(m, err, errlen);
+        rc = add_net_families(m, err, errlen);
     if (rc != 0)
         goto fail;
     return 0;

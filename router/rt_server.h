@@ -149,6 +149,8 @@ struct rt_server {
     int have_tmpl;
     char tmpl_error[512];       /* why chat is disabled, when it is */
     struct rt_openai_cfg api_cfg;
+    struct rt_conn_budget body_budget; /* request bodies held by both
+                                   servers (--max-body-memory) */
     struct rt_http_server http;
     struct rt_grpc_server grpc;
     struct rt_link link;
@@ -370,12 +372,20 @@ int rt_server_encode_chat(struct rt_server *s, json_t *messages,
 /* Readiness for /health and the gRPC health service. */
 int rt_server_ready(const struct rt_server *s);
 
-/* The HTTP and gRPC servers' limits from the options (rt_server_limits.c;
- * internal to rt_server_init). */
-void rt_server__http_limits(const struct tg_serve_opts *o,
-                            struct rt_http_config *hc);
-void rt_server__grpc_limits(const struct tg_serve_opts *o,
-                            struct rt_grpc_config *gc);
+/* The HTTP and gRPC servers' limits from the options, both charging the
+ * body budget *budget (initialised here from --max-body-memory), with the
+ * open-file limit fitted to both connection caps (rt_server_limits.c;
+ * internal to rt_server_init). Returns 0 or TG_EINVAL (a budget below one
+ * request of the largest size) with the reason in err. */
+int rt_server__net_limits(const struct tg_serve_opts *o,
+                          struct rt_conn_budget *budget,
+                          struct rt_http_config *hc,
+                          struct rt_grpc_config *gc, char *err,
+                          size_t errlen);
+
+/* Copies the connection and body-budget counters of both servers into the
+ * metrics; called before each scrape. Loop thread. */
+void rt_server_net_metrics(struct rt_server *s);
 
 /* Token text for logprobs (rt_token_text_fn). */
 const char *rt_server_token_text(void *user, int32_t id, size_t *len);

@@ -109,7 +109,7 @@ static void h_later(struct rt_http_req *req, void *ud)
     (void)ud;
     struct later *l = calloc(1, sizeof(*l));
     if (!l) {
-        rt_http_respond_error(req, 500, NULL, "out of memory");
+        rt_http_respond_error(req, 500, NULL, "out of memory", NULL);
         return;
     }
     l->req = req;

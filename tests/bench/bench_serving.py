@@ -342,7 +342,7 @@ def aggregate(results, wall, metrics):
         "ttft_s": summarize(ttft), "tpot_s": summarize(tpot),
         "itl_s": summarize(itl), "e2e_s": summarize(e2e),
         "preemptions": m("tangram_num_preemptions_total"),
-        "kv_pages_total": m("tangram_kv_pages_total", rank="0"),
+        "kv_pages_capacity": m("tangram_kv_pages_capacity", rank="0"),
         "kv_pages_used_end": m("tangram_kv_pages_used", rank="0"),
     }
 
@@ -413,7 +413,7 @@ def report(full, prof, cfg):
              lambda a: fmt(a["cached_fraction_later_turns"], 100, 1) + " %",
              "cached_fraction_later_turns"),
             ("preemptions", lambda a: fmt(a["preemptions"], 1, 0), None),
-            ("KV pages (pool)", lambda a: fmt(a["kv_pages_total"], 1, 0), None)]
+            ("KV pages (pool)", lambda a: fmt(a["kv_pages_capacity"], 1, 0), None)]
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"),
                        ("e2e_s", "E2E")):
         for stat in ("mean", "p50", "p90", "p99"):

@@ -605,7 +605,7 @@ def kv_page_metrics(base_url, n_ranks):
         "released_ranks": released,
         "used": per_rank("tangram_kv_pages_used"),
         "cached": per_rank("tangram_kv_pages_cached"),
-        "total": per_rank("tangram_kv_pages_total"),
+        "total": per_rank("tangram_kv_pages_capacity"),
         "cached_tokens": metric(s, "tangram_cached_prompt_tokens_total"),
     }
 

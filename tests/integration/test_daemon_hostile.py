@@ -204,7 +204,7 @@ def t_tiny_pool(work, model):
                          d.log_text()[-3000:]):
             return
         m = du.fetch_metrics(d.base_url, AUTH)
-        pages = du.metric(m, "tangram_kv_pages_total", rank="0")
+        pages = du.metric(m, "tangram_kv_pages_capacity", rank="0")
         st, _, data = du.http("GET", d.base_url + "/v1/models", None, AUTH)
         ctx = du.json_of(data)["data"][0]["max_model_len"]
         cap = int(pages) // 2 * 16  # 2 rows (layers x groups), 16 per page

@@ -550,7 +550,7 @@ def t_metrics(api):
     chk.check(not missing, "/metrics has the DESIGN §5 names", missing)
     chk.check(du.metric(samples, "tangram_kv_pages_used", rank="0")
               is not None and
-              du.metric(samples, "tangram_kv_pages_total", rank="0"),
+              du.metric(samples, "tangram_kv_pages_capacity", rank="0"),
               "per-rank page gauges")
     inf = du.metric(samples, "tangram_e2e_request_latency_seconds_bucket",
                     le="+Inf")
@@ -852,7 +852,7 @@ def main():
                 used = du.metric(m, "tangram_kv_pages_used", rank="0")
                 # Only the multi-turn cache holds pages now: a positive
                 # count well below the pool (see the module docstring).
-                total = du.metric(m, "tangram_kv_pages_total", rank="0")
+                total = du.metric(m, "tangram_kv_pages_capacity", rank="0")
                 chk.check(used is not None and 0 < used < total,
                           "pages in use at the end are the cache's only "
                           "(%s of %s)" % (used, total))

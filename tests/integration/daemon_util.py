@@ -28,6 +28,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -287,12 +288,14 @@ class Daemon:
                     "--max-batched-tokens", "512", "--heads-per-group", "2",
                     "--worker-heartbeat-ms", "500", "--shutdown-timeout", "5"]
 
-    def __init__(self, model, workdir, args=None, api_key=None, profile=None):
+    def __init__(self, model, workdir, args=None, api_key=None, profile=None,
+                 nofile=None):
         self.model = model
         self.workdir = workdir
         self.args = list(args or [])
         self.api_key = api_key
         self.profile = profile
+        self.nofile = nofile  # RLIMIT_NOFILE (soft = hard) of the daemon
         self.http_port = free_port()
         self.grpc_port = free_port()
         while self.grpc_port == self.http_port:
@@ -332,9 +335,15 @@ class Daemon:
         if self.api_key is not None:
             env["TANGRAM_API_KEY"] = self.api_key
         self.log = open(self.log_path, "ab")
+        limit = None
+        if self.nofile is not None:
+            n = self.nofile
+            limit = lambda: resource.setrlimit(  # noqa: E731
+                resource.RLIMIT_NOFILE, (n, n))
         self.proc = subprocess.Popen(self.command(), env=env,
                                      stdout=self.log, stderr=self.log,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL,
+                                     preexec_fn=limit)
         end = time.time() + timeout
         while time.time() < end:
             self.note_children()
@@ -465,13 +474,15 @@ def json_of(data):
 
 def is_openai_error(data):
     """True when data is the OpenAI error shape
-    {"error": {"message": str, "type": str, "param": ..., "code": ...}}."""
+    {"error": {"message": str, "type": str, "param": ..., "code": str}}
+    (the server's one error shape: "code" is always a non-empty string)."""
     j = json_of(data) if isinstance(data, (bytes, str)) else data
     if not isinstance(j, dict) or not isinstance(j.get("error"), dict):
         return False
     e = j["error"]
     return (isinstance(e.get("message"), str) and e["message"] != "" and
-            isinstance(e.get("type"), str) and "param" in e and "code" in e)
+            isinstance(e.get("type"), str) and "param" in e and
+            isinstance(e.get("code"), str) and e["code"] != "")
 
 
 def sse_events(data):

@@ -808,6 +808,14 @@ def t_node(api):
               "node: streamed chat equals the non-streamed one, role first, "
               "usage chunk", (ch, chs))
     chk.check(j["models"] == [MODEL], "node: models.list", j["models"])
+    chk.check(j.get("model") == {"id": MODEL, "object": "model",
+                                 "owned_by": "tangram"},
+              "node: models.retrieve of the served model", j.get("model"))
+    mm = j.get("model_missing") or {}
+    chk.check(mm.get("threw") and mm.get("status") == 404 and
+              mm.get("not_found") and mm.get("code") == "model_not_found",
+              "node: models.retrieve of another id raises NotFoundError "
+              "(404 model_not_found)", mm)
     chk.check(j["bad_key"].get("threw") and j["bad_key"]["status"] == 401
               and j["bad_key"]["auth_error"],
               "node: wrong key raises AuthenticationError (401)",

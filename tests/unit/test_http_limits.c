@@ -10,7 +10,9 @@
  * a stalled body times out; a client that stops reading a stream is cut
  * after send_timeout_ms and its request aborted, with the producer's
  * queue bounded by rt_http_req_on_drain backpressure; a reading client of
- * the same stream gets every byte; the counters of each. */
+ * the same stream gets every byte; out of descriptors (EMFILE) accepting
+ * pauses without spinning and the clients waiting in the backlog are
+ * served once descriptors are free; the counters of each. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,7 +23,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include "common/tg_err.h"
 #include "router/rt_http.h"
@@ -217,6 +224,83 @@ static void test_per_ip(void **state)
     assert_true(tt_http_counter(fx, "evicted") >= 1);
 }
 
+/* Descriptors this process has open now. */
+static int open_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 65536; fd++)
+        n += fcntl(fd, F_GETFD) != -1;
+    return n;
+}
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
+/* Out of descriptors (EMFILE): accepting pauses instead of spinning or
+ * resetting the clients waiting in the backlog, and resumes once
+ * descriptors are free again; the waiting clients are then served. */
+static void test_accept_out_of_fds(void **state)
+{
+    struct tt_http_fx *fx = *state;
+    struct rlimit old;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    struct rlimit low = old;
+    low.rlim_cur = (rlim_t)open_fds() + 40;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    /* The clients' own sockets first, then every descriptor left taken. */
+    int cli[3];
+    for (int i = 0; i < 3; i++)
+        assert_true((cli[i] = socket(AF_INET, SOCK_STREAM, 0)) >= 0);
+    int fill[64], nf = 0;
+    while (nf < 64 && (fill[nf] = dup(cli[0])) >= 0)
+        nf++;
+    assert_true(nf < 64); /* the table is full */
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)fx->port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    for (int i = 0; i < 3; i++) {
+        /* The kernel completes the handshake; the server cannot accept. */
+        assert_int_equal(connect(cli[i], (struct sockaddr *)&sa, sizeof(sa)),
+                         0);
+        const char *get = "GET /hello HTTP/1.1\r\n" H "\r\n";
+        assert_int_equal(send(cli[i], get, strlen(get), MSG_NOSIGNAL),
+                         (ssize_t)strlen(get));
+    }
+    for (int i = 0; i < 100 && fx->srv.set.stats.accept_pauses == 0; i++)
+        tt_http_sleep_ms(10);
+    assert_true(fx->srv.set.stats.accept_pauses >= 1);
+    /* Paused, not spinning: the loop thread burns (almost) no CPU while
+     * the table stays full; a busy accept loop would take the whole
+     * 400 ms. */
+    double c0 = cpu_seconds();
+    tt_http_sleep_ms(400);
+    double used = cpu_seconds() - c0;
+    assert_true(used < 0.2);
+    for (int i = 0; i < nf; i++)
+        close(fill[i]);
+    /* Resumed within the longest pause: every waiting client is served. */
+    for (int i = 0; i < 3; i++) {
+        struct tt_http_cli c = {.fd = cli[i], .cap = 1 << 16};
+        c.buf = malloc(c.cap);
+        assert_non_null(c.buf);
+        struct timeval tv = {.tv_sec = 5};
+        setsockopt(cli[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        struct tt_http_resp r;
+        assert_int_equal(tt_http_cli_response(&c, &r), 0);
+        assert_int_equal(r.status, 200);
+        assert_string_equal(r.body, "hello");
+        free(r.body);
+        tt_http_cli_close(&c);
+    }
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_true(tt_http_counter(fx, "accept_pauses") >= 1);
+}
+
 static void test_body_timeout(void **state)
 {
     struct tt_http_fx *fx = *state;
@@ -295,6 +379,8 @@ int main(void)
                                         tt_http_fx_teardown),
         cmocka_unit_test_setup_teardown(test_per_ip, setup_per_ip2,
                                         tt_http_fx_teardown),
+        cmocka_unit_test_setup_teardown(test_accept_out_of_fds,
+                                        tt_http_fx_setup, tt_http_fx_teardown),
         cmocka_unit_test_setup_teardown(test_body_timeout, tt_http_fx_setup,
                                         tt_http_fx_teardown),
         cmocka_unit_test_setup_teardown(test_flood_read, tt_http_fx_setup,

@@ -68,7 +68,7 @@ PROBE_BOUND_S = 0.5
 
 # The prober: GET /metrics then GET /health, each on a new connection,
 # every 20 ms until its stdin closes; one JSON line per answer with its
-# latency and the tokenize jobs in flight of the round's /metrics.
+# latency, status and the tokenize jobs in flight of the round's /metrics.
 PROBE = r"""
 import json, re, select, socket, sys, time
 port = int(sys.argv[1])
@@ -90,10 +90,10 @@ while not select.select([sys.stdin], [], [], 0)[0]:
     m = re.search(rb"\ntangram_tokenize_jobs_in_flight (\d+)", data)
     jobs = int(m.group(1)) if m else -1
     print(json.dumps({"what": "metrics", "s": ms, "jobs": jobs,
-                      "ok": data.startswith(b"HTTP/1.1 200")}), flush=True)
+                      "status": data[9:12].decode()}), flush=True)
     ms, data = get("/health")
     print(json.dumps({"what": "health", "s": ms, "jobs": jobs,
-                      "ok": data.startswith(b"HTTP/1.1 200")}), flush=True)
+                      "status": data[9:12].decode()}), flush=True)
     time.sleep(0.02)
 """
 
@@ -174,8 +174,10 @@ def t_tokenize_off_loop(d):
     busy = [p for p in probes if p["jobs"] >= 2]
     worst = {w: max([p["s"] for p in busy if p["what"] == w] or [None])
              for w in ("health", "metrics")}
+    # Any answer counts (a starved worker may make /health say "stalled",
+    # 503): this is about the router answering, not about what.
     chk.check(len([p for p in busy if p["what"] == "health"]) >= 3 and
-              all(p["ok"] for p in busy) and
+              all(p["status"] in ("200", "503") for p in busy) and
               all(p["s"] < PROBE_BOUND_S for p in busy),
               "/health and /metrics answer within %.1f s while 2 or more big "
               "/tokenize calls are in flight (%d probes, slowest: %s)" %

@@ -404,7 +404,9 @@ def t_conn_limit(d):
               "the slowest heads gave way with 408 (request head too slow)",
               r)
     v = metric(d, "tangram_http_slow_heads_evicted_total")
-    chk.check(v is not None and v >= 5, "slow heads evicted are counted (%s)"
+    # The first newcomer took a head's place; the others found it free
+    # again once that one had left.
+    chk.check(v is not None and v >= 1, "slow heads evicted are counted (%s)"
               % v)
     for c in heads:
         c.close()

@@ -430,13 +430,9 @@ def t_grpc_flood(d):
 
 
 def main():
-    missing = du.missing_inputs()
+    missing = du.missing_inputs(modules=[("grpc", "python3-grpcio")])
     if missing:
         return du.fail_missing(missing)
-    try:
-        import grpc  # noqa: F401
-    except ImportError as e:
-        return du.fail_missing(["python3-grpcio (%s)" % e])
     work = du.scratch_dir("tgdnet")
     d = None
     try:

@@ -848,22 +848,16 @@ static const struct single_def single_defs[] = {
      SLOT(request_body_memory_refused_total)},
 };
 
-/* Registers a counter family `name` with one label and a series per value
- * of values[0..n) into dst[0..n). */
-static int add_labelled_counters(struct rt_metrics_tangram *m,
-                                 const char *name, const char *help,
-                                 const char *label,
-                                 const char *const *values, int n,
-                                 struct rt_metrics_series **dst, char *err,
-                                 size_t errlen)
-{
-    struct rt_metrics_family *f;
-    int rc = rt_metrics_family_add(&m->reg, name, help, RT_METRICS_COUNTER, 1,
-                                   &label, NULL, 0, &f, err, errlen);
-    for (int i = 0; rc == 0 && i < n; i++)
-        rc = rt_metrics_series_add(f, &values[i], &dst[i], err, errlen);
-    return rc;
-}
+/* One labelled counter family of the set: one series per value of its
+ * label, handles in the array at `slot`. */
+struct labelled_def {
+    const char *name;
+    const char *help;
+    const char *label;
+    const char *const *values; /* (n) */
+    int n;
+    size_t slot;               /* offsetof the handle array */
+};
 
 static const char *const http_reject_names[RT_METRICS_HTTP_REJECT_COUNT] = {
     [RT_METRICS_HTTP_REJECT_MAX] = "max_connections",
@@ -884,45 +878,53 @@ static const char *const api_names[RT_METRICS_API_COUNT] = {
     [RT_METRICS_API_GRPC] = "grpc",
 };
 
-/* The labelled families of the front ends (connections, requests). */
+static const struct labelled_def labelled_defs[] = {
+    {"tangram_http_connections_rejected_total",
+     "New HTTP connections refused (503) at a connection limit, by limit.",
+     "reason", http_reject_names, RT_METRICS_HTTP_REJECT_COUNT,
+     SLOT(http_connections_rejected_total)},
+    {"tangram_http_requests_timed_out_total",
+     "HTTP requests answered 408 because their head or body did not "
+     "arrive in time, by phase.",
+     "phase", http_timeout_names, RT_METRICS_HTTP_TIMEOUT_COUNT,
+     SLOT(http_requests_timed_out_total)},
+    {"tangram_http_requests_refused_total",
+     "HTTP requests refused before their body was read: without a valid "
+     "API key (401), malformed (400, 501, 505), too large (413, 431) or "
+     "over the body memory budget (503).",
+     "reason", http_refuse_names, RT_METRICS_HTTP_REFUSE_COUNT,
+     SLOT(http_requests_refused_total)},
+    {"tangram_grpc_connections_rejected_total",
+     "New gRPC connections refused (GOAWAY) at a connection limit, by "
+     "limit.",
+     "reason", http_reject_names, RT_METRICS_HTTP_REJECT_COUNT,
+     SLOT(grpc_connections_rejected_total)},
+    {"tangram_accept_pauses_total",
+     "Times accepting new connections paused because the process ran out "
+     "of file descriptors (or memory), by API.",
+     "api", api_names, RT_METRICS_API_COUNT, SLOT(accept_pauses_total)},
+};
+
+/* The labelled counter families of the front ends (connections,
+ * requests). */
 static int add_net_families(struct rt_metrics_tangram *m, char *err,
-                             size_t errlen)
+                            size_t errlen)
 {
-    int rc = add_labelled_counters(
-        m, "tangram_http_connections_rejected_total",
-        "New HTTP connections refused (503) at a connection limit, by "
-        "limit.",
-        "reason", http_reject_names, RT_METRICS_HTTP_REJECT_COUNT,
-        m->http_connections_rejected_total, err, errlen);
-    if (rc == 0)
-        rc = add_labelled_counters(
-            m, "tangram_http_requests_timed_out_total",
-            "HTTP requests answered 408 because their head or body did not "
-            "arrive in time, by phase.",
-            "phase", http_timeout_names, RT_METRICS_HTTP_TIMEOUT_COUNT,
-            m->http_requests_timed_out_total, err, errlen);
-    if (rc == 0)
-        rc = add_labelled_counters(
-            m, "tangram_http_requests_refused_total",
-            "HTTP requests refused before their body was read: without a "
-            "valid API key (401), malformed (400, 501, 505), too large "
-            "(413, 431) or over the body memory budget (503).",
-            "reason", http_refuse_names, RT_METRICS_HTTP_REFUSE_COUNT,
-            m->http_requests_refused_total, err, errlen);
-    if (rc == 0)
-        rc = add_labelled_counters(
-            m, "tangram_grpc_connections_rejected_total",
-            "New gRPC connections refused (GOAWAY) at a connection limit, "
-            "by limit.",
-            "reason", http_reject_names, RT_METRICS_HTTP_REJECT_COUNT,
-            m->grpc_connections_rejected_total, err, errlen);
-    if (rc == 0)
-        rc = add_labelled_counters(
-            m, "tangram_accept_pauses_total",
-            "Times accepting new connections paused because the process "
-            "ran out of file descriptors (or memory), by API.",
-            "api", api_names, RT_METRICS_API_COUNT, m->accept_pauses_total,
-            err, errlen);
+    int rc = 0;
+    for (size_t i = 0;
+         rc == 0 && i < sizeof(labelled_defs) / sizeof(labelled_defs[0]);
+         i++) {
+        const struct labelled_def *d = &labelled_defs[i];
+        struct rt_metrics_series **dst =
+            (struct rt_metrics_series **)((char *)m + d->slot);
+        struct rt_metrics_family *f;
+        rc = rt_metrics_family_add(&m->reg, d->name, d->help,
+                                   RT_METRICS_COUNTER, 1, &d->label, NULL, 0,
+                                   &f, err, errlen);
+        for (int k = 0; rc == 0 && k < d->n; k++)
+            rc = rt_metrics_series_add(f, &d->values[k], &dst[k], err,
+                                       errlen);
+    }
     return rc;
 }
 

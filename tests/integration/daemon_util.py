@@ -431,6 +431,29 @@ class Daemon:
         return [ln for ln in self.log_text().splitlines()
                 if any(k in ln for k in keys)]
 
+    def check_alive(self, chk):
+        """Checks that tangramd runs and no child died (was restarted)."""
+        chk.check(self.proc is not None and self.proc.poll() is None and
+                  not [ln for ln in self.log_text().splitlines()
+                       if "restarting" in ln],
+                  "no process died during the test")
+
+    def stop_checked(self, chk):
+        """stop() and the checks of a clean end: exit 0 on SIGTERM, no
+        router/worker left, no sanitizer report in the log."""
+        rc, left = self.stop()
+        san = self.sanitizer_reports()
+        chk.check(rc == 0, "tangramd exits 0 on SIGTERM (rc %s)" % rc)
+        chk.check(not left, "no router/worker survives tangramd (%s)" % left)
+        chk.check(not san, "no sanitizer report in the daemon's log",
+                  "\n".join(san[:10]))
+
+    def print_log_tail(self, chk, n=4000):
+        """Prints the end of the daemon's log when a check failed."""
+        if chk.failures:
+            print("---- tangramd log (tail) ----")
+            print(self.log_text()[-n:])
+
     def __enter__(self):
         return self
 

@@ -452,26 +452,12 @@ def main():
             t_body_budget(d)
             t_per_ip_default(d)
             t_grpc_flood(d)
-            chk.check(d.proc.poll() is None and not
-                      [ln for ln in d.log_text().splitlines()
-                       if "restarting" in ln],
-                      "no process died during the test")
-        rc, left = d.stop()
-        san = d.sanitizer_reports()
-        d = None
-        chk.check(rc == 0, "tangramd exits 0 on SIGTERM (rc %s)" % rc)
-        chk.check(not left, "no router/worker survives tangramd (%s)" % left)
-        chk.check(not san, "no sanitizer report in the daemon's log",
-                  "\n".join(san[:10]))
+            d.check_alive(chk)
+        d.stop_checked(chk)
     finally:
         if d is not None:
+            d.print_log_tail(chk)
             d.stop()
-        if chk.failures:
-            log = os.path.join(work, "tangramd.log")
-            if os.path.exists(log):
-                with open(log, errors="replace") as f:
-                    print("---- tangramd log (tail) ----")
-                    print(f.read()[-4000:])
         shutil.rmtree(work, ignore_errors=True)
     return chk.summary()
 

@@ -91,18 +91,11 @@ def main():
                                text=True, timeout=30)
             print("promtool: " + (v.stdout + v.stderr).splitlines()[0]
                   if (v.stdout + v.stderr) else "promtool: ?")
-        rc, left = d.stop()
-        d = None
-        chk.check(rc == 0 and not left, "tangramd stops cleanly")
+        d.stop_checked(chk)
     finally:
         if d is not None:
+            d.print_log_tail(chk, 3000)
             d.stop()
-        if chk.failures:
-            log = os.path.join(work, "tangramd.log")
-            if os.path.exists(log):
-                with open(log, errors="replace") as f:
-                    print("---- tangramd log (tail) ----")
-                    print(f.read()[-3000:])
         shutil.rmtree(work, ignore_errors=True)
     return chk.summary()
 

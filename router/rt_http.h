@@ -394,8 +394,9 @@ int rt_http_respond_error(struct rt_http_req *req, int status,
 
 /* Moves the request's body out of the handle into *out (with its charge
  * against the body budget), for work that outlives the handle or runs
- * off the loop; the handle's body becomes "" (length 0). Returns 0, or
- * TG_ECANCELED (the client is gone; *out is zeroed). Free *out with
+ * off the loop; the handle's body becomes "" (length 0), and a body taken
+ * twice is "" the second time. Returns 0, or TG_ECANCELED (the client is
+ * gone) or TG_ENOMEM, with *out zeroed. Free *out with
  * rt_conn_body_free() on the loop thread. */
 int rt_http_req_take_body(struct rt_http_req *req, struct rt_conn_body *out);
 

@@ -88,6 +88,7 @@ static int body_reserve(struct rt_http_conn *conn, struct rt_http_req *req,
         return refuse(conn, 500, NULL);
     }
     req->charged += need - req->bcap;
+    p[req->blen] = '\0'; /* the body so far stays a string (empty too) */
     req->bbuf = p;
     req->bcap = need;
     return 0;

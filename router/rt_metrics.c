@@ -755,8 +755,9 @@ static const struct single_def single_defs[] = {
      "Number of requests queued for admission.", RT_METRICS_GAUGE, NULL, NULL,
      SLOT(num_requests_waiting)},
     {"tangram_tokenize_jobs_in_flight",
-     "Prompts being rendered and tokenized off the event loop, queued or "
-     "running on the thread pool.",
+     "Request jobs on the router's thread pool, queued or running: large "
+     "bodies parsed, prompts rendered and tokenized, /tokenize answers "
+     "formatted.",
      RT_METRICS_GAUGE, NULL, NULL, SLOT(tokenize_jobs_in_flight)},
     {"tangram_kv_cache_usage_perc",
      "Fraction of KV-cache pages in use over all ranks (1 = full).",

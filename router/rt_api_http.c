@@ -629,13 +629,13 @@ static void generate_submitted(struct rt_req *r, int rc, struct rt_api_error *e)
 }
 
 /* X-Session-Id, checked as the body's session_id is (the body's wins
- * when both are given). */
+ * when both are given; the header is checked either way). */
 static int session_header(const struct rt_http_req *req,
                           struct rt_gen_request *g, struct rt_api_error *e)
 {
     const char *sid = rt_http_req_header(req, "x-session-id");
-    if (sid == NULL)
-        return 0;
+    if (sid == NULL || sid[0] == '\0')
+        return 0; /* an empty header is no header */
     int rc = rt_openai_check_id(sid, strlen(sid), "X-Session-Id", e);
     if (rc != 0 || g->session_id != NULL)
         return rc;

@@ -290,6 +290,13 @@ static void on_resume(uv_timer_t *t)
         uv_poll_start(&set->poll, UV_READABLE, on_poll);
 }
 
+/* libuv's text for errno value e ("address already in use"), the words
+ * the servers' messages used when libuv did the socket calls. */
+static const char *sys_error(int e)
+{
+    return uv_strerror(uv_translate_sys_error(e));
+}
+
 /* accept(2) failed for want of descriptors or memory, or unexpectedly:
  * stop accepting for a while (see rt_conn.h). */
 static void accept_pause(struct rt_conn_set *set, int err)
@@ -307,7 +314,7 @@ static void accept_pause(struct rt_conn_set *set, int err)
         log_warn("%s: cannot accept connections: %s (%zu open here, "
                  "open-file limit %llu); accepting paused, pending clients "
                  "wait in the backlog%s",
-                 set->name, strerror(err), set->n_live, lim,
+                 set->name, sys_error(err), set->n_live, lim,
                  err == EMFILE || err == ENFILE
                      ? "; raise LimitNOFILE / ulimit -n or lower the "
                        "connection limits"
@@ -416,7 +423,7 @@ int rt_conn_set_listen(struct rt_conn_set *set, const char *host, int port,
                     0);
     if (fd < 0)
         return tg_err_set(err, errlen, TG_EIO, "%s: socket: %s", set->name,
-                          strerror(errno));
+                          sys_error(errno));
     int on = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
     if (bind(fd, (struct sockaddr *)&ss, sl) != 0 ||
@@ -424,7 +431,7 @@ int rt_conn_set_listen(struct rt_conn_set *set, const char *host, int port,
         int e = errno;
         close(fd);
         return tg_err_set(err, errlen, TG_EIO, "%s: listen on %s:%d: %s",
-                          set->name, host, port, strerror(e));
+                          set->name, host, port, sys_error(e));
     }
     struct sockaddr_storage got;
     socklen_t gl = sizeof(got);
@@ -432,7 +439,7 @@ int rt_conn_set_listen(struct rt_conn_set *set, const char *host, int port,
         int e = errno;
         close(fd);
         return tg_err_set(err, errlen, TG_EIO, "%s: getsockname: %s",
-                          set->name, strerror(e));
+                          set->name, sys_error(e));
     }
     set->port = got.ss_family == AF_INET6
                     ? ntohs(((struct sockaddr_in6 *)&got)->sin6_port)

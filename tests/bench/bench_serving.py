@@ -354,7 +354,7 @@ def aggregate(results, wall, metrics):
         "ttft_s": summarize(ttft), "tpot_s": summarize(tpot),
         "itl_s": summarize(itl), "e2e_s": summarize(e2e),
         "preemptions": m("tangram_num_preemptions_total"),
-        "kv_pages_total": m("tangram_kv_pages_total", rank="0"),
+        "kv_pages_capacity": m("tangram_kv_pages_capacity", rank="0"),
         "kv_pages_used_end": m("tangram_kv_pages_used", rank="0"),
     }
 
@@ -514,7 +514,7 @@ def report(full, profs, cfg):
             ("batch held, peak", lambda a: fmt(a["batch_held"]["max"], 1, 0),
              ("batch_held", "max")),
             ("preemptions", lambda a: fmt(a["preemptions"], 1, 0), None),
-            ("KV pages (pool)", lambda a: fmt(a["kv_pages_total"], 1, 0), None),
+            ("KV pages (pool)", lambda a: fmt(a["kv_pages_capacity"], 1, 0), None),
             ("start-up (s)", lambda a: fmt(a["startup_s"], 1, 1), None),
             ("worker RSS peak (MiB)",
              lambda a: fmt(a["worker_rss_peak"], 1.0 / (1 << 20), 0), None),

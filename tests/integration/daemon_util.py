@@ -28,6 +28,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -287,12 +288,14 @@ class Daemon:
                     "--max-batched-tokens", "512", "--heads-per-group", "2",
                     "--worker-heartbeat-ms", "500", "--shutdown-timeout", "5"]
 
-    def __init__(self, model, workdir, args=None, api_key=None, profile=None):
+    def __init__(self, model, workdir, args=None, api_key=None, profile=None,
+                 nofile=None):
         self.model = model
         self.workdir = workdir
         self.args = list(args or [])
         self.api_key = api_key
         self.profile = profile
+        self.nofile = nofile  # RLIMIT_NOFILE (soft = hard) of the daemon
         self.http_port = free_port()
         self.grpc_port = free_port()
         while self.grpc_port == self.http_port:
@@ -332,9 +335,15 @@ class Daemon:
         if self.api_key is not None:
             env["TANGRAM_API_KEY"] = self.api_key
         self.log = open(self.log_path, "ab")
+        limit = None
+        if self.nofile is not None:
+            n = self.nofile
+            limit = lambda: resource.setrlimit(  # noqa: E731
+                resource.RLIMIT_NOFILE, (n, n))
         self.proc = subprocess.Popen(self.command(), env=env,
                                      stdout=self.log, stderr=self.log,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL,
+                                     preexec_fn=limit)
         end = time.time() + timeout
         while time.time() < end:
             self.note_children()
@@ -422,6 +431,29 @@ class Daemon:
         return [ln for ln in self.log_text().splitlines()
                 if any(k in ln for k in keys)]
 
+    def check_alive(self, chk):
+        """Checks that tangramd runs and no child died (was restarted)."""
+        chk.check(self.proc is not None and self.proc.poll() is None and
+                  not [ln for ln in self.log_text().splitlines()
+                       if "restarting" in ln],
+                  "no process died during the test")
+
+    def stop_checked(self, chk):
+        """stop() and the checks of a clean end: exit 0 on SIGTERM, no
+        router/worker left, no sanitizer report in the log."""
+        rc, left = self.stop()
+        san = self.sanitizer_reports()
+        chk.check(rc == 0, "tangramd exits 0 on SIGTERM (rc %s)" % rc)
+        chk.check(not left, "no router/worker survives tangramd (%s)" % left)
+        chk.check(not san, "no sanitizer report in the daemon's log",
+                  "\n".join(san[:10]))
+
+    def print_log_tail(self, chk, n=4000):
+        """Prints the end of the daemon's log when a check failed."""
+        if chk.failures:
+            print("---- tangramd log (tail) ----")
+            print(self.log_text()[-n:])
+
     def __enter__(self):
         return self
 
@@ -465,13 +497,15 @@ def json_of(data):
 
 def is_openai_error(data):
     """True when data is the OpenAI error shape
-    {"error": {"message": str, "type": str, "param": ..., "code": ...}}."""
+    {"error": {"message": str, "type": str, "param": ..., "code": str}}
+    (the server's one error shape: "code" is always a non-empty string)."""
     j = json_of(data) if isinstance(data, (bytes, str)) else data
     if not isinstance(j, dict) or not isinstance(j.get("error"), dict):
         return False
     e = j["error"]
     return (isinstance(e.get("message"), str) and e["message"] != "" and
-            isinstance(e.get("type"), str) and "param" in e and "code" in e)
+            isinstance(e.get("type"), str) and "param" in e and
+            isinstance(e.get("code"), str) and e["code"] != "")
 
 
 def sse_events(data):
@@ -605,7 +639,7 @@ def kv_page_metrics(base_url, n_ranks):
         "released_ranks": released,
         "used": per_rank("tangram_kv_pages_used"),
         "cached": per_rank("tangram_kv_pages_cached"),
-        "total": per_rank("tangram_kv_pages_total"),
+        "total": per_rank("tangram_kv_pages_capacity"),
         "cached_tokens": metric(s, "tangram_cached_prompt_tokens_total"),
     }
 

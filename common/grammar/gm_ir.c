@@ -304,6 +304,112 @@ int32_t gm_ir_ref(struct gm_ir *ir, int32_t rule)
     return push(ir, &e, 0);
 }
 
+/* ---- literal tries ------------------------------------------------------ */
+
+struct lits {
+    struct gm_ir *ir;
+    const char *const *s;
+    const size_t *len;
+    const int32_t *cont;
+    size_t *ix; /* literal indices, sorted by bytes */
+};
+
+/* qsort has no context argument: the comparator reads this. */
+static _Thread_local const struct lits *sort_l;
+
+static int by_bytes(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    const struct lits *l = sort_l;
+    size_t n = l->len[x] < l->len[y] ? l->len[x] : l->len[y];
+    int c = n > 0 ? memcmp(l->s[x], l->s[y], n) : 0;
+    if (c != 0)
+        return c;
+    if (l->len[x] != l->len[y])
+        return l->len[x] < l->len[y] ? -1 : 1;
+    return x < y ? -1 : x > y; /* a repeat after its first */
+}
+
+/* The trie of the sorted literals ix[lo..hi), which share their first d
+ * bytes: the rest of their common prefix, then one branch per next byte
+ * (or the continuation of the one that ends there). */
+static int32_t lit_trie(struct lits *l, size_t lo, size_t hi, size_t d,
+                        int depth)
+{
+    struct gm_ir *ir = l->ir;
+    if (depth > 4096)
+        return gm_ir_fail(ir, TG_ETOOBIG,
+                          "alternative literals nested too deeply");
+    const char *s0 = l->s[l->ix[lo]];
+    size_t e = d;
+    while (e < l->len[l->ix[lo]]) {
+        size_t k = lo + 1;
+        while (k < hi && l->len[l->ix[k]] > e && l->s[l->ix[k]][e] == s0[e])
+            k++;
+        if (k < hi)
+            break;
+        e++;
+    }
+    int32_t pre = gm_ir_bytes(ir, s0 + d, e - d);
+    size_t n_alt = 0, cap = 8;
+    int32_t *alt = malloc(cap * sizeof(*alt));
+    if (alt == NULL)
+        return gm_ir_fail(ir, TG_ENOMEM, "grammar IR: out of memory");
+    size_t k = lo;
+    if (l->len[l->ix[k]] == e) { /* ends here (its repeats too) */
+        int32_t c = l->cont != NULL ? l->cont[l->ix[k]] : gm_ir_empty(ir);
+        alt[n_alt++] = c;
+        while (k < hi && l->len[l->ix[k]] == e)
+            k++;
+    }
+    while (k < hi && ir->err == 0) {
+        uint8_t c = (uint8_t)l->s[l->ix[k]][e];
+        size_t j = k;
+        while (j < hi && (uint8_t)l->s[l->ix[j]][e] == c)
+            j++;
+        if (n_alt == cap) {
+            int32_t *na = realloc(alt, 2 * cap * sizeof(*alt));
+            if (na == NULL) {
+                free(alt);
+                return gm_ir_fail(ir, TG_ENOMEM, "grammar IR: out of memory");
+            }
+            alt = na;
+            cap *= 2;
+        }
+        alt[n_alt++] = lit_trie(l, k, j, e, depth + 1);
+        k = j;
+    }
+    int32_t r = gm_ir_seq2(ir, pre, gm_ir_alt(ir, alt, n_alt));
+    free(alt);
+    return r;
+}
+
+int32_t gm_ir_literals(struct gm_ir *ir, const char *const *s,
+                       const size_t *len, const int32_t *cont, size_t n)
+{
+    if (ir->err != 0)
+        return ir->err;
+    for (size_t i = 0; cont != NULL && i < n; i++) {
+        int rc = bad_expr(ir, cont[i]);
+        if (rc != 0)
+            return rc;
+    }
+    if (n == 0)
+        return gm_ir_alt(ir, NULL, 0);
+    struct lits l = {.ir = ir, .s = s, .len = len, .cont = cont};
+    l.ix = malloc(n * sizeof(*l.ix));
+    if (l.ix == NULL)
+        return gm_ir_fail(ir, TG_ENOMEM, "grammar IR: out of memory");
+    for (size_t i = 0; i < n; i++)
+        l.ix[i] = i;
+    sort_l = &l;
+    qsort(l.ix, n, sizeof(*l.ix), by_bytes);
+    sort_l = NULL;
+    int32_t r = lit_trie(&l, 0, n, 0, 0);
+    free(l.ix);
+    return r;
+}
+
 /* ---- printing ---------------------------------------------------------- */
 
 struct buf {

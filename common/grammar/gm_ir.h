@@ -138,6 +138,16 @@ int32_t gm_ir_opt(struct gm_ir *ir, int32_t sub);
 /* The body of `rule`. */
 int32_t gm_ir_ref(struct gm_ir *ir, int32_t rule);
 
+/* Any one of n literals s[i] (len[i] bytes), each followed by its own
+ * continuation cont[i] (cont NULL: nothing follows), written as a trie:
+ * literals that share a prefix share its expression, so the automaton
+ * does not keep one head per literal while they agree (an enum of 1000
+ * strings, tools whose names start alike). A literal given twice counts
+ * once (the first continuation). Returns the expression or a code; more
+ * than 4096 nested branchings is TG_ETOOBIG. */
+int32_t gm_ir_literals(struct gm_ir *ir, const char *const *s,
+                       const size_t *len, const int32_t *cont, size_t n);
+
 /* Writes the IR as text, one rule a line in a GBNF-like notation
  * (`name ::= "lit" [a-z] ( x | y ) z{1,3}`), the start rule first, into a
  * new NUL-terminated string *out (caller frees) of *len bytes. For tests,

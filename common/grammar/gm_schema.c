@@ -296,11 +296,17 @@ static int32_t never(struct sc *c)
     return c->never;
 }
 
+/* The compact JSON text of v (new, free it), or NULL. */
+static char *compact(const json_t *v)
+{
+    return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY |
+                             JSON_REAL_PRECISION(17));
+}
+
 /* The compact JSON text of v as a literal. */
 static int32_t literal(struct sc *c, const json_t *v)
 {
-    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY |
-                                JSON_REAL_PRECISION(17));
+    char *s = compact(v);
     if (s == NULL)
         return gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
     int32_t e = gm_ir_str(c->ir, s);
@@ -346,23 +352,34 @@ static int32_t enum_expr(struct sc *c, const json_t *s, const struct kws *k)
                 json_array_append(vals, (json_t *)x);
         }
     }
-    size_t n = json_array_size(vals);
-    int32_t *alts = malloc((n ? n : 1) * sizeof(*alts));
-    if (alts == NULL) {
-        json_decref(vals);
-        return gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
-    }
-    size_t m = 0;
+    /* the values' texts as one trie of literals */
+    size_t n = json_array_size(vals), m = 0;
+    char **txt = calloc(n ? n : 1, sizeof(*txt));
+    size_t *len = calloc(n ? n : 1, sizeof(*len));
+    int32_t e = 0;
+    if (txt == NULL || len == NULL)
+        e = gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
     json_array_foreach(vals, i, x)
     {
-        if (value_in_types(x, types))
-            alts[m++] = literal(c, x);
+        if (e < 0 || !value_in_types(x, types))
+            continue;
+        if ((txt[m] = compact(x)) == NULL) {
+            e = gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
+            break;
+        }
+        len[m] = strlen(txt[m]);
+        m++;
     }
-    int32_t e = m == 0 ? fail(c, TG_EINVAL,
-                              "no value of \"enum\"/\"const\" fits the "
-                              "schema: no document satisfies it")
-                       : gm_ir_alt(c->ir, alts, m);
-    free(alts);
+    if (e == 0)
+        e = m == 0 ? fail(c, TG_EINVAL,
+                          "no value of \"enum\"/\"const\" fits the schema: "
+                          "no document satisfies it")
+                   : gm_ir_literals(c->ir, (const char *const *)txt, len,
+                                    NULL, m);
+    for (size_t t = 0; txt != NULL && t < m; t++)
+        free(txt[t]);
+    free(txt);
+    free(len);
     json_decref(vals);
     return e;
 }

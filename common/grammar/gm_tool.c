@@ -22,42 +22,45 @@ const struct gm_tool_format GM_TOOL_LLAMA3_JSON = {
     .sep = "; ",
 };
 
-/* begin "name" middle ARGS end, for one function. */
-static int32_t call_expr(struct gm_json *j, const struct gm_tool_format *fmt,
-                         const struct gm_tool_fn *fn,
-                         const struct gm_schema_opts *o, char *err,
-                         size_t errlen)
+/* The JSON string of fn's name (new, free it) and the expression of its
+ * arguments into *args; NULL on failure (the IR's error, or err). */
+static char *tool_parts(struct gm_json *j, const struct gm_tool_fn *fn,
+                        const struct gm_schema_opts *o, int32_t *args,
+                        char *err, size_t errlen)
 {
     struct gm_ir *ir = j->ir;
-    if (fn->name == NULL || fn->name[0] == '\0')
-        return gm_ir_fail(ir, TG_EINVAL, "a tool has an empty name");
+    if (fn->name == NULL || fn->name[0] == '\0') {
+        gm_ir_fail(ir, TG_EINVAL, "a tool has an empty name");
+        return NULL;
+    }
     json_t *nm = json_string(fn->name);
-    if (nm == NULL)
-        return gm_ir_fail(ir, TG_EINVAL, "tool name is not UTF-8");
+    if (nm == NULL) {
+        gm_ir_fail(ir, TG_EINVAL, "tool name is not UTF-8");
+        return NULL;
+    }
     char *lit = json_dumps(nm, JSON_ENCODE_ANY | JSON_COMPACT);
     json_decref(nm);
-    if (lit == NULL)
-        return gm_ir_fail(ir, TG_ENOMEM, "out of memory");
-    int32_t name = gm_ir_str(ir, lit);
-    free(lit);
-    int32_t args;
+    if (lit == NULL) {
+        gm_ir_fail(ir, TG_ENOMEM, "out of memory");
+        return NULL;
+    }
+    int32_t r;
     if (fn->parameters == NULL) {
-        args = gm_json_object(j);
+        r = gm_json_object(j);
     } else {
         char detail[256];
-        int rc = gm_schema_compile(j, fn->parameters, o, &args, detail,
+        int rc = gm_schema_compile(j, fn->parameters, o, &r, detail,
                                    sizeof detail);
         if (rc != 0) {
             snprintf(err, errlen, "tool \"%.64s\" parameters: %s", fn->name,
                      detail);
-            return rc;
+            free(lit);
+            return NULL;
         }
     }
-    return gm_ir_seq(ir,
-                     (int32_t[]){gm_ir_str(ir, fmt->begin), name,
-                                 gm_ir_str(ir, fmt->middle),
-                                 gm_ir_ref(ir, args), gm_ir_str(ir, fmt->end)},
-                     5);
+    /* middle ARGS: what follows the name */
+    *args = gm_ir_ref(ir, r);
+    return lit;
 }
 
 int gm_tool_compile(struct gm_json *j, const struct gm_tool_format *fmt,
@@ -76,26 +79,43 @@ int gm_tool_compile(struct gm_json *j, const struct gm_tool_format *fmt,
                               : "tool call count out of range");
         return gm_ir_error(ir, err, errlen);
     }
-    int32_t *alts = malloc(n_fns * sizeof(*alts));
-    if (alts == NULL) {
-        gm_ir_fail(ir, TG_ENOMEM, "out of memory");
-        return gm_ir_error(ir, err, errlen);
-    }
+    /* begin (name_i middle ARGS_i | ...) end, the names as a trie */
+    char **names = calloc(n_fns, sizeof(*names));
+    size_t *len = calloc(n_fns, sizeof(*len));
+    int32_t *cont = calloc(n_fns, sizeof(*cont));
     int rc = 0;
+    if (names == NULL || len == NULL || cont == NULL)
+        rc = gm_ir_fail(ir, TG_ENOMEM, "out of memory");
+    int32_t middle = gm_ir_str(ir, fmt->middle);
     for (size_t i = 0; i < n_fns && rc == 0; i++) {
-        alts[i] = call_expr(j, fmt, &fns[i], o, err, errlen);
-        if (alts[i] < 0)
-            rc = alts[i];
+        int32_t args;
+        names[i] = tool_parts(j, &fns[i], o, &args, err, errlen);
+        if (names[i] == NULL) {
+            rc = ir->err != 0 ? ir->err : TG_EINVAL;
+            break;
+        }
+        len[i] = strlen(names[i]);
+        cont[i] = gm_ir_seq2(ir, middle, args);
     }
+    int32_t which = rc == 0 ? gm_ir_literals(ir, (const char *const *)names,
+                                             len, cont, n_fns)
+                            : rc;
+    for (size_t i = 0; names != NULL && i < n_fns; i++)
+        free(names[i]);
+    free(names);
+    free(len);
+    free(cont);
     if (rc != 0) {
-        free(alts);
         if (err != NULL && errlen > 0 && err[0] == '\0')
             gm_ir_error(ir, err, errlen);
         return rc;
     }
     int32_t call = gm_ir_rule(ir, "tool-call");
-    gm_ir_rule_define(ir, call, gm_ir_alt(ir, alts, n_fns));
-    free(alts);
+    gm_ir_rule_define(ir, call,
+                      gm_ir_seq(ir,
+                                (int32_t[]){gm_ir_str(ir, fmt->begin), which,
+                                            gm_ir_str(ir, fmt->end)},
+                                3));
     int32_t c = gm_ir_ref(ir, call);
     int32_t more = gm_ir_repeat(
         ir, gm_ir_seq2(ir, gm_ir_str(ir, fmt->sep), c), min_calls - 1,

@@ -19,7 +19,8 @@
  * gm_matcher_accept_token; every 25th step also runs
  * gm_matcher_fill_mask_naive (checking that the two masks are equal) and
  * prints its median and the ratio oracle / mask on those same steps
- * (CPU time).
+ * (CPU time). A second table compiles strings of growing maxLength (one
+ * thread): the token-cache classes stop growing past the longest token.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,6 +256,41 @@ int main(int argc, char **argv)
                "classes %.2f caches %.2f\n",
                cases[c].name, walks, st->t_ir_s * 1e3, st->t_pda_s * 1e3,
                st->t_sig_s * 1e3, st->t_cache_s * 1e3);
+        gm_grammar_unref(g);
+    }
+    static const int lens[] = {0, 16, 128, 1000};
+    printf("\n%-22s %9s %6s %7s %9s\n", "string schema", "comp1T_ms", "nodes",
+           "classes", "walks_ms");
+    for (size_t i = 0; i < sizeof lens / sizeof *lens && rc == 0; i++) {
+        char spec[160];
+        if (lens[i] == 0)
+            snprintf(spec, sizeof spec,
+                     "{\"type\":\"json_schema\",\"schema\":{\"type\":"
+                     "\"string\"}}");
+        else
+            snprintf(spec, sizeof spec,
+                     "{\"type\":\"json_schema\",\"schema\":{\"type\":"
+                     "\"string\",\"maxLength\":%d}}",
+                     lens[i]);
+        struct gm_limits one;
+        gm_limits_default(&one);
+        one.threads = 1;
+        struct gm_grammar *g = NULL;
+        char err[512];
+        double a = tt_now_s();
+        if (gm_spec_compile(spec, strlen(spec), &v, &one, &g, err,
+                            sizeof err) != 0) {
+            fprintf(stderr, "bench-grammar: %s\n", err);
+            rc = 1;
+            break;
+        }
+        double t = tt_now_s() - a;
+        const struct gm_grammar_stats *st = gm_grammar_stats(g);
+        char name[32];
+        snprintf(name, sizeof name, lens[i] ? "maxLength %d" : "no maxLength",
+                 lens[i]);
+        printf("%-22s %9.1f %6d %7d %9.1f\n", name, t * 1e3, (int)st->n_nodes,
+               (int)st->n_classes, st->t_cache_s * 1e3);
         gm_grammar_unref(g);
     }
     tt_gsampler_free(&smp);

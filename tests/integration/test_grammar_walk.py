@@ -195,9 +195,9 @@ def main():
                     fails.append("%s: arguments of %s invalid: %r" %
                                  (where, name, args))
         print("ok   %s: walks done" % tokenizer)
-    print("%s  %d of %d outputs finished and were validated; %d ran out of "
-          "tokens" % ("ok " if not fails else "FAIL", finished, total,
-                      total - finished))
+    print("%s  %d outputs: %d finished and checked, %d ran out of "
+          "tokens, %d failures" % ("ok " if not fails else "FAIL", total,
+                                   finished, total - finished, len(fails)))
     if total == 0 or (total - finished) * 5 > total:
         fails.append("too many walks ran out of tokens: %d of %d" %
                      (total - finished, total))

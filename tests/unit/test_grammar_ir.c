@@ -2,7 +2,8 @@
  * (common/grammar): the IR builder and its sticky errors, the printed
  * grammar, the automaton compiler (left recursion refused, unproductive
  * alternatives dropped, a start rule without documents refused, nullable
- * rules called, limits), JSON's own grammars byte by byte (strings with
+ * rules called, limits), literal tries (one head for an enum of 1000
+ * values sharing a prefix), JSON's own grammars byte by byte (strings with
  * every escape and UTF-8 form, numbers, the whitespace bound, compact
  * mode), the matcher's EOS, rollback, copy and "bytes left", and the
  * fast token mask against the brute-force oracle on random walks over a
@@ -310,6 +311,61 @@ static void test_nullable_calls(void **state)
     gm_ir_free(&ir);
 }
 
+static void test_literal_trie(void **state)
+{
+    (void)state;
+    struct gm_ir ir;
+    gm_ir_init(&ir, 0);
+    const char *s[] = {"get_time", "get_weather", "get_time", "x", "get_"};
+    size_t len[5];
+    for (int i = 0; i < 5; i++)
+        len[i] = strlen(s[i]);
+    int32_t cont[5] = {gm_ir_str(&ir, "1"), gm_ir_str(&ir, "2"),
+                       gm_ir_str(&ir, "3"), gm_ir_empty(&ir),
+                       gm_ir_str(&ir, "4")};
+    int32_t r = gm_ir_rule(&ir, "names");
+    gm_ir_rule_define(&ir, r, gm_ir_literals(&ir, s, len, cont, 5));
+    gm_ir_root_set(&ir, r);
+    struct gm_grammar *g = compile_ir(&ir);
+    expect(g, "get_time1", 1);
+    expect(g, "get_time3", 0); /* a repeated literal keeps its first */
+    expect(g, "get_weather2", 1);
+    expect(g, "get_4", 1);
+    expect(g, "x", 1);
+    expect(g, "get_time", 0);
+    expect(g, "get_", 0);
+    gm_grammar_unref(g);
+    gm_ir_free(&ir);
+
+    /* 1000 enum values that share "CA-": one head while they agree */
+    json_t *vals = json_array();
+    for (int i = 0; i < 1000; i++) {
+        char v[16];
+        snprintf(v, sizeof v, "CA-%03d", i);
+        json_array_append_new(vals, json_string(v));
+    }
+    json_t *schema = json_pack("{so}", "enum", vals);
+    char *spec;
+    size_t n;
+    assert_int_equal(gm_spec_json_schema(schema, &spec, &n), 0);
+    json_decref(schema);
+    char err[256];
+    assert_int_equal(gm_spec_compile(spec, n, &vocab, NULL, &g, err, sizeof err),
+                     0);
+    free(spec);
+    struct gm_matcher m;
+    gm_matcher_init(&m, g);
+    assert_int_equal(gm_matcher_accept_bytes(&m, "\"CA-4", 5), 0);
+    assert_int_equal(m.hist[m.n_hist - 1].nh, 1);
+    assert_int_equal(gm_matcher_accept_bytes(&m, "2", 1), 0);
+    assert_int_equal(gm_matcher_accept_bytes(&m, "7\"", 2), 0);
+    assert_true(gm_matcher_can_end(&m));
+    gm_matcher_free(&m);
+    expect(g, "\"CA-999\"", 1);
+    expect(g, "\"CA-1000\"", 0);
+    gm_grammar_unref(g);
+}
+
 static void test_json_strings_numbers(void **state)
 {
     (void)state;
@@ -558,6 +614,7 @@ int main(void)
         cmocka_unit_test(test_left_recursion_refused),
         cmocka_unit_test(test_productivity),
         cmocka_unit_test(test_nullable_calls),
+        cmocka_unit_test(test_literal_trie),
         cmocka_unit_test(test_json_strings_numbers),
         cmocka_unit_test(test_json_whitespace),
         cmocka_unit_test(test_matcher_eos_rollback_copy),

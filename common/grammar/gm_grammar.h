@@ -11,9 +11,11 @@
  *      dropped, a start rule without any document and left recursion are
  *      refused;
  *   3. nodes are grouped into classes that behave alike on every byte
- *      string as long as the longest token (bounded bisimulation), so
- *      e.g. the 300 positions of a maxLength-300 string share a handful of
- *      caches;
+ *      string as long as the longest token (bounded bisimulation), so the
+ *      positions of a long maxLength string that are further than a
+ *      token from its bounds share one cache, and a class that agrees
+ *      with an earlier one on shorter strings walks only the longer
+ *      tokens;
  *   4. for each class, the vocabulary trie is walked once from one of its
  *      nodes, with the stack below the node's rule unknown: tokens that
  *      stay inside are accepted or rejected for good (XGrammar's

@@ -17,7 +17,7 @@
  * document may end. Special tokens and ids outside the vocabulary are
  * never set. gm_matcher_fill_mask_naive computes the same mask by
  * feeding every token's bytes to a copy of the state (no caches, no
- * trie): the test oracle, about a thousand times slower.
+ * trie): the test oracle, thousands of times slower.
  *
  * Serving (the recommended placement, see common/grammar/README.md):
  * the router compiles or checks the request's constraint (gm_spec.h,

@@ -4,8 +4,10 @@
  * case of a corpus, it samples token sequences under the grammar's token
  * mask with random logits (tests/support/tt_grammar.h: Gumbel noise plus
  * a bias toward tokens that close strings and containers) until the
- * grammar is finished or --max-tokens is reached, and prints each output
- * as one JSON line. A validator outside the engine then checks them.
+ * grammar is finished or --max-tokens is reached, detokenizes the ids
+ * with the tokenizer (tok_decode, special tokens skipped, as a server
+ * answers) and prints each output as one JSON line. A validator outside
+ * the engine then checks them.
  *
  *   grammar-walk [--tokenizer NAME] [--walks N] [--seed S]
  *                [--max-tokens M] [--check] CORPUS.json
@@ -25,6 +27,7 @@
 #include "common/grammar/gm_matcher.h"
 #include "common/grammar/gm_spec.h"
 #include "common/tg_err.h"
+#include "common/tok_tokenizer.h"
 #include "tests/support/tt_grammar.h"
 
 struct opts {
@@ -40,17 +43,24 @@ static int fail(const char *name, int walk, const char *what)
 }
 
 /* One walk; prints its line. Returns 0 or 1. */
-static int one_walk(const struct gm_vocab *v, struct gm_grammar *g,
-                    const char *kind, const char *name, int k,
-                    const struct opts *o, struct tt_gsampler *s,
+static int one_walk(const struct tok_tokenizer *tok, const struct gm_vocab *v,
+                    struct gm_grammar *g, const char *kind, const char *name,
+                    int k, const struct opts *o, struct tt_gsampler *s,
                     uint32_t *mask, uint32_t *oracle)
 {
     size_t W = gm_vocab_mask_words(v);
     double bias = 2.0 + 2.0 * (k % 4);
-    struct tt_xrng r = {o->seed * 1000003u + (uint64_t)k * 7919u + 1};
+    /* a stream of its own per (seed, case, walk): splitmix64's finalizer
+     * over the three mixed */
+    uint64_t h = o->seed * 0x9E3779B97F4A7C15ull + (uint64_t)k;
+    for (const char *c = name; *c != '\0'; c++)
+        h = (h ^ (uint8_t)*c) * 0x100000001B3ull;
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+    struct tt_xrng r = {(h ^ (h >> 31)) | 1};
     struct gm_matcher m;
-    char *text = NULL;
-    size_t n = 0, cap = 0;
+    struct tok_ids ids = {0};
+    struct tok_text text = {0};
     int tokens = 0, rc = 0;
     if (gm_matcher_init(&m, g) != 0)
         return fail(name, k, "out of memory");
@@ -77,25 +87,40 @@ static int one_walk(const struct gm_vocab *v, struct gm_grammar *g,
             break;
         }
         tokens++;
-        size_t len;
-        const uint8_t *b = gm_vocab_token(v, id, &len);
-        if (b == NULL)
-            continue; /* EOS */
-        if (n + len + 1 > cap) {
-            cap = (n + len + 1) * 2;
-            char *t = realloc(text, cap);
+        if (ids.n == ids.cap) {
+            size_t c2 = ids.cap ? ids.cap * 2 : 256;
+            int32_t *t = realloc(ids.v, c2 * sizeof(*t));
             if (t == NULL) {
                 rc = fail(name, k, "out of memory");
                 break;
             }
-            text = t;
+            ids.v = t;
+            ids.cap = c2;
         }
-        memcpy(text + n, b, len);
-        n += len;
+        ids.v[ids.n++] = id;
     }
+    /* the decoded text must be the tokens' bytes, and valid UTF-8 (a
+     * decoder would hide a broken sequence behind U+FFFD) */
+    char derr[256];
+    if (rc == 0 && tok_decode(tok, ids.v, ids.n, TOK_DECODE_SKIP_SPECIAL,
+                              &text, derr, sizeof derr) != 0)
+        rc = fail(name, k, derr);
+    size_t at = 0;
+    for (size_t i = 0; rc == 0 && i < ids.n; i++) {
+        size_t len;
+        const uint8_t *b = gm_vocab_token(v, ids.v[i], &len);
+        if (b == NULL)
+            continue; /* EOS */
+        if (at + len > text.n || memcmp(text.s + at, b, len) != 0)
+            rc = fail(name, k, "the decoded text differs from the tokens' "
+                               "bytes (not UTF-8)");
+        at += len;
+    }
+    if (rc == 0 && (at != text.n || !tok_utf8_valid(text.s, text.n, NULL)))
+        rc = fail(name, k, "the output is not UTF-8");
     if (rc == 0) {
         int finished = gm_matcher_is_finished(&m);
-        json_t *t = json_stringn(text != NULL ? text : "", n);
+        json_t *t = json_stringn(text.s != NULL ? text.s : "", text.n);
         if (t == NULL) {
             rc = fail(name, k, "the output is not UTF-8");
         } else {
@@ -110,7 +135,8 @@ static int one_walk(const struct gm_vocab *v, struct gm_grammar *g,
             json_decref(line);
         }
     }
-    free(text);
+    tok_text_free(&text);
+    tok_ids_free(&ids);
     gm_matcher_free(&m);
     return rc;
 }
@@ -174,7 +200,8 @@ int main(int argc, char **argv)
         return 1;
     }
     struct gm_vocab v;
-    if (tt_grammar_vocab(o.tokenizer, &v) != 0) {
+    struct tok_tokenizer tok;
+    if (tt_grammar_tokenizer(o.tokenizer, &tok, &v) != 0) {
         json_decref(doc);
         return 1;
     }
@@ -208,8 +235,8 @@ int main(int argc, char **argv)
             }
             free(spec);
             for (int k = 0; k < o.walks && rc == 0; k++)
-                rc = one_walk(&v, g, kind == 0 ? "schema" : "tools", name, k,
-                              &o, &s, mask, oracle);
+                rc = one_walk(&tok, &v, g, kind == 0 ? "schema" : "tools",
+                              name, k, &o, &s, mask, oracle);
             gm_grammar_unref(g);
             if (rc != 0)
                 break;
@@ -220,6 +247,7 @@ int main(int argc, char **argv)
     free(mask);
     free(oracle);
     gm_vocab_free(&v);
+    tok_tokenizer_free(&tok);
     json_decref(doc);
     return rc;
 }

@@ -9,24 +9,32 @@
 #include "common/grammar/gm_spec.h"
 #include "common/tok_tokenizer.h"
 
-int tt_grammar_vocab(const char *name, struct gm_vocab *v)
+int tt_grammar_tokenizer(const char *name, struct tok_tokenizer *tok,
+                         struct gm_vocab *v)
 {
     char path[4096], rel[256], err[512];
     snprintf(rel, sizeof rel, "tokenizers/%s", name);
     tt_data_path(rel, path, sizeof path);
-    struct tok_tokenizer tok;
-    memset(&tok, 0, sizeof tok);
-    if (tok_tokenizer_load(&tok, path, err, sizeof err) != 0) {
+    memset(tok, 0, sizeof(*tok));
+    if (tok_tokenizer_load(tok, path, err, sizeof err) != 0) {
         fprintf(stderr, "tt_grammar_vocab: %s: %s\n", path, err);
         return -1;
     }
-    int rc = gm_vocab_init(v, &tok, err, sizeof err);
-    tok_tokenizer_free(&tok);
-    if (rc != 0) {
+    if (gm_vocab_init(v, tok, err, sizeof err) != 0) {
         fprintf(stderr, "tt_grammar_vocab: %s: %s\n", path, err);
+        tok_tokenizer_free(tok);
         return -1;
     }
     return 0;
+}
+
+int tt_grammar_vocab(const char *name, struct gm_vocab *v)
+{
+    struct tok_tokenizer tok;
+    int rc = tt_grammar_tokenizer(name, &tok, v);
+    if (rc == 0)
+        tok_tokenizer_free(&tok);
+    return rc;
 }
 
 int tt_grammar_byte_vocab(struct gm_vocab *v, const char *const *pieces,

@@ -18,6 +18,11 @@
  * 0, or -1 after naming the missing or broken input on stderr. */
 int tt_grammar_vocab(const char *name, struct gm_vocab *v);
 
+/* The same, keeping the tokenizer in *tok (zeroed; tok_tokenizer_free it)
+ * for decoding. */
+int tt_grammar_tokenizer(const char *name, struct tok_tokenizer *tok,
+                         struct gm_vocab *v);
+
 /* Builds *v (zeroed) from the 256 single bytes (ids 0..255), then
  * pieces[0..n) (ids 256..), then a special token (id 256 + n) and EOS
  * (id 257 + n, special too): a small vocabulary whose multi-byte pieces

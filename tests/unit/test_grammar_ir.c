@@ -374,8 +374,8 @@ static void test_json_strings_numbers(void **state)
     static const char *const ok[] = {
         "\"\"", "\"plain\"", "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"",
         "\"\\u0041\\uD7FF\\uE000\\uffff\"", "\"\\ud83d\\ude00\"",
-        "\"\xc2\xa9 \xe2\x82\xac \xed\x9f\xbf \xef\xbf\xbd \xf0\x9f\x98\x80 "
-        "\xf4\x8f\xbf\xbf\"",
+        ("\"\xc2\xa9 \xe2\x82\xac \xed\x9f\xbf \xef\xbf\xbd \xf0\x9f\x98\x80 "
+         "\xf4\x8f\xbf\xbf\""),
         "\"\x7f\"", "0", "-0", "12", "-3.25", "1e5", "1E+5", "2.5e-3", "true",
         "false", "null", "[]", "{}", "[1,\"a\",[{}]]",
         "{\"a\":{\"b\":[null,true]}}"};

@@ -214,30 +214,30 @@ static void test_oneof_exclusive(void **state)
     static const char *const ok[] = {
         "{\"oneOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}",
         "{\"oneOf\":[{\"const\":1},{\"const\":2},{\"type\":\"string\"}]}",
-        "{\"oneOf\":[{\"type\":\"string\",\"maxLength\":2},{\"type\":\"string\","
-        "\"minLength\":3}]}",
-        "{\"oneOf\":[{\"type\":\"array\",\"maxItems\":1},{\"type\":\"array\","
-        "\"minItems\":2}]}",
-        "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"const\":\"a\"}},"
-        "\"required\":[\"k\"]},{\"type\":\"object\",\"properties\":{\"k\":{"
-        "\"enum\":[\"b\",\"c\"]}},\"required\":[\"k\"]}]}",
-        "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":"
-        "[\"a\"],\"additionalProperties\":false},{\"type\":\"object\","
-        "\"properties\":{\"b\":{}},\"required\":[\"b\"],"
-        "\"additionalProperties\":false}]}",
-        "{\"oneOf\":[{\"$ref\":\"#/$defs/x\"},{\"type\":\"null\"}],\"$defs\":{\"x\":"
-        "{\"type\":\"boolean\"}}}",
+        ("{\"oneOf\":[{\"type\":\"string\",\"maxLength\":2},{\"type\":\"string\","
+         "\"minLength\":3}]}"),
+        ("{\"oneOf\":[{\"type\":\"array\",\"maxItems\":1},{\"type\":\"array\","
+         "\"minItems\":2}]}"),
+        ("{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"k\":{\"const\":\"a\"}},"
+         "\"required\":[\"k\"]},{\"type\":\"object\",\"properties\":{\"k\":{"
+         "\"enum\":[\"b\",\"c\"]}},\"required\":[\"k\"]}]}"),
+        ("{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":"
+         "[\"a\"],\"additionalProperties\":false},{\"type\":\"object\","
+         "\"properties\":{\"b\":{}},\"required\":[\"b\"],"
+         "\"additionalProperties\":false}]}"),
+        ("{\"oneOf\":[{\"$ref\":\"#/$defs/x\"},{\"type\":\"null\"}],\"$defs\":{\"x\":"
+         "{\"type\":\"boolean\"}}}"),
     };
     for (size_t i = 0; i < TT_COUNT(ok); i++)
         gm_grammar_unref(compiled(ok[i]));
     static const char *const overlap[] = {
         "{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}",
         "{\"oneOf\":[{\"type\":\"string\"},{}]}",
-        "{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
-        "\"string\"}}},{\"type\":\"object\",\"properties\":{\"b\":{\"type\":"
-        "\"string\"}}}]}",
-        "{\"oneOf\":[{\"type\":\"string\",\"maxLength\":3},{\"type\":"
-        "\"string\",\"minLength\":3}]}",
+        ("{\"oneOf\":[{\"type\":\"object\",\"properties\":{\"a\":{\"type\":"
+         "\"string\"}}},{\"type\":\"object\",\"properties\":{\"b\":{\"type\":"
+         "\"string\"}}}]}"),
+        ("{\"oneOf\":[{\"type\":\"string\",\"maxLength\":3},{\"type\":"
+         "\"string\",\"minLength\":3}]}"),
         "{\"oneOf\":[{\"enum\":[1,\"a\"]},{\"type\":\"string\"}]}",
     };
     for (size_t i = 0; i < TT_COUNT(overlap); i++)

@@ -187,19 +187,20 @@ def run(model, ids, profile, stats, prefill_chunk, forced_ids, budget,
     gb = tr.load_profile_budgets(profile, c)
     for s in range(0, len(ids), prefill_chunk):
         hidden = tr._prefill_chunk(model, st, ids[s:s + prefill_chunk], s, gb)
-    last = tr._logits(model, hidden[-1:])[0]
     cap = caps(head_budgets(profile, c), budget, window, uniform)
     dstart = [[st.k[li][h].shape[0] for h in range(c.n_kv_heads)]
               for li in range(c.n_layers)]
     freq = np.asarray(model.inv_freq, dtype=np.float32).astype(np.float64)
-    forced_lp, triggers, min_gap, ties = [], 0, math.inf, []
-    cur, pos, decoded = last, len(ids), 0
+    # Teacher forcing: no step needs the previous step's logits, so the
+    # final hidden states are kept and the lm_head runs over blocks of
+    # them at the end (it is most of the time, one row at a time).
+    hiddens = [hidden[-1]]
+    triggers, min_gap, ties = 0, math.inf, []
+    pos, decoded = len(ids), 0
     for i, tok in enumerate(forced_ids):
-        forced_lp.append(float(tr.log_softmax_rows(cur[None, :])[0, tok]))
         if i == len(forced_ids) - 1:
             break
-        cur = tr._logits(model, tr._decode_token(model, st, int(tok),
-                                                 pos)[None, :])[0]
+        hiddens.append(tr._decode_token(model, st, int(tok), pos))
         pos += 1
         decoded += 1
         if decoded % every != 0:
@@ -222,6 +223,12 @@ def run(model, ids, profile, stats, prefill_chunk, forced_ids, budget,
                     cur_arr = getattr(st, arr)[li][h]
                     getattr(st, arr)[li][h] = np.concatenate(
                         [cur_arr[:a], cur_arr[a:][keep]])
+    forced_lp = []
+    for r in range(0, len(forced_ids), tr.LOGIT_BLOCK):
+        lp = tr.log_softmax_rows(tr._logits(
+            model, np.stack(hiddens[r:r + tr.LOGIT_BLOCK])))
+        forced_lp += [float(lp[j, int(t)]) for j, t in
+                      enumerate(forced_ids[r:r + tr.LOGIT_BLOCK])]
     return {
         "kept_positions": [[[int(x) for x in st.pos[li][h]]
                             for h in range(c.n_kv_heads)]

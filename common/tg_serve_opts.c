@@ -189,14 +189,16 @@ static const struct tg_config_entry table[] = {
      .min = 16, .max = 1048576, .offset = OFF(http_max_connections, int64_t),
      .metavar = "N",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
-     .help = "Open HTTP connections; at the limit the oldest idle one is "
-             "closed for a new one, else the new one gets 503."},
+     .help = "Open HTTP connections; at the limit the oldest idle one, "
+             "else the slowest incomplete request head, is closed for a "
+             "new one, else the new one gets 503."},
     {.name = "http-max-connections-per-ip", .type = TG_CONFIG_INT,
-     .def = "0", .min = 0, .max = 1048576,
+     .def = "256", .min = 0, .max = 1048576,
      .offset = OFF(http_max_connections_per_ip, int64_t), .metavar = "N",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
-     .help = "Open HTTP connections of one client address; 0 = no limit "
-             "(behind a proxy every client has the proxy's address)."},
+     .help = "Open HTTP connections of one client address (its own idle "
+             "or slowest ones give way first); 0 = no limit. Behind a proxy "
+             "every client has the proxy's address: raise it or set 0."},
     {.name = "http-header-timeout", .type = TG_CONFIG_DOUBLE, .def = "10",
      .min = 0.1, .max = 3600, .offset = OFF(http_header_timeout, double),
      .metavar = "SECONDS",
@@ -256,6 +258,27 @@ static const struct tg_config_entry table[] = {
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
      .help = "Largest gRPC request message; larger ones get "
              "RESOURCE_EXHAUSTED."},
+    {.name = "grpc-max-connections", .type = TG_CONFIG_INT, .def = "1024",
+     .min = 16, .max = 1048576, .offset = OFF(grpc_max_connections, int64_t),
+     .metavar = "N",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "Open gRPC connections; at the limit the oldest idle one (no "
+             "call in progress) gets GOAWAY for a new one, else the new one "
+             "is refused with GOAWAY."},
+    {.name = "grpc-max-connections-per-ip", .type = TG_CONFIG_INT,
+     .def = "64", .min = 0, .max = 1048576,
+     .offset = OFF(grpc_max_connections_per_ip, int64_t), .metavar = "N",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "Open gRPC connections of one client address (its own idle "
+             "ones give way first); 0 = no limit."},
+    {.name = "max-body-memory", .type = TG_CONFIG_SIZE, .def = "256MiB",
+     .min = 1048576.0, .max = 1099511627776.0,
+     .offset = OFF(max_body_memory, uint64_t), .metavar = "BYTES",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "Request bodies (HTTP bodies, gRPC messages) the router holds "
+             "at once; a request that does not fit gets 503 (gRPC "
+             "UNAVAILABLE) before its body is read. At least --http-max-body "
+             "and --grpc-max-message."},
 
     /* ---- the router's own ---- */
     {.name = "ipc-endpoint", .type = TG_CONFIG_STRING,

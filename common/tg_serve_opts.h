@@ -128,6 +128,10 @@ struct tg_serve_opts {
                                  closed; 0 = never */
     int64_t grpc_max_streams; /* concurrent streams per gRPC connection */
     uint64_t grpc_max_message; /* bytes of one gRPC request message */
+    int64_t grpc_max_connections; /* open gRPC connections */
+    int64_t grpc_max_connections_per_ip; /* per client address; 0 = off */
+    uint64_t max_body_memory;  /* bytes of request bodies (HTTP and gRPC)
+                                  the router holds at once */
 
     /* ---- the router's own (tangramd sets them) ---- */
     char *ipc_endpoint;       /* ZeroMQ endpoint the workers connect to */

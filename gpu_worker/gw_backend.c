@@ -12,6 +12,8 @@
  * on how the earlier draws were batched. */
 #define GOLDEN 0x9E3779B97F4A7C15ull
 
+const char *const gw_backend_choices[3] = {"cpu", "cuda", NULL};
+
 int gw_backend_new(enum gw_backend_kind kind, const struct gw_backend_cfg *cfg,
                    struct gw_backend **out, char *err, size_t errlen)
 {

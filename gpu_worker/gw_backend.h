@@ -65,6 +65,10 @@ enum gw_backend_kind {
     GW_BACKEND_CUDA = 1,
 };
 
+/* The kinds' names indexed by enum gw_backend_kind, NULL-terminated: the
+ * choices of the tools' --backend flags (TG_CONFIG_ENUM). */
+extern const char *const gw_backend_choices[3];
+
 /* One token to draw (rank 0). */
 struct gw_draw {
     uint32_t slot;                       /* for messages */
@@ -95,6 +99,13 @@ struct gw_backend_cfg {
     int device;                          /* CUDA: ordinal (< 0: the rank) */
     int cuda_graphs;                     /* CUDA: capture decode graphs */
     int step_timeout_ms;                 /* CUDA, T > 1: bounded waits */
+    /* Calibration hooks of the in-process engine (gw_forward.h's
+     * contracts, heads in the rank's order; NULL in a worker): every
+     * backend calls them from its prefill chunks. */
+    gw_on_scores_fn on_scores;
+    void *on_scores_ud;
+    gw_on_queries_fn on_queries;
+    void *on_queries_ud;
 };
 
 struct gw_backend;
@@ -115,9 +126,12 @@ struct gw_backend_ops {
     /* Runs a chunk of n tokens of seq at seq->pos (gw_forward_prefill's
      * contract: rows must hold the pages; TG_ENOSPC otherwise before
      * anything changes), logits of its last token into `row` (< 0: none;
-     * written on rank 0). */
+     * written on rank 0). lp_targets (n ids, -1 for none; NULL: no prompt
+     * log-probabilities, as in a worker) asks for lp[i] = log P(
+     * lp_targets[i] | tokens <= i) (rank 0; gw_prefill_out's lp). */
     int (*prefill)(struct gw_backend *b, struct gw_seq *seq,
-                   const int32_t *ids, int n, int row, char *err,
+                   const int32_t *ids, int n, int row,
+                   const int32_t *lp_targets, float *lp, char *err,
                    size_t errlen);
     /* One token of each of n sequences (gw_forward_decode's contract),
      * logits into rows first_row .. first_row + n - 1 (first_row < 0:

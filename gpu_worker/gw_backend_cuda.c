@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "common/pf_split.h"
+#include "common/tg_log.h"
 #include "gpu_worker/gw_comm.h"
 #include "gpu_worker/gw_cuda.h"
 #include "kernels/cuda/cuda_device.h"
@@ -92,7 +93,8 @@ static int cuda_comm_failed(struct gw_backend *b)
 }
 
 static int cuda_prefill(struct gw_backend *b, struct gw_seq *seq,
-                        const int32_t *ids, int n, int row, char *err,
+                        const int32_t *ids, int n, int row,
+                        const int32_t *lp_targets, float *lp, char *err,
                         size_t errlen)
 {
     struct cuda_backend *c = (struct cuda_backend *)b;
@@ -102,6 +104,8 @@ static int cuda_prefill(struct gw_backend *b, struct gw_seq *seq,
         .last_logits = row >= 0 && b->logits != NULL
                            ? b->logits + (size_t)row * V
                            : NULL,
+        .lp_targets = lp_targets,
+        .lp = lp,
     };
     int rc = gw_cuda_prefill(&c->cu, seq, ids, n, &po, err, errlen);
     if (rc == TG_ETIMEDOUT)
@@ -309,6 +313,8 @@ static int cuda_setup(struct cuda_backend *c, char *err, size_t errlen)
             .per_head = gw_method_per_head(o->method) || o->trig != NULL,
             .gvote = o->gvote, .host_ops = &tg_ops_cpu,
             .host_be = c->base.host, .trig = o->trig,
+            .on_scores = o->on_scores, .on_scores_ud = o->on_scores_ud,
+            .on_queries = o->on_queries, .on_queries_ud = o->on_queries_ud,
         };
         rc = gw_cuda_init(&c->cu, m, o->layout, &co, err, errlen);
     }
@@ -317,6 +323,12 @@ static int cuda_setup(struct cuda_backend *c, char *err, size_t errlen)
         return rc;
     c->cu.n_cta = n_cta;
     c->base.load = c->cu.load;
+    const struct gw_mem_plan *mp = &c->cu.mem;
+    log_info("CUDA memory plan on device %d: %llu MiB in all, a KV pool of "
+             "%lld pages (%llu MiB) included; %llu MiB left free", c->device,
+             (unsigned long long)(mp->total_bytes >> 20), (long long)mp->pages,
+             (unsigned long long)(mp->pool_bytes >> 20),
+             (unsigned long long)(mp->free_after >> 20));
     c->base.n_pages = c->cu.n_pages;
     c->base.page_bytes = kv_layout_page_elems(o->layout) * 2; /* bf16 */
     if (o->rank == 0) {

@@ -282,6 +282,7 @@ void gw_cuda_free(struct gw_cuda *c)
         if (pin[i] != NULL)
             cudaFreeHost(pin[i]);
     gw_cuda__heads_free(c);
+    gw_cuda__hooks_free(c);
     tg_cuda_gemm_free(c->gemm);
     tg_cuda_sampler_free(c->sampler);
     if (c->stream != NULL)

@@ -68,8 +68,13 @@
  *
  * Every call synchronises its stream before returning (the caller's host
  * arrays and the pinned staging are reused by the next call) and checks
- * the KV append's fault flag. Calibration (score callbacks) runs on the
- * CPU backend only. Functions exist in CUDA builds (TANGRAM_CUDA); one
+ * the KV append's fault flag. Calibration hooks (opts.on_scores,
+ * opts.on_queries; gw_cuda_hooks.c) see what the CPU forward pass shows
+ * its hooks, from the device: a prefill chunk's key scores per layer
+ * (scored even where the chunk keeps every key) and its normed, not yet
+ * rotated queries, both as fp32 host arrays in the rank's head order; each
+ * costs a copy and a wait per layer, so only calibration sets them.
+ * Functions exist in CUDA builds (TANGRAM_CUDA); one
  * thread per runtime, which owns the current device for its life.
  */
 #ifndef GW_CUDA_H
@@ -138,6 +143,12 @@ struct gw_cuda_opts {
     struct tg_backend *host_be;
     const struct gw_trig_cfg *trig; /* decode-time compression (borrowed,
                                       outlives the runtime), or NULL */
+    gw_on_scores_fn on_scores;     /* calibration: a prefill chunk's key
+                                      scores per layer (Hkv, n), or NULL */
+    void *on_scores_ud;
+    gw_on_queries_fn on_queries;   /* calibration: its pre-RoPE queries
+                                      (n, Hq, d) per layer, or NULL */
+    void *on_queries_ud;
     struct tg_nccl *nccl;          /* borrowed; a shard of T > 1 ranks
                                       needs it before its first forward
                                       call (the worker sets it when it
@@ -284,6 +295,15 @@ struct gw_cuda {
     int32_t *trig_src;                 /* device (trig_cap_slots) */
     int64_t trig_cap_slots;            /* scored slots per launch round */
     int64_t trig_rounds;               /* launch rounds so far (tests) */
+    /* calibration hooks (opts.on_scores / on_queries; gw_cuda_hooks.c),
+     * allocated at their first use */
+    int hook_rows;                     /* rows of the prefill chunk being
+                                          run while on_queries is set; 0
+                                          otherwise (decode, captures) */
+    void *p_hook;                      /* pinned: a layer's scores or
+                                          bf16 queries */
+    size_t p_hook_bytes;
+    float *hook_f32;                   /* host (max_chunk, Hq * d) */
 };
 
 /* Sets up the runtime on opts->device: plans memory (gw_mem_plan against

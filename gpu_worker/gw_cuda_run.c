@@ -84,7 +84,7 @@ static int layer_compress(struct gw_cuda *c, const struct gw_seq *seq, int l,
     if (c->opts.per_head)
         for (int h = 0; h < Hkv; h++)
             c->hkeep[(size_t)l * (size_t)Hkv + (size_t)h] = keep[h];
-    if (all) {
+    if (all && c->opts.on_scores == NULL) {
         GW_OP_TRY(cmp_kv_append(&dst, c->k, c->v, n, NULL, keep, c->stream),
            "KV append", l);
         return 0;
@@ -98,6 +98,15 @@ static int layer_compress(struct gw_cuda *c, const struct gw_seq *seq, int l,
     };
     GW_OP_TRY(cmp_score(c->opts.method, &ch, c->scores, c->cmp_ws, c->cmp_ws_bytes,
                  c->stream), "key scoring", l);
+    if (c->opts.on_scores != NULL) {
+        /* calibration scores every chunk, as the CPU forward pass does */
+        TG_TRY(gw_cuda__on_scores(c, l, n, err, errlen));
+        if (all) {
+            GW_OP_TRY(cmp_kv_append(&dst, c->k, c->v, n, NULL, keep,
+                                    c->stream), "KV append", l);
+            return 0;
+        }
+    }
     GW_OP_TRY(cmp_select_topk(c->scores, n, Hkv, keep, start, lay->rule.window,
                        lay->rule.n_sink, c->idx, c->stream),
        "top-k selection", l);
@@ -215,7 +224,10 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
                     EW_DTYPE_F32, st), "embedding", 0);
     int G = lay->n_groups;
     for (int l = 0; l < md->n_layers; l++) {
-        if ((rc = gw_cuda__layer_qkv(c, l, n, err, errlen)) != 0)
+        c->hook_rows = c->opts.on_queries != NULL ? n : 0;
+        rc = gw_cuda__layer_qkv(c, l, n, err, errlen);
+        c->hook_rows = 0;
+        if (rc != 0)
             return rc;
         size_t r0 = (size_t)l * (size_t)G;
         struct tg_cuda_prefill_attn_args a = {

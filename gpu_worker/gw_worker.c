@@ -526,8 +526,8 @@ static int run_plan(struct gw_worker *w, const struct gw_plan *plan,
          * part in the logits of exactly those. */
         struct gw_seq *q = seq_view(w, e->slot);
         q->seed = e->seed; /* gvote's synthetic-query stream */
-        rc = ops->prefill(w->be, q, w->ids, (int)e->n_tokens, row[i], err,
-                          errlen);
+        rc = ops->prefill(w->be, q, w->ids, (int)e->n_tokens, row[i],
+                          NULL, NULL, err, errlen);
         if (rc != 0)
             return rc;
         hist_add(sl, e);

@@ -15,6 +15,7 @@
  *   tangram-profile calibrate --model DIR --method gvote --samples FILE.jsonl
  *                          [--gvote-p P] [--gvote-samples S] [--gvote-future N]
  *                          [--prefill-chunk C] [--seed N] ... -o OUT
+ *   (calibrate also takes --backend cpu|cuda: the forward pass of the runs)
  *
  * JSON results go to stdout, errors to stderr; exit status 0 on success, 1
  * on bad input (files, values), 2 on bad usage (an unknown flag, a bad or
@@ -37,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define PROG "tangram-profile"
 #define EXIT_USAGE 2
@@ -524,7 +526,7 @@ struct calib_args {
     char *model, *method, *samples, *retention_out, *out;
     double ratio, alpha;
     int64_t hpg, max_sample_tokens, threads;
-    int grouping;
+    int grouping, backend;
     bool trig;
     double gvote_p;
     int64_t gvote_samples, gvote_future, prefill_chunk, seed;
@@ -595,6 +597,10 @@ static const struct tg_config_entry calib_table[] = {
     {.name = "threads", .type = TG_CONFIG_INT, .def = "0", .min = 0,
      .max = 1024, .offset = CAL_OFF(threads, int64_t), .metavar = "N",
      .help = "CPU threads (0 = all)."},
+    {.name = "backend", .type = TG_CONFIG_ENUM, .def = "cpu",
+     .offset = CAL_OFF(backend, int), .choices = gw_backend_choices,
+     .help = "Forward pass of the samples: cpu, or cuda (one GPU; scoring "
+             "methods then take samples of at most 2048 tokens)."},
     {.name = "retention-out", .type = TG_CONFIG_STRING,
      .offset = CAL_OFF(retention_out, char *), .metavar = "FILE",
      .help = "Retention file to write; default OUT with .retention.json for "
@@ -608,11 +614,18 @@ static const struct tg_config_entry calib_table[] = {
 };
 #undef CAL_OFF
 
+static double calib_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ud: the double start time of the run (CLOCK_MONOTONIC seconds). */
 static void calib_progress(void *ud, int done, int total, int n_tokens)
 {
-    (void)ud;
-    fprintf(stderr, PROG " calibrate: sample %d/%d (%d tokens)\n", done, total,
-            n_tokens);
+    fprintf(stderr, PROG " calibrate: sample %d/%d (%d tokens), %.1f s\n",
+            done, total, n_tokens, calib_now() - *(const double *)ud);
 }
 
 /* The gvote-only flags given with a value other than their default,
@@ -659,17 +672,20 @@ static int calib_run(const struct calib_args *a)
                  "scores each sample as one chunk)", flag, a->method);
         return usage_error(current, msg);
     }
+    double t0 = calib_now();
     struct gw_calib_opts o = {
         .model_dir = a->model, .samples_path = a->samples,
         .method = a->method, .ratio = gv ? 0.0 : a->ratio, .alpha = a->alpha,
         .heads_per_group = (int)a->hpg, .grouping = grouping_of(a->grouping),
         .max_sample_tokens = (int)a->max_sample_tokens,
         .n_threads = (int)a->threads, .trig = a->trig,
+        .backend = (enum gw_backend_kind)a->backend,
         .gvote = {.p = a->gvote_p, .samples = (int)a->gvote_samples,
                   .future = (int)a->gvote_future},
         .prefill_chunk = gv ? (int)a->prefill_chunk : 0,
         .seed = (uint64_t)a->seed,
         .progress = calib_progress,
+        .progress_ud = &t0,
     };
     char retpath[4096];
     const char *retention_out = a->retention_out;
@@ -691,8 +707,9 @@ static int calib_run(const struct calib_args *a)
     if (rc == 0)
         rc = pf_profile_save(&p, a->out, err, sizeof(err));
     if (rc == 0)
-        fprintf(stderr, PROG " calibrate: %d samples -> %s, %s\n", r.samples,
-                retention_out, a->out);
+        fprintf(stderr, PROG " calibrate: %d samples -> %s, %s (%s, %.1f s)\n",
+                r.samples, retention_out, a->out,
+                gw_backend_choices[a->backend], calib_now() - t0);
     pf_retention_free(&r);
     pf_profile_free(&p);
     return rc != 0 ? fail("calibrate: %s", err) : 0;
@@ -739,7 +756,7 @@ static const struct command commands[] = {
           "[--alpha 2] "
           "[--heads-per-group 4] [--grouping clustered|adjacent] "
           "[--max-sample-tokens 4096] [--retention-out FILE] [--trig] "
-          "-o OUT"},
+          "[--backend cpu|cuda] -o OUT"},
     {"tp", cmd_tp,
      "Print the heads (and groups) of each tensor-parallel rank as JSON.",
      PROG " tp --profile P --ranks T"},

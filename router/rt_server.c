@@ -225,7 +225,7 @@ static void update_gauges(struct rt_server *s)
         struct rt_sched_pages pg;
         rt_sched_rank_pages(&s->sched, rk, &pg);
         rt_metrics_gauge_set(s->metrics.kv_pages_used[rk], (double)pg.used);
-        rt_metrics_gauge_set(s->metrics.kv_pages_total[rk], (double)pg.total);
+        rt_metrics_gauge_set(s->metrics.kv_pages_capacity[rk], (double)pg.total);
         rt_metrics_gauge_set(s->metrics.kv_pages_cached[rk], (double)pg.cached);
         double rel = (double)pg.released -
                      rt_metrics_series_value(s->metrics.kv_pages_released[rk]);
@@ -709,12 +709,13 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
         goto fail;
 
     struct rt_http_config hc;
-    rt_server__http_limits(o, &hc);
+    struct rt_grpc_config gc;
+    rc = rt_server__net_limits(o, &s->body_budget, &hc, &gc, err, errlen);
+    if (rc != 0)
+        goto fail;
     rc = rt_http_server_init(&s->http, loop, &hc, err, errlen);
     if (rc != 0)
         goto fail;
-    struct rt_grpc_config gc;
-    rt_server__grpc_limits(o, &gc);
     rc = rt_grpc_server_init(&s->grpc, loop, &gc, err, errlen);
     if (rc != 0)
         goto fail;

@@ -7,7 +7,15 @@
  *       [--prefill-chunk C] [--method M] [--gvote-p P] [--gvote-samples S]
  *       [--gvote-future N] [--decode-compress none|trig] [--decode-budget c]
  *       [--decode-budget-uniform] [--decode-every B] [--decode-window W]
- *       [--trig-stats FILE] [--forced-ids JSON] [--dump-kept] [--json]
+ *       [--trig-stats FILE] [--forced-ids JSON] [--dump-kept]
+ *       [--backend cpu|cuda] [--timing] [--json]
+ *
+ * --backend picks the forward pass: the CPU backend or the CUDA runtime,
+ * through the same backend ops table a daemon worker uses (gw_engine.h);
+ * the JSON is the same on both. Without a usable GPU --backend cuda
+ * fails at once with the reason (exit status 1). --timing adds "timing"
+ * (prefill and decode wall seconds and tokens per second); decode-time
+ * compression always adds it.
  *
  * --forced-ids teacher-forces the decode (DESIGN.md §5): the m ids take the
  * places of m sampled tokens (the first from the prompt's last logits, m-1
@@ -70,6 +78,8 @@ struct gen_options {
     bool dump_kept;
     bool ignore_eos;
     int64_t threads;
+    int backend;
+    bool timing;
     bool json;
 };
 
@@ -177,6 +187,14 @@ static const struct tg_config_entry gen_table[] = {
     {.name = "threads", .type = TG_CONFIG_INT, .def = "0", .min = 0,
      .max = 1024, .offset = OFF(threads, int64_t),
      .help = "CPU threads (0 = all)."},
+    {.name = "backend", .type = TG_CONFIG_ENUM, .def = "cpu",
+     .offset = OFF(backend, int), .choices = gw_backend_choices,
+     .help = "Forward pass: cpu, or cuda (one GPU, device 0 of "
+             "CUDA_VISIBLE_DEVICES)."},
+    {.name = "timing", .type = TG_CONFIG_BOOL, .def = "false",
+     .offset = OFF(timing, bool),
+     .help = "Add prefill and decode wall times and tokens per second to "
+             "the JSON (\"timing\")."},
     {.name = "json", .type = TG_CONFIG_BOOL, .def = "false",
      .offset = OFF(json, bool), .help = "Print one JSON object."},
 };
@@ -311,6 +329,7 @@ int main(int argc, char **argv)
         .gvote = &gvp,
         .max_context = (int64_t)prompt.n + o.max_tokens,
         .n_threads = (int)o.threads,
+        .backend = (enum gw_backend_kind)o.backend,
     };
     rc = gw_engine_init(&eng, &eo, err, sizeof(err));
     if (rc != 0) {
@@ -394,6 +413,8 @@ int main(int argc, char **argv)
         }
         json_object_set_new(doc, "logprobs", a);
         json_object_set_new(doc, "finish_reason", json_string(finish));
+        json_object_set_new(doc, "backend",
+                            json_string(gw_backend_choices[o.backend]));
         if (res.forced_lps != NULL) {
             a = json_array();
             for (int i = 0; i < res.n_tokens; i++)
@@ -426,14 +447,25 @@ int main(int argc, char **argv)
                             json_integer(res.decode_pages_released));
         json_object_set_new(kv, "decode_triggers",
                             json_integer(res.decode_triggers));
-        /* Wall times only with decode compression (its benchmark reads
-         * them): a plain run's JSON stays byte-identical across runs. */
-        if (tro.enabled)
-            json_object_set_new(doc, "timing",
-                                json_pack("{s:f,s:f}", "decode_seconds",
-                                          res.decode_seconds,
-                                          "compact_seconds",
-                                          res.compact_seconds));
+        /* Wall times only when asked (and with decode compression, whose
+         * benchmark reads them): a plain run's JSON stays byte-identical
+         * across runs. */
+        if (tro.enabled || o.timing) {
+            int n_dec = res.n_tokens > 1 ? res.n_tokens - 1 : 0;
+            json_object_set_new(
+                doc, "timing",
+                json_pack("{s:f,s:f,s:f,s:f,s:f}", "prefill_seconds",
+                          res.prefill_seconds, "decode_seconds",
+                          res.decode_seconds, "compact_seconds",
+                          res.compact_seconds, "prefill_tokens_per_second",
+                          res.prefill_seconds > 0
+                              ? (double)prompt.n / res.prefill_seconds
+                              : 0.0,
+                          "decode_tokens_per_second",
+                          res.decode_seconds > 0
+                              ? (double)n_dec / res.decode_seconds
+                              : 0.0));
+        }
         a = json_array();
         int G = eng.layout.n_groups;
         for (int l = 0; l < eng.layout.n_layers; l++) {
@@ -462,6 +494,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "finish_reason=%s tokens=%d kv_pages=%lld (monolithic %lld)\n",
                 finish, res.n_tokens, (long long)res.pages_used,
                 (long long)res.mono_pages);
+        if (o.timing)
+            fprintf(stderr, "backend=%s prefill_seconds=%.6f "
+                            "decode_seconds=%.6f\n",
+                    gw_backend_choices[o.backend], res.prefill_seconds,
+                    res.decode_seconds);
     }
     status = 0;
 out:

@@ -174,11 +174,18 @@ struct gw_backend {
     int64_t page_bytes;      /* bytes of one page */
     float *logits;           /* (max_slots, V) host rows; rank 0 only */
     struct tg_backend *host; /* CPU ops context of the host sampler */
+    struct gw_load_stats load; /* what loading the weights took: the
+                                  model's host load (CPU), the device
+                                  upload (CUDA) */
 };
 
 /* Creates the backend of `kind` for cfg (copied; the pointers it holds are
  * borrowed): sizes the pool (CPU: tg_hostmem.h; CUDA: the device memory
  * plan), loads what it needs and, on rank 0 of a group, names the group.
+ * Weights: the CPU backend computes with cfg->model's host weights
+ * (gw_model_load_weights; TG_EINVAL without them); the CUDA backend
+ * streams them from the model's checkpoint into device memory itself
+ * (gw_cuda_init), so its model needs only gw_model_open's shape.
  * Returns 0 with *out set, or TG_EUNSUPPORTED (a build without CUDA, a
  * shape the kernels lack), TG_ENODEV, TG_EINVAL, TG_ENOMEM (naming the
  * numbers) with the reason in err. */

@@ -203,6 +203,13 @@ int gw_backend_cpu_new(const struct gw_backend_cfg *cfg,
     int rc = gw_backend__base_init(b, cfg, err, errlen);
     if (rc != 0)
         goto fail;
+    if (cfg->model->slab == NULL) {
+        rc = tg_err_set(err, errlen, TG_EINVAL,
+                        "the CPU backend computes with the model's host "
+                        "weights, and none are loaded");
+        goto fail;
+    }
+    b->load = cfg->model->load;
     /* The group is joined later (after the Hello): rank 0 only names it
      * now, so the router can hand the name to every rank. */
     if (cfg->rank == 0 && gw_comm_new_id(c->comm_id, sizeof(c->comm_id)) != 0) {

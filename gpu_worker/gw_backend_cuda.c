@@ -322,6 +322,7 @@ static int cuda_setup(struct cuda_backend *c, char *err, size_t errlen)
     if (rc != 0)
         return rc;
     c->cu.n_cta = n_cta;
+    c->base.load = c->cu.load;
     const struct gw_mem_plan *mp = &c->cu.mem;
     log_info("CUDA memory plan on device %d: %llu MiB in all, a KV pool of "
              "%lld pages (%llu MiB) included; %llu MiB left free", c->device,

@@ -60,8 +60,10 @@
  * the chunk append, the decode append and decode attention read a head's
  * own count. gvote's selection (gw_gvote.h) runs on the host: per layer
  * the chunk's normed input, queries and keys come back as fp32, the
- * synthetic queries use the host copy of the weights (gw_model), and the
- * chosen indices go up for the append. Decode-time compaction
+ * synthetic inputs go up as bf16 and are projected by the device's q_proj
+ * (one GEMM with fp32 output; the host holds no copy of the weights, only
+ * each layer's q bias and q_norm, read back from the slab at init), and
+ * the chosen indices go up for the append. Decode-time compaction
  * (gw_cuda_compact) runs the kernels of kernels/cuda/trig.h.
  *
  * Every call synchronises its stream before returning (the caller's host
@@ -86,6 +88,7 @@
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_mem.h"
 #include "gpu_worker/gw_model.h"
+#include "gpu_worker/gw_wslab.h"
 #include "kernels/cuda/sample.h" /* plain C: struct tg_cuda_sample_params */
 
 #define GW_CUDA_MAX_BUCKETS 32
@@ -93,6 +96,8 @@
 #define GW_CUDA_MAX_TOP 20  /* top logprobs per row sampled on the device */
 #define GW_CUDA_MAX_BIAS 8192 /* logit-bias entries per device-sampled batch
                                  (all rows together); more: host sampler */
+#define GW_CUDA_BOUNCE_BYTES ((size_t)16 << 20) /* each of the two pinned
+                                 buffers the weight upload alternates */
 
 
 struct tg_nccl;
@@ -173,6 +178,8 @@ struct gw_cuda {
     int n_cta;                         /* unused by the runtime; for logs */
 
     void *wslab;                       /* device, owns all weights */
+    struct gw_wslab ws;                /* its layout (gw_wslab.h) */
+    struct gw_load_stats load;         /* what filling it took */
     struct gw_cuda_layer *layers;      /* host (L) */
     uint16_t *embed;                   /* (V, hidden) */
     uint16_t *final_norm;              /* (hidden) */
@@ -270,6 +277,15 @@ struct gw_cuda {
                                           Hq*d + Hkv*d): h, q, k of a layer */
     float *gv_x, *gv_q, *gv_k;         /* host fp32 copies of them */
     int32_t *p_gv_idx;                 /* pinned (Hkv, max_chunk) selection */
+    /* its synthetic queries: q_proj on the device (the slab's wq), the
+     * bias and q_norm on the host (gw_gvote_proj) */
+    uint16_t *gv_xs_d;                 /* device bf16 (S, hidden) inputs */
+    float *gv_qs_d;                    /* device fp32 (S, Hq*d) x W_q^T */
+    uint16_t *p_gv_xs;                 /* pinned mirrors */
+    float *p_gv_qs;
+    struct gw_layer *gv_w;             /* host (L): bq and q_norm only,
+                                          fp32 copies of the device's */
+    float *gv_small;                   /* owns gv_w's arrays */
     /* decode-time compression (opts.trig) */
     float *trig_re, *trig_im, *trig_abs; /* device (L, Hq, d/2) statistics */
     void *trig_items;                  /* device tg_cuda_trig_item (cap) */
@@ -291,12 +307,20 @@ struct gw_cuda {
 };
 
 /* Sets up the runtime on opts->device: plans memory (gw_mem_plan against
- * cudaMemGetInfo), uploads the model's weights as bf16 (fusing gate and up),
- * the head maps and the split map, and allocates the pool, activations and
- * staging. `model` and `layout` must outlive the runtime. Returns 0,
- * TG_EINVAL (unsupported shape or options, detail in err), TG_ENODEV,
- * TG_ENOMEM (the plan does not fit: every term in MiB) or TG_EDEVICE; on
- * failure *c is left freed. */
+ * cudaMemGetInfo), loads the weights into the device slab (gw_wslab.h:
+ * bf16, gate and up fused) through its upload op, the head maps and the
+ * split map, and allocates the pool, activations and staging. The
+ * weights come from the checkpoint at model->dir, streamed by gw_load
+ * (pread into a bounded staging buffer, then two pinned bounce buffers of
+ * GW_CUDA_BOUNCE_BYTES whose copies overlap the next read): a model from
+ * gw_model_open needs no host weights at all. A model that already holds
+ * host weights (model->slab: one built in memory, or loaded for the CPU
+ * too) is uploaded from them instead, through the same op. c->load says
+ * what the load took. `model` and `layout` must outlive the runtime.
+ * Returns 0, TG_EINVAL (unsupported shape or options, detail in err),
+ * TG_ENODEV, TG_ENOMEM (the plan does not fit: every term in MiB), the
+ * checkpoint's codes (TG_ENOENT, TG_EFORMAT, TG_EUNSUPPORTED, TG_EIO) or
+ * TG_EDEVICE; on failure *c is left freed. */
 int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
                  const struct kv_layout *layout,
                  const struct gw_cuda_opts *opts, char *err, size_t errlen);

@@ -111,7 +111,9 @@ int gw_engine_load_parts_map(struct gw_model *model,
     if (rc != 0)
         goto fail;
     struct gw_shard sh = {.rank = o->rank, .world = T, .kv_heads = global_head};
-    rc = gw_model_load_shard(model, o->model_dir, &sh, err, errlen);
+    rc = o->no_host_weights
+             ? gw_model_open(model, o->model_dir, &sh, err, errlen)
+             : gw_model_load_shard(model, o->model_dir, &sh, err, errlen);
     if (rc != 0)
         goto fail;
     *global_head_out = global_head;
@@ -183,8 +185,12 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "in-process generation runs one rank (world size "
                           "%d asked)", o->world_size);
+    /* A CUDA backend streams the checkpoint to its device itself: the
+     * host keeps the model's shape only. */
+    struct gw_engine_opts lo = *o;
+    lo.no_host_weights = o->backend == GW_BACKEND_CUDA;
     int rc = gw_engine_load_parts_map(&e->model, &e->profile, &e->layout,
-                                      &e->method, &e->global_head, o, err,
+                                      &e->method, &e->global_head, &lo, err,
                                       errlen);
     if (rc != 0)
         return rc;

@@ -51,6 +51,11 @@ struct gw_engine_opts {
     void *on_queries_ud;
     int rank;                  /* tensor-parallel rank (load_parts only) */
     int world_size;            /* T; <= 1: one rank (gw_engine_init needs 1) */
+    int no_host_weights;       /* load_parts only: the model's shape
+                                  (gw_model_open) without host weights, for
+                                  a backend that streams the checkpoint
+                                  into its own memory (CUDA); gw_engine_init
+                                  sets it from `backend` */
     enum gw_backend_kind backend; /* GW_BACKEND_CPU (the zero value) or
                                      GW_BACKEND_CUDA: the runtime the
                                      forward pass runs on */
@@ -86,7 +91,8 @@ int gw_method_parse(const char *s, enum tg_score_method *out);
  * group) and checks they match, assigns groups to ranks (pf_tp_assign)
  * and makes *profile the rank's profile (pf_profile_rank; with T = 1 the
  * whole profile with heads renumbered in group order), loads the rank's
- * model shard whose heads follow that order (gw_model_load_shard),
+ * model shard whose heads follow that order (gw_model_load_shard; only
+ * gw_model_open's shape with o->no_host_weights),
  * resolves the scoring method (o->method, else the profile's, snapkv for
  * none) and builds the page layout for o->page_size and o->prefill_chunk.
  * Router and worker build rank profiles the same way, so their page math

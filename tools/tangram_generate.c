@@ -336,6 +336,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "tangram-generate: %s\n", err);
         goto out;
     }
+    if (!o.json) { /* the JSON stays byte-identical across runs */
+        char loaded[160];
+        gw_load_stats_format(&eng.model.load, loaded, sizeof(loaded));
+        fprintf(stderr, "weights: %s\n", loaded);
+    }
     struct gw_gen_params gp = {
         .max_tokens = (int)o.max_tokens,
         .sampling = {.temperature = (float)o.temperature,

@@ -452,7 +452,8 @@ static int gen_fill(void *ctx, uint64_t byte_offset, void *dst, size_t nbytes)
     uint64_t first = byte_offset / es;
     size_t n = nbytes / es;
     uint8_t *p = dst;
-#pragma omp parallel for schedule(static)
+    /* Element k depends only on its counter: threads change no byte. */
+#pragma omp parallel for schedule(static) if (n >= 65536)
     for (size_t k = 0; k < n; k++) {
         float x = (float)(g->mean + g->std * normal_at(g->base, first + k));
         if (g->dtype == ST_DTYPE_F32) {

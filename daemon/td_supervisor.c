@@ -109,6 +109,13 @@ int td_sup_worker_argv(const struct tg_serve_opts *o, const char *bin,
                                    errlen);
     if (rc == 0 && o->profile == NULL)
         rc = push(argv, argc, "--profile=none", err, errlen);
+    /* The worker beats at the period the router's deadline counts in
+     * (5 periods of silence kill it). */
+    char hb[40];
+    snprintf(hb, sizeof hb, "--heartbeat-ms=%lld",
+             (long long)o->worker_heartbeat_ms);
+    if (rc == 0)
+        rc = push(argv, argc, hb, err, errlen);
     return rc;
 }
 

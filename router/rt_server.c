@@ -696,6 +696,7 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
             .vocab_size = (uint32_t)s->mc.vocab_size,
         },
         .heartbeat_ms = (uint32_t)o->worker_heartbeat_ms,
+        .stall_ms = (uint32_t)o->worker_stall_ms,
         /* T > 1: one all-reduce group; a death ends every rank (the
          * supervisor restarts them together with a new comm id). */
         .shared_fate = o->tp > 1,

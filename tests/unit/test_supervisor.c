@@ -170,6 +170,8 @@ static void test_worker_argv(void **state)
     assert_non_null(find_flag(argv, argc, "--heads-per-group"));
     assert_non_null(find_flag(argv, argc, "--max-num-seqs"));
     assert_null(find_flag(argv, argc, "--http-port")); /* router-only */
+    /* The worker beats at the router's period. */
+    assert_string_equal(find_flag(argv, argc, "--heartbeat-ms"), "1000");
     assert_null(find_flag(argv, argc, "--api-key"));
     /* --method is unset (the profile's): not forwarded; gvote's three
      * parameters are. */
@@ -185,7 +187,7 @@ static void test_worker_argv(void **state)
     assert_non_null(find_flag(argv, argc, "--decode-every"));
     assert_non_null(find_flag(argv, argc, "--decode-window"));
     assert_non_null(find_flag(argv, argc, "--trig-stats"));
-    assert_int_equal(argc, 7 + 19);
+    assert_int_equal(argc, 7 + 20); /* 19 rows, --heartbeat-ms */
     /* The communicator is named by worker rank 0, never on a command
      * line (proto/worker.proto CommSetup). */
     assert_null(find_flag(argv, argc, "--comm-id"));

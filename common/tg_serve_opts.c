@@ -31,6 +31,12 @@ static const struct tg_config_entry table[] = {
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
      .help = "Calibrated tangram profile (JSON); none keeps full KV for "
              "every head."},
+    {.name = "profile-force", .type = TG_CONFIG_BOOL, .def = "false",
+     .offset = OFF(profile_force, bool),
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "Serve a profile whose model identity is not the model's (made "
+             "for another model of the same shape), with a warning, instead "
+             "of refusing to start."},
     {.name = "backend", .type = TG_CONFIG_ENUM, .def = "cpu",
      .offset = OFF(backend, int), .choices = backend_choices,
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,

@@ -66,6 +66,9 @@ struct tg_serve_opts {
                                  also the workers' */
     char *profile;            /* profile JSON path; "none" = full KV (tangramd
                                  turns it into NULL); also the workers' */
+    bool profile_force;       /* serve a profile made for another model
+                                 (its identity differs), with a warning;
+                                 also the workers' */
     int backend;              /* enum tg_serve_backend; also the workers' */
     int64_t tp;               /* tensor-parallel ranks, 1..64 */
     char *host;               /* address the HTTP and gRPC servers bind */

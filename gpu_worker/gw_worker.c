@@ -77,6 +77,7 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     struct gw_engine_opts eo = {
         .model_dir = o->model_dir,
         .profile_path = o->profile_path,
+        .profile_force = o->profile_force,
         .heads_per_group = o->heads_per_group,
         .page_size = o->page_size,
         .prefill_chunk = o->prefill_chunk,

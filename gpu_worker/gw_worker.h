@@ -105,6 +105,7 @@
 struct gw_worker_opts {
     const char *model_dir;      /* Hugging Face model directory */
     const char *profile_path;   /* profile JSON; NULL or "none" = full KV */
+    int profile_force;          /* pf_profile_check_model's force */
     const char *method;         /* scoring method; NULL = the profile's */
     enum gw_backend_kind backend;
     int heads_per_group;        /* H_p without a profile */

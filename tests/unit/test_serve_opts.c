@@ -67,7 +67,8 @@ static void test_marks(void **state)
     /* Every tangramd row of DESIGN.md §5 is there, and the router's and
      * worker's own rows are not tangramd's. */
     static const char *const daemon_rows[] = {
-        "model", "profile", "backend", "tp", "host", "http-port",
+        "model", "profile", "profile-force", "backend", "tp", "host",
+        "http-port",
         "grpc-port", "heads-per-group", "page-size", "prefill-chunk",
         "method", "gvote-p", "gvote-samples", "gvote-future",
         "decode-compress", "decode-budget", "decode-budget-uniform",

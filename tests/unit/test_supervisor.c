@@ -163,6 +163,7 @@ static void test_worker_argv(void **state)
         assert_string_equal(argv[i], want[i]);
     assert_string_equal(find_flag(argv, argc, "--model"), "/m");
     assert_string_equal(find_flag(argv, argc, "--profile"), "none");
+    assert_string_equal(find_flag(argv, argc, "--profile-force"), "false");
     assert_string_equal(find_flag(argv, argc, "--backend"), "cuda");
     assert_string_equal(find_flag(argv, argc, "--page-size"), "32");
     assert_string_equal(find_flag(argv, argc, "--kv-memory"),
@@ -190,7 +191,7 @@ static void test_worker_argv(void **state)
     assert_non_null(find_flag(argv, argc, "--decode-every"));
     assert_non_null(find_flag(argv, argc, "--decode-window"));
     assert_non_null(find_flag(argv, argc, "--trig-stats"));
-    assert_int_equal(argc, 7 + 20); /* 19 rows, --heartbeat-ms */
+    assert_int_equal(argc, 7 + 21); /* 20 rows, --heartbeat-ms */
     /* The communicator is named by worker rank 0, never on a command
      * line (proto/worker.proto CommSetup). */
     assert_null(find_flag(argv, argc, "--comm-id"));

@@ -315,7 +315,7 @@ static const struct tg_config_entry table[] = {
      .max = 86400000, .offset = OFF(router_timeout_ms, int64_t),
      .metavar = "MS", .flags = TG_SERVE_WORKER,
      .help = "Router silence after which the worker exits with status 3 "
-             "(0 = 10 x heartbeat-ms)."},
+             "(0 = 10 x heartbeat-ms, at least 10 s)."},
     {.name = "threads", .type = TG_CONFIG_INT, .def = "0", .min = 0,
      .max = 1024, .offset = OFF(threads, int64_t), .flags = TG_SERVE_WORKER,
      .help = "CPU threads (0 = all)."},

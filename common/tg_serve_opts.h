@@ -152,7 +152,7 @@ struct tg_serve_opts {
     int64_t kv_pages;         /* > 0: exactly this many pool pages */
     int64_t heartbeat_ms;     /* period of the worker's heartbeats */
     int64_t router_timeout_ms; /* router silence before exit 3; 0 = 10 x
-                                  heartbeat_ms */
+                                  heartbeat_ms, at least 10 s */
     int64_t threads;          /* CPU threads, 0 = all */
     int64_t device;           /* CUDA device, -1 = the rank */
     int cuda_graphs;          /* 0 = off, 1 = on */

@@ -511,6 +511,8 @@ static int serve_loop(struct gw_wlink *l, struct gw_worker *w,
     int hb = o->heartbeat_ms > 0 ? o->heartbeat_ms : 1000;
     int64_t timeout = o->router_timeout_ms > 0 ? o->router_timeout_ms
                                                : 10 * (int64_t)hb;
+    if (o->router_timeout_ms <= 0 && timeout < GW_WLINK_ROUTER_TIMEOUT_MIN_MS)
+        timeout = GW_WLINK_ROUTER_TIMEOUT_MIN_MS;
     struct gw_hello_info hi;
     gw_worker_hello(w, &hi);
     Tangram__Worker__V1__LayoutSummary lay =

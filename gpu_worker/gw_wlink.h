@@ -69,6 +69,10 @@ enum gw_wlink_exit {
 };
 
 #define GW_WLINK_SETUP_TIMEOUT_MS_DEFAULT 300000 /* the slowest rank's load */
+/* The router's heartbeats come from its event loop, which a burst of big
+ * requests may hold for seconds on a loaded machine: a worker does not
+ * leave over a shorter silence, whatever the heartbeat period. */
+#define GW_WLINK_ROUTER_TIMEOUT_MIN_MS 10000
 
 struct gw_wlink {
     void *ctx;        /* zmq context, owned */
@@ -98,7 +102,8 @@ struct gw_wlink {
 struct gw_wlink_opts {
     int heartbeat_ms;       /* period of our heartbeats, >= 1 */
     int router_timeout_ms;  /* silence that ends the loop once the router
-                               has spoken; <= 0: 10 x heartbeat_ms */
+                               has spoken; <= 0: 10 x heartbeat_ms, at
+                               least GW_WLINK_ROUTER_TIMEOUT_MIN_MS */
     volatile sig_atomic_t *stop; /* optional: nonzero ends the loop with
                                     GW_WLINK_EXIT_OK (signal handlers) */
     int comm_setup_timeout_ms;   /* longest wait for the CommSetup after the

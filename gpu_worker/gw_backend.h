@@ -143,7 +143,8 @@ struct gw_backend_ops {
                   size_t errlen);
     /* Draws d's token into *out (slot, token, logprob, n_top; top_ids and
      * top_lps are the caller's GW_BACKEND_MAX_TOP arrays, which out points
-     * to). Rank 0, after the step's forward calls. */
+     * to). Rank 0, after the step's forward calls. A row with a
+     * non-finite logit gives TG_ERANGE (gw_backend__nonfinite). */
     int (*sample)(struct gw_backend *b, const struct gw_draw *d,
                   struct gw_token *out, int32_t *top_ids, float *top_lps,
                   char *err, size_t errlen);
@@ -208,11 +209,21 @@ int gw_backend_cuda_new(const struct gw_backend_cfg *cfg,
 int gw_backend__base_init(struct gw_backend *b, const struct gw_backend_cfg *cfg,
                           char *err, size_t errlen);
 
+/* Writes the error of a logits row whose first non-finite value is
+ * `value` at token id `id` for `slot` into err; returns TG_ERANGE. Every
+ * backend reports such a row this way: the worker turns it into a slot
+ * error, which fails that request alone. */
+int gw_backend__nonfinite(uint32_t slot, int64_t id, float value, char *err,
+                          size_t errlen);
+
 /* Frees the common part (not b). */
 void gw_backend__base_free(struct gw_backend *b);
 
 /* Draws d's token from host row d->row with the CPU sampler (the host
- * RNG stream of the top of this file). */
+ * RNG stream of the top of this file). A row holding a non-finite logit
+ * (NaN, +-inf: activations that overflowed, or a poisoned weight the
+ * request's tokens reached) is not drawn from: TG_ERANGE, naming the
+ * first such id (gw_backend__nonfinite). */
 int gw_backend__host_sample(struct gw_backend *b, const struct gw_draw *d,
                             struct gw_token *out, int32_t *top_ids,
                             float *top_lps, char *err, size_t errlen);

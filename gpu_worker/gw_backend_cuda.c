@@ -37,6 +37,8 @@ struct cuda_backend {
     struct tg_cuda_sample_params *dev_params; /* (max_slots) */
     int32_t *dev_tok;             /* (max_slots) */
     float *dev_lp;                /* (max_slots) */
+    int32_t *dev_bad;             /* (max_slots) first non-finite id, -1 */
+    float *dev_bad_val;           /* (max_slots) its logit */
     int32_t *dev_top_ids;         /* (max_slots, GW_CUDA_MAX_TOP) */
     float *dev_top_lps;           /* (max_slots, GW_CUDA_MAX_TOP) */
     uint8_t *dev_drawn;           /* (max_slots) by decode row */
@@ -178,8 +180,8 @@ static int cuda_decode(struct gw_backend *b, struct gw_seq *const *seqs,
             top = draws[i].sampling->n_top;
     }
     rc = gw_cuda_sample(&c->cu, n, c->dev_params, c->dev_bias, top, c->dev_tok,
-                        c->dev_lp,
-                        c->dev_top_ids, c->dev_top_lps, err, errlen);
+                        c->dev_lp, c->dev_top_ids, c->dev_top_lps, c->dev_bad,
+                        c->dev_bad_val, err, errlen);
     if (rc != 0)
         return rc;
     c->dev_first = first_row;
@@ -198,6 +200,9 @@ static int cuda_sample(struct gw_backend *b, const struct gw_draw *d,
         return gw_backend__host_sample(b, d, out, top_ids, top_lps, err,
                                        errlen);
     c->dev_drawn[r] = 0; /* handed out once */
+    if (c->dev_bad[r] >= 0)
+        return gw_backend__nonfinite(d->slot, c->dev_bad[r],
+                                     c->dev_bad_val[r], err, errlen);
     int K = d->sampling->n_top;
     for (int k = 0; k < K; k++) {
         top_ids[k] = c->dev_top_ids[(size_t)r * c->dev_top + k];
@@ -240,6 +245,8 @@ static void cuda_free(struct gw_backend *b)
     free(c->dev_params);
     free(c->dev_tok);
     free(c->dev_lp);
+    free(c->dev_bad);
+    free(c->dev_bad_val);
     free(c->dev_top_ids);
     free(c->dev_top_lps);
     free(c->dev_drawn);
@@ -336,12 +343,15 @@ static int cuda_setup(struct cuda_backend *c, char *err, size_t errlen)
         c->dev_params = calloc(S, sizeof(*c->dev_params));
         c->dev_tok = calloc(S, sizeof(int32_t));
         c->dev_lp = calloc(S, sizeof(float));
+        c->dev_bad = calloc(S, sizeof(int32_t));
+        c->dev_bad_val = calloc(S, sizeof(float));
         c->dev_top_ids = calloc(S * K, sizeof(int32_t));
         c->dev_top_lps = calloc(S * K, sizeof(float));
         c->dev_drawn = calloc(S, 1);
         c->dev_bias = calloc(S, sizeof(*c->dev_bias));
-        if (!c->dev_params || !c->dev_tok || !c->dev_lp || !c->dev_top_ids ||
-            !c->dev_top_lps || !c->dev_drawn || !c->dev_bias)
+        if (!c->dev_params || !c->dev_tok || !c->dev_lp || !c->dev_bad ||
+            !c->dev_bad_val || !c->dev_top_ids || !c->dev_top_lps ||
+            !c->dev_drawn || !c->dev_bias)
             return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
     }
     if (o->rank == 0 && o->world_size > 1)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/ct_template.h"
+#include "common/pf_identity.h"
 #include "common/tg_err.h"
 #include "common/tg_json.h"
 #include "common/tok_tokenizer.h"
@@ -527,7 +528,17 @@ int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
         goto out;
     r->architecture = strdup(mc_arch_name(e.model.cfg.arch));
     r->method = strdup(o->method);
-    if (r->architecture == NULL || r->method == NULL) {
+    char id[PF_IDENTITY_LEN + 1];
+    if (pf_identity_of_config(&e.model.cfg, id) != 0) {
+        rc = tg_err_set(err, errlen, TG_EINTERNAL,
+                        "cannot hash the model's config (libsodium failed "
+                        "to start)");
+        goto out;
+    }
+    /* The retention and the profile built from it name the model. */
+    r->model_identity = strdup(id);
+    if (r->architecture == NULL || r->method == NULL ||
+        r->model_identity == NULL) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
         goto out;
     }

@@ -267,7 +267,8 @@ void gw_cuda_free(struct gw_cuda *c)
                    c->fault_d, c->dec.indptr, c->dec.indices, c->dec.npages,
                    c->dec.lens, c->pre.indptr, c->pre.indices,
                    c->pre.npages, c->pre.lens, c->sc_pos, c->sc_val,
-                   c->full, c->s_tok, c->s_lp, c->s_top_ids, c->s_top_lps,
+                   c->full, c->s_tok, c->s_lp, c->s_bad, c->s_bad_val,
+                   c->s_top_ids, c->s_top_lps,
                    c->s_bias_rows, c->s_bias_ids, c->s_bias_vals};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         if (dev[i] != NULL)
@@ -276,7 +277,8 @@ void gw_cuda_free(struct gw_cuda *c)
                    c->dec.h_lens, c->pre.h_indptr, c->pre.h_indices,
                    c->pre.h_npages, c->pre.h_lens, c->h_sc_pos, c->h_sc_val,
                    c->p_ids, c->p_pos, c->p_fault, c->p_logits, c->p_lp,
-                   c->p_tok, c->p_top_ids, c->p_slp, c->p_top_lps,
+                   c->p_tok, c->p_top_ids, c->p_slp, c->p_top_lps, c->p_bad,
+                   c->p_bad_val,
                    c->p_bias_rows, c->p_bias_ids, c->p_bias_vals};
     for (size_t i = 0; i < sizeof(pin) / sizeof(pin[0]); i++)
         if (pin[i] != NULL)
@@ -331,7 +333,7 @@ static size_t act_bytes(const struct gw_cuda *c, int world, size_t *pinned)
         b += 24 * rows * V + 16 * V + ((size_t)16 << 20);
         if (world > 1)
             b += align256(LR * V * 4);
-        b += 4 * align256(S * GW_CUDA_MAX_TOP * 4);
+        b += 4 * align256(S * GW_CUDA_MAX_TOP * 4) + 2 * align256(S * 4);
     }
     size_t heads_pinned = 0;
     b += gw_cuda__heads_bytes(c, &heads_pinned);
@@ -453,10 +455,14 @@ static int alloc_runtime(struct gw_cuda *c, int world, char *err,
             DALLOC(c->full, LR * (size_t)m->vocab * 4, "unsharded logits");
         DALLOC(c->s_tok, S * 4, "sampled tokens");
         DALLOC(c->s_lp, S * 4, "sampled tokens");
+        DALLOC(c->s_bad, S * 4, "sampled tokens");
+        DALLOC(c->s_bad_val, S * 4, "sampled tokens");
         DALLOC(c->s_top_ids, S * K * 4, "top logprobs");
         DALLOC(c->s_top_lps, S * K * 4, "top logprobs");
         HALLOC(c->p_tok, S * 4, "sampled tokens");
         HALLOC(c->p_slp, S * 4, "sampled tokens");
+        HALLOC(c->p_bad, S * 4, "sampled tokens");
+        HALLOC(c->p_bad_val, S * 4, "sampled tokens");
         HALLOC(c->p_top_ids, S * K * 4, "top logprobs");
         HALLOC(c->p_top_lps, S * K * 4, "top logprobs");
         DALLOC(c->s_bias_rows, GW_CUDA_MAX_BIAS * 4, "logit bias");

@@ -247,6 +247,11 @@ struct gw_cuda {
     int dev_rows;                      /* rows of device logits ready */
     int32_t *s_tok;                    /* device (max_seqs) */
     float *s_lp;                       /* device (max_seqs) */
+    int32_t *s_bad;                    /* device (max_seqs): first
+                                          non-finite id per row, or -1 */
+    float *s_bad_val;                  /* device (max_seqs): its logit */
+    int32_t *p_bad;                    /* pinned mirrors */
+    float *p_bad_val;
     int32_t *s_top_ids;                /* device (max_seqs, MAX_TOP) */
     float *s_top_lps;                  /* device (max_seqs, MAX_TOP) */
     int32_t *p_tok, *p_top_ids;        /* pinned mirrors */
@@ -364,13 +369,16 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
  * bias_ids/bias_vals are added to that row's device logits before the
  * draw and taken off again after it, so lps and the top logprobs stay
  * those of the raw logits as on the CPU; at most GW_CUDA_MAX_BIAS entries
- * over all rows. Returns 0, TG_EINVAL (nothing kept, n too large, a
+ * over all rows. bad[i] (host, n) gets the first id whose raw logit is NaN
+ * or +-inf, or -1, and bad_val[i] (host, n) that logit: such a row's token
+ * means nothing and the caller fails its request. Returns 0, TG_EINVAL (nothing kept, n too large, a
  * parameter out of range, too many bias entries) or TG_EDEVICE. */
 int gw_cuda_sample(struct gw_cuda *c, int n,
                    const struct tg_cuda_sample_params *params,
                    const struct tg_sampling *const *bias, int n_top,
                    int32_t *tokens, float *lps, int32_t *top_ids,
-                   float *top_lps, char *err, size_t errlen);
+                   float *top_lps, int32_t *bad, float *bad_val, char *err,
+                   size_t errlen);
 
 /* The decode batch bucket that n sequences run in (the smallest bucket
  * >= n), or -1 when n is outside 1..max_seqs. Pure. */

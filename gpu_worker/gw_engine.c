@@ -11,6 +11,7 @@
 #include "common/pf_split.h"
 #include "common/kv/kv_trig.h"
 #include "common/tg_err.h"
+#include "common/tg_log.h"
 #include "common/kv/kv_layout.h"
 
 int gw_method_parse(const char *s, enum tg_score_method *out)
@@ -79,11 +80,14 @@ int gw_engine_load_parts_map(struct gw_model *model,
     int full = o->profile_path == NULL || strcmp(o->profile_path, "none") == 0;
     struct pf_profile whole = {0};
     int *global_head = NULL;
-    rc = pf_profile_for_model(&whole, full ? NULL : o->profile_path,
-                              cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,
-                              o->heads_per_group, err, errlen);
+    char warn[768];
+    rc = pf_profile_for_model(&whole, full ? NULL : o->profile_path, &cfg,
+                              o->heads_per_group, o->profile_force, warn,
+                              sizeof(warn), err, errlen);
     if (rc != 0)
         goto fail;
+    if (warn[0] != '\0')
+        log_warn("%s", warn);
 
     const char *name = o->method;
     if (name == NULL)

@@ -29,6 +29,8 @@
 struct gw_engine_opts {
     const char *model_dir;     /* Hugging Face model directory */
     const char *profile_path;  /* profile JSON; NULL or "none" = full KV */
+    int profile_force;         /* use a profile made for another model
+                                  (pf_profile_check_model) with a warning */
     int heads_per_group;       /* H_p when there is no profile */
     int page_size;             /* P tokens */
     int prefill_chunk;         /* C tokens */

@@ -85,6 +85,7 @@ int main(int argc, char **argv)
     struct gw_worker_opts wo = {
         .model_dir = opt.model,
         .profile_path = opt.profile,
+        .profile_force = opt.profile_force,
         .method = opt.method,
         .backend = opt.backend == TG_SERVE_BACKEND_CUDA
                        ? GW_BACKEND_CUDA

@@ -3,7 +3,9 @@
  * (DESIGN.md §4.2, §4.6, §4.7; docs/PROFILES.md).
  *
  *   tangram-profile build  --retention FILE [--alpha A] --heads-per-group N
- *                          [--grouping clustered|adjacent] -o OUT
+ *                          [--grouping clustered|adjacent] [--model DIR]
+ *                          -o OUT
+ *   tangram-profile identity --model DIR
  *   tangram-profile show   --profile P [--context N] [--page-size P]
  *                          [--prefill-chunk C]
  *   tangram-profile splits --profile P --n-cta N
@@ -26,6 +28,7 @@
  */
 #include "common/kv/kv_budget.h"
 #include "common/pf_build.h"
+#include "common/pf_identity.h"
 #include "common/pf_profile.h"
 #include "common/pf_split.h"
 #include "common/tg_config.h"
@@ -151,7 +154,7 @@ static enum pf_grouping grouping_of(int idx)
 /* ---- build ------------------------------------------------------------- */
 
 struct build_args {
-    char *retention, *out;
+    char *retention, *out, *model;
     double alpha;
     int64_t hpg;
     int grouping;
@@ -169,8 +172,49 @@ static const struct tg_config_entry build_table[] = {
      .metavar = "N", .flags = TG_CONFIG_REQUIRED,
      .help = "KV heads per page group (H_p); must divide the KV heads."},
     ROW_GROUPING(struct build_args),
+    {.name = "model", .type = TG_CONFIG_STRING,
+     .offset = TG_CONFIG_OFFSET(struct build_args, model, char *),
+     .metavar = "DIR",
+     .help = "The model the retention was measured on: its identity goes "
+             "into the profile (a retention file from calibrate names it "
+             "already; the two must agree)."},
     ROW_OUTPUT(struct build_args, "Profile to write; - writes it to stdout."),
 };
+
+/* The identity the built profile names: --model's, which must agree with
+ * the retention file's when that has one, else the retention file's (or
+ * none). Returns 0 with id set ("" for none), else the exit status. */
+static int build_identity(const struct build_args *a,
+                          const struct pf_retention *r, char *id)
+{
+    char err[512];
+    id[0] = '\0';
+    if (a->model != NULL) {
+        struct mc_model_config cfg;
+        if (mc_model_config_load(&cfg, a->model, err, sizeof(err)) != 0)
+            return file_fail(a->model, err);
+        if (cfg.num_layers != r->num_layers ||
+            cfg.num_kv_heads != r->num_kv_heads ||
+            cfg.head_dim != r->head_dim) {
+            fprintf(stderr, PROG ": build: %s is for L=%d H=%d d=%d, --model "
+                    "%s has L=%d H=%d d=%d\n", a->retention, r->num_layers,
+                    r->num_kv_heads, r->head_dim, a->model, cfg.num_layers,
+                    cfg.num_kv_heads, cfg.head_dim);
+            return EXIT_FAILURE;
+        }
+        if (pf_identity_of_config(&cfg, id) != 0)
+            return fail("%s", "cannot hash the model's config");
+        if (r->model_identity != NULL && strcmp(r->model_identity, id) != 0) {
+            fprintf(stderr, PROG ": build: %s was measured on model %s, not "
+                    "on --model %s (%s)\n", a->retention, r->model_identity,
+                    a->model, id);
+            return EXIT_FAILURE;
+        }
+    } else if (r->model_identity != NULL) {
+        snprintf(id, PF_IDENTITY_LEN + 1, "%s", r->model_identity);
+    }
+    return 0;
+}
 
 static int build_run(const struct build_args *a)
 {
@@ -178,12 +222,22 @@ static int build_run(const struct build_args *a)
     struct pf_retention r;
     if (pf_retention_load(&r, a->retention, err, sizeof(err)) != 0)
         return file_fail(a->retention, err);
+    char id[PF_IDENTITY_LEN + 1];
+    int rc = build_identity(a, &r, id);
+    if (rc != 0) {
+        pf_retention_free(&r);
+        return rc;
+    }
     struct pf_profile p;
-    int rc = pf_profile_build(&p, &r, a->alpha, (int)a->hpg,
-                              grouping_of(a->grouping), err, sizeof(err));
+    rc = pf_profile_build(&p, &r, a->alpha, (int)a->hpg,
+                          grouping_of(a->grouping), err, sizeof(err));
     pf_retention_free(&r);
-    if (rc != 0)
+    if (rc == 0 && id[0] != '\0')
+        rc = pf_profile_set_identity(&p, id, err, sizeof(err));
+    if (rc != 0) {
+        pf_profile_free(&p);
         return fail("build: %s", err);
+    }
     if (strcmp(a->out, "-") == 0) {
         json_t *doc;
         rc = pf_profile_to_json(&p, &doc, err, sizeof(err));
@@ -477,6 +531,9 @@ static int show_run(const struct use_args *a, struct pf_profile *p)
     printf("profile %s: %s, %d layers x %d KV heads, head_dim %d\n",
            a->profile, p->architecture, p->num_layers, p->num_kv_heads,
            p->head_dim);
+    printf("model identity %s\n",
+           p->model_identity != NULL ? p->model_identity
+                                     : "none (not checked when serving)");
     printf("method %s, target_ratio %g, alpha %g, %d samples\n", p->method,
            p->target_ratio, p->alpha, p->samples);
     printf("grouping %s, %d heads per group, %d groups per layer\n",
@@ -727,12 +784,59 @@ static int cmd_calibrate(int argc, char **argv)
     return rc;
 }
 
+/* ---- identity ------------------------------------------------------------ */
+
+struct identity_args {
+    char *model;
+};
+
+static int cmd_identity(int argc, char **argv)
+{
+    static const struct tg_config_entry table[] = {
+        {.name = "model", .type = TG_CONFIG_STRING,
+         .offset = TG_CONFIG_OFFSET(struct identity_args, model, char *),
+         .metavar = "DIR", .flags = TG_CONFIG_REQUIRED,
+         .help = "Hugging Face model directory (or its config.json)."},
+    };
+    static const size_t n = sizeof(table) / sizeof(table[0]);
+    struct identity_args a = {0};
+    int rc = parse_flags(table, n, &a, argc, argv);
+    if (rc >= 0) {
+        tg_config_free(table, n, &a);
+        return rc;
+    }
+    char err[512], id[PF_IDENTITY_LEN + 1], text[PF_IDENTITY_TEXT_MAX];
+    struct mc_model_config cfg;
+    rc = mc_model_config_load(&cfg, a.model, err, sizeof(err));
+    if (rc != 0) {
+        rc = file_fail(a.model, err);
+    } else if (pf_identity_of_config(&cfg, id) != 0 ||
+               pf_identity_text(&cfg, text, sizeof(text)) != 0) {
+        rc = fail("%s", "cannot hash the model's config");
+    } else {
+        json_t *doc = json_object();
+        if (doc != NULL &&
+            (json_object_set_new(doc, "identity", json_string(id)) != 0 ||
+             json_object_set_new(doc, "text", json_string(text)) != 0)) {
+            json_decref(doc);
+            doc = NULL;
+        }
+        rc = print_json(doc);
+    }
+    tg_config_free(table, n, &a);
+    return rc;
+}
+
 /* ---- dispatch ------------------------------------------------------------ */
 
 static const struct command commands[] = {
     {"build", cmd_build, "Build a profile from per-head retention samples.",
      PROG " build --retention FILE [--alpha A] --heads-per-group N "
-          "[--grouping clustered|adjacent] -o OUT"},
+          "[--grouping clustered|adjacent] [--model DIR] -o OUT"},
+    {"identity", cmd_identity,
+     "Print a model's identity, the one profiles record and serving checks, "
+     "and the text it hashes, as JSON.",
+     PROG " identity --model DIR"},
     {"show", cmd_show,
      "Print budgets, groups with group budgets, and the reclaimable memory "
      "for a prompt of --context tokens (default 32768).",

@@ -48,6 +48,7 @@ extern char **environ;
 struct gen_options {
     char *model;
     char *profile;
+    bool profile_force;
     char *prompt;
     char *prompt_ids;
     int64_t max_tokens;
@@ -91,6 +92,10 @@ static const struct tg_config_entry gen_table[] = {
     {.name = "profile", .type = TG_CONFIG_STRING, .def = "none",
      .offset = OFF(profile, char *), .metavar = "FILE|none",
      .help = "Tangram profile; none keeps full KV."},
+    {.name = "profile-force", .type = TG_CONFIG_BOOL, .def = "false",
+     .offset = OFF(profile_force, bool),
+     .help = "Use a profile made for another model (its model identity "
+             "differs) with a warning instead of refusing."},
     {.name = "prompt", .type = TG_CONFIG_STRING, .offset = OFF(prompt, char *),
      .metavar = "TEXT", .help = "Prompt text (tokenized with the model's tokenizer.json)."},
     {.name = "prompt-ids", .type = TG_CONFIG_STRING,
@@ -322,6 +327,7 @@ int main(int argc, char **argv)
         .trig_stats_path = o.trig_stats,
         .model_dir = o.model,
         .profile_path = o.profile,
+        .profile_force = o.profile_force,
         .heads_per_group = (int)o.heads_per_group,
         .page_size = (int)o.page_size,
         .prefill_chunk = (int)o.prefill_chunk,

@@ -505,12 +505,14 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
              .step = 3},
             {.temperature = 1.0f, .top_p = 0.9f, .seed = 3, .step = 7},
         };
-        int32_t tok[NSEQ], top_ids[NSEQ * 5];
-        float lp[NSEQ], top_lps[NSEQ * 5];
-        if (gw_cuda_sample(&cu[0], NSEQ, sp, NULL, 5, tok, lp, top_ids, top_lps, err,
-                           sizeof(err)) != 0)
+        int32_t tok[NSEQ], top_ids[NSEQ * 5], bad[NSEQ];
+        float lp[NSEQ], top_lps[NSEQ * 5], bad_val[NSEQ];
+        if (gw_cuda_sample(&cu[0], NSEQ, sp, NULL, 5, tok, lp, top_ids, top_lps,
+                           bad, bad_val, err, sizeof(err)) != 0)
             fail_msg("device sampling: %s", err);
         assert_int_equal(cu[0].dev_rows, 0); /* one sampling per decode */
+        for (int s = 0; s < NSEQ; s++)
+            assert_int_equal(bad[s], -1); /* finite rows */
         for (int s = 0; s < NSEQ; s++) {
             const float *row = lg[1] + (size_t)s * V;
             double mx = row[0], sum = 0;

@@ -3,11 +3,13 @@
 # errors), runs every ctest test, then rebuilds the host code with ASan +
 # UBSan and runs the unit tests again under the sanitizers (the ctest run
 # includes the soak test, tests/integration/test_soak.py, in its short form:
-# TANGRAM_SOAK_SECONDS of load, default 48), then builds the
+# TANGRAM_SOAK_SECONDS of load, default 48), checks that the unit tests
+# catch a handful of deliberate bugs (tests/mutation), then builds the
 # libFuzzer harnesses with clang and fuzzes each for a bounded time
 # (TANGRAM_FUZZ_SECONDS, default 25; tests/fuzz/README.md). After each ctest
 # run it prints how many tests ran and skipped: only GPU tests may skip
-# (without an NVIDIA device); any other skip fails the run.
+# (without an NVIDIA device); any other skip fails the run, and so does a
+# ctest run that finds no test (--no-tests=error).
 set -eu
 cd "$(dirname "$0")/.."
 JOBS=$(nproc 2>/dev/null || echo 2)
@@ -21,7 +23,7 @@ run_ctest() {
     dir=$1
     shift
     rc=0
-    (cd "$dir" && ctest --output-on-failure -j"$JOBS" \
+    (cd "$dir" && ctest --output-on-failure --no-tests=error -j"$JOBS" \
         --output-junit ctest-junit.xml "$@") || rc=$?
     "$PY" tests/ctest_summary.py "$dir" "$dir/ctest-junit.xml" || rc=1
     return $rc
@@ -36,6 +38,11 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTANGRAM_SANITIZE=ON \
 cmake --build build-asan -j"$JOBS"
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1
 run_ctest build-asan -L unit
+
+# Mutation check (tests/mutation/README.md): a handful of deliberate bugs
+# in the admission and budget code, each of which the unit tests must
+# catch; its own CPU-only build in build-mutation.
+"$PY" tests/mutation/mutate.py --work build-mutation
 
 # Fuzzing: the harnesses of tests/fuzz in their own build (clang,
 # fuzzer-no-link + ASan + UBSan), each for a bounded time over a scratch

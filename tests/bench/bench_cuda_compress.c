@@ -289,7 +289,6 @@ int main(int argc, char **argv)
     return run(n, iters, quick);
 #else
     (void)quick;
-    printf("skipped: no CUDA device\n");
-    return 77; /* ctest: skipped */
+    return tt_cuda_skip("built without CUDA");
 #endif
 }

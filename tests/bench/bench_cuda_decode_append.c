@@ -171,7 +171,6 @@ int main(int argc, char **argv)
 #else
     (void)quick;
     (void)reps;
-    printf("skipped: no CUDA device\n");
-    return 77; /* ctest: skipped */
+    return tt_cuda_skip("built without CUDA");
 #endif
 }

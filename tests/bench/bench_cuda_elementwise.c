@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "common/tg_err.h"
+#include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
@@ -265,15 +266,16 @@ int main(int argc, char **argv)
     }
 #ifndef TANGRAM_CUDA
     (void)quick;
-    printf("skipped: no CUDA device (built without CUDA)\n");
-    return 77; /* ctest: skipped */
+    return tt_cuda_skip("built without CUDA");
 #else
     int n_dev = 0;
     struct tg_cuda_device_info info;
+    if (!tt_cuda_have_device(NULL))
+        return tt_cuda_skip("no CUDA device");
     if (tg_cuda_device_count(&n_dev) != 0 ||
         tg_cuda_device_query(0, &info) != 0) {
-        printf("skipped: no CUDA device\n");
-        return 77; /* ctest: skipped */
+        fprintf(stderr, "bench-cuda-elementwise: device query failed\n");
+        return 1;
     }
     struct bench B;
     int rc = setup(&B, quick);

@@ -269,7 +269,6 @@ int main(int argc, char **argv)
     return run(quick);
 #else
     (void)quick;
-    printf("skipped: built without CUDA\n");
-    return 77; /* ctest: skipped */
+    return tt_cuda_skip("built without CUDA");
 #endif
 }

@@ -855,9 +855,11 @@ int main(int argc, char **argv)
         return rc;
 #ifdef TANGRAM_CUDA
     int n = 0;
+    if (!tt_cuda_have_device(NULL))
+        return tt_cuda_skip("no CUDA device");
     if (tg_cuda_device_count(&n) != 0 || n < 1) {
-        printf("skipped: no CUDA device\n");
-        return 77; /* ctest: skipped */
+        fprintf(stderr, PROG ": the device count failed\n");
+        return 1;
     }
     if (o.device >= n) {
         fprintf(stderr, PROG ": --device %d, but %d device(s) present\n",
@@ -866,7 +868,6 @@ int main(int argc, char **argv)
     }
     return run(&o, argc, argv);
 #else
-    printf("skipped: no CUDA device\n");
-    return 77; /* ctest: skipped */
+    return tt_cuda_skip("built without CUDA");
 #endif
 }

@@ -258,7 +258,6 @@ int main(int argc, char **argv)
     return 0;
 #else
     (void)quick;
-    printf("skipped: no CUDA device\n");
-    return 77; /* ctest: skipped */
+    return tt_cuda_skip("built without CUDA");
 #endif
 }

@@ -583,7 +583,6 @@ int main(void)
                              "no CUDA device: device tests skipped",
                              "device", dev_tests, TT_COUNT(dev_tests));
 #else
-    printf("built without CUDA: skipped\n");
-    return 77;
+    return tt_cuda_skip("built without CUDA");
 #endif
 }

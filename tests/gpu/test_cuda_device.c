@@ -29,8 +29,7 @@ int main(void)
     if (!tt_cuda_have_device("no CUDA device: skipped"))
         return 77;
 #else
-    printf("built without CUDA: skipped\n");
-    return 77;
+    return tt_cuda_skip("built without CUDA");
 #endif
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_query)};
     return cmocka_run_group_tests(tests, NULL, NULL);

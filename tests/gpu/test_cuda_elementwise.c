@@ -689,7 +689,6 @@ int main(void)
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 #else
-    printf("built without CUDA: skipped\n");
-    return 77;
+    return tt_cuda_skip("built without CUDA");
 #endif
 }

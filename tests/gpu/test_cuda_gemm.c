@@ -328,7 +328,6 @@ int main(void)
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 #else
-    printf("built without CUDA: skipped\n");
-    return 77;
+    return tt_cuda_skip("built without CUDA");
 #endif
 }

@@ -381,7 +381,6 @@ int main(void)
                              "no CUDA device: device tests skipped",
                              "score_qa_device", tests, TT_COUNT(tests));
 #else
-    printf("built without CUDA: skipped\n");
-    return 77;
+    return tt_cuda_skip("built without CUDA");
 #endif
 }

@@ -616,7 +616,6 @@ int main(void)
                              "no CUDA device: skipped", "cuda_trig", tests,
                              sizeof(tests) / sizeof(tests[0]));
 #else
-    printf("built without CUDA: skipped\n");
-    return 77;
+    return tt_cuda_skip("built without CUDA");
 #endif
 }

@@ -85,8 +85,7 @@ static void test_reorder(void **state)
 int main(void)
 {
 #ifndef TANGRAM_CUDA
-    printf("skipped: built without CUDA\n");
-    return 77;
+    return tt_cuda_skip("built without CUDA");
 #else
     const struct CMUnitTest args[] = {cmocka_unit_test(test_bad_arguments)};
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_reorder)};

@@ -428,7 +428,6 @@ int main(int argc, char **argv)
 #else
     (void)argc;
     (void)argv;
-    printf("built without CUDA: skipped\n");
-    return 77;
+    return tt_cuda_skip("built without CUDA");
 #endif
 }

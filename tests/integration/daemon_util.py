@@ -11,9 +11,13 @@ What it gives:
   directory; ~1 s to generate).
 - free_port(): a loopback TCP port that was free a moment ago.
 - Daemon: starts `tangramd` with the small settings the tests use, waits for
-  /health, remembers the router and worker pids, and stops it (SIGTERM, then
+  /health (starting again on new ports when a parallel test took one),
+  remembers the router and worker pids, and stops it (SIGTERM, then
   SIGKILL after a timeout) checking that no child survives. Use it as a
   context manager so the daemon is killed even when a test raises.
+- GPU tests: gpu_count() / gpu_skip() (skip only without a device, fail
+  under TANGRAM_REQUIRE_GPU=1), and teacher forcing of two backends
+  (forced_scores, forced_decode, measure_forced, check_forced).
 - http(): one HTTP/1.1 request through http.client (any method, raw body;
   returns status, headers and body), json_of(), is_openai_error(),
   sse_events().
@@ -46,6 +50,12 @@ SKIP = 77  # ctest's "skipped" exit status: only the GPU tests may use it
 def prog(name):
     """Path of the program `name` in TANGRAM_BIN (it may not exist)."""
     return os.path.join(BIN, name)
+
+
+# The programs of a test that also builds profiles and runs the in-process
+# generator beside the daemon.
+ALL_PROGRAMS = ("tangramd", "tangram-router", "tangram-worker",
+                "tangram-make-model", "tangram-profile", "tangram-generate")
 
 
 def missing_inputs(programs=("tangramd", "tangram-router", "tangram-worker",
@@ -206,15 +216,214 @@ def greedy_agrees(ref_tokens, ref_top, got_tokens, near_tie):
     return True
 
 
-def gpu_count():
-    """NVIDIA GPUs nvidia-smi -L lists (0 without the tool or a driver)."""
+# ---- CUDA against CPU: both backends score one token sequence --------------
+
+def complete_ids(d, ids, max_tokens, extra=None, headers=None, timeout=300):
+    """A greedy /v1/completions of the prompt `ids` (token ids) with
+    logprobs 5 and ignore_eos; `extra` adds or overrides body fields.
+    Returns (tokens, token_logprobs, top_logprobs, json) of the first
+    choice, or (None, why, None, None)."""
+    body = {"model": "model", "prompt": list(ids), "max_tokens": max_tokens,
+            "temperature": 0, "logprobs": 5, "ignore_eos": True}
+    body.update(extra or {})
+    try:
+        st, _, raw = http("POST", d.base_url + "/v1/completions", body,
+                          headers=headers, timeout=timeout)
+    except OSError as e:
+        return None, "request failed: %s" % e, None, None
+    j = json_of(raw)
+    if st != 200 or not j:
+        return None, "status %s: %s" % (st, raw[:300]), None, None
+    lp = j["choices"][0].get("logprobs") or {}
+    return lp.get("tokens"), lp.get("token_logprobs"), \
+        lp.get("top_logprobs"), j
+
+
+def forced_scores(d, prompt, seq, extra=None):
+    """Teacher forcing through the daemon's API: for each i, the
+    log-probability of seq[i] after prompt + seq[:i], from a one-token
+    completion of that prefix whose choice is forced to seq[i] by
+    logit_bias +100 (the returned logprob is the raw one, unbiased), with
+    the backend's own top-5 there. The requests go in order, so a daemon
+    reuses the previous prefix's stored KV exactly as another daemon given
+    the same requests does; each choice is checked to be seq[i] (its text
+    against /detokenize's). Returns a list of {"lp", "top": [(token, lp)
+    by lp descending]} per position, or (None, why)."""
+    out, text = [], {}
+    for i, t in enumerate(seq):
+        body = dict(extra or {}, logit_bias={str(t): 100})
+        toks, lps, tops, _ = complete_ids(d, list(prompt) + list(seq[:i]), 1,
+                                          body)
+        if toks is None or not lps or len(lps) != 1:
+            return None, "position %d: %s" % (i, lps)
+        if t not in text:
+            st, _, raw = http("POST", d.base_url + "/detokenize",
+                              {"model": "model", "tokens": [t]})
+            text[t] = (json_of(raw) or {}).get("prompt") if st == 200 \
+                else None
+        # Token text is lossy for a lone byte of a UTF-8 sequence.
+        if toks[0] != text[t] and "\ufffd" not in (text[t] or "") + toks[0]:
+            return None, "position %d: the choice is %r, not the forced " \
+                "token %d (%r)" % (i, toks[0], t, text[t])
+        top = sorted((tops[0] or {}).items(), key=lambda kv: -kv[1])
+        out.append({"lp": lps[0], "top": top})
+    return out, None
+
+
+def forced_decode(d, prompt, tok, n, extra=None):
+    """Teacher-forced decode through the daemon's API: the prompt, then n
+    tokens all forced to `tok` (logit_bias +100), so every backend decodes
+    the same sequence through its decode path. Returns the n raw
+    log-probabilities of tok as scores like forced_scores', or (None,
+    why)."""
+    body = dict(extra or {}, logit_bias={str(tok): 100})
+    toks, lps, tops, _ = complete_ids(d, prompt, n, body)
+    if toks is None or not lps or len(lps) != n or len(set(toks)) != 1:
+        return None, "forced decode: %s %s" % (toks, lps)
+    return [{"lp": lp, "top": sorted((tp or {}).items(),
+                                     key=lambda kv: -kv[1])}
+            for lp, tp in zip(lps, tops)], None
+
+
+def compare_scores(ref, got, tol):
+    """Compares two backends' scores of one sequence (forced_scores or
+    forced_decode, position by position): returns a dict with n, worst and
+    mean |difference| of the forced token's logprob, bad (positions over
+    tol, with both values), agree (positions where both backends' most
+    likely token is the same) and must_agree_bad (positions where ref's
+    two most likely tokens are more than 2 tol apart, so a logprob error
+    within tol could not swap them, yet the most likely tokens differ)."""
+    diffs, bad, agree, must = [], [], 0, []
+    for i, (a, b) in enumerate(zip(ref, got)):
+        dlt = abs(a["lp"] - b["lp"])
+        diffs.append(dlt)
+        if not dlt <= tol:
+            bad.append((i, a["lp"], b["lp"]))
+        same = bool(a["top"]) and bool(b["top"]) and \
+            a["top"][0][0] == b["top"][0][0]
+        agree += same
+        gap = a["top"][0][1] - a["top"][1][1] if len(a["top"]) > 1 else 0
+        if not same and gap > 2 * tol:
+            must.append((i, a["top"][:2], b["top"][:2]))
+    n = len(diffs)
+    return {"n": n, "worst": max(diffs) if diffs else 0.0,
+            "mean": sum(diffs) / n if n else 0.0, "bad": bad,
+            "agree": agree, "must_agree_bad": must,
+            "complete": len(ref) == len(got)}
+
+
+def measure_forced(chk, d, cases, n_decode, extra=None):
+    """Every score teacher forcing gives of daemon d, for cases [(prompt
+    ids, sequence)]: per case (forced_scores of the sequence,
+    forced_decode of n_decode copies of its first token, the free-running
+    greedy completion of n_decode tokens as (tokens, top_logprobs)).
+    `extra` adds body fields to every request (a seed). A failed request is
+    a failed check of chk; returns the list, or None after one."""
+    out = []
+    for k, (p, seq) in enumerate(cases):
+        forced, why = forced_scores(d, p, seq, extra)
+        if not chk.check(forced is not None, "prompt %d: teacher-forced "
+                         "scores" % k, why):
+            return None
+        dec, why = forced_decode(d, p, seq[0], n_decode, extra)
+        if not chk.check(dec is not None, "prompt %d: forced decode" % k,
+                         why):
+            return None
+        toks, lps, tops, _ = complete_ids(d, p, n_decode, extra)
+        if not chk.check(toks is not None, "prompt %d: greedy completion"
+                         % k, lps):
+            return None
+        out.append((forced, dec, (toks, tops)))
+    return out
+
+
+def check_forced(chk, name, ref, got, tol, near_tie):
+    """Checks measure_forced's scores of one backend (got) against
+    another's (ref): the forced token's logprob within tol at every forced
+    position and every forced decode step, the most likely token the same
+    wherever ref's top two are over 2 tol apart, and the free-running
+    greedy completions differing only after a step where ref's top two
+    were within near_tie (greedy_agrees). Prints the figures: worst and
+    mean |difference|, greedy agreement at the forced positions, and how
+    many free-running tokens agree."""
+    for k, (a, b) in enumerate(zip(ref, got)):
+        for what, x, y in (("forced positions", a[0], b[0]),
+                           ("forced decode", a[1], b[1])):
+            r = compare_scores(x, y, tol)
+            print("# %s, prompt %d, %s: %d positions, worst |dlogprob| "
+                  "%.4g, mean %.4g (tolerance %.3g); greedy agreement "
+                  "%d/%d" % (name, k, what, r["n"], r["worst"], r["mean"],
+                             tol, r["agree"], r["n"]), flush=True)
+            chk.check(r["complete"] and r["n"] == len(x) and not r["bad"],
+                      "%s, prompt %d: %s within %.3g nat at every position"
+                      % (name, k, what, tol), r["bad"])
+            chk.check(not r["must_agree_bad"],
+                      "%s, prompt %d: %s: the same most likely token "
+                      "wherever the reference's top two are over %.3g apart"
+                      % (name, k, what, 2 * tol), r["must_agree_bad"])
+        ta, tops = a[2]
+        tb = b[2][0]
+        same = next((i for i, (x, y) in enumerate(zip(ta, tb)) if x != y),
+                    len(ta))
+        print("# %s, prompt %d: free-running greedy agrees for %d of %d "
+              "tokens" % (name, k, same, len(ta)), flush=True)
+        chk.check(greedy_agrees(ta, tops, tb, near_tie),
+                  "%s, prompt %d: free-running greedy differs only after a "
+                  "near-tie (%.2g nat)" % (name, k, near_tie),
+                  "reference %s\ngot %s" % (ta, tb))
+
+
+def require_gpu():
+    """True when TANGRAM_REQUIRE_GPU=1 (the GPU round sets it): a GPU test
+    that cannot reach a device then fails instead of skipping."""
+    return os.environ.get("TANGRAM_REQUIRE_GPU") == "1"
+
+
+def gpu_probe():
+    """(n, problem): the NVIDIA GPUs `nvidia-smi -L` lists, and None, or
+    (0, why) when a driver is there but the GPUs cannot be listed (a broken
+    driver, or nvidia-smi missing beside a loaded driver). A machine
+    without a loaded NVIDIA kernel driver (/proc/driver/nvidia/version
+    absent) and without nvidia-smi has no device: (0, None)."""
+    driver = os.path.exists("/proc/driver/nvidia/version")
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return 0
-    r = subprocess.run([smi, "-L"], capture_output=True, text=True)
-    if r.returncode != 0:
-        return 0
-    return sum(1 for line in r.stdout.splitlines() if line.startswith("GPU "))
+        return (0, "an NVIDIA driver is loaded but nvidia-smi is not on "
+                   "PATH") if driver else (0, None)
+    try:
+        r = subprocess.run([smi, "-L"], capture_output=True, text=True,
+                           timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return 0, "nvidia-smi -L: %s" % e
+    n = sum(1 for line in r.stdout.splitlines() if line.startswith("GPU "))
+    if r.returncode == 0:
+        return n, None
+    out = (r.stdout + r.stderr).strip()
+    if not driver or "No devices were found" in out:
+        return 0, None
+    return 0, "nvidia-smi -L failed (exit %d): %s" % (r.returncode,
+                                                       out[-300:])
+
+
+def gpu_count():
+    """NVIDIA GPUs the machine has (0: none, the only reason a GPU test may
+    skip). Raises RuntimeError naming the problem when a driver is there
+    but the GPUs cannot be listed: the test then fails, never skips."""
+    n, problem = gpu_probe()
+    if problem is not None:
+        raise RuntimeError("cannot count the GPUs: " + problem)
+    return n
+
+
+def gpu_skip(why="no NVIDIA GPU"):
+    """The exit status of a GPU test that found no device: prints
+    "skipped: <why>" and returns SKIP, or, under TANGRAM_REQUIRE_GPU=1,
+    prints a failure and returns 1."""
+    if require_gpu():
+        print("FAIL: TANGRAM_REQUIRE_GPU=1 but " + why, flush=True)
+        return 1
+    print("skipped: " + why, flush=True)
+    return SKIP
 
 
 def free_port():
@@ -280,13 +489,21 @@ class Daemon:
     args: extra tangramd flags (strings). The defaults keep the daemon small:
     --kv-memory 64MiB (the worker would otherwise reserve most of the host
     RAM), --prefill-chunk 64, --heads-per-group 2 (the tiny model has two KV
-    heads). api_key goes through the environment (TANGRAM_API_KEY), as an
-    operator should do. The daemon's stderr goes to <workdir>/tangramd.log.
+    heads), --worker-heartbeat-ms 1000 (the daemon's default: a worker
+    silent for 5 s is dead; half that was seen to kill workers busy in one
+    step on a loaded machine). api_key goes through the environment
+    (TANGRAM_API_KEY), as an operator should do. The daemon's stderr goes
+    to <workdir>/tangramd.log.
     """
 
     DEFAULT_ARGS = ["--kv-memory", "64MiB", "--prefill-chunk", "64",
                     "--max-batched-tokens", "512", "--heads-per-group", "2",
-                    "--worker-heartbeat-ms", "500", "--shutdown-timeout", "5"]
+                    "--worker-heartbeat-ms", "1000", "--shutdown-timeout", "5"]
+
+    # Starts tried when the daemon loses a port: free_port() only says a
+    # port was free a moment ago, and a test running in parallel may bind
+    # it before tangramd does.
+    PORT_TRIES = 4
 
     def __init__(self, model, workdir, args=None, api_key=None, profile=None,
                  nofile=None):
@@ -296,13 +513,19 @@ class Daemon:
         self.api_key = api_key
         self.profile = profile
         self.nofile = nofile  # RLIMIT_NOFILE (soft = hard) of the daemon
+        self.new_ports()
+        self.proc = None
+        self.log_path = os.path.join(workdir, "tangramd.log")
+        self.log_from = 0  # where the latest start's part of the log begins
+        self.children = set()  # every router/worker pid seen
+        self.port_retries = 0
+
+    def new_ports(self):
+        """Picks a free HTTP and a free gRPC port, different ones."""
         self.http_port = free_port()
         self.grpc_port = free_port()
         while self.grpc_port == self.http_port:
             self.grpc_port = free_port()
-        self.proc = None
-        self.log_path = os.path.join(workdir, "tangramd.log")
-        self.children = set()  # every router/worker pid seen
 
     @property
     def host(self):
@@ -327,11 +550,43 @@ class Daemon:
     def start(self, timeout=60.0):
         """Starts tangramd and waits until /health answers 200. Returns True
         when it is ready; False (daemon left running, call stop()) when it
-        exited or did not get ready in time; the log tells why."""
+        exited or did not get ready in time; the log tells why. A daemon
+        that could not listen because its port was taken meanwhile (by a
+        test running in parallel: "address already in use") is started
+        again on new ports, up to PORT_TRIES times in all."""
+        for attempt in range(self.PORT_TRIES):
+            ok = self.start_once(timeout)
+            if ok or attempt + 1 == self.PORT_TRIES or not self.lost_port():
+                return ok
+            self.stop()
+            self.new_ports()
+            self.port_retries += 1
+        return False
+
+    def lost_port(self):
+        """True when the latest start failed for want of its port."""
+        if self.proc is not None and self.proc.poll() is None and \
+                self.start_failure() is None:
+            return False
+        return "address already in use" in self.log_since_start().lower()
+
+    def start_once(self, timeout):
+        """One start (see start())."""
+        try:
+            self.log_from = os.path.getsize(self.log_path)
+        except OSError:
+            self.log_from = 0
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("TANGRAM_") and
                k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
         env["TMPDIR"] = self.workdir  # runtime dir (ipc socket) in our tree
+        # A worker's patience with a silent router (10 x its heartbeat by
+        # default): on a loaded machine the router's start-up (tokenizer,
+        # chat template) was seen to take longer than that, and the worker
+        # gave up before the router spoke, failing the start. A router that
+        # never comes is still tangramd's to handle (a child that fails
+        # before READY stops the others).
+        env["TANGRAM_ROUTER_TIMEOUT_MS"] = "60000"
         if self.api_key is not None:
             env["TANGRAM_API_KEY"] = self.api_key
         self.log = open(self.log_path, "ab")
@@ -361,16 +616,18 @@ class Daemon:
         return False
 
     def start_failure(self):
-        """The first 'cannot start' line a child logged, or None."""
-        for line in self.log_text().splitlines():
+        """The first 'cannot start' line a child logged since the latest
+        start, or None."""
+        for line in self.log_since_start().splitlines():
             if "cannot start:" in line:
                 return line
         return None
 
-    def health(self):
-        """Status code of GET /health, or None when nothing answers."""
+    def health(self, timeout=2):
+        """Status code of GET /health, or None when nothing answers within
+        timeout seconds."""
         try:
-            st, _, _ = http("GET", self.base_url + "/health", timeout=2)
+            st, _, _ = http("GET", self.base_url + "/health", timeout=timeout)
             return st
         except OSError:
             return None
@@ -387,6 +644,15 @@ class Daemon:
         'worker')."""
         return [c for c in children_of(self.proc.pid)
                 if ("tangram-" + role) in cmdline(c)]
+
+    def log_since_start(self):
+        """The log written since the latest start."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_from)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def log_text(self):
         try:
@@ -411,8 +677,9 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait()
                 rc = None  # did not stop on its own
-        # tangramd waits for its children; give stragglers a moment.
-        wait_for(lambda: not any(alive(c) for c in self.children), 3)
+        # tangramd waits for its children; give stragglers a moment (up
+        # to 15 s on a loaded machine; it ends as soon as they are gone).
+        wait_for(lambda: not any(alive(c) for c in self.children), 15)
         left = [c for c in self.children if alive(c)]
         for c in left:
             try:
@@ -597,10 +864,14 @@ def fetch_metrics(base_url, headers=None):
 
 
 def node_clients(scripts):
-    """A directory holding tests/integration/clients/package.json and the
-    given .mjs scripts with the official OpenAI Node client installed
-    (npm install, once per build tree). Returns (dir, None), or (None, why)
-    when node/npm is missing or the install failed."""
+    """A directory holding tests/integration/clients/package.json, its
+    package-lock.json and the given .mjs scripts, with the official OpenAI
+    Node client installed from the committed lockfile (`npm ci`: exactly
+    its versions and integrity hashes), once per build tree and again when
+    the lockfile changes; a file lock makes tests running in parallel share
+    one install. Returns (dir, None), or (None, why) when node/npm is
+    missing or the install failed."""
+    import fcntl
     if shutil.which("node") is None or shutil.which("npm") is None:
         return None, "node/npm not installed"
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients")
@@ -609,15 +880,36 @@ def node_clients(scripts):
         os.access(base, os.W_OK) else os.path.join(
             os.environ.get("TMPDIR", "/tmp"), "tangram-integration-clients")
     os.makedirs(root, exist_ok=True)
-    for f in ["package.json"] + list(scripts):
-        shutil.copyfile(os.path.join(src, f), os.path.join(root, f))
-    if not os.path.isdir(os.path.join(root, "node_modules", "openai")):
-        r = subprocess.run(["npm", "install", "--no-audit", "--no-fund",
-                            "--loglevel=error"], cwd=root,
-                           capture_output=True, text=True, timeout=240)
-        if r.returncode != 0 or not os.path.isdir(
+    with open(os.path.join(root, ".install-lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for f in ["package.json", "package-lock.json"] + list(scripts):
+            # Replaced whole: a test running node on the old copy keeps it.
+            tmp = os.path.join(root, ".%s.%d" % (f, os.getpid()))
+            shutil.copyfile(os.path.join(src, f), tmp)
+            os.replace(tmp, os.path.join(root, f))
+        with open(os.path.join(src, "package-lock.json"), "rb") as f:
+            want = f.read()
+        stamp = os.path.join(root, "node_modules", ".tangram-lockfile")
+        try:
+            with open(stamp, "rb") as f:
+                have = f.read()
+        except OSError:
+            have = None
+        if have != want or not os.path.isdir(
                 os.path.join(root, "node_modules", "openai")):
-            return None, "npm install failed: " + r.stderr[-300:]
+            try:
+                r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund",
+                                    "--loglevel=error"], cwd=root,
+                                   capture_output=True, text=True,
+                                   timeout=300)
+            except subprocess.TimeoutExpired:
+                return None, "npm ci timed out"
+            if r.returncode != 0 or not os.path.isdir(
+                    os.path.join(root, "node_modules", "openai")):
+                return None, ("npm ci (tests/integration/clients/"
+                              "package-lock.json) failed: " + r.stderr[-300:])
+            with open(stamp, "wb") as f:
+                f.write(want)
     return root, None
 
 

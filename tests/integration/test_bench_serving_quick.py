@@ -8,8 +8,8 @@ second turns reusing the first turn's KV (cached prompt tokens > 0, as the
 history is re-sent token for token). The quick turns are shorter than the
 snapkv window (32 forced keys), so the profile saves nothing here and only
 consistency is checked; the savings show in the full run
-(docs/PERFORMANCE.md). Exit 77 when the daemon or python3-grpcio is
-missing. About 6 s.
+(docs/PERFORMANCE.md). Fails, naming it, when the daemon or python3-grpcio
+is missing. About 6 s.
 """
 import json
 import math

@@ -12,7 +12,7 @@
    prompt tokens of §4.3 per (layer, group) (profile_ref.turn_tokens), fewer
    than full KV, and agree with the numpy reference on prompt
    log-probabilities (1e-3).
-Exit 77 when the programs are not built.
+Fails, naming it, when a program is not built.
 """
 import json
 import math

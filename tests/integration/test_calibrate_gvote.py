@@ -302,10 +302,7 @@ def bad_flags(model, samples, work):
 
 
 def main():
-    missing = du.missing_inputs(
-        programs=("tangramd", "tangram-router", "tangram-worker",
-                  "tangram-make-model", "tangram-profile",
-                  "tangram-generate"))
+    missing = du.missing_inputs(programs=du.ALL_PROGRAMS)
     if missing:
         return du.fail_missing(missing)
     work = du.scratch_dir("tgcalgv")

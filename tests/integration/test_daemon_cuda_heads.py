@@ -3,30 +3,41 @@
 --method gvote (DESIGN.md §4.8) and with --decode-compress trig (§4.9),
 against --backend cpu serving the same model, profile and requests.
 
-Without a usable NVIDIA GPU (nvidia-smi -L lists none) it checks that
-neither option is refused for the CUDA backend any more: each start fails
-only because there is no device (or no CUDA build), never naming the
-method. Then it exits 77 (skipped).
-
-With a GPU, on a tiny qwen3 model with head_dim 64 (8 query / 4 KV heads,
-2 layers; the CUDA kernels take d 64 and 128) and a profile from
-`tangram-profile calibrate --trig --heads-per-group 1` (every head its own
-group, so per-head lengths move pages):
-  * gvote, with S = 0 and with S = 8 synthetic queries: greedy completions
-    with logprobs agree with the CPU backend by test_daemon_cuda.py's rule
-    (each step's token is equal, or the CPU's top two were within 0.1 nat
-    there, after which bf16 against fp32 may take another path); both
-    backends give pages back (tangram_kv_pages_released_total > 0);
-  * trig (--decode-budget 12 --decode-every 8 --decode-window 4, 64-token
-    greedy generations with ignore_eos, so several compactions each): the
-    same agreement rule, and the pages released are exactly the CPU's
-    (what a compaction frees depends only on the heads' lengths and caps,
-    not on which entries survive);
-  * for both: turn 2 of a conversation (same X-Session-Id) reuses the
+On a tiny qwen3 model with head_dim 64 (8 query / 4 KV heads, 2 layers; the
+CUDA kernels take d 64 and 128) and a profile from `tangram-profile
+calibrate --trig --heads-per-group 1` (every head its own group, so
+per-head lengths move pages), for gvote with S = 0 and with S = 8
+synthetic queries, and for trig (--decode-budget 12 --decode-every 8
+--decode-window 4):
+  * teacher forcing, as in test_daemon_cuda.py: for each of 4 prompts of 40
+    tokens, S = the first FORCED (16) ids of the CPU's greedy continuation
+    (tangram-generate, same flags); both backends score every position of
+    S (a one-token completion of each prefix forced to S[i] by logit_bias
+    +100) and decode 64 tokens all forced to S[0] (with trig 8
+    compactions, at the same steps on both since the tokens are the same);
+    the forced token's log-probability must be within TOL = 0.1 nat of the
+    CPU's at every position: the bf16 tolerance tests/gpu/test_cuda_model.c
+    gives the per-head methods (a bf16 score may tip a near-tie of gvote's
+    nucleus or of trig's survivor choice). Greedy agreement is a reported
+    figure, required wherever the CPU's top two are over 2 TOL apart; the
+    free-running greedy completions (64 tokens, ignore_eos) may differ only
+    after a near-tie (0.1 nat);
+  * both backends give pages back (tangram_kv_pages_released_total > 0);
+    with trig the pages released by all these requests are exactly the
+    CPU's (what a compaction frees depends only on the heads'
+    lengths and caps, not on which entries survive);
+  * on the GPU: turn 2 of a conversation (same X-Session-Id) reuses the
     stored per-head KV (cached_tokens > 0) and is served; 6 concurrent
     sampled streams end with [DONE]; afterwards every page in use is a
     stored entry's, and no step failed.
-Fails, naming it, when a program is missing.
+
+Without a usable NVIDIA GPU it checks that neither option is refused for
+the CUDA backend any more (each start fails only because there is no
+device, or no CUDA build, never naming the method), measures trig's
+teacher forcing of the first prompt on two CPU daemons (which must agree
+to 1e-4: this checks the measuring itself), and exits 77 (skipped), or 1 under
+TANGRAM_REQUIRE_GPU=1. Fails, naming it, when a program is missing or a
+loaded driver cannot list the GPUs.
 """
 import json
 import os
@@ -47,6 +58,9 @@ CHUNK = 64
 N_PROMPT = 40
 MAX_TOKENS = 64
 NEAR_TIE = 0.1
+TOL = 0.1
+SELF_TOL = 1e-4  # two CPU daemons: the same arithmetic
+FORCED = 16  # teacher-forced positions per prompt
 SEED = 7
 TRIG = ["--decode-compress", "trig", "--decode-budget", "12",
         "--decode-every", "8", "--decode-window", "4"]
@@ -89,12 +103,6 @@ def complete(d, ids, session=None):
     return lp.get("tokens"), lp.get("top_logprobs"), j
 
 
-def close_greedy(ref, got):
-    """Each step's token agrees, or the reference's top two were within
-    NEAR_TIE there (the rest of the sequence then cannot be compared)."""
-    return du.greedy_agrees(ref[0], ref[1], got[0], NEAR_TIE)
-
-
 def cpu_answer_ids(model, prof, ids, extra):
     """tangram-generate's greedy answer ids (CPU backend, same flags)."""
     r = subprocess.run(
@@ -134,10 +142,11 @@ def released(d):
     return du.metric(s, "tangram_kv_pages_released_total", rank="0") or 0
 
 
-def run(model, prof, work, backend, extra):
-    """Serves on `backend` with `extra` flags: per prompt the greedy result,
-    the pages released by them, and (GPU only) the other checks. Returns
-    (results, released) or None when the daemon did not start."""
+def run(model, prof, work, backend, extra, cases):
+    """Serves on `backend` with `extra` flags: measure_forced's scores of
+    the cases, the pages the free-running completions released, and (on
+    cuda) the other checks. Returns (scores, released) or None when the
+    daemon did not start or a request failed."""
     sub = os.path.join(work, backend + "-" + str(len(os.listdir(work))))
     os.makedirs(sub)
     d = du.Daemon(model, sub, profile=prof,
@@ -146,8 +155,11 @@ def run(model, prof, work, backend, extra):
         if not C.check(d.start(timeout=240), "%s %s: daemon ready" %
                        (backend, " ".join(extra)), d.log_text()[-3000:]):
             return None
+        # The seed: gvote's synthetic queries draw from it.
         r0 = released(d)
-        res = [complete(d, prompt_ids(k)) for k in range(4)]
+        scores = du.measure_forced(C, d, cases, MAX_TOKENS, {"seed": SEED})
+        if scores is None:
+            return None
         rel = released(d) - r0
         if backend == "cuda":
             tag = "cuda " + " ".join(extra)
@@ -175,22 +187,52 @@ def run(model, prof, work, backend, extra):
                 du.kv_page_metrics(d.base_url, 1))
             C.check("failed" not in d.log_text(),
                     tag + ": no step failed", d.log_text()[-2000:])
-        return res, rel
+        return scores, rel
+
+
+def forced_cases(model, prof, extra, n=4):
+    """[(prompt k, the first FORCED ids of the CPU's greedy continuation)]
+    for k < n, or None (checked)."""
+    out = []
+    for k in range(n):
+        ids = prompt_ids(k)
+        seq = cpu_answer_ids(model, prof, ids, extra)
+        if seq is None:
+            return None
+        out.append((ids, seq[:FORCED]))
+    return out
 
 
 def compare(model, prof, work, extra, name, exact_release):
-    cpu = run(model, prof, work, "cpu", extra)
-    gpu = run(model, prof, work, "cuda", extra)
+    cases = forced_cases(model, prof, extra)
+    if cases is None:
+        return
+    cpu = run(model, prof, work, "cpu", extra, cases)
+    gpu = run(model, prof, work, "cuda", extra, cases)
     if cpu is None or gpu is None:
         return
-    for k, (a, b) in enumerate(zip(cpu[0], gpu[0])):
-        C.check(close_greedy(a, b), "%s: prompt %d greedy close to cpu" %
-                (name, k), "cpu %s\ncuda %s" % (a[0], b[0]))
+    du.check_forced(C, name, cpu[0], gpu[0], TOL, NEAR_TIE)
     C.check(cpu[1] > 0 and gpu[1] > 0,
             "%s: pages released on both backends" % name, (cpu[1], gpu[1]))
     if exact_release:
         C.check(cpu[1] == gpu[1], "%s: the GPU releases exactly the CPU's "
                 "pages" % name, (cpu[1], gpu[1]))
+
+
+def self_check(model, prof, work):
+    """Without a GPU: trig's measuring on two CPU daemons given the same
+    requests; every figure must agree to SELF_TOL."""
+    cases = forced_cases(model, prof, TRIG, n=1)
+    if cases is None:
+        return
+    a = run(model, prof, work, "cpu", TRIG, cases)
+    b = run(model, prof, work, "cpu", TRIG, cases)
+    if a is None or b is None:
+        return
+    du.check_forced(C, "self-check (cpu against cpu, trig)", a[0], b[0],
+                    SELF_TOL, NEAR_TIE)
+    C.check(a[1] > 0 and a[1] == b[1], "self-check: trig released pages, "
+            "the same on both", (a[1], b[1]))
 
 
 def refused_only_for_want_of_a_device(model, prof, work):
@@ -210,10 +252,7 @@ def refused_only_for_want_of_a_device(model, prof, work):
 
 
 def main():
-    missing = du.missing_inputs(
-        programs=("tangramd", "tangram-router", "tangram-worker",
-                  "tangram-make-model", "tangram-profile",
-                  "tangram-generate"))
+    missing = du.missing_inputs(programs=du.ALL_PROGRAMS)
     if missing:
         return du.fail_missing(missing)
     work = du.scratch_dir("tg_cuda_heads.")
@@ -224,10 +263,10 @@ def main():
             return C.summary()
         if du.gpu_count() == 0:
             refused_only_for_want_of_a_device(model, prof, work)
+            self_check(model, prof, work)
             if C.summary() != 0:
                 return 1
-            print("skipped: no NVIDIA GPU")
-            return 77
+            return du.gpu_skip("no NVIDIA GPU")
         compare(model, prof, work, ["--method", "gvote", "--gvote-samples",
                                     "0"], "gvote S=0", False)
         compare(model, prof, work, ["--method", "gvote"], "gvote S=8", False)

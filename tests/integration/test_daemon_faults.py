@@ -7,10 +7,11 @@ checks, with client timeouts everywhere so that a hang is a failure and not
 a stuck test:
 
 1. Client disconnect: a long streaming request (ignore_eos, max_tokens
-   2000) is read for a few chunks and its socket closed; within a second
-   tangram_num_requests_running is 0 and tangram_kv_pages_used{rank="0"} is
-   back to its value before the request (an aborted request stores nothing
-   in the multi-turn cache: its pages return to the pool at once).
+   2000) is read for a few chunks and its socket closed; it is counted as an
+   abort, tangram_num_requests_running goes to 0 and
+   tangram_kv_pages_used{rank="0"} back to its value before the request (an
+   aborted request stores nothing in the multi-turn cache: its pages return
+   to the pool at once; one that ran to its end would be stored).
 2. No leaked pages after a mixed run: completions (streaming and not),
    disconnects, server-side errors (bad input) and aborts. Finished
    requests keep their KV in the multi-turn cache (LRU, for the next turn of
@@ -20,8 +21,10 @@ a stuck test:
    where rows = layers * groups (the prompts are distinct, so no entry
    replaces another).
 3. SIGKILL of the worker mid-generation with several concurrent requests
-   (streaming and not): every one ends with an error quickly (an SSE error
-   event then [DONE], or a 500 OpenAI error), /health goes 503 and back to
+   (streaming and not): every one ends with an error (an SSE error event
+   then [DONE], or a 500 OpenAI error) long before the clients' 30 s
+   timeout, the router having seen the process exit (its log says so, not
+   a heartbeat deadline); /health goes 503 and back to
    200 once the supervisor has restarted the worker, new requests succeed,
    and the pages in use are 0: the lost worker's KV is gone, so the router
    drops the running requests and the whole multi-turn cache.
@@ -32,9 +35,14 @@ a stuck test:
    normally (finish_reason "length", all tokens); tangramd exits 0 within
    --shutdown-timeout and no tangram-* child is left.
 5. Drain timeout: with --shutdown-timeout 2 a very long request is cut with
-   an error about 2 s after SIGTERM, and tangramd exits with no child left.
+   an error no earlier than 2 s after SIGTERM, and tangramd exits with no
+   child left.
 
-Exit 77 when the daemon is not built. About 40 s on two cores.
+Wall-clock bounds only separate a timer that fired from one that did not
+(a hang, a client timeout, a request that ran to its end), with seconds of
+slack (LATE_S) for a loaded machine; waits for what must happen are long
+(WAIT_S) and end as soon as it does. Fails, naming it, when a program is
+missing. About 40 s on two cores.
 """
 import json
 import os
@@ -51,6 +59,12 @@ import daemon_util as du  # noqa: E402
 PAGE = 16          # --page-size (the default)
 ROWS = 2           # 2 layers x (2 KV heads / 2 heads per group) groups
 LONG = {"max_tokens": 2000, "ignore_eos": True}
+# The limit of a wait for something that must happen (it ends as soon as it
+# does): generous, for a 2-core machine loaded by ctest -j4.
+WAIT_S = 15
+# Slack on a bound that checks that a timer fired when it should rather
+# than much later: a loaded machine may delay a process by seconds.
+LATE_S = 10
 
 ck = du.Checker()
 
@@ -257,12 +271,17 @@ def check_disconnect(d):
              (running(d), pages_used(d), base))
     t0 = time.time()
     hang_up(s)
-    gone = du.wait_for(lambda: running(d) == 0 and pages_used(d) == base, 1.0, 0.02)
-    ck.check(gone, "disconnect: running 0 and pages back to %s within 1 s "
-             "(%.2f s)" % (base, time.time() - t0), (running(d), pages_used(d)))
+    gone = du.wait_for(lambda: running(d) == 0 and pages_used(d) == base,
+                       WAIT_S, 0.02)
+    ck.check(gone, "disconnect: running 0 and pages back to %s (%.2f s)" %
+             (base, time.time() - t0), (running(d), pages_used(d)))
     sm = metrics(d)
+    # An abort, not a request that ran to its end (that one would be a
+    # "length" and keep its pages in the cache).
     ck.check((du.metric(sm, "tangram_request_success_total",
-                        finished_reason="abort") or 0) >= 1,
+                        finished_reason="abort") or 0) == 1 and
+             (du.metric(sm, "tangram_request_success_total",
+                        finished_reason="length") or 0) == 0,
              "disconnect: counted as an abort")
 
 
@@ -302,7 +321,8 @@ def check_mixed_no_leak(d):
              "with usage" % (len(usages), len(calls)),
              [(c.status, c.error, c.body_bytes[-300:]) for c in calls])
     expect = (base or 0) + sum(stored_pages(u) for u in usages)
-    settled = du.wait_for(lambda: running(d) == 0 and pages_used(d) == expect, 3.0)
+    settled = du.wait_for(lambda: running(d) == 0 and pages_used(d) == expect,
+                          WAIT_S)
     ck.check(settled, "mixed: pages used = baseline %s + cache %d = %d" %
              (base, expect - (base or 0), expect), (running(d), pages_used(d)))
     return expect
@@ -348,14 +368,23 @@ def check_worker_fault(d, mode, seed):
                  tag + " every in-flight request ended with an error "
                  "(SSE error event + [DONE], or a 500 OpenAI error)",
                  [(c.stream, c.status, c.error, c.body_bytes[-300:]) for c in calls])
-        # kill: the replacement's Hello tells the router at once; hang: the
-        # deadline is 5 heartbeats of 500 ms.
-        limit = 2.0 if mode == "kill" else 5.0
+        # kill: the router sees the exit (pidfd) or the replacement's
+        # Hello at once, which its log names; hang: the deadline is 5
+        # heartbeats of 1 s (daemon_util's default). The bound separates
+        # that from the clients' 30 s timeout, with LATE_S for a loaded
+        # machine.
+        limit = 5.0 + LATE_S
         ck.check(worst < limit, tag + " all errors within %.2f s of the fault "
                  "(limit %.1f s)" % (worst, limit))
+        if mode == "kill":
+            log = d.log_text()
+            ck.check("died: its process exited" in log or
+                     "died: restarted (new Hello)" in log,
+                     tag + " the router saw the worker's exit, not a missed "
+                     "heartbeat", log[-1500:])
         if mode == "hang":
-            ck.check(saw_503.wait(2.0), tag + " /health answered 503 once the "
-                     "worker missed its deadline")
+            ck.check(saw_503.wait(WAIT_S), tag + " /health answered 503 once "
+                     "the worker missed its deadline")
     finally:
         pass
     back = du.wait_for(lambda: d.health() == 200 and d.child_pids("worker") and
@@ -386,7 +415,7 @@ def check_worker_fault(d, mode, seed):
         if usage:
             usages.append(usage)
     expect = sum(stored_pages(u) for u in usages)
-    ok = du.wait_for(lambda: pages_used(d) == expect, 3.0)
+    ok = du.wait_for(lambda: pages_used(d) == expect, WAIT_S)
     ck.check(ok, tag + " pages used = %d (cache dropped; the two new entries)"
              % expect, pages_used(d))
 
@@ -405,7 +434,7 @@ def check_drain(model, work):
         d.proc.send_signal(signal.SIGTERM)
         # new requests while draining: 503 draining (listener still open)
         st, data = None, b""
-        end = time.time() + 2
+        end = time.time() + WAIT_S
         while time.time() < end:
             try:
                 st, _, data = du.http("POST", d.base_url + "/v1/completions",
@@ -435,7 +464,7 @@ def check_drain(model, work):
         ck.check(rc == 0, "drain: tangramd exited 0 (%.2f s after SIGTERM)" % took, rc)
         ck.check(took < 20, "drain: within --shutdown-timeout 20 s")
         children = set(d.children)
-        du.wait_for(lambda: no_tangram_left(children, d.http_port), 3)
+        du.wait_for(lambda: no_tangram_left(children, d.http_port), WAIT_S)
         ck.check(no_tangram_left(children, d.http_port), "drain: no tangram-* left")
         try:
             du.http("GET", d.base_url + "/health", timeout=2)
@@ -464,16 +493,20 @@ def check_drain_timeout(model, work):
         ck.check(c.errored() and c2.errored(),
                  "drain timeout: the long requests ended with an error",
                  [(x.status, x.error, x.body_bytes[-300:]) for x in (c, c2)])
-        ck.check(1.5 <= ended <= 4.0,
+        # Not before the 2 s timer (less 0.2 s: the clock was read before
+        # the signal went); later only by a loaded machine's delay. A
+        # request that was not cut would end normally, which errored()
+        # above tells apart.
+        ck.check(1.8 <= ended <= 2.0 + LATE_S,
                  "drain timeout: cut %.2f s after SIGTERM (timeout 2 s)" % ended)
         try:
-            rc = d.proc.wait(timeout=10)
+            rc = d.proc.wait(timeout=30)
         except Exception:  # noqa: BLE001
             rc = None
         ck.check(rc is not None, "drain timeout: tangramd exited (status %s, "
                  "%.2f s after SIGTERM)" % (rc, time.time() - t_term))
         children = set(d.children)
-        du.wait_for(lambda: no_tangram_left(children, d.http_port), 3)
+        du.wait_for(lambda: no_tangram_left(children, d.http_port), WAIT_S)
         ck.check(no_tangram_left(children, d.http_port),
                  "drain timeout: no tangram-* left")
     finally:

@@ -162,7 +162,10 @@ def t_tokenize_off_loop(d):
         if v is not None and v >= 2:
             seen = v
             note(("metrics", v))
-    health = d.health()
+    # No time limit that a loaded machine could break: the router answers
+    # off the tokenizer pool if /health completes before the last big
+    # tokenize does (the order below); 120 s only ends a hang.
+    health = d.health(timeout=120)
     note(("health", health))
     st_thread = threading.Thread(target=stream_call)
     st_thread.start()
@@ -188,8 +191,11 @@ def t_tokenize_off_loop(d):
               "/metrics answered while %s tokenize jobs were in flight "
               "(tangram_tokenize_jobs_in_flight)" % seen, order)
     last_tok = max(i for i, n in enumerate(names) if n == "tokenize")
-    chk.check(health == 200 and names.index("health") < last_tok,
-              "/health answered 200 before the last big tokenize ended",
+    # Any answer counts: a worker starved of CPU on a loaded machine makes
+    # /health say "stalled" (503); what is checked is that the router
+    # answered while the big calls were still being encoded.
+    chk.check(health in (200, 503) and names.index("health") < last_tok,
+              "/health answered before the last big tokenize ended",
               order)
     st, payloads, problems = results.get("stream", (None, [], ["none"]))
     chk.check(st == 200 and not problems and payloads == alone,

@@ -4,7 +4,8 @@
 Starts tangramd (router + one CPU worker) on loopback with the tiny qwen3
 model, --max-model-len 128 and an API key, and drives it with http.client,
 curl and the official OpenAI Node client (npm `openai`, installed on first
-use into <build>/integration-clients or $TMPDIR; when node/npm or the
+use from the committed tests/integration/clients/package-lock.json with
+`npm ci` into <build>/integration-clients or $TMPDIR; when node/npm or the
 registry are unavailable that part fails, naming what is missing, and the
 rest still runs).
 
@@ -31,8 +32,8 @@ their entries; after a disconnect or bad input it does not move; and at
 the end nothing is running or waiting.
 
 Set TANGRAM_TEST_PROFILE=FILE to serve a profile instead of full KV (the
-exact page counts are then not checked). Exit 77 when the daemon is not
-built. About 40 s on 2 cores.
+exact page counts are then not checked). Fails, naming them, when the
+daemon, curl or node/npm are missing. About 40 s on 2 cores.
 """
 import json
 import os
@@ -748,33 +749,8 @@ def t_curl(api):
               "curl without key: 401", r.stdout)
 
 
-def node_dir():
-    """Directory with the OpenAI Node client installed, or (None, why)."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        return None, "node/npm not installed"
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients")
-    base = os.path.dirname(du.BIN.rstrip("/")) if du.BIN else ""
-    root = os.path.join(base, "integration-clients") if base and \
-        os.access(base, os.W_OK) else os.path.join(
-            os.environ.get("TMPDIR", "/tmp"), "tangram-integration-clients")
-    os.makedirs(root, exist_ok=True)
-    for f in ("package.json", "openai_client.mjs"):
-        shutil.copyfile(os.path.join(src, f), os.path.join(root, f))
-    if not os.path.isdir(os.path.join(root, "node_modules", "openai")):
-        try:
-            r = subprocess.run(["npm", "install", "--no-audit", "--no-fund",
-                                "--loglevel=error"], cwd=root,
-                               capture_output=True, text=True, timeout=240)
-        except subprocess.TimeoutExpired:
-            return None, "npm install timed out"
-        if r.returncode != 0 or not os.path.isdir(
-                os.path.join(root, "node_modules", "openai")):
-            return None, "npm install failed: " + r.stderr[-300:]
-    return root, None
-
-
 def t_node(api):
-    root, why = node_dir()
+    root, why = du.node_clients(["openai_client.mjs"])
     if root is None:
         chk.missing("OpenAI Node client checks", why)
         return

@@ -17,7 +17,11 @@ real tangramd, over raw HTTP and through the official OpenAI Node client
   would be rows * 4 * (k + 1)); all back to zero after; closing the
   stream mid-way frees every choice's pages.
 - n = 0, n = 17 and n above --max-num-seqs are 400 naming `n`; best_of
-  other than n is 400 naming best_of. (n > 1 under gvote is refused by
+  other than n is 400 naming best_of.
+- Slots: with --max-num-seqs 4 and three streams running, an n = 2
+  request (two slots, one free) waits without a fifth slot and without
+  harm to the running streams or the router, and is served once they
+  end. (n > 1 under gvote is refused by
   the router, tests/unit/test_server_n.c; the daemon's workers do not run
   gvote yet, so no daemon here can be started with it.)
 - The Node client: chat with n = 2, plain and streamed.
@@ -30,6 +34,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 
 import daemon_util as du
 
@@ -303,8 +308,77 @@ def t_node(d):
               x)
 
 
+def t_slots(d):
+    """--max-num-seqs 4 with three requests running: an n = 2 request needs
+    two slots, one is free, so it waits (the router neither admits it into
+    a fifth slot nor dies: its pid stays the same and the running streams
+    go on) and is served once the streams end."""
+    router = d.child_pids("router")
+    streams = []
+    for i in range(3):
+        conn = http.client.HTTPConnection(d.host, d.http_port, timeout=120)
+        conn.request("POST", "/v1/completions",
+                     json.dumps({"model": MODEL, "prompt": PROMPT + " %d" % i,
+                                 "max_tokens": 3000, "temperature": 0,
+                                 "ignore_eos": True, "stream": True}),
+                     dict(H, **{"Content-Type": "application/json"}))
+        resp = conn.getresponse()
+        line = resp.fp.readline()
+        while line and not line.startswith(b"data:"):
+            line = resp.fp.readline()
+        streams.append((conn, resp, line))
+    chk.check(all(ln.startswith(b"data:") for _, _, ln in streams) and
+              du.wait_for(lambda: du.metric(
+                  metrics(d), "tangram_num_requests_running") == 3, 10),
+              "three streams run", [ln[:80] for _, _, ln in streams])
+    out = {}
+
+    def group():
+        try:
+            out["r"] = complete(d, n=2)
+        except OSError as e:
+            out["r"] = (None, None, "request failed: %s" % e)
+
+    def gauge(name):
+        m = metrics(d)
+        return du.metric(m, name) if m is not None else None
+
+    t = threading.Thread(target=group)
+    t.start()
+    # Each stream has thousands of tokens to go: the group waits.
+    waited = du.wait_for(lambda: (gauge("tangram_num_requests_waiting") or
+                                  0) >= 1, 10, 0.02)
+    running = gauge("tangram_num_requests_running")
+    chk.check(waited and t.is_alive() and running == 3,
+              "n = 2 with one slot free waits (no fifth slot)",
+              (waited, t.is_alive(), running))
+    for conn, resp, _ in streams:
+        # Each stream still sends: none was lost to the waiting group.
+        more = b""
+        for _ in range(12):  # past the chunked framing's lines
+            try:
+                more = resp.fp.readline()
+            except OSError as e:
+                more = str(e).encode()
+            if not more or more.startswith(b"data: {"):
+                break
+        chk.check(more.startswith(b"data: {"), "a running stream goes on",
+                  more[:120])
+        conn.sock.close()
+        conn.close()
+    t.join(120)
+    st, j, raw = out.get("r", (None, None, "no answer"))
+    chk.check(st == 200 and len(j["choices"]) == 2 and
+              all(c["finish_reason"] == "length" for c in j["choices"]),
+              "the n = 2 request is served once the streams end", raw[:300])
+    chk.check(d.child_pids("router") == router and
+              "assertion failed" not in d.log_text(),
+              "the router did not restart or assert", d.log_text()[-1500:])
+
+
 def t_max_seqs(work, model):
-    """--max-num-seqs 4: n = 5 is 400 naming n; n = 4 is served."""
+    """--max-num-seqs 4: n = 5 is 400 naming n; n = 4 is served; an n = 2
+    request with three running waits for its two slots (t_slots)."""
     d = du.Daemon(model, work, api_key=KEY, args=["--max-num-seqs", "4"])
     try:
         ready = d.start()
@@ -319,6 +393,7 @@ def t_max_seqs(work, model):
         st, j, raw = complete(d, n=4)
         chk.check(st == 200 and len(j["choices"]) == 4,
                   "n = 4 = --max-num-seqs is served", raw[:300])
+        t_slots(d)
     finally:
         rc, left = d.stop()
         chk.check(rc == 0 and not left, "the second tangramd exits 0")

@@ -13,10 +13,14 @@ openai_params.mjs) and raw HTTP:
   echoed decoded.
 - response_format json_object and n = 17 (over the limit of 16) are 400
   with the parameter named.
+- top_k / top_p (raw HTTP): top_k 1 at temperature 1 is greedy; with top_k
+  3 and top_p 0.5 every sampled token is in the nucleus of the
+  renormalised top 3, rebuilt from the returned raw logprobs.
 
 Fails, naming them, when node/npm or the daemon are missing.
 """
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -82,6 +86,52 @@ def t_http(d, force):
                        "messages": [{"role": "user", "content": "hi"}]})
     chk.check(st == 400 and j["error"]["param"] == "echo",
               "chat echo -> 400 naming echo", raw[:300])
+
+
+def t_top_k(d):
+    """top_k and top_p through the daemon (raw HTTP, completions):
+    top_k 1 at temperature 1 is the greedy output; with temperature 1,
+    top_k 3 and top_p 0.5 every sampled token lies in the nucleus of the
+    top 3 renormalised (vLLM's order: top-p sees the softmax of what top-k
+    left), rebuilt from the returned raw top-3 logprobs (at temperature 1
+    without penalties they are the logits the sampler filters). A nucleus
+    measured over the whole vocabulary would keep all three here, the
+    vocabulary being large and the tiny model's distribution flat."""
+    st, g, raw = complete(d, max_tokens=12)
+    st1, k1, raw1 = complete(d, max_tokens=12, temperature=1.0, top_k=1,
+                             seed=3)
+    chk.check(st == 200 and st1 == 200 and
+              k1["choices"][0]["text"] == g["choices"][0]["text"],
+              "top_k 1 at temperature 1 is greedy", (raw[:200], raw1[:200]))
+    st, j, raw = complete(d, max_tokens=48, temperature=1.0, top_k=3,
+                          top_p=0.5, seed=11, logprobs=3)
+    if not chk.check(st == 200, "top_k 3, top_p 0.5: 200", raw[:300]):
+        return
+    lp = j["choices"][0]["logprobs"]
+    outside, judged = [], 0
+    for i, (chosen, tops) in enumerate(zip(lp["token_logprobs"],
+                                           lp["top_logprobs"])):
+        vals = sorted((tops or {}).values(), reverse=True)
+        if len(vals) != 3:
+            continue  # two of the top 3 print alike (lossy bytes)
+        w = [math.exp(v - vals[0]) for v in vals]
+        cum, kept = 0.0, 3
+        for n, x in enumerate(w):
+            cum += x / sum(w)
+            if abs(cum - 0.5) < 1e-4:
+                kept = None  # too close to the edge to judge
+                break
+            if cum >= 0.5:
+                kept = n + 1
+                break
+        if kept is None:
+            continue
+        judged += 1
+        if chosen < vals[kept - 1] - 1e-5:
+            outside.append((i, chosen, vals, kept))
+    chk.check(judged >= 24 and not outside,
+              "top_k 3, top_p 0.5: every sampled token is in the nucleus of "
+              "the renormalised top 3 (%d steps judged)" % judged, outside)
 
 
 def t_node(d, force, ban):
@@ -160,6 +210,7 @@ def main():
             chk.check(st == 200, "a greedy completion", raw[:300])
             ban = ids_of(d, j["choices"][0]["text"]) if st == 200 else []
             t_http(d, force)
+            t_top_k(d)
             t_node(d, force, ban or [0])
     finally:
         if d is not None:

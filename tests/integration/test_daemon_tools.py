@@ -244,29 +244,8 @@ def t_bad(d):
                   f"bad request -> 400 naming {param}", raw[:300])
 
 
-def node_dir():
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        return None, "node/npm not installed"
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients")
-    base = os.path.dirname(du.BIN.rstrip("/")) if du.BIN else ""
-    root = os.path.join(base, "integration-clients") if base and \
-        os.access(base, os.W_OK) else os.path.join(
-            os.environ.get("TMPDIR", "/tmp"), "tangram-integration-clients")
-    os.makedirs(root, exist_ok=True)
-    for f in ("package.json", "openai_tools.mjs"):
-        shutil.copyfile(os.path.join(src, f), os.path.join(root, f))
-    if not os.path.isdir(os.path.join(root, "node_modules", "openai")):
-        r = subprocess.run(["npm", "install", "--no-audit", "--no-fund",
-                            "--loglevel=error"], cwd=root,
-                           capture_output=True, text=True, timeout=240)
-        if r.returncode != 0 or not os.path.isdir(
-                os.path.join(root, "node_modules", "openai")):
-            return None, "npm install failed: " + r.stderr[-300:]
-    return root, None
-
-
 def t_node(d):
-    root, why = node_dir()
+    root, why = du.node_clients(["openai_tools.mjs"])
     if root is None:
         chk.check(False, "the OpenAI Node client is available", why)
         return

@@ -22,7 +22,7 @@ stays in /dev/shm.
 
 This needs a worker that accepts --world-size 2: when tangram-worker
 refuses it the test FAILS (it does not skip), naming the worker's message.
-Exit 77 only when tangramd or the shared tokenizer is missing. ~40 s.
+Fails, naming it, when tangramd or the shared tokenizer is missing. ~40 s.
 """
 import http.client as httplib
 import json

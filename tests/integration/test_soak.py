@@ -17,7 +17,7 @@ to the end) or stop reading for 6 s (beyond it: the router cuts them); and
 bad requests (malformed JSON, wrong types, a prompt over the context,
 temperature 5 over gRPC). During every round a fault thread injects worker
 faults in turn: SIGKILL of a worker, SIGSTOP for 1 s then SIGCONT (shorter
-than the heartbeat deadline of 5 x 500 ms: the worker resumes), and SIGSTOP
+than the heartbeat deadline of 5 x 1 s: the worker resumes), and SIGSTOP
 until the router declares the worker dead and kills it.
 
 Every request sent ends in exactly one of:

@@ -1,6 +1,38 @@
 /* tt_cuda.c — device helpers of the CUDA tests and benchmarks (see
- * tt_cuda.h). Compiled in every build; without CUDA it holds nothing. */
+ * tt_cuda.h). Compiled in every build; without CUDA it holds only the
+ * skip decision (tt_cuda_skip). */
 #include "tests/support/tt_cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int tt_cuda_required(void)
+{
+    const char *v = getenv("TANGRAM_REQUIRE_GPU");
+    return v != NULL && strcmp(v, "1") == 0;
+}
+
+int tt_cuda_skip(const char *why)
+{
+    if (tt_cuda_required()) {
+        printf("FAIL: TANGRAM_REQUIRE_GPU=1 but %s\n", why);
+        return 1;
+    }
+#ifndef TANGRAM_CUDA
+    /* A machine with a device whose build left CUDA out (no nvcc found at
+     * configure time) would skip every GPU test for want of a build. */
+    FILE *drv = fopen("/proc/driver/nvidia/version", "r");
+    if (drv != NULL) {
+        fclose(drv);
+        printf("FAIL: an NVIDIA driver is loaded but %s (configure with "
+               "nvcc on PATH)\n", why);
+        return 1;
+    }
+#endif
+    printf("skipped: %s\n", why);
+    return 77;
+}
 
 #ifdef TANGRAM_CUDA
 #include <setjmp.h>
@@ -9,8 +41,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <stdio.h>
-#include <stdlib.h>
+#include "common/tg_err.h"
 
 /* The size actually requested for a buffer of `bytes`: see tt_cuda_alloc. */
 static size_t alloc_size(size_t bytes)
@@ -21,10 +52,22 @@ static size_t alloc_size(size_t bytes)
 int tt_cuda_have_device(const char *skip_msg)
 {
     int n = 0;
-    if (tg_cuda_device_count(&n) == 0 && n > 0)
+    char why[512] = "";
+    int rc = tg_cuda_device_probe(&n, why, sizeof(why));
+    if (rc == 0)
         return 1;
+    if (rc != TG_ENODEV) {
+        printf("FAIL: the CUDA runtime cannot count the devices: %s\n", why);
+        fflush(stdout);
+        exit(1);
+    }
+    if (tt_cuda_required()) {
+        printf("FAIL: TANGRAM_REQUIRE_GPU=1 but no CUDA device: %s\n", why);
+        fflush(stdout);
+        exit(1);
+    }
     if (skip_msg != NULL)
-        printf("%s\n", skip_msg);
+        printf("%s (%s)\n", skip_msg, why);
     return 0;
 }
 

@@ -1,7 +1,9 @@
 /*
  * tt_cuda.h — device helpers shared by the CUDA tests (tests/gpu) and the
  * CUDA benchmarks (tests/bench/bench_cuda_*.c):
- *  - whether there is a device to run on (the "skipped" preamble);
+ *  - whether there is a device to run on (the "skipped" preamble): a
+ *    test skips only when the machine has no device, and never under
+ *    TANGRAM_REQUIRE_GPU=1;
  *  - for cmocka tests: device buffers and copies whose failures fail the
  *    current test with the CUDA error's text;
  *  - for benchmark programs: the same, plus a device query, a CUDA event
@@ -12,13 +14,29 @@
  * Host-only helpers (the random stream, bf16 data, clocks, medians, flags)
  * are in tt_support.h.
  *
- * Everything here exists only in a CUDA build (TANGRAM_CUDA); the header
- * may be included by any build (a CUDA test's main still says "built
- * without CUDA: skipped" itself). Test code only; one thread, the current
+ * Everything but tt_cuda_skip / tt_cuda_required exists only in a CUDA
+ * build (TANGRAM_CUDA); the header may be included by any build (a CUDA
+ * test's main built without CUDA returns tt_cuda_skip("built without
+ * CUDA")). Test code only; one thread, the current
  * device (device 0 unless the caller chose another).
  */
 #ifndef TT_CUDA_H
 #define TT_CUDA_H
+
+/* ---- skipping: only for want of a device -------------------------------- */
+
+/* 1 when the environment has TANGRAM_REQUIRE_GPU=1 (the GPU round sets
+ * it): a GPU test that cannot reach a device then fails instead of
+ * skipping. */
+int tt_cuda_required(void);
+
+/* The exit code of a GPU test (or a CUDA benchmark's --quick run) that
+ * has no device to run on, `why` saying what is missing ("built without
+ * CUDA", "no CUDA device"): prints "skipped: <why>" and returns 77, or,
+ * under TANGRAM_REQUIRE_GPU=1, prints "FAIL: TANGRAM_REQUIRE_GPU=1 but
+ * <why>" and returns 1. A build without CUDA on a machine whose NVIDIA
+ * driver is loaded fails too (the test could have run). Any build. */
+int tt_cuda_skip(const char *why);
 
 #ifdef TANGRAM_CUDA
 #include <stddef.h>
@@ -27,10 +45,14 @@
 
 #include "kernels/cuda/cuda_device.h"
 
-/* Returns 1 when the CUDA runtime sees a device; otherwise prints
- * skip_msg (when not NULL) and a newline on stdout and returns 0, and the
- * caller exits with its skip code (77 for a ctest test, 0 for a
- * benchmark's --quick run). */
+/* Returns 1 when the CUDA runtime sees a device. Without one (no NVIDIA
+ * driver loaded, or the driver reports no device: tg_cuda_device_probe's
+ * TG_ENODEV) it prints skip_msg (when not NULL) and a newline on stdout
+ * and returns 0, and the caller exits with its skip code (77 for a ctest
+ * test, 0 for a benchmark's --quick run). A driver that is loaded but
+ * fails (TG_EDEVICE), or no device under TANGRAM_REQUIRE_GPU=1, is no
+ * reason to skip: it prints "FAIL: ..." with the runtime's error and
+ * exits the program with status 1. */
 int tt_cuda_have_device(const char *skip_msg);
 
 struct CMUnitTest; /* cmocka.h */

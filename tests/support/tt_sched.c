@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <cmocka.h>
 
+#include <stdlib.h>
+#include <string.h>
+
 static char err[256];
 
 void tt_sched_layout(struct kv_layout *lay, int full)
@@ -20,6 +23,35 @@ void tt_sched_layout(struct kv_layout *lay, int full)
                                     TT_SCHED_CHUNK, &rule,
                                     full ? ones : mixed, err, sizeof(err)),
                      0);
+}
+
+void tt_sched_head_layout(struct kv_layout *lay)
+{
+    tt_sched_layout(lay, 0);
+    lay->n_kv_heads = 2;
+    lay->head_group = malloc(4 * sizeof(int32_t));
+    lay->head_slot = calloc(4, sizeof(int32_t));
+    assert_non_null(lay->head_group);
+    assert_non_null(lay->head_slot);
+    for (int i = 0; i < 4; i++)
+        lay->head_group[i] = i % 2;
+}
+
+void tt_sched_trig_caps(struct kv_trig *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->every = 4;
+    t->window = 1;
+    t->n_layers = 2;
+    t->n_kv_heads = 2;
+    t->n_groups = 2;
+    t->cap = malloc(4 * sizeof(int32_t));
+    t->group_cap = malloc(4 * sizeof(int32_t));
+    assert_non_null(t->cap);
+    assert_non_null(t->group_cap);
+    for (int i = 0; i < 4; i++)
+        t->cap[i] = t->group_cap[i] = 5;
+    t->cap_max = 5;
 }
 
 struct rt_sched_config tt_sched_cfg(const struct kv_layout *lay, int T,
@@ -57,6 +89,24 @@ int tt_sched_submit(struct rt_sched *s, uint64_t id, const int32_t *prompt,
         .user = (void *)(uintptr_t)(id + 1000),
     };
     return rt_sched_submit(s, &rq, errbuf, errlen);
+}
+
+int tt_sched_submit_sample(struct rt_sched *s, uint64_t id, uint64_t leader,
+                           const int32_t *prompt, int64_t n,
+                           int32_t max_tokens, char *errbuf, size_t errlen)
+{
+    struct rt_sched_request r = {
+        .id = id,
+        .request_id = "fork",
+        .prompt = prompt,
+        .n_prompt = n,
+        .max_tokens = max_tokens,
+        .user = (void *)(uintptr_t)(id + 1000),
+        .fork_of = leader,
+    };
+    r.sampling.top_p = 1.0f;
+    r.sampling.repetition_penalty = 1.0f;
+    return rt_sched_submit(s, &r, errbuf, errlen);
 }
 
 void tt_sched_fill(int32_t *t, int64_t n, int32_t base)

@@ -1,9 +1,9 @@
 /*
  * tt_sched.h — a small scheduler fixture shared by the rt_sched tests
- * (test_sched.c, test_sched_prefix.c): a 2-layer x 2-group page layout
- * with mixed or full budgets, configurations with tracking on, submission
- * with fixed user data, and a driver that plans and completes steps with
- * predictable sampled tokens. Test code only: failures are cmocka
+ * (test_sched*.c): a 2-layer x 2-group page layout with mixed or full
+ * budgets (and its per-head variant with decode-time compression caps),
+ * configurations with tracking on, submission with fixed user data, and a
+ * driver that plans and completes steps with predictable sampled tokens. Test code only: failures are cmocka
  * assertions, single thread.
  */
 #ifndef TT_SCHED_H
@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "common/kv/kv_budget.h"
+#include "common/kv/kv_trig.h"
 #include "router/rt_sched.h"
 
 #define TT_SCHED_PAGE 4  /* page size, tokens */
@@ -24,6 +25,19 @@
  * compression visible at these small sizes. The caller frees lay with
  * kv_layout_free. */
 void tt_sched_layout(struct kv_layout *lay, int full);
+
+/* tt_sched_layout(lay, 0) with head maps: 2 KV heads per layer, each its
+ * own group (head h in group h), for per-head lengths. With it a prompt of
+ * 16 tokens takes 4 + 2 + 2 + 3 = 11 pages. The caller frees lay with
+ * kv_layout_free. */
+void tt_sched_head_layout(struct kv_layout *lay);
+
+/* Decode-time compression caps over tt_sched_head_layout: cap 5 for every
+ * head (and group), beta 4, window 1, so a row's decode bound is
+ * min(max_tokens, 9) tokens: ceil(9 / TT_SCHED_PAGE) = 3 pages per row,
+ * 12 per request once max_tokens >= 9. The caller frees t with
+ * kv_trig_free. */
+void tt_sched_trig_caps(struct kv_trig *t);
 
 /* Returns a scheduler configuration over `lay` (may be NULL when the test
  * sets layouts) for T ranks of `pages` pages each, at most `seqs` running
@@ -39,6 +53,14 @@ struct rt_sched_config tt_sched_cfg(const struct kv_layout *lay, int T,
 int tt_sched_submit(struct rt_sched *s, uint64_t id, const int32_t *prompt,
                     int64_t n, int32_t max_tokens, const char *session,
                     char *err, size_t errlen);
+
+/* Submits request `id` as a parallel sample of the waiting request
+ * `leader` (rt_sched_request.fork_of) with the leader's prompt[0 .. n)
+ * and its own `max_tokens`, user data id + 1000. Returns rt_sched_submit's
+ * code, its detail in err. */
+int tt_sched_submit_sample(struct rt_sched *s, uint64_t id, uint64_t leader,
+                           const int32_t *prompt, int64_t n,
+                           int32_t max_tokens, char *err, size_t errlen);
 
 /* Writes t[i] = base + i for i < n. */
 void tt_sched_fill(int32_t *t, int64_t n, int32_t base);

@@ -1,7 +1,9 @@
 /*
  * test_cpu_sample.c — logprobs and the sampler of the CPU backend: greedy
  * ties, seeded reproducibility, top-k/top-p/min-p supports checked through
- * empirical frequencies on a small vocabulary, penalties, raw logprobs.
+ * empirical frequencies on a small vocabulary (top-p over the renormalised
+ * top-k survivors where that changes the kept set), penalties, raw
+ * logprobs.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -223,6 +225,53 @@ static void test_supports(void **st)
     freqs(b, x, 5, &sp, 7, N, f);
     near(f[0], 0.4 / 0.7, tol);
     near(f[1], 0.3 / 0.7, tol);
+    assert_true(f[2] == 0 && f[3] == 0 && f[4] == 0);
+    tg_backend_cpu_free(b);
+}
+
+/* top-p after top-k measures its nucleus over the top-k survivors,
+ * renormalised (vLLM's order: the probabilities top-p sees are the
+ * softmax of the logits top-k left). Each case keeps fewer tokens than a
+ * nucleus measured over the whole vocabulary would: p = {0.4, 0.3, 0.15,
+ * 0.1, 0.05}. */
+static void test_top_k_then_top_p(void **st)
+{
+    (void)st;
+    struct tg_backend *b = be();
+    const double p[5] = {0.4, 0.3, 0.15, 0.1, 0.05};
+    float x[5];
+    for (int j = 0; j < 5; j++)
+        x[j] = (float)log(p[j]) - 1.0f;
+    double f[5];
+    const int N = 20000;
+    const double tol = 0.02;
+    struct tg_sampling sp = plain;
+
+    /* k 2, p 0.5: {0.571, 0.429} -> {0} alone (over the vocabulary 0.4 <
+     * 0.5 would keep {0, 1}). */
+    sp.top_k = 2;
+    sp.top_p = 0.5f;
+    freqs(b, x, 5, &sp, 11, 2000, f);
+    assert_true(f[0] > 0 && f[1] == 0 && f[2] == 0 && f[3] == 0 &&
+                f[4] == 0);
+
+    /* k 3, p 0.8: {0.471, 0.353, 0.176}, cumulative 0.471, 0.824 ->
+     * {0, 1} (over the vocabulary: 0.4, 0.7, 0.85 -> {0, 1, 2}). */
+    sp.top_k = 3;
+    sp.top_p = 0.8f;
+    freqs(b, x, 5, &sp, 12, N, f);
+    near(f[0], 0.4 / 0.7, tol);
+    near(f[1], 0.3 / 0.7, tol);
+    assert_true(f[2] == 0 && f[3] == 0 && f[4] == 0);
+
+    /* Temperature first: 0.5 squares p; over the top 3, {0.16, 0.09,
+     * 0.0225} / 0.2725 = {0.587, 0.330, 0.083}, p 0.9 -> {0, 1} (over the
+     * vocabulary's 0.285: 0.561, 0.877, 0.956 -> {0, 1, 2}). */
+    sp.temperature = 0.5f;
+    sp.top_p = 0.9f;
+    freqs(b, x, 5, &sp, 13, N, f);
+    near(f[0], 0.16 / 0.25, tol);
+    near(f[1], 0.09 / 0.25, tol);
     assert_true(f[2] == 0 && f[3] == 0 && f[4] == 0);
     tg_backend_cpu_free(b);
 }
@@ -458,6 +507,7 @@ int main(void)
         cmocka_unit_test(test_greedy),
         cmocka_unit_test(test_seeded),
         cmocka_unit_test(test_supports),
+        cmocka_unit_test(test_top_k_then_top_p),
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_raw_logprobs),
         cmocka_unit_test(test_logit_bias),

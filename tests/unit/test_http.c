@@ -359,7 +359,11 @@ static void test_idle_timeout(void **state)
     assert_int_equal(c.len, 0);
     double s = (double)(t1.tv_sec - t0.tv_sec) +
                (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    assert_true(s > 1.0 && s < 4.0); /* idle_timeout_ms = 1500 */
+    /* idle_timeout_ms = 1500: closed by that timer, not before it (less
+     * the time the response took), and later only by a loaded machine's
+     * delay, with 10 s of slack; a connection never closed fails in
+     * tt_http_cli_closed. */
+    assert_true(s > 1.0 && s < 1.5 + 10.0);
     tt_http_cli_close(&c);
 }
 

@@ -120,9 +120,14 @@ static void test_comm_ready_timeout(void **state)
     tt_fake_open(&e->fk[1], e->zctx, e->endpoint, 1, NULL);
     e->fk[1].comm = TT_COMM_NONE; /* heartbeats go on, no CommReady */
     uint64_t t0 = tt_now_ms();
-    assert_true(TT_PUMP_UNTIL(e, e->n_dead == 1, 2000));
+    /* Dead on its own 60 ms timer: never before it (timers do not fire
+     * early). Nothing else here could kill the rank (its heartbeats go
+     * on), so the upper bound is only that it happens: 10 s, which a
+     * loaded 2-core machine under ctest -j4 and ASan does not reach,
+     * where a tighter bound measured its scheduling instead. */
+    assert_true(TT_PUMP_UNTIL(e, e->n_dead == 1, 10000));
     uint64_t took = e->t_dead - t0;
-    assert_true(took >= 60 && took < 60 + 3 * TT_LINK_HB_MS + 300);
+    assert_true(took >= 60);
     assert_int_equal(e->dead_rank, 1);
     assert_non_null(strstr(e->link.last_error,
                            "no CommReady within 60 ms of its CommSetup"));

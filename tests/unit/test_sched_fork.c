@@ -21,23 +21,6 @@
 
 static char err[256];
 
-static int submit_sample(struct rt_sched *s, uint64_t id, uint64_t leader,
-                         const int32_t *prompt, int64_t n, int32_t max_tokens)
-{
-    struct rt_sched_request r = {
-        .id = id,
-        .request_id = "fork",
-        .prompt = prompt,
-        .n_prompt = n,
-        .max_tokens = max_tokens,
-        .user = (void *)(uintptr_t)(id + 1000),
-        .fork_of = leader,
-    };
-    r.sampling.top_p = 1.0f;
-    r.sampling.repetition_penalty = 1.0f;
-    return rt_sched_submit(s, &r, err, sizeof(err));
-}
-
 static int32_t find_entry(const struct rt_step *st, uint64_t id)
 {
     for (int32_t i = 0; i < st->n_entries; i++)
@@ -70,7 +53,9 @@ static void test_group_shares_prompt(void **state)
      * rows. */
     assert_int_equal(tt_sched_submit(&s, 1, prompt, 18, 3, NULL, err, sizeof(err)), 0);
     for (uint64_t k = 2; k <= 4; k++)
-        assert_int_equal(submit_sample(&s, k, 1, prompt, 18, 3 + (int)k), 0);
+        assert_int_equal(tt_sched_submit_sample(&s, k, 1, prompt, 18,
+                                                3 + (int)k, err, sizeof(err)),
+                         0);
     struct rt_step st;
     rt_step_init(&st);
     /* Step 1: admission, first chunk of 8 tokens; the samples are forked
@@ -157,7 +142,8 @@ static void test_group_abort_and_preempt(void **state)
 
     /* Aborting the leader before the fork ends the whole group. */
     assert_int_equal(tt_sched_submit(&s, 1, prompt, 30, 4, NULL, err, sizeof(err)), 0);
-    assert_int_equal(submit_sample(&s, 2, 1, prompt, 30, 4), 0);
+    assert_int_equal(tt_sched_submit_sample(&s, 2, 1, prompt, 30, 4,
+                                            err, sizeof(err)), 0);
     assert_int_equal(rt_sched_plan(&s, &st, err, sizeof(err)), 0);
     tt_sched_validate(&s);
     assert_int_equal(rt_sched_abort(&s, 1), 0);
@@ -174,8 +160,10 @@ static void test_group_abort_and_preempt(void **state)
 
     /* Aborting one sample before the fork leaves the others. */
     assert_int_equal(tt_sched_submit(&s, 3, prompt, 30, 2, NULL, err, sizeof(err)), 0);
-    assert_int_equal(submit_sample(&s, 4, 3, prompt, 30, 2), 0);
-    assert_int_equal(submit_sample(&s, 5, 3, prompt, 30, 2), 0);
+    assert_int_equal(tt_sched_submit_sample(&s, 4, 3, prompt, 30, 2,
+                                            err, sizeof(err)), 0);
+    assert_int_equal(tt_sched_submit_sample(&s, 5, 3, prompt, 30, 2,
+                                            err, sizeof(err)), 0);
     assert_int_equal(rt_sched_abort(&s, 4), 0);
     tt_sched_validate(&s);
     int forks = 0;
@@ -200,14 +188,18 @@ static void test_group_abort_and_preempt(void **state)
 
     /* A sample whose request is gone is refused, as is one with another
      * prompt, a session, or more samples than slots. */
-    assert_int_equal(submit_sample(&s, 6, 99, prompt, 30, 2), TG_EINVAL);
+    assert_int_equal(tt_sched_submit_sample(&s, 6, 99, prompt, 30, 2,
+                                            err, sizeof(err)), TG_EINVAL);
     assert_int_equal(tt_sched_submit(&s, 7, prompt, 30, 2, NULL, err, sizeof(err)), 0);
     int32_t other[30];
     tt_sched_fill(other, 30, 6);
-    assert_int_equal(submit_sample(&s, 8, 7, other, 30, 2), TG_EINVAL);
+    assert_int_equal(tt_sched_submit_sample(&s, 8, 7, other, 30, 2,
+                                            err, sizeof(err)), TG_EINVAL);
     for (uint64_t k = 9; k < 16; k++)
-        assert_int_equal(submit_sample(&s, k, 7, prompt, 30, 2), 0);
-    assert_int_equal(submit_sample(&s, 16, 7, prompt, 30, 2), TG_ETOOBIG);
+        assert_int_equal(tt_sched_submit_sample(&s, k, 7, prompt, 30, 2,
+                                                err, sizeof(err)), 0);
+    assert_int_equal(tt_sched_submit_sample(&s, 16, 7, prompt, 30, 2,
+                                            err, sizeof(err)), TG_ETOOBIG);
     assert_int_equal(rt_sched_abort(&s, 7), 0);
     tt_sched_validate(&s);
     rt_sched_get_stats(&s, &(struct rt_sched_stats){0});
@@ -233,7 +225,8 @@ static void test_group_preempted_whole(void **state)
     /* A long decoder first, then a group with a long prompt. */
     assert_int_equal(tt_sched_submit(&s, 1, p1, 6, 40, NULL, err, sizeof(err)), 0);
     assert_int_equal(tt_sched_submit(&s, 2, p2, 30, 3, NULL, err, sizeof(err)), 0);
-    assert_int_equal(submit_sample(&s, 3, 2, p2, 30, 3), 0);
+    assert_int_equal(tt_sched_submit_sample(&s, 3, 2, p2, 30, 3,
+                                            err, sizeof(err)), 0);
     struct rt_step st;
     rt_step_init(&st);
     int ended = 0, forks = 0;

@@ -12,7 +12,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "common/kv/kv_seq.h"
@@ -21,20 +20,6 @@
 #include "tests/support/tt_sched.h"
 
 static char err[256];
-
-/* tt_sched_layout (L 2 x G 2 of one head; budgets {1, 0.5} and
- * {0.25, 0.75}; P 4, C 8, window 2 + one sink) with head h in group h. */
-static void head_layout(struct kv_layout *lay)
-{
-    tt_sched_layout(lay, 0);
-    lay->n_kv_heads = 2;
-    lay->head_group = malloc(4 * sizeof(int32_t));
-    lay->head_slot = calloc(4, sizeof(int32_t));
-    assert_non_null(lay->head_group);
-    assert_non_null(lay->head_slot);
-    for (int i = 0; i < 4; i++)
-        lay->head_group[i] = i % 2;
-}
 
 /* Completes the outstanding step with token 500 for every sampled entry
  * and the given reports. */
@@ -51,7 +36,7 @@ static void test_commit_and_cut(void **state)
 {
     (void)state;
     struct kv_layout lay;
-    head_layout(&lay);
+    tt_sched_head_layout(&lay);
     struct rt_sched_config cfg = tt_sched_cfg(&lay, 1, 64, 4, 64, 8);
     cfg.per_head = 1;
     struct rt_sched s;

@@ -5,7 +5,7 @@
  * trigger reports (a report off a trigger step or off the cap rule is a
  * protocol error with nothing changed; a good one gives pages back and the
  * worker's row is cut by the next delta). Fixture: tests/support/tt_sched.h
- * with head maps (L 2 x G 2 of one head; P 4, C 8). */
+ * with head maps (tt_sched_head_layout, tt_sched_trig_caps). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,36 +22,6 @@
 #include "tests/support/tt_sched.h"
 
 static char err[256];
-
-static void head_layout(struct kv_layout *lay)
-{
-    tt_sched_layout(lay, 0);
-    lay->n_kv_heads = 2;
-    lay->head_group = malloc(4 * sizeof(int32_t));
-    lay->head_slot = calloc(4, sizeof(int32_t));
-    assert_non_null(lay->head_group);
-    assert_non_null(lay->head_slot);
-    for (int i = 0; i < 4; i++)
-        lay->head_group[i] = i % 2;
-}
-
-/* Caps of 5 for every head (a head its own group), beta 4, window 1. */
-static void caps(struct kv_trig *t)
-{
-    memset(t, 0, sizeof(*t));
-    t->every = 4;
-    t->window = 1;
-    t->n_layers = 2;
-    t->n_kv_heads = 2;
-    t->n_groups = 2;
-    t->cap = malloc(4 * sizeof(int32_t));
-    t->group_cap = malloc(4 * sizeof(int32_t));
-    assert_non_null(t->cap);
-    assert_non_null(t->group_cap);
-    for (int i = 0; i < 4; i++)
-        t->cap[i] = t->group_cap[i] = 5;
-    t->cap_max = 5;
-}
 
 static void test_caps_common(void **state)
 {
@@ -73,7 +43,7 @@ static void test_caps_common(void **state)
     assert_int_equal(kv_trig_opts_check(&o, err, sizeof err), TG_EINVAL);
     assert_non_null(strstr(err, "--decode-every"));
     struct kv_trig t;
-    caps(&t);
+    tt_sched_trig_caps(&t);
     assert_int_equal(kv_trig_row_bound(&t, 1, 1, 100), 9);
     assert_int_equal(kv_trig_row_bound(&t, 1, 1, 7), 7);
     assert_int_equal(kv_trig_decode_pages(&t, 4, 100), 4 * 3);
@@ -96,9 +66,9 @@ static void test_submit_and_headroom(void **state)
 {
     (void)state;
     struct kv_layout lay;
-    head_layout(&lay);
+    tt_sched_head_layout(&lay);
     struct kv_trig t;
-    caps(&t);
+    tt_sched_trig_caps(&t);
     const struct kv_trig *tp[1] = {&t};
     /* The prompt of 16 takes 4 + 2 + 2 + 3 = 11 pages; the decode bound
      * 4 rows x ceil(9 / 4) = 12 more. */
@@ -149,9 +119,9 @@ static void test_trigger_reports(void **state)
 {
     (void)state;
     struct kv_layout lay;
-    head_layout(&lay);
+    tt_sched_head_layout(&lay);
     struct kv_trig t;
-    caps(&t);
+    tt_sched_trig_caps(&t);
     const struct kv_trig *tp[1] = {&t};
     struct rt_sched_config cfg = tt_sched_cfg(&lay, 1, 64, 4, 64, 8);
     cfg.per_head = 1;

@@ -354,6 +354,53 @@ static void test_pages_many_chunks(void **state)
     pf_profile_free(&p);
 }
 
+/* Beyond PF_LOOP_CHUNKS (65,536) chunks pf_pages_compute uses a closed
+ * form; it must equal the per-chunk loop (kv_turn_keep) where compression
+ * shows: chunks longer than the forced window of 32, so a chunk keeps
+ * max(ceil(b n), 32) < n; the first chunk's 4 sinks on top (36); a last
+ * chunk shorter or longer than the window. One case by hand: chunk 40,
+ * 70,000 full chunks + 17 tokens, b 0.013 (ceil(0.52) = 1 < forced):
+ * 36 + 69,999 x 32 + 17 = 2,240,021. */
+static void test_pages_closed_form(void **state)
+{
+    (void)state;
+    static const double b[5] = {0.013, 0.5, 0.77, 1.0 / 1024.0, 1.0};
+    struct pf_profile p;
+    make_layer(&p, 1, b, 5, 1, PF_GROUPING_ADJACENT);
+    struct kv_forced_rule rule = kv_forced_rule_snapkv();
+    static const int64_t chunks[] = {33, 40, 64, 100, 512};
+    static const int64_t tails[] = {0, 1, 17, 31, 33, 99};
+    char err[256];
+    int compressed = 0;
+    for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++)
+        for (size_t t = 0; t < sizeof(tails) / sizeof(tails[0]); t++) {
+            int64_t C = chunks[c];
+            int64_t n = C * (65536 + 3 * (int64_t)t) + tails[t] % C;
+            struct pf_pages pg;
+            assert_int_equal(pf_pages_compute(&pg, &p, n, C, 16, err,
+                                              sizeof(err)), 0);
+            for (int g = 0; g < 5; g++) {
+                int64_t want = kv_turn_keep(
+                    0, n, C, pf_profile_group_budget(&p, 0, g), &rule);
+                if (pg.tokens[g] != want)
+                    fail_msg("chunk %lld, %lld tokens, budget %g: closed "
+                             "form %lld, chunk loop %lld", (long long)C,
+                             (long long)n, b[g], (long long)pg.tokens[g],
+                             (long long)want);
+                assert_int_equal(pg.pages[g], (want + 15) / 16);
+                compressed += want < n;
+            }
+            pf_pages_free(&pg);
+        }
+    assert_true(compressed > 0);
+    struct pf_pages pg;
+    assert_int_equal(pf_pages_compute(&pg, &p, 40 * 70000 + 17, 40, 16, err,
+                                      sizeof(err)), 0);
+    assert_int_equal(pg.tokens[0], 2240021);
+    pf_pages_free(&pg);
+    pf_profile_free(&p);
+}
+
 /* pf_profile_rank: every head served by exactly one rank, each rank's
  * groups keep their budgets, local heads follow the deal order. */
 static void test_profile_rank(void **state)
@@ -430,6 +477,7 @@ int main(void)
         cmocka_unit_test(test_profile_rank),
         cmocka_unit_test(test_pages_exact),
         cmocka_unit_test(test_pages_many_chunks),
+        cmocka_unit_test(test_pages_closed_form),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

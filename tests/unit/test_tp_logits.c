@@ -13,7 +13,7 @@
  * 6 / 3 heads) with T = 3. Also: ranks > 0 that pass NULL outputs still
  * take part, rank 0 without an output buffer is refused, and a vocab slice
  * computation for V < T. Models come from $TANGRAM_BIN/tangram-make-model
- * (skipped when it is not built). Compute runs in forked children only. */
+ * (the test fails, naming it, when it is not built). Compute runs in forked children only. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -6,7 +6,8 @@
  * seeded sampling; bad plans (bad page id, wrong position, unknown slot,
  * out-of-order step id, bad sampling, short rows) give error results,
  * change nothing and leave the worker usable. The tiny model comes from
- * $TANGRAM_BIN/tangram-make-model (skipped when it is not built). */
+ * $TANGRAM_BIN/tangram-make-model (the test fails, naming it, when it is
+ * not built). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

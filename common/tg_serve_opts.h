@@ -96,6 +96,8 @@ struct tg_serve_opts {
     struct tg_config_amount kv_memory; /* KV pool per rank: a fraction of
                                           the free device (or host) memory,
                                           or bytes; also the workers' */
+    uint64_t kv_host_memory;  /* host tier per rank, bytes; 0 = off
+                                 (DESIGN.md §4.10); the workers' */
     int64_t max_queued;       /* waiting requests before 429 */
     int64_t tokenizer_threads; /* router: libuv thread pool size, the
                                   prompts' render + tokenize workers */

@@ -222,6 +222,7 @@ int gw_wlink_open(struct gw_wlink *l, const char *endpoint, int rank,
 {
     memset(l, 0, sizeof(*l));
     l->rank = rank;
+    l->extra_fd = -1;
     int rc;
     l->ctx = zmq_ctx_new();
     if (l->ctx == NULL)
@@ -285,15 +286,17 @@ int gw_wlink_recv(struct gw_wlink *l, int timeout_ms, GwWorkerMessage **out,
                   char *err, size_t errlen)
 {
     *out = NULL;
-    zmq_pollitem_t it = {.socket = l->sock, .events = ZMQ_POLLIN};
-    int r = zmq_poll(&it, 1, timeout_ms);
+    zmq_pollitem_t it[2] = {
+        {.socket = l->sock, .events = ZMQ_POLLIN},
+        {.socket = NULL, .fd = l->extra_fd, .events = ZMQ_POLLIN}};
+    int r = zmq_poll(it, l->extra_fd >= 0 ? 2 : 1, timeout_ms);
     if (r < 0 && errno == EINTR)
         return TG_EAGAIN; /* a signal: the caller checks its stop flag */
     if (r < 0)
         return tg_err_set(err, errlen, TG_EIO, "zmq_poll: %s",
                           zmq_strerror(errno));
-    if (r == 0 || !(it.revents & ZMQ_POLLIN))
-        return TG_EAGAIN;
+    if (r == 0 || !(it[0].revents & ZMQ_POLLIN))
+        return TG_EAGAIN; /* nothing, or only the extra fd */
     /* Keep the last frame of a multipart message: the payload. */
     zmq_msg_t msg;
     zmq_msg_init(&msg);
@@ -470,6 +473,8 @@ static int handle(struct gw_wlink *l, struct gw_worker *w, GwWorkerMessage *m)
         return -1;
     case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_COMM_SETUP:
         return on_comm_setup(l, w, m->comm_setup);
+    case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_TIER_COMMAND:
+        return gw_wlink__tier_command(l, w, m->tier_command);
     default:
         log_warn("ignoring a message of body %d from the router",
                  (int)m->body_case);
@@ -507,6 +512,7 @@ int gw_wlink_serve(struct gw_wlink *l, struct gw_worker *w,
     hello.world_size = (uint32_t)hi.world_size;
     hello.pid = (uint32_t)getpid();
     hello.pages_total = (uint32_t)hi.pages_total;
+    hello.host_pages_total = (uint32_t)hi.host_pages_total;
     hello.layout = &lay;
     hello.comm_kind = (char *)hi.comm_kind;
     hello.comm_id.data = (uint8_t *)hi.comm_id;
@@ -535,11 +541,15 @@ int gw_wlink_serve(struct gw_wlink *l, struct gw_worker *w,
                            ? o->comm_setup_timeout_ms
                            : GW_WLINK_SETUP_TIMEOUT_MS_DEFAULT;
     int64_t setup_by = last_rx + setup_ms;
+    l->extra_fd = gw_host_tier_fd(&w->tier);
     for (;;) {
         if (o->stop != NULL && *o->stop) {
             log_info("stop requested");
             return GW_WLINK_EXIT_OK;
         }
+        int ts = gw_wlink__tier_flush(l, w);
+        if (ts >= 0)
+            return ts;
         int64_t now = now_ms();
         if (!w->joined && now >= setup_by) {
             log_err("no CommSetup from the router within %lld ms of the "

@@ -92,6 +92,7 @@
 #include "common/tg_config.h"
 #include "gpu_worker/gw_backend.h"
 #include "gpu_worker/gw_forward.h"
+#include "gpu_worker/gw_host_tier.h"
 #include "gpu_worker/gw_model.h"
 #include "gpu_worker/gw_plan.h"
 
@@ -134,6 +135,8 @@ struct gw_worker_opts {
                                    NULL or !enabled: none */
     const char *trig_stats_path; /* trig: statistics from this profile
                                    file; NULL or "": the profile's own */
+    uint64_t kv_host_memory;    /* host tier of stored conversations
+                                   (DESIGN.md §4.10), bytes; 0: none */
 };
 
 /* The persistent state of one request slot. */
@@ -172,6 +175,9 @@ struct gw_worker {
     struct pf_trig trig_stats;    /* statistics of --trig-stats, or empty
                                      (trig borrows the profile's) */
     struct gw_backend *be;        /* the compute backend, owned */
+    struct gw_host_tier tier;     /* the host tier (§4.10, gw_host_tier.h):
+                                     the link submits the router's copy
+                                     ops and reports them */
     int rank, world_size, max_slots;
     int max_tokens;               /* rows of one forward call:
                                      max(prefill chunk, max_slots) */

@@ -68,7 +68,9 @@
  * arrays and the pinned staging are reused by the next call) and checks
  * the KV append's fault flag. Calibration (score callbacks) runs on the
  * CPU backend only. Functions exist in CUDA builds (TANGRAM_CUDA); one
- * thread per runtime, which owns the current device for its life.
+ * thread per runtime, which owns the current device for its life, except
+ * the host tier's copies (gw_cuda_tier_copy), which run on the tier's
+ * thread and touch only their copy stream and pages.
  */
 #ifndef GW_CUDA_H
 #define GW_CUDA_H

@@ -451,6 +451,11 @@ static int handle(struct gw_wlink *l, struct gw_worker *w, GwWorkerMessage *m)
             log_debug("step %llu: %zu entries, %zu sampled, %.3f ms",
                       (unsigned long long)plan->step_id, plan->n_entries,
                       gr.n_tokens, gr.step_seconds * 1e3);
+        /* Copies that finished during the step are reported before its
+         * result, so the router's next plan already sees them. */
+        int ts = gw_wlink__tier_flush(l, w);
+        if (ts >= 0)
+            return ts;
         if (gw_wlink_encode_result(l, &gr, &res) != 0) {
             log_err("step %llu: out of memory encoding the result",
                     (unsigned long long)plan->step_id);

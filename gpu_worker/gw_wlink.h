@@ -137,10 +137,12 @@ int gw_wlink_encode_result(struct gw_wlink *l, const struct gw_result *r,
                            Tangram__Worker__V1__StepResult *out);
 
 /* The host tier (DESIGN.md §4.10, gw_wlink_tier.c). A TierCommand's ops
- * are checked and queued on w's tier (gw_host_tier_submit); every loop
- * turn, ops that finished go back to the router in one TierReport. The
- * serve loop polls the tier's eventfd with the socket, so a copy that
- * completes is reported at once, also between steps. */
+ * are checked and queued on w's tier (gw_host_tier_submit); ops that
+ * finished go back to the router in one TierReport every loop turn and
+ * right before each StepResult. The serve loop polls the tier's eventfd
+ * with the socket, so a copy that completes while the worker is idle is
+ * reported at once, and one that completes during a step just ahead of
+ * that step's result (the router's next plan then sees it). */
 
 /* Queues the ops of `cmd` (a command of another version is refused: the
  * loop ends with GW_WLINK_EXIT_PROTOCOL). Returns -1 to keep serving, or

@@ -76,8 +76,15 @@
  * *opts.peer_lost_flag): the process should exit with
  * GW_WORKER_EXIT_PEERS_LOST for the supervisor to restart the group.
  *
+ * The host tier of stored conversations (DESIGN.md §4.10): `tier`
+ * (gw_host_tier.h, --kv-host-memory, its pages announced in the Hello)
+ * copies pages between the pool and host memory on a thread of its own
+ * when the router's TierCommand asks (gw_wlink_tier.c); plans never touch
+ * the pages of a copy in flight (the router holds them), so steps run as
+ * if the tier did not exist.
+ *
  * Single-threaded: one owner thread per worker (backends use OpenMP or a
- * CUDA stream inside).
+ * CUDA stream inside), plus the host tier's copy thread.
  */
 #ifndef GW_WORKER_H
 #define GW_WORKER_H

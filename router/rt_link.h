@@ -49,6 +49,13 @@
  * at most once with one length per KV head of the rank (L x G x H_p) —
  * else not ok with the first error. One step is in flight at a time.
  *
+ * The host tier (DESIGN.md §4.10, rt_link_tier.c). rt_link_send_tier sends
+ * the scheduler's copy ops as one TierCommand per rank (its own pages), at
+ * any time, also while a step is in flight; each rank answers every op it
+ * got with a TierDone in a TierReport, which on_tier receives. An op's
+ * answers from a rank that dies never come: the caller learns of the
+ * death through on_dead (rt_sched_tier_lost).
+ *
  * Failures are errors, never silence or a hang. A rank is declared dead
  * when no message came from it for dead_ms, when a send of a plan to it
  * fails, when it answers out of order (a step id other than the next one

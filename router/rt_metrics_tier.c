@@ -84,6 +84,11 @@ int rt_metrics_tier_init(struct rt_metrics_tier *t,
                       t->host_pages_total, err, errlen);
     if (rc == 0)
         rc = rt_metrics_single_add(
+            reg, "tangram_kv_host_conversations",
+            "Stored conversations held in the host tier.",
+            RT_METRICS_GAUGE, NULL, 0, &t->host_conversations, err, errlen);
+    if (rc == 0)
+        rc = rt_metrics_single_add(
             reg, "tangram_kv_offloads_total",
             "Stored conversations moved from the device pool to the host "
             "tier instead of being dropped.",

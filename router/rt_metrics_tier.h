@@ -7,6 +7,8 @@
  *                                        stored conversations
  *   tangram_kv_host_pages_total{rank}    gauge: pages of the rank's tier
  *                                        (0: no tier)
+ *   tangram_kv_host_conversations        gauge: stored conversations in
+ *                                        the host tier
  *   tangram_kv_offloads_total            counter: conversations moved from
  *                                        the device pool to the host
  *   tangram_kv_restores_total            counter: conversations copied back
@@ -49,6 +51,7 @@ struct rt_metrics_tier {
     int n_ranks;
     struct rt_metrics_series **host_pages_used;  /* (n_ranks) gauges */
     struct rt_metrics_series **host_pages_total; /* (n_ranks) gauges */
+    struct rt_metrics_series *host_conversations; /* gauge */
     struct rt_metrics_series *offloads_total;
     struct rt_metrics_series *restores_total;
     struct rt_metrics_series *restored_bytes_total;

@@ -66,6 +66,7 @@ void rt_server__tier_gauges(struct rt_server *s)
         rt_metrics_gauge_set(m->host_pages_used[r], (double)pg.host_used);
         rt_metrics_gauge_set(m->host_pages_total[r], (double)pg.host_total);
     }
+    rt_metrics_gauge_set(m->host_conversations, (double)ts.host_entries);
     rt_metrics_tier_follow(m->offloads_total, (double)ts.offloads);
     rt_metrics_tier_follow(m->restores_total, (double)ts.restores);
     rt_metrics_tier_follow(m->restored_bytes_total,

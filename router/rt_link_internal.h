@@ -105,6 +105,12 @@ void rt_link__heads_result(struct rt_link *link, struct rt_link_result *res);
 void rt_link__heads_free(struct rt_link *link);
 
 /* rt_link_comm.c: handles a CommReady from alive rank `rank`. */
+/* Checks that a message `what` from `rank` carries the protocol's version
+ * and names that rank; otherwise declares the rank dead (the link may be
+ * closed after) and returns -1. */
+int rt_link__check_from(struct rt_link *link, int rank, const char *what,
+                        uint32_t version, uint32_t msg_rank);
+
 /* rt_link_tier.c: a rank's TierReport (alive rank; message still owned
  * by the caller). Checks it and hands it to on_tier; a malformed one
  * declares the rank dead. */

@@ -52,6 +52,18 @@ int64_t rt_link_page_bytes(const struct rt_link *link)
                : (int64_t)link->ranks[0].page_bytes;
 }
 
+int rt_link__check_from(struct rt_link *link, int rank, const char *what,
+                        uint32_t version, uint32_t msg_rank)
+{
+    if (version == PROTO_V1 && msg_rank == (uint32_t)rank)
+        return 0;
+    char why[160];
+    snprintf(why, sizeof why, "%s with version %" PRIu32 " and rank %" PRIu32,
+             what, version, msg_rank);
+    rt_link__declare_dead(link, rank, why);
+    return -1;
+}
+
 int rt_link_send_tier(struct rt_link *link, struct rt_tier_op *const *ops,
                       int32_t n, char *err, size_t errlen)
 {
@@ -113,14 +125,9 @@ int rt_link_send_tier(struct rt_link *link, struct rt_tier_op *const *ops,
 void rt_link__on_tier_report(struct rt_link *link, int rank,
                              const Tangram__Worker__V1__TierReport *tr)
 {
-    char why[160];
-    if (tr->version != PROTO_V1 || tr->rank != (uint32_t)rank) {
-        snprintf(why, sizeof why,
-                 "TierReport with version %" PRIu32 " and rank %" PRIu32,
-                 tr->version, tr->rank);
-        rt_link__declare_dead(link, rank, why);
+    if (rt_link__check_from(link, rank, "TierReport", tr->version,
+                            tr->rank) != 0)
         return;
-    }
     if (tr->n_done == 0 || link->cfg.on_tier == NULL)
         return;
     struct rt_link_tier_done *d = calloc(tr->n_done, sizeof *d);

@@ -1,6 +1,7 @@
 /* rt_metrics_tier.c — the host tier's metrics (see rt_metrics_tier.h). */
 #include "router/rt_metrics_tier.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,29 @@ void rt_metrics_tier_free(struct rt_metrics_tier *t)
     free(t->host_pages_total);
     memset(t, 0, sizeof(*t));
 }
+
+/* The unlabelled counters and gauges. */
+static const struct {
+    const char *name, *help;
+    enum rt_metrics_type type;
+    size_t slot; /* offsetof the handle in struct rt_metrics_tier */
+} singles[] = {
+    {"tangram_kv_host_conversations",
+     "Stored conversations held in the host tier.", RT_METRICS_GAUGE,
+     offsetof(struct rt_metrics_tier, host_conversations)},
+    {"tangram_kv_offloads_total",
+     "Stored conversations moved from the device pool to the host tier "
+     "instead of being dropped.",
+     RT_METRICS_COUNTER, offsetof(struct rt_metrics_tier, offloads_total)},
+    {"tangram_kv_restores_total",
+     "Stored conversations copied back from the host tier for a returning "
+     "turn instead of being prefilled again.",
+     RT_METRICS_COUNTER, offsetof(struct rt_metrics_tier, restores_total)},
+    {"tangram_kv_restored_bytes_total",
+     "Bytes of KV the restores copied back to the devices, all ranks.",
+     RT_METRICS_COUNTER,
+     offsetof(struct rt_metrics_tier, restored_bytes_total)},
+};
 
 /* A family `name` of `type` with one label and a series per value. */
 static int labelled(struct rt_metrics_registry *reg, const char *name,
@@ -82,29 +106,11 @@ int rt_metrics_tier_init(struct rt_metrics_tier *t,
                       "no tier).",
                       RT_METRICS_GAUGE, "rank", vals, n_ranks,
                       t->host_pages_total, err, errlen);
-    if (rc == 0)
+    for (size_t i = 0; rc == 0 && i < sizeof(singles) / sizeof(singles[0]);
+         i++)
         rc = rt_metrics_single_add(
-            reg, "tangram_kv_host_conversations",
-            "Stored conversations held in the host tier.",
-            RT_METRICS_GAUGE, NULL, 0, &t->host_conversations, err, errlen);
-    if (rc == 0)
-        rc = rt_metrics_single_add(
-            reg, "tangram_kv_offloads_total",
-            "Stored conversations moved from the device pool to the host "
-            "tier instead of being dropped.",
-            RT_METRICS_COUNTER, NULL, 0, &t->offloads_total, err, errlen);
-    if (rc == 0)
-        rc = rt_metrics_single_add(
-            reg, "tangram_kv_restores_total",
-            "Stored conversations copied back from the host tier for a "
-            "returning turn instead of being prefilled again.",
-            RT_METRICS_COUNTER, NULL, 0, &t->restores_total, err, errlen);
-    if (rc == 0)
-        rc = rt_metrics_single_add(
-            reg, "tangram_kv_restored_bytes_total",
-            "Bytes of KV the restores copied back to the devices, all "
-            "ranks.",
-            RT_METRICS_COUNTER, NULL, 0, &t->restored_bytes_total, err,
+            reg, singles[i].name, singles[i].help, singles[i].type, NULL, 0,
+            (struct rt_metrics_series **)((char *)t + singles[i].slot), err,
             errlen);
     if (rc == 0)
         rc = labelled(reg, "tangram_kv_host_drops_total",

@@ -158,6 +158,29 @@ static int64_t stored_pages(const struct kv_layout *lay)
     return pg.cached;
 }
 
+/* The smallest prompt that does not fit beside what rank 0's pool holds
+ * now (stored entries included), but does fit the pool: admitting it
+ * has to move stored entries out. */
+static int64_t crowding_prompt(const struct rt_sched *s,
+                               const struct kv_layout *lay)
+{
+    struct rt_sched_pages pg;
+    rt_sched_rank_pages(s, 0, &pg);
+    int64_t n = 1;
+    while (prompt_pages(lay, n) <= pg.total - pg.used)
+        n++;
+    assert_true(prompt_pages(lay, n) <= pg.total);
+    return n;
+}
+
+/* A pool of room for two stored conversations of `tokens` tokens and a
+ * few pages more. */
+static int32_t pool_for(const struct kv_layout *lay, int64_t tokens,
+                        int64_t slack)
+{
+    return (int32_t)(2 * (prompt_pages(lay, tokens) + slack) + 4);
+}
+
 /* The scheduler of most tests: T = 2 ranks of `pages` device pages and
  * `host` host pages, 4 slots, 16 tokens a step. */
 static void init_sched(struct rt_sched *s, const struct kv_layout *lay,
@@ -180,8 +203,7 @@ static void test_tier_offload_restore(void **state)
     (void)state;
     struct kv_layout lay;
     tt_sched_layout(&lay, 0);
-    int64_t a_pages = prompt_pages(&lay, 21) + 2;
-    const int32_t pool = (int32_t)(2 * a_pages + 4);
+    const int32_t pool = pool_for(&lay, 21, 2);
     struct rt_sched s;
     init_sched(&s, &lay, pool, 64);
     struct rt_step st;
@@ -197,10 +219,7 @@ static void test_tier_offload_restore(void **state)
     assert_int_equal(pg.host_used, 0);
 
     /* B: the smallest prompt that does not fit beside A. */
-    int64_t nb = 1;
-    while (prompt_pages(&lay, nb) <= pool - stored)
-        nb++;
-    assert_true(prompt_pages(&lay, nb) <= pool);
+    int64_t nb = crowding_prompt(&s, &lay);
     int32_t b[256];
     tt_sched_fill(b, 256, 3000);
     assert_int_equal(tt_sched_submit(&s, 2, b, nb, 1, NULL, err,
@@ -336,8 +355,7 @@ static void test_tier_off_drops(void **state)
     (void)state;
     struct kv_layout lay;
     tt_sched_layout(&lay, 0);
-    int64_t a_pages = prompt_pages(&lay, 21) + 2;
-    const int32_t pool = (int32_t)(2 * a_pages + 4);
+    const int32_t pool = pool_for(&lay, 21, 2);
     struct rt_sched s;
     init_sched(&s, &lay, pool, 0);
     struct rt_step st;
@@ -345,11 +363,7 @@ static void test_tier_off_drops(void **state)
     int32_t a[64];
     tt_sched_fill(a, 64, 500);
     tt_sched_finish_turn(&s, &st, 1, a, 20, "conv-a");
-    struct rt_sched_pages pg;
-    rt_sched_rank_pages(&s, 0, &pg);
-    int64_t nb = 1;
-    while (prompt_pages(&lay, nb) <= pool - pg.cached)
-        nb++;
+    int64_t nb = crowding_prompt(&s, &lay);
     int32_t b[256];
     tt_sched_fill(b, 256, 3000);
     assert_int_equal(tt_sched_submit(&s, 2, b, nb, 1, NULL, err,
@@ -358,6 +372,7 @@ static void test_tier_off_drops(void **state)
     assert_int_equal(st.n_entries, 1);
     struct rt_tier_op *const *ops;
     assert_int_equal(rt_sched_tier_take(&s, 0, &ops), 0);
+    struct rt_sched_pages pg;
     rt_sched_rank_pages(&s, 0, &pg);
     assert_int_equal(pg.host_total, 0);
     int32_t tok = 1;
@@ -432,8 +447,7 @@ static void test_tier_scopes(void **state)
     (void)state;
     struct kv_layout lay;
     tt_sched_layout(&lay, 0);
-    int64_t a_pages = prompt_pages(&lay, 21) + 2;
-    const int32_t pool = (int32_t)(2 * a_pages + 4);
+    const int32_t pool = pool_for(&lay, 21, 2);
     struct rt_sched s;
     init_sched(&s, &lay, pool, 64);
     struct rt_step st;
@@ -448,11 +462,7 @@ static void test_tier_scopes(void **state)
     assert_int_equal(rt_sched_submit(&s, &rq, err, sizeof(err)), 0);
     run_done(&s, &st, 1);
     /* Move it to the host: a big prompt of scope 5. */
-    struct rt_sched_pages pg;
-    rt_sched_rank_pages(&s, 0, &pg);
-    int64_t nb = 1;
-    while (prompt_pages(&lay, nb) <= pool - pg.cached)
-        nb++;
+    int64_t nb = crowding_prompt(&s, &lay);
     int32_t b[256];
     tt_sched_fill(b, 256, 3000);
     rq.id = 2;
@@ -511,8 +521,7 @@ static void test_tier_rewind_host_entry(void **state)
     (void)state;
     struct kv_layout lay;
     tt_sched_layout(&lay, 0);
-    int64_t a_pages = prompt_pages(&lay, 40) + 4;
-    const int32_t pool = (int32_t)(2 * a_pages + 4);
+    const int32_t pool = pool_for(&lay, 40, 4);
     struct rt_sched s;
     init_sched(&s, &lay, pool, 128);
     struct rt_step st;
@@ -528,9 +537,7 @@ static void test_tier_rewind_host_entry(void **state)
     struct rt_sched_pages pg;
     rt_sched_rank_pages(&s, 0, &pg);
     int64_t full = pg.cached;
-    int64_t nb = 1;
-    while (prompt_pages(&lay, nb) <= pool - full)
-        nb++;
+    int64_t nb = crowding_prompt(&s, &lay);
     int32_t b[512];
     tt_sched_fill(b, 512, 3000);
     tt_sched_submit(&s, 3, b, nb, 1, NULL, err, sizeof(err));
@@ -568,16 +575,11 @@ static int32_t a_on_host(struct rt_sched *s, struct rt_step *st,
                          const struct kv_layout *lay, int32_t *a,
                          uint64_t *off_id)
 {
-    int64_t a_pages = prompt_pages(lay, 21) + 2;
-    const int32_t pool = (int32_t)(2 * a_pages + 4);
+    const int32_t pool = pool_for(lay, 21, 2);
     init_sched(s, lay, pool, 64);
     tt_sched_fill(a, 64, 500);
     tt_sched_finish_turn(s, st, 1, a, 20, "conv-a");
-    struct rt_sched_pages pg;
-    rt_sched_rank_pages(s, 0, &pg);
-    int64_t nb = 1;
-    while (prompt_pages(lay, nb) <= pool - pg.cached)
-        nb++;
+    int64_t nb = crowding_prompt(s, lay);
     static int32_t b[256];
     tt_sched_fill(b, 256, 3000);
     assert_int_equal(tt_sched_submit(s, 2, b, nb, 1, NULL, err,

@@ -198,119 +198,122 @@ static size_t settle(struct gw_worker *w, struct gw_tier_done *d, size_t cap)
     return n;
 }
 
-/* Two requests with the same prompt (same KV, different pages): X is
- * adopted from its own pages, Y is offloaded, restored into other pages
- * and adopted from those. Their next turns must agree bit for bit. */
+enum { NP = 37, DEC = 3, N2 = 11, DEC2 = 6 };
+
+/* Two requests X (slot 0) and Y (slot 2) with the same prompt (the same
+ * KV in different pages), their first turns done, and the next turn both
+ * will get; Y's pages then go to the host pool's ids (its device ids in
+ * dev_old, still taken). */
+struct pair {
+    struct kv_pool pool, hpool;
+    struct tt_req x, y;
+    int32_t prompt[NP], turn2[N2];
+    int32_t dev_old[POOL], host_ids[POOL];
+    int64_t n;        /* Y's pages */
+    uint64_t step;
+};
+
+static void pair_open(struct gw_worker *w, struct pair *p)
+{
+    memset(p, 0, sizeof(*p));
+    const struct kv_layout *kv = &w->layout;
+    assert_int_equal(kv_pool_init(&p->pool, POOL, errbuf, sizeof(errbuf)), 0);
+    assert_int_equal(kv_pool_init(&p->hpool, HOST, errbuf, sizeof(errbuf)),
+                     0);
+    for (int i = 0; i < NP; i++)
+        p->prompt[i] = (int32_t)((i * 7919 + 13) % 5000);
+    assert_int_equal(tt_req_init(&p->x, kv, 0, p->prompt, NP), 0);
+    assert_int_equal(tt_req_init(&p->y, kv, 2, p->prompt, NP), 0);
+    int32_t ox[DEC], oy[DEC];
+    first_turn(w, &p->pool, &p->x, &p->step, DEC, ox);
+    first_turn(w, &p->pool, &p->y, &p->step, DEC, oy);
+    assert_memory_equal(ox, oy, sizeof(ox));
+    /* The history the next turn re-sends: its last token is the last
+     * sample, not yet fed. */
+    p->turn2[0] = oy[DEC - 1];
+    for (int i = 1; i < N2; i++)
+        p->turn2[i] = (int32_t)((i * 104729 + 401) % 7000);
+    p->n = p->y.seq.used_pages;
+    assert_int_equal(kv_seq_move_pages(&p->y.seq, &p->pool, &p->hpool,
+                                       p->dev_old, p->host_ids, errbuf,
+                                       sizeof(errbuf)), 0);
+}
+
+/* The next turns of X (adopted in slot 1 from its own pages) and Y (in
+ * slot 3 from the pages it holds now), into tx/lx and ty/ly. */
+static void pair_next(struct gw_worker *w, struct pair *p, int32_t *tx,
+                      float *lx, int32_t *ty, float *ly)
+{
+    next_turn(w, &p->pool, &p->x, 1, 0, &p->step, p->turn2, N2, DEC2, tx, lx);
+    next_turn(w, &p->pool, &p->y, 3, 2, &p->step, p->turn2, N2, DEC2, ty, ly);
+}
+
+static void pair_close(struct pair *p)
+{
+    assert_int_equal(kv_pool_push(&p->pool, (int32_t)p->n, p->dev_old), 0);
+    tt_req_free(&p->x, &p->pool);
+    tt_req_free(&p->y, &p->pool);
+    assert_int_equal(kv_pool_n_used(&p->pool), 0);
+    kv_pool_free(&p->pool);
+    kv_pool_free(&p->hpool);
+}
+
+/* X is adopted from its own pages; Y is offloaded, restored into other
+ * pages and adopted from those. Their next turns must agree bit for bit. */
 static void test_restore_bit_exact(void **state)
 {
     (void)state;
     struct gw_worker w;
     worker_open(&w, HOST);
-    const struct kv_layout *kv = &w.layout;
-    struct kv_pool pool;
-    assert_int_equal(kv_pool_init(&pool, POOL, errbuf, sizeof(errbuf)), 0);
-    enum { NP = 37, DEC = 3, N2 = 11, DEC2 = 6 };
-    int32_t prompt[NP], turn2[N2];
-    for (int i = 0; i < NP; i++)
-        prompt[i] = (int32_t)((i * 7919 + 13) % 5000);
-    struct tt_req x, y;
-    assert_int_equal(tt_req_init(&x, kv, 0, prompt, NP), 0);
-    assert_int_equal(tt_req_init(&y, kv, 2, prompt, NP), 0);
-    uint64_t step = 0;
-    int32_t ox[DEC], oy[DEC];
-    first_turn(&w, &pool, &x, &step, DEC, ox);
-    first_turn(&w, &pool, &y, &step, DEC, oy);
-    assert_memory_equal(ox, oy, sizeof(ox));
-    /* The history the next turn re-sends: its last token is the last
-     * sample, not yet fed. */
-    turn2[0] = oy[DEC - 1];
-    for (int i = 1; i < N2; i++)
-        turn2[i] = (int32_t)((i * 104729 + 401) % 7000);
-
-    /* Y's pages to the host and back into other device pages. */
-    struct kv_pool hpool;
-    assert_int_equal(kv_pool_init(&hpool, HOST, errbuf, sizeof(errbuf)), 0);
-    int32_t dev_old[POOL], host_ids[POOL], dev_new[POOL];
-    int64_t n = y.seq.used_pages;
-    assert_int_equal(kv_seq_move_pages(&y.seq, &pool, &hpool, dev_old,
-                                       host_ids, errbuf, sizeof(errbuf)), 0);
-    assert_int_equal(gw_host_tier_submit(&w.tier, 1, 1,
-                                         (const uint32_t *)dev_old, (size_t)n,
-                                         (const uint32_t *)host_ids,
-                                         (size_t)n), 0);
+    static struct pair p;
+    pair_open(&w, &p);
+    const uint32_t *old = (const uint32_t *)p.dev_old;
+    const uint32_t *host = (const uint32_t *)p.host_ids;
+    size_t n = (size_t)p.n;
+    assert_int_equal(gw_host_tier_submit(&w.tier, 1, 1, old, n, host, n), 0);
     struct gw_tier_done d[4];
     assert_int_equal(settle(&w, d, 4), 1);
     assert_true(d[0].id == 1 && d[0].ok);
-    assert_int_equal(kv_seq_move_pages(&y.seq, &hpool, &pool, host_ids,
-                                       dev_new, errbuf, sizeof(errbuf)), 0);
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < n; j++)
-            assert_int_not_equal(dev_new[i], dev_old[j]);
+    int32_t dev_new[POOL];
+    assert_int_equal(kv_seq_move_pages(&p.y.seq, &p.hpool, &p.pool,
+                                       p.host_ids, dev_new, errbuf,
+                                       sizeof(errbuf)), 0);
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++)
+            assert_int_not_equal(dev_new[i], p.dev_old[j]);
     assert_int_equal(gw_host_tier_submit(&w.tier, 2, 0,
-                                         (const uint32_t *)dev_new, (size_t)n,
-                                         (const uint32_t *)host_ids,
-                                         (size_t)n), 0);
+                                         (const uint32_t *)dev_new, n, host,
+                                         n), 0);
     assert_int_equal(settle(&w, d, 4), 1);
     assert_true(d[0].id == 2 && d[0].ok);
-    assert_true(w.tier.n_copied == 2 * n);
-
+    assert_true(w.tier.n_copied == 2 * p.n);
     int32_t tx[DEC2 + 1], ty[DEC2 + 1];
     float lx[DEC2 + 1], ly[DEC2 + 1];
-    next_turn(&w, &pool, &x, 1, 0, &step, turn2, N2, DEC2, tx, lx);
-    next_turn(&w, &pool, &y, 3, 2, &step, turn2, N2, DEC2, ty, ly);
+    pair_next(&w, &p, tx, lx, ty, ly);
     assert_memory_equal(tx, ty, sizeof(tx));
     assert_memory_equal(lx, ly, sizeof(lx));
-    assert_int_equal(kv_pool_push(&pool, (int32_t)n, dev_old), 0);
-    tt_req_free(&x, &pool);
-    tt_req_free(&y, &pool);
-    assert_int_equal(kv_pool_n_used(&pool), 0);
-    kv_pool_free(&pool);
-    kv_pool_free(&hpool);
+    pair_close(&p);
     gw_worker_free(&w);
 }
 
-/* Without the copy the restored pages are not the history: the same
- * adoption from pages nothing was copied into gives other outputs. This
- * is what makes the test above able to fail. */
+/* Without the copies Y's new pages are not its history: the same
+ * adoption gives other outputs. This is what makes the test above able
+ * to fail. */
 static void test_restore_needed(void **state)
 {
     (void)state;
     struct gw_worker w;
     worker_open(&w, HOST);
-    const struct kv_layout *kv = &w.layout;
-    struct kv_pool pool, hpool;
-    assert_int_equal(kv_pool_init(&pool, POOL, errbuf, sizeof(errbuf)), 0);
-    assert_int_equal(kv_pool_init(&hpool, HOST, errbuf, sizeof(errbuf)), 0);
-    enum { NP = 37, DEC = 3, N2 = 11, DEC2 = 6 };
-    int32_t prompt[NP], turn2[N2];
-    for (int i = 0; i < NP; i++)
-        prompt[i] = (int32_t)((i * 7919 + 13) % 5000);
-    struct tt_req x, y;
-    assert_int_equal(tt_req_init(&x, kv, 0, prompt, NP), 0);
-    assert_int_equal(tt_req_init(&y, kv, 2, prompt, NP), 0);
-    uint64_t step = 0;
-    int32_t ox[DEC], oy[DEC];
-    first_turn(&w, &pool, &x, &step, DEC, ox);
-    first_turn(&w, &pool, &y, &step, DEC, oy);
-    turn2[0] = oy[DEC - 1];
-    for (int i = 1; i < N2; i++)
-        turn2[i] = (int32_t)((i * 104729 + 401) % 7000);
-    int32_t dev_old[POOL], host_ids[POOL];
-    int64_t n = y.seq.used_pages;
-    assert_int_equal(kv_seq_move_pages(&y.seq, &pool, &hpool, dev_old,
-                                       host_ids, errbuf, sizeof(errbuf)), 0);
-    assert_int_equal(kv_seq_move_pages(&y.seq, &hpool, &pool, host_ids, NULL,
-                                       errbuf, sizeof(errbuf)), 0);
+    static struct pair p;
+    pair_open(&w, &p);
+    assert_int_equal(kv_seq_move_pages(&p.y.seq, &p.hpool, &p.pool,
+                                       p.host_ids, NULL, errbuf,
+                                       sizeof(errbuf)), 0);
     int32_t tx[DEC2 + 1], ty[DEC2 + 1];
     float lx[DEC2 + 1], ly[DEC2 + 1];
-    next_turn(&w, &pool, &x, 1, 0, &step, turn2, N2, DEC2, tx, lx);
-    next_turn(&w, &pool, &y, 3, 2, &step, turn2, N2, DEC2, ty, ly);
+    pair_next(&w, &p, tx, lx, ty, ly);
     assert_true(memcmp(lx, ly, sizeof(lx)) != 0);
-    assert_int_equal(kv_pool_push(&pool, (int32_t)n, dev_old), 0);
-    tt_req_free(&x, &pool);
-    tt_req_free(&y, &pool);
-    kv_pool_free(&pool);
-    kv_pool_free(&hpool);
+    pair_close(&p);
     gw_worker_free(&w);
 }
 

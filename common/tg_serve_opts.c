@@ -344,6 +344,9 @@ static const struct {
     {"kv-memory", "0.5",
      "KV pool: a fraction of the available host memory (0.5, 50%) or "
      "bytes (8GiB)."},
+    {"kv-host-memory", "0",
+     "Host-memory tier of stored conversations, bytes (0: none; tangramd "
+     "passes its own, 2GiB by default)."},
 };
 
 /* Index into `tables` of each program; the last holds every row. */

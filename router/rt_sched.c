@@ -707,17 +707,7 @@ static int plan_decode(struct rt_sched *s, struct rt_step *out, int32_t idx)
         }
         if (!short_of_pages)
             break;
-        /* Pages an offload is still copying out come back within a step
-         * or so: the token waits for them rather than the cache emptying
-         * or a request being preempted. */
-        int coming = 1;
-        for (int r = 0; r < s->cfg.n_ranks && coming; r++) {
-            int64_t need = 0;
-            (void)kv_seq_decode_pages(&req->seqs[r], s->lay[r], 1, &need);
-            coming = need <= kv_pool_n_free(&s->pools[r]) +
-                                 rt_sched__tier_pending(s, r);
-        }
-        if (coming)
+        if (rt_sched__tier_decode_waits(s, req))
             return DEC_SKIPPED;
         if (rt_sched__tier_evict(s, NULL))
             continue;
@@ -841,33 +831,22 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         return ADM_STOP;
 
     /* Make room: stored entries leave the device, least recent first
-     * (never the one being reused): to the host tier, whose copies give
-     * their pages back a step or so later, or dropped. The spare check
-     * above guarantees this ends; pages still being copied out are
-     * waited for, not made up by evicting more. */
-    for (int r = 0; r < T; r++) {
-        int64_t need = prompt_need(s, req, m, r) + sib_pages +
-                       (restore ? m->seqs[r].used_pages : 0);
-        while (need > kv_pool_n_free(&s->pools[r])) {
-            if (need <= kv_pool_n_free(&s->pools[r]) +
-                            rt_sched__tier_pending(s, r))
-                return ADM_STOP;
-            /* An entry sharing pages with a running sample frees fewer
-             * than it holds, so the cache may run out first. */
-            if (!rt_sched__tier_evict(s, m))
-                return ADM_STOP;
-        }
-    }
-
-    if (restore) {
-        for (int r = 0; r < T; r++)
-            kv_seq_free(&req->seqs[r], &s->pools[r]); /* empty buffers */
-        if (rt_sched__tier_restore(s, req, m) != 0)
+     * (never the one being reused). The spare check above guarantees
+     * this ends. */
+    for (int r = 0; r < T; r++)
+        if (rt_sched__make_room(s, r,
+                                prompt_need(s, req, m, r) + sib_pages +
+                                    (restore ? m->seqs[r].used_pages : 0),
+                                m) != 0)
             return ADM_STOP;
-    } else if (m != NULL) {
+
+    if (m != NULL) {
         for (int r = 0; r < T; r++)
             kv_seq_free(&req->seqs[r], &s->pools[r]); /* empty buffers */
-        rt_prefix_take_bounds(&s->cache, m, req->seqs, &req->bounds);
+        if (!restore)
+            rt_prefix_take_bounds(&s->cache, m, req->seqs, &req->bounds);
+        else if (rt_sched__tier_restore(s, req, m) != 0)
+            return ADM_STOP;
     } else if (req->seqs[0].n_rows == 0) {
         for (int r = 0; r < T; r++)
             if (kv_seq_init(&req->seqs[r], s->lay[r], NULL, 0) != 0 ||

@@ -193,6 +193,22 @@ int64_t rt_sched__tier_pending(const struct rt_sched *s, int rank);
 int rt_sched__tier_evict(struct rt_sched *s,
                          const struct rt_prefix_entry *keep);
 
+/* Makes `need` device pages free on `rank` by moving stored entries other
+ * than `keep` off the device (rt_sched__tier_evict). Pages offloads are
+ * still copying out are waited for, not made up by evicting more: returns
+ * 0 when the pages are free now, TG_EAGAIN when the caller must wait (for
+ * those copies, or because nothing is left to evict: an entry sharing
+ * pages with a running sample frees fewer than it holds). */
+int rt_sched__make_room(struct rt_sched *s, int rank, int64_t need,
+                        const struct rt_prefix_entry *keep);
+
+/* 1 when the next decode token of running `req`, which some pool cannot
+ * give now, is covered on every rank by free pages plus the pages
+ * offloads will give back within a step or so: the token waits for them
+ * rather than the cache emptying further or a request being preempted. */
+int rt_sched__tier_decode_waits(const struct rt_sched *s,
+                                const struct rt_sched_req *req);
+
 /* Admission of `req` whose match `m` is a host entry (its prompt's pages
  * are reserved after this): m's seqs and boundaries become req's, moved to
  * device pages, and a restore op is queued; req waits for it. The free

@@ -163,6 +163,31 @@ int rt_sched__tier_evict(struct rt_sched *s,
     return 1;
 }
 
+int rt_sched__make_room(struct rt_sched *s, int rank, int64_t need,
+                        const struct rt_prefix_entry *keep)
+{
+    while (need > kv_pool_n_free(&s->pools[rank])) {
+        if (need <= kv_pool_n_free(&s->pools[rank]) +
+                        rt_sched__tier_pending(s, rank))
+            return TG_EAGAIN;
+        if (!rt_sched__tier_evict(s, keep))
+            return TG_EAGAIN;
+    }
+    return 0;
+}
+
+int rt_sched__tier_decode_waits(const struct rt_sched *s,
+                                const struct rt_sched_req *req)
+{
+    for (int r = 0; r < s->cfg.n_ranks; r++) {
+        int64_t need = 0;
+        (void)kv_seq_decode_pages(&req->seqs[r], s->lay[r], 1, &need);
+        if (need > kv_pool_n_free(&s->pools[r]) + rt_sched__tier_pending(s, r))
+            return 0;
+    }
+    return 1;
+}
+
 int rt_sched__tier_restore(struct rt_sched *s, struct rt_sched_req *req,
                            struct rt_prefix_entry *m)
 {

@@ -685,10 +685,13 @@ def main():
         starts = arrival_times(a.seed, a.num_conversations, a.request_rate)
         thinks = think_times(a.seed, a.num_conversations, a.turns,
                              a.think_time)
+        # The tier workload runs four daemons for many minutes on shared
+        # cores: a long step must not read as a dead worker (5 beats).
         daemon_args = ["--kv-memory", a.kv_memory, "--heads-per-group", str(hp),
                        "--prefill-chunk", str(a.prefill_chunk),
                        "--max-batched-tokens", str(max(1024, a.prefill_chunk)),
-                       "--worker-heartbeat-ms", "1000"]
+                       "--worker-heartbeat-ms",
+                       "4000" if a.workload == "tier" else "1000"]
         cfg = ("%s model, %d conversations x %d turns, %s words per user turn, "
                "%d output tokens per turn, %.2f conversations/s, kv-memory %s, "
                "prefill-chunk %d, target=%.2f, calibration %.1f s" %

@@ -28,6 +28,8 @@ start at the turn, not at position 0).
   equal to tangram-generate.
 - Tier off (--kv-host-memory 0): the same pressure drops instead (no
   offload, no cached tokens).
+- A tier larger than the host's memory: tangramd refuses to start, naming
+  --kv-host-memory and the numbers.
 
 Fails (never skips) when an input is missing. About two minutes on two
 cores (six short daemon runs).
@@ -43,6 +45,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import daemon_util as du  # noqa: E402
 
 C = du.Checker()
+BACKEND = []      # extra tangramd flags (test_daemon_cuda_tier.py: cuda)
+ELEM = 4          # bytes of a KV element: fp32 on the CPU, bf16 on CUDA
 SEED = 7
 OUT = 16          # answer tokens per turn
 N1 = 100          # first user turn, tokens
@@ -134,8 +138,8 @@ def serve(model, prof, work, name, args):
     sub = os.path.join(work, name)
     os.makedirs(sub, exist_ok=True)
     d = du.Daemon(model, sub, profile=prof,
-                  args=["--heads-per-group", "1", "--prefill-chunk",
-                        str(CHUNK)] + args)
+                  args=BACKEND + ["--heads-per-group", "1", "--prefill-chunk",
+                                  str(CHUNK)] + args)
     if not C.check(d.start(), "%s: tangramd ready" % name,
                    d.log_text()[-3000:]):
         d.stop()
@@ -167,14 +171,16 @@ def reference(grpc, pb, model, prof, work, tp):
         d.stop()
 
 
-def tier_case(grpc, pb, model, prof, work, tp, ref):
+def tier_case(grpc, pb, model, prof, work, tp, ref, kill=True):
+    """Offload, restore (gRPC and HTTP), rewind, scopes and (kill, tp 1) a
+    worker killed, against the reference outputs `ref`."""
     name = "tier tp%d" % tp
     d = serve(model, prof, work, "tier-tp%d" % tp,
               ["--tp", str(tp), "--kv-memory", "1MiB"])
     if d is None or ref is None:
         return
     try:
-        page_bytes = 1 * 2 * 16 * 64 * 4  # H_p x K,V x P x d x fp32
+        page_bytes = 1 * 2 * 16 * 64 * ELEM  # H_p x K,V x P x d x element
         C.check(all(m(d, "tangram_kv_host_pages_total", rank=str(r)) ==
                     (2 << 30) // page_bytes for r in range(tp)),
                 "%s: the default 2 GiB host tier on every rank" % name,
@@ -250,7 +256,7 @@ def tier_case(grpc, pb, model, prof, work, tp, ref):
         text, cached = http_gen(d, b2 + ids(14, 5), "bob")
         C.check(text is not None and cached >= N1,
                 "%s: bob's own session reuses it (%s cached)" % (name, cached))
-        if tp == 1:
+        if tp == 1 and kill:
             worker_killed(grpc, pb, d, model, prof, a2, name)
     finally:
         d.stop()
@@ -349,6 +355,20 @@ def tier_off(grpc, pb, model, prof, work):
         d.stop()
 
 
+def refused(model, work):
+    """A tier the host cannot hold fails tangramd at start, naming the
+    flag and the numbers (fail fast, not at the first offload)."""
+    sub = os.path.join(work, "too-big")
+    os.makedirs(sub)
+    d = du.Daemon(model, sub, args=["--kv-host-memory", "1PiB"])
+    started = d.start(timeout=30)
+    rc, _ = d.stop()
+    log = d.log_text()
+    C.check(not started and "--kv-host-memory" in log and "MiB" in log,
+            "a host tier larger than the host is refused at start-up "
+            "(rc %s)" % rc, log[-800:])
+
+
 def main():
     missing = du.missing_inputs(
         programs=("tangramd", "tangram-router", "tangram-worker",
@@ -373,6 +393,7 @@ def main():
             tier_case(grpc, pb, model, prof, work, tp, ref)
         host_eviction(grpc, pb, model, work)
         tier_off(grpc, pb, model, prof, work)
+        refused(model, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return C.summary()

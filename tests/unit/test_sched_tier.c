@@ -7,8 +7,9 @@
  * adopting the whole history: only the suffix is prefilled), the host tier
  * is LRU, scopes still isolate, rewinds work on host entries, failed and
  * lost copies fall back to a full prefill, decode waits for pages being
- * copied out, and every state passes rt_sched_validate. The fixture is
- * tests/support/tt_sched.h. */
+ * copied out, and every state passes rt_sched_validate; the cache as the
+ * directory (rt_prefix host entries) and kv_seq_move_pages directly. The
+ * fixture is tests/support/tt_sched.h. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -834,6 +835,96 @@ static void test_kv_seq_move(void **state)
     kv_layout_free(&lay);
 }
 
+/* The cache as the tier's directory (rt_prefix, T = 1): host entries
+ * keep their LRU place and match like device ones, device eviction skips
+ * them, host eviction takes only them (never the one kept), and every
+ * count follows; a rewind of a host entry gives its tail to the host
+ * pool. */
+static void test_prefix_directory(void **state)
+{
+    (void)state;
+    struct kv_layout lay;
+    tt_sched_layout(&lay, 0);
+    struct kv_pool dev, host;
+    assert_int_equal(kv_pool_init(&dev, 128, err, sizeof(err)), 0);
+    assert_int_equal(kv_pool_init(&host, 128, err, sizeof(err)), 0);
+    assert_int_equal(kv_pool_debug_track(&dev, err, sizeof(err)), 0);
+    assert_int_equal(kv_pool_debug_track(&host, err, sizeof(err)), 0);
+    struct rt_prefix pc;
+    assert_int_equal(rt_prefix_init(&pc, 1, err, sizeof(err)), 0);
+    assert_int_equal(rt_prefix_tier_init(&pc, &host, err, sizeof(err)), 0);
+    int32_t toks[3][32];
+    struct rt_prefix_bounds bounds[3] = {{0}};
+    for (int i = 0; i < 3; i++) {
+        tt_sched_fill(toks[i], 32, 100 * (i + 1));
+        struct kv_seq q;
+        assert_int_equal(kv_seq_init(&q, &lay, err, sizeof(err)), 0);
+        assert_int_equal(kv_seq_reserve_prompt(&q, &lay, &dev, 0, 20, err,
+                                               sizeof(err)), 0);
+        const int64_t at[3] = {8, 16, 20}; /* the chunks' ends */
+        for (int k = 0; k < 3; k++) {
+            assert_int_equal(kv_seq_commit(&q, &lay, at[k] - q.committed,
+                                           err, sizeof(err)), 0);
+            assert_int_equal(rt_prefix_bounds_push(&bounds[i], at[k], &q, 1),
+                             0);
+        }
+        assert_int_equal(rt_prefix_insert_bounds(&pc, &dev, toks[i], 20, 0,
+                                                 NULL, &q, &bounds[i], err,
+                                                 sizeof(err)), 0);
+    }
+    struct rt_prefix_entry *a = pc.oldest;
+    int64_t a_pages = a->seqs[0].used_pages;
+    int32_t old[64];
+    assert_int_equal(kv_seq_move_pages(&a->seqs[0], &dev, &host, old, NULL,
+                                       err, sizeof(err)), 0);
+    assert_int_equal(kv_pool_push(&dev, (int32_t)a_pages, old), 0);
+    int64_t dev_pages = rt_prefix_pages(&pc, 0);
+    rt_prefix_set_on_host(&pc, a);
+    assert_int_equal(rt_prefix_pages(&pc, 0), dev_pages - a_pages);
+    assert_int_equal(rt_prefix_host_pages(&pc, 0), a_pages);
+    assert_int_equal(pc.n_host_entries, 1);
+    assert_ptr_equal(pc.oldest, a); /* its LRU place stays */
+    /* Device eviction skips the host entry. */
+    struct rt_prefix_entry *b = a->newer;
+    assert_ptr_equal(rt_prefix_oldest_device(&pc, NULL), b);
+    assert_ptr_equal(rt_prefix_oldest_device(&pc, b), b->newer);
+    assert_int_equal(rt_prefix_evict_lru(&pc, &dev, NULL), 1);
+    assert_int_equal(pc.n_entries, 2);
+    assert_ptr_equal(pc.oldest, a);
+    /* A host entry matches like a device one. */
+    int32_t prompt[32];
+    memcpy(prompt, toks[0], sizeof(prompt));
+    struct rt_prefix_entry *m = NULL;
+    assert_int_equal(rt_prefix_match(&pc, prompt, 25, 0, NULL, &m), 0);
+    assert_ptr_equal(m, a);
+    /* Partial reuse rewinds it on the host: the tail to the host pool. */
+    prompt[17] = 9999;
+    const struct kv_layout *lays[1] = {&lay};
+    assert_int_equal(rt_prefix_match_rewind(&pc, &dev, lays, prompt, 25, 0,
+                                            NULL, &m), 0);
+    assert_ptr_equal(m, a);
+    assert_int_equal(a->n_tokens, 16);
+    assert_true(a->seqs[0].used_pages < a_pages);
+    assert_int_equal(kv_pool_n_used(&host), a->seqs[0].used_pages);
+    assert_int_equal(rt_prefix_host_pages(&pc, 0), a->seqs[0].used_pages);
+    /* Host eviction: never the kept one, only host entries. */
+    assert_int_equal(rt_prefix_evict_host_lru(&pc, a), 0);
+    assert_int_equal(rt_prefix_evict_host_lru(&pc, NULL), 1);
+    assert_int_equal(pc.n_host_evictions, 1);
+    assert_int_equal(pc.n_host_entries, 0);
+    assert_int_equal(kv_pool_n_used(&host), 0);
+    assert_int_equal(rt_prefix_evict_host_lru(&pc, NULL), 0);
+    assert_int_equal(rt_prefix_clear_host(&pc), 0);
+    assert_int_equal(pc.n_entries, 1); /* c, on the device */
+    rt_prefix_free(&pc, &dev);
+    assert_int_equal(kv_pool_n_used(&dev), 0);
+    assert_int_equal(kv_pool_validate(&dev, err, sizeof(err)), 0);
+    assert_int_equal(kv_pool_validate(&host, err, sizeof(err)), 0);
+    kv_pool_free(&dev);
+    kv_pool_free(&host);
+    kv_layout_free(&lay);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -846,6 +937,7 @@ int main(void)
         cmocka_unit_test(test_tier_lost),
         cmocka_unit_test(test_tier_decode_waits),
         cmocka_unit_test(test_kv_seq_move),
+        cmocka_unit_test(test_prefix_directory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -101,7 +101,7 @@ static void test_marks(void **state)
     assert_string_equal(find(r, nr, "kv-memory")->def, "0.9");
     /* The host tier (DESIGN.md §4.10): a documented default, 0 = off. */
     assert_string_equal(find(d, nd, "kv-host-memory")->def, "2GiB");
-    assert_non_null(find(w, nw, "kv-host-memory"));
+    assert_string_equal(find(w, nw, "kv-host-memory")->def, "0");
     /* Same row otherwise: type and range come from the one declaration. */
     const struct tg_config_entry *wk = find(w, nw, "kv-memory");
     const struct tg_config_entry *dk = find(d, nd, "kv-memory");

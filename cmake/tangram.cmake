@@ -17,7 +17,7 @@ endfunction()
 
 # tg_add_programs(DIR): every DIR/tangram*.c becomes a program named after
 # it with '_' turned into '-' (tangram_worker.c -> tangram-worker,
-# tangramd.c -> tangramd).
+# tangramd.c -> tangramd), installed into bin/ by cmake --install.
 function(tg_add_programs dir)
   file(GLOB mains CONFIGURE_DEPENDS ${dir}/tangram*.c)
   foreach(src ${mains})
@@ -25,6 +25,7 @@ function(tg_add_programs dir)
     string(REPLACE "_" "-" prog ${stem})
     add_executable(${prog} ${src})
     target_link_libraries(${prog} PRIVATE tg_all)
+    install(TARGETS ${prog} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   endforeach()
 endfunction()
 

@@ -1,5 +1,6 @@
 /* pf_build.c — profile from retention samples; head grouping (pf_build.h). */
 #include "common/pf_build.h"
+#include "common/pf_identity.h"
 #include "common/tg_err.h"
 #include "common/tg_json.h"
 
@@ -15,6 +16,7 @@ void pf_retention_free(struct pf_retention *r)
     if (r == NULL)
         return;
     free(r->architecture);
+    free(r->model_identity);
     free(r->method);
     free(r->ratio);
     memset(r, 0, sizeof(*r));
@@ -51,7 +53,7 @@ int pf_retention_from_json(struct pf_retention *r, const json_t *doc,
     if (!json_is_object(doc))
         return tg_err_set(err, errlen, TG_EFORMAT,
                           "(root): expected a JSON object");
-    const char *s, *arch, *method;
+    const char *s, *arch, *method, *identity = NULL;
     int64_t version, L, H, d;
     double ratio;
     json_t *model, *samples;
@@ -82,11 +84,18 @@ int pf_retention_from_json(struct pf_retention *r, const json_t *doc,
         (rc = tg_json_get_string(doc, "method", "", &method, err, errlen)) != 0 ||
         (rc = tg_json_get_double(doc, "target_ratio", "", 0.0, 1.0, &ratio,
                                  err, errlen)) != 0 ||
+        (json_object_get(model, "identity") != NULL &&
+         (rc = tg_json_get_string(model, "identity", "model", &identity, err,
+                                  errlen)) != 0) ||
         (rc = tg_json_get_array(doc, "samples", "", -1, &samples, err,
                                 errlen)) != 0)
         return rc;
     if (method[0] == '\0')
         return tg_err_set(err, errlen, TG_EFORMAT, "method: empty string");
+    if (identity != NULL && !pf_identity_valid(identity))
+        return tg_err_set(err, errlen, TG_EFORMAT,
+                          "model.identity: \"%.80s\" is not \"sha256:\" and "
+                          "64 lowercase hex digits", identity);
     if (!(ratio > 0.0))
         return tg_err_set(err, errlen, TG_ERANGE,
                           "target_ratio: %g is out of range (0, 1]", ratio);
@@ -101,9 +110,11 @@ int pf_retention_from_json(struct pf_retention *r, const json_t *doc,
     r->samples = (int)S;
     r->target_ratio = ratio;
     r->architecture = strdup(arch);
+    r->model_identity = identity != NULL ? strdup(identity) : NULL;
     r->method = strdup(method);
     r->ratio = malloc(S * (size_t)L * (size_t)H * sizeof(double));
-    if (r->architecture == NULL || r->method == NULL || r->ratio == NULL) {
+    if (r->architecture == NULL || r->method == NULL || r->ratio == NULL ||
+        (identity != NULL && r->model_identity == NULL)) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "retention: out of memory");
         goto fail;
     }
@@ -295,6 +306,10 @@ int pf_profile_build(struct pf_profile *out, const struct pf_retention *r,
     out->target_ratio = r->target_ratio;
     out->alpha = alpha;
     out->grouping = grouping;
+    if (r->model_identity != NULL &&
+        (rc = pf_profile_set_identity(out, r->model_identity, err,
+                                      errlen)) != 0)
+        goto fail;
     int H = r->num_kv_heads;
     size_t stride = (size_t)r->num_layers * (size_t)H;
     for (int l = 0; l < r->num_layers; l++) {
@@ -334,6 +349,9 @@ int pf_retention_to_json(const struct pf_retention *r, json_t **out,
         json_object_set_new(model, "num_layers", json_integer(r->num_layers));
         json_object_set_new(model, "num_kv_heads", json_integer(r->num_kv_heads));
         json_object_set_new(model, "head_dim", json_integer(r->head_dim));
+        if (r->model_identity != NULL)
+            json_object_set_new(model, "identity",
+                                json_string(r->model_identity));
     }
     size_t LH = (size_t)r->num_layers * (size_t)r->num_kv_heads;
     for (int s = 0; ok && s < r->samples; s++) {

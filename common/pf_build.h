@@ -6,9 +6,11 @@
  * of its keys every (layer, KV head) kept under the non-uniform method:
  *   { "format": "tangram-retention", "version": 1,
  *     "model": {"architecture", "num_layers": L, "num_kv_heads": H,
- *               "head_dim": d},
+ *               "head_dim": d, "identity": "sha256:<hex>"},
  *     "method": "snapkv", "target_ratio": r,
  *     "samples": [S][L][H] ratios in [0, 1] }
+ * (model.identity, pf_identity.h, is optional: calibrate writes it and the
+ * built profile carries it on.)
  * From it a profile takes, per head, the mean and the population standard
  * deviation (divide by S) of the ratio, and the budget
  *   B = max(1/1024, min(1, mean + alpha * std))
@@ -32,6 +34,8 @@
 
 struct pf_retention {
     char *architecture; /* model.architecture, owned */
+    char *model_identity; /* model.identity (pf_identity.h), owned; NULL
+                             when the file has none */
     char *method;       /* method that produced the ratios, owned */
     int num_layers;     /* L */
     int num_kv_heads;   /* H */
@@ -95,7 +99,8 @@ int pf_profile_regroup(struct pf_profile *p, int heads_per_group,
                        enum pf_grouping grouping, char *err, size_t errlen);
 
 /* Initializes *out as the profile built from retention *r with `alpha`
- * (>= 0), `heads_per_group` and `grouping`. Returns 0, TG_EINVAL or
+ * (>= 0), `heads_per_group` and `grouping`; it carries r's model identity
+ * (if any). Returns 0, TG_EINVAL or
  * TG_ENOMEM; on failure *out is left freed. The caller owns *out
  * (pf_profile_free). */
 int pf_profile_build(struct pf_profile *out, const struct pf_retention *r,

@@ -1,6 +1,7 @@
 /* pf_profile.c — the profile struct, its checks and its JSON form
  * (pf_profile.h, DESIGN.md §4.2). */
 #include "common/pf_profile.h"
+#include "common/pf_identity.h"
 #include "common/tg_err.h"
 #include "common/tg_json.h"
 
@@ -124,30 +125,91 @@ int pf_profile_init_full(struct pf_profile *p, int num_layers,
     return rc;
 }
 
+int pf_profile_set_identity(struct pf_profile *p, const char *identity,
+                            char *err, size_t errlen)
+{
+    if (identity != NULL && !pf_identity_valid(identity))
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "model identity \"%.80s\" is not \"sha256:\" and "
+                          "64 lowercase hex digits", identity);
+    char *copy = NULL;
+    if (identity != NULL && (copy = strdup(identity)) == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM, "profile: out of memory");
+    free(p->model_identity);
+    p->model_identity = copy;
+    return 0;
+}
+
+int pf_profile_check_model(const struct pf_profile *p, const char *path,
+                           const struct mc_model_config *mc, int force,
+                           char *warn, size_t warnlen, char *err,
+                           size_t errlen)
+{
+    if (warn != NULL && warnlen > 0)
+        warn[0] = '\0';
+    if (p->num_layers != mc->num_layers || p->num_kv_heads != mc->num_kv_heads ||
+        p->head_dim != mc->head_dim)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "profile %s is for L=%d H=%d d=%d, the model has "
+                          "L=%d H=%d d=%d", path, p->num_layers,
+                          p->num_kv_heads, p->head_dim, mc->num_layers,
+                          mc->num_kv_heads, mc->head_dim);
+    char id[PF_IDENTITY_LEN + 1], desc[160];
+    int rc = pf_identity_of_config(mc, id);
+    if (rc != 0)
+        return tg_err_set(err, errlen, rc, "cannot hash the model's config "
+                          "(libsodium failed to start)");
+    pf_identity_describe(mc, desc, sizeof(desc));
+    if (p->model_identity == NULL) {
+        if (warn != NULL)
+            snprintf(warn, warnlen,
+                     "profile %s records no model identity (it was made "
+                     "before profiles carried one): it is not checked "
+                     "against the model %s (%s); rebuild it "
+                     "(tangram-profile calibrate, or build --model)", path,
+                     id, desc);
+        return 0;
+    }
+    if (strcmp(p->model_identity, id) == 0)
+        return 0;
+    if (force) {
+        if (warn != NULL)
+            snprintf(warn, warnlen,
+                     "profile %s was made for model %s, not for this model "
+                     "%s (%s); used anyway (--profile-force)", path,
+                     p->model_identity, id, desc);
+        return 0;
+    }
+    return tg_err_set(err, errlen, TG_EINVAL,
+                      "profile %s was made for model %s (%s), but the model "
+                      "is %s (%s): its budgets were measured on another model; "
+                      "calibrate one for this model (tangram-profile "
+                      "calibrate) or pass --profile-force to use it anyway",
+                      path, p->model_identity, p->architecture, id, desc);
+}
+
 int pf_profile_for_model(struct pf_profile *p, const char *path,
-                         int num_layers, int num_kv_heads, int head_dim,
-                         int heads_per_group, char *err, size_t errlen)
+                         const struct mc_model_config *mc,
+                         int heads_per_group, int force, char *warn,
+                         size_t warnlen, char *err, size_t errlen)
 {
     memset(p, 0, sizeof(*p));
+    if (warn != NULL && warnlen > 0)
+        warn[0] = '\0';
     if (path == NULL || path[0] == '\0' || strcasecmp(path, "none") == 0)
         /* Without a profile the flag is a wish: a model with fewer KV
          * heads (or a non-divisor) gets the nearest layout that exists. */
         return pf_profile_init_full(
-            p, num_layers, num_kv_heads, head_dim,
-            pf_full_heads_per_group(num_kv_heads, heads_per_group), err,
+            p, mc->num_layers, mc->num_kv_heads, mc->head_dim,
+            pf_full_heads_per_group(mc->num_kv_heads, heads_per_group), err,
             errlen);
     int rc = pf_profile_load(p, path, err, errlen);
     if (rc != 0)
         return rc;
-    if (p->num_layers != num_layers || p->num_kv_heads != num_kv_heads ||
-        p->head_dim != head_dim) {
-        rc = tg_err_set(err, errlen, TG_EINVAL,
-                        "profile %s is for L=%d H=%d d=%d, the model has "
-                        "L=%d H=%d d=%d", path, p->num_layers,
-                        p->num_kv_heads, p->head_dim, num_layers,
-                        num_kv_heads, head_dim);
+    rc = pf_profile_check_model(p, path, mc, force, warn, warnlen, err,
+                                errlen);
+    if (rc != 0)
         pf_profile_free(p);
-    }
     return rc;
 }
 
@@ -156,6 +218,7 @@ void pf_profile_free(struct pf_profile *p)
     if (p == NULL)
         return;
     free(p->architecture);
+    free(p->model_identity);
     free(p->method);
     free(p->mean);
     free(p->std);
@@ -393,6 +456,7 @@ int pf_profile_from_json(struct pf_profile *p, const json_t *doc, char *err,
                           (long long)version, PF_PROFILE_VERSION);
     json_t *model;
     const char *arch, *method;
+    const char *identity = NULL;
     if ((rc = tg_json_get_object(doc, "model", "", &model, err, errlen)) != 0 ||
         (rc = tg_json_get_string(model, "architecture", "model", &arch, err,
                                  errlen)) != 0 ||
@@ -406,6 +470,16 @@ int pf_profile_from_json(struct pf_profile *p, const json_t *doc, char *err,
         return rc;
     if (method[0] == '\0')
         return tg_err_set(err, errlen, TG_EFORMAT, "method: empty string");
+    if (json_object_get(model, "identity") != NULL) {
+        rc = tg_json_get_string(model, "identity", "model", &identity, err,
+                                errlen);
+        if (rc != 0)
+            return rc;
+        if (!pf_identity_valid(identity))
+            return tg_err_set(err, errlen, TG_EFORMAT,
+                              "model.identity: \"%.80s\" is not \"sha256:\" "
+                              "and 64 lowercase hex digits", identity);
+    }
     double ratio, alpha;
     if ((rc = tg_json_get_double(doc, "target_ratio", "", 0.0, 1.0, &ratio, err,
                                  errlen)) != 0 ||
@@ -447,6 +521,9 @@ int pf_profile_from_json(struct pf_profile *p, const json_t *doc, char *err,
     p->target_ratio = ratio;
     p->alpha = alpha;
     p->grouping = grouping;
+    if (identity != NULL &&
+        (rc = pf_profile_set_identity(p, identity, err, errlen)) != 0)
+        goto fail;
     char *seen = malloc((size_t)H);
     if (seen == NULL) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "profile: out of memory");
@@ -530,6 +607,9 @@ int pf_profile_to_json(const struct pf_profile *p, json_t **out, char *err,
         bad |= json_object_set_new(model, "num_kv_heads",
                                    json_integer(p->num_kv_heads));
         bad |= json_object_set_new(model, "head_dim", json_integer(p->head_dim));
+        if (p->model_identity != NULL)
+            bad |= json_object_set_new(model, "identity",
+                                       json_string(p->model_identity));
         for (int l = 0; l < p->num_layers && !bad; l++)
             bad |= json_array_append_new(layers, layer_json(p, l));
         bad |= json_object_set_new(doc, "format", json_string(PF_PROFILE_FORMAT));

@@ -11,7 +11,7 @@
  * On disk it is JSON:
  *   { "format": "tangram-profile", "version": 1,
  *     "model": {"architecture", "num_layers": L, "num_kv_heads": H,
- *               "head_dim": d},
+ *               "head_dim": d, "identity": "sha256:<hex>"},
  *     "method": "snapkv", "target_ratio": r, "alpha": 2.0, "samples": S,
  *     "heads_per_group": H_p, "grouping": "clustered"|"adjacent",
  *     "layers": [ {"mean": [H], "std": [H], "budget": [H],
@@ -20,6 +20,12 @@
  * Loading checks every field and names the offending one in the error
  * ("layers[3].groups: head 5 appears twice"). Group budgets
  * b[l][g] = max(B[l][h] for h in group) are derived on load, never stored.
+ *
+ * "model.identity" (optional; pf_identity.h) names the model the profile
+ * was made for: tangram-profile calibrate writes it, build copies it from
+ * the retention file or takes it from --model; pf_profile_check_model
+ * compares it with the model served. A profile without one (made before
+ * identities existed) loads and is used with a warning.
  *
  * "No profile" (`--profile none`) is the full-KV profile: every budget 1
  * (pf_profile_init_full).
@@ -33,6 +39,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "common/mc_model_config.h"
 #include "common/pf_trig.h"
 
 #define PF_PROFILE_FORMAT "tangram-profile"
@@ -53,6 +60,8 @@ enum pf_grouping {
 
 struct pf_profile {
     char *architecture;      /* model.architecture, owned */
+    char *model_identity;    /* model.identity ("sha256:<hex>", owned), or
+                                NULL when the file has none */
     char *method;            /* scoring method name, owned ("none" for full) */
     int num_layers;          /* L */
     int num_kv_heads;        /* H */
@@ -136,17 +145,36 @@ int pf_profile_from_json(struct pf_profile *p, const json_t *doc, char *err,
 int pf_profile_load(struct pf_profile *p, const char *path, char *err,
                     size_t errlen);
 
+/* Sets (a copy of) p's model identity; NULL clears it. Returns 0, TG_EINVAL
+ * (not an identity, pf_identity_valid) or TG_ENOMEM. */
+int pf_profile_set_identity(struct pf_profile *p, const char *identity,
+                            char *err, size_t errlen);
+
+/* Checks that profile p (loaded from `path`, for messages) fits the model
+ * mc: the same num_layers, num_kv_heads and head_dim (else TG_EINVAL naming
+ * both shapes), and the same model identity (pf_identity.h). An identity
+ * that differs is TG_EINVAL naming both identities and the way out, unless
+ * `force`: then 0 with a warning in warn. A profile without an identity is
+ * accepted with a warning in warn. warn (may be NULL) gets "" when there is
+ * nothing to say; the caller logs it. Any thread. */
+int pf_profile_check_model(const struct pf_profile *p, const char *path,
+                           const struct mc_model_config *mc, int force,
+                           char *warn, size_t warnlen, char *err,
+                           size_t errlen);
+
 /* The profile a whole model is served with, as the router, every worker
- * rank and tangramd's start-up checks all build it: path NULL, "" or
- * "none" (any case) gives the full-KV profile of num_layers x num_kv_heads
- * x head_dim with pf_full_heads_per_group(H, heads_per_group) heads per
- * group; otherwise the file at path, which must be for the same
- * num_layers, num_kv_heads and head_dim (an error names both shapes).
- * Returns 0 or pf_profile_load's / pf_profile_init_full's codes, TG_EINVAL
- * for a shape mismatch; on failure *p is left freed. Any thread. */
+ * rank, tangram-generate and tangramd's start-up checks all build it: path
+ * NULL, "" or "none" (any case) gives the full-KV profile of mc's
+ * num_layers x num_kv_heads x head_dim with
+ * pf_full_heads_per_group(H, heads_per_group) heads per group; otherwise
+ * the file at path, which must fit mc (pf_profile_check_model with `force`
+ * and `warn`). Returns 0 or pf_profile_load's / pf_profile_init_full's /
+ * pf_profile_check_model's codes; on failure *p is left freed. Any
+ * thread. */
 int pf_profile_for_model(struct pf_profile *p, const char *path,
-                         int num_layers, int num_kv_heads, int head_dim,
-                         int heads_per_group, char *err, size_t errlen);
+                         const struct mc_model_config *mc,
+                         int heads_per_group, int force, char *warn,
+                         size_t warnlen, char *err, size_t errlen);
 
 /* Builds the JSON document of *p in the file format above; *out is a new
  * reference the caller decrefs. Returns 0 or TG_ENOMEM. */

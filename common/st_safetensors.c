@@ -403,7 +403,7 @@ int st_file_open(struct st_file *f, const char *path, char *err, size_t errlen)
         goto fail;
     }
     f->map_len = (size_t)size;
-    close(fd);
+    f->fd = fd; /* kept for st_file_pread; closed with the mapping */
     fd = -1;
     const uint8_t *base = f->map;
     uint64_t n = rd_le64(base);
@@ -441,14 +441,45 @@ fail:
 
 void st_file_close(struct st_file *f)
 {
-    if (f->map != NULL)
+    if (f->map != NULL) {
         munmap(f->map, f->map_len);
+        close(f->fd);
+    }
     free(f->path);
     free(f->tensors);
     free(f->meta_keys);
     free(f->meta_vals);
     free(f->strings);
     memset(f, 0, sizeof *f);
+}
+
+int st_file_pread(const struct st_file *f, uint64_t data_offset, void *buf,
+                  size_t n, char *err, size_t errlen)
+{
+    if (data_offset > f->data_len || n > f->data_len - data_offset)
+        return tg_err_set(err, errlen, TG_ERANGE,
+                          "%s: bytes [%llu, +%zu) outside the %llu-byte data "
+                          "region", f->path, (unsigned long long)data_offset,
+                          n, (unsigned long long)f->data_len);
+    uint64_t pos = (uint64_t)(f->data - (const uint8_t *)f->map) + data_offset;
+    uint8_t *out = buf;
+    while (n > 0) {
+        /* Linux moves at most 0x7ffff000 bytes per call. */
+        size_t want = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
+        ssize_t got = pread(f->fd, out, want, (off_t)pos);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            return tg_err_set(err, errlen, TG_EIO,
+                              "%s: read at byte %llu: %s", f->path,
+                              (unsigned long long)pos,
+                              got < 0 ? strerror(errno)
+                                      : "end of file (truncated since open?)");
+        out += got;
+        pos += (uint64_t)got;
+        n -= (size_t)got;
+    }
+    return 0;
 }
 
 const struct st_tensor *st_file_find(const struct st_file *f, const char *name)
@@ -663,11 +694,79 @@ const struct st_tensor *st_model_find(const struct st_model *m,
     return NULL;
 }
 
+const struct st_file *st_model_file_of(const struct st_model *m,
+                                       const struct st_tensor *t)
+{
+    for (size_t i = 0; i < m->n_files; i++) {
+        const struct st_file *f = &m->files[i];
+        /* Addresses as integers: t may point into another shard's array. */
+        uintptr_t a = (uintptr_t)t, lo = (uintptr_t)f->tensors;
+        if (f->n_tensors > 0 && a >= lo &&
+            a < lo + f->n_tensors * sizeof(*f->tensors))
+            return f;
+    }
+    return NULL;
+}
+
 /* ---- conversion -------------------------------------------------------- */
 
 uint64_t st_tensor_rows(const struct st_tensor *t)
 {
     return t->rank == 0 ? 1 : (uint64_t)t->shape[0];
+}
+
+int st_convert_f32(enum st_dtype dt, const void *src, size_t n, float *dst)
+{
+    const uint8_t *p = src;
+    switch (dt) {
+    case ST_DTYPE_F32:
+        if (n > 0)
+            memcpy(dst, p, n * 4);
+        return 0;
+    case ST_DTYPE_BF16:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = st_bf16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+        return 0;
+    case ST_DTYPE_F16:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = st_f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+        return 0;
+    case ST_DTYPE_F64:
+        for (size_t i = 0; i < n; i++) {
+            double d;
+            memcpy(&d, p + 8 * i, 8);
+            dst[i] = (float)d;
+        }
+        return 0;
+    default:
+        return TG_EUNSUPPORTED;
+    }
+}
+
+int st_convert_bf16(enum st_dtype dt, const void *src, size_t n, uint16_t *dst)
+{
+    const uint8_t *p = src;
+    if (dt == ST_DTYPE_BF16) {
+        if (n > 0)
+            memcpy(dst, p, n * 2); /* the bits as they are */
+        return 0;
+    }
+    if (dt != ST_DTYPE_F32 && dt != ST_DTYPE_F16 && dt != ST_DTYPE_F64)
+        return TG_EUNSUPPORTED;
+    for (size_t i = 0; i < n; i++) {
+        float x;
+        if (dt == ST_DTYPE_F32) {
+            memcpy(&x, p + 4 * i, 4);
+        } else if (dt == ST_DTYPE_F16) {
+            x = st_f16_to_f32((uint16_t)(p[2 * i] | (p[2 * i + 1] << 8)));
+        } else {
+            double d;
+            memcpy(&d, p + 8 * i, 8);
+            x = (float)d;
+        }
+        dst[i] = st_f32_to_bf16(x);
+    }
+    return 0;
 }
 
 int st_tensor_read_f32(const struct st_tensor *t, uint64_t row_begin,
@@ -683,33 +782,10 @@ int st_tensor_read_f32(const struct st_tensor *t, uint64_t row_begin,
     uint64_t row_len = rows > 0 ? t->numel / rows : 0;
     uint64_t first = row_begin * row_len, cnt = (row_end - row_begin) * row_len;
     const uint8_t *src = t->data;
-    switch (t->dtype) {
-    case ST_DTYPE_F32:
-        if (cnt > 0)
-            memcpy(out, src + first * 4, cnt * 4);
-        return 0;
-    case ST_DTYPE_BF16:
-    case ST_DTYPE_F16: {
-        const uint8_t *p = src + first * 2;
-        int bf = t->dtype == ST_DTYPE_BF16;
-        for (uint64_t i = 0; i < cnt; i++) {
-            uint16_t h = (uint16_t)(p[2 * i] | (p[2 * i + 1] << 8));
-            out[i] = bf ? st_bf16_to_f32(h) : st_f16_to_f32(h);
-        }
-        return 0;
-    }
-    case ST_DTYPE_F64: {
-        const uint8_t *p = src + first * 8;
-        for (uint64_t i = 0; i < cnt; i++) {
-            double d;
-            memcpy(&d, p + 8 * i, 8);
-            out[i] = (float)d;
-        }
-        return 0;
-    }
-    default:
+    if (st_convert_f32(t->dtype, src + first * st_dtype_size(t->dtype),
+                       (size_t)cnt, out) != 0)
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
                           "tensor '%s': cannot convert %s to float32",
                           t->name, st_dtype_name(t->dtype));
-    }
+    return 0;
 }

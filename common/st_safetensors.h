@@ -25,6 +25,13 @@
  * (its "weight_map" names the shard of every tensor) or else a single
  * model.safetensors, and looks tensors up across shards.
  *
+ * Two ways to read a tensor's bytes: through the mapping (st_tensor.data,
+ * st_tensor_read_f32), where every page touched stays in the process's
+ * resident set until the file is closed, or with st_file_pread into the
+ * caller's buffer (the file stays open for it), which leaves the resident
+ * set alone: a loader that streams a checkpoint through a bounded buffer
+ * (gpu_worker/gw_load.h) uses that.
+ *
  * Threads: open/close on one thread; lookups and reads of an opened file or
  * model are read-only and safe from any number of threads.
  */
@@ -86,6 +93,8 @@ struct st_tensor {
 /* An opened, validated .safetensors file. Fields are read-only for users. */
 struct st_file {
     char *path;                  /* copy of the path given to open */
+    int fd;                      /* the open file (O_RDONLY) for
+                                    st_file_pread; valid while map is */
     void *map;                   /* whole file, PROT_READ */
     size_t map_len;              /* bytes */
     const uint8_t *data;         /* start of the data region (in map) */
@@ -104,6 +113,15 @@ struct st_file {
  * than ST_MAX_HEADER; TG_EUNSUPPORTED for an unknown dtype; TG_ENOMEM. On
  * failure *f is left closed (zeroed). Release with st_file_close(). */
 int st_file_open(struct st_file *f, const char *path, char *err, size_t errlen);
+
+/* Reads n bytes at data_offset (bytes from the start of the data region)
+ * into buf with pread(2), retrying short reads and EINTR. The bytes do
+ * not pass through the mapping, so the resident set does not grow with
+ * what is read. Returns 0, TG_ERANGE (the range leaves the data region)
+ * or TG_EIO (a read error, or the file shrank since it was opened), with
+ * the file and offset in err. Any thread. */
+int st_file_pread(const struct st_file *f, uint64_t data_offset, void *buf,
+                  size_t n, char *err, size_t errlen);
 
 /* Unmaps and frees everything; safe on a zeroed or already closed file.
  * Invalidates every st_tensor pointer obtained from f. */
@@ -146,6 +164,11 @@ void st_model_close(struct st_model *m);
 const struct st_tensor *st_model_find(const struct st_model *m,
                                       const char *name);
 
+/* Returns the shard that holds t (a tensor st_model_find returned from m),
+ * or NULL when t is not one of m's. Any thread. */
+const struct st_file *st_model_file_of(const struct st_model *m,
+                                       const struct st_tensor *t);
+
 /* Scalar conversions. bf16 is the top half of an IEEE binary32; f16 is IEEE
  * binary16. The to-narrow directions round to nearest, ties to even, keep
  * infinities, turn NaN into a quiet NaN and overflow into infinity (the
@@ -154,6 +177,14 @@ float st_bf16_to_f32(uint16_t h);
 float st_f16_to_f32(uint16_t h);
 uint16_t st_f32_to_bf16(float x);
 uint16_t st_f32_to_f16(float x);
+
+/* Converts n elements of dt at src (little-endian, any alignment) into
+ * dst: st_convert_f32 to float32 (F32, F16, BF16, F64); st_convert_bf16
+ * to bf16 bits (BF16 copied bit for bit, F32, F16 and F64 through
+ * float32 rounded to nearest even). Returns 0 or TG_EUNSUPPORTED for
+ * another dtype. Pure, any thread. */
+int st_convert_f32(enum st_dtype dt, const void *src, size_t n, float *dst);
+int st_convert_bf16(enum st_dtype dt, const void *src, size_t n, uint16_t *dst);
 
 /* Returns the number of rows of t: shape[0], or 1 for a scalar. A row is
  * numel / rows elements (0-sized tensors have row length 0). */

@@ -31,6 +31,12 @@ static const struct tg_config_entry table[] = {
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
      .help = "Calibrated tangram profile (JSON); none keeps full KV for "
              "every head."},
+    {.name = "profile-force", .type = TG_CONFIG_BOOL, .def = "false",
+     .offset = OFF(profile_force, bool),
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "Serve a profile whose model identity is not the model's (made "
+             "for another model of the same shape), with a warning, instead "
+             "of refusing to start."},
     {.name = "backend", .type = TG_CONFIG_ENUM, .def = "cpu",
      .offset = OFF(backend, int), .choices = backend_choices,
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
@@ -127,10 +133,12 @@ static const struct tg_config_entry table[] = {
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
      .help = "Most requests running in one step (a worker's request "
              "slots)."},
-    {.name = "max-batched-tokens", .type = TG_CONFIG_INT, .def = "8192",
-     .min = 1, .max = 16777216, .offset = OFF(max_batched_tokens, int64_t),
+    {.name = "max-batched-tokens", .type = TG_CONFIG_INT, .def = "0",
+     .min = 0, .max = 16777216, .offset = OFF(max_batched_tokens, int64_t),
      .metavar = "TOKENS", .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
-     .help = "Most tokens (decode plus prefill chunks) in one step."},
+     .help = "Most tokens (decode plus prefill chunks) in one step; 0 picks "
+             "the backend's: 2048 on cpu, 8192 on cuda (at least "
+             "--prefill-chunk and --max-num-seqs)."},
     {.name = "kv-memory", .type = TG_CONFIG_SIZE_FRAC, .def = "0.9",
      .min = 1048576, .max = 1125899906842624.0,
      .offset = OFF(kv_memory, struct tg_config_amount),
@@ -196,21 +204,30 @@ static const struct tg_config_entry table[] = {
     {.name = "worker-heartbeat-ms", .type = TG_CONFIG_INT, .def = "1000",
      .min = 10, .max = 600000, .offset = OFF(worker_heartbeat_ms, int64_t),
      .metavar = "MS", .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
-     .help = "Router/worker heartbeat period; a peer silent for several "
-             "periods is declared dead."},
+     .help = "Router/worker heartbeat period (the workers beat from a "
+             "thread of their own, also during long steps); a worker silent "
+             "for 5 periods is declared dead."},
+    {.name = "worker-stall-ms", .type = TG_CONFIG_INT, .def = "60000",
+     .min = 1000, .max = 86400000, .offset = OFF(worker_stall_ms, int64_t),
+     .metavar = "MS", .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "A worker that keeps beating but whose compute thread makes no "
+             "progress for this long (inside one prefill chunk, decode batch "
+             "or draw) is declared dead and restarted."},
     /* HTTP front end limits (router/rt_http.h, docs/DEPLOYMENT.md). */
     {.name = "http-max-connections", .type = TG_CONFIG_INT, .def = "4096",
      .min = 16, .max = 1048576, .offset = OFF(http_max_connections, int64_t),
      .metavar = "N",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
-     .help = "Open HTTP connections; at the limit the oldest idle one is "
-             "closed for a new one, else the new one gets 503."},
+     .help = "Open HTTP connections; at the limit the oldest idle one, "
+             "else the slowest incomplete request head, is closed for a "
+             "new one, else the new one gets 503."},
     {.name = "http-max-connections-per-ip", .type = TG_CONFIG_INT,
-     .def = "0", .min = 0, .max = 1048576,
+     .def = "256", .min = 0, .max = 1048576,
      .offset = OFF(http_max_connections_per_ip, int64_t), .metavar = "N",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
-     .help = "Open HTTP connections of one client address; 0 = no limit "
-             "(behind a proxy every client has the proxy's address)."},
+     .help = "Open HTTP connections of one client address (its own idle "
+             "or slowest ones give way first); 0 = no limit. Behind a proxy "
+             "every client has the proxy's address: raise it or set 0."},
     {.name = "http-header-timeout", .type = TG_CONFIG_DOUBLE, .def = "10",
      .min = 0.1, .max = 3600, .offset = OFF(http_header_timeout, double),
      .metavar = "SECONDS",
@@ -270,6 +287,27 @@ static const struct tg_config_entry table[] = {
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
      .help = "Largest gRPC request message; larger ones get "
              "RESOURCE_EXHAUSTED."},
+    {.name = "grpc-max-connections", .type = TG_CONFIG_INT, .def = "1024",
+     .min = 16, .max = 1048576, .offset = OFF(grpc_max_connections, int64_t),
+     .metavar = "N",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "Open gRPC connections; at the limit the oldest idle one (no "
+             "call in progress) gets GOAWAY for a new one, else the new one "
+             "is refused with GOAWAY."},
+    {.name = "grpc-max-connections-per-ip", .type = TG_CONFIG_INT,
+     .def = "64", .min = 0, .max = 1048576,
+     .offset = OFF(grpc_max_connections_per_ip, int64_t), .metavar = "N",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "Open gRPC connections of one client address (its own idle "
+             "ones give way first); 0 = no limit."},
+    {.name = "max-body-memory", .type = TG_CONFIG_SIZE, .def = "256MiB",
+     .min = 1048576.0, .max = 1099511627776.0,
+     .offset = OFF(max_body_memory, uint64_t), .metavar = "BYTES",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "Request bodies (HTTP bodies, gRPC messages) the router holds "
+             "at once; a request that does not fit gets 503 (gRPC "
+             "UNAVAILABLE) before its body is read. At least --http-max-body "
+             "and --grpc-max-message."},
 
     /* ---- the router's own ---- */
     {.name = "ipc-endpoint", .type = TG_CONFIG_STRING,
@@ -314,7 +352,7 @@ static const struct tg_config_entry table[] = {
      .max = 86400000, .offset = OFF(router_timeout_ms, int64_t),
      .metavar = "MS", .flags = TG_SERVE_WORKER,
      .help = "Router silence after which the worker exits with status 3 "
-             "(0 = 10 x heartbeat-ms)."},
+             "(0 = 10 x heartbeat-ms, at least 10 s)."},
     {.name = "threads", .type = TG_CONFIG_INT, .def = "0", .min = 0,
      .max = 1024, .offset = OFF(threads, int64_t), .flags = TG_SERVE_WORKER,
      .help = "CPU threads (0 = all)."},
@@ -413,4 +451,18 @@ int tg_serve_opts_forward(const struct tg_serve_opts *o, unsigned child,
 void tg_serve_opts_free(struct tg_serve_opts *o)
 {
     tg_config_free(table, NROWS, o);
+}
+
+void tg_serve_opts_resolve(struct tg_serve_opts *o)
+{
+    if (o->max_batched_tokens > 0)
+        return;
+    int64_t b = o->backend == TG_SERVE_BACKEND_CUDA
+                    ? TG_SERVE_BATCHED_TOKENS_CUDA
+                    : TG_SERVE_BATCHED_TOKENS_CPU;
+    if (b < o->prefill_chunk)
+        b = o->prefill_chunk;
+    if (b < o->max_num_seqs)
+        b = o->max_num_seqs;
+    o->max_batched_tokens = b;
 }

@@ -67,6 +67,9 @@ struct tg_serve_opts {
                                  also the workers' */
     char *profile;            /* profile JSON path; "none" = full KV (tangramd
                                  turns it into NULL); also the workers' */
+    bool profile_force;       /* serve a profile made for another model
+                                 (its identity differs), with a warning;
+                                 also the workers' */
     int backend;              /* enum tg_serve_backend; also the workers' */
     int64_t tp;               /* tensor-parallel ranks, 1..64 */
     char *host;               /* address the HTTP and gRPC servers bind */
@@ -93,7 +96,9 @@ struct tg_serve_opts {
                                  file; "" = the profile's own */
     int64_t max_num_seqs;     /* running requests per step (the workers'
                                  request slots) */
-    int64_t max_batched_tokens; /* tokens per step (decode + chunks) */
+    int64_t max_batched_tokens; /* tokens per step (decode + chunks); 0 =
+                                   the backend's default until
+                                   tg_serve_opts_resolve */
     struct tg_config_amount kv_memory; /* KV pool per rank: a fraction of
                                           the free device (or host) memory,
                                           or bytes; also the workers' */
@@ -113,7 +118,11 @@ struct tg_serve_opts {
     char *served_model_name;  /* model id in the API; tangramd defaults it
                                  to the last path component of model */
     int64_t max_model_len;    /* context limit in tokens; 0 = the model's */
-    int64_t worker_heartbeat_ms; /* router<->worker heartbeat period, ms */
+    int64_t worker_heartbeat_ms; /* router<->worker heartbeat period, ms;
+                                    tangramd hands it to the workers as
+                                    their --heartbeat-ms */
+    int64_t worker_stall_ms;  /* a worker whose compute thread shows no
+                                 progress for longer is declared dead, ms */
     /* HTTP front end limits (router/rt_http.h; docs/DEPLOYMENT.md) */
     int64_t http_max_connections; /* open HTTP connections */
     int64_t http_max_connections_per_ip; /* per client address; 0 = off */
@@ -131,6 +140,10 @@ struct tg_serve_opts {
                                  closed; 0 = never */
     int64_t grpc_max_streams; /* concurrent streams per gRPC connection */
     uint64_t grpc_max_message; /* bytes of one gRPC request message */
+    int64_t grpc_max_connections; /* open gRPC connections */
+    int64_t grpc_max_connections_per_ip; /* per client address; 0 = off */
+    uint64_t max_body_memory;  /* bytes of request bodies (HTTP and gRPC)
+                                  the router holds at once */
 
     /* ---- the router's own (tangramd sets them) ---- */
     char *ipc_endpoint;       /* ZeroMQ endpoint the workers connect to */
@@ -146,7 +159,7 @@ struct tg_serve_opts {
     int64_t kv_pages;         /* > 0: exactly this many pool pages */
     int64_t heartbeat_ms;     /* period of the worker's heartbeats */
     int64_t router_timeout_ms; /* router silence before exit 3; 0 = 10 x
-                                  heartbeat_ms */
+                                  heartbeat_ms, at least 10 s */
     int64_t threads;          /* CPU threads, 0 = all */
     int64_t device;           /* CUDA device, -1 = the rank */
     int cuda_graphs;          /* 0 = off, 1 = on */
@@ -169,6 +182,18 @@ const struct tg_config_entry *tg_serve_opts_table(unsigned who, size_t *n);
 int tg_serve_opts_forward(const struct tg_serve_opts *o, unsigned child,
                           char ***argv, size_t *argc, char *err,
                           size_t errlen);
+
+/* Step budgets of --max-batched-tokens 0 (auto), by backend: what one
+ * step of that backend computes in well under a second for the models it
+ * serves (docs/RELIABILITY.md, "Liveness": the CPU number is measured). */
+#define TG_SERVE_BATCHED_TOKENS_CPU 2048
+#define TG_SERVE_BATCHED_TOKENS_CUDA 8192
+
+/* Resolves the values that depend on others: --max-batched-tokens 0 becomes
+ * the backend's budget above, raised to --prefill-chunk and --max-num-seqs
+ * (a chunk runs in one step; every running request decodes in one). Call
+ * after a parse, before the options are used or forwarded. Thread: any. */
+void tg_serve_opts_resolve(struct tg_serve_opts *o);
 
 /* Frees every string of *o and sets it to NULL. Safe on a zeroed struct,
  * after a failed parse, and twice. */

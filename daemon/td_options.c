@@ -86,6 +86,7 @@ int td_options_parse(struct tg_serve_opts *o, int argc, char **argv,
     rc = normalize(o, err, errlen);
     if (rc != 0)
         return rc;
+    tg_serve_opts_resolve(o);
     return cross_check(o, err, errlen);
 }
 

@@ -8,6 +8,7 @@
 #include "common/st_safetensors.h"
 #include "common/tg_err.h"
 #include "common/tg_hostmem.h"
+#include "common/tg_log.h"
 #include "common/tok_tokenizer.h"
 
 #include <arpa/inet.h>
@@ -108,12 +109,14 @@ static int check_profile(const struct tg_serve_opts *o,
     struct pf_profile p;
     struct pf_tp_plan plan;
     memset(&plan, 0, sizeof plan);
-    char why[768];
-    int rc = pf_profile_for_model(&p, o->profile, mc->num_layers,
-                                  mc->num_kv_heads, mc->head_dim,
-                                  (int)o->heads_per_group, why, sizeof why);
+    char why[768], warn[768];
+    int rc = pf_profile_for_model(&p, o->profile, mc,
+                                  (int)o->heads_per_group, o->profile_force,
+                                  warn, sizeof warn, why, sizeof why);
     if (rc != 0)
         return tg_err_set(err, errlen, rc, "--profile: %s", why);
+    if (warn[0] != '\0')
+        log_warn("--profile: %s", warn);
     rc = pf_tp_assign(&plan, &p, (int)o->tp, why, sizeof why);
     pf_tp_free(&plan);
     pf_profile_free(&p);

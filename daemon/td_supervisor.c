@@ -6,13 +6,20 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/tg_log.h"
+
 #define SOCK_NAME "workers.sock"
+#define DIR_PREFIX "tangramd."     /* + mkdtemp's six characters */
+#define LOCK_NAME "tangramd.lock"  /* the owner's pid, locked by it */
+#define LOCK_TMP ".tangramd.lock.tmp" /* the lock file before it is held */
 #define SUN_PATH_MAX 107 /* sizeof(sockaddr_un.sun_path) - 1 on Linux */
 
 uint64_t td_backoff_next(struct td_backoff *b, uint64_t uptime_ms)
@@ -109,6 +116,13 @@ int td_sup_worker_argv(const struct tg_serve_opts *o, const char *bin,
                                    errlen);
     if (rc == 0 && o->profile == NULL)
         rc = push(argv, argc, "--profile=none", err, errlen);
+    /* The worker beats at the period the router's deadline counts in
+     * (5 periods of silence kill it). */
+    char hb[40];
+    snprintf(hb, sizeof hb, "--heartbeat-ms=%lld",
+             (long long)o->worker_heartbeat_ms);
+    if (rc == 0)
+        rc = push(argv, argc, hb, err, errlen);
     return rc;
 }
 
@@ -227,6 +241,114 @@ static int find_program(char *dst, size_t len, char **envp,
     return 0;
 }
 
+/* Removes the plain entries of dir, then dir (a nested directory, which
+ * none of ours has, makes the rmdir fail and leaves it). */
+static void remove_dir(const char *dir)
+{
+    char path[PATH_MAX + 256];
+    DIR *d = opendir(dir);
+    if (d != NULL) {
+        struct dirent *de;
+        while ((de = readdir(d)) != NULL) {
+            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+                continue;
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+/* True when `name` is what mkdtemp made of DIR_PREFIX "XXXXXX". */
+static bool runtime_dir_name(const char *name)
+{
+    size_t pl = strlen(DIR_PREFIX);
+    if (strncmp(name, DIR_PREFIX, pl) != 0 || strlen(name) != pl + 6)
+        return false;
+    for (const char *c = name + pl; *c != '\0'; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+              (*c >= '0' && *c <= '9')))
+            return false;
+    return true;
+}
+
+int td_sup_clean_stale_dirs(const char *base)
+{
+    DIR *d = opendir(base);
+    if (d == NULL)
+        return 0;
+    int removed = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (!runtime_dir_name(de->d_name))
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+            continue;
+        char dir[PATH_MAX], lock[PATH_MAX + 32];
+        if (snprintf(dir, sizeof dir, "%s/%s", base, de->d_name) >=
+            (int)sizeof dir)
+            continue;
+        snprintf(lock, sizeof lock, "%s/%s", dir, LOCK_NAME);
+        int fd = open(lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+            continue; /* nothing proves it stale */
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            close(fd); /* its tangramd runs */
+            continue;
+        }
+        char pid[32] = "?";
+        ssize_t n = read(fd, pid, sizeof pid - 1);
+        if (n > 0) {
+            pid[n] = '\0';
+            pid[strcspn(pid, "\n")] = '\0';
+        }
+        /* Held while removing: a second tangramd cleaning the same base
+         * waits for nothing and finds the directory gone. */
+        remove_dir(dir);
+        close(fd);
+        if (access(dir, F_OK) != 0) {
+            removed++;
+            log_info("removed stale runtime directory %s (its tangramd, pid "
+                     "%s, is gone)", dir, pid);
+        } else {
+            log_warn("stale runtime directory %s (tangramd pid %s) could not "
+                     "be removed: %s", dir, pid, strerror(errno));
+        }
+    }
+    closedir(d);
+    return removed;
+}
+
+/* Creates the lock file of a fresh private directory already held: it is
+ * locked under a temporary name and renamed into place, so a cleaner that
+ * finds LOCK_NAME always finds it locked while its tangramd lives. */
+static int lock_runtime_dir(struct td_sup_paths *p, char *err, size_t errlen)
+{
+    char tmp[PATH_MAX + 32], path[PATH_MAX + 32];
+    snprintf(tmp, sizeof tmp, "%s/%s", p->runtime_dir, LOCK_TMP);
+    snprintf(path, sizeof path, "%s/%s", p->runtime_dir, LOCK_NAME);
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                  0600);
+    if (fd < 0)
+        return tg_err_set(err, errlen, TG_EIO, "cannot create %s: %s", tmp,
+                          strerror(errno));
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || write(fd, pid, (size_t)n) != n ||
+        rename(tmp, path) != 0) {
+        int e = errno;
+        close(fd);
+        return tg_err_set(err, errlen, TG_EIO, "cannot lock %s: %s", path,
+                          strerror(e));
+    }
+    p->lock_fd = fd;
+    p->locked = true;
+    return 0;
+}
+
 static int make_runtime_dir(struct td_sup_paths *p, char **envp, char *err,
                             size_t errlen)
 {
@@ -259,6 +381,7 @@ static int make_runtime_dir(struct td_sup_paths *p, char **envp, char *err,
         p->runtime_dir[0] = '\0';
         return tg_err_set(err, errlen, TG_ETOOBIG, "TMPDIR is too long");
     }
+    td_sup_clean_stale_dirs(tmp);
     if (mkdtemp(p->runtime_dir) == NULL) {
         int e = errno;
         p->runtime_dir[0] = '\0';
@@ -267,7 +390,13 @@ static int make_runtime_dir(struct td_sup_paths *p, char **envp, char *err,
                           tmp, strerror(e));
     }
     p->own_dir = true;
-    return 0;
+    int rc = lock_runtime_dir(p, err, errlen);
+    if (rc != 0) {
+        remove_dir(p->runtime_dir);
+        p->runtime_dir[0] = '\0';
+        p->own_dir = false;
+    }
+    return rc;
 }
 
 int td_sup_paths_init(struct td_sup_paths *p, char **envp,
@@ -325,22 +454,13 @@ void td_sup_paths_cleanup(struct td_sup_paths *p)
         unlink(path);
     } else {
         /* A private directory: whatever the children left in it goes
-         * (sockets, lock files); nothing nests there. */
-        DIR *d = opendir(p->runtime_dir);
-        if (d != NULL) {
-            struct dirent *de;
-            while ((de = readdir(d)) != NULL) {
-                if (strcmp(de->d_name, ".") == 0 ||
-                    strcmp(de->d_name, "..") == 0)
-                    continue;
-                snprintf(path, sizeof path, "%s/%s", p->runtime_dir,
-                         de->d_name);
-                unlink(path);
-            }
-            closedir(d);
-        }
-        rmdir(p->runtime_dir);
+         * (sockets, the lock file); nothing nests there. The lock goes
+         * last, once the directory is gone. */
+        remove_dir(p->runtime_dir);
     }
+    if (p->locked)
+        close(p->lock_fd);
+    p->locked = false;
     p->runtime_dir[0] = '\0';
     p->endpoint[0] = '\0';
     p->own_dir = false;

@@ -158,6 +158,8 @@ struct td_sup_paths {
     char worker_bin[PATH_MAX];  /* tangram-worker */
     char runtime_dir[PATH_MAX]; /* holds workers.sock; "" = none yet */
     bool own_dir;               /* we made runtime_dir (mkdtemp): remove it */
+    bool locked;                /* own_dir: lock_fd holds its lock */
+    int lock_fd;                /* <runtime_dir>/tangramd.lock, flock'ed */
     char endpoint[PATH_MAX + 32]; /* "ipc://<runtime_dir>/workers.sock" */
 };
 
@@ -166,7 +168,11 @@ struct td_sup_paths {
  * tangram-worker in `exe_dir` (the directory of the tangramd binary; NULL
  * reads /proc/self/exe); both must be executable. The runtime directory is
  * the first entry of RUNTIME_DIRECTORY (systemd) when set, else a new
- * private mkdtemp directory "tangramd.XXXXXX" under TMPDIR or /tmp. The
+ * private mkdtemp directory "tangramd.XXXXXX" under TMPDIR or /tmp, which
+ * holds "tangramd.lock" (this process's pid), locked (flock, exclusive)
+ * from its creation until td_sup_paths_cleanup or the process's end;
+ * before making it, the stale directories of tangramds that are gone are
+ * removed from that base (td_sup_clean_stale_dirs). The
  * socket path must fit an AF_UNIX address (107 bytes). Returns 0,
  * TG_ENOENT (a program or directory missing / not executable), TG_ETOOBIG
  * (path too long) or TG_EIO, with a clear message in err; on failure
@@ -175,9 +181,21 @@ int td_sup_paths_init(struct td_sup_paths *p, char **envp,
                       const char *exe_dir, char *err, size_t errlen);
 
 /* Removes what td_sup_paths_init and the children left: workers.sock, and
- * when own_dir every entry of the directory and the directory itself.
- * Safe on a zeroed *p and twice. Thread: any. */
+ * when own_dir every entry of the directory and the directory itself, then
+ * lets its lock go. Safe on a zeroed *p and twice. Thread: any. */
 void td_sup_paths_cleanup(struct td_sup_paths *p);
+
+/* Removes the runtime directories under `base` that a tangramd made and
+ * that provably outlived it (it was SIGKILLed, or the machine lost power
+ * with /tmp kept): entries named "tangramd.XXXXXX" (six characters) that
+ * are directories of this user (not links) holding a "tangramd.lock" that
+ * nobody holds locked. The lock proves it: its tangramd held it until it
+ * ended, and the lock died with it. A directory without that file (made
+ * by an older tangramd, or half-made) or whose lock is held is left alone.
+ * Each removal (the directory's plain entries, then the directory) is
+ * logged with the pid the lock file names. Returns the number of
+ * directories removed (0 when base cannot be read). Thread: any. */
+int td_sup_clean_stale_dirs(const char *base);
 
 /* Runs the supervisor until it is told to stop: spawns the router and the
  * workers with environment built from envp (td_sup_child_env), handles

@@ -3,18 +3,24 @@
 # Idempotent and non-interactive: safe to run again; installs nothing twice.
 # clang, libclang-rt-14-dev (libFuzzer and clang's sanitizer runtimes, only
 # recommended by clang) and libomp-dev (clang's OpenMP) build the fuzzing
-# harnesses (tests/fuzz). CUDA 13, cuBLAS and NCCL are not Debian packages;
-# the build uses them from /usr/local/cuda when nvcc is found and builds
-# without them otherwise.
+# harnesses (tests/fuzz). prometheus provides promtool, which CI runs on a
+# live /metrics (tests/integration/test_metrics_promtool.py); on a host
+# with systemd the package also enables a Prometheus server on :9090
+# (systemctl disable --now prometheus when it is not wanted; a container's
+# policy-rc.d keeps it from starting). CUDA 13, cuBLAS and NCCL are not
+# Debian packages; the build uses them from /usr/local/cuda when nvcc is
+# found and builds without them otherwise. python3-jsonschema is the
+# independent validator of the structured-output tests
+# (tests/integration/test_grammar_walk.py).
 set -eu
 
 PKGS="build-essential cmake pkg-config git ca-certificates curl
 libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
 libjemalloc-dev libjansson-dev libpcre2-dev libutf8proc-dev
 libnghttp2-dev libhttp-parser-dev libopenblas-dev libcmocka-dev
-libsystemd-dev clang libclang-rt-14-dev libomp-dev
+libsystemd-dev libsodium-dev clang libclang-rt-14-dev libomp-dev
 python3 python3-numpy python3-jinja2 python3-grpcio python3-yaml
-python3-protobuf protobuf-compiler nodejs npm"
+python3-protobuf python3-jsonschema protobuf-compiler nodejs npm prometheus"
 
 # Names that installed packages provide (e.g. NodeSource's nodejs provides
 # and conflicts with npm): such a name counts as present, installing it

@@ -2,6 +2,7 @@
  * logits rows and the host sampler (gw_backend.h). */
 #include "gpu_worker/gw_backend.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +12,8 @@
  * seed + k * GOLDEN (Steele, Lea & Flood 2014), so draw k does not depend
  * on how the earlier draws were batched. */
 #define GOLDEN 0x9E3779B97F4A7C15ull
+
+const char *const gw_backend_choices[3] = {"cpu", "cuda", NULL};
 
 int gw_backend_new(enum gw_backend_kind kind, const struct gw_backend_cfg *cfg,
                    struct gw_backend **out, char *err, size_t errlen)
@@ -58,6 +61,15 @@ void gw_backend__base_free(struct gw_backend *b)
     b->host = NULL;
 }
 
+int gw_backend__nonfinite(uint32_t slot, int64_t id, float value, char *err,
+                          size_t errlen)
+{
+    return tg_err_set(err, errlen, TG_ERANGE,
+                      "slot %u: the model produced a non-finite logit (%g "
+                      "for token id %lld): its output cannot be sampled",
+                      slot, (double)value, (long long)id);
+}
+
 int gw_backend__host_sample(struct gw_backend *b, const struct gw_draw *d,
                             struct gw_token *out, int32_t *top_ids,
                             float *top_lps, char *err, size_t errlen)
@@ -67,6 +79,11 @@ int gw_backend__host_sample(struct gw_backend *b, const struct gw_draw *d,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "slot %u: no logits row %d to draw from", d->slot,
                           d->row);
+    const float *x = b->logits + (size_t)d->row * V;
+    for (size_t j = 0; j < V; j++)
+        if (!isfinite(x[j]))
+            return gw_backend__nonfinite(d->slot, (int64_t)j, x[j], err,
+                                         errlen);
     int K = d->sampling->n_top;
     uint64_t rng = d->seed + d->index * GOLDEN;
     int32_t tok;

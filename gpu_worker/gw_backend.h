@@ -72,6 +72,10 @@ enum gw_backend_kind {
     GW_BACKEND_CUDA = 1,
 };
 
+/* The kinds' names indexed by enum gw_backend_kind, NULL-terminated: the
+ * choices of the tools' --backend flags (TG_CONFIG_ENUM). */
+extern const char *const gw_backend_choices[3];
+
 /* One token to draw (rank 0). */
 struct gw_draw {
     uint32_t slot;                       /* for messages */
@@ -105,6 +109,13 @@ struct gw_backend_cfg {
     int64_t host_tier_bytes;             /* --kv-host-memory of this rank:
                                             comes out of the host memory a
                                             CPU pool fraction is of */
+    /* Calibration hooks of the in-process engine (gw_forward.h's
+     * contracts, heads in the rank's order; NULL in a worker): every
+     * backend calls them from its prefill chunks. */
+    gw_on_scores_fn on_scores;
+    void *on_scores_ud;
+    gw_on_queries_fn on_queries;
+    void *on_queries_ud;
 };
 
 struct gw_backend;
@@ -125,9 +136,12 @@ struct gw_backend_ops {
     /* Runs a chunk of n tokens of seq at seq->pos (gw_forward_prefill's
      * contract: rows must hold the pages; TG_ENOSPC otherwise before
      * anything changes), logits of its last token into `row` (< 0: none;
-     * written on rank 0). */
+     * written on rank 0). lp_targets (n ids, -1 for none; NULL: no prompt
+     * log-probabilities, as in a worker) asks for lp[i] = log P(
+     * lp_targets[i] | tokens <= i) (rank 0; gw_prefill_out's lp). */
     int (*prefill)(struct gw_backend *b, struct gw_seq *seq,
-                   const int32_t *ids, int n, int row, char *err,
+                   const int32_t *ids, int n, int row,
+                   const int32_t *lp_targets, float *lp, char *err,
                    size_t errlen);
     /* One token of each of n sequences (gw_forward_decode's contract),
      * logits into rows first_row .. first_row + n - 1 (first_row < 0:
@@ -139,7 +153,8 @@ struct gw_backend_ops {
                   size_t errlen);
     /* Draws d's token into *out (slot, token, logprob, n_top; top_ids and
      * top_lps are the caller's GW_BACKEND_MAX_TOP arrays, which out points
-     * to). Rank 0, after the step's forward calls. */
+     * to). Rank 0, after the step's forward calls. A row with a
+     * non-finite logit gives TG_ERANGE (gw_backend__nonfinite). */
     int (*sample)(struct gw_backend *b, const struct gw_draw *d,
                   struct gw_token *out, int32_t *top_ids, float *top_lps,
                   char *err, size_t errlen);
@@ -194,11 +209,18 @@ struct gw_backend {
     int64_t page_bytes;      /* bytes of one page */
     float *logits;           /* (max_slots, V) host rows; rank 0 only */
     struct tg_backend *host; /* CPU ops context of the host sampler */
+    struct gw_load_stats load; /* what loading the weights took: the
+                                  model's host load (CPU), the device
+                                  upload (CUDA) */
 };
 
 /* Creates the backend of `kind` for cfg (copied; the pointers it holds are
  * borrowed): sizes the pool (CPU: tg_hostmem.h; CUDA: the device memory
  * plan), loads what it needs and, on rank 0 of a group, names the group.
+ * Weights: the CPU backend computes with cfg->model's host weights
+ * (gw_model_load_weights; TG_EINVAL without them); the CUDA backend
+ * streams them from the model's checkpoint into device memory itself
+ * (gw_cuda_init), so its model needs only gw_model_open's shape.
  * Returns 0 with *out set, or TG_EUNSUPPORTED (a build without CUDA, a
  * shape the kernels lack), TG_ENODEV, TG_EINVAL, TG_ENOMEM (naming the
  * numbers) with the reason in err. */
@@ -221,11 +243,21 @@ int gw_backend_cuda_new(const struct gw_backend_cfg *cfg,
 int gw_backend__base_init(struct gw_backend *b, const struct gw_backend_cfg *cfg,
                           char *err, size_t errlen);
 
+/* Writes the error of a logits row whose first non-finite value is
+ * `value` at token id `id` for `slot` into err; returns TG_ERANGE. Every
+ * backend reports such a row this way: the worker turns it into a slot
+ * error, which fails that request alone. */
+int gw_backend__nonfinite(uint32_t slot, int64_t id, float value, char *err,
+                          size_t errlen);
+
 /* Frees the common part (not b). */
 void gw_backend__base_free(struct gw_backend *b);
 
 /* Draws d's token from host row d->row with the CPU sampler (the host
- * RNG stream of the top of this file). */
+ * RNG stream of the top of this file). A row holding a non-finite logit
+ * (NaN, +-inf: activations that overflowed, or a poisoned weight the
+ * request's tokens reached) is not drawn from: TG_ERANGE, naming the
+ * first such id (gw_backend__nonfinite). */
 int gw_backend__host_sample(struct gw_backend *b, const struct gw_draw *d,
                             struct gw_token *out, int32_t *top_ids,
                             float *top_lps, char *err, size_t errlen);

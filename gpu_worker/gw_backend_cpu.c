@@ -103,7 +103,8 @@ static int cpu_comm_failed(struct gw_backend *b)
 }
 
 static int cpu_prefill(struct gw_backend *b, struct gw_seq *seq,
-                       const int32_t *ids, int n, int row, char *err,
+                       const int32_t *ids, int n, int row,
+                       const int32_t *lp_targets, float *lp, char *err,
                        size_t errlen)
 {
     struct cpu_backend *c = (struct cpu_backend *)b;
@@ -113,6 +114,8 @@ static int cpu_prefill(struct gw_backend *b, struct gw_seq *seq,
         .last_logits = row >= 0 && b->logits != NULL
                            ? b->logits + (size_t)row * V
                            : NULL,
+        .lp_targets = lp_targets,
+        .lp = lp,
     };
     return gw_forward_prefill(&c->rt, seq, ids, n, &po, err, errlen);
 }
@@ -265,6 +268,13 @@ int gw_backend_cpu_new(const struct gw_backend_cfg *cfg,
     int rc = gw_backend__base_init(b, cfg, err, errlen);
     if (rc != 0)
         goto fail;
+    if (cfg->model->slab == NULL) {
+        rc = tg_err_set(err, errlen, TG_EINVAL,
+                        "the CPU backend computes with the model's host "
+                        "weights, and none are loaded");
+        goto fail;
+    }
+    b->load = cfg->model->load;
     /* The group is joined later (after the Hello): rank 0 only names it
      * now, so the router can hand the name to every rank. */
     if (cfg->rank == 0 && gw_comm_new_id(c->comm_id, sizeof(c->comm_id)) != 0) {
@@ -292,6 +302,10 @@ int gw_backend_cpu_new(const struct gw_backend_cfg *cfg,
     struct gw_forward_opts fo = {.method = cfg->method,
                                  .gvote = cfg->gvote,
                                  .max_tokens = cfg->max_tokens,
+                                 .on_scores = cfg->on_scores,
+                                 .on_scores_ud = cfg->on_scores_ud,
+                                 .on_queries = cfg->on_queries,
+                                 .on_queries_ud = cfg->on_queries_ud,
                                  .comm = &c->comm};
     rc = gw_runtime_init(&c->rt, cfg->model, cfg->layout, &tg_ops_cpu, c->be,
                          b->n_pages, &fo, err, errlen);

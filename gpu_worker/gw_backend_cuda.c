@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include "common/pf_split.h"
+#include "common/tg_log.h"
 #include "gpu_worker/gw_comm.h"
 #include "gpu_worker/gw_cuda.h"
 #include "kernels/cuda/cuda_device.h"
@@ -36,6 +37,8 @@ struct cuda_backend {
     struct tg_cuda_sample_params *dev_params; /* (max_slots) */
     int32_t *dev_tok;             /* (max_slots) */
     float *dev_lp;                /* (max_slots) */
+    int32_t *dev_bad;             /* (max_slots) first non-finite id, -1 */
+    float *dev_bad_val;           /* (max_slots) its logit */
     int32_t *dev_top_ids;         /* (max_slots, GW_CUDA_MAX_TOP) */
     float *dev_top_lps;           /* (max_slots, GW_CUDA_MAX_TOP) */
     uint8_t *dev_drawn;           /* (max_slots) by decode row */
@@ -92,7 +95,8 @@ static int cuda_comm_failed(struct gw_backend *b)
 }
 
 static int cuda_prefill(struct gw_backend *b, struct gw_seq *seq,
-                        const int32_t *ids, int n, int row, char *err,
+                        const int32_t *ids, int n, int row,
+                        const int32_t *lp_targets, float *lp, char *err,
                         size_t errlen)
 {
     struct cuda_backend *c = (struct cuda_backend *)b;
@@ -102,6 +106,8 @@ static int cuda_prefill(struct gw_backend *b, struct gw_seq *seq,
         .last_logits = row >= 0 && b->logits != NULL
                            ? b->logits + (size_t)row * V
                            : NULL,
+        .lp_targets = lp_targets,
+        .lp = lp,
     };
     int rc = gw_cuda_prefill(&c->cu, seq, ids, n, &po, err, errlen);
     if (rc == TG_ETIMEDOUT)
@@ -174,8 +180,8 @@ static int cuda_decode(struct gw_backend *b, struct gw_seq *const *seqs,
             top = draws[i].sampling->n_top;
     }
     rc = gw_cuda_sample(&c->cu, n, c->dev_params, c->dev_bias, top, c->dev_tok,
-                        c->dev_lp,
-                        c->dev_top_ids, c->dev_top_lps, err, errlen);
+                        c->dev_lp, c->dev_top_ids, c->dev_top_lps, c->dev_bad,
+                        c->dev_bad_val, err, errlen);
     if (rc != 0)
         return rc;
     c->dev_first = first_row;
@@ -194,6 +200,9 @@ static int cuda_sample(struct gw_backend *b, const struct gw_draw *d,
         return gw_backend__host_sample(b, d, out, top_ids, top_lps, err,
                                        errlen);
     c->dev_drawn[r] = 0; /* handed out once */
+    if (c->dev_bad[r] >= 0)
+        return gw_backend__nonfinite(d->slot, c->dev_bad[r],
+                                     c->dev_bad_val[r], err, errlen);
     int K = d->sampling->n_top;
     for (int k = 0; k < K; k++) {
         top_ids[k] = c->dev_top_ids[(size_t)r * c->dev_top + k];
@@ -268,6 +277,8 @@ static void cuda_free(struct gw_backend *b)
     free(c->dev_params);
     free(c->dev_tok);
     free(c->dev_lp);
+    free(c->dev_bad);
+    free(c->dev_bad_val);
     free(c->dev_top_ids);
     free(c->dev_top_lps);
     free(c->dev_drawn);
@@ -346,6 +357,8 @@ static int cuda_setup(struct cuda_backend *c, char *err, size_t errlen)
             .per_head = gw_method_per_head(o->method) || o->trig != NULL,
             .gvote = o->gvote, .host_ops = &tg_ops_cpu,
             .host_be = c->base.host, .trig = o->trig,
+            .on_scores = o->on_scores, .on_scores_ud = o->on_scores_ud,
+            .on_queries = o->on_queries, .on_queries_ud = o->on_queries_ud,
         };
         rc = gw_cuda_init(&c->cu, m, o->layout, &co, err, errlen);
     }
@@ -353,6 +366,13 @@ static int cuda_setup(struct cuda_backend *c, char *err, size_t errlen)
     if (rc != 0)
         return rc;
     c->cu.n_cta = n_cta;
+    c->base.load = c->cu.load;
+    const struct gw_mem_plan *mp = &c->cu.mem;
+    log_info("CUDA memory plan on device %d: %llu MiB in all, a KV pool of "
+             "%lld pages (%llu MiB) included; %llu MiB left free", c->device,
+             (unsigned long long)(mp->total_bytes >> 20), (long long)mp->pages,
+             (unsigned long long)(mp->pool_bytes >> 20),
+             (unsigned long long)(mp->free_after >> 20));
     c->base.n_pages = c->cu.n_pages;
     c->base.page_bytes = kv_layout_page_elems(o->layout) * 2; /* bf16 */
     if (o->rank == 0) {
@@ -360,12 +380,15 @@ static int cuda_setup(struct cuda_backend *c, char *err, size_t errlen)
         c->dev_params = calloc(S, sizeof(*c->dev_params));
         c->dev_tok = calloc(S, sizeof(int32_t));
         c->dev_lp = calloc(S, sizeof(float));
+        c->dev_bad = calloc(S, sizeof(int32_t));
+        c->dev_bad_val = calloc(S, sizeof(float));
         c->dev_top_ids = calloc(S * K, sizeof(int32_t));
         c->dev_top_lps = calloc(S * K, sizeof(float));
         c->dev_drawn = calloc(S, 1);
         c->dev_bias = calloc(S, sizeof(*c->dev_bias));
-        if (!c->dev_params || !c->dev_tok || !c->dev_lp || !c->dev_top_ids ||
-            !c->dev_top_lps || !c->dev_drawn || !c->dev_bias)
+        if (!c->dev_params || !c->dev_tok || !c->dev_lp || !c->dev_bad ||
+            !c->dev_bad_val || !c->dev_top_ids || !c->dev_top_lps ||
+            !c->dev_drawn || !c->dev_bias)
             return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
     }
     if (o->rank == 0 && o->world_size > 1)

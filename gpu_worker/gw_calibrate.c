@@ -6,9 +6,11 @@
 #include <string.h>
 
 #include "common/ct_template.h"
+#include "common/pf_identity.h"
 #include "common/tg_err.h"
 #include "common/tg_json.h"
 #include "common/tok_tokenizer.h"
+#include "kernels/cuda/compress.h" /* plain C: CMP_MAX_CHUNK */
 #include <stdio.h>
 
 struct cand {
@@ -147,7 +149,7 @@ int gw_calibrate_gvote_run(struct gw_engine *e, uint64_t seed,
          * is; seed + s keeps the run a function of the flags. */
         struct gw_gen_params gp = {.max_tokens = 0, .ignore_eos = 1,
                                    .seed = seed + (uint64_t)s,
-                                   .dump_kept = 1};
+                                   .head_counts = 1};
         struct gw_gen_result res;
         rc = gw_engine_generate(e, samples[s], lens[s], &gp, &res, err,
                                 errlen);
@@ -455,6 +457,16 @@ int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
     rc = read_samples(o, &tok, &samples, &lens, &n, &max_len, err, errlen);
     if (rc != 0)
         goto out;
+    if (o->backend == GW_BACKEND_CUDA && !gv && max_len > CMP_MAX_CHUNK) {
+        /* The device scores a chunk of at most CMP_MAX_CHUNK keys, and a
+         * scoring method's calibration scores a sample as one chunk. */
+        rc = tg_err_set(err, errlen, TG_EINVAL,
+                        "--backend cuda scores a sample as one chunk of at "
+                        "most %d tokens; the longest sample has %d: give "
+                        "--max-sample-tokens %d", CMP_MAX_CHUNK, max_len,
+                        CMP_MAX_CHUNK);
+        goto out;
+    }
     struct gw_calib_state st = {.ratio = o->ratio,
                                 .window = KV_SNAPKV_WINDOW,
                                 .n_sink = KV_SINK_TOKENS};
@@ -476,6 +488,7 @@ int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
         .on_scores_ud = gv ? NULL : &st,
         .on_queries = o->trig ? gw_calibrate_on_queries : NULL,
         .on_queries_ud = &trig,
+        .backend = o->backend,
     };
     rc = gw_engine_init(&e, &eo, err, errlen);
     if (rc != 0)
@@ -515,7 +528,17 @@ int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
         goto out;
     r->architecture = strdup(mc_arch_name(e.model.cfg.arch));
     r->method = strdup(o->method);
-    if (r->architecture == NULL || r->method == NULL) {
+    char id[PF_IDENTITY_LEN + 1];
+    if (pf_identity_of_config(&e.model.cfg, id) != 0) {
+        rc = tg_err_set(err, errlen, TG_EINTERNAL,
+                        "cannot hash the model's config (libsodium failed "
+                        "to start)");
+        goto out;
+    }
+    /* The retention and the profile built from it name the model. */
+    r->model_identity = strdup(id);
+    if (r->architecture == NULL || r->method == NULL ||
+        r->model_identity == NULL) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
         goto out;
     }

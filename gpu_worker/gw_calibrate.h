@@ -90,6 +90,10 @@ struct gw_calib_opts {
     enum pf_grouping grouping;
     int max_sample_tokens;     /* longer samples are cut to this */
     int n_threads;
+    enum gw_backend_kind backend; /* forward pass of the runs (CUDA:
+                                     scoring methods take samples of at
+                                     most CMP_MAX_CHUNK tokens, one
+                                     chunk each) */
     int trig;                  /* also record the decode-time statistics
                                   of §4.9 into the profile's "trig" */
     gw_calib_progress_fn progress;

@@ -69,32 +69,6 @@ struct sizes {
     size_t pinned;       /* host staging */
 };
 
-static size_t weight_bytes(const struct gw_model *m, int lm_rows)
-{
-    size_t H = (size_t)m->hidden, d = (size_t)m->head_dim;
-    size_t qd = (size_t)m->n_q_heads * d, kd = (size_t)m->n_kv_heads * d;
-    size_t F = (size_t)m->ffn, b = 0;
-    for (int l = 0; l < m->n_layers; l++) {
-        const struct gw_layer *w = &m->layers[l];
-        b += align256(H * 2) * 2;                       /* norms */
-        b += align256(qd * H * 2) + 2 * align256(kd * H * 2);
-        if (w->bq != NULL)
-            b += align256(qd * 2) + 2 * align256(kd * 2);
-        if (w->q_norm != NULL)
-            b += 2 * align256(d * 2);
-        b += align256(H * qd * 2);                      /* wo */
-        if (w->bo != NULL)
-            b += align256(H * 4);
-        b += align256(2 * F * H * 2) + align256(H * F * 2);
-    }
-    b += align256((size_t)m->vocab * H * 2);            /* embed */
-    b += align256(H * 2);                               /* final norm */
-    if (!(m->tied && m->world <= 1))
-        b += align256((size_t)lm_rows * H * 2);
-    b += align256(d / 2 * 4);                           /* inv_freq */
-    return b;
-}
-
 /* Vocabulary rows of the LM head on this rank (gw_model_vocab_slice,
  * Megatron's vocab-parallel output layer): the device copy is padded to
  * Vp = ceil(V/T) rows so every rank's part of the all-gather has one size;
@@ -104,13 +78,6 @@ static int lm_rows_padded(const struct gw_model *m)
     int first, count, vp;
     gw_model_vocab_slice(m, &first, &count, &vp);
     return vp;
-}
-
-static int lm_rows_held(const struct gw_model *m)
-{
-    int first, count, vp;
-    gw_model_vocab_slice(m, &first, &count, &vp);
-    return count;
 }
 
 /* ---- allocation helpers ------------------------------------------------ */
@@ -145,124 +112,138 @@ int gw_cuda__halloc(void **p, size_t bytes, const char *what, char *err,
 
 /* ---- weight upload ----------------------------------------------------- */
 
-/* Carves tensors from the slab and fills them through a pinned bounce
- * buffer, converting fp32 to bf16 (round to nearest even) on the host. */
-struct uploader {
-    char *base;         /* device slab */
-    size_t off, cap;
-    uint16_t *bounce;   /* pinned, bounce_elems */
-    size_t bounce_elems;
+/* gw_wslab's copy on the runtime's stream: each bounce buffer's last copy
+ * is an event, waited for before the buffer is converted into again. */
+struct wcopy {
     cudaStream_t stream;
+    char *base;          /* the device slab */
+    cudaEvent_t ev[2];
 };
 
-/* Carves one bf16 tensor of na + nb elements (b may be NULL with nb 0):
- * the elements of a, then those of b, then zeros up to n_total. */
-static int up_cat(struct uploader *u, const float *a, size_t na,
-                  const float *b, size_t nb, size_t n_total, uint16_t **dst,
-                  char *err, size_t errlen)
+static int wcopy_copy(void *ctx, uint64_t dst, const void *src, size_t bytes,
+                      int buf, char *err, size_t errlen)
 {
-    size_t bytes = align256(n_total * 2);
-    if (na + nb > n_total || u->off + bytes > u->cap)
-        return tg_err_set(err, errlen, TG_EINVAL, "weight slab overflow");
-    *dst = (uint16_t *)(u->base + u->off);
-    u->off += bytes;
-    for (size_t i = 0; i < n_total; i += u->bounce_elems) {
-        size_t m = n_total - i < u->bounce_elems ? n_total - i : u->bounce_elems;
-        for (size_t j = 0; j < m; j++) {
-            size_t e = i + j;
-            float x = e < na ? a[e] : e < na + nb ? b[e - na] : 0.0f;
-            u->bounce[j] = st_f32_to_bf16(x);
-        }
-        GW_CU_TRY(cudaMemcpyAsync(*dst + i, u->bounce, m * 2, cudaMemcpyHostToDevice,
-                                  u->stream));
-        GW_CU_TRY(cudaStreamSynchronize(u->stream)); /* the bounce is reused */
-    }
+    struct wcopy *k = ctx;
+    GW_CU_TRY(cudaMemcpyAsync(k->base + dst, src, bytes, cudaMemcpyHostToDevice,
+                              k->stream));
+    GW_CU_TRY(cudaEventRecord(k->ev[buf], k->stream));
     return 0;
 }
 
-static int up_bf16(struct uploader *u, const float *src, size_t n,
-                   uint16_t **dst, char *err, size_t errlen)
+static int wcopy_wait(void *ctx, int buf, char *err, size_t errlen)
 {
-    return up_cat(u, src, n, NULL, 0, n, dst, err, errlen);
-}
-
-static int up_f32(struct uploader *u, const float *src, size_t n, float **dst,
-                  char *err, size_t errlen)
-{
-    size_t bytes = align256(n * 4);
-    if (u->off + bytes > u->cap)
-        return tg_err_set(err, errlen, TG_EINVAL, "weight slab overflow");
-    *dst = (float *)(u->base + u->off);
-    u->off += bytes;
-    GW_CU_TRY(cudaMemcpy(*dst, src, n * 4, cudaMemcpyHostToDevice));
+    struct wcopy *k = ctx;
+    GW_CU_TRY(cudaEventSynchronize(k->ev[buf]));
     return 0;
 }
 
-static int upload_weights(struct gw_cuda *c, size_t slab_bytes, char *err,
-                          size_t errlen)
+/* The device address of (kind, layer) in the slab, or NULL. */
+static void *slab_at(const struct gw_cuda *c, int kind, int layer)
+{
+    int elem;
+    uint64_t off = gw_wslab_offset(&c->ws, kind, layer, &elem);
+    return off == GW_WSLAB_NONE ? NULL : (char *)c->wslab + off;
+}
+
+/* Points the runtime's tensors into the slab. */
+static void carve_weights(struct gw_cuda *c)
 {
     const struct gw_model *m = c->model;
-    size_t H = (size_t)m->hidden, d = (size_t)m->head_dim;
-    size_t qd = (size_t)m->n_q_heads * d, kd = (size_t)m->n_kv_heads * d;
-    size_t F = (size_t)m->ffn;
-    struct uploader u = {.cap = slab_bytes, .bounce_elems = (size_t)8 << 20,
-                         .stream = STREAM(c)};
-    DALLOC(c->wslab, slab_bytes, "weights");
-    u.base = c->wslab;
-    HALLOC(u.bounce, u.bounce_elems * 2, "the weight upload");
-    int rc = 0;
-    c->layers = calloc((size_t)m->n_layers, sizeof(*c->layers));
-    if (c->layers == NULL) {
-        rc = tg_err_set(err, errlen, TG_ENOMEM, "out of host memory");
-        goto out;
-    }
-    for (int l = 0; l < m->n_layers && rc == 0; l++) {
-        const struct gw_layer *w = &m->layers[l];
+    for (int l = 0; l < m->n_layers; l++) {
         struct gw_cuda_layer *g = &c->layers[l];
-        if ((rc = up_bf16(&u, w->attn_norm, H, &g->attn_norm, err, errlen)) ||
-            (rc = up_bf16(&u, w->wq, qd * H, &g->wq, err, errlen)) ||
-            (rc = up_bf16(&u, w->wk, kd * H, &g->wk, err, errlen)) ||
-            (rc = up_bf16(&u, w->wv, kd * H, &g->wv, err, errlen)))
-            break;
-        if (w->bq != NULL &&
-            ((rc = up_bf16(&u, w->bq, qd, &g->bq, err, errlen)) ||
-             (rc = up_bf16(&u, w->bk, kd, &g->bk, err, errlen)) ||
-             (rc = up_bf16(&u, w->bv, kd, &g->bv, err, errlen))))
-            break;
-        if (w->q_norm != NULL &&
-            ((rc = up_bf16(&u, w->q_norm, d, &g->q_norm, err, errlen)) ||
-             (rc = up_bf16(&u, w->k_norm, d, &g->k_norm, err, errlen))))
-            break;
-        if ((rc = up_bf16(&u, w->wo, H * qd, &g->wo, err, errlen)))
-            break;
-        if (w->bo != NULL && (rc = up_f32(&u, w->bo, H, &g->bo, err, errlen)))
-            break;
-        if ((rc = up_bf16(&u, w->ffn_norm, H, &g->ffn_norm, err, errlen)))
-            break;
-        /* gate rows then up rows: one (2F, hidden) GEMM operand */
-        if ((rc = up_cat(&u, w->w_gate, F * H, w->w_up, F * H, 2 * F * H,
-                         &g->w_gu, err, errlen)))
-            break;
-        if (rc == 0)
-            rc = up_bf16(&u, w->w_down, H * F, &g->w_down, err, errlen);
+        g->attn_norm = slab_at(c, GW_W_ATTN_NORM, l);
+        g->wq = slab_at(c, GW_W_WQ, l);
+        g->wk = slab_at(c, GW_W_WK, l);
+        g->wv = slab_at(c, GW_W_WV, l);
+        g->bq = slab_at(c, GW_W_BQ, l);
+        g->bk = slab_at(c, GW_W_BK, l);
+        g->bv = slab_at(c, GW_W_BV, l);
+        g->q_norm = slab_at(c, GW_W_Q_NORM, l);
+        g->k_norm = slab_at(c, GW_W_K_NORM, l);
+        g->wo = slab_at(c, GW_W_WO, l);
+        g->bo = slab_at(c, GW_W_BO, l);
+        g->ffn_norm = slab_at(c, GW_W_FFN_NORM, l);
+        g->w_gu = slab_at(c, GW_W_GATE, l);
+        g->w_down = slab_at(c, GW_W_DOWN, l);
     }
-    if (rc != 0)
-        goto out;
-    if ((rc = up_bf16(&u, m->embed, (size_t)m->vocab * H, &c->embed, err, errlen)) ||
-        (rc = up_bf16(&u, m->final_norm, H, &c->final_norm, err, errlen)))
-        goto out;
-    if (m->tied && m->world <= 1) {
-        c->lm_head = c->embed;
+    c->embed = slab_at(c, GW_W_EMBED, 0);
+    c->final_norm = slab_at(c, GW_W_FINAL_NORM, 0);
+    c->lm_head = slab_at(c, GW_W_LM_HEAD, 0);
+    c->inv_freq = slab_at(c, GW_WSLAB_INV_FREQ, 0);
+}
+
+/* Streams the weights into the slab (gw_load -> gw_wslab_upload -> the
+ * stream): from the checkpoint, or from host weights the model holds. */
+static int stream_weights(struct gw_cuda *c, struct gw_wslab_upload *up,
+                          char *err, size_t errlen)
+{
+    const struct gw_model *m = c->model;
+    struct gw_load_plan plan;
+    TG_TRY(gw_load_plan_init(&plan, m, gw_wslab_tied_head(m), err, errlen));
+    struct gw_load_sink sink = {.upload = gw_wslab_upload, .ctx = up};
+    int rc;
+    if (m->slab != NULL) {
+        rc = gw_load_run_host(&plan, m, 0, &sink, &c->load, err, errlen);
+    } else if (m->dir == NULL) {
+        rc = tg_err_set(err, errlen, TG_EINVAL,
+                        "the model has neither host weights nor a checkpoint");
     } else {
-        /* the rank's vocabulary slice, zero rows past the vocabulary */
-        size_t have = (size_t)lm_rows_held(m);
-        if ((rc = up_cat(&u, m->lm_head, have * H, NULL, 0,
-                         (size_t)c->lm_rows * H, &c->lm_head, err, errlen)))
-            goto out;
+        struct st_model st;
+        rc = st_model_open(&st, m->dir, err, errlen);
+        if (rc == 0)
+            rc = gw_load_plan_bind(&plan, &st, err, errlen);
+        if (rc == 0)
+            rc = gw_load_run(&plan, &st, 0, &sink, &c->load, err, errlen);
+        st_model_close(&st);
     }
-    rc = up_f32(&u, m->inv_freq, d / 2, &c->inv_freq, err, errlen);
-out:
-    cudaFreeHost(u.bounce);
+    gw_load_plan_free(&plan);
+    return rc;
+}
+
+static int upload_weights(struct gw_cuda *c, char *err, size_t errlen)
+{
+    const struct gw_model *m = c->model;
+    DALLOC(c->wslab, c->ws.bytes, "weights");
+    c->layers = calloc((size_t)m->n_layers, sizeof(*c->layers));
+    if (c->layers == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of host memory");
+    carve_weights(c);
+    struct wcopy k = {.stream = STREAM(c), .base = c->wslab};
+    struct gw_wslab_upload up = {.slab = &c->ws,
+                                 .out = {wcopy_copy, wcopy_wait, &k},
+                                 .bounce_bytes = GW_CUDA_BOUNCE_BYTES};
+    int rc = 0, n_ev = 0;
+    /* Padding rows of the LM head stay zero: cleared on the same stream
+     * as the copies, so it is ordered before them. */
+    GW_CU_TRY(cudaMemsetAsync(c->wslab, 0, c->ws.bytes, STREAM(c)));
+    for (int b = 0; b < 2 && rc == 0; b++) {
+        rc = gw_cuda__halloc(&up.bounce[b], GW_CUDA_BOUNCE_BYTES,
+                             "the weight upload", err, errlen);
+        if (rc == 0 && cudaEventCreateWithFlags(&k.ev[b], cudaEventDisableTiming) ==
+                           cudaSuccess)
+            n_ev++;
+        else if (rc == 0)
+            rc = tg_err_set(err, errlen, TG_EDEVICE, "cudaEventCreate failed");
+    }
+    if (rc == 0)
+        rc = stream_weights(c, &up, err, errlen);
+    /* Waits for the copies even after a failure: the bounce buffers are
+     * freed below. */
+    int rc2 = gw_wslab_upload_finish(&up, err, errlen);
+    if (rc == 0)
+        rc = rc2;
+    if (rc == 0 &&
+        cudaMemcpyAsync(c->inv_freq, m->inv_freq, (size_t)m->head_dim / 2 * 4,
+                        cudaMemcpyHostToDevice, STREAM(c)) != cudaSuccess)
+        rc = tg_err_set(err, errlen, TG_EDEVICE, "cannot upload inv_freq");
+    if (cudaStreamSynchronize(STREAM(c)) != cudaSuccess && rc == 0)
+        rc = tg_err_set(err, errlen, TG_EDEVICE, "weight upload: %s",
+                        cudaGetErrorString(cudaGetLastError()));
+    for (int b = 0; b < n_ev; b++)
+        cudaEventDestroy(k.ev[b]);
+    for (int b = 0; b < 2; b++)
+        if (up.bounce[b] != NULL)
+            cudaFreeHost(up.bounce[b]);
     return rc;
 }
 
@@ -286,7 +267,8 @@ void gw_cuda_free(struct gw_cuda *c)
                    c->fault_d, c->dec.indptr, c->dec.indices, c->dec.npages,
                    c->dec.lens, c->pre.indptr, c->pre.indices,
                    c->pre.npages, c->pre.lens, c->sc_pos, c->sc_val,
-                   c->full, c->s_tok, c->s_lp, c->s_top_ids, c->s_top_lps,
+                   c->full, c->s_tok, c->s_lp, c->s_bad, c->s_bad_val,
+                   c->s_top_ids, c->s_top_lps,
                    c->s_bias_rows, c->s_bias_ids, c->s_bias_vals};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         if (dev[i] != NULL)
@@ -295,12 +277,14 @@ void gw_cuda_free(struct gw_cuda *c)
                    c->dec.h_lens, c->pre.h_indptr, c->pre.h_indices,
                    c->pre.h_npages, c->pre.h_lens, c->h_sc_pos, c->h_sc_val,
                    c->p_ids, c->p_pos, c->p_fault, c->p_logits, c->p_lp,
-                   c->p_tok, c->p_top_ids, c->p_slp, c->p_top_lps,
+                   c->p_tok, c->p_top_ids, c->p_slp, c->p_top_lps, c->p_bad,
+                   c->p_bad_val,
                    c->p_bias_rows, c->p_bias_ids, c->p_bias_vals};
     for (size_t i = 0; i < sizeof(pin) / sizeof(pin[0]); i++)
         if (pin[i] != NULL)
             cudaFreeHost(pin[i]);
     gw_cuda__heads_free(c);
+    gw_cuda__hooks_free(c);
     tg_cuda_gemm_free(c->gemm);
     tg_cuda_sampler_free(c->sampler);
     if (c->stream != NULL)
@@ -313,6 +297,7 @@ void gw_cuda_free(struct gw_cuda *c)
     free(c->keep_rows);
     kv_table_free(&c->dec_kv);
     kv_table_free(&c->pre_kv);
+    gw_wslab_free(&c->ws);
     memset(c, 0, sizeof(*c));
 }
 
@@ -350,7 +335,7 @@ static size_t act_bytes(const struct gw_cuda *c, int world, size_t *pinned)
         b += 24 * rows * V + 16 * V + ((size_t)16 << 20);
         if (world > 1)
             b += align256(LR * V * 4);
-        b += 4 * align256(S * GW_CUDA_MAX_TOP * 4);
+        b += 4 * align256(S * GW_CUDA_MAX_TOP * 4) + 2 * align256(S * 4);
     }
     size_t heads_pinned = 0;
     b += gw_cuda__heads_bytes(c, &heads_pinned);
@@ -472,10 +457,14 @@ static int alloc_runtime(struct gw_cuda *c, int world, char *err,
             DALLOC(c->full, LR * (size_t)m->vocab * 4, "unsharded logits");
         DALLOC(c->s_tok, S * 4, "sampled tokens");
         DALLOC(c->s_lp, S * 4, "sampled tokens");
+        DALLOC(c->s_bad, S * 4, "sampled tokens");
+        DALLOC(c->s_bad_val, S * 4, "sampled tokens");
         DALLOC(c->s_top_ids, S * K * 4, "top logprobs");
         DALLOC(c->s_top_lps, S * K * 4, "top logprobs");
         HALLOC(c->p_tok, S * 4, "sampled tokens");
         HALLOC(c->p_slp, S * 4, "sampled tokens");
+        HALLOC(c->p_bad, S * 4, "sampled tokens");
+        HALLOC(c->p_bad_val, S * 4, "sampled tokens");
         HALLOC(c->p_top_ids, S * K * 4, "top logprobs");
         HALLOC(c->p_top_lps, S * K * 4, "top logprobs");
         DALLOC(c->s_bias_rows, GW_CUDA_MAX_BIAS * 4, "logit bias");
@@ -571,12 +560,14 @@ int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
         snprintf(where, sizeof(where), "GPU %d (%s)", opts->device, prop.name);
     else
         snprintf(where, sizeof(where), "GPU %d", opts->device);
+    rc = gw_wslab_init(&c->ws, model, err, errlen); /* the weights' bytes */
+    if (rc != 0)
+        goto fail;
     size_t page_bytes = (size_t)kv_layout_page_elems(layout) * 2;
     /* the pool's page ids are < the pool: an upper bound of the ids one
      * call's table holds, plus one scratch id per padded row */
-    size_t slab = weight_bytes(model, c->lm_rows);
     struct gw_mem_need need = {
-        .weights = slab,
+        .weights = c->ws.bytes,
         .reserve = opts->reserve_bytes > 0 ? opts->reserve_bytes
                                            : ((uint64_t)1 << 30),
         .page_bytes = page_bytes,
@@ -601,7 +592,7 @@ int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
 
     rc = tg_cuda_gemm_new(0, &c->gemm, err, errlen);
     if (rc == 0)
-        rc = upload_weights(c, slab, err, errlen);
+        rc = upload_weights(c, err, errlen);
     if (rc == 0)
         rc = alloc_runtime(c, world, err, errlen);
     if (rc != 0)

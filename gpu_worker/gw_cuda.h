@@ -60,14 +60,21 @@
  * the chunk append, the decode append and decode attention read a head's
  * own count. gvote's selection (gw_gvote.h) runs on the host: per layer
  * the chunk's normed input, queries and keys come back as fp32, the
- * synthetic queries use the host copy of the weights (gw_model), and the
- * chosen indices go up for the append. Decode-time compaction
+ * synthetic inputs go up as bf16 and are projected by the device's q_proj
+ * (one GEMM with fp32 output; the host holds no copy of the weights, only
+ * each layer's q bias and q_norm, read back from the slab at init), and
+ * the chosen indices go up for the append. Decode-time compaction
  * (gw_cuda_compact) runs the kernels of kernels/cuda/trig.h.
  *
  * Every call synchronises its stream before returning (the caller's host
  * arrays and the pinned staging are reused by the next call) and checks
- * the KV append's fault flag. Calibration (score callbacks) runs on the
- * CPU backend only. Functions exist in CUDA builds (TANGRAM_CUDA); one
+ * the KV append's fault flag. Calibration hooks (opts.on_scores,
+ * opts.on_queries; gw_cuda_hooks.c) see what the CPU forward pass shows
+ * its hooks, from the device: a prefill chunk's key scores per layer
+ * (scored even where the chunk keeps every key) and its normed, not yet
+ * rotated queries, both as fp32 host arrays in the rank's head order; each
+ * costs a copy and a wait per layer, so only calibration sets them.
+ * Functions exist in CUDA builds (TANGRAM_CUDA); one
  * thread per runtime, which owns the current device for its life, except
  * the host tier's copies (gw_cuda_tier_copy), which run on the tier's
  * thread and touch only their copy stream and pages.
@@ -83,6 +90,7 @@
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_mem.h"
 #include "gpu_worker/gw_model.h"
+#include "gpu_worker/gw_wslab.h"
 #include "kernels/cuda/sample.h" /* plain C: struct tg_cuda_sample_params */
 
 #define GW_CUDA_MAX_BUCKETS 32
@@ -90,6 +98,8 @@
 #define GW_CUDA_MAX_TOP 20  /* top logprobs per row sampled on the device */
 #define GW_CUDA_MAX_BIAS 8192 /* logit-bias entries per device-sampled batch
                                  (all rows together); more: host sampler */
+#define GW_CUDA_BOUNCE_BYTES ((size_t)16 << 20) /* each of the two pinned
+                                 buffers the weight upload alternates */
 
 
 struct tg_nccl;
@@ -135,6 +145,12 @@ struct gw_cuda_opts {
     struct tg_backend *host_be;
     const struct gw_trig_cfg *trig; /* decode-time compression (borrowed,
                                       outlives the runtime), or NULL */
+    gw_on_scores_fn on_scores;     /* calibration: a prefill chunk's key
+                                      scores per layer (Hkv, n), or NULL */
+    void *on_scores_ud;
+    gw_on_queries_fn on_queries;   /* calibration: its pre-RoPE queries
+                                      (n, Hq, d) per layer, or NULL */
+    void *on_queries_ud;
     struct tg_nccl *nccl;          /* borrowed; a shard of T > 1 ranks
                                       needs it before its first forward
                                       call (the worker sets it when it
@@ -167,6 +183,8 @@ struct gw_cuda {
     int n_cta;                         /* unused by the runtime; for logs */
 
     void *wslab;                       /* device, owns all weights */
+    struct gw_wslab ws;                /* its layout (gw_wslab.h) */
+    struct gw_load_stats load;         /* what filling it took */
     struct gw_cuda_layer *layers;      /* host (L) */
     uint16_t *embed;                   /* (V, hidden) */
     uint16_t *final_norm;              /* (hidden) */
@@ -234,6 +252,11 @@ struct gw_cuda {
     int dev_rows;                      /* rows of device logits ready */
     int32_t *s_tok;                    /* device (max_seqs) */
     float *s_lp;                       /* device (max_seqs) */
+    int32_t *s_bad;                    /* device (max_seqs): first
+                                          non-finite id per row, or -1 */
+    float *s_bad_val;                  /* device (max_seqs): its logit */
+    int32_t *p_bad;                    /* pinned mirrors */
+    float *p_bad_val;
     int32_t *s_top_ids;                /* device (max_seqs, MAX_TOP) */
     float *s_top_lps;                  /* device (max_seqs, MAX_TOP) */
     int32_t *p_tok, *p_top_ids;        /* pinned mirrors */
@@ -264,6 +287,15 @@ struct gw_cuda {
                                           Hq*d + Hkv*d): h, q, k of a layer */
     float *gv_x, *gv_q, *gv_k;         /* host fp32 copies of them */
     int32_t *p_gv_idx;                 /* pinned (Hkv, max_chunk) selection */
+    /* its synthetic queries: q_proj on the device (the slab's wq), the
+     * bias and q_norm on the host (gw_gvote_proj) */
+    uint16_t *gv_xs_d;                 /* device bf16 (S, hidden) inputs */
+    float *gv_qs_d;                    /* device fp32 (S, Hq*d) x W_q^T */
+    uint16_t *p_gv_xs;                 /* pinned mirrors */
+    float *p_gv_qs;
+    struct gw_layer *gv_w;             /* host (L): bq and q_norm only,
+                                          fp32 copies of the device's */
+    float *gv_small;                   /* owns gv_w's arrays */
     /* decode-time compression (opts.trig) */
     float *trig_re, *trig_im, *trig_abs; /* device (L, Hq, d/2) statistics */
     void *trig_items;                  /* device tg_cuda_trig_item (cap) */
@@ -273,15 +305,32 @@ struct gw_cuda {
     int32_t *trig_src;                 /* device (trig_cap_slots) */
     int64_t trig_cap_slots;            /* scored slots per launch round */
     int64_t trig_rounds;               /* launch rounds so far (tests) */
+    /* calibration hooks (opts.on_scores / on_queries; gw_cuda_hooks.c),
+     * allocated at their first use */
+    int hook_rows;                     /* rows of the prefill chunk being
+                                          run while on_queries is set; 0
+                                          otherwise (decode, captures) */
+    void *p_hook;                      /* pinned: a layer's scores or
+                                          bf16 queries */
+    size_t p_hook_bytes;
+    float *hook_f32;                   /* host (max_chunk, Hq * d) */
 };
 
 /* Sets up the runtime on opts->device: plans memory (gw_mem_plan against
- * cudaMemGetInfo), uploads the model's weights as bf16 (fusing gate and up),
- * the head maps and the split map, and allocates the pool, activations and
- * staging. `model` and `layout` must outlive the runtime. Returns 0,
- * TG_EINVAL (unsupported shape or options, detail in err), TG_ENODEV,
- * TG_ENOMEM (the plan does not fit: every term in MiB) or TG_EDEVICE; on
- * failure *c is left freed. */
+ * cudaMemGetInfo), loads the weights into the device slab (gw_wslab.h:
+ * bf16, gate and up fused) through its upload op, the head maps and the
+ * split map, and allocates the pool, activations and staging. The
+ * weights come from the checkpoint at model->dir, streamed by gw_load
+ * (pread into a bounded staging buffer, then two pinned bounce buffers of
+ * GW_CUDA_BOUNCE_BYTES whose copies overlap the next read): a model from
+ * gw_model_open needs no host weights at all. A model that already holds
+ * host weights (model->slab: one built in memory, or loaded for the CPU
+ * too) is uploaded from them instead, through the same op. c->load says
+ * what the load took. `model` and `layout` must outlive the runtime.
+ * Returns 0, TG_EINVAL (unsupported shape or options, detail in err),
+ * TG_ENODEV, TG_ENOMEM (the plan does not fit: every term in MiB), the
+ * checkpoint's codes (TG_ENOENT, TG_EFORMAT, TG_EUNSUPPORTED, TG_EIO) or
+ * TG_EDEVICE; on failure *c is left freed. */
 int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
                  const struct kv_layout *layout,
                  const struct gw_cuda_opts *opts, char *err, size_t errlen);
@@ -325,13 +374,16 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
  * bias_ids/bias_vals are added to that row's device logits before the
  * draw and taken off again after it, so lps and the top logprobs stay
  * those of the raw logits as on the CPU; at most GW_CUDA_MAX_BIAS entries
- * over all rows. Returns 0, TG_EINVAL (nothing kept, n too large, a
+ * over all rows. bad[i] (host, n) gets the first id whose raw logit is NaN
+ * or +-inf, or -1, and bad_val[i] (host, n) that logit: such a row's token
+ * means nothing and the caller fails its request. Returns 0, TG_EINVAL (nothing kept, n too large, a
  * parameter out of range, too many bias entries) or TG_EDEVICE. */
 int gw_cuda_sample(struct gw_cuda *c, int n,
                    const struct tg_cuda_sample_params *params,
                    const struct tg_sampling *const *bias, int n_top,
                    int32_t *tokens, float *lps, int32_t *top_ids,
-                   float *top_lps, char *err, size_t errlen);
+                   float *top_lps, int32_t *bad, float *bad_val, char *err,
+                   size_t errlen);
 
 /* The decode batch bucket that n sequences run in (the smallest bucket
  * >= n), or -1 when n is outside 1..max_seqs. Pure. */

@@ -11,6 +11,7 @@
 #include "common/st_safetensors.h"
 #include "gpu_worker/gw_cuda_internal.h"
 #include "kernels/cuda/compress.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/trig.h"
 
 /* Slots one trig launch round scores at most (a float score and an int32
@@ -57,7 +58,10 @@ size_t gw_cuda__heads_bytes(const struct gw_cuda *c, size_t *pinned)
     if (c->opts.method == TG_SCORE_GVOTE) {
         size_t qd = (size_t)m->n_q_heads * m->head_dim;
         size_t kd = (size_t)m->n_kv_heads * m->head_dim;
+        size_t ns = (size_t)c->opts.gvote.samples;
         p += C * ((size_t)m->hidden + qd + kd) * 2 + (size_t)m->n_kv_heads * C * 4;
+        b += align256(ns * (size_t)m->hidden * 2) + align256(ns * qd * 4);
+        p += ns * (size_t)m->hidden * 2 + ns * qd * 4;
     }
     if (c->opts.trig != NULL) {
         int64_t items, slots;
@@ -71,6 +75,62 @@ size_t gw_cuda__heads_bytes(const struct gw_cuda *c, size_t *pinned)
     }
     *pinned = p;
     return b;
+}
+
+/* Widens n bf16 values. */
+static void widen(const uint16_t *src, float *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = st_bf16_to_f32(src[i]);
+}
+
+/* gvote's synthetic-query buffers and the host copies of each layer's q
+ * bias and q_norm, read back from the slab (uploaded before this runs). */
+static int gvote_proj_alloc(struct gw_cuda *c, char *err, size_t errlen)
+{
+    const struct gw_model *m = c->model;
+    size_t S = (size_t)c->opts.gvote.samples, H = (size_t)m->hidden;
+    size_t qd = (size_t)m->n_q_heads * m->head_dim, d = (size_t)m->head_dim;
+    size_t L = (size_t)m->n_layers;
+    if (S > 0) {
+        DALLOC(c->gv_xs_d, S * H * 2, "gvote synthetic queries");
+        DALLOC(c->gv_qs_d, S * qd * 4, "gvote synthetic queries");
+        HALLOC(c->p_gv_xs, S * H * 2, "gvote synthetic queries");
+        HALLOC(c->p_gv_qs, S * qd * 4, "gvote synthetic queries");
+    }
+    int has_b = c->layers[0].bq != NULL, has_n = c->layers[0].q_norm != NULL;
+    size_t per = (has_b ? qd : 0) + (has_n ? d : 0);
+    c->gv_w = calloc(L, sizeof(*c->gv_w));
+    c->gv_small = malloc(L * per * sizeof(float) + 1);
+    uint16_t *tmp = malloc((per > 0 ? per : 1) * 2);
+    if (c->gv_w == NULL || c->gv_small == NULL || tmp == NULL) {
+        free(tmp);
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of host memory");
+    }
+    for (size_t l = 0; l < L && per > 0; l++) {
+        const struct gw_cuda_layer *g = &c->layers[l];
+        float *dst = c->gv_small + l * per;
+        cudaError_t e = cudaSuccess;
+        if (has_b) {
+            e = cudaMemcpy(tmp, g->bq, qd * 2, cudaMemcpyDeviceToHost);
+            widen(tmp, dst, qd);
+            c->gv_w[l].bq = dst;
+            dst += qd;
+        }
+        if (has_n && e == cudaSuccess) {
+            e = cudaMemcpy(tmp, g->q_norm, d * 2, cudaMemcpyDeviceToHost);
+            widen(tmp, dst, d);
+            c->gv_w[l].q_norm = dst;
+        }
+        if (e != cudaSuccess) {
+            free(tmp);
+            return tg_err_set(err, errlen, TG_EDEVICE,
+                              "gvote: reading layer %zu's q bias / norm: %s",
+                              l, cudaGetErrorString(e));
+        }
+    }
+    free(tmp);
+    return 0;
 }
 
 /* The statistics in the rank's query-head order, as gw_trig_cfg holds
@@ -133,6 +193,7 @@ int gw_cuda__heads_alloc(struct gw_cuda *c, char *err, size_t errlen)
         c->gv_k = malloc(C * kd * sizeof(float));
         if (c->gv_x == NULL || c->gv_q == NULL || c->gv_k == NULL)
             return tg_err_set(err, errlen, TG_ENOMEM, "out of host memory");
+        TG_TRY(gvote_proj_alloc(c, err, errlen));
     }
     if (c->opts.trig != NULL) {
         TG_TRY(trig_upload_stats(c, err, errlen));
@@ -152,12 +213,13 @@ int gw_cuda__heads_alloc(struct gw_cuda *c, char *err, size_t errlen)
 void gw_cuda__heads_free(struct gw_cuda *c)
 {
     void *dev[] = {c->hl_pre, c->hl_dec, c->trig_re, c->trig_im, c->trig_abs,
-                   c->trig_items, c->trig_score, c->trig_src};
+                   c->trig_items, c->trig_score, c->trig_src, c->gv_xs_d,
+                   c->gv_qs_d};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         if (dev[i] != NULL)
             cudaFree(dev[i]);
     void *pin[] = {c->h_hl_pre, c->h_hl_dec, c->p_gv, c->p_gv_idx,
-                   c->p_trig_items};
+                   c->p_trig_items, c->p_gv_xs, c->p_gv_qs};
     for (size_t i = 0; i < sizeof(pin) / sizeof(pin[0]); i++)
         if (pin[i] != NULL)
             cudaFreeHost(pin[i]);
@@ -166,6 +228,8 @@ void gw_cuda__heads_free(struct gw_cuda *c)
     free(c->gv_x);
     free(c->gv_q);
     free(c->gv_k);
+    free(c->gv_w);
+    free(c->gv_small);
 }
 
 /* ---- uploads ------------------------------------------------------------ */
@@ -224,10 +288,37 @@ int gw_cuda__heads_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
 
 /* ---- gvote ------------------------------------------------------------- */
 
-static void widen(const uint16_t *src, float *dst, size_t n)
+/* gw_gvote_proj on the device: the S synthetic inputs as bf16 (as the
+ * device's own activations are) times layer l's q_proj, fp32 out. */
+struct gvote_proj_ctx {
+    struct gw_cuda *c;
+    char *err;
+    size_t errlen;
+};
+
+static int gvote_proj_run(void *ctx, int l, const float *xs, int S, float *qs)
 {
+    struct gvote_proj_ctx *pc = ctx;
+    struct gw_cuda *c = pc->c;
+    char *err = pc->err;
+    size_t errlen = pc->errlen;
+    const struct gw_model *m = c->model;
+    size_t H = (size_t)m->hidden, qd = (size_t)m->n_q_heads * m->head_dim;
+    size_t n = (size_t)S * H;
     for (size_t i = 0; i < n; i++)
-        dst[i] = st_bf16_to_f32(src[i]);
+        c->p_gv_xs[i] = st_f32_to_bf16(xs[i]);
+    cudaStream_t st = STREAM(c);
+    GW_CU_TRY(cudaMemcpyAsync(c->gv_xs_d, c->p_gv_xs, n * 2,
+                              cudaMemcpyHostToDevice, st));
+    GW_OP_TRY(tg_cuda_gemm_bf16(c->gemm, c->gv_xs_d, c->layers[l].wq, NULL, S,
+                                (int)qd, (int)H, c->gv_qs_d, TG_CUDA_GEMM_F32,
+                                c->stream),
+              "gvote q_proj", l);
+    GW_CU_TRY(cudaMemcpyAsync(c->p_gv_qs, c->gv_qs_d, (size_t)S * qd * 4,
+                              cudaMemcpyDeviceToHost, st));
+    GW_WAIT_TRY(c);
+    memcpy(qs, c->p_gv_qs, (size_t)S * qd * 4);
+    return 0;
 }
 
 int gw_cuda__gvote_select(struct gw_cuda *c, const struct gw_seq *seq, int l,
@@ -252,12 +343,18 @@ int gw_cuda__gvote_select(struct gw_cuda *c, const struct gw_seq *seq, int l,
     widen(pk, c->gv_k, N * kd);
     int32_t kcap[CMP_MAX_KV_HEADS];
     memcpy(kcap, keep, (size_t)Hkv * sizeof(*kcap));
+    struct gvote_proj_ctx pc = {.c = c, .err = err, .errlen = errlen};
+    struct gw_gvote_proj proj = {.run = gvote_proj_run, .ctx = &pc};
+    if (errlen > 0)
+        err[0] = '\0';
     struct gw_gvote_chunk ch = {
-        .w = &m->layers[l], .x = c->gv_x, .q = c->gv_q, .k = c->gv_k, .n = n,
-        .start = start, .layer = l, .seed = seq->seed,
+        .w = &c->gv_w[l], .proj = &proj, .x = c->gv_x, .q = c->gv_q,
+        .k = c->gv_k, .n = n, .start = start, .layer = l, .seed = seq->seed,
         .rule = &c->layout->rule, .kcap = kcap};
     int rc = gw_gvote_select(&c->gv, m, c->opts.host_ops, c->opts.host_be, &ch,
                              keep, c->p_gv_idx);
+    if (rc != 0 && errlen > 0 && err[0] != '\0')
+        return rc; /* the projection said why */
     if (rc != 0)
         return tg_err_set(err, errlen, rc, "gvote selection of layer %d "
                           "failed (%s)", l, tg_strerror(rc));

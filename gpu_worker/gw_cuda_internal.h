@@ -97,6 +97,16 @@ int gw_cuda__heads_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
 int gw_cuda__gvote_select(struct gw_cuda *c, const struct gw_seq *seq, int l,
                           int n, int64_t start, int32_t *keep, char *err,
                           size_t errlen);
+/* Calibration hooks (gw_cuda_hooks.c): on_queries shows the m rows of
+ * layer l's queries, normed and not yet rotated (layer_qkv calls it
+ * between the projections and RoPE while c->hook_rows > 0); on_scores
+ * shows layer l's chunk scores c->scores (Hkv, n). Both wait for the
+ * stream. hooks_free is safe on a half-built runtime. */
+int gw_cuda__on_queries(struct gw_cuda *c, int l, int m, char *err,
+                        size_t errlen);
+int gw_cuda__on_scores(struct gw_cuda *c, int l, int n, char *err,
+                       size_t errlen);
+void gw_cuda__hooks_free(struct gw_cuda *c);
 /* Checks before anything is queued. */
 int gw_cuda__check_ids(const struct gw_cuda *c, const int32_t *ids, int n,
                        char *err, size_t errlen);

@@ -84,7 +84,7 @@ static int layer_compress(struct gw_cuda *c, const struct gw_seq *seq, int l,
     if (c->opts.per_head)
         for (int h = 0; h < Hkv; h++)
             c->hkeep[(size_t)l * (size_t)Hkv + (size_t)h] = keep[h];
-    if (all) {
+    if (all && c->opts.on_scores == NULL) {
         GW_OP_TRY(cmp_kv_append(&dst, c->k, c->v, n, NULL, keep, c->stream),
            "KV append", l);
         return 0;
@@ -98,6 +98,15 @@ static int layer_compress(struct gw_cuda *c, const struct gw_seq *seq, int l,
     };
     GW_OP_TRY(cmp_score(c->opts.method, &ch, c->scores, c->cmp_ws, c->cmp_ws_bytes,
                  c->stream), "key scoring", l);
+    if (c->opts.on_scores != NULL) {
+        /* calibration scores every chunk, as the CPU forward pass does */
+        TG_TRY(gw_cuda__on_scores(c, l, n, err, errlen));
+        if (all) {
+            GW_OP_TRY(cmp_kv_append(&dst, c->k, c->v, n, NULL, keep,
+                                    c->stream), "KV append", l);
+            return 0;
+        }
+    }
     GW_OP_TRY(cmp_select_topk(c->scores, n, Hkv, keep, start, lay->rule.window,
                        lay->rule.n_sink, c->idx, c->stream),
        "top-k selection", l);
@@ -215,7 +224,10 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
                     EW_DTYPE_F32, st), "embedding", 0);
     int G = lay->n_groups;
     for (int l = 0; l < md->n_layers; l++) {
-        if ((rc = gw_cuda__layer_qkv(c, l, n, err, errlen)) != 0)
+        c->hook_rows = c->opts.on_queries != NULL ? n : 0;
+        rc = gw_cuda__layer_qkv(c, l, n, err, errlen);
+        c->hook_rows = 0;
+        if (rc != 0)
             return rc;
         size_t r0 = (size_t)l * (size_t)G;
         struct tg_cuda_prefill_attn_args a = {
@@ -465,7 +477,8 @@ int gw_cuda_sample(struct gw_cuda *c, int n,
                    const struct tg_cuda_sample_params *params,
                    const struct tg_sampling *const *bias, int n_top,
                    int32_t *tokens, float *lps, int32_t *top_ids,
-                   float *top_lps, char *err, size_t errlen)
+                   float *top_lps, int32_t *bad, float *bad_val, char *err,
+                   size_t errlen)
 {
     const struct gw_model *md = c->model;
     if (err != NULL && errlen > 0)
@@ -473,13 +486,23 @@ int gw_cuda_sample(struct gw_cuda *c, int n,
     if (c->sampler == NULL || n < 1 || n > c->dev_rows || n_top < 0 ||
         n_top > GW_CUDA_MAX_TOP || n_top > md->vocab ||
         (n_top > 0 && (top_ids == NULL || top_lps == NULL)) ||
-        tokens == NULL || lps == NULL || params == NULL)
+        tokens == NULL || lps == NULL || params == NULL || bad == NULL ||
+        bad_val == NULL)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "device sampling of %d rows (%d kept on the device, "
                           "%d top logprobs, max %d)", n, c->dev_rows, n_top,
                           GW_CUDA_MAX_TOP);
     float *logits = md->world > 1 ? c->full : c->logits;
     cudaStream_t st = STREAM(c);
+    /* The raw logits, before any bias: a non-finite one makes the row
+     * unusable whatever is drawn from it. */
+    GW_OP_TRY(tg_cuda_first_nonfinite(logits, n, md->vocab, c->s_bad,
+                                      c->s_bad_val, c->stream),
+              "finiteness check", md->n_layers);
+    GW_CU_TRY(cudaMemcpyAsync(c->p_bad, c->s_bad, (size_t)n * 4,
+                              cudaMemcpyDeviceToHost, st));
+    GW_CU_TRY(cudaMemcpyAsync(c->p_bad_val, c->s_bad_val, (size_t)n * 4,
+                              cudaMemcpyDeviceToHost, st));
     int nb = gather_bias(c, n, bias);
     if (nb < 0)
         return tg_err_set(err, errlen, TG_EINVAL,
@@ -524,6 +547,8 @@ int gw_cuda_sample(struct gw_cuda *c, int n,
     GW_CU_TRY(cudaStreamSynchronize(st)); /* rank 0 only: no collective here */
     memcpy(tokens, c->p_tok, (size_t)n * 4);
     memcpy(lps, c->p_slp, (size_t)n * 4);
+    memcpy(bad, c->p_bad, (size_t)n * 4);
+    memcpy(bad_val, c->p_bad_val, (size_t)n * 4);
     if (n_top > 0) {
         memcpy(top_ids, c->p_top_ids, (size_t)n * n_top * 4);
         memcpy(top_lps, c->p_top_lps, (size_t)n * n_top * 4);

@@ -212,6 +212,8 @@ int gw_cuda__layer_qkv(struct gw_cuda *c, int l, int m, char *err, size_t errlen
                          c->k, TG_CUDA_GEMM_BF16, st), "k_proj", l);
     GW_OP_TRY(tg_cuda_gemm_bf16(c->gemm, c->h, w->wv, w->bv, m, md->n_kv_heads * d, H,
                          c->v, TG_CUDA_GEMM_BF16, st), "v_proj", l);
+    if (c->hook_rows > 0) /* a calibration chunk, never a capture */
+        TG_TRY(gw_cuda__on_queries(c, l, m, err, errlen));
     GW_OP_TRY(ew_rope(c->q, EW_DTYPE_BF16, m, md->n_q_heads, d,
                (int64_t)md->n_q_heads * d, c->pos_d, c->inv_freq, w->q_norm,
                md->norm_eps, st), "q rope", l);

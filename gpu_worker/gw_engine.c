@@ -11,6 +11,7 @@
 #include "common/pf_split.h"
 #include "common/kv/kv_trig.h"
 #include "common/tg_err.h"
+#include "common/tg_log.h"
 #include "common/kv/kv_layout.h"
 
 int gw_method_parse(const char *s, enum tg_score_method *out)
@@ -30,8 +31,7 @@ int gw_method_parse(const char *s, enum tg_score_method *out)
 
 void gw_engine_free(struct gw_engine *e)
 {
-    gw_runtime_free(&e->rt);
-    tg_backend_cpu_free(e->be);
+    gw_backend_free(e->bk);
     kv_pool_free(&e->pool);
     kv_layout_free(&e->layout);
     pf_profile_free(&e->profile);
@@ -80,11 +80,14 @@ int gw_engine_load_parts_map(struct gw_model *model,
     int full = o->profile_path == NULL || strcmp(o->profile_path, "none") == 0;
     struct pf_profile whole = {0};
     int *global_head = NULL;
-    rc = pf_profile_for_model(&whole, full ? NULL : o->profile_path,
-                              cfg.num_layers, cfg.num_kv_heads, cfg.head_dim,
-                              o->heads_per_group, err, errlen);
+    char warn[768];
+    rc = pf_profile_for_model(&whole, full ? NULL : o->profile_path, &cfg,
+                              o->heads_per_group, o->profile_force, warn,
+                              sizeof(warn), err, errlen);
     if (rc != 0)
         goto fail;
+    if (warn[0] != '\0')
+        log_warn("%s", warn);
 
     const char *name = o->method;
     if (name == NULL)
@@ -112,7 +115,9 @@ int gw_engine_load_parts_map(struct gw_model *model,
     if (rc != 0)
         goto fail;
     struct gw_shard sh = {.rank = o->rank, .world = T, .kv_heads = global_head};
-    rc = gw_model_load_shard(model, o->model_dir, &sh, err, errlen);
+    rc = o->no_host_weights
+             ? gw_model_open(model, o->model_dir, &sh, err, errlen)
+             : gw_model_load_shard(model, o->model_dir, &sh, err, errlen);
     if (rc != 0)
         goto fail;
     *global_head_out = global_head;
@@ -184,8 +189,12 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "in-process generation runs one rank (world size "
                           "%d asked)", o->world_size);
+    /* A CUDA backend streams the checkpoint to its device itself: the
+     * host keeps the model's shape only. */
+    struct gw_engine_opts lo = *o;
+    lo.no_host_weights = o->backend == GW_BACKEND_CUDA;
     int rc = gw_engine_load_parts_map(&e->model, &e->profile, &e->layout,
-                                      &e->method, &e->global_head, o, err,
+                                      &e->method, &e->global_head, &lo, err,
                                       errlen);
     if (rc != 0)
         return rc;
@@ -206,25 +215,6 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
     rc = kv_pool_init(&e->pool, (int32_t)pages, err, errlen);
     if (rc != 0)
         goto fail;
-    rc = tg_backend_cpu_new(o->n_threads, &e->be);
-    if (rc != 0) {
-        tg_err_set(err, errlen, rc, "cannot create the CPU backend");
-        goto fail;
-    }
-    int chunk = o->prefill_chunk;
-    struct gw_forward_opts fo = {
-        .method = e->method,
-        .max_tokens = chunk > 1 ? chunk : 1,
-        .on_scores = o->on_scores,
-        .on_scores_ud = o->on_scores_ud,
-        .on_queries = o->on_queries,
-        .on_queries_ud = o->on_queries_ud,
-        .gvote = o->gvote != NULL ? *o->gvote : gw_gvote_params_default(),
-    };
-    rc = gw_runtime_init(&e->rt, &e->model, &e->layout, &tg_ops_cpu, e->be,
-                         (int32_t)pages, &fo, err, errlen);
-    if (rc != 0)
-        goto fail;
     if (o->trig != NULL && o->trig->enabled) {
         rc = gw_engine_trig_init(&e->trig, &e->trig_stats, o->trig,
                                  o->trig_stats_path, &e->profile, &e->layout,
@@ -232,6 +222,50 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
         if (rc != 0)
             goto fail;
     }
+    /* The backend a one-slot worker of this rank would run, with a pool
+     * of exactly the accounting's pages and logits row 0. */
+    int chunk = o->prefill_chunk;
+    struct gw_backend_cfg bc = {
+        .model = &e->model,
+        .layout = &e->layout,
+        .profile = &e->profile,
+        .method = e->method,
+        .gvote = o->gvote != NULL ? *o->gvote : gw_gvote_params_default(),
+        .trig = e->trig.cap != NULL ? &e->trig : NULL,
+        .max_slots = 1,
+        .max_tokens = chunk > 1 ? chunk : 1,
+        .rank = 0,
+        .world_size = 1,
+        .n_threads = o->n_threads,
+        .kv_pages = pages,
+        .device = o->device > 0 ? o->device : 0,
+        .cuda_graphs = 1,
+        .on_scores = o->on_scores,
+        .on_scores_ud = o->on_scores_ud,
+        .on_queries = o->on_queries,
+        .on_queries_ud = o->on_queries_ud,
+    };
+    e->backend = o->backend;
+    rc = gw_backend_new(o->backend, &bc, &e->bk, err, errlen);
+    if (rc != 0)
+        goto fail;
+    if (e->bk->n_pages < pages) {
+        /* every page id the accounting hands out must exist there */
+        rc = tg_err_set(err, errlen, TG_EINTERNAL,
+                        "the %s backend's pool has %d pages, the accounting "
+                        "%lld", e->bk->ops->name, (int)e->bk->n_pages,
+                        (long long)pages);
+        goto fail;
+    }
+    /* One rank joins its group alone, as a worker of --tp 1 does. */
+    const uint8_t *id = NULL;
+    size_t id_len = 0;
+    e->bk->ops->comm_id(e->bk, &id, &id_len);
+    struct gw_comm_setup cs = {.world_size = 1, .kind = e->bk->ops->comm_kind,
+                               .id = id, .id_len = id_len};
+    rc = e->bk->ops->comm_join(e->bk, &cs, err, errlen);
+    if (rc != 0)
+        goto fail;
     return 0;
 fail:
     gw_engine_free(e);
@@ -252,17 +286,37 @@ void gw_gen_result_free(struct gw_gen_result *r)
     memset(r, 0, sizeof(*r));
 }
 
-/* Points the forward pass's view at the accounting's page lists (they may
- * move when a reservation grows the id slab). */
-static void refresh_view(const struct gw_engine *e, const struct kv_seq *s,
-                         const int32_t **pages)
+/* Brings the worker-side mirror `view` (what the backend reads: page ids
+ * per row, and its filled counts, which the forward pass advances) up to
+ * the accounting `seq`: rows the accounting cut lose their tails, rows it
+ * grew get the new ids appended (the epoch stays, so a CUDA decode table
+ * only takes the new tail). Then points the forward pass's view gs at the
+ * mirror's rows (the slab may have moved). */
+static int sync_view(const struct gw_engine *e, const struct kv_seq *seq,
+                     struct kv_seq *view, struct gw_seq *gs,
+                     const int32_t **pages, char *err, size_t errlen)
 {
     const struct kv_layout *kv = &e->layout;
+    for (int32_t r = 0; r < seq->n_rows; r++) {
+        int32_t have = view->n_pages[r], want = seq->n_pages[r];
+        int rc = 0;
+        if (have > want)
+            rc = kv_seq_row_cut(view, r, want);
+        else if (have < want)
+            rc = kv_seq_row_append(view, r, seq->ids + seq->off[r] + have,
+                                   want - have);
+        if (rc != 0)
+            return tg_err_set(err, errlen, rc,
+                              "cannot mirror row %d's %d pages", (int)r,
+                              (int)want);
+    }
     for (int l = 0; l < kv->n_layers; l++)
         for (int g = 0; g < kv->n_groups; g++) {
             int32_t n;
-            pages[l * kv->n_groups + g] = kv_seq_row_ids(s, kv, l, g, &n);
+            pages[l * kv->n_groups + g] = kv_seq_row_ids(view, kv, l, g, &n);
         }
+    gs->n_pages = view->n_pages;
+    return 0;
 }
 
 /* The physical fill must equal what the accounting says was written. */
@@ -290,8 +344,9 @@ static int is_stop(const struct gw_engine *e, const struct gw_gen_params *p,
     return 0;
 }
 
-/* Copies the positions each head holds into res, in model head order
- * (the engine's heads are the profile's group order). */
+/* Copies the counts (and, with slot_pos, the positions) each head holds
+ * into res, in model head order (the engine's heads are the profile's
+ * group order). */
 static int dump_kept(const struct gw_engine *e, const int32_t *len,
                      const int32_t *hlen, const int32_t *slot_pos,
                      int32_t slot_cap, struct gw_gen_result *res, char *err,
@@ -300,11 +355,15 @@ static int dump_kept(const struct gw_engine *e, const int32_t *len,
     const struct kv_layout *kv = &e->layout;
     int H = kv->n_kv_heads;
     size_t heads = (size_t)kv->n_layers * (size_t)H;
-    res->kept_cap = slot_cap;
     res->kept_n = calloc(heads, sizeof(int32_t));
-    res->kept_pos = malloc(heads * (size_t)slot_cap * sizeof(int32_t));
-    if (res->kept_n == NULL || res->kept_pos == NULL)
+    if (res->kept_n == NULL)
         return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+    if (slot_pos != NULL) {
+        res->kept_cap = slot_cap;
+        res->kept_pos = malloc(heads * (size_t)slot_cap * sizeof(int32_t));
+        if (res->kept_pos == NULL)
+            return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+    }
     for (int l = 0; l < kv->n_layers; l++)
         for (int i = 0; i < H; i++) {
             size_t li = (size_t)l * (size_t)H + (size_t)i;
@@ -315,9 +374,10 @@ static int dump_kept(const struct gw_engine *e, const int32_t *len,
             res->kept_n[mh] = cnt;
             /* Appends are in position order (chunks ascending, decode
              * after), so the slots are already sorted. */
-            memcpy(res->kept_pos + mh * (size_t)slot_cap,
-                   slot_pos + li * (size_t)slot_cap,
-                   (size_t)cnt * sizeof(int32_t));
+            if (slot_pos != NULL)
+                memcpy(res->kept_pos + mh * (size_t)slot_cap,
+                       slot_pos + li * (size_t)slot_cap,
+                       (size_t)cnt * sizeof(int32_t));
         }
     return 0;
 }
@@ -329,24 +389,77 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* One generation's state: the accounting, the backend's mirror of it and
+ * the forward pass's view of the mirror. */
+struct gen_run {
+    struct kv_seq seq;     /* the accounting (pages from e->pool) */
+    struct kv_seq view;    /* the backend's mirror: ids and physical fill */
+    struct gw_seq gs;      /* the forward pass's view of `view` */
+    const int32_t **pages; /* (rows) row id lists of `view` */
+};
+
 /* §4.9 trigger: the step just run made the count of tokens decoded this
- * turn a multiple of beta. Heads over their caps are compacted, the rows
- * shrink to their longest heads and the tail pages go back at once. */
-static int decode_compact(struct gw_engine *e, struct kv_seq *seq,
-                          struct gw_seq *gs, struct gw_gen_result *res,
-                          char *err, size_t errlen)
+ * turn a multiple of beta. Heads over their caps are compacted through the
+ * backend, the rows shrink to their longest heads and the tail pages go
+ * back at once. */
+static int decode_compact(struct gw_engine *e, struct gen_run *g,
+                          struct gw_gen_result *res, char *err,
+                          size_t errlen)
 {
     double t0 = now_seconds();
     int64_t heads = 0, freed = 0;
-    struct gw_seq *one = gs;
-    int rc = gw_forward_trig(&e->rt, &e->trig, &one, 1, &heads, err, errlen);
+    struct gw_seq *one = &g->gs;
+    int rc = e->bk->ops->compact(e->bk, &e->trig, &one, 1, &heads, err,
+                                 errlen);
     if (rc == 0)
-        rc = kv_seq_compact_rows(seq, &e->layout, &e->pool, gs->len, &freed,
-                                 err, errlen);
+        rc = kv_seq_compact_rows(&g->seq, &e->layout, &e->pool, g->gs.len,
+                                 &freed, err, errlen);
+    if (rc == 0)
+        rc = sync_view(e, &g->seq, &g->view, &g->gs, g->pages, err, errlen);
     res->decode_triggers++;
     res->decode_pages_released += freed;
     res->compact_seconds += now_seconds() - t0;
-    return rc == 0 ? check_fill(seq, gs->len, seq->n_rows, err, errlen) : rc;
+    return rc == 0 ? check_fill(&g->seq, g->gs.len, g->seq.n_rows, err,
+                                errlen)
+                   : rc;
+}
+
+/* Token t from logits row 0 (the prompt's last, then each decode step's).
+ * A forced id takes the sampled token's place: its log-probability under
+ * the raw distribution comes from the host row (a decode run without
+ * draws leaves it there on every backend) before the backend's greedy
+ * draw, which may use the row as scratch, lists the top alternatives. */
+static int draw(struct gw_engine *e, const struct gw_gen_params *p, int t,
+                const struct tg_sample_history *hist, int32_t *top_ids,
+                float *top_lps, int32_t *tok, float *lp, char *err,
+                size_t errlen)
+{
+    struct gw_backend *b = e->bk;
+    int K = p->n_logprobs;
+    struct gw_sampling sp = {.sp = p->sampling, .n_top = K};
+    struct gw_draw d = {.slot = 0, .row = 0, .sampling = &sp,
+                        .seed = p->seed, .index = (uint64_t)t,
+                        .hist = *hist};
+    struct gw_token out;
+    if (p->forced_ids != NULL) {
+        *tok = p->forced_ids[t];
+        int rc = tg_ops_cpu.logprobs(b->host, b->logits, 1, e->model.vocab,
+                                     tok, lp);
+        if (rc != 0)
+            return tg_err_set(err, errlen, rc, "forced id %d: log-"
+                              "probability failed", (int)*tok);
+        if (K == 0)
+            return 0;
+        sp = GW_SAMPLING_GREEDY;
+        sp.n_top = K;
+        return b->ops->sample(b, &d, &out, top_ids, top_lps, err, errlen);
+    }
+    int rc = b->ops->sample(b, &d, &out, top_ids, top_lps, err, errlen);
+    if (rc == 0) {
+        *tok = out.token;
+        *lp = out.logprob;
+    }
+    return rc;
 }
 
 int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
@@ -356,9 +469,18 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
     memset(res, 0, sizeof(*res));
     const struct gw_model *m = &e->model;
     const struct kv_layout *kv = &e->layout;
+    const struct gw_backend_ops *ops = e->bk->ops;
     if (n_prompt < 1 || p->max_tokens < 0 || p->n_logprobs < 0)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "need at least one prompt token and max_tokens >= 0");
+    if (p->n_logprobs > GW_BACKEND_MAX_TOP)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "%d top logprobs asked, at most %d",
+                          p->n_logprobs, GW_BACKEND_MAX_TOP);
+    if (p->dump_kept && e->backend != GW_BACKEND_CPU)
+        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
+                          "kept positions (--dump-kept) are recorded by the "
+                          "CPU backend only; use --backend cpu");
     if (p->forced_ids != NULL && p->n_forced != p->max_tokens)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "%d forced ids with max_tokens %d: teacher-forced "
@@ -393,7 +515,7 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
     int K = p->n_logprobs;
     int T = p->max_tokens;
     int32_t slot_cap = (int32_t)(n_prompt + T);
-    struct kv_seq seq = {0};
+    struct gen_run g = {0};
     int32_t *hlen = gvote || trig ? calloc((size_t)heads, sizeof(int32_t))
                                   : NULL;
     int32_t *dstart = trig ? calloc((size_t)heads, sizeof(int32_t)) : NULL;
@@ -403,10 +525,8 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
                             : NULL;
     if (p->forced_ids != NULL)
         res->forced_lps = malloc(((size_t)T + 1) * sizeof(float));
-    int32_t *len = calloc((size_t)rows, sizeof(int32_t));
-    const int32_t **pages = calloc((size_t)rows, sizeof(*pages));
+    g.pages = calloc((size_t)rows, sizeof(*g.pages));
     int32_t *targets = malloc((size_t)kv->prefill_chunk * sizeof(int32_t));
-    float *logits = malloc((size_t)m->vocab * sizeof(float));
     res->tokens = malloc(((size_t)T + 1) * sizeof(int32_t));
     res->lps = malloc(((size_t)T + 1) * sizeof(float));
     res->top_ids = malloc(((size_t)T * K + 1) * sizeof(int32_t));
@@ -416,8 +536,10 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
     res->n_prompt = n_prompt;
     if (p->prompt_logprobs)
         res->prompt_lp = malloc((size_t)n_prompt * sizeof(float));
+    int32_t top_ids[GW_BACKEND_MAX_TOP];
+    float top_lps[GW_BACKEND_MAX_TOP];
     int rc;
-    if (!len || !pages || !targets || !logits || !res->tokens || !res->lps ||
+    if (!g.pages || !targets || !res->tokens || !res->lps ||
         !res->top_ids || !res->top_lps || !res->kept ||
         ((gvote || trig) && !hlen) || (trig && !dstart) ||
         (p->dump_kept && !slot_pos) ||
@@ -426,18 +548,22 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
         goto out;
     }
-    rc = kv_seq_init(&seq, kv, err, errlen);
+    rc = kv_seq_init(&g.seq, kv, err, errlen);
+    if (rc == 0)
+        rc = kv_seq_init(&g.view, kv, err, errlen);
+    if (rc == 0)
+        rc = kv_seq_reserve_prompt(&g.seq, kv, &e->pool, 0, n_prompt, err,
+                                   errlen);
+    g.gs = (struct gw_seq){.pos = 0, .len = g.view.filled, .pages = g.pages,
+                           .kv = &g.view, .hlen = hlen, .seed = p->seed,
+                           .slot_pos = slot_pos, .slot_cap = slot_cap};
+    if (rc == 0)
+        rc = sync_view(e, &g.seq, &g.view, &g.gs, g.pages, err, errlen);
     if (rc != 0)
         goto out;
-    rc = kv_seq_reserve_prompt(&seq, kv, &e->pool, 0, n_prompt, err, errlen);
-    if (rc != 0)
-        goto out;
-    refresh_view(e, &seq, pages);
-    struct gw_seq gs = {.pos = 0, .len = len, .pages = pages,
-                        .n_pages = seq.n_pages, .hlen = hlen, .seed = p->seed,
-                        .slot_pos = slot_pos, .slot_cap = slot_cap};
 
     /* Chunked prefill (§4.3): chunks of exactly C from the turn start. */
+    double t_pre = now_seconds();
     if (res->prompt_lp != NULL)
         res->prompt_lp[0] = NAN;
     for (int off = 0; off < n_prompt; off += kv->prefill_chunk) {
@@ -445,76 +571,60 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
         int last = off + n == n_prompt;
         for (int i = 0; i < n; i++)
             targets[i] = off + i + 1 < n_prompt ? prompt[off + i + 1] : -1;
-        struct gw_prefill_out po = {
-            .want_logits = last,
-            .last_logits = last ? logits : NULL,
-            .lp_targets = res->prompt_lp != NULL ? targets : NULL,
-            .lp = res->prompt_lp != NULL ? res->prompt_lp + off + 1 : NULL,
-        };
         /* lp[i] belongs to prompt position off + i + 1; the last row of the
          * prompt has no target, so the write stays inside prompt_lp. */
-        rc = gw_forward_prefill(&e->rt, &gs, prompt + off, n, &po, err, errlen);
+        rc = ops->prefill(e->bk, &g.gs, prompt + off, n, last ? 0 : -1,
+                          res->prompt_lp != NULL ? targets : NULL,
+                          res->prompt_lp != NULL ? res->prompt_lp + off + 1
+                                                 : NULL,
+                          err, errlen);
         if (rc != 0)
             goto out;
         if (gvote) {
             /* §4.8 step 5: the rows hold what their longest heads filled;
              * what the chunk's reservation did not use goes back now. */
             int64_t freed = 0;
-            rc = kv_seq_commit_kept(&seq, kv, &e->pool, n, len, &freed, err,
-                                    errlen);
+            rc = kv_seq_commit_kept(&g.seq, kv, &e->pool, n, g.gs.len,
+                                    &freed, err, errlen);
             res->pages_released += freed;
-            refresh_view(e, &seq, pages);
+            if (rc == 0)
+                rc = sync_view(e, &g.seq, &g.view, &g.gs, g.pages, err,
+                               errlen);
         } else {
-            rc = kv_seq_commit(&seq, kv, n, err, errlen);
+            rc = kv_seq_commit(&g.seq, kv, n, err, errlen);
         }
         if (rc == 0)
-            rc = check_fill(&seq, len, rows, err, errlen);
+            rc = check_fill(&g.seq, g.gs.len, rows, err, errlen);
         if (rc != 0)
             goto out;
     }
-    memcpy(res->kept, len, (size_t)rows * sizeof(int32_t));
-    res->pages_peak = seq.used_pages;
+    res->prefill_seconds = now_seconds() - t_pre;
+    memcpy(res->kept, g.gs.len, (size_t)rows * sizeof(int32_t));
+    res->pages_peak = g.seq.used_pages;
     if (trig) {
         /* §4.9: decode's region of this turn starts where prefill left
          * each head. */
         memcpy(dstart, hlen, (size_t)heads * sizeof(int32_t));
-        gs.dstart = dstart;
+        g.gs.dstart = dstart;
     }
 
-    uint64_t rng = p->seed;
     struct tg_sample_history hist = {.prompt = prompt, .n_prompt = n_prompt,
                                      .output = res->tokens, .n_output = 0};
+    struct gw_sampling dsp = {.sp = p->sampling, .n_top = K};
     res->finish = GW_FINISH_LENGTH;
     for (int t = 0; t < T; t++) {
         int32_t tok;
         float lp;
         hist.n_output = t;
-        if (p->forced_ids != NULL) {
-            /* Teacher forcing: the forced id takes the sampled token's
-             * place; its log-probability under the raw distribution is
-             * taken before sampling uses the logits as scratch. */
-            tok = p->forced_ids[t];
-            rc = tg_ops_cpu.logprobs(e->be, logits, 1, m->vocab, &tok, &lp);
-            if (rc == 0 && K > 0) {
-                struct tg_sampling off = TG_SAMPLING_OFF;
-                int32_t unused;
-                float unused_lp;
-                rc = tg_ops_cpu.sample(e->be, logits, m->vocab, &off, &hist,
-                                       &rng, &unused, &unused_lp, K,
-                                       res->top_ids + (size_t)t * K,
-                                       res->top_lps + (size_t)t * K);
-            }
-            res->forced_lps[t] = lp;
-        } else {
-            rc = tg_ops_cpu.sample(e->be, logits, m->vocab, &p->sampling,
-                                   &hist, &rng, &tok, &lp, K,
-                                   res->top_ids + (size_t)t * K,
-                                   res->top_lps + (size_t)t * K);
-        }
-        if (rc != 0) {
-            tg_err_set(err, errlen, rc, "sampling failed");
+        rc = draw(e, p, t, &hist, top_ids, top_lps, &tok, &lp, err, errlen);
+        if (rc != 0)
             goto out;
-        }
+        memcpy(res->top_ids + (size_t)t * K, top_ids,
+               (size_t)K * sizeof(int32_t));
+        memcpy(res->top_lps + (size_t)t * K, top_lps,
+               (size_t)K * sizeof(float));
+        if (p->forced_ids != NULL)
+            res->forced_lps[t] = lp;
         res->tokens[t] = tok;
         res->lps[t] = lp;
         res->n_tokens = t + 1;
@@ -524,32 +634,39 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
         }
         if (t + 1 == T)
             break;
-        rc = kv_seq_reserve_decode(&seq, kv, &e->pool, 1, err, errlen);
+        rc = kv_seq_reserve_decode(&g.seq, kv, &e->pool, 1, err, errlen);
+        if (rc == 0)
+            rc = sync_view(e, &g.seq, &g.view, &g.gs, g.pages, err, errlen);
         if (rc != 0)
             goto out;
-        refresh_view(e, &seq, pages);
-        gs.n_pages = seq.n_pages;
-        if (seq.used_pages > res->pages_peak)
-            res->pages_peak = seq.used_pages;
-        struct gw_seq *one = &gs;
+        if (g.seq.used_pages > res->pages_peak)
+            res->pages_peak = g.seq.used_pages;
         /* kv_seq_reserve_decode already counted the token as written; the
-         * forward pass appends it physically and advances len. */
+         * forward pass appends it physically and advances the mirror's
+         * fill. The next draw is announced (a CUDA backend then draws it
+         * on the device); a forced run keeps its logits on the host. */
+        struct gw_seq *one = &g.gs;
+        hist.n_output = t + 1;
+        struct gw_draw next = {.slot = 0, .row = 0, .sampling = &dsp,
+                               .seed = p->seed, .index = (uint64_t)t + 1,
+                               .hist = hist};
+        int announce = p->forced_ids == NULL;
         double t0 = now_seconds();
-        rc = gw_forward_decode(&e->rt, &one, &tok, 1, 1, logits, err, errlen);
+        rc = ops->decode(e->bk, &one, &tok, 1, 0, announce ? &next : NULL,
+                         announce, err, errlen);
         res->decode_seconds += now_seconds() - t0;
         if (rc == 0)
-            rc = check_fill(&seq, len, rows, err, errlen);
+            rc = check_fill(&g.seq, g.gs.len, rows, err, errlen);
         if (rc == 0 && trig && (t + 1) % e->trig.every == 0)
-            rc = decode_compact(e, &seq, &gs, res, err, errlen);
+            rc = decode_compact(e, &g, res, err, errlen);
         if (rc != 0)
             goto out;
-        if (trig)
-            refresh_view(e, &seq, pages);
     }
-    res->pages_used = seq.used_pages;
-    res->mono_pages = seq.mono_pages;
-    if (p->dump_kept) {
-        rc = dump_kept(e, len, hlen, slot_pos, slot_cap, res, err, errlen);
+    res->pages_used = g.seq.used_pages;
+    res->mono_pages = g.seq.mono_pages;
+    if (p->dump_kept || p->head_counts) {
+        rc = dump_kept(e, g.gs.len, hlen, slot_pos, slot_cap, res, err,
+                       errlen);
         if (rc != 0)
             goto out;
     }
@@ -557,10 +674,10 @@ out:
     free(hlen);
     free(dstart);
     free(slot_pos);
-    kv_seq_free(&seq, &e->pool);
-    free(len);
-    free(pages);
+    kv_seq_free(&g.seq, &e->pool);
+    kv_seq_clear(&g.view); /* a mirror: the ids are the accounting's */
+    kv_seq_free(&g.view, NULL);
+    free(g.pages);
     free(targets);
-    free(logits);
     return rc;
 }

@@ -3,10 +3,16 @@
  * and the page accounting of a single rank in one object. Used by
  * tangram-generate and tangram-profile calibrate (no daemon, no IPC).
  *
- * A sequence's pages are reserved exactly at admission (kv_seq, §4.3), the
- * forward pass fills them chunk by chunk, and after every step the engine
- * checks that the physical fill equals the accounting (they are computed by
- * different code, so this catches drift). Single-threaded use per engine.
+ * The engine is a router and a one-slot worker in one process: a
+ * sequence's pages are reserved exactly at admission (kv_seq, §4.3) in the
+ * engine's pool, and the worker's backend (gw_backend.h: the CPU forward
+ * pass or the CUDA runtime, through the same ops table the daemon's
+ * workers use) fills them chunk by chunk through a mirror of the rows (a
+ * pool-less kv_seq, as a worker keeps), which the engine brings up to date
+ * after every reservation, release and compaction. After every step it
+ * checks that the physical fill equals the accounting (they are computed
+ * by different code, so this catches drift). Single-threaded use per
+ * engine.
  */
 #ifndef GW_ENGINE_H
 #define GW_ENGINE_H
@@ -16,12 +22,15 @@
 
 #include "common/kv/kv_pool.h"
 #include "common/pf_profile.h"
+#include "gpu_worker/gw_backend.h"
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_model.h"
 
 struct gw_engine_opts {
     const char *model_dir;     /* Hugging Face model directory */
     const char *profile_path;  /* profile JSON; NULL or "none" = full KV */
+    int profile_force;         /* use a profile made for another model
+                                  (pf_profile_check_model) with a warning */
     int heads_per_group;       /* H_p when there is no profile */
     int page_size;             /* P tokens */
     int prefill_chunk;         /* C tokens */
@@ -44,15 +53,26 @@ struct gw_engine_opts {
     void *on_queries_ud;
     int rank;                  /* tensor-parallel rank (load_parts only) */
     int world_size;            /* T; <= 1: one rank (gw_engine_init needs 1) */
+    int no_host_weights;       /* load_parts only: the model's shape
+                                  (gw_model_open) without host weights, for
+                                  a backend that streams the checkpoint
+                                  into its own memory (CUDA); gw_engine_init
+                                  sets it from `backend` */
+    enum gw_backend_kind backend; /* GW_BACKEND_CPU (the zero value) or
+                                     GW_BACKEND_CUDA: the runtime the
+                                     forward pass runs on */
+    int device;                /* CUDA device ordinal (< 0: 0) */
 };
 
 struct gw_engine {
     struct gw_model model;
     struct pf_profile profile;
     struct kv_layout layout;
-    struct tg_backend *be;
-    struct gw_runtime rt;
-    struct kv_pool pool;
+    enum gw_backend_kind backend;
+    struct gw_backend *bk;     /* owned: the forward pass and its KV pool
+                                  (exactly the pages of `pool`), one slot,
+                                  logits row 0 */
+    struct kv_pool pool;       /* the accounting's page ids */
     int64_t max_context;
     enum tg_score_method method;
     int *global_head;          /* (L, Hkv) model KV head of each of the
@@ -73,7 +93,8 @@ int gw_method_parse(const char *s, enum tg_score_method *out);
  * group) and checks they match, assigns groups to ranks (pf_tp_assign)
  * and makes *profile the rank's profile (pf_profile_rank; with T = 1 the
  * whole profile with heads renumbered in group order), loads the rank's
- * model shard whose heads follow that order (gw_model_load_shard),
+ * model shard whose heads follow that order (gw_model_load_shard; only
+ * gw_model_open's shape with o->no_host_weights),
  * resolves the scoring method (o->method, else the profile's, snapkv for
  * none) and builds the page layout for o->page_size and o->prefill_chunk.
  * Router and worker build rank profiles the same way, so their page math
@@ -99,12 +120,16 @@ int gw_engine_load_parts_map(struct gw_model *model,
                              const struct gw_engine_opts *o, char *err,
                              size_t errlen);
 
-/* Loads the model and profile, checks they match, and sizes the KV pool
- * for one sequence of max_context tokens. With o->trig enabled it checks
- * the options and the statistics and computes the caps (gw_trig_cfg_init,
- * a clear TG_EINVAL when the statistics are missing). In-process generation runs one
- * rank: o->world_size > 1 is TG_EINVAL. Returns 0 or an error naming
- * the problem (file, field, sizes); on failure *e is left freed. */
+/* Loads the model and profile, checks they match, sizes the KV pool for
+ * one sequence of max_context tokens and creates the backend of
+ * o->backend over it (gw_backend_new: a CUDA backend refuses with
+ * TG_ENODEV where no device is usable, TG_EUNSUPPORTED in a build without
+ * CUDA or for a shape its kernels lack, each naming the fix). With
+ * o->trig enabled it checks the options and the statistics and computes
+ * the caps (gw_trig_cfg_init, a clear TG_EINVAL when the statistics are
+ * missing). In-process generation runs one rank: o->world_size > 1 is
+ * TG_EINVAL. Returns 0 or an error naming the problem (file, field,
+ * sizes); on failure *e is left freed. */
 int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
                    char *err, size_t errlen);
 
@@ -142,7 +167,10 @@ struct gw_gen_params {
                                   takes the place of sampled token t, no
                                   stop; needs max_tokens == n_forced */
     int n_forced;
-    int dump_kept;             /* fill kept_pos / kept_n at the end */
+    int dump_kept;             /* fill kept_pos / kept_n at the end (the
+                                  CPU backend records positions; others:
+                                  TG_EUNSUPPORTED) */
+    int head_counts;           /* fill kept_n alone (every backend) */
 };
 
 struct gw_gen_result {
@@ -162,13 +190,16 @@ struct gw_gen_result {
     int64_t decode_pages_released; /* pages decode-time compression gave
                                       back (§4.9) */
     int64_t decode_triggers;       /* compactions run */
+    double prefill_seconds;        /* wall time of the prefill chunks
+                                      (the forward pass and the page
+                                      accounting after each) */
     double decode_seconds;         /* wall time of the decode forward
                                       steps */
     double compact_seconds;        /* wall time of the compactions (incl.
                                       the page accounting) */
     float *forced_lps;   /* (n_forced) log P(forced id t | all before) */
     int32_t *kept_n;     /* (L, Hkv) model head order: positions held at
-                            the end (dump_kept) */
+                            the end (dump_kept, head_counts) */
     int32_t *kept_pos;   /* (L, Hkv, kept_cap) their sorted absolute
                             positions */
     int32_t kept_cap;
@@ -176,8 +207,12 @@ struct gw_gen_result {
 
 /* Generates for `prompt` (n_prompt >= 1 ids). Fills *res (caller frees
  * with gw_gen_result_free, also after a failure). Returns 0, TG_EINVAL
- * (bad ids, n_prompt + max_tokens > max_context), TG_ENOSPC, or a backend
- * error; the sequence's pages are back in the pool in every case. */
+ * (bad ids, n_prompt + max_tokens > max_context, n_logprobs above
+ * GW_BACKEND_MAX_TOP), TG_EUNSUPPORTED (dump_kept off the CPU backend),
+ * TG_ENOSPC, or a backend error; the sequence's pages are back in the
+ * pool in every case. Draws go through the backend's `sample` op with
+ * the request's RNG stream (seed, token index; gw_backend.h), so the CPU
+ * backend draws what a worker draws for the same request. */
 int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
                        int n_prompt, const struct gw_gen_params *p,
                        struct gw_gen_result *res, char *err, size_t errlen);

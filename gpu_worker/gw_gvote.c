@@ -176,7 +176,15 @@ static int synth_queries(struct gw_gvote *g, const struct gw_model *md,
             xs[j] = (float)(g->mu[j] + sd * gw_gvote_normal(&st));
         }
     }
-    TG_TRY(ops->gemm(be, g->xs, c->w->wq, c->w->bq, S, Hq * d, H, g->qs));
+    if (c->proj == NULL) {
+        TG_TRY(ops->gemm(be, g->xs, c->w->wq, c->w->bq, S, Hq * d, H, g->qs));
+    } else {
+        TG_TRY(c->proj->run(c->proj->ctx, c->layer, g->xs, S, g->qs));
+        if (c->w->bq != NULL)
+            for (size_t r = 0; r < (size_t)S; r++)
+                for (size_t j = 0; j < (size_t)Hq * (size_t)d; j++)
+                    g->qs[r * (size_t)Hq * (size_t)d + j] += c->w->bq[j];
+    }
     if (c->w->q_norm != NULL)
         TG_TRY(ops->rmsnorm(be, g->qs, c->w->q_norm, S * Hq, d, md->norm_eps,
                             g->qs));
@@ -297,7 +305,8 @@ int gw_gvote_select(struct gw_gvote *g, const struct gw_model *md,
 {
     if (c->n < 1 || c->n > g->max_n || c->x == NULL || c->q == NULL ||
         c->k == NULL || c->kcap == NULL || c->rule == NULL || c->w == NULL ||
-        md->head_dim % 2 != 0 || md->n_q_heads % md->n_kv_heads != 0)
+        md->head_dim % 2 != 0 || md->n_q_heads % md->n_kv_heads != 0 ||
+        (c->proj == NULL && c->w->wq == NULL && g->par.samples > 0))
         return TG_EINVAL;
     for (int h = 0; h < md->n_kv_heads; h++)
         if (c->kcap[h] < 0 || c->kcap[h] > c->n)

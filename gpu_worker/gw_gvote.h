@@ -86,9 +86,23 @@ int gw_gvote_init(struct gw_gvote *g, const struct gw_model *md, int max_n,
                   const struct gw_gvote_params *par, char *err, size_t errlen);
 void gw_gvote_free(struct gw_gvote *g);
 
+/* Step 2's projection where q_proj's weight is not in host memory (the
+ * CUDA runtime keeps it only on the device): run(ctx, layer, xs, S, qs)
+ * writes xs W_q^T, without the bias, for the S rows of xs (S, hidden)
+ * into qs (S, Hq*d) and returns 0 or an error code. */
+struct gw_gvote_proj {
+    int (*run)(void *ctx, int layer, const float *xs, int S, float *qs);
+    void *ctx;
+};
+
 /* What one layer's selection needs. */
 struct gw_gvote_chunk {
-    const struct gw_layer *w;     /* the layer's weights (wq, bq, q_norm) */
+    const struct gw_layer *w;     /* the layer's host weights: wq (unless
+                                     proj), bq and q_norm where the model
+                                     has them */
+    const struct gw_gvote_proj *proj; /* NULL: q_s = ops->gemm over w->wq
+                                     (with w->bq); else proj, then w->bq
+                                     added on the host */
     const float *x;               /* (n, hidden) q_proj's input rows */
     const float *q;               /* (n, Hq, d) real queries, post-RoPE */
     const float *k;               /* (n, Hkv, d) keys, post-RoPE */
@@ -102,7 +116,8 @@ struct gw_gvote_chunk {
 
 /* Selects the kept keys of every KV head of one chunk: keep[h] (<=
  * kcap[h]) keys, their chunk indices ascending in idx[h * n ..]. The
- * synthetic queries go through ops->gemm and ops->rmsnorm on `be`.
+ * synthetic queries go through ops->gemm (or c->proj) and ops->rmsnorm on
+ * `be`.
  * Returns 0, TG_EINVAL (shapes) or an op's error. */
 int gw_gvote_select(struct gw_gvote *g, const struct gw_model *md,
                     const struct tg_ops *ops, struct tg_backend *be,

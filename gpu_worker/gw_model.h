@@ -1,10 +1,17 @@
 /*
- * gw_model.h — model weights in the backend's memory, and their loader.
+ * gw_model.h — a model shard's shape and its host weights.
  *
- * Weights are reserved as one slab at start-up and carved into tensors
- * (llm.c's malloc_and_point_parameters). The CPU backend keeps fp32 copies
- * of the checkpoint's bf16/fp16/fp32 tensors. Shapes follow Hugging Face
- * checkpoints: a linear layer's weight is (out_features, in_features).
+ * Two steps: gw_model_open reads config.json and fixes the shard (sizes,
+ * rank, head map, RoPE table) without touching the weights;
+ * gw_model_load_weights then streams the checkpoint into host memory
+ * (gw_load.h: tensor by tensor through a bounded staging buffer, pread,
+ * never a second whole-model copy). The host weights are one fp32 slab
+ * carved into tensors (llm.c's malloc_and_point_parameters), converted
+ * from the checkpoint's bf16/fp16/fp32 per slice: what the CPU backend
+ * computes with. A backend with its own memory (CUDA) needs only the
+ * shape: it streams the same checkpoint into its upload op (gw_cuda.h).
+ * Shapes follow Hugging Face checkpoints: a linear layer's weight is
+ * (out_features, in_features).
  *
  * Tensor parallelism (DESIGN.md §4.7, Megatron-LM's split, Shoeybi et al.
  * 2019): rank r of T holds the KV heads a pf_profile_rank() layout gives
@@ -28,6 +35,7 @@
 #include <stdint.h>
 
 #include "common/mc_model_config.h"
+#include "gpu_worker/gw_load.h"
 
 #define GW_MODEL_MAX_KV_HEADS 4096 /* KV heads per layer of a model */
 
@@ -74,13 +82,21 @@ struct gw_model {
                                into embed when tied; NULL when count = 0 */
     float *inv_freq;        /* (d/2) RoPE inverse frequencies (with scaling) */
     struct gw_layer *layers; /* (L) */
+
+    char *dir;              /* the checkpoint's directory (owned); NULL for
+                               a model built in memory */
+    int32_t *head_map;      /* (L, n_kv_heads) the model KV head of each
+                               local head (owned); NULL: model order */
+    struct gw_load_stats load; /* what gw_model_load_weights did (zero when
+                                  the host holds no weights) */
 };
 
 /* Loads the Hugging Face model directory `dir` (config.json and
  * model.safetensors or a sharded index) into `m`, converting weights to
- * fp32 host memory. Returns 0, or TG_ENOENT / TG_EFORMAT / TG_EUNSUPPORTED /
- * TG_ENOMEM with a message naming the file, tensor or field. On failure `m`
- * is left freed. Not thread-safe for the same `m`. */
+ * fp32 host memory (gw_model_load_shard of the whole model). Returns 0, or
+ * TG_ENOENT / TG_EFORMAT / TG_EUNSUPPORTED / TG_ENOMEM / TG_EIO with a
+ * message naming the file, tensor or field. On failure `m` is left freed.
+ * Not thread-safe for the same `m`. */
 int gw_model_load(struct gw_model *m, const char *dir, char *err, size_t errlen);
 
 /* Which part of the model one tensor-parallel rank loads. */
@@ -92,14 +108,40 @@ struct gw_shard {
                               with world 1: heads in model order */
 };
 
-/* Loads rank sh->rank's shard of the model in `dir` (see the top of this
- * file); sh == NULL loads the whole model (gw_model_load). Requires Hkv,
- * Hq and F to be multiples of T, kv_heads entries in [0, Hkv) and distinct
- * within a layer. Returns 0, TG_EINVAL (bad shard: the message gives the
- * numbers), or gw_model_load's codes; on failure `m` is left freed. The
- * borrowed kv_heads need not outlive the call. */
+/* Reads the config of the model in `dir` and fixes rank sh->rank's shard
+ * (sh == NULL: the whole model): every size, the head map, the RoPE table,
+ * the layer array with every weight pointer NULL (no weight is read; the
+ * checkpoint is not opened). Requires Hkv, Hq and F to be multiples of T,
+ * kv_heads entries in [0, Hkv) and distinct within a layer. Returns 0,
+ * TG_EINVAL (bad shard: the message gives the numbers), TG_ENOMEM or the
+ * config's codes; on failure `m` is left freed. The borrowed kv_heads
+ * need not outlive the call. */
+int gw_model_open(struct gw_model *m, const char *dir,
+                  const struct gw_shard *sh, char *err, size_t errlen);
+
+/* Streams the shard's weights from m->dir into host fp32 (gw_load_run with
+ * the host sink: one slab of gw_load_plan's elements, each slice converted
+ * in place, OpenMP over its elements) through a staging buffer of
+ * `staging` bytes (0: GW_LOAD_STAGING_DEFAULT) and records m->load. Peak
+ * host memory: the fp32 slab plus the staging buffer. Returns 0, or
+ * TG_ENOENT / TG_EFORMAT / TG_EUNSUPPORTED / TG_ENOMEM / TG_EIO naming the
+ * file or tensor; on failure the weights are freed again (the shape
+ * stays). */
+int gw_model_load_weights(struct gw_model *m, size_t staging, char *err,
+                          size_t errlen);
+
+/* gw_model_open then gw_model_load_weights (default staging): rank
+ * sh->rank's shard with host weights (see the top of this file); sh == NULL
+ * loads the whole model (gw_model_load). Returns 0 or either's codes; on
+ * failure `m` is left freed. */
 int gw_model_load_shard(struct gw_model *m, const char *dir,
                         const struct gw_shard *sh, char *err, size_t errlen);
+
+/* The host array of destination (kind, layer) (layer ignored for the
+ * model-wide kinds), or NULL when m holds none (no host weights, or a
+ * tensor the architecture or rank lacks). Pure. */
+const float *gw_model_weight(const struct gw_model *m, enum gw_wkind kind,
+                             int layer);
 
 /* The vocab-parallel LM head slice of rank m->rank of m->world (a world
  * below 1, as in a hand-built model, counts as one rank): *per_rank =

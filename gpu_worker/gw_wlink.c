@@ -17,10 +17,12 @@
 
 void gw_wlink_close(struct gw_wlink *l)
 {
+    gw_beat_stop(&l->beat); /* before the context terminates */
     if (l->sock != NULL)
         zmq_close(l->sock);
     if (l->ctx != NULL)
         zmq_ctx_term(l->ctx);
+    free(l->endpoint);
     free(l->buf);
     free(l->entries);
     free(l->deltas);
@@ -223,11 +225,17 @@ int gw_wlink_open(struct gw_wlink *l, const char *endpoint, int rank,
     memset(l, 0, sizeof(*l));
     l->rank = rank;
     l->extra_fd = -1;
+    gw_progress_init(&l->progress);
     int rc;
+    l->endpoint = strdup(endpoint != NULL ? endpoint : "");
+    if (l->endpoint == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
     l->ctx = zmq_ctx_new();
-    if (l->ctx == NULL)
-        return tg_err_set(err, errlen, TG_EIO, "zmq_ctx_new: %s",
-                          zmq_strerror(errno));
+    if (l->ctx == NULL) {
+        rc = tg_err_set(err, errlen, TG_EIO, "zmq_ctx_new: %s",
+                        zmq_strerror(errno));
+        goto fail;
+    }
     l->sock = zmq_socket(l->ctx, ZMQ_DEALER);
     if (l->sock == NULL) {
         rc = tg_err_set(err, errlen, TG_EIO, "zmq_socket: %s",
@@ -336,6 +344,10 @@ static int send_heartbeat(struct gw_wlink *l, char *err, size_t errlen)
     hb.seq = ++l->hb_seq;
     hb.time_unix_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     hb.rank = l->rank;
+    hb.pid = (uint32_t)getpid();
+    hb.step_id = 0; /* the main thread beats between steps only */
+    int64_t stalled = gw_progress_stalled_ms(&l->progress, now_ms());
+    hb.stalled_ms = stalled > UINT32_MAX ? UINT32_MAX : (uint32_t)stalled;
     GwWorkerMessage m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
     m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_HEARTBEAT;
     m.heartbeat = &hb;
@@ -443,7 +455,9 @@ static int handle(struct gw_wlink *l, struct gw_worker *w, GwWorkerMessage *m)
                     (unsigned long long)plan->step_id);
             return GW_WLINK_EXIT_ERROR;
         }
+        gw_progress_step(&l->progress, plan->step_id);
         rc = gw_worker_step(w, &gp, &gr);
+        gw_progress_step(&l->progress, 0);
         if (rc != 0)
             log_err("step %llu: %s", (unsigned long long)plan->step_id,
                     gr.error);
@@ -487,13 +501,28 @@ static int handle(struct gw_wlink *l, struct gw_worker *w, GwWorkerMessage *m)
     }
 }
 
+static int serve_loop(struct gw_wlink *l, struct gw_worker *w,
+                      const struct gw_wlink_opts *o);
+
 int gw_wlink_serve(struct gw_wlink *l, struct gw_worker *w,
                    const struct gw_wlink_opts *o)
+{
+    w->progress = &l->progress;
+    int status = serve_loop(l, w, o);
+    gw_beat_stop(&l->beat);
+    w->progress = NULL;
+    return status;
+}
+
+static int serve_loop(struct gw_wlink *l, struct gw_worker *w,
+                      const struct gw_wlink_opts *o)
 {
     char err[256];
     int hb = o->heartbeat_ms > 0 ? o->heartbeat_ms : 1000;
     int64_t timeout = o->router_timeout_ms > 0 ? o->router_timeout_ms
                                                : 10 * (int64_t)hb;
+    if (o->router_timeout_ms <= 0 && timeout < GW_WLINK_ROUTER_TIMEOUT_MIN_MS)
+        timeout = GW_WLINK_ROUTER_TIMEOUT_MIN_MS;
     struct gw_hello_info hi;
     gw_worker_hello(w, &hi);
     Tangram__Worker__V1__LayoutSummary lay =
@@ -541,12 +570,24 @@ int gw_wlink_serve(struct gw_wlink *l, struct gw_worker *w,
                  ? (int)hi.comm_id_len
                  : 0,
              hi.comm_id != NULL ? (const char *)hi.comm_id : "");
+    /* From here on the router knows this process: beats flow whatever the
+     * main thread does. */
+    gw_progress_init(&l->progress);
+    if (gw_beat_start(&l->beat, l->ctx, l->endpoint, l->rank, hb,
+                      &l->progress, err, sizeof(err)) != 0) {
+        log_err("%s", err);
+        return GW_WLINK_EXIT_ERROR;
+    }
     int64_t last_rx = now_ms(), next_hb = last_rx + hb;
     int64_t setup_ms = o->comm_setup_timeout_ms > 0
                            ? o->comm_setup_timeout_ms
                            : GW_WLINK_SETUP_TIMEOUT_MS_DEFAULT;
     int64_t setup_by = last_rx + setup_ms;
     l->extra_fd = gw_host_tier_fd(&w->tier);
+    /* Silence counts once the router has spoken: before that it may still
+     * be starting (loading its tokenizer), which the CommSetup deadline
+     * bounds. */
+    int heard = 0;
     for (;;) {
         if (o->stop != NULL && *o->stop) {
             log_info("stop requested");
@@ -555,6 +596,7 @@ int gw_wlink_serve(struct gw_wlink *l, struct gw_worker *w,
         int ts = gw_wlink__tier_flush(l, w);
         if (ts >= 0)
             return ts;
+        gw_progress_mark(&l->progress);
         int64_t now = now_ms();
         if (!w->joined && now >= setup_by) {
             log_err("no CommSetup from the router within %lld ms of the "
@@ -562,7 +604,7 @@ int gw_wlink_serve(struct gw_wlink *l, struct gw_worker *w,
                     (long long)setup_ms, w->world_size);
             return GW_WLINK_EXIT_COMM;
         }
-        if (now - last_rx >= timeout) {
+        if (heard && now - last_rx >= timeout) {
             log_err("no message from the router for %lld ms; exiting",
                     (long long)(now - last_rx));
             return GW_WLINK_EXIT_TIMEOUT;
@@ -575,7 +617,7 @@ int gw_wlink_serve(struct gw_wlink *l, struct gw_worker *w,
             next_hb = now + hb;
         }
         int64_t wait = next_hb - now;
-        if (last_rx + timeout - now < wait)
+        if (heard && last_rx + timeout - now < wait)
             wait = last_rx + timeout - now;
         if (!w->joined && setup_by - now < wait)
             wait = setup_by - now;
@@ -590,6 +632,7 @@ int gw_wlink_serve(struct gw_wlink *l, struct gw_worker *w,
             return GW_WLINK_EXIT_ERROR;
         }
         last_rx = now_ms();
+        heard = 1;
         if (rc == TG_EFORMAT) {
             log_err("unparsable message from the router: %s", err);
             return GW_WLINK_EXIT_PROTOCOL;
@@ -598,6 +641,9 @@ int gw_wlink_serve(struct gw_wlink *l, struct gw_worker *w,
         gw_wlink_msg_free(in);
         if (status >= 0)
             return status;
+        /* The router's silence counts while we listen: whatever it sent
+         * during a long step is waiting in the socket. */
+        last_rx = now_ms();
     }
 }
 

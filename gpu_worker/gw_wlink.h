@@ -7,16 +7,23 @@
  * router sending [identity][payload] reaches the dealer as [payload]; when
  * a message has several frames the last one is the payload).
  *
- * gw_wlink_serve is the worker's main loop: Hello first, then zmq_poll
- * with a heartbeat timer: a Heartbeat every heartbeat_ms (also while the
+ * gw_wlink_serve is the worker's main loop: Hello first, then the
+ * heartbeat thread of gw_beat.h starts (a Heartbeat every heartbeat_ms from
+ * its own socket, routing id "beat-<r>", whatever the main thread does; the
+ * main thread marks progress after each backend call of a step and on every
+ * turn of its loop), then zmq_poll with a heartbeat timer: the main socket
+ * also sends a Heartbeat every heartbeat_ms between steps (also while the
  * worker waits for its CommSetup); a CommSetup joins the communicator group
  * (gw_worker_comm_join) and is answered with a CommReady — a failed join
  * is reported there and ends the loop with GW_WLINK_EXIT_COMM, and so does
  * no CommSetup within comm_setup_timeout_ms of the Hello; a BatchPlan runs
  * gw_worker_step and the StepResult goes back; a Shutdown ends the loop
  * after the step in flight (steps run to completion, so every shutdown
- * drains); silence from the router for router_timeout_ms ends it with
- * GW_WLINK_EXIT_TIMEOUT (the supervisor restarts the worker). A message
+ * drains); once the router has sent anything, its silence for
+ * router_timeout_ms while the loop listens (the time a step or a join
+ * takes does not count: what the router sent meanwhile waits in the
+ * socket) ends it with GW_WLINK_EXIT_TIMEOUT
+ * (the supervisor restarts the worker). A message
  * that does not parse ends it with GW_WLINK_EXIT_PROTOCOL; one that parses
  * but has the wrong version gets a StepResult with ok = false when it is a
  * plan (its step id is known) and ends the loop otherwise. Host-tier
@@ -26,7 +33,8 @@
  * struct gw_plan (gw_plan.h) the worker runs, and the worker's gw_result,
  * Hello information and CommSetup answer are encoded here.
  *
- * Logs through common/tg_log.h. One thread owns a link.
+ * Logs through common/tg_log.h. One thread owns a link (the beat thread
+ * owns only its own socket).
  */
 #ifndef GW_WLINK_H
 #define GW_WLINK_H
@@ -35,6 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpu_worker/gw_beat.h"
 #include "gpu_worker/gw_plan.h"
 #include "gpu_worker/gw_worker.h"
 #include "worker.pb-c.h"
@@ -61,12 +70,19 @@ enum gw_wlink_exit {
 };
 
 #define GW_WLINK_SETUP_TIMEOUT_MS_DEFAULT 300000 /* the slowest rank's load */
+/* The router's heartbeats come from its event loop, which a burst of big
+ * requests may hold for seconds on a loaded machine: a worker does not
+ * leave over a shorter silence, whatever the heartbeat period. */
+#define GW_WLINK_ROUTER_TIMEOUT_MIN_MS 10000
 
 struct gw_wlink {
     void *ctx;        /* zmq context, owned */
     void *sock;       /* ZMQ_DEALER, owned */
     int rank;
+    char *endpoint;   /* the router's, owned (the beat connects to it) */
     uint64_t hb_seq;  /* heartbeats sent */
+    struct gw_progress progress; /* the compute thread's marks */
+    struct gw_beat beat;         /* the heartbeat thread while serving */
     uint8_t *buf;     /* (buf_cap) pack buffer, owned */
     size_t buf_cap;
     /* the decoded plan (gw_wlink_decode_plan), reused */
@@ -88,8 +104,9 @@ struct gw_wlink {
 
 struct gw_wlink_opts {
     int heartbeat_ms;       /* period of our heartbeats, >= 1 */
-    int router_timeout_ms;  /* silence that ends the loop; <= 0: 10 x
-                               heartbeat_ms */
+    int router_timeout_ms;  /* silence that ends the loop once the router
+                               has spoken; <= 0: 10 x heartbeat_ms, at
+                               least GW_WLINK_ROUTER_TIMEOUT_MIN_MS */
     volatile sig_atomic_t *stop; /* optional: nonzero ends the loop with
                                     GW_WLINK_EXIT_OK (signal handlers) */
     int comm_setup_timeout_ms;   /* longest wait for the CommSetup after the

@@ -78,12 +78,15 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     struct gw_engine_opts eo = {
         .model_dir = o->model_dir,
         .profile_path = o->profile_path,
+        .profile_force = o->profile_force,
         .heads_per_group = o->heads_per_group,
         .page_size = o->page_size,
         .prefill_chunk = o->prefill_chunk,
         .method = o->method,
         .rank = o->rank,
         .world_size = o->world_size,
+        /* a CUDA backend streams the checkpoint to its device itself */
+        .no_host_weights = o->backend == GW_BACKEND_CUDA,
     };
     int *global_head = NULL;
     int trig = o->trig != NULL && o->trig->enabled;
@@ -499,8 +502,10 @@ static int compact_triggered(struct gw_worker *w, const struct gw_plan *plan,
     if (n == 0)
         return 0;
     int64_t heads = 0;
-    return w->be->ops->compact(w->be, &w->trig, w->seq_ptrs, n, &heads, err,
-                               errlen);
+    int rc = w->be->ops->compact(w->be, &w->trig, w->seq_ptrs, n, &heads,
+                                 err, errlen);
+    gw_progress_mark(w->progress);
+    return rc;
 }
 
 /* Logits rows: the sampled prefill entries take rows 0 .. n_pf - 1 in plan
@@ -532,8 +537,9 @@ static int run_plan(struct gw_worker *w, const struct gw_plan *plan,
          * part in the logits of exactly those. */
         struct gw_seq *q = seq_view(w, e->slot);
         q->seed = e->seed; /* gvote's synthetic-query stream */
-        rc = ops->prefill(w->be, q, w->ids, (int)e->n_tokens, row[i], err,
-                          errlen);
+        rc = ops->prefill(w->be, q, w->ids, (int)e->n_tokens, row[i],
+                          NULL, NULL, err, errlen);
+        gw_progress_mark(w->progress);
         if (rc != 0)
             return rc;
         hist_add(sl, e);
@@ -571,6 +577,7 @@ static int run_plan(struct gw_worker *w, const struct gw_plan *plan,
     if (nd > 0) {
         rc = ops->decode(w->be, w->seq_ptrs, w->ids, nd, d_sample ? n_pf : -1,
                          n_draws > 0 ? w->draws : NULL, n_draws, err, errlen);
+        gw_progress_mark(w->progress);
         if (rc != 0)
             return rc;
         for (size_t i = 0; i < plan->n_entries; i++) {
@@ -603,9 +610,11 @@ static void draw_all(struct gw_worker *w, const struct gw_plan *plan,
         }
         struct gw_draw d;
         make_draw(w, e, row[i], 0, &d);
-        if (ops->sample(w->be, &d, &w->tok[*n_tok], w->top_ids + *n_tok * K,
-                        w->top_lps + *n_tok * K, why,
-                        GW_WORKER_SLOT_ERROR_MAX) != 0) {
+        int src = ops->sample(w->be, &d, &w->tok[*n_tok],
+                              w->top_ids + *n_tok * K, w->top_lps + *n_tok * K,
+                              why, GW_WORKER_SLOT_ERROR_MAX);
+        gw_progress_mark(w->progress);
+        if (src != 0) {
             slot_error(w, n_err, e->slot, why);
             continue;
         }

@@ -98,6 +98,7 @@
 #include "common/pf_profile.h"
 #include "common/tg_config.h"
 #include "gpu_worker/gw_backend.h"
+#include "gpu_worker/gw_beat.h"
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_host_tier.h"
 #include "gpu_worker/gw_model.h"
@@ -112,6 +113,7 @@
 struct gw_worker_opts {
     const char *model_dir;      /* Hugging Face model directory */
     const char *profile_path;   /* profile JSON; NULL or "none" = full KV */
+    int profile_force;          /* pf_profile_check_model's force */
     const char *method;         /* scoring method; NULL = the profile's */
     enum gw_backend_kind backend;
     int heads_per_group;        /* H_p without a profile */
@@ -193,6 +195,10 @@ struct gw_worker {
     volatile sig_atomic_t *peer_lost_flag; /* borrowed, optional */
     int rows;                     /* L * G */
     uint64_t last_step;           /* step id of the last accepted plan */
+    struct gw_progress *progress; /* optional, borrowed (its link's): marked
+                                     after every backend call of a step, so
+                                     the heartbeat thread can tell a long
+                                     step from a wedged one (gw_beat.h) */
     struct gw_wslot *slots;       /* (max_slots) */
     struct gw_seq *seqs;          /* (max_slots) forward views */
     struct gw_seq **seq_ptrs;     /* (max_slots) decode batch */

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/tg_config.h"
 #include "common/tg_err.h"
@@ -84,6 +85,7 @@ int main(int argc, char **argv)
     struct gw_worker_opts wo = {
         .model_dir = opt.model,
         .profile_path = opt.profile,
+        .profile_force = opt.profile_force,
         .method = opt.method,
         .backend = opt.backend == TG_SERVE_BACKEND_CUDA
                        ? GW_BACKEND_CUDA
@@ -111,11 +113,20 @@ int main(int argc, char **argv)
     struct gw_worker w;
     struct gw_wlink link = {0};
     int status = 1;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     rc = gw_worker_init(&w, &wo, err, sizeof(err));
     if (rc != 0) {
         log_err("cannot start: %s", err);
         goto out;
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    char loaded[160];
+    gw_load_stats_format(&w.be->load, loaded, sizeof(loaded));
+    log_info("started in %.2f s; weights into the %s backend: %s",
+             (double)(t1.tv_sec - t0.tv_sec) +
+                 (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9,
+             w.be->ops->name, loaded);
     rc = gw_wlink_open(&link, opt.router, (int)opt.rank, err, sizeof(err));
     if (rc != 0) {
         log_err("%s", err);

@@ -3,7 +3,9 @@
  * (DESIGN.md §4.2, §4.6, §4.7; docs/PROFILES.md).
  *
  *   tangram-profile build  --retention FILE [--alpha A] --heads-per-group N
- *                          [--grouping clustered|adjacent] -o OUT
+ *                          [--grouping clustered|adjacent] [--model DIR]
+ *                          -o OUT
+ *   tangram-profile identity --model DIR
  *   tangram-profile show   --profile P [--context N] [--page-size P]
  *                          [--prefill-chunk C]
  *   tangram-profile splits --profile P --n-cta N
@@ -15,6 +17,7 @@
  *   tangram-profile calibrate --model DIR --method gvote --samples FILE.jsonl
  *                          [--gvote-p P] [--gvote-samples S] [--gvote-future N]
  *                          [--prefill-chunk C] [--seed N] ... -o OUT
+ *   (calibrate also takes --backend cpu|cuda: the forward pass of the runs)
  *
  * JSON results go to stdout, errors to stderr; exit status 0 on success, 1
  * on bad input (files, values), 2 on bad usage (an unknown flag, a bad or
@@ -25,6 +28,7 @@
  */
 #include "common/kv/kv_budget.h"
 #include "common/pf_build.h"
+#include "common/pf_identity.h"
 #include "common/pf_profile.h"
 #include "common/pf_split.h"
 #include "common/tg_config.h"
@@ -37,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define PROG "tangram-profile"
 #define EXIT_USAGE 2
@@ -149,7 +154,7 @@ static enum pf_grouping grouping_of(int idx)
 /* ---- build ------------------------------------------------------------- */
 
 struct build_args {
-    char *retention, *out;
+    char *retention, *out, *model;
     double alpha;
     int64_t hpg;
     int grouping;
@@ -167,8 +172,49 @@ static const struct tg_config_entry build_table[] = {
      .metavar = "N", .flags = TG_CONFIG_REQUIRED,
      .help = "KV heads per page group (H_p); must divide the KV heads."},
     ROW_GROUPING(struct build_args),
+    {.name = "model", .type = TG_CONFIG_STRING,
+     .offset = TG_CONFIG_OFFSET(struct build_args, model, char *),
+     .metavar = "DIR",
+     .help = "The model the retention was measured on: its identity goes "
+             "into the profile (a retention file from calibrate names it "
+             "already; the two must agree)."},
     ROW_OUTPUT(struct build_args, "Profile to write; - writes it to stdout."),
 };
+
+/* The identity the built profile names: --model's, which must agree with
+ * the retention file's when that has one, else the retention file's (or
+ * none). Returns 0 with id set ("" for none), else the exit status. */
+static int build_identity(const struct build_args *a,
+                          const struct pf_retention *r, char *id)
+{
+    char err[512];
+    id[0] = '\0';
+    if (a->model != NULL) {
+        struct mc_model_config cfg;
+        if (mc_model_config_load(&cfg, a->model, err, sizeof(err)) != 0)
+            return file_fail(a->model, err);
+        if (cfg.num_layers != r->num_layers ||
+            cfg.num_kv_heads != r->num_kv_heads ||
+            cfg.head_dim != r->head_dim) {
+            fprintf(stderr, PROG ": build: %s is for L=%d H=%d d=%d, --model "
+                    "%s has L=%d H=%d d=%d\n", a->retention, r->num_layers,
+                    r->num_kv_heads, r->head_dim, a->model, cfg.num_layers,
+                    cfg.num_kv_heads, cfg.head_dim);
+            return EXIT_FAILURE;
+        }
+        if (pf_identity_of_config(&cfg, id) != 0)
+            return fail("%s", "cannot hash the model's config");
+        if (r->model_identity != NULL && strcmp(r->model_identity, id) != 0) {
+            fprintf(stderr, PROG ": build: %s was measured on model %s, not "
+                    "on --model %s (%s)\n", a->retention, r->model_identity,
+                    a->model, id);
+            return EXIT_FAILURE;
+        }
+    } else if (r->model_identity != NULL) {
+        snprintf(id, PF_IDENTITY_LEN + 1, "%s", r->model_identity);
+    }
+    return 0;
+}
 
 static int build_run(const struct build_args *a)
 {
@@ -176,12 +222,22 @@ static int build_run(const struct build_args *a)
     struct pf_retention r;
     if (pf_retention_load(&r, a->retention, err, sizeof(err)) != 0)
         return file_fail(a->retention, err);
+    char id[PF_IDENTITY_LEN + 1];
+    int rc = build_identity(a, &r, id);
+    if (rc != 0) {
+        pf_retention_free(&r);
+        return rc;
+    }
     struct pf_profile p;
-    int rc = pf_profile_build(&p, &r, a->alpha, (int)a->hpg,
-                              grouping_of(a->grouping), err, sizeof(err));
+    rc = pf_profile_build(&p, &r, a->alpha, (int)a->hpg,
+                          grouping_of(a->grouping), err, sizeof(err));
     pf_retention_free(&r);
-    if (rc != 0)
+    if (rc == 0 && id[0] != '\0')
+        rc = pf_profile_set_identity(&p, id, err, sizeof(err));
+    if (rc != 0) {
+        pf_profile_free(&p);
         return fail("build: %s", err);
+    }
     if (strcmp(a->out, "-") == 0) {
         json_t *doc;
         rc = pf_profile_to_json(&p, &doc, err, sizeof(err));
@@ -475,6 +531,9 @@ static int show_run(const struct use_args *a, struct pf_profile *p)
     printf("profile %s: %s, %d layers x %d KV heads, head_dim %d\n",
            a->profile, p->architecture, p->num_layers, p->num_kv_heads,
            p->head_dim);
+    printf("model identity %s\n",
+           p->model_identity != NULL ? p->model_identity
+                                     : "none (not checked when serving)");
     printf("method %s, target_ratio %g, alpha %g, %d samples\n", p->method,
            p->target_ratio, p->alpha, p->samples);
     printf("grouping %s, %d heads per group, %d groups per layer\n",
@@ -524,7 +583,7 @@ struct calib_args {
     char *model, *method, *samples, *retention_out, *out;
     double ratio, alpha;
     int64_t hpg, max_sample_tokens, threads;
-    int grouping;
+    int grouping, backend;
     bool trig;
     double gvote_p;
     int64_t gvote_samples, gvote_future, prefill_chunk, seed;
@@ -595,6 +654,10 @@ static const struct tg_config_entry calib_table[] = {
     {.name = "threads", .type = TG_CONFIG_INT, .def = "0", .min = 0,
      .max = 1024, .offset = CAL_OFF(threads, int64_t), .metavar = "N",
      .help = "CPU threads (0 = all)."},
+    {.name = "backend", .type = TG_CONFIG_ENUM, .def = "cpu",
+     .offset = CAL_OFF(backend, int), .choices = gw_backend_choices,
+     .help = "Forward pass of the samples: cpu, or cuda (one GPU; scoring "
+             "methods then take samples of at most 2048 tokens)."},
     {.name = "retention-out", .type = TG_CONFIG_STRING,
      .offset = CAL_OFF(retention_out, char *), .metavar = "FILE",
      .help = "Retention file to write; default OUT with .retention.json for "
@@ -608,11 +671,18 @@ static const struct tg_config_entry calib_table[] = {
 };
 #undef CAL_OFF
 
+static double calib_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ud: the double start time of the run (CLOCK_MONOTONIC seconds). */
 static void calib_progress(void *ud, int done, int total, int n_tokens)
 {
-    (void)ud;
-    fprintf(stderr, PROG " calibrate: sample %d/%d (%d tokens)\n", done, total,
-            n_tokens);
+    fprintf(stderr, PROG " calibrate: sample %d/%d (%d tokens), %.1f s\n",
+            done, total, n_tokens, calib_now() - *(const double *)ud);
 }
 
 /* The gvote-only flags given with a value other than their default,
@@ -659,17 +729,20 @@ static int calib_run(const struct calib_args *a)
                  "scores each sample as one chunk)", flag, a->method);
         return usage_error(current, msg);
     }
+    double t0 = calib_now();
     struct gw_calib_opts o = {
         .model_dir = a->model, .samples_path = a->samples,
         .method = a->method, .ratio = gv ? 0.0 : a->ratio, .alpha = a->alpha,
         .heads_per_group = (int)a->hpg, .grouping = grouping_of(a->grouping),
         .max_sample_tokens = (int)a->max_sample_tokens,
         .n_threads = (int)a->threads, .trig = a->trig,
+        .backend = (enum gw_backend_kind)a->backend,
         .gvote = {.p = a->gvote_p, .samples = (int)a->gvote_samples,
                   .future = (int)a->gvote_future},
         .prefill_chunk = gv ? (int)a->prefill_chunk : 0,
         .seed = (uint64_t)a->seed,
         .progress = calib_progress,
+        .progress_ud = &t0,
     };
     char retpath[4096];
     const char *retention_out = a->retention_out;
@@ -691,8 +764,9 @@ static int calib_run(const struct calib_args *a)
     if (rc == 0)
         rc = pf_profile_save(&p, a->out, err, sizeof(err));
     if (rc == 0)
-        fprintf(stderr, PROG " calibrate: %d samples -> %s, %s\n", r.samples,
-                retention_out, a->out);
+        fprintf(stderr, PROG " calibrate: %d samples -> %s, %s (%s, %.1f s)\n",
+                r.samples, retention_out, a->out,
+                gw_backend_choices[a->backend], calib_now() - t0);
     pf_retention_free(&r);
     pf_profile_free(&p);
     return rc != 0 ? fail("calibrate: %s", err) : 0;
@@ -710,12 +784,59 @@ static int cmd_calibrate(int argc, char **argv)
     return rc;
 }
 
+/* ---- identity ------------------------------------------------------------ */
+
+struct identity_args {
+    char *model;
+};
+
+static int cmd_identity(int argc, char **argv)
+{
+    static const struct tg_config_entry table[] = {
+        {.name = "model", .type = TG_CONFIG_STRING,
+         .offset = TG_CONFIG_OFFSET(struct identity_args, model, char *),
+         .metavar = "DIR", .flags = TG_CONFIG_REQUIRED,
+         .help = "Hugging Face model directory (or its config.json)."},
+    };
+    static const size_t n = sizeof(table) / sizeof(table[0]);
+    struct identity_args a = {0};
+    int rc = parse_flags(table, n, &a, argc, argv);
+    if (rc >= 0) {
+        tg_config_free(table, n, &a);
+        return rc;
+    }
+    char err[512], id[PF_IDENTITY_LEN + 1], text[PF_IDENTITY_TEXT_MAX];
+    struct mc_model_config cfg;
+    rc = mc_model_config_load(&cfg, a.model, err, sizeof(err));
+    if (rc != 0) {
+        rc = file_fail(a.model, err);
+    } else if (pf_identity_of_config(&cfg, id) != 0 ||
+               pf_identity_text(&cfg, text, sizeof(text)) != 0) {
+        rc = fail("%s", "cannot hash the model's config");
+    } else {
+        json_t *doc = json_object();
+        if (doc != NULL &&
+            (json_object_set_new(doc, "identity", json_string(id)) != 0 ||
+             json_object_set_new(doc, "text", json_string(text)) != 0)) {
+            json_decref(doc);
+            doc = NULL;
+        }
+        rc = print_json(doc);
+    }
+    tg_config_free(table, n, &a);
+    return rc;
+}
+
 /* ---- dispatch ------------------------------------------------------------ */
 
 static const struct command commands[] = {
     {"build", cmd_build, "Build a profile from per-head retention samples.",
      PROG " build --retention FILE [--alpha A] --heads-per-group N "
-          "[--grouping clustered|adjacent] -o OUT"},
+          "[--grouping clustered|adjacent] [--model DIR] -o OUT"},
+    {"identity", cmd_identity,
+     "Print a model's identity, the one profiles record and serving checks, "
+     "and the text it hashes, as JSON.",
+     PROG " identity --model DIR"},
     {"show", cmd_show,
      "Print budgets, groups with group budgets, and the reclaimable memory "
      "for a prompt of --context tokens (default 32768).",
@@ -739,7 +860,7 @@ static const struct command commands[] = {
           "[--alpha 2] "
           "[--heads-per-group 4] [--grouping clustered|adjacent] "
           "[--max-sample-tokens 4096] [--retention-out FILE] [--trig] "
-          "-o OUT"},
+          "[--backend cpu|cuda] -o OUT"},
     {"tp", cmd_tp,
      "Print the heads (and groups) of each tensor-parallel rank as JSON.",
      PROG " tp --profile P --ranks T"},

@@ -15,7 +15,8 @@
 #include "router/rt_server.h"
 
 /* Adds the HTTP routes (POST /v1/completions, /v1/chat/completions,
- * /tokenize, /detokenize; GET /v1/models, /health, /metrics) to s->http. Returns 0 or a TG_E* code with detail
+ * /tokenize, /detokenize; GET and HEAD /v1/models, /v1/models/{id},
+ * /health, /metrics) to s->http. Returns 0 or a TG_E* code with detail
  * in err. Loop thread. */
 int rt_api_http_register(struct rt_server *s, char *err, size_t errlen);
 

@@ -151,25 +151,6 @@ static struct rt_req *owned_req(struct rt_server *s,
     return NULL;
 }
 
-/* An identifier field (request_id, session_id): at most
- * RT_OPENAI_MAX_ID_BYTES bytes of UTF-8, as over HTTP. */
-static int check_id(const char *v, const char *param, struct rt_api_error *e)
-{
-    size_t n = strlen(v);
-    if (n > RT_OPENAI_MAX_ID_BYTES) {
-        rt_api_error_set(e, 400, "invalid_value", param,
-                         "%s is %zu bytes; at most %d are allowed", param, n,
-                         RT_OPENAI_MAX_ID_BYTES);
-        return TG_EINVAL;
-    }
-    if (!tok_utf8_valid(v, n, NULL)) {
-        rt_api_error_set(e, 400, "invalid_value", param,
-                         "%s is not valid UTF-8", param);
-        return TG_EINVAL;
-    }
-    return 0;
-}
-
 static Tangram__V1__FinishReason reason_of(enum rt_finish f)
 {
     switch (f) {
@@ -441,7 +422,7 @@ int rt__api_grpc_convert(struct rt_server *s,
     const char *sid = q->session_id && q->session_id[0] ? q->session_id
                                                         : rt_grpc_call_header(call, "x-session-id");
     if (sid != NULL && sid[0] != '\0') {
-        if (check_id(sid, "session_id", e) != 0)
+        if (rt_openai_check_id(sid, strlen(sid), "session_id", e) != 0)
             return TG_EINVAL;
         if ((g->session_id = strdup(sid)) == NULL)
             goto nomem;
@@ -575,7 +556,8 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
         struct rt_api_error ie;
         const char *why = NULL;
         int st = RT_GRPC_OK;
-        if (check_id(q->request_id, "request_id", &ie) != 0) {
+        if (rt_openai_check_id(q->request_id, strlen(q->request_id), "request_id",
+                               &ie) != 0) {
             st = RT_GRPC_INVALID_ARGUMENT;
             why = ie.message;
         } else if (owned_req(s, call, q->request_id) != NULL) {
@@ -602,7 +584,7 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     int rc = rt__api_grpc_convert(s, q, &r->g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
     r->on_submitted = gen_submitted;
-    /* check_id() kept it within id_str; named at once, so that the id
+    /* rt_openai_check_id() kept it within id_str; named at once, so that the id
      * is taken (and Abort finds it) while the prompt is tokenized. */
     if (rc == 0 && r->g.request_id != NULL)
         snprintf(r->id_str, sizeof(r->id_str), "%s", r->g.request_id);
@@ -783,7 +765,8 @@ static void h_abort(struct rt_grpc_call *call, void *ud)
     Tangram__V1__AbortResponse m = TANGRAM__V1__ABORT_RESPONSE__INIT;
     struct rt_api_error e;
     if (q->request_id != NULL && q->request_id[0] != '\0' &&
-        check_id(q->request_id, "request_id", &e) != 0) {
+        rt_openai_check_id(q->request_id, strlen(q->request_id),
+                           "request_id", &e) != 0) {
         tangram__v1__abort_request__free_unpacked(q, NULL);
         rt_grpc_call_finish(call, RT_GRPC_INVALID_ARGUMENT, e.message);
         return;

@@ -1,6 +1,7 @@
 /* rt_api_http.c — the OpenAI-compatible HTTP front end of the router:
- * /v1/completions, /v1/chat/completions (SSE streaming), /v1/models,
- * /tokenize, /detokenize, /health and /metrics.
+ * /v1/completions, /v1/chat/completions (SSE streaming), /v1/models and
+ * /v1/models/{id}, /health and /metrics (GET and HEAD); /tokenize and
+ * /detokenize are in rt_api_http_body.c.
  *
  * With an API key, every path but /health (and /metrics unless
  * --metrics-auth) needs "Authorization: Bearer <key>". The key is checked
@@ -20,19 +21,18 @@
  * after (rt_req_new_sample); a gen_group joins their output into one
  * response and ends it with the last choice.
  *
- * Prompts (completions, chat, /tokenize) are rendered and tokenized on
- * the thread pool (rt_encode_job); the handler returns at once and the
- * answer follows when the job ends, so a huge prompt never holds up
- * /health or another stream. A client gone meanwhile cancels the job.
- * Loop thread only. */
-#include "router/rt_api.h"
+ * Large bodies are parsed on the thread pool (rt_api_http_body.c) and
+ * large prompts rendered and tokenized there (rt_encode_job); the handler
+ * returns at once and the answer follows when the job ends, so a huge
+ * request never holds up /health, /metrics or another stream. A client
+ * gone meanwhile cancels the job. Loop thread only. */
+#include "router/rt_api_http_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/resource.h>
 
 #include "common/tg_err.h"
 #include "common/tg_log.h"
@@ -50,8 +50,6 @@ static const char JSON[] = "application/json";
 #define RETRY_AFTER_QUEUE_FULL "1"
 #define RETRY_AFTER_UNAVAILABLE "5"
 
-/* Descriptors kept free beside the HTTP connections (gRPC clients, the
- * worker link, pidfds, logs), at most. */
 
 /* The error object of a generation that failed: a sequence that outgrew
  * the KV cache (the core's message starts with "kv_cache_exhausted: ") is
@@ -68,12 +66,14 @@ static void gen_error(struct rt_api_error *e, const char *error)
                          error ? error : "the request failed");
 }
 
-static void send_error(struct rt_http_req *req, const struct rt_api_error *e)
+void rt__api_http_send_error(struct rt_http_req *req,
+                             const struct rt_api_error *e)
 {
     char *body = NULL;
     size_t len = 0;
     if (rt_openai_format_error(e, &body, &len) != 0) {
-        rt_http_respond(req, 500, "text/plain", "out of memory\n", 14);
+        rt_http_respond_error(req, 500, NULL, "out of memory",
+                              "internal_error");
         return;
     }
     if (e->status == 429)
@@ -84,13 +84,13 @@ static void send_error(struct rt_http_req *req, const struct rt_api_error *e)
     free(body);
 }
 
-static void send_owned(struct rt_http_req *req, int status, char *body, size_t len,
-                       int rc)
+void rt__api_http_send_owned(struct rt_http_req *req, int status, char *body,
+                             size_t len, int rc)
 {
     if (rc != 0) {
         struct rt_api_error e;
         rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
-        send_error(req, &e);
+        rt__api_http_send_error(req, &e);
         return;
     }
     rt_http_respond(req, status, JSON, body, len);
@@ -377,7 +377,7 @@ static void group_body(struct gen_group *g, struct rt_req *r, int rc,
         group_leave(g, r);
         group_cancel(g);
         group_free(g);
-        send_owned(req, 200, NULL, 0, rc); /* the 500 */
+        rt__api_http_send_owned(req, 200, NULL, 0, rc); /* the 500 */
         return;
     }
     g->bodies[r->choice] = body;
@@ -390,7 +390,7 @@ static void group_body(struct gen_group *g, struct rt_req *r, int rc,
     rc = rt_openai_merge_choices((const char *const *)g->bodies,
                                  (size_t)g->n, &u, &all, &alen);
     group_free(g);
-    send_owned(req, 200, all, alen, rc);
+    rt__api_http_send_owned(req, 200, all, alen, rc);
 }
 
 static void json_deliver(struct rt_req *r, const char *text, size_t len,
@@ -414,7 +414,7 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
             group_cancel(g);
             group_free(g);
         }
-        send_error(req, &e);
+        rt__api_http_send_error(req, &e);
         return;
     }
     /* The whole output: every token's logprobs from the start. */
@@ -444,7 +444,7 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     if (g != NULL)
         group_body(g, r, rc, body, blen);
     else
-        send_owned(req, 200, body, blen, rc);
+        rt__api_http_send_owned(req, 200, body, blen, rc);
 }
 
 static void sse_drained(struct rt_http_req *req, void *ud)
@@ -582,7 +582,7 @@ static void generate_begin(struct rt_req *r)
     struct rt_http_req *req = r->client;
     struct rt_api_error e;
     if (group_start(r, &e) != 0) {
-        send_error(req, &e);
+        rt__api_http_send_error(req, &e);
         return;
     }
     if (!r->g.stream)
@@ -622,39 +622,63 @@ static void generate_submitted(struct rt_req *r, int rc, struct rt_api_error *e)
     if (rc != 0) {
         struct rt_http_req *req = r->client;
         rt_req_drop(r);
-        send_error(req, e);
+        rt__api_http_send_error(req, e);
         return;
     }
     generate_begin(r);
 }
 
-static void generate(struct rt_server *s, struct rt_http_req *req, enum rt_endpoint ep)
+/* X-Session-Id, checked as the body's session_id is (the body's wins
+ * when both are given; the header is checked either way). */
+static int session_header(const struct rt_http_req *req,
+                          struct rt_gen_request *g, struct rt_api_error *e)
 {
-    struct rt_api_error e;
-    struct rt_req *r = rt_req_new(s, &json_sink, req);
-    if (r == NULL) {
-        rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
-        send_error(req, &e);
+    const char *sid = rt_http_req_header(req, "x-session-id");
+    if (sid == NULL || sid[0] == '\0')
+        return 0; /* an empty header is no header */
+    int rc = rt_openai_check_id(sid, strlen(sid), "X-Session-Id", e);
+    if (rc != 0 || g->session_id != NULL)
+        return rc;
+    if ((g->session_id = strdup(sid)) == NULL) {
+        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        return TG_ENOMEM;
+    }
+    return 0;
+}
+
+void rt__api_http_generate_parsed(struct rt_server *s,
+                                  struct rt_http_req *req, int rc,
+                                  struct rt_gen_request *g,
+                                  struct rt_api_error *e)
+{
+    /* The body is parsed: its bytes go back to the budget now, not when
+     * the answer ends. */
+    struct rt_conn_body body;
+    if (rt_http_req_take_body(req, &body) == 0)
+        rt_conn_body_free(&body);
+    if (rc == 0)
+        rc = session_header(req, g, e);
+    struct rt_req *r = rc == 0 ? rt_req_new(s, &json_sink, req) : NULL;
+    if (rc == 0 && r == NULL) {
+        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rc = TG_ENOMEM;
+    }
+    if (rc != 0) {
+        rt_gen_request_free(g);
+        rt__api_http_send_error(req, e);
         return;
     }
-    int rc = ep == RT_ENDPOINT_CHAT
-                 ? rt_openai_parse_chat(&s->api_cfg, req->body, req->body_len, &r->g, &e)
-                 : rt_openai_parse_completion(&s->api_cfg, req->body, req->body_len, &r->g, &e);
-    if (rc == 0 && r->g.session_id == NULL) {
-        const char *sid = rt_http_req_header(req, "x-session-id");
-        if (sid != NULL && sid[0] != '\0')
-            r->g.session_id = strdup(sid);
-    }
+    r->g = *g;
+    memset(g, 0, sizeof(*g));
     r->on_submitted = generate_submitted;
+    rc = rt_server_check_n(s, r->g.n, e);
     if (rc == 0)
-        rc = rt_server_check_n(s, r->g.n, &e);
+        rc = echo_prepare(s, &r->g, e);
     if (rc == 0)
-        rc = echo_prepare(s, &r->g, &e);
-    if (rc == 0)
-        rc = rt_req_submit(r, &e);
+        rc = rt_req_submit(r, e);
     if (rc != 0 && rc != TG_EAGAIN) {
         rt_req_drop(r);
-        send_error(req, &e);
+        rt__api_http_send_error(req, e);
         return;
     }
     /* A client gone while its prompt is tokenized cancels it too. */
@@ -665,12 +689,12 @@ static void generate(struct rt_server *s, struct rt_http_req *req, enum rt_endpo
 
 static void h_completions(struct rt_http_req *req, void *ud)
 {
-    generate(ud, req, RT_ENDPOINT_COMPLETIONS);
+    rt__api_http_generate(ud, req, RT_ENDPOINT_COMPLETIONS);
 }
 
 static void h_chat(struct rt_http_req *req, void *ud)
 {
-    generate(ud, req, RT_ENDPOINT_CHAT);
+    rt__api_http_generate(ud, req, RT_ENDPOINT_CHAT);
 }
 
 static void h_models(struct rt_http_req *req, void *ud)
@@ -680,130 +704,63 @@ static void h_models(struct rt_http_req *req, void *ud)
     size_t len = 0;
     int rc = rt_openai_format_models(s->model_name, s->started, s->max_model_len,
                                      &body, &len);
-    send_owned(req, 200, body, len, rc);
+    rt__api_http_send_owned(req, 200, body, len, rc);
 }
 
-/* A /tokenize request while its prompt is encoded on the thread pool. */
-struct tok_call {
-    struct rt_encode_job job;       /* first: the job's owner is the call */
-    struct rt_tokenize_request t;   /* the job's inputs */
-    struct rt_http_req *req;        /* NULL once the client is gone */
-    struct rt_server *s;
-};
-
-static void tok_call_gone(struct rt_http_req *req, void *ud)
+static int hex_value(char c)
 {
-    (void)req;
-    struct tok_call *tc = ud;
-    tc->req = NULL;
-    rt_encode_job_cancel(&tc->job);
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
 }
 
-static void tok_call_done(struct rt_encode_job *j)
+/* Percent-decodes the path segment `in` into out[0..cap) (RFC 3986
+ * §2.1); returns 0, or -1 when it is malformed or does not fit. */
+static int path_decode(const char *in, char *out, size_t cap)
 {
-    struct tok_call *tc = j->owner;
-    struct rt_server *s = tc->s;
-    struct rt_http_req *req = tc->req;
-    if (req != NULL) {
-        if (j->rc != 0) {
-            send_error(req, &j->e);
-        } else {
-            char *body = NULL;
-            size_t blen = 0;
-            int rc = rt_openai_format_tokenize(
-                j->ids.v, j->ids.n, s->max_model_len,
-                tc->t.return_token_strs ? rt_server_token_text : NULL, s,
-                &body, &blen);
-            send_owned(req, 200, body, blen, rc);
+    size_t n = 0;
+    for (; *in; in++) {
+        char c = *in;
+        if (c == '%') {
+            int hi = hex_value(in[1]), lo = hi < 0 ? -1 : hex_value(in[2]);
+            if (lo < 0)
+                return -1;
+            c = (char)(hi * 16 + lo);
+            in += 2;
         }
+        if (n + 1 >= cap)
+            return -1;
+        out[n++] = c;
     }
-    tok_ids_free(&j->ids);
-    rt_tokenize_request_free(&tc->t);
-    free(tc);
+    out[n] = '\0';
+    return 0;
 }
 
-static void h_tokenize(struct rt_http_req *req, void *ud)
+/* GET /v1/models/{id}: the served model's object (the OpenAI client's
+ * models.retrieve), 404 model_not_found for any other id. */
+static void h_model(struct rt_http_req *req, void *ud)
 {
+    static const char prefix[] = "/v1/models/";
     struct rt_server *s = ud;
-    struct rt_api_error e;
-    struct tok_call *tc = calloc(1, sizeof(*tc));
-    if (tc == NULL) {
-        rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
-        send_error(req, &e);
-        return;
-    }
-    if (rt_openai_parse_tokenize(&s->api_cfg, req->body, req->body_len, &tc->t, &e) != 0) {
-        rt_tokenize_request_free(&tc->t);
-        free(tc);
-        send_error(req, &e);
-        return;
-    }
-    struct rt_tokenize_request *t = &tc->t;
-    struct rt_encode_job *j = &tc->job;
-    j->owner = tc;
-    j->done = tok_call_done;
-    j->add_special = t->add_special_tokens;
-    j->max_ids = SIZE_MAX; /* /tokenize counts any length */
-    if (t->messages != NULL) {
-        j->is_chat = 1;
-        j->messages = t->chat_messages;
-        j->tools = t->tools;
-        j->chat = t->chat;
-    } else {
-        j->text = t->prompt;
-        j->len = t->prompt_len;
-    }
-    tc->req = req;
-    tc->s = s;
-    if (rt_encode_job_small(j)) {
-        rt_encode_job_run(s, j);
-        tok_call_done(j);
-        return;
-    }
-    if (rt_encode_job_start(s, j) != 0) {
-        send_error(req, &j->e);
-        rt_tokenize_request_free(&tc->t);
-        free(tc);
-        return;
-    }
-    rt_http_req_on_abort(req, tok_call_gone, tc);
-}
-
-static void h_detokenize(struct rt_http_req *req, void *ud)
-{
-    struct rt_server *s = ud;
-    struct rt_api_error e;
-    struct rt_detokenize_request d;
-    memset(&d, 0, sizeof(d));
-    if (rt_openai_parse_detokenize(&s->api_cfg, req->body, req->body_len, &d, &e) != 0) {
-        send_error(req, &e);
-        return;
-    }
-    for (size_t i = 0; i < d.n_tokens; i++) {
-        if (d.tokens[i] < 0 || d.tokens[i] >= tok_vocab_size(&s->tok)) {
-            rt_api_error_set(&e, 400, "invalid_token", "tokens",
-                             "token id %d at index %zu is outside the vocabulary",
-                             d.tokens[i], i);
-            rt_detokenize_request_free(&d);
-            send_error(req, &e);
-            return;
-        }
-    }
-    struct tok_text text = {0};
-    char err[256];
-    int rc = tok_decode(&s->tok, d.tokens, d.n_tokens, 0, &text, err, sizeof(err));
-    rt_detokenize_request_free(&d);
-    if (rc != 0) {
-        rt_api_error_set(&e, 400, "invalid_token", "tokens", "%s", err);
-        tok_text_free(&text);
-        send_error(req, &e);
+    char id[sizeof(s->model_name) + 1];
+    if (path_decode(req->path + sizeof(prefix) - 1, id, sizeof(id)) != 0 ||
+        strcmp(id, s->model_name) != 0) {
+        struct rt_api_error e;
+        rt_api_error_set(&e, 404, "model_not_found", "model",
+                         "The model '%.200s' does not exist",
+                         req->path + sizeof(prefix) - 1);
+        rt__api_http_send_error(req, &e);
         return;
     }
     char *body = NULL;
-    size_t blen = 0;
-    rc = rt_openai_format_detokenize(text.s ? text.s : "", text.n, &body, &blen);
-    tok_text_free(&text);
-    send_owned(req, 200, body, blen, rc);
+    size_t len = 0;
+    int rc = rt_openai_format_model(s->model_name, s->started,
+                                    s->max_model_len, &body, &len);
+    rt__api_http_send_owned(req, 200, body, len, rc);
 }
 
 /* The first rank silent for more than two heartbeat periods (a worker
@@ -846,47 +803,15 @@ static void h_health(struct rt_http_req *req, void *ud)
     rt_http_respond(req, 200, JSON, "{\"status\":\"ok\"}", 15);
 }
 
-/* Makes counter `c` equal the monotonic total `total`. */
-static void follow(struct rt_metrics_series *c, uint64_t total)
-{
-    double d = (double)total - rt_metrics_series_value(c);
-    if (d > 0)
-        rt_metrics_counter_add(c, d);
-}
-
-/* Copies the HTTP server's counters into the metrics before a scrape. */
-static void sync_http_metrics(struct rt_server *s)
-{
-    const struct rt_http_stats *st = &s->http.stats;
-    struct rt_metrics_tangram *m = &s->metrics;
-    rt_metrics_gauge_set(m->http_connections_open, (double)s->http.n_live);
-    follow(m->http_connections_evicted_total, st->evicted);
-    follow(m->http_slow_readers_aborted_total, st->slow_readers);
-    follow(m->http_connections_rejected_total[RT_METRICS_HTTP_REJECT_MAX],
-           st->rejected_max);
-    follow(m->http_connections_rejected_total[RT_METRICS_HTTP_REJECT_PER_IP],
-           st->rejected_per_ip);
-    follow(m->http_requests_timed_out_total[RT_METRICS_HTTP_TIMEOUT_HEADER],
-           st->timeout_header);
-    follow(m->http_requests_timed_out_total[RT_METRICS_HTTP_TIMEOUT_BODY],
-           st->timeout_body);
-    /* The head check refuses for the API key only. */
-    follow(m->http_requests_refused_total[RT_METRICS_HTTP_REFUSE_UNAUTH],
-           st->refused_head);
-    follow(m->http_requests_refused_total[RT_METRICS_HTTP_REFUSE_MALFORMED],
-           st->malformed);
-    follow(m->http_requests_refused_total[RT_METRICS_HTTP_REFUSE_TOO_LARGE],
-           st->too_large);
-}
-
 static void h_metrics(struct rt_http_req *req, void *ud)
 {
     struct rt_server *s = ud;
-    sync_http_metrics(s);
+    rt_server_net_metrics(s);
     struct rt_metrics_buf buf = {0};
     char err[128];
     if (rt_metrics_render(&s->metrics.reg, &buf, err, sizeof(err)) != 0) {
-        rt_http_respond(req, 500, "text/plain", "metrics unavailable\n", 20);
+        rt_http_respond_error(req, 500, NULL, "metrics unavailable: out of memory",
+                              "internal_error");
     } else {
         rt_http_respond(req, 200, RT_METRICS_CONTENT_TYPE, buf.data, buf.len);
     }
@@ -902,8 +827,9 @@ int rt_api_http_register(struct rt_server *s, char *err, size_t errlen)
         {"POST", "/v1/completions", h_completions},
         {"POST", "/v1/chat/completions", h_chat},
         {"GET", "/v1/models", h_models},
-        {"POST", "/tokenize", h_tokenize},
-        {"POST", "/detokenize", h_detokenize},
+        {"GET", "/v1/models/*", h_model},
+        {"POST", "/tokenize", rt__api_http_tokenize},
+        {"POST", "/detokenize", rt__api_http_detokenize},
         {"GET", "/health", h_health},
         {"GET", "/metrics", h_metrics},
     };

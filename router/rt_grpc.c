@@ -42,6 +42,8 @@ void rt_grpc_config_default(struct rt_grpc_config *cfg)
     cfg->recv_timeout_ms = 30000;
     cfg->close_linger_ms = 1000;
     cfg->backlog = 511;
+    cfg->max_connections = 1024;
+    cfg->max_connections_per_ip = 64;
 }
 
 /* ---- connections ------------------------------------------------------- */
@@ -56,7 +58,17 @@ void rt__grpc_event(struct rt_grpc_server *srv, int event)
 
 void rt__grpc_conn_touch(struct rt_grpc_conn *conn)
 {
-    conn->last_active = uv_now(conn->srv->loop);
+    rt_conn_touch(&conn->base);
+}
+
+/* Tells the connection set whether a call of the connection is in a
+ * handler's hands (busy) or not (idle). */
+static void conn_recheck(struct rt_grpc_conn *conn)
+{
+    int busy = 0;
+    for (struct rt_grpc_call *k = conn->calls; k && !busy; k = k->next)
+        busy = rt__grpc_call_in_progress(k);
+    rt_conn_state_set(&conn->base, busy ? RT_CONN_BUSY : RT_CONN_IDLE);
 }
 
 void rt__grpc_ready_push(struct rt_grpc_call *call)
@@ -121,6 +133,11 @@ static void on_srv_handle_closed(uv_handle_t *h)
     srv_handle_closed(h->data);
 }
 
+static void on_set_closed(struct rt_conn_set *set)
+{
+    srv_handle_closed(set->ud);
+}
+
 /* Closes the server's own handles once no connection needs them. */
 static void srv_close_handles(struct rt_grpc_server *srv)
 {
@@ -158,6 +175,7 @@ void rt__grpc_conn_close(struct rt_grpc_conn *conn)
     if (conn->closing)
         return;
     conn->closing = 1;
+    rt_conn_leave(&conn->base);
     struct rt_grpc_server *srv = conn->srv;
     if (conn->in_flush) {
         for (struct rt_grpc_conn **pp = &srv->flush; *pp;
@@ -179,9 +197,9 @@ void rt__grpc_conn_close(struct rt_grpc_conn *conn)
                                                  NULL);
         rt__grpc_call_stream_gone(call);
     }
-    uv_read_stop((uv_stream_t *)&conn->tcp);
-    uv_close((uv_handle_t *)&conn->idle, on_conn_handle_closed);
-    uv_close((uv_handle_t *)&conn->tcp, on_conn_handle_closed);
+    uv_read_stop((uv_stream_t *)&conn->base.tcp);
+    uv_close((uv_handle_t *)&conn->linger, on_conn_handle_closed);
+    uv_close((uv_handle_t *)&conn->base.tcp, on_conn_handle_closed);
 }
 
 static void on_shutdown(uv_shutdown_t *sr, int status)
@@ -197,7 +215,7 @@ static void conn_finish(struct rt_grpc_conn *conn)
         return;
     conn->finishing = 1;
     conn->shutdown_req.data = conn;
-    if (uv_shutdown(&conn->shutdown_req, (uv_stream_t *)&conn->tcp,
+    if (uv_shutdown(&conn->shutdown_req, (uv_stream_t *)&conn->base.tcp,
                     on_shutdown) < 0)
         rt__grpc_conn_close(conn);
 }
@@ -220,7 +238,7 @@ static void on_write(uv_write_t *w, int status)
         return;
     }
     if (conn->write_blocked &&
-        uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp) <
+        uv_stream_get_write_queue_size((uv_stream_t *)&conn->base.tcp) <
             WRITE_HIGH / 2) {
         conn->write_blocked = 0;
         conn_flush(conn);
@@ -236,8 +254,11 @@ static void conn_flush(struct rt_grpc_conn *conn)
         rt__grpc_conn_flush_later(conn);
         return;
     }
+    /* Every change of a call's state ends in a flush: the place to tell
+     * the connection set. */
+    conn_recheck(conn);
     for (;;) {
-        if (uv_stream_get_write_queue_size((uv_stream_t *)&conn->tcp) >=
+        if (uv_stream_get_write_queue_size((uv_stream_t *)&conn->base.tcp) >=
             WRITE_HIGH) {
             conn->write_blocked = 1;
             return;
@@ -262,7 +283,7 @@ static void conn_flush(struct rt_grpc_conn *conn)
         wr->conn = conn;
         memcpy(wr->data, data, (size_t)n);
         uv_buf_t buf = uv_buf_init(wr->data, (unsigned)n);
-        if (uv_write(&wr->w, (uv_stream_t *)&conn->tcp, &buf, 1,
+        if (uv_write(&wr->w, (uv_stream_t *)&conn->base.tcp, &buf, 1,
                      on_write) < 0) {
             free(wr);
             rt__grpc_conn_close(conn);
@@ -322,33 +343,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     conn_dispatch(conn);
     conn_flush(conn);
-}
-
-/* Idle check, re-armed by itself: a connection is busy while a handler
- * holds one of its calls; otherwise idle since its last dispatch,
- * response frame or finish. Streams still receiving their request do not
- * keep it open (their own receive deadline applies too). */
-static void on_idle_timer(uv_timer_t *t)
-{
-    struct rt_grpc_conn *conn = t->data;
-    uint32_t idle = conn->srv->cfg.idle_timeout_ms;
-    if (conn->closing || conn->draining || idle == 0)
-        return;
-    int busy = 0;
-    for (struct rt_grpc_call *k = conn->calls; k && !busy; k = k->next)
-        busy = rt__grpc_call_in_progress(k);
-    uint64_t now = uv_now(conn->srv->loop);
-    if (busy) {
-        conn->last_active = now;
-    } else if (now - conn->last_active >= idle) {
-        /* A graceful end: GOAWAY, then the connection closes once sent. */
-        rt__grpc_event(conn->srv, RT_GRPC_EVENT_IDLE_CLOSE);
-        nghttp2_session_terminate_session(conn->ng, NGHTTP2_NO_ERROR);
-        conn_flush(conn);
-        return;
-    }
-    uv_timer_start(&conn->idle, on_idle_timer,
-                   conn->last_active + idle - now, 0);
 }
 
 /* ---- nghttp2 callbacks ------------------------------------------------ */
@@ -502,38 +496,25 @@ static int conn_session_new(struct rt_grpc_conn *conn)
     return 0;
 }
 
-static void on_reject_closed(uv_handle_t *h)
-{
-    struct rt_grpc_server *srv = h->data;
-    free(h);
-    srv_handle_closed(srv);
-}
+/* ---- the connection set's side ---------------------------------------- */
 
-/* Out of memory for a connection: accept and close it, since libuv stops
- * accepting until the pending one is taken. */
-static void reject_connection(struct rt_grpc_server *srv, uv_stream_t *ls)
+static struct rt_grpc_conn *conn_of(struct rt_conn *c)
 {
-    uv_tcp_t *tmp = malloc(sizeof(*tmp));
-    if (!tmp)
-        return;
-    uv_tcp_init(srv->loop, tmp);
-    tmp->data = srv;
-    srv->live_handles++;
-    uv_accept(ls, (uv_stream_t *)tmp);
-    uv_close((uv_handle_t *)tmp, on_reject_closed);
+    return (struct rt_grpc_conn *)c;
 }
 
 /* A connection of srv with its handles initialised, linked into srv. */
-static struct rt_grpc_conn *conn_new(struct rt_grpc_server *srv)
+static struct rt_conn *set_create(struct rt_conn_set *set)
 {
+    struct rt_grpc_server *srv = set->ud;
     struct rt_grpc_conn *conn = calloc(1, sizeof(*conn));
     if (!conn)
         return NULL;
     conn->srv = srv;
-    uv_tcp_init(srv->loop, &conn->tcp);
-    uv_timer_init(srv->loop, &conn->idle);
-    conn->tcp.data = conn;
-    conn->idle.data = conn;
+    uv_tcp_init(srv->loop, &conn->base.tcp);
+    uv_timer_init(srv->loop, &conn->linger);
+    conn->base.tcp.data = conn;
+    conn->linger.data = conn;
     conn->handles_open = 2;
     conn->id = ++srv->next_conn_id;
     srv->live_handles++; /* one per connection, see on_conn_handle_closed */
@@ -543,59 +524,95 @@ static struct rt_grpc_conn *conn_new(struct rt_grpc_server *srv)
     srv->conns = conn;
     srv->n_conns++;
     rt__grpc_event(srv, RT_GRPC_EVENT_CONN_OPEN);
-    rt__grpc_conn_touch(conn);
-    if (srv->cfg.idle_timeout_ms)
-        uv_timer_start(&conn->idle, on_idle_timer, srv->cfg.idle_timeout_ms,
-                       0);
-    return conn;
+    return &conn->base;
 }
 
-/* Starts the HTTP/2 session of a connection whose socket is open, and
- * reading. */
-static void conn_start(struct rt_grpc_conn *conn)
+/* Starts the HTTP/2 session of an admitted connection, and reading. */
+static void set_start(struct rt_conn *c)
 {
+    struct rt_grpc_conn *conn = conn_of(c);
     if (conn_session_new(conn) != 0) {
         rt__grpc_conn_close(conn);
         return;
     }
-    uv_tcp_nodelay(&conn->tcp, 1);
-    if (uv_read_start((uv_stream_t *)&conn->tcp, on_alloc, on_read) != 0) {
+    rt_conn_state_set(&conn->base, RT_CONN_IDLE);
+    uv_tcp_nodelay(&conn->base.tcp, 1);
+    if (uv_read_start((uv_stream_t *)&conn->base.tcp, on_alloc, on_read) !=
+        0) {
         rt__grpc_conn_close(conn);
         return;
     }
     conn_flush(conn); /* our SETTINGS */
 }
 
-static void on_connection(uv_stream_t *ls, int status)
+/* The server's connection preface (an empty SETTINGS frame) and a GOAWAY
+ * ENHANCE_YOUR_CALM with last stream 0 and `debug` (RFC 9113 §4.1, §6.5,
+ * §6.8), written without a session: a refused client learns why, sees
+ * UNAVAILABLE and backs off. */
+static void refuse_goaway(struct rt_grpc_conn *conn, const char *debug)
 {
-    struct rt_grpc_server *srv = ls->data;
-    if (status < 0 || srv->closing)
-        return;
-    struct rt_grpc_conn *conn = conn_new(srv);
-    if (!conn) {
-        reject_connection(srv, ls);
-        return;
-    }
-    if (uv_accept(ls, (uv_stream_t *)&conn->tcp) != 0) {
+    uint8_t b[9 + 9 + 8 + 64];
+    size_t dl = strlen(debug);
+    if (dl > 64)
+        dl = 64;
+    size_t gl = 8 + dl;
+    memset(b, 0, sizeof(b));
+    b[3] = NGHTTP2_SETTINGS;
+    b[9] = (uint8_t)(gl >> 16);
+    b[10] = (uint8_t)(gl >> 8);
+    b[11] = (uint8_t)gl;
+    b[12] = NGHTTP2_GOAWAY;
+    b[25] = NGHTTP2_ENHANCE_YOUR_CALM; /* last stream id 0, then the code */
+    memcpy(b + 26, debug, dl);
+    uv_buf_t buf = uv_buf_init((char *)b, (unsigned)(26 + dl));
+    uv_try_write((uv_stream_t *)&conn->base.tcp, &buf, 1);
+}
+
+static void set_refuse(struct rt_conn *c, int why)
+{
+    struct rt_grpc_conn *conn = conn_of(c);
+    if (why == RT_CONN_REFUSE_MAX)
+        refuse_goaway(conn, "connection limit");
+    else if (why == RT_CONN_REFUSE_PER_IP)
+        refuse_goaway(conn, "connection limit of this address");
+    rt__grpc_conn_close(conn);
+}
+
+static void on_linger(uv_timer_t *t)
+{
+    rt__grpc_conn_close(t->data);
+}
+
+static void set_evict(struct rt_conn *c, int why)
+{
+    struct rt_grpc_conn *conn = conn_of(c);
+    if (why == RT_CONN_EVICT_NO_FD || !conn->ng) {
         rt__grpc_conn_close(conn);
         return;
     }
-    conn_start(conn);
+    if (why == RT_CONN_EVICT_IDLE_TIMEOUT)
+        rt__grpc_event(conn->srv, RT_GRPC_EVENT_IDLE_CLOSE);
+    /* A graceful end: GOAWAY, then the connection closes once it is sent
+     * (conn_flush), or at the linger bound when the client does not
+     * read. */
+    nghttp2_session_terminate_session(conn->ng, NGHTTP2_NO_ERROR);
+    uv_timer_start(&conn->linger, on_linger, conn->srv->cfg.close_linger_ms,
+                   0);
+    conn_flush(conn);
 }
+
+static const struct rt_conn_ops conn_ops = {
+    .create = set_create,
+    .start = set_start,
+    .refuse = set_refuse,
+    .evict = set_evict,
+};
 
 int rt__grpc_conn_adopt(struct rt_grpc_server *srv, int fd)
 {
     if (!srv->initialized || srv->closing)
         return TG_EINVAL;
-    struct rt_grpc_conn *conn = conn_new(srv);
-    if (!conn)
-        return TG_ENOMEM;
-    if (uv_tcp_open(&conn->tcp, fd) != 0) {
-        rt__grpc_conn_close(conn);
-        return TG_EIO;
-    }
-    conn_start(conn);
-    return 0;
+    return rt_conn_set_adopt(&srv->set, fd);
 }
 
 /* ---- server ------------------------------------------------------------ */
@@ -631,11 +648,16 @@ int rt_grpc_server_init(struct rt_grpc_server *srv, uv_loop_t *loop,
     if (c->backlog <= 0)
         srv->cfg.backlog = 511;
     srv->loop = loop;
-    uv_tcp_init(loop, &srv->listener);
+    struct rt_conn_config cc = {
+        .max_connections = c->max_connections,
+        .max_connections_per_ip = c->max_connections_per_ip,
+        .idle_timeout_ms = c->idle_timeout_ms,
+        .backlog = srv->cfg.backlog,
+    };
+    rt_conn_set_init(&srv->set, loop, &cc, &conn_ops, srv, "gRPC");
     uv_idle_init(loop, &srv->flush_idle);
     uv_timer_init(loop, &srv->deadline_timer);
     uv_timer_init(loop, &srv->health_timer);
-    srv->listener.data = srv;
     srv->flush_idle.data = srv;
     srv->deadline_timer.data = srv;
     srv->health_timer.data = srv;
@@ -690,26 +712,10 @@ int rt_grpc_server_listen(struct rt_grpc_server *srv, const char *host,
     if (!srv->initialized || srv->listening || srv->closing)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "server not initialised, closing or listening");
-    if (!host || port < 0 || port > 65535)
-        return tg_err_set(err, errlen, TG_EINVAL, "bad port %d", port);
-    struct sockaddr_storage ss;
-    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
-        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "bad listen address '%s'", host);
-    int rv = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&ss, 0);
-    if (rv == 0)
-        rv = uv_listen((uv_stream_t *)&srv->listener, srv->cfg.backlog,
-                       on_connection);
+    int rv = rt_conn_set_listen(&srv->set, host, port, err, errlen);
     if (rv != 0)
-        return tg_err_set(err, errlen, TG_EIO, "listen on %s:%d: %s", host,
-                          port, uv_strerror(rv));
-    struct sockaddr_storage bound;
-    int len = sizeof(bound);
-    uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&bound, &len);
-    srv->port = bound.ss_family == AF_INET6
-                    ? ntohs(((struct sockaddr_in6 *)&bound)->sin6_port)
-                    : ntohs(((struct sockaddr_in *)&bound)->sin_port);
+        return rv;
+    srv->port = srv->set.port;
     srv->listening = 1;
     return 0;
 }
@@ -726,11 +732,6 @@ void rt_grpc_server_on_event(struct rt_grpc_server *srv, rt_grpc_event_fn fn,
 {
     srv->on_event = fn;
     srv->event_ud = ud;
-}
-
-static void on_linger(uv_timer_t *t)
-{
-    rt__grpc_conn_close(t->data);
 }
 
 /* Server close, one connection: every call gets a final status, then
@@ -764,8 +765,9 @@ static void conn_drain(struct rt_grpc_conn *conn)
     nghttp2_submit_goaway(conn->ng, NGHTTP2_FLAG_NONE,
                           nghttp2_session_get_last_proc_stream_id(conn->ng),
                           NGHTTP2_NO_ERROR, NULL, 0);
-    uv_timer_stop(&conn->idle);
-    uv_timer_start(&conn->idle, on_linger, conn->srv->cfg.close_linger_ms, 0);
+    uv_timer_stop(&conn->linger);
+    uv_timer_start(&conn->linger, on_linger, conn->srv->cfg.close_linger_ms,
+                   0);
     conn_flush(conn);
 }
 
@@ -777,7 +779,7 @@ void rt_grpc_server_close(struct rt_grpc_server *srv,
     srv->closing = 1;
     srv->on_closed = on_closed;
     srv->on_closed_ud = ud;
-    uv_close((uv_handle_t *)&srv->listener, on_srv_handle_closed);
+    rt_conn_set_close(&srv->set, on_set_closed);
     /* Watch streams first, so their last state goes out with the rest. */
     if (srv->health)
         rt__grpc_health_close(srv);

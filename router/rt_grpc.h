@@ -6,17 +6,18 @@
  *
  * What it does:
  * - Method table: exact paths "/package.Service/Method" -> handler. A call
- *   to a path not in the table gets grpc-status 12 UNIMPLEMENTED in a
- *   trailers-only response.
+ *   to a path not in the table (and admitted) gets grpc-status 12
+ *   UNIMPLEMENTED in a trailers-only response.
  * - Request checks: :method must be POST (else HTTP 405), content-type
  *   "application/grpc" or "application/grpc+proto" (else HTTP 415) and
  *   "te: trailers" (else 3 INVALID_ARGUMENT); each answer is a complete
  *   gRPC status in trailers-only form. HTTP-level violations (pseudo
  *   headers, frame errors) are reset by nghttp2 itself, per stream.
- * - Admission: once a call's headers are complete and its method is known,
- *   the admit callback (rt_grpc_server_on_admit; the router checks the API
- *   key there) may refuse it with a status. Nothing of the request body is
- *   buffered before that.
+ * - Admission: once a call's headers are complete, before its method is
+ *   looked up, the admit callback (rt_grpc_server_on_admit; the router
+ *   checks the API key there) may refuse it with a status, so a client
+ *   without a key cannot tell real methods from unknown ones. Nothing of
+ *   the request body is buffered before that.
  * - Messages: the 5-byte length prefix (compressed flag, big-endian u32
  *   length) is parsed and removed; handlers see raw protobuf bytes and
  *   pack/unpack themselves. A compressed message gets 12 UNIMPLEMENTED
@@ -50,11 +51,25 @@
  *   RST_STREAM REFUSED_STREAM); HTTP/2 flow control both ways (output the
  *   peer cannot take yet stays queued on the call and resumes when its
  *   window opens or the handler writes more).
- * - Idle connections: a connection with no call in progress (dispatched to
- *   a handler and not finished) and no response frame of such a call sent
- *   for idle_timeout_ms gets GOAWAY and is closed. Streams still waiting
- *   for their request, and the answers to streams refused or timed out
- *   before a handler took them, do not count as activity.
+ * - Connections (router/rt_conn.h, the set shared with the HTTP server):
+ *   at most max_connections are open, at most max_connections_per_ip of
+ *   one client address. A connection is idle while no call is in progress
+ *   (dispatched to a handler and not finished) and no response frame of
+ *   such a call went out; streams still waiting for their request, and
+ *   the answers to streams refused or timed out before a handler took
+ *   them, do not count as activity. A new connection at a limit takes the
+ *   place of the oldest idle one (GOAWAY, then closed); when every
+ *   connection has a call in progress it is refused: SETTINGS and a
+ *   GOAWAY ENHANCE_YOUR_CALM "connection limit", then closed, so clients
+ *   see UNAVAILABLE and back off. An idle connection gets GOAWAY and is
+ *   closed after idle_timeout_ms. Accepting pauses (never spins, never
+ *   resets pending clients) while the process is out of descriptors.
+ * - Body budget: with cfg.body_budget, each request message is charged to
+ *   it when its prefix announces its length, before anything is
+ *   allocated; a message that does not fit ends its call with 14
+ *   UNAVAILABLE ("memory budget", retryable). The charge is given back
+ *   when the handler of a unary or server-streaming call returns (the
+ *   message is only valid during it) or a bidi message was delivered.
  * - Anything that is not HTTP/2 (bad preface, garbage) closes only that
  *   connection; other connections and streams are unaffected.
  * - Close: rt_grpc_server_close() ends every call with a status (14
@@ -89,6 +104,8 @@
 #include <stdint.h>
 
 #include <uv.h>
+
+#include "router/rt_conn.h"
 
 struct rt_grpc_call;
 struct rt_grpc_conn;
@@ -135,6 +152,8 @@ enum rt_grpc_event {
     RT_GRPC_EVENT_REFUSED_STREAM,  /* a stream over max_concurrent_streams
                                       refused (RST_STREAM REFUSED_STREAM) */
     RT_GRPC_EVENT_TOO_LARGE,       /* a message over max_message_bytes */
+    RT_GRPC_EVENT_BUDGET,          /* a message refused: the body budget
+                                      was full */
     RT_GRPC_EVENT_COUNT,
 };
 
@@ -198,6 +217,14 @@ struct rt_grpc_config {
                                     may take to write its last responses
                                     (default 1000) */
     int backlog;                 /* listen(2) backlog (default 511) */
+    uint32_t max_connections;    /* open connections (default 1024; 0 = no
+                                    limit) */
+    uint32_t max_connections_per_ip; /* open connections of one client
+                                    address (default 64; 0 = no limit) */
+    struct rt_conn_budget *body_budget; /* the account request messages
+                                    are charged to (shared with other
+                                    servers; must outlive this one); NULL:
+                                    none */
 };
 
 /* One request metadata entry, both strings NUL-terminated, name lower
@@ -219,7 +246,10 @@ struct rt_grpc_method {
 struct rt_grpc_server {
     uv_loop_t *loop;
     struct rt_grpc_config cfg;
-    uv_tcp_t listener;
+    struct rt_conn_set set;      /* the listener and the open connections
+                                    with their limits; readable: set.n_live,
+                                    set.stats (accepted, refused, evicted,
+                                    idle timeouts) */
     uv_idle_t flush_idle;        /* flushes connections written to outside
                                     their read callback */
     uv_timer_t deadline_timer;   /* fires at the earliest call deadline */
@@ -254,7 +284,8 @@ struct rt_grpc_call {
     const char *path;            /* ":path", e.g. "/tangram.v1.Generation/
                                     Generate" */
     const uint8_t *msg;          /* (msg_len) request message bytes without
-                                    the 5-byte prefix; NULL when empty */
+                                    the 5-byte prefix; NULL when empty.
+                                    Valid during the handler call only */
     size_t msg_len;
     const struct rt_grpc_header *headers; /* (n_headers) in arrival order,
                                     pseudo headers included */
@@ -286,6 +317,7 @@ struct rt_grpc_call {
     size_t prefix_got;
     uint8_t *mbuf;               /* (mwant) payload being assembled */
     size_t mlen, mwant;
+    size_t mcharged;             /* bytes of mbuf charged to the budget */
     int n_msgs;                  /* complete request messages */
     struct rt_grpc_inmsg *inq, *inq_tail; /* bidi: messages to deliver */
     size_t inq_bytes;

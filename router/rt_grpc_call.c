@@ -109,6 +109,29 @@ size_t rt_grpc_message_encode(const char *msg, char *out, size_t cap)
 
 /* ---- lifetime ---------------------------------------------------------- */
 
+/* What a bidi message costs the body budget. */
+static size_t inmsg_charge(const struct rt_grpc_inmsg *m)
+{
+    return sizeof(*m) + m->len;
+}
+
+static void inmsg_free(struct rt_grpc_call *call, struct rt_grpc_inmsg *m)
+{
+    if (!m)
+        return;
+    rt_conn_budget_give(call->srv->cfg.body_budget, inmsg_charge(m));
+    free(m);
+}
+
+/* Frees the unary message buffer and gives its charge back. */
+static void mbuf_free(struct rt_grpc_call *call)
+{
+    free(call->mbuf);
+    call->mbuf = NULL;
+    rt_conn_budget_give(call->srv->cfg.body_budget, call->mcharged);
+    call->mcharged = 0;
+}
+
 void rt__grpc_call_free(struct rt_grpc_call *call)
 {
     if (!call)
@@ -116,13 +139,13 @@ void rt__grpc_call_free(struct rt_grpc_call *call)
     while (call->inq) {
         struct rt_grpc_inmsg *m = call->inq;
         call->inq = m->next;
-        free(m);
+        inmsg_free(call, m);
     }
-    free(call->in_cur);
+    inmsg_free(call, call->in_cur);
     free(call->hbuf);
     free(call->hoffs);
     free(call->hdrs);
-    free(call->mbuf);
+    mbuf_free(call);
     free(call->out);
     free(call->fin_msg);
     free(call);
@@ -349,10 +372,10 @@ void rt__grpc_call_reject(struct rt_grpc_call *call, int status,
                           int http_status, const char *message)
 {
     call->state = CS_REJECTED;
-    free(call->mbuf);
-    call->mbuf = NULL;
+    mbuf_free(call);
+    call->msg = NULL;
     call->mlen = call->mwant = 0;
-    free(call->in_cur);
+    inmsg_free(call, call->in_cur);
     call->in_cur = NULL;
     server_finish(call, status, message, http_status);
 }
@@ -510,6 +533,23 @@ void rt__grpc_call_headers_done(struct rt_grpc_call *call)
         uint64_t when = uv_now(srv->loop) + ms;
         deadline = when ? when : 1;
     }
+    if (srv->closing) {
+        rt__grpc_call_reject(call, RT_GRPC_UNAVAILABLE, 200,
+                             "the server is shutting down");
+        return;
+    }
+    /* Admission before the method lookup: a refused client gets the same
+     * answer for a real method and an unknown one. */
+    if (srv->admit) {
+        msg[0] = '\0';
+        int st = srv->admit(call, srv->admit_ud, msg, sizeof(msg));
+        if (st != RT_GRPC_OK) {
+            rt__grpc_call_reject(call,
+                                 st >= 0 && st <= 16 ? st : RT_GRPC_INTERNAL,
+                                 200, msg[0] ? msg : "refused");
+            return;
+        }
+    }
     for (size_t i = 0; i < srv->n_methods; i++) {
         if (strcmp(srv->methods[i].path, call->path) == 0) {
             call->handler = srv->methods[i].handler;
@@ -522,21 +562,6 @@ void rt__grpc_call_headers_done(struct rt_grpc_call *call)
         snprintf(msg, sizeof(msg), "unknown method %.120s", call->path);
         rt__grpc_call_reject(call, RT_GRPC_UNIMPLEMENTED, 200, msg);
         return;
-    }
-    if (srv->closing) {
-        rt__grpc_call_reject(call, RT_GRPC_UNAVAILABLE, 200,
-                             "the server is shutting down");
-        return;
-    }
-    if (srv->admit) {
-        msg[0] = '\0';
-        int st = srv->admit(call, srv->admit_ud, msg, sizeof(msg));
-        if (st != RT_GRPC_OK) {
-            rt__grpc_call_reject(call,
-                                 st >= 0 && st <= 16 ? st : RT_GRPC_INTERNAL,
-                                 200, msg[0] ? msg : "refused");
-            return;
-        }
     }
     call->deadline_ms = deadline;
     if (deadline)
@@ -622,14 +647,28 @@ static int message_begin(struct rt_grpc_call *call)
                            RT_GRPC_RESOURCE_EXHAUSTED, msg);
         return -1;
     }
+    /* Charged before anything is allocated (rt_conn.h, "Budget"). */
+    struct rt_conn_budget *b = call->srv->cfg.body_budget;
+    size_t charge = bidi ? sizeof(*call->in_cur) + n : (n ? n : 1);
+    if (rt_conn_budget_take(b, charge) != 0) {
+        rt__grpc_event(call->srv, RT_GRPC_EVENT_BUDGET);
+        rt__grpc_call_fail(call, RT_GRPC_CANCELLED, RT_GRPC_UNAVAILABLE,
+                           "the server holds as many request messages as "
+                           "its memory budget allows (--max-body-memory); "
+                           "retry shortly");
+        return -1;
+    }
     if (bidi) {
         call->in_cur = malloc(sizeof(*call->in_cur) + n);
         if (call->in_cur)
             call->in_cur->len = n;
     } else {
-        call->mbuf = malloc(n ? n : 1);
+        call->mbuf = malloc(charge);
+        if (call->mbuf)
+            call->mcharged = charge;
     }
     if (bidi ? !call->in_cur : !call->mbuf) {
+        rt_conn_budget_give(b, charge);
         rt__grpc_call_fail(call, RT_GRPC_CANCELLED,
                            RT_GRPC_RESOURCE_EXHAUSTED,
                            "out of memory for the request message");
@@ -723,7 +762,7 @@ static void deliver_input(struct rt_grpc_call *call)
             call->inq_tail = NULL;
         call->inq_bytes -= m->len;
         call->on_message(call, m->data, m->len, call->message_ud);
-        free(m);
+        inmsg_free(call, m);
     }
     if (call->eos_pending && !call->inq && call->on_message &&
         rt__grpc_call_in_progress(call)) {
@@ -753,6 +792,10 @@ void rt__grpc_call_dispatch(struct rt_grpc_call *call)
         rt__grpc_conn_touch(call->conn);
         call->pinned++;
         call->handler(call, call->handler_ud);
+        /* The message was the handler's to read during the call. */
+        call->msg = NULL;
+        call->msg_len = 0;
+        mbuf_free(call);
     } else if (call->state == CS_DISPATCHED &&
                call->kind == RT_GRPC_BIDI_STREAM) {
         call->pinned++;

@@ -43,9 +43,11 @@ struct rt_grpc_inmsg {
 };
 
 struct rt_grpc_conn {
-    uv_tcp_t tcp;                /* first member: handle->data also set */
-    uv_timer_t idle;             /* idle close; at server close, the
-                                    linger limit */
+    struct rt_conn base;         /* the socket and its place in the
+                                    server's connection set (first member;
+                                    base.tcp.data also set) */
+    uv_timer_t linger;           /* the bound of a closing connection's
+                                    last writes (server close, eviction) */
     uv_shutdown_t shutdown_req;
     struct rt_grpc_server *srv;
     struct rt_grpc_conn *prev, *next; /* srv->conns */
@@ -56,8 +58,6 @@ struct rt_grpc_conn {
                                     with input to deliver */
     size_t n_calls;
     uint64_t id;                 /* srv->next_conn_id at accept */
-    uint64_t last_active;        /* uv_now() of the last dispatch, response
-                                    frame or finish (idle timeout) */
     int handles_open;
     int in_ng;                   /* nghttp2 is on the stack */
     int in_flush;                /* on srv->flush */
@@ -81,7 +81,8 @@ int rt__grpc_conn_adopt(struct rt_grpc_server *srv, int fd);
 void rt__grpc_conn_flush_later(struct rt_grpc_conn *conn);
 /* Closes the connection at once, cancelling its calls. */
 void rt__grpc_conn_close(struct rt_grpc_conn *conn);
-/* Marks the connection active now (idle timeout). */
+/* A response frame of a call a handler took went out, or such a call
+ * finished: an idle connection's idle clock restarts. */
 void rt__grpc_conn_touch(struct rt_grpc_conn *conn);
 /* Reports an event through srv->on_event. */
 void rt__grpc_event(struct rt_grpc_server *srv, int event);

@@ -21,10 +21,12 @@
  * "lingering close" of RFC 9112 §9.6).
  *
  * One timer per connection, in one mode at a time (TM_* in
- * rt_http_internal.h): idle, head deadline, body deadline, send progress,
- * flush, linger. The server keeps the idle connections on a list, oldest
- * first, so that one can be closed in O(1) when a new connection arrives
- * at max_connections.
+ * rt_http_internal.h): head deadline, body deadline, send progress,
+ * flush, linger. The listener, the connection limits and the idle
+ * deadline are the connection set's (router/rt_conn.h): each connection
+ * tells it what it is doing — idle (no request, or lingering), a head
+ * arriving (with its bytes so far), or busy — and the set evicts through
+ * rt__http_conn_ops.
  */
 #include "router/rt_http_internal.h"
 
@@ -43,42 +45,10 @@
 
 static void conn_close(struct rt_http_conn *conn);
 static void conn_close_how(struct rt_http_conn *conn, int reset);
+static void conn_state(struct rt_http_conn *conn, int state);
 static void conn_process(struct rt_http_conn *conn);
 static void conn_arm_timer(struct rt_http_conn *conn);
 static void read_start(struct rt_http_conn *conn);
-
-/* The idle list: connections without a request, oldest first. */
-static void idle_enter(struct rt_http_conn *conn)
-{
-    struct rt_http_server *srv = conn->srv;
-    if (conn->in_idle)
-        return;
-    conn->in_idle = 1;
-    conn->idle_next = NULL;
-    conn->idle_prev = srv->idle_tail;
-    if (srv->idle_tail)
-        srv->idle_tail->idle_next = conn;
-    else
-        srv->idle_head = conn;
-    srv->idle_tail = conn;
-}
-
-static void idle_leave(struct rt_http_conn *conn)
-{
-    struct rt_http_server *srv = conn->srv;
-    if (!conn->in_idle)
-        return;
-    conn->in_idle = 0;
-    if (conn->idle_prev)
-        conn->idle_prev->idle_next = conn->idle_next;
-    else
-        srv->idle_head = conn->idle_next;
-    if (conn->idle_next)
-        conn->idle_next->idle_prev = conn->idle_prev;
-    else
-        srv->idle_tail = conn->idle_prev;
-    conn->idle_prev = conn->idle_next = NULL;
-}
 
 /* The peer list: half-closed connections with a request in flight, whose
  * socket is checked for a reset (rt_http.h, "Half-close"). */
@@ -115,7 +85,7 @@ static void peers_remove(struct rt_http_conn *conn)
 static int peer_reset(struct rt_http_conn *conn)
 {
     uv_os_fd_t fd;
-    if (uv_fileno((const uv_handle_t *)&conn->tcp, &fd) != 0)
+    if (uv_fileno((const uv_handle_t *)&conn->base.tcp, &fd) != 0)
         return 1;
     struct tcp_info ti;
     socklen_t len = sizeof(ti);
@@ -174,7 +144,7 @@ static void on_resume_idle(uv_idle_t *h)
 
 static size_t queued(const struct rt_http_conn *conn)
 {
-    return uv_stream_get_write_queue_size((const uv_stream_t *)&conn->tcp);
+    return uv_stream_get_write_queue_size((const uv_stream_t *)&conn->base.tcp);
 }
 
 /* Bytes in the kernel's send queue not yet acknowledged by the client
@@ -183,7 +153,7 @@ static size_t kernel_unacked(const struct rt_http_conn *conn)
 {
     uv_os_fd_t fd;
     int n = 0;
-    if (uv_fileno((const uv_handle_t *)&conn->tcp, &fd) != 0 ||
+    if (uv_fileno((const uv_handle_t *)&conn->base.tcp, &fd) != 0 ||
         ioctl(fd, TIOCOUTQ, &n) != 0 || n < 0)
         return 0;
     return (size_t)n;
@@ -269,7 +239,7 @@ int rt__http_write(struct rt_http_conn *conn, const char *a, size_t alen,
         if (clen)
             memcpy(wr->data + alen + blen, c, clen);
         uv_buf_t buf = uv_buf_init(wr->data, (unsigned)n);
-        if (uv_write(&wr->w, (uv_stream_t *)&conn->tcp, &buf, 1, on_write) ==
+        if (uv_write(&wr->w, (uv_stream_t *)&conn->base.tcp, &buf, 1, on_write) ==
             0) {
             conn->submitted += n;
             /* A response in flight must be read within the deadline. */
@@ -336,8 +306,7 @@ static void conn_close_how(struct rt_http_conn *conn, int reset)
     if (conn->closing)
         return;
     conn->closing = 1;
-    conn->srv->n_live--;
-    idle_leave(conn);
+    rt_conn_leave(&conn->base);
     peers_remove(conn);
     if (conn->in_resume) {
         struct rt_http_server *srv = conn->srv;
@@ -351,12 +320,12 @@ static void conn_close_how(struct rt_http_conn *conn, int reset)
         conn->in_resume = 0;
     }
     conn_drop_cur(conn);
-    uv_read_stop((uv_stream_t *)&conn->tcp);
+    uv_read_stop((uv_stream_t *)&conn->base.tcp);
     uv_close((uv_handle_t *)&conn->timer, on_conn_handle_closed);
     /* libuv forbids a reset after uv_shutdown. */
     if (!reset || conn->finishing ||
-        uv_tcp_close_reset(&conn->tcp, on_conn_handle_closed) != 0)
-        uv_close((uv_handle_t *)&conn->tcp, on_conn_handle_closed);
+        uv_tcp_close_reset(&conn->base.tcp, on_conn_handle_closed) != 0)
+        uv_close((uv_handle_t *)&conn->base.tcp, on_conn_handle_closed);
 }
 
 static void conn_close(struct rt_http_conn *conn)
@@ -426,11 +395,15 @@ static void on_shutdown(uv_shutdown_t *sr, int status)
     struct rt_http_conn *conn = sr->data;
     if (conn->closing)
         return;
-    /* After the client's own FIN there is no input left to drain. */
-    if (status < 0 || conn->srv->cfg.linger_ms == 0 || conn->peer_eof) {
+    /* After the client's own FIN there is no input left to drain; a
+     * refused request's large body is not drained at all. */
+    if (status < 0 || conn->srv->cfg.linger_ms == 0 || conn->peer_eof ||
+        conn->no_linger) {
         conn_close(conn);
         return;
     }
+    /* The answer is out: lingering only drains, so it may give way. */
+    conn_state(conn, RT_CONN_IDLE);
     timer_set(conn, TM_LINGER, conn->srv->cfg.linger_ms);
 }
 
@@ -440,11 +413,11 @@ void rt__http_conn_finish(struct rt_http_conn *conn)
     if (conn->closing || conn->finishing)
         return;
     conn->finishing = 1;
-    idle_leave(conn);
+    conn_state(conn, RT_CONN_BUSY);
     peers_remove(conn);
     conn_drop_cur(conn);
     conn->shutdown_req.data = conn;
-    if (uv_shutdown(&conn->shutdown_req, (uv_stream_t *)&conn->tcp,
+    if (uv_shutdown(&conn->shutdown_req, (uv_stream_t *)&conn->base.tcp,
                     on_shutdown) < 0) {
         conn->want_close = 1;
         rt__http_resume_later(conn);
@@ -452,7 +425,12 @@ void rt__http_conn_finish(struct rt_http_conn *conn)
     }
     /* Bound the flush: a client that never reads must not pin us. */
     send_watch(conn, TM_FLUSH);
-    if (conn->read_paused && !conn->peer_eof) {
+    if (conn->no_linger) {
+        /* Nothing more is read: what the client keeps sending stays in
+         * the kernel until the close. */
+        uv_read_stop((uv_stream_t *)&conn->base.tcp);
+        conn->read_paused = 1;
+    } else if (conn->read_paused && !conn->peer_eof) {
         conn->read_paused = 0;
         conn->pend_off = conn->pend_len = 0;
         /* Reading again drains the client's input during the linger. */
@@ -476,6 +454,20 @@ static const char *default_message(int status, enum http_errno e)
     }
 }
 
+/* True when the request being received still has a body to come that is
+ * large or of unknown length (see RT_HTTP_LINGER_BODY_MAX). */
+static int unread_body_large(const struct rt_http_conn *conn)
+{
+    const struct rt_http_req *req = conn->cur;
+    if (!req || req->state != RQ_PARSING || !req->head_done)
+        return 0;
+    if (conn->parser.flags & F_CHUNKED)
+        return 1;
+    /* content_length counts down what the body still owes. */
+    return conn->parser.content_length != ULLONG_MAX &&
+           conn->parser.content_length > RT_HTTP_LINGER_BODY_MAX;
+}
+
 /* Answers a request that failed to parse (or was refused by the head
  * check) and ends the connection. */
 static void conn_fail(struct rt_http_conn *conn, int status, enum http_errno e)
@@ -488,26 +480,19 @@ static void conn_fail(struct rt_http_conn *conn, int status, enum http_errno e)
             srv->stats.too_large++;
         else if (status == 400 || status == 501 || status == 505)
             srv->stats.malformed++;
+        else if (status == 503)
+            srv->stats.refused_budget++;
     }
     const char *msg = conn->error_msg ? conn->error_msg
                                       : default_message(status, e);
-    char *body = rt__http_error_json_code(status, refused ? rf->type : NULL,
-                                          msg, refused ? rf->code : NULL);
-    const char *b = body ? body : "{}";
-    const char *extra = refused && rf->header ? rf->header : "";
-    char head[512];
-    int n = snprintf(head, sizeof(head),
-                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\nConnection: close\r\n%s%s\r\n",
-                     status, rt_http_status_reason(status), strlen(b), extra,
-                     *extra ? "\r\n" : "");
-    if (n < 0 || (size_t)n >= sizeof(head))
-        n = snprintf(head, sizeof(head),
-                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\nConnection: close\r\n\r\n",
-                     status, rt_http_status_reason(status), strlen(b));
-    rt__http_write(conn, head, (size_t)n, b, strlen(b), NULL, 0);
-    free(body);
+    char resp[4096];
+    size_t n = rt__http_error_response(
+        resp, sizeof(resp), status, refused ? rf->type : NULL, msg,
+        refused ? rf->code : conn->error_code,
+        status == 503 ? srv->cfg.retry_after_s : 0,
+        refused ? rf->header : NULL);
+    conn->no_linger = unread_body_large(conn);
+    rt__http_write(conn, resp, n, NULL, 0, NULL, 0);
     rt__http_conn_finish(conn);
 }
 
@@ -520,12 +505,25 @@ static int path_matches(const struct rt_http_route *r, const char *path)
     return strcmp(path, r->path) == 0;
 }
 
+/* Adds `method` to the Allow list (once). */
+static void allow_add(char *allow, size_t cap, size_t *alen,
+                      const char *method)
+{
+    size_t n = strlen(method);
+    for (const char *p = allow; (p = strstr(p, method)) != NULL; p += n)
+        if ((p == allow || p[-1] == ' ') && (p[n] == ',' || p[n] == '\0'))
+            return;
+    if (*alen + n + 3 < cap)
+        *alen += (size_t)snprintf(allow + *alen, cap - *alen, "%s%s",
+                                  *alen ? ", " : "", method);
+}
+
 static void dispatch(struct rt_http_conn *conn)
 {
     struct rt_http_server *srv = conn->srv;
     struct rt_http_req *req = conn->cur;
     srv->n_requests++;
-    const struct rt_http_route *hit = NULL;
+    const struct rt_http_route *hit = NULL, *get = NULL;
     int path_known = 0;
     char allow[128] = "";
     size_t alen = 0;
@@ -537,12 +535,17 @@ static void dispatch(struct rt_http_conn *conn)
             hit = r;
             break;
         }
+        if (!get && strcmp(r->method, "GET") == 0)
+            get = r;
         path_known = 1;
-        if (!strstr(allow, r->method) &&
-            alen + strlen(r->method) + 3 < sizeof(allow))
-            alen += (size_t)snprintf(allow + alen, sizeof(allow) - alen,
-                                     "%s%s", alen ? ", " : "", r->method);
+        allow_add(allow, sizeof(allow), &alen, r->method);
+        if (strcmp(r->method, "GET") == 0)
+            allow_add(allow, sizeof(allow), &alen, "HEAD");
     }
+    /* HEAD without a route of its own: the GET route's answer without
+     * its body (rt_http_respond leaves it out for HEAD). */
+    if (!hit && get && req->is_head)
+        hit = get;
     conn->in_dispatch = 1;
     if (hit) {
         hit->handler(req, hit->ud);
@@ -551,9 +554,9 @@ static void dispatch(struct rt_http_conn *conn)
         char msg[160];
         snprintf(msg, sizeof(msg), "method %s not allowed for this path",
                  req->method);
-        rt_http_respond_error(req, 405, NULL, msg);
+        rt_http_respond_error(req, 405, NULL, msg, NULL);
     } else {
-        rt_http_respond_error(req, 404, NULL, "no such route");
+        rt_http_respond_error(req, 404, NULL, "no such route", NULL);
     }
     conn->in_dispatch = 0;
 }
@@ -610,6 +613,13 @@ static void conn_process(struct rt_http_conn *conn)
     conn_arm_timer(conn);
 }
 
+static void conn_state(struct rt_http_conn *conn, int state)
+{
+    rt_conn_state_set(&conn->base, state);
+}
+
+/* Tells the connection set what the connection is doing, and arms the
+ * connection's timer for it. */
 static void conn_arm_timer(struct rt_http_conn *conn)
 {
     const struct rt_http_config *cfg = &conn->srv->cfg;
@@ -617,20 +627,29 @@ static void conn_arm_timer(struct rt_http_conn *conn)
     if (conn->closing || conn->finishing)
         return;
     if (!req) {
-        /* Bytes that start no request (stray CRLFs) do not extend it. */
-        idle_enter(conn);
-        if (conn->timer_mode != TM_IDLE)
-            timer_set(conn, TM_IDLE, cfg->idle_timeout_ms);
+        /* The set's idle deadline applies; bytes that start no request
+         * (stray CRLFs) do not restart it. */
+        conn_state(conn, RT_CONN_IDLE);
+        if (conn->timer_mode == TM_HEAD || conn->timer_mode == TM_BODY)
+            timer_set(conn, TM_NONE, 0);
         return;
     }
-    idle_leave(conn);
     if (req->state == RQ_PARSING) {
+        if (req->head_done) {
+            conn_state(conn, RT_CONN_BUSY);
+        } else {
+            conn_state(conn, RT_CONN_HEAD);
+            conn->base.head_bytes = conn->hdr_bytes;
+        }
         int mode = req->head_done ? TM_BODY : TM_HEAD;
         if (conn->timer_mode != mode)
             timer_set(conn, mode,
                       req->head_done ? cfg->body_timeout_ms
                                      : cfg->header_timeout_ms);
-    } else if (conn->timer_mode != TM_SEND) {
+        return;
+    }
+    conn_state(conn, RT_CONN_BUSY);
+    if (conn->timer_mode != TM_SEND) {
         /* The handler's time is its own; only a send that makes no
          * progress is bounded. */
         if (queued(conn) > 0 || kernel_unacked(conn) > 0)
@@ -652,7 +671,7 @@ static void on_peer_eof(struct rt_http_conn *conn)
 {
     struct rt_http_req *req = conn->cur;
     conn->peer_eof = 1;
-    uv_read_stop((uv_stream_t *)&conn->tcp);
+    uv_read_stop((uv_stream_t *)&conn->base.tcp);
     conn->read_paused = 0;
     if (!req || req->state == RQ_PARSING) {
         /* Nothing complete to answer. */
@@ -702,80 +721,30 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 
 static void read_start(struct rt_http_conn *conn)
 {
-    if (uv_read_start((uv_stream_t *)&conn->tcp, on_alloc, on_read) < 0)
+    if (uv_read_start((uv_stream_t *)&conn->base.tcp, on_alloc, on_read) < 0)
         conn_close(conn);
 }
 
-/* ---- accepting, within the limits ------------------------------------- */
+/* ---- the connection set's side --------------------------------------- */
 
-/* The client address as 16 bytes (IPv4 mapped into IPv6). */
-static void peer_address(struct rt_http_conn *conn)
+static struct rt_http_conn *conn_of(struct rt_conn *c)
 {
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    memset(conn->peer, 0, sizeof(conn->peer));
-    if (uv_tcp_getpeername(&conn->tcp, (struct sockaddr *)&ss, &len) != 0)
-        return;
-    if (ss.ss_family == AF_INET6) {
-        memcpy(conn->peer, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
-    } else if (ss.ss_family == AF_INET) {
-        conn->peer[10] = conn->peer[11] = 0xff;
-        memcpy(conn->peer + 12, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+    return (struct rt_http_conn *)c;
+}
+
+static struct rt_conn *set_create(struct rt_conn_set *set)
+{
+    struct rt_http_server *srv = set->ud;
+    struct rt_http_conn *conn = calloc(1, sizeof(*conn));
+    if (!conn)
+        return NULL;
+    if (uv_tcp_init(srv->loop, &conn->base.tcp) < 0) {
+        free(conn);
+        return NULL;
     }
-}
-
-/* Open connections (not closing) of conn's client, conn excluded. */
-static size_t conns_of_peer(const struct rt_http_conn *conn)
-{
-    size_t n = 0;
-    for (const struct rt_http_conn *c = conn->srv->conns; c; c = c->next)
-        if (c != conn && !c->closing &&
-            memcmp(c->peer, conn->peer, sizeof(c->peer)) == 0)
-            n++;
-    return n;
-}
-
-/* The oldest idle connection of conn's client, or NULL. */
-static struct rt_http_conn *oldest_idle_of_peer(const struct rt_http_conn *conn)
-{
-    for (struct rt_http_conn *c = conn->srv->idle_head; c; c = c->idle_next)
-        if (memcmp(c->peer, conn->peer, sizeof(c->peer)) == 0)
-            return c;
-    return NULL;
-}
-
-/* Refuses a new connection over a limit: a 503 with Retry-After if the
- * socket takes it at once, then close. Never blocks and never reads, so a
- * flood of connections costs one write and one close each. */
-static void conn_reject(struct rt_http_conn *conn, const char *why)
-{
-    char body[256], resp[512];
-    int bl = snprintf(body, sizeof(body),
-                      "{\"error\":{\"message\":\"%s\",\"type\":"
-                      "\"server_error\",\"param\":null,\"code\":503}}",
-                      why);
-    int n = snprintf(resp, sizeof(resp),
-                     "HTTP/1.1 503 Service Unavailable\r\n"
-                     "Content-Type: application/json\r\n"
-                     "Content-Length: %d\r\nRetry-After: %u\r\n"
-                     "Connection: close\r\n\r\n%s",
-                     bl, conn->srv->cfg.retry_after_s, body);
-    uv_buf_t b = uv_buf_init(resp, (unsigned)n);
-    uv_try_write((uv_stream_t *)&conn->tcp, &b, 1);
-    conn_close(conn);
-}
-
-static void free_handle(uv_handle_t *h)
-{
-    free(h);
-}
-
-/* Links a connection whose tcp handle was just initialised into srv. */
-static void conn_link(struct rt_http_server *srv, struct rt_http_conn *conn)
-{
     conn->srv = srv;
     uv_timer_init(srv->loop, &conn->timer);
-    conn->tcp.data = conn;
+    conn->base.tcp.data = conn;
     conn->timer.data = conn;
     conn->handles_open = 2;
     http_parser_init(&conn->parser, HTTP_REQUEST);
@@ -785,88 +754,70 @@ static void conn_link(struct rt_http_server *srv, struct rt_http_conn *conn)
         srv->conns->prev = conn;
     srv->conns = conn;
     srv->n_conns++;
-    srv->n_live++;
     srv->live_handles++;
+    return &conn->base;
 }
 
-/* Applies the connection limits to a connection just accepted and starts
- * reading it. */
-static void conn_start(struct rt_http_conn *conn)
+static void set_start(struct rt_conn *c)
 {
-    struct rt_http_server *srv = conn->srv;
-    peer_address(conn);
-    const struct rt_http_config *cfg = &srv->cfg;
-    /* n_live counts this one too. An idle connection gives way: it holds
-     * a descriptor and nothing else, and its client reconnects at need. */
-    if (cfg->max_connections && srv->n_live > cfg->max_connections) {
-        if (!srv->idle_head) {
-            srv->stats.rejected_max++;
-            conn_reject(conn, "the server is at its connection limit");
-            return;
-        }
-        srv->stats.evicted++;
-        conn_close(srv->idle_head);
-    }
-    if (cfg->max_connections_per_ip &&
-        conns_of_peer(conn) >= cfg->max_connections_per_ip) {
-        struct rt_http_conn *victim = oldest_idle_of_peer(conn);
-        if (!victim) {
-            srv->stats.rejected_per_ip++;
-            conn_reject(conn, "too many connections from this address");
-            return;
-        }
-        srv->stats.evicted++;
-        conn_close(victim);
-    }
-    srv->stats.accepted++;
-    uv_tcp_nodelay(&conn->tcp, 1);
+    struct rt_http_conn *conn = conn_of(c);
+    uv_tcp_nodelay(&conn->base.tcp, 1);
     read_start(conn);
     if (!conn->closing)
         conn_arm_timer(conn);
 }
 
-void rt__http_on_connection(uv_stream_t *l, int status)
+/* Writes a whole error response without a request, if the socket takes
+ * it at once: a flood of connections costs one write and one close each,
+ * never a read or a wait. */
+static void try_answer(struct rt_http_conn *conn, int status, const char *msg,
+                       const char *code, unsigned retry_after_s)
 {
-    struct rt_http_server *srv = l->data;
-    if (status < 0 || srv->closing)
-        return;
-    struct rt_http_conn *conn = calloc(1, sizeof(*conn));
-    if (!conn || uv_tcp_init(srv->loop, &conn->tcp) < 0) {
-        free(conn);
-        /* Accept and drop, so the backlog does not spin. */
-        uv_tcp_t *tmp = malloc(sizeof(*tmp));
-        if (tmp && uv_tcp_init(srv->loop, tmp) == 0) {
-            uv_accept(l, (uv_stream_t *)tmp);
-            uv_close((uv_handle_t *)tmp, free_handle);
-        } else {
-            free(tmp);
-        }
-        return;
-    }
-    conn_link(srv, conn);
-    if (uv_accept(l, (uv_stream_t *)&conn->tcp) < 0) {
-        conn_close(conn);
-        return;
-    }
-    conn_start(conn);
+    char resp[2048];
+    size_t n = rt__http_error_response(resp, sizeof(resp), status, NULL, msg,
+                                       code, retry_after_s, NULL);
+    uv_buf_t b = uv_buf_init(resp, (unsigned)n);
+    if (n)
+        uv_try_write((uv_stream_t *)&conn->base.tcp, &b, 1);
 }
+
+static void set_refuse(struct rt_conn *c, int why)
+{
+    struct rt_http_conn *conn = conn_of(c);
+    unsigned ra = conn->srv->cfg.retry_after_s;
+    if (why == RT_CONN_REFUSE_MAX)
+        try_answer(conn, 503, "the server is at its connection limit",
+                   "connection_limit", ra);
+    else if (why == RT_CONN_REFUSE_PER_IP)
+        try_answer(conn, 503, "too many connections from this address",
+                   "connection_limit_per_address", ra);
+    conn_close(conn);
+}
+
+static void set_evict(struct rt_conn *c, int why)
+{
+    struct rt_http_conn *conn = conn_of(c);
+    /* An idle connection holds a descriptor and nothing else, and its
+     * client reconnects at need; a head that trickled slowest while the
+     * table is full is told why. */
+    if (why == RT_CONN_EVICT_HEAD)
+        try_answer(conn, 408,
+                   "request head too slow: the server needed the "
+                   "connection for another client",
+                   "request_timeout", 0);
+    conn_close(conn);
+}
+
+const struct rt_conn_ops rt__http_conn_ops = {
+    .create = set_create,
+    .start = set_start,
+    .refuse = set_refuse,
+    .evict = set_evict,
+};
 
 int rt__http_conn_adopt(struct rt_http_server *srv, int fd)
 {
     if (srv->closing)
         return TG_EINVAL;
-    struct rt_http_conn *conn = calloc(1, sizeof(*conn));
-    if (!conn)
-        return TG_ENOMEM;
-    if (uv_tcp_init(srv->loop, &conn->tcp) < 0) {
-        free(conn);
-        return TG_EIO;
-    }
-    conn_link(srv, conn);
-    if (uv_tcp_open(&conn->tcp, fd) < 0) {
-        conn_close(conn);
-        return TG_EIO;
-    }
-    conn_start(conn);
-    return 0;
+    return rt_conn_set_adopt(&srv->set, fd);
 }

@@ -29,26 +29,41 @@
  *   505 (1.x with x > 1 is served as 1.1, RFC 9110 §2.5). Trailer fields
  *   are checked and counted against max_header_bytes, then dropped.
  * - Limits (each answered with a complete JSON error in the OpenAI shape,
- *   then a graceful close: FIN after the response, unread input drained
- *   for up to linger_ms so the client is not reset before it reads the
- *   answer): request line + headers over max_header_bytes -> 431; body
- *   over max_body_bytes -> 413 (known from Content-Length up front, from a
- *   chunk's announced size, or while chunks arrive); the head not complete
- *   within header_timeout_ms of its first byte, or the body not within
- *   body_timeout_ms of the end of the head -> 408; a malformed request ->
- *   400. An idle keep-alive connection is closed quietly after
- *   idle_timeout_ms.
+ *   "code" always a string (rt_http_status_code), then a graceful close:
+ *   FIN after the response, unread input drained for up to linger_ms so
+ *   the client is not reset before it reads the answer): request line +
+ *   headers over max_header_bytes -> 431; body over max_body_bytes -> 413
+ *   (known from Content-Length up front, from a chunk's announced size,
+ *   or while chunks arrive); the body budget (below) full -> 503 with
+ *   Retry-After; the head not complete within header_timeout_ms of its
+ *   first byte, or the body not within body_timeout_ms of the end of the
+ *   head -> 408; a malformed request -> 400. An idle keep-alive connection
+ *   is closed quietly after idle_timeout_ms. A request refused before its
+ *   body was read (head check, 413 announced, budget) whose body is over
+ *   RT_HTTP_LINGER_BODY_MAX bytes or of unknown length (chunked) is not
+ *   drained: reading stops, the answer and a FIN go out, and the socket
+ *   closes as soon as they are written, so a refused client cannot make
+ *   the server read (and throw away) what it keeps sending.
  * - Head check: rt_http_server_on_head() installs a callback that sees
  *   each request's head before any body byte is read (authentication);
  *   a refusal is answered at once and the connection closed, so an
  *   unauthenticated client can never make the server buffer a body.
- * - Connections: at most max_connections are open. When a new one arrives
- *   at the limit the oldest idle connection (keep-alive between requests,
- *   or connected and silent) is closed to make room; when none is idle the
- *   new one gets a 503 with Retry-After and is closed. The listener never
- *   stops accepting. With max_connections_per_ip, one client address is
- *   held to that many the same way (its own oldest idle one is closed,
- *   else the new one is refused).
+ * - Body budget: with cfg.body_budget, every body buffer is charged to it
+ *   before it is allocated — a body with Content-Length at once and
+ *   exactly (one allocation), a chunked one as its chunks are announced —
+ *   and given back when the request is freed or its body taken
+ *   (rt_http_req_take_body, which moves the charge with it). A request
+ *   whose body does not fit gets 503 (code "body_memory_full", Retry-After
+ *   retry_after_s) before any of its body is read.
+ * - Connections (router/rt_conn.h, the set shared with the gRPC server):
+ *   at most max_connections are open, at most max_connections_per_ip of
+ *   one client address. A new connection at a limit takes the place of
+ *   the oldest idle connection (keep-alive between requests, connected and
+ *   silent, or lingering after a close), else of the slowest incomplete
+ *   request head, which gets 408 "evicted"; when every connection is busy
+ *   (a request past its head) the new one gets 503 with Retry-After and is
+ *   closed. Accepting pauses (never spins, never resets pending clients)
+ *   while the process is out of descriptors.
  * - Slow readers: a connection whose queued response bytes make no
  *   progress for send_timeout_ms (the client stopped reading) is closed,
  *   which aborts its request. A streaming producer bounds what it queues
@@ -61,8 +76,10 @@
  *   1xx, RFC 9110 §15.2): a closed socket answers it with a reset, which
  *   aborts the request within about a quarter second.
  * - Routes: method + exact path (or a path prefix, when the route's path
- *   ends with '*'). A known path with another method gets 405 with an Allow
- *   header; an unknown path gets 404.
+ *   ends with '*'). HEAD is served by the GET route of the path when it
+ *   has no HEAD route of its own (the same status and headers, no body;
+ *   RFC 9110 §9.3.2). A known path with another method gets 405 with an
+ *   Allow header; an unknown path gets 404.
  * - Responses: rt_http_respond() for a whole body with Content-Length, or
  *   rt_http_stream_begin()/write()/end() for streaming (SSE): chunked
  *   transfer coding on HTTP/1.1, close-delimited on HTTP/1.0.
@@ -100,8 +117,15 @@
 
 #include <uv.h>
 
+#include "router/rt_conn.h"
+
 /* Bytes of the read buffer the connections of one server share. */
 #define RT_HTTP_READ_BUF 65536
+
+/* A refused request's unread body is drained (lingering close) only up to
+ * this many bytes; beyond, or of unknown length, the socket is closed
+ * once the answer is written. */
+#define RT_HTTP_LINGER_BODY_MAX 65536
 
 struct rt_http_req;
 struct rt_http_conn;
@@ -131,7 +155,7 @@ struct rt_http_refusal {
                                     rt_http_respond_error() */
     const char *message;         /* NULL: the reason phrase */
     const char *code;            /* the error's "code" string; NULL: the
-                                    status number */
+                                    status's (rt_http_status_code) */
     const char *header;          /* one extra response header line without
                                     CRLF ("WWW-Authenticate: Bearer"), or
                                     NULL */
@@ -173,23 +197,25 @@ struct rt_http_config {
     uint32_t max_connections;    /* open connections (default 4096; 0 = no
                                     limit) */
     uint32_t max_connections_per_ip; /* open connections of one client
-                                    address (default 0 = no limit) */
+                                    address (default 256; 0 = no limit) */
     uint32_t retry_after_s;      /* Retry-After of the 503 that refuses a
-                                    connection over the limit (default 1) */
+                                    connection over the limit or a body
+                                    over the budget (default 1) */
     int backlog;                 /* listen(2) backlog (default 511) */
+    struct rt_conn_budget *body_budget; /* the account request bodies are
+                                    charged to (shared with other servers;
+                                    must outlive this one); NULL: none */
 };
 
-/* Counters of the server since init, for metrics. Readable by callers. */
+/* Counters of the server since init, for metrics (the connection counts
+ * are the set's: srv->set.stats). Readable by callers. */
 struct rt_http_stats {
-    uint64_t accepted;           /* connections accepted and served */
-    uint64_t rejected_max;       /* refused: max_connections, none idle */
-    uint64_t rejected_per_ip;    /* refused: max_connections_per_ip */
-    uint64_t evicted;            /* idle connections closed to make room */
     uint64_t timeout_header;     /* 408: head not complete in time */
     uint64_t timeout_body;       /* 408: body not complete in time */
     uint64_t malformed;          /* 400 / 501 / 505 from parsing */
     uint64_t too_large;          /* 413 / 431 */
     uint64_t refused_head;       /* refused by the head check */
+    uint64_t refused_budget;     /* 503: the body budget was full */
     uint64_t slow_readers;       /* closed by send_timeout_ms */
     uint64_t half_closed;        /* requests still in flight when their
                                     client half-closed */
@@ -214,15 +240,16 @@ struct rt_http_route {
 struct rt_http_server {
     uv_loop_t *loop;
     struct rt_http_config cfg;
-    uv_tcp_t listener;
+    struct rt_conn_set set;      /* the listener and the open connections
+                                    with their limits; readable: set.n_live
+                                    (what max_connections counts), set.stats
+                                    (accepted, refused, evicted) */
     uv_idle_t resume_idle;       /* resumes connections whose async response
                                     completed, outside the caller's stack */
     uv_timer_t peer_timer;       /* checks half-closed clients (see top) */
     struct rt_http_route *routes;/* (n_routes) */
     size_t n_routes, cap_routes;
     struct rt_http_conn *conns;  /* doubly linked list of open connections */
-    struct rt_http_conn *idle_head, *idle_tail; /* idle connections, oldest
-                                    first (the ones closed to make room) */
     struct rt_http_conn *resume; /* singly linked list to resume */
     struct rt_http_conn *peers;  /* half-closed with a request in flight */
     struct rt_http_req *zombies; /* detached requests (see above) */
@@ -234,8 +261,6 @@ struct rt_http_server {
     int port;                    /* readable: bound port after listen */
     size_t n_conns;              /* readable: open connections, closing
                                     ones included */
-    size_t n_live;               /* readable: open connections not closing
-                                    (what max_connections counts) */
     uint64_t n_requests;         /* readable: requests dispatched so far */
     struct rt_http_stats stats;  /* readable */
     int listening, live_handles, closing, initialized;
@@ -267,6 +292,7 @@ struct rt_http_req {
     size_t n_hdrs, cap_hdrs;
     char *bbuf;                  /* body bytes + NUL */
     size_t blen, bcap;
+    size_t charged;              /* bytes of bbuf charged to the budget */
     char *rhdrs;                 /* extra response header lines */
     size_t rhlen;
     rt_http_abort_fn on_abort;
@@ -358,11 +384,21 @@ int rt_http_respond(struct rt_http_req *req, int status,
                     const char *content_type, const char *body, size_t len);
 
 /* rt_http_respond() with the JSON error body of the OpenAI API:
- * {"error":{"message":msg,"type":type,"param":null,"code":status}}.
- * `type` NULL means "invalid_request_error" below 500, else "server_error".
- * Same returns and ownership as rt_http_respond(). */
+ * {"error":{"message":msg,"type":type,"param":null,"code":code}}.
+ * `type` NULL means "invalid_request_error" below 500, else
+ * "server_error"; `code` NULL means rt_http_status_code(status). Same
+ * returns and ownership as rt_http_respond(). */
 int rt_http_respond_error(struct rt_http_req *req, int status,
-                          const char *type, const char *msg);
+                          const char *type, const char *msg,
+                          const char *code);
+
+/* Moves the request's body out of the handle into *out (with its charge
+ * against the body budget), for work that outlives the handle or runs
+ * off the loop; the handle's body becomes "" (length 0), and a body taken
+ * twice is "" the second time. Returns 0, or TG_ECANCELED (the client is
+ * gone) or TG_ENOMEM, with *out zeroed. Free *out with
+ * rt_conn_body_free() on the loop thread. */
+int rt_http_req_take_body(struct rt_http_req *req, struct rt_conn_body *out);
 
 /* Starts a streaming response: status line, Content-Type, added headers,
  * and "Transfer-Encoding: chunked" (HTTP/1.1) or "Connection: close"
@@ -400,5 +436,14 @@ int rt_http_req_on_drain(struct rt_http_req *req, size_t low,
 /* Returns the standard reason phrase of `status` ("OK", "Not Found" ...),
  * or "Unknown" for codes it does not know. Thread-safe. */
 const char *rt_http_status_reason(int status);
+
+/* Returns the error "code" string the server gives an error of `status`
+ * when nobody names one: "malformed_request" (400), "unauthorized" (401),
+ * "not_found" (404), "method_not_allowed" (405), "request_timeout" (408),
+ * "request_too_large" (413), "headers_too_large" (431),
+ * "internal_error" (500), "not_implemented" (501),
+ * "service_unavailable" (503), "http_version_not_supported" (505),
+ * "http_error" for others. Static; thread-safe. */
+const char *rt_http_status_code(int status);
 
 #endif /* RT_HTTP_H */

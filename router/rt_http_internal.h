@@ -21,7 +21,6 @@ enum { CB_NONE = 0, CB_URL, CB_FIELD, CB_VALUE };
 
 enum {
     TM_NONE = 0,
-    TM_IDLE,   /* no request: idle_timeout_ms */
     TM_HEAD,   /* head arriving: header_timeout_ms from its first byte */
     TM_BODY,   /* body arriving: body_timeout_ms from the end of the head */
     TM_SEND,   /* response bytes unacknowledged: send_timeout_ms without
@@ -34,13 +33,13 @@ enum {
 #define PENDING_CAP (64u * 1024u)
 
 struct rt_http_conn {
+    struct rt_conn base;              /* the socket and its place in the
+                                         server's connection set (first) */
     struct rt_http_server *srv;
-    uv_tcp_t tcp;
     uv_timer_t timer;
     uv_shutdown_t shutdown_req;
     http_parser parser;
     struct rt_http_conn *prev, *next;           /* srv->conns */
-    struct rt_http_conn *idle_prev, *idle_next; /* srv idle list */
     struct rt_http_conn *next_resume;           /* srv->resume */
     struct rt_http_conn *next_peer;             /* srv->peers */
     struct rt_http_req *cur;          /* parsing or in flight; at most one */
@@ -51,6 +50,8 @@ struct rt_http_conn {
                                          trailer) bytes so far */
     int error_status;                 /* set by a callback refusing input */
     const char *error_msg;            /* its message (static), or NULL */
+    const char *error_code;           /* its "code" (static), or NULL for
+                                         the status's */
     struct rt_http_refusal refusal;   /* the head check's, when it refused */
     /* Framing check of the bytes the parser consumes outside bodies
      * (rt_http_parse.c): the head, chunk-size lines, the CRLF after chunk
@@ -62,8 +63,6 @@ struct rt_http_conn {
     int prev_cr;                      /* the last framing byte was CR */
     int prev_nonempty;                /* the line before was not empty */
     size_t line_len;                  /* bytes of the current line so far */
-    uint8_t peer[16];                 /* client address (IPv4 mapped into
-                                         IPv6), for the per-IP limit */
     /* Send progress (TM_SEND, TM_FLUSH): bytes the client acknowledged,
      * as submitted - libuv's queue - the kernel's unacknowledged ones. */
     uint64_t submitted;               /* bytes handed to uv_write */
@@ -77,7 +76,10 @@ struct rt_http_conn {
     int in_dispatch;
     int read_paused;
     int timer_mode;
-    int in_idle;                      /* on the server's idle list */
+    int no_linger;                    /* close once the answer is out,
+                                         without draining: a refused
+                                         request whose unread body is
+                                         large or of unknown length */
     int peer_eof;                     /* the client half-closed */
     int in_peers;                     /* on srv->peers */
 };
@@ -89,12 +91,13 @@ struct wreq {
     char data[];
 };
 
-/* Accepts a connection on the listener (rt_http.c), within the limits. */
-void rt__http_on_connection(uv_stream_t *l, int status);
+/* The server's side of its connection set (rt_http.c): how connections
+ * are made, started, refused and evicted. */
+extern const struct rt_conn_ops rt__http_conn_ops;
 
 /* Adopts `fd`, a connected stream socket, as a connection of srv, as if
  * the listener had accepted it: the same limits, parser, timers and
- * responses (rt_http.c). It exists for the fuzzing harness
+ * responses (rt_conn_set_adopt). It exists for the fuzzing harness
  * (tests/fuzz/fuzz_http.c), which feeds bytes to the real connection
  * state machine over a socketpair without a listener; the server itself
  * only accepts. Returns 0 (the server owns fd and closes it with the
@@ -146,9 +149,21 @@ void rt__http_conn_finish(struct rt_http_conn *conn);
 int rt__http_conn_last(const struct rt_http_conn *conn);
 
 /* The JSON error body of the OpenAI API (malloc'ed; NULL on OOM): "code"
- * is the status number, or the string `code` when not NULL. */
-char *rt__http_error_json(int status, const char *type, const char *msg);
-char *rt__http_error_json_code(int status, const char *type, const char *msg,
-                               const char *code);
+ * is the string `code`, or when NULL the one rt_http_status_code() gives
+ * the status. */
+char *rt__http_error_json(int status, const char *type, const char *msg,
+                          const char *code);
+
+/* A whole error response (head and OpenAI-shaped body of `type` NULL as
+ * in rt__http_error_json, "Connection: close", Retry-After: retry_after_s
+ * when nonzero, `extra` header line without CRLF or NULL) in
+ * buf[0..cap); returns its length (the message is cut to 300 bytes; with
+ * cap >= 2048 it always fits), or 0 when it does not fit. For answers
+ * written outside a handler: parse failures, refusals at accept,
+ * evictions. */
+size_t rt__http_error_response(char *buf, size_t cap, int status,
+                               const char *type, const char *msg,
+                               const char *code, unsigned retry_after_s,
+                               const char *extra);
 
 #endif /* RT_HTTP_INTERNAL_H */

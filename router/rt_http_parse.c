@@ -42,14 +42,56 @@ static struct rt_http_conn *pconn(http_parser *p)
     return p->data;
 }
 
-/* Refuses the input being parsed with `status` and a static message. */
-static int refuse(struct rt_http_conn *conn, int status, const char *msg)
+/* Refuses the input being parsed with `status`, a static message and
+ * "code" (NULL: the status's). */
+static int refuse_code(struct rt_http_conn *conn, int status,
+                       const char *msg, const char *code)
 {
     if (conn->error_status == 0) {
         conn->error_status = status;
         conn->error_msg = msg;
+        conn->error_code = code;
     }
     return -1;
+}
+
+static int refuse(struct rt_http_conn *conn, int status, const char *msg)
+{
+    return refuse_code(conn, status, msg, NULL);
+}
+
+/* The body budget cannot hold more: 503 before any of the body is read. */
+static int refuse_budget(struct rt_http_conn *conn)
+{
+    return refuse_code(conn, 503,
+                       "the server holds as many request bodies as its "
+                       "memory budget allows (--max-body-memory); retry "
+                       "shortly",
+                       "body_memory_full");
+}
+
+/* Makes room for `want` body bytes (plus the NUL) in req->bbuf, charging
+ * what it allocates to the body budget first. Returns 0 or -1 after
+ * refusing (503 budget, 500 out of memory). */
+static int body_reserve(struct rt_http_conn *conn, struct rt_http_req *req,
+                        size_t want)
+{
+    size_t need = want + 1;
+    if (need <= req->bcap)
+        return 0;
+    struct rt_conn_budget *b = conn->srv->cfg.body_budget;
+    if (rt_conn_budget_take(b, need - req->bcap) != 0)
+        return refuse_budget(conn);
+    char *p = realloc(req->bbuf, need);
+    if (!p) {
+        rt_conn_budget_give(b, need - req->bcap);
+        return refuse(conn, 500, NULL);
+    }
+    req->charged += need - req->bcap;
+    p[req->blen] = '\0'; /* the body so far stays a string (empty too) */
+    req->bbuf = p;
+    req->bcap = need;
+    return 0;
 }
 
 /* ---- framing bytes ---------------------------------------------------- */
@@ -432,6 +474,11 @@ static int on_headers_complete(http_parser *p)
     if (!chunked && p->content_length != ULLONG_MAX &&
         p->content_length > srv->cfg.max_body_bytes)
         return refuse(conn, 413, NULL);
+    /* A known length is charged and allocated once, whole. */
+    if (!chunked && p->content_length != ULLONG_MAX &&
+        p->content_length > 0 &&
+        body_reserve(conn, req, (size_t)p->content_length) < 0)
+        return -1;
     const char *expect = rt_http_req_header(req, "Expect");
     if (expect && strcasecmp(expect, "100-continue") == 0 &&
         req->http_minor >= 1) {
@@ -446,10 +493,16 @@ static int on_chunk_header(http_parser *p)
     struct rt_http_conn *conn = pconn(p);
     struct rt_http_req *req = conn->cur;
     /* content_length holds the announced chunk size here. */
-    if (p->content_length > conn->srv->cfg.max_body_bytes - req->blen)
+    size_t max = conn->srv->cfg.max_body_bytes;
+    if (p->content_length > max - req->blen)
         return refuse(conn, 413, NULL);
     conn->chunk_left = p->content_length;
-    return 0;
+    /* Room for the chunk, charged before it is read; the buffer at least
+     * doubles so that many small chunks do not reallocate each time. */
+    size_t want = req->blen + (size_t)p->content_length;
+    if (want > req->bcap && want < 2 * req->bcap)
+        want = 2 * req->bcap < max ? 2 * req->bcap : max;
+    return body_reserve(conn, req, want);
 }
 
 static int on_body(http_parser *p, const char *at, size_t n)
@@ -471,8 +524,12 @@ static int on_body(http_parser *p, const char *at, size_t n)
     }
     if (req->blen + n > conn->srv->cfg.max_body_bytes)
         return refuse(conn, 413, NULL);
-    if (rt__http_buf_append(&req->bbuf, &req->blen, &req->bcap, at, n) < 0)
-        return refuse(conn, 500, NULL);
+    /* Room was made (and charged) from the length or the chunk size. */
+    if (body_reserve(conn, req, req->blen + n) < 0)
+        return -1;
+    memcpy(req->bbuf + req->blen, at, n);
+    req->blen += n;
+    req->bbuf[req->blen] = '\0';
     return 0;
 }
 

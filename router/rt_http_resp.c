@@ -110,26 +110,64 @@ static int has_crlf(const char *s)
     return strpbrk(s, "\r\n") != NULL;
 }
 
-/* The JSON error body of the OpenAI API; malloc'ed, NULL on OOM. */
-char *rt__http_error_json(int status, const char *type, const char *msg)
+const char *rt_http_status_code(int status)
 {
-    return rt__http_error_json_code(status, type, msg, NULL);
+    switch (status) {
+    case 400: return "malformed_request";
+    case 401: return "unauthorized";
+    case 404: return "not_found";
+    case 405: return "method_not_allowed";
+    case 408: return "request_timeout";
+    case 413: return "request_too_large";
+    case 431: return "headers_too_large";
+    case 500: return "internal_error";
+    case 501: return "not_implemented";
+    case 503: return "service_unavailable";
+    case 505: return "http_version_not_supported";
+    default: return "http_error";
+    }
 }
 
-char *rt__http_error_json_code(int status, const char *type, const char *msg,
-                               const char *code)
+/* The JSON error body of the OpenAI API; malloc'ed, NULL on OOM. */
+char *rt__http_error_json(int status, const char *type, const char *msg,
+                          const char *code)
 {
     if (!type)
         type = status < 500 ? "invalid_request_error" : "server_error";
-    json_t *c = code ? json_string(code) : json_integer(status);
-    json_t *doc = json_pack("{s:{s:s,s:s,s:n,s:o}}", "error", "message",
+    json_t *doc = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message",
                             msg ? msg : rt_http_status_reason(status), "type",
-                            type, "param", "code", c);
+                            type, "param", "code",
+                            code ? code : rt_http_status_code(status));
     if (!doc)
         return NULL;
     char *s = json_dumps(doc, JSON_COMPACT);
     json_decref(doc);
     return s;
+}
+
+size_t rt__http_error_response(char *buf, size_t cap, int status,
+                               const char *type, const char *msg,
+                               const char *code, unsigned retry_after_s,
+                               const char *extra)
+{
+    char m[301];
+    snprintf(m, sizeof(m), "%s", msg ? msg : rt_http_status_reason(status));
+    char *body = rt__http_error_json(status, type, m, code);
+    const char *b = body ? body
+                         : "{\"error\":{\"message\":\"out of memory\","
+                           "\"type\":\"server_error\",\"param\":null,"
+                           "\"code\":\"internal_error\"}}";
+    char ra[48] = "";
+    if (retry_after_s)
+        snprintf(ra, sizeof(ra), "Retry-After: %u\r\n", retry_after_s);
+    int n = snprintf(buf, cap,
+                     "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n%s%s%sConnection: close\r\n"
+                     "\r\n%s",
+                     status, rt_http_status_reason(status), strlen(b), ra,
+                     extra ? extra : "", extra ? "\r\n" : "", b);
+    free(body);
+    return n < 0 || (size_t)n >= cap ? 0 : (size_t)n;
 }
 
 static void zombie_remove(struct rt_http_server *srv, struct rt_http_req *req)
@@ -297,13 +335,13 @@ int rt_http_respond(struct rt_http_req *req, int status,
 }
 
 int rt_http_respond_error(struct rt_http_req *req, int status,
-                          const char *type, const char *msg)
+                          const char *type, const char *msg, const char *code)
 {
-    char *body = rt__http_error_json(status, type, msg);
+    char *body = rt__http_error_json(status, type, msg, code);
     if (!body) {
         static const char fallback[] =
             "{\"error\":{\"message\":\"out of memory\",\"type\":"
-            "\"server_error\",\"param\":null,\"code\":500}}";
+            "\"server_error\",\"param\":null,\"code\":\"internal_error\"}}";
         return rt_http_respond(req, status, "application/json", fallback,
                                sizeof(fallback) - 1);
     }
@@ -311,6 +349,28 @@ int rt_http_respond_error(struct rt_http_req *req, int status,
                              strlen(body));
     free(body);
     return rc;
+}
+
+int rt_http_req_take_body(struct rt_http_req *req, struct rt_conn_body *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!req->conn)
+        return TG_ECANCELED;
+    if (req->bbuf) {
+        out->data = req->bbuf;
+        out->len = req->blen;
+    } else {
+        out->data = strdup("");
+        if (!out->data)
+            return TG_ENOMEM;
+    }
+    out->charged = req->charged;
+    out->budget = req->srv->cfg.body_budget;
+    req->bbuf = NULL;
+    req->blen = req->bcap = req->charged = 0;
+    req->body = "";
+    req->body_len = 0;
+    return 0;
 }
 
 int rt_http_stream_begin(struct rt_http_req *req, int status,
@@ -384,7 +444,7 @@ size_t rt_http_req_pending_bytes(const struct rt_http_req *req)
 {
     if (!req->conn)
         return 0;
-    return uv_stream_get_write_queue_size((const uv_stream_t *)&req->conn->tcp);
+    return uv_stream_get_write_queue_size((const uv_stream_t *)&req->conn->base.tcp);
 }
 
 int rt_http_req_on_drain(struct rt_http_req *req, size_t low,

@@ -23,7 +23,7 @@ void rt_http_config_default(struct rt_http_config *cfg)
     cfg->send_timeout_ms = 60000;
     cfg->linger_ms = 1000;
     cfg->max_connections = 4096;
-    cfg->max_connections_per_ip = 0;
+    cfg->max_connections_per_ip = 256;
     cfg->retry_after_s = 1;
     cfg->backlog = 511;
 }
@@ -55,6 +55,7 @@ void rt__http_req_free(struct rt_http_req *req)
     free(req->hoffs);
     free(req->hdrs);
     free(req->bbuf);
+    rt_conn_budget_give(req->srv->cfg.body_budget, req->charged);
     free(req->rhdrs);
     free(req);
 }
@@ -98,20 +99,19 @@ int rt_http_server_init(struct rt_http_server *srv, uv_loop_t *loop,
     if (!srv->rbuf)
         return tg_err_set(err, errlen, TG_ENOMEM, "http: read buffer");
     srv->loop = loop;
-    int rc = uv_tcp_init(loop, &srv->listener);
-    if (rc < 0) {
-        free(srv->rbuf);
-        srv->rbuf = NULL;
-        return tg_err_set(err, errlen, TG_EIO, "http: uv_tcp_init: %s",
-                          uv_strerror(rc));
-    }
+    struct rt_conn_config cc = {
+        .max_connections = srv->cfg.max_connections,
+        .max_connections_per_ip = srv->cfg.max_connections_per_ip,
+        .idle_timeout_ms = srv->cfg.idle_timeout_ms,
+        .backlog = srv->cfg.backlog,
+    };
+    rt_conn_set_init(&srv->set, loop, &cc, &rt__http_conn_ops, srv, "HTTP");
     /* uv_idle_init and uv_timer_init cannot fail (they only link the
      * handle into the loop). */
-    rc = uv_idle_init(loop, &srv->resume_idle);
+    int rc = uv_idle_init(loop, &srv->resume_idle);
     TG_ASSERT(rc == 0);
     rc = uv_timer_init(loop, &srv->peer_timer);
     TG_ASSERT(rc == 0);
-    srv->listener.data = srv;
     srv->resume_idle.data = srv;
     srv->peer_timer.data = srv;
     srv->live_handles = 3;
@@ -164,29 +164,10 @@ int rt_http_server_listen(struct rt_http_server *srv, const char *host,
     if (!srv->initialized || srv->listening || srv->closing)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "http: server not ready to listen");
-    if (port < 0 || port > 65535)
-        return tg_err_set(err, errlen, TG_EINVAL, "http: bad port %d", port);
-    struct sockaddr_storage ss;
-    if (uv_ip4_addr(host, port, (struct sockaddr_in *)&ss) != 0 &&
-        uv_ip6_addr(host, port, (struct sockaddr_in6 *)&ss) != 0)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "http: '%s' is not an IP address", host);
-    int rc = uv_tcp_bind(&srv->listener, (const struct sockaddr *)&ss, 0);
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&srv->listener, srv->cfg.backlog,
-                       rt__http_on_connection);
-    if (rc < 0)
-        return tg_err_set(err, errlen, TG_EIO, "http: listen on %s:%d: %s",
-                          host, port, uv_strerror(rc));
-    struct sockaddr_storage got;
-    int len = sizeof(got);
-    rc = uv_tcp_getsockname(&srv->listener, (struct sockaddr *)&got, &len);
-    if (rc < 0)
-        return tg_err_set(err, errlen, TG_EIO, "http: getsockname: %s",
-                          uv_strerror(rc));
-    srv->port = got.ss_family == AF_INET6
-                    ? ntohs(((struct sockaddr_in6 *)&got)->sin6_port)
-                    : ntohs(((struct sockaddr_in *)&got)->sin_port);
+    int rc = rt_conn_set_listen(&srv->set, host, port, err, errlen);
+    if (rc != 0)
+        return rc;
+    srv->port = srv->set.port;
     srv->listening = 1;
     return 0;
 }
@@ -194,6 +175,11 @@ int rt_http_server_listen(struct rt_http_server *srv, const char *host,
 static void on_srv_handle_closed(uv_handle_t *h)
 {
     rt__http_srv_handle_closed(h->data);
+}
+
+static void on_set_closed(struct rt_conn_set *set)
+{
+    rt__http_srv_handle_closed(set->ud);
 }
 
 void rt_http_server_close(struct rt_http_server *srv,
@@ -204,7 +190,7 @@ void rt_http_server_close(struct rt_http_server *srv,
     srv->closing = 1;
     srv->on_closed = on_closed;
     srv->on_closed_ud = ud;
-    uv_close((uv_handle_t *)&srv->listener, on_srv_handle_closed);
+    rt_conn_set_close(&srv->set, on_set_closed);
     uv_close((uv_handle_t *)&srv->resume_idle, on_srv_handle_closed);
     uv_close((uv_handle_t *)&srv->peer_timer, on_srv_handle_closed);
     srv->resume = NULL;

@@ -473,11 +473,14 @@ protocol:
     declare_dead(link, rank, why, 1);
 }
 
-/* Returns the rank named by routing id "rank-<r>", or -1. */
+/* Returns the rank named by routing id "rank-<r>" (the worker's main
+ * connection) or "beat-<r>" (its heartbeat thread's; *beat set to 1), or
+ * -1. */
 static int parse_identity(const struct rt_link *link, const char *id,
-                          size_t n)
+                          size_t n, int *beat)
 {
-    if (n < 6 || n > 12 || memcmp(id, "rank-", 5) != 0)
+    *beat = n >= 5 && memcmp(id, "beat-", 5) == 0;
+    if (n < 6 || n > 12 || (!*beat && memcmp(id, "rank-", 5) != 0))
         return -1;
     long r = 0;
     for (size_t i = 5; i < n; i++) {
@@ -488,10 +491,62 @@ static int parse_identity(const struct rt_link *link, const char *id,
     return r < link->cfg.world_size ? (int)r : -1;
 }
 
+/* A Heartbeat of alive rank `rank` (either connection): records what it
+ * says of the compute thread and declares the rank dead when that thread
+ * has made no progress for longer than stall_ms. */
+static void on_heartbeat(struct rt_link *link, int rank,
+                         const Tangram__Worker__V1__Heartbeat *hb)
+{
+    struct rt_link_rank *k = &link->ranks[rank];
+    k->busy_step = hb->step_id;
+    k->stalled_ms = hb->stalled_ms;
+    if (hb->stalled_ms <= link->cfg.stall_ms)
+        return;
+    char why[160];
+    if (hb->step_id != 0)
+        snprintf(why, sizeof why,
+                 "no progress for %" PRIu32 " ms in step %" PRIu64
+                 " (stall deadline %" PRIu32 " ms): its compute thread is "
+                 "wedged", hb->stalled_ms, hb->step_id, link->cfg.stall_ms);
+    else
+        snprintf(why, sizeof why,
+                 "its main thread made no progress for %" PRIu32
+                 " ms between steps (stall deadline %" PRIu32 " ms)",
+                 hb->stalled_ms, link->cfg.stall_ms);
+    declare_dead(link, rank, why, 1);
+}
+
+/* A message on a beat connection: a Heartbeat of the incarnation whose
+ * Hello was accepted keeps the rank alive; anything else is dropped
+ * without an answer (nothing is ever sent to a beat connection, and a
+ * stray beat's process is told to go through its main connection). */
+static void handle_beat(struct rt_link *link, int rank, const uint8_t *data,
+                        size_t len)
+{
+    struct rt_link_rank *k = &link->ranks[rank];
+    wmsg_t *m = tangram__worker__v1__worker_message__unpack(NULL, len, data);
+    if (m == NULL || m->version != PROTO_V1 ||
+        m->body_case != TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_HEARTBEAT ||
+        m->heartbeat->rank != rank) {
+        log_debug("link: malformed message on the beat connection of rank "
+                  "%d dropped", rank);
+    } else if (k->state == RANK_ALIVE && m->heartbeat->pid == k->pid) {
+        k->last_seen = uv_now(link->loop);
+        on_heartbeat(link, rank, m->heartbeat);
+    }
+    if (m != NULL)
+        tangram__worker__v1__worker_message__free_unpacked(m, NULL);
+}
+
 static void handle(struct rt_link *link, const char *id, size_t idlen,
                    const uint8_t *data, size_t len)
 {
-    int rank = parse_identity(link, id, idlen);
+    int beat = 0;
+    int rank = parse_identity(link, id, idlen, &beat);
+    if (rank >= 0 && beat) {
+        handle_beat(link, rank, data, len);
+        return;
+    }
     wmsg_t *m = tangram__worker__v1__worker_message__unpack(NULL, len, data);
     if (rank < 0) {
         /* Not one of our ranks: a Hello is refused so the worker exits. */
@@ -537,6 +592,8 @@ static void handle(struct rt_link *link, const char *id, size_t idlen,
     case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_HEARTBEAT:
         if (k->state != RANK_ALIVE)
             stray(link, rank, "heartbeat");
+        else
+            on_heartbeat(link, rank, m->heartbeat);
         break;
     case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_RESULT:
         if (k->state != RANK_ALIVE) {
@@ -639,6 +696,9 @@ static void timer_cb(uv_timer_t *h)
     /* Messages that queued while the loop was busy count first. */
     drain(link);
     uint64_t now = uv_now(link->loop);
+    int beat = now >= link->next_beat;
+    if (beat)
+        link->next_beat = now + link->cfg.heartbeat_ms;
     for (int r = 0; r < link->cfg.world_size && !link->closed; r++) {
         struct rt_link_rank *k = &link->ranks[r];
         if (k->state != RANK_ALIVE)
@@ -662,7 +722,7 @@ static void timer_cb(uv_timer_t *h)
             declare_dead(link, r, why, 1);
             continue;
         }
-        if (!link->shut)
+        if (!link->shut && beat)
             send_heartbeat(link, r);
     }
     if (!link->closed)
@@ -743,6 +803,8 @@ int rt_link_init(struct rt_link *link, uv_loop_t *loop,
         link->cfg.linger_ms = RT_LINK_LINGER_MS_DEFAULT;
     if (!link->cfg.comm_setup_ms)
         link->cfg.comm_setup_ms = RT_LINK_COMM_SETUP_MS_DEFAULT;
+    if (!link->cfg.stall_ms)
+        link->cfg.stall_ms = RT_LINK_STALL_MS_DEFAULT;
     link->cfg.endpoint = NULL;
     link->cfg.runtime_dir = NULL;
     if (cfg->endpoint) {
@@ -824,8 +886,13 @@ int rt_link_init(struct rt_link *link, uv_loop_t *loop,
     link->poll.data = link->timer.data = link->kick.data = link;
     link->n_handles = 3;
     TG_ASSERT(uv_poll_start(&link->poll, UV_READABLE, poll_cb) == 0);
-    TG_ASSERT(uv_timer_start(&link->timer, timer_cb, link->cfg.heartbeat_ms,
-                             link->cfg.heartbeat_ms) == 0);
+    /* Deadlines are checked at a finer grain than heartbeats are sent, so
+     * a silent rank is found within RT_LINK_TICK_MS_MAX of dead_ms. */
+    uint64_t tick = link->cfg.heartbeat_ms < RT_LINK_TICK_MS_MAX
+                        ? link->cfg.heartbeat_ms
+                        : RT_LINK_TICK_MS_MAX;
+    link->next_beat = uv_now(loop) + link->cfg.heartbeat_ms;
+    TG_ASSERT(uv_timer_start(&link->timer, timer_cb, tick, tick) == 0);
     link->initialized = 1;
     log_info("link: listening on %s for %d rank(s)", link->endpoint,
              link->cfg.world_size);

@@ -56,8 +56,20 @@
  * answers from a rank that dies never come: the caller learns of the
  * death through on_dead (rt_sched_tier_lost).
  *
+ * Liveness. A worker beats from a thread of its own on a second
+ * connection (routing id "beat-<r>", proto Heartbeat): the beats flow
+ * while its main thread runs a step of any length, each carrying the
+ * worker's pid (a beat of another incarnation is ignored, and nothing is
+ * ever sent to a beat connection), the step it runs and how long its
+ * compute thread has shown no progress (stalled_ms). So a rank is alive
+ * while its process runs, however long a step takes; a stopped (SIGSTOP)
+ * or dead process falls silent; a compute thread wedged inside one call
+ * keeps beating with a growing stalled_ms.
+ *
  * Failures are errors, never silence or a hang. A rank is declared dead
- * when no message came from it for dead_ms, when a send of a plan to it
+ * when no message came from it (on either connection) for dead_ms, when a
+ * beat reports no progress for longer than stall_ms, when a send of a plan
+ * to it
  * fails, when it answers out of order (a step id other than the next one
  * it owes: a lost or duplicated message), when it sends something
  * unparsable or of another protocol version, or when it says Hello again
@@ -75,8 +87,10 @@
  * readable event drains the socket with ZMQ_DONTWAIT receives until it
  * would block, and every send made outside the loop's callbacks schedules
  * another drain (a uv_idle tick), because a send may consume the edge of a
- * message that arrived meanwhile. A uv timer sends Heartbeats every
- * heartbeat_ms and checks the deadlines.
+ * message that arrived meanwhile. A uv timer ticks every
+ * min(heartbeat_ms, RT_LINK_TICK_MS_MAX): it checks the deadlines on every
+ * tick (so a silent rank is declared dead at most one tick after dead_ms)
+ * and sends Heartbeats every heartbeat_ms.
  *
  * Threading: every function and every callback runs on the loop thread.
  * Callbacks may call rt_link_send_plan, rt_link_shutdown and rt_link_close.
@@ -104,6 +118,8 @@
 #define RT_LINK_MAX_RANKS 1024
 #define RT_LINK_COMM_ID_MAX 256          /* bytes of a Hello.comm_id */
 #define RT_LINK_COMM_SETUP_MS_DEFAULT 30000u /* CommSetup -> CommReady */
+#define RT_LINK_STALL_MS_DEFAULT 60000u  /* no progress inside one call */
+#define RT_LINK_TICK_MS_MAX 250u         /* deadline check period, at most */
 
 /* The per-rank KV layout the router's accounting assumes; a worker's Hello
  * must match it (pages_total: at least). */
@@ -179,6 +195,9 @@ struct rt_link_config {
     uint32_t heartbeat_ms;      /* 0: RT_LINK_HEARTBEAT_MS_DEFAULT */
     uint32_t dead_ms;           /* silence that kills a rank; 0: 5 beats;
                                    must be > heartbeat_ms */
+    uint32_t stall_ms;          /* a beat reporting no progress of the
+                                   rank's compute thread for longer kills
+                                   it; 0: RT_LINK_STALL_MS_DEFAULT */
     uint32_t linger_ms;         /* how long close may wait to flush queued
                                    messages (Shutdown); 0: default 200 */
     uint32_t comm_setup_ms;     /* longest wait for a rank's CommReady
@@ -210,6 +229,7 @@ struct rt_link {
     void *zctx, *sock;           /* ZeroMQ context and ROUTER socket */
     uv_poll_t poll;              /* on ZMQ_FD */
     uv_timer_t timer;            /* heartbeats and deadlines */
+    uint64_t next_beat;          /* uv_now() of the next heartbeats */
     uv_idle_t kick;              /* deferred drain after sends */
     int n_handles;               /* uv handles not yet closed */
     int initialized, closed, shut, ready, kicking;
@@ -291,9 +311,9 @@ int rt_link_rank_alive(const struct rt_link *link, int rank);
 
 /* Returns the milliseconds since the last message of any kind from alive
  * `rank` (the loop's clock, uv_now), or -1 when the rank is not alive (or
- * out of range). A healthy rank speaks at least every heartbeat_ms between
- * steps; a longer silence means it is stalled, long before dead_ms declares
- * it dead. */
+ * out of range). A healthy rank beats every heartbeat_ms, during steps
+ * too; a longer silence means its process is stopped or cut off, long
+ * before dead_ms declares it dead. */
 int64_t rt_link_rank_silence_ms(const struct rt_link *link, int rank);
 
 /* Returns the smallest pages_total that the alive ranks reported in their

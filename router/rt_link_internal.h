@@ -41,7 +41,10 @@ struct rt_link_rank {
     uint64_t last_seen;      /* uv_now() of its last message, ms */
     uint64_t owed[RANK_OWED_MAX]; /* unanswered step ids, oldest first */
     int n_owed;
-    uint32_t pid;            /* from its Hello, for logs */
+    uint32_t pid;            /* from its Hello: logs, and its beats
+                                must carry it */
+    uint64_t busy_step;      /* its last beat's step_id */
+    uint32_t stalled_ms;     /* its last beat's stalled_ms */
     uint32_t pages_total;    /* from its Hello */
     uint32_t host_pages;     /* from its Hello: its host tier's pages */
     uint64_t page_bytes;     /* from its Hello's layout */

@@ -727,7 +727,7 @@ void rt_metrics_tangram_free(struct rt_metrics_tangram *m)
         return;
     rt_metrics_registry_free(&m->reg);
     free(m->kv_pages_used);
-    free(m->kv_pages_total);
+    free(m->kv_pages_capacity);
     free(m->kv_pages_cached);
     free(m->kv_pages_released);
     memset(m, 0, sizeof(*m));
@@ -755,8 +755,9 @@ static const struct single_def single_defs[] = {
      "Number of requests queued for admission.", RT_METRICS_GAUGE, NULL, NULL,
      SLOT(num_requests_waiting)},
     {"tangram_tokenize_jobs_in_flight",
-     "Prompts being rendered and tokenized off the event loop, queued or "
-     "running on the thread pool.",
+     "Request jobs on the router's thread pool, queued or running: large "
+     "bodies parsed, prompts rendered and tokenized, /tokenize answers "
+     "formatted.",
      RT_METRICS_GAUGE, NULL, NULL, SLOT(tokenize_jobs_in_flight)},
     {"tangram_kv_cache_usage_perc",
      "Fraction of KV-cache pages in use over all ranks (1 = full).",
@@ -793,9 +794,15 @@ static const struct single_def single_defs[] = {
      "Open HTTP connections (closing ones excluded).", RT_METRICS_GAUGE,
      NULL, NULL, SLOT(http_connections_open)},
     {"tangram_http_connections_evicted_total",
-     "Idle HTTP connections closed to make room for a new one at "
-     "--http-max-connections.",
+     "HTTP connections closed to make room for a new one at "
+     "--http-max-connections or --http-max-connections-per-ip: idle ones "
+     "first, then the slowest incomplete request heads.",
      RT_METRICS_COUNTER, NULL, NULL, SLOT(http_connections_evicted_total)},
+    {"tangram_http_slow_heads_evicted_total",
+     "HTTP connections in the middle of a request head closed (408) to "
+     "make room for a new one because nothing was idle; the slowest head "
+     "goes first.",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(http_slow_heads_evicted_total)},
     {"tangram_http_slow_readers_aborted_total",
      "HTTP connections cut because the client read none of its response "
      "for --http-send-timeout; their requests were aborted.",
@@ -827,24 +834,31 @@ static const struct single_def single_defs[] = {
     {"tangram_grpc_unauthenticated_total",
      "gRPC calls refused for a missing or wrong API key.",
      RT_METRICS_COUNTER, NULL, NULL, SLOT(grpc_unauthenticated_total)},
+    {"tangram_grpc_connections_evicted_total",
+     "Idle gRPC connections closed (GOAWAY) to make room for a new one at "
+     "--grpc-max-connections or --grpc-max-connections-per-ip.",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(grpc_connections_evicted_total)},
+    {"tangram_request_body_memory_bytes",
+     "Request body bytes (HTTP bodies, gRPC messages) the router holds, "
+     "counted against --max-body-memory.",
+     RT_METRICS_GAUGE, NULL, NULL, SLOT(request_body_memory_bytes)},
+    {"tangram_request_body_memory_refused_total",
+     "Requests refused (HTTP 503, gRPC UNAVAILABLE) because their body "
+     "did not fit in --max-body-memory.",
+     RT_METRICS_COUNTER, NULL, NULL,
+     SLOT(request_body_memory_refused_total)},
 };
 
-/* Registers a counter family `name` with one label and a series per value
- * of values[0..n) into dst[0..n). */
-static int add_labelled_counters(struct rt_metrics_tangram *m,
-                                 const char *name, const char *help,
-                                 const char *label,
-                                 const char *const *values, int n,
-                                 struct rt_metrics_series **dst, char *err,
-                                 size_t errlen)
-{
-    struct rt_metrics_family *f;
-    int rc = rt_metrics_family_add(&m->reg, name, help, RT_METRICS_COUNTER, 1,
-                                   &label, NULL, 0, &f, err, errlen);
-    for (int i = 0; rc == 0 && i < n; i++)
-        rc = rt_metrics_series_add(f, &values[i], &dst[i], err, errlen);
-    return rc;
-}
+/* One labelled counter family of the set: one series per value of its
+ * label, handles in the array at `slot`. */
+struct labelled_def {
+    const char *name;
+    const char *help;
+    const char *label;
+    const char *const *values; /* (n) */
+    int n;
+    size_t slot;               /* offsetof the handle array */
+};
 
 static const char *const http_reject_names[RT_METRICS_HTTP_REJECT_COUNT] = {
     [RT_METRICS_HTTP_REJECT_MAX] = "max_connections",
@@ -858,33 +872,60 @@ static const char *const http_refuse_names[RT_METRICS_HTTP_REFUSE_COUNT] = {
     [RT_METRICS_HTTP_REFUSE_UNAUTH] = "unauthenticated",
     [RT_METRICS_HTTP_REFUSE_MALFORMED] = "malformed",
     [RT_METRICS_HTTP_REFUSE_TOO_LARGE] = "too_large",
+    [RT_METRICS_HTTP_REFUSE_BODY_MEMORY] = "body_memory",
+};
+static const char *const api_names[RT_METRICS_API_COUNT] = {
+    [RT_METRICS_API_HTTP] = "http",
+    [RT_METRICS_API_GRPC] = "grpc",
 };
 
-/* The labelled families of the HTTP front end. */
-static int add_http_families(struct rt_metrics_tangram *m, char *err,
-                             size_t errlen)
+static const struct labelled_def labelled_defs[] = {
+    {"tangram_http_connections_rejected_total",
+     "New HTTP connections refused (503) at a connection limit, by limit.",
+     "reason", http_reject_names, RT_METRICS_HTTP_REJECT_COUNT,
+     SLOT(http_connections_rejected_total)},
+    {"tangram_http_requests_timed_out_total",
+     "HTTP requests answered 408 because their head or body did not "
+     "arrive in time, by phase.",
+     "phase", http_timeout_names, RT_METRICS_HTTP_TIMEOUT_COUNT,
+     SLOT(http_requests_timed_out_total)},
+    {"tangram_http_requests_refused_total",
+     "HTTP requests refused before their body was read: without a valid "
+     "API key (401), malformed (400, 501, 505), too large (413, 431) or "
+     "over the body memory budget (503).",
+     "reason", http_refuse_names, RT_METRICS_HTTP_REFUSE_COUNT,
+     SLOT(http_requests_refused_total)},
+    {"tangram_grpc_connections_rejected_total",
+     "New gRPC connections refused (GOAWAY) at a connection limit, by "
+     "limit.",
+     "reason", http_reject_names, RT_METRICS_HTTP_REJECT_COUNT,
+     SLOT(grpc_connections_rejected_total)},
+    {"tangram_accept_pauses_total",
+     "Times accepting new connections paused because the process ran out "
+     "of file descriptors (or memory), by API.",
+     "api", api_names, RT_METRICS_API_COUNT, SLOT(accept_pauses_total)},
+};
+
+/* The labelled counter families of the front ends (connections,
+ * requests). */
+static int add_net_families(struct rt_metrics_tangram *m, char *err,
+                            size_t errlen)
 {
-    int rc = add_labelled_counters(
-        m, "tangram_http_connections_rejected_total",
-        "New HTTP connections refused (503) at a connection limit, by "
-        "limit.",
-        "reason", http_reject_names, RT_METRICS_HTTP_REJECT_COUNT,
-        m->http_connections_rejected_total, err, errlen);
-    if (rc == 0)
-        rc = add_labelled_counters(
-            m, "tangram_http_requests_timed_out_total",
-            "HTTP requests answered 408 because their head or body did not "
-            "arrive in time, by phase.",
-            "phase", http_timeout_names, RT_METRICS_HTTP_TIMEOUT_COUNT,
-            m->http_requests_timed_out_total, err, errlen);
-    if (rc == 0)
-        rc = add_labelled_counters(
-            m, "tangram_http_requests_refused_total",
-            "HTTP requests refused before their body was read: without a "
-            "valid API key (401), malformed (400, 501, 505) or too large "
-            "(413, 431).",
-            "reason", http_refuse_names, RT_METRICS_HTTP_REFUSE_COUNT,
-            m->http_requests_refused_total, err, errlen);
+    int rc = 0;
+    for (size_t i = 0;
+         rc == 0 && i < sizeof(labelled_defs) / sizeof(labelled_defs[0]);
+         i++) {
+        const struct labelled_def *d = &labelled_defs[i];
+        struct rt_metrics_series **dst =
+            (struct rt_metrics_series **)((char *)m + d->slot);
+        struct rt_metrics_family *f;
+        rc = rt_metrics_family_add(&m->reg, d->name, d->help,
+                                   RT_METRICS_COUNTER, 1, &d->label, NULL, 0,
+                                   &f, err, errlen);
+        for (int k = 0; rc == 0 && k < d->n; k++)
+            rc = rt_metrics_series_add(f, &d->values[k], &dst[k], err,
+                                       errlen);
+    }
     return rc;
 }
 
@@ -919,11 +960,12 @@ int rt_metrics_tangram_init(struct rt_metrics_tangram *m, int n_ranks,
     m->n_ranks = n_ranks;
     int rc;
     m->kv_pages_used = calloc((size_t)n_ranks, sizeof(*m->kv_pages_used));
-    m->kv_pages_total = calloc((size_t)n_ranks, sizeof(*m->kv_pages_total));
+    m->kv_pages_capacity =
+        calloc((size_t)n_ranks, sizeof(*m->kv_pages_capacity));
     m->kv_pages_cached = calloc((size_t)n_ranks, sizeof(*m->kv_pages_cached));
     m->kv_pages_released =
         calloc((size_t)n_ranks, sizeof(*m->kv_pages_released));
-    if (m->kv_pages_used == NULL || m->kv_pages_total == NULL ||
+    if (m->kv_pages_used == NULL || m->kv_pages_capacity == NULL ||
         m->kv_pages_cached == NULL || m->kv_pages_released == NULL) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "metrics: out of memory");
         goto fail;
@@ -944,9 +986,9 @@ int rt_metrics_tangram_init(struct rt_metrics_tangram *m, int n_ranks,
                          RT_METRICS_GAUGE, m->kv_pages_used, err, errlen);
     if (rc != 0)
         goto fail;
-    rc = add_rank_series(m, "tangram_kv_pages_total",
+    rc = add_rank_series(m, "tangram_kv_pages_capacity",
                          "KV pages in the rank's pool.", RT_METRICS_GAUGE,
-                         m->kv_pages_total, err, errlen);
+                         m->kv_pages_capacity, err, errlen);
     if (rc != 0)
         goto fail;
     /* With nothing running or waiting, used == cached on every rank: any
@@ -977,7 +1019,7 @@ int rt_metrics_tangram_init(struct rt_metrics_tangram *m, int n_ranks,
         rc = rt_metrics_series_add(f, &finish_names[r],
                                    &m->request_success_total[r], err, errlen);
     if (rc == 0)
-        rc = add_http_families(m, err, errlen);
+        rc = add_net_families(m, err, errlen);
     if (rc != 0)
         goto fail;
     return 0;

@@ -214,7 +214,8 @@ enum rt_metrics_finish {
     RT_METRICS_FINISH_COUNT,
 };
 
-/* reason label values of tangram_http_connections_rejected_total. */
+/* reason label values of tangram_http_connections_rejected_total and
+ * tangram_grpc_connections_rejected_total. */
 enum rt_metrics_http_reject {
     RT_METRICS_HTTP_REJECT_MAX,    /* "max_connections" */
     RT_METRICS_HTTP_REJECT_PER_IP, /* "max_connections_per_ip" */
@@ -233,7 +234,15 @@ enum rt_metrics_http_refuse {
     RT_METRICS_HTTP_REFUSE_UNAUTH,    /* "unauthenticated" */
     RT_METRICS_HTTP_REFUSE_MALFORMED, /* "malformed" */
     RT_METRICS_HTTP_REFUSE_TOO_LARGE, /* "too_large" */
+    RT_METRICS_HTTP_REFUSE_BODY_MEMORY, /* "body_memory" */
     RT_METRICS_HTTP_REFUSE_COUNT,
+};
+
+/* api label values of tangram_accept_pauses_total. */
+enum rt_metrics_api {
+    RT_METRICS_API_HTTP, /* "http" */
+    RT_METRICS_API_GRPC, /* "grpc" */
+    RT_METRICS_API_COUNT,
 };
 
 /* Most ranks the tangram set accepts (per-rank page gauges). */
@@ -253,7 +262,7 @@ struct rt_metrics_tangram {
     struct rt_metrics_series *kv_cache_usage_perc;
     struct rt_metrics_series *kv_pages_reclaimed_ratio;
     struct rt_metrics_series **kv_pages_used;  /* (n_ranks) {rank="r"} */
-    struct rt_metrics_series **kv_pages_total; /* (n_ranks) {rank="r"} */
+    struct rt_metrics_series **kv_pages_capacity; /* (n_ranks) {rank="r"} */
     struct rt_metrics_series **kv_pages_cached; /* (n_ranks) {rank="r"} */
     struct rt_metrics_series **kv_pages_released; /* (n_ranks) {rank="r"}
                                                      counter */
@@ -273,6 +282,7 @@ struct rt_metrics_tangram {
      * scrape) */
     struct rt_metrics_series *http_connections_open;          /* gauge */
     struct rt_metrics_series *http_connections_evicted_total;
+    struct rt_metrics_series *http_slow_heads_evicted_total;
     struct rt_metrics_series *http_slow_readers_aborted_total;
     struct rt_metrics_series
         *http_connections_rejected_total[RT_METRICS_HTTP_REJECT_COUNT];
@@ -289,6 +299,14 @@ struct rt_metrics_tangram {
     struct rt_metrics_series *grpc_refused_streams_total;
     struct rt_metrics_series *grpc_oversized_messages_total;
     struct rt_metrics_series *grpc_unauthenticated_total;
+    struct rt_metrics_series *grpc_connections_evicted_total;
+    struct rt_metrics_series
+        *grpc_connections_rejected_total[RT_METRICS_HTTP_REJECT_COUNT];
+    /* both front ends: accepting paused for want of descriptors {api},
+     * and the request body budget (router/rt_conn.h) */
+    struct rt_metrics_series *accept_pauses_total[RT_METRICS_API_COUNT];
+    struct rt_metrics_series *request_body_memory_bytes;      /* gauge */
+    struct rt_metrics_series *request_body_memory_refused_total;
 };
 
 /* vLLM's bucket bounds (seconds), exported for tests and documentation. */

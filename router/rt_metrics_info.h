@@ -16,7 +16,7 @@
  *
  *   page_size       tokens per page (DESIGN.md §4.5), the same on every rank
  *   num_pages       pages in ONE rank's pool (every rank has the same count;
- *                   tangram_kv_pages_total{rank} has them per rank)
+ *                   tangram_kv_pages_capacity{rank} has them per rank)
  *   num_ranks       tensor-parallel ranks T
  *   heads_per_group H_p, KV heads sharing a page
  *   block_size      = page_size, under the name the picker reads

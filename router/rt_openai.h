@@ -104,6 +104,14 @@ void rt_api_error_set(struct rt_api_error *e, int status, const char *code,
                       const char *param, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
+/* Checks an identifier that does not come in a JSON body (the
+ * X-Session-Id header, gRPC request_id / session_id): 1 to
+ * RT_OPENAI_MAX_ID_BYTES bytes of valid UTF-8, as the body's own id
+ * fields are. Returns 0, or TG_EFORMAT / TG_EINVAL with *e filled (400
+ * invalid_value naming `param`). Any thread. */
+int rt_openai_check_id(const char *v, size_t n, const char *param,
+                       struct rt_api_error *e);
+
 /* ---- requests ---------------------------------------------------------- */
 
 enum rt_endpoint {
@@ -480,8 +488,15 @@ int rt_openai_format_error(const struct rt_api_error *e, char **out,
 int rt_openai_sse_error(const struct rt_api_error *e, char **out,
                         size_t *out_len);
 
-/* Formats the /v1/models body: a list of the one served model with its
- * created time and max_model_len. Same ownership; 0 or TG_ENOMEM. */
+/* Formats the /v1/models/{id} body: the model object of the served model
+ * (id, object "model", created, owned_by, root, parent, max_model_len).
+ * Same ownership; 0 or TG_ENOMEM. */
+int rt_openai_format_model(const char *model, int64_t created,
+                           int32_t max_model_len, char **out,
+                           size_t *out_len);
+
+/* Formats the /v1/models body: a list of the one served model (the
+ * object of rt_openai_format_model). Same ownership; 0 or TG_ENOMEM. */
 int rt_openai_format_models(const char *model, int64_t created,
                             int32_t max_model_len, char **out,
                             size_t *out_len);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/tg_err.h"
+#include "common/tok_tokenizer.h"
 #include "router/rt_openai_int.h"
 
 /* ---- errors ------------------------------------------------------------ */
@@ -68,7 +69,7 @@ int rt__openai_fail(struct rt_api_error *e, int rc, int status,
 
 int rt__openai_oom(struct rt_api_error *e)
 {
-    return rt__openai_fail(e, TG_ENOMEM, 500, NULL, NULL,
+    return rt__openai_fail(e, TG_ENOMEM, 500, "internal_error", NULL,
                            "out of memory while parsing the request");
 }
 
@@ -668,6 +669,22 @@ static int parse_stream(const json_t *root, struct rt_gen_request *r,
                                   "stream_options.continuous_usage_stats",
                                   &r->continuous_usage, e)))
         return rc;
+    return 0;
+}
+
+int rt_openai_check_id(const char *v, size_t n, const char *param,
+                       struct rt_api_error *e)
+{
+    if (n == 0)
+        return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", param,
+                               "%s must not be empty", param);
+    if (n > RT_OPENAI_MAX_ID_BYTES)
+        return rt__openai_fail(e, TG_EINVAL, 400, "invalid_value", param,
+                               "%s is %zu bytes; at most %d are allowed",
+                               param, n, RT_OPENAI_MAX_ID_BYTES);
+    if (!tok_utf8_valid(v, n, NULL))
+        return rt__openai_fail(e, TG_EINVAL, 400, "invalid_value", param,
+                               "%s is not valid UTF-8", param);
     return 0;
 }
 

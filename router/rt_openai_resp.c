@@ -608,19 +608,40 @@ int rt_openai_sse_error(const struct rt_api_error *e, char **out,
     return rt__openai_dump(error_doc(e), "data: ", "\n\n", out, out_len);
 }
 
+/* The model object of /v1/models and /v1/models/{id}. */
+static json_t *model_doc(const char *model, int64_t created,
+                         int32_t max_model_len, int *bad)
+{
+    json_t *m = json_object();
+    put(m, "id", json_string(model), bad);
+    put(m, "object", json_string("model"), bad);
+    put(m, "created", json_integer(created), bad);
+    put(m, "owned_by", json_string("tangram"), bad);
+    put(m, "root", json_string(model), bad);
+    put(m, "parent", json_null(), bad);
+    put(m, "max_model_len", json_integer(max_model_len), bad);
+    return m;
+}
+
+int rt_openai_format_model(const char *model, int64_t created,
+                           int32_t max_model_len, char **out, size_t *out_len)
+{
+    int bad = 0;
+    json_t *m = model_doc(model, created, max_model_len, &bad);
+    if (bad || m == NULL) {
+        json_decref(m);
+        *out = NULL;
+        return TG_ENOMEM;
+    }
+    return rt__openai_dump(m, "", "", out, out_len);
+}
+
 int rt_openai_format_models(const char *model, int64_t created,
                             int32_t max_model_len, char **out, size_t *out_len)
 {
     int bad = 0;
-    json_t *doc = json_object(), *data = json_array(), *m = json_object();
-    put(m, "id", json_string(model), &bad);
-    put(m, "object", json_string("model"), &bad);
-    put(m, "created", json_integer(created), &bad);
-    put(m, "owned_by", json_string("tangram"), &bad);
-    put(m, "root", json_string(model), &bad);
-    put(m, "parent", json_null(), &bad);
-    put(m, "max_model_len", json_integer(max_model_len), &bad);
-    push(data, m, &bad);
+    json_t *doc = json_object(), *data = json_array();
+    push(data, model_doc(model, created, max_model_len, &bad), &bad);
     put(doc, "object", json_string("list"), &bad);
     put(doc, "data", data, &bad);
     if (bad) {

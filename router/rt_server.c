@@ -225,7 +225,7 @@ static void update_gauges(struct rt_server *s)
         struct rt_sched_pages pg;
         rt_sched_rank_pages(&s->sched, rk, &pg);
         rt_metrics_gauge_set(s->metrics.kv_pages_used[rk], (double)pg.used);
-        rt_metrics_gauge_set(s->metrics.kv_pages_total[rk], (double)pg.total);
+        rt_metrics_gauge_set(s->metrics.kv_pages_capacity[rk], (double)pg.total);
         rt_metrics_gauge_set(s->metrics.kv_pages_cached[rk], (double)pg.cached);
         double rel = (double)pg.released -
                      rt_metrics_series_value(s->metrics.kv_pages_released[rk]);
@@ -654,11 +654,14 @@ static int load_model_side(struct rt_server *s, char *err, size_t errlen)
     }
     /* tangramd forwards "--profile=none" for full KV; "none" and "" both
      * mean no profile, as for the worker. */
-    rc = pf_profile_for_model(&s->profile, o->profile, s->mc.num_layers,
-                              s->mc.num_kv_heads, s->mc.head_dim,
-                              (int)o->heads_per_group, err, errlen);
+    char warn[768];
+    rc = pf_profile_for_model(&s->profile, o->profile, &s->mc,
+                              (int)o->heads_per_group, o->profile_force,
+                              warn, sizeof(warn), err, errlen);
     if (rc != 0)
         return rc;
+    if (warn[0] != '\0')
+        log_warn("%s", warn);
     rc = build_rank_layouts(s, err, errlen);
     if (rc == 0)
         rc = rt_server__trig_init(s, err, errlen);
@@ -713,6 +716,7 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
             .vocab_size = (uint32_t)s->mc.vocab_size,
         },
         .heartbeat_ms = (uint32_t)o->worker_heartbeat_ms,
+        .stall_ms = (uint32_t)o->worker_stall_ms,
         /* T > 1: one all-reduce group; a death ends every rank (the
          * supervisor restarts them together with a new comm id). */
         .shared_fate = o->tp > 1,
@@ -727,12 +731,13 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
         goto fail;
 
     struct rt_http_config hc;
-    rt_server__http_limits(o, &hc);
+    struct rt_grpc_config gc;
+    rc = rt_server__net_limits(o, &s->body_budget, &hc, &gc, err, errlen);
+    if (rc != 0)
+        goto fail;
     rc = rt_http_server_init(&s->http, loop, &hc, err, errlen);
     if (rc != 0)
         goto fail;
-    struct rt_grpc_config gc;
-    rt_server__grpc_limits(o, &gc);
     rc = rt_grpc_server_init(&s->grpc, loop, &gc, err, errlen);
     if (rc != 0)
         goto fail;

@@ -150,6 +150,8 @@ struct rt_server {
     int have_tmpl;
     char tmpl_error[512];       /* why chat is disabled, when it is */
     struct rt_openai_cfg api_cfg;
+    struct rt_conn_budget body_budget; /* request bodies held by both
+                                   servers (--max-body-memory) */
     struct rt_http_server http;
     struct rt_grpc_server grpc;
     struct rt_link link;
@@ -178,18 +180,44 @@ struct rt_server {
     int pump_on;
     int exit_code;
     int64_t started;            /* unix seconds */
-    struct rt_encode_job *jobs; /* encode jobs queued or running */
+    struct rt_pool_job *jobs;   /* pool jobs queued or running */
     int n_jobs;                 /* their count: a drain waits for them */
 };
 
-/* One prompt rendered and tokenized on libuv's thread pool
- * (rt_server_encode.c). The owner fills the inputs, starts it, and gets
- * `done` exactly once on the loop thread (also after a cancel); it keeps
- * the inputs alive and unmodified until then and frees the job (and ids)
- * afterwards. */
-struct rt_encode_job {
+/* Work of one request on libuv's thread pool (rt_server_encode.c): `run`
+ * on a pool thread, then `done` exactly once on the loop thread, with
+ * `ran` 0 when the job was cancelled before `run` started. The owner keeps
+ * the job (and what `run` reads) alive until `done`, and frees it there or
+ * after. Jobs in flight are listed on the server: a drain waits for them,
+ * and tangram_tokenize_jobs_in_flight counts them. */
+struct rt_pool_job {
     uv_work_t work;             /* internal */
-    struct rt_server *srv;      /* set by rt_encode_job_start */
+    struct rt_server *srv;      /* set by rt_pool_job_start */
+    void (*run)(struct rt_pool_job *j);           /* pool thread */
+    void (*done)(struct rt_pool_job *j, int ran); /* loop thread, once */
+    atomic_int cancelled;       /* internal */
+    int skipped;                /* internal: run was not called */
+    struct rt_pool_job *prev, *next; /* internal: s->jobs */
+};
+
+/* Queues `j` (run and done set) on the thread pool. Returns 0, or
+ * TG_EINTERNAL with the reason in err (then `done` is never called). Loop
+ * thread. */
+int rt_pool_job_start(struct rt_server *s, struct rt_pool_job *j, char *err,
+                      size_t errlen);
+
+/* The owner gives up on `j`: a job still waiting for a thread is skipped
+ * (done with ran 0), a running one finishes; `done` follows either way.
+ * Loop thread. */
+void rt_pool_job_cancel(struct rt_pool_job *j);
+
+/* One prompt rendered and tokenized on the thread pool (an rt_pool_job).
+ * The owner fills the inputs, starts it, and gets `done` exactly once on
+ * the loop thread (also after a cancel); it keeps the inputs alive and
+ * unmodified until then and frees the job (and ids) afterwards. */
+struct rt_encode_job {
+    struct rt_pool_job pool;    /* internal (first) */
+    struct rt_server *srv;      /* set by rt_encode_job_start / _run */
     /* inputs */
     int is_chat;
     const char *text;           /* !is_chat: len bytes, borrowed */
@@ -207,8 +235,6 @@ struct rt_encode_job {
     struct tok_ids ids;         /* owned by the job's owner from done on */
     int rc;                     /* 0, TG_ECANCELED, or the encode error */
     struct rt_api_error e;      /* rc != 0: the error to report */
-    atomic_int cancelled;       /* internal */
-    struct rt_encode_job *prev, *next; /* internal: s->jobs */
 };
 
 /* Prompts of at most this many bytes (text, or the strings of a chat's
@@ -383,12 +409,20 @@ int rt_server_encode_chat(struct rt_server *s, json_t *messages,
 /* Readiness for /health and the gRPC health service. */
 int rt_server_ready(const struct rt_server *s);
 
-/* The HTTP and gRPC servers' limits from the options (rt_server_limits.c;
- * internal to rt_server_init). */
-void rt_server__http_limits(const struct tg_serve_opts *o,
-                            struct rt_http_config *hc);
-void rt_server__grpc_limits(const struct tg_serve_opts *o,
-                            struct rt_grpc_config *gc);
+/* The HTTP and gRPC servers' limits from the options, both charging the
+ * body budget *budget (initialised here from --max-body-memory), with the
+ * open-file limit fitted to both connection caps (rt_server_limits.c;
+ * internal to rt_server_init). Returns 0 or TG_EINVAL (a budget below one
+ * request of the largest size) with the reason in err. */
+int rt_server__net_limits(const struct tg_serve_opts *o,
+                          struct rt_conn_budget *budget,
+                          struct rt_http_config *hc,
+                          struct rt_grpc_config *gc, char *err,
+                          size_t errlen);
+
+/* Copies the connection and body-budget counters of both servers into the
+ * metrics; called before each scrape. Loop thread. */
+void rt_server_net_metrics(struct rt_server *s);
 
 /* Token text for logprobs (rt_token_text_fn). */
 const char *rt_server_token_text(void *user, int32_t id, size_t *len);

@@ -1,5 +1,7 @@
 /* rt_server_encode.c — text and chat prompts to token ids for the router's
- * front ends and the generation path (see rt_server.h). Chat prompts are
+ * front ends and the generation path (see rt_server.h), and the jobs the
+ * front ends run on libuv's thread pool (rt_pool_job: parsing a large
+ * request body, encoding, formatting a large answer). Chat prompts are
  * rendered with the model's own chat template (common/ct_template.h).
  *
  * Encode jobs run the rendering and the tokenization on libuv's thread
@@ -145,20 +147,20 @@ void rt_encode_job_run(struct rt_server *s, struct rt_encode_job *j)
     j->rc = encode_now(s, j);
 }
 
-static void job_work(uv_work_t *w)
+/* ---- jobs on the thread pool ------------------------------------------- */
+
+static void pool_work(uv_work_t *w)
 {
-    struct rt_encode_job *j = w->data;
+    struct rt_pool_job *j = w->data;
     /* An owner that gave up while the job waited: skip the work. */
-    if (atomic_load_explicit(&j->cancelled, memory_order_relaxed)) {
-        j->rc = TG_ECANCELED;
-        return;
-    }
-    j->rc = encode_now(j->srv, j);
+    j->skipped = atomic_load_explicit(&j->cancelled, memory_order_relaxed);
+    if (!j->skipped)
+        j->run(j);
 }
 
-static void job_after(uv_work_t *w, int status)
+static void pool_after(uv_work_t *w, int status)
 {
-    struct rt_encode_job *j = w->data;
+    struct rt_pool_job *j = w->data;
     struct rt_server *s = j->srv;
     if (j->prev != NULL)
         j->prev->next = j->next;
@@ -169,28 +171,24 @@ static void job_after(uv_work_t *w, int status)
     j->prev = j->next = NULL;
     s->n_jobs--;
     rt_metrics_gauge_set(s->metrics.tokenize_jobs_in_flight, (double)s->n_jobs);
-    if (status == UV_ECANCELED)
-        j->rc = TG_ECANCELED;
-    if (j->rc == TG_ECANCELED)
-        rt_api_error_set(&j->e, 503, "server_draining", NULL,
-                         "the request was cancelled before its prompt was "
-                         "tokenized");
-    j->done(j);
+    /* libuv orders the work function before this callback. */
+    int ran = status != UV_ECANCELED && !j->skipped;
+    j->done(j, ran);
     rt_server__jobs_changed(s);
 }
 
-int rt_encode_job_start(struct rt_server *s, struct rt_encode_job *j)
+int rt_pool_job_start(struct rt_server *s, struct rt_pool_job *j, char *err,
+                      size_t errlen)
 {
     j->srv = s;
-    j->rc = 0;
     atomic_store(&j->cancelled, 0);
+    j->skipped = 0;
     j->work.data = j;
-    int rc = uv_queue_work(s->loop, &j->work, job_work, job_after);
-    if (rc != 0) {
-        rt_api_error_set(&j->e, 500, "internal_error", NULL,
-                         "cannot queue the tokenization: %s", uv_strerror(rc));
-        return TG_EINTERNAL;
-    }
+    int rc = uv_queue_work(s->loop, &j->work, pool_work, pool_after);
+    if (rc != 0)
+        return tg_err_set(err, errlen, TG_EINTERNAL,
+                          "cannot queue work on the thread pool: %s",
+                          uv_strerror(rc));
     j->prev = NULL;
     j->next = s->jobs;
     if (s->jobs != NULL)
@@ -201,7 +199,7 @@ int rt_encode_job_start(struct rt_server *s, struct rt_encode_job *j)
     return 0;
 }
 
-void rt_encode_job_cancel(struct rt_encode_job *j)
+void rt_pool_job_cancel(struct rt_pool_job *j)
 {
     atomic_store_explicit(&j->cancelled, 1, memory_order_relaxed);
     /* Succeeds only while the job waits for a thread; a running job ends
@@ -211,6 +209,45 @@ void rt_encode_job_cancel(struct rt_encode_job *j)
 
 void rt_server__cancel_jobs(struct rt_server *s)
 {
-    for (struct rt_encode_job *j = s->jobs; j != NULL; j = j->next)
-        rt_encode_job_cancel(j);
+    for (struct rt_pool_job *j = s->jobs; j != NULL; j = j->next)
+        rt_pool_job_cancel(j);
+}
+
+/* ---- encode jobs --------------------------------------------------------- */
+
+static void encode_run(struct rt_pool_job *p)
+{
+    struct rt_encode_job *j = (struct rt_encode_job *)p;
+    j->rc = encode_now(j->srv, j);
+}
+
+static void encode_done(struct rt_pool_job *p, int ran)
+{
+    struct rt_encode_job *j = (struct rt_encode_job *)p;
+    if (!ran)
+        j->rc = TG_ECANCELED;
+    if (j->rc == TG_ECANCELED)
+        rt_api_error_set(&j->e, 503, "server_draining", NULL,
+                         "the request was cancelled before its prompt was "
+                         "tokenized");
+    j->done(j);
+}
+
+int rt_encode_job_start(struct rt_server *s, struct rt_encode_job *j)
+{
+    char err[160];
+    j->srv = s;
+    j->rc = 0;
+    j->pool.run = encode_run;
+    j->pool.done = encode_done;
+    if (rt_pool_job_start(s, &j->pool, err, sizeof(err)) != 0) {
+        rt_api_error_set(&j->e, 500, "internal_error", NULL, "%s", err);
+        return TG_EINTERNAL;
+    }
+    return 0;
+}
+
+void rt_encode_job_cancel(struct rt_encode_job *j)
+{
+    rt_pool_job_cancel(&j->pool);
 }

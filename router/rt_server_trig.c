@@ -7,6 +7,7 @@
 
 #include "common/kv/kv_trig.h"
 #include "common/tg_err.h"
+#include "common/tg_log.h"
 #include "router/rt_server.h"
 
 /* The statistics trig scores with: --trig-stats names a profile file of
@@ -26,7 +27,16 @@ static int check_stats(const struct rt_server *s, char *err, size_t errlen)
                  sp.num_kv_heads == mc->num_kv_heads &&
                  sp.trig.half == mc->head_dim / 2;
         int have = sp.trig.num_q_heads > 0;
+        char warn[768];
+        int idr = ok ? pf_profile_check_model(&sp, o->trig_stats, mc,
+                                              o->profile_force, warn,
+                                              sizeof(warn), err, errlen)
+                     : 0;
         pf_profile_free(&sp);
+        if (idr != 0)
+            return idr;
+        if (ok && warn[0] != '\0')
+            log_warn("--trig-stats: %s", warn);
         if (!have)
             return tg_err_set(err, errlen, TG_EINVAL,
                               "--trig-stats %s has no trig statistics "

@@ -60,6 +60,7 @@ int main(int argc, char **argv)
         tg_serve_opts_free(&o);
         return 2;
     }
+    tg_serve_opts_resolve(&o);
     tg_log_init("router", -1, (enum tg_log_level)o.log_level,
                 (enum tg_log_format)o.log_format);
     signal(SIGPIPE, SIG_IGN);

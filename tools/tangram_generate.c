@@ -7,7 +7,15 @@
  *       [--prefill-chunk C] [--method M] [--gvote-p P] [--gvote-samples S]
  *       [--gvote-future N] [--decode-compress none|trig] [--decode-budget c]
  *       [--decode-budget-uniform] [--decode-every B] [--decode-window W]
- *       [--trig-stats FILE] [--forced-ids JSON] [--dump-kept] [--json]
+ *       [--trig-stats FILE] [--forced-ids JSON] [--dump-kept]
+ *       [--backend cpu|cuda] [--timing] [--json]
+ *
+ * --backend picks the forward pass: the CPU backend or the CUDA runtime,
+ * through the same backend ops table a daemon worker uses (gw_engine.h);
+ * the JSON is the same on both. Without a usable GPU --backend cuda
+ * fails at once with the reason (exit status 1). --timing adds "timing"
+ * (prefill and decode wall seconds and tokens per second); decode-time
+ * compression always adds it.
  *
  * --forced-ids teacher-forces the decode (DESIGN.md §5): the m ids take the
  * places of m sampled tokens (the first from the prompt's last logits, m-1
@@ -40,6 +48,7 @@ extern char **environ;
 struct gen_options {
     char *model;
     char *profile;
+    bool profile_force;
     char *prompt;
     char *prompt_ids;
     int64_t max_tokens;
@@ -70,6 +79,8 @@ struct gen_options {
     bool dump_kept;
     bool ignore_eos;
     int64_t threads;
+    int backend;
+    bool timing;
     bool json;
 };
 
@@ -81,6 +92,10 @@ static const struct tg_config_entry gen_table[] = {
     {.name = "profile", .type = TG_CONFIG_STRING, .def = "none",
      .offset = OFF(profile, char *), .metavar = "FILE|none",
      .help = "Tangram profile; none keeps full KV."},
+    {.name = "profile-force", .type = TG_CONFIG_BOOL, .def = "false",
+     .offset = OFF(profile_force, bool),
+     .help = "Use a profile made for another model (its model identity "
+             "differs) with a warning instead of refusing."},
     {.name = "prompt", .type = TG_CONFIG_STRING, .offset = OFF(prompt, char *),
      .metavar = "TEXT", .help = "Prompt text (tokenized with the model's tokenizer.json)."},
     {.name = "prompt-ids", .type = TG_CONFIG_STRING,
@@ -177,6 +192,14 @@ static const struct tg_config_entry gen_table[] = {
     {.name = "threads", .type = TG_CONFIG_INT, .def = "0", .min = 0,
      .max = 1024, .offset = OFF(threads, int64_t),
      .help = "CPU threads (0 = all)."},
+    {.name = "backend", .type = TG_CONFIG_ENUM, .def = "cpu",
+     .offset = OFF(backend, int), .choices = gw_backend_choices,
+     .help = "Forward pass: cpu, or cuda (one GPU, device 0 of "
+             "CUDA_VISIBLE_DEVICES)."},
+    {.name = "timing", .type = TG_CONFIG_BOOL, .def = "false",
+     .offset = OFF(timing, bool),
+     .help = "Add prefill and decode wall times and tokens per second to "
+             "the JSON (\"timing\")."},
     {.name = "json", .type = TG_CONFIG_BOOL, .def = "false",
      .offset = OFF(json, bool), .help = "Print one JSON object."},
 };
@@ -304,6 +327,7 @@ int main(int argc, char **argv)
         .trig_stats_path = o.trig_stats,
         .model_dir = o.model,
         .profile_path = o.profile,
+        .profile_force = o.profile_force,
         .heads_per_group = (int)o.heads_per_group,
         .page_size = (int)o.page_size,
         .prefill_chunk = (int)o.prefill_chunk,
@@ -311,11 +335,17 @@ int main(int argc, char **argv)
         .gvote = &gvp,
         .max_context = (int64_t)prompt.n + o.max_tokens,
         .n_threads = (int)o.threads,
+        .backend = (enum gw_backend_kind)o.backend,
     };
     rc = gw_engine_init(&eng, &eo, err, sizeof(err));
     if (rc != 0) {
         fprintf(stderr, "tangram-generate: %s\n", err);
         goto out;
+    }
+    if (!o.json) { /* the JSON stays byte-identical across runs */
+        char loaded[160];
+        gw_load_stats_format(&eng.model.load, loaded, sizeof(loaded));
+        fprintf(stderr, "weights: %s\n", loaded);
     }
     struct gw_gen_params gp = {
         .max_tokens = (int)o.max_tokens,
@@ -389,6 +419,8 @@ int main(int argc, char **argv)
         }
         json_object_set_new(doc, "logprobs", a);
         json_object_set_new(doc, "finish_reason", json_string(finish));
+        json_object_set_new(doc, "backend",
+                            json_string(gw_backend_choices[o.backend]));
         if (res.forced_lps != NULL) {
             a = json_array();
             for (int i = 0; i < res.n_tokens; i++)
@@ -421,14 +453,25 @@ int main(int argc, char **argv)
                             json_integer(res.decode_pages_released));
         json_object_set_new(kv, "decode_triggers",
                             json_integer(res.decode_triggers));
-        /* Wall times only with decode compression (its benchmark reads
-         * them): a plain run's JSON stays byte-identical across runs. */
-        if (tro.enabled)
-            json_object_set_new(doc, "timing",
-                                json_pack("{s:f,s:f}", "decode_seconds",
-                                          res.decode_seconds,
-                                          "compact_seconds",
-                                          res.compact_seconds));
+        /* Wall times only when asked (and with decode compression, whose
+         * benchmark reads them): a plain run's JSON stays byte-identical
+         * across runs. */
+        if (tro.enabled || o.timing) {
+            int n_dec = res.n_tokens > 1 ? res.n_tokens - 1 : 0;
+            json_object_set_new(
+                doc, "timing",
+                json_pack("{s:f,s:f,s:f,s:f,s:f}", "prefill_seconds",
+                          res.prefill_seconds, "decode_seconds",
+                          res.decode_seconds, "compact_seconds",
+                          res.compact_seconds, "prefill_tokens_per_second",
+                          res.prefill_seconds > 0
+                              ? (double)prompt.n / res.prefill_seconds
+                              : 0.0,
+                          "decode_tokens_per_second",
+                          res.decode_seconds > 0
+                              ? (double)n_dec / res.decode_seconds
+                              : 0.0));
+        }
         a = json_array();
         int G = eng.layout.n_groups;
         for (int l = 0; l < eng.layout.n_layers; l++) {
@@ -457,6 +500,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "finish_reason=%s tokens=%d kv_pages=%lld (monolithic %lld)\n",
                 finish, res.n_tokens, (long long)res.pages_used,
                 (long long)res.mono_pages);
+        if (o.timing)
+            fprintf(stderr, "backend=%s prefill_seconds=%.6f "
+                            "decode_seconds=%.6f\n",
+                    gw_backend_choices[o.backend], res.prefill_seconds,
+                    res.decode_seconds);
     }
     status = 0;
 out:

@@ -235,6 +235,49 @@ extern "C" int tg_cuda_argmax(const float *logits, int n, int vocab,
     return launch_argmax(logits, n, vocab, ids, (cudaStream_t)stream);
 }
 
+// ---------------------------------------------------------------- finiteness
+
+// first[row] = the smallest id whose logit is NaN or +-inf, else -1;
+// value[row] = that logit, else 0.
+static __global__ void first_nonfinite_kernel(const float *__restrict__ logits,
+                                              int V, int32_t *__restrict__ first,
+                                              float *__restrict__ value)
+{
+    const float *x = logits + (size_t)blockIdx.x * V;
+    int bad = INT_MAX;
+    for (int j = threadIdx.x; j < V && bad == INT_MAX; j += BS)
+        if (!isfinite(x[j]))
+            bad = j;
+    bad = block_min_int(bad);
+    if (threadIdx.x == 0) {
+        first[blockIdx.x] = bad == INT_MAX ? -1 : bad;
+        value[blockIdx.x] = bad == INT_MAX ? 0.0f : x[bad];
+    }
+}
+
+static int launch_first_nonfinite(const float *logits, int n, int V,
+                                  int32_t *first, float *value,
+                                  cudaStream_t stream)
+{
+    first_nonfinite_kernel<<<n, BS, 0, stream>>>(logits, V, first, value);
+    TG_CUDA_LAUNCH_TRY();
+    return 0;
+}
+
+extern "C" int tg_cuda_first_nonfinite(const float *logits, int n, int vocab,
+                                       int32_t *first, float *value,
+                                       void *stream)
+{
+    if (n < 0 || vocab < 1)
+        return TG_EINVAL;
+    if (n == 0)
+        return 0;
+    if (logits == nullptr || first == nullptr || value == nullptr)
+        return TG_EINVAL;
+    return launch_first_nonfinite(logits, n, vocab, first, value,
+                                  (cudaStream_t)stream);
+}
+
 // ---------------------------------------------------------------- logit bias
 
 // One thread per (row, id, value) entry. Entries of one row name distinct

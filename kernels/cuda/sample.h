@@ -73,6 +73,15 @@ int tg_cuda_logprobs(const float *logits, int n, int vocab,
 int tg_cuda_argmax(const float *logits, int n, int vocab, int32_t *ids,
                    void *stream);
 
+/* first[i] = the smallest j with logits[i, j] NaN or +-inf, or -1 when the
+ * row is finite (a row that cannot be sampled: the worker fails its
+ * request, as the CPU backend's host sampler does), and value[i] =
+ * logits[i, first[i]] (0 for a finite row). logits device (n, vocab)
+ * fp32; first device (n) int32; value device (n) fp32. Returns 0 once
+ * queued, TG_EINVAL or TG_EDEVICE. Any thread. */
+int tg_cuda_first_nonfinite(const float *logits, int n, int vocab,
+                            int32_t *first, float *value, void *stream);
+
 /* OpenAI logit_bias on the device: logits[rows[i], ids[i]] += scale *
  * vals[i] for i < n, one thread per entry. logits device (rows, vocab)
  * fp32; rows, ids, vals device (n). The entries of one row must name

@@ -21,7 +21,10 @@
  * second, the usual copy ceiling).
  *
  * Usage: bench-cuda-decode-attn [--quick] [--bench] [--heads-per-group N]
- *        [--layers N] [--reps N]
+ *        [--layers N] [--reps N] [--target-pct N]
+ * --target-pct sets the profile's mean budget in percent (default 25; 100
+ * is full KV, every group holding ctx tokens: the shape
+ * tests/bench/bench_peer_sdpa.py times torch's attention on).
  * Without a CUDA build or device it prints "skipped: no CUDA device" and
  * exits 77 (skipped). */
 #include <math.h>
@@ -54,9 +57,15 @@ struct model {
 };
 
 /* Skewed budgets of one layer: u^3 scaled so the clamped mean is `target`
- * (a few fixed-point rounds of rescaling after clamping). */
+ * (a few fixed-point rounds of rescaling after clamping); target 1 is full
+ * KV (every budget 1). */
 static void skewed_budgets(double *b, int H, double target)
 {
+    if (target >= 1.0) {
+        for (int h = 0; h < H; h++)
+            b[h] = 1.0;
+        return;
+    }
     for (int h = 0; h < H; h++) {
         double u = tt_xrng_unit(&rng);
         b[h] = u * u * u + 1e-6;
@@ -91,7 +100,7 @@ struct variant {
 
 /* One (model, batch, ctx) configuration: all three variants. */
 static void run_config(const struct model *m, int hp, int batch, int ctx,
-                       int nl, int reps, double copy_bw)
+                       int nl, int reps, double copy_bw, double target)
 {
     const int H = m->kv_heads, NG = H / hp, G = m->g, d = m->d, P = 16;
     const int Hq = H * G;
@@ -116,7 +125,7 @@ static void run_config(const struct model *m, int hp, int batch, int ctx,
     for (int l = 0; l < nl; l++) {
         double *b = budget + (size_t)l * H;
         int *gr = groups + (size_t)l * H;
-        skewed_budgets(b, H, 0.25);
+        skewed_budgets(b, H, target);
         for (int h = 0; h < H; h++)
             gr[h] = h;
         qsort_r(gr, (size_t)H, sizeof(int), cmp_budget_idx, b);
@@ -290,16 +299,18 @@ static void run_config(const struct model *m, int hp, int batch, int ctx,
 
 int main(int argc, char **argv)
 {
-    int quick = 0, hp = 2, nl = 8, reps = 5;
+    int quick = 0, hp = 2, nl = 8, reps = 5, target_pct = 25;
     const struct tt_bench_opt opts[] = {
         {"--heads-per-group", 1, 8, &hp},
         {"--layers", 1, 64, &nl},
         {"--reps", 1, 1000, &reps},
+        {"--target-pct", 1, 100, &target_pct},
     };
     if (tt_bench_args(PROG, argc, argv, &quick, opts, TT_COUNT(opts),
                       "[--quick] [--bench] [--heads-per-group N] "
-                      "[--layers N] [--reps N]") != 0)
+                      "[--layers N] [--reps N] [--target-pct N]") != 0)
         return 2;
+    double target = target_pct / 100.0;
     if (8 % hp != 0) {
         fprintf(stderr, "bench: --heads-per-group must divide 8\n");
         return 2;
@@ -318,9 +329,10 @@ int main(int argc, char **argv)
     double copy_bw = tt_cuda_copy_bandwidth(
         PROG, quick ? (size_t)64 << 20 : (size_t)1 << 30, 10);
     printf("device: %s, %d SMs, sm_%d%d; copy bandwidth %.1f GB/s "
-           "(read + write); H_p %d, P 16, target 0.25, %d layers x %d reps\n",
-           info.name, info.sm_count, info.cc_major, info.cc_minor,
-           copy_bw * 1e-9, hp, nl, reps);
+           "(read + write); H_p %d, P 16, target %.2f%s, %d layers x %d "
+           "reps\n", info.name, info.sm_count, info.cc_major, info.cc_minor,
+           copy_bw * 1e-9, hp, target, target >= 1.0 ? " (full KV)" : "",
+           nl, reps);
     for (int mi = 0; mi < (quick ? 1 : 2); mi++) {
         int n_cta = 0;
         if (tg_cuda_decode_attn_n_cta(models[mi].g, models[mi].d, &n_cta) == 0)
@@ -329,11 +341,12 @@ int main(int argc, char **argv)
             for (int bi = 0; bi < (quick ? 2 : 4); bi++)
                 run_config(&models[mi], hp, batches[bi], ctxs[ci],
                            nl < models[mi].layers ? nl : models[mi].layers,
-                           reps, copy_bw);
+                           reps, copy_bw, target);
     }
     return 0;
 #else
     (void)quick;
+    (void)target;
     printf("skipped: no CUDA device\n");
     return 77; /* ctest: skipped */
 #endif

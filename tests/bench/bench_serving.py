@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""bench_serving — multi-turn serving load benchmark of the real tangramd on
-the CPU backend: full KV vs a calibrated per-head profile, same KV memory,
-one invocation (DESIGN.md §7).
+"""bench_serving — multi-turn serving load benchmark of the real tangramd
+(CPU or CUDA backend): full KV vs calibrated per-head profiles, same KV
+memory, one invocation (DESIGN.md §7).
 
 Client semantics follow vLLM's benchmarks/multi_turn (benchmark_serving_
 multi_turn): every conversation is a list of user turns; turn k re-sends the
@@ -32,11 +32,23 @@ Synthetic data: user turns are random words from a fixed list (seeded),
 wrapped as "User: ...\\nAssistant:" and tokenized by the server's Tokenize
 RPC; answers have a fixed length (ignore_eos, max_tokens), greedy.
 
-Runs: (1) full KV (no profile) and (2) a profile with target ratio
---target, calibrated on the fly by `tangram-profile calibrate` over a few
-synthetic samples; both with the same --kv-memory, the same conversations
-and the same arrival times. Prints both side by side with the ratios
-(profile / full); --json FILE writes everything.
+Runs: (1) full KV (no profile) and (2) one profile per target ratio of
+--targets (default 0.25), each calibrated on the fly by `tangram-profile
+calibrate` (same --backend) over a few synthetic samples; all with the same
+--kv-memory, the same conversations and the same arrival times. Prints them
+side by side with the ratios (profile / full); --json FILE writes
+everything ("full", "profile" for the first target, "profiles" by target).
+Per run also: the daemon's start-up time (start to /health 200), the
+worker's peak host RSS (VmHWM), its memory-plan and pool log lines, the
+batch held (tangram_num_requests_running sampled every 0.25 s: mean and
+peak) and one HTTP /v1/completions request after the load (HTTP and gRPC
+both served).
+
+Model: --shape NAME[:LAYERS] takes the shape of a real config.json of
+data/configs (e.g. Qwen--Qwen3-8B, meta-llama--Llama-3.1-8B-Instruct;
+LAYERS: a shallower model of the same width), else the small default below.
+--backend cuda serves it from one GPU (bf16); the GPU round runs
+`--backend cuda --shape Qwen--Qwen3-8B --targets 0.5,0.25`.
 
 Workload `--workload tier` (the host-memory tier, DESIGN.md §4.10): more
 conversations than the device pool holds (their final histories take at
@@ -374,7 +386,7 @@ def aggregate(results, wall, metrics):
         "ttft_s": summarize(ttft), "tpot_s": summarize(tpot),
         "itl_s": summarize(itl), "e2e_s": summarize(e2e),
         "preemptions": m("tangram_num_preemptions_total"),
-        "kv_pages_total": m("tangram_kv_pages_total", rank="0"),
+        "kv_pages_capacity": m("tangram_kv_pages_capacity", rank="0"),
         "kv_pages_used_end": m("tangram_kv_pages_used", rank="0"),
         "kv_pages_cached_end": m("tangram_kv_pages_cached", rank="0"),
         "ttft_returning_s": summarize([r["ttft"] for r in later]),
@@ -397,21 +409,92 @@ def aggregate(results, wall, metrics):
 
 # ---- runs ----------------------------------------------------------------------
 
-def calibrate(model, work, target, hp, n_samples, words):
+def calibrate(model, work, target, hp, n_samples, words, backend):
+    """The profile of `target` for the model, calibrated now unless the
+    work directory (--workdir, kept between runs) holds it already."""
+    out = os.path.join(work, "profile-%.2f-hp%d.json" % (target, hp))
+    if os.path.exists(out):
+        return out
     samples = os.path.join(work, "calib.jsonl")
     rng = random.Random(12345)
     with open(samples, "w") as f:
         for _ in range(n_samples):
             f.write(json.dumps({"text": " ".join(rng.choice(WORDS)
                                                  for _ in range(words))}) + "\n")
-    out = os.path.join(work, "profile.json")
     cmd = [du.prog("tangram-profile"), "calibrate", "--model", model,
            "--ratio", str(target), "--samples", samples,
-           "--heads-per-group", str(hp), "-o", out]
+           "--heads-per-group", str(hp), "--backend", backend, "-o", out]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise RuntimeError("calibration failed: " + r.stderr[-2000:])
     return out
+
+
+class BatchSampler:
+    """Samples tangram_num_requests_running every `period` seconds in a
+    thread while the load runs: the batch the server holds."""
+
+    def __init__(self, base_url, period=0.25):
+        self.base_url, self.period = base_url, period
+        self.vals, self.stop_ev = [], threading.Event()
+        self.t = threading.Thread(target=self.loop, daemon=True)
+
+    def loop(self):
+        while not self.stop_ev.wait(self.period):
+            try:
+                v = du.metric(du.fetch_metrics(self.base_url),
+                              "tangram_num_requests_running")
+            except Exception:  # noqa: BLE001 - a missed sample is no result
+                v = None
+            if v is not None:
+                self.vals.append(v)
+
+    def __enter__(self):
+        self.t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_ev.set()
+        self.t.join()
+
+    def summary(self):
+        v = self.vals
+        return {"mean": sum(v) / len(v) if v else float("nan"),
+                "max": max(v) if v else float("nan"), "samples": len(v)}
+
+
+def worker_rss(d):
+    """Peak and current host RSS (bytes) of the daemon's worker processes,
+    from /proc (VmHWM, VmRSS), summed over the workers."""
+    hwm = rss = 0
+    for pid in d.child_pids("worker"):
+        try:
+            with open("/proc/%d/status" % pid) as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        hwm += int(line.split()[1]) * 1024
+                    elif line.startswith("VmRSS:"):
+                        rss += int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return hwm, rss
+
+
+def http_check(d):
+    """One non-streamed /v1/completions request: True when it is served."""
+    body = json.dumps({"model": "model", "prompt": "The quick brown fox",
+                       "max_tokens": 4, "temperature": 0}).encode()
+    st, _, raw = du.http("POST", d.base_url + "/v1/completions", body,
+                         {"Content-Type": "application/json"}, timeout=120)
+    j = du.json_of(raw)
+    return st == 200 and bool(j) and "choices" in j
+
+
+def plan_lines(d):
+    """The worker's start-up lines about memory: the CUDA memory plan and
+    the pool its Hello announced."""
+    return [ln for ln in d.log_text().splitlines()
+            if "memory plan" in ln or "hello sent" in ln or "loaded" in ln][-6:]
 
 
 def serve_and_run(name, model, work, profile, daemon_args, conv_texts, starts,
@@ -423,16 +506,27 @@ def serve_and_run(name, model, work, profile, daemon_args, conv_texts, starts,
     d = du.Daemon(model, wdir, args=daemon_args, profile=profile)
     client = None
     try:
-        if not d.start(timeout=120):
+        t0 = time.time()
+        if not d.start(timeout=600):
             raise RuntimeError("%s: tangramd did not start:\n%s" %
                                (name, d.log_text()[-3000:]))
+        startup = time.time() - t0
+        d.note_children()
         client = Client(d.grpc_target)
         convs = [[decode_tokenize(client.tokenize(encode_tokenize(t), timeout=30))
                   for t in turns] for turns in conv_texts]
-        results, wall = run_load(client, convs, starts, max_tokens, timeout,
-                                 thinks)
+        with BatchSampler(d.base_url) as bs:
+            results, wall = run_load(client, convs, starts, max_tokens,
+                                     timeout, thinks)
         metrics = du.fetch_metrics(d.base_url)
         agg = aggregate(results, wall, metrics)
+        agg["batch_held"] = bs.summary()
+        agg["startup_s"] = startup
+        agg["worker_rss_peak"], agg["worker_rss"] = worker_rss(d)
+        agg["http_ok"] = http_check(d)
+        agg["startup_log"] = plan_lines(d)
+        if not agg["http_ok"]:
+            agg["errors"].append("HTTP /v1/completions failed")
     finally:
         if client is not None:
             client.close()
@@ -449,7 +543,9 @@ def fmt(v, scale=1.0, digits=1):
     return "%.*f" % (digits, v * scale)
 
 
-def report(full, prof, cfg):
+def report(full, profs, cfg):
+    """The side-by-side table: full KV, then each profile with its ratio to
+    full KV. profs: [(target, aggregate)]."""
     rows = [("requests (failed)", lambda a: "%d (%d)" % (a["requests"], a["failed"]), None),
             ("wall time (s)", lambda a: fmt(a["wall_s"], 1, 1), "wall_s"),
             ("request throughput (req/s)",
@@ -461,8 +557,17 @@ def report(full, prof, cfg):
             ("  turns 2+ only",
              lambda a: fmt(a["cached_fraction_later_turns"], 100, 1) + " %",
              "cached_fraction_later_turns"),
+            ("batch held, mean", lambda a: fmt(a["batch_held"]["mean"], 1, 1),
+             ("batch_held", "mean")),
+            ("batch held, peak", lambda a: fmt(a["batch_held"]["max"], 1, 0),
+             ("batch_held", "max")),
             ("preemptions", lambda a: fmt(a["preemptions"], 1, 0), None),
-            ("KV pages (pool)", lambda a: fmt(a["kv_pages_total"], 1, 0), None)]
+            ("KV pages (pool)", lambda a: fmt(a["kv_pages_capacity"], 1, 0), None),
+            ("start-up (s)", lambda a: fmt(a["startup_s"], 1, 1), None),
+            ("worker RSS peak (MiB)",
+             lambda a: fmt(a["worker_rss_peak"], 1.0 / (1 << 20), 0), None),
+            ("HTTP request served", lambda a: "yes" if a["http_ok"] else "NO",
+             None)]
     for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL"),
                        ("e2e_s", "E2E")):
         for stat in ("mean", "p50", "p90", "p99"):
@@ -470,20 +575,27 @@ def report(full, prof, cfg):
                          (lambda k, s: lambda a: fmt(a[k][s], 1000, 1))(key, stat),
                          (key, stat)))
     print("\nServing benchmark (%s)" % cfg)
-    print("%-30s %14s %14s %10s" % ("", "full KV", "profile %.2f" % cfg_target(cfg),
-                                     "ratio"))
+    head = "%-30s %14s" % ("", "full KV")
+    for t, _ in profs:
+        head += " %14s %8s" % ("profile %.2f" % t, "ratio")
+    print(head)
+
+    def val(a, key):
+        return a[key] if isinstance(key, str) else a[key[0]][key[1]]
     for label, f, key in rows:
-        ratio = "-"
-        if key is not None:
-            a = full[key] if isinstance(key, str) else full[key[0]][key[1]]
-            b = prof[key] if isinstance(key, str) else prof[key[0]][key[1]]
-            if a and not math.isnan(a) and not math.isnan(b):
-                ratio = "%.2fx" % (b / a)
-        print("%-30s %14s %14s %10s" % (label, f(full), f(prof), ratio))
-
-
-def cfg_target(cfg):
-    return float(cfg.split("target=")[1].split(",")[0])
+        line = "%-30s %14s" % (label, f(full))
+        for _, prof in profs:
+            ratio = "-"
+            if key is not None:
+                x, y = val(full, key), val(prof, key)
+                if x and not math.isnan(x) and not math.isnan(y):
+                    ratio = "%.2fx" % (y / x)
+            line += " %14s %8s" % (f(prof), ratio)
+        print(line)
+    for name, a in [("full KV", full)] + [("profile %.2f" % t, p)
+                                          for t, p in profs]:
+        for ln in a.get("startup_log", []):
+            print("  %s: %s" % (name, ln.strip()[:200]))
 
 
 TIER_RUNS = (("full-off", "full KV, off"), ("full-on", "full KV, on"),
@@ -499,7 +611,7 @@ def tier_derived(a, page_bytes):
     a["conversations_per_gib"] = (a["host_conversations_end"] /
                                   (used * page_bytes / 2.0 ** 30)
                                   if used > 0 else float("nan"))
-    pool = a["kv_pages_total"]
+    pool = a["kv_pages_capacity"]
     a["histories_over_pool"] = ((a["kv_pages_cached_end"] + max(used, 0)) /
                                 pool if pool and pool > 0 else float("nan"))
 
@@ -527,7 +639,7 @@ def report_tier(runs, cfg):
             ("host conversations (end)", r("host_conversations_end", 1, 0)),
             ("host MiB in use (end)", r("host_mib_end", 1, 2)),
             ("conversations per GiB host", r("conversations_per_gib", 1, 0)),
-            ("KV pages (pool)", r("kv_pages_total", 1, 0)),
+            ("KV pages (pool)", r("kv_pages_capacity", 1, 0)),
             ("histories / pool (pages)", r("histories_over_pool", 1, 2))]
 
     def val(a, spec):
@@ -605,9 +717,22 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kv-memory", default="12MiB",
                     help="KV pool of the worker, the same for both runs")
-    ap.add_argument("--target", type=float, default=0.25,
-                    help="profile target ratio (calibrated on the fly)")
+    ap.add_argument("--target", type=float, default=None,
+                    help="one profile target ratio (same as --targets X)")
+    ap.add_argument("--targets", default="0.25",
+                    help="profile target ratios, comma-separated (each "
+                         "calibrated on the fly)")
+    ap.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
+                    help="the workers' backend (and calibration's)")
+    ap.add_argument("--shape", default=None,
+                    help="NAME[:LAYERS]: the shape of data/configs/"
+                         "NAME_config.json (default: a small qwen3)")
+    ap.add_argument("--heads-per-group", type=int, default=2)
+    ap.add_argument("--calib-samples", type=int, default=8)
+    ap.add_argument("--calib-words", type=int, default=300)
     ap.add_argument("--prefill-chunk", type=int, default=256)
+    ap.add_argument("--max-num-seqs", type=int, default=0,
+                    help="the daemon's --max-num-seqs (0: its default)")
     ap.add_argument("--timeout", type=float, default=600.0,
                     help="client timeout of one request (s)")
     ap.add_argument("--workdir", default=None, help="keep files here")
@@ -654,69 +779,100 @@ def main():
     if missing:
         return du.fail_missing(missing)
     lo, hi = (int(x) for x in a.user_words.split(","))
+    targets = [a.target] if a.target is not None else [
+        float(x) for x in a.targets.split(",")]
     work = a.workdir or tempfile.mkdtemp(prefix="tg-bench-serving-")
     os.makedirs(work, exist_ok=True)
     try:
         model = os.path.join(work, "model")
-        head_dim = 32
+        hp = a.heads_per_group
+        shape_name = "hidden-256/4-layer"
+        t0 = time.time()
         if a.quick and a.workload == "tier":
             # 16 KiB pages: a 1 MiB pool of 64 holds about two of the
             # quick conversations, so the others go to the host tier.
             du.make_model(model, ["--layers", "4", "--head-dim", "64"])
-            hp, head_dim = 2, 64
+            shape_name = "tiny, 4 layers, head dim 64"
         elif a.quick:
             du.make_model(model)
-            hp, head_dim = 2, 16
-        else:
-            if not os.path.exists(os.path.join(model, "model.safetensors")):
-                r = subprocess.run(
-                    [du.prog("tangram-make-model")] + FULL_MODEL +
-                    ["--tokenizer", os.path.join(a.data, "tokenizers",
-                                                 "qwen3"), "-o", model],
-                    capture_output=True, text=True, timeout=300)
-                if r.returncode != 0:
-                    raise RuntimeError("tangram-make-model: " + r.stderr)
-            hp = 2
+            shape_name = "tiny"
+        elif not os.path.exists(os.path.join(model, "model.safetensors")):
+            args, tok = FULL_MODEL, "qwen3"
+            if a.shape:
+                name, _, depth = a.shape.partition(":")
+                args, tok = du.shape_args(du.config_path(name),
+                                          layers=int(depth) if depth else None,
+                                          seed=1)
+                shape_name = a.shape
+            r = subprocess.run(
+                [du.prog("tangram-make-model")] + args +
+                ["--tokenizer", os.path.join(a.data, "tokenizers", tok),
+                 "-o", model], capture_output=True, text=True, timeout=1800)
+            if r.returncode != 0:
+                raise RuntimeError("tangram-make-model: " + r.stderr)
+        elif a.shape:
+            shape_name = a.shape
+        t_make = time.time() - t0
+        with open(os.path.join(model, "config.json")) as f:
+            mcfg = json.load(f)
+        head_dim = mcfg.get("head_dim") or (mcfg["hidden_size"] //
+                                            mcfg["num_attention_heads"])
         t0 = time.time()
-        profile = calibrate(model, work, a.target, hp, 4 if a.quick else 8,
-                            60 if a.quick else 300)
+        profiles = [(t, calibrate(model, work, t, hp,
+                                  4 if a.quick else a.calib_samples,
+                                  60 if a.quick else a.calib_words,
+                                  a.backend)) for t in targets]
         t_cal = time.time() - t0
         conv_texts = make_conversations(a.seed, a.num_conversations, a.turns, lo, hi)
         starts = arrival_times(a.seed, a.num_conversations, a.request_rate)
         thinks = think_times(a.seed, a.num_conversations, a.turns,
                              a.think_time)
+        extra = (["--max-num-seqs", str(a.max_num_seqs)]
+                 if a.max_num_seqs > 0 else [])
         # The tier workload runs four daemons for many minutes on shared
         # cores: a long step must not read as a dead worker (5 beats).
-        daemon_args = ["--kv-memory", a.kv_memory, "--heads-per-group", str(hp),
+        daemon_args = extra + ["--backend", a.backend,
+                       "--kv-memory", a.kv_memory, "--heads-per-group", str(hp),
                        "--prefill-chunk", str(a.prefill_chunk),
                        "--max-batched-tokens", str(max(1024, a.prefill_chunk)),
                        "--worker-heartbeat-ms",
                        "4000" if a.workload == "tier" else "1000"]
-        cfg = ("%s model, %d conversations x %d turns, %s words per user turn, "
-               "%d output tokens per turn, %.2f conversations/s, kv-memory %s, "
-               "prefill-chunk %d, target=%.2f, calibration %.1f s" %
-               ("tiny" if a.quick else "hidden-256/4-layer", a.num_conversations,
+        cfg = ("%s model, %s backend, %d conversations x %d turns, %s words "
+               "per user turn, %d output tokens per turn, %.2f conversations/s, "
+               "kv-memory %s, prefill-chunk %d, target=%s, model %.1f s, "
+               "calibration %.1f s" %
+               (shape_name, a.backend, a.num_conversations,
                 a.turns, a.user_words, a.max_tokens, a.request_rate, a.kv_memory,
-                a.prefill_chunk, a.target, t_cal))
+                a.prefill_chunk, ",".join("%.2f" % t for t in targets),
+                t_make, t_cal))
         if a.workload == "tier":
             cfg = cfg.replace(" output tokens per turn,",
                               " output tokens per turn, think time %.1f s "
                               "(mean), host tier %s," % (a.think_time,
                                                          a.kv_host_memory))
-            return run_tier(a, model, work, profile, daemon_args, conv_texts,
-                            starts, thinks, cfg, hp * 2 * 16 * head_dim * 4)
+            # K and V of a page group: H_p heads x 16 tokens x d, fp32 on
+            # the CPU backend (bf16 on CUDA: half)
+            elem = 2 if a.backend == "cuda" else 4
+            return run_tier(a, model, work, profiles[0][1], daemon_args,
+                            conv_texts, starts, thinks, cfg,
+                            hp * 2 * 16 * head_dim * elem)
         full = serve_and_run("full", model, work, None, daemon_args, conv_texts,
                              starts, a.max_tokens, a.timeout)
-        prof = serve_and_run("profile", model, work, profile, daemon_args,
-                             conv_texts, starts, a.max_tokens, a.timeout)
-        report(full, prof, cfg)
-        out = {"config": cfg, "args": vars(a), "full": full, "profile": prof}
+        profs = [(t, serve_and_run("profile-%.2f" % t, model, work, path,
+                                   daemon_args, conv_texts, starts,
+                                   a.max_tokens, a.timeout))
+                 for t, path in profiles]
+        report(full, profs, cfg)
+        out = {"config": cfg, "args": vars(a), "full": full,
+               "profile": profs[0][1],
+               "profiles": {"%.2f" % t: p for t, p in profs}}
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(out, f, indent=1, default=str)
         bad = False
-        for name, agg in (("full", full), ("profile", prof)):
-            if agg["failed"] or not agg["daemon_ok"]:
+        for name, agg in [("full", full)] + [("profile %.2f" % t, p)
+                                             for t, p in profs]:
+            if agg["failed"] or not agg["daemon_ok"] or not agg["http_ok"]:
                 print("bench_serving: %s run: %d failed requests; %s" %
                       (name, agg["failed"], agg["errors"]), file=sys.stderr)
                 bad = True

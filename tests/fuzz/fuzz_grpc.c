@@ -52,6 +52,9 @@
 
 static uv_loop_t loop;
 static struct rt_grpc_server srv;
+/* Smaller than two largest messages, so that refusals for the budget are
+ * fuzzed too; nothing may stay charged once a connection is gone. */
+static struct rt_conn_budget budget = {.limit = 98304};
 static struct rt_server *fake; /* model_name, mc.vocab_size */
 static int client_fd = -1;
 
@@ -302,6 +305,7 @@ static void setup(void)
     cfg.max_message_bytes = 65536;
     cfg.max_header_bytes = 4096;
     cfg.max_concurrent_streams = 4;
+    cfg.body_budget = &budget;
     if (rt_grpc_server_init(&srv, &loop, &cfg, err, sizeof(err)) != 0)
         fz_fail("rt_grpc_server_init: %s", err);
     static const struct {
@@ -487,5 +491,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (srv.zombies)
         fz_fail("a call handle was left behind");
+    if (budget.used != 0)
+        fz_fail("%zu message bytes still charged to the budget after the "
+                "connection closed", budget.used);
     return 0;
 }

@@ -37,6 +37,9 @@
 
 static uv_loop_t loop;
 static struct rt_http_server srv;
+/* Smaller than the largest body, so that refusals for the budget (503)
+ * are fuzzed too; nothing may stay charged once a connection is gone. */
+static struct rt_conn_budget budget = {.limit = 8192};
 static int client_fd = -1;
 
 static void h_hello(struct rt_http_req *req, void *ud)
@@ -109,7 +112,7 @@ static void h_later(struct rt_http_req *req, void *ud)
     (void)ud;
     struct later *l = calloc(1, sizeof(*l));
     if (!l) {
-        rt_http_respond_error(req, 500, NULL, "out of memory");
+        rt_http_respond_error(req, 500, NULL, "out of memory", NULL);
         return;
     }
     l->req = req;
@@ -151,6 +154,7 @@ static void setup(void)
     cfg.body_timeout_ms = 600000;
     cfg.send_timeout_ms = 600000;
     cfg.linger_ms = 600000;
+    cfg.body_budget = &budget;
     if (rt_http_server_init(&srv, &loop, &cfg, err, sizeof(err)) != 0)
         fz_fail("rt_http_server_init: %s", err);
     rt_http_server_on_head(&srv, on_head, NULL);
@@ -219,5 +223,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     client_fd = -1;
     if (srv.zombies)
         fz_fail("a request handle was left behind");
+    if (budget.used != 0)
+        fz_fail("%zu body bytes still charged to the budget after the "
+                "connection closed", budget.used);
     return 0;
 }

@@ -551,7 +551,37 @@ def copy_data():
     put("profile", "bad_hp.json", json.dumps(q))
 
 
+# ---- structured outputs (common/grammar) -----------------------------------
+
+def grammar_seeds():
+    """fuzz_grammar: mode byte, schema or spec, NUL, drive bytes. Every
+    schema of the engine's test corpus with its first valid document, a
+    few with a schema-invalid one, and tool-call and free-JSON specs."""
+    with open(os.path.join(ROOT, "tests/grammar/schemas.json"), encoding="utf-8") as f:
+        corpus = json.load(f)
+    for case in corpus["schemas"]:
+        schema = json.dumps(case["schema"], separators=(",", ":"), ensure_ascii=False)
+        doc = case["valid"][0] if case["valid"] else ""
+        put("grammar", case["name"], b"\x00" + schema.encode() + b"\x00" + doc.encode())
+        if case["invalid"]:
+            put("grammar", case["name"] + "_invalid",
+                b"\x02" + schema.encode() + b"\x00" + case["invalid"][0].encode())
+    for tc in corpus["tools"][:2]:
+        spec = {"type": "tool_calls", "format": tc["format"], "min_calls": tc["min_calls"],
+                "max_calls": tc["max_calls"], "tools": tc["tools"]}
+        call = ('<tool_call>\n{"name": "get_weather", "arguments": {"location": "Oslo"}}\n</tool_call>'
+                if tc["format"] == "hermes" else
+                '{"name": "get_weather", "parameters": {"location": "Oslo"}}')
+        put("grammar", "spec_" + tc["name"],
+            b"\x01" + json.dumps(spec, separators=(",", ":")).encode() + b"\x00" + call.encode())
+    put("grammar", "spec_json_value", b'\x01{"type":"json_value"}\x00[1, {"a": "\\u00e9"}, true]')
+    put("grammar", "spec_json_object", b'\x03{"type":"json_object"}\x00{"k":[null]}')
+    put("grammar", "spec_bad", b'\x01{"type":"regex"}\x00x')
+    put("grammar", "schema_unsupported", b'\x00{"pattern":"a"}\x00"a"')
+
+
 def main():
+    grammar_seeds()
     http_seeds()
     openai_seeds()
     grpc_seeds()

@@ -23,6 +23,9 @@
  *    greedy row is the argmax of the same logits copied to the host,
  *    log-probabilities and the top 5 match the host's log-softmax, and a
  *    top_k 5 draw is one of those five.
+ *  - weights: a runtime made from the model's shape alone streams the
+ *    checkpoint into a slab byte-identical to the one uploaded from host
+ *    weights (and computes what the others compute, within tolerance);
  *  - per-head lengths (a profile of 2 heads per group): gvote (S = 0) and
  *    snapkv with decode-time compaction (trig caps, random statistics, a
  *    compaction after every 8th of 40 decode steps on both backends): the
@@ -241,10 +244,18 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
                                 .heads_per_group = hp, .page_size = P,
                                 .prefill_chunk = CHUNK, .rank = 0,
                                 .world_size = 1};
-    int rc = gw_engine_load_parts(&model, &prof, &lay, &method, &eo, err,
-                                  sizeof(err));
+    int *heads = NULL;
+    int rc = gw_engine_load_parts_map(&model, &prof, &lay, &method, &heads, &eo,
+                                      err, sizeof(err));
     if (rc != 0)
         fail_msg("load %s: %s", dir, err);
+    /* cu[2] gets the shape alone: its runtime streams the checkpoint into
+     * its slab (what a CUDA worker does), the others upload host weights */
+    struct gw_model shape;
+    struct gw_shard sh = {.rank = 0, .world = 1, .kv_heads = heads};
+    if (gw_model_open(&shape, dir, &sh, err, sizeof(err)) != 0)
+        fail_msg("shape of %s: %s", dir, err);
+    free(heads);
     int L = model.n_layers, G = lay.n_groups, rows = L * G;
     int per_row = (MAX_CTX + P - 1) / P;
     int32_t n_pages = rows * per_row * NSEQ;
@@ -287,9 +298,24 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
                                   .kv_pages = n_pages,
                                   .reserve_bytes = (uint64_t)256 << 20,
                                   .graphs = gi < 2, .splits = splits};
-        rc = gw_cuda_init(&cu[gi], &model, &lay, &co, err, sizeof(err));
+        rc = gw_cuda_init(&cu[gi], gi == 2 ? &shape : &model, &lay, &co, err,
+                          sizeof(err));
         if (rc != 0)
             fail_msg("cuda runtime: %s", err);
+    }
+    /* Streamed from the file or uploaded from host fp32, the slab holds
+     * the same bytes (bf16 kept bit for bit, padding zero). */
+    assert_int_equal(cu[0].ws.bytes, cu[2].ws.bytes);
+    assert_int_equal(cu[2].load.n_files, 1);
+    assert_int_equal(cu[0].load.n_files, 0);
+    {
+        size_t nb = (size_t)cu[0].ws.bytes;
+        void *a = malloc(nb), *b = malloc(nb);
+        tt_cuda_to_host(a, cu[0].wslab, nb);
+        tt_cuda_to_host(b, cu[2].wslab, nb);
+        assert_memory_equal(a, b, nb);
+        free(a);
+        free(b);
     }
     for (int b = 0; b < cu[1].n_buckets; b++)
         cu[1].graph_failed[b] = 1;
@@ -479,12 +505,14 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
              .step = 3},
             {.temperature = 1.0f, .top_p = 0.9f, .seed = 3, .step = 7},
         };
-        int32_t tok[NSEQ], top_ids[NSEQ * 5];
-        float lp[NSEQ], top_lps[NSEQ * 5];
-        if (gw_cuda_sample(&cu[0], NSEQ, sp, NULL, 5, tok, lp, top_ids, top_lps, err,
-                           sizeof(err)) != 0)
+        int32_t tok[NSEQ], top_ids[NSEQ * 5], bad[NSEQ];
+        float lp[NSEQ], top_lps[NSEQ * 5], bad_val[NSEQ];
+        if (gw_cuda_sample(&cu[0], NSEQ, sp, NULL, 5, tok, lp, top_ids, top_lps,
+                           bad, bad_val, err, sizeof(err)) != 0)
             fail_msg("device sampling: %s", err);
         assert_int_equal(cu[0].dev_rows, 0); /* one sampling per decode */
+        for (int s = 0; s < NSEQ; s++)
+            assert_int_equal(bad[s], -1); /* finite rows */
         for (int s = 0; s < NSEQ; s++) {
             const float *row = lg[1] + (size_t)s * V;
             double mx = row[0], sum = 0;
@@ -557,6 +585,7 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
     free(perm);
     kv_layout_free(&lay);
     pf_profile_free(&prof);
+    gw_model_free(&shape);
     gw_model_free(&model);
 }
 

@@ -13,6 +13,8 @@
  *     sampler's definition (and the CPU sampler against the same numbers);
  *   - tokens of weight 0 (-inf logits, below min-p) are never drawn on a
  *     151936-token vocabulary, whatever the block scan's rounding;
+ *   - the first non-finite logit of each row (NaN, +-inf) equals a host
+ *     scan's;
  *   - bad arguments.
  * Skipped (77) without CUDA or a device. */
 #include <setjmp.h>
@@ -690,6 +692,72 @@ static void test_logit_bias(void **state)
     tg_backend_cpu_free(cpu);
 }
 
+/* The first non-finite logit of each row against a scan on the host, over
+ * the rows of make_logits (with -inf, NaN, large offsets) plus rows with a
+ * single +inf, NaN or -inf at the first, a middle and the last id. */
+static void test_first_nonfinite(void **state)
+{
+    (void)state;
+    static const int vocabs[] = {1, 7, 513, 151936};
+    for (size_t vi = 0; vi < sizeof(vocabs) / sizeof(vocabs[0]); vi++) {
+        int V = vocabs[vi], n = 15;
+        float *x = make_logits(n, V);
+        float *r;
+        r = x + (size_t)6 * V;  /* clean plain rows get one bad value */
+        for (int j = 0; j < V; j++)
+            r[j] = (float)(j % 5);
+        r[V - 1] = INFINITY;
+        r = x + (size_t)12 * V;
+        for (int j = 0; j < V; j++)
+            r[j] = 0.5f;
+        r[V / 2] = NAN;
+        r = x + (size_t)13 * V;
+        for (int j = 0; j < V; j++)
+            r[j] = -1.0f;
+        r[0] = -INFINITY;
+        int32_t want[15];
+        float want_v[15];
+        for (int i = 0; i < n; i++) {
+            want[i] = -1;
+            want_v[i] = 0.0f;
+            for (int j = 0; j < V; j++)
+                if (!isfinite(x[(size_t)i * V + j])) {
+                    want[i] = j;
+                    want_v[i] = x[(size_t)i * V + j];
+                    break;
+                }
+        }
+        float *dx = tt_cuda_upload(x, (size_t)n * V * sizeof(float));
+        int32_t *df = tt_cuda_alloc((size_t)n * sizeof(int32_t));
+        float *dv = tt_cuda_alloc((size_t)n * sizeof(float));
+        assert_int_equal(tg_cuda_first_nonfinite(dx, n, V, df, dv, NULL), 0);
+        int32_t got[15];
+        float got_v[15];
+        tt_cuda_sync_to_host(got, df, (size_t)n * sizeof(int32_t));
+        tt_cuda_sync_to_host(got_v, dv, (size_t)n * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            assert_int_equal(got[i], want[i]);
+            if (want[i] >= 0)
+                assert_true(isnan(want_v[i]) ? isnan(got_v[i])
+                                             : got_v[i] == want_v[i]);
+        }
+        assert_int_equal(got[6], V - 1);
+        assert_int_equal(got[12], V / 2);
+        assert_int_equal(got[13], 0);
+        assert_int_equal(got[0], -1);
+        assert_int_equal(tg_cuda_first_nonfinite(dx, 1, 0, df, dv, NULL),
+                         TG_EINVAL);
+        assert_int_equal(tg_cuda_first_nonfinite(dx, 1, V, NULL, dv, NULL),
+                         TG_EINVAL);
+        assert_int_equal(tg_cuda_first_nonfinite(NULL, 0, V, NULL, NULL,
+                                                 NULL), 0);
+        cudaFree(dx);
+        cudaFree(df);
+        cudaFree(dv);
+        free(x);
+    }
+}
+
 static void test_bad_arguments(void **state)
 {
     (void)state;
@@ -779,6 +847,7 @@ int main(void)
         cmocka_unit_test(test_zero_weight_never_drawn),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_first_nonfinite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 #else

@@ -28,6 +28,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -287,12 +288,14 @@ class Daemon:
                     "--max-batched-tokens", "512", "--heads-per-group", "2",
                     "--worker-heartbeat-ms", "500", "--shutdown-timeout", "5"]
 
-    def __init__(self, model, workdir, args=None, api_key=None, profile=None):
+    def __init__(self, model, workdir, args=None, api_key=None, profile=None,
+                 nofile=None):
         self.model = model
         self.workdir = workdir
         self.args = list(args or [])
         self.api_key = api_key
         self.profile = profile
+        self.nofile = nofile  # RLIMIT_NOFILE (soft = hard) of the daemon
         self.http_port = free_port()
         self.grpc_port = free_port()
         while self.grpc_port == self.http_port:
@@ -332,9 +335,15 @@ class Daemon:
         if self.api_key is not None:
             env["TANGRAM_API_KEY"] = self.api_key
         self.log = open(self.log_path, "ab")
+        limit = None
+        if self.nofile is not None:
+            n = self.nofile
+            limit = lambda: resource.setrlimit(  # noqa: E731
+                resource.RLIMIT_NOFILE, (n, n))
         self.proc = subprocess.Popen(self.command(), env=env,
                                      stdout=self.log, stderr=self.log,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL,
+                                     preexec_fn=limit)
         end = time.time() + timeout
         while time.time() < end:
             self.note_children()
@@ -422,6 +431,29 @@ class Daemon:
         return [ln for ln in self.log_text().splitlines()
                 if any(k in ln for k in keys)]
 
+    def check_alive(self, chk):
+        """Checks that tangramd runs and no child died (was restarted)."""
+        chk.check(self.proc is not None and self.proc.poll() is None and
+                  not [ln for ln in self.log_text().splitlines()
+                       if "restarting" in ln],
+                  "no process died during the test")
+
+    def stop_checked(self, chk):
+        """stop() and the checks of a clean end: exit 0 on SIGTERM, no
+        router/worker left, no sanitizer report in the log."""
+        rc, left = self.stop()
+        san = self.sanitizer_reports()
+        chk.check(rc == 0, "tangramd exits 0 on SIGTERM (rc %s)" % rc)
+        chk.check(not left, "no router/worker survives tangramd (%s)" % left)
+        chk.check(not san, "no sanitizer report in the daemon's log",
+                  "\n".join(san[:10]))
+
+    def print_log_tail(self, chk, n=4000):
+        """Prints the end of the daemon's log when a check failed."""
+        if chk.failures:
+            print("---- tangramd log (tail) ----")
+            print(self.log_text()[-n:])
+
     def __enter__(self):
         return self
 
@@ -465,13 +497,15 @@ def json_of(data):
 
 def is_openai_error(data):
     """True when data is the OpenAI error shape
-    {"error": {"message": str, "type": str, "param": ..., "code": ...}}."""
+    {"error": {"message": str, "type": str, "param": ..., "code": str}}
+    (the server's one error shape: "code" is always a non-empty string)."""
     j = json_of(data) if isinstance(data, (bytes, str)) else data
     if not isinstance(j, dict) or not isinstance(j.get("error"), dict):
         return False
     e = j["error"]
     return (isinstance(e.get("message"), str) and e["message"] != "" and
-            isinstance(e.get("type"), str) and "param" in e and "code" in e)
+            isinstance(e.get("type"), str) and "param" in e and
+            isinstance(e.get("code"), str) and e["code"] != "")
 
 
 def sse_events(data):
@@ -605,7 +639,7 @@ def kv_page_metrics(base_url, n_ranks):
         "released_ranks": released,
         "used": per_rank("tangram_kv_pages_used"),
         "cached": per_rank("tangram_kv_pages_cached"),
-        "total": per_rank("tangram_kv_pages_total"),
+        "total": per_rank("tangram_kv_pages_capacity"),
         "cached_tokens": metric(s, "tangram_cached_prompt_tokens_total"),
     }
 
@@ -657,3 +691,75 @@ def grpc_generate_ids(grpc, pb, target, ids, max_tokens, seed, timeout=300):
 def scratch_dir(prefix):
     """A fresh temporary directory (the caller removes it)."""
     return tempfile.mkdtemp(prefix=prefix)
+
+
+# ---- real shapes ----------------------------------------------------------
+
+def shape_args(config_path, layers=None, seed=1):
+    """tangram-make-model flags for the shape of a real config.json (the
+    project's data/configs): width, heads, KV heads, head_dim, ffn, RoPE
+    theta and Llama-3 scaling, context, norm eps, tied embeddings, bf16;
+    `layers` (None: the config's depth) makes a shallower model of the same
+    width. Returns (flags, tokenizer folder name under data/tokenizers)."""
+    with open(config_path) as f:
+        c = json.load(f)
+    mt = c.get("model_type", "")
+    arch = {"qwen3": "qwen3", "qwen2": "qwen2", "llama": "llama",
+            "mistral": "mistral"}.get(mt)
+    if arch is None:
+        raise RuntimeError("%s: model_type %r has no tangram-make-model "
+                           "architecture" % (config_path, mt))
+    heads = c["num_attention_heads"]
+    args = ["--arch", arch, "--hidden", str(c["hidden_size"]),
+            "--layers", str(layers or c["num_hidden_layers"]),
+            "--heads", str(heads),
+            "--kv-heads", str(c.get("num_key_value_heads", heads)),
+            "--head-dim", str(c.get("head_dim") or c["hidden_size"] // heads),
+            "--ffn", str(c["intermediate_size"]),
+            "--rope-theta", repr(float(c.get("rope_theta", 10000.0))),
+            "--max-position", str(c.get("max_position_embeddings", 32768)),
+            "--rms-eps", repr(float(c.get("rms_norm_eps", 1e-6))),
+            "--dtype", "bf16", "--seed", str(seed)]
+    rs = c.get("rope_scaling") or {}
+    if rs.get("rope_type") == "llama3":
+        args += ["--rope-scaling-llama3", repr(float(rs["factor"])),
+                 "--rope-original-max",
+                 str(rs.get("original_max_position_embeddings", 8192))]
+    if c.get("tie_word_embeddings"):
+        args.append("--tie")
+    tok = {"qwen3": "qwen3", "qwen2": "qwen2.5"}.get(arch, "llama3")
+    return args, tok
+
+
+def config_path(name):
+    """data/configs/<name>_config.json of the project data (TANGRAM_DATA),
+    e.g. config_path("Qwen--Qwen3-8B")."""
+    return os.path.join(DATA, "configs", name + "_config.json")
+
+
+def random_ids(vocab, n, seed):
+    """n token ids in [1000, min(vocab, 100000)) from a fixed 64-bit LCG
+    (Knuth's MMIX constants): reproducible prompts of ordinary tokens, no
+    special ids, for the reference tests and peer benchmarks."""
+    hi = min(vocab, 100000)
+    x, out = seed, []
+    for _ in range(n):
+        x = (x * 6364136223846793005 + 1442695040888963407) % (1 << 64)
+        out.append(1000 + (x >> 33) % (hi - 1000))
+    return out
+
+
+def hf_from_pretrained(transformers, torch, model_dir, dtype):
+    """transformers' AutoModelForCausalLM.from_pretrained(model_dir) in
+    `dtype` (a torch dtype). transformers >= 4.56 names the argument dtype
+    (and keeps torch_dtype); older ones know only torch_dtype; a version
+    that ignored it is cast. The modules are the caller's (this file needs
+    only the standard library)."""
+    auto = transformers.AutoModelForCausalLM
+    try:
+        m = auto.from_pretrained(model_dir, dtype=dtype)
+    except TypeError:
+        m = auto.from_pretrained(model_dir, torch_dtype=dtype)
+    if next(m.parameters()).dtype != dtype:
+        m = m.to(dtype)
+    return m

@@ -127,8 +127,59 @@ def main():
             if worst > 1e-3:
                 print("FAIL: prompt log-probabilities differ from the reference")
                 failures += 1
+        failures += check_cuda_refusals(tmp, model, samples)
     print("%d passed, %d failed" % (1 if failures == 0 else 0, 1 if failures else 0))
     return 1 if failures else 0
+
+
+def have_gpu():
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def check_cuda_refusals(tmp, model, samples):
+    """calibrate --backend cuda where it cannot run: exit 1 with the
+    reason and no output file. A sample longer than the device's largest
+    scored chunk is refused first, naming the flag that fixes it; then the
+    runs themselves: no device or driver, a build without CUDA, or (on a
+    GPU) the tiny model's head_dim 16. Returns the failure count."""
+    failures = 0
+    out = os.path.join(tmp, "cuda.json")
+    why = ("no CUDA device is usable", "no CUDA backend", "head_dim 64 and 128")
+    p = subprocess.run([PROF, "calibrate", "--model", model, "--ratio", "0.3",
+                        "--samples", samples, "--heads-per-group", "2",
+                        "--backend", "cuda", "-o", out],
+                       capture_output=True, text=True)
+    if p.returncode != 1 or not any(w in p.stderr for w in why) or \
+            os.path.exists(out):
+        print("FAIL: calibrate --backend cuda did not refuse clearly (rc %d): "
+              "%s" % (p.returncode, p.stderr[-400:]))
+        failures += 1
+    if not have_gpu() and "use --backend cpu" not in p.stderr:
+        print("FAIL: without a GPU the refusal does not name the fix: %s"
+              % p.stderr[-400:])
+        failures += 1
+    long_samples = os.path.join(tmp, "long.jsonl")
+    with open(long_samples, "w") as f:
+        f.write(json.dumps({"prompt_ids": [1000 + i % 500
+                                           for i in range(2100)]}) + "\n")
+    p = subprocess.run([PROF, "calibrate", "--model", model, "--ratio", "0.3",
+                        "--samples", long_samples, "--heads-per-group", "2",
+                        "--backend", "cuda", "-o", out],
+                       capture_output=True, text=True)
+    if p.returncode != 1 or "--max-sample-tokens 2048" not in p.stderr or \
+            os.path.exists(out):
+        print("FAIL: a 2100-token sample on --backend cuda is not refused "
+              "with --max-sample-tokens 2048 (rc %d): %s"
+              % (p.returncode, p.stderr[-400:]))
+        failures += 1
+    if failures == 0:
+        print("calibrate --backend cuda refuses clearly: %s"
+              % p.stderr.strip().splitlines()[-1])
+    return failures
 
 
 if __name__ == "__main__":

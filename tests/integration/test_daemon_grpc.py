@@ -720,7 +720,7 @@ def main():
             chk.check(m is not None, "at the end nothing runs or waits")
             if m is not None:
                 used = du.metric(m, "tangram_kv_pages_used", rank="0")
-                total = du.metric(m, "tangram_kv_pages_total", rank="0")
+                total = du.metric(m, "tangram_kv_pages_capacity", rank="0")
                 chk.check(used is not None and 0 < used < total,
                           "pages in use at the end are the cache's only "
                           "(%s of %s)" % (used, total))

@@ -550,7 +550,7 @@ def t_metrics(api):
     chk.check(not missing, "/metrics has the DESIGN §5 names", missing)
     chk.check(du.metric(samples, "tangram_kv_pages_used", rank="0")
               is not None and
-              du.metric(samples, "tangram_kv_pages_total", rank="0"),
+              du.metric(samples, "tangram_kv_pages_capacity", rank="0"),
               "per-rank page gauges")
     inf = du.metric(samples, "tangram_e2e_request_latency_seconds_bucket",
                     le="+Inf")
@@ -808,6 +808,14 @@ def t_node(api):
               "node: streamed chat equals the non-streamed one, role first, "
               "usage chunk", (ch, chs))
     chk.check(j["models"] == [MODEL], "node: models.list", j["models"])
+    chk.check(j.get("model") == {"id": MODEL, "object": "model",
+                                 "owned_by": "tangram"},
+              "node: models.retrieve of the served model", j.get("model"))
+    mm = j.get("model_missing") or {}
+    chk.check(mm.get("threw") and mm.get("status") == 404 and
+              mm.get("not_found") and mm.get("code") == "model_not_found",
+              "node: models.retrieve of another id raises NotFoundError "
+              "(404 model_not_found)", mm)
     chk.check(j["bad_key"].get("threw") and j["bad_key"]["status"] == 401
               and j["bad_key"]["auth_error"],
               "node: wrong key raises AuthenticationError (401)",
@@ -852,7 +860,7 @@ def main():
                 used = du.metric(m, "tangram_kv_pages_used", rank="0")
                 # Only the multi-turn cache holds pages now: a positive
                 # count well below the pool (see the module docstring).
-                total = du.metric(m, "tangram_kv_pages_total", rank="0")
+                total = du.metric(m, "tangram_kv_pages_capacity", rank="0")
                 chk.check(used is not None and 0 < used < total,
                           "pages in use at the end are the cache's only "
                           "(%s of %s)" % (used, total))

@@ -6,7 +6,7 @@ Starts tangramd (CPU backend, the tiny qwen3 model, full KV) with
 
 - the advertised context (/v1/models max_model_len, gRPC ModelInfo is the
   same variable) is lowered to what one request can hold,
-  floor(pages / (L * G)) * P with pages from tangram_kv_pages_total, and
+  floor(pages / (L * G)) * P with pages from tangram_kv_pages_capacity, and
   the router logs that it lowered it;
 - a request whose prompt plus max_tokens is over that context is refused
   with 400 before it runs (it used to be admitted, preempted over and over,
@@ -60,7 +60,7 @@ def main():
         if not ready:
             return chk.summary()
         m = du.fetch_metrics(d.base_url)
-        pages = int(du.metric(m, "tangram_kv_pages_total", rank="0"))
+        pages = int(du.metric(m, "tangram_kv_pages_capacity", rank="0"))
         fit = pages // layers * PAGE  # one group per layer
         st, _, raw = du.http("GET", d.base_url + "/v1/models")
         advertised = du.json_of(raw)["data"][0]["max_model_len"]

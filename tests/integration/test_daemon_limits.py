@@ -21,8 +21,10 @@ sockets and http.client, and checks:
 - a slowloris head that keeps trickling bytes gets 408 at the header
   deadline;
 - idle connections at --http-max-connections give way, so /health from a
-  new connection answers while idle ones fill the table; busy ones do not,
-  and a new connection then gets 503 with Retry-After;
+  new connection answers while idle ones fill the table; so do trickling
+  heads (slowloris) when nothing is idle, slowest first, with 408; busy
+  ones (a body arriving) do not, and a new connection then gets 503 with
+  Retry-After;
 - a streaming client that stops reading is cut after --http-send-timeout,
   its request aborted and its KV pages returned (tangram_kv_pages_used back
   where it was), counted in tangram_http_slow_readers_aborted_total;
@@ -39,6 +41,7 @@ is not built.
 """
 import json
 import os
+import select
 import shutil
 import signal
 import socket
@@ -383,20 +386,49 @@ def t_conn_limit(d):
     chk.check(v, "idle connections gave way (evicted counter)")
     du.wait_for(lambda: (metric(d, "tangram_http_connections_open") or 99)
                 <= 1, 5)
-    # Busy connections (a head in progress) do not: the next one is refused.
+    # Slowloris at the limit: every connection holds part of a head. A new
+    # client is still served: the slowest head gives way with 408.
+    heads = [Raw(d, timeout=3) for _ in range(MAX_CONNS)]
+    for c in heads:
+        c.send(b"GET /v1/models HTTP/1.1\r\n")
+    time.sleep(1.0)  # the router has read every head's first line
+    served = [d.health() for _ in range(5)]
+    chk.check(served == [200] * 5,
+              "%d trickling heads at --http-max-connections %d: new clients "
+              "are still served" % (MAX_CONNS, MAX_CONNS), served)
+    ready = select.select([c.s for c in heads], [], [], 0.5)[0]
+    answers = [c.response() for c in heads if c.s in ready]
+    r = next((a for a in answers if a and b"too slow" in a[2]), None)
+    chk.check(r is not None and r[0] == 408 and du.is_openai_error(r[2]),
+              "the slowest heads gave way with 408 (request head too slow)",
+              answers[:3])
+    v = metric(d, "tangram_http_slow_heads_evicted_total")
+    # The first newcomer took a head's place; the others found it free
+    # again once that one had left.
+    chk.check(v is not None and v >= 1, "slow heads evicted are counted (%s)"
+              % v)
+    for c in heads:
+        c.close()
+    du.wait_for(lambda: (metric(d, "tangram_http_connections_open") or 99)
+                <= 1, 5)
+    # Busy connections (a request past its head: its body arriving) do not
+    # give way: the next one is refused.
+    part = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: "
+            "Bearer %s\r\nContent-Length: 100\r\n\r\n{" % KEY).encode()
     busy = [Raw(d, timeout=3) for _ in range(MAX_CONNS)]
     for c in busy:
-        c.send(b"GET /v1/models HTTP/1.1\r\n")
+        c.send(part)
     time.sleep(0.3)
     extra = Raw(d, timeout=3)
     r = extra.response()
     extra.close()
     chk.check(r is not None and r[0] == 503 and
               r[1].get("retry-after", "").isdigit() and
-              du.is_openai_error(r[2]),
+              du.is_openai_error(r[2]) and
+              du.json_of(r[2])["error"]["code"] == "connection_limit",
               "over the limit with every connection busy: 503 with "
               "Retry-After", r)
-    # Their heads time out; the server serves again.
+    # Their bodies time out; the server serves again.
     timed_out = 0
     for c in busy:
         rr = c.response()

@@ -200,7 +200,7 @@ def tier_case(grpc, pb, model, prof, work, tp, ref, kill=True):
         s = du.fetch_metrics(d.base_url) or {}
         dev_used = sum(du.metric(s, "tangram_kv_pages_used", rank=str(r))
                        for r in range(tp))
-        dev_total = sum(du.metric(s, "tangram_kv_pages_total", rank=str(r))
+        dev_total = sum(du.metric(s, "tangram_kv_pages_capacity", rank=str(r))
                         for r in range(tp))
         perc = du.metric(s, "tangram_kv_cache_usage_perc")
         C.check(perc is not None and abs(perc - dev_used / dev_total) < 1e-9,

@@ -73,6 +73,35 @@ expect_err "model" $G --prompt-ids '[1]' --profile "$tmp/badprof.json"
 SRC=${TANGRAM_SOURCE:-.}
 expect_err "L=4" $G --prompt-ids '[1]' --profile "$SRC/profiles/tiny-qwen3.json"
 expect_err "context" $G --prompt-ids '[1]' --max-tokens 40000
+expect_err "cpu|cuda" $G --prompt-ids '[1]' --backend tpu
+
+# --backend cuda drives the CUDA runtime through the worker's backend ops
+# table; where it cannot run it fails at once with the reason and prints
+# nothing on stdout: no device (or no driver), a build without CUDA, or on
+# a GPU the tiny model's head_dim 16, which the CUDA kernels lack.
+cuda_why='no CUDA device is usable\|no CUDA backend\|head_dim 64 and 128'
+expect_err "$cuda_why" $G --prompt-ids '[1,2,3]' --max-tokens 2 --backend cuda --json
+out=$($G --prompt-ids '[1,2,3]' --max-tokens 2 --backend cuda --json 2>/dev/null)
+[ -z "$out" ] && ok || bad "--backend cuda printed a result where it cannot run: $out"
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    expect_err "use --backend cpu" $G --prompt-ids '[1,2,3]' --backend cuda
+fi
+
+# --timing: prefill and decode wall times on any backend; the JSON names
+# its backend.
+$G --prompt-ids '[1,2,3,4]' --max-tokens 3 --timing --json | "$PY" -c '
+import json,sys
+d=json.load(sys.stdin)
+t=d["timing"]
+assert d["backend"]=="cpu", d["backend"]
+for k in ("prefill_seconds","decode_seconds","compact_seconds","prefill_tokens_per_second","decode_tokens_per_second"):
+    assert isinstance(t[k],float) and t[k]>=0, (k,t)
+assert t["prefill_seconds"]>0 and t["decode_seconds"]>0, t
+' && ok || bad "--timing JSON"
+$G --prompt-ids '[1,2,3,4]' --max-tokens 3 --json | "$PY" -c '
+import json,sys
+assert "timing" not in json.load(sys.stdin)
+' && ok || bad "timing only when asked"
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

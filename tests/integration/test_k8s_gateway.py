@@ -18,7 +18,7 @@ without a cluster:
 - The metric names the picker is told to read (its --*-metric flags) exist
   with the right type in the /metrics of a real tangramd started here, and
   tangram_cache_config_info carries the labels the picker reads
-  (block_size, num_gpu_blocks) consistent with tangram_kv_pages_total.
+  (block_size, num_gpu_blocks) consistent with tangram_kv_pages_capacity.
 - Session affinity: the header is X-Session-Id everywhere (the router reads
   x-session-id, the docs name it), no route filter drops it, and the
   picker's prefix-cache scorer, which keeps a conversation on the pod that
@@ -429,7 +429,7 @@ def t_live(args, work):
                      "tangram_cache_config_info is one series of value 1",
                      info):
             lab = info[0][0]
-            total = du.metric(samples, "tangram_kv_pages_total", rank="0")
+            total = du.metric(samples, "tangram_kv_pages_capacity", rank="0")
             chk.check({"block_size", "num_gpu_blocks", "page_size",
                        "num_pages", "num_ranks"} <= set(lab),
                       "it carries block_size and num_gpu_blocks (read by "
@@ -441,7 +441,7 @@ def t_live(args, work):
                       total is not None and int(lab["num_pages"]) == total
                       and lab["num_ranks"] == "1",
                       "page_size 16 = block_size, num_pages = "
-                      "tangram_kv_pages_total{rank=\"0\"} (%s)" % total, lab)
+                      "tangram_kv_pages_capacity{rank=\"0\"} (%s)" % total, lab)
             # Full KV (no profile): a block of 16 tokens takes one page per
             # (layer, group) row: 2 layers x 1 group of 2 heads.
             chk.check(ok and int(lab["num_gpu_blocks"]) ==

@@ -15,7 +15,11 @@ and checks that
     after the first change their prompt log-probabilities;
   * greedy decoding equals teacher-forced argmax (no profile) and a decode
     step equals a 1-token chunk (with a profile);
-  * pooling, forced keys, top-k ties and the profile math on hand-made data.
+  * pooling, forced keys, top-k ties and the profile math on hand-made data;
+  * trig_ref's near-tie branches: select(flip=True) swaps exactly the
+    boundary pair, branches() yields the reference's own run first and then
+    distinct flip sets, and a flipped run equals the own run up to the
+    flipped trigger and differs after it.
 """
 
 import cmath
@@ -37,8 +41,11 @@ DATA = os.environ.get("TANGRAM_DATA", os.path.join(SRC, "data"))
 REF = os.path.join(SRC, "tests", "reference")
 sys.path.insert(0, REF)
 
+import itertools  # noqa: E402
+
 import profile_ref as pr  # noqa: E402
 import tangram_ref as tr  # noqa: E402
+import trig_ref  # noqa: E402
 
 
 # --------------------------------------------------------------------------
@@ -731,6 +738,58 @@ class TestProfileRef(unittest.TestCase):
                                         "--heads-per-group", "3"],
                                  capture_output=True, text=True)
             self.assertEqual(bad.returncode, 2)
+
+
+class TestTrigRef(unittest.TestCase):
+    def test_select_flip(self):
+        sc = [0.9, 0.5, 0.7, 0.6, 0.1, 0.0, 0.0]   # last 2: the window
+        keep, gap = trig_ref.select(sc, 4, 2)
+        self.assertEqual(list(keep), [0, 2, 5, 6])
+        self.assertAlmostEqual(gap, (0.7 - 0.6) / 0.7)
+        keep, gap2 = trig_ref.select(sc, 4, 2, flip=True)
+        self.assertEqual(list(keep), [0, 3, 5, 6])
+        self.assertEqual(gap, gap2)
+        # Nothing to decide: everything or only the window kept.
+        for cap in (2, 7):
+            a, g = trig_ref.select(sc, cap, 2)
+            b, _ = trig_ref.select(sc, cap, 2, flip=True)
+            self.assertEqual(list(a), list(b))
+            self.assertEqual(g, math.inf)
+
+    def test_branches(self):
+        d, cfg, stored, model = Fixture.models["qwen3"]
+        c = model.cfg
+        cal = trig_ref.calibrate(model, [prompt(30, cfg["vocab_size"], 21)])
+        stats = [{k: cal[k][li] for k in ("re", "im", "abs")}
+                 for li in range(c.n_layers)]
+        ids = prompt(20, cfg["vocab_size"], 22)
+        forced = prompt(21, cfg["vocab_size"], 23)
+        every = 4
+        args = (model, ids, None, stats, 8, forced, 12, every, 4, False)
+        own = trig_ref.run(*args)
+        # Every decided selection counts as a tie at tie_tol = inf.
+        runs = list(itertools.islice(trig_ref.branches(*args, math.inf), 4))
+        self.assertEqual(runs[0]["flips"], [])
+        self.assertEqual(runs[0]["kept_positions"], own["kept_positions"])
+        self.assertEqual(runs[0]["forced_logprobs"], own["forced_logprobs"])
+        self.assertEqual(own["ties"], [])
+        ties = [tuple(t[:3]) for t in runs[0]["ties"]]
+        self.assertGreater(len(ties), 1)
+        self.assertEqual(runs[1]["flips"], [ties[0]])
+        seen = set()
+        for r in runs[1:]:
+            fl = tuple(r["flips"])
+            self.assertNotIn(fl, seen)
+            seen.add(fl)
+            self.assertTrue(set(fl) <= {tuple(t[:3]) for t in r["ties"]})
+            # Log-probabilities up to the first flipped trigger are the
+            # own run's; the decision changes what the next steps see.
+            cut = fl[0][0] * every + 1
+            self.assertEqual(r["forced_logprobs"][:cut],
+                             own["forced_logprobs"][:cut])
+            self.assertGreater(max(abs(a - b) for a, b in zip(
+                r["forced_logprobs"][cut:], own["forced_logprobs"][cut:])),
+                0.0)
 
 
 if __name__ == "__main__":

@@ -610,7 +610,7 @@ def pages_of(m, n_ranks):
     """[(used, cached, total)] per rank."""
     return [(du.metric(m, "tangram_kv_pages_used", rank=str(r)),
              du.metric(m, "tangram_kv_pages_cached", rank=str(r)),
-             du.metric(m, "tangram_kv_pages_total", rank=str(r)))
+             du.metric(m, "tangram_kv_pages_capacity", rank=str(r)))
             for r in range(n_ranks)]
 
 

@@ -16,12 +16,26 @@ tiny random models (Qwen3 with q/k norm, bf16; Llama, bf16).
    --decode-every 16 --decode-window 8), with the calibrated profile
    (non-uniform and --decode-budget-uniform caps) and with --profile none
    (--trig-stats naming the calibrated file), prefill chunks 16, 64 and 512:
-   kept_positions (--dump-kept) equal the reference's exactly (a mismatch
-   is tolerated, and reported, only when the reference saw a selection
-   boundary closer than 1e-5 relative: fp32 keys may order those the other
-   way), forced log-probabilities agree within 1e-3, both sides ran the
-   same number of triggers, and the pages held at the end equal the pages
-   the rows fill (sum over groups of ceil(longest head / P)).
+   both sides ran the same number of triggers, kept_positions (--dump-kept)
+   equal the reference's exactly and forced log-probabilities agree within
+   1e-3, and the pages held at the end equal the pages the rows fill (sum
+   over groups of ceil(longest head / P)).
+   Near-ties: where a trigger's selection boundary (last kept vs first
+   dropped score) is closer than GAP_TOL = 1e-5 relative in the float64
+   reference, the C side's fp32 keys may order the pair the other way (its
+   scores agree with the reference's to ~1e-7 relative, and the rounding
+   of its keys depends on the OpenBLAS kernel the CPU selects). Such a
+   decision changes the log-probabilities of the steps up to the next
+   trigger even when that trigger evicts both keys and the final kept
+   positions agree. So the C run must equal, in all three respects, one of
+   the reference runs trig_ref.branches() yields: its own decisions first,
+   then the same run with near-ties decided the other way (at most
+   MAX_REF_RUNS runs); which ties it took the other way is reported. A
+   wrong score, rotation, compaction or attention still differs from every
+   branch. A kept-position mismatch that no branch explains is tolerated,
+   and reported, only when the prefill's snapkv selection saw a boundary
+   gap below GAP_TOL (it is never evicted, so only the kept positions show
+   it).
 3. A long generation (1,500 tokens) holds at most the prompt's pages plus
    the per-group bound of §4.9, ceil((prompt kept + min(decoded, max cap
    of the group + beta)) / P) per row, at its peak; pages come back.
@@ -33,6 +47,7 @@ Fails, naming it, when tangram-make-model, tangram-profile or
 tangram-generate is not built.
 """
 
+import itertools
 import json
 import math
 import os
@@ -59,6 +74,7 @@ GEN = os.path.join(BIN, "tangram-generate")
 STAT_TOL = 1e-4
 LP_TOL = 1e-3
 GAP_TOL = 1e-5
+MAX_REF_RUNS = 4
 PAGE = 4
 BUDGET, EVERY, WINDOW = 40, 16, 8
 SHAPE = ["--hidden", "64", "--layers", "2", "--heads", "8", "--kv-heads",
@@ -144,6 +160,19 @@ def check_stats(name, prof_path, model, samples):
     check(worst <= STAT_TOL, f"{name}: trig statistics off by {worst:.3g}")
 
 
+def differs(got, ref, n_forced):
+    """None when the C run `got` holds the kept positions of the reference
+    run `ref` and its forced log-probabilities within LP_TOL; else what
+    differs."""
+    if got["kept_positions"] != ref["kept_positions"]:
+        return "kept positions differ from the reference"
+    d = max(abs(a - b) for a, b in zip(got["forced_logprobs"],
+                                       ref["forced_logprobs"]))
+    if len(got["forced_logprobs"]) != n_forced or d > LP_TOL:
+        return f"forced logprobs off by {d:.3g}"
+    return None
+
+
 def compare(name, mdir, model, prof_path, stats_path, ids, forced, chunk,
             uniform):
     what = f"{name} profile={os.path.basename(prof_path)} chunk={chunk} " \
@@ -157,8 +186,11 @@ def compare(name, mdir, model, prof_path, stats_path, ids, forced, chunk,
         fail(f"{what}: {e}")
         return
     stats = trig_ref.load_stats(stats_path, model.cfg)
-    ref = trig_ref.run(model, ids, None if prof_path == "none" else prof_path,
-                       stats, chunk, forced, BUDGET, EVERY, WINDOW, uniform)
+    runs = trig_ref.branches(model, ids,
+                             None if prof_path == "none" else prof_path,
+                             stats, chunk, forced, BUDGET, EVERY, WINDOW,
+                             uniform, GAP_TOL)
+    ref = next(runs)
     check(got["kv"]["decode_triggers"] == ref["triggers"],
           f"{what}: {got['kv']['decode_triggers']} triggers, reference "
           f"{ref['triggers']}")
@@ -169,21 +201,39 @@ def compare(name, mdir, model, prof_path, stats_path, ids, forced, chunk,
                                                          model.cfg)),
           f"{what}: holds {got['kv']['pages_used']} pages, the rows fill "
           f"{rows_fill(got['kept_positions'], groups_of(prof_path, model.cfg))}")
-    if got["kept_positions"] != ref["kept_positions"]:
-        msg = f"{what}: kept positions differ from the reference"
-        if ref["min_gap"] < GAP_TOL:
-            notes.append(msg + f"; tolerated: selection gap "
-                               f"{ref['min_gap']:.2g}")
+    why = differs(got, ref, len(forced))
+    match, tried = (ref if why is None else None), 1
+    if match is None:  # each further branch is a fresh reference run
+        for alt in itertools.islice(runs, MAX_REF_RUNS - 1):
+            tried += 1
+            if differs(got, alt, len(forced)) is None:
+                match = alt
+                break
+    if match is None:
+        msg = (f"{what}: {why} (smallest selection gap "
+               f"{ref['min_gap']:.2g}; near-ties [trigger, layer, head, "
+               f"gap] {ref['ties']}, {tried} reference run(s) tried)")
+        if why.startswith("kept") and ref["prefill_min_gap"] < GAP_TOL:
+            notes.append(f"{what}: {why}; tolerated: prefill selection gap "
+                         f"{ref['prefill_min_gap']:.2g}")
             return
-        check(False, msg + f" (smallest selection gap {ref['min_gap']:.2g})")
+        check(False, msg)
         return
     check(True, "")
     d = max(abs(a - b) for a, b in zip(got["forced_logprobs"],
-                                       ref["forced_logprobs"]))
-    check(len(got["forced_logprobs"]) == len(forced) and d <= LP_TOL,
-          f"{what}: forced logprobs off by {d:.3g}")
+                                       match["forced_logprobs"]))
+    if match["flips"]:
+        gaps = {tuple(t[:3]): t[3] for t in match["ties"]}
+        notes.append(f"{what}: the reference's own run differs ({why}); the "
+                     "C run equals the reference run that decides the "
+                     "near-tie(s) " + ", ".join(
+                         f"(trigger {t}, layer {li}, head {h}, gap "
+                         f"{gaps[(t, li, h)]:.2g})"
+                         for t, li, h in match["flips"]) +
+                     " the other way")
     print(f"{what}: {ref['triggers']} triggers, kept positions equal, "
-          f"forced logprobs within {d:.2g}, released "
+          f"forced logprobs within {d:.2g}"
+          f"{' (near-tie branch)' if match['flips'] else ''}, released "
           f"{got['kv']['decode_pages_released']} pages")
 
 

@@ -27,11 +27,25 @@ them in fp32; the angles are formed in double on both sides).
     trig_ref.py --model DIR [--profile FILE|none] --stats FILE
                 --prompt-ids JSON --forced-ids JSON [--prefill-chunk C]
                 [--decode-budget c] [--decode-every B] [--decode-window W]
-                [--uniform] --json
+                [--uniform] [--tie-tol X] [--flip TRIGGER,LAYER,HEAD ...]
+                --json
 prints {"kept_positions" [l][h] (absolute, sorted, at the end),
-"forced_logprobs", "triggers", "min_gap"}: min_gap is the smallest relative
-score gap between the last kept and first dropped key of any trigger
-(below ~1e-6 fp32 may choose the other).
+"forced_logprobs", "triggers", "min_gap", "ties", "flips",
+"prefill_min_gap"}: min_gap is the smallest relative score gap between the
+last kept and first dropped key of any trigger (below ~1e-6 fp32 may choose
+the other); ties lists [trigger, layer, head, gap] of every decode selection
+whose gap is below --tie-tol (triggers count from 1); prefill_min_gap is the
+smallest snapkv top-k boundary gap of the prefill.
+
+Near-ties: the C side scores fp32 keys (their rounding depends on the BLAS
+kernel), so where the float64 boundary gap is below fp32 noise (scores agree
+to ~1e-7 relative) it may keep the first dropped key instead of the last
+kept one. Such a decision changes what later steps attend to even when a
+later trigger evicts both keys again. run(..., flips=...) takes the other
+side of the named ties (swap the boundary pair), and branches() yields the
+reference's own run first and then every combination of flipped ties, so a
+test can accept exactly the runs that differ from the reference only in how
+they decided a near-tie.
 """
 
 import argparse
@@ -141,43 +155,52 @@ def scores(keys, stats_l, h, G, freq, t, d):
     return total / (G * len(OFFSETS) * math.sqrt(d))
 
 
-def select(score, cap, window):
+def select(score, cap, window, flip=False):
     """Kept indices (ascending) of a region of len(score) entries; also
-    the relative gap at the boundary."""
+    the relative gap at the boundary. flip: keep the first dropped entry
+    instead of the last kept one (the other side of the boundary; the gap
+    returned is the same)."""
     n = len(score)
     keep = set(range(n - window, n))
     m = n - window
     want = cap - window
     order = sorted(range(m), key=lambda i: (-score[i], i))
-    keep |= set(order[:want])
     gap = math.inf
     if 0 < want < m:
         a, b = score[order[want - 1]], score[order[want]]
         gap = abs(a - b) / max(abs(a), 1e-300)
+        if flip:
+            order[want - 1], order[want] = order[want], order[want - 1]
+    keep |= set(order[:want])
     return np.asarray(sorted(keep)), gap
 
 
 def run(model, ids, profile, stats, prefill_chunk, forced_ids, budget,
-        every, window, uniform):
+        every, window, uniform, flips=(), tie_tol=0.0):
+    """The §4.9 run; `flips`: (trigger, layer, head) selections decided
+    the other way (select(flip=True)); selections whose gap is below
+    `tie_tol` are listed in the result's "ties"."""
     c = model.cfg
+    flips = {tuple(f) for f in flips}
     ids = [int(t) for t in ids]
     st = tr._State(c)
     gb = tr.load_profile_budgets(profile, c)
     for s in range(0, len(ids), prefill_chunk):
         hidden = tr._prefill_chunk(model, st, ids[s:s + prefill_chunk], s, gb)
-    last = tr._logits(model, hidden[-1:])[0]
     cap = caps(head_budgets(profile, c), budget, window, uniform)
     dstart = [[st.k[li][h].shape[0] for h in range(c.n_kv_heads)]
               for li in range(c.n_layers)]
     freq = np.asarray(model.inv_freq, dtype=np.float32).astype(np.float64)
-    forced_lp, triggers, min_gap = [], 0, math.inf
-    cur, pos, decoded = last, len(ids), 0
+    # Teacher forcing: no step needs the previous step's logits, so the
+    # final hidden states are kept and the lm_head runs over blocks of
+    # them at the end (it is most of the time, one row at a time).
+    hiddens = [hidden[-1]]
+    triggers, min_gap, ties = 0, math.inf, []
+    pos, decoded = len(ids), 0
     for i, tok in enumerate(forced_ids):
-        forced_lp.append(float(tr.log_softmax_rows(cur[None, :])[0, tok]))
         if i == len(forced_ids) - 1:
             break
-        cur = tr._logits(model, tr._decode_token(model, st, int(tok),
-                                                 pos)[None, :])[0]
+        hiddens.append(tr._decode_token(model, st, int(tok), pos))
         pos += 1
         decoded += 1
         if decoded % every != 0:
@@ -191,12 +214,21 @@ def run(model, ids, profile, stats, prefill_chunk, forced_ids, budget,
                     continue
                 sc = scores(st.k[li][h][a:], stats[li], h, c.group, freq,
                             pos, c.head_dim)
-                keep, gap = select(sc, cap[li][h], window)
+                keep, gap = select(sc, cap[li][h], window,
+                                   (triggers, li, h) in flips)
                 min_gap = min(min_gap, gap)
+                if gap < tie_tol:
+                    ties.append([triggers, li, h, gap])
                 for arr in ("k", "v", "pos"):
                     cur_arr = getattr(st, arr)[li][h]
                     getattr(st, arr)[li][h] = np.concatenate(
                         [cur_arr[:a], cur_arr[a:][keep]])
+    forced_lp = []
+    for r in range(0, len(forced_ids), tr.LOGIT_BLOCK):
+        lp = tr.log_softmax_rows(tr._logits(
+            model, np.stack(hiddens[r:r + tr.LOGIT_BLOCK])))
+        forced_lp += [float(lp[j, int(t)]) for j, t in
+                      enumerate(forced_ids[r:r + tr.LOGIT_BLOCK])]
     return {
         "kept_positions": [[[int(x) for x in st.pos[li][h]]
                             for h in range(c.n_kv_heads)]
@@ -204,7 +236,31 @@ def run(model, ids, profile, stats, prefill_chunk, forced_ids, budget,
         "forced_logprobs": forced_lp,
         "triggers": triggers,
         "min_gap": min_gap,
+        "ties": ties,
+        "flips": sorted(flips),
+        "prefill_min_gap": st.min_gap,
     }
+
+
+def branches(model, ids, profile, stats, prefill_chunk, forced_ids, budget,
+             every, window, uniform, tie_tol):
+    """Yields run()'s result for the reference's own decisions first, then,
+    depth first, for every set of its near-ties (gap < tie_tol) decided the
+    other way. A branch flips only ties after its last flip in (trigger,
+    layer, head) order, so each set is produced once; a flip does not move
+    the ties before it or beside it in its trigger (the heads' selections
+    of one trigger do not depend on one another), but a branch lists the
+    ties of its own later triggers. Each result is a fresh run (the
+    caller stops when it has found what it wants)."""
+    stack = [()]
+    while stack:
+        flips = stack.pop()
+        res = run(model, ids, profile, stats, prefill_chunk, forced_ids,
+                  budget, every, window, uniform, flips, tie_tol)
+        yield res
+        last = flips[-1] if flips else (0, -1, -1)
+        stack.extend(reversed([flips + (tuple(t[:3]),) for t in res["ties"]
+                               if tuple(t[:3]) > last]))
 
 
 def load_stats(path, cfg):
@@ -229,15 +285,27 @@ def main(argv=None):
     ap.add_argument("--decode-every", type=int, default=128)
     ap.add_argument("--decode-window", type=int, default=32)
     ap.add_argument("--uniform", action="store_true")
+    ap.add_argument("--tie-tol", type=float, default=0.0)
+    ap.add_argument("--flip", action="append", default=[],
+                    help="TRIGGER,LAYER,HEAD: decide that selection the "
+                         "other way (repeatable)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
+    flips = []
+    for f in a.flip:
+        try:
+            t, li, h = (int(x) for x in f.split(","))
+        except ValueError:
+            ap.error(f"--flip {f!r}: expected TRIGGER,LAYER,HEAD")
+        flips.append((t, li, h))
     model = tr.load_model(a.model)
     res = run(model, json.loads(a.prompt_ids), a.profile,
               load_stats(a.stats, model.cfg), a.prefill_chunk,
               json.loads(a.forced_ids), a.decode_budget, a.decode_every,
-              a.decode_window, a.uniform)
-    if not math.isfinite(res["min_gap"]):
-        res["min_gap"] = None
+              a.decode_window, a.uniform, flips, a.tie_tol)
+    for key in ("min_gap", "prefill_min_gap"):
+        if not math.isfinite(res[key]):
+            res[key] = None
     print(json.dumps(res))
     return 0
 

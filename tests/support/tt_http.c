@@ -215,23 +215,29 @@ static void h_counters(struct rt_http_req *req, void *ud)
 {
     struct tt_http_fx *fx = ud;
     const struct rt_http_stats *st = &req->srv->stats;
-    char b[512];
+    const struct rt_conn_stats *cs = &req->srv->set.stats;
+    char b[768];
     int n = snprintf(b, sizeof(b),
                      "live=%zu\naccepted=%llu\nrejected_max=%llu\n"
                      "rejected_per_ip=%llu\nevicted=%llu\n"
+                     "evicted_head=%llu\naccept_pauses=%llu\n"
                      "timeout_header=%llu\ntimeout_body=%llu\n"
                      "malformed=%llu\ntoo_large=%llu\nrefused_head=%llu\n"
+                     "refused_budget=%llu\n"
                      "slow_readers=%llu\nhalf_closed=%llu\n"
                      "max_pending=%d\n",
-                     req->srv->n_live, (unsigned long long)st->accepted,
-                     (unsigned long long)st->rejected_max,
-                     (unsigned long long)st->rejected_per_ip,
-                     (unsigned long long)st->evicted,
+                     req->srv->set.n_live, (unsigned long long)cs->accepted,
+                     (unsigned long long)cs->rejected_max,
+                     (unsigned long long)cs->rejected_per_ip,
+                     (unsigned long long)(cs->evicted_idle + cs->evicted_head),
+                     (unsigned long long)cs->evicted_head,
+                     (unsigned long long)cs->accept_pauses,
                      (unsigned long long)st->timeout_header,
                      (unsigned long long)st->timeout_body,
                      (unsigned long long)st->malformed,
                      (unsigned long long)st->too_large,
                      (unsigned long long)st->refused_head,
+                     (unsigned long long)st->refused_budget,
                      (unsigned long long)st->slow_readers,
                      (unsigned long long)st->half_closed,
                      atomic_load(&fx->max_pending));
@@ -591,11 +597,14 @@ void tt_http_expect_error_close(struct tt_http_fx *fx, const char *raw,
         fail_msg("status %d, want %d, for: %s", r.status, status, raw);
     assert_true(tt_http_head_has(&r, "Connection: close"));
     assert_true(tt_http_head_has(&r, "Content-Type: application/json"));
-    /* "code" is the status number, or a string a head check chose. */
-    char code[32];
-    snprintf(code, sizeof(code), "\"code\":%d}}", status);
-    if (!strstr(r.body, "\"code\":\""))
-        assert_non_null(strstr(r.body, code));
+    /* "code" is always a string: the status's, or one the server or a
+     * head check chose. */
+    char code[64];
+    snprintf(code, sizeof(code), "\"code\":\"%s\"}}",
+             rt_http_status_code(status));
+    if (!strstr(r.body, code))
+        assert_non_null(strstr(r.body, "\"code\":\""));
+    assert_null(strstr(r.body, "\"code\":null"));
     assert_non_null(strstr(r.body, "{\"error\":{\"message\":"));
     assert_non_null(strstr(r.body, "\"param\":null"));
     free(r.body);

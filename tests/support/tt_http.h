@@ -135,8 +135,8 @@ void tt_http_one_shot(struct tt_http_fx *fx, const char *raw,
 void tt_http_expect_no_conns_left(struct tt_http_fx *fx);
 
 /* Sends raw on a fresh connection and checks the answer: `status`, a
- * complete JSON error in the OpenAI shape ("code" the status number, or a
- * string), "Connection: close", and the server closing the connection. */
+ * complete JSON error in the OpenAI shape ("code" a string),
+ * "Connection: close", and the server closing the connection. */
 void tt_http_expect_error_close(struct tt_http_fx *fx, const char *raw,
                                 int status);
 

@@ -331,6 +331,7 @@ struct rt_link_config tt_link_cfg(struct tt_link_env *e, int T)
                    .pages_total = 64, .vocab_size = TT_LINK_VOCAB},
         .heartbeat_ms = TT_LINK_HB_MS,
         .dead_ms = TT_LINK_DEAD_MS,
+        .stall_ms = TT_LINK_STALL_MS,
         .linger_ms = 50,
         .on_result = on_result,
         .on_dead = on_dead,

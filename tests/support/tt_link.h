@@ -24,6 +24,7 @@
 
 #define TT_LINK_HB_MS 15     /* router heartbeat period, ms */
 #define TT_LINK_DEAD_MS 120  /* silence after which a rank is dead, ms */
+#define TT_LINK_STALL_MS 1000 /* a beat's stalled_ms beyond this kills */
 #define TT_LINK_L 2          /* layers of the fixture's layout */
 #define TT_LINK_G 2          /* KV groups per layer */
 #define TT_LINK_VOCAB 1000   /* vocabulary size */

@@ -254,6 +254,20 @@ int tt_all_finite(const float *x, size_t n)
     return 1;
 }
 
+int64_t tt_vm_hwm(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (f == NULL)
+        return -1;
+    char line[256];
+    long long kib = -1;
+    while (fgets(line, sizeof(line), f) != NULL)
+        if (strncmp(line, "VmHWM:", 6) == 0 && sscanf(line + 6, "%lld", &kib) != 1)
+            kib = -1;
+    fclose(f);
+    return kib < 0 ? -1 : (int64_t)kib * 1024;
+}
+
 /* ---- allocation that cannot fail ---------------------------------------- */
 
 void *tt_xmalloc(size_t bytes)

@@ -128,6 +128,10 @@ double tt_median(double *v, int n);
 /* Returns 1 when every x[0..n) is finite (no NaN, no infinity), else 0. */
 int tt_all_finite(const float *x, size_t n);
 
+/* Returns this process's peak resident set (VmHWM of /proc/self/status)
+ * in bytes, or -1 when it cannot be read. */
+int64_t tt_vm_hwm(void);
+
 /* ---- allocation that cannot fail ---------------------------------------- */
 
 /* Returns malloc(bytes) (at least 1 byte, so 0 gives a pointer too); a

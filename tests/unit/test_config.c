@@ -625,7 +625,7 @@ static void test_td_defaults(void **state)
     assert_int_equal(o.page_size, 16);
     assert_int_equal(o.prefill_chunk, 512);
     assert_int_equal(o.max_num_seqs, 256);
-    assert_int_equal(o.max_batched_tokens, 8192);
+    assert_int_equal(o.max_batched_tokens, 2048); /* the cpu backend's */
     assert_true(o.kv_memory.is_fraction);
     assert_true(o.kv_memory.fraction == 0.9);
     assert_int_equal(o.max_queued, 1024);
@@ -672,6 +672,7 @@ static void test_td_env_flags(void **state)
     assert_string_equal(o.profile, "p.json");
     assert_string_equal(o.served_model_name, "qwen-x");
     assert_true(o.shutdown_timeout == 2.5);
+    assert_int_equal(o.max_batched_tokens, 8192); /* the cuda backend's */
 
     json_t *j = td_options_dump_json(&o);
     assert_non_null(j);
@@ -712,9 +713,9 @@ static void test_td_errors(void **state)
         {"--kv-memory", "1KiB", TG_ERANGE, "[1MiB, 1PiB] bytes"},
         {"--htp-port", "1", TG_EINVAL, "did you mean --http-port?"},
         {"--port", "1", TG_EINVAL, "unknown flag '--port' (did you mean"},
-        {"--prefill-chunk", "9000", TG_EINVAL,
-         "--max-batched-tokens (8192) must be at least --prefill-chunk"},
-        {"--max-num-seqs", "10000", TG_EINVAL, "--max-num-seqs (10000)"},
+        {"--max-batched-tokens", "256", TG_EINVAL,
+         "--max-batched-tokens (256) must be at least --prefill-chunk"},
+        {"--max-batched-tokens", "-1", TG_ERANGE, "[0, 16777216]"},
         {"--shutdown-timeout", "-1", TG_ERANGE, "--shutdown-timeout"},
         {"--worker-heartbeat-ms", "5", TG_ERANGE, "[10, 600000]"},
     };
@@ -728,8 +729,21 @@ static void test_td_errors(void **state)
                      cases[i].needle);
         td_options_free(&o);
     }
-    /* A model path with no name needs an explicit served name. */
     struct tg_serve_opts o = {0};
+    /* An explicit budget below the running requests is refused; the
+     * backend's budget (0) rises to the chunk and the running requests. */
+    assert_int_equal(tdparse(&o, NULL, ARGS("--model", "m",
+                                            "--max-batched-tokens", "600",
+                                            "--max-num-seqs", "1000")),
+                     TG_EINVAL);
+    assert_non_null(strstr(errbuf, "--max-num-seqs (1000)"));
+    assert_int_equal(tdparse(&o, NULL, ARGS("--model", "m",
+                                            "--prefill-chunk", "9000")), 0);
+    assert_int_equal(o.max_batched_tokens, 9000);
+    assert_int_equal(tdparse(&o, NULL, ARGS("--model", "m",
+                                            "--max-num-seqs", "4096")), 0);
+    assert_int_equal(o.max_batched_tokens, 4096);
+    /* A model path with no name needs an explicit served name. */
     assert_int_equal(tdparse(&o, NULL, ARGS("--model", "/")), TG_EINVAL);
     assert_non_null(strstr(errbuf, "--served-model-name"));
     assert_int_equal(tdparse(&o, NULL, ARGS("--model", "/",

@@ -5,7 +5,9 @@
  * (receive deadline, for unary and bidi streams); a connection kept open
  * by such streams, or by a client that keeps opening them (idle limit);
  * streams over SETTINGS_MAX_CONCURRENT_STREAMS (refused); admission from
- * the headers before any body; a grpc-timeout passed before dispatch;
+ * the headers before any body and before the method lookup; connection
+ * caps (an idle connection gives way, a busy set refuses with GOAWAY);
+ * the request body budget; a grpc-timeout passed before dispatch;
  * bidi streams (echo, errors, oversized messages); the graceful close (a
  * Watch stream gets NOT_SERVING and UNAVAILABLE, a running stream
  * UNAVAILABLE); reflection over a descriptor set with imports (transitive
@@ -298,6 +300,18 @@ static void test_admission_and_early_deadline(void **state)
     assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
     assert_int_equal(c->grpc_status, 0);
     assert_int_equal(atomic_load(&fx->admits), 2);
+    /* Admission comes before the method lookup: without the key an
+     * unknown method is refused like a real one, so methods cannot be
+     * enumerated; with the key it is unknown. */
+    n = tt_h2cli_std_nv("/test.Secret/Nope", "application/grpc", "trailers",
+                        "POST");
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, NULL, 0, 0, 3000));
+    assert_int_equal(c->grpc_status, RT_GRPC_UNAUTHENTICATED);
+    assert_string_equal(c->grpc_msg, "no key");
+    tt_h2cli_nv[n++] = key;
+    assert_true(tt_h2cli_call(c, fx->port, tt_h2cli_nv, n, buf, blen, 1, 3000));
+    assert_int_equal(c->grpc_status, RT_GRPC_UNIMPLEMENTED);
+    assert_int_equal(atomic_load(&fx->admits), 4);
 
     n = tt_h2cli_std_nv("/test.Echo/Slow", "application/grpc", "trailers",
                         "POST");
@@ -307,6 +321,132 @@ static void test_admission_and_early_deadline(void **state)
     assert_int_equal(c->grpc_status, RT_GRPC_DEADLINE_EXCEEDED);
     assert_int_equal(atomic_load(&fx->slow_started), 0);
     assert_int_equal(atomic_load(&fx->events[RT_GRPC_EVENT_DEADLINE]), 1);
+    free(c);
+    tt_grpc_fx_stop(fx);
+    free(fx);
+}
+
+/* Reads what a refused connection gets: the server's SETTINGS, a GOAWAY
+ * ENHANCE_YOUR_CALM naming the connection limit, then the end. */
+static void expect_goaway_refusal(int fd)
+{
+    uint8_t b[256];
+    size_t got = 0;
+    for (int i = 0; i < 300 && got < sizeof(b); i++) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 10) <= 0)
+            continue;
+        ssize_t r = recv(fd, b + got, sizeof(b) - got, 0);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    assert_true(got >= 9 + 17);
+    assert_int_equal(b[3], NGHTTP2_SETTINGS);
+    assert_int_equal(b[12], NGHTTP2_GOAWAY);
+    assert_int_equal(b[25], NGHTTP2_ENHANCE_YOUR_CALM);
+    assert_memory_equal(b + 26, "connection limit", 16);
+}
+
+/* Connection caps (router/rt_conn.h): at max_connections a silent
+ * connection (idle: no call in progress) gives way to a new one with
+ * GOAWAY; when every connection has a call in a handler the newcomer is
+ * refused (SETTINGS + GOAWAY ENHANCE_YOUR_CALM) and closed. */
+static void test_conn_cap(void **state)
+{
+    (void)state;
+    struct rt_grpc_config cfg;
+    rt_grpc_config_default(&cfg);
+    cfg.max_connections = 3;
+    cfg.max_connections_per_ip = 0;
+    struct tt_grpc_fx *fx = calloc(1, sizeof(*fx));
+    assert_non_null(fx);
+    tt_grpc_fx_start_cfg(fx, &cfg);
+    struct tt_h2cli *c = calloc(4, sizeof(*c));
+    assert_non_null(c);
+    int silent[4];
+    for (int i = 0; i < 4; i++) {
+        silent[i] = tt_h2cli_connect(fx->port);
+        usleep(30000);
+    }
+    /* The fourth took the place of the first, which got GOAWAY and EOF. */
+    c[0].fd = silent[0];
+    assert_true(tt_h2cli_wait_eof(&c[0], 3000));
+    for (int i = 0; i < 4; i++)
+        close(silent[i]);
+    for (int i = 0; i < 300 && fx->srv.set.n_live > 0; i++)
+        usleep(10000);
+    assert_true(fx->srv.set.stats.evicted_idle >= 1);
+    /* Three calls in their handlers: nothing can give way. */
+    size_t n = tt_h2cli_std_nv("/test.Echo/Slow", "application/grpc",
+                               "trailers", "POST");
+    uint8_t buf[64];
+    size_t blen = tt_h2cli_frame(buf, 0, "x", 1);
+    for (int i = 0; i < 3; i++)
+        assert_false(tt_h2cli_open(&c[i], fx->port, tt_h2cli_nv, n, buf,
+                                   blen, 1, 200));
+    assert_int_equal(wait_count(&fx->slow_started, 3), 3);
+    int fd = tt_h2cli_connect(fx->port);
+    expect_goaway_refusal(fd);
+    close(fd);
+    assert_int_equal(fx->srv.set.stats.rejected_max, 1);
+    for (int i = 0; i < 3; i++)
+        tt_h2cli_end(&c[i]);
+    assert_int_equal(wait_count(&fx->cancels, 3), 3);
+    free(c);
+    tt_grpc_fx_stop(fx);
+    free(fx);
+}
+
+/* The body budget: a message is charged when its prefix arrives; one that
+ * does not fit ends its call with UNAVAILABLE, and the charge of a
+ * message comes back when its handler returned. */
+static void test_body_budget(void **state)
+{
+    (void)state;
+    static struct rt_conn_budget budget;
+    memset(&budget, 0, sizeof(budget));
+    budget.limit = 96 << 10;
+    struct rt_grpc_config cfg;
+    rt_grpc_config_default(&cfg);
+    cfg.max_message_bytes = 64 << 10;
+    cfg.body_budget = &budget;
+    struct tt_grpc_fx *fx = calloc(1, sizeof(*fx));
+    assert_non_null(fx);
+    tt_grpc_fx_start_cfg(fx, &cfg);
+    struct tt_h2cli *c = calloc(2, sizeof(*c));
+    assert_non_null(c);
+    size_t n = tt_h2cli_std_nv("/test.Echo/Unary", "application/grpc",
+                               "trailers", "POST");
+    /* A 60 KiB message of which only the prefix and 4 bytes come: held. */
+    uint8_t part[9] = {0, 0, 0, 0xF0, 0x00, 'a', 'b', 'c', 'd'};
+    assert_false(tt_h2cli_open(&c[0], fx->port, tt_h2cli_nv, n, part,
+                               sizeof(part), 0, 200));
+    for (int i = 0; i < 300 && budget.used == 0; i++)
+        usleep(10000);
+    assert_int_equal(budget.used, 60 << 10);
+    /* A second one of 60 KiB does not fit in 96 KiB. */
+    assert_true(tt_h2cli_call(&c[1], fx->port, tt_h2cli_nv, n, part,
+                              sizeof(part), 0, 3000));
+    assert_int_equal(c[1].grpc_status, RT_GRPC_UNAVAILABLE);
+    assert_non_null(strstr(c[1].grpc_msg, "memory budget"));
+    assert_int_equal(budget.refused, 1);
+    assert_int_equal(
+        atomic_load(&fx->events[RT_GRPC_EVENT_BUDGET]), 1);
+    /* The held one leaves: its charge comes back; a small call is served
+     * and keeps nothing once its handler returned. */
+    tt_h2cli_end(&c[0]);
+    for (int i = 0; i < 300 && budget.used != 0; i++)
+        usleep(10000);
+    assert_int_equal(budget.used, 0);
+    uint8_t buf[64];
+    size_t blen = tt_h2cli_frame(buf, 0, "hello", 5);
+    assert_true(tt_h2cli_call(&c[1], fx->port, tt_h2cli_nv, n, buf, blen, 1,
+                              3000));
+    assert_int_equal(c[1].grpc_status, 0);
+    assert_int_equal(c[1].data_len, blen);
+    assert_int_equal(budget.used, 0);
+    assert_true(budget.peak >= 60 << 10);
     free(c);
     tt_grpc_fx_stop(fx);
     free(fx);
@@ -662,6 +802,8 @@ int main(void)
         cmocka_unit_test(test_idle_open_stream),
         cmocka_unit_test(test_max_streams),
         cmocka_unit_test(test_admission_and_early_deadline),
+        cmocka_unit_test(test_conn_cap),
+        cmocka_unit_test(test_body_budget),
         cmocka_unit_test(test_bidi),
         cmocka_unit_test(test_close_graceful),
         cmocka_unit_test(test_reflect_imports),

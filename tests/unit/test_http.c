@@ -372,7 +372,7 @@ static void test_routes(void **state)
     tt_http_cli_sends(&c, "GET /nothing-here HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     assert_int_equal(r.status, 404);
-    assert_non_null(strstr(r.body, "\"code\":404"));
+    assert_non_null(strstr(r.body, "\"code\":\"not_found\""));
     assert_non_null(strstr(r.body, "\"type\":\"invalid_request_error\""));
     free(r.body);
     /* 404/405 keep the connection. */
@@ -380,10 +380,26 @@ static void test_routes(void **state)
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     assert_int_equal(r.status, 405);
     assert_true(tt_http_head_has(&r, "\r\nAllow: POST, PUT\r\n"));
-    assert_non_null(strstr(r.body, "\"code\":405"));
+    assert_non_null(strstr(r.body, "\"code\":\"method_not_allowed\""));
     free(r.body);
     tt_http_cli_sends(&c, "POST /hello HTTP/1.1\r\nHost: t\r\n"
                           "Content-Length: 1\r\n\r\nx");
+    assert_int_equal(tt_http_cli_response(&c, &r), 0);
+    assert_int_equal(r.status, 405);
+    assert_true(tt_http_head_has(&r, "\r\nAllow: GET, HEAD\r\n"));
+    free(r.body);
+    /* A GET route serves HEAD too (no HEAD route of its own): the same
+     * head with its Content-Length, no body; Allow names HEAD. */
+    tt_http_cli_sends(&c, "HEAD /stats HTTP/1.1\r\nHost: t\r\n\r\n"
+                          "PUT /stats HTTP/1.1\r\nHost: t\r\n"
+                          "Content-Length: 0\r\n\r\n");
+    char *end;
+    while (!(end = memmem(c.buf, c.len, "\r\n\r\n", 4)))
+        assert_int_equal(tt_http_cli_fill(&c), 0);
+    assert_true(memcmp(c.buf, "HTTP/1.1 200 OK\r\n", 17) == 0);
+    assert_non_null(memmem(c.buf, (size_t)(end - c.buf), "Content-Length: ",
+                           16));
+    tt_http_cli_consume(&c, (size_t)(end - c.buf) + 4);
     assert_int_equal(tt_http_cli_response(&c, &r), 0);
     assert_int_equal(r.status, 405);
     assert_true(tt_http_head_has(&r, "\r\nAllow: GET, HEAD\r\n"));

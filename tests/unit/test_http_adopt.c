@@ -46,6 +46,9 @@ static void h_hello(struct rt_http_req *req, void *ud)
 static void h_echo(struct rt_http_req *req, void *ud)
 {
     (void)ud;
+    /* The handler always sees a NUL-terminated body, an empty one too
+     * (corpus/http/repro-empty-chunked-body-nul). */
+    assert_int_equal(req->body[req->body_len], '\0');
     rt_http_respond(req, 200, "text/plain", req->body, req->body_len);
 }
 

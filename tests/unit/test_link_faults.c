@@ -2,7 +2,8 @@
  * when things go wrong, against the fake workers of tests/support/tt_link.h:
  * out-of-order answers, dead workers found by missed heartbeats while a
  * step is in flight, restarts (also faster than the deadline), refused
- * Hellos, garbage on the wire and Shutdown delivery. The normal round trips
+ * Hellos, garbage on the wire, Shutdown delivery, and the beat connection of
+ * a busy or wedged worker. The normal round trips
  * are in test_link.c. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -250,6 +251,122 @@ static void test_shutdown(void **state)
     tt_link_env_free(e);
 }
 
+/* Sends one Heartbeat on a beat connection (as a worker's heartbeat
+ * thread does). */
+static void send_beat(void *sock, int rank, uint32_t pid, uint64_t step,
+                      uint32_t stalled_ms)
+{
+    Tangram__Worker__V1__Heartbeat hb = TANGRAM__WORKER__V1__HEARTBEAT__INIT;
+    hb.version = 1;
+    hb.rank = rank;
+    hb.pid = pid;
+    hb.step_id = step;
+    hb.stalled_ms = stalled_ms;
+    Tangram__Worker__V1__WorkerMessage m =
+        TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
+    m.version = 1;
+    m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_HEARTBEAT;
+    m.heartbeat = &hb;
+    uint8_t buf[128];
+    size_t n = tangram__worker__v1__worker_message__pack(&m, buf);
+    assert_int_equal(zmq_send(sock, buf, n, 0), (int)n);
+}
+
+/* Runs the loop for ms while `sock` beats every 5 ms. */
+static void pump_beating(struct tt_link_env *e, void *sock, int rank,
+                         uint32_t pid, uint64_t step, uint32_t stalled,
+                         int ms)
+{
+    uint64_t end = tt_now_ms() + (uint64_t)ms, next = 0;
+    while (tt_now_ms() < end) {
+        if (tt_now_ms() >= next) {
+            send_beat(sock, rank, pid, step, stalled);
+            next = tt_now_ms() + 5;
+        }
+        uv_run(&e->loop, UV_RUN_NOWAIT);
+        for (int i = 0; i < 3; i++)
+            tt_fake_service(&e->fk[i]);
+        usleep(500);
+    }
+}
+
+static void *beat_socket(struct tt_link_env *e, int rank)
+{
+    void *s = zmq_socket(e->zctx, ZMQ_DEALER);
+    assert_non_null(s);
+    char id[16];
+    int n = snprintf(id, sizeof id, "beat-%d", rank);
+    int zero = 0;
+    assert_int_equal(zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero), 0);
+    assert_int_equal(zmq_setsockopt(s, ZMQ_ROUTING_ID, id, (size_t)n), 0);
+    assert_int_equal(zmq_connect(s, e->endpoint), 0);
+    return s;
+}
+
+/* A worker busy in a long step: its main connection is silent for many
+ * deadlines, its heartbeat thread's connection keeps it alive; beats of
+ * another process (pid) do not; a beat that reports no progress for longer
+ * than the stall deadline kills it, naming the step. */
+static void test_beat_connection(void **state)
+{
+    (void)state;
+    struct tt_link_env *e = tt_link_env_ready(2);
+    void *beat = beat_socket(e, 1);
+    e->fk[1].silent = 1; /* no heartbeats, no answer on "rank-1" */
+    struct tt_mini_step m;
+    tt_mini_step_make(&m, 1);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), 0);
+    pump_beating(e, beat, 1, (uint32_t)getpid(), 1, 3, 4 * TT_LINK_DEAD_MS);
+    assert_int_equal(e->n_dead, 0);
+    assert_true(rt_link_rank_alive(&e->link, 1));
+    assert_true(rt_link_rank_silence_ms(&e->link, 1) < TT_LINK_DEAD_MS);
+    assert_int_equal(e->n_result, 0); /* the step is still running */
+    /* The step ends: its answer completes it. */
+    e->fk[1].silent = 0;
+    tt_fake_answer(&e->fk[1], e->fk[1].plan->plan);
+    assert_true(TT_PUMP_UNTIL(e, e->n_result == 1, 2000));
+    assert_true(e->res_ok);
+
+    /* (The fakes' Hellos carry the test's pid.) Beats of another
+     * incarnation (pid) are ignored: the silent rank is
+     * found dead at the deadline. */
+    e->fk[1].silent = 1;
+    tt_mini_step_make(&m, 2);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), 0);
+    pump_beating(e, beat, 1, 4242, 2, 3, 4 * TT_LINK_DEAD_MS);
+    assert_int_equal(e->n_dead, 1);
+    assert_int_equal(e->dead_rank, 1);
+    assert_non_null(strstr(e->res_error, "no message for"));
+    /* Told to go on its main connection. */
+    assert_true(TT_PUMP_UNTIL(e, e->fk[1].n_shutdown == 1, 2000));
+    zmq_close(beat); /* before the fixture's context ends */
+    tt_link_env_free(e);
+
+    /* A wedged compute thread: beats go on, stalled_ms passes the stall
+     * deadline. */
+    e = tt_link_env_ready(2);
+    beat = beat_socket(e, 0);
+    e->fk[0].silent = 1;
+    tt_mini_step_make(&m, 1);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), 0);
+    pump_beating(e, beat, 0, (uint32_t)getpid(), 1, TT_LINK_STALL_MS,
+                 2 * TT_LINK_DEAD_MS);
+    assert_int_equal(e->n_dead, 0); /* at the deadline, not past it */
+    pump_beating(e, beat, 0, (uint32_t)getpid(), 1, TT_LINK_STALL_MS + 1,
+                 50);
+    assert_int_equal(e->n_dead, 1);
+    assert_int_equal(e->dead_rank, 0);
+    assert_int_equal(e->n_result, 1);
+    assert_false(e->res_ok);
+    assert_non_null(strstr(e->res_error, "rank 0 died: no progress for"));
+    assert_non_null(strstr(e->res_error, "in step 1"));
+    assert_non_null(strstr(e->res_error, "wedged"));
+    /* Nothing is ever sent to a beat connection. */
+    assert_int_equal(zmq_recv(beat, err, sizeof err, ZMQ_DONTWAIT), -1);
+    zmq_close(beat);
+    tt_link_env_free(e);
+}
+
 int main(void)
 {
     tg_log_init("router", -1, TG_LOG_ERR, TG_LOG_TEXT);
@@ -260,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_layout_mismatch),
         cmocka_unit_test(test_garbage),
         cmocka_unit_test(test_shutdown),
+        cmocka_unit_test(test_beat_connection),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -208,7 +208,7 @@ static void test_tangram_set(void **state)
         {"tangram_num_preemptions_total", RT_METRICS_COUNTER, 0},
         {"tangram_kv_pages_reclaimed_ratio", RT_METRICS_GAUGE, 0},
         {"tangram_kv_pages_used", RT_METRICS_GAUGE, 0},
-        {"tangram_kv_pages_total", RT_METRICS_GAUGE, 0},
+        {"tangram_kv_pages_capacity", RT_METRICS_GAUGE, 0},
         {"tangram_kv_pages_cached", RT_METRICS_GAUGE, 0},
         {"tangram_kv_pages_released_total", RT_METRICS_COUNTER, 0},
         {"tangram_scheduler_step_seconds", RT_METRICS_HISTOGRAM, 16},
@@ -228,6 +228,13 @@ static void test_tangram_set(void **state)
         {"tangram_grpc_oversized_messages_total", RT_METRICS_COUNTER, 0},
         {"tangram_grpc_unauthenticated_total", RT_METRICS_COUNTER, 0},
         {"tangram_tokenize_jobs_in_flight", RT_METRICS_GAUGE, 0},
+        {"tangram_http_slow_heads_evicted_total", RT_METRICS_COUNTER, 0},
+        {"tangram_grpc_connections_evicted_total", RT_METRICS_COUNTER, 0},
+        {"tangram_grpc_connections_rejected_total", RT_METRICS_COUNTER, 0},
+        {"tangram_accept_pauses_total", RT_METRICS_COUNTER, 0},
+        {"tangram_request_body_memory_bytes", RT_METRICS_GAUGE, 0},
+        {"tangram_request_body_memory_refused_total", RT_METRICS_COUNTER,
+         0},
     };
     int n_want = (int)(sizeof(want) / sizeof(want[0]));
     assert_int_equal(m.reg.n_families, n_want);
@@ -239,6 +246,13 @@ static void test_tangram_set(void **state)
         assert_int_equal(f->type, want[i].type);
         assert_int_equal(f->n_bounds, want[i].n_bounds);
         assert_true(f->help[0] != '\0');
+        /* Prometheus naming (what promtool check metrics enforces): a
+         * counter ends in _total, nothing else does. */
+        size_t nl = strlen(want[i].name);
+        int total = nl > 6 && strcmp(want[i].name + nl - 6, "_total") == 0;
+        if (total != (want[i].type == RT_METRICS_COUNTER))
+            fail_msg("%s: _total suffix on a %s", want[i].name,
+                     total ? "non-counter" : "counter without it");
     }
     /* vLLM's TTFT bounds, first and last, and the shared ITL/TPOT ones. */
     assert_true(rt_metrics_ttft_bounds[0] == 0.001);
@@ -253,8 +267,8 @@ static void test_tangram_set(void **state)
     rt_metrics_gauge_set(m.kv_cache_usage_perc, 0.25);
     rt_metrics_gauge_set(m.kv_pages_reclaimed_ratio, 0.375);
     rt_metrics_gauge_set(m.kv_pages_used[1], 17);
-    rt_metrics_gauge_set(m.kv_pages_total[0], 64);
-    rt_metrics_gauge_set(m.kv_pages_total[1], 64);
+    rt_metrics_gauge_set(m.kv_pages_capacity[0], 64);
+    rt_metrics_gauge_set(m.kv_pages_capacity[1], 64);
     rt_metrics_gauge_set(m.kv_pages_cached[1], 9);
     rt_metrics_counter_add(m.kv_pages_released[1], 5);
     assert_int_equal(rt_metrics_histogram_observe(m.time_to_first_token_seconds,
@@ -289,7 +303,7 @@ static void test_tangram_set(void **state)
         "\ntangram_kv_pages_reclaimed_ratio 0.375\n",
         "\ntangram_kv_pages_used{rank=\"0\"} 0\n",
         "\ntangram_kv_pages_used{rank=\"1\"} 17\n",
-        "\ntangram_kv_pages_total{rank=\"1\"} 64\n",
+        "\ntangram_kv_pages_capacity{rank=\"1\"} 64\n",
         "\ntangram_kv_pages_cached{rank=\"0\"} 0\n",
         "\ntangram_kv_pages_cached{rank=\"1\"} 9\n",
         "\n# TYPE tangram_kv_pages_released_total counter\n",

@@ -444,6 +444,36 @@ static void test_conversions(void **state)
     }
 #endif
     (void)bits;
+    /* Array conversions, from unaligned bytes: bf16 keeps its bits (a
+     * signalling NaN's too), the others round through float32. */
+    {
+        uint8_t raw[1 + 4 * 4];
+        float fin[4] = {1.0f + 0x1p-8f, -2.5f, 65504.0f, 0x1p-20f};
+        memcpy(raw + 1, fin, sizeof(fin));
+        uint16_t b16[4];
+        float f32[4];
+        assert_int_equal(st_convert_bf16(ST_DTYPE_F32, raw + 1, 4, b16), 0);
+        assert_int_equal(st_convert_f32(ST_DTYPE_F32, raw + 1, 4, f32), 0);
+        for (int i = 0; i < 4; i++) {
+            assert_int_equal(b16[i], st_f32_to_bf16(fin[i]));
+            assert_true(f32[i] == fin[i]);
+        }
+        uint16_t hin[3] = {0x7f81, 0x3f80, 0xc000}; /* sNaN, 1, -2 */
+        memcpy(raw + 1, hin, sizeof(hin));
+        assert_int_equal(st_convert_bf16(ST_DTYPE_BF16, raw + 1, 3, b16), 0);
+        assert_memory_equal(b16, hin, sizeof(hin));
+        assert_int_equal(st_convert_f32(ST_DTYPE_BF16, raw + 1, 3, f32), 0);
+        assert_true(isnan(f32[0]) && f32[1] == 1.0f && f32[2] == -2.0f);
+        assert_int_equal(st_convert_bf16(ST_DTYPE_F16, raw + 1, 3, b16), 0);
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(b16[i], st_f32_to_bf16(st_f16_to_f32(hin[i])));
+        double din[2] = {0.1, -3e38};
+        memcpy(raw + 1, din, sizeof(din));
+        assert_int_equal(st_convert_f32(ST_DTYPE_F64, raw + 1, 2, f32), 0);
+        assert_true(f32[0] == (float)0.1 && f32[1] == (float)-3e38);
+        assert_int_equal(st_convert_f32(ST_DTYPE_I32, raw, 1, f32), TG_EUNSUPPORTED);
+        assert_int_equal(st_convert_bf16(ST_DTYPE_U8, raw, 1, b16), TG_EUNSUPPORTED);
+    }
     /* dtype table. */
     enum st_dtype dt;
     assert_int_equal(st_dtype_parse("BF16", &dt), 0);
@@ -727,6 +757,20 @@ static void test_model_dirs(void **state)
     t = st_model_find(&m, "layer.0");
     assert_int_equal(st_tensor_read_f32(t, 1, 2, v, errbuf, sizeof errbuf), 0);
     assert_true(v[0] == 2.0f);
+    /* pread gives the mapped bytes; each tensor knows its shard. */
+    t = st_model_find(&m, "head");
+    const struct st_file *f = st_model_file_of(&m, t);
+    assert_non_null(f);
+    assert_non_null(strstr(f->path, "model-00002-of-00002"));
+    assert_ptr_equal(st_model_file_of(&m, st_model_find(&m, "embed")), &m.files[0]);
+    uint8_t got[16];
+    assert_int_equal(st_file_pread(f, t->offset, got, (size_t)t->nbytes, errbuf,
+                                   sizeof errbuf), 0);
+    assert_memory_equal(got, t->data, (size_t)t->nbytes);
+    assert_int_equal(st_file_pread(f, f->data_len - 2, got, 4, errbuf, sizeof errbuf),
+                     TG_ERANGE);
+    struct st_tensor other = *t; /* not one of m's */
+    assert_null(st_model_file_of(&m, &other));
     st_model_close(&m);
 
     /* Broken indexes. */

@@ -67,7 +67,8 @@ static void test_marks(void **state)
     /* Every tangramd row of DESIGN.md §5 is there, and the router's and
      * worker's own rows are not tangramd's. */
     static const char *const daemon_rows[] = {
-        "model", "profile", "backend", "tp", "host", "http-port",
+        "model", "profile", "profile-force", "backend", "tp", "host",
+        "http-port",
         "grpc-port", "heads-per-group", "page-size", "prefill-chunk",
         "method", "gvote-p", "gvote-samples", "gvote-future",
         "decode-compress", "decode-budget", "decode-budget-uniform",
@@ -76,11 +77,12 @@ static void test_marks(void **state)
         "tokenizer-threads",
         "api-key", "log-format", "log-level", "shutdown-timeout",
         "served-model-name", "max-model-len", "worker-heartbeat-ms",
-        "http-max-connections", "http-max-connections-per-ip",
+        "worker-stall-ms", "http-max-connections", "http-max-connections-per-ip",
         "http-header-timeout", "http-body-timeout", "http-idle-timeout",
         "http-send-timeout", "http-max-body", "metrics-auth",
         "grpc-recv-timeout", "grpc-idle-timeout", "grpc-max-streams",
-        "grpc-max-message"};
+        "grpc-max-message", "grpc-max-connections",
+        "grpc-max-connections-per-ip", "max-body-memory"};
     assert_int_equal(nd, sizeof daemon_rows / sizeof daemon_rows[0]);
     for (size_t i = 0; i < nd; i++)
         assert_string_equal(d[i].name, daemon_rows[i]);
@@ -123,6 +125,10 @@ static void other_value(const struct tg_config_entry *e, char *buf,
         return;
     case TG_CONFIG_INT: {
         long long v = (long long)e->min + 1;
+        /* The step budget must hold a chunk and every running request
+         * (2 each here); its default 0 picks the backend's. */
+        if (strcmp(e->name, "max-batched-tokens") == 0)
+            v = 4096;
         if (e->def != NULL && atoll(e->def) == v)
             v++;
         snprintf(buf, len, "%lld", v);

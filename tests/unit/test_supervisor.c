@@ -13,10 +13,13 @@
 #include "daemon/td_options.h"
 #include "daemon/td_supervisor.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static void test_backoff(void **state)
@@ -160,6 +163,7 @@ static void test_worker_argv(void **state)
         assert_string_equal(argv[i], want[i]);
     assert_string_equal(find_flag(argv, argc, "--model"), "/m");
     assert_string_equal(find_flag(argv, argc, "--profile"), "none");
+    assert_string_equal(find_flag(argv, argc, "--profile-force"), "false");
     assert_string_equal(find_flag(argv, argc, "--backend"), "cuda");
     assert_string_equal(find_flag(argv, argc, "--page-size"), "32");
     assert_string_equal(find_flag(argv, argc, "--kv-memory"),
@@ -170,6 +174,8 @@ static void test_worker_argv(void **state)
     assert_non_null(find_flag(argv, argc, "--heads-per-group"));
     assert_non_null(find_flag(argv, argc, "--max-num-seqs"));
     assert_null(find_flag(argv, argc, "--http-port")); /* router-only */
+    /* The worker beats at the router's period. */
+    assert_string_equal(find_flag(argv, argc, "--heartbeat-ms"), "1000");
     assert_null(find_flag(argv, argc, "--api-key"));
     /* --method is unset (the profile's): not forwarded; gvote's three
      * parameters are. */
@@ -187,7 +193,7 @@ static void test_worker_argv(void **state)
     assert_non_null(find_flag(argv, argc, "--trig-stats"));
     /* The workers hold the host tier (§4.10). */
     assert_non_null(find_flag(argv, argc, "--kv-host-memory"));
-    assert_int_equal(argc, 7 + 20);
+    assert_int_equal(argc, 7 + 22); /* 20 rows, --heartbeat-ms, --kv-host-memory */
     /* The communicator is named by worker rank 0, never on a command
      * line (proto/worker.proto CommSetup). */
     assert_null(find_flag(argv, argc, "--comm-id"));
@@ -433,6 +439,130 @@ static void test_run_spawn_failure(void **state)
     scratch_free(&sc);
 }
 
+/* Makes base/name as a tangramd runtime directory with a socket file and,
+ * when `lock` is set, a tangramd.lock naming pid 4242 (unlocked). */
+static void fake_runtime_dir(const char *base, const char *name, bool lock)
+{
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/%s", base, name);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    touch(dir, "workers.sock");
+    if (lock) {
+        char path[450];
+        snprintf(path, sizeof path, "%s/tangramd.lock", dir);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs("4242\n", f);
+        fclose(f);
+    }
+}
+
+static void remove_fake(const char *base, const char *name)
+{
+    char dir[400], path[450];
+    snprintf(dir, sizeof dir, "%s/%s", base, name);
+    snprintf(path, sizeof path, "%s/workers.sock", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/tangramd.lock", dir);
+    unlink(path);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+/* Stale runtime directories go, and only those: a lock nobody holds proves
+ * its tangramd gone; a held lock (another live process), no lock file, a
+ * name mkdtemp did not make, a link, are all left alone. td_sup_paths_init
+ * cleans before it makes its own directory, whose lock it holds. */
+static void test_stale_runtime_dirs(void **state)
+{
+    (void)state;
+    char base[] = "/tmp/tg_test_stale.XXXXXX";
+    assert_non_null(mkdtemp(base));
+    fake_runtime_dir(base, "tangramd.AbC123", true);  /* stale */
+    fake_runtime_dir(base, "tangramd.live01", true);  /* held below */
+    fake_runtime_dir(base, "tangramd.nolock", false); /* unprovable */
+    fake_runtime_dir(base, "tangramd.toolong1", true); /* not mkdtemp's */
+    fake_runtime_dir(base, "other.AbC123", true);
+    char link[400];
+    snprintf(link, sizeof link, "%s/tangramd.link01", base);
+    assert_int_equal(symlink("tangramd.AbC123", link), 0);
+    /* A live owner: a child process holds the lock until told to go. */
+    int go[2], ready[2];
+    assert_int_equal(pipe(go), 0);
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char path[450];
+        snprintf(path, sizeof path, "%s/tangramd.live01/tangramd.lock", base);
+        int fd = open(path, O_RDONLY);
+        char c = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 ? 'y' : 'n';
+        if (write(ready[1], &c, 1) != 1 || read(go[0], &c, 1) < 0)
+            _exit(1);
+        _exit(0);
+    }
+    char c = 0;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    assert_int_equal(c, 'y');
+
+    assert_int_equal(td_sup_clean_stale_dirs(base), 1);
+    assert_false(exists(base, "tangramd.AbC123"));
+    assert_true(exists(base, "tangramd.live01/workers.sock"));
+    assert_true(exists(base, "tangramd.nolock/workers.sock"));
+    assert_true(exists(base, "tangramd.toolong1/workers.sock"));
+    assert_true(exists(base, "other.AbC123/workers.sock"));
+    assert_int_equal(unlink(link), 0);
+    assert_int_equal(td_sup_clean_stale_dirs("/nonexistent/dir"), 0);
+
+    /* Its owner gone, the live one is stale too; td_sup_paths_init finds
+     * it and makes its own directory, locked while the paths live. */
+    assert_int_equal(write(go[1], "x", 1), 1);
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    close(go[0]);
+    close(go[1]);
+    close(ready[0]);
+    close(ready[1]);
+    char kv_tmp[400], prog[400];
+    snprintf(prog, sizeof prog, "%s/prog", base);
+    FILE *f = fopen(prog, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(chmod(prog, 0755), 0);
+    char kv_r[450], kv_w[450];
+    snprintf(kv_r, sizeof kv_r, "TANGRAM_ROUTER_BIN=%s", prog);
+    snprintf(kv_w, sizeof kv_w, "TANGRAM_WORKER_BIN=%s", prog);
+    snprintf(kv_tmp, sizeof kv_tmp, "TMPDIR=%s", base);
+    char *envp[] = {kv_r, kv_w, kv_tmp, NULL};
+    struct td_sup_paths p;
+    char err[512];
+    assert_int_equal(td_sup_paths_init(&p, envp, "/x", err, sizeof err), 0);
+    assert_false(exists(base, "tangramd.live01"));
+    assert_true(p.locked);
+    char lock[PATH_MAX + 32];
+    snprintf(lock, sizeof lock, "%s/tangramd.lock", p.runtime_dir);
+    int fd = open(lock, O_RDONLY);
+    assert_true(fd >= 0);
+    char pidtxt[32] = "";
+    assert_true(read(fd, pidtxt, sizeof pidtxt - 1) > 0);
+    assert_int_equal(atol(pidtxt), (long)getpid());
+    /* Held: another open file cannot take it, and a cleaner leaves it. */
+    assert_int_not_equal(flock(fd, LOCK_EX | LOCK_NB), 0);
+    close(fd);
+    assert_int_equal(td_sup_clean_stale_dirs(base), 0);
+    struct stat sb;
+    assert_int_equal(stat(p.runtime_dir, &sb), 0);
+    char own[PATH_MAX];
+    snprintf(own, sizeof own, "%s", p.runtime_dir);
+    td_sup_paths_cleanup(&p);
+    assert_int_not_equal(stat(own, &sb), 0);
+
+    remove_fake(base, "tangramd.nolock");
+    remove_fake(base, "tangramd.toolong1");
+    remove_fake(base, "other.AbC123");
+    unlink(prog);
+    assert_int_equal(rmdir(base), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -443,6 +573,7 @@ int main(void)
         cmocka_unit_test(test_shm_forget),
         cmocka_unit_test(test_child_env),
         cmocka_unit_test(test_paths),
+        cmocka_unit_test(test_stale_runtime_dirs),
         cmocka_unit_test(test_run_spawn_failure),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,8 +5,10 @@
  * a short prompt
  * (pages from a local kv_pool / kv_seq reservation, as the router does)
  * answered with the greedy token gw_engine_generate gives, heartbeats
- * arriving, a wrong-version plan answered with ok = false, Shutdown ->
- * exit 0, router silence -> exit 3 within the timeout, garbage -> exit 4.
+ * arriving (also from the heartbeat thread's "beat-0" connection, with the
+ * worker's pid), a wrong-version plan answered with ok = false, Shutdown ->
+ * exit 0, router silence after it spoke -> exit 3 within
+ * the timeout, garbage -> exit 4.
  * Skipped when tangram-worker or tangram-make-model is not built. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -68,6 +70,7 @@ struct router {
     void *ctx, *sock;
     char endpoint[400];
     pid_t pid;
+    int n_beat;        /* heartbeats from the beat connection "beat-0" */
 };
 
 static void router_start_setup(struct router *r, int timeout_ms,
@@ -124,7 +127,9 @@ static void router_stop(struct router *r)
     zmq_ctx_term(r->ctx);
 }
 
-/* Receives one message (identity + payload) within ms; NULL on timeout. */
+/* Receives one message (identity + payload) within ms; NULL on timeout.
+ * The worker's main connection is "rank-0"; its heartbeat thread's is
+ * "beat-0", which carries heartbeats of the worker's pid only. */
 static GwWorkerMessage *router_recv(struct router *r, int ms)
 {
     zmq_pollitem_t it = {.socket = r->sock, .events = ZMQ_POLLIN};
@@ -133,7 +138,9 @@ static GwWorkerMessage *router_recv(struct router *r, int ms)
     char id[64];
     int n = zmq_recv(r->sock, id, sizeof(id), 0);
     assert_int_equal(n, 6);
-    assert_memory_equal(id, "rank-0", 6);
+    int beat = memcmp(id, "beat-0", 6) == 0;
+    if (!beat)
+        assert_memory_equal(id, "rank-0", 6);
     zmq_msg_t m;
     zmq_msg_init(&m);
     assert_true(zmq_msg_recv(&m, r->sock, 0) >= 0);
@@ -142,6 +149,12 @@ static GwWorkerMessage *router_recv(struct router *r, int ms)
     zmq_msg_close(&m);
     assert_non_null(out);
     assert_int_equal(out->version, 1);
+    if (beat) {
+        assert_int_equal(out->body_case,
+                         TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_HEARTBEAT);
+        assert_int_equal(out->heartbeat->pid, (uint32_t)r->pid);
+        r->n_beat++;
+    }
     return out;
 }
 
@@ -367,6 +380,8 @@ static void test_plan_heartbeat_shutdown(void **state)
             break;
     }
     assert_true(beats >= 4);
+    /* Some came from the heartbeat thread's own connection. */
+    assert_true(r.n_beat >= 1);
 
     send_shutdown(&r);
     assert_int_equal(router_wait(&r, 5000), 0);
@@ -433,6 +448,16 @@ static void test_router_silence_exits_3(void **state)
     GwWorkerMessage *hello = next_msg(&r, 20000, &n_hb);
     assert_non_null(hello);
     gw_wlink_msg_free(hello);
+    /* Silence counts once the router has spoken (before, it may still be
+     * starting: the CommSetup deadline bounds that wait). */
+    Tangram__Worker__V1__Heartbeat hb = TANGRAM__WORKER__V1__HEARTBEAT__INIT;
+    hb.version = 1;
+    hb.rank = -1;
+    GwWorkerMessage m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
+    m.version = 1;
+    m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_HEARTBEAT;
+    m.heartbeat = &hb;
+    router_send(&r, &m);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int st = router_wait(&r, 5000);

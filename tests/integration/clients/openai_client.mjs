@@ -8,8 +8,10 @@
 //
 // Runs completions and chat completions, non-streaming and streaming (with
 // stream_options.include_usage), greedy (temperature 0) so the two forms of
-// each endpoint must agree, plus one call with a wrong key that must fail
-// with the client's AuthenticationError. Prints one JSON object on stdout
+// each endpoint must agree, models.list and models.retrieve (the served
+// model, and an unknown one that must fail with NotFoundError), plus one
+// call with a wrong key that must fail with the client's
+// AuthenticationError. Prints one JSON object on stdout
 // with what the client saw; the Python test judges it. Exits 0 when every
 // call returned (right or wrong answers are the test's business), 1 when the
 // client threw unexpectedly.
@@ -80,6 +82,17 @@ async function main() {
 
   const models = await client.models.list();
   out.models = models.data.map((m) => m.id);
+
+  const one = await client.models.retrieve(model);
+  out.model = { id: one.id, object: one.object, owned_by: one.owned_by };
+  try {
+    await client.models.retrieve(model + "-nope");
+    out.model_missing = { threw: false };
+  } catch (e) {
+    out.model_missing = { threw: true, status: e.status ?? null,
+                          not_found: e instanceof OpenAI.NotFoundError,
+                          code: e.code ?? null };
+  }
 
   const bad = new OpenAI({ baseURL, apiKey: apiKey + "-wrong", maxRetries: 0,
                            timeout: 30000 });

@@ -1,0 +1,748 @@
+/* gm_schema.c — the JSON Schema subset compiled into grammar IR
+ * (gm_schema.h). Every schema object becomes one rule (memoized by its
+ * address, so a $ref target is compiled once and recursion is a rule
+ * calling itself). */
+#include "common/grammar/gm_schema.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/grammar/gm_schema_int.h"
+#include "common/tg_err.h"
+
+enum kw {
+    KW_ANNOT = 0, /* ignored */
+    KW_DEFS,      /* $defs / definitions: containers, ignored here */
+    KW_TYPE,
+    KW_OBJECT,
+    KW_ARRAY,
+    KW_STRING,
+    KW_ENUM,
+    KW_COMB,
+    KW_REF,
+    KW_COUNT
+};
+
+static const struct {
+    const char *name;
+    enum kw kind;
+} keywords[] = {
+    {"title", KW_ANNOT},
+    {"description", KW_ANNOT},
+    {"default", KW_ANNOT},
+    {"examples", KW_ANNOT},
+    {"$comment", KW_ANNOT},
+    {"$schema", KW_ANNOT},
+    {"$id", KW_ANNOT},
+    {"deprecated", KW_ANNOT},
+    {"readOnly", KW_ANNOT},
+    {"writeOnly", KW_ANNOT},
+    {"discriminator", KW_ANNOT},
+    {"$defs", KW_DEFS},
+    {"definitions", KW_DEFS},
+    {"type", KW_TYPE},
+    {"properties", KW_OBJECT},
+    {"required", KW_OBJECT},
+    {"additionalProperties", KW_OBJECT},
+    {"items", KW_ARRAY},
+    {"minItems", KW_ARRAY},
+    {"maxItems", KW_ARRAY},
+    {"minLength", KW_STRING},
+    {"maxLength", KW_STRING},
+    {"enum", KW_ENUM},
+    {"const", KW_ENUM},
+    {"anyOf", KW_COMB},
+    {"oneOf", KW_COMB},
+    {"$ref", KW_REF},
+};
+
+struct memo {
+    const json_t *s;
+    int32_t rule;
+};
+
+struct sc {
+    struct gm_json *j;
+    struct gm_ir *ir;
+    const json_t *root;
+    struct gm_schema_opts o;
+    struct memo *memo; /* open addressing by address, cap a power of 2 */
+    size_t n_memo, cap_memo;
+    char path[512]; /* JSON pointer of the schema being compiled */
+    size_t plen;
+    int depth;
+    int32_t never;
+};
+
+void gm_schema_opts_default(struct gm_schema_opts *o)
+{
+    o->max_depth = GM_SCHEMA_MAX_DEPTH;
+    o->max_count = GM_SCHEMA_MAX_COUNT;
+}
+
+/* "#" + the current pointer. */
+static const char *where(struct sc *c)
+{
+    return c->path;
+}
+
+static int32_t fail(struct sc *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int32_t fail(struct sc *c, int code, const char *fmt, ...)
+{
+    char msg[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return gm_ir_fail(c->ir, code, "%s at %s", msg, where(c));
+}
+
+/* Appends "/seg" (escaped as a JSON pointer) and returns the old length
+ * for path_pop. A pointer too long for the buffer ends in "...". */
+static size_t path_push(struct sc *c, const char *seg, size_t n)
+{
+    size_t old = c->plen;
+    size_t cap = sizeof c->path - 4;
+    if (c->plen >= cap)
+        return old;
+    c->path[c->plen++] = '/';
+    for (size_t i = 0; i < n && c->plen < cap; i++) {
+        char ch = seg[i];
+        if (ch == '~' || ch == '/') {
+            c->path[c->plen++] = '~';
+            ch = ch == '~' ? '0' : '1';
+        }
+        if (c->plen < cap)
+            c->path[c->plen++] = ch;
+    }
+    if (c->plen >= cap)
+        memcpy(c->path + cap, "...", 4), c->plen = cap + 3;
+    c->path[c->plen] = '\0';
+    return old;
+}
+
+static size_t path_push_index(struct sc *c, size_t i)
+{
+    char tmp[24];
+    int k = snprintf(tmp, sizeof tmp, "%zu", i);
+    return path_push(c, tmp, (size_t)k);
+}
+
+static void path_pop(struct sc *c, size_t old)
+{
+    c->plen = old;
+    c->path[old] = '\0';
+}
+
+/* ---- memo: schema address -> rule ------------------------------------ */
+
+static size_t memo_slot(const struct sc *c, const json_t *s)
+{
+    uintptr_t h = (uintptr_t)s;
+    h ^= h >> 17;
+    h *= 0x9E3779B97F4A7C15ull;
+    return (size_t)(h >> 7) & (c->cap_memo - 1);
+}
+
+static int32_t memo_get(const struct sc *c, const json_t *s)
+{
+    if (c->cap_memo == 0)
+        return -1;
+    for (size_t i = memo_slot(c, s);; i = (i + 1) & (c->cap_memo - 1)) {
+        if (c->memo[i].s == s)
+            return c->memo[i].rule;
+        if (c->memo[i].s == NULL)
+            return -1;
+    }
+}
+
+static int memo_put(struct sc *c, const json_t *s, int32_t rule)
+{
+    if ((c->n_memo + 1) * 2 > c->cap_memo) {
+        size_t cap = c->cap_memo ? c->cap_memo * 2 : 64;
+        struct memo *old = c->memo;
+        size_t old_cap = c->cap_memo;
+        c->memo = calloc(cap, sizeof(*c->memo));
+        if (c->memo == NULL) {
+            c->memo = old;
+            return TG_ENOMEM;
+        }
+        c->cap_memo = cap;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i].s != NULL) {
+                size_t k = memo_slot(c, old[i].s);
+                while (c->memo[k].s != NULL)
+                    k = (k + 1) & (cap - 1);
+                c->memo[k] = old[i];
+            }
+        free(old);
+    }
+    size_t k = memo_slot(c, s);
+    while (c->memo[k].s != NULL)
+        k = (k + 1) & (c->cap_memo - 1);
+    c->memo[k].s = s;
+    c->memo[k].rule = rule;
+    c->n_memo++;
+    return 0;
+}
+
+/* ---- keywords ---------------------------------------------------------- */
+
+struct kws {
+    int has[KW_COUNT];
+    const char *first[KW_COUNT]; /* first keyword of each kind */
+};
+
+static int kw_kind(const char *k, size_t kl)
+{
+    for (size_t i = 0; i < sizeof keywords / sizeof *keywords; i++)
+        if (strlen(keywords[i].name) == kl &&
+            memcmp(keywords[i].name, k, kl) == 0)
+            return (int)keywords[i].kind;
+    if (kl >= 2 && k[0] == 'x' && k[1] == '-')
+        return KW_ANNOT;
+    return -1;
+}
+
+static int is_count(const json_t *v)
+{
+    return json_is_integer(v) && json_integer_value(v) >= 0;
+}
+
+/* Checks every keyword of s: known, and of the right JSON type. */
+static int scan(struct sc *c, const json_t *s, struct kws *k)
+{
+    memset(k, 0, sizeof(*k));
+    const char *key;
+    size_t kl;
+    json_t *v;
+    void *tmp;
+    json_object_keylen_foreach_safe((json_t *)s, tmp, key, kl, v)
+    {
+        int kind = kw_kind(key, kl);
+        if (kind < 0)
+            return fail(c, TG_EUNSUPPORTED, "unsupported keyword \"%.*s\"",
+                        (int)(kl > 64 ? 64 : kl), key);
+        k->has[kind] = 1;
+        if (k->first[kind] == NULL)
+            k->first[kind] = key;
+        int ok = 1;
+        if (strcmp(key, "type") == 0)
+            ok = gm__schema_type_of(v) != 0;
+        else if (strcmp(key, "properties") == 0 ||
+                 strcmp(key, "$defs") == 0 ||
+                 strcmp(key, "definitions") == 0)
+            ok = json_is_object(v);
+        else if (strcmp(key, "required") == 0) {
+            ok = json_is_array(v);
+            size_t i;
+            json_t *x;
+            json_array_foreach(v, i, x) ok &= json_is_string(x);
+        } else if (strcmp(key, "additionalProperties") == 0) {
+            if (json_is_object(v) && json_object_size(v) > 0)
+                return fail(c, TG_EUNSUPPORTED,
+                            "\"additionalProperties\" with a schema is not "
+                            "supported (only true or false)");
+            ok = json_is_boolean(v) || json_is_object(v);
+        } else if (strcmp(key, "items") == 0) {
+            if (json_is_array(v))
+                return fail(c, TG_EUNSUPPORTED,
+                            "\"items\" as an array (tuple validation) is "
+                            "not supported");
+            ok = json_is_object(v) || json_is_boolean(v);
+        } else if (strcmp(key, "minItems") == 0 ||
+                   strcmp(key, "maxItems") == 0 ||
+                   strcmp(key, "minLength") == 0 ||
+                   strcmp(key, "maxLength") == 0)
+            ok = is_count(v);
+        else if (strcmp(key, "enum") == 0)
+            ok = json_is_array(v);
+        else if (strcmp(key, "anyOf") == 0 || strcmp(key, "oneOf") == 0)
+            ok = json_is_array(v) && json_array_size(v) > 0;
+        else if (strcmp(key, "$ref") == 0)
+            ok = json_is_string(v);
+        if (!ok)
+            return fail(c, TG_EFORMAT, "malformed \"%s\"", key);
+    }
+    return 0;
+}
+
+/* The first keyword of s that is neither an annotation nor one of the
+ * kinds in `allowed` (a bit per enum kw), or NULL. */
+static const char *other_kw(const struct kws *k, unsigned allowed)
+{
+    allowed |= 1u << KW_ANNOT | 1u << KW_DEFS;
+    for (int i = 0; i < KW_COUNT; i++)
+        if (k->has[i] && !(allowed & (1u << i)))
+            return k->first[i];
+    return NULL;
+}
+
+/* ---- pieces ------------------------------------------------------------ */
+
+static int32_t compile(struct sc *c, const json_t *s);
+
+/* A rule with no alternative: no document. */
+static int32_t never(struct sc *c)
+{
+    if (c->never < 0) {
+        int32_t r = gm_ir_rule(c->ir, "never");
+        int rc = gm_ir_rule_define(c->ir, r, gm_ir_alt(c->ir, NULL, 0));
+        c->never = rc != 0 ? rc : r;
+    }
+    return c->never;
+}
+
+/* The compact JSON text of v (new, free it), or NULL. */
+static char *compact(const json_t *v)
+{
+    return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY |
+                             JSON_REAL_PRECISION(17));
+}
+
+/* The compact JSON text of v as a literal. */
+static int32_t literal(struct sc *c, const json_t *v)
+{
+    char *s = compact(v);
+    if (s == NULL)
+        return gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
+    int32_t e = gm_ir_str(c->ir, s);
+    free(s);
+    return e;
+}
+
+static int value_in_types(const json_t *v, unsigned types)
+{
+    return (gm__schema_value_type(v) & types) != 0;
+}
+
+static int32_t enum_expr(struct sc *c, const json_t *s, const struct kws *k)
+{
+    const char *o = other_kw(k, 1u << KW_ENUM | 1u << KW_TYPE);
+    if (o != NULL)
+        return fail(c, TG_EUNSUPPORTED,
+                    "\"%s\" alongside \"%s\" is not supported",
+                    json_object_get(s, "const") ? "const" : "enum", o);
+    const json_t *type = json_object_get(s, "type");
+    unsigned types = type != NULL ? gm__schema_type_of(type) : GM__T_ALL;
+    const json_t *cv = json_object_get(s, "const");
+    const json_t *ev = json_object_get(s, "enum");
+    json_t *vals = json_array();
+    if (vals == NULL)
+        return gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
+    size_t i;
+    const json_t *x;
+    if (cv != NULL) {
+        int in = ev == NULL;
+        if (ev != NULL)
+            json_array_foreach(ev, i, x) in |= gm__schema_equal(x, cv);
+        if (in)
+            json_array_append(vals, (json_t *)cv);
+    } else {
+        json_array_foreach(ev, i, x)
+        {
+            size_t k2;
+            const json_t *y;
+            int dup = 0;
+            json_array_foreach(vals, k2, y) dup |= gm__schema_equal(x, y);
+            if (!dup)
+                json_array_append(vals, (json_t *)x);
+        }
+    }
+    /* the values' texts as one trie of literals */
+    size_t n = json_array_size(vals), m = 0;
+    char **txt = calloc(n ? n : 1, sizeof(*txt));
+    size_t *len = calloc(n ? n : 1, sizeof(*len));
+    int32_t e = 0;
+    if (txt == NULL || len == NULL)
+        e = gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
+    json_array_foreach(vals, i, x)
+    {
+        if (e < 0 || !value_in_types(x, types))
+            continue;
+        if ((txt[m] = compact(x)) == NULL) {
+            e = gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
+            break;
+        }
+        len[m] = strlen(txt[m]);
+        m++;
+    }
+    if (e == 0)
+        e = m == 0 ? fail(c, TG_EINVAL,
+                          "no value of \"enum\"/\"const\" fits the schema: "
+                          "no document satisfies it")
+                   : gm_ir_literals(c->ir, (const char *const *)txt, len,
+                                    NULL, m);
+    for (size_t t = 0; txt != NULL && t < m; t++)
+        free(txt[t]);
+    free(txt);
+    free(len);
+    json_decref(vals);
+    return e;
+}
+
+/* The two bounds of a count pair, capped by max_count. */
+static int32_t counts(struct sc *c, const json_t *s, const char *kmin,
+                      const char *kmax, uint32_t *lo, uint32_t *hi)
+{
+    const json_t *a = json_object_get(s, kmin);
+    const json_t *b = json_object_get(s, kmax);
+    json_int_t mn = a != NULL ? json_integer_value(a) : 0;
+    json_int_t mx = b != NULL ? json_integer_value(b) : -1;
+    if (mn > (json_int_t)c->o.max_count)
+        return fail(c, TG_ETOOBIG, "\"%s\" %lld is over the limit %u", kmin,
+                    (long long)mn, c->o.max_count);
+    if (mx >= 0 && mx < mn)
+        return fail(c, TG_EINVAL,
+                    "\"%s\" %lld is below \"%s\" %lld: no document "
+                    "satisfies it",
+                    kmax, (long long)mx, kmin, (long long)mn);
+    *lo = (uint32_t)mn;
+    if (mx < 0)
+        *hi = GM_REPEAT_INF;
+    else
+        *hi = mx > (json_int_t)c->o.max_count ? c->o.max_count : (uint32_t)mx;
+    return 0;
+}
+
+static int32_t string_expr(struct sc *c, const json_t *s)
+{
+    uint32_t lo, hi;
+    int32_t rc = counts(c, s, "minLength", "maxLength", &lo, &hi);
+    if (rc < 0)
+        return rc;
+    return gm_ir_ref(c->ir, gm_json_string_len(c->j, lo, hi));
+}
+
+static int32_t array_expr(struct sc *c, const json_t *s)
+{
+    struct gm_ir *ir = c->ir;
+    uint32_t lo, hi;
+    int32_t rc = counts(c, s, "minItems", "maxItems", &lo, &hi);
+    if (rc < 0)
+        return rc;
+    int32_t ws = gm_json_ws(c->j);
+    if (hi == 0)
+        return gm_ir_seq(ir,
+                         (int32_t[]){gm_ir_str(ir, "["), ws,
+                                     gm_ir_str(ir, "]")},
+                         3);
+    const json_t *items = json_object_get(s, "items");
+    int32_t ir_item;
+    if (items == NULL) {
+        ir_item = gm_json_value(c->j);
+    } else {
+        size_t old = path_push(c, "items", 5);
+        ir_item = compile(c, items);
+        path_pop(c, old);
+    }
+    int32_t item = gm_ir_seq2(ir, gm_ir_ref(ir, ir_item), ws);
+    int32_t more = gm_ir_repeat(
+        ir, gm_ir_seq(ir, (int32_t[]){gm_ir_str(ir, ","), ws, item}, 3),
+        lo > 0 ? lo - 1 : 0, hi == GM_REPEAT_INF ? GM_REPEAT_INF : hi - 1);
+    int32_t body = gm_ir_seq2(ir, item, more);
+    if (lo == 0)
+        body = gm_ir_opt(ir, body);
+    return gm_ir_seq(
+        ir, (int32_t[]){gm_ir_str(ir, "["), ws, body, gm_ir_str(ir, "]")}, 4);
+}
+
+struct prop {
+    const char *name;
+    size_t len;
+    const json_t *schema; /* NULL: any value */
+    int required;
+};
+
+/* P = "name" ws ":" ws value ws */
+static int32_t prop_expr(struct sc *c, const struct prop *p)
+{
+    struct gm_ir *ir = c->ir;
+    json_t *k = json_stringn(p->name, p->len);
+    if (k == NULL)
+        return fail(c, TG_EFORMAT, "property name is not UTF-8");
+    int32_t key = literal(c, k);
+    json_decref(k);
+    int32_t val;
+    if (p->schema == NULL) {
+        val = gm_json_value(c->j);
+    } else {
+        size_t old = path_push(c, "properties", 10);
+        size_t old2 = path_push(c, p->name, p->len);
+        val = compile(c, p->schema);
+        path_pop(c, old2);
+        path_pop(c, old);
+    }
+    int32_t ws = gm_json_ws(c->j);
+    return gm_ir_seq(ir,
+                     (int32_t[]){key, ws, gm_ir_str(ir, ":"), ws,
+                                 gm_ir_ref(ir, val), ws},
+                     6);
+}
+
+static int32_t object_expr(struct sc *c, const json_t *s)
+{
+    struct gm_ir *ir = c->ir;
+    const json_t *props = json_object_get(s, "properties");
+    const json_t *req = json_object_get(s, "required");
+    const json_t *addl = json_object_get(s, "additionalProperties");
+    int closed = json_is_false(addl);
+    if (props == NULL && req == NULL && !closed)
+        return gm_ir_ref(ir, gm_json_object(c->j));
+    size_t n_props = props != NULL ? json_object_size(props) : 0;
+    size_t n_req = req != NULL ? json_array_size(req) : 0;
+    struct prop *p = calloc(n_props + n_req + 1, sizeof(*p));
+    int32_t *after = malloc((n_props + n_req + 1) * sizeof(*after));
+    int32_t *first = malloc((n_props + n_req + 1) * sizeof(*first));
+    if (p == NULL || after == NULL || first == NULL) {
+        free(p);
+        free(after);
+        free(first);
+        return gm_ir_fail(ir, TG_ENOMEM, "out of memory");
+    }
+    size_t n = 0;
+    int32_t rc = 0;
+    if (props != NULL) {
+        const char *key;
+        size_t kl;
+        json_t *v;
+        void *tmp;
+        json_object_keylen_foreach_safe((json_t *)props, tmp, key, kl, v)
+        {
+            p[n].name = key;
+            p[n].len = kl;
+            p[n].schema = v;
+            n++;
+        }
+    }
+    size_t i;
+    const json_t *x;
+    if (req != NULL)
+        json_array_foreach(req, i, x)
+        {
+            const char *k = json_string_value(x);
+            size_t kl = json_string_length(x);
+            size_t at = 0;
+            while (at < n && !(p[at].len == kl && memcmp(p[at].name, k, kl) == 0))
+                at++;
+            if (at == n) {
+                if (closed) {
+                    rc = fail(c, TG_EINVAL,
+                              "required property \"%.*s\" is not in "
+                              "\"properties\" and additionalProperties is "
+                              "false: no document satisfies it",
+                              (int)(kl > 64 ? 64 : kl), k);
+                    break;
+                }
+                p[n].name = k;
+                p[n].len = kl;
+                p[n].schema = NULL;
+                n++;
+            }
+            p[at].required = 1;
+        }
+    /* after[i]: the properties from i on, after one was written;
+     * first[i]: from i on, none written yet. */
+    int32_t ws = gm_json_ws(c->j);
+    after[n] = first[n] = gm_ir_empty(ir);
+    for (size_t k = n; rc == 0 && k-- > 0;) {
+        int32_t pe = prop_expr(c, &p[k]);
+        int32_t piece = gm_ir_seq(ir, (int32_t[]){gm_ir_str(ir, ","), ws, pe}, 3);
+        after[k] = gm_ir_seq2(ir, p[k].required ? piece : gm_ir_opt(ir, piece),
+                              after[k + 1]);
+        int32_t here = gm_ir_seq2(ir, pe, after[k + 1]);
+        first[k] = p[k].required ? here : gm_ir_alt2(ir, here, first[k + 1]);
+        if (first[k] < 0)
+            rc = first[k];
+    }
+    int32_t e = rc < 0 ? rc
+                       : gm_ir_seq(ir,
+                                   (int32_t[]){gm_ir_str(ir, "{"), ws,
+                                               first[0], gm_ir_str(ir, "}")},
+                                   4);
+    free(p);
+    free(after);
+    free(first);
+    return e;
+}
+
+static int32_t ref_expr(struct sc *c, const json_t *s, const struct kws *k)
+{
+    const char *ref = json_string_value(json_object_get(s, "$ref"));
+    const char *o = other_kw(k, 1u << KW_REF);
+    if (o != NULL)
+        return fail(c, TG_EUNSUPPORTED,
+                    "\"$ref\" alongside \"%s\" is not supported", o);
+    if (ref[0] != '#')
+        return fail(c, TG_EUNSUPPORTED,
+                    "$ref \"%.100s\": only local references (\"#...\") "
+                    "are supported",
+                    ref);
+    if (ref[1] != '\0' && ref[1] != '/')
+        return fail(c, TG_EUNSUPPORTED,
+                    "$ref \"%.100s\": anchors are not supported", ref);
+    const json_t *t = gm__schema_pointer(c->root, ref);
+    if (t == NULL)
+        return fail(c, TG_EFORMAT, "$ref \"%.100s\" does not resolve", ref);
+    /* The target is compiled under its own pointer. */
+    char saved[sizeof c->path];
+    size_t saved_len = c->plen;
+    memcpy(saved, c->path, sizeof saved);
+    snprintf(c->path, sizeof c->path, "%s", ref);
+    c->plen = strlen(c->path);
+    int32_t r = compile(c, t);
+    memcpy(c->path, saved, sizeof saved);
+    c->plen = saved_len;
+    return gm_ir_ref(c->ir, r);
+}
+
+static int32_t comb_expr(struct sc *c, const json_t *s, const struct kws *k)
+{
+    const json_t *any = json_object_get(s, "anyOf");
+    const json_t *one = json_object_get(s, "oneOf");
+    if (any != NULL && one != NULL)
+        return fail(c, TG_EUNSUPPORTED,
+                    "\"anyOf\" together with \"oneOf\" is not supported");
+    const char *kw = any != NULL ? "anyOf" : "oneOf";
+    const json_t *arr = any != NULL ? any : one;
+    const char *o = other_kw(k, 1u << KW_COMB);
+    if (o != NULL)
+        return fail(c, TG_EUNSUPPORTED, "\"%s\" alongside \"%s\" is not supported",
+                    kw, o);
+    size_t n = json_array_size(arr);
+    int32_t *alts = malloc(n * sizeof(*alts));
+    if (alts == NULL)
+        return gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
+    int32_t rc = 0;
+    for (size_t i = 0; i < n && rc >= 0; i++) {
+        size_t old = path_push(c, kw, strlen(kw));
+        size_t old2 = path_push_index(c, i);
+        int32_t r = compile(c, json_array_get(arr, i));
+        path_pop(c, old2);
+        path_pop(c, old);
+        alts[i] = gm_ir_ref(c->ir, r);
+        rc = alts[i];
+    }
+    for (size_t i = 0; rc >= 0 && one != NULL && i < n; i++)
+        for (size_t j = 0; rc >= 0 && j < n; j++) {
+            if (i == j || gm__schema_exclusive(c->root, json_array_get(arr, i),
+                                               json_array_get(arr, j)))
+                continue;
+            rc = fail(c, TG_EUNSUPPORTED,
+                      "\"oneOf\": a document of alternative %zu may also be "
+                      "valid against alternative %zu; exclusive alternatives "
+                      "must differ in type, in a const/enum value or in a "
+                      "required property (use \"anyOf\" when overlap is "
+                      "meant)",
+                      i, j);
+        }
+    int32_t e = rc < 0 ? rc : gm_ir_alt(c->ir, alts, n);
+    free(alts);
+    return e;
+}
+
+static int32_t body_expr(struct sc *c, const json_t *s, const struct kws *k)
+{
+    struct gm_ir *ir = c->ir;
+    if (k->has[KW_REF])
+        return ref_expr(c, s, k);
+    if (k->has[KW_COMB])
+        return comb_expr(c, s, k);
+    if (k->has[KW_ENUM])
+        return enum_expr(c, s, k);
+    unsigned types = 0;
+    if (k->has[KW_TYPE]) {
+        types = gm__schema_type_of(json_object_get(s, "type"));
+    } else {
+        if (k->has[KW_OBJECT])
+            types |= GM__T_OBJECT;
+        if (k->has[KW_ARRAY])
+            types |= GM__T_ARRAY;
+        if (k->has[KW_STRING])
+            types |= GM__T_STRING;
+        if (types == 0)
+            return gm_ir_ref(ir, gm_json_value(c->j));
+    }
+    int32_t alts[7];
+    size_t n = 0;
+    if (types & GM__T_OBJECT)
+        alts[n++] = object_expr(c, s);
+    if (types & GM__T_ARRAY)
+        alts[n++] = array_expr(c, s);
+    if (types & GM__T_STRING)
+        alts[n++] = string_expr(c, s);
+    if (types & GM__T_FRAC)
+        alts[n++] = gm_ir_ref(ir, gm_json_number(c->j));
+    else if (types & GM__T_INT)
+        alts[n++] = gm_ir_ref(ir, gm_json_integer(c->j));
+    if (types & GM__T_BOOL)
+        alts[n++] = gm_ir_alt2(ir, gm_ir_str(ir, "true"),
+                               gm_ir_str(ir, "false"));
+    if (types & GM__T_NULL)
+        alts[n++] = gm_ir_str(ir, "null");
+    for (size_t i = 0; i < n; i++)
+        if (alts[i] < 0)
+            return alts[i];
+    return gm_ir_alt(ir, alts, n);
+}
+
+static int32_t compile(struct sc *c, const json_t *s)
+{
+    if (c->ir->err != 0)
+        return c->ir->err;
+    if (json_is_true(s))
+        return gm_json_value(c->j);
+    if (json_is_false(s))
+        return never(c);
+    if (!json_is_object(s))
+        return fail(c, TG_EFORMAT, "a schema must be an object or a boolean");
+    int32_t r = memo_get(c, s);
+    if (r >= 0)
+        return r;
+    if (c->depth >= c->o.max_depth)
+        return fail(c, TG_ETOOBIG, "schema nested deeper than %d levels",
+                    c->o.max_depth);
+    struct kws k;
+    int rc = scan(c, s, &k);
+    if (rc != 0)
+        return rc;
+    r = gm_ir_rule(c->ir, c->path);
+    if (r < 0)
+        return r;
+    if (memo_put(c, s, r) != 0)
+        return gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
+    c->depth++;
+    int32_t body = body_expr(c, s, &k);
+    c->depth--;
+    rc = gm_ir_rule_define(c->ir, r, body);
+    return rc != 0 ? rc : r;
+}
+
+int gm_schema_compile(struct gm_json *j, const json_t *schema,
+                      const struct gm_schema_opts *o, int32_t *rule,
+                      char *err, size_t errlen)
+{
+    struct sc c;
+    memset(&c, 0, sizeof c);
+    c.j = j;
+    c.ir = j->ir;
+    c.root = schema;
+    if (o != NULL)
+        c.o = *o;
+    else
+        gm_schema_opts_default(&c.o);
+    c.never = -1;
+    strcpy(c.path, "#");
+    c.plen = 1;
+    int32_t r = compile(&c, schema);
+    free(c.memo);
+    if (r < 0 || c.ir->err != 0) {
+        int code = gm_ir_error(c.ir, err, errlen);
+        return code != 0 ? code : r;
+    }
+    *rule = r;
+    return 0;
+}

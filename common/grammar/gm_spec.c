@@ -1,0 +1,228 @@
+/* gm_spec.c — constraint specs: building their text, and compiling them
+ * (gm_spec.h). */
+#include "common/grammar/gm_spec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/grammar/gm_internal.h"
+#include "common/grammar/gm_json.h"
+#include "common/grammar/gm_schema.h"
+#include "common/tg_err.h"
+
+static int dump(json_t *doc, char **out, size_t *len)
+{
+    if (doc == NULL)
+        return TG_ENOMEM;
+    char *s = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    json_decref(doc);
+    if (s == NULL)
+        return TG_ENOMEM;
+    *out = s;
+    *len = strlen(s);
+    return 0;
+}
+
+int gm_spec_json(int object_only, char **out, size_t *len)
+{
+    return dump(json_pack("{ss}", "type",
+                          object_only ? "json_object" : "json_value"),
+                out, len);
+}
+
+int gm_spec_json_schema(const json_t *schema, char **out, size_t *len)
+{
+    if (schema == NULL)
+        return TG_EINVAL;
+    return dump(json_pack("{sssO}", "type", "json_schema", "schema",
+                          (json_t *)schema),
+                out, len);
+}
+
+int gm_spec_tools(const struct gm_tool_format *fmt,
+                  const struct gm_tool_fn *fns, size_t n_fns,
+                  unsigned min_calls, unsigned max_calls, char **out,
+                  size_t *len)
+{
+    if (fmt == NULL || fns == NULL || n_fns == 0)
+        return TG_EINVAL;
+    json_t *tools = json_array();
+    for (size_t i = 0; tools != NULL && i < n_fns; i++) {
+        json_t *t = json_pack("{ss}", "name", fns[i].name ? fns[i].name : "");
+        if (t == NULL) {
+            json_decref(tools);
+            return TG_EINVAL;
+        }
+        if (fns[i].parameters != NULL)
+            json_object_set(t, "parameters", (json_t *)fns[i].parameters);
+        json_array_append_new(tools, t);
+    }
+    if (tools == NULL)
+        return TG_ENOMEM;
+    json_t *f = json_pack("{ssssssss}", "begin", fmt->begin, "middle",
+                          fmt->middle, "end", fmt->end, "sep", fmt->sep);
+    if (f == NULL) {
+        json_decref(tools);
+        return TG_EINVAL;
+    }
+    return dump(json_pack("{sssosIsIso}", "type", "tool_calls", "format", f,
+                          "min_calls", (json_int_t)min_calls, "max_calls",
+                          (json_int_t)max_calls, "tools", tools),
+                out, len);
+}
+
+/* The format of a tool_calls spec: a name or an object of four strings. */
+static int read_format(const json_t *f, struct gm_tool_format *fmt)
+{
+    if (json_is_string(f)) {
+        if (strcmp(json_string_value(f), "hermes") == 0)
+            *fmt = GM_TOOL_HERMES;
+        else if (strcmp(json_string_value(f), "llama3_json") == 0)
+            *fmt = GM_TOOL_LLAMA3_JSON;
+        else
+            return TG_EFORMAT;
+        return 0;
+    }
+    const char *k[4] = {"begin", "middle", "end", "sep"};
+    const char *v[4];
+    for (int i = 0; i < 4; i++) {
+        const json_t *x = json_object_get(f, k[i]);
+        if (!json_is_string(x))
+            return TG_EFORMAT;
+        v[i] = json_string_value(x);
+    }
+    *fmt = (struct gm_tool_format){
+        .begin = v[0], .middle = v[1], .end = v[2], .sep = v[3]};
+    return 0;
+}
+
+static int tools_ir(struct gm_json *j, const json_t *doc,
+                    const struct gm_schema_opts *so, char *err, size_t errlen)
+{
+    struct gm_tool_format fmt;
+    if (read_format(json_object_get(doc, "format"), &fmt) != 0)
+        return tg_err_set(err, errlen, TG_EFORMAT,
+                          "spec: \"format\" must be \"hermes\", "
+                          "\"llama3_json\" or an object of begin, middle, "
+                          "end and sep strings");
+    const json_t *mn = json_object_get(doc, "min_calls");
+    const json_t *mx = json_object_get(doc, "max_calls");
+    const json_t *tools = json_object_get(doc, "tools");
+    if ((mn != NULL && !json_is_integer(mn)) ||
+        (mx != NULL && !json_is_integer(mx)) || !json_is_array(tools))
+        return tg_err_set(err, errlen, TG_EFORMAT,
+                          "spec: tool_calls needs a \"tools\" array and "
+                          "integer call counts");
+    json_int_t lo = mn != NULL ? json_integer_value(mn) : 1;
+    json_int_t hi = mx != NULL ? json_integer_value(mx) : 0;
+    if (lo < 1 || lo > GM_REPEAT_MAX || hi < 0 || hi > GM_REPEAT_MAX)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "spec: call counts out of range");
+    size_t n = json_array_size(tools);
+    struct gm_tool_fn *fns = calloc(n ? n : 1, sizeof(*fns));
+    if (fns == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *t = json_array_get(tools, i);
+        const json_t *nm = json_object_get(t, "name");
+        if (!json_is_string(nm)) {
+            free(fns);
+            return tg_err_set(err, errlen, TG_EFORMAT,
+                              "spec: tools[%zu] has no \"name\" string", i);
+        }
+        fns[i].name = json_string_value(nm);
+        fns[i].parameters = json_object_get(t, "parameters");
+    }
+    int rc = gm_tool_compile(j, &fmt, fns, n, (unsigned)lo, (unsigned)hi, so,
+                             err, errlen);
+    free(fns);
+    return rc;
+}
+
+int gm_spec_to_ir(const char *spec, size_t len, const struct gm_limits *lim,
+                  struct gm_ir *ir, char *err, size_t errlen)
+{
+    struct gm_limits dl;
+    if (lim == NULL) {
+        gm_limits_default(&dl);
+        lim = &dl;
+    }
+    if (err != NULL && errlen > 0)
+        err[0] = '\0';
+    gm_ir_init(ir, lim->max_exprs);
+    if (lim->max_spec_bytes != 0 && len > lim->max_spec_bytes)
+        return tg_err_set(err, errlen, TG_ETOOBIG,
+                          "structured output spec of %zu bytes is over the "
+                          "limit of %zu",
+                          len, lim->max_spec_bytes);
+    json_error_t je;
+    json_t *doc = json_loadb(spec, len, JSON_REJECT_DUPLICATES, &je);
+    if (doc == NULL)
+        return tg_err_set(err, errlen, TG_EFORMAT, "spec: %s", je.text);
+    const char *type = json_string_value(json_object_get(doc, "type"));
+    struct gm_json j;
+    gm_json_init(&j, ir, lim->ws_indent);
+    struct gm_schema_opts so = {.max_depth = lim->max_depth,
+                                .max_count = lim->max_count};
+    int rc;
+    if (type == NULL) {
+        rc = tg_err_set(err, errlen, TG_EFORMAT, "spec: no \"type\"");
+    } else if (strcmp(type, "json_value") == 0) {
+        rc = gm_json_document(&j, gm_json_value(&j));
+    } else if (strcmp(type, "json_object") == 0) {
+        rc = gm_json_document(&j, gm_json_object(&j));
+    } else if (strcmp(type, "json_schema") == 0) {
+        const json_t *schema = json_object_get(doc, "schema");
+        int32_t r = -1;
+        rc = schema == NULL ? tg_err_set(err, errlen, TG_EFORMAT,
+                                         "spec: json_schema without \"schema\"")
+                            : gm_schema_compile(&j, schema, &so, &r, err, errlen);
+        if (rc == 0)
+            rc = gm_json_document(&j, r);
+    } else if (strcmp(type, "tool_calls") == 0) {
+        rc = tools_ir(&j, doc, &so, err, errlen);
+    } else {
+        rc = tg_err_set(err, errlen, TG_EFORMAT, "spec: unknown type \"%.40s\"",
+                        type);
+    }
+    if (rc != 0 && err != NULL && errlen > 0 && err[0] == '\0')
+        gm_ir_error(ir, err, errlen);
+    json_decref(doc);
+    return rc;
+}
+
+int gm_spec_check(const char *spec, size_t len, const struct gm_limits *lim,
+                  char *err, size_t errlen)
+{
+    struct gm_limits dl;
+    if (lim == NULL) {
+        gm_limits_default(&dl);
+        lim = &dl;
+    }
+    struct gm_ir ir;
+    int rc = gm_spec_to_ir(spec, len, lim, &ir, err, errlen);
+    if (rc == 0) {
+        struct gm__pda p;
+        rc = gm__pda_build(&p, &ir, lim->max_nodes, err, errlen);
+        gm__pda_free(&p);
+    }
+    gm_ir_free(&ir);
+    return rc;
+}
+
+int gm_spec_compile(const char *spec, size_t len, const struct gm_vocab *v,
+                    const struct gm_limits *lim, struct gm_grammar **out,
+                    char *err, size_t errlen)
+{
+    double t0 = gm__now();
+    struct gm_ir ir;
+    *out = NULL;
+    int rc = gm_spec_to_ir(spec, len, lim, &ir, err, errlen);
+    double t1 = gm__now();
+    if (rc == 0)
+        rc = gm_grammar_compile_ir(&ir, v, lim, out, err, errlen);
+    if (rc == 0)
+        (*out)->stats.t_ir_s = t1 - t0;
+    gm_ir_free(&ir);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/*
+ * gm_spec.h — a request's constraint as one value: a small JSON document
+ * (the "spec") that both the router and the workers compile the same way.
+ * Its compact text is the key of the compile cache (gm_cache.h) and what
+ * travels from the router to the worker, once per request.
+ *
+ *   {"type": "json_value"}                       any JSON value
+ *   {"type": "json_object"}                      any JSON object
+ *                                                (OpenAI json_object)
+ *   {"type": "json_schema", "schema": {...}}     a JSON Schema (gm_schema.h)
+ *   {"type": "tool_calls", "format": F, "min_calls": 1, "max_calls": 0,
+ *    "tools": [{"name": "f", "parameters": {...}}, ...]}
+ *                                                calls in a template's
+ *                                                format (gm_tool.h); F is
+ *                                                "hermes", "llama3_json" or
+ *                                                {"begin", "middle", "end",
+ *                                                "sep"}; max_calls 0: any
+ * A JSON document is surrounded by bounded whitespace (gm_json.h, bound
+ * gm_limits.ws_indent); tool calls are exactly their format's text.
+ *
+ * Errors: TG_EFORMAT names what is malformed in the spec; the schema and
+ * tool errors of gm_schema.h / gm_tool.h; TG_ETOOBIG when the text is over
+ * gm_limits.max_spec_bytes. Threads: any; the functions share nothing.
+ */
+#ifndef GM_SPEC_H
+#define GM_SPEC_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "common/grammar/gm_grammar.h"
+#include "common/grammar/gm_ir.h"
+#include "common/grammar/gm_tool.h"
+
+/* Each writes a new spec text (NUL-terminated, caller frees) to *out and
+ * its length to *len; returns 0, TG_EINVAL (a bad argument) or
+ * TG_ENOMEM. `schema` and parameters are copied. */
+int gm_spec_json(int object_only, char **out, size_t *len);
+int gm_spec_json_schema(const json_t *schema, char **out, size_t *len);
+int gm_spec_tools(const struct gm_tool_format *fmt,
+                  const struct gm_tool_fn *fns, size_t n_fns,
+                  unsigned min_calls, unsigned max_calls, char **out,
+                  size_t *len);
+
+/* Writes the IR of spec text [spec, spec + len) into ir (zeroed or freed;
+ * gm_ir_free it either way). `lim` NULL: defaults. Returns 0 or a code
+ * with the message in err. */
+int gm_spec_to_ir(const char *spec, size_t len, const struct gm_limits *lim,
+                  struct gm_ir *ir, char *err, size_t errlen);
+
+/* Everything a compile checks that does not need a vocabulary (the spec,
+ * the schema, the automaton's limits, that some document exists): what a
+ * router calls to answer 400 before queueing. Milliseconds. */
+int gm_spec_check(const char *spec, size_t len, const struct gm_limits *lim,
+                  char *err, size_t errlen);
+
+/* gm_spec_to_ir then gm_grammar_compile_ir for vocabulary v. */
+int gm_spec_compile(const char *spec, size_t len, const struct gm_vocab *v,
+                    const struct gm_limits *lim, struct gm_grammar **out,
+                    char *err, size_t errlen);
+
+#endif /* GM_SPEC_H */

@@ -360,7 +360,7 @@ def refused(model, work):
     flag and the numbers (fail fast, not at the first offload)."""
     sub = os.path.join(work, "too-big")
     os.makedirs(sub)
-    d = du.Daemon(model, sub, args=["--kv-host-memory", "1PiB"])
+    d = du.Daemon(model, sub, args=["--kv-host-memory", "1024TiB"])
     started = d.start(timeout=30)
     rc, _ = d.stop()
     log = d.log_text()

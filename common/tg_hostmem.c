@@ -179,3 +179,31 @@ int tg_hostmem_kv_bytes(const struct tg_hostmem *hm,
     *out = (int64_t)amt->bytes;
     return 0;
 }
+
+int tg_hostmem_tier_check(const struct tg_hostmem *hm, int64_t tier_bytes,
+                          int ranks, int64_t other_bytes, char *err,
+                          size_t errlen)
+{
+    if (ranks < 1 || tier_bytes < 0 || other_bytes < 0)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "host tier of %" PRId64 " bytes x %d ranks",
+                          tier_bytes, ranks);
+    if (tier_bytes == 0)
+        return 0;
+    int64_t reserve = tg_hostmem_reserve(hm);
+    int64_t usable = hm->available - other_bytes - reserve;
+    if (usable < 0)
+        usable = 0;
+    if (tier_bytes <= usable / ranks)
+        return 0;
+    return tg_err_set(err, errlen, TG_ENOMEM,
+                      "--kv-host-memory %" PRId64 " MiB per rank x %d "
+                      "rank(s) does not fit: %" PRId64 " MiB of host memory "
+                      "are usable (%" PRId64 " MiB available%s, %" PRId64
+                      " MiB for weights and pools, %" PRId64 " MiB kept for "
+                      "the system); lower --kv-host-memory (0 turns the tier "
+                      "off)", tier_bytes / MIB, ranks, usable / MIB,
+                      hm->available / MIB,
+                      hm->cgroup_limited ? " (cgroup limit)" : "",
+                      other_bytes / MIB, reserve / MIB);
+}

@@ -62,4 +62,14 @@ int tg_hostmem_kv_bytes(const struct tg_hostmem *hm,
                         int64_t other_bytes, int64_t *out, char *err,
                         size_t errlen);
 
+/* The host-memory tier of stored conversations (--kv-host-memory,
+ * DESIGN.md §4.10): checks that `ranks` tiers of tier_bytes each fit what
+ * is usable, available - other_bytes - reserve, with other_bytes (weights,
+ * CPU pools) still to come out of hm->available. Returns 0 (also for
+ * tier_bytes 0), or TG_ENOMEM naming every number and the flag to lower,
+ * or TG_EINVAL for ranks < 1 or negative bytes. */
+int tg_hostmem_tier_check(const struct tg_hostmem *hm, int64_t tier_bytes,
+                          int ranks, int64_t other_bytes, char *err,
+                          size_t errlen);
+
 #endif /* TG_HOSTMEM_H */

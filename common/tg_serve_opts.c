@@ -149,6 +149,20 @@ static const struct tg_config_entry table[] = {
              "and a system reserve (5% of RAM, 1-16 GiB), shared by all --tp "
              "ranks, so the default leaves the host healthy at any --tp; "
              "bytes that do not fit are refused at start."},
+    /* The host-memory tier of stored conversations (DESIGN.md §4.10).
+     * Only the workers allocate it; the router learns each rank's pages
+     * from its Hello. */
+    {.name = "kv-host-memory", .type = TG_CONFIG_SIZE, .def = "2GiB",
+     .min = 0, .max = 1125899906842624.0,
+     .offset = OFF(kv_host_memory, uint64_t), .metavar = "BYTES",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "Host-memory tier per rank for stored conversations: the KV "
+             "the device pool would evict is copied here (pinned memory on "
+             "CUDA) and copied back when the conversation returns, instead "
+             "of being prefilled again; least recently used first out. 0 "
+             "turns it off. Checked at start against the host's available "
+             "memory; on the CPU backend it comes out of that memory before "
+             "a --kv-memory fraction is taken."},
     {.name = "max-queued", .type = TG_CONFIG_INT, .def = "1024", .min = 1,
      .max = 16777216, .offset = OFF(max_queued, int64_t), .metavar = "N",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
@@ -368,6 +382,9 @@ static const struct {
     {"kv-memory", "0.5",
      "KV pool: a fraction of the available host memory (0.5, 50%) or "
      "bytes (8GiB)."},
+    {"kv-host-memory", "0",
+     "Host-memory tier of stored conversations, bytes (0: none; tangramd "
+     "passes its own, 2GiB by default)."},
 };
 
 /* Index into `tables` of each program; the last holds every row. */

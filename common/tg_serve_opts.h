@@ -27,9 +27,10 @@
  * it to the router in TANGRAM_API_KEY.
  *
  * tangram-worker run by hand (tests, debugging) has no tangramd to plan its
- * memory, so two rows have a more cautious default in the worker's table:
- * --kv-memory 0.5 (of the available host memory) and --heads-per-group 1.
- * tangramd always forwards both, so a served worker never sees them.
+ * memory, so three rows have a more cautious default in the worker's
+ * table: --kv-memory 0.5 (of the available host memory), --heads-per-group
+ * 1 and --kv-host-memory 0 (no host tier). tangramd always forwards all
+ * three, so a served worker never sees them.
  */
 #ifndef TG_SERVE_OPTS_H
 #define TG_SERVE_OPTS_H
@@ -101,6 +102,8 @@ struct tg_serve_opts {
     struct tg_config_amount kv_memory; /* KV pool per rank: a fraction of
                                           the free device (or host) memory,
                                           or bytes; also the workers' */
+    uint64_t kv_host_memory;  /* host tier per rank, bytes; 0 = off
+                                 (DESIGN.md §4.10); the workers' */
     int64_t max_queued;       /* waiting requests before 429 */
     int64_t tokenizer_threads; /* router: libuv thread pool size, the
                                   prompts' render + tokenize workers */

@@ -140,9 +140,31 @@ static int plan_cpu_memory(const struct tg_serve_opts *o,
     if (rc != 0)
         return rc;
     out->host_available = hm.available;
+    /* The host tiers (§4.10) come out of host memory first: a --kv-memory
+     * fraction is of what they leave. */
+    int64_t tiers = T * (int64_t)o->kv_host_memory;
+    rc = tg_hostmem_tier_check(&hm, (int64_t)o->kv_host_memory, (int)T,
+                               out->cpu_weight_bytes, err, errlen);
+    if (rc != 0)
+        return rc;
     return tg_hostmem_kv_bytes(&hm, &o->kv_memory, (int)T,
-                               out->cpu_weight_bytes, &out->kv_bytes_per_rank,
-                               err, errlen);
+                               out->cpu_weight_bytes + tiers,
+                               &out->kv_bytes_per_rank, err, errlen);
+}
+
+/* CUDA backend: the host tiers are pinned host memory of every rank. */
+static int plan_host_tier(const struct tg_serve_opts *o,
+                          struct td_preflight *out, char *err, size_t errlen)
+{
+    if (o->kv_host_memory == 0)
+        return 0;
+    struct tg_hostmem hm;
+    int rc = tg_hostmem_read(&hm, err, errlen);
+    if (rc != 0)
+        return rc;
+    out->host_available = hm.available;
+    return tg_hostmem_tier_check(&hm, (int64_t)o->kv_host_memory, (int)o->tp,
+                                 0, err, errlen);
 }
 
 int td_preflight_run(const struct tg_serve_opts *o, struct td_preflight *out,
@@ -168,5 +190,5 @@ int td_preflight_run(const struct tg_serve_opts *o, struct td_preflight *out,
         return rc;
     if (o->backend == TG_SERVE_BACKEND_CPU)
         return plan_cpu_memory(o, out, err, errlen);
-    return 0;
+    return plan_host_tier(o, out, err, errlen);
 }

@@ -21,6 +21,13 @@
  *                        over the host pool; CUDA: kernels/cuda/trig.h,
  *                        one round of launches for the batch)
  *   comm_failed          the group is broken (a collective timed out)
+ *   tier_*               the host tier of stored conversations (DESIGN.md
+ *                        §4.10): its host slab (CPU: ordinary memory;
+ *                        CUDA: pinned), and page copies between the pool
+ *                        and the slab made on the tier's own thread beside
+ *                        the step loop (CPU: memcpy; CUDA: cudaMemcpyAsync
+ *                        on a copy stream after an event that marks where
+ *                        the step loop stood when the copy was asked for)
  *
  * Logits rows. A step's logits live in the backend, addressed by row: the
  * worker gives each sampled prefill entry the next row, then the decode
@@ -99,6 +106,9 @@ struct gw_backend_cfg {
     int device;                          /* CUDA: ordinal (< 0: the rank) */
     int cuda_graphs;                     /* CUDA: capture decode graphs */
     int step_timeout_ms;                 /* CUDA, T > 1: bounded waits */
+    int64_t host_tier_bytes;             /* --kv-host-memory of this rank:
+                                            comes out of the host memory a
+                                            CPU pool fraction is of */
     /* Calibration hooks of the in-process engine (gw_forward.h's
      * contracts, heads in the rank's order; NULL in a worker): every
      * backend calls them from its prefill chunks. */
@@ -163,6 +173,30 @@ struct gw_backend_ops {
     int (*compact)(struct gw_backend *b, const struct gw_trig_cfg *c,
                    struct gw_seq *const *seqs, int n, int64_t *heads,
                    char *err, size_t errlen);
+    /* The host tier (DESIGN.md §4.10; gw_host_tier.h drives these).
+     * tier_alloc: `bytes` of host memory for the tier's pages (CPU:
+     * ordinary; CUDA: pinned, and the copy stream), *base set; 0,
+     * TG_ENOMEM or TG_EDEVICE. tier_release frees it (NULL: no-op). Main
+     * thread, once each. */
+    int (*tier_alloc)(struct gw_backend *b, size_t bytes, void **base,
+                      char *err, size_t errlen);
+    void (*tier_release)(struct gw_backend *b, void *base);
+    /* Main thread, when a copy is asked for: *fence marks everything the
+     * step loop queued so far, which the copy then follows (CUDA: an event
+     * recorded on the compute stream; CPU: NULL, a step has completed
+     * before the next message is read). 0 or TG_EDEVICE. */
+    int (*tier_fence)(struct gw_backend *b, void **fence, char *err,
+                      size_t errlen);
+    /* Drops a fence no copy consumed. */
+    void (*tier_fence_drop)(struct gw_backend *b, void *fence);
+    /* The tier's copy thread: copies pool page dev[i] to host page
+     * host[i] of `base` (to_host), or back, for i < n (ids checked by the
+     * caller), after `fence`, and returns once the copies are complete.
+     * Consumes the fence, also on failure. Runs while the step loop runs
+     * on other pages. 0 or TG_EDEVICE. */
+    int (*tier_copy)(struct gw_backend *b, void *base, int to_host,
+                     const int32_t *dev, const int32_t *host, int n,
+                     void *fence, char *err, size_t errlen);
     /* Frees the backend (and b itself). */
     void (*free)(struct gw_backend *b);
 };

@@ -21,9 +21,10 @@ struct cpu_backend {
 
 /* Pool pages from kv_pages, else kv_memory (tg_hostmem.h): a fraction is
  * this rank's share (1 / world size) of the host memory available now
- * (after this rank's weights were loaded) less the system reserve; bytes
- * must fit in that memory. tangramd passes bytes it planned for all ranks
- * together, so the check here only guards a worker started by hand. */
+ * (after this rank's weights were loaded) less the system reserve and the
+ * ranks' host tiers (§4.10); bytes must fit in that memory. tangramd
+ * passes bytes it planned for all ranks together, so the check here only
+ * guards a worker started by hand. */
 static int size_pool(const struct gw_backend_cfg *o, int64_t page_bytes,
                      int32_t *out, char *err, size_t errlen)
 {
@@ -32,12 +33,13 @@ static int size_pool(const struct gw_backend_cfg *o, int64_t page_bytes,
         struct tg_hostmem hm;
         int64_t bytes = 0;
         int rc = tg_hostmem_read(&hm, err, errlen);
+        int ranks = o->kv_memory.is_fraction && o->world_size > 1
+                        ? o->world_size
+                        : 1;
         if (rc == 0)
-            rc = tg_hostmem_kv_bytes(
-                &hm, &o->kv_memory,
-                o->kv_memory.is_fraction && o->world_size > 1 ? o->world_size
-                                                              : 1,
-                0, &bytes, err, errlen);
+            rc = tg_hostmem_kv_bytes(&hm, &o->kv_memory, ranks,
+                                     (int64_t)ranks * o->host_tier_bytes,
+                                     &bytes, err, errlen);
         if (rc != 0)
             return rc;
         pages = bytes / page_bytes;
@@ -177,6 +179,64 @@ static int cpu_compact(struct gw_backend *b, const struct gw_trig_cfg *tc,
     return gw_forward_trig(&c->rt, tc, seqs, n, heads, err, errlen);
 }
 
+/* The host tier on the CPU backend: the pool is host memory too, so the
+ * "copy stream" is the tier's thread doing memcpy. */
+static int cpu_tier_alloc(struct gw_backend *b, size_t bytes, void **base,
+                          char *err, size_t errlen)
+{
+    (void)b;
+    /* Untouched until a page is offloaded into it. */
+    *base = malloc(bytes > 0 ? bytes : 1);
+    if (*base == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM,
+                          "cannot allocate the %zu MiB host tier",
+                          bytes >> 20);
+    return 0;
+}
+
+static void cpu_tier_release(struct gw_backend *b, void *base)
+{
+    (void)b;
+    free(base);
+}
+
+static int cpu_tier_fence(struct gw_backend *b, void **fence, char *err,
+                          size_t errlen)
+{
+    (void)b;
+    (void)err;
+    (void)errlen;
+    *fence = NULL; /* the step that wrote the pages has completed */
+    return 0;
+}
+
+static void cpu_tier_fence_drop(struct gw_backend *b, void *fence)
+{
+    (void)b;
+    (void)fence;
+}
+
+static int cpu_tier_copy(struct gw_backend *b, void *base, int to_host,
+                         const int32_t *dev, const int32_t *host, int n,
+                         void *fence, char *err, size_t errlen)
+{
+    (void)fence;
+    (void)err;
+    (void)errlen;
+    struct cpu_backend *c = (struct cpu_backend *)b;
+    size_t bytes = (size_t)b->page_bytes;
+    char *pool = (char *)c->rt.pool, *slab = base;
+    for (int i = 0; i < n; i++) {
+        char *d = pool + (size_t)dev[i] * bytes;
+        char *h = slab + (size_t)host[i] * bytes;
+        if (to_host)
+            memcpy(h, d, bytes);
+        else
+            memcpy(d, h, bytes);
+    }
+    return 0;
+}
+
 static const struct gw_backend_ops cpu_ops = {
     .name = "cpu",
     .comm_kind = GW_COMM_KIND,
@@ -188,6 +248,11 @@ static const struct gw_backend_ops cpu_ops = {
     .sample = cpu_sample,
     .copy_pages = cpu_copy_pages,
     .compact = cpu_compact,
+    .tier_alloc = cpu_tier_alloc,
+    .tier_release = cpu_tier_release,
+    .tier_fence = cpu_tier_fence,
+    .tier_fence_drop = cpu_tier_fence_drop,
+    .tier_copy = cpu_tier_copy,
     .free = cpu_free,
 };
 

@@ -233,6 +233,38 @@ static int cuda_compact(struct gw_backend *b, const struct gw_trig_cfg *tc,
     return gw_cuda_compact(&c->cu, tc, seqs, n, heads, err, errlen);
 }
 
+static int cuda_tier_alloc(struct gw_backend *b, size_t bytes, void **base,
+                           char *err, size_t errlen)
+{
+    return gw_cuda_tier_alloc(&((struct cuda_backend *)b)->cu, bytes, base,
+                              err, errlen);
+}
+
+static void cuda_tier_release(struct gw_backend *b, void *base)
+{
+    gw_cuda_tier_release(&((struct cuda_backend *)b)->cu, base);
+}
+
+static int cuda_tier_fence(struct gw_backend *b, void **fence, char *err,
+                           size_t errlen)
+{
+    return gw_cuda_tier_fence(&((struct cuda_backend *)b)->cu, fence, err,
+                              errlen);
+}
+
+static void cuda_tier_fence_drop(struct gw_backend *b, void *fence)
+{
+    gw_cuda_tier_fence_drop(&((struct cuda_backend *)b)->cu, fence);
+}
+
+static int cuda_tier_copy(struct gw_backend *b, void *base, int to_host,
+                          const int32_t *dev, const int32_t *host, int n,
+                          void *fence, char *err, size_t errlen)
+{
+    return gw_cuda_tier_copy(&((struct cuda_backend *)b)->cu, base, to_host,
+                             dev, host, n, fence, err, errlen);
+}
+
 static void cuda_free(struct gw_backend *b)
 {
     struct cuda_backend *c = (struct cuda_backend *)b;
@@ -266,6 +298,11 @@ static const struct gw_backend_ops cuda_ops = {
     .sample = cuda_sample,
     .copy_pages = cuda_copy_pages,
     .compact = cuda_compact,
+    .tier_alloc = cuda_tier_alloc,
+    .tier_release = cuda_tier_release,
+    .tier_fence = cuda_tier_fence,
+    .tier_fence_drop = cuda_tier_fence_drop,
+    .tier_copy = cuda_tier_copy,
     .free = cuda_free,
 };
 

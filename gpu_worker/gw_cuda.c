@@ -289,6 +289,8 @@ void gw_cuda_free(struct gw_cuda *c)
     tg_cuda_sampler_free(c->sampler);
     if (c->stream != NULL)
         cudaStreamDestroy(STREAM(c));
+    if (c->tier_stream != NULL)
+        cudaStreamDestroy((cudaStream_t)c->tier_stream);
     free(c->layers);
     free(c->lp_host);
     free(c->dec_seqs);

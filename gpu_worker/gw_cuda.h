@@ -75,7 +75,9 @@
  * rotated queries, both as fp32 host arrays in the rank's head order; each
  * costs a copy and a wait per layer, so only calibration sets them.
  * Functions exist in CUDA builds (TANGRAM_CUDA); one
- * thread per runtime, which owns the current device for its life.
+ * thread per runtime, which owns the current device for its life, except
+ * the host tier's copies (gw_cuda_tier_copy), which run on the tier's
+ * thread and touch only their copy stream and pages.
  */
 #ifndef GW_CUDA_H
 #define GW_CUDA_H
@@ -173,6 +175,9 @@ struct gw_cuda {
     const struct kv_layout *layout; /* borrowed */
     struct gw_cuda_opts opts;
     void *stream;                      /* cudaStream_t, owned */
+    void *tier_stream;                 /* cudaStream_t of the host tier's
+                                          copies (gw_cuda_tier.c), owned,
+                                          or NULL */
     struct tg_cuda_gemm *gemm;         /* owned */
     struct gw_mem_plan mem;            /* what init planned */
     int n_cta;                         /* unused by the runtime; for logs */
@@ -406,6 +411,35 @@ int gw_cuda_compact(struct gw_cuda *c, const struct gw_trig_cfg *tc,
  * pool) or TG_EDEVICE. */
 int gw_cuda_copy_pages(struct gw_cuda *c, const int32_t *src,
                        const int32_t *dst, int n, char *err, size_t errlen);
+
+/* ---- the host tier (DESIGN.md §4.10; gw_cuda_tier.c) ------------------
+ * The backend's tier ops (gw_backend.h) on CUDA: a pinned host slab and a
+ * non-blocking copy stream of its own, so the copies overlap the compute
+ * stream's work. */
+
+/* Pinned host memory of `bytes` (cudaHostAlloc) into *base, and the copy
+ * stream. Main thread. 0, TG_ENOMEM or TG_EDEVICE naming the size. */
+int gw_cuda_tier_alloc(struct gw_cuda *c, size_t bytes, void **base,
+                       char *err, size_t errlen);
+
+/* Frees the slab and the copy stream; safe on NULL / never allocated. */
+void gw_cuda_tier_release(struct gw_cuda *c, void *base);
+
+/* An event recorded on the compute stream (*fence): the point a copy asked
+ * for now must follow. Main thread. 0 or TG_EDEVICE. */
+int gw_cuda_tier_fence(struct gw_cuda *c, void **fence, char *err,
+                       size_t errlen);
+
+/* Destroys a fence no copy consumed. */
+void gw_cuda_tier_fence_drop(struct gw_cuda *c, void *fence);
+
+/* The tier thread: the copy stream waits for `fence` (consumed here), then
+ * pool page dev[i] <-> host page host[i] of `base` for i < n by
+ * cudaMemcpyAsync (consecutive ids on both sides in one call), and the
+ * thread waits for the copy stream. 0 or TG_EDEVICE. */
+int gw_cuda_tier_copy(struct gw_cuda *c, void *base, int to_host,
+                      const int32_t *dev, const int32_t *host, int n,
+                      void *fence, char *err, size_t errlen);
 
 /* ---- block tables on the host (every build; gw_cuda_table.c) ---------- */
 

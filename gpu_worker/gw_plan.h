@@ -130,6 +130,7 @@ struct gw_hello_info {
     const char *profile, *backend, *model;
     int max_model_len, vocab_size;
     int per_head_lens;          /* slots keep (and report) head lengths */
+    int32_t host_pages_total;   /* pages of its host tier (§4.10), 0: none */
     const char *comm_kind;      /* "shm" or "nccl" */
     const uint8_t *comm_id;     /* rank 0's group id, or NULL */
     size_t comm_id_len;

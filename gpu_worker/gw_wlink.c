@@ -224,6 +224,7 @@ int gw_wlink_open(struct gw_wlink *l, const char *endpoint, int rank,
 {
     memset(l, 0, sizeof(*l));
     l->rank = rank;
+    l->extra_fd = -1;
     gw_progress_init(&l->progress);
     int rc;
     l->endpoint = strdup(endpoint != NULL ? endpoint : "");
@@ -293,15 +294,17 @@ int gw_wlink_recv(struct gw_wlink *l, int timeout_ms, GwWorkerMessage **out,
                   char *err, size_t errlen)
 {
     *out = NULL;
-    zmq_pollitem_t it = {.socket = l->sock, .events = ZMQ_POLLIN};
-    int r = zmq_poll(&it, 1, timeout_ms);
+    zmq_pollitem_t it[2] = {
+        {.socket = l->sock, .events = ZMQ_POLLIN},
+        {.socket = NULL, .fd = l->extra_fd, .events = ZMQ_POLLIN}};
+    int r = zmq_poll(it, l->extra_fd >= 0 ? 2 : 1, timeout_ms);
     if (r < 0 && errno == EINTR)
         return TG_EAGAIN; /* a signal: the caller checks its stop flag */
     if (r < 0)
         return tg_err_set(err, errlen, TG_EIO, "zmq_poll: %s",
                           zmq_strerror(errno));
-    if (r == 0 || !(it.revents & ZMQ_POLLIN))
-        return TG_EAGAIN;
+    if (r == 0 || !(it[0].revents & ZMQ_POLLIN))
+        return TG_EAGAIN; /* nothing, or only the extra fd */
     /* Keep the last frame of a multipart message: the payload. */
     zmq_msg_t msg;
     zmq_msg_init(&msg);
@@ -462,6 +465,11 @@ static int handle(struct gw_wlink *l, struct gw_worker *w, GwWorkerMessage *m)
             log_debug("step %llu: %zu entries, %zu sampled, %.3f ms",
                       (unsigned long long)plan->step_id, plan->n_entries,
                       gr.n_tokens, gr.step_seconds * 1e3);
+        /* Copies that finished during the step are reported before its
+         * result, so the router's next plan already sees them. */
+        int ts = gw_wlink__tier_flush(l, w);
+        if (ts >= 0)
+            return ts;
         if (gw_wlink_encode_result(l, &gr, &res) != 0) {
             log_err("step %llu: out of memory encoding the result",
                     (unsigned long long)plan->step_id);
@@ -484,6 +492,8 @@ static int handle(struct gw_wlink *l, struct gw_worker *w, GwWorkerMessage *m)
         return -1;
     case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_COMM_SETUP:
         return on_comm_setup(l, w, m->comm_setup);
+    case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_TIER_COMMAND:
+        return gw_wlink__tier_command(l, w, m->tier_command);
     default:
         log_warn("ignoring a message of body %d from the router",
                  (int)m->body_case);
@@ -536,6 +546,7 @@ static int serve_loop(struct gw_wlink *l, struct gw_worker *w,
     hello.world_size = (uint32_t)hi.world_size;
     hello.pid = (uint32_t)getpid();
     hello.pages_total = (uint32_t)hi.pages_total;
+    hello.host_pages_total = (uint32_t)hi.host_pages_total;
     hello.layout = &lay;
     hello.comm_kind = (char *)hi.comm_kind;
     hello.comm_id.data = (uint8_t *)hi.comm_id;
@@ -572,6 +583,7 @@ static int serve_loop(struct gw_wlink *l, struct gw_worker *w,
                            ? o->comm_setup_timeout_ms
                            : GW_WLINK_SETUP_TIMEOUT_MS_DEFAULT;
     int64_t setup_by = last_rx + setup_ms;
+    l->extra_fd = gw_host_tier_fd(&w->tier);
     /* Silence counts once the router has spoken: before that it may still
      * be starting (loading its tokenizer), which the CommSetup deadline
      * bounds. */
@@ -581,6 +593,9 @@ static int serve_loop(struct gw_wlink *l, struct gw_worker *w,
             log_info("stop requested");
             return GW_WLINK_EXIT_OK;
         }
+        int ts = gw_wlink__tier_flush(l, w);
+        if (ts >= 0)
+            return ts;
         gw_progress_mark(&l->progress);
         int64_t now = now_ms();
         if (!w->joined && now >= setup_by) {

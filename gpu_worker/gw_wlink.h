@@ -26,7 +26,8 @@
  * (the supervisor restarts the worker). A message
  * that does not parse ends it with GW_WLINK_EXIT_PROTOCOL; one that parses
  * but has the wrong version gets a StepResult with ok = false when it is a
- * plan (its step id is known) and ends the loop otherwise.
+ * plan (its step id is known) and ends the loop otherwise. Host-tier
+ * commands and reports: see gw_wlink__tier_command below.
  *
  * The link is where protobuf stops: a BatchPlan is decoded into the plain
  * struct gw_plan (gw_plan.h) the worker runs, and the worker's gw_result,
@@ -97,6 +98,8 @@ struct gw_wlink {
     Tangram__Worker__V1__SlotHeadLens *heads, **heads_ptrs;
     uint32_t *head_vals;  /* (cap_head_vals) every report's values */
     size_t cap_heads, cap_head_vals;
+    int extra_fd;         /* polled with the socket by gw_wlink_recv when
+                             >= 0 (the host tier's eventfd); -1 after open */
 };
 
 struct gw_wlink_opts {
@@ -127,9 +130,10 @@ int gw_wlink_send(struct gw_wlink *l, GwWorkerMessage *m, char *err,
 
 /* Waits up to timeout_ms (0: no wait, < 0: forever) for one message and
  * unpacks it into *out (caller frees with gw_wlink_msg_free). Returns 0,
- * TG_EAGAIN (nothing arrived, or a signal interrupted the wait: check your
- * stop flag), TG_EFORMAT (a message arrived but does not parse; *out
- * NULL), or TG_EIO (socket error). The envelope's version is not checked here. */
+ * TG_EAGAIN (nothing arrived, l->extra_fd became readable, or a signal
+ * interrupted the wait: check your stop flag), TG_EFORMAT (a message
+ * arrived but does not parse; *out NULL), or TG_EIO (socket error). The
+ * envelope's version is not checked here. */
 int gw_wlink_recv(struct gw_wlink *l, int timeout_ms, GwWorkerMessage **out,
                   char *err, size_t errlen);
 
@@ -148,6 +152,25 @@ int gw_wlink_decode_plan(struct gw_wlink *l, const Tangram__Worker__V1__BatchPla
  * TG_ENOMEM. */
 int gw_wlink_encode_result(struct gw_wlink *l, const struct gw_result *r,
                            Tangram__Worker__V1__StepResult *out);
+
+/* The host tier (DESIGN.md §4.10, gw_wlink_tier.c). A TierCommand's ops
+ * are checked and queued on w's tier (gw_host_tier_submit); ops that
+ * finished go back to the router in one TierReport every loop turn and
+ * right before each StepResult. The serve loop polls the tier's eventfd
+ * with the socket, so a copy that completes while the worker is idle is
+ * reported at once, and one that completes during a step just ahead of
+ * that step's result (the router's next plan then sees it). */
+
+/* Queues the ops of `cmd` (a command of another version is refused: the
+ * loop ends with GW_WLINK_EXIT_PROTOCOL). Returns -1 to keep serving, or
+ * the exit status. */
+int gw_wlink__tier_command(struct gw_wlink *l, struct gw_worker *w,
+                           const Tangram__Worker__V1__TierCommand *cmd);
+
+/* Sends one TierReport with the ops the tier finished since the last one
+ * (none: nothing sent). Returns -1 to keep serving, or the exit status
+ * (the socket failed). */
+int gw_wlink__tier_flush(struct gw_wlink *l, struct gw_worker *w);
 
 /* The worker's main loop described above. Returns an enum gw_wlink_exit
  * value (the process's exit status). */

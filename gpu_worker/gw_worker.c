@@ -50,6 +50,7 @@ void gw_worker_free(struct gw_worker *w)
     free(w->serr_text);
     free(w->hrep);
     free(w->row_max);
+    gw_host_tier_free(&w->tier); /* its copies use the backend */
     gw_backend_free(w->be);
     gw_trig_cfg_free(&w->trig);
     pf_trig_free(&w->trig_stats);
@@ -128,8 +129,14 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
         .kv_pages = o->kv_pages, .kv_memory = o->kv_memory,
         .device = o->device, .cuda_graphs = o->cuda_graphs,
         .step_timeout_ms = o->step_timeout_ms,
+        .host_tier_bytes = o->kv_host_memory > INT64_MAX
+                               ? INT64_MAX
+                               : (int64_t)o->kv_host_memory,
     };
     rc = gw_backend_new(o->backend, &bc, &w->be, err, errlen);
+    if (rc == 0)
+        rc = gw_host_tier_init(&w->tier, w->be, o->kv_host_memory, err,
+                               errlen);
     if (rc != 0)
         goto fail;
 
@@ -211,6 +218,7 @@ void gw_worker_hello(const struct gw_worker *w, struct gw_hello_info *h)
     h->max_model_len = w->model.max_positions;
     h->vocab_size = w->model.vocab;
     h->per_head_lens = w->per_head;
+    h->host_pages_total = w->tier.n_pages;
     h->comm_kind = w->be->ops->comm_kind;
     w->be->ops->comm_id(w->be, &h->comm_id, &h->comm_id_len);
 }

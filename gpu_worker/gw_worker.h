@@ -76,8 +76,15 @@
  * *opts.peer_lost_flag): the process should exit with
  * GW_WORKER_EXIT_PEERS_LOST for the supervisor to restart the group.
  *
+ * The host tier of stored conversations (DESIGN.md §4.10): `tier`
+ * (gw_host_tier.h, --kv-host-memory, its pages announced in the Hello)
+ * copies pages between the pool and host memory on a thread of its own
+ * when the router's TierCommand asks (gw_wlink_tier.c); plans never touch
+ * the pages of a copy in flight (the router holds them), so steps run as
+ * if the tier did not exist.
+ *
  * Single-threaded: one owner thread per worker (backends use OpenMP or a
- * CUDA stream inside).
+ * CUDA stream inside), plus the host tier's copy thread.
  */
 #ifndef GW_WORKER_H
 #define GW_WORKER_H
@@ -93,6 +100,7 @@
 #include "gpu_worker/gw_backend.h"
 #include "gpu_worker/gw_beat.h"
 #include "gpu_worker/gw_forward.h"
+#include "gpu_worker/gw_host_tier.h"
 #include "gpu_worker/gw_model.h"
 #include "gpu_worker/gw_plan.h"
 
@@ -136,6 +144,8 @@ struct gw_worker_opts {
                                    NULL or !enabled: none */
     const char *trig_stats_path; /* trig: statistics from this profile
                                    file; NULL or "": the profile's own */
+    uint64_t kv_host_memory;    /* host tier of stored conversations
+                                   (DESIGN.md §4.10), bytes; 0: none */
 };
 
 /* The persistent state of one request slot. */
@@ -174,6 +184,9 @@ struct gw_worker {
     struct pf_trig trig_stats;    /* statistics of --trig-stats, or empty
                                      (trig borrows the profile's) */
     struct gw_backend *be;        /* the compute backend, owned */
+    struct gw_host_tier tier;     /* the host tier (§4.10, gw_host_tier.h):
+                                     the link submits the router's copy
+                                     ops and reports them */
     int rank, world_size, max_slots;
     int max_tokens;               /* rows of one forward call:
                                      max(prefill chunk, max_slots) */

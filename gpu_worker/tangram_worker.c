@@ -108,6 +108,7 @@ int main(int argc, char **argv)
         .gvote = &gvote,
         .trig = &trig,
         .trig_stats_path = opt.trig_stats,
+        .kv_host_memory = opt.kv_host_memory,
     };
     struct gw_worker w;
     struct gw_wlink link = {0};

@@ -354,6 +354,10 @@ static int check_hello(const struct rt_link *link, int rank,
         return snprintf(why, n, "pages_total %" PRIu32
                         ", the router counts %" PRIu32,
                         h->pages_total, e->pages_total), -1;
+    if (h->host_pages_total < e->host_pages_total)
+        return snprintf(why, n, "host_pages_total %" PRIu32
+                        ", the router counts %" PRIu32 " (--kv-host-memory)",
+                        h->host_pages_total, e->host_pages_total), -1;
     if (rank == 0 && h->comm_id.len > RT_LINK_COMM_ID_MAX)
         return snprintf(why, n, "comm_id of %zu bytes (at most %d)",
                         h->comm_id.len, RT_LINK_COMM_ID_MAX), -1;
@@ -391,6 +395,8 @@ static void on_hello(struct rt_link *link, int rank,
     k->n_owed = 0;
     k->pid = h->pid;
     k->pages_total = h->pages_total;
+    k->host_pages = h->host_pages_total;
+    k->page_bytes = h->layout->page_bytes;
     link->per_head = h->layout->per_head_lens ? 1 : 0;
     k->shutdown_sent = 0;
     k->kill_pending = 0;
@@ -601,6 +607,12 @@ static void handle(struct rt_link *link, const char *id, size_t idlen,
             stray(link, rank, "CommReady");
         else
             rt_link__on_comm_ready(link, rank, m->comm_ready);
+        break;
+    case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_TIER_REPORT:
+        if (k->state != RANK_ALIVE)
+            stray(link, rank, "TierReport");
+        else
+            rt_link__on_tier_report(link, rank, m->tier_report);
         break;
     default:
         snprintf(why, sizeof why, "unexpected message (body %d)",

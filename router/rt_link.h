@@ -49,6 +49,13 @@
  * at most once with one length per KV head of the rank (L x G x H_p) —
  * else not ok with the first error. One step is in flight at a time.
  *
+ * The host tier (DESIGN.md §4.10, rt_link_tier.c). rt_link_send_tier sends
+ * the scheduler's copy ops as one TierCommand per rank (its own pages), at
+ * any time, also while a step is in flight; each rank answers every op it
+ * got with a TierDone in a TierReport, which on_tier receives. An op's
+ * answers from a rank that dies never come: the caller learns of the
+ * death through on_dead (rt_sched_tier_lost).
+ *
  * Liveness. A worker beats from a thread of its own on a second
  * connection (routing id "beat-<r>", proto Heartbeat): the beats flow
  * while its main thread runs a step of any length, each carrying the
@@ -124,6 +131,16 @@ struct rt_link_layout {
     uint32_t head_dim;         /* d */
     uint32_t pages_total;      /* pages the router's pool of a rank counts */
     uint32_t vocab_size;       /* sampled token ids must be below it */
+    uint32_t host_pages_total; /* host-tier pages the router counts per
+                                  rank (§4.10); a Hello must offer at
+                                  least this many. 0 at start */
+};
+
+/* One rank's answer to one host-tier op (proto TierDone). */
+struct rt_link_tier_done {
+    uint64_t id;
+    int ok;
+    const char *error;           /* "" when ok; valid during the callback */
 };
 
 /* One sampled token of a step, in step-entry order. Pointers borrow from
@@ -161,6 +178,10 @@ struct rt_link_result {
 };
 
 typedef void (*rt_link_result_fn)(void *ud, const struct rt_link_result *res);
+/* A rank's TierReport: done[0 .. n) in the order its copies completed. */
+typedef void (*rt_link_tier_fn)(void *ud, int rank,
+                                const struct rt_link_tier_done *done,
+                                size_t n);
 typedef void (*rt_link_dead_fn)(void *ud, int rank);
 typedef void (*rt_link_ready_fn)(void *ud);
 
@@ -191,7 +212,9 @@ struct rt_link_config {
     rt_link_result_fn on_result;/* required */
     rt_link_dead_fn on_dead;    /* may be NULL */
     rt_link_ready_fn on_ready;  /* may be NULL */
-    void *ud;                   /* passed to the three callbacks */
+    rt_link_tier_fn on_tier;    /* host-tier reports of alive ranks; may
+                                   be NULL (reports dropped) */
+    void *ud;                   /* passed to the callbacks */
 };
 
 struct rt_link_rank; /* private to rt_link.c */
@@ -303,6 +326,31 @@ int32_t rt_link_min_pages(const struct rt_link *link);
  * restarted worker with a smaller pool is refused. Never lowers it.
  * Returns 0, or TG_EINVAL when the link is not open. */
 int rt_link_require_pages(struct rt_link *link, uint32_t pages);
+
+/* The host tier (DESIGN.md §4.10, rt_link_tier.c). Each Hello names its
+ * rank's host pages (Hello.host_pages_total) and the bytes of a page
+ * (LayoutSummary.page_bytes). */
+
+/* Returns the smallest host_pages_total the alive ranks reported (0 when
+ * one has no tier, or none is alive). */
+int32_t rt_link_min_host_pages(const struct rt_link *link);
+
+/* Raises the host pages a Hello must report to `pages` (a restarted worker
+ * with a smaller tier is refused). Never lowers it. Returns 0, or
+ * TG_EINVAL when the link is not open. */
+int rt_link_require_host_pages(struct rt_link *link, uint32_t pages);
+
+/* Returns the bytes of one page (rank 0's last Hello), or 0 before any. */
+int64_t rt_link_page_bytes(const struct rt_link *link);
+
+/* Sends ops[0 .. n) (rt_sched_tier_take's) to every rank, each rank its
+ * own pages (off[r] .. off[r + 1]) as one TierCommand. Every op is
+ * answered through on_tier by every rank that stays alive. A send that
+ * fails kills that rank (from the loop, as for plans). Returns 0,
+ * TG_EAGAIN when not every rank is ready, TG_EINVAL or TG_ENOMEM (nothing
+ * sent). */
+int rt_link_send_tier(struct rt_link *link, struct rt_tier_op *const *ops,
+                      int32_t n, char *err, size_t errlen);
 
 /* Returns 1 when the workers keep per-head lengths (their Hellos said so;
  * every rank agrees, or is refused), 0 when they keep whole rows or no

@@ -66,13 +66,9 @@ void rt_link__on_comm_ready(struct rt_link *link, int rank,
 {
     struct rt_link_rank *k = &link->ranks[rank];
     char why[320];
-    if (cr->version != PROTO_V1 || cr->rank != (uint32_t)rank) {
-        snprintf(why, sizeof why,
-                 "CommReady with version %" PRIu32 " and rank %" PRIu32,
-                 cr->version, cr->rank);
-        rt_link__declare_dead(link, rank, why);
+    if (rt_link__check_from(link, rank, "CommReady", cr->version,
+                            cr->rank) != 0)
         return;
-    }
     if (!k->setup_sent || k->comm_ready) {
         rt_link__declare_dead(link, rank,
                               "CommReady without a pending CommSetup");

@@ -46,6 +46,8 @@ struct rt_link_rank {
     uint64_t busy_step;      /* its last beat's step_id */
     uint32_t stalled_ms;     /* its last beat's stalled_ms */
     uint32_t pages_total;    /* from its Hello */
+    uint32_t host_pages;     /* from its Hello: its host tier's pages */
+    uint64_t page_bytes;     /* from its Hello's layout */
     int shutdown_sent;       /* a Shutdown went to this incarnation */
     int kill_pending;        /* a send failed: declare dead from the loop */
     int setup_sent;          /* this incarnation got its CommSetup */
@@ -106,6 +108,18 @@ void rt_link__heads_result(struct rt_link *link, struct rt_link_result *res);
 void rt_link__heads_free(struct rt_link *link);
 
 /* rt_link_comm.c: handles a CommReady from alive rank `rank`. */
+/* Checks that a message `what` from `rank` carries the protocol's version
+ * and names that rank; otherwise declares the rank dead (the link may be
+ * closed after) and returns -1. */
+int rt_link__check_from(struct rt_link *link, int rank, const char *what,
+                        uint32_t version, uint32_t msg_rank);
+
+/* rt_link_tier.c: a rank's TierReport (alive rank; message still owned
+ * by the caller). Checks it and hands it to on_tier; a malformed one
+ * declares the rank dead. */
+void rt_link__on_tier_report(struct rt_link *link, int rank,
+                             const Tangram__Worker__V1__TierReport *tr);
+
 void rt_link__on_comm_ready(struct rt_link *link, int rank,
                             const Tangram__Worker__V1__CommReady *cr);
 

@@ -108,8 +108,10 @@ static void unlink_entry(struct rt_prefix *pc, struct rt_prefix_entry *e)
         pc->oldest = e->newer;
     e->newer = e->older = NULL;
     pc->n_entries--;
+    int64_t *held = e->on_host ? pc->host_pages : pc->pages;
+    pc->n_host_entries -= e->on_host;
     for (int r = 0; r < pc->n_ranks; r++)
-        pc->pages[r] -= e->seqs[r].used_pages;
+        held[r] -= e->seqs[r].used_pages;
 }
 
 static void free_entry(struct rt_prefix_entry *e)
@@ -126,10 +128,17 @@ static void drop_entry(struct rt_prefix *pc, struct kv_pool *pools,
                        struct rt_prefix_entry *e)
 {
     unlink_entry(pc, e);
+    struct kv_pool *own = e->on_host ? pc->host_pools : pools;
     for (int r = 0; r < pc->n_ranks; r++)
-        kv_seq_free(&e->seqs[r], &pools[r]);
+        kv_seq_free(&e->seqs[r], &own[r]);
     free_entry(e);
     pc->n_evictions++;
+}
+
+void rt_prefix_drop(struct rt_prefix *pc, struct kv_pool *pools,
+                    struct rt_prefix_entry *e)
+{
+    drop_entry(pc, pools, e);
 }
 
 void rt_prefix_clear(struct rt_prefix *pc, struct kv_pool *pools)
@@ -144,6 +153,7 @@ void rt_prefix_free(struct rt_prefix *pc, struct kv_pool *pools)
     if (pc->oldest != NULL)
         rt_prefix_clear(pc, pools);
     free(pc->pages);
+    free(pc->host_pages);
     free(pc->scratch);
     memset(pc, 0, sizeof(*pc));
 }
@@ -347,19 +357,21 @@ int rt_prefix_match_rewind(struct rt_prefix *pc, struct kv_pool *pools,
     /* Every rank has the same rows (L * G/T); only budgets differ. */
     int32_t rows = layouts[0]->n_layers * layouts[0]->n_groups;
     int32_t heads = best->bounds.hwidth / pc->n_ranks;
+    int64_t *held = best->on_host ? pc->host_pages : pc->pages;
+    struct kv_pool *own = best->on_host ? pc->host_pools : pools;
     for (int r = 0; r < pc->n_ranks; r++) {
-        pc->pages[r] -= best->seqs[r].used_pages;
+        held[r] -= best->seqs[r].used_pages;
         const int32_t *ht =
             heads > 0 ? best->bounds.heads +
                             (size_t)best_i * best->bounds.hwidth +
                             (size_t)r * (size_t)heads
                       : NULL;
-        rc = kv_seq_rewind_heads(&best->seqs[r], layouts[r], &pools[r], best_n,
+        rc = kv_seq_rewind_heads(&best->seqs[r], layouts[r], &own[r], best_n,
                                  best->bounds.rows +
                                      (size_t)best_i * best->bounds.width +
                                      (size_t)r * (size_t)rows,
                                  ht, NULL, 0);
-        pc->pages[r] += best->seqs[r].used_pages;
+        held[r] += best->seqs[r].used_pages;
         /* The boundary was recorded from these very seqs: a refusal is a
          * broken invariant. */
         TG_ASSERT(rc == 0);
@@ -389,16 +401,78 @@ void rt_prefix_take(struct rt_prefix *pc, struct rt_prefix_entry *e,
     free_entry(e);
 }
 
+struct rt_prefix_entry *rt_prefix_oldest_device(
+    const struct rt_prefix *pc, const struct rt_prefix_entry *keep)
+{
+    struct rt_prefix_entry *e = pc->oldest;
+    while (e != NULL && (e == keep || e->on_host))
+        e = e->newer;
+    return e;
+}
+
 int rt_prefix_evict_lru(struct rt_prefix *pc, struct kv_pool *pools,
                         const struct rt_prefix_entry *keep)
 {
-    struct rt_prefix_entry *e = pc->oldest;
-    if (e != NULL && e == keep)
-        e = e->newer;
+    struct rt_prefix_entry *e = rt_prefix_oldest_device(pc, keep);
     if (e == NULL)
         return 0;
     drop_entry(pc, pools, e);
     return 1;
+}
+
+int rt_prefix_tier_init(struct rt_prefix *pc, struct kv_pool *host_pools,
+                        char *err, size_t errlen)
+{
+    TG_ASSERT(pc->host_pools == NULL && host_pools != NULL);
+    pc->host_pages = calloc((size_t)pc->n_ranks, sizeof(int64_t));
+    if (pc->host_pages == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM,
+                          "rt_prefix: cannot allocate host counters");
+    pc->host_pools = host_pools;
+    return 0;
+}
+
+void rt_prefix_set_on_host(struct rt_prefix *pc, struct rt_prefix_entry *e)
+{
+    TG_ASSERT(pc->host_pools != NULL && !e->on_host);
+    e->on_host = 1;
+    pc->n_host_entries++;
+    for (int r = 0; r < pc->n_ranks; r++) {
+        pc->pages[r] -= e->seqs[r].used_pages;
+        pc->host_pages[r] += e->seqs[r].used_pages;
+    }
+}
+
+int rt_prefix_evict_host_lru(struct rt_prefix *pc,
+                             const struct rt_prefix_entry *keep)
+{
+    struct rt_prefix_entry *e = pc->oldest;
+    while (e != NULL && (!e->on_host || e == keep))
+        e = e->newer;
+    if (e == NULL)
+        return 0;
+    drop_entry(pc, NULL, e);
+    pc->n_host_evictions++;
+    return 1;
+}
+
+int64_t rt_prefix_clear_host(struct rt_prefix *pc)
+{
+    int64_t n = 0;
+    for (struct rt_prefix_entry *e = pc->oldest, *next; e != NULL; e = next) {
+        next = e->newer;
+        if (e->on_host) {
+            drop_entry(pc, NULL, e);
+            n++;
+        }
+    }
+    return n;
+}
+
+int64_t rt_prefix_host_pages(const struct rt_prefix *pc, int rank)
+{
+    TG_ASSERT(rank >= 0 && rank < pc->n_ranks);
+    return pc->host_pages != NULL ? pc->host_pages[rank] : 0;
 }
 
 int64_t rt_prefix_pages(const struct rt_prefix *pc, int rank)

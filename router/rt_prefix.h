@@ -26,6 +26,16 @@
  * work. A stored entry is never shared: taking it removes it, so each page
  * has exactly one owner (a running request, a cache entry or its pool).
  *
+ * The host tier (DESIGN.md §4.10, rt_prefix_tier_init): an entry is either
+ * on the device (its seqs hold ids of the device pools) or on the host (the
+ * same seqs, rows and heads, holding ids of the host pools: the scheduler
+ * moved them with kv_seq_move_pages and told the cache with
+ * rt_prefix_set_on_host). Both kinds stay in the one LRU list and match
+ * alike; device eviction (rt_prefix_evict_lru, rt_prefix_oldest_device)
+ * only ever picks device entries, host eviction (rt_prefix_evict_host_lru)
+ * host entries, so the host tier is LRU over the entries it holds. Every
+ * function that gives pages back gives a host entry's to the host pools.
+ *
  * Matching is O(prompt + entries): the prompt's prefix hashes (64-bit
  * FNV-1a over the token ids) are computed once, every entry's stored hash
  * is compared against the prefix hash of its own length, and only equal
@@ -79,8 +89,12 @@ struct rt_prefix_entry {
     uint64_t hash;                 /* FNV-1a of tokens */
     uint64_t scope;                /* isolation scope of its owner */
     char *session;                 /* owned copy, or NULL */
-    struct kv_seq *seqs;           /* (n_ranks) owned, pages from pools[r] */
+    struct kv_seq *seqs;           /* (n_ranks) owned, pages from pools[r]
+                                      (host_pools[r] when on_host) */
     struct rt_prefix_bounds bounds; /* owned: where it may be rewound */
+    int on_host;                   /* 1: in the host tier (§4.10) */
+    uint64_t offload_op;           /* on the host: the scheduler's op still
+                                      copying it there, or 0 once done */
 };
 
 struct rt_prefix {
@@ -92,6 +106,12 @@ struct rt_prefix {
     int64_t n_evictions;           /* entries dropped (LRU, replacement) */
     uint64_t *scratch;             /* (scratch_cap) prefix hashes */
     int64_t scratch_cap;
+    /* the host tier (rt_prefix_tier_init), NULL / 0 without one */
+    struct kv_pool *host_pools;    /* (n_ranks) borrowed */
+    int64_t *host_pages;           /* (n_ranks) pages held by host entries */
+    int64_t n_host_entries;
+    int64_t n_host_evictions;      /* host entries dropped by
+                                      rt_prefix_evict_host_lru */
 };
 
 /* Initialises an empty cache for `n_ranks` >= 1 ranks. Returns 0, TG_EINVAL
@@ -140,7 +160,8 @@ int rt_prefix_insert_bounds(struct rt_prefix *pc, struct kv_pool *pools,
  * shared), so only the session's own entry, or one at least half reused,
  * qualifies (the session's entry wins). That entry is rewound in place (the tail pages go back to the
  * pools at once, kv_seq_rewind, rank r with layouts[r], its own layout
- * of n_ranks entries) and returned. Returns 0 or TG_ENOMEM. */
+ * of n_ranks entries; a host entry's to the host pools) and returned.
+ * Returns 0 or TG_ENOMEM. */
 int rt_prefix_match_rewind(struct rt_prefix *pc, struct kv_pool *pools,
                            const struct kv_layout *const *layouts,
                            const int32_t *tokens, int64_t n_tokens,
@@ -163,16 +184,53 @@ void rt_prefix_take_bounds(struct rt_prefix *pc, struct rt_prefix_entry *e,
                            struct kv_seq *seqs_out,
                            struct rt_prefix_bounds *bounds_out);
 
-/* Evicts the least recently stored entry other than `keep` (may be NULL),
- * returning its pages to pools. Returns 1 when an entry was evicted, 0 when
- * there was none. */
+/* Evicts the least recently stored device entry other than `keep` (may be
+ * NULL), returning its pages to pools. Returns 1 when an entry was
+ * evicted, 0 when there was none. */
 int rt_prefix_evict_lru(struct rt_prefix *pc, struct kv_pool *pools,
                         const struct rt_prefix_entry *keep);
 
-/* Evicts every entry. */
+/* Drops entry `e` (its pages to pools, or to the host pools for a host
+ * entry). */
+void rt_prefix_drop(struct rt_prefix *pc, struct kv_pool *pools,
+                    struct rt_prefix_entry *e);
+
+/* Evicts every entry (device entries' pages to pools, host entries' to the
+ * host pools). */
 void rt_prefix_clear(struct rt_prefix *pc, struct kv_pool *pools);
 
-/* Returns the pages held by all entries on `rank`. */
+/* Returns the device pages held by all entries on `rank`. */
 int64_t rt_prefix_pages(const struct rt_prefix *pc, int rank);
+
+/* ---- the host tier (DESIGN.md §4.10) ---------------------------------- */
+
+/* Gives the cache a host tier: host_pools[0 .. n_ranks) (borrowed, must
+ * outlive the cache) take the pages of entries on the host. Returns 0 or
+ * TG_ENOMEM (no tier then). */
+int rt_prefix_tier_init(struct rt_prefix *pc, struct kv_pool *host_pools,
+                        char *err, size_t errlen);
+
+/* The least recently stored device entry other than `keep`, or NULL. */
+struct rt_prefix_entry *rt_prefix_oldest_device(
+    const struct rt_prefix *pc, const struct rt_prefix_entry *keep);
+
+/* Device entry `e`, whose seqs the caller just moved to the host pools
+ * (kv_seq_move_pages on every rank), is now on the host; its place in the
+ * LRU list stays. */
+void rt_prefix_set_on_host(struct rt_prefix *pc, struct rt_prefix_entry *e);
+
+/* Drops the least recently stored host entry other than `keep` (may be
+ * NULL; its pages to the host pools). Returns 1 when one was dropped, 0
+ * when there was none. */
+int rt_prefix_evict_host_lru(struct rt_prefix *pc,
+                             const struct rt_prefix_entry *keep);
+
+/* Drops every host entry (their pages to the host pools) and returns how
+ * many there were. */
+int64_t rt_prefix_clear_host(struct rt_prefix *pc);
+
+/* Returns the host pages held by host entries on `rank` (0 without a
+ * tier). */
+int64_t rt_prefix_host_pages(const struct rt_prefix *pc, int rank);
 
 #endif /* RT_PREFIX_H */

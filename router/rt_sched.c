@@ -312,6 +312,9 @@ int rt_sched_init(struct rt_sched *s, const struct rt_sched_config *cfg,
     s->map_cap = 16;
     while (s->map_cap < 2 * live)
         s->map_cap *= 2;
+    rc = rt_sched__tier_init(s, err, errlen);
+    if (rc != 0)
+        goto fail;
     s->map = calloc((size_t)s->map_cap, sizeof(s->map[0]));
     s->running = calloc((size_t)cfg->max_num_seqs, sizeof(s->running[0]));
     s->slot_used = calloc((size_t)cfg->max_num_seqs, 1);
@@ -388,6 +391,7 @@ void rt_sched_free(struct rt_sched *s)
     } else {
         rt_prefix_free(&s->cache, NULL);
     }
+    rt_sched__tier_free(s);
     free(s->pools);
     free(s->lay);
     free(s->map);
@@ -669,7 +673,7 @@ void rt_sched__add_entry(struct rt_sched *s, struct rt_step *out,
 /* Preemption by recompute (vLLM's RECOMPUTE mode): the pages go back, the
  * generated tokens become part of the prompt, and the request waits at the
  * front of the queue so that it is the next one admitted. */
-static void preempt(struct rt_sched *s, struct rt_sched_req *req)
+void rt_sched__preempt(struct rt_sched *s, struct rt_sched_req *req)
 {
     /* A group not yet forked goes back whole. */
     req = rt_sched__group_requeue(s, req);
@@ -677,6 +681,7 @@ static void preempt(struct rt_sched *s, struct rt_sched_req *req)
     rt_sched__release_pages(s, req);
     req->state = RT_SCHED_WAITING;
     req->fresh = 0;
+    req->restoring = 0; /* its restore op, if any, ends without it */
     wait_push_front(s, req);
     s->preemptions++;
 }
@@ -702,10 +707,12 @@ static int plan_decode(struct rt_sched *s, struct rt_step *out, int32_t idx)
         }
         if (!short_of_pages)
             break;
-        if (rt_prefix_evict_lru(&s->cache, s->pools, NULL))
+        if (rt_sched__tier_decode_waits(s, req))
+            return DEC_SKIPPED;
+        if (rt_sched__tier_evict(s, NULL))
             continue;
         struct rt_sched_req *victim = s->running[s->n_running - 1];
-        preempt(s, victim);
+        rt_sched__preempt(s, victim);
         if (victim == req)
             return DEC_PREEMPTED;
     }
@@ -742,7 +749,7 @@ static int64_t prompt_need(const struct rt_sched *s,
     return need;
 }
 
-enum { ADM_ADMITTED, ADM_ENDED, ADM_STOP };
+enum { ADM_ADMITTED, ADM_RESTORING, ADM_ENDED, ADM_STOP };
 
 /* Tries to admit the request at the front of the queue with `budget`
  * tokens left in the step. */
@@ -769,9 +776,13 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         if (m->seqs[r].used_pages + prompt_need(s, req, m, r) >
             kv_pool_n_total(&s->pools[r]))
             m = NULL;
+    /* A host entry (§4.10) comes back into device pages counted like the
+     * prompt's own; a device entry's pages are the request's already. */
+    const int restore = m != NULL && m->on_host;
     int64_t need_max = 0;
     for (int r = 0; r < T; r++) {
-        int64_t need = prompt_need(s, req, m, r);
+        int64_t need = prompt_need(s, req, m, r) +
+                       (restore ? m->seqs[r].used_pages : 0);
         if (m == NULL && need > kv_pool_n_total(&s->pools[r])) {
             /* Only a preempted request can outgrow the pool: submit
              * rejects prompts that never fit. It did not reach a length
@@ -780,8 +791,9 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
             return ADM_ENDED;
         }
         int64_t spare = kv_pool_n_free(&s->pools[r]) +
-                        rt_prefix_pages(&s->cache, r) -
-                        (m != NULL ? m->seqs[r].used_pages : 0);
+                        rt_prefix_pages(&s->cache, r) +
+                        rt_sched__tier_pending(s, r) -
+                        (m != NULL && !restore ? m->seqs[r].used_pages : 0);
         /* With decode-time compression the group's bounded decode is
          * reserved too, and the running requests' headroom stays free. */
         int64_t dec = (1 + (int64_t)req->n_sibs) *
@@ -798,12 +810,13 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     if (first > budget)
         return ADM_STOP;
     int64_t held = 0;
-    for (int r = 0; m != NULL && r < T; r++)
+    for (int r = 0; m != NULL && !restore && r < T; r++)
         held += m->seqs[r].used_pages;
-    if (delta_room(s, out, held + need_max * T) != 0 ||
-        (first == n_new && rt_sched__token_room(req) != 0))
+    /* A restoring request gets no entry before its pages are back. */
+    if (!restore && (delta_room(s, out, held + need_max * T) != 0 ||
+                     (first == n_new && rt_sched__token_room(req) != 0)))
         return ADM_STOP;
-    if (first == n_new &&
+    if (!restore && first == n_new &&
         rt_sched__forks_admit_room(s, out, req, held + need_max * T) != 0)
         return ADM_STOP;
     if (req->sent == NULL &&
@@ -817,22 +830,23 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         (req->seqs = calloc((size_t)T, sizeof(struct kv_seq))) == NULL)
         return ADM_STOP;
 
-    /* Make room: stored entries go, least recent first (never the one
-     * being reused). The spare check above guarantees this ends. */
-    for (int r = 0; r < T; r++) {
-        while (prompt_need(s, req, m, r) + sib_pages >
-               kv_pool_n_free(&s->pools[r])) {
-            /* An entry sharing pages with a running sample frees fewer
-             * than it holds, so the cache may run out first. */
-            if (!rt_prefix_evict_lru(&s->cache, s->pools, m))
-                return ADM_STOP;
-        }
-    }
+    /* Make room: stored entries leave the device, least recent first
+     * (never the one being reused). The spare check above guarantees
+     * this ends. */
+    for (int r = 0; r < T; r++)
+        if (rt_sched__make_room(s, r,
+                                prompt_need(s, req, m, r) + sib_pages +
+                                    (restore ? m->seqs[r].used_pages : 0),
+                                m) != 0)
+            return ADM_STOP;
 
     if (m != NULL) {
         for (int r = 0; r < T; r++)
             kv_seq_free(&req->seqs[r], &s->pools[r]); /* empty buffers */
-        rt_prefix_take_bounds(&s->cache, m, req->seqs, &req->bounds);
+        if (!restore)
+            rt_prefix_take_bounds(&s->cache, m, req->seqs, &req->bounds);
+        else if (rt_sched__tier_restore(s, req, m) != 0)
+            return ADM_STOP;
     } else if (req->seqs[0].n_rows == 0) {
         for (int r = 0; r < T; r++)
             if (kv_seq_init(&req->seqs[r], s->lay[r], NULL, 0) != 0 ||
@@ -877,6 +891,8 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
         rt_sched__retire(s, req, RT_SCHED_END_ERROR, out);
         return ADM_ENDED;
     }
+    if (req->restoring != 0)
+        return ADM_RESTORING; /* its first chunk follows the copy */
     rt_sched__add_entry(s, out, req, RT_STEP_PREFILL, start, first, first == n_new);
     if (first == n_new)
         rt_sched__plan_forks(s, out, req);
@@ -950,7 +966,8 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
     const int64_t C = s->cfg.layout->prefill_chunk;
     for (int32_t i = 0; i < s->n_running && budget > 0; i++) {
         struct rt_sched_req *req = s->running[i];
-        if (req->state != RT_SCHED_PREFILLING || req->fork_pending)
+        if (req->state != RT_SCHED_PREFILLING || req->fork_pending ||
+            req->restoring != 0)
             continue;
         const struct kv_seq *q = &req->seqs[0];
         int64_t left = q->turn_len - q->committed;

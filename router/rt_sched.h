@@ -74,6 +74,32 @@
  * conversation carries its compacted rows and heads whole and a new turn
  * continues at its true positions.
  *
+ * The host tier (cfg.host_pages_per_rank > 0, `--kv-host-memory`,
+ * DESIGN.md §4.10). Every rank then also has a pool of host page ids
+ * (host_pools), and where the scheduler would drop a stored entry to free
+ * device pages (admission, decode growth) it moves the entry to the host
+ * instead when the host pools can take it (making room there by dropping
+ * their least recent host entries; an entry larger than the tier is
+ * dropped as before): kv_seq_move_pages swaps the entry's ids for host
+ * ids, and an offload op (struct rt_tier_op) holds the device pages until
+ * every rank reported the copy done (rt_sched_tier_done), only then do
+ * they go back to the pool. Admission and decode count those pages as
+ * coming: a request that needs them waits (the step goes on without it)
+ * rather than evicting more. A prompt whose match is a host entry gets,
+ * at admission, device pages for the entry's pages (counted with its
+ * prompt's, §4.3) and a restore op that holds them too (one more owner,
+ * kv_pool_ref) until every rank copied them in; the entry's host pages go
+ * back to the host pools at once (the workers run their ops in order, so
+ * a later op never overtakes this one's reads). The request takes its
+ * slot but gets no entry until its restore is done: then its fresh entry
+ * adopts the KV like any stored conversation, so only the new suffix is
+ * prefilled, and usage counts the restored prefix as cached. A restore
+ * that follows an offload still in flight (the entry was matched right
+ * after it left) fails with it. A failed restore sends its request back to
+ * the front of the queue to be prefilled from scratch. Ops go to the
+ * workers through rt_sched_tier_take (the caller sends them after each
+ * plan). A lost worker loses its tier: rt_sched_tier_lost.
+ *
  * rt_sched_complete applies the step's results: commits the prefill chunks,
  * appends the sampled tokens, finishes requests on max_tokens or when the
  * caller flags a stop, and frees or stores (multi-turn cache) the pages of
@@ -157,6 +183,9 @@ struct rt_sched_config {
     int per_head;                   /* nonzero: requests keep per-head
                                        lengths (an adaptive method; the
                                        layouts need head maps) */
+    int32_t host_pages_per_rank;    /* pages of each rank's host tier
+                                       (§4.10, the smallest any worker
+                                       announced); 0: no tier */
     const struct kv_trig *const *trig; /* (n_ranks) rank r's decode caps
                                        (`--decode-compress trig`), or
                                        NULL: none. Needs per_head; the
@@ -324,6 +353,20 @@ struct rt_sched_stats {
     int64_t steps;                 /* non-empty steps planned */
 };
 
+/* Counters of the host tier (§4.10), totals since start. */
+struct rt_sched_tier_stats {
+    int64_t offloads;        /* entries moved to the host (ops issued) */
+    int64_t restores;        /* restores completed on every rank */
+    int64_t restore_failures; /* restores a rank failed (the request was
+                                 prefilled from scratch) */
+    int64_t restored_pages;  /* pages of the completed restores, all ranks */
+    int64_t offload_failures; /* offloads a rank failed (entry dropped) */
+    int64_t drops_lru;       /* host entries dropped to make room */
+    int64_t drops_lost;      /* host entries lost with a worker */
+    int64_t host_entries;    /* entries in the host tier now */
+    int32_t ops_in_flight;   /* ops not yet reported by every rank */
+};
+
 struct rt_sched_pages {
     int64_t total;       /* pages in the pool */
     int64_t used;        /* pages taken (running + cached) */
@@ -332,6 +375,43 @@ struct rt_sched_pages {
                             same sequences (§4.5) */
     int64_t released;    /* pages per-head commits gave back early, total
                             since start (tangram_kv_pages_released_total) */
+    int64_t offloading;  /* of used: pages offloads still copy out (back
+                            to the pool once every rank reported) */
+    int64_t host_total;  /* pages of the rank's host tier (0: none) */
+    int64_t host_used;   /* of which held by entries on the host */
+};
+
+enum rt_tier_kind {
+    RT_TIER_OFFLOAD = 1, /* device pages -> host pages */
+    RT_TIER_RESTORE = 2, /* host pages -> device pages */
+};
+
+/* One copy of one stored conversation between the device pools and the
+ * host tier, every page of every rank (proto TierOp, one per rank). */
+struct rt_tier_op {
+    uint64_t id;             /* from 1, increasing, never reused */
+    enum rt_tier_kind kind;
+    int32_t pending;         /* ranks that have not reported it */
+    uint8_t *reported;       /* (n_ranks) */
+    int failed;              /* a rank failed it, or the offload it
+                                follows failed */
+    double issued;           /* the caller's clock at rt_sched_tier_take */
+    uint64_t req;            /* restore: the request waiting for it */
+    uint64_t after;          /* restore: the offload still in flight when
+                                its entry was taken, or 0 */
+    int64_t *off;            /* (n_ranks + 1) rank r's pages are
+                                dev/host[off[r] .. off[r + 1]) */
+    int32_t *dev;            /* device page ids, page i of the entry; the op
+                                holds one ownership of each */
+    int32_t *host;           /* host page ids, parallel to dev */
+};
+
+/* An op every rank has reported (rt_sched_tier_done). */
+struct rt_tier_event {
+    enum rt_tier_kind kind;
+    int ok;
+    double issued;           /* as taken */
+    int64_t pages;           /* over all ranks */
 };
 
 struct rt_sched_req_info {
@@ -344,6 +424,7 @@ struct rt_sched_req_info {
     int64_t cached_prompt_tokens;  /* reused at the first admission */
     int64_t turn_start;            /* running: first position of its turn */
     int64_t committed;             /* running: positions of the turn done */
+    int restoring;                 /* running: waits for its restore */
 };
 
 struct rt_sched_req; /* private to rt_sched.c */
@@ -382,6 +463,14 @@ struct rt_sched {
                                       waiting leader (in no list) */
     const struct kv_trig **trig;   /* (n_ranks) or NULL: cfg.trig */
     int32_t *trig_scratch;         /* (L * Hkv) predicted head lengths */
+    /* the host tier (§4.10; rt_sched_tier.c) */
+    struct kv_pool *host_pools;    /* (n_ranks) host page ids, or NULL */
+    struct rt_tier_op **tier_ops;  /* (n_tier_ops) in flight, by id */
+    int32_t n_tier_ops, cap_tier_ops;
+    int32_t tier_unsent;           /* the last ones, not yet taken */
+    uint64_t tier_next;            /* the next op's id */
+    int64_t *tier_pending;         /* (n_ranks) device pages offloads hold */
+    struct rt_sched_tier_stats tier_stats;
 };
 
 /* Initialises `s` with T pools of cfg->pages_per_rank pages each; every
@@ -462,14 +551,50 @@ int rt_sched_complete_heads(struct rt_sched *s, struct rt_step *step,
  * 0 or TG_ENOTFOUND. */
 int rt_sched_abort(struct rt_sched *s, uint64_t id);
 
-/* For a lost worker: ends every running request with RT_SCHED_END_ERROR
- * (events in step->events), drops the multi-turn cache (the workers' KV
- * is gone) and forgets the outstanding step. WAITING requests stay queued.
- * Returns 0 or TG_ENOMEM (nothing changed). */
+/* For a failed step or a lost worker: ends every running request with
+ * RT_SCHED_END_ERROR (events in step->events), drops the device entries of
+ * the multi-turn cache (the workers' KV is gone or unknown) and forgets
+ * the outstanding step. WAITING requests stay queued, and so do requests
+ * waiting for a restore (their copy is the host tier's business: done, or
+ * lost with the worker, rt_sched_tier_lost). Returns 0 or TG_ENOMEM
+ * (nothing changed). */
 int rt_sched_fail_running(struct rt_sched *s, struct rt_step *step);
 
 /* Drops every stored multi-turn entry, returning its pages. */
 void rt_sched_drop_cache(struct rt_sched *s);
+
+/* ---- the host tier (§4.10, rt_sched_tier.c) ----------------------------- */
+
+/* The ops created since the last call (by rt_sched_plan), in id order, for
+ * the caller to send to every rank: *ops points to n of them, each stamped
+ * with issued = now (the caller's clock, seconds). Borrowed until the op
+ * ends (rt_sched_tier_done, rt_sched_tier_lost). Returns n. */
+int32_t rt_sched_tier_take(struct rt_sched *s, double now,
+                           struct rt_tier_op *const **ops);
+
+/* Rank `rank` reports op `id` completed (ok) or failed. When every rank has
+ * reported, the op ends: an offload's device pages go back to the pools
+ * (a failed offload's entry is dropped, and a restore taken from it
+ * fails too); a restore's pages stay with its request alone, which is
+ * planned from the next step on, or (failed) goes back to the front of the
+ * queue holding nothing, to be prefilled from scratch. *ev (may be NULL)
+ * then describes the op. Returns 1 when the op ended, 0 while ranks are
+ * still to report, TG_ENOTFOUND for an op not in flight (a report from
+ * before a worker was lost: ignore it) or TG_EPROTO for a rank out of
+ * range or reporting twice. */
+int rt_sched_tier_done(struct rt_sched *s, int rank, uint64_t id, int ok,
+                       struct rt_tier_event *ev);
+
+/* A worker was lost, and with it its host tier (the others' are of no use
+ * alone): every host entry is dropped (drops_lost), every op ends with its
+ * device pages back in the pools, and requests waiting for a restore go
+ * back to the front of the queue to be prefilled from scratch. No-op
+ * without a tier. */
+void rt_sched_tier_lost(struct rt_sched *s);
+
+/* Fills *out with the host tier's counters. */
+void rt_sched_get_tier(const struct rt_sched *s,
+                       struct rt_sched_tier_stats *out);
 
 /* The longest sequence (prompt plus generated tokens, the whole
  * conversation for a multi-turn request) that every rank's pool can hold

@@ -120,9 +120,18 @@ int rt_sched_fail_running(struct rt_sched *s, struct rt_step *step)
                sizeof(struct rt_sched_event)) != 0)
         return TG_ENOMEM;
     step->n_events = 0;
-    while (s->n_running > 0)
-        rt_sched__retire(s, s->running[s->n_running - 1], RT_SCHED_END_ERROR, step);
-    rt_prefix_clear(&s->cache, s->pools);
+    /* Requests waiting for a restore ran nothing yet: they go on when
+     * their copy is done (or are requeued if the tier is lost). */
+    for (;;) {
+        int32_t i = s->n_running - 1;
+        while (i >= 0 && s->running[i]->restoring != 0)
+            i--;
+        if (i < 0)
+            break;
+        rt_sched__retire(s, s->running[i], RT_SCHED_END_ERROR, step);
+    }
+    while (rt_prefix_evict_lru(&s->cache, s->pools, NULL))
+        ; /* device entries; the host tier keeps its own */
     s->outstanding = 0;
     return 0;
 }

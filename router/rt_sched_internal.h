@@ -61,6 +61,8 @@ struct rt_sched_req {
     int32_t *dstart;                /* (T, L * Hkv) head lengths when its
                                        turn's decode began */
     int64_t dbase;                  /* position where it began */
+    uint64_t restoring;             /* the restore op it waits for before
+                                       its first entry (§4.10), or 0 */
     struct rt_sched_req *prev;      /* WAITING list links */
     struct rt_sched_req *next;
 };
@@ -167,6 +169,53 @@ int64_t rt_sched__unsent_ids(const struct rt_sched *s,
 void rt_sched__add_entry(struct rt_sched *s, struct rt_step *out,
                          struct rt_sched_req *req, enum rt_step_kind kind,
                          int64_t pos, int64_t n, int sample);
+
+/* Preemption by recompute: req (a running request, or the group it
+ * belongs to) gives its pages back and waits at the front of the queue. */
+void rt_sched__preempt(struct rt_sched *s, struct rt_sched_req *req);
+
+/* ---- rt_sched_tier.c: the host tier (§4.10) ---- */
+
+/* Host pools for cfg.host_pages_per_rank > 0 (none otherwise). 0,
+ * TG_EINVAL or TG_ENOMEM. */
+int rt_sched__tier_init(struct rt_sched *s, char *err, size_t errlen);
+
+/* Frees the ops and the host pools (the cache must be freed first). */
+void rt_sched__tier_free(struct rt_sched *s);
+
+/* Device pages of `rank` that offloads in flight will give back. */
+int64_t rt_sched__tier_pending(const struct rt_sched *s, int rank);
+
+/* Frees device pages: the least recent device entry other than `keep`
+ * goes to the host tier when it can (an offload op; its pages come back
+ * when every rank reported), else it is dropped (its pages back at once).
+ * Returns 1 when an entry left the device, 0 when none is left. */
+int rt_sched__tier_evict(struct rt_sched *s,
+                         const struct rt_prefix_entry *keep);
+
+/* Makes `need` device pages free on `rank` by moving stored entries other
+ * than `keep` off the device (rt_sched__tier_evict). Pages offloads are
+ * still copying out are waited for, not made up by evicting more: returns
+ * 0 when the pages are free now, TG_EAGAIN when the caller must wait (for
+ * those copies, or because nothing is left to evict: an entry sharing
+ * pages with a running sample frees fewer than it holds). */
+int rt_sched__make_room(struct rt_sched *s, int rank, int64_t need,
+                        const struct rt_prefix_entry *keep);
+
+/* 1 when the next decode token of running `req`, which some pool cannot
+ * give now, is covered on every rank by free pages plus the pages
+ * offloads will give back within a step or so: the token waits for them
+ * rather than the cache emptying further or a request being preempted. */
+int rt_sched__tier_decode_waits(const struct rt_sched *s,
+                                const struct rt_sched_req *req);
+
+/* Admission of `req` whose match `m` is a host entry (its prompt's pages
+ * are reserved after this): m's seqs and boundaries become req's, moved to
+ * device pages, and a restore op is queued; req waits for it. The free
+ * device pages must cover m's on every rank. 0, or TG_ENOMEM with nothing
+ * changed. */
+int rt_sched__tier_restore(struct rt_sched *s, struct rt_sched_req *req,
+                           struct rt_prefix_entry *m);
 
 /* ---- rt_sched_fork.c: parallel samples (OpenAI n > 1) ---- */
 

@@ -44,6 +44,11 @@ void rt_sched_rank_pages(const struct rt_sched *s, int rank,
     out->cached = rt_prefix_pages(&s->cache, rank);
     out->monolithic = p->mono_pages;
     out->released = s->released_pages[rank];
+    out->offloading = rt_sched__tier_pending(s, rank);
+    out->host_total =
+        s->host_pools != NULL ? kv_pool_n_total(&s->host_pools[rank]) : 0;
+    out->host_used =
+        s->host_pools != NULL ? kv_pool_n_used(&s->host_pools[rank]) : 0;
 }
 
 int rt_sched_req_info(const struct rt_sched *s, uint64_t id,
@@ -63,6 +68,7 @@ int rt_sched_req_info(const struct rt_sched *s, uint64_t id,
     if (rt_sched__running(req)) {
         out->turn_start = req->seqs[0].turn_start;
         out->committed = req->seqs[0].committed;
+        out->restoring = req->restoring != 0;
     }
     return 0;
 }
@@ -89,6 +95,44 @@ static void count_seq(const struct kv_seq *q, int32_t *cnt)
         for (int32_t k = 0; k < q->n_pages[w]; k++)
             cnt[ids[k]]++;
     }
+}
+
+/* Rank r's host pool: every taken host page held once, by a host entry
+ * (restores give theirs back at issue), and the cache's counter right. */
+static int validate_host(const struct rt_sched *s, int r, char *err,
+                         size_t errlen)
+{
+    const struct kv_pool *hp = &s->host_pools[r];
+    int rc = kv_pool_validate(hp, err, errlen);
+    if (rc != 0)
+        return rc;
+    int32_t *cnt = calloc((size_t)hp->n_total + 1, sizeof(int32_t));
+    if (cnt == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM,
+                          "rt_sched: cannot allocate the check counts");
+    int64_t held = 0;
+    for (const struct rt_prefix_entry *e = s->cache.newest; e != NULL;
+         e = e->older)
+        if (e->on_host) {
+            count_seq(&e->seqs[r], cnt);
+            held += e->seqs[r].used_pages;
+        }
+    int32_t bad = -1;
+    for (int32_t id = 0; id < hp->n_total && bad < 0; id++)
+        if (cnt[id] > 1)
+            bad = id;
+    free(cnt);
+    if (bad >= 0)
+        return tg_err_set(err, errlen, TG_EINTERNAL,
+                          "rt_sched: rank %d host page %d held twice", r,
+                          (int)bad);
+    if (held != kv_pool_n_used(hp) || held != rt_prefix_host_pages(&s->cache, r))
+        return tg_err_set(err, errlen, TG_EINTERNAL,
+                          "rt_sched: rank %d host entries hold %lld pages, "
+                          "the host pool uses %d, the cache counts %lld", r,
+                          (long long)held, (int)kv_pool_n_used(hp),
+                          (long long)rt_prefix_host_pages(&s->cache, r));
+    return 0;
 }
 
 int rt_sched_validate(struct rt_sched *s, char *err, size_t errlen)
@@ -142,13 +186,30 @@ int rt_sched_validate(struct rt_sched *s, char *err, size_t errlen)
         if (cnt == NULL)
             return tg_err_set(err, errlen, TG_ENOMEM,
                               "rt_sched: cannot allocate the check counts");
-        int64_t cached = 0;
+        int64_t cached = 0, offloading = 0;
         for (int32_t i = 0; i < s->n_running; i++)
             count_seq(&s->running[i]->seqs[r], cnt);
         for (const struct rt_prefix_entry *e = s->cache.newest; e != NULL;
              e = e->older) {
+            if (e->on_host)
+                continue;
             count_seq(&e->seqs[r], cnt);
             cached += e->seqs[r].used_pages;
+        }
+        /* Copy ops hold one ownership of each device page they touch. */
+        for (int32_t i = 0; i < s->n_tier_ops; i++) {
+            const struct rt_tier_op *op = s->tier_ops[i];
+            for (int64_t k = op->off[r]; k < op->off[r + 1]; k++)
+                cnt[op->dev[k]]++;
+            if (op->kind == RT_TIER_OFFLOAD)
+                offloading += op->off[r + 1] - op->off[r];
+        }
+        if (offloading != rt_sched__tier_pending(s, r)) {
+            free(cnt);
+            return tg_err_set(err, errlen, TG_EINTERNAL,
+                              "rt_sched: rank %d offloads hold %lld pages, "
+                              "counter says %lld", r, (long long)offloading,
+                              (long long)rt_sched__tier_pending(s, r));
         }
         const int32_t *free_ids = p->stack + (p->n_total - p->n_free);
         int32_t bad = -1, held = 0, distinct = 0;
@@ -177,6 +238,11 @@ int rt_sched_validate(struct rt_sched *s, char *err, size_t errlen)
                               "rt_sched: rank %d uses %d pages, requests and "
                               "the cache hold %lld distinct ones", r,
                               (int)kv_pool_n_used(p), (long long)owned);
+        if (s->host_pools != NULL) {
+            int hrc = validate_host(s, r, err, errlen);
+            if (hrc != 0)
+                return hrc;
+        }
     }
     return 0;
 }

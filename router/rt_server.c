@@ -235,6 +235,7 @@ static void update_gauges(struct rt_server *s)
         total += (double)pg.total;
         mono += (double)pg.monolithic;
     }
+    rt_server__tier_gauges(s);
     rt_metrics_gauge_set(s->metrics.kv_cache_usage_perc, total > 0 ? used / total : 0);
     rt_metrics_gauge_set(s->metrics.kv_pages_reclaimed_ratio,
                          mono > 0 ? 1.0 - used / mono : 0);
@@ -255,6 +256,7 @@ static void pump_cb(uv_idle_t *h)
         return;
     }
     handle_events(s, "the scheduler could not keep the request");
+    rt_server__tier_send(s);
     reap(s);
     update_gauges(s);
     if (s->step.n_entries == 0)
@@ -380,6 +382,10 @@ static void on_dead(void *ud, int rank)
     snprintf(msg, sizeof(msg), "NOTREADY rank %d died", rank);
     log_err("worker rank %d is dead; running requests fail", rank);
     notify(s, msg);
+    /* Its host tier died with it: those conversations are forgotten, and
+     * requests waiting for a restore are prefilled from scratch. */
+    if (s->sched_ready)
+        rt_sched_tier_lost(&s->sched);
     /* A step in flight was already failed through on_result. Otherwise the
      * running requests' KV died with the worker: fail them now rather than
      * on the next step. */
@@ -427,6 +433,7 @@ static void on_ready(void *ud)
             .max_batched_tokens = (int)s->opts->max_batched_tokens,
             .max_queued = (int)s->opts->max_queued,
             .per_head = rt_link_per_head(&s->link),
+            .host_pages_per_rank = rt_link_min_host_pages(&s->link),
             .trig = s->rank_trig_ptrs, /* NULL without trig */
         };
         if (rt_sched_init(&s->sched, &sc, err, sizeof(err)) != 0) {
@@ -436,6 +443,13 @@ static void on_ready(void *ud)
         }
         s->sched_ready = 1;
         rt_link_require_pages(&s->link, (uint32_t)sc.pages_per_rank);
+        rt_link_require_host_pages(&s->link,
+                                   (uint32_t)sc.host_pages_per_rank);
+        if (sc.host_pages_per_rank > 0)
+            log_info("host tier: %d pages per rank (%lld MiB)",
+                     sc.host_pages_per_rank,
+                     (long long)((int64_t)sc.host_pages_per_rank *
+                                 rt_link_page_bytes(&s->link) >> 20));
         publish_cache_config(s, &sc);
         log_info("all %lld workers ready: %d pages per rank",
                  (long long)s->opts->tp, sc.pages_per_rank);
@@ -683,6 +697,9 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
     s->api_cfg.vocab_size = s->mc.vocab_size;
     s->api_cfg.max_body_bytes = (size_t)o->http_max_body;
     rc = rt_metrics_tangram_init(&s->metrics, (int)o->tp, err, errlen);
+    if (rc == 0)
+        rc = rt_metrics_tier_init(&s->tier_metrics, &s->metrics.reg,
+                                  (int)o->tp, err, errlen);
     if (rc != 0)
         goto fail;
 
@@ -706,6 +723,7 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
         .on_result = on_result,
         .on_dead = on_dead,
         .on_ready = on_ready,
+        .on_tier = rt_server__on_tier,
         .ud = s,
     };
     rc = rt_link_init(&s->link, loop, &lc, err, errlen);
@@ -791,6 +809,7 @@ void rt_server_free(struct rt_server *s)
     rt_step_free(&s->step);
     rt_http_server_free(&s->http);
     rt_grpc_server_free(&s->grpc);
+    rt_metrics_tier_free(&s->tier_metrics);
     rt_metrics_tangram_free(&s->metrics);
     kv_layout_free(&s->layout);
     for (int64_t r = 0; s->rank_layouts != NULL && r < s->opts->tp; r++)

@@ -32,6 +32,7 @@
 #include "router/rt_http.h"
 #include "router/rt_link.h"
 #include "router/rt_metrics.h"
+#include "router/rt_metrics_tier.h"
 #include "router/rt_openai.h"
 #include "router/rt_sched.h"
 #include "router/rt_text.h"
@@ -159,6 +160,7 @@ struct rt_server {
     struct rt_step step;
     int step_in_flight;
     struct rt_metrics_tangram metrics;
+    struct rt_metrics_tier tier_metrics; /* in metrics.reg (§4.10) */
     struct rt_req *reqs;        /* live requests */
     int n_reqs;
     uint64_t next_id;
@@ -279,6 +281,17 @@ uint64_t rt_server__splitmix(uint64_t *x);
  * reason. rt_server__trig_free is safe on a server without caps. */
 int rt_server__trig_init(struct rt_server *s, char *err, size_t errlen);
 void rt_server__trig_free(struct rt_server *s);
+
+/* rt_server_tier.c: the host tier of stored conversations (§4.10).
+ * tier_send hands the ops the last plan made to every rank (after each
+ * plan); on_tier is the link's callback for a rank's reports (each op
+ * ends in the scheduler once every rank reported it; restore latency
+ * observed); tier_gauges refreshes the tier's metrics from the
+ * scheduler. Loop thread, with the scheduler ready. */
+void rt_server__tier_send(struct rt_server *s);
+void rt_server__on_tier(void *ud, int rank,
+                        const struct rt_link_tier_done *done, size_t n);
+void rt_server__tier_gauges(struct rt_server *s);
 
 /* Start-up is three steps, run by the router's main:
  *   rt_server_init    loads the model's config, tokenizer, chat template

@@ -22,6 +22,11 @@ static uint64_t next_epoch(void)
     return atomic_fetch_add(&epoch_source, 1) + 1;
 }
 
+uint64_t kv_seq__next_epoch(void)
+{
+    return next_epoch();
+}
+
 
 /* ---- helpers -------------------------------------------------------- */
 

@@ -314,6 +314,25 @@ int kv_seq_fork_heads(struct kv_seq *dst, const struct kv_seq *src,
                       const struct kv_layout *layout, char *err,
                       size_t errlen);
 
+/* ---- moving a sequence between pools (the host tier, DESIGN.md §4.10) --
+ * A stored conversation moves whole between the device pool of its rank
+ * and that rank's host tier, which the router counts as a second kv_pool
+ * of host page ids: the seq keeps its rows, counts and heads, and only the
+ * ids in its slab change pool. */
+
+/* Takes seq->used_pages pages from `to` in one pop and puts them in the
+ * slab in place of the ids it holds, row by row (row 0's pages first, each
+ * row in order); those old ids go to old_ids[0 .. used_pages) in the same
+ * order, so page i of the sequence was old_ids[i] and is now new_ids[i]
+ * (new_ids may be NULL). The old ids stay taken in `from`: the caller
+ * gives them back (kv_pool_push) once their content was copied. The
+ * monolithic count moves from `from` to `to` and the epoch is renewed.
+ * Only with no prefill pending. All or nothing: returns 0, TG_ENOSPC
+ * (fewer free pages in `to`) or TG_EINVAL (nothing changed). */
+int kv_seq_move_pages(struct kv_seq *seq, struct kv_pool *from,
+                      struct kv_pool *to, int32_t *old_ids, int32_t *new_ids,
+                      char *err, size_t errlen);
+
 /* ---- a worker's mirror of the router's rows ---------------------------
  * A worker does not reserve: the router hands it page ids row by row (the
  * BatchPlan's page deltas). These three keep the same slab, counts and

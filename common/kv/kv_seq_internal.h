@@ -38,4 +38,7 @@ int kv_seq__rewind_rows(struct kv_seq *seq, const struct kv_layout *layout,
 void kv_seq__heads_commit(struct kv_seq *seq, const struct kv_layout *layout,
                           int64_t at, int64_t n);
 
+/* A fresh epoch from the process-wide counter (kv_seq.c). */
+uint64_t kv_seq__next_epoch(void);
+
 #endif /* KV_SEQ_INTERNAL_H */

@@ -50,8 +50,25 @@ LAYERS: a shallower model of the same width), else the small default below.
 --backend cuda serves it from one GPU (bf16); the GPU round runs
 `--backend cuda --shape Qwen--Qwen3-8B --targets 0.5,0.25`.
 
-Usage: bench_serving.py [--bin DIR] [--quick] [--json FILE] [options]
---quick: the tiny model, 3 conversations of 2 turns, a few seconds.
+Workload `--workload tier` (the host-memory tier, DESIGN.md §4.10): more
+conversations than the device pool holds (their final histories take at
+least 4x the pool's pages, under the profile too) with think time between
+turns (exponential, seeded: the user reads and types), so stored
+conversations are pushed off the device before they return. Four runs side
+by side, same conversations, arrival and think times: full KV and the
+profile, each with the tier off (--kv-host-memory 0: evicted history is
+prefilled again) and on. Reported per run: TTFT of returning turns (turn
+2+; p50, p99, mean), prefill tokens (prompt tokens not served from stored
+KV) and the tokens saved, throughput, offloads, restores, the mean restore
+latency, and at the end the conversations the host tier holds, its MiB in
+use and conversations per GiB of host memory; and the ratio of the
+histories' pages (device-cached plus host pages at the end of the tier-on
+run, nothing dropped) to the pool.
+
+Usage: bench_serving.py [--bin DIR] [--quick] [--workload chat|tier]
+                        [--json FILE] [options]
+--quick: the tiny model, 3 conversations of 2 turns, a few seconds (with
+--workload tier: 6 conversations of 2 turns on a 1 MiB pool).
 Exit status: 0, or 1 on any failed request, daemon problem or missing input
 (programs not built, python3-grpcio not installed; named on stderr).
 """
@@ -292,8 +309,17 @@ def run_turn(client, prompt_ids, max_tokens, session, timeout):
     return res
 
 
-def run_load(client, convs, starts, max_tokens, timeout):
-    """Replays the conversations (ids of every user turn) concurrently.
+def think_times(seed, n_conv, turns, mean):
+    """Pauses (s) before turn k >= 1 of every conversation: exponential with
+    `mean` (0: none), seeded, the same for every run."""
+    rng = random.Random(seed + 104729)
+    return [[rng.expovariate(1.0 / mean) if mean > 0 and k > 0 else 0.0
+             for k in range(turns)] for _ in range(n_conv)]
+
+
+def run_load(client, convs, starts, max_tokens, timeout, thinks=None):
+    """Replays the conversations (ids of every user turn) concurrently,
+    pausing thinks[c][k] seconds before turn k of conversation c.
     Returns (list of turn results, wall seconds)."""
     results = []
     lock = threading.Lock()
@@ -305,6 +331,8 @@ def run_load(client, convs, starts, max_tokens, timeout):
             time.sleep(delay)
         history = []
         for k, user_ids in enumerate(convs[ci]):
+            if thinks is not None and thinks[ci][k] > 0:
+                time.sleep(thinks[ci][k])
             history = history + user_ids
             r = run_turn(client, history, max_tokens, "conv-%d" % ci, timeout)
             r["conv"], r["turn"] = ci, k
@@ -336,6 +364,10 @@ def aggregate(results, wall, metrics):
     later = [r for r in ok if r["turn"] > 0]
     later_prompt = sum(r["usage"]["prompt_tokens"] for r in later)
     later_cached = sum(r["usage"]["cached_prompt_tokens"] for r in later)
+    histories = {}
+    for r in ok:  # the longest history of each conversation
+        n = r["usage"]["prompt_tokens"] + r["usage"]["completion_tokens"]
+        histories[r["conv"]] = max(histories.get(r["conv"], 0), n)
 
     def m(name, **labels):
         v = du.metric(metrics, name, **labels) if metrics else None
@@ -356,6 +388,22 @@ def aggregate(results, wall, metrics):
         "preemptions": m("tangram_num_preemptions_total"),
         "kv_pages_capacity": m("tangram_kv_pages_capacity", rank="0"),
         "kv_pages_used_end": m("tangram_kv_pages_used", rank="0"),
+        "kv_pages_cached_end": m("tangram_kv_pages_cached", rank="0"),
+        "ttft_returning_s": summarize([r["ttft"] for r in later]),
+        "prefill_tokens": prompt - cached,
+        "history_tokens": sum(histories.values()),
+        "offloads": m("tangram_kv_offloads_total"),
+        "restores": m("tangram_kv_restores_total"),
+        "host_drops": m("tangram_kv_host_drops_total", reason="lru"),
+        "tier_failures": (m("tangram_kv_tier_failures_total", op="offload") +
+                          m("tangram_kv_tier_failures_total", op="restore")),
+        "restore_mean_s": (m("tangram_kv_restore_seconds_sum") /
+                           m("tangram_kv_restore_seconds_count")
+                           if m("tangram_kv_restore_seconds_count") > 0
+                           else float("nan")),
+        "host_pages_total": m("tangram_kv_host_pages_total", rank="0"),
+        "host_pages_used_end": m("tangram_kv_host_pages_used", rank="0"),
+        "host_conversations_end": m("tangram_kv_host_conversations"),
     }
 
 
@@ -450,7 +498,7 @@ def plan_lines(d):
 
 
 def serve_and_run(name, model, work, profile, daemon_args, conv_texts, starts,
-                  max_tokens, timeout):
+                  max_tokens, timeout, thinks=None):
     """Starts tangramd, tokenizes the conversations, replays them, stops.
     Returns the aggregate dict (with 'daemon_ok')."""
     wdir = os.path.join(work, name)
@@ -469,7 +517,7 @@ def serve_and_run(name, model, work, profile, daemon_args, conv_texts, starts,
                   for t in turns] for turns in conv_texts]
         with BatchSampler(d.base_url) as bs:
             results, wall = run_load(client, convs, starts, max_tokens,
-                                     timeout)
+                                     timeout, thinks)
         metrics = du.fetch_metrics(d.base_url)
         agg = aggregate(results, wall, metrics)
         agg["batch_held"] = bs.summary()
@@ -550,6 +598,107 @@ def report(full, profs, cfg):
             print("  %s: %s" % (name, ln.strip()[:200]))
 
 
+TIER_RUNS = (("full-off", "full KV, off"), ("full-on", "full KV, on"),
+             ("profile-off", "prof, off"), ("profile-on", "prof, on"))
+
+
+def tier_derived(a, page_bytes):
+    """Host MiB in use and conversations per GiB of host memory at the end
+    of a run, and the histories' pages over the pool (device-cached plus
+    host pages at the end; meaningful where nothing was dropped)."""
+    used = a["host_pages_used_end"]
+    a["host_mib_end"] = used * page_bytes / 2.0 ** 20 if used >= 0 else float("nan")
+    a["conversations_per_gib"] = (a["host_conversations_end"] /
+                                  (used * page_bytes / 2.0 ** 30)
+                                  if used > 0 else float("nan"))
+    pool = a["kv_pages_capacity"]
+    a["histories_over_pool"] = ((a["kv_pages_cached_end"] + max(used, 0)) /
+                                pool if pool and pool > 0 else float("nan"))
+
+
+def report_tier(runs, cfg):
+    """Four columns (tier off / on for full KV and the profile) and the
+    on / off ratio of each."""
+    def r(key, scale=1.0, digits=1, sub=None):
+        return (key, sub, scale, digits)
+    rows = [("requests (failed)", None),
+            ("wall time (s)", r("wall_s")),
+            ("request throughput (req/s)", r("request_throughput", 1, 3)),
+            ("output throughput (tok/s)", r("output_throughput")),
+            ("returning-turn TTFT p50 (ms)", r("ttft_returning_s", 1000, 1, "p50")),
+            ("returning-turn TTFT p99 (ms)", r("ttft_returning_s", 1000, 1, "p99")),
+            ("returning-turn TTFT mean (ms)", r("ttft_returning_s", 1000, 1, "mean")),
+            ("prefill tokens", r("prefill_tokens", 1, 0)),
+            ("prefill tokens saved", r("cached_prompt_tokens", 1, 0)),
+            ("cached prompt fraction 2+ (%)", r("cached_fraction_later_turns", 100, 1)),
+            ("preemptions", r("preemptions", 1, 0)),
+            ("offloads", r("offloads", 1, 0)),
+            ("restores", r("restores", 1, 0)),
+            ("host drops (lru)", r("host_drops", 1, 0)),
+            ("restore latency mean (ms)", r("restore_mean_s", 1000, 2)),
+            ("host conversations (end)", r("host_conversations_end", 1, 0)),
+            ("host MiB in use (end)", r("host_mib_end", 1, 2)),
+            ("conversations per GiB host", r("conversations_per_gib", 1, 0)),
+            ("KV pages (pool)", r("kv_pages_capacity", 1, 0)),
+            ("histories / pool (pages)", r("histories_over_pool", 1, 2))]
+
+    def val(a, spec):
+        key, sub, _, _ = spec
+        v = a[key] if sub is None else a[key][sub]
+        return v
+
+    print("\nHost-tier benchmark (%s)" % cfg)
+    print("%-31s %12s %12s %12s %12s %8s %8s" % (
+        "", "full KV, off", "full KV, on", "prof, off", "prof, on",
+        "full", "prof"))
+    for label, spec in rows:
+        cells = []
+        for name, _ in TIER_RUNS:
+            a = runs[name]
+            if spec is None:
+                cells.append("%d (%d)" % (a["requests"], a["failed"]))
+            else:
+                cells.append(fmt(val(a, spec), spec[2], spec[3]))
+        ratios = []
+        for off, on in (("full-off", "full-on"), ("profile-off", "profile-on")):
+            if spec is None:
+                ratios.append("-")
+                continue
+            x, y = val(runs[off], spec), val(runs[on], spec)
+            ok = isinstance(x, (int, float)) and isinstance(y, (int, float)) \
+                and x and not math.isnan(x) and not math.isnan(y)
+            ratios.append("%.2fx" % (y / x) if ok else "-")
+        print("%-31s %12s %12s %12s %12s %8s %8s" % (
+            (label,) + tuple(cells) + tuple(ratios)))
+    print("(ratios: tier on / off)")
+
+
+def run_tier(a, model, work, profile, daemon_args, conv_texts, starts,
+             thinks, cfg, page_bytes):
+    """The four runs of --workload tier; returns the exit status."""
+    runs = {}
+    for name, _ in TIER_RUNS:
+        host = a.kv_host_memory if name.endswith("-on") else "0"
+        runs[name] = serve_and_run(
+            name, model, work, profile if name.startswith("profile") else None,
+            daemon_args + ["--kv-host-memory", host], conv_texts, starts,
+            a.max_tokens, a.timeout, thinks)
+        tier_derived(runs[name], page_bytes)
+    report_tier(runs, cfg)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"config": cfg, "args": vars(a), "page_bytes": page_bytes,
+                       "runs": runs}, f, indent=1, default=str)
+    bad = False
+    for name, agg in runs.items():
+        if agg["failed"] or not agg["daemon_ok"] or agg["tier_failures"] > 0:
+            print("bench_serving: %s run: %d failed requests, %s tier "
+                  "failures; %s" % (name, agg["failed"], agg["tier_failures"],
+                                    agg["errors"]), file=sys.stderr)
+            bad = True
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bin", default=os.environ.get("TANGRAM_BIN", ""),
@@ -588,11 +737,39 @@ def main():
                     help="client timeout of one request (s)")
     ap.add_argument("--workdir", default=None, help="keep files here")
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--workload", choices=("chat", "tier"), default="chat",
+                    help="chat: full KV vs profile; tier: the host tier off "
+                         "vs on for both (DESIGN.md §4.10), with the tier "
+                         "workload's defaults below unless given")
+    ap.add_argument("--think-time", type=float, default=None,
+                    help="mean pause before each later turn, s (tier: 2)")
+    ap.add_argument("--kv-host-memory", default="256MiB",
+                    help="host tier per rank of the tier-on runs")
     a = ap.parse_args()
-    if a.quick:
+    given = {x.split("=")[0] for x in sys.argv[1:] if x.startswith("--")}
+
+    def default(name, value):
+        if "--" + name.replace("_", "-") not in given:
+            setattr(a, name, value)
+    if a.workload == "tier" and a.quick:
+        for k, v in (("num_conversations", 6), ("turns", 2),
+                     ("user_words", "20,40"), ("max_tokens", 8),
+                     ("request_rate", 4.0), ("kv_memory", "1MiB"),
+                     ("prefill_chunk", 64), ("think_time", 0.3),
+                     ("timeout", 60.0)):
+            default(k, v)
+    elif a.workload == "tier":
+        for k, v in (("num_conversations", 32), ("turns", 3),
+                     ("user_words", "60,120"), ("max_tokens", 32),
+                     ("request_rate", 1.0), ("kv_memory", "3MiB"),
+                     ("prefill_chunk", 256), ("think_time", 2.0)):
+            default(k, v)
+    elif a.quick:
         a.num_conversations, a.turns, a.user_words = 3, 2, "10,20"
         a.max_tokens, a.request_rate, a.kv_memory = 8, 4.0, "4MiB"
         a.prefill_chunk, a.timeout = 64, 60.0
+    if a.think_time is None:
+        a.think_time = 0.0
     du.BIN = a.bin
     du.DATA = a.data
     missing = du.missing_inputs(
@@ -611,7 +788,12 @@ def main():
         hp = a.heads_per_group
         shape_name = "hidden-256/4-layer"
         t0 = time.time()
-        if a.quick:
+        if a.quick and a.workload == "tier":
+            # 16 KiB pages: a 1 MiB pool of 64 holds about two of the
+            # quick conversations, so the others go to the host tier.
+            du.make_model(model, ["--layers", "4", "--head-dim", "64"])
+            shape_name = "tiny, 4 layers, head dim 64"
+        elif a.quick:
             du.make_model(model)
             shape_name = "tiny"
         elif not os.path.exists(os.path.join(model, "model.safetensors")):
@@ -631,6 +813,10 @@ def main():
         elif a.shape:
             shape_name = a.shape
         t_make = time.time() - t0
+        with open(os.path.join(model, "config.json")) as f:
+            mcfg = json.load(f)
+        head_dim = mcfg.get("head_dim") or (mcfg["hidden_size"] //
+                                            mcfg["num_attention_heads"])
         t0 = time.time()
         profiles = [(t, calibrate(model, work, t, hp,
                                   4 if a.quick else a.calib_samples,
@@ -639,13 +825,18 @@ def main():
         t_cal = time.time() - t0
         conv_texts = make_conversations(a.seed, a.num_conversations, a.turns, lo, hi)
         starts = arrival_times(a.seed, a.num_conversations, a.request_rate)
+        thinks = think_times(a.seed, a.num_conversations, a.turns,
+                             a.think_time)
         extra = (["--max-num-seqs", str(a.max_num_seqs)]
                  if a.max_num_seqs > 0 else [])
+        # The tier workload runs four daemons for many minutes on shared
+        # cores: a long step must not read as a dead worker (5 beats).
         daemon_args = extra + ["--backend", a.backend,
                        "--kv-memory", a.kv_memory, "--heads-per-group", str(hp),
                        "--prefill-chunk", str(a.prefill_chunk),
                        "--max-batched-tokens", str(max(1024, a.prefill_chunk)),
-                       "--worker-heartbeat-ms", "1000"]
+                       "--worker-heartbeat-ms",
+                       "4000" if a.workload == "tier" else "1000"]
         cfg = ("%s model, %s backend, %d conversations x %d turns, %s words "
                "per user turn, %d output tokens per turn, %.2f conversations/s, "
                "kv-memory %s, prefill-chunk %d, target=%s, model %.1f s, "
@@ -654,6 +845,17 @@ def main():
                 a.turns, a.user_words, a.max_tokens, a.request_rate, a.kv_memory,
                 a.prefill_chunk, ",".join("%.2f" % t for t in targets),
                 t_make, t_cal))
+        if a.workload == "tier":
+            cfg = cfg.replace(" output tokens per turn,",
+                              " output tokens per turn, think time %.1f s "
+                              "(mean), host tier %s," % (a.think_time,
+                                                         a.kv_host_memory))
+            # K and V of a page group: H_p heads x 16 tokens x d, fp32 on
+            # the CPU backend (bf16 on CUDA: half)
+            elem = 2 if a.backend == "cuda" else 4
+            return run_tier(a, model, work, profiles[0][1], daemon_args,
+                            conv_texts, starts, thinks, cfg,
+                            hp * 2 * 16 * head_dim * elem)
         full = serve_and_run("full", model, work, None, daemon_args, conv_texts,
                              starts, a.max_tokens, a.timeout)
         profs = [(t, serve_and_run("profile-%.2f" % t, model, work, path,

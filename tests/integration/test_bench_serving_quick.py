@@ -8,8 +8,13 @@ second turns reusing the first turn's KV (cached prompt tokens > 0, as the
 history is re-sent token for token). The quick turns are shorter than the
 snapkv window (32 forced keys), so the profile saves nothing here and only
 consistency is checked; the savings show in the full run
-(docs/PERFORMANCE.md). Fails, naming it, when the daemon or python3-grpcio
-is missing. About 6 s.
+(docs/PERFORMANCE.md). Then the host-tier workload (`--workload tier
+--quick`: six conversations of two turns with think time on a 1 MiB pool,
+tier off and on for full KV and the profile): every request answered,
+offloads and restores only where the tier is on, returning turns reusing
+their history there, no tier failure, and the
+host tier's table rows. Fails naming the input when the daemon or
+python3-grpcio is missing. About 6 s plus a minute.
 """
 import json
 import math
@@ -33,7 +38,7 @@ def main():
         out_json = os.path.join(tmp, "r.json")
         p = subprocess.run([sys.executable, script, "--quick", "--bin", du.BIN,
                             "--data", du.DATA, "--json", out_json],
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=300)
         print(p.stdout)
         ck.check(p.returncode == 0, "bench_serving --quick exits 0",
                  p.stderr[-3000:])
@@ -74,7 +79,46 @@ def main():
                      (a.get("cached_prompt_tokens"), a.get("cached_fraction")))
             ck.check(a.get("preemptions") == 0, "%s: no preemption at this size"
                      % name, a.get("preemptions"))
+        tier_workload(ck, script, tmp)
     return ck.summary()
+
+
+def tier_workload(ck, script, tmp):
+    out_json = os.path.join(tmp, "tier.json")
+    p = subprocess.run([sys.executable, script, "--quick", "--workload",
+                        "tier", "--bin", du.BIN, "--data", du.DATA, "--json",
+                        out_json], capture_output=True, text=True, timeout=500)
+    print(p.stdout)
+    ck.check(p.returncode == 0, "bench_serving --workload tier --quick exits 0",
+             p.stderr[-3000:])
+    for label in ("full KV, off", "prof, on", "returning-turn TTFT p99 (ms)",
+                  "prefill tokens saved", "conversations per GiB host",
+                  "restore latency mean (ms)", "histories / pool (pages)"):
+        ck.check(label in p.stdout, "tier table shows '%s'" % label)
+    try:
+        with open(out_json) as f:
+            runs = json.load(f)["runs"]
+    except (OSError, ValueError, KeyError) as e:
+        ck.check(False, "tier JSON results written", e)
+        return
+    for name in ("full-off", "full-on", "profile-off", "profile-on"):
+        a = runs.get(name) or {}
+        on = name.endswith("-on")
+        ck.check(a.get("requests") == 12 and a.get("failed") == 0 and
+                 a.get("daemon_ok") is True,
+                 "tier %s: 12 requests, none failed, clean stop" % name,
+                 (a.get("requests"), a.get("failed"), a.get("errors")))
+        ck.check((a.get("offloads", 0) > 0 and a.get("restores", 0) > 0) == on,
+                 "tier %s: offloads and restores only with the tier on" % name,
+                 (a.get("offloads"), a.get("restores")))
+        if on:
+            ck.check(a.get("cached_prompt_tokens", 0) > 0,
+                     "tier %s: returning turns reuse their history" % name,
+                     a.get("cached_prompt_tokens"))
+        ck.check(a.get("tier_failures") == 0, "tier %s: no failed copy" % name)
+        if on:
+            ck.check(a.get("conversations_per_gib", 0) > 0,
+                     "tier %s: conversations per GiB measured" % name)
 
 
 if __name__ == "__main__":

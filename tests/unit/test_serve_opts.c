@@ -72,7 +72,8 @@ static void test_marks(void **state)
         "grpc-port", "heads-per-group", "page-size", "prefill-chunk",
         "method", "gvote-p", "gvote-samples", "gvote-future",
         "decode-compress", "decode-budget", "decode-budget-uniform",
-        "decode-every", "decode-window", "trig-stats", "max-num-seqs", "max-batched-tokens", "kv-memory", "max-queued",
+        "decode-every", "decode-window", "trig-stats", "max-num-seqs", "max-batched-tokens", "kv-memory", "kv-host-memory",
+        "max-queued",
         "tokenizer-threads",
         "api-key", "log-format", "log-level", "shutdown-timeout",
         "served-model-name", "max-model-len", "worker-heartbeat-ms",
@@ -100,6 +101,9 @@ static void test_marks(void **state)
     assert_string_equal(find(d, nd, "heads-per-group")->def, "4");
     assert_string_equal(find(d, nd, "kv-memory")->def, "0.9");
     assert_string_equal(find(r, nr, "kv-memory")->def, "0.9");
+    /* The host tier (DESIGN.md §4.10): a documented default, 0 = off. */
+    assert_string_equal(find(d, nd, "kv-host-memory")->def, "2GiB");
+    assert_string_equal(find(w, nw, "kv-host-memory")->def, "0");
     /* Same row otherwise: type and range come from the one declaration. */
     const struct tg_config_entry *wk = find(w, nw, "kv-memory");
     const struct tg_config_entry *dk = find(d, nd, "kv-memory");

@@ -191,7 +191,9 @@ static void test_worker_argv(void **state)
     assert_non_null(find_flag(argv, argc, "--decode-every"));
     assert_non_null(find_flag(argv, argc, "--decode-window"));
     assert_non_null(find_flag(argv, argc, "--trig-stats"));
-    assert_int_equal(argc, 7 + 21); /* 20 rows, --heartbeat-ms */
+    /* The workers hold the host tier (§4.10). */
+    assert_non_null(find_flag(argv, argc, "--kv-host-memory"));
+    assert_int_equal(argc, 7 + 22); /* 20 rows, --heartbeat-ms, --kv-host-memory */
     /* The communicator is named by worker rank 0, never on a command
      * line (proto/worker.proto CommSetup). */
     assert_null(find_flag(argv, argc, "--comm-id"));

@@ -67,7 +67,7 @@ static int setup_per_ip2(void **state)
  * place (counters of its own thread, read as they stand). */
 static uint64_t taken(struct tt_http_fx *fx)
 {
-    const volatile struct rt_http_stats *st = &fx->srv.stats;
+    const volatile struct rt_conn_stats *st = &fx->srv.set.stats;
     return st->accepted + st->rejected_max + st->rejected_per_ip;
 }
 

@@ -289,11 +289,15 @@ def t_tiny_pool(work, model):
         n = 4
         res = [None] * n
 
+        # The client timeout only ends a hang: four ~2,000-token decodes
+        # that preempt each other take about a minute on two idle cores
+        # and were seen past 300 s on a loaded machine; ctest ends the test
+        # at 1,800 s.
         def one(i):
             res[i] = post(d, "/v1/completions", {
                 "model": MODEL, "prompt": "Tell me story %d" % i,
                 "max_tokens": ctx - 16, "temperature": 0,
-                "ignore_eos": True})
+                "ignore_eos": True}, timeout=1200)
 
         ths = [threading.Thread(target=one, args=(i,)) for i in range(n)]
         for t in ths:

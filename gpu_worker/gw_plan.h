@@ -115,7 +115,12 @@ struct gw_result {
     size_t n_tokens;
     const struct gw_slot_error *slot_errors; /* (n_slot_errors) rank 0 */
     size_t n_slot_errors;
-    double step_seconds;        /* this rank's forward time */
+    double step_seconds;        /* this rank's time in gw_worker_step: plan
+                                   check, block tables, the forward pass,
+                                   sampling */
+    double backend_seconds;     /* of which inside the backend's calls
+                                   (forward, compaction, page copies,
+                                   sampling); the rest is host work */
     const struct gw_head_lens *head_lens; /* (n_head_lens) every rank */
     size_t n_head_lens;
 };

@@ -290,6 +290,13 @@ void gw_wlink_msg_free(GwWorkerMessage *m)
         tangram__worker__v1__worker_message__free_unpacked(m, NULL);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 int gw_wlink_recv(struct gw_wlink *l, int timeout_ms, GwWorkerMessage **out,
                   char *err, size_t errlen)
 {
@@ -318,6 +325,7 @@ int gw_wlink_recv(struct gw_wlink *l, int timeout_ms, GwWorkerMessage **out,
         if (!zmq_msg_more(&msg))
             break;
     }
+    l->rx_s = now_s();
     size_t n = zmq_msg_size(&msg);
     *out = tangram__worker__v1__worker_message__unpack(
         NULL, n, (const uint8_t *)zmq_msg_data(&msg));
@@ -475,6 +483,10 @@ static int handle(struct gw_wlink *l, struct gw_worker *w, GwWorkerMessage *m)
                     (unsigned long long)plan->step_id);
             return GW_WLINK_EXIT_ERROR;
         }
+        /* Host work of the step on this rank: from the plan's arrival
+         * (before its unpacking) to the result encoded, less the
+         * backend's calls. */
+        res.host_seconds = now_s() - l->rx_s - gr.backend_seconds;
         if (send_result(l, &res, err, sizeof(err)) != 0) {
             log_err("%s", err);
             return GW_WLINK_EXIT_ERROR;

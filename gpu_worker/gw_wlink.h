@@ -82,6 +82,8 @@ struct gw_wlink {
     char *endpoint;   /* the router's, owned (the beat connects to it) */
     uint64_t hb_seq;  /* heartbeats sent */
     struct gw_progress progress; /* the compute thread's marks */
+    double rx_s;                 /* CLOCK_MONOTONIC seconds at which the
+                                    latest message was received */
     struct gw_beat beat;         /* the heartbeat thread while serving */
     uint8_t *buf;     /* (buf_cap) pack buffer, owned */
     size_t buf_cap;

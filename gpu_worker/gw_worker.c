@@ -13,6 +13,12 @@
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_worker_internal.h"
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 static void slot_free(struct gw_wslot *s)
 {
     kv_seq_clear(&s->kv); /* a mirror: the ids are the router's */
@@ -443,8 +449,10 @@ static int run_fork(struct gw_worker *w, const struct gw_plan *plan,
             if (a[k] == b[k])
                 continue;
             if (n_cp == w->rows) {
+                double tb = now_s();
                 int rc = w->be->ops->copy_pages(w->be, w->cp_src, w->cp_dst,
                                                 n_cp, err, errlen);
+                w->backend_s += now_s() - tb;
                 if (rc != 0)
                     return rc;
                 n_cp = 0;
@@ -454,8 +462,10 @@ static int run_fork(struct gw_worker *w, const struct gw_plan *plan,
         }
     }
     if (n_cp > 0) {
+        double tb = now_s();
         int rc = w->be->ops->copy_pages(w->be, w->cp_src, w->cp_dst, n_cp,
                                         err, errlen);
+        w->backend_s += now_s() - tb;
         if (rc != 0)
             return rc;
     }
@@ -502,8 +512,10 @@ static int compact_triggered(struct gw_worker *w, const struct gw_plan *plan,
     if (n == 0)
         return 0;
     int64_t heads = 0;
+    double tb = now_s();
     int rc = w->be->ops->compact(w->be, &w->trig, w->seq_ptrs, n, &heads,
                                  err, errlen);
+    w->backend_s += now_s() - tb;
     gw_progress_mark(w->progress);
     return rc;
 }
@@ -537,8 +549,10 @@ static int run_plan(struct gw_worker *w, const struct gw_plan *plan,
          * part in the logits of exactly those. */
         struct gw_seq *q = seq_view(w, e->slot);
         q->seed = e->seed; /* gvote's synthetic-query stream */
+        double tb = now_s();
         rc = ops->prefill(w->be, q, w->ids, (int)e->n_tokens, row[i],
                           NULL, NULL, err, errlen);
+        w->backend_s += now_s() - tb;
         gw_progress_mark(w->progress);
         if (rc != 0)
             return rc;
@@ -575,8 +589,10 @@ static int run_plan(struct gw_worker *w, const struct gw_plan *plan,
         nd++;
     }
     if (nd > 0) {
+        double tb = now_s();
         rc = ops->decode(w->be, w->seq_ptrs, w->ids, nd, d_sample ? n_pf : -1,
                          n_draws > 0 ? w->draws : NULL, n_draws, err, errlen);
+        w->backend_s += now_s() - tb;
         gw_progress_mark(w->progress);
         if (rc != 0)
             return rc;
@@ -610,9 +626,11 @@ static void draw_all(struct gw_worker *w, const struct gw_plan *plan,
         }
         struct gw_draw d;
         make_draw(w, e, row[i], 0, &d);
+        double tb = now_s();
         int src = ops->sample(w->be, &d, &w->tok[*n_tok],
                               w->top_ids + *n_tok * K, w->top_lps + *n_tok * K,
                               why, GW_WORKER_SLOT_ERROR_MAX);
+        w->backend_s += now_s() - tb;
         gw_progress_mark(w->progress);
         if (src != 0) {
             slot_error(w, n_err, e->slot, why);
@@ -622,12 +640,6 @@ static void draw_all(struct gw_worker *w, const struct gw_plan *plan,
     }
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int gw_worker_step(struct gw_worker *w, const struct gw_plan *plan,
                    struct gw_result *out)
@@ -638,6 +650,7 @@ int gw_worker_step(struct gw_worker *w, const struct gw_plan *plan,
     out->error = w->error;
     w->error[0] = '\0';
     double t0 = now_s();
+    w->backend_s = 0;
     char *err = w->error;
     size_t errlen = sizeof(w->error);
     int rc = w->joined ? gw_worker__check_plan(w, plan, err, errlen)
@@ -690,5 +703,6 @@ done:
             tg_err_set(err, errlen, rc, "%s", tg_strerror(rc));
     }
     out->step_seconds = now_s() - t0;
+    out->backend_seconds = w->backend_s;
     return rc;
 }

@@ -195,6 +195,8 @@ struct gw_worker {
     volatile sig_atomic_t *peer_lost_flag; /* borrowed, optional */
     int rows;                     /* L * G */
     uint64_t last_step;           /* step id of the last accepted plan */
+    double backend_s;             /* seconds inside the backend's calls in
+                                     the current step */
     struct gw_progress *progress; /* optional, borrowed (its link's): marked
                                      after every backend call of a step, so
                                      the heartbeat thread can tell a long
@@ -267,7 +269,8 @@ int gw_worker_comm_join(struct gw_worker *w, const struct gw_comm_setup *cs,
                         char *err, size_t errlen);
 
 /* Runs one plan (see the top of this file) and fills *out: step_id, rank,
- * ok, error, the tokens and slot errors (rank 0) and step_seconds. Before
+ * ok, error, the tokens and slot errors (rank 0), step_seconds and
+ * backend_seconds. Before
  * gw_worker_comm_join every plan fails with TG_EPROTO. With T > 1 every
  * rank must get every plan; a plan one rank rejects and another runs
  * leaves the others' collectives to time out (TG_ETIMEDOUT, peers_lost

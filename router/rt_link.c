@@ -234,6 +234,7 @@ static void complete_step(struct rt_link *link, int ok, const char *error)
         .entries = link->res_tokens,
         .tokens = link->res_ids,
         .step_seconds = link->step_seconds,
+        .host_seconds = link->host_seconds,
     };
     if (ok)
         rt_link__heads_result(link, &res);
@@ -449,6 +450,8 @@ static void on_step_result(struct rt_link *link, int rank, wmsg_t *m)
     link->n_answered++;
     if (sr->step_seconds > link->step_seconds)
         link->step_seconds = sr->step_seconds;
+    if (sr->host_seconds > link->host_seconds)
+        link->host_seconds = sr->host_seconds;
     if (!sr->ok && !link->failed) {
         link->failed = 1;
         snprintf(link->step_error, sizeof link->step_error, "rank %d: %s",

@@ -174,7 +174,10 @@ struct rt_link_result {
                                     index, what rt_sched_complete_heads
                                     takes; none when !ok */
     int32_t n_heads;
-    double step_seconds;         /* slowest rank's forward time, seconds */
+    double step_seconds;         /* slowest rank's time running the plan,
+                                    seconds */
+    double host_seconds;         /* the most host work of a rank in the
+                                    step (StepResult.host_seconds) */
 };
 
 typedef void (*rt_link_result_fn)(void *ud, const struct rt_link_result *res);
@@ -241,6 +244,7 @@ struct rt_link {
     int failed;                  /* some rank said !ok */
     char step_error[512];        /* first error of the step */
     double step_seconds;
+    double host_seconds;
     void *rank0_result;          /* rank 0's unpacked WorkerMessage */
     int32_t n_entries, cap_entries;
     uint32_t *entry_slot;        /* (cap_entries) slots of the step */

@@ -299,6 +299,7 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
     link->failed = 0;
     link->step_error[0] = '\0';
     link->step_seconds = 0;
+    link->host_seconds = 0;
     link->n_entries = n;
     link->n_res_heads = 0;
     link->n_res_head_vals = 0;

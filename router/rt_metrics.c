@@ -847,6 +847,20 @@ static const struct single_def single_defs[] = {
      "did not fit in --max-body-memory.",
      RT_METRICS_COUNTER, NULL, NULL,
      SLOT(request_body_memory_refused_total)},
+    {"tangram_step_seconds_total",
+     "Wall time of the scheduler's steps, from forming the plan to its "
+     "result handled, in seconds.",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(step_seconds_total)},
+    {"tangram_step_router_host_seconds_total",
+     "Router host work of the steps, in seconds: forming and encoding the "
+     "plan, handling the result (tokens, text, streaming).",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(step_router_host_seconds_total)},
+    {"tangram_step_worker_host_seconds_total",
+     "Worker host work of the steps (per step the most of any rank), in "
+     "seconds: a step's time on the worker outside the backend's calls "
+     "(plan decode and validation, slot and block-table bookkeeping, result "
+     "encode).",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(step_worker_host_seconds_total)},
 };
 
 /* One labelled counter family of the set: one series per value of its

@@ -307,6 +307,11 @@ struct rt_metrics_tangram {
     struct rt_metrics_series *accept_pauses_total[RT_METRICS_API_COUNT];
     struct rt_metrics_series *request_body_memory_bytes;      /* gauge */
     struct rt_metrics_series *request_body_memory_refused_total;
+    /* counters of the step loop's time (seconds): wall time of the steps
+     * and its host work on the router and on the workers */
+    struct rt_metrics_series *step_seconds_total;
+    struct rt_metrics_series *step_router_host_seconds_total;
+    struct rt_metrics_series *step_worker_host_seconds_total;
 };
 
 /* vLLM's bucket bounds (seconds), exported for tests and documentation. */

@@ -249,6 +249,7 @@ static void pump_cb(uv_idle_t *h)
     s->pump_on = 0;
     if (s->step_in_flight || !s->sched_ready || !rt_link_ready(&s->link))
         return;
+    double t0 = rt_server_now(s);
     char err[256];
     int rc = rt_sched_plan(&s->sched, &s->step, err, sizeof(err));
     if (rc != 0) {
@@ -275,12 +276,13 @@ static void pump_cb(uv_idle_t *h)
         return;
     }
     s->step_in_flight = 1;
+    s->step_t0 = t0;
+    s->step_plan_s = rt_server_now(s) - t0;
 }
 
 /* Rank 0's tokens came back (or the step failed). */
-static void on_result(void *ud, const struct rt_link_result *res)
+static void handle_result(struct rt_server *s, const struct rt_link_result *res)
 {
-    struct rt_server *s = ud;
     s->step_in_flight = 0;
     rt_metrics_histogram_observe(s->metrics.scheduler_step_seconds, res->step_seconds);
     /* Head lengths that do not fit the router's accounting make the result
@@ -373,6 +375,23 @@ static void on_result(void *ud, const struct rt_link_result *res)
     reap(s);
     update_gauges(s);
     rt_server__wake(s);
+}
+
+/* The step's time: its wall time, and the host work in it (the router's
+ * plan and result handling, the busiest worker's report). */
+static void on_result(void *ud, const struct rt_link_result *res)
+{
+    struct rt_server *s = ud;
+    double t = rt_server_now(s);
+    handle_result(s, res);
+    double t1 = rt_server_now(s);
+    struct rt_metrics_tangram *m = &s->metrics;
+    rt_metrics_counter_add(m->step_seconds_total, t1 - s->step_t0);
+    rt_metrics_counter_add(m->step_router_host_seconds_total,
+                           s->step_plan_s + (t1 - t));
+    if (res->host_seconds > 0)
+        rt_metrics_counter_add(m->step_worker_host_seconds_total,
+                               res->host_seconds);
 }
 
 static void on_dead(void *ud, int rank)

@@ -159,6 +159,9 @@ struct rt_server {
     int sched_ready;            /* initialized from the workers' pools */
     struct rt_step step;
     int step_in_flight;
+    double step_t0;               /* rt_server_now() when the step in flight
+                                     began to be planned */
+    double step_plan_s;           /* its planning and sending, seconds */
     struct rt_metrics_tangram metrics;
     struct rt_metrics_tier tier_metrics; /* in metrics.reg (§4.10) */
     struct rt_req *reqs;        /* live requests */

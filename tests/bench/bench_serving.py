@@ -351,6 +351,11 @@ def run_load(client, convs, starts, max_tokens, timeout, thinks=None):
     return results, time.perf_counter() - t_begin
 
 
+def ratio(a, b):
+    """a / b, NaN where b is zero or either is NaN."""
+    return a / b if b and not math.isnan(a) and not math.isnan(b) else float("nan")
+
+
 def aggregate(results, wall, metrics):
     ok = [r for r in results if r["error"] is None]
     ttft = [r["ttft"] for r in ok]
@@ -404,6 +409,14 @@ def aggregate(results, wall, metrics):
         "host_pages_total": m("tangram_kv_host_pages_total", rank="0"),
         "host_pages_used_end": m("tangram_kv_host_pages_used", rank="0"),
         "host_conversations_end": m("tangram_kv_host_conversations"),
+        # Host work per step (router: planning, encoding, result handling;
+        # worker: its step outside the backend's calls) over the steps'
+        # wall time, from the router's counters.
+        "step_s": m("tangram_step_seconds_total"),
+        "host_share_router": ratio(m("tangram_step_router_host_seconds_total"),
+                                   m("tangram_step_seconds_total")),
+        "host_share_worker": ratio(m("tangram_step_worker_host_seconds_total"),
+                                   m("tangram_step_seconds_total")),
     }
 
 
@@ -562,6 +575,13 @@ def report(full, profs, cfg):
             ("batch held, peak", lambda a: fmt(a["batch_held"]["max"], 1, 0),
              ("batch_held", "max")),
             ("preemptions", lambda a: fmt(a["preemptions"], 1, 0), None),
+            ("host work of a step (%)",
+             lambda a: fmt(a["host_share_router"] + a["host_share_worker"],
+                           100, 2), None),
+            ("  router / worker (%)",
+             lambda a: "%s / %s" % (fmt(a["host_share_router"], 100, 2),
+                                    fmt(a["host_share_worker"], 100, 2)),
+             None),
             ("KV pages (pool)", lambda a: fmt(a["kv_pages_capacity"], 1, 0), None),
             ("start-up (s)", lambda a: fmt(a["startup_s"], 1, 1), None),
             ("worker RSS peak (MiB)",

@@ -44,7 +44,8 @@ def main():
                  p.stderr[-3000:])
         for label in ("full KV", "profile 0.25", "TTFT p99 (ms)", "ITL p50 (ms)",
                       "TPOT mean (ms)", "request throughput (req/s)",
-                      "output throughput (tok/s)", "cached prompt fraction"):
+                      "output throughput (tok/s)", "cached prompt fraction",
+                      "host work of a step (%)"):
             ck.check(label in p.stdout, "table shows '%s'" % label)
         try:
             with open(out_json) as f:
@@ -65,6 +66,11 @@ def main():
                 v = a.get(key)
                 ck.check(isinstance(v, (int, float)) and v > 0 and math.isfinite(v),
                          "%s: %s positive" % (name, key), v)
+            hs = (a.get("host_share_router"), a.get("host_share_worker"))
+            ck.check(all(isinstance(v, float) and 0 < v < 1 for v in hs) and
+                     sum(hs) <= 1,
+                     "%s: host work of a step, router and worker shares in "
+                     "(0, 1)" % name, hs)
             for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
                 s = a.get(key) or {}
                 vals = [s.get(k) for k in ("p50", "p90", "p99", "mean")]

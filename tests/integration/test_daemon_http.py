@@ -558,6 +558,19 @@ def t_metrics(api):
     cnt = du.metric(samples, "tangram_e2e_request_latency_seconds_count")
     chk.check(inf is not None and inf == cnt and cnt > 0,
               "histogram +Inf bucket equals its count", (inf, cnt))
+    # The steps' wall time holds their host work: the router's (planning,
+    # result handling) and the worker's (in flight, outside the backend's
+    # calls) are disjoint parts of it, both measured on CLOCK_MONOTONIC.
+    wall = du.metric(samples, "tangram_step_seconds_total")
+    rh = du.metric(samples, "tangram_step_router_host_seconds_total")
+    wh = du.metric(samples, "tangram_step_worker_host_seconds_total")
+    chk.check(all(types.get(n) == "counter" for n in (
+        "tangram_step_seconds_total", "tangram_step_router_host_seconds_total",
+        "tangram_step_worker_host_seconds_total")) and
+        None not in (wall, rh, wh) and wall > 0 and rh > 0 and wh > 0 and
+        rh + wh <= wall * (1 + 1e-9),
+        "step time counters: router %s s + worker %s s of host work within "
+        "%s s of steps" % (rh, wh, wall))
 
 
 def raw_exchange(d, data, shutdown=False, timeout=10):

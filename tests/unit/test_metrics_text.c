@@ -235,6 +235,9 @@ static void test_tangram_set(void **state)
         {"tangram_request_body_memory_bytes", RT_METRICS_GAUGE, 0},
         {"tangram_request_body_memory_refused_total", RT_METRICS_COUNTER,
          0},
+        {"tangram_step_seconds_total", RT_METRICS_COUNTER, 0},
+        {"tangram_step_router_host_seconds_total", RT_METRICS_COUNTER, 0},
+        {"tangram_step_worker_host_seconds_total", RT_METRICS_COUNTER, 0},
     };
     int n_want = (int)(sizeof(want) / sizeof(want[0]));
     assert_int_equal(m.reg.n_families, n_want);

@@ -329,7 +329,12 @@ static const struct tg_config_entry table[] = {
     {.name = "world-size", .type = TG_CONFIG_INT, .def = "1", .min = 1,
      .max = 64, .offset = OFF(world_size, int64_t), .metavar = "T",
      .flags = TG_SERVE_WORKER, .help = "Tensor-parallel ranks."},
-    {.name = "comm-timeout-ms", .type = TG_CONFIG_INT, .def = "5000",
+    /* Longer than the router's dead-worker deadline (5 x the heartbeat):
+     * a peer that is gone or stopped is found by the router, which
+     * restarts the group; this bound is the fallback for a router that is
+     * gone too, and must not end a rank that waits for a slow but live
+     * peer on a loaded machine. */
+    {.name = "comm-timeout-ms", .type = TG_CONFIG_INT, .def = "30000",
      .min = 100, .max = 3600000, .offset = OFF(comm_timeout_ms, int64_t),
      .metavar = "MS", .flags = TG_SERVE_WORKER,
      .help = "Longest wait for the other ranks (joining, each all-reduce) "

@@ -101,7 +101,7 @@ int rt_metrics_tier_init(struct rt_metrics_tier *t,
                   RT_METRICS_GAUGE, "rank", vals, n_ranks, t->host_pages_used,
                   err, errlen);
     if (rc == 0)
-        rc = labelled(reg, "tangram_kv_host_pages_total",
+        rc = labelled(reg, "tangram_kv_host_pages_capacity",
                       "Pages of the rank's host tier (--kv-host-memory; 0: "
                       "no tier).",
                       RT_METRICS_GAUGE, "rank", vals, n_ranks,

@@ -5,7 +5,7 @@
  *
  *   tangram_kv_host_pages_used{rank}     gauge: host-tier pages held by
  *                                        stored conversations
- *   tangram_kv_host_pages_total{rank}    gauge: pages of the rank's tier
+ *   tangram_kv_host_pages_capacity{rank}    gauge: pages of the rank's tier
  *                                        (0: no tier)
  *   tangram_kv_host_conversations        gauge: stored conversations in
  *                                        the host tier

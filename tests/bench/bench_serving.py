@@ -406,7 +406,7 @@ def aggregate(results, wall, metrics):
                            m("tangram_kv_restore_seconds_count")
                            if m("tangram_kv_restore_seconds_count") > 0
                            else float("nan")),
-        "host_pages_total": m("tangram_kv_host_pages_total", rank="0"),
+        "host_pages_total": m("tangram_kv_host_pages_capacity", rank="0"),
         "host_pages_used_end": m("tangram_kv_host_pages_used", rank="0"),
         "host_conversations_end": m("tangram_kv_host_conversations"),
         # Host work per step (router: planning, encoding, result handling;

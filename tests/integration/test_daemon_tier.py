@@ -181,10 +181,10 @@ def tier_case(grpc, pb, model, prof, work, tp, ref, kill=True):
         return
     try:
         page_bytes = 1 * 2 * 16 * 64 * ELEM  # H_p x K,V x P x d x element
-        C.check(all(m(d, "tangram_kv_host_pages_total", rank=str(r)) ==
+        C.check(all(m(d, "tangram_kv_host_pages_capacity", rank=str(r)) ==
                     (2 << 30) // page_bytes for r in range(tp)),
                 "%s: the default 2 GiB host tier on every rank" % name,
-                [m(d, "tangram_kv_host_pages_total", rank=str(r))
+                [m(d, "tangram_kv_host_pages_capacity", rank=str(r))
                  for r in range(tp)])
         a1, b1, out = conversation(grpc, pb, d)
         C.check(out["a1"] == ref["a1"] and out["b1"] == ref["b1"],
@@ -311,7 +311,7 @@ def host_eviction(grpc, pb, model, work):
         d.stop()
         return
     try:
-        C.check(m(d, "tangram_kv_host_pages_total", rank="0") == 48,
+        C.check(m(d, "tangram_kv_host_pages_capacity", rank="0") == 48,
                 "%s: a 48-page host tier" % name)
         a1, b1 = ids(21, N1), ids(22, N1)
         oa = grpc_gen(grpc, pb, d, a1, "a")
@@ -341,7 +341,7 @@ def tier_off(grpc, pb, model, prof, work):
     if d is None:
         return
     try:
-        C.check(m(d, "tangram_kv_host_pages_total", rank="0") == 0,
+        C.check(m(d, "tangram_kv_host_pages_capacity", rank="0") == 0,
                 "%s: no host pages" % name)
         a1 = ids(1, N1)
         o1 = grpc_gen(grpc, pb, d, a1, "alice")

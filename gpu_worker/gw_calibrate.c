@@ -5,11 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ct_template.h"
-#include "common/pf_identity.h"
-#include "common/tg_err.h"
-#include "common/tg_json.h"
-#include "common/tok_tokenizer.h"
+#include "common/chat/ct_template.h"
+#include "common/profile/pf_identity.h"
+#include "common/base/tg_err.h"
+#include "common/json/tg_json.h"
+#include "common/tok/tok_tokenizer.h"
 #include "kernels/cuda/compress.h" /* plain C: CMP_MAX_CHUNK */
 #include <stdio.h>
 

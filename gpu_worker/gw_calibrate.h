@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/pf_build.h"
+#include "common/profile/pf_build.h"
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_gvote.h"
 

@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "common/kv/kv_budget.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 /* ---- decode batch buckets (every build) -------------------------------- */
 
@@ -53,7 +53,7 @@ int gw_cuda_bucket_of(const int *buckets, int n_buckets, int n)
 #include "kernels/cuda/prefill_attn.h"
 #include "kernels/cuda/sample.h"
 #include "kernels/cuda/score_qa.h"
-#include "common/st_safetensors.h"
+#include "common/model/st_safetensors.h"
 #include "gpu_worker/gw_cuda_internal.h"
 
 static size_t align256(size_t b)

@@ -86,7 +86,7 @@
 #include <stdint.h>
 
 #include "common/kv/kv_table.h"
-#include "common/tg_config.h"
+#include "common/base/tg_config.h"
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_mem.h"
 #include "gpu_worker/gw_model.h"

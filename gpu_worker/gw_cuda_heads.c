@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/st_safetensors.h"
+#include "common/model/st_safetensors.h"
 #include "gpu_worker/gw_cuda_internal.h"
 #include "kernels/cuda/compress.h"
 #include "kernels/cuda/gemm.h"

@@ -31,8 +31,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common/tg_err.h"
-#include "common/tok_tokenizer.h"
+#include "common/base/tg_err.h"
+#include "common/tok/tok_tokenizer.h"
 #include "router/rt_api_grpc_internal.h"
 #include "router/rt_grpc_reflect.h"
 #include "router/rt_openai_int.h"

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "common/tok_tokenizer.h"
+#include "common/tok/tok_tokenizer.h"
 #include "router/rt_api_grpc_internal.h"
 
 /* Building rt__api_grpc_chat_json's document: the first failure wins and is kept in

@@ -34,8 +34,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common/tg_err.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
 
 static const char JSON[] = "application/json";
 

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 enum body_kind { BODY_GENERATE, BODY_TOKENIZE, BODY_DETOKENIZE };
 

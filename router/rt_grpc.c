@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 #define WRITE_HIGH (256u * 1024u)
 

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 /* ---- small encoders ---------------------------------------------------- */
 

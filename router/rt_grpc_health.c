@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "proto/health.pb-c.h"
 
 /* A client that does not read its Watch stream: beyond this many queued

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "router/rt_grpc_internal.h"
 #include "proto/descriptor_index.pb-c.h"
 #include "proto/reflection.pb-c.h"

@@ -39,7 +39,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 /* ---- connection lists -------------------------------------------------- */
 

@@ -35,7 +35,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 static struct rt_http_conn *pconn(http_parser *p)
 {

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 /* A growable byte string for building response heads. */
 struct sbuf {

@@ -26,8 +26,8 @@
 
 #include <zmq.h>
 
-#include "common/tg_err.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
 #include "router/rt_link_internal.h"
 #include "worker.pb-c.h"
 

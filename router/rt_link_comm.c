@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/tg_log.h"
+#include "common/base/tg_log.h"
 #include "router/rt_link.h"
 #include "router/rt_link_internal.h"
 

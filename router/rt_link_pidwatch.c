@@ -12,7 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "common/tg_log.h"
+#include "common/base/tg_log.h"
 #include "router/rt_link_internal.h"
 
 static void pidwatch_closed(uv_handle_t *h)

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "router/rt_link.h"
 #include "router/rt_link_internal.h"
 #include "worker.pb-c.h"

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 int64_t rt_metrics_pool_token_blocks(const struct kv_layout *const *layouts,
                                      int n_ranks, int64_t pages_per_rank)

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 /* A restore moves a conversation's pages over PCIe (CUDA) or memcpy (CPU):
  * from a millisecond for a short chat to seconds for a long one on a busy

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "router/rt_openai_int.h"
 
 void rt__openai_messages_free(struct rt_message *m, size_t n)

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "router/rt_openai_int.h"
 
 /* Compact output (SSE needs one line per event: compact JSON has no raw

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "router/rt_openai_int.h"
 
 /* The text form, unlike /v1/completions, accepts an empty prompt: vLLM

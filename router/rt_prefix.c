@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 /* 64-bit FNV-1a (Fowler, Noll, Vo): offset basis and prime from the
  * published parameters; each token id is mixed in as one 32-bit unit. */

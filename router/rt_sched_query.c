@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "router/rt_sched_internal.h"
 
 int64_t rt_sched_max_tokens(const struct rt_sched *s)

@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "common/kv/kv_layout.h"
-#include "common/tg_err.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
 #include "router/rt_metrics_info.h"
 
 double rt_server_now(const struct rt_server *s)

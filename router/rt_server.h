@@ -22,12 +22,12 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "common/ct_template.h"
+#include "common/chat/ct_template.h"
 #include "common/kv/kv_seq.h"
-#include "common/mc_model_config.h"
-#include "common/pf_profile.h"
-#include "common/tg_serve_opts.h"
-#include "common/tok_tokenizer.h"
+#include "common/model/mc_model_config.h"
+#include "common/profile/pf_profile.h"
+#include "common/base/tg_serve_opts.h"
+#include "common/tok/tok_tokenizer.h"
 #include "router/rt_grpc.h"
 #include "router/rt_http.h"
 #include "router/rt_link.h"

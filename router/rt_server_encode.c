@@ -2,7 +2,7 @@
  * front ends and the generation path (see rt_server.h), and the jobs the
  * front ends run on libuv's thread pool (rt_pool_job: parsing a large
  * request body, encoding, formatting a large answer). Chat prompts are
- * rendered with the model's own chat template (common/ct_template.h).
+ * rendered with the model's own chat template (common/chat/ct_template.h).
  *
  * Encode jobs run the rendering and the tokenization on libuv's thread
  * pool (uv_queue_work; its size is UV_THREADPOOL_SIZE, which the router's
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "router/rt_server.h"
 
 /* Renders (chat) and tokenizes what `j` names into j->ids; any thread. */

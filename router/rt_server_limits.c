@@ -12,8 +12,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "common/tg_err.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
 
 /* Descriptors kept free beside the HTTP and gRPC connections (the worker
  * link, pidfds, logs, the thread pool), at most. */

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/tg_err.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
 
 struct rt_req *rt_req_new(struct rt_server *s, const struct rt_sink *sink,
                           void *client)

@@ -4,8 +4,8 @@
  * and the tier's metrics (see rt_server.h). Loop thread. */
 #include <stdio.h>
 
-#include "common/tg_err.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
 #include "router/rt_server.h"
 
 void rt_server__tier_send(struct rt_server *s)

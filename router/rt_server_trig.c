@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "common/kv/kv_trig.h"
-#include "common/tg_err.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
 #include "router/rt_server.h"
 
 /* The statistics trig scores with: --trig-stats names a profile file of

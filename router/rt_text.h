@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/tok_tokenizer.h"
+#include "common/tok/tok_tokenizer.h"
 
 struct rt_text {
     struct tok_stream ts;     /* incremental, UTF-8 safe */

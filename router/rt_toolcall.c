@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/jj_template.h"
-#include "common/tg_err.h"
+#include "common/jinja/jj_template.h"
+#include "common/base/tg_err.h"
 
 #define OPEN_TAG "<tool_call>"
 #define CLOSE_TAG "</tool_call>"

@@ -41,7 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/ct_template.h"
+#include "common/chat/ct_template.h"
 
 struct rt_tool_call {
     char *id;        /* "call_<16 hex digits>" */

@@ -25,7 +25,7 @@
  * head_slot) are host memory, validated and copied into the launch
  * parameters, so the caller may reuse them as soon as a call returns.
  * bf16 tensors are passed as uint16_t bit patterns (the top half of an
- * IEEE binary32, as common/st_safetensors.h converts), so this header is
+ * IEEE binary32, as common/model/st_safetensors.h converts), so this header is
  * plain C without CUDA types; streams are void * (NULL = default stream).
  *
  * Limits (TG_EINVAL beyond them): n <= CMP_MAX_CHUNK (the selection sorts

@@ -41,7 +41,7 @@
 
 #include <nghttp2/nghttp2.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "router/rt_api_grpc_internal.h"
 #include "router/rt_grpc.h"
 #include "router/rt_grpc_internal.h"

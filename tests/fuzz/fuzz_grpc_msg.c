@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "health.pb-c.h"
 #include "router/rt_api_grpc_internal.h"
 #include "router/rt_openai.h"

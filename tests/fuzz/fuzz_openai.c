@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "router/rt_openai.h"
 #include "tests/fuzz/fz_util.h"
 

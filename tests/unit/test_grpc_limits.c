@@ -30,7 +30,7 @@
 
 #include <nghttp2/nghttp2.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "proto/descriptor_index.pb-c.h"
 #include "proto/reflection.pb-c.h"
 #include "router/rt_grpc.h"

@@ -30,7 +30,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "router/rt_http.h"
 #include "tests/support/tt_http.h"
 

@@ -23,7 +23,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "router/rt_http.h"
 #include "tests/support/tt_http.h"
 

@@ -20,8 +20,8 @@
 #include <zmq.h>
 
 #include "common/kv/kv_seq.h"
-#include "common/tg_err.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
 #include "router/rt_link.h"
 #include "router/rt_sched.h"
 #include "tests/support/tt_link.h"

@@ -21,7 +21,7 @@
 
 #include <uv.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "router/rt_link.h"
 #include "tests/support/tt_link.h"
 

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "router/rt_openai.h"
 
 /* Token texts for the tests: id 1 "Hello", 2 " w\xC3\xB6rld" (an o-umlaut,

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "common/kv/kv_seq.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "router/rt_sched.h"
 #include "tests/support/tt_sched.h"
 

@@ -20,8 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
-#include "common/tok_tokenizer.h"
+#include "common/base/tg_err.h"
+#include "common/tok/tok_tokenizer.h"
 #include "router/rt_server.h"
 #include "tests/support/tt_support.h"
 

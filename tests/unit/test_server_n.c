@@ -13,7 +13,7 @@
 
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "router/rt_server.h"
 
 static void test_check_n(void **state)

@@ -5,8 +5,8 @@
  * (common/base/tg_serve_opts.h): every tangramd flag, which tangramd forwards,
  * plus the router's own --ipc-endpoint (the worker link) and --notify-fd (a
  * pipe to tangramd for READY / NOTREADY / WATCHDOG / DRAINED lines; -1 for
- * none). Sets up the server core (router/rt_server.h), registers the HTTP
- * and gRPC front ends (router/rt_api.h), then listens. Exits 0 after a
+ * none). Sets up the server core (router/core/rt_server.h), registers the HTTP
+ * and gRPC front ends (router/api/rt_api.h), then listens. Exits 0 after a
  * drain, 1 on a start-up failure, 2 on bad flags. When tangramd goes away
  * (the notify pipe closes) the router drains and exits too, so no orphan
  * keeps serving.
@@ -21,8 +21,8 @@
 #include "common/base/tg_err.h"
 #include "common/base/tg_log.h"
 #include "common/base/tg_serve_opts.h"
-#include "router/rt_api.h"
-#include "router/rt_server.h"
+#include "router/api/rt_api.h"
+#include "router/core/rt_server.h"
 
 extern char **environ;
 

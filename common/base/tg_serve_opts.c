@@ -213,7 +213,7 @@ static const struct tg_config_entry table[] = {
      .help = "A worker that keeps beating but whose compute thread makes no "
              "progress for this long (inside one prefill chunk, decode batch "
              "or draw) is declared dead and restarted."},
-    /* HTTP front end limits (router/rt_http.h, docs/DEPLOYMENT.md). */
+    /* HTTP front end limits (router/net/rt_http.h, docs/DEPLOYMENT.md). */
     {.name = "http-max-connections", .type = TG_CONFIG_INT, .def = "4096",
      .min = 16, .max = 1048576, .offset = OFF(http_max_connections, int64_t),
      .metavar = "N",

@@ -123,7 +123,7 @@ struct tg_serve_opts {
                                     their --heartbeat-ms */
     int64_t worker_stall_ms;  /* a worker whose compute thread shows no
                                  progress for longer is declared dead, ms */
-    /* HTTP front end limits (router/rt_http.h; docs/DEPLOYMENT.md) */
+    /* HTTP front end limits (router/net/rt_http.h; docs/DEPLOYMENT.md) */
     int64_t http_max_connections; /* open HTTP connections */
     int64_t http_max_connections_per_ip; /* per client address; 0 = off */
     double http_header_timeout;  /* seconds for a request head */
@@ -133,7 +133,7 @@ struct tg_serve_opts {
                                     (a client that stopped reading) */
     uint64_t http_max_body;      /* bytes of a request body */
     bool metrics_auth;           /* /metrics needs the API key too */
-    /* gRPC front end limits (router/rt_grpc.h; docs/DEPLOYMENT.md) */
+    /* gRPC front end limits (router/net/rt_grpc.h; docs/DEPLOYMENT.md) */
     double grpc_recv_timeout; /* seconds a gRPC request (each message of a
                                  streaming request) may take to arrive */
     double grpc_idle_timeout; /* seconds before an idle gRPC connection is

@@ -1,5 +1,5 @@
 /*
- * fuzz_grpc.c — the router's gRPC server (router/rt_grpc*.c) on what an
+ * fuzz_grpc.c — the router's gRPC server (router/net/rt_grpc*.c) on what an
  * untrusted HTTP/2 client sends: request headers (the checks of :method,
  * content-type, te, grpc-timeout, admission), the 5-byte length-prefixed
  * message framing split across DATA frames (compressed flag, sizes over
@@ -42,10 +42,10 @@
 #include <nghttp2/nghttp2.h>
 
 #include "common/base/tg_err.h"
-#include "router/rt_api_grpc_internal.h"
-#include "router/rt_grpc.h"
-#include "router/rt_grpc_internal.h"
-#include "router/rt_grpc_reflect.h"
+#include "router/api/rt_api_grpc_internal.h"
+#include "router/net/rt_grpc.h"
+#include "router/net/rt_grpc_internal.h"
+#include "router/net/rt_grpc_reflect.h"
 #include "tangram.pb-c.h"
 #include "tests/fuzz/fz_util.h"
 #include "tg_api_descriptors.h"

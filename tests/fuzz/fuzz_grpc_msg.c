@@ -1,6 +1,6 @@
 /*
  * fuzz_grpc_msg.c — the protobuf messages a gRPC client sends the router,
- * decoded the way router/rt_api_grpc.c decodes them: tangram.v1
+ * decoded the way router/api/rt_api_grpc.c decodes them: tangram.v1
  * GenerateRequest (unpacked, then converted into the router's request by
  * rt__api_grpc_convert, checked by rt_sampling_check_converted and
  * rt_gen_request_fit), TokenizeRequest (unpacked, roles checked with
@@ -20,8 +20,8 @@
 
 #include "common/base/tg_err.h"
 #include "health.pb-c.h"
-#include "router/rt_api_grpc_internal.h"
-#include "router/rt_openai.h"
+#include "router/api/rt_api_grpc_internal.h"
+#include "router/api/rt_openai.h"
 #include "tangram.pb-c.h"
 #include "tests/fuzz/fz_util.h"
 

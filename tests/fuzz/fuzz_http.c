@@ -1,5 +1,5 @@
 /*
- * fuzz_http.c — the router's HTTP/1.1 server (router/rt_http*.c) on bytes
+ * fuzz_http.c — the router's HTTP/1.1 server (router/net/rt_http*.c) on bytes
  * from an untrusted client: request line and header parsing, the strict
  * framing checks against request smuggling (rt_http_parse.c), chunked and
  * Content-Length bodies, trailers, limits (431, 413), the head check,
@@ -31,8 +31,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "router/rt_http.h"
-#include "router/rt_http_internal.h"
+#include "router/net/rt_http.h"
+#include "router/net/rt_http_internal.h"
 #include "tests/fuzz/fz_util.h"
 
 static uv_loop_t loop;

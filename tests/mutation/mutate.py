@@ -32,7 +32,7 @@ import time
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 
-SCHED = "router/rt_sched.c"
+SCHED = "router/core/rt_sched.c"
 ADMIT = ["test_sched_admit", "test_sched_fork", "test_sched_trig",
          "test_sched", "test_sched_prefix"]
 

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
-#include "router/rt_grpc_reflect.h"
+#include "router/net/rt_grpc_reflect.h"
 #include "tg_api_descriptors.h"
 
 /* A /test.Echo/Ticks call in progress. */

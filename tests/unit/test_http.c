@@ -23,7 +23,7 @@
 #include <time.h>
 
 #include "common/base/tg_err.h"
-#include "router/rt_http.h"
+#include "router/net/rt_http.h"
 #include "tests/support/tt_http.h"
 
 /* ---- tests ---------------------------------------------------------- */

@@ -25,8 +25,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "router/rt_http.h"
-#include "router/rt_http_internal.h"
+#include "router/net/rt_http.h"
+#include "router/net/rt_http_internal.h"
 
 struct fx {
     uv_loop_t loop;

@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "common/base/tg_err.h"
-#include "router/rt_http.h"
+#include "router/net/rt_http.h"
 #include "tests/support/tt_http.h"
 
 #define H "Host: t\r\n"

@@ -22,7 +22,7 @@
 #include <uv.h>
 
 #include "common/base/tg_err.h"
-#include "router/rt_link.h"
+#include "router/link/rt_link.h"
 #include "tests/support/tt_link.h"
 
 static char err[256];

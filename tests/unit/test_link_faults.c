@@ -21,8 +21,8 @@
 
 #include "common/base/tg_err.h"
 #include "common/base/tg_log.h"
-#include "router/rt_link.h"
-#include "router/rt_sched.h"
+#include "router/link/rt_link.h"
+#include "router/core/rt_sched.h"
 #include "tests/support/tt_link.h"
 #include "worker.pb-c.h"
 

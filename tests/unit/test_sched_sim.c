@@ -22,7 +22,7 @@
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
 #include "common/base/tg_err.h"
-#include "router/rt_sched.h"
+#include "router/core/rt_sched.h"
 
 static char err[256];
 

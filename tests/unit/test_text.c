@@ -11,7 +11,7 @@
 
 #include "common/base/tg_err.h"
 #include "common/tok/tok_tokenizer.h"
-#include "router/rt_text.h"
+#include "router/core/rt_text.h"
 #include "tests/support/tt_support.h"
 
 static struct tok_tokenizer tok;

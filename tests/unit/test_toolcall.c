@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "common/base/tg_err.h"
-#include "router/rt_toolcall.h"
+#include "router/api/rt_toolcall.h"
 
 #include <stdio.h>
 #include <stdlib.h>

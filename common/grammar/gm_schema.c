@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/grammar/gm_schema_int.h"
+#include "common/grammar/gm_schema_internal.h"
 #include "common/base/tg_err.h"
 
 enum kw {

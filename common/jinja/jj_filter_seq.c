@@ -1,4 +1,4 @@
-/* jj_filter_seq.c — Jinja's filters over sequences (jj_filter_int.h):
+/* jj_filter_seq.c — Jinja's filters over sequences (jj_filter_internal.h):
  * map, select / reject (and the attr forms), sort, dictsort, unique, min,
  * max, sum, join, reverse, first and last, and the attribute getter they
  * share (make_attrgetter: dotted paths, integer parts, items first).
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/jinja/jj_filter_int.h"
+#include "common/jinja/jj_filter_internal.h"
 #include "common/jinja/jj_internal.h"
 #include "common/base/tg_err.h"
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/jinja/jj_internal.h"
-#include "common/jinja/jj_parse_int.h"
+#include "common/jinja/jj_parse_internal.h"
 #include "common/base/tg_err.h"
 
 /* ---- expressions -------------------------------------------------------- */

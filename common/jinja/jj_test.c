@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/jinja/jj_filter_int.h"
+#include "common/jinja/jj_filter_internal.h"
 #include "common/jinja/jj_internal.h"
 #include "common/base/tg_err.h"
 

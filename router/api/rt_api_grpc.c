@@ -35,7 +35,7 @@
 #include "common/tok/tok_tokenizer.h"
 #include "router/api/rt_api_grpc_internal.h"
 #include "router/net/rt_grpc_reflect.h"
-#include "router/api/rt_openai_int.h"
+#include "router/api/rt_openai_chat.h"
 #include "tangram.pb-c.h"
 #include "tg_api_descriptors.h"
 
@@ -358,7 +358,7 @@ static void gen_cancelled(struct rt_grpc_call *call, int status, void *ud)
 
 /* GenerateRequest -> rt_gen_request with the OpenAI defaults (declared in
  * rt_api_grpc_internal.h for the fuzzing harness). */
-int rt__api_grpc_convert(struct rt_server *s,
+int rt_api_grpc__convert(struct rt_server *s,
                          const Tangram__V1__GenerateRequest *q,
                          struct rt_gen_request *g, struct rt_api_error *e,
                          const struct rt_grpc_call *call)
@@ -385,14 +385,16 @@ int rt__api_grpc_convert(struct rt_server *s,
     if (q->n_messages > 0) {
         g->endpoint = RT_ENDPOINT_CHAT;
         g->chat.add_generation_prompt = true;
-        json_t *root = rt__api_grpc_chat_json(q->messages, q->n_messages, q->tools,
+        json_t *root = rt_api_grpc__chat_json(q->messages, q->n_messages, q->tools,
                                  q->n_tools, q->tool_choice, e);
         if (root == NULL)
             return e->status == 500 ? TG_ENOMEM : TG_EINVAL;
-        int rc = rt__openai_parse_messages(root, &g->messages, &g->n_messages,
-                                           &g->chat_messages, e);
+        int rc = rt_openai_chat_parse_messages(root, &g->messages,
+                                               &g->n_messages,
+                                               &g->chat_messages, e);
         if (rc == 0)
-            rc = rt__openai_parse_tools(root, &g->tools, &g->tool_choice, e);
+            rc = rt_openai_chat_parse_tools(root, &g->tools,
+                                            &g->tool_choice, e);
         json_decref(root);
         if (rc != 0)
             return rc;
@@ -581,7 +583,7 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     }
     c->call = call;
     c->conn_id = call->conn_id;
-    int rc = rt__api_grpc_convert(s, q, &r->g, &e, call);
+    int rc = rt_api_grpc__convert(s, q, &r->g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
     r->on_submitted = gen_submitted;
     /* rt_openai_check_id() kept it within id_str; named at once, so that the id
@@ -688,16 +690,16 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
                                             ? (bool)q->add_generation_prompt
                                             : true;
         j->add_special = q->add_special_tokens_opt_case ? q->add_special_tokens : 0;
-        json_t *root = rt__api_grpc_chat_json(q->messages, q->n_messages, q->tools,
+        json_t *root = rt_api_grpc__chat_json(q->messages, q->n_messages, q->tools,
                                  q->n_tools, NULL, &e);
         struct rt_message *msgs = NULL;
         size_t n_msgs = 0;
         rc = root == NULL ? TG_EINVAL
-                          : rt__openai_parse_messages(root, &msgs, &n_msgs,
-                                                      &tc->chat_msgs, &e);
+                          : rt_openai_chat_parse_messages(root, &msgs, &n_msgs,
+                                                          &tc->chat_msgs, &e);
         if (rc == 0)
-            rc = rt__openai_parse_tools(root, &tc->tools, NULL, &e);
-        rt__openai_messages_free(msgs, n_msgs);
+            rc = rt_openai_chat_parse_tools(root, &tc->tools, NULL, &e);
+        rt_openai_chat_messages_free(msgs, n_msgs);
         json_decref(root);
         j->messages = tc->chat_msgs;
         j->tools = tc->tools;

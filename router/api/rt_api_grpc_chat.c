@@ -9,7 +9,7 @@
 #include "common/tok/tok_tokenizer.h"
 #include "router/api/rt_api_grpc_internal.h"
 
-/* Building rt__api_grpc_chat_json's document: the first failure wins and is kept in
+/* Building rt_api_grpc__chat_json's document: the first failure wins and is kept in
  * *e (400 for a string that is not UTF-8, which protobuf-c does not check,
  * 500 out of memory); every later step is skipped. */
 struct chat_build {
@@ -77,7 +77,7 @@ static json_t *build_new(struct chat_build *b, json_t *v)
     return v;
 }
 
-json_t *rt__api_grpc_chat_json(Tangram__V1__ChatMessage *const *msgs,
+json_t *rt_api_grpc__chat_json(Tangram__V1__ChatMessage *const *msgs,
                                size_t n, Tangram__V1__Tool *const *tools,
                                size_t n_tools, const char *tool_choice,
                                struct rt_api_error *e)

@@ -21,7 +21,7 @@
  * s->mc.vocab_size only. Returns 0, or TG_EINVAL / TG_ENOMEM with *e
  * filled; either way the caller frees *g (rt_gen_request_free). Loop
  * thread (any thread for a server object of its own). */
-int rt__api_grpc_convert(struct rt_server *s,
+int rt_api_grpc__convert(struct rt_server *s,
                          const Tangram__V1__GenerateRequest *q,
                          struct rt_gen_request *g, struct rt_api_error *e,
                          const struct rt_grpc_call *call);
@@ -31,7 +31,7 @@ int rt__api_grpc_convert(struct rt_server *s,
  * normalization (rt_openai_chat.c). Returns a new object, or NULL with *e
  * filled (400 for a string that is not UTF-8 or parameters_json that is
  * not JSON, 500 out of memory). Any thread. */
-json_t *rt__api_grpc_chat_json(Tangram__V1__ChatMessage *const *msgs,
+json_t *rt_api_grpc__chat_json(Tangram__V1__ChatMessage *const *msgs,
                                size_t n, Tangram__V1__Tool *const *tools,
                                size_t n_tools, const char *tool_choice,
                                struct rt_api_error *e);

@@ -66,7 +66,7 @@ static void gen_error(struct rt_api_error *e, const char *error)
                          error ? error : "the request failed");
 }
 
-void rt__api_http_send_error(struct rt_http_req *req,
+void rt_api_http__send_error(struct rt_http_req *req,
                              const struct rt_api_error *e)
 {
     char *body = NULL;
@@ -84,13 +84,13 @@ void rt__api_http_send_error(struct rt_http_req *req,
     free(body);
 }
 
-void rt__api_http_send_owned(struct rt_http_req *req, int status, char *body,
+void rt_api_http__send_owned(struct rt_http_req *req, int status, char *body,
                              size_t len, int rc)
 {
     if (rc != 0) {
         struct rt_api_error e;
         rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
-        rt__api_http_send_error(req, &e);
+        rt_api_http__send_error(req, &e);
         return;
     }
     rt_http_respond(req, status, JSON, body, len);
@@ -377,7 +377,7 @@ static void group_body(struct gen_group *g, struct rt_req *r, int rc,
         group_leave(g, r);
         group_cancel(g);
         group_free(g);
-        rt__api_http_send_owned(req, 200, NULL, 0, rc); /* the 500 */
+        rt_api_http__send_owned(req, 200, NULL, 0, rc); /* the 500 */
         return;
     }
     g->bodies[r->choice] = body;
@@ -390,7 +390,7 @@ static void group_body(struct gen_group *g, struct rt_req *r, int rc,
     rc = rt_openai_merge_choices((const char *const *)g->bodies,
                                  (size_t)g->n, &u, &all, &alen);
     group_free(g);
-    rt__api_http_send_owned(req, 200, all, alen, rc);
+    rt_api_http__send_owned(req, 200, all, alen, rc);
 }
 
 static void json_deliver(struct rt_req *r, const char *text, size_t len,
@@ -414,7 +414,7 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
             group_cancel(g);
             group_free(g);
         }
-        rt__api_http_send_error(req, &e);
+        rt_api_http__send_error(req, &e);
         return;
     }
     /* The whole output: every token's logprobs from the start. */
@@ -444,7 +444,7 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     if (g != NULL)
         group_body(g, r, rc, body, blen);
     else
-        rt__api_http_send_owned(req, 200, body, blen, rc);
+        rt_api_http__send_owned(req, 200, body, blen, rc);
 }
 
 static void sse_drained(struct rt_http_req *req, void *ud)
@@ -582,7 +582,7 @@ static void generate_begin(struct rt_req *r)
     struct rt_http_req *req = r->client;
     struct rt_api_error e;
     if (group_start(r, &e) != 0) {
-        rt__api_http_send_error(req, &e);
+        rt_api_http__send_error(req, &e);
         return;
     }
     if (!r->g.stream)
@@ -622,7 +622,7 @@ static void generate_submitted(struct rt_req *r, int rc, struct rt_api_error *e)
     if (rc != 0) {
         struct rt_http_req *req = r->client;
         rt_req_drop(r);
-        rt__api_http_send_error(req, e);
+        rt_api_http__send_error(req, e);
         return;
     }
     generate_begin(r);
@@ -646,7 +646,7 @@ static int session_header(const struct rt_http_req *req,
     return 0;
 }
 
-void rt__api_http_generate_parsed(struct rt_server *s,
+void rt_api_http__generate_parsed(struct rt_server *s,
                                   struct rt_http_req *req, int rc,
                                   struct rt_gen_request *g,
                                   struct rt_api_error *e)
@@ -665,7 +665,7 @@ void rt__api_http_generate_parsed(struct rt_server *s,
     }
     if (rc != 0) {
         rt_gen_request_free(g);
-        rt__api_http_send_error(req, e);
+        rt_api_http__send_error(req, e);
         return;
     }
     r->g = *g;
@@ -678,7 +678,7 @@ void rt__api_http_generate_parsed(struct rt_server *s,
         rc = rt_req_submit(r, e);
     if (rc != 0 && rc != TG_EAGAIN) {
         rt_req_drop(r);
-        rt__api_http_send_error(req, e);
+        rt_api_http__send_error(req, e);
         return;
     }
     /* A client gone while its prompt is tokenized cancels it too. */
@@ -689,12 +689,12 @@ void rt__api_http_generate_parsed(struct rt_server *s,
 
 static void h_completions(struct rt_http_req *req, void *ud)
 {
-    rt__api_http_generate(ud, req, RT_ENDPOINT_COMPLETIONS);
+    rt_api_http__generate(ud, req, RT_ENDPOINT_COMPLETIONS);
 }
 
 static void h_chat(struct rt_http_req *req, void *ud)
 {
-    rt__api_http_generate(ud, req, RT_ENDPOINT_CHAT);
+    rt_api_http__generate(ud, req, RT_ENDPOINT_CHAT);
 }
 
 static void h_models(struct rt_http_req *req, void *ud)
@@ -704,7 +704,7 @@ static void h_models(struct rt_http_req *req, void *ud)
     size_t len = 0;
     int rc = rt_openai_format_models(s->model_name, s->started, s->max_model_len,
                                      &body, &len);
-    rt__api_http_send_owned(req, 200, body, len, rc);
+    rt_api_http__send_owned(req, 200, body, len, rc);
 }
 
 static int hex_value(char c)
@@ -753,14 +753,14 @@ static void h_model(struct rt_http_req *req, void *ud)
         rt_api_error_set(&e, 404, "model_not_found", "model",
                          "The model '%.200s' does not exist",
                          req->path + sizeof(prefix) - 1);
-        rt__api_http_send_error(req, &e);
+        rt_api_http__send_error(req, &e);
         return;
     }
     char *body = NULL;
     size_t len = 0;
     int rc = rt_openai_format_model(s->model_name, s->started,
                                     s->max_model_len, &body, &len);
-    rt__api_http_send_owned(req, 200, body, len, rc);
+    rt_api_http__send_owned(req, 200, body, len, rc);
 }
 
 /* The first rank silent for more than two heartbeat periods (a worker
@@ -828,8 +828,8 @@ int rt_api_http_register(struct rt_server *s, char *err, size_t errlen)
         {"POST", "/v1/chat/completions", h_chat},
         {"GET", "/v1/models", h_models},
         {"GET", "/v1/models/*", h_model},
-        {"POST", "/tokenize", rt__api_http_tokenize},
-        {"POST", "/detokenize", rt__api_http_detokenize},
+        {"POST", "/tokenize", rt_api_http__tokenize},
+        {"POST", "/detokenize", rt_api_http__detokenize},
         {"GET", "/health", h_health},
         {"GET", "/metrics", h_metrics},
     };

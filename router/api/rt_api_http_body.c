@@ -151,11 +151,11 @@ static void body_done(struct rt_pool_job *p, int ran)
                              "was read");
         }
         if (j->kind == BODY_GENERATE) {
-            rt__api_http_generate_parsed(j->s, req, j->rc, &j->g, &j->e);
+            rt_api_http__generate_parsed(j->s, req, j->rc, &j->g, &j->e);
         } else if (j->rc != 0) {
-            rt__api_http_send_error(req, &j->e);
+            rt_api_http__send_error(req, &j->e);
         } else {
-            rt__api_http_send_owned(req, 200, j->out, j->out_len, 0);
+            rt_api_http__send_owned(req, 200, j->out, j->out_len, 0);
             j->out = NULL;
         }
     }
@@ -183,7 +183,7 @@ static void body_job_start(struct rt_server *s, struct rt_http_req *req,
     if (j == NULL || rt_http_req_take_body(req, &j->body) != 0) {
         free(j);
         rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
-        rt__api_http_send_error(req, &e);
+        rt_api_http__send_error(req, &e);
         return;
     }
     j->s = s;
@@ -196,7 +196,7 @@ static void body_job_start(struct rt_server *s, struct rt_http_req *req,
         rt_conn_body_free(&j->body);
         free(j);
         rt_api_error_set(&e, 500, "internal_error", NULL, "%s", err);
-        rt__api_http_send_error(req, &e);
+        rt_api_http__send_error(req, &e);
         return;
     }
     rt_http_req_on_abort(req, body_gone, j);
@@ -204,7 +204,7 @@ static void body_job_start(struct rt_server *s, struct rt_http_req *req,
 
 /* ---- entry points -------------------------------------------------------- */
 
-void rt__api_http_generate(struct rt_server *s, struct rt_http_req *req,
+void rt_api_http__generate(struct rt_server *s, struct rt_http_req *req,
                            enum rt_endpoint ep)
 {
     if (req->body_len > RT_API_BODY_INLINE_BYTES) {
@@ -214,7 +214,7 @@ void rt__api_http_generate(struct rt_server *s, struct rt_http_req *req,
     struct rt_gen_request g;
     struct rt_api_error e;
     int rc = parse_generate(s, ep, req->body, req->body_len, &g, &e);
-    rt__api_http_generate_parsed(s, req, rc, &g, &e);
+    rt_api_http__generate_parsed(s, req, rc, &g, &e);
 }
 
 /* /tokenize and /detokenize answered inline (small bodies) or by a job. */
@@ -231,17 +231,17 @@ static void answer(struct rt_http_req *req, struct rt_server *s, int kind)
                  ? tokenize_body(s, req->body, req->body_len, &out, &n, &e)
                  : detokenize_body(s, req->body, req->body_len, &out, &n, &e);
     if (rc != 0)
-        rt__api_http_send_error(req, &e);
+        rt_api_http__send_error(req, &e);
     else
-        rt__api_http_send_owned(req, 200, out, n, 0);
+        rt_api_http__send_owned(req, 200, out, n, 0);
 }
 
-void rt__api_http_tokenize(struct rt_http_req *req, void *ud)
+void rt_api_http__tokenize(struct rt_http_req *req, void *ud)
 {
     answer(req, ud, BODY_TOKENIZE);
 }
 
-void rt__api_http_detokenize(struct rt_http_req *req, void *ud)
+void rt_api_http__detokenize(struct rt_http_req *req, void *ud)
 {
     answer(req, ud, BODY_DETOKENIZE);
 }

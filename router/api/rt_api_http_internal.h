@@ -17,30 +17,30 @@
 #define RT_API_BODY_INLINE_BYTES RT_ENCODE_INLINE_BYTES
 
 /* Answers req with the OpenAI error *e (Retry-After on 429 and 503). */
-void rt__api_http_send_error(struct rt_http_req *req,
+void rt_api_http__send_error(struct rt_http_req *req,
                              const struct rt_api_error *e);
 
 /* Answers req with `status` and the JSON `body` (owned, freed here), or
  * with a 500 when rc != 0. */
-void rt__api_http_send_owned(struct rt_http_req *req, int status, char *body,
+void rt_api_http__send_owned(struct rt_http_req *req, int status, char *body,
                              size_t len, int rc);
 
 /* Generation goes on with a parsed request (rt_api_http.c): rc 0 and *g
  * (moved out, *g left empty), or rc != 0 and the error *e (*g freed). */
-void rt__api_http_generate_parsed(struct rt_server *s,
+void rt_api_http__generate_parsed(struct rt_server *s,
                                   struct rt_http_req *req, int rc,
                                   struct rt_gen_request *g,
                                   struct rt_api_error *e);
 
 /* Parses the completions or chat body of req — on the loop when it is
  * small, else on the thread pool — then calls
- * rt__api_http_generate_parsed on the loop; a client gone meanwhile
+ * rt_api_http__generate_parsed on the loop; a client gone meanwhile
  * cancels the job (rt_api_http_body.c). */
-void rt__api_http_generate(struct rt_server *s, struct rt_http_req *req,
+void rt_api_http__generate(struct rt_server *s, struct rt_http_req *req,
                            enum rt_endpoint ep);
 
 /* Route handlers of rt_api_http_body.c; ud is the server. */
-void rt__api_http_tokenize(struct rt_http_req *req, void *ud);
-void rt__api_http_detokenize(struct rt_http_req *req, void *ud);
+void rt_api_http__tokenize(struct rt_http_req *req, void *ud);
+void rt_api_http__detokenize(struct rt_http_req *req, void *ud);
 
 #endif /* RT_API_HTTP_INTERNAL_H */

@@ -3,6 +3,7 @@
  * tool_choice and the chat-template options. Shapes follow the OpenAI API
  * reference and vLLM's protocol.py; each rule says where it deviates. */
 #include "router/api/rt_openai.h"
+#include "router/api/rt_openai_chat.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -10,9 +11,9 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
-#include "router/api/rt_openai_int.h"
+#include "router/api/rt_openai_internal.h"
 
-void rt__openai_messages_free(struct rt_message *m, size_t n)
+void rt_openai_chat_messages_free(struct rt_message *m, size_t n)
 {
     for (size_t i = 0; m != NULL && i < n; i++) {
         free(m[i].content);
@@ -30,10 +31,10 @@ static int parse_content(const json_t *v, const char *param, char **out,
 {
     if (json_is_string(v)) {
         *out = strndup(json_string_value(v), json_string_length(v));
-        return *out != NULL ? 0 : rt__openai_oom(e);
+        return *out != NULL ? 0 : rt_openai__oom(e);
     }
     if (!json_is_array(v))
-        return rt__openai_bad_type(e, param,
+        return rt_openai__bad_type(e, param,
                                    "a string or an array of content parts");
     size_t n = json_array_size(v), total = 1;
     char p[128];
@@ -41,14 +42,14 @@ static int parse_content(const json_t *v, const char *param, char **out,
         json_t *part = json_array_get(v, j);
         if (!json_is_object(part)) {
             snprintf(p, sizeof(p), "%.96s[%zu]", param, j);
-            return rt__openai_bad_type(e, p, "an object");
+            return rt_openai__bad_type(e, p, "an object");
         }
         json_t *t = json_object_get(part, "type");
         snprintf(p, sizeof(p), "%.96s[%zu].type", param, j);
         if (!json_is_string(t))
-            return rt__openai_bad_type(e, p, "a string");
+            return rt_openai__bad_type(e, p, "a string");
         if (strcmp(json_string_value(t), "text") != 0)
-            return rt__openai_fail(
+            return rt_openai__fail(
                 e, TG_EUNSUPPORTED, 400, "unsupported_content_type", p,
                 "content part type '%.64s' is not supported; "
                 "only 'text' is",
@@ -56,12 +57,12 @@ static int parse_content(const json_t *v, const char *param, char **out,
         json_t *text = json_object_get(part, "text");
         snprintf(p, sizeof(p), "%.96s[%zu].text", param, j);
         if (!json_is_string(text))
-            return rt__openai_bad_type(e, p, "a string");
+            return rt_openai__bad_type(e, p, "a string");
         total += json_string_length(text) + 1;
     }
     char *s = malloc(total);
     if (s == NULL)
-        return rt__openai_oom(e);
+        return rt_openai__oom(e);
     size_t off = 0;
     for (size_t j = 0; j < n; j++) {
         json_t *text = json_object_get(json_array_get(v, j), "text");
@@ -80,13 +81,13 @@ static int parse_role(const json_t *v, const char *param, enum rt_role *out,
                       struct rt_api_error *e)
 {
     if (v == NULL || json_is_null(v))
-        return rt__openai_fail(e, TG_EFORMAT, 400, "missing_required_parameter",
+        return rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
                                param, "'%s' is required", param);
     if (!json_is_string(v))
-        return rt__openai_bad_type(e, param, "a string");
+        return rt_openai__bad_type(e, param, "a string");
     const char *s = json_string_value(v);
     if (rt_role_from_name(s, out) != 0)
-        return rt__openai_fail(
+        return rt_openai__fail(
             e, TG_EFORMAT, 400, "invalid_value", param,
             "'%s' must be one of system, developer, user, assistant, "
             "tool; got '%.64s'",
@@ -99,7 +100,7 @@ static int set_new(json_t *obj, const char *key, json_t *v,
                    struct rt_api_error *e)
 {
     if (v == NULL || json_object_set_new(obj, key, v) != 0)
-        return rt__openai_oom(e);
+        return rt_openai__oom(e);
     return 0;
 }
 
@@ -112,10 +113,10 @@ static int parse_tool_calls(const json_t *v, size_t i, json_t **out,
     char p[160];
     snprintf(p, sizeof(p), "messages[%zu].tool_calls", i);
     if (!json_is_array(v))
-        return rt__openai_bad_type(e, p, "an array of tool calls");
+        return rt_openai__bad_type(e, p, "an array of tool calls");
     json_t *arr = json_array();
     if (arr == NULL)
-        return rt__openai_oom(e);
+        return rt_openai__oom(e);
     int rc = 0;
     size_t k;
     json_t *c;
@@ -128,27 +129,27 @@ static int parse_tool_calls(const json_t *v, size_t i, json_t **out,
         json_t *name = json_object_get(fn, "name");
         json_t *args = json_object_get(fn, "arguments");
         if (!json_is_object(c)) {
-            rc = rt__openai_bad_type(e, p, "an object");
+            rc = rt_openai__bad_type(e, p, "an object");
         } else if (!json_is_string(id) || json_string_length(id) == 0 ||
                    json_string_length(id) > RT_OPENAI_MAX_ID_BYTES) {
             snprintf(p + strlen(p), sizeof(p) - strlen(p), ".id");
-            rc = rt__openai_bad_type(e, p, "a non-empty string");
+            rc = rt_openai__bad_type(e, p, "a non-empty string");
         } else if (type != NULL && !json_is_null(type) &&
                    !(json_is_string(type) &&
                      strcmp(json_string_value(type), "function") == 0)) {
             snprintf(p + strlen(p), sizeof(p) - strlen(p), ".type");
-            rc = rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", p,
+            rc = rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", p,
                                  "'%s' must be \"function\"", p);
         } else if (!json_is_object(fn)) {
             snprintf(p + strlen(p), sizeof(p) - strlen(p), ".function");
-            rc = rt__openai_bad_type(e, p, "an object");
+            rc = rt_openai__bad_type(e, p, "an object");
         } else if (!json_is_string(name) || json_string_length(name) == 0) {
             snprintf(p + strlen(p), sizeof(p) - strlen(p), ".function.name");
-            rc = rt__openai_bad_type(e, p, "a non-empty string");
+            rc = rt_openai__bad_type(e, p, "a non-empty string");
         } else if (!json_is_string(args) && !json_is_object(args)) {
             snprintf(p + strlen(p), sizeof(p) - strlen(p),
                      ".function.arguments");
-            rc = rt__openai_bad_type(e, p, "a JSON string");
+            rc = rt_openai__bad_type(e, p, "a JSON string");
         }
         if (rc)
             break;
@@ -166,7 +167,7 @@ static int parse_tool_calls(const json_t *v, size_t i, json_t **out,
             json_decref(a);
             json_decref(nf);
             json_decref(nc);
-            rc = rt__openai_oom(e);
+            rc = rt_openai__oom(e);
             break;
         }
         if ((rc = set_new(nf, "name", json_incref(name), e)) ||
@@ -176,7 +177,7 @@ static int parse_tool_calls(const json_t *v, size_t i, json_t **out,
             (rc = set_new(nc, "function", nf, e)) ||
             json_array_append_new(arr, nc) != 0) {
             if (rc == 0)
-                rc = rt__openai_oom(e);
+                rc = rt_openai__oom(e);
             break;
         }
     }
@@ -195,7 +196,7 @@ static int parse_message(const json_t *m, size_t i, struct rt_message *out,
     char p[128];
     snprintf(p, sizeof(p), "messages[%zu]", i);
     if (!json_is_object(m))
-        return rt__openai_bad_type(e, p, "an object");
+        return rt_openai__bad_type(e, p, "an object");
     int rc;
     snprintf(p, sizeof(p), "messages[%zu].role", i);
     if ((rc = parse_role(json_object_get(m, "role"), p, &out->role, e)))
@@ -203,16 +204,16 @@ static int parse_message(const json_t *m, size_t i, struct rt_message *out,
     if ((rc = set_new(jm, "role", json_string(rt_role_name(out->role)), e)))
         return rc;
     snprintf(p, sizeof(p), "messages[%zu].function_call", i);
-    if (rt__openai_member(m, "function_call") != NULL)
-        return rt__openai_unsupported(
+    if (rt_openai__member(m, "function_call") != NULL)
+        return rt_openai__unsupported(
             e, p, "the deprecated function_call is not supported; use "
                   "tool_calls");
-    json_t *tc = rt__openai_member(m, "tool_calls");
+    json_t *tc = rt_openai__member(m, "tool_calls");
     json_t *calls = NULL;
     if (tc != NULL && !(json_is_array(tc) && json_array_size(tc) == 0)) {
         snprintf(p, sizeof(p), "messages[%zu].tool_calls", i);
         if (out->role != RT_ROLE_ASSISTANT)
-            return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", p,
+            return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", p,
                                    "only assistant messages carry "
                                    "tool_calls");
         if ((rc = parse_tool_calls(tc, i, &calls, &out->n_tool_calls, e)))
@@ -223,7 +224,7 @@ static int parse_message(const json_t *m, size_t i, struct rt_message *out,
     if (content == NULL || json_is_null(content)) {
         if (calls == NULL) {
             json_decref(calls);
-            return rt__openai_fail(e, TG_EFORMAT, 400,
+            return rt_openai__fail(e, TG_EFORMAT, 400,
                                    "missing_required_parameter", p,
                                    "'%s' is required", p);
         }
@@ -234,7 +235,7 @@ static int parse_message(const json_t *m, size_t i, struct rt_message *out,
         if (out->content == NULL ||
             (rc = set_new(jm, "content", json_string(""), e))) {
             json_decref(calls);
-            return out->content == NULL ? rt__openai_oom(e) : rc;
+            return out->content == NULL ? rt_openai__oom(e) : rc;
         }
     } else if ((rc = parse_content(content, p, &out->content, e)) ||
                (rc = set_new(jm, "content", json_string(out->content), e))) {
@@ -242,7 +243,7 @@ static int parse_message(const json_t *m, size_t i, struct rt_message *out,
         return rc;
     }
     snprintf(p, sizeof(p), "messages[%zu].name", i);
-    if ((rc = rt__openai_get_str(m, "name", p, RT_OPENAI_MAX_ID_BYTES,
+    if ((rc = rt_openai__get_str(m, "name", p, RT_OPENAI_MAX_ID_BYTES,
                                  &out->name, e)) ||
         (out->name != NULL &&
          (rc = set_new(jm, "name", json_string(out->name), e)))) {
@@ -251,7 +252,7 @@ static int parse_message(const json_t *m, size_t i, struct rt_message *out,
     }
     if (out->role == RT_ROLE_ASSISTANT) {
         snprintf(p, sizeof(p), "messages[%zu].reasoning_content", i);
-        if ((rc = rt__openai_get_str(m, "reasoning_content", p, 0,
+        if ((rc = rt_openai__get_str(m, "reasoning_content", p, 0,
                                      &out->reasoning_content, e)) ||
             (out->reasoning_content != NULL &&
              (rc = set_new(jm, "reasoning_content",
@@ -264,12 +265,12 @@ static int parse_message(const json_t *m, size_t i, struct rt_message *out,
         return rc;
     if (out->role == RT_ROLE_TOOL) {
         snprintf(p, sizeof(p), "messages[%zu].tool_call_id", i);
-        if ((rc = rt__openai_get_str(m, "tool_call_id", p,
+        if ((rc = rt_openai__get_str(m, "tool_call_id", p,
                                      RT_OPENAI_MAX_ID_BYTES,
                                      &out->tool_call_id, e)))
             return rc;
         if (out->tool_call_id == NULL)
-            return rt__openai_fail(e, TG_EFORMAT, 400,
+            return rt_openai__fail(e, TG_EFORMAT, 400,
                                    "missing_required_parameter", p,
                                    "'%s' is required for a tool message", p);
         if ((rc = set_new(jm, "tool_call_id", json_string(out->tool_call_id),
@@ -279,38 +280,38 @@ static int parse_message(const json_t *m, size_t i, struct rt_message *out,
     return 0;
 }
 
-int rt__openai_parse_messages(const json_t *root, struct rt_message **out,
-                              size_t *n_out, json_t **chat,
-                              struct rt_api_error *e)
+int rt_openai_chat_parse_messages(const json_t *root,
+                                  struct rt_message **out, size_t *n_out,
+                                  json_t **chat, struct rt_api_error *e)
 {
-    json_t *v = rt__openai_member(root, "messages");
+    json_t *v = rt_openai__member(root, "messages");
     if (v == NULL)
-        return rt__openai_fail(e, TG_EFORMAT, 400, "missing_required_parameter",
+        return rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
                                "messages", "'messages' is required");
     if (!json_is_array(v))
-        return rt__openai_bad_type(e, "messages", "an array of messages");
+        return rt_openai__bad_type(e, "messages", "an array of messages");
     size_t n = json_array_size(v);
     if (n == 0)
-        return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", "messages",
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", "messages",
                                "'messages' must contain at least one message");
     struct rt_message *m = calloc(n, sizeof(*m));
     json_t *arr = json_array();
     if (m == NULL || arr == NULL) {
         free(m);
         json_decref(arr);
-        return rt__openai_oom(e);
+        return rt_openai__oom(e);
     }
     for (size_t i = 0; i < n; i++) {
         json_t *jm = json_object();
         int rc = jm != NULL ? parse_message(json_array_get(v, i), i, &m[i],
                                             jm, e)
-                            : rt__openai_oom(e);
+                            : rt_openai__oom(e);
         if (rc == 0 && json_array_append_new(arr, jm) != 0)
-            rc = rt__openai_oom(e);
+            rc = rt_openai__oom(e);
         else if (rc != 0)
             json_decref(jm);
         if (rc) {
-            rt__openai_messages_free(m, n);
+            rt_openai_chat_messages_free(m, n);
             json_decref(arr);
             return rc;
         }
@@ -335,20 +336,20 @@ static bool valid_function_name(const char *s, size_t n)
     return true;
 }
 
-int rt__openai_parse_tools(const json_t *root, json_t **tools,
-                           enum rt_tool_choice *choice,
-                           struct rt_api_error *e)
+int rt_openai_chat_parse_tools(const json_t *root, json_t **tools,
+                               enum rt_tool_choice *choice,
+                               struct rt_api_error *e)
 {
     *tools = NULL;
     if (choice != NULL)
         *choice = RT_TOOL_CHOICE_AUTO;
-    json_t *v = rt__openai_member(root, "tools");
+    json_t *v = rt_openai__member(root, "tools");
     char p[96];
     if (v != NULL) {
         if (!json_is_array(v))
-            return rt__openai_bad_type(e, "tools", "an array");
+            return rt_openai__bad_type(e, "tools", "an array");
         if (json_array_size(v) > RT_OPENAI_MAX_TOOLS)
-            return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value",
+            return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value",
                                    "tools",
                                    "'tools' has %zu entries; at most %d are "
                                    "allowed",
@@ -359,42 +360,42 @@ int rt__openai_parse_tools(const json_t *root, json_t **tools,
         {
             snprintf(p, sizeof(p), "tools[%zu]", i);
             if (!json_is_object(t))
-                return rt__openai_bad_type(e, p, "an object");
+                return rt_openai__bad_type(e, p, "an object");
             json_t *type = json_object_get(t, "type");
             snprintf(p, sizeof(p), "tools[%zu].type", i);
             if (!json_is_string(type) ||
                 strcmp(json_string_value(type), "function") != 0)
-                return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", p,
+                return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", p,
                                        "'%s' must be \"function\"", p);
             json_t *fn = json_object_get(t, "function");
             snprintf(p, sizeof(p), "tools[%zu].function", i);
             if (!json_is_object(fn))
-                return rt__openai_bad_type(e, p, "an object");
+                return rt_openai__bad_type(e, p, "an object");
             json_t *name = json_object_get(fn, "name");
             snprintf(p, sizeof(p), "tools[%zu].function.name", i);
             if (!json_is_string(name) ||
                 !valid_function_name(json_string_value(name),
                                      json_string_length(name)))
-                return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", p,
+                return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", p,
                                        "'%s' must be 1 to 64 characters of "
                                        "a-z, A-Z, 0-9, _ and -",
                                        p);
-            json_t *d = rt__openai_member(fn, "description");
+            json_t *d = rt_openai__member(fn, "description");
             snprintf(p, sizeof(p), "tools[%zu].function.description", i);
             if (d != NULL && !json_is_string(d))
-                return rt__openai_bad_type(e, p, "a string");
-            json_t *params = rt__openai_member(fn, "parameters");
+                return rt_openai__bad_type(e, p, "a string");
+            json_t *params = rt_openai__member(fn, "parameters");
             snprintf(p, sizeof(p), "tools[%zu].function.parameters", i);
             if (params != NULL && !json_is_object(params))
-                return rt__openai_bad_type(e, p, "a JSON Schema object");
-            json_t *strict = rt__openai_member(fn, "strict");
+                return rt_openai__bad_type(e, p, "a JSON Schema object");
+            json_t *strict = rt_openai__member(fn, "strict");
             snprintf(p, sizeof(p), "tools[%zu].function.strict", i);
             if (strict != NULL && !json_is_boolean(strict))
-                return rt__openai_bad_type(e, p, "a boolean");
+                return rt_openai__bad_type(e, p, "a boolean");
         }
     }
     if (choice != NULL) {
-        json_t *c = rt__openai_member(root, "tool_choice");
+        json_t *c = rt_openai__member(root, "tool_choice");
         if (c != NULL) {
             if (json_is_string(c) &&
                 strcmp(json_string_value(c), "auto") == 0) {
@@ -405,7 +406,7 @@ int rt__openai_parse_tools(const json_t *root, json_t **tools,
             } else if ((json_is_string(c) &&
                         strcmp(json_string_value(c), "required") == 0) ||
                        json_is_object(c)) {
-                return rt__openai_fail(
+                return rt_openai__fail(
                     e, TG_EUNSUPPORTED, 400, "unsupported_value",
                     "tool_choice",
                     "'tool_choice' %s is not supported: this server does not "
@@ -413,7 +414,7 @@ int rt__openai_parse_tools(const json_t *root, json_t **tools,
                     "or \"none\"",
                     json_is_object(c) ? "naming a function" : "\"required\"");
             } else {
-                return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value",
+                return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
                                        "tool_choice",
                                        "'tool_choice' must be \"auto\", "
                                        "\"none\", \"required\" or a "
@@ -422,7 +423,7 @@ int rt__openai_parse_tools(const json_t *root, json_t **tools,
         }
         int rc;
         bool par = true;
-        if ((rc = rt__openai_get_bool(root, "parallel_tool_calls",
+        if ((rc = rt_openai__get_bool(root, "parallel_tool_calls",
                                       "parallel_tool_calls", &par, e)))
             return rc;
     }
@@ -432,33 +433,33 @@ int rt__openai_parse_tools(const json_t *root, json_t **tools,
 }
 
 /* Template options shared by chat and chat-form tokenize (vLLM names). */
-int rt__openai_parse_chat_opts(const json_t *root, struct rt_chat_opts *c,
+int rt_openai__parse_chat_opts(const json_t *root, struct rt_chat_opts *c,
                                struct rt_api_error *e)
 {
     int rc;
     c->add_generation_prompt = true;
     c->continue_final_message = false;
     c->kwargs = NULL;
-    if ((rc = rt__openai_get_bool(root, "add_generation_prompt",
+    if ((rc = rt_openai__get_bool(root, "add_generation_prompt",
                                   "add_generation_prompt",
                                   &c->add_generation_prompt, e)) ||
-        (rc = rt__openai_get_bool(root, "continue_final_message",
+        (rc = rt_openai__get_bool(root, "continue_final_message",
                                   "continue_final_message",
                                   &c->continue_final_message, e)))
         return rc;
     if (c->add_generation_prompt && c->continue_final_message)
-        return rt__openai_fail(
+        return rt_openai__fail(
             e, TG_EFORMAT, 400, "invalid_value", "continue_final_message",
             "'continue_final_message' and 'add_generation_prompt' "
             "cannot both be true");
-    json_t *kw = rt__openai_member(root, "chat_template_kwargs");
+    json_t *kw = rt_openai__member(root, "chat_template_kwargs");
     if (kw == NULL)
         return 0;
     if (!json_is_object(kw))
-        return rt__openai_bad_type(e, "chat_template_kwargs", "an object");
-    json_t *th = rt__openai_member(kw, "enable_thinking");
+        return rt_openai__bad_type(e, "chat_template_kwargs", "an object");
+    json_t *th = rt_openai__member(kw, "enable_thinking");
     if (th != NULL && !json_is_boolean(th))
-        return rt__openai_bad_type(e, "chat_template_kwargs.enable_thinking",
+        return rt_openai__bad_type(e, "chat_template_kwargs.enable_thinking",
                                    "a boolean");
     static const char *const reserved[] = {"messages", "tools", "documents",
                                            "add_generation_prompt"};
@@ -466,7 +467,7 @@ int rt__openai_parse_chat_opts(const json_t *root, struct rt_chat_opts *c,
         if (json_object_get(kw, reserved[i]) != NULL) {
             char p[96];
             snprintf(p, sizeof(p), "chat_template_kwargs.%s", reserved[i]);
-            return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", p,
+            return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", p,
                                    "'%s' is set by the request itself, not "
                                    "by chat_template_kwargs",
                                    p);

@@ -15,7 +15,7 @@
 
 #include "common/base/tg_err.h"
 #include "common/tok/tok_tokenizer.h"
-#include "router/api/rt_openai_int.h"
+#include "router/api/rt_openai_internal.h"
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -57,7 +57,7 @@ void rt_api_error_set(struct rt_api_error *e, int status, const char *code,
     va_end(ap);
 }
 
-int rt__openai_fail(struct rt_api_error *e, int rc, int status,
+int rt_openai__fail(struct rt_api_error *e, int rc, int status,
                     const char *code, const char *param, const char *fmt, ...)
 {
     va_list ap;
@@ -67,23 +67,23 @@ int rt__openai_fail(struct rt_api_error *e, int rc, int status,
     return rc;
 }
 
-int rt__openai_oom(struct rt_api_error *e)
+int rt_openai__oom(struct rt_api_error *e)
 {
-    return rt__openai_fail(e, TG_ENOMEM, 500, "internal_error", NULL,
+    return rt_openai__fail(e, TG_ENOMEM, 500, "internal_error", NULL,
                            "out of memory while parsing the request");
 }
 
-int rt__openai_bad_type(struct rt_api_error *e, const char *param,
+int rt_openai__bad_type(struct rt_api_error *e, const char *param,
                         const char *what)
 {
-    return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_type", param,
+    return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_type", param,
                            "'%s' must be %s", param, what);
 }
 
-int rt__openai_unsupported(struct rt_api_error *e, const char *param,
+int rt_openai__unsupported(struct rt_api_error *e, const char *param,
                            const char *what)
 {
-    return rt__openai_fail(e, TG_EUNSUPPORTED, 400, "unsupported_parameter",
+    return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_parameter",
                            param, "'%s': %s", param, what);
 }
 
@@ -122,20 +122,20 @@ int rt_role_from_name(const char *s, enum rt_role *out)
  * sets *present (when non-NULL) to whether it was given. `param` names the
  * field in errors. */
 
-json_t *rt__openai_member(const json_t *obj, const char *key)
+json_t *rt_openai__member(const json_t *obj, const char *key)
 {
     json_t *v = json_object_get(obj, key);
     return json_is_null(v) ? NULL : v;
 }
 
-int rt__openai_get_bool(const json_t *obj, const char *key, const char *param,
+int rt_openai__get_bool(const json_t *obj, const char *key, const char *param,
                         bool *out, struct rt_api_error *e)
 {
-    json_t *v = rt__openai_member(obj, key);
+    json_t *v = rt_openai__member(obj, key);
     if (v == NULL)
         return 0;
     if (!json_is_boolean(v))
-        return rt__openai_bad_type(e, param, "a boolean");
+        return rt_openai__bad_type(e, param, "a boolean");
     *out = json_is_true(v);
     return 0;
 }
@@ -148,7 +148,7 @@ static int get_int(const json_t *obj, const char *key, const char *param,
 {
     if (present != NULL)
         *present = false;
-    json_t *v = rt__openai_member(obj, key);
+    json_t *v = rt_openai__member(obj, key);
     if (v == NULL)
         return 0;
     int64_t x;
@@ -157,18 +157,18 @@ static int get_int(const json_t *obj, const char *key, const char *param,
     } else if (json_is_real(v)) {
         double d = json_real_value(v);
         if (d != floor(d) || d < -9.2e18 || d > 9.2e18)
-            return rt__openai_bad_type(e, param, "an integer");
+            return rt_openai__bad_type(e, param, "an integer");
         x = (int64_t)d;
     } else {
-        return rt__openai_bad_type(e, param, "an integer");
+        return rt_openai__bad_type(e, param, "an integer");
     }
     if (x < lo || x > hi) {
         if (hi == INT64_MAX || hi == INT32_MAX)
-            return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", param,
+            return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
                                    "'%s' must be at least %" PRId64
                                    ", got %" PRId64,
                                    param, lo, x);
-        return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", param,
+        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
                                "'%s' must be between %" PRId64 " and %" PRId64
                                ", got %" PRId64,
                                param, lo, hi, x);
@@ -183,19 +183,19 @@ static int get_int(const json_t *obj, const char *key, const char *param,
 static int get_num(const json_t *obj, const char *key, double lo, bool lo_open,
                    double hi, double *out, struct rt_api_error *e)
 {
-    json_t *v = rt__openai_member(obj, key);
+    json_t *v = rt_openai__member(obj, key);
     if (v == NULL)
         return 0;
     if (!json_is_number(v))
-        return rt__openai_bad_type(e, key, "a number");
+        return rt_openai__bad_type(e, key, "a number");
     double x = json_number_value(v);
     if (!(lo_open ? x > lo : x >= lo) || !(x <= hi)) {
         if (hi == DBL_MAX)
-            return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", key,
+            return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", key,
                                    "'%s' must be %s %g, got %g", key,
                                    lo_open ? "greater than" : "at least", lo,
                                    x);
-        return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", key,
+        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", key,
                                "'%s' must be in %c%g, %g], got %g", key,
                                lo_open ? '(' : '[', lo, hi, x);
     }
@@ -204,22 +204,22 @@ static int get_num(const json_t *obj, const char *key, double lo, bool lo_open,
 }
 
 /* A string member copied into *out (malloc'd); max_bytes 0 = no limit. */
-int rt__openai_get_str(const json_t *obj, const char *key, const char *param,
+int rt_openai__get_str(const json_t *obj, const char *key, const char *param,
                        size_t max_bytes, char **out, struct rt_api_error *e)
 {
-    json_t *v = rt__openai_member(obj, key);
+    json_t *v = rt_openai__member(obj, key);
     if (v == NULL)
         return 0;
     if (!json_is_string(v))
-        return rt__openai_bad_type(e, param, "a string");
+        return rt_openai__bad_type(e, param, "a string");
     size_t n = json_string_length(v);
     if (max_bytes > 0 && n > max_bytes)
-        return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", param,
+        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
                                "'%s' is longer than %zu bytes", param,
                                max_bytes);
     char *s = strndup(json_string_value(v), n);
     if (s == NULL)
-        return rt__openai_oom(e);
+        return rt_openai__oom(e);
     free(*out);
     *out = s;
     return 0;
@@ -227,17 +227,17 @@ int rt__openai_get_str(const json_t *obj, const char *key, const char *param,
 
 /* ---- common pieces ----------------------------------------------------- */
 
-int rt__openai_load_body(const struct rt_openai_cfg *cfg, const char *body,
+int rt_openai__load_body(const struct rt_openai_cfg *cfg, const char *body,
                          size_t len, json_t **root, struct rt_api_error *e)
 {
     *root = NULL;
     if (cfg->max_body_bytes > 0 && len > cfg->max_body_bytes)
-        return rt__openai_fail(
+        return rt_openai__fail(
             e, TG_ETOOBIG, 413, "request_too_large", NULL,
             "request body of %zu bytes exceeds the limit of %zu bytes", len,
             cfg->max_body_bytes);
     if (body == NULL || len == 0)
-        return rt__openai_fail(
+        return rt_openai__fail(
             e, TG_EFORMAT, 400, "invalid_json", NULL,
             "the request body is empty; expected a JSON object");
     json_error_t je;
@@ -245,12 +245,12 @@ int rt__openai_load_body(const struct rt_openai_cfg *cfg, const char *body,
      * string we copy is an ordinary C string. */
     json_t *doc = json_loadb(body, len, 0, &je);
     if (doc == NULL)
-        return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_json", NULL,
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_json", NULL,
                                "malformed JSON at line %d column %d: %s",
                                je.line, je.column, je.text);
     if (!json_is_object(doc)) {
         json_decref(doc);
-        return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_json", NULL,
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_json", NULL,
                                "the request body must be a JSON object");
     }
     *root = doc;
@@ -259,35 +259,35 @@ int rt__openai_load_body(const struct rt_openai_cfg *cfg, const char *body,
 
 /* "model" is optional as in vLLM (absent = the served model); a different
  * name is 404 model_not_found, as OpenAI answers. */
-int rt__openai_parse_model(const struct rt_openai_cfg *cfg, const json_t *root,
+int rt_openai__parse_model(const struct rt_openai_cfg *cfg, const json_t *root,
                            char **out, struct rt_api_error *e)
 {
     TG_ASSERT(cfg->served_model != NULL);
-    json_t *v = rt__openai_member(root, "model");
+    json_t *v = rt_openai__member(root, "model");
     const char *name = cfg->served_model;
     if (v != NULL) {
         if (!json_is_string(v))
-            return rt__openai_bad_type(e, "model", "a string");
+            return rt_openai__bad_type(e, "model", "a string");
         name = json_string_value(v);
         if (strcmp(name, cfg->served_model) != 0)
-            return rt__openai_fail(
+            return rt_openai__fail(
                 e, TG_ENOTFOUND, 404, "model_not_found", "model",
                 "The model '%.100s' does not exist; this server "
                 "serves '%.100s'",
                 name, cfg->served_model);
     }
     *out = strdup(name);
-    return *out != NULL ? 0 : rt__openai_oom(e);
+    return *out != NULL ? 0 : rt_openai__oom(e);
 }
 
 /* A token id array `arr` at path `param` into a malloc'd int32 array. */
-int rt__openai_read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
+int rt_openai__read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
                         const char *param, size_t max_n, int32_t **out,
                         size_t *n_out, struct rt_api_error *e)
 {
     size_t n = json_array_size(arr);
     if (max_n > 0 && n > max_n)
-        return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", param,
+        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
                                "'%s' has %zu entries; at most %zu are allowed",
                                param, n, max_n);
     int64_t hi =
@@ -296,7 +296,7 @@ int rt__openai_read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
     if (n > 0) {
         ids = malloc(n * sizeof(*ids));
         if (ids == NULL)
-            return rt__openai_oom(e);
+            return rt_openai__oom(e);
     }
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_array_get(arr, i);
@@ -304,12 +304,12 @@ int rt__openai_read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
         snprintf(p, sizeof(p), "%.96s[%zu]", param, i);
         if (!json_is_integer(x)) {
             free(ids);
-            return rt__openai_bad_type(e, p, "an integer token id");
+            return rt_openai__bad_type(e, p, "an integer token id");
         }
         json_int_t v = json_integer_value(x);
         if (v < 0 || v > hi) {
             free(ids);
-            return rt__openai_fail(
+            return rt_openai__fail(
                 e, TG_ERANGE, 400, "invalid_value", p,
                 "'%s' = %lld is not a token id (valid: 0..%" PRId64 ")", p,
                 (long long)v, hi);
@@ -339,32 +339,32 @@ static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
                       NULL, e)))
         return rc;
     if (x != out->n)
-        return rt__openai_fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
+        return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
                                "best_of",
                                "'best_of' must equal 'n' (%d; got %" PRId64
                                "): ranking extra samples is not supported",
                                (int)out->n, x);
     bool echo = false;
-    if ((rc = rt__openai_get_bool(root, "echo", "echo", &echo, e)))
+    if ((rc = rt_openai__get_bool(root, "echo", "echo", &echo, e)))
         return rc;
     if (echo && ep == RT_ENDPOINT_CHAT)
-        return rt__openai_unsupported(e, "echo",
+        return rt_openai__unsupported(e, "echo",
                                       "echo is a /v1/completions parameter");
-    if (rt__openai_member(root, "suffix") != NULL)
-        return rt__openai_unsupported(e, "suffix", "suffix is not supported");
-    if (rt__openai_member(root, "prompt_logprobs") != NULL)
-        return rt__openai_unsupported(e, "prompt_logprobs",
+    if (rt_openai__member(root, "suffix") != NULL)
+        return rt_openai__unsupported(e, "suffix", "suffix is not supported");
+    if (rt_openai__member(root, "prompt_logprobs") != NULL)
+        return rt_openai__unsupported(e, "prompt_logprobs",
                            "prompt logprobs are not supported over HTTP");
-    json_t *v = rt__openai_member(root, "response_format");
+    json_t *v = rt_openai__member(root, "response_format");
     if (v != NULL) {
         if (!json_is_object(v))
-            return rt__openai_bad_type(e, "response_format", "an object");
+            return rt_openai__bad_type(e, "response_format", "an object");
         json_t *t = json_object_get(v, "type");
         if (!json_is_string(t))
-            return rt__openai_bad_type(e, "response_format.type", "a string");
+            return rt_openai__bad_type(e, "response_format.type", "a string");
         const char *ts = json_string_value(t);
         if (strcmp(ts, "text") != 0)
-            return rt__openai_fail(
+            return rt_openai__fail(
                 e, TG_EUNSUPPORTED, 400, "unsupported_value",
                 "response_format.type",
                 "response_format type '%.64s' is not supported: this server "
@@ -376,13 +376,13 @@ static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
     }
     if (ep != RT_ENDPOINT_CHAT)
         return 0;
-    if (rt__openai_member(root, "functions") != NULL)
-        return rt__openai_unsupported(e, "functions", "function calling is not supported");
-    if (rt__openai_member(root, "function_call") != NULL)
-        return rt__openai_unsupported(e, "function_call",
+    if (rt_openai__member(root, "functions") != NULL)
+        return rt_openai__unsupported(e, "functions", "function calling is not supported");
+    if (rt_openai__member(root, "function_call") != NULL)
+        return rt_openai__unsupported(e, "function_call",
                            "function calling is not supported");
-    if (rt__openai_member(root, "chat_template") != NULL)
-        return rt__openai_unsupported(e, "chat_template",
+    if (rt_openai__member(root, "chat_template") != NULL)
+        return rt_openai__unsupported(e, "chat_template",
                            "custom chat templates are not accepted; the "
                            "model's own template is used");
     return 0;
@@ -391,7 +391,7 @@ static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
 static int parse_stop(const json_t *root, struct rt_sampling *s,
                       struct rt_api_error *e)
 {
-    json_t *v = rt__openai_member(root, "stop");
+    json_t *v = rt_openai__member(root, "stop");
     if (v == NULL)
         return 0;
     size_t n;
@@ -400,17 +400,17 @@ static int parse_stop(const json_t *root, struct rt_sampling *s,
     else if (json_is_array(v))
         n = json_array_size(v);
     else
-        return rt__openai_bad_type(e, "stop",
+        return rt_openai__bad_type(e, "stop",
                                    "a string or an array of strings");
     if (n > RT_OPENAI_MAX_STOP)
-        return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", "stop",
+        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", "stop",
                                "'stop' has %zu strings; at most %d are allowed",
                                n, RT_OPENAI_MAX_STOP);
     if (n == 0)
         return 0;
     s->stop = calloc(n, sizeof(*s->stop));
     if (s->stop == NULL)
-        return rt__openai_oom(e);
+        return rt_openai__oom(e);
     for (size_t i = 0; i < n; i++) {
         json_t *x = json_is_string(v) ? v : json_array_get(v, i);
         char p[64];
@@ -419,18 +419,18 @@ static int parse_stop(const json_t *root, struct rt_sampling *s,
         else
             snprintf(p, sizeof(p), "stop[%zu]", i);
         if (!json_is_string(x))
-            return rt__openai_bad_type(e, p, "a string");
+            return rt_openai__bad_type(e, p, "a string");
         size_t len = json_string_length(x);
         if (len == 0)
-            return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", p,
+            return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", p,
                                    "'%s' must not be an empty string", p);
         if (len > RT_OPENAI_MAX_STOP_BYTES)
-            return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", p,
+            return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", p,
                                    "'%s' is longer than %d bytes", p,
                                    RT_OPENAI_MAX_STOP_BYTES);
         s->stop[i] = strndup(json_string_value(x), len);
         if (s->stop[i] == NULL)
-            return rt__openai_oom(e);
+            return rt_openai__oom(e);
         s->n_stop = i + 1;
     }
     return 0;
@@ -453,23 +453,23 @@ static int cmp_bias(const void *a, const void *b)
 static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
                             struct rt_sampling *s, struct rt_api_error *e)
 {
-    json_t *v = rt__openai_member(root, "logit_bias");
+    json_t *v = rt_openai__member(root, "logit_bias");
     if (v == NULL)
         return 0;
     if (!json_is_object(v))
-        return rt__openai_bad_type(e, "logit_bias",
+        return rt_openai__bad_type(e, "logit_bias",
                                    "an object of token id -> bias");
     size_t n = json_object_size(v);
     if (n == 0)
         return 0;
     if (n > RT_OPENAI_MAX_LOGIT_BIAS)
-        return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", "logit_bias",
+        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", "logit_bias",
                                "'logit_bias' has %zu entries; at most %d are "
                                "allowed", n, RT_OPENAI_MAX_LOGIT_BIAS);
     /* ids and values side by side, to sort by id. */
     struct { int32_t id; float val; } *tmp = malloc(n * sizeof(*tmp));
     if (tmp == NULL)
-        return rt__openai_oom(e);
+        return rt_openai__oom(e);
     size_t i = 0;
     const char *key;
     json_t *val;
@@ -484,18 +484,18 @@ static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
         int64_t hi = cfg->vocab_size > 0 ? (int64_t)cfg->vocab_size - 1
                                          : INT32_MAX;
         if (id < 0 || end == NULL || *end != '\0' || errno != 0 || id > hi) {
-            rc = rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", p,
+            rc = rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", p,
                                  "logit_bias key '%.64s' is not a token id "
                                  "(valid: 0..%" PRId64 ")", key, hi);
             break;
         }
         if (!json_is_number(val)) {
-            rc = rt__openai_bad_type(e, p, "a number");
+            rc = rt_openai__bad_type(e, p, "a number");
             break;
         }
         double b = json_number_value(val);
         if (!(b >= -100.0 && b <= 100.0)) {
-            rc = rt__openai_fail(e, TG_ERANGE, 400, "invalid_value", p,
+            rc = rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", p,
                                  "logit_bias values must be in [-100, 100] "
                                  "(got %g for token %lld)", b, id);
             break;
@@ -510,7 +510,7 @@ static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
         qsort(tmp, n, sizeof(*tmp), cmp_bias);
         for (i = 1; i < n && rc == 0; i++)
             if (tmp[i].id == tmp[i - 1].id)
-                rc = rt__openai_fail(e, TG_EINVAL, 400, "invalid_value",
+                rc = rt_openai__fail(e, TG_EINVAL, 400, "invalid_value",
                                      "logit_bias",
                                      "'logit_bias' names token %d twice",
                                      (int)tmp[i].id);
@@ -519,7 +519,7 @@ static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
         s->bias_ids = malloc(n * sizeof(*s->bias_ids));
         s->bias_vals = malloc(n * sizeof(*s->bias_vals));
         if (s->bias_ids == NULL || s->bias_vals == NULL) {
-            rc = rt__openai_oom(e);
+            rc = rt_openai__oom(e);
         } else {
             for (i = 0; i < n; i++) {
                 s->bias_ids[i] = tmp[i].id;
@@ -549,7 +549,7 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
     r->max_tokens_param = "max_tokens";
     int64_t max_hi = cfg->max_model_len > 0 ? cfg->max_model_len : INT32_MAX;
     const char *mkey = "max_tokens";
-    if (chat && rt__openai_member(root, "max_completion_tokens") != NULL)
+    if (chat && rt_openai__member(root, "max_completion_tokens") != NULL)
         mkey = "max_completion_tokens";
     if ((rc = get_int(root, mkey, mkey, 1, max_hi, &x, &present, e)))
         return rc;
@@ -562,7 +562,7 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
         return rc;
     if (present) {
         if (s->max_tokens > 0 && x > s->max_tokens)
-            return rt__openai_fail(e, TG_ERANGE, 400, "invalid_value",
+            return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value",
                                    "min_tokens",
                                    "'min_tokens' (%" PRId64 ") must not exceed "
                                    "'%s' (%d)",
@@ -595,24 +595,24 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
                       &s->has_seed, e)))
         return rc;
 
-    if ((rc = rt__openai_get_bool(root, "ignore_eos", "ignore_eos",
+    if ((rc = rt_openai__get_bool(root, "ignore_eos", "ignore_eos",
                                   &s->ignore_eos, e)) ||
-        (rc = rt__openai_get_bool(root, "skip_special_tokens",
+        (rc = rt_openai__get_bool(root, "skip_special_tokens",
                                   "skip_special_tokens",
                                   &s->skip_special_tokens, e)) ||
-        (rc = rt__openai_get_bool(root, "include_stop_str_in_output",
+        (rc = rt_openai__get_bool(root, "include_stop_str_in_output",
                                   "include_stop_str_in_output",
                                   &s->include_stop_str_in_output, e)))
         return rc;
 
     if ((rc = parse_stop(root, s, e)) || (rc = parse_logit_bias(cfg, root, s, e)))
         return rc;
-    json_t *v = rt__openai_member(root, "stop_token_ids");
+    json_t *v = rt_openai__member(root, "stop_token_ids");
     if (v != NULL) {
         if (!json_is_array(v))
-            return rt__openai_bad_type(e, "stop_token_ids",
+            return rt_openai__bad_type(e, "stop_token_ids",
                                        "an array of token ids");
-        if ((rc = rt__openai_read_ids(
+        if ((rc = rt_openai__read_ids(
                  cfg, v, "stop_token_ids", RT_OPENAI_MAX_STOP_TOKEN_IDS,
                  &s->stop_token_ids, &s->n_stop_token_ids, e)))
             return rc;
@@ -631,12 +631,12 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
         bool want = false;
         int64_t top = 0;
         if ((rc =
-                 rt__openai_get_bool(root, "logprobs", "logprobs", &want, e)) ||
+                 rt_openai__get_bool(root, "logprobs", "logprobs", &want, e)) ||
             (rc = get_int(root, "top_logprobs", "top_logprobs", 0,
                           RT_OPENAI_MAX_LOGPROBS, &top, NULL, e)))
             return rc;
         if (top > 0 && !want)
-            return rt__openai_fail(
+            return rt_openai__fail(
                 e, TG_EFORMAT, 400, "invalid_value", "top_logprobs",
                 "'top_logprobs' requires 'logprobs' to be true");
         if (want)
@@ -649,23 +649,23 @@ static int parse_stream(const json_t *root, struct rt_gen_request *r,
                         struct rt_api_error *e)
 {
     int rc;
-    if ((rc = rt__openai_get_bool(root, "stream", "stream", &r->stream, e)))
+    if ((rc = rt_openai__get_bool(root, "stream", "stream", &r->stream, e)))
         return rc;
-    json_t *so = rt__openai_member(root, "stream_options");
+    json_t *so = rt_openai__member(root, "stream_options");
     if (so == NULL)
         return 0;
     if (!json_is_object(so))
-        return rt__openai_bad_type(e, "stream_options", "an object");
+        return rt_openai__bad_type(e, "stream_options", "an object");
     /* OpenAI and vLLM both refuse stream_options on a non-streaming
      * request rather than ignore it. */
     if (!r->stream)
-        return rt__openai_fail(
+        return rt_openai__fail(
             e, TG_EFORMAT, 400, "invalid_value", "stream_options",
             "'stream_options' is only allowed when 'stream' is true");
-    if ((rc = rt__openai_get_bool(so, "include_usage",
+    if ((rc = rt_openai__get_bool(so, "include_usage",
                                   "stream_options.include_usage",
                                   &r->include_usage, e)) ||
-        (rc = rt__openai_get_bool(so, "continuous_usage_stats",
+        (rc = rt_openai__get_bool(so, "continuous_usage_stats",
                                   "stream_options.continuous_usage_stats",
                                   &r->continuous_usage, e)))
         return rc;
@@ -676,14 +676,14 @@ int rt_openai_check_id(const char *v, size_t n, const char *param,
                        struct rt_api_error *e)
 {
     if (n == 0)
-        return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", param,
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", param,
                                "%s must not be empty", param);
     if (n > RT_OPENAI_MAX_ID_BYTES)
-        return rt__openai_fail(e, TG_EINVAL, 400, "invalid_value", param,
+        return rt_openai__fail(e, TG_EINVAL, 400, "invalid_value", param,
                                "%s is %zu bytes; at most %d are allowed",
                                param, n, RT_OPENAI_MAX_ID_BYTES);
     if (!tok_utf8_valid(v, n, NULL))
-        return rt__openai_fail(e, TG_EINVAL, 400, "invalid_value", param,
+        return rt_openai__fail(e, TG_EINVAL, 400, "invalid_value", param,
                                "%s is not valid UTF-8", param);
     return 0;
 }
@@ -694,15 +694,15 @@ static int parse_ids(const json_t *root, struct rt_gen_request *r,
                      struct rt_api_error *e)
 {
     int rc;
-    if ((rc = rt__openai_get_str(root, "user", "user", RT_OPENAI_MAX_ID_BYTES, &r->user,
+    if ((rc = rt_openai__get_str(root, "user", "user", RT_OPENAI_MAX_ID_BYTES, &r->user,
                       e)) ||
-        (rc = rt__openai_get_str(root, "request_id", "request_id", RT_OPENAI_MAX_ID_BYTES,
+        (rc = rt_openai__get_str(root, "request_id", "request_id", RT_OPENAI_MAX_ID_BYTES,
                       &r->request_id, e)) ||
-        (rc = rt__openai_get_str(root, "session_id", "session_id", RT_OPENAI_MAX_ID_BYTES,
+        (rc = rt_openai__get_str(root, "session_id", "session_id", RT_OPENAI_MAX_ID_BYTES,
                       &r->session_id, e)))
         return rc;
     if (r->session_id != NULL && r->session_id[0] == '\0')
-        return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value",
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
                                "session_id", "'session_id' must not be empty");
     return 0;
 }
@@ -715,15 +715,15 @@ static int parse_ids(const json_t *root, struct rt_gen_request *r,
 static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
                         struct rt_gen_request *r, struct rt_api_error *e)
 {
-    json_t *v = rt__openai_member(root, "prompt");
+    json_t *v = rt_openai__member(root, "prompt");
     if (v == NULL)
-        return rt__openai_fail(e, TG_EFORMAT, 400, "missing_required_parameter",
+        return rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
                                "prompt", "'prompt' is required");
     const char *param = "prompt";
     if (json_is_array(v) && json_array_size(v) >= 1 &&
         !json_is_integer(json_array_get(v, 0))) {
         if (json_array_size(v) > 1)
-            return rt__openai_fail(
+            return rt_openai__fail(
                 e, TG_EUNSUPPORTED, 400, "unsupported_value", "prompt",
                 "'prompt' holds %zu prompts; batched prompts are not "
                 "supported, send one prompt per request",
@@ -731,34 +731,34 @@ static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
         v = json_array_get(v, 0);
         param = "prompt[0]";
         if (!json_is_string(v) && !json_is_array(v))
-            return rt__openai_bad_type(e, param,
+            return rt_openai__bad_type(e, param,
                                        "a string or an array of token ids");
     }
     if (json_is_string(v)) {
         size_t n = json_string_length(v);
         if (n == 0)
-            return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", param,
+            return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", param,
                                    "'%s' must not be empty", param);
         r->prompt = strndup(json_string_value(v), n);
         if (r->prompt == NULL)
-            return rt__openai_oom(e);
+            return rt_openai__oom(e);
         r->prompt_len = n;
         return 0;
     }
     if (!json_is_array(v))
-        return rt__openai_bad_type(
+        return rt_openai__bad_type(
             e, "prompt",
             "a string, an array of token ids or an array of one "
             "string");
     if (json_array_size(v) == 0)
-        return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", param,
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", param,
                                "'%s' must not be empty", param);
-    int rc = rt__openai_read_ids(cfg, v, param, 0, &r->prompt_ids,
+    int rc = rt_openai__read_ids(cfg, v, param, 0, &r->prompt_ids,
                                  &r->n_prompt_ids, e);
     if (rc)
         return rc;
     if (cfg->max_model_len > 0 && r->n_prompt_ids >= (size_t)cfg->max_model_len)
-        return rt__openai_fail(
+        return rt_openai__fail(
             e, TG_ETOOBIG, 400, "context_length_exceeded", param,
             "the prompt has %zu tokens; this model's context is %d "
             "tokens, which must also hold at least one generated "
@@ -777,28 +777,28 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
     out->endpoint = ep;
     out->n = 1;
     json_t *root;
-    int rc = rt__openai_load_body(cfg, body, len, &root, e);
+    int rc = rt_openai__load_body(cfg, body, len, &root, e);
     if (rc)
         return rc;
-    if ((rc = rt__openai_parse_model(cfg, root, &out->model, e)) ||
+    if ((rc = rt_openai__parse_model(cfg, root, &out->model, e)) ||
         (rc = reject_unsupported(root, ep, out, e)))
         goto fail;
     if (ep == RT_ENDPOINT_CHAT) {
         out->add_special_tokens = false;
-        if ((rc = rt__openai_parse_messages(root, &out->messages,
-                                            &out->n_messages,
-                                            &out->chat_messages, e)) ||
-            (rc = rt__openai_parse_tools(root, &out->tools,
-                                         &out->tool_choice, e)) ||
-            (rc = rt__openai_parse_chat_opts(root, &out->chat, e)))
+        if ((rc = rt_openai_chat_parse_messages(root, &out->messages,
+                                                &out->n_messages,
+                                                &out->chat_messages, e)) ||
+            (rc = rt_openai_chat_parse_tools(root, &out->tools,
+                                             &out->tool_choice, e)) ||
+            (rc = rt_openai__parse_chat_opts(root, &out->chat, e)))
             goto fail;
     } else {
         out->add_special_tokens = true;
         if ((rc = parse_prompt(cfg, root, out, e)) ||
-            (rc = rt__openai_get_bool(root, "echo", "echo", &out->echo, e)))
+            (rc = rt_openai__get_bool(root, "echo", "echo", &out->echo, e)))
             goto fail;
     }
-    if ((rc = rt__openai_get_bool(root, "add_special_tokens",
+    if ((rc = rt_openai__get_bool(root, "add_special_tokens",
                                   "add_special_tokens",
                                   &out->add_special_tokens, e)) ||
         (rc = parse_sampling(cfg, root, out, e)) ||
@@ -809,7 +809,7 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
      * the compressed prefill; this server does not compute them over HTTP
      * (tangram-generate --prompt-logprobs does, offline). */
     if (out->echo && out->sampling.logprobs >= 0) {
-        rc = rt__openai_fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
+        rc = rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
                              "echo",
                              "'echo' with 'logprobs' would need the prompt's "
                              "log-probabilities, which this server does not "
@@ -875,7 +875,7 @@ int rt_sampling_check_converted(const struct rt_sampling *sp,
     };
     for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
         if (!f[i].ok)
-            return rt__openai_fail(e, TG_EINVAL, 400, "invalid_value",
+            return rt_openai__fail(e, TG_EINVAL, 400, "invalid_value",
                                    f[i].name,
                                    "%s %.17g is out of range once converted "
                                    "to single precision (%g)", f[i].name,
@@ -888,12 +888,12 @@ int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
 {
     const char *pp = r->endpoint == RT_ENDPOINT_CHAT ? "messages" : "prompt";
     if (n_prompt_tokens <= 0)
-        return rt__openai_fail(e, TG_EFORMAT, 400, "invalid_value", pp,
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", pp,
                                "the prompt is empty after tokenization");
     if (max_model_len <= 0)
         return 0;
     if (n_prompt_tokens >= max_model_len)
-        return rt__openai_fail(
+        return rt_openai__fail(
             e, TG_ETOOBIG, 400, "context_length_exceeded", pp,
             "the prompt has %" PRId64 " tokens; this model's context "
             "is %d tokens, which must also hold at least one "
@@ -904,7 +904,7 @@ int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
     if (s->max_tokens < 0) {
         s->max_tokens = (int32_t)room;
     } else if (s->max_tokens > room) {
-        return rt__openai_fail(
+        return rt_openai__fail(
             e, TG_ETOOBIG, 400, "context_length_exceeded", r->max_tokens_param,
             "this model's context is %d tokens, but %" PRId64
             " prompt tokens plus %d requested in '%s' make %" PRId64
@@ -914,7 +914,7 @@ int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
             r->max_tokens_param);
     }
     if (s->min_tokens > s->max_tokens)
-        return rt__openai_fail(
+        return rt_openai__fail(
             e, TG_ERANGE, 400, "invalid_value", "min_tokens",
             "'min_tokens' (%d) exceeds the %d tokens that fit in the "
             "context",
@@ -995,7 +995,7 @@ void rt_gen_request_free(struct rt_gen_request *r)
     free(r->model);
     free(r->prompt);
     free(r->prompt_ids);
-    rt__openai_messages_free(r->messages, r->n_messages);
+    rt_openai_chat_messages_free(r->messages, r->n_messages);
     json_decref(r->chat_messages);
     json_decref(r->tools);
     json_decref(r->chat.kwargs);

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
-#include "router/api/rt_openai_int.h"
+#include "router/api/rt_openai_internal.h"
 
 /* Compact output (SSE needs one line per event: compact JSON has no raw
  * newline, strings escape theirs) and 9 significant digits, enough to
@@ -61,7 +61,7 @@ static size_t utf8_seq(const unsigned char *s, size_t n, size_t *bad)
     return need + 1;
 }
 
-json_t *rt__openai_string_lossy(const char *src, size_t len, int64_t *n_cp)
+json_t *rt_openai__string_lossy(const char *src, size_t len, int64_t *n_cp)
 {
     const unsigned char *s = (const unsigned char *)src;
     size_t i = 0, cp = 0, n_bad = 0, bad;
@@ -101,7 +101,7 @@ json_t *rt__openai_string_lossy(const char *src, size_t len, int64_t *n_cp)
     return j;
 }
 
-int rt__openai_dump(json_t *doc, const char *prefix, const char *suffix,
+int rt_openai__dump(json_t *doc, const char *prefix, const char *suffix,
                     char **out, size_t *out_len)
 {
     *out = NULL;
@@ -224,7 +224,7 @@ static json_t *completion_logprobs(struct rt_resp_ctx *c,
         size_t len;
         const char *s = token_bytes(c, lp[i].id, &len);
         int64_t cp = 0;
-        push(toks, rt__openai_string_lossy(s, len, &cp), &bad);
+        push(toks, rt_openai__string_lossy(s, len, &cp), &bad);
         push(off, json_integer(c->text_offset), &bad);
         c->text_offset += cp;
         push(lps, logprob_value(lp[i].logprob), &bad);
@@ -235,7 +235,7 @@ static json_t *completion_logprobs(struct rt_resp_ctx *c,
         json_t *d = json_object();
         for (size_t k = 0; k < lp[i].n_top && !bad; k++) {
             const char *ts = token_bytes(c, lp[i].top[k].id, &len);
-            json_t *key = rt__openai_string_lossy(ts, len, NULL);
+            json_t *key = rt_openai__string_lossy(ts, len, NULL);
             if (key == NULL) {
                 bad = 1;
                 break;
@@ -266,7 +266,7 @@ static json_t *chat_entry(const struct rt_resp_ctx *c, int32_t id, float lp,
     size_t len;
     const char *s = token_bytes(c, id, &len);
     json_t *o = json_object(), *bytes = json_array();
-    put(o, "token", rt__openai_string_lossy(s, len, NULL), bad);
+    put(o, "token", rt_openai__string_lossy(s, len, NULL), bad);
     put(o, "logprob", logprob_value(lp), bad);
     for (size_t i = 0; i < len && !*bad; i++)
         push(bytes, json_integer((unsigned char)s[i]), bad);
@@ -370,7 +370,7 @@ static int format_response(struct rt_resp_ctx *c, const char *text,
     json_t *choice = json_object();
     put(choice, "index", json_integer(c->index), &bad);
     json_t *t = null_content ? json_null()
-                             : rt__openai_string_lossy(text != NULL ? text : "",
+                             : rt_openai__string_lossy(text != NULL ? text : "",
                                                        text != NULL ? len : 0,
                                                        NULL);
     if (c->endpoint == RT_ENDPOINT_CHAT) {
@@ -394,7 +394,7 @@ static int format_response(struct rt_resp_ctx *c, const char *text,
         json_decref(doc);
         return TG_ENOMEM;
     }
-    return rt__openai_dump(doc, "", "", out, out_len);
+    return rt_openai__dump(doc, "", "", out, out_len);
 }
 
 int rt_openai_format_response(struct rt_resp_ctx *c, const char *text,
@@ -454,7 +454,7 @@ int rt_openai_sse_tool_calls(struct rt_resp_ctx *c,
         json_decref(doc);
         return TG_ENOMEM;
     }
-    return rt__openai_dump(doc, "data: ", "\n\n", out, out_len);
+    return rt_openai__dump(doc, "data: ", "\n\n", out, out_len);
 }
 
 int rt_openai_sse_role(const struct rt_resp_ctx *c, char **out, size_t *out_len)
@@ -480,7 +480,7 @@ int rt_openai_sse_role(const struct rt_resp_ctx *c, char **out, size_t *out_len)
         json_decref(doc);
         return TG_ENOMEM;
     }
-    return rt__openai_dump(doc, "data: ", "\n\n", out, out_len);
+    return rt_openai__dump(doc, "data: ", "\n\n", out, out_len);
 }
 
 int rt_openai_sse_delta(struct rt_resp_ctx *c, const char *text, size_t len,
@@ -497,7 +497,7 @@ int rt_openai_sse_delta(struct rt_resp_ctx *c, const char *text, size_t len,
     json_t *doc = envelope(c, true, &bad);
     json_t *choice = json_object();
     put(choice, "index", json_integer(c->index), &bad);
-    json_t *t = rt__openai_string_lossy(len > 0 ? text : "", len, NULL);
+    json_t *t = rt_openai__string_lossy(len > 0 ? text : "", len, NULL);
     if (c->endpoint == RT_ENDPOINT_CHAT) {
         json_t *delta = json_object();
         if (len > 0 || fin == RT_FINISH_NONE)
@@ -521,7 +521,7 @@ int rt_openai_sse_delta(struct rt_resp_ctx *c, const char *text, size_t len,
         json_decref(doc);
         return TG_ENOMEM;
     }
-    return rt__openai_dump(doc, "data: ", "\n\n", out, out_len);
+    return rt_openai__dump(doc, "data: ", "\n\n", out, out_len);
 }
 
 int rt_openai_sse_usage(const struct rt_resp_ctx *c, const struct rt_usage *u,
@@ -536,7 +536,7 @@ int rt_openai_sse_usage(const struct rt_resp_ctx *c, const struct rt_usage *u,
         json_decref(doc);
         return TG_ENOMEM;
     }
-    return rt__openai_dump(doc, "data: ", "\n\n", out, out_len);
+    return rt_openai__dump(doc, "data: ", "\n\n", out, out_len);
 }
 
 int rt_openai_merge_choices(const char *const *bodies, size_t n,
@@ -570,7 +570,7 @@ int rt_openai_merge_choices(const char *const *bodies, size_t n,
         json_decref(doc);
         return rc != 0 ? rc : TG_ENOMEM;
     }
-    return rt__openai_dump(doc, "", "", out, out_len);
+    return rt_openai__dump(doc, "", "", out, out_len);
 }
 
 static json_t *error_doc(const struct rt_api_error *e)
@@ -578,13 +578,13 @@ static json_t *error_doc(const struct rt_api_error *e)
     int bad = 0;
     json_t *doc = json_object(), *o = json_object();
     put(o, "message",
-        rt__openai_string_lossy(e->message, strlen(e->message), NULL), &bad);
+        rt_openai__string_lossy(e->message, strlen(e->message), NULL), &bad);
     put(o, "type",
         json_string(e->type != NULL ? e->type : rt_api_error_type(e->status)),
         &bad);
     put(o, "param",
         e->param[0] != '\0'
-            ? rt__openai_string_lossy(e->param, strlen(e->param), NULL)
+            ? rt_openai__string_lossy(e->param, strlen(e->param), NULL)
             : json_null(),
         &bad);
     put(o, "code", e->code != NULL ? json_string(e->code) : json_null(), &bad);
@@ -599,13 +599,13 @@ static json_t *error_doc(const struct rt_api_error *e)
 int rt_openai_format_error(const struct rt_api_error *e, char **out,
                            size_t *out_len)
 {
-    return rt__openai_dump(error_doc(e), "", "", out, out_len);
+    return rt_openai__dump(error_doc(e), "", "", out, out_len);
 }
 
 int rt_openai_sse_error(const struct rt_api_error *e, char **out,
                         size_t *out_len)
 {
-    return rt__openai_dump(error_doc(e), "data: ", "\n\n", out, out_len);
+    return rt_openai__dump(error_doc(e), "data: ", "\n\n", out, out_len);
 }
 
 /* The model object of /v1/models and /v1/models/{id}. */
@@ -633,7 +633,7 @@ int rt_openai_format_model(const char *model, int64_t created,
         *out = NULL;
         return TG_ENOMEM;
     }
-    return rt__openai_dump(m, "", "", out, out_len);
+    return rt_openai__dump(m, "", "", out, out_len);
 }
 
 int rt_openai_format_models(const char *model, int64_t created,
@@ -649,5 +649,5 @@ int rt_openai_format_models(const char *model, int64_t created,
         *out = NULL;
         return TG_ENOMEM;
     }
-    return rt__openai_dump(doc, "", "", out, out_len);
+    return rt_openai__dump(doc, "", "", out, out_len);
 }

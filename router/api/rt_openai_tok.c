@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
-#include "router/api/rt_openai_int.h"
+#include "router/api/rt_openai_internal.h"
 
 /* The text form, unlike /v1/completions, accepts an empty prompt: vLLM
  * tokenizes "" (to the special tokens alone), which is a fair question to
@@ -18,16 +18,16 @@ static int parse_tokenize_prompt(const json_t *root,
                                  struct rt_tokenize_request *r,
                                  struct rt_api_error *e)
 {
-    json_t *v = rt__openai_member(root, "prompt");
+    json_t *v = rt_openai__member(root, "prompt");
     if (v == NULL)
-        return rt__openai_fail(e, TG_EFORMAT, 400, "missing_required_parameter",
+        return rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
                                "prompt",
                                "either 'prompt' or 'messages' is required");
     if (!json_is_string(v))
-        return rt__openai_bad_type(e, "prompt", "a string");
+        return rt_openai__bad_type(e, "prompt", "a string");
     r->prompt_len = json_string_length(v);
     r->prompt = strndup(json_string_value(v), r->prompt_len);
-    return r->prompt != NULL ? 0 : rt__openai_oom(e);
+    return r->prompt != NULL ? 0 : rt_openai__oom(e);
 }
 
 int rt_openai_parse_tokenize(const struct rt_openai_cfg *cfg, const char *body,
@@ -36,31 +36,32 @@ int rt_openai_parse_tokenize(const struct rt_openai_cfg *cfg, const char *body,
 {
     memset(out, 0, sizeof(*out));
     json_t *root;
-    int rc = rt__openai_load_body(cfg, body, len, &root, e);
+    int rc = rt_openai__load_body(cfg, body, len, &root, e);
     if (rc)
         return rc;
-    if ((rc = rt__openai_parse_model(cfg, root, &out->model, e)))
+    if ((rc = rt_openai__parse_model(cfg, root, &out->model, e)))
         goto fail;
-    if (rt__openai_member(root, "messages") != NULL) {
+    if (rt_openai__member(root, "messages") != NULL) {
         /* Chat form: the template adds the special tokens, so vLLM's
          * default for add_special_tokens is false here. */
         out->add_special_tokens = false;
-        if ((rc = rt__openai_parse_messages(root, &out->messages,
-                                            &out->n_messages,
-                                            &out->chat_messages, e)) ||
-            (rc = rt__openai_parse_tools(root, &out->tools, NULL, e)) ||
-            (rc = rt__openai_parse_chat_opts(root, &out->chat, e)))
+        if ((rc = rt_openai_chat_parse_messages(root, &out->messages,
+                                                &out->n_messages,
+                                                &out->chat_messages, e)) ||
+            (rc = rt_openai_chat_parse_tools(root, &out->tools, NULL,
+                                             e)) ||
+            (rc = rt_openai__parse_chat_opts(root, &out->chat, e)))
             goto fail;
     } else {
         out->add_special_tokens = true;
         if ((rc = parse_tokenize_prompt(root, out, e)))
             goto fail;
     }
-    if ((rc = rt__openai_get_bool(root, "add_special_tokens",
+    if ((rc = rt_openai__get_bool(root, "add_special_tokens",
                                   "add_special_tokens",
                                   &out->add_special_tokens, e)) ||
         (rc =
-             rt__openai_get_bool(root, "return_token_strs", "return_token_strs",
+             rt_openai__get_bool(root, "return_token_strs", "return_token_strs",
                                  &out->return_token_strs, e)))
         goto fail;
     json_decref(root);
@@ -75,7 +76,7 @@ void rt_tokenize_request_free(struct rt_tokenize_request *r)
 {
     free(r->model);
     free(r->prompt);
-    rt__openai_messages_free(r->messages, r->n_messages);
+    rt_openai_chat_messages_free(r->messages, r->n_messages);
     json_decref(r->chat_messages);
     json_decref(r->tools);
     json_decref(r->chat.kwargs);
@@ -89,22 +90,22 @@ int rt_openai_parse_detokenize(const struct rt_openai_cfg *cfg,
 {
     memset(out, 0, sizeof(*out));
     json_t *root;
-    int rc = rt__openai_load_body(cfg, body, len, &root, e);
+    int rc = rt_openai__load_body(cfg, body, len, &root, e);
     if (rc)
         return rc;
-    if ((rc = rt__openai_parse_model(cfg, root, &out->model, e)))
+    if ((rc = rt_openai__parse_model(cfg, root, &out->model, e)))
         goto fail;
-    json_t *v = rt__openai_member(root, "tokens");
+    json_t *v = rt_openai__member(root, "tokens");
     if (v == NULL) {
-        rc = rt__openai_fail(e, TG_EFORMAT, 400, "missing_required_parameter",
+        rc = rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
                              "tokens", "'tokens' is required");
         goto fail;
     }
     if (!json_is_array(v)) {
-        rc = rt__openai_bad_type(e, "tokens", "an array of token ids");
+        rc = rt_openai__bad_type(e, "tokens", "an array of token ids");
         goto fail;
     }
-    if ((rc = rt__openai_read_ids(cfg, v, "tokens", 0, &out->tokens,
+    if ((rc = rt_openai__read_ids(cfg, v, "tokens", 0, &out->tokens,
                                   &out->n_tokens, e)))
         goto fail;
     json_decref(root);
@@ -138,7 +139,7 @@ int rt_openai_format_tokenize(const int32_t *ids, size_t n,
             size_t len = 0;
             const char *s = token_text(user, ids[i], &len);
             bad |= json_array_append_new(
-                strs, rt__openai_string_lossy(s != NULL ? s : "",
+                strs, rt_openai__string_lossy(s != NULL ? s : "",
                                               s != NULL ? len : 0, NULL));
         }
     }
@@ -153,7 +154,7 @@ int rt_openai_format_tokenize(const int32_t *ids, size_t n,
         *out = NULL;
         return TG_ENOMEM;
     }
-    return rt__openai_dump(doc, "", "", out, out_len);
+    return rt_openai__dump(doc, "", "", out, out_len);
 }
 
 int rt_openai_format_detokenize(const char *text, size_t len, char **out,
@@ -161,10 +162,10 @@ int rt_openai_format_detokenize(const char *text, size_t len, char **out,
 {
     json_t *doc = json_object();
     if (json_object_set_new(doc, "prompt",
-                            rt__openai_string_lossy(text, len, NULL))) {
+                            rt_openai__string_lossy(text, len, NULL))) {
         json_decref(doc);
         *out = NULL;
         return TG_ENOMEM;
     }
-    return rt__openai_dump(doc, "", "", out, out_len);
+    return rt_openai__dump(doc, "", "", out, out_len);
 }

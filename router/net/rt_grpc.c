@@ -50,13 +50,13 @@ void rt_grpc_config_default(struct rt_grpc_config *cfg)
 
 static void conn_flush(struct rt_grpc_conn *conn);
 
-void rt__grpc_event(struct rt_grpc_server *srv, int event)
+void rt_grpc__event(struct rt_grpc_server *srv, int event)
 {
     if (srv->on_event)
         srv->on_event(event, srv->event_ud);
 }
 
-void rt__grpc_conn_touch(struct rt_grpc_conn *conn)
+void rt_grpc__conn_touch(struct rt_grpc_conn *conn)
 {
     rt_conn_touch(&conn->base);
 }
@@ -67,11 +67,11 @@ static void conn_recheck(struct rt_grpc_conn *conn)
 {
     int busy = 0;
     for (struct rt_grpc_call *k = conn->calls; k && !busy; k = k->next)
-        busy = rt__grpc_call_in_progress(k);
+        busy = rt_grpc__call_in_progress(k);
     rt_conn_state_set(&conn->base, busy ? RT_CONN_BUSY : RT_CONN_IDLE);
 }
 
-void rt__grpc_ready_push(struct rt_grpc_call *call)
+void rt_grpc__ready_push(struct rt_grpc_call *call)
 {
     struct rt_grpc_conn *conn = call->conn;
     if (call->on_ready || !conn || conn->closing)
@@ -117,7 +117,7 @@ static void on_flush_idle(uv_idle_t *h)
     uv_idle_stop(h);
 }
 
-void rt__grpc_conn_flush_later(struct rt_grpc_conn *conn)
+void rt_grpc__conn_flush_later(struct rt_grpc_conn *conn)
 {
     struct rt_grpc_server *srv = conn->srv;
     if (conn->in_flush || conn->closing)
@@ -164,13 +164,13 @@ static void on_conn_handle_closed(uv_handle_t *h)
     srv->n_conns--;
     nghttp2_session_del(conn->ng);
     free(conn);
-    rt__grpc_event(srv, RT_GRPC_EVENT_CONN_CLOSE);
+    rt_grpc__event(srv, RT_GRPC_EVENT_CONN_CLOSE);
     if (srv->closing && srv->conns == NULL)
         srv_close_handles(srv);
     srv_handle_closed(srv);
 }
 
-void rt__grpc_conn_close(struct rt_grpc_conn *conn)
+void rt_grpc__conn_close(struct rt_grpc_conn *conn)
 {
     if (conn->closing)
         return;
@@ -195,7 +195,7 @@ void rt__grpc_conn_close(struct rt_grpc_conn *conn)
         if (conn->ng)
             nghttp2_session_set_stream_user_data(conn->ng, call->stream_id,
                                                  NULL);
-        rt__grpc_call_stream_gone(call);
+        rt_grpc__call_stream_gone(call);
     }
     uv_read_stop((uv_stream_t *)&conn->base.tcp);
     uv_close((uv_handle_t *)&conn->linger, on_conn_handle_closed);
@@ -205,7 +205,7 @@ void rt__grpc_conn_close(struct rt_grpc_conn *conn)
 static void on_shutdown(uv_shutdown_t *sr, int status)
 {
     (void)status;
-    rt__grpc_conn_close(sr->data);
+    rt_grpc__conn_close(sr->data);
 }
 
 /* Ends the connection after the queued writes. */
@@ -217,7 +217,7 @@ static void conn_finish(struct rt_grpc_conn *conn)
     conn->shutdown_req.data = conn;
     if (uv_shutdown(&conn->shutdown_req, (uv_stream_t *)&conn->base.tcp,
                     on_shutdown) < 0)
-        rt__grpc_conn_close(conn);
+        rt_grpc__conn_close(conn);
 }
 
 struct wreq {
@@ -234,7 +234,7 @@ static void on_write(uv_write_t *w, int status)
     if (conn->closing)
         return;
     if (status < 0) {
-        rt__grpc_conn_close(conn);
+        rt_grpc__conn_close(conn);
         return;
     }
     if (conn->write_blocked &&
@@ -251,7 +251,7 @@ static void conn_flush(struct rt_grpc_conn *conn)
     if (conn->closing || conn->finishing)
         return;
     if (conn->in_ng) {
-        rt__grpc_conn_flush_later(conn);
+        rt_grpc__conn_flush_later(conn);
         return;
     }
     /* Every change of a call's state ends in a flush: the place to tell
@@ -270,14 +270,14 @@ static void conn_flush(struct rt_grpc_conn *conn)
         if (conn->closing)
             return;
         if (n < 0) {
-            rt__grpc_conn_close(conn);
+            rt_grpc__conn_close(conn);
             return;
         }
         if (n == 0)
             break;
         struct wreq *wr = malloc(sizeof(*wr) + (size_t)n);
         if (!wr) {
-            rt__grpc_conn_close(conn);
+            rt_grpc__conn_close(conn);
             return;
         }
         wr->conn = conn;
@@ -286,7 +286,7 @@ static void conn_flush(struct rt_grpc_conn *conn)
         if (uv_write(&wr->w, (uv_stream_t *)&conn->base.tcp, &buf, 1,
                      on_write) < 0) {
             free(wr);
-            rt__grpc_conn_close(conn);
+            rt_grpc__conn_close(conn);
             return;
         }
     }
@@ -306,7 +306,7 @@ static void conn_dispatch(struct rt_grpc_conn *conn)
             conn->ready_tail = NULL;
         call->next_ready = NULL;
         call->on_ready = 0;
-        rt__grpc_call_dispatch(call);
+        rt_grpc__call_dispatch(call);
     }
 }
 
@@ -327,7 +327,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         /* EOF or error: the client is gone; calls in flight are
          * cancelled (an HTTP/2 client never half-closes the TCP
          * connection while it expects answers). */
-        rt__grpc_conn_close(conn);
+        rt_grpc__conn_close(conn);
         return;
     }
     conn->in_ng++;
@@ -338,7 +338,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     if (rv < 0) {
         /* Not HTTP/2 at all (bad preface) or a fatal session error. */
-        rt__grpc_conn_close(conn);
+        rt_grpc__conn_close(conn);
         return;
     }
     conn_dispatch(conn);
@@ -363,7 +363,7 @@ static int cb_begin_headers(nghttp2_session *s, const nghttp2_frame *frame,
     if (frame->hd.type != NGHTTP2_HEADERS ||
         frame->headers.cat != NGHTTP2_HCAT_REQUEST)
         return 0;
-    struct rt_grpc_call *call = rt__grpc_call_new(conn, frame->hd.stream_id);
+    struct rt_grpc_call *call = rt_grpc__call_new(conn, frame->hd.stream_id);
     if (!call)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE; /* resets the stream */
     nghttp2_session_set_stream_user_data(conn->ng, frame->hd.stream_id,
@@ -383,7 +383,7 @@ static int cb_header(nghttp2_session *s, const nghttp2_frame *frame,
         return 0; /* request trailers carry nothing gRPC needs */
     struct rt_grpc_call *call = stream_call(conn, frame->hd.stream_id);
     if (call)
-        rt__grpc_call_header(call, name, nlen, value, vlen);
+        rt_grpc__call_header(call, name, nlen, value, vlen);
     return 0;
 }
 
@@ -401,9 +401,9 @@ static int cb_frame_recv(nghttp2_session *s, const nghttp2_frame *frame,
         return 0;
     if (frame->hd.type == NGHTTP2_HEADERS &&
         frame->headers.cat == NGHTTP2_HCAT_REQUEST)
-        rt__grpc_call_headers_done(call);
+        rt_grpc__call_headers_done(call);
     if (frame->hd.flags & NGHTTP2_FLAG_END_STREAM)
-        rt__grpc_call_end_stream(call);
+        rt_grpc__call_end_stream(call);
     return 0;
 }
 
@@ -417,7 +417,7 @@ static int cb_data_chunk(nghttp2_session *s, uint8_t flags, int32_t sid,
         return 0;
     struct rt_grpc_call *call = stream_call(conn, sid);
     if (call)
-        rt__grpc_call_data(call, data, len);
+        rt_grpc__call_data(call, data, len);
     return 0;
 }
 
@@ -432,14 +432,14 @@ static int cb_frame_send(nghttp2_session *s, const nghttp2_frame *frame,
      * before any callback of ours saw them. */
     if (frame->hd.type == NGHTTP2_RST_STREAM &&
         frame->rst_stream.error_code == NGHTTP2_REFUSED_STREAM)
-        rt__grpc_event(conn->srv, RT_GRPC_EVENT_REFUSED_STREAM);
+        rt_grpc__event(conn->srv, RT_GRPC_EVENT_REFUSED_STREAM);
     struct rt_grpc_call *call = stream_call(conn, frame->hd.stream_id);
     /* Response data of a call a handler took is activity (idle limit). */
     if (call && call->state == CS_DISPATCHED &&
         (frame->hd.type == NGHTTP2_DATA || frame->hd.type == NGHTTP2_HEADERS))
-        rt__grpc_conn_touch(conn);
+        rt_grpc__conn_touch(conn);
     if (call)
-        rt__grpc_call_frame_sent(call, frame);
+        rt_grpc__call_frame_sent(call, frame);
     return 0;
 }
 
@@ -455,7 +455,7 @@ static int cb_stream_close(nghttp2_session *s, int32_t sid,
     if (!call)
         return 0;
     nghttp2_session_set_stream_user_data(conn->ng, sid, NULL);
-    rt__grpc_call_stream_gone(call);
+    rt_grpc__call_stream_gone(call);
     return 0;
 }
 
@@ -523,7 +523,7 @@ static struct rt_conn *set_create(struct rt_conn_set *set)
         srv->conns->prev = conn;
     srv->conns = conn;
     srv->n_conns++;
-    rt__grpc_event(srv, RT_GRPC_EVENT_CONN_OPEN);
+    rt_grpc__event(srv, RT_GRPC_EVENT_CONN_OPEN);
     return &conn->base;
 }
 
@@ -532,14 +532,14 @@ static void set_start(struct rt_conn *c)
 {
     struct rt_grpc_conn *conn = conn_of(c);
     if (conn_session_new(conn) != 0) {
-        rt__grpc_conn_close(conn);
+        rt_grpc__conn_close(conn);
         return;
     }
     rt_conn_state_set(&conn->base, RT_CONN_IDLE);
     uv_tcp_nodelay(&conn->base.tcp, 1);
     if (uv_read_start((uv_stream_t *)&conn->base.tcp, on_alloc, on_read) !=
         0) {
-        rt__grpc_conn_close(conn);
+        rt_grpc__conn_close(conn);
         return;
     }
     conn_flush(conn); /* our SETTINGS */
@@ -575,23 +575,23 @@ static void set_refuse(struct rt_conn *c, int why)
         refuse_goaway(conn, "connection limit");
     else if (why == RT_CONN_REFUSE_PER_IP)
         refuse_goaway(conn, "connection limit of this address");
-    rt__grpc_conn_close(conn);
+    rt_grpc__conn_close(conn);
 }
 
 static void on_linger(uv_timer_t *t)
 {
-    rt__grpc_conn_close(t->data);
+    rt_grpc__conn_close(t->data);
 }
 
 static void set_evict(struct rt_conn *c, int why)
 {
     struct rt_grpc_conn *conn = conn_of(c);
     if (why == RT_CONN_EVICT_NO_FD || !conn->ng) {
-        rt__grpc_conn_close(conn);
+        rt_grpc__conn_close(conn);
         return;
     }
     if (why == RT_CONN_EVICT_IDLE_TIMEOUT)
-        rt__grpc_event(conn->srv, RT_GRPC_EVENT_IDLE_CLOSE);
+        rt_grpc__event(conn->srv, RT_GRPC_EVENT_IDLE_CLOSE);
     /* A graceful end: GOAWAY, then the connection closes once it is sent
      * (conn_flush), or at the linger bound when the client does not
      * read. */
@@ -608,7 +608,7 @@ static const struct rt_conn_ops conn_ops = {
     .evict = set_evict,
 };
 
-int rt__grpc_conn_adopt(struct rt_grpc_server *srv, int fd)
+int rt_grpc__conn_adopt(struct rt_grpc_server *srv, int fd)
 {
     if (!srv->initialized || srv->closing)
         return TG_EINVAL;
@@ -752,8 +752,8 @@ static void conn_drain(struct rt_grpc_conn *conn)
         for (struct rt_grpc_call *k = conn->calls; k; k = k->next) {
             int waiting = k->headers_done && !k->finishing &&
                           (k->state == CS_RECV || k->state == CS_READY);
-            if (waiting || rt__grpc_call_in_progress(k)) {
-                rt__grpc_call_fail(k, RT_GRPC_CANCELLED,
+            if (waiting || rt_grpc__call_in_progress(k)) {
+                rt_grpc__call_fail(k, RT_GRPC_CANCELLED,
                                    RT_GRPC_UNAVAILABLE, bye);
                 again = 1;
                 break;
@@ -782,7 +782,7 @@ void rt_grpc_server_close(struct rt_grpc_server *srv,
     rt_conn_set_close(&srv->set, on_set_closed);
     /* Watch streams first, so their last state goes out with the rest. */
     if (srv->health)
-        rt__grpc_health_close(srv);
+        rt_grpc__health_close(srv);
     /* Connections unlink themselves only from their close callbacks, so
      * walking the list while closing is safe. */
     for (struct rt_grpc_conn *c = srv->conns; c; c = c->next)
@@ -798,12 +798,12 @@ void rt_grpc_server_free(struct rt_grpc_server *srv)
     while (srv->zombies) {
         struct rt_grpc_call *z = srv->zombies;
         srv->zombies = z->next;
-        rt__grpc_call_free(z);
+        rt_grpc__call_free(z);
     }
     for (size_t i = 0; i < srv->n_methods; i++)
         free(srv->methods[i].path);
     free(srv->methods);
-    rt__grpc_health_free(srv->health);
-    rt__grpc_reflect_free(srv->reflection);
+    rt_grpc__health_free(srv->health);
+    rt_grpc__reflect_free(srv->reflection);
     memset(srv, 0, sizeof(*srv));
 }

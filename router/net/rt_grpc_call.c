@@ -132,7 +132,7 @@ static void mbuf_free(struct rt_grpc_call *call)
     call->mcharged = 0;
 }
 
-void rt__grpc_call_free(struct rt_grpc_call *call)
+void rt_grpc__call_free(struct rt_grpc_call *call)
 {
     if (!call)
         return;
@@ -164,10 +164,10 @@ static void maybe_free(struct rt_grpc_call *call)
         if (call->next)
             call->next->prev = call->prev;
     }
-    rt__grpc_call_free(call);
+    rt_grpc__call_free(call);
 }
 
-struct rt_grpc_call *rt__grpc_call_new(struct rt_grpc_conn *conn,
+struct rt_grpc_call *rt_grpc__call_new(struct rt_grpc_conn *conn,
                                        int32_t stream_id)
 {
     struct rt_grpc_call *call = calloc(1, sizeof(*call));
@@ -186,7 +186,7 @@ struct rt_grpc_call *rt__grpc_call_new(struct rt_grpc_conn *conn,
     /* The whole request, headers included, has recv_timeout_ms. */
     call->recv_deadline_ms = uv_now(call->srv->loop) +
                              call->srv->cfg.recv_timeout_ms;
-    rt__grpc_deadline_arm(call->srv, call->recv_deadline_ms);
+    rt_grpc__deadline_arm(call->srv, call->recv_deadline_ms);
     return call;
 }
 
@@ -207,13 +207,13 @@ static void cancel_user(struct rt_grpc_call *call, int status)
     }
 }
 
-int rt__grpc_call_in_progress(const struct rt_grpc_call *call)
+int rt_grpc__call_in_progress(const struct rt_grpc_call *call)
 {
     return call->state == CS_DISPATCHED && call->user_holds &&
            !call->canceled && !call->finishing;
 }
 
-void rt__grpc_call_stream_gone(struct rt_grpc_call *call)
+void rt_grpc__call_stream_gone(struct rt_grpc_call *call)
 {
     struct rt_grpc_conn *conn = call->conn;
     if (conn) {
@@ -345,7 +345,7 @@ static int server_finish(struct rt_grpc_call *call, int status,
      * answering streams that never got that far (refused, timed out) must
      * not keep a connection open forever. */
     if (call->state == CS_DISPATCHED)
-        rt__grpc_conn_touch(conn);
+        rt_grpc__conn_touch(conn);
     free(call->fin_msg);
     call->fin_msg = NULL;
     if (message && message[0]) {
@@ -364,11 +364,11 @@ static int server_finish(struct rt_grpc_call *call, int status,
     if (rv != 0)
         nghttp2_submit_rst_stream(conn->ng, NGHTTP2_FLAG_NONE,
                                   call->stream_id, NGHTTP2_INTERNAL_ERROR);
-    rt__grpc_conn_flush_later(conn);
+    rt_grpc__conn_flush_later(conn);
     return rv != 0 ? TG_ENOMEM : 0;
 }
 
-void rt__grpc_call_reject(struct rt_grpc_call *call, int status,
+void rt_grpc__call_reject(struct rt_grpc_call *call, int status,
                           int http_status, const char *message)
 {
     call->state = CS_REJECTED;
@@ -380,12 +380,12 @@ void rt__grpc_call_reject(struct rt_grpc_call *call, int status,
     server_finish(call, status, message, http_status);
 }
 
-void rt__grpc_call_fail(struct rt_grpc_call *call, int cancel_status,
+void rt_grpc__call_fail(struct rt_grpc_call *call, int cancel_status,
                         int status, const char *message)
 {
     if (call->state != CS_DISPATCHED) {
         if (!call->finishing && call->conn && !call->conn->closing)
-            rt__grpc_call_reject(call, status, 200, message);
+            rt_grpc__call_reject(call, status, 200, message);
         return;
     }
     call->pinned++;
@@ -398,7 +398,7 @@ void rt__grpc_call_fail(struct rt_grpc_call *call, int cancel_status,
     maybe_free(call);
 }
 
-void rt__grpc_call_frame_sent(struct rt_grpc_call *call,
+void rt_grpc__call_frame_sent(struct rt_grpc_call *call,
                               const nghttp2_frame *frame)
 {
     /* Our side ended while the client is still sending: tell it to stop
@@ -411,7 +411,7 @@ void rt__grpc_call_frame_sent(struct rt_grpc_call *call,
 
 /* ---- request ----------------------------------------------------------- */
 
-void rt__grpc_call_header(struct rt_grpc_call *call, const uint8_t *name,
+void rt_grpc__call_header(struct rt_grpc_call *call, const uint8_t *name,
                           size_t nlen, const uint8_t *value, size_t vlen)
 {
     if (call->state != CS_RECV || call->hdr_overflow)
@@ -473,7 +473,7 @@ static int content_type_ok(const char *ct)
     return strncasecmp(r, "+proto", 6) == 0 && (r[6] == '\0' || r[6] == ';');
 }
 
-void rt__grpc_call_headers_done(struct rt_grpc_call *call)
+void rt_grpc__call_headers_done(struct rt_grpc_call *call)
 {
     if (call->state != CS_RECV)
         return;
@@ -483,13 +483,13 @@ void rt__grpc_call_headers_done(struct rt_grpc_call *call)
     if (call->hdr_overflow) {
         snprintf(msg, sizeof(msg), "request headers exceed %zu bytes",
                  srv->cfg.max_header_bytes);
-        rt__grpc_call_reject(call, RT_GRPC_RESOURCE_EXHAUSTED, 200, msg);
+        rt_grpc__call_reject(call, RT_GRPC_RESOURCE_EXHAUSTED, 200, msg);
         return;
     }
     if (call->n_hdrs) {
         call->hdrs = malloc(call->n_hdrs * sizeof(*call->hdrs));
         if (!call->hdrs) {
-            rt__grpc_call_reject(call, RT_GRPC_RESOURCE_EXHAUSTED, 200,
+            rt_grpc__call_reject(call, RT_GRPC_RESOURCE_EXHAUSTED, 200,
                                  "out of memory");
             return;
         }
@@ -505,19 +505,19 @@ void rt__grpc_call_headers_done(struct rt_grpc_call *call)
     if (path)
         call->path = path;
     if (!method || strcmp(method, "POST") != 0) {
-        rt__grpc_call_reject(call, RT_GRPC_UNIMPLEMENTED, 405,
+        rt_grpc__call_reject(call, RT_GRPC_UNIMPLEMENTED, 405,
                              "gRPC requires POST");
         return;
     }
     if (!content_type_ok(rt_grpc_call_header(call, "content-type"))) {
-        rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 415,
+        rt_grpc__call_reject(call, RT_GRPC_INVALID_ARGUMENT, 415,
                              "content-type must be application/grpc or "
                              "application/grpc+proto");
         return;
     }
     const char *te = rt_grpc_call_header(call, "te");
     if (!te || strcasecmp(te, "trailers") != 0) {
-        rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
+        rt_grpc__call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
                              "missing header 'te: trailers'");
         return;
     }
@@ -527,14 +527,14 @@ void rt__grpc_call_headers_done(struct rt_grpc_call *call)
         uint64_t ms;
         if (rt_grpc_timeout_parse(to, &ms) != 0) {
             snprintf(msg, sizeof(msg), "malformed grpc-timeout '%.64s'", to);
-            rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200, msg);
+            rt_grpc__call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200, msg);
             return;
         }
         uint64_t when = uv_now(srv->loop) + ms;
         deadline = when ? when : 1;
     }
     if (srv->closing) {
-        rt__grpc_call_reject(call, RT_GRPC_UNAVAILABLE, 200,
+        rt_grpc__call_reject(call, RT_GRPC_UNAVAILABLE, 200,
                              "the server is shutting down");
         return;
     }
@@ -544,7 +544,7 @@ void rt__grpc_call_headers_done(struct rt_grpc_call *call)
         msg[0] = '\0';
         int st = srv->admit(call, srv->admit_ud, msg, sizeof(msg));
         if (st != RT_GRPC_OK) {
-            rt__grpc_call_reject(call,
+            rt_grpc__call_reject(call,
                                  st >= 0 && st <= 16 ? st : RT_GRPC_INTERNAL,
                                  200, msg[0] ? msg : "refused");
             return;
@@ -560,19 +560,19 @@ void rt__grpc_call_headers_done(struct rt_grpc_call *call)
     }
     if (!call->handler) {
         snprintf(msg, sizeof(msg), "unknown method %.120s", call->path);
-        rt__grpc_call_reject(call, RT_GRPC_UNIMPLEMENTED, 200, msg);
+        rt_grpc__call_reject(call, RT_GRPC_UNIMPLEMENTED, 200, msg);
         return;
     }
     call->deadline_ms = deadline;
     if (deadline)
-        rt__grpc_deadline_arm(srv, deadline);
+        rt_grpc__deadline_arm(srv, deadline);
     if (call->kind == RT_GRPC_BIDI_STREAM) {
         /* The handler runs now; each message must then arrive within
          * recv_timeout_ms of the one before. */
         call->state = CS_READY;
         call->recv_deadline_ms = uv_now(srv->loop) + srv->cfg.recv_timeout_ms;
-        rt__grpc_deadline_arm(srv, call->recv_deadline_ms);
-        rt__grpc_ready_push(call);
+        rt_grpc__deadline_arm(srv, call->recv_deadline_ms);
+        rt_grpc__ready_push(call);
     }
 }
 
@@ -604,13 +604,13 @@ static void bidi_message_done(struct rt_grpc_call *call)
     call->inq_bytes += m->len;
     call->n_msgs++;
     if (call->inq_bytes > 2 * srv->cfg.max_message_bytes) {
-        rt__grpc_call_fail(call, RT_GRPC_CANCELLED, RT_GRPC_RESOURCE_EXHAUSTED,
+        rt_grpc__call_fail(call, RT_GRPC_CANCELLED, RT_GRPC_RESOURCE_EXHAUSTED,
                            "too many request messages waiting to be read");
         return;
     }
     call->recv_deadline_ms = uv_now(srv->loop) + srv->cfg.recv_timeout_ms;
-    rt__grpc_deadline_arm(srv, call->recv_deadline_ms);
-    rt__grpc_ready_push(call);
+    rt_grpc__deadline_arm(srv, call->recv_deadline_ms);
+    rt_grpc__ready_push(call);
 }
 
 /* A message prefix is complete: checks it and makes room for the payload.
@@ -623,18 +623,18 @@ static int message_begin(struct rt_grpc_call *call)
                  (uint32_t)p[3] << 8 | (uint32_t)p[4];
     int bidi = call->kind == RT_GRPC_BIDI_STREAM && call->state != CS_RECV;
     if (p[0] == 1) {
-        rt__grpc_call_fail(call, RT_GRPC_CANCELLED, RT_GRPC_UNIMPLEMENTED,
+        rt_grpc__call_fail(call, RT_GRPC_CANCELLED, RT_GRPC_UNIMPLEMENTED,
                            "compression not supported");
         return -1;
     }
     if (p[0] != 0) {
         snprintf(msg, sizeof(msg), "bad message flag %u (expected 0)", p[0]);
-        rt__grpc_call_fail(call, RT_GRPC_CANCELLED, RT_GRPC_INVALID_ARGUMENT,
+        rt_grpc__call_fail(call, RT_GRPC_CANCELLED, RT_GRPC_INVALID_ARGUMENT,
                            msg);
         return -1;
     }
     if (!bidi && call->n_msgs >= 1) {
-        rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
+        rt_grpc__call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
                              "expected exactly one request message, got more");
         return -1;
     }
@@ -642,8 +642,8 @@ static int message_begin(struct rt_grpc_call *call)
         snprintf(msg, sizeof(msg),
                  "request message of %u bytes exceeds the limit of %zu bytes",
                  n, call->srv->cfg.max_message_bytes);
-        rt__grpc_event(call->srv, RT_GRPC_EVENT_TOO_LARGE);
-        rt__grpc_call_fail(call, RT_GRPC_CANCELLED,
+        rt_grpc__event(call->srv, RT_GRPC_EVENT_TOO_LARGE);
+        rt_grpc__call_fail(call, RT_GRPC_CANCELLED,
                            RT_GRPC_RESOURCE_EXHAUSTED, msg);
         return -1;
     }
@@ -651,8 +651,8 @@ static int message_begin(struct rt_grpc_call *call)
     struct rt_conn_budget *b = call->srv->cfg.body_budget;
     size_t charge = bidi ? sizeof(*call->in_cur) + n : (n ? n : 1);
     if (rt_conn_budget_take(b, charge) != 0) {
-        rt__grpc_event(call->srv, RT_GRPC_EVENT_BUDGET);
-        rt__grpc_call_fail(call, RT_GRPC_CANCELLED, RT_GRPC_UNAVAILABLE,
+        rt_grpc__event(call->srv, RT_GRPC_EVENT_BUDGET);
+        rt_grpc__call_fail(call, RT_GRPC_CANCELLED, RT_GRPC_UNAVAILABLE,
                            "the server holds as many request messages as "
                            "its memory budget allows (--max-body-memory); "
                            "retry shortly");
@@ -669,7 +669,7 @@ static int message_begin(struct rt_grpc_call *call)
     }
     if (bidi ? !call->in_cur : !call->mbuf) {
         rt_conn_budget_give(b, charge);
-        rt__grpc_call_fail(call, RT_GRPC_CANCELLED,
+        rt_grpc__call_fail(call, RT_GRPC_CANCELLED,
                            RT_GRPC_RESOURCE_EXHAUSTED,
                            "out of memory for the request message");
         return -1;
@@ -679,7 +679,7 @@ static int message_begin(struct rt_grpc_call *call)
     return 0;
 }
 
-void rt__grpc_call_data(struct rt_grpc_call *call, const uint8_t *data,
+void rt_grpc__call_data(struct rt_grpc_call *call, const uint8_t *data,
                         size_t len)
 {
     while (len && receiving(call)) {
@@ -715,7 +715,7 @@ void rt__grpc_call_data(struct rt_grpc_call *call, const uint8_t *data,
     }
 }
 
-void rt__grpc_call_end_stream(struct rt_grpc_call *call)
+void rt_grpc__call_end_stream(struct rt_grpc_call *call)
 {
     call->req_ended = 1;
     call->recv_deadline_ms = 0;
@@ -724,38 +724,38 @@ void rt__grpc_call_end_stream(struct rt_grpc_call *call)
         if (call->finishing || call->canceled)
             return;
         if (call->prefix_got) {
-            rt__grpc_call_fail(call, RT_GRPC_CANCELLED,
+            rt_grpc__call_fail(call, RT_GRPC_CANCELLED,
                                RT_GRPC_INVALID_ARGUMENT,
                                "request stream ended inside a message");
             return;
         }
         call->eos_pending = 1;
-        rt__grpc_ready_push(call);
+        rt_grpc__ready_push(call);
         return;
     }
     if (call->state != CS_RECV)
         return;
     if (call->prefix_got) {
-        rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
+        rt_grpc__call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
                              "request stream ended inside a message");
         return;
     }
     if (call->n_msgs != 1) {
-        rt__grpc_call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
+        rt_grpc__call_reject(call, RT_GRPC_INVALID_ARGUMENT, 200,
                              "expected exactly one request message, got none");
         return;
     }
     call->msg = call->mwant ? call->mbuf : NULL;
     call->msg_len = call->mwant;
     call->state = CS_READY;
-    rt__grpc_ready_push(call);
+    rt_grpc__ready_push(call);
 }
 
 /* Hands a bidi call its queued messages, then the end of its input, while
  * its handler holds it. The call is pinned by the caller. */
 static void deliver_input(struct rt_grpc_call *call)
 {
-    while (call->inq && call->on_message && rt__grpc_call_in_progress(call)) {
+    while (call->inq && call->on_message && rt_grpc__call_in_progress(call)) {
         struct rt_grpc_inmsg *m = call->inq;
         call->inq = m->next;
         if (!call->inq)
@@ -765,31 +765,31 @@ static void deliver_input(struct rt_grpc_call *call)
         inmsg_free(call, m);
     }
     if (call->eos_pending && !call->inq && call->on_message &&
-        rt__grpc_call_in_progress(call)) {
+        rt_grpc__call_in_progress(call)) {
         call->eos_pending = 0;
         call->on_message(call, NULL, 0, call->message_ud);
     }
 }
 
-void rt__grpc_call_dispatch(struct rt_grpc_call *call)
+void rt_grpc__call_dispatch(struct rt_grpc_call *call)
 {
     struct rt_grpc_server *srv = call->srv;
     if (call->state == CS_READY) {
         if (srv->closing) {
-            rt__grpc_call_reject(call, RT_GRPC_UNAVAILABLE, 200,
+            rt_grpc__call_reject(call, RT_GRPC_UNAVAILABLE, 200,
                                  "the server is shutting down");
             return;
         }
         if (call->deadline_ms && uv_now(srv->loop) >= call->deadline_ms) {
-            rt__grpc_event(srv, RT_GRPC_EVENT_DEADLINE);
-            rt__grpc_call_reject(call, RT_GRPC_DEADLINE_EXCEEDED, 200,
+            rt_grpc__event(srv, RT_GRPC_EVENT_DEADLINE);
+            rt_grpc__call_reject(call, RT_GRPC_DEADLINE_EXCEEDED, 200,
                                  "deadline exceeded");
             return;
         }
         call->state = CS_DISPATCHED;
         call->user_holds = 1;
         srv->n_calls++;
-        rt__grpc_conn_touch(call->conn);
+        rt_grpc__conn_touch(call->conn);
         call->pinned++;
         call->handler(call, call->handler_ud);
         /* The message was the handler's to read during the call. */
@@ -883,7 +883,7 @@ int rt_grpc_call_send(struct rt_grpc_call *call, const void *msg, size_t len)
         nghttp2_submit_rst_stream(call->conn->ng, NGHTTP2_FLAG_NONE,
                                   call->stream_id, NGHTTP2_INTERNAL_ERROR);
     }
-    rt__grpc_conn_flush_later(call->conn);
+    rt_grpc__conn_flush_later(call->conn);
     return rv != 0 ? TG_ENOMEM : 0;
 }
 

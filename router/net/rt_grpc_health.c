@@ -187,7 +187,7 @@ static void h_watch(struct rt_grpc_call *call, void *ud)
     watcher_send(w, status_of(h, w->service));
 }
 
-void rt__grpc_health_close(struct rt_grpc_server *srv)
+void rt_grpc__health_close(struct rt_grpc_server *srv)
 {
     struct health *h = srv->health;
     while (h->watchers) {
@@ -202,7 +202,7 @@ void rt__grpc_health_close(struct rt_grpc_server *srv)
     }
 }
 
-void rt__grpc_health_free(void *health)
+void rt_grpc__health_free(void *health)
 {
     free(health);
 }

@@ -76,66 +76,66 @@ struct rt_grpc_conn {
  * and closes it with the connection), TG_EINVAL (not initialised, or
  * closing), TG_ENOMEM or TG_EIO (libuv refused the descriptor; fd stays
  * the caller's). Loop thread. */
-int rt__grpc_conn_adopt(struct rt_grpc_server *srv, int fd);
+int rt_grpc__conn_adopt(struct rt_grpc_server *srv, int fd);
 /* Sends what nghttp2 has queued now when safe, else from the loop. */
-void rt__grpc_conn_flush_later(struct rt_grpc_conn *conn);
+void rt_grpc__conn_flush_later(struct rt_grpc_conn *conn);
 /* Closes the connection at once, cancelling its calls. */
-void rt__grpc_conn_close(struct rt_grpc_conn *conn);
+void rt_grpc__conn_close(struct rt_grpc_conn *conn);
 /* A response frame of a call a handler took went out, or such a call
  * finished: an idle connection's idle clock restarts. */
-void rt__grpc_conn_touch(struct rt_grpc_conn *conn);
+void rt_grpc__conn_touch(struct rt_grpc_conn *conn);
 /* Reports an event through srv->on_event. */
-void rt__grpc_event(struct rt_grpc_server *srv, int event);
+void rt_grpc__event(struct rt_grpc_server *srv, int event);
 /* Appends `call` to its connection's ready queue (once). */
-void rt__grpc_ready_push(struct rt_grpc_call *call);
+void rt_grpc__ready_push(struct rt_grpc_call *call);
 
 /* rt_grpc_call.c */
-struct rt_grpc_call *rt__grpc_call_new(struct rt_grpc_conn *conn,
+struct rt_grpc_call *rt_grpc__call_new(struct rt_grpc_conn *conn,
                                        int32_t stream_id);
-void rt__grpc_call_header(struct rt_grpc_call *call, const uint8_t *name,
+void rt_grpc__call_header(struct rt_grpc_call *call, const uint8_t *name,
                           size_t nlen, const uint8_t *value, size_t vlen);
-void rt__grpc_call_headers_done(struct rt_grpc_call *call);
-void rt__grpc_call_data(struct rt_grpc_call *call, const uint8_t *data,
+void rt_grpc__call_headers_done(struct rt_grpc_call *call);
+void rt_grpc__call_data(struct rt_grpc_call *call, const uint8_t *data,
                         size_t len);
-void rt__grpc_call_end_stream(struct rt_grpc_call *call);
+void rt_grpc__call_end_stream(struct rt_grpc_call *call);
 /* Runs the handler of a CS_READY call and delivers the queued input of a
  * bidi call (top of the loop's stack). */
-void rt__grpc_call_dispatch(struct rt_grpc_call *call);
+void rt_grpc__call_dispatch(struct rt_grpc_call *call);
 /* Answers a call the handler never saw (state CS_RECV or CS_READY) with
  * `status`; the stream must still exist. */
-void rt__grpc_call_reject(struct rt_grpc_call *call, int status,
+void rt_grpc__call_reject(struct rt_grpc_call *call, int status,
                           int http_status, const char *message);
 /* Takes a dispatched call away from its handler (cancel callback with
  * `cancel_status`) and ends it with `status` and `message`; a call not
  * dispatched yet is rejected instead. */
-void rt__grpc_call_fail(struct rt_grpc_call *call, int cancel_status,
+void rt_grpc__call_fail(struct rt_grpc_call *call, int cancel_status,
                         int status, const char *message);
 /* True while a dispatched call is held by its handler and not ending. */
-int rt__grpc_call_in_progress(const struct rt_grpc_call *call);
+int rt_grpc__call_in_progress(const struct rt_grpc_call *call);
 /* The stream is gone (nghttp2 closed it, or the connection is closing):
  * unlinks the call from its connection, cancels a held handle, frees. */
-void rt__grpc_call_stream_gone(struct rt_grpc_call *call);
+void rt_grpc__call_stream_gone(struct rt_grpc_call *call);
 /* After a frame of `call` was sent. */
-void rt__grpc_call_frame_sent(struct rt_grpc_call *call,
+void rt_grpc__call_frame_sent(struct rt_grpc_call *call,
                               const nghttp2_frame *frame);
 /* Frees a zombie handle (server free). */
-void rt__grpc_call_free(struct rt_grpc_call *call);
+void rt_grpc__call_free(struct rt_grpc_call *call);
 
 /* rt_grpc_timer.c */
 /* Arms srv->deadline_timer for `when` (uv_now() ms) unless it fires
  * earlier already. */
-void rt__grpc_deadline_arm(struct rt_grpc_server *srv, uint64_t when);
+void rt_grpc__deadline_arm(struct rt_grpc_server *srv, uint64_t when);
 /* Deadline timer callback (srv->deadline_timer). */
-void rt__grpc_deadline_fire(uv_timer_t *t);
+void rt_grpc__deadline_fire(uv_timer_t *t);
 
 /* rt_grpc_health.c */
 /* Server close: final state to each Watch stream, which then ends. */
-void rt__grpc_health_close(struct rt_grpc_server *srv);
+void rt_grpc__health_close(struct rt_grpc_server *srv);
 /* Frees the health state (srv->health); safe on NULL. */
-void rt__grpc_health_free(void *health);
+void rt_grpc__health_free(void *health);
 
 /* rt_grpc_reflect.c */
 /* Frees the reflection state (srv->reflection); safe on NULL. */
-void rt__grpc_reflect_free(void *reflection);
+void rt_grpc__reflect_free(void *reflection);
 
 #endif /* RT_GRPC_INTERNAL_H */

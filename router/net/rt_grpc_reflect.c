@@ -59,7 +59,7 @@ struct refl {
 
 /* ---- the index ----------------------------------------------------------- */
 
-void rt__grpc_reflect_free(void *reflection)
+void rt_grpc__reflect_free(void *reflection)
 {
     struct refl *r = reflection;
     if (!r)
@@ -516,7 +516,7 @@ int rt_grpc_reflect_register(struct rt_grpc_server *srv, const uint8_t *set,
     r->srv = srv;
     int rc = build(r, set, len, err, errlen);
     if (rc != 0) {
-        rt__grpc_reflect_free(r);
+        rt_grpc__reflect_free(r);
         return rc;
     }
     static const char *const paths[] = {

@@ -27,7 +27,7 @@ static int deadline_live(const struct rt_grpc_call *call)
     if (!call->deadline_ms || call->finishing)
         return 0;
     return call->state == CS_RECV || call->state == CS_READY ||
-           rt__grpc_call_in_progress(call);
+           rt_grpc__call_in_progress(call);
 }
 
 /* The server still waits for request bytes of this call. */
@@ -51,13 +51,13 @@ static uint64_t next_expiry(const struct rt_grpc_call *call)
     return t;
 }
 
-void rt__grpc_deadline_arm(struct rt_grpc_server *srv, uint64_t when)
+void rt_grpc__deadline_arm(struct rt_grpc_server *srv, uint64_t when)
 {
     if (srv->closing || (srv->deadline_armed && srv->deadline_armed <= when))
         return;
     uint64_t now = uv_now(srv->loop);
     srv->deadline_armed = when;
-    uv_timer_start(&srv->deadline_timer, rt__grpc_deadline_fire,
+    uv_timer_start(&srv->deadline_timer, rt_grpc__deadline_fire,
                    when > now ? when - now : 0, 0);
 }
 
@@ -68,15 +68,15 @@ static void expire(struct rt_grpc_call *call, uint64_t now)
     struct rt_grpc_server *srv = call->srv;
     if (deadline_live(call) && call->deadline_ms <= now) {
         call->deadline_ms = 0;
-        rt__grpc_event(srv, RT_GRPC_EVENT_DEADLINE);
-        rt__grpc_call_fail(call, RT_GRPC_DEADLINE_EXCEEDED,
+        rt_grpc__event(srv, RT_GRPC_EVENT_DEADLINE);
+        rt_grpc__call_fail(call, RT_GRPC_DEADLINE_EXCEEDED,
                            RT_GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
         return;
     }
     call->recv_deadline_ms = 0;
-    rt__grpc_event(srv, RT_GRPC_EVENT_RECV_TIMEOUT);
+    rt_grpc__event(srv, RT_GRPC_EVENT_RECV_TIMEOUT);
     if (!call->headers_done) {
-        rt__grpc_conn_close(call->conn);
+        rt_grpc__conn_close(call->conn);
         return;
     }
     char msg[160];
@@ -89,11 +89,11 @@ static void expire(struct rt_grpc_call *call, uint64_t now)
                  "the request did not arrive within %u ms of its headers "
                  "(server receive timeout)",
                  srv->cfg.recv_timeout_ms);
-    rt__grpc_call_fail(call, RT_GRPC_DEADLINE_EXCEEDED,
+    rt_grpc__call_fail(call, RT_GRPC_DEADLINE_EXCEEDED,
                        RT_GRPC_DEADLINE_EXCEEDED, msg);
 }
 
-void rt__grpc_deadline_fire(uv_timer_t *t)
+void rt_grpc__deadline_fire(uv_timer_t *t)
 {
     struct rt_grpc_server *srv = t->data;
     srv->deadline_armed = 0;
@@ -132,5 +132,5 @@ void rt__grpc_deadline_fire(uv_timer_t *t)
         }
     }
     if (next)
-        rt__grpc_deadline_arm(srv, next);
+        rt_grpc__deadline_arm(srv, next);
 }

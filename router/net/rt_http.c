@@ -26,7 +26,7 @@
  * deadline are the connection set's (router/net/rt_conn.h): each connection
  * tells it what it is doing — idle (no request, or lingering), a head
  * arriving (with its bytes so far), or busy — and the set evicts through
- * rt__http_conn_ops.
+ * rt_http__conn_ops.
  */
 #include "router/net/rt_http_internal.h"
 
@@ -115,7 +115,7 @@ static void on_peer_timer(uv_timer_t *t)
 
 static void on_resume_idle(uv_idle_t *h);
 
-void rt__http_resume_later(struct rt_http_conn *conn)
+void rt_http__resume_later(struct rt_http_conn *conn)
 {
     struct rt_http_server *srv = conn->srv;
     /* A closing server closes every connection itself. */
@@ -220,7 +220,7 @@ static void on_write(uv_write_t *w, int status)
     }
 }
 
-int rt__http_write(struct rt_http_conn *conn, const char *a, size_t alen,
+int rt_http__write(struct rt_http_conn *conn, const char *a, size_t alen,
                    const char *b, size_t blen, const char *c, size_t clen)
 {
     size_t n = alen + blen + clen;
@@ -252,7 +252,7 @@ int rt__http_write(struct rt_http_conn *conn, const char *a, size_t alen,
         rc = TG_EIO;
     }
     conn->want_close = 1;
-    rt__http_resume_later(conn);
+    rt_http__resume_later(conn);
     return rc;
 }
 
@@ -271,7 +271,7 @@ static void on_conn_handle_closed(uv_handle_t *h)
     srv->n_conns--;
     free(conn->pend);
     free(conn);
-    rt__http_srv_handle_closed(srv);
+    rt_http__srv_handle_closed(srv);
 }
 
 /* Takes the current request away from the connection: a request still
@@ -285,14 +285,14 @@ static void conn_drop_cur(struct rt_http_conn *conn)
         return;
     req->on_drain = NULL;
     if (req->state == RQ_PARSING) {
-        rt__http_req_free(req);
+        rt_http__req_free(req);
         return;
     }
     req->conn = NULL;
     if (req->on_abort) {
         req->in_abort = 1;
         req->on_abort(req, req->abort_ud);
-        rt__http_req_free(req);
+        rt_http__req_free(req);
     } else {
         req->next_zombie = req->srv->zombies;
         req->srv->zombies = req;
@@ -333,7 +333,7 @@ static void conn_close(struct rt_http_conn *conn)
     conn_close_how(conn, 0);
 }
 
-void rt__http_conn_close(struct rt_http_conn *conn)
+void rt_http__conn_close(struct rt_http_conn *conn)
 {
     conn_close(conn);
 }
@@ -408,7 +408,7 @@ static void on_shutdown(uv_shutdown_t *sr, int status)
 }
 
 /* Ends the connection gracefully after the queued writes (see top). */
-void rt__http_conn_finish(struct rt_http_conn *conn)
+void rt_http__conn_finish(struct rt_http_conn *conn)
 {
     if (conn->closing || conn->finishing)
         return;
@@ -420,7 +420,7 @@ void rt__http_conn_finish(struct rt_http_conn *conn)
     if (uv_shutdown(&conn->shutdown_req, (uv_stream_t *)&conn->base.tcp,
                     on_shutdown) < 0) {
         conn->want_close = 1;
-        rt__http_resume_later(conn);
+        rt_http__resume_later(conn);
         return;
     }
     /* Bound the flush: a client that never reads must not pin us. */
@@ -438,7 +438,7 @@ void rt__http_conn_finish(struct rt_http_conn *conn)
     }
 }
 
-int rt__http_conn_last(const struct rt_http_conn *conn)
+int rt_http__conn_last(const struct rt_http_conn *conn)
 {
     return conn->peer_eof && conn->pend_off >= conn->pend_len;
 }
@@ -486,14 +486,14 @@ static void conn_fail(struct rt_http_conn *conn, int status, enum http_errno e)
     const char *msg = conn->error_msg ? conn->error_msg
                                       : default_message(status, e);
     char resp[4096];
-    size_t n = rt__http_error_response(
+    size_t n = rt_http__error_response(
         resp, sizeof(resp), status, refused ? rf->type : NULL, msg,
         refused ? rf->code : conn->error_code,
         status == 503 ? srv->cfg.retry_after_s : 0,
         refused ? rf->header : NULL);
     conn->no_linger = unread_body_large(conn);
-    rt__http_write(conn, resp, n, NULL, 0, NULL, 0);
-    rt__http_conn_finish(conn);
+    rt_http__write(conn, resp, n, NULL, 0, NULL, 0);
+    rt_http__conn_finish(conn);
 }
 
 /* ---- dispatch ---------------------------------------------------------- */
@@ -571,7 +571,7 @@ static void conn_process(struct rt_http_conn *conn)
         if (conn->error_status == 0) {
             if (avail == 0)
                 break;
-            n = rt__http_parse(conn, conn->pend + conn->pend_off, avail, &e);
+            n = rt_http__parse(conn, conn->pend + conn->pend_off, avail, &e);
             conn->pend_off += n;
             if (conn->error_status == 0 && e == HPE_PAUSED) {
                 http_parser_pause(&conn->parser, 0);
@@ -593,7 +593,7 @@ static void conn_process(struct rt_http_conn *conn)
      * request it started but never finished cannot complete. */
     if (conn->peer_eof && !conn->want_close &&
         (!conn->cur || conn->cur->state == RQ_PARSING)) {
-        rt__http_conn_finish(conn);
+        rt_http__conn_finish(conn);
         return;
     }
     /* Compact the pending buffer; resume reading when there is room. */
@@ -683,7 +683,7 @@ static void on_peer_eof(struct rt_http_conn *conn)
     if (req->state == RQ_HANDLER && req->http_major == 1 &&
         req->http_minor >= 1) {
         static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-        if (rt__http_write(conn, cont, sizeof(cont) - 1, NULL, 0, NULL, 0) < 0)
+        if (rt_http__write(conn, cont, sizeof(cont) - 1, NULL, 0, NULL, 0) < 0)
             return;
     }
     peers_add(conn);
@@ -702,7 +702,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     }
     if (nread == 0 || conn->closing || conn->finishing)
         return; /* finishing: lingering, input is thrown away */
-    if (rt__http_buf_append(&conn->pend, &conn->pend_len, &conn->pend_cap,
+    if (rt_http__buf_append(&conn->pend, &conn->pend_len, &conn->pend_cap,
                             buf->base, (size_t)nread) < 0) {
         conn_close(conn);
         return;
@@ -774,7 +774,7 @@ static void try_answer(struct rt_http_conn *conn, int status, const char *msg,
                        const char *code, unsigned retry_after_s)
 {
     char resp[2048];
-    size_t n = rt__http_error_response(resp, sizeof(resp), status, NULL, msg,
+    size_t n = rt_http__error_response(resp, sizeof(resp), status, NULL, msg,
                                        code, retry_after_s, NULL);
     uv_buf_t b = uv_buf_init(resp, (unsigned)n);
     if (n)
@@ -808,14 +808,14 @@ static void set_evict(struct rt_conn *c, int why)
     conn_close(conn);
 }
 
-const struct rt_conn_ops rt__http_conn_ops = {
+const struct rt_conn_ops rt_http__conn_ops = {
     .create = set_create,
     .start = set_start,
     .refuse = set_refuse,
     .evict = set_evict,
 };
 
-int rt__http_conn_adopt(struct rt_http_server *srv, int fd)
+int rt_http__conn_adopt(struct rt_http_server *srv, int fd)
 {
     if (srv->closing)
         return TG_EINVAL;

@@ -93,7 +93,7 @@ struct wreq {
 
 /* The server's side of its connection set (rt_http.c): how connections
  * are made, started, refused and evicted. */
-extern const struct rt_conn_ops rt__http_conn_ops;
+extern const struct rt_conn_ops rt_http__conn_ops;
 
 /* Adopts `fd`, a connected stream socket, as a connection of srv, as if
  * the listener had accepted it: the same limits, parser, timers and
@@ -103,65 +103,65 @@ extern const struct rt_conn_ops rt__http_conn_ops;
  * only accepts. Returns 0 (the server owns fd and closes it with the
  * connection), TG_EINVAL (the server is closing), TG_ENOMEM or TG_EIO
  * (libuv refused the descriptor; fd stays the caller's). Loop thread. */
-int rt__http_conn_adopt(struct rt_http_server *srv, int fd);
+int rt_http__conn_adopt(struct rt_http_server *srv, int fd);
 
 /* Closes a connection at once, aborting its request (rt_http.c). */
-void rt__http_conn_close(struct rt_http_conn *conn);
+void rt_http__conn_close(struct rt_http_conn *conn);
 
 /* One server handle finished closing; the last one of a closing server
  * calls on_closed (rt_http_server.c). */
-void rt__http_srv_handle_closed(struct rt_http_server *srv);
+void rt_http__srv_handle_closed(struct rt_http_server *srv);
 
 /* The parser callbacks (rt_http_parse.c). */
-extern const http_parser_settings rt__http_parser_settings;
+extern const http_parser_settings rt_http__parser_settings;
 
 /* Feeds data[0..len) to the connection's parser and checks the framing of
  * what it consumed. Returns the bytes consumed and sets *e to the
  * parser's errno (HPE_PAUSED: one request is complete). When a check
  * refused the input, conn->error_status is set (and *e is not HPE_OK
  * unless the refusal came after the parser finished). */
-size_t rt__http_parse(struct rt_http_conn *conn, const char *data,
+size_t rt_http__parse(struct rt_http_conn *conn, const char *data,
                       size_t len, enum http_errno *e);
 
 /* Frees a request and everything it owns. NULL is a no-op. */
-void rt__http_req_free(struct rt_http_req *req);
+void rt_http__req_free(struct rt_http_req *req);
 
 /* Appends n bytes to a growable NUL-terminated buffer. Returns 0 or
  * TG_ENOMEM. */
-int rt__http_buf_append(char **buf, size_t *len, size_t *cap, const char *at,
+int rt_http__buf_append(char **buf, size_t *len, size_t *cap, const char *at,
                         size_t n);
 
 /* Queues the concatenation of up to three pieces as one write (copied). On
  * failure the connection is marked to close from the idle callback (never
  * inside the caller's stack) and TG_ENOMEM / TG_EIO is returned. */
-int rt__http_write(struct rt_http_conn *conn, const char *a, size_t alen,
+int rt_http__write(struct rt_http_conn *conn, const char *a, size_t alen,
                    const char *b, size_t blen, const char *c, size_t clen);
 
 /* Continues `conn` (next pipelined request, or a pending close) from the
  * server's idle callback. */
-void rt__http_resume_later(struct rt_http_conn *conn);
+void rt_http__resume_later(struct rt_http_conn *conn);
 
 /* Ends `conn` gracefully: flush, FIN, drain input for linger_ms, close. */
-void rt__http_conn_finish(struct rt_http_conn *conn);
+void rt_http__conn_finish(struct rt_http_conn *conn);
 
 /* True when the response being written is the connection's last one: the
  * client half-closed and sent nothing more after this request. */
-int rt__http_conn_last(const struct rt_http_conn *conn);
+int rt_http__conn_last(const struct rt_http_conn *conn);
 
 /* The JSON error body of the OpenAI API (malloc'ed; NULL on OOM): "code"
  * is the string `code`, or when NULL the one rt_http_status_code() gives
  * the status. */
-char *rt__http_error_json(int status, const char *type, const char *msg,
+char *rt_http__error_json(int status, const char *type, const char *msg,
                           const char *code);
 
 /* A whole error response (head and OpenAI-shaped body of `type` NULL as
- * in rt__http_error_json, "Connection: close", Retry-After: retry_after_s
+ * in rt_http__error_json, "Connection: close", Retry-After: retry_after_s
  * when nonzero, `extra` header line without CRLF or NULL) in
  * buf[0..cap); returns its length (the message is cut to 300 bytes; with
  * cap >= 2048 it always fits), or 0 when it does not fit. For answers
  * written outside a handler: parse failures, refusals at accept,
  * evictions. */
-size_t rt__http_error_response(char *buf, size_t cap, int status,
+size_t rt_http__error_response(char *buf, size_t cap, int status,
                                const char *type, const char *msg,
                                const char *code, unsigned retry_after_s,
                                const char *extra);

@@ -141,11 +141,11 @@ static int scan_framing(struct rt_http_conn *conn, const char *p,
     return 0;
 }
 
-size_t rt__http_parse(struct rt_http_conn *conn, const char *data,
+size_t rt_http__parse(struct rt_http_conn *conn, const char *data,
                       size_t len, enum http_errno *e)
 {
     conn->scan_at = data;
-    size_t n = http_parser_execute(&conn->parser, &rt__http_parser_settings,
+    size_t n = http_parser_execute(&conn->parser, &rt_http__parser_settings,
                                    data, len);
     *e = HTTP_PARSER_ERRNO(&conn->parser);
     if ((*e == HPE_OK || *e == HPE_PAUSED) && conn->error_status == 0)
@@ -190,7 +190,7 @@ static int on_message_begin(http_parser *p)
 /* Terminates the string being collected in hbuf (url, name or value). */
 static int hbuf_terminate(struct rt_http_req *req)
 {
-    return rt__http_buf_append(&req->hbuf, &req->hlen, &req->hcap, "", 1);
+    return rt_http__buf_append(&req->hbuf, &req->hlen, &req->hcap, "", 1);
 }
 
 static int on_url(http_parser *p, const char *at, size_t n)
@@ -201,7 +201,7 @@ static int on_url(http_parser *p, const char *at, size_t n)
         return -1;
     req->last_cb = CB_URL;
     req->url_len += n;
-    if (rt__http_buf_append(&req->hbuf, &req->hlen, &req->hcap, at, n) < 0)
+    if (rt_http__buf_append(&req->hbuf, &req->hlen, &req->hcap, at, n) < 0)
         return refuse(conn, 500, NULL);
     return 0;
 }
@@ -237,7 +237,7 @@ static int on_header_field(http_parser *p, const char *at, size_t n)
         req->n_hdrs++;
         req->last_cb = CB_FIELD;
     }
-    if (rt__http_buf_append(&req->hbuf, &req->hlen, &req->hcap, at, n) < 0)
+    if (rt_http__buf_append(&req->hbuf, &req->hlen, &req->hcap, at, n) < 0)
         return refuse(conn, 500, NULL);
     return 0;
 }
@@ -258,7 +258,7 @@ static int on_header_value(http_parser *p, const char *at, size_t n)
         req->hoffs[2 * (req->n_hdrs - 1) + 1] = req->hlen;
         req->last_cb = CB_VALUE;
     }
-    if (rt__http_buf_append(&req->hbuf, &req->hlen, &req->hcap, at, n) < 0)
+    if (rt_http__buf_append(&req->hbuf, &req->hlen, &req->hcap, at, n) < 0)
         return refuse(conn, 500, NULL);
     return 0;
 }
@@ -299,11 +299,11 @@ static int split_target(struct rt_http_req *req, int is_connect,
     int rc = hbuf_terminate(req);
     *path_off = req->hlen;
     if (rc == 0)
-        rc = rt__http_buf_append(&req->hbuf, &req->hlen, &req->hcap, tmp,
+        rc = rt_http__buf_append(&req->hbuf, &req->hlen, &req->hcap, tmp,
                                  plen + 1);
     *query_off = req->hlen;
     if (rc == 0)
-        rc = rt__http_buf_append(&req->hbuf, &req->hlen, &req->hcap,
+        rc = rt_http__buf_append(&req->hbuf, &req->hlen, &req->hcap,
                                  tmp + plen + 1, qlen);
     free(tmp);
     return rc < 0 ? -2 : 0;
@@ -483,7 +483,7 @@ static int on_headers_complete(http_parser *p)
     if (expect && strcasecmp(expect, "100-continue") == 0 &&
         req->http_minor >= 1) {
         static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-        rt__http_write(conn, cont, sizeof(cont) - 1, NULL, 0, NULL, 0);
+        rt_http__write(conn, cont, sizeof(cont) - 1, NULL, 0, NULL, 0);
     }
     return 0;
 }
@@ -545,7 +545,7 @@ static int on_message_complete(http_parser *p)
     return 0;
 }
 
-const http_parser_settings rt__http_parser_settings = {
+const http_parser_settings rt_http__parser_settings = {
     .on_message_begin = on_message_begin,
     .on_url = on_url,
     .on_header_field = on_header_field,

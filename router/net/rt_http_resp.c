@@ -129,7 +129,7 @@ const char *rt_http_status_code(int status)
 }
 
 /* The JSON error body of the OpenAI API; malloc'ed, NULL on OOM. */
-char *rt__http_error_json(int status, const char *type, const char *msg,
+char *rt_http__error_json(int status, const char *type, const char *msg,
                           const char *code)
 {
     if (!type)
@@ -145,14 +145,14 @@ char *rt__http_error_json(int status, const char *type, const char *msg,
     return s;
 }
 
-size_t rt__http_error_response(char *buf, size_t cap, int status,
+size_t rt_http__error_response(char *buf, size_t cap, int status,
                                const char *type, const char *msg,
                                const char *code, unsigned retry_after_s,
                                const char *extra)
 {
     char m[301];
     snprintf(m, sizeof(m), "%s", msg ? msg : rt_http_status_reason(status));
-    char *body = rt__http_error_json(status, type, m, code);
+    char *body = rt_http__error_json(status, type, m, code);
     const char *b = body ? body
                          : "{\"error\":{\"message\":\"out of memory\","
                            "\"type\":\"server_error\",\"param\":null,"
@@ -186,7 +186,7 @@ static int detached_final(struct rt_http_req *req)
 {
     if (!req->in_abort) {
         zombie_remove(req->srv, req);
-        rt__http_req_free(req);
+        rt_http__req_free(req);
     }
     return TG_ECANCELED;
 }
@@ -213,11 +213,11 @@ static void req_complete(struct rt_http_req *req, int keep)
     struct rt_http_conn *conn = req->conn;
     TG_ASSERT(conn && conn->cur == req);
     conn->cur = NULL;
-    rt__http_req_free(req);
+    rt_http__req_free(req);
     if (!keep)
-        rt__http_conn_finish(conn);
+        rt_http__conn_finish(conn);
     else if (!conn->in_dispatch)
-        rt__http_resume_later(conn);
+        rt_http__resume_later(conn);
 }
 
 static int write_head(struct rt_http_req *req, int status,
@@ -245,11 +245,11 @@ static int write_head(struct rt_http_req *req, int status,
     sbuf_add(&h, "\r\n", 2);
     int rc;
     if (!h.oom) {
-        rc = rt__http_write(req->conn, h.p, h.len, body, body_len, NULL, 0);
+        rc = rt_http__write(req->conn, h.p, h.len, body, body_len, NULL, 0);
     } else {
         rc = TG_ENOMEM;
         req->conn->want_close = 1;
-        rt__http_resume_later(req->conn);
+        rt_http__resume_later(req->conn);
     }
     free(h.p);
     return rc;
@@ -311,7 +311,7 @@ int rt_http_respond(struct rt_http_req *req, int status,
             return detached_final(req);
         /* Attached but the connection failed: finish the handle. */
         req->conn->cur = NULL;
-        rt__http_req_free(req);
+        rt_http__req_free(req);
         return TG_ECANCELED;
     }
     if (rc < 0)
@@ -322,12 +322,12 @@ int rt_http_respond(struct rt_http_req *req, int status,
         return TG_EINVAL;
     struct rt_http_conn *conn = req->conn;
     int keep = req->keep_alive && !conn->srv->closing &&
-               !rt__http_conn_last(conn);
+               !rt_http__conn_last(conn);
     rc = write_head(req, status, content_type, 0, len, keep,
                     req->is_head ? NULL : body, req->is_head ? 0 : len);
     if (rc < 0) {
         conn->cur = NULL;
-        rt__http_req_free(req);
+        rt_http__req_free(req);
         return rc;
     }
     req_complete(req, keep);
@@ -337,7 +337,7 @@ int rt_http_respond(struct rt_http_req *req, int status,
 int rt_http_respond_error(struct rt_http_req *req, int status,
                           const char *type, const char *msg, const char *code)
 {
-    char *body = rt__http_error_json(status, type, msg, code);
+    char *body = rt_http__error_json(status, type, msg, code);
     if (!body) {
         static const char fallback[] =
             "{\"error\":{\"message\":\"out of memory\",\"type\":"
@@ -385,7 +385,7 @@ int rt_http_stream_begin(struct rt_http_req *req, int status,
     int http10 = req->http_major == 1 && req->http_minor == 0;
     /* HTTP/1.0 has no chunked coding: the body ends when we close. */
     int keep = req->keep_alive && !http10 && !req->conn->srv->closing &&
-               !rt__http_conn_last(req->conn);
+               !rt_http__conn_last(req->conn);
     rc = write_head(req, status, content_type, 1, 0, keep, NULL, 0);
     if (rc < 0)
         return rc;
@@ -405,10 +405,10 @@ int rt_http_stream_write(struct rt_http_req *req, const void *data,
     if (!data)
         return TG_EINVAL;
     if (req->http_major == 1 && req->http_minor == 0)
-        return rt__http_write(req->conn, data, len, NULL, 0, NULL, 0);
+        return rt_http__write(req->conn, data, len, NULL, 0, NULL, 0);
     char size_line[24];
     int n = snprintf(size_line, sizeof(size_line), "%zx\r\n", len);
-    return rt__http_write(req->conn, size_line, (size_t)n, data, len, "\r\n",
+    return rt_http__write(req->conn, size_line, (size_t)n, data, len, "\r\n",
                           2);
 }
 
@@ -419,7 +419,7 @@ int rt_http_stream_end(struct rt_http_req *req)
         if (!req->conn)
             return detached_final(req);
         req->conn->cur = NULL;
-        rt__http_req_free(req);
+        rt_http__req_free(req);
         return TG_ECANCELED;
     }
     if (rc < 0)
@@ -427,16 +427,16 @@ int rt_http_stream_end(struct rt_http_req *req)
     int http10 = req->http_major == 1 && req->http_minor == 0;
     if (!http10 && !req->is_head) {
         static const char last[] = "0\r\n\r\n";
-        rc = rt__http_write(req->conn, last, sizeof(last) - 1, NULL, 0, NULL,
+        rc = rt_http__write(req->conn, last, sizeof(last) - 1, NULL, 0, NULL,
                          0);
         if (rc < 0) {
             req->conn->cur = NULL;
-            rt__http_req_free(req);
+            rt_http__req_free(req);
             return rc;
         }
     }
     req_complete(req, req->keep_alive && !req->conn->srv->closing &&
-                          !rt__http_conn_last(req->conn));
+                          !rt_http__conn_last(req->conn));
     return 0;
 }
 

@@ -28,7 +28,7 @@ void rt_http_config_default(struct rt_http_config *cfg)
     cfg->backlog = 511;
 }
 
-int rt__http_buf_append(char **buf, size_t *len, size_t *cap, const char *at,
+int rt_http__buf_append(char **buf, size_t *len, size_t *cap, const char *at,
                         size_t n)
 {
     if (*len + n + 1 > *cap) {
@@ -47,7 +47,7 @@ int rt__http_buf_append(char **buf, size_t *len, size_t *cap, const char *at,
     return 0;
 }
 
-void rt__http_req_free(struct rt_http_req *req)
+void rt_http__req_free(struct rt_http_req *req)
 {
     if (!req)
         return;
@@ -60,7 +60,7 @@ void rt__http_req_free(struct rt_http_req *req)
     free(req);
 }
 
-void rt__http_srv_handle_closed(struct rt_http_server *srv)
+void rt_http__srv_handle_closed(struct rt_http_server *srv)
 {
     srv->live_handles--;
     if (srv->closing && srv->live_handles == 0 && srv->on_closed) {
@@ -105,7 +105,7 @@ int rt_http_server_init(struct rt_http_server *srv, uv_loop_t *loop,
         .idle_timeout_ms = srv->cfg.idle_timeout_ms,
         .backlog = srv->cfg.backlog,
     };
-    rt_conn_set_init(&srv->set, loop, &cc, &rt__http_conn_ops, srv, "HTTP");
+    rt_conn_set_init(&srv->set, loop, &cc, &rt_http__conn_ops, srv, "HTTP");
     /* uv_idle_init and uv_timer_init cannot fail (they only link the
      * handle into the loop). */
     int rc = uv_idle_init(loop, &srv->resume_idle);
@@ -174,12 +174,12 @@ int rt_http_server_listen(struct rt_http_server *srv, const char *host,
 
 static void on_srv_handle_closed(uv_handle_t *h)
 {
-    rt__http_srv_handle_closed(h->data);
+    rt_http__srv_handle_closed(h->data);
 }
 
 static void on_set_closed(struct rt_conn_set *set)
 {
-    rt__http_srv_handle_closed(set->ud);
+    rt_http__srv_handle_closed(set->ud);
 }
 
 void rt_http_server_close(struct rt_http_server *srv,
@@ -196,7 +196,7 @@ void rt_http_server_close(struct rt_http_server *srv,
     srv->resume = NULL;
     for (struct rt_http_conn *c = srv->conns; c; c = c->next) {
         c->in_resume = 0;
-        rt__http_conn_close(c);
+        rt_http__conn_close(c);
     }
 }
 
@@ -212,7 +212,7 @@ void rt_http_server_free(struct rt_http_server *srv)
     while (srv->zombies) {
         struct rt_http_req *z = srv->zombies;
         srv->zombies = z->next_zombie;
-        rt__http_req_free(z);
+        rt_http__req_free(z);
     }
     free(srv->rbuf);
     memset(srv, 0, sizeof(*srv));

@@ -1,10 +1,10 @@
 /*
- * gm_schema_int.h — what gm_schema.c and gm_schema_excl.c share: JSON
+ * gm_schema_internal.h — what gm_schema.c and gm_schema_excl.c share: JSON
  * type bits, local $ref resolution, and the exclusivity test of oneOf
  * alternatives. Internal to common/grammar.
  */
-#ifndef GM_SCHEMA_INT_H
-#define GM_SCHEMA_INT_H
+#ifndef GM_SCHEMA_INTERNAL_H
+#define GM_SCHEMA_INTERNAL_H
 
 #include <jansson.h>
 
@@ -44,4 +44,4 @@ int gm__schema_equal(const json_t *a, const json_t *b);
 int gm__schema_exclusive(const json_t *root, const json_t *a,
                          const json_t *b);
 
-#endif /* GM_SCHEMA_INT_H */
+#endif /* GM_SCHEMA_INTERNAL_H */

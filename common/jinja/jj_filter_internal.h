@@ -1,11 +1,11 @@
 /*
- * jj_filter_int.h — helpers shared by the filter files (jj_filter.c,
+ * jj_filter_internal.h — helpers shared by the filter files (jj_filter.c,
  * jj_filter_seq.c, jj_test.c). Not for other modules. Same conventions as
  * jj_internal.h: results are new references, failures are reported in the
  * render context and returned as codes.
  */
-#ifndef JJ_FILTER_INT_H
-#define JJ_FILTER_INT_H
+#ifndef JJ_FILTER_INTERNAL_H
+#define JJ_FILTER_INTERNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -60,4 +60,4 @@ int jj__f_do_join(JJ_FILTER_ARGS);
 int jj__f_do_reverse(struct jj_ctx *c, int line, struct jj_val v,
                      struct jj_val *out);
 
-#endif /* JJ_FILTER_INT_H */
+#endif /* JJ_FILTER_INTERNAL_H */

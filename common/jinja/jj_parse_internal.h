@@ -1,11 +1,11 @@
 /*
- * jj_parse_int.h — state and token helpers shared by the parser files
+ * jj_parse_internal.h — state and token helpers shared by the parser files
  * (jj_parse.c, jj_parse_expr.c, jj_frame.c). Not for other modules.
  * Helpers fail with a message "chat template line N: ..." in P->err and
  * return the code; node and string allocations live in the parse arena.
  */
-#ifndef JJ_PARSE_INT_H
-#define JJ_PARSE_INT_H
+#ifndef JJ_PARSE_INTERNAL_H
+#define JJ_PARSE_INTERNAL_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -79,4 +79,4 @@ int jj__parse_filter(struct parser *P, struct jj_node **n, bool start_inline);
  * `missing` lists of the root, loops, macros and blocks). */
 int jj__analyze_frames(struct parser *P, struct jj_node *root);
 
-#endif /* JJ_PARSE_INT_H */
+#endif /* JJ_PARSE_INTERNAL_H */

@@ -37,7 +37,7 @@
  * sent the id of the current rank 0: that only joins where the backend
  * lets one rank rejoin, so tensor-parallel routers set shared_fate.
  *
- * Steps. rt_link_send_plan() encodes one scheduler step (rt_sched.h, which
+ * Steps. rt_link_send_plan() encodes one scheduler step (rt_step.h, which
  * carries everything a plan needs) as a BatchPlan and sends it to every
  * rank; each rank receives the same entries but only its own page deltas
  * (and, for fresh slots adopting stored KV, its own row lengths). Every rank answers with a StepResult;
@@ -108,7 +108,7 @@
 
 #include <uv.h>
 
-#include "router/core/rt_sched.h"
+#include "router/link/rt_step.h"
 
 #define RT_LINK_HEARTBEAT_MS_DEFAULT 1000u
 #define RT_LINK_DEAD_FACTOR_DEFAULT 5u   /* dead_ms = 5 heartbeats */

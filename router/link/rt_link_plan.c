@@ -1,5 +1,5 @@
 /*
- * rt_link_plan.c — rt_link_send_plan: one scheduler step (rt_sched.h) to
+ * rt_link_plan.c — rt_link_send_plan: one scheduler step (rt_step.h) to
  * one BatchPlan per rank (proto/worker.proto), each rank receiving the
  * common entries plus its own page deltas and row lengths. See rt_link.h
  * for the contract.

@@ -1006,5 +1006,3 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
     }
     return 0;
 }
-
-/* ---- queries ------------------------------------------------------------ */

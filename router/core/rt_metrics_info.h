@@ -41,7 +41,7 @@
 #include <stdint.h>
 
 #include "common/kv/kv_layout.h"
-#include "router/core/rt_metrics.h"
+#include "router/core/rt_metrics_tangram.h"
 
 /* The metric's name. */
 #define RT_METRICS_CACHE_CONFIG_INFO "tangram_cache_config_info"

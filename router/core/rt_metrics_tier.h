@@ -33,7 +33,7 @@
 
 #include <stddef.h>
 
-#include "router/core/rt_metrics.h"
+#include "router/core/rt_metrics_tangram.h"
 
 enum rt_metrics_tier_drop {
     RT_METRICS_TIER_DROP_LRU,    /* "lru" */

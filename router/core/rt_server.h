@@ -31,7 +31,7 @@
 #include "router/net/rt_grpc.h"
 #include "router/net/rt_http.h"
 #include "router/link/rt_link.h"
-#include "router/core/rt_metrics.h"
+#include "router/core/rt_metrics_tangram.h"
 #include "router/core/rt_metrics_tier.h"
 #include "router/api/rt_openai.h"
 #include "router/core/rt_sched.h"

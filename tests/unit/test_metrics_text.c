@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
-#include "router/core/rt_metrics.h"
+#include "router/core/rt_metrics_tangram.h"
 #include "tests/support/tt_prom.h"
 
 static char err[256];

@@ -85,8 +85,8 @@ struct tg_cuda_kv_csr {
  * is not a multiple of n_layers * n_groups). Host only; borrows dt's
  * buffers (valid until its next upload that grows them). */
 int tg_cuda_decode_csr_layer(struct tg_cuda_kv_csr *csr,
-                             const struct kv_table_dev *dt, int n_layers,
-                             int n_groups, int layer, char *err,
+                             const struct tg_cuda_kv_table_dev *dt,
+                             int n_layers, int n_groups, int layer, char *err,
                              size_t errlen);
 
 /* S[l][g] of every layer, on the device as prefix offsets. */

@@ -76,7 +76,7 @@ def read(path):
 # --------------------------------------------------------------------------
 # tangramd's rows of the serving option table (common/base/tg_serve_opts.c).
 
-TABLE_SRC = os.path.join(SRC, "common", "tg_serve_opts.c")
+TABLE_SRC = os.path.join(SRC, "common", "base", "tg_serve_opts.c")
 
 def parse_options():
     """Returns {env name: entry dict} from the C table, tangramd's rows only

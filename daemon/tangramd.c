@@ -2,7 +2,7 @@
  * tangramd — the serving daemon's supervisor (DESIGN.md §2, §5).
  *
  * Parses its options (daemon/td_options.h over the serving table of
- * common/tg_serve_opts.h: flags and TANGRAM_* variables),
+ * common/base/tg_serve_opts.h: flags and TANGRAM_* variables),
  * checks that the configuration can serve (daemon/td_preflight.h: model,
  * tokenizer, weights, profile, listen addresses, host memory), creates the
  * runtime directory, then runs the supervisor of daemon/td_supervisor.h:
@@ -15,8 +15,8 @@
  * ready) — the same configuration would fail again, so the shipped systemd
  * unit does not restart on 2 or 3 (RestartPreventExitStatus).
  */
-#include "common/tg_err.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
 #include "daemon/td_options.h"
 #include "daemon/td_preflight.h"
 #include "daemon/td_supervisor.h"

@@ -1,7 +1,7 @@
 /* td_options.c — tangramd's command line over the serving option table
  * (td_options.h). */
 #include "daemon/td_options.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /*
  * td_options.h — tangramd's command line: the rows of the serving option
- * table marked for tangramd (common/tg_serve_opts.h, which declares every
+ * table marked for tangramd (common/base/tg_serve_opts.h, which declares every
  * flag, its TANGRAM_* variable, default and range once), tangramd's usage
  * text, and what tangramd checks beyond the table.
  *
@@ -11,8 +11,8 @@
 #ifndef TD_OPTIONS_H
 #define TD_OPTIONS_H
 
-#include "common/tg_config.h"
-#include "common/tg_serve_opts.h"
+#include "common/base/tg_config.h"
+#include "common/base/tg_serve_opts.h"
 
 #include <jansson.h>
 #include <stdbool.h>

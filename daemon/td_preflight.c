@@ -2,14 +2,14 @@
  * (td_preflight.h). */
 #include "daemon/td_preflight.h"
 
-#include "common/mc_model_config.h"
-#include "common/pf_profile.h"
-#include "common/pf_split.h"
-#include "common/st_safetensors.h"
-#include "common/tg_err.h"
-#include "common/tg_hostmem.h"
-#include "common/tg_log.h"
-#include "common/tok_tokenizer.h"
+#include "common/model/mc_model_config.h"
+#include "common/profile/pf_profile.h"
+#include "common/profile/pf_split.h"
+#include "common/model/st_safetensors.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_hostmem.h"
+#include "common/base/tg_log.h"
+#include "common/tok/tok_tokenizer.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
 /* td_sup_loop.c — the libuv loop of the tangramd supervisor: spawning,
  * restarts, signals, drain and systemd notification (td_supervisor.h). */
-#include "common/tg_err.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
 #include "daemon/td_supervisor.h"
 
 #include <errno.h>

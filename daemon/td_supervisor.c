@@ -2,7 +2,7 @@
  * notify-line parsing, child command lines and environment, runtime
  * directory (td_supervisor.h). The libuv loop is in td_sup_loop.c. */
 #include "daemon/td_supervisor.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/tg_log.h"
+#include "common/base/tg_log.h"
 
 #define SOCK_NAME "workers.sock"
 #define DIR_PREFIX "tangramd."     /* + mkdtemp's six characters */

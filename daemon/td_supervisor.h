@@ -113,7 +113,7 @@ int td_notify_parse(const char *line, size_t len, enum td_notify_kind *kind,
                     const char **reason, size_t *reason_len);
 
 /* Appends the router's command line to *argv and *argc (the tg_config_argv
- * array convention of common/tg_config.h: start from NULL/0, free with
+ * array convention of common/base/tg_config.h: start from NULL/0, free with
  * tg_config_argv_free): bin, every row of the serving table marked for
  * tangramd and the router except secret ones as "--name=value"
  * (tg_serve_opts_forward; profile NULL as "--profile=none"), then

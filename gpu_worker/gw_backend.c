@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 /* splitmix64's increment: the RNG state of the k-th draw of a request is
  * seed + k * GOLDEN (Steele, Lea & Flood 2014), so draw k does not depend

@@ -58,8 +58,8 @@
 #include <stdint.h>
 
 #include "common/kv/kv_layout.h"
-#include "common/pf_profile.h"
-#include "common/tg_config.h"
+#include "common/profile/pf_profile.h"
+#include "common/base/tg_config.h"
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_model.h"
 #include "gpu_worker/gw_plan.h"

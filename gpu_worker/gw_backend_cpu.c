@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/tg_err.h"
-#include "common/tg_hostmem.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_hostmem.h"
 #include "gpu_worker/gw_comm.h"
 
 struct cpu_backend {

@@ -8,13 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
-#include "common/pf_split.h"
-#include "common/tg_log.h"
+#include "common/profile/pf_split.h"
+#include "common/base/tg_log.h"
 #include "gpu_worker/gw_comm.h"
 #include "gpu_worker/gw_cuda.h"
 #include "kernels/cuda/cuda_device.h"

@@ -47,7 +47,7 @@ int64_t gw_progress_stalled_ms(const struct gw_progress *p, int64_t now_ms)
 #include <unistd.h>
 #include <zmq.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_worker.h"
 #include "worker.pb-c.h"
 

@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ct_template.h"
-#include "common/pf_identity.h"
-#include "common/tg_err.h"
-#include "common/tg_json.h"
-#include "common/tok_tokenizer.h"
-#include "kernels/cuda/compress.h" /* plain C: CMP_MAX_CHUNK */
+#include "common/chat/ct_template.h"
+#include "common/profile/pf_identity.h"
+#include "common/base/tg_err.h"
+#include "common/json/tg_json.h"
+#include "common/tok/tok_tokenizer.h"
+#include "kernels/cuda/compress.h" /* plain C: TG_CUDA_COMPRESS_MAX_CHUNK */
 #include <stdio.h>
 
 struct cand {
@@ -457,14 +457,16 @@ int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
     rc = read_samples(o, &tok, &samples, &lens, &n, &max_len, err, errlen);
     if (rc != 0)
         goto out;
-    if (o->backend == GW_BACKEND_CUDA && !gv && max_len > CMP_MAX_CHUNK) {
-        /* The device scores a chunk of at most CMP_MAX_CHUNK keys, and a
-         * scoring method's calibration scores a sample as one chunk. */
+    if (o->backend == GW_BACKEND_CUDA && !gv &&
+        max_len > TG_CUDA_COMPRESS_MAX_CHUNK) {
+        /* The device scores a chunk of at most TG_CUDA_COMPRESS_MAX_CHUNK keys,
+         * and a scoring method's calibration scores a sample as one chunk. */
         rc = tg_err_set(err, errlen, TG_EINVAL,
                         "--backend cuda scores a sample as one chunk of at "
                         "most %d tokens; the longest sample has %d: give "
-                        "--max-sample-tokens %d", CMP_MAX_CHUNK, max_len,
-                        CMP_MAX_CHUNK);
+                        "--max-sample-tokens %d",
+                        TG_CUDA_COMPRESS_MAX_CHUNK, max_len,
+                        TG_CUDA_COMPRESS_MAX_CHUNK);
         goto out;
     }
     struct gw_calib_state st = {.ratio = o->ratio,

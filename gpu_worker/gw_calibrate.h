@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/pf_build.h"
+#include "common/profile/pf_build.h"
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_gvote.h"
 
@@ -92,7 +92,7 @@ struct gw_calib_opts {
     int n_threads;
     enum gw_backend_kind backend; /* forward pass of the runs (CUDA:
                                      scoring methods take samples of at
-                                     most CMP_MAX_CHUNK tokens, one
+                                     most TG_CUDA_COMPRESS_MAX_CHUNK tokens, one
                                      chunk each) */
     int trig;                  /* also record the decode-time statistics
                                   of §4.9 into the profile's "trig" */

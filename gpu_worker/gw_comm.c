@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 #define LINE 64 /* cache line: each polled counter gets its own */
 #define MAGIC_LIVE 0x314d4d4f434754ull /* "TGCOMM1" */

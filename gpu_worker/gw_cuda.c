@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "common/kv/kv_budget.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 /* ---- decode batch buckets (every build) -------------------------------- */
 
@@ -53,7 +53,7 @@ int gw_cuda_bucket_of(const int *buckets, int n_buckets, int n)
 #include "kernels/cuda/prefill_attn.h"
 #include "kernels/cuda/sample.h"
 #include "kernels/cuda/score_qa.h"
-#include "common/st_safetensors.h"
+#include "common/model/st_safetensors.h"
 #include "gpu_worker/gw_cuda_internal.h"
 
 static size_t align256(size_t b)
@@ -356,16 +356,17 @@ static int check_shape(const struct gw_model *m, const struct kv_layout *lay,
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
                           "--backend cuda supports 1..16 query heads per KV "
                           "head (Hq %d, Hkv %d)", m->n_q_heads, Hkv);
-    if (lay->heads_per_group > 16 || Hkv > CMP_MAX_KV_HEADS)
+    if (lay->heads_per_group > 16 || Hkv > TG_CUDA_COMPRESS_MAX_KV_HEADS)
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
                           "--backend cuda supports at most 16 heads per group "
                           "and %d KV heads per rank (have %d and %d)",
-                          CMP_MAX_KV_HEADS, lay->heads_per_group, Hkv);
-    if (o->max_chunk < 1 || o->max_chunk > CMP_MAX_CHUNK)
+                          TG_CUDA_COMPRESS_MAX_KV_HEADS, lay->heads_per_group,
+                          Hkv);
+    if (o->max_chunk < 1 || o->max_chunk > TG_CUDA_COMPRESS_MAX_CHUNK)
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
                           "--prefill-chunk %d: the CUDA backend compresses "
-                          "chunks of 1..%d tokens", o->max_chunk,
-                          CMP_MAX_CHUNK);
+                          "chunks of 1..%d tokens",
+                          o->max_chunk, TG_CUDA_COMPRESS_MAX_CHUNK);
     if (o->max_seqs < 1 || o->splits == NULL)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "max_seqs must be >= 1 and a split map given");
@@ -521,11 +522,9 @@ int gw_cuda_init(struct gw_cuda *c, const struct gw_model *model,
     c->dec.cap_rows = (int64_t)opts->max_seqs * LG;
     c->pre.cap_rows = LG;
     int G = model->n_q_heads / model->n_kv_heads;
-    c->cmp_ws_bytes = cmp_qa_workspace_bytes(opts->method, opts->max_chunk,
-                                             model->n_q_heads,
-                                             model->n_kv_heads,
-                                             model->head_dim,
-                                             layout->rule.window);
+    c->cmp_ws_bytes = tg_cuda_score_qa_workspace_bytes(
+        opts->method, opts->max_chunk, model->n_q_heads, model->n_kv_heads,
+        model->head_dim, layout->rule.window);
     if (c->cmp_ws_bytes == 0)
         c->cmp_ws_bytes = 256;
 

@@ -10,8 +10,9 @@
  *   q, k, v = h W^T + b   (cuBLASLt, bf16 out)
  *   q, k <- RoPE (with Qwen3's q/k norm fused)
  *   prefill: tg_cuda_prefill_attn over the sequence's ragged history and
- *            the causal chunk, then cmp_* scoring, per-head top-k and the
- *            append of the kept K/V into the group pages (§4.3);
+ *            the causal chunk, then the scoring of score_qa.h/compress.h,
+ *            per-head top-k and the append of the kept K/V into the
+ *            group pages (§4.3);
  *   decode:  tg_cuda_decode_append of every head's new K/V, then
  *            tg_cuda_decode_attn driven by the static split map (§4.6);
  *   part = att Wo^T (+ bo) in fp32, all-reduced over the ranks (NCCL);
@@ -86,7 +87,7 @@
 #include <stdint.h>
 
 #include "common/kv/kv_table.h"
-#include "common/tg_config.h"
+#include "common/base/tg_config.h"
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_mem.h"
 #include "gpu_worker/gw_model.h"

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/st_safetensors.h"
+#include "common/model/st_safetensors.h"
 #include "gpu_worker/gw_cuda_internal.h"
 #include "kernels/cuda/compress.h"
 #include "kernels/cuda/gemm.h"
@@ -341,7 +341,7 @@ int gw_cuda__gvote_select(struct gw_cuda *c, const struct gw_seq *seq, int l,
     widen(ph, c->gv_x, N * H);
     widen(pq, c->gv_q, N * qd);
     widen(pk, c->gv_k, N * kd);
-    int32_t kcap[CMP_MAX_KV_HEADS];
+    int32_t kcap[TG_CUDA_COMPRESS_MAX_KV_HEADS];
     memcpy(kcap, keep, (size_t)Hkv * sizeof(*kcap));
     struct gvote_proj_ctx pc = {.c = c, .err = err, .errlen = errlen};
     struct gw_gvote_proj proj = {.run = gvote_proj_run, .ctx = &pc};

@@ -62,8 +62,9 @@ int gw_cuda__on_queries(struct gw_cuda *c, int l, int m, char *err,
         GW_CU_TRY(cudaMemcpyAsync(c->att, c->q, bytes,
                                   cudaMemcpyDeviceToDevice, st));
         GW_CU_TRY(cudaMemsetAsync(c->tgt_d, 0, (size_t)m * 4, st));
-        GW_OP_TRY(ew_rope(c->att, EW_DTYPE_BF16, m, Hq, d, (int64_t)qd,
-                          c->tgt_d, c->inv_freq, w->q_norm, md->norm_eps, st),
+        GW_OP_TRY(tg_cuda_elementwise_rope(
+                      c->att, TG_CUDA_ELEMENTWISE_BF16, m, Hq, d, (int64_t)qd,
+                      c->tgt_d, c->inv_freq, w->q_norm, md->norm_eps, st),
                   "calibration q norm", l);
         src = c->att;
     }

@@ -11,11 +11,11 @@
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_cuda.h"
 
 /* Checked calls of the CUDA forward pass: prefixed instances of the one
- * generic check TG__TRY_GEN (common/tg_err.h, DESIGN.md §8.5). Each
+ * generic check TG__TRY_GEN (common/base/tg_err.h, DESIGN.md §8.5). Each
  * returns from the enclosing function, which has `char *err, size_t
  * errlen` in scope for the detail. */
 

@@ -39,14 +39,14 @@ static int layer_compress(struct gw_cuda *c, const struct gw_seq *seq, int l,
     int G = lay->n_groups, Hkv = md->n_kv_heads;
     const int32_t *hg = lay->head_group + (size_t)l * (size_t)Hkv;
     const int32_t *hs = lay->head_slot + (size_t)l * (size_t)Hkv;
-    int32_t keep[CMP_MAX_KV_HEADS];
+    int32_t keep[TG_CUDA_COMPRESS_MAX_KV_HEADS];
     int all = 1;
     for (int h = 0; h < Hkv; h++) {
         keep[h] = keep_rows[(size_t)l * (size_t)G + (size_t)hg[h]];
         all &= keep[h] == n;
     }
     size_t r0 = (size_t)l * (size_t)G;
-    struct cmp_dst dst = {
+    struct tg_cuda_compress_dst dst = {
         .pool = c->pool,
         .n_pages = (int64_t)c->n_pages,
         .heads_per_group = lay->heads_per_group,
@@ -66,7 +66,8 @@ static int layer_compress(struct gw_cuda *c, const struct gw_seq *seq, int l,
     };
     if (c->opts.method == TG_SCORE_GVOTE) {
         TG_TRY(gw_cuda__gvote_select(c, seq, l, n, start, keep, err, errlen));
-        GW_OP_TRY(cmp_kv_append(&dst, c->k, c->v, n, c->idx, keep, c->stream),
+        GW_OP_TRY(tg_cuda_compress_kv_append(&dst, c->k, c->v, n, c->idx, keep,
+                                             c->stream),
                   "KV append", l);
         int32_t *krow = keep_rows + r0;
         const int32_t *hl = seq->hlen + (size_t)l * (size_t)Hkv;
@@ -85,33 +86,38 @@ static int layer_compress(struct gw_cuda *c, const struct gw_seq *seq, int l,
         for (int h = 0; h < Hkv; h++)
             c->hkeep[(size_t)l * (size_t)Hkv + (size_t)h] = keep[h];
     if (all && c->opts.on_scores == NULL) {
-        GW_OP_TRY(cmp_kv_append(&dst, c->k, c->v, n, NULL, keep, c->stream),
-           "KV append", l);
+        GW_OP_TRY(tg_cuda_compress_kv_append(&dst, c->k, c->v, n, NULL, keep,
+                                             c->stream),
+                  "KV append", l);
         return 0;
     }
-    struct cmp_chunk ch = {
+    struct tg_cuda_compress_chunk ch = {
         .q = c->q, .k = c->k, .v = c->v, .n = n,
         .n_q_heads = md->n_q_heads, .n_kv_heads = Hkv,
         .head_dim = md->head_dim, .start = start,
         .window = lay->rule.window, .n_sink = lay->rule.n_sink,
         .scale = 1.0f / sqrtf((float)md->head_dim),
     };
-    GW_OP_TRY(cmp_score(c->opts.method, &ch, c->scores, c->cmp_ws, c->cmp_ws_bytes,
-                 c->stream), "key scoring", l);
+    GW_OP_TRY(tg_cuda_score_qa_score(c->opts.method, &ch, c->scores, c->cmp_ws,
+                                     c->cmp_ws_bytes, c->stream),
+              "key scoring", l);
     if (c->opts.on_scores != NULL) {
         /* calibration scores every chunk, as the CPU forward pass does */
         TG_TRY(gw_cuda__on_scores(c, l, n, err, errlen));
         if (all) {
-            GW_OP_TRY(cmp_kv_append(&dst, c->k, c->v, n, NULL, keep,
-                                    c->stream), "KV append", l);
+            GW_OP_TRY(tg_cuda_compress_kv_append(&dst, c->k, c->v, n, NULL,
+                                                 keep, c->stream),
+                      "KV append", l);
             return 0;
         }
     }
-    GW_OP_TRY(cmp_select_topk(c->scores, n, Hkv, keep, start, lay->rule.window,
-                       lay->rule.n_sink, c->idx, c->stream),
-       "top-k selection", l);
-    GW_OP_TRY(cmp_kv_append(&dst, c->k, c->v, n, c->idx, keep, c->stream),
-       "KV append", l);
+    GW_OP_TRY(tg_cuda_compress_select_topk(c->scores, n, Hkv, keep, start,
+                                           lay->rule.window, lay->rule.n_sink,
+                                           c->idx, c->stream),
+              "top-k selection", l);
+    GW_OP_TRY(tg_cuda_compress_kv_append(&dst, c->k, c->v, n, c->idx, keep,
+                                         c->stream),
+              "KV append", l);
     return 0;
 }
 
@@ -220,8 +226,10 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
     GW_CU_TRY(cudaMemcpyAsync(c->ids_d, c->p_ids, (size_t)n * 4, cudaMemcpyHostToDevice, st));
     GW_CU_TRY(cudaMemcpyAsync(c->pos_d, c->p_pos, (size_t)n * 4, cudaMemcpyHostToDevice, st));
     GW_CU_TRY(cudaMemsetAsync(c->fault_d, 0, 4, st));
-    GW_OP_TRY(ew_embedding(c->embed, md->vocab, md->hidden, c->ids_d, n, c->x,
-                    EW_DTYPE_F32, st), "embedding", 0);
+    GW_OP_TRY(tg_cuda_elementwise_embedding(c->embed, md->vocab, md->hidden,
+                                            c->ids_d, n, c->x,
+                                            TG_CUDA_ELEMENTWISE_F32, st),
+              "embedding", 0);
     int G = lay->n_groups;
     for (int l = 0; l < md->n_layers; l++) {
         c->hook_rows = c->opts.on_queries != NULL ? n : 0;
@@ -284,8 +292,10 @@ static int decode_body(struct gw_cuda *c, int B, char *err, size_t errlen)
     const struct kv_layout *lay = c->layout;
     int G = lay->n_groups, LG = md->n_layers * G, Hkv = md->n_kv_heads;
     int rc;
-    GW_OP_TRY(ew_embedding(c->embed, md->vocab, md->hidden, c->ids_d, B, c->x,
-                    EW_DTYPE_F32, c->stream), "embedding", 0);
+    GW_OP_TRY(tg_cuda_elementwise_embedding(c->embed, md->vocab, md->hidden,
+                                            c->ids_d, B, c->x,
+                                            TG_CUDA_ELEMENTWISE_F32, c->stream),
+              "embedding", 0);
     for (int l = 0; l < md->n_layers; l++) {
         if ((rc = gw_cuda__layer_qkv(c, l, B, err, errlen)) != 0)
             return rc;

@@ -59,9 +59,9 @@ static int table_send(struct gw_cuda *c, struct gw_cuda_table *t,
                            cudaMemcpyHostToDevice, st));
         GW_CU_TRY(cudaMemcpyAsync(c->sc_val, c->h_sc_val, (size_t)n_scatter * 4,
                            cudaMemcpyHostToDevice, st));
-        GW_OP_TRY(kv_table_dev_scatter(t->indices, c->sc_pos, c->sc_val,
-                                (int32_t)n_scatter, c->stream),
-           "block table update", 0);
+        GW_OP_TRY(tg_cuda_kv_table_dev_scatter(t->indices, c->sc_pos, c->sc_val,
+                                               (int32_t)n_scatter, c->stream),
+                  "block table update", 0);
     }
     return 0;
 }
@@ -203,9 +203,11 @@ int gw_cuda__layer_qkv(struct gw_cuda *c, int l, int m, char *err, size_t errlen
     const struct gw_cuda_layer *w = &c->layers[l];
     int d = md->head_dim, H = md->hidden;
     void *st = c->stream;
-    GW_OP_TRY(ew_rmsnorm(c->x, EW_DTYPE_F32, l > 0 ? c->part : NULL, EW_DTYPE_F32,
-                  w->attn_norm, m, H, md->norm_eps, c->h, EW_DTYPE_BF16, st),
-       "attention norm", l);
+    GW_OP_TRY(tg_cuda_elementwise_rmsnorm(
+                  c->x, TG_CUDA_ELEMENTWISE_F32, l > 0 ? c->part : NULL,
+                  TG_CUDA_ELEMENTWISE_F32, w->attn_norm, m, H, md->norm_eps,
+                  c->h, TG_CUDA_ELEMENTWISE_BF16, st),
+              "attention norm", l);
     GW_OP_TRY(tg_cuda_gemm_bf16(c->gemm, c->h, w->wq, w->bq, m, md->n_q_heads * d, H,
                          c->q, TG_CUDA_GEMM_BF16, st), "q_proj", l);
     GW_OP_TRY(tg_cuda_gemm_bf16(c->gemm, c->h, w->wk, w->bk, m, md->n_kv_heads * d, H,
@@ -214,12 +216,16 @@ int gw_cuda__layer_qkv(struct gw_cuda *c, int l, int m, char *err, size_t errlen
                          c->v, TG_CUDA_GEMM_BF16, st), "v_proj", l);
     if (c->hook_rows > 0) /* a calibration chunk, never a capture */
         TG_TRY(gw_cuda__on_queries(c, l, m, err, errlen));
-    GW_OP_TRY(ew_rope(c->q, EW_DTYPE_BF16, m, md->n_q_heads, d,
-               (int64_t)md->n_q_heads * d, c->pos_d, c->inv_freq, w->q_norm,
-               md->norm_eps, st), "q rope", l);
-    GW_OP_TRY(ew_rope(c->k, EW_DTYPE_BF16, m, md->n_kv_heads, d,
-               (int64_t)md->n_kv_heads * d, c->pos_d, c->inv_freq, w->k_norm,
-               md->norm_eps, st), "k rope", l);
+    GW_OP_TRY(tg_cuda_elementwise_rope(
+                  c->q, TG_CUDA_ELEMENTWISE_BF16, m, md->n_q_heads, d,
+                  (int64_t)md->n_q_heads * d, c->pos_d, c->inv_freq, w->q_norm,
+                  md->norm_eps, st),
+              "q rope", l);
+    GW_OP_TRY(tg_cuda_elementwise_rope(
+                  c->k, TG_CUDA_ELEMENTWISE_BF16, m, md->n_kv_heads, d,
+                  (int64_t)md->n_kv_heads * d, c->pos_d, c->inv_freq, w->k_norm,
+                  md->norm_eps, st),
+              "k rope", l);
     return 0;
 }
 
@@ -239,12 +245,17 @@ int gw_cuda__layer_out_mlp(struct gw_cuda *c, int l, int m, char *err,
     int rc = gw_cuda__allreduce(c, hm, l, "o_proj", err, errlen);
     if (rc != 0)
         return rc;
-    GW_OP_TRY(ew_rmsnorm(c->x, EW_DTYPE_F32, c->part, EW_DTYPE_F32, w->ffn_norm, m,
-                  H, md->norm_eps, c->h, EW_DTYPE_BF16, st), "ffn norm", l);
+    GW_OP_TRY(tg_cuda_elementwise_rmsnorm(c->x, TG_CUDA_ELEMENTWISE_F32,
+                                          c->part, TG_CUDA_ELEMENTWISE_F32,
+                                          w->ffn_norm, m, H, md->norm_eps, c->h,
+                                          TG_CUDA_ELEMENTWISE_BF16, st),
+              "ffn norm", l);
     GW_OP_TRY(tg_cuda_gemm_bf16(c->gemm, c->h, w->w_gu, NULL, m, 2 * F, H, c->gu,
                          TG_CUDA_GEMM_BF16, st), "gate/up_proj", l);
-    GW_OP_TRY(ew_silu_mul(c->gu, c->gu + F, EW_DTYPE_BF16, m, F, 2 * (int64_t)F,
-                   c->mlp, EW_DTYPE_BF16, F, st), "silu_mul", l);
+    GW_OP_TRY(tg_cuda_elementwise_silu_mul(
+                  c->gu, c->gu + F, TG_CUDA_ELEMENTWISE_BF16, m, F,
+                  2 * (int64_t)F, c->mlp, TG_CUDA_ELEMENTWISE_BF16, F, st),
+              "silu_mul", l);
     GW_OP_TRY(tg_cuda_gemm_bf16(c->gemm, c->mlp, w->w_down, NULL, m, H, F, c->part,
                          TG_CUDA_GEMM_F32, st), "down_proj", l);
     return gw_cuda__allreduce(c, hm, l, "down_proj", err, errlen);
@@ -254,9 +265,11 @@ int gw_cuda__layer_out_mlp(struct gw_cuda *c, int l, int m, char *err,
 int gw_cuda__final_norm(struct gw_cuda *c, int m, char *err, size_t errlen)
 {
     const struct gw_model *md = c->model;
-    GW_OP_TRY(ew_rmsnorm(c->x, EW_DTYPE_F32, c->part, EW_DTYPE_F32, c->final_norm, m,
-                  md->hidden, md->norm_eps, c->h, EW_DTYPE_BF16, c->stream),
-       "final norm", md->n_layers);
+    GW_OP_TRY(tg_cuda_elementwise_rmsnorm(
+                  c->x, TG_CUDA_ELEMENTWISE_F32, c->part,
+                  TG_CUDA_ELEMENTWISE_F32, c->final_norm, m, md->hidden,
+                  md->norm_eps, c->h, TG_CUDA_ELEMENTWISE_BF16, c->stream),
+              "final norm", md->n_layers);
     return 0;
 }
 

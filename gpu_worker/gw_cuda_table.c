@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 int gw_cuda_table_stage(struct gw_cuda_table *t, const struct kv_table *k,
                         int32_t *sc_pos, int32_t *sc_val, int64_t sc_cap,

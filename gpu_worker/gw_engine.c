@@ -8,10 +8,10 @@
 #include <time.h>
 
 #include "common/kv/kv_seq.h"
-#include "common/pf_split.h"
+#include "common/profile/pf_split.h"
 #include "common/kv/kv_trig.h"
-#include "common/tg_err.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
 #include "common/kv/kv_layout.h"
 
 int gw_method_parse(const char *s, enum tg_score_method *out)

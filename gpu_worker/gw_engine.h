@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "common/kv/kv_pool.h"
-#include "common/pf_profile.h"
+#include "common/profile/pf_profile.h"
 #include "gpu_worker/gw_backend.h"
 #include "gpu_worker/gw_forward.h"
 #include "gpu_worker/gw_model.h"

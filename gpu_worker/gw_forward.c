@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 static void *xcalloc(size_t n, size_t size)
 {

@@ -9,8 +9,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-#include "common/tg_err.h"
-#include "common/tg_hostmem.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_hostmem.h"
 
 struct gw_tier_job {
     struct gw_tier_job *next;

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/tg_err.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
 #include "gpu_worker/gw_model.h"
 
 static const char *const kind_names[GW_W_COUNT] = {

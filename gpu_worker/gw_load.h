@@ -56,7 +56,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/st_safetensors.h"
+#include "common/model/st_safetensors.h"
 
 #define GW_LOAD_STAGING_DEFAULT ((size_t)64 << 20) /* 64 MiB */
 #define GW_LOAD_STAGING_MIN ((size_t)64 << 10)     /* 64 KiB */

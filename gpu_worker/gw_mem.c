@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 static double mib(uint64_t b)
 {

@@ -28,7 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/tg_config.h"
+#include "common/base/tg_config.h"
 
 /* What one rank needs besides the KV pool, in bytes. */
 struct gw_mem_need {

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/st_safetensors.h"
-#include "common/tg_err.h"
+#include "common/model/st_safetensors.h"
+#include "common/base/tg_err.h"
 
 static void drop_weights(struct gw_model *m)
 {

@@ -34,7 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/mc_model_config.h"
+#include "common/model/mc_model_config.h"
 #include "gpu_worker/gw_load.h"
 
 #define GW_MODEL_MAX_KV_HEADS 4096 /* KV heads per layer of a model */

@@ -7,7 +7,7 @@
 
 #include "common/kv/kv_budget.h"
 #include "common/kv/kv_trig.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 int gw_trig_caps(const double *budget, int H, int64_t c, int window,
                  int uniform, int32_t *cap)

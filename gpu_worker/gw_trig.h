@@ -28,7 +28,7 @@
 
 #include "common/kv/kv_layout.h"
 #include "common/kv/kv_trig.h"
-#include "common/pf_profile.h"
+#include "common/profile/pf_profile.h"
 #include "kernels/tg_ops.h"
 
 #define GW_TRIG_N_OFFSETS 17        /* O = {2^0 .. 2^16} */

@@ -12,8 +12,8 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "common/tg_err.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
 
 void gw_wlink_close(struct gw_wlink *l)
 {

@@ -33,7 +33,7 @@
  * struct gw_plan (gw_plan.h) the worker runs, and the worker's gw_result,
  * Hello information and CommSetup answer are encoded here.
  *
- * Logs through common/tg_log.h. One thread owns a link (the beat thread
+ * Logs through common/base/tg_log.h. One thread owns a link (the beat thread
  * owns only its own socket).
  */
 #ifndef GW_WLINK_H

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
 
 #define REPORT_MAX 64 /* finished ops per TierReport */
 

@@ -95,8 +95,8 @@
 
 #include "common/kv/kv_layout.h"
 #include "common/kv/kv_seq.h"
-#include "common/pf_profile.h"
-#include "common/tg_config.h"
+#include "common/profile/pf_profile.h"
+#include "common/base/tg_config.h"
 #include "gpu_worker/gw_backend.h"
 #include "gpu_worker/gw_beat.h"
 #include "gpu_worker/gw_forward.h"

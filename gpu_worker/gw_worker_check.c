@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/kv/kv_budget.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_worker.h"
 #include "gpu_worker/gw_worker_internal.h"
 

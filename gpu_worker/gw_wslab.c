@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/st_safetensors.h"
-#include "common/tg_err.h"
+#include "common/model/st_safetensors.h"
+#include "common/base/tg_err.h"
 
 static uint64_t align256(uint64_t b)
 {

@@ -13,7 +13,7 @@
  * rank 0 names in its Hello and the router hands to every rank in a CommSetup
  * (proto/worker.proto); nothing on the command line names it. The flags are
  * the rows of the serving table marked for the worker
- * (common/tg_serve_opts.h): those tangramd forwards (model, profile,
+ * (common/base/tg_serve_opts.h): those tangramd forwards (model, profile,
  * backend, layout, pool, logging) and the worker's own (--router, --rank,
  * --world-size, timeouts, --device ...). Every flag is also read from
  * TANGRAM_<NAME>. Exit status: 0 after a Shutdown (or
@@ -32,10 +32,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/tg_config.h"
-#include "common/tg_err.h"
-#include "common/tg_log.h"
-#include "common/tg_serve_opts.h"
+#include "common/base/tg_config.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
+#include "common/base/tg_serve_opts.h"
 #include "gpu_worker/gw_wlink.h"
 #include "gpu_worker/gw_worker.h"
 

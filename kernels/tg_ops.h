@@ -103,7 +103,7 @@ struct tg_sample_history {
 struct tg_backend; /* opaque per-thread backend context */
 
 struct tg_ops {
-    const char *name; /* "cpu", "cuda" */
+    const char *name; /* "cpu" (kernels/cpu/, the one table) */
 
     /* out[i,:] = table[ids[i],:]. table (V, hidden); out (n, hidden). */
     int (*embedding)(struct tg_backend *b, const float *table, int vocab,

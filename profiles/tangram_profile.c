@@ -22,17 +22,18 @@
  * JSON results go to stdout, errors to stderr; exit status 0 on success, 1
  * on bad input (files, values), 2 on bad usage (an unknown flag, a bad or
  * missing flag value). Each sub-command's flags are one tg_config table
- * (common/tg_config.h), so `tangram-profile COMMAND --help` is generated
+ * (common/base/tg_config.h), so `tangram-profile COMMAND --help` is generated
  * from it; no TANGRAM_* variables are read (names such as --profile,
  * --model and --page-size would collide with the daemon's).
  */
 #include "common/kv/kv_budget.h"
-#include "common/pf_build.h"
-#include "common/pf_identity.h"
-#include "common/pf_profile.h"
-#include "common/pf_split.h"
-#include "common/tg_config.h"
-#include "common/tg_err.h"
+#include "common/kv/kv_prompt.h"
+#include "common/profile/pf_build.h"
+#include "common/profile/pf_identity.h"
+#include "common/profile/pf_profile.h"
+#include "common/profile/pf_split.h"
+#include "common/base/tg_config.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_calibrate.h"
 
 #include <jansson.h>
@@ -388,9 +389,9 @@ static int cmd_splits(int argc, char **argv)
 
 static int pages_run(const struct use_args *a, struct pf_profile *p)
 {
-    struct pf_pages pg;
+    struct kv_prompt_pages pg;
     char err[256];
-    if (pf_pages_compute(&pg, p, a->tokens, a->chunk, a->page, err,
+    if (kv_prompt_pages_compute(&pg, p, a->tokens, a->chunk, a->page, err,
                          sizeof(err)) != 0) {
         pf_profile_free(p);
         return fail("pages: %s", err);
@@ -412,7 +413,7 @@ static int pages_run(const struct use_args *a, struct pf_profile *p)
         json_decref(doc);
         doc = NULL;
     }
-    pf_pages_free(&pg);
+    kv_prompt_pages_free(&pg);
     pf_profile_free(p);
     return print_json(doc);
 }
@@ -521,9 +522,9 @@ static double pct(int64_t part, int64_t whole)
 
 static int show_run(const struct use_args *a, struct pf_profile *p)
 {
-    struct pf_pages pg;
+    struct kv_prompt_pages pg;
     char err[256];
-    if (pf_pages_compute(&pg, p, a->context, a->chunk, a->page, err,
+    if (kv_prompt_pages_compute(&pg, p, a->context, a->chunk, a->page, err,
                          sizeof(err)) != 0) {
         pf_profile_free(p);
         return fail("show: %s", err);
@@ -558,7 +559,7 @@ static int show_run(const struct use_args *a, struct pf_profile *p)
     printf("reclaimable: %.2f%% of the monolithic layout, %.2f%% of full KV\n",
            pct(pg.monolithic_pages - pg.total_pages, pg.monolithic_pages),
            pct(full - pg.total_pages, full));
-    pf_pages_free(&pg);
+    kv_prompt_pages_free(&pg);
     pf_profile_free(p);
     return fflush(stdout) == 0 ? 0 : fail("%s", "cannot write to stdout");
 }
@@ -614,7 +615,7 @@ static const struct tg_config_entry calib_table[] = {
      .help = "Target keep ratio r, in (0, 1]; required with a scoring "
              "method, refused with gvote."},
     /* gvote's flags: the names, ranges and defaults of tangram-generate's
-     * and tangramd's (common/tg_serve_opts.c). */
+     * and tangramd's (common/base/tg_serve_opts.c). */
     {.name = "gvote-p", .type = TG_CONFIG_DOUBLE, .def = CAL_GVOTE_P_DEF,
      .min = 1e-9, .max = 1, .offset = CAL_OFF(gvote_p, double),
      .metavar = "P",

@@ -2,11 +2,11 @@
  * tangram-router — the router process (started by tangramd; DESIGN.md §2).
  *
  * Takes the rows of the serving table marked for the router
- * (common/tg_serve_opts.h): every tangramd flag, which tangramd forwards,
+ * (common/base/tg_serve_opts.h): every tangramd flag, which tangramd forwards,
  * plus the router's own --ipc-endpoint (the worker link) and --notify-fd (a
  * pipe to tangramd for READY / NOTREADY / WATCHDOG / DRAINED lines; -1 for
- * none). Sets up the server core (router/rt_server.h), registers the HTTP
- * and gRPC front ends (router/rt_api.h), then listens. Exits 0 after a
+ * none). Sets up the server core (router/core/rt_server.h), registers the HTTP
+ * and gRPC front ends (router/api/rt_api.h), then listens. Exits 0 after a
  * drain, 1 on a start-up failure, 2 on bad flags. When tangramd goes away
  * (the notify pipe closes) the router drains and exits too, so no orphan
  * keeps serving.
@@ -17,12 +17,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/tg_config.h"
-#include "common/tg_err.h"
-#include "common/tg_log.h"
-#include "common/tg_serve_opts.h"
-#include "router/rt_api.h"
-#include "router/rt_server.h"
+#include "common/base/tg_config.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
+#include "common/base/tg_serve_opts.h"
+#include "router/api/rt_api.h"
+#include "router/core/rt_server.h"
 
 extern char **environ;
 

@@ -37,10 +37,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/tg_config.h"
-#include "common/tg_err.h"
-#include "common/tg_json.h"
-#include "common/tok_tokenizer.h"
+#include "common/base/tg_config.h"
+#include "common/base/tg_err.h"
+#include "common/json/tg_json.h"
+#include "common/tok/tok_tokenizer.h"
 #include "gpu_worker/gw_engine.h"
 
 extern char **environ;

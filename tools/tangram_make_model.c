@@ -21,17 +21,17 @@
  * attention near-uniform and top-k selection fragile); embeddings N(0, 1);
  * norm weights 1 + N(0, 0.1); biases N(0, 0.1).
  *
- * The flags are one tg_config table (common/tg_config.h): --help is
+ * The flags are one tg_config table (common/base/tg_config.h): --help is
  * generated from it; an unknown flag or a bad value exits with status 2 and
  * a message naming the flag. No TANGRAM_* variables are read (a one-shot
  * tool; names such as --seed or --layers mean nothing to the daemon).
  */
-#include "common/mc_model_config.h"
-#include "common/st_safetensors.h"
-#include "common/st_writer.h"
-#include "common/tg_config.h"
-#include "common/tg_err.h"
-#include "common/tg_json.h"
+#include "common/model/mc_model_config.h"
+#include "common/model/st_safetensors.h"
+#include "common/model/st_writer.h"
+#include "common/base/tg_config.h"
+#include "common/base/tg_err.h"
+#include "common/json/tg_json.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -8,7 +8,7 @@
  * Reads {"messages": [...], "tools": [...]} on stdin ("tools" optional, and
  * an optional "chat_template_kwargs" object of extra template variables)
  * and writes the prompt to stdout exactly (no newline added), rendered as
- * transformers' apply_chat_template renders it (common/ct_template.h): the
+ * transformers' apply_chat_template renders it (common/chat/ct_template.h): the
  * template and special tokens come from DIR (chat_template.jinja or
  * tokenizer_config.json) or from F (a .jinja template or a
  * tokenizer_config .json). --date-string fixes the date strftime_now()
@@ -17,9 +17,9 @@
  * Exit status: 0 ok, 1 render or input error (the message names it), 2
  * usage. A template the engine cannot render fails; it never prints a
  * different prompt. */
-#include "common/ct_template.h"
-#include "common/tg_err.h"
-#include "common/tg_json.h"
+#include "common/chat/ct_template.h"
+#include "common/base/tg_err.h"
+#include "common/json/tg_json.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /*
  * tangram-tokenize — encode UTF-8 text from stdin to a JSON array of token
  * ids, or (--decode) a JSON id array from stdin back to text, with a Hugging
- * Face tokenizer.json (common/tok_tokenizer.h).
+ * Face tokenizer.json (common/tok/tok_tokenizer.h).
  *
  *   tangram-tokenize --tokenizer DIR|FILE [--add-special] [--split-special]
  *   tangram-tokenize --tokenizer DIR|FILE --decode [--skip-special]
@@ -11,9 +11,9 @@
  * exactly, without a trailing newline. Exit 0 on success, 1 on bad input or
  * a load failure, 2 on bad usage.
  */
-#include "common/tg_err.h"
-#include "common/tg_json.h"
-#include "common/tok_tokenizer.h"
+#include "common/base/tg_err.h"
+#include "common/json/tg_json.h"
+#include "common/tok/tok_tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/grammar/gm_spec.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 #define ERR_BYTES 256
 

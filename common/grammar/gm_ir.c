@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 void gm_ir_init(struct gm_ir *ir, size_t max_exprs)
 {

@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 void gm_json_init(struct gm_json *j, struct gm_ir *ir, int ws_indent)
 {

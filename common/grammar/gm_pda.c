@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 #define DENSE_MIN_EDGES 4   /* nodes with this many byte edges get a row */
 #define DENSE_MAX_ROWS 8192 /* 8 MiB of rows at most */

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/grammar/gm_schema_int.h"
-#include "common/tg_err.h"
+#include "common/grammar/gm_schema_internal.h"
+#include "common/base/tg_err.h"
 
 enum kw {
     KW_ANNOT = 0, /* ignored */

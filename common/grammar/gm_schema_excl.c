@@ -1,5 +1,5 @@
 /* gm_schema_excl.c — local $ref resolution, JSON Schema equality and the
- * proof that oneOf alternatives are exclusive (gm_schema_int.h).
+ * proof that oneOf alternatives are exclusive (gm_schema_internal.h).
  *
  * oneOf is generated as alternation, so a document generated from one
  * alternative must fail every other one, or it would fail the oneOf. The
@@ -7,7 +7,7 @@
  * `gen` below is what the compiler generates (types inferred from
  * keywords, only listed properties), `val` what validation accepts
  * (anything a keyword does not forbid). It answers 1 only with a proof. */
-#include "common/grammar/gm_schema_int.h"
+#include "common/grammar/gm_schema_internal.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -25,7 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 /* Class ids kept for the split history (donors below), about 4 bytes each. */
 #define SIG_HISTORY_MAX (32u << 20)

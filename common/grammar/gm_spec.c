@@ -8,7 +8,7 @@
 #include "common/grammar/gm_internal.h"
 #include "common/grammar/gm_json.h"
 #include "common/grammar/gm_schema.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 static int dump(json_t *doc, char **out, size_t *len)
 {

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 #define LIST_MAX 2048 /* accepted sets above this are stored as bitmaps */
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 const struct gm_tool_format GM_TOOL_HERMES = {
     .begin = "<tool_call>\n{\"name\": ",

@@ -8,7 +8,7 @@
  * One call of function f is, byte for byte,
  *     begin  json_string(f.name)  middle  ARGS(f)  end
  * and calls are joined by `sep`. The formats the router's tool-call
- * parser reads (router/rt_toolcall.h) are:
+ * parser reads (router/api/rt_toolcall.h) are:
  *   Hermes / Qwen:  begin  "<tool_call>\n{\"name\": "
  *                   middle ", \"arguments\": "
  *                   end    "}\n</tool_call>"      sep "\n"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 size_t gm_vocab_mask_words(const struct gm_vocab *v)
 {

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/tok_tokenizer.h"
+#include "common/tok/tok_tokenizer.h"
 
 #define GM_TOKEN_MAX_BYTES 512 /* longer tokens are never allowed */
 #define GM_MAX_EOS 8

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/pf_split.h"
-#include "common/tg_err.h"
+#include "common/profile/pf_split.h"
+#include "common/base/tg_err.h"
 
 #define ROWS_MAX (1 << 24)
 

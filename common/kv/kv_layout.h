@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "common/kv/kv_budget.h"
-#include "common/pf_profile.h"
+#include "common/profile/pf_profile.h"
 
 #define KV_PAGE_SIZE_DEFAULT 16      /* P, tokens per page */
 #define KV_PREFILL_CHUNK_DEFAULT 512 /* C, tokens per prefill chunk */

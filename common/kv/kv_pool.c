@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 static size_t bitmap_words(int32_t n) { return ((size_t)n + 63) / 64; }
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/kv/kv_seq_internal.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 #define ROWS_MAX (1 << 24)
 

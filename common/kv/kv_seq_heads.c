@@ -6,7 +6,7 @@
 
 #include "common/kv/kv_seq.h"
 #include "common/kv/kv_seq_internal.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 /* Rows (L * G) and heads (L * Hkv) of a layout with head maps, or -1. */
 static int32_t layout_heads(const struct kv_layout *layout)

@@ -4,7 +4,7 @@
 
 #include "common/kv/kv_seq.h"
 #include "common/kv/kv_seq_internal.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 int kv_seq_move_pages(struct kv_seq *seq, struct kv_pool *from,
                       struct kv_pool *to, int32_t *old_ids, int32_t *new_ids,

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 /* Below this many ids copied, an OpenMP team costs more than it saves
  * (waking threads is tens of microseconds, and far worse on a loaded

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/kv/kv_budget.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 int kv_trig_opts_check(const struct kv_trig_opts *o, char *err,
                        size_t errlen)

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "common/kv/kv_layout.h"
-#include "common/pf_profile.h"
+#include "common/profile/pf_profile.h"
 
 #define KV_TRIG_BUDGET_DEFAULT 2048 /* --decode-budget c */
 #define KV_TRIG_EVERY_DEFAULT 128   /* --decode-every beta */

@@ -17,7 +17,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "kernels/cpu/cpu_internal.h"
 
 #define ATTN_TILE 32

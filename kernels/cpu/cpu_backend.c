@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "kernels/cpu/cpu_internal.h"
 
 const struct tg_ops tg_ops_cpu = {

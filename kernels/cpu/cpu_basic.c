@@ -11,7 +11,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "kernels/cpu/cpu_internal.h"
 
 int cpu__embedding(struct tg_backend *b, const float *table, int vocab,

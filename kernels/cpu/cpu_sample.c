@@ -34,7 +34,7 @@
 #include <omp.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "kernels/cpu/cpu_internal.h"
 
 #define SAMPLE_GREEDY_EPS 1e-5f

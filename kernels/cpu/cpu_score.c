@@ -40,7 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "kernels/cpu/cpu_internal.h"
 
 static float dotf(const float *a, const float *b, int d)

@@ -32,15 +32,18 @@ constexpr int kStatsThreads = 128;           // 4 warps per query row
 constexpr int kPoolThreads = 256;            // 8 warps per key tile
 constexpr int kPoolKeys = kWarp;             // keys per tile, halo included
 constexpr int kPoolOut = kPoolKeys - 4;      // pooled outputs per tile
-constexpr int kQRegs = CMP_MAX_HEAD_DIM / kWarp; // q elements per lane
+constexpr int kQRegs =
+    TG_CUDA_COMPRESS_MAX_HEAD_DIM / kWarp;   // q elements per lane
 constexpr int kAppendWarps = 4;              // kept rows per append block
 
 // Per-head arrays of the append and select launches, passed by value in the
-// kernel parameters (2 KB of the 4 KB limit for CMP_MAX_KV_HEADS = 256).
+// kernel parameters (2 KB of the 4 KB limit for TG_CUDA_COMPRESS_MAX_KV_HEADS =
+// 256).
 struct heads_arg {
-    int32_t keep[CMP_MAX_KV_HEADS];  // rows kept per head
-    int16_t group[CMP_MAX_KV_HEADS]; // group of each head
-    int16_t slot[CMP_MAX_KV_HEADS];  // slot of each head in its pages
+    int32_t keep[TG_CUDA_COMPRESS_MAX_KV_HEADS];  // rows kept per head
+    int16_t group[TG_CUDA_COMPRESS_MAX_KV_HEADS]; // group of each head
+    int16_t
+        slot[TG_CUDA_COMPRESS_MAX_KV_HEADS]; // slot of each head in its pages
 };
 
 } // namespace
@@ -197,8 +200,8 @@ static int score_window(int n, int window)
     return window > 0 && window < n ? window : n;
 }
 
-static int launch_score(const struct cmp_chunk *c, float *scores, float2 *stats,
-                        cudaStream_t stream)
+static int launch_score(const struct tg_cuda_compress_chunk *c, float *scores,
+                        float2 *stats, cudaStream_t stream)
 {
     const int W = score_window(c->n, c->window);
     const int G = c->n_q_heads / c->n_kv_heads;
@@ -362,10 +365,10 @@ static __global__ void append_kernel(append_geom gm, heads_arg heads,
     }
 }
 
-static int launch_append(const struct cmp_dst *dst, const uint16_t *k,
-                         const uint16_t *v, int n, const int32_t *idx,
-                         const heads_arg &heads, int max_keep,
-                         cudaStream_t stream)
+static int launch_append(const struct tg_cuda_compress_dst *dst,
+                         const uint16_t *k, const uint16_t *v, int n,
+                         const int32_t *idx, const heads_arg &heads,
+                         int max_keep, cudaStream_t stream)
 {
     if (max_keep == 0)
         return 0;
@@ -394,12 +397,13 @@ static int launch_append(const struct cmp_dst *dst, const uint16_t *k,
 
 // ---- argument checks (host, before anything is queued) ------------------
 
-static int check_chunk(const struct cmp_chunk *c)
+static int check_chunk(const struct tg_cuda_compress_chunk *c)
 {
-    if (c == nullptr || c->n < 0 || c->n > CMP_MAX_CHUNK ||
-        c->n_kv_heads < 1 || c->n_kv_heads > CMP_MAX_KV_HEADS ||
+    if (c == nullptr || c->n < 0 || c->n > TG_CUDA_COMPRESS_MAX_CHUNK ||
+        c->n_kv_heads < 1 || c->n_kv_heads > TG_CUDA_COMPRESS_MAX_KV_HEADS ||
         c->n_q_heads < 1 || c->n_q_heads % c->n_kv_heads != 0 ||
-        c->head_dim < 1 || c->head_dim > CMP_MAX_HEAD_DIM || c->start < 0)
+        c->head_dim < 1 || c->head_dim > TG_CUDA_COMPRESS_MAX_HEAD_DIM ||
+        c->start < 0)
         return TG_EINVAL;
     if (c->n > 0 && (c->q == nullptr || c->k == nullptr))
         return TG_EINVAL;
@@ -409,7 +413,8 @@ static int check_chunk(const struct cmp_chunk *c)
 static int check_keep(const int32_t *keep, int n, int n_kv_heads,
                       heads_arg *heads, int *max_keep)
 {
-    if (keep == nullptr || n_kv_heads < 1 || n_kv_heads > CMP_MAX_KV_HEADS)
+    if (keep == nullptr || n_kv_heads < 1 ||
+        n_kv_heads > TG_CUDA_COMPRESS_MAX_KV_HEADS)
         return TG_EINVAL;
     int mx = 0;
     for (int h = 0; h < n_kv_heads; h++) {
@@ -425,26 +430,29 @@ static int check_keep(const int32_t *keep, int n, int n_kv_heads,
 // Validates dst and fills the group/slot arrays; keep must already be in
 // heads (without per-head lengths a group's heads must keep the same
 // count: they append at one shared offset).
-static int check_dst(const struct cmp_dst *dst, heads_arg *heads, int max_keep)
+static int check_dst(const struct tg_cuda_compress_dst *dst, heads_arg *heads,
+                     int max_keep)
 {
     if (dst == nullptr || dst->n_kv_heads < 1 ||
-        dst->n_kv_heads > CMP_MAX_KV_HEADS || dst->head_dim < 1 ||
-        dst->head_dim > CMP_MAX_HEAD_DIM || dst->heads_per_group < 1 ||
-        dst->page_size < 1 || dst->n_groups < 1 || dst->n_pages < 0 ||
-        dst->head_group == nullptr || dst->head_slot == nullptr)
+        dst->n_kv_heads > TG_CUDA_COMPRESS_MAX_KV_HEADS || dst->head_dim < 1 ||
+        dst->head_dim > TG_CUDA_COMPRESS_MAX_HEAD_DIM ||
+        dst->heads_per_group < 1 || dst->page_size < 1 || dst->n_groups < 1 ||
+        dst->n_pages < 0 || dst->head_group == nullptr ||
+        dst->head_slot == nullptr)
         return TG_EINVAL;
     if (max_keep > 0 &&
         (dst->pool == nullptr || dst->indptr == nullptr ||
          dst->indices == nullptr || dst->npages == nullptr ||
          dst->lens == nullptr))
         return TG_EINVAL;
-    int group_keep[CMP_MAX_KV_HEADS];
-    for (int g = 0; g < dst->n_groups && g < CMP_MAX_KV_HEADS; g++)
+    int group_keep[TG_CUDA_COMPRESS_MAX_KV_HEADS];
+    for (int g = 0; g < dst->n_groups && g < TG_CUDA_COMPRESS_MAX_KV_HEADS; g++)
         group_keep[g] = -1;
     for (int h = 0; h < dst->n_kv_heads; h++) {
         int g = dst->head_group[h], s = dst->head_slot[h];
-        if (g < 0 || g >= dst->n_groups || g >= CMP_MAX_KV_HEADS || s < 0 ||
-            s >= dst->heads_per_group || s >= CMP_MAX_KV_HEADS)
+        if (g < 0 || g >= dst->n_groups || g >= TG_CUDA_COMPRESS_MAX_KV_HEADS ||
+            s < 0 || s >= dst->heads_per_group ||
+            s >= TG_CUDA_COMPRESS_MAX_KV_HEADS)
             return TG_EINVAL;
         // Two heads in one slot of one group would overwrite each other.
         for (int h2 = 0; h2 < h; h2++)
@@ -462,8 +470,8 @@ static int check_dst(const struct cmp_dst *dst, heads_arg *heads, int max_keep)
 
 // ---- entries ------------------------------------------------------------
 
-extern "C" size_t cmp_workspace_bytes(int n, int n_q_heads, int n_kv_heads,
-                                      int window)
+extern "C" size_t tg_cuda_compress_workspace_bytes(int n, int n_q_heads,
+                                                   int n_kv_heads, int window)
 {
     if (n <= 0 || n_kv_heads < 1 || n_q_heads < 1 ||
         n_q_heads % n_kv_heads != 0)
@@ -473,15 +481,18 @@ extern "C" size_t cmp_workspace_bytes(int n, int n_q_heads, int n_kv_heads,
 
 // The scoring workspace is read as float2: a misaligned pointer would
 // fault on the device (a sticky error) instead of failing the call.
-static bool ws_ok(const struct cmp_chunk *c, const void *ws, size_t ws_bytes)
+static bool ws_ok(const struct tg_cuda_compress_chunk *c, const void *ws,
+                  size_t ws_bytes)
 {
     return ws != nullptr && ((uintptr_t)ws % alignof(float2)) == 0 &&
-           ws_bytes >= cmp_workspace_bytes(c->n, c->n_q_heads, c->n_kv_heads,
-                                           c->window);
+           ws_bytes >= tg_cuda_compress_workspace_bytes(
+                           c->n, c->n_q_heads, c->n_kv_heads, c->window);
 }
 
-extern "C" int cmp_score_snapkv(const struct cmp_chunk *c, float *scores,
-                                void *ws, size_t ws_bytes, void *stream)
+extern "C" int
+tg_cuda_compress_score_snapkv(const struct tg_cuda_compress_chunk *c,
+                              float *scores, void *ws, size_t ws_bytes,
+                              void *stream)
 {
     int rc = check_chunk(c);
     if (rc != 0)
@@ -494,11 +505,13 @@ extern "C" int cmp_score_snapkv(const struct cmp_chunk *c, float *scores,
                         (cudaStream_t)stream);
 }
 
-extern "C" int cmp_select_topk(const float *scores, int n, int n_kv_heads,
-                               const int32_t *keep, int64_t start, int window,
-                               int n_sink, int32_t *idx, void *stream)
+extern "C" int tg_cuda_compress_select_topk(const float *scores, int n,
+                                            int n_kv_heads, const int32_t *keep,
+                                            int64_t start, int window,
+                                            int n_sink, int32_t *idx,
+                                            void *stream)
 {
-    if (n < 0 || n > CMP_MAX_CHUNK || start < 0)
+    if (n < 0 || n > TG_CUDA_COMPRESS_MAX_CHUNK || start < 0)
         return TG_EINVAL;
     heads_arg heads = {};
     int max_keep = 0;
@@ -513,12 +526,15 @@ extern "C" int cmp_select_topk(const float *scores, int n, int n_kv_heads,
                          idx, (cudaStream_t)stream);
 }
 
-extern "C" int cmp_kv_append(const struct cmp_dst *dst, const uint16_t *k,
-                             const uint16_t *v, int n, const int32_t *idx,
-                             const int32_t *n_keep, void *stream)
+extern "C" int
+tg_cuda_compress_kv_append(const struct tg_cuda_compress_dst *dst,
+                           const uint16_t *k, const uint16_t *v, int n,
+                           const int32_t *idx, const int32_t *n_keep,
+                           void *stream)
 {
     if (dst == nullptr || n < 0 || dst->n_kv_heads < 1 ||
-        dst->n_kv_heads > CMP_MAX_KV_HEADS || (idx != nullptr && n_keep == nullptr))
+        dst->n_kv_heads > TG_CUDA_COMPRESS_MAX_KV_HEADS ||
+        (idx != nullptr && n_keep == nullptr))
         return TG_EINVAL;
     heads_arg heads = {};
     int max_keep = n;
@@ -541,11 +557,10 @@ extern "C" int cmp_kv_append(const struct cmp_dst *dst, const uint16_t *k,
                          (cudaStream_t)stream);
 }
 
-extern "C" int cmp_chunk_compress(const struct cmp_chunk *c,
-                                  const int32_t *keep,
-                                  const struct cmp_dst *dst, float *scores,
-                                  int32_t *idx, void *ws, size_t ws_bytes,
-                                  void *stream)
+extern "C" int tg_cuda_compress_chunk_compress(
+    const struct tg_cuda_compress_chunk *c, const int32_t *keep,
+    const struct tg_cuda_compress_dst *dst, float *scores, int32_t *idx,
+    void *ws, size_t ws_bytes, void *stream)
 {
     int rc = check_chunk(c);
     if (rc != 0)

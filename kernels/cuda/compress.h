@@ -1,6 +1,6 @@
 /*
  * compress.h — fused per-chunk KV compression on the device (DESIGN.md
- * §4.3 steps 3-5, §4.4 snapkv), prefix cmp_ ("chunk compression").
+ * §4.3 steps 3-5, §4.4 snapkv), entries tg_cuda_compress_*.
  *
  * For one prefill chunk of n tokens at one layer of one sequence:
  *  1. score  — snapkv scores of the chunk's keys per KV head: window
@@ -25,14 +25,14 @@
  * head_slot) are host memory, validated and copied into the launch
  * parameters, so the caller may reuse them as soon as a call returns.
  * bf16 tensors are passed as uint16_t bit patterns (the top half of an
- * IEEE binary32, as common/st_safetensors.h converts), so this header is
+ * IEEE binary32, as common/model/st_safetensors.h converts), so this header is
  * plain C without CUDA types; streams are void * (NULL = default stream).
  *
- * Limits (TG_EINVAL beyond them): n <= CMP_MAX_CHUNK (the selection sorts
- * a head's keys in one thread block's shared memory), head_dim <=
- * CMP_MAX_HEAD_DIM, n_kv_heads <= CMP_MAX_KV_HEADS and group / slot
- * numbers below CMP_MAX_KV_HEADS (per-head arrays travel in the kernel
- * parameters).
+ * Limits (TG_EINVAL beyond them): n <= TG_CUDA_COMPRESS_MAX_CHUNK (the
+ * selection sorts a head's keys in one thread block's shared memory), head_dim
+ * <= TG_CUDA_COMPRESS_MAX_HEAD_DIM, n_kv_heads <= TG_CUDA_COMPRESS_MAX_KV_HEADS
+ * and group / slot numbers below TG_CUDA_COMPRESS_MAX_KV_HEADS (per-head arrays
+ * travel in the kernel parameters).
  *
  * Every call is asynchronous on `stream` and returns 0, TG_EINVAL (bad
  * arguments, checked before anything is queued) or TG_EDEVICE (a CUDA
@@ -51,17 +51,18 @@ extern "C" {
 #endif
 
 enum {
-    CMP_MAX_CHUNK = 2048,   /* keys per chunk (bitonic sort of 2048 in smem) */
-    CMP_MAX_HEAD_DIM = 256, /* head_dim */
-    CMP_MAX_KV_HEADS = 256, /* KV heads per rank and layer */
+    /* keys per chunk (bitonic sort of 2048 in smem) */
+    TG_CUDA_COMPRESS_MAX_CHUNK = 2048,
+    TG_CUDA_COMPRESS_MAX_HEAD_DIM = 256, /* head_dim */
+    TG_CUDA_COMPRESS_MAX_KV_HEADS = 256, /* KV heads per rank and layer */
 };
 
 /* One chunk's projections at one layer (all device memory). */
-struct cmp_chunk {
+struct tg_cuda_compress_chunk {
     const uint16_t *q; /* bf16 (n, Hq, d), after RoPE */
     const uint16_t *k; /* bf16 (n, Hkv, d), after RoPE */
     const uint16_t *v; /* bf16 (n, Hkv, d) */
-    int n;             /* tokens in the chunk, 0..CMP_MAX_CHUNK */
+    int n;             /* tokens in the chunk, 0..TG_CUDA_COMPRESS_MAX_CHUNK */
     int n_q_heads;     /* Hq, a multiple of Hkv; query head q reads q / G */
     int n_kv_heads;    /* Hkv */
     int head_dim;      /* d */
@@ -79,7 +80,7 @@ struct cmp_chunk {
  * token t of its group row g = head_group[h] (slot s = head_slot[h]) at
  * page indices[indptr[g] + t / P], K at ((s*2+0)*P + t%P)*d and V at
  * ((s*2+1)*P + t%P)*d inside the page — the CPU backend's layout. */
-struct cmp_dst {
+struct tg_cuda_compress_dst {
     uint16_t *pool;            /* device bf16 (n_pages, H_p, 2, P, d) */
     int64_t n_pages;           /* pages in the pool; ids must be below */
     int heads_per_group;       /* H_p */
@@ -106,26 +107,30 @@ struct cmp_dst {
                                   pool); that row is then not written */
 };
 
-/* Bytes of device workspace cmp_score_snapkv / cmp_chunk_compress need for
- * a chunk of n tokens (per query row softmax max and sum:
- * Hkv * G * W * 2 floats). 0 when n <= 0 or the shape is invalid. */
-size_t cmp_workspace_bytes(int n, int n_q_heads, int n_kv_heads, int window);
+/* Bytes of device workspace tg_cuda_compress_score_snapkv /
+ * tg_cuda_compress_chunk_compress need for a chunk of n tokens (per query row
+ * softmax max and sum: Hkv * G * W * 2 floats). 0 when n <= 0 or the shape is
+ * invalid. */
+size_t tg_cuda_compress_workspace_bytes(int n, int n_q_heads, int n_kv_heads,
+                                        int window);
 
 /* Writes the snapkv scores of chunk `c` to scores (device fp32 (Hkv, n)),
- * using `ws` (device, 8-byte aligned, ws_bytes >= cmp_workspace_bytes) as
- * scratch. Forced keys are not applied here (see cmp_select_topk). n == 0
- * queues nothing. Returns 0, TG_EINVAL or TG_EDEVICE. */
-int cmp_score_snapkv(const struct cmp_chunk *c, float *scores, void *ws,
-                     size_t ws_bytes, void *stream);
+ * using `ws` (device, 8-byte aligned, ws_bytes >=
+ * tg_cuda_compress_workspace_bytes) as scratch. Forced keys are not applied
+ * here (see tg_cuda_compress_select_topk). n == 0 queues nothing. Returns 0,
+ * TG_EINVAL or TG_EDEVICE. */
+int tg_cuda_compress_score_snapkv(const struct tg_cuda_compress_chunk *c,
+                                  float *scores, void *ws, size_t ws_bytes,
+                                  void *stream);
 
 /* Per KV head h, writes the keep[h] selected chunk indices in ascending
  * order to idx[h * n .. h * n + keep[h]) (device int32 (Hkv, n); the rest
  * of each row is left as is). scores: device fp32 (Hkv, n); keep: host
  * (Hkv), 0..n. Forced keys: i >= n - min(window, n) when window > 0, and
  * start + i < n_sink. Returns 0, TG_EINVAL or TG_EDEVICE. */
-int cmp_select_topk(const float *scores, int n, int n_kv_heads,
-                    const int32_t *keep, int64_t start, int window,
-                    int n_sink, int32_t *idx, void *stream);
+int tg_cuda_compress_select_topk(const float *scores, int n, int n_kv_heads,
+                                 const int32_t *keep, int64_t start, int window,
+                                 int n_sink, int32_t *idx, void *stream);
 
 /* Appends chunk rows to every head's group row at offset lens[g]: head h
  * copies k[idx[h*n + t], h, :] and v[...] for t < n_keep[h] (idx NULL:
@@ -136,18 +141,22 @@ int cmp_select_topk(const float *scores, int n, int n_kv_heads,
  * With dst->head_lens head h appends at its own length, and n_keep may
  * differ within a group.
  * Returns 0, TG_EINVAL or TG_EDEVICE. */
-int cmp_kv_append(const struct cmp_dst *dst, const uint16_t *k,
-                  const uint16_t *v, int n, const int32_t *idx,
-                  const int32_t *n_keep, void *stream);
+int tg_cuda_compress_kv_append(const struct tg_cuda_compress_dst *dst,
+                               const uint16_t *k, const uint16_t *v, int n,
+                               const int32_t *idx, const int32_t *n_keep,
+                               void *stream);
 
-/* The three steps for one chunk on one stream: cmp_score_snapkv into
- * `scores`, cmp_select_topk with `keep` into `idx`, cmp_kv_append of the
- * kept rows into `dst` (which must describe c->n_kv_heads heads of
- * c->head_dim). scores and idx stay readable afterwards (for tests and
- * calibration). Returns 0, TG_EINVAL (nothing queued) or TG_EDEVICE. */
-int cmp_chunk_compress(const struct cmp_chunk *c, const int32_t *keep,
-                       const struct cmp_dst *dst, float *scores, int32_t *idx,
-                       void *ws, size_t ws_bytes, void *stream);
+/* The three steps for one chunk on one stream: tg_cuda_compress_score_snapkv
+ * into `scores`, tg_cuda_compress_select_topk with `keep` into `idx`,
+ * tg_cuda_compress_kv_append of the kept rows into `dst` (which must describe
+ * c->n_kv_heads heads of c->head_dim). scores and idx stay readable afterwards
+ * (for tests and calibration). Returns 0, TG_EINVAL (nothing queued) or
+ * TG_EDEVICE. */
+int tg_cuda_compress_chunk_compress(const struct tg_cuda_compress_chunk *c,
+                                    const int32_t *keep,
+                                    const struct tg_cuda_compress_dst *dst,
+                                    float *scores, int32_t *idx, void *ws,
+                                    size_t ws_bytes, void *stream);
 
 #ifdef __cplusplus
 }

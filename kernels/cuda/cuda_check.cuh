@@ -10,7 +10,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 #define TG__GPU_TRY_GEN(expr, ok, strfn, code)                              \
     do {                                                                    \

@@ -525,7 +525,7 @@ extern "C" int tg_cuda_decode_attn(const struct tg_cuda_decode_attn_args *a,
 }
 
 extern "C" int tg_cuda_decode_csr_layer(struct tg_cuda_kv_csr *csr,
-                                        const struct kv_table_dev *dt,
+                                        const struct tg_cuda_kv_table_dev *dt,
                                         int n_layers, int n_groups, int layer,
                                         char *err, size_t errlen)
 {

@@ -30,7 +30,7 @@
  * Split maps. tg_cuda_split_map holds S[l][g] for every layer as device
  * prefix offsets, uploaded once at worker start; nothing is planned per
  * step. The same kernel runs with any map, so the benchmark compares the
- * profile's map (common/pf_split.h), a FlashDecoding-style uniform map
+ * profile's map (common/profile/pf_split.h), a FlashDecoding-style uniform map
  * (tg_cuda_decode_uniform_splits) and no split (all ones) fairly.
  * tg_cuda_decode_attn_n_cta gives the N_CTA that pf_split_map needs.
  *
@@ -85,8 +85,8 @@ struct tg_cuda_kv_csr {
  * is not a multiple of n_layers * n_groups). Host only; borrows dt's
  * buffers (valid until its next upload that grows them). */
 int tg_cuda_decode_csr_layer(struct tg_cuda_kv_csr *csr,
-                             const struct kv_table_dev *dt, int n_layers,
-                             int n_groups, int layer, char *err,
+                             const struct tg_cuda_kv_table_dev *dt,
+                             int n_layers, int n_groups, int layer, char *err,
                              size_t errlen);
 
 /* S[l][g] of every layer, on the device as prefix offsets. */

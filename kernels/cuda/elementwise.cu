@@ -80,22 +80,23 @@ __device__ float block_sum(float v)
 
 // Maps a dtype enum to a null pointer of the element type, so a generic
 // lambda can recover the type with tensor_type<decltype(tag)>.
-template <typename F> int with_dtype(enum ew_dtype dt, F &&f)
+template <typename F> int with_dtype(enum tg_cuda_elementwise_dtype dt, F &&f)
 {
-    if (dt == EW_DTYPE_F32)
+    if (dt == TG_CUDA_ELEMENTWISE_F32)
         return f(static_cast<float *>(nullptr));
     return f(static_cast<__nv_bfloat16 *>(nullptr));
 }
 template <typename Tag> using tensor_type = std::remove_pointer_t<Tag>;
 
-bool dtype_ok(enum ew_dtype dt)
+bool dtype_ok(enum tg_cuda_elementwise_dtype dt)
 {
-    return dt == EW_DTYPE_F32 || dt == EW_DTYPE_BF16;
+    return dt == TG_CUDA_ELEMENTWISE_F32 || dt == TG_CUDA_ELEMENTWISE_BF16;
 }
 
-size_t dtype_size(enum ew_dtype dt)
+size_t dtype_size(enum tg_cuda_elementwise_dtype dt)
 {
-    return dt == EW_DTYPE_F32 ? sizeof(float) : sizeof(__nv_bfloat16);
+    return dt == TG_CUDA_ELEMENTWISE_F32 ? sizeof(float)
+                                         : sizeof(__nv_bfloat16);
 }
 
 bool aligned(const void *p, size_t a)
@@ -155,9 +156,9 @@ static int launch_embedding(const __nv_bfloat16 *table, int vocab, int hidden,
     return 0;
 }
 
-extern "C" int ew_embedding(const uint16_t *table, int vocab, int hidden,
-                            const int32_t *ids, int n, void *out,
-                            enum ew_dtype out_dtype, void *stream)
+extern "C" int tg_cuda_elementwise_embedding(
+    const uint16_t *table, int vocab, int hidden, const int32_t *ids, int n,
+    void *out, enum tg_cuda_elementwise_dtype out_dtype, void *stream)
 {
     if (vocab <= 0 || hidden <= 0 || n < 0 || !dtype_ok(out_dtype))
         return TG_EINVAL;
@@ -223,10 +224,11 @@ static int launch_rmsnorm(TX *x, const TR *residual, const __nv_bfloat16 *w,
     return 0;
 }
 
-extern "C" int ew_rmsnorm(void *x, enum ew_dtype x_dtype, const void *residual,
-                          enum ew_dtype res_dtype, const uint16_t *w, int n,
-                          int dim, float eps, void *out,
-                          enum ew_dtype out_dtype, void *stream)
+extern "C" int tg_cuda_elementwise_rmsnorm(
+    void *x, enum tg_cuda_elementwise_dtype x_dtype, const void *residual,
+    enum tg_cuda_elementwise_dtype res_dtype, const uint16_t *w, int n, int dim,
+    float eps, void *out, enum tg_cuda_elementwise_dtype out_dtype,
+    void *stream)
 {
     if (n < 0 || dim <= 0 || !(eps >= 0.0f) || !dtype_ok(x_dtype) ||
         !dtype_ok(out_dtype) || (residual != nullptr && !dtype_ok(res_dtype)))
@@ -246,7 +248,8 @@ extern "C" int ew_rmsnorm(void *x, enum ew_dtype x_dtype, const void *residual,
         return TG_EINVAL;
     // Without a residual the kernel never reads it: reuse x's type so no
     // extra instantiation is needed.
-    const enum ew_dtype rt = residual != nullptr ? res_dtype : x_dtype;
+    const enum tg_cuda_elementwise_dtype rt =
+        residual != nullptr ? res_dtype : x_dtype;
     const auto *wb = reinterpret_cast<const __nv_bfloat16 *>(w);
     cudaStream_t st = (cudaStream_t)stream;
     return with_dtype(x_dtype, [&](auto xtag) {
@@ -328,10 +331,11 @@ static int launch_rope(T *x, int n, int heads, int d, int64_t row_stride,
     return 0;
 }
 
-extern "C" int ew_rope(void *x, enum ew_dtype x_dtype, int n, int heads, int d,
-                       int64_t row_stride, const int32_t *pos,
-                       const float *inv_freq, const uint16_t *norm_w,
-                       float eps, void *stream)
+extern "C" int
+tg_cuda_elementwise_rope(void *x, enum tg_cuda_elementwise_dtype x_dtype, int n,
+                         int heads, int d, int64_t row_stride,
+                         const int32_t *pos, const float *inv_freq,
+                         const uint16_t *norm_w, float eps, void *stream)
 {
     if (n < 0 || heads <= 0 || d <= 0 || d % 2 != 0 || !dtype_ok(x_dtype) ||
         row_stride < (int64_t)heads * d || !(eps >= 0.0f))
@@ -386,10 +390,10 @@ static int launch_silu_mul(const TI *gate, const TI *up, int n, int width,
     return 0;
 }
 
-extern "C" int ew_silu_mul(const void *gate, const void *up,
-                           enum ew_dtype in_dtype, int n, int width,
-                           int64_t ld_in, void *out, enum ew_dtype out_dtype,
-                           int64_t ld_out, void *stream)
+extern "C" int tg_cuda_elementwise_silu_mul(
+    const void *gate, const void *up, enum tg_cuda_elementwise_dtype in_dtype,
+    int n, int width, int64_t ld_in, void *out,
+    enum tg_cuda_elementwise_dtype out_dtype, int64_t ld_out, void *stream)
 {
     if (n < 0 || width < 0 || ld_in < width || ld_out < width ||
         !dtype_ok(in_dtype) || !dtype_ok(out_dtype))
@@ -439,8 +443,8 @@ static int launch_convert(const TI *in, TO *out, int64_t len,
     return 0;
 }
 
-extern "C" int ew_f32_to_bf16(const float *in, uint16_t *out, size_t len,
-                              void *stream)
+extern "C" int tg_cuda_elementwise_f32_to_bf16(const float *in, uint16_t *out,
+                                               size_t len, void *stream)
 {
     if (len > (size_t)INT64_MAX)
         return TG_EINVAL;
@@ -452,8 +456,8 @@ extern "C" int ew_f32_to_bf16(const float *in, uint16_t *out, size_t len,
                           (int64_t)len, (cudaStream_t)stream);
 }
 
-extern "C" int ew_bf16_to_f32(const uint16_t *in, float *out, size_t len,
-                              void *stream)
+extern "C" int tg_cuda_elementwise_bf16_to_f32(const uint16_t *in, float *out,
+                                               size_t len, void *stream)
 {
     if (len > (size_t)INT64_MAX)
         return TG_EINVAL;

@@ -5,11 +5,11 @@
  * and bf16 <-> fp32 conversion.
  *
  * Storage: weights (embedding table, norm weights) are bf16; activations
- * are bf16 or fp32, chosen per tensor with enum ew_dtype, so the residual
- * stream may stay fp32 while GEMM outputs are bf16. All math is fp32; a
- * bf16 result is rounded once, to nearest even, when stored. The CPU
- * reference of each op is the matching fp32 op of kernels/tg_ops.h applied
- * to the same (bf16-rounded) inputs.
+ * are bf16 or fp32, chosen per tensor with enum tg_cuda_elementwise_dtype, so
+ * the residual stream may stay fp32 while GEMM outputs are bf16. All math is
+ * fp32; a bf16 result is rounded once, to nearest even, when stored. The CPU
+ * reference of each op is the matching fp32 op of kernels/tg_ops.h applied to
+ * the same (bf16-rounded) inputs.
  *
  * The header is plain C without CUDA types: bf16 tensors are uint16_t bit
  * patterns (the top half of an IEEE binary32), streams are `void *` holding
@@ -34,9 +34,9 @@ extern "C" {
 #endif
 
 /* Element type of an activation tensor. */
-enum ew_dtype {
-    EW_DTYPE_F32 = 0,  /* IEEE binary32 */
-    EW_DTYPE_BF16 = 1, /* bfloat16 as uint16_t bits */
+enum tg_cuda_elementwise_dtype {
+    TG_CUDA_ELEMENTWISE_F32 = 0,  /* IEEE binary32 */
+    TG_CUDA_ELEMENTWISE_BF16 = 1, /* bfloat16 as uint16_t bits */
 };
 
 /* out[i, :] = table[ids[i], :] for i < n, converted to out_dtype. A row
@@ -45,9 +45,10 @@ enum ew_dtype {
  * ids before they get here).
  * table (vocab, hidden) bf16; ids (n) int32; out (n, hidden) out_dtype.
  * Returns 0, TG_EINVAL or TG_EDEVICE. */
-int ew_embedding(const uint16_t *table, int vocab, int hidden,
-                 const int32_t *ids, int n, void *out,
-                 enum ew_dtype out_dtype, void *stream);
+int tg_cuda_elementwise_embedding(const uint16_t *table, int vocab, int hidden,
+                                  const int32_t *ids, int n, void *out,
+                                  enum tg_cuda_elementwise_dtype out_dtype,
+                                  void *stream);
 
 /* RMSNorm of n rows of length dim (HF LlamaRMSNorm):
  *     if residual != NULL:  x[i, :] += residual[i, :]   (stored in x_dtype)
@@ -59,9 +60,13 @@ int ew_embedding(const uint16_t *table, int vocab, int hidden,
  * out (n, dim) out_dtype. out may equal x only when residual is NULL and
  * out_dtype == x_dtype; with a residual, out must not equal x or residual.
  * eps >= 0. Returns 0, TG_EINVAL or TG_EDEVICE. */
-int ew_rmsnorm(void *x, enum ew_dtype x_dtype, const void *residual,
-               enum ew_dtype res_dtype, const uint16_t *w, int n, int dim,
-               float eps, void *out, enum ew_dtype out_dtype, void *stream);
+int tg_cuda_elementwise_rmsnorm(void *x, enum tg_cuda_elementwise_dtype x_dtype,
+                                const void *residual,
+                                enum tg_cuda_elementwise_dtype res_dtype,
+                                const uint16_t *w, int n, int dim, float eps,
+                                void *out,
+                                enum tg_cuda_elementwise_dtype out_dtype,
+                                void *stream);
 
 /* NeoX RoPE in place, optionally preceded by a per-head RMSNorm over d (the
  * q_norm / k_norm of Qwen3: norm each head's d values with norm_w, then
@@ -78,9 +83,10 @@ int ew_rmsnorm(void *x, enum ew_dtype x_dtype, const void *residual,
  * rope_scaling is folded into this table by the caller); norm_w (d) bf16 or
  * NULL. d even and > 0, heads > 0, row_stride >= heads * d, eps >= 0.
  * Returns 0, TG_EINVAL or TG_EDEVICE. */
-int ew_rope(void *x, enum ew_dtype x_dtype, int n, int heads, int d,
-            int64_t row_stride, const int32_t *pos, const float *inv_freq,
-            const uint16_t *norm_w, float eps, void *stream);
+int tg_cuda_elementwise_rope(void *x, enum tg_cuda_elementwise_dtype x_dtype,
+                             int n, int heads, int d, int64_t row_stride,
+                             const int32_t *pos, const float *inv_freq,
+                             const uint16_t *norm_w, float eps, void *stream);
 
 /* SwiGLU activation on n rows of width columns:
  *     out[i, j] = silu(gate[i, j]) * up[i, j],  silu(g) = g / (1 + e^-g)
@@ -91,18 +97,22 @@ int ew_rope(void *x, enum ew_dtype x_dtype, int n, int heads, int d,
  * ld_in >= width, ld_out >= width. out may equal gate (or up) only when
  * out_dtype == in_dtype and ld_out == ld_in (each element is read before it
  * is written by the same thread). Returns 0, TG_EINVAL or TG_EDEVICE. */
-int ew_silu_mul(const void *gate, const void *up, enum ew_dtype in_dtype,
-                int n, int width, int64_t ld_in, void *out,
-                enum ew_dtype out_dtype, int64_t ld_out, void *stream);
+int tg_cuda_elementwise_silu_mul(const void *gate, const void *up,
+                                 enum tg_cuda_elementwise_dtype in_dtype, int n,
+                                 int width, int64_t ld_in, void *out,
+                                 enum tg_cuda_elementwise_dtype out_dtype,
+                                 int64_t ld_out, void *stream);
 
 /* out[i] = bf16(in[i]), round to nearest even (NaN stays NaN, overflow
  * becomes infinity), as st_f32_to_bf16. in (len) fp32; out (len) bf16.
  * Returns 0, TG_EINVAL or TG_EDEVICE. */
-int ew_f32_to_bf16(const float *in, uint16_t *out, size_t len, void *stream);
+int tg_cuda_elementwise_f32_to_bf16(const float *in, uint16_t *out, size_t len,
+                                    void *stream);
 
 /* out[i] = (float)in[i] (exact). in (len) bf16; out (len) fp32.
  * Returns 0, TG_EINVAL or TG_EDEVICE. */
-int ew_bf16_to_f32(const uint16_t *in, float *out, size_t len, void *stream);
+int tg_cuda_elementwise_bf16_to_f32(const uint16_t *in, float *out, size_t len,
+                                    void *stream);
 
 #ifdef __cplusplus
 }

@@ -32,7 +32,7 @@ static __global__ void resolve_kernel(const int32_t *__restrict__ indptr,
     slot[i] = t % page_size;
 }
 
-static int launch_resolve(const struct kv_table_dev *dt, int32_t n,
+static int launch_resolve(const struct tg_cuda_kv_table_dev *dt, int32_t n,
                           const int32_t *rows, const int32_t *tokens,
                           int32_t *page, int32_t *slot, cudaStream_t stream)
 {
@@ -68,9 +68,9 @@ static int launch_scatter(int32_t *dst, const int32_t *pos,
     return 0;
 }
 
-extern "C" int kv_table_dev_scatter(int32_t *dst, const int32_t *pos,
-                                    const int32_t *val, int32_t n,
-                                    void *stream)
+extern "C" int tg_cuda_kv_table_dev_scatter(int32_t *dst, const int32_t *pos,
+                                            const int32_t *val, int32_t n,
+                                            void *stream)
 {
     if (n < 0 || (n > 0 && (dst == nullptr || pos == nullptr ||
                             val == nullptr)))
@@ -80,12 +80,12 @@ extern "C" int kv_table_dev_scatter(int32_t *dst, const int32_t *pos,
     return launch_scatter(dst, pos, val, n, (cudaStream_t)stream);
 }
 
-extern "C" void kv_table_dev_init(struct kv_table_dev *dt)
+extern "C" void tg_cuda_kv_table_dev_init(struct tg_cuda_kv_table_dev *dt)
 {
     memset(dt, 0, sizeof(*dt));
 }
 
-extern "C" void kv_table_dev_free(struct kv_table_dev *dt)
+extern "C" void tg_cuda_kv_table_dev_free(struct tg_cuda_kv_table_dev *dt)
 {
     // cudaFree(NULL) is a no-op; errors on teardown have no one to go to.
     (void)cudaFree(dt->indptr);
@@ -121,8 +121,9 @@ static int grow_dev(int32_t **buf, int64_t *cap, int64_t want)
     return 0;
 }
 
-extern "C" int kv_table_dev_upload(struct kv_table_dev *dt,
-                                   const struct kv_table *table, void *stream)
+extern "C" int tg_cuda_kv_table_dev_upload(struct tg_cuda_kv_table_dev *dt,
+                                           const struct kv_table *table,
+                                           void *stream)
 {
     if (dt == nullptr || table == nullptr || table->n_rows < 0 ||
         table->n_slots < 0 || (table->n_rows > 0 && table->indptr == nullptr))
@@ -168,9 +169,10 @@ extern "C" int kv_table_dev_upload(struct kv_table_dev *dt,
     return 0;
 }
 
-extern "C" int kv_table_dev_resolve(const struct kv_table_dev *dt, int32_t n,
-                                    const int32_t *rows, const int32_t *tokens,
-                                    int32_t *page, int32_t *slot, void *stream)
+extern "C" int
+tg_cuda_kv_table_dev_resolve(const struct tg_cuda_kv_table_dev *dt, int32_t n,
+                             const int32_t *rows, const int32_t *tokens,
+                             int32_t *page, int32_t *slot, void *stream)
 {
     if (dt == nullptr || n < 0)
         return TG_EINVAL;
@@ -183,10 +185,9 @@ extern "C" int kv_table_dev_resolve(const struct kv_table_dev *dt, int32_t n,
                           (cudaStream_t)stream);
 }
 
-extern "C" int kv_table_dev_resolve_host(const struct kv_table_dev *dt,
-                                         int32_t n, const int32_t *rows,
-                                         const int32_t *tokens, int32_t *page,
-                                         int32_t *slot)
+extern "C" int tg_cuda_kv_table_dev_resolve_host(
+    const struct tg_cuda_kv_table_dev *dt, int32_t n, const int32_t *rows,
+    const int32_t *tokens, int32_t *page, int32_t *slot)
 {
     if (dt == nullptr || n < 0 ||
         (n > 0 && (rows == nullptr || tokens == nullptr || page == nullptr ||
@@ -203,8 +204,9 @@ extern "C" int kv_table_dev_resolve_host(const struct kv_table_dev *dt,
     if (st == cudaSuccess)
         st = cudaMemcpy(buf + n, tokens, bytes, cudaMemcpyHostToDevice);
     if (st == cudaSuccess) {
-        rc = kv_table_dev_resolve(dt, n, buf, buf + n, buf + 2 * (size_t)n,
-                                  buf + 3 * (size_t)n, nullptr);
+        rc = tg_cuda_kv_table_dev_resolve(dt, n, buf, buf + n,
+                                          buf + 2 * (size_t)n,
+                                          buf + 3 * (size_t)n, nullptr);
         if (rc == 0)
             st = cudaMemcpy(page, buf + 2 * (size_t)n, bytes,
                             cudaMemcpyDeviceToHost);

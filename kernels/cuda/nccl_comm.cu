@@ -16,7 +16,7 @@
 // detail goes to the caller's err buffer.
 #include "kernels/cuda/nccl_comm.h"
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>

@@ -12,8 +12,8 @@
  *      indices[indptr[g] + t / P] at offset t % P, K at
  *      ((s*2+0)*P + t%P)*d and V at ((s*2+1)*P + t%P)*d inside the page
  *      (the page layout of kernels/tg_ops.h, the same CSR view as
- *      compress.h's struct cmp_dst); history rows may hold 0 tokens and
- *      differ in length between groups;
+ *      compress.h's struct tg_cuda_compress_dst); history rows may hold 0
+ *      tokens and differ in length between groups;
  *   2. the chunk's keys/values 0..i of head h (causal).
  * out = softmax(q . k * scale) v with an online softmax in fp32 (Milakov &
  * Gimelshein 2018); QK^T and PV run on bf16 tensor cores with fp32

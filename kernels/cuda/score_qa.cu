@@ -1,6 +1,6 @@
 // score_qa.cu — keydiff and expected_attention chunk scores on the device,
-// and the cmp_score dispatcher (see score_qa.h; DESIGN.md §4.4). Three
-// layers per op: static __global__ kernels, static launchers on a stream,
+// and the tg_cuda_score_qa_score dispatcher (see score_qa.h; DESIGN.md §4.4).
+// Three layers per op: static __global__ kernels, static launchers on a stream,
 // checked extern "C" entries. The CPU reference is kernels/cpu/cpu_score.c.
 //
 // keydiff, two kernels:
@@ -37,13 +37,15 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarp * kWarps;
-constexpr int kRegs = CMP_MAX_HEAD_DIM / kWarp; // key elements per lane
+constexpr int kRegs =
+    TG_CUDA_COMPRESS_MAX_HEAD_DIM / kWarp;      // key elements per lane
 constexpr int kKdTile = 64;                     // keys per keydiff block
 constexpr int kEaKeys = kWarp;                  // keys per logit block (one per lane)
 constexpr int kMaxGridY = 65535;                // query heads ride grid.y
 constexpr size_t kAlign = 256;                  // workspace part alignment
 
-static_assert(kThreads >= CMP_MAX_HEAD_DIM, "one thread per anchor element");
+static_assert(kThreads >= TG_CUDA_COMPRESS_MAX_HEAD_DIM,
+              "one thread per anchor element");
 
 } // namespace
 
@@ -69,7 +71,7 @@ static __global__ void kd_partial_kernel(const __nv_bfloat16 *__restrict__ k,
                                          int n, int Hkv, int d,
                                          float *__restrict__ part)
 {
-    __shared__ float wpart[kWarps][CMP_MAX_HEAD_DIM];
+    __shared__ float wpart[kWarps][TG_CUDA_COMPRESS_MAX_HEAD_DIM];
     const int h = blockIdx.y, tile = blockIdx.x, ntiles = gridDim.x;
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
     const int j0 = tile * kKdTile;
@@ -117,7 +119,7 @@ static __global__ void kd_score_kernel(const __nv_bfloat16 *__restrict__ k,
                                        const float *__restrict__ part,
                                        float *__restrict__ scores)
 {
-    __shared__ float a[CMP_MAX_HEAD_DIM];
+    __shared__ float a[TG_CUDA_COMPRESS_MAX_HEAD_DIM];
     __shared__ float red[kWarps];
     const int h = blockIdx.y, ntiles = gridDim.x;
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -164,7 +166,7 @@ static int kd_tiles(int n)
     return (n + kKdTile - 1) / kKdTile;
 }
 
-static int launch_keydiff(const struct cmp_chunk *c, float *scores,
+static int launch_keydiff(const struct tg_cuda_compress_chunk *c, float *scores,
                           float *part, cudaStream_t stream)
 {
     const __nv_bfloat16 *k = reinterpret_cast<const __nv_bfloat16 *>(c->k);
@@ -353,8 +355,8 @@ static size_t ea_ws_layout(int n, int Hq, int d, void *base, ea_ws *out)
     return b_mu + b_z + b_st;
 }
 
-static int launch_ea(const struct cmp_chunk *c, float *scores, void *ws,
-                     cudaStream_t stream)
+static int launch_ea(const struct tg_cuda_compress_chunk *c, float *scores,
+                     void *ws, cudaStream_t stream)
 {
     const int n = c->n, Hq = c->n_q_heads, Hkv = c->n_kv_heads;
     const int d = c->head_dim, W = score_window(n, c->window);
@@ -382,13 +384,14 @@ static int launch_ea(const struct cmp_chunk *c, float *scores, void *ws,
 
 static bool shape_ok(int n, int n_q_heads, int n_kv_heads, int head_dim)
 {
-    return n >= 0 && n <= CMP_MAX_CHUNK && n_kv_heads >= 1 &&
-           n_kv_heads <= CMP_MAX_KV_HEADS && n_q_heads >= 1 &&
+    return n >= 0 && n <= TG_CUDA_COMPRESS_MAX_CHUNK && n_kv_heads >= 1 &&
+           n_kv_heads <= TG_CUDA_COMPRESS_MAX_KV_HEADS && n_q_heads >= 1 &&
            n_q_heads <= kMaxGridY && n_q_heads % n_kv_heads == 0 &&
-           head_dim >= 1 && head_dim <= CMP_MAX_HEAD_DIM;
+           head_dim >= 1 && head_dim <= TG_CUDA_COMPRESS_MAX_HEAD_DIM;
 }
 
-static int check_chunk(const struct cmp_chunk *c, bool need_q, bool need_v)
+static int check_chunk(const struct tg_cuda_compress_chunk *c, bool need_q,
+                       bool need_v)
 {
     if (c == nullptr ||
         !shape_ok(c->n, c->n_q_heads, c->n_kv_heads, c->head_dim))
@@ -399,12 +402,12 @@ static int check_chunk(const struct cmp_chunk *c, bool need_q, bool need_v)
     return 0;
 }
 
-static int check_out(const struct cmp_chunk *c, enum tg_score_method method,
-                     const float *scores, const void *ws, size_t ws_bytes)
+static int check_out(const struct tg_cuda_compress_chunk *c,
+                     enum tg_score_method method, const float *scores,
+                     const void *ws, size_t ws_bytes)
 {
-    const size_t need = cmp_qa_workspace_bytes(method, c->n, c->n_q_heads,
-                                               c->n_kv_heads, c->head_dim,
-                                               c->window);
+    const size_t need = tg_cuda_score_qa_workspace_bytes(
+        method, c->n, c->n_q_heads, c->n_kv_heads, c->head_dim, c->window);
     if (scores == nullptr || ws == nullptr || ws_bytes < need ||
         ((uintptr_t)ws % 16) != 0)
         return TG_EINVAL;
@@ -413,15 +416,17 @@ static int check_out(const struct cmp_chunk *c, enum tg_score_method method,
 
 // ---- entries ------------------------------------------------------------
 
-extern "C" size_t cmp_qa_workspace_bytes(enum tg_score_method method, int n,
-                                         int n_q_heads, int n_kv_heads,
-                                         int head_dim, int window)
+extern "C" size_t tg_cuda_score_qa_workspace_bytes(enum tg_score_method method,
+                                                   int n, int n_q_heads,
+                                                   int n_kv_heads, int head_dim,
+                                                   int window)
 {
     if (n <= 0 || !shape_ok(n, n_q_heads, n_kv_heads, head_dim))
         return 0;
     switch (method) {
     case TG_SCORE_SNAPKV:
-        return cmp_workspace_bytes(n, n_q_heads, n_kv_heads, window);
+        return tg_cuda_compress_workspace_bytes(n, n_q_heads, n_kv_heads,
+                                                window);
     case TG_SCORE_KEYDIFF:
         return (size_t)n_kv_heads * (size_t)kd_tiles(n) * (size_t)head_dim *
                sizeof(float);
@@ -433,8 +438,9 @@ extern "C" size_t cmp_qa_workspace_bytes(enum tg_score_method method, int n,
     return 0;
 }
 
-extern "C" int cmp_score_keydiff(const struct cmp_chunk *c, float *scores,
-                                 void *ws, size_t ws_bytes, void *stream)
+extern "C" int tg_cuda_score_qa_keydiff(const struct tg_cuda_compress_chunk *c,
+                                        float *scores, void *ws,
+                                        size_t ws_bytes, void *stream)
 {
     int rc = check_chunk(c, false, false);
     if (rc != 0)
@@ -448,9 +454,10 @@ extern "C" int cmp_score_keydiff(const struct cmp_chunk *c, float *scores,
                           (cudaStream_t)stream);
 }
 
-extern "C" int cmp_score_expected_attention(const struct cmp_chunk *c,
-                                            float *scores, void *ws,
-                                            size_t ws_bytes, void *stream)
+extern "C" int
+tg_cuda_score_qa_expected_attention(const struct tg_cuda_compress_chunk *c,
+                                    float *scores, void *ws, size_t ws_bytes,
+                                    void *stream)
 {
     int rc = check_chunk(c, true, true);
     if (rc != 0)
@@ -465,17 +472,19 @@ extern "C" int cmp_score_expected_attention(const struct cmp_chunk *c,
     return launch_ea(c, scores, ws, (cudaStream_t)stream);
 }
 
-extern "C" int cmp_score(enum tg_score_method method,
-                         const struct cmp_chunk *c, float *scores, void *ws,
-                         size_t ws_bytes, void *stream)
+extern "C" int tg_cuda_score_qa_score(enum tg_score_method method,
+                                      const struct tg_cuda_compress_chunk *c,
+                                      float *scores, void *ws, size_t ws_bytes,
+                                      void *stream)
 {
     switch (method) {
     case TG_SCORE_SNAPKV:
-        return cmp_score_snapkv(c, scores, ws, ws_bytes, stream);
+        return tg_cuda_compress_score_snapkv(c, scores, ws, ws_bytes, stream);
     case TG_SCORE_KEYDIFF:
-        return cmp_score_keydiff(c, scores, ws, ws_bytes, stream);
+        return tg_cuda_score_qa_keydiff(c, scores, ws, ws_bytes, stream);
     case TG_SCORE_EXPECTED_ATTENTION:
-        return cmp_score_expected_attention(c, scores, ws, ws_bytes, stream);
+        return tg_cuda_score_qa_expected_attention(c, scores, ws, ws_bytes,
+                                                   stream);
     case TG_SCORE_GVOTE: // selects by votes, not by a score (gw_gvote)
         return TG_EINVAL;
     }

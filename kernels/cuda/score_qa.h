@@ -1,9 +1,9 @@
 /*
  * score_qa.h — the query-agnostic chunk scoring methods on the device
- * (DESIGN.md §4.4), keydiff and expected_attention, plus cmp_score, the one
- * entry that routes all three methods (snapkv goes to cmp_score_snapkv of
- * compress.h). Prefix cmp_ like compress.h: these are the "score" step of
- * the fused chunk compression.
+ * (DESIGN.md §4.4), keydiff and expected_attention, plus
+ * tg_cuda_score_qa_score, the one entry that routes all three methods
+ * (snapkv goes to tg_cuda_compress_score_snapkv of compress.h): the
+ * "score" step of the fused chunk compression.
  *
  * Semantics are exactly those of the CPU reference tg_ops_cpu.score
  * (kernels/cpu/cpu_score.c), per KV head h with query heads h*G .. h*G+G-1,
@@ -28,7 +28,7 @@
  * (cosines, |score| <= 1) and <= 2e-5 |cpu| + 1e-7 max_j |cpu_h| for
  * expected_attention (an fp32 emulation of these kernels stays below
  * 3e-7 on the test's data). Forced keys are not applied here
- * (cmp_select_topk).
+ * (tg_cuda_compress_select_topk).
  *
  * Memory: q, k, v, scores and the workspace are device memory, with the
  * conventions of compress.h: bf16 as uint16_t bit patterns, q (n, Hq, d),
@@ -36,8 +36,9 @@
  * the default stream). The chunk's start, n_sink are not used by scoring;
  * scale is used by snapkv and expected_attention.
  *
- * Limits: those of compress.h (n <= CMP_MAX_CHUNK, head_dim <=
- * CMP_MAX_HEAD_DIM, n_kv_heads <= CMP_MAX_KV_HEADS, Hq a multiple of Hkv).
+ * Limits: those of compress.h (n <= TG_CUDA_COMPRESS_MAX_CHUNK, head_dim <=
+ * TG_CUDA_COMPRESS_MAX_HEAD_DIM, n_kv_heads <= TG_CUDA_COMPRESS_MAX_KV_HEADS,
+ * Hq a multiple of Hkv).
  *
  * Every call only queues kernels on `stream` (no allocation, no
  * synchronisation, so it can be captured in a CUDA graph) and returns 0,
@@ -58,37 +59,41 @@
 extern "C" {
 #endif
 
-/* Bytes of device workspace cmp_score needs for `method` on a chunk of n
- * tokens (snapkv: cmp_workspace_bytes; keydiff: per-tile partial anchors,
- * Hkv * ceil(n / 64) * d floats; expected_attention: query means, logits
- * and softmax statistics, Hq * (d + n + 2) floats, each part aligned to
- * 256 bytes). Returns 0 when n <= 0, the shape is invalid or the method
- * unknown. Pure; any thread. */
-size_t cmp_qa_workspace_bytes(enum tg_score_method method, int n,
-                              int n_q_heads, int n_kv_heads, int head_dim,
-                              int window);
+/* Bytes of device workspace tg_cuda_score_qa_score needs for `method` on a
+ * chunk of n tokens (snapkv: tg_cuda_compress_workspace_bytes; keydiff:
+ * per-tile partial anchors, Hkv * ceil(n / 64) * d floats; expected_attention:
+ * query means, logits and softmax statistics, Hq * (d + n + 2) floats, each
+ * part aligned to 256 bytes). Returns 0 when n <= 0, the shape is invalid or
+ * the method unknown. Pure; any thread. */
+size_t tg_cuda_score_qa_workspace_bytes(enum tg_score_method method, int n,
+                                        int n_q_heads, int n_kv_heads,
+                                        int head_dim, int window);
 
 /* Writes the keydiff scores of chunk `c` to scores (device fp32 (Hkv, n))
- * using ws (ws_bytes >= cmp_qa_workspace_bytes(TG_SCORE_KEYDIFF, ...)).
- * c->q and c->v are not read. n == 0 queues nothing. Returns 0, TG_EINVAL
- * or TG_EDEVICE. */
-int cmp_score_keydiff(const struct cmp_chunk *c, float *scores, void *ws,
-                      size_t ws_bytes, void *stream);
+ * using ws (ws_bytes >= tg_cuda_score_qa_workspace_bytes(TG_SCORE_KEYDIFF,
+ * ...)). c->q and c->v are not read. n == 0 queues nothing. Returns 0,
+ * TG_EINVAL or TG_EDEVICE. */
+int tg_cuda_score_qa_keydiff(const struct tg_cuda_compress_chunk *c,
+                             float *scores, void *ws, size_t ws_bytes,
+                             void *stream);
 
 /* Writes the expected_attention scores of chunk `c` (q, k and v all read)
  * to scores (device fp32 (Hkv, n)) using ws (ws_bytes >=
- * cmp_qa_workspace_bytes(TG_SCORE_EXPECTED_ATTENTION, ...)). n == 0
+ * tg_cuda_score_qa_workspace_bytes(TG_SCORE_EXPECTED_ATTENTION, ...)). n == 0
  * queues nothing. Returns 0, TG_EINVAL or TG_EDEVICE. */
-int cmp_score_expected_attention(const struct cmp_chunk *c, float *scores,
-                                 void *ws, size_t ws_bytes, void *stream);
+int tg_cuda_score_qa_expected_attention(const struct tg_cuda_compress_chunk *c,
+                                        float *scores, void *ws,
+                                        size_t ws_bytes, void *stream);
 
-/* Routes to the scoring method: TG_SCORE_SNAPKV -> cmp_score_snapkv,
- * TG_SCORE_KEYDIFF -> cmp_score_keydiff, TG_SCORE_EXPECTED_ATTENTION ->
- * cmp_score_expected_attention, with the same arguments (ws_bytes >=
- * cmp_qa_workspace_bytes(method, ...)). Returns 0, TG_EINVAL (also for an
- * unknown method) or TG_EDEVICE. */
-int cmp_score(enum tg_score_method method, const struct cmp_chunk *c,
-              float *scores, void *ws, size_t ws_bytes, void *stream);
+/* Routes to the scoring method: TG_SCORE_SNAPKV ->
+ * tg_cuda_compress_score_snapkv, TG_SCORE_KEYDIFF -> tg_cuda_score_qa_keydiff,
+ * TG_SCORE_EXPECTED_ATTENTION -> tg_cuda_score_qa_expected_attention, with the
+ * same arguments (ws_bytes >= tg_cuda_score_qa_workspace_bytes(method, ...)).
+ * Returns 0, TG_EINVAL (also for an unknown method) or TG_EDEVICE. */
+int tg_cuda_score_qa_score(enum tg_score_method method,
+                           const struct tg_cuda_compress_chunk *c,
+                           float *scores, void *ws, size_t ws_bytes,
+                           void *stream);
 
 #ifdef __cplusplus
 }

@@ -46,8 +46,8 @@ static struct tt_xrng rng = {0x2545f4914f6cdd1dull};
     } while (0)
 
 struct bench_ctx {
-    struct cmp_chunk c;
-    struct cmp_dst dst;
+    struct tg_cuda_compress_chunk c;
+    struct tg_cuda_compress_dst dst;
     int32_t keep[HKV];
     float *scores;
     int32_t *idx;
@@ -61,19 +61,21 @@ static void run_step(struct bench_ctx *x, enum step s)
 {
     switch (s) {
     case STEP_SCORE:
-        OK(cmp_score_snapkv(&x->c, x->scores, x->ws, x->ws_bytes, NULL));
+        OK(tg_cuda_compress_score_snapkv(&x->c, x->scores, x->ws, x->ws_bytes,
+                                         NULL));
         break;
     case STEP_SELECT:
-        OK(cmp_select_topk(x->scores, x->c.n, HKV, x->keep, x->c.start,
-                           x->c.window, x->c.n_sink, x->idx, NULL));
+        OK(tg_cuda_compress_select_topk(x->scores, x->c.n, HKV, x->keep,
+                                        x->c.start, x->c.window, x->c.n_sink,
+                                        x->idx, NULL));
         break;
     case STEP_APPEND:
-        OK(cmp_kv_append(&x->dst, x->c.k, x->c.v, x->c.n, x->idx, x->keep,
-                         NULL));
+        OK(tg_cuda_compress_kv_append(&x->dst, x->c.k, x->c.v, x->c.n, x->idx,
+                                      x->keep, NULL));
         break;
     case STEP_FUSED:
-        OK(cmp_chunk_compress(&x->c, x->keep, &x->dst, x->scores, x->idx,
-                              x->ws, x->ws_bytes, NULL));
+        OK(tg_cuda_compress_chunk_compress(&x->c, x->keep, &x->dst, x->scores,
+                                           x->idx, x->ws, x->ws_bytes, NULL));
         break;
     }
 }
@@ -168,12 +170,12 @@ static int run(int n, int iters, int quick)
     uint16_t *dpool = tt_cuda_bench_alloc(PROG, pool_elems * 2);
     CK(cudaMemset(dpool, 0, pool_elems * 2));
 
-    x.c = (struct cmp_chunk){
+    x.c = (struct tg_cuda_compress_chunk){
         .q = dq, .k = dk, .v = dv, .n = n, .n_q_heads = HQ,
         .n_kv_heads = HKV, .head_dim = D, .start = hist, .window = WIN,
         .n_sink = SINKS, .scale = 1.0f / sqrtf((float)D),
     };
-    x.dst = (struct cmp_dst){
+    x.dst = (struct tg_cuda_compress_dst){
         .pool = dpool, .n_pages = n_pages, .heads_per_group = HP,
         .page_size = PAGE, .head_dim = D, .n_kv_heads = HKV,
         .n_groups = n_groups, .head_group = head_group,
@@ -184,7 +186,7 @@ static int run(int n, int iters, int quick)
         x.keep[h] = kk;
     x.scores = tt_cuda_bench_alloc(PROG, (size_t)HKV * n * sizeof(float));
     x.idx = tt_cuda_bench_alloc(PROG, (size_t)HKV * n * sizeof(int32_t));
-    x.ws_bytes = cmp_workspace_bytes(n, HQ, HKV, WIN);
+    x.ws_bytes = tg_cuda_compress_workspace_bytes(n, HQ, HKV, WIN);
     x.ws = tt_cuda_bench_alloc(PROG, x.ws_bytes);
 
     double t_score = time_step(&x, STEP_SCORE, iters);

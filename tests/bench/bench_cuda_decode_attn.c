@@ -38,8 +38,8 @@
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
-#include "common/pf_split.h"
-#include "common/tg_err.h"
+#include "common/profile/pf_split.h"
+#include "common/base/tg_err.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/decode_attn.h"
 #endif

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
@@ -61,7 +61,8 @@ struct bench {
 /* Enqueues one instance of `op`; returns 0 or a TG_E* code. */
 static int run_op(const struct bench *B, enum op op)
 {
-    const enum ew_dtype F = EW_DTYPE_F32, H = EW_DTYPE_BF16;
+    const enum tg_cuda_elementwise_dtype F = TG_CUDA_ELEMENTWISE_F32,
+                                         H = TG_CUDA_ELEMENTWISE_BF16;
     void *s = B->stream;
     switch (op) {
     case OP_COPY:
@@ -69,36 +70,36 @@ static int run_op(const struct bench *B, enum op op)
                                cudaMemcpyDeviceToDevice, B->stream) ==
                        cudaSuccess ? 0 : TG_EDEVICE;
     case OP_EMBEDDING:
-        return ew_embedding(B->table, B->vocab, B->hidden, B->ids, B->tokens,
-                            B->a, H, s);
+        return tg_cuda_elementwise_embedding(B->table, B->vocab, B->hidden,
+                                             B->ids, B->tokens, B->a, H, s);
     case OP_RMSNORM:
-        return ew_rmsnorm(B->a, H, NULL, H, B->w, B->tokens, B->hidden, 1e-5f,
-                          B->c, H, s);
+        return tg_cuda_elementwise_rmsnorm(B->a, H, NULL, H, B->w, B->tokens,
+                                           B->hidden, 1e-5f, B->c, H, s);
     case OP_RMSNORM_RES_BF16:
-        return ew_rmsnorm(B->a, H, B->b, H, B->w, B->tokens, B->hidden, 1e-5f,
-                          B->c, H, s);
+        return tg_cuda_elementwise_rmsnorm(B->a, H, B->b, H, B->w, B->tokens,
+                                           B->hidden, 1e-5f, B->c, H, s);
     case OP_RMSNORM_RES_F32:
-        return ew_rmsnorm(B->a, F, B->b, H, B->w, B->tokens, B->hidden, 1e-5f,
-                          B->c, H, s);
+        return tg_cuda_elementwise_rmsnorm(B->a, F, B->b, H, B->w, B->tokens,
+                                           B->hidden, 1e-5f, B->c, H, s);
     case OP_ROPE:
-        return ew_rope(B->a, H, B->tokens, B->heads, B->d,
-                       (int64_t)B->heads * B->d, B->pos, B->inv_freq, NULL,
-                       1e-6f, s);
+        return tg_cuda_elementwise_rope(B->a, H, B->tokens, B->heads, B->d,
+                                        (int64_t)B->heads * B->d, B->pos,
+                                        B->inv_freq, NULL, 1e-6f, s);
     case OP_ROPE_NORM:
-        return ew_rope(B->a, H, B->tokens, B->heads, B->d,
-                       (int64_t)B->heads * B->d, B->pos, B->inv_freq, B->w,
-                       1e-6f, s);
+        return tg_cuda_elementwise_rope(B->a, H, B->tokens, B->heads, B->d,
+                                        (int64_t)B->heads * B->d, B->pos,
+                                        B->inv_freq, B->w, 1e-6f, s);
     case OP_SILU_MUL:
         /* Fused gate_up output (tokens, 2 * inter) -> (tokens, inter). */
-        return ew_silu_mul(B->a, B->a + (size_t)B->inter * 2, H, B->tokens,
-                           B->inter, 2 * (int64_t)B->inter, B->b, H, B->inter,
-                           s);
+        return tg_cuda_elementwise_silu_mul(
+            B->a, B->a + (size_t)B->inter * 2, H, B->tokens, B->inter,
+            2 * (int64_t)B->inter, B->b, H, B->inter, s);
     case OP_F32_TO_BF16:
-        return ew_f32_to_bf16((const float *)B->a, (uint16_t *)B->b,
-                              B->conv_len, s);
+        return tg_cuda_elementwise_f32_to_bf16(
+            (const float *)B->a, (uint16_t *)B->b, B->conv_len, s);
     case OP_BF16_TO_F32:
-        return ew_bf16_to_f32((const uint16_t *)B->a, (float *)B->b,
-                              B->conv_len, s);
+        return tg_cuda_elementwise_bf16_to_f32((const uint16_t *)B->a,
+                                               (float *)B->b, B->conv_len, s);
     }
     return TG_EINVAL;
 }

@@ -28,7 +28,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
-#include "common/st_safetensors.h"
+#include "common/model/st_safetensors.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/gemm.h"
 

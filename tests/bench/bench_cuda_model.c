@@ -68,9 +68,9 @@
 #include "common/kv/kv_budget.h"
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
-#include "common/pf_profile.h"
-#include "common/pf_split.h"
-#include "common/tg_err.h"
+#include "common/profile/pf_profile.h"
+#include "common/profile/pf_split.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_cuda.h"
 #include "gpu_worker/gw_forward.h"
 #include "common/kv/kv_layout.h"
@@ -81,7 +81,7 @@
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
-#include "common/st_safetensors.h"
+#include "common/model/st_safetensors.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/decode_attn.h"
 #endif

@@ -32,7 +32,7 @@
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/prefill_attn.h"

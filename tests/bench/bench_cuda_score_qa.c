@@ -1,7 +1,7 @@
 /* bench_cuda_score_qa.c — the three chunk scoring methods on the device,
  * side by side on the same chunk (kernels/cuda/score_qa.h, compress.h):
- * snapkv (query-aware, cmp_score_snapkv), keydiff and expected_attention
- * (query-agnostic), all through cmp_score.
+ * snapkv (query-aware, tg_cuda_compress_score_snapkv), keydiff and
+ * expected_attention (query-agnostic), all through tg_cuda_score_qa_score.
  *
  * Shapes: Llama-3.1-8B (Hq 32, Hkv 8, d 128) and Qwen3-32B (Hq 64, Hkv 8,
  * d 128) at chunk sizes 512 and 2048, window 32. Reported per method:
@@ -48,20 +48,23 @@ static uint16_t *dev_random_bf16(size_t len, float lo, float hi)
     return d;
 }
 
-/* Mean microseconds of one cmp_score call over reps (after one warm-up). */
-static double time_method(enum tg_score_method m, const struct cmp_chunk *c,
-                          float *scores, void *ws, size_t wsb, int reps)
+/* Mean microseconds of one tg_cuda_score_qa_score call over reps (after one
+ * warm-up). */
+static double time_method(enum tg_score_method m,
+                          const struct tg_cuda_compress_chunk *c, float *scores,
+                          void *ws, size_t wsb, int reps)
 {
-    if (cmp_score(m, c, scores, ws, wsb, NULL) != 0) {
-        fprintf(stderr, "bench: cmp_score(%d) failed\n", (int)m);
+    if (tg_cuda_score_qa_score(m, c, scores, ws, wsb, NULL) != 0) {
+        fprintf(stderr, "bench: tg_cuda_score_qa_score(%d) failed\n", (int)m);
         exit(1);
     }
     struct tt_cuda_timer t;
     tt_cuda_timer_init(&t, PROG);
     tt_cuda_timer_start(&t, NULL);
     for (int r = 0; r < reps; r++)
-        if (cmp_score(m, c, scores, ws, wsb, NULL) != 0) {
-            fprintf(stderr, "bench: cmp_score(%d) failed\n", (int)m);
+        if (tg_cuda_score_qa_score(m, c, scores, ws, wsb, NULL) != 0) {
+            fprintf(stderr, "bench: tg_cuda_score_qa_score(%d) failed\n",
+                    (int)m);
             exit(1);
         }
     double ms = tt_cuda_timer_ms(&t, NULL);
@@ -81,7 +84,7 @@ static void run_config(const struct model *md, int n, int reps, double copy_bw)
     uint16_t *q = dev_random_bf16(nq, -2.0f, 2.0f);
     uint16_t *k = dev_random_bf16(nk, -1.0f, 1.0f);
     uint16_t *v = dev_random_bf16(nk, -3.0f, 3.0f);
-    struct cmp_chunk c = {
+    struct tg_cuda_compress_chunk c = {
         .q = q, .k = k, .v = v, .n = n, .n_q_heads = md->hq,
         .n_kv_heads = md->hkv, .head_dim = md->d, .start = 0, .window = W,
         .n_sink = 4, .scale = 1.0f / sqrtf((float)md->d),
@@ -90,7 +93,8 @@ static void run_config(const struct model *md, int n, int reps, double copy_bw)
                                         TG_SCORE_EXPECTED_ATTENTION};
     size_t wsb = 0;
     for (int i = 0; i < 3; i++) {
-        size_t b = cmp_qa_workspace_bytes(ms[i], n, md->hq, md->hkv, md->d, W);
+        size_t b = tg_cuda_score_qa_workspace_bytes(ms[i], n, md->hq, md->hkv,
+                                                    md->d, W);
         wsb = b > wsb ? b : wsb;
     }
     void *ws = NULL;

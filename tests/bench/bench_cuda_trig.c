@@ -34,7 +34,7 @@
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/decode_attn.h"
 #include "kernels/cuda/trig.h"

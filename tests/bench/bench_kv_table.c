@@ -34,8 +34,8 @@
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
 #include "common/kv/kv_table.h"
-#include "common/tg_err.h"
-#include "common/tg_json.h"
+#include "common/base/tg_err.h"
+#include "common/json/tg_json.h"
 
 #define CONTEXT 32768
 #define PAGE 16

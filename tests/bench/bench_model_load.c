@@ -43,7 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/st_safetensors.h"
+#include "common/model/st_safetensors.h"
 #include "gpu_worker/gw_load.h"
 #include "gpu_worker/gw_model.h"
 #include "gpu_worker/gw_wslab.h"

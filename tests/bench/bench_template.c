@@ -1,5 +1,5 @@
 /*
- * bench_template.c — chat-template rendering (common/ct_template.h over the
+ * bench_template.c — chat-template rendering (common/chat/ct_template.h over the
  * jj_ Jinja engine) against its peer, python3-jinja2 configured as
  * transformers configures it (tests/reference/render_jinja.py), side by
  * side in one run on the same conversations and templates.
@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ct_template.h"
+#include "common/chat/ct_template.h"
 #include "tests/support/tt_support.h"
 
 #define PROG "bench-template"

@@ -1,6 +1,6 @@
 /*
  * bench_tokenizer.c — encode / decode throughput of the byte-level BPE
- * tokenizer (common/tok_tokenizer.h) with the Llama-3 and Qwen2.5
+ * tokenizer (common/tok/tok_tokenizer.h) with the Llama-3 and Qwen2.5
  * tokenizers, word cache on vs off, measured side by side in one run.
  *
  *   bench-tokenizer [--quick] [--mb N] [--file PATH]
@@ -13,8 +13,8 @@
  * input text for encoding, MB/s of output text for decoding, and checks that
  * cache on/off give identical ids and that decoding restores the text.
  */
-#include "common/tg_err.h"
-#include "common/tok_tokenizer.h"
+#include "common/base/tg_err.h"
+#include "common/tok/tok_tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,8 +3,8 @@
  * prompt token ids: the /v1/chat/completions body parsed by
  * rt_openai_parse_chat (messages, tools, tool_choice), the messages and
  * tools rendered with a model's Jinja chat template and tokenized by
- * rt_server_encode_chat (router/rt_server_encode.c: ct_template_render of
- * common/ct_template.h over the jj_ engine, then tok_encode with the real
+ * rt_server_encode_chat (router/core/rt_server_encode.c: ct_template_render of
+ * common/chat/ct_template.h over the jj_ engine, then tok_encode with the real
  * Qwen3 tokenizer), and the context check rt_gen_request_fit on the
  * resulting length.
  *
@@ -25,11 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/ct_template.h"
-#include "common/tg_err.h"
-#include "common/tok_tokenizer.h"
-#include "router/rt_openai.h"
-#include "router/rt_server.h"
+#include "common/chat/ct_template.h"
+#include "common/base/tg_err.h"
+#include "common/tok/tok_tokenizer.h"
+#include "router/api/rt_openai.h"
+#include "router/core/rt_server.h"
 #include "tests/fuzz/fz_util.h"
 
 #define N_TEMPLATES 15

@@ -25,7 +25,7 @@
 
 #include "common/grammar/gm_matcher.h"
 #include "common/grammar/gm_spec.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "tests/fuzz/fz_util.h"
 #include "tests/support/tt_grammar.h"
 

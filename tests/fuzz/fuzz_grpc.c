@@ -1,5 +1,5 @@
 /*
- * fuzz_grpc.c — the router's gRPC server (router/rt_grpc*.c) on what an
+ * fuzz_grpc.c — the router's gRPC server (router/net/rt_grpc*.c) on what an
  * untrusted HTTP/2 client sends: request headers (the checks of :method,
  * content-type, te, grpc-timeout, admission), the 5-byte length-prefixed
  * message framing split across DATA frames (compressed flag, sizes over
@@ -8,10 +8,10 @@
  * that parse protobuf from the client inside rt_grpc: grpc.health.v1
  * (Check, Watch) and server reflection (v1, v1alpha) over the router's
  * own descriptors. tangram.v1 requests are unpacked and converted as
- * rt_api_grpc.c does (rt__api_grpc_convert) and answered.
+ * rt_api_grpc.c does (rt_api_grpc__convert) and answered.
  *
  * The real server runs on a libuv loop in this thread; the server end of
- * a socketpair is adopted as a connection (rt__grpc_conn_adopt, the same
+ * a socketpair is adopted as a connection (rt_grpc__conn_adopt, the same
  * code path as an accepted TCP socket). The harness encodes the client's
  * side itself (connection preface, SETTINGS, HEADERS through nghttp2's
  * HPACK encoder, DATA frames), so the fuzzer's bytes land in the gRPC
@@ -41,11 +41,11 @@
 
 #include <nghttp2/nghttp2.h>
 
-#include "common/tg_err.h"
-#include "router/rt_api_grpc_internal.h"
-#include "router/rt_grpc.h"
-#include "router/rt_grpc_internal.h"
-#include "router/rt_grpc_reflect.h"
+#include "common/base/tg_err.h"
+#include "router/api/rt_api_grpc_internal.h"
+#include "router/net/rt_grpc.h"
+#include "router/net/rt_grpc_internal.h"
+#include "router/net/rt_grpc_reflect.h"
 #include "tangram.pb-c.h"
 #include "tests/fuzz/fz_util.h"
 #include "tg_api_descriptors.h"
@@ -105,7 +105,7 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     struct rt_gen_request g;
     struct rt_api_error e;
     memset(&g, 0, sizeof(g));
-    int rc = rt__api_grpc_convert(fake, q, &g, &e, call);
+    int rc = rt_api_grpc__convert(fake, q, &g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
     if (rc == 0)
         rc = rt_sampling_check_converted(&g.sampling, &e);
@@ -465,8 +465,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
                    sv) != 0)
         fz_fail("socketpair");
-    if (rt__grpc_conn_adopt(&srv, sv[0]) != 0)
-        fz_fail("rt__grpc_conn_adopt");
+    if (rt_grpc__conn_adopt(&srv, sv[0]) != 0)
+        fz_fail("rt_grpc__conn_adopt");
     client_fd = sv[1];
     client_eof = 0;
     fz_write_all(client_fd, o.p, o.n, pump_cb, NULL);

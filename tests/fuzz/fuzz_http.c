@@ -1,5 +1,5 @@
 /*
- * fuzz_http.c — the router's HTTP/1.1 server (router/rt_http*.c) on bytes
+ * fuzz_http.c — the router's HTTP/1.1 server (router/net/rt_http*.c) on bytes
  * from an untrusted client: request line and header parsing, the strict
  * framing checks against request smuggling (rt_http_parse.c), chunked and
  * Content-Length bodies, trailers, limits (431, 413), the head check,
@@ -8,7 +8,7 @@
  *
  * The real connection state machine runs on a libuv loop in this thread;
  * the server end of a socketpair is adopted as a connection
- * (rt__http_conn_adopt, the same code path as an accepted TCP socket) and
+ * (rt_http__conn_adopt, the same code path as an accepted TCP socket) and
  * the harness writes the input to the other end. Input layout:
  *   byte 0      how the bytes are delivered: 0 = in one write, n > 0 = in
  *               writes of n bytes, each read by the server before the
@@ -31,8 +31,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "router/rt_http.h"
-#include "router/rt_http_internal.h"
+#include "router/net/rt_http.h"
+#include "router/net/rt_http_internal.h"
 #include "tests/fuzz/fz_util.h"
 
 static uv_loop_t loop;
@@ -199,8 +199,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
                    sv) != 0)
         fz_fail("socketpair");
-    if (rt__http_conn_adopt(&srv, sv[0]) != 0)
-        fz_fail("rt__http_conn_adopt");
+    if (rt_http__conn_adopt(&srv, sv[0]) != 0)
+        fz_fail("rt_http__conn_adopt");
     client_fd = sv[1];
     client_eof = 0;
     for (size_t off = 0; off < size && !client_eof; off += step) {

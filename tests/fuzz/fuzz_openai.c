@@ -1,6 +1,6 @@
 /*
  * fuzz_openai.c — the OpenAI request converter of the router
- * (router/rt_openai_req.c) on untrusted request bodies:
+ * (router/api/rt_openai_req.c) on untrusted request bodies:
  * rt_openai_parse_completion, rt_openai_parse_chat,
  * rt_openai_parse_tokenize and rt_openai_parse_detokenize, then what the
  * router does with a request that parsed: rt_sampling_check_converted and
@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
-#include "router/rt_openai.h"
+#include "common/base/tg_err.h"
+#include "router/api/rt_openai.h"
 #include "tests/fuzz/fz_util.h"
 
 static void check_error(int rc, const struct rt_api_error *e)

@@ -1,22 +1,23 @@
 /*
- * fuzz_profile.c — the calibrated profile (common/pf_profile.c) on
+ * fuzz_profile.c — the calibrated profile (common/profile/pf_profile.c) on
  * untrusted JSON: the document is parsed as pf_profile_load parses a file
  * (tg_json_load_buf, duplicate keys refused) and checked by
  * pf_profile_from_json. A profile that loads must be usable by everything
  * built from it at start-up: its own validation, the split map
  * (pf_split_map) for a few CTA counts, the tensor-parallel layouts
  * (kv_layout_for_rank for every rank of each rank count that divides the
- * groups), the prompt reservation (pf_pages_compute), and a round trip
+ * groups), the prompt reservation (kv_prompt_pages_compute), and a round trip
  * through pf_profile_to_json that loads again.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/kv/kv_layout.h"
-#include "common/pf_profile.h"
-#include "common/pf_split.h"
-#include "common/tg_err.h"
-#include "common/tg_json.h"
+#include "common/kv/kv_prompt.h"
+#include "common/profile/pf_profile.h"
+#include "common/profile/pf_split.h"
+#include "common/base/tg_err.h"
+#include "common/json/tg_json.h"
 #include "tests/fuzz/fz_util.h"
 
 static void layouts(const struct pf_profile *p)
@@ -80,13 +81,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     free(splits);
     layouts(&p);
-    struct pf_pages pg;
-    if (pf_pages_compute(&pg, &p, 1000, 64, 16, err, sizeof(err)) == 0) {
+    struct kv_prompt_pages pg;
+    if (kv_prompt_pages_compute(&pg, &p, 1000, 64, 16, err, sizeof(err)) == 0) {
         if (pg.total_pages < 0 || pg.total_pages > pg.monolithic_pages)
             fz_fail("ragged pages %lld above monolithic %lld",
                     (long long)pg.total_pages,
                     (long long)pg.monolithic_pages);
-        pf_pages_free(&pg);
+        kv_prompt_pages_free(&pg);
     }
     json_t *out = NULL;
     if (pf_profile_to_json(&p, &out, err, sizeof(err)) == 0) {

@@ -1,5 +1,5 @@
 /*
- * fuzz_safetensors.c — the safetensors reader (common/st_safetensors.c)
+ * fuzz_safetensors.c — the safetensors reader (common/model/st_safetensors.c)
  * on untrusted files: st_file_open validates the 8-byte header length,
  * the JSON header (dtypes, shapes, data_offsets, overlaps, __metadata__)
  * against the file size. The input is the whole file, handed over as an
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/st_safetensors.h"
-#include "common/tg_err.h"
+#include "common/model/st_safetensors.h"
+#include "common/base/tg_err.h"
 #include "tests/fuzz/fz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tok_tokenizer.h"
+#include "common/tok/tok_tokenizer.h"
 #include "tests/fuzz/fz_tok.h"
 #include "tests/fuzz/fz_util.h"
 

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/tok_tokenizer.h"
+#include "common/tok/tok_tokenizer.h"
 #include "tests/fuzz/fz_tok.h"
 #include "tests/fuzz/fz_util.h"
 

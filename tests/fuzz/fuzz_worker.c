@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_wlink.h"
 #include "gpu_worker/gw_worker.h"
 #include "tests/fuzz/fz_util.h"

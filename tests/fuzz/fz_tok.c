@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "tests/fuzz/fz_util.h"
 
 void fz_tok_decode(const struct tok_tokenizer *tok, const int32_t *ids,

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/tok_tokenizer.h"
+#include "common/tok/tok_tokenizer.h"
 
 /* Encodes text[0..n) with `flags` (TOK_ENCODE_*), with the word cache c
  * and without: both must agree, ids must be tokens of tok, and the ids

@@ -31,8 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/st_safetensors.h"
-#include "common/tg_err.h"
+#include "common/model/st_safetensors.h"
+#include "common/base/tg_err.h"
 #include "kernels/tg_ops.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"
@@ -106,14 +106,16 @@ static size_t pool_elems(const struct layout *lo)
            (size_t)lo->d;
 }
 
-/* Device copies of a layout's tables, and the cmp_dst over them. */
+/* Device copies of a layout's tables, and the tg_cuda_compress_dst over them.
+ */
 struct dev_layout {
     int32_t *indptr, *indices, *npages, *lens, *fault;
     uint16_t *pool;
 };
 
 static void dev_layout_make(struct dev_layout *dl, const struct layout *lo,
-                            const uint16_t *pool, struct cmp_dst *dst)
+                            const uint16_t *pool,
+                            struct tg_cuda_compress_dst *dst)
 {
     int G = lo->n_groups;
     dl->indptr = tt_cuda_alloc((size_t)(G + 1) * sizeof(int32_t));
@@ -317,20 +319,21 @@ static void run_shape(struct tg_backend *cpu, const struct shape *sh,
     tt_cuda_to_dev(dk, kb, nk * 2);
     tt_cuda_to_dev(dv, vb, nk * 2);
     struct dev_layout dl;
-    struct cmp_dst dst;
+    struct tg_cuda_compress_dst dst;
     dev_layout_make(&dl, &lo, pool, &dst);
     float *dscores = tt_cuda_alloc((size_t)Hkv * n * sizeof(float));
     int32_t *didx = tt_cuda_alloc((size_t)Hkv * n * sizeof(int32_t));
-    size_t wsb = cmp_workspace_bytes(n, Hq, Hkv, sh->window);
+    size_t wsb = tg_cuda_compress_workspace_bytes(n, Hq, Hkv, sh->window);
     assert_true(wsb > 0);
     void *ws = tt_cuda_alloc(wsb);
-    struct cmp_chunk c = {
+    struct tg_cuda_compress_chunk c = {
         .q = dq, .k = dk, .v = dv, .n = n, .n_q_heads = Hq, .n_kv_heads = Hkv,
         .head_dim = d, .start = sh->start, .window = sh->window,
         .n_sink = sh->n_sink, .scale = scale,
     };
-    assert_int_equal(cmp_chunk_compress(&c, keep, &dst, dscores, didx, ws, wsb,
-                                        NULL), 0);
+    assert_int_equal(tg_cuda_compress_chunk_compress(&c, keep, &dst, dscores,
+                                                     didx, ws, wsb, NULL),
+                     0);
     assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
     float *gs = tt_xmalloc((size_t)Hkv * n * sizeof(float));
     int32_t *gi = tt_xmalloc((size_t)Hkv * n * sizeof(int32_t));
@@ -478,8 +481,10 @@ static void test_select_exact(void **state)
             int32_t *di = tt_cuda_alloc(bytes);
             tt_cuda_to_dev(ds, s, (size_t)H * n * sizeof(float));
             tt_cuda_to_dev(di, gi, bytes);
-            assert_int_equal(cmp_select_topk(ds, n, H, keep, start, windows[w],
-                                             sink, di, NULL), 0);
+            assert_int_equal(tg_cuda_compress_select_topk(ds, n, H, keep, start,
+                                                          windows[w], sink, di,
+                                                          NULL),
+                             0);
             tt_cuda_to_host(gi, di, bytes);
             /* Whole rows: the tail past keep[h] must stay untouched too. */
             if (memcmp(gi, ri, bytes) != 0)
@@ -522,7 +527,7 @@ static void test_append_paths(void **state)
         tt_fill_bf16(&rng, pool, junk, np, -1.0f, 1.0f);
         free(junk);
         struct dev_layout dl;
-        struct cmp_dst dst;
+        struct tg_cuda_compress_dst dst;
         dev_layout_make(&dl, &lo, pool, &dst);
         uint16_t *buf = NULL;
         if (unaligned) {
@@ -534,7 +539,8 @@ static void test_append_paths(void **state)
         tt_cuda_to_dev(dk, kb, nk * 2);
         tt_cuda_to_dev(dv, vb, nk * 2);
         /* idx NULL: every row in order. */
-        assert_int_equal(cmp_kv_append(&dst, dk, dv, n, NULL, NULL, NULL), 0);
+        assert_int_equal(
+            tg_cuda_compress_kv_append(&dst, dk, dv, n, NULL, NULL, NULL), 0);
         uint16_t *gpool = tt_xmalloc(np * 2);
         tt_cuda_to_host(gpool, dst.pool, np * 2);
         assert_int_equal(fault_read(&dl), 0);
@@ -544,7 +550,8 @@ static void test_append_paths(void **state)
         /* Missing destinations: no pages (npages 0) -> fault, no write. */
         int32_t zero[2] = {0, 0};
         tt_cuda_to_dev(dl.npages, zero, sizeof(zero));
-        assert_int_equal(cmp_kv_append(&dst, dk, dv, n, NULL, NULL, NULL), 0);
+        assert_int_equal(
+            tg_cuda_compress_kv_append(&dst, dk, dv, n, NULL, NULL, NULL), 0);
         tt_cuda_to_host(gpool, dst.pool, np * 2);
         assert_int_equal(fault_read(&dl), 1);
         assert_memory_equal(gpool, pool, np * 2);
@@ -556,7 +563,8 @@ static void test_append_paths(void **state)
             for (int p = 0; p < lo.npages[g]; p++)
                 tt_cuda_to_dev(dl.indices + lo.indptr[g] + p, &bad,
                                sizeof(bad));
-        assert_int_equal(cmp_kv_append(&dst, dk, dv, n, NULL, NULL, NULL), 0);
+        assert_int_equal(
+            tg_cuda_compress_kv_append(&dst, dk, dv, n, NULL, NULL, NULL), 0);
         tt_cuda_to_host(gpool, dst.pool, np * 2);
         assert_int_equal(fault_read(&dl), 1);
         assert_memory_equal(gpool, pool, np * 2);
@@ -618,7 +626,7 @@ static void test_append_per_head(void **state)
         tt_fill_bf16(&rng, pool, junk, np, -1.0f, 1.0f);
         free(junk);
         struct dev_layout dl;
-        struct cmp_dst dst;
+        struct tg_cuda_compress_dst dst;
         dev_layout_make(&dl, &lo, pool, &dst);
         int32_t *d_hl = tt_cuda_upload(hl, sizeof(hl));
         int32_t *d_idx = tt_cuda_upload(idx, (size_t)Hkv * (size_t)n * 4);
@@ -626,7 +634,8 @@ static void test_append_per_head(void **state)
         uint16_t *dk = tt_cuda_alloc(nk * 2), *dv = tt_cuda_alloc(nk * 2);
         tt_cuda_to_dev(dk, kb, nk * 2);
         tt_cuda_to_dev(dv, vb, nk * 2);
-        assert_int_equal(cmp_kv_append(&dst, dk, dv, n, d_idx, keep, NULL), 0);
+        assert_int_equal(
+            tg_cuda_compress_kv_append(&dst, dk, dv, n, d_idx, keep, NULL), 0);
         uint16_t *gpool = tt_xmalloc(np * 2);
         tt_cuda_to_host(gpool, dst.pool, np * 2);
         assert_int_equal(fault_read(&dl), 0);
@@ -640,8 +649,9 @@ static void test_append_per_head(void **state)
                 uneven |= lo.head_group[h] == lo.head_group[h2] &&
                           keep[h] != keep[h2];
         if (uneven)
-            assert_int_equal(cmp_kv_append(&dst, dk, dv, n, d_idx, keep, NULL),
-                             TG_EINVAL);
+            assert_int_equal(
+                tg_cuda_compress_kv_append(&dst, dk, dv, n, d_idx, keep, NULL),
+                TG_EINVAL);
         cudaFree(d_hl);
         cudaFree(d_idx);
         cudaFree(dk);
@@ -666,125 +676,175 @@ static void test_bad_arguments(void **state)
     void *fw = (void *)(uintptr_t)0x4000;
     int32_t keep[4] = {2, 2, 2, 2};
     int32_t hg[4] = {0, 0, 1, 1}, hs[4] = {0, 1, 0, 1};
-    struct cmp_chunk c = {
+    struct tg_cuda_compress_chunk c = {
         .q = fq, .k = fq, .v = fq, .n = 8, .n_q_heads = 8, .n_kv_heads = 4,
         .head_dim = 64, .start = 0, .window = 32, .n_sink = 4, .scale = 0.125f,
     };
-    struct cmp_dst dst = {
+    struct tg_cuda_compress_dst dst = {
         .pool = fq, .n_pages = 4, .heads_per_group = 2, .page_size = 16,
         .head_dim = 64, .n_kv_heads = 4, .n_groups = 2, .head_group = hg,
         .head_slot = hs, .indptr = fi, .indices = fi, .npages = fi, .lens = fi,
         .fault = NULL,
     };
-    size_t wsb = cmp_workspace_bytes(8, 8, 4, 32);
+    size_t wsb = tg_cuda_compress_workspace_bytes(8, 8, 4, 32);
     assert_int_equal(wsb, (size_t)8 * 8 * 2 * sizeof(float));
-    assert_int_equal(cmp_workspace_bytes(0, 8, 4, 32), 0);
-    assert_int_equal(cmp_workspace_bytes(8, 6, 4, 32), 0);
-    assert_int_equal(cmp_workspace_bytes(100, 8, 4, 0), (size_t)8 * 100 * 8);
+    assert_int_equal(tg_cuda_compress_workspace_bytes(0, 8, 4, 32), 0);
+    assert_int_equal(tg_cuda_compress_workspace_bytes(8, 6, 4, 32), 0);
+    assert_int_equal(tg_cuda_compress_workspace_bytes(100, 8, 4, 0),
+                     (size_t)8 * 100 * 8);
 
     /* score */
-    struct cmp_chunk b = c;
-    assert_int_equal(cmp_score_snapkv(NULL, fs, fw, wsb, NULL), TG_EINVAL);
-    b.n = CMP_MAX_CHUNK + 1;
-    assert_int_equal(cmp_score_snapkv(&b, fs, fw, wsb, NULL), TG_EINVAL);
-    b = c; b.n = -1;
-    assert_int_equal(cmp_score_snapkv(&b, fs, fw, wsb, NULL), TG_EINVAL);
-    b = c; b.n_q_heads = 6;
-    assert_int_equal(cmp_score_snapkv(&b, fs, fw, wsb, NULL), TG_EINVAL);
-    b = c; b.head_dim = CMP_MAX_HEAD_DIM + 1;
-    assert_int_equal(cmp_score_snapkv(&b, fs, fw, wsb, NULL), TG_EINVAL);
-    b = c; b.n_kv_heads = 0;
-    assert_int_equal(cmp_score_snapkv(&b, fs, fw, wsb, NULL), TG_EINVAL);
-    b = c; b.n_kv_heads = CMP_MAX_KV_HEADS * 2; b.n_q_heads = b.n_kv_heads;
-    assert_int_equal(cmp_score_snapkv(&b, fs, fw, wsb, NULL), TG_EINVAL);
-    b = c; b.q = NULL;
-    assert_int_equal(cmp_score_snapkv(&b, fs, fw, wsb, NULL), TG_EINVAL);
-    b = c; b.start = -1;
-    assert_int_equal(cmp_score_snapkv(&b, fs, fw, wsb, NULL), TG_EINVAL);
-    assert_int_equal(cmp_score_snapkv(&c, NULL, fw, wsb, NULL), TG_EINVAL);
-    assert_int_equal(cmp_score_snapkv(&c, fs, NULL, wsb, NULL), TG_EINVAL);
-    assert_int_equal(cmp_score_snapkv(&c, fs, fw, wsb - 1, NULL), TG_EINVAL);
-    /* read as float2: a 4-byte aligned workspace is refused, not faulted */
-    assert_int_equal(cmp_score_snapkv(&c, fs, (char *)fw + 4, wsb, NULL),
+    struct tg_cuda_compress_chunk b = c;
+    assert_int_equal(tg_cuda_compress_score_snapkv(NULL, fs, fw, wsb, NULL),
                      TG_EINVAL);
+    b.n = TG_CUDA_COMPRESS_MAX_CHUNK + 1;
+    assert_int_equal(tg_cuda_compress_score_snapkv(&b, fs, fw, wsb, NULL),
+                     TG_EINVAL);
+    b = c; b.n = -1;
+    assert_int_equal(tg_cuda_compress_score_snapkv(&b, fs, fw, wsb, NULL),
+                     TG_EINVAL);
+    b = c; b.n_q_heads = 6;
+    assert_int_equal(tg_cuda_compress_score_snapkv(&b, fs, fw, wsb, NULL),
+                     TG_EINVAL);
+    b = c;
+    b.head_dim = TG_CUDA_COMPRESS_MAX_HEAD_DIM + 1;
+    assert_int_equal(tg_cuda_compress_score_snapkv(&b, fs, fw, wsb, NULL),
+                     TG_EINVAL);
+    b = c; b.n_kv_heads = 0;
+    assert_int_equal(tg_cuda_compress_score_snapkv(&b, fs, fw, wsb, NULL),
+                     TG_EINVAL);
+    b = c;
+    b.n_kv_heads = TG_CUDA_COMPRESS_MAX_KV_HEADS * 2;
+    b.n_q_heads = b.n_kv_heads;
+    assert_int_equal(tg_cuda_compress_score_snapkv(&b, fs, fw, wsb, NULL),
+                     TG_EINVAL);
+    b = c; b.q = NULL;
+    assert_int_equal(tg_cuda_compress_score_snapkv(&b, fs, fw, wsb, NULL),
+                     TG_EINVAL);
+    b = c; b.start = -1;
+    assert_int_equal(tg_cuda_compress_score_snapkv(&b, fs, fw, wsb, NULL),
+                     TG_EINVAL);
+    assert_int_equal(tg_cuda_compress_score_snapkv(&c, NULL, fw, wsb, NULL),
+                     TG_EINVAL);
+    assert_int_equal(tg_cuda_compress_score_snapkv(&c, fs, NULL, wsb, NULL),
+                     TG_EINVAL);
+    assert_int_equal(tg_cuda_compress_score_snapkv(&c, fs, fw, wsb - 1, NULL),
+                     TG_EINVAL);
+    /* read as float2: a 4-byte aligned workspace is refused, not faulted */
+    assert_int_equal(
+        tg_cuda_compress_score_snapkv(&c, fs, (char *)fw + 4, wsb, NULL),
+        TG_EINVAL);
     b = c; b.n = 0; b.q = NULL; b.k = NULL; /* empty chunk: nothing queued */
-    assert_int_equal(cmp_score_snapkv(&b, NULL, NULL, 0, NULL), 0);
+    assert_int_equal(tg_cuda_compress_score_snapkv(&b, NULL, NULL, 0, NULL), 0);
 
     /* select */
-    assert_int_equal(cmp_select_topk(fs, 8, 4, NULL, 0, 32, 4, fi, NULL),
-                     TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_compress_select_topk(fs, 8, 4, NULL, 0, 32, 4, fi, NULL),
+        TG_EINVAL);
     int32_t bad_keep[4] = {2, 9, 2, 2};
-    assert_int_equal(cmp_select_topk(fs, 8, 4, bad_keep, 0, 32, 4, fi, NULL),
-                     TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_compress_select_topk(fs, 8, 4, bad_keep, 0, 32, 4, fi, NULL),
+        TG_EINVAL);
     bad_keep[1] = -1;
-    assert_int_equal(cmp_select_topk(fs, 8, 4, bad_keep, 0, 32, 4, fi, NULL),
-                     TG_EINVAL);
-    assert_int_equal(cmp_select_topk(fs, CMP_MAX_CHUNK + 1, 4, keep, 0, 32, 4,
-                                     fi, NULL), TG_EINVAL);
-    assert_int_equal(cmp_select_topk(fs, 8, 0, keep, 0, 32, 4, fi, NULL),
-                     TG_EINVAL);
-    assert_int_equal(cmp_select_topk(fs, 8, 4, keep, -3, 32, 4, fi, NULL),
-                     TG_EINVAL);
-    assert_int_equal(cmp_select_topk(NULL, 8, 4, keep, 0, 32, 4, fi, NULL),
-                     TG_EINVAL);
-    assert_int_equal(cmp_select_topk(fs, 8, 4, keep, 0, 32, 4, NULL, NULL),
-                     TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_compress_select_topk(fs, 8, 4, bad_keep, 0, 32, 4, fi, NULL),
+        TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_compress_select_topk(fs, TG_CUDA_COMPRESS_MAX_CHUNK + 1, 4,
+                                     keep, 0, 32, 4, fi, NULL),
+        TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_compress_select_topk(fs, 8, 0, keep, 0, 32, 4, fi, NULL),
+        TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_compress_select_topk(fs, 8, 4, keep, -3, 32, 4, fi, NULL),
+        TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_compress_select_topk(NULL, 8, 4, keep, 0, 32, 4, fi, NULL),
+        TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_compress_select_topk(fs, 8, 4, keep, 0, 32, 4, NULL, NULL),
+        TG_EINVAL);
     int32_t zk[4] = {0, 0, 0, 0};
-    assert_int_equal(cmp_select_topk(NULL, 0, 4, zk, 0, 32, 4, NULL, NULL), 0);
+    assert_int_equal(
+        tg_cuda_compress_select_topk(NULL, 0, 4, zk, 0, 32, 4, NULL, NULL), 0);
 
     /* append */
-    struct cmp_dst e = dst;
-    assert_int_equal(cmp_kv_append(NULL, fq, fq, 8, fi, keep, NULL), TG_EINVAL);
-    assert_int_equal(cmp_kv_append(&dst, fq, fq, 8, fi, NULL, NULL), TG_EINVAL);
-    assert_int_equal(cmp_kv_append(&dst, fq, fq, -1, NULL, NULL, NULL),
-                     TG_EINVAL);
+    struct tg_cuda_compress_dst e = dst;
+    assert_int_equal(
+        tg_cuda_compress_kv_append(NULL, fq, fq, 8, fi, keep, NULL), TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_compress_kv_append(&dst, fq, fq, 8, fi, NULL, NULL), TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_compress_kv_append(&dst, fq, fq, -1, NULL, NULL, NULL),
+        TG_EINVAL);
     int32_t uneven[4] = {2, 3, 2, 2}; /* heads 0 and 1 share group 0 */
-    assert_int_equal(cmp_kv_append(&dst, fq, fq, 8, fi, uneven, NULL),
-                     TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_compress_kv_append(&dst, fq, fq, 8, fi, uneven, NULL),
+        TG_EINVAL);
     int32_t hs_dup[4] = {0, 0, 0, 1}; /* two heads in one slot */
     e.head_slot = hs_dup;
-    assert_int_equal(cmp_kv_append(&e, fq, fq, 8, fi, keep, NULL), TG_EINVAL);
+    assert_int_equal(tg_cuda_compress_kv_append(&e, fq, fq, 8, fi, keep, NULL),
+                     TG_EINVAL);
     int32_t hs_big[4] = {0, 2, 0, 1}; /* slot >= H_p */
     e.head_slot = hs_big;
-    assert_int_equal(cmp_kv_append(&e, fq, fq, 8, fi, keep, NULL), TG_EINVAL);
+    assert_int_equal(tg_cuda_compress_kv_append(&e, fq, fq, 8, fi, keep, NULL),
+                     TG_EINVAL);
     int32_t hg_big[4] = {0, 0, 1, 2}; /* group >= n_groups */
     e = dst; e.head_group = hg_big;
-    assert_int_equal(cmp_kv_append(&e, fq, fq, 8, fi, keep, NULL), TG_EINVAL);
-    e = dst; e.head_group = NULL;
-    assert_int_equal(cmp_kv_append(&e, fq, fq, 8, fi, keep, NULL), TG_EINVAL);
-    e = dst; e.indices = NULL;
-    assert_int_equal(cmp_kv_append(&e, fq, fq, 8, fi, keep, NULL), TG_EINVAL);
-    e = dst; e.page_size = 0;
-    assert_int_equal(cmp_kv_append(&e, fq, fq, 8, fi, keep, NULL), TG_EINVAL);
-    e = dst; e.head_dim = CMP_MAX_HEAD_DIM + 8;
-    assert_int_equal(cmp_kv_append(&e, fq, fq, 8, fi, keep, NULL), TG_EINVAL);
-    assert_int_equal(cmp_kv_append(&dst, NULL, fq, 8, fi, keep, NULL),
+    assert_int_equal(tg_cuda_compress_kv_append(&e, fq, fq, 8, fi, keep, NULL),
                      TG_EINVAL);
+    e = dst; e.head_group = NULL;
+    assert_int_equal(tg_cuda_compress_kv_append(&e, fq, fq, 8, fi, keep, NULL),
+                     TG_EINVAL);
+    e = dst; e.indices = NULL;
+    assert_int_equal(tg_cuda_compress_kv_append(&e, fq, fq, 8, fi, keep, NULL),
+                     TG_EINVAL);
+    e = dst; e.page_size = 0;
+    assert_int_equal(tg_cuda_compress_kv_append(&e, fq, fq, 8, fi, keep, NULL),
+                     TG_EINVAL);
+    e = dst;
+    e.head_dim = TG_CUDA_COMPRESS_MAX_HEAD_DIM + 8;
+    assert_int_equal(tg_cuda_compress_kv_append(&e, fq, fq, 8, fi, keep, NULL),
+                     TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_compress_kv_append(&dst, NULL, fq, 8, fi, keep, NULL),
+        TG_EINVAL);
     /* Nothing kept: valid, nothing queued, page tables may be absent. */
     e = dst; e.pool = NULL; e.indptr = e.indices = e.npages = e.lens = NULL;
-    assert_int_equal(cmp_kv_append(&e, NULL, NULL, 8, fi, zk, NULL), 0);
-    assert_int_equal(cmp_kv_append(&e, NULL, NULL, 0, NULL, NULL, NULL), 0);
+    assert_int_equal(
+        tg_cuda_compress_kv_append(&e, NULL, NULL, 8, fi, zk, NULL), 0);
+    assert_int_equal(
+        tg_cuda_compress_kv_append(&e, NULL, NULL, 0, NULL, NULL, NULL), 0);
 
     /* fused */
-    assert_int_equal(cmp_chunk_compress(&c, keep, &dst, fs, fi, fw, wsb - 8,
-                                        NULL), TG_EINVAL);
-    assert_int_equal(cmp_chunk_compress(&c, keep, &dst, fs, fi,
-                                        (char *)fw + 4, wsb, NULL), TG_EINVAL);
-    assert_int_equal(cmp_chunk_compress(&c, uneven, &dst, fs, fi, fw, wsb,
-                                        NULL), TG_EINVAL);
+    assert_int_equal(tg_cuda_compress_chunk_compress(&c, keep, &dst, fs, fi, fw,
+                                                     wsb - 8, NULL),
+                     TG_EINVAL);
+    assert_int_equal(tg_cuda_compress_chunk_compress(&c, keep, &dst, fs, fi,
+                                                     (char *)fw + 4, wsb, NULL),
+                     TG_EINVAL);
+    assert_int_equal(tg_cuda_compress_chunk_compress(&c, uneven, &dst, fs, fi,
+                                                     fw, wsb, NULL),
+                     TG_EINVAL);
     e = dst; e.head_dim = 32;
-    assert_int_equal(cmp_chunk_compress(&c, keep, &e, fs, fi, fw, wsb, NULL),
-                     TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_compress_chunk_compress(&c, keep, &e, fs, fi, fw, wsb, NULL),
+        TG_EINVAL);
     b = c; b.v = NULL;
-    assert_int_equal(cmp_chunk_compress(&b, keep, &dst, fs, fi, fw, wsb, NULL),
+    assert_int_equal(
+        tg_cuda_compress_chunk_compress(&b, keep, &dst, fs, fi, fw, wsb, NULL),
+        TG_EINVAL);
+    assert_int_equal(tg_cuda_compress_chunk_compress(&c, keep, &dst, NULL, fi,
+                                                     fw, wsb, NULL),
                      TG_EINVAL);
-    assert_int_equal(cmp_chunk_compress(&c, keep, &dst, NULL, fi, fw, wsb,
-                                        NULL), TG_EINVAL);
-    assert_int_equal(cmp_chunk_compress(&c, keep, NULL, fs, fi, fw, wsb, NULL),
-                     TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_compress_chunk_compress(&c, keep, NULL, fs, fi, fw, wsb, NULL),
+        TG_EINVAL);
     b = c; b.n = 0; b.q = b.k = b.v = NULL;
-    assert_int_equal(cmp_chunk_compress(&b, zk, &dst, NULL, NULL, NULL, 0,
-                                        NULL), 0);
+    assert_int_equal(tg_cuda_compress_chunk_compress(&b, zk, &dst, NULL, NULL,
+                                                     NULL, 0, NULL),
+                     0);
 }
 #endif
 

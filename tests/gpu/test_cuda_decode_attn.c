@@ -24,13 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
-#include "common/st_safetensors.h"
+#include "common/model/st_safetensors.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/decode_attn.h"
 #include "kernels/tg_ops.h"
@@ -105,8 +105,8 @@ static void test_split_map_rejects(void **state)
     assert_int_equal(tg_cuda_decode_attn_ws_bytes(3, 8, 128, 4),
                      (size_t)3 * 8 * 4 * 130 * sizeof(float));
 
-    struct kv_table_dev dt;
-    kv_table_dev_init(&dt);
+    struct tg_cuda_kv_table_dev dt;
+    tg_cuda_kv_table_dev_init(&dt);
     struct tg_cuda_kv_csr csr;
     assert_int_equal(tg_cuda_decode_csr_layer(&csr, &dt, 2, 2, 0, err,
                                               sizeof(err)), TG_EINVAL);

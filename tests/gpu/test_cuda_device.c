@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <cmocka.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "tests/support/tt_cuda.h"
 #ifdef TANGRAM_CUDA
 #include "kernels/cuda/cuda_device.h"

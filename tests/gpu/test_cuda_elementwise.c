@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/st_safetensors.h"
-#include "common/tg_err.h"
+#include "common/model/st_safetensors.h"
+#include "common/base/tg_err.h"
 #include "kernels/tg_ops.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"
@@ -38,32 +38,34 @@
 static struct tg_backend *cpu;
 static struct tt_xrng rng = {0x9e3779b97f4a7c15ull};
 
-static size_t dsize(enum ew_dtype dt)
+static size_t dsize(enum tg_cuda_elementwise_dtype dt)
 {
-    return dt == EW_DTYPE_F32 ? 4 : 2;
+    return dt == TG_CUDA_ELEMENTWISE_F32 ? 4 : 2;
 }
 
-static const char *dname(enum ew_dtype dt)
+static const char *dname(enum tg_cuda_elementwise_dtype dt)
 {
-    return dt == EW_DTYPE_F32 ? "f32" : "bf16";
+    return dt == TG_CUDA_ELEMENTWISE_F32 ? "f32" : "bf16";
 }
 
 /* Random values in [lo, hi], already representable in dt, so the device
  * and the reference see the same inputs. */
-static float *rand_vals(size_t len, float lo, float hi, enum ew_dtype dt)
+static float *rand_vals(size_t len, float lo, float hi,
+                        enum tg_cuda_elementwise_dtype dt)
 {
     float *a = tt_xmalloc(len * sizeof(float));
     for (size_t i = 0; i < len; i++) {
         float v = tt_xrng_float(&rng, lo, hi);
-        a[i] = dt == EW_DTYPE_BF16 ? tt_bf16_round(v) : v;
+        a[i] = dt == TG_CUDA_ELEMENTWISE_BF16 ? tt_bf16_round(v) : v;
     }
     return a;
 }
 
 /* Copies host floats to a new device buffer stored as dt. */
-static void *dev_from(const float *h, size_t len, enum ew_dtype dt)
+static void *dev_from(const float *h, size_t len,
+                      enum tg_cuda_elementwise_dtype dt)
 {
-    if (dt == EW_DTYPE_F32)
+    if (dt == TG_CUDA_ELEMENTWISE_F32)
         return tt_cuda_upload(h, len * 4);
     uint16_t *t = tt_xmalloc(len * 2);
     for (size_t i = 0; i < len; i++)
@@ -75,10 +77,11 @@ static void *dev_from(const float *h, size_t len, enum ew_dtype dt)
 
 /* Copies a device buffer of len dt elements back as floats (after waiting
  * for the device, so kernel errors surface here). */
-static float *host_from(const void *d, size_t len, enum ew_dtype dt)
+static float *host_from(const void *d, size_t len,
+                        enum tg_cuda_elementwise_dtype dt)
 {
     float *h = tt_xmalloc(len * sizeof(float));
-    if (dt == EW_DTYPE_F32) {
+    if (dt == TG_CUDA_ELEMENTWISE_F32) {
         tt_cuda_sync_to_host(h, d, len * 4);
         return h;
     }
@@ -111,9 +114,9 @@ static void expect_equal(const float *got, const float *ref, size_t len,
 }
 
 /* The tolerance of a result stored as dt: bf16 rounding dominates. */
-static double tol_of(enum ew_dtype dt, double f32_tol)
+static double tol_of(enum tg_cuda_elementwise_dtype dt, double f32_tol)
 {
-    return dt == EW_DTYPE_BF16 ? 1e-2 : f32_tol;
+    return dt == TG_CUDA_ELEMENTWISE_BF16 ? 1e-2 : f32_tol;
 }
 
 /* ------------------------------------------------------------ conversion */
@@ -133,7 +136,7 @@ static void test_convert(void **state)
     float *dout = tt_cuda_alloc(n * 4);
     assert_int_equal(cudaMemcpy(dbits, bits, n * 2, cudaMemcpyHostToDevice),
                      cudaSuccess);
-    assert_int_equal(ew_bf16_to_f32(dbits, dout, n, NULL), 0);
+    assert_int_equal(tg_cuda_elementwise_bf16_to_f32(dbits, dout, n, NULL), 0);
     assert_int_equal(cudaMemcpy(out, dout, n * 4, cudaMemcpyDeviceToHost),
                      cudaSuccess);
     for (size_t i = 0; i < n; i++) {
@@ -175,7 +178,8 @@ static void test_convert(void **state)
         uint16_t *dgot = tt_cuda_alloc(len * 2);
         assert_int_equal(cudaMemcpy(din, in, len * 4, cudaMemcpyHostToDevice),
                          cudaSuccess);
-        assert_int_equal(ew_f32_to_bf16(din, dgot, len, NULL), 0);
+        assert_int_equal(tg_cuda_elementwise_f32_to_bf16(din, dgot, len, NULL),
+                         0);
         assert_int_equal(cudaMemcpy(got, dgot, len * 2,
                                     cudaMemcpyDeviceToHost), cudaSuccess);
         for (size_t i = 0; i < len; i++) {
@@ -197,10 +201,11 @@ static void test_convert(void **state)
 
 /* ------------------------------------------------------------- embedding */
 
-static void check_embedding(int vocab, int hidden, int n, enum ew_dtype odt)
+static void check_embedding(int vocab, int hidden, int n,
+                            enum tg_cuda_elementwise_dtype odt)
 {
     float *table = rand_vals((size_t)vocab * hidden, -2.0f, 2.0f,
-                             EW_DTYPE_BF16);
+                             TG_CUDA_ELEMENTWISE_BF16);
     int32_t *ids = malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
     int32_t *ids_ok = malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
     assert_non_null(ids);
@@ -223,14 +228,16 @@ static void check_embedding(int vocab, int hidden, int n, enum ew_dtype odt)
         if (ids[i] != ids_ok[i] || ids[i] < 0)
             memset(ref + (size_t)i * hidden, 0, (size_t)hidden * 4);
 
-    void *dtable = dev_from(table, (size_t)vocab * hidden, EW_DTYPE_BF16);
+    void *dtable =
+        dev_from(table, (size_t)vocab * hidden, TG_CUDA_ELEMENTWISE_BF16);
     int32_t *dids = tt_cuda_alloc((size_t)(n > 0 ? n : 1) * 4);
     if (n > 0)
         assert_int_equal(cudaMemcpy(dids, ids, (size_t)n * 4,
                                     cudaMemcpyHostToDevice), cudaSuccess);
     void *dout = tt_cuda_alloc(olen * dsize(odt));
-    assert_int_equal(ew_embedding(dtable, vocab, hidden, dids, n, dout, odt,
-                                  NULL), 0);
+    assert_int_equal(tg_cuda_elementwise_embedding(dtable, vocab, hidden, dids,
+                                                   n, dout, odt, NULL),
+                     0);
     float *got = host_from(dout, olen, odt);
     /* A pure copy of bf16 values: exact in either output type. */
     expect_equal(got, ref, olen, "embedding");
@@ -249,7 +256,8 @@ static void test_embedding(void **state)
     (void)state;
     const int hiddens[] = {1, 3, 64, 1001, 4096, 8192};
     for (int o = 0; o < 2; o++) {
-        enum ew_dtype odt = o ? EW_DTYPE_BF16 : EW_DTYPE_F32;
+        enum tg_cuda_elementwise_dtype odt =
+            o ? TG_CUDA_ELEMENTWISE_BF16 : TG_CUDA_ELEMENTWISE_F32;
         for (size_t k = 0; k < sizeof(hiddens) / sizeof(hiddens[0]); k++)
             check_embedding(tt_xrng_int(&rng, 1, 300), hiddens[k],
                             tt_xrng_int(&rng, 1, 40), odt);
@@ -262,15 +270,17 @@ static void test_embedding(void **state)
 
 /* --------------------------------------------------------------- rmsnorm */
 
-static void check_rmsnorm(int n, int dim, int with_res, enum ew_dtype xdt,
-                          enum ew_dtype rdt, enum ew_dtype odt, int in_place,
+static void check_rmsnorm(int n, int dim, int with_res,
+                          enum tg_cuda_elementwise_dtype xdt,
+                          enum tg_cuda_elementwise_dtype rdt,
+                          enum tg_cuda_elementwise_dtype odt, int in_place,
                           cudaStream_t stream)
 {
     size_t len = (size_t)n * dim;
     float eps = 1e-6f;
     float *x = rand_vals(len, -3.0f, 3.0f, xdt);
     float *r = with_res ? rand_vals(len, -3.0f, 3.0f, rdt) : NULL;
-    float *w = rand_vals((size_t)dim, -1.5f, 1.5f, EW_DTYPE_BF16);
+    float *w = rand_vals((size_t)dim, -1.5f, 1.5f, TG_CUDA_ELEMENTWISE_BF16);
     /* Reference: the add rounded to x's type, then the fp32 CPU norm. */
     float *xref = malloc((len > 0 ? len : 1) * sizeof(float));
     float *ref = malloc((len > 0 ? len : 1) * sizeof(float));
@@ -279,7 +289,7 @@ static void check_rmsnorm(int n, int dim, int with_res, enum ew_dtype xdt,
     memcpy(xref, x, len * sizeof(float));
     if (with_res) {
         assert_int_equal(tg_ops_cpu.add(cpu, xref, r, len), 0);
-        if (xdt == EW_DTYPE_BF16)
+        if (xdt == TG_CUDA_ELEMENTWISE_BF16)
             for (size_t i = 0; i < len; i++)
                 xref[i] = tt_bf16_round(xref[i]);
     }
@@ -287,10 +297,11 @@ static void check_rmsnorm(int n, int dim, int with_res, enum ew_dtype xdt,
 
     void *dx = dev_from(x, len, xdt);
     void *dr = with_res ? dev_from(r, len, rdt) : NULL;
-    void *dw = dev_from(w, (size_t)dim, EW_DTYPE_BF16);
+    void *dw = dev_from(w, (size_t)dim, TG_CUDA_ELEMENTWISE_BF16);
     void *dout = in_place ? dx : tt_cuda_alloc(len * dsize(odt));
-    assert_int_equal(ew_rmsnorm(dx, xdt, dr, rdt, dw, n, dim, eps, dout, odt,
-                                stream), 0);
+    assert_int_equal(tg_cuda_elementwise_rmsnorm(dx, xdt, dr, rdt, dw, n, dim,
+                                                 eps, dout, odt, stream),
+                     0);
     char what[128];
     snprintf(what, sizeof(what), "rmsnorm n=%d dim=%d res=%d x=%s r=%s o=%s%s",
              n, dim, with_res, dname(xdt), dname(rdt), dname(odt),
@@ -321,9 +332,12 @@ static void test_rmsnorm(void **state)
     (void)state;
     const int dims[] = {1, 2, 31, 33, 127, 1000, 1025, 4095, 4096, 5120, 8192};
     for (int c = 0; c < 8; c++) {
-        enum ew_dtype xdt = (c & 1) ? EW_DTYPE_BF16 : EW_DTYPE_F32;
-        enum ew_dtype rdt = (c & 2) ? EW_DTYPE_BF16 : EW_DTYPE_F32;
-        enum ew_dtype odt = (c & 4) ? EW_DTYPE_BF16 : EW_DTYPE_F32;
+        enum tg_cuda_elementwise_dtype xdt =
+            (c & 1) ? TG_CUDA_ELEMENTWISE_BF16 : TG_CUDA_ELEMENTWISE_F32;
+        enum tg_cuda_elementwise_dtype rdt =
+            (c & 2) ? TG_CUDA_ELEMENTWISE_BF16 : TG_CUDA_ELEMENTWISE_F32;
+        enum tg_cuda_elementwise_dtype odt =
+            (c & 4) ? TG_CUDA_ELEMENTWISE_BF16 : TG_CUDA_ELEMENTWISE_F32;
         for (size_t k = 0; k < sizeof(dims) / sizeof(dims[0]); k++) {
             check_rmsnorm(tt_xrng_int(&rng, 1, 9), dims[k], 1, xdt, rdt, odt,
                           0, NULL);
@@ -335,27 +349,30 @@ static void test_rmsnorm(void **state)
                       xdt, rdt, odt, 0, NULL);
     }
     /* In place (out == x) without a residual, and on a created stream. */
-    check_rmsnorm(7, 4096, 0, EW_DTYPE_BF16, EW_DTYPE_BF16, EW_DTYPE_BF16, 1,
-                  NULL);
-    check_rmsnorm(5, 333, 0, EW_DTYPE_F32, EW_DTYPE_F32, EW_DTYPE_F32, 1, NULL);
+    check_rmsnorm(7, 4096, 0, TG_CUDA_ELEMENTWISE_BF16,
+                  TG_CUDA_ELEMENTWISE_BF16, TG_CUDA_ELEMENTWISE_BF16, 1, NULL);
+    check_rmsnorm(5, 333, 0, TG_CUDA_ELEMENTWISE_F32, TG_CUDA_ELEMENTWISE_F32,
+                  TG_CUDA_ELEMENTWISE_F32, 1, NULL);
     cudaStream_t st;
     assert_int_equal(cudaStreamCreate(&st), cudaSuccess);
-    check_rmsnorm(64, 8192, 1, EW_DTYPE_F32, EW_DTYPE_BF16, EW_DTYPE_BF16, 0,
-                  st);
+    check_rmsnorm(64, 8192, 1, TG_CUDA_ELEMENTWISE_F32,
+                  TG_CUDA_ELEMENTWISE_BF16, TG_CUDA_ELEMENTWISE_BF16, 0, st);
     assert_int_equal(cudaStreamDestroy(st), cudaSuccess);
-    check_rmsnorm(0, 128, 1, EW_DTYPE_F32, EW_DTYPE_F32, EW_DTYPE_F32, 0, NULL);
+    check_rmsnorm(0, 128, 1, TG_CUDA_ELEMENTWISE_F32, TG_CUDA_ELEMENTWISE_F32,
+                  TG_CUDA_ELEMENTWISE_F32, 0, NULL);
 }
 
 /* ------------------------------------------------------------------ rope */
 
 static void check_rope(int n, int heads, int d, int64_t stride, int with_norm,
-                       enum ew_dtype dt)
+                       enum tg_cuda_elementwise_dtype dt)
 {
     size_t len = (size_t)n * (size_t)stride, hd = (size_t)heads * d;
     float eps = 1e-6f;
     float *x = rand_vals(len, -2.0f, 2.0f, dt);
-    float *w = with_norm ? rand_vals((size_t)d, 0.2f, 1.8f, EW_DTYPE_BF16)
-                         : NULL;
+    float *w = with_norm
+                   ? rand_vals((size_t)d, 0.2f, 1.8f, TG_CUDA_ELEMENTWISE_BF16)
+                   : NULL;
     int32_t *pos = malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
     float *inv_freq = malloc((size_t)(d / 2) * sizeof(float));
     assert_non_null(pos);
@@ -376,7 +393,8 @@ static void check_rope(int n, int heads, int d, int64_t stride, int with_norm,
     assert_int_equal(tg_ops_cpu.rope(cpu, ref, n, heads, d, pos, inv_freq), 0);
 
     void *dx = dev_from(x, len, dt);
-    void *dw = with_norm ? dev_from(w, (size_t)d, EW_DTYPE_BF16) : NULL;
+    void *dw =
+        with_norm ? dev_from(w, (size_t)d, TG_CUDA_ELEMENTWISE_BF16) : NULL;
     int32_t *dpos = tt_cuda_alloc((size_t)(n > 0 ? n : 1) * 4);
     float *dinv = tt_cuda_alloc((size_t)(d / 2) * 4);
     if (n > 0)
@@ -384,8 +402,9 @@ static void check_rope(int n, int heads, int d, int64_t stride, int with_norm,
                                     cudaMemcpyHostToDevice), cudaSuccess);
     assert_int_equal(cudaMemcpy(dinv, inv_freq, (size_t)(d / 2) * 4,
                                 cudaMemcpyHostToDevice), cudaSuccess);
-    assert_int_equal(ew_rope(dx, dt, n, heads, d, stride, dpos, dinv, dw, eps,
-                             NULL), 0);
+    assert_int_equal(tg_cuda_elementwise_rope(dx, dt, n, heads, d, stride, dpos,
+                                              dinv, dw, eps, NULL),
+                     0);
     float *got = host_from(dx, len, dt);
     char what[128];
     snprintf(what, sizeof(what), "rope n=%d heads=%d d=%d stride=%lld norm=%d %s",
@@ -419,7 +438,8 @@ static void test_rope(void **state)
     (void)state;
     const int ds[] = {64, 128, 256};
     for (int c = 0; c < 4; c++) {
-        enum ew_dtype dt = (c & 1) ? EW_DTYPE_BF16 : EW_DTYPE_F32;
+        enum tg_cuda_elementwise_dtype dt =
+            (c & 1) ? TG_CUDA_ELEMENTWISE_BF16 : TG_CUDA_ELEMENTWISE_F32;
         int norm = (c & 2) != 0;
         for (size_t k = 0; k < sizeof(ds) / sizeof(ds[0]); k++) {
             int d = ds[k];
@@ -444,7 +464,8 @@ static void test_rope(void **state)
 /* -------------------------------------------------------------- silu_mul */
 
 static void check_silu(int n, int width, int fused, int64_t ld_out,
-                       enum ew_dtype idt, enum ew_dtype odt, int in_place)
+                       enum tg_cuda_elementwise_dtype idt,
+                       enum tg_cuda_elementwise_dtype odt, int in_place)
 {
     int64_t ld_in = fused ? 2 * (int64_t)width : width;
     size_t in_len = (size_t)n * (size_t)ld_in;
@@ -473,8 +494,9 @@ static void check_silu(int n, int width, int fused, int64_t ld_out,
     const void *dup = fused ? (const void *)(dgate + (size_t)width * dsize(idt))
                             : du;
     void *dout = in_place ? dg : tt_cuda_alloc(out_len * dsize(odt));
-    assert_int_equal(ew_silu_mul(dg, dup, idt, n, width, ld_in, dout, odt,
-                                 ld_out, NULL), 0);
+    assert_int_equal(tg_cuda_elementwise_silu_mul(dg, dup, idt, n, width, ld_in,
+                                                  dout, odt, ld_out, NULL),
+                     0);
     float *got = host_from(dout, out_len, odt);
     float *g = malloc((dense > 0 ? dense : 1) * sizeof(float));
     assert_non_null(g);
@@ -505,8 +527,10 @@ static void test_silu_mul(void **state)
     (void)state;
     const int widths[] = {1, 3, 127, 1000, 4097, 14336};
     for (int c = 0; c < 4; c++) {
-        enum ew_dtype idt = (c & 1) ? EW_DTYPE_BF16 : EW_DTYPE_F32;
-        enum ew_dtype odt = (c & 2) ? EW_DTYPE_BF16 : EW_DTYPE_F32;
+        enum tg_cuda_elementwise_dtype idt =
+            (c & 1) ? TG_CUDA_ELEMENTWISE_BF16 : TG_CUDA_ELEMENTWISE_F32;
+        enum tg_cuda_elementwise_dtype odt =
+            (c & 2) ? TG_CUDA_ELEMENTWISE_BF16 : TG_CUDA_ELEMENTWISE_F32;
         for (size_t k = 0; k < sizeof(widths) / sizeof(widths[0]); k++) {
             int w = widths[k];
             check_silu(tt_xrng_int(&rng, 1, 9), w, 0, w, idt, odt, 0);
@@ -518,8 +542,10 @@ static void test_silu_mul(void **state)
         check_silu(0, 64, 0, 64, idt, odt, 0);
     }
     /* In place over the gate half of a fused gate_up output. */
-    check_silu(6, 1000, 1, 2000, EW_DTYPE_BF16, EW_DTYPE_BF16, 1);
-    check_silu(3, 77, 0, 77, EW_DTYPE_F32, EW_DTYPE_F32, 1);
+    check_silu(6, 1000, 1, 2000, TG_CUDA_ELEMENTWISE_BF16,
+               TG_CUDA_ELEMENTWISE_BF16, 1);
+    check_silu(3, 77, 0, 77, TG_CUDA_ELEMENTWISE_F32, TG_CUDA_ELEMENTWISE_F32,
+               1);
 }
 
 /* ---------------------------------------------------------- bad arguments */
@@ -536,96 +562,144 @@ static void test_bad_arguments(void **state)
     float *f = (float *)buf;
     uint16_t *h = (uint16_t *)buf;
     int32_t *ids = (int32_t *)buf;
-    const enum ew_dtype bad = (enum ew_dtype)7;
-    const enum ew_dtype F = EW_DTYPE_F32, B = EW_DTYPE_BF16;
+    const enum tg_cuda_elementwise_dtype bad =
+        (enum tg_cuda_elementwise_dtype)7;
+    const enum tg_cuda_elementwise_dtype F = TG_CUDA_ELEMENTWISE_F32,
+                                         B = TG_CUDA_ELEMENTWISE_BF16;
 
     /* embedding */
-    assert_int_equal(ew_embedding(NULL, 4, 4, ids, 1, f, F, NULL), TG_EINVAL);
-    assert_int_equal(ew_embedding(h, 0, 4, ids, 1, f, F, NULL), TG_EINVAL);
-    assert_int_equal(ew_embedding(h, 4, 0, ids, 1, f, F, NULL), TG_EINVAL);
-    assert_int_equal(ew_embedding(h, 4, 4, ids, -1, f, F, NULL), TG_EINVAL);
-    assert_int_equal(ew_embedding(h, 4, 4, ids, 1, f, bad, NULL), TG_EINVAL);
-    assert_int_equal(ew_embedding(h, 4, 4, NULL, 1, f, F, NULL), TG_EINVAL);
-    assert_int_equal(ew_embedding(h, 4, 4, ids, 1, buf + 2, F, NULL),
-                     TG_EINVAL); /* misaligned f32 */
-    assert_int_equal(ew_embedding(h, 4, 4, ids, 0, NULL, F, NULL), 0);
+    assert_int_equal(
+        tg_cuda_elementwise_embedding(NULL, 4, 4, ids, 1, f, F, NULL),
+        TG_EINVAL);
+    assert_int_equal(tg_cuda_elementwise_embedding(h, 0, 4, ids, 1, f, F, NULL),
+                     TG_EINVAL);
+    assert_int_equal(tg_cuda_elementwise_embedding(h, 4, 0, ids, 1, f, F, NULL),
+                     TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_elementwise_embedding(h, 4, 4, ids, -1, f, F, NULL), TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_elementwise_embedding(h, 4, 4, ids, 1, f, bad, NULL),
+        TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_elementwise_embedding(h, 4, 4, NULL, 1, f, F, NULL), TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_elementwise_embedding(h, 4, 4, ids, 1, buf + 2, F, NULL),
+        TG_EINVAL); /* misaligned f32 */
+    assert_int_equal(
+        tg_cuda_elementwise_embedding(h, 4, 4, ids, 0, NULL, F, NULL), 0);
 
     /* rmsnorm */
-    assert_int_equal(ew_rmsnorm(f, F, NULL, F, h, 1, 0, 1e-6f, f + 64, F, NULL),
+    assert_int_equal(tg_cuda_elementwise_rmsnorm(f, F, NULL, F, h, 1, 0, 1e-6f,
+                                                 f + 64, F, NULL),
                      TG_EINVAL);
-    assert_int_equal(ew_rmsnorm(f, F, NULL, F, h, -1, 8, 1e-6f, f + 64, F,
-                                NULL), TG_EINVAL);
-    assert_int_equal(ew_rmsnorm(f, F, NULL, F, h, 1, 8, -1.0f, f + 64, F,
-                                NULL), TG_EINVAL);
-    assert_int_equal(ew_rmsnorm(f, F, NULL, F, h, 1, 8, NAN, f + 64, F, NULL),
+    assert_int_equal(tg_cuda_elementwise_rmsnorm(f, F, NULL, F, h, -1, 8, 1e-6f,
+                                                 f + 64, F, NULL),
                      TG_EINVAL);
-    assert_int_equal(ew_rmsnorm(f, bad, NULL, F, h, 1, 8, 1e-6f, f + 64, F,
-                                NULL), TG_EINVAL);
-    assert_int_equal(ew_rmsnorm(f, F, f + 32, bad, h, 1, 8, 1e-6f, f + 64, F,
-                                NULL), TG_EINVAL);
-    assert_int_equal(ew_rmsnorm(f, F, NULL, F, NULL, 1, 8, 1e-6f, f + 64, F,
-                                NULL), TG_EINVAL);
+    assert_int_equal(tg_cuda_elementwise_rmsnorm(f, F, NULL, F, h, 1, 8, -1.0f,
+                                                 f + 64, F, NULL),
+                     TG_EINVAL);
+    assert_int_equal(tg_cuda_elementwise_rmsnorm(f, F, NULL, F, h, 1, 8, NAN,
+                                                 f + 64, F, NULL),
+                     TG_EINVAL);
+    assert_int_equal(tg_cuda_elementwise_rmsnorm(f, bad, NULL, F, h, 1, 8,
+                                                 1e-6f, f + 64, F, NULL),
+                     TG_EINVAL);
+    assert_int_equal(tg_cuda_elementwise_rmsnorm(f, F, f + 32, bad, h, 1, 8,
+                                                 1e-6f, f + 64, F, NULL),
+                     TG_EINVAL);
+    assert_int_equal(tg_cuda_elementwise_rmsnorm(f, F, NULL, F, NULL, 1, 8,
+                                                 1e-6f, f + 64, F, NULL),
+                     TG_EINVAL);
     /* With a residual, out must not overwrite x or the residual. */
-    assert_int_equal(ew_rmsnorm(f, F, f + 32, F, h, 1, 8, 1e-6f, f, F, NULL),
+    assert_int_equal(tg_cuda_elementwise_rmsnorm(f, F, f + 32, F, h, 1, 8,
+                                                 1e-6f, f, F, NULL),
                      TG_EINVAL);
-    assert_int_equal(ew_rmsnorm(f, F, f + 32, F, h, 1, 8, 1e-6f, f + 32, F,
-                                NULL), TG_EINVAL);
+    assert_int_equal(tg_cuda_elementwise_rmsnorm(f, F, f + 32, F, h, 1, 8,
+                                                 1e-6f, f + 32, F, NULL),
+                     TG_EINVAL);
     /* In place needs the same dtype. */
-    assert_int_equal(ew_rmsnorm(f, F, NULL, F, h, 1, 8, 1e-6f, f, B, NULL),
-                     TG_EINVAL);
-    assert_int_equal(ew_rmsnorm(f, F, NULL, bad, h, 0, 8, 1e-6f, NULL, F,
-                                NULL), 0); /* no rows; unused res dtype */
+    assert_int_equal(
+        tg_cuda_elementwise_rmsnorm(f, F, NULL, F, h, 1, 8, 1e-6f, f, B, NULL),
+        TG_EINVAL);
+    assert_int_equal(tg_cuda_elementwise_rmsnorm(f, F, NULL, bad, h, 0, 8,
+                                                 1e-6f, NULL, F, NULL),
+                     0); /* no rows; unused res dtype */
 
     /* rope */
     float *inv = f + 1024;
-    assert_int_equal(ew_rope(f, F, 1, 2, 7, 14, ids, inv, NULL, 1e-6f, NULL),
+    assert_int_equal(tg_cuda_elementwise_rope(f, F, 1, 2, 7, 14, ids, inv, NULL,
+                                              1e-6f, NULL),
                      TG_EINVAL); /* odd d */
-    assert_int_equal(ew_rope(f, F, 1, 2, 0, 14, ids, inv, NULL, 1e-6f, NULL),
+    assert_int_equal(tg_cuda_elementwise_rope(f, F, 1, 2, 0, 14, ids, inv, NULL,
+                                              1e-6f, NULL),
                      TG_EINVAL);
-    assert_int_equal(ew_rope(f, F, 1, 0, 8, 14, ids, inv, NULL, 1e-6f, NULL),
+    assert_int_equal(tg_cuda_elementwise_rope(f, F, 1, 0, 8, 14, ids, inv, NULL,
+                                              1e-6f, NULL),
                      TG_EINVAL);
-    assert_int_equal(ew_rope(f, F, 1, 2, 8, 15, ids, inv, NULL, 1e-6f, NULL),
+    assert_int_equal(tg_cuda_elementwise_rope(f, F, 1, 2, 8, 15, ids, inv, NULL,
+                                              1e-6f, NULL),
                      TG_EINVAL); /* stride < heads * d */
-    assert_int_equal(ew_rope(f, F, -1, 2, 8, 16, ids, inv, NULL, 1e-6f, NULL),
+    assert_int_equal(tg_cuda_elementwise_rope(f, F, -1, 2, 8, 16, ids, inv,
+                                              NULL, 1e-6f, NULL),
                      TG_EINVAL);
-    assert_int_equal(ew_rope(f, bad, 1, 2, 8, 16, ids, inv, NULL, 1e-6f, NULL),
+    assert_int_equal(tg_cuda_elementwise_rope(f, bad, 1, 2, 8, 16, ids, inv,
+                                              NULL, 1e-6f, NULL),
                      TG_EINVAL);
-    assert_int_equal(ew_rope(f, F, 1, 2, 8, 16, NULL, inv, NULL, 1e-6f, NULL),
+    assert_int_equal(tg_cuda_elementwise_rope(f, F, 1, 2, 8, 16, NULL, inv,
+                                              NULL, 1e-6f, NULL),
                      TG_EINVAL);
-    assert_int_equal(ew_rope(f, F, 1, 2, 8, 16, ids, NULL, NULL, 1e-6f, NULL),
+    assert_int_equal(tg_cuda_elementwise_rope(f, F, 1, 2, 8, 16, ids, NULL,
+                                              NULL, 1e-6f, NULL),
                      TG_EINVAL);
-    assert_int_equal(ew_rope(f, F, 1, 2, 8, 16, ids, inv, h, -1.0f, NULL),
+    assert_int_equal(
+        tg_cuda_elementwise_rope(f, F, 1, 2, 8, 16, ids, inv, h, -1.0f, NULL),
+        TG_EINVAL);
+    assert_int_equal(tg_cuda_elementwise_rope(f, F, 1, 2, 8, 16, ids,
+                                              (float *)(buf + 2), NULL, 1e-6f,
+                                              NULL),
                      TG_EINVAL);
-    assert_int_equal(ew_rope(f, F, 1, 2, 8, 16, ids, (float *)(buf + 2), NULL,
-                             1e-6f, NULL), TG_EINVAL);
-    assert_int_equal(ew_rope(NULL, F, 0, 2, 8, 16, NULL, NULL, NULL, 1e-6f,
-                             NULL), 0);
+    assert_int_equal(tg_cuda_elementwise_rope(NULL, F, 0, 2, 8, 16, NULL, NULL,
+                                              NULL, 1e-6f, NULL),
+                     0);
 
     /* silu_mul */
-    assert_int_equal(ew_silu_mul(f, f + 8, F, 1, 8, 7, f + 64, F, 8, NULL),
-                     TG_EINVAL); /* ld_in < width */
-    assert_int_equal(ew_silu_mul(f, f + 8, F, 1, 8, 8, f + 64, F, 7, NULL),
+    assert_int_equal(
+        tg_cuda_elementwise_silu_mul(f, f + 8, F, 1, 8, 7, f + 64, F, 8, NULL),
+        TG_EINVAL); /* ld_in < width */
+    assert_int_equal(
+        tg_cuda_elementwise_silu_mul(f, f + 8, F, 1, 8, 8, f + 64, F, 7, NULL),
+        TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_elementwise_silu_mul(f, f + 8, F, -1, 8, 8, f + 64, F, 8, NULL),
+        TG_EINVAL);
+    assert_int_equal(tg_cuda_elementwise_silu_mul(f, f + 8, bad, 1, 8, 8,
+                                                  f + 64, F, 8, NULL),
                      TG_EINVAL);
-    assert_int_equal(ew_silu_mul(f, f + 8, F, -1, 8, 8, f + 64, F, 8, NULL),
+    assert_int_equal(tg_cuda_elementwise_silu_mul(NULL, f + 8, F, 1, 8, 8,
+                                                  f + 64, F, 8, NULL),
                      TG_EINVAL);
-    assert_int_equal(ew_silu_mul(f, f + 8, bad, 1, 8, 8, f + 64, F, 8, NULL),
-                     TG_EINVAL);
-    assert_int_equal(ew_silu_mul(NULL, f + 8, F, 1, 8, 8, f + 64, F, 8, NULL),
-                     TG_EINVAL);
-    assert_int_equal(ew_silu_mul(f, f + 8, F, 1, 8, 16, f, B, 16, NULL),
-                     TG_EINVAL); /* in place, other dtype */
-    assert_int_equal(ew_silu_mul(f, f + 8, F, 1, 8, 16, f, F, 8, NULL),
-                     TG_EINVAL); /* in place, other stride */
-    assert_int_equal(ew_silu_mul(NULL, NULL, F, 4, 0, 0, NULL, F, 0, NULL), 0);
+    assert_int_equal(
+        tg_cuda_elementwise_silu_mul(f, f + 8, F, 1, 8, 16, f, B, 16, NULL),
+        TG_EINVAL); /* in place, other dtype */
+    assert_int_equal(
+        tg_cuda_elementwise_silu_mul(f, f + 8, F, 1, 8, 16, f, F, 8, NULL),
+        TG_EINVAL); /* in place, other stride */
+    assert_int_equal(
+        tg_cuda_elementwise_silu_mul(NULL, NULL, F, 4, 0, 0, NULL, F, 0, NULL),
+        0);
 
     /* conversion */
-    assert_int_equal(ew_f32_to_bf16(NULL, h, 4, NULL), TG_EINVAL);
-    assert_int_equal(ew_f32_to_bf16(f, NULL, 4, NULL), TG_EINVAL);
-    assert_int_equal(ew_f32_to_bf16((float *)(buf + 2), h, 4, NULL),
+    assert_int_equal(tg_cuda_elementwise_f32_to_bf16(NULL, h, 4, NULL),
                      TG_EINVAL);
-    assert_int_equal(ew_bf16_to_f32(h, (float *)(buf + 2), 4, NULL),
+    assert_int_equal(tg_cuda_elementwise_f32_to_bf16(f, NULL, 4, NULL),
                      TG_EINVAL);
-    assert_int_equal(ew_bf16_to_f32(NULL, NULL, 0, NULL), 0);
+    assert_int_equal(
+        tg_cuda_elementwise_f32_to_bf16((float *)(buf + 2), h, 4, NULL),
+        TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_elementwise_bf16_to_f32(h, (float *)(buf + 2), 4, NULL),
+        TG_EINVAL);
+    assert_int_equal(tg_cuda_elementwise_bf16_to_f32(NULL, NULL, 0, NULL), 0);
 
     /* Nothing above launched a kernel that could fail. */
     if (have_device)
@@ -642,12 +716,16 @@ static void test_no_device(void **state)
     float *f = (float *)buf;
     uint16_t *h = (uint16_t *)buf;
     int32_t *ids = (int32_t *)buf;
-    assert_int_equal(ew_rmsnorm(f, EW_DTYPE_F32, NULL, EW_DTYPE_F32, h, 2, 8,
-                                1e-6f, f + 64, EW_DTYPE_F32, NULL),
+    assert_int_equal(tg_cuda_elementwise_rmsnorm(f, TG_CUDA_ELEMENTWISE_F32,
+                                                 NULL, TG_CUDA_ELEMENTWISE_F32,
+                                                 h, 2, 8, 1e-6f, f + 64,
+                                                 TG_CUDA_ELEMENTWISE_F32, NULL),
                      TG_EDEVICE);
-    assert_int_equal(ew_embedding(h, 4, 8, ids, 2, f, EW_DTYPE_BF16, NULL),
+    assert_int_equal(tg_cuda_elementwise_embedding(
+                         h, 4, 8, ids, 2, f, TG_CUDA_ELEMENTWISE_BF16, NULL),
                      TG_EDEVICE);
-    assert_int_equal(ew_f32_to_bf16(f, h + 512, 16, NULL), TG_EDEVICE);
+    assert_int_equal(tg_cuda_elementwise_f32_to_bf16(f, h + 512, 16, NULL),
+                     TG_EDEVICE);
 }
 
 static int setup(void **state)

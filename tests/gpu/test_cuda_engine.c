@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_engine.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"

@@ -46,8 +46,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/pf_split.h"
-#include "common/tg_err.h"
+#include "common/profile/pf_split.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_cuda.h"
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_forward.h"

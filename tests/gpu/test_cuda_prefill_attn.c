@@ -33,13 +33,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
 #include <cuda_runtime.h>
 
-#include "common/st_safetensors.h"
+#include "common/model/st_safetensors.h"
 #include "kernels/cuda/prefill_attn.h"
 #include "kernels/tg_ops.h"
 #endif

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "kernels/tg_ops.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"

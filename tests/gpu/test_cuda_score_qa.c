@@ -8,9 +8,10 @@
  *  - expected_attention over the same kind of shapes and windows 32, 5, 1
  *    and 0 (whole chunk), zero value rows:
  *    |gpu - cpu| <= 2e-5 |cpu| + 1e-7 max_j |cpu_h|;
- *  - cmp_score routing: snapkv through cmp_score equals cmp_score_snapkv
- *    bit for bit; every method is deterministic (two runs bit-identical);
- *    n = 0 queues nothing and leaves the output alone;
+ *  - tg_cuda_score_qa_score routing: snapkv through it equals
+ *    tg_cuda_compress_score_snapkv bit for bit; every method is deterministic
+ *    (two runs bit-identical); n = 0 queues nothing and leaves the output
+ *    alone;
  *  - argument errors, which need no device: in a CUDA build they run even
  *    without one, then the program reports skipped (77).
  * Built without CUDA: skipped (77). */
@@ -25,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "kernels/tg_ops.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"
@@ -110,10 +111,10 @@ static void chunk_free(struct chunk_data *cd)
     cudaFree(cd->dv);
 }
 
-static struct cmp_chunk chunk_view(const struct chunk_data *cd,
-                                   const struct shape *sh)
+static struct tg_cuda_compress_chunk chunk_view(const struct chunk_data *cd,
+                                                const struct shape *sh)
 {
-    struct cmp_chunk c = {
+    struct tg_cuda_compress_chunk c = {
         .q = cd->dq, .k = cd->dk, .v = cd->dv, .n = sh->n,
         .n_q_heads = sh->Hq, .n_kv_heads = sh->Hkv, .head_dim = sh->d,
         .start = 0, .window = sh->window, .n_sink = 4,
@@ -130,21 +131,21 @@ static void run_shape(struct tg_backend *cpu, enum tg_score_method method,
     const int n = sh->n, Hkv = sh->Hkv;
     struct chunk_data cd;
     chunk_make(&cd, sh);
-    struct cmp_chunk c = chunk_view(&cd, sh);
+    struct tg_cuda_compress_chunk c = chunk_view(&cd, sh);
     if (method == TG_SCORE_KEYDIFF)
         c.q = c.v = NULL; /* keydiff must not read them */
-    size_t wsb = cmp_qa_workspace_bytes(method, n, sh->Hq, Hkv, sh->d,
-                                        sh->window);
+    size_t wsb = tg_cuda_score_qa_workspace_bytes(method, n, sh->Hq, Hkv, sh->d,
+                                                  sh->window);
     assert_true(wsb > 0);
     void *ws = tt_cuda_alloc(wsb);
     const size_t sb = (size_t)Hkv * n * sizeof(float);
     float *ds = tt_cuda_alloc(sb);
     assert_int_equal(cudaMemset(ds, 0xff, sb), cudaSuccess); /* NaN */
-    assert_int_equal(cmp_score(method, &c, ds, ws, wsb, NULL), 0);
+    assert_int_equal(tg_cuda_score_qa_score(method, &c, ds, ws, wsb, NULL), 0);
     float *gs = tt_xmalloc(sb), *gs2 = tt_xmalloc(sb), *rs = tt_xmalloc(sb);
     tt_cuda_to_host(gs, ds, sb);
     assert_int_equal(cudaMemset(ds, 0xff, sb), cudaSuccess);
-    assert_int_equal(cmp_score(method, &c, ds, ws, wsb, NULL), 0);
+    assert_int_equal(tg_cuda_score_qa_score(method, &c, ds, ws, wsb, NULL), 0);
     tt_cuda_to_host(gs2, ds, sb);
     if (memcmp(gs, gs2, sb) != 0)
         fail_msg("method %d n=%d: two runs differ", (int)method, n);
@@ -229,25 +230,28 @@ static void test_expected_attention_vs_cpu(void **state)
     run_method(TG_SCORE_EXPECTED_ATTENTION, 12);
 }
 
-/* snapkv through cmp_score is cmp_score_snapkv; n = 0 writes nothing. */
+/* snapkv through tg_cuda_score_qa_score is tg_cuda_compress_score_snapkv; n = 0
+ * writes nothing. */
 static void test_routing(void **state)
 {
     (void)state;
     const struct shape sh = {100, 8, 2, 64, 32, SP_NONE};
     struct chunk_data cd;
     chunk_make(&cd, &sh);
-    struct cmp_chunk c = chunk_view(&cd, &sh);
-    size_t wsb = cmp_qa_workspace_bytes(TG_SCORE_SNAPKV, sh.n, sh.Hq, sh.Hkv,
-                                        sh.d, sh.window);
-    assert_int_equal(wsb, cmp_workspace_bytes(sh.n, sh.Hq, sh.Hkv, sh.window));
+    struct tg_cuda_compress_chunk c = chunk_view(&cd, &sh);
+    size_t wsb = tg_cuda_score_qa_workspace_bytes(TG_SCORE_SNAPKV, sh.n, sh.Hq,
+                                                  sh.Hkv, sh.d, sh.window);
+    assert_int_equal(
+        wsb, tg_cuda_compress_workspace_bytes(sh.n, sh.Hq, sh.Hkv, sh.window));
     void *ws = tt_cuda_alloc(wsb);
     const size_t sb = (size_t)sh.Hkv * sh.n * sizeof(float);
     float *ds = tt_cuda_alloc(sb);
     float *a = tt_xmalloc(sb), *b = tt_xmalloc(sb);
-    assert_int_equal(cmp_score(TG_SCORE_SNAPKV, &c, ds, ws, wsb, NULL), 0);
+    assert_int_equal(
+        tg_cuda_score_qa_score(TG_SCORE_SNAPKV, &c, ds, ws, wsb, NULL), 0);
     tt_cuda_to_host(a, ds, sb);
     assert_int_equal(cudaMemset(ds, 0, sb), cudaSuccess);
-    assert_int_equal(cmp_score_snapkv(&c, ds, ws, wsb, NULL), 0);
+    assert_int_equal(tg_cuda_compress_score_snapkv(&c, ds, ws, wsb, NULL), 0);
     tt_cuda_to_host(b, ds, sb);
     assert_memory_equal(a, b, sb);
 
@@ -255,9 +259,10 @@ static void test_routing(void **state)
     const enum tg_score_method ms[] = {TG_SCORE_SNAPKV, TG_SCORE_KEYDIFF,
                                        TG_SCORE_EXPECTED_ATTENTION};
     for (int m = 0; m < 3; m++) {
-        struct cmp_chunk e = c;
+        struct tg_cuda_compress_chunk e = c;
         e.n = 0;
-        assert_int_equal(cmp_score(ms[m], &e, ds, ws, wsb, NULL), 0);
+        assert_int_equal(tg_cuda_score_qa_score(ms[m], &e, ds, ws, wsb, NULL),
+                         0);
         assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
         tt_cuda_to_host(a, ds, sb);
         assert_memory_equal(a, b, sb);
@@ -278,7 +283,7 @@ static void test_bad_arguments(void **state)
     uint16_t *fq = (uint16_t *)(uintptr_t)0x1000;
     float *fs = (float *)(uintptr_t)0x2000;
     void *fw = (void *)(uintptr_t)0x4000;
-    struct cmp_chunk c = {
+    struct tg_cuda_compress_chunk c = {
         .q = fq, .k = fq, .v = fq, .n = 100, .n_q_heads = 8, .n_kv_heads = 2,
         .head_dim = 64, .start = 0, .window = 32, .n_sink = 4,
         .scale = 0.125f,
@@ -287,81 +292,111 @@ static void test_bad_arguments(void **state)
     const enum tg_score_method EA = TG_SCORE_EXPECTED_ATTENTION;
 
     /* Workspace sizes. */
-    size_t kd = cmp_qa_workspace_bytes(KD, 100, 8, 2, 64, 32);
+    size_t kd = tg_cuda_score_qa_workspace_bytes(KD, 100, 8, 2, 64, 32);
     assert_int_equal(kd, (size_t)2 * 2 * 64 * sizeof(float)); /* 2 tiles */
-    assert_int_equal(cmp_qa_workspace_bytes(KD, 64, 8, 2, 64, 32),
+    assert_int_equal(tg_cuda_score_qa_workspace_bytes(KD, 64, 8, 2, 64, 32),
                      (size_t)2 * 1 * 64 * sizeof(float));
-    size_t ea = cmp_qa_workspace_bytes(EA, 100, 8, 2, 64, 32);
+    size_t ea = tg_cuda_score_qa_workspace_bytes(EA, 100, 8, 2, 64, 32);
     /* mu 8*64 floats = 2048 B, z 8*100 floats = 3200 -> 3328 B, stats
      * 64 -> 256 B. */
     assert_int_equal(ea, (size_t)2048 + 3328 + 256);
-    assert_int_equal(cmp_qa_workspace_bytes(TG_SCORE_SNAPKV, 100, 8, 2, 64, 32),
-                     cmp_workspace_bytes(100, 8, 2, 32));
-    assert_int_equal(cmp_qa_workspace_bytes(KD, 0, 8, 2, 64, 32), 0);
-    assert_int_equal(cmp_qa_workspace_bytes(KD, 100, 6, 4, 64, 32), 0);
-    assert_int_equal(cmp_qa_workspace_bytes(EA, CMP_MAX_CHUNK + 1, 8, 2, 64,
-                                            32), 0);
-    assert_int_equal(cmp_qa_workspace_bytes(EA, 100, 8, 2,
-                                            CMP_MAX_HEAD_DIM + 1, 32), 0);
-    assert_int_equal(cmp_qa_workspace_bytes((enum tg_score_method)7, 100, 8,
-                                            2, 64, 32), 0);
+    assert_int_equal(
+        tg_cuda_score_qa_workspace_bytes(TG_SCORE_SNAPKV, 100, 8, 2, 64, 32),
+        tg_cuda_compress_workspace_bytes(100, 8, 2, 32));
+    assert_int_equal(tg_cuda_score_qa_workspace_bytes(KD, 0, 8, 2, 64, 32), 0);
+    assert_int_equal(tg_cuda_score_qa_workspace_bytes(KD, 100, 6, 4, 64, 32),
+                     0);
+    assert_int_equal(tg_cuda_score_qa_workspace_bytes(
+                         EA, TG_CUDA_COMPRESS_MAX_CHUNK + 1, 8, 2, 64, 32),
+                     0);
+    assert_int_equal(tg_cuda_score_qa_workspace_bytes(
+                         EA, 100, 8, 2, TG_CUDA_COMPRESS_MAX_HEAD_DIM + 1, 32),
+                     0);
+    assert_int_equal(tg_cuda_score_qa_workspace_bytes((enum tg_score_method)7,
+                                                      100, 8, 2, 64, 32),
+                     0);
 
     const enum tg_score_method ms[] = {KD, EA};
     for (int m = 0; m < 2; m++) {
         enum tg_score_method me = ms[m];
         size_t wsb = me == KD ? kd : ea;
-        struct cmp_chunk b = c;
-        assert_int_equal(cmp_score(me, NULL, fs, fw, wsb, NULL), TG_EINVAL);
-        b.n = CMP_MAX_CHUNK + 1;
-        assert_int_equal(cmp_score(me, &b, fs, fw, wsb, NULL), TG_EINVAL);
+        struct tg_cuda_compress_chunk b = c;
+        assert_int_equal(tg_cuda_score_qa_score(me, NULL, fs, fw, wsb, NULL),
+                         TG_EINVAL);
+        b.n = TG_CUDA_COMPRESS_MAX_CHUNK + 1;
+        assert_int_equal(tg_cuda_score_qa_score(me, &b, fs, fw, wsb, NULL),
+                         TG_EINVAL);
         b = c; b.n = -1;
-        assert_int_equal(cmp_score(me, &b, fs, fw, wsb, NULL), TG_EINVAL);
+        assert_int_equal(tg_cuda_score_qa_score(me, &b, fs, fw, wsb, NULL),
+                         TG_EINVAL);
         b = c; b.n_q_heads = 7;
-        assert_int_equal(cmp_score(me, &b, fs, fw, wsb, NULL), TG_EINVAL);
+        assert_int_equal(tg_cuda_score_qa_score(me, &b, fs, fw, wsb, NULL),
+                         TG_EINVAL);
         b = c; b.n_kv_heads = 0;
-        assert_int_equal(cmp_score(me, &b, fs, fw, wsb, NULL), TG_EINVAL);
-        b = c; b.n_kv_heads = CMP_MAX_KV_HEADS + 1;
+        assert_int_equal(tg_cuda_score_qa_score(me, &b, fs, fw, wsb, NULL),
+                         TG_EINVAL);
+        b = c;
+        b.n_kv_heads = TG_CUDA_COMPRESS_MAX_KV_HEADS + 1;
         b.n_q_heads = b.n_kv_heads;
-        assert_int_equal(cmp_score(me, &b, fs, fw, wsb, NULL), TG_EINVAL);
+        assert_int_equal(tg_cuda_score_qa_score(me, &b, fs, fw, wsb, NULL),
+                         TG_EINVAL);
         b = c; b.head_dim = 0;
-        assert_int_equal(cmp_score(me, &b, fs, fw, wsb, NULL), TG_EINVAL);
-        b = c; b.head_dim = CMP_MAX_HEAD_DIM + 1;
-        assert_int_equal(cmp_score(me, &b, fs, fw, wsb, NULL), TG_EINVAL);
+        assert_int_equal(tg_cuda_score_qa_score(me, &b, fs, fw, wsb, NULL),
+                         TG_EINVAL);
+        b = c;
+        b.head_dim = TG_CUDA_COMPRESS_MAX_HEAD_DIM + 1;
+        assert_int_equal(tg_cuda_score_qa_score(me, &b, fs, fw, wsb, NULL),
+                         TG_EINVAL);
         b = c; b.k = NULL;
-        assert_int_equal(cmp_score(me, &b, fs, fw, wsb, NULL), TG_EINVAL);
-        assert_int_equal(cmp_score(me, &c, NULL, fw, wsb, NULL), TG_EINVAL);
-        assert_int_equal(cmp_score(me, &c, fs, NULL, wsb, NULL), TG_EINVAL);
-        assert_int_equal(cmp_score(me, &c, fs, fw, wsb - 1, NULL), TG_EINVAL);
-        assert_int_equal(cmp_score(me, &c, fs, (char *)fw + 4, wsb, NULL),
-                         TG_EINVAL); /* misaligned workspace */
+        assert_int_equal(tg_cuda_score_qa_score(me, &b, fs, fw, wsb, NULL),
+                         TG_EINVAL);
+        assert_int_equal(tg_cuda_score_qa_score(me, &c, NULL, fw, wsb, NULL),
+                         TG_EINVAL);
+        assert_int_equal(tg_cuda_score_qa_score(me, &c, fs, NULL, wsb, NULL),
+                         TG_EINVAL);
+        assert_int_equal(tg_cuda_score_qa_score(me, &c, fs, fw, wsb - 1, NULL),
+                         TG_EINVAL);
+        assert_int_equal(
+            tg_cuda_score_qa_score(me, &c, fs, (char *)fw + 4, wsb, NULL),
+            TG_EINVAL); /* misaligned workspace */
         /* An empty chunk is valid and needs nothing. */
         b = c; b.n = 0; b.q = b.k = b.v = NULL;
-        assert_int_equal(cmp_score(me, &b, NULL, NULL, 0, NULL), 0);
+        assert_int_equal(tg_cuda_score_qa_score(me, &b, NULL, NULL, 0, NULL),
+                         0);
     }
     /* keydiff reads neither q nor v; expected_attention needs both. */
-    struct cmp_chunk b = c;
+    struct tg_cuda_compress_chunk b = c;
     b.q = NULL;
     b.v = NULL;
-    assert_int_equal(cmp_score(EA, &b, fs, fw, ea, NULL), TG_EINVAL);
+    assert_int_equal(tg_cuda_score_qa_score(EA, &b, fs, fw, ea, NULL),
+                     TG_EINVAL);
     b = c; b.v = NULL;
-    assert_int_equal(cmp_score(EA, &b, fs, fw, ea, NULL), TG_EINVAL);
+    assert_int_equal(tg_cuda_score_qa_score(EA, &b, fs, fw, ea, NULL),
+                     TG_EINVAL);
     b = c; b.q = NULL;
-    assert_int_equal(cmp_score(EA, &b, fs, fw, ea, NULL), TG_EINVAL);
+    assert_int_equal(tg_cuda_score_qa_score(EA, &b, fs, fw, ea, NULL),
+                     TG_EINVAL);
     b = c; b.scale = NAN;
-    assert_int_equal(cmp_score(EA, &b, fs, fw, ea, NULL), TG_EINVAL);
+    assert_int_equal(tg_cuda_score_qa_score(EA, &b, fs, fw, ea, NULL),
+                     TG_EINVAL);
     b = c; b.n_q_heads = 70000; b.n_kv_heads = 2; /* grid.y limit */
-    assert_int_equal(cmp_score(EA, &b, fs, fw, ea, NULL), TG_EINVAL);
+    assert_int_equal(tg_cuda_score_qa_score(EA, &b, fs, fw, ea, NULL),
+                     TG_EINVAL);
     /* Unknown method; snapkv's own checks through the router. */
-    assert_int_equal(cmp_score((enum tg_score_method)7, &c, fs, fw, ea, NULL),
+    assert_int_equal(
+        tg_cuda_score_qa_score((enum tg_score_method)7, &c, fs, fw, ea, NULL),
+        TG_EINVAL);
+    assert_int_equal(tg_cuda_score_qa_score((enum tg_score_method) - 1, &c, fs,
+                                            fw, ea, NULL),
                      TG_EINVAL);
-    assert_int_equal(cmp_score((enum tg_score_method)-1, &c, fs, fw, ea, NULL),
-                     TG_EINVAL);
-    size_t sn = cmp_workspace_bytes(100, 8, 2, 32);
-    assert_int_equal(cmp_score(TG_SCORE_SNAPKV, &c, fs, fw, sn - 1, NULL),
-                     TG_EINVAL);
+    size_t sn = tg_cuda_compress_workspace_bytes(100, 8, 2, 32);
+    assert_int_equal(
+        tg_cuda_score_qa_score(TG_SCORE_SNAPKV, &c, fs, fw, sn - 1, NULL),
+        TG_EINVAL);
     b = c; b.q = NULL;
-    assert_int_equal(cmp_score(TG_SCORE_SNAPKV, &b, fs, fw, sn, NULL),
-                     TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_score_qa_score(TG_SCORE_SNAPKV, &b, fs, fw, sn, NULL),
+        TG_EINVAL);
 }
 #endif
 

@@ -25,8 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/st_safetensors.h"
-#include "common/tg_err.h"
+#include "common/model/st_safetensors.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_trig.h"
 #include "kernels/tg_ops.h"
 #include "tests/support/tt_cuda.h"

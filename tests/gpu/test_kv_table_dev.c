@@ -16,7 +16,7 @@
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
 #include "common/kv/kv_table.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA
@@ -30,7 +30,7 @@ static struct tt_xrng rng = {0x853c49e6748fea9bull};
 /* Random queries over the table, a quarter of them out of range, resolved
  * on the device and on the host; both must agree exactly. */
 static void check_queries(const struct kv_table *t,
-                          const struct kv_table_dev *dt, int32_t n)
+                          const struct tg_cuda_kv_table_dev *dt, int32_t n)
 {
     int32_t *rows = malloc((size_t)n * sizeof(int32_t));
     int32_t *toks = malloc((size_t)n * sizeof(int32_t));
@@ -58,7 +58,8 @@ static void check_queries(const struct kv_table *t,
         }
     }
     kv_table_resolve_batch(t, n, rows, toks, pg_ref, sl_ref);
-    assert_int_equal(kv_table_dev_resolve_host(dt, n, rows, toks, pg, sl), 0);
+    assert_int_equal(
+        tg_cuda_kv_table_dev_resolve_host(dt, n, rows, toks, pg, sl), 0);
     assert_memory_equal(pg, pg_ref, (size_t)n * sizeof(int32_t));
     assert_memory_equal(sl, sl_ref, (size_t)n * sizeof(int32_t));
     free(rows);
@@ -72,8 +73,8 @@ static void check_queries(const struct kv_table *t,
 static void test_upload_and_resolve(void **state)
 {
     (void)state;
-    struct kv_table_dev dt;
-    kv_table_dev_init(&dt);
+    struct tg_cuda_kv_table_dev dt;
+    tg_cuda_kv_table_dev_init(&dt);
     struct kv_table t;
     assert_int_equal(kv_table_init(&t, 0, 0, err, sizeof(err)), 0);
     for (int iter = 0; iter < 6; iter++) {
@@ -109,7 +110,7 @@ static void test_upload_and_resolve(void **state)
         else
             assert_int_equal(kv_table_build_padded(&t, &lo, batch, n, 3, err,
                                                    sizeof(err)), 0);
-        assert_int_equal(kv_table_dev_upload(&dt, &t, NULL), 0);
+        assert_int_equal(tg_cuda_kv_table_dev_upload(&dt, &t, NULL), 0);
         assert_int_equal(dt.n_rows, t.n_rows);
         assert_true(dt.cap_slots >= t.n_slots);
         check_queries(&t, &dt, 5000);
@@ -121,26 +122,29 @@ static void test_upload_and_resolve(void **state)
         kv_layout_free(&lo);
     }
     kv_table_free(&t);
-    kv_table_dev_free(&dt);
-    kv_table_dev_free(&dt); /* zeroed: safe again */
+    tg_cuda_kv_table_dev_free(&dt);
+    tg_cuda_kv_table_dev_free(&dt); /* zeroed: safe again */
 }
 
 static void test_bad_arguments(void **state)
 {
     (void)state;
-    struct kv_table_dev dt;
-    kv_table_dev_init(&dt);
+    struct tg_cuda_kv_table_dev dt;
+    tg_cuda_kv_table_dev_init(&dt);
     int32_t q = 0, out = 0;
     /* Nothing uploaded yet. */
-    assert_int_equal(kv_table_dev_resolve(&dt, 1, &q, &q, &out, &out, NULL),
-                     TG_EINVAL);
-    assert_int_equal(kv_table_dev_resolve(&dt, -1, &q, &q, &out, &out, NULL),
-                     TG_EINVAL);
-    assert_int_equal(kv_table_dev_resolve(&dt, 0, NULL, NULL, NULL, NULL,
-                                          NULL), 0);
-    assert_int_equal(kv_table_dev_upload(&dt, NULL, NULL), TG_EINVAL);
-    assert_int_equal(kv_table_dev_resolve_host(&dt, 1, NULL, &q, &out, &out),
-                     TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_kv_table_dev_resolve(&dt, 1, &q, &q, &out, &out, NULL),
+        TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_kv_table_dev_resolve(&dt, -1, &q, &q, &out, &out, NULL),
+        TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_kv_table_dev_resolve(&dt, 0, NULL, NULL, NULL, NULL, NULL), 0);
+    assert_int_equal(tg_cuda_kv_table_dev_upload(&dt, NULL, NULL), TG_EINVAL);
+    assert_int_equal(
+        tg_cuda_kv_table_dev_resolve_host(&dt, 1, NULL, &q, &out, &out),
+        TG_EINVAL);
     /* An empty table uploads, and every query on it is out of range. */
     struct kv_table t;
     assert_int_equal(kv_table_init(&t, 0, 0, err, sizeof(err)), 0);
@@ -150,15 +154,15 @@ static void test_bad_arguments(void **state)
     assert_int_equal(kv_layout_init(&lo, 1, 1, 1, 8, 16, 64, &rule, &b, err,
                                     sizeof(err)), 0);
     assert_int_equal(kv_table_build(&t, &lo, NULL, 0, err, sizeof(err)), 0);
-    assert_int_equal(kv_table_dev_upload(&dt, &t, NULL), 0);
+    assert_int_equal(tg_cuda_kv_table_dev_upload(&dt, &t, NULL), 0);
     int32_t page = 7, slot = 7;
-    assert_int_equal(kv_table_dev_resolve_host(&dt, 1, &q, &q, &page, &slot),
-                     0);
+    assert_int_equal(
+        tg_cuda_kv_table_dev_resolve_host(&dt, 1, &q, &q, &page, &slot), 0);
     assert_int_equal(page, -1);
     assert_int_equal(slot, -1);
     kv_layout_free(&lo);
     kv_table_free(&t);
-    kv_table_dev_free(&dt);
+    tg_cuda_kv_table_dev_free(&dt);
 }
 #endif
 

@@ -26,8 +26,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "common/st_safetensors.h"
-#include "common/tg_err.h"
+#include "common/model/st_safetensors.h"
+#include "common/base/tg_err.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"
 #ifdef TANGRAM_CUDA

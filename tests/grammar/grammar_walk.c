@@ -26,8 +26,8 @@
 
 #include "common/grammar/gm_matcher.h"
 #include "common/grammar/gm_spec.h"
-#include "common/tg_err.h"
-#include "common/tok_tokenizer.h"
+#include "common/base/tg_err.h"
+#include "common/tok/tok_tokenizer.h"
 #include "tests/support/tt_grammar.h"
 
 struct opts {

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Checks the deployment files of deploy/ against each other and against
 tangramd's options: the rows of the serving option table
-(common/tg_serve_opts.c) marked TG_SERVE_DAEMON.
+(common/base/tg_serve_opts.c) marked TG_SERVE_DAEMON.
 
 - Every YAML of deploy/k8s parses (python3-yaml); no object names a
   namespace; kustomization.yaml lists exactly the other manifests.
@@ -74,9 +74,9 @@ def read(path):
 
 
 # --------------------------------------------------------------------------
-# tangramd's rows of the serving option table (common/tg_serve_opts.c).
+# tangramd's rows of the serving option table (common/base/tg_serve_opts.c).
 
-TABLE_SRC = os.path.join(SRC, "common", "tg_serve_opts.c")
+TABLE_SRC = os.path.join(SRC, "common", "base", "tg_serve_opts.c")
 
 def parse_options():
     """Returns {env name: entry dict} from the C table, tangramd's rows only

@@ -78,7 +78,7 @@ def check_corpus(jsonschema, corpus, fails):
 
 def split_calls(fmt, text):
     """The (name, arguments) of each call of a tool-call output, parsed as
-    router/rt_toolcall.c would, or raises ValueError."""
+    router/api/rt_toolcall.c would, or raises ValueError."""
     dec = json.JSONDecoder(parse_constant=lambda c: (_ for _ in ()).throw(
         ValueError(c)))
     if fmt == "hermes":

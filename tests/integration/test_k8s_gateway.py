@@ -352,8 +352,8 @@ def t_affinity(st):
                if SESSION_HEADER.lower() in repr(f).lower()]
     chk.check(not dropped, "no HTTPRoute filter touches %s" % SESSION_HEADER,
               dropped)
-    http_src = read(os.path.join(SRC, "router", "rt_api_http.c"))
-    grpc_src = read(os.path.join(SRC, "router", "rt_api_grpc.c"))
+    http_src = read(os.path.join(SRC, "router", "api", "rt_api_http.c"))
+    grpc_src = read(os.path.join(SRC, "router", "api", "rt_api_grpc.c"))
     chk.check('"%s"' % SESSION_HEADER.lower() in http_src and
               '"%s"' % SESSION_HEADER.lower() in grpc_src,
               "the router reads the %s header (HTTP) and metadata key (gRPC)"

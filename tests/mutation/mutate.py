@@ -32,7 +32,7 @@ import time
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 
-SCHED = "router/rt_sched.c"
+SCHED = "router/core/rt_sched.c"
 ADMIT = ["test_sched_admit", "test_sched_fork", "test_sched_trig",
          "test_sched", "test_sched_prefix"]
 
@@ -69,10 +69,10 @@ MUTANTS = [
     ("sinks-not-forced", "common/kv/kv_budget.c",
      "    return w + sinks;", "    return w + 0 * sinks;",
      ["test_split", "test_kv_pool", "test_sched"]),
-    ("closed-form-skips-sinks", "common/pf_split.c",
+    ("closed-form-skips-sinks", "common/kv/kv_prompt.c",
      "while (off < n && off < rule->n_sink) {",
      "while (off < n && off < 0) {", ["test_split"]),
-    ("closed-form-uncompressed", "common/pf_split.c",
+    ("closed-form-uncompressed", "common/kv/kv_prompt.c",
      "    int64_t kept = 0, off = 0;\n    while (off < n && off < rule",
      "    if (n > 0)\n        return n;\n"
      "    int64_t kept = 0, off = 0;\n    while (off < n && off < rule",

@@ -41,7 +41,7 @@ int tt_cuda_skip(const char *why)
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 /* The size actually requested for a buffer of `bytes`: see tt_cuda_alloc. */
 static size_t alloc_size(size_t bytes)

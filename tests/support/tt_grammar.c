@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/grammar/gm_spec.h"
-#include "common/tok_tokenizer.h"
+#include "common/tok/tok_tokenizer.h"
 
 int tt_grammar_tokenizer(const char *name, struct tok_tokenizer *tok,
                          struct gm_vocab *v)

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
-#include "router/rt_grpc_reflect.h"
+#include "common/base/tg_err.h"
+#include "router/net/rt_grpc_reflect.h"
 #include "tg_api_descriptors.h"
 
 /* A /test.Echo/Ticks call in progress. */

@@ -47,7 +47,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "router/rt_grpc.h"
+#include "router/net/rt_grpc.h"
 
 #define TT_GRPC_MAX_KEPT 64 /* handles /test.Echo/Keep holds at most */
 

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 /* ---- server ------------------------------------------------------------- */
 static void on_stop(uv_async_t *a)

@@ -37,7 +37,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#include "router/rt_http.h"
+#include "router/net/rt_http.h"
 
 struct tt_http_fx {
     uv_loop_t loop;

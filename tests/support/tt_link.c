@@ -15,7 +15,7 @@
 
 #include <zmq.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 typedef Tangram__Worker__V1__WorkerMessage wmsg_t;
 

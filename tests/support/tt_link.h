@@ -18,8 +18,8 @@
 
 #include <uv.h>
 
-#include "router/rt_link.h"
-#include "router/rt_sched.h"
+#include "router/link/rt_link.h"
+#include "router/core/rt_sched.h"
 #include "worker.pb-c.h"
 
 #define TT_LINK_HB_MS 15     /* router heartbeat period, ms */

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/pf_build.h"
-#include "common/tg_err.h"
+#include "common/profile/pf_build.h"
+#include "common/base/tg_err.h"
 
 /* ---- random stream ------------------------------------------------------ */
 

@@ -4,7 +4,7 @@
  * random stream, a Llama- or Qwen3-shaped model with random weights built
  * in host memory (no files), skewed per-head budgets of a given mean, and
  * the TANGRAM profile those budgets make (clustered into groups of H_p with
- * common/pf_build.h, as a calibrated profile would be, DESIGN.md §4.2).
+ * common/profile/pf_build.h, as a calibrated profile would be, DESIGN.md §4.2).
  *
  * Test code only. A struct tt_rng is one stream: callers that draw from
  * one stream in a fixed order get the same numbers on every run. Single
@@ -16,8 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/mc_model_config.h"
-#include "common/pf_profile.h"
+#include "common/model/mc_model_config.h"
+#include "common/profile/pf_profile.h"
 #include "gpu_worker/gw_model.h"
 
 #define TT_RNG_SEED 0x9e3779b97f4a7c15ull /* the default (non-zero) seed */

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "router/rt_metrics.h"
+#include "router/core/rt_metrics.h"
 
 #define PV_MAX 512
 

@@ -1,6 +1,6 @@
 /*
  * tt_prom.h — a validating reader of the Prometheus text exposition format
- * 0.0.4 for the tests of the router's metrics (router/rt_metrics.h). It
+ * 0.0.4 for the tests of the router's metrics (router/core/rt_metrics.h). It
  * checks the grammar of every line, # HELP before # TYPE before samples,
  * contiguous families, no duplicate series, counters non-negative, and
  * histogram buckets increasing in le and in count, ending with +Inf equal

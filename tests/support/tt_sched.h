@@ -14,7 +14,7 @@
 
 #include "common/kv/kv_budget.h"
 #include "common/kv/kv_trig.h"
-#include "router/rt_sched.h"
+#include "router/core/rt_sched.h"
 
 #define TT_SCHED_PAGE 4  /* page size, tokens */
 #define TT_SCHED_CHUNK 8 /* prefill chunk, tokens */

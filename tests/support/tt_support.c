@@ -16,8 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/pf_profile.h"
-#include "common/st_safetensors.h"
+#include "common/profile/pf_profile.h"
+#include "common/model/st_safetensors.h"
 
 int tt_tmpdir_make(const char *prefix, char *out, size_t cap)
 {

@@ -7,7 +7,7 @@
 #ifndef TT_TOK_H
 #define TT_TOK_H
 
-#include "common/tok_tokenizer.h"
+#include "common/tok/tok_tokenizer.h"
 
 /* Writes the GPT-2 byte-level character of byte b (0..255) as UTF-8 into
  * out (at least 2 bytes, not NUL-terminated) and returns its length, 1 or

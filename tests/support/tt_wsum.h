@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/st_safetensors.h"
+#include "common/model/st_safetensors.h"
 #include "gpu_worker/gw_load.h"
 #include "gpu_worker/gw_wslab.h"
 

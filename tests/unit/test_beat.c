@@ -15,7 +15,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_beat.h"
 #include "worker.pb-c.h"
 

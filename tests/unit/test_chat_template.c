@@ -15,8 +15,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "common/ct_template.h"
-#include "common/tg_err.h"
+#include "common/chat/ct_template.h"
+#include "common/base/tg_err.h"
 #include "tests/support/tt_support.h"
 
 #include <stdio.h>

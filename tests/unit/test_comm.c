@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_comm.h"
 
 #define SLOT 1000 /* floats per slot: vectors up to 2.5 slots get chunked */

@@ -13,9 +13,9 @@
 #include <unistd.h>
 
 #include "common/kv/kv_budget.h"
-#include "common/tg_err.h"
-#include "common/tg_json.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/json/tg_json.h"
+#include "common/base/tg_log.h"
 
 static void test_err_table(void **state)
 {

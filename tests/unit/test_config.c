@@ -1,4 +1,4 @@
-/* test_config.c — the declarative config table (common/tg_config.h) and the
+/* test_config.c — the declarative config table (common/base/tg_config.h) and the
  * tangramd option table (daemon/td_options.h). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -6,8 +6,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "common/tg_config.h"
-#include "common/tg_err.h"
+#include "common/base/tg_config.h"
+#include "common/base/tg_err.h"
 #include "daemon/td_options.h"
 
 #include <stdio.h>

@@ -6,8 +6,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "common/tg_config.h"
-#include "common/tg_err.h"
+#include "common/base/tg_config.h"
+#include "common/base/tg_err.h"
 
 #include <math.h>
 #include <stdlib.h>

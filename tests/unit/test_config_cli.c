@@ -1,5 +1,5 @@
 /* test_config_cli.c — the command-line conveniences of the declarative
- * config table (common/tg_config.h) that one-shot tools use: one-letter
+ * config table (common/base/tg_config.h) that one-shot tools use: one-letter
  * short flags, programs that read no environment (no_env), one-sided
  * ranges, bounds shown exactly, and owner marks that the parser ignores. */
 #include <setjmp.h>
@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "common/tg_config.h"
-#include "common/tg_err.h"
+#include "common/base/tg_config.h"
+#include "common/base/tg_err.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "kernels/tg_ops.h"
 
 static uint64_t rs = 0x51ed270b27a3c2f1ull;

@@ -22,7 +22,7 @@
 #include "common/grammar/gm_json.h"
 #include "common/grammar/gm_matcher.h"
 #include "common/grammar/gm_spec.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "tests/support/tt_grammar.h"
 
 /* A synthetic vocabulary: the 256 single bytes, multi-byte pieces that

@@ -20,7 +20,7 @@
 #include "common/grammar/gm_cache.h"
 #include "common/grammar/gm_matcher.h"
 #include "common/grammar/gm_spec.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "tests/support/tt_grammar.h"
 
 static const char *const pieces[] = {"\":", "\",\"", "{\"", "\"}", "true",

@@ -27,8 +27,8 @@
 
 #include <nghttp2/nghttp2.h>
 
-#include "common/tg_err.h"
-#include "router/rt_grpc.h"
+#include "common/base/tg_err.h"
+#include "router/net/rt_grpc.h"
 #include "tests/support/tt_grpc.h"
 #include "tests/support/tt_h2cli.h"
 

@@ -27,7 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "router/rt_grpc.h"
+#include "router/net/rt_grpc.h"
 #include "tests/support/tt_grpc.h"
 #include "tests/support/tt_support.h"
 

@@ -30,11 +30,11 @@
 
 #include <nghttp2/nghttp2.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "proto/descriptor_index.pb-c.h"
 #include "proto/reflection.pb-c.h"
-#include "router/rt_grpc.h"
-#include "router/rt_grpc_reflect.h"
+#include "router/net/rt_grpc.h"
+#include "router/net/rt_grpc_reflect.h"
 #include "tests/support/tt_grpc.h"
 #include "tests/support/tt_h2cli.h"
 
@@ -348,7 +348,7 @@ static void expect_goaway_refusal(int fd)
     assert_memory_equal(b + 26, "connection limit", 16);
 }
 
-/* Connection caps (router/rt_conn.h): at max_connections a silent
+/* Connection caps (router/net/rt_conn.h): at max_connections a silent
  * connection (idle: no call in progress) gives way to a new one with
  * GOAWAY; when every connection has a call in a handler the newcomer is
  * refused (SETTINGS + GOAWAY ENHANCE_YOUR_CALM) and closed. */

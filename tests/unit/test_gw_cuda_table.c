@@ -19,7 +19,7 @@
 
 #include "common/kv/kv_seq.h"
 #include "common/kv/kv_table.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_cuda.h"
 
 #define L 2

@@ -9,7 +9,7 @@
 
 #include <string.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_cuda.h"
 #include "gpu_worker/gw_mem.h"
 

@@ -15,7 +15,7 @@
 
 #include <cmocka.h>
 
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_trig.h"
 
 static void test_caps(void **state)

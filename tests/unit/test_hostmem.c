@@ -1,5 +1,5 @@
 /* test_hostmem.c — host memory reading and the CPU backend's KV pool plan
- * (common/tg_hostmem.h): /proc/meminfo and cgroup parsing, the reserve,
+ * (common/base/tg_hostmem.h): /proc/meminfo and cgroup parsing, the reserve,
  * fractions shared by ranks, bytes that do not fit refused with every
  * number named, and the real reader on this machine. */
 #include <setjmp.h>
@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common/tg_err.h"
-#include "common/tg_hostmem.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_hostmem.h"
 
 #define GIB ((int64_t)1 << 30)
 #define MIB ((int64_t)1 << 20)

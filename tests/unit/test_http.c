@@ -22,8 +22,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "common/tg_err.h"
-#include "router/rt_http.h"
+#include "common/base/tg_err.h"
+#include "router/net/rt_http.h"
 #include "tests/support/tt_http.h"
 
 /* ---- tests ---------------------------------------------------------- */

@@ -30,8 +30,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#include "common/tg_err.h"
-#include "router/rt_http.h"
+#include "common/base/tg_err.h"
+#include "router/net/rt_http.h"
 #include "tests/support/tt_http.h"
 
 #define H "Host: t\r\n"

@@ -24,8 +24,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "common/tg_err.h"
-#include "router/rt_http.h"
+#include "common/base/tg_err.h"
+#include "router/net/rt_http.h"
 #include "tests/support/tt_http.h"
 
 /* ---- tests ---------------------------------------------------------- */

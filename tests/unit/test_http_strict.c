@@ -23,8 +23,8 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "common/tg_err.h"
-#include "router/rt_http.h"
+#include "common/base/tg_err.h"
+#include "router/net/rt_http.h"
 #include "tests/support/tt_http.h"
 
 #define H "Host: t\r\n"

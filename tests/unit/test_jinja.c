@@ -15,8 +15,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "common/jj_template.h"
-#include "common/tg_err.h"
+#include "common/jinja/jj_template.h"
+#include "common/base/tg_err.h"
 
 #include <stdio.h>
 #include <stdlib.h>

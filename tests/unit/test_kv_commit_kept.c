@@ -18,7 +18,7 @@
 #include "common/kv/kv_layout.h"
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "kernels/tg_ops.h"
 
 static char err[256];

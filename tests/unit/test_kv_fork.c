@@ -15,7 +15,7 @@
 #include "common/kv/kv_budget.h"
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 
 static char err[256];
 

@@ -20,10 +20,10 @@
 #include <zmq.h>
 
 #include "common/kv/kv_seq.h"
-#include "common/tg_err.h"
-#include "common/tg_log.h"
-#include "router/rt_link.h"
-#include "router/rt_sched.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
+#include "router/link/rt_link.h"
+#include "router/core/rt_sched.h"
 #include "tests/support/tt_link.h"
 #include "tests/support/tt_sched.h"
 #include "worker.pb-c.h"

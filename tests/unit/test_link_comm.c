@@ -21,8 +21,8 @@
 
 #include <uv.h>
 
-#include "common/tg_err.h"
-#include "router/rt_link.h"
+#include "common/base/tg_err.h"
+#include "router/link/rt_link.h"
 #include "tests/support/tt_link.h"
 
 static char err[256];

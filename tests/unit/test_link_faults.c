@@ -19,10 +19,10 @@
 #include <uv.h>
 #include <zmq.h>
 
-#include "common/tg_err.h"
-#include "common/tg_log.h"
-#include "router/rt_link.h"
-#include "router/rt_sched.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
+#include "router/link/rt_link.h"
+#include "router/core/rt_sched.h"
 #include "tests/support/tt_link.h"
 #include "worker.pb-c.h"
 

@@ -13,8 +13,8 @@
 
 #include "common/kv/kv_budget.h"
 #include "common/kv/kv_layout.h"
-#include "common/tg_err.h"
-#include "router/rt_metrics_info.h"
+#include "common/base/tg_err.h"
+#include "router/core/rt_metrics_info.h"
 #include "tests/support/tt_prom.h"
 
 static char err[256];

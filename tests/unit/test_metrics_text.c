@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
-#include "router/rt_metrics.h"
+#include "common/base/tg_err.h"
+#include "router/core/rt_metrics_tangram.h"
 #include "tests/support/tt_prom.h"
 
 static char err[256];

@@ -1,5 +1,5 @@
 /* test_model_config.c — config.json parsing, validation, writing and RoPE
- * frequencies (common/mc_model_config.h). With TANGRAM_TEST_MODEL_DIR set
+ * frequencies (common/model/mc_model_config.h). With TANGRAM_TEST_MODEL_DIR set
  * (tests/integration/test_make_model.sh does), it also checks that model
  * directory end to end: config plus every expected weight. */
 #include <setjmp.h>
@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/mc_model_config.h"
-#include "common/st_safetensors.h"
-#include "common/tg_err.h"
+#include "common/model/mc_model_config.h"
+#include "common/model/st_safetensors.h"
+#include "common/base/tg_err.h"
 #include "tests/support/tt_support.h"
 
 static char errbuf[512];

@@ -34,9 +34,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/st_safetensors.h"
-#include "common/st_writer.h"
-#include "common/tg_err.h"
+#include "common/model/st_safetensors.h"
+#include "common/model/st_writer.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_backend.h"
 #include "gpu_worker/gw_load.h"
 #include "gpu_worker/gw_model.h"

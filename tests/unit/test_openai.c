@@ -1,5 +1,5 @@
 /* test_openai.c — request parsing of the OpenAI API module
- * (router/rt_openai.h): a table of invalid requests (rc, status, param and
+ * (router/api/rt_openai.h): a table of invalid requests (rc, status, param and
  * message), valid requests with their defaults and every field, the context
  * fit check, and /tokenize and /detokenize bodies. Responses and SSE frames
  * are tested in test_openai_resp.c. */
@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
-#include "router/rt_openai.h"
+#include "common/base/tg_err.h"
+#include "router/api/rt_openai.h"
 
 static const struct rt_openai_cfg CFG = {
     .served_model = "tiny",

@@ -1,5 +1,5 @@
 /* test_openai_resp.c — response formatting of the OpenAI API module
- * (router/rt_openai.h): the exact JSON of completion and chat responses,
+ * (router/api/rt_openai.h): the exact JSON of completion and chat responses,
  * logprobs in both shapes, SSE framing of streams (role chunk, deltas,
  * finish chunk, usage chunk, [DONE]), errors, /v1/models, /tokenize and
  * /detokenize bodies, tool calls in chat responses and stream deltas, and
@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
-#include "router/rt_openai.h"
+#include "common/base/tg_err.h"
+#include "router/api/rt_openai.h"
 
 /* Token texts for the tests: id 1 "Hello", 2 " w\xC3\xB6rld" (an o-umlaut,
  * 7 bytes / 6 code points), 3 "\xE2\x82" (half of the euro sign), 4 NULL

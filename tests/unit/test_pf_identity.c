@@ -1,4 +1,4 @@
-/* test_pf_identity.c — a model's identity (common/pf_identity.h) and the
+/* test_pf_identity.c — a model's identity (common/profile/pf_identity.h) and the
  * profile's check against the model served (pf_profile_check_model):
  *   - the canonical text of the quick start's tiny qwen3 config, and its
  *     SHA-256 as Python's hashlib gives it for that text;
@@ -19,10 +19,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/mc_model_config.h"
-#include "common/pf_identity.h"
-#include "common/pf_profile.h"
-#include "common/tg_err.h"
+#include "common/model/mc_model_config.h"
+#include "common/profile/pf_identity.h"
+#include "common/profile/pf_profile.h"
+#include "common/base/tg_err.h"
 
 static char err[1024], warn[1024];
 

@@ -8,10 +8,11 @@
 #include <cmocka.h>
 
 #include "common/kv/kv_budget.h"
-#include "common/pf_build.h"
-#include "common/pf_profile.h"
-#include "common/pf_split.h"
-#include "common/tg_err.h"
+#include "common/kv/kv_prompt.h"
+#include "common/profile/pf_build.h"
+#include "common/profile/pf_profile.h"
+#include "common/profile/pf_split.h"
+#include "common/base/tg_err.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -93,8 +94,8 @@ static void test_paper_example(void **state)
     assert_true(group_budget_sum(&p) * 16.0 == 24.0);
 
     char err[256];
-    struct pf_pages pg;
-    assert_int_equal(pf_pages_compute(&pg, &p, 1600, 1600, 100, err,
+    struct kv_prompt_pages pg;
+    assert_int_equal(kv_prompt_pages_compute(&pg, &p, 1600, 1600, 100, err,
                                       sizeof(err)),
                      0);
     for (int g = 0; g < 4; g++) {
@@ -103,29 +104,29 @@ static void test_paper_example(void **state)
     }
     assert_int_equal(pg.total_pages, 24);
     assert_int_equal(pg.monolithic_pages, 40);
-    pf_pages_free(&pg);
+    kv_prompt_pages_free(&pg);
 
     /* Adjacent grouping of the same heads wastes more. */
     struct pf_profile adj;
     make_profile(&adj, b, 8, 2, PF_GROUPING_ADJACENT);
-    assert_int_equal(pf_pages_compute(&pg, &adj, 1600, 1600, 100, err,
+    assert_int_equal(kv_prompt_pages_compute(&pg, &adj, 1600, 1600, 100, err,
                                       sizeof(err)),
                      0);
     /* pairs (h0,h1)=(2,6) (h2,h3)=(9,5) (h4,h5)=(10,7) (h6,h7)=(1,5) */
     assert_int_equal(pg.total_pages, 6 + 9 + 10 + 5);
-    pf_pages_free(&pg);
+    kv_prompt_pages_free(&pg);
     pf_profile_free(&adj);
 
     /* Per-head paging (H_p = 1): exactly the 45 slots heads need. */
     assert_int_equal(pf_profile_regroup(&p, 1, PF_GROUPING_CLUSTERED, err,
                                         sizeof(err)),
                      0);
-    assert_int_equal(pf_pages_compute(&pg, &p, 1600, 1600, 100, err,
+    assert_int_equal(kv_prompt_pages_compute(&pg, &p, 1600, 1600, 100, err,
                                       sizeof(err)),
                      0);
     assert_int_equal(pg.total_pages, 45);
     assert_int_equal(pg.monolithic_pages, 80);
-    pf_pages_free(&pg);
+    kv_prompt_pages_free(&pg);
     pf_profile_free(&p);
 }
 
@@ -244,14 +245,14 @@ static void test_full_profile(void **state)
         assert_true(p.budget[i] == 1.0);
         assert_int_equal(p.groups[i], i % 8);
     }
-    struct pf_pages pg;
-    assert_int_equal(pf_pages_compute(&pg, &p, 1000, 512, 16, err, sizeof(err)),
+    struct kv_prompt_pages pg;
+    assert_int_equal(kv_prompt_pages_compute(&pg, &p, 1000, 512, 16, err, sizeof(err)),
                      0);
     for (int i = 0; i < 4; i++)
         assert_int_equal(pg.tokens[i], 1000);
     assert_int_equal(pg.total_pages, 4 * 63);
     assert_int_equal(pg.total_pages, pg.monolithic_pages);
-    pf_pages_free(&pg);
+    kv_prompt_pages_free(&pg);
     pf_profile_free(&p);
     pf_profile_free(&p); /* safe twice */
     assert_int_equal(pf_profile_init_full(&p, 2, 8, 64, 3, err, sizeof(err)),
@@ -532,9 +533,9 @@ static void test_random_properties(void **state)
         int64_t N = Ns[it % 8];
         int64_t chunk = (it % 3 == 0) ? 512 : 1 + (int64_t)(rnd() * 700);
         int64_t P = 1 + (int64_t)(rnd() * 32);
-        struct pf_pages pc, pa;
-        assert_int_equal(pf_pages_compute(&pc, &c, N, chunk, P, err, sizeof(err)), 0);
-        assert_int_equal(pf_pages_compute(&pa, &a, N, chunk, P, err, sizeof(err)), 0);
+        struct kv_prompt_pages pc, pa;
+        assert_int_equal(kv_prompt_pages_compute(&pc, &c, N, chunk, P, err, sizeof(err)), 0);
+        assert_int_equal(kv_prompt_pages_compute(&pa, &a, N, chunk, P, err, sizeof(err)), 0);
         assert_true(pc.total_pages <= pa.total_pages);
         assert_true(pc.total_pages <= pc.monolithic_pages);
         assert_int_equal(pc.monolithic_pages, pa.monolithic_pages);
@@ -557,8 +558,8 @@ static void test_random_properties(void **state)
                             pc.tokens[i] == 0);
             }
         }
-        pf_pages_free(&pc);
-        pf_pages_free(&pa);
+        kv_prompt_pages_free(&pc);
+        kv_prompt_pages_free(&pa);
         pf_profile_free(&c);
         pf_profile_free(&a);
     }

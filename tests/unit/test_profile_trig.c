@@ -1,5 +1,5 @@
 /* test_profile_trig.c — the optional "trig" statistics of a profile
- * (DESIGN.md §4.9, common/pf_trig.h): round trip through the file, shape
+ * (DESIGN.md §4.9, common/profile/pf_trig.h): round trip through the file, shape
  * and value checks with the field named, absence, and the rank copy. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -7,10 +7,10 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "common/pf_profile.h"
-#include "common/pf_split.h"
-#include "common/pf_trig.h"
-#include "common/tg_err.h"
+#include "common/profile/pf_profile.h"
+#include "common/profile/pf_split.h"
+#include "common/profile/pf_trig.h"
+#include "common/base/tg_err.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /* test_safetensors.c — the safetensors reader, model directories, the
- * writer and the scalar conversions (common/st_safetensors.h,
- * common/st_writer.h). */
+ * writer and the scalar conversions (common/model/st_safetensors.h,
+ * common/model/st_writer.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,9 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/st_safetensors.h"
-#include "common/st_writer.h"
-#include "common/tg_err.h"
+#include "common/model/st_safetensors.h"
+#include "common/model/st_writer.h"
+#include "common/base/tg_err.h"
 #include "tests/support/tt_support.h"
 
 static char tmpdir[256];

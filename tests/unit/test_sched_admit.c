@@ -29,8 +29,8 @@
 #include <string.h>
 
 #include "common/kv/kv_trig.h"
-#include "common/tg_err.h"
-#include "router/rt_sched.h"
+#include "common/base/tg_err.h"
+#include "router/core/rt_sched.h"
 #include "tests/support/tt_sched.h"
 
 static char err[256];

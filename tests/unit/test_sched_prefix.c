@@ -17,9 +17,9 @@
 #include "common/kv/kv_budget.h"
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
-#include "common/tg_err.h"
-#include "router/rt_prefix.h"
-#include "router/rt_sched.h"
+#include "common/base/tg_err.h"
+#include "router/core/rt_prefix.h"
+#include "router/core/rt_sched.h"
 #include "tests/support/tt_sched.h"
 
 static char err[256];

@@ -21,8 +21,8 @@
 #include "common/kv/kv_budget.h"
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
-#include "common/tg_err.h"
-#include "router/rt_sched.h"
+#include "common/base/tg_err.h"
+#include "router/core/rt_sched.h"
 
 static char err[256];
 

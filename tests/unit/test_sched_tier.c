@@ -1,5 +1,5 @@
 /* test_sched_tier.c — the scheduler's host tier of stored conversations
- * (DESIGN.md §4.10, router/rt_sched_tier.c) and the cache directory under
+ * (DESIGN.md §4.10, router/core/rt_sched_tier.c) and the cache directory under
  * it (rt_prefix host entries): an entry the device pool would evict moves
  * to the host (offload op, device pages back only once every rank
  * reported), a returning conversation is restored (device pages reserved
@@ -23,9 +23,9 @@
 #include "common/kv/kv_budget.h"
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
-#include "common/tg_err.h"
-#include "router/rt_prefix.h"
-#include "router/rt_sched.h"
+#include "common/base/tg_err.h"
+#include "router/core/rt_prefix.h"
+#include "router/core/rt_sched.h"
 #include "tests/support/tt_sched.h"
 
 static char err[256];

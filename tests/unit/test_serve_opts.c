@@ -1,4 +1,4 @@
-/* test_serve_opts.c — the one serving option table (common/tg_serve_opts.h)
+/* test_serve_opts.c — the one serving option table (common/base/tg_serve_opts.h)
  * and what tangramd derives from it: every row marked for a child and
  * tangramd is forwarded by td_sup_router_argv / td_sup_worker_argv, parses
  * back with that child's table to tangramd's value, and is accepted by the
@@ -10,9 +10,9 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "common/tg_config.h"
-#include "common/tg_err.h"
-#include "common/tg_serve_opts.h"
+#include "common/base/tg_config.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_serve_opts.h"
 #include "daemon/td_options.h"
 #include "daemon/td_supervisor.h"
 #include "tests/support/tt_support.h"

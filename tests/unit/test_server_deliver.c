@@ -1,5 +1,5 @@
 /* test_server_deliver.c — how the router hands a request's output to its
- * sink (rt_req_deliver, rt_req_resume in router/rt_server*.c) when the
+ * sink (rt_req_deliver, rt_req_resume in router/core/rt_server*.c) when the
  * client applies backpressure (rt_req.blocked).
  *
  * Covered: output that piled up goes out in deliveries of at most
@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
-#include "common/tok_tokenizer.h"
-#include "router/rt_server.h"
+#include "common/base/tg_err.h"
+#include "common/tok/tok_tokenizer.h"
+#include "router/core/rt_server.h"
 #include "tests/support/tt_support.h"
 
 static struct tok_tokenizer tok;

@@ -1,5 +1,5 @@
 /* test_server_n.c — when the router refuses n parallel samples of one
- * request (rt_server_check_n in router/rt_server_req.c): n <= 1 always
+ * request (rt_server_check_n in router/core/rt_server_req.c): n <= 1 always
  * passes; n above --max-num-seqs is a 400 naming n and the flag; n > 1
  * under the gvote scoring method (given by --method, else by the
  * profile) is a 400 naming n and the method, since gvote's rows shrink by
@@ -13,8 +13,8 @@
 
 #include <string.h>
 
-#include "common/tg_err.h"
-#include "router/rt_server.h"
+#include "common/base/tg_err.h"
+#include "router/core/rt_server.h"
 
 static void test_check_n(void **state)
 {

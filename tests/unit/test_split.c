@@ -7,10 +7,11 @@
 #include <cmocka.h>
 
 #include "common/kv/kv_budget.h"
-#include "common/pf_build.h"
-#include "common/pf_profile.h"
-#include "common/pf_split.h"
-#include "common/tg_err.h"
+#include "common/kv/kv_prompt.h"
+#include "common/profile/pf_build.h"
+#include "common/profile/pf_profile.h"
+#include "common/profile/pf_split.h"
+#include "common/base/tg_err.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -285,8 +286,8 @@ static void test_pages_exact(void **state)
     static const int64_t Ns[] = {0, 3, 36, 37, 100, 511, 512, 513, 1500, 4096};
     char err[256];
     for (size_t t = 0; t < sizeof(Ns) / sizeof(Ns[0]); t++) {
-        struct pf_pages pg;
-        assert_int_equal(pf_pages_compute(&pg, &p, Ns[t], 512, 16, err,
+        struct kv_prompt_pages pg;
+        assert_int_equal(kv_prompt_pages_compute(&pg, &p, Ns[t], 512, 16, err,
                                           sizeof(err)),
                          0);
         int64_t total = 0, mx = 0;
@@ -299,32 +300,32 @@ static void test_pages_exact(void **state)
         }
         assert_int_equal(pg.total_pages, total);
         assert_int_equal(pg.monolithic_pages, (mx + 15) / 16 * 4);
-        pf_pages_free(&pg);
+        kv_prompt_pages_free(&pg);
     }
     /* By hand, N = 1000, chunks 512 + 488, layer 0 groups (h3 .05, h0 .1)
      * -> b = .1: chunk 1 max(ceil(51.2), 32 + 4 sinks) = 52, chunk 2
      * max(ceil(48.8), 32) = 49 -> 101 tokens, 7 pages of 16. */
-    struct pf_pages pg;
-    assert_int_equal(pf_pages_compute(&pg, &p, 1000, 512, 16, err, sizeof(err)),
+    struct kv_prompt_pages pg;
+    assert_int_equal(kv_prompt_pages_compute(&pg, &p, 1000, 512, 16, err, sizeof(err)),
                      0);
     assert_int_equal(pg.tokens[0], 101);
     assert_int_equal(pg.pages[0], 7);
     assert_int_equal(pg.tokens[2], 500);  /* layer 1, group (h3 .25, h1 .5) */
     assert_int_equal(pg.tokens[3], 1000); /* layer 1, group (h2 .5, h0 1) */
-    pf_pages_free(&pg);
+    kv_prompt_pages_free(&pg);
     /* Tokens = 0: nothing reserved. */
-    assert_int_equal(pf_pages_compute(&pg, &p, 0, 512, 16, err, sizeof(err)), 0);
+    assert_int_equal(kv_prompt_pages_compute(&pg, &p, 0, 512, 16, err, sizeof(err)), 0);
     assert_int_equal(pg.total_pages, 0);
     assert_int_equal(pg.monolithic_pages, 0);
-    pf_pages_free(&pg);
+    kv_prompt_pages_free(&pg);
     /* Bad arguments. */
-    assert_int_equal(pf_pages_compute(&pg, &p, -1, 512, 16, err, sizeof(err)),
+    assert_int_equal(kv_prompt_pages_compute(&pg, &p, -1, 512, 16, err, sizeof(err)),
                      TG_EINVAL);
     assert_non_null(strstr(err, "tokens"));
     assert_null(pg.tokens);
-    assert_int_equal(pf_pages_compute(&pg, &p, 10, 0, 16, err, sizeof(err)),
+    assert_int_equal(kv_prompt_pages_compute(&pg, &p, 10, 0, 16, err, sizeof(err)),
                      TG_EINVAL);
-    assert_int_equal(pf_pages_compute(&pg, &p, 10, 512, 0, err, sizeof(err)),
+    assert_int_equal(kv_prompt_pages_compute(&pg, &p, 10, 512, 0, err, sizeof(err)),
                      TG_EINVAL);
     pf_profile_free(&p);
 }
@@ -341,22 +342,22 @@ static void test_pages_many_chunks(void **state)
         {200000, 1}, {200003, 2}, {300001, 3}, {400000, 5}, {262147, 4}};
     char err[256];
     for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
-        struct pf_pages pg;
-        assert_int_equal(pf_pages_compute(&pg, &p, cases[t][0], cases[t][1], 16,
+        struct kv_prompt_pages pg;
+        assert_int_equal(kv_prompt_pages_compute(&pg, &p, cases[t][0], cases[t][1], 16,
                                           err, sizeof(err)),
                          0);
         for (int g = 0; g < 4; g++)
             assert_int_equal(pg.tokens[g],
                              kv_turn_keep(0, cases[t][0], cases[t][1], b[g],
                                           &rule));
-        pf_pages_free(&pg);
+        kv_prompt_pages_free(&pg);
     }
     pf_profile_free(&p);
 }
 
-/* Beyond PF_LOOP_CHUNKS (65,536) chunks pf_pages_compute uses a closed
- * form; it must equal the per-chunk loop (kv_turn_keep) where compression
- * shows: chunks longer than the forced window of 32, so a chunk keeps
+/* Beyond KV_PROMPT_LOOP_CHUNKS (65,536) chunks kv_prompt_pages_compute uses
+ * a closed form; it must equal the per-chunk loop (kv_turn_keep) where
+ * compression shows: chunks longer than the forced window of 32, so a chunk keeps
  * max(ceil(b n), 32) < n; the first chunk's 4 sinks on top (36); a last
  * chunk shorter or longer than the window. One case by hand: chunk 40,
  * 70,000 full chunks + 17 tokens, b 0.013 (ceil(0.52) = 1 < forced):
@@ -376,8 +377,8 @@ static void test_pages_closed_form(void **state)
         for (size_t t = 0; t < sizeof(tails) / sizeof(tails[0]); t++) {
             int64_t C = chunks[c];
             int64_t n = C * (65536 + 3 * (int64_t)t) + tails[t] % C;
-            struct pf_pages pg;
-            assert_int_equal(pf_pages_compute(&pg, &p, n, C, 16, err,
+            struct kv_prompt_pages pg;
+            assert_int_equal(kv_prompt_pages_compute(&pg, &p, n, C, 16, err,
                                               sizeof(err)), 0);
             for (int g = 0; g < 5; g++) {
                 int64_t want = kv_turn_keep(
@@ -390,14 +391,14 @@ static void test_pages_closed_form(void **state)
                 assert_int_equal(pg.pages[g], (want + 15) / 16);
                 compressed += want < n;
             }
-            pf_pages_free(&pg);
+            kv_prompt_pages_free(&pg);
         }
     assert_true(compressed > 0);
-    struct pf_pages pg;
-    assert_int_equal(pf_pages_compute(&pg, &p, 40 * 70000 + 17, 40, 16, err,
+    struct kv_prompt_pages pg;
+    assert_int_equal(kv_prompt_pages_compute(&pg, &p, 40 * 70000 + 17, 40, 16, err,
                                       sizeof(err)), 0);
     assert_int_equal(pg.tokens[0], 2240021);
-    pf_pages_free(&pg);
+    kv_prompt_pages_free(&pg);
     pf_profile_free(&p);
 }
 

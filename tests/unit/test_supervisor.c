@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "common/tg_err.h"
-#include "common/tg_log.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
 #include "daemon/td_options.h"
 #include "daemon/td_supervisor.h"
 

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/tg_err.h"
-#include "common/tok_tokenizer.h"
-#include "router/rt_text.h"
+#include "common/base/tg_err.h"
+#include "common/tok/tok_tokenizer.h"
+#include "router/core/rt_text.h"
 #include "tests/support/tt_support.h"
 
 static struct tok_tokenizer tok;

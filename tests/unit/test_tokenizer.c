@@ -1,4 +1,4 @@
-/* test_tokenizer.c — the byte-level BPE tokenizer (common/tok_tokenizer.h)
+/* test_tokenizer.c — the byte-level BPE tokenizer (common/tok/tok_tokenizer.h)
  * with the shipped Llama-3 and Qwen tokenizers: llama.cpp's vocab tests,
  * round trips, special tokens, invalid UTF-8, NFC, streaming decode and
  * concurrent encoding. BPE/pre-tokenizer semantics on small synthetic
@@ -15,8 +15,8 @@
 #include <string.h>
 #include <utf8proc.h>
 
-#include "common/tg_err.h"
-#include "common/tok_tokenizer.h"
+#include "common/base/tg_err.h"
+#include "common/tok/tok_tokenizer.h"
 #include "tests/support/tt_support.h"
 #include "tests/support/tt_tok.h"
 

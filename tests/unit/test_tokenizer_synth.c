@@ -1,5 +1,5 @@
 /* test_tokenizer_synth.c — the byte-level BPE tokenizer
- * (common/tok_tokenizer.h) on small synthetic tokenizer.json files: merge
+ * (common/tok/tok_tokenizer.h) on small synthetic tokenizer.json files: merge
  * rank order, split behaviours, added-token options, normalizer and prefix
  * space, malformed and fuzzed files, bad paths and side configs. The
  * shipped tokenizers are tested in test_tokenizer.c. */
@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/tg_err.h"
-#include "common/tok_tokenizer.h"
+#include "common/base/tg_err.h"
+#include "common/tok/tok_tokenizer.h"
 #include "tests/support/tt_support.h"
 #include "tests/support/tt_tok.h"
 

@@ -12,8 +12,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "common/tg_err.h"
-#include "router/rt_toolcall.h"
+#include "common/base/tg_err.h"
+#include "router/api/rt_toolcall.h"
 
 #include <stdio.h>
 #include <stdlib.h>

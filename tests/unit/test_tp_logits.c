@@ -29,7 +29,7 @@
 
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_comm.h"
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_forward.h"

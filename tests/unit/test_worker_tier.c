@@ -21,7 +21,7 @@
 
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
-#include "common/tg_err.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_host_tier.h"
 #include "gpu_worker/gw_worker.h"
 #include "tests/support/tt_plan.h"

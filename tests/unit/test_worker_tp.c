@@ -35,9 +35,9 @@
 
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
-#include "common/pf_profile.h"
-#include "common/pf_split.h"
-#include "common/tg_err.h"
+#include "common/profile/pf_profile.h"
+#include "common/profile/pf_split.h"
+#include "common/base/tg_err.h"
 #include "gpu_worker/gw_model.h"
 #include "gpu_worker/gw_worker.h"
 #include "tests/support/tt_plan.h"

@@ -1,0 +1,822 @@
+/* rt_api_grpc.c — the gRPC front end of the router: tangram.v1.Generation
+ * (Generate, Tokenize, ModelInfo, Abort), grpc.health.v1.Health (Check,
+ * Watch) and server reflection, over rt_grpc. Requests go through the same
+ * core as HTTP (rt_server.c) and take the same limits (rt_openai.h).
+ *
+ * Authentication: with --api-key set, every call but the health service
+ * needs "authorization: Bearer KEY"; it is checked from the headers
+ * (rt_grpc admission), before any of the request body is read.
+ *
+ * Who owns a Generate request (for Abort and for the uniqueness of
+ * request_id): with --api-key set, the key is the identity, and the daemon
+ * has one key, so any caller presenting it owns every gRPC request. Without
+ * a key, nobody is authenticated and the owner is the HTTP/2 connection
+ * that started the request: Abort works from that connection only (a
+ * grpcio channel keeps one connection, so a client aborting on the channel
+ * it generates on is served). Requests of other owners are invisible:
+ * Abort answers found=false and a reused request_id is accepted, exactly
+ * as if they did not exist. Requests started over HTTP are not gRPC's to
+ * abort.
+ *
+ * Prompts of Generate and Tokenize are tokenized on the thread pool
+ * (rt_encode_job): the handler returns and the call goes on when the job
+ * ends; a call cancelled meanwhile cancels the job.
+ *
+ * Loop thread only. */
+#include "router/api/rt_api.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/base/tg_err.h"
+#include "common/tok/tok_tokenizer.h"
+#include "router/api/rt_api_grpc_internal.h"
+#include "router/net/rt_grpc_reflect.h"
+#include "router/api/rt_openai_chat.h"
+#include "tangram.pb-c.h"
+#include "tg_api_descriptors.h"
+
+/* Maps an HTTP-shaped API error to a gRPC status code. */
+static int grpc_status_of(int http)
+{
+    switch (http) {
+    case 400:
+    case 413:
+        return RT_GRPC_INVALID_ARGUMENT;
+    case 401:
+        return RT_GRPC_UNAUTHENTICATED;
+    case 404:
+        return RT_GRPC_NOT_FOUND;
+    case 429:
+        return RT_GRPC_RESOURCE_EXHAUSTED;
+    case 503:
+        return RT_GRPC_UNAVAILABLE;
+    default:
+        return RT_GRPC_INTERNAL;
+    }
+}
+
+static int have_key(const struct rt_server *s)
+{
+    const char *key = s->opts->api_key;
+    return key != NULL && key[0] != '\0';
+}
+
+/* rt_grpc admission: the API key, from the headers, before the body. */
+static int admit(const struct rt_grpc_call *call, void *ud, char *msg,
+                 size_t msglen)
+{
+    struct rt_server *s = ud;
+    static const char health[] = "/grpc.health.v1.Health/";
+    /* Probes (kubelet, load balancers) carry no key. */
+    if (!have_key(s) || strncmp(call->path, health, sizeof(health) - 1) == 0)
+        return RT_GRPC_OK;
+    const char *key = s->opts->api_key;
+    const char *h = rt_grpc_call_header(call, "authorization");
+    if (h != NULL && strncasecmp(h, "Bearer ", 7) == 0) {
+        /* Compare in time independent of where the strings differ, as the
+         * HTTP front end does: strcmp would leak the matching prefix. */
+        const char *got = h + 7;
+        size_t a = strlen(got), b = strlen(key);
+        unsigned diff = (unsigned)(a ^ b);
+        for (size_t i = 0; i < a && i < b; i++)
+            diff |= (unsigned)(got[i] ^ key[i]);
+        if (diff == 0)
+            return RT_GRPC_OK;
+    }
+    rt_metrics_counter_inc(s->metrics.grpc_unauthenticated_total);
+    snprintf(msg, msglen,
+             "missing or invalid API key (authorization: Bearer ...)");
+    return RT_GRPC_UNAUTHENTICATED;
+}
+
+/* rt_grpc events into /metrics. */
+static void on_event(int event, void *ud)
+{
+    struct rt_metrics_tangram *m = &((struct rt_server *)ud)->metrics;
+    switch (event) {
+    case RT_GRPC_EVENT_CONN_OPEN:
+        rt_metrics_gauge_add(m->grpc_connections, 1);
+        break;
+    case RT_GRPC_EVENT_CONN_CLOSE:
+        rt_metrics_gauge_add(m->grpc_connections, -1);
+        break;
+    case RT_GRPC_EVENT_IDLE_CLOSE:
+        rt_metrics_counter_inc(m->grpc_idle_closes_total);
+        break;
+    case RT_GRPC_EVENT_RECV_TIMEOUT:
+        rt_metrics_counter_inc(m->grpc_receive_timeouts_total);
+        break;
+    case RT_GRPC_EVENT_DEADLINE:
+        rt_metrics_counter_inc(m->grpc_deadline_exceeded_total);
+        break;
+    case RT_GRPC_EVENT_REFUSED_STREAM:
+        rt_metrics_counter_inc(m->grpc_refused_streams_total);
+        break;
+    case RT_GRPC_EVENT_TOO_LARGE:
+        rt_metrics_counter_inc(m->grpc_oversized_messages_total);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Per-call state of a Generate stream. */
+struct gen_client {
+    struct rt_grpc_call *call;
+    int32_t tok_sent; /* tokens already streamed */
+    uint64_t conn_id; /* the connection that started it (its owner when
+                         no API key is set; see the top) */
+};
+
+static const struct rt_sink gen_sink;
+
+/* The live gRPC request with client id `id` that `call`'s caller owns
+ * (see the top), or NULL. */
+static struct rt_req *owned_req(struct rt_server *s,
+                                const struct rt_grpc_call *call,
+                                const char *id)
+{
+    for (struct rt_req *r = s->reqs; r != NULL; r = r->next) {
+        const struct gen_client *c = r->client;
+        if (r->done || r->sink != &gen_sink || c == NULL ||
+            strcmp(r->id_str, id) != 0)
+            continue;
+        if (have_key(s) || c->conn_id == call->conn_id)
+            return r;
+    }
+    return NULL;
+}
+
+static Tangram__V1__FinishReason reason_of(enum rt_finish f)
+{
+    switch (f) {
+    case RT_FINISH_STOP:
+        return TANGRAM__V1__FINISH_REASON__FINISH_REASON_STOP;
+    case RT_FINISH_LENGTH:
+        return TANGRAM__V1__FINISH_REASON__FINISH_REASON_LENGTH;
+    case RT_FINISH_ABORT:
+        return TANGRAM__V1__FINISH_REASON__FINISH_REASON_ABORT;
+    case RT_FINISH_ERROR:
+        return TANGRAM__V1__FINISH_REASON__FINISH_REASON_ERROR;
+    case RT_FINISH_TOOL_CALLS:
+        return TANGRAM__V1__FINISH_REASON__FINISH_REASON_TOOL_CALLS;
+    default:
+        return TANGRAM__V1__FINISH_REASON__FINISH_REASON_UNSPECIFIED;
+    }
+}
+
+/* Runs the tool-call parser over this delivery's text: *text / *len become
+ * the content it releases (in *own, malloc'd), [*first, *n_calls) of
+ * rt_tc_calls the calls completed, and a STOP with calls becomes
+ * TOOL_CALLS. Returns 0 or TG_ENOMEM. */
+static int tool_delta(struct rt_req *r, const char **text, size_t *len,
+                      enum rt_finish *fin, char **own, size_t *first,
+                      size_t *n_calls)
+{
+    struct rt_tc_delta d;
+    int rc = rt_tc_feed(r->tc, *text, *len, &d);
+    if (rc != 0)
+        return rc;
+    size_t n = d.content_len;
+    char *buf = malloc(n + 1);
+    if (buf == NULL)
+        return TG_ENOMEM;
+    memcpy(buf, d.content, n);
+    *first = d.first_index;
+    if (*fin != RT_FINISH_NONE) {
+        if ((rc = rt_tc_finish(r->tc, &d)) != 0) {
+            free(buf);
+            return rc;
+        }
+        char *b2 = realloc(buf, n + d.content_len + 1);
+        if (b2 == NULL) {
+            free(buf);
+            return TG_ENOMEM;
+        }
+        buf = b2;
+        memcpy(buf + n, d.content, d.content_len);
+        n += d.content_len;
+    }
+    buf[n] = '\0';
+    size_t total;
+    rt_tc_calls(r->tc, &total);
+    *n_calls = total;
+    if (*fin == RT_FINISH_STOP && total > 0)
+        *fin = RT_FINISH_TOOL_CALLS;
+    *own = buf;
+    *text = buf;
+    *len = n;
+    return 0;
+}
+
+static void gen_deliver(struct rt_req *r, const char *text, size_t len,
+                        const struct rt_token_logprob *lps, size_t n_lp,
+                        enum rt_finish fin, const char *error)
+{
+    (void)lps;
+    (void)n_lp;
+    struct gen_client *c = r->client;
+    struct rt_server *s = r->srv;
+    char *tc_text = NULL;
+    size_t first_call = 0, end_call = 0;
+    int tc_ok = r->tc == NULL || fin == RT_FINISH_ERROR ||
+                tool_delta(r, &text, &len, &fin, &tc_text, &first_call,
+                           &end_call) == 0;
+    Tangram__V1__ToolCall *pcalls = NULL, **pcallp = NULL;
+    if (tc_ok && end_call > first_call) {
+        size_t k = end_call - first_call, total;
+        const struct rt_tool_call *all = rt_tc_calls(r->tc, &total);
+        pcalls = calloc(k, sizeof(*pcalls));
+        pcallp = calloc(k, sizeof(*pcallp));
+        tc_ok = pcalls != NULL && pcallp != NULL;
+        for (size_t i = 0; tc_ok && i < k; i++) {
+            tangram__v1__tool_call__init(&pcalls[i]);
+            pcalls[i].id = all[first_call + i].id;
+            pcalls[i].name = all[first_call + i].name;
+            pcalls[i].arguments = all[first_call + i].arguments;
+            pcallp[i] = &pcalls[i];
+        }
+    }
+    Tangram__V1__GenerateResponse m = TANGRAM__V1__GENERATE_RESPONSE__INIT;
+    Tangram__V1__Usage u = TANGRAM__V1__USAGE__INIT;
+    int32_t n_new = r->n_out - c->tok_sent;
+    uint32_t *ids = malloc(((size_t)n_new + 1) * sizeof(uint32_t));
+    Tangram__V1__TokenLogprob *tl = calloc((size_t)n_new + 1, sizeof(*tl));
+    Tangram__V1__TokenLogprob **tlp = calloc((size_t)n_new + 1, sizeof(*tlp));
+    Tangram__V1__TopLogprob *tops = calloc((size_t)n_new * r->n_top + 1, sizeof(*tops));
+    Tangram__V1__TopLogprob **topp = calloc((size_t)n_new * r->n_top + 1, sizeof(*topp));
+    char *txt = malloc(len + 1);
+    char **tok_txt = calloc((size_t)n_new * (r->n_top + 1) + 1, sizeof(char *));
+    int ok = ids && tl && tlp && tops && topp && txt && tok_txt && tc_ok;
+    size_t n_txt = 0;
+    if (ok) {
+        memcpy(txt, text, len);
+        txt[len] = '\0';
+        if (pcallp != NULL) {
+            m.n_tool_calls = end_call - first_call;
+            m.tool_calls = pcallp;
+        }
+        for (int32_t i = 0; i < n_new; i++)
+            ids[i] = (uint32_t)r->out_ids[c->tok_sent + i];
+        m.n_token_ids = (size_t)n_new;
+        m.token_ids = ids;
+        m.text = txt;
+        m.request_id = r->id_str;
+        if (r->n_top > 0 || r->g.sampling.logprobs >= 0) {
+            for (int32_t i = 0; i < n_new; i++) {
+                int32_t t = c->tok_sent + i;
+                tangram__v1__token_logprob__init(&tl[i]);
+                tl[i].token_id = (uint32_t)r->out_ids[t];
+                tl[i].logprob = r->out_lps[t];
+                size_t bl;
+                const char *b = rt_server_token_text(s, r->out_ids[t], &bl);
+                tok_txt[n_txt] = strndup(b, bl);
+                tl[i].text = tok_txt[n_txt] ? tok_txt[n_txt] : "";
+                n_txt++;
+                tl[i].n_top = 0;
+                tl[i].top = topp + (size_t)i * r->n_top;
+                for (int k = 0; k < r->n_top; k++) {
+                    int32_t id = r->out_top_ids[(size_t)t * r->n_top + k];
+                    if (id < 0)
+                        break;
+                    Tangram__V1__TopLogprob *tp = &tops[(size_t)i * r->n_top + k];
+                    tangram__v1__top_logprob__init(tp);
+                    tp->token_id = (uint32_t)id;
+                    tp->logprob = r->out_top_lps[(size_t)t * r->n_top + k];
+                    b = rt_server_token_text(s, id, &bl);
+                    tok_txt[n_txt] = strndup(b, bl);
+                    tp->text = tok_txt[n_txt] ? tok_txt[n_txt] : "";
+                    n_txt++;
+                    topp[(size_t)i * r->n_top + k] = tp;
+                    tl[i].n_top++;
+                }
+                tlp[i] = &tl[i];
+            }
+            m.n_logprobs = (size_t)n_new;
+            m.logprobs = tlp;
+        }
+        m.finish_reason = reason_of(fin);
+        if (fin != RT_FINISH_NONE) {
+            u.prompt_tokens = (uint32_t)r->n_prompt;
+            u.completion_tokens = (uint32_t)r->n_out;
+            u.cached_prompt_tokens = (uint32_t)r->cached_tokens;
+            m.usage = &u;
+        }
+        size_t sz = tangram__v1__generate_response__get_packed_size(&m);
+        uint8_t *buf = malloc(sz + 1);
+        if (buf != NULL) {
+            tangram__v1__generate_response__pack(&m, buf);
+            rt_grpc_call_send(c->call, buf, sz);
+            free(buf);
+        } else {
+            ok = 0;
+        }
+        c->tok_sent = r->n_out;
+    }
+    for (size_t i = 0; i < n_txt; i++)
+        free(tok_txt[i]);
+    free(tok_txt);
+    free(ids);
+    free(tl);
+    free(tlp);
+    free(tops);
+    free(topp);
+    free(txt);
+    free(tc_text);
+    free(pcalls);
+    free(pcallp);
+    if (fin != RT_FINISH_NONE || !ok) {
+        if (!ok)
+            rt_grpc_call_finish(c->call, RT_GRPC_INTERNAL, "out of memory");
+        else if (fin == RT_FINISH_ERROR)
+            rt_grpc_call_finish(c->call, RT_GRPC_INTERNAL,
+                                error ? error : "the request failed");
+        else if (fin == RT_FINISH_ABORT)
+            rt_grpc_call_finish(c->call, RT_GRPC_CANCELLED, "aborted");
+        else
+            rt_grpc_call_finish(c->call, RT_GRPC_OK, NULL);
+        free(c);
+        r->client = NULL;
+    }
+}
+
+static const struct rt_sink gen_sink = {gen_deliver};
+
+static void gen_cancelled(struct rt_grpc_call *call, int status, void *ud)
+{
+    (void)call;
+    (void)status;
+    struct rt_req *r = ud;
+    free(r->client);
+    r->client = NULL;
+    rt_req_cancel(r);
+}
+
+/* GenerateRequest -> rt_gen_request with the OpenAI defaults (declared in
+ * rt_api_grpc_internal.h for the fuzzing harness). */
+int rt_api_grpc__convert(struct rt_server *s,
+                         const Tangram__V1__GenerateRequest *q,
+                         struct rt_gen_request *g, struct rt_api_error *e,
+                         const struct rt_grpc_call *call)
+{
+    int forms = (q->prompt != NULL && q->prompt[0] != '\0') +
+                (q->n_prompt_token_ids > 0) + (q->n_messages > 0);
+    if (forms != 1) {
+        rt_api_error_set(e, 400, "invalid_value", "prompt",
+                         "give exactly one of prompt, prompt_token_ids and messages");
+        return TG_EINVAL;
+    }
+    if (q->n_messages == 0 && (q->n_tools > 0 || (q->tool_choice && q->tool_choice[0]))) {
+        rt_api_error_set(e, 400, "invalid_value", "tools",
+                         "tools and tool_choice apply to chats (messages) only");
+        return TG_EINVAL;
+    }
+    memset(g, 0, sizeof(*g));
+    struct rt_sampling *sp = &g->sampling;
+    rt_sampling_init(sp);
+    g->max_tokens_param = "sampling.max_tokens";
+    g->model = strdup(s->model_name);
+    if (g->model == NULL)
+        goto nomem;
+    if (q->n_messages > 0) {
+        g->endpoint = RT_ENDPOINT_CHAT;
+        g->chat.add_generation_prompt = true;
+        json_t *root = rt_api_grpc__chat_json(q->messages, q->n_messages, q->tools,
+                                 q->n_tools, q->tool_choice, e);
+        if (root == NULL)
+            return e->status == 500 ? TG_ENOMEM : TG_EINVAL;
+        int rc = rt_openai_chat_parse_messages(root, &g->messages,
+                                               &g->n_messages,
+                                               &g->chat_messages, e);
+        if (rc == 0)
+            rc = rt_openai_chat_parse_tools(root, &g->tools,
+                                            &g->tool_choice, e);
+        json_decref(root);
+        if (rc != 0)
+            return rc;
+    } else if (q->n_prompt_token_ids > 0) {
+        g->endpoint = RT_ENDPOINT_COMPLETIONS;
+        g->add_special_tokens = true;
+        g->prompt_ids = malloc(q->n_prompt_token_ids * sizeof(int32_t));
+        if (g->prompt_ids == NULL)
+            goto nomem;
+        for (size_t i = 0; i < q->n_prompt_token_ids; i++) {
+            if (q->prompt_token_ids[i] > INT32_MAX) {
+                rt_api_error_set(e, 400, "invalid_value", "prompt_token_ids",
+                                 "prompt_token_ids[%zu] is not a token id", i);
+                return TG_EINVAL;
+            }
+            g->prompt_ids[i] = (int32_t)q->prompt_token_ids[i];
+        }
+        g->n_prompt_ids = q->n_prompt_token_ids;
+    } else {
+        g->endpoint = RT_ENDPOINT_COMPLETIONS;
+        g->add_special_tokens = true;
+        g->prompt = strdup(q->prompt);
+        if (g->prompt == NULL)
+            goto nomem;
+        g->prompt_len = strlen(q->prompt);
+    }
+    const char *sid = q->session_id && q->session_id[0] ? q->session_id
+                                                        : rt_grpc_call_header(call, "x-session-id");
+    if (sid != NULL && sid[0] != '\0') {
+        if (rt_openai_check_id(sid, strlen(sid), "session_id", e) != 0)
+            return TG_EINVAL;
+        if ((g->session_id = strdup(sid)) == NULL)
+            goto nomem;
+    }
+    if (q->request_id != NULL && q->request_id[0] != '\0' &&
+        (g->request_id = strdup(q->request_id)) == NULL)
+        goto nomem;
+    const Tangram__V1__SamplingParams *p = q->sampling;
+    if (p == NULL)
+        return 0;
+#define RANGE(cond, field, ...)                                            \
+    do {                                                                   \
+        if (!(cond)) {                                                     \
+            rt_api_error_set(e, 400, "invalid_value", "sampling." field,   \
+                             __VA_ARGS__);                                 \
+            return TG_EINVAL;                                              \
+        }                                                                  \
+    } while (0)
+    if (p->max_tokens_opt_case) {
+        RANGE(p->max_tokens >= 1 && p->max_tokens <= INT32_MAX, "max_tokens",
+              "max_tokens must be >= 1");
+        sp->max_tokens = (int32_t)p->max_tokens;
+    }
+    if (p->temperature_opt_case) {
+        RANGE(p->temperature >= 0 && p->temperature <= 2, "temperature",
+              "temperature must be in [0, 2]");
+        sp->temperature = p->temperature;
+    }
+    if (p->top_p_opt_case) {
+        RANGE(p->top_p > 0 && p->top_p <= 1, "top_p", "top_p must be in (0, 1]");
+        sp->top_p = p->top_p;
+    }
+    if (p->top_k_opt_case)
+        sp->top_k = p->top_k > 0 ? p->top_k : 0;
+    if (p->min_p_opt_case) {
+        RANGE(p->min_p >= 0 && p->min_p <= 1, "min_p", "min_p must be in [0, 1]");
+        sp->min_p = p->min_p;
+    }
+    if (p->seed_opt_case) {
+        sp->has_seed = true;
+        sp->seed = (int64_t)p->seed;
+    }
+    if (p->repetition_penalty_opt_case) {
+        RANGE(p->repetition_penalty > 0 && isfinite(p->repetition_penalty),
+              "repetition_penalty", "repetition_penalty must be > 0");
+        sp->repetition_penalty = p->repetition_penalty;
+    }
+    if (p->min_tokens_opt_case)
+        sp->min_tokens = (int32_t)(p->min_tokens > INT32_MAX ? INT32_MAX : p->min_tokens);
+    RANGE(p->presence_penalty >= -2 && p->presence_penalty <= 2, "presence_penalty",
+          "presence_penalty must be in [-2, 2]");
+    RANGE(p->frequency_penalty >= -2 && p->frequency_penalty <= 2,
+          "frequency_penalty", "frequency_penalty must be in [-2, 2]");
+    /* The limits of the HTTP API (rt_openai.h), the same numbers. */
+    RANGE(p->logprobs <= RT_OPENAI_MAX_LOGPROBS, "logprobs",
+          "logprobs must be at most %d", RT_OPENAI_MAX_LOGPROBS);
+    RANGE(p->n_stop <= RT_OPENAI_MAX_STOP, "stop",
+          "at most %d stop strings", RT_OPENAI_MAX_STOP);
+    RANGE(p->n_stop_token_ids <= RT_OPENAI_MAX_STOP_TOKEN_IDS,
+          "stop_token_ids", "at most %d stop_token_ids",
+          RT_OPENAI_MAX_STOP_TOKEN_IDS);
+    sp->presence_penalty = p->presence_penalty;
+    sp->frequency_penalty = p->frequency_penalty;
+    sp->ignore_eos = p->ignore_eos;
+    sp->logprobs = p->logprobs > 0 ? (int32_t)p->logprobs : -1;
+    if (p->n_stop > 0) {
+        sp->stop = calloc(p->n_stop, sizeof(char *));
+        if (sp->stop == NULL)
+            goto nomem;
+        for (size_t i = 0; i < p->n_stop; i++) {
+            RANGE(p->stop[i] != NULL && p->stop[i][0] != '\0', "stop",
+                  "stop[%zu] is empty", i);
+            RANGE(strlen(p->stop[i]) <= RT_OPENAI_MAX_STOP_BYTES, "stop",
+                  "stop[%zu] is longer than %d bytes", i,
+                  RT_OPENAI_MAX_STOP_BYTES);
+            if ((sp->stop[i] = strdup(p->stop[i])) == NULL)
+                goto nomem;
+            sp->n_stop = i + 1;
+        }
+    }
+    if (p->n_stop_token_ids > 0) {
+        sp->stop_token_ids = malloc(p->n_stop_token_ids * sizeof(int32_t));
+        if (sp->stop_token_ids == NULL)
+            goto nomem;
+        for (size_t i = 0; i < p->n_stop_token_ids; i++) {
+            RANGE(p->stop_token_ids[i] < (uint32_t)s->mc.vocab_size,
+                  "stop_token_ids",
+                  "stop_token_ids[%zu] = %u is not a token id (valid: "
+                  "0..%d)", i, p->stop_token_ids[i], s->mc.vocab_size - 1);
+            sp->stop_token_ids[i] = (int32_t)p->stop_token_ids[i];
+        }
+        sp->n_stop_token_ids = p->n_stop_token_ids;
+    }
+#undef RANGE
+    return 0;
+nomem:
+    rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+    return TG_ENOMEM;
+}
+
+/* The prompt was tokenized off the loop (rt_req.on_submitted). */
+static void gen_submitted(struct rt_req *r, int rc, struct rt_api_error *e)
+{
+    struct gen_client *c = r->client;
+    if (rc != 0) {
+        struct rt_grpc_call *call = c->call;
+        rt_req_drop(r);
+        free(c);
+        rt_grpc_call_finish(call, grpc_status_of(e->status), e->message);
+        return;
+    }
+    if (r->g.request_id != NULL)
+        snprintf(r->id_str, sizeof(r->id_str), "%s", r->g.request_id);
+}
+
+static void h_generate(struct rt_grpc_call *call, void *ud)
+{
+    struct rt_server *s = ud;
+    Tangram__V1__GenerateRequest *q =
+        tangram__v1__generate_request__unpack(NULL, call->msg_len, call->msg);
+    if (q == NULL) {
+        rt_grpc_call_finish(call, RT_GRPC_INVALID_ARGUMENT,
+                            "cannot parse tangram.v1.GenerateRequest");
+        return;
+    }
+    /* Abort finds requests by id, so a client id must name one running
+     * request of its owner (tangram.proto: "unique among the caller's
+     * running requests"); the id is stored whole, so it is checked
+     * first. */
+    if (q->request_id != NULL && q->request_id[0] != '\0') {
+        struct rt_api_error ie;
+        const char *why = NULL;
+        int st = RT_GRPC_OK;
+        if (rt_openai_check_id(q->request_id, strlen(q->request_id), "request_id",
+                               &ie) != 0) {
+            st = RT_GRPC_INVALID_ARGUMENT;
+            why = ie.message;
+        } else if (owned_req(s, call, q->request_id) != NULL) {
+            st = RT_GRPC_ALREADY_EXISTS;
+            why = "a running request has this request_id";
+        }
+        if (why != NULL) {
+            tangram__v1__generate_request__free_unpacked(q, NULL);
+            rt_grpc_call_finish(call, st, why);
+            return;
+        }
+    }
+    struct gen_client *c = calloc(1, sizeof(*c));
+    struct rt_req *r = c ? rt_req_new(s, &gen_sink, c) : NULL;
+    struct rt_api_error e;
+    if (r == NULL) {
+        free(c);
+        tangram__v1__generate_request__free_unpacked(q, NULL);
+        rt_grpc_call_finish(call, RT_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    c->call = call;
+    c->conn_id = call->conn_id;
+    int rc = rt_api_grpc__convert(s, q, &r->g, &e, call);
+    tangram__v1__generate_request__free_unpacked(q, NULL);
+    r->on_submitted = gen_submitted;
+    /* rt_openai_check_id() kept it within id_str; named at once, so that the id
+     * is taken (and Abort finds it) while the prompt is tokenized. */
+    if (rc == 0 && r->g.request_id != NULL)
+        snprintf(r->id_str, sizeof(r->id_str), "%s", r->g.request_id);
+    if (rc == 0)
+        rc = rt_req_submit(r, &e);
+    if (rc != 0 && rc != TG_EAGAIN) {
+        rt_req_drop(r);
+        free(c);
+        rt_grpc_call_finish(call, grpc_status_of(e.status), e.message);
+        return;
+    }
+    if (rc == 0 && r->g.request_id != NULL)
+        snprintf(r->id_str, sizeof(r->id_str), "%s", r->g.request_id);
+    rt_grpc_call_on_cancel(call, gen_cancelled, r);
+}
+
+static void reply(struct rt_grpc_call *call, const ProtobufCMessage *m)
+{
+    size_t sz = protobuf_c_message_get_packed_size(m);
+    uint8_t *buf = malloc(sz + 1);
+    if (buf == NULL) {
+        rt_grpc_call_finish(call, RT_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    protobuf_c_message_pack(m, buf);
+    rt_grpc_call_reply(call, buf, sz);
+    free(buf);
+}
+
+/* A Tokenize call while its prompt is encoded on the thread pool. */
+struct tok_call {
+    struct rt_encode_job job;
+    json_t *chat_msgs, *tools;    /* the job's inputs (owned) */
+    char *text;
+    struct rt_grpc_call *call;    /* NULL once the call is cancelled */
+    struct rt_server *s;
+};
+
+static void tok_call_free(struct tok_call *tc)
+{
+    tok_ids_free(&tc->job.ids);
+    json_decref(tc->chat_msgs);
+    json_decref(tc->tools);
+    free(tc->text);
+    free(tc);
+}
+
+static void tok_call_cancelled(struct rt_grpc_call *call, int status, void *ud)
+{
+    (void)call;
+    (void)status;
+    struct tok_call *tc = ud;
+    tc->call = NULL;
+    rt_encode_job_cancel(&tc->job);
+}
+
+static void tok_call_done(struct rt_encode_job *j)
+{
+    struct tok_call *tc = j->owner;
+    struct rt_grpc_call *call = tc->call;
+    if (call != NULL && j->rc != 0) {
+        rt_grpc_call_finish(call, grpc_status_of(j->e.status), j->e.message);
+    } else if (call != NULL) {
+        Tangram__V1__TokenizeResponse m = TANGRAM__V1__TOKENIZE_RESPONSE__INIT;
+        m.n_token_ids = j->ids.n;
+        m.token_ids = (uint32_t *)j->ids.v; /* ids are >= 0 */
+        m.count = (uint32_t)j->ids.n;
+        m.max_model_len = (uint32_t)tc->s->max_model_len;
+        reply(call, &m.base);
+    }
+    tok_call_free(tc);
+}
+
+static void h_tokenize(struct rt_grpc_call *call, void *ud)
+{
+    struct rt_server *s = ud;
+    Tangram__V1__TokenizeRequest *q =
+        tangram__v1__tokenize_request__unpack(NULL, call->msg_len, call->msg);
+    if (q == NULL) {
+        rt_grpc_call_finish(call, RT_GRPC_INVALID_ARGUMENT,
+                            "cannot parse tangram.v1.TokenizeRequest");
+        return;
+    }
+    struct rt_api_error e;
+    struct tok_call *tc = calloc(1, sizeof(*tc));
+    if (tc == NULL) {
+        tangram__v1__tokenize_request__free_unpacked(q, NULL);
+        rt_grpc_call_finish(call, RT_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+        return;
+    }
+    struct rt_encode_job *j = &tc->job;
+    int rc = 0;
+    int chat = q->n_messages > 0;
+    if (chat && q->text != NULL && q->text[0] != '\0') {
+        rc = TG_EINVAL;
+        rt_api_error_set(&e, 400, "invalid_value", "text",
+                         "give either text or messages");
+    } else if (chat) {
+        j->is_chat = 1;
+        j->chat.add_generation_prompt = q->add_generation_prompt_opt_case
+                                            ? (bool)q->add_generation_prompt
+                                            : true;
+        j->add_special = q->add_special_tokens_opt_case ? q->add_special_tokens : 0;
+        json_t *root = rt_api_grpc__chat_json(q->messages, q->n_messages, q->tools,
+                                 q->n_tools, NULL, &e);
+        struct rt_message *msgs = NULL;
+        size_t n_msgs = 0;
+        rc = root == NULL ? TG_EINVAL
+                          : rt_openai_chat_parse_messages(root, &msgs, &n_msgs,
+                                                          &tc->chat_msgs, &e);
+        if (rc == 0)
+            rc = rt_openai_chat_parse_tools(root, &tc->tools, NULL, &e);
+        rt_openai_chat_messages_free(msgs, n_msgs);
+        json_decref(root);
+        j->messages = tc->chat_msgs;
+        j->tools = tc->tools;
+    } else {
+        j->add_special = q->add_special_tokens_opt_case ? q->add_special_tokens : 1;
+        tc->text = strdup(q->text ? q->text : "");
+        if (tc->text == NULL) {
+            rc = TG_ENOMEM;
+            rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
+        }
+        j->text = tc->text;
+        j->len = tc->text ? strlen(tc->text) : 0;
+    }
+    tangram__v1__tokenize_request__free_unpacked(q, NULL);
+    j->owner = tc;
+    j->done = tok_call_done;
+    j->max_ids = SIZE_MAX;
+    tc->call = call;
+    tc->s = s;
+    if (rc == 0 && rt_encode_job_small(j)) {
+        rt_encode_job_run(s, j);
+        tok_call_done(j);
+        return;
+    }
+    if (rc == 0 && rt_encode_job_start(s, j) != 0) {
+        rc = TG_EINTERNAL;
+        e = j->e;
+    }
+    if (rc != 0) {
+        tok_call_free(tc);
+        rt_grpc_call_finish(call, grpc_status_of(e.status), e.message);
+        return;
+    }
+    rt_grpc_call_on_cancel(call, tok_call_cancelled, tc);
+}
+
+static void h_model_info(struct rt_grpc_call *call, void *ud)
+{
+    struct rt_server *s = ud;
+    Tangram__V1__ModelInfoResponse m = TANGRAM__V1__MODEL_INFO_RESPONSE__INIT;
+    m.model = s->model_name;
+    m.max_model_len = (uint32_t)s->max_model_len;
+    m.vocab_size = (uint32_t)s->mc.vocab_size;
+    m.num_layers = (uint32_t)s->mc.num_layers;
+    m.num_kv_heads = (uint32_t)s->mc.num_kv_heads;
+    m.head_dim = (uint32_t)s->mc.head_dim;
+    m.page_size = (uint32_t)s->layout.page_size;
+    m.heads_per_group = (uint32_t)s->layout.heads_per_group;
+    m.profile = s->opts->profile ? s->opts->profile : "none";
+    m.tensor_parallel = (uint32_t)s->opts->tp;
+    m.backend = s->opts->backend == TG_SERVE_BACKEND_CUDA ? "cuda" : "cpu";
+    reply(call, &m.base);
+}
+
+static void h_abort(struct rt_grpc_call *call, void *ud)
+{
+    struct rt_server *s = ud;
+    Tangram__V1__AbortRequest *q =
+        tangram__v1__abort_request__unpack(NULL, call->msg_len, call->msg);
+    if (q == NULL) {
+        rt_grpc_call_finish(call, RT_GRPC_INVALID_ARGUMENT,
+                            "cannot parse tangram.v1.AbortRequest");
+        return;
+    }
+    Tangram__V1__AbortResponse m = TANGRAM__V1__ABORT_RESPONSE__INIT;
+    struct rt_api_error e;
+    if (q->request_id != NULL && q->request_id[0] != '\0' &&
+        rt_openai_check_id(q->request_id, strlen(q->request_id),
+                           "request_id", &e) != 0) {
+        tangram__v1__abort_request__free_unpacked(q, NULL);
+        rt_grpc_call_finish(call, RT_GRPC_INVALID_ARGUMENT, e.message);
+        return;
+    }
+    /* Only the owner's requests count (see the top): others get the
+     * answer an unknown id gets. */
+    struct rt_req *r = q->request_id != NULL && q->request_id[0] != '\0'
+                           ? owned_req(s, call, q->request_id)
+                           : NULL;
+    if (r != NULL) {
+        rt_req_abort(r);
+        m.found = 1;
+    }
+    tangram__v1__abort_request__free_unpacked(q, NULL);
+    reply(call, &m.base);
+}
+
+static int health(const char *service, void *ud)
+{
+    struct rt_server *s = ud;
+    if (service[0] != '\0' && strcmp(service, "tangram.v1.Generation") != 0)
+        return RT_GRPC_HEALTH_UNKNOWN_SERVICE;
+    return rt_server_ready(s) ? RT_GRPC_HEALTH_SERVING : RT_GRPC_HEALTH_NOT_SERVING;
+}
+
+int rt_api_grpc_register(struct rt_server *s, char *err, size_t errlen)
+{
+    static const struct {
+        const char *path;
+        enum rt_grpc_kind kind;
+        rt_grpc_handler_fn fn;
+    } methods[] = {
+        {"/tangram.v1.Generation/Generate", RT_GRPC_SERVER_STREAM, h_generate},
+        {"/tangram.v1.Generation/Tokenize", RT_GRPC_UNARY, h_tokenize},
+        {"/tangram.v1.Generation/ModelInfo", RT_GRPC_UNARY, h_model_info},
+        {"/tangram.v1.Generation/Abort", RT_GRPC_UNARY, h_abort},
+    };
+    for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
+        int rc = rt_grpc_method_add(&s->grpc, methods[i].path, methods[i].kind,
+                                    methods[i].fn, s, err, errlen);
+        if (rc != 0)
+            return rc;
+    }
+    rt_grpc_server_on_admit(&s->grpc, admit, s);
+    rt_grpc_server_on_event(&s->grpc, on_event, s);
+    int rc = rt_grpc_health_register(&s->grpc, health, s, err, errlen);
+    if (rc == 0)
+        rc = rt_grpc_reflect_register(&s->grpc, tg_api_descriptor_set,
+                                      tg_api_descriptor_set_len, err, errlen);
+    return rc;
+}

@@ -1,0 +1,247 @@
+/* rt_api_http_body.c — request bodies parsed off the loop thread, and the
+ * /tokenize and /detokenize endpoints (see rt_api_http_internal.h).
+ *
+ * A body over RT_API_BODY_INLINE_BYTES is taken out of its request (with
+ * its charge against the body budget, router/net/rt_conn.h) and handed to a
+ * job on libuv's thread pool (rt_pool_job): for /v1/completions and
+ * /v1/chat/completions the job parses it, and generation goes on on the
+ * loop with the parsed request; for /tokenize it parses, renders and
+ * tokenizes, and formats the whole answer; for /detokenize it parses,
+ * checks, decodes and formats. So for a large request the loop thread
+ * only moves bytes — reading the body, copying the answer into the
+ * socket's write queue — and /health, /metrics and every stream go on
+ * while eight megabytes of JSON are parsed and ten are written.
+ *
+ * What a job touches off the loop: its own body and outputs, and the
+ * server's state that is immutable while serving (api_cfg, the tokenizer
+ * and the chat template: see rt_server_encode.c). A client gone meanwhile
+ * cancels the job (one that has not started never runs) and the result is
+ * dropped; the body goes back to the budget when the job ends. Smaller
+ * bodies take the same functions on the loop thread. */
+#include "router/api/rt_api_http_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/base/tg_err.h"
+
+enum body_kind { BODY_GENERATE, BODY_TOKENIZE, BODY_DETOKENIZE };
+
+struct body_job {
+    struct rt_pool_job pool;     /* first: the job is the pool job */
+    struct rt_server *s;
+    struct rt_http_req *req;     /* NULL once the client is gone */
+    struct rt_conn_body body;    /* taken from req */
+    int kind;                    /* enum body_kind */
+    enum rt_endpoint ep;         /* BODY_GENERATE: which endpoint */
+    int rc;                      /* outputs */
+    struct rt_api_error e;
+    struct rt_gen_request g;     /* BODY_GENERATE: the parsed request */
+    char *out;                   /* otherwise: the answer's JSON */
+    size_t out_len;
+};
+
+/* ---- the work, on any thread ------------------------------------------- */
+
+static int parse_generate(struct rt_server *s, enum rt_endpoint ep,
+                          const char *body, size_t len,
+                          struct rt_gen_request *g, struct rt_api_error *e)
+{
+    return ep == RT_ENDPOINT_CHAT
+               ? rt_openai_parse_chat(&s->api_cfg, body, len, g, e)
+               : rt_openai_parse_completion(&s->api_cfg, body, len, g, e);
+}
+
+/* /tokenize: the body to the answer. */
+static int tokenize_body(struct rt_server *s, const char *body, size_t len,
+                         char **out, size_t *out_len, struct rt_api_error *e)
+{
+    struct rt_tokenize_request t;
+    int rc = rt_openai_parse_tokenize(&s->api_cfg, body, len, &t, e);
+    if (rc != 0) {
+        rt_tokenize_request_free(&t);
+        return rc;
+    }
+    /* /tokenize counts any length: no context bound. */
+    struct tok_ids ids = {0};
+    if (t.messages != NULL)
+        rc = rt_server_encode_chat(s, t.chat_messages, t.tools, &t.chat,
+                                   t.add_special_tokens, &ids, e);
+    else
+        rc = rt_server_encode(s, t.prompt, t.prompt_len,
+                              t.add_special_tokens, &ids, e);
+    if (rc == 0) {
+        rc = rt_openai_format_tokenize(
+            ids.v, ids.n, s->max_model_len,
+            t.return_token_strs ? rt_server_token_text : NULL, s, out,
+            out_len);
+        if (rc != 0)
+            rt_api_error_set(e, 500, "internal_error", NULL,
+                             "out of memory");
+    }
+    tok_ids_free(&ids);
+    rt_tokenize_request_free(&t);
+    return rc;
+}
+
+/* /detokenize: the body to the answer. */
+static int detokenize_body(struct rt_server *s, const char *body,
+                           size_t len, char **out, size_t *out_len,
+                           struct rt_api_error *e)
+{
+    struct rt_detokenize_request d;
+    memset(&d, 0, sizeof(d));
+    int rc = rt_openai_parse_detokenize(&s->api_cfg, body, len, &d, e);
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < d.n_tokens; i++) {
+        if (d.tokens[i] < 0 || d.tokens[i] >= tok_vocab_size(&s->tok)) {
+            rt_api_error_set(e, 400, "invalid_token", "tokens",
+                             "token id %d at index %zu is outside the "
+                             "vocabulary",
+                             d.tokens[i], i);
+            rt_detokenize_request_free(&d);
+            return TG_EINVAL;
+        }
+    }
+    struct tok_text text = {0};
+    char err[256];
+    rc = tok_decode(&s->tok, d.tokens, d.n_tokens, 0, &text, err,
+                    sizeof(err));
+    rt_detokenize_request_free(&d);
+    if (rc != 0) {
+        rt_api_error_set(e, 400, "invalid_token", "tokens", "%s", err);
+    } else {
+        rc = rt_openai_format_detokenize(text.s ? text.s : "", text.n, out,
+                                         out_len);
+        if (rc != 0)
+            rt_api_error_set(e, 500, "internal_error", NULL,
+                             "out of memory");
+    }
+    tok_text_free(&text);
+    return rc;
+}
+
+/* ---- jobs ---------------------------------------------------------------- */
+
+static void body_run(struct rt_pool_job *p)
+{
+    struct body_job *j = (struct body_job *)p;
+    const char *b = j->body.data;
+    size_t n = j->body.len;
+    if (j->kind == BODY_GENERATE)
+        j->rc = parse_generate(j->s, j->ep, b, n, &j->g, &j->e);
+    else if (j->kind == BODY_TOKENIZE)
+        j->rc = tokenize_body(j->s, b, n, &j->out, &j->out_len, &j->e);
+    else
+        j->rc = detokenize_body(j->s, b, n, &j->out, &j->out_len, &j->e);
+}
+
+static void body_done(struct rt_pool_job *p, int ran)
+{
+    struct body_job *j = (struct body_job *)p;
+    struct rt_http_req *req = j->req;
+    rt_conn_body_free(&j->body);
+    if (req != NULL) {
+        rt_http_req_on_abort(req, NULL, NULL);
+        if (!ran) {
+            j->rc = TG_ECANCELED;
+            rt_api_error_set(&j->e, 503, "server_draining", NULL,
+                             "the request was cancelled before its body "
+                             "was read");
+        }
+        if (j->kind == BODY_GENERATE) {
+            rt_api_http__generate_parsed(j->s, req, j->rc, &j->g, &j->e);
+        } else if (j->rc != 0) {
+            rt_api_http__send_error(req, &j->e);
+        } else {
+            rt_api_http__send_owned(req, 200, j->out, j->out_len, 0);
+            j->out = NULL;
+        }
+    }
+    rt_gen_request_free(&j->g);
+    free(j->out);
+    free(j);
+}
+
+static void body_gone(struct rt_http_req *req, void *ud)
+{
+    (void)req;
+    struct body_job *j = ud;
+    j->req = NULL;
+    rt_pool_job_cancel(&j->pool);
+}
+
+/* Takes req's body to a job of `kind`; its answer follows from
+ * body_done. */
+static void body_job_start(struct rt_server *s, struct rt_http_req *req,
+                           int kind, enum rt_endpoint ep)
+{
+    struct rt_api_error e;
+    char err[160];
+    struct body_job *j = calloc(1, sizeof(*j));
+    if (j == NULL || rt_http_req_take_body(req, &j->body) != 0) {
+        free(j);
+        rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
+        rt_api_http__send_error(req, &e);
+        return;
+    }
+    j->s = s;
+    j->req = req;
+    j->kind = kind;
+    j->ep = ep;
+    j->pool.run = body_run;
+    j->pool.done = body_done;
+    if (rt_pool_job_start(s, &j->pool, err, sizeof(err)) != 0) {
+        rt_conn_body_free(&j->body);
+        free(j);
+        rt_api_error_set(&e, 500, "internal_error", NULL, "%s", err);
+        rt_api_http__send_error(req, &e);
+        return;
+    }
+    rt_http_req_on_abort(req, body_gone, j);
+}
+
+/* ---- entry points -------------------------------------------------------- */
+
+void rt_api_http__generate(struct rt_server *s, struct rt_http_req *req,
+                           enum rt_endpoint ep)
+{
+    if (req->body_len > RT_API_BODY_INLINE_BYTES) {
+        body_job_start(s, req, BODY_GENERATE, ep);
+        return;
+    }
+    struct rt_gen_request g;
+    struct rt_api_error e;
+    int rc = parse_generate(s, ep, req->body, req->body_len, &g, &e);
+    rt_api_http__generate_parsed(s, req, rc, &g, &e);
+}
+
+/* /tokenize and /detokenize answered inline (small bodies) or by a job. */
+static void answer(struct rt_http_req *req, struct rt_server *s, int kind)
+{
+    if (req->body_len > RT_API_BODY_INLINE_BYTES) {
+        body_job_start(s, req, kind, RT_ENDPOINT_COMPLETIONS);
+        return;
+    }
+    char *out = NULL;
+    size_t n = 0;
+    struct rt_api_error e;
+    int rc = kind == BODY_TOKENIZE
+                 ? tokenize_body(s, req->body, req->body_len, &out, &n, &e)
+                 : detokenize_body(s, req->body, req->body_len, &out, &n, &e);
+    if (rc != 0)
+        rt_api_http__send_error(req, &e);
+    else
+        rt_api_http__send_owned(req, 200, out, n, 0);
+}
+
+void rt_api_http__tokenize(struct rt_http_req *req, void *ud)
+{
+    answer(req, ud, BODY_TOKENIZE);
+}
+
+void rt_api_http__detokenize(struct rt_http_req *req, void *ud)
+{
+    answer(req, ud, BODY_DETOKENIZE);
+}

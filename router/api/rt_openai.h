@@ -1,0 +1,517 @@
+/*
+ * rt_openai.h — the OpenAI-compatible HTTP API as pure functions: parsing and
+ * validation of request bodies into plain C structs, and formatting of the
+ * response bodies and SSE frames. No I/O, no globals, no tokenizer: the
+ * router's HTTP layer feeds bodies in and writes the strings out.
+ *
+ * Requests (DESIGN.md §5, shapes of the OpenAI API reference and vLLM's
+ * protocol extensions):
+ *   POST /v1/completions       rt_openai_parse_completion
+ *   POST /v1/chat/completions  rt_openai_parse_chat
+ *   POST /tokenize             rt_openai_parse_tokenize
+ *   POST /detokenize           rt_openai_parse_detokenize
+ * Unknown fields are ignored, as OpenAI does; JSON null means "absent" for
+ * every optional field; a key given twice takes its last value (as Python's
+ * json module does); "\u0000" inside strings is rejected as malformed.
+ * Integer fields accept numbers without a fraction (1.0), as pydantic does
+ * for vLLM. Known fields whose values this server cannot honour (best_of
+ * other than n, echo with logprobs, suffix, tool_choice "required" or a
+ * named function, the deprecated functions / function_call,
+ * prompt_logprobs, non-text content parts, custom chat templates,
+ * non-text response_format)
+ * are rejected with 400 instead of being silently dropped, so a client
+ * never gets output it did not ask for.
+ *
+ * Chat messages are validated (OpenAI shapes: roles, content strings or text
+ * parts, assistant tool_calls {id, type "function", function {name,
+ * arguments}}, tool messages with tool_call_id) and kept twice: as C
+ * structs, and as the JSON array the chat template renders
+ * (rt_gen_request.chat_messages): roles as sent ("developer" becomes
+ * "system"), text parts joined with "\n" into one string (vLLM's rule for
+ * templates that take strings), content null (allowed only for an
+ * assistant message with tool calls) as "" as vLLM passes it, tool-call
+ * arguments parsed from their JSON string into
+ * the object (as vLLM does, since Hugging Face templates expect an object;
+ * a string that is not JSON stays a string), and each optional member
+ * (name, reasoning_content, tool_calls, tool_call_id) present only when
+ * given. Tools are validated ({"type": "function", "function": {"name",
+ * "description"?, "parameters"? object}}, at most RT_OPENAI_MAX_TOOLS) and
+ * passed to the template as sent.
+ *
+ * Every failure fills a struct rt_api_error: the HTTP status (400 bad input,
+ * 404 unknown model, 413 body too large, 500 out of memory), the OpenAI
+ * error type and code, `param` naming the offending field as a path
+ * ("messages[2].content[0].text", "stream_options.include_usage"), and a
+ * message for humans. rt_openai_format_error renders it as
+ * {"error": {"message", "type", "param", "code"}}.
+ *
+ * Limits chosen here (OpenAI allows 4 stop strings, vLLM any number; we take
+ * a documented middle ground that keeps the stop matcher cheap):
+ *   RT_OPENAI_MAX_STOP stop strings of at most RT_OPENAI_MAX_STOP_BYTES
+ *   bytes each, RT_OPENAI_MAX_STOP_TOKEN_IDS stop token ids, and at most
+ *   RT_OPENAI_MAX_LOGPROBS alternatives per token (OpenAI's and vLLM's
+ *   default max_logprobs, 20).
+ *
+ * Thread: every function works on caller data only; any thread, one object
+ * per thread at a time.
+ */
+#ifndef RT_OPENAI_H
+#define RT_OPENAI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "router/api/rt_toolcall.h"
+
+#define RT_OPENAI_MAX_STOP 16
+#define RT_OPENAI_MAX_STOP_BYTES 1024
+#define RT_OPENAI_MAX_STOP_TOKEN_IDS 256
+#define RT_OPENAI_MAX_LOGPROBS 20
+#define RT_OPENAI_MAX_ID_BYTES 256 /* session_id, request_id, user */
+#define RT_OPENAI_MAX_TOOLS 128    /* OpenAI's limit on tools per request */
+#define RT_OPENAI_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */
+#define RT_OPENAI_MAX_N 16         /* choices (parallel samples) per request:
+                                      n in [1, 16] (docs/API.md "n") */
+
+/* The frame that ends every stream. */
+#define RT_OPENAI_SSE_DONE "data: [DONE]\n\n"
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* One API error. `type` and `code` point to static strings (code NULL is
+ * JSON null); param "" is JSON null. */
+struct rt_api_error {
+    int status;        /* HTTP status: 400, 401, 404, 413, 429, 500, 503 */
+    const char *type;  /* "invalid_request_error", "server_error", ... */
+    const char *code;  /* "invalid_type", "model_not_found", ... or NULL */
+    char param[128];   /* offending field path, "" when none */
+    char message[384]; /* human-readable detail */
+};
+
+/* Returns the OpenAI error type for an HTTP status: "invalid_request_error"
+ * for 400/404/413/422, "authentication_error" 401, "permission_error" 403,
+ * "rate_limit_error" 429, "server_error" for 5xx and anything else.
+ * The string is static. Any thread. */
+const char *rt_api_error_type(int status);
+
+/* Fills *e with status, the type of rt_api_error_type(status), `code`
+ * (static string or NULL), `param` (copied; NULL = none) and the printf
+ * message (truncated to fit). Returns nothing; e must be non-NULL. */
+void rt_api_error_set(struct rt_api_error *e, int status, const char *code,
+                      const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* Checks an identifier that does not come in a JSON body (the
+ * X-Session-Id header, gRPC request_id / session_id): 1 to
+ * RT_OPENAI_MAX_ID_BYTES bytes of valid UTF-8, as the body's own id
+ * fields are. Returns 0, or TG_EFORMAT / TG_EINVAL with *e filled (400
+ * invalid_value naming `param`). Any thread. */
+int rt_openai_check_id(const char *v, size_t n, const char *param,
+                       struct rt_api_error *e);
+
+/* ---- requests ---------------------------------------------------------- */
+
+enum rt_endpoint {
+    RT_ENDPOINT_COMPLETIONS = 0, /* /v1/completions */
+    RT_ENDPOINT_CHAT,            /* /v1/chat/completions */
+};
+
+enum rt_role {
+    RT_ROLE_SYSTEM = 0, /* "system"; "developer" is read as system (OpenAI
+                           made it the new name of the system role) */
+    RT_ROLE_USER,
+    RT_ROLE_ASSISTANT,
+    RT_ROLE_TOOL,
+};
+
+/* Returns "system", "user", "assistant" or "tool" (static). */
+const char *rt_role_name(enum rt_role r);
+
+/* The role named `s` ("system", "developer", "user", "assistant",
+ * "tool"; exact spelling) into *out. Returns 0 or TG_EFORMAT for any
+ * other name. Shared by the HTTP and gRPC front ends. */
+int rt_role_from_name(const char *s, enum rt_role *out);
+
+/* One chat message. All strings are malloc'd and owned by the request. */
+struct rt_message {
+    enum rt_role role;
+    char *content;           /* never NULL ("" when content_null); text
+                                parts joined by "\n" as vLLM does */
+    bool content_null;       /* content was null (assistant with tool
+                                calls only) */
+    char *name;              /* NULL = absent */
+    char *reasoning_content; /* assistant only; NULL = absent */
+    char *tool_call_id;      /* tool role only (required there) */
+    size_t n_tool_calls;     /* assistant: calls in the message */
+};
+
+/* Chat-template options of a chat or chat-form tokenize request. */
+struct rt_chat_opts {
+    bool add_generation_prompt;  /* default true */
+    bool continue_final_message; /* default false; exclusive with the above */
+    json_t *kwargs; /* chat_template_kwargs as sent (an object, owned;
+                       NULL = none): extra template variables such as
+                       enable_thinking (which must be a boolean) */
+};
+
+/* tool_choice: "auto" (the default with tools) lets the model call tools;
+ * "none" renders the prompt without tools and returns text only. */
+enum rt_tool_choice {
+    RT_TOOL_CHOICE_AUTO = 0,
+    RT_TOOL_CHOICE_NONE,
+};
+
+/* Sampling parameters with the defaults of OpenAI / vLLM. */
+struct rt_sampling {
+    int32_t max_tokens;  /* >= 1; -1 = up to the context (chat default,
+                            resolved by rt_gen_request_fit); completions
+                            default 16 as in the OpenAI API */
+    int32_t min_tokens;  /* vLLM: no EOS/stop before this many; default 0 */
+    double temperature;  /* [0, 2], default 1; 0 = greedy */
+    double top_p;        /* (0, 1], default 1 */
+    int32_t top_k;       /* >= 1, or 0 = off (-1 and 0 both mean off) */
+    double min_p;        /* [0, 1], default 0 */
+    bool has_seed;
+    int64_t seed;        /* valid when has_seed */
+    double presence_penalty;   /* [-2, 2], default 0 */
+    double frequency_penalty;  /* [-2, 2], default 0 */
+    double repetition_penalty; /* > 0, default 1 (vLLM extension) */
+    bool ignore_eos;                 /* default false */
+    bool skip_special_tokens;        /* default true */
+    bool include_stop_str_in_output; /* default false */
+    char **stop;             /* n_stop malloc'd non-empty strings */
+    size_t n_stop;           /* <= RT_OPENAI_MAX_STOP */
+    int32_t *stop_token_ids; /* n_stop_token_ids ids (malloc'd or NULL) */
+    size_t n_stop_token_ids; /* <= RT_OPENAI_MAX_STOP_TOKEN_IDS */
+    int32_t logprobs;        /* -1 = none; else alternatives per token,
+                                0..RT_OPENAI_MAX_LOGPROBS */
+    int32_t *bias_ids;       /* logit_bias: (n_bias) distinct token ids in
+                                ascending order (malloc'd or NULL) */
+    float *bias_vals;        /* (n_bias) biases in [-100, 100] */
+    size_t n_bias;           /* <= RT_OPENAI_MAX_LOGIT_BIAS */
+};
+
+/* A parsed generation request of either endpoint. Exactly one of prompt,
+ * prompt_ids (completions) or messages (chat) is set. Zeroed is empty;
+ * everything is owned by the struct and freed by rt_gen_request_free. */
+struct rt_gen_request {
+    enum rt_endpoint endpoint;
+    int32_t n;                /* choices, 1..RT_OPENAI_MAX_N (parsed; 0 in a
+                                 request built elsewhere means 1) */
+    char *model;              /* the served name (the default when omitted) */
+    char *prompt;             /* completions, text form; NUL-terminated */
+    size_t prompt_len;        /* bytes */
+    int32_t *prompt_ids;      /* completions, token form: (n_prompt_ids) */
+    size_t n_prompt_ids;
+    struct rt_message *messages; /* chat: (n_messages), at least one */
+    size_t n_messages;
+    json_t *chat_messages;    /* chat: the messages for the template (owned) */
+    json_t *tools;            /* chat: the tools array (owned; NULL = none) */
+    enum rt_tool_choice tool_choice;
+    struct rt_chat_opts chat;
+    bool add_special_tokens;  /* completions default true, chat false */
+    struct rt_sampling sampling;
+    const char *max_tokens_param; /* static: the field that set max_tokens
+                                     ("max_tokens" / "max_completion_tokens"),
+                                     for errors raised by the fit check */
+    bool stream;
+    bool include_usage;       /* stream_options.include_usage */
+    bool continuous_usage;    /* stream_options.continuous_usage_stats
+                                 (vLLM): usage in every chunk */
+    char *user;               /* NULL = absent */
+    char *session_id;         /* "session_id" field (tangram); NULL = absent */
+    char *request_id;         /* "request_id" (vLLM extension); NULL = absent */
+    bool echo;                /* completions "echo": the output starts with
+                                 the prompt (refused with logprobs) */
+    char *echo_text;          /* the prompt text to echo, filled by the front
+                                 end (the text as sent, or the prompt ids
+                                 decoded); owned, NULL = none */
+    size_t echo_len;          /* bytes of echo_text */
+};
+
+/* What the parser validates against. */
+struct rt_openai_cfg {
+    const char *served_model; /* the model name of this server (required) */
+    int32_t max_model_len;    /* context in tokens; 0 = not checked */
+    int32_t vocab_size;       /* token ids must be below it; 0 = unchecked */
+    size_t max_body_bytes;    /* larger bodies get 413; 0 = unlimited */
+};
+
+/* Parses and validates a /v1/completions body of `len` bytes into *out
+ * (which the call first zeroes). Returns 0; or fills *e and returns
+ * TG_EFORMAT (400), TG_EUNSUPPORTED (400, a feature this server lacks),
+ * TG_ENOTFOUND (404, unknown model), TG_ETOOBIG (413) or TG_ENOMEM (500),
+ * leaving *out empty. On success the caller owns *out and frees it with
+ * rt_gen_request_free. Any thread. */
+int rt_openai_parse_completion(const struct rt_openai_cfg *cfg,
+                               const char *body, size_t len,
+                               struct rt_gen_request *out,
+                               struct rt_api_error *e);
+
+/* Same for a /v1/chat/completions body (same codes and ownership). */
+int rt_openai_parse_chat(const struct rt_openai_cfg *cfg, const char *body,
+                         size_t len, struct rt_gen_request *out,
+                         struct rt_api_error *e);
+
+/* Sets *s to the API's defaults, the one place they are written (both
+ * front ends start from them): temperature 1, top_p 1, top_k and min_p
+ * off, penalties off (repetition 1), special tokens skipped, no logprobs,
+ * max_tokens -1 (up to the context; completions then set OpenAI's 16). */
+void rt_sampling_init(struct rt_sampling *s);
+
+/* Checks the sampling parameters as the worker's sampler will see them:
+ * after conversion to single precision (WorkerSampling's floats), a value
+ * that passed the range checks as a double can become 0 or infinity (top_p
+ * 1e-300, repetition_penalty 1e308). Requires temperature, min_p and the
+ * penalties finite, top_p in (0, 1], min_p in [0, 1], temperature >= 0 and
+ * repetition_penalty > 0. Returns 0, or TG_EINVAL with *e filled (400,
+ * naming the parameter and the value). Both front ends call it (through
+ * rt_req_submit) so no request reaches a worker with values it refuses.
+ * Any thread. */
+int rt_sampling_check_converted(const struct rt_sampling *sp,
+                                struct rt_api_error *e);
+
+/* Checks a parsed request against the context once its prompt has been
+ * tokenized to n_prompt_tokens: the prompt must be non-empty and shorter
+ * than max_model_len, and prompt + max_tokens must fit (OpenAI's
+ * "context_length_exceeded"). Resolves max_tokens -1 to the room left.
+ * max_model_len <= 0 only rejects an empty prompt. Returns 0, or
+ * TG_EFORMAT / TG_ETOOBIG with *e filled (400). Any thread. */
+int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
+                       int64_t n_prompt_tokens, struct rt_api_error *e);
+
+/* Releases everything r owns and zeroes it. Safe on a zeroed request. */
+void rt_gen_request_free(struct rt_gen_request *r);
+
+/* Fills *out (overwritten) with what one more parallel sample of `src`
+ * needs once src's prompt is tokenized and its max_tokens resolved: the
+ * endpoint, sampling (stop strings, stop ids and logit bias copied),
+ * stream and usage options, tool_choice and the tools (a reference),
+ * echo_text, model, user and request_id; no prompt, messages or session
+ * (a sample is never stored for multi-turn reuse), and n = 1. Returns 0
+ * or TG_ENOMEM (*out then empty). The caller frees *out with
+ * rt_gen_request_free. Any thread. */
+int rt_gen_request_copy_sample(const struct rt_gen_request *src,
+                               struct rt_gen_request *out);
+
+/* /tokenize (vLLM): {"model", "prompt", "add_special_tokens"} or
+ * {"model", "messages", "tools", "add_generation_prompt",
+ * "continue_final_message", "add_special_tokens", "chat_template_kwargs"},
+ * plus "return_token_strs". Owned as in rt_gen_request. */
+struct rt_tokenize_request {
+    char *model;
+    char *prompt;                /* text form (may be ""); NULL in chat form */
+    size_t prompt_len;
+    struct rt_message *messages; /* chat form: (n_messages) */
+    size_t n_messages;
+    json_t *chat_messages;       /* chat form: for the template (owned) */
+    json_t *tools;               /* chat form: tools (owned; NULL = none) */
+    struct rt_chat_opts chat;
+    bool add_special_tokens;     /* text form default true, chat false */
+    bool return_token_strs;      /* default false */
+};
+
+/* Parses a /tokenize body into *out (zeroed first). Codes, errors and
+ * ownership as rt_openai_parse_completion; free with
+ * rt_tokenize_request_free. */
+int rt_openai_parse_tokenize(const struct rt_openai_cfg *cfg,
+                             const char *body, size_t len,
+                             struct rt_tokenize_request *out,
+                             struct rt_api_error *e);
+
+/* Releases everything r owns and zeroes it. Safe on a zeroed request. */
+void rt_tokenize_request_free(struct rt_tokenize_request *r);
+
+/* /detokenize (vLLM): {"model", "tokens": [ids]}. */
+struct rt_detokenize_request {
+    char *model;
+    int32_t *tokens; /* (n_tokens), malloc'd or NULL when empty */
+    size_t n_tokens;
+};
+
+/* Parses a /detokenize body (same contract as rt_openai_parse_tokenize). */
+int rt_openai_parse_detokenize(const struct rt_openai_cfg *cfg,
+                               const char *body, size_t len,
+                               struct rt_detokenize_request *out,
+                               struct rt_api_error *e);
+
+/* Releases everything r owns and zeroes it. Safe on a zeroed request. */
+void rt_detokenize_request_free(struct rt_detokenize_request *r);
+
+/* ---- responses ------------------------------------------------------- */
+
+enum rt_finish {
+    RT_FINISH_NONE = 0, /* still generating: finish_reason null */
+    RT_FINISH_STOP,     /* "stop": EOS, stop string or stop token */
+    RT_FINISH_LENGTH,   /* "length": max_tokens or the context */
+    RT_FINISH_ABORT,    /* "abort" (vLLM): cancelled */
+    RT_FINISH_ERROR,    /* "error": the request failed mid-way */
+    RT_FINISH_TOOL_CALLS, /* "tool_calls": stopped after calling tools */
+};
+
+/* Returns the finish_reason string of f, or NULL for RT_FINISH_NONE. */
+const char *rt_finish_name(enum rt_finish f);
+
+struct rt_usage {
+    int64_t prompt_tokens;
+    int64_t completion_tokens;
+    int64_t cached_tokens; /* prompt tokens served from stored KV */
+};
+
+/* One alternative at a position. Logprobs are natural-log probabilities;
+ * -inf (and anything below) is written as -9999.0, as vLLM does, since JSON
+ * has no infinities. */
+struct rt_top_logprob {
+    int32_t id;
+    float logprob;
+};
+
+/* The sampled token at one position and its alternatives (in the order
+ * they are to be listed; the caller decides whether the sampled token is
+ * among them). */
+struct rt_token_logprob {
+    int32_t id;
+    float logprob;
+    const struct rt_top_logprob *top; /* (n_top) */
+    size_t n_top;
+};
+
+/* Returns the bytes of token `id` as the tokenizer decodes it alone and
+ * stores their count in *len; NULL when unknown (written as ""). The bytes
+ * need not be valid UTF-8 (a token can hold part of a character): strings
+ * get U+FFFD for ill-formed sequences, the chat "bytes" field the raw
+ * bytes. They must stay valid until the next call of the callback. */
+typedef const char *(*rt_token_text_fn)(void *user, int32_t id, size_t *len);
+
+/* Identity and options of one response (non-streaming or a stream). */
+struct rt_resp_ctx {
+    enum rt_endpoint endpoint;
+    const char *id;     /* "cmpl-..." / "chatcmpl-..." (rt_openai_make_id) */
+    const char *model;  /* served model name */
+    int64_t created;    /* unix time, seconds */
+    bool logprobs;      /* the request asked for logprobs: write the
+                           logprobs object (else null) */
+    rt_token_text_fn token_text; /* required when logprobs */
+    void *token_user;
+    bool include_usage;    /* stream: usage null in chunks, final usage chunk */
+    bool continuous_usage; /* stream: usage in every chunk (vLLM) */
+    int64_t text_offset;   /* completions logprobs: code points of output text
+                              before the next token; advanced by the
+                              formatters, so a stream continues it */
+    int32_t index;         /* the choice's "index" (0 unless n > 1) */
+};
+
+/* Writes "<prefix>-<16 hex digits of r>" into buf (cap >= 32 bytes is
+ * enough) with prefix "cmpl" or "chatcmpl" by endpoint. The caller supplies
+ * the random bits, keeping this module free of I/O. */
+void rt_openai_make_id(char *buf, size_t cap, enum rt_endpoint ep,
+                       uint64_t r);
+
+/* Formats the non-streaming response body: one choice with the whole
+ * `text` (len bytes; ill-formed UTF-8 becomes U+FFFD), the logprobs of its
+ * n_lp tokens (when c->logprobs), finish reason `fin` and usage `u`
+ * (NULL writes "usage": null).
+ * On success *out is a malloc'd NUL-terminated string of *out_len bytes the
+ * caller frees. Returns 0, TG_EINVAL (logprobs without a token_text
+ * callback) or TG_ENOMEM. */
+int rt_openai_format_response(struct rt_resp_ctx *c, const char *text,
+                              size_t len, const struct rt_token_logprob *lp,
+                              size_t n_lp, enum rt_finish fin,
+                              const struct rt_usage *u, char **out,
+                              size_t *out_len);
+
+/* Formats the non-streaming chat response whose message has `content`
+ * (len bytes; NULL writes "content": null) and the tool calls calls[0..n)
+ * ("tool_calls" omitted when n is 0). Otherwise as
+ * rt_openai_format_response (same ownership and codes). */
+int rt_openai_format_chat_response(struct rt_resp_ctx *c, const char *content,
+                                   size_t len,
+                                   const struct rt_tool_call *calls, size_t n,
+                                   const struct rt_token_logprob *lp,
+                                   size_t n_lp, enum rt_finish fin,
+                                   const struct rt_usage *u, char **out,
+                                   size_t *out_len);
+
+/* Formats a chat stream frame whose delta carries the tool calls
+ * calls[0..n), numbered from first_index: {"tool_calls": [{"index", "id",
+ * "type": "function", "function": {"name", "arguments"}}]}, with the
+ * logprobs of n_lp tokens and finish_reason null. Same ownership and codes
+ * (a completions ctx gives TG_EINVAL). */
+int rt_openai_sse_tool_calls(struct rt_resp_ctx *c,
+                             const struct rt_tool_call *calls, size_t n,
+                             size_t first_index,
+                             const struct rt_token_logprob *lp, size_t n_lp,
+                             const struct rt_usage *u, char **out,
+                             size_t *out_len);
+
+/* Formats the first frame of a chat stream: delta {"role": "assistant",
+ * "content": ""}. Ownership and codes as rt_openai_format_response (a
+ * completions ctx gives TG_EINVAL). */
+int rt_openai_sse_role(const struct rt_resp_ctx *c, char **out,
+                       size_t *out_len);
+
+/* Formats one stream frame "data: {...}\n\n": the text delta (len bytes,
+ * may be 0), the logprobs of its n_lp tokens, and finish reason `fin`
+ * (RT_FINISH_NONE while streaming; a chat delta without text is {}).
+ * `u` is the usage so far, written only with c->continuous_usage; with
+ * c->include_usage alone the chunk carries "usage": null as OpenAI does.
+ * Advances c->text_offset. Ownership and codes as rt_openai_format_response. */
+int rt_openai_sse_delta(struct rt_resp_ctx *c, const char *text, size_t len,
+                        const struct rt_token_logprob *lp, size_t n_lp,
+                        enum rt_finish fin, const struct rt_usage *u,
+                        char **out, size_t *out_len);
+
+/* Formats the usage frame sent after the final chunk when include_usage is
+ * set: empty choices and the usage object. Same ownership and codes. */
+int rt_openai_sse_usage(const struct rt_resp_ctx *c, const struct rt_usage *u,
+                        char **out, size_t *out_len);
+
+/* Joins the non-streaming bodies of the n choices of one request (each
+ * formatted by rt_openai_format_response / rt_openai_format_chat_response
+ * with its own ctx.index, in the order given) into one body: the first
+ * body's envelope, the choices of all of them in order, and usage `u`
+ * (NULL: null). Same ownership; 0, TG_EFORMAT (a body that is not such a
+ * response) or TG_ENOMEM. */
+int rt_openai_merge_choices(const char *const *bodies, size_t n,
+                            const struct rt_usage *u, char **out,
+                            size_t *out_len);
+
+/* Formats the body {"error": {...}} of e. Same ownership; 0 or TG_ENOMEM. */
+int rt_openai_format_error(const struct rt_api_error *e, char **out,
+                           size_t *out_len);
+
+/* Formats an error inside a stream, "data: {"error": {...}}\n\n" (what
+ * vLLM sends before [DONE] when a request fails mid-stream). */
+int rt_openai_sse_error(const struct rt_api_error *e, char **out,
+                        size_t *out_len);
+
+/* Formats the /v1/models/{id} body: the model object of the served model
+ * (id, object "model", created, owned_by, root, parent, max_model_len).
+ * Same ownership; 0 or TG_ENOMEM. */
+int rt_openai_format_model(const char *model, int64_t created,
+                           int32_t max_model_len, char **out,
+                           size_t *out_len);
+
+/* Formats the /v1/models body: a list of the one served model (the
+ * object of rt_openai_format_model). Same ownership; 0 or TG_ENOMEM. */
+int rt_openai_format_models(const char *model, int64_t created,
+                            int32_t max_model_len, char **out,
+                            size_t *out_len);
+
+/* Formats the /tokenize body {"count", "max_model_len", "tokens"} and, when
+ * token_text is non-NULL, "token_strs" (vLLM's return_token_strs). Same
+ * ownership; 0 or TG_ENOMEM. */
+int rt_openai_format_tokenize(const int32_t *ids, size_t n,
+                              int32_t max_model_len,
+                              rt_token_text_fn token_text, void *user,
+                              char **out, size_t *out_len);
+
+/* Formats the /detokenize body {"prompt": text} (len bytes, ill-formed
+ * UTF-8 becomes U+FFFD). Same ownership; 0 or TG_ENOMEM. */
+int rt_openai_format_detokenize(const char *text, size_t len, char **out,
+                                size_t *out_len);
+
+#endif /* RT_OPENAI_H */

@@ -1,0 +1,1013 @@
+/* rt_openai_req.c — parsing and validation of OpenAI-compatible request
+ * bodies (rt_openai.h). Field names, defaults and ranges follow the OpenAI
+ * API reference and vLLM's protocol.py; each check says where it deviates. */
+#include "router/api/rt_openai.h"
+
+#include <errno.h>
+#include <float.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/base/tg_err.h"
+#include "common/tok/tok_tokenizer.h"
+#include "router/api/rt_openai_internal.h"
+
+/* ---- errors ------------------------------------------------------------ */
+
+const char *rt_api_error_type(int status)
+{
+    switch (status) {
+    case 400:
+    case 404:
+    case 413:
+    case 422:
+        return "invalid_request_error";
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 429:
+        return "rate_limit_error";
+    default:
+        return "server_error";
+    }
+}
+
+static void verror(struct rt_api_error *e, int status, const char *code,
+                   const char *param, const char *fmt, va_list ap)
+{
+    e->status = status;
+    e->type = rt_api_error_type(status);
+    e->code = code;
+    snprintf(e->param, sizeof(e->param), "%s", param != NULL ? param : "");
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+}
+
+void rt_api_error_set(struct rt_api_error *e, int status, const char *code,
+                      const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verror(e, status, code, param, fmt, ap);
+    va_end(ap);
+}
+
+int rt_openai__fail(struct rt_api_error *e, int rc, int status,
+                    const char *code, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verror(e, status, code, param, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int rt_openai__oom(struct rt_api_error *e)
+{
+    return rt_openai__fail(e, TG_ENOMEM, 500, "internal_error", NULL,
+                           "out of memory while parsing the request");
+}
+
+int rt_openai__bad_type(struct rt_api_error *e, const char *param,
+                        const char *what)
+{
+    return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_type", param,
+                           "'%s' must be %s", param, what);
+}
+
+int rt_openai__unsupported(struct rt_api_error *e, const char *param,
+                           const char *what)
+{
+    return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_parameter",
+                           param, "'%s': %s", param, what);
+}
+
+const char *rt_role_name(enum rt_role r)
+{
+    switch (r) {
+    case RT_ROLE_SYSTEM:
+        return "system";
+    case RT_ROLE_USER:
+        return "user";
+    case RT_ROLE_ASSISTANT:
+        return "assistant";
+    case RT_ROLE_TOOL:
+        return "tool";
+    }
+    return "system";
+}
+
+int rt_role_from_name(const char *s, enum rt_role *out)
+{
+    if (strcmp(s, "system") == 0 || strcmp(s, "developer") == 0)
+        *out = RT_ROLE_SYSTEM;
+    else if (strcmp(s, "user") == 0)
+        *out = RT_ROLE_USER;
+    else if (strcmp(s, "assistant") == 0)
+        *out = RT_ROLE_ASSISTANT;
+    else if (strcmp(s, "tool") == 0)
+        *out = RT_ROLE_TOOL;
+    else
+        return TG_EFORMAT;
+    return 0;
+}
+
+/* ---- typed optional members -------------------------------------------
+ * Each getter leaves *out untouched when the member is absent or null and
+ * sets *present (when non-NULL) to whether it was given. `param` names the
+ * field in errors. */
+
+json_t *rt_openai__member(const json_t *obj, const char *key)
+{
+    json_t *v = json_object_get(obj, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+int rt_openai__get_bool(const json_t *obj, const char *key, const char *param,
+                        bool *out, struct rt_api_error *e)
+{
+    json_t *v = rt_openai__member(obj, key);
+    if (v == NULL)
+        return 0;
+    if (!json_is_boolean(v))
+        return rt_openai__bad_type(e, param, "a boolean");
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* Integers: JSON integers, or reals with no fraction (pydantic's lax mode,
+ * which vLLM uses, accepts 16.0 for an int field). */
+static int get_int(const json_t *obj, const char *key, const char *param,
+                   int64_t lo, int64_t hi, int64_t *out, bool *present,
+                   struct rt_api_error *e)
+{
+    if (present != NULL)
+        *present = false;
+    json_t *v = rt_openai__member(obj, key);
+    if (v == NULL)
+        return 0;
+    int64_t x;
+    if (json_is_integer(v)) {
+        x = (int64_t)json_integer_value(v);
+    } else if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (d != floor(d) || d < -9.2e18 || d > 9.2e18)
+            return rt_openai__bad_type(e, param, "an integer");
+        x = (int64_t)d;
+    } else {
+        return rt_openai__bad_type(e, param, "an integer");
+    }
+    if (x < lo || x > hi) {
+        if (hi == INT64_MAX || hi == INT32_MAX)
+            return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
+                                   "'%s' must be at least %" PRId64
+                                   ", got %" PRId64,
+                                   param, lo, x);
+        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
+                               "'%s' must be between %" PRId64 " and %" PRId64
+                               ", got %" PRId64,
+                               param, lo, hi, x);
+    }
+    *out = x;
+    if (present != NULL)
+        *present = true;
+    return 0;
+}
+
+/* Numbers in [lo, hi], or (lo, hi] when lo_open. */
+static int get_num(const json_t *obj, const char *key, double lo, bool lo_open,
+                   double hi, double *out, struct rt_api_error *e)
+{
+    json_t *v = rt_openai__member(obj, key);
+    if (v == NULL)
+        return 0;
+    if (!json_is_number(v))
+        return rt_openai__bad_type(e, key, "a number");
+    double x = json_number_value(v);
+    if (!(lo_open ? x > lo : x >= lo) || !(x <= hi)) {
+        if (hi == DBL_MAX)
+            return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", key,
+                                   "'%s' must be %s %g, got %g", key,
+                                   lo_open ? "greater than" : "at least", lo,
+                                   x);
+        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", key,
+                               "'%s' must be in %c%g, %g], got %g", key,
+                               lo_open ? '(' : '[', lo, hi, x);
+    }
+    *out = x;
+    return 0;
+}
+
+/* A string member copied into *out (malloc'd); max_bytes 0 = no limit. */
+int rt_openai__get_str(const json_t *obj, const char *key, const char *param,
+                       size_t max_bytes, char **out, struct rt_api_error *e)
+{
+    json_t *v = rt_openai__member(obj, key);
+    if (v == NULL)
+        return 0;
+    if (!json_is_string(v))
+        return rt_openai__bad_type(e, param, "a string");
+    size_t n = json_string_length(v);
+    if (max_bytes > 0 && n > max_bytes)
+        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
+                               "'%s' is longer than %zu bytes", param,
+                               max_bytes);
+    char *s = strndup(json_string_value(v), n);
+    if (s == NULL)
+        return rt_openai__oom(e);
+    free(*out);
+    *out = s;
+    return 0;
+}
+
+/* ---- common pieces ----------------------------------------------------- */
+
+int rt_openai__load_body(const struct rt_openai_cfg *cfg, const char *body,
+                         size_t len, json_t **root, struct rt_api_error *e)
+{
+    *root = NULL;
+    if (cfg->max_body_bytes > 0 && len > cfg->max_body_bytes)
+        return rt_openai__fail(
+            e, TG_ETOOBIG, 413, "request_too_large", NULL,
+            "request body of %zu bytes exceeds the limit of %zu bytes", len,
+            cfg->max_body_bytes);
+    if (body == NULL || len == 0)
+        return rt_openai__fail(
+            e, TG_EFORMAT, 400, "invalid_json", NULL,
+            "the request body is empty; expected a JSON object");
+    json_error_t je;
+    /* No JSON_ALLOW_NUL: a "\u0000" in a string is rejected here, so every
+     * string we copy is an ordinary C string. */
+    json_t *doc = json_loadb(body, len, 0, &je);
+    if (doc == NULL)
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_json", NULL,
+                               "malformed JSON at line %d column %d: %s",
+                               je.line, je.column, je.text);
+    if (!json_is_object(doc)) {
+        json_decref(doc);
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_json", NULL,
+                               "the request body must be a JSON object");
+    }
+    *root = doc;
+    return 0;
+}
+
+/* "model" is optional as in vLLM (absent = the served model); a different
+ * name is 404 model_not_found, as OpenAI answers. */
+int rt_openai__parse_model(const struct rt_openai_cfg *cfg, const json_t *root,
+                           char **out, struct rt_api_error *e)
+{
+    TG_ASSERT(cfg->served_model != NULL);
+    json_t *v = rt_openai__member(root, "model");
+    const char *name = cfg->served_model;
+    if (v != NULL) {
+        if (!json_is_string(v))
+            return rt_openai__bad_type(e, "model", "a string");
+        name = json_string_value(v);
+        if (strcmp(name, cfg->served_model) != 0)
+            return rt_openai__fail(
+                e, TG_ENOTFOUND, 404, "model_not_found", "model",
+                "The model '%.100s' does not exist; this server "
+                "serves '%.100s'",
+                name, cfg->served_model);
+    }
+    *out = strdup(name);
+    return *out != NULL ? 0 : rt_openai__oom(e);
+}
+
+/* A token id array `arr` at path `param` into a malloc'd int32 array. */
+int rt_openai__read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
+                        const char *param, size_t max_n, int32_t **out,
+                        size_t *n_out, struct rt_api_error *e)
+{
+    size_t n = json_array_size(arr);
+    if (max_n > 0 && n > max_n)
+        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
+                               "'%s' has %zu entries; at most %zu are allowed",
+                               param, n, max_n);
+    int64_t hi =
+        cfg->vocab_size > 0 ? (int64_t)cfg->vocab_size - 1 : (int64_t)INT32_MAX;
+    int32_t *ids = NULL;
+    if (n > 0) {
+        ids = malloc(n * sizeof(*ids));
+        if (ids == NULL)
+            return rt_openai__oom(e);
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_array_get(arr, i);
+        char p[128];
+        snprintf(p, sizeof(p), "%.96s[%zu]", param, i);
+        if (!json_is_integer(x)) {
+            free(ids);
+            return rt_openai__bad_type(e, p, "an integer token id");
+        }
+        json_int_t v = json_integer_value(x);
+        if (v < 0 || v > hi) {
+            free(ids);
+            return rt_openai__fail(
+                e, TG_ERANGE, 400, "invalid_value", p,
+                "'%s' = %lld is not a token id (valid: 0..%" PRId64 ")", p,
+                (long long)v, hi);
+        }
+        ids[i] = (int32_t)v;
+    }
+    *out = ids;
+    *n_out = n;
+    return 0;
+}
+
+/* Fields that name features we do not implement: rejected, never ignored. */
+static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
+                              struct rt_gen_request *out,
+                              struct rt_api_error *e)
+{
+    int rc;
+    int64_t x = 1;
+    /* n: parallel samples of one prompt (docs/API.md "n"), at most
+     * RT_OPENAI_MAX_N; the server also bounds it by --max-num-seqs. */
+    if ((rc = get_int(root, "n", "n", 1, RT_OPENAI_MAX_N, &x, NULL, e)))
+        return rc;
+    out->n = (int32_t)x;
+    /* best_of = n is the same request; more would need the choices ranked
+     * by their log-probabilities, which this server does not do. */
+    if ((rc = get_int(root, "best_of", "best_of", INT64_MIN, INT64_MAX, &x,
+                      NULL, e)))
+        return rc;
+    if (x != out->n)
+        return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
+                               "best_of",
+                               "'best_of' must equal 'n' (%d; got %" PRId64
+                               "): ranking extra samples is not supported",
+                               (int)out->n, x);
+    bool echo = false;
+    if ((rc = rt_openai__get_bool(root, "echo", "echo", &echo, e)))
+        return rc;
+    if (echo && ep == RT_ENDPOINT_CHAT)
+        return rt_openai__unsupported(e, "echo",
+                                      "echo is a /v1/completions parameter");
+    if (rt_openai__member(root, "suffix") != NULL)
+        return rt_openai__unsupported(e, "suffix", "suffix is not supported");
+    if (rt_openai__member(root, "prompt_logprobs") != NULL)
+        return rt_openai__unsupported(e, "prompt_logprobs",
+                           "prompt logprobs are not supported over HTTP");
+    json_t *v = rt_openai__member(root, "response_format");
+    if (v != NULL) {
+        if (!json_is_object(v))
+            return rt_openai__bad_type(e, "response_format", "an object");
+        json_t *t = json_object_get(v, "type");
+        if (!json_is_string(t))
+            return rt_openai__bad_type(e, "response_format.type", "a string");
+        const char *ts = json_string_value(t);
+        if (strcmp(ts, "text") != 0)
+            return rt_openai__fail(
+                e, TG_EUNSUPPORTED, 400, "unsupported_value",
+                "response_format.type",
+                "response_format type '%.64s' is not supported: this server "
+                "has no constrained decoding, so it cannot guarantee %s; only "
+                "{\"type\": \"text\"} is accepted",
+                ts, strcmp(ts, "json_object") == 0 ? "valid JSON output"
+                    : strcmp(ts, "json_schema") == 0 ? "output matching a schema"
+                                                     : "that format");
+    }
+    if (ep != RT_ENDPOINT_CHAT)
+        return 0;
+    if (rt_openai__member(root, "functions") != NULL)
+        return rt_openai__unsupported(e, "functions", "function calling is not supported");
+    if (rt_openai__member(root, "function_call") != NULL)
+        return rt_openai__unsupported(e, "function_call",
+                           "function calling is not supported");
+    if (rt_openai__member(root, "chat_template") != NULL)
+        return rt_openai__unsupported(e, "chat_template",
+                           "custom chat templates are not accepted; the "
+                           "model's own template is used");
+    return 0;
+}
+
+static int parse_stop(const json_t *root, struct rt_sampling *s,
+                      struct rt_api_error *e)
+{
+    json_t *v = rt_openai__member(root, "stop");
+    if (v == NULL)
+        return 0;
+    size_t n;
+    if (json_is_string(v))
+        n = 1;
+    else if (json_is_array(v))
+        n = json_array_size(v);
+    else
+        return rt_openai__bad_type(e, "stop",
+                                   "a string or an array of strings");
+    if (n > RT_OPENAI_MAX_STOP)
+        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", "stop",
+                               "'stop' has %zu strings; at most %d are allowed",
+                               n, RT_OPENAI_MAX_STOP);
+    if (n == 0)
+        return 0;
+    s->stop = calloc(n, sizeof(*s->stop));
+    if (s->stop == NULL)
+        return rt_openai__oom(e);
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_is_string(v) ? v : json_array_get(v, i);
+        char p[64];
+        if (json_is_string(v))
+            snprintf(p, sizeof(p), "stop");
+        else
+            snprintf(p, sizeof(p), "stop[%zu]", i);
+        if (!json_is_string(x))
+            return rt_openai__bad_type(e, p, "a string");
+        size_t len = json_string_length(x);
+        if (len == 0)
+            return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", p,
+                                   "'%s' must not be an empty string", p);
+        if (len > RT_OPENAI_MAX_STOP_BYTES)
+            return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", p,
+                                   "'%s' is longer than %d bytes", p,
+                                   RT_OPENAI_MAX_STOP_BYTES);
+        s->stop[i] = strndup(json_string_value(x), len);
+        if (s->stop[i] == NULL)
+            return rt_openai__oom(e);
+        s->n_stop = i + 1;
+    }
+    return 0;
+}
+
+/* Sampling fields shared by both endpoints (OpenAI names plus vLLM's
+ * extensions: top_k, min_p, repetition_penalty, min_tokens, ignore_eos,
+ * stop_token_ids, skip_special_tokens, include_stop_str_in_output). */
+static int cmp_bias(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* logit_bias (OpenAI): {"<token id>": bias}, bias in [-100, 100], added to
+ * the token's logit before sampling (vLLM's semantics: keys are decimal
+ * token ids, values numbers). Ids must be below the vocabulary, each id
+ * once ("7" and "07" name the same token); entries come out sorted by id.
+ * {} and null mean none. */
+static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
+                            struct rt_sampling *s, struct rt_api_error *e)
+{
+    json_t *v = rt_openai__member(root, "logit_bias");
+    if (v == NULL)
+        return 0;
+    if (!json_is_object(v))
+        return rt_openai__bad_type(e, "logit_bias",
+                                   "an object of token id -> bias");
+    size_t n = json_object_size(v);
+    if (n == 0)
+        return 0;
+    if (n > RT_OPENAI_MAX_LOGIT_BIAS)
+        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", "logit_bias",
+                               "'logit_bias' has %zu entries; at most %d are "
+                               "allowed", n, RT_OPENAI_MAX_LOGIT_BIAS);
+    /* ids and values side by side, to sort by id. */
+    struct { int32_t id; float val; } *tmp = malloc(n * sizeof(*tmp));
+    if (tmp == NULL)
+        return rt_openai__oom(e);
+    size_t i = 0;
+    const char *key;
+    json_t *val;
+    int rc = 0;
+    json_object_foreach(v, key, val) {
+        char p[128];
+        snprintf(p, sizeof(p), "logit_bias.%.64s", key);
+        char *end = NULL;
+        errno = 0;
+        long long id = key[0] >= '0' && key[0] <= '9' ? strtoll(key, &end, 10)
+                                                      : -1;
+        int64_t hi = cfg->vocab_size > 0 ? (int64_t)cfg->vocab_size - 1
+                                         : INT32_MAX;
+        if (id < 0 || end == NULL || *end != '\0' || errno != 0 || id > hi) {
+            rc = rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", p,
+                                 "logit_bias key '%.64s' is not a token id "
+                                 "(valid: 0..%" PRId64 ")", key, hi);
+            break;
+        }
+        if (!json_is_number(val)) {
+            rc = rt_openai__bad_type(e, p, "a number");
+            break;
+        }
+        double b = json_number_value(val);
+        if (!(b >= -100.0 && b <= 100.0)) {
+            rc = rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", p,
+                                 "logit_bias values must be in [-100, 100] "
+                                 "(got %g for token %lld)", b, id);
+            break;
+        }
+        tmp[i].id = (int32_t)id;
+        tmp[i].val = (float)b;
+        i++;
+    }
+    if (rc == 0) {
+        /* The id is the first member: sorting the pairs by it is sorting
+         * the ids (ties cannot stay: they are refused just below). */
+        qsort(tmp, n, sizeof(*tmp), cmp_bias);
+        for (i = 1; i < n && rc == 0; i++)
+            if (tmp[i].id == tmp[i - 1].id)
+                rc = rt_openai__fail(e, TG_EINVAL, 400, "invalid_value",
+                                     "logit_bias",
+                                     "'logit_bias' names token %d twice",
+                                     (int)tmp[i].id);
+    }
+    if (rc == 0) {
+        s->bias_ids = malloc(n * sizeof(*s->bias_ids));
+        s->bias_vals = malloc(n * sizeof(*s->bias_vals));
+        if (s->bias_ids == NULL || s->bias_vals == NULL) {
+            rc = rt_openai__oom(e);
+        } else {
+            for (i = 0; i < n; i++) {
+                s->bias_ids[i] = tmp[i].id;
+                s->bias_vals[i] = tmp[i].val;
+            }
+            s->n_bias = n;
+        }
+    }
+    free(tmp);
+    return rc;
+}
+
+static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
+                          struct rt_gen_request *r, struct rt_api_error *e)
+{
+    struct rt_sampling *s = &r->sampling;
+    rt_sampling_init(s);
+    bool chat = r->endpoint == RT_ENDPOINT_CHAT;
+    int rc;
+    int64_t x;
+    bool present;
+
+    /* OpenAI: chat max_tokens defaults to the room left in the context,
+     * legacy completions to 16. max_completion_tokens is the newer chat
+     * name and wins when both are sent (vLLM does the same). */
+    s->max_tokens = chat ? -1 : 16;
+    r->max_tokens_param = "max_tokens";
+    int64_t max_hi = cfg->max_model_len > 0 ? cfg->max_model_len : INT32_MAX;
+    const char *mkey = "max_tokens";
+    if (chat && rt_openai__member(root, "max_completion_tokens") != NULL)
+        mkey = "max_completion_tokens";
+    if ((rc = get_int(root, mkey, mkey, 1, max_hi, &x, &present, e)))
+        return rc;
+    if (present) {
+        s->max_tokens = (int32_t)x;
+        r->max_tokens_param = mkey;
+    }
+    if ((rc = get_int(root, "min_tokens", "min_tokens", 0, max_hi, &x, &present,
+                      e)))
+        return rc;
+    if (present) {
+        if (s->max_tokens > 0 && x > s->max_tokens)
+            return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value",
+                                   "min_tokens",
+                                   "'min_tokens' (%" PRId64 ") must not exceed "
+                                   "'%s' (%d)",
+                                   x, r->max_tokens_param, (int)s->max_tokens);
+        s->min_tokens = (int32_t)x;
+    }
+
+    /* Ranges: temperature [0, 2] and penalties [-2, 2] per the OpenAI API
+     * reference; top_p (0, 1], min_p [0, 1], repetition_penalty > 0 per
+     * vLLM's SamplingParams checks. */
+    if ((rc = get_num(root, "temperature", 0.0, false, 2.0, &s->temperature,
+                      e)) ||
+        (rc = get_num(root, "top_p", 0.0, true, 1.0, &s->top_p, e)) ||
+        (rc = get_num(root, "min_p", 0.0, false, 1.0, &s->min_p, e)) ||
+        (rc = get_num(root, "presence_penalty", -2.0, false, 2.0,
+                      &s->presence_penalty, e)) ||
+        (rc = get_num(root, "frequency_penalty", -2.0, false, 2.0,
+                      &s->frequency_penalty, e)) ||
+        (rc = get_num(root, "repetition_penalty", 0.0, true, DBL_MAX,
+                      &s->repetition_penalty, e)))
+        return rc;
+
+    /* vLLM: top_k -1 (and, since 0.8, 0) disables; otherwise >= 1. */
+    if ((rc = get_int(root, "top_k", "top_k", -1, INT32_MAX, &x, &present, e)))
+        return rc;
+    if (present)
+        s->top_k = x <= 0 ? 0 : (int32_t)x;
+
+    if ((rc = get_int(root, "seed", "seed", INT64_MIN, INT64_MAX, &s->seed,
+                      &s->has_seed, e)))
+        return rc;
+
+    if ((rc = rt_openai__get_bool(root, "ignore_eos", "ignore_eos",
+                                  &s->ignore_eos, e)) ||
+        (rc = rt_openai__get_bool(root, "skip_special_tokens",
+                                  "skip_special_tokens",
+                                  &s->skip_special_tokens, e)) ||
+        (rc = rt_openai__get_bool(root, "include_stop_str_in_output",
+                                  "include_stop_str_in_output",
+                                  &s->include_stop_str_in_output, e)))
+        return rc;
+
+    if ((rc = parse_stop(root, s, e)) || (rc = parse_logit_bias(cfg, root, s, e)))
+        return rc;
+    json_t *v = rt_openai__member(root, "stop_token_ids");
+    if (v != NULL) {
+        if (!json_is_array(v))
+            return rt_openai__bad_type(e, "stop_token_ids",
+                                       "an array of token ids");
+        if ((rc = rt_openai__read_ids(
+                 cfg, v, "stop_token_ids", RT_OPENAI_MAX_STOP_TOKEN_IDS,
+                 &s->stop_token_ids, &s->n_stop_token_ids, e)))
+            return rc;
+    }
+
+    /* Logprobs: completions take an int 0..20 (alternatives per token);
+     * chat takes a bool plus top_logprobs 0..20, and vLLM rejects
+     * top_logprobs > 0 without logprobs=true. */
+    if (!chat) {
+        if ((rc = get_int(root, "logprobs", "logprobs", 0,
+                          RT_OPENAI_MAX_LOGPROBS, &x, &present, e)))
+            return rc;
+        if (present)
+            s->logprobs = (int32_t)x;
+    } else {
+        bool want = false;
+        int64_t top = 0;
+        if ((rc =
+                 rt_openai__get_bool(root, "logprobs", "logprobs", &want, e)) ||
+            (rc = get_int(root, "top_logprobs", "top_logprobs", 0,
+                          RT_OPENAI_MAX_LOGPROBS, &top, NULL, e)))
+            return rc;
+        if (top > 0 && !want)
+            return rt_openai__fail(
+                e, TG_EFORMAT, 400, "invalid_value", "top_logprobs",
+                "'top_logprobs' requires 'logprobs' to be true");
+        if (want)
+            s->logprobs = (int32_t)top;
+    }
+    return 0;
+}
+
+static int parse_stream(const json_t *root, struct rt_gen_request *r,
+                        struct rt_api_error *e)
+{
+    int rc;
+    if ((rc = rt_openai__get_bool(root, "stream", "stream", &r->stream, e)))
+        return rc;
+    json_t *so = rt_openai__member(root, "stream_options");
+    if (so == NULL)
+        return 0;
+    if (!json_is_object(so))
+        return rt_openai__bad_type(e, "stream_options", "an object");
+    /* OpenAI and vLLM both refuse stream_options on a non-streaming
+     * request rather than ignore it. */
+    if (!r->stream)
+        return rt_openai__fail(
+            e, TG_EFORMAT, 400, "invalid_value", "stream_options",
+            "'stream_options' is only allowed when 'stream' is true");
+    if ((rc = rt_openai__get_bool(so, "include_usage",
+                                  "stream_options.include_usage",
+                                  &r->include_usage, e)) ||
+        (rc = rt_openai__get_bool(so, "continuous_usage_stats",
+                                  "stream_options.continuous_usage_stats",
+                                  &r->continuous_usage, e)))
+        return rc;
+    return 0;
+}
+
+int rt_openai_check_id(const char *v, size_t n, const char *param,
+                       struct rt_api_error *e)
+{
+    if (n == 0)
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", param,
+                               "%s must not be empty", param);
+    if (n > RT_OPENAI_MAX_ID_BYTES)
+        return rt_openai__fail(e, TG_EINVAL, 400, "invalid_value", param,
+                               "%s is %zu bytes; at most %d are allowed",
+                               param, n, RT_OPENAI_MAX_ID_BYTES);
+    if (!tok_utf8_valid(v, n, NULL))
+        return rt_openai__fail(e, TG_EINVAL, 400, "invalid_value", param,
+                               "%s is not valid UTF-8", param);
+    return 0;
+}
+
+/* Identity fields: user (OpenAI), request_id (vLLM), session_id (ours;
+ * the X-Session-Id header is the router's other way to set it). */
+static int parse_ids(const json_t *root, struct rt_gen_request *r,
+                     struct rt_api_error *e)
+{
+    int rc;
+    if ((rc = rt_openai__get_str(root, "user", "user", RT_OPENAI_MAX_ID_BYTES, &r->user,
+                      e)) ||
+        (rc = rt_openai__get_str(root, "request_id", "request_id", RT_OPENAI_MAX_ID_BYTES,
+                      &r->request_id, e)) ||
+        (rc = rt_openai__get_str(root, "session_id", "session_id", RT_OPENAI_MAX_ID_BYTES,
+                      &r->session_id, e)))
+        return rc;
+    if (r->session_id != NULL && r->session_id[0] == '\0')
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
+                               "session_id", "'session_id' must not be empty");
+    return 0;
+}
+
+/* ---- completions prompt ------------------------------------------------ */
+
+/* prompt: a string, an array of token ids, or a batch of one of those
+ * (["text"] or [[ids]]); a longer batch is refused (one prompt per
+ * request; its choices, n, are indexed 0..n-1). */
+static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
+                        struct rt_gen_request *r, struct rt_api_error *e)
+{
+    json_t *v = rt_openai__member(root, "prompt");
+    if (v == NULL)
+        return rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
+                               "prompt", "'prompt' is required");
+    const char *param = "prompt";
+    if (json_is_array(v) && json_array_size(v) >= 1 &&
+        !json_is_integer(json_array_get(v, 0))) {
+        if (json_array_size(v) > 1)
+            return rt_openai__fail(
+                e, TG_EUNSUPPORTED, 400, "unsupported_value", "prompt",
+                "'prompt' holds %zu prompts; batched prompts are not "
+                "supported, send one prompt per request",
+                json_array_size(v));
+        v = json_array_get(v, 0);
+        param = "prompt[0]";
+        if (!json_is_string(v) && !json_is_array(v))
+            return rt_openai__bad_type(e, param,
+                                       "a string or an array of token ids");
+    }
+    if (json_is_string(v)) {
+        size_t n = json_string_length(v);
+        if (n == 0)
+            return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", param,
+                                   "'%s' must not be empty", param);
+        r->prompt = strndup(json_string_value(v), n);
+        if (r->prompt == NULL)
+            return rt_openai__oom(e);
+        r->prompt_len = n;
+        return 0;
+    }
+    if (!json_is_array(v))
+        return rt_openai__bad_type(
+            e, "prompt",
+            "a string, an array of token ids or an array of one "
+            "string");
+    if (json_array_size(v) == 0)
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", param,
+                               "'%s' must not be empty", param);
+    int rc = rt_openai__read_ids(cfg, v, param, 0, &r->prompt_ids,
+                                 &r->n_prompt_ids, e);
+    if (rc)
+        return rc;
+    if (cfg->max_model_len > 0 && r->n_prompt_ids >= (size_t)cfg->max_model_len)
+        return rt_openai__fail(
+            e, TG_ETOOBIG, 400, "context_length_exceeded", param,
+            "the prompt has %zu tokens; this model's context is %d "
+            "tokens, which must also hold at least one generated "
+            "token",
+            r->n_prompt_ids, (int)cfg->max_model_len);
+    return 0;
+}
+
+/* ---- entry points ------------------------------------------------------ */
+
+static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
+                     const char *body, size_t len, struct rt_gen_request *out,
+                     struct rt_api_error *e)
+{
+    memset(out, 0, sizeof(*out));
+    out->endpoint = ep;
+    out->n = 1;
+    json_t *root;
+    int rc = rt_openai__load_body(cfg, body, len, &root, e);
+    if (rc)
+        return rc;
+    if ((rc = rt_openai__parse_model(cfg, root, &out->model, e)) ||
+        (rc = reject_unsupported(root, ep, out, e)))
+        goto fail;
+    if (ep == RT_ENDPOINT_CHAT) {
+        out->add_special_tokens = false;
+        if ((rc = rt_openai_chat_parse_messages(root, &out->messages,
+                                                &out->n_messages,
+                                                &out->chat_messages, e)) ||
+            (rc = rt_openai_chat_parse_tools(root, &out->tools,
+                                             &out->tool_choice, e)) ||
+            (rc = rt_openai__parse_chat_opts(root, &out->chat, e)))
+            goto fail;
+    } else {
+        out->add_special_tokens = true;
+        if ((rc = parse_prompt(cfg, root, out, e)) ||
+            (rc = rt_openai__get_bool(root, "echo", "echo", &out->echo, e)))
+            goto fail;
+    }
+    if ((rc = rt_openai__get_bool(root, "add_special_tokens",
+                                  "add_special_tokens",
+                                  &out->add_special_tokens, e)) ||
+        (rc = parse_sampling(cfg, root, out, e)) ||
+        (rc = parse_stream(root, out, e)) || (rc = parse_ids(root, out, e)))
+        goto fail;
+    /* vLLM answers echo + logprobs with the prompt's log-probabilities,
+     * which would cost a forward pass of every prompt position through
+     * the compressed prefill; this server does not compute them over HTTP
+     * (tangram-generate --prompt-logprobs does, offline). */
+    if (out->echo && out->sampling.logprobs >= 0) {
+        rc = rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
+                             "echo",
+                             "'echo' with 'logprobs' would need the prompt's "
+                             "log-probabilities, which this server does not "
+                             "return; send echo without logprobs");
+        goto fail;
+    }
+    json_decref(root);
+    return 0;
+fail:
+    json_decref(root);
+    rt_gen_request_free(out);
+    out->endpoint = ep;
+    return rc;
+}
+
+int rt_openai_parse_completion(const struct rt_openai_cfg *cfg,
+                               const char *body, size_t len,
+                               struct rt_gen_request *out,
+                               struct rt_api_error *e)
+{
+    return parse_gen(cfg, RT_ENDPOINT_COMPLETIONS, body, len, out, e);
+}
+
+int rt_openai_parse_chat(const struct rt_openai_cfg *cfg, const char *body,
+                         size_t len, struct rt_gen_request *out,
+                         struct rt_api_error *e)
+{
+    return parse_gen(cfg, RT_ENDPOINT_CHAT, body, len, out, e);
+}
+
+void rt_sampling_init(struct rt_sampling *s)
+{
+    memset(s, 0, sizeof(*s));
+    s->max_tokens = -1;
+    s->temperature = 1.0;
+    s->top_p = 1.0;
+    s->repetition_penalty = 1.0;
+    s->skip_special_tokens = true;
+    s->logprobs = -1;
+}
+
+int rt_sampling_check_converted(const struct rt_sampling *sp,
+                                struct rt_api_error *e)
+{
+    const struct {
+        const char *name;
+        double v;
+        int ok; /* of the single-precision value */
+    } f[] = {
+        {"temperature", sp->temperature,
+         isfinite((float)sp->temperature) && (float)sp->temperature >= 0.0f},
+        {"top_p", sp->top_p,
+         (float)sp->top_p > 0.0f && (float)sp->top_p <= 1.0f},
+        {"min_p", sp->min_p,
+         (float)sp->min_p >= 0.0f && (float)sp->min_p <= 1.0f},
+        {"presence_penalty", sp->presence_penalty,
+         isfinite((float)sp->presence_penalty)},
+        {"frequency_penalty", sp->frequency_penalty,
+         isfinite((float)sp->frequency_penalty)},
+        {"repetition_penalty", sp->repetition_penalty,
+         isfinite((float)sp->repetition_penalty) &&
+             (float)sp->repetition_penalty > 0.0f},
+    };
+    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+        if (!f[i].ok)
+            return rt_openai__fail(e, TG_EINVAL, 400, "invalid_value",
+                                   f[i].name,
+                                   "%s %.17g is out of range once converted "
+                                   "to single precision (%g)", f[i].name,
+                                   f[i].v, (double)(float)f[i].v);
+    return 0;
+}
+
+int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
+                       int64_t n_prompt_tokens, struct rt_api_error *e)
+{
+    const char *pp = r->endpoint == RT_ENDPOINT_CHAT ? "messages" : "prompt";
+    if (n_prompt_tokens <= 0)
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", pp,
+                               "the prompt is empty after tokenization");
+    if (max_model_len <= 0)
+        return 0;
+    if (n_prompt_tokens >= max_model_len)
+        return rt_openai__fail(
+            e, TG_ETOOBIG, 400, "context_length_exceeded", pp,
+            "the prompt has %" PRId64 " tokens; this model's context "
+            "is %d tokens, which must also hold at least one "
+            "generated token",
+            n_prompt_tokens, (int)max_model_len);
+    int64_t room = max_model_len - n_prompt_tokens;
+    struct rt_sampling *s = &r->sampling;
+    if (s->max_tokens < 0) {
+        s->max_tokens = (int32_t)room;
+    } else if (s->max_tokens > room) {
+        return rt_openai__fail(
+            e, TG_ETOOBIG, 400, "context_length_exceeded", r->max_tokens_param,
+            "this model's context is %d tokens, but %" PRId64
+            " prompt tokens plus %d requested in '%s' make %" PRId64
+            "; reduce the prompt or '%s'",
+            (int)max_model_len, n_prompt_tokens, (int)s->max_tokens,
+            r->max_tokens_param, n_prompt_tokens + s->max_tokens,
+            r->max_tokens_param);
+    }
+    if (s->min_tokens > s->max_tokens)
+        return rt_openai__fail(
+            e, TG_ERANGE, 400, "invalid_value", "min_tokens",
+            "'min_tokens' (%d) exceeds the %d tokens that fit in the "
+            "context",
+            (int)s->min_tokens, (int)s->max_tokens);
+    return 0;
+}
+
+static char *dup_or_null(const char *p, int *bad)
+{
+    char *d = p != NULL ? strdup(p) : NULL;
+    *bad |= p != NULL && d == NULL;
+    return d;
+}
+
+static void *dup_bytes(const void *p, size_t n, int *bad)
+{
+    if (p == NULL || n == 0)
+        return NULL;
+    void *d = malloc(n);
+    if (d == NULL)
+        *bad = 1;
+    else
+        memcpy(d, p, n);
+    return d;
+}
+
+int rt_gen_request_copy_sample(const struct rt_gen_request *src,
+                               struct rt_gen_request *out)
+{
+    int bad = 0;
+    memset(out, 0, sizeof(*out));
+    out->endpoint = src->endpoint;
+    out->n = 1;
+    out->tool_choice = src->tool_choice;
+    out->chat.add_generation_prompt = src->chat.add_generation_prompt;
+    out->chat.continue_final_message = src->chat.continue_final_message;
+    out->add_special_tokens = src->add_special_tokens;
+    out->max_tokens_param = src->max_tokens_param;
+    out->stream = src->stream;
+    out->include_usage = src->include_usage;
+    out->continuous_usage = src->continuous_usage;
+    out->echo = src->echo;
+    out->model = dup_or_null(src->model, &bad);
+    out->user = dup_or_null(src->user, &bad);
+    out->request_id = dup_or_null(src->request_id, &bad);
+    if (src->tools != NULL)
+        out->tools = json_incref(src->tools);
+    out->echo_text = dup_bytes(src->echo_text, src->echo_len + 1, &bad);
+    out->echo_len = out->echo_text != NULL ? src->echo_len : 0;
+    struct rt_sampling *d = &out->sampling;
+    const struct rt_sampling *f = &src->sampling;
+    *d = *f;
+    d->stop = NULL;
+    d->n_stop = 0;
+    d->stop_token_ids = dup_bytes(f->stop_token_ids,
+                                  f->n_stop_token_ids * sizeof(int32_t), &bad);
+    d->n_stop_token_ids = d->stop_token_ids != NULL ? f->n_stop_token_ids : 0;
+    d->bias_ids = dup_bytes(f->bias_ids, f->n_bias * sizeof(int32_t), &bad);
+    d->bias_vals = dup_bytes(f->bias_vals, f->n_bias * sizeof(float), &bad);
+    d->n_bias = d->bias_ids != NULL && d->bias_vals != NULL ? f->n_bias : 0;
+    if (f->n_stop > 0) {
+        d->stop = calloc(f->n_stop, sizeof(char *));
+        bad |= d->stop == NULL;
+        for (size_t i = 0; d->stop != NULL && i < f->n_stop; i++) {
+            d->stop[i] = dup_or_null(f->stop[i], &bad);
+            d->n_stop += d->stop[i] != NULL;
+        }
+    }
+    if (bad) {
+        rt_gen_request_free(out);
+        return TG_ENOMEM;
+    }
+    return 0;
+}
+
+void rt_gen_request_free(struct rt_gen_request *r)
+{
+    free(r->model);
+    free(r->prompt);
+    free(r->prompt_ids);
+    rt_openai_chat_messages_free(r->messages, r->n_messages);
+    json_decref(r->chat_messages);
+    json_decref(r->tools);
+    json_decref(r->chat.kwargs);
+    for (size_t i = 0; i < r->sampling.n_stop; i++)
+        free(r->sampling.stop[i]);
+    free(r->sampling.stop);
+    free(r->sampling.stop_token_ids);
+    free(r->echo_text);
+    free(r->sampling.bias_ids);
+    free(r->sampling.bias_vals);
+    free(r->user);
+    free(r->session_id);
+    free(r->request_id);
+    memset(r, 0, sizeof(*r));
+}

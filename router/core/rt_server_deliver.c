@@ -1,0 +1,79 @@
+/* rt_server_deliver.c — handing a request's output to its sink (see
+ * rt_server.h, rt_req_deliver): the text and logprobs produced since the
+ * last delivery, in pieces of bounded size while the client takes them,
+ * and the final delivery held back for a client that is not reading. */
+#include "router/core/rt_server.h"
+
+#include <stdio.h>
+
+static int sink_blocked(struct rt_req *r)
+{
+    return !r->no_hold && r->blocked != NULL && r->blocked(r);
+}
+
+/* Keeps the final delivery for when the client drains (rt_req.blocked). */
+static void hold(struct rt_req *r, enum rt_finish fin, const char *error)
+{
+    r->holding = 1;
+    r->held_fin = (int)fin;
+    if (error != r->held_error)
+        snprintf(r->held_error, sizeof(r->held_error), "%s",
+                 error ? error : "");
+}
+
+void rt_req_deliver(struct rt_req *r, enum rt_finish fin, const char *error)
+{
+    if (r->done || r->holding)
+        return;
+    for (;;) {
+        if (sink_blocked(r)) {
+            if (fin != RT_FINISH_NONE)
+                hold(r, fin, error);
+            return;
+        }
+        size_t ready = rt_text_ready(&r->text, fin != RT_FINISH_NONE);
+        size_t from = r->text.emitted, upto = ready;
+        if (upto - from > RT_DELIVER_MAX_TEXT) {
+            /* Cut before a UTF-8 continuation byte, never inside a
+             * character. */
+            upto = from + RT_DELIVER_MAX_TEXT;
+            while (upto > from &&
+                   ((unsigned char)r->text.out.s[upto] & 0xC0) == 0x80)
+                upto--;
+        }
+        size_t n_lp = 0, avail = 0;
+        if (r->ctx.logprobs) {
+            avail = (size_t)(r->n_out - r->lp_sent);
+            n_lp = avail < RT_DELIVER_MAX_TOKENS ? avail
+                                                 : RT_DELIVER_MAX_TOKENS;
+            for (size_t j = 0; j < n_lp; j++) {
+                size_t i = (size_t)r->lp_sent + j;
+                struct rt_token_logprob *t = &r->lp_scratch[j];
+                t->id = r->out_ids[i];
+                t->logprob = r->out_lps[i];
+                t->n_top = (size_t)r->n_top;
+                t->top = r->top_scratch + i * (size_t)r->n_top;
+                for (int k = 0; k < r->n_top; k++) {
+                    r->top_scratch[i * r->n_top + k].id =
+                        r->out_top_ids[i * r->n_top + k];
+                    r->top_scratch[i * r->n_top + k].logprob =
+                        r->out_top_lps[i * r->n_top + k];
+                }
+            }
+        }
+        int last = upto == ready && n_lp == avail;
+        enum rt_finish f = last ? fin : RT_FINISH_NONE;
+        if (upto == from && n_lp == 0 && f == RT_FINISH_NONE)
+            return;
+        r->lp_sent = r->ctx.logprobs ? r->lp_sent + (int32_t)n_lp : r->n_out;
+        rt_text_mark(&r->text, upto);
+        if (f != RT_FINISH_NONE)
+            r->done = 1;
+        r->in_deliver = 1;
+        r->sink->deliver(r, r->text.out.s ? r->text.out.s + from : "",
+                         upto - from, r->lp_scratch, n_lp, f, error);
+        r->in_deliver = 0;
+        if (last || r->done)
+            return;
+    }
+}

@@ -1,0 +1,253 @@
+/* rt_server_encode.c — text and chat prompts to token ids for the router's
+ * front ends and the generation path (see rt_server.h), and the jobs the
+ * front ends run on libuv's thread pool (rt_pool_job: parsing a large
+ * request body, encoding, formatting a large answer). Chat prompts are
+ * rendered with the model's own chat template (common/chat/ct_template.h).
+ *
+ * Encode jobs run the rendering and the tokenization on libuv's thread
+ * pool (uv_queue_work; its size is UV_THREADPOOL_SIZE, which the router's
+ * --tokenizer-threads sets before the loop starts), so a multi-megabyte
+ * prompt never stalls the loop thread: /health, the step loop and every
+ * stream keep going while it is encoded. What a worker thread touches:
+ * the tokenizer and the template (immutable after load, documented as
+ * safe for any number of threads in tok_tokenizer.h, jj_template.h and
+ * ct_template.h; each job uses its own scratch, no word cache is shared),
+ * the job's inputs (the owner keeps them alive and unmodified until the
+ * job's done callback; jansson's reference counts are atomic, so the
+ * template taking references to the messages is safe) and the job's
+ * outputs. Everything else — the job list, the gauge, the done callback —
+ * stays on the loop thread. */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/base/tg_err.h"
+#include "router/core/rt_server.h"
+
+/* Renders (chat) and tokenizes what `j` names into j->ids; any thread. */
+static int encode_now(const struct rt_server *s, struct rt_encode_job *j)
+{
+    char err[512];
+    unsigned flags = j->add_special ? TOK_ENCODE_ADD_SPECIAL : 0;
+    struct rt_api_error *e = &j->e;
+    if (!j->is_chat) {
+        int rc = tok_encode_max(&s->tok, NULL, j->text, j->len, flags,
+                                j->max_ids, &j->ids, err, sizeof(err));
+        if (rc != 0)
+            rt_api_error_set(e, rc == TG_ENOMEM ? 500 : 400,
+                             rc == TG_ERANGE ? "context_length_exceeded"
+                                             : "invalid_prompt",
+                             "prompt", "%s", err);
+        return rc;
+    }
+    if (!s->have_tmpl) {
+        rt_api_error_set(e, 400, "chat_template_unsupported", "messages",
+                         "this model has no usable chat template: %s",
+                         s->tmpl_error);
+        return TG_EUNSUPPORTED;
+    }
+    char *rendered = NULL;
+    size_t rlen = 0;
+    struct ct_render_opts o = {
+        .add_generation_prompt = j->chat.add_generation_prompt,
+        .continue_final_message = j->chat.continue_final_message,
+        .kwargs = j->chat.kwargs,
+    };
+    int rc = ct_template_render(&s->tmpl, j->messages, j->tools, &o,
+                                &rendered, &rlen, err, sizeof(err));
+    if (rc != 0) {
+        const char *code = rc == TG_EUNSUPPORTED ? "chat_template_unsupported"
+                           : rc == TG_ETOOBIG    ? "prompt_too_large"
+                                                 : "invalid_messages";
+        rt_api_error_set(e, rc == TG_ENOMEM ? 500 : 400, code, "messages",
+                         "%s", err);
+        return rc;
+    }
+    rc = tok_encode_max(&s->tok, NULL, rendered, rlen, flags, j->max_ids,
+                        &j->ids, err, sizeof(err));
+    free(rendered);
+    if (rc != 0)
+        rt_api_error_set(e, rc == TG_ENOMEM ? 500 : 400,
+                         rc == TG_ERANGE ? "context_length_exceeded"
+                                         : "invalid_messages",
+                         "messages", "%s", err);
+    return rc;
+}
+
+int rt_server_encode(struct rt_server *s, const char *text, size_t len,
+                     int add_special, struct tok_ids *ids,
+                     struct rt_api_error *e)
+{
+    struct rt_encode_job j = {
+        .text = text, .len = len, .add_special = add_special,
+        .max_ids = SIZE_MAX, .ids = *ids,
+    };
+    int rc = encode_now(s, &j);
+    *ids = j.ids;
+    if (rc != 0)
+        *e = j.e;
+    return rc;
+}
+
+int rt_server_encode_chat(struct rt_server *s, json_t *messages,
+                          json_t *tools, const struct rt_chat_opts *chat,
+                          int add_special, struct tok_ids *ids,
+                          struct rt_api_error *e)
+{
+    struct rt_encode_job j = {
+        .is_chat = 1, .messages = messages, .tools = tools, .chat = *chat,
+        .add_special = add_special, .max_ids = SIZE_MAX, .ids = *ids,
+    };
+    int rc = encode_now(s, &j);
+    *ids = j.ids;
+    if (rc != 0)
+        *e = j.e;
+    return rc;
+}
+
+/* ---- encode jobs on the thread pool ------------------------------------- */
+
+/* Adds the bytes of every string in v (keys included) to *n, stopping
+ * once it passes `cap`. */
+static void json_bytes(const json_t *v, size_t cap, size_t *n)
+{
+    if (*n > cap || v == NULL)
+        return;
+    if (json_is_string(v)) {
+        *n += json_string_length(v);
+    } else if (json_is_array(v)) {
+        size_t i;
+        const json_t *x;
+        json_array_foreach(v, i, x) json_bytes(x, cap, n);
+    } else if (json_is_object(v)) {
+        const char *k;
+        const json_t *x;
+        json_object_foreach((json_t *)v, k, x)
+        {
+            *n += strlen(k);
+            json_bytes(x, cap, n);
+        }
+    }
+}
+
+int rt_encode_job_small(const struct rt_encode_job *j)
+{
+    size_t n = 0;
+    if (!j->is_chat)
+        return j->len <= RT_ENCODE_INLINE_BYTES;
+    json_bytes(j->messages, RT_ENCODE_INLINE_BYTES, &n);
+    json_bytes(j->tools, RT_ENCODE_INLINE_BYTES, &n);
+    json_bytes(j->chat.kwargs, RT_ENCODE_INLINE_BYTES, &n);
+    return n <= RT_ENCODE_INLINE_BYTES;
+}
+
+void rt_encode_job_run(struct rt_server *s, struct rt_encode_job *j)
+{
+    j->srv = s;
+    j->rc = encode_now(s, j);
+}
+
+/* ---- jobs on the thread pool ------------------------------------------- */
+
+static void pool_work(uv_work_t *w)
+{
+    struct rt_pool_job *j = w->data;
+    /* An owner that gave up while the job waited: skip the work. */
+    j->skipped = atomic_load_explicit(&j->cancelled, memory_order_relaxed);
+    if (!j->skipped)
+        j->run(j);
+}
+
+static void pool_after(uv_work_t *w, int status)
+{
+    struct rt_pool_job *j = w->data;
+    struct rt_server *s = j->srv;
+    if (j->prev != NULL)
+        j->prev->next = j->next;
+    else
+        s->jobs = j->next;
+    if (j->next != NULL)
+        j->next->prev = j->prev;
+    j->prev = j->next = NULL;
+    s->n_jobs--;
+    rt_metrics_gauge_set(s->metrics.tokenize_jobs_in_flight, (double)s->n_jobs);
+    /* libuv orders the work function before this callback. */
+    int ran = status != UV_ECANCELED && !j->skipped;
+    j->done(j, ran);
+    rt_server__jobs_changed(s);
+}
+
+int rt_pool_job_start(struct rt_server *s, struct rt_pool_job *j, char *err,
+                      size_t errlen)
+{
+    j->srv = s;
+    atomic_store(&j->cancelled, 0);
+    j->skipped = 0;
+    j->work.data = j;
+    int rc = uv_queue_work(s->loop, &j->work, pool_work, pool_after);
+    if (rc != 0)
+        return tg_err_set(err, errlen, TG_EINTERNAL,
+                          "cannot queue work on the thread pool: %s",
+                          uv_strerror(rc));
+    j->prev = NULL;
+    j->next = s->jobs;
+    if (s->jobs != NULL)
+        s->jobs->prev = j;
+    s->jobs = j;
+    s->n_jobs++;
+    rt_metrics_gauge_set(s->metrics.tokenize_jobs_in_flight, (double)s->n_jobs);
+    return 0;
+}
+
+void rt_pool_job_cancel(struct rt_pool_job *j)
+{
+    atomic_store_explicit(&j->cancelled, 1, memory_order_relaxed);
+    /* Succeeds only while the job waits for a thread; a running job ends
+     * on its own and its result is dropped by its owner. */
+    (void)uv_cancel((uv_req_t *)&j->work);
+}
+
+void rt_server__cancel_jobs(struct rt_server *s)
+{
+    for (struct rt_pool_job *j = s->jobs; j != NULL; j = j->next)
+        rt_pool_job_cancel(j);
+}
+
+/* ---- encode jobs --------------------------------------------------------- */
+
+static void encode_run(struct rt_pool_job *p)
+{
+    struct rt_encode_job *j = (struct rt_encode_job *)p;
+    j->rc = encode_now(j->srv, j);
+}
+
+static void encode_done(struct rt_pool_job *p, int ran)
+{
+    struct rt_encode_job *j = (struct rt_encode_job *)p;
+    if (!ran)
+        j->rc = TG_ECANCELED;
+    if (j->rc == TG_ECANCELED)
+        rt_api_error_set(&j->e, 503, "server_draining", NULL,
+                         "the request was cancelled before its prompt was "
+                         "tokenized");
+    j->done(j);
+}
+
+int rt_encode_job_start(struct rt_server *s, struct rt_encode_job *j)
+{
+    char err[160];
+    j->srv = s;
+    j->rc = 0;
+    j->pool.run = encode_run;
+    j->pool.done = encode_done;
+    if (rt_pool_job_start(s, &j->pool, err, sizeof(err)) != 0) {
+        rt_api_error_set(&j->e, 500, "internal_error", NULL, "%s", err);
+        return TG_EINTERNAL;
+    }
+    return 0;
+}
+
+void rt_encode_job_cancel(struct rt_encode_job *j)
+{
+    rt_pool_job_cancel(&j->pool);
+}

@@ -1,0 +1,471 @@
+/* rt_server_req.c — a request's life before the step loop takes it:
+ * creation and release, the prompt's tokens (checked ids, or the text
+ * rendered and tokenized on libuv's thread pool when it is big, with the
+ * early context bound), the cache scope, and the submission to the
+ * scheduler; resuming a request its client held back (see rt_server.h).
+ * Loop thread, except the encode job's work function. */
+#include "router/core/rt_server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
+
+struct rt_req *rt_req_new(struct rt_server *s, const struct rt_sink *sink,
+                          void *client)
+{
+    struct rt_req *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return NULL;
+    r->srv = s;
+    r->sink = sink;
+    r->client = client;
+    r->id = ++s->next_id;
+    r->created = (int64_t)time(NULL);
+    r->t_arrival = rt_server_now(s);
+    r->next = s->reqs;
+    s->reqs = r;
+    s->n_reqs++;
+    return r;
+}
+
+static void req_unlink(struct rt_req *r)
+{
+    struct rt_server *s = r->srv;
+    for (struct rt_req **p = &s->reqs; *p != NULL; p = &(*p)->next) {
+        if (*p == r) {
+            *p = r->next;
+            s->n_reqs--;
+            return;
+        }
+    }
+}
+
+void rt_req_drop(struct rt_req *r)
+{
+    req_unlink(r);
+    rt_gen_request_free(&r->g);
+    rt_text_free(&r->text);
+    free(r->prompt);
+    free(r->out_ids);
+    free(r->out_lps);
+    free(r->out_top_ids);
+    free(r->out_top_lps);
+    free(r->top_scratch);
+    free(r->lp_scratch);
+    if (r->tc != NULL) {
+        rt_tc_free(r->tc);
+        free(r->tc);
+    }
+    free(r);
+}
+
+/* Copies the client's token ids into r->prompt after checking them. */
+static int take_prompt_ids(struct rt_req *r, struct rt_api_error *e)
+{
+    struct rt_server *s = r->srv;
+    for (size_t i = 0; i < r->g.n_prompt_ids; i++)
+        if (r->g.prompt_ids[i] < 0 || r->g.prompt_ids[i] >= s->mc.vocab_size) {
+            rt_api_error_set(e, 400, "invalid_token", "prompt",
+                             "token id %d at index %zu is outside the "
+                             "vocabulary [0, %d)", r->g.prompt_ids[i], i,
+                             s->mc.vocab_size);
+            return TG_EINVAL;
+        }
+    r->prompt = malloc((r->g.n_prompt_ids + 1) * sizeof(int32_t));
+    if (r->prompt == NULL) {
+        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        return TG_ENOMEM;
+    }
+    memcpy(r->prompt, r->g.prompt_ids, r->g.n_prompt_ids * sizeof(int32_t));
+    r->n_prompt = (int64_t)r->g.n_prompt_ids;
+    return 0;
+}
+
+/* The most prompt tokens the context leaves r: max_model_len minus
+ * max_tokens when the client gave it, else minus the one token that must
+ * be generated. A prompt beyond it is refused whatever its exact length,
+ * so encoding may stop there (tok_encode_max). */
+static size_t prompt_bound(const struct rt_req *r)
+{
+    int64_t ctx = r->srv->max_model_len;
+    if (ctx <= 0)
+        return SIZE_MAX;
+    int64_t gen = r->g.sampling.max_tokens > 0 ? r->g.sampling.max_tokens : 1;
+    int64_t bound = ctx - gen;
+    return bound < 0 ? 0 : (size_t)bound;
+}
+
+/* Fills j with r's prompt (text or chat). */
+static void job_inputs(struct rt_req *r, struct rt_encode_job *j)
+{
+    j->owner = r;
+    j->add_special = r->g.add_special_tokens;
+    j->max_ids = prompt_bound(r);
+    if (r->g.endpoint == RT_ENDPOINT_CHAT) {
+        j->is_chat = 1;
+        j->messages = r->g.chat_messages;
+        j->tools = r->g.tool_choice == RT_TOOL_CHOICE_NONE ? NULL : r->g.tools;
+        j->chat = r->g.chat;
+    } else {
+        j->text = r->g.prompt;
+        j->len = r->g.prompt_len;
+    }
+}
+
+/* The context error of a prompt that tok_encode_max stopped. */
+static void over_context(struct rt_req *r, struct rt_api_error *e)
+{
+    rt_api_error_set(e, 400, "context_length_exceeded",
+                     r->g.endpoint == RT_ENDPOINT_CHAT ? "messages" : "prompt",
+                     "the prompt has more than %zu tokens; this model's "
+                     "context is %d tokens, which must also hold %s",
+                     prompt_bound(r), (int)r->srv->max_model_len,
+                     r->g.sampling.max_tokens > 0 ? "max_tokens"
+                                                  : "at least one generated token");
+}
+
+static int submit_tokenized(struct rt_req *r, struct rt_api_error *e);
+
+/* A request's encode job ended (loop thread). */
+static void req_job_done(struct rt_encode_job *j)
+{
+    struct rt_req *r = j->owner;
+    struct rt_server *s = r->srv;
+    r->job = NULL;
+    struct tok_ids ids = j->ids;
+    int rc = j->rc;
+    struct rt_api_error e = j->e;
+    free(j);
+    if (r->done) {
+        /* Cancelled or aborted meanwhile: the result is dropped. */
+        tok_ids_free(&ids);
+        if (!r->in_step && !r->in_deliver && !r->holding)
+            rt_req_drop(r);
+        rt_server__drain_check(s);
+        return;
+    }
+    if (rc == 0) {
+        r->prompt = ids.v;
+        r->n_prompt = (int64_t)ids.n;
+        rc = submit_tokenized(r, &e);
+    } else {
+        tok_ids_free(&ids);
+        if (rc == TG_ERANGE)
+            over_context(r, &e);
+    }
+    r->on_submitted(r, rc, &e);
+}
+
+/* Tokenizes the prompt of r->g into r->prompt, or starts a job for it
+ * (TG_EAGAIN). */
+static int tokenize(struct rt_req *r, struct rt_api_error *e)
+{
+    struct rt_server *s = r->srv;
+    if (r->g.prompt_ids != NULL)
+        return take_prompt_ids(r, e);
+    struct rt_encode_job *j = calloc(1, sizeof(*j));
+    if (j == NULL) {
+        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        return TG_ENOMEM;
+    }
+    job_inputs(r, j);
+    if (r->on_submitted == NULL || rt_encode_job_small(j)) {
+        /* Small prompts, and synchronous callers: the same work, here. */
+        rt_encode_job_run(s, j);
+        int rc = j->rc;
+        if (rc != 0) {
+            tok_ids_free(&j->ids);
+            if (rc == TG_ERANGE)
+                over_context(r, e);
+            else
+                *e = j->e;
+            free(j);
+            return rc;
+        }
+        r->prompt = j->ids.v;
+        r->n_prompt = (int64_t)j->ids.n;
+        free(j);
+        return 0;
+    }
+    j->done = req_job_done;
+    if (rt_encode_job_start(s, j) != 0) {
+        *e = j->e;
+        free(j);
+        return TG_EINTERNAL;
+    }
+    r->job = j;
+    return TG_EAGAIN;
+}
+
+
+static uint64_t scope_mix(uint64_t h, const char *p, size_t n)
+{
+    /* FNV-1a over the bytes, keyed by the starting value. */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)p[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* The multi-turn cache scope of a request (rt_prefix.h): a keyed hash of
+ * who is calling and which conversation it names. Who: the API key the
+ * request was authenticated with (the daemon has one, --api-key, so today
+ * it separates nothing, but a server with several keys keeps their caches
+ * apart by it). Which conversation: the session id (X-Session-Id, the
+ * body's session_id, gRPC session_id), else the OpenAI `user` field, else
+ * none: requests that name neither share one scope per key, as every
+ * request did before scopes existed. The hash is keyed by a random
+ * per-process value and finished with splitmix64, so nobody outside can
+ * aim a session id at another scope. */
+static uint64_t cache_scope(const struct rt_req *r)
+{
+    const struct rt_server *s = r->srv;
+    const char *key = s->opts->api_key != NULL ? s->opts->api_key : "";
+    const char *conv = "";
+    char kind = '-';
+    if (r->g.session_id != NULL) {
+        conv = r->g.session_id;
+        kind = 's';
+    } else if (r->g.user != NULL) {
+        conv = r->g.user;
+        kind = 'u';
+    }
+    uint64_t h = 0xcbf29ce484222325ULL ^ s->scope_key;
+    h = scope_mix(h, key, strlen(key) + 1);
+    h = scope_mix(h, &kind, 1);
+    h = scope_mix(h, conv, strlen(conv));
+    return rt_server__splitmix(&h);
+}
+
+int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
+{
+    struct rt_server *s = r->srv;
+    if (s->draining) {
+        rt_api_error_set(e, 503, "server_draining", NULL,
+                         "the server is shutting down");
+        return TG_EBUSY;
+    }
+    if (!rt_server_ready(s)) {
+        rt_api_error_set(e, 503, "not_ready", NULL,
+                         "the workers are not ready; retry later");
+        return TG_EBUSY;
+    }
+    int rc = rt_sampling_check_converted(&r->g.sampling, e);
+    if (rc != 0)
+        return rc;
+    rc = tokenize(r, e);
+    if (rc != 0)
+        return rc;
+    return submit_tokenized(r, e);
+}
+
+/* The rest of rt_req_submit once r->prompt holds the ids. */
+static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
+{
+    struct rt_server *s = r->srv;
+    /* The state may have changed while the prompt was encoded. */
+    if (s->draining) {
+        rt_api_error_set(e, 503, "server_draining", NULL,
+                         "the server is shutting down");
+        return TG_EBUSY;
+    }
+    if (!rt_server_ready(s)) {
+        rt_api_error_set(e, 503, "not_ready", NULL,
+                         "the workers are not ready; retry later");
+        return TG_EBUSY;
+    }
+    int rc = rt_gen_request_fit(&r->g, s->max_model_len, r->n_prompt, e);
+    if (rc != 0)
+        return rc;
+    const struct rt_sampling *sp = &r->g.sampling;
+    rc = rt_text_init(&r->text, &s->tok, (const char *const *)sp->stop,
+                      (int)sp->n_stop);
+    if (rc != 0) {
+        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        return rc;
+    }
+    r->n_top = sp->logprobs > 0 ? sp->logprobs : 0;
+    r->cap_out = sp->max_tokens;
+    r->out_ids = malloc((size_t)r->cap_out * sizeof(int32_t));
+    r->out_lps = malloc((size_t)r->cap_out * sizeof(float));
+    r->lp_scratch = calloc((size_t)r->cap_out, sizeof(*r->lp_scratch));
+    r->out_top_ids = malloc(((size_t)r->cap_out * r->n_top + 1) * sizeof(int32_t));
+    r->out_top_lps = malloc(((size_t)r->cap_out * r->n_top + 1) * sizeof(float));
+    r->top_scratch = calloc((size_t)r->cap_out * r->n_top + 1, sizeof(*r->top_scratch));
+    if (!r->out_ids || !r->out_lps || !r->lp_scratch || !r->out_top_ids ||
+        !r->out_top_lps || !r->top_scratch) {
+        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        return TG_ENOMEM;
+    }
+    if (r->fork_of == 0) /* a sample's seed is set by rt_req_new_sample */
+        r->seed = sp->has_seed ? (uint64_t)sp->seed
+                               : rt_server__splitmix(&s->rng);
+    /* Tool calls are parsed out of the output when the template told the
+     * model how to write them and the request offered tools. */
+    if (r->g.endpoint == RT_ENDPOINT_CHAT && r->g.tools != NULL &&
+        json_array_size(r->g.tools) > 0 &&
+        r->g.tool_choice == RT_TOOL_CHOICE_AUTO &&
+        s->tmpl.tool_format != CT_TOOLS_NONE) {
+        r->tc = malloc(sizeof(*r->tc));
+        if (r->tc == NULL) {
+            rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+            return TG_ENOMEM;
+        }
+        rt_tc_init(r->tc, s->tmpl.tool_format, rt_server__splitmix(&s->rng));
+    }
+    if (r->fork_of == 0) /* a sample has its leader's */
+        rt_openai_make_id(r->id_str, sizeof(r->id_str), r->g.endpoint,
+                          rt_server__splitmix(&s->rng));
+    r->ctx.endpoint = r->g.endpoint;
+    r->ctx.id = r->id_str;
+    r->ctx.model = s->model_name;
+    r->ctx.created = r->created;
+    r->ctx.logprobs = sp->logprobs >= 0;
+    r->ctx.token_text = rt_server_token_text;
+    r->ctx.token_user = s;
+    r->ctx.include_usage = r->g.include_usage;
+    r->ctx.continuous_usage = r->g.continuous_usage;
+    r->ctx.index = r->choice;
+
+    /* What the workers draw with: the values rt_sampling_check_converted
+     * passed, in the single precision they take. */
+    struct rt_sched_request sr = {
+        .id = r->id,
+        .request_id = r->id_str,
+        .sampling = {
+            .temperature = (float)sp->temperature,
+            .top_p = (float)sp->top_p,
+            .top_k = sp->top_k,
+            .min_p = (float)sp->min_p,
+            .presence_penalty = (float)sp->presence_penalty,
+            .frequency_penalty = (float)sp->frequency_penalty,
+            .repetition_penalty = (float)sp->repetition_penalty,
+            .logprobs = (uint32_t)r->n_top,
+            .seed = r->seed,
+            .bias_ids = sp->bias_ids,
+            .bias_vals = sp->bias_vals,
+            .n_bias = (uint32_t)sp->n_bias,
+        },
+        .prompt = r->prompt,
+        .n_prompt = r->n_prompt,
+        .max_tokens = sp->max_tokens,
+        .session_id = r->g.session_id,
+        .cache_scope = cache_scope(r),
+        .user = r,
+        .fork_of = r->fork_of,
+    };
+    char err[256];
+    rc = rt_sched_submit(&s->sched, &sr, err, sizeof(err));
+    if (rc == TG_EBUSY) {
+        rt_api_error_set(e, 429, "queue_full", NULL,
+                         "too many requests are waiting (--max-queued %lld)",
+                         (long long)s->opts->max_queued);
+        return rc;
+    }
+    if (rc == TG_ETOOBIG && r->fork_of != 0) {
+        rt_api_error_set(e, 400, "invalid_value", "n",
+                         "'n' = %d parallel samples do not fit: %s",
+                         (int)r->choice + 1, err);
+        return rc;
+    }
+    if (rc == TG_ETOOBIG) {
+        rt_api_error_set(e, 400, "context_length_exceeded", "prompt",
+                         "the prompt needs more KV pages than a worker holds: %s",
+                         err);
+        return rc;
+    }
+    if (rc != 0) {
+        rt_api_error_set(e, 500, "internal_error", NULL, "%s", err);
+        return rc;
+    }
+    r->submitted = 1;
+    if (r->fork_of == 0) /* a prompt shared by samples is counted once */
+        rt_metrics_counter_add(s->metrics.prompt_tokens_total,
+                               (double)r->n_prompt);
+    rt_server__wake(s);
+    return 0;
+}
+
+int rt_server_check_n(const struct rt_server *s, int32_t n,
+                      struct rt_api_error *e)
+{
+    if (n <= 1)
+        return 0;
+    if (n > s->opts->max_num_seqs) {
+        rt_api_error_set(e, 400, "unsupported_value", "n",
+                         "'n' = %d exceeds --max-num-seqs %lld: the choices "
+                         "of one request run side by side", (int)n,
+                         (long long)s->opts->max_num_seqs);
+        return TG_EUNSUPPORTED;
+    }
+    /* The method the workers score with: --method, else the profile's
+     * (gpu_worker/gw_engine.c reads them in that order). */
+    const char *m = s->opts->method != NULL && s->opts->method[0] != '\0'
+                        ? s->opts->method
+                        : s->profile.method;
+    if (m != NULL && strcmp(m, "gvote") == 0) {
+        rt_api_error_set(e, 400, "unsupported_value", "n",
+                         "'n' = %d is not supported with --method gvote: "
+                         "its rows shrink by what the worker keeps after "
+                         "each prefill chunk, and the samples share the "
+                         "prompt's pages as reserved; send n requests "
+                         "instead", (int)n);
+        return TG_EUNSUPPORTED;
+    }
+    return 0;
+}
+
+struct rt_req *rt_req_new_sample(struct rt_req *leader, int32_t index,
+                                 struct rt_api_error *e)
+{
+    struct rt_server *s = leader->srv;
+    struct rt_req *r = rt_req_new(s, leader->sink, leader->client);
+    if (r == NULL ||
+        rt_gen_request_copy_sample(&leader->g, &r->g) != 0 ||
+        (r->prompt = malloc(((size_t)leader->n_prompt + 1) *
+                            sizeof(int32_t))) == NULL) {
+        if (r != NULL)
+            rt_req_drop(r);
+        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        return NULL;
+    }
+    memcpy(r->prompt, leader->prompt,
+           (size_t)leader->n_prompt * sizeof(int32_t));
+    r->n_prompt = leader->n_prompt;
+    r->blocked = leader->blocked;
+    r->group = leader->group;
+    r->choice = index;
+    r->fork_of = leader->id;
+    /* vLLM's rule for the choices of a seeded request: choice i draws
+     * with seed + i; without a seed, leader's seed was random. */
+    r->seed = leader->seed + (uint64_t)index;
+    r->created = leader->created;
+    memcpy(r->id_str, leader->id_str, sizeof(r->id_str));
+    if (submit_tokenized(r, e) != 0) {
+        rt_req_drop(r);
+        return NULL;
+    }
+    return r;
+}
+
+void rt_req_resume(struct rt_req *r)
+{
+    struct rt_server *s = r->srv;
+    if (r->done)
+        return;
+    if (r->holding) {
+        r->holding = 0;
+        rt_req_deliver(r, (enum rt_finish)r->held_fin,
+                       r->held_error[0] ? r->held_error : NULL);
+    } else {
+        rt_req_deliver(r, RT_FINISH_NONE, NULL);
+    }
+    if (r->done && !r->in_step && !r->in_deliver && r->job == NULL) {
+        rt_req_drop(r);
+        rt_server__drain_check(s);
+    }
+}
+

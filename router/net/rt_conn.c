@@ -160,7 +160,10 @@ static size_t peer_count(const struct rt_conn_set *set, const struct rt_conn *c)
 /* The slowest incomplete head (of c's address when `mine`): fewest head
  * bytes per millisecond of its age, the older one on a tie. Compared as
  * bytes_a * age_b < bytes_b * age_a, exact in 64 bits for any head a
- * server accepts. */
+ * server accepts. Heads whose first bytes came in the same loop iteration
+ * share `since` (uv_now() is cached per iteration): the heads list is
+ * newest first, so the last of them in it, the first to have started, is
+ * the older. */
 static struct rt_conn *slowest_head(const struct rt_conn_set *set,
                                     const struct rt_conn *c, int mine)
 {
@@ -173,7 +176,7 @@ static struct rt_conn *slowest_head(const struct rt_conn_set *set,
         uint64_t age = now > k->since ? now - k->since : 1;
         if (!best || k->head_bytes * best_age < best_bytes * age ||
             (k->head_bytes * best_age == best_bytes * age &&
-             k->since < best->since)) {
+             k->since <= best->since)) {
             best = k;
             best_bytes = k->head_bytes;
             best_age = age;

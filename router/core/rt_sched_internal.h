@@ -69,6 +69,10 @@ struct rt_sched_req {
 
 /* Returns the live request `id`, or NULL. */
 struct rt_sched_req *rt_sched__find(const struct rt_sched *s, uint64_t id);
+/* rt_sched_map.c: enter a request (its id not yet present; the map has
+ * room for every live request) and remove the one of `id` (present). */
+void rt_sched__map_put(struct rt_sched *s, struct rt_sched_req *req);
+void rt_sched__map_del(struct rt_sched *s, uint64_t id);
 
 /* Returns 1 when the request is PREFILLING or DECODING. */
 int rt_sched__running(const struct rt_sched_req *req);

@@ -83,8 +83,12 @@ struct kv_table {
                              refresh wrote */
     int32_t *dirty;       /* (n_dirty) */
     int64_t cap_dirty;
-    int32_t *prev_npages; /* (cap_rows) scratch of a tracked refresh */
-    uint8_t *slot_moved;  /* (cap_seqs) scratch: slots laid out again */
+    int32_t *prev_npages; /* (cap_prev >= n_rows) scratch of a tracked
+                             refresh */
+    int64_t cap_prev;
+    uint8_t *slot_moved;  /* (cap_moved >= n_seqs) scratch: slots laid
+                             out again */
+    int64_t cap_moved;
 };
 
 /* Initialises an empty table with room for `rows` rows and `slots` page

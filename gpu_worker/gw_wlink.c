@@ -46,9 +46,9 @@ int gw_wlink_decode_plan(struct gw_wlink *l,
 {
     memset(out, 0, sizeof(*out));
     if (tg_grow((void **)&l->entries, &l->cap_entries, bp->n_entries,
-            sizeof(*l->entries)) != 0 ||
+                sizeof(*l->entries)) != 0 ||
         tg_grow((void **)&l->deltas, &l->cap_deltas, bp->n_page_deltas,
-            sizeof(*l->deltas)) != 0)
+                sizeof(*l->deltas)) != 0)
         return TG_ENOMEM;
     static const Tangram__Worker__V1__PlanEntry empty_entry =
         TANGRAM__WORKER__V1__PLAN_ENTRY__INIT;
@@ -136,17 +136,18 @@ int gw_wlink_encode_result(struct gw_wlink *l, const struct gw_result *r,
     for (size_t i = 0; i < r->n_head_lens; i++)
         hbuf += r->head_lens[i].n;
     if (tg_grow((void **)&l->heads, &l->cap_heads, r->n_head_lens,
-            sizeof(*l->heads)) ||
+                sizeof(*l->heads)) ||
         tg_grow((void **)&l->heads_ptrs, &hcap, r->n_head_lens,
-            sizeof(*l->heads_ptrs)) ||
+                sizeof(*l->heads_ptrs)) ||
         tg_grow((void **)&l->head_vals, &l->cap_head_vals, hbuf,
-            sizeof(*l->head_vals)) ||
+                sizeof(*l->head_vals)) ||
         tg_grow((void **)&l->tok, &l->cap_tok, r->n_tokens, sizeof(*l->tok)) ||
-        tg_grow((void **)&l->tok_ptrs, &cap, r->n_tokens, sizeof(*l->tok_ptrs)) ||
+        tg_grow((void **)&l->tok_ptrs, &cap, r->n_tokens,
+                sizeof(*l->tok_ptrs)) ||
         tg_grow((void **)&l->serr, &l->cap_serr, r->n_slot_errors,
-            sizeof(*l->serr)) ||
+                sizeof(*l->serr)) ||
         tg_grow((void **)&l->serr_ptrs, &scap, r->n_slot_errors,
-            sizeof(*l->serr_ptrs)))
+                sizeof(*l->serr_ptrs)))
         return TG_ENOMEM;
     size_t tcap = l->top_ids != NULL ? l->cap_tok * K : 0;
     if (r->n_tokens * K > tcap) {

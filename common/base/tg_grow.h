@@ -50,10 +50,13 @@ int tg_grow_i32(void **p, int32_t *cap, int64_t need, size_t elem);
 
 /* Typed convenience: arr is an lvalue of pointer type, capp points to a
  * size_t, int64_t or int32_t capacity. */
-#define TG_GROW(arr, capp, need)                                            \
-    _Generic((capp), size_t *: tg_grow, int64_t *: tg_grow_i64,             \
-             int32_t *: tg_grow_i32)((void **)&(arr), (capp), (need),       \
+/* Laid out by hand: clang-format 14 does not parse _Generic. */
+/* clang-format off */
+#define TG_GROW(arr, capp, need)                                       \
+    _Generic((capp), size_t *: tg_grow, int64_t *: tg_grow_i64,        \
+             int32_t *: tg_grow_i32)((void **)&(arr), (capp), (need),  \
                                      sizeof(*(arr)))
+/* clang-format on */
 
 #ifdef __cplusplus
 }

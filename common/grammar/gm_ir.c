@@ -66,7 +66,7 @@ static int32_t push(struct gm_ir *ir, const struct gm_expr *e, size_t extra)
     if (ir->n_expr >= INT32_MAX - 1)
         return gm_ir_fail(ir, TG_ETOOBIG, "grammar too large");
     if (tg_grow((void **)&ir->expr, &ir->cap_expr, ir->n_expr + 1,
-             sizeof(*ir->expr)))
+                sizeof(*ir->expr)))
         return oom(ir);
     ir->expr[ir->n_expr] = *e;
     return (int32_t)ir->n_expr++;
@@ -79,7 +79,7 @@ int32_t gm_ir_rule(struct gm_ir *ir, const char *name)
     if (ir->n_rule >= INT32_MAX - 1)
         return gm_ir_fail(ir, TG_ETOOBIG, "too many rules");
     if (tg_grow((void **)&ir->rule, &ir->cap_rule, ir->n_rule + 1,
-             sizeof(*ir->rule)))
+                sizeof(*ir->rule)))
         return oom(ir);
     char *nm = strdup(name != NULL ? name : "rule");
     if (nm == NULL)
@@ -171,7 +171,7 @@ int32_t gm_ir_class(struct gm_ir *ir, const uint8_t set[32])
     if (ir->err != 0)
         return ir->err;
     if (tg_grow((void **)&ir->cls, &ir->cap_cls, ir->n_cls + 1,
-             sizeof(*ir->cls)))
+                sizeof(*ir->cls)))
         return oom(ir);
     struct gm_expr e = {.kind = GM_EXPR_CLASS, .off = (uint32_t)ir->n_cls};
     int32_t id = push(ir, &e, 0);
@@ -214,7 +214,7 @@ static int32_t list(struct gm_ir *ir, uint8_t kind, const int32_t *items,
     if (n > UINT32_MAX / 2 || ir->n_items + n > INT32_MAX)
         return gm_ir_fail(ir, TG_ETOOBIG, "grammar too large");
     if (tg_grow((void **)&ir->items, &ir->cap_items, ir->n_items + n,
-             sizeof(*ir->items)))
+                sizeof(*ir->items)))
         return oom(ir);
     struct gm_expr e = {.kind = kind,
                         .off = (uint32_t)ir->n_items,

@@ -41,7 +41,7 @@ static int push_state(struct gm_matcher *m)
             } else {
                 const struct gm__frame *f = &m->frames.f[c.base];
                 if (tg_grow((void **)&m->tmp, &m->cap_tmp, m->n_tmp + 1,
-                         sizeof(*m->tmp)))
+                            sizeof(*m->tmp)))
                     return TG_ENOMEM;
                 m->tmp[m->n_tmp++] = (struct gm__cfg){
                     .node = f->ret, .local = GM__EMPTY, .base = f->parent};
@@ -49,7 +49,8 @@ static int push_state(struct gm_matcher *m)
         }
         if (n->ne == 0 && n->nc == 0)
             continue;
-        if (tg_grow((void **)&m->log, &m->cap_log, m->n_log + 1, sizeof(*m->log)))
+        if (tg_grow((void **)&m->log, &m->cap_log, m->n_log + 1,
+                    sizeof(*m->log)))
             return TG_ENOMEM;
         m->log[m->n_log++] = c;
     }
@@ -63,7 +64,8 @@ static int push_state(struct gm_matcher *m)
         nh = k;
         m->n_log = h0 + nh;
     }
-    if (tg_grow((void **)&m->hist, &m->cap_hist, m->n_hist + 1, sizeof(*m->hist)))
+    if (tg_grow((void **)&m->hist, &m->cap_hist, m->n_hist + 1,
+                sizeof(*m->hist)))
         return TG_ENOMEM;
     m->hist[m->n_hist++] = (struct gm_matcher_state){
         .h0 = h0, .nh = nh, .can_end = can_end, .done = 0};
@@ -124,7 +126,7 @@ int gm_matcher_copy(struct gm_matcher *dst, const struct gm_matcher *src)
         gm__frames_copy(&d.frames, &src->frames) != 0 ||
         tg_grow((void **)&d.log, &d.cap_log, src->n_log + 1, sizeof(*d.log)) ||
         tg_grow((void **)&d.hist, &d.cap_hist, src->n_hist + 1,
-             sizeof(*d.hist))) {
+                sizeof(*d.hist))) {
         gm_matcher_free(&d);
         memset(dst, 0, sizeof(*dst));
         return TG_ENOMEM;
@@ -220,7 +222,7 @@ int gm_matcher_accept_token(struct gm_matcher *m, int32_t id)
         struct gm_matcher_state st = *cur(m);
         st.done = 1;
         if (tg_grow((void **)&m->hist, &m->cap_hist, m->n_hist + 1,
-                 sizeof(*m->hist)))
+                    sizeof(*m->hist)))
             return TG_ENOMEM;
         m->hist[m->n_hist++] = st;
         return 0;
@@ -337,7 +339,8 @@ int gm_matcher_fill_mask(struct gm_matcher *m, uint32_t *mask, size_t n_words)
     const struct gm_matcher_state *s = cur(m);
     /* one pass per distinct (class, stack): equal classes give equal
      * masks for equal stacks */
-    if (tg_grow((void **)&m->pairs, &m->cap_pairs, s->nh + 1, sizeof(*m->pairs)))
+    if (tg_grow((void **)&m->pairs, &m->cap_pairs, s->nh + 1,
+                sizeof(*m->pairs)))
         return TG_ENOMEM;
     for (size_t i = 0; i < s->nh; i++) {
         const struct gm__cfg *c = &m->log[s->h0 + i];

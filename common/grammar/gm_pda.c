@@ -422,7 +422,8 @@ static int close_node(struct bld *b, struct eps *x, int32_t u,
                 }
                 continue;
             }
-            if (tg_grow((void **)&out->e, &out->cap, out->n + 1, sizeof(*out->e)))
+            if (tg_grow((void **)&out->e, &out->cap, out->n + 1,
+                        sizeof(*out->e)))
                 return TG_ENOMEM;
             out->e[out->n] = *t;
             out->e[out->n++].from = u;

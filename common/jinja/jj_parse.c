@@ -13,7 +13,6 @@
 #include "common/base/tg_grow.h"
 
 
-
 int jj__p_nvec_push(struct nvec *v, struct jj_node *x)
 {
     if (TG_GROW(v->v, &v->cap, v->n + 1))

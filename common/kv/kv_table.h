@@ -83,11 +83,12 @@ struct kv_table {
                              refresh wrote */
     int32_t *dirty;       /* (n_dirty) */
     int64_t cap_dirty;
-    int32_t *prev_npages; /* (cap_prev >= n_rows) scratch of a tracked
-                             refresh */
+    /* Scratch of a tracked refresh, each with its own capacity: the page
+     * counts before it (cap_prev >= n_rows) and the slots it laid out
+     * again (cap_moved >= n_seqs). */
+    int32_t *prev_npages;
     int64_t cap_prev;
-    uint8_t *slot_moved;  /* (cap_moved >= n_seqs) scratch: slots laid
-                             out again */
+    uint8_t *slot_moved;
     int64_t cap_moved;
 };
 

@@ -53,9 +53,8 @@ int rt_prefix_bounds_push(struct rt_prefix_bounds *b, int64_t pos,
         if (TG_GROW(b->pos, &c1, (int64_t)n + 1) ||
             tg_grow_i32((void **)&b->rows, &c2, (int64_t)n + 1,
                         (size_t)width * sizeof(int32_t)) ||
-            (hwidth > 0 &&
-             tg_grow_i32((void **)&b->heads, &c3, (int64_t)n + 1,
-                         (size_t)hwidth * sizeof(int32_t))))
+            (hwidth > 0 && tg_grow_i32((void **)&b->heads, &c3, (int64_t)n + 1,
+                                       (size_t)hwidth * sizeof(int32_t))))
             return TG_ENOMEM;
         b->cap = c1;
     }

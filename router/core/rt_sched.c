@@ -480,11 +480,11 @@ static int delta_room(const struct rt_sched *s, struct rt_step *out,
                       int64_t ids)
 {
     int64_t recs = (int64_t)s->cfg.n_ranks * s->rows;
-    if (tg_grow_i64((void **)&out->deltas, &out->cap_deltas, out->n_deltas + recs,
-             sizeof(struct rt_step_delta)) != 0)
+    if (tg_grow_i64((void **)&out->deltas, &out->cap_deltas,
+                    out->n_deltas + recs, sizeof(struct rt_step_delta)) != 0)
         return TG_ENOMEM;
-    return tg_grow_i64((void **)&out->delta_ids, &out->cap_ids, out->n_ids + ids,
-                sizeof(int32_t));
+    return tg_grow_i64((void **)&out->delta_ids, &out->cap_ids,
+                       out->n_ids + ids, sizeof(int32_t));
 }
 
 /* Room for the token an entry of `req` samples, made while planning so
@@ -836,19 +836,19 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
      * changes: entries and events are bounded by the live requests. */
     int64_t live = (int64_t)s->n_running + s->n_waiting + s->n_attached;
     if (tg_grow_i32((void **)&out->entries, &out->cap_entries,
-               s->cfg.max_num_seqs, sizeof(struct rt_step_entry)) != 0 ||
+                    s->cfg.max_num_seqs, sizeof(struct rt_step_entry)) != 0 ||
         tg_grow_i32((void **)&out->released, &out->cap_released,
-               s->cfg.max_num_seqs, sizeof(int32_t)) != 0 ||
-        tg_grow_i32((void **)&out->events, &out->cap_events, live > 0 ? live : 1,
-               sizeof(struct rt_sched_event)) != 0 ||
+                    s->cfg.max_num_seqs, sizeof(int32_t)) != 0 ||
+        tg_grow_i32((void **)&out->events, &out->cap_events,
+                    live > 0 ? live : 1, sizeof(struct rt_sched_event)) != 0 ||
         tg_grow_i64((void **)&out->row_lens, &out->cap_row_lens,
-               (int64_t)s->cfg.max_num_seqs * s->cfg.n_ranks * s->rows,
-               sizeof(int32_t)) != 0 ||
+                    (int64_t)s->cfg.max_num_seqs * s->cfg.n_ranks * s->rows,
+                    sizeof(int32_t)) != 0 ||
         (s->cfg.per_head &&
          tg_grow_i64((void **)&out->head_lens, &out->cap_head_lens,
-              (int64_t)s->cfg.max_num_seqs * s->cfg.n_ranks *
-                  s->cfg.layout->n_layers * s->cfg.layout->n_kv_heads,
-              sizeof(int32_t)) != 0))
+                     (int64_t)s->cfg.max_num_seqs * s->cfg.n_ranks *
+                         s->cfg.layout->n_layers * s->cfg.layout->n_kv_heads,
+                     sizeof(int32_t)) != 0))
         return tg_err_set(err, errlen, TG_ENOMEM,
                           "rt_sched: cannot grow the step buffers");
     out->n_entries = 0;

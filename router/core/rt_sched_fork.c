@@ -103,13 +103,11 @@ int rt_sched__forks_room(struct rt_sched *s, struct rt_step *out,
     }
     int64_t recs = (int64_t)(leader->n_sibs + 1) * s->cfg.n_ranks * s->rows;
     if (tg_grow_i64((void **)&out->deltas, &out->cap_deltas,
-                       out->n_deltas + recs,
-                       sizeof(struct rt_step_delta)) != 0)
+                    out->n_deltas + recs, sizeof(struct rt_step_delta)) != 0)
         return TG_ENOMEM;
     return tg_grow_i64((void **)&out->delta_ids, &out->cap_ids,
-                          out->n_ids + ids +
-                              rt_sched__unsent_ids(s, leader, 0),
-                          sizeof(int32_t));
+                       out->n_ids + ids + rt_sched__unsent_ids(s, leader, 0),
+                       sizeof(int32_t));
 }
 
 /* After `leader`'s last chunk entry: one fork entry per sample (room made
@@ -187,7 +185,7 @@ int rt_sched__sample_attach(struct rt_sched *s, struct rt_sched_req *leader,
                             struct rt_sched_req *q)
 {
     if (tg_grow_i32((void **)&leader->sibs, &leader->cap_sibs,
-                         leader->n_sibs + 1, sizeof(leader->sibs[0])) != 0)
+                    leader->n_sibs + 1, sizeof(leader->sibs[0])) != 0)
         return TG_ENOMEM;
     leader->sibs[leader->n_sibs++] = q;
     q->leader = leader;
@@ -230,10 +228,9 @@ int rt_sched__forks_admit_room(struct rt_sched *s, struct rt_step *out,
         if (rt_sched__token_room(req->sibs[i]) != 0)
             return TG_ENOMEM;
     if (tg_grow_i64((void **)&out->deltas, &out->cap_deltas,
-                       out->n_deltas + recs,
-                       sizeof(struct rt_step_delta)) != 0 ||
+                    out->n_deltas + recs, sizeof(struct rt_step_delta)) != 0 ||
         tg_grow_i64((void **)&out->delta_ids, &out->cap_ids,
-                       out->n_ids + ids + ids_one, sizeof(int32_t)) != 0)
+                    out->n_ids + ids + ids_one, sizeof(int32_t)) != 0)
         return TG_ENOMEM;
     return 0;
 }

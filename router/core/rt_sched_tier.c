@@ -77,8 +77,7 @@ static struct rt_tier_op *op_new(struct rt_sched *s, enum rt_tier_kind kind,
 {
     const int T = s->cfg.n_ranks;
     if (tg_grow_i32((void **)&s->tier_ops, &s->cap_tier_ops,
-                         (int64_t)s->n_tier_ops + 1,
-                         sizeof(s->tier_ops[0])) != 0)
+                    (int64_t)s->n_tier_ops + 1, sizeof(s->tier_ops[0])) != 0)
         return NULL;
     struct rt_tier_op *op = calloc(1, sizeof(*op));
     if (op == NULL)

@@ -32,8 +32,7 @@ int rt_link__collect_heads(struct rt_link *link, int rank,
     for (size_t k = 0; k < sr->n_head_lens; k++)
         if (sr->head_lens[k] != NULL)
             vals += (int64_t)sr->head_lens[k]->n_head_lens;
-    if (need > INT32_MAX ||
-        TG_GROW(link->res_heads, &cap, need) ||
+    if (need > INT32_MAX || TG_GROW(link->res_heads, &cap, need) ||
         TG_GROW(link->res_head_off, &cap2, need) ||
         TG_GROW(link->res_head_vals, &link->cap_res_head_vals, vals)) {
         /* Whichever grew keeps its larger buffer; the count is the

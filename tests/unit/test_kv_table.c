@@ -706,8 +706,8 @@ static void test_table_track_grows(void **state)
     double b[6] = {0.2, 0.5, 1.0, 0.3, 0.9, 0.05};
     struct kv_forced_rule rule = kv_forced_rule_snapkv();
     struct kv_layout lo;
-    assert_int_equal(kv_layout_init(&lo, L, G, 2, 8, P, 128, &rule, b, err,
-                                    sizeof(err)), 0);
+    assert_int_equal(
+        kv_layout_init(&lo, L, G, 2, 8, P, 128, &rule, b, err, sizeof(err)), 0);
     struct kv_pool pool;
     assert_int_equal(kv_pool_init(&pool, 1 << 16, err, sizeof(err)), 0);
     struct kv_seq seqs[40];
@@ -717,8 +717,9 @@ static void test_table_track_grows(void **state)
         assert_int_equal(kv_seq_reserve_prompt(&seqs[i], &lo, &pool, 0,
                                                rnd(1, 300), err, sizeof(err)),
                          0);
-        assert_int_equal(kv_seq_commit(&seqs[i], &lo, seqs[i].turn_len, err,
-                                       sizeof(err)), 0);
+        assert_int_equal(
+            kv_seq_commit(&seqs[i], &lo, seqs[i].turn_len, err, sizeof(err)),
+            0);
         batch[i] = &seqs[i];
     }
     struct kv_table t;
@@ -726,11 +727,11 @@ static void test_table_track_grows(void **state)
     assert_int_equal(kv_table_track(&t, 1), 0);
     for (int m = 1; m <= n; m *= 2) {
         /* A batch of m: rebuilt, then refreshed in place twice. */
-        assert_int_equal(kv_table_build_padded(&t, &lo, batch, m, 4, err,
-                                               sizeof(err)), 0);
+        assert_int_equal(
+            kv_table_build_padded(&t, &lo, batch, m, 4, err, sizeof(err)), 0);
         for (int k = 0; k < 2; k++) {
-            assert_int_equal(kv_table_refresh(&t, &lo, batch, m, err,
-                                              sizeof(err)), 0);
+            assert_int_equal(
+                kv_table_refresh(&t, &lo, batch, m, err, sizeof(err)), 0);
             assert_false(t.rebuilt);
             assert_int_equal(t.n_dirty, 0); /* nothing changed */
             assert_true(t.cap_prev >= t.n_rows);

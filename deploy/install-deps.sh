@@ -3,7 +3,8 @@
 # Idempotent and non-interactive: safe to run again; installs nothing twice.
 # clang, libclang-rt-14-dev (libFuzzer and clang's sanitizer runtimes, only
 # recommended by clang) and libomp-dev (clang's OpenMP) build the fuzzing
-# harnesses (tests/fuzz). prometheus provides promtool, which CI runs on a
+# harnesses (tests/fuzz); clang-format (with git-clang-format) checks the
+# format of changed lines (deploy/check-format.sh). prometheus provides promtool, which CI runs on a
 # live /metrics (tests/integration/test_metrics_promtool.py); on a host
 # with systemd the package also enables a Prometheus server on :9090
 # (systemctl disable --now prometheus when it is not wanted; a container's
@@ -18,7 +19,7 @@ PKGS="build-essential cmake pkg-config git ca-certificates curl
 libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
 libjemalloc-dev libjansson-dev libpcre2-dev libutf8proc-dev
 libnghttp2-dev libhttp-parser-dev libopenblas-dev libcmocka-dev
-libsystemd-dev libsodium-dev clang libclang-rt-14-dev libomp-dev
+libsystemd-dev libsodium-dev clang libclang-rt-14-dev libomp-dev clang-format
 python3 python3-numpy python3-jinja2 python3-grpcio python3-yaml
 python3-protobuf python3-jsonschema protobuf-compiler nodejs npm prometheus"
 

@@ -1,7 +1,7 @@
 #!/bin/sh
-# Runs the whole test suite: installs missing packages, builds (warnings are
-# errors), runs every ctest test, then rebuilds the host code with ASan +
-# UBSan and runs the unit tests again under the sanitizers (the ctest run
+# Runs the whole test suite: installs missing packages, checks the format of
+# the lines the last commit changed, builds (warnings are errors), runs
+# every ctest test, then rebuilds the host code with ASan + UBSan and runs the unit tests again under the sanitizers (the ctest run
 # includes the soak test, tests/integration/test_soak.py, in its short form:
 # TANGRAM_SOAK_SECONDS of load, default 48), checks that the unit tests
 # catch a handful of deliberate bugs (tests/mutation), then builds the
@@ -16,6 +16,11 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 PY=${TANGRAM_PYTHON:-/usr/bin/python3}
 
 sh deploy/install-deps.sh
+
+# Format: the C and CUDA lines the last commit or merge changed follow
+# .clang-format (deploy/check-format.sh; the rest of the tree is left as
+# it is).
+sh deploy/check-format.sh
 
 # run_ctest DIR [ctest args...]: ctest in DIR, then the summary; fails if
 # either does.

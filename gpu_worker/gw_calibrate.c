@@ -8,6 +8,7 @@
 #include "common/chat/ct_template.h"
 #include "common/profile/pf_identity.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "common/json/tg_json.h"
 #include "common/tok/tok_tokenizer.h"
 #include "kernels/cuda/compress.h" /* plain C: TG_CUDA_COMPRESS_MAX_CHUNK */
@@ -203,14 +204,8 @@ static int sample_ids(const struct tok_tokenizer *tok, const struct ct_template 
                 return tg_err_set(err, errlen, TG_EFORMAT,
                                   "line %d: prompt_ids[%zu] is not a token id",
                                   line, i);
-            if (ids->n == ids->cap) {
-                size_t cap = ids->cap ? ids->cap * 2 : 256;
-                int32_t *nv = realloc(ids->v, cap * sizeof(int32_t));
-                if (nv == NULL)
-                    return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
-                ids->v = nv;
-                ids->cap = cap;
-            }
+            if (TG_GROW(ids->v, &ids->cap, ids->n + 1))
+                return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
             ids->v[ids->n++] = (int32_t)json_integer_value(x);
         }
         return 0;
@@ -301,19 +296,14 @@ static int read_samples(const struct gw_calib_opts *o, const struct tok_tokenize
             break;
         if (ids.n == 0)
             continue;
-        if (n == alloc) {
-            alloc = alloc ? alloc * 2 : 64;
-            int32_t **nv = realloc(*out, (size_t)alloc * sizeof(**out));
-            int *nl = realloc(*lens, (size_t)alloc * sizeof(int));
-            if (nv != NULL)
-                *out = nv;
-            if (nl != NULL)
-                *lens = nl;
-            if (nv == NULL || nl == NULL) {
-                rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
-                break;
-            }
+        /* Samples and lengths share one capacity. */
+        int32_t cap_out = alloc, cap_lens = alloc;
+        if (TG_GROW(*out, &cap_out, (int64_t)n + 1) ||
+            TG_GROW(*lens, &cap_lens, (int64_t)n + 1)) {
+            rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+            break;
         }
+        alloc = cap_out;
         int len = ids.n > (size_t)o->max_sample_tokens ? o->max_sample_tokens : (int)ids.n;
         (*out)[n] = malloc((size_t)len * sizeof(int32_t));
         if ((*out)[n] == NULL) {

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "common/base/tg_log.h"
 #include "gpu_worker/gw_model.h"
 
@@ -250,14 +251,8 @@ struct pieces {
 
 static int push(struct pieces *ps, struct piece pc)
 {
-    if (ps->n == ps->cap) {
-        size_t cap = ps->cap > 0 ? 2 * ps->cap : 256;
-        struct piece *v = realloc(ps->v, cap * sizeof(*v));
-        if (v == NULL)
-            return TG_ENOMEM;
-        ps->v = v;
-        ps->cap = cap;
-    }
+    if (TG_GROW(ps->v, &ps->cap, ps->n + 1))
+        return TG_ENOMEM;
     ps->v[ps->n++] = pc;
     return 0;
 }

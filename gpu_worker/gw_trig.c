@@ -8,6 +8,7 @@
 #include "common/kv/kv_budget.h"
 #include "common/kv/kv_trig.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 int gw_trig_caps(const double *budget, int H, int64_t c, int window,
                  int uniform, int32_t *cap)
@@ -253,24 +254,14 @@ static int work_grow(struct gw_trig_work *w, int n, int d)
         if (w->coef == NULL)
             return TG_ENOMEM;
     }
-    if (n <= w->cap_n)
-        return 0;
-    int want = n + n / 2 + 64;
-    double *s = realloc(w->score, (size_t)want * sizeof(double));
-    if (s != NULL)
-        w->score = s;
-    uint8_t *k = realloc(w->keep, (size_t)want);
-    if (k != NULL)
-        w->keep = k;
-    float *kv = realloc(w->kv, (size_t)want * 2 * (size_t)d * sizeof(float));
-    if (kv != NULL)
-        w->kv = kv;
-    int32_t *p = realloc(w->pos, (size_t)want * sizeof(int32_t));
-    if (p != NULL)
-        w->pos = p;
-    if (s == NULL || k == NULL || kv == NULL || p == NULL)
+    /* Four arrays of n rows, one capacity: it moves once all have grown
+     * (a kv row is 2 d floats). */
+    int32_t c1 = w->cap_n, c2 = c1, c3 = c1, c4 = c1;
+    if (TG_GROW(w->score, &c1, n) || TG_GROW(w->keep, &c2, n) ||
+        tg_grow_i32((void **)&w->kv, &c3, n, 2 * (size_t)d * sizeof(float)) ||
+        TG_GROW(w->pos, &c4, n))
         return TG_ENOMEM;
-    w->cap_n = want;
+    w->cap_n = c1;
     return 0;
 }
 

@@ -13,6 +13,7 @@
 #include <zmq.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "common/base/tg_log.h"
 
 void gw_wlink_close(struct gw_wlink *l)
@@ -39,31 +40,15 @@ void gw_wlink_close(struct gw_wlink *l)
 
 /* ---- protobuf <-> the plain step of gw_plan.h -------------------------- */
 
-/* Grows *p (elements of `size` bytes) to hold n; 0 or TG_ENOMEM. */
-static int fit(void **p, size_t *cap, size_t n, size_t size)
-{
-    if (n <= *cap)
-        return 0;
-    size_t c = *cap > 0 ? *cap : 16;
-    while (c < n)
-        c *= 2;
-    void *q = realloc(*p, c * size);
-    if (q == NULL)
-        return TG_ENOMEM;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
 int gw_wlink_decode_plan(struct gw_wlink *l,
                          const Tangram__Worker__V1__BatchPlan *bp,
                          struct gw_plan *out)
 {
     memset(out, 0, sizeof(*out));
-    if (fit((void **)&l->entries, &l->cap_entries, bp->n_entries,
-            sizeof(*l->entries)) != 0 ||
-        fit((void **)&l->deltas, &l->cap_deltas, bp->n_page_deltas,
-            sizeof(*l->deltas)) != 0)
+    if (tg_grow((void **)&l->entries, &l->cap_entries, bp->n_entries,
+                sizeof(*l->entries)) != 0 ||
+        tg_grow((void **)&l->deltas, &l->cap_deltas, bp->n_page_deltas,
+                sizeof(*l->deltas)) != 0)
         return TG_ENOMEM;
     static const Tangram__Worker__V1__PlanEntry empty_entry =
         TANGRAM__WORKER__V1__PLAN_ENTRY__INIT;
@@ -150,18 +135,19 @@ int gw_wlink_encode_result(struct gw_wlink *l, const struct gw_result *r,
     size_t hcap = l->cap_heads, hbuf = 0;
     for (size_t i = 0; i < r->n_head_lens; i++)
         hbuf += r->head_lens[i].n;
-    if (fit((void **)&l->heads, &l->cap_heads, r->n_head_lens,
-            sizeof(*l->heads)) ||
-        fit((void **)&l->heads_ptrs, &hcap, r->n_head_lens,
-            sizeof(*l->heads_ptrs)) ||
-        fit((void **)&l->head_vals, &l->cap_head_vals, hbuf,
-            sizeof(*l->head_vals)) ||
-        fit((void **)&l->tok, &l->cap_tok, r->n_tokens, sizeof(*l->tok)) ||
-        fit((void **)&l->tok_ptrs, &cap, r->n_tokens, sizeof(*l->tok_ptrs)) ||
-        fit((void **)&l->serr, &l->cap_serr, r->n_slot_errors,
-            sizeof(*l->serr)) ||
-        fit((void **)&l->serr_ptrs, &scap, r->n_slot_errors,
-            sizeof(*l->serr_ptrs)))
+    if (tg_grow((void **)&l->heads, &l->cap_heads, r->n_head_lens,
+                sizeof(*l->heads)) ||
+        tg_grow((void **)&l->heads_ptrs, &hcap, r->n_head_lens,
+                sizeof(*l->heads_ptrs)) ||
+        tg_grow((void **)&l->head_vals, &l->cap_head_vals, hbuf,
+                sizeof(*l->head_vals)) ||
+        tg_grow((void **)&l->tok, &l->cap_tok, r->n_tokens, sizeof(*l->tok)) ||
+        tg_grow((void **)&l->tok_ptrs, &cap, r->n_tokens,
+                sizeof(*l->tok_ptrs)) ||
+        tg_grow((void **)&l->serr, &l->cap_serr, r->n_slot_errors,
+                sizeof(*l->serr)) ||
+        tg_grow((void **)&l->serr_ptrs, &scap, r->n_slot_errors,
+                sizeof(*l->serr_ptrs)))
         return TG_ENOMEM;
     size_t tcap = l->top_ids != NULL ? l->cap_tok * K : 0;
     if (r->n_tokens * K > tcap) {

@@ -10,6 +10,7 @@
 
 #include "common/kv/kv_budget.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "gpu_worker/gw_engine.h"
 #include "gpu_worker/gw_worker_internal.h"
 
@@ -252,21 +253,6 @@ int gw_worker_comm_join(struct gw_worker *w, const struct gw_comm_setup *cs,
 
 /* ---- application ------------------------------------------------------- */
 
-static int hist_reserve(struct gw_wslot *s, int64_t n)
-{
-    if (n <= s->hist_cap)
-        return 0;
-    int64_t cap = s->hist_cap > 0 ? s->hist_cap : 64;
-    while (cap < n)
-        cap *= 2;
-    int32_t *p = realloc(s->hist, (size_t)cap * sizeof(int32_t));
-    if (p == NULL)
-        return TG_ENOMEM;
-    s->hist = p;
-    s->hist_cap = cap;
-    return 0;
-}
-
 /* The prefill entry a fork entry samples from (validated to exist). */
 static const struct gw_entry *fork_source(const struct gw_plan *plan,
                                           const struct gw_entry *e)
@@ -294,8 +280,8 @@ static int reserve_all(struct gw_worker *w, const struct gw_plan *plan)
             const struct gw_entry *se = fork_source(plan, e);
             from = se->fresh ? se->start_pos : w->slots[se->slot].hist_from;
         }
-        if (hist_reserve(sl, (int64_t)e->start_pos + (int64_t)e->n_tokens -
-                                 from) != 0)
+        if (TG_GROW(sl->hist, &sl->hist_cap,
+                    (int64_t)e->start_pos + (int64_t)e->n_tokens - from) != 0)
             return TG_ENOMEM;
     }
     return 0;

@@ -19,6 +19,7 @@
  * different prompt. */
 #include "common/chat/ct_template.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "common/json/tg_json.h"
 
 #include <stdio.h>
@@ -51,13 +52,10 @@ static int read_stdin(char **out, size_t *len)
         return TG_ENOMEM;
     for (;;) {
         if (n == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (nb == NULL) {
+            if (TG_GROW(buf, &cap, cap + 1)) {
                 free(buf);
                 return TG_ENOMEM;
             }
-            buf = nb;
-            cap *= 2;
         }
         size_t got = fread(buf + n, 1, cap - n, stdin);
         n += got;

@@ -12,6 +12,7 @@
  * a load failure, 2 on bad usage.
  */
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "common/json/tg_json.h"
 #include "common/tok/tok_tokenizer.h"
 
@@ -45,13 +46,10 @@ static int read_stdin(char **buf, size_t *len)
         return -1;
     for (;;) {
         if (cap - n < 4096) {
-            char *nb = realloc(b, cap * 2);
-            if (nb == NULL) {
+            if (TG_GROW(b, &cap, cap + 1)) {
                 free(b);
                 return -1;
             }
-            b = nb;
-            cap *= 2;
         }
         size_t got = fread(b + n, 1, cap - n - 1, stdin);
         n += got;

@@ -13,6 +13,7 @@
 
 #include "common/jinja/jj_internal.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 const char *ct_tool_format_name(enum ct_tool_format f)
 {
@@ -59,13 +60,10 @@ static int read_all(const char *path, char **out, size_t *out_len, char *err,
                                 path);
                 break;
             }
-            char *nb = realloc(buf, cap * 2);
-            if (nb == NULL) {
+            if (TG_GROW(buf, &cap, cap + 1)) {
                 rc = TG_ENOMEM;
                 break;
             }
-            buf = nb;
-            cap *= 2;
         }
         size_t got = fread(buf + n, 1, cap - n - 1, f);
         n += got;

@@ -27,16 +27,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/base/tg_grow.h"
 #include "common/grammar/gm_grammar.h"
 #include "common/grammar/gm_ir.h"
 #include "common/grammar/gm_vocab.h"
 
 #define GM__EMPTY (-1)    /* the empty stack */
 #define GM__BOUNDARY (-2) /* base of a token-cache walk (see above) */
-
-/* Grows array *p of `size`-byte elements (*cap of them) to hold `need`,
- * doubling. Returns 0 or TG_ENOMEM (*p unchanged). */
-int gm__grow(void **p, size_t *cap, size_t need, size_t size);
 
 /* ---- the automaton ------------------------------------------------------ */
 

@@ -48,22 +48,6 @@ int gm_ir_fail(struct gm_ir *ir, int code, const char *fmt, ...)
     return ir->err;
 }
 
-/* Grows *p (elements of `size` bytes, *cap of them) to hold `need`. */
-int gm__grow(void **p, size_t *cap, size_t need, size_t size)
-{
-    if (need <= *cap)
-        return 0;
-    size_t c = *cap ? *cap * 2 : 16;
-    while (c < need)
-        c *= 2;
-    void *np = realloc(*p, c * size);
-    if (np == NULL)
-        return TG_ENOMEM;
-    *p = np;
-    *cap = c;
-    return 0;
-}
-
 static int32_t oom(struct gm_ir *ir)
 {
     return gm_ir_fail(ir, TG_ENOMEM, "grammar IR: out of memory");
@@ -81,8 +65,8 @@ static int32_t push(struct gm_ir *ir, const struct gm_expr *e, size_t extra)
                           ir->max_exprs);
     if (ir->n_expr >= INT32_MAX - 1)
         return gm_ir_fail(ir, TG_ETOOBIG, "grammar too large");
-    if (gm__grow((void **)&ir->expr, &ir->cap_expr, ir->n_expr + 1,
-             sizeof(*ir->expr)))
+    if (tg_grow((void **)&ir->expr, &ir->cap_expr, ir->n_expr + 1,
+                sizeof(*ir->expr)))
         return oom(ir);
     ir->expr[ir->n_expr] = *e;
     return (int32_t)ir->n_expr++;
@@ -94,8 +78,8 @@ int32_t gm_ir_rule(struct gm_ir *ir, const char *name)
         return ir->err;
     if (ir->n_rule >= INT32_MAX - 1)
         return gm_ir_fail(ir, TG_ETOOBIG, "too many rules");
-    if (gm__grow((void **)&ir->rule, &ir->cap_rule, ir->n_rule + 1,
-             sizeof(*ir->rule)))
+    if (tg_grow((void **)&ir->rule, &ir->cap_rule, ir->n_rule + 1,
+                sizeof(*ir->rule)))
         return oom(ir);
     char *nm = strdup(name != NULL ? name : "rule");
     if (nm == NULL)
@@ -164,7 +148,7 @@ int32_t gm_ir_bytes(struct gm_ir *ir, const void *s, size_t n)
         return gm_ir_empty(ir);
     if (n > UINT32_MAX / 2 || ir->n_bytes + n > UINT32_MAX / 2)
         return gm_ir_fail(ir, TG_ETOOBIG, "grammar literal too large");
-    if (gm__grow((void **)&ir->bytes, &ir->cap_bytes, ir->n_bytes + n, 1))
+    if (tg_grow((void **)&ir->bytes, &ir->cap_bytes, ir->n_bytes + n, 1))
         return oom(ir);
     struct gm_expr e = {.kind = GM_EXPR_BYTES,
                         .off = (uint32_t)ir->n_bytes,
@@ -186,8 +170,8 @@ int32_t gm_ir_class(struct gm_ir *ir, const uint8_t set[32])
 {
     if (ir->err != 0)
         return ir->err;
-    if (gm__grow((void **)&ir->cls, &ir->cap_cls, ir->n_cls + 1,
-             sizeof(*ir->cls)))
+    if (tg_grow((void **)&ir->cls, &ir->cap_cls, ir->n_cls + 1,
+                sizeof(*ir->cls)))
         return oom(ir);
     struct gm_expr e = {.kind = GM_EXPR_CLASS, .off = (uint32_t)ir->n_cls};
     int32_t id = push(ir, &e, 0);
@@ -229,8 +213,8 @@ static int32_t list(struct gm_ir *ir, uint8_t kind, const int32_t *items,
         return items[0];
     if (n > UINT32_MAX / 2 || ir->n_items + n > INT32_MAX)
         return gm_ir_fail(ir, TG_ETOOBIG, "grammar too large");
-    if (gm__grow((void **)&ir->items, &ir->cap_items, ir->n_items + n,
-             sizeof(*ir->items)))
+    if (tg_grow((void **)&ir->items, &ir->cap_items, ir->n_items + n,
+                sizeof(*ir->items)))
         return oom(ir);
     struct gm_expr e = {.kind = kind,
                         .off = (uint32_t)ir->n_items,
@@ -367,14 +351,9 @@ static int32_t lit_trie(struct lits *l, size_t lo, size_t hi, size_t d,
         size_t j = k;
         while (j < hi && (uint8_t)l->s[l->ix[j]][e] == c)
             j++;
-        if (n_alt == cap) {
-            int32_t *na = realloc(alt, 2 * cap * sizeof(*alt));
-            if (na == NULL) {
-                free(alt);
-                return gm_ir_fail(ir, TG_ENOMEM, "grammar IR: out of memory");
-            }
-            alt = na;
-            cap *= 2;
+        if (TG_GROW(alt, &cap, n_alt + 1)) {
+            free(alt);
+            return gm_ir_fail(ir, TG_ENOMEM, "grammar IR: out of memory");
         }
         alt[n_alt++] = lit_trie(l, k, j, e, depth + 1);
         k = j;
@@ -422,7 +401,7 @@ static void put(struct buf *b, const char *s, size_t n)
 {
     if (b->err)
         return;
-    if (gm__grow((void **)&b->s, &b->cap, b->n + n + 1, 1)) {
+    if (tg_grow((void **)&b->s, &b->cap, b->n + n + 1, 1)) {
         b->err = 1;
         return;
     }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 
 static const struct gm_matcher_state *cur(const struct gm_matcher *m)
@@ -39,8 +40,8 @@ static int push_state(struct gm_matcher *m)
                 can_end = 1;
             } else {
                 const struct gm__frame *f = &m->frames.f[c.base];
-                if (gm__grow((void **)&m->tmp, &m->cap_tmp, m->n_tmp + 1,
-                         sizeof(*m->tmp)))
+                if (tg_grow((void **)&m->tmp, &m->cap_tmp, m->n_tmp + 1,
+                            sizeof(*m->tmp)))
                     return TG_ENOMEM;
                 m->tmp[m->n_tmp++] = (struct gm__cfg){
                     .node = f->ret, .local = GM__EMPTY, .base = f->parent};
@@ -48,7 +49,8 @@ static int push_state(struct gm_matcher *m)
         }
         if (n->ne == 0 && n->nc == 0)
             continue;
-        if (gm__grow((void **)&m->log, &m->cap_log, m->n_log + 1, sizeof(*m->log)))
+        if (tg_grow((void **)&m->log, &m->cap_log, m->n_log + 1,
+                    sizeof(*m->log)))
             return TG_ENOMEM;
         m->log[m->n_log++] = c;
     }
@@ -62,7 +64,8 @@ static int push_state(struct gm_matcher *m)
         nh = k;
         m->n_log = h0 + nh;
     }
-    if (gm__grow((void **)&m->hist, &m->cap_hist, m->n_hist + 1, sizeof(*m->hist)))
+    if (tg_grow((void **)&m->hist, &m->cap_hist, m->n_hist + 1,
+                sizeof(*m->hist)))
         return TG_ENOMEM;
     m->hist[m->n_hist++] = (struct gm_matcher_state){
         .h0 = h0, .nh = nh, .can_end = can_end, .done = 0};
@@ -74,7 +77,7 @@ static int start_state(struct gm_matcher *m)
     m->n_log = m->n_hist = 0;
     gm__frames_clear(&m->frames);
     m->n_tmp = 0;
-    if (gm__grow((void **)&m->tmp, &m->cap_tmp, 1, sizeof(*m->tmp)))
+    if (tg_grow((void **)&m->tmp, &m->cap_tmp, 1, sizeof(*m->tmp)))
         return TG_ENOMEM;
     m->tmp[m->n_tmp++] = (struct gm__cfg){
         .node = m->g->pda.start, .local = GM__EMPTY, .base = GM__EMPTY};
@@ -121,9 +124,9 @@ int gm_matcher_copy(struct gm_matcher *dst, const struct gm_matcher *src)
     int max_depth = src->g->vocab->max_len > 0 ? src->g->vocab->max_len : 1;
     if (gm__walk_init(&d.w, &src->g->pda, max_depth) != 0 ||
         gm__frames_copy(&d.frames, &src->frames) != 0 ||
-        gm__grow((void **)&d.log, &d.cap_log, src->n_log + 1, sizeof(*d.log)) ||
-        gm__grow((void **)&d.hist, &d.cap_hist, src->n_hist + 1,
-             sizeof(*d.hist))) {
+        tg_grow((void **)&d.log, &d.cap_log, src->n_log + 1, sizeof(*d.log)) ||
+        tg_grow((void **)&d.hist, &d.cap_hist, src->n_hist + 1,
+                sizeof(*d.hist))) {
         gm_matcher_free(&d);
         memset(dst, 0, sizeof(*dst));
         return TG_ENOMEM;
@@ -143,7 +146,7 @@ static int32_t real_stack(struct gm_matcher *m, const struct gm__cfg *c)
     size_t n = 0;
     for (int32_t x = c->local; x != GM__EMPTY; x = m->w.local.f[x].parent)
         n++;
-    if (gm__grow((void **)&m->chain, &m->cap_chain, n + 1, sizeof(*m->chain)))
+    if (tg_grow((void **)&m->chain, &m->cap_chain, n + 1, sizeof(*m->chain)))
         return TG_ENOMEM;
     n = 0;
     for (int32_t x = c->local; x != GM__EMPTY; x = m->w.local.f[x].parent)
@@ -162,7 +165,7 @@ static int take_kernel(struct gm_matcher *m, int d)
 {
     size_t k0 = m->w.off[d], k1 = k0 + m->w.kern[d];
     m->n_tmp = 0;
-    if (gm__grow((void **)&m->tmp, &m->cap_tmp, k1 - k0 + 1, sizeof(*m->tmp)))
+    if (tg_grow((void **)&m->tmp, &m->cap_tmp, k1 - k0 + 1, sizeof(*m->tmp)))
         return TG_ENOMEM;
     for (size_t i = k0; i < k1; i++) {
         struct gm__cfg c = m->w.cfg[i];
@@ -218,8 +221,8 @@ int gm_matcher_accept_token(struct gm_matcher *m, int32_t id)
             return TG_EINVAL;
         struct gm_matcher_state st = *cur(m);
         st.done = 1;
-        if (gm__grow((void **)&m->hist, &m->cap_hist, m->n_hist + 1,
-                 sizeof(*m->hist)))
+        if (tg_grow((void **)&m->hist, &m->cap_hist, m->n_hist + 1,
+                    sizeof(*m->hist)))
             return TG_ENOMEM;
         m->hist[m->n_hist++] = st;
         return 0;
@@ -336,7 +339,8 @@ int gm_matcher_fill_mask(struct gm_matcher *m, uint32_t *mask, size_t n_words)
     const struct gm_matcher_state *s = cur(m);
     /* one pass per distinct (class, stack): equal classes give equal
      * masks for equal stacks */
-    if (gm__grow((void **)&m->pairs, &m->cap_pairs, s->nh + 1, sizeof(*m->pairs)))
+    if (tg_grow((void **)&m->pairs, &m->cap_pairs, s->nh + 1,
+                sizeof(*m->pairs)))
         return TG_ENOMEM;
     for (size_t i = 0; i < s->nh; i++) {
         const struct gm__cfg *c = &m->log[s->h0 + i];

@@ -166,7 +166,7 @@ static int64_t cls_intern(struct bld *b, const uint8_t *s)
             return b->cls_hash[k];
         k = (k + 1) & (b->cls_hcap - 1);
     }
-    if (gm__grow((void **)&b->cls, &b->cap_cls, b->n_cls + 1, sizeof(*b->cls)))
+    if (tg_grow((void **)&b->cls, &b->cap_cls, b->n_cls + 1, sizeof(*b->cls)))
         return TG_ENOMEM;
     memcpy(b->cls[b->n_cls], s, 32);
     b->cls_hash[k] = (int32_t)b->n_cls;
@@ -179,21 +179,14 @@ static int32_t new_node(struct bld *b, int32_t rule)
         bfail(b, TG_ETOOBIG, "grammar automaton over the node limit");
         return -1;
     }
-    size_t cap = (size_t)b->cap_t;
-    if (gm__grow((void **)&b->t_rule, &cap, (size_t)b->n_t + 1,
-             sizeof(*b->t_rule))) {
+    /* Two arrays, one capacity: cap_t moves once both have grown. */
+    int32_t cap_rule = b->cap_t, cap_final = b->cap_t;
+    if (TG_GROW(b->t_rule, &cap_rule, (int64_t)b->n_t + 1) ||
+        TG_GROW(b->t_final, &cap_final, (int64_t)b->n_t + 1)) {
         bfail(b, TG_ENOMEM, "out of memory");
         return -1;
     }
-    if (cap != (size_t)b->cap_t) {
-        uint8_t *f = realloc(b->t_final, cap);
-        if (f == NULL) {
-            bfail(b, TG_ENOMEM, "out of memory");
-            return -1;
-        }
-        b->t_final = f;
-        b->cap_t = (int32_t)cap;
-    }
+    b->cap_t = cap_rule;
     b->t_rule[b->n_t] = rule;
     b->t_final[b->n_t] = 0;
     return b->n_t++;
@@ -202,7 +195,7 @@ static int32_t new_node(struct bld *b, int32_t rule)
 static int add_edge(struct bld *b, int32_t from, uint8_t kind,
                     uint32_t label, int32_t to)
 {
-    if (gm__grow((void **)&b->te, &b->cap_te, b->n_te + 1, sizeof(*b->te)))
+    if (tg_grow((void **)&b->te, &b->cap_te, b->n_te + 1, sizeof(*b->te)))
         return bfail(b, TG_ENOMEM, "out of memory");
     b->te[b->n_te++] =
         (struct tedge){.from = from, .to = to, .label = label, .kind = kind};
@@ -429,7 +422,8 @@ static int close_node(struct bld *b, struct eps *x, int32_t u,
                 }
                 continue;
             }
-            if (gm__grow((void **)&out->e, &out->cap, out->n + 1, sizeof(*out->e)))
+            if (tg_grow((void **)&out->e, &out->cap, out->n + 1,
+                        sizeof(*out->e)))
                 return TG_ENOMEM;
             out->e[out->n] = *t;
             out->e[out->n++].from = u;
@@ -702,7 +696,7 @@ static int finish(struct bld *b, struct gm__pda *p)
             rc = tg_err_set(b->errbuf, b->errlen, TG_ETOOBIG,
                             "grammar automaton over the edge limit");
         if (rc == 0 &&
-            gm__grow((void **)&c_edges, &cap_ce, n_ce + cl.n, sizeof(*c_edges)))
+            tg_grow((void **)&c_edges, &cap_ce, n_ce + cl.n, sizeof(*c_edges)))
             rc = TG_ENOMEM;
         if (rc != 0)
             goto out;
@@ -723,7 +717,7 @@ static int finish(struct bld *b, struct gm__pda *p)
         if (s < 0 || !c_final[s])
             continue;
         size_t k = c_last[s] - c_first[s];
-        if (gm__grow((void **)&c_edges, &cap_ce, n_ce + k, sizeof(*c_edges))) {
+        if (tg_grow((void **)&c_edges, &cap_ce, n_ce + k, sizeof(*c_edges))) {
             rc = TG_ENOMEM;
             goto out;
         }

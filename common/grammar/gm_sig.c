@@ -102,21 +102,6 @@ static int32_t intern(struct table *t, uint32_t n)
     return t->n_ids++;
 }
 
-static int key_room(struct table *t, size_t n)
-{
-    if (t->n_keys + n <= t->cap_keys)
-        return 0;
-    size_t c = t->cap_keys ? t->cap_keys * 2 : 4096;
-    while (c < t->n_keys + n)
-        c *= 2;
-    uint32_t *k = realloc(t->keys, c * sizeof(*k));
-    if (k == NULL)
-        return TG_ENOMEM;
-    t->keys = k;
-    t->cap_keys = c;
-    return 0;
-}
-
 /* Sorts pairs p[0..n) (a, b) and drops repeats; returns the count left. */
 static uint32_t sort_pairs(uint32_t *p, uint32_t n)
 {
@@ -216,7 +201,7 @@ int gm__sig_build(struct gm__pda *p, int depth, double deadline)
     }
     /* round 0: 0 = not final; 1 + the id of the rule's FOLLOW set */
     for (int32_t r = 0; r < p->n_rule; r++) {
-        if (key_room(&t, 8) != 0) {
+        if (TG_GROW(t.keys, &t.cap_keys, t.n_keys + 8) != 0) {
             rc = TG_ENOMEM;
             goto out;
         }
@@ -242,7 +227,7 @@ int gm__sig_build(struct gm__pda *p, int depth, double deadline)
         for (int32_t u = 0; u < n; u++) {
             const struct gm__node *nd = &p->node[u];
             uint32_t len = 3 + 2 * (nd->ne + nd->nc);
-            if (key_room(&t, len) != 0) {
+            if (TG_GROW(t.keys, &t.cap_keys, t.n_keys + len) != 0) {
                 rc = TG_ENOMEM;
                 goto out;
             }

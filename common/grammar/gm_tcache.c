@@ -105,9 +105,9 @@ static int walk_class(const struct gm_grammar *g, struct scratch *s,
         if (!alive) {
             int32_t t1 = v->t_first[v->t_end[i]];
             if (np > 0) {
-                if (gm__grow((void **)&s->unc, &s->cap_unc,
-                         s->n_unc + (size_t)(t1 - t0) * (size_t)np,
-                         sizeof(*s->unc)))
+                if (tg_grow((void **)&s->unc, &s->cap_unc,
+                            s->n_unc + (size_t)(t1 - t0) * (size_t)np,
+                            sizeof(*s->unc)))
                     return TG_ENOMEM;
                 for (int32_t t = t0; t < t1; t++) {
                     int32_t id = v->sorted[t];
@@ -123,8 +123,8 @@ static int walk_class(const struct gm_grammar *g, struct scratch *s,
         }
         int32_t t1 = v->t_first[i + 1];
         if (t1 > t0 && d >= skip) {
-            if (gm__grow((void **)&s->acc, &s->cap_acc, s->n_acc + (size_t)(t1 - t0),
-                     sizeof(*s->acc)))
+            if (tg_grow((void **)&s->acc, &s->cap_acc,
+                        s->n_acc + (size_t)(t1 - t0), sizeof(*s->acc)))
                 return TG_ENOMEM;
             for (int32_t t = t0; t < t1; t++)
                 s->acc[s->n_acc++] = v->sorted[t];
@@ -180,9 +180,10 @@ static int build_sfx(const struct gm_vocab *v, struct cres *r)
             lcp++;
         while (depth > (int)lcp)
             r->sfx[path[depth--]].end = (int32_t)r->n_sfx;
-        if (gm__grow((void **)&r->sfx, &r->cap_sfx, r->n_sfx + (len - lcp),
-                 sizeof(*r->sfx)) ||
-            gm__grow((void **)&r->ids, &r->cap_ids, r->n_ids + 1, sizeof(*r->ids)))
+        if (tg_grow((void **)&r->sfx, &r->cap_sfx, r->n_sfx + (len - lcp),
+                    sizeof(*r->sfx)) ||
+            tg_grow((void **)&r->ids, &r->cap_ids, r->n_ids + 1,
+                    sizeof(*r->ids)))
             return TG_ENOMEM;
         for (size_t d = lcp; d < len; d++) {
             r->sfx[r->n_sfx] = (struct gm__sfx){.byte = b[d],

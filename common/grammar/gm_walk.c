@@ -49,14 +49,8 @@ int32_t gm__frames_push(struct gm__frames *fs, int32_t ret, int32_t parent)
             return fs->hash[k];
         k = (k + 1) & fs->hmask;
     }
-    if (fs->n == fs->cap) {
-        int32_t cap = fs->cap ? fs->cap * 2 : 256;
-        struct gm__frame *f = realloc(fs->f, (size_t)cap * sizeof(*f));
-        if (f == NULL)
-            return TG_ENOMEM;
-        fs->f = f;
-        fs->cap = cap;
-    }
+    if (TG_GROW(fs->f, &fs->cap, (int64_t)fs->n + 1))
+        return TG_ENOMEM;
     fs->f[fs->n] = (struct gm__frame){.ret = ret, .parent = parent};
     fs->hash[k] = fs->n;
     return fs->n++;
@@ -156,8 +150,9 @@ static void set_begin(struct gm__walker *w)
     }
 }
 
-/* Grows the dedupe table to hold the set [from, n_cfg) at half load. */
-static int set_grow(struct gm__walker *w, size_t from)
+/* Rehashes the dedupe table, twice as large, to hold the set [from, n_cfg)
+ * at half load. */
+static int set_rehash(struct gm__walker *w, size_t from)
 {
     uint32_t cap = (w->hmask + 1) * 2;
     struct gm__cfg *k = malloc((size_t)cap * sizeof(*k));
@@ -190,7 +185,7 @@ static int set_add(struct gm__walker *w, size_t from, int32_t node,
 {
     struct gm__cfg c = {.node = node, .local = local, .base = base};
     if ((w->n_cfg - from + 1) * 2 > (size_t)w->hmask + 1 &&
-        set_grow(w, from) != 0)
+        set_rehash(w, from) != 0)
         return TG_ENOMEM;
     uint32_t h = cfg_hash(&c) & w->hmask;
     while (w->hstamp[h] == w->epoch) {
@@ -199,14 +194,8 @@ static int set_add(struct gm__walker *w, size_t from, int32_t node,
             return 0;
         h = (h + 1) & w->hmask;
     }
-    if (w->n_cfg == w->cap_cfg) {
-        size_t cap = w->cap_cfg * 2;
-        struct gm__cfg *nc = realloc(w->cfg, cap * sizeof(*nc));
-        if (nc == NULL)
-            return TG_ENOMEM;
-        w->cfg = nc;
-        w->cap_cfg = cap;
-    }
+    if (TG_GROW(w->cfg, &w->cap_cfg, w->n_cfg + 1))
+        return TG_ENOMEM;
     w->hstamp[h] = w->epoch;
     w->hkey[h] = c;
     w->cfg[w->n_cfg++] = c;

@@ -16,6 +16,7 @@
 
 #include "common/jinja/jj_internal.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 #define JJ_BREAK 1
 #define JJ_CONTINUE 2
@@ -193,16 +194,8 @@ static int emit(struct jj_ctx *c, int line, const char *s, size_t n)
                        "the rendered prompt exceeds the output limit of %zu "
                        "bytes (max_output)",
                        c->lim.max_output);
-    if (c->out_cap - c->out_len <= n) {
-        size_t cap = c->out_cap ? c->out_cap : 1024;
-        while (cap - c->out_len <= n)
-            cap *= 2;
-        char *p = realloc(c->out, cap);
-        if (p == NULL)
-            return jj_oom(c, line);
-        c->out = p;
-        c->out_cap = cap;
-    }
+    if (TG_GROW(c->out, &c->out_cap, c->out_len + n + 1))
+        return jj_oom(c, line);
     memcpy(c->out + c->out_len, s, n);
     c->out_len += n;
     c->out[c->out_len] = '\0';
@@ -706,18 +699,12 @@ int jj_vars_set_json(struct jj_vars *v, const char *name, json_t *value)
     if (value == NULL)
         return TG_ENOMEM;
     jj_vars_unset(v, name);
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 8;
-        char **pn = realloc(v->names, cap * sizeof(*pn));
-        if (pn == NULL)
-            return TG_ENOMEM;
-        v->names = pn;
-        json_t **pv = realloc(v->vals, cap * sizeof(*pv));
-        if (pv == NULL)
-            return TG_ENOMEM;
-        v->vals = pv;
-        v->cap = cap;
-    }
+    /* Names and values share one capacity: it moves once both have grown. */
+    size_t cap_n = v->cap, cap_v = v->cap;
+    if (TG_GROW(v->names, &cap_n, v->n + 1) ||
+        TG_GROW(v->vals, &cap_v, v->n + 1))
+        return TG_ENOMEM;
+    v->cap = cap_n;
     char *nm = strdup(name);
     if (nm == NULL)
         return TG_ENOMEM;

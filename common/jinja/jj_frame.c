@@ -11,6 +11,7 @@
 #include "common/jinja/jj_internal.h"
 #include "common/jinja/jj_parse_internal.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 /* ---- arena -------------------------------------------------------------- */
 
@@ -109,15 +110,9 @@ static bool has_ref(const struct symtab *t, const char *name)
 
 static struct sym *sym_add(struct symtab *t, const char *name, uint8_t load)
 {
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 16;
-        struct sym *p = realloc(t->v, cap * sizeof(*p));
-        if (p == NULL) {
-            t->oom = true;
-            return NULL;
-        }
-        t->v = p;
-        t->cap = cap;
+    if (TG_GROW(t->v, &t->cap, t->n + 1)) {
+        t->oom = true;
+        return NULL;
     }
     struct sym *s = &t->v[t->n++];
     s->name = name;
@@ -225,15 +220,10 @@ static void branch_update(struct symtab *t, struct symtab *br, size_t nbr)
             while (k < n_cnt && strcmp(cnt[k].name, s->name) != 0)
                 k++;
             if (k == n_cnt) {
-                if (n_cnt == cap_cnt) {
-                    cap_cnt = cap_cnt ? cap_cnt * 2 : 8;
-                    void *p = realloc(cnt, cap_cnt * sizeof(*cnt));
-                    if (p == NULL) {
-                        t->oom = true;
-                        free(cnt);
-                        return;
-                    }
-                    cnt = p;
+                if (TG_GROW(cnt, &cap_cnt, n_cnt + 1)) {
+                    t->oom = true;
+                    free(cnt);
+                    return;
                 }
                 cnt[n_cnt].name = s->name;
                 cnt[n_cnt++].count = 0;

@@ -16,6 +16,7 @@
 
 #include "common/jinja/jj_internal.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 struct lexer {
     void *arena;
@@ -43,14 +44,8 @@ static int lex_fail(struct lexer *L, int line, int code, const char *msg,
 
 static struct jj_token *push(struct lexer *L, uint8_t type, int line)
 {
-    if (L->n_toks == L->cap) {
-        size_t cap = L->cap ? L->cap * 2 : 256;
-        struct jj_token *t = realloc(L->toks, cap * sizeof(*t));
-        if (t == NULL)
-            return NULL;
-        L->toks = t;
-        L->cap = cap;
-    }
+    if (TG_GROW(L->toks, &L->cap, L->n_toks + 1))
+        return NULL;
     struct jj_token *t = &L->toks[L->n_toks++];
     memset(t, 0, sizeof(*t));
     t->type = type;

@@ -10,19 +10,13 @@
 #include "common/jinja/jj_internal.h"
 #include "common/jinja/jj_parse_internal.h"
 #include "common/base/tg_err.h"
-
+#include "common/base/tg_grow.h"
 
 
 int jj__p_nvec_push(struct nvec *v, struct jj_node *x)
 {
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 8;
-        struct jj_node **p = realloc(v->v, cap * sizeof(*p));
-        if (p == NULL)
-            return TG_ENOMEM;
-        v->v = p;
-        v->cap = cap;
-    }
+    if (TG_GROW(v->v, &v->cap, v->n + 1))
+        return TG_ENOMEM;
     v->v[v->n++] = x;
     return 0;
 }
@@ -163,14 +157,8 @@ struct jj_node *jj__p_node(struct parser *P, uint8_t type, int line)
 static int keep(struct parser *P, struct jj_obj *o)
 {
     struct jj_template *t = P->tmpl;
-    if (t->n_consts == t->cap_consts) {
-        size_t cap = t->cap_consts ? t->cap_consts * 2 : 64;
-        struct jj_obj **p = realloc(t->consts, cap * sizeof(*p));
-        if (p == NULL)
-            return TG_ENOMEM;
-        t->consts = p;
-        t->cap_consts = cap;
-    }
+    if (TG_GROW(t->consts, &t->cap_consts, t->n_consts + 1))
+        return TG_ENOMEM;
     o->immortal = 1;
     t->consts[t->n_consts++] = o;
     return 0;

@@ -8,6 +8,7 @@
 #include "common/jinja/jj_internal.h"
 #include "common/jinja/jj_parse_internal.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 /* ---- expressions -------------------------------------------------------- */
 
@@ -248,14 +249,9 @@ static int parse_call_args(struct parser *P, struct jj_node *n)
             jj__p_advance(P);
             if ((rc = jj__parse_expression(P, true, &e)))
                 goto fail;
-            if (nkw == capkw) {
-                capkw = capkw ? capkw * 2 : 4;
-                const char **p = realloc(kwn, capkw * sizeof(*p));
-                if (p == NULL) {
-                    rc = jj__p_poom(P);
-                    goto fail;
-                }
-                kwn = p;
+            if (TG_GROW(kwn, &capkw, nkw + 1)) {
+                rc = jj__p_poom(P);
+                goto fail;
             }
             kwn[nkw++] = key;
             if ((rc = jj__p_nvec_push(&kwv, e)))

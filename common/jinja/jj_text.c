@@ -14,6 +14,7 @@
 
 #include "common/jinja/jj_internal.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 /* ---- UTF-8 -------------------------------------------------------------- */
 
@@ -119,23 +120,10 @@ bool jj_py_isspace(uint32_t cp)
 
 static int buf_reserve(struct jj_buf *b, size_t more)
 {
-    if (b->cap - b->n > more)
-        return 0;
     size_t need = b->n + more + 1;
     if (need < b->n)
         return TG_ENOMEM;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap < need) {
-        if (cap > SIZE_MAX / 2)
-            return TG_ENOMEM;
-        cap *= 2;
-    }
-    char *p = realloc(b->p, cap);
-    if (p == NULL)
-        return TG_ENOMEM;
-    b->p = p;
-    b->cap = cap;
-    return 0;
+    return TG_GROW(b->p, &b->cap, need);
 }
 
 int jj_buf_put(struct jj_buf *b, const char *s, size_t n)

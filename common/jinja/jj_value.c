@@ -10,6 +10,7 @@
 
 #include "common/jinja/jj_internal.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 /* ---- undefined ----------------------------------------------------------- */
 
@@ -214,14 +215,8 @@ struct jj_list *jj_list_new(size_t cap, uint8_t seq)
 
 int jj_list_push(struct jj_list *l, struct jj_val v)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 8;
-        struct jj_val *p = realloc(l->v, cap * sizeof(*p));
-        if (p == NULL)
-            return TG_ENOMEM;
-        l->v = p;
-        l->cap = cap;
-    }
+    if (TG_GROW(l->v, &l->cap, l->n + 1))
+        return TG_ENOMEM;
     l->v[l->n++] = v;
     return 0;
 }
@@ -363,18 +358,11 @@ int jj_dict_append(struct jj_dict *d, struct jj_val k, struct jj_val v)
 {
     if (d->n >= UINT32_MAX - 1)
         return TG_ENOMEM;
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 8;
-        struct jj_val *pk = realloc(d->k, cap * sizeof(*pk));
-        if (pk == NULL)
-            return TG_ENOMEM;
-        d->k = pk;
-        struct jj_val *pv = realloc(d->v, cap * sizeof(*pv));
-        if (pv == NULL)
-            return TG_ENOMEM;
-        d->v = pv;
-        d->cap = cap;
-    }
+    /* Keys and values share one capacity: it moves once both have grown. */
+    size_t cap_k = d->cap, cap_v = d->cap;
+    if (TG_GROW(d->k, &cap_k, d->n + 1) || TG_GROW(d->v, &cap_v, d->n + 1))
+        return TG_ENOMEM;
+    d->cap = cap_k;
     d->k[d->n] = k;
     d->v[d->n] = v;
     d->n++;

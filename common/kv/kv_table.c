@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 /* Below this many ids copied, an OpenMP team costs more than it saves
  * (waking threads is tens of microseconds, and far worse on a loaded
@@ -17,69 +18,39 @@
  * OpenMP team costs, so only batches of millions of rows go parallel. */
 #define PAR_MIN_ROWS_REFRESH (1 << 22)
 
-/* Grows *buf (elements of `size` bytes) to hold at least `want`, by at
- * least half again, so repeated growth is amortised O(1). */
-static int grow(void **buf, int64_t *cap, int64_t want, size_t size)
-{
-    if (want <= *cap && *buf != NULL)
-        return 0;
-    int64_t n = *cap + *cap / 2;
-    if (n < want)
-        n = want;
-    if (n < 16)
-        n = 16;
-    void *p = realloc(*buf, (size_t)n * size);
-    if (p == NULL)
-        return TG_ENOMEM;
-    *buf = p;
-    *cap = n;
-    return 0;
-}
+/* Buffers are allocated even for 0 rows or ids (need at least 1), so a
+ * table that was initialised has every array. */
 
 /* indptr needs rows + 1 entries, npages and lens rows; all get rows + 1.
  * A failure part-way leaves larger arrays and cap_rows unchanged. */
 static int reserve_rows(struct kv_table *t, int64_t rows)
 {
-    if (rows <= t->cap_rows && t->indptr != NULL && t->npages != NULL &&
-        t->lens != NULL)
-        return 0;
-    int64_t n = t->cap_rows + t->cap_rows / 2;
-    if (n < rows)
-        n = rows;
-    if (n < 16)
-        n = 16;
-    int32_t **arrs[3] = {&t->indptr, &t->npages, &t->lens};
-    for (int i = 0; i < 3; i++) {
-        int32_t *p = realloc(*arrs[i], (size_t)(n + 1) * sizeof(int32_t));
-        if (p == NULL)
-            return TG_ENOMEM;
-        *arrs[i] = p;
-    }
-    t->cap_rows = n;
+    int64_t c1 = t->cap_rows + 1, c2 = c1, c3 = c1;
+    if (t->cap_rows == 0)
+        c1 = c2 = c3 = 0;
+    if (TG_GROW(t->indptr, &c1, rows + 1) != 0 ||
+        TG_GROW(t->npages, &c2, rows + 1) != 0 ||
+        TG_GROW(t->lens, &c3, rows + 1) != 0)
+        return TG_ENOMEM;
+    t->cap_rows = c1 - 1;
     return 0;
 }
 
 static int reserve_slots(struct kv_table *t, int64_t slots)
 {
-    return grow((void **)&t->indices, &t->cap_slots, slots, sizeof(int32_t));
+    return TG_GROW(t->indices, &t->cap_slots, slots > 0 ? slots : 1);
 }
 
+/* seq_base needs n + 1 entries, slot_seq and slot_epoch n; all get n + 1
+ * and share cap_seqs, moved once all three have grown. */
 static int reserve_seqs(struct kv_table *t, int64_t n)
 {
-    if (n + 1 <= t->cap_seqs && t->seq_base != NULL && t->slot_seq != NULL &&
-        t->slot_epoch != NULL)
-        return 0;
-    int64_t want = n + 1 > t->cap_seqs + t->cap_seqs / 2
-                       ? n + 1
-                       : t->cap_seqs + t->cap_seqs / 2;
-    int64_t c1 = 0, c2 = 0, c3 = 0;
-    if (t->cap_seqs > 0)
-        c1 = c2 = c3 = t->cap_seqs;
-    if (grow((void **)&t->seq_base, &c1, want, sizeof(int64_t)) != 0 ||
-        grow((void **)&t->slot_seq, &c2, want, sizeof(*t->slot_seq)) != 0 ||
-        grow((void **)&t->slot_epoch, &c3, want, sizeof(uint64_t)) != 0)
+    int64_t c1 = t->cap_seqs, c2 = c1, c3 = c1;
+    if (TG_GROW(t->seq_base, &c1, n + 1) != 0 ||
+        TG_GROW(t->slot_seq, &c2, n + 1) != 0 ||
+        TG_GROW(t->slot_epoch, &c3, n + 1) != 0)
         return TG_ENOMEM;
-    t->cap_seqs = want;
+    t->cap_seqs = c1;
     return 0;
 }
 
@@ -375,7 +346,7 @@ static int collect_dirty(struct kv_table *t)
             if (t->npages[row] > from)
                 n += t->npages[row] - from;
         }
-    if (grow((void **)&t->dirty, &t->cap_dirty, n, sizeof(int32_t)) != 0)
+    if (TG_GROW(t->dirty, &t->cap_dirty, n > 0 ? n : 1) != 0)
         return TG_ENOMEM;
     n = 0;
     for (int32_t b = 0; b < t->n_seqs; b++)
@@ -406,14 +377,12 @@ int kv_table_refresh(struct kv_table *table, const struct kv_layout *layout,
                               "kv_table: slot %d was made for another layout",
                               (int)b);
     if (table->track) {
-        int64_t c1 = table->cap_rows > 0 ? table->cap_rows : 0;
-        int64_t c0 = table->prev_npages != NULL ? c1 : 0;
-        int64_t s0 = table->slot_moved != NULL ? table->cap_seqs : 0;
-        int64_t s1 = s0;
-        if (grow((void **)&table->prev_npages, &c0, table->cap_rows,
-                 sizeof(int32_t)) != 0 ||
-            grow((void **)&table->slot_moved, &s1,
-                 table->cap_seqs > 0 ? table->cap_seqs : 1, 1) != 0)
+        /* Their own capacities: a rebuild since the last tracked refresh
+         * may have grown the rows and slots. */
+        if (TG_GROW(table->prev_npages, &table->cap_prev,
+                    table->n_rows > 0 ? table->n_rows : 1) != 0 ||
+            TG_GROW(table->slot_moved, &table->cap_moved,
+                    n_seqs > 0 ? n_seqs : 1) != 0)
             return tg_err_set(err, errlen, TG_ENOMEM,
                               "kv_table: cannot track %d rows",
                               (int)table->n_rows);

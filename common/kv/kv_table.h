@@ -83,8 +83,13 @@ struct kv_table {
                              refresh wrote */
     int32_t *dirty;       /* (n_dirty) */
     int64_t cap_dirty;
-    int32_t *prev_npages; /* (cap_rows) scratch of a tracked refresh */
-    uint8_t *slot_moved;  /* (cap_seqs) scratch: slots laid out again */
+    /* Scratch of a tracked refresh, each with its own capacity: the page
+     * counts before it (cap_prev >= n_rows) and the slots it laid out
+     * again (cap_moved >= n_seqs). */
+    int32_t *prev_npages;
+    int64_t cap_prev;
+    uint8_t *slot_moved;
+    int64_t cap_moved;
 };
 
 /* Initialises an empty table with room for `rows` rows and `slots` page

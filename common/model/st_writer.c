@@ -1,6 +1,7 @@
 /* st_writer.c — atomic .safetensors writer (contracts in st_writer.h). */
 #include "common/model/st_writer.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -48,14 +49,10 @@ int st_writer_add_metadata(struct st_writer *w, const char *key,
         if (strcmp(w->meta[2 * i], key) == 0)
             return tg_err_set(err, errlen, TG_EEXIST,
                               "metadata key '%s' added twice", key);
-    if (w->n_meta == w->cap_meta) {
-        size_t cap = w->cap_meta ? 2 * w->cap_meta : 8;
-        char **m = realloc(w->meta, 2 * cap * sizeof *m);
-        if (m == NULL)
-            return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
-        w->meta = m;
-        w->cap_meta = cap;
-    }
+    /* meta holds (key, value) pairs: cap_meta counts pairs. */
+    if (tg_grow((void **)&w->meta, &w->cap_meta, w->n_meta + 1,
+                2 * sizeof *w->meta))
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
     char *k = strdup(key), *v = strdup(value);
     if (k == NULL || v == NULL) {
         free(k);
@@ -109,14 +106,8 @@ static int add_entry(struct st_writer *w, const char *name,
         if (strcmp(w->entries[i].name, name) == 0)
             return tg_err_set(err, errlen, TG_EEXIST,
                               "tensor '%s' added twice", name);
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? 2 * w->cap : 16;
-        struct st_writer_entry *e = realloc(w->entries, cap * sizeof *e);
-        if (e == NULL)
-            return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
-        w->entries = e;
-        w->cap = cap;
-    }
+    if (TG_GROW(w->entries, &w->cap, w->n + 1))
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
     struct st_writer_entry *e = &w->entries[w->n];
     memset(e, 0, sizeof *e);
     e->name = strdup(name);

@@ -4,6 +4,7 @@
  */
 #include "common/tok/tok_internal.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -26,36 +27,14 @@ int tok__text_reserve(struct tok_text *t, size_t extra)
 {
     if (extra > SIZE_MAX / 2 - t->n - 1)
         return TG_ENOMEM;
-    size_t need = t->n + extra + 1;
-    if (need <= t->cap)
-        return 0;
-    size_t cap = t->cap ? t->cap : 64;
-    while (cap < need)
-        cap *= 2;
-    char *s = realloc(t->s, cap);
-    if (s == NULL)
-        return TG_ENOMEM;
-    t->s = s;
-    t->cap = cap;
-    return 0;
+    return TG_GROW(t->s, &t->cap, t->n + extra + 1);
 }
 
 int tok__ids_reserve(struct tok_ids *ids, size_t extra)
 {
     if (extra > SIZE_MAX / 8 - ids->n)
         return TG_ENOMEM;
-    size_t need = ids->n + extra;
-    if (need <= ids->cap)
-        return 0;
-    size_t cap = ids->cap ? ids->cap : 64;
-    while (cap < need)
-        cap *= 2;
-    int32_t *v = realloc(ids->v, cap * sizeof(*v));
-    if (v == NULL)
-        return TG_ENOMEM;
-    ids->v = v;
-    ids->cap = cap;
-    return 0;
+    return TG_GROW(ids->v, &ids->cap, ids->n + extra);
 }
 
 int tok__utf8_seq(const uint8_t *p, size_t n)

@@ -12,6 +12,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "common/tok/tok_internal.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 #include <pcre2.h>
 #include <stdlib.h>
@@ -58,21 +59,6 @@ void tok_cache_free(struct tok_cache *c)
     tok_text_free(&c->norm);
     tok_text_free(&c->pre);
     memset(c, 0, sizeof(*c));
-}
-
-static int grow(void **p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t n = *cap ? *cap : 64;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(*p, n * elem);
-    if (q == NULL)
-        return TG_ENOMEM;
-    *p = q;
-    *cap = n;
-    return 0;
 }
 
 static int push_id(struct tok_ids *out, int32_t id)
@@ -325,7 +311,7 @@ static int bpe_word(const struct tok_tokenizer *t, struct tok_cache *c,
         }
         c->misses++;
     }
-    if (grow((void **)&c->sym, &c->sym_cap, n, sizeof(*c->sym)) != 0)
+    if (TG_GROW(c->sym, &c->sym_cap, n) != 0)
         return TG_ENOMEM;
     struct tok__sym *sym = c->sym;
     int32_t ns = 0;
@@ -344,8 +330,7 @@ static int bpe_word(const struct tok_tokenizer *t, struct tok_cache *c,
     /* The heap starts with at most ns - 1 candidates; each applied merge
      * pops one and pushes at most two, and there are at most ns - 1 merges,
      * so it never holds more than 2 (ns - 1) entries. */
-    if (grow((void **)&c->heap, &c->heap_cap, 2 * (size_t)ns,
-             sizeof(*c->heap)) != 0)
+    if (TG_GROW(c->heap, &c->heap_cap, 2 * (size_t)ns) != 0)
         return TG_ENOMEM;
     struct tok__heap_ent *heap = c->heap;
     size_t nh = 0;
@@ -405,8 +390,7 @@ static int emit(struct fold *f, size_t s, size_t e)
                         f->out);
     int k = f->level & 1;
     struct tok_cache *c = f->c;
-    if (grow((void **)&c->piece[k], &c->piece_cap[k], c->n_piece[k] + 1,
-             sizeof(struct tok__piece)) != 0)
+    if (TG_GROW(c->piece[k], &c->piece_cap[k], c->n_piece[k] + 1) != 0)
         return TG_ENOMEM;
     c->piece[k][c->n_piece[k]++] = (struct tok__piece){s, e - s};
     return 0;

@@ -8,6 +8,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "common/tok/tok_internal.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "common/json/tg_json.h"
 
 #include <glob.h>
@@ -79,18 +80,10 @@ static int oom(char *err, size_t errlen)
 static int arena_add(struct tok_tokenizer *t, const void *p, size_t n,
                      struct tok__span *sp)
 {
-    if (t->arena_len + n + 1 > t->arena_cap) {
-        size_t cap = t->arena_cap ? t->arena_cap : 1 << 20;
-        while (cap < t->arena_len + n + 1)
-            cap *= 2;
-        if (cap >= NO_TOKEN)
-            return TG_ENOMEM;
-        char *a = realloc(t->arena, cap);
-        if (a == NULL)
-            return TG_ENOMEM;
-        t->arena = a;
-        t->arena_cap = cap;
-    }
+    /* Offsets into the arena are uint32_t. */
+    if (t->arena_len + n + 1 >= NO_TOKEN ||
+        TG_GROW(t->arena, &t->arena_cap, t->arena_len + n + 1))
+        return TG_ENOMEM;
     memcpy(t->arena + t->arena_len, p, n);
     sp->off = (uint32_t)t->arena_len;
     sp->len = (uint32_t)n;
@@ -357,13 +350,8 @@ static int trie_insert(struct tok__trie *tr, const uint8_t *k, size_t n,
         while (c >= 0 && tr->node[c].byte != k[i])
             c = tr->node[c].sibling;
         if (c < 0) {
-            if (tr->n == tr->cap) {
-                void *p = realloc(tr->node, 2 * tr->cap * sizeof(*tr->node));
-                if (p == NULL)
-                    return TG_ENOMEM;
-                tr->node = p;
-                tr->cap *= 2;
-            }
+            if (TG_GROW(tr->node, &tr->cap, tr->n + 1))
+                return TG_ENOMEM;
             c = (int32_t)tr->n++;
             tr->node[c] =
                 (struct tok__trie_node){-1, tr->node[cur].child, -1, k[i]};

@@ -11,6 +11,7 @@
 
 #include "common/jinja/jj_template.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 #define OPEN_TAG "<tool_call>"
 #define CLOSE_TAG "</tool_call>"
@@ -29,26 +30,11 @@ static bool is_ws(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
-static int grow(char **p, size_t *cap, size_t need)
-{
-    if (*cap >= need)
-        return 0;
-    size_t c = *cap ? *cap : 256;
-    while (c < need)
-        c *= 2;
-    char *np = realloc(*p, c);
-    if (np == NULL)
-        return TG_ENOMEM;
-    *p = np;
-    *cap = c;
-    return 0;
-}
-
 static int put(char **p, size_t *n, size_t *cap, const char *s, size_t k)
 {
     if (k == 0)
         return 0;
-    if (grow(p, cap, *n + k + 1))
+    if (TG_GROW(*p, cap, *n + k + 1))
         return TG_ENOMEM;
     memcpy(*p + *n, s, k);
     *n += k;
@@ -122,14 +108,8 @@ static int add_call(struct rt_tc_parser *p, json_t *o)
         strlen(json_string_value(name)) != json_string_length(name) ||
         !json_is_object(args))
         return 0;
-    if (p->n_calls == p->cap_calls) {
-        size_t cap = p->cap_calls ? p->cap_calls * 2 : 4;
-        struct rt_tool_call *c = realloc(p->calls, cap * sizeof(*c));
-        if (c == NULL)
-            return TG_ENOMEM;
-        p->calls = c;
-        p->cap_calls = cap;
-    }
+    if (TG_GROW(p->calls, &p->cap_calls, p->n_calls + 1))
+        return TG_ENOMEM;
     struct rt_tool_call *c = &p->calls[p->n_calls];
     memset(c, 0, sizeof(*c));
     char id[32];

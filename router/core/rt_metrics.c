@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 /* ---- names and text --------------------------------------------------- */
 
@@ -140,17 +141,9 @@ static void w_reserve(struct writer *w, size_t extra)
         return;
     }
     size_t need = b->len + extra + 1;
-    if (need > b->cap) {
-        size_t cap = b->cap < 4096 ? 4096 : b->cap;
-        while (cap < need)
-            cap *= 2;
-        char *p = realloc(b->data, cap);
-        if (p == NULL) {
-            w->failed = 1;
-            return;
-        }
-        b->data = p;
-        b->cap = cap;
+    if (TG_GROW(b->data, &b->cap, need)) {
+        w->failed = 1;
+        return;
     }
     /* Terminated even when nothing gets appended (fresh storage, or a
      * reused buffer the caller reset with len = 0). */
@@ -386,15 +379,9 @@ int rt_metrics_family_add(struct rt_metrics_registry *reg, const char *name,
                 goto oom;
         }
     }
-    if (reg->n_families == reg->cap_families) {
-        int cap = reg->cap_families ? 2 * reg->cap_families : 16;
-        struct rt_metrics_family **p =
-            realloc(reg->families, (size_t)cap * sizeof(*p));
-        if (p == NULL)
-            goto oom;
-        reg->families = p;
-        reg->cap_families = cap;
-    }
+    if (TG_GROW(reg->families, &reg->cap_families,
+                (int64_t)reg->n_families + 1))
+        goto oom;
     reg->families[reg->n_families++] = f;
     *out = f;
     return 0;
@@ -473,15 +460,9 @@ int rt_metrics_series_add(struct rt_metrics_family *family,
         if (s->buckets == NULL)
             goto oom;
     }
-    if (family->n_series == family->cap_series) {
-        int cap = family->cap_series ? 2 * family->cap_series : 4;
-        struct rt_metrics_series **p =
-            realloc(family->series, (size_t)cap * sizeof(*p));
-        if (p == NULL)
-            goto oom;
-        family->series = p;
-        family->cap_series = cap;
-    }
+    if (TG_GROW(family->series, &family->cap_series,
+                (int64_t)family->n_series + 1))
+        goto oom;
     family->series[family->n_series++] = s;
     *out = s;
     return 0;

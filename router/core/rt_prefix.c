@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 /* 64-bit FNV-1a (Fowler, Noll, Vo): offset basis and prime from the
  * published parameters; each token id is mixed in as one 32-bit unit. */
@@ -46,23 +47,16 @@ int rt_prefix_bounds_push(struct rt_prefix_bounds *b, int64_t pos,
     while (n > 0 && b->pos[n - 1] >= pos)
         n--; /* a rewound sequence grows again from an earlier point */
     if (n == b->cap) {
-        int32_t cap = b->cap ? 2 * b->cap : 8;
-        int64_t *np = realloc(b->pos, (size_t)cap * sizeof(int64_t));
-        if (np == NULL)
+        /* One capacity for all: an element of rows is `width` ids, of
+         * heads `hwidth` lengths; cap moves once all have grown. */
+        int32_t c1 = b->cap, c2 = c1, c3 = c1;
+        if (TG_GROW(b->pos, &c1, (int64_t)n + 1) ||
+            tg_grow_i32((void **)&b->rows, &c2, (int64_t)n + 1,
+                        (size_t)width * sizeof(int32_t)) ||
+            (hwidth > 0 && tg_grow_i32((void **)&b->heads, &c3, (int64_t)n + 1,
+                                       (size_t)hwidth * sizeof(int32_t))))
             return TG_ENOMEM;
-        b->pos = np;
-        int32_t *nr = realloc(b->rows, (size_t)cap * (size_t)width * sizeof(int32_t));
-        if (nr == NULL)
-            return TG_ENOMEM;
-        b->rows = nr;
-        if (hwidth > 0) {
-            int32_t *nh = realloc(b->heads,
-                                  (size_t)cap * (size_t)hwidth * sizeof(int32_t));
-            if (nh == NULL)
-                return TG_ENOMEM;
-            b->heads = nh;
-        }
-        b->cap = cap;
+        b->cap = c1;
     }
     if (hwidth > 0 && b->heads == NULL &&
         (b->heads = malloc((size_t)b->cap * (size_t)hwidth *

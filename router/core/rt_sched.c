@@ -6,33 +6,11 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "router/core/rt_sched_internal.h"
 
 
 /* ---- small helpers ---------------------------------------------------- */
-
-int rt_sched__grow(void **buf, int64_t *cap, int64_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    int64_t n = *cap > 0 ? *cap : 16;
-    while (n < need)
-        n *= 2;
-    void *p = realloc(*buf, (size_t)n * elem);
-    if (p == NULL)
-        return TG_ENOMEM;
-    *buf = p;
-    *cap = n;
-    return 0;
-}
-
-int rt_sched__grow32(void **buf, int32_t *cap, int64_t need, size_t elem)
-{
-    int64_t c = *cap;
-    int rc = rt_sched__grow(buf, &c, need, elem);
-    *cap = (int32_t)c;
-    return rc;
-}
 
 int rt_sched__running(const struct rt_sched_req *req)
 {
@@ -502,11 +480,11 @@ static int delta_room(const struct rt_sched *s, struct rt_step *out,
                       int64_t ids)
 {
     int64_t recs = (int64_t)s->cfg.n_ranks * s->rows;
-    if (rt_sched__grow((void **)&out->deltas, &out->cap_deltas, out->n_deltas + recs,
-             sizeof(struct rt_step_delta)) != 0)
+    if (tg_grow_i64((void **)&out->deltas, &out->cap_deltas,
+                    out->n_deltas + recs, sizeof(struct rt_step_delta)) != 0)
         return TG_ENOMEM;
-    return rt_sched__grow((void **)&out->delta_ids, &out->cap_ids, out->n_ids + ids,
-                sizeof(int32_t));
+    return tg_grow_i64((void **)&out->delta_ids, &out->cap_ids,
+                       out->n_ids + ids, sizeof(int32_t));
 }
 
 /* Room for the token an entry of `req` samples, made while planning so
@@ -857,20 +835,20 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
     /* Everything whose size is known is reserved before anything
      * changes: entries and events are bounded by the live requests. */
     int64_t live = (int64_t)s->n_running + s->n_waiting + s->n_attached;
-    if (rt_sched__grow32((void **)&out->entries, &out->cap_entries,
-               s->cfg.max_num_seqs, sizeof(struct rt_step_entry)) != 0 ||
-        rt_sched__grow32((void **)&out->released, &out->cap_released,
-               s->cfg.max_num_seqs, sizeof(int32_t)) != 0 ||
-        rt_sched__grow32((void **)&out->events, &out->cap_events, live > 0 ? live : 1,
-               sizeof(struct rt_sched_event)) != 0 ||
-        rt_sched__grow((void **)&out->row_lens, &out->cap_row_lens,
-               (int64_t)s->cfg.max_num_seqs * s->cfg.n_ranks * s->rows,
-               sizeof(int32_t)) != 0 ||
+    if (tg_grow_i32((void **)&out->entries, &out->cap_entries,
+                    s->cfg.max_num_seqs, sizeof(struct rt_step_entry)) != 0 ||
+        tg_grow_i32((void **)&out->released, &out->cap_released,
+                    s->cfg.max_num_seqs, sizeof(int32_t)) != 0 ||
+        tg_grow_i32((void **)&out->events, &out->cap_events,
+                    live > 0 ? live : 1, sizeof(struct rt_sched_event)) != 0 ||
+        tg_grow_i64((void **)&out->row_lens, &out->cap_row_lens,
+                    (int64_t)s->cfg.max_num_seqs * s->cfg.n_ranks * s->rows,
+                    sizeof(int32_t)) != 0 ||
         (s->cfg.per_head &&
-         rt_sched__grow((void **)&out->head_lens, &out->cap_head_lens,
-              (int64_t)s->cfg.max_num_seqs * s->cfg.n_ranks *
-                  s->cfg.layout->n_layers * s->cfg.layout->n_kv_heads,
-              sizeof(int32_t)) != 0))
+         tg_grow_i64((void **)&out->head_lens, &out->cap_head_lens,
+                     (int64_t)s->cfg.max_num_seqs * s->cfg.n_ranks *
+                         s->cfg.layout->n_layers * s->cfg.layout->n_kv_heads,
+                     sizeof(int32_t)) != 0))
         return tg_err_set(err, errlen, TG_ENOMEM,
                           "rt_sched: cannot grow the step buffers");
     out->n_entries = 0;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "router/core/rt_sched.h"
 #include "router/core/rt_sched_internal.h"
 
@@ -115,9 +116,9 @@ int rt_sched_complete_heads(struct rt_sched *s, struct rt_step *step,
 
 int rt_sched_fail_running(struct rt_sched *s, struct rt_step *step)
 {
-    if (rt_sched__grow32((void **)&step->events, &step->cap_events,
-               s->n_running > 0 ? s->n_running : 1,
-               sizeof(struct rt_sched_event)) != 0)
+    if (tg_grow_i32((void **)&step->events, &step->cap_events,
+                    s->n_running > 0 ? s->n_running : 1,
+                    sizeof(struct rt_sched_event)) != 0)
         return TG_ENOMEM;
     step->n_events = 0;
     /* Requests waiting for a restore ran nothing yet: they go on when

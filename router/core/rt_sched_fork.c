@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "router/core/rt_sched_internal.h"
 
 /* A parallel sample may join `req->fork_of` when that request waits, was
@@ -101,14 +102,12 @@ int rt_sched__forks_room(struct rt_sched *s, struct rt_step *out,
             return TG_ENOMEM;
     }
     int64_t recs = (int64_t)(leader->n_sibs + 1) * s->cfg.n_ranks * s->rows;
-    if (rt_sched__grow((void **)&out->deltas, &out->cap_deltas,
-                       out->n_deltas + recs,
-                       sizeof(struct rt_step_delta)) != 0)
+    if (tg_grow_i64((void **)&out->deltas, &out->cap_deltas,
+                    out->n_deltas + recs, sizeof(struct rt_step_delta)) != 0)
         return TG_ENOMEM;
-    return rt_sched__grow((void **)&out->delta_ids, &out->cap_ids,
-                          out->n_ids + ids +
-                              rt_sched__unsent_ids(s, leader, 0),
-                          sizeof(int32_t));
+    return tg_grow_i64((void **)&out->delta_ids, &out->cap_ids,
+                       out->n_ids + ids + rt_sched__unsent_ids(s, leader, 0),
+                       sizeof(int32_t));
 }
 
 /* After `leader`'s last chunk entry: one fork entry per sample (room made
@@ -185,8 +184,8 @@ int rt_sched__admit_samples(struct rt_sched *s, struct rt_sched_req *leader,
 int rt_sched__sample_attach(struct rt_sched *s, struct rt_sched_req *leader,
                             struct rt_sched_req *q)
 {
-    if (rt_sched__grow32((void **)&leader->sibs, &leader->cap_sibs,
-                         leader->n_sibs + 1, sizeof(leader->sibs[0])) != 0)
+    if (tg_grow_i32((void **)&leader->sibs, &leader->cap_sibs,
+                    leader->n_sibs + 1, sizeof(leader->sibs[0])) != 0)
         return TG_ENOMEM;
     leader->sibs[leader->n_sibs++] = q;
     q->leader = leader;
@@ -228,11 +227,10 @@ int rt_sched__forks_admit_room(struct rt_sched *s, struct rt_step *out,
     for (int32_t i = 0; i < req->n_sibs; i++)
         if (rt_sched__token_room(req->sibs[i]) != 0)
             return TG_ENOMEM;
-    if (rt_sched__grow((void **)&out->deltas, &out->cap_deltas,
-                       out->n_deltas + recs,
-                       sizeof(struct rt_step_delta)) != 0 ||
-        rt_sched__grow((void **)&out->delta_ids, &out->cap_ids,
-                       out->n_ids + ids + ids_one, sizeof(int32_t)) != 0)
+    if (tg_grow_i64((void **)&out->deltas, &out->cap_deltas,
+                    out->n_deltas + recs, sizeof(struct rt_step_delta)) != 0 ||
+        tg_grow_i64((void **)&out->delta_ids, &out->cap_ids,
+                    out->n_ids + ids + ids_one, sizeof(int32_t)) != 0)
         return TG_ENOMEM;
     return 0;
 }

@@ -138,8 +138,6 @@ void rt_sched__mark_cuts(struct rt_sched *s, struct rt_sched_req *req,
 
 /* Grows *buf (of elem-byte elements, capacity *cap) to hold `need`,
  * doubling; 0 or TG_ENOMEM (then unchanged). */
-int rt_sched__grow(void **buf, int64_t *cap, int64_t need, size_t elem);
-int rt_sched__grow32(void **buf, int32_t *cap, int64_t need, size_t elem);
 
 /* Appends an event for `req` to step (room reserved when the step was
  * planned) and returns it. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "router/core/rt_sched.h"
 #include "router/core/rt_sched_internal.h"
 
@@ -75,9 +76,8 @@ static struct rt_tier_op *op_new(struct rt_sched *s, enum rt_tier_kind kind,
                                  const struct kv_seq *seqs)
 {
     const int T = s->cfg.n_ranks;
-    if (rt_sched__grow32((void **)&s->tier_ops, &s->cap_tier_ops,
-                         (int64_t)s->n_tier_ops + 1,
-                         sizeof(s->tier_ops[0])) != 0)
+    if (tg_grow_i32((void **)&s->tier_ops, &s->cap_tier_ops,
+                    (int64_t)s->n_tier_ops + 1, sizeof(s->tier_ops[0])) != 0)
         return NULL;
     struct rt_tier_op *op = calloc(1, sizeof(*op));
     if (op == NULL)

@@ -10,23 +10,9 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "router/link/rt_link.h"
 #include "router/link/rt_link_internal.h"
-
-static int grow(void **p, int64_t *cap, int64_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    int64_t c = *cap > 0 ? *cap : 16;
-    while (c < need)
-        c *= 2;
-    void *q = realloc(*p, (size_t)c * elem);
-    if (q == NULL)
-        return TG_ENOMEM;
-    *p = q;
-    *cap = c;
-    return 0;
-}
 
 int rt_link__collect_heads(struct rt_link *link, int rank,
                            const Tangram__Worker__V1__StepResult *sr,
@@ -41,18 +27,14 @@ int rt_link__collect_heads(struct rt_link *link, int rank,
     const uint64_t want = (uint64_t)lay->num_layers * lay->groups_per_layer *
                           lay->heads_per_group;
     int64_t need = link->n_res_heads + (int64_t)sr->n_head_lens;
-    int64_t cap = link->cap_res_heads, cap2 = link->cap_res_heads;
+    int32_t cap = link->cap_res_heads, cap2 = link->cap_res_heads;
     int64_t vals = link->n_res_head_vals;
     for (size_t k = 0; k < sr->n_head_lens; k++)
         if (sr->head_lens[k] != NULL)
             vals += (int64_t)sr->head_lens[k]->n_head_lens;
-    if (need > INT32_MAX ||
-        grow((void **)&link->res_heads, &cap, need,
-             sizeof *link->res_heads) ||
-        grow((void **)&link->res_head_off, &cap2, need,
-             sizeof *link->res_head_off) ||
-        grow((void **)&link->res_head_vals, &link->cap_res_head_vals, vals,
-             sizeof *link->res_head_vals)) {
+    if (need > INT32_MAX || TG_GROW(link->res_heads, &cap, need) ||
+        TG_GROW(link->res_head_off, &cap2, need) ||
+        TG_GROW(link->res_head_vals, &link->cap_res_head_vals, vals)) {
         /* Whichever grew keeps its larger buffer; the count is the
          * smaller of the two, so both always hold it. */
         link->cap_res_heads = (int32_t)(cap < cap2 ? cap : cap2);

@@ -10,33 +10,20 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "router/link/rt_link.h"
 #include "router/link/rt_link_internal.h"
 #include "worker.pb-c.h"
 
+/* Four arrays, one capacity: cap_entries moves once all have grown. */
 static int grow_entries(struct rt_link *link, int32_t n)
 {
-    if (n <= link->cap_entries)
-        return 0;
-    int32_t cap = link->cap_entries ? link->cap_entries : 16;
-    while (cap < n)
-        cap *= 2;
-    uint32_t *slot = realloc(link->entry_slot, (size_t)cap * sizeof *slot);
-    if (slot)
-        link->entry_slot = slot;
-    uint8_t *smp = realloc(link->entry_sample, (size_t)cap);
-    if (smp)
-        link->entry_sample = smp;
-    struct rt_link_token *tok =
-        realloc(link->res_tokens, (size_t)cap * sizeof *tok);
-    if (tok)
-        link->res_tokens = tok;
-    int32_t *ids = realloc(link->res_ids, (size_t)cap * sizeof *ids);
-    if (ids)
-        link->res_ids = ids;
-    if (!slot || !smp || !tok || !ids)
+    int32_t c1 = link->cap_entries, c2 = c1, c3 = c1, c4 = c1;
+    if (TG_GROW(link->entry_slot, &c1, n) ||
+        TG_GROW(link->entry_sample, &c2, n) ||
+        TG_GROW(link->res_tokens, &c3, n) || TG_GROW(link->res_ids, &c4, n))
         return TG_ENOMEM;
-    link->cap_entries = cap;
+    link->cap_entries = c1;
     return 0;
 }
 

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 #define WRITE_HIGH (256u * 1024u)
 
@@ -687,14 +688,8 @@ int rt_grpc_method_add(struct rt_grpc_server *srv, const char *path,
         if (strcmp(srv->methods[i].path, path) == 0)
             return tg_err_set(err, errlen, TG_EEXIST,
                               "method %s added twice", path);
-    if (srv->n_methods == srv->cap_methods) {
-        size_t cap = srv->cap_methods ? srv->cap_methods * 2 : 8;
-        struct rt_grpc_method *m = realloc(srv->methods, cap * sizeof(*m));
-        if (!m)
-            return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
-        srv->methods = m;
-        srv->cap_methods = cap;
-    }
+    if (TG_GROW(srv->methods, &srv->cap_methods, srv->n_methods + 1))
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
     char *p = strdup(path);
     if (!p)
         return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");

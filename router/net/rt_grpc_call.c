@@ -23,6 +23,7 @@
 #include <strings.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 /* ---- small encoders ---------------------------------------------------- */
 
@@ -421,15 +422,11 @@ void rt_grpc__call_header(struct rt_grpc_call *call, const uint8_t *name,
         call->hdr_overflow = 1;
         return;
     }
-    if (call->n_hdrs == call->cap_hdrs) {
-        size_t cap = call->cap_hdrs ? call->cap_hdrs * 2 : 16;
-        size_t *o = realloc(call->hoffs, 2 * cap * sizeof(*o));
-        if (!o) {
-            call->hdr_overflow = 1;
-            return;
-        }
-        call->hoffs = o;
-        call->cap_hdrs = cap;
+    /* hoffs holds (name, value) pairs: cap_hdrs counts pairs. */
+    if (tg_grow((void **)&call->hoffs, &call->cap_hdrs, call->n_hdrs + 1,
+                2 * sizeof(*call->hoffs))) {
+        call->hdr_overflow = 1;
+        return;
     }
     size_t need = call->hlen + nlen + vlen + 2;
     if (need > call->hcap) {
@@ -850,16 +847,8 @@ int rt_grpc_call_send(struct rt_grpc_call *call, const void *msg, size_t len)
             call->out_off = 0;
             need = call->out_len + 5 + len;
         }
-        if (need > call->out_cap) {
-            size_t cap = call->out_cap ? call->out_cap : 256;
-            while (cap < need)
-                cap *= 2;
-            uint8_t *p = realloc(call->out, cap);
-            if (!p)
-                return TG_ENOMEM;
-            call->out = p;
-            call->out_cap = cap;
-        }
+        if (TG_GROW(call->out, &call->out_cap, need))
+            return TG_ENOMEM;
     }
     uint8_t *w = call->out + call->out_len;
     w[0] = 0; /* not compressed */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "router/net/rt_grpc_internal.h"
 #include "proto/descriptor_index.pb-c.h"
 #include "proto/reflection.pb-c.h"
@@ -102,14 +103,8 @@ static int sym_add(struct refl *r, const char *scope, const char *name,
 {
     if (!name || !name[0])
         return 0;
-    if (r->n_syms == r->cap_syms) {
-        size_t cap = r->cap_syms ? 2 * r->cap_syms : 64;
-        struct refl_sym *s = realloc(r->syms, cap * sizeof(*s));
-        if (!s)
-            return TG_ENOMEM;
-        r->syms = s;
-        r->cap_syms = cap;
-    }
+    if (TG_GROW(r->syms, &r->cap_syms, r->n_syms + 1))
+        return TG_ENOMEM;
     char *q = qualify(scope, name);
     if (!q)
         return TG_ENOMEM;
@@ -125,14 +120,8 @@ static int ext_add(struct refl *r, const char *scope,
     int rc = sym_add(r, scope, f->name, file, 0);
     if (rc != 0 || !f->extendee)
         return rc;
-    if (r->n_exts == r->cap_exts) {
-        size_t cap = r->cap_exts ? 2 * r->cap_exts : 8;
-        struct refl_ext *e = realloc(r->exts, cap * sizeof(*e));
-        if (!e)
-            return TG_ENOMEM;
-        r->exts = e;
-        r->cap_exts = cap;
-    }
+    if (TG_GROW(r->exts, &r->cap_exts, r->n_exts + 1))
+        return TG_ENOMEM;
     const char *ext = f->extendee[0] == '.' ? f->extendee + 1 : f->extendee;
     char *copy = strdup(ext);
     if (!copy)

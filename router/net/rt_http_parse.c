@@ -36,6 +36,7 @@
 #include <strings.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 static struct rt_http_conn *pconn(http_parser *p)
 {
@@ -224,14 +225,10 @@ static int on_header_field(http_parser *p, const char *at, size_t n)
         /* A new header: close the previous string, record the name. */
         if (hbuf_terminate(req) < 0)
             return refuse(conn, 500, NULL);
-        if (req->n_hdrs == req->cap_hdrs) {
-            size_t c = req->cap_hdrs ? 2 * req->cap_hdrs : 16;
-            size_t *o = realloc(req->hoffs, 2 * c * sizeof(*o));
-            if (!o)
-                return refuse(conn, 500, NULL);
-            req->hoffs = o;
-            req->cap_hdrs = c;
-        }
+        /* hoffs holds (name, value) pairs: cap_hdrs counts pairs. */
+        if (tg_grow((void **)&req->hoffs, &req->cap_hdrs, req->n_hdrs + 1,
+                    2 * sizeof(*req->hoffs)))
+            return refuse(conn, 500, NULL);
         req->hoffs[2 * req->n_hdrs] = req->hlen;
         req->hoffs[2 * req->n_hdrs + 1] = req->hlen; /* empty value */
         req->n_hdrs++;

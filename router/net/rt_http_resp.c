@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 /* A growable byte string for building response heads. */
 struct sbuf {
@@ -26,18 +27,10 @@ static int sbuf_grow(struct sbuf *b, size_t extra)
 {
     if (b->oom)
         return -1;
-    if (b->len + extra + 1 <= b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->len + extra + 1)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
+    if (TG_GROW(b->p, &b->cap, b->len + extra + 1)) {
         b->oom = 1;
         return -1;
     }
-    b->p = p;
-    b->cap = cap;
     return 0;
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 void rt_http_config_default(struct rt_http_config *cfg)
 {
@@ -31,16 +32,8 @@ void rt_http_config_default(struct rt_http_config *cfg)
 int rt_http__buf_append(char **buf, size_t *len, size_t *cap, const char *at,
                         size_t n)
 {
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap ? *cap : 256;
-        while (c < *len + n + 1)
-            c *= 2;
-        char *p = realloc(*buf, c);
-        if (!p)
-            return TG_ENOMEM;
-        *buf = p;
-        *cap = c;
-    }
+    if (TG_GROW(*buf, cap, *len + n + 1))
+        return TG_ENOMEM;
     memcpy(*buf + *len, at, n);
     *len += n;
     (*buf)[*len] = '\0';
@@ -134,14 +127,8 @@ int rt_http_route_add(struct rt_http_server *srv, const char *method,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "http: route needs a method, a path starting "
                           "with '/' and a handler");
-    if (srv->n_routes == srv->cap_routes) {
-        size_t c = srv->cap_routes ? 2 * srv->cap_routes : 16;
-        struct rt_http_route *r = realloc(srv->routes, c * sizeof(*r));
-        if (!r)
-            return tg_err_set(err, errlen, TG_ENOMEM, "http: routes");
-        srv->routes = r;
-        srv->cap_routes = c;
-    }
+    if (TG_GROW(srv->routes, &srv->cap_routes, srv->n_routes + 1))
+        return tg_err_set(err, errlen, TG_ENOMEM, "http: routes");
     struct rt_http_route *r = &srv->routes[srv->n_routes];
     r->method = strdup(method);
     r->path = strdup(path);

@@ -14,6 +14,7 @@
  * cache on/off give identical ids and that decoding restores the text.
  */
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "common/tok/tok_tokenizer.h"
 
 #include <stdio.h>
@@ -36,16 +37,8 @@ static const char *shared(void)
 
 static int append(struct tok_text *t, const char *s, size_t n)
 {
-    if (t->n + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 1 << 16;
-        while (cap < t->n + n + 1)
-            cap *= 2;
-        char *p = realloc(t->s, cap);
-        if (p == NULL)
-            return -1;
-        t->s = p;
-        t->cap = cap;
-    }
+    if (TG_GROW(t->s, &t->cap, t->n + n + 1))
+        return -1;
     memcpy(t->s + t->n, s, n);
     t->n += n;
     t->s[t->n] = '\0';

@@ -42,6 +42,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "router/api/rt_api_grpc_internal.h"
 #include "router/net/rt_grpc.h"
 #include "router/net/rt_grpc_internal.h"
@@ -343,16 +344,8 @@ struct out {
 
 static void out_put(struct out *o, const void *p, size_t n)
 {
-    if (o->n + n > o->cap) {
-        size_t c = o->cap ? o->cap : 4096;
-        while (c < o->n + n)
-            c *= 2;
-        uint8_t *q = realloc(o->p, c);
-        if (!q)
-            fz_fail("out of memory");
-        o->p = q;
-        o->cap = c;
-    }
+    if (TG_GROW(o->p, &o->cap, o->n + n))
+        fz_fail("out of memory");
     memcpy(o->p + o->n, p, n);
     o->n += n;
 }

@@ -27,6 +27,7 @@
 #include "common/grammar/gm_matcher.h"
 #include "common/grammar/gm_spec.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "common/tok/tok_tokenizer.h"
 #include "tests/support/tt_grammar.h"
 
@@ -87,15 +88,9 @@ static int one_walk(const struct tok_tokenizer *tok, const struct gm_vocab *v,
             break;
         }
         tokens++;
-        if (ids.n == ids.cap) {
-            size_t c2 = ids.cap ? ids.cap * 2 : 256;
-            int32_t *t = realloc(ids.v, c2 * sizeof(*t));
-            if (t == NULL) {
-                rc = fail(name, k, "out of memory");
-                break;
-            }
-            ids.v = t;
-            ids.cap = c2;
+        if (TG_GROW(ids.v, &ids.cap, ids.n + 1)) {
+            rc = fail(name, k, "out of memory");
+            break;
         }
         ids.v[ids.n++] = id;
     }

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 
 /* ---- server ------------------------------------------------------------- */
 static void on_stop(uv_async_t *a)
@@ -452,11 +453,7 @@ void tt_http_cli_sends(struct tt_http_cli *c, const char *s)
 /* Reads more bytes; returns 0, or -1 at EOF / error / timeout. */
 int tt_http_cli_fill(struct tt_http_cli *c)
 {
-    if (c->len + 4096 > c->cap) {
-        c->cap *= 2;
-        c->buf = realloc(c->buf, c->cap);
-        assert_non_null(c->buf);
-    }
+    assert_int_equal(TG_GROW(c->buf, &c->cap, c->len + 4096), 0);
     ssize_t r = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
     if (r <= 0) {
         c->eof = 1;

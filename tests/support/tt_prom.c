@@ -3,6 +3,8 @@
  * (prometheus.io/docs/instrumenting/exposition_formats). */
 #include "tests/support/tt_prom.h"
 
+#include "common/base/tg_grow.h"
+
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -248,11 +250,7 @@ static int pv_sample(struct pv *p, int ln, const char *s)
     for (int i = 0; i < p->n_seen; i++)
         if (strcmp(p->seen[i], full) == 0)
             return pv_fail(p, ln, "duplicate series %s", full);
-    if (p->n_seen == p->cap_seen) {
-        p->cap_seen = p->cap_seen ? 2 * p->cap_seen : 256;
-        p->seen = realloc(p->seen, (size_t)p->cap_seen * sizeof(char *));
-        assert_non_null(p->seen);
-    }
+    assert_int_equal(TG_GROW(p->seen, &p->cap_seen, p->n_seen + 1), 0);
     p->seen[p->n_seen++] = strdup(full);
 
     const char *type = p->fam[f].type;

@@ -695,6 +695,58 @@ static void test_table_device_mirror(void **state)
     kv_layout_free(&lo);
 }
 
+/* A tracked table whose batch grows between in-place refreshes: the
+ * refresh scratch (the previous page counts and moved slots) follows the
+ * rows and slots of the table now, not of the first tracked refresh. */
+static void test_table_track_grows(void **state)
+{
+    (void)state;
+    rng_state = 0x5eedf00d1234ull;
+    const int L = 2, G = 3, P = 16, n = 40;
+    double b[6] = {0.2, 0.5, 1.0, 0.3, 0.9, 0.05};
+    struct kv_forced_rule rule = kv_forced_rule_snapkv();
+    struct kv_layout lo;
+    assert_int_equal(
+        kv_layout_init(&lo, L, G, 2, 8, P, 128, &rule, b, err, sizeof(err)), 0);
+    struct kv_pool pool;
+    assert_int_equal(kv_pool_init(&pool, 1 << 16, err, sizeof(err)), 0);
+    struct kv_seq seqs[40];
+    const struct kv_seq *batch[40];
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(kv_seq_init(&seqs[i], &lo, err, sizeof(err)), 0);
+        assert_int_equal(kv_seq_reserve_prompt(&seqs[i], &lo, &pool, 0,
+                                               rnd(1, 300), err, sizeof(err)),
+                         0);
+        assert_int_equal(
+            kv_seq_commit(&seqs[i], &lo, seqs[i].turn_len, err, sizeof(err)),
+            0);
+        batch[i] = &seqs[i];
+    }
+    struct kv_table t;
+    assert_int_equal(kv_table_init(&t, 0, 0, err, sizeof(err)), 0);
+    assert_int_equal(kv_table_track(&t, 1), 0);
+    for (int m = 1; m <= n; m *= 2) {
+        /* A batch of m: rebuilt, then refreshed in place twice. */
+        assert_int_equal(
+            kv_table_build_padded(&t, &lo, batch, m, 4, err, sizeof(err)), 0);
+        for (int k = 0; k < 2; k++) {
+            assert_int_equal(
+                kv_table_refresh(&t, &lo, batch, m, err, sizeof(err)), 0);
+            assert_false(t.rebuilt);
+            assert_int_equal(t.n_dirty, 0); /* nothing changed */
+            assert_true(t.cap_prev >= t.n_rows);
+            assert_true(t.cap_moved >= m);
+            assert_table_matches(&t, &lo, batch, m);
+        }
+    }
+    kv_table_free(&t);
+    for (int i = 0; i < n; i++)
+        kv_seq_free(&seqs[i], &pool);
+    assert_int_equal(kv_pool_n_used(&pool), 0);
+    kv_pool_free(&pool);
+    kv_layout_free(&lo);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -703,6 +755,7 @@ int main(void)
         cmocka_unit_test(test_table_random_vs_plain),
         cmocka_unit_test(test_table_padded_refresh),
         cmocka_unit_test(test_table_device_mirror),
+        cmocka_unit_test(test_table_track_grows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

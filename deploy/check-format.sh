@@ -1,0 +1,69 @@
+#!/bin/sh
+# Checks that the C and CUDA lines a change touched follow .clang-format.
+#
+#   sh deploy/check-format.sh [BASE]
+#
+# BASE (default HEAD^1, the first parent: what the last commit or merge
+# changed) is compared with the working tree; only the lines that differ
+# are checked (git clang-format), never the rest of a file, since the tree
+# as a whole is not formatted. Generated and third-party sources are
+# skipped (SKIP below). Fails naming each file whose changed lines differ
+# from clang-format's output and printing that diff; also fails, saying
+# why, without clang-format or outside a git checkout. Apply the fix with
+# `git clang-format BASE` (it rewrites only the changed lines).
+set -eu
+cd "$(dirname "$0")/.."
+
+# Paths that are generated or copied from elsewhere: never checked.
+SKIP='(^|/)(build[^/]*|third_party|vendor)/|\.pb-c\.[ch]$'
+EXTS='c,h,cu,cuh'
+
+if ! command -v clang-format >/dev/null 2>&1 ||
+    ! command -v git-clang-format >/dev/null 2>&1; then
+    echo "check-format: clang-format and git-clang-format not found" \
+        "(Debian package clang-format; deploy/install-deps.sh installs it)" >&2
+    exit 1
+fi
+if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    echo "check-format: $(pwd) is not a git checkout: there is no change" \
+        "to check (clone the repository, or run clang-format by hand)" >&2
+    exit 1
+fi
+base=${1:-HEAD^1}
+if ! git rev-parse -q --verify "$base^{commit}" >/dev/null; then
+    echo "check-format: no commit '$base' to compare with (a shallow" \
+        "clone without the parent? fetch it, or pass BASE)" >&2
+    exit 1
+fi
+
+files=$(git diff --name-only --diff-filter=ACMR "$base" -- \
+    '*.c' '*.h' '*.cu' '*.cuh' | grep -Ev "$SKIP" || true)
+if [ -z "$files" ]; then
+    echo "check-format: no C or CUDA change since $base"
+    exit 0
+fi
+
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+# git clang-format 14 exits 0 whether or not it found something: its
+# output decides (a diff, or "did not modify" / "no modified files").
+rc=0
+# shellcheck disable=SC2086
+GIT_PAGER=cat git -c color.ui=never clang-format --diff \
+    --extensions "$EXTS" "$base" -- $files >"$out" 2>&1 || rc=$?
+bad=$(sed -n 's|^+++ b/||p' "$out")
+if [ -z "$bad" ]; then
+    if [ "$rc" -ne 0 ] || ! grep -Eq '^(clang-format did not modify any files|no modified files to format)$' "$out"; then
+        echo "check-format: git clang-format failed (exit $rc):" >&2
+        cat "$out" >&2
+        exit 1
+    fi
+    echo "check-format: the changed lines since $base follow .clang-format" \
+        "($(echo "$files" | wc -l) files)"
+    exit 0
+fi
+echo "check-format: changed lines since $base differ from .clang-format in:" >&2
+echo "$bad" | sed 's/^/    /' >&2
+echo "check-format: the fix (apply with: git clang-format $base):" >&2
+cat "$out" >&2
+exit 1

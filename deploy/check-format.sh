@@ -7,9 +7,11 @@
 # changed) is compared with the working tree; only the lines that differ
 # are checked (git clang-format), never the rest of a file, since the tree
 # as a whole is not formatted. Generated and third-party sources are
-# skipped (SKIP below). Fails naming each file whose changed lines differ
-# from clang-format's output and printing that diff; also fails, saying
-# why, without clang-format or outside a git checkout. Apply the fix with
+# skipped (SKIP below). In a shallow clone without HEAD's parent and no
+# BASE given it says that nothing was checked and passes. Fails naming
+# each file whose changed lines differ from clang-format's output and
+# printing that diff; also fails, saying why, without clang-format,
+# outside a git checkout, or when a BASE given does not exist. Apply the fix with
 # `git clang-format BASE` (it rewrites only the changed lines).
 set -eu
 cd "$(dirname "$0")/.."
@@ -30,6 +32,15 @@ if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     exit 1
 fi
 base=${1:-HEAD^1}
+if [ $# -eq 0 ] && ! git rev-parse -q --verify "$base^{commit}" >/dev/null &&
+    [ "$(git rev-parse --is-shallow-repository)" = true ]; then
+    # A clone of depth 1 (what many CI systems make) has no parent to
+    # compare with, so no line is known to be changed: say so loudly
+    # rather than fail every such run or check the whole unformatted tree.
+    echo "check-format: NOT CHECKED: a shallow clone without HEAD's" \
+        "parent; run 'git fetch --deepen=1' or pass BASE to check" >&2
+    exit 0
+fi
 if ! git rev-parse -q --verify "$base^{commit}" >/dev/null; then
     echo "check-format: no commit '$base' to compare with (a shallow" \
         "clone without the parent? fetch it, or pass BASE)" >&2

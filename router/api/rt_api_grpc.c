@@ -794,7 +794,8 @@ static int health(const char *service, void *ud)
     return rt_server_ready(s) ? RT_GRPC_HEALTH_SERVING : RT_GRPC_HEALTH_NOT_SERVING;
 }
 
-int rt_api_grpc_register(struct rt_server *s, char *err, size_t errlen)
+int rt_api_grpc_register(struct rt_server *s, struct rt_grpc_server *grpc,
+                         char *err, size_t errlen)
 {
     static const struct {
         const char *path;
@@ -807,16 +808,16 @@ int rt_api_grpc_register(struct rt_server *s, char *err, size_t errlen)
         {"/tangram.v1.Generation/Abort", RT_GRPC_UNARY, h_abort},
     };
     for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
-        int rc = rt_grpc_method_add(&s->grpc, methods[i].path, methods[i].kind,
+        int rc = rt_grpc_method_add(grpc, methods[i].path, methods[i].kind,
                                     methods[i].fn, s, err, errlen);
         if (rc != 0)
             return rc;
     }
-    rt_grpc_server_on_admit(&s->grpc, admit, s);
-    rt_grpc_server_on_event(&s->grpc, on_event, s);
-    int rc = rt_grpc_health_register(&s->grpc, health, s, err, errlen);
+    rt_grpc_server_on_admit(grpc, admit, s);
+    rt_grpc_server_on_event(grpc, on_event, s);
+    int rc = rt_grpc_health_register(grpc, health, s, err, errlen);
     if (rc == 0)
-        rc = rt_grpc_reflect_register(&s->grpc, tg_api_descriptor_set,
+        rc = rt_grpc_reflect_register(grpc, tg_api_descriptor_set,
                                       tg_api_descriptor_set_len, err, errlen);
     return rc;
 }

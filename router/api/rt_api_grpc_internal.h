@@ -11,6 +11,7 @@
 #include <jansson.h>
 
 #include "router/core/rt_server.h"
+#include "router/net/rt_grpc.h"
 #include "tangram.pb-c.h"
 
 /* Converts q into *g (which must be zeroed) with the OpenAI defaults and the

@@ -356,12 +356,11 @@ static void gen_cancelled(struct rt_grpc_call *call, int status, void *ud)
     rt_req_cancel(r);
 }
 
-/* GenerateRequest -> rt_gen_request with the OpenAI defaults (declared in
- * rt_api_grpc_internal.h for the fuzzing harness). */
-int rt_api_grpc__convert(struct rt_server *s,
-                         const Tangram__V1__GenerateRequest *q,
-                         struct rt_gen_request *g, struct rt_api_error *e,
-                         const struct rt_grpc_call *call)
+/* GenerateRequest -> rt_gen_request with the OpenAI defaults (rt_api.h). */
+int rt_api_grpc_convert(struct rt_server *s,
+                        const Tangram__V1__GenerateRequest *q,
+                        struct rt_gen_request *g, struct rt_api_error *e,
+                        const struct rt_grpc_call *call)
 {
     int forms = (q->prompt != NULL && q->prompt[0] != '\0') +
                 (q->n_prompt_token_ids > 0) + (q->n_messages > 0);
@@ -583,7 +582,7 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     }
     c->call = call;
     c->conn_id = call->conn_id;
-    int rc = rt_api_grpc__convert(s, q, &r->g, &e, call);
+    int rc = rt_api_grpc_convert(s, q, &r->g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
     r->on_submitted = gen_submitted;
     /* rt_openai_check_id() kept it within id_str; named at once, so that the id

@@ -18,8 +18,10 @@
  * Server close is graceful: every call still open gets a final status,
  * each connection a GOAWAY, and a connection closes once nghttp2 has
  * nothing left to say (its streams closed) or close_linger_ms passed. The
- * server's own handles (flush idle, timers) stay open until the last
- * connection is gone, because writing those last responses needs them.
+ * server's own handles (flush idle, timers) stay open until the
+ * connection set closed, after the last connection was released to it
+ * (router/net/rt_conn.h), because writing those last responses needs
+ * them.
  */
 #include "router/net/rt_grpc_internal.h"
 

@@ -22,11 +22,13 @@
  *
  * One timer per connection, in one mode at a time (TM_* in
  * rt_http_internal.h): head deadline, body deadline, send progress,
- * flush, linger. The listener, the connection limits and the idle
- * deadline are the connection set's (router/net/rt_conn.h): each connection
- * tells it what it is doing — idle (no request, or lingering), a head
- * arriving (with its bytes so far), or busy — and the set evicts through
- * rt_http__conn_ops.
+ * flush, linger. The listener, the list of connections, the connection
+ * limits and the idle deadline are the connection set's
+ * (router/net/rt_conn.h): each connection tells it what it is doing — idle
+ * (no request, or lingering), a head arriving (with its bytes so far), or
+ * busy — and the set evicts, and closes them all with the server, through
+ * rt_http__conn_ops; a connection is released to it when its handles are
+ * closed.
  */
 #include "router/net/rt_http_internal.h"
 

@@ -5,8 +5,8 @@
  * (common/base/tg_serve_opts.h): every tangramd flag, which tangramd forwards,
  * plus the router's own --ipc-endpoint (the worker link) and --notify-fd (a
  * pipe to tangramd for READY / NOTREADY / WATCHDOG / DRAINED lines; -1 for
- * none). Sets up the server core (router/core/rt_server.h), registers the HTTP
- * and gRPC front ends (router/api/rt_api.h), then listens. Exits 0 after a
+ * none). Sets up the router (router/app/rt_app.h: the server core, the HTTP
+ * and gRPC servers and the front ends on them), then listens. Exits 0 after a
  * drain, 1 on a start-up failure, 2 on bad flags. When tangramd goes away
  * (the notify pipe closes) the router drains and exits too, so no orphan
  * keeps serving.
@@ -21,24 +21,9 @@
 #include "common/base/tg_err.h"
 #include "common/base/tg_log.h"
 #include "common/base/tg_serve_opts.h"
-#include "router/api/rt_api.h"
-#include "router/core/rt_server.h"
+#include "router/app/rt_app.h"
 
 extern char **environ;
-
-/* Registers the front ends and listens; on failure the server is released
- * (rt_server_discard / a failed rt_server_listen). */
-static int start_serving(struct rt_server *s, char *err, size_t errlen)
-{
-    int rc = rt_api_http_register(s, err, errlen);
-    if (rc == 0)
-        rc = rt_api_grpc_register(s, err, errlen);
-    if (rc != 0) {
-        rt_server_discard(s);
-        return rc;
-    }
-    return rt_server_listen(s, err, errlen);
-}
 
 int main(int argc, char **argv)
 {
@@ -73,19 +58,19 @@ int main(int argc, char **argv)
 
     uv_loop_t loop;
     uv_loop_init(&loop);
-    struct rt_server s;
-    rc = rt_server_init(&s, &loop, &o, err, sizeof(err));
+    struct rt_app app;
+    rc = rt_app_init(&app, &loop, &o, err, sizeof(err));
     if (rc == 0)
-        rc = start_serving(&s, err, sizeof(err));
+        rc = rt_app_listen(&app, err, sizeof(err));
     int status = 1;
     if (rc != 0) {
         log_err("cannot start: %s", err);
     } else {
         uv_run(&loop, UV_RUN_DEFAULT);
-        status = s.exit_code;
+        status = app.srv.exit_code;
         log_info("stopped");
     }
-    rt_server_free(&s);
+    rt_app_free(&app);
     uv_run(&loop, UV_RUN_NOWAIT);
     uv_loop_close(&loop);
     tg_serve_opts_free(&o);

@@ -356,12 +356,11 @@ static void gen_cancelled(struct rt_grpc_call *call, int status, void *ud)
     rt_req_cancel(r);
 }
 
-/* GenerateRequest -> rt_gen_request with the OpenAI defaults (declared in
- * rt_api_grpc_internal.h for the fuzzing harness). */
-int rt_api_grpc__convert(struct rt_server *s,
-                         const Tangram__V1__GenerateRequest *q,
-                         struct rt_gen_request *g, struct rt_api_error *e,
-                         const struct rt_grpc_call *call)
+/* GenerateRequest -> rt_gen_request with the OpenAI defaults (rt_api.h). */
+int rt_api_grpc_convert(struct rt_server *s,
+                        const Tangram__V1__GenerateRequest *q,
+                        struct rt_gen_request *g, struct rt_api_error *e,
+                        const struct rt_grpc_call *call)
 {
     int forms = (q->prompt != NULL && q->prompt[0] != '\0') +
                 (q->n_prompt_token_ids > 0) + (q->n_messages > 0);
@@ -583,7 +582,7 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     }
     c->call = call;
     c->conn_id = call->conn_id;
-    int rc = rt_api_grpc__convert(s, q, &r->g, &e, call);
+    int rc = rt_api_grpc_convert(s, q, &r->g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
     r->on_submitted = gen_submitted;
     /* rt_openai_check_id() kept it within id_str; named at once, so that the id
@@ -794,7 +793,8 @@ static int health(const char *service, void *ud)
     return rt_server_ready(s) ? RT_GRPC_HEALTH_SERVING : RT_GRPC_HEALTH_NOT_SERVING;
 }
 
-int rt_api_grpc_register(struct rt_server *s, char *err, size_t errlen)
+int rt_api_grpc_register(struct rt_server *s, struct rt_grpc_server *grpc,
+                         char *err, size_t errlen)
 {
     static const struct {
         const char *path;
@@ -807,16 +807,16 @@ int rt_api_grpc_register(struct rt_server *s, char *err, size_t errlen)
         {"/tangram.v1.Generation/Abort", RT_GRPC_UNARY, h_abort},
     };
     for (size_t i = 0; i < sizeof(methods) / sizeof(methods[0]); i++) {
-        int rc = rt_grpc_method_add(&s->grpc, methods[i].path, methods[i].kind,
+        int rc = rt_grpc_method_add(grpc, methods[i].path, methods[i].kind,
                                     methods[i].fn, s, err, errlen);
         if (rc != 0)
             return rc;
     }
-    rt_grpc_server_on_admit(&s->grpc, admit, s);
-    rt_grpc_server_on_event(&s->grpc, on_event, s);
-    int rc = rt_grpc_health_register(&s->grpc, health, s, err, errlen);
+    rt_grpc_server_on_admit(grpc, admit, s);
+    rt_grpc_server_on_event(grpc, on_event, s);
+    int rc = rt_grpc_health_register(grpc, health, s, err, errlen);
     if (rc == 0)
-        rc = rt_grpc_reflect_register(&s->grpc, tg_api_descriptor_set,
+        rc = rt_grpc_reflect_register(grpc, tg_api_descriptor_set,
                                       tg_api_descriptor_set_len, err, errlen);
     return rc;
 }

@@ -806,7 +806,7 @@ static void h_health(struct rt_http_req *req, void *ud)
 static void h_metrics(struct rt_http_req *req, void *ud)
 {
     struct rt_server *s = ud;
-    rt_server_net_metrics(s);
+    rt_server_scrape(s);
     struct rt_metrics_buf buf = {0};
     char err[128];
     if (rt_metrics_render(&s->metrics.reg, &buf, err, sizeof(err)) != 0) {
@@ -818,7 +818,8 @@ static void h_metrics(struct rt_http_req *req, void *ud)
     rt_metrics_buf_free(&buf);
 }
 
-int rt_api_http_register(struct rt_server *s, char *err, size_t errlen)
+int rt_api_http_register(struct rt_server *s, struct rt_http_server *http,
+                         char *err, size_t errlen)
 {
     static const struct {
         const char *method, *path;
@@ -834,11 +835,11 @@ int rt_api_http_register(struct rt_server *s, char *err, size_t errlen)
         {"GET", "/metrics", h_metrics},
     };
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
-        int rc = rt_http_route_add(&s->http, routes[i].method, routes[i].path,
+        int rc = rt_http_route_add(http, routes[i].method, routes[i].path,
                                    routes[i].fn, s, err, errlen);
         if (rc != 0)
             return rc;
     }
-    rt_http_server_on_head(&s->http, head_check, s);
+    rt_http_server_on_head(http, head_check, s);
     return 0;
 }

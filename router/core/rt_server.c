@@ -1,6 +1,7 @@
 /* rt_server.c — the router's core: requests, the step loop, drain (see
- * rt_server.h). The front ends (rt_api.h) are registered by the router's
- * main; nothing here calls into them. */
+ * rt_server.h). The network servers and the front ends on them are the
+ * app's (router/app/rt_app.h); nothing here calls into them, only the
+ * hooks the app registered. */
 #include "router/core/rt_server.h"
 
 #include <math.h>
@@ -595,8 +596,8 @@ static void stop_all(struct rt_server *s)
     s->stopping = 1;
     notify(s, "DRAINED");
     rt_link_shutdown(&s->link, 0, "router stopping");
-    rt_http_server_close(&s->http, NULL, NULL);
-    rt_grpc_server_close(&s->grpc, NULL, NULL);
+    if (s->hooks.close != NULL)
+        s->hooks.close(s->hooks.ud);
     rt_link_close(&s->link);
     uv_timer_stop(&s->tick);
     uv_timer_stop(&s->drain_timer);
@@ -748,38 +749,28 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
     rc = rt_link_init(&s->link, loop, &lc, err, errlen);
     if (rc != 0)
         goto fail;
-
-    struct rt_http_config hc;
-    struct rt_grpc_config gc;
-    rc = rt_server__net_limits(o, &s->body_budget, &hc, &gc, err, errlen);
-    if (rc != 0)
-        goto fail;
-    rc = rt_http_server_init(&s->http, loop, &hc, err, errlen);
-    if (rc != 0)
-        goto fail;
-    rc = rt_grpc_server_init(&s->grpc, loop, &gc, err, errlen);
-    if (rc != 0)
-        goto fail;
     return 0;
 fail:
     rt_server_discard(s);
     return rc;
 }
 
-int rt_server_listen(struct rt_server *s, char *err, size_t errlen)
+void rt_server_set_hooks(struct rt_server *s,
+                         const struct rt_server_hooks *h)
+{
+    s->hooks = *h;
+}
+
+void rt_server_scrape(struct rt_server *s)
+{
+    if (s->hooks.scrape != NULL)
+        s->hooks.scrape(s->hooks.ud);
+}
+
+void rt_server_start(struct rt_server *s)
 {
     const struct tg_serve_opts *o = s->opts;
     uv_loop_t *loop = s->loop;
-    int rc = rt_http_server_listen(&s->http, o->host, (int)o->http_port, err,
-                                   errlen);
-    if (rc == 0)
-        rc = rt_grpc_server_listen(&s->grpc, o->host, (int)o->grpc_port, err,
-                                   errlen);
-    if (rc != 0) {
-        rt_server_discard(s);
-        return rc;
-    }
-
     uv_idle_init(loop, &s->pump);
     s->pump.data = s;
     uv_timer_init(loop, &s->tick);
@@ -798,19 +789,14 @@ int rt_server_listen(struct rt_server *s, char *err, size_t errlen)
     uv_signal_init(loop, &s->sig_int);
     s->sig_int.data = s;
     uv_signal_start(&s->sig_int, signal_cb, SIGINT);
-    log_info("serving %s: HTTP %s:%lld, gRPC %s:%lld, workers at %s, context %d",
-             s->model_name, o->host, (long long)o->http_port, o->host,
-             (long long)o->grpc_port, s->link.endpoint, s->max_model_len);
-    return 0;
 }
 
 void rt_server_discard(struct rt_server *s)
 {
     /* Nothing has run yet: close what was opened and let the loop finish
-     * those closes (the servers are freed only with their handles closed),
-     * so a port in use is an error message, never an assertion. */
-    rt_http_server_close(&s->http, NULL, NULL);
-    rt_grpc_server_close(&s->grpc, NULL, NULL);
+     * those closes (the app's servers, closed by the app before, are freed
+     * only with their handles closed), so a port in use is an error
+     * message, never an assertion. */
     rt_link_close(&s->link);
     s->stopping = 1;
     uv_run(s->loop, UV_RUN_DEFAULT);
@@ -826,8 +812,6 @@ void rt_server_free(struct rt_server *s)
     if (s->sched_ready)
         rt_sched_free(&s->sched);
     rt_step_free(&s->step);
-    rt_http_server_free(&s->http);
-    rt_grpc_server_free(&s->grpc);
     rt_metrics_tier_free(&s->tier_metrics);
     rt_metrics_tangram_free(&s->metrics);
     kv_layout_free(&s->layout);

@@ -1,7 +1,9 @@
 /*
- * rt_server.h — the router process: one libuv loop thread that owns the
- * HTTP and gRPC front ends, tokenization, the budget-reserving scheduler,
- * the link to the workers and the metrics (DESIGN.md §2).
+ * rt_server.h — the router's core: on one libuv loop thread, the requests,
+ * tokenization, the budget-reserving scheduler, the link to the workers and
+ * the metrics (DESIGN.md §2). Which network servers exist, their listeners
+ * and connections are the app's (router/app/rt_app.h): the core knows them
+ * only through the hooks the app registers (struct rt_server_hooks).
  *
  * A request's life: a front end parses it into a struct rt_req, the server
  * tokenizes it and submits it to the scheduler; each step the scheduler
@@ -28,8 +30,6 @@
 #include "common/profile/pf_profile.h"
 #include "common/base/tg_serve_opts.h"
 #include "common/tok/tok_tokenizer.h"
-#include "router/net/rt_grpc.h"
-#include "router/net/rt_http.h"
 #include "router/link/rt_link.h"
 #include "router/core/rt_metrics_tangram.h"
 #include "router/core/rt_metrics_tier.h"
@@ -40,6 +40,20 @@
 struct rt_req;
 struct rt_server;
 struct rt_encode_job;
+
+/* What the app (router/app/) does for the core at the moments the core
+ * decides them. Called on the loop thread with `ud`; either may be NULL.
+ *   close   the drain ended (or a second signal cut it): stop accepting
+ *           and close every listener and connection; the handles finish
+ *           closing as the loop runs on.
+ *   scrape  a metrics scrape is about to render the registry: copy the
+ *           counters kept outside the core (connections, body memory)
+ *           into s->metrics. */
+struct rt_server_hooks {
+    void (*close)(void *ud);
+    void (*scrape)(void *ud);
+    void *ud;
+};
 
 /* Where a request's output goes (HTTP/SSE or gRPC). `deliver` is called
  * after every step that produced output for the request, and a last time
@@ -150,10 +164,7 @@ struct rt_server {
     int have_tmpl;
     char tmpl_error[512];       /* why chat is disabled, when it is */
     struct rt_openai_cfg api_cfg;
-    struct rt_conn_budget body_budget; /* request bodies held by both
-                                   servers (--max-body-memory) */
-    struct rt_http_server http;
-    struct rt_grpc_server grpc;
+    struct rt_server_hooks hooks; /* the app's (rt_server_set_hooks) */
     struct rt_link link;
     struct rt_sched sched;
     int sched_ready;            /* initialized from the workers' pools */
@@ -296,16 +307,14 @@ void rt_server__on_tier(void *ud, int rank,
                         const struct rt_link_tier_done *done, size_t n);
 void rt_server__tier_gauges(struct rt_server *s);
 
-/* Start-up is three steps, run by the router's main:
+/* Start-up is three steps, run by the app (router/app/rt_app.h):
  *   rt_server_init    loads the model's config, tokenizer, chat template
- *                     and profile, binds the worker link and creates the
- *                     HTTP and gRPC servers (s->http, s->grpc) without
- *                     routes and not yet listening;
- *   the front ends    add their routes and services to those servers
- *                     (router/api/rt_api.h);
- *   rt_server_listen  binds --host:--http-port and --host:--grpc-port and
- *                     starts serving (timers, SIGTERM/SIGINT, the notify
- *                     pipe).
+ *                     and profile and binds the worker link;
+ *   the app           creates its network servers, registers the front
+ *                     ends on them and its hooks here, binds the
+ *                     listeners;
+ *   rt_server_start   starts serving: timers, SIGTERM/SIGINT, the notify
+ *                     pipe.
  * rt_server_init returns 0 or an error with detail in err; on failure
  * everything is released, running `loop` until the handles opened so far
  * are closed (call it before anything else uses the loop), and
@@ -313,16 +322,23 @@ void rt_server__tier_gauges(struct rt_server *s);
 int rt_server_init(struct rt_server *s, uv_loop_t *loop,
                    const struct tg_serve_opts *o, char *err, size_t errlen);
 
-/* Binds the HTTP and gRPC listeners and starts serving (see above). Call
- * once, after rt_server_init succeeded and the front ends registered.
- * Returns 0 or an error with detail in err (a port in use names the
- * address); on failure everything is released as by a failed
- * rt_server_init. */
-int rt_server_listen(struct rt_server *s, char *err, size_t errlen);
+/* Registers the app's hooks (copied); call before rt_server_start. */
+void rt_server_set_hooks(struct rt_server *s,
+                         const struct rt_server_hooks *h);
 
-/* Releases a server that rt_server_init set up but that will never listen
- * (a front end failed to register): closes its handles, runs the loop until
- * they are closed and frees everything; rt_server_free stays safe. */
+/* Starts serving once the app's listeners are bound: the tick and drain
+ * timers, SIGTERM/SIGINT (drain), the notify pipe's watch. Call once,
+ * after rt_server_init succeeded. Loop thread. */
+void rt_server_start(struct rt_server *s);
+
+/* Runs the app's scrape hook, if any: call before rendering s->metrics.
+ * Loop thread. */
+void rt_server_scrape(struct rt_server *s);
+
+/* Releases a server that rt_server_init set up but that will never start
+ * (the app failed to set up or bind its servers): closes its handles, runs
+ * the loop until they are closed (the app's own closes included) and frees
+ * everything; rt_server_free stays safe. */
 void rt_server_discard(struct rt_server *s);
 
 /* Stops everything and frees; safe on a zeroed server. Run the loop until
@@ -411,21 +427,6 @@ int rt_server_encode_chat(struct rt_server *s, json_t *messages,
 
 /* Readiness for /health and the gRPC health service. */
 int rt_server_ready(const struct rt_server *s);
-
-/* The HTTP and gRPC servers' limits from the options, both charging the
- * body budget *budget (initialised here from --max-body-memory), with the
- * open-file limit fitted to both connection caps (rt_server_limits.c;
- * internal to rt_server_init). Returns 0 or TG_EINVAL (a budget below one
- * request of the largest size) with the reason in err. */
-int rt_server__net_limits(const struct tg_serve_opts *o,
-                          struct rt_conn_budget *budget,
-                          struct rt_http_config *hc,
-                          struct rt_grpc_config *gc, char *err,
-                          size_t errlen);
-
-/* Copies the connection and body-budget counters of both servers into the
- * metrics; called before each scrape. Loop thread. */
-void rt_server_net_metrics(struct rt_server *s);
 
 /* Token text for logprobs (rt_token_text_fn). */
 const char *rt_server_token_text(void *user, int32_t id, size_t *len);

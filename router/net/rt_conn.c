@@ -4,7 +4,9 @@
  * connections with its limits and eviction, the idle deadline, and the
  * request body budget.
  *
- * Lists of a set: `live` holds every connection in the set; an idle
+ * Lists of a set: `open` holds every connection the owner created and has
+ * not released (closing ones included: the set's close completes when it
+ * is empty); `live` holds every connection in the set; an idle
  * connection is also on the idle list, appended when it goes idle, so the
  * list is ordered by `since` and its head is both the one to evict first
  * and the next idle deadline (one timer for the set); a connection whose
@@ -230,6 +232,13 @@ static int admit(struct rt_conn_set *set, int fd,
     struct rt_conn *c = set->ops->create(set);
     if (!c)
         return TG_ENOMEM;
+    c->home = set;
+    c->oprev = NULL;
+    c->onext = set->open;
+    if (set->open)
+        set->open->oprev = c;
+    set->open = c;
+    set->n_open++;
     if (uv_tcp_open(&c->tcp, fd) != 0) {
         set->ops->refuse(c, RT_CONN_REFUSE_OPEN);
         return TG_EIO;
@@ -460,6 +469,18 @@ int rt_conn_set_listen(struct rt_conn_set *set, const char *host, int port,
     return 0;
 }
 
+/* The close of a set completes once its handles are closed and the owner
+ * released every connection. */
+static void close_check(struct rt_conn_set *set)
+{
+    if (!set->closing || set->handles_open > 0 || set->n_open > 0 ||
+        !set->on_closed)
+        return;
+    void (*cb)(struct rt_conn_set *) = set->on_closed;
+    set->on_closed = NULL;
+    cb(set);
+}
+
 static void on_set_handle_closed(uv_handle_t *h)
 {
     struct rt_conn_set *set = h->data;
@@ -468,11 +489,7 @@ static void on_set_handle_closed(uv_handle_t *h)
     if (set->fd >= 0)
         close(set->fd);
     set->fd = -1;
-    if (set->on_closed) {
-        void (*cb)(struct rt_conn_set *) = set->on_closed;
-        set->on_closed = NULL;
-        cb(set);
-    }
+    close_check(set);
 }
 
 void rt_conn_set_close(struct rt_conn_set *set,
@@ -487,6 +504,28 @@ void rt_conn_set_close(struct rt_conn_set *set,
     uv_close((uv_handle_t *)&set->resume_timer, on_set_handle_closed);
     if (set->polling)
         uv_close((uv_handle_t *)&set->poll, on_set_handle_closed);
+    /* The owner releases a connection only from a close callback, never
+     * inside ops->close: the list holds still under this walk. */
+    for (struct rt_conn *c = set->open; c; c = c->onext)
+        set->ops->close(c);
+}
+
+void rt_conn_release(struct rt_conn *c)
+{
+    struct rt_conn_set *set = c->home;
+    if (!set)
+        return;
+    rt_conn_leave(c);
+    if (c->oprev)
+        c->oprev->onext = c->onext;
+    else
+        set->open = c->onext;
+    if (c->onext)
+        c->onext->oprev = c->oprev;
+    c->oprev = c->onext = NULL;
+    c->home = NULL;
+    set->n_open--;
+    close_check(set);
 }
 
 /* ---- the body budget --------------------------------------------------- */

@@ -40,10 +40,15 @@
  * with it (struct rt_conn_body) until freed.
  *
  * The owner embeds struct rt_conn in its connection object and gives the
- * set four callbacks (struct rt_conn_ops): create a connection object,
- * start serving an admitted one, refuse one over a limit, and evict one.
- * The owner closes its connections itself; rt_conn_leave() takes a closing
- * connection out of the set (the counts and lists see it gone at once).
+ * set five callbacks (struct rt_conn_ops): create a connection object,
+ * start serving an admitted one, refuse one over a limit, evict one, and
+ * close one when the set closes. The set lists every connection from its
+ * creation until the owner releases it (rt_conn_release, from the last
+ * close callback of the connection's handles): those are the server's
+ * connections, closing ones included, and closing the set closes them all
+ * and completes once every one was released. The owner closes its
+ * connections itself; rt_conn_leave() takes a closing connection out of
+ * the limits at once (the counts and lists of the set see it gone).
  *
  * Threading: everything runs on the thread of the set's uv loop. The set
  * logs (tg_log) the accept pauses and nothing else.
@@ -135,6 +140,11 @@ struct rt_conn_ops {
     void (*refuse)(struct rt_conn *c, int why);
     /* Close c now (why: enum rt_conn_evict). c has left the set. */
     void (*evict)(struct rt_conn *c, int why);
+    /* The set is closing (rt_conn_set_close): close c, at once or after a
+     * graceful end, unless it is closing already. Called for every
+     * connection not yet released, closing ones included; must not
+     * release any connection before it returns. */
+    void (*close)(struct rt_conn *c);
 };
 
 /* One connection, embedded in the owner's connection object. The owner
@@ -142,6 +152,9 @@ struct rt_conn_ops {
 struct rt_conn {
     uv_tcp_t tcp;                  /* the socket (tcp.data: the owner's) */
     struct rt_conn_set *set;       /* NULL once it left the set */
+    struct rt_conn_set *home;      /* the set it was made for; NULL once
+                                      released */
+    struct rt_conn *oprev, *onext; /* home->open */
     struct rt_conn *prev, *next;   /* set->live */
     struct rt_conn *sprev, *snext; /* the set's idle or head list */
     uint8_t peer[16];              /* client address, IPv4 mapped into
@@ -165,6 +178,10 @@ struct rt_conn_set {
     uv_poll_t poll;                /* readiness of fd */
     uv_timer_t idle_timer;         /* the idle deadline of idle_head */
     uv_timer_t resume_timer;       /* ends an accept pause */
+    struct rt_conn *open;          /* readable: every connection created
+                                      and not yet released (onext) */
+    size_t n_open;                 /* readable: their count, closing ones
+                                      included */
     struct rt_conn *live;          /* every connection in the set */
     struct rt_conn *idle_head, *idle_tail; /* RT_CONN_IDLE, by `since` */
     struct rt_conn *heads;         /* RT_CONN_HEAD */
@@ -226,16 +243,25 @@ int rt_conn_set_listen(struct rt_conn_set *set, const char *host, int port,
  * the descriptor) with fd still the caller's. Loop thread. */
 int rt_conn_set_adopt(struct rt_conn_set *set, int fd);
 
-/* Stops accepting (the listening socket is closed) and closes the set's
- * handles; `on_closed(set)` (may be NULL) runs from the loop once they are
- * closed. Connections are the owner's to close. Calling it twice is a
- * no-op. Loop thread. */
+/* Stops accepting (the listening socket is closed), closes the set's
+ * handles and asks the owner to close every connection (ops->close);
+ * `on_closed(set)` (may be NULL) runs from the loop once the handles are
+ * closed and every connection was released. Calling it twice is a no-op.
+ * Loop thread. */
 void rt_conn_set_close(struct rt_conn_set *set,
                        void (*on_closed)(struct rt_conn_set *set));
 
 /* The owner is closing `c`: it leaves the set (lists and counts) now.
  * Safe to call again, and on a connection that never joined one. */
 void rt_conn_leave(struct rt_conn *c);
+
+/* The owner is done with `c` (its handles are closed; it frees it next):
+ * c leaves the set if it had not, and its set's list of connections; a
+ * closing set whose last connection this was completes its close
+ * (on_closed runs before this returns, so call it after the last use of
+ * the owner's server, and free c after). Safe to call again. Loop
+ * thread. */
+void rt_conn_release(struct rt_conn *c);
 
 /* Sets c's state (enum rt_conn_state other than RT_CONN_NEW). Entering
  * RT_CONN_IDLE or RT_CONN_HEAD starts its clock (head_bytes back to 0);

@@ -18,8 +18,10 @@
  * Server close is graceful: every call still open gets a final status,
  * each connection a GOAWAY, and a connection closes once nghttp2 has
  * nothing left to say (its streams closed) or close_linger_ms passed. The
- * server's own handles (flush idle, timers) stay open until the last
- * connection is gone, because writing those last responses needs them.
+ * server's own handles (flush idle, timers) stay open until the
+ * connection set closed, after the last connection was released to it
+ * (router/net/rt_conn.h), because writing those last responses needs
+ * them.
  */
 #include "router/net/rt_grpc_internal.h"
 
@@ -134,11 +136,6 @@ static void on_srv_handle_closed(uv_handle_t *h)
     srv_handle_closed(h->data);
 }
 
-static void on_set_closed(struct rt_conn_set *set)
-{
-    srv_handle_closed(set->ud);
-}
-
 /* Closes the server's own handles once no connection needs them. */
 static void srv_close_handles(struct rt_grpc_server *srv)
 {
@@ -150,25 +147,24 @@ static void srv_close_handles(struct rt_grpc_server *srv)
     uv_close((uv_handle_t *)&srv->health_timer, on_srv_handle_closed);
 }
 
+/* The set closed and every connection was released. */
+static void on_set_closed(struct rt_conn_set *set)
+{
+    srv_close_handles(set->ud);
+    srv_handle_closed(set->ud);
+}
+
 static void on_conn_handle_closed(uv_handle_t *h)
 {
     struct rt_grpc_conn *conn = h->data;
     if (--conn->handles_open > 0)
         return;
     struct rt_grpc_server *srv = conn->srv;
-    if (conn->prev)
-        conn->prev->next = conn->next;
-    else
-        srv->conns = conn->next;
-    if (conn->next)
-        conn->next->prev = conn->prev;
-    srv->n_conns--;
     nghttp2_session_del(conn->ng);
-    free(conn);
+    conn->ng = NULL;
     rt_grpc__event(srv, RT_GRPC_EVENT_CONN_CLOSE);
-    if (srv->closing && srv->conns == NULL)
-        srv_close_handles(srv);
-    srv_handle_closed(srv);
+    rt_conn_release(&conn->base);
+    free(conn);
 }
 
 void rt_grpc__conn_close(struct rt_grpc_conn *conn)
@@ -518,12 +514,6 @@ static struct rt_conn *set_create(struct rt_conn_set *set)
     conn->linger.data = conn;
     conn->handles_open = 2;
     conn->id = ++srv->next_conn_id;
-    srv->live_handles++; /* one per connection, see on_conn_handle_closed */
-    conn->next = srv->conns;
-    if (srv->conns)
-        srv->conns->prev = conn;
-    srv->conns = conn;
-    srv->n_conns++;
     rt_grpc__event(srv, RT_GRPC_EVENT_CONN_OPEN);
     return &conn->base;
 }
@@ -602,18 +592,25 @@ static void set_evict(struct rt_conn *c, int why)
     conn_flush(conn);
 }
 
+static void conn_drain(struct rt_grpc_conn *conn);
+
+/* The server closes: every call gets its final status, then GOAWAY. */
+static void set_close(struct rt_conn *c)
+{
+    conn_drain(conn_of(c));
+}
+
 static const struct rt_conn_ops conn_ops = {
     .create = set_create,
     .start = set_start,
     .refuse = set_refuse,
     .evict = set_evict,
+    .close = set_close,
 };
 
-int rt_grpc__conn_adopt(struct rt_grpc_server *srv, int fd)
+int rt_grpc_server_adopt(struct rt_grpc_server *srv, int fd)
 {
-    if (!srv->initialized || srv->closing)
-        return TG_EINVAL;
-    return rt_conn_set_adopt(&srv->set, fd);
+    return srv->initialized ? rt_conn_set_adopt(&srv->set, fd) : TG_EINVAL;
 }
 
 /* ---- server ------------------------------------------------------------ */
@@ -704,15 +701,9 @@ int rt_grpc_method_add(struct rt_grpc_server *srv, const char *path,
 int rt_grpc_server_listen(struct rt_grpc_server *srv, const char *host,
                           int port, char *err, size_t errlen)
 {
-    if (!srv->initialized || srv->listening || srv->closing)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "server not initialised, closing or listening");
-    int rv = rt_conn_set_listen(&srv->set, host, port, err, errlen);
-    if (rv != 0)
-        return rv;
-    srv->port = srv->set.port;
-    srv->listening = 1;
-    return 0;
+    if (!srv->initialized)
+        return tg_err_set(err, errlen, TG_EINVAL, "gRPC: not initialised");
+    return rt_conn_set_listen(&srv->set, host, port, err, errlen);
 }
 
 void rt_grpc_server_on_admit(struct rt_grpc_server *srv, rt_grpc_admit_fn fn,
@@ -774,16 +765,13 @@ void rt_grpc_server_close(struct rt_grpc_server *srv,
     srv->closing = 1;
     srv->on_closed = on_closed;
     srv->on_closed_ud = ud;
-    rt_conn_set_close(&srv->set, on_set_closed);
     /* Watch streams first, so their last state goes out with the rest. */
     if (srv->health)
         rt_grpc__health_close(srv);
-    /* Connections unlink themselves only from their close callbacks, so
-     * walking the list while closing is safe. */
-    for (struct rt_grpc_conn *c = srv->conns; c; c = c->next)
-        conn_drain(c);
-    if (srv->conns == NULL)
-        srv_close_handles(srv);
+    /* Drains every connection too (conn_ops.close); the server's own
+     * handles close once the last connection was released
+     * (on_set_closed). */
+    rt_conn_set_close(&srv->set, on_set_closed);
 }
 
 void rt_grpc_server_free(struct rt_grpc_server *srv)

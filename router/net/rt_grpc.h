@@ -246,10 +246,12 @@ struct rt_grpc_method {
 struct rt_grpc_server {
     uv_loop_t *loop;
     struct rt_grpc_config cfg;
-    struct rt_conn_set set;      /* the listener and the open connections
-                                    with their limits; readable: set.n_live,
-                                    set.stats (accepted, refused, evicted,
-                                    idle timeouts) */
+    struct rt_conn_set set;      /* the listener and the connections with
+                                    their limits; readable: set.port (bound
+                                    after listen), set.n_live, set.n_open
+                                    (closing ones included), set.stats
+                                    (accepted, refused, evicted, idle
+                                    timeouts) */
     uv_idle_t flush_idle;        /* flushes connections written to outside
                                     their read callback */
     uv_timer_t deadline_timer;   /* fires at the earliest call deadline */
@@ -257,7 +259,6 @@ struct rt_grpc_server {
     uint64_t deadline_armed;     /* loop ms it is armed for; 0 = idle */
     struct rt_grpc_method *methods; /* (n_methods) */
     size_t n_methods, cap_methods;
-    struct rt_grpc_conn *conns;  /* doubly linked list of open connections */
     struct rt_grpc_conn *flush;  /* singly linked list to flush */
     struct rt_grpc_call *zombies;/* doubly linked detached handles */
     void *health;                /* state of rt_grpc_health_register() */
@@ -267,12 +268,10 @@ struct rt_grpc_server {
     rt_grpc_event_fn on_event;
     void *event_ud;
     uint64_t next_conn_id;
-    int port;                    /* readable: bound port after listen */
-    size_t n_conns;              /* readable: open connections */
     uint64_t n_calls;            /* readable: calls dispatched to handlers */
     uint64_t n_cancels;          /* readable: calls cancelled after
                                     dispatch (client, deadline, close) */
-    int listening, live_handles, closing, initialized;
+    int live_handles, closing, initialized;
     int handles_closing;         /* the server's own handles are closing */
     rt_grpc_closed_fn on_closed;
     void *on_closed_ud;
@@ -368,11 +367,20 @@ int rt_grpc_method_add(struct rt_grpc_server *srv, const char *path,
                        void *ud, char *err, size_t errlen);
 
 /* Binds `host` (IPv4 or IPv6 literal) and `port` (0 = any free port; read
- * the result in srv->port) and starts accepting. Returns 0, TG_EINVAL (bad
- * address, already listening, closing) or TG_EIO (bind/listen failed,
- * detail in err). Loop thread. */
+ * the result in srv->set.port) and starts accepting (rt_conn_set_listen).
+ * Returns 0, TG_EINVAL (bad address, already listening, closing) or TG_EIO
+ * (bind/listen failed, detail in err). Loop thread. */
 int rt_grpc_server_listen(struct rt_grpc_server *srv, const char *host,
                           int port, char *err, size_t errlen);
+
+/* Serves `fd`, a connected stream socket, as if the listener had accepted
+ * it: the same HTTP/2 session, limits and calls (rt_conn_set_adopt). For
+ * a caller that accepts or pairs sockets itself (socket activation, a
+ * socketpair in a test or fuzzing harness). Returns 0 (the server owns fd
+ * and closes it with the connection), TG_EINVAL (not initialised, or
+ * closing), TG_ENOMEM or TG_EIO (libuv refused the descriptor; fd stays
+ * the caller's). Loop thread. */
+int rt_grpc_server_adopt(struct rt_grpc_server *srv, int fd);
 
 /* Stops accepting and closes every connection, cancelling calls in flight
  * (their cancel callbacks run before this returns, with

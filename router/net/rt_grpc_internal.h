@@ -50,7 +50,6 @@ struct rt_grpc_conn {
                                     last writes (server close, eviction) */
     uv_shutdown_t shutdown_req;
     struct rt_grpc_server *srv;
-    struct rt_grpc_conn *prev, *next; /* srv->conns */
     struct rt_grpc_conn *next_flush;  /* srv->flush */
     nghttp2_session *ng;
     struct rt_grpc_call *calls;  /* doubly linked: streams with state */
@@ -68,15 +67,6 @@ struct rt_grpc_conn {
 };
 
 /* rt_grpc.c */
-/* Adopts `fd`, a connected stream socket, as a connection of srv, as if
- * the listener had accepted it: the same HTTP/2 session, limits and
- * calls. It exists for the fuzzing harness (tests/fuzz/fuzz_grpc.c),
- * which feeds bytes to the real connection over a socketpair without a
- * listener; the server itself only accepts. Returns 0 (the server owns fd
- * and closes it with the connection), TG_EINVAL (not initialised, or
- * closing), TG_ENOMEM or TG_EIO (libuv refused the descriptor; fd stays
- * the caller's). Loop thread. */
-int rt_grpc__conn_adopt(struct rt_grpc_server *srv, int fd);
 /* Sends what nghttp2 has queued now when safe, else from the loop. */
 void rt_grpc__conn_flush_later(struct rt_grpc_conn *conn);
 /* Closes the connection at once, cancelling its calls. */

@@ -100,12 +100,14 @@ void rt_grpc__deadline_fire(uv_timer_t *t)
     if (srv->closing)
         return;
     uint64_t now = uv_now(srv->loop);
-    /* Connections leave srv->conns only in their close callbacks, so the
-     * outer walk is safe whatever user code does. A cancel callback may
-     * change a connection's call list, so its scan restarts after each
-     * expiry; an expired call has no live deadline left, so this ends. */
-    for (struct rt_grpc_conn *c = srv->conns; c && !srv->closing;
-         c = c->next) {
+    /* Connections leave the set's list (set.open) only in their close
+     * callbacks, so the outer walk is safe whatever user code does. A
+     * cancel callback may change a connection's call list, so its scan
+     * restarts after each expiry; an expired call has no live deadline
+     * left, so this ends. */
+    for (struct rt_conn *b = srv->set.open; b && !srv->closing;
+         b = b->onext) {
+        struct rt_grpc_conn *c = (struct rt_grpc_conn *)b;
         int again = 1;
         while (again && !c->closing && !c->draining) {
             again = 0;
@@ -122,7 +124,8 @@ void rt_grpc__deadline_fire(uv_timer_t *t)
     if (srv->closing)
         return;
     uint64_t next = 0;
-    for (struct rt_grpc_conn *c = srv->conns; c; c = c->next) {
+    for (struct rt_conn *b = srv->set.open; b; b = b->onext) {
+        const struct rt_grpc_conn *c = (const struct rt_grpc_conn *)b;
         if (c->closing || c->draining)
             continue;
         for (struct rt_grpc_call *k = c->calls; k; k = k->next) {

@@ -22,11 +22,13 @@
  *
  * One timer per connection, in one mode at a time (TM_* in
  * rt_http_internal.h): head deadline, body deadline, send progress,
- * flush, linger. The listener, the connection limits and the idle
- * deadline are the connection set's (router/net/rt_conn.h): each connection
- * tells it what it is doing — idle (no request, or lingering), a head
- * arriving (with its bytes so far), or busy — and the set evicts through
- * rt_http__conn_ops.
+ * flush, linger. The listener, the list of connections, the connection
+ * limits and the idle deadline are the connection set's
+ * (router/net/rt_conn.h): each connection tells it what it is doing — idle
+ * (no request, or lingering), a head arriving (with its bytes so far), or
+ * busy — and the set evicts, and closes them all with the server, through
+ * rt_http__conn_ops; a connection is released to it when its handles are
+ * closed.
  */
 #include "router/net/rt_http_internal.h"
 
@@ -261,17 +263,9 @@ static void on_conn_handle_closed(uv_handle_t *h)
     struct rt_http_conn *conn = h->data;
     if (--conn->handles_open > 0)
         return;
-    struct rt_http_server *srv = conn->srv;
-    if (conn->prev)
-        conn->prev->next = conn->next;
-    else
-        srv->conns = conn->next;
-    if (conn->next)
-        conn->next->prev = conn->prev;
-    srv->n_conns--;
     free(conn->pend);
+    rt_conn_release(&conn->base);
     free(conn);
-    rt_http__srv_handle_closed(srv);
 }
 
 /* Takes the current request away from the connection: a request still
@@ -749,12 +743,6 @@ static struct rt_conn *set_create(struct rt_conn_set *set)
     conn->handles_open = 2;
     http_parser_init(&conn->parser, HTTP_REQUEST);
     conn->parser.data = conn;
-    conn->next = srv->conns;
-    if (srv->conns)
-        srv->conns->prev = conn;
-    srv->conns = conn;
-    srv->n_conns++;
-    srv->live_handles++;
     return &conn->base;
 }
 
@@ -808,16 +796,18 @@ static void set_evict(struct rt_conn *c, int why)
     conn_close(conn);
 }
 
+/* The server closes: every connection at once, its request aborted. */
+static void set_close(struct rt_conn *c)
+{
+    struct rt_http_conn *conn = conn_of(c);
+    conn->in_resume = 0;
+    rt_http__conn_close(conn);
+}
+
 const struct rt_conn_ops rt_http__conn_ops = {
     .create = set_create,
     .start = set_start,
     .refuse = set_refuse,
     .evict = set_evict,
+    .close = set_close,
 };
-
-int rt_http__conn_adopt(struct rt_http_server *srv, int fd)
-{
-    if (srv->closing)
-        return TG_EINVAL;
-    return rt_conn_set_adopt(&srv->set, fd);
-}

@@ -240,16 +240,17 @@ struct rt_http_route {
 struct rt_http_server {
     uv_loop_t *loop;
     struct rt_http_config cfg;
-    struct rt_conn_set set;      /* the listener and the open connections
-                                    with their limits; readable: set.n_live
-                                    (what max_connections counts), set.stats
+    struct rt_conn_set set;      /* the listener and the connections with
+                                    their limits; readable: set.port (bound
+                                    after listen), set.n_live (what
+                                    max_connections counts), set.n_open
+                                    (closing ones included), set.stats
                                     (accepted, refused, evicted) */
     uv_idle_t resume_idle;       /* resumes connections whose async response
                                     completed, outside the caller's stack */
     uv_timer_t peer_timer;       /* checks half-closed clients (see top) */
     struct rt_http_route *routes;/* (n_routes) */
     size_t n_routes, cap_routes;
-    struct rt_http_conn *conns;  /* doubly linked list of open connections */
     struct rt_http_conn *resume; /* singly linked list to resume */
     struct rt_http_conn *peers;  /* half-closed with a request in flight */
     struct rt_http_req *zombies; /* detached requests (see above) */
@@ -258,12 +259,9 @@ struct rt_http_server {
     char *rbuf;                  /* (RT_HTTP_READ_BUF) read buffer shared by
                                     every connection: input is copied out
                                     (or dropped) in the read callback */
-    int port;                    /* readable: bound port after listen */
-    size_t n_conns;              /* readable: open connections, closing
-                                    ones included */
     uint64_t n_requests;         /* readable: requests dispatched so far */
     struct rt_http_stats stats;  /* readable */
-    int listening, live_handles, closing, initialized;
+    int live_handles, closing, initialized;
     rt_http_closed_fn on_closed;
     void *on_closed_ud;
 };
@@ -336,11 +334,20 @@ int rt_http_route_add(struct rt_http_server *srv, const char *method,
                       char *err, size_t errlen);
 
 /* Binds `host` (IPv4 or IPv6 literal) and `port` (0 = any free port; read
- * the result in srv->port) and starts accepting. Returns 0, TG_EINVAL (bad
- * address, already listening) or TG_EIO (bind/listen failed, detail in
- * err). Loop thread. */
+ * the result in srv->set.port) and starts accepting (rt_conn_set_listen).
+ * Returns 0, TG_EINVAL (bad address, already listening, closing) or TG_EIO
+ * (bind/listen failed, detail in err). Loop thread. */
 int rt_http_server_listen(struct rt_http_server *srv, const char *host,
                           int port, char *err, size_t errlen);
+
+/* Serves `fd`, a connected stream socket, as if the listener had accepted
+ * it: the same limits, parser, timers and responses (rt_conn_set_adopt).
+ * For a caller that accepts or pairs sockets itself (socket activation,
+ * a socketpair in a test or fuzzing harness). Returns 0 (the server owns
+ * fd and closes it with the connection), TG_EINVAL (not initialised, or
+ * closing), TG_ENOMEM or TG_EIO (libuv refused the descriptor; fd stays
+ * the caller's). Loop thread. */
+int rt_http_server_adopt(struct rt_http_server *srv, int fd);
 
 /* Stops accepting and closes every connection, aborting requests in flight
  * (their abort callbacks run before this returns). `on_closed(ud)` (may be

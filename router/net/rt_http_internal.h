@@ -39,7 +39,6 @@ struct rt_http_conn {
     uv_timer_t timer;
     uv_shutdown_t shutdown_req;
     http_parser parser;
-    struct rt_http_conn *prev, *next;           /* srv->conns */
     struct rt_http_conn *next_resume;           /* srv->resume */
     struct rt_http_conn *next_peer;             /* srv->peers */
     struct rt_http_req *cur;          /* parsing or in flight; at most one */
@@ -92,18 +91,8 @@ struct wreq {
 };
 
 /* The server's side of its connection set (rt_http.c): how connections
- * are made, started, refused and evicted. */
+ * are made, started, refused, evicted and closed with the server. */
 extern const struct rt_conn_ops rt_http__conn_ops;
-
-/* Adopts `fd`, a connected stream socket, as a connection of srv, as if
- * the listener had accepted it: the same limits, parser, timers and
- * responses (rt_conn_set_adopt). It exists for the fuzzing harness
- * (tests/fuzz/fuzz_http.c), which feeds bytes to the real connection
- * state machine over a socketpair without a listener; the server itself
- * only accepts. Returns 0 (the server owns fd and closes it with the
- * connection), TG_EINVAL (the server is closing), TG_ENOMEM or TG_EIO
- * (libuv refused the descriptor; fd stays the caller's). Loop thread. */
-int rt_http__conn_adopt(struct rt_http_server *srv, int fd);
 
 /* Closes a connection at once, aborting its request (rt_http.c). */
 void rt_http__conn_close(struct rt_http_conn *conn);

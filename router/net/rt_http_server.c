@@ -148,15 +148,15 @@ int rt_http_route_add(struct rt_http_server *srv, const char *method,
 int rt_http_server_listen(struct rt_http_server *srv, const char *host,
                           int port, char *err, size_t errlen)
 {
-    if (!srv->initialized || srv->listening || srv->closing)
+    if (!srv->initialized)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "http: server not ready to listen");
-    int rc = rt_conn_set_listen(&srv->set, host, port, err, errlen);
-    if (rc != 0)
-        return rc;
-    srv->port = srv->set.port;
-    srv->listening = 1;
-    return 0;
+    return rt_conn_set_listen(&srv->set, host, port, err, errlen);
+}
+
+int rt_http_server_adopt(struct rt_http_server *srv, int fd)
+{
+    return srv->initialized ? rt_conn_set_adopt(&srv->set, fd) : TG_EINVAL;
 }
 
 static void on_srv_handle_closed(uv_handle_t *h)
@@ -177,14 +177,11 @@ void rt_http_server_close(struct rt_http_server *srv,
     srv->closing = 1;
     srv->on_closed = on_closed;
     srv->on_closed_ud = ud;
-    rt_conn_set_close(&srv->set, on_set_closed);
     uv_close((uv_handle_t *)&srv->resume_idle, on_srv_handle_closed);
     uv_close((uv_handle_t *)&srv->peer_timer, on_srv_handle_closed);
     srv->resume = NULL;
-    for (struct rt_http_conn *c = srv->conns; c; c = c->next) {
-        c->in_resume = 0;
-        rt_http__conn_close(c);
-    }
+    /* Closes every connection too (rt_http__conn_ops.close). */
+    rt_conn_set_close(&srv->set, on_set_closed);
 }
 
 void rt_http_server_free(struct rt_http_server *srv)

@@ -8,10 +8,10 @@
  * that parse protobuf from the client inside rt_grpc: grpc.health.v1
  * (Check, Watch) and server reflection (v1, v1alpha) over the router's
  * own descriptors. tangram.v1 requests are unpacked and converted as
- * rt_api_grpc.c does (rt_api_grpc__convert) and answered.
+ * rt_api_grpc.c does (rt_api_grpc_convert) and answered.
  *
  * The real server runs on a libuv loop in this thread; the server end of
- * a socketpair is adopted as a connection (rt_grpc__conn_adopt, the same
+ * a socketpair is adopted as a connection (rt_grpc_server_adopt, the same
  * code path as an accepted TCP socket). The harness encodes the client's
  * side itself (connection preface, SETTINGS, HEADERS through nghttp2's
  * HPACK encoder, DATA frames), so the fuzzer's bytes land in the gRPC
@@ -43,9 +43,8 @@
 
 #include "common/base/tg_err.h"
 #include "common/base/tg_grow.h"
-#include "router/api/rt_api_grpc_internal.h"
+#include "router/api/rt_api.h"
 #include "router/net/rt_grpc.h"
-#include "router/net/rt_grpc_internal.h"
 #include "router/net/rt_grpc_reflect.h"
 #include "tangram.pb-c.h"
 #include "tests/fuzz/fz_util.h"
@@ -106,7 +105,7 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     struct rt_gen_request g;
     struct rt_api_error e;
     memset(&g, 0, sizeof(g));
-    int rc = rt_api_grpc__convert(fake, q, &g, &e, call);
+    int rc = rt_api_grpc_convert(fake, q, &g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
     if (rc == 0)
         rc = rt_sampling_check_converted(&g.sampling, &e);
@@ -458,8 +457,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
                    sv) != 0)
         fz_fail("socketpair");
-    if (rt_grpc__conn_adopt(&srv, sv[0]) != 0)
-        fz_fail("rt_grpc__conn_adopt");
+    if (rt_grpc_server_adopt(&srv, sv[0]) != 0)
+        fz_fail("rt_grpc_server_adopt");
     client_fd = sv[1];
     client_eof = 0;
     fz_write_all(client_fd, o.p, o.n, pump_cb, NULL);
@@ -476,7 +475,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     close(client_fd);
     client_fd = -1;
     rounds = 0;
-    while (srv.n_conns > 0) {
+    while (srv.set.n_open > 0) {
         uv_run(&loop, UV_RUN_NOWAIT);
         if (++rounds > 1000000)
             fz_fail("the connection did not close after the client left "

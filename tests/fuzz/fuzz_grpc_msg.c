@@ -2,7 +2,7 @@
  * fuzz_grpc_msg.c — the protobuf messages a gRPC client sends the router,
  * decoded the way router/api/rt_api_grpc.c decodes them: tangram.v1
  * GenerateRequest (unpacked, then converted into the router's request by
- * rt_api_grpc__convert, checked by rt_sampling_check_converted and
+ * rt_api_grpc_convert, checked by rt_sampling_check_converted and
  * rt_gen_request_fit), TokenizeRequest (unpacked, roles checked with
  * rt_role_from_name), AbortRequest, and grpc.health.v1
  * HealthCheckRequest. The framing around them (HTTP/2, the 5-byte gRPC
@@ -20,12 +20,12 @@
 
 #include "common/base/tg_err.h"
 #include "health.pb-c.h"
-#include "router/api/rt_api_grpc_internal.h"
+#include "router/api/rt_api.h"
 #include "router/api/rt_openai.h"
 #include "tangram.pb-c.h"
 #include "tests/fuzz/fz_util.h"
 
-/* The fields rt_api_grpc__convert reads: model_name, mc.vocab_size. */
+/* The fields rt_api_grpc_convert reads: model_name, mc.vocab_size. */
 static struct rt_server *srv;
 
 static void generate(const uint8_t *msg, size_t len, int session_header)
@@ -46,7 +46,7 @@ static void generate(const uint8_t *msg, size_t len, int session_header)
     struct rt_gen_request g;
     struct rt_api_error e;
     memset(&g, 0, sizeof(g));
-    int rc = rt_api_grpc__convert(srv, q, &g, &e, &call);
+    int rc = rt_api_grpc_convert(srv, q, &g, &e, &call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
     if (rc == 0) {
         if ((g.prompt != NULL) + (g.prompt_ids != NULL) +

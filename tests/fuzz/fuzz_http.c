@@ -8,7 +8,7 @@
  *
  * The real connection state machine runs on a libuv loop in this thread;
  * the server end of a socketpair is adopted as a connection
- * (rt_http__conn_adopt, the same code path as an accepted TCP socket) and
+ * (rt_http_server_adopt, the same code path as an accepted TCP socket) and
  * the harness writes the input to the other end. Input layout:
  *   byte 0      how the bytes are delivered: 0 = in one write, n > 0 = in
  *               writes of n bytes, each read by the server before the
@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "router/net/rt_http.h"
-#include "router/net/rt_http_internal.h"
+#include "router/net/rt_http.h"
 #include "tests/fuzz/fz_util.h"
 
 static uv_loop_t loop;
@@ -199,8 +199,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
                    sv) != 0)
         fz_fail("socketpair");
-    if (rt_http__conn_adopt(&srv, sv[0]) != 0)
-        fz_fail("rt_http__conn_adopt");
+    if (rt_http_server_adopt(&srv, sv[0]) != 0)
+        fz_fail("rt_http_server_adopt");
     client_fd = sv[1];
     client_eof = 0;
     for (size_t off = 0; off < size && !client_eof; off += step) {
@@ -213,7 +213,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* Every input ends with the server closing the connection: a
      * complete request is answered, anything else refused or dropped. */
     long rounds = 0;
-    while (srv.n_conns > 0) {
+    while (srv.set.n_open > 0) {
         pump(NULL);
         if (++rounds > 1000000)
             fz_fail("the connection did not close after the client's "

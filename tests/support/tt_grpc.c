@@ -188,7 +188,7 @@ static void h_stats(struct rt_grpc_call *call, void *ud)
                      atomic_load(&fx->cancels),
                      atomic_load(&fx->cancel_deadline),
                      atomic_load(&fx->cancel_bad),
-                     atomic_load(&fx->slow_started), fx->srv.n_conns,
+                     atomic_load(&fx->slow_started), fx->srv.set.n_open,
                      fx->n_kept);
     for (int e = 0; e < RT_GRPC_EVENT_COUNT; e++)
         n += snprintf(m + n, sizeof(m) - (size_t)n, " %d",
@@ -352,7 +352,7 @@ void tt_grpc_fx_start_set(struct tt_grpc_fx *fx,
     assert_int_equal(rt_grpc_server_listen(&fx->srv, "127.0.0.1", 0, err,
                                            sizeof(err)),
                      TG_EINVAL);
-    fx->port = fx->srv.port;
+    fx->port = fx->srv.set.port;
     assert_true(fx->port > 0);
     uv_async_init(&fx->loop, &fx->stop, on_stop);
     fx->stop.data = fx;

@@ -63,7 +63,7 @@ static void h_stats(struct rt_http_req *req, void *ud)
 {
     (void)ud;
     char b[64];
-    int n = snprintf(b, sizeof(b), "%zu", req->srv->n_conns);
+    int n = snprintf(b, sizeof(b), "%zu", req->srv->set.n_open);
     rt_http_respond(req, 200, "text/plain", b, (size_t)n);
 }
 
@@ -378,7 +378,7 @@ struct tt_http_fx *tt_http_fx_start(const struct rt_http_config *cfg,
     assert_int_equal(
         rt_http_server_listen(&fx->srv, "127.0.0.1", 0, err, sizeof(err)),
         TG_EINVAL); /* twice */
-    fx->port = fx->srv.port;
+    fx->port = fx->srv.set.port;
     assert_true(fx->port > 0);
     uv_async_init(&fx->loop, &fx->stop, on_stop);
     fx->stop.data = fx;

@@ -340,9 +340,9 @@ static void test_python_grpcio(void **state)
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     /* Every connection of the client is gone once it exited. */
-    for (int i = 0; i < 300 && fx->srv.n_conns; i++)
+    for (int i = 0; i < 300 && fx->srv.set.n_open; i++)
         usleep(10000);
-    assert_int_equal(fx->srv.n_conns, 0);
+    assert_int_equal(fx->srv.set.n_open, 0);
     assert_int_equal(atomic_load(&fx->cancel_bad), 0);
     tt_grpc_fx_stop(fx);
     free(fx);

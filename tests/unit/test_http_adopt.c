@@ -1,5 +1,5 @@
 /* test_http_adopt.c — the router's HTTP/1.1 server (rt_http) driven
- * through a socketpair adopted as a connection (rt_http__conn_adopt, the
+ * through a socketpair adopted as a connection (rt_http_server_adopt, the
  * seam of the fuzzing harness tests/fuzz/fuzz_http.c), on one thread.
  *
  * Covered: an adopted connection is served like an accepted one; a
@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "router/net/rt_http.h"
-#include "router/net/rt_http_internal.h"
+#include "router/net/rt_http.h"
 
 struct fx {
     uv_loop_t loop;
@@ -127,7 +127,7 @@ static void drive(struct fx *f, const char *raw, size_t n, size_t step)
                                 SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
                                 sv),
                      0);
-    assert_int_equal(rt_http__conn_adopt(&f->srv, sv[0]), 0);
+    assert_int_equal(rt_http_server_adopt(&f->srv, sv[0]), 0);
     f->cli = sv[1];
     f->got_len = 0;
     f->eof = 0;
@@ -153,7 +153,7 @@ static void drive(struct fx *f, const char *raw, size_t n, size_t step)
         pump(f);
     }
     shutdown(f->cli, SHUT_WR);
-    for (int i = 0; f->srv.n_conns > 0; i++) {
+    for (int i = 0; f->srv.set.n_open > 0; i++) {
         assert_true(i < 1000000);
         pump(f);
     }

@@ -170,7 +170,7 @@ static void test_close_in_flight_and_errors(void **state)
     struct rt_http_server other;
     assert_int_equal(
         rt_http_server_init(&other, &fx->loop, NULL, err, sizeof(err)), 0);
-    assert_int_equal(rt_http_server_listen(&other, "127.0.0.1", fx->srv.port,
+    assert_int_equal(rt_http_server_listen(&other, "127.0.0.1", fx->srv.set.port,
                                            err, sizeof(err)),
                      TG_EIO);
     rt_http_server_close(&other, NULL, NULL);
@@ -178,7 +178,7 @@ static void test_close_in_flight_and_errors(void **state)
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a4 = {0};
     a4.sin_family = AF_INET;
-    a4.sin_port = htons((uint16_t)fx->srv.port);
+    a4.sin_port = htons((uint16_t)fx->srv.set.port);
     a4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(connect(fd, (struct sockaddr *)&a4, sizeof(a4)), 0);
     const char *q = "GET /forever HTTP/1.1\r\nHost: t\r\n\r\n";

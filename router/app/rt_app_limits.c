@@ -1,10 +1,10 @@
-/* rt_server_limits.c — the HTTP and gRPC servers' limits from the serving
- * options (--http-*, --grpc-*, --max-body-memory), filled by
- * rt_server_init before either server exists, and their counters copied
- * into the metrics before a scrape. The open-file limit is raised here for
+/* rt_app_limits.c — the HTTP and gRPC servers' limits from the serving
+ * options (--http-*, --grpc-*, --max-body-memory), filled by rt_app_init
+ * before either server exists, and their counters copied into the core's
+ * metrics before a scrape. The open-file limit is raised here for
  * the two connection caps together, or both caps lowered to what the
  * process may open, with a log line either way. Loop thread. */
-#include "router/core/rt_server.h"
+#include "router/app/rt_app.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -69,10 +69,10 @@ static void fit_fd_limit(struct rt_http_config *hc, struct rt_grpc_config *gc)
     gc->max_connections = (uint32_t)g;
 }
 
-int rt_server__net_limits(const struct tg_serve_opts *o,
-                          struct rt_conn_budget *budget,
-                          struct rt_http_config *hc,
-                          struct rt_grpc_config *gc, char *err, size_t errlen)
+int rt_app_net_limits(const struct tg_serve_opts *o,
+                      struct rt_conn_budget *budget,
+                      struct rt_http_config *hc, struct rt_grpc_config *gc,
+                      char *err, size_t errlen)
 {
     if (o->max_body_memory < o->http_max_body ||
         o->max_body_memory < o->grpc_max_message)
@@ -118,13 +118,13 @@ static void follow(struct rt_metrics_series *c, uint64_t total)
         rt_metrics_counter_add(c, d);
 }
 
-void rt_server_net_metrics(struct rt_server *s)
+void rt_app_net_metrics(struct rt_app *a)
 {
-    const struct rt_http_stats *st = &s->http.stats;
-    const struct rt_conn_stats *hs = &s->http.set.stats;
-    const struct rt_conn_stats *gs = &s->grpc.set.stats;
-    struct rt_metrics_tangram *m = &s->metrics;
-    rt_metrics_gauge_set(m->http_connections_open, (double)s->http.set.n_live);
+    const struct rt_http_stats *st = &a->http.stats;
+    const struct rt_conn_stats *hs = &a->http.set.stats;
+    const struct rt_conn_stats *gs = &a->grpc.set.stats;
+    struct rt_metrics_tangram *m = &a->srv.metrics;
+    rt_metrics_gauge_set(m->http_connections_open, (double)a->http.set.n_live);
     follow(m->http_connections_evicted_total,
            hs->evicted_idle + hs->evicted_head);
     follow(m->http_slow_heads_evicted_total, hs->evicted_head);
@@ -154,6 +154,6 @@ void rt_server_net_metrics(struct rt_server *s)
     follow(m->accept_pauses_total[RT_METRICS_API_HTTP], hs->accept_pauses);
     follow(m->accept_pauses_total[RT_METRICS_API_GRPC], gs->accept_pauses);
     rt_metrics_gauge_set(m->request_body_memory_bytes,
-                         (double)s->body_budget.used);
-    follow(m->request_body_memory_refused_total, s->body_budget.refused);
+                         (double)a->body_budget.used);
+    follow(m->request_body_memory_refused_total, a->body_budget.refused);
 }

@@ -266,7 +266,7 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
         m.token_ids = ids;
         m.text = txt;
         m.request_id = r->id_str;
-        if (r->n_top > 0 || r->g.sampling.logprobs >= 0) {
+        if (r->n_top > 0 || r->g.opts.logprobs >= 0) {
             for (int32_t i = 0; i < n_new; i++) {
                 int32_t t = c->tok_sent + i;
                 tangram__v1__token_logprob__init(&tl[i]);
@@ -376,8 +376,9 @@ int rt_api_grpc__convert(struct rt_server *s,
         return TG_EINVAL;
     }
     memset(g, 0, sizeof(*g));
-    struct rt_sampling *sp = &g->sampling;
-    rt_sampling_init(sp);
+    struct tg_sampling *sp = &g->sampling;
+    struct rt_gen_opts *o = &g->opts;
+    rt_gen_request_defaults(g);
     g->max_tokens_param = "sampling.max_tokens";
     g->model = strdup(s->model_name);
     if (g->model == NULL)
@@ -434,7 +435,7 @@ int rt_api_grpc__convert(struct rt_server *s,
         goto nomem;
     const Tangram__V1__SamplingParams *p = q->sampling;
     if (p == NULL)
-        return 0;
+        return rt_openai_check_sampling(sp, s->mc.vocab_size, "sampling.", e);
 #define RANGE(cond, field, ...)                                            \
     do {                                                                   \
         if (!(cond)) {                                                     \
@@ -446,34 +447,34 @@ int rt_api_grpc__convert(struct rt_server *s,
     if (p->max_tokens_opt_case) {
         RANGE(p->max_tokens >= 1 && p->max_tokens <= INT32_MAX, "max_tokens",
               "max_tokens must be >= 1");
-        sp->max_tokens = (int32_t)p->max_tokens;
+        o->max_tokens = (int32_t)p->max_tokens;
     }
     if (p->temperature_opt_case) {
         RANGE(p->temperature >= 0 && p->temperature <= 2, "temperature",
               "temperature must be in [0, 2]");
-        sp->temperature = p->temperature;
+        sp->temperature = (float)p->temperature;
     }
     if (p->top_p_opt_case) {
         RANGE(p->top_p > 0 && p->top_p <= 1, "top_p", "top_p must be in (0, 1]");
-        sp->top_p = p->top_p;
+        sp->top_p = (float)p->top_p;
     }
     if (p->top_k_opt_case)
         sp->top_k = p->top_k > 0 ? p->top_k : 0;
     if (p->min_p_opt_case) {
         RANGE(p->min_p >= 0 && p->min_p <= 1, "min_p", "min_p must be in [0, 1]");
-        sp->min_p = p->min_p;
+        sp->min_p = (float)p->min_p;
     }
     if (p->seed_opt_case) {
-        sp->has_seed = true;
-        sp->seed = (int64_t)p->seed;
+        o->has_seed = true;
+        sp->seed = (uint64_t)p->seed;
     }
     if (p->repetition_penalty_opt_case) {
         RANGE(p->repetition_penalty > 0 && isfinite(p->repetition_penalty),
               "repetition_penalty", "repetition_penalty must be > 0");
-        sp->repetition_penalty = p->repetition_penalty;
+        sp->repetition_penalty = (float)p->repetition_penalty;
     }
     if (p->min_tokens_opt_case)
-        sp->min_tokens = (int32_t)(p->min_tokens > INT32_MAX ? INT32_MAX : p->min_tokens);
+        o->min_tokens = (int32_t)(p->min_tokens > INT32_MAX ? INT32_MAX : p->min_tokens);
     RANGE(p->presence_penalty >= -2 && p->presence_penalty <= 2, "presence_penalty",
           "presence_penalty must be in [-2, 2]");
     RANGE(p->frequency_penalty >= -2 && p->frequency_penalty <= 2,
@@ -486,13 +487,14 @@ int rt_api_grpc__convert(struct rt_server *s,
     RANGE(p->n_stop_token_ids <= RT_OPENAI_MAX_STOP_TOKEN_IDS,
           "stop_token_ids", "at most %d stop_token_ids",
           RT_OPENAI_MAX_STOP_TOKEN_IDS);
-    sp->presence_penalty = p->presence_penalty;
-    sp->frequency_penalty = p->frequency_penalty;
-    sp->ignore_eos = p->ignore_eos;
-    sp->logprobs = p->logprobs > 0 ? (int32_t)p->logprobs : -1;
+    sp->presence_penalty = (float)p->presence_penalty;
+    sp->frequency_penalty = (float)p->frequency_penalty;
+    o->ignore_eos = p->ignore_eos;
+    o->logprobs = p->logprobs > 0 ? (int32_t)p->logprobs : -1;
+    sp->n_top = o->logprobs > 0 ? o->logprobs : 0;
     if (p->n_stop > 0) {
-        sp->stop = calloc(p->n_stop, sizeof(char *));
-        if (sp->stop == NULL)
+        o->stop = calloc(p->n_stop, sizeof(char *));
+        if (o->stop == NULL)
             goto nomem;
         for (size_t i = 0; i < p->n_stop; i++) {
             RANGE(p->stop[i] != NULL && p->stop[i][0] != '\0', "stop",
@@ -500,26 +502,26 @@ int rt_api_grpc__convert(struct rt_server *s,
             RANGE(strlen(p->stop[i]) <= RT_OPENAI_MAX_STOP_BYTES, "stop",
                   "stop[%zu] is longer than %d bytes", i,
                   RT_OPENAI_MAX_STOP_BYTES);
-            if ((sp->stop[i] = strdup(p->stop[i])) == NULL)
+            if ((o->stop[i] = strdup(p->stop[i])) == NULL)
                 goto nomem;
-            sp->n_stop = i + 1;
+            o->n_stop = i + 1;
         }
     }
     if (p->n_stop_token_ids > 0) {
-        sp->stop_token_ids = malloc(p->n_stop_token_ids * sizeof(int32_t));
-        if (sp->stop_token_ids == NULL)
+        o->stop_token_ids = malloc(p->n_stop_token_ids * sizeof(int32_t));
+        if (o->stop_token_ids == NULL)
             goto nomem;
         for (size_t i = 0; i < p->n_stop_token_ids; i++) {
             RANGE(p->stop_token_ids[i] < (uint32_t)s->mc.vocab_size,
                   "stop_token_ids",
                   "stop_token_ids[%zu] = %u is not a token id (valid: "
                   "0..%d)", i, p->stop_token_ids[i], s->mc.vocab_size - 1);
-            sp->stop_token_ids[i] = (int32_t)p->stop_token_ids[i];
+            o->stop_token_ids[i] = (int32_t)p->stop_token_ids[i];
         }
-        sp->n_stop_token_ids = p->n_stop_token_ids;
+        o->n_stop_token_ids = p->n_stop_token_ids;
     }
 #undef RANGE
-    return 0;
+    return rt_openai_check_sampling(sp, s->mc.vocab_size, "sampling.", e);
 nomem:
     rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
     return TG_ENOMEM;

@@ -64,6 +64,7 @@
 
 #include <jansson.h>
 
+#include "common/base/tg_sampling.h"
 #include "router/api/rt_toolcall.h"
 
 #define RT_OPENAI_MAX_STOP 16
@@ -164,21 +165,16 @@ enum rt_tool_choice {
     RT_TOOL_CHOICE_NONE,
 };
 
-/* Sampling parameters with the defaults of OpenAI / vLLM. */
-struct rt_sampling {
+/* What a generation request asks beyond the sampler (whose parameters
+ * are the request's struct tg_sampling): its length limits, stop
+ * conditions and output options, with the defaults of OpenAI / vLLM. */
+struct rt_gen_opts {
     int32_t max_tokens;  /* >= 1; -1 = up to the context (chat default,
                             resolved by rt_gen_request_fit); completions
                             default 16 as in the OpenAI API */
     int32_t min_tokens;  /* vLLM: no EOS/stop before this many; default 0 */
-    double temperature;  /* [0, 2], default 1; 0 = greedy */
-    double top_p;        /* (0, 1], default 1 */
-    int32_t top_k;       /* >= 1, or 0 = off (-1 and 0 both mean off) */
-    double min_p;        /* [0, 1], default 0 */
-    bool has_seed;
-    int64_t seed;        /* valid when has_seed */
-    double presence_penalty;   /* [-2, 2], default 0 */
-    double frequency_penalty;  /* [-2, 2], default 0 */
-    double repetition_penalty; /* > 0, default 1 (vLLM extension) */
+    bool has_seed;       /* the client gave sampling.seed; else the server
+                            draws one at submission */
     bool ignore_eos;                 /* default false */
     bool skip_special_tokens;        /* default true */
     bool include_stop_str_in_output; /* default false */
@@ -187,11 +183,8 @@ struct rt_sampling {
     int32_t *stop_token_ids; /* n_stop_token_ids ids (malloc'd or NULL) */
     size_t n_stop_token_ids; /* <= RT_OPENAI_MAX_STOP_TOKEN_IDS */
     int32_t logprobs;        /* -1 = none; else alternatives per token,
-                                0..RT_OPENAI_MAX_LOGPROBS */
-    int32_t *bias_ids;       /* logit_bias: (n_bias) distinct token ids in
-                                ascending order (malloc'd or NULL) */
-    float *bias_vals;        /* (n_bias) biases in [-100, 100] */
-    size_t n_bias;           /* <= RT_OPENAI_MAX_LOGIT_BIAS */
+                                0..RT_OPENAI_MAX_LOGPROBS (the sampler's
+                                n_top is the same number, 0 for none) */
 };
 
 /* A parsed generation request of either endpoint. Exactly one of prompt,
@@ -213,7 +206,10 @@ struct rt_gen_request {
     enum rt_tool_choice tool_choice;
     struct rt_chat_opts chat;
     bool add_special_tokens;  /* completions default true, chat false */
-    struct rt_sampling sampling;
+    struct tg_sampling sampling; /* checked (tg_sampling_check) by the
+                                    parse; temperature 1 and the rest off
+                                    by default; bias arrays owned */
+    struct rt_gen_opts opts;
     const char *max_tokens_param; /* static: the field that set max_tokens
                                      ("max_tokens" / "max_completion_tokens"),
                                      for errors raised by the fit check */
@@ -256,23 +252,22 @@ int rt_openai_parse_chat(const struct rt_openai_cfg *cfg, const char *body,
                          size_t len, struct rt_gen_request *out,
                          struct rt_api_error *e);
 
-/* Sets *s to the API's defaults, the one place they are written (both
- * front ends start from them): temperature 1, top_p 1, top_k and min_p
- * off, penalties off (repetition 1), special tokens skipped, no logprobs,
- * max_tokens -1 (up to the context; completions then set OpenAI's 16). */
-void rt_sampling_init(struct rt_sampling *s);
+/* Sets the sampling and options of *r to the API's defaults, the one
+ * place they are written (both front ends start from them): temperature
+ * 1, top_p 1, top_k and min_p off, penalties off (repetition 1), special
+ * tokens skipped, no logprobs, max_tokens -1 (up to the context;
+ * completions then set OpenAI's 16). Owns nothing yet: call on a zeroed
+ * or freed request. */
+void rt_gen_request_defaults(struct rt_gen_request *r);
 
-/* Checks the sampling parameters as the worker's sampler will see them:
- * after conversion to single precision (WorkerSampling's floats), a value
- * that passed the range checks as a double can become 0 or infinity (top_p
- * 1e-300, repetition_penalty 1e308). Requires temperature, min_p and the
- * penalties finite, top_p in (0, 1], min_p in [0, 1], temperature >= 0 and
- * repetition_penalty > 0. Returns 0, or TG_EINVAL with *e filled (400,
- * naming the parameter and the value). Both front ends call it (through
- * rt_req_submit) so no request reaches a worker with values it refuses.
- * Any thread. */
-int rt_sampling_check_converted(const struct rt_sampling *sp,
-                                struct rt_api_error *e);
+/* Checks the sampling of a parsed request (tg_sampling_check against the
+ * vocabulary, 0 = unchecked): a value that passed the API's range checks
+ * as a double can become 0 or infinity in single precision (top_p 1e-300,
+ * repetition_penalty 1e308). Returns 0, or TG_EINVAL with *e filled (400
+ * invalid_value naming `prefix` + the parameter and the value). Both
+ * front ends call it right after parsing. Any thread. */
+int rt_openai_check_sampling(const struct tg_sampling *sp, int32_t vocab,
+                             const char *prefix, struct rt_api_error *e);
 
 /* Checks a parsed request against the context once its prompt has been
  * tokenized to n_prompt_tokens: the prompt must be non-empty and shorter
@@ -288,7 +283,8 @@ void rt_gen_request_free(struct rt_gen_request *r);
 
 /* Fills *out (overwritten) with what one more parallel sample of `src`
  * needs once src's prompt is tokenized and its max_tokens resolved: the
- * endpoint, sampling (stop strings, stop ids and logit bias copied),
+ * endpoint, sampling (logit bias copied) and options (stop strings and
+ * stop ids copied),
  * stream and usage options, tool_choice and the tools (a reference),
  * echo_text, model, user and request_id; no prompt, messages or session
  * (a sample is never stored for multi-turn reuse), and n = 1. Returns 0

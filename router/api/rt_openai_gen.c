@@ -1,6 +1,5 @@
 /* rt_openai_gen.c — the parsed request value of rt_openai.h after the
- * parse: the sampling defaults, the checks that hold once values are
- * converted to what the scheduler and workers take (single precision),
+ * parse: the sampling defaults, the sampling check as an API error,
  * fitting max_tokens to the context, the copy a parallel sample gets, and
  * freeing. */
 #include "router/api/rt_openai.h"
@@ -15,47 +14,27 @@
 #include "common/base/tg_err.h"
 #include "router/api/rt_openai_internal.h"
 
-void rt_sampling_init(struct rt_sampling *s)
+void rt_gen_request_defaults(struct rt_gen_request *r)
 {
-    memset(s, 0, sizeof(*s));
-    s->max_tokens = -1;
-    s->temperature = 1.0;
-    s->top_p = 1.0;
-    s->repetition_penalty = 1.0;
-    s->skip_special_tokens = true;
-    s->logprobs = -1;
+    r->sampling = TG_SAMPLING_OFF;
+    r->sampling.temperature = 1.0f;
+    memset(&r->opts, 0, sizeof(r->opts));
+    r->opts.max_tokens = -1;
+    r->opts.skip_special_tokens = true;
+    r->opts.logprobs = -1;
 }
 
-int rt_sampling_check_converted(const struct rt_sampling *sp,
-                                struct rt_api_error *e)
+int rt_openai_check_sampling(const struct tg_sampling *sp, int32_t vocab,
+                             const char *prefix, struct rt_api_error *e)
 {
-    const struct {
-        const char *name;
-        double v;
-        int ok; /* of the single-precision value */
-    } f[] = {
-        {"temperature", sp->temperature,
-         isfinite((float)sp->temperature) && (float)sp->temperature >= 0.0f},
-        {"top_p", sp->top_p,
-         (float)sp->top_p > 0.0f && (float)sp->top_p <= 1.0f},
-        {"min_p", sp->min_p,
-         (float)sp->min_p >= 0.0f && (float)sp->min_p <= 1.0f},
-        {"presence_penalty", sp->presence_penalty,
-         isfinite((float)sp->presence_penalty)},
-        {"frequency_penalty", sp->frequency_penalty,
-         isfinite((float)sp->frequency_penalty)},
-        {"repetition_penalty", sp->repetition_penalty,
-         isfinite((float)sp->repetition_penalty) &&
-             (float)sp->repetition_penalty > 0.0f},
-    };
-    for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
-        if (!f[i].ok)
-            return rt_openai__fail(e, TG_EINVAL, 400, "invalid_value",
-                                   f[i].name,
-                                   "%s %.17g is out of range once converted "
-                                   "to single precision (%g)", f[i].name,
-                                   f[i].v, (double)(float)f[i].v);
-    return 0;
+    const char *field = NULL;
+    char msg[256];
+    int rc = tg_sampling_check(sp, vocab, &field, msg, sizeof(msg));
+    if (rc == 0)
+        return 0;
+    char param[64];
+    snprintf(param, sizeof(param), "%s%s", prefix, field);
+    return rt_openai__fail(e, rc, 400, "invalid_value", param, "%s", msg);
 }
 
 int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
@@ -75,7 +54,7 @@ int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
             "generated token",
             n_prompt_tokens, (int)max_model_len);
     int64_t room = max_model_len - n_prompt_tokens;
-    struct rt_sampling *s = &r->sampling;
+    struct rt_gen_opts *s = &r->opts;
     if (s->max_tokens < 0) {
         s->max_tokens = (int32_t)room;
     } else if (s->max_tokens > room) {
@@ -139,17 +118,16 @@ int rt_gen_request_copy_sample(const struct rt_gen_request *src,
         out->tools = json_incref(src->tools);
     out->echo_text = dup_bytes(src->echo_text, src->echo_len + 1, &bad);
     out->echo_len = out->echo_text != NULL ? src->echo_len : 0;
-    struct rt_sampling *d = &out->sampling;
-    const struct rt_sampling *f = &src->sampling;
+    out->sampling = src->sampling;
+    bad |= tg_sampling_bias_copy(&out->sampling, &src->sampling) != 0;
+    struct rt_gen_opts *d = &out->opts;
+    const struct rt_gen_opts *f = &src->opts;
     *d = *f;
     d->stop = NULL;
     d->n_stop = 0;
     d->stop_token_ids = dup_bytes(f->stop_token_ids,
                                   f->n_stop_token_ids * sizeof(int32_t), &bad);
     d->n_stop_token_ids = d->stop_token_ids != NULL ? f->n_stop_token_ids : 0;
-    d->bias_ids = dup_bytes(f->bias_ids, f->n_bias * sizeof(int32_t), &bad);
-    d->bias_vals = dup_bytes(f->bias_vals, f->n_bias * sizeof(float), &bad);
-    d->n_bias = d->bias_ids != NULL && d->bias_vals != NULL ? f->n_bias : 0;
     if (f->n_stop > 0) {
         d->stop = calloc(f->n_stop, sizeof(char *));
         bad |= d->stop == NULL;
@@ -174,13 +152,12 @@ void rt_gen_request_free(struct rt_gen_request *r)
     json_decref(r->chat_messages);
     json_decref(r->tools);
     json_decref(r->chat.kwargs);
-    for (size_t i = 0; i < r->sampling.n_stop; i++)
-        free(r->sampling.stop[i]);
-    free(r->sampling.stop);
-    free(r->sampling.stop_token_ids);
+    for (size_t i = 0; i < r->opts.n_stop; i++)
+        free(r->opts.stop[i]);
+    free(r->opts.stop);
+    free(r->opts.stop_token_ids);
     free(r->echo_text);
-    free(r->sampling.bias_ids);
-    free(r->sampling.bias_vals);
+    tg_sampling_bias_free(&r->sampling);
     free(r->user);
     free(r->session_id);
     free(r->request_id);

@@ -203,6 +203,20 @@ static int get_num(const json_t *obj, const char *key, double lo, bool lo_open,
     return 0;
 }
 
+/* get_num for a sampler parameter: the range checked on the double as
+ * sent, the value stored in the sampler's single precision (where it may
+ * become 0 or infinity, which rt_openai_check_sampling refuses). */
+static int get_numf(const json_t *obj, const char *key, double lo,
+                    bool lo_open, double hi, float *out,
+                    struct rt_api_error *e)
+{
+    double x = (double)*out;
+    int rc = get_num(obj, key, lo, lo_open, hi, &x, e);
+    if (rc == 0)
+        *out = (float)x;
+    return rc;
+}
+
 /* A string member copied into *out (malloc'd); max_bytes 0 = no limit. */
 int rt_openai__get_str(const json_t *obj, const char *key, const char *param,
                        size_t max_bytes, char **out, struct rt_api_error *e)
@@ -388,7 +402,7 @@ static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
     return 0;
 }
 
-static int parse_stop(const json_t *root, struct rt_sampling *s,
+static int parse_stop(const json_t *root, struct rt_gen_opts *s,
                       struct rt_api_error *e)
 {
     json_t *v = rt_openai__member(root, "stop");
@@ -451,7 +465,7 @@ static int cmp_bias(const void *a, const void *b)
  * once ("7" and "07" name the same token); entries come out sorted by id.
  * {} and null mean none. */
 static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
-                            struct rt_sampling *s, struct rt_api_error *e)
+                            struct tg_sampling *s, struct rt_api_error *e)
 {
     json_t *v = rt_openai__member(root, "logit_bias");
     if (v == NULL)
@@ -516,16 +530,20 @@ static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
                                      (int)tmp[i].id);
     }
     if (rc == 0) {
-        s->bias_ids = malloc(n * sizeof(*s->bias_ids));
-        s->bias_vals = malloc(n * sizeof(*s->bias_vals));
-        if (s->bias_ids == NULL || s->bias_vals == NULL) {
+        int32_t *ids = malloc(n * sizeof(*ids));
+        float *vals = malloc(n * sizeof(*vals));
+        if (ids == NULL || vals == NULL) {
+            free(ids);
+            free(vals);
             rc = rt_openai__oom(e);
         } else {
             for (i = 0; i < n; i++) {
-                s->bias_ids[i] = tmp[i].id;
-                s->bias_vals[i] = tmp[i].val;
+                ids[i] = tmp[i].id;
+                vals[i] = tmp[i].val;
             }
-            s->n_bias = n;
+            s->bias_ids = ids;
+            s->bias_vals = vals;
+            s->n_bias = (int32_t)n;
         }
     }
     free(tmp);
@@ -535,8 +553,9 @@ static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
 static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
                           struct rt_gen_request *r, struct rt_api_error *e)
 {
-    struct rt_sampling *s = &r->sampling;
-    rt_sampling_init(s);
+    struct rt_gen_opts *s = &r->opts;
+    struct tg_sampling *sp = &r->sampling;
+    rt_gen_request_defaults(r);
     bool chat = r->endpoint == RT_ENDPOINT_CHAT;
     int rc;
     int64_t x;
@@ -573,27 +592,29 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
     /* Ranges: temperature [0, 2] and penalties [-2, 2] per the OpenAI API
      * reference; top_p (0, 1], min_p [0, 1], repetition_penalty > 0 per
      * vLLM's SamplingParams checks. */
-    if ((rc = get_num(root, "temperature", 0.0, false, 2.0, &s->temperature,
-                      e)) ||
-        (rc = get_num(root, "top_p", 0.0, true, 1.0, &s->top_p, e)) ||
-        (rc = get_num(root, "min_p", 0.0, false, 1.0, &s->min_p, e)) ||
-        (rc = get_num(root, "presence_penalty", -2.0, false, 2.0,
-                      &s->presence_penalty, e)) ||
-        (rc = get_num(root, "frequency_penalty", -2.0, false, 2.0,
-                      &s->frequency_penalty, e)) ||
-        (rc = get_num(root, "repetition_penalty", 0.0, true, DBL_MAX,
-                      &s->repetition_penalty, e)))
+    if ((rc = get_numf(root, "temperature", 0.0, false, 2.0,
+                       &sp->temperature, e)) ||
+        (rc = get_numf(root, "top_p", 0.0, true, 1.0, &sp->top_p, e)) ||
+        (rc = get_numf(root, "min_p", 0.0, false, 1.0, &sp->min_p, e)) ||
+        (rc = get_numf(root, "presence_penalty", -2.0, false, 2.0,
+                       &sp->presence_penalty, e)) ||
+        (rc = get_numf(root, "frequency_penalty", -2.0, false, 2.0,
+                       &sp->frequency_penalty, e)) ||
+        (rc = get_numf(root, "repetition_penalty", 0.0, true, DBL_MAX,
+                       &sp->repetition_penalty, e)))
         return rc;
 
     /* vLLM: top_k -1 (and, since 0.8, 0) disables; otherwise >= 1. */
     if ((rc = get_int(root, "top_k", "top_k", -1, INT32_MAX, &x, &present, e)))
         return rc;
     if (present)
-        s->top_k = x <= 0 ? 0 : (int32_t)x;
+        sp->top_k = x <= 0 ? 0 : (int32_t)x;
 
-    if ((rc = get_int(root, "seed", "seed", INT64_MIN, INT64_MAX, &s->seed,
+    if ((rc = get_int(root, "seed", "seed", INT64_MIN, INT64_MAX, &x,
                       &s->has_seed, e)))
         return rc;
+    if (s->has_seed)
+        sp->seed = (uint64_t)x; /* the bits of the signed seed as sent */
 
     if ((rc = rt_openai__get_bool(root, "ignore_eos", "ignore_eos",
                                   &s->ignore_eos, e)) ||
@@ -605,7 +626,8 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
                                   &s->include_stop_str_in_output, e)))
         return rc;
 
-    if ((rc = parse_stop(root, s, e)) || (rc = parse_logit_bias(cfg, root, s, e)))
+    if ((rc = parse_stop(root, s, e)) ||
+        (rc = parse_logit_bias(cfg, root, sp, e)))
         return rc;
     json_t *v = rt_openai__member(root, "stop_token_ids");
     if (v != NULL) {
@@ -642,6 +664,7 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
         if (want)
             s->logprobs = (int32_t)top;
     }
+    sp->n_top = s->logprobs > 0 ? s->logprobs : 0;
     return 0;
 }
 
@@ -808,7 +831,7 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
      * which would cost a forward pass of every prompt position through
      * the compressed prefill; this server does not compute them over HTTP
      * (tangram-generate --prompt-logprobs does, offline). */
-    if (out->echo && out->sampling.logprobs >= 0) {
+    if (out->echo && out->opts.logprobs >= 0) {
         rc = rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
                              "echo",
                              "'echo' with 'logprobs' would need the prompt's "
@@ -816,6 +839,9 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
                              "return; send echo without logprobs");
         goto fail;
     }
+    if ((rc = rt_openai_check_sampling(&out->sampling, cfg->vocab_size, "",
+                                       e)) != 0)
+        goto fail;
     json_decref(root);
     return 0;
 fail:

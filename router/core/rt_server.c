@@ -60,7 +60,7 @@ int rt_server_ready(const struct rt_server *s)
 static int is_stop_token(const struct rt_req *r, int32_t tok)
 {
     const struct rt_server *s = r->srv;
-    if (!r->g.sampling.ignore_eos) {
+    if (!r->g.opts.ignore_eos) {
         for (int i = 0; i < s->mc.n_eos; i++)
             if (tok == s->mc.eos_token_ids[i])
                 return 1;
@@ -68,8 +68,8 @@ static int is_stop_token(const struct rt_req *r, int32_t tok)
             if (tok == s->tok.eos_ids[i])
                 return 1;
     }
-    for (size_t i = 0; i < r->g.sampling.n_stop_token_ids; i++)
-        if (tok == r->g.sampling.stop_token_ids[i])
+    for (size_t i = 0; i < r->g.opts.n_stop_token_ids; i++)
+        if (tok == r->g.opts.stop_token_ids[i])
             return 1;
     return 0;
 }
@@ -353,9 +353,9 @@ static void handle_result(struct rt_server *s, const struct rt_link_result *res)
         rt_metrics_counter_inc(s->metrics.generation_tokens_total);
         int hit = 0;
         int eos = is_stop_token(r, tok);
-        if (!eos || r->g.sampling.include_stop_str_in_output)
+        if (!eos || r->g.opts.include_stop_str_in_output)
             rt_text_push(&r->text, tok, &hit);
-        if (r->n_out > r->g.sampling.min_tokens || r->g.sampling.min_tokens <= 0)
+        if (r->n_out > r->g.opts.min_tokens || r->g.opts.min_tokens <= 0)
             stop[i] = (uint8_t)(eos || hit);
     }
     char err[256];

@@ -89,7 +89,6 @@ struct rt_req {
     int32_t n_out, cap_out, n_top;
     int32_t lp_sent;            /* tokens whose logprobs were delivered */
     int64_t cached_tokens;      /* prompt tokens reused from stored KV */
-    uint64_t seed;
     double t_arrival, t_first, t_last; /* seconds, loop clock */
     int submitted;              /* the scheduler knows it */
     int done;                   /* finished; freed after the step */

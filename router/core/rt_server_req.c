@@ -94,7 +94,7 @@ static size_t prompt_bound(const struct rt_req *r)
     int64_t ctx = r->srv->max_model_len;
     if (ctx <= 0)
         return SIZE_MAX;
-    int64_t gen = r->g.sampling.max_tokens > 0 ? r->g.sampling.max_tokens : 1;
+    int64_t gen = r->g.opts.max_tokens > 0 ? r->g.opts.max_tokens : 1;
     int64_t bound = ctx - gen;
     return bound < 0 ? 0 : (size_t)bound;
 }
@@ -124,7 +124,7 @@ static void over_context(struct rt_req *r, struct rt_api_error *e)
                      "the prompt has more than %zu tokens; this model's "
                      "context is %d tokens, which must also hold %s",
                      prompt_bound(r), (int)r->srv->max_model_len,
-                     r->g.sampling.max_tokens > 0 ? "max_tokens"
+                     r->g.opts.max_tokens > 0 ? "max_tokens"
                                                   : "at least one generated token");
 }
 
@@ -253,10 +253,7 @@ int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
                          "the workers are not ready; retry later");
         return TG_EBUSY;
     }
-    int rc = rt_sampling_check_converted(&r->g.sampling, e);
-    if (rc != 0)
-        return rc;
-    rc = tokenize(r, e);
+    int rc = tokenize(r, e);
     if (rc != 0)
         return rc;
     return submit_tokenized(r, e);
@@ -280,14 +277,14 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
     int rc = rt_gen_request_fit(&r->g, s->max_model_len, r->n_prompt, e);
     if (rc != 0)
         return rc;
-    const struct rt_sampling *sp = &r->g.sampling;
+    const struct rt_gen_opts *sp = &r->g.opts;
     rc = rt_text_init(&r->text, &s->tok, (const char *const *)sp->stop,
                       (int)sp->n_stop);
     if (rc != 0) {
         rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
         return rc;
     }
-    r->n_top = sp->logprobs > 0 ? sp->logprobs : 0;
+    r->n_top = r->g.sampling.n_top;
     r->cap_out = sp->max_tokens;
     r->out_ids = malloc((size_t)r->cap_out * sizeof(int32_t));
     r->out_lps = malloc((size_t)r->cap_out * sizeof(float));
@@ -301,8 +298,8 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
         return TG_ENOMEM;
     }
     if (r->fork_of == 0) /* a sample's seed is set by rt_req_new_sample */
-        r->seed = sp->has_seed ? (uint64_t)sp->seed
-                               : rt_server__splitmix(&s->rng);
+        r->g.sampling.seed = sp->has_seed ? r->g.sampling.seed
+                                          : rt_server__splitmix(&s->rng);
     /* Tool calls are parsed out of the output when the template told the
      * model how to write them and the request offered tools. */
     if (r->g.endpoint == RT_ENDPOINT_CHAT && r->g.tools != NULL &&
@@ -330,25 +327,12 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
     r->ctx.continuous_usage = r->g.continuous_usage;
     r->ctx.index = r->choice;
 
-    /* What the workers draw with: the values rt_sampling_check_converted
-     * passed, in the single precision they take. */
+    /* What the workers draw with: the value the front end checked, its
+     * seed resolved above. */
     struct rt_sched_request sr = {
         .id = r->id,
         .request_id = r->id_str,
-        .sampling = {
-            .temperature = (float)sp->temperature,
-            .top_p = (float)sp->top_p,
-            .top_k = sp->top_k,
-            .min_p = (float)sp->min_p,
-            .presence_penalty = (float)sp->presence_penalty,
-            .frequency_penalty = (float)sp->frequency_penalty,
-            .repetition_penalty = (float)sp->repetition_penalty,
-            .logprobs = (uint32_t)r->n_top,
-            .seed = r->seed,
-            .bias_ids = sp->bias_ids,
-            .bias_vals = sp->bias_vals,
-            .n_bias = (uint32_t)sp->n_bias,
-        },
+        .sampling = r->g.sampling,
         .prompt = r->prompt,
         .n_prompt = r->n_prompt,
         .max_tokens = sp->max_tokens,
@@ -441,7 +425,7 @@ struct rt_req *rt_req_new_sample(struct rt_req *leader, int32_t index,
     r->fork_of = leader->id;
     /* vLLM's rule for the choices of a seeded request: choice i draws
      * with seed + i; without a seed, leader's seed was random. */
-    r->seed = leader->seed + (uint64_t)index;
+    r->g.sampling.seed = leader->g.sampling.seed + (uint64_t)index;
     r->created = leader->created;
     memcpy(r->id_str, leader->id_str, sizeof(r->id_str));
     if (submit_tokenized(r, e) != 0) {

@@ -107,8 +107,6 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     memset(&g, 0, sizeof(g));
     int rc = rt_api_grpc__convert(fake, q, &g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
-    if (rc == 0)
-        rc = rt_sampling_check_converted(&g.sampling, &e);
     if (rc != 0) {
         rt_gen_request_free(&g);
         rt_grpc_call_finish(call, RT_GRPC_INVALID_ARGUMENT, e.message);

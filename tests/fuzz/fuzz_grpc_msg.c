@@ -2,7 +2,7 @@
  * fuzz_grpc_msg.c — the protobuf messages a gRPC client sends the router,
  * decoded the way router/api/rt_api_grpc.c decodes them: tangram.v1
  * GenerateRequest (unpacked, then converted into the router's request by
- * rt_api_grpc__convert, checked by rt_sampling_check_converted and
+ * rt_api_grpc__convert, whose sampling check (tg_sampling_check) runs, and
  * rt_gen_request_fit), TokenizeRequest (unpacked, roles checked with
  * rt_role_from_name), AbortRequest, and grpc.health.v1
  * HealthCheckRequest. The framing around them (HTTP/2, the 5-byte gRPC
@@ -52,7 +52,6 @@ static void generate(const uint8_t *msg, size_t len, int session_header)
         if ((g.prompt != NULL) + (g.prompt_ids != NULL) +
                 (g.messages != NULL) != 1)
             fz_fail("a request needs exactly one prompt form");
-        rc = rt_sampling_check_converted(&g.sampling, &e);
         /* The prompt's token count as the router would find it: ids as
          * given, text at most one token per byte. */
         int64_t n = g.prompt_ids ? (int64_t)g.n_prompt_ids

@@ -41,7 +41,7 @@ static int parse(enum ep ep, const char *body, size_t len,
             assert_null(r.model);
             assert_null(r.messages);
             assert_null(r.prompt);
-            assert_null(r.sampling.stop);
+            assert_null(r.opts.stop);
         }
         rt_gen_request_free(&r);
     } else if (ep == T) {
@@ -479,22 +479,23 @@ static void test_completion_defaults(void **state)
     assert_null(r.prompt_ids);
     assert_null(r.messages);
     assert_true(r.add_special_tokens);
-    const struct rt_sampling *s = &r.sampling;
-    assert_int_equal(s->max_tokens, 16);
-    assert_int_equal(s->min_tokens, 0);
+    const struct tg_sampling *s = &r.sampling;
+    const struct rt_gen_opts *o = &r.opts;
+    assert_int_equal(o->max_tokens, 16);
+    assert_int_equal(o->min_tokens, 0);
     assert_true(s->temperature == 1.0);
     assert_true(s->top_p == 1.0);
     assert_int_equal(s->top_k, 0);
     assert_true(s->min_p == 0.0);
-    assert_false(s->has_seed);
+    assert_false(o->has_seed);
     assert_true(s->presence_penalty == 0.0 && s->frequency_penalty == 0.0);
     assert_true(s->repetition_penalty == 1.0);
-    assert_false(s->ignore_eos);
-    assert_true(s->skip_special_tokens);
-    assert_false(s->include_stop_str_in_output);
-    assert_int_equal(s->n_stop, 0);
-    assert_int_equal(s->n_stop_token_ids, 0);
-    assert_int_equal(s->logprobs, -1);
+    assert_false(o->ignore_eos);
+    assert_true(o->skip_special_tokens);
+    assert_false(o->include_stop_str_in_output);
+    assert_int_equal(o->n_stop, 0);
+    assert_int_equal(o->n_stop_token_ids, 0);
+    assert_int_equal(o->logprobs, -1);
     assert_false(r.stream);
     assert_false(r.include_usage);
     assert_null(r.user);
@@ -534,20 +535,20 @@ static void test_n_and_sample_copy(void **state)
     assert_int_equal(c.endpoint, RT_ENDPOINT_CHAT);
     assert_int_equal(c.n, 1);
     assert_true(c.stream && c.include_usage);
-    assert_int_equal(c.sampling.n_stop, 2);
-    assert_string_equal(c.sampling.stop[1], "yz");
-    assert_ptr_not_equal(c.sampling.stop, r.sampling.stop);
-    assert_ptr_not_equal(c.sampling.stop[0], r.sampling.stop[0]);
-    assert_int_equal(c.sampling.n_stop_token_ids, 2);
-    assert_int_equal(c.sampling.stop_token_ids[1], 6);
-    assert_ptr_not_equal(c.sampling.stop_token_ids, r.sampling.stop_token_ids);
+    assert_int_equal(c.opts.n_stop, 2);
+    assert_string_equal(c.opts.stop[1], "yz");
+    assert_ptr_not_equal(c.opts.stop, r.opts.stop);
+    assert_ptr_not_equal(c.opts.stop[0], r.opts.stop[0]);
+    assert_int_equal(c.opts.n_stop_token_ids, 2);
+    assert_int_equal(c.opts.stop_token_ids[1], 6);
+    assert_ptr_not_equal(c.opts.stop_token_ids, r.opts.stop_token_ids);
     assert_int_equal(c.sampling.n_bias, 1);
     assert_int_equal(c.sampling.bias_ids[0], 7);
     assert_true(c.sampling.bias_vals[0] == -1.5f);
-    assert_true(c.sampling.has_seed && c.sampling.seed == 42);
-    assert_int_equal(c.sampling.max_tokens, 9);
+    assert_true(c.opts.has_seed && c.sampling.seed == 42);
+    assert_int_equal(c.opts.max_tokens, 9);
     assert_true(c.sampling.temperature == 0.5);
-    assert_int_equal(c.sampling.logprobs, 2);
+    assert_int_equal(c.opts.logprobs, 2);
     assert_string_equal(c.user, "u1");
     assert_string_equal(c.model, "tiny");
     assert_ptr_equal(c.tools, r.tools);
@@ -558,7 +559,7 @@ static void test_n_and_sample_copy(void **state)
     assert_null(c.session_id);
     /* Each frees its own. */
     rt_gen_request_free(&r);
-    assert_string_equal(c.sampling.stop[0], "x");
+    assert_string_equal(c.opts.stop[0], "x");
     assert_int_equal((int)json_array_size(c.tools), 1);
     rt_gen_request_free(&c);
     /* echo text is copied too. */
@@ -603,26 +604,28 @@ static void test_completion_all_fields(void **state)
     assert_int_equal(r.n_prompt_ids, 3);
     assert_int_equal(r.prompt_ids[2], 999);
     assert_false(r.add_special_tokens);
-    const struct rt_sampling *s = &r.sampling;
-    assert_int_equal(s->max_tokens, 32);
-    assert_int_equal(s->min_tokens, 2);
+    const struct tg_sampling *s = &r.sampling;
+    const struct rt_gen_opts *o = &r.opts;
+    assert_int_equal(o->max_tokens, 32);
+    assert_int_equal(o->min_tokens, 2);
     assert_true(s->temperature == 0.0);
-    assert_true(fabs(s->top_p - 0.9) < 1e-12);
+    assert_true(s->top_p == 0.9f);
     assert_int_equal(s->top_k, 40);
-    assert_true(fabs(s->min_p - 0.05) < 1e-12);
-    assert_true(s->has_seed);
-    assert_int_equal(s->seed, -7);
+    assert_true(s->min_p == 0.05f);
+    assert_true(o->has_seed);
+    assert_true(s->seed == (uint64_t)(int64_t)-7);
     assert_true(s->presence_penalty == -2.0);
     assert_true(s->frequency_penalty == 1.5);
-    assert_true(fabs(s->repetition_penalty - 1.1) < 1e-12);
-    assert_int_equal(s->n_stop, 1);
-    assert_string_equal(s->stop[0], "END");
-    assert_int_equal(s->n_stop_token_ids, 2);
-    assert_int_equal(s->stop_token_ids[1], 8);
-    assert_true(s->ignore_eos);
-    assert_false(s->skip_special_tokens);
-    assert_true(s->include_stop_str_in_output);
-    assert_int_equal(s->logprobs, 5);
+    assert_true(s->repetition_penalty == 1.1f);
+    assert_int_equal(o->n_stop, 1);
+    assert_string_equal(o->stop[0], "END");
+    assert_int_equal(o->n_stop_token_ids, 2);
+    assert_int_equal(o->stop_token_ids[1], 8);
+    assert_true(o->ignore_eos);
+    assert_false(o->skip_special_tokens);
+    assert_true(o->include_stop_str_in_output);
+    assert_int_equal(o->logprobs, 5);
+    assert_int_equal(s->n_top, 5);
     assert_true(r.stream);
     assert_true(r.include_usage);
     assert_true(r.continuous_usage);
@@ -677,10 +680,10 @@ static void test_completion_prompt_forms(void **state)
                      0);
     assert_string_equal(r.prompt, "one prompt");
     assert_int_equal(r.sampling.top_k, 0);
-    assert_int_equal(r.sampling.n_stop, 2);
-    assert_string_equal(r.sampling.stop[1], "bb");
-    assert_int_equal(r.sampling.logprobs, 0);
-    assert_false(r.sampling.has_seed);
+    assert_int_equal(r.opts.n_stop, 2);
+    assert_string_equal(r.opts.stop[1], "bb");
+    assert_int_equal(r.opts.logprobs, 0);
+    assert_false(r.opts.has_seed);
     rt_gen_request_free(&r);
 
     const char *b2 = "{\"prompt\":[[5,6]],\"stop\":[],\"top_k\":0}";
@@ -689,7 +692,7 @@ static void test_completion_prompt_forms(void **state)
     assert_null(r.prompt);
     assert_int_equal(r.n_prompt_ids, 2);
     assert_int_equal(r.prompt_ids[0], 5);
-    assert_int_equal(r.sampling.n_stop, 0);
+    assert_int_equal(r.opts.n_stop, 0);
     assert_int_equal(r.sampling.top_k, 0);
     rt_gen_request_free(&r);
 
@@ -737,9 +740,9 @@ static void test_chat_messages(void **state)
     assert_string_equal(r.messages[4].tool_call_id, "call_1");
     assert_string_equal(r.messages[5].content, "");
     assert_null(r.messages[0].name);
-    assert_int_equal(r.sampling.max_tokens, 20);
+    assert_int_equal(r.opts.max_tokens, 20);
     assert_string_equal(r.max_tokens_param, "max_completion_tokens");
-    assert_int_equal(r.sampling.logprobs, 3);
+    assert_int_equal(r.opts.logprobs, 3);
     assert_true(r.chat.add_generation_prompt);
     assert_false(r.chat.continue_final_message);
     assert_true(json_is_false(json_object_get(r.chat.kwargs,
@@ -770,8 +773,8 @@ static void test_chat_messages(void **state)
                      "false,\"continue_final_message\":true,"
                      "\"chat_template_kwargs\":{\"enable_thinking\":true}}";
     assert_int_equal(rt_openai_parse_chat(&CFG, b2, strlen(b2), &r, &e), 0);
-    assert_int_equal(r.sampling.max_tokens, -1); /* chat default */
-    assert_int_equal(r.sampling.logprobs, 0);
+    assert_int_equal(r.opts.max_tokens, -1); /* chat default */
+    assert_int_equal(r.opts.logprobs, 0);
     assert_false(r.chat.add_generation_prompt);
     assert_true(r.chat.continue_final_message);
     assert_true(json_is_true(json_object_get(r.chat.kwargs,
@@ -780,8 +783,8 @@ static void test_chat_messages(void **state)
 
     const char *b3 = "{" MSG ",\"top_logprobs\":0,\"max_tokens\":7}";
     assert_int_equal(rt_openai_parse_chat(&CFG, b3, strlen(b3), &r, &e), 0);
-    assert_int_equal(r.sampling.logprobs, -1);
-    assert_int_equal(r.sampling.max_tokens, 7);
+    assert_int_equal(r.opts.logprobs, -1);
+    assert_int_equal(r.opts.max_tokens, 7);
     assert_string_equal(r.max_tokens_param, "max_tokens");
     assert_null(r.chat.kwargs);
     assert_null(r.tools);
@@ -847,7 +850,7 @@ static void test_fit(void **state)
     const char *b = "{" MSG "}";
     assert_int_equal(rt_openai_parse_chat(&CFG, b, strlen(b), &r, &e), 0);
     assert_int_equal(rt_gen_request_fit(&r, 128, 100, &e), 0);
-    assert_int_equal(r.sampling.max_tokens, 28); /* the room left */
+    assert_int_equal(r.opts.max_tokens, 28); /* the room left */
     assert_int_equal(rt_gen_request_fit(&r, 128, 0, &e), TG_EFORMAT);
     assert_string_equal(e.param, "messages");
     assert_int_equal(rt_gen_request_fit(&r, 128, 128, &e), TG_ETOOBIG);
@@ -860,7 +863,7 @@ static void test_fit(void **state)
     assert_int_equal(rt_openai_parse_completion(&CFG, b2, strlen(b2), &r, &e),
                      0);
     assert_int_equal(rt_gen_request_fit(&r, 128, 112, &e), 0);
-    assert_int_equal(r.sampling.max_tokens, 16);
+    assert_int_equal(r.opts.max_tokens, 16);
     assert_int_equal(rt_gen_request_fit(&r, 128, 113, &e), TG_ETOOBIG);
     assert_string_equal(e.param, "max_tokens");
     assert_non_null(strstr(e.message, "113 prompt tokens plus 16"));

@@ -12,6 +12,8 @@
 
 #include <stddef.h>
 
+#include "router/api/rt_openai.h"
+#include "router/api/rt_toolcall.h"
 #include "router/core/rt_server.h"
 
 /* Adds the HTTP routes (POST /v1/completions, /v1/chat/completions,
@@ -24,5 +26,48 @@ int rt_api_http_register(struct rt_server *s, char *err, size_t errlen);
  * ModelInfo, Abort) and the grpc.health.v1 check to s->grpc.
  * Returns 0 or a TG_E* code with detail in err. Loop thread. */
 int rt_api_grpc_register(struct rt_server *s, char *err, size_t errlen);
+
+/* A generation request on the front end's side (rt_req.fe): the parsed
+ * request's part only this API needs (its core part, g.q, moved into
+ * rt_req.q), the response's formatting state and the tool-call parser of
+ * the model's output. Both front ends answer through it; it lives as long
+ * as the rt_req (freed by rt_api_gen_release, the sinks' release). */
+struct rt_api_gen {
+    struct rt_gen_request g;    /* g.q empty */
+    struct rt_resp_ctx ctx;     /* filled by rt_api_gen_started */
+    struct rt_tc_parser *tc;    /* a chat offering tools to a model whose
+                                   template names their format; NULL = the
+                                   output is plain text */
+};
+
+/* r's front-end state (NULL before rt_api_gen_attach). */
+static inline struct rt_api_gen *rt_api_gen_of(const struct rt_req *r)
+{
+    return (struct rt_api_gen *)r->fe;
+}
+
+/* Hands the parsed request *g to r (new, not yet submitted): g->q
+ * becomes r->q (a chat with tool_choice "none" gives the template no
+ * tools), the rest r's front-end state, and r->id_str a fresh id
+ * ("cmpl-" / "chatcmpl-" + 16 random hex digits). *g is left empty
+ * either way. Returns 0, or TG_ENOMEM with *e filled (500). Loop thread. */
+int rt_api_gen_attach(struct rt_req *r, struct rt_gen_request *g,
+                      struct rt_api_error *e);
+
+/* The same for parallel sample q of `leader` (rt_req_new_sample): a
+ * front-end state with a copy of leader's (endpoint, model, stream and
+ * usage options, tool_choice, echo text), then rt_api_gen_started.
+ * Returns 0, or TG_ENOMEM with *e filled. Loop thread. */
+int rt_api_gen_attach_sample(struct rt_req *q, const struct rt_req *leader,
+                             struct rt_api_error *e);
+
+/* After r's submission succeeded: the response context (id, model,
+ * created, logprobs, usage options, the choice's index) and, for a chat
+ * offering tools whose format the model's template names, the tool-call
+ * parser. Returns 0, or TG_ENOMEM with *e filled. Loop thread. */
+int rt_api_gen_started(struct rt_req *r, struct rt_api_error *e);
+
+/* Frees r's front-end state (the sinks' `release`). Safe without one. */
+void rt_api_gen_release(struct rt_req *r);
 
 #endif /* RT_API_H */

@@ -1,30 +1,13 @@
 /*
- * rt_api_grpc_internal.h — the conversion of a tangram.v1.GenerateRequest
- * into the router's request (rt_api_grpc.c) and of a gRPC chat into the
- * HTTP API's JSON (rt_api_grpc_chat.c), declared for the gRPC front end's
- * files and the fuzzing harness (tests/fuzz/fuzz_grpc_msg.c) that feeds
- * them requests unpacked from untrusted bytes. Not for other modules.
+ * rt_api_grpc_internal.h — the conversion of a gRPC chat into the HTTP
+ * API's JSON (rt_api_grpc_chat.c), for the gRPC front end's files only.
  */
 #ifndef RT_API_GRPC_INTERNAL_H
 #define RT_API_GRPC_INTERNAL_H
 
 #include <jansson.h>
 
-#include "router/core/rt_server.h"
-#include "tangram.pb-c.h"
-
-/* Converts q into *g (which must be zeroed) with the OpenAI defaults and the
- * limits of the HTTP API: exactly one prompt form, roles by name, ids
- * (session_id, or else call's "x-session-id" header) of at most
- * RT_OPENAI_MAX_ID_BYTES bytes of UTF-8, sampling ranges, stop strings and
- * stop token ids below s->mc.vocab_size. Reads s->model_name and
- * s->mc.vocab_size only. Returns 0, or TG_EINVAL / TG_ENOMEM with *e
- * filled; either way the caller frees *g (rt_gen_request_free). Loop
- * thread (any thread for a server object of its own). */
-int rt_api_grpc__convert(struct rt_server *s,
-                         const Tangram__V1__GenerateRequest *q,
-                         struct rt_gen_request *g, struct rt_api_error *e,
-                         const struct rt_grpc_call *call);
+#include "router/api/rt_api_grpc.h"
 
 /* The OpenAI JSON of a chat (messages, tools, tool_choice) from its
  * protobuf form, so that it goes through the HTTP API's validation and

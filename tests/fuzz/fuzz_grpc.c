@@ -8,7 +8,7 @@
  * that parse protobuf from the client inside rt_grpc: grpc.health.v1
  * (Check, Watch) and server reflection (v1, v1alpha) over the router's
  * own descriptors. tangram.v1 requests are unpacked and converted as
- * rt_api_grpc.c does (rt_api_grpc__convert) and answered.
+ * rt_api_grpc.c does (rt_api_grpc_convert) and answered.
  *
  * The real server runs on a libuv loop in this thread; the server end of
  * a socketpair is adopted as a connection (rt_grpc__conn_adopt, the same
@@ -42,7 +42,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "common/base/tg_err.h"
-#include "router/api/rt_api_grpc_internal.h"
+#include "router/api/rt_api_grpc.h"
 #include "router/net/rt_grpc.h"
 #include "router/net/rt_grpc_internal.h"
 #include "router/net/rt_grpc_reflect.h"
@@ -105,7 +105,7 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     struct rt_gen_request g;
     struct rt_api_error e;
     memset(&g, 0, sizeof(g));
-    int rc = rt_api_grpc__convert(fake, q, &g, &e, call);
+    int rc = rt_api_grpc_convert(fake, q, &g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
     if (rc != 0) {
         rt_gen_request_free(&g);
@@ -113,8 +113,8 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
         return;
     }
     Tangram__V1__GenerateResponse m = TANGRAM__V1__GENERATE_RESPONSE__INIT;
-    m.text = g.prompt ? g.prompt : (char *)"";
-    m.request_id = g.request_id ? g.request_id : (char *)"";
+    m.text = g.q.prompt ? g.q.prompt : (char *)"";
+    m.request_id = g.q.request_id ? g.q.request_id : (char *)"";
     m.finish_reason = TANGRAM__V1__FINISH_REASON__FINISH_REASON_STOP;
     size_t sz = tangram__v1__generate_response__get_packed_size(&m);
     uint8_t *buf = malloc(sz + 1);

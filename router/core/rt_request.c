@@ -1,54 +1,80 @@
-/* rt_openai_gen.c — the parsed request value of rt_openai.h after the
- * parse: the sampling defaults, the sampling check as an API error,
- * fitting max_tokens to the context, the copy a parallel sample gets, and
- * freeing. */
-#include "router/api/rt_openai.h"
+/* rt_request.c — the core's request value: the error a request fails
+ * with, fitting max_tokens to the context, the copy a parallel sample
+ * gets, and freeing. */
+#include "router/core/rt_request.h"
 
-#include <float.h>
 #include <inttypes.h>
-#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/base/tg_err.h"
-#include "router/api/rt_openai_internal.h"
 
-void rt_gen_request_defaults(struct rt_gen_request *r)
+const char *rt_api_error_type(int status)
 {
-    r->sampling = TG_SAMPLING_OFF;
-    r->sampling.temperature = 1.0f;
-    memset(&r->opts, 0, sizeof(r->opts));
-    r->opts.max_tokens = -1;
-    r->opts.skip_special_tokens = true;
-    r->opts.logprobs = -1;
+    switch (status) {
+    case 400:
+    case 404:
+    case 413:
+    case 422:
+        return "invalid_request_error";
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 429:
+        return "rate_limit_error";
+    default:
+        return "server_error";
+    }
 }
 
-int rt_openai_check_sampling(const struct tg_sampling *sp, int32_t vocab,
-                             const char *prefix, struct rt_api_error *e)
+void rt_api_error_vset(struct rt_api_error *e, int status, const char *code,
+                       const char *param, const char *fmt, va_list ap)
 {
-    const char *field = NULL;
-    char msg[256];
-    int rc = tg_sampling_check(sp, vocab, &field, msg, sizeof(msg));
-    if (rc == 0)
-        return 0;
-    char param[64];
-    snprintf(param, sizeof(param), "%s%s", prefix, field);
-    return rt_openai__fail(e, rc, 400, "invalid_value", param, "%s", msg);
+    e->status = status;
+    e->type = rt_api_error_type(status);
+    e->code = code;
+    snprintf(e->param, sizeof(e->param), "%s", param != NULL ? param : "");
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
 }
 
-int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
-                       int64_t n_prompt_tokens, struct rt_api_error *e)
+void rt_api_error_set(struct rt_api_error *e, int status, const char *code,
+                      const char *param, const char *fmt, ...)
 {
-    const char *pp = r->endpoint == RT_ENDPOINT_CHAT ? "messages" : "prompt";
+    va_list ap;
+    va_start(ap, fmt);
+    rt_api_error_vset(e, status, code, param, fmt, ap);
+    va_end(ap);
+}
+
+/* Fills *e (400 and `code` naming `param`) and returns rc. */
+static int fail(struct rt_api_error *e, int rc, const char *code,
+                const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int fail(struct rt_api_error *e, int rc, const char *code,
+                const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    rt_api_error_vset(e, 400, code, param, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int rt_request_fit(struct rt_request *r, int32_t max_model_len,
+                   int64_t n_prompt_tokens, struct rt_api_error *e)
+{
+    const char *pp = r->is_chat ? "messages" : "prompt";
     if (n_prompt_tokens <= 0)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", pp,
+        return fail(e, TG_EFORMAT, "invalid_value", pp,
                                "the prompt is empty after tokenization");
     if (max_model_len <= 0)
         return 0;
     if (n_prompt_tokens >= max_model_len)
-        return rt_openai__fail(
-            e, TG_ETOOBIG, 400, "context_length_exceeded", pp,
+        return fail(
+            e, TG_ETOOBIG, "context_length_exceeded", pp,
             "the prompt has %" PRId64 " tokens; this model's context "
             "is %d tokens, which must also hold at least one "
             "generated token",
@@ -58,8 +84,8 @@ int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
     if (s->max_tokens < 0) {
         s->max_tokens = (int32_t)room;
     } else if (s->max_tokens > room) {
-        return rt_openai__fail(
-            e, TG_ETOOBIG, 400, "context_length_exceeded", r->max_tokens_param,
+        return fail(
+            e, TG_ETOOBIG, "context_length_exceeded", r->max_tokens_param,
             "this model's context is %d tokens, but %" PRId64
             " prompt tokens plus %d requested in '%s' make %" PRId64
             "; reduce the prompt or '%s'",
@@ -68,8 +94,8 @@ int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
             r->max_tokens_param);
     }
     if (s->min_tokens > s->max_tokens)
-        return rt_openai__fail(
-            e, TG_ERANGE, 400, "invalid_value", "min_tokens",
+        return fail(
+            e, TG_ERANGE, "invalid_value", "min_tokens",
             "'min_tokens' (%d) exceeds the %d tokens that fit in the "
             "context",
             (int)s->min_tokens, (int)s->max_tokens);
@@ -95,29 +121,21 @@ static void *dup_bytes(const void *p, size_t n, int *bad)
     return d;
 }
 
-int rt_gen_request_copy_sample(const struct rt_gen_request *src,
-                               struct rt_gen_request *out)
+int rt_request_copy_sample(const struct rt_request *src,
+                           struct rt_request *out)
 {
     int bad = 0;
     memset(out, 0, sizeof(*out));
-    out->endpoint = src->endpoint;
+    out->is_chat = src->is_chat;
     out->n = 1;
-    out->tool_choice = src->tool_choice;
     out->chat.add_generation_prompt = src->chat.add_generation_prompt;
     out->chat.continue_final_message = src->chat.continue_final_message;
     out->add_special_tokens = src->add_special_tokens;
     out->max_tokens_param = src->max_tokens_param;
-    out->stream = src->stream;
-    out->include_usage = src->include_usage;
-    out->continuous_usage = src->continuous_usage;
-    out->echo = src->echo;
-    out->model = dup_or_null(src->model, &bad);
     out->user = dup_or_null(src->user, &bad);
     out->request_id = dup_or_null(src->request_id, &bad);
     if (src->tools != NULL)
         out->tools = json_incref(src->tools);
-    out->echo_text = dup_bytes(src->echo_text, src->echo_len + 1, &bad);
-    out->echo_len = out->echo_text != NULL ? src->echo_len : 0;
     out->sampling = src->sampling;
     bad |= tg_sampling_bias_copy(&out->sampling, &src->sampling) != 0;
     struct rt_gen_opts *d = &out->opts;
@@ -137,18 +155,16 @@ int rt_gen_request_copy_sample(const struct rt_gen_request *src,
         }
     }
     if (bad) {
-        rt_gen_request_free(out);
+        rt_request_free(out);
         return TG_ENOMEM;
     }
     return 0;
 }
 
-void rt_gen_request_free(struct rt_gen_request *r)
+void rt_request_free(struct rt_request *r)
 {
-    free(r->model);
     free(r->prompt);
     free(r->prompt_ids);
-    rt_openai_chat_messages_free(r->messages, r->n_messages);
     json_decref(r->chat_messages);
     json_decref(r->tools);
     json_decref(r->chat.kwargs);
@@ -156,7 +172,6 @@ void rt_gen_request_free(struct rt_gen_request *r)
         free(r->opts.stop[i]);
     free(r->opts.stop);
     free(r->opts.stop_token_ids);
-    free(r->echo_text);
     tg_sampling_bias_free(&r->sampling);
     free(r->user);
     free(r->session_id);

@@ -177,8 +177,9 @@ static int tool_delta(struct rt_req *r, const char **text, size_t *len,
                       enum rt_finish *fin, char **own, size_t *first,
                       size_t *n_calls)
 {
+    struct rt_api_gen *a = rt_api_gen_of(r);
     struct rt_tc_delta d;
-    int rc = rt_tc_feed(rt_api_gen_of(r)->tc, *text, *len, &d);
+    int rc = rt_tc_feed(a->tc, *text, *len, &d);
     if (rc != 0)
         return rc;
     size_t n = d.content_len;
@@ -188,7 +189,7 @@ static int tool_delta(struct rt_req *r, const char **text, size_t *len,
     memcpy(buf, d.content, n);
     *first = d.first_index;
     if (*fin != RT_FINISH_NONE) {
-        if ((rc = rt_tc_finish(rt_api_gen_of(r)->tc, &d)) != 0) {
+        if ((rc = rt_tc_finish(a->tc, &d)) != 0) {
             free(buf);
             return rc;
         }
@@ -203,7 +204,7 @@ static int tool_delta(struct rt_req *r, const char **text, size_t *len,
     }
     buf[n] = '\0';
     size_t total;
-    rt_tc_calls(rt_api_gen_of(r)->tc, &total);
+    rt_tc_calls(a->tc, &total);
     *n_calls = total;
     if (*fin == RT_FINISH_STOP && total > 0)
         *fin = RT_FINISH_TOOL_CALLS;
@@ -217,19 +218,20 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
                         const struct rt_token_logprob *lps, size_t n_lp,
                         enum rt_finish fin, const char *error)
 {
+    struct rt_api_gen *a = rt_api_gen_of(r);
     (void)lps;
     (void)n_lp;
     struct gen_client *c = r->client;
     struct rt_server *s = r->srv;
     char *tc_text = NULL;
     size_t first_call = 0, end_call = 0;
-    int tc_ok = rt_api_gen_of(r)->tc == NULL || fin == RT_FINISH_ERROR ||
+    int tc_ok = a->tc == NULL || fin == RT_FINISH_ERROR ||
                 tool_delta(r, &text, &len, &fin, &tc_text, &first_call,
                            &end_call) == 0;
     Tangram__V1__ToolCall *pcalls = NULL, **pcallp = NULL;
     if (tc_ok && end_call > first_call) {
         size_t k = end_call - first_call, total;
-        const struct rt_tool_call *all = rt_tc_calls(rt_api_gen_of(r)->tc, &total);
+        const struct rt_tool_call *all = rt_tc_calls(a->tc, &total);
         pcalls = calloc(k, sizeof(*pcalls));
         pcallp = calloc(k, sizeof(*pcallp));
         tc_ok = pcalls != NULL && pcallp != NULL;

@@ -224,18 +224,19 @@ static int sse_tool_frames(struct rt_req *r, const struct rt_tc_delta *d,
                            const struct rt_token_logprob *lps, size_t n_lp,
                            const struct rt_usage *u)
 {
+    struct rt_api_gen *a = rt_api_gen_of(r);
     struct rt_http_req *req = r->client;
     char *buf = NULL;
     size_t n = 0;
     int rc = 0;
     if (d->content_len > 0 || n_lp > 0) {
-        rc = rt_openai_sse_delta(&rt_api_gen_of(r)->ctx, d->content, d->content_len, lps,
+        rc = rt_openai_sse_delta(&a->ctx, d->content, d->content_len, lps,
                                  n_lp, RT_FINISH_NONE, u, &buf, &n);
         stream_write_owned(req, buf, n, rc);
     }
     if (rc == 0 && d->n_calls > 0) {
         buf = NULL;
-        rc = rt_openai_sse_tool_calls(&rt_api_gen_of(r)->ctx, d->calls, d->n_calls,
+        rc = rt_openai_sse_tool_calls(&a->ctx, d->calls, d->n_calls,
                                       d->first_index, NULL, 0, u, &buf, &n);
         stream_write_owned(req, buf, n, rc);
     }
@@ -246,6 +247,7 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
                         const struct rt_token_logprob *lps, size_t n_lp,
                         enum rt_finish fin, const char *error)
 {
+    struct rt_api_gen *a = rt_api_gen_of(r);
     struct rt_http_req *req = r->client;
     char *buf = NULL;
     size_t n = 0;
@@ -262,15 +264,15 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
             group_free(g);
             g = NULL;
         }
-    } else if (rt_api_gen_of(r)->tc != NULL) {
+    } else if (a->tc != NULL) {
         /* tool calls: text that may start a call is held back until it is
          * decided; calls go out as tool_calls deltas */
         struct rt_tc_delta d;
-        int rc = rt_tc_feed(rt_api_gen_of(r)->tc, text, len, &d);
+        int rc = rt_tc_feed(a->tc, text, len, &d);
         if (rc == 0)
             rc = sse_tool_frames(r, &d, lps, n_lp, &u);
         if (rc == 0 && fin != RT_FINISH_NONE &&
-            (rc = rt_tc_finish(rt_api_gen_of(r)->tc, &d)) == 0)
+            (rc = rt_tc_finish(a->tc, &d)) == 0)
             rc = sse_tool_frames(r, &d, NULL, 0, &u);
         if (rc != 0) {
             struct rt_api_error e;
@@ -281,16 +283,16 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
             fin = fin == RT_FINISH_NONE ? RT_FINISH_ERROR : fin;
         } else if (fin != RT_FINISH_NONE) {
             size_t n_calls;
-            rt_tc_calls(rt_api_gen_of(r)->tc, &n_calls);
+            rt_tc_calls(a->tc, &n_calls);
             enum rt_finish f = fin == RT_FINISH_STOP && n_calls > 0
                                    ? RT_FINISH_TOOL_CALLS
                                    : fin;
             buf = NULL;
-            rc = rt_openai_sse_delta(&rt_api_gen_of(r)->ctx, "", 0, NULL, 0, f, &u, &buf, &n);
+            rc = rt_openai_sse_delta(&a->ctx, "", 0, NULL, 0, f, &u, &buf, &n);
             stream_write_owned(req, buf, n, rc);
         }
     } else {
-        int rc = rt_openai_sse_delta(&rt_api_gen_of(r)->ctx, text, len, lps, n_lp, fin, &u, &buf, &n);
+        int rc = rt_openai_sse_delta(&a->ctx, text, len, lps, n_lp, fin, &u, &buf, &n);
         stream_write_owned(req, buf, n, rc);
     }
     if (fin == RT_FINISH_NONE)
@@ -301,9 +303,9 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
         u = usage_of(r);
         group_free(g);
     }
-    if (rt_api_gen_of(r)->g.include_usage) {
+    if (a->g.include_usage) {
         buf = NULL;
-        stream_write_owned(req, buf, n, rt_openai_sse_usage(&rt_api_gen_of(r)->ctx, &u, &buf, &n));
+        stream_write_owned(req, buf, n, rt_openai_sse_usage(&a->ctx, &u, &buf, &n));
     }
     rt_http_stream_write(req, RT_OPENAI_SSE_DONE, strlen(RT_OPENAI_SSE_DONE));
     rt_http_stream_end(req);
@@ -313,10 +315,11 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
 static int tool_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
                          const struct rt_usage *u, char **body, size_t *blen)
 {
+    struct rt_api_gen *a = rt_api_gen_of(r);
     struct rt_tc_delta d;
     char *content = NULL;
     size_t clen = 0;
-    int rc = rt_tc_feed(rt_api_gen_of(r)->tc, r->text.out.s ? r->text.out.s : "",
+    int rc = rt_tc_feed(a->tc, r->text.out.s ? r->text.out.s : "",
                         r->text.out.n, &d);
     if (rc == 0) {
         content = malloc(d.content_len + 1);
@@ -325,7 +328,7 @@ static int tool_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
         else
             memcpy(content, d.content, clen = d.content_len);
     }
-    if (rc == 0 && (rc = rt_tc_finish(rt_api_gen_of(r)->tc, &d)) == 0) {
+    if (rc == 0 && (rc = rt_tc_finish(a->tc, &d)) == 0) {
         char *c2 = realloc(content, clen + d.content_len + 1);
         if (c2 == NULL) {
             rc = TG_ENOMEM;
@@ -338,11 +341,11 @@ static int tool_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
     }
     if (rc == 0) {
         size_t n_calls;
-        const struct rt_tool_call *calls = rt_tc_calls(rt_api_gen_of(r)->tc, &n_calls);
+        const struct rt_tool_call *calls = rt_tc_calls(a->tc, &n_calls);
         if (fin == RT_FINISH_STOP && n_calls > 0)
             fin = RT_FINISH_TOOL_CALLS;
         rc = rt_openai_format_chat_response(
-            &rt_api_gen_of(r)->ctx, clen == 0 && n_calls > 0 ? NULL : content, clen, calls,
+            &a->ctx, clen == 0 && n_calls > 0 ? NULL : content, clen, calls,
             n_calls, r->lp_scratch, n_all, fin, u, body, blen);
     }
     free(content);
@@ -353,15 +356,16 @@ static int tool_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
 static int echo_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
                          const struct rt_usage *u, char **body, size_t *blen)
 {
-    size_t on = r->text.out.n, en = rt_api_gen_of(r)->g.echo_len;
+    struct rt_api_gen *a = rt_api_gen_of(r);
+    size_t on = r->text.out.n, en = a->g.echo_len;
     char *all = malloc(en + on + 1);
     if (all == NULL)
         return TG_ENOMEM;
-    memcpy(all, rt_api_gen_of(r)->g.echo_text, en);
+    memcpy(all, a->g.echo_text, en);
     if (on > 0)
         memcpy(all + en, r->text.out.s, on);
     all[en + on] = '\0';
-    int rc = rt_openai_format_response(&rt_api_gen_of(r)->ctx, all, en + on, r->lp_scratch,
+    int rc = rt_openai_format_response(&a->ctx, all, en + on, r->lp_scratch,
                                        n_all, fin, u, body, blen);
     free(all);
     return rc;
@@ -397,6 +401,7 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
                          const struct rt_token_logprob *lps, size_t n_lp,
                          enum rt_finish fin, const char *error)
 {
+    struct rt_api_gen *a = rt_api_gen_of(r);
     (void)text;
     (void)len;
     (void)lps;
@@ -419,7 +424,7 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     }
     /* The whole output: every token's logprobs from the start. */
     size_t n_all = 0;
-    if (rt_api_gen_of(r)->ctx.logprobs) {
+    if (a->ctx.logprobs) {
         for (int32_t i = 0; i < r->n_out; i++) {
             struct rt_token_logprob *t = &r->lp_scratch[n_all++];
             t->id = r->out_ids[i];
@@ -435,10 +440,10 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     struct rt_usage u = usage_of(r);
     char *body = NULL;
     size_t blen = 0;
-    int rc = rt_api_gen_of(r)->tc != NULL ? tool_response(r, n_all, fin, &u, &body, &blen)
-             : rt_api_gen_of(r)->g.echo_text != NULL
+    int rc = a->tc != NULL ? tool_response(r, n_all, fin, &u, &body, &blen)
+             : a->g.echo_text != NULL
                  ? echo_response(r, n_all, fin, &u, &body, &blen)
-                 : rt_openai_format_response(&rt_api_gen_of(r)->ctx, r->text.out.s ? r->text.out.s : "",
+                 : rt_openai_format_response(&a->ctx, r->text.out.s ? r->text.out.s : "",
                                              r->text.out.n, r->lp_scratch, n_all, fin,
                                              &u, &body, &blen);
     if (g != NULL)

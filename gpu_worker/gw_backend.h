@@ -65,7 +65,7 @@
 #include "gpu_worker/gw_plan.h"
 #include "kernels/tg_ops.h"
 
-#define GW_BACKEND_MAX_TOP 64 /* top alternatives of one draw */
+#define GW_BACKEND_MAX_TOP TG_SAMPLING_MAX_TOP /* top alternatives of one draw */
 
 enum gw_backend_kind {
     GW_BACKEND_CPU = 0,
@@ -80,8 +80,8 @@ extern const char *const gw_backend_choices[3];
 struct gw_draw {
     uint32_t slot;                       /* for messages */
     int row;                             /* the step's logits row */
-    const struct gw_sampling *sampling;  /* checked by the caller */
-    uint64_t seed;                       /* the request's RNG seed */
+    const struct tg_sampling *sampling;  /* checked by the caller; its
+                                            seed is the request's RNG seed */
     uint64_t index;                      /* tokens it drew before */
     struct tg_sample_history hist;       /* for penalties (host) */
 };

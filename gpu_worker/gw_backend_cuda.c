@@ -115,6 +115,19 @@ static int cuda_prefill(struct gw_backend *b, struct gw_seq *seq,
     return rc;
 }
 
+/* The CUDA sampler's block for one row, the one place it is built from
+ * the sampling value: the filters and temperature (penalties and bias are
+ * applied apart, device_draws and dev_bias), the request's seed as the
+ * Philox key and the index of the token drawn as its subsequence. */
+static struct tg_cuda_sample_params device_params(const struct tg_sampling *sp,
+                                                  uint64_t index)
+{
+    return (struct tg_cuda_sample_params){
+        .temperature = sp->temperature, .top_k = sp->top_k,
+        .top_p = sp->top_p, .min_p = sp->min_p, .seed = sp->seed,
+        .step = index};
+}
+
 /* Rank 0 draws a decode batch on the device when every draw can be: no
  * penalties, at most GW_CUDA_MAX_TOP alternatives, at most
  * GW_CUDA_MAX_BIAS logit-bias entries in all; then its (n, V) logits never
@@ -126,10 +139,10 @@ static int device_draws(const struct cuda_backend *c, const struct gw_draw *d,
         return 0;
     int64_t n_bias = 0;
     for (int i = 0; i < n_draws; i++) {
-        const struct tg_sampling *sp = &d[i].sampling->sp;
+        const struct tg_sampling *sp = d[i].sampling;
         if (sp->repetition_penalty != 1.0f || sp->presence_penalty != 0.0f ||
             sp->frequency_penalty != 0.0f ||
-            d[i].sampling->n_top > GW_CUDA_MAX_TOP)
+            sp->n_top > GW_CUDA_MAX_TOP)
             return 0;
         n_bias += sp->n_bias > 0 ? sp->n_bias : 0;
     }
@@ -159,25 +172,22 @@ static int cuda_decode(struct gw_backend *b, struct gw_seq *const *seqs,
     int top = 0;
     memset(c->dev_drawn, 0, (size_t)n);
     memset(c->dev_bias, 0, (size_t)n * sizeof(*c->dev_bias));
+    const struct tg_sampling off = TG_SAMPLING_OFF;
     for (int i = 0; i < n; i++)
-        c->dev_params[i] = (struct tg_cuda_sample_params){
-            .temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f};
+        c->dev_params[i] = device_params(&off, 0);
     for (int i = 0; i < n_draws; i++) {
         int r = draws[i].row - first_row;
         if (r < 0 || r >= n)
             return tg_err_set(err, errlen, TG_EINVAL,
                               "draw for row %d outside the decode rows",
                               draws[i].row);
-        const struct tg_sampling *sp = &draws[i].sampling->sp;
-        c->dev_params[r] = (struct tg_cuda_sample_params){
-            .temperature = sp->temperature, .top_k = sp->top_k,
-            .top_p = sp->top_p, .min_p = sp->min_p, .seed = draws[i].seed,
-            .step = draws[i].index};
+        const struct tg_sampling *sp = draws[i].sampling;
+        c->dev_params[r] = device_params(sp, draws[i].index);
         c->dev_drawn[r] = 1;
         if (sp->n_bias > 0)
             c->dev_bias[r] = sp;
-        if (draws[i].sampling->n_top > top)
-            top = draws[i].sampling->n_top;
+        if (sp->n_top > top)
+            top = sp->n_top;
     }
     rc = gw_cuda_sample(&c->cu, n, c->dev_params, c->dev_bias, top, c->dev_tok,
                         c->dev_lp, c->dev_top_ids, c->dev_top_lps, c->dev_bad,

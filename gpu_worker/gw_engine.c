@@ -435,11 +435,10 @@ static int draw(struct gw_engine *e, const struct gw_gen_params *p, int t,
                 size_t errlen)
 {
     struct gw_backend *b = e->bk;
-    int K = p->n_logprobs;
-    struct gw_sampling sp = {.sp = p->sampling, .n_top = K};
+    int K = p->sampling.n_top;
+    struct tg_sampling sp = p->sampling; /* greedy for forced ids */
     struct gw_draw d = {.slot = 0, .row = 0, .sampling = &sp,
-                        .seed = p->seed, .index = (uint64_t)t,
-                        .hist = *hist};
+                        .index = (uint64_t)t, .hist = *hist};
     struct gw_token out;
     if (p->forced_ids != NULL) {
         *tok = p->forced_ids[t];
@@ -450,7 +449,7 @@ static int draw(struct gw_engine *e, const struct gw_gen_params *p, int t,
                               "probability failed", (int)*tok);
         if (K == 0)
             return 0;
-        sp = GW_SAMPLING_GREEDY;
+        sp = TG_SAMPLING_OFF;
         sp.n_top = K;
         return b->ops->sample(b, &d, &out, top_ids, top_lps, err, errlen);
     }
@@ -470,13 +469,13 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
     const struct gw_model *m = &e->model;
     const struct kv_layout *kv = &e->layout;
     const struct gw_backend_ops *ops = e->bk->ops;
-    if (n_prompt < 1 || p->max_tokens < 0 || p->n_logprobs < 0)
+    if (n_prompt < 1 || p->max_tokens < 0 || p->sampling.n_top < 0)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "need at least one prompt token and max_tokens >= 0");
-    if (p->n_logprobs > GW_BACKEND_MAX_TOP)
+    if (p->sampling.n_top > GW_BACKEND_MAX_TOP)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "%d top logprobs asked, at most %d",
-                          p->n_logprobs, GW_BACKEND_MAX_TOP);
+                          (int)p->sampling.n_top, GW_BACKEND_MAX_TOP);
     if (p->dump_kept && e->backend != GW_BACKEND_CPU)
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
                           "kept positions (--dump-kept) are recorded by the "
@@ -512,7 +511,7 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
     int heads = kv->n_layers * kv->n_kv_heads;
     int gvote = e->method == TG_SCORE_GVOTE;
     int trig = e->trig.cap != NULL;
-    int K = p->n_logprobs;
+    int K = p->sampling.n_top;
     int T = p->max_tokens;
     int32_t slot_cap = (int32_t)(n_prompt + T);
     struct gen_run g = {0};
@@ -555,7 +554,7 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
         rc = kv_seq_reserve_prompt(&g.seq, kv, &e->pool, 0, n_prompt, err,
                                    errlen);
     g.gs = (struct gw_seq){.pos = 0, .len = g.view.filled, .pages = g.pages,
-                           .kv = &g.view, .hlen = hlen, .seed = p->seed,
+                           .kv = &g.view, .hlen = hlen, .seed = p->sampling.seed,
                            .slot_pos = slot_pos, .slot_cap = slot_cap};
     if (rc == 0)
         rc = sync_view(e, &g.seq, &g.view, &g.gs, g.pages, err, errlen);
@@ -610,7 +609,6 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
 
     struct tg_sample_history hist = {.prompt = prompt, .n_prompt = n_prompt,
                                      .output = res->tokens, .n_output = 0};
-    struct gw_sampling dsp = {.sp = p->sampling, .n_top = K};
     res->finish = GW_FINISH_LENGTH;
     for (int t = 0; t < T; t++) {
         int32_t tok;
@@ -647,8 +645,8 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
          * on the device); a forced run keeps its logits on the host. */
         struct gw_seq *one = &g.gs;
         hist.n_output = t + 1;
-        struct gw_draw next = {.slot = 0, .row = 0, .sampling = &dsp,
-                               .seed = p->seed, .index = (uint64_t)t + 1,
+        struct gw_draw next = {.slot = 0, .row = 0, .sampling = &p->sampling,
+                               .index = (uint64_t)t + 1,
                                .hist = hist};
         int announce = p->forced_ids == NULL;
         double t0 = now_seconds();

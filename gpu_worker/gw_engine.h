@@ -156,9 +156,8 @@ enum gw_finish {
 
 struct gw_gen_params {
     int max_tokens;            /* >= 0 */
-    struct tg_sampling sampling;
-    uint64_t seed;
-    int n_logprobs;            /* top-K logprobs per generated token, >= 0 */
+    struct tg_sampling sampling; /* its seed and n_top (top-K logprobs
+                                    per generated token) included */
     int prompt_logprobs;       /* compute log P(prompt[p] | prompt[<p]) */
     int ignore_eos;            /* do not stop at the model's eos ids */
     const int32_t *stop_ids;   /* extra stop ids (borrowed) */
@@ -207,7 +206,7 @@ struct gw_gen_result {
 
 /* Generates for `prompt` (n_prompt >= 1 ids). Fills *res (caller frees
  * with gw_gen_result_free, also after a failure). Returns 0, TG_EINVAL
- * (bad ids, n_prompt + max_tokens > max_context, n_logprobs above
+ * (bad ids, n_prompt + max_tokens > max_context, sampling.n_top above
  * GW_BACKEND_MAX_TOP), TG_EUNSUPPORTED (dump_kept off the CPU backend),
  * TG_ENOSPC, or a backend error; the sequence's pages are back in the
  * pool in every case. Draws go through the backend's `sample` op with

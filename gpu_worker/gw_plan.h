@@ -24,16 +24,6 @@ enum gw_entry_kind {
                              (proto/worker.proto ENTRY_KIND_FORK) */
 };
 
-/* How rank 0 draws an entry's token (vLLM order, DESIGN.md §5). */
-struct gw_sampling {
-    struct tg_sampling sp; /* temperature, top-k/p, min-p, penalties */
-    int n_top;             /* top alternatives returned with the token */
-};
-
-/* A sampling no request asks for: greedy, every filter and penalty off. */
-#define GW_SAMPLING_GREEDY                                                 \
-    ((struct gw_sampling){.sp = TG_SAMPLING_OFF, .n_top = 0})
-
 struct gw_entry {
     uint32_t slot;              /* the request's row of the block tables */
     const char *request_id;     /* for errors; never NULL ("" at least) */
@@ -41,8 +31,11 @@ struct gw_entry {
     const uint32_t *tokens;     /* (n_tokens): the chunk, or one token */
     size_t n_tokens;
     uint32_t start_pos;         /* position of tokens[0] */
-    struct gw_sampling sampling;
-    uint64_t seed;              /* the request's RNG seed */
+    struct tg_sampling sampling; /* how rank 0 draws the entry's token
+                                    (its seed the request's RNG seed;
+                                    bias arrays borrowed from the plan
+                                    message); checked once per plan by the
+                                    worker's plan check */
     int sample;                 /* draw the next token after this entry */
     int last_chunk;             /* prefill: the prompt ends here */
     uint32_t num_prompt_tokens; /* the client's prompt (penalties) */

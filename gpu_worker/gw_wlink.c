@@ -40,6 +40,34 @@ void gw_wlink_close(struct gw_wlink *l)
 
 /* ---- protobuf <-> the plain step of gw_plan.h -------------------------- */
 
+/* An entry's sampling as the worker's value: WorkerSampling's fields and
+ * the entry's seed; greedy when the message has none. The bias arrays are
+ * borrowed from the message, like the tokens; unequal lengths become
+ * n_bias -1, which the plan check refuses (tg_sampling_check). */
+static struct tg_sampling decode_sampling(
+    const Tangram__Worker__V1__PlanEntry *e)
+{
+    struct tg_sampling o = TG_SAMPLING_OFF;
+    o.seed = e->seed;
+    const Tangram__Worker__V1__WorkerSampling *ws = e->sampling;
+    if (ws == NULL)
+        return o;
+    o.temperature = ws->temperature;
+    o.top_p = ws->top_p;
+    o.top_k = ws->top_k;
+    o.min_p = ws->min_p;
+    o.presence_penalty = ws->presence_penalty;
+    o.frequency_penalty = ws->frequency_penalty;
+    o.repetition_penalty = ws->repetition_penalty;
+    o.n_top = ws->n_top > INT32_MAX ? INT32_MAX : (int32_t)ws->n_top;
+    o.bias_ids = ws->bias_ids;
+    o.bias_vals = ws->bias_vals;
+    o.n_bias = ws->n_bias_ids != ws->n_bias_vals || ws->n_bias_ids > INT32_MAX
+                   ? -1
+                   : (int32_t)ws->n_bias_ids;
+    return o;
+}
+
 int gw_wlink_decode_plan(struct gw_wlink *l,
                          const Tangram__Worker__V1__BatchPlan *bp,
                          struct gw_plan *out)
@@ -71,28 +99,7 @@ int gw_wlink_decode_plan(struct gw_wlink *l,
         o->tokens = e->token_ids;
         o->n_tokens = e->n_token_ids;
         o->start_pos = e->start_pos;
-        o->sampling = GW_SAMPLING_GREEDY;
-        const Tangram__Worker__V1__WorkerSampling *ws = e->sampling;
-        if (ws != NULL) {
-            o->sampling.sp.temperature = ws->temperature;
-            o->sampling.sp.top_p = ws->top_p;
-            o->sampling.sp.top_k = ws->top_k;
-            o->sampling.sp.min_p = ws->min_p;
-            o->sampling.sp.presence_penalty = ws->presence_penalty;
-            o->sampling.sp.frequency_penalty = ws->frequency_penalty;
-            o->sampling.sp.repetition_penalty = ws->repetition_penalty;
-            o->sampling.n_top = ws->logprobs > INT32_MAX ? INT32_MAX
-                                                         : (int)ws->logprobs;
-            /* Borrowed from the message, like tokens; unequal lengths
-             * become n_bias -1, which check_sampling refuses. */
-            o->sampling.sp.bias_ids = ws->bias_ids;
-            o->sampling.sp.bias_vals = ws->bias_values;
-            o->sampling.sp.n_bias =
-                ws->n_bias_ids != ws->n_bias_values || ws->n_bias_ids > INT32_MAX
-                    ? -1
-                    : (int)ws->n_bias_ids;
-        }
-        o->seed = e->seed;
+        o->sampling = decode_sampling(e);
         o->sample = e->sample;
         o->last_chunk = e->last_chunk;
         o->num_prompt_tokens = e->num_prompt_tokens;

@@ -144,7 +144,7 @@ void gw_wlink_msg_free(GwWorkerMessage *m);
 
 /* Decodes BatchPlan bp into *out. The entries and deltas arrays are the
  * link's (valid until the next decode); strings and id arrays borrow from
- * bp. Entries without sampling parameters get GW_SAMPLING_GREEDY. Returns
+ * bp. Entries without sampling parameters get TG_SAMPLING_OFF. Returns
  * 0 or TG_ENOMEM. */
 int gw_wlink_decode_plan(struct gw_wlink *l, const Tangram__Worker__V1__BatchPlan *bp,
                          struct gw_plan *out);

@@ -55,6 +55,7 @@ void gw_worker_free(struct gw_worker *w)
     free(w->top_lps);
     free(w->serr);
     free(w->serr_text);
+    free(w->sp_bad);
     free(w->hrep);
     free(w->row_max);
     gw_host_tier_free(&w->tier); /* its copies use the backend */
@@ -169,13 +170,15 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     w->top_lps = malloc(S * K * sizeof(float));
     w->serr = calloc(S, sizeof(*w->serr));
     w->serr_text = calloc(S, GW_WORKER_SLOT_ERROR_MAX);
+    w->sp_bad = calloc(S, GW_WORKER_SLOT_ERROR_MAX);
     w->hrep = calloc(S, sizeof(*w->hrep));
     w->row_max = calloc(R, sizeof(int32_t));
     if (!w->slots || !w->seqs || !w->seq_ptrs || !w->ids || !w->sim_n ||
         !w->sim_len || !w->sim_pos || !w->sim_active || !w->sim_stamp ||
         !w->touched || !w->entry_of || !w->cp_src || !w->cp_dst ||
         !w->draws || !w->draw_of || !w->tok || !w->top_ids || !w->top_lps ||
-        !w->serr || !w->serr_text || !w->hrep || !w->row_max) {
+        !w->serr || !w->serr_text || !w->sp_bad || !w->hrep ||
+        !w->row_max) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory for %d slots",
                         o->max_slots);
         goto fail;
@@ -382,7 +385,6 @@ static void make_draw(struct gw_worker *w, const struct gw_entry *e, int row,
     d->slot = e->slot;
     d->row = row;
     d->sampling = &e->sampling;
-    d->seed = e->seed;
     d->index = pos > np ? (uint64_t)(pos - np) : 0;
     d->hist = (struct tg_sample_history){
         .prompt = sl->hist,
@@ -390,6 +392,15 @@ static void make_draw(struct gw_worker *w, const struct gw_entry *e, int row,
         .output = sl->hist + (o_beg - sl->hist_from),
         .n_output = pos > o_beg ? (int)(pos - o_beg) : 0,
     };
+}
+
+/* Rank 0: why sampled entry e's sampling cannot be used (the plan
+ * check's verdict), or NULL when it can. */
+static const char *sampling_bad(const struct gw_worker *w,
+                                const struct gw_entry *e)
+{
+    const char *v = w->sp_bad + (size_t)e->slot * GW_WORKER_SLOT_ERROR_MAX;
+    return v[0] != '\0' ? v : NULL;
 }
 
 /* Fails entry i's request alone (rank 0): a slot error with the reason. */
@@ -534,7 +545,7 @@ static int run_plan(struct gw_worker *w, const struct gw_plan *plan,
         /* Every rank knows which entries sample (same plan), so all take
          * part in the logits of exactly those. */
         struct gw_seq *q = seq_view(w, e->slot);
-        q->seed = e->seed; /* gvote's synthetic-query stream */
+        q->seed = e->sampling.seed; /* gvote's synthetic-query stream */
         double tb = now_s();
         rc = ops->prefill(w->be, q, w->ids, (int)e->n_tokens, row[i],
                           NULL, NULL, err, errlen);
@@ -568,9 +579,7 @@ static int run_plan(struct gw_worker *w, const struct gw_plan *plan,
         row[i] = n_pf + nd;
         d_sample |= e->sample != 0;
         hist_add(&w->slots[e->slot], e); /* reserved; read by the draw */
-        if (w->rank == 0 && e->sample &&
-            gw_worker__check_sampling(&e->sampling, w->model.vocab, e->slot, NULL, 0) ==
-                0)
+        if (w->rank == 0 && e->sample && sampling_bad(w, e) == NULL)
             make_draw(w, e, row[i], 1, &w->draws[n_draws++]);
         nd++;
     }
@@ -604,12 +613,12 @@ static void draw_all(struct gw_worker *w, const struct gw_plan *plan,
         const struct gw_entry *e = &plan->entries[i];
         if (!e->sample)
             continue;
-        char *why = w->serr_text + *n_err * GW_WORKER_SLOT_ERROR_MAX;
-        if (gw_worker__check_sampling(&e->sampling, w->model.vocab, e->slot, why,
-                           GW_WORKER_SLOT_ERROR_MAX) != 0) {
-            slot_error(w, n_err, e->slot, why);
+        const char *bad = sampling_bad(w, e);
+        if (bad != NULL) {
+            slot_error(w, n_err, e->slot, bad);
             continue;
         }
+        char *why = w->serr_text + *n_err * GW_WORKER_SLOT_ERROR_MAX;
         struct gw_draw d;
         make_draw(w, e, row[i], 0, &d);
         double tb = now_s();

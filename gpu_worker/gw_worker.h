@@ -227,6 +227,10 @@ struct gw_worker {
     float *top_lps;               /* (max_slots, GW_WORKER_MAX_LOGPROBS) */
     struct gw_slot_error *serr;   /* (max_slots) */
     char *serr_text;              /* (max_slots, GW_WORKER_SLOT_ERROR_MAX) */
+    char *sp_bad;                 /* (max_slots, GW_WORKER_SLOT_ERROR_MAX)
+                                     rank 0: the plan check's verdict on
+                                     the sampling of each slot's sampled
+                                     entry ("" = usable) */
     struct gw_head_lens *hrep;    /* (max_slots) the step's head-length
                                      reports, pointing into the slots */
     int n_hrep;

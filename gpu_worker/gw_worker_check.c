@@ -39,47 +39,6 @@ static void sim_clear(struct gw_worker *w, uint32_t s)
     memset(w->sim_len + s * R, 0, R * sizeof(int32_t));
 }
 
-/* The sampling parameters of an entry as the sampler will use them:
- * temperature >= 0 and finite, top_p in (0, 1], min_p in [0, 1],
- * repetition_penalty > 0 and finite, presence and frequency penalties
- * finite, at most min(vocab, GW_WORKER_MAX_LOGPROBS) alternatives, logit
- * bias ids in [0, vocab) with finite values. */
-int gw_worker__check_sampling(const struct gw_sampling *s, int vocab,
-                              uint32_t slot, char *err, size_t errlen)
-{
-    const struct tg_sampling *sp = &s->sp;
-    if (!(sp->temperature >= 0.0f) || isinf(sp->temperature) ||
-        !(sp->top_p > 0.0f) || sp->top_p > 1.0f || !(sp->min_p >= 0.0f) ||
-        sp->min_p > 1.0f || !(sp->repetition_penalty > 0.0f) ||
-        isinf(sp->repetition_penalty) || !isfinite(sp->presence_penalty) ||
-        !isfinite(sp->frequency_penalty))
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "slot %u: bad sampling parameters (temperature %g, "
-                          "top_p %g, min_p %g, repetition_penalty %g, "
-                          "presence %g, frequency %g)", slot,
-                          (double)sp->temperature, (double)sp->top_p,
-                          (double)sp->min_p, (double)sp->repetition_penalty,
-                          (double)sp->presence_penalty,
-                          (double)sp->frequency_penalty);
-    if (sp->n_bias < 0 || sp->n_bias > vocab)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "slot %u: logit bias with %d ids and values for a "
-                          "vocabulary of %d", slot, sp->n_bias, vocab);
-    for (int k = 0; k < sp->n_bias; k++)
-        if (sp->bias_ids[k] < 0 || sp->bias_ids[k] >= vocab ||
-            !isfinite(sp->bias_vals[k]))
-            return tg_err_set(err, errlen, TG_EINVAL,
-                              "slot %u: logit bias %g for token %d (vocabulary "
-                              "%d)", slot, (double)sp->bias_vals[k],
-                              (int)sp->bias_ids[k], vocab);
-    int kmax = vocab < GW_WORKER_MAX_LOGPROBS ? vocab : GW_WORKER_MAX_LOGPROBS;
-    if (s->n_top < 0 || s->n_top > kmax)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "slot %u: %d logprobs asked, at most %d", slot,
-                          s->n_top, kmax);
-    return 0;
-}
-
 /* Head lengths of a fresh entry adopting stored KV (row_lens checked by
  * the caller): a worker keeping them, L * Hkv values, none beyond
  * start_pos, and each row as long as its longest head (kv_heads_row_max,
@@ -228,8 +187,16 @@ static int check_entry(struct gw_worker *w, size_t i, const struct gw_entry *e,
                           "%u, the slot is at %lld", s, rid, e->start_pos,
                           (long long)w->sim_pos[s]);
     }
-    /* Sampling parameters are the request's own: rank 0 checks them when
-     * it draws, and a bad one fails only that request (a slot error). */
+    /* Sampling parameters are the request's own: rank 0 checks them here,
+     * once per plan, and a bad one fails only that request (a slot error
+     * when it draws), never the plan. */
+    if (w->rank == 0 && e->sample) {
+        char *v = w->sp_bad + (size_t)s * GW_WORKER_SLOT_ERROR_MAX;
+        int pre = snprintf(v, GW_WORKER_SLOT_ERROR_MAX, "slot %u: ", s);
+        if (tg_sampling_check(&e->sampling, m->vocab, NULL, v + pre,
+                              GW_WORKER_SLOT_ERROR_MAX - (size_t)pre) == 0)
+            v[0] = '\0';
+    }
     return 0;
 }
 

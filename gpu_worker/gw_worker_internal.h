@@ -17,13 +17,4 @@
 int gw_worker__check_plan(struct gw_worker *w, const struct gw_plan *plan,
                           char *err, size_t errlen);
 
-/* The sampling parameters of an entry as the sampler will use them:
- * temperature >= 0 and finite, top_p in (0, 1], min_p in [0, 1],
- * repetition_penalty > 0 and finite, presence and frequency penalties
- * finite, at most min(vocab, GW_WORKER_MAX_LOGPROBS) alternatives, logit
- * bias ids in [0, vocab) with finite values. Returns 0 or TG_EINVAL naming
- * the slot. */
-int gw_worker__check_sampling(const struct gw_sampling *s, int vocab,
-                              uint32_t slot, char *err, size_t errlen);
-
 #endif /* GW_WORKER_INTERNAL_H */

@@ -27,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/base/tg_sampling.h" /* struct tg_sampling */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -63,34 +65,6 @@ enum tg_score_method {
                                         not a `score` op, the forward pass
                                         selects through gpu_worker/gw_gvote */
 };
-
-/* Sampling parameters of one sequence (vLLM semantics). */
-struct tg_sampling {
-    float temperature;        /* 0 = greedy (argmax, ties to lower id) */
-    int top_k;                /* <= 0: disabled */
-    float top_p;              /* 1 = disabled */
-    float min_p;              /* 0 = disabled */
-    float repetition_penalty; /* 1 = disabled; applied to prompt + output ids */
-    float presence_penalty;   /* 0 = disabled; output ids only */
-    float frequency_penalty;  /* 0 = disabled; output ids only */
-    /* OpenAI logit_bias: bias_vals[i] is added to the logit of bias_ids[i]
-     * (distinct ids in [0, vocab), finite values) together with the
-     * penalties, before temperature and the filters; the log-probabilities
-     * reported stay those of the raw logits. Borrowed, n_bias >= 0 (0 =
-     * none; the arrays may then be NULL). */
-    const int32_t *bias_ids;  /* (n_bias) */
-    const float *bias_vals;   /* (n_bias) */
-    int n_bias;
-};
-
-/* The sampling that changes nothing: greedy, every filter and penalty off.
- * The one place these "off" values are written; a request's API defaults
- * (OpenAI's temperature 1) are the router's business. */
-#define TG_SAMPLING_OFF                                                    \
-    ((struct tg_sampling){.temperature = 0.0f, .top_k = 0, .top_p = 1.0f,  \
-                          .min_p = 0.0f, .repetition_penalty = 1.0f,       \
-                          .presence_penalty = 0.0f,                        \
-                          .frequency_penalty = 0.0f})
 
 /* Token history a sampler needs for penalties (host memory). */
 struct tg_sample_history {

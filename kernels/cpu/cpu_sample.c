@@ -91,25 +91,6 @@ static double uniform01(uint64_t *s)
     return (double)(splitmix64(s) >> 11) * 0x1.0p-53;
 }
 
-static int check_params(const struct tg_sampling *sp)
-{
-    if (!(sp->temperature >= 0.0f) || isinf(sp->temperature))
-        return TG_EINVAL;
-    if (!(sp->top_p > 0.0f) || !(sp->min_p >= 0.0f) || sp->min_p > 1.0f)
-        return TG_EINVAL;
-    if (!(sp->repetition_penalty > 0.0f) || isinf(sp->repetition_penalty))
-        return TG_EINVAL;
-    if (!isfinite(sp->presence_penalty) || !isfinite(sp->frequency_penalty))
-        return TG_EINVAL;
-    if (sp->n_bias < 0 ||
-        (sp->n_bias > 0 && (sp->bias_ids == NULL || sp->bias_vals == NULL)))
-        return TG_EINVAL;
-    for (int k = 0; k < sp->n_bias; k++)
-        if (!isfinite(sp->bias_vals[k]))
-            return TG_EINVAL;
-    return 0;
-}
-
 /* Applies the penalties of step 1 to pr[id].v (pr still in id order). */
 static void apply_penalties(struct tg_backend *b, struct cpu_pair *pr,
                             const struct tg_sampling *sp,
@@ -172,7 +153,7 @@ int cpu__sample(struct tg_backend *b, float *logits, int vocab,
         n_top < 0 || n_top > vocab ||
         (n_top > 0 && (top_ids == NULL || top_lps == NULL)))
         return TG_EINVAL;
-    if (check_params(sp) != 0)
+    if (tg_sampling_check(sp, vocab, NULL, NULL, 0) != 0)
         return TG_EINVAL;
     int greedy = sp->temperature < SAMPLE_GREEDY_EPS;
     if (!greedy && rng == NULL)

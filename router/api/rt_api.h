@@ -11,6 +11,8 @@
 
 #include <stddef.h>
 
+#include "router/api/rt_openai.h"
+#include "router/api/rt_toolcall.h"
 #include "router/core/rt_server.h"
 #include "router/net/rt_grpc.h"
 #include "router/net/rt_http.h"
@@ -31,20 +33,47 @@ int rt_api_http_register(struct rt_server *s, struct rt_http_server *http,
 int rt_api_grpc_register(struct rt_server *s, struct rt_grpc_server *grpc,
                          char *err, size_t errlen);
 
-/* Converts q, a tangram.v1.GenerateRequest unpacked from a client's bytes,
- * into *g (which must be zeroed) with the OpenAI defaults and the limits
- * of the HTTP API: exactly one prompt form, roles by name, ids
- * (session_id, or else call's "x-session-id" header) of at most
- * RT_OPENAI_MAX_ID_BYTES bytes of UTF-8, sampling ranges, stop strings and
- * stop token ids below s->mc.vocab_size. What the Generate method runs
- * first, and what the fuzzing harnesses feed untrusted requests. Reads
- * s->model_name and s->mc.vocab_size only. Returns 0, or TG_EINVAL /
- * TG_ENOMEM with *e filled; either way the caller frees *g
- * (rt_gen_request_free). Loop thread (any thread for a server object of
- * its own). */
-int rt_api_grpc_convert(struct rt_server *s,
-                        const Tangram__V1__GenerateRequest *q,
-                        struct rt_gen_request *g, struct rt_api_error *e,
-                        const struct rt_grpc_call *call);
+/* A generation request on the front end's side (rt_req.fe): the parsed
+ * request's part only this API needs (its core part, g.q, moved into
+ * rt_req.q), the response's formatting state and the tool-call parser of
+ * the model's output. Both front ends answer through it; it lives as long
+ * as the rt_req (freed by rt_api_gen_release, the sinks' release). */
+struct rt_api_gen {
+    struct rt_gen_request g;    /* g.q empty */
+    struct rt_resp_ctx ctx;     /* filled by rt_api_gen_started */
+    struct rt_tc_parser *tc;    /* a chat offering tools to a model whose
+                                   template names their format; NULL = the
+                                   output is plain text */
+};
+
+/* r's front-end state (NULL before rt_api_gen_attach). */
+static inline struct rt_api_gen *rt_api_gen_of(const struct rt_req *r)
+{
+    return (struct rt_api_gen *)r->fe;
+}
+
+/* Hands the parsed request *g to r (new, not yet submitted): g->q
+ * becomes r->q (a chat with tool_choice "none" gives the template no
+ * tools), the rest r's front-end state, and r->id_str a fresh id
+ * ("cmpl-" / "chatcmpl-" + 16 random hex digits). *g is left empty
+ * either way. Returns 0, or TG_ENOMEM with *e filled (500). Loop thread. */
+int rt_api_gen_attach(struct rt_req *r, struct rt_gen_request *g,
+                      struct rt_api_error *e);
+
+/* The same for parallel sample q of `leader` (rt_req_new_sample): a
+ * front-end state with a copy of leader's (endpoint, model, stream and
+ * usage options, tool_choice, echo text), then rt_api_gen_started.
+ * Returns 0, or TG_ENOMEM with *e filled. Loop thread. */
+int rt_api_gen_attach_sample(struct rt_req *q, const struct rt_req *leader,
+                             struct rt_api_error *e);
+
+/* After r's submission succeeded: the response context (id, model,
+ * created, logprobs, usage options, the choice's index) and, for a chat
+ * offering tools whose format the model's template names, the tool-call
+ * parser. Returns 0, or TG_ENOMEM with *e filled. Loop thread. */
+int rt_api_gen_started(struct rt_req *r, struct rt_api_error *e);
+
+/* Frees r's front-end state (the sinks' `release`). Safe without one. */
+void rt_api_gen_release(struct rt_req *r);
 
 #endif /* RT_API_H */

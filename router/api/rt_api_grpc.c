@@ -177,8 +177,9 @@ static int tool_delta(struct rt_req *r, const char **text, size_t *len,
                       enum rt_finish *fin, char **own, size_t *first,
                       size_t *n_calls)
 {
+    struct rt_api_gen *a = rt_api_gen_of(r);
     struct rt_tc_delta d;
-    int rc = rt_tc_feed(r->tc, *text, *len, &d);
+    int rc = rt_tc_feed(a->tc, *text, *len, &d);
     if (rc != 0)
         return rc;
     size_t n = d.content_len;
@@ -188,7 +189,7 @@ static int tool_delta(struct rt_req *r, const char **text, size_t *len,
     memcpy(buf, d.content, n);
     *first = d.first_index;
     if (*fin != RT_FINISH_NONE) {
-        if ((rc = rt_tc_finish(r->tc, &d)) != 0) {
+        if ((rc = rt_tc_finish(a->tc, &d)) != 0) {
             free(buf);
             return rc;
         }
@@ -203,7 +204,7 @@ static int tool_delta(struct rt_req *r, const char **text, size_t *len,
     }
     buf[n] = '\0';
     size_t total;
-    rt_tc_calls(r->tc, &total);
+    rt_tc_calls(a->tc, &total);
     *n_calls = total;
     if (*fin == RT_FINISH_STOP && total > 0)
         *fin = RT_FINISH_TOOL_CALLS;
@@ -217,19 +218,20 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
                         const struct rt_token_logprob *lps, size_t n_lp,
                         enum rt_finish fin, const char *error)
 {
+    struct rt_api_gen *a = rt_api_gen_of(r);
     (void)lps;
     (void)n_lp;
     struct gen_client *c = r->client;
     struct rt_server *s = r->srv;
     char *tc_text = NULL;
     size_t first_call = 0, end_call = 0;
-    int tc_ok = r->tc == NULL || fin == RT_FINISH_ERROR ||
+    int tc_ok = a->tc == NULL || fin == RT_FINISH_ERROR ||
                 tool_delta(r, &text, &len, &fin, &tc_text, &first_call,
                            &end_call) == 0;
     Tangram__V1__ToolCall *pcalls = NULL, **pcallp = NULL;
     if (tc_ok && end_call > first_call) {
         size_t k = end_call - first_call, total;
-        const struct rt_tool_call *all = rt_tc_calls(r->tc, &total);
+        const struct rt_tool_call *all = rt_tc_calls(a->tc, &total);
         pcalls = calloc(k, sizeof(*pcalls));
         pcallp = calloc(k, sizeof(*pcallp));
         tc_ok = pcalls != NULL && pcallp != NULL;
@@ -266,7 +268,7 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
         m.token_ids = ids;
         m.text = txt;
         m.request_id = r->id_str;
-        if (r->n_top > 0 || r->g.sampling.logprobs >= 0) {
+        if (r->n_top > 0 || r->q.opts.logprobs >= 0) {
             for (int32_t i = 0; i < n_new; i++) {
                 int32_t t = c->tok_sent + i;
                 tangram__v1__token_logprob__init(&tl[i]);
@@ -344,7 +346,7 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
     }
 }
 
-static const struct rt_sink gen_sink = {gen_deliver};
+static const struct rt_sink gen_sink = {gen_deliver, rt_api_gen_release};
 
 static void gen_cancelled(struct rt_grpc_call *call, int status, void *ud)
 {
@@ -356,7 +358,8 @@ static void gen_cancelled(struct rt_grpc_call *call, int status, void *ud)
     rt_req_cancel(r);
 }
 
-/* GenerateRequest -> rt_gen_request with the OpenAI defaults (rt_api.h). */
+/* GenerateRequest -> rt_gen_request with the OpenAI defaults
+ * (rt_api_grpc.h). */
 int rt_api_grpc_convert(struct rt_server *s,
                         const Tangram__V1__GenerateRequest *q,
                         struct rt_gen_request *g, struct rt_api_error *e,
@@ -375,33 +378,35 @@ int rt_api_grpc_convert(struct rt_server *s,
         return TG_EINVAL;
     }
     memset(g, 0, sizeof(*g));
-    struct rt_sampling *sp = &g->sampling;
-    rt_sampling_init(sp);
-    g->max_tokens_param = "sampling.max_tokens";
+    struct tg_sampling *sp = &g->q.sampling;
+    struct rt_gen_opts *o = &g->q.opts;
+    rt_gen_request_defaults(g);
+    g->q.max_tokens_param = "sampling.max_tokens";
     g->model = strdup(s->model_name);
     if (g->model == NULL)
         goto nomem;
     if (q->n_messages > 0) {
         g->endpoint = RT_ENDPOINT_CHAT;
-        g->chat.add_generation_prompt = true;
+        g->q.is_chat = true;
+        g->q.chat.add_generation_prompt = true;
         json_t *root = rt_api_grpc__chat_json(q->messages, q->n_messages, q->tools,
                                  q->n_tools, q->tool_choice, e);
         if (root == NULL)
             return e->status == 500 ? TG_ENOMEM : TG_EINVAL;
         int rc = rt_openai_chat_parse_messages(root, &g->messages,
                                                &g->n_messages,
-                                               &g->chat_messages, e);
+                                               &g->q.chat_messages, e);
         if (rc == 0)
-            rc = rt_openai_chat_parse_tools(root, &g->tools,
+            rc = rt_openai_chat_parse_tools(root, &g->q.tools,
                                             &g->tool_choice, e);
         json_decref(root);
         if (rc != 0)
             return rc;
     } else if (q->n_prompt_token_ids > 0) {
         g->endpoint = RT_ENDPOINT_COMPLETIONS;
-        g->add_special_tokens = true;
-        g->prompt_ids = malloc(q->n_prompt_token_ids * sizeof(int32_t));
-        if (g->prompt_ids == NULL)
+        g->q.add_special_tokens = true;
+        g->q.prompt_ids = malloc(q->n_prompt_token_ids * sizeof(int32_t));
+        if (g->q.prompt_ids == NULL)
             goto nomem;
         for (size_t i = 0; i < q->n_prompt_token_ids; i++) {
             if (q->prompt_token_ids[i] > INT32_MAX) {
@@ -409,31 +414,31 @@ int rt_api_grpc_convert(struct rt_server *s,
                                  "prompt_token_ids[%zu] is not a token id", i);
                 return TG_EINVAL;
             }
-            g->prompt_ids[i] = (int32_t)q->prompt_token_ids[i];
+            g->q.prompt_ids[i] = (int32_t)q->prompt_token_ids[i];
         }
-        g->n_prompt_ids = q->n_prompt_token_ids;
+        g->q.n_prompt_ids = q->n_prompt_token_ids;
     } else {
         g->endpoint = RT_ENDPOINT_COMPLETIONS;
-        g->add_special_tokens = true;
-        g->prompt = strdup(q->prompt);
-        if (g->prompt == NULL)
+        g->q.add_special_tokens = true;
+        g->q.prompt = strdup(q->prompt);
+        if (g->q.prompt == NULL)
             goto nomem;
-        g->prompt_len = strlen(q->prompt);
+        g->q.prompt_len = strlen(q->prompt);
     }
     const char *sid = q->session_id && q->session_id[0] ? q->session_id
                                                         : rt_grpc_call_header(call, "x-session-id");
     if (sid != NULL && sid[0] != '\0') {
         if (rt_openai_check_id(sid, strlen(sid), "session_id", e) != 0)
             return TG_EINVAL;
-        if ((g->session_id = strdup(sid)) == NULL)
+        if ((g->q.session_id = strdup(sid)) == NULL)
             goto nomem;
     }
     if (q->request_id != NULL && q->request_id[0] != '\0' &&
-        (g->request_id = strdup(q->request_id)) == NULL)
+        (g->q.request_id = strdup(q->request_id)) == NULL)
         goto nomem;
     const Tangram__V1__SamplingParams *p = q->sampling;
     if (p == NULL)
-        return 0;
+        return rt_openai_check_sampling(sp, s->mc.vocab_size, "sampling.", e);
 #define RANGE(cond, field, ...)                                            \
     do {                                                                   \
         if (!(cond)) {                                                     \
@@ -445,34 +450,34 @@ int rt_api_grpc_convert(struct rt_server *s,
     if (p->max_tokens_opt_case) {
         RANGE(p->max_tokens >= 1 && p->max_tokens <= INT32_MAX, "max_tokens",
               "max_tokens must be >= 1");
-        sp->max_tokens = (int32_t)p->max_tokens;
+        o->max_tokens = (int32_t)p->max_tokens;
     }
     if (p->temperature_opt_case) {
         RANGE(p->temperature >= 0 && p->temperature <= 2, "temperature",
               "temperature must be in [0, 2]");
-        sp->temperature = p->temperature;
+        sp->temperature = (float)p->temperature;
     }
     if (p->top_p_opt_case) {
         RANGE(p->top_p > 0 && p->top_p <= 1, "top_p", "top_p must be in (0, 1]");
-        sp->top_p = p->top_p;
+        sp->top_p = (float)p->top_p;
     }
     if (p->top_k_opt_case)
         sp->top_k = p->top_k > 0 ? p->top_k : 0;
     if (p->min_p_opt_case) {
         RANGE(p->min_p >= 0 && p->min_p <= 1, "min_p", "min_p must be in [0, 1]");
-        sp->min_p = p->min_p;
+        sp->min_p = (float)p->min_p;
     }
     if (p->seed_opt_case) {
-        sp->has_seed = true;
-        sp->seed = (int64_t)p->seed;
+        o->has_seed = true;
+        sp->seed = (uint64_t)p->seed;
     }
     if (p->repetition_penalty_opt_case) {
         RANGE(p->repetition_penalty > 0 && isfinite(p->repetition_penalty),
               "repetition_penalty", "repetition_penalty must be > 0");
-        sp->repetition_penalty = p->repetition_penalty;
+        sp->repetition_penalty = (float)p->repetition_penalty;
     }
     if (p->min_tokens_opt_case)
-        sp->min_tokens = (int32_t)(p->min_tokens > INT32_MAX ? INT32_MAX : p->min_tokens);
+        o->min_tokens = (int32_t)(p->min_tokens > INT32_MAX ? INT32_MAX : p->min_tokens);
     RANGE(p->presence_penalty >= -2 && p->presence_penalty <= 2, "presence_penalty",
           "presence_penalty must be in [-2, 2]");
     RANGE(p->frequency_penalty >= -2 && p->frequency_penalty <= 2,
@@ -485,13 +490,14 @@ int rt_api_grpc_convert(struct rt_server *s,
     RANGE(p->n_stop_token_ids <= RT_OPENAI_MAX_STOP_TOKEN_IDS,
           "stop_token_ids", "at most %d stop_token_ids",
           RT_OPENAI_MAX_STOP_TOKEN_IDS);
-    sp->presence_penalty = p->presence_penalty;
-    sp->frequency_penalty = p->frequency_penalty;
-    sp->ignore_eos = p->ignore_eos;
-    sp->logprobs = p->logprobs > 0 ? (int32_t)p->logprobs : -1;
+    sp->presence_penalty = (float)p->presence_penalty;
+    sp->frequency_penalty = (float)p->frequency_penalty;
+    o->ignore_eos = p->ignore_eos;
+    o->logprobs = p->logprobs > 0 ? (int32_t)p->logprobs : -1;
+    sp->n_top = o->logprobs > 0 ? o->logprobs : 0;
     if (p->n_stop > 0) {
-        sp->stop = calloc(p->n_stop, sizeof(char *));
-        if (sp->stop == NULL)
+        o->stop = calloc(p->n_stop, sizeof(char *));
+        if (o->stop == NULL)
             goto nomem;
         for (size_t i = 0; i < p->n_stop; i++) {
             RANGE(p->stop[i] != NULL && p->stop[i][0] != '\0', "stop",
@@ -499,26 +505,26 @@ int rt_api_grpc_convert(struct rt_server *s,
             RANGE(strlen(p->stop[i]) <= RT_OPENAI_MAX_STOP_BYTES, "stop",
                   "stop[%zu] is longer than %d bytes", i,
                   RT_OPENAI_MAX_STOP_BYTES);
-            if ((sp->stop[i] = strdup(p->stop[i])) == NULL)
+            if ((o->stop[i] = strdup(p->stop[i])) == NULL)
                 goto nomem;
-            sp->n_stop = i + 1;
+            o->n_stop = i + 1;
         }
     }
     if (p->n_stop_token_ids > 0) {
-        sp->stop_token_ids = malloc(p->n_stop_token_ids * sizeof(int32_t));
-        if (sp->stop_token_ids == NULL)
+        o->stop_token_ids = malloc(p->n_stop_token_ids * sizeof(int32_t));
+        if (o->stop_token_ids == NULL)
             goto nomem;
         for (size_t i = 0; i < p->n_stop_token_ids; i++) {
             RANGE(p->stop_token_ids[i] < (uint32_t)s->mc.vocab_size,
                   "stop_token_ids",
                   "stop_token_ids[%zu] = %u is not a token id (valid: "
                   "0..%d)", i, p->stop_token_ids[i], s->mc.vocab_size - 1);
-            sp->stop_token_ids[i] = (int32_t)p->stop_token_ids[i];
+            o->stop_token_ids[i] = (int32_t)p->stop_token_ids[i];
         }
-        sp->n_stop_token_ids = p->n_stop_token_ids;
+        o->n_stop_token_ids = p->n_stop_token_ids;
     }
 #undef RANGE
-    return 0;
+    return rt_openai_check_sampling(sp, s->mc.vocab_size, "sampling.", e);
 nomem:
     rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
     return TG_ENOMEM;
@@ -535,8 +541,14 @@ static void gen_submitted(struct rt_req *r, int rc, struct rt_api_error *e)
         rt_grpc_call_finish(call, grpc_status_of(e->status), e->message);
         return;
     }
-    if (r->g.request_id != NULL)
-        snprintf(r->id_str, sizeof(r->id_str), "%s", r->g.request_id);
+    if (rt_api_gen_started(r, e) != 0) {
+        struct rt_grpc_call *call = c->call;
+        gen_cancelled(call, 0, r);
+        rt_grpc_call_finish(call, grpc_status_of(e->status), e->message);
+        return;
+    }
+    if (r->q.request_id != NULL)
+        snprintf(r->id_str, sizeof(r->id_str), "%s", r->q.request_id);
 }
 
 static void h_generate(struct rt_grpc_call *call, void *ud)
@@ -582,13 +594,19 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     }
     c->call = call;
     c->conn_id = call->conn_id;
-    int rc = rt_api_grpc_convert(s, q, &r->g, &e, call);
+    struct rt_gen_request g;
+    memset(&g, 0, sizeof(g));
+    int rc = rt_api_grpc_convert(s, q, &g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
+    if (rc == 0)
+        rc = rt_api_gen_attach(r, &g, &e);
+    else
+        rt_gen_request_free(&g);
     r->on_submitted = gen_submitted;
     /* rt_openai_check_id() kept it within id_str; named at once, so that the id
      * is taken (and Abort finds it) while the prompt is tokenized. */
-    if (rc == 0 && r->g.request_id != NULL)
-        snprintf(r->id_str, sizeof(r->id_str), "%s", r->g.request_id);
+    if (rc == 0 && r->q.request_id != NULL)
+        snprintf(r->id_str, sizeof(r->id_str), "%s", r->q.request_id);
     if (rc == 0)
         rc = rt_req_submit(r, &e);
     if (rc != 0 && rc != TG_EAGAIN) {
@@ -597,8 +615,13 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
         rt_grpc_call_finish(call, grpc_status_of(e.status), e.message);
         return;
     }
-    if (rc == 0 && r->g.request_id != NULL)
-        snprintf(r->id_str, sizeof(r->id_str), "%s", r->g.request_id);
+    if (rc == 0 && rt_api_gen_started(r, &e) != 0) {
+        gen_cancelled(call, 0, r);
+        rt_grpc_call_finish(call, grpc_status_of(e.status), e.message);
+        return;
+    }
+    if (rc == 0 && r->q.request_id != NULL)
+        snprintf(r->id_str, sizeof(r->id_str), "%s", r->q.request_id);
     rt_grpc_call_on_cancel(call, gen_cancelled, r);
 }
 

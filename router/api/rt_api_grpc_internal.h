@@ -1,17 +1,13 @@
 /*
  * rt_api_grpc_internal.h — the conversion of a gRPC chat into the HTTP
- * API's JSON (rt_api_grpc_chat.c), for the gRPC front end's files (the
- * whole request's conversion, rt_api_grpc_convert, is public: rt_api.h).
- * Not for other modules.
+ * API's JSON (rt_api_grpc_chat.c), for the gRPC front end's files only.
  */
 #ifndef RT_API_GRPC_INTERNAL_H
 #define RT_API_GRPC_INTERNAL_H
 
 #include <jansson.h>
 
-#include "router/core/rt_server.h"
-#include "router/net/rt_grpc.h"
-#include "tangram.pb-c.h"
+#include "router/api/rt_api_grpc.h"
 
 /* The OpenAI JSON of a chat (messages, tools, tool_choice) from its
  * protobuf form, so that it goes through the HTTP API's validation and

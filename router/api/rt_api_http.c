@@ -224,18 +224,19 @@ static int sse_tool_frames(struct rt_req *r, const struct rt_tc_delta *d,
                            const struct rt_token_logprob *lps, size_t n_lp,
                            const struct rt_usage *u)
 {
+    struct rt_api_gen *a = rt_api_gen_of(r);
     struct rt_http_req *req = r->client;
     char *buf = NULL;
     size_t n = 0;
     int rc = 0;
     if (d->content_len > 0 || n_lp > 0) {
-        rc = rt_openai_sse_delta(&r->ctx, d->content, d->content_len, lps,
+        rc = rt_openai_sse_delta(&a->ctx, d->content, d->content_len, lps,
                                  n_lp, RT_FINISH_NONE, u, &buf, &n);
         stream_write_owned(req, buf, n, rc);
     }
     if (rc == 0 && d->n_calls > 0) {
         buf = NULL;
-        rc = rt_openai_sse_tool_calls(&r->ctx, d->calls, d->n_calls,
+        rc = rt_openai_sse_tool_calls(&a->ctx, d->calls, d->n_calls,
                                       d->first_index, NULL, 0, u, &buf, &n);
         stream_write_owned(req, buf, n, rc);
     }
@@ -246,6 +247,7 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
                         const struct rt_token_logprob *lps, size_t n_lp,
                         enum rt_finish fin, const char *error)
 {
+    struct rt_api_gen *a = rt_api_gen_of(r);
     struct rt_http_req *req = r->client;
     char *buf = NULL;
     size_t n = 0;
@@ -262,15 +264,15 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
             group_free(g);
             g = NULL;
         }
-    } else if (r->tc != NULL) {
+    } else if (a->tc != NULL) {
         /* tool calls: text that may start a call is held back until it is
          * decided; calls go out as tool_calls deltas */
         struct rt_tc_delta d;
-        int rc = rt_tc_feed(r->tc, text, len, &d);
+        int rc = rt_tc_feed(a->tc, text, len, &d);
         if (rc == 0)
             rc = sse_tool_frames(r, &d, lps, n_lp, &u);
         if (rc == 0 && fin != RT_FINISH_NONE &&
-            (rc = rt_tc_finish(r->tc, &d)) == 0)
+            (rc = rt_tc_finish(a->tc, &d)) == 0)
             rc = sse_tool_frames(r, &d, NULL, 0, &u);
         if (rc != 0) {
             struct rt_api_error e;
@@ -281,16 +283,16 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
             fin = fin == RT_FINISH_NONE ? RT_FINISH_ERROR : fin;
         } else if (fin != RT_FINISH_NONE) {
             size_t n_calls;
-            rt_tc_calls(r->tc, &n_calls);
+            rt_tc_calls(a->tc, &n_calls);
             enum rt_finish f = fin == RT_FINISH_STOP && n_calls > 0
                                    ? RT_FINISH_TOOL_CALLS
                                    : fin;
             buf = NULL;
-            rc = rt_openai_sse_delta(&r->ctx, "", 0, NULL, 0, f, &u, &buf, &n);
+            rc = rt_openai_sse_delta(&a->ctx, "", 0, NULL, 0, f, &u, &buf, &n);
             stream_write_owned(req, buf, n, rc);
         }
     } else {
-        int rc = rt_openai_sse_delta(&r->ctx, text, len, lps, n_lp, fin, &u, &buf, &n);
+        int rc = rt_openai_sse_delta(&a->ctx, text, len, lps, n_lp, fin, &u, &buf, &n);
         stream_write_owned(req, buf, n, rc);
     }
     if (fin == RT_FINISH_NONE)
@@ -301,9 +303,9 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
         u = usage_of(r);
         group_free(g);
     }
-    if (r->g.include_usage) {
+    if (a->g.include_usage) {
         buf = NULL;
-        stream_write_owned(req, buf, n, rt_openai_sse_usage(&r->ctx, &u, &buf, &n));
+        stream_write_owned(req, buf, n, rt_openai_sse_usage(&a->ctx, &u, &buf, &n));
     }
     rt_http_stream_write(req, RT_OPENAI_SSE_DONE, strlen(RT_OPENAI_SSE_DONE));
     rt_http_stream_end(req);
@@ -313,10 +315,11 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
 static int tool_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
                          const struct rt_usage *u, char **body, size_t *blen)
 {
+    struct rt_api_gen *a = rt_api_gen_of(r);
     struct rt_tc_delta d;
     char *content = NULL;
     size_t clen = 0;
-    int rc = rt_tc_feed(r->tc, r->text.out.s ? r->text.out.s : "",
+    int rc = rt_tc_feed(a->tc, r->text.out.s ? r->text.out.s : "",
                         r->text.out.n, &d);
     if (rc == 0) {
         content = malloc(d.content_len + 1);
@@ -325,7 +328,7 @@ static int tool_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
         else
             memcpy(content, d.content, clen = d.content_len);
     }
-    if (rc == 0 && (rc = rt_tc_finish(r->tc, &d)) == 0) {
+    if (rc == 0 && (rc = rt_tc_finish(a->tc, &d)) == 0) {
         char *c2 = realloc(content, clen + d.content_len + 1);
         if (c2 == NULL) {
             rc = TG_ENOMEM;
@@ -338,11 +341,11 @@ static int tool_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
     }
     if (rc == 0) {
         size_t n_calls;
-        const struct rt_tool_call *calls = rt_tc_calls(r->tc, &n_calls);
+        const struct rt_tool_call *calls = rt_tc_calls(a->tc, &n_calls);
         if (fin == RT_FINISH_STOP && n_calls > 0)
             fin = RT_FINISH_TOOL_CALLS;
         rc = rt_openai_format_chat_response(
-            &r->ctx, clen == 0 && n_calls > 0 ? NULL : content, clen, calls,
+            &a->ctx, clen == 0 && n_calls > 0 ? NULL : content, clen, calls,
             n_calls, r->lp_scratch, n_all, fin, u, body, blen);
     }
     free(content);
@@ -353,15 +356,16 @@ static int tool_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
 static int echo_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
                          const struct rt_usage *u, char **body, size_t *blen)
 {
-    size_t on = r->text.out.n, en = r->g.echo_len;
+    struct rt_api_gen *a = rt_api_gen_of(r);
+    size_t on = r->text.out.n, en = a->g.echo_len;
     char *all = malloc(en + on + 1);
     if (all == NULL)
         return TG_ENOMEM;
-    memcpy(all, r->g.echo_text, en);
+    memcpy(all, a->g.echo_text, en);
     if (on > 0)
         memcpy(all + en, r->text.out.s, on);
     all[en + on] = '\0';
-    int rc = rt_openai_format_response(&r->ctx, all, en + on, r->lp_scratch,
+    int rc = rt_openai_format_response(&a->ctx, all, en + on, r->lp_scratch,
                                        n_all, fin, u, body, blen);
     free(all);
     return rc;
@@ -397,6 +401,7 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
                          const struct rt_token_logprob *lps, size_t n_lp,
                          enum rt_finish fin, const char *error)
 {
+    struct rt_api_gen *a = rt_api_gen_of(r);
     (void)text;
     (void)len;
     (void)lps;
@@ -419,7 +424,7 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     }
     /* The whole output: every token's logprobs from the start. */
     size_t n_all = 0;
-    if (r->ctx.logprobs) {
+    if (a->ctx.logprobs) {
         for (int32_t i = 0; i < r->n_out; i++) {
             struct rt_token_logprob *t = &r->lp_scratch[n_all++];
             t->id = r->out_ids[i];
@@ -435,10 +440,10 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     struct rt_usage u = usage_of(r);
     char *body = NULL;
     size_t blen = 0;
-    int rc = r->tc != NULL ? tool_response(r, n_all, fin, &u, &body, &blen)
-             : r->g.echo_text != NULL
+    int rc = a->tc != NULL ? tool_response(r, n_all, fin, &u, &body, &blen)
+             : a->g.echo_text != NULL
                  ? echo_response(r, n_all, fin, &u, &body, &blen)
-                 : rt_openai_format_response(&r->ctx, r->text.out.s ? r->text.out.s : "",
+                 : rt_openai_format_response(&a->ctx, r->text.out.s ? r->text.out.s : "",
                                              r->text.out.n, r->lp_scratch, n_all, fin,
                                              &u, &body, &blen);
     if (g != NULL)
@@ -480,8 +485,8 @@ static int sse_blocked(struct rt_req *r)
     return rt_http_req_on_drain(req, SSE_LOW_WATER, sse_drained, r) == 0;
 }
 
-static const struct rt_sink sse_sink = {sse_deliver};
-static const struct rt_sink json_sink = {json_deliver};
+static const struct rt_sink sse_sink = {sse_deliver, rt_api_gen_release};
+static const struct rt_sink json_sink = {json_deliver, rt_api_gen_release};
 
 static void on_client_gone(struct rt_http_req *req, void *ud)
 {
@@ -505,7 +510,7 @@ static void group_gone(struct rt_http_req *req, void *ud)
  * fills *e and returns nonzero with r and the samples cancelled. */
 static int group_start(struct rt_req *r, struct rt_api_error *e)
 {
-    int32_t n = r->g.n;
+    int32_t n = r->q.n;
     if (n <= 1)
         return 0;
     struct gen_group *g = calloc(1, sizeof(*g));
@@ -524,6 +529,10 @@ static int group_start(struct rt_req *r, struct rt_api_error *e)
     rt_http_req_on_abort(g->req, group_gone, g);
     for (int32_t i = 1; i < n; i++) {
         struct rt_req *q = rt_req_new_sample(r, i, e);
+        if (q != NULL && rt_api_gen_attach_sample(q, r, e) != 0) {
+            rt_req_cancel(q);
+            q = NULL;
+        }
         if (q == NULL) {
             rt_http_req_on_abort(g->req, NULL, NULL);
             group_cancel(g);
@@ -538,23 +547,25 @@ static int group_start(struct rt_req *r, struct rt_api_error *e)
 
 /* completions "echo": the prompt's text, which the output then starts
  * with (OpenAI; vLLM decodes a prompt sent as token ids). */
-static int echo_prepare(struct rt_server *s, struct rt_gen_request *g,
+static int echo_prepare(struct rt_server *s, struct rt_req *r,
                         struct rt_api_error *e)
 {
+    struct rt_gen_request *g = &rt_api_gen_of(r)->g;
+    const struct rt_request *q = &r->q;
     if (!g->echo)
         return 0;
-    if (g->prompt != NULL) {
-        g->echo_text = malloc(g->prompt_len + 1);
+    if (q->prompt != NULL) {
+        g->echo_text = malloc(q->prompt_len + 1);
         if (g->echo_text == NULL)
             goto oom;
-        memcpy(g->echo_text, g->prompt, g->prompt_len);
-        g->echo_text[g->prompt_len] = '\0';
-        g->echo_len = g->prompt_len;
+        memcpy(g->echo_text, q->prompt, q->prompt_len);
+        g->echo_text[q->prompt_len] = '\0';
+        g->echo_len = q->prompt_len;
         return 0;
     }
     struct tok_text text = {0};
     char err[256];
-    int rc = tok_decode(&s->tok, g->prompt_ids, g->n_prompt_ids, 0, &text,
+    int rc = tok_decode(&s->tok, q->prompt_ids, q->n_prompt_ids, 0, &text,
                         err, sizeof(err));
     if (rc != 0) {
         tok_text_free(&text);
@@ -585,7 +596,7 @@ static void generate_begin(struct rt_req *r)
         rt_api_http__send_error(req, &e);
         return;
     }
-    if (!r->g.stream)
+    if (!rt_api_gen_of(r)->g.stream)
         return;
     struct gen_group *g = r->group;
     int32_t n = g != NULL ? g->n : 1;
@@ -600,16 +611,17 @@ static void generate_begin(struct rt_req *r)
      * vLLM does), in index order. */
     for (int32_t i = 0; i < n; i++) {
         struct rt_req *q = g != NULL ? g->m[i] : r;
+        struct rt_api_gen *a = rt_api_gen_of(q);
         char *buf = NULL;
         size_t len = 0;
-        if (q->g.endpoint == RT_ENDPOINT_CHAT) {
+        if (a->g.endpoint == RT_ENDPOINT_CHAT) {
             stream_write_owned(req, buf, len,
-                               rt_openai_sse_role(&q->ctx, &buf, &len));
-        } else if (q->g.echo_text != NULL) {
+                               rt_openai_sse_role(&a->ctx, &buf, &len));
+        } else if (a->g.echo_text != NULL) {
             struct rt_usage u = usage_of(q);
             stream_write_owned(req, buf, len,
-                               rt_openai_sse_delta(&q->ctx, q->g.echo_text,
-                                                   q->g.echo_len, NULL, 0,
+                               rt_openai_sse_delta(&a->ctx, a->g.echo_text,
+                                                   a->g.echo_len, NULL, 0,
                                                    RT_FINISH_NONE, &u, &buf,
                                                    &len));
         }
@@ -619,9 +631,14 @@ static void generate_begin(struct rt_req *r)
 /* The prompt was tokenized off the loop (rt_req.on_submitted). */
 static void generate_submitted(struct rt_req *r, int rc, struct rt_api_error *e)
 {
+    struct rt_http_req *req = r->client;
     if (rc != 0) {
-        struct rt_http_req *req = r->client;
         rt_req_drop(r);
+        rt_api_http__send_error(req, e);
+        return;
+    }
+    if (rt_api_gen_started(r, e) != 0) {
+        rt_req_cancel(r);
         rt_api_http__send_error(req, e);
         return;
     }
@@ -637,9 +654,9 @@ static int session_header(const struct rt_http_req *req,
     if (sid == NULL || sid[0] == '\0')
         return 0; /* an empty header is no header */
     int rc = rt_openai_check_id(sid, strlen(sid), "X-Session-Id", e);
-    if (rc != 0 || g->session_id != NULL)
+    if (rc != 0 || g->q.session_id != NULL)
         return rc;
-    if ((g->session_id = strdup(sid)) == NULL) {
+    if ((g->q.session_id = strdup(sid)) == NULL) {
         rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
         return TG_ENOMEM;
     }
@@ -668,16 +685,21 @@ void rt_api_http__generate_parsed(struct rt_server *s,
         rt_api_http__send_error(req, e);
         return;
     }
-    r->g = *g;
-    memset(g, 0, sizeof(*g));
+    rc = rt_api_gen_attach(r, g, e);
     r->on_submitted = generate_submitted;
-    rc = rt_server_check_n(s, r->g.n, e);
     if (rc == 0)
-        rc = echo_prepare(s, &r->g, e);
+        rc = rt_server_check_n(s, r->q.n, e);
+    if (rc == 0)
+        rc = echo_prepare(s, r, e);
     if (rc == 0)
         rc = rt_req_submit(r, e);
     if (rc != 0 && rc != TG_EAGAIN) {
         rt_req_drop(r);
+        rt_api_http__send_error(req, e);
+        return;
+    }
+    if (rc == 0 && rt_api_gen_started(r, e) != 0) {
+        rt_req_cancel(r);
         rt_api_http__send_error(req, e);
         return;
     }

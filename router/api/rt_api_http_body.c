@@ -13,7 +13,8 @@
  * while eight megabytes of JSON are parsed and ten are written.
  *
  * What a job touches off the loop: its own body and outputs, and the
- * server's state that is immutable while serving (api_cfg, the tokenizer
+ * server's state that is immutable while serving (the model's name and
+ * sizes the parsers check against, the tokenizer
  * and the chat template: see rt_server_encode.c). A client gone meanwhile
  * cancels the job (one that has not started never runs) and the result is
  * dropped; the body goes back to the budget when the job ends. Smaller
@@ -43,13 +44,27 @@ struct body_job {
 
 /* ---- the work, on any thread ------------------------------------------- */
 
+/* What the OpenAI parsers check a body against: the server's model, its
+ * context (capped once when the workers' pools turn out smaller), the
+ * vocabulary and the HTTP body limit. */
+static struct rt_openai_cfg api_cfg(const struct rt_server *s)
+{
+    return (struct rt_openai_cfg){
+        .served_model = s->model_name,
+        .max_model_len = s->max_model_len,
+        .vocab_size = s->mc.vocab_size,
+        .max_body_bytes = (size_t)s->opts->http_max_body,
+    };
+}
+
 static int parse_generate(struct rt_server *s, enum rt_endpoint ep,
                           const char *body, size_t len,
                           struct rt_gen_request *g, struct rt_api_error *e)
 {
+    struct rt_openai_cfg cfg = api_cfg(s);
     return ep == RT_ENDPOINT_CHAT
-               ? rt_openai_parse_chat(&s->api_cfg, body, len, g, e)
-               : rt_openai_parse_completion(&s->api_cfg, body, len, g, e);
+               ? rt_openai_parse_chat(&cfg, body, len, g, e)
+               : rt_openai_parse_completion(&cfg, body, len, g, e);
 }
 
 /* /tokenize: the body to the answer. */
@@ -57,7 +72,8 @@ static int tokenize_body(struct rt_server *s, const char *body, size_t len,
                          char **out, size_t *out_len, struct rt_api_error *e)
 {
     struct rt_tokenize_request t;
-    int rc = rt_openai_parse_tokenize(&s->api_cfg, body, len, &t, e);
+    struct rt_openai_cfg cfg = api_cfg(s);
+    int rc = rt_openai_parse_tokenize(&cfg, body, len, &t, e);
     if (rc != 0) {
         rt_tokenize_request_free(&t);
         return rc;
@@ -91,7 +107,8 @@ static int detokenize_body(struct rt_server *s, const char *body,
 {
     struct rt_detokenize_request d;
     memset(&d, 0, sizeof(d));
-    int rc = rt_openai_parse_detokenize(&s->api_cfg, body, len, &d, e);
+    struct rt_openai_cfg cfg = api_cfg(s);
+    int rc = rt_openai_parse_detokenize(&cfg, body, len, &d, e);
     if (rc != 0)
         return rc;
     for (size_t i = 0; i < d.n_tokens; i++) {

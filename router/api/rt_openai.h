@@ -26,7 +26,7 @@
  * parts, assistant tool_calls {id, type "function", function {name,
  * arguments}}, tool messages with tool_call_id) and kept twice: as C
  * structs, and as the JSON array the chat template renders
- * (rt_gen_request.chat_messages): roles as sent ("developer" becomes
+ * (rt_gen_request.q.chat_messages): roles as sent ("developer" becomes
  * "system"), text parts joined with "\n" into one string (vLLM's rule for
  * templates that take strings), content null (allowed only for an
  * assistant message with tool calls) as "" as vLLM passes it, tool-call
@@ -64,13 +64,16 @@
 
 #include <jansson.h>
 
+#include "common/base/tg_sampling.h"
 #include "router/api/rt_toolcall.h"
+#include "router/core/rt_request.h"
 
 #define RT_OPENAI_MAX_STOP 16
 #define RT_OPENAI_MAX_STOP_BYTES 1024
 #define RT_OPENAI_MAX_STOP_TOKEN_IDS 256
 #define RT_OPENAI_MAX_LOGPROBS 20
-#define RT_OPENAI_MAX_ID_BYTES 256 /* session_id, request_id, user */
+#define RT_OPENAI_MAX_ID_BYTES RT_REQUEST_MAX_ID_BYTES /* session_id,
+                                                      request_id, user */
 #define RT_OPENAI_MAX_TOOLS 128    /* OpenAI's limit on tools per request */
 #define RT_OPENAI_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */
 #define RT_OPENAI_MAX_N 16         /* choices (parallel samples) per request:
@@ -81,28 +84,8 @@
 
 /* ---- errors ------------------------------------------------------------ */
 
-/* One API error. `type` and `code` point to static strings (code NULL is
- * JSON null); param "" is JSON null. */
-struct rt_api_error {
-    int status;        /* HTTP status: 400, 401, 404, 413, 429, 500, 503 */
-    const char *type;  /* "invalid_request_error", "server_error", ... */
-    const char *code;  /* "invalid_type", "model_not_found", ... or NULL */
-    char param[128];   /* offending field path, "" when none */
-    char message[384]; /* human-readable detail */
-};
-
-/* Returns the OpenAI error type for an HTTP status: "invalid_request_error"
- * for 400/404/413/422, "authentication_error" 401, "permission_error" 403,
- * "rate_limit_error" 429, "server_error" for 5xx and anything else.
- * The string is static. Any thread. */
-const char *rt_api_error_type(int status);
-
-/* Fills *e with status, the type of rt_api_error_type(status), `code`
- * (static string or NULL), `param` (copied; NULL = none) and the printf
- * message (truncated to fit). Returns nothing; e must be non-NULL. */
-void rt_api_error_set(struct rt_api_error *e, int status, const char *code,
-                      const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+/* The error type (struct rt_api_error, rt_api_error_set) is the core's
+ * (router/core/rt_request.h): core and front ends fill the same one. */
 
 /* Checks an identifier that does not come in a JSON body (the
  * X-Session-Id header, gRPC request_id / session_id): 1 to
@@ -148,15 +131,6 @@ struct rt_message {
     size_t n_tool_calls;     /* assistant: calls in the message */
 };
 
-/* Chat-template options of a chat or chat-form tokenize request. */
-struct rt_chat_opts {
-    bool add_generation_prompt;  /* default true */
-    bool continue_final_message; /* default false; exclusive with the above */
-    json_t *kwargs; /* chat_template_kwargs as sent (an object, owned;
-                       NULL = none): extra template variables such as
-                       enable_thinking (which must be a boolean) */
-};
-
 /* tool_choice: "auto" (the default with tools) lets the model call tools;
  * "none" renders the prompt without tools and returns text only. */
 enum rt_tool_choice {
@@ -164,72 +138,36 @@ enum rt_tool_choice {
     RT_TOOL_CHOICE_NONE,
 };
 
-/* Sampling parameters with the defaults of OpenAI / vLLM. */
-struct rt_sampling {
-    int32_t max_tokens;  /* >= 1; -1 = up to the context (chat default,
-                            resolved by rt_gen_request_fit); completions
-                            default 16 as in the OpenAI API */
-    int32_t min_tokens;  /* vLLM: no EOS/stop before this many; default 0 */
-    double temperature;  /* [0, 2], default 1; 0 = greedy */
-    double top_p;        /* (0, 1], default 1 */
-    int32_t top_k;       /* >= 1, or 0 = off (-1 and 0 both mean off) */
-    double min_p;        /* [0, 1], default 0 */
-    bool has_seed;
-    int64_t seed;        /* valid when has_seed */
-    double presence_penalty;   /* [-2, 2], default 0 */
-    double frequency_penalty;  /* [-2, 2], default 0 */
-    double repetition_penalty; /* > 0, default 1 (vLLM extension) */
-    bool ignore_eos;                 /* default false */
-    bool skip_special_tokens;        /* default true */
-    bool include_stop_str_in_output; /* default false */
-    char **stop;             /* n_stop malloc'd non-empty strings */
-    size_t n_stop;           /* <= RT_OPENAI_MAX_STOP */
-    int32_t *stop_token_ids; /* n_stop_token_ids ids (malloc'd or NULL) */
-    size_t n_stop_token_ids; /* <= RT_OPENAI_MAX_STOP_TOKEN_IDS */
-    int32_t logprobs;        /* -1 = none; else alternatives per token,
-                                0..RT_OPENAI_MAX_LOGPROBS */
-    int32_t *bias_ids;       /* logit_bias: (n_bias) distinct token ids in
-                                ascending order (malloc'd or NULL) */
-    float *bias_vals;        /* (n_bias) biases in [-100, 100] */
-    size_t n_bias;           /* <= RT_OPENAI_MAX_LOGIT_BIAS */
-};
-
-/* A parsed generation request of either endpoint. Exactly one of prompt,
- * prompt_ids (completions) or messages (chat) is set. Zeroed is empty;
- * everything is owned by the struct and freed by rt_gen_request_free. */
+/* A parsed generation request of either endpoint: the core's request
+ * (q: exactly one of q.prompt, q.prompt_ids (completions) or
+ * q.chat_messages (chat) set) and what only this API needs to answer it.
+ * Zeroed is empty; everything is owned by the struct and freed by
+ * rt_gen_request_free. */
 struct rt_gen_request {
     enum rt_endpoint endpoint;
-    int32_t n;                /* choices, 1..RT_OPENAI_MAX_N (parsed; 0 in a
-                                 request built elsewhere means 1) */
     char *model;              /* the served name (the default when omitted) */
-    char *prompt;             /* completions, text form; NUL-terminated */
-    size_t prompt_len;        /* bytes */
-    int32_t *prompt_ids;      /* completions, token form: (n_prompt_ids) */
-    size_t n_prompt_ids;
-    struct rt_message *messages; /* chat: (n_messages), at least one */
+    struct rt_message *messages; /* chat: (n_messages), at least one; their
+                                    template form is q.chat_messages */
     size_t n_messages;
-    json_t *chat_messages;    /* chat: the messages for the template (owned) */
-    json_t *tools;            /* chat: the tools array (owned; NULL = none) */
     enum rt_tool_choice tool_choice;
-    struct rt_chat_opts chat;
-    bool add_special_tokens;  /* completions default true, chat false */
-    struct rt_sampling sampling;
-    const char *max_tokens_param; /* static: the field that set max_tokens
-                                     ("max_tokens" / "max_completion_tokens"),
-                                     for errors raised by the fit check */
     bool stream;
     bool include_usage;       /* stream_options.include_usage */
     bool continuous_usage;    /* stream_options.continuous_usage_stats
                                  (vLLM): usage in every chunk */
-    char *user;               /* NULL = absent */
-    char *session_id;         /* "session_id" field (tangram); NULL = absent */
-    char *request_id;         /* "request_id" (vLLM extension); NULL = absent */
     bool echo;                /* completions "echo": the output starts with
                                  the prompt (refused with logprobs) */
     char *echo_text;          /* the prompt text to echo, filled by the front
                                  end (the text as sent, or the prompt ids
                                  decoded); owned, NULL = none */
     size_t echo_len;          /* bytes of echo_text */
+    /* The core's request: q.n choices, 1..RT_OPENAI_MAX_N (parsed; 0 in
+     * a request built elsewhere means 1); q.add_special_tokens completions
+     * default true, chat false; q.sampling checked
+     * (rt_openai_check_sampling) by the parse, temperature 1 and the rest
+     * off by default; q.max_tokens_param "max_tokens" /
+     * "max_completion_tokens"; q.session_id the "session_id" field
+     * (tangram), q.request_id vLLM's "request_id". */
+    struct rt_request q;
 };
 
 /* What the parser validates against. */
@@ -256,46 +194,25 @@ int rt_openai_parse_chat(const struct rt_openai_cfg *cfg, const char *body,
                          size_t len, struct rt_gen_request *out,
                          struct rt_api_error *e);
 
-/* Sets *s to the API's defaults, the one place they are written (both
- * front ends start from them): temperature 1, top_p 1, top_k and min_p
- * off, penalties off (repetition 1), special tokens skipped, no logprobs,
- * max_tokens -1 (up to the context; completions then set OpenAI's 16). */
-void rt_sampling_init(struct rt_sampling *s);
+/* Sets the sampling and options of *r to the API's defaults, the one
+ * place they are written (both front ends start from them): temperature
+ * 1, top_p 1, top_k and min_p off, penalties off (repetition 1), special
+ * tokens skipped, no logprobs, max_tokens -1 (up to the context;
+ * completions then set OpenAI's 16). Owns nothing yet: call on a zeroed
+ * or freed request. */
+void rt_gen_request_defaults(struct rt_gen_request *r);
 
-/* Checks the sampling parameters as the worker's sampler will see them:
- * after conversion to single precision (WorkerSampling's floats), a value
- * that passed the range checks as a double can become 0 or infinity (top_p
- * 1e-300, repetition_penalty 1e308). Requires temperature, min_p and the
- * penalties finite, top_p in (0, 1], min_p in [0, 1], temperature >= 0 and
- * repetition_penalty > 0. Returns 0, or TG_EINVAL with *e filled (400,
- * naming the parameter and the value). Both front ends call it (through
- * rt_req_submit) so no request reaches a worker with values it refuses.
- * Any thread. */
-int rt_sampling_check_converted(const struct rt_sampling *sp,
-                                struct rt_api_error *e);
-
-/* Checks a parsed request against the context once its prompt has been
- * tokenized to n_prompt_tokens: the prompt must be non-empty and shorter
- * than max_model_len, and prompt + max_tokens must fit (OpenAI's
- * "context_length_exceeded"). Resolves max_tokens -1 to the room left.
- * max_model_len <= 0 only rejects an empty prompt. Returns 0, or
- * TG_EFORMAT / TG_ETOOBIG with *e filled (400). Any thread. */
-int rt_gen_request_fit(struct rt_gen_request *r, int32_t max_model_len,
-                       int64_t n_prompt_tokens, struct rt_api_error *e);
+/* Checks the sampling of a parsed request (tg_sampling_check against the
+ * vocabulary, 0 = unchecked): a value that passed the API's range checks
+ * as a double can become 0 or infinity in single precision (top_p 1e-300,
+ * repetition_penalty 1e308). Returns 0, or TG_EINVAL with *e filled (400
+ * invalid_value naming `prefix` + the parameter and the value). Both
+ * front ends call it right after parsing. Any thread. */
+int rt_openai_check_sampling(const struct tg_sampling *sp, int32_t vocab,
+                             const char *prefix, struct rt_api_error *e);
 
 /* Releases everything r owns and zeroes it. Safe on a zeroed request. */
 void rt_gen_request_free(struct rt_gen_request *r);
-
-/* Fills *out (overwritten) with what one more parallel sample of `src`
- * needs once src's prompt is tokenized and its max_tokens resolved: the
- * endpoint, sampling (stop strings, stop ids and logit bias copied),
- * stream and usage options, tool_choice and the tools (a reference),
- * echo_text, model, user and request_id; no prompt, messages or session
- * (a sample is never stored for multi-turn reuse), and n = 1. Returns 0
- * or TG_ENOMEM (*out then empty). The caller frees *out with
- * rt_gen_request_free. Any thread. */
-int rt_gen_request_copy_sample(const struct rt_gen_request *src,
-                               struct rt_gen_request *out);
 
 /* /tokenize (vLLM): {"model", "prompt", "add_special_tokens"} or
  * {"model", "messages", "tools", "add_generation_prompt",
@@ -343,15 +260,6 @@ void rt_detokenize_request_free(struct rt_detokenize_request *r);
 
 /* ---- responses ------------------------------------------------------- */
 
-enum rt_finish {
-    RT_FINISH_NONE = 0, /* still generating: finish_reason null */
-    RT_FINISH_STOP,     /* "stop": EOS, stop string or stop token */
-    RT_FINISH_LENGTH,   /* "length": max_tokens or the context */
-    RT_FINISH_ABORT,    /* "abort" (vLLM): cancelled */
-    RT_FINISH_ERROR,    /* "error": the request failed mid-way */
-    RT_FINISH_TOOL_CALLS, /* "tool_calls": stopped after calling tools */
-};
-
 /* Returns the finish_reason string of f, or NULL for RT_FINISH_NONE. */
 const char *rt_finish_name(enum rt_finish f);
 
@@ -359,24 +267,6 @@ struct rt_usage {
     int64_t prompt_tokens;
     int64_t completion_tokens;
     int64_t cached_tokens; /* prompt tokens served from stored KV */
-};
-
-/* One alternative at a position. Logprobs are natural-log probabilities;
- * -inf (and anything below) is written as -9999.0, as vLLM does, since JSON
- * has no infinities. */
-struct rt_top_logprob {
-    int32_t id;
-    float logprob;
-};
-
-/* The sampled token at one position and its alternatives (in the order
- * they are to be listed; the caller decides whether the sampled token is
- * among them). */
-struct rt_token_logprob {
-    int32_t id;
-    float logprob;
-    const struct rt_top_logprob *top; /* (n_top) */
-    size_t n_top;
 };
 
 /* Returns the bytes of token `id` as the tokenizer decodes it alone and

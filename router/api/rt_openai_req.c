@@ -19,50 +19,12 @@
 
 /* ---- errors ------------------------------------------------------------ */
 
-const char *rt_api_error_type(int status)
-{
-    switch (status) {
-    case 400:
-    case 404:
-    case 413:
-    case 422:
-        return "invalid_request_error";
-    case 401:
-        return "authentication_error";
-    case 403:
-        return "permission_error";
-    case 429:
-        return "rate_limit_error";
-    default:
-        return "server_error";
-    }
-}
-
-static void verror(struct rt_api_error *e, int status, const char *code,
-                   const char *param, const char *fmt, va_list ap)
-{
-    e->status = status;
-    e->type = rt_api_error_type(status);
-    e->code = code;
-    snprintf(e->param, sizeof(e->param), "%s", param != NULL ? param : "");
-    vsnprintf(e->message, sizeof(e->message), fmt, ap);
-}
-
-void rt_api_error_set(struct rt_api_error *e, int status, const char *code,
-                      const char *param, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    verror(e, status, code, param, fmt, ap);
-    va_end(ap);
-}
-
 int rt_openai__fail(struct rt_api_error *e, int rc, int status,
                     const char *code, const char *param, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    verror(e, status, code, param, fmt, ap);
+    rt_api_error_vset(e, status, code, param, fmt, ap);
     va_end(ap);
     return rc;
 }
@@ -203,6 +165,20 @@ static int get_num(const json_t *obj, const char *key, double lo, bool lo_open,
     return 0;
 }
 
+/* get_num for a sampler parameter: the range checked on the double as
+ * sent, the value stored in the sampler's single precision (where it may
+ * become 0 or infinity, which rt_openai_check_sampling refuses). */
+static int get_numf(const json_t *obj, const char *key, double lo,
+                    bool lo_open, double hi, float *out,
+                    struct rt_api_error *e)
+{
+    double x = (double)*out;
+    int rc = get_num(obj, key, lo, lo_open, hi, &x, e);
+    if (rc == 0)
+        *out = (float)x;
+    return rc;
+}
+
 /* A string member copied into *out (malloc'd); max_bytes 0 = no limit. */
 int rt_openai__get_str(const json_t *obj, const char *key, const char *param,
                        size_t max_bytes, char **out, struct rt_api_error *e)
@@ -332,18 +308,18 @@ static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
      * RT_OPENAI_MAX_N; the server also bounds it by --max-num-seqs. */
     if ((rc = get_int(root, "n", "n", 1, RT_OPENAI_MAX_N, &x, NULL, e)))
         return rc;
-    out->n = (int32_t)x;
+    out->q.n = (int32_t)x;
     /* best_of = n is the same request; more would need the choices ranked
      * by their log-probabilities, which this server does not do. */
     if ((rc = get_int(root, "best_of", "best_of", INT64_MIN, INT64_MAX, &x,
                       NULL, e)))
         return rc;
-    if (x != out->n)
+    if (x != out->q.n)
         return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
                                "best_of",
                                "'best_of' must equal 'n' (%d; got %" PRId64
                                "): ranking extra samples is not supported",
-                               (int)out->n, x);
+                               (int)out->q.n, x);
     bool echo = false;
     if ((rc = rt_openai__get_bool(root, "echo", "echo", &echo, e)))
         return rc;
@@ -388,7 +364,39 @@ static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
     return 0;
 }
 
-static int parse_stop(const json_t *root, struct rt_sampling *s,
+void rt_gen_request_defaults(struct rt_gen_request *r)
+{
+    r->q.sampling = TG_SAMPLING_OFF;
+    r->q.sampling.temperature = 1.0f;
+    memset(&r->q.opts, 0, sizeof(r->q.opts));
+    r->q.opts.max_tokens = -1;
+    r->q.opts.skip_special_tokens = true;
+    r->q.opts.logprobs = -1;
+}
+
+int rt_openai_check_sampling(const struct tg_sampling *sp, int32_t vocab,
+                             const char *prefix, struct rt_api_error *e)
+{
+    const char *field = NULL;
+    char msg[256];
+    int rc = tg_sampling_check(sp, vocab, &field, msg, sizeof(msg));
+    if (rc == 0)
+        return 0;
+    char param[64];
+    snprintf(param, sizeof(param), "%s%s", prefix, field);
+    return rt_openai__fail(e, rc, 400, "invalid_value", param, "%s", msg);
+}
+
+void rt_gen_request_free(struct rt_gen_request *r)
+{
+    free(r->model);
+    rt_openai_chat_messages_free(r->messages, r->n_messages);
+    free(r->echo_text);
+    rt_request_free(&r->q);
+    memset(r, 0, sizeof(*r));
+}
+
+static int parse_stop(const json_t *root, struct rt_gen_opts *s,
                       struct rt_api_error *e)
 {
     json_t *v = rt_openai__member(root, "stop");
@@ -451,7 +459,7 @@ static int cmp_bias(const void *a, const void *b)
  * once ("7" and "07" name the same token); entries come out sorted by id.
  * {} and null mean none. */
 static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
-                            struct rt_sampling *s, struct rt_api_error *e)
+                            struct tg_sampling *s, struct rt_api_error *e)
 {
     json_t *v = rt_openai__member(root, "logit_bias");
     if (v == NULL)
@@ -516,16 +524,20 @@ static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
                                      (int)tmp[i].id);
     }
     if (rc == 0) {
-        s->bias_ids = malloc(n * sizeof(*s->bias_ids));
-        s->bias_vals = malloc(n * sizeof(*s->bias_vals));
-        if (s->bias_ids == NULL || s->bias_vals == NULL) {
+        int32_t *ids = malloc(n * sizeof(*ids));
+        float *vals = malloc(n * sizeof(*vals));
+        if (ids == NULL || vals == NULL) {
+            free(ids);
+            free(vals);
             rc = rt_openai__oom(e);
         } else {
             for (i = 0; i < n; i++) {
-                s->bias_ids[i] = tmp[i].id;
-                s->bias_vals[i] = tmp[i].val;
+                ids[i] = tmp[i].id;
+                vals[i] = tmp[i].val;
             }
-            s->n_bias = n;
+            s->bias_ids = ids;
+            s->bias_vals = vals;
+            s->n_bias = (int32_t)n;
         }
     }
     free(tmp);
@@ -535,8 +547,9 @@ static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
 static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
                           struct rt_gen_request *r, struct rt_api_error *e)
 {
-    struct rt_sampling *s = &r->sampling;
-    rt_sampling_init(s);
+    struct rt_gen_opts *s = &r->q.opts;
+    struct tg_sampling *sp = &r->q.sampling;
+    rt_gen_request_defaults(r);
     bool chat = r->endpoint == RT_ENDPOINT_CHAT;
     int rc;
     int64_t x;
@@ -546,7 +559,7 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
      * legacy completions to 16. max_completion_tokens is the newer chat
      * name and wins when both are sent (vLLM does the same). */
     s->max_tokens = chat ? -1 : 16;
-    r->max_tokens_param = "max_tokens";
+    r->q.max_tokens_param = "max_tokens";
     int64_t max_hi = cfg->max_model_len > 0 ? cfg->max_model_len : INT32_MAX;
     const char *mkey = "max_tokens";
     if (chat && rt_openai__member(root, "max_completion_tokens") != NULL)
@@ -555,7 +568,7 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
         return rc;
     if (present) {
         s->max_tokens = (int32_t)x;
-        r->max_tokens_param = mkey;
+        r->q.max_tokens_param = mkey;
     }
     if ((rc = get_int(root, "min_tokens", "min_tokens", 0, max_hi, &x, &present,
                       e)))
@@ -566,34 +579,36 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
                                    "min_tokens",
                                    "'min_tokens' (%" PRId64 ") must not exceed "
                                    "'%s' (%d)",
-                                   x, r->max_tokens_param, (int)s->max_tokens);
+                                   x, r->q.max_tokens_param, (int)s->max_tokens);
         s->min_tokens = (int32_t)x;
     }
 
     /* Ranges: temperature [0, 2] and penalties [-2, 2] per the OpenAI API
      * reference; top_p (0, 1], min_p [0, 1], repetition_penalty > 0 per
      * vLLM's SamplingParams checks. */
-    if ((rc = get_num(root, "temperature", 0.0, false, 2.0, &s->temperature,
-                      e)) ||
-        (rc = get_num(root, "top_p", 0.0, true, 1.0, &s->top_p, e)) ||
-        (rc = get_num(root, "min_p", 0.0, false, 1.0, &s->min_p, e)) ||
-        (rc = get_num(root, "presence_penalty", -2.0, false, 2.0,
-                      &s->presence_penalty, e)) ||
-        (rc = get_num(root, "frequency_penalty", -2.0, false, 2.0,
-                      &s->frequency_penalty, e)) ||
-        (rc = get_num(root, "repetition_penalty", 0.0, true, DBL_MAX,
-                      &s->repetition_penalty, e)))
+    if ((rc = get_numf(root, "temperature", 0.0, false, 2.0,
+                       &sp->temperature, e)) ||
+        (rc = get_numf(root, "top_p", 0.0, true, 1.0, &sp->top_p, e)) ||
+        (rc = get_numf(root, "min_p", 0.0, false, 1.0, &sp->min_p, e)) ||
+        (rc = get_numf(root, "presence_penalty", -2.0, false, 2.0,
+                       &sp->presence_penalty, e)) ||
+        (rc = get_numf(root, "frequency_penalty", -2.0, false, 2.0,
+                       &sp->frequency_penalty, e)) ||
+        (rc = get_numf(root, "repetition_penalty", 0.0, true, DBL_MAX,
+                       &sp->repetition_penalty, e)))
         return rc;
 
     /* vLLM: top_k -1 (and, since 0.8, 0) disables; otherwise >= 1. */
     if ((rc = get_int(root, "top_k", "top_k", -1, INT32_MAX, &x, &present, e)))
         return rc;
     if (present)
-        s->top_k = x <= 0 ? 0 : (int32_t)x;
+        sp->top_k = x <= 0 ? 0 : (int32_t)x;
 
-    if ((rc = get_int(root, "seed", "seed", INT64_MIN, INT64_MAX, &s->seed,
+    if ((rc = get_int(root, "seed", "seed", INT64_MIN, INT64_MAX, &x,
                       &s->has_seed, e)))
         return rc;
+    if (s->has_seed)
+        sp->seed = (uint64_t)x; /* the bits of the signed seed as sent */
 
     if ((rc = rt_openai__get_bool(root, "ignore_eos", "ignore_eos",
                                   &s->ignore_eos, e)) ||
@@ -605,7 +620,8 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
                                   &s->include_stop_str_in_output, e)))
         return rc;
 
-    if ((rc = parse_stop(root, s, e)) || (rc = parse_logit_bias(cfg, root, s, e)))
+    if ((rc = parse_stop(root, s, e)) ||
+        (rc = parse_logit_bias(cfg, root, sp, e)))
         return rc;
     json_t *v = rt_openai__member(root, "stop_token_ids");
     if (v != NULL) {
@@ -642,6 +658,7 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
         if (want)
             s->logprobs = (int32_t)top;
     }
+    sp->n_top = s->logprobs > 0 ? s->logprobs : 0;
     return 0;
 }
 
@@ -694,14 +711,14 @@ static int parse_ids(const json_t *root, struct rt_gen_request *r,
                      struct rt_api_error *e)
 {
     int rc;
-    if ((rc = rt_openai__get_str(root, "user", "user", RT_OPENAI_MAX_ID_BYTES, &r->user,
+    if ((rc = rt_openai__get_str(root, "user", "user", RT_OPENAI_MAX_ID_BYTES, &r->q.user,
                       e)) ||
         (rc = rt_openai__get_str(root, "request_id", "request_id", RT_OPENAI_MAX_ID_BYTES,
-                      &r->request_id, e)) ||
+                      &r->q.request_id, e)) ||
         (rc = rt_openai__get_str(root, "session_id", "session_id", RT_OPENAI_MAX_ID_BYTES,
-                      &r->session_id, e)))
+                      &r->q.session_id, e)))
         return rc;
-    if (r->session_id != NULL && r->session_id[0] == '\0')
+    if (r->q.session_id != NULL && r->q.session_id[0] == '\0')
         return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
                                "session_id", "'session_id' must not be empty");
     return 0;
@@ -739,10 +756,10 @@ static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
         if (n == 0)
             return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", param,
                                    "'%s' must not be empty", param);
-        r->prompt = strndup(json_string_value(v), n);
-        if (r->prompt == NULL)
+        r->q.prompt = strndup(json_string_value(v), n);
+        if (r->q.prompt == NULL)
             return rt_openai__oom(e);
-        r->prompt_len = n;
+        r->q.prompt_len = n;
         return 0;
     }
     if (!json_is_array(v))
@@ -753,17 +770,17 @@ static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
     if (json_array_size(v) == 0)
         return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", param,
                                "'%s' must not be empty", param);
-    int rc = rt_openai__read_ids(cfg, v, param, 0, &r->prompt_ids,
-                                 &r->n_prompt_ids, e);
+    int rc = rt_openai__read_ids(cfg, v, param, 0, &r->q.prompt_ids,
+                                 &r->q.n_prompt_ids, e);
     if (rc)
         return rc;
-    if (cfg->max_model_len > 0 && r->n_prompt_ids >= (size_t)cfg->max_model_len)
+    if (cfg->max_model_len > 0 && r->q.n_prompt_ids >= (size_t)cfg->max_model_len)
         return rt_openai__fail(
             e, TG_ETOOBIG, 400, "context_length_exceeded", param,
             "the prompt has %zu tokens; this model's context is %d "
             "tokens, which must also hold at least one generated "
             "token",
-            r->n_prompt_ids, (int)cfg->max_model_len);
+            r->q.n_prompt_ids, (int)cfg->max_model_len);
     return 0;
 }
 
@@ -775,7 +792,7 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
 {
     memset(out, 0, sizeof(*out));
     out->endpoint = ep;
-    out->n = 1;
+    out->q.n = 1;
     json_t *root;
     int rc = rt_openai__load_body(cfg, body, len, &root, e);
     if (rc)
@@ -783,24 +800,25 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
     if ((rc = rt_openai__parse_model(cfg, root, &out->model, e)) ||
         (rc = reject_unsupported(root, ep, out, e)))
         goto fail;
+    out->q.is_chat = ep == RT_ENDPOINT_CHAT;
     if (ep == RT_ENDPOINT_CHAT) {
-        out->add_special_tokens = false;
+        out->q.add_special_tokens = false;
         if ((rc = rt_openai_chat_parse_messages(root, &out->messages,
                                                 &out->n_messages,
-                                                &out->chat_messages, e)) ||
-            (rc = rt_openai_chat_parse_tools(root, &out->tools,
+                                                &out->q.chat_messages, e)) ||
+            (rc = rt_openai_chat_parse_tools(root, &out->q.tools,
                                              &out->tool_choice, e)) ||
-            (rc = rt_openai__parse_chat_opts(root, &out->chat, e)))
+            (rc = rt_openai__parse_chat_opts(root, &out->q.chat, e)))
             goto fail;
     } else {
-        out->add_special_tokens = true;
+        out->q.add_special_tokens = true;
         if ((rc = parse_prompt(cfg, root, out, e)) ||
             (rc = rt_openai__get_bool(root, "echo", "echo", &out->echo, e)))
             goto fail;
     }
     if ((rc = rt_openai__get_bool(root, "add_special_tokens",
                                   "add_special_tokens",
-                                  &out->add_special_tokens, e)) ||
+                                  &out->q.add_special_tokens, e)) ||
         (rc = parse_sampling(cfg, root, out, e)) ||
         (rc = parse_stream(root, out, e)) || (rc = parse_ids(root, out, e)))
         goto fail;
@@ -808,7 +826,7 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
      * which would cost a forward pass of every prompt position through
      * the compressed prefill; this server does not compute them over HTTP
      * (tangram-generate --prompt-logprobs does, offline). */
-    if (out->echo && out->sampling.logprobs >= 0) {
+    if (out->echo && out->q.opts.logprobs >= 0) {
         rc = rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
                              "echo",
                              "'echo' with 'logprobs' would need the prompt's "
@@ -816,6 +834,9 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
                              "return; send echo without logprobs");
         goto fail;
     }
+    if ((rc = rt_openai_check_sampling(&out->q.sampling, cfg->vocab_size, "",
+                                       e)) != 0)
+        goto fail;
     json_decref(root);
     return 0;
 fail:

@@ -98,8 +98,7 @@ static void req_free(struct rt_sched *s, struct rt_sched_req *req)
     free(req->tokens);
     free(req->session);
     free(req->request_id);
-    free((void *)(uintptr_t)req->sampling.bias_ids);
-    free((void *)(uintptr_t)req->sampling.bias_vals);
+    tg_sampling_bias_free(&req->sampling);
     free(req);
 }
 
@@ -422,22 +421,9 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
     if ((q->request_id = strdup(req->request_id != NULL ? req->request_id
                                                         : "")) == NULL)
         goto oom;
-    q->sampling = req->sampling;
-    q->sampling.bias_ids = NULL; /* the caller's until copied */
-    q->sampling.bias_vals = NULL;
-    q->sampling.n_bias = 0;
-    if (req->sampling.n_bias > 0) {
-        size_t nb = req->sampling.n_bias;
-        int32_t *ids = malloc(nb * sizeof(*ids));
-        float *vals = malloc(nb * sizeof(*vals));
-        q->sampling.bias_ids = ids;
-        q->sampling.bias_vals = vals;
-        if (ids == NULL || vals == NULL)
-            goto oom;
-        memcpy(ids, req->sampling.bias_ids, nb * sizeof(*ids));
-        memcpy(vals, req->sampling.bias_vals, nb * sizeof(*vals));
-        q->sampling.n_bias = req->sampling.n_bias;
-    }
+    q->sampling = req->sampling; /* the bias arrays copied just below */
+    if (tg_sampling_bias_copy(&q->sampling, &req->sampling) != 0)
+        goto oom;
     memcpy(q->tokens, req->prompt, (size_t)req->n_prompt * sizeof(int32_t));
     q->id = req->id;
     q->serial = s->next_serial++;

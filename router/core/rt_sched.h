@@ -169,7 +169,8 @@ struct rt_sched_request {
     uint64_t id;            /* unique among live requests */
     const char *request_id; /* the client-visible id, for worker logs and
                                errors (copied; NULL: "") */
-    struct rt_step_sampling sampling;
+    struct tg_sampling sampling; /* checked by the front end; the bias
+                                    arrays copied */
     const int32_t *prompt;  /* (n_prompt) token ids >= 0, copied */
     int64_t n_prompt;       /* >= 1 */
     int32_t max_tokens;     /* tokens to generate at most, >= 1 */

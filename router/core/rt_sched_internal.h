@@ -15,7 +15,7 @@ struct rt_sched_req {
     char *session;            /* owned copy, or NULL */
     uint64_t scope;           /* multi-turn cache scope (rt_prefix.h) */
     char *request_id;         /* owned copy ("" at least) */
-    struct rt_step_sampling sampling;
+    struct tg_sampling sampling;
     int32_t *tokens;          /* (cap) prompt + generated, token i at
                                  position i */
     int64_t n_tokens;

@@ -31,6 +31,11 @@ uint64_t rt_server__splitmix(uint64_t *x)
     return z ^ (z >> 31);
 }
 
+uint64_t rt_server_random(struct rt_server *s)
+{
+    return rt_server__splitmix(&s->rng);
+}
+
 /* Tells tangramd (over the notify pipe) a one-word state change. */
 static void notify(struct rt_server *s, const char *line)
 {
@@ -61,7 +66,7 @@ int rt_server_ready(const struct rt_server *s)
 static int is_stop_token(const struct rt_req *r, int32_t tok)
 {
     const struct rt_server *s = r->srv;
-    if (!r->g.sampling.ignore_eos) {
+    if (!r->q.opts.ignore_eos) {
         for (int i = 0; i < s->mc.n_eos; i++)
             if (tok == s->mc.eos_token_ids[i])
                 return 1;
@@ -69,8 +74,8 @@ static int is_stop_token(const struct rt_req *r, int32_t tok)
             if (tok == s->tok.eos_ids[i])
                 return 1;
     }
-    for (size_t i = 0; i < r->g.sampling.n_stop_token_ids; i++)
-        if (tok == r->g.sampling.stop_token_ids[i])
+    for (size_t i = 0; i < r->q.opts.n_stop_token_ids; i++)
+        if (tok == r->q.opts.stop_token_ids[i])
             return 1;
     return 0;
 }
@@ -354,9 +359,9 @@ static void handle_result(struct rt_server *s, const struct rt_link_result *res)
         rt_metrics_counter_inc(s->metrics.generation_tokens_total);
         int hit = 0;
         int eos = is_stop_token(r, tok);
-        if (!eos || r->g.sampling.include_stop_str_in_output)
+        if (!eos || r->q.opts.include_stop_str_in_output)
             rt_text_push(&r->text, tok, &hit);
-        if (r->n_out > r->g.sampling.min_tokens || r->g.sampling.min_tokens <= 0)
+        if (r->n_out > r->q.opts.min_tokens || r->q.opts.min_tokens <= 0)
             stop[i] = (uint8_t)(eos || hit);
     }
     char err[256];
@@ -483,7 +488,6 @@ static void on_ready(void *ud)
                      "(raise --kv-memory for the full context)",
                      s->max_model_len, (long long)fit, sc.pages_per_rank);
             s->max_model_len = (int32_t)fit;
-            s->api_cfg.max_model_len = s->max_model_len;
         }
     } else {
         log_info("all workers are back; admitting again");
@@ -712,10 +716,6 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
     int rc = load_model_side(s, err, errlen);
     if (rc != 0)
         goto fail;
-    s->api_cfg.served_model = s->model_name;
-    s->api_cfg.max_model_len = s->max_model_len;
-    s->api_cfg.vocab_size = s->mc.vocab_size;
-    s->api_cfg.max_body_bytes = (size_t)o->http_max_body;
     rc = rt_metrics_tangram_init(&s->metrics, (int)o->tp, err, errlen);
     if (rc == 0)
         rc = rt_metrics_tier_init(&s->tier_metrics, &s->metrics.reg,

@@ -33,7 +33,7 @@
 #include "router/link/rt_link.h"
 #include "router/core/rt_metrics_tangram.h"
 #include "router/core/rt_metrics_tier.h"
-#include "router/api/rt_openai.h"
+#include "router/core/rt_request.h"
 #include "router/core/rt_sched.h"
 #include "router/core/rt_text.h"
 
@@ -59,11 +59,14 @@ struct rt_server_hooks {
  * after every step that produced output for the request, and a last time
  * with fin != RT_FINISH_NONE; the server frees the request after that last
  * call. `text` is the newly released text (len bytes, may be 0); lps are
- * the tokens sampled since the last call (n_lp). */
+ * the tokens sampled since the last call (n_lp). `release` (optional) is
+ * called once when the request is freed, whatever ended it, for the front
+ * end to free its state of the request (rt_req.fe). */
 struct rt_sink {
     void (*deliver)(struct rt_req *r, const char *text, size_t len,
                     const struct rt_token_logprob *lps, size_t n_lp,
                     enum rt_finish fin, const char *error);
+    void (*release)(struct rt_req *r);
 };
 
 /* Most tokens (with their logprobs) and text bytes one delivery carries
@@ -76,6 +79,9 @@ struct rt_req {
     struct rt_server *srv;
     const struct rt_sink *sink;
     void *client;               /* the front end's handle */
+    void *fe;                   /* the front end's state of this request
+                                   (what it needs to format the answer),
+                                   freed by sink->release */
     /* Optional backpressure, set by the front end: nonzero while the
      * client takes no more output (its send queue is full). The server
      * then keeps the output in the request (the token arrays are sized for
@@ -85,12 +91,12 @@ struct rt_req {
      * most RT_DELIVER_MAX_TOKENS tokens and RT_DELIVER_MAX_TEXT bytes,
      * asking `blocked` again between them. NULL: never blocked. */
     int (*blocked)(struct rt_req *r);
-    struct rt_gen_request g;    /* parsed request (owned) */
-    char id_str[RT_OPENAI_MAX_ID_BYTES + 1]; /* "cmpl-..." /
-                                   "chatcmpl-..." / a gRPC client's whole
-                                   request_id */
+    struct rt_request q;        /* what to generate (owned) */
+    char id_str[RT_REQUEST_MAX_ID_BYTES + 1]; /* the id the answer
+                                   carries, set by the front end before
+                                   rt_req_submit ("cmpl-...", a gRPC
+                                   client's whole request_id) */
     int64_t created;            /* unix seconds */
-    struct rt_resp_ctx ctx;     /* response formatting state */
     int32_t *prompt;            /* (n_prompt) token ids, owned */
     int64_t n_prompt;
     struct rt_text text;
@@ -103,7 +109,6 @@ struct rt_req {
     int32_t n_out, cap_out, n_top;
     int32_t lp_sent;            /* tokens whose logprobs were delivered */
     int64_t cached_tokens;      /* prompt tokens reused from stored KV */
-    uint64_t seed;
     double t_arrival, t_first, t_last; /* seconds, loop clock */
     int submitted;              /* the scheduler knows it */
     int done;                   /* finished; freed after the step */
@@ -128,9 +133,6 @@ struct rt_req {
     struct rt_encode_job *job;  /* its encode job while one runs; a request
                                    cancelled meanwhile is freed when the
                                    job ends */
-    struct rt_tc_parser *tc;    /* tool-call parser of a chat request with
-                                   tools and a known output format; NULL =
-                                   the output is plain text */
     /* Parallel samples (OpenAI n > 1, docs/API.md "n"): choice `choice`
      * of the client's request; a sample other than choice 0 names the
      * request it shares the prompt with (fork_of, its id) and shares its
@@ -163,7 +165,6 @@ struct rt_server {
     struct ct_template tmpl;    /* the model's chat template */
     int have_tmpl;
     char tmpl_error[512];       /* why chat is disabled, when it is */
-    struct rt_openai_cfg api_cfg;
     struct rt_server_hooks hooks; /* the app's (rt_server_set_hooks) */
     struct rt_link link;
     struct rt_sched sched;
@@ -349,7 +350,7 @@ void rt_server_free(struct rt_server *s);
 struct rt_req *rt_req_new(struct rt_server *s, const struct rt_sink *sink,
                           void *client);
 
-/* Tokenizes r->g (prompt text, ids or chat messages), checks the context,
+/* Tokenizes r->q (prompt text, ids or chat messages), checks the context,
  * and submits it. On failure fills *e (HTTP status and OpenAI error) and
  * the caller must rt_req_drop it. With r->on_submitted set and a text or
  * chat prompt, the tokenization runs on the thread pool and the return is
@@ -372,7 +373,7 @@ int rt_server_check_n(const struct rt_server *s, int32_t n,
  * and whose scheduler entry still waits (call it right after the
  * submission, before the loop turns): a new request with leader's
  * sink, client, group, id_str, prompt and a copy of its parameters
- * (rt_gen_request_copy_sample), seeded with leader's seed + index
+ * (rt_request_copy_sample), seeded with leader's seed + index
  * (modulo 2^64), submitted as a parallel sample (rt_sched_request.
  * fork_of) so it shares the prompt's KV. Returns it, or NULL with *e
  * filled (a 400 naming `n` when the samples do not fit a worker's pool,
@@ -414,7 +415,7 @@ int rt_server_encode(struct rt_server *s, const char *text, size_t len,
                      int add_special, struct tok_ids *ids,
                      struct rt_api_error *e);
 
-/* Renders the chat `messages` (JSON array, as rt_openai.h builds it) and
+/* Renders the chat `messages` (JSON array, rt_request.chat_messages) and
  * `tools` (JSON array or NULL) with the model's chat template and options
  * `chat`, then tokenizes the prompt, appending to *ids. On failure fills *e
  * and returns the code: 400 for a template failure (its message, e.g. a
@@ -427,6 +428,10 @@ int rt_server_encode_chat(struct rt_server *s, json_t *messages,
 
 /* Readiness for /health and the gRPC health service. */
 int rt_server_ready(const struct rt_server *s);
+
+/* The next of the server's random numbers (splitmix64, seeded per
+ * process): ids and seeds the front ends draw. Loop thread. */
+uint64_t rt_server_random(struct rt_server *s);
 
 /* Token text for logprobs (rt_token_text_fn). */
 const char *rt_server_token_text(void *user, int32_t id, size_t *len);

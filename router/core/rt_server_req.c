@@ -47,7 +47,9 @@ static void req_unlink(struct rt_req *r)
 void rt_req_drop(struct rt_req *r)
 {
     req_unlink(r);
-    rt_gen_request_free(&r->g);
+    if (r->sink != NULL && r->sink->release != NULL)
+        r->sink->release(r);
+    rt_request_free(&r->q);
     rt_text_free(&r->text);
     free(r->prompt);
     free(r->out_ids);
@@ -56,10 +58,6 @@ void rt_req_drop(struct rt_req *r)
     free(r->out_top_lps);
     free(r->top_scratch);
     free(r->lp_scratch);
-    if (r->tc != NULL) {
-        rt_tc_free(r->tc);
-        free(r->tc);
-    }
     free(r);
 }
 
@@ -67,21 +65,21 @@ void rt_req_drop(struct rt_req *r)
 static int take_prompt_ids(struct rt_req *r, struct rt_api_error *e)
 {
     struct rt_server *s = r->srv;
-    for (size_t i = 0; i < r->g.n_prompt_ids; i++)
-        if (r->g.prompt_ids[i] < 0 || r->g.prompt_ids[i] >= s->mc.vocab_size) {
+    for (size_t i = 0; i < r->q.n_prompt_ids; i++)
+        if (r->q.prompt_ids[i] < 0 || r->q.prompt_ids[i] >= s->mc.vocab_size) {
             rt_api_error_set(e, 400, "invalid_token", "prompt",
                              "token id %d at index %zu is outside the "
-                             "vocabulary [0, %d)", r->g.prompt_ids[i], i,
+                             "vocabulary [0, %d)", r->q.prompt_ids[i], i,
                              s->mc.vocab_size);
             return TG_EINVAL;
         }
-    r->prompt = malloc((r->g.n_prompt_ids + 1) * sizeof(int32_t));
+    r->prompt = malloc((r->q.n_prompt_ids + 1) * sizeof(int32_t));
     if (r->prompt == NULL) {
         rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
         return TG_ENOMEM;
     }
-    memcpy(r->prompt, r->g.prompt_ids, r->g.n_prompt_ids * sizeof(int32_t));
-    r->n_prompt = (int64_t)r->g.n_prompt_ids;
+    memcpy(r->prompt, r->q.prompt_ids, r->q.n_prompt_ids * sizeof(int32_t));
+    r->n_prompt = (int64_t)r->q.n_prompt_ids;
     return 0;
 }
 
@@ -94,7 +92,7 @@ static size_t prompt_bound(const struct rt_req *r)
     int64_t ctx = r->srv->max_model_len;
     if (ctx <= 0)
         return SIZE_MAX;
-    int64_t gen = r->g.sampling.max_tokens > 0 ? r->g.sampling.max_tokens : 1;
+    int64_t gen = r->q.opts.max_tokens > 0 ? r->q.opts.max_tokens : 1;
     int64_t bound = ctx - gen;
     return bound < 0 ? 0 : (size_t)bound;
 }
@@ -103,16 +101,16 @@ static size_t prompt_bound(const struct rt_req *r)
 static void job_inputs(struct rt_req *r, struct rt_encode_job *j)
 {
     j->owner = r;
-    j->add_special = r->g.add_special_tokens;
+    j->add_special = r->q.add_special_tokens;
     j->max_ids = prompt_bound(r);
-    if (r->g.endpoint == RT_ENDPOINT_CHAT) {
+    if (r->q.is_chat) {
         j->is_chat = 1;
-        j->messages = r->g.chat_messages;
-        j->tools = r->g.tool_choice == RT_TOOL_CHOICE_NONE ? NULL : r->g.tools;
-        j->chat = r->g.chat;
+        j->messages = r->q.chat_messages;
+        j->tools = r->q.tools;
+        j->chat = r->q.chat;
     } else {
-        j->text = r->g.prompt;
-        j->len = r->g.prompt_len;
+        j->text = r->q.prompt;
+        j->len = r->q.prompt_len;
     }
 }
 
@@ -120,11 +118,11 @@ static void job_inputs(struct rt_req *r, struct rt_encode_job *j)
 static void over_context(struct rt_req *r, struct rt_api_error *e)
 {
     rt_api_error_set(e, 400, "context_length_exceeded",
-                     r->g.endpoint == RT_ENDPOINT_CHAT ? "messages" : "prompt",
+                     r->q.is_chat ? "messages" : "prompt",
                      "the prompt has more than %zu tokens; this model's "
                      "context is %d tokens, which must also hold %s",
                      prompt_bound(r), (int)r->srv->max_model_len,
-                     r->g.sampling.max_tokens > 0 ? "max_tokens"
+                     r->q.opts.max_tokens > 0 ? "max_tokens"
                                                   : "at least one generated token");
 }
 
@@ -160,12 +158,12 @@ static void req_job_done(struct rt_encode_job *j)
     r->on_submitted(r, rc, &e);
 }
 
-/* Tokenizes the prompt of r->g into r->prompt, or starts a job for it
+/* Tokenizes the prompt of r->q into r->prompt, or starts a job for it
  * (TG_EAGAIN). */
 static int tokenize(struct rt_req *r, struct rt_api_error *e)
 {
     struct rt_server *s = r->srv;
-    if (r->g.prompt_ids != NULL)
+    if (r->q.prompt_ids != NULL)
         return take_prompt_ids(r, e);
     struct rt_encode_job *j = calloc(1, sizeof(*j));
     if (j == NULL) {
@@ -226,11 +224,11 @@ static uint64_t cache_scope(const struct rt_req *r)
     const char *key = s->opts->api_key != NULL ? s->opts->api_key : "";
     const char *conv = "";
     char kind = '-';
-    if (r->g.session_id != NULL) {
-        conv = r->g.session_id;
+    if (r->q.session_id != NULL) {
+        conv = r->q.session_id;
         kind = 's';
-    } else if (r->g.user != NULL) {
-        conv = r->g.user;
+    } else if (r->q.user != NULL) {
+        conv = r->q.user;
         kind = 'u';
     }
     uint64_t h = 0xcbf29ce484222325ULL ^ s->scope_key;
@@ -253,10 +251,7 @@ int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
                          "the workers are not ready; retry later");
         return TG_EBUSY;
     }
-    int rc = rt_sampling_check_converted(&r->g.sampling, e);
-    if (rc != 0)
-        return rc;
-    rc = tokenize(r, e);
+    int rc = tokenize(r, e);
     if (rc != 0)
         return rc;
     return submit_tokenized(r, e);
@@ -277,17 +272,17 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
                          "the workers are not ready; retry later");
         return TG_EBUSY;
     }
-    int rc = rt_gen_request_fit(&r->g, s->max_model_len, r->n_prompt, e);
+    int rc = rt_request_fit(&r->q, s->max_model_len, r->n_prompt, e);
     if (rc != 0)
         return rc;
-    const struct rt_sampling *sp = &r->g.sampling;
+    const struct rt_gen_opts *sp = &r->q.opts;
     rc = rt_text_init(&r->text, &s->tok, (const char *const *)sp->stop,
                       (int)sp->n_stop);
     if (rc != 0) {
         rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
         return rc;
     }
-    r->n_top = sp->logprobs > 0 ? sp->logprobs : 0;
+    r->n_top = r->q.sampling.n_top;
     r->cap_out = sp->max_tokens;
     r->out_ids = malloc((size_t)r->cap_out * sizeof(int32_t));
     r->out_lps = malloc((size_t)r->cap_out * sizeof(float));
@@ -301,58 +296,18 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
         return TG_ENOMEM;
     }
     if (r->fork_of == 0) /* a sample's seed is set by rt_req_new_sample */
-        r->seed = sp->has_seed ? (uint64_t)sp->seed
-                               : rt_server__splitmix(&s->rng);
-    /* Tool calls are parsed out of the output when the template told the
-     * model how to write them and the request offered tools. */
-    if (r->g.endpoint == RT_ENDPOINT_CHAT && r->g.tools != NULL &&
-        json_array_size(r->g.tools) > 0 &&
-        r->g.tool_choice == RT_TOOL_CHOICE_AUTO &&
-        s->tmpl.tool_format != CT_TOOLS_NONE) {
-        r->tc = malloc(sizeof(*r->tc));
-        if (r->tc == NULL) {
-            rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
-            return TG_ENOMEM;
-        }
-        rt_tc_init(r->tc, s->tmpl.tool_format, rt_server__splitmix(&s->rng));
-    }
-    if (r->fork_of == 0) /* a sample has its leader's */
-        rt_openai_make_id(r->id_str, sizeof(r->id_str), r->g.endpoint,
-                          rt_server__splitmix(&s->rng));
-    r->ctx.endpoint = r->g.endpoint;
-    r->ctx.id = r->id_str;
-    r->ctx.model = s->model_name;
-    r->ctx.created = r->created;
-    r->ctx.logprobs = sp->logprobs >= 0;
-    r->ctx.token_text = rt_server_token_text;
-    r->ctx.token_user = s;
-    r->ctx.include_usage = r->g.include_usage;
-    r->ctx.continuous_usage = r->g.continuous_usage;
-    r->ctx.index = r->choice;
-
-    /* What the workers draw with: the values rt_sampling_check_converted
-     * passed, in the single precision they take. */
+        r->q.sampling.seed = sp->has_seed ? r->q.sampling.seed
+                                          : rt_server__splitmix(&s->rng);
+    /* What the workers draw with: the value the front end checked, its
+     * seed resolved above. */
     struct rt_sched_request sr = {
         .id = r->id,
         .request_id = r->id_str,
-        .sampling = {
-            .temperature = (float)sp->temperature,
-            .top_p = (float)sp->top_p,
-            .top_k = sp->top_k,
-            .min_p = (float)sp->min_p,
-            .presence_penalty = (float)sp->presence_penalty,
-            .frequency_penalty = (float)sp->frequency_penalty,
-            .repetition_penalty = (float)sp->repetition_penalty,
-            .logprobs = (uint32_t)r->n_top,
-            .seed = r->seed,
-            .bias_ids = sp->bias_ids,
-            .bias_vals = sp->bias_vals,
-            .n_bias = (uint32_t)sp->n_bias,
-        },
+        .sampling = r->q.sampling,
         .prompt = r->prompt,
         .n_prompt = r->n_prompt,
         .max_tokens = sp->max_tokens,
-        .session_id = r->g.session_id,
+        .session_id = r->q.session_id,
         .cache_scope = cache_scope(r),
         .user = r,
         .fork_of = r->fork_of,
@@ -424,7 +379,7 @@ struct rt_req *rt_req_new_sample(struct rt_req *leader, int32_t index,
     struct rt_server *s = leader->srv;
     struct rt_req *r = rt_req_new(s, leader->sink, leader->client);
     if (r == NULL ||
-        rt_gen_request_copy_sample(&leader->g, &r->g) != 0 ||
+        rt_request_copy_sample(&leader->q, &r->q) != 0 ||
         (r->prompt = malloc(((size_t)leader->n_prompt + 1) *
                             sizeof(int32_t))) == NULL) {
         if (r != NULL)
@@ -441,7 +396,7 @@ struct rt_req *rt_req_new_sample(struct rt_req *leader, int32_t index,
     r->fork_of = leader->id;
     /* vLLM's rule for the choices of a seeded request: choice i draws
      * with seed + i; without a seed, leader's seed was random. */
-    r->seed = leader->seed + (uint64_t)index;
+    r->q.sampling.seed = leader->q.sampling.seed + (uint64_t)index;
     r->created = leader->created;
     memcpy(r->id_str, leader->id_str, sizeof(r->id_str));
     if (submit_tokenized(r, e) != 0) {

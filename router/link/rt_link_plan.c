@@ -113,10 +113,33 @@ static void plan_build_free(struct plan_build *b)
     free(b->pe);
     free(b->pep);
     free(b->ws);
-
     free(b->pd);
     free(b->pdp);
     free(b->rank_start);
+}
+
+/* An entry's sampling into its WorkerSampling ws (and the seed into the
+ * entry p): the one place the value becomes protobuf. The arrays are only
+ * read during pack (the casts drop const), like request_id. */
+static void encode_sampling(const struct tg_sampling *sp,
+                            Tangram__Worker__V1__PlanEntry *p,
+                            Tangram__Worker__V1__WorkerSampling *ws)
+{
+    tangram__worker__v1__worker_sampling__init(ws);
+    ws->temperature = sp->temperature;
+    ws->top_p = sp->top_p;
+    ws->top_k = sp->top_k;
+    ws->min_p = sp->min_p;
+    ws->presence_penalty = sp->presence_penalty;
+    ws->frequency_penalty = sp->frequency_penalty;
+    ws->repetition_penalty = sp->repetition_penalty;
+    ws->n_top = (uint32_t)sp->n_top;
+    ws->n_bias_ids = (size_t)sp->n_bias;
+    ws->bias_ids = (int32_t *)(uintptr_t)sp->bias_ids;
+    ws->n_bias_vals = (size_t)sp->n_bias;
+    ws->bias_vals = (float *)(uintptr_t)sp->bias_vals;
+    p->sampling = ws;
+    p->seed = sp->seed;
 }
 
 int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
@@ -160,22 +183,6 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
      * KV, set per rank below. */
     for (int32_t i = 0; i < n; i++) {
         const struct rt_step_entry *e = &step->entries[i];
-        const struct rt_step_sampling *sp = e->sampling;
-        Tangram__Worker__V1__WorkerSampling *ws = &b.ws[i];
-        tangram__worker__v1__worker_sampling__init(ws);
-        ws->temperature = sp->temperature;
-        ws->top_p = sp->top_p;
-        ws->top_k = sp->top_k;
-        ws->min_p = sp->min_p;
-        ws->presence_penalty = sp->presence_penalty;
-        ws->frequency_penalty = sp->frequency_penalty;
-        ws->repetition_penalty = sp->repetition_penalty;
-        ws->logprobs = sp->logprobs;
-        /* Read only during pack, like request_id below. */
-        ws->n_bias_ids = sp->n_bias;
-        ws->bias_ids = (int32_t *)(uintptr_t)sp->bias_ids;
-        ws->n_bias_values = sp->n_bias;
-        ws->bias_values = (float *)(uintptr_t)sp->bias_vals;
         Tangram__Worker__V1__PlanEntry *p = &b.pe[i];
         tangram__worker__v1__plan_entry__init(p);
         p->slot = (uint32_t)e->slot;
@@ -194,8 +201,7 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
         p->n_token_ids = (size_t)e->n;
         p->token_ids = (uint32_t *)(uintptr_t)e->tokens;
         p->start_pos = (uint32_t)e->pos;
-        p->sampling = ws;
-        p->seed = sp->seed;
+        encode_sampling(e->sampling, p, &b.ws[i]);
         p->sample = e->sample ? 1 : 0;
         p->last_chunk = e->kind == RT_STEP_PREFILL && e->sample;
         p->num_prompt_tokens = e->num_prompt < 0 ? 0

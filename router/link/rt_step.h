@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/base/tg_sampling.h"
+
 /* How a request ended. */
 enum rt_sched_end {
     RT_SCHED_END_NONE = 0, /* still running */
@@ -40,28 +42,6 @@ enum rt_step_kind {
                             request's logits with its own seed */
 };
 
-/* How the workers draw a request's tokens: its sampling parameters as a
- * worker takes them (single precision; the front ends checked them with
- * rt_sampling_check_converted), its RNG seed and the alternatives wanted.
- * Fixed at submission; every entry of the request carries them. */
-struct rt_step_sampling {
-    float temperature;          /* 0 = greedy */
-    float top_p;                /* 1 = off */
-    int32_t top_k;              /* <= 0 = off */
-    float min_p;                /* 0 = off */
-    float presence_penalty;     /* 0 = off */
-    float frequency_penalty;    /* 0 = off */
-    float repetition_penalty;   /* 1 = off */
-    uint32_t logprobs;          /* top alternatives returned per token */
-    uint64_t seed;              /* per-request RNG seed */
-    /* OpenAI logit_bias: bias_vals[i] added to the logit of bias_ids[i]
-     * (distinct ids >= 0, finite values). rt_sched_submit copies the
-     * arrays; the scheduler's copy lives as long as the request. */
-    const int32_t *bias_ids;    /* (n_bias) */
-    const float *bias_vals;     /* (n_bias) */
-    uint32_t n_bias;            /* 0 = none */
-};
-
 struct rt_step_entry {
     uint64_t id;             /* request id */
     void *user;
@@ -78,7 +58,8 @@ struct rt_step_entry {
                                 position (decode, or the turn's last
                                 chunk) */
     const char *request_id;  /* the request's (borrowed like tokens) */
-    const struct rt_step_sampling *sampling; /* the request's (borrowed) */
+    const struct tg_sampling *sampling; /* the request's, checked by its
+                                           front end (borrowed) */
     int64_t num_prompt;      /* the client's prompt length (penalties) */
     int64_t row_lens_off;    /* fresh entry adopting stored KV (pos > 0):
                                 each rank's tokens per (layer, group) row

@@ -5,7 +5,7 @@
  * tools rendered with a model's Jinja chat template and tokenized by
  * rt_server_encode_chat (router/core/rt_server_encode.c: ct_template_render of
  * common/chat/ct_template.h over the jj_ engine, then tok_encode with the real
- * Qwen3 tokenizer), and the context check rt_gen_request_fit on the
+ * Qwen3 tokenizer), and the context check rt_request_fit on the
  * resulting length.
  *
  * The templates are loaded the way the router loads them at start
@@ -110,14 +110,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     struct tok_ids ids = {0};
-    int rc = rt_server_encode_chat(s, g.chat_messages, g.tools, &g.chat,
-                                   add_special || g.add_special_tokens, &ids,
+    int rc = rt_server_encode_chat(s, g.q.chat_messages, g.q.tools, &g.q.chat,
+                                   add_special || g.q.add_special_tokens, &ids,
                                    &e);
     if (rc == 0) {
         for (size_t i = 0; i < ids.n; i++)
             if (ids.v[i] < 0 || ids.v[i] >= tok_vocab_size(&tok))
                 fz_fail("token id %d out of the vocabulary", (int)ids.v[i]);
-        rc = rt_gen_request_fit(&g, cfg.max_model_len, (int64_t)ids.n, &e);
+        rc = rt_request_fit(&g.q, cfg.max_model_len, (int64_t)ids.n, &e);
     } else if (e.status != 400 && e.status != 500) {
         fz_fail("encode failed with HTTP status %d", e.status);
     }

@@ -43,7 +43,7 @@
 
 #include "common/base/tg_err.h"
 #include "common/base/tg_grow.h"
-#include "router/api/rt_api.h"
+#include "router/api/rt_api_grpc.h"
 #include "router/net/rt_grpc.h"
 #include "router/net/rt_grpc_reflect.h"
 #include "tangram.pb-c.h"
@@ -107,16 +107,14 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     memset(&g, 0, sizeof(g));
     int rc = rt_api_grpc_convert(fake, q, &g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
-    if (rc == 0)
-        rc = rt_sampling_check_converted(&g.sampling, &e);
     if (rc != 0) {
         rt_gen_request_free(&g);
         rt_grpc_call_finish(call, RT_GRPC_INVALID_ARGUMENT, e.message);
         return;
     }
     Tangram__V1__GenerateResponse m = TANGRAM__V1__GENERATE_RESPONSE__INIT;
-    m.text = g.prompt ? g.prompt : (char *)"";
-    m.request_id = g.request_id ? g.request_id : (char *)"";
+    m.text = g.q.prompt ? g.q.prompt : (char *)"";
+    m.request_id = g.q.request_id ? g.q.request_id : (char *)"";
     m.finish_reason = TANGRAM__V1__FINISH_REASON__FINISH_REASON_STOP;
     size_t sz = tangram__v1__generate_response__get_packed_size(&m);
     uint8_t *buf = malloc(sz + 1);

@@ -2,8 +2,8 @@
  * fuzz_grpc_msg.c — the protobuf messages a gRPC client sends the router,
  * decoded the way router/api/rt_api_grpc.c decodes them: tangram.v1
  * GenerateRequest (unpacked, then converted into the router's request by
- * rt_api_grpc_convert, checked by rt_sampling_check_converted and
- * rt_gen_request_fit), TokenizeRequest (unpacked, roles checked with
+ * rt_api_grpc_convert, whose sampling check (tg_sampling_check) runs, and
+ * rt_request_fit), TokenizeRequest (unpacked, roles checked with
  * rt_role_from_name), AbortRequest, and grpc.health.v1
  * HealthCheckRequest. The framing around them (HTTP/2, the 5-byte gRPC
  * prefix) and the reflection service are fuzzed by fuzz_grpc.c; this
@@ -20,7 +20,7 @@
 
 #include "common/base/tg_err.h"
 #include "health.pb-c.h"
-#include "router/api/rt_api.h"
+#include "router/api/rt_api_grpc.h"
 #include "router/api/rt_openai.h"
 #include "tangram.pb-c.h"
 #include "tests/fuzz/fz_util.h"
@@ -49,17 +49,16 @@ static void generate(const uint8_t *msg, size_t len, int session_header)
     int rc = rt_api_grpc_convert(srv, q, &g, &e, &call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
     if (rc == 0) {
-        if ((g.prompt != NULL) + (g.prompt_ids != NULL) +
+        if ((g.q.prompt != NULL) + (g.q.prompt_ids != NULL) +
                 (g.messages != NULL) != 1)
             fz_fail("a request needs exactly one prompt form");
-        rc = rt_sampling_check_converted(&g.sampling, &e);
         /* The prompt's token count as the router would find it: ids as
          * given, text at most one token per byte. */
-        int64_t n = g.prompt_ids ? (int64_t)g.n_prompt_ids
-                                 : g.prompt ? (int64_t)g.prompt_len
+        int64_t n = g.q.prompt_ids ? (int64_t)g.q.n_prompt_ids
+                                 : g.q.prompt ? (int64_t)g.q.prompt_len
                                             : (int64_t)g.n_messages * 4;
         if (rc == 0)
-            rc = rt_gen_request_fit(&g, 4096, n, &e);
+            rc = rt_request_fit(&g.q, 4096, n, &e);
     }
     if (rc != 0 && (e.status < 400 || e.status > 599))
         fz_fail("error %d without an HTTP error status", rc);

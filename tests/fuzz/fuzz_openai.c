@@ -3,15 +3,15 @@
  * (router/api/rt_openai_req.c) on untrusted request bodies:
  * rt_openai_parse_completion, rt_openai_parse_chat,
  * rt_openai_parse_tokenize and rt_openai_parse_detokenize, then what the
- * router does with a request that parsed: rt_sampling_check_converted and
- * rt_gen_request_fit with a fuzzed prompt length, rt_gen_request_free
+ * router does with a request that parsed (its sampling checked by the parse):
+ * rt_request_fit with a fuzzed prompt length, rt_gen_request_free
  * (and the tokenize / detokenize frees). The error of a refused body is
  * rendered with rt_openai_format_error, as the HTTP front end does.
  *
  * Input layout:
  *   byte 0      endpoint: & 3 = completions, chat, tokenize, detokenize
  *   bytes 1..8  little-endian int64: the prompt's token count given to
- *               rt_gen_request_fit (any value, negative and huge included)
+ *               rt_request_fit (any value, negative and huge included)
  *   bytes 9..   the request body (JSON)
  * Limits as the router's: a 4096-token context, a 151936-token
  * vocabulary, 1 MiB bodies.
@@ -61,18 +61,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                        : rt_openai_parse_chat(&cfg, body, len, &g, &e);
         check_error(rc, &e);
         if (rc == 0) {
-            if ((g.prompt != NULL) + (g.prompt_ids != NULL) +
+            if ((g.q.prompt != NULL) + (g.q.prompt_ids != NULL) +
                     (g.messages != NULL) != 1)
                 fz_fail("a request needs exactly one prompt form");
-            rc = rt_sampling_check_converted(&g.sampling, &e);
+            rc = rt_request_fit(&g.q, cfg.max_model_len, n_prompt, &e);
             check_error(rc, &e);
-            rc = rt_gen_request_fit(&g, cfg.max_model_len, n_prompt, &e);
-            check_error(rc, &e);
-            if (rc == 0 && (g.sampling.max_tokens < 1 ||
-                            n_prompt + g.sampling.max_tokens >
+            if (rc == 0 && (g.q.opts.max_tokens < 1 ||
+                            n_prompt + g.q.opts.max_tokens >
                                 cfg.max_model_len))
                 fz_fail("fit accepted %d tokens after a %lld-token prompt",
-                        (int)g.sampling.max_tokens, (long long)n_prompt);
+                        (int)g.q.opts.max_tokens, (long long)n_prompt);
         }
         rt_gen_request_free(&g);
         rt_gen_request_free(&g); /* safe on a freed (zeroed) request */

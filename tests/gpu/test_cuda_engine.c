@@ -124,8 +124,10 @@ static void run_generate(const char *profile, double tol)
 
     /* greedy, with the prompt's log-probabilities */
     struct gw_gen_params gp = {.max_tokens = STEPS, .prompt_logprobs = 1,
-                               .ignore_eos = 1, .n_logprobs = 2,
-                               .sampling = TG_SAMPLING_OFF};
+                               .ignore_eos = 1,
+                               .sampling = {.top_p = 1.0f,
+                                            .repetition_penalty = 1.0f,
+                                            .n_top = 2}};
     struct gw_gen_result rc, rg;
     generate(&cpu, prompt, &gp, &rc);
     generate(&gpu, prompt, &gp, &rg);

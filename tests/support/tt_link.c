@@ -426,9 +426,9 @@ void tt_mini_step_make(struct tt_mini_step *m, uint64_t step_id)
      * adopts stored KV whose rows hold 4, 3, 2, 1 tokens on every rank. */
     for (int i = 0; i < 3; i++) {
         snprintf(m->rid[i], sizeof m->rid[i], "req-%d", m->ent[i].slot);
-        m->smp[i] = (struct rt_step_sampling){
+        m->smp[i] = (struct tg_sampling){
             .temperature = 0.5f * (float)m->ent[i].slot, .top_p = 1.0f,
-            .top_k = 40, .repetition_penalty = 1.0f, .logprobs = 2,
+            .top_k = 40, .repetition_penalty = 1.0f, .n_top = 2,
             .seed = 1000u + (uint64_t)m->ent[i].slot};
         m->ent[i].request_id = m->rid[i];
         m->ent[i].sampling = &m->smp[i];
@@ -478,7 +478,7 @@ void tt_mini_plan_check(const struct tt_fake *f, uint64_t step_id)
     assert_float_equal(e0->sampling->top_p, 1.0f, 0);
     assert_float_equal(e0->sampling->repetition_penalty, 1.0f, 0);
     assert_int_equal(e0->sampling->top_k, 40);
-    assert_int_equal(e0->sampling->logprobs, 2);
+    assert_int_equal(e0->sampling->n_top, 2);
     assert_int_equal(e0->n_row_lens, TT_LINK_L * TT_LINK_G);
     for (int w = 0; w < TT_LINK_L * TT_LINK_G; w++)
         assert_int_equal(e0->row_lens[w], 4 - w);

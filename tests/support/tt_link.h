@@ -115,7 +115,7 @@ struct tt_mini_step {
     struct rt_step s;
     struct rt_step_entry ent[3];
     struct rt_step_delta del[4];
-    struct rt_step_sampling smp[3];
+    struct tg_sampling smp[3];
     char rid[3][16];
     int32_t row_lens[3 * TT_LINK_L * TT_LINK_G]; /* up to 3 ranks */
     int32_t head_lens[3 * TT_LINK_HEADS];        /* up to 3 ranks */

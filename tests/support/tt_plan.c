@@ -58,7 +58,7 @@ struct gw_entry *tt_plan_entry(struct tt_plan *p, struct tt_req *r, int kind,
     e->tokens = p->tok[i];
     e->n_tokens = (size_t)n;
     e->start_pos = (uint32_t)r->pos;
-    e->sampling = GW_SAMPLING_GREEDY;
+    e->sampling = TG_SAMPLING_OFF;
     e->sample = sample;
     e->num_prompt_tokens = (uint32_t)r->n_prompt;
     e->fresh = r->fresh;

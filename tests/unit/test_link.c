@@ -402,7 +402,7 @@ static void check_sched_plan(const struct tt_fake *fk, struct sched_fix *f)
         assert_string_equal(pe->request_id, rid);
         assert_int_equal(pe->seed, 7000u + se->id);
         assert_int_equal(pe->sampling->top_k, (int32_t)se->id);
-        assert_int_equal(pe->sampling->logprobs, se->id % 3);
+        assert_int_equal(pe->sampling->n_top, se->id % 3);
         assert_float_equal(pe->sampling->temperature,
                            0.25f * (float)(se->id % 4), 0);
         struct rt_sched_req_info info;

@@ -40,8 +40,8 @@ static int parse(enum ep ep, const char *body, size_t len,
             /* A failed parse leaves the request empty. */
             assert_null(r.model);
             assert_null(r.messages);
-            assert_null(r.prompt);
-            assert_null(r.sampling.stop);
+            assert_null(r.q.prompt);
+            assert_null(r.q.opts.stop);
         }
         rt_gen_request_free(&r);
     } else if (ep == T) {
@@ -474,32 +474,33 @@ static void test_completion_defaults(void **state)
     assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
     assert_int_equal(r.endpoint, RT_ENDPOINT_COMPLETIONS);
     assert_string_equal(r.model, "tiny");
-    assert_string_equal(r.prompt, "Hello");
-    assert_int_equal(r.prompt_len, 5);
-    assert_null(r.prompt_ids);
+    assert_string_equal(r.q.prompt, "Hello");
+    assert_int_equal(r.q.prompt_len, 5);
+    assert_null(r.q.prompt_ids);
     assert_null(r.messages);
-    assert_true(r.add_special_tokens);
-    const struct rt_sampling *s = &r.sampling;
-    assert_int_equal(s->max_tokens, 16);
-    assert_int_equal(s->min_tokens, 0);
+    assert_true(r.q.add_special_tokens);
+    const struct tg_sampling *s = &r.q.sampling;
+    const struct rt_gen_opts *o = &r.q.opts;
+    assert_int_equal(o->max_tokens, 16);
+    assert_int_equal(o->min_tokens, 0);
     assert_true(s->temperature == 1.0);
     assert_true(s->top_p == 1.0);
     assert_int_equal(s->top_k, 0);
     assert_true(s->min_p == 0.0);
-    assert_false(s->has_seed);
+    assert_false(o->has_seed);
     assert_true(s->presence_penalty == 0.0 && s->frequency_penalty == 0.0);
     assert_true(s->repetition_penalty == 1.0);
-    assert_false(s->ignore_eos);
-    assert_true(s->skip_special_tokens);
-    assert_false(s->include_stop_str_in_output);
-    assert_int_equal(s->n_stop, 0);
-    assert_int_equal(s->n_stop_token_ids, 0);
-    assert_int_equal(s->logprobs, -1);
+    assert_false(o->ignore_eos);
+    assert_true(o->skip_special_tokens);
+    assert_false(o->include_stop_str_in_output);
+    assert_int_equal(o->n_stop, 0);
+    assert_int_equal(o->n_stop_token_ids, 0);
+    assert_int_equal(o->logprobs, -1);
     assert_false(r.stream);
     assert_false(r.include_usage);
-    assert_null(r.user);
-    assert_null(r.session_id);
-    assert_null(r.request_id);
+    assert_null(r.q.user);
+    assert_null(r.q.session_id);
+    assert_null(r.q.request_id);
     rt_gen_request_free(&r);
     rt_gen_request_free(&r); /* safe twice: free zeroes */
 }
@@ -512,12 +513,12 @@ static void test_n_and_sample_copy(void **state)
     const char *b0 = "{\"prompt\":\"Hello\"}";
     assert_int_equal(rt_openai_parse_completion(&CFG, b0, strlen(b0), &r, &e),
                      0);
-    assert_int_equal(r.n, 1);
+    assert_int_equal(r.q.n, 1);
     rt_gen_request_free(&r);
     const char *b1 = "{\"prompt\":\"Hello\",\"n\":16,\"best_of\":16}";
     assert_int_equal(rt_openai_parse_completion(&CFG, b1, strlen(b1), &r, &e),
                      0);
-    assert_int_equal(r.n, 16);
+    assert_int_equal(r.q.n, 16);
     rt_gen_request_free(&r);
     const char *b2 = "{" MSG ",\"n\":3.0,\"best_of\":null,\"stream\":true,"
                      "\"stream_options\":{\"include_usage\":true},"
@@ -528,50 +529,38 @@ static void test_n_and_sample_copy(void **state)
                      "\"session_id\":\"s1\",\"tools\":[{\"type\":\"function\","
                      "\"function\":{\"name\":\"f\"}}]}";
     assert_int_equal(rt_openai_parse_chat(&CFG, b2, strlen(b2), &r, &e), 0);
-    assert_int_equal(r.n, 3);
-    assert_int_equal(rt_gen_request_copy_sample(&r, &c), 0);
-    /* What a sample needs, as deep copies (or a reference to the tools)... */
-    assert_int_equal(c.endpoint, RT_ENDPOINT_CHAT);
-    assert_int_equal(c.n, 1);
-    assert_true(c.stream && c.include_usage);
-    assert_int_equal(c.sampling.n_stop, 2);
-    assert_string_equal(c.sampling.stop[1], "yz");
-    assert_ptr_not_equal(c.sampling.stop, r.sampling.stop);
-    assert_ptr_not_equal(c.sampling.stop[0], r.sampling.stop[0]);
-    assert_int_equal(c.sampling.n_stop_token_ids, 2);
-    assert_int_equal(c.sampling.stop_token_ids[1], 6);
-    assert_ptr_not_equal(c.sampling.stop_token_ids, r.sampling.stop_token_ids);
-    assert_int_equal(c.sampling.n_bias, 1);
-    assert_int_equal(c.sampling.bias_ids[0], 7);
-    assert_true(c.sampling.bias_vals[0] == -1.5f);
-    assert_true(c.sampling.has_seed && c.sampling.seed == 42);
-    assert_int_equal(c.sampling.max_tokens, 9);
-    assert_true(c.sampling.temperature == 0.5);
-    assert_int_equal(c.sampling.logprobs, 2);
-    assert_string_equal(c.user, "u1");
-    assert_string_equal(c.model, "tiny");
-    assert_ptr_equal(c.tools, r.tools);
+    assert_int_equal(r.q.n, 3);
+    memset(&c, 0, sizeof(c));
+    assert_int_equal(rt_request_copy_sample(&r.q, &c.q), 0);
+    /* What a sample needs, as deep copies (or a reference to the tools);
+     * the API's own part (endpoint, stream options, echo text) is the
+     * front end's copy (rt_api_gen_attach_sample)... */
+    assert_true(c.q.is_chat);
+    assert_int_equal(c.q.n, 1);
+    assert_int_equal(c.q.opts.n_stop, 2);
+    assert_string_equal(c.q.opts.stop[1], "yz");
+    assert_ptr_not_equal(c.q.opts.stop, r.q.opts.stop);
+    assert_ptr_not_equal(c.q.opts.stop[0], r.q.opts.stop[0]);
+    assert_int_equal(c.q.opts.n_stop_token_ids, 2);
+    assert_int_equal(c.q.opts.stop_token_ids[1], 6);
+    assert_ptr_not_equal(c.q.opts.stop_token_ids, r.q.opts.stop_token_ids);
+    assert_int_equal(c.q.sampling.n_bias, 1);
+    assert_int_equal(c.q.sampling.bias_ids[0], 7);
+    assert_true(c.q.sampling.bias_vals[0] == -1.5f);
+    assert_true(c.q.opts.has_seed && c.q.sampling.seed == 42);
+    assert_int_equal(c.q.opts.max_tokens, 9);
+    assert_true(c.q.sampling.temperature == 0.5);
+    assert_int_equal(c.q.opts.logprobs, 2);
+    assert_string_equal(c.q.user, "u1");
+    assert_ptr_equal(c.q.tools, r.q.tools);
     /* ... and nothing of the prompt or the session. */
-    assert_null(c.messages);
-    assert_null(c.chat_messages);
-    assert_null(c.prompt);
-    assert_null(c.session_id);
+    assert_null(c.q.chat_messages);
+    assert_null(c.q.prompt);
+    assert_null(c.q.session_id);
     /* Each frees its own. */
     rt_gen_request_free(&r);
-    assert_string_equal(c.sampling.stop[0], "x");
-    assert_int_equal((int)json_array_size(c.tools), 1);
-    rt_gen_request_free(&c);
-    /* echo text is copied too. */
-    const char *b3 = "{\"prompt\":\"Hey\",\"echo\":true,\"n\":2}";
-    assert_int_equal(rt_openai_parse_completion(&CFG, b3, strlen(b3), &r, &e),
-                     0);
-    r.echo_text = strdup("Hey");
-    r.echo_len = 3;
-    assert_int_equal(rt_gen_request_copy_sample(&r, &c), 0);
-    assert_true(c.echo);
-    assert_int_equal(c.echo_len, 3);
-    assert_string_equal(c.echo_text, "Hey");
-    rt_gen_request_free(&r);
+    assert_string_equal(c.q.opts.stop[0], "x");
+    assert_int_equal((int)json_array_size(c.q.tools), 1);
     rt_gen_request_free(&c);
 }
 
@@ -599,37 +588,39 @@ static void test_completion_all_fields(void **state)
     if (rc)
         print_error("%s (param %s)\n", e.message, e.param);
     assert_int_equal(rc, 0);
-    assert_null(r.prompt);
-    assert_int_equal(r.n_prompt_ids, 3);
-    assert_int_equal(r.prompt_ids[2], 999);
-    assert_false(r.add_special_tokens);
-    const struct rt_sampling *s = &r.sampling;
-    assert_int_equal(s->max_tokens, 32);
-    assert_int_equal(s->min_tokens, 2);
+    assert_null(r.q.prompt);
+    assert_int_equal(r.q.n_prompt_ids, 3);
+    assert_int_equal(r.q.prompt_ids[2], 999);
+    assert_false(r.q.add_special_tokens);
+    const struct tg_sampling *s = &r.q.sampling;
+    const struct rt_gen_opts *o = &r.q.opts;
+    assert_int_equal(o->max_tokens, 32);
+    assert_int_equal(o->min_tokens, 2);
     assert_true(s->temperature == 0.0);
-    assert_true(fabs(s->top_p - 0.9) < 1e-12);
+    assert_true(s->top_p == 0.9f);
     assert_int_equal(s->top_k, 40);
-    assert_true(fabs(s->min_p - 0.05) < 1e-12);
-    assert_true(s->has_seed);
-    assert_int_equal(s->seed, -7);
+    assert_true(s->min_p == 0.05f);
+    assert_true(o->has_seed);
+    assert_true(s->seed == (uint64_t)(int64_t)-7);
     assert_true(s->presence_penalty == -2.0);
     assert_true(s->frequency_penalty == 1.5);
-    assert_true(fabs(s->repetition_penalty - 1.1) < 1e-12);
-    assert_int_equal(s->n_stop, 1);
-    assert_string_equal(s->stop[0], "END");
-    assert_int_equal(s->n_stop_token_ids, 2);
-    assert_int_equal(s->stop_token_ids[1], 8);
-    assert_true(s->ignore_eos);
-    assert_false(s->skip_special_tokens);
-    assert_true(s->include_stop_str_in_output);
-    assert_int_equal(s->logprobs, 5);
+    assert_true(s->repetition_penalty == 1.1f);
+    assert_int_equal(o->n_stop, 1);
+    assert_string_equal(o->stop[0], "END");
+    assert_int_equal(o->n_stop_token_ids, 2);
+    assert_int_equal(o->stop_token_ids[1], 8);
+    assert_true(o->ignore_eos);
+    assert_false(o->skip_special_tokens);
+    assert_true(o->include_stop_str_in_output);
+    assert_int_equal(o->logprobs, 5);
+    assert_int_equal(s->n_top, 5);
     assert_true(r.stream);
     assert_true(r.include_usage);
     assert_true(r.continuous_usage);
-    assert_string_equal(r.user, "u1");
-    assert_string_equal(r.session_id, "conv-9");
-    assert_string_equal(r.request_id, "r-1");
-    assert_string_equal(r.max_tokens_param, "max_tokens");
+    assert_string_equal(r.q.user, "u1");
+    assert_string_equal(r.q.session_id, "conv-9");
+    assert_string_equal(r.q.request_id, "r-1");
+    assert_string_equal(r.q.max_tokens_param, "max_tokens");
     rt_gen_request_free(&r);
 }
 
@@ -643,26 +634,26 @@ static void test_logit_bias_and_echo(void **state)
     assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
     assert_true(r.echo);
     assert_null(r.echo_text); /* the front end fills it */
-    assert_int_equal(r.sampling.n_bias, 3);
+    assert_int_equal(r.q.sampling.n_bias, 3);
     /* sorted by id */
-    assert_int_equal(r.sampling.bias_ids[0], 0);
-    assert_int_equal(r.sampling.bias_ids[1], 3);
-    assert_int_equal(r.sampling.bias_ids[2], 999);
-    assert_true(r.sampling.bias_vals[0] == 100.0f);
-    assert_true(r.sampling.bias_vals[1] == 2.5f);
-    assert_true(r.sampling.bias_vals[2] == -100.0f);
+    assert_int_equal(r.q.sampling.bias_ids[0], 0);
+    assert_int_equal(r.q.sampling.bias_ids[1], 3);
+    assert_int_equal(r.q.sampling.bias_ids[2], 999);
+    assert_true(r.q.sampling.bias_vals[0] == 100.0f);
+    assert_true(r.q.sampling.bias_vals[1] == 2.5f);
+    assert_true(r.q.sampling.bias_vals[2] == -100.0f);
     rt_gen_request_free(&r);
     /* chat takes logit_bias too; an empty map is none */
     b = "{" MSG ",\"logit_bias\":{\"42\":-100}}";
     assert_int_equal(rt_openai_parse_chat(&CFG, b, strlen(b), &r, &e), 0);
-    assert_int_equal(r.sampling.n_bias, 1);
-    assert_int_equal(r.sampling.bias_ids[0], 42);
+    assert_int_equal(r.q.sampling.n_bias, 1);
+    assert_int_equal(r.q.sampling.bias_ids[0], 42);
     assert_false(r.echo);
     rt_gen_request_free(&r);
     b = "{\"prompt\":\"hi\",\"logit_bias\":{},\"echo\":false}";
     assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
-    assert_int_equal(r.sampling.n_bias, 0);
-    assert_null(r.sampling.bias_ids);
+    assert_int_equal(r.q.sampling.n_bias, 0);
+    assert_null(r.q.sampling.bias_ids);
     rt_gen_request_free(&r);
 }
 
@@ -675,29 +666,29 @@ static void test_completion_prompt_forms(void **state)
                      "\"stop\":[\"a\",\"bb\"],\"logprobs\":0,\"seed\":null}";
     assert_int_equal(rt_openai_parse_completion(&CFG, b1, strlen(b1), &r, &e),
                      0);
-    assert_string_equal(r.prompt, "one prompt");
-    assert_int_equal(r.sampling.top_k, 0);
-    assert_int_equal(r.sampling.n_stop, 2);
-    assert_string_equal(r.sampling.stop[1], "bb");
-    assert_int_equal(r.sampling.logprobs, 0);
-    assert_false(r.sampling.has_seed);
+    assert_string_equal(r.q.prompt, "one prompt");
+    assert_int_equal(r.q.sampling.top_k, 0);
+    assert_int_equal(r.q.opts.n_stop, 2);
+    assert_string_equal(r.q.opts.stop[1], "bb");
+    assert_int_equal(r.q.opts.logprobs, 0);
+    assert_false(r.q.opts.has_seed);
     rt_gen_request_free(&r);
 
     const char *b2 = "{\"prompt\":[[5,6]],\"stop\":[],\"top_k\":0}";
     assert_int_equal(rt_openai_parse_completion(&CFG, b2, strlen(b2), &r, &e),
                      0);
-    assert_null(r.prompt);
-    assert_int_equal(r.n_prompt_ids, 2);
-    assert_int_equal(r.prompt_ids[0], 5);
-    assert_int_equal(r.sampling.n_stop, 0);
-    assert_int_equal(r.sampling.top_k, 0);
+    assert_null(r.q.prompt);
+    assert_int_equal(r.q.n_prompt_ids, 2);
+    assert_int_equal(r.q.prompt_ids[0], 5);
+    assert_int_equal(r.q.opts.n_stop, 0);
+    assert_int_equal(r.q.sampling.top_k, 0);
     rt_gen_request_free(&r);
 
     /* UTF-8 and escapes come through byte-exact. */
     const char *b3 = "{\"prompt\":\"caf\\u00e9 \\ud83d\\ude00\\n\"}";
     assert_int_equal(rt_openai_parse_completion(&CFG, b3, strlen(b3), &r, &e),
                      0);
-    assert_string_equal(r.prompt, "caf\xC3\xA9 \xF0\x9F\x98\x80\n");
+    assert_string_equal(r.q.prompt, "caf\xC3\xA9 \xF0\x9F\x98\x80\n");
     rt_gen_request_free(&r);
 }
 
@@ -737,21 +728,21 @@ static void test_chat_messages(void **state)
     assert_string_equal(r.messages[4].tool_call_id, "call_1");
     assert_string_equal(r.messages[5].content, "");
     assert_null(r.messages[0].name);
-    assert_int_equal(r.sampling.max_tokens, 20);
-    assert_string_equal(r.max_tokens_param, "max_completion_tokens");
-    assert_int_equal(r.sampling.logprobs, 3);
-    assert_true(r.chat.add_generation_prompt);
-    assert_false(r.chat.continue_final_message);
-    assert_true(json_is_false(json_object_get(r.chat.kwargs,
+    assert_int_equal(r.q.opts.max_tokens, 20);
+    assert_string_equal(r.q.max_tokens_param, "max_completion_tokens");
+    assert_int_equal(r.q.opts.logprobs, 3);
+    assert_true(r.q.chat.add_generation_prompt);
+    assert_false(r.q.chat.continue_final_message);
+    assert_true(json_is_false(json_object_get(r.q.chat.kwargs,
                                               "enable_thinking")));
-    assert_int_equal(json_integer_value(json_object_get(r.chat.kwargs,
+    assert_int_equal(json_integer_value(json_object_get(r.q.chat.kwargs,
                                                         "other")), 1);
     assert_int_equal(r.tool_choice, RT_TOOL_CHOICE_NONE);
-    assert_int_equal(json_array_size(r.tools), 0);
-    assert_false(r.add_special_tokens);
+    assert_int_equal(json_array_size(r.q.tools), 0);
+    assert_false(r.q.add_special_tokens);
     /* the template's view: developer is system, parts joined, an empty
      * tool_calls list dropped, optional members only when given */
-    char *view = json_dumps(r.chat_messages, JSON_COMPACT);
+    char *view = json_dumps(r.q.chat_messages, JSON_COMPACT);
     assert_string_equal(
         view,
         "[{\"role\":\"system\",\"content\":\"be brief\"},"
@@ -770,21 +761,21 @@ static void test_chat_messages(void **state)
                      "false,\"continue_final_message\":true,"
                      "\"chat_template_kwargs\":{\"enable_thinking\":true}}";
     assert_int_equal(rt_openai_parse_chat(&CFG, b2, strlen(b2), &r, &e), 0);
-    assert_int_equal(r.sampling.max_tokens, -1); /* chat default */
-    assert_int_equal(r.sampling.logprobs, 0);
-    assert_false(r.chat.add_generation_prompt);
-    assert_true(r.chat.continue_final_message);
-    assert_true(json_is_true(json_object_get(r.chat.kwargs,
+    assert_int_equal(r.q.opts.max_tokens, -1); /* chat default */
+    assert_int_equal(r.q.opts.logprobs, 0);
+    assert_false(r.q.chat.add_generation_prompt);
+    assert_true(r.q.chat.continue_final_message);
+    assert_true(json_is_true(json_object_get(r.q.chat.kwargs,
                                              "enable_thinking")));
     rt_gen_request_free(&r);
 
     const char *b3 = "{" MSG ",\"top_logprobs\":0,\"max_tokens\":7}";
     assert_int_equal(rt_openai_parse_chat(&CFG, b3, strlen(b3), &r, &e), 0);
-    assert_int_equal(r.sampling.logprobs, -1);
-    assert_int_equal(r.sampling.max_tokens, 7);
-    assert_string_equal(r.max_tokens_param, "max_tokens");
-    assert_null(r.chat.kwargs);
-    assert_null(r.tools);
+    assert_int_equal(r.q.opts.logprobs, -1);
+    assert_int_equal(r.q.opts.max_tokens, 7);
+    assert_string_equal(r.q.max_tokens_param, "max_tokens");
+    assert_null(r.q.chat.kwargs);
+    assert_null(r.q.tools);
     assert_int_equal(r.tool_choice, RT_TOOL_CHOICE_AUTO);
     rt_gen_request_free(&r);
 }
@@ -816,9 +807,9 @@ static void test_chat_tools(void **state)
     assert_string_equal(r.messages[1].content, "");
     assert_int_equal(r.messages[1].n_tool_calls, 2);
     assert_int_equal(r.tool_choice, RT_TOOL_CHOICE_AUTO);
-    assert_int_equal(json_array_size(r.tools), 1);
+    assert_int_equal(json_array_size(r.q.tools), 1);
     /* arguments parsed from their JSON string; a non-JSON string stays */
-    char *view = json_dumps(json_array_get(r.chat_messages, 1), JSON_COMPACT);
+    char *view = json_dumps(json_array_get(r.q.chat_messages, 1), JSON_COMPACT);
     assert_string_equal(
         view,
         "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":["
@@ -846,11 +837,11 @@ static void test_fit(void **state)
     struct rt_api_error e;
     const char *b = "{" MSG "}";
     assert_int_equal(rt_openai_parse_chat(&CFG, b, strlen(b), &r, &e), 0);
-    assert_int_equal(rt_gen_request_fit(&r, 128, 100, &e), 0);
-    assert_int_equal(r.sampling.max_tokens, 28); /* the room left */
-    assert_int_equal(rt_gen_request_fit(&r, 128, 0, &e), TG_EFORMAT);
+    assert_int_equal(rt_request_fit(&r.q, 128, 100, &e), 0);
+    assert_int_equal(r.q.opts.max_tokens, 28); /* the room left */
+    assert_int_equal(rt_request_fit(&r.q, 128, 0, &e), TG_EFORMAT);
     assert_string_equal(e.param, "messages");
-    assert_int_equal(rt_gen_request_fit(&r, 128, 128, &e), TG_ETOOBIG);
+    assert_int_equal(rt_request_fit(&r.q, 128, 128, &e), TG_ETOOBIG);
     assert_string_equal(e.param, "messages");
     assert_string_equal(e.code, "context_length_exceeded");
     assert_int_equal(e.status, 400);
@@ -859,17 +850,17 @@ static void test_fit(void **state)
     const char *b2 = "{\"prompt\":\"x\",\"max_tokens\":16,\"min_tokens\":9}";
     assert_int_equal(rt_openai_parse_completion(&CFG, b2, strlen(b2), &r, &e),
                      0);
-    assert_int_equal(rt_gen_request_fit(&r, 128, 112, &e), 0);
-    assert_int_equal(r.sampling.max_tokens, 16);
-    assert_int_equal(rt_gen_request_fit(&r, 128, 113, &e), TG_ETOOBIG);
+    assert_int_equal(rt_request_fit(&r.q, 128, 112, &e), 0);
+    assert_int_equal(r.q.opts.max_tokens, 16);
+    assert_int_equal(rt_request_fit(&r.q, 128, 113, &e), TG_ETOOBIG);
     assert_string_equal(e.param, "max_tokens");
     assert_non_null(strstr(e.message, "113 prompt tokens plus 16"));
-    assert_int_equal(rt_gen_request_fit(&r, 0, 100000, &e), 0); /* unchecked */
+    assert_int_equal(rt_request_fit(&r.q, 0, 100000, &e), 0); /* unchecked */
     rt_gen_request_free(&r);
 
     const char *b3 = "{" MSG ",\"min_tokens\":20}";
     assert_int_equal(rt_openai_parse_chat(&CFG, b3, strlen(b3), &r, &e), 0);
-    assert_int_equal(rt_gen_request_fit(&r, 128, 120, &e), TG_ERANGE);
+    assert_int_equal(rt_request_fit(&r.q, 128, 120, &e), TG_ERANGE);
     assert_string_equal(e.param, "min_tokens");
     rt_gen_request_free(&r);
 }

@@ -477,7 +477,7 @@ static void test_worker_plan(void **state)
     ws.presence_penalty = 0.5f;
     ws.frequency_penalty = -0.5f;
     ws.repetition_penalty = 1.2f;
-    ws.logprobs = 3;
+    ws.n_top = 3;
     Tangram__Worker__V1__PlanEntry e0 = TANGRAM__WORKER__V1__PLAN_ENTRY__INIT;
     e0.slot = 0;
     e0.request_id = "a";
@@ -543,7 +543,7 @@ static void test_worker_plan(void **state)
     assert_int_equal(oe->sampling->top_k, 40);
     assert_true(oe->sampling->frequency_penalty == -0.5f);
     assert_true(oe->sampling->repetition_penalty == 1.2f);
-    assert_int_equal(oe->sampling->logprobs, 3);
+    assert_int_equal(oe->sampling->n_top, 3);
     oe = o->entries[1];
     assert_int_equal(oe->kind,
                      TANGRAM__WORKER__V1__ENTRY_KIND__ENTRY_KIND_DECODE);

@@ -67,7 +67,7 @@ static void sink_deliver(struct rt_req *r, const char *text, size_t len,
     }
 }
 
-static const struct rt_sink sink = {sink_deliver};
+static const struct rt_sink sink = {sink_deliver, NULL};
 
 static int sink_blocked(struct rt_req *r)
 {
@@ -104,7 +104,7 @@ static struct rt_req *new_req(struct rt_server *s, int cap, int logprobs)
     assert_non_null(r);
     assert_int_equal(rt_text_init(&r->text, &tok, NULL, 0), 0);
     r->blocked = sink_blocked;
-    r->ctx.logprobs = logprobs;
+    r->q.opts.logprobs = logprobs ? 2 : -1;
     r->n_top = logprobs ? 2 : 0;
     r->cap_out = cap;
     r->out_ids = malloc((size_t)cap * sizeof(int32_t));

@@ -102,9 +102,7 @@ static struct gw_entry *plan_entry(struct tt_plan *p, struct tt_req *r, int kind
 {
     struct gw_entry *e = tt_plan_entry(p, r, kind, toks, n, sample);
     assert_non_null(e);
-    e->sampling.sp = gp->sampling;
-    e->sampling.n_top = gp->n_logprobs;
-    e->seed = gp->seed;
+    e->sampling = gp->sampling;
     return e;
 }
 
@@ -247,9 +245,9 @@ static void run_against_engine(const char *profile,
 static struct gw_gen_params greedy_params(void)
 {
     struct gw_gen_params gp = {
-        .max_tokens = 10, .n_logprobs = 3, .ignore_eos = 1,
+        .max_tokens = 10, .ignore_eos = 1,
         .sampling = {.temperature = 0.0f, .top_p = 1.0f,
-                     .repetition_penalty = 1.0f}};
+                     .repetition_penalty = 1.0f, .n_top = 3}};
     return gp;
 }
 
@@ -277,7 +275,7 @@ static void test_seeded_sampling_penalties(void **state)
     gp.sampling.repetition_penalty = 1.3f;
     gp.sampling.presence_penalty = 0.5f;
     gp.sampling.frequency_penalty = 0.25f;
-    gp.seed = 1234;
+    gp.sampling.seed = 1234;
     run_against_engine(profile_path, &gp, 1, 1);
 }
 
@@ -314,7 +312,7 @@ static void run_fork(const char *profile, const struct gw_gen_params *gp,
     for (int i = 0; i < NP; i++)
         prompt[i] = (int32_t)((i * 7919 + 13) % 5000);
     struct gw_gen_params gpb = *gp;
-    gpb.seed = seed_b;
+    gpb.sampling.seed = seed_b;
     struct gw_gen_result ref[2];
     assert_int_equal(gw_engine_generate(&eng, prompt, NP, gp, &ref[0], errbuf,
                                         sizeof(errbuf)), 0);
@@ -422,7 +420,7 @@ static void test_fork_seeded_penalties(void **state)
     gp.sampling.top_p = 0.95f;
     gp.sampling.repetition_penalty = 1.3f;
     gp.sampling.presence_penalty = 0.5f;
-    gp.seed = 1234;
+    gp.sampling.seed = 1234;
     run_fork(profile_path, &gp, 1235);
 }
 
@@ -628,9 +626,9 @@ static void test_slot_error_alone(void **state)
                        prompts[q], 4, 1, &gp);
         }
         if (round >= 0) { /* poison the middle request */
-            p.e[1].sampling.sp.top_p = poison[round].top_p;
-            p.e[1].sampling.sp.repetition_penalty = poison[round].rep;
-            p.e[1].sampling.sp.temperature = poison[round].temp;
+            p.e[1].sampling.top_p = poison[round].top_p;
+            p.e[1].sampling.repetition_penalty = poison[round].rep;
+            p.e[1].sampling.temperature = poison[round].temp;
             p.e[1].sampling.n_top = (int)poison[round].logprobs;
         }
         struct gw_result res;

@@ -1,0 +1,107 @@
+/* rt_api_gen.c — a generation request's state on the front ends' side
+ * (rt_api.h, struct rt_api_gen): handed over from the parse, made for a
+ * parallel sample, completed once the core took the request, freed with
+ * it. */
+#include "router/api/rt_api.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/base/tg_err.h"
+
+static int oom(struct rt_api_error *e)
+{
+    rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+    return TG_ENOMEM;
+}
+
+int rt_api_gen_attach(struct rt_req *r, struct rt_gen_request *g,
+                      struct rt_api_error *e)
+{
+    struct rt_api_gen *a = calloc(1, sizeof(*a));
+    if (a == NULL) {
+        rt_gen_request_free(g);
+        return oom(e);
+    }
+    r->q = g->q;
+    memset(&g->q, 0, sizeof(g->q));
+    if (g->tool_choice == RT_TOOL_CHOICE_NONE && r->q.tools != NULL) {
+        json_decref(r->q.tools);
+        r->q.tools = NULL;
+    }
+    a->g = *g;
+    memset(g, 0, sizeof(*g));
+    r->fe = a;
+    rt_openai_make_id(r->id_str, sizeof(r->id_str), a->g.endpoint,
+                      rt_server_random(r->srv));
+    return 0;
+}
+
+int rt_api_gen_attach_sample(struct rt_req *q, const struct rt_req *leader,
+                             struct rt_api_error *e)
+{
+    const struct rt_gen_request *f = &rt_api_gen_of(leader)->g;
+    struct rt_api_gen *a = calloc(1, sizeof(*a));
+    if (a == NULL)
+        return oom(e);
+    q->fe = a;
+    struct rt_gen_request *d = &a->g;
+    d->endpoint = f->endpoint;
+    d->tool_choice = f->tool_choice;
+    d->stream = f->stream;
+    d->include_usage = f->include_usage;
+    d->continuous_usage = f->continuous_usage;
+    d->echo = f->echo;
+    if (f->model != NULL && (d->model = strdup(f->model)) == NULL)
+        return oom(e);
+    if (f->echo_text != NULL) {
+        if ((d->echo_text = malloc(f->echo_len + 1)) == NULL)
+            return oom(e);
+        memcpy(d->echo_text, f->echo_text, f->echo_len + 1);
+        d->echo_len = f->echo_len;
+    }
+    return rt_api_gen_started(q, e);
+}
+
+int rt_api_gen_started(struct rt_req *r, struct rt_api_error *e)
+{
+    struct rt_server *s = r->srv;
+    struct rt_api_gen *a = rt_api_gen_of(r);
+    a->ctx = (struct rt_resp_ctx){
+        .endpoint = a->g.endpoint,
+        .id = r->id_str,
+        .model = s->model_name,
+        .created = r->created,
+        .logprobs = r->q.opts.logprobs >= 0,
+        .token_text = rt_server_token_text,
+        .token_user = s,
+        .include_usage = a->g.include_usage,
+        .continuous_usage = a->g.continuous_usage,
+        .index = r->choice,
+    };
+    /* Tool calls are parsed out of the output when the template told the
+     * model how to write them and the request offered tools. */
+    if (a->tc == NULL && a->g.endpoint == RT_ENDPOINT_CHAT &&
+        r->q.tools != NULL && json_array_size(r->q.tools) > 0 &&
+        a->g.tool_choice == RT_TOOL_CHOICE_AUTO &&
+        s->tmpl.tool_format != CT_TOOLS_NONE) {
+        if ((a->tc = malloc(sizeof(*a->tc))) == NULL)
+            return oom(e);
+        rt_tc_init(a->tc, s->tmpl.tool_format, rt_server_random(s));
+    }
+    return 0;
+}
+
+void rt_api_gen_release(struct rt_req *r)
+{
+    struct rt_api_gen *a = rt_api_gen_of(r);
+    if (a == NULL)
+        return;
+    if (a->tc != NULL) {
+        rt_tc_free(a->tc);
+        free(a->tc);
+    }
+    rt_gen_request_free(&a->g);
+    free(a);
+    r->fe = NULL;
+}

@@ -1,0 +1,30 @@
+/*
+ * rt_api_grpc.h — the gRPC front end's request conversion: a
+ * tangram.v1.GenerateRequest (proto/tangram.proto) into the parsed request
+ * both front ends hand to the core (rt_openai.h's struct rt_gen_request),
+ * with the HTTP API's defaults, limits and sampling check. rt_api_grpc.c
+ * serves Generate with it; the fuzzing harnesses feed it requests
+ * unpacked from untrusted bytes.
+ */
+#ifndef RT_API_GRPC_H
+#define RT_API_GRPC_H
+
+#include "router/api/rt_openai.h"
+#include "router/core/rt_server.h"
+#include "router/net/rt_grpc.h"
+#include "tangram.pb-c.h"
+
+/* Converts q into *g (which must be zeroed) with the OpenAI defaults and the
+ * limits of the HTTP API: exactly one prompt form, roles by name, ids
+ * (session_id, or else call's "x-session-id" header) of at most
+ * RT_OPENAI_MAX_ID_BYTES bytes of UTF-8, sampling ranges, stop strings and
+ * stop token ids below s->mc.vocab_size. Reads s->model_name and
+ * s->mc.vocab_size only. Returns 0, or TG_EINVAL / TG_ENOMEM with *e
+ * filled; either way the caller frees *g (rt_gen_request_free). Loop
+ * thread (any thread for a server object of its own). */
+int rt_api_grpc_convert(struct rt_server *s,
+                        const Tangram__V1__GenerateRequest *q,
+                        struct rt_gen_request *g, struct rt_api_error *e,
+                        const struct rt_grpc_call *call);
+
+#endif /* RT_API_GRPC_H */

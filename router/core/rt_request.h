@@ -1,0 +1,177 @@
+/*
+ * rt_request.h — a generation request as the router's core takes it,
+ * whatever protocol it came in by: what to generate (prompt text, prompt
+ * ids, or chat messages and tools for the model's template), the sampler's
+ * parameters (common/base/tg_sampling.h), the stop conditions and limits,
+ * the number of choices and the identities (session, request, user); and
+ * what flows back to the front end's sink: finish reasons, sampled tokens
+ * with their log-probabilities, and the error a request fails with.
+ *
+ * The front ends (router/api/) parse their protocol into a struct
+ * rt_request, check it (tg_sampling_check right after parsing), and keep
+ * their response-formatting state on their side (the sink's request
+ * state, rt_server.h). Nothing here parses or writes a protocol.
+ *
+ * Thread: plain data and functions on caller data; any thread, one object
+ * per thread at a time.
+ */
+#ifndef RT_REQUEST_H
+#define RT_REQUEST_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "common/base/tg_sampling.h"
+
+/* ---- errors ------------------------------------------------------------ */
+
+/* The error a request fails with, as every front end reports it: the
+ * status in HTTP's numbers (the gRPC front end maps them onto its codes),
+ * OpenAI's error type and a code, the offending field and a message.
+ * `type` and `code` point to static strings (code NULL is none); param ""
+ * is none. */
+struct rt_api_error {
+    int status;        /* HTTP status: 400, 401, 404, 413, 429, 500, 503 */
+    const char *type;  /* "invalid_request_error", "server_error", ... */
+    const char *code;  /* "invalid_type", "model_not_found", ... or NULL */
+    char param[128];   /* offending field path, "" when none */
+    char message[384]; /* human-readable detail */
+};
+
+/* Returns the error type for an HTTP status: "invalid_request_error"
+ * for 400/404/413/422, "authentication_error" 401, "permission_error" 403,
+ * "rate_limit_error" 429, "server_error" for 5xx and anything else.
+ * The string is static. Any thread. */
+const char *rt_api_error_type(int status);
+
+/* Fills *e with status, the type of rt_api_error_type(status), `code`
+ * (static string or NULL), `param` (copied; NULL = none) and the printf
+ * message (truncated to fit). Returns nothing; e must be non-NULL. */
+void rt_api_error_set(struct rt_api_error *e, int status, const char *code,
+                      const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* rt_api_error_set with a va_list. */
+void rt_api_error_vset(struct rt_api_error *e, int status, const char *code,
+                       const char *param, const char *fmt, va_list ap);
+
+/* ---- the request ------------------------------------------------------- */
+
+#define RT_REQUEST_MAX_ID_BYTES 256 /* session, request and user ids */
+
+/* Chat-template options of a chat or chat-form tokenize request. */
+struct rt_chat_opts {
+    bool add_generation_prompt;  /* default true */
+    bool continue_final_message; /* default false; exclusive with the above */
+    json_t *kwargs; /* chat_template_kwargs as sent (an object, owned;
+                       NULL = none): extra template variables such as
+                       enable_thinking (which must be a boolean) */
+};
+
+/* What a generation request asks beyond the sampler (whose parameters
+ * are the request's struct tg_sampling): its length limits, stop
+ * conditions and output options, with the defaults of OpenAI / vLLM. */
+struct rt_gen_opts {
+    int32_t max_tokens;  /* >= 1; -1 = up to the context (chat default,
+                            resolved by rt_request_fit); completions
+                            default 16 as in the OpenAI API */
+    int32_t min_tokens;  /* vLLM: no EOS/stop before this many; default 0 */
+    bool has_seed;       /* the client gave sampling.seed; else the server
+                            draws one at submission */
+    bool ignore_eos;                 /* default false */
+    bool skip_special_tokens;        /* default true */
+    bool include_stop_str_in_output; /* default false */
+    char **stop;             /* n_stop malloc'd non-empty strings */
+    size_t n_stop;           /* the front ends bound the count */
+    int32_t *stop_token_ids; /* n_stop_token_ids ids (malloc'd or NULL) */
+    size_t n_stop_token_ids; /* likewise */
+    int32_t logprobs;        /* -1 = none; else alternatives per token,
+                                0 .. the front end's bound (the sampler's
+                                n_top is the same number, 0 for none) */
+};
+
+/* A generation request. Exactly one of prompt, prompt_ids and
+ * chat_messages is set. Zeroed is empty; everything is owned by the
+ * struct and freed by rt_request_free. */
+struct rt_request {
+    bool is_chat;             /* the prompt is chat_messages, rendered by
+                                 the model's template */
+    int32_t n;                /* choices, >= 1 (0 means 1) */
+    char *prompt;             /* text form; NUL-terminated */
+    size_t prompt_len;        /* bytes */
+    int32_t *prompt_ids;      /* token form: (n_prompt_ids) */
+    size_t n_prompt_ids;
+    json_t *chat_messages;    /* chat: the messages as the template sees
+                                 them (owned) */
+    json_t *tools;            /* chat: the tools the template renders
+                                 (owned; NULL = none) */
+    struct rt_chat_opts chat;
+    bool add_special_tokens;  /* the tokenizer's special tokens around the
+                                 prompt */
+    struct tg_sampling sampling; /* checked by the front end; bias arrays
+                                    owned */
+    struct rt_gen_opts opts;
+    const char *max_tokens_param; /* static: the field that set max_tokens,
+                                     named by the errors of rt_request_fit */
+    char *user;               /* NULL = absent */
+    char *session_id;         /* multi-turn key; NULL = absent */
+    char *request_id;         /* the client's id; NULL = absent */
+};
+
+/* Checks q against the context once its prompt has been tokenized to
+ * n_prompt_tokens: the prompt must be non-empty and shorter than
+ * max_model_len, and prompt + max_tokens must fit ("context_length_
+ * exceeded"). Resolves max_tokens -1 to the room left. max_model_len <= 0
+ * only rejects an empty prompt. Returns 0, or TG_EFORMAT / TG_ETOOBIG /
+ * TG_ERANGE with *e filled (400). Any thread. */
+int rt_request_fit(struct rt_request *q, int32_t max_model_len,
+                   int64_t n_prompt_tokens, struct rt_api_error *e);
+
+/* Fills *out (overwritten) with what one more parallel sample of `src`
+ * needs once src's prompt is tokenized and its max_tokens resolved: is_chat,
+ * add_special_tokens, sampling (logit bias copied), options (stop strings
+ * and ids copied), max_tokens_param, the tools (a reference), user and
+ * request_id; no prompt, messages or session (a sample is never stored
+ * for multi-turn reuse), and n = 1. Returns 0 or TG_ENOMEM (*out then
+ * empty). The caller frees *out with rt_request_free. Any thread. */
+int rt_request_copy_sample(const struct rt_request *src,
+                           struct rt_request *out);
+
+/* Releases everything q owns and zeroes it. Safe on a zeroed request. */
+void rt_request_free(struct rt_request *q);
+
+/* ---- what flows back ---------------------------------------------------- */
+
+/* How a request ended (the sink's `fin`). */
+enum rt_finish {
+    RT_FINISH_NONE = 0, /* still generating: finish_reason null */
+    RT_FINISH_STOP,     /* "stop": EOS, stop string or stop token */
+    RT_FINISH_LENGTH,   /* "length": max_tokens or the context */
+    RT_FINISH_ABORT,    /* "abort" (vLLM): cancelled */
+    RT_FINISH_ERROR,    /* "error": the request failed mid-way */
+    RT_FINISH_TOOL_CALLS, /* "tool_calls": stopped after calling tools */
+};
+
+/* One alternative at a position. Logprobs are natural-log probabilities;
+ * -inf (and anything below) is written as -9999.0, as vLLM does, since JSON
+ * has no infinities. */
+struct rt_top_logprob {
+    int32_t id;
+    float logprob;
+};
+
+/* The sampled token at one position and its alternatives (in the order
+ * they are to be listed; the caller decides whether the sampled token is
+ * among them). */
+struct rt_token_logprob {
+    int32_t id;
+    float logprob;
+    const struct rt_top_logprob *top; /* (n_top) */
+    size_t n_top;
+};
+
+#endif /* RT_REQUEST_H */

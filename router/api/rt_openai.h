@@ -230,6 +230,9 @@ struct rt_gen_request {
                                  end (the text as sent, or the prompt ids
                                  decoded); owned, NULL = none */
     size_t echo_len;          /* bytes of echo_text */
+    char *grammar;            /* structured outputs (DESIGN.md §4.11): the
+                                 constraint's spec text (common/grammar/
+                                 gm_spec.h, checked), owned; NULL = none */
 };
 
 /* What the parser validates against. */

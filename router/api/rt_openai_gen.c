@@ -135,6 +135,7 @@ int rt_gen_request_copy_sample(const struct rt_gen_request *src,
     out->model = dup_or_null(src->model, &bad);
     out->user = dup_or_null(src->user, &bad);
     out->request_id = dup_or_null(src->request_id, &bad);
+    out->grammar = dup_or_null(src->grammar, &bad);
     if (src->tools != NULL)
         out->tools = json_incref(src->tools);
     out->echo_text = dup_bytes(src->echo_text, src->echo_len + 1, &bad);
@@ -184,5 +185,6 @@ void rt_gen_request_free(struct rt_gen_request *r)
     free(r->user);
     free(r->session_id);
     free(r->request_id);
+    free(r->grammar);
     memset(r, 0, sizeof(*r));
 }

@@ -120,6 +120,7 @@ static void req_free(struct rt_sched *s, struct rt_sched_req *req)
     free(req->tokens);
     free(req->session);
     free(req->request_id);
+    free(req->grammar);
     free((void *)(uintptr_t)req->sampling.bias_ids);
     free((void *)(uintptr_t)req->sampling.bias_vals);
     free(req);
@@ -444,6 +445,8 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
     if ((q->request_id = strdup(req->request_id != NULL ? req->request_id
                                                         : "")) == NULL)
         goto oom;
+    if (req->grammar != NULL && (q->grammar = strdup(req->grammar)) == NULL)
+        goto oom;
     q->sampling = req->sampling;
     q->sampling.bias_ids = NULL; /* the caller's until copied */
     q->sampling.bias_vals = NULL;
@@ -563,6 +566,11 @@ void rt_sched__add_entry(struct rt_sched *s, struct rt_step *out,
     e->num_prompt = req->n_prompt;
     e->row_lens_off = -1;
     e->fork_from = -1;
+    /* A fresh slot on a worker starts its matcher from the spec and the
+     * tokens generated so far (a restart after preemption replays them). */
+    e->grammar = req->fresh ? req->grammar : NULL;
+    e->grammar_tokens = req->tokens + req->n_prompt;
+    e->n_grammar_tokens = e->grammar != NULL ? req->n_tokens - req->n_prompt : 0;
     if (req->fresh && pos > 0) {
         /* Stored KV adopted: the worker learns how much each row holds
          * (room reserved by rt_sched_plan). */

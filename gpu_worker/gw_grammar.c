@@ -1,0 +1,217 @@
+/* gw_grammar.c — per-slot matchers and masks of rank 0 (gw_grammar.h). */
+#include "gpu_worker/gw_grammar.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/base/tg_err.h"
+#include "common/base/tg_log.h"
+#include "common/grammar/gm_spec.h"
+#include "common/tok/tok_tokenizer.h"
+
+/* The process's compiled grammars: enough distinct schemas for a busy
+ * server's working set; the bytes bound keeps a flood of large schemas
+ * from holding more than a bounded share of host memory. */
+#define GRAMMAR_CACHE_ENTRIES 64
+#define GRAMMAR_CACHE_BYTES ((size_t)1 << 30)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int gw_grammar_init(struct gw_grammar *g, const char *model_dir, int vocab,
+                    int max_slots)
+{
+    memset(g, 0, sizeof(*g));
+    g->model_dir = strdup(model_dir != NULL ? model_dir : "");
+    g->vocab = vocab;
+    g->words = ((size_t)vocab + 31) / 32;
+    g->max_slots = max_slots;
+    g->slots = calloc((size_t)max_slots, sizeof(*g->slots));
+    return g->slots != NULL && g->model_dir != NULL ? 0 : TG_ENOMEM;
+}
+
+void gw_grammar_free(struct gw_grammar *g)
+{
+    for (int i = 0; g->slots != NULL && i < g->max_slots; i++) {
+        gm_matcher_free(&g->slots[i].m);
+        free(g->slots[i].mask);
+    }
+    free(g->slots);
+    free(g->model_dir);
+    if (g->loaded == 1) {
+        gm_cache_free(&g->cache);
+        gm_vocab_free(&g->v);
+    }
+    memset(g, 0, sizeof(*g));
+}
+
+/* The vocabulary and the cache, on the first constrained request (a
+ * worker that never sees one never reads the tokenizer). */
+static int load(struct gw_grammar *g)
+{
+    if (g->loaded != 0)
+        return g->loaded == 1 ? 0 : TG_EINVAL;
+    struct tok_tokenizer tok = {0};
+    char err[224];
+    double t0 = now_s();
+    int rc = tok_tokenizer_load(&tok, g->model_dir, err, sizeof(err));
+    if (rc == 0) {
+        rc = gm_vocab_init(&g->v, &tok, err, sizeof(err));
+        tok_tokenizer_free(&tok);
+    }
+    if (rc == 0 && gm_vocab_mask_words(&g->v) > g->words)
+        g->words = gm_vocab_mask_words(&g->v); /* more ids than logits */
+    if (rc == 0) {
+        rc = gm_cache_init(&g->cache, &g->v, NULL, GRAMMAR_CACHE_ENTRIES,
+                           GRAMMAR_CACHE_BYTES);
+        if (rc != 0) {
+            gm_vocab_free(&g->v);
+            snprintf(err, sizeof(err), "out of memory");
+        }
+    }
+    if (rc != 0) {
+        g->loaded = -1;
+        snprintf(g->load_err, sizeof(g->load_err),
+                 "structured outputs are unavailable: the vocabulary of %.100s "
+                 "could not be read (%.200s)", g->model_dir, err);
+        log_err("%s", g->load_err);
+        return rc;
+    }
+    g->loaded = 1;
+    log_info("structured outputs: vocabulary of %d ids read in %.3f s",
+             (int)g->v.n_ids, now_s() - t0);
+    return 0;
+}
+
+void gw_grammar_slot_clear(struct gw_grammar *g, uint32_t slot)
+{
+    struct gw_gslot *s = &g->slots[slot];
+    if (s->on)
+        gm_matcher_free(&s->m);
+    s->on = 0;
+    s->ready = 0;
+    s->err[0] = '\0';
+}
+
+int gw_grammar_slot_start(struct gw_grammar *g, uint32_t slot,
+                          const char *spec, size_t len,
+                          const uint32_t *tokens, size_t n)
+{
+    gw_grammar_slot_clear(g, slot);
+    struct gw_gslot *s = &g->slots[slot];
+    int rc = load(g);
+    if (rc != 0) {
+        snprintf(s->err, sizeof(s->err), "%s", g->load_err);
+        return rc;
+    }
+    if (s->mask == NULL &&
+        (s->mask = malloc(g->words * sizeof(uint32_t))) == NULL) {
+        snprintf(s->err, sizeof(s->err), "out of memory for a token mask");
+        return TG_ENOMEM;
+    }
+    struct gm_grammar *gr = NULL;
+    char why[GW_GRAMMAR_ERR_MAX - 64];
+    double t0 = now_s();
+    rc = gm_cache_get(&g->cache, spec, len, &gr, why, sizeof(why));
+    double dt = now_s() - t0;
+    if (dt > 0.05)
+        log_info("slot %u: grammar of a %zu-byte spec ready in %.3f s", slot,
+                 len, dt);
+    if (rc != 0) {
+        snprintf(s->err, sizeof(s->err), "the output constraint cannot be "
+                 "compiled: %s", why);
+        return rc;
+    }
+    rc = gm_matcher_init(&s->m, gr);
+    gm_grammar_unref(gr); /* the matcher holds its own reference */
+    if (rc != 0) {
+        snprintf(s->err, sizeof(s->err), "out of memory for a matcher");
+        return rc;
+    }
+    s->on = 1;
+    for (size_t i = 0; i < n; i++) {
+        rc = gm_matcher_accept_token(&s->m, (int32_t)tokens[i]);
+        if (rc != 0) {
+            gw_grammar_slot_clear(g, slot);
+            snprintf(s->err, sizeof(s->err), "generated token %zu (id %u) "
+                     "does not follow the output constraint", i, tokens[i]);
+            return rc == TG_EDONE ? TG_EINVAL : rc;
+        }
+    }
+    return 0;
+}
+
+const char *gw_grammar_slot_error(const struct gw_grammar *g, uint32_t slot)
+{
+    return g->slots[slot].err[0] != '\0' ? g->slots[slot].err : NULL;
+}
+
+/* Computes the slot's mask; the EOS ids alone once EOS was accepted. */
+static int fill(struct gw_grammar *g, struct gw_gslot *s)
+{
+    double t0 = now_s();
+    int rc = gm_matcher_fill_mask(&s->m, s->mask, g->words);
+    if (rc == TG_EDONE) {
+        memset(s->mask, 0, g->words * sizeof(uint32_t));
+        for (int k = 0; k < g->v.n_eos; k++)
+            s->mask[g->v.eos[k] >> 5] |= 1u << (g->v.eos[k] & 31);
+        rc = 0;
+    }
+    if (rc != 0) {
+        snprintf(s->err, sizeof(s->err), "the token mask failed (%s)",
+                 tg_strerror(rc));
+        return rc;
+    }
+    s->ready = 1;
+    g->st.masks++;
+    g->st.mask_s += now_s() - t0;
+    return 0;
+}
+
+const uint32_t *gw_grammar_slot_mask(struct gw_grammar *g, uint32_t slot)
+{
+    struct gw_gslot *s = &g->slots[slot];
+    if (!s->on || s->err[0] != '\0')
+        return NULL;
+    if (!s->ready) {
+        double t0 = now_s();
+        if (fill(g, s) != 0)
+            return NULL;
+        g->st.waits++;
+        g->st.wait_s += now_s() - t0;
+    }
+    return s->mask;
+}
+
+int gw_grammar_slot_accept(struct gw_grammar *g, uint32_t slot,
+                           int32_t token)
+{
+    struct gw_gslot *s = &g->slots[slot];
+    if (!s->on || s->err[0] != '\0')
+        return 0;
+    s->ready = 0;
+    int rc = gm_matcher_accept_token(&s->m, token);
+    if (rc == TG_EDONE)
+        return 0; /* EOS again after the end: the mask allowed only EOS */
+    if (rc != 0) {
+        snprintf(s->err, sizeof(s->err), "slot %u: token %d breaks the "
+                 "output constraint", slot, (int)token);
+        return TG_EINVAL;
+    }
+    return 0;
+}
+
+void gw_grammar_prepare(struct gw_grammar *g)
+{
+    for (int i = 0; i < g->max_slots; i++) {
+        struct gw_gslot *s = &g->slots[i];
+        if (s->on && !s->ready && s->err[0] == '\0')
+            (void)fill(g, s);
+    }
+}

@@ -153,10 +153,22 @@ static const struct bad_case BAD[] = {
      "must be an object"},
     {C, "{\"prompt\":\"hi\",\"prompt_logprobs\":1}", 400, TG_EUNSUPPORTED,
      "prompt_logprobs", "not supported"},
-    {C, "{\"prompt\":\"hi\",\"response_format\":{\"type\":\"json_object\"}}",
-     400, TG_EUNSUPPORTED, "response_format.type", "valid JSON output"},
+    {C, "{\"prompt\":\"hi\",\"response_format\":{\"type\":\"grammar\"}}",
+     400, TG_EUNSUPPORTED, "response_format.type", "not supported"},
     {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\"}}",
-     400, TG_EUNSUPPORTED, "response_format.type", "matching a schema"},
+     400, TG_EFORMAT, "response_format.json_schema", "needs"},
+    {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
+        "\"json_schema\":{\"name\":\"x\"}}}",
+     400, TG_EFORMAT, "response_format.json_schema.schema", "needs"},
+    {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
+        "\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":"
+        "\"object\",\"patternProperties\":{}}}}}",
+     400, TG_EUNSUPPORTED, "response_format.json_schema.schema",
+     "patternProperties"},
+    {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
+        "\"json_schema\":{\"name\":\"x\",\"strict\":1,"
+        "\"schema\":{}}}}",
+     400, TG_EFORMAT, "response_format.json_schema.strict", "a boolean"},
     {H, "{" MSG ",\"response_format\":{\"type\":5}}",
      400, TG_EFORMAT, "response_format.type", "a string"},
     /* max_tokens, min_tokens */
@@ -526,10 +538,17 @@ static void test_n_and_sample_copy(void **state)
                      "\"max_tokens\":9,\"temperature\":0.5,\"logprobs\":true,"
                      "\"top_logprobs\":2,\"user\":\"u1\","
                      "\"session_id\":\"s1\",\"tools\":[{\"type\":\"function\","
-                     "\"function\":{\"name\":\"f\"}}]}";
+                     "\"function\":{\"name\":\"f\"}}],"
+                     "\"response_format\":{\"type\":\"json_object\"}}";
     assert_int_equal(rt_openai_parse_chat(&CFG, b2, strlen(b2), &r, &e), 0);
     assert_int_equal(r.n, 3);
+    /* response_format: the spec text of any JSON object (gm_spec.h). */
+    assert_non_null(r.grammar);
+    assert_non_null(strstr(r.grammar, "json_object"));
     assert_int_equal(rt_gen_request_copy_sample(&r, &c), 0);
+    assert_non_null(c.grammar);
+    assert_ptr_not_equal(c.grammar, r.grammar);
+    assert_string_equal(c.grammar, r.grammar);
     /* What a sample needs, as deep copies (or a reference to the tools)... */
     assert_int_equal(c.endpoint, RT_ENDPOINT_CHAT);
     assert_int_equal(c.n, 1);

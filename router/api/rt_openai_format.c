@@ -13,11 +13,19 @@
  * `strict` false is served like true: the output is constrained either
  * way (OpenAI's non-strict mode only promises less). The schema is
  * required: a json_schema without one says nothing to enforce.
+ *
+ * Tool calls: tool_choice "required" or a named function constrains the
+ * whole output to calls in the chat template's format (gm_tool.h), each
+ * function's arguments valid against its "parameters".
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/base/tg_err.h"
 #include "common/grammar/gm_spec.h"
+#include "common/grammar/gm_tool.h"
+#include "router/api/rt_openai_chat.h"
 #include "router/api/rt_openai_internal.h"
 
 #define FORMAT_NAME_MAX 64 /* OpenAI: ^[a-zA-Z0-9_-]{1,64}$ */
@@ -93,7 +101,7 @@ static int parse_json_schema(const json_t *v, char **out,
                                    e);
 }
 
-int rt_openai__parse_response_format(const json_t *root, char **out,
+int rt_openai_parse_response_format(const json_t *root, char **out,
                                      struct rt_api_error *e)
 {
     json_t *v = rt_openai__member(root, "response_format");
@@ -121,4 +129,100 @@ int rt_openai__parse_response_format(const json_t *root, char **out,
                            "response_format type '%.64s' is not supported: "
                            "use \"text\", \"json_object\" or \"json_schema\"",
                            ts);
+}
+
+/* Refuses "strict": true tools under tool_choice "auto": the model may
+ * write text or calls, and a call would be constrained only from its
+ * start (a trigger this server does not watch for), so the promise of
+ * strict arguments could not be kept. */
+static int refuse_strict_auto(const json_t *tools, struct rt_api_error *e)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t)
+    {
+        json_t *st = json_object_get(json_object_get(t, "function"),
+                                     "strict");
+        if (json_is_true(st)) {
+            char p[64];
+            snprintf(p, sizeof(p), "tools[%zu].function.strict", i);
+            return rt_openai__fail(
+                e, TG_EUNSUPPORTED, 400, "unsupported_value", p,
+                "'strict': true tools are enforced only with tool_choice "
+                "\"required\" or a named function; under \"auto\" this "
+                "server does not constrain a call once it starts (send "
+                "strict false, or require the call)");
+        }
+    }
+    return 0;
+}
+
+int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg,
+                           const json_t *root, const json_t *tools,
+                           enum rt_tool_choice choice, char **grammar,
+                           struct rt_api_error *e)
+{
+    size_t n = tools != NULL ? json_array_size(tools) : 0;
+    if (choice == RT_TOOL_CHOICE_AUTO && n > 0)
+        return refuse_strict_auto(tools, e);
+    if (choice != RT_TOOL_CHOICE_REQUIRED && choice != RT_TOOL_CHOICE_FUNCTION)
+        return 0;
+    if (n == 0)
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
+                               "tool_choice",
+                               "'tool_choice' requires a tool call, but the "
+                               "request has no 'tools'");
+    if (*grammar != NULL)
+        return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
+                               "response_format",
+                               "'response_format' cannot be combined with a "
+                               "'tool_choice' that requires a tool call: the "
+                               "output is the call");
+    if (cfg->tool_format == CT_TOOLS_NONE)
+        return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
+                               "tool_choice",
+                               "the model's chat template writes no tool-call "
+                               "format this server knows (Hermes <tool_call> "
+                               "or Llama-3 JSON), so a call cannot be "
+                               "required");
+    const json_t *named = NULL;
+    if (choice == RT_TOOL_CHOICE_FUNCTION)
+        named = json_object_get(json_object_get(
+                                    json_object_get(root, "tool_choice"),
+                                    "function"), "name");
+    bool par = true;
+    int rc = rt_openai__get_bool(root, "parallel_tool_calls",
+                                 "parallel_tool_calls", &par, e);
+    if (rc != 0)
+        return rc;
+    struct gm_tool_fn *fns = calloc(n, sizeof(*fns));
+    if (fns == NULL)
+        return rt_openai__oom(e);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *fn = json_object_get(json_array_get(tools, i), "function");
+        json_t *name = json_object_get(fn, "name");
+        if (named != NULL && !json_equal(name, named))
+            continue;
+        fns[m].name = json_string_value(name);
+        fns[m].parameters = rt_openai__member(fn, "parameters");
+        m++;
+    }
+    /* A named function is called once, as OpenAI does; "required" allows
+     * as many calls as parallel_tool_calls does. */
+    unsigned max_calls = named != NULL || !par ? 1 : 0;
+    char *spec = NULL;
+    size_t len = 0;
+    rc = gm_spec_tools(cfg->tool_format == CT_TOOLS_HERMES
+                           ? &GM_TOOL_HERMES
+                           : &GM_TOOL_LLAMA3_JSON,
+                       fns, m, 1, max_calls, &spec, &len);
+    free(fns);
+    if (rc == TG_ENOMEM)
+        return rt_openai__oom(e);
+    if (rc != 0)
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", "tools",
+                               "the tools cannot be used as a constraint "
+                               "(%s)", tg_strerror(rc));
+    return rt_openai__grammar_take(spec, len, "tools", grammar, e);
 }

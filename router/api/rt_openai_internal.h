@@ -48,13 +48,6 @@ int rt_openai__get_str(const json_t *obj, const char *key, const char *param,
 int rt_openai__get_bool(const json_t *obj, const char *key, const char *param,
                         bool *out, struct rt_api_error *e);
 
-/* rt_openai_format.c: the optional "response_format" into *out, the
- * spec text of its constraint (common/grammar/gm_spec.h, malloc'd,
- * replacing *out; left NULL for "text"), checked with gm_spec_check: 400
- * naming the keyword or limit when the engine cannot serve it. */
-int rt_openai__parse_response_format(const json_t *root, char **out,
-                                     struct rt_api_error *e);
-
 /* Checks spec text (owned, NUL-terminated, len bytes) with gm_spec_check
  * and moves it into *out (freeing what *out held), or frees it and fills
  * *e: 400 naming `param` with the engine's message. */

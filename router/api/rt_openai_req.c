@@ -355,7 +355,7 @@ static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
     if (rt_openai__member(root, "prompt_logprobs") != NULL)
         return rt_openai__unsupported(e, "prompt_logprobs",
                            "prompt logprobs are not supported over HTTP");
-    int frc = rt_openai__parse_response_format(root, &out->grammar, e);
+    int frc = rt_openai_parse_response_format(root, &out->grammar, e);
     if (frc != 0)
         return frc;
     if (ep != RT_ENDPOINT_CHAT)
@@ -774,6 +774,9 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
                                                 &out->chat_messages, e)) ||
             (rc = rt_openai_chat_parse_tools(root, &out->tools,
                                              &out->tool_choice, e)) ||
+            (rc = rt_openai_tool_grammar(cfg, root, out->tools,
+                                         out->tool_choice, &out->grammar,
+                                         e)) ||
             (rc = rt_openai__parse_chat_opts(root, &out->chat, e)))
             goto fail;
     } else {

@@ -715,6 +715,7 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
     s->api_cfg.max_model_len = s->max_model_len;
     s->api_cfg.vocab_size = s->mc.vocab_size;
     s->api_cfg.max_body_bytes = (size_t)o->http_max_body;
+    s->api_cfg.tool_format = s->tmpl.tool_format;
     rc = rt_metrics_tangram_init(&s->metrics, (int)o->tp, err, errlen);
     if (rc == 0)
         rc = rt_metrics_tier_init(&s->tier_metrics, &s->metrics.reg,

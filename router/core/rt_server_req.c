@@ -307,7 +307,7 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
      * model how to write them and the request offered tools. */
     if (r->g.endpoint == RT_ENDPOINT_CHAT && r->g.tools != NULL &&
         json_array_size(r->g.tools) > 0 &&
-        r->g.tool_choice == RT_TOOL_CHOICE_AUTO &&
+        r->g.tool_choice != RT_TOOL_CHOICE_NONE &&
         s->tmpl.tool_format != CT_TOOLS_NONE) {
         r->tc = malloc(sizeof(*r->tc));
         if (r->tc == NULL) {

@@ -27,6 +27,7 @@ Fails, naming them, when the daemon or python3-jsonschema are missing.
 """
 import json
 import os
+import subprocess
 import sys
 import threading
 
@@ -294,8 +295,251 @@ def t_preempt(work, model, jsonschema, bias):
         chk.check(rc == 0, "the small-pool tangramd exits 0 (rc %s)" % rc)
 
 
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "parameters": {
+        "type": "object", "properties": {
+            "city": {"type": "string", "maxLength": 10},
+            "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["city", "unit"], "additionalProperties": False}}}
+SEARCH = {"type": "function", "function": {
+    "name": "search", "strict": True, "parameters": {
+        "type": "object", "properties": {
+            "q": {"type": "string", "maxLength": 8},
+            "n": {"type": "integer"}},
+        "required": ["q"], "additionalProperties": False}}}
+PARAMS = {t["function"]["name"]: t["function"]["parameters"]
+          for t in (WEATHER, SEARCH)}
+
+
+def check_calls(jsonschema, calls, what, only=None, count=None):
+    """Each call names a tool and its arguments validate against its
+    parameters; `only`: that function; `count`: that many calls."""
+    good = bool(calls) and (count is None or len(calls) == count)
+    why = "%d calls" % len(calls or [])
+    for c in calls or []:
+        name, args = c["function"]["name"], c["function"]["arguments"]
+        if name not in PARAMS or (only and name != only):
+            good, why = False, "unexpected function %r" % name
+            break
+        try:
+            errs = list(validator_for(jsonschema, PARAMS[name]).iter_errors(
+                strict_json(args)))
+        except ValueError as e:
+            errs = [e]
+        if errs:
+            good, why = False, "%s(%s): %s" % (name, args, errs[0])
+            break
+    chk.check(good, what, "%s: %r" % (why, calls))
+
+
+def t_tools(d, jsonschema, bias):
+    base = {"model": MODEL, "temperature": 0, "max_tokens": 300,
+            "logit_bias": bias, "tools": [WEATHER, SEARCH],
+            "messages": [{"role": "user", "content": "Call a tool."}]}
+    cases = [
+        ({"tool_choice": "required"}, None, None, "required"),
+        ({"tool_choice": "required", "parallel_tool_calls": False}, None, 1,
+         "required, parallel_tool_calls false"),
+        ({"tool_choice": {"type": "function",
+                          "function": {"name": "get_weather"}}},
+         "get_weather", 1, "a named function"),
+    ]
+    for extra, only, count, what in cases:
+        body = dict(base, **extra)
+        st, doc, raw = post(d, "/v1/chat/completions", body)
+        try:
+            ch = doc["choices"][0]
+            msg, fin = ch["message"], ch["finish_reason"]
+        except (KeyError, IndexError, TypeError):
+            chk.check(False, "tools (%s) answer 200" % what, raw[:400])
+            continue
+        chk.check(st == 200 and fin == "tool_calls" and
+                  msg.get("content") is None,
+                  "tools (%s): finish_reason tool_calls, no content" % what,
+                  raw[:400])
+        check_calls(jsonschema, msg.get("tool_calls"),
+                    "tools (%s): the output parses as valid calls" % what,
+                    only, count)
+        if extra.get("tool_choice") != "required" or count is not None:
+            continue
+        # Streaming gives the same calls (greedy).
+        st, _, sraw = du.http("POST", d.base_url + "/v1/chat/completions",
+                              dict(body, stream=True), None, 300)
+        events, _ = du.sse_events(sraw)
+        calls, sfin = {}, None
+        for ev in events:
+            if ev == "[DONE]":
+                continue
+            for c in json.loads(ev).get("choices", []):
+                sfin = c.get("finish_reason") or sfin
+                for tc in c.get("delta", {}).get("tool_calls") or []:
+                    cur = calls.setdefault(tc["index"], {"name": "",
+                                                         "arguments": ""})
+                    f = tc.get("function", {})
+                    cur["name"] += f.get("name") or ""
+                    cur["arguments"] += f.get("arguments") or ""
+        got = [calls[k] for k in sorted(calls)]
+        want = [{"name": c["function"]["name"],
+                 "arguments": c["function"]["arguments"]}
+                for c in msg.get("tool_calls") or []]
+        chk.check(got == want and sfin == "tool_calls",
+                  "tools (required): streaming gives the same calls",
+                  "%r vs %r" % (got, want))
+    # strict: true under auto is refused (a call is not constrained once it
+    # starts), naming the tool.
+    st, doc, raw = post(d, "/v1/chat/completions",
+                        dict(base, tool_choice="auto"))
+    chk.check(st == 400 and doc["error"]["param"] ==
+              "tools[1].function.strict",
+              "strict tools under tool_choice auto: 400 naming the tool",
+              raw[:300])
+
+
+def t_node(d, jsonschema, bias):
+    root, why = du.node_clients(["openai_structured.mjs"])
+    if root is None:
+        chk.check(False, "the OpenAI Node client is available", why)
+        return
+    r = subprocess.run(["node", os.path.join(root, "openai_structured.mjs"),
+                        d.base_url + "/v1", MODEL, json.dumps(bias)],
+                       capture_output=True, text=True, timeout=300, cwd=root)
+    lines = r.stdout.strip().splitlines()
+    j = du.json_of(lines[-1]) if lines else None
+    if not chk.check(r.returncode == 0 and isinstance(j, dict),
+                     "node: every structured request returned",
+                     r.stdout[-800:] + r.stderr[-800:]):
+        return
+    person = {"type": "object", "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "age": {"type": "integer"},
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]},
+                 "maxItems": 3}},
+        "required": ["name", "age", "tags"], "additionalProperties": False}
+    p = j["parse"]
+    chk.check(p["finish_reason"] == "stop" and isinstance(p["parsed"], dict)
+              and validator_for(jsonschema, person).is_valid(p["parsed"]),
+              "node: chat.completions.parse with a json_schema parses a "
+              "valid object", p)
+    rq = j["required"]
+    chk.check(rq["finish_reason"] == "tool_calls" and rq["calls"] and
+              all(isinstance(c["parsed"], dict) for c in rq["calls"]),
+              "node: parse with strict tools and tool_choice required "
+              "parses every call's arguments", rq)
+    check_calls(jsonschema, [{"function": c} for c in rq["calls"]],
+                "node: the required calls are valid")
+    nm = j["named"]
+    chk.check(nm["finish_reason"] == "tool_calls",
+              "node: a named function ends with tool_calls", nm)
+    check_calls(jsonschema, [{"function": c} for c in nm["calls"]],
+                "node: the named function is called once", "search", 1)
+
+
+def t_n(d, jsonschema, bias):
+    schema = {"type": "object", "properties": {
+        "k": {"enum": ["x", "y", "z"]}, "v": {"type": "integer"},
+        "s": {"type": "string", "maxLength": 6}},
+        "required": ["k", "v", "s"], "additionalProperties": False}
+    v = validator_for(jsonschema, schema)
+    body = chat(schema, bias, n=4, temperature=1.0, seed=7, max_tokens=200)
+    st, doc, raw = post(d, "/v1/chat/completions", body)
+    choices = (doc or {}).get("choices", []) if isinstance(doc, dict) else []
+    good = st == 200 and len(choices) == 4
+    for c in choices:
+        try:
+            good = good and c["finish_reason"] == "stop" and v.is_valid(
+                strict_json(c["message"]["content"]))
+        except ValueError:
+            good = False
+    chk.check(good, "n = 4: every choice validates on its own", raw[:600])
+    # /v1/completions takes response_format too.
+    cbody = {"model": MODEL, "prompt": "JSON:", "n": 2, "temperature": 1.0,
+             "seed": 3, "max_tokens": 200, "logit_bias": bias,
+             "response_format": {"type": "json_schema", "json_schema": {
+                 "name": "o", "schema": schema}}}
+    st, doc, raw = post(d, "/v1/completions", cbody)
+    choices = (doc or {}).get("choices", []) if isinstance(doc, dict) else []
+    good = st == 200 and len(choices) == 2
+    for c in choices:
+        try:
+            good = good and c["finish_reason"] == "stop" and v.is_valid(
+                strict_json(c["text"]))
+        except ValueError:
+            good = False
+    chk.check(good, "completions, n = 2: every choice validates", raw[:600])
+
+
+def t_grpc(d, work, jsonschema):
+    try:
+        import grpc
+        from test_daemon_grpc import Client, load_protos
+    except ImportError as e:
+        chk.check(False, "grpcio is installed", str(e))
+        return
+    os.makedirs(os.path.join(work, "pb"), exist_ok=True)
+    mods, why = load_protos(os.path.join(work, "pb"))
+    if mods is None:
+        chk.check(False, "the gRPC protos compile", why)
+        return
+    pb, hpb = mods
+    c = Client(grpc, pb, hpb, d.grpc_target)
+    md = ()
+    # Bounded documents: no logit bias over gRPC, and the mask alone ends
+    # them (enums, booleans, bounded whitespace).
+    schema = {"type": "object", "properties": {
+        "unit": {"enum": ["celsius", "fahrenheit"]}, "ok": {"type": "boolean"},
+        "tag": {"const": "t"}},
+        "required": ["unit", "ok", "tag"], "additionalProperties": False}
+    rf = json.dumps({"type": "json_schema", "json_schema": {
+        "name": "g", "schema": schema}})
+    for form in ("prompt", "messages"):
+        kw = {"prompt": "JSON:"} if form == "prompt" else {
+            "messages": [pb.ChatMessage(role="user", content="JSON")]}
+        msgs, code, det = c.gen(md=md, response_format=rf,
+                                sampling={"max_tokens": 300,
+                                          "temperature": 0.0}, **kw)
+        text = "".join(m.text for m in msgs)
+        fin = msgs[-1].finish_reason if msgs else None
+        try:
+            good = code == grpc.StatusCode.OK and \
+                fin == pb.FINISH_REASON_STOP and \
+                validator_for(jsonschema, schema).is_valid(strict_json(text))
+        except ValueError:
+            good = False
+        chk.check(good, "gRPC response_format (%s): the output validates" %
+                  form, "%s %s %s %r" % (code, det, fin, text[:300]))
+    msgs, code, det = c.gen(md=md, response_format=json.dumps({
+        "type": "json_schema", "json_schema": {"name": "g", "schema": {
+            "type": "string", "pattern": "^a"}}}), prompt="x")
+    chk.check(code == grpc.StatusCode.INVALID_ARGUMENT and "pattern" in det,
+              "gRPC: an unsupported keyword is INVALID_ARGUMENT naming it",
+              "%s %s" % (code, det))
+    tool = pb.Tool(name="set_unit", parameters_json=json.dumps({
+        "type": "object", "properties": {
+            "unit": {"enum": ["celsius", "fahrenheit"]}},
+        "required": ["unit"], "additionalProperties": False}))
+    # One call each (no bias here to stop a list of calls).
+    for choice in ("required", "set_unit"):
+        msgs, code, det = c.gen(
+            md=md, messages=[pb.ChatMessage(role="user", content="call")],
+            tools=[tool], tool_choice=choice, parallel_tool_calls=False,
+            sampling={"max_tokens": 300, "temperature": 0.0})
+        calls = [tc for m in msgs for tc in m.tool_calls]
+        fin = msgs[-1].finish_reason if msgs else None
+        good = code == grpc.StatusCode.OK and \
+            fin == pb.FINISH_REASON_TOOL_CALLS and calls and \
+            all(tc.name == "set_unit" for tc in calls)
+        for tc in calls:
+            try:
+                good = good and json.loads(tc.arguments)["unit"] in (
+                    "celsius", "fahrenheit")
+            except (ValueError, KeyError):
+                good = False
+        chk.check(good, "gRPC tool_choice %s: valid tool calls" % choice,
+                  "%s %s %s %r" % (code, det, fin, calls))
+
+
 def main():
-    missing = du.missing_inputs()
+    missing = du.missing_inputs(tools=["node", "npm", "protoc"])
     try:
         import jsonschema
     except ImportError:
@@ -319,6 +563,10 @@ def main():
             t_logprobs(d)
             t_json_object(d, bias)
             t_corpus(d, jsonschema, bias)
+            t_tools(d, jsonschema, bias)
+            t_n(d, jsonschema, bias)
+            t_grpc(d, work, jsonschema)
+            t_node(d, jsonschema, bias)
         if d is not None:
             rc, _ = d.stop()
             chk.check(rc == 0, "tangramd exits 0 on SIGTERM (rc %s)" % rc)

@@ -215,3 +215,17 @@ void gw_grammar_prepare(struct gw_grammar *g)
             (void)fill(g, s);
     }
 }
+
+void gw_grammar_log_stats(const struct gw_grammar *g)
+{
+    const struct gw_grammar_stats *st = &g->st;
+    if (st->draws == 0)
+        return;
+    log_info("structured outputs: %llu constrained draws, %llu masks of "
+             "%.1f us on average; draws waited for %llu masks, %.3f ms in "
+             "all (%.2f us per draw)",
+             (unsigned long long)st->draws, (unsigned long long)st->masks,
+             st->masks > 0 ? st->mask_s * 1e6 / (double)st->masks : 0.0,
+             (unsigned long long)st->waits, st->wait_s * 1e3,
+             st->wait_s * 1e6 / (double)st->draws);
+}

@@ -47,6 +47,7 @@ struct gw_gslot {
 };
 
 struct gw_grammar_stats {
+    uint64_t draws;         /* constrained draws (the worker counts them) */
     uint64_t masks;         /* masks computed */
     double mask_s;          /* seconds computing them */
     uint64_t waits;         /* of which computed when a draw needed them */
@@ -106,5 +107,10 @@ int gw_grammar_slot_accept(struct gw_grammar *g, uint32_t slot,
 
 /* Computes every stale mask of a constrained slot (after a step). */
 void gw_grammar_prepare(struct gw_grammar *g);
+
+/* Logs the statistics (info): draws, masks and their mean time, and how
+ * long draws waited for masks in all and per draw. Nothing when no draw
+ * was constrained. */
+void gw_grammar_log_stats(const struct gw_grammar *g);
 
 #endif /* GW_GRAMMAR_H */

@@ -56,6 +56,8 @@ void gw_worker_free(struct gw_worker *w)
     free(w->serr_text);
     free(w->hrep);
     free(w->row_max);
+    if (w->rank == 0)
+        gw_grammar_log_stats(&w->gram);
     gw_grammar_free(&w->gram);
     gw_host_tier_free(&w->tier); /* its copies use the backend */
     gw_backend_free(w->be);
@@ -665,6 +667,7 @@ static void draw_all(struct gw_worker *w, const struct gw_plan *plan,
         }
         if (d.mask != NULL) {
             struct gw_token *t = &w->tok[*n_tok];
+            w->gram.st.draws++;
             if (gw_grammar_slot_accept(&w->gram, e->slot, t->token) != 0) {
                 slot_error(w, n_err, e->slot,
                            gw_grammar_slot_error(&w->gram, e->slot));

@@ -8,10 +8,14 @@
  * after preemption replays them, a fork starts from the spec). Its
  * grammar comes from one process-wide gm_cache keyed by the spec text
  * (the vocabulary is read from the model directory's tokenizer the first
- * time a constraint arrives), so a schema seen before costs a lookup. A
- * spec that fails to compile, or replayed tokens it rejects, fail that
- * request alone (gw_grammar_slot_error; the worker turns it into a slot
- * error at the draw), never the worker.
+ * time a constraint arrives), so a schema seen before costs a lookup. The
+ * lookup (a first-seen schema's compile: 0.05 s to the 10 s limit) runs on
+ * a helper thread started when the fresh entry is applied, so it overlaps
+ * the request's prefill and the other requests' steps; the slot's first
+ * draw waits for it only if it is still running then (counted in
+ * gw_grammar_stats). A spec that fails to compile, or replayed tokens it
+ * rejects, fail that request alone (gw_grammar_slot_error; the worker
+ * turns it into a slot error at the draw), never the worker.
  *
  * Per step: the draw asks for the slot's mask (gw_grammar_slot_mask),
  * the mask is applied to the logits before sampling and log-probabilities,
@@ -24,11 +28,14 @@
  * (the router may keep a request going, e.g. min_tokens), the mask allows
  * the EOS ids only.
  *
- * Threads: the worker's main thread; the cache compiles with OpenMP.
+ * Threads: the worker's main thread calls every function; helper threads
+ * (one per compile in flight) touch only their job and the cache, which
+ * compiles with OpenMP.
  */
 #ifndef GW_GRAMMAR_H
 #define GW_GRAMMAR_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,7 +45,12 @@
 
 #define GW_GRAMMAR_ERR_MAX 384
 
+struct gw_gjob; /* gw_grammar.c: one compile on a helper thread */
+
 struct gw_gslot {
+    struct gw_gjob *job;    /* the grammar being fetched, or NULL */
+    uint32_t *replay;       /* (n_replay) tokens to accept once it is */
+    size_t n_replay, cap_replay;
     int on;                 /* constrained: m and mask are live */
     struct gm_matcher m;
     uint32_t *mask;         /* (words) of the next draw */
@@ -52,6 +64,9 @@ struct gw_grammar_stats {
     double mask_s;          /* seconds computing them */
     uint64_t waits;         /* of which computed when a draw needed them */
     double wait_s;          /* seconds the draws waited */
+    uint64_t compiles;      /* grammars fetched on a helper thread */
+    uint64_t compile_waits; /* of which a draw waited for */
+    double compile_wait_s;  /* seconds it waited */
 };
 
 struct gw_grammar {
@@ -68,6 +83,9 @@ struct gw_grammar {
     struct gw_gslot *slots; /* (max_slots) */
     int max_slots;
     struct gw_grammar_stats st;
+    pthread_mutex_t jobs_mu;   /* guards jobs */
+    pthread_cond_t jobs_cv;    /* signalled when a helper thread ends */
+    int jobs;                  /* helper threads running */
 };
 
 /* Prepares *g for max_slots slots of a model with `vocab` logits per row
@@ -83,16 +101,19 @@ void gw_grammar_free(struct gw_grammar *g);
  * a constraint). */
 void gw_grammar_slot_clear(struct gw_grammar *g, uint32_t slot);
 
-/* The slot starts the constraint of spec [spec, spec + len) after the n
- * tokens it generated before. Returns 0, or the failure's code with the
- * reason kept for gw_grammar_slot_error (the vocabulary or the grammar
- * could not be built, a replayed token is rejected). */
+/* The slot starts the constraint of spec [spec, spec + len) (copied)
+ * after the n tokens it generated before (copied): reads the vocabulary
+ * on first use, then fetches the grammar on a helper thread. Returns 0,
+ * or the failure's code with the reason kept for gw_grammar_slot_error
+ * (no vocabulary, out of memory). A grammar that does not compile, or a
+ * replayed token it rejects, shows at gw_grammar_slot_error. */
 int gw_grammar_slot_start(struct gw_grammar *g, uint32_t slot,
                           const char *spec, size_t len,
                           const uint32_t *tokens, size_t n);
 
-/* The reason the slot's request fails, or NULL. */
-const char *gw_grammar_slot_error(const struct gw_grammar *g, uint32_t slot);
+/* The reason the slot's request fails, or NULL; waits for the slot's
+ * grammar first if it is still being fetched. */
+const char *gw_grammar_slot_error(struct gw_grammar *g, uint32_t slot);
 
 /* The mask of the slot's next draw ((vocab + 31) / 32 words at least,
  * valid until the slot's next accept, start or clear), or NULL when the
@@ -105,7 +126,8 @@ const uint32_t *gw_grammar_slot_mask(struct gw_grammar *g, uint32_t slot);
 int gw_grammar_slot_accept(struct gw_grammar *g, uint32_t slot,
                            int32_t token);
 
-/* Computes every stale mask of a constrained slot (after a step). */
+/* Computes every stale mask of a constrained slot (after a step), taking
+ * up the grammars fetched since (never waiting for one). */
 void gw_grammar_prepare(struct gw_grammar *g);
 
 /* Logs the statistics (info): draws, masks and their mean time, and how

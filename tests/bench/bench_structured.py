@@ -21,6 +21,7 @@ The load average is printed: on a shared machine absolute times follow it.
 import argparse
 import os
 import re
+import shutil
 import sys
 import threading
 import time
@@ -76,6 +77,7 @@ def main():
     d = du.Daemon(model, work, ["--max-model-len", "2048", "--page-size", "16"])
     if not d.start():
         print(d.log_text()[-3000:])
+        shutil.rmtree(work, ignore_errors=True)
         return 1
     try:
         burst(d, 1, 4, True)  # the vocabulary and the grammar, once
@@ -83,7 +85,8 @@ def main():
         wc, kc = burst(d, a.requests, a.tokens, True)
     finally:
         d.stop()
-    log = d.log_text()
+        log = d.log_text()
+        shutil.rmtree(work, ignore_errors=True)
     m = re.findall(r"structured outputs: (\d+) constrained draws, (\d+) masks "
                    r"of ([\d.]+) us on average; draws waited for (\d+) masks, "
                    r"([\d.]+) ms in all \(([\d.]+) us per draw\)", log)

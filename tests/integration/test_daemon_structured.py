@@ -27,6 +27,7 @@ Fails, naming them, when the daemon or python3-jsonschema are missing.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -579,6 +580,7 @@ def main():
         if d is not None:
             d.stop()
             d.print_log_tail(chk)
+        shutil.rmtree(work, ignore_errors=True)
     return chk.summary()
 
 

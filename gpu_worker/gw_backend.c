@@ -84,6 +84,9 @@ int gw_backend__host_sample(struct gw_backend *b, const struct gw_draw *d,
         if (!isfinite(x[j]))
             return gw_backend__nonfinite(d->slot, (int64_t)j, x[j], err,
                                          errlen);
+    if (d->mask != NULL)
+        (void)tg_ops_cpu.logits_mask(b->host, b->logits + (size_t)d->row * V,
+                                     (int)V, d->mask);
     int K = d->sampling->n_top;
     uint64_t rng = d->sampling->seed + d->index * GOLDEN;
     int32_t tok;

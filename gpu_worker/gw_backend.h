@@ -84,6 +84,10 @@ struct gw_draw {
                                             seed is the request's RNG seed */
     uint64_t index;                      /* tokens it drew before */
     struct tg_sample_history hist;       /* for penalties (host) */
+    const uint32_t *mask;                /* structured outputs: the ids
+                                            allowed (bit i of mask[i >> 5]),
+                                            applied before the draw and its
+                                            log-probabilities; NULL: all */
 };
 
 struct gw_backend_cfg {

@@ -45,6 +45,8 @@ struct cuda_backend {
     const struct tg_sampling **dev_bias; /* (max_slots) by decode row: the
                                             row's sampling when it has a
                                             logit bias, else NULL */
+    const uint32_t **dev_masks;   /* (max_slots) by decode row: the draw's
+                                     token mask, or NULL */
 };
 
 static void cuda_comm_id(const struct gw_backend *b, const uint8_t **id,
@@ -173,6 +175,7 @@ static int cuda_decode(struct gw_backend *b, struct gw_seq *const *seqs,
     memset(c->dev_drawn, 0, (size_t)n);
     memset(c->dev_bias, 0, (size_t)n * sizeof(*c->dev_bias));
     const struct tg_sampling off = TG_SAMPLING_OFF;
+    memset(c->dev_masks, 0, (size_t)n * sizeof(*c->dev_masks));
     for (int i = 0; i < n; i++)
         c->dev_params[i] = device_params(&off, 0);
     for (int i = 0; i < n_draws; i++) {
@@ -186,10 +189,12 @@ static int cuda_decode(struct gw_backend *b, struct gw_seq *const *seqs,
         c->dev_drawn[r] = 1;
         if (sp->n_bias > 0)
             c->dev_bias[r] = sp;
+        c->dev_masks[r] = draws[i].mask;
         if (sp->n_top > top)
             top = sp->n_top;
     }
-    rc = gw_cuda_sample(&c->cu, n, c->dev_params, c->dev_bias, top, c->dev_tok,
+    rc = gw_cuda_sample(&c->cu, n, c->dev_params, c->dev_bias, c->dev_masks,
+                        top, c->dev_tok,
                         c->dev_lp, c->dev_top_ids, c->dev_top_lps, c->dev_bad,
                         c->dev_bad_val, err, errlen);
     if (rc != 0)
@@ -293,6 +298,7 @@ static void cuda_free(struct gw_backend *b)
     free(c->dev_top_lps);
     free(c->dev_drawn);
     free(c->dev_bias);
+    free(c->dev_masks);
     gw_backend__base_free(b);
     free(c);
 }
@@ -396,9 +402,10 @@ static int cuda_setup(struct cuda_backend *c, char *err, size_t errlen)
         c->dev_top_lps = calloc(S * K, sizeof(float));
         c->dev_drawn = calloc(S, 1);
         c->dev_bias = calloc(S, sizeof(*c->dev_bias));
+        c->dev_masks = calloc(S, sizeof(*c->dev_masks));
         if (!c->dev_params || !c->dev_tok || !c->dev_lp || !c->dev_bad ||
             !c->dev_bad_val || !c->dev_top_ids || !c->dev_top_lps ||
-            !c->dev_drawn || !c->dev_bias)
+            !c->dev_drawn || !c->dev_bias || !c->dev_masks)
             return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
     }
     if (o->rank == 0 && o->world_size > 1)

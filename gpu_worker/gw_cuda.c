@@ -269,7 +269,8 @@ void gw_cuda_free(struct gw_cuda *c)
                    c->pre.npages, c->pre.lens, c->sc_pos, c->sc_val,
                    c->full, c->s_tok, c->s_lp, c->s_bad, c->s_bad_val,
                    c->s_top_ids, c->s_top_lps,
-                   c->s_bias_rows, c->s_bias_ids, c->s_bias_vals};
+                   c->s_bias_rows, c->s_bias_ids, c->s_bias_vals,
+                   c->s_mask_rows, c->s_masks};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         if (dev[i] != NULL)
             cudaFree(dev[i]);
@@ -279,7 +280,8 @@ void gw_cuda_free(struct gw_cuda *c)
                    c->p_ids, c->p_pos, c->p_fault, c->p_logits, c->p_lp,
                    c->p_tok, c->p_top_ids, c->p_slp, c->p_top_lps, c->p_bad,
                    c->p_bad_val,
-                   c->p_bias_rows, c->p_bias_ids, c->p_bias_vals};
+                   c->p_bias_rows, c->p_bias_ids, c->p_bias_vals,
+                   c->p_mask_rows, c->p_masks};
     for (size_t i = 0; i < sizeof(pin) / sizeof(pin[0]); i++)
         if (pin[i] != NULL)
             cudaFreeHost(pin[i]);
@@ -474,6 +476,11 @@ static int alloc_runtime(struct gw_cuda *c, int world, char *err,
         HALLOC(c->p_bias_rows, GW_CUDA_MAX_BIAS * 4, "logit bias");
         HALLOC(c->p_bias_ids, GW_CUDA_MAX_BIAS * 4, "logit bias");
         HALLOC(c->p_bias_vals, GW_CUDA_MAX_BIAS * 4, "logit bias");
+        c->mask_words = (m->vocab + 31) / 32;
+        DALLOC(c->s_mask_rows, S * 4, "token masks");
+        DALLOC(c->s_masks, S * (size_t)c->mask_words * 4, "token masks");
+        HALLOC(c->p_mask_rows, S * 4, "token masks");
+        HALLOC(c->p_masks, S * (size_t)c->mask_words * 4, "token masks");
     }
     /* head maps (L, Hkv) */
     DALLOC(c->head_group, L * Hkv * 4, "head maps");

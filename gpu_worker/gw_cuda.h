@@ -266,6 +266,11 @@ struct gw_cuda {
     float *s_bias_vals;                /* device (GW_CUDA_MAX_BIAS) */
     int32_t *p_bias_rows, *p_bias_ids; /* pinned mirrors */
     float *p_bias_vals;
+    int32_t *s_mask_rows;              /* device (max_seqs) masked rows */
+    uint32_t *s_masks;                 /* device (max_seqs, mask_words) */
+    int32_t *p_mask_rows;              /* pinned mirrors */
+    uint32_t *p_masks;
+    int mask_words;                    /* (vocab + 31) / 32 */
 
     int n_buckets;
     int bucket[GW_CUDA_MAX_BUCKETS];   /* ascending batch sizes */
@@ -375,13 +380,18 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
  * bias_ids/bias_vals are added to that row's device logits before the
  * draw and taken off again after it, so lps and the top logprobs stay
  * those of the raw logits as on the CPU; at most GW_CUDA_MAX_BIAS entries
- * over all rows. bad[i] (host, n) gets the first id whose raw logit is NaN
+ * over all rows. Structured outputs: masks (NULL = none, else n entries,
+ * NULL for an unconstrained row) gives a row's allowed ids (bit j of
+ * word j >> 5, host memory of (vocab + 31) / 32 words), applied to its
+ * device logits after the finiteness check and before the draw and every
+ * log-probability (kernels/cuda/logit_mask.h). bad[i] (host, n) gets the first id whose raw logit is NaN
  * or +-inf, or -1, and bad_val[i] (host, n) that logit: such a row's token
  * means nothing and the caller fails its request. Returns 0, TG_EINVAL (nothing kept, n too large, a
  * parameter out of range, too many bias entries) or TG_EDEVICE. */
 int gw_cuda_sample(struct gw_cuda *c, int n,
                    const struct tg_cuda_sample_params *params,
-                   const struct tg_sampling *const *bias, int n_top,
+                   const struct tg_sampling *const *bias,
+                   const uint32_t *const *masks, int n_top,
                    int32_t *tokens, float *lps, int32_t *top_ids,
                    float *top_lps, int32_t *bad, float *bad_val, char *err,
                    size_t errlen);

@@ -20,6 +20,7 @@
 #include "kernels/cuda/kv_table_dev.h"
 #include "kernels/cuda/nccl_comm.h"
 #include "kernels/cuda/prefill_attn.h"
+#include "kernels/cuda/logit_mask.h"
 #include "kernels/cuda/sample.h"
 #include "kernels/cuda/score_qa.h"
 #include "kernels/cuda/vocab_unshard.h"
@@ -485,7 +486,8 @@ static int gather_bias(struct gw_cuda *c, int n,
 
 int gw_cuda_sample(struct gw_cuda *c, int n,
                    const struct tg_cuda_sample_params *params,
-                   const struct tg_sampling *const *bias, int n_top,
+                   const struct tg_sampling *const *bias,
+                   const uint32_t *const *masks, int n_top,
                    int32_t *tokens, float *lps, int32_t *top_ids,
                    float *top_lps, int32_t *bad, float *bad_val, char *err,
                    size_t errlen)
@@ -513,6 +515,26 @@ int gw_cuda_sample(struct gw_cuda *c, int n,
                               cudaMemcpyDeviceToHost, st));
     GW_CU_TRY(cudaMemcpyAsync(c->p_bad_val, c->s_bad_val, (size_t)n * 4,
                               cudaMemcpyDeviceToHost, st));
+    int nm = 0;
+    for (int i = 0; masks != NULL && i < n; i++) {
+        if (masks[i] == NULL)
+            continue;
+        c->p_mask_rows[nm] = i;
+        memcpy(c->p_masks + (size_t)nm * c->mask_words, masks[i],
+               (size_t)c->mask_words * 4);
+        nm++;
+    }
+    if (nm > 0) {
+        GW_CU_TRY(cudaMemcpyAsync(c->s_mask_rows, c->p_mask_rows,
+                                  (size_t)nm * 4, cudaMemcpyHostToDevice, st));
+        GW_CU_TRY(cudaMemcpyAsync(c->s_masks, c->p_masks,
+                                  (size_t)nm * c->mask_words * 4,
+                                  cudaMemcpyHostToDevice, st));
+        GW_OP_TRY(tg_cuda_logit_mask_apply(logits, md->vocab, c->s_mask_rows,
+                                           c->s_masks, c->mask_words, nm,
+                                           c->stream),
+                  "token masks", md->n_layers);
+    }
     int nb = gather_bias(c, n, bias);
     if (nb < 0)
         return tg_err_set(err, errlen, TG_EINVAL,

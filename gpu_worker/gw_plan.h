@@ -51,6 +51,13 @@ struct gw_entry {
                                    the rank's head order); or 0 values */
     size_t n_head_lens;
     uint32_t fork_from;         /* GW_ENTRY_FORK: the source slot */
+    const char *grammar;        /* fresh entries of a constrained request:
+                                   its spec text (gm_spec.h, grammar_len
+                                   bytes); NULL: none */
+    size_t grammar_len;
+    const uint32_t *grammar_tokens; /* (n_grammar_tokens) with grammar: the
+                                   tokens it generated before this entry */
+    size_t n_grammar_tokens;
 };
 
 /* Page ids appended to one (layer, group) row of a slot, after an optional

@@ -109,6 +109,11 @@ int gw_wlink_decode_plan(struct gw_wlink *l,
         o->head_lens = e->head_lens;
         o->n_head_lens = e->n_head_lens;
         o->fork_from = e->fork_from;
+        o->grammar = e->grammar != NULL && e->grammar[0] != '\0'
+                         ? e->grammar : NULL;
+        o->grammar_len = o->grammar != NULL ? strlen(o->grammar) : 0;
+        o->grammar_tokens = e->grammar_tokens;
+        o->n_grammar_tokens = e->n_grammar_tokens;
     }
     for (size_t i = 0; i < bp->n_page_deltas; i++) {
         const Tangram__Worker__V1__PageDelta *d =
@@ -484,6 +489,8 @@ static int handle(struct gw_wlink *l, struct gw_worker *w, GwWorkerMessage *m)
             log_err("%s", err);
             return GW_WLINK_EXIT_ERROR;
         }
+        /* The next step's token masks while the router plans it. */
+        gw_worker_after_step(w);
         return -1;
     }
     case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_SHUTDOWN:

@@ -58,6 +58,9 @@ void gw_worker_free(struct gw_worker *w)
     free(w->sp_bad);
     free(w->hrep);
     free(w->row_max);
+    if (w->rank == 0)
+        gw_grammar_log_stats(&w->gram);
+    gw_grammar_free(&w->gram);
     gw_host_tier_free(&w->tier); /* its copies use the backend */
     gw_backend_free(w->be);
     gw_trig_cfg_free(&w->trig);
@@ -203,6 +206,12 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     const char *prof = eo.profile_path == NULL ? "none" : eo.profile_path;
     snprintf(w->model_name, sizeof(w->model_name), "%s", o->model_dir);
     snprintf(w->profile_name, sizeof(w->profile_name), "%s", prof);
+    if (w->rank == 0 &&
+        gw_grammar_init(&w->gram, o->model_dir, w->model.vocab,
+                        o->max_slots) != 0) {
+        rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+        goto fail;
+    }
     return 0;
 fail:
     gw_worker_free(w);
@@ -301,11 +310,24 @@ static void slot_clear(struct gw_wslot *s)
 
 static int apply_plan(struct gw_worker *w, const struct gw_plan *plan)
 {
-    for (size_t i = 0; i < plan->n_frees; i++)
+    for (size_t i = 0; i < plan->n_frees; i++) {
         slot_clear(&w->slots[plan->frees[i]]);
+        if (w->rank == 0)
+            gw_grammar_slot_clear(&w->gram, plan->frees[i]);
+    }
     for (size_t i = 0; i < plan->n_entries; i++) {
         const struct gw_entry *e = &plan->entries[i];
         struct gw_wslot *sl = &w->slots[e->slot];
+        if (e->fresh && w->rank == 0) {
+            /* A failure fails this request alone, at its draw. */
+            if (e->grammar != NULL)
+                (void)gw_grammar_slot_start(&w->gram, e->slot, e->grammar,
+                                            e->grammar_len,
+                                            e->grammar_tokens,
+                                            e->n_grammar_tokens);
+            else
+                gw_grammar_slot_clear(&w->gram, e->slot);
+        }
         if (e->fresh) {
             slot_clear(sl);
             sl->active = 1;
@@ -386,6 +408,7 @@ static void make_draw(struct gw_worker *w, const struct gw_entry *e, int row,
     d->row = row;
     d->sampling = &e->sampling;
     d->index = pos > np ? (uint64_t)(pos - np) : 0;
+    d->mask = gw_grammar_slot_mask(&w->gram, e->slot);
     d->hist = (struct tg_sample_history){
         .prompt = sl->hist,
         .n_prompt = p_end > sl->hist_from ? (int)(p_end - sl->hist_from) : 0,
@@ -619,6 +642,12 @@ static void draw_all(struct gw_worker *w, const struct gw_plan *plan,
             continue;
         }
         char *why = w->serr_text + *n_err * GW_WORKER_SLOT_ERROR_MAX;
+        const char *gerr = gw_grammar_slot_error(&w->gram, e->slot);
+        if (gerr != NULL) {
+            snprintf(why, GW_WORKER_SLOT_ERROR_MAX, "%s", gerr);
+            slot_error(w, n_err, e->slot, why);
+            continue;
+        }
         struct gw_draw d;
         make_draw(w, e, row[i], 0, &d);
         double tb = now_s();
@@ -631,10 +660,29 @@ static void draw_all(struct gw_worker *w, const struct gw_plan *plan,
             slot_error(w, n_err, e->slot, why);
             continue;
         }
+        if (d.mask != NULL) {
+            struct gw_token *t = &w->tok[*n_tok];
+            w->gram.st.draws++;
+            if (gw_grammar_slot_accept(&w->gram, e->slot, t->token) != 0) {
+                slot_error(w, n_err, e->slot,
+                           gw_grammar_slot_error(&w->gram, e->slot));
+                continue;
+            }
+            /* Masked ids have no probability: alternatives end at the
+             * first of them (they sort last). */
+            while (t->n_top > 0 && t->top_lps[t->n_top - 1] == -INFINITY)
+                t->n_top--;
+        }
         (*n_tok)++;
     }
 }
 
+
+void gw_worker_after_step(struct gw_worker *w)
+{
+    if (w->rank == 0)
+        gw_grammar_prepare(&w->gram);
+}
 
 int gw_worker_step(struct gw_worker *w, const struct gw_plan *plan,
                    struct gw_result *out)

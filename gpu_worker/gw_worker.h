@@ -97,6 +97,7 @@
 #include "common/kv/kv_seq.h"
 #include "common/profile/pf_profile.h"
 #include "common/base/tg_config.h"
+#include "gpu_worker/gw_grammar.h"
 #include "gpu_worker/gw_backend.h"
 #include "gpu_worker/gw_beat.h"
 #include "gpu_worker/gw_forward.h"
@@ -236,6 +237,8 @@ struct gw_worker {
     int n_hrep;
     int32_t *row_max;             /* (rows) validation scratch */
     char error[512];              /* the result's error of the last step */
+    struct gw_grammar gram;       /* rank 0: structured outputs' matchers
+                                     and masks per slot (gw_grammar.h) */
     /* Hello storage */
     char model_name[256];
     char profile_name[256];
@@ -287,5 +290,10 @@ int gw_worker_comm_join(struct gw_worker *w, const struct gw_comm_setup *cs,
  * impossible) leaves the involved slots for the router to free. */
 int gw_worker_step(struct gw_worker *w, const struct gw_plan *plan,
                    struct gw_result *out);
+
+/* Work that may follow a step once its result is on its way (rank 0):
+ * the token masks of the constrained slots' next draws (gw_grammar.h),
+ * computed while the router plans the next step. */
+void gw_worker_after_step(struct gw_worker *w);
 
 #endif /* GW_WORKER_H */

@@ -171,6 +171,13 @@ struct tg_ops {
                   const struct tg_sample_history *hist, uint64_t *rng,
                   int32_t *token, float *lp, int n_top, int32_t *top_ids,
                   float *top_lps);
+
+    /* Structured outputs: sets logits[j] = -inf for every id j < vocab
+     * whose bit in mask is 0 (bit j of mask[j >> 5], (vocab + 31) / 32
+     * words), before sample so that the draw and its log-probabilities
+     * see only the allowed ids. Host memory. 0 or TG_EINVAL. */
+    int (*logits_mask)(struct tg_backend *b, float *logits, int vocab,
+                       const uint32_t *mask);
 };
 
 /* The CPU reference backend (kernels/cpu/). */

@@ -27,6 +27,7 @@ const struct tg_ops tg_ops_cpu = {
     .kv_append = cpu__kv_append,
     .logprobs = cpu__logprobs,
     .sample = cpu__sample,
+    .logits_mask = cpu__logits_mask,
 };
 
 int tg_backend_cpu_new(int n_threads, struct tg_backend **out)

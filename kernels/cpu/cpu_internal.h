@@ -94,6 +94,8 @@ int cpu__kv_append(struct tg_backend *b, const struct tg_kv_rows *rows,
                    const int32_t *n_keep);
 int cpu__logprobs(struct tg_backend *b, const float *logits, int n, int vocab,
                   const int32_t *target, float *lp);
+int cpu__logits_mask(struct tg_backend *b, float *logits, int vocab,
+                     const uint32_t *mask);
 int cpu__sample(struct tg_backend *b, float *logits, int vocab,
                 const struct tg_sampling *sp,
                 const struct tg_sample_history *hist, uint64_t *rng,

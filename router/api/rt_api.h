@@ -33,6 +33,13 @@ int rt_api_http_register(struct rt_server *s, struct rt_http_server *http,
 int rt_api_grpc_register(struct rt_server *s, struct rt_grpc_server *grpc,
                          char *err, size_t errlen);
 
+/* What the OpenAI parsers check a request against: the server's model,
+ * its context (capped once when the workers' pools turn out smaller), the
+ * vocabulary, the HTTP body limit and the chat template's tool-call format
+ * (what a required tool call is constrained to). Loop thread, or a pool
+ * job that the loop keeps the server alive for. */
+struct rt_openai_cfg rt_api_openai_cfg(const struct rt_server *s);
+
 /* A generation request on the front end's side (rt_req.fe): the parsed
  * request's part only this API needs (its core part, g.q, moved into
  * rt_req.q), the response's formatting state and the tool-call parser of

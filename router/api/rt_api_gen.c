@@ -83,7 +83,7 @@ int rt_api_gen_started(struct rt_req *r, struct rt_api_error *e)
      * model how to write them and the request offered tools. */
     if (a->tc == NULL && a->g.endpoint == RT_ENDPOINT_CHAT &&
         r->q.tools != NULL && json_array_size(r->q.tools) > 0 &&
-        a->g.tool_choice == RT_TOOL_CHOICE_AUTO &&
+        a->g.tool_choice != RT_TOOL_CHOICE_NONE &&
         s->tmpl.tool_format != CT_TOOLS_NONE) {
         if ((a->tc = malloc(sizeof(*a->tc))) == NULL)
             return oom(e);
@@ -104,4 +104,18 @@ void rt_api_gen_release(struct rt_req *r)
     rt_gen_request_free(&a->g);
     free(a);
     r->fe = NULL;
+}
+
+struct rt_openai_cfg rt_api_openai_cfg(const struct rt_server *s)
+{
+    return (struct rt_openai_cfg){
+        .served_model = s->model_name,
+        .max_model_len = s->max_model_len,
+        .vocab_size = s->mc.vocab_size,
+        /* A server object made for conversions alone (rt_api_grpc.h)
+         * has no options; the body limit is the HTTP server's anyway. */
+        .max_body_bytes = s->opts != NULL ? (size_t)s->opts->http_max_body
+                                          : 0,
+        .tool_format = s->tmpl.tool_format,
+    };
 }

@@ -382,6 +382,27 @@ int rt_api_grpc_convert(struct rt_server *s,
     struct rt_gen_opts *o = &g->q.opts;
     rt_gen_request_defaults(g);
     g->q.max_tokens_param = "sampling.max_tokens";
+    if (q->response_format != NULL && q->response_format[0] != '\0') {
+        json_error_t je;
+        json_t *rf = json_loads(q->response_format, 0, &je);
+        if (rf == NULL) {
+            rt_api_error_set(e, 400, "invalid_value", "response_format",
+                             "response_format is not JSON: %s", je.text);
+            return TG_EINVAL;
+        }
+        json_t *root = json_object();
+        int rc = root == NULL || json_object_set_new(root, "response_format",
+                                                     rf) != 0
+                     ? TG_ENOMEM
+                     : rt_openai_parse_response_format(root, &g->q.grammar, e);
+        if (root == NULL)
+            json_decref(rf);
+        json_decref(root);
+        if (rc == TG_ENOMEM && e->status == 0)
+            goto nomem;
+        if (rc != 0)
+            return rc;
+    }
     g->model = strdup(s->model_name);
     if (g->model == NULL)
         goto nomem;
@@ -393,12 +414,24 @@ int rt_api_grpc_convert(struct rt_server *s,
                                  q->n_tools, q->tool_choice, e);
         if (root == NULL)
             return e->status == 500 ? TG_ENOMEM : TG_EINVAL;
+        if (q->parallel_tool_calls_opt_case ==
+                TANGRAM__V1__GENERATE_REQUEST__PARALLEL_TOOL_CALLS_OPT_PARALLEL_TOOL_CALLS &&
+            json_object_set_new(root, "parallel_tool_calls",
+                                json_boolean(q->parallel_tool_calls)) != 0) {
+            json_decref(root);
+            goto nomem;
+        }
         int rc = rt_openai_chat_parse_messages(root, &g->messages,
                                                &g->n_messages,
                                                &g->q.chat_messages, e);
         if (rc == 0)
             rc = rt_openai_chat_parse_tools(root, &g->q.tools,
                                             &g->tool_choice, e);
+        if (rc == 0) {
+            struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
+            rc = rt_openai_tool_grammar(&cfg, root, g->q.tools,
+                                        g->tool_choice, &g->q.grammar, e);
+        }
         json_decref(root);
         if (rc != 0)
             return rc;

@@ -18,8 +18,10 @@
  * limits of the HTTP API: exactly one prompt form, roles by name, ids
  * (session_id, or else call's "x-session-id" header) of at most
  * RT_OPENAI_MAX_ID_BYTES bytes of UTF-8, sampling ranges, stop strings and
- * stop token ids below s->mc.vocab_size. Reads s->model_name and
- * s->mc.vocab_size only. Returns 0, or TG_EINVAL / TG_ENOMEM with *e
+ * stop token ids below s->mc.vocab_size; response_format and a
+ * tool_choice that requires calls into q.grammar (checked). Reads
+ * s->model_name, s->mc.vocab_size, s->tmpl.tool_format and s->opts (may be
+ * NULL) only. Returns 0, or TG_EINVAL / TG_ENOMEM with *e
  * filled; either way the caller frees *g (rt_gen_request_free). Loop
  * thread (any thread for a server object of its own). */
 int rt_api_grpc_convert(struct rt_server *s,

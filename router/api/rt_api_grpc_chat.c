@@ -164,9 +164,21 @@ json_t *rt_api_grpc__chat_json(Tangram__V1__ChatMessage *const *msgs,
             build_set(&b, jt, "function", f);
         }
     }
-    if (tool_choice != NULL && tool_choice[0] != '\0')
+    if (tool_choice != NULL && tool_choice[0] != '\0' &&
+        (strcmp(tool_choice, "auto") == 0 || strcmp(tool_choice, "none") == 0 ||
+         strcmp(tool_choice, "required") == 0)) {
         build_set(&b, root, "tool_choice",
                   build_str(&b, tool_choice, "tool_choice", 0));
+    } else if (tool_choice != NULL && tool_choice[0] != '\0') {
+        /* Any other string names the one function to call, OpenAI's
+         * {"type": "function", "function": {"name"}}. */
+        json_t *c = build_new(&b, json_object());
+        json_t *f = build_new(&b, json_object());
+        build_set(&b, f, "name", build_str(&b, tool_choice, "tool_choice", 0));
+        build_set(&b, c, "type", build_str(&b, "function", "tool_choice", 0));
+        build_set(&b, c, "function", f);
+        build_set(&b, root, "tool_choice", c);
+    }
     if (b.failed) {
         json_decref(root);
         return NULL;

@@ -426,15 +426,7 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     size_t n_all = 0;
     if (a->ctx.logprobs) {
         for (int32_t i = 0; i < r->n_out; i++) {
-            struct rt_token_logprob *t = &r->lp_scratch[n_all++];
-            t->id = r->out_ids[i];
-            t->logprob = r->out_lps[i];
-            t->n_top = (size_t)r->n_top;
-            t->top = r->top_scratch + (size_t)i * r->n_top;
-            for (int k = 0; k < r->n_top; k++) {
-                r->top_scratch[(size_t)i * r->n_top + k].id = r->out_top_ids[(size_t)i * r->n_top + k];
-                r->top_scratch[(size_t)i * r->n_top + k].logprob = r->out_top_lps[(size_t)i * r->n_top + k];
-            }
+            rt_req_token_logprob(r, i, &r->lp_scratch[n_all++]);
         }
     }
     struct rt_usage u = usage_of(r);

@@ -44,24 +44,12 @@ struct body_job {
 
 /* ---- the work, on any thread ------------------------------------------- */
 
-/* What the OpenAI parsers check a body against: the server's model, its
- * context (capped once when the workers' pools turn out smaller), the
- * vocabulary and the HTTP body limit. */
-static struct rt_openai_cfg api_cfg(const struct rt_server *s)
-{
-    return (struct rt_openai_cfg){
-        .served_model = s->model_name,
-        .max_model_len = s->max_model_len,
-        .vocab_size = s->mc.vocab_size,
-        .max_body_bytes = (size_t)s->opts->http_max_body,
-    };
-}
 
 static int parse_generate(struct rt_server *s, enum rt_endpoint ep,
                           const char *body, size_t len,
                           struct rt_gen_request *g, struct rt_api_error *e)
 {
-    struct rt_openai_cfg cfg = api_cfg(s);
+    struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
     return ep == RT_ENDPOINT_CHAT
                ? rt_openai_parse_chat(&cfg, body, len, g, e)
                : rt_openai_parse_completion(&cfg, body, len, g, e);
@@ -72,7 +60,7 @@ static int tokenize_body(struct rt_server *s, const char *body, size_t len,
                          char **out, size_t *out_len, struct rt_api_error *e)
 {
     struct rt_tokenize_request t;
-    struct rt_openai_cfg cfg = api_cfg(s);
+    struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
     int rc = rt_openai_parse_tokenize(&cfg, body, len, &t, e);
     if (rc != 0) {
         rt_tokenize_request_free(&t);
@@ -107,7 +95,7 @@ static int detokenize_body(struct rt_server *s, const char *body,
 {
     struct rt_detokenize_request d;
     memset(&d, 0, sizeof(d));
-    struct rt_openai_cfg cfg = api_cfg(s);
+    struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
     int rc = rt_openai_parse_detokenize(&cfg, body, len, &d, e);
     if (rc != 0)
         return rc;

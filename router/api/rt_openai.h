@@ -132,10 +132,15 @@ struct rt_message {
 };
 
 /* tool_choice: "auto" (the default with tools) lets the model call tools;
- * "none" renders the prompt without tools and returns text only. */
+ * "none" renders the prompt without tools and returns text only;
+ * "required" and a named function ({"type": "function", "function":
+ * {"name"}}) constrain the output to tool calls (of that function) in the
+ * template's format (rt_openai_tool_grammar). */
 enum rt_tool_choice {
     RT_TOOL_CHOICE_AUTO = 0,
     RT_TOOL_CHOICE_NONE,
+    RT_TOOL_CHOICE_REQUIRED,
+    RT_TOOL_CHOICE_FUNCTION,
 };
 
 /* A parsed generation request of either endpoint: the core's request
@@ -176,6 +181,9 @@ struct rt_openai_cfg {
     int32_t max_model_len;    /* context in tokens; 0 = not checked */
     int32_t vocab_size;       /* token ids must be below it; 0 = unchecked */
     size_t max_body_bytes;    /* larger bodies get 413; 0 = unlimited */
+    enum ct_tool_format tool_format; /* the chat template's tool-call
+                                        format: what tool_choice
+                                        "required" constrains output to */
 };
 
 /* Parses and validates a /v1/completions body of `len` bytes into *out
@@ -213,6 +221,15 @@ int rt_openai_check_sampling(const struct tg_sampling *sp, int32_t vocab,
 
 /* Releases everything r owns and zeroes it. Safe on a zeroed request. */
 void rt_gen_request_free(struct rt_gen_request *r);
+
+/* The optional "response_format" member of root into *grammar: the spec
+ * text of its constraint (common/grammar/gm_spec.h, malloc'd, replacing
+ * *grammar; left as it was for "text"), checked with gm_spec_check: 400
+ * naming the keyword or limit when the engine cannot serve it, with
+ * `param` under "response_format". Both front ends (the gRPC API's
+ * response_format is the same JSON). Any thread (rt_openai_format.c). */
+int rt_openai_parse_response_format(const json_t *root, char **grammar,
+                                    struct rt_api_error *e);
 
 /* /tokenize (vLLM): {"model", "prompt", "add_special_tokens"} or
  * {"model", "messages", "tools", "add_generation_prompt",

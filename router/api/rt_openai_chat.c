@@ -336,6 +336,37 @@ static bool valid_function_name(const char *s, size_t n)
     return true;
 }
 
+/* tool_choice {"type": "function", "function": {"name": f}} naming one of
+ * the tools (OpenAI's shape). */
+static int check_named_choice(const json_t *c, const json_t *tools,
+                              struct rt_api_error *e)
+{
+    json_t *type = json_object_get(c, "type");
+    if (!json_is_string(type) ||
+        strcmp(json_string_value(type), "function") != 0)
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
+                               "tool_choice.type",
+                               "'tool_choice.type' must be \"function\"");
+    json_t *fn = json_object_get(c, "function");
+    json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+    if (!json_is_string(name))
+        return rt_openai__bad_type(e, "tool_choice.function.name",
+                                   "a string");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t)
+    {
+        json_t *tn = json_object_get(json_object_get(t, "function"), "name");
+        if (json_equal(tn, name))
+            return 0;
+    }
+    return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
+                           "tool_choice.function.name",
+                           "'tool_choice' names the function '%.64s', which "
+                           "is not among 'tools'",
+                           json_string_value(name));
+}
+
 int rt_openai_chat_parse_tools(const json_t *root, json_t **tools,
                                enum rt_tool_choice *choice,
                                struct rt_api_error *e)
@@ -403,16 +434,14 @@ int rt_openai_chat_parse_tools(const json_t *root, json_t **tools,
             } else if (json_is_string(c) &&
                        strcmp(json_string_value(c), "none") == 0) {
                 *choice = RT_TOOL_CHOICE_NONE;
-            } else if ((json_is_string(c) &&
-                        strcmp(json_string_value(c), "required") == 0) ||
-                       json_is_object(c)) {
-                return rt_openai__fail(
-                    e, TG_EUNSUPPORTED, 400, "unsupported_value",
-                    "tool_choice",
-                    "'tool_choice' %s is not supported: this server does not "
-                    "constrain decoding to force a tool call; use \"auto\" "
-                    "or \"none\"",
-                    json_is_object(c) ? "naming a function" : "\"required\"");
+            } else if (json_is_string(c) &&
+                       strcmp(json_string_value(c), "required") == 0) {
+                *choice = RT_TOOL_CHOICE_REQUIRED;
+            } else if (json_is_object(c)) {
+                int rc = check_named_choice(c, v, e);
+                if (rc != 0)
+                    return rc;
+                *choice = RT_TOOL_CHOICE_FUNCTION;
             } else {
                 return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
                                        "tool_choice",

@@ -29,6 +29,22 @@ int rt_openai_chat_parse_tools(const json_t *root, json_t **tools,
                                enum rt_tool_choice *choice,
                                struct rt_api_error *e);
 
+/* The constraint of tool_choice "required" or a named function
+ * (rt_openai_format.c): one or more calls (exactly one of the named
+ * function, or one of any tool when "parallel_tool_calls" is false) in
+ * cfg->tool_format, each function's arguments valid against its
+ * "parameters", as the spec text of common/grammar/gm_spec.h into
+ * *grammar (checked with gm_spec_check). Nothing for "auto" and "none",
+ * but "strict": true tools under "auto" are refused: the output is not
+ * constrained until a call starts (docs/API.md). 400 naming the field when
+ * the template has no tool-call format, *grammar is set already
+ * (response_format), or a schema is refused. `tools` and root as
+ * rt_openai_chat_parse_tools saw them. */
+int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg,
+                           const json_t *root, const json_t *tools,
+                           enum rt_tool_choice choice, char **grammar,
+                           struct rt_api_error *e);
+
 /* Frees messages[0..n) and the array; NULL is fine. */
 void rt_openai_chat_messages_free(struct rt_message *m, size_t n);
 

@@ -48,6 +48,12 @@ int rt_openai__get_str(const json_t *obj, const char *key, const char *param,
 int rt_openai__get_bool(const json_t *obj, const char *key, const char *param,
                         bool *out, struct rt_api_error *e);
 
+/* Checks spec text (owned, NUL-terminated, len bytes) with gm_spec_check
+ * and moves it into *out (freeing what *out held), or frees it and fills
+ * *e: 400 naming `param` with the engine's message. */
+int rt_openai__grammar_take(char *spec, size_t len, const char *param,
+                            char **out, struct rt_api_error *e);
+
 /* Parses a body into a JSON object (*root, new reference): 413 over
  * cfg->max_body_bytes, 400 for empty, malformed or non-object bodies. */
 int rt_openai__load_body(const struct rt_openai_cfg *cfg, const char *body,

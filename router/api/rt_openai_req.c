@@ -331,25 +331,9 @@ static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
     if (rt_openai__member(root, "prompt_logprobs") != NULL)
         return rt_openai__unsupported(e, "prompt_logprobs",
                            "prompt logprobs are not supported over HTTP");
-    json_t *v = rt_openai__member(root, "response_format");
-    if (v != NULL) {
-        if (!json_is_object(v))
-            return rt_openai__bad_type(e, "response_format", "an object");
-        json_t *t = json_object_get(v, "type");
-        if (!json_is_string(t))
-            return rt_openai__bad_type(e, "response_format.type", "a string");
-        const char *ts = json_string_value(t);
-        if (strcmp(ts, "text") != 0)
-            return rt_openai__fail(
-                e, TG_EUNSUPPORTED, 400, "unsupported_value",
-                "response_format.type",
-                "response_format type '%.64s' is not supported: this server "
-                "has no constrained decoding, so it cannot guarantee %s; only "
-                "{\"type\": \"text\"} is accepted",
-                ts, strcmp(ts, "json_object") == 0 ? "valid JSON output"
-                    : strcmp(ts, "json_schema") == 0 ? "output matching a schema"
-                                                     : "that format");
-    }
+    int frc = rt_openai_parse_response_format(root, &out->q.grammar, e);
+    if (frc != 0)
+        return frc;
     if (ep != RT_ENDPOINT_CHAT)
         return 0;
     if (rt_openai__member(root, "functions") != NULL)
@@ -808,6 +792,9 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
                                                 &out->q.chat_messages, e)) ||
             (rc = rt_openai_chat_parse_tools(root, &out->q.tools,
                                              &out->tool_choice, e)) ||
+            (rc = rt_openai_tool_grammar(cfg, root, out->q.tools,
+                                         out->tool_choice, &out->q.grammar,
+                                         e)) ||
             (rc = rt_openai__parse_chat_opts(root, &out->q.chat, e)))
             goto fail;
     } else {

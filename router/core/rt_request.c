@@ -134,6 +134,7 @@ int rt_request_copy_sample(const struct rt_request *src,
     out->max_tokens_param = src->max_tokens_param;
     out->user = dup_or_null(src->user, &bad);
     out->request_id = dup_or_null(src->request_id, &bad);
+    out->grammar = dup_or_null(src->grammar, &bad);
     if (src->tools != NULL)
         out->tools = json_incref(src->tools);
     out->sampling = src->sampling;
@@ -176,5 +177,6 @@ void rt_request_free(struct rt_request *r)
     free(r->user);
     free(r->session_id);
     free(r->request_id);
+    free(r->grammar);
     memset(r, 0, sizeof(*r));
 }

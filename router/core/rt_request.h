@@ -120,6 +120,11 @@ struct rt_request {
     char *user;               /* NULL = absent */
     char *session_id;         /* multi-turn key; NULL = absent */
     char *request_id;         /* the client's id; NULL = absent */
+    char *grammar;            /* structured outputs (DESIGN.md §4.11): the
+                                 constraint's spec text (common/grammar/
+                                 gm_spec.h), checked by the front end
+                                 (gm_spec_check); the workers compile it.
+                                 Owned; NULL = unconstrained */
 };
 
 /* Checks q against the context once its prompt has been tokenized to
@@ -134,8 +139,9 @@ int rt_request_fit(struct rt_request *q, int32_t max_model_len,
 /* Fills *out (overwritten) with what one more parallel sample of `src`
  * needs once src's prompt is tokenized and its max_tokens resolved: is_chat,
  * add_special_tokens, sampling (logit bias copied), options (stop strings
- * and ids copied), max_tokens_param, the tools (a reference), user and
- * request_id; no prompt, messages or session (a sample is never stored
+ * and ids copied), max_tokens_param, the tools (a reference), user,
+ * request_id and the grammar (each choice is constrained on its own); no
+ * prompt, messages or session (a sample is never stored
  * for multi-turn reuse), and n = 1. Returns 0 or TG_ENOMEM (*out then
  * empty). The caller frees *out with rt_request_free. Any thread. */
 int rt_request_copy_sample(const struct rt_request *src,

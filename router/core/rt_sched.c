@@ -98,6 +98,7 @@ static void req_free(struct rt_sched *s, struct rt_sched_req *req)
     free(req->tokens);
     free(req->session);
     free(req->request_id);
+    free(req->grammar);
     tg_sampling_bias_free(&req->sampling);
     free(req);
 }
@@ -421,6 +422,8 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
     if ((q->request_id = strdup(req->request_id != NULL ? req->request_id
                                                         : "")) == NULL)
         goto oom;
+    if (req->grammar != NULL && (q->grammar = strdup(req->grammar)) == NULL)
+        goto oom;
     q->sampling = req->sampling; /* the bias arrays copied just below */
     if (tg_sampling_bias_copy(&q->sampling, &req->sampling) != 0)
         goto oom;
@@ -527,6 +530,11 @@ void rt_sched__add_entry(struct rt_sched *s, struct rt_step *out,
     e->num_prompt = req->n_prompt;
     e->row_lens_off = -1;
     e->fork_from = -1;
+    /* A fresh slot on a worker starts its matcher from the spec and the
+     * tokens generated so far (a restart after preemption replays them). */
+    e->grammar = req->fresh ? req->grammar : NULL;
+    e->grammar_tokens = req->tokens + req->n_prompt;
+    e->n_grammar_tokens = e->grammar != NULL ? req->n_tokens - req->n_prompt : 0;
     if (req->fresh && pos > 0) {
         /* Stored KV adopted: the worker learns how much each row holds
          * (room reserved by rt_sched_plan). */

@@ -179,6 +179,11 @@ struct rt_sched_request {
                                by requests of the same scope are reused or
                                replaced (rt_prefix.h); 0 is a scope too */
     void *user;             /* caller's handle, echoed in entries/events */
+    const char *grammar;    /* structured outputs: the constraint's spec
+                               text (common/grammar/gm_spec.h, checked by
+                               the front end; copied), or NULL. Its fresh
+                               entries carry it with the tokens generated
+                               so far (rt_step_entry.grammar). */
     uint64_t fork_of;       /* nonzero: a parallel sample (OpenAI n > 1)
                                of the WAITING, never admitted request
                                fork_of, submitted right after it with the

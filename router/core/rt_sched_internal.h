@@ -16,6 +16,7 @@ struct rt_sched_req {
     uint64_t scope;           /* multi-turn cache scope (rt_prefix.h) */
     char *request_id;         /* owned copy ("" at least) */
     struct tg_sampling sampling;
+    char *grammar;            /* owned spec text, or NULL (no constraint) */
     int32_t *tokens;          /* (cap) prompt + generated, token i at
                                  position i */
     int64_t n_tokens;

@@ -436,6 +436,12 @@ uint64_t rt_server_random(struct rt_server *s);
 /* Token text for logprobs (rt_token_text_fn). */
 const char *rt_server_token_text(void *user, int32_t id, size_t *len);
 
+/* Fills *t with output token i of r (i < r->n_out) and its alternatives,
+ * in r->top_scratch: as many as the worker sent (a structured output's
+ * step may allow fewer ids than were asked for). Loop thread. */
+void rt_req_token_logprob(struct rt_req *r, int32_t i,
+                          struct rt_token_logprob *t);
+
 /* Loop-clock seconds. */
 double rt_server_now(const struct rt_server *s);
 

@@ -6,6 +6,26 @@
 
 #include <stdio.h>
 
+void rt_req_token_logprob(struct rt_req *r, int32_t i,
+                          struct rt_token_logprob *t)
+{
+    t->id = r->out_ids[i];
+    t->logprob = r->out_lps[i];
+    t->top = r->top_scratch + (size_t)i * (size_t)r->n_top;
+    /* A structured output's step may allow fewer ids than were asked
+     * for: the worker sends only those (id -1 here after them), and so
+     * does the response. */
+    t->n_top = 0;
+    for (int k = 0; k < r->n_top; k++) {
+        size_t at = (size_t)i * (size_t)r->n_top + (size_t)k;
+        if (r->out_top_ids[at] < 0)
+            break;
+        r->top_scratch[at].id = r->out_top_ids[at];
+        r->top_scratch[at].logprob = r->out_top_lps[at];
+        t->n_top++;
+    }
+}
+
 static int sink_blocked(struct rt_req *r)
 {
     return !r->no_hold && r->blocked != NULL && r->blocked(r);
@@ -48,17 +68,7 @@ void rt_req_deliver(struct rt_req *r, enum rt_finish fin, const char *error)
                                                  : RT_DELIVER_MAX_TOKENS;
             for (size_t j = 0; j < n_lp; j++) {
                 size_t i = (size_t)r->lp_sent + j;
-                struct rt_token_logprob *t = &r->lp_scratch[j];
-                t->id = r->out_ids[i];
-                t->logprob = r->out_lps[i];
-                t->n_top = (size_t)r->n_top;
-                t->top = r->top_scratch + i * (size_t)r->n_top;
-                for (int k = 0; k < r->n_top; k++) {
-                    r->top_scratch[i * r->n_top + k].id =
-                        r->out_top_ids[i * r->n_top + k];
-                    r->top_scratch[i * r->n_top + k].logprob =
-                        r->out_top_lps[i * r->n_top + k];
-                }
+                rt_req_token_logprob(r, (int32_t)i, &r->lp_scratch[j]);
             }
         }
         int last = upto == ready && n_lp == avail;

@@ -308,6 +308,7 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
         .n_prompt = r->n_prompt,
         .max_tokens = sp->max_tokens,
         .session_id = r->q.session_id,
+        .grammar = r->q.grammar,
         .cache_scope = cache_scope(r),
         .user = r,
         .fork_of = r->fork_of,

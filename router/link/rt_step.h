@@ -72,6 +72,13 @@ struct rt_step_entry {
     int32_t fork_from;       /* RT_STEP_FORK: the slot of the request it
                                 samples from (its last chunk comes earlier
                                 in the step); -1 otherwise */
+    const char *grammar;     /* fresh entry of a constrained request: its
+                                spec text (common/grammar/gm_spec.h,
+                                NUL-terminated, borrowed like tokens);
+                                NULL otherwise */
+    const int32_t *grammar_tokens; /* with grammar: the tokens it generated
+                                before (n_grammar_tokens, borrowed) */
+    int64_t n_grammar_tokens;
     int64_t delta_begin;     /* its records: deltas[delta_begin ..
                                 delta_end) */
     int64_t delta_end;

@@ -13,7 +13,7 @@ a long request plus a queued one fill it (RESOURCE_EXHAUSTED for the next).
 Checked: Health/Check SERVING (open without the key), NOT_FOUND for an
 unknown service; ModelInfo; Tokenize equals the HTTP /tokenize (also for a
 chat with tools, a tool call and its result; Generate with tools; bad tool
-parameters and tool_choice "required" -> INVALID_ARGUMENT); Generate
+parameters and a tool_choice naming no tool -> INVALID_ARGUMENT); Generate
 streams tokens and text with finish_reason 0 until the last message, which
 carries LENGTH and the usage; greedy Generate equals the HTTP completion of
 the same prompt ids; logprobs; stop strings; a second turn by session_id
@@ -239,10 +239,10 @@ def t_tools(c, grpc, http):
               "parameters_json" in det,
               "a tool with bad parameters_json -> INVALID_ARGUMENT", det)
     gm, code, det = c.gen(messages=msgs[:1], tools=[tool],
-                          tool_choice="required")
+                          tool_choice="not_a_tool")
     chk.check(code == grpc.StatusCode.INVALID_ARGUMENT and
-              "tool_choice" in det,
-              "tool_choice required -> INVALID_ARGUMENT", det)
+              "not_a_tool" in det,
+              "tool_choice naming no tool -> INVALID_ARGUMENT", det)
     gm, code, det = c.gen(prompt="x", tools=[tool])
     chk.check(code == grpc.StatusCode.INVALID_ARGUMENT,
               "tools on a text prompt -> INVALID_ARGUMENT", det)

@@ -11,7 +11,8 @@ openai_params.mjs) and raw HTTP:
   what the same request without echo generates; streamed the same; usage
   unchanged; echo with logprobs is 400; a prompt sent as token ids is
   echoed decoded.
-- response_format json_object and n = 17 (over the limit of 16) are 400
+- a response_format schema with an unsupported keyword and n = 17 (over
+  the limit of 16) are 400
   with the parameter named.
 - top_k / top_p (raw HTTP): top_k 1 at temperature 1 is greedy; with top_k
   3 and top_p 0.5 every sampled token is in the nucleus of the
@@ -181,8 +182,8 @@ def t_node(d, force, ban):
               j["echo_stream"])
     for k, param, what in (
             ("echo_logprobs", "echo", "echo with logprobs"),
-            ("json_object", "response_format.type",
-             "response_format json_object"),
+            ("json_schema", "response_format.json_schema.schema",
+             "response_format schema with an unsupported keyword"),
             ("bias_range", "logit_bias.99999999",
              "logit_bias outside the vocabulary"),
             ("bias_value", "logit_bias.%d" % force, "logit_bias value 150"),

@@ -500,6 +500,58 @@ static void test_logit_bias(void **st)
     tg_backend_cpu_free(b);
 }
 
+/* logits_mask: masked ids become -inf, the others keep their value bit
+ * for bit; the draws that follow (greedy, seeded at temperature 1, top
+ * alternatives) name only allowed ids and their probabilities are those of
+ * the allowed ids renormalised. */
+static void test_logits_mask(void **st)
+{
+    (void)st;
+    struct tg_backend *b = be();
+    const int V = 1000;
+    float x[1000], y[1000];
+    uint32_t m[(1000 + 31) / 32] = {0};
+    for (int j = 0; j < V; j++)
+        x[j] = (float)(6.0 * urand() - 3.0);
+    for (int j = 0; j < V; j += 7)
+        m[j >> 5] |= 1u << (j & 31);
+    memcpy(y, x, sizeof(x));
+    assert_int_equal(tg_ops_cpu.logits_mask(b, y, V, m), 0);
+    double z = 0.0, mx = -INFINITY;
+    for (int j = 0; j < V; j++) {
+        if (j % 7 == 0) {
+            assert_true(y[j] == x[j]);
+            mx = x[j] > mx ? x[j] : mx;
+        } else
+            assert_true(isinf(y[j]) && y[j] < 0.0f);
+    }
+    for (int j = 0; j < V; j += 7)
+        z += exp(x[j] - mx);
+    struct tg_sampling sp = TG_SAMPLING_OFF;
+    int32_t tok, ids[5];
+    float lp, lps[5];
+    float w[1000];
+    memcpy(w, y, sizeof(y));
+    assert_int_equal(tg_ops_cpu.sample(b, w, V, &sp, NULL, NULL, &tok, &lp, 5,
+                                       ids, lps), 0);
+    assert_int_equal(tok % 7, 0);
+    near(lp, x[tok] - mx - log(z), 1e-5);
+    for (int t = 0; t < 5; t++)
+        assert_int_equal(ids[t] % 7, 0);
+    sp.temperature = 1.0f;
+    for (uint64_t seed = 1; seed <= 200; seed++) {
+        uint64_t r = seed;
+        memcpy(w, y, sizeof(y));
+        assert_int_equal(tg_ops_cpu.sample(b, w, V, &sp, NULL, &r, &tok, &lp,
+                                           0, NULL, NULL), 0);
+        assert_int_equal(tok % 7, 0);
+    }
+    assert_int_equal(tg_ops_cpu.logits_mask(b, NULL, V, m), TG_EINVAL);
+    assert_int_equal(tg_ops_cpu.logits_mask(b, y, 0, m), TG_EINVAL);
+    assert_int_equal(tg_ops_cpu.logits_mask(b, y, V, NULL), TG_EINVAL);
+    tg_backend_cpu_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -511,6 +563,7 @@ int main(void)
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_raw_logprobs),
         cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_logits_mask),
         cmocka_unit_test(test_sample_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -153,10 +153,22 @@ static const struct bad_case BAD[] = {
      "must be an object"},
     {C, "{\"prompt\":\"hi\",\"prompt_logprobs\":1}", 400, TG_EUNSUPPORTED,
      "prompt_logprobs", "not supported"},
-    {C, "{\"prompt\":\"hi\",\"response_format\":{\"type\":\"json_object\"}}",
-     400, TG_EUNSUPPORTED, "response_format.type", "valid JSON output"},
+    {C, "{\"prompt\":\"hi\",\"response_format\":{\"type\":\"grammar\"}}",
+     400, TG_EUNSUPPORTED, "response_format.type", "not supported"},
     {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\"}}",
-     400, TG_EUNSUPPORTED, "response_format.type", "matching a schema"},
+     400, TG_EFORMAT, "response_format.json_schema", "needs"},
+    {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
+        "\"json_schema\":{\"name\":\"x\"}}}",
+     400, TG_EFORMAT, "response_format.json_schema.schema", "needs"},
+    {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
+        "\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":"
+        "\"object\",\"patternProperties\":{}}}}}",
+     400, TG_EUNSUPPORTED, "response_format.json_schema.schema",
+     "patternProperties"},
+    {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
+        "\"json_schema\":{\"name\":\"x\",\"strict\":1,"
+        "\"schema\":{}}}}",
+     400, TG_EFORMAT, "response_format.json_schema.strict", "a boolean"},
     {H, "{" MSG ",\"response_format\":{\"type\":5}}",
      400, TG_EFORMAT, "response_format.type", "a string"},
     /* max_tokens, min_tokens */
@@ -360,12 +372,26 @@ static const struct bad_case BAD[] = {
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
      "\"f\",\"description\":1}}]}",
      400, TG_EFORMAT, "tools[0].function.description", "must be a string"},
-    {H, "{" MSG ",\"tool_choice\":\"required\"}", 400, TG_EUNSUPPORTED,
-     "tool_choice", "not supported"},
+    {H, "{" MSG ",\"tool_choice\":\"required\"}", 400, TG_EFORMAT,
+     "tool_choice", "has no 'tools'"},
     {H,
-     "{" MSG ",\"tool_choice\":{\"type\":\"function\",\"function\":"
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+     "\"g\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":"
      "{\"name\":\"f\"}}}",
-     400, TG_EUNSUPPORTED, "tool_choice", "naming a function"},
+     400, TG_EFORMAT, "tool_choice.function.name", "not among 'tools'"},
+    {H,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+     "\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":"
+     "{\"name\":\"f\"}}}",
+     400, TG_EUNSUPPORTED, "tool_choice", "no tool-call format"},
+    {H,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+     "\"f\",\"strict\":true}}]}",
+     400, TG_EUNSUPPORTED, "tools[0].function.strict", "under \"auto\""},
+    {H,
+     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
+     "\"f\"}}],\"tool_choice\":{\"type\":\"tool\"}}",
+     400, TG_EFORMAT, "tool_choice.type", "must be"},
     {H, "{" MSG ",\"tool_choice\":\"sometimes\"}", 400, TG_EFORMAT,
      "tool_choice", "must be"},
     {H, "{" MSG ",\"parallel_tool_calls\":1}", 400, TG_EFORMAT,
@@ -505,6 +531,45 @@ static void test_completion_defaults(void **state)
     rt_gen_request_free(&r); /* safe twice: free zeroes */
 }
 
+/* tool_choice "required" and a named function become the spec of tool
+ * calls in the template's format: all tools, or the named one only, once
+ * with parallel_tool_calls false; response_format on top is refused. */
+static void test_tool_grammar(void **state)
+{
+    (void)state;
+    struct rt_openai_cfg cfg = CFG;
+    cfg.tool_format = CT_TOOLS_HERMES;
+    cfg.max_body_bytes = 0;
+    struct rt_gen_request r;
+    struct rt_api_error e;
+#define TOOLS "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":" \
+              "\"f\",\"parameters\":{\"type\":\"object\"}}},{\"type\":"  \
+              "\"function\",\"function\":{\"name\":\"g\"}}]"
+    const char *b1 = "{" MSG "," TOOLS ",\"tool_choice\":\"required\"}";
+    assert_int_equal(rt_openai_parse_chat(&cfg, b1, strlen(b1), &r, &e), 0);
+    assert_int_equal(r.tool_choice, RT_TOOL_CHOICE_REQUIRED);
+    assert_non_null(r.q.grammar);
+    assert_non_null(strstr(r.q.grammar, "\"tool_calls\""));
+    assert_non_null(strstr(r.q.grammar, "\"g\""));
+    assert_non_null(strstr(r.q.grammar, "\"max_calls\":0"));
+    rt_gen_request_free(&r);
+    const char *b2 = "{" MSG "," TOOLS ",\"parallel_tool_calls\":false,"
+                     "\"tool_choice\":{\"type\":\"function\",\"function\":"
+                     "{\"name\":\"f\"}}}";
+    assert_int_equal(rt_openai_parse_chat(&cfg, b2, strlen(b2), &r, &e), 0);
+    assert_int_equal(r.tool_choice, RT_TOOL_CHOICE_FUNCTION);
+    assert_non_null(r.q.grammar);
+    assert_null(strstr(r.q.grammar, "\"g\""));
+    assert_non_null(strstr(r.q.grammar, "\"max_calls\":1"));
+    rt_gen_request_free(&r);
+    const char *b3 = "{" MSG "," TOOLS ",\"tool_choice\":\"required\","
+                     "\"response_format\":{\"type\":\"json_object\"}}";
+    assert_int_equal(rt_openai_parse_chat(&cfg, b3, strlen(b3), &r, &e),
+                     TG_EUNSUPPORTED);
+    assert_string_equal(e.param, "response_format");
+#undef TOOLS
+}
+
 static void test_n_and_sample_copy(void **state)
 {
     (void)state;
@@ -527,11 +592,18 @@ static void test_n_and_sample_copy(void **state)
                      "\"max_tokens\":9,\"temperature\":0.5,\"logprobs\":true,"
                      "\"top_logprobs\":2,\"user\":\"u1\","
                      "\"session_id\":\"s1\",\"tools\":[{\"type\":\"function\","
-                     "\"function\":{\"name\":\"f\"}}]}";
+                     "\"function\":{\"name\":\"f\"}}],"
+                     "\"response_format\":{\"type\":\"json_object\"}}";
     assert_int_equal(rt_openai_parse_chat(&CFG, b2, strlen(b2), &r, &e), 0);
     assert_int_equal(r.q.n, 3);
+    /* response_format: the spec text of any JSON object (gm_spec.h). */
+    assert_non_null(r.q.grammar);
+    assert_non_null(strstr(r.q.grammar, "json_object"));
     memset(&c, 0, sizeof(c));
     assert_int_equal(rt_request_copy_sample(&r.q, &c.q), 0);
+    assert_non_null(c.q.grammar);
+    assert_ptr_not_equal(c.q.grammar, r.q.grammar);
+    assert_string_equal(c.q.grammar, r.q.grammar);
     /* What a sample needs, as deep copies (or a reference to the tools);
      * the API's own part (endpoint, stream options, echo text) is the
      * front end's copy (rt_api_gen_attach_sample)... */
@@ -795,7 +867,7 @@ static void test_chat_tools(void **state)
         "\"21C\"}],"
         "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
         "\"get_weather\",\"description\":\"Weather.\",\"parameters\":"
-        "{\"type\":\"object\"},\"strict\":true}}],"
+        "{\"type\":\"object\"},\"strict\":false}}],"
         "\"tool_choice\":\"auto\",\"parallel_tool_calls\":false}";
     struct rt_gen_request r;
     struct rt_api_error e;
@@ -911,6 +983,7 @@ int main(void)
         cmocka_unit_test(test_prompt_ids_over_context),
         cmocka_unit_test(test_completion_defaults),
         cmocka_unit_test(test_n_and_sample_copy),
+        cmocka_unit_test(test_tool_grammar),
         cmocka_unit_test(test_completion_all_fields),
         cmocka_unit_test(test_logit_bias_and_echo),
         cmocka_unit_test(test_completion_prompt_forms),

@@ -10,8 +10,9 @@
 //
 // Sends completions and chats with logit_bias (non-streaming and
 // streaming), completions with echo (both forms), and the requests the
-// server refuses with 400 (echo with logprobs, response_format
-// json_object, logit_bias outside the vocabulary, n = 17). Prints one JSON
+// server refuses with 400 (echo with logprobs, a response_format schema
+// with an unsupported keyword, logit_bias outside the vocabulary, n = 17).
+// Prints one JSON
 // object with what the client saw; the Python test judges it. Exits 1 only
 // when the client threw where it should not have.
 import OpenAI from "openai";
@@ -86,9 +87,10 @@ async function main() {
 
   out.echo_logprobs = await refused(() => client.completions.create({
     ...base, echo: true, logprobs: 1 }));
-  out.json_object = await refused(() => client.chat.completions.create({
+  out.json_schema = await refused(() => client.chat.completions.create({
     model, messages: [{ role: "user", content: "JSON please" }],
-    max_tokens: 3, response_format: { type: "json_object" } }));
+    max_tokens: 3, response_format: { type: "json_schema", json_schema: {
+      name: "zip", schema: { type: "string", pattern: "^[0-9]{5}$" } } } }));
   out.bias_range = await refused(() => client.completions.create({
     ...base, logit_bias: { "99999999": 5 } }));
   out.bias_value = await refused(() => client.completions.create({

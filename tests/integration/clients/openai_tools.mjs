@@ -8,7 +8,7 @@
 // Sends chat requests with tools (non-streaming and streaming, greedy so
 // the two must agree), a conversation with an assistant tool call (content
 // null, arguments as a JSON string, as the client types them) and its tool
-// result, and tool_choice "required" (which the server refuses with 400).
+// result (tool_choice "required": openai_structured.mjs).
 // Prints one JSON object with what the client saw; the Python test judges
 // it. Exits 0 when every call returned as expected by type, 1 when the
 // client threw unexpectedly.
@@ -84,16 +84,6 @@ async function main() {
                   finish_reason: hist.choices[0].finish_reason,
                   usage: hist.usage };
 
-  try {
-    await client.chat.completions.create({
-      model, messages: MESSAGES, tools: TOOLS, tool_choice: "required",
-      max_tokens: 4 });
-    out.required = { threw: false };
-  } catch (e) {
-    out.required = { threw: true, status: e.status ?? null,
-                     bad_request: e instanceof OpenAI.BadRequestError,
-                     message: String(e.message ?? "") };
-  }
   console.log(JSON.stringify(out));
 }
 

@@ -1,0 +1,138 @@
+/*
+ * gw_grammar.h — structured outputs on worker rank 0 (DESIGN.md §4.11):
+ * one matcher of common/grammar per constrained slot, next to the sampler,
+ * and the token mask of the slot's next draw.
+ *
+ * A constrained request's fresh entries carry its spec text and the
+ * tokens it generated before (gw_entry.grammar, grammar_tokens: a restart
+ * after preemption replays them, a fork starts from the spec). Its
+ * grammar comes from one process-wide gm_cache keyed by the spec text
+ * (the vocabulary is read from the model directory's tokenizer the first
+ * time a constraint arrives), so a schema seen before costs a lookup. The
+ * lookup (a first-seen schema's compile: 0.05 s to the 10 s limit) runs on
+ * a helper thread started when the fresh entry is applied, so it overlaps
+ * the request's prefill and the other requests' steps; the slot's first
+ * draw waits for it only if it is still running then (counted in
+ * gw_grammar_stats). A spec that fails to compile, or replayed tokens it
+ * rejects, fail that request alone (gw_grammar_slot_error; the worker
+ * turns it into a slot error at the draw), never the worker.
+ *
+ * Per step: the draw asks for the slot's mask (gw_grammar_slot_mask),
+ * the mask is applied to the logits before sampling and log-probabilities,
+ * and the drawn token is accepted (gw_grammar_slot_accept), which makes
+ * the mask stale. gw_grammar_prepare computes the stale masks; the worker
+ * calls it right after the step's result is sent, so the masks of step
+ * s + 1 are computed while the router plans that step. A mask still stale
+ * when a draw needs it is computed there and counted as a wait
+ * (gw_grammar_stats). When the document is complete and EOS was drawn
+ * (the router may keep a request going, e.g. min_tokens), the mask allows
+ * the EOS ids only.
+ *
+ * Threads: the worker's main thread calls every function; helper threads
+ * (one per compile in flight) touch only their job and the cache, which
+ * compiles with OpenMP.
+ */
+#ifndef GW_GRAMMAR_H
+#define GW_GRAMMAR_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/grammar/gm_cache.h"
+#include "common/grammar/gm_matcher.h"
+#include "common/grammar/gm_vocab.h"
+
+#define GW_GRAMMAR_ERR_MAX 384
+
+struct gw_gjob; /* gw_grammar.c: one compile on a helper thread */
+
+struct gw_gslot {
+    struct gw_gjob *job;    /* the grammar being fetched, or NULL */
+    uint32_t *replay;       /* (n_replay) tokens to accept once it is */
+    size_t n_replay, cap_replay;
+    int on;                 /* constrained: m and mask are live */
+    struct gm_matcher m;
+    uint32_t *mask;         /* (words) of the next draw */
+    int ready;              /* mask is of m's present state */
+    char err[GW_GRAMMAR_ERR_MAX]; /* non-empty: the request fails */
+};
+
+struct gw_grammar_stats {
+    uint64_t draws;         /* constrained draws (the worker counts them) */
+    uint64_t masks;         /* masks computed */
+    double mask_s;          /* seconds computing them */
+    uint64_t waits;         /* of which computed when a draw needed them */
+    double wait_s;          /* seconds the draws waited */
+    uint64_t compiles;      /* grammars fetched on a helper thread */
+    uint64_t compile_waits; /* of which a draw waited for */
+    double compile_wait_s;  /* seconds it waited */
+};
+
+struct gw_grammar {
+    char *model_dir;        /* owned copy: its tokenizer gives the
+                               vocabulary */
+    int vocab;              /* the logits row's width */
+    size_t words;           /* mask words: covers the row and the
+                               tokenizer's ids */
+    int loaded;             /* 1: v and cache ready; -1: loading failed
+                               (load_err) */
+    char load_err[GW_GRAMMAR_ERR_MAX];
+    struct gm_vocab v;
+    struct gm_cache cache;
+    struct gw_gslot *slots; /* (max_slots) */
+    int max_slots;
+    struct gw_grammar_stats st;
+    pthread_mutex_t jobs_mu;   /* guards jobs */
+    pthread_cond_t jobs_cv;    /* signalled when a helper thread ends */
+    int jobs;                  /* helper threads running */
+};
+
+/* Prepares *g for max_slots slots of a model with `vocab` logits per row
+ * whose tokenizer lies in model_dir (copied; read on first use).
+ * Returns 0 or TG_ENOMEM. */
+int gw_grammar_init(struct gw_grammar *g, const char *model_dir, int vocab,
+                    int max_slots);
+
+/* Frees everything; safe on a zeroed or half-built *g. */
+void gw_grammar_free(struct gw_grammar *g);
+
+/* The slot is unconstrained from now on (freed, or a fresh entry without
+ * a constraint). */
+void gw_grammar_slot_clear(struct gw_grammar *g, uint32_t slot);
+
+/* The slot starts the constraint of spec [spec, spec + len) (copied)
+ * after the n tokens it generated before (copied): reads the vocabulary
+ * on first use, then fetches the grammar on a helper thread. Returns 0,
+ * or the failure's code with the reason kept for gw_grammar_slot_error
+ * (no vocabulary, out of memory). A grammar that does not compile, or a
+ * replayed token it rejects, shows at gw_grammar_slot_error. */
+int gw_grammar_slot_start(struct gw_grammar *g, uint32_t slot,
+                          const char *spec, size_t len,
+                          const uint32_t *tokens, size_t n);
+
+/* The reason the slot's request fails, or NULL; waits for the slot's
+ * grammar first if it is still being fetched. */
+const char *gw_grammar_slot_error(struct gw_grammar *g, uint32_t slot);
+
+/* The mask of the slot's next draw ((vocab + 31) / 32 words at least,
+ * valid until the slot's next accept, start or clear), or NULL when the
+ * slot is unconstrained or failed. Computes it when stale (a wait). */
+const uint32_t *gw_grammar_slot_mask(struct gw_grammar *g, uint32_t slot);
+
+/* Accepts the token drawn for the slot (no-op when unconstrained).
+ * Returns 0 or TG_EINVAL with the reason kept (the token breaks the
+ * constraint: the mask was not applied). */
+int gw_grammar_slot_accept(struct gw_grammar *g, uint32_t slot,
+                           int32_t token);
+
+/* Computes every stale mask of a constrained slot (after a step), taking
+ * up the grammars fetched since (never waiting for one). */
+void gw_grammar_prepare(struct gw_grammar *g);
+
+/* Logs the statistics (info): draws, masks and their mean time, and how
+ * long draws waited for masks in all and per draw. Nothing when no draw
+ * was constrained. */
+void gw_grammar_log_stats(const struct gw_grammar *g);
+
+#endif /* GW_GRAMMAR_H */

@@ -1,0 +1,228 @@
+/*
+ * rt_openai_format.c — structured outputs of a request (DESIGN.md §4.11):
+ * OpenAI's `response_format` turned into the spec text of
+ * common/grammar/gm_spec.h, checked with gm_spec_check before the request
+ * is queued, so a schema the engine cannot serve is a 400 naming the
+ * keyword or the limit, never a failure at the worker.
+ *
+ *   {"type": "text"}                       no constraint
+ *   {"type": "json_object"}                any JSON object
+ *   {"type": "json_schema", "json_schema": {"name", "description"?,
+ *    "schema", "strict"?}}                 a document valid against schema
+ *
+ * `strict` false is served like true: the output is constrained either
+ * way (OpenAI's non-strict mode only promises less). The schema is
+ * required: a json_schema without one says nothing to enforce.
+ *
+ * Tool calls: tool_choice "required" or a named function constrains the
+ * whole output to calls in the chat template's format (gm_tool.h), each
+ * function's arguments valid against its "parameters".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/base/tg_err.h"
+#include "common/grammar/gm_spec.h"
+#include "common/grammar/gm_tool.h"
+#include "router/api/rt_openai_chat.h"
+#include "router/api/rt_openai_internal.h"
+
+#define FORMAT_NAME_MAX 64 /* OpenAI: ^[a-zA-Z0-9_-]{1,64}$ */
+
+/* Checks spec text (owned, NUL-terminated) and moves it into *out, or
+ * frees it and fills *e (400 naming `param`). */
+int rt_openai__grammar_take(char *spec, size_t len, const char *param,
+                            char **out, struct rt_api_error *e)
+{
+    char msg[320];
+    int rc = gm_spec_check(spec, len, NULL, msg, sizeof(msg));
+    if (rc == TG_ENOMEM) {
+        free(spec);
+        return rt_openai__oom(e);
+    }
+    if (rc != 0) {
+        free(spec);
+        return rt_openai__fail(e, rc == TG_EUNSUPPORTED ? TG_EUNSUPPORTED
+                                                        : TG_EFORMAT,
+                               400, rc == TG_ETOOBIG ? "schema_too_large"
+                               : rc == TG_EUNSUPPORTED ? "unsupported_schema"
+                                                       : "invalid_schema",
+                               param, "%s", msg);
+    }
+    free(*out);
+    *out = spec;
+    return 0;
+}
+
+static int parse_json_schema(const json_t *v, char **out,
+                             struct rt_api_error *e)
+{
+    json_t *js = rt_openai__member(v, "json_schema");
+    if (js == NULL)
+        return rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
+                               "response_format.json_schema",
+                               "response_format of type 'json_schema' needs "
+                               "a 'json_schema' object");
+    if (!json_is_object(js))
+        return rt_openai__bad_type(e, "response_format.json_schema",
+                                   "an object");
+    json_t *name = rt_openai__member(js, "name");
+    if (name != NULL && (!json_is_string(name) ||
+                         json_string_length(name) > FORMAT_NAME_MAX))
+        return rt_openai__bad_type(e, "response_format.json_schema.name",
+                                   "a string of at most 64 characters");
+    json_t *strict = rt_openai__member(js, "strict");
+    if (strict != NULL && !json_is_boolean(strict))
+        return rt_openai__bad_type(e, "response_format.json_schema.strict",
+                                   "a boolean");
+    json_t *schema = rt_openai__member(js, "schema");
+    if (schema == NULL)
+        return rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
+                               "response_format.json_schema.schema",
+                               "response_format.json_schema needs a 'schema' "
+                               "(a JSON Schema object) to constrain the "
+                               "output with");
+    if (!json_is_object(schema) && !json_is_boolean(schema))
+        return rt_openai__bad_type(e, "response_format.json_schema.schema",
+                                   "a JSON Schema (an object)");
+    char *spec = NULL;
+    size_t len = 0;
+    int rc = gm_spec_json_schema(schema, &spec, &len);
+    if (rc == TG_ENOMEM)
+        return rt_openai__oom(e);
+    if (rc != 0)
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_schema",
+                               "response_format.json_schema.schema",
+                               "the schema cannot be used (%s)",
+                               tg_strerror(rc));
+    return rt_openai__grammar_take(spec, len,
+                                   "response_format.json_schema.schema", out,
+                                   e);
+}
+
+int rt_openai_parse_response_format(const json_t *root, char **out,
+                                     struct rt_api_error *e)
+{
+    json_t *v = rt_openai__member(root, "response_format");
+    if (v == NULL)
+        return 0;
+    if (!json_is_object(v))
+        return rt_openai__bad_type(e, "response_format", "an object");
+    json_t *t = json_object_get(v, "type");
+    if (!json_is_string(t))
+        return rt_openai__bad_type(e, "response_format.type", "a string");
+    const char *ts = json_string_value(t);
+    if (strcmp(ts, "text") == 0)
+        return 0;
+    if (strcmp(ts, "json_schema") == 0)
+        return parse_json_schema(v, out, e);
+    if (strcmp(ts, "json_object") == 0) {
+        char *spec = NULL;
+        size_t len = 0;
+        if (gm_spec_json(1, &spec, &len) != 0)
+            return rt_openai__oom(e);
+        return rt_openai__grammar_take(spec, len, "response_format", out, e);
+    }
+    return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
+                           "response_format.type",
+                           "response_format type '%.64s' is not supported: "
+                           "use \"text\", \"json_object\" or \"json_schema\"",
+                           ts);
+}
+
+/* Refuses "strict": true tools under tool_choice "auto": the model may
+ * write text or calls, and a call would be constrained only from its
+ * start (a trigger this server does not watch for), so the promise of
+ * strict arguments could not be kept. */
+static int refuse_strict_auto(const json_t *tools, struct rt_api_error *e)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t)
+    {
+        json_t *st = json_object_get(json_object_get(t, "function"),
+                                     "strict");
+        if (json_is_true(st)) {
+            char p[64];
+            snprintf(p, sizeof(p), "tools[%zu].function.strict", i);
+            return rt_openai__fail(
+                e, TG_EUNSUPPORTED, 400, "unsupported_value", p,
+                "'strict': true tools are enforced only with tool_choice "
+                "\"required\" or a named function; under \"auto\" this "
+                "server does not constrain a call once it starts (send "
+                "strict false, or require the call)");
+        }
+    }
+    return 0;
+}
+
+int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg,
+                           const json_t *root, const json_t *tools,
+                           enum rt_tool_choice choice, char **grammar,
+                           struct rt_api_error *e)
+{
+    size_t n = tools != NULL ? json_array_size(tools) : 0;
+    if (choice == RT_TOOL_CHOICE_AUTO && n > 0)
+        return refuse_strict_auto(tools, e);
+    if (choice != RT_TOOL_CHOICE_REQUIRED && choice != RT_TOOL_CHOICE_FUNCTION)
+        return 0;
+    if (n == 0)
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
+                               "tool_choice",
+                               "'tool_choice' requires a tool call, but the "
+                               "request has no 'tools'");
+    if (*grammar != NULL)
+        return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
+                               "response_format",
+                               "'response_format' cannot be combined with a "
+                               "'tool_choice' that requires a tool call: the "
+                               "output is the call");
+    if (cfg->tool_format == CT_TOOLS_NONE)
+        return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
+                               "tool_choice",
+                               "the model's chat template writes no tool-call "
+                               "format this server knows (Hermes <tool_call> "
+                               "or Llama-3 JSON), so a call cannot be "
+                               "required");
+    const json_t *named = NULL;
+    if (choice == RT_TOOL_CHOICE_FUNCTION)
+        named = json_object_get(json_object_get(
+                                    json_object_get(root, "tool_choice"),
+                                    "function"), "name");
+    bool par = true;
+    int rc = rt_openai__get_bool(root, "parallel_tool_calls",
+                                 "parallel_tool_calls", &par, e);
+    if (rc != 0)
+        return rc;
+    struct gm_tool_fn *fns = calloc(n, sizeof(*fns));
+    if (fns == NULL)
+        return rt_openai__oom(e);
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *fn = json_object_get(json_array_get(tools, i), "function");
+        json_t *name = json_object_get(fn, "name");
+        if (named != NULL && !json_equal(name, named))
+            continue;
+        fns[m].name = json_string_value(name);
+        fns[m].parameters = rt_openai__member(fn, "parameters");
+        m++;
+    }
+    /* A named function is called once, as OpenAI does; "required" allows
+     * as many calls as parallel_tool_calls does. */
+    unsigned max_calls = named != NULL || !par ? 1 : 0;
+    char *spec = NULL;
+    size_t len = 0;
+    rc = gm_spec_tools(cfg->tool_format == CT_TOOLS_HERMES
+                           ? &GM_TOOL_HERMES
+                           : &GM_TOOL_LLAMA3_JSON,
+                       fns, m, 1, max_calls, &spec, &len);
+    free(fns);
+    if (rc == TG_ENOMEM)
+        return rt_openai__oom(e);
+    if (rc != 0)
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", "tools",
+                               "the tools cannot be used as a constraint "
+                               "(%s)", tg_strerror(rc));
+    return rt_openai__grammar_take(spec, len, "tools", grammar, e);
+}

@@ -1,0 +1,234 @@
+/* test_gw_grammar.c — rank 0's structured-output state per slot
+ * (gpu_worker/gw_grammar.h) over the Qwen3 tokenizer of the project's data
+ * folder, with a logits row wider than the vocabulary (as Qwen3's 151,936):
+ *   - a json_object slot: its first mask allows "{" and whitespace, not
+ *     "}" or EOS; after "{}" only whitespace and EOS; after EOS, EOS again;
+ *     the bits past the tokenizer's ids are 0;
+ *   - replay: a slot started with tokens already generated masks exactly as
+ *     a slot that accepted them one by one; a replayed token the grammar
+ *     rejects fails that slot alone, with the reason;
+ *   - a spec that does not compile fails its slot (NULL mask, the reason
+ *     kept); another slot is unaffected; clear and restart reuse the slot;
+ *   - statistics: masks computed by gw_grammar_prepare are not waits, a
+ *     stale mask a draw needs is one;
+ *   - a slot cleared while its grammar is still compiling on the helper
+ *     thread (a request aborted at once), and a free with compiles in
+ *     flight, leak nothing and crash nothing (ASan).
+ * Runs under ASan in CI's sanitizer build (the matchers' lifetimes). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/base/tg_err.h"
+#include "common/grammar/gm_spec.h"
+#include "common/tok/tok_tokenizer.h"
+#include "gpu_worker/gw_grammar.h"
+#include "tests/support/tt_support.h"
+
+#define ROW 151936 /* Qwen3's logits row: wider than its 151,669 ids */
+
+static struct tok_tokenizer tok;
+static char dir[512];
+
+static int setup(void **state)
+{
+    (void)state;
+    tt_data_path("tokenizers/qwen3", dir, sizeof(dir));
+    char err[256];
+    if (tok_tokenizer_load(&tok, dir, err, sizeof(err)) != 0) {
+        fprintf(stderr, "cannot load %s: %s\n", dir, err);
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tok_tokenizer_free(&tok);
+    return 0;
+}
+
+static int32_t id_of(const char *s)
+{
+    int32_t id = tok_token_to_id(&tok, s, strlen(s));
+    assert_true(id >= 0);
+    return id;
+}
+
+static int bit(const uint32_t *m, int32_t id)
+{
+    return (m[id >> 5] >> (id & 31)) & 1u;
+}
+
+static char *json_object_spec(void)
+{
+    char *spec = NULL;
+    size_t len = 0;
+    assert_int_equal(gm_spec_json(1, &spec, &len), 0);
+    return spec;
+}
+
+static void test_json_object_slot(void **state)
+{
+    (void)state;
+    struct gw_grammar g;
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 4), 0);
+    char *spec = json_object_spec();
+    assert_int_equal(gw_grammar_slot_start(&g, 2, spec, strlen(spec), NULL,
+                                           0), 0);
+    assert_null(gw_grammar_slot_error(&g, 2));
+    assert_null(gw_grammar_slot_mask(&g, 1)); /* unconstrained */
+    int32_t open = id_of("{"), close = id_of("}"), sp = id_of("Ġ");
+    int32_t eos = g.v.eos[0];
+    const uint32_t *m = gw_grammar_slot_mask(&g, 2);
+    assert_non_null(m);
+    assert_true(bit(m, open) && bit(m, sp));
+    assert_false(bit(m, close) || bit(m, eos));
+    for (int32_t id = g.v.n_ids; id < ROW; id++)
+        assert_false(bit(m, id));
+    assert_int_equal(g.st.waits, 1); /* computed when the draw needed it */
+    assert_int_equal(gw_grammar_slot_accept(&g, 2, open), 0);
+    gw_grammar_prepare(&g); /* after the step: not a wait */
+    assert_int_equal(g.st.masks, 2);
+    assert_int_equal(g.st.waits, 1);
+    assert_int_equal(gw_grammar_slot_accept(&g, 2, close), 0);
+    m = gw_grammar_slot_mask(&g, 2);
+    assert_true(bit(m, eos) && bit(m, sp));
+    assert_false(bit(m, open) || bit(m, close));
+    assert_int_equal(gw_grammar_slot_accept(&g, 2, eos), 0);
+    m = gw_grammar_slot_mask(&g, 2); /* after EOS: EOS only */
+    assert_true(bit(m, eos));
+    assert_false(bit(m, sp));
+    assert_int_equal(gw_grammar_slot_accept(&g, 2, eos), 0);
+    /* A token the grammar rejects (the mask was not applied): the slot
+     * fails with the reason. */
+    assert_int_equal(gw_grammar_slot_start(&g, 2, spec, strlen(spec), NULL,
+                                           0), 0);
+    assert_int_equal(gw_grammar_slot_accept(&g, 2, close), TG_EINVAL);
+    assert_non_null(gw_grammar_slot_error(&g, 2));
+    assert_null(gw_grammar_slot_mask(&g, 2));
+    gw_grammar_slot_clear(&g, 2);
+    assert_null(gw_grammar_slot_error(&g, 2));
+    free(spec);
+    gw_grammar_free(&g);
+}
+
+static void test_replay(void **state)
+{
+    (void)state;
+    struct gw_grammar g;
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 3), 0);
+    char *spec = json_object_spec();
+    const char *text[] = {"{\"", "a", "\":", "Ġ[", "1", ","};
+    uint32_t ids[6];
+    for (int i = 0; i < 6; i++)
+        ids[i] = (uint32_t)id_of(text[i]);
+    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL,
+                                           0), 0);
+    for (int i = 0; i < 6; i++) {
+        assert_non_null(gw_grammar_slot_mask(&g, 0));
+        assert_int_equal(gw_grammar_slot_accept(&g, 0, (int32_t)ids[i]), 0);
+    }
+    assert_int_equal(gw_grammar_slot_start(&g, 1, spec, strlen(spec), ids,
+                                           6), 0);
+    const uint32_t *a = gw_grammar_slot_mask(&g, 0);
+    const uint32_t *b = gw_grammar_slot_mask(&g, 1);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_memory_equal(a, b, g.words * sizeof(uint32_t));
+    /* A replay the grammar rejects fails that slot alone. */
+    uint32_t bad[2] = {(uint32_t)id_of("{"), (uint32_t)id_of("{")};
+    assert_int_equal(gw_grammar_slot_start(&g, 2, spec, strlen(spec), bad, 2),
+                     0);
+    assert_non_null(strstr(gw_grammar_slot_error(&g, 2), "token 1"));
+    assert_null(gw_grammar_slot_mask(&g, 2));
+    assert_non_null(gw_grammar_slot_mask(&g, 1));
+    free(spec);
+    gw_grammar_free(&g);
+}
+
+static void test_bad_spec(void **state)
+{
+    (void)state;
+    struct gw_grammar g;
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 2), 0);
+    const char *bad = "{\"type\": \"json_schema\", \"schema\": {\"type\": "
+                      "\"string\", \"pattern\": \"a\"}}";
+    /* The compile runs on a helper thread: the failure shows when the
+     * draw asks. */
+    assert_int_equal(gw_grammar_slot_start(&g, 0, bad, strlen(bad), NULL, 0),
+                     0);
+    const char *why = gw_grammar_slot_error(&g, 0);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "pattern"));
+    assert_null(gw_grammar_slot_mask(&g, 0));
+    assert_int_equal(gw_grammar_slot_accept(&g, 0, 5), 0); /* no-op */
+    /* The same slot serves a good spec afterwards; the other never saw
+     * the failure. */
+    char *spec = json_object_spec();
+    assert_null(gw_grammar_slot_error(&g, 1));
+    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL,
+                                           0), 0);
+    assert_null(gw_grammar_slot_error(&g, 0));
+    assert_non_null(gw_grammar_slot_mask(&g, 0));
+    free(spec);
+    gw_grammar_free(&g);
+}
+
+/* A model directory without a tokenizer: every constrained slot fails
+ * with the reason, nothing else breaks. */
+static void test_no_vocabulary(void **state)
+{
+    (void)state;
+    struct gw_grammar g;
+    assert_int_equal(gw_grammar_init(&g, "/nonexistent/model", ROW, 1), 0);
+    char *spec = json_object_spec();
+    assert_true(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0) !=
+                0);
+    assert_non_null(strstr(gw_grammar_slot_error(&g, 0), "vocabulary"));
+    assert_null(gw_grammar_slot_mask(&g, 0));
+    free(spec);
+    gw_grammar_free(&g);
+}
+
+/* Clears and frees while helper threads still compile distinct schemas
+ * (each a first-seen compile of a few hundred ms at the Qwen3 vocabulary):
+ * the threads finish on their own, the free waits for them. */
+static void test_clear_while_compiling(void **state)
+{
+    (void)state;
+    struct gw_grammar g;
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 3), 0);
+    char spec[256];
+    for (int i = 0; i < 3; i++) {
+        int n = snprintf(spec, sizeof(spec), "{\"type\": \"json_schema\", "
+                         "\"schema\": {\"type\": \"object\", \"properties\": "
+                         "{\"k%d\": {\"type\": \"string\", \"maxLength\": %d}}}}",
+                         i, 20 + i);
+        assert_int_equal(gw_grammar_slot_start(&g, (uint32_t)i, spec,
+                                               (size_t)n, NULL, 0), 0);
+    }
+    gw_grammar_slot_clear(&g, 0);
+    assert_null(gw_grammar_slot_mask(&g, 0));
+    assert_non_null(gw_grammar_slot_mask(&g, 1)); /* waits for its grammar */
+    gw_grammar_free(&g); /* slot 2 may still be compiling */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_json_object_slot),
+        cmocka_unit_test(test_replay),
+        cmocka_unit_test(test_bad_spec),
+        cmocka_unit_test(test_no_vocabulary),
+        cmocka_unit_test(test_clear_while_compiling),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

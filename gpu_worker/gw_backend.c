@@ -91,9 +91,9 @@ int gw_backend__host_sample(struct gw_backend *b, const struct gw_draw *d,
     uint64_t rng = d->sampling->seed + d->index * GOLDEN;
     int32_t tok;
     float lp;
-    int rc = tg_ops_cpu.sample(b->host, b->logits + (size_t)d->row * V,
-                               (int)V, d->sampling, &d->hist, &rng, &tok,
-                               &lp, K, top_ids, top_lps);
+    int rc = tg_ops_cpu.sample(b->host, b->logits + (size_t)d->row * V, (int)V,
+                               d->sampling, &d->hist, &rng, &tok, &lp, K,
+                               top_ids, top_lps);
     if (rc != 0)
         return tg_err_set(err, errlen, rc, "slot %u: sampling failed (%s)",
                           d->slot, tg_strerror(rc));

@@ -65,7 +65,8 @@
 #include "gpu_worker/gw_plan.h"
 #include "kernels/tg_ops.h"
 
-#define GW_BACKEND_MAX_TOP TG_SAMPLING_MAX_TOP /* top alternatives of one draw */
+#define GW_BACKEND_MAX_TOP \
+    TG_SAMPLING_MAX_TOP /* top alternatives of one draw */
 
 enum gw_backend_kind {
     GW_BACKEND_CPU = 0,

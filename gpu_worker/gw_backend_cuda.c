@@ -45,7 +45,7 @@ struct cuda_backend {
     const struct tg_sampling **dev_bias; /* (max_slots) by decode row: the
                                             row's sampling when it has a
                                             logit bias, else NULL */
-    const uint32_t **dev_masks;   /* (max_slots) by decode row: the draw's
+    const uint32_t **dev_masks; /* (max_slots) by decode row: the draw's
                                      token mask, or NULL */
 };
 
@@ -124,10 +124,12 @@ static int cuda_prefill(struct gw_backend *b, struct gw_seq *seq,
 static struct tg_cuda_sample_params device_params(const struct tg_sampling *sp,
                                                   uint64_t index)
 {
-    return (struct tg_cuda_sample_params){
-        .temperature = sp->temperature, .top_k = sp->top_k,
-        .top_p = sp->top_p, .min_p = sp->min_p, .seed = sp->seed,
-        .step = index};
+    return (struct tg_cuda_sample_params){.temperature = sp->temperature,
+                                          .top_k = sp->top_k,
+                                          .top_p = sp->top_p,
+                                          .min_p = sp->min_p,
+                                          .seed = sp->seed,
+                                          .step = index};
 }
 
 /* Rank 0 draws a decode batch on the device when every draw can be: no
@@ -143,8 +145,7 @@ static int device_draws(const struct cuda_backend *c, const struct gw_draw *d,
     for (int i = 0; i < n_draws; i++) {
         const struct tg_sampling *sp = d[i].sampling;
         if (sp->repetition_penalty != 1.0f || sp->presence_penalty != 0.0f ||
-            sp->frequency_penalty != 0.0f ||
-            sp->n_top > GW_CUDA_MAX_TOP)
+            sp->frequency_penalty != 0.0f || sp->n_top > GW_CUDA_MAX_TOP)
             return 0;
         n_bias += sp->n_bias > 0 ? sp->n_bias : 0;
     }
@@ -194,9 +195,9 @@ static int cuda_decode(struct gw_backend *b, struct gw_seq *const *seqs,
             top = sp->n_top;
     }
     rc = gw_cuda_sample(&c->cu, n, c->dev_params, c->dev_bias, c->dev_masks,
-                        top, c->dev_tok,
-                        c->dev_lp, c->dev_top_ids, c->dev_top_lps, c->dev_bad,
-                        c->dev_bad_val, err, errlen);
+                        top, c->dev_tok, c->dev_lp, c->dev_top_ids,
+                        c->dev_top_lps, c->dev_bad, c->dev_bad_val, err,
+                        errlen);
     if (rc != 0)
         return rc;
     c->dev_first = first_row;

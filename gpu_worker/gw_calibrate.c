@@ -148,7 +148,8 @@ int gw_calibrate_gvote_run(struct gw_engine *e, uint64_t seed,
     for (int s = 0; s < n_samples; s++) {
         /* Each sample is a request of its own seed, as a served request
          * is; seed + s keeps the run a function of the flags. */
-        struct gw_gen_params gp = {.max_tokens = 0, .ignore_eos = 1,
+        struct gw_gen_params gp = {.max_tokens = 0,
+                                   .ignore_eos = 1,
                                    .sampling = {.seed = seed + (uint64_t)s},
                                    .head_counts = 1};
         struct gw_gen_result res;

@@ -260,28 +260,30 @@ void gw_cuda_free(struct gw_cuda *c)
         tg_cuda_split_map_free(c->splits);
         free(c->splits);
     }
-    void *dev[] = {c->wslab, c->head_group, c->head_slot, c->pool, c->x,
-                   c->part, c->h, c->q, c->att, c->k, c->v, c->gu, c->mlp,
-                   c->logits, c->gathered, c->scores, c->idx, c->cmp_ws,
-                   c->dec_ws, c->ids_d, c->pos_d, c->tgt_d, c->lp_d,
-                   c->fault_d, c->dec.indptr, c->dec.indices, c->dec.npages,
-                   c->dec.lens, c->pre.indptr, c->pre.indices,
-                   c->pre.npages, c->pre.lens, c->sc_pos, c->sc_val,
-                   c->full, c->s_tok, c->s_lp, c->s_bad, c->s_bad_val,
-                   c->s_top_ids, c->s_top_lps,
-                   c->s_bias_rows, c->s_bias_ids, c->s_bias_vals,
-                   c->s_mask_rows, c->s_masks};
+    void *dev[] = {
+        c->wslab,       c->head_group,  c->head_slot,  c->pool,
+        c->x,           c->part,        c->h,          c->q,
+        c->att,         c->k,           c->v,          c->gu,
+        c->mlp,         c->logits,      c->gathered,   c->scores,
+        c->idx,         c->cmp_ws,      c->dec_ws,     c->ids_d,
+        c->pos_d,       c->tgt_d,       c->lp_d,       c->fault_d,
+        c->dec.indptr,  c->dec.indices, c->dec.npages, c->dec.lens,
+        c->pre.indptr,  c->pre.indices, c->pre.npages, c->pre.lens,
+        c->sc_pos,      c->sc_val,      c->full,       c->s_tok,
+        c->s_lp,        c->s_bad,       c->s_bad_val,  c->s_top_ids,
+        c->s_top_lps,   c->s_bias_rows, c->s_bias_ids, c->s_bias_vals,
+        c->s_mask_rows, c->s_masks};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         if (dev[i] != NULL)
             cudaFree(dev[i]);
-    void *pin[] = {c->dec.h_indptr, c->dec.h_indices, c->dec.h_npages,
-                   c->dec.h_lens, c->pre.h_indptr, c->pre.h_indices,
-                   c->pre.h_npages, c->pre.h_lens, c->h_sc_pos, c->h_sc_val,
-                   c->p_ids, c->p_pos, c->p_fault, c->p_logits, c->p_lp,
-                   c->p_tok, c->p_top_ids, c->p_slp, c->p_top_lps, c->p_bad,
-                   c->p_bad_val,
-                   c->p_bias_rows, c->p_bias_ids, c->p_bias_vals,
-                   c->p_mask_rows, c->p_masks};
+    void *pin[] = {
+        c->dec.h_indptr, c->dec.h_indices, c->dec.h_npages, c->dec.h_lens,
+        c->pre.h_indptr, c->pre.h_indices, c->pre.h_npages, c->pre.h_lens,
+        c->h_sc_pos,     c->h_sc_val,      c->p_ids,        c->p_pos,
+        c->p_fault,      c->p_logits,      c->p_lp,         c->p_tok,
+        c->p_top_ids,    c->p_slp,         c->p_top_lps,    c->p_bad,
+        c->p_bad_val,    c->p_bias_rows,   c->p_bias_ids,   c->p_bias_vals,
+        c->p_mask_rows,  c->p_masks};
     for (size_t i = 0; i < sizeof(pin) / sizeof(pin[0]); i++)
         if (pin[i] != NULL)
             cudaFreeHost(pin[i]);

@@ -266,11 +266,11 @@ struct gw_cuda {
     float *s_bias_vals;                /* device (GW_CUDA_MAX_BIAS) */
     int32_t *p_bias_rows, *p_bias_ids; /* pinned mirrors */
     float *p_bias_vals;
-    int32_t *s_mask_rows;              /* device (max_seqs) masked rows */
-    uint32_t *s_masks;                 /* device (max_seqs, mask_words) */
-    int32_t *p_mask_rows;              /* pinned mirrors */
+    int32_t *s_mask_rows; /* device (max_seqs) masked rows */
+    uint32_t *s_masks;    /* device (max_seqs, mask_words) */
+    int32_t *p_mask_rows; /* pinned mirrors */
     uint32_t *p_masks;
-    int mask_words;                    /* (vocab + 31) / 32 */
+    int mask_words; /* (vocab + 31) / 32 */
 
     int n_buckets;
     int bucket[GW_CUDA_MAX_BUCKETS];   /* ascending batch sizes */
@@ -391,10 +391,9 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
 int gw_cuda_sample(struct gw_cuda *c, int n,
                    const struct tg_cuda_sample_params *params,
                    const struct tg_sampling *const *bias,
-                   const uint32_t *const *masks, int n_top,
-                   int32_t *tokens, float *lps, int32_t *top_ids,
-                   float *top_lps, int32_t *bad, float *bad_val, char *err,
-                   size_t errlen);
+                   const uint32_t *const *masks, int n_top, int32_t *tokens,
+                   float *lps, int32_t *top_ids, float *top_lps, int32_t *bad,
+                   float *bad_val, char *err, size_t errlen);
 
 /* The decode batch bucket that n sequences run in (the smallest bucket
  * >= n), or -1 when n is outside 1..max_seqs. Pure. */

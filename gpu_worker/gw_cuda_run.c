@@ -487,10 +487,9 @@ static int gather_bias(struct gw_cuda *c, int n,
 int gw_cuda_sample(struct gw_cuda *c, int n,
                    const struct tg_cuda_sample_params *params,
                    const struct tg_sampling *const *bias,
-                   const uint32_t *const *masks, int n_top,
-                   int32_t *tokens, float *lps, int32_t *top_ids,
-                   float *top_lps, int32_t *bad, float *bad_val, char *err,
-                   size_t errlen)
+                   const uint32_t *const *masks, int n_top, int32_t *tokens,
+                   float *lps, int32_t *top_ids, float *top_lps, int32_t *bad,
+                   float *bad_val, char *err, size_t errlen)
 {
     const struct gw_model *md = c->model;
     if (err != NULL && errlen > 0)

@@ -437,8 +437,11 @@ static int draw(struct gw_engine *e, const struct gw_gen_params *p, int t,
     struct gw_backend *b = e->bk;
     int K = p->sampling.n_top;
     struct tg_sampling sp = p->sampling; /* greedy for forced ids */
-    struct gw_draw d = {.slot = 0, .row = 0, .sampling = &sp,
-                        .index = (uint64_t)t, .hist = *hist};
+    struct gw_draw d = {.slot = 0,
+                        .row = 0,
+                        .sampling = &sp,
+                        .index = (uint64_t)t,
+                        .hist = *hist};
     struct gw_token out;
     if (p->forced_ids != NULL) {
         *tok = p->forced_ids[t];
@@ -553,9 +556,14 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
     if (rc == 0)
         rc = kv_seq_reserve_prompt(&g.seq, kv, &e->pool, 0, n_prompt, err,
                                    errlen);
-    g.gs = (struct gw_seq){.pos = 0, .len = g.view.filled, .pages = g.pages,
-                           .kv = &g.view, .hlen = hlen, .seed = p->sampling.seed,
-                           .slot_pos = slot_pos, .slot_cap = slot_cap};
+    g.gs = (struct gw_seq){.pos = 0,
+                           .len = g.view.filled,
+                           .pages = g.pages,
+                           .kv = &g.view,
+                           .hlen = hlen,
+                           .seed = p->sampling.seed,
+                           .slot_pos = slot_pos,
+                           .slot_cap = slot_cap};
     if (rc == 0)
         rc = sync_view(e, &g.seq, &g.view, &g.gs, g.pages, err, errlen);
     if (rc != 0)
@@ -607,8 +615,10 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
         g.gs.dstart = dstart;
     }
 
-    struct tg_sample_history hist = {.prompt = prompt, .n_prompt = n_prompt,
-                                     .output = res->tokens, .n_output = 0};
+    struct tg_sample_history hist = {.prompt = prompt,
+                                     .n_prompt = n_prompt,
+                                     .output = res->tokens,
+                                     .n_output = 0};
     res->finish = GW_FINISH_LENGTH;
     for (int t = 0; t < T; t++) {
         int32_t tok;
@@ -645,7 +655,9 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
          * on the device); a forced run keeps its logits on the host. */
         struct gw_seq *one = &g.gs;
         hist.n_output = t + 1;
-        struct gw_draw next = {.slot = 0, .row = 0, .sampling = &p->sampling,
+        struct gw_draw next = {.slot = 0,
+                               .row = 0,
+                               .sampling = &p->sampling,
                                .index = (uint64_t)t + 1,
                                .hist = hist};
         int announce = p->forced_ids == NULL;

@@ -91,7 +91,8 @@ static int load(struct gw_grammar *g)
         g->loaded = -1;
         snprintf(g->load_err, sizeof(g->load_err),
                  "structured outputs are unavailable: the vocabulary of %.100s "
-                 "could not be read (%.200s)", g->model_dir, err);
+                 "could not be read (%.200s)",
+                 g->model_dir, err);
         log_err("%s", g->load_err);
         return rc;
     }
@@ -108,14 +109,14 @@ struct gw_gjob {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int refs;
-    int done;                  /* the fetch ended: gr or rc/err set */
+    int done; /* the fetch ended: gr or rc/err set */
     struct gw_grammar *g;
     char *spec;
     size_t len;
-    struct gm_grammar *gr;     /* one reference, until taken */
+    struct gm_grammar *gr; /* one reference, until taken */
     int rc;
     char err[GW_GRAMMAR_ERR_MAX - 64];
-    double seconds;            /* the fetch's */
+    double seconds; /* the fetch's */
 };
 
 static void job_release(struct gw_gjob *j)
@@ -192,8 +193,10 @@ static void resolve(struct gw_grammar *g, uint32_t slot, int wait)
     int rc = j->rc;
     double secs = j->seconds;
     if (rc != 0)
-        snprintf(s->err, sizeof(s->err), "the output constraint cannot be "
-                 "compiled: %s", j->err);
+        snprintf(s->err, sizeof(s->err),
+                 "the output constraint cannot be "
+                 "compiled: %s",
+                 j->err);
     pthread_mutex_unlock(&j->mu);
     s->job = NULL;
     job_release(j);
@@ -219,17 +222,17 @@ static void resolve(struct gw_grammar *g, uint32_t slot, int wait)
         if (rc != 0) {
             gm_matcher_free(&s->m);
             s->on = 0;
-            snprintf(s->err, sizeof(s->err), "generated token %zu (id %u) "
-                     "does not follow the output constraint", i,
-                     s->replay[i]);
+            snprintf(s->err, sizeof(s->err),
+                     "generated token %zu (id %u) "
+                     "does not follow the output constraint",
+                     i, s->replay[i]);
             return;
         }
     }
 }
 
-int gw_grammar_slot_start(struct gw_grammar *g, uint32_t slot,
-                          const char *spec, size_t len,
-                          const uint32_t *tokens, size_t n)
+int gw_grammar_slot_start(struct gw_grammar *g, uint32_t slot, const char *spec,
+                          size_t len, const uint32_t *tokens, size_t n)
 {
     gw_grammar_slot_clear(g, slot);
     struct gw_gslot *s = &g->slots[slot];
@@ -325,8 +328,7 @@ const uint32_t *gw_grammar_slot_mask(struct gw_grammar *g, uint32_t slot)
     return s->mask;
 }
 
-int gw_grammar_slot_accept(struct gw_grammar *g, uint32_t slot,
-                           int32_t token)
+int gw_grammar_slot_accept(struct gw_grammar *g, uint32_t slot, int32_t token)
 {
     struct gw_gslot *s = &g->slots[slot];
     resolve(g, slot, 1);
@@ -337,8 +339,10 @@ int gw_grammar_slot_accept(struct gw_grammar *g, uint32_t slot,
     if (rc == TG_EDONE)
         return 0; /* EOS again after the end: the mask allowed only EOS */
     if (rc != 0) {
-        snprintf(s->err, sizeof(s->err), "slot %u: token %d breaks the "
-                 "output constraint", slot, (int)token);
+        snprintf(s->err, sizeof(s->err),
+                 "slot %u: token %d breaks the "
+                 "output constraint",
+                 slot, (int)token);
         return TG_EINVAL;
     }
     return 0;

@@ -48,13 +48,13 @@
 struct gw_gjob; /* gw_grammar.c: one compile on a helper thread */
 
 struct gw_gslot {
-    struct gw_gjob *job;    /* the grammar being fetched, or NULL */
-    uint32_t *replay;       /* (n_replay) tokens to accept once it is */
+    struct gw_gjob *job; /* the grammar being fetched, or NULL */
+    uint32_t *replay;    /* (n_replay) tokens to accept once it is */
     size_t n_replay, cap_replay;
-    int on;                 /* constrained: m and mask are live */
+    int on; /* constrained: m and mask are live */
     struct gm_matcher m;
-    uint32_t *mask;         /* (words) of the next draw */
-    int ready;              /* mask is of m's present state */
+    uint32_t *mask;               /* (words) of the next draw */
+    int ready;                    /* mask is of m's present state */
     char err[GW_GRAMMAR_ERR_MAX]; /* non-empty: the request fails */
 };
 
@@ -70,12 +70,12 @@ struct gw_grammar_stats {
 };
 
 struct gw_grammar {
-    char *model_dir;        /* owned copy: its tokenizer gives the
+    char *model_dir; /* owned copy: its tokenizer gives the
                                vocabulary */
-    int vocab;              /* the logits row's width */
-    size_t words;           /* mask words: covers the row and the
+    int vocab;       /* the logits row's width */
+    size_t words;    /* mask words: covers the row and the
                                tokenizer's ids */
-    int loaded;             /* 1: v and cache ready; -1: loading failed
+    int loaded;      /* 1: v and cache ready; -1: loading failed
                                (load_err) */
     char load_err[GW_GRAMMAR_ERR_MAX];
     struct gm_vocab v;
@@ -83,9 +83,9 @@ struct gw_grammar {
     struct gw_gslot *slots; /* (max_slots) */
     int max_slots;
     struct gw_grammar_stats st;
-    pthread_mutex_t jobs_mu;   /* guards jobs */
-    pthread_cond_t jobs_cv;    /* signalled when a helper thread ends */
-    int jobs;                  /* helper threads running */
+    pthread_mutex_t jobs_mu; /* guards jobs */
+    pthread_cond_t jobs_cv;  /* signalled when a helper thread ends */
+    int jobs;                /* helper threads running */
 };
 
 /* Prepares *g for max_slots slots of a model with `vocab` logits per row
@@ -107,9 +107,8 @@ void gw_grammar_slot_clear(struct gw_grammar *g, uint32_t slot);
  * or the failure's code with the reason kept for gw_grammar_slot_error
  * (no vocabulary, out of memory). A grammar that does not compile, or a
  * replayed token it rejects, shows at gw_grammar_slot_error. */
-int gw_grammar_slot_start(struct gw_grammar *g, uint32_t slot,
-                          const char *spec, size_t len,
-                          const uint32_t *tokens, size_t n);
+int gw_grammar_slot_start(struct gw_grammar *g, uint32_t slot, const char *spec,
+                          size_t len, const uint32_t *tokens, size_t n);
 
 /* The reason the slot's request fails, or NULL; waits for the slot's
  * grammar first if it is still being fetched. */
@@ -123,8 +122,7 @@ const uint32_t *gw_grammar_slot_mask(struct gw_grammar *g, uint32_t slot);
 /* Accepts the token drawn for the slot (no-op when unconstrained).
  * Returns 0 or TG_EINVAL with the reason kept (the token breaks the
  * constraint: the mask was not applied). */
-int gw_grammar_slot_accept(struct gw_grammar *g, uint32_t slot,
-                           int32_t token);
+int gw_grammar_slot_accept(struct gw_grammar *g, uint32_t slot, int32_t token);
 
 /* Computes every stale mask of a constrained slot (after a step), taking
  * up the grammars fetched since (never waiting for one). */

@@ -44,8 +44,8 @@ void gw_wlink_close(struct gw_wlink *l)
  * the entry's seed; greedy when the message has none. The bias arrays are
  * borrowed from the message, like the tokens; unequal lengths become
  * n_bias -1, which the plan check refuses (tg_sampling_check). */
-static struct tg_sampling decode_sampling(
-    const Tangram__Worker__V1__PlanEntry *e)
+static struct tg_sampling
+decode_sampling(const Tangram__Worker__V1__PlanEntry *e)
 {
     struct tg_sampling o = TG_SAMPLING_OFF;
     o.seed = e->seed;
@@ -109,8 +109,8 @@ int gw_wlink_decode_plan(struct gw_wlink *l,
         o->head_lens = e->head_lens;
         o->n_head_lens = e->n_head_lens;
         o->fork_from = e->fork_from;
-        o->grammar = e->grammar != NULL && e->grammar[0] != '\0'
-                         ? e->grammar : NULL;
+        o->grammar = e->grammar != NULL && e->grammar[0] != '\0' ? e->grammar
+                                                                 : NULL;
         o->grammar_len = o->grammar != NULL ? strlen(o->grammar) : 0;
         o->grammar_tokens = e->grammar_tokens;
         o->n_grammar_tokens = e->n_grammar_tokens;

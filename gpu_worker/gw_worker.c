@@ -178,10 +178,9 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     w->row_max = calloc(R, sizeof(int32_t));
     if (!w->slots || !w->seqs || !w->seq_ptrs || !w->ids || !w->sim_n ||
         !w->sim_len || !w->sim_pos || !w->sim_active || !w->sim_stamp ||
-        !w->touched || !w->entry_of || !w->cp_src || !w->cp_dst ||
-        !w->draws || !w->draw_of || !w->tok || !w->top_ids || !w->top_lps ||
-        !w->serr || !w->serr_text || !w->sp_bad || !w->hrep ||
-        !w->row_max) {
+        !w->touched || !w->entry_of || !w->cp_src || !w->cp_dst || !w->draws ||
+        !w->draw_of || !w->tok || !w->top_ids || !w->top_lps || !w->serr ||
+        !w->serr_text || !w->sp_bad || !w->hrep || !w->row_max) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory for %d slots",
                         o->max_slots);
         goto fail;
@@ -206,9 +205,8 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     const char *prof = eo.profile_path == NULL ? "none" : eo.profile_path;
     snprintf(w->model_name, sizeof(w->model_name), "%s", o->model_dir);
     snprintf(w->profile_name, sizeof(w->profile_name), "%s", prof);
-    if (w->rank == 0 &&
-        gw_grammar_init(&w->gram, o->model_dir, w->model.vocab,
-                        o->max_slots) != 0) {
+    if (w->rank == 0 && gw_grammar_init(&w->gram, o->model_dir, w->model.vocab,
+                                        o->max_slots) != 0) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
         goto fail;
     }
@@ -322,8 +320,7 @@ static int apply_plan(struct gw_worker *w, const struct gw_plan *plan)
             /* A failure fails this request alone, at its draw. */
             if (e->grammar != NULL)
                 (void)gw_grammar_slot_start(&w->gram, e->slot, e->grammar,
-                                            e->grammar_len,
-                                            e->grammar_tokens,
+                                            e->grammar_len, e->grammar_tokens,
                                             e->n_grammar_tokens);
             else
                 gw_grammar_slot_clear(&w->gram, e->slot);

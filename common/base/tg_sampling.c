@@ -22,15 +22,13 @@ int tg_sampling_check(const struct tg_sampling *s, int32_t vocab,
         {"temperature", s->temperature,
          s->temperature >= 0.0f && isfinite(s->temperature),
          "a finite number >= 0"},
-        {"top_p", s->top_p, s->top_p > 0.0f && s->top_p <= 1.0f,
-         "in (0, 1]"},
-        {"min_p", s->min_p, s->min_p >= 0.0f && s->min_p <= 1.0f,
-         "in [0, 1]"},
+        {"top_p", s->top_p, s->top_p > 0.0f && s->top_p <= 1.0f, "in (0, 1]"},
+        {"min_p", s->min_p, s->min_p >= 0.0f && s->min_p <= 1.0f, "in [0, 1]"},
         {"repetition_penalty", s->repetition_penalty,
          s->repetition_penalty > 0.0f && isfinite(s->repetition_penalty),
          "a finite number > 0"},
-        {"presence_penalty", s->presence_penalty,
-         isfinite(s->presence_penalty), "finite"},
+        {"presence_penalty", s->presence_penalty, isfinite(s->presence_penalty),
+         "finite"},
         {"frequency_penalty", s->frequency_penalty,
          isfinite(s->frequency_penalty), "finite"},
     };
@@ -58,11 +56,13 @@ int tg_sampling_check(const struct tg_sampling *s, int32_t vocab,
         (s->n_bias > 0 && (s->bias_ids == NULL || s->bias_vals == NULL))) {
         if (field != NULL)
             *field = "logit_bias";
-        return tg_err_set(msg, cap, TG_EINVAL,
-                          "logit_bias with %d entries (arrays %s) for a "
-                          "vocabulary of %d", (int)s->n_bias,
-                          s->bias_ids != NULL && s->bias_vals != NULL
-                              ? "given" : "missing", (int)vocab);
+        return tg_err_set(
+            msg, cap, TG_EINVAL,
+            "logit_bias with %d entries (arrays %s) for a "
+            "vocabulary of %d",
+            (int)s->n_bias,
+            s->bias_ids != NULL && s->bias_vals != NULL ? "given" : "missing",
+            (int)vocab);
     }
     for (int32_t k = 0; k < s->n_bias; k++) {
         int32_t id = s->bias_ids[k];

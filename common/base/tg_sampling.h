@@ -56,19 +56,22 @@ struct tg_sampling {
      * arrays belong to whoever filled the value (the router's request
      * allocates them: tg_sampling_bias_copy / tg_sampling_bias_free; the
      * worker's point into the plan message); everyone else borrows. */
-    const int32_t *bias_ids;  /* (n_bias) */
-    const float *bias_vals;   /* (n_bias) */
-    int32_t n_bias;           /* >= 0; 0 = none (the arrays may be NULL) */
+    const int32_t *bias_ids; /* (n_bias) */
+    const float *bias_vals;  /* (n_bias) */
+    int32_t n_bias;          /* >= 0; 0 = none (the arrays may be NULL) */
 };
 
 /* The sampling that changes nothing: greedy, every filter and penalty
  * off, no alternatives, no bias, seed 0. The one place these "off" values
  * are written; a request's API defaults (OpenAI's temperature 1) are the
  * front ends'. */
-#define TG_SAMPLING_OFF                                                    \
-    ((struct tg_sampling){.temperature = 0.0f, .top_k = 0, .top_p = 1.0f,  \
-                          .min_p = 0.0f, .repetition_penalty = 1.0f,       \
-                          .presence_penalty = 0.0f,                        \
+#define TG_SAMPLING_OFF                               \
+    ((struct tg_sampling){.temperature = 0.0f,        \
+                          .top_k = 0,                 \
+                          .top_p = 1.0f,              \
+                          .min_p = 0.0f,              \
+                          .repetition_penalty = 1.0f, \
+                          .presence_penalty = 0.0f,   \
                           .frequency_penalty = 0.0f})
 
 /* Checks *s against the bounds above. vocab > 0 also bounds the bias ids

@@ -32,15 +32,16 @@ static int launch_logit_mask(float *logits, int V, const int32_t *rows,
     if (bx > MASK_MAX_BLOCKS_X)
         bx = MASK_MAX_BLOCKS_X;
     dim3 grid((unsigned)bx, (unsigned)n);
-    logit_mask_kernel<<<grid, MASK_THREADS, 0, stream>>>(logits, V, rows,
-                                                         masks, words);
+    logit_mask_kernel<<<grid, MASK_THREADS, 0, stream>>>(logits, V, rows, masks,
+                                                         words);
     TG_CUDA_LAUNCH_TRY();
     return 0;
 }
 
 extern "C" int tg_cuda_logit_mask_apply(float *logits, int vocab,
-                                  const int32_t *rows, const uint32_t *masks,
-                                  int words, int n, void *stream)
+                                        const int32_t *rows,
+                                        const uint32_t *masks, int words, int n,
+                                        void *stream)
 {
     if (n < 0 || vocab < 1 || words < (vocab + 31) / 32 || n > 65535)
         return TG_EINVAL;

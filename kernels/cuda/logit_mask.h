@@ -24,7 +24,8 @@ extern "C" {
  * (vocab + 31) / 32) its bits. Distinct rows, each within the logits (the
  * host cannot check device data). n = 0 is a no-op. */
 int tg_cuda_logit_mask_apply(float *logits, int vocab, const int32_t *rows,
-                       const uint32_t *masks, int words, int n, void *stream);
+                             const uint32_t *masks, int words, int n,
+                             void *stream);
 
 #ifdef __cplusplus
 }

@@ -46,9 +46,9 @@ struct rt_openai_cfg rt_api_openai_cfg(const struct rt_server *s);
  * the model's output. Both front ends answer through it; it lives as long
  * as the rt_req (freed by rt_api_gen_release, the sinks' release). */
 struct rt_api_gen {
-    struct rt_gen_request g;    /* g.q empty */
-    struct rt_resp_ctx ctx;     /* filled by rt_api_gen_started */
-    struct rt_tc_parser *tc;    /* a chat offering tools to a model whose
+    struct rt_gen_request g; /* g.q empty */
+    struct rt_resp_ctx ctx;  /* filled by rt_api_gen_started */
+    struct rt_tc_parser *tc; /* a chat offering tools to a model whose
                                    template names their format; NULL = the
                                    output is plain text */
 };

@@ -114,8 +114,7 @@ struct rt_openai_cfg rt_api_openai_cfg(const struct rt_server *s)
         .vocab_size = s->mc.vocab_size,
         /* A server object made for conversions alone (rt_api_grpc.h)
          * has no options; the body limit is the HTTP server's anyway. */
-        .max_body_bytes = s->opts != NULL ? (size_t)s->opts->http_max_body
-                                          : 0,
+        .max_body_bytes = s->opts != NULL ? (size_t)s->opts->http_max_body : 0,
         .tool_format = s->tmpl.tool_format,
     };
 }

@@ -391,8 +391,8 @@ int rt_api_grpc_convert(struct rt_server *s,
             return TG_EINVAL;
         }
         json_t *root = json_object();
-        int rc = root == NULL || json_object_set_new(root, "response_format",
-                                                     rf) != 0
+        int rc = root == NULL ||
+                         json_object_set_new(root, "response_format", rf) != 0
                      ? TG_ENOMEM
                      : rt_openai_parse_response_format(root, &g->q.grammar, e);
         if (root == NULL)
@@ -421,16 +421,15 @@ int rt_api_grpc_convert(struct rt_server *s,
             json_decref(root);
             goto nomem;
         }
-        int rc = rt_openai_chat_parse_messages(root, &g->messages,
-                                               &g->n_messages,
-                                               &g->q.chat_messages, e);
+        int rc = rt_openai_chat_parse_messages(
+            root, &g->messages, &g->n_messages, &g->q.chat_messages, e);
         if (rc == 0)
-            rc = rt_openai_chat_parse_tools(root, &g->q.tools,
-                                            &g->tool_choice, e);
+            rc = rt_openai_chat_parse_tools(root, &g->q.tools, &g->tool_choice,
+                                            e);
         if (rc == 0) {
             struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
-            rc = rt_openai_tool_grammar(&cfg, root, g->q.tools,
-                                        g->tool_choice, &g->q.grammar, e);
+            rc = rt_openai_tool_grammar(&cfg, root, g->q.tools, g->tool_choice,
+                                        &g->q.grammar, e);
         }
         json_decref(root);
         if (rc != 0)
@@ -510,7 +509,8 @@ int rt_api_grpc_convert(struct rt_server *s,
         sp->repetition_penalty = (float)p->repetition_penalty;
     }
     if (p->min_tokens_opt_case)
-        o->min_tokens = (int32_t)(p->min_tokens > INT32_MAX ? INT32_MAX : p->min_tokens);
+        o->min_tokens = (int32_t)(p->min_tokens > INT32_MAX ? INT32_MAX
+                                                            : p->min_tokens);
     RANGE(p->presence_penalty >= -2 && p->presence_penalty <= 2, "presence_penalty",
           "presence_penalty must be in [-2, 2]");
     RANGE(p->frequency_penalty >= -2 && p->frequency_penalty <= 2,

@@ -230,8 +230,8 @@ static int sse_tool_frames(struct rt_req *r, const struct rt_tc_delta *d,
     size_t n = 0;
     int rc = 0;
     if (d->content_len > 0 || n_lp > 0) {
-        rc = rt_openai_sse_delta(&a->ctx, d->content, d->content_len, lps,
-                                 n_lp, RT_FINISH_NONE, u, &buf, &n);
+        rc = rt_openai_sse_delta(&a->ctx, d->content, d->content_len, lps, n_lp,
+                                 RT_FINISH_NONE, u, &buf, &n);
         stream_write_owned(req, buf, n, rc);
     }
     if (rc == 0 && d->n_calls > 0) {
@@ -292,7 +292,8 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
             stream_write_owned(req, buf, n, rc);
         }
     } else {
-        int rc = rt_openai_sse_delta(&a->ctx, text, len, lps, n_lp, fin, &u, &buf, &n);
+        int rc = rt_openai_sse_delta(&a->ctx, text, len, lps, n_lp, fin, &u,
+                                     &buf, &n);
         stream_write_owned(req, buf, n, rc);
     }
     if (fin == RT_FINISH_NONE)
@@ -305,7 +306,8 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
     }
     if (a->g.include_usage) {
         buf = NULL;
-        stream_write_owned(req, buf, n, rt_openai_sse_usage(&a->ctx, &u, &buf, &n));
+        stream_write_owned(req, buf, n,
+                           rt_openai_sse_usage(&a->ctx, &u, &buf, &n));
     }
     rt_http_stream_write(req, RT_OPENAI_SSE_DONE, strlen(RT_OPENAI_SSE_DONE));
     rt_http_stream_end(req);
@@ -435,9 +437,10 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     int rc = a->tc != NULL ? tool_response(r, n_all, fin, &u, &body, &blen)
              : a->g.echo_text != NULL
                  ? echo_response(r, n_all, fin, &u, &body, &blen)
-                 : rt_openai_format_response(&a->ctx, r->text.out.s ? r->text.out.s : "",
-                                             r->text.out.n, r->lp_scratch, n_all, fin,
-                                             &u, &body, &blen);
+                 : rt_openai_format_response(&a->ctx,
+                                             r->text.out.s ? r->text.out.s : "",
+                                             r->text.out.n, r->lp_scratch,
+                                             n_all, fin, &u, &body, &blen);
     if (g != NULL)
         group_body(g, r, rc, body, blen);
     else
@@ -557,8 +560,8 @@ static int echo_prepare(struct rt_server *s, struct rt_req *r,
     }
     struct tok_text text = {0};
     char err[256];
-    int rc = tok_decode(&s->tok, q->prompt_ids, q->n_prompt_ids, 0, &text,
-                        err, sizeof(err));
+    int rc = tok_decode(&s->tok, q->prompt_ids, q->n_prompt_ids, 0, &text, err,
+                        sizeof(err));
     if (rc != 0) {
         tok_text_free(&text);
         rt_api_error_set(e, 400, "invalid_token", "prompt", "%s", err);
@@ -611,11 +614,10 @@ static void generate_begin(struct rt_req *r)
                                rt_openai_sse_role(&a->ctx, &buf, &len));
         } else if (a->g.echo_text != NULL) {
             struct rt_usage u = usage_of(q);
-            stream_write_owned(req, buf, len,
-                               rt_openai_sse_delta(&a->ctx, a->g.echo_text,
-                                                   a->g.echo_len, NULL, 0,
-                                                   RT_FINISH_NONE, &u, &buf,
-                                                   &len));
+            stream_write_owned(
+                req, buf, len,
+                rt_openai_sse_delta(&a->ctx, a->g.echo_text, a->g.echo_len,
+                                    NULL, 0, RT_FINISH_NONE, &u, &buf, &len));
         }
     }
 }

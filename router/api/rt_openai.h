@@ -72,7 +72,8 @@
 #define RT_OPENAI_MAX_STOP_BYTES 1024
 #define RT_OPENAI_MAX_STOP_TOKEN_IDS 256
 #define RT_OPENAI_MAX_LOGPROBS 20
-#define RT_OPENAI_MAX_ID_BYTES RT_REQUEST_MAX_ID_BYTES /* session_id,
+#define RT_OPENAI_MAX_ID_BYTES \
+    RT_REQUEST_MAX_ID_BYTES        /* session_id,
                                                       request_id, user */
 #define RT_OPENAI_MAX_TOOLS 128    /* OpenAI's limit on tools per request */
 #define RT_OPENAI_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */

@@ -350,8 +350,7 @@ static int check_named_choice(const json_t *c, const json_t *tools,
     json_t *fn = json_object_get(c, "function");
     json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
     if (!json_is_string(name))
-        return rt_openai__bad_type(e, "tool_choice.function.name",
-                                   "a string");
+        return rt_openai__bad_type(e, "tool_choice.function.name", "a string");
     size_t i;
     json_t *t;
     json_array_foreach(tools, i, t)

@@ -40,10 +40,9 @@ int rt_openai_chat_parse_tools(const json_t *root, json_t **tools,
  * the template has no tool-call format, *grammar is set already
  * (response_format), or a schema is refused. `tools` and root as
  * rt_openai_chat_parse_tools saw them. */
-int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg,
-                           const json_t *root, const json_t *tools,
-                           enum rt_tool_choice choice, char **grammar,
-                           struct rt_api_error *e);
+int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg, const json_t *root,
+                           const json_t *tools, enum rt_tool_choice choice,
+                           char **grammar, struct rt_api_error *e);
 
 /* Frees messages[0..n) and the array; NULL is fine. */
 void rt_openai_chat_messages_free(struct rt_message *m, size_t n);

@@ -43,12 +43,12 @@ int rt_openai__grammar_take(char *spec, size_t len, const char *param,
     }
     if (rc != 0) {
         free(spec);
-        return rt_openai__fail(e, rc == TG_EUNSUPPORTED ? TG_EUNSUPPORTED
-                                                        : TG_EFORMAT,
-                               400, rc == TG_ETOOBIG ? "schema_too_large"
-                               : rc == TG_EUNSUPPORTED ? "unsupported_schema"
-                                                       : "invalid_schema",
-                               param, "%s", msg);
+        return rt_openai__fail(
+            e, rc == TG_EUNSUPPORTED ? TG_EUNSUPPORTED : TG_EFORMAT, 400,
+            rc == TG_ETOOBIG        ? "schema_too_large"
+            : rc == TG_EUNSUPPORTED ? "unsupported_schema"
+                                    : "invalid_schema",
+            param, "%s", msg);
     }
     free(*out);
     *out = spec;
@@ -68,8 +68,8 @@ static int parse_json_schema(const json_t *v, char **out,
         return rt_openai__bad_type(e, "response_format.json_schema",
                                    "an object");
     json_t *name = rt_openai__member(js, "name");
-    if (name != NULL && (!json_is_string(name) ||
-                         json_string_length(name) > FORMAT_NAME_MAX))
+    if (name != NULL &&
+        (!json_is_string(name) || json_string_length(name) > FORMAT_NAME_MAX))
         return rt_openai__bad_type(e, "response_format.json_schema.name",
                                    "a string of at most 64 characters");
     json_t *strict = rt_openai__member(js, "strict");
@@ -96,13 +96,12 @@ static int parse_json_schema(const json_t *v, char **out,
                                "response_format.json_schema.schema",
                                "the schema cannot be used (%s)",
                                tg_strerror(rc));
-    return rt_openai__grammar_take(spec, len,
-                                   "response_format.json_schema.schema", out,
-                                   e);
+    return rt_openai__grammar_take(
+        spec, len, "response_format.json_schema.schema", out, e);
 }
 
 int rt_openai_parse_response_format(const json_t *root, char **out,
-                                     struct rt_api_error *e)
+                                    struct rt_api_error *e)
 {
     json_t *v = rt_openai__member(root, "response_format");
     if (v == NULL)
@@ -141,8 +140,7 @@ static int refuse_strict_auto(const json_t *tools, struct rt_api_error *e)
     json_t *t;
     json_array_foreach(tools, i, t)
     {
-        json_t *st = json_object_get(json_object_get(t, "function"),
-                                     "strict");
+        json_t *st = json_object_get(json_object_get(t, "function"), "strict");
         if (json_is_true(st)) {
             char p[64];
             snprintf(p, sizeof(p), "tools[%zu].function.strict", i);
@@ -157,10 +155,9 @@ static int refuse_strict_auto(const json_t *tools, struct rt_api_error *e)
     return 0;
 }
 
-int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg,
-                           const json_t *root, const json_t *tools,
-                           enum rt_tool_choice choice, char **grammar,
-                           struct rt_api_error *e)
+int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg, const json_t *root,
+                           const json_t *tools, enum rt_tool_choice choice,
+                           char **grammar, struct rt_api_error *e)
 {
     size_t n = tools != NULL ? json_array_size(tools) : 0;
     if (choice == RT_TOOL_CHOICE_AUTO && n > 0)
@@ -187,9 +184,9 @@ int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg,
                                "required");
     const json_t *named = NULL;
     if (choice == RT_TOOL_CHOICE_FUNCTION)
-        named = json_object_get(json_object_get(
-                                    json_object_get(root, "tool_choice"),
-                                    "function"), "name");
+        named = json_object_get(
+            json_object_get(json_object_get(root, "tool_choice"), "function"),
+            "name");
     bool par = true;
     int rc = rt_openai__get_bool(root, "parallel_tool_calls",
                                  "parallel_tool_calls", &par, e);
@@ -223,6 +220,7 @@ int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg,
     if (rc != 0)
         return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", "tools",
                                "the tools cannot be used as a constraint "
-                               "(%s)", tg_strerror(rc));
+                               "(%s)",
+                               tg_strerror(rc));
     return rt_openai__grammar_take(spec, len, "tools", grammar, e);
 }

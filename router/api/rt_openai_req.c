@@ -168,9 +168,8 @@ static int get_num(const json_t *obj, const char *key, double lo, bool lo_open,
 /* get_num for a sampler parameter: the range checked on the double as
  * sent, the value stored in the sampler's single precision (where it may
  * become 0 or infinity, which rt_openai_check_sampling refuses). */
-static int get_numf(const json_t *obj, const char *key, double lo,
-                    bool lo_open, double hi, float *out,
-                    struct rt_api_error *e)
+static int get_numf(const json_t *obj, const char *key, double lo, bool lo_open,
+                    double hi, float *out, struct rt_api_error *e)
 {
     double x = (double)*out;
     int rc = get_num(obj, key, lo, lo_open, hi, &x, e);
@@ -559,19 +558,19 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
         return rc;
     if (present) {
         if (s->max_tokens > 0 && x > s->max_tokens)
-            return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value",
-                                   "min_tokens",
-                                   "'min_tokens' (%" PRId64 ") must not exceed "
-                                   "'%s' (%d)",
-                                   x, r->q.max_tokens_param, (int)s->max_tokens);
+            return rt_openai__fail(
+                e, TG_ERANGE, 400, "invalid_value", "min_tokens",
+                "'min_tokens' (%" PRId64 ") must not exceed "
+                "'%s' (%d)",
+                x, r->q.max_tokens_param, (int)s->max_tokens);
         s->min_tokens = (int32_t)x;
     }
 
     /* Ranges: temperature [0, 2] and penalties [-2, 2] per the OpenAI API
      * reference; top_p (0, 1], min_p [0, 1], repetition_penalty > 0 per
      * vLLM's SamplingParams checks. */
-    if ((rc = get_numf(root, "temperature", 0.0, false, 2.0,
-                       &sp->temperature, e)) ||
+    if ((rc = get_numf(root, "temperature", 0.0, false, 2.0, &sp->temperature,
+                       e)) ||
         (rc = get_numf(root, "top_p", 0.0, true, 1.0, &sp->top_p, e)) ||
         (rc = get_numf(root, "min_p", 0.0, false, 1.0, &sp->min_p, e)) ||
         (rc = get_numf(root, "presence_penalty", -2.0, false, 2.0,
@@ -695,12 +694,13 @@ static int parse_ids(const json_t *root, struct rt_gen_request *r,
                      struct rt_api_error *e)
 {
     int rc;
-    if ((rc = rt_openai__get_str(root, "user", "user", RT_OPENAI_MAX_ID_BYTES, &r->q.user,
-                      e)) ||
-        (rc = rt_openai__get_str(root, "request_id", "request_id", RT_OPENAI_MAX_ID_BYTES,
-                      &r->q.request_id, e)) ||
-        (rc = rt_openai__get_str(root, "session_id", "session_id", RT_OPENAI_MAX_ID_BYTES,
-                      &r->q.session_id, e)))
+    if ((rc = rt_openai__get_str(root, "user", "user", RT_OPENAI_MAX_ID_BYTES,
+                                 &r->q.user, e)) ||
+        (rc = rt_openai__get_str(root, "request_id", "request_id",
+                                 RT_OPENAI_MAX_ID_BYTES, &r->q.request_id,
+                                 e)) ||
+        (rc = rt_openai__get_str(root, "session_id", "session_id",
+                                 RT_OPENAI_MAX_ID_BYTES, &r->q.session_id, e)))
         return rc;
     if (r->q.session_id != NULL && r->q.session_id[0] == '\0')
         return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
@@ -758,7 +758,8 @@ static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
                                  &r->q.n_prompt_ids, e);
     if (rc)
         return rc;
-    if (cfg->max_model_len > 0 && r->q.n_prompt_ids >= (size_t)cfg->max_model_len)
+    if (cfg->max_model_len > 0 &&
+        r->q.n_prompt_ids >= (size_t)cfg->max_model_len)
         return rt_openai__fail(
             e, TG_ETOOBIG, 400, "context_length_exceeded", param,
             "the prompt has %zu tokens; this model's context is %d "

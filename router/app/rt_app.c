@@ -69,10 +69,10 @@ int rt_app_listen(struct rt_app *a, char *err, size_t errlen)
         return rc;
     }
     rt_server_start(&a->srv);
-    log_info("serving %s: HTTP %s:%lld, gRPC %s:%lld, workers at %s, context %d",
-             a->srv.model_name, o->host, (long long)o->http_port, o->host,
-             (long long)o->grpc_port, a->srv.link.endpoint,
-             a->srv.max_model_len);
+    log_info(
+        "serving %s: HTTP %s:%lld, gRPC %s:%lld, workers at %s, context %d",
+        a->srv.model_name, o->host, (long long)o->http_port, o->host,
+        (long long)o->grpc_port, a->srv.link.endpoint, a->srv.max_model_len);
     return 0;
 }
 

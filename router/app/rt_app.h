@@ -23,7 +23,7 @@
 #include "router/net/rt_http.h"
 
 struct rt_app {
-    struct rt_server srv;       /* the core; its hooks' ud is the app */
+    struct rt_server srv;              /* the core; its hooks' ud is the app */
     struct rt_conn_budget body_budget; /* request bodies held by both
                                    servers (--max-body-memory) */
     struct rt_http_server http;
@@ -55,9 +55,8 @@ void rt_app_free(struct rt_app *a);
  * Returns 0 or TG_EINVAL (a budget below one request of the largest size)
  * with the reason in err. */
 int rt_app_net_limits(const struct tg_serve_opts *o,
-                      struct rt_conn_budget *budget,
-                      struct rt_http_config *hc, struct rt_grpc_config *gc,
-                      char *err, size_t errlen);
+                      struct rt_conn_budget *budget, struct rt_http_config *hc,
+                      struct rt_grpc_config *gc, char *err, size_t errlen);
 
 /* Copies the connection and body-budget counters of both servers into the
  * core's metrics (the core's scrape hook; rt_app_limits.c). */

@@ -61,29 +61,26 @@ static void fit_fd_limit(struct rt_http_config *hc, struct rt_grpc_config *gc)
              " and --grpc-max-connections %" PRIu32
              "; serving at most %llu HTTP and %llu gRPC connections (raise "
              "LimitNOFILE / ulimit -n)",
-             (unsigned long long)rl.rlim_cur,
-             (unsigned long long)rl.rlim_max, hc->max_connections,
-             gc->max_connections, (unsigned long long)h,
+             (unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max,
+             hc->max_connections, gc->max_connections, (unsigned long long)h,
              (unsigned long long)g);
     hc->max_connections = (uint32_t)h;
     gc->max_connections = (uint32_t)g;
 }
 
 int rt_app_net_limits(const struct tg_serve_opts *o,
-                      struct rt_conn_budget *budget,
-                      struct rt_http_config *hc, struct rt_grpc_config *gc,
-                      char *err, size_t errlen)
+                      struct rt_conn_budget *budget, struct rt_http_config *hc,
+                      struct rt_grpc_config *gc, char *err, size_t errlen)
 {
     if (o->max_body_memory < o->http_max_body ||
         o->max_body_memory < o->grpc_max_message)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "--max-body-memory %" PRIu64 " is below "
-                          "--http-max-body %" PRIu64
-                          " or --grpc-max-message %" PRIu64
-                          ": one request of the largest size could never "
-                          "be taken",
-                          o->max_body_memory, o->http_max_body,
-                          o->grpc_max_message);
+        return tg_err_set(
+            err, errlen, TG_EINVAL,
+            "--max-body-memory %" PRIu64 " is below "
+            "--http-max-body %" PRIu64 " or --grpc-max-message %" PRIu64
+            ": one request of the largest size could never "
+            "be taken",
+            o->max_body_memory, o->http_max_body, o->grpc_max_message);
     memset(budget, 0, sizeof(*budget));
     budget->limit = (size_t)o->max_body_memory;
 

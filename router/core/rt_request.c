@@ -17,16 +17,11 @@ const char *rt_api_error_type(int status)
     case 400:
     case 404:
     case 413:
-    case 422:
-        return "invalid_request_error";
-    case 401:
-        return "authentication_error";
-    case 403:
-        return "permission_error";
-    case 429:
-        return "rate_limit_error";
-    default:
-        return "server_error";
+    case 422: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 429: return "rate_limit_error";
+    default: return "server_error";
     }
 }
 
@@ -69,36 +64,34 @@ int rt_request_fit(struct rt_request *r, int32_t max_model_len,
     const char *pp = r->is_chat ? "messages" : "prompt";
     if (n_prompt_tokens <= 0)
         return fail(e, TG_EFORMAT, "invalid_value", pp,
-                               "the prompt is empty after tokenization");
+                    "the prompt is empty after tokenization");
     if (max_model_len <= 0)
         return 0;
     if (n_prompt_tokens >= max_model_len)
-        return fail(
-            e, TG_ETOOBIG, "context_length_exceeded", pp,
-            "the prompt has %" PRId64 " tokens; this model's context "
-            "is %d tokens, which must also hold at least one "
-            "generated token",
-            n_prompt_tokens, (int)max_model_len);
+        return fail(e, TG_ETOOBIG, "context_length_exceeded", pp,
+                    "the prompt has %" PRId64 " tokens; this model's context "
+                    "is %d tokens, which must also hold at least one "
+                    "generated token",
+                    n_prompt_tokens, (int)max_model_len);
     int64_t room = max_model_len - n_prompt_tokens;
     struct rt_gen_opts *s = &r->opts;
     if (s->max_tokens < 0) {
         s->max_tokens = (int32_t)room;
     } else if (s->max_tokens > room) {
-        return fail(
-            e, TG_ETOOBIG, "context_length_exceeded", r->max_tokens_param,
-            "this model's context is %d tokens, but %" PRId64
-            " prompt tokens plus %d requested in '%s' make %" PRId64
-            "; reduce the prompt or '%s'",
-            (int)max_model_len, n_prompt_tokens, (int)s->max_tokens,
-            r->max_tokens_param, n_prompt_tokens + s->max_tokens,
-            r->max_tokens_param);
+        return fail(e, TG_ETOOBIG, "context_length_exceeded",
+                    r->max_tokens_param,
+                    "this model's context is %d tokens, but %" PRId64
+                    " prompt tokens plus %d requested in '%s' make %" PRId64
+                    "; reduce the prompt or '%s'",
+                    (int)max_model_len, n_prompt_tokens, (int)s->max_tokens,
+                    r->max_tokens_param, n_prompt_tokens + s->max_tokens,
+                    r->max_tokens_param);
     }
     if (s->min_tokens > s->max_tokens)
-        return fail(
-            e, TG_ERANGE, "invalid_value", "min_tokens",
-            "'min_tokens' (%d) exceeds the %d tokens that fit in the "
-            "context",
-            (int)s->min_tokens, (int)s->max_tokens);
+        return fail(e, TG_ERANGE, "invalid_value", "min_tokens",
+                    "'min_tokens' (%d) exceeds the %d tokens that fit in the "
+                    "context",
+                    (int)s->min_tokens, (int)s->max_tokens);
     return 0;
 }
 
@@ -121,8 +114,7 @@ static void *dup_bytes(const void *p, size_t n, int *bad)
     return d;
 }
 
-int rt_request_copy_sample(const struct rt_request *src,
-                           struct rt_request *out)
+int rt_request_copy_sample(const struct rt_request *src, struct rt_request *out)
 {
     int bad = 0;
     memset(out, 0, sizeof(*out));

@@ -76,17 +76,17 @@ struct rt_chat_opts {
  * are the request's struct tg_sampling): its length limits, stop
  * conditions and output options, with the defaults of OpenAI / vLLM. */
 struct rt_gen_opts {
-    int32_t max_tokens;  /* >= 1; -1 = up to the context (chat default,
+    int32_t max_tokens; /* >= 1; -1 = up to the context (chat default,
                             resolved by rt_request_fit); completions
                             default 16 as in the OpenAI API */
-    int32_t min_tokens;  /* vLLM: no EOS/stop before this many; default 0 */
-    bool has_seed;       /* the client gave sampling.seed; else the server
+    int32_t min_tokens; /* vLLM: no EOS/stop before this many; default 0 */
+    bool has_seed;      /* the client gave sampling.seed; else the server
                             draws one at submission */
-    bool ignore_eos;                 /* default false */
+    bool ignore_eos;    /* default false */
     bool skip_special_tokens;        /* default true */
     bool include_stop_str_in_output; /* default false */
-    char **stop;             /* n_stop malloc'd non-empty strings */
-    size_t n_stop;           /* the front ends bound the count */
+    char **stop;                     /* n_stop malloc'd non-empty strings */
+    size_t n_stop;                   /* the front ends bound the count */
     int32_t *stop_token_ids; /* n_stop_token_ids ids (malloc'd or NULL) */
     size_t n_stop_token_ids; /* likewise */
     int32_t logprobs;        /* -1 = none; else alternatives per token,
@@ -98,29 +98,29 @@ struct rt_gen_opts {
  * chat_messages is set. Zeroed is empty; everything is owned by the
  * struct and freed by rt_request_free. */
 struct rt_request {
-    bool is_chat;             /* the prompt is chat_messages, rendered by
+    bool is_chat;        /* the prompt is chat_messages, rendered by
                                  the model's template */
-    int32_t n;                /* choices, >= 1 (0 means 1) */
-    char *prompt;             /* text form; NUL-terminated */
-    size_t prompt_len;        /* bytes */
-    int32_t *prompt_ids;      /* token form: (n_prompt_ids) */
+    int32_t n;           /* choices, >= 1 (0 means 1) */
+    char *prompt;        /* text form; NUL-terminated */
+    size_t prompt_len;   /* bytes */
+    int32_t *prompt_ids; /* token form: (n_prompt_ids) */
     size_t n_prompt_ids;
-    json_t *chat_messages;    /* chat: the messages as the template sees
+    json_t *chat_messages; /* chat: the messages as the template sees
                                  them (owned) */
-    json_t *tools;            /* chat: the tools the template renders
+    json_t *tools;         /* chat: the tools the template renders
                                  (owned; NULL = none) */
     struct rt_chat_opts chat;
-    bool add_special_tokens;  /* the tokenizer's special tokens around the
+    bool add_special_tokens;     /* the tokenizer's special tokens around the
                                  prompt */
     struct tg_sampling sampling; /* checked by the front end; bias arrays
                                     owned */
     struct rt_gen_opts opts;
     const char *max_tokens_param; /* static: the field that set max_tokens,
                                      named by the errors of rt_request_fit */
-    char *user;               /* NULL = absent */
-    char *session_id;         /* multi-turn key; NULL = absent */
-    char *request_id;         /* the client's id; NULL = absent */
-    char *grammar;            /* structured outputs (DESIGN.md §4.11): the
+    char *user;                   /* NULL = absent */
+    char *session_id;             /* multi-turn key; NULL = absent */
+    char *request_id;             /* the client's id; NULL = absent */
+    char *grammar;                /* structured outputs (DESIGN.md §4.11): the
                                  constraint's spec text (common/grammar/
                                  gm_spec.h), checked by the front end
                                  (gm_spec_check); the workers compile it.
@@ -154,11 +154,11 @@ void rt_request_free(struct rt_request *q);
 
 /* How a request ended (the sink's `fin`). */
 enum rt_finish {
-    RT_FINISH_NONE = 0, /* still generating: finish_reason null */
-    RT_FINISH_STOP,     /* "stop": EOS, stop string or stop token */
-    RT_FINISH_LENGTH,   /* "length": max_tokens or the context */
-    RT_FINISH_ABORT,    /* "abort" (vLLM): cancelled */
-    RT_FINISH_ERROR,    /* "error": the request failed mid-way */
+    RT_FINISH_NONE = 0,   /* still generating: finish_reason null */
+    RT_FINISH_STOP,       /* "stop": EOS, stop string or stop token */
+    RT_FINISH_LENGTH,     /* "length": max_tokens or the context */
+    RT_FINISH_ABORT,      /* "abort" (vLLM): cancelled */
+    RT_FINISH_ERROR,      /* "error": the request failed mid-way */
     RT_FINISH_TOOL_CALLS, /* "tool_calls": stopped after calling tools */
 };
 

@@ -534,7 +534,8 @@ void rt_sched__add_entry(struct rt_sched *s, struct rt_step *out,
      * tokens generated so far (a restart after preemption replays them). */
     e->grammar = req->fresh ? req->grammar : NULL;
     e->grammar_tokens = req->tokens + req->n_prompt;
-    e->n_grammar_tokens = e->grammar != NULL ? req->n_tokens - req->n_prompt : 0;
+    e->n_grammar_tokens = e->grammar != NULL ? req->n_tokens - req->n_prompt
+                                             : 0;
     if (req->fresh && pos > 0) {
         /* Stored KV adopted: the worker learns how much each row holds
          * (room reserved by rt_sched_plan). */

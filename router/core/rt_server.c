@@ -755,8 +755,7 @@ fail:
     return rc;
 }
 
-void rt_server_set_hooks(struct rt_server *s,
-                         const struct rt_server_hooks *h)
+void rt_server_set_hooks(struct rt_server *s, const struct rt_server_hooks *h)
 {
     s->hooks = *h;
 }

@@ -91,12 +91,12 @@ struct rt_req {
      * most RT_DELIVER_MAX_TOKENS tokens and RT_DELIVER_MAX_TEXT bytes,
      * asking `blocked` again between them. NULL: never blocked. */
     int (*blocked)(struct rt_req *r);
-    struct rt_request q;        /* what to generate (owned) */
+    struct rt_request q;                      /* what to generate (owned) */
     char id_str[RT_REQUEST_MAX_ID_BYTES + 1]; /* the id the answer
                                    carries, set by the front end before
                                    rt_req_submit ("cmpl-...", a gRPC
                                    client's whole request_id) */
-    int64_t created;            /* unix seconds */
+    int64_t created;                          /* unix seconds */
     int32_t *prompt;            /* (n_prompt) token ids, owned */
     int64_t n_prompt;
     struct rt_text text;
@@ -130,7 +130,7 @@ struct rt_req {
      * for a request cancelled or aborted meanwhile. NULL: rt_req_submit
      * tokenizes on the calling thread. */
     void (*on_submitted)(struct rt_req *r, int rc, struct rt_api_error *e);
-    struct rt_encode_job *job;  /* its encode job while one runs; a request
+    struct rt_encode_job *job; /* its encode job while one runs; a request
                                    cancelled meanwhile is freed when the
                                    job ends */
     /* Parallel samples (OpenAI n > 1, docs/API.md "n"): choice `choice`
@@ -324,8 +324,7 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
                    const struct tg_serve_opts *o, char *err, size_t errlen);
 
 /* Registers the app's hooks (copied); call before rt_server_start. */
-void rt_server_set_hooks(struct rt_server *s,
-                         const struct rt_server_hooks *h);
+void rt_server_set_hooks(struct rt_server *s, const struct rt_server_hooks *h);
 
 /* Starts serving once the app's listeners are bound: the tick and drain
  * timers, SIGTERM/SIGINT (drain), the notify pipe's watch. Call once,

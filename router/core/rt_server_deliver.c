@@ -75,7 +75,8 @@ void rt_req_deliver(struct rt_req *r, enum rt_finish fin, const char *error)
         enum rt_finish f = last ? fin : RT_FINISH_NONE;
         if (upto == from && n_lp == 0 && f == RT_FINISH_NONE)
             return;
-        r->lp_sent = r->q.opts.logprobs >= 0 ? r->lp_sent + (int32_t)n_lp : r->n_out;
+        r->lp_sent = r->q.opts.logprobs >= 0 ? r->lp_sent + (int32_t)n_lp
+                                             : r->n_out;
         rt_text_mark(&r->text, upto);
         if (f != RT_FINISH_NONE)
             r->done = 1;

@@ -69,8 +69,8 @@ static int take_prompt_ids(struct rt_req *r, struct rt_api_error *e)
         if (r->q.prompt_ids[i] < 0 || r->q.prompt_ids[i] >= s->mc.vocab_size) {
             rt_api_error_set(e, 400, "invalid_token", "prompt",
                              "token id %d at index %zu is outside the "
-                             "vocabulary [0, %d)", r->q.prompt_ids[i], i,
-                             s->mc.vocab_size);
+                             "vocabulary [0, %d)",
+                             r->q.prompt_ids[i], i, s->mc.vocab_size);
             return TG_EINVAL;
         }
     r->prompt = malloc((r->q.n_prompt_ids + 1) * sizeof(int32_t));
@@ -123,7 +123,7 @@ static void over_context(struct rt_req *r, struct rt_api_error *e)
                      "context is %d tokens, which must also hold %s",
                      prompt_bound(r), (int)r->srv->max_model_len,
                      r->q.opts.max_tokens > 0 ? "max_tokens"
-                                                  : "at least one generated token");
+                                              : "at least one generated token");
 }
 
 static int submit_tokenized(struct rt_req *r, struct rt_api_error *e);
@@ -379,8 +379,7 @@ struct rt_req *rt_req_new_sample(struct rt_req *leader, int32_t index,
 {
     struct rt_server *s = leader->srv;
     struct rt_req *r = rt_req_new(s, leader->sink, leader->client);
-    if (r == NULL ||
-        rt_request_copy_sample(&leader->q, &r->q) != 0 ||
+    if (r == NULL || rt_request_copy_sample(&leader->q, &r->q) != 0 ||
         (r->prompt = malloc(((size_t)leader->n_prompt + 1) *
                             sizeof(int32_t))) == NULL) {
         if (r != NULL)

@@ -105,8 +105,7 @@ void rt_grpc__deadline_fire(uv_timer_t *t)
      * cancel callback may change a connection's call list, so its scan
      * restarts after each expiry; an expired call has no live deadline
      * left, so this ends. */
-    for (struct rt_conn *b = srv->set.open; b && !srv->closing;
-         b = b->onext) {
+    for (struct rt_conn *b = srv->set.open; b && !srv->closing; b = b->onext) {
         struct rt_grpc_conn *c = (struct rt_grpc_conn *)b;
         int again = 1;
         while (again && !c->closing && !c->draining) {

@@ -50,13 +50,14 @@ static void generate(const uint8_t *msg, size_t len, int session_header)
     tangram__v1__generate_request__free_unpacked(q, NULL);
     if (rc == 0) {
         if ((g.q.prompt != NULL) + (g.q.prompt_ids != NULL) +
-                (g.messages != NULL) != 1)
+                (g.messages != NULL) !=
+            1)
             fz_fail("a request needs exactly one prompt form");
         /* The prompt's token count as the router would find it: ids as
          * given, text at most one token per byte. */
         int64_t n = g.q.prompt_ids ? (int64_t)g.q.n_prompt_ids
-                                 : g.q.prompt ? (int64_t)g.q.prompt_len
-                                            : (int64_t)g.n_messages * 4;
+                    : g.q.prompt   ? (int64_t)g.q.prompt_len
+                                   : (int64_t)g.n_messages * 4;
         if (rc == 0)
             rc = rt_request_fit(&g.q, 4096, n, &e);
     }

@@ -62,13 +62,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_error(rc, &e);
         if (rc == 0) {
             if ((g.q.prompt != NULL) + (g.q.prompt_ids != NULL) +
-                    (g.messages != NULL) != 1)
+                    (g.messages != NULL) !=
+                1)
                 fz_fail("a request needs exactly one prompt form");
             rc = rt_request_fit(&g.q, cfg.max_model_len, n_prompt, &e);
             check_error(rc, &e);
             if (rc == 0 && (g.q.opts.max_tokens < 1 ||
-                            n_prompt + g.q.opts.max_tokens >
-                                cfg.max_model_len))
+                            n_prompt + g.q.opts.max_tokens > cfg.max_model_len))
                 fz_fail("fit accepted %d tokens after a %lld-token prompt",
                         (int)g.q.opts.max_tokens, (long long)n_prompt);
         }

@@ -123,11 +123,11 @@ static void run_generate(const char *profile, double tol)
     int L = cpu.layout.n_layers, G = cpu.layout.n_groups;
 
     /* greedy, with the prompt's log-probabilities */
-    struct gw_gen_params gp = {.max_tokens = STEPS, .prompt_logprobs = 1,
-                               .ignore_eos = 1,
-                               .sampling = {.top_p = 1.0f,
-                                            .repetition_penalty = 1.0f,
-                                            .n_top = 2}};
+    struct gw_gen_params gp = {
+        .max_tokens = STEPS,
+        .prompt_logprobs = 1,
+        .ignore_eos = 1,
+        .sampling = {.top_p = 1.0f, .repetition_penalty = 1.0f, .n_top = 2}};
     struct gw_gen_result rc, rg;
     generate(&cpu, prompt, &gp, &rc);
     generate(&gpu, prompt, &gp, &rg);

@@ -35,7 +35,10 @@
 
 static struct tt_xrng rng = {0x9e3779b97f4a7c15ull};
 
-static int masked_row(int i) { return i % 3 != 1; } /* rows 1, 4: none */
+static int masked_row(int i)
+{
+    return i % 3 != 1;
+} /* rows 1, 4: none */
 
 /* Row i's mask: a different density per row (every id, about half, about
  * one in 64, exactly one id). */
@@ -44,8 +47,10 @@ static void make_mask(uint32_t *m, int words, int V, int i)
     memset(m, 0, (size_t)words * 4);
     for (int j = 0; j < V; j++) {
         uint64_t r = tt_xrng_next(&rng);
-        int on = i == 0 ? 1 : i == 2 ? (int)(r & 1) : i == 3 ? (r % 64) == 0
-                                                             : 0;
+        int on = i == 0   ? 1
+                 : i == 2 ? (int)(r & 1)
+                 : i == 3 ? (r % 64) == 0
+                          : 0;
         if (on)
             m[j >> 5] |= 1u << (j & 31);
     }
@@ -80,7 +85,8 @@ static void one_vocab(int V)
         if (!masked_row(i))
             continue;
         assert_int_equal(tg_ops_cpu.logits_mask(cpu, ref + (size_t)i * V, V,
-                                                mask + (size_t)i * words), 0);
+                                                mask + (size_t)i * words),
+                         0);
         rows[n] = i;
         memcpy(packed + (size_t)n * words, mask + (size_t)i * words,
                (size_t)words * 4);
@@ -89,8 +95,8 @@ static void one_vocab(int V)
     float *dx = tt_cuda_upload(x, nx * sizeof(float));
     int32_t *drows = tt_cuda_upload(rows, (size_t)n * sizeof(int32_t));
     uint32_t *dm = tt_cuda_upload(packed, (size_t)n * words * 4);
-    assert_int_equal(tg_cuda_logit_mask_apply(dx, V, drows, dm, words, n,
-                                              NULL), 0);
+    assert_int_equal(tg_cuda_logit_mask_apply(dx, V, drows, dm, words, n, NULL),
+                     0);
     tt_cuda_sync_to_host(got, dx, nx * sizeof(float));
     assert_memory_equal(got, ref, nx * sizeof(float));
 
@@ -115,8 +121,9 @@ static void one_vocab(int V)
         float *row = malloc((size_t)V * sizeof(float));
         assert_non_null(row);
         memcpy(row, ref + (size_t)i * V, (size_t)V * sizeof(float));
-        assert_int_equal(tg_ops_cpu.sample(cpu, row, V, &greedy_sp, NULL,
-                                           NULL, &tok, &lp, k, cid, clp), 0);
+        assert_int_equal(tg_ops_cpu.sample(cpu, row, V, &greedy_sp, NULL, NULL,
+                                           &tok, &lp, k, cid, clp),
+                         0);
         free(row);
         assert_int_equal(greedy[i], tok);
         if (masked_row(i))
@@ -141,11 +148,13 @@ static void one_vocab(int V)
     struct tg_cuda_sample_params p[ROWS];
     for (int seed = 0; seed < 64; seed++) {
         for (int i = 0; i < ROWS; i++)
-            p[i] = (struct tg_cuda_sample_params){
-                .temperature = 1.0f, .top_k = 0, .top_p = 1.0f,
-                .min_p = 0.0f, .seed = (uint64_t)seed, .step = (uint64_t)i};
-        assert_int_equal(tg_cuda_sample(s, dx, ROWS, V, p, dk, NULL, NULL),
-                         0);
+            p[i] = (struct tg_cuda_sample_params){.temperature = 1.0f,
+                                                  .top_k = 0,
+                                                  .top_p = 1.0f,
+                                                  .min_p = 0.0f,
+                                                  .seed = (uint64_t)seed,
+                                                  .step = (uint64_t)i};
+        assert_int_equal(tg_cuda_sample(s, dx, ROWS, V, p, dk, NULL, NULL), 0);
         tt_cuda_sync_to_host(greedy, dk, ROWS * sizeof(int32_t));
         for (int i = 0; i < ROWS; i++)
             if (masked_row(i))
@@ -191,8 +200,8 @@ static void test_bad_arguments(void **state)
                      TG_EINVAL);
     assert_int_equal(tg_cuda_logit_mask_apply(&f, 1, NULL, &m, 1, 1, NULL),
                      TG_EINVAL);
-    assert_int_equal(tg_cuda_logit_mask_apply(NULL, 1, NULL, NULL, 1, 0,
-                                              NULL), 0); /* nothing to do */
+    assert_int_equal(tg_cuda_logit_mask_apply(NULL, 1, NULL, NULL, 1, 0, NULL),
+                     0); /* nothing to do */
 }
 #endif
 

@@ -503,8 +503,8 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
         };
         int32_t tok[NSEQ], top_ids[NSEQ * 5], bad[NSEQ];
         float lp[NSEQ], top_lps[NSEQ * 5], bad_val[NSEQ];
-        if (gw_cuda_sample(&cu[0], NSEQ, sp, NULL, NULL, 5, tok, lp, top_ids, top_lps,
-                           bad, bad_val, err, sizeof(err)) != 0)
+        if (gw_cuda_sample(&cu[0], NSEQ, sp, NULL, NULL, 5, tok, lp, top_ids,
+                           top_lps, bad, bad_val, err, sizeof(err)) != 0)
             fail_msg("device sampling: %s", err);
         assert_int_equal(cu[0].dev_rows, 0); /* one sampling per decode */
         for (int s = 0; s < NSEQ; s++)

@@ -184,12 +184,10 @@ static void h_stats(struct rt_grpc_call *call, void *ud)
 {
     struct tt_grpc_fx *fx = ud;
     char m[256];
-    int n = snprintf(m, sizeof(m), "%d %d %d %d %zu %d",
-                     atomic_load(&fx->cancels),
-                     atomic_load(&fx->cancel_deadline),
-                     atomic_load(&fx->cancel_bad),
-                     atomic_load(&fx->slow_started), fx->srv.set.n_open,
-                     fx->n_kept);
+    int n = snprintf(
+        m, sizeof(m), "%d %d %d %d %zu %d", atomic_load(&fx->cancels),
+        atomic_load(&fx->cancel_deadline), atomic_load(&fx->cancel_bad),
+        atomic_load(&fx->slow_started), fx->srv.set.n_open, fx->n_kept);
     for (int e = 0; e < RT_GRPC_EVENT_COUNT; e++)
         n += snprintf(m + n, sizeof(m) - (size_t)n, " %d",
                       atomic_load(&fx->events[e]));

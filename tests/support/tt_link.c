@@ -427,8 +427,11 @@ void tt_mini_step_make(struct tt_mini_step *m, uint64_t step_id)
     for (int i = 0; i < 3; i++) {
         snprintf(m->rid[i], sizeof m->rid[i], "req-%d", m->ent[i].slot);
         m->smp[i] = (struct tg_sampling){
-            .temperature = 0.5f * (float)m->ent[i].slot, .top_p = 1.0f,
-            .top_k = 40, .repetition_penalty = 1.0f, .n_top = 2,
+            .temperature = 0.5f * (float)m->ent[i].slot,
+            .top_p = 1.0f,
+            .top_k = 40,
+            .repetition_penalty = 1.0f,
+            .n_top = 2,
             .seed = 1000u + (uint64_t)m->ent[i].slot};
         m->ent[i].request_id = m->rid[i];
         m->ent[i].sampling = &m->smp[i];

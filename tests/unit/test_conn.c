@@ -24,15 +24,15 @@
 /* The owner's connection: rt_conn first, as the servers embed it. */
 struct own_conn {
     struct rt_conn base;
-    int closing;        /* uv_close issued */
-    int asked;          /* times ops->close named it */
+    int closing; /* uv_close issued */
+    int asked;   /* times ops->close named it */
 };
 
 struct fx {
     uv_loop_t loop;
     struct rt_conn_set set;
     int created, started, refused, evicted, released;
-    int set_closed;     /* on_closed runs */
+    int set_closed;            /* on_closed runs */
     size_t open_at_set_closed; /* set.n_open when on_closed ran */
 };
 
@@ -137,10 +137,9 @@ static int teardown(void **state)
 static int adopt_pair(struct fx *f)
 {
     int sv[2];
-    assert_int_equal(socketpair(AF_UNIX,
-                                SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0,
-                                sv),
-                     0);
+    assert_int_equal(
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv),
+        0);
     assert_int_equal(rt_conn_set_adopt(&f->set, sv[0]), 0);
     return sv[1];
 }
@@ -173,8 +172,7 @@ static void test_close_waits_for_release(void **state)
     assert_int_equal(f->set_closed, 0);
     /* A socket handed in now is refused and stays the caller's. */
     int sv[2];
-    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv),
-                     0);
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     assert_int_equal(rt_conn_set_adopt(&f->set, sv[0]), TG_EINVAL);
     close(sv[0]);
     close(sv[1]);
@@ -208,13 +206,12 @@ static void test_listen_admits(void **state)
 {
     struct fx *f = *state;
     char err[256];
-    assert_int_equal(rt_conn_set_listen(&f->set, "127.0.0.1", 0, err,
-                                        sizeof(err)),
-                     0);
+    assert_int_equal(
+        rt_conn_set_listen(&f->set, "127.0.0.1", 0, err, sizeof(err)), 0);
     assert_true(f->set.port > 0);
-    assert_int_equal(rt_conn_set_listen(&f->set, "127.0.0.1", 0, err,
-                                        sizeof(err)),
-                     TG_EINVAL);
+    assert_int_equal(
+        rt_conn_set_listen(&f->set, "127.0.0.1", 0, err, sizeof(err)),
+        TG_EINVAL);
     int cli = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     assert_true(cli >= 0);
     struct sockaddr_in a4;

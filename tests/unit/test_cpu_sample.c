@@ -532,8 +532,8 @@ static void test_logits_mask(void **st)
     float lp, lps[5];
     float w[1000];
     memcpy(w, y, sizeof(y));
-    assert_int_equal(tg_ops_cpu.sample(b, w, V, &sp, NULL, NULL, &tok, &lp, 5,
-                                       ids, lps), 0);
+    assert_int_equal(
+        tg_ops_cpu.sample(b, w, V, &sp, NULL, NULL, &tok, &lp, 5, ids, lps), 0);
     assert_int_equal(tok % 7, 0);
     near(lp, x[tok] - mx - log(z), 1e-5);
     for (int t = 0; t < 5; t++)
@@ -542,8 +542,9 @@ static void test_logits_mask(void **st)
     for (uint64_t seed = 1; seed <= 200; seed++) {
         uint64_t r = seed;
         memcpy(w, y, sizeof(y));
-        assert_int_equal(tg_ops_cpu.sample(b, w, V, &sp, NULL, &r, &tok, &lp,
-                                           0, NULL, NULL), 0);
+        assert_int_equal(
+            tg_ops_cpu.sample(b, w, V, &sp, NULL, &r, &tok, &lp, 0, NULL, NULL),
+            0);
         assert_int_equal(tok % 7, 0);
     }
     assert_int_equal(tg_ops_cpu.logits_mask(b, NULL, V, m), TG_EINVAL);

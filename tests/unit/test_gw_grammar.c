@@ -81,8 +81,8 @@ static void test_json_object_slot(void **state)
     struct gw_grammar g;
     assert_int_equal(gw_grammar_init(&g, dir, ROW, 4), 0);
     char *spec = json_object_spec();
-    assert_int_equal(gw_grammar_slot_start(&g, 2, spec, strlen(spec), NULL,
-                                           0), 0);
+    assert_int_equal(gw_grammar_slot_start(&g, 2, spec, strlen(spec), NULL, 0),
+                     0);
     assert_null(gw_grammar_slot_error(&g, 2));
     assert_null(gw_grammar_slot_mask(&g, 1)); /* unconstrained */
     int32_t open = id_of("{"), close = id_of("}"), sp = id_of("Ġ");
@@ -109,8 +109,8 @@ static void test_json_object_slot(void **state)
     assert_int_equal(gw_grammar_slot_accept(&g, 2, eos), 0);
     /* A token the grammar rejects (the mask was not applied): the slot
      * fails with the reason. */
-    assert_int_equal(gw_grammar_slot_start(&g, 2, spec, strlen(spec), NULL,
-                                           0), 0);
+    assert_int_equal(gw_grammar_slot_start(&g, 2, spec, strlen(spec), NULL, 0),
+                     0);
     assert_int_equal(gw_grammar_slot_accept(&g, 2, close), TG_EINVAL);
     assert_non_null(gw_grammar_slot_error(&g, 2));
     assert_null(gw_grammar_slot_mask(&g, 2));
@@ -130,14 +130,14 @@ static void test_replay(void **state)
     uint32_t ids[6];
     for (int i = 0; i < 6; i++)
         ids[i] = (uint32_t)id_of(text[i]);
-    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL,
-                                           0), 0);
+    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0),
+                     0);
     for (int i = 0; i < 6; i++) {
         assert_non_null(gw_grammar_slot_mask(&g, 0));
         assert_int_equal(gw_grammar_slot_accept(&g, 0, (int32_t)ids[i]), 0);
     }
-    assert_int_equal(gw_grammar_slot_start(&g, 1, spec, strlen(spec), ids,
-                                           6), 0);
+    assert_int_equal(gw_grammar_slot_start(&g, 1, spec, strlen(spec), ids, 6),
+                     0);
     const uint32_t *a = gw_grammar_slot_mask(&g, 0);
     const uint32_t *b = gw_grammar_slot_mask(&g, 1);
     assert_non_null(a);
@@ -174,8 +174,8 @@ static void test_bad_spec(void **state)
      * the failure. */
     char *spec = json_object_spec();
     assert_null(gw_grammar_slot_error(&g, 1));
-    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL,
-                                           0), 0);
+    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0),
+                     0);
     assert_null(gw_grammar_slot_error(&g, 0));
     assert_non_null(gw_grammar_slot_mask(&g, 0));
     free(spec);
@@ -190,8 +190,7 @@ static void test_no_vocabulary(void **state)
     struct gw_grammar g;
     assert_int_equal(gw_grammar_init(&g, "/nonexistent/model", ROW, 1), 0);
     char *spec = json_object_spec();
-    assert_true(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0) !=
-                0);
+    assert_true(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0) != 0);
     assert_non_null(strstr(gw_grammar_slot_error(&g, 0), "vocabulary"));
     assert_null(gw_grammar_slot_mask(&g, 0));
     free(spec);
@@ -208,12 +207,15 @@ static void test_clear_while_compiling(void **state)
     assert_int_equal(gw_grammar_init(&g, dir, ROW, 3), 0);
     char spec[256];
     for (int i = 0; i < 3; i++) {
-        int n = snprintf(spec, sizeof(spec), "{\"type\": \"json_schema\", "
-                         "\"schema\": {\"type\": \"object\", \"properties\": "
-                         "{\"k%d\": {\"type\": \"string\", \"maxLength\": %d}}}}",
-                         i, 20 + i);
-        assert_int_equal(gw_grammar_slot_start(&g, (uint32_t)i, spec,
-                                               (size_t)n, NULL, 0), 0);
+        int n = snprintf(
+            spec, sizeof(spec),
+            "{\"type\": \"json_schema\", "
+            "\"schema\": {\"type\": \"object\", \"properties\": "
+            "{\"k%d\": {\"type\": \"string\", \"maxLength\": %d}}}}",
+            i, 20 + i);
+        assert_int_equal(
+            gw_grammar_slot_start(&g, (uint32_t)i, spec, (size_t)n, NULL, 0),
+            0);
     }
     gw_grammar_slot_clear(&g, 0);
     assert_null(gw_grammar_slot_mask(&g, 0));

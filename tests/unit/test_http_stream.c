@@ -170,8 +170,8 @@ static void test_close_in_flight_and_errors(void **state)
     struct rt_http_server other;
     assert_int_equal(
         rt_http_server_init(&other, &fx->loop, NULL, err, sizeof(err)), 0);
-    assert_int_equal(rt_http_server_listen(&other, "127.0.0.1", fx->srv.set.port,
-                                           err, sizeof(err)),
+    assert_int_equal(rt_http_server_listen(&other, "127.0.0.1",
+                                           fx->srv.set.port, err, sizeof(err)),
                      TG_EIO);
     rt_http_server_close(&other, NULL, NULL);
 

@@ -143,34 +143,37 @@ static const struct bad_case BAD[] = {
      "logit_bias.5x", "not a token id"},
     {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":100.5}}", 400, TG_ERANGE,
      "logit_bias.5", "[-100, 100]"},
-    {H, "{" MSG ",\"logit_bias\":{\"5\":-101}}", 400, TG_ERANGE,
-     "logit_bias.5", "[-100, 100]"},
+    {H, "{" MSG ",\"logit_bias\":{\"5\":-101}}", 400, TG_ERANGE, "logit_bias.5",
+     "[-100, 100]"},
     {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":\"1\"}}", 400, TG_EFORMAT,
      "logit_bias.5", "a number"},
-    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"7\":1,\"07\":2}}", 400,
-     TG_EINVAL, "logit_bias", "token 7 twice"},
+    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"7\":1,\"07\":2}}", 400, TG_EINVAL,
+     "logit_bias", "token 7 twice"},
     {C, "{\"prompt\":\"hi\",\"logit_bias\":[1]}", 400, TG_EFORMAT, "logit_bias",
      "must be an object"},
     {C, "{\"prompt\":\"hi\",\"prompt_logprobs\":1}", 400, TG_EUNSUPPORTED,
      "prompt_logprobs", "not supported"},
-    {C, "{\"prompt\":\"hi\",\"response_format\":{\"type\":\"grammar\"}}",
-     400, TG_EUNSUPPORTED, "response_format.type", "not supported"},
-    {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\"}}",
-     400, TG_EFORMAT, "response_format.json_schema", "needs"},
-    {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
-        "\"json_schema\":{\"name\":\"x\"}}}",
+    {C, "{\"prompt\":\"hi\",\"response_format\":{\"type\":\"grammar\"}}", 400,
+     TG_EUNSUPPORTED, "response_format.type", "not supported"},
+    {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\"}}", 400,
+     TG_EFORMAT, "response_format.json_schema", "needs"},
+    {H,
+     "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
+     "\"json_schema\":{\"name\":\"x\"}}}",
      400, TG_EFORMAT, "response_format.json_schema.schema", "needs"},
-    {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
-        "\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":"
-        "\"object\",\"patternProperties\":{}}}}}",
+    {H,
+     "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
+     "\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":"
+     "\"object\",\"patternProperties\":{}}}}}",
      400, TG_EUNSUPPORTED, "response_format.json_schema.schema",
      "patternProperties"},
-    {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
-        "\"json_schema\":{\"name\":\"x\",\"strict\":1,"
-        "\"schema\":{}}}}",
+    {H,
+     "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
+     "\"json_schema\":{\"name\":\"x\",\"strict\":1,"
+     "\"schema\":{}}}}",
      400, TG_EFORMAT, "response_format.json_schema.strict", "a boolean"},
-    {H, "{" MSG ",\"response_format\":{\"type\":5}}",
-     400, TG_EFORMAT, "response_format.type", "a string"},
+    {H, "{" MSG ",\"response_format\":{\"type\":5}}", 400, TG_EFORMAT,
+     "response_format.type", "a string"},
     /* max_tokens, min_tokens */
     {C, "{\"prompt\":\"hi\",\"max_tokens\":0}", 400, TG_ERANGE, "max_tokens",
      "between 1 and 128, got 0"},
@@ -323,7 +326,8 @@ static const struct bad_case BAD[] = {
     {H,
      "{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\","
      "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\"}]}]}",
-     400, TG_EFORMAT, "messages[0].tool_calls[0].function", "must be an object"},
+     400, TG_EFORMAT, "messages[0].tool_calls[0].function",
+     "must be an object"},
     {H,
      "{\"messages\":[{\"role\":\"assistant\",\"content\":null,"
      "\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":"
@@ -349,10 +353,10 @@ static const struct bad_case BAD[] = {
      "[{\"id\":\"c\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}"
      "]}]}",
      400, TG_EFORMAT, "messages[0].tool_calls", "only assistant"},
-    {H, "{\"messages\":[{\"role\":\"assistant\",\"content\":null}]}",
-     400, TG_EFORMAT, "messages[0].content", "is required"},
-    {H, "{\"messages\":[{\"role\":\"assistant\",\"function_call\":{}}]}",
-     400, TG_EUNSUPPORTED, "messages[0].function_call", "tool_calls"},
+    {H, "{\"messages\":[{\"role\":\"assistant\",\"content\":null}]}", 400,
+     TG_EFORMAT, "messages[0].content", "is required"},
+    {H, "{\"messages\":[{\"role\":\"assistant\",\"function_call\":{}}]}", 400,
+     TG_EUNSUPPORTED, "messages[0].function_call", "tool_calls"},
     {H, "{" MSG ",\"tools\":{}}", 400, TG_EFORMAT, "tools", "must be an array"},
     {H, "{" MSG ",\"tools\":[3]}", 400, TG_EFORMAT, "tools[0]",
      "must be an object"},
@@ -396,8 +400,8 @@ static const struct bad_case BAD[] = {
      "tool_choice", "must be"},
     {H, "{" MSG ",\"parallel_tool_calls\":1}", 400, TG_EFORMAT,
      "parallel_tool_calls", "must be a boolean"},
-    {H, "{" MSG ",\"chat_template_kwargs\":{\"messages\":[]}}", 400,
-     TG_EFORMAT, "chat_template_kwargs.messages", "set by the request"},
+    {H, "{" MSG ",\"chat_template_kwargs\":{\"messages\":[]}}", 400, TG_EFORMAT,
+     "chat_template_kwargs.messages", "set by the request"},
     {H, "{" MSG ",\"functions\":[{\"name\":\"f\"}]}", 400, TG_EUNSUPPORTED,
      "functions", "not supported"},
     {H,
@@ -542,9 +546,10 @@ static void test_tool_grammar(void **state)
     cfg.max_body_bytes = 0;
     struct rt_gen_request r;
     struct rt_api_error e;
-#define TOOLS "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":" \
-              "\"f\",\"parameters\":{\"type\":\"object\"}}},{\"type\":"  \
-              "\"function\",\"function\":{\"name\":\"g\"}}]"
+#define TOOLS                                                   \
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":" \
+    "\"f\",\"parameters\":{\"type\":\"object\"}}},{\"type\":"   \
+    "\"function\",\"function\":{\"name\":\"g\"}}]"
     const char *b1 = "{" MSG "," TOOLS ",\"tool_choice\":\"required\"}";
     assert_int_equal(rt_openai_parse_chat(&cfg, b1, strlen(b1), &r, &e), 0);
     assert_int_equal(r.tool_choice, RT_TOOL_CHOICE_REQUIRED);
@@ -805,10 +810,10 @@ static void test_chat_messages(void **state)
     assert_int_equal(r.q.opts.logprobs, 3);
     assert_true(r.q.chat.add_generation_prompt);
     assert_false(r.q.chat.continue_final_message);
-    assert_true(json_is_false(json_object_get(r.q.chat.kwargs,
-                                              "enable_thinking")));
-    assert_int_equal(json_integer_value(json_object_get(r.q.chat.kwargs,
-                                                        "other")), 1);
+    assert_true(
+        json_is_false(json_object_get(r.q.chat.kwargs, "enable_thinking")));
+    assert_int_equal(
+        json_integer_value(json_object_get(r.q.chat.kwargs, "other")), 1);
     assert_int_equal(r.tool_choice, RT_TOOL_CHOICE_NONE);
     assert_int_equal(json_array_size(r.q.tools), 0);
     assert_false(r.q.add_special_tokens);
@@ -837,8 +842,8 @@ static void test_chat_messages(void **state)
     assert_int_equal(r.q.opts.logprobs, 0);
     assert_false(r.q.chat.add_generation_prompt);
     assert_true(r.q.chat.continue_final_message);
-    assert_true(json_is_true(json_object_get(r.q.chat.kwargs,
-                                             "enable_thinking")));
+    assert_true(
+        json_is_true(json_object_get(r.q.chat.kwargs, "enable_thinking")));
     rt_gen_request_free(&r);
 
     const char *b3 = "{" MSG ",\"top_logprobs\":0,\"max_tokens\":7}";

@@ -49,8 +49,8 @@ static void test_off_and_defaults(void **state)
     accepted(&s, VOCAB);
     accepted(&s, 0);
     assert_true(s.temperature == 0.0f && s.top_p == 1.0f &&
-                s.repetition_penalty == 1.0f && s.n_top == 0 &&
-                s.n_bias == 0 && s.seed == 0);
+                s.repetition_penalty == 1.0f && s.n_top == 0 && s.n_bias == 0 &&
+                s.seed == 0);
 }
 
 /* One float field: the values the check takes and the ones it refuses. */
@@ -68,25 +68,42 @@ static void test_float_bounds(void **state)
     (void)state;
     const float inf = INFINITY, nan = NAN;
     const struct float_case c[] = {
-        {"temperature", offsetof(struct tg_sampling, temperature),
-         {0.0f, 1e-30f, 1.0f, 2.0f, 3.0e38f}, 5,
-         {-1e-30f, -1.0f, inf, -inf, nan}, 5},
-        {"top_p", offsetof(struct tg_sampling, top_p),
-         {1e-38f, 0.5f, 1.0f}, 3,
-         {0.0f, -0.0f, 1.0000001f, inf, nan, -0.5f}, 6},
-        {"min_p", offsetof(struct tg_sampling, min_p),
-         {0.0f, 0.5f, 1.0f}, 3,
-         {-1e-30f, 1.0000001f, inf, nan}, 4},
-        {"repetition_penalty", offsetof(struct tg_sampling,
-                                        repetition_penalty),
-         {1e-38f, 1.0f, 3.0e38f}, 3,
-         {0.0f, -1.0f, inf, nan}, 4},
-        {"presence_penalty", offsetof(struct tg_sampling, presence_penalty),
-         {-3.0e38f, -2.0f, 0.0f, 2.0f, 3.0e38f}, 5,
-         {inf, -inf, nan}, 3},
-        {"frequency_penalty", offsetof(struct tg_sampling, frequency_penalty),
-         {-3.0e38f, 0.0f, 3.0e38f}, 3,
-         {inf, -inf, nan}, 3},
+        {"temperature",
+         offsetof(struct tg_sampling, temperature),
+         {0.0f, 1e-30f, 1.0f, 2.0f, 3.0e38f},
+         5,
+         {-1e-30f, -1.0f, inf, -inf, nan},
+         5},
+        {"top_p",
+         offsetof(struct tg_sampling, top_p),
+         {1e-38f, 0.5f, 1.0f},
+         3,
+         {0.0f, -0.0f, 1.0000001f, inf, nan, -0.5f},
+         6},
+        {"min_p",
+         offsetof(struct tg_sampling, min_p),
+         {0.0f, 0.5f, 1.0f},
+         3,
+         {-1e-30f, 1.0000001f, inf, nan},
+         4},
+        {"repetition_penalty",
+         offsetof(struct tg_sampling, repetition_penalty),
+         {1e-38f, 1.0f, 3.0e38f},
+         3,
+         {0.0f, -1.0f, inf, nan},
+         4},
+        {"presence_penalty",
+         offsetof(struct tg_sampling, presence_penalty),
+         {-3.0e38f, -2.0f, 0.0f, 2.0f, 3.0e38f},
+         5,
+         {inf, -inf, nan},
+         3},
+        {"frequency_penalty",
+         offsetof(struct tg_sampling, frequency_penalty),
+         {-3.0e38f, 0.0f, 3.0e38f},
+         3,
+         {inf, -inf, nan},
+         3},
     };
     for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
         for (size_t k = 0; k < c[i].n_ok; k++) {

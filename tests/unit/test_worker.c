@@ -244,10 +244,12 @@ static void run_against_engine(const char *profile,
 
 static struct gw_gen_params greedy_params(void)
 {
-    struct gw_gen_params gp = {
-        .max_tokens = 10, .ignore_eos = 1,
-        .sampling = {.temperature = 0.0f, .top_p = 1.0f,
-                     .repetition_penalty = 1.0f, .n_top = 3}};
+    struct gw_gen_params gp = {.max_tokens = 10,
+                               .ignore_eos = 1,
+                               .sampling = {.temperature = 0.0f,
+                                            .top_p = 1.0f,
+                                            .repetition_penalty = 1.0f,
+                                            .n_top = 3}};
     return gp;
 }
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/base/tg_err.h"
 #include "common/base/tg_log.h"
@@ -24,99 +25,28 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int gw_grammar_init(struct gw_grammar *g, const char *model_dir, int vocab,
-                    int max_slots)
-{
-    memset(g, 0, sizeof(*g));
-    g->model_dir = strdup(model_dir != NULL ? model_dir : "");
-    g->vocab = vocab;
-    g->words = ((size_t)vocab + 31) / 32;
-    g->max_slots = max_slots;
-    g->slots = calloc((size_t)max_slots, sizeof(*g->slots));
-    pthread_mutex_init(&g->jobs_mu, NULL);
-    pthread_cond_init(&g->jobs_cv, NULL);
-    return g->slots != NULL && g->model_dir != NULL ? 0 : TG_ENOMEM;
-}
+/* One job of the pool: a slot's grammar fetched, or (slot NULL-spec) the
+ * vocabulary's load alone. References: the pool's while queued or
+ * running, and the slot's (dropped by resolve or a clear); the last frees
+ * it. */
+enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
 
-void gw_grammar_free(struct gw_grammar *g)
-{
-    if (g->slots == NULL && g->model_dir == NULL)
-        return; /* zeroed */
-    for (int i = 0; g->slots != NULL && i < g->max_slots; i++) {
-        gw_grammar_slot_clear(g, (uint32_t)i);
-        free(g->slots[i].mask);
-        free(g->slots[i].replay);
-    }
-    /* The helper threads use the cache: it outlives them. */
-    pthread_mutex_lock(&g->jobs_mu);
-    while (g->jobs > 0)
-        pthread_cond_wait(&g->jobs_cv, &g->jobs_mu);
-    pthread_mutex_unlock(&g->jobs_mu);
-    pthread_mutex_destroy(&g->jobs_mu);
-    pthread_cond_destroy(&g->jobs_cv);
-    free(g->slots);
-    free(g->model_dir);
-    if (g->loaded == 1) {
-        gm_cache_free(&g->cache);
-        gm_vocab_free(&g->v);
-    }
-    memset(g, 0, sizeof(*g));
-}
-
-/* The vocabulary and the cache, on the first constrained request (a
- * worker that never sees one never reads the tokenizer). */
-static int load(struct gw_grammar *g)
-{
-    if (g->loaded != 0)
-        return g->loaded == 1 ? 0 : TG_EINVAL;
-    struct tok_tokenizer tok = {0};
-    char err[224];
-    double t0 = now_s();
-    int rc = tok_tokenizer_load(&tok, g->model_dir, err, sizeof(err));
-    if (rc == 0) {
-        rc = gm_vocab_init(&g->v, &tok, err, sizeof(err));
-        tok_tokenizer_free(&tok);
-    }
-    if (rc == 0 && gm_vocab_mask_words(&g->v) > g->words)
-        g->words = gm_vocab_mask_words(&g->v); /* more ids than logits */
-    if (rc == 0) {
-        rc = gm_cache_init(&g->cache, &g->v, NULL, GRAMMAR_CACHE_ENTRIES,
-                           GRAMMAR_CACHE_BYTES);
-        if (rc != 0) {
-            gm_vocab_free(&g->v);
-            snprintf(err, sizeof(err), "out of memory");
-        }
-    }
-    if (rc != 0) {
-        g->loaded = -1;
-        snprintf(g->load_err, sizeof(g->load_err),
-                 "structured outputs are unavailable: the vocabulary of %.100s "
-                 "could not be read (%.200s)",
-                 g->model_dir, err);
-        log_err("%s", g->load_err);
-        return rc;
-    }
-    g->loaded = 1;
-    log_info("structured outputs: vocabulary of %d ids read in %.3f s",
-             (int)g->v.n_ids, now_s() - t0);
-    return 0;
-}
-
-/* One grammar fetched on a helper thread for one slot. Two references:
- * the thread's and the slot's (dropped by resolve or a clear); the last
- * frees it. */
 struct gw_gjob {
+    struct gw_gjob *next; /* in the queue; under pool_mu */
+    int state;            /* JOB_*; under pool_mu until done */
+    uint32_t slot;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int refs;
     int done; /* the fetch ended: gr or rc/err set */
     struct gw_grammar *g;
-    char *spec;
+    char *spec; /* NULL: the vocabulary's load alone */
     size_t len;
     struct gm_grammar *gr; /* one reference, until taken */
     int rc;
+    int no_vocab; /* rc is the vocabulary's failure (g->load_err) */
     char err[GW_GRAMMAR_ERR_MAX - 64];
-    double seconds; /* the fetch's */
+    double seconds; /* the fetch's, the wait for the vocabulary included */
 };
 
 static void job_release(struct gw_gjob *j)
@@ -133,35 +63,269 @@ static void job_release(struct gw_gjob *j)
     free(j);
 }
 
-static void *job_main(void *arg)
+/* The vocabulary and the cache, read once on a pool thread. Returns 0 or
+ * the failure's code with g->load_err set. */
+static int load(struct gw_grammar *g)
 {
-    struct gw_gjob *j = arg;
-    struct gw_grammar *g = j->g;
+    struct tok_tokenizer tok = {0};
+    char err[224];
+    double t0 = now_s();
+    int rc = tok_tokenizer_load(&tok, g->model_dir, err, sizeof(err));
+    if (rc == 0) {
+        rc = gm_vocab_init(&g->v, &tok, err, sizeof(err));
+        tok_tokenizer_free(&tok);
+    }
+    if (rc == 0 && gm_vocab_mask_words(&g->v) > g->words)
+        g->words = gm_vocab_mask_words(&g->v); /* more ids than logits */
+    if (rc == 0) {
+        struct gm_limits lim;
+        gm_limits_default(&lim);
+        lim.threads = g->omp_threads;
+        rc = gm_cache_init(&g->cache, &g->v, &lim, GRAMMAR_CACHE_ENTRIES,
+                           GRAMMAR_CACHE_BYTES);
+        if (rc != 0) {
+            gm_vocab_free(&g->v);
+            snprintf(err, sizeof(err), "out of memory");
+        }
+    }
+    if (rc != 0) {
+        snprintf(g->load_err, sizeof(g->load_err),
+                 "structured outputs are unavailable: the vocabulary of %.100s "
+                 "could not be read (%.200s)",
+                 g->model_dir, err);
+        log_warn("%s", g->load_err);
+        return rc;
+    }
+    log_info("structured outputs: vocabulary of %d ids read in %.3f s on the "
+             "compile pool",
+             (int)g->v.n_ids, now_s() - t0);
+    return 0;
+}
+
+/* The vocabulary, loading it if no pool thread has yet (the others wait
+ * for that one). Returns 0 or TG_EINVAL (g->load_err says why). */
+static int pool_vocab(struct gw_grammar *g)
+{
+    pthread_mutex_lock(&g->pool_mu);
+    while (g->loading)
+        pthread_cond_wait(&g->pool_cv, &g->pool_mu);
+    if (g->loaded != 0) {
+        int rc = g->loaded == 1 ? 0 : TG_EINVAL;
+        pthread_mutex_unlock(&g->pool_mu);
+        return rc;
+    }
+    g->loading = 1;
+    pthread_mutex_unlock(&g->pool_mu);
+    int rc = load(g);
+    pthread_mutex_lock(&g->pool_mu);
+    g->loaded = rc == 0 ? 1 : -1;
+    g->loading = 0;
+    pthread_cond_broadcast(&g->pool_cv);
+    pthread_mutex_unlock(&g->pool_mu);
+    return rc == 0 ? 0 : TG_EINVAL;
+}
+
+static void job_run(struct gw_grammar *g, struct gw_gjob *j)
+{
     struct gm_grammar *gr = NULL;
     char err[sizeof(j->err)];
+    err[0] = '\0';
     double t0 = now_s();
-    int rc = gm_cache_get(&g->cache, j->spec, j->len, &gr, err, sizeof(err));
+    int rc = pool_vocab(g);
+    int no_vocab = rc != 0;
+    if (rc == 0 && j->spec != NULL)
+        rc = gm_cache_get(&g->cache, j->spec, j->len, &gr, err, sizeof(err));
     pthread_mutex_lock(&j->mu);
     j->gr = gr;
     j->rc = rc;
+    j->no_vocab = no_vocab;
     memcpy(j->err, err, sizeof(err));
     j->seconds = now_s() - t0;
     j->done = 1;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    job_release(j);
-    pthread_mutex_lock(&g->jobs_mu);
-    g->jobs--;
-    pthread_cond_broadcast(&g->jobs_cv);
-    pthread_mutex_unlock(&g->jobs_mu);
+}
+
+static void *pool_main(void *arg)
+{
+    struct gw_grammar *g = arg;
+    pthread_mutex_lock(&g->pool_mu);
+    for (;;) {
+        while (!g->stop && (g->hold || g->q_head == NULL))
+            pthread_cond_wait(&g->pool_cv, &g->pool_mu);
+        if (g->stop)
+            break;
+        struct gw_gjob *j = g->q_head;
+        g->q_head = j->next;
+        if (g->q_head == NULL)
+            g->q_tail = NULL;
+        g->queued--;
+        g->running++;
+        j->state = JOB_RUNNING;
+        if (j->spec != NULL && g->on_job != NULL)
+            g->on_job(g->on_job_arg, j->slot, g->running);
+        pthread_mutex_unlock(&g->pool_mu);
+        job_run(g, j);
+        pthread_mutex_lock(&g->pool_mu);
+        j->state = JOB_DONE;
+        g->running--;
+        pthread_mutex_unlock(&g->pool_mu);
+        job_release(j); /* the pool's reference */
+        pthread_mutex_lock(&g->pool_mu);
+    }
+    pthread_mutex_unlock(&g->pool_mu);
     return NULL;
+}
+
+/* Appends j to the queue (the pool's reference) and wakes a thread. */
+static void pool_push(struct gw_grammar *g, struct gw_gjob *j)
+{
+    pthread_mutex_lock(&g->pool_mu);
+    j->state = JOB_QUEUED;
+    j->next = NULL;
+    if (g->q_tail != NULL)
+        g->q_tail->next = j;
+    else
+        g->q_head = j;
+    g->q_tail = j;
+    g->queued++;
+    pthread_cond_signal(&g->pool_cv);
+    pthread_mutex_unlock(&g->pool_mu);
+}
+
+/* Takes j out of the queue if it is still there. Returns 1 if it was
+ * (the pool's reference is the caller's now). */
+static int pool_cancel(struct gw_grammar *g, struct gw_gjob *j)
+{
+    int out = 0;
+    pthread_mutex_lock(&g->pool_mu);
+    if (j->state == JOB_QUEUED) {
+        struct gw_gjob **pp = &g->q_head, *prev = NULL;
+        while (*pp != j) {
+            prev = *pp;
+            pp = &(*pp)->next;
+        }
+        *pp = j->next;
+        if (g->q_tail == j)
+            g->q_tail = prev;
+        g->queued--;
+        j->state = JOB_DONE;
+        out = 1;
+    }
+    pthread_mutex_unlock(&g->pool_mu);
+    return out;
+}
+
+static struct gw_gjob *job_new(struct gw_grammar *g, uint32_t slot,
+                               const char *spec, size_t len, int refs)
+{
+    struct gw_gjob *j = calloc(1, sizeof(*j));
+    char *copy = spec != NULL ? malloc(len + 1) : NULL;
+    if (j == NULL || (spec != NULL && copy == NULL)) {
+        free(j);
+        free(copy);
+        return NULL;
+    }
+    if (spec != NULL) {
+        memcpy(copy, spec, len);
+        copy[len] = '\0';
+    }
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = refs;
+    j->g = g;
+    j->slot = slot;
+    j->spec = copy;
+    j->len = len;
+    return j;
+}
+
+int gw_grammar_init(struct gw_grammar *g, const char *model_dir, int vocab,
+                    int max_slots)
+{
+    memset(g, 0, sizeof(*g));
+    g->model_dir = strdup(model_dir != NULL ? model_dir : "");
+    g->vocab = vocab;
+    g->words = ((size_t)vocab + 31) / 32;
+    g->max_slots = max_slots;
+    g->slots = calloc((size_t)max_slots, sizeof(*g->slots));
+    pthread_mutex_init(&g->pool_mu, NULL);
+    pthread_cond_init(&g->pool_cv, NULL);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    g->omp_threads = cores > 1 ? (int)((cores - 1) / GW_GRAMMAR_POOL) : 1;
+    if (g->omp_threads < 1)
+        g->omp_threads = 1;
+    if (g->slots == NULL || g->model_dir == NULL)
+        return TG_ENOMEM;
+    for (int i = 0; i < GW_GRAMMAR_POOL; i++) {
+        if (pthread_create(&g->threads[i], NULL, pool_main, g) != 0) {
+            log_err("structured outputs: cannot start compile thread %d", i);
+            return TG_EAGAIN;
+        }
+        g->n_threads++;
+    }
+    return 0;
+}
+
+int gw_grammar_preload(struct gw_grammar *g)
+{
+    struct gw_gjob *j = job_new(g, 0, NULL, 0, 1);
+    if (j == NULL)
+        return TG_ENOMEM;
+    pool_push(g, j);
+    return 0;
+}
+
+void gw_grammar_hold(struct gw_grammar *g, int hold)
+{
+    pthread_mutex_lock(&g->pool_mu);
+    g->hold = hold;
+    pthread_cond_broadcast(&g->pool_cv);
+    pthread_mutex_unlock(&g->pool_mu);
+}
+
+void gw_grammar_free(struct gw_grammar *g)
+{
+    if (g->slots == NULL && g->model_dir == NULL)
+        return; /* zeroed */
+    for (int i = 0; g->slots != NULL && i < g->max_slots; i++) {
+        gw_grammar_slot_clear(g, (uint32_t)i);
+        free(g->slots[i].mask);
+        free(g->slots[i].replay);
+    }
+    /* The pool's threads use the cache: it outlives them. */
+    pthread_mutex_lock(&g->pool_mu);
+    g->stop = 1;
+    pthread_cond_broadcast(&g->pool_cv);
+    pthread_mutex_unlock(&g->pool_mu);
+    for (int i = 0; i < g->n_threads; i++)
+        pthread_join(g->threads[i], NULL);
+    while (g->q_head != NULL) { /* a preload never started */
+        struct gw_gjob *j = g->q_head;
+        g->q_head = j->next;
+        job_release(j);
+    }
+    pthread_mutex_destroy(&g->pool_mu);
+    pthread_cond_destroy(&g->pool_cv);
+    free(g->slots);
+    free(g->model_dir);
+    if (g->loaded == 1) {
+        gm_cache_free(&g->cache);
+        gm_vocab_free(&g->v);
+    }
+    memset(g, 0, sizeof(*g));
 }
 
 void gw_grammar_slot_clear(struct gw_grammar *g, uint32_t slot)
 {
     struct gw_gslot *s = &g->slots[slot];
-    if (s->job != NULL)
-        job_release(s->job); /* its thread finishes and frees it */
+    if (s->job != NULL) {
+        if (pool_cancel(g, s->job)) {
+            job_release(s->job); /* the pool's: it never ran */
+            g->st.cancelled++;
+        }
+        job_release(s->job); /* a running job's thread frees it */
+    }
     s->job = NULL;
     s->n_replay = 0;
     if (s->on)
@@ -192,7 +356,9 @@ static void resolve(struct gw_grammar *g, uint32_t slot, int wait)
     j->gr = NULL;
     int rc = j->rc;
     double secs = j->seconds;
-    if (rc != 0)
+    if (rc != 0 && j->no_vocab) /* load_err was set before the job ended */
+        snprintf(s->err, sizeof(s->err), "%s", g->load_err);
+    else if (rc != 0)
         snprintf(s->err, sizeof(s->err),
                  "the output constraint cannot be "
                  "compiled: %s",
@@ -210,7 +376,9 @@ static void resolve(struct gw_grammar *g, uint32_t slot, int wait)
                  slot, secs, waited ? now_s() - t0 : 0.0);
     if (rc != 0)
         return;
-    rc = gm_matcher_init(&s->m, gr);
+    if (s->mask == NULL) /* g->words is final once the vocabulary is */
+        s->mask = malloc(g->words * sizeof(uint32_t));
+    rc = s->mask != NULL ? gm_matcher_init(&s->m, gr) : TG_ENOMEM;
     gm_grammar_unref(gr); /* the matcher holds its own reference */
     if (rc != 0) {
         snprintf(s->err, sizeof(s->err), "out of memory for a matcher");
@@ -236,13 +404,21 @@ int gw_grammar_slot_start(struct gw_grammar *g, uint32_t slot, const char *spec,
 {
     gw_grammar_slot_clear(g, slot);
     struct gw_gslot *s = &g->slots[slot];
-    int rc = load(g);
-    if (rc != 0) {
+    pthread_mutex_lock(&g->pool_mu);
+    int loaded = g->loaded, queued = g->queued;
+    pthread_mutex_unlock(&g->pool_mu);
+    if (loaded == -1) { /* load_err is final */
         snprintf(s->err, sizeof(s->err), "%s", g->load_err);
-        return rc;
+        return TG_EINVAL;
     }
-    if (s->mask == NULL)
-        s->mask = malloc(g->words * sizeof(uint32_t));
+    if (queued >= GW_GRAMMAR_QUEUE) {
+        g->st.rejected++;
+        snprintf(s->err, sizeof(s->err),
+                 "too many output constraints compiling (%d waiting for "
+                 "the worker's %d compile threads): retry later",
+                 queued, GW_GRAMMAR_POOL);
+        return TG_EBUSY;
+    }
     if (n > s->cap_replay) {
         uint32_t *r = realloc(s->replay, n * sizeof(uint32_t));
         if (r != NULL) {
@@ -250,37 +426,17 @@ int gw_grammar_slot_start(struct gw_grammar *g, uint32_t slot, const char *spec,
             s->cap_replay = n;
         }
     }
-    struct gw_gjob *j = calloc(1, sizeof(*j));
-    char *copy = malloc(len + 1);
-    if (s->mask == NULL || n > s->cap_replay || j == NULL || copy == NULL) {
-        free(j);
-        free(copy);
+    struct gw_gjob *j = n > s->cap_replay ? NULL
+                                          : job_new(g, slot, spec, len, 2);
+    if (j == NULL) {
         snprintf(s->err, sizeof(s->err), "out of memory for a constraint");
         return TG_ENOMEM;
     }
     if (n > 0)
         memcpy(s->replay, tokens, n * sizeof(uint32_t));
     s->n_replay = n;
-    memcpy(copy, spec, len);
-    copy[len] = '\0';
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
-    j->refs = 2;
-    j->g = g;
-    j->spec = copy;
-    j->len = len;
     s->job = j;
-    pthread_mutex_lock(&g->jobs_mu);
-    g->jobs++;
-    pthread_mutex_unlock(&g->jobs_mu);
-    pthread_attr_t at;
-    pthread_t th;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    rc = pthread_create(&th, &at, job_main, j);
-    pthread_attr_destroy(&at);
-    if (rc != 0)
-        job_main(j); /* no thread to be had: fetch it here */
+    pool_push(g, j);
     return 0;
 }
 
@@ -363,14 +519,16 @@ void gw_grammar_log_stats(const struct gw_grammar *g)
     const struct gw_grammar_stats *st = &g->st;
     if (st->draws == 0)
         return;
-    log_info("structured outputs: %llu constrained draws, %llu masks of "
-             "%.1f us on average; draws waited for %llu masks, %.3f ms in "
-             "all (%.2f us per draw); %llu grammars fetched beside the "
-             "steps, draws waited for %llu of them, %.3f s in all",
-             (unsigned long long)st->draws, (unsigned long long)st->masks,
-             st->masks > 0 ? st->mask_s * 1e6 / (double)st->masks : 0.0,
-             (unsigned long long)st->waits, st->wait_s * 1e3,
-             st->wait_s * 1e6 / (double)st->draws,
-             (unsigned long long)st->compiles,
-             (unsigned long long)st->compile_waits, st->compile_wait_s);
+    log_info(
+        "structured outputs: %llu constrained draws, %llu masks of "
+        "%.1f us on average; draws waited for %llu masks, %.3f ms in "
+        "all (%.2f us per draw); %llu grammars fetched beside the "
+        "steps, draws waited for %llu of them, %.3f s in all; %llu "
+        "fetches cancelled, %llu refused (queue full)",
+        (unsigned long long)st->draws, (unsigned long long)st->masks,
+        st->masks > 0 ? st->mask_s * 1e6 / (double)st->masks : 0.0,
+        (unsigned long long)st->waits, st->wait_s * 1e3,
+        st->wait_s * 1e6 / (double)st->draws, (unsigned long long)st->compiles,
+        (unsigned long long)st->compile_waits, st->compile_wait_s,
+        (unsigned long long)st->cancelled, (unsigned long long)st->rejected);
 }

@@ -205,9 +205,11 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     const char *prof = eo.profile_path == NULL ? "none" : eo.profile_path;
     snprintf(w->model_name, sizeof(w->model_name), "%s", o->model_dir);
     snprintf(w->profile_name, sizeof(w->profile_name), "%s", prof);
-    if (w->rank == 0 && gw_grammar_init(&w->gram, o->model_dir, w->model.vocab,
-                                        o->max_slots) != 0) {
-        rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+    if (w->rank == 0 && (gw_grammar_init(&w->gram, o->model_dir, w->model.vocab,
+                                         o->max_slots) != 0 ||
+                         gw_grammar_preload(&w->gram) != 0)) {
+        rc = tg_err_set(err, errlen, TG_ENOMEM,
+                        "out of memory or threads for structured outputs");
         goto fail;
     }
     return 0;

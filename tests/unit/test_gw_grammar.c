@@ -11,10 +11,20 @@
  *     kept); another slot is unaffected; clear and restart reuse the slot;
  *   - statistics: masks computed by gw_grammar_prepare are not waits, a
  *     stale mask a draw needs is one;
- *   - a slot cleared while its grammar is still compiling on the helper
- *     thread (a request aborted at once), and a free with compiles in
- *     flight, leak nothing and crash nothing (ASan).
- * Runs under ASan in CI's sanitizer build (the matchers' lifetimes). */
+ *   - a slot cleared while its grammar is still compiling on the pool
+ *     (a request aborted at once), and a free with compiles in flight,
+ *     leak nothing and crash nothing (ASan);
+ *   - the compile pool: jobs start in FIFO order, at most GW_GRAMMAR_POOL
+ *     at once; a job whose slot was cleared before it started never runs;
+ *     past GW_GRAMMAR_QUEUE waiting jobs a start fails with the reason;
+ *     identical specs in flight compile once;
+ *   - the vocabulary is loaded on the pool: a start returns before it is
+ *     loaded, the draw waits for it (a compile wait); a failed load fails
+ *     the constrained slots, the first at its draw, later ones at start.
+ * Runs under ASan in CI's sanitizer build (the matchers' lifetimes).
+ * Each test's gw_grammar (and hook record) is static: a failed assertion
+ * leaves that test's pool threads running on it, so no later test may
+ * reuse its memory. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -78,7 +88,7 @@ static char *json_object_spec(void)
 static void test_json_object_slot(void **state)
 {
     (void)state;
-    struct gw_grammar g;
+    static struct gw_grammar g;
     assert_int_equal(gw_grammar_init(&g, dir, ROW, 4), 0);
     char *spec = json_object_spec();
     assert_int_equal(gw_grammar_slot_start(&g, 2, spec, strlen(spec), NULL, 0),
@@ -123,7 +133,7 @@ static void test_json_object_slot(void **state)
 static void test_replay(void **state)
 {
     (void)state;
-    struct gw_grammar g;
+    static struct gw_grammar g;
     assert_int_equal(gw_grammar_init(&g, dir, ROW, 3), 0);
     char *spec = json_object_spec();
     const char *text[] = {"{\"", "a", "\":", "Ġ[", "1", ","};
@@ -157,7 +167,7 @@ static void test_replay(void **state)
 static void test_bad_spec(void **state)
 {
     (void)state;
-    struct gw_grammar g;
+    static struct gw_grammar g;
     assert_int_equal(gw_grammar_init(&g, dir, ROW, 2), 0);
     const char *bad = "{\"type\": \"json_schema\", \"schema\": {\"type\": "
                       "\"string\", \"pattern\": \"a\"}}";
@@ -183,27 +193,166 @@ static void test_bad_spec(void **state)
 }
 
 /* A model directory without a tokenizer: every constrained slot fails
- * with the reason, nothing else breaks. */
+ * with the reason, nothing else breaks. The load runs on the pool: the
+ * first start returns, its draw sees the failure; later starts fail at
+ * once. */
 static void test_no_vocabulary(void **state)
 {
     (void)state;
-    struct gw_grammar g;
-    assert_int_equal(gw_grammar_init(&g, "/nonexistent/model", ROW, 1), 0);
+    static struct gw_grammar g;
+    assert_int_equal(gw_grammar_init(&g, "/nonexistent/model", ROW, 2), 0);
     char *spec = json_object_spec();
-    assert_true(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0) != 0);
+    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0),
+                     0);
     assert_non_null(strstr(gw_grammar_slot_error(&g, 0), "vocabulary"));
     assert_null(gw_grammar_slot_mask(&g, 0));
+    assert_int_equal(gw_grammar_slot_start(&g, 1, spec, strlen(spec), NULL, 0),
+                     TG_EINVAL);
+    assert_non_null(strstr(gw_grammar_slot_error(&g, 1), "vocabulary"));
     free(spec);
     gw_grammar_free(&g);
 }
 
+/* The slots whose jobs the pool took, in order, and the most running at
+ * once (written under the pool's lock by the hook). */
+struct taken {
+    uint32_t slot[64];
+    int n, running_max;
+};
+
+static void on_job(void *arg, uint32_t slot, int running)
+{
+    struct taken *t = arg;
+    if (t->n < 64)
+        t->slot[t->n++] = slot;
+    if (running > t->running_max)
+        t->running_max = running;
+}
+
+static int schema_spec(char *spec, size_t cap, int i)
+{
+    return snprintf(spec, cap,
+                    "{\"type\": \"json_schema\", "
+                    "\"schema\": {\"type\": \"object\", \"properties\": "
+                    "{\"p%d\": {\"type\": \"string\", \"maxLength\": %d}}}}",
+                    i, 10 + i);
+}
+
+/* Six distinct schemas queued while the pool is held, one slot cleared
+ * before its job starts: the others start oldest first, at most
+ * GW_GRAMMAR_POOL at once, the cleared one never; the starts returned
+ * before the vocabulary was loaded and the first draw waited for it. */
+static void test_pool_fifo_bound_cancel(void **state)
+{
+    (void)state;
+    static struct gw_grammar g;
+    static struct taken t;
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 6), 0);
+    g.on_job = on_job;
+    g.on_job_arg = &t;
+    gw_grammar_hold(&g, 1);
+    char spec[256];
+    for (int i = 0; i < 6; i++) {
+        int n = schema_spec(spec, sizeof(spec), i);
+        assert_int_equal(
+            gw_grammar_slot_start(&g, (uint32_t)i, spec, (size_t)n, NULL, 0),
+            0);
+    }
+    assert_int_equal(g.loaded, 0); /* the starts did not load it */
+    assert_int_equal(g.queued, 6);
+    gw_grammar_slot_clear(&g, 2);
+    assert_int_equal(g.st.cancelled, 1);
+    assert_int_equal(g.queued, 5);
+    gw_grammar_hold(&g, 0);
+    for (int i = 0; i < 6; i++) {
+        if (i == 2)
+            continue;
+        assert_null(gw_grammar_slot_error(&g, (uint32_t)i));
+        assert_non_null(gw_grammar_slot_mask(&g, (uint32_t)i));
+    }
+    assert_int_equal(g.loaded, 1);
+    /* Slot 0's draw, at least: released, the pool needs ~1 s of CPU for
+     * the vocabulary before its job is done, the main thread microseconds
+     * to reach the draw (not a wall-clock bound: an ordering of 10^4). */
+    assert_true(g.st.compile_waits >= 1);
+    assert_int_equal(g.st.compiles, 5);
+    assert_int_equal(t.n, 5);
+    const uint32_t order[5] = {0, 1, 3, 4, 5};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(t.slot[i], order[i]);
+    assert_true(t.running_max >= 1 && t.running_max <= GW_GRAMMAR_POOL);
+    struct gm_cache_stats cs;
+    gm_cache_stats(&g.cache, &cs);
+    assert_int_equal(cs.misses, 5); /* the cleared one was never compiled */
+    gw_grammar_free(&g);
+}
+
+/* GW_GRAMMAR_QUEUE jobs waiting: one more start fails with the reason,
+ * nothing else does; a cancelled job frees its place; the identical specs
+ * compile once. */
+static void test_queue_limit(void **state)
+{
+    (void)state;
+    static struct gw_grammar g;
+    const int q = GW_GRAMMAR_QUEUE;
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, q + 1), 0);
+    gw_grammar_hold(&g, 1);
+    char *spec = json_object_spec();
+    for (int i = 0; i < q; i++)
+        assert_int_equal(
+            gw_grammar_slot_start(&g, (uint32_t)i, spec, strlen(spec), NULL, 0),
+            0);
+    assert_int_equal(
+        gw_grammar_slot_start(&g, (uint32_t)q, spec, strlen(spec), NULL, 0),
+        TG_EBUSY);
+    assert_non_null(strstr(gw_grammar_slot_error(&g, (uint32_t)q), "too many"));
+    assert_null(gw_grammar_slot_mask(&g, (uint32_t)q));
+    assert_int_equal(g.st.rejected, 1);
+    gw_grammar_slot_clear(&g, 0);
+    assert_int_equal(
+        gw_grammar_slot_start(&g, (uint32_t)q, spec, strlen(spec), NULL, 0), 0);
+    gw_grammar_hold(&g, 0);
+    for (int i = 1; i <= q; i++)
+        assert_non_null(gw_grammar_slot_mask(&g, (uint32_t)i));
+    struct gm_cache_stats cs;
+    gm_cache_stats(&g.cache, &cs);
+    assert_int_equal(cs.misses, 1);
+    free(spec);
+    gw_grammar_free(&g);
+}
+
+/* The worker's start-up: the vocabulary is queued first; a start while it
+ * waits returns at once and the draw waits for both. A free with the
+ * load still queued drops it (ASan: no leak). */
+static void test_preload(void **state)
+{
+    (void)state;
+    static struct gw_grammar g;
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 1), 0);
+    gw_grammar_hold(&g, 1);
+    assert_int_equal(gw_grammar_preload(&g), 0);
+    char *spec = json_object_spec();
+    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0),
+                     0);
+    assert_int_equal(g.loaded, 0);
+    gw_grammar_hold(&g, 0);
+    assert_non_null(gw_grammar_slot_mask(&g, 0));
+    assert_int_equal(g.st.compile_waits, 1); /* as above */
+    gw_grammar_free(&g);
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 1), 0);
+    gw_grammar_hold(&g, 1);
+    assert_int_equal(gw_grammar_preload(&g), 0);
+    gw_grammar_free(&g);
+    free(spec);
+}
+
 /* Clears and frees while helper threads still compile distinct schemas
  * (each a first-seen compile of a few hundred ms at the Qwen3 vocabulary):
- * the threads finish on their own, the free waits for them. */
+ * the jobs finish on their own, the free waits for the running ones. */
 static void test_clear_while_compiling(void **state)
 {
     (void)state;
-    struct gw_grammar g;
+    static struct gw_grammar g;
     assert_int_equal(gw_grammar_init(&g, dir, ROW, 3), 0);
     char spec[256];
     for (int i = 0; i < 3; i++) {
@@ -231,6 +380,9 @@ int main(void)
         cmocka_unit_test(test_bad_spec),
         cmocka_unit_test(test_no_vocabulary),
         cmocka_unit_test(test_clear_while_compiling),
+        cmocka_unit_test(test_pool_fifo_bound_cancel),
+        cmocka_unit_test(test_queue_limit),
+        cmocka_unit_test(test_preload),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -34,6 +34,19 @@ void gw_callwatch_reset(struct gw_callwatch *w)
     w->n_tail = 0;
 }
 
+/* buf holds at least need bytes (its contents kept). */
+static int grow(struct gw_callwatch *w, size_t need)
+{
+    if (need <= w->cap)
+        return 0;
+    uint8_t *nb = realloc(w->buf, need);
+    if (nb == NULL)
+        return TG_ENOMEM;
+    w->buf = nb;
+    w->cap = need;
+    return 0;
+}
+
 static int is_space(uint8_t c)
 {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -55,13 +68,8 @@ static int feed_anchored(struct gw_callwatch *w, const uint8_t *b, size_t len,
         if (++w->seen < w->n)
             continue;
         size_t rest = len - i - 1, need = w->n + rest;
-        if (need > w->cap) {
-            uint8_t *nb = realloc(w->buf, need);
-            if (nb == NULL)
-                return TG_ENOMEM;
-            w->buf = nb;
-            w->cap = need;
-        }
+        if (grow(w, need) != 0)
+            return TG_ENOMEM;
         memcpy(w->buf, w->trigger, w->n);
         memcpy(w->buf + w->n, b + i + 1, rest);
         *call = w->buf;
@@ -80,13 +88,8 @@ int gw_callwatch_feed(struct gw_callwatch *w, const uint8_t *b, size_t len,
     if (w->anchored)
         return feed_anchored(w, b, len, call, n_call);
     size_t need = w->n_tail + len;
-    if (need > w->cap) {
-        uint8_t *nb = realloc(w->buf, need);
-        if (nb == NULL)
-            return TG_ENOMEM;
-        w->buf = nb;
-        w->cap = need;
-    }
+    if (grow(w, need) != 0)
+        return TG_ENOMEM;
     if (len > 0)
         memcpy(w->buf + w->n_tail, b, len);
     /* The first occurrence that ends in this token: earlier ones were

@@ -104,6 +104,10 @@ int gm_spec_trigger(const char *spec, size_t len, char **trigger,
     return rc;
 }
 
+#define BAD_FORMAT                                                        \
+    "spec: \"format\" must be \"hermes\", \"llama3_json\" or an object of "   \
+    "begin, middle, end and sep strings"
+
 /* The format of a tool_calls spec: a name or an object of four strings. */
 static int read_format(const json_t *f, struct gm_tool_format *fmt)
 {
@@ -134,10 +138,7 @@ static int tools_ir(struct gm_json *j, const json_t *doc,
 {
     struct gm_tool_format fmt;
     if (read_format(json_object_get(doc, "format"), &fmt) != 0)
-        return tg_err_set(err, errlen, TG_EFORMAT,
-                          "spec: \"format\" must be \"hermes\", "
-                          "\"llama3_json\" or an object of begin, middle, "
-                          "end and sep strings");
+        return tg_err_set(err, errlen, TG_EFORMAT, "%s", BAD_FORMAT);
     const json_t *mn = json_object_get(doc, "min_calls");
     const json_t *mx = json_object_get(doc, "max_calls");
     const json_t *tools = json_object_get(doc, "tools");
@@ -193,10 +194,7 @@ static int triggered_ir(struct gm_json *j, const json_t *doc,
                           "tool_calls \"spec\"");
     struct gm_tool_format fmt;
     if (read_format(json_object_get(in, "format"), &fmt) != 0)
-        return tg_err_set(err, errlen, TG_EFORMAT,
-                          "spec: \"format\" must be \"hermes\", "
-                          "\"llama3_json\" or an object of begin, middle, "
-                          "end and sep strings");
+        return tg_err_set(err, errlen, TG_EFORMAT, "%s", BAD_FORMAT);
     size_t n = json_string_length(tr);
     if (strlen(fmt.begin) < n || memcmp(fmt.begin, json_string_value(tr), n))
         return tg_err_set(err, errlen, TG_EINVAL,

@@ -336,6 +336,27 @@ def check_calls(jsonschema, calls, what, only=None, count=None):
     chk.check(good, what, "%s: %r" % (why, calls))
 
 
+def stream_calls(d, body):
+    """Streams body; returns the status, the calls ([{name, arguments}]
+    in index order, joined from the deltas) and the finish reason."""
+    st, _, sraw = du.http("POST", d.base_url + "/v1/chat/completions",
+                          dict(body, stream=True), None, 300)
+    events, _ = du.sse_events(sraw)
+    calls, sfin = {}, None
+    for ev in events:
+        if ev == "[DONE]":
+            continue
+        for c in json.loads(ev).get("choices", []):
+            sfin = c.get("finish_reason") or sfin
+            for tc in c.get("delta", {}).get("tool_calls") or []:
+                cur = calls.setdefault(tc["index"], {"name": "",
+                                                     "arguments": ""})
+                f = tc.get("function", {})
+                cur["name"] += f.get("name") or ""
+                cur["arguments"] += f.get("arguments") or ""
+    return st, [calls[k] for k in sorted(calls)], sfin
+
+
 def t_tools(d, jsonschema, bias):
     base = {"model": MODEL, "temperature": 0, "max_tokens": 300,
             "logit_bias": bias, "tools": [WEATHER, SEARCH],
@@ -367,22 +388,7 @@ def t_tools(d, jsonschema, bias):
         if extra.get("tool_choice") != "required" or count is not None:
             continue
         # Streaming gives the same calls (greedy).
-        st, _, sraw = du.http("POST", d.base_url + "/v1/chat/completions",
-                              dict(body, stream=True), None, 300)
-        events, _ = du.sse_events(sraw)
-        calls, sfin = {}, None
-        for ev in events:
-            if ev == "[DONE]":
-                continue
-            for c in json.loads(ev).get("choices", []):
-                sfin = c.get("finish_reason") or sfin
-                for tc in c.get("delta", {}).get("tool_calls") or []:
-                    cur = calls.setdefault(tc["index"], {"name": "",
-                                                         "arguments": ""})
-                    f = tc.get("function", {})
-                    cur["name"] += f.get("name") or ""
-                    cur["arguments"] += f.get("arguments") or ""
-        got = [calls[k] for k in sorted(calls)]
+        _, got, sfin = stream_calls(d, body)
         want = [{"name": c["function"]["name"],
                  "arguments": c["function"]["arguments"]}
                 for c in msg.get("tool_calls") or []]
@@ -445,23 +451,10 @@ def t_strict_auto(d, jsonschema):
     strict_auto_calls(jsonschema, calls,
                       "strict auto: every call validates (%d calls)"
                       % len(calls))
-    st, _, sraw = du.http("POST", d.base_url + "/v1/chat/completions",
-                          dict(body, stream=True), None, 300)
-    events, _ = du.sse_events(sraw)
-    got = {}
-    for ev in events:
-        if ev == "[DONE]":
-            continue
-        for c in json.loads(ev).get("choices", []):
-            for tc in c.get("delta", {}).get("tool_calls") or []:
-                cur = got.setdefault(tc["index"], {"name": "",
-                                                   "arguments": ""})
-                f = tc.get("function", {})
-                cur["name"] += f.get("name") or ""
-                cur["arguments"] += f.get("arguments") or ""
+    st, got, _ = stream_calls(d, body)
     want = [{"name": c["function"]["name"],
              "arguments": c["function"]["arguments"]} for c in calls]
-    chk.check(st == 200 and [got[k] for k in sorted(got)] == want,
+    chk.check(st == 200 and got == want,
               "strict auto: streaming gives the same calls",
               "%r vs %r" % (got, want))
     st, doc, raw = post(d, "/v1/chat/completions",

@@ -79,13 +79,12 @@ int gm_spec_triggered(const char *trigger, int anchored, const char *inner,
     json_t *in = json_loadb(inner, inner_len, 0, NULL);
     if (in == NULL)
         return TG_EINVAL;
-    return dump(json_pack("{sssssbso}", "type", "triggered", "trigger",
-                          trigger, "anchored", anchored, "spec", in),
+    return dump(json_pack("{sssssbso}", "type", "triggered", "trigger", trigger,
+                          "anchored", anchored, "spec", in),
                 out, len);
 }
 
-int gm_spec_trigger(const char *spec, size_t len, char **trigger,
-                    int *anchored)
+int gm_spec_trigger(const char *spec, size_t len, char **trigger, int *anchored)
 {
     *trigger = NULL;
     *anchored = 0;
@@ -104,8 +103,8 @@ int gm_spec_trigger(const char *spec, size_t len, char **trigger,
     return rc;
 }
 
-#define BAD_FORMAT                                                        \
-    "spec: \"format\" must be \"hermes\", \"llama3_json\" or an object of "   \
+#define BAD_FORMAT                                                          \
+    "spec: \"format\" must be \"hermes\", \"llama3_json\" or an object of " \
     "begin, middle, end and sep strings"
 
 /* The format of a tool_calls spec: a name or an object of four strings. */

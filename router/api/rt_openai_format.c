@@ -137,8 +137,8 @@ int rt_openai_parse_response_format(const json_t *root, char **out,
  * triggered spec of strict_auto, a non-strict tool's arguments any
  * object. */
 static int tools_spec(const struct rt_openai_cfg *cfg, const json_t *root,
-                      const json_t *tools, const json_t *named,
-                      bool under_auto, char **grammar, struct rt_api_error *e)
+                      const json_t *tools, const json_t *named, bool under_auto,
+                      char **grammar, struct rt_api_error *e)
 {
     bool par = true;
     int rc = rt_openai__get_bool(root, "parallel_tool_calls",
@@ -164,8 +164,8 @@ static int tools_spec(const struct rt_openai_cfg *cfg, const json_t *root,
      * as many calls as parallel_tool_calls does. Under "auto", Hermes has
      * one call per trigger (the text between calls is free), Llama-3
      * JSON's calls run to the end, separated by "; ". */
-    unsigned max_calls =
-        named != NULL || !par || (under_auto && hermes) ? 1 : 0;
+    unsigned max_calls = named != NULL || !par || (under_auto && hermes) ? 1
+                                                                         : 0;
     char *inner = NULL, *spec = NULL;
     size_t ilen = 0, len = 0;
     rc = gm_spec_tools(hermes ? &GM_TOOL_HERMES : &GM_TOOL_LLAMA3_JSON, fns, m,

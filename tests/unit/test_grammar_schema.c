@@ -372,15 +372,13 @@ static void test_triggered_spec(void **state)
     char *inner, *spec, *trig;
     size_t ilen, len;
     int anchored = 7;
-    assert_int_equal(gm_spec_tools(&GM_TOOL_HERMES, fns, 2, 1, 1, &inner,
-                                   &ilen),
-                     0);
+    assert_int_equal(
+        gm_spec_tools(&GM_TOOL_HERMES, fns, 2, 1, 1, &inner, &ilen), 0);
     assert_int_equal(gm_spec_trigger(inner, ilen, &trig, &anchored), 0);
     assert_null(trig); /* not triggered */
     assert_int_equal(anchored, 0);
-    assert_int_equal(gm_spec_triggered("<tool_call>", 0, inner, ilen, &spec,
-                                       &len),
-                     0);
+    assert_int_equal(
+        gm_spec_triggered("<tool_call>", 0, inner, ilen, &spec, &len), 0);
     assert_int_equal(gm_spec_trigger(spec, len, &trig, &anchored), 0);
     assert_string_equal(trig, "<tool_call>");
     assert_int_equal(anchored, 0);
@@ -388,9 +386,8 @@ static void test_triggered_spec(void **state)
     char err[512];
     assert_int_equal(gm_spec_check(spec, len, NULL, err, sizeof err), 0);
     struct gm_grammar *g;
-    assert_int_equal(gm_spec_compile(spec, len, &vocab, NULL, &g, err,
-                                     sizeof err),
-                     0);
+    assert_int_equal(
+        gm_spec_compile(spec, len, &vocab, NULL, &g, err, sizeof err), 0);
     const char *one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
                       "{\"city\": \"Oslo\"}}\n</tool_call>";
     assert_true(accepts(g, one));
@@ -402,9 +399,8 @@ static void test_triggered_spec(void **state)
     assert_int_equal(gm_spec_triggered("", 0, inner, ilen, &spec, &len),
                      TG_EINVAL);
     free(inner);
-    assert_int_equal(gm_spec_tools(&GM_TOOL_LLAMA3_JSON, fns, 2, 1, 0, &inner,
-                                   &ilen),
-                     0);
+    assert_int_equal(
+        gm_spec_tools(&GM_TOOL_LLAMA3_JSON, fns, 2, 1, 0, &inner, &ilen), 0);
     assert_int_equal(gm_spec_triggered("{", 1, inner, ilen, &spec, &len), 0);
     assert_int_equal(gm_spec_trigger(spec, len, &trig, &anchored), 0);
     assert_string_equal(trig, "{");
@@ -429,8 +425,8 @@ static void test_spec_errors(void **state)
         {"{}", TG_EFORMAT, "no \"type\""},
         {"{\"type\":\"regex\"}", TG_EFORMAT, "unknown type \"regex\""},
         {"{\"type\":\"json_schema\"}", TG_EFORMAT, "without \"schema\""},
-        {"{\"type\":\"tool_calls\",\"format\":\"xml\",\"tools\":[]}", TG_EFORMAT,
-         "\"format\" must be"},
+        {"{\"type\":\"tool_calls\",\"format\":\"xml\",\"tools\":[]}",
+         TG_EFORMAT, "\"format\" must be"},
         {"{\"type\":\"tool_calls\",\"format\":\"hermes\",\"tools\":[]}",
          TG_EINVAL, "no tools"},
         {"{\"type\":\"tool_calls\",\"format\":\"hermes\",\"min_calls\":0,"

@@ -248,10 +248,10 @@ static char *triggered_spec(int llama)
     struct gm_tool_fn fn = {"get_weather", params};
     char *inner, *spec;
     size_t ilen, len;
-    assert_int_equal(gm_spec_tools(llama ? &GM_TOOL_LLAMA3_JSON
-                                         : &GM_TOOL_HERMES,
-                                   &fn, 1, 1, llama ? 0 : 1, &inner, &ilen),
-                     0);
+    assert_int_equal(
+        gm_spec_tools(llama ? &GM_TOOL_LLAMA3_JSON : &GM_TOOL_HERMES, &fn, 1, 1,
+                      llama ? 0 : 1, &inner, &ilen),
+        0);
     assert_int_equal(gm_spec_triggered(llama ? "{" : "<tool_call>", llama,
                                        inner, ilen, &spec, &len),
                      0);
@@ -309,7 +309,8 @@ static void test_triggered(void **state)
     /* In the call the wrong argument is masked: after
      * {"name": "get_weather", "arguments": {" only "city" continues. */
     gw_grammar_slot_clear(&g, 0);
-    assert_int_equal(gw_grammar_slot_start(&g, 1, spec, strlen(spec), (const uint32_t *)ids.v,
+    assert_int_equal(gw_grammar_slot_start(&g, 1, spec, strlen(spec),
+                                           (const uint32_t *)ids.v,
                                            call_at + 1),
                      0);
     const uint32_t *m = gw_grammar_slot_mask(&g, 1);
@@ -318,8 +319,8 @@ static void test_triggered(void **state)
     /* A second call after text is constrained again (replayed whole). */
     encode(" Now <tool_", &ids);
     encode("call>\n{\"name\": \"get_weather\", \"arguments\": {", &ids);
-    assert_int_equal(gw_grammar_slot_start(&g, 2, spec, strlen(spec), (const uint32_t *)ids.v,
-                                           ids.n),
+    assert_int_equal(gw_grammar_slot_start(&g, 2, spec, strlen(spec),
+                                           (const uint32_t *)ids.v, ids.n),
                      0);
     assert_null(gw_grammar_slot_error(&g, 2));
     m = gw_grammar_slot_mask(&g, 2);

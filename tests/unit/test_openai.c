@@ -576,11 +576,11 @@ static void test_tool_grammar(void **state)
     /* Under "auto" (the default) with a strict tool: a triggered spec,
      * the strict tool's arguments held to its parameters, the other's to
      * any object; no strict tool or "none": unconstrained. */
-#define STRICT                                                            \
+#define STRICT                                                              \
     "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","       \
-    "\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{" \
+    "\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{"  \
     "\"x\":{\"type\":\"integer\"}}}}},{\"type\":\"function\",\"function\":" \
-    "{\"name\":\"g\",\"parameters\":{\"type\":\"object\",\"properties\":{" \
+    "{\"name\":\"g\",\"parameters\":{\"type\":\"object\",\"properties\":{"  \
     "\"y\":{\"type\":\"string\"}}}}}]"
     const char *b4 = "{" MSG "," STRICT "}";
     assert_int_equal(rt_openai_parse_chat(&cfg, b4, strlen(b4), &r, &e), 0);

@@ -332,7 +332,58 @@ void gw_grammar_slot_clear(struct gw_grammar *g, uint32_t slot)
         gm_matcher_free(&s->m);
     s->on = 0;
     s->ready = 0;
+    gw_callwatch_free(&s->watch);
+    s->free_text = 0;
     s->err[0] = '\0';
+}
+
+/* Accepts one token into the slot's state machine (gw_grammar.h):
+ * constrained, the matcher takes it, and a complete call of a triggered
+ * spec that is not anchored frees the slot again; free, its bytes go to
+ * the trigger watch, and a trigger starts the matcher on the bytes from
+ * the trigger's first byte. Returns 0, TG_EDONE (EOS after the end), or
+ * an error: the matcher's code, with s->err set when the reason is more
+ * than "the token breaks the constraint". */
+static int step(struct gw_grammar *g, struct gw_gslot *s, int32_t token)
+{
+    s->ready = 0;
+    if (!s->free_text) {
+        int rc = gm_matcher_accept_token(&s->m, token);
+        if (rc == 0 && s->watch.trigger != NULL && !s->watch.anchored &&
+            gm_matcher_is_finished(&s->m)) {
+            s->free_text = 1; /* the call is complete: free text again */
+            gw_callwatch_reset(&s->watch);
+        }
+        return rc;
+    }
+    size_t n = 0;
+    const uint8_t *b = gm_vocab_token(&g->v, token, &n);
+    if (b == NULL || n == 0)
+        return 0; /* EOS or a special token: no text to watch */
+    const uint8_t *call = NULL;
+    size_t n_call = 0;
+    int rc = gw_callwatch_feed(&s->watch, b, n, &call, &n_call);
+    if (rc == TG_ENOMEM)
+        snprintf(s->err, sizeof(s->err), "out of memory for a constraint");
+    if (rc <= 0)
+        return rc;
+    gm_matcher_reset(&s->m);
+    rc = gm_matcher_accept_bytes(&s->m, call, n_call);
+    if (rc != 0) {
+        snprintf(s->err, sizeof(s->err),
+                 "token %d starts a tool call with bytes the strict tools' "
+                 "grammar rejects (\"%.*s\"): the call cannot be kept to "
+                 "its schema",
+                 (int)token, (int)(n_call < 80 ? n_call : 80),
+                 (const char *)call);
+        return TG_EINVAL;
+    }
+    s->free_text = 0;
+    if (!s->watch.anchored && gm_matcher_is_finished(&s->m)) {
+        s->free_text = 1;
+        gw_callwatch_reset(&s->watch);
+    }
+    return 0;
 }
 
 /* The slot's grammar once fetched (waiting for it when `wait`; else only
@@ -386,14 +437,15 @@ static void resolve(struct gw_grammar *g, uint32_t slot, int wait)
     }
     s->on = 1;
     for (size_t i = 0; i < s->n_replay; i++) {
-        rc = gm_matcher_accept_token(&s->m, (int32_t)s->replay[i]);
-        if (rc != 0) {
+        rc = step(g, s, (int32_t)s->replay[i]);
+        if (rc != 0 && rc != TG_EDONE) {
             gm_matcher_free(&s->m);
             s->on = 0;
-            snprintf(s->err, sizeof(s->err),
-                     "generated token %zu (id %u) "
-                     "does not follow the output constraint",
-                     i, s->replay[i]);
+            if (s->err[0] == '\0')
+                snprintf(s->err, sizeof(s->err),
+                         "generated token %zu (id %u) "
+                         "does not follow the output constraint",
+                         i, s->replay[i]);
             return;
         }
     }
@@ -419,6 +471,22 @@ int gw_grammar_slot_start(struct gw_grammar *g, uint32_t slot, const char *spec,
                  queued, GW_GRAMMAR_POOL);
         return TG_EBUSY;
     }
+    char *trig = NULL;
+    int anchored = 0;
+    int rc = gm_spec_trigger(spec, len, &trig, &anchored);
+    if (rc == 0 && trig != NULL) {
+        rc = gw_callwatch_init(&s->watch, trig, strlen(trig), anchored);
+        s->free_text = 1;
+    }
+    free(trig);
+    if (rc != 0) {
+        gw_callwatch_free(&s->watch);
+        s->free_text = 0;
+        snprintf(s->err, sizeof(s->err), "%s",
+                 rc == TG_ENOMEM ? "out of memory for a constraint"
+                                 : "the output constraint is not valid JSON");
+        return rc;
+    }
     if (n > s->cap_replay) {
         uint32_t *r = realloc(s->replay, n * sizeof(uint32_t));
         if (r != NULL) {
@@ -429,6 +497,8 @@ int gw_grammar_slot_start(struct gw_grammar *g, uint32_t slot, const char *spec,
     struct gw_gjob *j = n > s->cap_replay ? NULL
                                           : job_new(g, slot, spec, len, 2);
     if (j == NULL) {
+        gw_callwatch_free(&s->watch);
+        s->free_text = 0;
         snprintf(s->err, sizeof(s->err), "out of memory for a constraint");
         return TG_ENOMEM;
     }
@@ -472,7 +542,7 @@ const uint32_t *gw_grammar_slot_mask(struct gw_grammar *g, uint32_t slot)
 {
     struct gw_gslot *s = &g->slots[slot];
     resolve(g, slot, 1);
-    if (!s->on || s->err[0] != '\0')
+    if (!s->on || s->err[0] != '\0' || s->free_text)
         return NULL;
     if (!s->ready) {
         double t0 = now_s();
@@ -490,10 +560,11 @@ int gw_grammar_slot_accept(struct gw_grammar *g, uint32_t slot, int32_t token)
     resolve(g, slot, 1);
     if (!s->on || s->err[0] != '\0')
         return 0;
-    s->ready = 0;
-    int rc = gm_matcher_accept_token(&s->m, token);
+    int rc = step(g, s, token);
     if (rc == TG_EDONE)
         return 0; /* EOS again after the end: the mask allowed only EOS */
+    if (rc != 0 && s->err[0] != '\0')
+        return TG_EINVAL; /* the reason is kept */
     if (rc != 0) {
         snprintf(s->err, sizeof(s->err),
                  "slot %u: token %d breaks the "
@@ -509,7 +580,7 @@ void gw_grammar_prepare(struct gw_grammar *g)
     for (int i = 0; i < g->max_slots; i++) {
         struct gw_gslot *s = &g->slots[i];
         resolve(g, (uint32_t)i, 0);
-        if (s->on && !s->ready && s->err[0] == '\0')
+        if (s->on && !s->ready && s->err[0] == '\0' && !s->free_text)
             (void)fill(g, s);
     }
 }

@@ -40,6 +40,18 @@
  * (the router may keep a request going, e.g. min_tokens), the mask allows
  * the EOS ids only.
  *
+ * Triggered specs (strict tools under tool_choice "auto"): the slot is
+ * free — no mask, no cost — until the trigger shows in the accepted
+ * tokens' bytes (gw_callwatch.h); then the matcher starts on the bytes
+ * from the trigger's first byte to the end of that token and the mask
+ * applies from the next draw; when the call is complete (only EOS could
+ * follow) the slot is free again, unless the spec is anchored (the
+ * constraint then holds to the end). A token whose bytes after the
+ * trigger the grammar rejects (e.g. one token holding "<tool_call>"
+ * and a wrong next byte) fails the request with that reason: the call
+ * could not be kept strict, and the output is never let through
+ * unchecked. Replayed tokens run the same machine.
+ *
  * Threads: the worker's main thread calls every function; the pool's
  * threads touch only their jobs, the vocabulary (while loading it) and
  * the cache. A compile's token-mask stage runs on OpenMP threads, capped
@@ -56,6 +68,7 @@
 #include "common/grammar/gm_cache.h"
 #include "common/grammar/gm_matcher.h"
 #include "common/grammar/gm_vocab.h"
+#include "gpu_worker/gw_callwatch.h"
 
 #define GW_GRAMMAR_ERR_MAX 384
 
@@ -78,6 +91,11 @@ struct gw_gslot {
     struct gm_matcher m;
     uint32_t *mask;               /* (words) of the next draw */
     int ready;                    /* mask is of m's present state */
+    /* A triggered spec (watch.trigger set): free text, unconstrained and
+     * without a mask, while free_text; the trigger in the sampled bytes
+     * starts m on them (gw_callwatch.h). */
+    struct gw_callwatch watch;
+    int free_text;
     char err[GW_GRAMMAR_ERR_MAX]; /* non-empty: the request fails */
 };
 

@@ -659,14 +659,16 @@ static void draw_all(struct gw_worker *w, const struct gw_plan *plan,
             slot_error(w, n_err, e->slot, why);
             continue;
         }
+        struct gw_token *t = &w->tok[*n_tok];
+        /* Every draw: a triggered constraint watches its free text too
+         * (a no-op for an unconstrained slot). */
+        if (gw_grammar_slot_accept(&w->gram, e->slot, t->token) != 0) {
+            slot_error(w, n_err, e->slot,
+                       gw_grammar_slot_error(&w->gram, e->slot));
+            continue;
+        }
         if (d.mask != NULL) {
-            struct gw_token *t = &w->tok[*n_tok];
             w->gram.st.draws++;
-            if (gw_grammar_slot_accept(&w->gram, e->slot, t->token) != 0) {
-                slot_error(w, n_err, e->slot,
-                           gw_grammar_slot_error(&w->gram, e->slot));
-                continue;
-            }
             /* Masked ids have no probability: alternatives end at the
              * first of them (they sort last). */
             while (t->n_top > 0 && t->top_lps[t->n_top - 1] == -INFINITY)

@@ -71,6 +71,42 @@ int gm_spec_tools(const struct gm_tool_format *fmt,
                 out, len);
 }
 
+int gm_spec_triggered(const char *trigger, int anchored, const char *inner,
+                      size_t inner_len, char **out, size_t *len)
+{
+    if (trigger == NULL || trigger[0] == '\0' || inner == NULL)
+        return TG_EINVAL;
+    json_t *in = json_loadb(inner, inner_len, 0, NULL);
+    if (in == NULL)
+        return TG_EINVAL;
+    return dump(json_pack("{sssssbso}", "type", "triggered", "trigger", trigger,
+                          "anchored", anchored, "spec", in),
+                out, len);
+}
+
+int gm_spec_trigger(const char *spec, size_t len, char **trigger, int *anchored)
+{
+    *trigger = NULL;
+    *anchored = 0;
+    json_t *doc = json_loadb(spec, len, 0, NULL);
+    if (doc == NULL)
+        return TG_EFORMAT;
+    int rc = 0;
+    const char *type = json_string_value(json_object_get(doc, "type"));
+    if (type != NULL && strcmp(type, "triggered") == 0) {
+        const char *t = json_string_value(json_object_get(doc, "trigger"));
+        *anchored = json_is_true(json_object_get(doc, "anchored"));
+        *trigger = t != NULL ? strdup(t) : NULL;
+        rc = t == NULL ? TG_EFORMAT : *trigger == NULL ? TG_ENOMEM : 0;
+    }
+    json_decref(doc);
+    return rc;
+}
+
+#define BAD_FORMAT                                                          \
+    "spec: \"format\" must be \"hermes\", \"llama3_json\" or an object of " \
+    "begin, middle, end and sep strings"
+
 /* The format of a tool_calls spec: a name or an object of four strings. */
 static int read_format(const json_t *f, struct gm_tool_format *fmt)
 {
@@ -101,10 +137,7 @@ static int tools_ir(struct gm_json *j, const json_t *doc,
 {
     struct gm_tool_format fmt;
     if (read_format(json_object_get(doc, "format"), &fmt) != 0)
-        return tg_err_set(err, errlen, TG_EFORMAT,
-                          "spec: \"format\" must be \"hermes\", "
-                          "\"llama3_json\" or an object of begin, middle, "
-                          "end and sep strings");
+        return tg_err_set(err, errlen, TG_EFORMAT, "%s", BAD_FORMAT);
     const json_t *mn = json_object_get(doc, "min_calls");
     const json_t *mx = json_object_get(doc, "max_calls");
     const json_t *tools = json_object_get(doc, "tools");
@@ -137,6 +170,37 @@ static int tools_ir(struct gm_json *j, const json_t *doc,
                              err, errlen);
     free(fns);
     return rc;
+}
+
+/* A triggered spec's grammar is its inner tool_calls spec's, from the
+ * start of the calls; the trigger must be a non-empty prefix of the
+ * format's `begin`, so that the bytes from the trigger on are a prefix of
+ * a call the grammar accepts. */
+static int triggered_ir(struct gm_json *j, const json_t *doc,
+                        const struct gm_schema_opts *so, char *err,
+                        size_t errlen)
+{
+    const json_t *tr = json_object_get(doc, "trigger");
+    const json_t *an = json_object_get(doc, "anchored");
+    const json_t *in = json_object_get(doc, "spec");
+    const char *it = json_string_value(json_object_get(in, "type"));
+    if (!json_is_string(tr) || json_string_length(tr) == 0 ||
+        (an != NULL && !json_is_boolean(an)) || it == NULL ||
+        strcmp(it, "tool_calls") != 0)
+        return tg_err_set(err, errlen, TG_EFORMAT,
+                          "spec: triggered needs a non-empty \"trigger\" "
+                          "string, an optional \"anchored\" boolean and a "
+                          "tool_calls \"spec\"");
+    struct gm_tool_format fmt;
+    if (read_format(json_object_get(in, "format"), &fmt) != 0)
+        return tg_err_set(err, errlen, TG_EFORMAT, "%s", BAD_FORMAT);
+    size_t n = json_string_length(tr);
+    if (strlen(fmt.begin) < n || memcmp(fmt.begin, json_string_value(tr), n))
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "spec: the trigger must be a prefix of the "
+                          "format's call opening \"%.40s\"",
+                          fmt.begin);
+    return tools_ir(j, in, so, err, errlen);
 }
 
 int gm_spec_to_ir(const char *spec, size_t len, const struct gm_limits *lim,
@@ -181,6 +245,8 @@ int gm_spec_to_ir(const char *spec, size_t len, const struct gm_limits *lim,
             rc = gm_json_document(&j, r);
     } else if (strcmp(type, "tool_calls") == 0) {
         rc = tools_ir(&j, doc, &so, err, errlen);
+    } else if (strcmp(type, "triggered") == 0) {
+        rc = triggered_ir(&j, doc, &so, err, errlen);
     } else {
         rc = tg_err_set(err, errlen, TG_EFORMAT, "spec: unknown type \"%.40s\"",
                         type);

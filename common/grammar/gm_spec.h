@@ -15,6 +15,26 @@
  *                                                "hermes", "llama3_json" or
  *                                                {"begin", "middle", "end",
  *                                                "sep"}; max_calls 0: any
+ *   {"type": "triggered", "trigger": T, "anchored": false,
+ *    "spec": {"type": "tool_calls", ...}}
+ *                                                free text until T appears
+ *                                                in the output, then the
+ *                                                calls grammar from T's
+ *                                                first byte (T a non-empty
+ *                                                prefix of the format's
+ *                                                begin); see below
+ * A triggered spec compiles to its inner spec's grammar (the cache key
+ * still is the whole text); what is free and when the matcher starts is
+ * the server's slot state machine (gpu_worker/gw_grammar.h), which reads
+ * the trigger with gm_spec_trigger. Not anchored: the output is free text
+ * wherever T is absent; at each occurrence of T a matcher starts on T's
+ * bytes, and once it is complete (nothing but EOS may follow) the output
+ * is free again, so the inner spec allows one call per trigger (Hermes'
+ * `<tool_call>` blocks with text between them). Anchored: T counts only
+ * as the output's first bytes after whitespace; when it is there the
+ * grammar holds to the end of the output, otherwise the whole output is
+ * free (the Llama-3 JSON format, where an answer is either calls or
+ * text: T is "{").
  * A JSON document is surrounded by bounded whitespace (gm_json.h, bound
  * gm_limits.ws_indent); tool calls are exactly their format's text.
  *
@@ -41,6 +61,20 @@ int gm_spec_tools(const struct gm_tool_format *fmt,
                   const struct gm_tool_fn *fns, size_t n_fns,
                   unsigned min_calls, unsigned max_calls, char **out,
                   size_t *len);
+
+/* The triggered spec of trigger (non-empty, copied) and the tool_calls
+ * spec text [inner, inner + inner_len); anchored as described above.
+ * Same returns (TG_EINVAL: no trigger, or inner is not JSON). */
+int gm_spec_triggered(const char *trigger, int anchored, const char *inner,
+                      size_t inner_len, char **out, size_t *len);
+
+/* The trigger of spec text [spec, spec + len): *trigger a new string
+ * (caller frees) and *anchored when the spec is of type "triggered", else
+ * *trigger NULL. Returns 0, TG_EFORMAT (not JSON, or a triggered spec
+ * without a trigger string) or TG_ENOMEM. Checks nothing else: the
+ * compile does. */
+int gm_spec_trigger(const char *spec, size_t len, char **trigger,
+                    int *anchored);
 
 /* Writes the IR of spec text [spec, spec + len) into ir (zeroed or freed;
  * gm_ir_free it either way). `lim` NULL: defaults. Returns 0 or a code

@@ -24,7 +24,8 @@
  * "auto", or after a thinking block): build the grammar as usual and feed
  * the matcher the text already generated up to the trigger
  * (gm_matcher_accept_bytes with `begin` or its start) when the trigger
- * appears in the output; the grammar then holds from there.
+ * appears in the output; the grammar then holds from there (gm_spec.h's
+ * "triggered" spec carries the trigger; gpu_worker/gw_grammar.h serves it).
  *
  * Thread: as the IR written to.
  */

@@ -136,7 +136,8 @@ struct rt_message {
  * "none" renders the prompt without tools and returns text only;
  * "required" and a named function ({"type": "function", "function":
  * {"name"}}) constrain the output to tool calls (of that function) in the
- * template's format (rt_openai_tool_grammar). */
+ * template's format; under "auto", "strict": true tools constrain each
+ * call once it starts (rt_openai_tool_grammar). */
 enum rt_tool_choice {
     RT_TOOL_CHOICE_AUTO = 0,
     RT_TOOL_CHOICE_NONE,

@@ -34,9 +34,10 @@ int rt_openai_chat_parse_tools(const json_t *root, json_t **tools,
  * function, or one of any tool when "parallel_tool_calls" is false) in
  * cfg->tool_format, each function's arguments valid against its
  * "parameters", as the spec text of common/grammar/gm_spec.h into
- * *grammar (checked with gm_spec_check). Nothing for "auto" and "none",
- * but "strict": true tools under "auto" are refused: the output is not
- * constrained until a call starts (docs/API.md). 400 naming the field when
+ * *grammar (checked with gm_spec_check). Nothing for "none", nor for
+ * "auto" without a "strict": true tool; "auto" with one gets a triggered
+ * spec: free text, each call held to the tools once its trigger appears
+ * (docs/API.md). 400 naming the field when
  * the template has no tool-call format, *grammar is set already
  * (response_format), or a schema is refused. `tools` and root as
  * rt_openai_chat_parse_tools saw them. */

@@ -130,29 +130,101 @@ int rt_openai_parse_response_format(const json_t *root, char **out,
                            ts);
 }
 
-/* Refuses "strict": true tools under tool_choice "auto": the model may
- * write text or calls, and a call would be constrained only from its
- * start (a trigger this server does not watch for), so the promise of
- * strict arguments could not be kept. */
-static int refuse_strict_auto(const json_t *tools, struct rt_api_error *e)
+/* The spec of calls of `tools` (those named `named` only, when set) in
+ * cfg's format into *grammar. Required (!under_auto): every tool's
+ * arguments by its parameters; one call for a named function or
+ * parallel_tool_calls false, else any number. Under "auto": the
+ * triggered spec of strict_auto, a non-strict tool's arguments any
+ * object. */
+static int tools_spec(const struct rt_openai_cfg *cfg, const json_t *root,
+                      const json_t *tools, const json_t *named, bool under_auto,
+                      char **grammar, struct rt_api_error *e)
 {
-    size_t i;
-    json_t *t;
-    json_array_foreach(tools, i, t)
-    {
-        json_t *st = json_object_get(json_object_get(t, "function"), "strict");
-        if (json_is_true(st)) {
-            char p[64];
-            snprintf(p, sizeof(p), "tools[%zu].function.strict", i);
-            return rt_openai__fail(
-                e, TG_EUNSUPPORTED, 400, "unsupported_value", p,
-                "'strict': true tools are enforced only with tool_choice "
-                "\"required\" or a named function; under \"auto\" this "
-                "server does not constrain a call once it starts (send "
-                "strict false, or require the call)");
-        }
+    bool par = true;
+    int rc = rt_openai__get_bool(root, "parallel_tool_calls",
+                                 "parallel_tool_calls", &par, e);
+    if (rc != 0)
+        return rc;
+    size_t n = json_array_size(tools), m = 0;
+    struct gm_tool_fn *fns = calloc(n, sizeof(*fns));
+    if (fns == NULL)
+        return rt_openai__oom(e);
+    for (size_t i = 0; i < n; i++) {
+        json_t *fn = json_object_get(json_array_get(tools, i), "function");
+        json_t *name = json_object_get(fn, "name");
+        if (named != NULL && !json_equal(name, named))
+            continue;
+        fns[m].name = json_string_value(name);
+        if (!under_auto || json_is_true(json_object_get(fn, "strict")))
+            fns[m].parameters = rt_openai__member(fn, "parameters");
+        m++;
     }
-    return 0;
+    bool hermes = cfg->tool_format == CT_TOOLS_HERMES;
+    /* A named function is called once, as OpenAI does; "required" allows
+     * as many calls as parallel_tool_calls does. Under "auto", Hermes has
+     * one call per trigger (the text between calls is free), Llama-3
+     * JSON's calls run to the end, separated by "; ". */
+    unsigned max_calls = named != NULL || !par || (under_auto && hermes) ? 1
+                                                                         : 0;
+    char *inner = NULL, *spec = NULL;
+    size_t ilen = 0, len = 0;
+    rc = gm_spec_tools(hermes ? &GM_TOOL_HERMES : &GM_TOOL_LLAMA3_JSON, fns, m,
+                       1, max_calls, &inner, &ilen);
+    free(fns);
+    if (rc == 0 && under_auto) {
+        rc = gm_spec_triggered(hermes ? "<tool_call>" : "{", !hermes, inner,
+                               ilen, &spec, &len);
+        free(inner);
+    } else if (rc == 0) {
+        spec = inner;
+        len = ilen;
+    }
+    if (rc == TG_ENOMEM)
+        return rt_openai__oom(e);
+    if (rc != 0)
+        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", "tools",
+                               "the tools cannot be used as a constraint "
+                               "(%s)",
+                               tg_strerror(rc));
+    return rt_openai__grammar_take(spec, len, "tools", grammar, e);
+}
+
+/* Under tool_choice "auto" with at least one "strict": true tool: the
+ * output is free text, and each call the model starts is held to the
+ * tools (a strict tool's arguments to its parameters, another tool's to
+ * any JSON object) by a triggered spec (gm_spec.h): Hermes' "<tool_call>"
+ * starts one call, after which the text is free again; in the Llama-3
+ * JSON format an answer whose first non-space byte is "{" is calls to
+ * its end (rt_toolcall reads nothing else as calls). No strict tool:
+ * unconstrained, as before. */
+static int strict_auto(const struct rt_openai_cfg *cfg, const json_t *root,
+                       const json_t *tools, char **grammar,
+                       struct rt_api_error *e)
+{
+    size_t n = json_array_size(tools), strict = n;
+    for (size_t i = 0; i < n && strict == n; i++)
+        if (json_is_true(json_object_get(
+                json_object_get(json_array_get(tools, i), "function"),
+                "strict")))
+            strict = i;
+    if (strict == n)
+        return 0;
+    char p[64];
+    snprintf(p, sizeof(p), "tools[%zu].function.strict", strict);
+    if (cfg->tool_format == CT_TOOLS_NONE)
+        return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value", p,
+                               "'strict': true tools need the model's chat "
+                               "template to write a tool-call format this "
+                               "server knows (Hermes <tool_call> or Llama-3 "
+                               "JSON); this one writes neither");
+    if (*grammar != NULL)
+        return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
+                               "response_format",
+                               "'response_format' cannot be combined with "
+                               "'strict': true tools under tool_choice "
+                               "\"auto\": the format would hold the whole "
+                               "output, so no call could be made");
+    return tools_spec(cfg, root, tools, NULL, true, grammar, e);
 }
 
 int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg, const json_t *root,
@@ -161,7 +233,7 @@ int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg, const json_t *root,
 {
     size_t n = tools != NULL ? json_array_size(tools) : 0;
     if (choice == RT_TOOL_CHOICE_AUTO && n > 0)
-        return refuse_strict_auto(tools, e);
+        return strict_auto(cfg, root, tools, grammar, e);
     if (choice != RT_TOOL_CHOICE_REQUIRED && choice != RT_TOOL_CHOICE_FUNCTION)
         return 0;
     if (n == 0)
@@ -187,40 +259,5 @@ int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg, const json_t *root,
         named = json_object_get(
             json_object_get(json_object_get(root, "tool_choice"), "function"),
             "name");
-    bool par = true;
-    int rc = rt_openai__get_bool(root, "parallel_tool_calls",
-                                 "parallel_tool_calls", &par, e);
-    if (rc != 0)
-        return rc;
-    struct gm_tool_fn *fns = calloc(n, sizeof(*fns));
-    if (fns == NULL)
-        return rt_openai__oom(e);
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        json_t *fn = json_object_get(json_array_get(tools, i), "function");
-        json_t *name = json_object_get(fn, "name");
-        if (named != NULL && !json_equal(name, named))
-            continue;
-        fns[m].name = json_string_value(name);
-        fns[m].parameters = rt_openai__member(fn, "parameters");
-        m++;
-    }
-    /* A named function is called once, as OpenAI does; "required" allows
-     * as many calls as parallel_tool_calls does. */
-    unsigned max_calls = named != NULL || !par ? 1 : 0;
-    char *spec = NULL;
-    size_t len = 0;
-    rc = gm_spec_tools(cfg->tool_format == CT_TOOLS_HERMES
-                           ? &GM_TOOL_HERMES
-                           : &GM_TOOL_LLAMA3_JSON,
-                       fns, m, 1, max_calls, &spec, &len);
-    free(fns);
-    if (rc == TG_ENOMEM)
-        return rt_openai__oom(e);
-    if (rc != 0)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", "tools",
-                               "the tools cannot be used as a constraint "
-                               "(%s)",
-                               tg_strerror(rc));
-    return rt_openai__grammar_take(spec, len, "tools", grammar, e);
+    return tools_spec(cfg, root, tools, named, false, grammar, e);
 }

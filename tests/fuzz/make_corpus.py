@@ -574,6 +574,12 @@ def grammar_seeds():
                 '{"name": "get_weather", "parameters": {"location": "Oslo"}}')
         put("grammar", "spec_" + tc["name"],
             b"\x01" + json.dumps(spec, separators=(",", ":")).encode() + b"\x00" + call.encode())
+    trig = {"type": "triggered", "trigger": "<tool_call>", "anchored": False,
+            "spec": {"type": "tool_calls", "format": "hermes", "min_calls": 1, "max_calls": 1,
+                     "tools": [{"name": "f", "parameters": {"type": "object"}}]}}
+    put("grammar", "spec_triggered",
+        b"\x01" + json.dumps(trig, separators=(",", ":")).encode() + b"\x00" +
+        b'<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call>')
     put("grammar", "spec_json_value", b'\x01{"type":"json_value"}\x00[1, {"a": "\\u00e9"}, true]')
     put("grammar", "spec_json_object", b'\x03{"type":"json_object"}\x00{"k":[null]}')
     put("grammar", "spec_bad", b'\x01{"type":"regex"}\x00x')

@@ -19,6 +19,9 @@ noise; the token mask alone makes the output valid. Checked over HTTP
   allows at that point;
 - 400 naming an unsupported keyword, a too-deep and a too-large schema;
 - max_tokens too small for any document: finish_reason "length";
+- strict tools under tool_choice "auto": text is free, each call the
+  model starts (<tool_call> forced by a logit bias) validates, streaming
+  gives the same calls, n = 2 too;
 - preemption: two long constrained requests sharing a pool too small for
   both are preempted and recomputed (the worker's matcher replays the
   tokens generated before), and both outputs still validate.
@@ -333,6 +336,27 @@ def check_calls(jsonschema, calls, what, only=None, count=None):
     chk.check(good, what, "%s: %r" % (why, calls))
 
 
+def stream_calls(d, body):
+    """Streams body; returns the status, the calls ([{name, arguments}]
+    in index order, joined from the deltas) and the finish reason."""
+    st, _, sraw = du.http("POST", d.base_url + "/v1/chat/completions",
+                          dict(body, stream=True), None, 300)
+    events, _ = du.sse_events(sraw)
+    calls, sfin = {}, None
+    for ev in events:
+        if ev == "[DONE]":
+            continue
+        for c in json.loads(ev).get("choices", []):
+            sfin = c.get("finish_reason") or sfin
+            for tc in c.get("delta", {}).get("tool_calls") or []:
+                cur = calls.setdefault(tc["index"], {"name": "",
+                                                     "arguments": ""})
+                f = tc.get("function", {})
+                cur["name"] += f.get("name") or ""
+                cur["arguments"] += f.get("arguments") or ""
+    return st, [calls[k] for k in sorted(calls)], sfin
+
+
 def t_tools(d, jsonschema, bias):
     base = {"model": MODEL, "temperature": 0, "max_tokens": 300,
             "logit_bias": bias, "tools": [WEATHER, SEARCH],
@@ -364,36 +388,92 @@ def t_tools(d, jsonschema, bias):
         if extra.get("tool_choice") != "required" or count is not None:
             continue
         # Streaming gives the same calls (greedy).
-        st, _, sraw = du.http("POST", d.base_url + "/v1/chat/completions",
-                              dict(body, stream=True), None, 300)
-        events, _ = du.sse_events(sraw)
-        calls, sfin = {}, None
-        for ev in events:
-            if ev == "[DONE]":
-                continue
-            for c in json.loads(ev).get("choices", []):
-                sfin = c.get("finish_reason") or sfin
-                for tc in c.get("delta", {}).get("tool_calls") or []:
-                    cur = calls.setdefault(tc["index"], {"name": "",
-                                                         "arguments": ""})
-                    f = tc.get("function", {})
-                    cur["name"] += f.get("name") or ""
-                    cur["arguments"] += f.get("arguments") or ""
-        got = [calls[k] for k in sorted(calls)]
+        _, got, sfin = stream_calls(d, body)
         want = [{"name": c["function"]["name"],
                  "arguments": c["function"]["arguments"]}
                 for c in msg.get("tool_calls") or []]
         chk.check(got == want and sfin == "tool_calls",
                   "tools (required): streaming gives the same calls",
                   "%r vs %r" % (got, want))
-    # strict: true under auto is refused (a call is not constrained once it
-    # starts), naming the tool.
-    st, doc, raw = post(d, "/v1/chat/completions",
-                        dict(base, tool_choice="auto"))
-    chk.check(st == 400 and doc["error"]["param"] ==
-              "tools[1].function.strict",
-              "strict tools under tool_choice auto: 400 naming the tool",
+
+
+def strict_auto_calls(jsonschema, calls, what, some=True):
+    """Under "auto": each call names a tool; the strict tool's arguments
+    validate against its parameters, the other tool's are a JSON object;
+    `some`: at least one call."""
+    good, why = bool(calls) or not some, "%d calls" % len(calls or [])
+    for c in calls or []:
+        name, args = c["function"]["name"], c["function"]["arguments"]
+        try:
+            obj = strict_json(args)
+        except ValueError as e:
+            good, why = False, "%s(%s): %s" % (name, args, e)
+            break
+        if name == "search":
+            errs = list(validator_for(jsonschema, PARAMS[name]).iter_errors(
+                obj))
+            if errs:
+                good, why = False, "%s(%s): %s" % (name, args, errs[0])
+                break
+        elif name != "get_weather" or not isinstance(obj, dict):
+            good, why = False, "unexpected call %s(%s)" % (name, args)
+            break
+    chk.check(good, what, "%s: %r" % (why, calls))
+
+
+def t_strict_auto(d, jsonschema):
+    """strict: true under tool_choice "auto": free text until the model
+    writes <tool_call> (forced here by a logit bias on that token: it wins
+    every free draw), then the call is held to the tools; after it the text
+    is free again, so the bias starts call after call until max_tokens. A
+    quote bias keeps the random model's strings short; EOS is not biased.
+    Every call the response reports must validate; streaming gives the
+    same calls; n = 2 (fresh machines per choice) validates too."""
+    weights = {"<tool_call>": 100, '"': 60, "}": 30, "]": 30}
+    bias = bias_of(d, weights)
+    if not chk.check(len(bias) == len(weights),
+                     "strict auto: the biased tokens are single tokens (%d)"
+                     % len(bias)):
+        return
+    body = {"model": MODEL, "temperature": 0, "max_tokens": 160,
+            "logit_bias": bias, "tools": [WEATHER, SEARCH],
+            "tool_choice": "auto",
+            "messages": [{"role": "user", "content": "Call a tool."}]}
+    st, doc, raw = post(d, "/v1/chat/completions", body)
+    try:
+        msg = doc["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        chk.check(False, "strict auto: 200 with a message", raw[:400])
+        return
+    chk.check(st == 200, "strict tools under tool_choice auto: 200 (was 400)",
               raw[:300])
+    calls = msg.get("tool_calls") or []
+    strict_auto_calls(jsonschema, calls,
+                      "strict auto: every call validates (%d calls)"
+                      % len(calls))
+    st, got, _ = stream_calls(d, body)
+    want = [{"name": c["function"]["name"],
+             "arguments": c["function"]["arguments"]} for c in calls]
+    chk.check(st == 200 and got == want,
+              "strict auto: streaming gives the same calls",
+              "%r vs %r" % (got, want))
+    st, doc, raw = post(d, "/v1/chat/completions",
+                        dict(body, n=2, temperature=1.0, seed=11))
+    chs = (doc or {}).get("choices") or []
+    chk.check(st == 200 and len(chs) == 2, "strict auto, n = 2: two choices",
+              raw[:300])
+    # Sampled at temperature 1 a choice's first call may outlast
+    # max_tokens (a long random object for the non-strict tool): a choice
+    # may have no complete call, but the two have some, all valid.
+    every = []
+    for i, ch in enumerate(chs):
+        mine = ch["message"].get("tool_calls") or []
+        every += mine
+        strict_auto_calls(jsonschema, mine,
+                          "strict auto, n = 2: choice %d's calls validate"
+                          % i, some=False)
+    chk.check(len(every) > 0, "strict auto, n = 2: the choices made calls",
+              raw[:600])
 
 
 def t_node(d, jsonschema, bias):
@@ -565,6 +645,7 @@ def main():
             t_json_object(d, bias)
             t_corpus(d, jsonschema, bias)
             t_tools(d, jsonschema, bias)
+            t_strict_auto(d, jsonschema)
             t_n(d, jsonschema, bias)
             t_grpc(d, work, jsonschema)
             t_node(d, jsonschema, bias)

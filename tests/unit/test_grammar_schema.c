@@ -359,6 +359,59 @@ static void test_tool_calls(void **state)
     json_decref(params);
 }
 
+/* A triggered spec: its grammar is the inner calls' grammar (one call
+ * here), and gm_spec_trigger reads the trigger back. */
+static void test_triggered_spec(void **state)
+{
+    (void)state;
+    json_t *params = json_loads(
+        "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},"
+        "\"required\":[\"city\"],\"additionalProperties\":false}",
+        0, NULL);
+    struct gm_tool_fn fns[] = {{"get_weather", params}, {"ping", NULL}};
+    char *inner, *spec, *trig;
+    size_t ilen, len;
+    int anchored = 7;
+    assert_int_equal(
+        gm_spec_tools(&GM_TOOL_HERMES, fns, 2, 1, 1, &inner, &ilen), 0);
+    assert_int_equal(gm_spec_trigger(inner, ilen, &trig, &anchored), 0);
+    assert_null(trig); /* not triggered */
+    assert_int_equal(anchored, 0);
+    assert_int_equal(
+        gm_spec_triggered("<tool_call>", 0, inner, ilen, &spec, &len), 0);
+    assert_int_equal(gm_spec_trigger(spec, len, &trig, &anchored), 0);
+    assert_string_equal(trig, "<tool_call>");
+    assert_int_equal(anchored, 0);
+    free(trig);
+    char err[512];
+    assert_int_equal(gm_spec_check(spec, len, NULL, err, sizeof err), 0);
+    struct gm_grammar *g;
+    assert_int_equal(
+        gm_spec_compile(spec, len, &vocab, NULL, &g, err, sizeof err), 0);
+    const char *one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                      "{\"city\": \"Oslo\"}}\n</tool_call>";
+    assert_true(accepts(g, one));
+    assert_false(accepts(g, "<tool_call>\n{\"name\": \"get_weather\", "
+                            "\"arguments\": {}}\n</tool_call>"));
+    assert_false(accepts(g, "Hi <tool_call>")); /* text is the server's */
+    gm_grammar_unref(g);
+    free(spec);
+    assert_int_equal(gm_spec_triggered("", 0, inner, ilen, &spec, &len),
+                     TG_EINVAL);
+    free(inner);
+    assert_int_equal(
+        gm_spec_tools(&GM_TOOL_LLAMA3_JSON, fns, 2, 1, 0, &inner, &ilen), 0);
+    assert_int_equal(gm_spec_triggered("{", 1, inner, ilen, &spec, &len), 0);
+    assert_int_equal(gm_spec_trigger(spec, len, &trig, &anchored), 0);
+    assert_string_equal(trig, "{");
+    assert_int_equal(anchored, 1);
+    free(trig);
+    assert_int_equal(gm_spec_check(spec, len, NULL, err, sizeof err), 0);
+    free(spec);
+    free(inner);
+    json_decref(params);
+}
+
 static void test_spec_errors(void **state)
 {
     (void)state;
@@ -372,8 +425,8 @@ static void test_spec_errors(void **state)
         {"{}", TG_EFORMAT, "no \"type\""},
         {"{\"type\":\"regex\"}", TG_EFORMAT, "unknown type \"regex\""},
         {"{\"type\":\"json_schema\"}", TG_EFORMAT, "without \"schema\""},
-        {"{\"type\":\"tool_calls\",\"format\":\"xml\",\"tools\":[]}", TG_EFORMAT,
-         "\"format\" must be"},
+        {"{\"type\":\"tool_calls\",\"format\":\"xml\",\"tools\":[]}",
+         TG_EFORMAT, "\"format\" must be"},
         {"{\"type\":\"tool_calls\",\"format\":\"hermes\",\"tools\":[]}",
          TG_EINVAL, "no tools"},
         {"{\"type\":\"tool_calls\",\"format\":\"hermes\",\"min_calls\":0,"
@@ -384,6 +437,16 @@ static void test_spec_errors(void **state)
          TG_EINVAL, "empty name"},
         {"{\"type\":\"tool_calls\",\"format\":\"hermes\",\"tools\":[{}]}",
          TG_EFORMAT, "no \"name\""},
+        {"{\"type\":\"triggered\",\"trigger\":\"\",\"spec\":{\"type\":"
+         "\"tool_calls\",\"format\":\"hermes\",\"tools\":[{\"name\":\"a\"}]}}",
+         TG_EFORMAT, "non-empty \"trigger\""},
+        {"{\"type\":\"triggered\",\"trigger\":\"<t>\",\"spec\":{\"type\":"
+         "\"json_object\"}}",
+         TG_EFORMAT, "tool_calls \"spec\""},
+        {"{\"type\":\"triggered\",\"trigger\":\"<tool_call>x\",\"spec\":"
+         "{\"type\":\"tool_calls\",\"format\":\"hermes\",\"tools\":[{"
+         "\"name\":\"a\"}]}}",
+         TG_EINVAL, "prefix of the format's call opening"},
     };
     for (size_t i = 0; i < TT_COUNT(cases); i++) {
         int rc = gm_spec_check(cases[i].spec, strlen(cases[i].spec), NULL, err,
@@ -495,6 +558,7 @@ int main(void)
         cmocka_unit_test(test_oneof_exclusive),
         cmocka_unit_test(test_corpus_documents),
         cmocka_unit_test(test_tool_calls),
+        cmocka_unit_test(test_triggered_spec),
         cmocka_unit_test(test_spec_errors),
         cmocka_unit_test(test_cache_threads),
     };

@@ -21,6 +21,13 @@
  *   - the vocabulary is loaded on the pool: a start returns before it is
  *     loaded, the draw waits for it (a compile wait); a failed load fails
  *     the constrained slots, the first at its draw, later ones at start.
+ *   - a triggered spec (strict tools under "auto"): free text has no
+ *     mask; the trigger (split over tokens, or one token after text)
+ *     starts the mask at the next draw, which then holds a call to its
+ *     schema; after the call the slot is free again and a second call is
+ *     constrained again; a replay lands in the same state; a token with
+ *     bytes after the trigger that the grammar rejects fails the slot
+ *     with the reason; anchored (Llama-3 JSON) holds to the end.
  * Runs under ASan in CI's sanitizer build (the matchers' lifetimes).
  * Each test's gw_grammar (and hook record) is static: a failed assertion
  * leaves that test's pool threads running on it, so no later test may
@@ -38,6 +45,7 @@
 #include "common/base/tg_err.h"
 #include "common/grammar/gm_spec.h"
 #include "common/tok/tok_tokenizer.h"
+#include <jansson.h>
 #include "gpu_worker/gw_grammar.h"
 #include "tests/support/tt_support.h"
 
@@ -372,6 +380,146 @@ static void test_clear_while_compiling(void **state)
     gw_grammar_free(&g); /* slot 2 may still be compiling */
 }
 
+/* The ids of text in the Qwen3 tokenizer (appended to *out). */
+static void encode(const char *text, struct tok_ids *out)
+{
+    char err[128];
+    assert_int_equal(
+        tok_encode(&tok, NULL, text, strlen(text), 0, out, err, sizeof err), 0);
+}
+
+static char *triggered_spec(int llama)
+{
+    json_t *params = json_loads(
+        "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":"
+        "\"string\"}},\"required\":[\"city\"],\"additionalProperties\":false}",
+        0, NULL);
+    struct gm_tool_fn fn = {"get_weather", params};
+    char *inner, *spec;
+    size_t ilen, len;
+    assert_int_equal(
+        gm_spec_tools(llama ? &GM_TOOL_LLAMA3_JSON : &GM_TOOL_HERMES, &fn, 1, 1,
+                      llama ? 0 : 1, &inner, &ilen),
+        0);
+    assert_int_equal(gm_spec_triggered(llama ? "{" : "<tool_call>", llama,
+                                       inner, ilen, &spec, &len),
+                     0);
+    free(inner);
+    json_decref(params);
+    return spec;
+}
+
+/* Accepts ids[0..n) into the slot, checking at each draw that the mask
+ * is absent (free) or present and allowing the token (constrained), as
+ * want[i] says ('f' or 'c'). */
+static void run(struct gw_grammar *g, uint32_t slot, const int32_t *ids,
+                size_t n, const char *want)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t *m = gw_grammar_slot_mask(g, slot);
+        if (want[i] == 'f') {
+            if (m != NULL)
+                fail_msg("draw %zu: a mask in free text", i);
+        } else {
+            if (m == NULL)
+                fail_msg("draw %zu: no mask in a call", i);
+            if (!bit(m, ids[i]))
+                fail_msg("draw %zu: token %d masked", i, (int)ids[i]);
+        }
+        assert_int_equal(gw_grammar_slot_accept(g, slot, ids[i]), 0);
+    }
+}
+
+static void test_triggered(void **state)
+{
+    (void)state;
+    struct gw_grammar g;
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 4), 0);
+    char *spec = triggered_spec(0);
+    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0),
+                     0);
+    assert_null(gw_grammar_slot_error(&g, 0));
+    struct tok_ids ids = {0};
+    encode("Let me look.", &ids);
+    ids.v[ids.n++] = id_of("<tool_call>"); /* an added normal token */
+    size_t call_at = ids.n;
+    encode("\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+           "\"Oslo\"}}\n</tool_call>",
+           &ids);
+    size_t call_end = ids.n;
+    encode(" Done.", &ids);
+    char want[256];
+    assert_true(ids.n < sizeof want);
+    for (size_t i = 0; i < ids.n; i++)
+        want[i] = i < call_at || i >= call_end ? 'f' : 'c';
+    run(&g, 0, ids.v, ids.n, want);
+    assert_null(gw_grammar_slot_mask(&g, 0)); /* free after the call */
+    gw_grammar_prepare(&g); /* computes nothing for a free slot */
+    /* In the call the wrong argument is masked: after
+     * {"name": "get_weather", "arguments": {" only "city" continues. */
+    gw_grammar_slot_clear(&g, 0);
+    assert_int_equal(gw_grammar_slot_start(&g, 1, spec, strlen(spec),
+                                           (const uint32_t *)ids.v,
+                                           call_at + 1),
+                     0);
+    const uint32_t *m = gw_grammar_slot_mask(&g, 1);
+    assert_non_null(m); /* replayed into the call */
+    assert_false(bit(m, id_of("}")));
+    /* A second call after text is constrained again (replayed whole). */
+    encode(" Now <tool_", &ids);
+    encode("call>\n{\"name\": \"get_weather\", \"arguments\": {", &ids);
+    assert_int_equal(gw_grammar_slot_start(&g, 2, spec, strlen(spec),
+                                           (const uint32_t *)ids.v, ids.n),
+                     0);
+    assert_null(gw_grammar_slot_error(&g, 2));
+    m = gw_grammar_slot_mask(&g, 2);
+    assert_non_null(m);
+    assert_true(bit(m, id_of("\"")));
+    assert_false(bit(m, id_of("}"))); /* "city" is required */
+    /* Bytes after the trigger the grammar rejects, in the token that
+     * completes it: the slot fails with the reason. */
+    ids.n = 0;
+    encode(" <tool_call", &ids);
+    ids.v[ids.n++] = id_of(">{");
+    assert_int_equal(gw_grammar_slot_start(&g, 3, spec, strlen(spec), NULL, 0),
+                     0);
+    for (size_t i = 0; i + 1 < ids.n; i++)
+        assert_int_equal(gw_grammar_slot_accept(&g, 3, ids.v[i]), 0);
+    assert_int_equal(gw_grammar_slot_accept(&g, 3, ids.v[ids.n - 1]),
+                     TG_EINVAL);
+    assert_non_null(strstr(gw_grammar_slot_error(&g, 3), "starts a tool call"));
+    assert_null(gw_grammar_slot_mask(&g, 3));
+    free(spec);
+
+    /* Anchored (Llama-3 JSON): text first frees the whole output; "{"
+     * first holds it to the end (more calls after "; ", then EOS). */
+    spec = triggered_spec(1);
+    ids.n = 0;
+    encode("Sure {", &ids);
+    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0),
+                     0);
+    memset(want, 'f', ids.n);
+    run(&g, 0, ids.v, ids.n, want);
+    ids.n = 0;
+    encode(" {\"name\": \"get_weather\", \"parameters\": {\"city\": \"A\"}}",
+           &ids);
+    assert_int_equal(gw_grammar_slot_start(&g, 1, spec, strlen(spec), NULL, 0),
+                     0);
+    for (size_t i = 0; i < ids.n; i++) {
+        const uint32_t *mm = gw_grammar_slot_mask(&g, 1);
+        if (i > 0)
+            assert_non_null(mm); /* the first token holds the trigger */
+        assert_int_equal(gw_grammar_slot_accept(&g, 1, ids.v[i]), 0);
+    }
+    m = gw_grammar_slot_mask(&g, 1);
+    assert_non_null(m); /* still constrained: "; " or EOS */
+    assert_true(bit(m, g.v.eos[0]));
+    assert_false(bit(m, id_of("Sure")));
+    free(spec);
+    tok_ids_free(&ids);
+    gw_grammar_free(&g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -383,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_pool_fifo_bound_cancel),
         cmocka_unit_test(test_queue_limit),
         cmocka_unit_test(test_preload),
+        cmocka_unit_test(test_triggered),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

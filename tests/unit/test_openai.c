@@ -391,7 +391,7 @@ static const struct bad_case BAD[] = {
     {H,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
      "\"f\",\"strict\":true}}]}",
-     400, TG_EUNSUPPORTED, "tools[0].function.strict", "under \"auto\""},
+     400, TG_EUNSUPPORTED, "tools[0].function.strict", "tool-call format"},
     {H,
      "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
      "\"f\"}}],\"tool_choice\":{\"type\":\"tool\"}}",
@@ -537,7 +537,8 @@ static void test_completion_defaults(void **state)
 
 /* tool_choice "required" and a named function become the spec of tool
  * calls in the template's format: all tools, or the named one only, once
- * with parallel_tool_calls false; response_format on top is refused. */
+ * with parallel_tool_calls false; response_format on top is refused.
+ * Strict tools under "auto" become a triggered spec. */
 static void test_tool_grammar(void **state)
 {
     (void)state;
@@ -572,6 +573,45 @@ static void test_tool_grammar(void **state)
     assert_int_equal(rt_openai_parse_chat(&cfg, b3, strlen(b3), &r, &e),
                      TG_EUNSUPPORTED);
     assert_string_equal(e.param, "response_format");
+    /* Under "auto" (the default) with a strict tool: a triggered spec,
+     * the strict tool's arguments held to its parameters, the other's to
+     * any object; no strict tool or "none": unconstrained. */
+#define STRICT                                                              \
+    "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\","       \
+    "\"strict\":true,\"parameters\":{\"type\":\"object\",\"properties\":{"  \
+    "\"x\":{\"type\":\"integer\"}}}}},{\"type\":\"function\",\"function\":" \
+    "{\"name\":\"g\",\"parameters\":{\"type\":\"object\",\"properties\":{"  \
+    "\"y\":{\"type\":\"string\"}}}}}]"
+    const char *b4 = "{" MSG "," STRICT "}";
+    assert_int_equal(rt_openai_parse_chat(&cfg, b4, strlen(b4), &r, &e), 0);
+    assert_non_null(r.q.grammar);
+    assert_non_null(strstr(r.q.grammar, "\"type\":\"triggered\""));
+    assert_non_null(strstr(r.q.grammar, "\"trigger\":\"<tool_call>\""));
+    assert_non_null(strstr(r.q.grammar, "\"anchored\":false"));
+    assert_non_null(strstr(r.q.grammar, "\"max_calls\":1"));
+    assert_non_null(strstr(r.q.grammar, "\"x\""));
+    assert_null(strstr(r.q.grammar, "\"y\"")); /* g is not strict */
+    rt_gen_request_free(&r);
+    const char *b5 = "{" MSG "," STRICT ",\"tool_choice\":\"none\"}";
+    assert_int_equal(rt_openai_parse_chat(&cfg, b5, strlen(b5), &r, &e), 0);
+    assert_null(r.q.grammar);
+    rt_gen_request_free(&r);
+    const char *b6 = "{" MSG "," TOOLS "}";
+    assert_int_equal(rt_openai_parse_chat(&cfg, b6, strlen(b6), &r, &e), 0);
+    assert_null(r.q.grammar);
+    rt_gen_request_free(&r);
+    const char *b7 = "{" MSG "," STRICT
+                     ",\"response_format\":{\"type\":\"json_object\"}}";
+    assert_int_equal(rt_openai_parse_chat(&cfg, b7, strlen(b7), &r, &e),
+                     TG_EUNSUPPORTED);
+    assert_string_equal(e.param, "response_format");
+    cfg.tool_format = CT_TOOLS_LLAMA_JSON;
+    assert_int_equal(rt_openai_parse_chat(&cfg, b4, strlen(b4), &r, &e), 0);
+    assert_non_null(strstr(r.q.grammar, "\"trigger\":\"{\""));
+    assert_non_null(strstr(r.q.grammar, "\"anchored\":true"));
+    assert_non_null(strstr(r.q.grammar, "\"max_calls\":0"));
+    rt_gen_request_free(&r);
+#undef STRICT
 #undef TOOLS
 }
 

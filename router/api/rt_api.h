@@ -65,20 +65,20 @@ static inline struct rt_api_gen *rt_api_gen_of(const struct rt_req *r)
  * ("cmpl-" / "chatcmpl-" + 16 random hex digits). *g is left empty
  * either way. Returns 0, or TG_ENOMEM with *e filled (500). Loop thread. */
 int rt_api_gen_attach(struct rt_req *r, struct rt_gen_request *g,
-                      struct rt_api_error *e);
+                      struct rt_request_error *e);
 
 /* The same for parallel sample q of `leader` (rt_req_new_sample): a
  * front-end state with a copy of leader's (endpoint, model, stream and
  * usage options, tool_choice, echo text), then rt_api_gen_started.
  * Returns 0, or TG_ENOMEM with *e filled. Loop thread. */
 int rt_api_gen_attach_sample(struct rt_req *q, const struct rt_req *leader,
-                             struct rt_api_error *e);
+                             struct rt_request_error *e);
 
 /* After r's submission succeeded: the response context (id, model,
  * created, logprobs, usage options, the choice's index) and, for a chat
  * offering tools whose format the model's template names, the tool-call
  * parser. Returns 0, or TG_ENOMEM with *e filled. Loop thread. */
-int rt_api_gen_started(struct rt_req *r, struct rt_api_error *e);
+int rt_api_gen_started(struct rt_req *r, struct rt_request_error *e);
 
 /* Frees r's front-end state (the sinks' `release`). Safe without one. */
 void rt_api_gen_release(struct rt_req *r);

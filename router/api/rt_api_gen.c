@@ -9,14 +9,14 @@
 
 #include "common/base/tg_err.h"
 
-static int oom(struct rt_api_error *e)
+static int oom(struct rt_request_error *e)
 {
-    rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+    rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
     return TG_ENOMEM;
 }
 
 int rt_api_gen_attach(struct rt_req *r, struct rt_gen_request *g,
-                      struct rt_api_error *e)
+                      struct rt_request_error *e)
 {
     struct rt_api_gen *a = calloc(1, sizeof(*a));
     if (a == NULL) {
@@ -38,7 +38,7 @@ int rt_api_gen_attach(struct rt_req *r, struct rt_gen_request *g,
 }
 
 int rt_api_gen_attach_sample(struct rt_req *q, const struct rt_req *leader,
-                             struct rt_api_error *e)
+                             struct rt_request_error *e)
 {
     const struct rt_gen_request *f = &rt_api_gen_of(leader)->g;
     struct rt_api_gen *a = calloc(1, sizeof(*a));
@@ -63,7 +63,7 @@ int rt_api_gen_attach_sample(struct rt_req *q, const struct rt_req *leader,
     return rt_api_gen_started(q, e);
 }
 
-int rt_api_gen_started(struct rt_req *r, struct rt_api_error *e)
+int rt_api_gen_started(struct rt_req *r, struct rt_request_error *e)
 {
     struct rt_server *s = r->srv;
     struct rt_api_gen *a = rt_api_gen_of(r);

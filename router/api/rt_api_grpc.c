@@ -362,19 +362,21 @@ static void gen_cancelled(struct rt_grpc_call *call, int status, void *ud)
  * (rt_api_grpc.h). */
 int rt_api_grpc_convert(struct rt_server *s,
                         const Tangram__V1__GenerateRequest *q,
-                        struct rt_gen_request *g, struct rt_api_error *e,
+                        struct rt_gen_request *g, struct rt_request_error *e,
                         const struct rt_grpc_call *call)
 {
     int forms = (q->prompt != NULL && q->prompt[0] != '\0') +
                 (q->n_prompt_token_ids > 0) + (q->n_messages > 0);
     if (forms != 1) {
-        rt_api_error_set(e, 400, "invalid_value", "prompt",
-                         "give exactly one of prompt, prompt_token_ids and messages");
+        rt_request_error_set(
+            e, 400, "invalid_value", "prompt",
+            "give exactly one of prompt, prompt_token_ids and messages");
         return TG_EINVAL;
     }
     if (q->n_messages == 0 && (q->n_tools > 0 || (q->tool_choice && q->tool_choice[0]))) {
-        rt_api_error_set(e, 400, "invalid_value", "tools",
-                         "tools and tool_choice apply to chats (messages) only");
+        rt_request_error_set(
+            e, 400, "invalid_value", "tools",
+            "tools and tool_choice apply to chats (messages) only");
         return TG_EINVAL;
     }
     memset(g, 0, sizeof(*g));
@@ -386,8 +388,8 @@ int rt_api_grpc_convert(struct rt_server *s,
         json_error_t je;
         json_t *rf = json_loads(q->response_format, 0, &je);
         if (rf == NULL) {
-            rt_api_error_set(e, 400, "invalid_value", "response_format",
-                             "response_format is not JSON: %s", je.text);
+            rt_request_error_set(e, 400, "invalid_value", "response_format",
+                                 "response_format is not JSON: %s", je.text);
             return TG_EINVAL;
         }
         json_t *root = json_object();
@@ -442,8 +444,9 @@ int rt_api_grpc_convert(struct rt_server *s,
             goto nomem;
         for (size_t i = 0; i < q->n_prompt_token_ids; i++) {
             if (q->prompt_token_ids[i] > INT32_MAX) {
-                rt_api_error_set(e, 400, "invalid_value", "prompt_token_ids",
-                                 "prompt_token_ids[%zu] is not a token id", i);
+                rt_request_error_set(
+                    e, 400, "invalid_value", "prompt_token_ids",
+                    "prompt_token_ids[%zu] is not a token id", i);
                 return TG_EINVAL;
             }
             g->q.prompt_ids[i] = (int32_t)q->prompt_token_ids[i];
@@ -471,13 +474,13 @@ int rt_api_grpc_convert(struct rt_server *s,
     const Tangram__V1__SamplingParams *p = q->sampling;
     if (p == NULL)
         return rt_openai_check_sampling(sp, s->mc.vocab_size, "sampling.", e);
-#define RANGE(cond, field, ...)                                            \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            rt_api_error_set(e, 400, "invalid_value", "sampling." field,   \
-                             __VA_ARGS__);                                 \
-            return TG_EINVAL;                                              \
-        }                                                                  \
+#define RANGE(cond, field, ...)                                              \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            rt_request_error_set(e, 400, "invalid_value", "sampling." field, \
+                                 __VA_ARGS__);                               \
+            return TG_EINVAL;                                                \
+        }                                                                    \
     } while (0)
     if (p->max_tokens_opt_case) {
         RANGE(p->max_tokens >= 1 && p->max_tokens <= INT32_MAX, "max_tokens",
@@ -559,12 +562,12 @@ int rt_api_grpc_convert(struct rt_server *s,
 #undef RANGE
     return rt_openai_check_sampling(sp, s->mc.vocab_size, "sampling.", e);
 nomem:
-    rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+    rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
     return TG_ENOMEM;
 }
 
 /* The prompt was tokenized off the loop (rt_req.on_submitted). */
-static void gen_submitted(struct rt_req *r, int rc, struct rt_api_error *e)
+static void gen_submitted(struct rt_req *r, int rc, struct rt_request_error *e)
 {
     struct gen_client *c = r->client;
     if (rc != 0) {
@@ -599,7 +602,7 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
      * running requests"); the id is stored whole, so it is checked
      * first. */
     if (q->request_id != NULL && q->request_id[0] != '\0') {
-        struct rt_api_error ie;
+        struct rt_request_error ie;
         const char *why = NULL;
         int st = RT_GRPC_OK;
         if (rt_openai_check_id(q->request_id, strlen(q->request_id), "request_id",
@@ -618,7 +621,7 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     }
     struct gen_client *c = calloc(1, sizeof(*c));
     struct rt_req *r = c ? rt_req_new(s, &gen_sink, c) : NULL;
-    struct rt_api_error e;
+    struct rt_request_error e;
     if (r == NULL) {
         free(c);
         tangram__v1__generate_request__free_unpacked(q, NULL);
@@ -725,7 +728,7 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
                             "cannot parse tangram.v1.TokenizeRequest");
         return;
     }
-    struct rt_api_error e;
+    struct rt_request_error e;
     struct tok_call *tc = calloc(1, sizeof(*tc));
     if (tc == NULL) {
         tangram__v1__tokenize_request__free_unpacked(q, NULL);
@@ -737,8 +740,8 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
     int chat = q->n_messages > 0;
     if (chat && q->text != NULL && q->text[0] != '\0') {
         rc = TG_EINVAL;
-        rt_api_error_set(&e, 400, "invalid_value", "text",
-                         "give either text or messages");
+        rt_request_error_set(&e, 400, "invalid_value", "text",
+                             "give either text or messages");
     } else if (chat) {
         j->is_chat = 1;
         j->chat.add_generation_prompt = q->add_generation_prompt_opt_case
@@ -763,7 +766,8 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
         tc->text = strdup(q->text ? q->text : "");
         if (tc->text == NULL) {
             rc = TG_ENOMEM;
-            rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
+            rt_request_error_set(&e, 500, "internal_error", NULL,
+                                 "out of memory");
         }
         j->text = tc->text;
         j->len = tc->text ? strlen(tc->text) : 0;
@@ -820,7 +824,7 @@ static void h_abort(struct rt_grpc_call *call, void *ud)
         return;
     }
     Tangram__V1__AbortResponse m = TANGRAM__V1__ABORT_RESPONSE__INIT;
-    struct rt_api_error e;
+    struct rt_request_error e;
     if (q->request_id != NULL && q->request_id[0] != '\0' &&
         rt_openai_check_id(q->request_id, strlen(q->request_id),
                            "request_id", &e) != 0) {

@@ -26,7 +26,7 @@
  * thread (any thread for a server object of its own). */
 int rt_api_grpc_convert(struct rt_server *s,
                         const Tangram__V1__GenerateRequest *q,
-                        struct rt_gen_request *g, struct rt_api_error *e,
+                        struct rt_gen_request *g, struct rt_request_error *e,
                         const struct rt_grpc_call *call);
 
 #endif /* RT_API_GRPC_H */

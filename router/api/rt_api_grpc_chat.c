@@ -13,14 +13,15 @@
  * *e (400 for a string that is not UTF-8, which protobuf-c does not check,
  * 500 out of memory); every later step is skipped. */
 struct chat_build {
-    struct rt_api_error *e;
+    struct rt_request_error *e;
     int failed;
 };
 
 static void build_fail_oom(struct chat_build *b)
 {
     if (!b->failed)
-        rt_api_error_set(b->e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(b->e, 500, "internal_error", NULL,
+                             "out of memory");
     b->failed = 1;
 }
 
@@ -35,9 +36,9 @@ static json_t *build_str(struct chat_build *b, const char *v,
         v = "";
     size_t n = strlen(v), bad = 0;
     if (!tok_utf8_valid(v, n, &bad)) {
-        rt_api_error_set(b->e, 400, "invalid_value", "messages",
-                         "%s[%zu] is not valid UTF-8 (byte %zu)", what, i,
-                         bad);
+        rt_request_error_set(b->e, 400, "invalid_value", "messages",
+                             "%s[%zu] is not valid UTF-8 (byte %zu)", what, i,
+                             bad);
         b->failed = 1;
         return NULL;
     }
@@ -77,10 +78,10 @@ static json_t *build_new(struct chat_build *b, json_t *v)
     return v;
 }
 
-json_t *rt_api_grpc__chat_json(Tangram__V1__ChatMessage *const *msgs,
-                               size_t n, Tangram__V1__Tool *const *tools,
-                               size_t n_tools, const char *tool_choice,
-                               struct rt_api_error *e)
+json_t *rt_api_grpc__chat_json(Tangram__V1__ChatMessage *const *msgs, size_t n,
+                               Tangram__V1__Tool *const *tools, size_t n_tools,
+                               const char *tool_choice,
+                               struct rt_request_error *e)
 {
     struct chat_build b = {.e = e};
     json_t *root = build_new(&b, json_object());
@@ -154,9 +155,10 @@ json_t *rt_api_grpc__chat_json(Tangram__V1__ChatMessage *const *msgs,
                 json_error_t je;
                 json_t *p = json_loads(t->parameters_json, 0, &je);
                 if (p == NULL) {
-                    rt_api_error_set(e, 400, "invalid_value", "tools",
-                                     "tools[%zu].parameters_json is not JSON: %s",
-                                     k, je.text);
+                    rt_request_error_set(
+                        e, 400, "invalid_value", "tools",
+                        "tools[%zu].parameters_json is not JSON: %s", k,
+                        je.text);
                     b.failed = 1;
                 }
                 build_set(&b, f, "parameters", p);

@@ -14,9 +14,9 @@
  * normalization (rt_openai_chat.c). Returns a new object, or NULL with *e
  * filled (400 for a string that is not UTF-8 or parameters_json that is
  * not JSON, 500 out of memory). Any thread. */
-json_t *rt_api_grpc__chat_json(Tangram__V1__ChatMessage *const *msgs,
-                               size_t n, Tangram__V1__Tool *const *tools,
-                               size_t n_tools, const char *tool_choice,
-                               struct rt_api_error *e);
+json_t *rt_api_grpc__chat_json(Tangram__V1__ChatMessage *const *msgs, size_t n,
+                               Tangram__V1__Tool *const *tools, size_t n_tools,
+                               const char *tool_choice,
+                               struct rt_request_error *e);
 
 #endif /* RT_API_GRPC_INTERNAL_H */

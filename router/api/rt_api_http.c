@@ -55,19 +55,19 @@ static const char JSON[] = "application/json";
  * the KV cache (the core's message starts with "kv_cache_exhausted: ") is
  * 503 kv_cache_exhausted, as the capacity of this replica and not the
  * request is at fault; anything else is 500 generation_failed. */
-static void gen_error(struct rt_api_error *e, const char *error)
+static void gen_error(struct rt_request_error *e, const char *error)
 {
     static const char kv[] = "kv_cache_exhausted: ";
     if (error != NULL && strncmp(error, kv, sizeof(kv) - 1) == 0)
-        rt_api_error_set(e, 503, "kv_cache_exhausted", NULL, "%s",
-                         error + sizeof(kv) - 1);
+        rt_request_error_set(e, 503, "kv_cache_exhausted", NULL, "%s",
+                             error + sizeof(kv) - 1);
     else
-        rt_api_error_set(e, 500, "generation_failed", NULL, "%s",
-                         error ? error : "the request failed");
+        rt_request_error_set(e, 500, "generation_failed", NULL, "%s",
+                             error ? error : "the request failed");
 }
 
 void rt_api_http__send_error(struct rt_http_req *req,
-                             const struct rt_api_error *e)
+                             const struct rt_request_error *e)
 {
     char *body = NULL;
     size_t len = 0;
@@ -88,8 +88,8 @@ void rt_api_http__send_owned(struct rt_http_req *req, int status, char *body,
                              size_t len, int rc)
 {
     if (rc != 0) {
-        struct rt_api_error e;
-        rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
+        struct rt_request_error e;
+        rt_request_error_set(&e, 500, "internal_error", NULL, "out of memory");
         rt_api_http__send_error(req, &e);
         return;
     }
@@ -125,7 +125,7 @@ static int head_check(const struct rt_http_req *req, void *ud,
     if (key_matches(key, rt_http_req_header(req, "authorization")))
         return 0;
     out->status = 401;
-    out->type = rt_api_error_type(401);
+    out->type = rt_request_error_type(401);
     out->code = "invalid_api_key";
     out->message = "missing or invalid API key (Authorization: Bearer ...)";
     out->header = "WWW-Authenticate: Bearer";
@@ -254,7 +254,7 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
     struct rt_usage u = usage_of(r);
     struct gen_group *g = r->group;
     if (fin == RT_FINISH_ERROR) {
-        struct rt_api_error e;
+        struct rt_request_error e;
         gen_error(&e, error);
         stream_write_owned(req, buf, n, rt_openai_sse_error(&e, &buf, &n));
         if (g != NULL) {
@@ -275,9 +275,9 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
             (rc = rt_tc_finish(a->tc, &d)) == 0)
             rc = sse_tool_frames(r, &d, NULL, 0, &u);
         if (rc != 0) {
-            struct rt_api_error e;
-            rt_api_error_set(&e, 500, "internal_error", NULL,
-                             "out of memory");
+            struct rt_request_error e;
+            rt_request_error_set(&e, 500, "internal_error", NULL,
+                                 "out of memory");
             buf = NULL;
             stream_write_owned(req, buf, n, rt_openai_sse_error(&e, &buf, &n));
             fin = fin == RT_FINISH_NONE ? RT_FINISH_ERROR : fin;
@@ -413,7 +413,7 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     struct rt_http_req *req = r->client;
     struct gen_group *g = r->group;
     if (fin == RT_FINISH_ERROR) {
-        struct rt_api_error e;
+        struct rt_request_error e;
         gen_error(&e, error);
         if (g != NULL) {
             /* One failed choice fails the request. */
@@ -503,7 +503,7 @@ static void group_gone(struct rt_http_req *req, void *ud)
 /* n > 1: the other choices join the submitted request r (its scheduler
  * entry still waits, so they share its prompt's pages). Returns 0, or
  * fills *e and returns nonzero with r and the samples cancelled. */
-static int group_start(struct rt_req *r, struct rt_api_error *e)
+static int group_start(struct rt_req *r, struct rt_request_error *e)
 {
     int32_t n = r->q.n;
     if (n <= 1)
@@ -512,7 +512,7 @@ static int group_start(struct rt_req *r, struct rt_api_error *e)
     if (g == NULL) {
         rt_http_req_on_abort(r->client, NULL, NULL);
         rt_req_cancel(r);
-        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
         return TG_ENOMEM;
     }
     g->req = r->client;
@@ -543,7 +543,7 @@ static int group_start(struct rt_req *r, struct rt_api_error *e)
 /* completions "echo": the prompt's text, which the output then starts
  * with (OpenAI; vLLM decodes a prompt sent as token ids). */
 static int echo_prepare(struct rt_server *s, struct rt_req *r,
-                        struct rt_api_error *e)
+                        struct rt_request_error *e)
 {
     struct rt_gen_request *g = &rt_api_gen_of(r)->g;
     const struct rt_request *q = &r->q;
@@ -564,7 +564,7 @@ static int echo_prepare(struct rt_server *s, struct rt_req *r,
                         sizeof(err));
     if (rc != 0) {
         tok_text_free(&text);
-        rt_api_error_set(e, 400, "invalid_token", "prompt", "%s", err);
+        rt_request_error_set(e, 400, "invalid_token", "prompt", "%s", err);
         return rc;
     }
     g->echo_text = malloc(text.n + 1);
@@ -577,7 +577,7 @@ static int echo_prepare(struct rt_server *s, struct rt_req *r,
     if (g->echo_text != NULL)
         return 0;
 oom:
-    rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+    rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
     return TG_ENOMEM;
 }
 
@@ -586,7 +586,7 @@ oom:
 static void generate_begin(struct rt_req *r)
 {
     struct rt_http_req *req = r->client;
-    struct rt_api_error e;
+    struct rt_request_error e;
     if (group_start(r, &e) != 0) {
         rt_api_http__send_error(req, &e);
         return;
@@ -623,7 +623,8 @@ static void generate_begin(struct rt_req *r)
 }
 
 /* The prompt was tokenized off the loop (rt_req.on_submitted). */
-static void generate_submitted(struct rt_req *r, int rc, struct rt_api_error *e)
+static void generate_submitted(struct rt_req *r, int rc,
+                               struct rt_request_error *e)
 {
     struct rt_http_req *req = r->client;
     if (rc != 0) {
@@ -642,7 +643,7 @@ static void generate_submitted(struct rt_req *r, int rc, struct rt_api_error *e)
 /* X-Session-Id, checked as the body's session_id is (the body's wins
  * when both are given; the header is checked either way). */
 static int session_header(const struct rt_http_req *req,
-                          struct rt_gen_request *g, struct rt_api_error *e)
+                          struct rt_gen_request *g, struct rt_request_error *e)
 {
     const char *sid = rt_http_req_header(req, "x-session-id");
     if (sid == NULL || sid[0] == '\0')
@@ -651,16 +652,15 @@ static int session_header(const struct rt_http_req *req,
     if (rc != 0 || g->q.session_id != NULL)
         return rc;
     if ((g->q.session_id = strdup(sid)) == NULL) {
-        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
         return TG_ENOMEM;
     }
     return 0;
 }
 
-void rt_api_http__generate_parsed(struct rt_server *s,
-                                  struct rt_http_req *req, int rc,
-                                  struct rt_gen_request *g,
-                                  struct rt_api_error *e)
+void rt_api_http__generate_parsed(struct rt_server *s, struct rt_http_req *req,
+                                  int rc, struct rt_gen_request *g,
+                                  struct rt_request_error *e)
 {
     /* The body is parsed: its bytes go back to the budget now, not when
      * the answer ends. */
@@ -671,7 +671,7 @@ void rt_api_http__generate_parsed(struct rt_server *s,
         rc = session_header(req, g, e);
     struct rt_req *r = rc == 0 ? rt_req_new(s, &json_sink, req) : NULL;
     if (rc == 0 && r == NULL) {
-        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
         rc = TG_ENOMEM;
     }
     if (rc != 0) {
@@ -765,10 +765,10 @@ static void h_model(struct rt_http_req *req, void *ud)
     char id[sizeof(s->model_name) + 1];
     if (path_decode(req->path + sizeof(prefix) - 1, id, sizeof(id)) != 0 ||
         strcmp(id, s->model_name) != 0) {
-        struct rt_api_error e;
-        rt_api_error_set(&e, 404, "model_not_found", "model",
-                         "The model '%.200s' does not exist",
-                         req->path + sizeof(prefix) - 1);
+        struct rt_request_error e;
+        rt_request_error_set(&e, 404, "model_not_found", "model",
+                             "The model '%.200s' does not exist",
+                             req->path + sizeof(prefix) - 1);
         rt_api_http__send_error(req, &e);
         return;
     }

@@ -36,7 +36,7 @@ struct body_job {
     int kind;                    /* enum body_kind */
     enum rt_endpoint ep;         /* BODY_GENERATE: which endpoint */
     int rc;                      /* outputs */
-    struct rt_api_error e;
+    struct rt_request_error e;
     struct rt_gen_request g;     /* BODY_GENERATE: the parsed request */
     char *out;                   /* otherwise: the answer's JSON */
     size_t out_len;
@@ -47,7 +47,7 @@ struct body_job {
 
 static int parse_generate(struct rt_server *s, enum rt_endpoint ep,
                           const char *body, size_t len,
-                          struct rt_gen_request *g, struct rt_api_error *e)
+                          struct rt_gen_request *g, struct rt_request_error *e)
 {
     struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
     return ep == RT_ENDPOINT_CHAT
@@ -57,7 +57,8 @@ static int parse_generate(struct rt_server *s, enum rt_endpoint ep,
 
 /* /tokenize: the body to the answer. */
 static int tokenize_body(struct rt_server *s, const char *body, size_t len,
-                         char **out, size_t *out_len, struct rt_api_error *e)
+                         char **out, size_t *out_len,
+                         struct rt_request_error *e)
 {
     struct rt_tokenize_request t;
     struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
@@ -80,8 +81,8 @@ static int tokenize_body(struct rt_server *s, const char *body, size_t len,
             t.return_token_strs ? rt_server_token_text : NULL, s, out,
             out_len);
         if (rc != 0)
-            rt_api_error_set(e, 500, "internal_error", NULL,
-                             "out of memory");
+            rt_request_error_set(e, 500, "internal_error", NULL,
+                                 "out of memory");
     }
     tok_ids_free(&ids);
     rt_tokenize_request_free(&t);
@@ -89,9 +90,9 @@ static int tokenize_body(struct rt_server *s, const char *body, size_t len,
 }
 
 /* /detokenize: the body to the answer. */
-static int detokenize_body(struct rt_server *s, const char *body,
-                           size_t len, char **out, size_t *out_len,
-                           struct rt_api_error *e)
+static int detokenize_body(struct rt_server *s, const char *body, size_t len,
+                           char **out, size_t *out_len,
+                           struct rt_request_error *e)
 {
     struct rt_detokenize_request d;
     memset(&d, 0, sizeof(d));
@@ -101,10 +102,10 @@ static int detokenize_body(struct rt_server *s, const char *body,
         return rc;
     for (size_t i = 0; i < d.n_tokens; i++) {
         if (d.tokens[i] < 0 || d.tokens[i] >= tok_vocab_size(&s->tok)) {
-            rt_api_error_set(e, 400, "invalid_token", "tokens",
-                             "token id %d at index %zu is outside the "
-                             "vocabulary",
-                             d.tokens[i], i);
+            rt_request_error_set(e, 400, "invalid_token", "tokens",
+                                 "token id %d at index %zu is outside the "
+                                 "vocabulary",
+                                 d.tokens[i], i);
             rt_detokenize_request_free(&d);
             return TG_EINVAL;
         }
@@ -115,13 +116,13 @@ static int detokenize_body(struct rt_server *s, const char *body,
                     sizeof(err));
     rt_detokenize_request_free(&d);
     if (rc != 0) {
-        rt_api_error_set(e, 400, "invalid_token", "tokens", "%s", err);
+        rt_request_error_set(e, 400, "invalid_token", "tokens", "%s", err);
     } else {
         rc = rt_openai_format_detokenize(text.s ? text.s : "", text.n, out,
                                          out_len);
         if (rc != 0)
-            rt_api_error_set(e, 500, "internal_error", NULL,
-                             "out of memory");
+            rt_request_error_set(e, 500, "internal_error", NULL,
+                                 "out of memory");
     }
     tok_text_free(&text);
     return rc;
@@ -151,9 +152,9 @@ static void body_done(struct rt_pool_job *p, int ran)
         rt_http_req_on_abort(req, NULL, NULL);
         if (!ran) {
             j->rc = TG_ECANCELED;
-            rt_api_error_set(&j->e, 503, "server_draining", NULL,
-                             "the request was cancelled before its body "
-                             "was read");
+            rt_request_error_set(&j->e, 503, "server_draining", NULL,
+                                 "the request was cancelled before its body "
+                                 "was read");
         }
         if (j->kind == BODY_GENERATE) {
             rt_api_http__generate_parsed(j->s, req, j->rc, &j->g, &j->e);
@@ -182,12 +183,12 @@ static void body_gone(struct rt_http_req *req, void *ud)
 static void body_job_start(struct rt_server *s, struct rt_http_req *req,
                            int kind, enum rt_endpoint ep)
 {
-    struct rt_api_error e;
+    struct rt_request_error e;
     char err[160];
     struct body_job *j = calloc(1, sizeof(*j));
     if (j == NULL || rt_http_req_take_body(req, &j->body) != 0) {
         free(j);
-        rt_api_error_set(&e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(&e, 500, "internal_error", NULL, "out of memory");
         rt_api_http__send_error(req, &e);
         return;
     }
@@ -200,7 +201,7 @@ static void body_job_start(struct rt_server *s, struct rt_http_req *req,
     if (rt_pool_job_start(s, &j->pool, err, sizeof(err)) != 0) {
         rt_conn_body_free(&j->body);
         free(j);
-        rt_api_error_set(&e, 500, "internal_error", NULL, "%s", err);
+        rt_request_error_set(&e, 500, "internal_error", NULL, "%s", err);
         rt_api_http__send_error(req, &e);
         return;
     }
@@ -217,7 +218,7 @@ void rt_api_http__generate(struct rt_server *s, struct rt_http_req *req,
         return;
     }
     struct rt_gen_request g;
-    struct rt_api_error e;
+    struct rt_request_error e;
     int rc = parse_generate(s, ep, req->body, req->body_len, &g, &e);
     rt_api_http__generate_parsed(s, req, rc, &g, &e);
 }
@@ -231,7 +232,7 @@ static void answer(struct rt_http_req *req, struct rt_server *s, int kind)
     }
     char *out = NULL;
     size_t n = 0;
-    struct rt_api_error e;
+    struct rt_request_error e;
     int rc = kind == BODY_TOKENIZE
                  ? tokenize_body(s, req->body, req->body_len, &out, &n, &e)
                  : detokenize_body(s, req->body, req->body_len, &out, &n, &e);

@@ -18,7 +18,7 @@
 
 /* Answers req with the OpenAI error *e (Retry-After on 429 and 503). */
 void rt_api_http__send_error(struct rt_http_req *req,
-                             const struct rt_api_error *e);
+                             const struct rt_request_error *e);
 
 /* Answers req with `status` and the JSON `body` (owned, freed here), or
  * with a 500 when rc != 0. */
@@ -27,10 +27,9 @@ void rt_api_http__send_owned(struct rt_http_req *req, int status, char *body,
 
 /* Generation goes on with a parsed request (rt_api_http.c): rc 0 and *g
  * (moved out, *g left empty), or rc != 0 and the error *e (*g freed). */
-void rt_api_http__generate_parsed(struct rt_server *s,
-                                  struct rt_http_req *req, int rc,
-                                  struct rt_gen_request *g,
-                                  struct rt_api_error *e);
+void rt_api_http__generate_parsed(struct rt_server *s, struct rt_http_req *req,
+                                  int rc, struct rt_gen_request *g,
+                                  struct rt_request_error *e);
 
 /* Parses the completions or chat body of req — on the loop when it is
  * small, else on the thread pool — then calls

@@ -38,7 +38,7 @@
  * "description"?, "parameters"? object}}, at most RT_OPENAI_MAX_TOOLS) and
  * passed to the template as sent.
  *
- * Every failure fills a struct rt_api_error: the HTTP status (400 bad input,
+ * Every failure fills a struct rt_request_error: the HTTP status (400 bad input,
  * 404 unknown model, 413 body too large, 500 out of memory), the OpenAI
  * error type and code, `param` naming the offending field as a path
  * ("messages[2].content[0].text", "stream_options.include_usage"), and a
@@ -85,7 +85,7 @@
 
 /* ---- errors ------------------------------------------------------------ */
 
-/* The error type (struct rt_api_error, rt_api_error_set) is the core's
+/* The error type (struct rt_request_error, rt_request_error_set) is the core's
  * (router/core/rt_request.h): core and front ends fill the same one. */
 
 /* Checks an identifier that does not come in a JSON body (the
@@ -94,7 +94,7 @@
  * fields are. Returns 0, or TG_EFORMAT / TG_EINVAL with *e filled (400
  * invalid_value naming `param`). Any thread. */
 int rt_openai_check_id(const char *v, size_t n, const char *param,
-                       struct rt_api_error *e);
+                       struct rt_request_error *e);
 
 /* ---- requests ---------------------------------------------------------- */
 
@@ -197,12 +197,12 @@ struct rt_openai_cfg {
 int rt_openai_parse_completion(const struct rt_openai_cfg *cfg,
                                const char *body, size_t len,
                                struct rt_gen_request *out,
-                               struct rt_api_error *e);
+                               struct rt_request_error *e);
 
 /* Same for a /v1/chat/completions body (same codes and ownership). */
 int rt_openai_parse_chat(const struct rt_openai_cfg *cfg, const char *body,
                          size_t len, struct rt_gen_request *out,
-                         struct rt_api_error *e);
+                         struct rt_request_error *e);
 
 /* Sets the sampling and options of *r to the API's defaults, the one
  * place they are written (both front ends start from them): temperature
@@ -219,7 +219,7 @@ void rt_gen_request_defaults(struct rt_gen_request *r);
  * invalid_value naming `prefix` + the parameter and the value). Both
  * front ends call it right after parsing. Any thread. */
 int rt_openai_check_sampling(const struct tg_sampling *sp, int32_t vocab,
-                             const char *prefix, struct rt_api_error *e);
+                             const char *prefix, struct rt_request_error *e);
 
 /* Releases everything r owns and zeroes it. Safe on a zeroed request. */
 void rt_gen_request_free(struct rt_gen_request *r);
@@ -231,7 +231,7 @@ void rt_gen_request_free(struct rt_gen_request *r);
  * `param` under "response_format". Both front ends (the gRPC API's
  * response_format is the same JSON). Any thread (rt_openai_format.c). */
 int rt_openai_parse_response_format(const json_t *root, char **grammar,
-                                    struct rt_api_error *e);
+                                    struct rt_request_error *e);
 
 /* /tokenize (vLLM): {"model", "prompt", "add_special_tokens"} or
  * {"model", "messages", "tools", "add_generation_prompt",
@@ -253,10 +253,9 @@ struct rt_tokenize_request {
 /* Parses a /tokenize body into *out (zeroed first). Codes, errors and
  * ownership as rt_openai_parse_completion; free with
  * rt_tokenize_request_free. */
-int rt_openai_parse_tokenize(const struct rt_openai_cfg *cfg,
-                             const char *body, size_t len,
-                             struct rt_tokenize_request *out,
-                             struct rt_api_error *e);
+int rt_openai_parse_tokenize(const struct rt_openai_cfg *cfg, const char *body,
+                             size_t len, struct rt_tokenize_request *out,
+                             struct rt_request_error *e);
 
 /* Releases everything r owns and zeroes it. Safe on a zeroed request. */
 void rt_tokenize_request_free(struct rt_tokenize_request *r);
@@ -272,7 +271,7 @@ struct rt_detokenize_request {
 int rt_openai_parse_detokenize(const struct rt_openai_cfg *cfg,
                                const char *body, size_t len,
                                struct rt_detokenize_request *out,
-                               struct rt_api_error *e);
+                               struct rt_request_error *e);
 
 /* Releases everything r owns and zeroes it. Safe on a zeroed request. */
 void rt_detokenize_request_free(struct rt_detokenize_request *r);
@@ -389,12 +388,12 @@ int rt_openai_merge_choices(const char *const *bodies, size_t n,
                             size_t *out_len);
 
 /* Formats the body {"error": {...}} of e. Same ownership; 0 or TG_ENOMEM. */
-int rt_openai_format_error(const struct rt_api_error *e, char **out,
+int rt_openai_format_error(const struct rt_request_error *e, char **out,
                            size_t *out_len);
 
 /* Formats an error inside a stream, "data: {"error": {...}}\n\n" (what
  * vLLM sends before [DONE] when a request fails mid-stream). */
-int rt_openai_sse_error(const struct rt_api_error *e, char **out,
+int rt_openai_sse_error(const struct rt_request_error *e, char **out,
                         size_t *out_len);
 
 /* Formats the /v1/models/{id} body: the model object of the served model

@@ -27,7 +27,7 @@ void rt_openai_chat_messages_free(struct rt_message *m, size_t n)
 /* Content: a string, or an array of {"type": "text", "text": ...} parts
  * joined with "\n" (vLLM's rule for text parts). */
 static int parse_content(const json_t *v, const char *param, char **out,
-                         struct rt_api_error *e)
+                         struct rt_request_error *e)
 {
     if (json_is_string(v)) {
         *out = strndup(json_string_value(v), json_string_length(v));
@@ -78,7 +78,7 @@ static int parse_content(const json_t *v, const char *param, char **out,
 }
 
 static int parse_role(const json_t *v, const char *param, enum rt_role *out,
-                      struct rt_api_error *e)
+                      struct rt_request_error *e)
 {
     if (v == NULL || json_is_null(v))
         return rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
@@ -97,7 +97,7 @@ static int parse_role(const json_t *v, const char *param, enum rt_role *out,
 
 /* Sets obj[key] = v (stealing v); a failure is out of memory. */
 static int set_new(json_t *obj, const char *key, json_t *v,
-                   struct rt_api_error *e)
+                   struct rt_request_error *e)
 {
     if (v == NULL || json_object_set_new(obj, key, v) != 0)
         return rt_openai__oom(e);
@@ -108,7 +108,7 @@ static int set_new(json_t *obj, const char *key, json_t *v,
  * "function": {"name", "arguments"}}] into *out (normalized: type
  * "function", arguments parsed from a JSON string). */
 static int parse_tool_calls(const json_t *v, size_t i, json_t **out,
-                            size_t *n_out, struct rt_api_error *e)
+                            size_t *n_out, struct rt_request_error *e)
 {
     char p[160];
     snprintf(p, sizeof(p), "messages[%zu].tool_calls", i);
@@ -191,7 +191,7 @@ static int parse_tool_calls(const json_t *v, size_t i, json_t **out,
 }
 
 static int parse_message(const json_t *m, size_t i, struct rt_message *out,
-                         json_t *jm, struct rt_api_error *e)
+                         json_t *jm, struct rt_request_error *e)
 {
     char p[128];
     snprintf(p, sizeof(p), "messages[%zu]", i);
@@ -280,9 +280,9 @@ static int parse_message(const json_t *m, size_t i, struct rt_message *out,
     return 0;
 }
 
-int rt_openai_chat_parse_messages(const json_t *root,
-                                  struct rt_message **out, size_t *n_out,
-                                  json_t **chat, struct rt_api_error *e)
+int rt_openai_chat_parse_messages(const json_t *root, struct rt_message **out,
+                                  size_t *n_out, json_t **chat,
+                                  struct rt_request_error *e)
 {
     json_t *v = rt_openai__member(root, "messages");
     if (v == NULL)
@@ -339,7 +339,7 @@ static bool valid_function_name(const char *s, size_t n)
 /* tool_choice {"type": "function", "function": {"name": f}} naming one of
  * the tools (OpenAI's shape). */
 static int check_named_choice(const json_t *c, const json_t *tools,
-                              struct rt_api_error *e)
+                              struct rt_request_error *e)
 {
     json_t *type = json_object_get(c, "type");
     if (!json_is_string(type) ||
@@ -368,7 +368,7 @@ static int check_named_choice(const json_t *c, const json_t *tools,
 
 int rt_openai_chat_parse_tools(const json_t *root, json_t **tools,
                                enum rt_tool_choice *choice,
-                               struct rt_api_error *e)
+                               struct rt_request_error *e)
 {
     *tools = NULL;
     if (choice != NULL)
@@ -462,7 +462,7 @@ int rt_openai_chat_parse_tools(const json_t *root, json_t **tools,
 
 /* Template options shared by chat and chat-form tokenize (vLLM names). */
 int rt_openai__parse_chat_opts(const json_t *root, struct rt_chat_opts *c,
-                               struct rt_api_error *e)
+                               struct rt_request_error *e)
 {
     int rc;
     c->add_generation_prompt = true;

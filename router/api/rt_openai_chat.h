@@ -18,16 +18,16 @@
 /* The required, non-empty "messages" array into a malloc'd message array
  * the caller frees with rt_openai_chat_messages_free, and into *chat (a new
  * JSON array: the messages as the chat template sees them, rt_openai.h). */
-int rt_openai_chat_parse_messages(const json_t *root,
-                                  struct rt_message **out, size_t *n_out,
-                                  json_t **chat, struct rt_api_error *e);
+int rt_openai_chat_parse_messages(const json_t *root, struct rt_message **out,
+                                  size_t *n_out, json_t **chat,
+                                  struct rt_request_error *e);
 
 /* "tools" into *tools (a new reference to the validated array, NULL when
  * absent) and, when choice is non-NULL, "tool_choice" and
  * "parallel_tool_calls" (validated; the latter is not enforced). */
 int rt_openai_chat_parse_tools(const json_t *root, json_t **tools,
                                enum rt_tool_choice *choice,
-                               struct rt_api_error *e);
+                               struct rt_request_error *e);
 
 /* The constraint of tool_choice "required" or a named function
  * (rt_openai_format.c): one or more calls (exactly one of the named
@@ -43,7 +43,7 @@ int rt_openai_chat_parse_tools(const json_t *root, json_t **tools,
  * rt_openai_chat_parse_tools saw them. */
 int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg, const json_t *root,
                            const json_t *tools, enum rt_tool_choice choice,
-                           char **grammar, struct rt_api_error *e);
+                           char **grammar, struct rt_request_error *e);
 
 /* Frees messages[0..n) and the array; NULL is fine. */
 void rt_openai_chat_messages_free(struct rt_message *m, size_t n);

@@ -33,7 +33,7 @@
 /* Checks spec text (owned, NUL-terminated) and moves it into *out, or
  * frees it and fills *e (400 naming `param`). */
 int rt_openai__grammar_take(char *spec, size_t len, const char *param,
-                            char **out, struct rt_api_error *e)
+                            char **out, struct rt_request_error *e)
 {
     char msg[320];
     int rc = gm_spec_check(spec, len, NULL, msg, sizeof(msg));
@@ -56,7 +56,7 @@ int rt_openai__grammar_take(char *spec, size_t len, const char *param,
 }
 
 static int parse_json_schema(const json_t *v, char **out,
-                             struct rt_api_error *e)
+                             struct rt_request_error *e)
 {
     json_t *js = rt_openai__member(v, "json_schema");
     if (js == NULL)
@@ -101,7 +101,7 @@ static int parse_json_schema(const json_t *v, char **out,
 }
 
 int rt_openai_parse_response_format(const json_t *root, char **out,
-                                    struct rt_api_error *e)
+                                    struct rt_request_error *e)
 {
     json_t *v = rt_openai__member(root, "response_format");
     if (v == NULL)
@@ -138,7 +138,7 @@ int rt_openai_parse_response_format(const json_t *root, char **out,
  * object. */
 static int tools_spec(const struct rt_openai_cfg *cfg, const json_t *root,
                       const json_t *tools, const json_t *named, bool under_auto,
-                      char **grammar, struct rt_api_error *e)
+                      char **grammar, struct rt_request_error *e)
 {
     bool par = true;
     int rc = rt_openai__get_bool(root, "parallel_tool_calls",
@@ -199,7 +199,7 @@ static int tools_spec(const struct rt_openai_cfg *cfg, const json_t *root,
  * unconstrained, as before. */
 static int strict_auto(const struct rt_openai_cfg *cfg, const json_t *root,
                        const json_t *tools, char **grammar,
-                       struct rt_api_error *e)
+                       struct rt_request_error *e)
 {
     size_t n = json_array_size(tools), strict = n;
     for (size_t i = 0; i < n && strict == n; i++)
@@ -229,7 +229,7 @@ static int strict_auto(const struct rt_openai_cfg *cfg, const json_t *root,
 
 int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg, const json_t *root,
                            const json_t *tools, enum rt_tool_choice choice,
-                           char **grammar, struct rt_api_error *e)
+                           char **grammar, struct rt_request_error *e)
 {
     size_t n = tools != NULL ? json_array_size(tools) : 0;
     if (choice == RT_TOOL_CHOICE_AUTO && n > 0)

@@ -21,59 +21,60 @@
 
 /* Fills *e (status, type from the status, code, param, message) and returns
  * rc unchanged, so failures read `return rt_openai__fail(...)`. */
-int rt_openai__fail(struct rt_api_error *e, int rc, int status,
+int rt_openai__fail(struct rt_request_error *e, int rc, int status,
                     const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 
 /* 500 "out of memory"; returns TG_ENOMEM. */
-int rt_openai__oom(struct rt_api_error *e);
+int rt_openai__oom(struct rt_request_error *e);
 
 /* 400 invalid_type "'param' must be <what>"; returns TG_EFORMAT. */
-int rt_openai__bad_type(struct rt_api_error *e, const char *param,
+int rt_openai__bad_type(struct rt_request_error *e, const char *param,
                         const char *what);
 
 /* Returns member `key` of obj (borrowed), or NULL when absent or null. */
 json_t *rt_openai__member(const json_t *obj, const char *key);
 
 /* 400 unsupported_parameter "'param': what"; returns TG_EUNSUPPORTED. */
-int rt_openai__unsupported(struct rt_api_error *e, const char *param,
+int rt_openai__unsupported(struct rt_request_error *e, const char *param,
                            const char *what);
 
 /* Optional string member copied into *out (malloc'd, replacing *out);
  * max_bytes 0 = no limit. */
 int rt_openai__get_str(const json_t *obj, const char *key, const char *param,
-                       size_t max_bytes, char **out, struct rt_api_error *e);
+                       size_t max_bytes, char **out,
+                       struct rt_request_error *e);
 
 /* Optional boolean member. */
 int rt_openai__get_bool(const json_t *obj, const char *key, const char *param,
-                        bool *out, struct rt_api_error *e);
+                        bool *out, struct rt_request_error *e);
 
 /* Checks spec text (owned, NUL-terminated, len bytes) with gm_spec_check
  * and moves it into *out (freeing what *out held), or frees it and fills
  * *e: 400 naming `param` with the engine's message. */
 int rt_openai__grammar_take(char *spec, size_t len, const char *param,
-                            char **out, struct rt_api_error *e);
+                            char **out, struct rt_request_error *e);
 
 /* Parses a body into a JSON object (*root, new reference): 413 over
  * cfg->max_body_bytes, 400 for empty, malformed or non-object bodies. */
 int rt_openai__load_body(const struct rt_openai_cfg *cfg, const char *body,
-                         size_t len, json_t **root, struct rt_api_error *e);
+                         size_t len, json_t **root, struct rt_request_error *e);
 
 /* The optional "model" member checked against cfg->served_model (404 when
  * different); *out gets a malloc'd copy of the served name. */
 int rt_openai__parse_model(const struct rt_openai_cfg *cfg, const json_t *root,
-                           char **out, struct rt_api_error *e);
+                           char **out, struct rt_request_error *e);
 
 /* Array `arr` (path `param`) of token ids in [0, vocab_size) into a malloc'd
  * array (*out NULL when empty); max_n 0 = no length limit. */
 int rt_openai__read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
                         const char *param, size_t max_n, int32_t **out,
-                        size_t *n_out, struct rt_api_error *e);
+                        size_t *n_out, struct rt_request_error *e);
 
 /* add_generation_prompt, continue_final_message, chat_template_kwargs
  * (kept as a new reference in c->kwargs). */
 int rt_openai__parse_chat_opts(const json_t *root, struct rt_chat_opts *c,
-                               struct rt_api_error *e);
+                               struct rt_request_error *e);
 
 /* Appends to *dst a JSON string of src[0..len) with every maximal ill-formed
  * UTF-8 subsequence replaced by U+FFFD (Rust's from_utf8_lossy rule, which

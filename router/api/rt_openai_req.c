@@ -19,30 +19,30 @@
 
 /* ---- errors ------------------------------------------------------------ */
 
-int rt_openai__fail(struct rt_api_error *e, int rc, int status,
+int rt_openai__fail(struct rt_request_error *e, int rc, int status,
                     const char *code, const char *param, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    rt_api_error_vset(e, status, code, param, fmt, ap);
+    rt_request_error_vset(e, status, code, param, fmt, ap);
     va_end(ap);
     return rc;
 }
 
-int rt_openai__oom(struct rt_api_error *e)
+int rt_openai__oom(struct rt_request_error *e)
 {
     return rt_openai__fail(e, TG_ENOMEM, 500, "internal_error", NULL,
                            "out of memory while parsing the request");
 }
 
-int rt_openai__bad_type(struct rt_api_error *e, const char *param,
+int rt_openai__bad_type(struct rt_request_error *e, const char *param,
                         const char *what)
 {
     return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_type", param,
                            "'%s' must be %s", param, what);
 }
 
-int rt_openai__unsupported(struct rt_api_error *e, const char *param,
+int rt_openai__unsupported(struct rt_request_error *e, const char *param,
                            const char *what)
 {
     return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_parameter",
@@ -91,7 +91,7 @@ json_t *rt_openai__member(const json_t *obj, const char *key)
 }
 
 int rt_openai__get_bool(const json_t *obj, const char *key, const char *param,
-                        bool *out, struct rt_api_error *e)
+                        bool *out, struct rt_request_error *e)
 {
     json_t *v = rt_openai__member(obj, key);
     if (v == NULL)
@@ -106,7 +106,7 @@ int rt_openai__get_bool(const json_t *obj, const char *key, const char *param,
  * which vLLM uses, accepts 16.0 for an int field). */
 static int get_int(const json_t *obj, const char *key, const char *param,
                    int64_t lo, int64_t hi, int64_t *out, bool *present,
-                   struct rt_api_error *e)
+                   struct rt_request_error *e)
 {
     if (present != NULL)
         *present = false;
@@ -143,7 +143,7 @@ static int get_int(const json_t *obj, const char *key, const char *param,
 
 /* Numbers in [lo, hi], or (lo, hi] when lo_open. */
 static int get_num(const json_t *obj, const char *key, double lo, bool lo_open,
-                   double hi, double *out, struct rt_api_error *e)
+                   double hi, double *out, struct rt_request_error *e)
 {
     json_t *v = rt_openai__member(obj, key);
     if (v == NULL)
@@ -169,7 +169,7 @@ static int get_num(const json_t *obj, const char *key, double lo, bool lo_open,
  * sent, the value stored in the sampler's single precision (where it may
  * become 0 or infinity, which rt_openai_check_sampling refuses). */
 static int get_numf(const json_t *obj, const char *key, double lo, bool lo_open,
-                    double hi, float *out, struct rt_api_error *e)
+                    double hi, float *out, struct rt_request_error *e)
 {
     double x = (double)*out;
     int rc = get_num(obj, key, lo, lo_open, hi, &x, e);
@@ -180,7 +180,7 @@ static int get_numf(const json_t *obj, const char *key, double lo, bool lo_open,
 
 /* A string member copied into *out (malloc'd); max_bytes 0 = no limit. */
 int rt_openai__get_str(const json_t *obj, const char *key, const char *param,
-                       size_t max_bytes, char **out, struct rt_api_error *e)
+                       size_t max_bytes, char **out, struct rt_request_error *e)
 {
     json_t *v = rt_openai__member(obj, key);
     if (v == NULL)
@@ -203,7 +203,7 @@ int rt_openai__get_str(const json_t *obj, const char *key, const char *param,
 /* ---- common pieces ----------------------------------------------------- */
 
 int rt_openai__load_body(const struct rt_openai_cfg *cfg, const char *body,
-                         size_t len, json_t **root, struct rt_api_error *e)
+                         size_t len, json_t **root, struct rt_request_error *e)
 {
     *root = NULL;
     if (cfg->max_body_bytes > 0 && len > cfg->max_body_bytes)
@@ -235,7 +235,7 @@ int rt_openai__load_body(const struct rt_openai_cfg *cfg, const char *body,
 /* "model" is optional as in vLLM (absent = the served model); a different
  * name is 404 model_not_found, as OpenAI answers. */
 int rt_openai__parse_model(const struct rt_openai_cfg *cfg, const json_t *root,
-                           char **out, struct rt_api_error *e)
+                           char **out, struct rt_request_error *e)
 {
     TG_ASSERT(cfg->served_model != NULL);
     json_t *v = rt_openai__member(root, "model");
@@ -258,7 +258,7 @@ int rt_openai__parse_model(const struct rt_openai_cfg *cfg, const json_t *root,
 /* A token id array `arr` at path `param` into a malloc'd int32 array. */
 int rt_openai__read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
                         const char *param, size_t max_n, int32_t **out,
-                        size_t *n_out, struct rt_api_error *e)
+                        size_t *n_out, struct rt_request_error *e)
 {
     size_t n = json_array_size(arr);
     if (max_n > 0 && n > max_n)
@@ -299,7 +299,7 @@ int rt_openai__read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
 /* Fields that name features we do not implement: rejected, never ignored. */
 static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
                               struct rt_gen_request *out,
-                              struct rt_api_error *e)
+                              struct rt_request_error *e)
 {
     int rc;
     int64_t x = 1;
@@ -358,7 +358,7 @@ void rt_gen_request_defaults(struct rt_gen_request *r)
 }
 
 int rt_openai_check_sampling(const struct tg_sampling *sp, int32_t vocab,
-                             const char *prefix, struct rt_api_error *e)
+                             const char *prefix, struct rt_request_error *e)
 {
     const char *field = NULL;
     char msg[256];
@@ -380,7 +380,7 @@ void rt_gen_request_free(struct rt_gen_request *r)
 }
 
 static int parse_stop(const json_t *root, struct rt_gen_opts *s,
-                      struct rt_api_error *e)
+                      struct rt_request_error *e)
 {
     json_t *v = rt_openai__member(root, "stop");
     if (v == NULL)
@@ -442,7 +442,7 @@ static int cmp_bias(const void *a, const void *b)
  * once ("7" and "07" name the same token); entries come out sorted by id.
  * {} and null mean none. */
 static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
-                            struct tg_sampling *s, struct rt_api_error *e)
+                            struct tg_sampling *s, struct rt_request_error *e)
 {
     json_t *v = rt_openai__member(root, "logit_bias");
     if (v == NULL)
@@ -528,7 +528,7 @@ static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
 }
 
 static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
-                          struct rt_gen_request *r, struct rt_api_error *e)
+                          struct rt_gen_request *r, struct rt_request_error *e)
 {
     struct rt_gen_opts *s = &r->q.opts;
     struct tg_sampling *sp = &r->q.sampling;
@@ -646,7 +646,7 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
 }
 
 static int parse_stream(const json_t *root, struct rt_gen_request *r,
-                        struct rt_api_error *e)
+                        struct rt_request_error *e)
 {
     int rc;
     if ((rc = rt_openai__get_bool(root, "stream", "stream", &r->stream, e)))
@@ -673,7 +673,7 @@ static int parse_stream(const json_t *root, struct rt_gen_request *r,
 }
 
 int rt_openai_check_id(const char *v, size_t n, const char *param,
-                       struct rt_api_error *e)
+                       struct rt_request_error *e)
 {
     if (n == 0)
         return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", param,
@@ -691,7 +691,7 @@ int rt_openai_check_id(const char *v, size_t n, const char *param,
 /* Identity fields: user (OpenAI), request_id (vLLM), session_id (ours;
  * the X-Session-Id header is the router's other way to set it). */
 static int parse_ids(const json_t *root, struct rt_gen_request *r,
-                     struct rt_api_error *e)
+                     struct rt_request_error *e)
 {
     int rc;
     if ((rc = rt_openai__get_str(root, "user", "user", RT_OPENAI_MAX_ID_BYTES,
@@ -714,7 +714,7 @@ static int parse_ids(const json_t *root, struct rt_gen_request *r,
  * (["text"] or [[ids]]); a longer batch is refused (one prompt per
  * request; its choices, n, are indexed 0..n-1). */
 static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
-                        struct rt_gen_request *r, struct rt_api_error *e)
+                        struct rt_gen_request *r, struct rt_request_error *e)
 {
     json_t *v = rt_openai__member(root, "prompt");
     if (v == NULL)
@@ -773,7 +773,7 @@ static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
 
 static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
                      const char *body, size_t len, struct rt_gen_request *out,
-                     struct rt_api_error *e)
+                     struct rt_request_error *e)
 {
     memset(out, 0, sizeof(*out));
     out->endpoint = ep;
@@ -837,14 +837,14 @@ fail:
 int rt_openai_parse_completion(const struct rt_openai_cfg *cfg,
                                const char *body, size_t len,
                                struct rt_gen_request *out,
-                               struct rt_api_error *e)
+                               struct rt_request_error *e)
 {
     return parse_gen(cfg, RT_ENDPOINT_COMPLETIONS, body, len, out, e);
 }
 
 int rt_openai_parse_chat(const struct rt_openai_cfg *cfg, const char *body,
                          size_t len, struct rt_gen_request *out,
-                         struct rt_api_error *e)
+                         struct rt_request_error *e)
 {
     return parse_gen(cfg, RT_ENDPOINT_CHAT, body, len, out, e);
 }

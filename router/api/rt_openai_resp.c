@@ -573,14 +573,15 @@ int rt_openai_merge_choices(const char *const *bodies, size_t n,
     return rt_openai__dump(doc, "", "", out, out_len);
 }
 
-static json_t *error_doc(const struct rt_api_error *e)
+static json_t *error_doc(const struct rt_request_error *e)
 {
     int bad = 0;
     json_t *doc = json_object(), *o = json_object();
     put(o, "message",
         rt_openai__string_lossy(e->message, strlen(e->message), NULL), &bad);
     put(o, "type",
-        json_string(e->type != NULL ? e->type : rt_api_error_type(e->status)),
+        json_string(e->type != NULL ? e->type
+                                    : rt_request_error_type(e->status)),
         &bad);
     put(o, "param",
         e->param[0] != '\0'
@@ -596,13 +597,13 @@ static json_t *error_doc(const struct rt_api_error *e)
     return doc;
 }
 
-int rt_openai_format_error(const struct rt_api_error *e, char **out,
+int rt_openai_format_error(const struct rt_request_error *e, char **out,
                            size_t *out_len)
 {
     return rt_openai__dump(error_doc(e), "", "", out, out_len);
 }
 
-int rt_openai_sse_error(const struct rt_api_error *e, char **out,
+int rt_openai_sse_error(const struct rt_request_error *e, char **out,
                         size_t *out_len)
 {
     return rt_openai__dump(error_doc(e), "data: ", "\n\n", out, out_len);

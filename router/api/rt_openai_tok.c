@@ -16,7 +16,7 @@
  * ask a tokenizer. */
 static int parse_tokenize_prompt(const json_t *root,
                                  struct rt_tokenize_request *r,
-                                 struct rt_api_error *e)
+                                 struct rt_request_error *e)
 {
     json_t *v = rt_openai__member(root, "prompt");
     if (v == NULL)
@@ -32,7 +32,7 @@ static int parse_tokenize_prompt(const json_t *root,
 
 int rt_openai_parse_tokenize(const struct rt_openai_cfg *cfg, const char *body,
                              size_t len, struct rt_tokenize_request *out,
-                             struct rt_api_error *e)
+                             struct rt_request_error *e)
 {
     memset(out, 0, sizeof(*out));
     json_t *root;
@@ -86,7 +86,7 @@ void rt_tokenize_request_free(struct rt_tokenize_request *r)
 int rt_openai_parse_detokenize(const struct rt_openai_cfg *cfg,
                                const char *body, size_t len,
                                struct rt_detokenize_request *out,
-                               struct rt_api_error *e)
+                               struct rt_request_error *e)
 {
     memset(out, 0, sizeof(*out));
     json_t *root;

@@ -11,7 +11,7 @@
 
 #include "common/base/tg_err.h"
 
-const char *rt_api_error_type(int status)
+const char *rt_request_error_type(int status)
 {
     switch (status) {
     case 400:
@@ -25,41 +25,43 @@ const char *rt_api_error_type(int status)
     }
 }
 
-void rt_api_error_vset(struct rt_api_error *e, int status, const char *code,
-                       const char *param, const char *fmt, va_list ap)
+void rt_request_error_vset(struct rt_request_error *e, int status,
+                           const char *code, const char *param, const char *fmt,
+                           va_list ap)
 {
     e->status = status;
-    e->type = rt_api_error_type(status);
+    e->type = rt_request_error_type(status);
     e->code = code;
     snprintf(e->param, sizeof(e->param), "%s", param != NULL ? param : "");
     vsnprintf(e->message, sizeof(e->message), fmt, ap);
 }
 
-void rt_api_error_set(struct rt_api_error *e, int status, const char *code,
-                      const char *param, const char *fmt, ...)
+void rt_request_error_set(struct rt_request_error *e, int status,
+                          const char *code, const char *param, const char *fmt,
+                          ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    rt_api_error_vset(e, status, code, param, fmt, ap);
+    rt_request_error_vset(e, status, code, param, fmt, ap);
     va_end(ap);
 }
 
 /* Fills *e (400 and `code` naming `param`) and returns rc. */
-static int fail(struct rt_api_error *e, int rc, const char *code,
+static int fail(struct rt_request_error *e, int rc, const char *code,
                 const char *param, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
-static int fail(struct rt_api_error *e, int rc, const char *code,
+static int fail(struct rt_request_error *e, int rc, const char *code,
                 const char *param, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    rt_api_error_vset(e, 400, code, param, fmt, ap);
+    rt_request_error_vset(e, 400, code, param, fmt, ap);
     va_end(ap);
     return rc;
 }
 
 int rt_request_fit(struct rt_request *r, int32_t max_model_len,
-                   int64_t n_prompt_tokens, struct rt_api_error *e)
+                   int64_t n_prompt_tokens, struct rt_request_error *e)
 {
     const char *pp = r->is_chat ? "messages" : "prompt";
     if (n_prompt_tokens <= 0)

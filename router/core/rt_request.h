@@ -34,7 +34,7 @@
  * OpenAI's error type and a code, the offending field and a message.
  * `type` and `code` point to static strings (code NULL is none); param ""
  * is none. */
-struct rt_api_error {
+struct rt_request_error {
     int status;        /* HTTP status: 400, 401, 404, 413, 429, 500, 503 */
     const char *type;  /* "invalid_request_error", "server_error", ... */
     const char *code;  /* "invalid_type", "model_not_found", ... or NULL */
@@ -46,18 +46,19 @@ struct rt_api_error {
  * for 400/404/413/422, "authentication_error" 401, "permission_error" 403,
  * "rate_limit_error" 429, "server_error" for 5xx and anything else.
  * The string is static. Any thread. */
-const char *rt_api_error_type(int status);
+const char *rt_request_error_type(int status);
 
-/* Fills *e with status, the type of rt_api_error_type(status), `code`
+/* Fills *e with status, the type of rt_request_error_type(status), `code`
  * (static string or NULL), `param` (copied; NULL = none) and the printf
  * message (truncated to fit). Returns nothing; e must be non-NULL. */
-void rt_api_error_set(struct rt_api_error *e, int status, const char *code,
-                      const char *param, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
+void rt_request_error_set(struct rt_request_error *e, int status,
+                          const char *code, const char *param, const char *fmt,
+                          ...) __attribute__((format(printf, 5, 6)));
 
-/* rt_api_error_set with a va_list. */
-void rt_api_error_vset(struct rt_api_error *e, int status, const char *code,
-                       const char *param, const char *fmt, va_list ap);
+/* rt_request_error_set with a va_list. */
+void rt_request_error_vset(struct rt_request_error *e, int status,
+                           const char *code, const char *param, const char *fmt,
+                           va_list ap);
 
 /* ---- the request ------------------------------------------------------- */
 
@@ -134,7 +135,7 @@ struct rt_request {
  * only rejects an empty prompt. Returns 0, or TG_EFORMAT / TG_ETOOBIG /
  * TG_ERANGE with *e filled (400). Any thread. */
 int rt_request_fit(struct rt_request *q, int32_t max_model_len,
-                   int64_t n_prompt_tokens, struct rt_api_error *e);
+                   int64_t n_prompt_tokens, struct rt_request_error *e);
 
 /* Fills *out (overwritten) with what one more parallel sample of `src`
  * needs once src's prompt is tokenized and its max_tokens resolved: is_chat,

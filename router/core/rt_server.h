@@ -129,7 +129,7 @@ struct rt_req {
      * front end then reports e and calls rt_req_drop). It is not called
      * for a request cancelled or aborted meanwhile. NULL: rt_req_submit
      * tokenizes on the calling thread. */
-    void (*on_submitted)(struct rt_req *r, int rc, struct rt_api_error *e);
+    void (*on_submitted)(struct rt_req *r, int rc, struct rt_request_error *e);
     struct rt_encode_job *job; /* its encode job while one runs; a request
                                    cancelled meanwhile is freed when the
                                    job ends */
@@ -249,7 +249,7 @@ struct rt_encode_job {
     /* outputs, valid in done */
     struct tok_ids ids;         /* owned by the job's owner from done on */
     int rc;                     /* 0, TG_ECANCELED, or the encode error */
-    struct rt_api_error e;      /* rc != 0: the error to report */
+    struct rt_request_error e;  /* rc != 0: the error to report */
 };
 
 /* Prompts of at most this many bytes (text, or the strings of a chat's
@@ -358,7 +358,7 @@ struct rt_req *rt_req_new(struct rt_server *s, const struct rt_sink *sink,
  * (max_model_len minus max_tokens when given, else minus one), so an
  * over-long prompt costs about a context's worth of tokenization before
  * it is refused with context_length_exceeded. */
-int rt_req_submit(struct rt_req *r, struct rt_api_error *e);
+int rt_req_submit(struct rt_req *r, struct rt_request_error *e);
 
 /* Why n parallel samples of one request cannot run here, as a 400 naming
  * `n`: more than --max-num-seqs, or a scoring method whose rows shrink by
@@ -366,7 +366,7 @@ int rt_req_submit(struct rt_req *r, struct rt_api_error *e);
  * from the reservation cannot follow. Returns 0 (n <= 1 always) or
  * TG_EUNSUPPORTED with *e filled. Loop thread. */
 int rt_server_check_n(const struct rt_server *s, int32_t n,
-                      struct rt_api_error *e);
+                      struct rt_request_error *e);
 
 /* Choice `index` (1 .. n-1) of `leader`, which rt_req_submit submitted
  * and whose scheduler entry still waits (call it right after the
@@ -379,7 +379,7 @@ int rt_server_check_n(const struct rt_server *s, int32_t n,
  * else 500); the caller then cancels the leader and the samples made so
  * far. Loop thread. */
 struct rt_req *rt_req_new_sample(struct rt_req *leader, int32_t index,
-                                 struct rt_api_error *e);
+                                 struct rt_request_error *e);
 
 /* The client is gone or cancelled: aborts the request (its pages return to
  * the pools at once); no further deliver calls happen. */
@@ -412,7 +412,7 @@ void rt_req_drop(struct rt_req *r);
  * the code. Any thread (reads only immutable server state). */
 int rt_server_encode(struct rt_server *s, const char *text, size_t len,
                      int add_special, struct tok_ids *ids,
-                     struct rt_api_error *e);
+                     struct rt_request_error *e);
 
 /* Renders the chat `messages` (JSON array, rt_request.chat_messages) and
  * `tools` (JSON array or NULL) with the model's chat template and options
@@ -420,10 +420,9 @@ int rt_server_encode(struct rt_server *s, const char *text, size_t len,
  * and returns the code: 400 for a template failure (its message, e.g. a
  * template's raise_exception) or a chat model without a usable template
  * (TG_EUNSUPPORTED, naming why), 500 out of memory. */
-int rt_server_encode_chat(struct rt_server *s, json_t *messages,
-                          json_t *tools, const struct rt_chat_opts *chat,
-                          int add_special, struct tok_ids *ids,
-                          struct rt_api_error *e);
+int rt_server_encode_chat(struct rt_server *s, json_t *messages, json_t *tools,
+                          const struct rt_chat_opts *chat, int add_special,
+                          struct tok_ids *ids, struct rt_request_error *e);
 
 /* Readiness for /health and the gRPC health service. */
 int rt_server_ready(const struct rt_server *s);

@@ -29,21 +29,21 @@ static int encode_now(const struct rt_server *s, struct rt_encode_job *j)
 {
     char err[512];
     unsigned flags = j->add_special ? TOK_ENCODE_ADD_SPECIAL : 0;
-    struct rt_api_error *e = &j->e;
+    struct rt_request_error *e = &j->e;
     if (!j->is_chat) {
         int rc = tok_encode_max(&s->tok, NULL, j->text, j->len, flags,
                                 j->max_ids, &j->ids, err, sizeof(err));
         if (rc != 0)
-            rt_api_error_set(e, rc == TG_ENOMEM ? 500 : 400,
-                             rc == TG_ERANGE ? "context_length_exceeded"
-                                             : "invalid_prompt",
-                             "prompt", "%s", err);
+            rt_request_error_set(e, rc == TG_ENOMEM ? 500 : 400,
+                                 rc == TG_ERANGE ? "context_length_exceeded"
+                                                 : "invalid_prompt",
+                                 "prompt", "%s", err);
         return rc;
     }
     if (!s->have_tmpl) {
-        rt_api_error_set(e, 400, "chat_template_unsupported", "messages",
-                         "this model has no usable chat template: %s",
-                         s->tmpl_error);
+        rt_request_error_set(e, 400, "chat_template_unsupported", "messages",
+                             "this model has no usable chat template: %s",
+                             s->tmpl_error);
         return TG_EUNSUPPORTED;
     }
     char *rendered = NULL;
@@ -59,24 +59,24 @@ static int encode_now(const struct rt_server *s, struct rt_encode_job *j)
         const char *code = rc == TG_EUNSUPPORTED ? "chat_template_unsupported"
                            : rc == TG_ETOOBIG    ? "prompt_too_large"
                                                  : "invalid_messages";
-        rt_api_error_set(e, rc == TG_ENOMEM ? 500 : 400, code, "messages",
-                         "%s", err);
+        rt_request_error_set(e, rc == TG_ENOMEM ? 500 : 400, code, "messages",
+                             "%s", err);
         return rc;
     }
     rc = tok_encode_max(&s->tok, NULL, rendered, rlen, flags, j->max_ids,
                         &j->ids, err, sizeof(err));
     free(rendered);
     if (rc != 0)
-        rt_api_error_set(e, rc == TG_ENOMEM ? 500 : 400,
-                         rc == TG_ERANGE ? "context_length_exceeded"
-                                         : "invalid_messages",
-                         "messages", "%s", err);
+        rt_request_error_set(e, rc == TG_ENOMEM ? 500 : 400,
+                             rc == TG_ERANGE ? "context_length_exceeded"
+                                             : "invalid_messages",
+                             "messages", "%s", err);
     return rc;
 }
 
 int rt_server_encode(struct rt_server *s, const char *text, size_t len,
                      int add_special, struct tok_ids *ids,
-                     struct rt_api_error *e)
+                     struct rt_request_error *e)
 {
     struct rt_encode_job j = {
         .text = text, .len = len, .add_special = add_special,
@@ -89,10 +89,9 @@ int rt_server_encode(struct rt_server *s, const char *text, size_t len,
     return rc;
 }
 
-int rt_server_encode_chat(struct rt_server *s, json_t *messages,
-                          json_t *tools, const struct rt_chat_opts *chat,
-                          int add_special, struct tok_ids *ids,
-                          struct rt_api_error *e)
+int rt_server_encode_chat(struct rt_server *s, json_t *messages, json_t *tools,
+                          const struct rt_chat_opts *chat, int add_special,
+                          struct tok_ids *ids, struct rt_request_error *e)
 {
     struct rt_encode_job j = {
         .is_chat = 1, .messages = messages, .tools = tools, .chat = *chat,
@@ -227,9 +226,9 @@ static void encode_done(struct rt_pool_job *p, int ran)
     if (!ran)
         j->rc = TG_ECANCELED;
     if (j->rc == TG_ECANCELED)
-        rt_api_error_set(&j->e, 503, "server_draining", NULL,
-                         "the request was cancelled before its prompt was "
-                         "tokenized");
+        rt_request_error_set(&j->e, 503, "server_draining", NULL,
+                             "the request was cancelled before its prompt was "
+                             "tokenized");
     j->done(j);
 }
 
@@ -241,7 +240,7 @@ int rt_encode_job_start(struct rt_server *s, struct rt_encode_job *j)
     j->pool.run = encode_run;
     j->pool.done = encode_done;
     if (rt_pool_job_start(s, &j->pool, err, sizeof(err)) != 0) {
-        rt_api_error_set(&j->e, 500, "internal_error", NULL, "%s", err);
+        rt_request_error_set(&j->e, 500, "internal_error", NULL, "%s", err);
         return TG_EINTERNAL;
     }
     return 0;

@@ -62,20 +62,20 @@ void rt_req_drop(struct rt_req *r)
 }
 
 /* Copies the client's token ids into r->prompt after checking them. */
-static int take_prompt_ids(struct rt_req *r, struct rt_api_error *e)
+static int take_prompt_ids(struct rt_req *r, struct rt_request_error *e)
 {
     struct rt_server *s = r->srv;
     for (size_t i = 0; i < r->q.n_prompt_ids; i++)
         if (r->q.prompt_ids[i] < 0 || r->q.prompt_ids[i] >= s->mc.vocab_size) {
-            rt_api_error_set(e, 400, "invalid_token", "prompt",
-                             "token id %d at index %zu is outside the "
-                             "vocabulary [0, %d)",
-                             r->q.prompt_ids[i], i, s->mc.vocab_size);
+            rt_request_error_set(e, 400, "invalid_token", "prompt",
+                                 "token id %d at index %zu is outside the "
+                                 "vocabulary [0, %d)",
+                                 r->q.prompt_ids[i], i, s->mc.vocab_size);
             return TG_EINVAL;
         }
     r->prompt = malloc((r->q.n_prompt_ids + 1) * sizeof(int32_t));
     if (r->prompt == NULL) {
-        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
         return TG_ENOMEM;
     }
     memcpy(r->prompt, r->q.prompt_ids, r->q.n_prompt_ids * sizeof(int32_t));
@@ -115,18 +115,18 @@ static void job_inputs(struct rt_req *r, struct rt_encode_job *j)
 }
 
 /* The context error of a prompt that tok_encode_max stopped. */
-static void over_context(struct rt_req *r, struct rt_api_error *e)
+static void over_context(struct rt_req *r, struct rt_request_error *e)
 {
-    rt_api_error_set(e, 400, "context_length_exceeded",
-                     r->q.is_chat ? "messages" : "prompt",
-                     "the prompt has more than %zu tokens; this model's "
-                     "context is %d tokens, which must also hold %s",
-                     prompt_bound(r), (int)r->srv->max_model_len,
-                     r->q.opts.max_tokens > 0 ? "max_tokens"
-                                              : "at least one generated token");
+    rt_request_error_set(
+        e, 400, "context_length_exceeded", r->q.is_chat ? "messages" : "prompt",
+        "the prompt has more than %zu tokens; this model's "
+        "context is %d tokens, which must also hold %s",
+        prompt_bound(r), (int)r->srv->max_model_len,
+        r->q.opts.max_tokens > 0 ? "max_tokens"
+                                 : "at least one generated token");
 }
 
-static int submit_tokenized(struct rt_req *r, struct rt_api_error *e);
+static int submit_tokenized(struct rt_req *r, struct rt_request_error *e);
 
 /* A request's encode job ended (loop thread). */
 static void req_job_done(struct rt_encode_job *j)
@@ -136,7 +136,7 @@ static void req_job_done(struct rt_encode_job *j)
     r->job = NULL;
     struct tok_ids ids = j->ids;
     int rc = j->rc;
-    struct rt_api_error e = j->e;
+    struct rt_request_error e = j->e;
     free(j);
     if (r->done) {
         /* Cancelled or aborted meanwhile: the result is dropped. */
@@ -160,14 +160,14 @@ static void req_job_done(struct rt_encode_job *j)
 
 /* Tokenizes the prompt of r->q into r->prompt, or starts a job for it
  * (TG_EAGAIN). */
-static int tokenize(struct rt_req *r, struct rt_api_error *e)
+static int tokenize(struct rt_req *r, struct rt_request_error *e)
 {
     struct rt_server *s = r->srv;
     if (r->q.prompt_ids != NULL)
         return take_prompt_ids(r, e);
     struct rt_encode_job *j = calloc(1, sizeof(*j));
     if (j == NULL) {
-        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
         return TG_ENOMEM;
     }
     job_inputs(r, j);
@@ -238,17 +238,17 @@ static uint64_t cache_scope(const struct rt_req *r)
     return rt_server__splitmix(&h);
 }
 
-int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
+int rt_req_submit(struct rt_req *r, struct rt_request_error *e)
 {
     struct rt_server *s = r->srv;
     if (s->draining) {
-        rt_api_error_set(e, 503, "server_draining", NULL,
-                         "the server is shutting down");
+        rt_request_error_set(e, 503, "server_draining", NULL,
+                             "the server is shutting down");
         return TG_EBUSY;
     }
     if (!rt_server_ready(s)) {
-        rt_api_error_set(e, 503, "not_ready", NULL,
-                         "the workers are not ready; retry later");
+        rt_request_error_set(e, 503, "not_ready", NULL,
+                             "the workers are not ready; retry later");
         return TG_EBUSY;
     }
     int rc = tokenize(r, e);
@@ -258,18 +258,18 @@ int rt_req_submit(struct rt_req *r, struct rt_api_error *e)
 }
 
 /* The rest of rt_req_submit once r->prompt holds the ids. */
-static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
+static int submit_tokenized(struct rt_req *r, struct rt_request_error *e)
 {
     struct rt_server *s = r->srv;
     /* The state may have changed while the prompt was encoded. */
     if (s->draining) {
-        rt_api_error_set(e, 503, "server_draining", NULL,
-                         "the server is shutting down");
+        rt_request_error_set(e, 503, "server_draining", NULL,
+                             "the server is shutting down");
         return TG_EBUSY;
     }
     if (!rt_server_ready(s)) {
-        rt_api_error_set(e, 503, "not_ready", NULL,
-                         "the workers are not ready; retry later");
+        rt_request_error_set(e, 503, "not_ready", NULL,
+                             "the workers are not ready; retry later");
         return TG_EBUSY;
     }
     int rc = rt_request_fit(&r->q, s->max_model_len, r->n_prompt, e);
@@ -279,7 +279,7 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
     rc = rt_text_init(&r->text, &s->tok, (const char *const *)sp->stop,
                       (int)sp->n_stop);
     if (rc != 0) {
-        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
         return rc;
     }
     r->n_top = r->q.sampling.n_top;
@@ -292,7 +292,7 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
     r->top_scratch = calloc((size_t)r->cap_out * r->n_top + 1, sizeof(*r->top_scratch));
     if (!r->out_ids || !r->out_lps || !r->lp_scratch || !r->out_top_ids ||
         !r->out_top_lps || !r->top_scratch) {
-        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
         return TG_ENOMEM;
     }
     if (r->fork_of == 0) /* a sample's seed is set by rt_req_new_sample */
@@ -316,25 +316,26 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
     char err[256];
     rc = rt_sched_submit(&s->sched, &sr, err, sizeof(err));
     if (rc == TG_EBUSY) {
-        rt_api_error_set(e, 429, "queue_full", NULL,
-                         "too many requests are waiting (--max-queued %lld)",
-                         (long long)s->opts->max_queued);
+        rt_request_error_set(
+            e, 429, "queue_full", NULL,
+            "too many requests are waiting (--max-queued %lld)",
+            (long long)s->opts->max_queued);
         return rc;
     }
     if (rc == TG_ETOOBIG && r->fork_of != 0) {
-        rt_api_error_set(e, 400, "invalid_value", "n",
-                         "'n' = %d parallel samples do not fit: %s",
-                         (int)r->choice + 1, err);
+        rt_request_error_set(e, 400, "invalid_value", "n",
+                             "'n' = %d parallel samples do not fit: %s",
+                             (int)r->choice + 1, err);
         return rc;
     }
     if (rc == TG_ETOOBIG) {
-        rt_api_error_set(e, 400, "context_length_exceeded", "prompt",
-                         "the prompt needs more KV pages than a worker holds: %s",
-                         err);
+        rt_request_error_set(
+            e, 400, "context_length_exceeded", "prompt",
+            "the prompt needs more KV pages than a worker holds: %s", err);
         return rc;
     }
     if (rc != 0) {
-        rt_api_error_set(e, 500, "internal_error", NULL, "%s", err);
+        rt_request_error_set(e, 500, "internal_error", NULL, "%s", err);
         return rc;
     }
     r->submitted = 1;
@@ -346,15 +347,16 @@ static int submit_tokenized(struct rt_req *r, struct rt_api_error *e)
 }
 
 int rt_server_check_n(const struct rt_server *s, int32_t n,
-                      struct rt_api_error *e)
+                      struct rt_request_error *e)
 {
     if (n <= 1)
         return 0;
     if (n > s->opts->max_num_seqs) {
-        rt_api_error_set(e, 400, "unsupported_value", "n",
-                         "'n' = %d exceeds --max-num-seqs %lld: the choices "
-                         "of one request run side by side", (int)n,
-                         (long long)s->opts->max_num_seqs);
+        rt_request_error_set(
+            e, 400, "unsupported_value", "n",
+            "'n' = %d exceeds --max-num-seqs %lld: the choices "
+            "of one request run side by side",
+            (int)n, (long long)s->opts->max_num_seqs);
         return TG_EUNSUPPORTED;
     }
     /* The method the workers score with: --method, else the profile's
@@ -363,19 +365,20 @@ int rt_server_check_n(const struct rt_server *s, int32_t n,
                         ? s->opts->method
                         : s->profile.method;
     if (m != NULL && strcmp(m, "gvote") == 0) {
-        rt_api_error_set(e, 400, "unsupported_value", "n",
-                         "'n' = %d is not supported with --method gvote: "
-                         "its rows shrink by what the worker keeps after "
-                         "each prefill chunk, and the samples share the "
-                         "prompt's pages as reserved; send n requests "
-                         "instead", (int)n);
+        rt_request_error_set(e, 400, "unsupported_value", "n",
+                             "'n' = %d is not supported with --method gvote: "
+                             "its rows shrink by what the worker keeps after "
+                             "each prefill chunk, and the samples share the "
+                             "prompt's pages as reserved; send n requests "
+                             "instead",
+                             (int)n);
         return TG_EUNSUPPORTED;
     }
     return 0;
 }
 
 struct rt_req *rt_req_new_sample(struct rt_req *leader, int32_t index,
-                                 struct rt_api_error *e)
+                                 struct rt_request_error *e)
 {
     struct rt_server *s = leader->srv;
     struct rt_req *r = rt_req_new(s, leader->sink, leader->client);
@@ -384,7 +387,7 @@ struct rt_req *rt_req_new_sample(struct rt_req *leader, int32_t index,
                             sizeof(int32_t))) == NULL) {
         if (r != NULL)
             rt_req_drop(r);
-        rt_api_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
         return NULL;
     }
     memcpy(r->prompt, leader->prompt,

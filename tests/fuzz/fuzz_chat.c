@@ -103,7 +103,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                       .vocab_size = tok_vocab_size(&tok),
                                       .max_body_bytes = 1u << 20};
     struct rt_gen_request g;
-    struct rt_api_error e;
+    struct rt_request_error e;
     if (rt_openai_parse_chat(&cfg, (const char *)data + 1, size - 1, &g,
                              &e) != 0) {
         rt_gen_request_free(&g);

@@ -103,7 +103,7 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
         return;
     }
     struct rt_gen_request g;
-    struct rt_api_error e;
+    struct rt_request_error e;
     memset(&g, 0, sizeof(g));
     int rc = rt_api_grpc_convert(fake, q, &g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);

@@ -44,7 +44,7 @@ static void generate(const uint8_t *msg, size_t len, int session_header)
     call.headers = hdrs;
     call.n_headers = session_header ? 2 : 1;
     struct rt_gen_request g;
-    struct rt_api_error e;
+    struct rt_request_error e;
     memset(&g, 0, sizeof(g));
     int rc = rt_api_grpc_convert(srv, q, &g, &e, &call);
     tangram__v1__generate_request__free_unpacked(q, NULL);

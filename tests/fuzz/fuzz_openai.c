@@ -23,7 +23,7 @@
 #include "router/api/rt_openai.h"
 #include "tests/fuzz/fz_util.h"
 
-static void check_error(int rc, const struct rt_api_error *e)
+static void check_error(int rc, const struct rt_request_error *e)
 {
     if (rc == 0)
         return;
@@ -52,7 +52,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                       .max_model_len = 4096,
                                       .vocab_size = 151936,
                                       .max_body_bytes = 1u << 20};
-    struct rt_api_error e;
+    struct rt_request_error e;
     memset(&e, 0, sizeof(e));
     int rc;
     if (mode <= 1) {

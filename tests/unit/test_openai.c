@@ -29,7 +29,7 @@ enum ep { C, H, T, D }; /* completions, chat, tokenize, detokenize */
 
 /* Parses `body` at endpoint ep; on success frees the result. */
 static int parse(enum ep ep, const char *body, size_t len,
-                 struct rt_api_error *e)
+                 struct rt_request_error *e)
 {
     int rc;
     if (ep == C || ep == H) {
@@ -439,7 +439,7 @@ static void test_invalid_table(void **state)
     assert_true(n >= 40);
     for (size_t i = 0; i < n; i++) {
         const struct bad_case *b = &BAD[i];
-        struct rt_api_error e;
+        struct rt_request_error e;
         memset(&e, 0, sizeof(e));
         int rc = parse(b->ep, b->body, strlen(b->body), &e);
         if (rc != b->rc || e.status != b->status ||
@@ -467,7 +467,7 @@ static void test_body_too_large(void **state)
     memset(body, ' ', n);
     memcpy(body, "{\"prompt\":\"hi\"}", 15);
     body[n] = '\0';
-    struct rt_api_error e;
+    struct rt_request_error e;
     assert_int_equal(parse(C, body, n, &e), TG_ETOOBIG);
     assert_int_equal(e.status, 413);
     assert_string_equal(e.code, "request_too_large");
@@ -485,7 +485,7 @@ static void test_prompt_ids_over_context(void **state)
         snprintf(body + strlen(body), sizeof(body) - strlen(body), "%s%d",
                  i ? "," : "", i);
     strcat(body, "]}");
-    struct rt_api_error e;
+    struct rt_request_error e;
     assert_int_equal(parse(C, body, strlen(body), &e), TG_ETOOBIG);
     assert_int_equal(e.status, 400);
     assert_string_equal(e.param, "prompt");
@@ -500,7 +500,7 @@ static void test_completion_defaults(void **state)
     (void)state;
     const char *b = "{\"prompt\":\"Hello\"}";
     struct rt_gen_request r;
-    struct rt_api_error e;
+    struct rt_request_error e;
     assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
     assert_int_equal(r.endpoint, RT_ENDPOINT_COMPLETIONS);
     assert_string_equal(r.model, "tiny");
@@ -546,7 +546,7 @@ static void test_tool_grammar(void **state)
     cfg.tool_format = CT_TOOLS_HERMES;
     cfg.max_body_bytes = 0;
     struct rt_gen_request r;
-    struct rt_api_error e;
+    struct rt_request_error e;
 #define TOOLS                                                   \
     "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":" \
     "\"f\",\"parameters\":{\"type\":\"object\"}}},{\"type\":"   \
@@ -619,7 +619,7 @@ static void test_n_and_sample_copy(void **state)
 {
     (void)state;
     struct rt_gen_request r, c;
-    struct rt_api_error e;
+    struct rt_request_error e;
     const char *b0 = "{\"prompt\":\"Hello\"}";
     assert_int_equal(rt_openai_parse_completion(&CFG, b0, strlen(b0), &r, &e),
                      0);
@@ -700,7 +700,7 @@ static void test_completion_all_fields(void **state)
         "tokens\":"
         "false}";
     struct rt_gen_request r;
-    struct rt_api_error e;
+    struct rt_request_error e;
     int rc = rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e);
     if (rc)
         print_error("%s (param %s)\n", e.message, e.param);
@@ -747,7 +747,7 @@ static void test_logit_bias_and_echo(void **state)
     const char *b = "{\"prompt\":\"hi\",\"echo\":true,\"logit_bias\":"
                     "{\"999\":-100,\"3\":2.5,\"0\":100}}";
     struct rt_gen_request r;
-    struct rt_api_error e;
+    struct rt_request_error e;
     assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
     assert_true(r.echo);
     assert_null(r.echo_text); /* the front end fills it */
@@ -778,7 +778,7 @@ static void test_completion_prompt_forms(void **state)
 {
     (void)state;
     struct rt_gen_request r;
-    struct rt_api_error e;
+    struct rt_request_error e;
     const char *b1 = "{\"prompt\":[\"one prompt\"],\"top_k\":-1,"
                      "\"stop\":[\"a\",\"bb\"],\"logprobs\":0,\"seed\":null}";
     assert_int_equal(rt_openai_parse_completion(&CFG, b1, strlen(b1), &r, &e),
@@ -826,7 +826,7 @@ static void test_chat_messages(void **state)
         "\"top_logprobs\":3,\"tools\":[],\"tool_choice\":\"none\","
         "\"chat_template_kwargs\":{\"enable_thinking\":false,\"other\":1}}";
     struct rt_gen_request r;
-    struct rt_api_error e;
+    struct rt_request_error e;
     int rc = rt_openai_parse_chat(&CFG, b, strlen(b), &r, &e);
     if (rc)
         print_error("%s (param %s)\n", e.message, e.param);
@@ -915,7 +915,7 @@ static void test_chat_tools(void **state)
         "{\"type\":\"object\"},\"strict\":false}}],"
         "\"tool_choice\":\"auto\",\"parallel_tool_calls\":false}";
     struct rt_gen_request r;
-    struct rt_api_error e;
+    struct rt_request_error e;
     int rc = rt_openai_parse_chat(&CFG, b, strlen(b), &r, &e);
     if (rc)
         print_error("%s (param %s)\n", e.message, e.param);
@@ -951,7 +951,7 @@ static void test_fit(void **state)
 {
     (void)state;
     struct rt_gen_request r;
-    struct rt_api_error e;
+    struct rt_request_error e;
     const char *b = "{" MSG "}";
     assert_int_equal(rt_openai_parse_chat(&CFG, b, strlen(b), &r, &e), 0);
     assert_int_equal(rt_request_fit(&r.q, 128, 100, &e), 0);
@@ -986,7 +986,7 @@ static void test_tokenize_requests(void **state)
 {
     (void)state;
     struct rt_tokenize_request t;
-    struct rt_api_error e;
+    struct rt_request_error e;
     const char *b1 = "{\"model\":\"tiny\",\"prompt\":\"\"}";
     assert_int_equal(rt_openai_parse_tokenize(&CFG, b1, strlen(b1), &t, &e), 0);
     assert_string_equal(t.prompt, "");

@@ -445,8 +445,8 @@ static void test_completion_stream(void **state)
 static void test_errors(void **state)
 {
     (void)state;
-    struct rt_api_error e;
-    rt_api_error_set(&e, 429, "queue_full", NULL, "queue is full (%d)", 64);
+    struct rt_request_error e;
+    rt_request_error_set(&e, 429, "queue_full", NULL, "queue is full (%d)", 64);
     assert_string_equal(e.type, "rate_limit_error");
     char *out;
     size_t n;
@@ -476,7 +476,7 @@ static void test_errors(void **state)
     json_decref(j);
     free(out);
 
-    rt_api_error_set(&e, 503, NULL, "", "draining");
+    rt_request_error_set(&e, 503, NULL, "", "draining");
     assert_string_equal(e.type, "server_error");
     assert_int_equal(rt_openai_format_error(&e, &out, &n), 0);
     j = load(out, n);
@@ -484,9 +484,9 @@ static void test_errors(void **state)
         json_is_null(json_object_get(json_object_get(j, "error"), "code")));
     json_decref(j);
     free(out);
-    assert_string_equal(rt_api_error_type(401), "authentication_error");
-    assert_string_equal(rt_api_error_type(404), "invalid_request_error");
-    assert_string_equal(rt_api_error_type(413), "invalid_request_error");
+    assert_string_equal(rt_request_error_type(401), "authentication_error");
+    assert_string_equal(rt_request_error_type(404), "invalid_request_error");
+    assert_string_equal(rt_request_error_type(413), "invalid_request_error");
     assert_null(rt_finish_name(RT_FINISH_NONE));
     assert_string_equal(rt_finish_name(RT_FINISH_ERROR), "error");
 }

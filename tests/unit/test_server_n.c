@@ -27,7 +27,7 @@ static void test_check_n(void **state)
     s.opts = &o;
     char snapkv[] = "snapkv", gvote[] = "gvote", empty[] = "";
     s.profile.method = snapkv;
-    struct rt_api_error e;
+    struct rt_request_error e;
     memset(&e, 0, sizeof(e));
     assert_int_equal(rt_server_check_n(&s, 0, &e), 0);
     assert_int_equal(rt_server_check_n(&s, 1, &e), 0);

@@ -43,17 +43,35 @@ int gm_grammar_compile_ir(const struct gm_ir *ir, const struct gm_vocab *v,
         gm_limits_default(&dl);
         lim = &dl;
     }
+    double deadline = lim->max_compile_s > 0 ? gm__now() + lim->max_compile_s
+                                             : 0;
+    return gm__grammar_compile(ir, v, lim, deadline, out, err, errlen);
+}
+
+int gm__grammar_compile(const struct gm_ir *ir, const struct gm_vocab *v,
+                        const struct gm_limits *lim, double deadline,
+                        struct gm_grammar **out, char *err, size_t errlen)
+{
+    struct gm_limits dl;
+    if (lim == NULL) {
+        gm_limits_default(&dl);
+        lim = &dl;
+    }
     *out = NULL;
     if (ir->err != 0)
         return gm_ir_error(ir, err, errlen);
     double t0 = gm__now();
-    double deadline = lim->max_compile_s > 0 ? t0 + lim->max_compile_s : 0;
+    if (deadline > 0 && t0 > deadline)
+        return tg_err_set(err, errlen, TG_ETIMEDOUT,
+                          "grammar compile took longer than its limit of "
+                          "%.3g s",
+                          lim->max_compile_s);
     struct gm_grammar *g = calloc(1, sizeof(*g));
     if (g == NULL)
         return tg_err_set(err, errlen, TG_ENOMEM, "grammar: out of memory");
     atomic_init(&g->refs, 1);
     g->vocab = v;
-    int rc = gm__pda_build(&g->pda, ir, lim->max_nodes, err, errlen);
+    int rc = gm__pda_build(&g->pda, ir, lim->max_nodes, deadline, err, errlen);
     double t1 = gm__now();
     if (rc == 0) {
         rc = gm__sig_build(&g->pda, v->max_len + 1, deadline);

@@ -16,6 +16,22 @@ void gm_ir_init(struct gm_ir *ir, size_t max_exprs)
     ir->max_exprs = max_exprs;
 }
 
+void gm_ir_set_deadline(struct gm_ir *ir, double deadline)
+{
+    ir->deadline = deadline > 0 ? deadline : 0;
+}
+
+int gm_ir_late(struct gm_ir *ir)
+{
+    if (ir->err == TG_ETIMEDOUT)
+        return 1;
+    if (ir->deadline <= 0 || gm__now() <= ir->deadline)
+        return 0;
+    gm_ir_fail(ir, TG_ETIMEDOUT,
+               "grammar compile took longer than its time limit");
+    return 1;
+}
+
 void gm_ir_free(struct gm_ir *ir)
 {
     for (size_t i = 0; i < ir->n_rule; i++)
@@ -65,6 +81,8 @@ static int32_t push(struct gm_ir *ir, const struct gm_expr *e, size_t extra)
                           ir->max_exprs);
     if (ir->n_expr >= INT32_MAX - 1)
         return gm_ir_fail(ir, TG_ETOOBIG, "grammar too large");
+    if ((ir->n_expr & 1023) == 1023 && gm_ir_late(ir))
+        return ir->err;
     if (tg_grow((void **)&ir->expr, &ir->cap_expr, ir->n_expr + 1,
                 sizeof(*ir->expr)))
         return oom(ir);

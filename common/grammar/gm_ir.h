@@ -73,6 +73,7 @@ struct gm_ir {
     size_t n_rule, cap_rule;
     int32_t root;     /* the start rule, -1 until gm_ir_root_set */
     size_t max_exprs; /* limit on n_expr + n_items */
+    double deadline;  /* CLOCK_MONOTONIC seconds, 0: none */
     int err;          /* first failure, 0 none */
     char errmsg[256];
 };
@@ -80,6 +81,16 @@ struct gm_ir {
 /* Prepares `ir` (zeroed or freed) with a limit of `max_exprs` expressions
  * plus operands (0: no limit beyond memory). Cannot fail. */
 void gm_ir_init(struct gm_ir *ir, size_t max_exprs);
+
+/* Sets the wall-clock deadline of the building (CLOCK_MONOTONIC seconds,
+ * 0: none): past it a builder call fails with TG_ETIMEDOUT (read every
+ * 1,024 expressions), so a producer's loop that keeps building cannot
+ * run past the compile limit. */
+void gm_ir_set_deadline(struct gm_ir *ir, double deadline);
+
+/* 1 when the deadline has passed (TG_ETIMEDOUT is then recorded), else
+ * 0: for the producers' own loops that build nothing. */
+int gm_ir_late(struct gm_ir *ir);
 
 /* Releases everything and zeroes *ir. Safe on a zeroed IR. */
 void gm_ir_free(struct gm_ir *ir);

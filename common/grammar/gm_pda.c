@@ -47,6 +47,7 @@ struct bld {
     int32_t *cls_hash;
     size_t cls_hcap;
     int depth; /* of emit's recursion */
+    double deadline; /* gm__now() seconds, 0: none */
     int err;
     char *errbuf;
     size_t errlen;
@@ -173,10 +174,23 @@ static int64_t cls_intern(struct bld *b, const uint8_t *s)
     return (int64_t)b->n_cls++;
 }
 
+static const char LATE[] = "grammar compile took longer than its time limit";
+
+/* 1 when past the deadline (read on every call: callers call it every
+ * few thousand steps). */
+static int past(double deadline)
+{
+    return deadline > 0 && gm__now() > deadline;
+}
+
 static int32_t new_node(struct bld *b, int32_t rule)
 {
     if ((size_t)b->n_t >= b->max_nodes * 4 + 64) {
         bfail(b, TG_ETOOBIG, "grammar automaton over the node limit");
+        return -1;
+    }
+    if ((b->n_t & 4095) == 4095 && past(b->deadline)) {
+        bfail(b, TG_ETIMEDOUT, LATE);
         return -1;
     }
     /* Two arrays, one capacity: cap_t moves once both have grown. */
@@ -498,7 +512,7 @@ static void first_of(const struct gm__pda *p, int32_t u,
             out[k] |= first_r[p->call[n->c0 + i].rule][k];
 }
 
-static int build_follow(struct gm__pda *p)
+static int build_follow(struct gm__pda *p, double deadline)
 {
     uint8_t(*first_r)[32] = calloc((size_t)p->n_rule, 32);
     p->follow = calloc((size_t)p->n_rule, 32);
@@ -508,6 +522,10 @@ static int build_follow(struct gm__pda *p)
     }
     for (int changed = 1; changed;) {
         changed = 0;
+        if (past(deadline)) {
+            free(first_r);
+            return TG_ETIMEDOUT;
+        }
         for (int32_t r = 0; r < p->n_rule; r++) {
             if (p->rule_entry[r] < 0)
                 continue;
@@ -522,6 +540,10 @@ static int build_follow(struct gm__pda *p)
     }
     for (int changed = 1; changed;) {
         changed = 0;
+        if (past(deadline)) {
+            free(first_r);
+            return TG_ETIMEDOUT;
+        }
         for (size_t i = 0; i < p->n_call; i++) {
             const struct gm__call *c = &p->call[i];
             uint8_t f[32];
@@ -540,7 +562,7 @@ static int build_follow(struct gm__pda *p)
     return 0;
 }
 
-static int build_minfin(struct gm__pda *p)
+static int build_minfin(struct gm__pda *p, double deadline)
 {
     p->minfin = malloc((size_t)p->n_node * sizeof(*p->minfin));
     if (p->minfin == NULL)
@@ -549,6 +571,8 @@ static int build_minfin(struct gm__pda *p)
         p->minfin[u] = p->node[u].final ? 0 : INF_LEN;
     for (int changed = 1; changed;) {
         changed = 0;
+        if (past(deadline))
+            return TG_ETIMEDOUT;
         for (int32_t u = p->n_node; u-- > 0;) {
             const struct gm__node *n = &p->node[u];
             uint32_t best = p->minfin[u];
@@ -573,7 +597,8 @@ static int build_minfin(struct gm__pda *p)
 }
 
 /* Left recursion: rule r calls r' at its entry (before any byte). */
-static int check_left(const struct gm__pda *p, char *err, size_t errlen)
+static int check_left(const struct gm__pda *p, double deadline, char *err,
+                      size_t errlen)
 {
     int32_t n = p->n_rule;
     uint8_t *color = calloc((size_t)n, 1);
@@ -585,6 +610,10 @@ static int check_left(const struct gm__pda *p, char *err, size_t errlen)
     }
     int rc = 0;
     for (int32_t r0 = 0; r0 < n && rc == 0; r0++) {
+        if ((r0 & 255) == 255 && past(deadline)) {
+            rc = tg_err_set(err, errlen, TG_ETIMEDOUT, LATE);
+            break;
+        }
         if (color[r0] != 0 || p->rule_entry[r0] < 0)
             continue;
         /* stack of (rule, next call index) */
@@ -691,6 +720,10 @@ static int finish(struct bld *b, struct gm__pda *p)
     for (int32_t u = 0; u < nt; u++)
         x.stamp[u] = -1;
     for (int32_t u = 0; u < nt && rc == 0; u++) {
+        if ((u & 4095) == 4095 && past(b->deadline)) {
+            rc = tg_err_set(b->errbuf, b->errlen, TG_ETIMEDOUT, LATE);
+            goto out;
+        }
         rc = close_node(b, &x, u, &cl);
         if (rc == 0 && n_ce + cl.n > b->max_nodes * 16)
             rc = tg_err_set(b->errbuf, b->errlen, TG_ETOOBIG,
@@ -825,8 +858,8 @@ out:
     return rc;
 }
 
-int gm__pda_build(struct gm__pda *p, const struct gm_ir *ir,
-                  size_t max_nodes, char *err, size_t errlen)
+int gm__pda_build(struct gm__pda *p, const struct gm_ir *ir, size_t max_nodes,
+                  double deadline, char *err, size_t errlen)
 {
     memset(p, 0, sizeof(*p));
     if (ir->root < 0)
@@ -835,6 +868,7 @@ int gm__pda_build(struct gm__pda *p, const struct gm_ir *ir,
     memset(&b, 0, sizeof b);
     b.ir = ir;
     b.max_nodes = max_nodes ? max_nodes : GM_LIMIT_NODES;
+    b.deadline = deadline;
     b.errbuf = err;
     b.errlen = errlen;
     size_t ne = ir->n_expr ? ir->n_expr : 1, nr = ir->n_rule ? ir->n_rule : 1;
@@ -871,10 +905,14 @@ int gm__pda_build(struct gm__pda *p, const struct gm_ir *ir,
     }
     rc = finish(&b, p);
     if (rc == 0)
-        rc = check_left(p, err, errlen);
-    if (rc == 0 && (build_dense(p) != 0 || build_follow(p) != 0 ||
-                    build_minfin(p) != 0))
-        rc = tg_err_set(err, errlen, TG_ENOMEM, "grammar: out of memory");
+        rc = check_left(p, deadline, err, errlen);
+    if (rc == 0 && (rc = build_dense(p)) == 0 &&
+        (rc = build_follow(p, deadline)) == 0)
+        rc = build_minfin(p, deadline);
+    if (rc == TG_ETIMEDOUT)
+        tg_err_set(err, errlen, rc, LATE);
+    else if (rc == TG_ENOMEM)
+        tg_err_set(err, errlen, rc, "grammar: out of memory");
 out:
     bld_free(&b);
     if (rc != 0)

@@ -342,15 +342,11 @@ static int32_t enum_expr(struct sc *c, const json_t *s, const struct kws *k)
         if (in)
             json_array_append(vals, (json_t *)cv);
     } else {
-        json_array_foreach(ev, i, x)
-        {
-            size_t k2;
-            const json_t *y;
-            int dup = 0;
-            json_array_foreach(vals, k2, y) dup |= gm__schema_equal(x, y);
-            if (!dup)
-                json_array_append(vals, (json_t *)x);
-        }
+        /* Values equal as JSON Schema compares them but written apart
+         * (1 and 1.0, keys in another order) both stay: each text is a
+         * valid way to write the value. Equal texts count once in the
+         * trie. */
+        json_array_foreach(ev, i, x) json_array_append(vals, (json_t *)x);
     }
     /* the values' texts as one trie of literals */
     size_t n = json_array_size(vals), m = 0;
@@ -628,8 +624,17 @@ static int32_t comb_expr(struct sc *c, const json_t *s, const struct kws *k)
     }
     for (size_t i = 0; rc >= 0 && one != NULL && i < n; i++)
         for (size_t j = 0; rc >= 0 && j < n; j++) {
-            if (i == j || gm__schema_exclusive(c->root, json_array_get(arr, i),
-                                               json_array_get(arr, j)))
+            int ex = i == j
+                         ? 1
+                         : gm__schema_exclusive(c->root, json_array_get(arr, i),
+                                                json_array_get(arr, j),
+                                                c->ir->deadline);
+            if (ex == TG_ETIMEDOUT) {
+                gm_ir_late(c->ir);
+                rc = c->ir->err;
+                break;
+            }
+            if (ex)
                 continue;
             rc = fail(c, TG_EUNSUPPORTED,
                       "\"oneOf\": a document of alternative %zu may also be "
@@ -692,6 +697,8 @@ static int32_t body_expr(struct sc *c, const json_t *s, const struct kws *k)
 static int32_t compile(struct sc *c, const json_t *s)
 {
     if (c->ir->err != 0)
+        return c->ir->err;
+    if (gm_ir_late(c->ir))
         return c->ir->err;
     if (json_is_true(s))
         return gm_json_value(c->j);

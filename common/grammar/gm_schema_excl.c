@@ -8,6 +8,7 @@
  * keywords, only listed properties), `val` what validation accepts
  * (anything a keyword does not forbid). It answers 1 only with a proof. */
 #include "common/grammar/gm_schema_internal.h"
+#include "common/grammar/gm_internal.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -275,10 +276,31 @@ static int in_list(const json_t *arr, const char *k, size_t kl)
     return 0;
 }
 
+/* A proof's context: the document, and its deadline (CLOCK_MONOTONIC
+ * seconds, 0: none), read every 256 steps; once past it every step
+ * answers "not proven" and the caller reports the time-out. */
+struct excl {
+    const json_t *root;
+    double deadline;
+    unsigned ticks;
+    int late;
+};
+
+static int late(struct excl *x)
+{
+    if (!x->late && x->deadline > 0 && (++x->ticks & 255) == 0 &&
+        gm__now() > x->deadline)
+        x->late = 1;
+    return x->late;
+}
+
 /* 1 when the instance v is certainly invalid against b. */
-static int value_excl(const json_t *root, const json_t *b, const json_t *v,
+static int value_excl(struct excl *cx, const json_t *b, const json_t *v,
                       int depth)
 {
+    const json_t *root = cx->root;
+    if (late(cx))
+        return 0;
     if (depth > MAX_DEPTH || (b = resolve(root, b)) == NULL)
         return 0;
     if (json_is_boolean(b))
@@ -289,7 +311,7 @@ static int value_excl(const json_t *root, const json_t *b, const json_t *v,
         const json_t *x;
         json_array_foreach(br, i, x)
         {
-            if (!value_excl(root, x, v, depth + 1))
+            if (!value_excl(cx, x, v, depth + 1))
                 return 0;
         }
         return 1;
@@ -301,8 +323,13 @@ static int value_excl(const json_t *root, const json_t *b, const json_t *v,
     if (json_is_array(e)) {
         int found = 0;
         size_t i;
-        const json_t *x;
-        json_array_foreach(e, i, x) found |= gm__schema_equal(x, v);
+        const json_t *y;
+        json_array_foreach(e, i, y)
+        {
+            if (late(cx))
+                return 0;
+            found |= gm__schema_equal(y, v);
+        }
         if (!found)
             return 1;
     }
@@ -331,7 +358,7 @@ static int value_excl(const json_t *root, const json_t *b, const json_t *v,
             const json_t *ps =
                 json_is_object(props) ? json_object_getn(props, k, kl) : NULL;
             if (ps != NULL) {
-                if (value_excl(root, ps, w, depth + 1))
+                if (value_excl(cx, ps, w, depth + 1))
                     return 1;
             } else if (json_is_false(addl)) {
                 return 1;
@@ -356,7 +383,7 @@ static int value_excl(const json_t *root, const json_t *b, const json_t *v,
             const json_t *x;
             json_array_foreach(v, i, x)
             {
-                if (value_excl(root, items, x, depth + 1))
+                if (value_excl(cx, items, x, depth + 1))
                     return 1;
             }
         }
@@ -364,11 +391,11 @@ static int value_excl(const json_t *root, const json_t *b, const json_t *v,
     return 0;
 }
 
-static int gen_excl(const json_t *root, const json_t *a, const json_t *b,
+static int gen_excl(struct excl *cx, const json_t *a, const json_t *b,
                     int depth);
 
 /* Objects generated from a (typed object) against b's object keywords. */
-static int object_excl(const json_t *root, const json_t *a, const json_t *b,
+static int object_excl(struct excl *cx, const json_t *a, const json_t *b,
                        int depth)
 {
     const json_t *ap = json_object_get(a, "properties");
@@ -397,7 +424,7 @@ static int object_excl(const json_t *root, const json_t *a, const json_t *b,
             }
             const json_t *as =
                 json_is_object(ap) ? json_object_getn(ap, k, kl) : NULL;
-            if (gen_excl(root, as != NULL ? as : json_true(), bs, depth + 1))
+            if (gen_excl(cx, as != NULL ? as : json_true(), bs, depth + 1))
                 return 1;
         }
     if (json_is_array(br))
@@ -420,9 +447,12 @@ static int apart(int64_t alo, int64_t ahi, int64_t blo, int64_t bhi)
     return ahi < blo || bhi < alo;
 }
 
-static int gen_excl(const json_t *root, const json_t *a, const json_t *b,
+static int gen_excl(struct excl *cx, const json_t *a, const json_t *b,
                     int depth)
 {
+    const json_t *root = cx->root;
+    if (late(cx))
+        return 0;
     if (depth > MAX_DEPTH)
         return 0;
     a = resolve(root, a);
@@ -439,7 +469,7 @@ static int gen_excl(const json_t *root, const json_t *a, const json_t *b,
     if (abr != NULL) {
         json_array_foreach(abr, i, x)
         {
-            if (!gen_excl(root, x, b, depth + 1))
+            if (!gen_excl(cx, x, b, depth + 1))
                 return 0;
         }
         return 1;
@@ -448,7 +478,7 @@ static int gen_excl(const json_t *root, const json_t *a, const json_t *b,
     if (bbr != NULL) {
         json_array_foreach(bbr, i, x)
         {
-            if (!gen_excl(root, a, x, depth + 1))
+            if (!gen_excl(cx, a, x, depth + 1))
                 return 0;
         }
         return 1;
@@ -461,7 +491,7 @@ static int gen_excl(const json_t *root, const json_t *a, const json_t *b,
         json_array_foreach(av, i, x)
         {
             if ((gm__schema_value_type(x) & keep) != 0 &&
-                !value_excl(root, b, x, depth + 1)) {
+                !value_excl(cx, b, x, depth + 1)) {
                 all = 0;
                 break;
             }
@@ -482,7 +512,7 @@ static int gen_excl(const json_t *root, const json_t *a, const json_t *b,
     if (ov == 0)
         return 1;
     if (ov == GM__T_OBJECT)
-        return object_excl(root, a, b, depth);
+        return object_excl(cx, a, b, depth);
     if (ov == GM__T_STRING)
         return apart(count_kw(a, "minLength", 0),
                      count_kw(a, "maxLength", INT64_MAX),
@@ -495,13 +525,15 @@ static int gen_excl(const json_t *root, const json_t *a, const json_t *b,
         const json_t *ai = json_object_get(a, "items");
         const json_t *bi = json_object_get(b, "items");
         return count_kw(a, "minItems", 0) >= 1 && bi != NULL &&
-               gen_excl(root, ai != NULL ? ai : json_true(), bi, depth + 1);
+               gen_excl(cx, ai != NULL ? ai : json_true(), bi, depth + 1);
     }
     return 0;
 }
 
-int gm__schema_exclusive(const json_t *root, const json_t *a,
-                         const json_t *b)
+int gm__schema_exclusive(const json_t *root, const json_t *a, const json_t *b,
+                         double deadline)
 {
-    return gen_excl(root, a, b, 0);
+    struct excl cx = {.root = root, .deadline = deadline};
+    int r = gen_excl(&cx, a, b, 0);
+    return cx.late ? TG_ETIMEDOUT : r;
 }

@@ -40,8 +40,10 @@ int gm__schema_equal(const json_t *a, const json_t *b);
 
 /* 1 when no document gm_schema_compile generates from schema `a` is valid
  * against schema `b` (both in the document `root`, $refs resolved there);
- * 0 when that could not be proven. Conservative: a 1 is always right. */
-int gm__schema_exclusive(const json_t *root, const json_t *a,
-                         const json_t *b);
+ * 0 when that could not be proven; TG_ETIMEDOUT past `deadline`
+ * (CLOCK_MONOTONIC seconds, 0: none). Conservative: a 1 is always
+ * right. */
+int gm__schema_exclusive(const json_t *root, const json_t *a, const json_t *b,
+                         double deadline);
 
 #endif /* GM_SCHEMA_INTERNAL_H */

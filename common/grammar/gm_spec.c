@@ -214,6 +214,10 @@ int gm_spec_to_ir(const char *spec, size_t len, const struct gm_limits *lim,
     if (err != NULL && errlen > 0)
         err[0] = '\0';
     gm_ir_init(ir, lim->max_exprs);
+    /* the compile's time limit counts from here: parsing, the IR, the
+     * automaton and the caches all run under it */
+    gm_ir_set_deadline(
+        ir, lim->max_compile_s > 0 ? gm__now() + lim->max_compile_s : 0);
     if (lim->max_spec_bytes != 0 && len > lim->max_spec_bytes)
         return tg_err_set(err, errlen, TG_ETOOBIG,
                           "structured output spec of %zu bytes is over the "
@@ -269,7 +273,7 @@ int gm_spec_check(const char *spec, size_t len, const struct gm_limits *lim,
     int rc = gm_spec_to_ir(spec, len, lim, &ir, err, errlen);
     if (rc == 0) {
         struct gm__pda p;
-        rc = gm__pda_build(&p, &ir, lim->max_nodes, err, errlen);
+        rc = gm__pda_build(&p, &ir, lim->max_nodes, ir.deadline, err, errlen);
         gm__pda_free(&p);
     }
     gm_ir_free(&ir);
@@ -286,7 +290,7 @@ int gm_spec_compile(const char *spec, size_t len, const struct gm_vocab *v,
     int rc = gm_spec_to_ir(spec, len, lim, &ir, err, errlen);
     double t1 = gm__now();
     if (rc == 0)
-        rc = gm_grammar_compile_ir(&ir, v, lim, out, err, errlen);
+        rc = gm__grammar_compile(&ir, v, lim, ir.deadline, out, err, errlen);
     if (rc == 0)
         (*out)->stats.t_ir_s = t1 - t0;
     gm_ir_free(&ir);

@@ -79,7 +79,7 @@ static int walk_class(const struct gm_grammar *g, struct scratch *s,
     const struct gm__pda *p = &g->pda;
     struct gm__walker *w = &s->w;
     const uint8_t *follow = p->follow[p->node[u].rule];
-    struct gm__cfg c0 = {.node = u, .local = GM__EMPTY, .base = GM__BOUNDARY};
+    struct gm__cfg c0 = {.node = u, .stk = GM__BOUNDARY};
     s->n_acc = s->n_unc = 0;
     if (gm__walk_start(w, &c0, 1, NULL) != 0)
         return TG_ENOMEM;

@@ -198,7 +198,8 @@ static const struct tg_config_entry table[] = {
     {.name = "served-model-name", .type = TG_CONFIG_STRING, .def = "",
      .offset = OFF(served_model_name, char *), .metavar = "NAME",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
-     .help = "Model id in the API; empty uses the model directory's name."},
+     .help = "Model id in the API, at most 255 bytes; empty uses the model "
+             "directory's name."},
     {.name = "max-model-len", .type = TG_CONFIG_INT, .def = "0", .min = 0,
      .max = 16777216, .offset = OFF(max_model_len, int64_t),
      .metavar = "TOKENS", .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,

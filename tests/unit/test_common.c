@@ -15,6 +15,7 @@
 #include "common/kv/kv_budget.h"
 #include "common/base/tg_err.h"
 #include "common/json/tg_json.h"
+#include "common/base/tg_path.h"
 #include "common/base/tg_log.h"
 
 static void test_err_table(void **state)
@@ -267,6 +268,26 @@ static void test_json_loadb_wide(void **state)
     json_decref(doc);
 }
 
+/* tg_path_fmt: a whole path, or TG_ETOOBIG saying how long it is. */
+static void test_path_fmt(void **state)
+{
+    (void)state;
+    char out[16], err[256];
+    assert_int_equal(tg_path_fmt(out, sizeof out, err, sizeof err, "%s/%s",
+                                 "/data", "configs"),
+                     0);
+    assert_string_equal(out, "/data/configs");
+    /* 15 bytes fit a 16-byte buffer, 16 do not */
+    assert_int_equal(
+        tg_path_fmt(out, sizeof out, err, sizeof err, "%s/x", "/abcdefghijkl"),
+        0);
+    assert_int_equal(
+        tg_path_fmt(out, sizeof out, err, sizeof err, "%s/xy", "/abcdefghijkl"),
+        TG_ETOOBIG);
+    assert_string_equal(err, "path '/abcdefghijkl/x...' is 16 bytes, longer "
+                             "than the 15 this program holds");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -275,6 +296,7 @@ int main(void)
         cmocka_unit_test(test_log_text_and_parse),
         cmocka_unit_test(test_json_getters),
         cmocka_unit_test(test_json_loadb_wide),
+        cmocka_unit_test(test_path_fmt),
         cmocka_unit_test(test_reservation_math),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

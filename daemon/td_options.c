@@ -72,6 +72,13 @@ static int cross_check(const struct tg_serve_opts *o, char *err, size_t errlen)
                           "decodes one token per step",
                           (long long)o->max_batched_tokens,
                           (long long)o->max_num_seqs);
+    if (o->router_stall_ms > 0 && o->router_stall_ms < TD_ROUTER_STALL_MIN_MS)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "--router-stall-ms (%lld) must be 0 (never) or at "
+                          "least %d: the router reports its loop alive once "
+                          "a second",
+                          (long long)o->router_stall_ms,
+                          TD_ROUTER_STALL_MIN_MS);
     return 0;
 }
 

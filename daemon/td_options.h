@@ -20,6 +20,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The shortest --router-stall-ms: twice the router's 1 s WATCHDOG period
+ * (router/core/rt_server.c), so one late tick never kills it. */
+#define TD_ROUTER_STALL_MIN_MS 2000
+
 /* tangramd's rows of the serving table (static, read-only) and their
  * number. */
 const struct tg_config_entry *td_options_table(size_t *n);
@@ -30,7 +34,8 @@ const struct tg_config_entry *td_options_table(size_t *n);
  * "" becomes NULL; an empty served_model_name becomes the last component of
  * model ("/models/llama-3-8b/" -> "llama-3-8b"). Cross-checks:
  * max_batched_tokens >= prefill_chunk (a chunk must fit in one step) and
- * max_batched_tokens >= max_num_seqs (every running request may decode).
+ * max_batched_tokens >= max_num_seqs (every running request may decode),
+ * router_stall_ms 0 or at least TD_ROUTER_STALL_MIN_MS.
  * Positional arguments are rejected. --help / -h returns TG_EDONE and
  * writes nothing: the caller prints td_options_help(stdout) and exits 0.
  * Returns 0 or a negative TG_E* code with detail in err naming the flag or

@@ -7,6 +7,7 @@
 #include "common/profile/pf_split.h"
 #include "common/model/st_safetensors.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_path.h"
 #include "common/base/tg_hostmem.h"
 #include "common/base/tg_log.h"
 #include "common/tok/tok_tokenizer.h"
@@ -81,11 +82,13 @@ static int check_model(const struct tg_serve_opts *o, struct mc_model_config *mc
         return tg_err_set(err, errlen, TG_ENOENT,
                           "--model '%s' is not a directory", o->model);
     char path[4096], why[768];
-    snprintf(path, sizeof path, "%s/config.json", o->model);
+    TG_TRY(tg_path_fmt(path, sizeof path, err, errlen, "%s/config.json",
+                       o->model));
     int rc = mc_model_config_load(mc, path, why, sizeof why);
     if (rc != 0)
         return tg_err_set(err, errlen, rc, "%s: %s", path, why);
-    snprintf(path, sizeof path, "%s/tokenizer.json", o->model);
+    TG_TRY(tg_path_fmt(path, sizeof path, err, errlen, "%s/tokenizer.json",
+                       o->model));
     struct tok_tokenizer tok;
     memset(&tok, 0, sizeof tok);
     rc = tok_tokenizer_load(&tok, path, err, errlen); /* names the file */

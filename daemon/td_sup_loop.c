@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 #include <uv.h>
@@ -82,6 +83,10 @@ struct sup {
     uv_timer_t watchdog;       /* systemd watchdog pings */
     uint64_t wd_ms;            /* WATCHDOG_USEC in ms; 0 = disabled */
     uint64_t last_router_wd;   /* uv_now of the last router WATCHDOG */
+    uv_timer_t stall_timer;    /* --router-stall-ms checks (on_stall_tick) */
+    bool router_wd_seen;       /* this router run has sent a WATCHDOG */
+    bool router_stall_killed;  /* this router run was killed for a stall */
+    uint64_t router_stalls;    /* routers killed for a stall since start */
     bool group_stopping;       /* tp > 1: a worker exited, the others are
                                   being stopped for a group restart */
     bool group_due;            /* group_stopping: its backoff has passed */
@@ -178,6 +183,7 @@ static void maybe_finish(struct sup *s)
     close_handle((uv_handle_t *)&s->sig_hup);
     close_handle((uv_handle_t *)&s->phase_timer);
     close_handle((uv_handle_t *)&s->watchdog);
+    close_handle((uv_handle_t *)&s->stall_timer);
     close_handle((uv_handle_t *)&s->group_timer);
     close_handle((uv_handle_t *)&s->group_kill);
     close_timers(s);
@@ -269,6 +275,7 @@ static void handle_line(struct sup *s, const char *line, size_t len)
         return;
     case TD_NOTIFY_WATCHDOG:
         s->last_router_wd = uv_now(&s->loop);
+        s->router_wd_seen = true;
         return;
     case TD_NOTIFY_DRAINED:
         log_info("router drained");
@@ -465,6 +472,8 @@ static int spawn_child(struct child *c)
     if (nc != NULL) {
         s->notify = nc;
         s->last_router_wd = c->started_ms; /* grace until its loop runs */
+        s->router_wd_seen = false;
+        s->router_stall_killed = false;
         rc = uv_read_start((uv_stream_t *)&nc->pipe, on_notify_alloc,
                            on_notify_read);
         if (rc != 0) {
@@ -745,6 +754,44 @@ static void on_watchdog_tick(uv_timer_t *t)
                  (unsigned long long)(now - s->last_router_wd));
 }
 
+/* The router's loop writes WATCHDOG every second (rt_server.c's tick).
+ * Silence past --router-stall-ms means that loop is stopped (SIGSTOP) or
+ * stuck, and every client waits as long as it lasts: the router is killed,
+ * and its exit restarts it with the workers as after a crash
+ * (on_child_exit). Armed once this run's loop has spoken, so the router's
+ * own start-up (tokenizer, template) is not counted. */
+static void on_stall_tick(uv_timer_t *t)
+{
+    struct sup *s = t->data;
+    uint64_t silent = uv_now(&s->loop) - s->last_router_wd;
+    if (s->phase != PH_RUNNING || s->router.run == NULL || !s->router_wd_seen ||
+        s->router_stall_killed || silent <= (uint64_t)s->o->router_stall_ms)
+        return;
+    /* Lines waiting in the pipe are not silence: tangramd itself may have
+     * been slow (libuv runs due timers before it reads). */
+    uv_os_fd_t fd;
+    int pending = 0;
+    if (s->notify != NULL &&
+        uv_fileno((uv_handle_t *)&s->notify->pipe, &fd) == 0 &&
+        ioctl(fd, FIONREAD, &pending) == 0 && pending > 0)
+        return;
+    s->router_stall_killed = true;
+    s->router_stalls++;
+    log_err("router (pid %d) sent no WATCHDOG for %llu ms (--router-stall-ms "
+            "%lld): its event loop is stopped or stuck; killing it to restart "
+            "the router and the workers (router stall %llu since tangramd "
+            "started)",
+            s->router.run->proc.pid, (unsigned long long)silent,
+            (long long)s->o->router_stall_ms,
+            (unsigned long long)s->router_stalls);
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "STATUS=router stalled for %llu ms; restarting (stall %llu)",
+             (unsigned long long)silent, (unsigned long long)s->router_stalls);
+    sd_notify(0, msg);
+    signal_child(&s->router, SIGKILL); /* a stopped process dies too */
+}
+
 /* ---- set-up and tear-down ----------------------------------------------- */
 
 static int init_child(struct sup *s, struct child *c, int rank, char *err,
@@ -798,10 +845,11 @@ static int sup_init(struct sup *s, const struct tg_serve_opts *o,
     uv_signal_init(&s->loop, &s->sig_hup);
     uv_timer_init(&s->loop, &s->phase_timer);
     uv_timer_init(&s->loop, &s->watchdog);
+    uv_timer_init(&s->loop, &s->stall_timer);
     uv_timer_init(&s->loop, &s->group_timer);
     uv_timer_init(&s->loop, &s->group_kill);
     s->sig_term.data = s->sig_int.data = s->sig_hup.data = s;
-    s->phase_timer.data = s->watchdog.data = s;
+    s->phase_timer.data = s->watchdog.data = s->stall_timer.data = s;
     s->group_timer.data = s->group_kill.data = s;
     s->stage = 2; /* loop-level handles exist and need closing */
     rc = uv_signal_start(&s->sig_term, on_stop_signal, SIGTERM);
@@ -821,6 +869,16 @@ static int sup_init(struct sup *s, const struct tg_serve_opts *o,
         uv_timer_start(&s->watchdog, on_watchdog_tick, every, every);
         log_info("systemd watchdog every %llu ms",
                  (unsigned long long)s->wd_ms);
+    }
+    if (o->router_stall_ms > 0) {
+        uv_timer_start(&s->stall_timer, on_stall_tick, TD_STALL_CHECK_MS,
+                       TD_STALL_CHECK_MS);
+        if (s->wd_ms > 0 && (uint64_t)o->router_stall_ms >= s->wd_ms)
+            log_warn("--router-stall-ms %lld is not below systemd's "
+                     "watchdog (%llu ms): a stalled router stops the pings "
+                     "and systemd restarts the whole service first",
+                     (long long)o->router_stall_ms,
+                     (unsigned long long)s->wd_ms);
     }
     return 0;
 }

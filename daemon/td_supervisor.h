@@ -19,9 +19,17 @@
  *                       restart the router says READY again)
  *   "NOTREADY <reason>" a rank is down; tangramd sets STATUS=not ready: ...
  *   "WATCHDOG"          the router's loop is alive; write it at least once
- *                       per second. tangramd pings systemd's watchdog only
- *                       while these keep coming within WATCHDOG_USEC, so a
- *                       hung router gets the unit restarted.
+ *                       per second. Once one came, a router silent for
+ *                       longer than --router-stall-ms (checked every
+ *                       TD_STALL_CHECK_MS, lines waiting in the pipe
+ *                       counting as spoken) is stopped or stuck: tangramd
+ *                       logs why, counts it, SIGKILLs it, and restarts it
+ *                       with the workers as after a crash (below). tangramd
+ *                       pings systemd's watchdog only while these keep
+ *                       coming within WATCHDOG_USEC (or no router runs), so
+ *                       a hung router that tangramd does not end (--router-
+ *                       stall-ms 0, or not below WATCHDOG_USEC: warned at
+ *                       start) gets the unit restarted.
  *   "DRAINED"           the drain after SIGTERM finished (the router then
  *                       exits).
  * Lines longer than TD_NOTIFY_LINE_MAX bytes are discarded. The router must
@@ -85,6 +93,9 @@
 #define TD_NOTIFY_LINE_MAX 1024u   /* longest notify line kept, bytes */
 #define TD_NOTIFY_FD 3             /* the notify pipe in the router */
 #define TD_CHILD_LINE_MAX 512u     /* last stderr line kept per child */
+#define TD_STALL_CHECK_MS \
+    250u /* how often the router's silence is
+                                      checked against --router-stall-ms */
 
 /* Restart backoff of one process. Zero-initialize. */
 struct td_backoff {

@@ -8,6 +8,7 @@
 #include "common/chat/ct_template.h"
 #include "common/profile/pf_identity.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_path.h"
 #include "common/base/tg_grow.h"
 #include "common/json/tg_json.h"
 #include "common/tok/tok_tokenizer.h"
@@ -248,12 +249,11 @@ static int read_samples(const struct gw_calib_opts *o, const struct tok_tokenize
 {
     FILE *f = fopen(o->samples_path, "r");
     if (f == NULL)
-        return tg_err_set(err, errlen, TG_ENOENT, "%s: cannot open", o->samples_path);
-    char path[4096];
-    snprintf(path, sizeof(path), "%s", o->model_dir);
+        return tg_err_set(err, errlen, TG_ENOENT, "%s: cannot open",
+                          o->samples_path);
     struct ct_template tmpl_store, *tmpl = &tmpl_store;
     char terr[512];
-    if (ct_template_load_dir(tmpl, path, terr, sizeof(terr)) != 0)
+    if (ct_template_load_dir(tmpl, o->model_dir, terr, sizeof(terr)) != 0)
         tmpl = NULL; /* only chat samples need it; they report the error */
     char *line = NULL;
     size_t cap = 0;
@@ -436,7 +436,8 @@ int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
                               "scores a sample as one chunk)", o->method);
     }
     char path[4096];
-    snprintf(path, sizeof(path), "%s/tokenizer.json", o->model_dir);
+    TG_TRY(tg_path_fmt(path, sizeof(path), err, errlen, "%s/tokenizer.json",
+                       o->model_dir));
     struct tok_tokenizer tok = {0};
     int rc = tok_tokenizer_load(&tok, path, err, errlen);
     if (rc != 0)

@@ -11,6 +11,7 @@
 #include "common/profile/pf_split.h"
 #include "common/kv/kv_trig.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_path.h"
 #include "common/base/tg_log.h"
 #include "common/kv/kv_layout.h"
 
@@ -73,8 +74,10 @@ int gw_engine_load_parts_map(struct gw_model *model,
                           o->rank, T);
     struct mc_model_config cfg;
     char path[4096];
-    snprintf(path, sizeof(path), "%s/config.json", o->model_dir);
-    int rc = mc_model_config_load(&cfg, path, err, errlen);
+    int rc = tg_path_fmt(path, sizeof(path), err, errlen, "%s/config.json",
+                         o->model_dir);
+    if (rc == 0)
+        rc = mc_model_config_load(&cfg, path, err, errlen);
     if (rc != 0)
         return rc;
     int full = o->profile_path == NULL || strcmp(o->profile_path, "none") == 0;

@@ -8,6 +8,7 @@
 
 #include "common/model/st_safetensors.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_path.h"
 
 static void drop_weights(struct gw_model *m)
 {
@@ -147,8 +148,10 @@ int gw_model_open(struct gw_model *m, const char *dir,
                           "model shard: rank %d of %d%s", sh->rank, sh->world,
                           sh->kv_heads == NULL ? " without a head list" : "");
     char path[4096];
-    snprintf(path, sizeof(path), "%s/config.json", dir);
-    int rc = mc_model_config_load(&m->cfg, path, err, errlen);
+    int rc = tg_path_fmt(path, sizeof(path), err, errlen, "%s/config.json",
+                         dir);
+    if (rc == 0)
+        rc = mc_model_config_load(&m->cfg, path, err, errlen);
     if (rc != 0)
         return rc;
     const struct mc_model_config *c = &m->cfg;

@@ -34,6 +34,7 @@
 #include "common/profile/pf_split.h"
 #include "common/base/tg_config.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_path.h"
 #include "gpu_worker/gw_calibrate.h"
 
 #include <jansson.h>
@@ -751,8 +752,12 @@ static int calib_run(const struct calib_args *a)
         size_t n = strlen(a->out);
         if (n > 5 && strcmp(a->out + n - 5, ".json") == 0)
             n -= 5;
-        snprintf(retpath, sizeof(retpath), "%.*s.retention.json", (int)n,
-                 a->out);
+        char perr[256];
+        if (tg_path_fmt(retpath, sizeof(retpath), perr, sizeof(perr),
+                        "%.*s.retention.json", (int)n, a->out) != 0)
+            return fail("calibrate: the retention file next to --out: %s "
+                        "(name it with --retention-out)",
+                        perr);
         retention_out = retpath;
     }
     char err[1024];

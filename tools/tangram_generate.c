@@ -39,6 +39,7 @@
 
 #include "common/base/tg_config.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_path.h"
 #include "common/json/tg_json.h"
 #include "common/tok/tok_tokenizer.h"
 #include "gpu_worker/gw_engine.h"
@@ -275,7 +276,11 @@ int main(int argc, char **argv)
         goto out;
     }
     char path[4096];
-    snprintf(path, sizeof(path), "%s/tokenizer.json", o.model);
+    if (tg_path_fmt(path, sizeof(path), err, sizeof(err), "%s/tokenizer.json",
+                    o.model) != 0) {
+        fprintf(stderr, "tangram-generate: --model: %s\n", err);
+        goto out;
+    }
     if (access(path, R_OK) == 0) {
         rc = tok_tokenizer_load(&tok, path, err, sizeof(err));
         if (rc != 0) {

@@ -31,6 +31,7 @@
 #include "common/model/st_writer.h"
 #include "common/base/tg_config.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_path.h"
 #include "common/json/tg_json.h"
 
 #include <dirent.h>
@@ -357,7 +358,8 @@ static int copy_file(const char *src, const char *dst, char *err,
 {
     int rc = 0;
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", dst, (int)getpid());
+    TG_TRY(tg_path_fmt(tmp, sizeof tmp, err, errlen, "%s.tmp.%d", dst,
+                       (int)getpid()));
     FILE *in = fopen(src, "rb"), *out = NULL;
     if (in == NULL)
         return tg_err_set(err, errlen, TG_EIO, "%s: %s", src, strerror(errno));

@@ -18,7 +18,9 @@ static const char *const onoff_choices[] = {"off", "on", NULL};
 static const char *const decode_compress_choices[] = {"none", "trig", NULL};
 
 /* tangramd's rows come first, in the order of its --help (and of the flags
- * it forwards); then the router's own; then the worker's own. */
+ * it forwards); then the router's own; then the worker's own. Laid out by
+ * hand, a few fields a line: clang-format would give every field a line. */
+/* clang-format off */
 static const struct tg_config_entry table[] = {
     {.name = "model", .type = TG_CONFIG_STRING, .def = NULL,
      .offset = OFF(model, char *), .metavar = "DIR",
@@ -196,7 +198,8 @@ static const struct tg_config_entry table[] = {
     {.name = "served-model-name", .type = TG_CONFIG_STRING, .def = "",
      .offset = OFF(served_model_name, char *), .metavar = "NAME",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
-     .help = "Model id in the API; empty uses the model directory's name."},
+     .help = "Model id in the API, at most 255 bytes; empty uses the model "
+             "directory's name."},
     {.name = "max-model-len", .type = TG_CONFIG_INT, .def = "0", .min = 0,
      .max = 16777216, .offset = OFF(max_model_len, int64_t),
      .metavar = "TOKENS", .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
@@ -213,6 +216,15 @@ static const struct tg_config_entry table[] = {
      .help = "A worker that keeps beating but whose compute thread makes no "
              "progress for this long (inside one prefill chunk, decode batch "
              "or draw) is declared dead and restarted."},
+    /* tangramd's alone; the router takes it as it takes every tangramd
+     * row, and has no use for it. */
+    {.name = "router-stall-ms", .type = TG_CONFIG_INT, .def = "15000",
+     .min = 0, .max = 86400000, .offset = OFF(router_stall_ms, int64_t),
+     .metavar = "MS", .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "tangramd kills a router whose event loop has reported nothing "
+             "for this long (stopped, or stuck) and restarts it with its "
+             "workers, as after a crash; 0 = never. At least 2000 (the "
+             "router reports every second)."},
     /* HTTP front end limits (router/net/rt_http.h, docs/DEPLOYMENT.md). */
     {.name = "http-max-connections", .type = TG_CONFIG_INT, .def = "4096",
      .min = 16, .max = 1048576, .offset = OFF(http_max_connections, int64_t),
@@ -374,6 +386,7 @@ static const struct tg_config_entry table[] = {
      .help = "CUDA backend with T > 1: a step waiting longer aborts the NCCL "
              "group (a peer is gone) and the worker exits for a restart."},
 };
+/* clang-format on */
 
 #define NROWS (sizeof table / sizeof table[0])
 

@@ -123,6 +123,9 @@ struct tg_serve_opts {
                                     their --heartbeat-ms */
     int64_t worker_stall_ms;  /* a worker whose compute thread shows no
                                  progress for longer is declared dead, ms */
+    int64_t router_stall_ms;  /* tangramd: a router whose loop reports
+                                 nothing for longer is killed and restarted,
+                                 ms; 0 = never */
     /* HTTP front end limits (router/net/rt_http.h; docs/DEPLOYMENT.md) */
     int64_t http_max_connections; /* open HTTP connections */
     int64_t http_max_connections_per_ip; /* per client address; 0 = off */

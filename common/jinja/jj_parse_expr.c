@@ -431,17 +431,29 @@ static int parse_dotted_name(struct parser *P, const char **out)
 {
     if (jj__p_cur(P)->type != JJ_T_NAME)
         return jj__p_unexpected(P, "name");
+    /* No filter or test has a longer name: one that does not fit is
+     * refused whole, never looked up cut. */
     char buf[256];
-    snprintf(buf, sizeof buf, "%s", jj__p_cur(P)->s);
-    jj__p_advance(P);
-    while (jj__p_is_op(jj__p_cur(P), JJ_TO_DOT)) {
+    size_t l = 0;
+    bool fits = true;
+    for (bool first = true;; first = false) {
+        if (!first) {
+            jj__p_advance(P); /* the dot */
+            if (jj__p_cur(P)->type != JJ_T_NAME)
+                return jj__p_unexpected(P, "name");
+        }
+        int k = snprintf(buf + l, sizeof buf - l, "%s%s", first ? "" : ".",
+                         jj__p_cur(P)->s);
+        fits = fits && k >= 0 && (size_t)k < sizeof buf - l;
+        l = fits ? l + (size_t)k : l;
         jj__p_advance(P);
-        if (jj__p_cur(P)->type != JJ_T_NAME)
-            return jj__p_unexpected(P, "name");
-        size_t l = strlen(buf);
-        snprintf(buf + l, sizeof buf - l, ".%s", jj__p_cur(P)->s);
-        jj__p_advance(P);
+        if (!jj__p_is_op(jj__p_cur(P), JJ_TO_DOT))
+            break;
     }
+    if (!fits)
+        return jj__p_pfail(P, jj__p_cur(P)->line, TG_ETOOBIG,
+                           "a filter or test name longer than %zu bytes",
+                           sizeof buf - 1);
     *out = jj__arena_strndup(P->arena, buf, strlen(buf));
     return *out != NULL ? 0 : jj__p_poom(P);
 }

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +50,82 @@ int tg_json_load_buf(const char *buf, size_t len, json_t **out, char *err,
                           "invalid JSON at line %d column %d: %s", je.line,
                           je.column, je.text);
     return 0;
+}
+
+/* The integer literal that ends at byte `end` of buf[0..len): its first
+ * byte (its '-' when negative), or SIZE_MAX when what ends there is not a
+ * plain integer (a real such as 1e400, or no number at all). */
+static size_t int_literal_start(const char *buf, size_t len, size_t end)
+{
+    if (end == 0 || end > len)
+        return SIZE_MAX;
+    if (end < len && strchr("0123456789.eE", buf[end]) != NULL &&
+        buf[end] != '\0')
+        return SIZE_MAX;
+    size_t a = end;
+    while (a > 0 && buf[a - 1] >= '0' && buf[a - 1] <= '9')
+        a--;
+    if (a == end)
+        return SIZE_MAX;
+    if (a > 0 && buf[a - 1] == '-')
+        a--;
+    if (a > 0 && buf[a - 1] != '\0' &&
+        strchr("0123456789.eE+-", buf[a - 1]) != NULL)
+        return SIZE_MAX;
+    return a;
+}
+
+json_t *tg_json_loadb_wide(const char *buf, size_t len, size_t flags,
+                           json_error_t *err)
+{
+    json_t *doc = json_loadb(buf, len, flags, err);
+    if (doc != NULL || json_error_code(err) != json_error_numeric_overflow)
+        return doc;
+    /* jansson stops at the first literal its json_int_t cannot hold, with
+     * the position just past it: append ".0" there (the same number as a
+     * real) and parse again, up to TG_JSON_MAX_WIDE times. Literals come
+     * in document order, so each insertion is after the previous ones. */
+    char *copy = NULL;
+    size_t n = len;
+    size_t at[TG_JSON_MAX_WIDE];
+    int line_of[TG_JSON_MAX_WIDE];
+    int k = 0;
+    while (doc == NULL && json_error_code(err) == json_error_numeric_overflow &&
+           k < TG_JSON_MAX_WIDE && err->position >= 0) {
+        const char *cur = copy != NULL ? copy : buf;
+        size_t end = (size_t)err->position;
+        if (int_literal_start(cur, n, end) == SIZE_MAX)
+            break;
+        if (copy == NULL) {
+            copy = malloc(len + 2 * TG_JSON_MAX_WIDE);
+            if (copy == NULL)
+                break; /* err keeps jansson's overflow */
+            memcpy(copy, buf, len);
+        }
+        memmove(copy + end + 2, copy + end, n - end);
+        copy[end] = '.';
+        copy[end + 1] = '0';
+        n += 2;
+        at[k] = end;
+        line_of[k] = err->line;
+        k++;
+        doc = json_loadb(copy, n, flags, err);
+    }
+    free(copy);
+    if (doc == NULL) {
+        /* Where the error is in the caller's bytes: each ".0" inserted
+         * before it moved it two bytes on (and two columns on its line). */
+        int shift = 0, col_shift = 0;
+        for (int i = 0; i < k; i++)
+            if (err->position >= 0 && at[i] < (size_t)err->position) {
+                shift += 2;
+                if (line_of[i] == err->line)
+                    col_shift += 2;
+            }
+        err->position -= shift;
+        err->column -= col_shift;
+    }
+    return doc;
 }
 
 int tg_json_dump_file(const json_t *doc, const char *path, char *err,

@@ -24,6 +24,23 @@ int tg_json_load_file(const char *path, json_t **out, char *err, size_t errlen);
 int tg_json_load_buf(const char *buf, size_t len, json_t **out, char *err,
                      size_t errlen);
 
+/* At most this many integers out of the 64-bit range are widened by one
+ * tg_json_loadb_wide call (each costs a parse of the buffer up to it). */
+#define TG_JSON_MAX_WIDE 8
+
+/* Parses `len` bytes like json_loadb(buf, len, flags, err), except that an
+ * integer literal outside jansson's json_int_t (64 bits: above 2^63 - 1 or
+ * below -2^63), which json_loadb refuses as malformed, is read as a real of
+ * the same value rounded to a double: it is valid JSON, and the caller's
+ * range check then names the field it is in. At most TG_JSON_MAX_WIDE are
+ * widened; past that, and for a real literal outside the double range
+ * (1e400), NULL with json_error_code(err) == json_error_numeric_overflow.
+ * On failure err's line, column and position are those of `buf` as given.
+ * Returns a new reference or NULL; `buf` is never written (a widened parse
+ * works on a copy). Any thread. */
+json_t *tg_json_loadb_wide(const char *buf, size_t len, size_t flags,
+                           json_error_t *err);
+
 /* Writes `doc` to `path` atomically (temp file + rename), indented, keys in
  * insertion order, ending with a newline. Returns 0 or TG_EIO. */
 int tg_json_dump_file(const json_t *doc, const char *path, char *err,

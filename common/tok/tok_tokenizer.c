@@ -9,6 +9,7 @@
 #include "common/tok/tok_internal.h"
 #include "common/base/tg_err.h"
 #include "common/base/tg_grow.h"
+#include "common/base/tg_path.h"
 #include "common/json/tg_json.h"
 
 #include <glob.h>
@@ -533,15 +534,19 @@ static int load_side_file(const char *dir, const char *name,
 {
     char path[4096];
     *doc = NULL;
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    TG_TRY(tg_path_fmt(path, sizeof(path), err, errlen, "%s/%s", dir, name));
     struct stat st;
     if (stat(path, &st) != 0) {
         glob_t g;
-        snprintf(path, sizeof(path), "%s/%s", dir, pattern);
+        TG_TRY(tg_path_fmt(path, sizeof(path), err, errlen, "%s/%s", dir,
+                           pattern));
         if (glob(path, 0, NULL, &g) != 0)
             return 0;
-        snprintf(path, sizeof(path), "%s", g.gl_pathv[0]);
+        int rc = tg_path_fmt(path, sizeof(path), err, errlen, "%s",
+                             g.gl_pathv[0]);
         globfree(&g);
+        if (rc != 0)
+            return rc;
     }
     return tg_json_load_file(path, doc, err, errlen);
 }
@@ -585,16 +590,17 @@ int tok_tokenizer_load(struct tok_tokenizer *tok, const char *path, char *err,
                           "directory",
                           path);
     if (S_ISDIR(st.st_mode)) {
-        snprintf(dir, sizeof(dir), "%s", path);
-        snprintf(file, sizeof(file), "%s/tokenizer.json", path);
+        TG_TRY(tg_path_fmt(dir, sizeof(dir), err, errlen, "%s", path));
+        TG_TRY(tg_path_fmt(file, sizeof(file), err, errlen, "%s/tokenizer.json",
+                           path));
     } else {
-        snprintf(file, sizeof(file), "%s", path);
+        TG_TRY(tg_path_fmt(file, sizeof(file), err, errlen, "%s", path));
         const char *slash = strrchr(path, '/');
         if (slash == NULL)
             snprintf(dir, sizeof(dir), ".");
         else
-            snprintf(dir, sizeof(dir), "%.*s",
-                     (int)(slash - path + (slash == path)), path);
+            TG_TRY(tg_path_fmt(dir, sizeof(dir), err, errlen, "%.*s",
+                               (int)(slash - path + (slash == path)), path));
     }
     json_t *doc;
     int rc = tg_json_load_file(file, &doc, err, errlen);

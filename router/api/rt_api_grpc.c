@@ -32,6 +32,7 @@
 #include <strings.h>
 
 #include "common/base/tg_err.h"
+#include "common/json/tg_json.h"
 #include "common/tok/tok_tokenizer.h"
 #include "router/api/rt_api_grpc_internal.h"
 #include "router/net/rt_grpc_reflect.h"
@@ -386,7 +387,8 @@ int rt_api_grpc_convert(struct rt_server *s,
     g->q.max_tokens_param = "sampling.max_tokens";
     if (q->response_format != NULL && q->response_format[0] != '\0') {
         json_error_t je;
-        json_t *rf = json_loads(q->response_format, 0, &je);
+        json_t *rf = tg_json_loadb_wide(q->response_format,
+                                        strlen(q->response_format), 0, &je);
         if (rf == NULL) {
             rt_request_error_set(e, 400, "invalid_value", "response_format",
                                  "response_format is not JSON: %s", je.text);
@@ -460,10 +462,29 @@ int rt_api_grpc_convert(struct rt_server *s,
             goto nomem;
         g->q.prompt_len = strlen(q->prompt);
     }
-    const char *sid = q->session_id && q->session_id[0] ? q->session_id
-                                                        : rt_grpc_call_header(call, "x-session-id");
-    if (sid != NULL && sid[0] != '\0') {
-        if (rt_openai_check_id(sid, strlen(sid), "session_id", e) != 0)
+    /* The x-session-id metadata is checked like HTTP's X-Session-Id even
+     * when session_id (which wins) is set: empty or given twice, it is
+     * refused. An empty session_id field is proto3's "unset". */
+    const char *meta = NULL;
+    for (size_t i = 0; i < call->n_headers; i++) {
+        if (strcasecmp(call->headers[i].name, "x-session-id") != 0)
+            continue;
+        if (meta != NULL) {
+            rt_request_error_set(e, 400, "invalid_value", "x-session-id",
+                                 "the x-session-id metadata is given more "
+                                 "than once; send one session id");
+            return TG_EINVAL;
+        }
+        meta = call->headers[i].value;
+    }
+    if (meta != NULL &&
+        rt_openai_check_id(meta, strlen(meta), "x-session-id", e) != 0)
+        return TG_EINVAL;
+    const char *sid = q->session_id != NULL && q->session_id[0] ? q->session_id
+                                                                : meta;
+    if (sid != NULL) {
+        if (sid != meta &&
+            rt_openai_check_id(sid, strlen(sid), "session_id", e) != 0)
             return TG_EINVAL;
         if ((g->q.session_id = strdup(sid)) == NULL)
             goto nomem;

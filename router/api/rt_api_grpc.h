@@ -16,7 +16,8 @@
 
 /* Converts q into *g (which must be zeroed) with the OpenAI defaults and the
  * limits of the HTTP API: exactly one prompt form, roles by name, ids
- * (session_id, or else call's "x-session-id" header) of at most
+ * (session_id, or else call's "x-session-id" header, which is refused
+ * when empty or given twice even beside session_id) of at most
  * RT_OPENAI_MAX_ID_BYTES bytes of UTF-8, sampling ranges, stop strings and
  * stop token ids below s->mc.vocab_size; response_format and a
  * tool_choice that requires calls into q.grammar (checked). Reads

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "common/json/tg_json.h"
 #include "common/tok/tok_tokenizer.h"
 #include "router/api/rt_api_grpc_internal.h"
 
@@ -153,7 +154,8 @@ json_t *rt_api_grpc__chat_json(Tangram__V1__ChatMessage *const *msgs, size_t n,
             if (!b.failed && t->parameters_json != NULL &&
                 t->parameters_json[0] != '\0') {
                 json_error_t je;
-                json_t *p = json_loads(t->parameters_json, 0, &je);
+                json_t *p = tg_json_loadb_wide(
+                    t->parameters_json, strlen(t->parameters_json), 0, &je);
                 if (p == NULL) {
                     rt_request_error_set(
                         e, 400, "invalid_value", "tools",

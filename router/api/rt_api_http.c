@@ -641,13 +641,28 @@ static void generate_submitted(struct rt_req *r, int rc,
 }
 
 /* X-Session-Id, checked as the body's session_id is (the body's wins
- * when both are given; the header is checked either way). */
+ * when both are given; the header is checked either way). An empty value
+ * is refused like an empty session_id, and so are two of the header: which
+ * conversation the client meant is not known (a proxy that appends its
+ * own, or a client bug), and guessing would share one's cache with the
+ * other's. */
 static int session_header(const struct rt_http_req *req,
                           struct rt_gen_request *g, struct rt_request_error *e)
 {
-    const char *sid = rt_http_req_header(req, "x-session-id");
-    if (sid == NULL || sid[0] == '\0')
-        return 0; /* an empty header is no header */
+    const char *sid = NULL;
+    for (size_t i = 0; i < req->n_headers; i++) {
+        if (strcasecmp(req->headers[i].name, "x-session-id") != 0)
+            continue;
+        if (sid != NULL) {
+            rt_request_error_set(e, 400, "invalid_value", "X-Session-Id",
+                                 "X-Session-Id is given more than once; send "
+                                 "one session id");
+            return TG_EINVAL;
+        }
+        sid = req->headers[i].value;
+    }
+    if (sid == NULL)
+        return 0;
     int rc = rt_openai_check_id(sid, strlen(sid), "X-Session-Id", e);
     if (rc != 0 || g->q.session_id != NULL)
         return rc;

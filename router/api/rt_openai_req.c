@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/json/tg_json.h"
 #include "common/tok/tok_tokenizer.h"
 #include "router/api/rt_openai_internal.h"
 
@@ -102,8 +103,26 @@ int rt_openai__get_bool(const json_t *obj, const char *key, const char *param,
     return 0;
 }
 
+/* The 400 for an integer field outside [lo, hi]; `got` is the value as
+ * text. hi = INT32_MAX or INT64_MAX stands for "no upper bound" in the
+ * message unless the value is above it or lo is INT64_MIN too. */
+static int int_out_of_range(struct rt_request_error *e, const char *param,
+                            int64_t lo, int64_t hi, bool above, const char *got)
+{
+    if (!above && lo != INT64_MIN && (hi == INT64_MAX || hi == INT32_MAX))
+        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
+                               "'%s' must be at least %" PRId64 ", got %s",
+                               param, lo, got);
+    return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
+                           "'%s' must be between %" PRId64 " and %" PRId64
+                           ", got %s",
+                           param, lo, hi, got);
+}
+
 /* Integers: JSON integers, or reals with no fraction (pydantic's lax mode,
- * which vLLM uses, accepts 16.0 for an int field). */
+ * which vLLM uses, accepts 16.0 for an int field). An integral real
+ * outside the 64-bit range (1e30, or an integer literal beyond 64 bits,
+ * which tg_json_loadb_wide reads as a real) is a value out of range. */
 static int get_int(const json_t *obj, const char *key, const char *param,
                    int64_t lo, int64_t hi, int64_t *out, bool *present,
                    struct rt_request_error *e)
@@ -114,26 +133,26 @@ static int get_int(const json_t *obj, const char *key, const char *param,
     if (v == NULL)
         return 0;
     int64_t x;
+    char got[48];
     if (json_is_integer(v)) {
         x = (int64_t)json_integer_value(v);
     } else if (json_is_real(v)) {
         double d = json_real_value(v);
-        if (d != floor(d) || d < -9.2e18 || d > 9.2e18)
+        if (d != floor(d))
             return rt_openai__bad_type(e, param, "an integer");
+        /* (-2^63, 2^63): the doubles that convert to int64_t exactly, less
+         * -2^63, which is also what a literal just below it rounds to */
+        if (d <= -0x1p63 || d >= 0x1p63) {
+            snprintf(got, sizeof(got), "%.17g (beyond 64 bits)", d);
+            return int_out_of_range(e, param, lo, hi, d > 0, got);
+        }
         x = (int64_t)d;
     } else {
         return rt_openai__bad_type(e, param, "an integer");
     }
     if (x < lo || x > hi) {
-        if (hi == INT64_MAX || hi == INT32_MAX)
-            return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
-                                   "'%s' must be at least %" PRId64
-                                   ", got %" PRId64,
-                                   param, lo, x);
-        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
-                               "'%s' must be between %" PRId64 " and %" PRId64
-                               ", got %" PRId64,
-                               param, lo, hi, x);
+        snprintf(got, sizeof(got), "%" PRId64, x);
+        return int_out_of_range(e, param, lo, hi, x > hi, got);
     }
     *out = x;
     if (present != NULL)
@@ -218,7 +237,17 @@ int rt_openai__load_body(const struct rt_openai_cfg *cfg, const char *body,
     json_error_t je;
     /* No JSON_ALLOW_NUL: a "\u0000" in a string is rejected here, so every
      * string we copy is an ordinary C string. */
-    json_t *doc = json_loadb(body, len, 0, &je);
+    json_t *doc = tg_json_loadb_wide(body, len, 0, &je);
+    if (doc == NULL && json_error_code(&je) == json_error_numeric_overflow)
+        /* Valid JSON that cannot be held: a real beyond a double, or more
+         * integers beyond 64 bits than tg_json_loadb_wide reads. Fewer of
+         * those reach the fields' own range checks, which name them. */
+        return rt_openai__fail(
+            e, TG_ERANGE, 400, "invalid_value", NULL,
+            "the number at line %d column %d is out of range: %s (a number "
+            "must fit a double, and at most %d integers may be outside the "
+            "64-bit range)",
+            je.line, je.column, je.text, TG_JSON_MAX_WIDE);
     if (doc == NULL)
         return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_json", NULL,
                                "malformed JSON at line %d column %d: %s",
@@ -279,6 +308,13 @@ int rt_openai__read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
         snprintf(p, sizeof(p), "%.96s[%zu]", param, i);
         if (!json_is_integer(x)) {
             free(ids);
+            double d = json_is_real(x) ? json_real_value(x) : 0.5;
+            /* 1e30, or an integer literal beyond 64 bits read as a real */
+            if (d == floor(d) && (d < 0 || d > (double)hi))
+                return rt_openai__fail(
+                    e, TG_ERANGE, 400, "invalid_value", p,
+                    "'%s' = %.17g is not a token id (valid: 0..%" PRId64 ")", p,
+                    d, hi);
             return rt_openai__bad_type(e, p, "an integer token id");
         }
         json_int_t v = json_integer_value(x);
@@ -722,7 +758,7 @@ static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
                                "prompt", "'prompt' is required");
     const char *param = "prompt";
     if (json_is_array(v) && json_array_size(v) >= 1 &&
-        !json_is_integer(json_array_get(v, 0))) {
+        !json_is_number(json_array_get(v, 0))) {
         if (json_array_size(v) > 1)
             return rt_openai__fail(
                 e, TG_EUNSUPPORTED, 400, "unsupported_value", "prompt",

@@ -16,6 +16,7 @@
 #include "common/kv/kv_layout.h"
 #include "common/base/tg_err.h"
 #include "common/base/tg_log.h"
+#include "common/base/tg_path.h"
 #include "router/core/rt_metrics_info.h"
 
 double rt_server_now(const struct rt_server *s)
@@ -653,11 +654,13 @@ static int load_model_side(struct rt_server *s, char *err, size_t errlen)
 {
     const struct tg_serve_opts *o = s->opts;
     char path[4096];
-    snprintf(path, sizeof(path), "%s/config.json", o->model);
+    TG_TRY(tg_path_fmt(path, sizeof(path), err, errlen, "%s/config.json",
+                       o->model));
     int rc = mc_model_config_load(&s->mc, path, err, errlen);
     if (rc != 0)
         return rc;
-    snprintf(path, sizeof(path), "%s/tokenizer.json", o->model);
+    TG_TRY(tg_path_fmt(path, sizeof(path), err, errlen, "%s/tokenizer.json",
+                       o->model));
     rc = tok_tokenizer_load(&s->tok, path, err, errlen);
     if (rc != 0)
         return rc;
@@ -697,6 +700,13 @@ static int load_model_side(struct rt_server *s, char *err, size_t errlen)
     if (o->max_model_len > 0 && o->max_model_len < ctx)
         ctx = o->max_model_len;
     s->max_model_len = ctx > INT32_MAX ? INT32_MAX : (int32_t)ctx;
+    /* The name clients must send: cut, it would refuse the whole one. */
+    if (strlen(o->served_model_name) >= sizeof(s->model_name))
+        return tg_err_set(err, errlen, TG_ETOOBIG,
+                          "--served-model-name '%.64s...' is %zu bytes; at "
+                          "most %zu are served",
+                          o->served_model_name, strlen(o->served_model_name),
+                          sizeof(s->model_name) - 1);
     snprintf(s->model_name, sizeof(s->model_name), "%s", o->served_model_name);
     return 0;
 }

@@ -36,6 +36,7 @@
 #include "common/kv/kv_table.h"
 #include "common/base/tg_err.h"
 #include "common/json/tg_json.h"
+#include "tests/support/tt_support.h"
 
 #define CONTEXT 32768
 #define PAGE 16
@@ -71,7 +72,7 @@ static int load_shape(struct shape *s, const char *dir, char *err,
                       size_t errlen)
 {
     char path[1024];
-    snprintf(path, sizeof(path), "%s/configs/%s", dir, s->config);
+    tt_path(path, sizeof(path), "%s/configs/%s", dir, s->config);
     json_t *doc = NULL;
     int rc = tg_json_load_file(path, &doc, err, errlen);
     if (rc != 0)

@@ -35,6 +35,7 @@
  * Exit status 0, 1 (a failed load, check or bound), 2 (bad usage).
  */
 #include <jansson.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,10 +230,15 @@ static int fork_variant(enum variant v, const struct opts *o, const char *dir,
 }
 
 /* tangram-make-model's flags for a Hugging Face config (Qwen3, Qwen2,
- * Llama, Mistral), the depth overridden by layers > 0. argv gets pointers
- * into store (cap strings of 64 bytes). Returns the count or -1. */
+ * Llama, Mistral), the depth overridden by layers > 0. argv (cap + 1
+ * entries) gets pointers into store (cap values of ARG_BYTES: flags and
+ * numbers) and tok (tok_cap bytes: the tokenizer's path, which is as long
+ * as the checkout's). A value that does not fit is an error naming it,
+ * never a cut one. Returns the count or -1. */
+#define ARG_BYTES 64
 static int config_flags(const char *path, int layers, const char **argv,
-                        char (*store)[64], int cap)
+                        char (*store)[ARG_BYTES], int cap, char *tok,
+                        size_t tok_cap)
 {
     json_error_t je;
     json_t *c = json_load_file(path, 0, &je);
@@ -257,10 +263,16 @@ static int config_flags(const char *path, int layers, const char **argv,
         return -1;
     }
     int n = 0, k = 0;
-#define ARG(...)                                         \
-    do {                                                 \
-        snprintf(store[k], sizeof(store[k]), __VA_ARGS__); \
-        argv[n++] = store[k++];                          \
+#define ARG(...)                                                            \
+    do {                                                                    \
+        int w_ = k < cap ? snprintf(store[k], ARG_BYTES, __VA_ARGS__) : -1; \
+        if (w_ < 0 || w_ >= ARG_BYTES) {                                    \
+            fprintf(stderr, PROG ": %s: flag %d does not fit %d bytes\n",   \
+                    path, n + 1, ARG_BYTES);                                \
+            json_decref(c);                                                 \
+            return -1;                                                      \
+        }                                                                   \
+        argv[n++] = store[k++];                                             \
     } while (0)
     long long hidden = json_integer_value(json_object_get(c, "hidden_size"));
     long long heads = json_integer_value(json_object_get(c, "num_attention_heads"));
@@ -269,8 +281,8 @@ static int config_flags(const char *path, int layers, const char **argv,
     ARG("--arch");
     ARG("%s", archs[a][1]);
     ARG("--tokenizer");
-    tt_data_path(archs[a][2], store[k], sizeof(store[k]));
-    argv[n++] = store[k++];
+    tt_data_path(archs[a][2], tok, tok_cap); /* whole, or the program ends */
+    argv[n++] = tok;
     ARG("--hidden");
     ARG("%lld", hidden);
     ARG("--layers");
@@ -302,7 +314,7 @@ static int config_flags(const char *path, int layers, const char **argv,
 #undef ARG
     json_decref(c);
     argv[n] = NULL;
-    return n < cap ? n : -1;
+    return n;
 }
 
 static int usage(void)
@@ -378,26 +390,27 @@ int main(int argc, char **argv)
     int rc = parse(&o, argc, argv);
     if (rc != 0)
         return rc;
-    char tmp[256] = "", dir[512];
+    char tmp[PATH_MAX] = "", dir[PATH_MAX];
     if (o.model != NULL) {
-        snprintf(dir, sizeof(dir), "%s", o.model);
+        tt_path(dir, sizeof(dir), "%s", o.model);
     } else {
         if (tt_tmpdir_make("tg_bench_model_load.", tmp, sizeof(tmp)) != 0) {
             fprintf(stderr, PROG ": cannot make a temporary directory\n");
             return 1;
         }
-        snprintf(dir, sizeof(dir), "%s/model", tmp);
-        const char *args[48];
-        char store[48][64], path[512];
+        tt_path(dir, sizeof(dir), "%s/model", tmp);
+        const char *args[49];
+        char store[48][ARG_BYTES], path[PATH_MAX], tok[PATH_MAX];
         static const char *const tiny[] = {
             "--arch", "qwen3", "--hidden", "64", "--layers", "2", "--heads",
             "4", "--kv-heads", "2", "--head-dim", "16", "--ffn", "256", NULL};
         const char *const *use = tiny;
         if (!o.quick) {
-            char rel[300];
-            snprintf(rel, sizeof(rel), "configs/%s", o.config);
+            char rel[PATH_MAX];
+            tt_path(rel, sizeof(rel), "configs/%s", o.config);
             tt_data_path(rel, path, sizeof(path));
-            if (config_flags(path, o.layers, args, store, 48) < 0) {
+            if (config_flags(path, o.layers, args, store, 48, tok,
+                             sizeof(tok)) < 0) {
                 tt_tmpdir_remove(tmp);
                 return 1;
             }

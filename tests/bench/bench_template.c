@@ -220,7 +220,7 @@ int main(int argc, char **argv)
         x->c = c;
         x->messages = conversation(x->c, &x->tools);
         x->iters = quick ? 5 : x->c == CONV_CHAT512 ? 20 : 200;
-        snprintf(x->out_path, sizeof x->out_path, "%s/peer-%zu.txt", dir, i);
+        tt_path(x->out_path, sizeof x->out_path, "%s/peer-%zu.txt", dir, i);
         tt_data_path(TEMPLATES[x->t].rel, path, sizeof path);
         json_t *cs = json_pack("{s:s, s:b, s:O, s:O?, s:s, s:i}", "source",
                                path, "is_dir", TEMPLATES[x->t].is_dir,
@@ -259,13 +259,13 @@ int main(int argc, char **argv)
 
     /* The peer, one process for every cell. */
     char job_path[600], cmd[2048], src[512];
-    snprintf(job_path, sizeof job_path, "%s/job.json", dir);
+    tt_path(job_path, sizeof job_path, "%s/job.json", dir);
     if (json_dump_file(job, job_path, 0) != 0)
         die("cannot write the peer's job");
     const char *root = getenv("TANGRAM_SOURCE");
-    snprintf(src, sizeof src, "%s/tests/bench/bench_template_peer.py",
-             root ? root : ".");
-    snprintf(cmd, sizeof cmd, "'%s' '%s' '%s'", tt_python(), src, job_path);
+    tt_path(src, sizeof src, "%s/tests/bench/bench_template_peer.py",
+            root ? root : ".");
+    tt_path(cmd, sizeof cmd, "'%s' '%s' '%s'", tt_python(), src, job_path);
     FILE *peer = popen(cmd, "r");
     if (peer == NULL)
         die("cannot start the peer (python3-jinja2)");

@@ -16,6 +16,7 @@
 #include "common/base/tg_err.h"
 #include "common/base/tg_grow.h"
 #include "common/tok/tok_tokenizer.h"
+#include "tests/support/tt_support.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -316,9 +317,8 @@ int main(int argc, char **argv)
     char p[1024];
     static const char *const inputs[] = {"llama-bpe", "qwen2"};
     for (int i = 0; i < 2 && file == NULL; i++) {
-        snprintf(p, sizeof p,
-                 "%s/llamacpp_vocab_tests/ggml-vocab-%s.gguf.inp",
-                 shared(), inputs[i]);
+        tt_path(p, sizeof p, "%s/llamacpp_vocab_tests/ggml-vocab-%s.gguf.inp",
+                shared(), inputs[i]);
         if (append_file(&text, p) != 0) {
             fprintf(stderr, "bench-tokenizer: cannot read %s\n", p);
             return 1;
@@ -360,7 +360,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < 2; i++) {
         struct result r;
         memset(&r, 0, sizeof r);
-        snprintf(p, sizeof p, "%s/tokenizers/%s", shared(), toks[i]);
+        tt_path(p, sizeof p, "%s/tokenizers/%s", shared(), toks[i]);
         if (bench_one(p, &text, reps, &r) != 0) {
             status = 1;
             continue;

@@ -27,13 +27,19 @@ void fz_fail(const char *fmt, ...)
 void fz_data_path(const char *rel, char *out, size_t cap)
 {
     const char *d = getenv("TANGRAM_DATA");
-    snprintf(out, cap, "%s/%s", d && *d ? d : FZ_DATA_DIR, rel);
+    int w = snprintf(out, cap, "%s/%s", d && *d ? d : FZ_DATA_DIR, rel);
+    if (w < 0 || (size_t)w >= cap)
+        fz_fail("data path %s/%s is longer than %zu bytes",
+                d && *d ? d : FZ_DATA_DIR, rel, cap - 1);
 }
 
 void fz_bin_path(const char *name, char *out, size_t cap)
 {
     const char *d = getenv("TANGRAM_BIN");
-    snprintf(out, cap, "%s/%s", d && *d ? d : FZ_BIN_DIR, name);
+    int w = snprintf(out, cap, "%s/%s", d && *d ? d : FZ_BIN_DIR, name);
+    if (w < 0 || (size_t)w >= cap)
+        fz_fail("program path %s/%s is longer than %zu bytes",
+                d && *d ? d : FZ_BIN_DIR, name, cap - 1);
 }
 
 void fz_env_defaults(void)

@@ -17,7 +17,8 @@ parameters and a tool_choice naming no tool -> INVALID_ARGUMENT); Generate
 streams tokens and text with finish_reason 0 until the last message, which
 carries LENGTH and the usage; greedy Generate equals the HTTP completion of
 the same prompt ids; logprobs; stop strings; a second turn by session_id
-reuses KV (cached_prompt_tokens > 0); Abort of a running long request
+reuses KV (cached_prompt_tokens > 0), the x-session-id metadata refused
+empty or given twice; Abort of a running long request
 (found=true, its stream ends CANCELLED, its pages are freed); Abort of an
 unknown id (found=false); a second request with a running request's id
 (ALREADY_EXISTS); client cancellation frees the pages; garbage
@@ -29,7 +30,8 @@ server reflection needs the key too while health does not, request_id is
 stored whole up to 256 bytes (duplicate check, Abort and the responses use
 all of it) and longer ones are refused, as are over-long session ids,
 unknown chat roles in Tokenize, stop_token_ids outside the vocabulary or
-too many of them, stop strings over the HTTP API's byte limit, and messages
+too many of them, stop strings over the HTTP API's byte limit (seed
+2^64 - 1 and a schema's integer beyond 64 bits are served), and messages
 over --grpc-max-message (counted); and at the end nothing runs or waits and
 the pages in use are the multi-turn cache's (the page accounting of
 test_daemon_http.py: aborted and cancelled requests add nothing). Fails,
@@ -355,6 +357,27 @@ def t_session(c, grpc, http):
               b - a >= u.cached_prompt_tokens > 0,
               "tangram_cached_prompt_tokens_total grew (%s -> %s)" % (a, b))
 
+    # The x-session-id metadata (the HTTP header's equivalent) is refused
+    # empty or given twice, even beside session_id; session_id "" is
+    # proto3's unset.
+    for what, md, kw in (
+            ("empty x-session-id metadata", (("x-session-id", ""),), {}),
+            ("x-session-id metadata given twice",
+             (("x-session-id", "a"), ("x-session-id", "b")), {}),
+            ("x-session-id given twice beside session_id",
+             (("x-session-id", "a"), ("x-session-id", "a")),
+             {"session_id": "c"})):
+        msgs, code, det = c.gen(prompt="a", sampling={"max_tokens": 2},
+                                md=AUTH_MD + md, **kw)
+        chk.check(code == grpc.StatusCode.INVALID_ARGUMENT and not msgs and
+                  "x-session-id" in det,
+                  "%s -> INVALID_ARGUMENT naming it (%s: %s)" %
+                  (what, code, det))
+    msgs, code, _ = c.gen(prompt="a", sampling={"max_tokens": 2},
+                          md=AUTH_MD + (("x-session-id", "grpc-md"),))
+    chk.check(code == grpc.StatusCode.OK,
+              "one x-session-id metadata is served (%s)" % code)
+
 
 class Background:
     """A Generate running in a thread, with its first message awaited."""
@@ -670,6 +693,21 @@ def t_limits(c, grpc, http):
     chk.check(code == grpc.StatusCode.OK,
               "at the limits (a 1024-byte stop, 256 ids up to vocab-1) is "
               "accepted (%s)" % code)
+    # seed is a uint64: every value is a seed (HTTP's signed seed s is
+    # the same as gRPC's s mod 2^64). An integer beyond 64 bits inside a
+    # JSON text (a schema's enum) is read as over HTTP, not refused as
+    # malformed.
+    msgs, code, _ = c.gen(prompt="a", sampling={
+        "max_tokens": 2, "seed": (1 << 64) - 1})
+    chk.check(code == grpc.StatusCode.OK, "seed 2^64 - 1 is served (%s)" %
+              code)
+    rf = json.dumps({"type": "json_schema", "json_schema": {
+        "name": "n", "schema": {"enum": [1, 99999999999999999999]}}})
+    msgs, code, det = c.gen(prompt="a", response_format=rf,
+                            sampling={"max_tokens": 4})
+    chk.check(code == grpc.StatusCode.OK,
+              "a response_format whose enum holds 99999999999999999999 is "
+              "served (%s: %s)" % (code, det))
     m0 = http.metrics() or {}
     msgs, code, det = c.gen(prompt="p" * (5 << 20), sampling={
         "max_tokens": 2})

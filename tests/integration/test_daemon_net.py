@@ -13,8 +13,12 @@ limit of 1024 for the daemon (soft = hard, as on many hosts), then checks:
 - HEAD on /health, /metrics and /v1/models answers like GET without a
   body; GET /v1/models/{id} gives the model object, another id 404
   model_not_found;
-- X-Session-Id is checked like the body's session_id: over 256 bytes or
-  not UTF-8 -> 400 invalid_value naming the header;
+- X-Session-Id is checked like the body's session_id: over 256 bytes, not
+  UTF-8, empty, or the header given twice -> 400 invalid_value naming the
+  header;
+- integers beyond 64 bits are valid JSON: a seed of 2^63 or more (and
+  max_tokens, n) -> 400 invalid_value naming the field on both generation
+  endpoints, never invalid_json;
 - gRPC authenticates before it looks the method up: without the key an
   unknown method and a real one both get UNAUTHENTICATED (so methods
   cannot be enumerated), with the key the unknown one gets UNIMPLEMENTED,
@@ -223,6 +227,65 @@ def t_session_header(d):
     st, _, data = du.http("POST", d.base_url + "/v1/completions", body,
                           dict(AUTH, **{"X-Session-Id": "s" * 256}))
     chk.check(st == 200, "X-Session-Id of 256 bytes is served", data[:300])
+    # Empty, or given twice (even with the same value, and beside the
+    # body's session_id, which wins): which conversation is meant is not
+    # known, so the request is refused naming the header.
+    js = json.dumps(body).encode()
+    for what, lines, path, payload in (
+            ("empty", ["X-Session-Id: "], "/v1/completions", js),
+            ("given twice", ["X-Session-Id: a", "x-session-id: b"],
+             "/v1/completions", js),
+            ("given twice with one value", ["X-Session-Id: a",
+                                            "X-Session-Id: a"],
+             "/v1/chat/completions",
+             json.dumps({"model": MODEL, "max_tokens": 2, "messages": [
+                 {"role": "user", "content": "hi"}]}).encode()),
+            ("given twice beside the body's session_id",
+             ["X-Session-Id: a", "X-Session-Id: b"], "/v1/completions",
+             json.dumps(dict(body, session_id="c")).encode())):
+        head = ("POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                "Content-Type: application/json\r\nContent-Length: %d\r\n"
+                "%s\r\nConnection: close\r\n\r\n" %
+                (path, KEY, len(payload), "\r\n".join(lines)))
+        r = exchange(d, head.encode() + payload)
+        j = du.json_of(r[2]) if r else None
+        chk.check(r is not None and r[0] == 400 and j and
+                  j["error"]["param"] == "X-Session-Id" and
+                  j["error"]["code"] == "invalid_value",
+                  "X-Session-Id %s -> 400 invalid_value naming it" % what,
+                  r and r[2][:300])
+
+
+def t_big_numbers(d):
+    """A seed of 2^63 or more (valid JSON, beyond the signed 64-bit range
+    the HTTP API takes), and other integers beyond 64 bits, are 400
+    invalid_value naming the field, never invalid_json, on both generation
+    endpoints."""
+    for path, base in (("/v1/completions", '"prompt":"Hello"'),
+                       ("/v1/chat/completions",
+                        '"messages":[{"role":"user","content":"hi"}]')):
+        for field, lit in (("seed", "9223372036854775808"),
+                           ("seed", "18446744073709551615"),
+                           ("seed", "-9223372036854775809"),
+                           ("max_tokens", "99999999999999999999999"),
+                           ("n", "18446744073709551616")):
+            raw = '{"model":"%s",%s,"%s":%s}' % (MODEL, base, field, lit)
+            st, _, data = du.http("POST", d.base_url + path, raw,
+                                  dict(AUTH, **{"Content-Type":
+                                                "application/json"}))
+            j = du.json_of(data)
+            chk.check(st == 400 and du.is_openai_error(data) and
+                      j["error"]["code"] == "invalid_value" and
+                      j["error"]["param"] == field,
+                      "%s %s = %s -> 400 invalid_value naming it" %
+                      (path, field, lit), data[:300])
+        # The largest seed the HTTP API takes is served.
+        raw = ('{"model":"%s",%s,"max_tokens":2,"seed":9223372036854775807}'
+               % (MODEL, base))
+        st, _, data = du.http("POST", d.base_url + path, raw,
+                              dict(AUTH, **{"Content-Type":
+                                            "application/json"}))
+        chk.check(st == 200, "%s seed 2^63 - 1 is served" % path, data[:300])
 
 
 def t_grpc_auth(d):
@@ -460,6 +523,7 @@ def main():
             t_error_shape(d)
             t_head_and_models(d)
             t_session_header(d)
+            t_big_numbers(d)
             t_grpc_auth(d)
             t_unauth_close(d)
             t_body_budget(d)

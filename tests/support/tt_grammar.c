@@ -8,6 +8,7 @@
 
 #include "common/grammar/gm_spec.h"
 #include "common/tok/tok_tokenizer.h"
+#include "tests/support/tt_support.h"
 
 int tt_grammar_tokenizer(const char *name, struct tok_tokenizer *tok,
                          struct gm_vocab *v)
@@ -78,8 +79,8 @@ json_t *tt_grammar_corpus(void)
 {
     const char *src = getenv("TANGRAM_SOURCE");
     char path[4096];
-    snprintf(path, sizeof path, "%s/tests/grammar/schemas.json",
-             src != NULL && src[0] ? src : ".");
+    tt_path(path, sizeof path, "%s/tests/grammar/schemas.json",
+            src != NULL && src[0] ? src : ".");
     json_error_t je;
     json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (doc == NULL || !json_is_array(json_object_get(doc, "schemas"))) {

@@ -19,12 +19,33 @@
 #include "common/profile/pf_profile.h"
 #include "common/model/st_safetensors.h"
 
+void tt_path(char *out, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, cap, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < cap)
+        return;
+    fprintf(stderr,
+            "tt_path: '%.120s...' is %d bytes, longer than the %zu of this "
+            "test's buffer (a checkout, build or TMPDIR path too long for "
+            "it): stopping\n",
+            out, n, cap - 1);
+    exit(1);
+}
+
 int tt_tmpdir_make(const char *prefix, char *out, size_t cap)
 {
     const char *base = getenv("TMPDIR");
     int n = snprintf(out, cap, "%s/%sXXXXXX", base && base[0] ? base : "/tmp", prefix);
-    if (n < 0 || (size_t)n >= cap)
+    if (n < 0 || (size_t)n >= cap) {
+        fprintf(stderr,
+                "tt_tmpdir_make: '%s/%sXXXXXX' is longer than the "
+                "%zu bytes of this test's buffer: set a shorter TMPDIR\n",
+                base && base[0] ? base : "/tmp", prefix, cap - 1);
         return -1;
+    }
     return mkdtemp(out) != NULL ? 0 : -1;
 }
 
@@ -47,10 +68,10 @@ int tt_program(const char *name, char *out, size_t cap)
 {
     const char *bin = getenv("TANGRAM_BIN");
     if (bin != NULL && bin[0] != '\0') {
-        snprintf(out, cap, "%s/%s", bin, name);
+        tt_path(out, cap, "%s/%s", bin, name);
     } else {
         const char *src = getenv("TANGRAM_SOURCE");
-        snprintf(out, cap, "%s/build/bin/%s", src && src[0] ? src : ".", name);
+        tt_path(out, cap, "%s/build/bin/%s", src && src[0] ? src : ".", name);
     }
     return access(out, X_OK) == 0;
 }
@@ -58,7 +79,7 @@ int tt_program(const char *name, char *out, size_t cap)
 void tt_data_path(const char *rel, char *out, size_t cap)
 {
     const char *sh = getenv("TANGRAM_DATA");
-    snprintf(out, cap, "%s/%s", sh && sh[0] ? sh : "data", rel);
+    tt_path(out, cap, "%s/%s", sh && sh[0] ? sh : "data", rel);
 }
 
 const char *tt_python(void)
@@ -78,7 +99,11 @@ int tt_make_model(const char *out_dir, const char *const *args)
     const char *argv[64];
     int n = 0, has_tok = 0;
     argv[n++] = prog;
-    for (int i = 0; args != NULL && args[i] != NULL && n < 58; i++) {
+    for (int i = 0; args != NULL && args[i] != NULL; i++) {
+        if (n == 57) { /* room for --tokenizer T -o DIR and the NULL */
+            fprintf(stderr, "tt_make_model: more than 56 flags\n");
+            return -1;
+        }
         if (strcmp(args[i], "--tokenizer") == 0)
             has_tok = 1;
         argv[n++] = args[i];

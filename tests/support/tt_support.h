@@ -14,8 +14,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Creates a fresh directory /tmp/<prefix>XXXXXX into out (cap bytes).
- * Returns 0 or -1. */
+/* Formats a path (or another value that must stay whole) like
+ * snprintf(out, cap, fmt, ...); one that does not fit ends the program
+ * with status 1 and a message naming it and the buffer's size (a cut path
+ * names another file: the test would fail far from the cause, or test
+ * the wrong thing). */
+void tt_path(char *out, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Creates a fresh directory $TMPDIR/<prefix>XXXXXX (/tmp without TMPDIR)
+ * into out (cap bytes). Returns 0, or -1 (a TMPDIR too long for out is
+ * said on stderr). */
 int tt_tmpdir_make(const char *prefix, char *out, size_t cap);
 
 /* Removes `dir` and everything below it (no shell). Returns 0 or -1;
@@ -23,10 +32,12 @@ int tt_tmpdir_make(const char *prefix, char *out, size_t cap);
 int tt_tmpdir_remove(const char *dir);
 
 /* Writes $TANGRAM_BIN/<name> (default build/bin under $TANGRAM_SOURCE or
- * the current directory) into out. Returns 1 when it is executable. */
+ * the current directory) into out (tt_path: whole, or the program ends).
+ * Returns 1 when it is executable. */
 int tt_program(const char *name, char *out, size_t cap);
 
-/* Writes $TANGRAM_DATA/<rel> (default ./data: the project data folder) into out. */
+/* Writes $TANGRAM_DATA/<rel> (default ./data: the project data folder)
+ * into out (tt_path: whole, or the program ends). */
 void tt_data_path(const char *rel, char *out, size_t cap);
 
 /* Returns the Python interpreter of the test clients: $TANGRAM_PYTHON
@@ -37,7 +48,7 @@ const char *tt_python(void);
  * flags such as "--arch", "qwen3", ...; the tokenizer defaults to the
  * project's qwen3 one unless args name --tokenizer) writing to out_dir,
  * with its output discarded. Returns 0, or -1 on failure (a program that
- * is not built is a failure, named on stderr). */
+ * is not built, or more than 56 flags, is a failure, named on stderr). */
 int tt_make_model(const char *out_dir, const char *const *args);
 
 /* Writes a profile file for L layers x H heads of dimension d with

@@ -28,7 +28,7 @@ static char *data_path(const char *rel)
 {
     static char buf[4096];
     const char *d = getenv("TANGRAM_DATA");
-    snprintf(buf, sizeof buf, "%s/%s", d ? d : "data", rel);
+    tt_path(buf, sizeof buf, "%s/%s", d ? d : "data", rel);
     return buf;
 }
 

@@ -15,6 +15,7 @@
 #include "common/kv/kv_budget.h"
 #include "common/base/tg_err.h"
 #include "common/json/tg_json.h"
+#include "common/base/tg_path.h"
 #include "common/base/tg_log.h"
 
 static void test_err_table(void **state)
@@ -214,6 +215,79 @@ static void test_reservation_math(void **state)
     assert_int_equal(kv_pages_for(0, 16), 0);
 }
 
+/* tg_json_loadb_wide: integers beyond 64 bits become reals of the same
+ * value, every other number stays exact, the caller's bytes are not
+ * written, and an error after widened literals is placed in those bytes. */
+static void test_json_loadb_wide(void **state)
+{
+    (void)state;
+    json_error_t je;
+    const char *src = "{\"big\": 18446744073709551616, \"neg\": "
+                      "-9223372036854775809, \"s\": \"99999999999999999999\", "
+                      "\"exact\": 9223372036854775807, \"a\": "
+                      "[99999999999999999999, 1e3, -0]}";
+    char *copy = strdup(src);
+    assert_non_null(copy);
+    json_t *doc = tg_json_loadb_wide(copy, strlen(copy), 0, &je);
+    assert_non_null(doc);
+    assert_string_equal(copy, src);
+    assert_true(json_is_real(json_object_get(doc, "big")));
+    assert_true(json_real_value(json_object_get(doc, "big")) == 0x1p64);
+    assert_true(json_real_value(json_object_get(doc, "neg")) == -0x1p63);
+    assert_string_equal(json_string_value(json_object_get(doc, "s")),
+                        "99999999999999999999");
+    assert_true(json_integer_value(json_object_get(doc, "exact")) == INT64_MAX);
+    json_t *a = json_object_get(doc, "a");
+    assert_true(json_real_value(json_array_get(a, 0)) == 1e20);
+    assert_true(json_is_real(json_array_get(a, 1)));
+    assert_true(json_is_integer(json_array_get(a, 2)));
+    json_decref(doc);
+    free(copy);
+
+    /* a later error: column and position as in the bytes given */
+    const char *bad = "[99999999999999999999, 99999999999999999999, x]";
+    assert_null(tg_json_loadb_wide(bad, strlen(bad), 0, &je));
+    assert_int_equal(json_error_code(&je), json_error_invalid_syntax);
+    assert_int_equal(je.column, 46);
+    assert_int_equal(je.position, 46);
+    /* a real beyond a double, and one widening too many */
+    assert_null(tg_json_loadb_wide("[1e400]", 7, 0, &je));
+    assert_int_equal(json_error_code(&je), json_error_numeric_overflow);
+    char many[512] = "[";
+    for (int i = 0; i <= TG_JSON_MAX_WIDE; i++)
+        strcat(many, i ? ",10000000000000000000" : "10000000000000000000");
+    strcat(many, "]");
+    assert_null(tg_json_loadb_wide(many, strlen(many), 0, &je));
+    assert_int_equal(json_error_code(&je), json_error_numeric_overflow);
+    assert_int_equal(je.position, 1 + 21 * (TG_JSON_MAX_WIDE + 1) - 1);
+    many[strlen(many) - 22] = ']'; /* one fewer: read */
+    many[strlen(many) - 21] = '\0';
+    doc = tg_json_loadb_wide(many, strlen(many), 0, &je);
+    assert_non_null(doc);
+    assert_int_equal(json_array_size(doc), TG_JSON_MAX_WIDE);
+    json_decref(doc);
+}
+
+/* tg_path_fmt: a whole path, or TG_ETOOBIG saying how long it is. */
+static void test_path_fmt(void **state)
+{
+    (void)state;
+    char out[16], err[256];
+    assert_int_equal(tg_path_fmt(out, sizeof out, err, sizeof err, "%s/%s",
+                                 "/data", "configs"),
+                     0);
+    assert_string_equal(out, "/data/configs");
+    /* 15 bytes fit a 16-byte buffer, 16 do not */
+    assert_int_equal(
+        tg_path_fmt(out, sizeof out, err, sizeof err, "%s/x", "/abcdefghijkl"),
+        0);
+    assert_int_equal(
+        tg_path_fmt(out, sizeof out, err, sizeof err, "%s/xy", "/abcdefghijkl"),
+        TG_ETOOBIG);
+    assert_string_equal(err, "path '/abcdefghijkl/x...' is 16 bytes, longer "
+                             "than the 15 this program holds");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -221,6 +295,8 @@ int main(void)
         cmocka_unit_test(test_log_json),
         cmocka_unit_test(test_log_text_and_parse),
         cmocka_unit_test(test_json_getters),
+        cmocka_unit_test(test_json_loadb_wide),
+        cmocka_unit_test(test_path_fmt),
         cmocka_unit_test(test_reservation_math),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "router/net/rt_http.h"
+#include "tests/support/tt_support.h"
 #include "router/net/rt_http.h"
 
 struct fx {
@@ -201,7 +202,7 @@ static void test_fuzz_corpus_replays(void **state)
     const char *src = getenv("TANGRAM_SOURCE");
     assert_non_null(src);
     char dir[4096];
-    snprintf(dir, sizeof(dir), "%s/tests/fuzz/corpus/http", src);
+    tt_path(dir, sizeof(dir), "%s/tests/fuzz/corpus/http", src);
     DIR *d = opendir(dir);
     if (!d)
         fail_msg("cannot open %s", dir);

@@ -441,6 +441,15 @@ static void test_limits(void **state)
                      TG_EFORMAT);
     assert_non_null(strstr(err, "line 2"));
     assert_non_null(strstr(err, "UTF-8"));
+    /* a dotted filter name over 255 bytes is refused whole, not looked up
+     * cut */
+    char name[400];
+    memset(name, 'a', 299);
+    name[299] = '\0';
+    snprintf(src, sizeof src, "{{ x|%.150s.%s }}", name, name + 150);
+    assert_int_equal(jj_template_parse(src, strlen(src), &t, err, sizeof err),
+                     TG_ETOOBIG);
+    assert_non_null(strstr(err, "longer than 255 bytes"));
 }
 
 static void test_json_dumps_py(void **state)

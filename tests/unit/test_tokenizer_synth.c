@@ -513,6 +513,35 @@ static void test_bad_paths_and_files(void **state)
     unlink(p);
 }
 
+/* A directory whose path fits but whose tokenizer.json path would not
+ * (the loader's buffers hold 4096 bytes) is refused saying so; it used to
+ * look for the cut path and report a missing file. */
+static void test_path_too_long(void **state)
+{
+    (void)state;
+    char *p = malloc(8192);
+    assert_non_null(p);
+    int n = snprintf(p, 8192, "%s", tmpdir);
+    char seg[201];
+    memset(seg, 'd', 200);
+    seg[200] = '\0';
+    while (n + 201 < 4080) {
+        n += snprintf(p + n, (size_t)(8192 - n), "/%s", seg);
+        assert_int_equal(mkdir(p, 0700), 0);
+    }
+    int pad = 4090 - n - 1; /* the directory's path: 4090 bytes */
+    p[n] = '/';
+    memset(p + n + 1, 'e', (size_t)pad);
+    p[4090] = '\0';
+    assert_int_equal(mkdir(p, 0700), 0);
+    struct tok_tokenizer tok;
+    assert_int_equal(tok_tokenizer_load(&tok, p, errbuf, sizeof errbuf),
+                     TG_ETOOBIG);
+    assert_non_null(strstr(errbuf, "longer than the 4095"));
+    /* the directories go with tmpdir */
+    free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -523,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_malformed_files),
         cmocka_unit_test(test_template_id_hole),
         cmocka_unit_test(test_bad_paths_and_files),
+        cmocka_unit_test(test_path_too_long),
         cmocka_unit_test(test_fuzzed_files),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -182,6 +184,15 @@ static void poke(struct gw_grammar *g)
 static void *pool_main(void *arg)
 {
     struct gw_grammar *g = arg;
+    /* Compiles are background work: the step loop's threads mostly come
+     * first when the cores are short (Linux nice is per thread, and the
+     * OpenMP threads a compile starts inherit it). Failing that, they
+     * compete. */
+    id_t tid = (id_t)syscall(SYS_gettid);
+    if (setpriority(PRIO_PROCESS, tid, GW_GRAMMAR_NICE) != 0)
+        log_debug("structured outputs: compile thread at normal priority "
+                  "(%s)",
+                  strerror(errno));
     pthread_mutex_lock(&g->pool_mu);
     for (;;) {
         while (!g->stop && (g->hold || g->q_head == NULL))

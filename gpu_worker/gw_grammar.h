@@ -88,6 +88,14 @@
  * every other new schema without letting a flood of them take the cores
  * the step loop needs. */
 #define GW_GRAMMAR_POOL 2
+/* The compile threads' nice value (their OpenMP threads inherit it): a
+ * core both want goes to the step loop about 3 times in 4 (CFS weights
+ * 1024 : 335), so a first-seen schema's compile takes mostly the cycles
+ * the steps leave (on a GPU worker the host cores are mostly idle and
+ * compiles run at full speed; on a CPU worker busy with steps they run
+ * slower). Nice 10 (10 in 11) starved compiles past their 10 s wall-clock
+ * limit on the loaded 2-core machine (docs/PERFORMANCE.md). */
+#define GW_GRAMMAR_NICE 5
 /* Fetch jobs waiting for a pool thread: past this, a prepare fails at
  * once (busy) rather than wait behind ~GW_GRAMMAR_QUEUE / 2 compiles of
  * up to 10 s each. The router's --max-grammar-compiles (default 64) keeps

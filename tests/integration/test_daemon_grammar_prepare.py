@@ -20,6 +20,9 @@ Qwen3 tokenizer):
   equal tangram_grammar_prepares_refused_total; the streams complete
   within GAP_MAX per token; afterwards nothing waits or is pending.
 - a schema used again is ready at once: no new prepare.
+- rank 0 killed while a request waits for its grammar: the request waits
+  on, its schema is prepared again by the restarted worker, and it
+  completes (no 500).
 
 Bounds: GAP_MAX is 1.5 s. A step of the tiny model takes 5-50 ms on the
 shared 2-core machine, also with both compile threads running (gaps of up
@@ -34,6 +37,7 @@ import http.client as httplib
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import threading
@@ -279,6 +283,30 @@ def t_flood(d):
               "afterwards nothing waits for a grammar")
 
 
+def t_worker_restart(d):
+    """A request waiting for its grammar outlives a worker restart."""
+    out = [None]
+    t = threading.Thread(target=post, args=(
+        d, chat_body(big_schema("restart")), out, 0))
+    t.start()
+    held = wait_metric(d, "tangram_grammar_requests_waiting", 1, 10)
+    chk.check(held, "a request waits for its grammar")
+    workers = d.child_pids("worker")
+    chk.check(len(workers) == 1, "one worker to kill", workers)
+    if workers:
+        os.kill(workers[0], signal.SIGKILL)
+    t.join(600)
+    o = out[0] or (None, {}, None, 0.0)
+    ok = o[0] == 200 or (o[0] == 400 and o[2] is not None and "compile" in
+                         json.dumps(o[2]))
+    chk.check(ok, "... and completes after rank 0 was killed (prepared "
+              "again on the restarted worker: %s in %.1f s)" % (
+                  o[0], o[3] if isinstance(o[3], float) else -1), o[:3])
+    chk.check(wait_metric(d, "tangram_grammar_requests_waiting", 0) and
+              wait_metric(d, "tangram_grammar_prepares_pending", 0),
+              "afterwards nothing waits for a grammar")
+
+
 def main():
     missing = du.missing_inputs()
     if missing:
@@ -305,6 +333,7 @@ def main():
                      "tangram_grammar_prepares_refused_total"):
             chk.check(du.metric(m, name) is not None, "/metrics has " + name)
         d.check_alive(chk)
+        t_worker_restart(d)
     finally:
         d.stop_checked(chk)
         if chk.failures:

@@ -58,6 +58,8 @@ struct gw_entry {
     const uint32_t *grammar_tokens; /* (n_grammar_tokens) with grammar: the
                                    tokens it generated before this entry */
     size_t n_grammar_tokens;
+    uint64_t grammar_pin;       /* with grammar: the prepare id rank 0
+                                   holds its grammar under (gw_grammar.h) */
 };
 
 /* Page ids appended to one (layer, group) row of a slot, after an optional

@@ -114,6 +114,7 @@ int gw_wlink_decode_plan(struct gw_wlink *l,
         o->grammar_len = o->grammar != NULL ? strlen(o->grammar) : 0;
         o->grammar_tokens = e->grammar_tokens;
         o->n_grammar_tokens = e->n_grammar_tokens;
+        o->grammar_pin = e->grammar_prepare;
     }
     for (size_t i = 0; i < bp->n_page_deltas; i++) {
         const Tangram__Worker__V1__PageDelta *d =
@@ -222,7 +223,8 @@ int gw_wlink_open(struct gw_wlink *l, const char *endpoint, int rank,
 {
     memset(l, 0, sizeof(*l));
     l->rank = rank;
-    l->extra_fd = -1;
+    for (int i = 0; i < GW_WLINK_EXTRA_FDS; i++)
+        l->extra_fd[i] = -1;
     gw_progress_init(&l->progress);
     int rc;
     l->endpoint = strdup(endpoint != NULL ? endpoint : "");
@@ -299,10 +301,14 @@ int gw_wlink_recv(struct gw_wlink *l, int timeout_ms, GwWorkerMessage **out,
                   char *err, size_t errlen)
 {
     *out = NULL;
-    zmq_pollitem_t it[2] = {
-        {.socket = l->sock, .events = ZMQ_POLLIN},
-        {.socket = NULL, .fd = l->extra_fd, .events = ZMQ_POLLIN}};
-    int r = zmq_poll(it, l->extra_fd >= 0 ? 2 : 1, timeout_ms);
+    zmq_pollitem_t it[1 + GW_WLINK_EXTRA_FDS] = {
+        {.socket = l->sock, .events = ZMQ_POLLIN}};
+    int n_it = 1;
+    for (int i = 0; i < GW_WLINK_EXTRA_FDS; i++)
+        if (l->extra_fd[i] >= 0)
+            it[n_it++] = (zmq_pollitem_t){
+                .socket = NULL, .fd = l->extra_fd[i], .events = ZMQ_POLLIN};
+    int r = zmq_poll(it, n_it, timeout_ms);
     if (r < 0 && errno == EINTR)
         return TG_EAGAIN; /* a signal: the caller checks its stop flag */
     if (r < 0)
@@ -472,8 +478,11 @@ static int handle(struct gw_wlink *l, struct gw_worker *w, GwWorkerMessage *m)
                       (unsigned long long)plan->step_id, plan->n_entries,
                       gr.n_tokens, gr.step_seconds * 1e3);
         /* Copies that finished during the step are reported before its
-         * result, so the router's next plan already sees them. */
+         * result, so the router's next plan already sees them; so are
+         * grammars that became ready meanwhile. */
         int ts = gw_wlink__tier_flush(l, w);
+        if (ts < 0)
+            ts = gw_wlink__grammar_flush(l, w);
         if (ts >= 0)
             return ts;
         if (gw_wlink_encode_result(l, &gr, &res) != 0) {
@@ -506,6 +515,8 @@ static int handle(struct gw_wlink *l, struct gw_worker *w, GwWorkerMessage *m)
         return on_comm_setup(l, w, m->comm_setup);
     case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_TIER_COMMAND:
         return gw_wlink__tier_command(l, w, m->tier_command);
+    case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_GRAMMAR_COMMAND:
+        return gw_wlink__grammar_command(l, w, m->grammar_command);
     default:
         log_warn("ignoring a message of body %d from the router",
                  (int)m->body_case);
@@ -595,7 +606,8 @@ static int serve_loop(struct gw_wlink *l, struct gw_worker *w,
                            ? o->comm_setup_timeout_ms
                            : GW_WLINK_SETUP_TIMEOUT_MS_DEFAULT;
     int64_t setup_by = last_rx + setup_ms;
-    l->extra_fd = gw_host_tier_fd(&w->tier);
+    l->extra_fd[0] = gw_host_tier_fd(&w->tier);
+    l->extra_fd[1] = gw_grammar_fd(&w->gram); /* -1 but on rank 0 */
     /* Silence counts once the router has spoken: before that it may still
      * be starting (loading its tokenizer), which the CommSetup deadline
      * bounds. */
@@ -606,6 +618,8 @@ static int serve_loop(struct gw_wlink *l, struct gw_worker *w,
             return GW_WLINK_EXIT_OK;
         }
         int ts = gw_wlink__tier_flush(l, w);
+        if (ts < 0)
+            ts = gw_wlink__grammar_flush(l, w);
         if (ts >= 0)
             return ts;
         gw_progress_mark(&l->progress);

@@ -27,7 +27,8 @@
  * that does not parse ends it with GW_WLINK_EXIT_PROTOCOL; one that parses
  * but has the wrong version gets a StepResult with ok = false when it is a
  * plan (its step id is known) and ends the loop otherwise. Host-tier
- * commands and reports: see gw_wlink__tier_command below.
+ * commands and reports: see gw_wlink__tier_command below; structured
+ * outputs' prepares: gw_wlink__grammar_command.
  *
  * The link is where protobuf stops: a BatchPlan is decoded into the plain
  * struct gw_plan (gw_plan.h) the worker runs, and the worker's gw_result,
@@ -75,6 +76,8 @@ enum gw_wlink_exit {
  * leave over a shorter silence, whatever the heartbeat period. */
 #define GW_WLINK_ROUTER_TIMEOUT_MIN_MS 10000
 
+#define GW_WLINK_EXTRA_FDS 2
+
 struct gw_wlink {
     void *ctx;        /* zmq context, owned */
     void *sock;       /* ZMQ_DEALER, owned */
@@ -100,8 +103,10 @@ struct gw_wlink {
     Tangram__Worker__V1__SlotHeadLens *heads, **heads_ptrs;
     uint32_t *head_vals;  /* (cap_head_vals) every report's values */
     size_t cap_heads, cap_head_vals;
-    int extra_fd;         /* polled with the socket by gw_wlink_recv when
-                             >= 0 (the host tier's eventfd); -1 after open */
+    int extra_fd[GW_WLINK_EXTRA_FDS]; /* polled with the socket by
+                             gw_wlink_recv, each when >= 0 (the host tier's
+                             and the grammar pool's eventfds); -1 after
+                             open */
 };
 
 struct gw_wlink_opts {
@@ -132,7 +137,7 @@ int gw_wlink_send(struct gw_wlink *l, GwWorkerMessage *m, char *err,
 
 /* Waits up to timeout_ms (0: no wait, < 0: forever) for one message and
  * unpacks it into *out (caller frees with gw_wlink_msg_free). Returns 0,
- * TG_EAGAIN (nothing arrived, l->extra_fd became readable, or a signal
+ * TG_EAGAIN (nothing arrived, an l->extra_fd became readable, or a signal
  * interrupted the wait: check your stop flag), TG_EFORMAT (a message
  * arrived but does not parse; *out NULL), or TG_EIO (socket error). The
  * envelope's version is not checked here. */
@@ -173,6 +178,26 @@ int gw_wlink__tier_command(struct gw_wlink *l, struct gw_worker *w,
  * (none: nothing sent). Returns -1 to keep serving, or the exit status
  * (the socket failed). */
 int gw_wlink__tier_flush(struct gw_wlink *l, struct gw_worker *w);
+
+/* Structured outputs' prepares (DESIGN.md §4.11, gw_wlink_grammar.c,
+ * proto GrammarCommand / GrammarReport; rank 0 only). A GrammarCommand's
+ * prepares are pinned (gw_grammar_pin: queued on the compile pool) and
+ * its releases unpinned, in that order; the prepares whose fetch ended go
+ * back in GrammarReports every loop turn and right before each
+ * StepResult, never from inside a step. The serve loop polls the pool's
+ * eventfd with the socket, so a grammar that becomes ready while the
+ * worker is idle is reported at once. */
+
+/* Pins and releases what `cmd` says (another version ends the loop with
+ * GW_WLINK_EXIT_PROTOCOL; on a rank other than 0 the command is ignored
+ * with a warning). Returns -1 to keep serving, or the exit status. */
+int gw_wlink__grammar_command(struct gw_wlink *l, struct gw_worker *w,
+                              const Tangram__Worker__V1__GrammarCommand *cmd);
+
+/* Sends the outcomes of the prepares taken since the last call, in
+ * GrammarReports (none: nothing sent). Returns -1 to keep serving, or the
+ * exit status (the socket failed). */
+int gw_wlink__grammar_flush(struct gw_wlink *l, struct gw_worker *w);
 
 /* The worker's main loop described above. Returns an enum gw_wlink_exit
  * value (the process's exit status). */

@@ -319,11 +319,12 @@ static int apply_plan(struct gw_worker *w, const struct gw_plan *plan)
         const struct gw_entry *e = &plan->entries[i];
         struct gw_wslot *sl = &w->slots[e->slot];
         if (e->fresh && w->rank == 0) {
-            /* A failure fails this request alone, at its draw. */
+            /* From the grammar the router had prepared, at once; a
+             * failure fails this request alone, at its draw. */
             if (e->grammar != NULL)
-                (void)gw_grammar_slot_start(&w->gram, e->slot, e->grammar,
-                                            e->grammar_len, e->grammar_tokens,
-                                            e->n_grammar_tokens);
+                (void)gw_grammar_slot_start(
+                    &w->gram, e->slot, e->grammar_pin, e->grammar,
+                    e->grammar_len, e->grammar_tokens, e->n_grammar_tokens);
             else
                 gw_grammar_slot_clear(&w->gram, e->slot);
         }

@@ -169,6 +169,17 @@ static const struct tg_config_entry table[] = {
      .max = 16777216, .offset = OFF(max_queued, int64_t), .metavar = "N",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
      .help = "Waiting requests beyond which new ones get 429."},
+    /* Matched to the worker's compile queue (GW_GRAMMAR_QUEUE): past it
+     * a compile would wait behind ~32 others per compile thread. */
+    {.name = "max-grammar-compiles", .type = TG_CONFIG_INT, .def = "64",
+     .min = 1, .max = 64, .offset = OFF(max_grammar_compiles, int64_t),
+     .metavar = "N", .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "Output constraints (response_format schemas, strict tools) "
+             "whose grammar worker rank 0 is still compiling or has queued "
+             "to compile, at most; a request needing one more gets 429 "
+             "grammar_queue_full with Retry-After before it is queued. A "
+             "grammar already prepared costs nothing here. At most the "
+             "worker's compile queue (64)."},
     {.name = "tokenizer-threads", .type = TG_CONFIG_INT, .def = "4", .min = 1,
      .max = 1024, .offset = OFF(tokenizer_threads, int64_t), .metavar = "N",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,

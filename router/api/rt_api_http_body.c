@@ -18,7 +18,11 @@
  * and the chat template: see rt_server_encode.c). A client gone meanwhile
  * cancels the job (one that has not started never runs) and the result is
  * dropped; the body goes back to the budget when the job ends. Smaller
- * bodies take the same functions on the loop thread. */
+ * bodies take the same functions on the loop thread, except a generation
+ * that may carry an output constraint (its text names response_format or
+ * tools): checking a schema builds its automaton, which takes up to
+ * seconds for a large one (DESIGN.md §4.11), so such a body is parsed by
+ * a job whatever its size. */
 #include "router/api/rt_api_http_internal.h"
 
 #include <stdlib.h>
@@ -210,10 +214,22 @@ static void body_job_start(struct rt_server *s, struct rt_http_req *req,
 
 /* ---- entry points -------------------------------------------------------- */
 
+/* True when a generation body may carry an output constraint: its bytes
+ * hold "response_format" or "tools" (a prompt that merely says so costs
+ * only a job). */
+static int may_constrain(const char *body, size_t len)
+{
+    if (body == NULL)
+        return 0;
+    return memmem(body, len, "\"response_format\"", 17) != NULL ||
+           memmem(body, len, "\"tools\"", 7) != NULL;
+}
+
 void rt_api_http__generate(struct rt_server *s, struct rt_http_req *req,
                            enum rt_endpoint ep)
 {
-    if (req->body_len > RT_API_BODY_INLINE_BYTES) {
+    if (req->body_len > RT_API_BODY_INLINE_BYTES ||
+        may_constrain(req->body, req->body_len)) {
         body_job_start(s, req, BODY_GENERATE, ep);
         return;
     }

@@ -200,6 +200,26 @@ static const struct single_def single_defs[] = {
      "(plan decode and validation, slot and block-table bookkeeping, result "
      "encode).",
      RT_METRICS_COUNTER, NULL, NULL, SLOT(step_worker_host_seconds_total)},
+    {"tangram_grammar_requests_waiting",
+     "Requests with an output constraint waiting, outside the scheduler, "
+     "for worker rank 0 to have their grammar ready.",
+     RT_METRICS_GAUGE, NULL, NULL, SLOT(grammar_requests_waiting)},
+    {"tangram_grammar_prepares_pending",
+     "Grammars asked of worker rank 0 and not ready yet (compiling or "
+     "queued): at most --max-grammar-compiles.",
+     RT_METRICS_GAUGE, NULL, NULL, SLOT(grammar_prepares_pending)},
+    {"tangram_grammar_prepares_total",
+     "Grammars asked of worker rank 0 to prepare (output constraints not "
+     "held ready already).",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(grammar_prepares_total)},
+    {"tangram_grammar_prepare_failures_total",
+     "Grammar prepares rank 0 answered failed (the request got 400, or 429 "
+     "when its compile queue was full).",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(grammar_prepare_failures_total)},
+    {"tangram_grammar_prepares_refused_total",
+     "Requests refused with 429 grammar_queue_full because "
+     "--max-grammar-compiles grammars were pending.",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(grammar_prepares_refused_total)},
 };
 
 /* One labelled counter family of the set: one series per value of its

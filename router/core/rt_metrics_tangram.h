@@ -120,6 +120,14 @@ struct rt_metrics_tangram {
     struct rt_metrics_series *step_seconds_total;
     struct rt_metrics_series *step_router_host_seconds_total;
     struct rt_metrics_series *step_worker_host_seconds_total;
+    /* structured outputs' grammars prepared on rank 0 (§4.11): requests
+     * waiting for theirs (gauge), prepares outstanding (gauge), prepares
+     * sent, failed and refused (counters) */
+    struct rt_metrics_series *grammar_requests_waiting;
+    struct rt_metrics_series *grammar_prepares_pending;
+    struct rt_metrics_series *grammar_prepares_total;
+    struct rt_metrics_series *grammar_prepare_failures_total;
+    struct rt_metrics_series *grammar_prepares_refused_total;
 };
 
 /* vLLM's bucket bounds (seconds), exported for tests and documentation. */

@@ -424,6 +424,7 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
         goto oom;
     if (req->grammar != NULL && (q->grammar = strdup(req->grammar)) == NULL)
         goto oom;
+    q->grammar_prepare = req->grammar_prepare;
     q->sampling = req->sampling; /* the bias arrays copied just below */
     if (tg_sampling_bias_copy(&q->sampling, &req->sampling) != 0)
         goto oom;
@@ -536,6 +537,7 @@ void rt_sched__add_entry(struct rt_sched *s, struct rt_step *out,
     e->grammar_tokens = req->tokens + req->n_prompt;
     e->n_grammar_tokens = e->grammar != NULL ? req->n_tokens - req->n_prompt
                                              : 0;
+    e->grammar_prepare = e->grammar != NULL ? req->grammar_prepare : 0;
     if (req->fresh && pos > 0) {
         /* Stored KV adopted: the worker learns how much each row holds
          * (room reserved by rt_sched_plan). */

@@ -184,6 +184,10 @@ struct rt_sched_request {
                                the front end; copied), or NULL. Its fresh
                                entries carry it with the tokens generated
                                so far (rt_step_entry.grammar). */
+    uint64_t grammar_prepare; /* with grammar: the id of the prepare rank 0
+                               holds it ready under (the caller submits a
+                               constrained request only then), carried on
+                               its fresh entries */
     uint64_t fork_of;       /* nonzero: a parallel sample (OpenAI n > 1)
                                of the WAITING, never admitted request
                                fork_of, submitted right after it with the

@@ -17,6 +17,7 @@ struct rt_sched_req {
     char *request_id;         /* owned copy ("" at least) */
     struct tg_sampling sampling;
     char *grammar;            /* owned spec text, or NULL (no constraint) */
+    uint64_t grammar_prepare; /* its prepare id on rank 0 */
     int32_t *tokens;          /* (cap) prompt + generated, token i at
                                  position i */
     int64_t n_tokens;

@@ -186,6 +186,22 @@ void rt_req_cancel(struct rt_req *r)
     rt_server__wake(s);
 }
 
+void rt_server__fail(struct rt_req *r, const char *why)
+{
+    struct rt_server *s = r->srv;
+    if (r->done || r->holding)
+        return;
+    if (r->submitted)
+        rt_sched_abort(&s->sched, r->id); /* frees its pages at once */
+    rt_text_finish(&r->text);
+    observe_finish(s, r, RT_FINISH_ERROR);
+    rt_req_deliver(r, RT_FINISH_ERROR, why);
+    if (r->done && !r->in_step && !r->in_deliver && r->job == NULL)
+        rt_req_drop(r);
+    rt_server__drain_check(s);
+    rt_server__wake(s);
+}
+
 void rt_req_abort(struct rt_req *r)
 {
     struct rt_server *s = r->srv;
@@ -243,6 +259,7 @@ static void update_gauges(struct rt_server *s)
         mono += (double)pg.monolithic;
     }
     rt_server__tier_gauges(s);
+    rt_server__grammar_gauges(s);
     rt_metrics_gauge_set(s->metrics.kv_cache_usage_perc, total > 0 ? used / total : 0);
     rt_metrics_gauge_set(s->metrics.kv_pages_reclaimed_ratio,
                          mono > 0 ? 1.0 - used / mono : 0);
@@ -421,6 +438,9 @@ static void on_dead(void *ud, int rank)
         reap(s);
         update_gauges(s);
     }
+    /* Rank 0 held the prepared grammars (the other ranks hold none). */
+    if (rank == 0)
+        rt_server__grammar_lost(s);
 }
 
 /* tangram_cache_config_info, once the pools are sized (rt_metrics_info.h).
@@ -493,6 +513,8 @@ static void on_ready(void *ud)
     } else {
         log_info("all workers are back; admitting again");
     }
+    /* Grammars requests wait for, prepared on the (new) rank 0. */
+    rt_server__grammar_flush(s);
     update_gauges(s);
     notify(s, "READY");
     rt_server__wake(s);
@@ -723,6 +745,8 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
         s->scope_key = rt_server__splitmix(&s->rng);
     s->started = (int64_t)time(NULL);
     rt_step_init(&s->step);
+    rt_gpreps_init(&s->gpreps, (int32_t)o->max_grammar_compiles,
+                   RT_SERVER_GRAMMAR_KEEP);
     int rc = load_model_side(s, err, errlen);
     if (rc != 0)
         goto fail;
@@ -754,6 +778,7 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
         .on_dead = on_dead,
         .on_ready = on_ready,
         .on_tier = rt_server__on_tier,
+        .on_grammar = rt_server__on_grammar,
         .ud = s,
     };
     rc = rt_link_init(&s->link, loop, &lc, err, errlen);
@@ -818,6 +843,7 @@ void rt_server_free(struct rt_server *s)
         rt_link_close(&s->link);
     while (s->reqs != NULL)
         rt_req_drop(s->reqs);
+    rt_gpreps_free(&s->gpreps);
     if (s->sched_ready)
         rt_sched_free(&s->sched);
     rt_step_free(&s->step);

@@ -31,6 +31,7 @@
 #include "common/base/tg_serve_opts.h"
 #include "common/tok/tok_tokenizer.h"
 #include "router/link/rt_link.h"
+#include "router/core/rt_gprep.h"
 #include "router/core/rt_metrics_tangram.h"
 #include "router/core/rt_metrics_tier.h"
 #include "router/core/rt_request.h"
@@ -141,6 +142,18 @@ struct rt_req {
     int32_t choice;
     uint64_t fork_of;
     void *group;
+    /* Structured outputs (DESIGN.md §4.11, rt_server_grammar.c): the
+     * grammar prepared on worker rank 0 that the request holds (one
+     * reference, rt_gprep.h; a sample shares its leader's), or NULL.
+     * gwait: it waits, outside the scheduler, for that grammar to be
+     * ready (rt_req_submit returned TG_EAGAIN). resubmit: it waits again
+     * because a worker restart lost the grammar while it was queued; the
+     * front end knows it was submitted, so the outcome goes to its sink,
+     * not to on_submitted. */
+    struct rt_gprep *gprep;
+    int gwait;
+    int resubmit;
+    int counted;                /* its prompt tokens were counted */
     struct rt_req *next;        /* in the server's list */
 };
 
@@ -197,7 +210,16 @@ struct rt_server {
     int64_t started;            /* unix seconds */
     struct rt_pool_job *jobs;   /* pool jobs queued or running */
     int n_jobs;                 /* their count: a drain waits for them */
+    struct rt_gpreps gpreps;    /* grammars prepared on rank 0 (§4.11) */
+    int32_t n_gwait;            /* requests with gwait set */
 };
+
+/* Idle prepared grammars the router keeps pinned on rank 0 for the next
+ * request with the same spec (rt_gprep.h `keep`): a working set of
+ * schemas used over and over is prepared once, and never waits behind
+ * another schema's compile. Each holds one compiled grammar on the
+ * worker (typically tens of KB to a few MB). */
+#define RT_SERVER_GRAMMAR_KEEP 16
 
 /* Work of one request on libuv's thread pool (rt_server_encode.c): `run`
  * on a pool thread, then `done` exactly once on the loop thread, with
@@ -296,6 +318,46 @@ uint64_t rt_server__splitmix(uint64_t *x);
  * reason. rt_server__trig_free is safe on a server without caps. */
 int rt_server__trig_init(struct rt_server *s, char *err, size_t errlen);
 void rt_server__trig_free(struct rt_server *s);
+
+/* rt_server_grammar.c: structured outputs' grammars, prepared on rank 0
+ * before a constrained request is submitted (§4.11).
+ *   grammar_hold   called by the submission once the request is set up:
+ *                  0 when it may go to the scheduler now (no constraint,
+ *                  its grammar ready, or a sample holding its leader's),
+ *                  TG_EAGAIN when it waits (r->gwait; its prepare sent),
+ *                  else the refusal in *e (429 grammar_queue_full at
+ *                  --max-grammar-compiles, 429 queue_full past
+ *                  --max-queued waiting requests, 500).
+ *   grammar_put    r ends: gives its reference back (rt_req_drop).
+ *   grammar_flush  sends rank 0 what is to prepare or release.
+ *   on_grammar     the link's callback for rank 0's reports: the waiting
+ *                  requests of each answered prepare are submitted, oldest
+ *                  first, or fail (400 with the compile's reason; 429 when
+ *                  rank 0's queue was full).
+ *   grammar_lost   rank 0 died: its grammars are gone. Requests that wait
+ *                  for theirs keep waiting (prepared again on the next
+ *                  group); queued ones that generated nothing yet go back
+ *                  to waiting (taken out of the scheduler); any other
+ *                  constrained request left in the scheduler fails like
+ *                  the running ones ("a worker died").
+ *   grammar_gauges refreshes the metrics.
+ * Loop thread. */
+int rt_server__grammar_hold(struct rt_req *r, struct rt_request_error *e);
+void rt_server__grammar_put(struct rt_req *r);
+void rt_server__grammar_flush(struct rt_server *s);
+void rt_server__on_grammar(void *ud, const struct rt_link_gready *rd, size_t n);
+void rt_server__grammar_lost(struct rt_server *s);
+void rt_server__grammar_gauges(struct rt_server *s);
+
+/* rt_server_req.c: hands r (set up by the submission, its grammar ready
+ * if it has one) to the scheduler. Returns 0 (r->submitted set) or the
+ * refusal in *e. */
+int rt_server__sched_submit(struct rt_req *r, struct rt_request_error *e);
+
+/* rt_server.c: r fails with `why` (a final error delivery; out of the
+ * scheduler first when it is in it); freed unless a step or a delivery
+ * holds it. */
+void rt_server__fail(struct rt_req *r, const char *why);
 
 /* rt_server_tier.c: the host tier of stored conversations (§4.10).
  * tier_send hands the ops the last plan made to every rank (after each

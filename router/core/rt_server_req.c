@@ -47,6 +47,7 @@ static void req_unlink(struct rt_req *r)
 void rt_req_drop(struct rt_req *r)
 {
     req_unlink(r);
+    rt_server__grammar_put(r); /* whatever ended it */
     if (r->sink != NULL && r->sink->release != NULL)
         r->sink->release(r);
     rt_request_free(&r->q);
@@ -150,6 +151,8 @@ static void req_job_done(struct rt_encode_job *j)
         r->prompt = ids.v;
         r->n_prompt = (int64_t)ids.n;
         rc = submit_tokenized(r, &e);
+        if (rc == TG_EAGAIN)
+            return; /* waits for its grammar: told when it is ready */
     } else {
         tok_ids_free(&ids);
         if (rc == TG_ERANGE)
@@ -298,8 +301,21 @@ static int submit_tokenized(struct rt_req *r, struct rt_request_error *e)
     if (r->fork_of == 0) /* a sample's seed is set by rt_req_new_sample */
         r->q.sampling.seed = sp->has_seed ? r->q.sampling.seed
                                           : rt_server__splitmix(&s->rng);
+    /* A constrained request goes on only once rank 0 holds its grammar
+     * (TG_EAGAIN: it waits outside the scheduler, rt_server_grammar.c). */
+    rc = rt_server__grammar_hold(r, e);
+    if (rc != 0)
+        return rc;
+    return rt_server__sched_submit(r, e);
+}
+
+int rt_server__sched_submit(struct rt_req *r, struct rt_request_error *e)
+{
+    struct rt_server *s = r->srv;
+    const struct rt_gen_opts *sp = &r->q.opts;
+    int rc;
     /* What the workers draw with: the value the front end checked, its
-     * seed resolved above. */
+     * seed resolved at the submission. */
     struct rt_sched_request sr = {
         .id = r->id,
         .request_id = r->id_str,
@@ -309,6 +325,7 @@ static int submit_tokenized(struct rt_req *r, struct rt_request_error *e)
         .max_tokens = sp->max_tokens,
         .session_id = r->q.session_id,
         .grammar = r->q.grammar,
+        .grammar_prepare = r->gprep != NULL ? r->gprep->id : 0,
         .cache_scope = cache_scope(r),
         .user = r,
         .fork_of = r->fork_of,
@@ -339,9 +356,10 @@ static int submit_tokenized(struct rt_req *r, struct rt_request_error *e)
         return rc;
     }
     r->submitted = 1;
-    if (r->fork_of == 0) /* a prompt shared by samples is counted once */
+    if (r->fork_of == 0 && !r->counted) /* a shared prompt counts once */
         rt_metrics_counter_add(s->metrics.prompt_tokens_total,
                                (double)r->n_prompt);
+    r->counted = 1;
     rt_server__wake(s);
     return 0;
 }
@@ -402,6 +420,10 @@ struct rt_req *rt_req_new_sample(struct rt_req *leader, int32_t index,
     r->q.sampling.seed = leader->q.sampling.seed + (uint64_t)index;
     r->created = leader->created;
     memcpy(r->id_str, leader->id_str, sizeof(r->id_str));
+    if (leader->gprep != NULL) { /* the leader's grammar, ready */
+        r->gprep = leader->gprep;
+        rt_gpreps_ref(r->gprep);
+    }
     if (submit_tokenized(r, e) != 0) {
         rt_req_drop(r);
         return NULL;

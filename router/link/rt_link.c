@@ -617,6 +617,12 @@ static void handle(struct rt_link *link, const char *id, size_t idlen,
         else
             rt_link__on_tier_report(link, rank, m->tier_report);
         break;
+    case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_GRAMMAR_REPORT:
+        if (k->state != RANK_ALIVE)
+            stray(link, rank, "GrammarReport");
+        else
+            rt_link__on_grammar_report(link, rank, m->grammar_report);
+        break;
     default:
         snprintf(why, sizeof why, "unexpected message (body %d)",
                  (int)m->body_case);

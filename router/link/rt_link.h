@@ -56,6 +56,14 @@
  * answers from a rank that dies never come: the caller learns of the
  * death through on_dead (rt_sched_tier_lost).
  *
+ * Structured outputs (DESIGN.md §4.11, rt_link_grammar.c).
+ * rt_link_send_grammar sends rank 0 (the rank that samples) the grammars
+ * to prepare and the ids to release as one GrammarCommand, at any time,
+ * also while a step is in flight; rank 0 answers each prepare once, with
+ * a GrammarReady in a GrammarReport, which on_grammar receives. Other
+ * ranks take no part. A rank 0 that dies holds nothing any more: the
+ * caller learns of it through on_dead and prepares again.
+ *
  * Liveness. A worker beats from a thread of its own on a second
  * connection (routing id "beat-<r>", proto Heartbeat): the beats flow
  * while its main thread runs a step of any length, each carrying the
@@ -180,7 +188,24 @@ struct rt_link_result {
                                     step (StepResult.host_seconds) */
 };
 
+/* One grammar rank 0 is to prepare (proto GrammarPrepare). */
+struct rt_link_gprep {
+    uint64_t id;      /* the caller's, never reused with one process */
+    const char *spec; /* NUL-terminated, borrowed during the call */
+};
+
+/* Rank 0's answer to one prepare (proto GrammarReady). */
+struct rt_link_gready {
+    uint64_t id;
+    int ok;            /* the grammar is held ready under id */
+    int busy;          /* !ok: the worker's queue was full */
+    const char *error; /* "" when ok; valid during the callback */
+};
+
 typedef void (*rt_link_result_fn)(void *ud, const struct rt_link_result *res);
+/* Rank 0's GrammarReport: r[0 .. n) in the order the prepares ended. */
+typedef void (*rt_link_grammar_fn)(void *ud, const struct rt_link_gready *r,
+                                   size_t n);
 /* A rank's TierReport: done[0 .. n) in the order its copies completed. */
 typedef void (*rt_link_tier_fn)(void *ud, int rank,
                                 const struct rt_link_tier_done *done,
@@ -217,6 +242,8 @@ struct rt_link_config {
     rt_link_ready_fn on_ready;  /* may be NULL */
     rt_link_tier_fn on_tier;    /* host-tier reports of alive ranks; may
                                    be NULL (reports dropped) */
+    rt_link_grammar_fn on_grammar; /* rank 0's grammar reports; may be
+                                   NULL (reports dropped) */
     void *ud;                   /* passed to the callbacks */
 };
 
@@ -355,6 +382,16 @@ int64_t rt_link_page_bytes(const struct rt_link *link);
  * sent). */
 int rt_link_send_tier(struct rt_link *link, struct rt_tier_op *const *ops,
                       int32_t n, char *err, size_t errlen);
+
+/* Sends rank 0 the prepares prep[0 .. n_prep) and the releases
+ * release[0 .. n_release) as one GrammarCommand (prepares first). Every
+ * prepare is answered through on_grammar while rank 0 stays alive. A send
+ * that fails kills rank 0 (from the loop, as for plans). Returns 0,
+ * TG_EAGAIN when not every rank is ready, TG_EINVAL or TG_ENOMEM (nothing
+ * sent). */
+int rt_link_send_grammar(struct rt_link *link, const struct rt_link_gprep *prep,
+                         size_t n_prep, const uint64_t *release,
+                         size_t n_release, char *err, size_t errlen);
 
 /* Returns 1 when the workers keep per-head lengths (their Hellos said so;
  * every rank agrees, or is refused), 0 when they keep whole rows or no

@@ -114,6 +114,12 @@ void rt_link__heads_free(struct rt_link *link);
 int rt_link__check_from(struct rt_link *link, int rank, const char *what,
                         uint32_t version, uint32_t msg_rank);
 
+/* rt_link_grammar.c: a GrammarReport of alive `rank` (message still
+ * owned by the caller): checked (version, rank 0, no empty entry: else
+ * the rank is declared dead) and handed to on_grammar. */
+void rt_link__on_grammar_report(struct rt_link *link, int rank,
+                                const Tangram__Worker__V1__GrammarReport *gr);
+
 /* rt_link_tier.c: a rank's TierReport (alive rank; message still owned
  * by the caller). Checks it and hands it to on_tier; a malformed one
  * declares the rank dead. */

@@ -213,6 +213,7 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
             p->grammar = (char *)(uintptr_t)e->grammar;
             p->n_grammar_tokens = (size_t)e->n_grammar_tokens;
             p->grammar_tokens = (uint32_t *)(uintptr_t)e->grammar_tokens;
+            p->grammar_prepare = e->grammar_prepare;
         }
         b.pep[i] = p;
     }

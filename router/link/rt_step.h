@@ -79,6 +79,9 @@ struct rt_step_entry {
     const int32_t *grammar_tokens; /* with grammar: the tokens it generated
                                 before (n_grammar_tokens, borrowed) */
     int64_t n_grammar_tokens;
+    uint64_t grammar_prepare; /* with grammar: the id rank 0 holds the
+                                compiled grammar under (proto
+                                GrammarPrepare) */
     int64_t delta_begin;     /* its records: deltas[delta_begin ..
                                 delta_end) */
     int64_t delta_end;

@@ -122,6 +122,29 @@ static void fake_heartbeat(struct tt_fake *f)
     tt_fake_send(f, &m);
 }
 
+void tt_fake_grammar_ready(struct tt_fake *f, uint64_t id, int ok, int busy,
+                           const char *error)
+{
+    Tangram__Worker__V1__GrammarReady gr =
+        TANGRAM__WORKER__V1__GRAMMAR_READY__INIT;
+    gr.id = id;
+    gr.ok = ok != 0;
+    gr.busy = busy != 0;
+    gr.error = (char *)(error != NULL ? error : "");
+    Tangram__Worker__V1__GrammarReady *grp = &gr;
+    Tangram__Worker__V1__GrammarReport rep =
+        TANGRAM__WORKER__V1__GRAMMAR_REPORT__INIT;
+    rep.version = 1;
+    rep.rank = (uint32_t)f->rank;
+    rep.n_ready = 1;
+    rep.ready = &grp;
+    wmsg_t m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
+    m.version = 1;
+    m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_GRAMMAR_REPORT;
+    m.grammar_report = &rep;
+    tt_fake_send(f, &m);
+}
+
 void tt_fake_comm_ready(struct tt_fake *f, int ok, const char *error)
 {
     Tangram__Worker__V1__CommReady cr = TANGRAM__WORKER__V1__COMM_READY__INIT;
@@ -256,6 +279,21 @@ void tt_fake_service(struct tt_fake *f)
                                    f->comm == TT_COMM_OK ? "" : "no group");
             break;
         }
+        case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_GRAMMAR_COMMAND: {
+            const Tangram__Worker__V1__GrammarCommand *gc = m->grammar_command;
+            assert_int_equal(gc->version, 1);
+            f->n_gcmd++;
+            f->n_gprep = f->n_grel = 0;
+            for (size_t i = 0; i < gc->n_prepare && i < 8; i++) {
+                f->gprep_id[i] = gc->prepare[i]->id;
+                snprintf(f->gprep_spec[i], sizeof f->gprep_spec[i], "%s",
+                         gc->prepare[i]->spec);
+                f->n_gprep++;
+            }
+            for (size_t i = 0; i < gc->n_release && i < 8; i++)
+                f->grel[f->n_grel++] = gc->release[i];
+            break;
+        }
         case TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_SHUTDOWN:
             f->n_shutdown++;
             f->last_drain = m->shutdown->drain;
@@ -315,6 +353,20 @@ static void on_dead(void *ud, int rank)
     e->t_dead = tt_now_ms();
 }
 
+static void on_grammar(void *ud, const struct rt_link_gready *r, size_t n)
+{
+    struct tt_link_env *e = ud;
+    for (size_t i = 0; i < n; i++, e->n_gready++) {
+        if (e->n_gready >= 8)
+            continue;
+        e->gready[e->n_gready].id = r[i].id;
+        e->gready[e->n_gready].ok = r[i].ok;
+        e->gready[e->n_gready].busy = r[i].busy;
+        snprintf(e->gready[e->n_gready].error,
+                 sizeof e->gready[e->n_gready].error, "%s", r[i].error);
+    }
+}
+
 static void on_ready(void *ud)
 {
     struct tt_link_env *e = ud;
@@ -336,6 +388,7 @@ struct rt_link_config tt_link_cfg(struct tt_link_env *e, int T)
         .on_result = on_result,
         .on_dead = on_dead,
         .on_ready = on_ready,
+        .on_grammar = on_grammar,
         .ud = e,
     };
     return c;

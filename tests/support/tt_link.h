@@ -71,6 +71,12 @@ struct tt_fake {
     int n_hb, n_plans, n_shutdown, last_drain;
     char last_reason[256];
     Tangram__Worker__V1__WorkerMessage *plan; /* last plan received (owned) */
+    /* GrammarCommands received: how many, and the last one's prepares
+     * (ids, specs) and releases (at most TT_LINK_GMAX each) */
+    int n_gcmd, n_gprep, n_grel;
+    uint64_t gprep_id[8];
+    char gprep_spec[8][64];
+    uint64_t grel[8];
     uint64_t hb_seq;
     uint64_t last_hb_ms;
 };
@@ -106,6 +112,12 @@ struct tt_link_env {
     int32_t res_n_heads;          /* head-length reports */
     int64_t res_heads_sum;        /* sum of all their values */
     int32_t res_heads_rank_mask;  /* bit r: rank r reported */
+    int n_gready;                 /* on_grammar answers, all calls */
+    struct {
+        uint64_t id;
+        int ok, busy;
+        char error[64];
+    } gready[8]; /* the first 8 */
     uint64_t t_dead;
 };
 
@@ -154,6 +166,10 @@ void tt_fake_answer(struct tt_fake *f, const Tangram__Worker__V1__BatchPlan *p);
 
 /* Sends a CommReady for f's rank with `ok` and `error`. */
 void tt_fake_comm_ready(struct tt_fake *f, int ok, const char *error);
+
+/* Sends one GrammarReport of one GrammarReady (as rank f->rank). */
+void tt_fake_grammar_ready(struct tt_fake *f, uint64_t id, int ok, int busy,
+                           const char *error);
 
 /* Reads everything waiting on f's socket without blocking (counting
  * heartbeats and Shutdowns, keeping and answering plans, answering

@@ -1,26 +1,33 @@
-/* test_gw_grammar.c — rank 0's structured-output state per slot
- * (gpu_worker/gw_grammar.h) over the Qwen3 tokenizer of the project's data
- * folder, with a logits row wider than the vocabulary (as Qwen3's 151,936):
+/* test_gw_grammar.c — rank 0's structured-output state (gpu_worker/
+ * gw_grammar.h) over the Qwen3 tokenizer of the project's data folder,
+ * with a logits row wider than the vocabulary (as Qwen3's 151,936):
  *   - a json_object slot: its first mask allows "{" and whitespace, not
  *     "}" or EOS; after "{}" only whitespace and EOS; after EOS, EOS again;
  *     the bits past the tokenizer's ids are 0;
  *   - replay: a slot started with tokens already generated masks exactly as
  *     a slot that accepted them one by one; a replayed token the grammar
  *     rejects fails that slot alone, with the reason;
- *   - a spec that does not compile fails its slot (NULL mask, the reason
- *     kept); another slot is unaffected; clear and restart reuse the slot;
+ *   - a spec that does not compile: its prepare is reported failed with
+ *     the reason and is not pinned; a slot naming it fails alone;
  *   - statistics: masks computed by gw_grammar_prepare are not waits, a
  *     stale mask a draw needs is one;
- *   - a slot cleared while its grammar is still compiling on the pool
- *     (a request aborted at once), and a free with compiles in flight,
- *     leak nothing and crash nothing (ASan);
+ *   - prepares never block a step: with the pool held (a compile that
+ *     never ends), a slot of a ready pin starts, masks, accepts and
+ *     prepares its masks; a slot naming the pin still compiling, or an
+ *     unknown pin, fails alone at once (a protocol error, never a wait);
+ *     no outcome comes out for the held pin until the pool runs it;
+ *   - releases: a slot keeps its matcher after its pin is released; a
+ *     pin released while queued is never compiled or reported, one
+ *     released after its fetch ended is not reported; a second prepare
+ *     of a held id is refused;
  *   - the compile pool: jobs start in FIFO order, at most GW_GRAMMAR_POOL
- *     at once; a job whose slot was cleared before it started never runs;
- *     past GW_GRAMMAR_QUEUE waiting jobs a start fails with the reason;
- *     identical specs in flight compile once;
- *   - the vocabulary is loaded on the pool: a start returns before it is
- *     loaded, the draw waits for it (a compile wait); a failed load fails
- *     the constrained slots, the first at its draw, later ones at start.
+ *     at once; a job whose pin was released before it started never runs;
+ *     past GW_GRAMMAR_QUEUE waiting jobs a prepare is refused at once
+ *     (busy) with the reason; identical specs in flight compile once;
+ *   - the vocabulary is loaded on the pool: a prepare returns before it
+ *     is loaded; a failed load fails the prepares with the reason, the
+ *     first after its fetch, later ones at once;
+ *   - every prepare's outcome comes out exactly once;
  *   - a triggered spec (strict tools under "auto"): free text has no
  *     mask; the trigger (split over tokens, or one token after text)
  *     starts the mask at the next draw, which then holds a call to its
@@ -38,9 +45,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/base/tg_err.h"
 #include "common/grammar/gm_spec.h"
@@ -85,6 +94,62 @@ static int bit(const uint32_t *m, int32_t id)
     return (m[id >> 5] >> (id & 31)) & 1u;
 }
 
+/* Every outcome taken so far, by prepare id (the tests use ids < 512). */
+static struct {
+    int have;
+    struct gw_gready r;
+} got[512];
+
+static void got_reset(void)
+{
+    memset(got, 0, sizeof(got));
+}
+
+/* Takes every outcome ready now; each id must come out once at most. */
+static void collect(struct gw_grammar *g)
+{
+    struct gw_gready out[8];
+    size_t n;
+    do {
+        n = gw_grammar_take_ready(g, out, 8);
+        for (size_t i = 0; i < n; i++) {
+            assert_true(out[i].id < 512);
+            if (got[out[i].id].have)
+                fail_msg("prepare %llu reported twice",
+                         (unsigned long long)out[i].id);
+            got[out[i].id].have = 1;
+            got[out[i].id].r = out[i];
+        }
+    } while (n == 8);
+}
+
+/* The outcome of prepare `id`, polling the pool's eventfd as the worker's
+ * loop does. Bound: 300 s, for compiles of under a second each on a
+ * loaded 2-core machine (a hang is the failure it catches). */
+static const struct gw_gready *wait_for(struct gw_grammar *g, uint64_t id)
+{
+    time_t end = time(NULL) + 300;
+    while (!got[id].have) {
+        collect(g);
+        if (got[id].have)
+            break;
+        if (time(NULL) > end)
+            fail_msg("no outcome of prepare %llu", (unsigned long long)id);
+        struct pollfd pfd = {.fd = gw_grammar_fd(g), .events = POLLIN};
+        (void)poll(&pfd, 1, 1000);
+    }
+    return &got[id].r;
+}
+
+/* Prepares spec under id and waits until it is pinned. */
+static void pin_ready(struct gw_grammar *g, uint64_t id, const char *spec)
+{
+    gw_grammar_pin(g, id, spec, strlen(spec));
+    const struct gw_gready *r = wait_for(g, id);
+    if (!r->ok)
+        fail_msg("prepare %llu failed: %s", (unsigned long long)id, r->error);
+}
+
 static char *json_object_spec(void)
 {
     char *spec = NULL;
@@ -97,10 +162,13 @@ static void test_json_object_slot(void **state)
 {
     (void)state;
     static struct gw_grammar g;
+    got_reset();
     assert_int_equal(gw_grammar_init(&g, dir, ROW, 4), 0);
     char *spec = json_object_spec();
-    assert_int_equal(gw_grammar_slot_start(&g, 2, spec, strlen(spec), NULL, 0),
-                     0);
+    pin_ready(&g, 1, spec);
+    assert_int_equal(gw_grammar_pins(&g), 1);
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 2, 1, spec, strlen(spec), NULL, 0), 0);
     assert_null(gw_grammar_slot_error(&g, 2));
     assert_null(gw_grammar_slot_mask(&g, 1)); /* unconstrained */
     int32_t open = id_of("{"), close = id_of("}"), sp = id_of("Ġ");
@@ -126,14 +194,20 @@ static void test_json_object_slot(void **state)
     assert_false(bit(m, sp));
     assert_int_equal(gw_grammar_slot_accept(&g, 2, eos), 0);
     /* A token the grammar rejects (the mask was not applied): the slot
-     * fails with the reason. */
-    assert_int_equal(gw_grammar_slot_start(&g, 2, spec, strlen(spec), NULL, 0),
-                     0);
+     * fails with the reason. One pin serves any number of starts. */
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 2, 1, spec, strlen(spec), NULL, 0), 0);
     assert_int_equal(gw_grammar_slot_accept(&g, 2, close), TG_EINVAL);
     assert_non_null(gw_grammar_slot_error(&g, 2));
     assert_null(gw_grammar_slot_mask(&g, 2));
     gw_grammar_slot_clear(&g, 2);
     assert_null(gw_grammar_slot_error(&g, 2));
+    /* The entry's spec text must be the pin's. */
+    const char *other = "{\"type\": \"json_value\"}";
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 3, 1, other, strlen(other), NULL, 0),
+        TG_EPROTO);
+    assert_non_null(strstr(gw_grammar_slot_error(&g, 3), "another"));
     free(spec);
     gw_grammar_free(&g);
 }
@@ -142,20 +216,22 @@ static void test_replay(void **state)
 {
     (void)state;
     static struct gw_grammar g;
+    got_reset();
     assert_int_equal(gw_grammar_init(&g, dir, ROW, 3), 0);
     char *spec = json_object_spec();
+    pin_ready(&g, 7, spec);
     const char *text[] = {"{\"", "a", "\":", "Ġ[", "1", ","};
     uint32_t ids[6];
     for (int i = 0; i < 6; i++)
         ids[i] = (uint32_t)id_of(text[i]);
-    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0),
-                     0);
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 0, 7, spec, strlen(spec), NULL, 0), 0);
     for (int i = 0; i < 6; i++) {
         assert_non_null(gw_grammar_slot_mask(&g, 0));
         assert_int_equal(gw_grammar_slot_accept(&g, 0, (int32_t)ids[i]), 0);
     }
-    assert_int_equal(gw_grammar_slot_start(&g, 1, spec, strlen(spec), ids, 6),
-                     0);
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 1, 7, spec, strlen(spec), ids, 6), 0);
     const uint32_t *a = gw_grammar_slot_mask(&g, 0);
     const uint32_t *b = gw_grammar_slot_mask(&g, 1);
     assert_non_null(a);
@@ -163,8 +239,8 @@ static void test_replay(void **state)
     assert_memory_equal(a, b, g.words * sizeof(uint32_t));
     /* A replay the grammar rejects fails that slot alone. */
     uint32_t bad[2] = {(uint32_t)id_of("{"), (uint32_t)id_of("{")};
-    assert_int_equal(gw_grammar_slot_start(&g, 2, spec, strlen(spec), bad, 2),
-                     0);
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 2, 7, spec, strlen(spec), bad, 2), TG_EINVAL);
     assert_non_null(strstr(gw_grammar_slot_error(&g, 2), "token 1"));
     assert_null(gw_grammar_slot_mask(&g, 2));
     assert_non_null(gw_grammar_slot_mask(&g, 1));
@@ -176,63 +252,77 @@ static void test_bad_spec(void **state)
 {
     (void)state;
     static struct gw_grammar g;
+    got_reset();
     assert_int_equal(gw_grammar_init(&g, dir, ROW, 2), 0);
     const char *bad = "{\"type\": \"json_schema\", \"schema\": {\"type\": "
                       "\"string\", \"pattern\": \"a\"}}";
-    /* The compile runs on a helper thread: the failure shows when the
-     * draw asks. */
-    assert_int_equal(gw_grammar_slot_start(&g, 0, bad, strlen(bad), NULL, 0),
-                     0);
-    const char *why = gw_grammar_slot_error(&g, 0);
-    assert_non_null(why);
-    assert_non_null(strstr(why, "pattern"));
+    /* The compile runs on a pool thread: the failure is its outcome,
+     * and the id is not pinned. */
+    gw_grammar_pin(&g, 1, bad, strlen(bad));
+    const struct gw_gready *r = wait_for(&g, 1);
+    assert_false(r->ok);
+    assert_false(r->busy);
+    assert_non_null(strstr(r->error, "pattern"));
+    assert_int_equal(gw_grammar_pins(&g), 0);
+    assert_int_equal(g.st.failed, 1);
+    /* A plan naming it anyway fails that slot alone, at once. */
+    assert_int_equal(gw_grammar_slot_start(&g, 0, 1, bad, strlen(bad), NULL, 0),
+                     TG_EPROTO);
+    assert_non_null(strstr(gw_grammar_slot_error(&g, 0), "not prepared"));
     assert_null(gw_grammar_slot_mask(&g, 0));
     assert_int_equal(gw_grammar_slot_accept(&g, 0, 5), 0); /* no-op */
     /* The same slot serves a good spec afterwards; the other never saw
      * the failure. */
     char *spec = json_object_spec();
+    pin_ready(&g, 2, spec);
     assert_null(gw_grammar_slot_error(&g, 1));
-    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0),
-                     0);
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 0, 2, spec, strlen(spec), NULL, 0), 0);
     assert_null(gw_grammar_slot_error(&g, 0));
     assert_non_null(gw_grammar_slot_mask(&g, 0));
     free(spec);
     gw_grammar_free(&g);
 }
 
-/* A model directory without a tokenizer: every constrained slot fails
- * with the reason, nothing else breaks. The load runs on the pool: the
- * first start returns, its draw sees the failure; later starts fail at
- * once. */
+/* A model directory without a tokenizer: every prepare fails with the
+ * reason, nothing else breaks. The load runs on the pool: the first
+ * prepare's outcome says so after its fetch, later ones at once. */
 static void test_no_vocabulary(void **state)
 {
     (void)state;
     static struct gw_grammar g;
+    got_reset();
     assert_int_equal(gw_grammar_init(&g, "/nonexistent/model", ROW, 2), 0);
     char *spec = json_object_spec();
-    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0),
-                     0);
-    assert_non_null(strstr(gw_grammar_slot_error(&g, 0), "vocabulary"));
-    assert_null(gw_grammar_slot_mask(&g, 0));
-    assert_int_equal(gw_grammar_slot_start(&g, 1, spec, strlen(spec), NULL, 0),
-                     TG_EINVAL);
-    assert_non_null(strstr(gw_grammar_slot_error(&g, 1), "vocabulary"));
+    gw_grammar_pin(&g, 1, spec, strlen(spec));
+    const struct gw_gready *r = wait_for(&g, 1);
+    assert_false(r->ok);
+    assert_non_null(strstr(r->error, "vocabulary"));
+    gw_grammar_pin(&g, 2, spec, strlen(spec));
+    collect(&g); /* refused at once: no fetch */
+    assert_true(got[2].have);
+    assert_false(got[2].r.ok);
+    assert_non_null(strstr(got[2].r.error, "vocabulary"));
+    assert_int_equal(gw_grammar_pins(&g), 0);
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 0, 2, spec, strlen(spec), NULL, 0),
+        TG_EPROTO);
     free(spec);
     gw_grammar_free(&g);
 }
 
-/* The slots whose jobs the pool took, in order, and the most running at
+/* The pins whose jobs the pool took, in order, and the most running at
  * once (written under the pool's lock by the hook). */
 struct taken {
-    uint32_t slot[64];
+    uint64_t pin[64];
     int n, running_max;
 };
 
-static void on_job(void *arg, uint32_t slot, int running)
+static void on_job(void *arg, uint64_t pin, int running)
 {
     struct taken *t = arg;
     if (t->n < 64)
-        t->slot[t->n++] = slot;
+        t->pin[t->n++] = pin;
     if (running > t->running_max)
         t->running_max = running;
 }
@@ -246,82 +336,190 @@ static int schema_spec(char *spec, size_t cap, int i)
                     i, 10 + i);
 }
 
-/* Six distinct schemas queued while the pool is held, one slot cleared
+/* The step path while a compile never ends (the pool held): a ready pin's
+ * slot runs every per-step call, a slot naming the held pin or an unknown
+ * one fails alone at once. Before prepares existed, a slot's first draw
+ * waited for its compile on the step thread: here that wait would never
+ * end (ctest's timeout is the failure). */
+static void test_prepare_never_blocks(void **state)
+{
+    (void)state;
+    static struct gw_grammar g;
+    got_reset();
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 4), 0);
+    char *spec = json_object_spec();
+    pin_ready(&g, 1, spec);
+    gw_grammar_hold(&g, 1);
+    char slow[256];
+    int n = schema_spec(slow, sizeof(slow), 40);
+    gw_grammar_pin(&g, 2, slow, (size_t)n);
+    assert_int_equal(g.queued, 1);
+    assert_int_equal(gw_grammar_pins(&g), 2);
+    /* Slot 0: a whole generation's calls while pin 2 cannot compile. */
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 0, 1, spec, strlen(spec), NULL, 0), 0);
+    const char *text[] = {"{\"", "a", "\":", "1", "}"};
+    for (int i = 0; i < 5; i++) {
+        const uint32_t *m = gw_grammar_slot_mask(&g, 0);
+        assert_non_null(m);
+        assert_true(bit(m, id_of(text[i])));
+        assert_int_equal(gw_grammar_slot_accept(&g, 0, id_of(text[i])), 0);
+        gw_grammar_prepare(&g);
+    }
+    /* Slot 1 names the pin still compiling, slot 2 one never prepared:
+     * each fails alone, now. */
+    assert_int_equal(gw_grammar_slot_start(&g, 1, 2, slow, (size_t)n, NULL, 0),
+                     TG_EPROTO);
+    assert_non_null(strstr(gw_grammar_slot_error(&g, 1), "still compiling"));
+    assert_null(gw_grammar_slot_mask(&g, 1));
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 2, 99, spec, strlen(spec), NULL, 0),
+        TG_EPROTO);
+    assert_non_null(strstr(gw_grammar_slot_error(&g, 2), "unknown"));
+    assert_null(gw_grammar_slot_error(&g, 0));
+    assert_non_null(gw_grammar_slot_mask(&g, 0));
+    assert_int_equal(g.st.unpinned, 2);
+    collect(&g);
+    assert_false(got[2].have); /* held: nothing to report */
+    gw_grammar_hold(&g, 0);
+    assert_true(wait_for(&g, 2)->ok);
+    assert_int_equal(gw_grammar_slot_start(&g, 1, 2, slow, (size_t)n, NULL, 0),
+                     0);
+    assert_non_null(gw_grammar_slot_mask(&g, 1));
+    free(spec);
+    gw_grammar_free(&g);
+}
+
+/* Releases: a started slot keeps its matcher; a pin released while
+ * queued never runs and is never reported; one released after its fetch
+ * ended but before its outcome was taken is not reported; unknown ids
+ * are ignored; a held id cannot be prepared twice. */
+static void test_release(void **state)
+{
+    (void)state;
+    static struct gw_grammar g;
+    got_reset();
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 2), 0);
+    char *spec = json_object_spec();
+    pin_ready(&g, 1, spec);
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 0, 1, spec, strlen(spec), NULL, 0), 0);
+    gw_grammar_unpin(&g, 1);
+    gw_grammar_unpin(&g, 1);  /* again: ignored */
+    gw_grammar_unpin(&g, 77); /* never prepared: ignored */
+    assert_int_equal(gw_grammar_pins(&g), 0);
+    assert_non_null(gw_grammar_slot_mask(&g, 0)); /* its own reference */
+    assert_int_equal(gw_grammar_slot_accept(&g, 0, id_of("{")), 0);
+    gw_grammar_prepare(&g);
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 1, 1, spec, strlen(spec), NULL, 0),
+        TG_EPROTO);
+    /* Released while queued. */
+    gw_grammar_hold(&g, 1);
+    char sp[256];
+    int n = schema_spec(sp, sizeof(sp), 50);
+    gw_grammar_pin(&g, 2, sp, (size_t)n);
+    gw_grammar_unpin(&g, 2);
+    assert_int_equal(g.st.cancelled, 1);
+    assert_int_equal(g.queued, 0);
+    gw_grammar_hold(&g, 0);
+    /* Released after its fetch ended, before the outcome was taken. */
+    gw_grammar_pin(&g, 3, spec, strlen(spec));
+    struct pollfd pfd = {.fd = gw_grammar_fd(&g), .events = POLLIN};
+    assert_int_equal(poll(&pfd, 1, 300000), 1); /* the fetch ended */
+    gw_grammar_unpin(&g, 3);
+    /* A held id prepared again: refused, the pin stays. */
+    pin_ready(&g, 4, spec);
+    gw_grammar_pin(&g, 4, spec, strlen(spec));
+    got[4].have = 0;
+    collect(&g);
+    assert_true(got[4].have);
+    assert_false(got[4].r.ok);
+    assert_int_equal(gw_grammar_pins(&g), 1);
+    assert_false(got[2].have || got[3].have);
+    free(spec);
+    gw_grammar_free(&g);
+}
+
+/* Six distinct schemas prepared while the pool is held, one released
  * before its job starts: the others start oldest first, at most
- * GW_GRAMMAR_POOL at once, the cleared one never; the starts returned
- * before the vocabulary was loaded and the first draw waited for it. */
+ * GW_GRAMMAR_POOL at once, the released one never; the prepares returned
+ * before the vocabulary was loaded. */
 static void test_pool_fifo_bound_cancel(void **state)
 {
     (void)state;
     static struct gw_grammar g;
     static struct taken t;
+    got_reset();
     assert_int_equal(gw_grammar_init(&g, dir, ROW, 6), 0);
     g.on_job = on_job;
     g.on_job_arg = &t;
     gw_grammar_hold(&g, 1);
     char spec[256];
-    for (int i = 0; i < 6; i++) {
+    for (int i = 1; i <= 6; i++) {
         int n = schema_spec(spec, sizeof(spec), i);
-        assert_int_equal(
-            gw_grammar_slot_start(&g, (uint32_t)i, spec, (size_t)n, NULL, 0),
-            0);
+        gw_grammar_pin(&g, (uint64_t)i, spec, (size_t)n);
     }
-    assert_int_equal(g.loaded, 0); /* the starts did not load it */
+    assert_int_equal(g.loaded, 0); /* the prepares did not load it */
     assert_int_equal(g.queued, 6);
-    gw_grammar_slot_clear(&g, 2);
+    gw_grammar_unpin(&g, 3);
     assert_int_equal(g.st.cancelled, 1);
     assert_int_equal(g.queued, 5);
     gw_grammar_hold(&g, 0);
-    for (int i = 0; i < 6; i++) {
-        if (i == 2)
+    for (int i = 1; i <= 6; i++) {
+        if (i == 3)
             continue;
-        assert_null(gw_grammar_slot_error(&g, (uint32_t)i));
-        assert_non_null(gw_grammar_slot_mask(&g, (uint32_t)i));
+        assert_true(wait_for(&g, (uint64_t)i)->ok);
+        int n = schema_spec(spec, sizeof(spec), i);
+        assert_int_equal(gw_grammar_slot_start(&g, (uint32_t)(i - 1),
+                                               (uint64_t)i, spec, (size_t)n,
+                                               NULL, 0),
+                         0);
+        assert_non_null(gw_grammar_slot_mask(&g, (uint32_t)(i - 1)));
     }
     assert_int_equal(g.loaded, 1);
-    /* Slot 0's draw, at least: released, the pool needs ~1 s of CPU for
-     * the vocabulary before its job is done, the main thread microseconds
-     * to reach the draw (not a wall-clock bound: an ordering of 10^4). */
-    assert_true(g.st.compile_waits >= 1);
-    assert_int_equal(g.st.compiles, 5);
+    assert_false(got[3].have);
+    assert_int_equal(g.st.fetched, 5);
     assert_int_equal(t.n, 5);
-    const uint32_t order[5] = {0, 1, 3, 4, 5};
+    const uint64_t order[5] = {1, 2, 4, 5, 6};
     for (int i = 0; i < 5; i++)
-        assert_int_equal(t.slot[i], order[i]);
+        assert_int_equal(t.pin[i], order[i]);
     assert_true(t.running_max >= 1 && t.running_max <= GW_GRAMMAR_POOL);
     struct gm_cache_stats cs;
     gm_cache_stats(&g.cache, &cs);
-    assert_int_equal(cs.misses, 5); /* the cleared one was never compiled */
+    assert_int_equal(cs.misses, 5); /* the released one was never compiled */
     gw_grammar_free(&g);
 }
 
-/* GW_GRAMMAR_QUEUE jobs waiting: one more start fails with the reason,
- * nothing else does; a cancelled job frees its place; the identical specs
- * compile once. */
+/* GW_GRAMMAR_QUEUE jobs waiting: one more prepare is refused at once
+ * (busy) with the reason, nothing else is; a released job frees its
+ * place; the identical specs compile once. */
 static void test_queue_limit(void **state)
 {
     (void)state;
     static struct gw_grammar g;
+    got_reset();
     const int q = GW_GRAMMAR_QUEUE;
-    assert_int_equal(gw_grammar_init(&g, dir, ROW, q + 1), 0);
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 2), 0);
     gw_grammar_hold(&g, 1);
     char *spec = json_object_spec();
-    for (int i = 0; i < q; i++)
-        assert_int_equal(
-            gw_grammar_slot_start(&g, (uint32_t)i, spec, strlen(spec), NULL, 0),
-            0);
-    assert_int_equal(
-        gw_grammar_slot_start(&g, (uint32_t)q, spec, strlen(spec), NULL, 0),
-        TG_EBUSY);
-    assert_non_null(strstr(gw_grammar_slot_error(&g, (uint32_t)q), "too many"));
-    assert_null(gw_grammar_slot_mask(&g, (uint32_t)q));
-    assert_int_equal(g.st.rejected, 1);
-    gw_grammar_slot_clear(&g, 0);
-    assert_int_equal(
-        gw_grammar_slot_start(&g, (uint32_t)q, spec, strlen(spec), NULL, 0), 0);
-    gw_grammar_hold(&g, 0);
     for (int i = 1; i <= q; i++)
-        assert_non_null(gw_grammar_slot_mask(&g, (uint32_t)i));
+        gw_grammar_pin(&g, (uint64_t)i, spec, strlen(spec));
+    gw_grammar_pin(&g, (uint64_t)q + 1, spec, strlen(spec));
+    collect(&g);
+    assert_true(got[q + 1].have);
+    assert_false(got[q + 1].r.ok);
+    assert_true(got[q + 1].r.busy);
+    assert_non_null(strstr(got[q + 1].r.error, "too many"));
+    assert_int_equal(g.st.rejected, 1);
+    for (int i = 1; i <= q; i++)
+        assert_false(got[i].have);
+    gw_grammar_unpin(&g, 1);
+    gw_grammar_pin(&g, (uint64_t)q + 2, spec, strlen(spec));
+    gw_grammar_hold(&g, 0);
+    for (int i = 2; i <= q + 2; i++)
+        if (i != q + 1)
+            assert_true(wait_for(&g, (uint64_t)i)->ok);
     struct gm_cache_stats cs;
     gm_cache_stats(&g.cache, &cs);
     assert_int_equal(cs.misses, 1);
@@ -329,55 +527,55 @@ static void test_queue_limit(void **state)
     gw_grammar_free(&g);
 }
 
-/* The worker's start-up: the vocabulary is queued first; a start while it
- * waits returns at once and the draw waits for both. A free with the
- * load still queued drops it (ASan: no leak). */
+/* The worker's start-up: the vocabulary is queued first; a prepare while
+ * it waits returns at once and is ready after both. A free with the load
+ * still queued drops it (ASan: no leak). */
 static void test_preload(void **state)
 {
     (void)state;
     static struct gw_grammar g;
+    got_reset();
     assert_int_equal(gw_grammar_init(&g, dir, ROW, 1), 0);
     gw_grammar_hold(&g, 1);
     assert_int_equal(gw_grammar_preload(&g), 0);
     char *spec = json_object_spec();
-    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0),
-                     0);
+    gw_grammar_pin(&g, 1, spec, strlen(spec));
     assert_int_equal(g.loaded, 0);
     gw_grammar_hold(&g, 0);
-    assert_non_null(gw_grammar_slot_mask(&g, 0));
-    assert_int_equal(g.st.compile_waits, 1); /* as above */
+    assert_true(wait_for(&g, 1)->ok);
+    assert_int_equal(g.loaded, 1);
     gw_grammar_free(&g);
     assert_int_equal(gw_grammar_init(&g, dir, ROW, 1), 0);
     gw_grammar_hold(&g, 1);
     assert_int_equal(gw_grammar_preload(&g), 0);
+    gw_grammar_pin(&g, 1, spec, strlen(spec)); /* queued at the free */
     gw_grammar_free(&g);
     free(spec);
 }
 
-/* Clears and frees while helper threads still compile distinct schemas
- * (each a first-seen compile of a few hundred ms at the Qwen3 vocabulary):
- * the jobs finish on their own, the free waits for the running ones. */
-static void test_clear_while_compiling(void **state)
+/* Releases and a free while pool threads still compile distinct schemas
+ * (each a first-seen compile of a few hundred ms at the Qwen3
+ * vocabulary): the jobs finish on their own, the free waits for the
+ * running ones. */
+static void test_release_while_compiling(void **state)
 {
     (void)state;
     static struct gw_grammar g;
+    got_reset();
     assert_int_equal(gw_grammar_init(&g, dir, ROW, 3), 0);
     char spec[256];
-    for (int i = 0; i < 3; i++) {
+    for (int i = 1; i <= 3; i++) {
         int n = snprintf(
             spec, sizeof(spec),
             "{\"type\": \"json_schema\", "
             "\"schema\": {\"type\": \"object\", \"properties\": "
             "{\"k%d\": {\"type\": \"string\", \"maxLength\": %d}}}}",
             i, 20 + i);
-        assert_int_equal(
-            gw_grammar_slot_start(&g, (uint32_t)i, spec, (size_t)n, NULL, 0),
-            0);
+        gw_grammar_pin(&g, (uint64_t)i, spec, (size_t)n);
     }
-    gw_grammar_slot_clear(&g, 0);
-    assert_null(gw_grammar_slot_mask(&g, 0));
-    assert_non_null(gw_grammar_slot_mask(&g, 1)); /* waits for its grammar */
-    gw_grammar_free(&g); /* slot 2 may still be compiling */
+    gw_grammar_unpin(&g, 1);
+    assert_true(wait_for(&g, 2)->ok);
+    gw_grammar_free(&g); /* 3 may still be compiling */
 }
 
 /* The ids of text in the Qwen3 tokenizer (appended to *out). */
@@ -433,11 +631,13 @@ static void run(struct gw_grammar *g, uint32_t slot, const int32_t *ids,
 static void test_triggered(void **state)
 {
     (void)state;
-    struct gw_grammar g;
+    static struct gw_grammar g;
+    got_reset();
     assert_int_equal(gw_grammar_init(&g, dir, ROW, 4), 0);
     char *spec = triggered_spec(0);
-    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0),
-                     0);
+    pin_ready(&g, 1, spec);
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 0, 1, spec, strlen(spec), NULL, 0), 0);
     assert_null(gw_grammar_slot_error(&g, 0));
     struct tok_ids ids = {0};
     encode("Let me look.", &ids);
@@ -458,7 +658,7 @@ static void test_triggered(void **state)
     /* In the call the wrong argument is masked: after
      * {"name": "get_weather", "arguments": {" only "city" continues. */
     gw_grammar_slot_clear(&g, 0);
-    assert_int_equal(gw_grammar_slot_start(&g, 1, spec, strlen(spec),
+    assert_int_equal(gw_grammar_slot_start(&g, 1, 1, spec, strlen(spec),
                                            (const uint32_t *)ids.v,
                                            call_at + 1),
                      0);
@@ -468,7 +668,7 @@ static void test_triggered(void **state)
     /* A second call after text is constrained again (replayed whole). */
     encode(" Now <tool_", &ids);
     encode("call>\n{\"name\": \"get_weather\", \"arguments\": {", &ids);
-    assert_int_equal(gw_grammar_slot_start(&g, 2, spec, strlen(spec),
+    assert_int_equal(gw_grammar_slot_start(&g, 2, 1, spec, strlen(spec),
                                            (const uint32_t *)ids.v, ids.n),
                      0);
     assert_null(gw_grammar_slot_error(&g, 2));
@@ -481,8 +681,8 @@ static void test_triggered(void **state)
     ids.n = 0;
     encode(" <tool_call", &ids);
     ids.v[ids.n++] = id_of(">{");
-    assert_int_equal(gw_grammar_slot_start(&g, 3, spec, strlen(spec), NULL, 0),
-                     0);
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 3, 1, spec, strlen(spec), NULL, 0), 0);
     for (size_t i = 0; i + 1 < ids.n; i++)
         assert_int_equal(gw_grammar_slot_accept(&g, 3, ids.v[i]), 0);
     assert_int_equal(gw_grammar_slot_accept(&g, 3, ids.v[ids.n - 1]),
@@ -494,17 +694,18 @@ static void test_triggered(void **state)
     /* Anchored (Llama-3 JSON): text first frees the whole output; "{"
      * first holds it to the end (more calls after "; ", then EOS). */
     spec = triggered_spec(1);
+    pin_ready(&g, 2, spec);
     ids.n = 0;
     encode("Sure {", &ids);
-    assert_int_equal(gw_grammar_slot_start(&g, 0, spec, strlen(spec), NULL, 0),
-                     0);
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 0, 2, spec, strlen(spec), NULL, 0), 0);
     memset(want, 'f', ids.n);
     run(&g, 0, ids.v, ids.n, want);
     ids.n = 0;
     encode(" {\"name\": \"get_weather\", \"parameters\": {\"city\": \"A\"}}",
            &ids);
-    assert_int_equal(gw_grammar_slot_start(&g, 1, spec, strlen(spec), NULL, 0),
-                     0);
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 1, 2, spec, strlen(spec), NULL, 0), 0);
     for (size_t i = 0; i < ids.n; i++) {
         const uint32_t *mm = gw_grammar_slot_mask(&g, 1);
         if (i > 0)
@@ -527,7 +728,9 @@ int main(void)
         cmocka_unit_test(test_replay),
         cmocka_unit_test(test_bad_spec),
         cmocka_unit_test(test_no_vocabulary),
-        cmocka_unit_test(test_clear_while_compiling),
+        cmocka_unit_test(test_prepare_never_blocks),
+        cmocka_unit_test(test_release),
+        cmocka_unit_test(test_release_while_compiling),
         cmocka_unit_test(test_pool_fifo_bound_cancel),
         cmocka_unit_test(test_queue_limit),
         cmocka_unit_test(test_preload),

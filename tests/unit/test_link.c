@@ -2,7 +2,9 @@
  * normal operation, against the fake workers of tests/support/tt_link.h:
  * configuration errors, Hello and readiness, plan round trips with per-rank
  * page deltas and row lengths (hand-made steps and real scheduler steps)
- * and propagation of a rank's error. Faults (out-of-order answers, dead
+ * and propagation of a rank's error; the structured outputs' side channel
+ * (GrammarCommand to rank 0 only, GrammarReport back to on_grammar, a
+ * report from another rank a protocol fault). Faults (out-of-order answers, dead
  * workers, restarts, refused Hellos, garbage, Shutdown) are in
  * test_link_faults.c. */
 #include <setjmp.h>
@@ -215,6 +217,57 @@ static void test_plan_round_trip(void **state)
     tt_mini_plan_check(&e->fk[1], 7);
     assert_int_equal(e->n_dead, 0);
     assert_int_equal(e->link.n_results, 3);
+    tt_link_env_free(e);
+}
+
+static void test_grammar_channel(void **state)
+{
+    (void)state;
+    struct tt_link_env *e = tt_link_env_new(2, NULL);
+    const struct rt_link_gprep prep[2] = {{.id = 5, .spec = "{\"a\":1}"},
+                                          {.id = 6, .spec = "{}"}};
+    const uint64_t rel[1] = {3};
+    /* Not before the group is ready. */
+    assert_int_equal(
+        rt_link_send_grammar(&e->link, prep, 2, rel, 1, err, sizeof err),
+        TG_EAGAIN);
+    for (int r = 0; r < 2; r++)
+        tt_fake_open(&e->fk[r], e->zctx, e->endpoint, r, NULL);
+    assert_true(TT_PUMP_UNTIL(e, rt_link_ready(&e->link), 2000));
+    assert_int_equal(
+        rt_link_send_grammar(&e->link, NULL, 0, NULL, 0, err, sizeof err),
+        0); /* nothing to send */
+    assert_int_equal(
+        rt_link_send_grammar(&e->link, prep, 2, rel, 1, err, sizeof err), 0);
+    assert_true(TT_PUMP_UNTIL(e, e->fk[0].n_gcmd == 1, 2000));
+    assert_int_equal(e->fk[0].n_gprep, 2);
+    assert_true(e->fk[0].gprep_id[0] == 5 && e->fk[0].gprep_id[1] == 6);
+    assert_string_equal(e->fk[0].gprep_spec[0], "{\"a\":1}");
+    assert_int_equal(e->fk[0].n_grel, 1);
+    assert_true(e->fk[0].grel[0] == 3);
+    /* Sent while a step is in flight too; rank 1 never gets one. */
+    e->fk[0].answer = e->fk[1].answer = TT_ANSWER_NONE;
+    struct tt_mini_step m;
+    tt_mini_step_make(&m, 1);
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), 0);
+    assert_int_equal(
+        rt_link_send_grammar(&e->link, NULL, 0, rel, 1, err, sizeof err), 0);
+    assert_true(TT_PUMP_UNTIL(e, e->fk[0].n_gcmd == 2, 2000));
+    assert_int_equal(e->fk[0].n_gprep, 0);
+    assert_int_equal(e->fk[1].n_gcmd, 0);
+    /* Rank 0's answers reach on_grammar, in order. */
+    tt_fake_grammar_ready(&e->fk[0], 6, 1, 0, NULL);
+    tt_fake_grammar_ready(&e->fk[0], 5, 0, 1, "queue full");
+    assert_true(TT_PUMP_UNTIL(e, e->n_gready == 2, 2000));
+    assert_true(e->gready[0].id == 6 && e->gready[0].ok);
+    assert_string_equal(e->gready[0].error, "");
+    assert_true(e->gready[1].id == 5 && !e->gready[1].ok && e->gready[1].busy);
+    assert_string_equal(e->gready[1].error, "queue full");
+    assert_int_equal(e->n_dead, 0);
+    /* A report from rank 1 breaks the protocol: rank 1 is dead. */
+    tt_fake_grammar_ready(&e->fk[1], 7, 1, 0, NULL);
+    assert_true(TT_PUMP_UNTIL(e, e->n_dead >= 1, 2000));
+    assert_int_equal(e->n_gready, 2);
     tt_link_env_free(e);
 }
 
@@ -502,6 +555,7 @@ int main(void)
         cmocka_unit_test(test_config_errors),
         cmocka_unit_test(test_hello_ready),
         cmocka_unit_test(test_plan_round_trip),
+        cmocka_unit_test(test_grammar_channel),
         cmocka_unit_test(test_rank_error),
         cmocka_unit_test(test_head_lens),
         cmocka_unit_test(test_with_scheduler),

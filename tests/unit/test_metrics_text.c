@@ -238,6 +238,11 @@ static void test_tangram_set(void **state)
         {"tangram_step_seconds_total", RT_METRICS_COUNTER, 0},
         {"tangram_step_router_host_seconds_total", RT_METRICS_COUNTER, 0},
         {"tangram_step_worker_host_seconds_total", RT_METRICS_COUNTER, 0},
+        {"tangram_grammar_requests_waiting", RT_METRICS_GAUGE, 0},
+        {"tangram_grammar_prepares_pending", RT_METRICS_GAUGE, 0},
+        {"tangram_grammar_prepares_total", RT_METRICS_COUNTER, 0},
+        {"tangram_grammar_prepare_failures_total", RT_METRICS_COUNTER, 0},
+        {"tangram_grammar_prepares_refused_total", RT_METRICS_COUNTER, 0},
     };
     int n_want = (int)(sizeof(want) / sizeof(want[0]));
     assert_int_equal(m.reg.n_families, n_want);

@@ -3,7 +3,9 @@
  * (pack, unpack, compare fields, repack to identical bytes); "unset" and
  * "zero" stay distinct for the optional fields; garbage, truncated and
  * mistyped input is rejected; unknown fields are skipped; sizes of large
- * messages are exact and bounded; every unpacked allocation is freed. */
+ * messages are exact and bounded; every unpacked allocation is freed.
+ * The structured outputs' side channel (GrammarCommand, GrammarReport in
+ * the envelope, PlanEntry.grammar_prepare) round-trips with 64-bit ids. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -674,6 +676,91 @@ static void test_worker_envelope(void **state)
     release(&o->base);
 }
 
+/* The grammar side channel: prepares (id, spec) and releases to rank 0,
+ * its answers back, both in the envelope; a plan entry's prepare id. Ids
+ * are 64-bit: one above 2^32 survives. */
+static void test_worker_grammar(void **state)
+{
+    (void)state;
+    const uint64_t big = ((uint64_t)1 << 40) + 5;
+    Tangram__Worker__V1__GrammarPrepare gp[2] = {
+        TANGRAM__WORKER__V1__GRAMMAR_PREPARE__INIT,
+        TANGRAM__WORKER__V1__GRAMMAR_PREPARE__INIT};
+    gp[0].id = 1;
+    gp[0].spec = "{\"type\":\"json_object\"}";
+    gp[1].id = big;
+    gp[1].spec = "{\"type\":\"json_value\"}";
+    Tangram__Worker__V1__GrammarPrepare *gpp[2] = {&gp[0], &gp[1]};
+    uint64_t rel[3] = {7, big - 1, 0};
+    Tangram__Worker__V1__GrammarCommand gc =
+        TANGRAM__WORKER__V1__GRAMMAR_COMMAND__INIT;
+    gc.version = 1;
+    gc.n_prepare = 2;
+    gc.prepare = gpp;
+    gc.n_release = 3;
+    gc.release = rel;
+    Tangram__Worker__V1__WorkerMessage m =
+        TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
+    m.version = 1;
+    m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_GRAMMAR_COMMAND;
+    m.grammar_command = &gc;
+    Tangram__Worker__V1__WorkerMessage *o =
+        (Tangram__Worker__V1__WorkerMessage *)round_trip(&m.base);
+    assert_int_equal(o->body_case,
+                     TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_GRAMMAR_COMMAND);
+    const Tangram__Worker__V1__GrammarCommand *c = o->grammar_command;
+    assert_int_equal(c->version, 1);
+    assert_int_equal(c->n_prepare, 2);
+    assert_true(c->prepare[1]->id == big);
+    assert_string_equal(c->prepare[0]->spec, gp[0].spec);
+    assert_string_equal(c->prepare[1]->spec, gp[1].spec);
+    assert_int_equal(c->n_release, 3);
+    assert_memory_equal(c->release, rel, sizeof(rel));
+    release(&o->base);
+
+    Tangram__Worker__V1__GrammarReady gr[2] = {
+        TANGRAM__WORKER__V1__GRAMMAR_READY__INIT,
+        TANGRAM__WORKER__V1__GRAMMAR_READY__INIT};
+    gr[0].id = big;
+    gr[0].ok = 1;
+    gr[1].id = 2;
+    gr[1].ok = 0;
+    gr[1].busy = 1;
+    gr[1].error = "too many output constraints compiling";
+    Tangram__Worker__V1__GrammarReady *grp[2] = {&gr[0], &gr[1]};
+    Tangram__Worker__V1__GrammarReport rep =
+        TANGRAM__WORKER__V1__GRAMMAR_REPORT__INIT;
+    rep.version = 1;
+    rep.rank = 0;
+    rep.n_ready = 2;
+    rep.ready = grp;
+    m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_GRAMMAR_REPORT;
+    m.grammar_report = &rep;
+    o = (Tangram__Worker__V1__WorkerMessage *)round_trip(&m.base);
+    assert_int_equal(o->body_case,
+                     TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_GRAMMAR_REPORT);
+    const Tangram__Worker__V1__GrammarReport *r = o->grammar_report;
+    assert_int_equal(r->n_ready, 2);
+    assert_true(r->ready[0]->id == big);
+    assert_true(r->ready[0]->ok);
+    assert_false(r->ready[0]->busy);
+    assert_string_equal(r->ready[0]->error, "");
+    assert_false(r->ready[1]->ok);
+    assert_true(r->ready[1]->busy);
+    assert_string_equal(r->ready[1]->error, gr[1].error);
+    release(&o->base);
+
+    Tangram__Worker__V1__PlanEntry e = TANGRAM__WORKER__V1__PLAN_ENTRY__INIT;
+    e.fresh = 1;
+    e.grammar = (char *)gp[0].spec;
+    e.grammar_prepare = big;
+    Tangram__Worker__V1__PlanEntry *oe = (Tangram__Worker__V1__PlanEntry *)
+        round_trip(&e.base);
+    assert_true(oe->grammar_prepare == big);
+    assert_string_equal(oe->grammar, gp[0].spec);
+    release(&oe->base);
+}
+
 /* ---- malformed input ----------------------------------------------------- */
 
 static const ProtobufCMessageDescriptor *const all_descs[] = {
@@ -702,6 +789,10 @@ static const ProtobufCMessageDescriptor *const all_descs[] = {
     &tangram__worker__v1__sampled_token__descriptor,
     &tangram__worker__v1__step_result__descriptor,
     &tangram__worker__v1__shutdown__descriptor,
+    &tangram__worker__v1__grammar_prepare__descriptor,
+    &tangram__worker__v1__grammar_command__descriptor,
+    &tangram__worker__v1__grammar_ready__descriptor,
+    &tangram__worker__v1__grammar_report__descriptor,
     &tangram__worker__v1__worker_message__descriptor,
 };
 #define N_DESCS (sizeof(all_descs) / sizeof(all_descs[0]))
@@ -977,6 +1068,7 @@ int main(void)
         cmocka_unit_test(test_worker_plan),
         cmocka_unit_test(test_worker_result),
         cmocka_unit_test(test_worker_envelope),
+        cmocka_unit_test(test_worker_grammar),
         cmocka_unit_test(test_garbage_rejected),
         cmocka_unit_test(test_wrong_wire_type),
         cmocka_unit_test(test_truncation),

@@ -21,7 +21,6 @@
  * server's working set; the bytes bound keeps a flood of large schemas
  * from holding more than a bounded share of host memory. */
 #define GRAMMAR_CACHE_ENTRIES 64
-#define GRAMMAR_CACHE_BYTES ((size_t)1 << 30)
 
 static double now_s(void)
 {
@@ -100,8 +99,10 @@ static int load(struct gw_grammar *g)
         struct gm_limits lim;
         gm_limits_default(&lim);
         lim.threads = g->omp_threads;
+        if (lim.max_cache_bytes > g->cache_bytes / 2)
+            lim.max_cache_bytes = g->cache_bytes / 2;
         rc = gm_cache_init(&g->cache, &g->v, &lim, GRAMMAR_CACHE_ENTRIES,
-                           GRAMMAR_CACHE_BYTES);
+                           g->cache_bytes);
         if (rc != 0) {
             gm_vocab_free(&g->v);
             snprintf(err, sizeof(err), "out of memory");
@@ -296,9 +297,12 @@ static struct gw_gjob *job_new(struct gw_grammar *g, uint64_t pin,
 }
 
 int gw_grammar_init(struct gw_grammar *g, const char *model_dir, int vocab,
-                    int max_slots)
+                    int max_slots, size_t cache_bytes)
 {
     memset(g, 0, sizeof(*g));
+    g->cache_bytes = cache_bytes > 0 ? cache_bytes : GW_GRAMMAR_CACHE_BYTES;
+    g->token_work = GW_GRAMMAR_TOKEN_WORK;
+    g->token_s = GW_GRAMMAR_TOKEN_S;
     g->efd = -1;
     g->model_dir = strdup(model_dir != NULL ? model_dir : "");
     g->vocab = vocab;
@@ -615,11 +619,28 @@ void gw_grammar_slot_clear(struct gw_grammar *g, uint32_t slot)
  * the trigger's first byte. Returns 0, TG_EDONE (EOS after the end), or
  * an error: the matcher's code, with s->err set when the reason is more
  * than "the token breaks the constraint". */
+/* Keeps the reason of a matcher call over its budget; returns rc. */
+static int over_budget(struct gw_grammar *g, struct gw_gslot *s, int rc,
+                       const char *what)
+{
+    if (rc != TG_ETIMEDOUT)
+        return rc;
+    g->st.over_budget++;
+    snprintf(s->err, sizeof(s->err),
+             "output_constraint_too_complex: the output constraint needed "
+             "more matching work for one %s "
+             "than its budget (%llu units, %.0f ms): the schema is too "
+             "ambiguous to follow token by token",
+             what, (unsigned long long)g->token_work, g->token_s * 1e3);
+    return rc;
+}
+
 static int step(struct gw_grammar *g, struct gw_gslot *s, int32_t token)
 {
     s->ready = 0;
     if (!s->free_text) {
-        int rc = gm_matcher_accept_token(&s->m, token);
+        int rc = over_budget(g, s, gm_matcher_accept_token(&s->m, token),
+                             "token");
         if (rc == 0 && s->watch.trigger != NULL && !s->watch.anchored &&
             gm_matcher_is_finished(&s->m)) {
             s->free_text = 1; /* the call is complete: free text again */
@@ -640,6 +661,8 @@ static int step(struct gw_grammar *g, struct gw_gslot *s, int32_t token)
         return rc;
     gm_matcher_reset(&s->m);
     rc = gm_matcher_accept_bytes(&s->m, call, n_call);
+    if (over_budget(g, s, rc, "tool call's start") == TG_ETIMEDOUT)
+        return rc;
     if (rc != 0) {
         snprintf(s->err, sizeof(s->err),
                  "token %d starts a tool call with bytes the strict tools' "
@@ -694,6 +717,8 @@ int gw_grammar_slot_start(struct gw_grammar *g, uint32_t slot, uint64_t pin,
         s->mask = malloc(g->words * sizeof(uint32_t));
     if (rc == 0)
         rc = s->mask != NULL ? gm_matcher_init(&s->m, p->gr) : TG_ENOMEM;
+    if (rc == 0)
+        gm_matcher_set_budget(&s->m, g->token_work, g->token_s);
     if (rc != 0) {
         gw_callwatch_free(&s->watch);
         s->free_text = 0;
@@ -733,6 +758,8 @@ static int fill(struct gw_grammar *g, struct gw_gslot *s)
             s->mask[g->v.eos[k] >> 5] |= 1u << (g->v.eos[k] & 31);
         rc = 0;
     }
+    if (over_budget(g, s, rc, "token mask") == TG_ETIMEDOUT)
+        return rc;
     if (rc != 0) {
         snprintf(s->err, sizeof(s->err), "the token mask failed (%s)",
                  tg_strerror(rc));
@@ -797,7 +824,8 @@ void gw_grammar_log_stats(const struct gw_grammar *g)
              "%.1f us on average; draws waited for %llu masks, %.3f ms in "
              "all (%.2f us per draw); %llu prepares, %llu grammars fetched "
              "beside the steps (%.3f s on average), %llu failed, %llu "
-             "cancelled, %llu refused (queue full), %llu starts unprepared",
+             "cancelled, %llu refused (queue full), %llu starts unprepared, "
+             "%llu requests over the matching budget",
              (unsigned long long)st->draws, (unsigned long long)st->masks,
              st->masks > 0 ? st->mask_s * 1e6 / (double)st->masks : 0.0,
              (unsigned long long)st->waits, st->wait_s * 1e3,
@@ -805,6 +833,6 @@ void gw_grammar_log_stats(const struct gw_grammar *g)
              (unsigned long long)st->prepares, (unsigned long long)st->fetched,
              st->fetched > 0 ? st->fetch_s / (double)st->fetched : 0.0,
              (unsigned long long)st->failed, (unsigned long long)st->cancelled,
-             (unsigned long long)st->rejected,
-             (unsigned long long)st->unpinned);
+             (unsigned long long)st->rejected, (unsigned long long)st->unpinned,
+             (unsigned long long)st->over_budget);
 }

@@ -127,6 +127,18 @@ struct gw_gslot {
     char err[GW_GRAMMAR_ERR_MAX]; /* non-empty: the request fails */
 };
 
+/* The default bound of the compiled grammars a worker caches (a nested
+ * order schema takes ~9 MB at Qwen3's vocabulary, docs/PERFORMANCE.md). */
+#define GW_GRAMMAR_CACHE_BYTES ((size_t)256 << 20)
+
+/* The budget of one slot's matching work per token: its mask and its
+ * accept each (gm_matcher_set_budget). A few microseconds and ~100 work
+ * units is usual; the bound is ~10,000 times that, and a request over it
+ * fails alone with the reason, so a grammar too ambiguous to follow costs
+ * the batch at most one such step per request. */
+#define GW_GRAMMAR_TOKEN_WORK 1000000u
+#define GW_GRAMMAR_TOKEN_S 0.05
+
 struct gw_grammar_stats {
     uint64_t draws;     /* constrained draws (the worker counts them) */
     uint64_t masks;     /* masks computed */
@@ -140,6 +152,8 @@ struct gw_grammar_stats {
     uint64_t cancelled; /* jobs dropped unrun: released before they ran */
     uint64_t rejected;  /* prepares refused: the queue was full */
     uint64_t unpinned;  /* slot starts naming no ready pin (failed) */
+    uint64_t over_budget; /* requests failed: a token's matching work
+                             was over GW_GRAMMAR_TOKEN_WORK / _S */
 };
 
 struct gw_grammar {
@@ -151,6 +165,11 @@ struct gw_grammar {
     int loaded;      /* 1: v and cache ready; -1: loading failed
                                (load_err); under pool_mu */
     char load_err[GW_GRAMMAR_ERR_MAX];
+    size_t cache_bytes;  /* the cache's bound */
+    uint64_t token_work; /* a slot's matcher budget per call (init:
+                            GW_GRAMMAR_TOKEN_WORK; tests lower it before
+                            a slot starts) */
+    double token_s;      /* (init: GW_GRAMMAR_TOKEN_S) */
     struct gm_vocab v;
     struct gm_cache cache;
     struct gw_gslot *slots; /* (max_slots) */
@@ -186,10 +205,13 @@ struct gw_grammar {
 /* Prepares *g for max_slots slots of a model with `vocab` logits per row
  * whose tokenizer lies in model_dir (copied; read on the pool, see
  * gw_grammar_preload), makes the eventfd and starts the pool's threads.
+ * cache_bytes bounds the compiled grammars the cache keeps (0:
+ * GW_GRAMMAR_CACHE_BYTES); one grammar's token-mask caches may take half
+ * of it at most (a bigger one fails its compile, naming the limit).
  * Returns 0, TG_ENOMEM, TG_EIO (no eventfd) or TG_EAGAIN (no thread to be
  * had). */
 int gw_grammar_init(struct gw_grammar *g, const char *model_dir, int vocab,
-                    int max_slots);
+                    int max_slots, size_t cache_bytes);
 
 /* Queues the vocabulary's load on the pool (the worker's start-up: the
  * first prepare then finds it loaded). Returns 0 or TG_ENOMEM. */

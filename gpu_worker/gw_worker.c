@@ -205,9 +205,10 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     const char *prof = eo.profile_path == NULL ? "none" : eo.profile_path;
     snprintf(w->model_name, sizeof(w->model_name), "%s", o->model_dir);
     snprintf(w->profile_name, sizeof(w->profile_name), "%s", prof);
-    if (w->rank == 0 && (gw_grammar_init(&w->gram, o->model_dir, w->model.vocab,
-                                         o->max_slots) != 0 ||
-                         gw_grammar_preload(&w->gram) != 0)) {
+    if (w->rank == 0 &&
+        (gw_grammar_init(&w->gram, o->model_dir, w->model.vocab, o->max_slots,
+                         (size_t)o->grammar_cache_bytes) != 0 ||
+         gw_grammar_preload(&w->gram) != 0)) {
         rc = tg_err_set(err, errlen, TG_ENOMEM,
                         "out of memory or threads for structured outputs");
         goto fail;
@@ -650,6 +651,13 @@ static void draw_all(struct gw_worker *w, const struct gw_plan *plan,
         }
         struct gw_draw d;
         make_draw(w, e, row[i], 0, &d);
+        /* The mask, when it was stale, was computed just now and may
+         * have failed (its budget): never draw without it. */
+        if ((gerr = gw_grammar_slot_error(&w->gram, e->slot)) != NULL) {
+            snprintf(why, GW_WORKER_SLOT_ERROR_MAX, "%s", gerr);
+            slot_error(w, n_err, e->slot, why);
+            continue;
+        }
         double tb = now_s();
         int src = ops->sample(w->be, &d, &w->tok[*n_tok],
                               w->top_ids + *n_tok * K, w->top_lps + *n_tok * K,

@@ -147,6 +147,8 @@ struct gw_worker_opts {
                                    file; NULL or "": the profile's own */
     uint64_t kv_host_memory;    /* host tier of stored conversations
                                    (DESIGN.md §4.10), bytes; 0: none */
+    uint64_t grammar_cache_bytes; /* rank 0: compiled grammars kept
+                                   (gw_grammar.h); 0: its default */
 };
 
 /* The persistent state of one request slot. */

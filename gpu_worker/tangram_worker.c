@@ -87,9 +87,8 @@ int main(int argc, char **argv)
         .profile_path = opt.profile,
         .profile_force = opt.profile_force,
         .method = opt.method,
-        .backend = opt.backend == TG_SERVE_BACKEND_CUDA
-                       ? GW_BACKEND_CUDA
-                       : GW_BACKEND_CPU,
+        .backend = opt.backend == TG_SERVE_BACKEND_CUDA ? GW_BACKEND_CUDA
+                                                        : GW_BACKEND_CPU,
         .heads_per_group = (int)opt.heads_per_group,
         .page_size = (int)opt.page_size,
         .prefill_chunk = (int)opt.prefill_chunk,
@@ -109,6 +108,7 @@ int main(int argc, char **argv)
         .trig = &trig,
         .trig_stats_path = opt.trig_stats,
         .kv_host_memory = opt.kv_host_memory,
+        .grammar_cache_bytes = opt.grammar_cache_memory,
     };
     struct gw_worker w;
     struct gw_wlink link = {0};

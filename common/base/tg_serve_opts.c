@@ -180,6 +180,14 @@ static const struct tg_config_entry table[] = {
              "grammar_queue_full with Retry-After before it is queued. A "
              "grammar already prepared costs nothing here. At most the "
              "worker's compile queue (64)."},
+    {.name = "grammar-cache-memory", .type = TG_CONFIG_SIZE,
+     .def = "256MiB", .min = 16777216.0, .max = 68719476736.0,
+     .offset = OFF(grammar_cache_memory, uint64_t), .metavar = "BYTES",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "Compiled grammars of output constraints that worker rank 0 "
+             "keeps for reuse, in bytes (least recently used out first); "
+             "one grammar may take half of it at most, a bigger one fails "
+             "its request with 400 naming the limit."},
     {.name = "tokenizer-threads", .type = TG_CONFIG_INT, .def = "4", .min = 1,
      .max = 1024, .offset = OFF(tokenizer_threads, int64_t), .metavar = "N",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,

@@ -80,6 +80,16 @@ int rt_api_gen_attach_sample(struct rt_req *q, const struct rt_req *leader,
  * parser. Returns 0, or TG_ENOMEM with *e filled. Loop thread. */
 int rt_api_gen_started(struct rt_req *r, struct rt_request_error *e);
 
+/* The API error of a generation that failed with the core's message
+ * `error` (NULL: none given), by its prefix: "kv_cache_exhausted: " (the
+ * sequence outgrew the KV cache: the replica's capacity is at fault) is
+ * 503 kv_cache_exhausted; "output_constraint_too_complex: " (the worker
+ * could not follow the request's schema within its per-token budget:
+ * the same schema fails again) is 400 invalid_request_error
+ * output_constraint_too_complex; anything else 500 generation_failed.
+ * The prefix is dropped from the message. */
+void rt_api_gen_error(struct rt_request_error *e, const char *error);
+
 /* Frees r's front-end state (the sinks' `release`). Safe without one. */
 void rt_api_gen_release(struct rt_req *r);
 

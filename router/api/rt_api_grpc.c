@@ -335,10 +335,11 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
     if (fin != RT_FINISH_NONE || !ok) {
         if (!ok)
             rt_grpc_call_finish(c->call, RT_GRPC_INTERNAL, "out of memory");
-        else if (fin == RT_FINISH_ERROR)
-            rt_grpc_call_finish(c->call, RT_GRPC_INTERNAL,
-                                error ? error : "the request failed");
-        else if (fin == RT_FINISH_ABORT)
+        else if (fin == RT_FINISH_ERROR) {
+            struct rt_request_error e;
+            rt_api_gen_error(&e, error);
+            rt_grpc_call_finish(c->call, grpc_status_of(e.status), e.message);
+        } else if (fin == RT_FINISH_ABORT)
             rt_grpc_call_finish(c->call, RT_GRPC_CANCELLED, "aborted");
         else
             rt_grpc_call_finish(c->call, RT_GRPC_OK, NULL);

@@ -51,21 +51,6 @@ static const char JSON[] = "application/json";
 #define RETRY_AFTER_UNAVAILABLE "5"
 
 
-/* The error object of a generation that failed: a sequence that outgrew
- * the KV cache (the core's message starts with "kv_cache_exhausted: ") is
- * 503 kv_cache_exhausted, as the capacity of this replica and not the
- * request is at fault; anything else is 500 generation_failed. */
-static void gen_error(struct rt_request_error *e, const char *error)
-{
-    static const char kv[] = "kv_cache_exhausted: ";
-    if (error != NULL && strncmp(error, kv, sizeof(kv) - 1) == 0)
-        rt_request_error_set(e, 503, "kv_cache_exhausted", NULL, "%s",
-                             error + sizeof(kv) - 1);
-    else
-        rt_request_error_set(e, 500, "generation_failed", NULL, "%s",
-                             error ? error : "the request failed");
-}
-
 void rt_api_http__send_error(struct rt_http_req *req,
                              const struct rt_request_error *e)
 {
@@ -255,7 +240,7 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
     struct gen_group *g = r->group;
     if (fin == RT_FINISH_ERROR) {
         struct rt_request_error e;
-        gen_error(&e, error);
+        rt_api_gen_error(&e, error);
         stream_write_owned(req, buf, n, rt_openai_sse_error(&e, &buf, &n));
         if (g != NULL) {
             /* One failed choice fails the request. */
@@ -414,7 +399,7 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     struct gen_group *g = r->group;
     if (fin == RT_FINISH_ERROR) {
         struct rt_request_error e;
-        gen_error(&e, error);
+        rt_api_gen_error(&e, error);
         if (g != NULL) {
             /* One failed choice fails the request. */
             group_leave(g, r);

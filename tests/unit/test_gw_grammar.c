@@ -163,7 +163,7 @@ static void test_json_object_slot(void **state)
     (void)state;
     static struct gw_grammar g;
     got_reset();
-    assert_int_equal(gw_grammar_init(&g, dir, ROW, 4), 0);
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 4, 0), 0);
     char *spec = json_object_spec();
     pin_ready(&g, 1, spec);
     assert_int_equal(gw_grammar_pins(&g), 1);
@@ -212,12 +212,60 @@ static void test_json_object_slot(void **state)
     gw_grammar_free(&g);
 }
 
+/* A slot whose matching work for one token is over its budget fails
+ * alone with the reason; a slot of the same grammar under the budget goes
+ * on. */
+static void test_over_budget(void **state)
+{
+    (void)state;
+    static struct gw_grammar g;
+    got_reset();
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 4, 0), 0);
+    assert_int_equal(g.token_work, GW_GRAMMAR_TOKEN_WORK);
+    char *spec = json_object_spec();
+    pin_ready(&g, 1, spec);
+    for (uint32_t k = 0; k < 3; k++) {
+        assert_int_equal(
+            gw_grammar_slot_start(&g, k, 1, spec, strlen(spec), NULL, 0), 0);
+        assert_non_null(gw_grammar_slot_mask(&g, k));
+        assert_int_equal(gw_grammar_slot_accept(&g, k, id_of("{")), 0);
+    }
+    /* the slots' matchers have the worker's budget */
+    assert_int_equal(g.slots[0].m.budget_work, GW_GRAMMAR_TOKEN_WORK);
+    /* slot 1: a mask over its budget (after "{" a mask takes tens of
+     * units) */
+    gm_matcher_set_budget(&g.slots[1].m, 2, 0);
+    assert_null(gw_grammar_slot_mask(&g, 1));
+    const char *e = gw_grammar_slot_error(&g, 1);
+    assert_non_null(e);
+    assert_non_null(strstr(e, "budget"));
+    assert_int_equal(g.st.over_budget, 1);
+    /* slot 2: an accept over its budget */
+    gm_matcher_set_budget(&g.slots[2].m, 1, 0);
+    assert_int_equal(gw_grammar_slot_accept(&g, 2, id_of("}")), TG_EINVAL);
+    assert_non_null(strstr(gw_grammar_slot_error(&g, 2), "budget"));
+    assert_int_equal(g.st.over_budget, 2);
+    /* slot 0, the same grammar under its budget, goes on */
+    const uint32_t *m = gw_grammar_slot_mask(&g, 0);
+    assert_non_null(m);
+    assert_true(bit(m, id_of("}")));
+    assert_int_equal(gw_grammar_slot_accept(&g, 0, id_of("}")), 0);
+    assert_null(gw_grammar_slot_error(&g, 0));
+    /* a slot started later takes the worker's budget as it is then */
+    g.token_work = 7;
+    assert_int_equal(
+        gw_grammar_slot_start(&g, 3, 1, spec, strlen(spec), NULL, 0), 0);
+    assert_int_equal(g.slots[3].m.budget_work, 7);
+    free(spec);
+    gw_grammar_free(&g);
+}
+
 static void test_replay(void **state)
 {
     (void)state;
     static struct gw_grammar g;
     got_reset();
-    assert_int_equal(gw_grammar_init(&g, dir, ROW, 3), 0);
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 3, 0), 0);
     char *spec = json_object_spec();
     pin_ready(&g, 7, spec);
     const char *text[] = {"{\"", "a", "\":", "Ġ[", "1", ","};
@@ -253,7 +301,7 @@ static void test_bad_spec(void **state)
     (void)state;
     static struct gw_grammar g;
     got_reset();
-    assert_int_equal(gw_grammar_init(&g, dir, ROW, 2), 0);
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 2, 0), 0);
     const char *bad = "{\"type\": \"json_schema\", \"schema\": {\"type\": "
                       "\"string\", \"pattern\": \"a\"}}";
     /* The compile runs on a pool thread: the failure is its outcome,
@@ -292,7 +340,7 @@ static void test_no_vocabulary(void **state)
     (void)state;
     static struct gw_grammar g;
     got_reset();
-    assert_int_equal(gw_grammar_init(&g, "/nonexistent/model", ROW, 2), 0);
+    assert_int_equal(gw_grammar_init(&g, "/nonexistent/model", ROW, 2, 0), 0);
     char *spec = json_object_spec();
     gw_grammar_pin(&g, 1, spec, strlen(spec));
     const struct gw_gready *r = wait_for(&g, 1);
@@ -346,7 +394,7 @@ static void test_prepare_never_blocks(void **state)
     (void)state;
     static struct gw_grammar g;
     got_reset();
-    assert_int_equal(gw_grammar_init(&g, dir, ROW, 4), 0);
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 4, 0), 0);
     char *spec = json_object_spec();
     pin_ready(&g, 1, spec);
     gw_grammar_hold(&g, 1);
@@ -399,7 +447,7 @@ static void test_release(void **state)
     (void)state;
     static struct gw_grammar g;
     got_reset();
-    assert_int_equal(gw_grammar_init(&g, dir, ROW, 2), 0);
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 2, 0), 0);
     char *spec = json_object_spec();
     pin_ready(&g, 1, spec);
     assert_int_equal(
@@ -451,7 +499,7 @@ static void test_pool_fifo_bound_cancel(void **state)
     static struct gw_grammar g;
     static struct taken t;
     got_reset();
-    assert_int_equal(gw_grammar_init(&g, dir, ROW, 6), 0);
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 6, 0), 0);
     g.on_job = on_job;
     g.on_job_arg = &t;
     gw_grammar_hold(&g, 1);
@@ -500,7 +548,7 @@ static void test_queue_limit(void **state)
     static struct gw_grammar g;
     got_reset();
     const int q = GW_GRAMMAR_QUEUE;
-    assert_int_equal(gw_grammar_init(&g, dir, ROW, 2), 0);
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 2, 0), 0);
     gw_grammar_hold(&g, 1);
     char *spec = json_object_spec();
     for (int i = 1; i <= q; i++)
@@ -535,7 +583,7 @@ static void test_preload(void **state)
     (void)state;
     static struct gw_grammar g;
     got_reset();
-    assert_int_equal(gw_grammar_init(&g, dir, ROW, 1), 0);
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 1, 0), 0);
     gw_grammar_hold(&g, 1);
     assert_int_equal(gw_grammar_preload(&g), 0);
     char *spec = json_object_spec();
@@ -545,7 +593,7 @@ static void test_preload(void **state)
     assert_true(wait_for(&g, 1)->ok);
     assert_int_equal(g.loaded, 1);
     gw_grammar_free(&g);
-    assert_int_equal(gw_grammar_init(&g, dir, ROW, 1), 0);
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 1, 0), 0);
     gw_grammar_hold(&g, 1);
     assert_int_equal(gw_grammar_preload(&g), 0);
     gw_grammar_pin(&g, 1, spec, strlen(spec)); /* queued at the free */
@@ -562,7 +610,7 @@ static void test_release_while_compiling(void **state)
     (void)state;
     static struct gw_grammar g;
     got_reset();
-    assert_int_equal(gw_grammar_init(&g, dir, ROW, 3), 0);
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 3, 0), 0);
     char spec[256];
     for (int i = 1; i <= 3; i++) {
         int n = snprintf(
@@ -633,7 +681,7 @@ static void test_triggered(void **state)
     (void)state;
     static struct gw_grammar g;
     got_reset();
-    assert_int_equal(gw_grammar_init(&g, dir, ROW, 4), 0);
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 4, 0), 0);
     char *spec = triggered_spec(0);
     pin_ready(&g, 1, spec);
     assert_int_equal(
@@ -726,6 +774,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_object_slot),
         cmocka_unit_test(test_replay),
+        cmocka_unit_test(test_over_budget),
         cmocka_unit_test(test_bad_spec),
         cmocka_unit_test(test_no_vocabulary),
         cmocka_unit_test(test_prepare_never_blocks),

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "router/api/rt_api.h"
 #include "router/api/rt_openai.h"
 
 /* Token texts for the tests: id 1 "Hello", 2 " w\xC3\xB6rld" (an o-umlaut,
@@ -459,6 +460,22 @@ static void test_errors(void **state)
     assert_string_equal(jstr(o, "code"), "queue_full");
     json_decref(j);
     free(out);
+
+    /* A generation's failure, classed by the core's message prefix. */
+    rt_api_gen_error(&e, "kv_cache_exhausted: the sequence outgrew it");
+    assert_int_equal(e.status, 503);
+    assert_string_equal(e.code, "kv_cache_exhausted");
+    assert_string_equal(e.message, "the sequence outgrew it");
+    rt_api_gen_error(&e, "output_constraint_too_complex: too ambiguous");
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.type, "invalid_request_error");
+    assert_string_equal(e.code, "output_constraint_too_complex");
+    assert_string_equal(e.message, "too ambiguous");
+    rt_api_gen_error(&e, "NaN logits");
+    assert_int_equal(e.status, 500);
+    assert_string_equal(e.code, "generation_failed");
+    rt_api_gen_error(&e, NULL);
+    assert_int_equal(e.status, 500);
 
     /* A parse error round-trips with param and code. */
     static const struct rt_openai_cfg cfg = {.served_model = "tiny"};

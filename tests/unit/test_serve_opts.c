@@ -74,7 +74,7 @@ static void test_marks(void **state)
         "method", "gvote-p", "gvote-samples", "gvote-future",
         "decode-compress", "decode-budget", "decode-budget-uniform",
         "decode-every", "decode-window", "trig-stats", "max-num-seqs", "max-batched-tokens", "kv-memory", "kv-host-memory",
-        "max-queued", "max-grammar-compiles",
+        "max-queued", "max-grammar-compiles", "grammar-cache-memory",
         "tokenizer-threads",
         "api-key", "log-format", "log-level", "shutdown-timeout",
         "served-model-name", "max-model-len", "worker-heartbeat-ms",

@@ -364,10 +364,44 @@ static void pin_free(struct gw_grammar *g, struct gw_gpin *p)
     free(p);
 }
 
+int gw_grammar_shutdown(struct gw_grammar *g, int ms)
+{
+    if ((g->slots == NULL && g->model_dir == NULL) || g->abandoned)
+        return 0;
+    pthread_mutex_lock(&g->pool_mu);
+    g->stop = 1;
+    pthread_cond_broadcast(&g->pool_cv);
+    pthread_mutex_unlock(&g->pool_mu);
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += ms / 1000;
+    dl.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    int busy = 0;
+    for (int i = 0; i < g->n_threads; i++) {
+        if (pthread_timedjoin_np(g->threads[i], NULL, &dl) != 0) {
+            pthread_detach(g->threads[i]);
+            busy = 1;
+        }
+    }
+    if (busy) {
+        g->abandoned = 1; /* the detached threads keep using *g */
+        log_info("structured outputs: a vocabulary load or compile is still "
+                 "running at exit: left to end with the process");
+        return TG_EBUSY;
+    }
+    g->n_threads = 0; /* joined */
+    gw_grammar_free(g);
+    return 0;
+}
+
 void gw_grammar_free(struct gw_grammar *g)
 {
-    if (g->slots == NULL && g->model_dir == NULL)
-        return; /* zeroed */
+    if ((g->slots == NULL && g->model_dir == NULL) || g->abandoned)
+        return; /* zeroed, or left to running threads */
     for (int i = 0; g->slots != NULL && i < g->max_slots; i++) {
         gw_grammar_slot_clear(g, (uint32_t)i);
         free(g->slots[i].mask);

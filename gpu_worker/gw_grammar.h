@@ -194,6 +194,7 @@ struct gw_grammar {
     int loading;                     /* a pool thread loads the vocabulary */
     int hold;        /* the threads take no job (gw_grammar_hold) */
     int stop;        /* the threads end (free) */
+    int abandoned;   /* gw_grammar_shutdown left *g to running threads */
     int omp_threads; /* of one compile's token-mask stage */
     /* Test hook, NULL unless set before the first job: called on a pool
      * thread, under pool_mu (it must not call gw_grammar), as the thread
@@ -212,6 +213,16 @@ struct gw_grammar {
  * had). */
 int gw_grammar_init(struct gw_grammar *g, const char *model_dir, int vocab,
                     int max_slots, size_t cache_bytes);
+
+/* For a process about to exit: stops the pool and waits at most `ms`
+ * for its threads. Returns 0 when they all ended (everything is then
+ * freed, as by gw_grammar_free), or TG_EBUSY when one still runs (a
+ * vocabulary load, seconds on a loaded machine, or a compile, bounded by
+ * its 10 s limit): its threads are detached and *g is left to them
+ * (marked abandoned: a later gw_grammar_free does nothing), so *g must
+ * stay allocated until the process exits. Either way the exit does not
+ * wait for them. */
+int gw_grammar_shutdown(struct gw_grammar *g, int ms);
 
 /* Queues the vocabulary's load on the pool (the worker's start-up: the
  * first prepare then finds it loaded). Returns 0 or TG_ENOMEM. */

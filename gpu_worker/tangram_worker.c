@@ -110,7 +110,9 @@ int main(int argc, char **argv)
         .kv_host_memory = opt.kv_host_memory,
         .grammar_cache_bytes = opt.grammar_cache_memory,
     };
-    struct gw_worker w;
+    /* static: a compile thread still running at exit keeps using the
+     * worker's grammar state until the process ends (gw_grammar_shutdown) */
+    static struct gw_worker w;
     struct gw_wlink link = {0};
     int status = 1;
     struct timespec t0, t1;
@@ -153,6 +155,10 @@ int main(int argc, char **argv)
     log_info("exiting with status %d", status);
 out:
     gw_wlink_close(&link);
+    /* A vocabulary load or a compile never holds up the exit: a router
+     * waiting for this worker (a restart, a drain) gets it at once. */
+    if (w.rank == 0)
+        (void)gw_grammar_shutdown(&w.gram, 100);
     gw_worker_free(&w);
     tg_serve_opts_free(&opt);
     return status;

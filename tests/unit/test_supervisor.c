@@ -193,7 +193,10 @@ static void test_worker_argv(void **state)
     assert_non_null(find_flag(argv, argc, "--trig-stats"));
     /* The workers hold the host tier (§4.10). */
     assert_non_null(find_flag(argv, argc, "--kv-host-memory"));
-    assert_int_equal(argc, 7 + 22); /* 20 rows, --heartbeat-ms, --kv-host-memory */
+    /* The worker rank 0 bounds its grammar cache (DESIGN.md §4.11). */
+    assert_non_null(find_flag(argv, argc, "--grammar-cache-memory"));
+    /* 21 rows, --heartbeat-ms, --kv-host-memory */
+    assert_int_equal(argc, 7 + 23);
     /* The communicator is named by worker rank 0, never on a command
      * line (proto/worker.proto CommSetup). */
     assert_null(find_flag(argv, argc, "--comm-id"));

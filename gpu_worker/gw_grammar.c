@@ -533,7 +533,8 @@ void gw_grammar_pin(struct gw_grammar *g, uint64_t id, const char *spec,
         refuse(g, id, 0, "out of memory for a constraint");
         return;
     }
-    memcpy(copy, spec, len);
+    if (len > 0)
+        memcpy(copy, spec, len);
     copy[len] = '\0';
     p->id = id;
     p->spec = copy;
@@ -607,10 +608,12 @@ size_t gw_grammar_take_ready(struct gw_grammar *g, struct gw_gready *out,
     (void)r;
     size_t n = 0;
     size_t k = g->n_refused < cap ? g->n_refused : cap;
-    memcpy(out, g->refused, k * sizeof(*out));
-    memmove(g->refused, g->refused + k,
-            (g->n_refused - k) * sizeof(*g->refused));
-    g->n_refused -= k;
+    if (k > 0) { /* refused may still be NULL: memcpy(NULL, 0) is UB */
+        memcpy(out, g->refused, k * sizeof(*out));
+        memmove(g->refused, g->refused + k,
+                (g->n_refused - k) * sizeof(*g->refused));
+        g->n_refused -= k;
+    }
     n = k;
     while (n < cap) {
         pthread_mutex_lock(&g->pool_mu);

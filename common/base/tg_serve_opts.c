@@ -18,7 +18,9 @@ static const char *const onoff_choices[] = {"off", "on", NULL};
 static const char *const decode_compress_choices[] = {"none", "trig", NULL};
 
 /* tangramd's rows come first, in the order of its --help (and of the flags
- * it forwards); then the router's own; then the worker's own. */
+ * it forwards); then the router's own; then the worker's own. Laid out by
+ * hand, a few fields a line: clang-format would give every field a line. */
+/* clang-format off */
 static const struct tg_config_entry table[] = {
     {.name = "model", .type = TG_CONFIG_STRING, .def = NULL,
      .offset = OFF(model, char *), .metavar = "DIR",
@@ -240,6 +242,15 @@ static const struct tg_config_entry table[] = {
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
      .help = "A request body must arrive within this of the end of its "
              "head (408 otherwise)."},
+    {.name = "http-min-body-rate", .type = TG_CONFIG_SIZE, .def = "16KiB",
+     .min = 0, .max = 1073741824.0,
+     .offset = OFF(http_min_body_rate, uint64_t), .metavar = "BYTES",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "Bytes per second a request body must arrive at, in every "
+             "5 s from the end of its head (or the rest of it, when less is "
+             "left); a slower upload gets 408 and is closed, so a trickling "
+             "client holds neither a connection nor body memory for the "
+             "whole --http-body-timeout. 0 = no minimum."},
     {.name = "http-idle-timeout", .type = TG_CONFIG_DOUBLE, .def = "60",
      .min = 0.1, .max = 86400, .offset = OFF(http_idle_timeout, double),
      .metavar = "SECONDS",
@@ -305,9 +316,11 @@ static const struct tg_config_entry table[] = {
      .offset = OFF(max_body_memory, uint64_t), .metavar = "BYTES",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
      .help = "Request bodies (HTTP bodies, gRPC messages) the router holds "
-             "at once; a request that does not fit gets 503 (gRPC "
-             "UNAVAILABLE) before its body is read. At least --http-max-body "
-             "and --grpc-max-message."},
+             "at once, charged as their bytes arrive; a request whose "
+             "announced body does not fit what is free gets 503 (gRPC "
+             "UNAVAILABLE) before its body is read, one that stops fitting "
+             "as it arrives gets it then. At least --http-max-body and "
+             "--grpc-max-message."},
 
     /* ---- the router's own ---- */
     {.name = "ipc-endpoint", .type = TG_CONFIG_STRING,
@@ -374,6 +387,7 @@ static const struct tg_config_entry table[] = {
      .help = "CUDA backend with T > 1: a step waiting longer aborts the NCCL "
              "group (a peer is gone) and the worker exits for a restart."},
 };
+/* clang-format on */
 
 #define NROWS (sizeof table / sizeof table[0])
 

@@ -856,6 +856,13 @@ int rt_api_http_register(struct rt_server *s, struct rt_http_server *http,
         if (rc != 0)
             return rc;
     }
+    /* Load balancers and Kubernetes probe /health and scrapers /metrics:
+     * both are served on the probe reserve, so they answer while every
+     * connection of the table is busy (router/net/rt_conn.h). */
+    if (rt_http_route_set_probe(http, "/health") != 0 ||
+        rt_http_route_set_probe(http, "/metrics") != 0)
+        return tg_err_set(err, errlen, TG_EINTERNAL,
+                          "http: no /health or /metrics route");
     rt_http_server_on_head(http, head_check, s);
     return 0;
 }

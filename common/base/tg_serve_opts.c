@@ -321,6 +321,18 @@ static const struct tg_config_entry table[] = {
              "UNAVAILABLE) before its body is read, one that stops fitting "
              "as it arrives gets it then. At least --http-max-body and "
              "--grpc-max-message."},
+    {.name = "max-request-memory", .type = TG_CONFIG_SIZE, .def = "1GiB",
+     .min = 16777216.0, .max = 1099511627776.0,
+     .offset = OFF(max_request_memory, uint64_t), .metavar = "BYTES",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "What large requests (bodies over 16 KiB, gRPC messages) may "
+             "cost the router at once between their parse and their tokens: "
+             "parsed JSON, rendered chat and tokenizer scratch, 10 to 100 "
+             "times a body's bytes, estimated from one pass over the body "
+             "before it is parsed. An HTTP request that does not fit waits "
+             "its turn with its body; a gRPC call gets UNAVAILABLE (retry); "
+             "one that would need more than this gets 413 "
+             "(RESOURCE_EXHAUSTED)."},
 
     /* ---- the router's own ---- */
     {.name = "ipc-endpoint", .type = TG_CONFIG_STRING,

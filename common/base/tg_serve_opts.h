@@ -146,6 +146,9 @@ struct tg_serve_opts {
     int64_t grpc_max_connections_per_ip; /* per client address; 0 = off */
     uint64_t max_body_memory;  /* bytes of request bodies (HTTP and gRPC)
                                   the router holds at once */
+    uint64_t max_request_memory; /* bytes large requests may take between
+                                    their parse and their tokens (an
+                                    estimate, router/core/rt_reqmem.h) */
 
     /* ---- the router's own (tangramd sets them) ---- */
     char *ipc_endpoint;       /* ZeroMQ endpoint the workers connect to */

@@ -163,4 +163,8 @@ void rt_app_net_metrics(struct rt_app *a)
     rt_metrics_gauge_set(m->request_body_memory_bytes,
                          (double)a->body_budget.used);
     follow(m->request_body_memory_refused_total, a->body_budget.refused);
+    rt_metrics_gauge_set(m->request_memory_bytes, (double)a->reqmem.used);
+    rt_metrics_gauge_set(m->request_memory_waiting,
+                         (double)a->reqmem.n_waiting);
+    follow(m->request_memory_refused_total, a->reqmem.refused);
 }

@@ -190,6 +190,19 @@ static const struct single_def single_defs[] = {
      "Requests refused (HTTP 503, gRPC UNAVAILABLE) because their body "
      "did not fit in --max-body-memory.",
      RT_METRICS_COUNTER, NULL, NULL, SLOT(request_body_memory_refused_total)},
+    {"tangram_request_memory_bytes",
+     "Bytes of --max-request-memory taken by large requests between their "
+     "parse and their tokens (an estimate of their parsed JSON, rendered "
+     "chat and tokenizer scratch, taken before they are parsed).",
+     RT_METRICS_GAUGE, NULL, NULL, SLOT(request_memory_bytes)},
+    {"tangram_request_memory_waiting",
+     "HTTP requests whose body waits for room in --max-request-memory "
+     "before it is parsed.",
+     RT_METRICS_GAUGE, NULL, NULL, SLOT(request_memory_waiting)},
+    {"tangram_request_memory_refused_total",
+     "Requests refused by --max-request-memory: more than the whole "
+     "budget (HTTP 413), or no room for a gRPC call (UNAVAILABLE).",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(request_memory_refused_total)},
     {"tangram_step_seconds_total",
      "Wall time of the scheduler's steps, from forming the plan to its "
      "result handled, in seconds.",

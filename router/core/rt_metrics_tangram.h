@@ -119,6 +119,10 @@ struct rt_metrics_tangram {
         *probe_reserve_connections_total[RT_METRICS_API_COUNT];
     struct rt_metrics_series *request_body_memory_bytes;      /* gauge */
     struct rt_metrics_series *request_body_memory_refused_total;
+    /* the request memory budget (router/core/rt_reqmem.h) */
+    struct rt_metrics_series *request_memory_bytes;   /* gauge */
+    struct rt_metrics_series *request_memory_waiting; /* gauge */
+    struct rt_metrics_series *request_memory_refused_total;
     /* counters of the step loop's time (seconds): wall time of the steps
      * and its host work on the router and on the workers */
     struct rt_metrics_series *step_seconds_total;

@@ -84,7 +84,8 @@ static void test_marks(void **state)
         "http-send-timeout", "http-max-body", "metrics-auth",
         "grpc-recv-timeout", "grpc-idle-timeout", "grpc-max-streams",
         "grpc-max-message", "grpc-max-connections",
-        "grpc-max-connections-per-ip", "max-body-memory"};
+        "grpc-max-connections-per-ip", "max-body-memory",
+        "max-request-memory"};
     /* clang-format on */
     assert_int_equal(nd, sizeof daemon_rows / sizeof daemon_rows[0]);
     for (size_t i = 0; i < nd; i++)

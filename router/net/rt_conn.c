@@ -115,6 +115,8 @@ void rt_conn_state_set(struct rt_conn *c, int state)
     c->state = state;
     c->since = uv_now(set->loop);
     c->bytes = 0;
+    if (state != RT_CONN_IDLE)
+        c->used = 1;
     struct rt_conn **list = progress_list(set, state);
     if (state == RT_CONN_IDLE) {
         c->sprev = set->idle_tail;
@@ -207,9 +209,25 @@ static uint64_t kernel_pending(const struct rt_conn *k)
     return (uint64_t)n;
 }
 
-/* The slowest connection of `list` (heads or bodies) in scope: fewest
- * bytes per millisecond of its age, the older one on a tie; with
- * `pending`, bytes waiting in the kernel count. Compared as
+/* True while c is a new connection whose first request may still be on
+ * its way (RT_CONN_FRESH_MS). */
+static int fresh(const struct rt_conn_set *set, const struct rt_conn *c)
+{
+    return !c->used && uv_now(set->loop) - c->since < RT_CONN_FRESH_MS;
+}
+
+/* A head or body that started less than RT_CONN_FRESH_MS ago: its rate
+ * says nothing yet (a whole head that arrived with its connection has
+ * fewer bytes per millisecond than a longer one of the same age). */
+static int young(const struct rt_conn_set *set, const struct rt_conn *c)
+{
+    return uv_now(set->loop) - c->since < RT_CONN_FRESH_MS;
+}
+
+/* The slowest connection of `list` (heads or bodies) in scope, of those
+ * that are not young, or (`yng`) of those that are: fewest bytes per
+ * millisecond of its age, the older one on a tie; in the probe reserve,
+ * bytes waiting in the kernel count. Compared as
  * bytes_a * age_b < bytes_b * age_a, exact in 64 bits for any head or body
  * a server accepts. Connections that entered the state in the same loop
  * iteration share `since` (uv_now() is cached per iteration): the lists
@@ -217,13 +235,13 @@ static uint64_t kernel_pending(const struct rt_conn *k)
  * is the older. */
 static struct rt_conn *slowest(const struct rt_conn_set *set,
                                struct rt_conn *list, const struct rt_conn *c,
-                               int mine, int probe)
+                               int mine, int probe, int yng)
 {
     uint64_t now = uv_now(set->loop);
     struct rt_conn *best = NULL;
     uint64_t best_bytes = 0, best_age = 1;
     for (struct rt_conn *k = list; k; k = k->snext) {
-        if (!in_scope(k, c, mine, probe))
+        if (!in_scope(k, c, mine, probe) || young(set, k) != yng)
             continue;
         uint64_t age = now > k->since ? now - k->since : 1;
         uint64_t bytes = k->bytes + (probe ? kernel_pending(k) : 0);
@@ -237,32 +255,53 @@ static struct rt_conn *slowest(const struct rt_conn_set *set,
     return best;
 }
 
-/* The oldest idle connection in scope, or NULL. */
-static struct rt_conn *oldest_idle(const struct rt_conn_set *set,
-                                   const struct rt_conn *c, int mine, int probe)
+/* The oldest idle connection in scope, or NULL: of those that are not
+ * fresh, or (`young`) of those that are. One whose client has sent bytes
+ * the owner has not read yet (a request that arrived just after its
+ * connection was accepted, in the same loop iteration) is not idle: it
+ * becomes a head with those bytes, which makes it the fastest head, and
+ * the search goes on. */
+static struct rt_conn *oldest_idle(struct rt_conn_set *set,
+                                   const struct rt_conn *c, int mine, int probe,
+                                   int young)
 {
     struct rt_conn *v = set->idle_head;
-    while (v && !in_scope(v, c, mine, probe))
-        v = v->snext;
-    return v;
+    while (v) {
+        struct rt_conn *next = v->snext;
+        if (in_scope(v, c, mine, probe) && fresh(set, v) == young) {
+            uint64_t pending = kernel_pending(v);
+            if (pending == 0)
+                return v;
+            rt_conn_state_set(v, RT_CONN_HEAD);
+            v->bytes = pending;
+        }
+        v = next;
+    }
+    return NULL;
 }
 
 /* Closes a connection to make room for c: the oldest idle one, else the
- * slowest head, else the slowest body (of c's address when `mine`; of the
- * probe reserve when `probe`, which has no bodies of its own to lose).
- * Returns 1, or 0 when every candidate is busy. */
+ * slowest head, else the slowest body; only then the young ones: the
+ * oldest fresh idle one, else the slowest young head, else the slowest
+ * young body (of c's address when `mine`; of the probe reserve when
+ * `probe`, which has no bodies of its own to lose). Returns 1, or 0 when
+ * every candidate is busy. */
 static int give_way(struct rt_conn_set *set, const struct rt_conn *c, int mine,
                     int probe)
 {
-    struct rt_conn *v = oldest_idle(set, c, mine, probe);
+    struct rt_conn *v = NULL;
     int why = RT_CONN_EVICT_IDLE;
-    if (!v) {
-        v = slowest(set, set->heads, c, mine, probe);
-        why = RT_CONN_EVICT_HEAD;
-    }
-    if (!v && !probe) {
-        v = slowest(set, set->bodies, c, mine, probe);
-        why = RT_CONN_EVICT_BODY;
+    for (int yng = 0; yng <= 1 && !v; yng++) {
+        v = oldest_idle(set, c, mine, probe, yng);
+        why = RT_CONN_EVICT_IDLE;
+        if (!v) {
+            v = slowest(set, set->heads, c, mine, probe, yng);
+            why = RT_CONN_EVICT_HEAD;
+        }
+        if (!v && !probe) {
+            v = slowest(set, set->bodies, c, mine, probe, yng);
+            why = RT_CONN_EVICT_BODY;
+        }
     }
     if (!v)
         return 0;
@@ -343,6 +382,7 @@ static int admit(struct rt_conn_set *set, int fd,
     peer_of(ss, c->peer);
     c->set = set;
     c->probe = 0;
+    c->used = 0;
     c->state = RT_CONN_NEW;
     c->since = uv_now(set->loop);
     c->prev = NULL;

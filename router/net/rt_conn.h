@@ -23,13 +23,16 @@
  * keeps up to date (enum rt_conn_state). A connection that arrives while
  * its client address holds max_connections_per_ip, or while the set holds
  * max_connections, takes the place of another of that address (or of the
- * set): the oldest idle one, else the slowest incomplete head (fewest head
- * bytes per millisecond since its first byte: a trickling slowloris head
- * loses to any client that sends its head in one piece), else the slowest
- * incomplete body (fewest body bytes per millisecond since the end of its
- * head: a trickling upload loses to any client that uploads at the speed
- * of its link); when every connection is busy the newcomer is refused (the
- * owner answers it: 503, GOAWAY) and closed. The per-address check runs
+ * set): the oldest idle one (one whose client's bytes wait unread in the
+ * kernel is not idle: it becomes a head arriving), else the slowest
+ * incomplete head (fewest head bytes per millisecond since its first byte:
+ * a trickling slowloris head loses to any client that sends its head in
+ * one piece), else the slowest incomplete body (fewest body bytes per
+ * millisecond since the end of its head: a trickling upload loses to any
+ * client that uploads at the speed of its link); young connections
+ * (RT_CONN_FRESH_MS) come after all of those, in the same order; when
+ * every connection is busy the newcomer is refused (the owner answers it:
+ * 503, GOAWAY) and closed. The per-address check runs
  * first, so an address at its own limit gives up one of its own before
  * anyone else's. An idle connection is closed after idle_timeout_ms (one
  * timer per set: the idle list is kept in the order connections went
@@ -88,6 +91,11 @@
  * RT_CONN_PAUSE_MAX_MS. */
 #define RT_CONN_PAUSE_MIN_MS 50
 #define RT_CONN_PAUSE_MAX_MS 2000
+/* Young connections give way last: a new one that has sent nothing yet
+ * (its request may be on its way: a probe connects, then sends) and a head
+ * or body that started less than this long ago (its rate says nothing
+ * yet) are chosen only when no older connection can give way. */
+#define RT_CONN_FRESH_MS 250
 /* A body's buffer grows from this many bytes (rt_conn_body_grow). */
 #define RT_CONN_BODY_STEP 4096u
 
@@ -181,7 +189,8 @@ struct rt_conn_ops {
 };
 
 /* One connection, embedded in the owner's connection object. The owner
- * reads `tcp`, `peer`, `state`; the rest is the set's. */
+ * reads `tcp`, `peer`, `state` and `probe`, keeps `bytes` and sets `used`;
+ * the rest is the set's. */
 struct rt_conn {
     uv_tcp_t tcp;                  /* the socket (tcp.data: the owner's) */
     struct rt_conn_set *set;       /* NULL once it left the set */
@@ -197,6 +206,9 @@ struct rt_conn {
     uint64_t bytes;                /* RT_CONN_HEAD, RT_CONN_BODY: bytes of
                                       the head or body so far, kept by the
                                       owner */
+    int used;                      /* it carried a request or a call (set
+                                      by the owner, and on any state but
+                                      RT_CONN_IDLE): no longer fresh */
     int probe;                     /* 0, or it holds a place of the probe
                                       reserve: the enum rt_conn_refuse the
                                       caps would have answered it with */

@@ -178,6 +178,7 @@ struct rt_grpc_call *rt_grpc__call_new(struct rt_grpc_conn *conn,
     call->conn_id = conn->id;
     call->srv = conn->srv;
     call->stream_id = stream_id;
+    conn->base.used = 1; /* no longer a fresh connection (rt_conn.h) */
     call->path = "";
     call->next = conn->calls;
     if (conn->calls)

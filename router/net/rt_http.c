@@ -483,7 +483,11 @@ void rt_http__conn_finish(struct rt_http_conn *conn)
     if (conn->closing || conn->finishing)
         return;
     conn->finishing = 1;
-    conn_state(conn, RT_CONN_BUSY);
+    /* An answer already handed to the kernel only waits for its FIN: the
+     * connection may give way like an idle one (closing it still delivers
+     * what the kernel holds). When thousands of slow uploads are answered
+     * 408 at once, the table is not all busy for that moment. */
+    conn_state(conn, queued(conn) == 0 ? RT_CONN_IDLE : RT_CONN_BUSY);
     peers_remove(conn);
     conn_drop_cur(conn);
     conn->shutdown_req.data = conn;

@@ -187,6 +187,7 @@ static int on_message_begin(http_parser *p)
     req->srv = conn->srv;
     req->state = RQ_PARSING;
     conn->cur = req;
+    conn->base.used = 1; /* no longer a fresh connection (rt_conn.h) */
     conn->hdr_bytes = 0;
     conn->chunk_left = 0;
     return 0;

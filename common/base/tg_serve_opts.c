@@ -271,6 +271,15 @@ static const struct tg_config_entry table[] = {
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
      .help = "A request body must arrive within this of the end of its "
              "head (408 otherwise)."},
+    {.name = "http-min-body-rate", .type = TG_CONFIG_SIZE, .def = "16KiB",
+     .min = 0, .max = 1073741824.0,
+     .offset = OFF(http_min_body_rate, uint64_t), .metavar = "BYTES",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "Bytes per second a request body must arrive at, in every "
+             "5 s from the end of its head (or the rest of it, when less is "
+             "left); a slower upload gets 408 and is closed, so a trickling "
+             "client holds neither a connection nor body memory for the "
+             "whole --http-body-timeout. 0 = no minimum."},
     {.name = "http-idle-timeout", .type = TG_CONFIG_DOUBLE, .def = "60",
      .min = 0.1, .max = 86400, .offset = OFF(http_idle_timeout, double),
      .metavar = "SECONDS",
@@ -336,9 +345,23 @@ static const struct tg_config_entry table[] = {
      .offset = OFF(max_body_memory, uint64_t), .metavar = "BYTES",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
      .help = "Request bodies (HTTP bodies, gRPC messages) the router holds "
-             "at once; a request that does not fit gets 503 (gRPC "
-             "UNAVAILABLE) before its body is read. At least --http-max-body "
-             "and --grpc-max-message."},
+             "at once, charged as their bytes arrive; a request whose "
+             "announced body does not fit what is free gets 503 (gRPC "
+             "UNAVAILABLE) before its body is read, one that stops fitting "
+             "as it arrives gets it then. At least --http-max-body and "
+             "--grpc-max-message."},
+    {.name = "max-request-memory", .type = TG_CONFIG_SIZE, .def = "1GiB",
+     .min = 16777216.0, .max = 1099511627776.0,
+     .offset = OFF(max_request_memory, uint64_t), .metavar = "BYTES",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "What large requests (bodies over 16 KiB, gRPC messages) may "
+             "cost the router at once between their parse and their tokens: "
+             "parsed JSON, rendered chat and tokenizer scratch, 10 to 100 "
+             "times a body's bytes, estimated from one pass over the body "
+             "before it is parsed. An HTTP request that does not fit waits "
+             "its turn with its body; a gRPC call gets UNAVAILABLE (retry); "
+             "one that would need more than this gets 413 "
+             "(RESOURCE_EXHAUSTED)."},
 
     /* ---- the router's own ---- */
     {.name = "ipc-endpoint", .type = TG_CONFIG_STRING,

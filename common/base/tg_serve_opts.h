@@ -137,6 +137,8 @@ struct tg_serve_opts {
     int64_t http_max_connections_per_ip; /* per client address; 0 = off */
     double http_header_timeout;  /* seconds for a request head */
     double http_body_timeout;    /* seconds for a request body */
+    uint64_t http_min_body_rate; /* bytes per second a body must arrive at
+                                    (every 5 s); 0 = no minimum */
     double http_idle_timeout;    /* seconds a keep-alive connection idles */
     double http_send_timeout;    /* seconds a response may make no progress
                                     (a client that stopped reading) */
@@ -153,6 +155,9 @@ struct tg_serve_opts {
     int64_t grpc_max_connections_per_ip; /* per client address; 0 = off */
     uint64_t max_body_memory;  /* bytes of request bodies (HTTP and gRPC)
                                   the router holds at once */
+    uint64_t max_request_memory; /* bytes large requests may take between
+                                    their parse and their tokens (an
+                                    estimate, router/core/rt_reqmem.h) */
 
     /* ---- the router's own (tangramd sets them) ---- */
     char *ipc_endpoint;       /* ZeroMQ endpoint the workers connect to */

@@ -51,6 +51,10 @@ struct rt_api_gen {
     struct rt_tc_parser *tc; /* a chat offering tools to a model whose
                                    template names their format; NULL = the
                                    output is plain text */
+    size_t mem;              /* bytes of the request memory budget
+                                (router/core/rt_reqmem.h) it holds until
+                                its prompt is tokenized: given back by
+                                rt_api_gen_started or _release */
 };
 
 /* r's front-end state (NULL before rt_api_gen_attach). */
@@ -92,5 +96,9 @@ void rt_api_gen_error(struct rt_request_error *e, const char *error);
 
 /* Frees r's front-end state (the sinks' `release`). Safe without one. */
 void rt_api_gen_release(struct rt_req *r);
+
+/* Gives `mem` bytes back to s's request memory budget (none: no-op). Loop
+ * thread. */
+void rt_api_gen_mem_give(struct rt_server *s, size_t mem);
 
 #endif /* RT_API_H */

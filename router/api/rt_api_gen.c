@@ -63,10 +63,20 @@ int rt_api_gen_attach_sample(struct rt_req *q, const struct rt_req *leader,
     return rt_api_gen_started(q, e);
 }
 
+void rt_api_gen_mem_give(struct rt_server *s, size_t mem)
+{
+    if (mem != 0 && s->reqmem != NULL)
+        rt_reqmem_give(s->reqmem, mem);
+}
+
 int rt_api_gen_started(struct rt_req *r, struct rt_request_error *e)
 {
     struct rt_server *s = r->srv;
     struct rt_api_gen *a = rt_api_gen_of(r);
+    /* The prompt is tokenized: what the request costs from now on is its
+     * ids and its answer, which the scheduler bounds. */
+    rt_api_gen_mem_give(s, a->mem);
+    a->mem = 0;
     a->ctx = (struct rt_resp_ctx){
         .endpoint = a->g.endpoint,
         .id = r->id_str,
@@ -112,6 +122,7 @@ void rt_api_gen_release(struct rt_req *r)
     struct rt_api_gen *a = rt_api_gen_of(r);
     if (a == NULL)
         return;
+    rt_api_gen_mem_give(r->srv, a->mem);
     if (a->tc != NULL) {
         rt_tc_free(a->tc);
         free(a->tc);

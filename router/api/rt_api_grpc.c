@@ -609,6 +609,46 @@ static void gen_submitted(struct rt_req *r, int rc, struct rt_request_error *e)
         snprintf(r->id_str, sizeof(r->id_str), "%s", r->q.request_id);
 }
 
+/* A large request takes its estimated cost from the request memory
+ * budget (router/core/rt_reqmem.h) into *mem before it is converted:
+ * returns 1, or 0 after ending the call (RESOURCE_EXHAUSTED when it could
+ * never fit, UNAVAILABLE to retry when there is no room now). */
+static int mem_take(struct rt_server *s, struct rt_grpc_call *call,
+                    const char *prompt, size_t n_ids,
+                    Tangram__V1__ChatMessage *const *msgs, size_t n,
+                    Tangram__V1__Tool *const *tools, size_t n_tools,
+                    size_t *mem)
+{
+    *mem = 0;
+    if (s->reqmem == NULL || call->msg_len <= RT_ENCODE_INLINE_BYTES)
+        return 1;
+    size_t cost = rt_api_grpc__mem_estimate(call->msg_len, prompt, n_ids, msgs,
+                                            n, tools, n_tools);
+    int rc = rt_reqmem_take(s->reqmem, cost);
+    if (rc == 0) {
+        *mem = cost;
+        return 1;
+    }
+    char msg[320];
+    if (rc == TG_ETOOBIG)
+        snprintf(msg, sizeof(msg),
+                 "the request would take up to %zu MiB of memory once "
+                 "converted, rendered and tokenized, more than the server's "
+                 "budget for requests being prepared (--max-request-memory "
+                 "%zu MiB)",
+                 cost >> 20, s->reqmem->limit >> 20);
+    else
+        snprintf(msg, sizeof(msg),
+                 "the server is preparing as many large requests as its "
+                 "memory budget allows (--max-request-memory); retry "
+                 "shortly");
+    rt_grpc_call_finish(call,
+                        rc == TG_ETOOBIG ? RT_GRPC_RESOURCE_EXHAUSTED
+                                         : RT_GRPC_UNAVAILABLE,
+                        msg);
+    return 0;
+}
+
 static void h_generate(struct rt_grpc_call *call, void *ud)
 {
     struct rt_server *s = ud;
@@ -641,11 +681,18 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
             return;
         }
     }
+    size_t mem = 0;
+    if (!mem_take(s, call, q->prompt, q->n_prompt_token_ids, q->messages,
+                  q->n_messages, q->tools, q->n_tools, &mem)) {
+        tangram__v1__generate_request__free_unpacked(q, NULL);
+        return;
+    }
     struct gen_client *c = calloc(1, sizeof(*c));
     struct rt_req *r = c ? rt_req_new(s, &gen_sink, c) : NULL;
     struct rt_request_error e;
     if (r == NULL) {
         free(c);
+        rt_api_gen_mem_give(s, mem);
         tangram__v1__generate_request__free_unpacked(q, NULL);
         rt_grpc_call_finish(call, RT_GRPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
@@ -660,6 +707,11 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
         rc = rt_api_gen_attach(r, &g, &e);
     else
         rt_gen_request_free(&g);
+    /* The request holds its charge until its prompt is tokenized. */
+    if (rc == 0)
+        rt_api_gen_of(r)->mem = mem;
+    else
+        rt_api_gen_mem_give(s, mem);
     r->on_submitted = gen_submitted;
     /* rt_openai_check_id() kept it within id_str; named at once, so that the id
      * is taken (and Abort finds it) while the prompt is tokenized. */
@@ -703,10 +755,12 @@ struct tok_call {
     char *text;
     struct rt_grpc_call *call;    /* NULL once the call is cancelled */
     struct rt_server *s;
+    size_t mem; /* bytes of the request memory budget */
 };
 
 static void tok_call_free(struct tok_call *tc)
 {
+    rt_api_gen_mem_give(tc->s, tc->mem);
     tok_ids_free(&tc->job.ids);
     json_decref(tc->chat_msgs);
     json_decref(tc->tools);
@@ -751,12 +805,21 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
         return;
     }
     struct rt_request_error e;
+    size_t mem = 0;
+    if (!mem_take(s, call, q->text, 0, q->messages, q->n_messages, q->tools,
+                  q->n_tools, &mem)) {
+        tangram__v1__tokenize_request__free_unpacked(q, NULL);
+        return;
+    }
     struct tok_call *tc = calloc(1, sizeof(*tc));
     if (tc == NULL) {
+        rt_api_gen_mem_give(s, mem);
         tangram__v1__tokenize_request__free_unpacked(q, NULL);
         rt_grpc_call_finish(call, RT_GRPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
+    tc->s = s;
+    tc->mem = mem;
     struct rt_encode_job *j = &tc->job;
     int rc = 0;
     int chat = q->n_messages > 0;

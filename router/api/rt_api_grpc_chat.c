@@ -1,7 +1,8 @@
 /* rt_api_grpc_chat.c — a gRPC chat (tangram.v1 ChatMessage and Tool) as
  * the OpenAI JSON the HTTP API validates, so both front ends share one
  * validation and normalization of messages, tools and tool_choice
- * (rt_openai_chat.c). See rt_api_grpc_internal.h. */
+ * (rt_openai_chat.c), and what such a request costs the request memory
+ * budget. See rt_api_grpc_internal.h. */
 #include <jansson.h>
 #include <stdbool.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "common/json/tg_json.h"
 #include "common/tok/tok_tokenizer.h"
 #include "router/api/rt_api_grpc_internal.h"
+#include "router/core/rt_reqmem.h"
 
 /* Building rt_api_grpc__chat_json's document: the first failure wins and is kept in
  * *e (400 for a string that is not UTF-8, which protobuf-c does not check,
@@ -188,4 +190,72 @@ json_t *rt_api_grpc__chat_json(Tangram__V1__ChatMessage *const *msgs, size_t n,
         return NULL;
     }
     return root;
+}
+
+/* ---- the request memory estimate ---------------------------------------- */
+
+static void cost_str(struct rt_reqmem_json *j, const char *s)
+{
+    if (s != NULL && s[0] != '\0') {
+        rt_reqmem_json_string(j, s, strlen(s));
+        j->members++;
+    }
+}
+
+/* A string that is JSON text: the string, and what parsing it makes. */
+static void cost_json_text(struct rt_reqmem_json *j, const char *s)
+{
+    if (s == NULL || s[0] == '\0')
+        return;
+    struct rt_reqmem_json k;
+    rt_reqmem_json_scan(s, strlen(s), &k);
+    rt_reqmem_json_add(j, &k);
+    cost_str(j, s);
+}
+
+size_t rt_api_grpc__mem_estimate(size_t msg_len, const char *prompt,
+                                 size_t n_ids,
+                                 Tangram__V1__ChatMessage *const *msgs,
+                                 size_t n, Tangram__V1__Tool *const *tools,
+                                 size_t n_tools)
+{
+    struct rt_reqmem_json j;
+    memset(&j, 0, sizeof(j));
+    j.objects = 1;
+    j.values = 1 + n_ids;
+    j.arrays = 2;
+    cost_str(&j, prompt);
+    for (size_t i = 0; i < n; i++) {
+        const Tangram__V1__ChatMessage *m = msgs[i];
+        j.objects++;
+        j.values++;
+        cost_str(&j, m->role);
+        cost_str(&j, m->content);
+        cost_str(&j, m->name);
+        cost_str(&j, m->reasoning_content);
+        cost_str(&j, m->tool_call_id);
+        j.arrays += m->n_tool_calls > 0;
+        for (size_t k = 0; k < m->n_tool_calls; k++) {
+            const Tangram__V1__ToolCall *c = m->tool_calls[k];
+            j.objects += 2;
+            j.values += 2;
+            j.members += 3;
+            cost_str(&j, c->id);
+            cost_str(&j, c->name);
+            cost_json_text(&j, c->arguments);
+        }
+    }
+    for (size_t i = 0; i < n_tools; i++) {
+        const Tangram__V1__Tool *t = tools[i];
+        j.objects += 2;
+        j.values += 2;
+        j.members += 2;
+        cost_str(&j, t->name);
+        cost_str(&j, t->description);
+        cost_json_text(&j, t->parameters_json);
+    }
+    /* The unpacked message: its strings and one struct for each part. */
+    size_t protobuf = msg_len + 64 * (1 + n + n_tools);
+    size_t e = rt_reqmem_json_estimate(&j);
+    return e > SIZE_MAX - protobuf ? SIZE_MAX : e + protobuf;
 }

@@ -19,4 +19,14 @@ json_t *rt_api_grpc__chat_json(Tangram__V1__ChatMessage *const *msgs, size_t n,
                                const char *tool_choice,
                                struct rt_request_error *e);
 
+/* What a gRPC request of `msg_len` bytes with this prompt text, these
+ * prompt ids and this chat may cost from its conversion to its tokens,
+ * bytes: the request memory estimate (router/core/rt_reqmem.h) of the
+ * JSON it becomes, plus its unpacked protobuf form. Any thread. */
+size_t rt_api_grpc__mem_estimate(size_t msg_len, const char *prompt,
+                                 size_t n_ids,
+                                 Tangram__V1__ChatMessage *const *msgs,
+                                 size_t n, Tangram__V1__Tool *const *tools,
+                                 size_t n_tools);
+
 #endif /* RT_API_GRPC_INTERNAL_H */

@@ -660,7 +660,7 @@ static int session_header(const struct rt_http_req *req,
 
 void rt_api_http__generate_parsed(struct rt_server *s, struct rt_http_req *req,
                                   int rc, struct rt_gen_request *g,
-                                  struct rt_request_error *e)
+                                  struct rt_request_error *e, size_t mem)
 {
     /* The body is parsed: its bytes go back to the budget now, not when
      * the answer ends. */
@@ -676,10 +676,16 @@ void rt_api_http__generate_parsed(struct rt_server *s, struct rt_http_req *req,
     }
     if (rc != 0) {
         rt_gen_request_free(g);
+        rt_api_gen_mem_give(s, mem);
         rt_api_http__send_error(req, e);
         return;
     }
     rc = rt_api_gen_attach(r, g, e);
+    /* The request holds its charge until its prompt is tokenized. */
+    if (rc == 0)
+        rt_api_gen_of(r)->mem = mem;
+    else
+        rt_api_gen_mem_give(s, mem);
     r->on_submitted = generate_submitted;
     if (rc == 0)
         rc = rt_server_check_n(s, r->q.n, e);
@@ -856,6 +862,13 @@ int rt_api_http_register(struct rt_server *s, struct rt_http_server *http,
         if (rc != 0)
             return rc;
     }
+    /* Load balancers and Kubernetes probe /health and scrapers /metrics:
+     * both are served on the probe reserve, so they answer while every
+     * connection of the table is busy (router/net/rt_conn.h). */
+    if (rt_http_route_set_probe(http, "/health") != 0 ||
+        rt_http_route_set_probe(http, "/metrics") != 0)
+        return tg_err_set(err, errlen, TG_EINTERNAL,
+                          "http: no /health or /metrics route");
     rt_http_server_on_head(http, head_check, s);
     return 0;
 }

@@ -22,15 +22,34 @@
  * that may carry an output constraint (its text names response_format or
  * tools): checking a schema builds its automaton, which takes up to
  * seconds for a large one (DESIGN.md §4.11), so such a body is parsed by
- * a job whatever its size. */
+ * a job whatever its size.
+ *
+ * Memory after parsing (router/core/rt_reqmem.h): a large body is first
+ * scanned on the pool (rt_reqmem_json_scan: counts, no allocation) for an
+ * estimate of what it becomes, which is taken from the request memory
+ * budget before the body is parsed: a request costlier than the whole
+ * budget gets 413, one that does not fit now waits for room in arrival
+ * order, holding only its body. The charge is given back when the
+ * /tokenize or /detokenize answer is made, or, for generation, once the
+ * prompt is tokenized (rt_api_gen_started) or the request ends. The C form
+ * of a chat's messages is freed by the parse job, its template form by
+ * the encode job (rt_encode_job.free_messages): a large request's parsed
+ * form is never freed on the loop. */
 #include "router/api/rt_api_http_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "router/api/rt_openai_chat.h"
 
 enum body_kind { BODY_GENERATE, BODY_TOKENIZE, BODY_DETOKENIZE };
+
+enum body_phase {
+    PH_SCAN, /* on the pool: the estimate */
+    PH_WAIT, /* waiting for room in the request memory budget */
+    PH_WORK, /* on the pool: parse (and encode, format) */
+};
 
 struct body_job {
     struct rt_pool_job pool;     /* first: the job is the pool job */
@@ -39,6 +58,9 @@ struct body_job {
     struct rt_conn_body body;    /* taken from req */
     int kind;                    /* enum body_kind */
     enum rt_endpoint ep;         /* BODY_GENERATE: which endpoint */
+    int phase;                   /* enum body_phase */
+    struct rt_reqmem_waiter wait; /* cost: the estimate */
+    size_t mem;                   /* bytes taken from the budget */
     int rc;                      /* outputs */
     struct rt_request_error e;
     struct rt_gen_request g;     /* BODY_GENERATE: the parsed request */
@@ -139,18 +161,92 @@ static void body_run(struct rt_pool_job *p)
     struct body_job *j = (struct body_job *)p;
     const char *b = j->body.data;
     size_t n = j->body.len;
-    if (j->kind == BODY_GENERATE)
+    if (j->phase == PH_SCAN) {
+        struct rt_reqmem_json scan;
+        rt_reqmem_json_scan(b, n, &scan);
+        j->wait.cost = rt_reqmem_json_estimate(&scan);
+        return;
+    }
+    if (j->kind == BODY_GENERATE) {
         j->rc = parse_generate(j->s, j->ep, b, n, &j->g, &j->e);
-    else if (j->kind == BODY_TOKENIZE)
+        /* The messages' C form is not needed past the parse (their
+         * template form is): freed here, off the loop. */
+        rt_openai_chat_messages_free(j->g.messages, j->g.n_messages);
+        j->g.messages = NULL;
+        j->g.n_messages = 0;
+    } else if (j->kind == BODY_TOKENIZE)
         j->rc = tokenize_body(j->s, b, n, &j->out, &j->out_len, &j->e);
     else
         j->rc = detokenize_body(j->s, b, n, &j->out, &j->out_len, &j->e);
+}
+
+static void body_job_free(struct body_job *j);
+static void body_work(struct body_job *j);
+
+/* The estimate is in: the request takes its room, waits for it, or is
+ * refused. */
+static void body_scanned(struct body_job *j)
+{
+    struct rt_reqmem *m = j->s->reqmem;
+    int rc = m != NULL ? rt_reqmem_wait(m, &j->wait) : 0;
+    if (rc == TG_EAGAIN) {
+        j->phase = PH_WAIT;
+        return;
+    }
+    if (rc == TG_ETOOBIG) {
+        struct rt_request_error e;
+        rt_request_error_set(
+            &e, 413, "request_too_large", NULL,
+            "the request would take up to %zu MiB of memory once parsed, "
+            "rendered and tokenized, more than the server's budget for "
+            "requests being prepared (--max-request-memory %zu MiB): send "
+            "fewer JSON values or a shorter prompt",
+            j->wait.cost >> 20, m->limit >> 20);
+        rt_http_req_on_abort(j->req, NULL, NULL);
+        rt_api_http__send_error(j->req, &e);
+        body_job_free(j);
+        return;
+    }
+    j->mem = m != NULL ? j->wait.cost : 0;
+    body_work(j);
+}
+
+/* Room was made for a waiting request. */
+static void body_go(struct rt_reqmem_waiter *w)
+{
+    struct body_job *j = (struct body_job *)((char *)w -
+                                             offsetof(struct body_job, wait));
+    j->mem = w->cost;
+    body_work(j);
+}
+
+/* Gives the job's charge back (once). */
+static void body_mem_give(struct body_job *j)
+{
+    if (j->mem && j->s->reqmem != NULL)
+        rt_reqmem_give(j->s->reqmem, j->mem);
+    j->mem = 0;
+}
+
+static void body_job_free(struct body_job *j)
+{
+    if (j->phase == PH_WAIT && j->s->reqmem != NULL)
+        rt_reqmem_cancel(j->s->reqmem, &j->wait);
+    body_mem_give(j);
+    rt_conn_body_free(&j->body);
+    rt_gen_request_free(&j->g);
+    free(j->out);
+    free(j);
 }
 
 static void body_done(struct rt_pool_job *p, int ran)
 {
     struct body_job *j = (struct body_job *)p;
     struct rt_http_req *req = j->req;
+    if (req != NULL && ran && j->phase == PH_SCAN) {
+        body_scanned(j);
+        return;
+    }
     rt_conn_body_free(&j->body);
     if (req != NULL) {
         rt_http_req_on_abort(req, NULL, NULL);
@@ -161,7 +257,9 @@ static void body_done(struct rt_pool_job *p, int ran)
                                  "was read");
         }
         if (j->kind == BODY_GENERATE) {
-            rt_api_http__generate_parsed(j->s, req, j->rc, &j->g, &j->e);
+            size_t mem = j->mem;
+            j->mem = 0; /* the request holds it now */
+            rt_api_http__generate_parsed(j->s, req, j->rc, &j->g, &j->e, mem);
         } else if (j->rc != 0) {
             rt_api_http__send_error(req, &j->e);
         } else {
@@ -169,9 +267,7 @@ static void body_done(struct rt_pool_job *p, int ran)
             j->out = NULL;
         }
     }
-    rt_gen_request_free(&j->g);
-    free(j->out);
-    free(j);
+    body_job_free(j);
 }
 
 static void body_gone(struct rt_http_req *req, void *ud)
@@ -179,7 +275,25 @@ static void body_gone(struct rt_http_req *req, void *ud)
     (void)req;
     struct body_job *j = ud;
     j->req = NULL;
+    if (j->phase == PH_WAIT) {
+        body_job_free(j); /* on no thread: nothing else will */
+        return;
+    }
     rt_pool_job_cancel(&j->pool);
+}
+
+/* Starts the job's work on the pool (its room taken). */
+static void body_work(struct body_job *j)
+{
+    char err[160];
+    j->phase = PH_WORK;
+    if (rt_pool_job_start(j->s, &j->pool, err, sizeof(err)) != 0) {
+        struct rt_request_error e;
+        rt_request_error_set(&e, 500, "internal_error", NULL, "%s", err);
+        rt_http_req_on_abort(j->req, NULL, NULL);
+        rt_api_http__send_error(j->req, &e);
+        body_job_free(j);
+    }
 }
 
 /* Takes req's body to a job of `kind`; its answer follows from
@@ -200,6 +314,8 @@ static void body_job_start(struct rt_server *s, struct rt_http_req *req,
     j->req = req;
     j->kind = kind;
     j->ep = ep;
+    j->phase = PH_SCAN;
+    j->wait.go = body_go;
     j->pool.run = body_run;
     j->pool.done = body_done;
     if (rt_pool_job_start(s, &j->pool, err, sizeof(err)) != 0) {
@@ -236,7 +352,7 @@ void rt_api_http__generate(struct rt_server *s, struct rt_http_req *req,
     struct rt_gen_request g;
     struct rt_request_error e;
     int rc = parse_generate(s, ep, req->body, req->body_len, &g, &e);
-    rt_api_http__generate_parsed(s, req, rc, &g, &e);
+    rt_api_http__generate_parsed(s, req, rc, &g, &e, 0);
 }
 
 /* /tokenize and /detokenize answered inline (small bodies) or by a job. */

@@ -29,7 +29,7 @@ void rt_api_http__send_owned(struct rt_http_req *req, int status, char *body,
  * (moved out, *g left empty), or rc != 0 and the error *e (*g freed). */
 void rt_api_http__generate_parsed(struct rt_server *s, struct rt_http_req *req,
                                   int rc, struct rt_gen_request *g,
-                                  struct rt_request_error *e);
+                                  struct rt_request_error *e, size_t mem);
 
 /* Parses the completions or chat body of req — on the loop when it is
  * small, else on the thread pool — then calls

@@ -39,6 +39,8 @@ int rt_app_init(struct rt_app *a, uv_loop_t *loop,
     struct rt_server_hooks hooks = {
         .close = hook_close, .scrape = hook_scrape, .ud = a};
     rt_server_set_hooks(&a->srv, &hooks);
+    rt_reqmem_init(&a->reqmem, (size_t)o->max_request_memory);
+    a->srv.reqmem = &a->reqmem;
 
     struct rt_http_config hc;
     struct rt_grpc_config gc;

@@ -26,6 +26,9 @@ struct rt_app {
     struct rt_server srv;              /* the core; its hooks' ud is the app */
     struct rt_conn_budget body_budget; /* request bodies held by both
                                    servers (--max-body-memory) */
+    struct rt_reqmem reqmem;           /* what large requests become until their
+                                          prompt is tokenized, both front ends
+                                          (--max-request-memory; srv.reqmem) */
     struct rt_http_server http;
     struct rt_grpc_server grpc;
 };

@@ -88,6 +88,9 @@ int rt_app_net_limits(const struct tg_serve_opts *o,
     hc->max_body_bytes = (size_t)o->http_max_body;
     hc->header_timeout_ms = to_ms(o->http_header_timeout);
     hc->body_timeout_ms = to_ms(o->http_body_timeout);
+    hc->min_body_rate = o->http_min_body_rate > UINT32_MAX
+                            ? UINT32_MAX
+                            : (uint32_t)o->http_min_body_rate;
     hc->idle_timeout_ms = to_ms(o->http_idle_timeout);
     hc->send_timeout_ms = to_ms(o->http_send_timeout);
     hc->max_connections = (uint32_t)o->http_max_connections;
@@ -123,8 +126,13 @@ void rt_app_net_metrics(struct rt_app *a)
     struct rt_metrics_tangram *m = &a->srv.metrics;
     rt_metrics_gauge_set(m->http_connections_open, (double)a->http.set.n_live);
     follow(m->http_connections_evicted_total,
-           hs->evicted_idle + hs->evicted_head);
+           hs->evicted_idle + hs->evicted_head + hs->evicted_body);
     follow(m->http_slow_heads_evicted_total, hs->evicted_head);
+    follow(m->http_slow_bodies_evicted_total, hs->evicted_body);
+    follow(m->probe_reserve_connections_total[RT_METRICS_API_HTTP],
+           hs->probe_admitted);
+    follow(m->probe_reserve_connections_total[RT_METRICS_API_GRPC],
+           gs->probe_admitted);
     follow(m->http_slow_readers_aborted_total, st->slow_readers);
     follow(m->http_connections_rejected_total[RT_METRICS_HTTP_REJECT_MAX],
            hs->rejected_max);
@@ -134,6 +142,8 @@ void rt_app_net_metrics(struct rt_app *a)
            st->timeout_header);
     follow(m->http_requests_timed_out_total[RT_METRICS_HTTP_TIMEOUT_BODY],
            st->timeout_body);
+    follow(m->http_requests_timed_out_total[RT_METRICS_HTTP_TIMEOUT_BODY_RATE],
+           st->slow_bodies);
     /* The head check refuses for the API key only. */
     follow(m->http_requests_refused_total[RT_METRICS_HTTP_REFUSE_UNAUTH],
            st->refused_head);
@@ -153,4 +163,8 @@ void rt_app_net_metrics(struct rt_app *a)
     rt_metrics_gauge_set(m->request_body_memory_bytes,
                          (double)a->body_budget.used);
     follow(m->request_body_memory_refused_total, a->body_budget.refused);
+    rt_metrics_gauge_set(m->request_memory_bytes, (double)a->reqmem.used);
+    rt_metrics_gauge_set(m->request_memory_waiting,
+                         (double)a->reqmem.n_waiting);
+    follow(m->request_memory_refused_total, a->reqmem.refused);
 }

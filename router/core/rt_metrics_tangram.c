@@ -90,9 +90,8 @@ static const struct single_def single_defs[] = {
     {"tangram_num_requests_running",
      "Number of requests in the running batch (prefilling or decoding).",
      RT_METRICS_GAUGE, NULL, NULL, SLOT(num_requests_running)},
-    {"tangram_num_requests_waiting",
-     "Number of requests queued for admission.", RT_METRICS_GAUGE, NULL, NULL,
-     SLOT(num_requests_waiting)},
+    {"tangram_num_requests_waiting", "Number of requests queued for admission.",
+     RT_METRICS_GAUGE, NULL, NULL, SLOT(num_requests_waiting)},
     {"tangram_tokenize_jobs_in_flight",
      "Request jobs on the router's thread pool, queued or running: large "
      "bodies parsed, prompts rendered and tokenized, /tokenize answers "
@@ -130,18 +129,24 @@ static const struct single_def single_defs[] = {
      RT_METRICS_HISTOGRAM, rt_metrics_e2e_bounds, &rt_metrics_e2e_n_bounds,
      SLOT(e2e_request_latency_seconds)},
     {"tangram_http_connections_open",
-     "Open HTTP connections (closing ones excluded).", RT_METRICS_GAUGE,
-     NULL, NULL, SLOT(http_connections_open)},
+     "Open HTTP connections (closing ones excluded).", RT_METRICS_GAUGE, NULL,
+     NULL, SLOT(http_connections_open)},
     {"tangram_http_connections_evicted_total",
      "HTTP connections closed to make room for a new one at "
      "--http-max-connections or --http-max-connections-per-ip: idle ones "
-     "first, then the slowest incomplete request heads.",
+     "first, then the slowest incomplete request heads, then the slowest "
+     "incomplete request bodies.",
      RT_METRICS_COUNTER, NULL, NULL, SLOT(http_connections_evicted_total)},
     {"tangram_http_slow_heads_evicted_total",
      "HTTP connections in the middle of a request head closed (408) to "
      "make room for a new one because nothing was idle; the slowest head "
      "goes first.",
      RT_METRICS_COUNTER, NULL, NULL, SLOT(http_slow_heads_evicted_total)},
+    {"tangram_http_slow_bodies_evicted_total",
+     "HTTP connections in the middle of a request body closed (408) to "
+     "make room for a new one because nothing was idle and no head was "
+     "arriving; the slowest body goes first.",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(http_slow_bodies_evicted_total)},
     {"tangram_http_slow_readers_aborted_total",
      "HTTP connections cut because the client read none of its response "
      "for --http-send-timeout; their requests were aborted.",
@@ -171,8 +176,8 @@ static const struct single_def single_defs[] = {
      "gRPC request messages refused over --grpc-max-message.",
      RT_METRICS_COUNTER, NULL, NULL, SLOT(grpc_oversized_messages_total)},
     {"tangram_grpc_unauthenticated_total",
-     "gRPC calls refused for a missing or wrong API key.",
-     RT_METRICS_COUNTER, NULL, NULL, SLOT(grpc_unauthenticated_total)},
+     "gRPC calls refused for a missing or wrong API key.", RT_METRICS_COUNTER,
+     NULL, NULL, SLOT(grpc_unauthenticated_total)},
     {"tangram_grpc_connections_evicted_total",
      "Idle gRPC connections closed (GOAWAY) to make room for a new one at "
      "--grpc-max-connections or --grpc-max-connections-per-ip.",
@@ -184,8 +189,20 @@ static const struct single_def single_defs[] = {
     {"tangram_request_body_memory_refused_total",
      "Requests refused (HTTP 503, gRPC UNAVAILABLE) because their body "
      "did not fit in --max-body-memory.",
-     RT_METRICS_COUNTER, NULL, NULL,
-     SLOT(request_body_memory_refused_total)},
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(request_body_memory_refused_total)},
+    {"tangram_request_memory_bytes",
+     "Bytes of --max-request-memory taken by large requests between their "
+     "parse and their tokens (an estimate of their parsed JSON, rendered "
+     "chat and tokenizer scratch, taken before they are parsed).",
+     RT_METRICS_GAUGE, NULL, NULL, SLOT(request_memory_bytes)},
+    {"tangram_request_memory_waiting",
+     "HTTP requests whose body waits for room in --max-request-memory "
+     "before it is parsed.",
+     RT_METRICS_GAUGE, NULL, NULL, SLOT(request_memory_waiting)},
+    {"tangram_request_memory_refused_total",
+     "Requests refused by --max-request-memory: more than the whole "
+     "budget (HTTP 413), or no room for a gRPC call (UNAVAILABLE).",
+     RT_METRICS_COUNTER, NULL, NULL, SLOT(request_memory_refused_total)},
     {"tangram_step_seconds_total",
      "Wall time of the scheduler's steps, from forming the plan to its "
      "result handled, in seconds.",
@@ -240,6 +257,7 @@ static const char *const http_reject_names[RT_METRICS_HTTP_REJECT_COUNT] = {
 static const char *const http_timeout_names[RT_METRICS_HTTP_TIMEOUT_COUNT] = {
     [RT_METRICS_HTTP_TIMEOUT_HEADER] = "header",
     [RT_METRICS_HTTP_TIMEOUT_BODY] = "body",
+    [RT_METRICS_HTTP_TIMEOUT_BODY_RATE] = "body_rate",
 };
 static const char *const http_refuse_names[RT_METRICS_HTTP_REFUSE_COUNT] = {
     [RT_METRICS_HTTP_REFUSE_UNAUTH] = "unauthenticated",
@@ -259,7 +277,8 @@ static const struct labelled_def labelled_defs[] = {
      SLOT(http_connections_rejected_total)},
     {"tangram_http_requests_timed_out_total",
      "HTTP requests answered 408 because their head or body did not "
-     "arrive in time, by phase.",
+     "arrive in time, or their body arrived under --http-min-body-rate "
+     "(body_rate), by phase.",
      "phase", http_timeout_names, RT_METRICS_HTTP_TIMEOUT_COUNT,
      SLOT(http_requests_timed_out_total)},
     {"tangram_http_requests_refused_total",
@@ -277,6 +296,12 @@ static const struct labelled_def labelled_defs[] = {
      "Times accepting new connections paused because the process ran out "
      "of file descriptors (or memory), by API.",
      "api", api_names, RT_METRICS_API_COUNT, SLOT(accept_pauses_total)},
+    {"tangram_probe_reserve_connections_total",
+     "New connections that arrived while every connection was busy and "
+     "took a place of the probe reserve, where only health checks (HTTP "
+     "/health and /metrics, gRPC Health/Check) are served, by API.",
+     "api", api_names, RT_METRICS_API_COUNT,
+     SLOT(probe_reserve_connections_total)},
 };
 
 /* The labelled counter families of the front ends (connections,

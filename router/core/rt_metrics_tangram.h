@@ -32,8 +32,9 @@ enum rt_metrics_http_reject {
 
 /* phase label values of tangram_http_requests_timed_out_total. */
 enum rt_metrics_http_timeout {
-    RT_METRICS_HTTP_TIMEOUT_HEADER, /* "header" */
-    RT_METRICS_HTTP_TIMEOUT_BODY,   /* "body" */
+    RT_METRICS_HTTP_TIMEOUT_HEADER,    /* "header" */
+    RT_METRICS_HTTP_TIMEOUT_BODY,      /* "body" */
+    RT_METRICS_HTTP_TIMEOUT_BODY_RATE, /* "body_rate" */
     RT_METRICS_HTTP_TIMEOUT_COUNT,
 };
 
@@ -91,6 +92,7 @@ struct rt_metrics_tangram {
     struct rt_metrics_series *http_connections_open;          /* gauge */
     struct rt_metrics_series *http_connections_evicted_total;
     struct rt_metrics_series *http_slow_heads_evicted_total;
+    struct rt_metrics_series *http_slow_bodies_evicted_total;
     struct rt_metrics_series *http_slow_readers_aborted_total;
     struct rt_metrics_series
         *http_connections_rejected_total[RT_METRICS_HTTP_REJECT_COUNT];
@@ -113,8 +115,14 @@ struct rt_metrics_tangram {
     /* both front ends: accepting paused for want of descriptors {api},
      * and the request body budget (router/net/rt_conn.h) */
     struct rt_metrics_series *accept_pauses_total[RT_METRICS_API_COUNT];
+    struct rt_metrics_series
+        *probe_reserve_connections_total[RT_METRICS_API_COUNT];
     struct rt_metrics_series *request_body_memory_bytes;      /* gauge */
     struct rt_metrics_series *request_body_memory_refused_total;
+    /* the request memory budget (router/core/rt_reqmem.h) */
+    struct rt_metrics_series *request_memory_bytes;   /* gauge */
+    struct rt_metrics_series *request_memory_waiting; /* gauge */
+    struct rt_metrics_series *request_memory_refused_total;
     /* counters of the step loop's time (seconds): wall time of the steps
      * and its host work on the router and on the workers */
     struct rt_metrics_series *step_seconds_total;

@@ -34,6 +34,7 @@
 #include "router/core/rt_gprep.h"
 #include "router/core/rt_metrics_tangram.h"
 #include "router/core/rt_metrics_tier.h"
+#include "router/core/rt_reqmem.h"
 #include "router/core/rt_request.h"
 #include "router/core/rt_sched.h"
 #include "router/core/rt_text.h"
@@ -212,6 +213,11 @@ struct rt_server {
     int n_jobs;                 /* their count: a drain waits for them */
     struct rt_gpreps gpreps;    /* grammars prepared on rank 0 (§4.11) */
     int32_t n_gwait;            /* requests with gwait set */
+    struct rt_reqmem *reqmem;   /* the request memory budget the front ends
+                                   charge large requests to until their
+                                   prompt is tokenized (rt_reqmem.h); the
+                                   app's, set before they register; NULL =
+                                   none */
 };
 
 /* Idle prepared grammars the router keeps pinned on rank 0 for the next
@@ -259,7 +265,12 @@ struct rt_encode_job {
     int is_chat;
     const char *text;           /* !is_chat: len bytes, borrowed */
     size_t len;
-    json_t *messages;           /* is_chat: JSON array, borrowed */
+    json_t *messages;           /* is_chat: JSON array, borrowed, or owned
+                                   with free_messages */
+    int free_messages;          /* the job drops its reference to messages
+                                   once rendered, on the pool thread (a
+                                   large chat's parsed form is freed off
+                                   the loop) */
     json_t *tools;              /* is_chat: JSON array or NULL, borrowed */
     struct rt_chat_opts chat;   /* is_chat: a copy; kwargs borrowed */
     int add_special;

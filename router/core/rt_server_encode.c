@@ -20,6 +20,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "common/base/tg_err.h"
 #include "router/core/rt_server.h"
@@ -148,9 +151,20 @@ void rt_encode_job_run(struct rt_server *s, struct rt_encode_job *j)
 
 /* ---- jobs on the thread pool ------------------------------------------- */
 
+/* The pool's threads run at this nice value (Linux: per thread), below
+ * the loop thread's: under a burst of large requests the loop, which
+ * answers /health and streams tokens, gets the CPU first. */
+#define POOL_NICE 10
+
 static void pool_work(uv_work_t *w)
 {
     struct rt_pool_job *j = w->data;
+    static _Thread_local int niced;
+    if (!niced) {
+        niced = 1;
+        /* Best effort: without it the jobs merely compete as equals. */
+        (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), POOL_NICE);
+    }
     /* An owner that gave up while the job waited: skip the work. */
     j->skipped = atomic_load_explicit(&j->cancelled, memory_order_relaxed);
     if (!j->skipped)
@@ -214,15 +228,27 @@ void rt_server__cancel_jobs(struct rt_server *s)
 
 /* ---- encode jobs --------------------------------------------------------- */
 
+/* Drops the job's own reference to its messages (free_messages). */
+static void drop_messages(struct rt_encode_job *j)
+{
+    if (j->free_messages) {
+        json_decref(j->messages);
+        j->messages = NULL;
+        j->free_messages = 0;
+    }
+}
+
 static void encode_run(struct rt_pool_job *p)
 {
     struct rt_encode_job *j = (struct rt_encode_job *)p;
     j->rc = encode_now(j->srv, j);
+    drop_messages(j);
 }
 
 static void encode_done(struct rt_pool_job *p, int ran)
 {
     struct rt_encode_job *j = (struct rt_encode_job *)p;
+    drop_messages(j); /* a job cancelled before it ran */
     if (!ran)
         j->rc = TG_ECANCELED;
     if (j->rc == TG_ECANCELED)

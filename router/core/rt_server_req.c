@@ -193,7 +193,15 @@ static int tokenize(struct rt_req *r, struct rt_request_error *e)
         return 0;
     }
     j->done = req_job_done;
+    /* Nothing needs a chat's messages once they are rendered: the job
+     * frees them where it renders them, off the loop. */
+    if (j->is_chat) {
+        j->free_messages = 1;
+        r->q.chat_messages = NULL;
+    }
     if (rt_encode_job_start(s, j) != 0) {
+        if (j->free_messages)
+            r->q.chat_messages = j->messages;
         *e = j->e;
         free(j);
         return TG_EINTERNAL;

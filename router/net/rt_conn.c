@@ -10,8 +10,11 @@
  * connection is also on the idle list, appended when it goes idle, so the
  * list is ordered by `since` and its head is both the one to evict first
  * and the next idle deadline (one timer for the set); a connection whose
- * head is arriving is on the heads list, searched for the slowest when
- * one must give way (at most max_connections entries, only at the cap).
+ * head is arriving is on the heads list, one whose body is arriving on the
+ * bodies list, each searched for the slowest when one must give way (at
+ * most max_connections entries, only at the cap). Connections in the
+ * probe reserve are on the same lists, flagged (rt_conn.probe): the caps
+ * and their evictions skip them, the reserve's own considers only them.
  */
 #include "router/net/rt_conn.h"
 
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -38,9 +42,20 @@ void rt_conn_config_default(struct rt_conn_config *cfg)
 
 /* ---- lists ------------------------------------------------------------- */
 
+/* The list of the connections in `state` (heads or bodies), or NULL. */
+static struct rt_conn **progress_list(struct rt_conn_set *set, int state)
+{
+    if (state == RT_CONN_HEAD)
+        return &set->heads;
+    if (state == RT_CONN_BODY)
+        return &set->bodies;
+    return NULL;
+}
+
 static void state_unlink(struct rt_conn *c)
 {
     struct rt_conn_set *set = c->set;
+    struct rt_conn **list = progress_list(set, c->state);
     if (c->state == RT_CONN_IDLE) {
         if (c->sprev)
             c->sprev->snext = c->snext;
@@ -50,11 +65,11 @@ static void state_unlink(struct rt_conn *c)
             c->snext->sprev = c->sprev;
         else
             set->idle_tail = c->sprev;
-    } else if (c->state == RT_CONN_HEAD) {
+    } else if (list) {
         if (c->sprev)
             c->sprev->snext = c->snext;
         else
-            set->heads = c->snext;
+            *list = c->snext;
         if (c->snext)
             c->snext->sprev = c->sprev;
     }
@@ -99,7 +114,10 @@ void rt_conn_state_set(struct rt_conn *c, int state)
     state_unlink(c);
     c->state = state;
     c->since = uv_now(set->loop);
-    c->head_bytes = 0;
+    c->bytes = 0;
+    if (state != RT_CONN_IDLE)
+        c->used = 1;
+    struct rt_conn **list = progress_list(set, state);
     if (state == RT_CONN_IDLE) {
         c->sprev = set->idle_tail;
         if (set->idle_tail)
@@ -108,12 +126,21 @@ void rt_conn_state_set(struct rt_conn *c, int state)
             set->idle_head = c;
         set->idle_tail = c;
         idle_arm(set);
-    } else if (state == RT_CONN_HEAD) {
-        c->snext = set->heads;
-        if (set->heads)
-            set->heads->sprev = c;
-        set->heads = c;
+    } else if (list) {
+        c->snext = *list;
+        if (*list)
+            (*list)->sprev = c;
+        *list = c;
     }
+}
+
+void rt_conn_probe_refused(struct rt_conn *c)
+{
+    if (c->probe == RT_CONN_REFUSE_MAX && c->home)
+        c->home->stats.rejected_max++;
+    else if (c->probe == RT_CONN_REFUSE_PER_IP && c->home)
+        c->home->stats.rejected_per_ip++;
+    c->probe = -c->probe; /* counted; still in the reserve */
 }
 
 void rt_conn_touch(struct rt_conn *c)
@@ -140,6 +167,8 @@ void rt_conn_leave(struct rt_conn *c)
         c->next->prev = c->prev;
     c->prev = c->next = NULL;
     set->n_live--;
+    if (c->probe)
+        set->n_probe--;
     c->set = NULL;
 }
 
@@ -150,65 +179,165 @@ static int same_peer(const struct rt_conn *a, const struct rt_conn *b)
     return memcmp(a->peer, b->peer, sizeof(a->peer)) == 0;
 }
 
-/* Connections in the set from c's client address, c included. */
-static size_t peer_count(const struct rt_conn_set *set, const struct rt_conn *c)
+/* Whether k is one of the connections a limit looks at: of the main
+ * table or of the probe reserve (`probe`), of c's address when `mine`. */
+static int in_scope(const struct rt_conn *k, const struct rt_conn *c, int mine,
+                    int probe)
+{
+    return (k->probe != 0) == (probe != 0) && (!mine || same_peer(k, c));
+}
+
+/* Connections of the main table (or of the reserve, `probe`) from c's
+ * client address, c included when it is counted there. */
+static size_t peer_count(const struct rt_conn_set *set, const struct rt_conn *c,
+                         int probe)
 {
     size_t n = 0;
     for (const struct rt_conn *k = set->live; k; k = k->next)
-        n += same_peer(k, c);
+        n += in_scope(k, c, 1, probe);
     return n;
 }
 
-/* The slowest incomplete head (of c's address when `mine`): fewest head
- * bytes per millisecond of its age, the older one on a tie. Compared as
- * bytes_a * age_b < bytes_b * age_a, exact in 64 bits for any head a
- * server accepts. Heads whose first bytes came in the same loop iteration
- * share `since` (uv_now() is cached per iteration): the heads list is
- * newest first, so the last of them in it, the first to have started, is
- * the older. */
-static struct rt_conn *slowest_head(const struct rt_conn_set *set,
-                                    const struct rt_conn *c, int mine)
+/* Bytes waiting in the kernel for k (0 when it cannot say). */
+static uint64_t kernel_pending(const struct rt_conn *k)
+{
+    uv_os_fd_t fd;
+    int n = 0;
+    if (uv_fileno((const uv_handle_t *)&k->tcp, &fd) != 0 ||
+        ioctl(fd, FIONREAD, &n) != 0 || n < 0)
+        return 0;
+    return (uint64_t)n;
+}
+
+/* True while c is a new connection whose first request may still be on
+ * its way (RT_CONN_FRESH_MS). */
+static int fresh(const struct rt_conn_set *set, const struct rt_conn *c)
+{
+    return !c->used && uv_now(set->loop) - c->since < RT_CONN_FRESH_MS;
+}
+
+/* A head or body that started less than RT_CONN_FRESH_MS ago: its rate
+ * says nothing yet (a whole head that arrived with its connection has
+ * fewer bytes per millisecond than a longer one of the same age). */
+static int young(const struct rt_conn_set *set, const struct rt_conn *c)
+{
+    return uv_now(set->loop) - c->since < RT_CONN_FRESH_MS;
+}
+
+/* The slowest connection of `list` (heads or bodies) in scope, of those
+ * that are not young, or (`yng`) of those that are: fewest bytes per
+ * millisecond of its age, the older one on a tie; in the probe reserve,
+ * bytes waiting in the kernel count. Compared as
+ * bytes_a * age_b < bytes_b * age_a, exact in 64 bits for any head or body
+ * a server accepts. Connections that entered the state in the same loop
+ * iteration share `since` (uv_now() is cached per iteration): the lists
+ * are newest first, so the last of them in it, the first to have started,
+ * is the older. */
+static struct rt_conn *slowest(const struct rt_conn_set *set,
+                               struct rt_conn *list, const struct rt_conn *c,
+                               int mine, int probe, int yng)
 {
     uint64_t now = uv_now(set->loop);
     struct rt_conn *best = NULL;
     uint64_t best_bytes = 0, best_age = 1;
-    for (struct rt_conn *k = set->heads; k; k = k->snext) {
-        if (mine && !same_peer(k, c))
+    for (struct rt_conn *k = list; k; k = k->snext) {
+        if (!in_scope(k, c, mine, probe) || young(set, k) != yng)
             continue;
         uint64_t age = now > k->since ? now - k->since : 1;
-        if (!best || k->head_bytes * best_age < best_bytes * age ||
-            (k->head_bytes * best_age == best_bytes * age &&
-             k->since <= best->since)) {
+        uint64_t bytes = k->bytes + (probe ? kernel_pending(k) : 0);
+        if (!best || bytes * best_age < best_bytes * age ||
+            (bytes * best_age == best_bytes * age && k->since <= best->since)) {
             best = k;
-            best_bytes = k->head_bytes;
+            best_bytes = bytes;
             best_age = age;
         }
     }
     return best;
 }
 
-/* Closes a connection to make room for c: the oldest idle one, else the
- * slowest head (of c's address when `mine`). Returns 1, or 0 when every
- * candidate is busy. */
-static int give_way(struct rt_conn_set *set, const struct rt_conn *c,
-                    int mine)
+/* The oldest idle connection in scope, or NULL: of those that are not
+ * fresh, or (`young`) of those that are. One whose client has sent bytes
+ * the owner has not read yet (a request that arrived just after its
+ * connection was accepted, in the same loop iteration) is not idle: it
+ * becomes a head with those bytes, which makes it the fastest head, and
+ * the search goes on. */
+static struct rt_conn *oldest_idle(struct rt_conn_set *set,
+                                   const struct rt_conn *c, int mine, int probe,
+                                   int young)
 {
     struct rt_conn *v = set->idle_head;
-    while (v && mine && !same_peer(v, c))
-        v = v->snext;
+    while (v) {
+        struct rt_conn *next = v->snext;
+        if (in_scope(v, c, mine, probe) && fresh(set, v) == young) {
+            uint64_t pending = kernel_pending(v);
+            if (pending == 0)
+                return v;
+            rt_conn_state_set(v, RT_CONN_HEAD);
+            v->bytes = pending;
+        }
+        v = next;
+    }
+    return NULL;
+}
+
+/* Closes a connection to make room for c: the oldest idle one, else the
+ * slowest head, else the slowest body; only then the young ones: the
+ * oldest fresh idle one, else the slowest young head, else the slowest
+ * young body (of c's address when `mine`; of the probe reserve when
+ * `probe`, which has no bodies of its own to lose). Returns 1, or 0 when
+ * every candidate is busy. */
+static int give_way(struct rt_conn_set *set, const struct rt_conn *c, int mine,
+                    int probe)
+{
+    struct rt_conn *v = NULL;
     int why = RT_CONN_EVICT_IDLE;
-    if (!v) {
-        v = slowest_head(set, c, mine);
-        why = RT_CONN_EVICT_HEAD;
+    for (int yng = 0; yng <= 1 && !v; yng++) {
+        v = oldest_idle(set, c, mine, probe, yng);
+        why = RT_CONN_EVICT_IDLE;
+        if (!v) {
+            v = slowest(set, set->heads, c, mine, probe, yng);
+            why = RT_CONN_EVICT_HEAD;
+        }
+        if (!v && !probe) {
+            v = slowest(set, set->bodies, c, mine, probe, yng);
+            why = RT_CONN_EVICT_BODY;
+        }
     }
     if (!v)
         return 0;
     rt_conn_leave(v);
     if (why == RT_CONN_EVICT_IDLE)
         set->stats.evicted_idle++;
-    else
+    else if (why == RT_CONN_EVICT_HEAD)
         set->stats.evicted_head++;
+    else
+        set->stats.evicted_body++;
     set->ops->evict(v, why);
+    return 1;
+}
+
+/* c would be refused (why: RT_CONN_REFUSE_MAX or _PER_IP): it takes a
+ * place of the probe reserve when one is free or can be freed. Returns 1
+ * when it did. */
+static int probe_admit(struct rt_conn_set *set, struct rt_conn *c, int why)
+{
+    const struct rt_conn_config *cfg = &set->cfg;
+    if (cfg->probe_reserve == 0)
+        return 0;
+    c->probe = why;
+    set->n_probe++;
+    int fits = 1;
+    /* Its own address's places first, then the reserve's. */
+    if (cfg->probe_per_ip && peer_count(set, c, 1) > cfg->probe_per_ip)
+        fits = give_way(set, c, 1, 1);
+    if (fits && set->n_probe > cfg->probe_reserve)
+        fits = give_way(set, c, 0, 1);
+    if (!fits) {
+        set->n_probe--;
+        c->probe = 0;
+        return 0;
+    }
+    set->stats.probe_admitted++;
     return 1;
 }
 
@@ -252,6 +381,8 @@ static int admit(struct rt_conn_set *set, int fd,
     }
     peer_of(ss, c->peer);
     c->set = set;
+    c->probe = 0;
+    c->used = 0;
     c->state = RT_CONN_NEW;
     c->since = uv_now(set->loop);
     c->prev = NULL;
@@ -263,19 +394,22 @@ static int admit(struct rt_conn_set *set, int fd,
     const struct rt_conn_config *cfg = &set->cfg;
     /* The address's own limit first: it gives up one of its own before
      * anyone else's goes for the total. */
+    int why = 0;
     if (cfg->max_connections_per_ip &&
-        peer_count(set, c) > cfg->max_connections_per_ip &&
-        !give_way(set, c, 1)) {
-        set->stats.rejected_per_ip++;
+        peer_count(set, c, 0) > cfg->max_connections_per_ip &&
+        !give_way(set, c, 1, 0))
+        why = RT_CONN_REFUSE_PER_IP;
+    else if (cfg->max_connections &&
+             set->n_live - set->n_probe > cfg->max_connections &&
+             !give_way(set, c, 0, 0))
+        why = RT_CONN_REFUSE_MAX;
+    if (why && !probe_admit(set, c, why)) {
+        if (why == RT_CONN_REFUSE_PER_IP)
+            set->stats.rejected_per_ip++;
+        else
+            set->stats.rejected_max++;
         rt_conn_leave(c);
-        set->ops->refuse(c, RT_CONN_REFUSE_PER_IP);
-        return 0;
-    }
-    if (cfg->max_connections && set->n_live > cfg->max_connections &&
-        !give_way(set, c, 0)) {
-        set->stats.rejected_max++;
-        rt_conn_leave(c);
-        set->ops->refuse(c, RT_CONN_REFUSE_MAX);
+        set->ops->refuse(c, why);
         return 0;
     }
     set->stats.accepted++;
@@ -550,6 +684,23 @@ void rt_conn_budget_give(struct rt_conn_budget *b, size_t n)
         return;
     TG_ASSERT(n <= b->used);
     b->used -= n;
+}
+
+int rt_conn_budget_fits(struct rt_conn_budget *b, size_t n)
+{
+    if (!b || !b->limit || n <= b->limit - b->used)
+        return 1;
+    b->refused++;
+    return 0;
+}
+
+size_t rt_conn_body_grow(size_t cap, size_t need, size_t total, size_t max)
+{
+    size_t end = total ? total : max;
+    size_t want = cap < RT_CONN_BODY_STEP / 2 ? RT_CONN_BODY_STEP : 2 * cap;
+    if (end && want > end)
+        want = end;
+    return want > need ? want : need;
 }
 
 void rt_conn_body_free(struct rt_conn_body *b)

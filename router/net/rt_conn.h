@@ -23,21 +23,44 @@
  * keeps up to date (enum rt_conn_state). A connection that arrives while
  * its client address holds max_connections_per_ip, or while the set holds
  * max_connections, takes the place of another of that address (or of the
- * set): the oldest idle one, else the slowest incomplete head (fewest head
- * bytes per millisecond since its first byte: a trickling slowloris head
- * loses to any client that sends its head in one piece); when every
- * connection is busy the newcomer is refused (the owner answers it: 503,
- * GOAWAY) and closed. The per-address check runs first, so an address at
- * its own limit gives up one of its own before anyone else's. An idle
- * connection is closed after idle_timeout_ms (one timer per set: the idle
- * list is kept in the order connections went idle).
+ * set): the oldest idle one (one whose client's bytes wait unread in the
+ * kernel is not idle: it becomes a head arriving), else the slowest
+ * incomplete head (fewest head bytes per millisecond since its first byte:
+ * a trickling slowloris head loses to any client that sends its head in
+ * one piece), else the slowest incomplete body (fewest body bytes per
+ * millisecond since the end of its head: a trickling upload loses to any
+ * client that uploads at the speed of its link); young connections
+ * (RT_CONN_FRESH_MS) come after all of those, in the same order; when
+ * every connection is busy the newcomer is refused (the owner answers it:
+ * 503, GOAWAY) and closed. The per-address check runs
+ * first, so an address at its own limit gives up one of its own before
+ * anyone else's. An idle connection is closed after idle_timeout_ms (one
+ * timer per set: the idle list is kept in the order connections went
+ * idle).
+ *
+ * Probe reserve. Beyond both caps the set keeps probe_reserve places for
+ * health probes, so that /health and the gRPC health check are answered
+ * however the clients load the table (every connection busy streaming, or
+ * an address at its own cap). A newcomer the caps would refuse takes one
+ * of them instead (at most probe_per_ip of one address; when they are all
+ * taken, the oldest idle one or the slowest head among them gives way,
+ * bytes already waiting in the kernel counting as arrived, so a probe whose
+ * request is on its way beats a silent connection): rt_conn.probe tells the
+ * owner, which serves such a connection only a probe (its health routes)
+ * and answers anything else as it would have answered the refusal,
+ * counting it with rt_conn_probe_refused(). Probe places count towards
+ * neither cap.
  *
  * Budget. One account of the request body bytes the router holds, shared
- * by both servers (struct rt_conn_budget): a server takes what it is about
- * to allocate for a body before allocating it, and refuses the request
- * (HTTP 503, gRPC UNAVAILABLE) when the account would go over its limit.
- * A body taken out of its server for work elsewhere carries its charge
- * with it (struct rt_conn_body) until freed.
+ * by both servers (struct rt_conn_budget). A server checks at the start of
+ * a body that its announced length fits what is free now (else it refuses
+ * the request before reading any of it: HTTP 503, gRPC UNAVAILABLE), then
+ * takes what it allocates as the bytes arrive (rt_conn_body_grow: never
+ * much more than what arrived), so a client that announces a large body
+ * and sends it slowly holds only what it sent; a take that fails midway
+ * refuses the request the same way. A body taken out of its server for
+ * work elsewhere carries its charge with it (struct rt_conn_body) until
+ * freed.
  *
  * The owner embeds struct rt_conn in its connection object and gives the
  * set five callbacks (struct rt_conn_ops): create a connection object,
@@ -68,22 +91,33 @@
  * RT_CONN_PAUSE_MAX_MS. */
 #define RT_CONN_PAUSE_MIN_MS 50
 #define RT_CONN_PAUSE_MAX_MS 2000
+/* Young connections give way last: a new one that has sent nothing yet
+ * (its request may be on its way: a probe connects, then sends) and a head
+ * or body that started less than this long ago (its rate says nothing
+ * yet) are chosen only when no older connection can give way. */
+#define RT_CONN_FRESH_MS 250
+/* A body's buffer grows from this many bytes (rt_conn_body_grow). */
+#define RT_CONN_BODY_STEP 4096u
 
 struct rt_conn;
 struct rt_conn_set;
 
 /* What a connection is doing, as its owner says. */
 enum rt_conn_state {
-    RT_CONN_NEW = 0,  /* accepted, not started yet (in no list) */
-    RT_CONN_IDLE,     /* nothing in progress: connected and silent,
-                         keep-alive between requests, an HTTP/2
-                         connection without a call in a handler's hands,
-                         a lingering close. First to give way; closed
-                         after idle_timeout_ms. */
-    RT_CONN_HEAD,     /* a request head is arriving (head_bytes so far):
-                         gives way, slowest first, when nothing is idle */
-    RT_CONN_BUSY,     /* a request past its head is received, served or
-                         answered: never closed by the set */
+    RT_CONN_NEW = 0, /* accepted, not started yet (in no list) */
+    RT_CONN_IDLE,    /* nothing in progress: connected and silent,
+                        keep-alive between requests, an HTTP/2
+                        connection without a call in a handler's hands,
+                        a lingering close. First to give way; closed
+                        after idle_timeout_ms. */
+    RT_CONN_HEAD,    /* a request head is arriving (`bytes` so far):
+                        gives way, slowest first, when nothing is idle */
+    RT_CONN_BODY,    /* a request body is arriving (`bytes` so far):
+                        gives way, slowest first, when nothing is idle
+                        and no head is arriving */
+    RT_CONN_BUSY,    /* a request past its body is served or answered
+                        (or a call is in a handler's hands): never closed
+                        by the set */
 };
 
 /* Why the set refuses a new connection (rt_conn_ops.refuse). */
@@ -101,6 +135,7 @@ enum rt_conn_evict {
     RT_CONN_EVICT_IDLE_TIMEOUT, /* idle for idle_timeout_ms */
     RT_CONN_EVICT_NO_FD,        /* idle, closed to free a descriptor when
                                    accepting ran out of them */
+    RT_CONN_EVICT_BODY,         /* slowest incomplete body, made room */
 };
 
 struct rt_conn_config {
@@ -109,6 +144,10 @@ struct rt_conn_config {
                                         address (0 = no limit) */
     uint32_t idle_timeout_ms;        /* idle connections are closed after
                                         this (0 = never) */
+    uint32_t probe_reserve;          /* places beyond the caps for health
+                                        probes (0 = none) */
+    uint32_t probe_per_ip;           /* of them, at most this many of one
+                                        client address (0 = no limit) */
     int backlog;                     /* listen(2) backlog (> 0) */
 };
 
@@ -119,6 +158,8 @@ struct rt_conn_stats {
     uint64_t rejected_per_ip; /* refused: max_connections_per_ip */
     uint64_t evicted_idle;    /* idle connections closed to make room */
     uint64_t evicted_head;    /* slow heads closed to make room */
+    uint64_t evicted_body;    /* slow bodies closed to make room */
+    uint64_t probe_admitted;  /* admitted into the probe reserve */
     uint64_t idle_timeouts;   /* closed by idle_timeout_ms */
     uint64_t accept_pauses;   /* accepting paused: no descriptor/memory */
 };
@@ -148,7 +189,8 @@ struct rt_conn_ops {
 };
 
 /* One connection, embedded in the owner's connection object. The owner
- * reads `tcp`, `peer`, `state`; the rest is the set's. */
+ * reads `tcp`, `peer`, `state` and `probe`, keeps `bytes` and sets `used`;
+ * the rest is the set's. */
 struct rt_conn {
     uv_tcp_t tcp;                  /* the socket (tcp.data: the owner's) */
     struct rt_conn_set *set;       /* NULL once it left the set */
@@ -161,8 +203,15 @@ struct rt_conn {
                                       IPv6 (zero when unknown) */
     int state;                     /* enum rt_conn_state */
     uint64_t since;                /* uv_now() when it entered `state` */
-    uint64_t head_bytes;           /* RT_CONN_HEAD: head bytes so far,
-                                      kept by the owner */
+    uint64_t bytes;                /* RT_CONN_HEAD, RT_CONN_BODY: bytes of
+                                      the head or body so far, kept by the
+                                      owner */
+    int used;                      /* it carried a request or a call (set
+                                      by the owner, and on any state but
+                                      RT_CONN_IDLE): no longer fresh */
+    int probe;                     /* 0, or it holds a place of the probe
+                                      reserve: the enum rt_conn_refuse the
+                                      caps would have answered it with */
 };
 
 /* The connections of one server and its listener. The caller owns the
@@ -185,7 +234,11 @@ struct rt_conn_set {
     struct rt_conn *live;          /* every connection in the set */
     struct rt_conn *idle_head, *idle_tail; /* RT_CONN_IDLE, by `since` */
     struct rt_conn *heads;         /* RT_CONN_HEAD */
-    size_t n_live;                 /* readable: connections in the set */
+    struct rt_conn *bodies;        /* RT_CONN_BODY */
+    size_t n_live;                 /* readable: connections in the set,
+                                      probe places included */
+    size_t n_probe;                /* readable: of them, in the probe
+                                      reserve */
     struct rt_conn_stats stats;    /* readable */
     uint32_t pause_ms;             /* the next pause */
     uint64_t paused_since;         /* uv_now() of the first failure of the
@@ -195,8 +248,8 @@ struct rt_conn_set {
     void (*on_closed)(struct rt_conn_set *set);
 };
 
-/* The router-wide account of buffered request body bytes. Loop thread
- * only. */
+/* The router-wide account of buffered request body bytes (see "Budget"
+ * above). Loop thread only. */
 struct rt_conn_budget {
     size_t limit;                  /* bytes; 0 = no limit */
     size_t used;                   /* readable: bytes held now */
@@ -216,7 +269,7 @@ struct rt_conn_body {
 };
 
 /* Fills `cfg` with max_connections 4096, max_connections_per_ip 256,
- * idle_timeout_ms 60000, backlog 511. */
+ * idle_timeout_ms 60000, no probe reserve, backlog 511. */
 void rt_conn_config_default(struct rt_conn_config *cfg);
 
 /* Initialises `set` on `loop` (its timers; the listener comes with
@@ -263,10 +316,16 @@ void rt_conn_leave(struct rt_conn *c);
  * thread. */
 void rt_conn_release(struct rt_conn *c);
 
-/* Sets c's state (enum rt_conn_state other than RT_CONN_NEW). Entering
- * RT_CONN_IDLE or RT_CONN_HEAD starts its clock (head_bytes back to 0);
- * setting the state it has changes nothing. No-op once c left its set. */
+/* Sets c's state (enum rt_conn_state other than RT_CONN_NEW). Entering a
+ * state starts its clock (`since`; `bytes` back to 0); setting the state it
+ * has changes nothing. No-op once c left its set. */
 void rt_conn_state_set(struct rt_conn *c, int state);
+
+/* The owner refused the request of a connection in the probe reserve (it
+ * was not a probe): counted as the refusal the caps would have made
+ * (rejected_max or rejected_per_ip). No-op on other connections and
+ * twice. */
+void rt_conn_probe_refused(struct rt_conn *c);
 
 /* An idle connection did something that restarts its idle clock (a
  * response frame still going out). No-op in other states. */
@@ -279,6 +338,20 @@ int rt_conn_budget_take(struct rt_conn_budget *b, size_t n);
 
 /* Gives n bytes back to `b` (NULL: no-op). Loop thread. */
 void rt_conn_budget_give(struct rt_conn_budget *b, size_t n);
+
+/* True when n more bytes fit in `b` now (NULL: always); a body of n
+ * announced bytes is admitted by it before it is read, and taken as it
+ * arrives. When false the refusal is counted in b->refused. Loop
+ * thread. */
+int rt_conn_budget_fits(struct rt_conn_budget *b, size_t n);
+
+/* Buffer bytes to hold before a body's next `need` bytes (need > cap):
+ * at least need, the whole body when it is small (total, its announced
+ * length, at most RT_CONN_BODY_STEP; 0 = unknown), else doubling from
+ * RT_CONN_BODY_STEP, never past total (nor past `max` when total is
+ * unknown). So what a body is charged is at most twice what arrived, or
+ * RT_CONN_BODY_STEP. */
+size_t rt_conn_body_grow(size_t cap, size_t need, size_t total, size_t max);
 
 /* Frees b->data and gives its charge back; *b is zeroed. Safe on a zeroed
  * body and twice. Loop thread. */

@@ -47,6 +47,8 @@ void rt_grpc_config_default(struct rt_grpc_config *cfg)
     cfg->backlog = 511;
     cfg->max_connections = 1024;
     cfg->max_connections_per_ip = 64;
+    cfg->probe_reserve = 16;
+    cfg->probe_per_ip = 4;
 }
 
 /* ---- connections ------------------------------------------------------- */
@@ -650,6 +652,8 @@ int rt_grpc_server_init(struct rt_grpc_server *srv, uv_loop_t *loop,
         .max_connections = c->max_connections,
         .max_connections_per_ip = c->max_connections_per_ip,
         .idle_timeout_ms = c->idle_timeout_ms,
+        .probe_reserve = c->probe_reserve,
+        .probe_per_ip = c->probe_per_ip,
         .backlog = srv->cfg.backlog,
     };
     rt_conn_set_init(&srv->set, loop, &cc, &conn_ops, srv, "gRPC");

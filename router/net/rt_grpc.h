@@ -59,15 +59,21 @@
  *   the answers to streams refused or timed out before a handler took
  *   them, do not count as activity. A new connection at a limit takes the
  *   place of the oldest idle one (GOAWAY, then closed); when every
- *   connection has a call in progress it is refused: SETTINGS and a
+ *   connection has a call in progress it takes a place of the probe
+ *   reserve (probe_reserve, rt_conn.h) if there is one, where it is served
+ *   RT_GRPC_PROBE_METHOD (the health check a probe makes) and any other
+ *   call ends with UNAVAILABLE; otherwise it is refused: SETTINGS and a
  *   GOAWAY ENHANCE_YOUR_CALM "connection limit", then closed, so clients
  *   see UNAVAILABLE and back off. An idle connection gets GOAWAY and is
  *   closed after idle_timeout_ms. Accepting pauses (never spins, never
  *   resets pending clients) while the process is out of descriptors.
- * - Body budget: with cfg.body_budget, each request message is charged to
- *   it when its prefix announces its length, before anything is
- *   allocated; a message that does not fit ends its call with 14
- *   UNAVAILABLE ("memory budget", retryable). The charge is given back
+ * - Body budget: with cfg.body_budget, each request message's announced
+ *   length must fit what the budget has free when its prefix arrives, and
+ *   the message is charged as its bytes arrive, before they are allocated
+ *   (rt_conn_body_grow), so streams that announce large messages and send
+ *   them slowly hold only what they sent; a message that does not fit
+ *   ends its call with 14 UNAVAILABLE ("memory budget", retryable). The
+ *   charge is given back
  *   when the handler of a unary or server-streaming call returns (the
  *   message is only valid during it) or a bidi message was delivered.
  * - Anything that is not HTTP/2 (bad preface, garbage) closes only that
@@ -221,6 +227,13 @@ struct rt_grpc_config {
                                     limit) */
     uint32_t max_connections_per_ip; /* open connections of one client
                                     address (default 64; 0 = no limit) */
+    uint32_t probe_reserve;          /* connections beyond both caps that serve
+                                        only RT_GRPC_PROBE_METHOD, for health
+                                        probes under any load (default 16;
+                                        0 = none) */
+    uint32_t probe_per_ip;           /* of them, at most this many of one
+                                        client address (default 4; 0 = no
+                                        limit) */
     struct rt_conn_budget *body_budget; /* the account request messages
                                     are charged to (shared with other
                                     servers; must outlive this one); NULL:
@@ -316,6 +329,8 @@ struct rt_grpc_call {
     size_t prefix_got;
     uint8_t *mbuf;               /* (mwant) payload being assembled */
     size_t mlen, mwant;
+    size_t mcap;                 /* payload bytes allocated for the message
+                                    being assembled (mbuf or in_cur) */
     size_t mcharged;             /* bytes of mbuf charged to the budget */
     int n_msgs;                  /* complete request messages */
     struct rt_grpc_inmsg *inq, *inq_tail; /* bidi: messages to deliver */
@@ -484,6 +499,10 @@ typedef int (*rt_grpc_health_fn)(const char *service, void *ud);
 
 /* How often Watch streams re-read the state through the callback. */
 #define RT_GRPC_HEALTH_POLL_MS 100
+
+/* The one method a connection of the probe reserve is served (what
+ * Kubernetes' grpc probe and grpc_health_probe call). */
+#define RT_GRPC_PROBE_METHOD "/grpc.health.v1.Health/Check"
 
 /* Registers "/grpc.health.v1.Health/Check" and "/grpc.health.v1.Health/
  * Watch" (doc/health-checking.md of the gRPC repository).

@@ -178,6 +178,7 @@ struct rt_grpc_call *rt_grpc__call_new(struct rt_grpc_conn *conn,
     call->conn_id = conn->id;
     call->srv = conn->srv;
     call->stream_id = stream_id;
+    conn->base.used = 1; /* no longer a fresh connection (rt_conn.h) */
     call->path = "";
     call->next = conn->calls;
     if (conn->calls)
@@ -375,7 +376,7 @@ void rt_grpc__call_reject(struct rt_grpc_call *call, int status,
     call->state = CS_REJECTED;
     mbuf_free(call);
     call->msg = NULL;
-    call->mlen = call->mwant = 0;
+    call->mlen = call->mwant = call->mcap = 0;
     inmsg_free(call, call->in_cur);
     call->in_cur = NULL;
     server_finish(call, status, message, http_status);
@@ -535,6 +536,17 @@ void rt_grpc__call_headers_done(struct rt_grpc_call *call)
                              "the server is shutting down");
         return;
     }
+    /* A connection holding a place of the probe reserve (rt_conn.h) is
+     * served health checks only; anything else gets what the connection
+     * caps would have answered. */
+    if (call->conn->base.probe &&
+        strcmp(call->path, RT_GRPC_PROBE_METHOD) != 0) {
+        rt_conn_probe_refused(&call->conn->base);
+        rt_grpc__call_reject(call, RT_GRPC_UNAVAILABLE, 200,
+                             "the server is at its connection limit; this "
+                             "connection serves health checks only");
+        return;
+    }
     /* Admission before the method lookup: a refused client gets the same
      * answer for a real method and an unknown one. */
     if (srv->admit) {
@@ -610,6 +622,63 @@ static void bidi_message_done(struct rt_grpc_call *call)
     rt_grpc__ready_push(call);
 }
 
+/* Bytes allocated (and charged) for the message being assembled with room
+ * for `cap` payload bytes: a bidi message with its queue header, a unary
+ * one at least one byte. */
+static size_t msg_alloc_size(const struct rt_grpc_call *call, size_t cap)
+{
+    if (call->kind == RT_GRPC_BIDI_STREAM && call->state != CS_RECV)
+        return sizeof(struct rt_grpc_inmsg) + cap;
+    return cap ? cap : 1;
+}
+
+static void budget_full(struct rt_grpc_call *call)
+{
+    rt_grpc__event(call->srv, RT_GRPC_EVENT_BUDGET);
+    rt_grpc__call_fail(call, RT_GRPC_CANCELLED, RT_GRPC_UNAVAILABLE,
+                       "the server holds as many request messages as "
+                       "its memory budget allows (--max-body-memory); "
+                       "retry shortly");
+}
+
+/* Makes room for `want` payload bytes of the message being assembled,
+ * growing its buffer as the bytes arrive (rt_conn_body_grow; the announced
+ * length caps it) and charging the budget before allocating. Returns 0, or
+ * -1 when the call was answered with an error. */
+static int msg_room(struct rt_grpc_call *call, size_t want)
+{
+    int bidi = call->kind == RT_GRPC_BIDI_STREAM && call->state != CS_RECV;
+    int have = bidi ? call->in_cur != NULL : call->mbuf != NULL;
+    if (have && want <= call->mcap)
+        return 0;
+    size_t cap = call->mwant
+                     ? rt_conn_body_grow(call->mcap, want, call->mwant, 0)
+                     : 0;
+    size_t was = have ? msg_alloc_size(call, call->mcap) : 0;
+    size_t now = msg_alloc_size(call, cap);
+    struct rt_conn_budget *b = call->srv->cfg.body_budget;
+    if (rt_conn_budget_take(b, now - was) != 0) {
+        budget_full(call);
+        return -1;
+    }
+    void *p = realloc(bidi ? (void *)call->in_cur : (void *)call->mbuf, now);
+    if (!p) {
+        rt_conn_budget_give(b, now - was);
+        rt_grpc__call_fail(call, RT_GRPC_CANCELLED, RT_GRPC_RESOURCE_EXHAUSTED,
+                           "out of memory for the request message");
+        return -1;
+    }
+    if (bidi) {
+        call->in_cur = p;
+        call->in_cur->len = cap; /* its charge (inmsg_charge) */
+    } else {
+        call->mbuf = p;
+        call->mcharged = now;
+    }
+    call->mcap = cap;
+    return 0;
+}
+
 /* A message prefix is complete: checks it and makes room for the payload.
  * Returns 0, or -1 when the call was answered with an error. */
 static int message_begin(struct rt_grpc_call *call)
@@ -644,36 +713,17 @@ static int message_begin(struct rt_grpc_call *call)
                            RT_GRPC_RESOURCE_EXHAUSTED, msg);
         return -1;
     }
-    /* Charged before anything is allocated (rt_conn.h, "Budget"). */
-    struct rt_conn_budget *b = call->srv->cfg.body_budget;
-    size_t charge = bidi ? sizeof(*call->in_cur) + n : (n ? n : 1);
-    if (rt_conn_budget_take(b, charge) != 0) {
-        rt_grpc__event(call->srv, RT_GRPC_EVENT_BUDGET);
-        rt_grpc__call_fail(call, RT_GRPC_CANCELLED, RT_GRPC_UNAVAILABLE,
-                           "the server holds as many request messages as "
-                           "its memory budget allows (--max-body-memory); "
-                           "retry shortly");
-        return -1;
-    }
-    if (bidi) {
-        call->in_cur = malloc(sizeof(*call->in_cur) + n);
-        if (call->in_cur)
-            call->in_cur->len = n;
-    } else {
-        call->mbuf = malloc(charge);
-        if (call->mbuf)
-            call->mcharged = charge;
-    }
-    if (bidi ? !call->in_cur : !call->mbuf) {
-        rt_conn_budget_give(b, charge);
-        rt_grpc__call_fail(call, RT_GRPC_CANCELLED,
-                           RT_GRPC_RESOURCE_EXHAUSTED,
-                           "out of memory for the request message");
+    /* The announced length must fit what the budget has free now; the
+     * message is charged as it arrives (rt_conn.h, "Budget"). */
+    if (!rt_conn_budget_fits(call->srv->cfg.body_budget,
+                             msg_alloc_size(call, n))) {
+        budget_full(call);
         return -1;
     }
     call->mwant = n;
     call->mlen = 0;
-    return 0;
+    call->mcap = 0;
+    return msg_room(call, 0);
 }
 
 void rt_grpc__call_data(struct rt_grpc_call *call, const uint8_t *data,
@@ -696,6 +746,8 @@ void rt_grpc__call_data(struct rt_grpc_call *call, const uint8_t *data,
         size_t k = call->mwant - call->mlen;
         if (k > len)
             k = len;
+        if (msg_room(call, call->mlen + k) != 0)
+            return;
         uint8_t *dst = call->in_cur ? call->in_cur->data : call->mbuf;
         memcpy(dst + call->mlen, data, k);
         call->mlen += k;

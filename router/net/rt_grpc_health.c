@@ -221,8 +221,8 @@ int rt_grpc_health_register(struct rt_grpc_server *srv, rt_grpc_health_fn fn,
     h->fn = fn;
     h->ud = ud;
     h->srv = srv;
-    int rc = rt_grpc_method_add(srv, "/grpc.health.v1.Health/Check",
-                                RT_GRPC_UNARY, h_check, h, err, errlen);
+    int rc = rt_grpc_method_add(srv, RT_GRPC_PROBE_METHOD, RT_GRPC_UNARY,
+                                h_check, h, err, errlen);
     if (rc == 0)
         rc = rt_grpc_method_add(srv, "/grpc.health.v1.Health/Watch",
                                 RT_GRPC_SERVER_STREAM, h_watch, h, err,

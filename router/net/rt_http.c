@@ -332,6 +332,74 @@ void rt_http__conn_close(struct rt_http_conn *conn)
     conn_close(conn);
 }
 
+/* Bytes the client sent that the server has not parsed yet: waiting in
+ * the kernel (FIONREAD) or in the pending buffer. */
+static uint64_t unparsed_bytes(const struct rt_http_conn *conn)
+{
+    uv_os_fd_t fd;
+    int n = 0;
+    if (uv_fileno((const uv_handle_t *)&conn->base.tcp, &fd) != 0 ||
+        ioctl(fd, FIONREAD, &n) != 0 || n < 0)
+        n = 0;
+    return (uint64_t)n + (conn->pend_len - conn->pend_off);
+}
+
+/* The next body check (TM_BODY): the end of the current rate window or
+ * the body deadline, whichever comes first; none when neither applies. */
+static void body_arm(struct rt_http_conn *conn)
+{
+    const struct rt_http_config *cfg = &conn->srv->cfg;
+    uint64_t now = uv_now(conn->srv->loop), due = 0;
+    if (cfg->min_body_rate)
+        due = conn->win_at + cfg->body_rate_window_ms;
+    if (conn->body_deadline && (!due || conn->body_deadline < due))
+        due = conn->body_deadline;
+    if (!due) {
+        timer_set(conn, TM_NONE, 0);
+        return;
+    }
+    timer_set(conn, TM_BODY, due > now ? (uint32_t)(due - now) : 1);
+}
+
+/* The body of the current request starts arriving: its deadline and the
+ * first window of its minimum rate start now. */
+static void body_watch(struct rt_http_conn *conn)
+{
+    uint64_t now = uv_now(conn->srv->loop);
+    uint32_t t = conn->srv->cfg.body_timeout_ms;
+    conn->body_deadline = t ? now + t : 0;
+    conn->win_at = now;
+    conn->win_bytes = conn->cur->blen + unparsed_bytes(conn);
+    body_arm(conn);
+}
+
+/* A window of the minimum body rate ended at `now`: true when the client
+ * sent less than min_body_rate per second over it (or than the rest of its
+ * body, when less was left); else the next window starts. */
+static int body_too_slow(struct rt_http_conn *conn, uint64_t now)
+{
+    const struct rt_http_config *cfg = &conn->srv->cfg;
+    const struct rt_http_req *req = conn->cur;
+    uint64_t win = now - conn->win_at;
+    if (!cfg->min_body_rate || win < cfg->body_rate_window_ms)
+        return 0;
+    uint64_t have = req->blen + unparsed_bytes(conn);
+    uint64_t got = have > conn->win_bytes ? have - conn->win_bytes : 0;
+    uint64_t need = (uint64_t)cfg->min_body_rate * win / 1000;
+    if (req->body_total) {
+        uint64_t left = req->body_total > conn->win_bytes
+                            ? req->body_total - conn->win_bytes
+                            : 0;
+        if (need > left)
+            need = left;
+    }
+    if (got < need)
+        return 1;
+    conn->win_at = now;
+    conn->win_bytes = have;
+    return 0;
+}
+
 static void on_timer(uv_timer_t *t)
 {
     struct rt_http_conn *conn = t->data;
@@ -344,14 +412,22 @@ static void on_timer(uv_timer_t *t)
     case TM_BODY:
         /* The client started a request and did not finish it in time. */
         if (req && req->state == RQ_PARSING) {
-            if (mode == TM_HEAD)
+            uint64_t now = uv_now(srv->loop);
+            if (mode == TM_HEAD) {
                 srv->stats.timeout_header++;
-            else
+                conn->error_msg = "request head not received in time";
+            } else if (conn->body_deadline && now >= conn->body_deadline) {
                 srv->stats.timeout_body++;
+                conn->error_msg = "request body not received in time";
+            } else if (body_too_slow(conn, now)) {
+                srv->stats.slow_bodies++;
+                conn->error_msg = "request body too slow: it arrives under "
+                                  "the server's minimum upload rate";
+            } else {
+                body_arm(conn);
+                return;
+            }
             conn->error_status = 408;
-            conn->error_msg = mode == TM_HEAD
-                                  ? "request head not received in time"
-                                  : "request body not received in time";
             conn_process(conn); /* no input: goes straight to the error */
             return;
         }
@@ -407,7 +483,11 @@ void rt_http__conn_finish(struct rt_http_conn *conn)
     if (conn->closing || conn->finishing)
         return;
     conn->finishing = 1;
-    conn_state(conn, RT_CONN_BUSY);
+    /* An answer already handed to the kernel only waits for its FIN: the
+     * connection may give way like an idle one (closing it still delivers
+     * what the kernel holds). When thousands of slow uploads are answered
+     * 408 at once, the table is not all busy for that moment. */
+    conn_state(conn, queued(conn) == 0 ? RT_CONN_IDLE : RT_CONN_BUSY);
     peers_remove(conn);
     conn_drop_cur(conn);
     conn->shutdown_req.data = conn;
@@ -474,7 +554,7 @@ static void conn_fail(struct rt_http_conn *conn, int status, enum http_errno e)
             srv->stats.too_large++;
         else if (status == 400 || status == 501 || status == 505)
             srv->stats.malformed++;
-        else if (status == 503)
+        else if (status == 503 && !conn->base.probe)
             srv->stats.refused_budget++;
     }
     const char *msg = conn->error_msg ? conn->error_msg
@@ -497,6 +577,19 @@ static int path_matches(const struct rt_http_route *r, const char *path)
     if (r->prefix_len)
         return strncmp(path, r->path, r->prefix_len) == 0;
     return strcmp(path, r->path) == 0;
+}
+
+int rt_http__probe_route(const struct rt_http_server *srv,
+                         const struct rt_http_req *req)
+{
+    for (size_t i = 0; i < srv->n_routes; i++) {
+        const struct rt_http_route *r = &srv->routes[i];
+        if (r->probe && path_matches(r, req->path) &&
+            (strcmp(r->method, req->method) == 0 ||
+             (req->is_head && strcmp(r->method, "GET") == 0)))
+            return 1;
+    }
+    return 0;
 }
 
 /* Adds `method` to the Allow list (once). */
@@ -541,6 +634,8 @@ static void dispatch(struct rt_http_conn *conn)
     if (!hit && get && req->is_head)
         hit = get;
     conn->in_dispatch = 1;
+    if (conn->base.probe)
+        srv->stats.probes_served++;
     if (hit) {
         hit->handler(req, hit->ud);
     } else if (path_known) {
@@ -630,16 +725,16 @@ static void conn_arm_timer(struct rt_http_conn *conn)
     }
     if (req->state == RQ_PARSING) {
         if (req->head_done) {
-            conn_state(conn, RT_CONN_BUSY);
+            conn_state(conn, RT_CONN_BODY);
+            conn->base.bytes = req->blen;
+            if (conn->timer_mode != TM_BODY)
+                body_watch(conn);
         } else {
             conn_state(conn, RT_CONN_HEAD);
-            conn->base.head_bytes = conn->hdr_bytes;
+            conn->base.bytes = conn->hdr_bytes;
+            if (conn->timer_mode != TM_HEAD)
+                timer_set(conn, TM_HEAD, cfg->header_timeout_ms);
         }
-        int mode = req->head_done ? TM_BODY : TM_HEAD;
-        if (conn->timer_mode != mode)
-            timer_set(conn, mode,
-                      req->head_done ? cfg->body_timeout_ms
-                                     : cfg->header_timeout_ms);
         return;
     }
     conn_state(conn, RT_CONN_BUSY);
@@ -746,6 +841,24 @@ static struct rt_conn *set_create(struct rt_conn_set *set)
     return &conn->base;
 }
 
+/* A new connection whose client sent bytes before it was accepted is not
+ * idle: under a flood of connections the set makes room by closing idle
+ * ones first, and one whose request waits unread in the kernel (read at
+ * the next poll) would look idle until then, so a probe accepted first in
+ * a burst gave way to the rest of the burst. It counts as a head arriving
+ * with those bytes, which makes it the fastest head of all. */
+static void note_pending(struct rt_http_conn *conn)
+{
+    uv_os_fd_t fd;
+    int n = 0;
+    if (conn->closing || conn->cur ||
+        uv_fileno((const uv_handle_t *)&conn->base.tcp, &fd) != 0 ||
+        ioctl(fd, FIONREAD, &n) != 0 || n <= 0)
+        return;
+    conn_state(conn, RT_CONN_HEAD);
+    conn->base.bytes = (uint64_t)n;
+}
+
 static void set_start(struct rt_conn *c)
 {
     struct rt_http_conn *conn = conn_of(c);
@@ -753,6 +866,7 @@ static void set_start(struct rt_conn *c)
     read_start(conn);
     if (!conn->closing)
         conn_arm_timer(conn);
+    note_pending(conn);
 }
 
 /* Writes a whole error response without a request, if the socket takes
@@ -791,6 +905,11 @@ static void set_evict(struct rt_conn *c, int why)
     if (why == RT_CONN_EVICT_HEAD)
         try_answer(conn, 408,
                    "request head too slow: the server needed the "
+                   "connection for another client",
+                   "request_timeout", 0);
+    else if (why == RT_CONN_EVICT_BODY)
+        try_answer(conn, 408,
+                   "request body too slow: the server needed the "
                    "connection for another client",
                    "request_timeout", 0);
     conn_close(conn);

@@ -43,27 +43,37 @@
  *   RT_HTTP_LINGER_BODY_MAX bytes or of unknown length (chunked) is not
  *   drained: reading stops, the answer and a FIN go out, and the socket
  *   closes as soon as they are written, so a refused client cannot make
- *   the server read (and throw away) what it keeps sending.
+ *   the server read (and throw away) what it keeps sending. A body must
+ *   also keep arriving at min_body_rate bytes per second (checked every
+ *   body_rate_window_ms, bytes waiting in the kernel counted): a slower
+ *   one gets 408 and a close, so a trickling upload holds neither its
+ *   connection nor its share of the body budget for the whole
+ *   body_timeout_ms.
  * - Head check: rt_http_server_on_head() installs a callback that sees
  *   each request's head before any body byte is read (authentication);
  *   a refusal is answered at once and the connection closed, so an
  *   unauthenticated client can never make the server buffer a body.
- * - Body budget: with cfg.body_budget, every body buffer is charged to it
- *   before it is allocated — a body with Content-Length at once and
- *   exactly (one allocation), a chunked one as its chunks are announced —
- *   and given back when the request is freed or its body taken
+ * - Body budget: with cfg.body_budget, a body's announced length (its
+ *   Content-Length, or a chunk's size) must fit what the budget has free
+ *   when announced, and every body buffer is charged to it before it is
+ *   allocated, growing as the bytes arrive (rt_conn_body_grow), and given
+ *   back when the request is freed or its body taken
  *   (rt_http_req_take_body, which moves the charge with it). A request
  *   whose body does not fit gets 503 (code "body_memory_full", Retry-After
- *   retry_after_s) before any of its body is read.
+ *   retry_after_s) before any of its body is read, or, when other bodies
+ *   took the room while it arrived, as soon as it no longer fits.
  * - Connections (router/net/rt_conn.h, the set shared with the gRPC server):
  *   at most max_connections are open, at most max_connections_per_ip of
  *   one client address. A new connection at a limit takes the place of
  *   the oldest idle connection (keep-alive between requests, connected and
  *   silent, or lingering after a close), else of the slowest incomplete
- *   request head, which gets 408 "evicted"; when every connection is busy
- *   (a request past its head) the new one gets 503 with Retry-After and is
- *   closed. Accepting pauses (never spins, never resets pending clients)
- *   while the process is out of descriptors.
+ *   request head, else of the slowest incomplete body, each of which gets
+ *   408; when every connection is busy (a request past its body) the new
+ *   one takes a place of the probe reserve if there is one, where only the
+ *   probe routes are served (rt_http_route_set_probe), anything else
+ *   getting the 503 with Retry-After it would have had at once; otherwise
+ *   it gets that 503 and is closed. Accepting pauses (never spins, never
+ *   resets pending clients) while the process is out of descriptors.
  * - Slow readers: a connection whose queued response bytes make no
  *   progress for send_timeout_ms (the client stopped reading) is closed,
  *   which aborts its request. A streaming producer bounds what it queues
@@ -185,6 +195,13 @@ struct rt_http_config {
                                     0 = never) */
     uint32_t body_timeout_ms;    /* end of the head to the end of the body;
                                     over -> 408 (default 60000; 0 = never) */
+    uint32_t min_body_rate;      /* bytes per second a body must arrive at,
+                                    in every window of body_rate_window_ms
+                                    from the end of its head (the rest of
+                                    the body when less is left); slower ->
+                                    408 (default 16384; 0 = no minimum) */
+    uint32_t body_rate_window_ms; /* that window (default 5000, at least
+                                     100) */
     uint32_t send_timeout_ms;    /* queued response bytes that make no
                                     progress this long: the client stopped
                                     reading, the connection is closed and
@@ -198,6 +215,14 @@ struct rt_http_config {
                                     limit) */
     uint32_t max_connections_per_ip; /* open connections of one client
                                     address (default 256; 0 = no limit) */
+    uint32_t probe_reserve;          /* connections beyond both caps that serve
+                                        only the probe routes
+                                        (rt_http_route_set_probe), for
+                                        health checks under any load (default
+                                        16; 0 = none) */
+    uint32_t probe_per_ip;           /* of them, at most this many of one
+                                        client address (default 4; 0 = no
+                                        limit) */
     uint32_t retry_after_s;      /* Retry-After of the 503 that refuses a
                                     connection over the limit or a body
                                     over the budget (default 1) */
@@ -212,10 +237,13 @@ struct rt_http_config {
 struct rt_http_stats {
     uint64_t timeout_header;     /* 408: head not complete in time */
     uint64_t timeout_body;       /* 408: body not complete in time */
+    uint64_t slow_bodies;        /* 408: body under min_body_rate */
     uint64_t malformed;          /* 400 / 501 / 505 from parsing */
     uint64_t too_large;          /* 413 / 431 */
     uint64_t refused_head;       /* refused by the head check */
     uint64_t refused_budget;     /* 503: the body budget was full */
+    uint64_t probes_served;      /* requests served on a connection of the
+                                    probe reserve */
     uint64_t slow_readers;       /* closed by send_timeout_ms */
     uint64_t half_closed;        /* requests still in flight when their
                                     client half-closed */
@@ -231,6 +259,7 @@ struct rt_http_route {
     char *method;                /* "GET", "POST" ... (owned copy) */
     char *path;                  /* exact path, or prefix + '*' (owned copy) */
     size_t prefix_len;           /* bytes before '*'; 0 for exact routes */
+    int probe;                   /* served on a probe reserve connection */
     rt_http_handler_fn handler;
     void *ud;
 };
@@ -290,6 +319,8 @@ struct rt_http_req {
     size_t n_hdrs, cap_hdrs;
     char *bbuf;                  /* body bytes + NUL */
     size_t blen, bcap;
+    size_t body_total;           /* announced length (Content-Length);
+                                    0 = none or chunked */
     size_t charged;              /* bytes of bbuf charged to the budget */
     char *rhdrs;                 /* extra response header lines */
     size_t rhlen;
@@ -332,6 +363,12 @@ void rt_http_server_on_head(struct rt_http_server *srv, rt_http_head_fn fn,
 int rt_http_route_add(struct rt_http_server *srv, const char *method,
                       const char *path, rt_http_handler_fn handler, void *ud,
                       char *err, size_t errlen);
+
+/* Marks every route of exactly `path` (GET and HEAD, say) as a probe: a
+ * connection in the probe reserve (rt_conn.h) is served these and nothing
+ * else. Returns 0, or TG_ENOTFOUND when no route has that path. Loop
+ * thread. */
+int rt_http_route_set_probe(struct rt_http_server *srv, const char *path);
 
 /* Binds `host` (IPv4 or IPv6 literal) and `port` (0 = any free port; read
  * the result in srv->set.port) and starts accepting (rt_conn_set_listen).

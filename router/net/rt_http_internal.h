@@ -75,6 +75,12 @@ struct rt_http_conn {
     int in_dispatch;
     int read_paused;
     int timer_mode;
+    uint64_t body_deadline;           /* uv_now() the body must be complete
+                                         by (TM_BODY); 0 = none */
+    uint64_t win_at;                  /* start of the body's current rate
+                                         window, uv_now() ms */
+    uint64_t win_bytes;               /* body bytes received or waiting at
+                                         win_at */
     int no_linger;                    /* close once the answer is out,
                                          without draining: a refused
                                          request whose unread body is
@@ -111,6 +117,11 @@ extern const http_parser_settings rt_http__parser_settings;
  * unless the refusal came after the parser finished). */
 size_t rt_http__parse(struct rt_http_conn *conn, const char *data,
                       size_t len, enum http_errno *e);
+
+/* True when a probe route serves req (its method, or GET for HEAD, and
+ * path): what a connection of the probe reserve may ask (rt_http.c). */
+int rt_http__probe_route(const struct rt_http_server *srv,
+                         const struct rt_http_req *req);
 
 /* Frees a request and everything it owns. NULL is a no-op. */
 void rt_http__req_free(struct rt_http_req *req);

@@ -71,15 +71,19 @@ static int refuse_budget(struct rt_http_conn *conn)
                        "body_memory_full");
 }
 
-/* Makes room for `want` body bytes (plus the NUL) in req->bbuf, charging
- * what it allocates to the body budget first. Returns 0 or -1 after
- * refusing (503 budget, 500 out of memory). */
+/* Makes room for `want` body bytes (plus the NUL) in req->bbuf, growing
+ * it as rt_conn_body_grow says (the bytes arrive; the body's announced
+ * length, when known, caps it) and charging what it allocates to the body
+ * budget first. Returns 0 or -1 after refusing (503 budget, 500 out of
+ * memory). */
 static int body_reserve(struct rt_http_conn *conn, struct rt_http_req *req,
                         size_t want)
 {
-    size_t need = want + 1;
-    if (need <= req->bcap)
+    if (want + 1 <= req->bcap)
         return 0;
+    size_t total = req->body_total ? req->body_total + 1 : 0;
+    size_t need = rt_conn_body_grow(req->bcap, want + 1, total,
+                                    conn->srv->cfg.max_body_bytes + 1);
     struct rt_conn_budget *b = conn->srv->cfg.body_budget;
     if (rt_conn_budget_take(b, need - req->bcap) != 0)
         return refuse_budget(conn);
@@ -183,6 +187,7 @@ static int on_message_begin(http_parser *p)
     req->srv = conn->srv;
     req->state = RQ_PARSING;
     conn->cur = req;
+    conn->base.used = 1; /* no longer a fresh connection (rt_conn.h) */
     conn->hdr_bytes = 0;
     conn->chunk_left = 0;
     return 0;
@@ -454,6 +459,24 @@ static int on_headers_complete(http_parser *p)
     req->keep_alive = http_should_keep_alive(p) && !p->upgrade;
     if (check_head(conn, req) < 0)
         return -1;
+    /* A connection that holds a place of the probe reserve serves a
+     * probe and nothing else, then closes; anything else gets the answer
+     * the connection caps would have given. */
+    if (conn->base.probe) {
+        req->keep_alive = 0;
+        if (!rt_http__probe_route(srv, req)) {
+            int per_ip = conn->base.probe == RT_CONN_REFUSE_PER_IP ||
+                         conn->base.probe == -RT_CONN_REFUSE_PER_IP;
+            rt_conn_probe_refused(&conn->base);
+            return refuse_code(conn, 503,
+                               per_ip ? "too many connections from this "
+                                        "address"
+                                      : "the server is at its connection "
+                                        "limit",
+                               per_ip ? "connection_limit_per_address"
+                                      : "connection_limit");
+        }
+    }
 
     /* The head check runs before any body byte is read or announced
      * (100 Continue): a refused client never gets to send a body. */
@@ -471,11 +494,13 @@ static int on_headers_complete(http_parser *p)
     if (!chunked && p->content_length != ULLONG_MAX &&
         p->content_length > srv->cfg.max_body_bytes)
         return refuse(conn, 413, NULL);
-    /* A known length is charged and allocated once, whole. */
-    if (!chunked && p->content_length != ULLONG_MAX &&
-        p->content_length > 0 &&
-        body_reserve(conn, req, (size_t)p->content_length) < 0)
-        return -1;
+    /* A known length must fit what the budget has free now; it is charged
+     * as it arrives (rt_conn.h, "Budget"). */
+    if (!chunked && p->content_length != ULLONG_MAX && p->content_length > 0) {
+        req->body_total = (size_t)p->content_length;
+        if (!rt_conn_budget_fits(srv->cfg.body_budget, req->body_total + 1))
+            return refuse_budget(conn);
+    }
     const char *expect = rt_http_req_header(req, "Expect");
     if (expect && strcasecmp(expect, "100-continue") == 0 &&
         req->http_minor >= 1) {
@@ -494,12 +519,13 @@ static int on_chunk_header(http_parser *p)
     if (p->content_length > max - req->blen)
         return refuse(conn, 413, NULL);
     conn->chunk_left = p->content_length;
-    /* Room for the chunk, charged before it is read; the buffer at least
-     * doubles so that many small chunks do not reallocate each time. */
-    size_t want = req->blen + (size_t)p->content_length;
-    if (want > req->bcap && want < 2 * req->bcap)
-        want = 2 * req->bcap < max ? 2 * req->bcap : max;
-    return body_reserve(conn, req, want);
+    /* The chunk must fit what the budget has free now; it is charged as
+     * it arrives. */
+    size_t grow = req->blen + (size_t)p->content_length + 1;
+    if (grow > req->bcap &&
+        !rt_conn_budget_fits(conn->srv->cfg.body_budget, grow - req->bcap))
+        return refuse_budget(conn);
+    return 0;
 }
 
 static int on_body(http_parser *p, const char *at, size_t n)
@@ -521,12 +547,12 @@ static int on_body(http_parser *p, const char *at, size_t n)
     }
     if (req->blen + n > conn->srv->cfg.max_body_bytes)
         return refuse(conn, 413, NULL);
-    /* Room was made (and charged) from the length or the chunk size. */
     if (body_reserve(conn, req, req->blen + n) < 0)
         return -1;
     memcpy(req->bbuf + req->blen, at, n);
     req->blen += n;
     req->bbuf[req->blen] = '\0';
+    conn->base.bytes = req->blen;
     return 0;
 }
 

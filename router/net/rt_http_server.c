@@ -21,10 +21,14 @@ void rt_http_config_default(struct rt_http_config *cfg)
     cfg->idle_timeout_ms = 60000;
     cfg->header_timeout_ms = 10000;
     cfg->body_timeout_ms = 60000;
+    cfg->min_body_rate = 16384;
+    cfg->body_rate_window_ms = 5000;
     cfg->send_timeout_ms = 60000;
     cfg->linger_ms = 1000;
     cfg->max_connections = 4096;
     cfg->max_connections_per_ip = 256;
+    cfg->probe_reserve = 16;
+    cfg->probe_per_ip = 4;
     cfg->retry_after_s = 1;
     cfg->backlog = 511;
 }
@@ -88,6 +92,10 @@ int rt_http_server_init(struct rt_http_server *srv, uv_loop_t *loop,
     if (srv->cfg.backlog <= 0)
         return tg_err_set(err, errlen, TG_EINVAL, "http: backlog %d <= 0",
                           srv->cfg.backlog);
+    if (srv->cfg.body_rate_window_ms < 100)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "http: body_rate_window_ms %u < 100",
+                          srv->cfg.body_rate_window_ms);
     srv->rbuf = malloc(RT_HTTP_READ_BUF);
     if (!srv->rbuf)
         return tg_err_set(err, errlen, TG_ENOMEM, "http: read buffer");
@@ -96,6 +104,8 @@ int rt_http_server_init(struct rt_http_server *srv, uv_loop_t *loop,
         .max_connections = srv->cfg.max_connections,
         .max_connections_per_ip = srv->cfg.max_connections_per_ip,
         .idle_timeout_ms = srv->cfg.idle_timeout_ms,
+        .probe_reserve = srv->cfg.probe_reserve,
+        .probe_per_ip = srv->cfg.probe_per_ip,
         .backlog = srv->cfg.backlog,
     };
     rt_conn_set_init(&srv->set, loop, &cc, &rt_http__conn_ops, srv, "HTTP");
@@ -139,10 +149,23 @@ int rt_http_route_add(struct rt_http_server *srv, const char *method,
     }
     size_t plen = strlen(path);
     r->prefix_len = path[plen - 1] == '*' ? plen - 1 : 0;
+    r->probe = 0;
     r->handler = handler;
     r->ud = ud;
     srv->n_routes++;
     return 0;
+}
+
+int rt_http_route_set_probe(struct rt_http_server *srv, const char *path)
+{
+    int found = 0;
+    for (size_t i = 0; i < srv->n_routes; i++) {
+        if (strcmp(srv->routes[i].path, path) == 0) {
+            srv->routes[i].probe = 1;
+            found = 1;
+        }
+    }
+    return found ? 0 : TG_ENOTFOUND;
 }
 
 int rt_http_server_listen(struct rt_http_server *srv, const char *host,

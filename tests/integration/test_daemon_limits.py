@@ -22,9 +22,11 @@ sockets and http.client, and checks:
   deadline;
 - idle connections at --http-max-connections give way, so /health from a
   new connection answers while idle ones fill the table; so do trickling
-  heads (slowloris) when nothing is idle, slowest first, with 408; busy
-  ones (a body arriving) do not, and a new connection then gets 503 with
-  Retry-After;
+  heads (slowloris) when nothing is idle, slowest first, with 408, then
+  uploads under way (a body arriving), slowest first, with 408; requests
+  in their handlers do not, and a new connection then takes a place of the
+  probe reserve, where /health is answered and a completion gets 503
+  connection_limit with Retry-After;
 - a streaming client that stops reading is cut after --http-send-timeout,
   its request aborted and its KV pages returned (tangram_kv_pages_used back
   where it was), counted in tangram_http_slow_readers_aborted_total;
@@ -411,31 +413,77 @@ def t_conn_limit(d):
         c.close()
     du.wait_for(lambda: (metric(d, "tangram_http_connections_open") or 99)
                 <= 1, 5)
-    # Busy connections (a request past its head: its body arriving) do not
-    # give way: the next one is refused.
+    # Uploads under way (a body arriving) give way too, slowest first, when
+    # nothing is idle and no head is arriving.
     part = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: "
             "Bearer %s\r\nContent-Length: 100\r\n\r\n{" % KEY).encode()
-    busy = [Raw(d, timeout=3) for _ in range(MAX_CONNS)]
-    for c in busy:
+    uploads = [Raw(d, timeout=3) for _ in range(MAX_CONNS)]
+    for c in uploads:
         c.send(part)
     time.sleep(0.3)
-    extra = Raw(d, timeout=3)
-    r = extra.response()
-    extra.close()
+    served = [d.health() for _ in range(3)]
+    chk.check(served == [200] * 3,
+              "%d uploads under way at --http-max-connections %d: new "
+              "clients are still served" % (MAX_CONNS, MAX_CONNS), served)
+    ready = select.select([c.s for c in uploads], [], [], 0.5)[0]
+    answers = [c.response() for c in uploads if c.s in ready]
+    r = next((a for a in answers if a and b"body too slow" in a[2]), None)
+    chk.check(r is not None and r[0] == 408 and du.is_openai_error(r[2]),
+              "the slowest uploads gave way with 408 (request body too slow)",
+              answers[:3])
+    v = metric(d, "tangram_http_slow_bodies_evicted_total")
+    chk.check(v is not None and v >= 1, "slow bodies evicted are counted (%s)"
+              % v)
+    for c in uploads:
+        c.close()
+    du.wait_for(lambda: (metric(d, "tangram_http_connections_open") or 99)
+                <= 1, 5)
+    # Requests in their handlers do not give way (the worker, stopped for a
+    # moment, keeps them there): a new connection takes a place of the
+    # probe reserve, where /health is answered and anything else gets 503
+    # connection_limit with Retry-After.
+    body = json.dumps({"model": MODEL, "prompt": "Hi",
+                       "max_tokens": 2}).encode()
+    req = ("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: "
+           "Bearer %s\r\nContent-Type: application/json\r\n"
+           "Content-Length: %d\r\n\r\n" % (KEY, len(body))).encode() + body
+    worker = d.child_pids("worker")
+    busy, probe, r = [], None, None
+    if worker:
+        os.kill(worker[0], signal.SIGSTOP)
+    try:
+        busy = [Raw(d, timeout=20) for _ in range(MAX_CONNS)]
+        for c in busy:
+            c.send(req)
+        time.sleep(0.3)
+        p = Raw(d, timeout=3)
+        p.send(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        probe = p.response()
+        p.close()
+        extra = Raw(d, timeout=3)
+        extra.send(req)
+        r = extra.response()
+        extra.close()
+    finally:
+        if worker:
+            os.kill(worker[0], signal.SIGCONT)
+    chk.check(probe is not None and probe[0] in (200, 503) and
+              b'"status"' in probe[2],
+              "every connection busy: /health is answered on the probe "
+              "reserve", probe)
     chk.check(r is not None and r[0] == 503 and
               r[1].get("retry-after", "").isdigit() and
               du.is_openai_error(r[2]) and
               du.json_of(r[2])["error"]["code"] == "connection_limit",
-              "over the limit with every connection busy: 503 with "
-              "Retry-After", r)
-    # Their bodies time out; the server serves again.
-    timed_out = 0
+              "every connection busy: a completion gets 503 "
+              "connection_limit with Retry-After", r)
+    done = 0
     for c in busy:
         rr = c.response()
-        timed_out += rr is not None and rr[0] == 408
+        done += rr is not None and rr[0] == 200
         c.close()
-    chk.check(timed_out == MAX_CONNS, "the busy ones get 408 (%d of %d)" %
-              (timed_out, MAX_CONNS))
+    chk.check(done == MAX_CONNS, "the busy ones are answered once the worker "
+              "goes on (%d of %d)" % (done, MAX_CONNS))
     st = du.wait_for(lambda: d.health() == 200, 10)
     chk.check(st, "/health answers again once they are gone")
     v = metric(d, "tangram_http_connections_rejected_total",

@@ -30,11 +30,12 @@ limit of 1024 for the daemon (soft = hard, as on many hosts), then checks:
   pushing less than 64 MiB;
 - the request body budget (--max-body-memory, default 256 MiB): 96
   connections each announcing an 8 MiB body (the --http-max-body default)
-  with the key: those beyond the budget get 503 body_memory_full with
-  Retry-After before sending anything, the others are read, and the
-  router's RSS grows by less than the budget + 64 MiB while they hold
-  their bodies (96 x 8 MiB = 768 MiB before the budget existed); the
-  gauge returns to 0 once they leave;
+  with the key hold nothing until their bytes arrive (a body is charged as
+  it arrives); once they send, those beyond the budget get 503
+  body_memory_full with Retry-After as soon as they no longer fit, the
+  others are read, and the router's RSS grows by less than the budget +
+  64 MiB while they hold their bodies (96 x 8 MiB = 768 MiB before the
+  budget existed); the gauge returns to 0 once they leave;
 - the per-address limit is on by default: 300 idle HTTP connections from
   127.0.0.1 leave at most 256 open (--http-max-connections-per-ip);
 - gRPC connections are capped: 1,500 silent TCP connects to the gRPC port
@@ -380,39 +381,38 @@ def t_body_budget(d):
     conns = [connect(d, timeout=30) for _ in range(n)]
     for c in conns:
         c.sendall(head)
-    # Every head is read: each connection is either answered (a refusal,
-    # before any body byte) or holds its charge. Waits for the router
-    # however loaded the machine is.
-    refused = []
-    for _ in range(200):
-        refused = select.select(conns, [], [], 0)[0]
-        held_bytes = metric(d, "tangram_request_body_memory_bytes") or 0
-        if len(refused) + int(held_bytes // (size + 1)) >= n:
-            break
-        time.sleep(0.05)
-    held = [c for c in conns if c not in refused]
-    answers = [read_response(c, 10) for c in refused]
+    # A body is charged as it arrives, not when announced: 96 heads
+    # announcing 768 MiB hold nothing yet.
+    time.sleep(0.5)
+    announced = metric(d, "tangram_request_body_memory_bytes")
     before = rss_kb(pid)
     junk = b"{" + b" " * (size - 2)  # all but the last byte
-    for c in held:
+    for c in conns:
         try:
             c.sendall(junk)
         except OSError:
-            pass  # counted below: held ones are never refused
+            pass  # refused midway: its answer is read below
     time.sleep(0.5)
     peak = rss_kb(pid)
     in_use = metric(d, "tangram_request_body_memory_bytes")
+    refused = select.select(conns, [], [], 0)[0]
+    held = [c for c in conns if c not in refused]
+    answers = [read_response(c, 10) for c in refused]
     good = sum(1 for r in answers if r and r[0] == 503 and
                r[1].get("retry-after", "").isdigit() and
                du.is_openai_error(r[2]) and
                du.json_of(r[2])["error"]["code"] == "body_memory_full")
     budget = 256 << 20
     fit = budget // (size + 1)
+    chk.check(announced is not None and announced < (1 << 20),
+              "body budget: 96 heads announcing 8 MiB each hold nothing "
+              "before their bytes arrive (%s bytes)" % announced)
     chk.check(len(held) <= fit and good == len(refused) and
               good >= n - fit,
               "body budget: %d of %d 8 MiB uploads held (at most %d fit in "
               "256 MiB), %d refused with 503 body_memory_full and "
-              "Retry-After before their body" % (len(held), n, fit, good),
+              "Retry-After as soon as they no longer fit" %
+              (len(held), n, fit, good),
               [r[:2] if r else r for r in answers[:3]])
     grew = (peak - before) // 1024 if before and peak else None
     chk.check(grew is not None and grew < (budget >> 20) + 64,

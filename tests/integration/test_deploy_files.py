@@ -8,7 +8,9 @@ tangramd's options: the rows of the serving option table
 - ConfigMap keys and the variables of deploy/systemd/tangramd.env are
   TANGRAM_* variables of options that exist in the table, with values the
   option accepts (integer/double ranges, enum choices); the env file shows
-  every option.
+  every option. The ConfigMap's per-address connection limits are set
+  (not 0) and hold behind the gateway: at least the requests one gateway
+  replica may have in flight at the pod, at most half of each table.
 - The Deployment asks for nvidia.com/gpu (as many as TANGRAM_TP), probes
   /health over HTTP (readiness) and the gRPC health service on the gRPC
   port, drains within terminationGracePeriodSeconds (preStop delay +
@@ -241,6 +243,23 @@ grpc_port = int(cfg("TANGRAM_GRPC_PORT"))
 shutdown_timeout = float(cfg("TANGRAM_SHUTDOWN_TIMEOUT"))
 check(http_port == 8000 and grpc_port == 50051,
       "ConfigMap ports %d/%d, expected 8000/50051" % (http_port, grpc_port))
+# Behind the gateway every client has a gateway replica's address: the
+# per-address limits must hold all that one replica can have in flight at
+# the pod (running + queued requests, an HTTP/1.1 connection each) and
+# still keep one address from taking the table (at most half of it; 0
+# would let one client take all of it).
+in_flight = int(cfg("TANGRAM_MAX_NUM_SEQS")) + int(cfg("TANGRAM_MAX_QUEUED"))
+for api in ("HTTP", "GRPC"):
+    per_ip = int(cfg("TANGRAM_%s_MAX_CONNECTIONS_PER_IP" % api))
+    total = int(cfg("TANGRAM_%s_MAX_CONNECTIONS" % api))
+    check(0 < per_ip <= total // 2,
+          "ConfigMap: TANGRAM_%s_MAX_CONNECTIONS_PER_IP %d must be set, at "
+          "most half of TANGRAM_%s_MAX_CONNECTIONS %d" %
+          (api, per_ip, api, total))
+    check(api == "GRPC" or per_ip >= in_flight,
+          "ConfigMap: TANGRAM_HTTP_MAX_CONNECTIONS_PER_IP %d is below the "
+          "%d requests one gateway replica may have in flight (MAX_NUM_SEQS "
+          "+ MAX_QUEUED)" % (per_ip, in_flight))
 
 dep = (docs.get("Deployment") or [None])[0]
 pod_labels = {}

@@ -217,31 +217,38 @@ static void h_counters(struct rt_http_req *req, void *ud)
     struct tt_http_fx *fx = ud;
     const struct rt_http_stats *st = &req->srv->stats;
     const struct rt_conn_stats *cs = &req->srv->set.stats;
-    char b[768];
-    int n = snprintf(b, sizeof(b),
-                     "live=%zu\naccepted=%llu\nrejected_max=%llu\n"
-                     "rejected_per_ip=%llu\nevicted=%llu\n"
-                     "evicted_head=%llu\naccept_pauses=%llu\n"
-                     "timeout_header=%llu\ntimeout_body=%llu\n"
-                     "malformed=%llu\ntoo_large=%llu\nrefused_head=%llu\n"
-                     "refused_budget=%llu\n"
-                     "slow_readers=%llu\nhalf_closed=%llu\n"
-                     "max_pending=%d\n",
-                     req->srv->set.n_live, (unsigned long long)cs->accepted,
-                     (unsigned long long)cs->rejected_max,
-                     (unsigned long long)cs->rejected_per_ip,
-                     (unsigned long long)(cs->evicted_idle + cs->evicted_head),
-                     (unsigned long long)cs->evicted_head,
-                     (unsigned long long)cs->accept_pauses,
-                     (unsigned long long)st->timeout_header,
-                     (unsigned long long)st->timeout_body,
-                     (unsigned long long)st->malformed,
-                     (unsigned long long)st->too_large,
-                     (unsigned long long)st->refused_head,
-                     (unsigned long long)st->refused_budget,
-                     (unsigned long long)st->slow_readers,
-                     (unsigned long long)st->half_closed,
-                     atomic_load(&fx->max_pending));
+    const struct rt_conn_budget *bb = req->srv->cfg.body_budget;
+    char b[1024];
+    int n = snprintf(
+        b, sizeof(b),
+        "live=%zu\naccepted=%llu\nrejected_max=%llu\n"
+        "rejected_per_ip=%llu\nevicted=%llu\n"
+        "evicted_head=%llu\nevicted_body=%llu\n"
+        "probe_admitted=%llu\nprobes_served=%llu\n"
+        "slow_bodies=%llu\nbudget_used=%zu\n"
+        "accept_pauses=%llu\n"
+        "timeout_header=%llu\ntimeout_body=%llu\n"
+        "malformed=%llu\ntoo_large=%llu\nrefused_head=%llu\n"
+        "refused_budget=%llu\n"
+        "slow_readers=%llu\nhalf_closed=%llu\n"
+        "max_pending=%d\n",
+        req->srv->set.n_live, (unsigned long long)cs->accepted,
+        (unsigned long long)cs->rejected_max,
+        (unsigned long long)cs->rejected_per_ip,
+        (unsigned long long)(cs->evicted_idle + cs->evicted_head +
+                             cs->evicted_body),
+        (unsigned long long)cs->evicted_head,
+        (unsigned long long)cs->evicted_body,
+        (unsigned long long)cs->probe_admitted,
+        (unsigned long long)st->probes_served,
+        (unsigned long long)st->slow_bodies, bb ? bb->used : (size_t)0,
+        (unsigned long long)cs->accept_pauses,
+        (unsigned long long)st->timeout_header,
+        (unsigned long long)st->timeout_body, (unsigned long long)st->malformed,
+        (unsigned long long)st->too_large, (unsigned long long)st->refused_head,
+        (unsigned long long)st->refused_budget,
+        (unsigned long long)st->slow_readers,
+        (unsigned long long)st->half_closed, atomic_load(&fx->max_pending));
     rt_http_respond(req, 200, "text/plain", b, (size_t)n);
 }
 
@@ -373,6 +380,10 @@ struct tt_http_fx *tt_http_fx_start(const struct rt_http_config *cfg,
     assert_int_equal(rt_http_route_add(&fx->srv, "GET", "nope", h_hello, fx,
                                        err, sizeof(err)),
                      TG_EINVAL);
+    /* What a connection of the probe reserve is served. */
+    assert_int_equal(rt_http_route_set_probe(&fx->srv, "/hello"), 0);
+    assert_int_equal(rt_http_route_set_probe(&fx->srv, "/counters"), 0);
+    assert_int_equal(rt_http_route_set_probe(&fx->srv, "/nope"), TG_ENOTFOUND);
     assert_int_equal(
         rt_http_server_listen(&fx->srv, "127.0.0.1", 0, err, sizeof(err)), 0);
     assert_int_equal(

@@ -17,7 +17,11 @@
  *   GET /v1/models/<any>   "<path>?<query>"
  *   GET /misuse            wrong API calls (result in misuse_ok), then 204
  *   GET /counters          the server's rt_http_stats (and live connections,
- *                          max_pending) as "name=value" lines
+ *                          the set's evictions and probe places, the body
+ *                          budget's bytes in use, max_pending) as
+ *                          "name=value" lines
+ * GET and HEAD /hello and GET /counters are the probe routes (served on a
+ * connection of the probe reserve).
  *   GET /flood?kb=N        N KiB (default 64) streamed with backpressure:
  *                          writes stop above 64 KiB queued and resume from
  *                          rt_http_req_on_drain at 16 KiB; the largest

@@ -48,6 +48,7 @@ static int setup_max4(void **state)
     tt_http_fx_test_config(&cfg);
     cfg.idle_timeout_ms = PATIENT_IDLE_MS;
     cfg.max_connections = 4;
+    cfg.probe_reserve = 0; /* the caps alone (test_http_uploads: with it) */
     *state = tt_http_fx_start(&cfg, 0);
     return 0;
 }
@@ -59,6 +60,7 @@ static int setup_per_ip2(void **state)
     cfg.idle_timeout_ms = PATIENT_IDLE_MS;
     cfg.max_connections = 100;
     cfg.max_connections_per_ip = 2;
+    cfg.probe_reserve = 0;
     *state = tt_http_fx_start(&cfg, 0);
     return 0;
 }

@@ -79,11 +79,13 @@ static void test_marks(void **state)
         "api-key", "log-format", "log-level", "shutdown-timeout",
         "served-model-name", "max-model-len", "worker-heartbeat-ms",
         "worker-stall-ms", "router-stall-ms", "http-max-connections", "http-max-connections-per-ip",
-        "http-header-timeout", "http-body-timeout", "http-idle-timeout",
+        "http-header-timeout", "http-body-timeout", "http-min-body-rate",
+        "http-idle-timeout",
         "http-send-timeout", "http-max-body", "metrics-auth",
         "grpc-recv-timeout", "grpc-idle-timeout", "grpc-max-streams",
         "grpc-max-message", "grpc-max-connections",
-        "grpc-max-connections-per-ip", "max-body-memory"};
+        "grpc-max-connections-per-ip", "max-body-memory",
+        "max-request-memory"};
     /* clang-format on */
     assert_int_equal(nd, sizeof daemon_rows / sizeof daemon_rows[0]);
     for (size_t i = 0; i < nd; i++)

@@ -145,15 +145,16 @@ static bool in_chars(const struct jj_str *chars, uint32_t cp)
     return false;
 }
 
-int jj_text_strip(struct jj_ctx *c, int line, struct jj_str *s,
-                  const struct jj_str *chars, enum jj_strip how,
-                  struct jj_val *out)
+/* The bounds [*a, *b) of s[0..n) that the strip keeps: the characters of
+ * `chars` (NULL: Python's whitespace) cut from the ends `how` names. */
+static void strip_bounds(const char *s, size_t n, const struct jj_str *chars,
+                         enum jj_strip how, size_t *pa, size_t *pb)
 {
-    size_t a = 0, b = s->len;
+    size_t a = 0, b = n;
     if (how != JJ_STRIP_RIGHT) {
         while (a < b) {
             size_t adv;
-            uint32_t cp = jj_utf8_next(s->s + a, b - a, &adv);
+            uint32_t cp = jj_utf8_next(s + a, b - a, &adv);
             if (chars ? !in_chars(chars, cp) : !jj_py_isspace(cp))
                 break;
             a += adv;
@@ -162,16 +163,31 @@ int jj_text_strip(struct jj_ctx *c, int line, struct jj_str *s,
     if (how != JJ_STRIP_LEFT) {
         while (b > a) {
             size_t p = b - 1;
-            while (p > a && ((unsigned char)s->s[p] & 0xC0) == 0x80)
+            while (p > a && ((unsigned char)s[p] & 0xC0) == 0x80)
                 p--;
             size_t adv;
-            uint32_t cp = jj_utf8_next(s->s + p, b - p, &adv);
+            uint32_t cp = jj_utf8_next(s + p, b - p, &adv);
             if (adv != b - p ||
                 (chars ? !in_chars(chars, cp) : !jj_py_isspace(cp)))
                 break;
             b = p;
         }
     }
+    *pa = a;
+    *pb = b;
+}
+
+void jj_py_strip(const char *s, size_t n, size_t *a, size_t *b)
+{
+    strip_bounds(s, n, NULL, JJ_STRIP_BOTH, a, b);
+}
+
+int jj_text_strip(struct jj_ctx *c, int line, struct jj_str *s,
+                  const struct jj_str *chars, enum jj_strip how,
+                  struct jj_val *out)
+{
+    size_t a, b;
+    strip_bounds(s->s, s->len, chars, how, &a, &b);
     if (a == 0 && b == s->len) {
         out->t = JJ_STR;
         out->u.s = s;

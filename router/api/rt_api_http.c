@@ -821,7 +821,7 @@ static void h_metrics(struct rt_http_req *req, void *ud)
 {
     struct rt_server *s = ud;
     rt_server_scrape(s);
-    struct rt_metrics_buf buf = {0};
+    struct tg_buf buf = {0};
     char err[128];
     if (rt_metrics_render(&s->metrics.reg, &buf, err, sizeof(err)) != 0) {
         rt_http_respond_error(req, 500, NULL, "metrics unavailable: out of memory",
@@ -829,7 +829,7 @@ static void h_metrics(struct rt_http_req *req, void *ud)
     } else {
         rt_http_respond(req, 200, RT_METRICS_CONTENT_TYPE, buf.data, buf.len);
     }
-    rt_metrics_buf_free(&buf);
+    tg_buf_free(&buf);
 }
 
 int rt_api_http_register(struct rt_server *s, struct rt_http_server *http,

@@ -378,8 +378,6 @@ struct jj_val jj_undef_msg(const char *msg);
 
 void jj_ref(struct jj_val v);
 void jj_unref(struct jj_val v);
-/* Releases *v and makes it Undefined. */
-void jj_clear(struct jj_val *v);
 
 /* Strings. NULL on out of memory. */
 struct jj_str *jj_str_new(const char *s, size_t len);

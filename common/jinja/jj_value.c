@@ -74,12 +74,6 @@ void jj_unref(struct jj_val v)
     obj_release(obj_of(v));
 }
 
-void jj_clear(struct jj_val *v)
-{
-    jj_unref(*v);
-    *v = jj_undef();
-}
-
 static void list_release_items(struct jj_list *l)
 {
     for (size_t i = 0; i < l->n; i++)

@@ -266,7 +266,7 @@ int main(int argc, char **argv)
     struct tok_tokenizer tok = {0};
     struct tok_ids prompt = {0};
     struct tok_ids forced = {0};
-    struct tok_text text = {0};
+    struct tg_buf text = {0};
     struct gw_engine eng = {0};
     struct gw_gen_result res = {0};
     int have_tok = 0;
@@ -406,7 +406,8 @@ int main(int argc, char **argv)
         for (int i = 0; i < res.n_tokens; i++)
             json_array_append_new(a, json_integer(res.tokens[i]));
         json_object_set_new(doc, "token_ids", a);
-        json_object_set_new(doc, "text", json_stringn(text.s ? text.s : "", text.n));
+        json_object_set_new(doc, "text",
+                            json_stringn(tg_buf_str(&text), text.len));
         a = json_array();
         for (int i = 0; i < res.n_tokens; i++) {
             json_t *e = json_object();
@@ -494,8 +495,8 @@ int main(int argc, char **argv)
         }
         json_decref(doc);
     } else {
-        if (text.s != NULL)
-            fwrite(text.s, 1, text.n, stdout);
+        if (text.data != NULL)
+            fwrite(text.data, 1, text.len, stdout);
         fputc('\n', stdout);
         if (res.prompt_lp != NULL) {
             for (int i = 1; i < res.n_prompt; i++)
@@ -515,7 +516,7 @@ int main(int argc, char **argv)
 out:
     gw_gen_result_free(&res);
     gw_engine_free(&eng);
-    tok_text_free(&text);
+    tg_buf_free(&text);
     tok_ids_free(&prompt);
     tok_ids_free(&forced);
     tok_tokenizer_free(&tok);

@@ -100,7 +100,7 @@ static int do_decode(const struct tok_tokenizer *tok, const char *in,
     int status = 1;
     size_t n = json_array_size(doc);
     int32_t *ids = malloc((n ? n : 1) * sizeof(*ids));
-    struct tok_text text = {0};
+    struct tg_buf text = {0};
     if (!json_is_array(doc)) {
         fprintf(stderr, "tangram-tokenize: expected a JSON array of ids\n");
         goto out;
@@ -127,13 +127,13 @@ static int do_decode(const struct tok_tokenizer *tok, const char *in,
         fprintf(stderr, "tangram-tokenize: %s\n", err);
         goto out;
     }
-    if (text.n > 0 && fwrite(text.s, 1, text.n, stdout) != text.n) {
+    if (text.len > 0 && fwrite(text.data, 1, text.len, stdout) != text.len) {
         fprintf(stderr, "tangram-tokenize: write failed\n");
         goto out;
     }
     status = 0;
 out:
-    tok_text_free(&text);
+    tg_buf_free(&text);
     free(ids);
     json_decref(doc);
     return status;

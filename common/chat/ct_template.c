@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common/jinja/jj_internal.h"
+#include "common/jinja/jj_template.h"
 #include "common/base/tg_err.h"
 #include "common/base/tg_grow.h"
 
@@ -423,30 +423,6 @@ static bool reserved(const char *name)
            !strcmp(name, "add_generation_prompt");
 }
 
-/* Python str.strip() bounds of s[0..n). */
-static void py_strip(const char *s, size_t n, size_t *a, size_t *b)
-{
-    *a = 0;
-    *b = n;
-    while (*a < *b) {
-        size_t adv;
-        uint32_t cp = jj_utf8_next(s + *a, *b - *a, &adv);
-        if (!jj_py_isspace(cp))
-            break;
-        *a += adv;
-    }
-    while (*b > *a) {
-        size_t p = *b - 1;
-        while (p > *a && ((unsigned char)s[p] & 0xC0) == 0x80)
-            p--;
-        size_t adv;
-        uint32_t cp = jj_utf8_next(s + p, *b - p, &adv);
-        if (adv != *b - p || !jj_py_isspace(cp))
-            break;
-        *b = p;
-    }
-}
-
 /* transformers' continue_final_message: keep the output up to the end of
  * the final message's content (its stripped text, found last). */
 static int cut_final(json_t *messages, char *out, size_t *len, char *err,
@@ -469,7 +445,7 @@ static int cut_final(json_t *messages, char *out, size_t *len, char *err,
                           "continue_final_message: the final message has no "
                           "text content");
     size_t n = strlen(msg), a, b;
-    py_strip(msg, n, &a, &b);
+    jj_py_strip(msg, n, &a, &b);
     size_t sl = b - a;
     const char *hit = NULL;
     if (sl <= *len)

@@ -7,12 +7,12 @@
 
 #include "common/grammar/gm_spec.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_hmap.h"
 
 #define ERR_BYTES 256
 
 struct gm__centry {
-    struct gm__centry *next;             /* bucket chain */
-    struct gm__centry *prev_lru, *next_lru;
+    struct tg_list_node lru; /* in c->lru while in the index */
     uint64_t hash;
     char *key;
     size_t len;
@@ -25,12 +25,48 @@ struct gm__centry {
     size_t bytes;
 };
 
-static uint64_t hash_bytes(const char *s, size_t n)
+/* The index: a slot is an entry pointer (NULL empty) keyed by its spec;
+ * entries keep their hash, so growing needs no context. */
+struct spec_key {
+    const char *spec;
+    size_t len;
+    uint64_t hash;
+};
+
+static inline int entry_probe(const void *slot, const void *key)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
-    return h;
+    const struct gm__centry *e = *(struct gm__centry *const *)slot;
+    const struct spec_key *k = key;
+    if (e == NULL)
+        return TG_HMAP_EMPTY;
+    return e->hash == k->hash && e->len == k->len &&
+                   memcmp(e->key, k->spec, k->len) == 0
+               ? TG_HMAP_HIT
+               : TG_HMAP_MISS;
+}
+
+static int entry_empty(const void *slot)
+{
+    return *(struct gm__centry *const *)slot == NULL;
+}
+
+static uint64_t entry_hash(const void *slot, void *ctx)
+{
+    (void)ctx;
+    return (*(struct gm__centry *const *)slot)->hash;
+}
+
+static const struct tg_hmap_type entry_type = {
+    .esize = sizeof(struct gm__centry *),
+    .empty_byte = 0,
+    .probe = entry_probe,
+    .is_empty = entry_empty,
+    .hash = entry_hash,
+};
+
+static struct gm__centry *entry_of(struct tg_list_node *n)
+{
+    return n != NULL ? TG_LIST_ENTRY(n, struct gm__centry, lru) : NULL;
 }
 
 int gm_cache_init(struct gm_cache *c, const struct gm_vocab *v,
@@ -45,9 +81,7 @@ int gm_cache_init(struct gm_cache *c, const struct gm_vocab *v,
         gm_limits_default(&c->lim);
     c->max_entries = max_entries ? max_entries : 1;
     c->max_bytes = max_bytes;
-    c->n_bucket = 256;
-    c->bucket = calloc(c->n_bucket, sizeof(*c->bucket));
-    if (c->bucket == NULL)
+    if (tg_hmap_init(&c->index, &entry_type, NULL, 128) != 0)
         return TG_ENOMEM;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
@@ -63,82 +97,39 @@ static void entry_free(struct gm__centry *e)
 
 void gm_cache_free(struct gm_cache *c)
 {
-    if (c->bucket == NULL)
+    if (c->index.slots == NULL)
         return;
-    for (struct gm__centry *e = c->lru_head; e != NULL;) {
-        struct gm__centry *n = e->next_lru;
-        entry_free(e);
-        e = n;
+    struct tg_list_node *n, *next;
+    TG_LIST_FOREACH_SAFE(n, next, &c->lru)
+    {
+        entry_free(entry_of(n));
     }
-    free(c->bucket);
+    tg_hmap_free(&c->index);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     memset(c, 0, sizeof(*c));
 }
 
-static void lru_unlink(struct gm_cache *c, struct gm__centry *e)
+/* Takes e out of the index and the LRU list (it stays allocated). */
+static void unlink_entry(struct gm_cache *c, struct gm__centry *e)
 {
-    if (e->prev_lru != NULL)
-        e->prev_lru->next_lru = e->next_lru;
-    else
-        c->lru_head = e->next_lru;
-    if (e->next_lru != NULL)
-        e->next_lru->prev_lru = e->prev_lru;
-    else
-        c->lru_tail = e->prev_lru;
-    e->prev_lru = e->next_lru = NULL;
-}
-
-static void lru_front(struct gm_cache *c, struct gm__centry *e)
-{
-    e->next_lru = c->lru_head;
-    e->prev_lru = NULL;
-    if (c->lru_head != NULL)
-        c->lru_head->prev_lru = e;
-    c->lru_head = e;
-    if (c->lru_tail == NULL)
-        c->lru_tail = e;
-}
-
-static void unlink_bucket(struct gm_cache *c, struct gm__centry *e)
-{
-    struct gm__centry **pp = &c->bucket[e->hash & (c->n_bucket - 1)];
-    while (*pp != e)
-        pp = &(*pp)->next;
-    *pp = e->next;
-}
-
-/* Grows the bucket array when the table is over load 1. */
-static void maybe_rehash(struct gm_cache *c)
-{
-    if (c->st.entries < c->n_bucket)
-        return;
-    size_t n = c->n_bucket * 2;
-    struct gm__centry **b = calloc(n, sizeof(*b));
-    if (b == NULL)
-        return; /* longer chains, still correct */
-    for (size_t i = 0; i < c->n_bucket; i++)
-        for (struct gm__centry *e = c->bucket[i]; e != NULL;) {
-            struct gm__centry *next = e->next;
-            e->next = b[e->hash & (n - 1)];
-            b[e->hash & (n - 1)] = e;
-            e = next;
-        }
-    free(c->bucket);
-    c->bucket = b;
-    c->n_bucket = n;
+    struct spec_key k = {e->key, e->len, e->hash};
+    struct gm__centry **slot = tg_hmap_find(&c->index, &entry_type, e->hash,
+                                            &k);
+    TG_ASSERT(slot != NULL && *slot == e);
+    tg_hmap_del(&c->index, &entry_type, slot);
+    tg_list_remove(&c->lru, &e->lru);
 }
 
 /* Evicts ready entries from the LRU tail while over a limit (keep one). */
 static void evict(struct gm_cache *c, const struct gm__centry *keep)
 {
-    struct gm__centry *e = c->lru_tail;
+    struct gm__centry *e = entry_of(c->lru.last);
     while (e != NULL && (c->st.entries > c->max_entries ||
                          (c->max_bytes != 0 && c->st.bytes > c->max_bytes))) {
-        struct gm__centry *prev = e->prev_lru;
+        struct gm__centry *prev = entry_of(e->lru.prev);
         if (e->ready && e != keep) {
-            lru_unlink(c, e);
-            unlink_bucket(c, e);
+            unlink_entry(c, e);
             c->st.entries--;
             c->st.bytes -= e->bytes;
             c->st.evictions++;
@@ -164,12 +155,10 @@ int gm_cache_get(struct gm_cache *c, const char *spec, size_t len,
                  struct gm_grammar **out, char *err, size_t errlen)
 {
     *out = NULL;
-    uint64_t h = hash_bytes(spec, len);
+    struct spec_key k = {spec, len, tg_hash_bytes(spec, len)};
     pthread_mutex_lock(&c->mu);
-    struct gm__centry *e = c->bucket[h & (c->n_bucket - 1)];
-    while (e != NULL &&
-           !(e->hash == h && e->len == len && memcmp(e->key, spec, len) == 0))
-        e = e->next;
+    struct gm__centry **slot = tg_hmap_find(&c->index, &entry_type, k.hash, &k);
+    struct gm__centry *e = slot != NULL ? *slot : NULL;
     if (e != NULL) {
         if (!e->ready) {
             c->st.waits++;
@@ -185,8 +174,7 @@ int gm_cache_get(struct gm_cache *c, const char *spec, size_t len,
             if (e->waiters == 0)
                 entry_free(e);
         } else {
-            lru_unlink(c, e);
-            lru_front(c, e);
+            tg_list_move_front(&c->lru, &e->lru);
         }
         pthread_mutex_unlock(&c->mu);
         return rc;
@@ -194,7 +182,10 @@ int gm_cache_get(struct gm_cache *c, const char *spec, size_t len,
     c->st.misses++;
     e = calloc(1, sizeof(*e));
     char *key = malloc(len ? len : 1);
-    if (e == NULL || key == NULL) {
+    slot = e != NULL && key != NULL
+               ? tg_hmap_put(&c->index, &entry_type, k.hash, &k, NULL)
+               : NULL;
+    if (slot == NULL) {
         pthread_mutex_unlock(&c->mu);
         free(e);
         free(key);
@@ -204,12 +195,10 @@ int gm_cache_get(struct gm_cache *c, const char *spec, size_t len,
         memcpy(key, spec, len);
     e->key = key;
     e->len = len;
-    e->hash = h;
-    e->next = c->bucket[h & (c->n_bucket - 1)];
-    c->bucket[h & (c->n_bucket - 1)] = e;
-    lru_front(c, e);
+    e->hash = k.hash;
+    *slot = e;
+    tg_list_push_front(&c->lru, &e->lru);
     c->st.entries++;
-    maybe_rehash(c);
     pthread_mutex_unlock(&c->mu);
 
     struct gm_grammar *g = NULL;
@@ -229,8 +218,7 @@ int gm_cache_get(struct gm_cache *c, const char *spec, size_t len,
     int rc = answer(e, out, err, errlen);
     if (code == TG_ENOMEM || code == TG_ETIMEDOUT) {
         /* may pass next time: not remembered */
-        lru_unlink(c, e);
-        unlink_bucket(c, e);
+        unlink_entry(c, e);
         c->st.entries--;
         c->st.bytes -= e->bytes;
         e->doomed = 1;

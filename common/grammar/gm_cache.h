@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/base/tg_hmap.h"
+#include "common/base/tg_list.h"
 #include "common/grammar/gm_grammar.h"
 
 struct gm_cache_stats {
@@ -36,9 +38,8 @@ struct gm_cache {
     const struct gm_vocab *vocab; /* borrowed */
     struct gm_limits lim;
     size_t max_entries, max_bytes;
-    struct gm__centry **bucket; /* chained hash table */
-    size_t n_bucket;
-    struct gm__centry *lru_head, *lru_tail; /* most recent first */
+    struct tg_hmap index; /* struct gm__centry * slots, by spec */
+    struct tg_list lru;   /* the indexed entries, most recent first */
     struct gm_cache_stats st;
 };
 

@@ -130,8 +130,3 @@ const struct gm_grammar_stats *gm_grammar_stats(const struct gm_grammar *g)
 {
     return &g->stats;
 }
-
-const struct gm_vocab *gm_grammar_vocab(const struct gm_grammar *g)
-{
-    return g->vocab;
-}

@@ -96,7 +96,4 @@ void gm_grammar_unref(struct gm_grammar *g);
 /* Sizes and timings of g (borrowed). */
 const struct gm_grammar_stats *gm_grammar_stats(const struct gm_grammar *g);
 
-/* The vocabulary g was compiled for (borrowed). */
-const struct gm_vocab *gm_grammar_vocab(const struct gm_grammar *g);
-
 #endif /* GM_GRAMMAR_H */

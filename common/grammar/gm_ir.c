@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/base/tg_buf.h"
 #include "common/base/tg_err.h"
 
 void gm_ir_init(struct gm_ir *ir, size_t max_exprs)
@@ -409,55 +410,24 @@ int32_t gm_ir_literals(struct gm_ir *ir, const char *const *s,
 
 /* ---- printing ---------------------------------------------------------- */
 
-struct buf {
-    char *s;
-    size_t n, cap;
-    int err;
-};
-
-static void put(struct buf *b, const char *s, size_t n)
-{
-    if (b->err)
-        return;
-    if (tg_grow((void **)&b->s, &b->cap, b->n + n + 1, 1)) {
-        b->err = 1;
-        return;
-    }
-    memcpy(b->s + b->n, s, n);
-    b->n += n;
-    b->s[b->n] = '\0';
-}
-
-static void putf(struct buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void putf(struct buf *b, const char *fmt, ...)
-{
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (k > 0)
-        put(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
-}
-
 /* One byte inside "..." or [...]: printable ASCII as itself (with the
  * notation's own characters escaped), anything else as \xHH. */
-static void put_byte(struct buf *b, unsigned c, int in_class)
+static void put_byte(struct tg_buf *b, unsigned c, int in_class)
 {
     if (c == '\n')
-        put(b, "\\n", 2);
+        tg_buf_puts(b, "\\n");
     else if (c == '\t')
-        put(b, "\\t", 2);
+        tg_buf_puts(b, "\\t");
     else if (c == '\r')
-        put(b, "\\r", 2);
+        tg_buf_puts(b, "\\r");
     else if (c == '\\' || (!in_class && c == '"') ||
-             (in_class && (c == ']' || c == '-' || c == '^')))
-        putf(b, "\\%c", (char)c);
-    else if (c >= 0x20 && c < 0x7f)
-        putf(b, "%c", (char)c);
+             (in_class && (c == ']' || c == '-' || c == '^'))) {
+        tg_buf_putc(b, '\\');
+        tg_buf_putc(b, (char)c);
+    } else if (c >= 0x20 && c < 0x7f)
+        tg_buf_putc(b, (char)c);
     else
-        putf(b, "\\x%02X", c);
+        tg_buf_printf(b, "\\x%02X", c);
 }
 
 static int has(const uint8_t *set, unsigned c)
@@ -465,42 +435,40 @@ static int has(const uint8_t *set, unsigned c)
     return (set[c >> 3] >> (c & 7)) & 1;
 }
 
-static void put_expr(struct buf *b, const struct gm_ir *ir, int32_t id,
+static void put_expr(struct tg_buf *b, const struct gm_ir *ir, int32_t id,
                      int depth);
 
-static void put_list(struct buf *b, const struct gm_ir *ir,
+static void put_list(struct tg_buf *b, const struct gm_ir *ir,
                      const struct gm_expr *e, int depth, const char *sep)
 {
-    put(b, "( ", 2);
+    tg_buf_puts(b, "( ");
     for (uint32_t i = 0; i < e->n; i++) {
         if (i > 0)
-            put(b, sep, strlen(sep));
+            tg_buf_append(b, sep, strlen(sep));
         put_expr(b, ir, ir->items[e->off + i], depth + 1);
     }
-    put(b, " )", 2);
+    tg_buf_puts(b, " )");
 }
 
-static void put_expr(struct buf *b, const struct gm_ir *ir, int32_t id,
+static void put_expr(struct tg_buf *b, const struct gm_ir *ir, int32_t id,
                      int depth)
 {
     const struct gm_expr *e = &ir->expr[id];
     if (depth > 64) {
-        put(b, "...", 3);
+        tg_buf_puts(b, "...");
         return;
     }
     switch (e->kind) {
-    case GM_EXPR_EMPTY:
-        put(b, "\"\"", 2);
-        break;
+    case GM_EXPR_EMPTY: tg_buf_puts(b, "\"\""); break;
     case GM_EXPR_BYTES:
-        put(b, "\"", 1);
+        tg_buf_putc(b, '"');
         for (uint32_t i = 0; i < e->n; i++)
             put_byte(b, ir->bytes[e->off + i], 0);
-        put(b, "\"", 1);
+        tg_buf_putc(b, '"');
         break;
     case GM_EXPR_CLASS: {
         const uint8_t *set = ir->cls[e->off];
-        put(b, "[", 1);
+        tg_buf_puts(b, "[");
         for (unsigned c = 0; c < 256;) {
             if (!has(set, c)) {
                 c++;
@@ -511,12 +479,12 @@ static void put_expr(struct buf *b, const struct gm_ir *ir, int32_t id,
                 d++;
             put_byte(b, c, 1);
             if (d > c + 1)
-                put(b, "-", 1);
+                tg_buf_puts(b, "-");
             if (d > c)
                 put_byte(b, d, 1);
             c = d + 1;
         }
-        put(b, "]", 1);
+        tg_buf_puts(b, "]");
         break;
     }
     case GM_EXPR_SEQ:
@@ -524,49 +492,43 @@ static void put_expr(struct buf *b, const struct gm_ir *ir, int32_t id,
         break;
     case GM_EXPR_ALT:
         if (e->n == 0)
-            put(b, "[]", 2);
+            tg_buf_puts(b, "[]");
         else
             put_list(b, ir, e, depth, " | ");
         break;
     case GM_EXPR_REPEAT:
-        put(b, "( ", 2);
+        tg_buf_puts(b, "( ");
         put_expr(b, ir, e->sub, depth + 1);
-        put(b, " )", 2);
+        tg_buf_puts(b, " )");
         if (e->max == GM_REPEAT_INF)
-            putf(b, "{%u,}", e->min);
+            tg_buf_printf(b, "{%u,}", e->min);
         else
-            putf(b, "{%u,%u}", e->min, e->max);
+            tg_buf_printf(b, "{%u,%u}", e->min, e->max);
         break;
     case GM_EXPR_REF:
-        put(b, ir->rule[e->off].name, strlen(ir->rule[e->off].name));
+        tg_buf_append(b, ir->rule[e->off].name, strlen(ir->rule[e->off].name));
         break;
     }
 }
 
-static void put_rule(struct buf *b, const struct gm_ir *ir, size_t r)
+static void put_rule(struct tg_buf *b, const struct gm_ir *ir, size_t r)
 {
     const char *nm = ir->rule[r].name;
-    put(b, nm, strlen(nm));
-    put(b, " ::= ", 5);
+    tg_buf_append(b, nm, strlen(nm));
+    tg_buf_puts(b, " ::= ");
     if (ir->rule[r].body >= 0)
         put_expr(b, ir, ir->rule[r].body, 0);
-    put(b, "\n", 1);
+    tg_buf_puts(b, "\n");
 }
 
 int gm_ir_format(const struct gm_ir *ir, char **out, size_t *len)
 {
-    struct buf b = {0};
-    put(&b, "", 0);
+    struct tg_buf b = {0};
     if (ir->root >= 0)
         put_rule(&b, ir, (size_t)ir->root);
     for (size_t r = 0; r < ir->n_rule; r++)
         if ((int32_t)r != ir->root)
             put_rule(&b, ir, r);
-    if (b.err) {
-        free(b.s);
-        return TG_ENOMEM;
-    }
-    *out = b.s;
-    *len = b.n;
-    return 0;
+    *out = tg_buf_steal(&b, len);
+    return *out != NULL ? 0 : TG_ENOMEM;
 }

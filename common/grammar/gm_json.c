@@ -252,12 +252,6 @@ int32_t gm_json_object(struct gm_json *j)
     return rc != 0 ? rc : j->object;
 }
 
-int32_t gm_json_array(struct gm_json *j)
-{
-    int rc = any_rules(j);
-    return rc != 0 ? rc : j->array;
-}
-
 int gm_json_document(struct gm_json *j, int32_t rule)
 {
     struct gm_ir *ir = j->ir;

@@ -62,7 +62,6 @@ int32_t gm_json_number(struct gm_json *j);        /* rule */
 int32_t gm_json_integer(struct gm_json *j);       /* rule */
 int32_t gm_json_value(struct gm_json *j);         /* rule: any value */
 int32_t gm_json_object(struct gm_json *j);        /* rule: any object */
-int32_t gm_json_array(struct gm_json *j);         /* rule: any array */
 
 /* A whole document: ws `rule` ws, set as the IR's start rule. Returns 0 or
  * the IR's error. */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_hmap.h"
 
 #define DENSE_MIN_EDGES 4   /* nodes with this many byte edges get a row */
 #define DENSE_MAX_ROWS 8192 /* 8 MiB of rows at most */
@@ -40,12 +41,10 @@ struct bld {
     struct tedge *te;
     size_t n_te, cap_te;
     int32_t *t_start; /* (n_rule) start node of each rule's NFA */
-    struct memo_ent *memo;
-    size_t n_memo, cap_memo;
+    struct tg_hmap memo; /* struct memo_ent slots: (e, k) -> node */
     uint8_t (*cls)[32];
     size_t n_cls, cap_cls;
-    int32_t *cls_hash;
-    size_t cls_hcap;
+    struct tg_hmap cls_index; /* int32_t slots: index into cls, -1 empty */
     int depth; /* of emit's recursion */
     double deadline; /* gm__now() seconds, 0: none */
     int err;
@@ -133,44 +132,57 @@ static void analyse(struct bld *b)
 
 /* ---- the epsilon-NFA ----------------------------------------------------- */
 
-static uint64_t cls_hash(const uint8_t *s)
+/* The byte-set index: a slot is an index into b->cls; a lookup's key is
+ * the builder and the 32-byte set sought; the map's ctx is the builder. */
+struct cls_key {
+    const struct bld *b;
+    const uint8_t *s;
+};
+
+static inline int cls_probe(const void *slot, const void *key)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < 32; i++)
-        h = (h ^ s[i]) * 1099511628211ull;
-    return h;
+    int32_t i = *(const int32_t *)slot;
+    const struct cls_key *k = key;
+    if (i < 0)
+        return TG_HMAP_EMPTY;
+    return memcmp(k->b->cls[i], k->s, 32) == 0 ? TG_HMAP_HIT : TG_HMAP_MISS;
 }
+
+static int cls_empty(const void *slot)
+{
+    return *(const int32_t *)slot < 0;
+}
+
+static uint64_t cls_slot_hash(const void *slot, void *ctx)
+{
+    const struct bld *b = ctx;
+    return tg_hash_bytes(b->cls[*(const int32_t *)slot], 32);
+}
+
+static const struct tg_hmap_type cls_type = {
+    .esize = sizeof(int32_t),
+    .empty_byte = 0xff,
+    .probe = cls_probe,
+    .is_empty = cls_empty,
+    .hash = cls_slot_hash,
+};
 
 /* The index of byte set s in b->cls, added when new. */
 static int64_t cls_intern(struct bld *b, const uint8_t *s)
 {
-    if ((b->n_cls + 1) * 2 > b->cls_hcap) {
-        size_t cap = b->cls_hcap ? b->cls_hcap * 2 : 256;
-        int32_t *h = malloc(cap * sizeof(*h));
-        if (h == NULL)
-            return TG_ENOMEM;
-        for (size_t i = 0; i < cap; i++)
-            h[i] = -1;
-        for (size_t i = 0; i < b->n_cls; i++) {
-            size_t k = cls_hash(b->cls[i]) & (cap - 1);
-            while (h[k] >= 0)
-                k = (k + 1) & (cap - 1);
-            h[k] = (int32_t)i;
-        }
-        free(b->cls_hash);
-        b->cls_hash = h;
-        b->cls_hcap = cap;
-    }
-    size_t k = cls_hash(s) & (b->cls_hcap - 1);
-    while (b->cls_hash[k] >= 0) {
-        if (memcmp(b->cls[b->cls_hash[k]], s, 32) == 0)
-            return b->cls_hash[k];
-        k = (k + 1) & (b->cls_hcap - 1);
-    }
+    /* Room for a new set first: a claimed slot is never left empty. */
     if (tg_grow((void **)&b->cls, &b->cap_cls, b->n_cls + 1, sizeof(*b->cls)))
         return TG_ENOMEM;
+    struct cls_key k = {b, s};
+    int added = 0;
+    int32_t *slot = tg_hmap_put(&b->cls_index, &cls_type, tg_hash_bytes(s, 32),
+                                &k, &added);
+    if (slot == NULL)
+        return TG_ENOMEM;
+    if (!added)
+        return *slot;
     memcpy(b->cls[b->n_cls], s, 32);
-    b->cls_hash[k] = (int32_t)b->n_cls;
+    *slot = (int32_t)b->n_cls;
     return (int64_t)b->n_cls++;
 }
 
@@ -216,52 +228,57 @@ static int add_edge(struct bld *b, int32_t from, uint8_t kind,
     return 0;
 }
 
-static size_t memo_slot(const struct bld *b, int32_t e, int32_t k)
+static uint64_t memo_hash(int32_t e, int32_t k)
 {
-    uint64_t h = ((uint64_t)(uint32_t)e << 32 | (uint32_t)k) *
-                 0x9E3779B97F4A7C15ull;
-    return (size_t)(h >> 20) & (b->cap_memo - 1);
+    return ((uint64_t)(uint32_t)e << 32 | (uint32_t)k) *
+               0x9E3779B97F4A7C15ull >>
+           20;
 }
+
+static inline int memo_probe(const void *slot, const void *key)
+{
+    const struct memo_ent *m = slot;
+    const int32_t *ek = key; /* e, k */
+    if (m->e < 0)
+        return TG_HMAP_EMPTY;
+    return m->e == ek[0] && m->k == ek[1] ? TG_HMAP_HIT : TG_HMAP_MISS;
+}
+
+static int memo_empty(const void *slot)
+{
+    return ((const struct memo_ent *)slot)->e < 0;
+}
+
+static uint64_t memo_slot_hash(const void *slot, void *ctx)
+{
+    (void)ctx;
+    const struct memo_ent *m = slot;
+    return memo_hash(m->e, m->k);
+}
+
+static const struct tg_hmap_type memo_type = {
+    .esize = sizeof(struct memo_ent),
+    .empty_byte = 0xff,
+    .probe = memo_probe,
+    .is_empty = memo_empty,
+    .hash = memo_slot_hash,
+};
 
 static int32_t memo_get(const struct bld *b, int32_t e, int32_t k)
 {
-    if (b->cap_memo == 0)
-        return -1;
-    for (size_t i = memo_slot(b, e, k);; i = (i + 1) & (b->cap_memo - 1)) {
-        if (b->memo[i].e < 0)
-            return -1;
-        if (b->memo[i].e == e && b->memo[i].k == k)
-            return b->memo[i].node;
-    }
+    const int32_t key[2] = {e, k};
+    const struct memo_ent *m = tg_hmap_find(&b->memo, &memo_type,
+                                            memo_hash(e, k), key);
+    return m != NULL ? m->node : -1;
 }
 
 static void memo_put(struct bld *b, int32_t e, int32_t k, int32_t node)
 {
-    if ((b->n_memo + 1) * 2 > b->cap_memo) {
-        size_t cap = b->cap_memo ? b->cap_memo * 2 : 1024;
-        struct memo_ent *m = malloc(cap * sizeof(*m));
-        if (m == NULL)
-            return; /* the memo only saves nodes */
-        for (size_t i = 0; i < cap; i++)
-            m[i].e = -1;
-        struct memo_ent *old = b->memo;
-        size_t old_cap = b->cap_memo;
-        b->memo = m;
-        b->cap_memo = cap;
-        for (size_t i = 0; i < old_cap; i++)
-            if (old[i].e >= 0) {
-                size_t s = memo_slot(b, old[i].e, old[i].k);
-                while (m[s].e >= 0)
-                    s = (s + 1) & (cap - 1);
-                m[s] = old[i];
-            }
-        free(old);
-    }
-    size_t s = memo_slot(b, e, k);
-    while (b->memo[s].e >= 0)
-        s = (s + 1) & (b->cap_memo - 1);
-    b->memo[s] = (struct memo_ent){.e = e, .k = k, .node = node};
-    b->n_memo++;
+    const int32_t key[2] = {e, k};
+    struct memo_ent *m = tg_hmap_put(&b->memo, &memo_type, memo_hash(e, k), key,
+                                     NULL);
+    if (m != NULL) /* out of memory: the memo only saves nodes */
+        *m = (struct memo_ent){.e = e, .k = k, .node = node};
 }
 
 static int32_t emit(struct bld *b, int32_t e, int32_t k, int32_t rule);
@@ -678,9 +695,9 @@ static void bld_free(struct bld *b)
     free(b->t_final);
     free(b->te);
     free(b->t_start);
-    free(b->memo);
+    tg_hmap_free(&b->memo);
     free(b->cls);
-    free(b->cls_hash);
+    tg_hmap_free(&b->cls_index);
 }
 
 /* Builds the final automaton from the epsilon-NFA: closures, entries,
@@ -879,7 +896,9 @@ int gm__pda_build(struct gm__pda *p, const struct gm_ir *ir, size_t max_nodes,
     b.t_start = malloc(nr * sizeof(*b.t_start));
     int rc = 0;
     if (b.prod == NULL || b.null == NULL || b.prod_r == NULL ||
-        b.null_r == NULL || b.t_start == NULL) {
+        b.null_r == NULL || b.t_start == NULL ||
+        tg_hmap_init(&b.memo, &memo_type, NULL, 512) != 0 ||
+        tg_hmap_init(&b.cls_index, &cls_type, &b, 128) != 0) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "grammar: out of memory");
         goto out;
     }

@@ -11,6 +11,7 @@
 
 #include "common/grammar/gm_schema_internal.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_hmap.h"
 
 enum kw {
     KW_ANNOT = 0, /* ignored */
@@ -68,8 +69,7 @@ struct sc {
     struct gm_ir *ir;
     const json_t *root;
     struct gm_schema_opts o;
-    struct memo *memo; /* open addressing by address, cap a power of 2 */
-    size_t n_memo, cap_memo;
+    struct tg_hmap memo; /* struct memo slots, keyed by schema address */
     char path[512]; /* JSON pointer of the schema being compiled */
     size_t plen;
     int depth;
@@ -139,53 +139,49 @@ static void path_pop(struct sc *c, size_t old)
 
 /* ---- memo: schema address -> rule ------------------------------------ */
 
-static size_t memo_slot(const struct sc *c, const json_t *s)
+static uint64_t memo_hash(const json_t *s)
 {
-    uintptr_t h = (uintptr_t)s;
-    h ^= h >> 17;
-    h *= 0x9E3779B97F4A7C15ull;
-    return (size_t)(h >> 7) & (c->cap_memo - 1);
+    return tg_hash_u64((uint64_t)(uintptr_t)s);
 }
+
+static inline int memo_probe(const void *slot, const void *key)
+{
+    const json_t *s = ((const struct memo *)slot)->s;
+    return s == key ? TG_HMAP_HIT : s == NULL ? TG_HMAP_EMPTY : TG_HMAP_MISS;
+}
+
+static int memo_empty(const void *slot)
+{
+    return ((const struct memo *)slot)->s == NULL;
+}
+
+static uint64_t memo_slot_hash(const void *slot, void *ctx)
+{
+    (void)ctx;
+    return memo_hash(((const struct memo *)slot)->s);
+}
+
+static const struct tg_hmap_type memo_type = {
+    .esize = sizeof(struct memo),
+    .empty_byte = 0,
+    .probe = memo_probe,
+    .is_empty = memo_empty,
+    .hash = memo_slot_hash,
+};
 
 static int32_t memo_get(const struct sc *c, const json_t *s)
 {
-    if (c->cap_memo == 0)
-        return -1;
-    for (size_t i = memo_slot(c, s);; i = (i + 1) & (c->cap_memo - 1)) {
-        if (c->memo[i].s == s)
-            return c->memo[i].rule;
-        if (c->memo[i].s == NULL)
-            return -1;
-    }
+    const struct memo *m = tg_hmap_find(&c->memo, &memo_type, memo_hash(s), s);
+    return m != NULL ? m->rule : -1;
 }
 
 static int memo_put(struct sc *c, const json_t *s, int32_t rule)
 {
-    if ((c->n_memo + 1) * 2 > c->cap_memo) {
-        size_t cap = c->cap_memo ? c->cap_memo * 2 : 64;
-        struct memo *old = c->memo;
-        size_t old_cap = c->cap_memo;
-        c->memo = calloc(cap, sizeof(*c->memo));
-        if (c->memo == NULL) {
-            c->memo = old;
-            return TG_ENOMEM;
-        }
-        c->cap_memo = cap;
-        for (size_t i = 0; i < old_cap; i++)
-            if (old[i].s != NULL) {
-                size_t k = memo_slot(c, old[i].s);
-                while (c->memo[k].s != NULL)
-                    k = (k + 1) & (cap - 1);
-                c->memo[k] = old[i];
-            }
-        free(old);
-    }
-    size_t k = memo_slot(c, s);
-    while (c->memo[k].s != NULL)
-        k = (k + 1) & (c->cap_memo - 1);
-    c->memo[k].s = s;
-    c->memo[k].rule = rule;
-    c->n_memo++;
+    struct memo *m = tg_hmap_put(&c->memo, &memo_type, memo_hash(s), s, NULL);
+    if (m == NULL)
+        return TG_ENOMEM;
+    m->s = s;
+    m->rule = rule;
     return 0;
 }
 
@@ -744,8 +740,10 @@ int gm_schema_compile(struct gm_json *j, const json_t *schema,
     c.never = -1;
     strcpy(c.path, "#");
     c.plen = 1;
+    if (tg_hmap_init(&c.memo, &memo_type, NULL, 32) != 0)
+        return tg_err_set(err, errlen, TG_ENOMEM, "grammar: out of memory");
     int32_t r = compile(&c, schema);
-    free(c.memo);
+    tg_hmap_free(&c.memo);
     if (r < 0 || c.ir->err != 0) {
         int code = gm_ir_error(c.ir, err, errlen);
         return code != 0 ? code : r;

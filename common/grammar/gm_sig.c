@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_hmap.h"
 
 /* Class ids kept for the split history (donors below), about 4 bytes each. */
 #define SIG_HISTORY_MAX (32u << 20)
@@ -37,6 +38,8 @@ double gm__now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Interned keys: a slot holds a key's hash, where its words are in
+ * table.keys and its id; a lookup's key is the words being interned. */
 struct slot {
     uint64_t h;
     size_t off; /* key in keys[] */
@@ -45,11 +48,48 @@ struct slot {
 };
 
 struct table {
-    struct slot *s;
-    size_t cap; /* power of 2 */
+    struct tg_hmap map; /* struct slot */
     uint32_t *keys;
     size_t n_keys, cap_keys;
     int32_t n_ids;
+};
+
+struct sig_key {
+    const struct table *t;
+    const uint32_t *k;
+    uint32_t n;
+    uint64_t h;
+};
+
+static inline int slot_probe(const void *slot, const void *key)
+{
+    const struct slot *s = slot;
+    const struct sig_key *q = key;
+    if (s->id < 0)
+        return TG_HMAP_EMPTY;
+    return s->h == q->h && s->len == q->n &&
+                   memcmp(q->t->keys + s->off, q->k, q->n * sizeof(*q->k)) == 0
+               ? TG_HMAP_HIT
+               : TG_HMAP_MISS;
+}
+
+static int slot_empty(const void *slot)
+{
+    return ((const struct slot *)slot)->id < 0;
+}
+
+static uint64_t slot_hash(const void *slot, void *ctx)
+{
+    (void)ctx;
+    return ((const struct slot *)slot)->h;
+}
+
+static const struct tg_hmap_type slot_type = {
+    .esize = sizeof(struct slot),
+    .empty_byte = 0xff,
+    .probe = slot_probe,
+    .is_empty = slot_empty,
+    .hash = slot_hash,
 };
 
 static uint64_t hash_key(const uint32_t *k, uint32_t n)
@@ -63,20 +103,18 @@ static uint64_t hash_key(const uint32_t *k, uint32_t n)
     return h;
 }
 
+/* Empties the table, with room for n_items keys (interning them never
+ * grows it). */
 static int table_reset(struct table *t, size_t n_items)
 {
-    size_t cap = 64;
-    while (cap < n_items * 2)
-        cap *= 2;
-    if (cap != t->cap) {
-        free(t->s);
-        t->s = malloc(cap * sizeof(*t->s));
-        if (t->s == NULL)
+    if (t->map.slots == NULL) {
+        if (tg_hmap_init(&t->map, &slot_type, NULL, n_items) != 0)
             return TG_ENOMEM;
-        t->cap = cap;
+    } else {
+        if (tg_hmap_reserve(&t->map, n_items) != 0)
+            return TG_ENOMEM;
+        tg_hmap_clear(&t->map);
     }
-    for (size_t i = 0; i < cap; i++)
-        t->s[i].id = -1;
     t->n_keys = 0;
     t->n_ids = 0;
     return 0;
@@ -87,17 +125,13 @@ static int table_reset(struct table *t, size_t n_items)
 static int32_t intern(struct table *t, uint32_t n)
 {
     const uint32_t *k = t->keys + t->n_keys;
-    uint64_t h = hash_key(k, n);
-    size_t i = (size_t)h & (t->cap - 1);
-    for (;; i = (i + 1) & (t->cap - 1)) {
-        struct slot *s = &t->s[i];
-        if (s->id < 0)
-            break;
-        if (s->h == h && s->len == n &&
-            memcmp(t->keys + s->off, k, n * sizeof(*k)) == 0)
-            return s->id;
-    }
-    t->s[i] = (struct slot){.h = h, .off = t->n_keys, .len = n, .id = t->n_ids};
+    struct sig_key q = {t, k, n, hash_key(k, n)};
+    int added = 0;
+    struct slot *s = tg_hmap_put(&t->map, &slot_type, q.h, &q, &added);
+    TG_ASSERT(s != NULL); /* table_reset made room for every key */
+    if (!added)
+        return s->id;
+    *s = (struct slot){.h = q.h, .off = t->n_keys, .len = n, .id = t->n_ids};
     t->n_keys += n;
     return t->n_ids++;
 }
@@ -288,7 +322,7 @@ out:
             free(par[j]);
     free(par);
     free(n_at);
-    free(t.s);
+    tg_hmap_free(&t.map);
     free(t.keys);
     return rc;
 }

@@ -194,11 +194,8 @@ static int emit(struct jj_ctx *c, int line, const char *s, size_t n)
                        "the rendered prompt exceeds the output limit of %zu "
                        "bytes (max_output)",
                        c->lim.max_output);
-    if (TG_GROW(c->out, &c->out_cap, c->out_len + n + 1))
+    if (tg_buf_append(&c->out, s, n) != 0)
         return jj_oom(c, line);
-    memcpy(c->out + c->out_len, s, n);
-    c->out_len += n;
-    c->out[c->out_len] = '\0';
     return 0;
 }
 
@@ -206,26 +203,22 @@ static int emit_val(struct jj_ctx *c, int line, struct jj_val v)
 {
     if (v.t == JJ_STR)
         return emit(c, line, v.u.s->s, v.u.s->len);
-    struct jj_buf b = {0};
+    struct tg_buf b = {0};
     int rc = jj_pystr(c, line, v, false, &b);
     if (rc == 0)
-        rc = emit(c, line, b.p != NULL ? b.p : "", b.n);
-    jj_buf_free(&b);
+        rc = emit(c, line, tg_buf_str(&b), b.len);
+    tg_buf_free(&b);
     return rc;
 }
 
 struct capture {
-    char *out;
-    size_t len, cap;
+    struct tg_buf out;
 };
 
 static void capture_begin(struct jj_ctx *c, struct capture *save)
 {
     save->out = c->out;
-    save->len = c->out_len;
-    save->cap = c->out_cap;
-    c->out = NULL;
-    c->out_len = c->out_cap = 0;
+    memset(&c->out, 0, sizeof(c->out));
 }
 
 /* Ends a capture: *out (when non-NULL and rc == 0) gets the captured text
@@ -235,12 +228,9 @@ static int capture_end(struct jj_ctx *c, int line, struct capture *save,
                        int rc, struct jj_val *out)
 {
     if (rc == 0 && out != NULL)
-        rc = jj_make_str(c, line, c->out != NULL ? c->out : "", c->out_len,
-                         out);
-    free(c->out);
+        rc = jj_make_str(c, line, tg_buf_str(&c->out), c->out.len, out);
+    tg_buf_free(&c->out);
     c->out = save->out;
-    c->out_len = save->len;
-    c->out_cap = save->cap;
     return rc;
 }
 
@@ -797,20 +787,17 @@ int jj_render(const struct jj_template *t, const struct jj_vars *vars,
         free(ns);
     }
     if (rc != 0) {
-        free(c.out);
+        tg_buf_free(&c.out);
         if (c.code == 0)
             tg_err_set(err, errlen, rc, "chat template: render failed");
         return rc < 0 ? rc : TG_EINTERNAL;
     }
-    if (c.out == NULL) {
-        c.out = malloc(1);
-        if (c.out == NULL)
-            return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
-        c.out[0] = '\0';
-    }
-    *out = c.out;
+    size_t n = 0;
+    *out = tg_buf_steal(&c.out, &n);
+    if (*out == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
     if (out_len != NULL)
-        *out_len = c.out_len;
+        *out_len = n;
     return 0;
 }
 
@@ -833,16 +820,13 @@ int jj_json_dumps_py(const json_t *v, bool ensure_ascii, char **out,
                              .item_sep_len = 2,
                              .key_sep = ": ",
                              .key_sep_len = 2};
-    struct jj_buf b = {0};
+    struct tg_buf b = {0};
     rc = jj_json_dumps(&c, 0, val, &o, &b);
     jj_unref(val);
-    if (rc == 0 && b.p == NULL && jj_buf_put(&b, "", 0) != 0)
-        rc = TG_ENOMEM;
     if (rc != 0) {
-        jj_buf_free(&b);
+        tg_buf_free(&b);
         return rc;
     }
-    *out = b.p;
-    *len = b.n;
-    return 0;
+    *out = tg_buf_steal(&b, len);
+    return *out != NULL ? 0 : TG_ENOMEM;
 }

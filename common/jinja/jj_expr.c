@@ -108,10 +108,10 @@ static int repeat(struct jj_ctx *c, int line, struct jj_val seq, int64_t k,
                            "a string repeated %lld times exceeds the output "
                            "limit of %zu bytes",
                            (long long)k, c->lim.max_output);
-        struct jj_buf b = {0};
+        struct tg_buf b = {0};
         for (int64_t i = 0; i < k; i++)
-            if (jj_buf_put(&b, s->s, s->len)) {
-                jj_buf_free(&b);
+            if (tg_buf_append(&b, s->s, s->len)) {
+                tg_buf_free(&b);
                 return jj_oom(c, line);
             }
         int rc = jj_buf_to_val(c, line, &b, out);
@@ -642,7 +642,7 @@ static int eval_compare(struct jj_ctx *c, struct jj_scope *sc,
 static int eval_concat(struct jj_ctx *c, struct jj_scope *sc,
                        const struct jj_node *n, struct jj_val *out)
 {
-    struct jj_buf b = {0};
+    struct tg_buf b = {0};
     for (size_t i = 0; i < n->n_kids; i++) {
         struct jj_val v;
         int rc = jj_eval(c, sc, n->kids[i], &v);
@@ -650,12 +650,12 @@ static int eval_concat(struct jj_ctx *c, struct jj_scope *sc,
             rc = jj_pystr(c, n->line, v, false, &b);
         if (rc == 0)
             jj_unref(v);
-        if (rc == 0 && b.n > c->lim.max_output)
+        if (rc == 0 && b.len > c->lim.max_output)
             rc = jj_fail(c, n->line, TG_ETOOBIG,
                          "a string exceeds the output limit of %zu bytes",
                          c->lim.max_output);
         if (rc) {
-            jj_buf_free(&b);
+            tg_buf_free(&b);
             return rc;
         }
     }

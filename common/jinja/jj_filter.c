@@ -262,10 +262,10 @@ static int do_tojson(struct jj_ctx *c, int line, struct jj_val v,
         o.item_sep_len = strlen(o.item_sep);
         o.key_sep_len = strlen(o.key_sep);
     }
-    struct jj_buf b = {0};
+    struct tg_buf b = {0};
     rc = jj_json_dumps(c, line, v, &o, &b);
     if (rc) {
-        jj_buf_free(&b);
+        tg_buf_free(&b);
         return rc;
     }
     return jj_buf_to_val(c, line, &b, out);
@@ -278,9 +278,9 @@ static int do_indent(struct jj_ctx *c, int line, struct jj_val v,
 {
     int rc;
     BIND("indent", "width", "first", "blank");
-    struct jj_buf ind = {0};
+    struct tg_buf ind = {0};
     if (hv[0] && p[0].t == JJ_STR) {
-        rc = jj_buf_put(&ind, p[0].u.s->s, p[0].u.s->len);
+        rc = tg_buf_append(&ind, p[0].u.s->s, p[0].u.s->len);
     } else {
         int64_t w = hv[0] ? (jj_is_intlike(p[0]) ? jj_as_int(p[0]) : -1) : 4;
         if (hv[0] && !jj_is_intlike(p[0]))
@@ -291,7 +291,7 @@ static int do_indent(struct jj_ctx *c, int line, struct jj_val v,
                            "unsupported: indent width above 4096");
         rc = 0;
         for (int64_t i = 0; i < w && rc == 0; i++)
-            rc = jj_buf_putc(&ind, ' ');
+            rc = tg_buf_putc(&ind, ' ');
     }
     if (rc)
         return jj_oom(c, line);
@@ -299,52 +299,52 @@ static int do_indent(struct jj_ctx *c, int line, struct jj_val v,
     bool blank = hv[2] && jj_truthy(p[2]);
     struct jj_val s, withnl, lines;
     if ((rc = soft_str(c, line, v, &s))) {
-        jj_buf_free(&ind);
+        tg_buf_free(&ind);
         return rc;
     }
     if (s.u.s->markup) {
         jj_unref(s);
-        jj_buf_free(&ind);
+        tg_buf_free(&ind);
         return jj_fail(c, line, TG_EUNSUPPORTED,
                        "unsupported: indent of a Markup string");
     }
     /* s += "\n" then splitlines (the quirk Jinja relies on) */
-    struct jj_buf t = {0};
-    if (jj_buf_put(&t, s.u.s->s, s.u.s->len) || jj_buf_putc(&t, '\n')) {
+    struct tg_buf t = {0};
+    if (tg_buf_append(&t, s.u.s->s, s.u.s->len) || tg_buf_putc(&t, '\n')) {
         jj_unref(s);
-        jj_buf_free(&ind);
-        jj_buf_free(&t);
+        tg_buf_free(&ind);
+        tg_buf_free(&t);
         return jj_oom(c, line);
     }
     jj_unref(s);
     if ((rc = jj_buf_to_val(c, line, &t, &withnl))) {
-        jj_buf_free(&ind);
+        tg_buf_free(&ind);
         return rc;
     }
     rc = jj_text_splitlines(c, line, withnl.u.s, false, &lines);
     jj_unref(withnl);
     if (rc) {
-        jj_buf_free(&ind);
+        tg_buf_free(&ind);
         return rc;
     }
-    struct jj_buf r = {0};
+    struct tg_buf r = {0};
     const struct jj_list *l = lines.u.l;
     int bad = 0;
     if (first)
-        bad |= jj_buf_put(&r, ind.p ? ind.p : "", ind.n);
+        bad |= tg_buf_append(&r, tg_buf_str(&ind), ind.len);
     for (size_t i = 0; i < l->n; i++) {
         const struct jj_str *ln = l->v[i].u.s;
         if (i > 0) {
-            bad |= jj_buf_putc(&r, '\n');
+            bad |= tg_buf_putc(&r, '\n');
             if (blank || ln->len > 0)
-                bad |= jj_buf_put(&r, ind.p ? ind.p : "", ind.n);
+                bad |= tg_buf_append(&r, tg_buf_str(&ind), ind.len);
         }
-        bad |= jj_buf_put(&r, ln->s, ln->len);
+        bad |= tg_buf_append(&r, ln->s, ln->len);
     }
     jj_unref(lines);
-    jj_buf_free(&ind);
+    tg_buf_free(&ind);
     if (bad) {
-        jj_buf_free(&r);
+        tg_buf_free(&r);
         return jj_oom(c, line);
     }
     return jj_buf_to_val(c, line, &r, out);
@@ -434,16 +434,16 @@ static int do_center(struct jj_ctx *c, int line, struct jj_val v,
     }
     int64_t marg = width - n;
     int64_t left = marg / 2 + (marg & width & 1);
-    struct jj_buf b = {0};
+    struct tg_buf b = {0};
     int bad = 0;
     for (int64_t i = 0; i < left; i++)
-        bad |= jj_buf_putc(&b, ' ');
-    bad |= jj_buf_put(&b, s.u.s->s, s.u.s->len);
+        bad |= tg_buf_putc(&b, ' ');
+    bad |= tg_buf_append(&b, s.u.s->s, s.u.s->len);
     for (int64_t i = 0; i < marg - left; i++)
-        bad |= jj_buf_putc(&b, ' ');
+        bad |= tg_buf_putc(&b, ' ');
     jj_unref(s);
     if (bad) {
-        jj_buf_free(&b);
+        tg_buf_free(&b);
         return jj_oom(c, line);
     }
     return jj_buf_to_val(c, line, &b, out);

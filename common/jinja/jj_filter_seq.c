@@ -594,7 +594,7 @@ int jj__f_do_join(struct jj_ctx *c, int line, struct jj_val v,
     struct jj_list *items;
     if ((rc = jj_iterate(c, line, v, &items)))
         return rc;
-    struct jj_buf b = {0}, sep = {0};
+    struct tg_buf b = {0}, sep = {0};
     if (hv[0] && (rc = jj_pystr(c, line, p[0], false, &sep))) {
         jj_unref(jj_list_val(items));
         return rc;
@@ -604,20 +604,20 @@ int jj__f_do_join(struct jj_ctx *c, int line, struct jj_val v,
         if ((rc = attr_get(c, line, items->v[i], hv[1] ? p[1] : jj_none(),
                            jj_none(), &a)))
             break;
-        if (i > 0 && sep.n > 0 && jj_buf_put(&b, sep.p, sep.n))
+        if (i > 0 && sep.len > 0 && tg_buf_append(&b, sep.data, sep.len))
             rc = jj_oom(c, line);
         if (rc == 0)
             rc = jj_pystr(c, line, a, false, &b);
         jj_unref(a);
-        if (rc == 0 && b.n > c->lim.max_output)
+        if (rc == 0 && b.len > c->lim.max_output)
             rc = jj_fail(c, line, TG_ETOOBIG,
                          "join exceeds the output limit of %zu bytes",
                          c->lim.max_output);
     }
     jj_unref(jj_list_val(items));
-    jj_buf_free(&sep);
+    tg_buf_free(&sep);
     if (rc) {
-        jj_buf_free(&b);
+        tg_buf_free(&b);
         return rc;
     }
     return jj_buf_to_val(c, line, &b, out);

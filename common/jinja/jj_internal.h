@@ -31,6 +31,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "common/base/tg_buf.h"
+#include "common/base/tg_hmap.h"
 #include "common/jinja/jj_template.h"
 
 /* ---- values ----------------------------------------------------------- */
@@ -89,8 +91,8 @@ struct jj_dict {
     struct jj_obj h;
     size_t n, cap;
     struct jj_val *k, *v;
-    uint32_t *index;  /* open-addressing slots (entry + 1, 0 = empty) */
-    size_t index_cap; /* power of two, 0 = no index (small dicts) */
+    struct tg_hmap index; /* uint32_t slots: entry + 1, 0 = empty; no slots
+                             (zeroed) for small dicts */
 };
 
 struct jj_ns {
@@ -318,8 +320,7 @@ struct jj_ctx {
     struct jj_limits lim;
     struct tm now;           /* what strftime_now() formats */
     /* output of the innermost capture (macro body, set block, top level) */
-    char *out;
-    size_t out_len, out_cap;
+    struct tg_buf out;
     size_t total_out;        /* bytes produced by the whole render */
     uint64_t steps;
     int depth;               /* macro / block nesting */
@@ -377,8 +378,6 @@ struct jj_val jj_undef_msg(const char *msg);
 
 void jj_ref(struct jj_val v);
 void jj_unref(struct jj_val v);
-/* Releases *v and makes it Undefined. */
-void jj_clear(struct jj_val *v);
 
 /* Strings. NULL on out of memory. */
 struct jj_str *jj_str_new(const char *s, size_t len);
@@ -448,19 +447,10 @@ size_t jj_utf8_offset(const struct jj_str *s, size_t cp);
 /* Python str.isspace() for one code point. */
 bool jj_py_isspace(uint32_t cp);
 
-/* A growable byte buffer. */
-struct jj_buf {
-    char *p;
-    size_t n, cap;
-};
-int jj_buf_put(struct jj_buf *b, const char *s, size_t n);
-int jj_buf_putc(struct jj_buf *b, char ch);
-int jj_buf_printf(struct jj_buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-/* Moves the bytes into a new string value (the buffer is emptied). */
-int jj_buf_to_val(struct jj_ctx *c, int line, struct jj_buf *b,
+/* Text is built in struct tg_buf (common/base/tg_buf.h). Moves the bytes
+ * of b into a new string value (the buffer is freed). */
+int jj_buf_to_val(struct jj_ctx *c, int line, struct tg_buf *b,
                   struct jj_val *out);
-void jj_buf_free(struct jj_buf *b);
 
 /* Python string operations on s; results are new values. */
 enum jj_strip { JJ_STRIP_BOTH = 0, JJ_STRIP_LEFT, JJ_STRIP_RIGHT };
@@ -505,7 +495,7 @@ int jj_text_escape(struct jj_ctx *c, int line, struct jj_str *s,
  * Python text would hold a memory address (functions, iterators) are an
  * error naming them. */
 int jj_pystr(struct jj_ctx *c, int line, struct jj_val v, bool repr,
-             struct jj_buf *b);
+             struct tg_buf *b);
 /* str(v) as a new string value (strings are returned as they are). */
 int jj_to_str(struct jj_ctx *c, int line, struct jj_val v, struct jj_val *out);
 /* Python float repr ("1.0", "1e+16", "inf") into buf (>= 32 bytes). */
@@ -522,7 +512,7 @@ struct jj_json_opts {
 };
 /* Python json.dumps(v, ...) into b. */
 int jj_json_dumps(struct jj_ctx *c, int line, struct jj_val v,
-                  const struct jj_json_opts *o, struct jj_buf *b);
+                  const struct jj_json_opts *o, struct tg_buf *b);
 
 /* ---- evaluation (jj_eval.c / jj_expr.c) ---------------------------------- */
 

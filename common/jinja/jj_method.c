@@ -269,7 +269,7 @@ static int str_method(struct jj_ctx *c, int line, const char *m,
         struct jj_list *items;
         if ((rc = jj_iterate(c, line, args[0], &items)))
             return rc;
-        struct jj_buf b = {0};
+        struct tg_buf b = {0};
         for (size_t i = 0; i < items->n && rc == 0; i++) {
             if (items->v[i].t != JJ_STR) {
                 rc = jj_fail(c, line, TG_EINVAL,
@@ -278,17 +278,17 @@ static int str_method(struct jj_ctx *c, int line, const char *m,
                              i, jj_type_name(items->v[i]));
                 break;
             }
-            if ((i > 0 && jj_buf_put(&b, s->s, s->len)) ||
-                jj_buf_put(&b, items->v[i].u.s->s, items->v[i].u.s->len))
+            if ((i > 0 && tg_buf_append(&b, s->s, s->len)) ||
+                tg_buf_append(&b, items->v[i].u.s->s, items->v[i].u.s->len))
                 rc = jj_oom(c, line);
-            else if (b.n > c->lim.max_output)
+            else if (b.len > c->lim.max_output)
                 rc = jj_fail(c, line, TG_ETOOBIG,
                              "join exceeds the output limit of %zu bytes",
                              c->lim.max_output);
         }
         jj_unref(jj_list_val(items));
         if (rc) {
-            jj_buf_free(&b);
+            tg_buf_free(&b);
             return rc;
         }
         return jj_buf_to_val(c, line, &b, out);
@@ -741,23 +741,23 @@ static int do_strftime(struct jj_ctx *c, int line, const struct jj_val *args,
                        "unsupported: strftime_now format with %%f or NUL");
     /* strftime returns 0 both when the result is empty and when it does
      * not fit; a sentinel character tells them apart */
-    struct jj_buf fmt = {0};
-    if (jj_buf_put(&fmt, f->s, f->len) || jj_buf_putc(&fmt, '|'))
+    struct tg_buf fmt = {0};
+    if (tg_buf_append(&fmt, f->s, f->len) || tg_buf_putc(&fmt, '|'))
         return jj_oom(c, line);
     for (size_t cap = 256; cap <= (1u << 20); cap *= 4) {
         char *buf = malloc(cap);
         if (buf == NULL)
             break;
-        size_t n = strftime(buf, cap, fmt.p, &c->now);
+        size_t n = strftime(buf, cap, fmt.data, &c->now);
         if (n > 0) {
             int rc = jj_make_str(c, line, buf, n - 1, out);
             free(buf);
-            jj_buf_free(&fmt);
+            tg_buf_free(&fmt);
             return rc;
         }
         free(buf);
     }
-    jj_buf_free(&fmt);
+    tg_buf_free(&fmt);
     return jj_fail(c, line, TG_ETOOBIG, "strftime_now output too large");
 }
 

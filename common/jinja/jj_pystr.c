@@ -154,43 +154,43 @@ static bool py_printable(uint32_t cp)
     }
 }
 
-static int str_repr(const struct jj_str *s, struct jj_buf *b)
+static int str_repr(const struct jj_str *s, struct tg_buf *b)
 {
     bool has_sq = memchr(s->s, '\'', s->len) != NULL;
     bool has_dq = memchr(s->s, '"', s->len) != NULL;
     char q = has_sq && !has_dq ? '"' : '\'';
-    int rc = jj_buf_putc(b, q);
+    int rc = tg_buf_putc(b, q);
     for (size_t i = 0; i < s->len && rc == 0;) {
         size_t adv;
         uint32_t cp = jj_utf8_next(s->s + i, s->len - i, &adv);
         if (cp == (uint32_t)q || cp == '\\') {
-            rc = jj_buf_putc(b, '\\') || jj_buf_putc(b, (char)cp);
+            rc = tg_buf_putc(b, '\\') || tg_buf_putc(b, (char)cp);
         } else if (cp == '\t') {
-            rc = jj_buf_put(b, "\\t", 2);
+            rc = tg_buf_append(b, "\\t", 2);
         } else if (cp == '\n') {
-            rc = jj_buf_put(b, "\\n", 2);
+            rc = tg_buf_append(b, "\\n", 2);
         } else if (cp == '\r') {
-            rc = jj_buf_put(b, "\\r", 2);
+            rc = tg_buf_append(b, "\\r", 2);
         } else if (cp < 0x20 || cp == 0x7f) {
-            rc = jj_buf_printf(b, "\\x%02x", cp);
+            rc = tg_buf_printf(b, "\\x%02x", cp);
         } else if (cp < 0x7f || py_printable(cp)) {
-            rc = jj_buf_put(b, s->s + i, adv);
+            rc = tg_buf_append(b, s->s + i, adv);
         } else if (cp <= 0xff) {
-            rc = jj_buf_printf(b, "\\x%02x", cp);
+            rc = tg_buf_printf(b, "\\x%02x", cp);
         } else if (cp <= 0xffff) {
-            rc = jj_buf_printf(b, "\\u%04x", cp);
+            rc = tg_buf_printf(b, "\\u%04x", cp);
         } else {
-            rc = jj_buf_printf(b, "\\U%08x", cp);
+            rc = tg_buf_printf(b, "\\U%08x", cp);
         }
         i += adv;
     }
     if (rc == 0)
-        rc = jj_buf_putc(b, q);
+        rc = tg_buf_putc(b, q);
     return rc ? TG_ENOMEM : 0;
 }
 
 static int seq_repr(struct jj_ctx *c, int line, const struct jj_list *l,
-                    struct jj_buf *b)
+                    struct tg_buf *b)
 {
     static const char *const prefix[] = {"[", "(", "dict_items([",
                                          "dict_keys([", "dict_values([",
@@ -199,89 +199,85 @@ static int seq_repr(struct jj_ctx *c, int line, const struct jj_list *l,
     int rc;
     if (l->seq == JJ_SEQ_RANGE) {
         if (l->r_step == 1)
-            rc = jj_buf_printf(b, "range(%lld, %lld)", (long long)l->r_start,
+            rc = tg_buf_printf(b, "range(%lld, %lld)", (long long)l->r_start,
                                (long long)l->r_stop);
         else
-            rc = jj_buf_printf(b, "range(%lld, %lld, %lld)",
+            rc = tg_buf_printf(b, "range(%lld, %lld, %lld)",
                                (long long)l->r_start, (long long)l->r_stop,
                                (long long)l->r_step);
         return rc ? jj_oom(c, line) : 0;
     }
-    if (jj_buf_put(b, prefix[l->seq], strlen(prefix[l->seq])))
+    if (tg_buf_append(b, prefix[l->seq], strlen(prefix[l->seq])))
         return jj_oom(c, line);
     for (size_t i = 0; i < l->n; i++) {
-        if (i > 0 && jj_buf_put(b, ", ", 2))
+        if (i > 0 && tg_buf_append(b, ", ", 2))
             return jj_oom(c, line);
         if ((rc = jj_pystr(c, line, l->v[i], true, b)))
             return rc;
-        if (b->n > c->lim.max_output)
+        if (b->len > c->lim.max_output)
             return jj_fail(c, line, TG_ETOOBIG,
                            "a value's text exceeds the output limit of %zu "
                            "bytes",
                            c->lim.max_output);
     }
-    if (l->seq == JJ_SEQ_TUPLE && l->n == 1 && jj_buf_putc(b, ','))
+    if (l->seq == JJ_SEQ_TUPLE && l->n == 1 && tg_buf_putc(b, ','))
         return jj_oom(c, line);
-    if (jj_buf_put(b, suffix[l->seq], strlen(suffix[l->seq])))
+    if (tg_buf_append(b, suffix[l->seq], strlen(suffix[l->seq])))
         return jj_oom(c, line);
     return 0;
 }
 
 static int dict_repr(struct jj_ctx *c, int line, const struct jj_dict *d,
-                     struct jj_buf *b)
+                     struct tg_buf *b)
 {
-    if (jj_buf_putc(b, '{'))
+    if (tg_buf_putc(b, '{'))
         return jj_oom(c, line);
     for (size_t i = 0; i < d->n; i++) {
         int rc;
-        if (i > 0 && jj_buf_put(b, ", ", 2))
+        if (i > 0 && tg_buf_append(b, ", ", 2))
             return jj_oom(c, line);
         if ((rc = jj_pystr(c, line, d->k[i], true, b)))
             return rc;
-        if (jj_buf_put(b, ": ", 2))
+        if (tg_buf_append(b, ": ", 2))
             return jj_oom(c, line);
         if ((rc = jj_pystr(c, line, d->v[i], true, b)))
             return rc;
-        if (b->n > c->lim.max_output)
+        if (b->len > c->lim.max_output)
             return jj_fail(c, line, TG_ETOOBIG,
                            "a value's text exceeds the output limit of %zu "
                            "bytes",
                            c->lim.max_output);
     }
-    if (jj_buf_putc(b, '}'))
+    if (tg_buf_putc(b, '}'))
         return jj_oom(c, line);
     return 0;
 }
 
 int jj_pystr(struct jj_ctx *c, int line, struct jj_val v, bool repr,
-             struct jj_buf *b)
+             struct tg_buf *b)
 {
     int rc = 0;
     char tmp[64];
     switch (v.t) {
     case JJ_UNDEF:
         if (repr)
-            rc = jj_buf_put(b, "Undefined", 9);
+            rc = tg_buf_append(b, "Undefined", 9);
         break;
-    case JJ_NONE:
-        rc = jj_buf_put(b, "None", 4);
-        break;
+    case JJ_NONE: rc = tg_buf_append(b, "None", 4); break;
     case JJ_BOOL:
-        rc = v.u.b ? jj_buf_put(b, "True", 4) : jj_buf_put(b, "False", 5);
+        rc = v.u.b ? tg_buf_append(b, "True", 4) : tg_buf_append(b, "False", 5);
         break;
-    case JJ_INT:
-        rc = jj_buf_printf(b, "%lld", (long long)v.u.i);
-        break;
+    case JJ_INT: rc = tg_buf_printf(b, "%lld", (long long)v.u.i); break;
     case JJ_FLOAT:
         jj_float_repr(v.u.f, tmp, sizeof tmp);
-        rc = jj_buf_put(b, tmp, strlen(tmp));
+        rc = tg_buf_append(b, tmp, strlen(tmp));
         break;
     case JJ_STR:
         if (!repr) {
-            rc = jj_buf_put(b, v.u.s->s, v.u.s->len);
+            rc = tg_buf_append(b, v.u.s->s, v.u.s->len);
         } else if (v.u.s->markup) {
-            rc = jj_buf_put(b, "Markup(", 7) || str_repr(v.u.s, b) ||
-                 jj_buf_putc(b, ')');
+            rc = tg_buf_append(b, "Markup(", 7) || str_repr(v.u.s, b) ||
+                 tg_buf_putc(b, ')');
         } else {
             rc = str_repr(v.u.s, b);
         }
@@ -291,15 +287,15 @@ int jj_pystr(struct jj_ctx *c, int line, struct jj_val v, bool repr,
     case JJ_DICT:
         return dict_repr(c, line, v.u.d, b);
     case JJ_NS:
-        if (jj_buf_put(b, "<Namespace ", 11))
+        if (tg_buf_append(b, "<Namespace ", 11))
             return jj_oom(c, line);
         if ((rc = dict_repr(c, line, v.u.ns->attrs, b)))
             return rc;
-        rc = jj_buf_putc(b, '>');
+        rc = tg_buf_putc(b, '>');
         break;
     case JJ_FUNC:
         if (v.u.fn->kind == JJ_FN_MACRO) {
-            rc = jj_buf_printf(b, "<Macro '%s'>", v.u.fn->name);
+            rc = tg_buf_printf(b, "<Macro '%s'>", v.u.fn->name);
             break;
         }
         return jj_fail(c, line, TG_EUNSUPPORTED,
@@ -307,7 +303,7 @@ int jj_pystr(struct jj_ctx *c, int line, struct jj_val v, bool repr,
                        "prints its memory address)",
                        v.u.fn->name);
     case JJ_LOOP:
-        rc = jj_buf_printf(b, "<LoopContext %zu/%zu>", v.u.lp->i + 1,
+        rc = tg_buf_printf(b, "<LoopContext %zu/%zu>", v.u.lp->i + 1,
                            v.u.lp->items->n);
         break;
     default:
@@ -326,10 +322,10 @@ int jj_to_str(struct jj_ctx *c, int line, struct jj_val v, struct jj_val *out)
         *out = v;
         return 0;
     }
-    struct jj_buf b = {0};
+    struct tg_buf b = {0};
     int rc = jj_pystr(c, line, v, false, &b);
     if (rc) {
-        jj_buf_free(&b);
+        tg_buf_free(&b);
         return rc;
     }
     return jj_buf_to_val(c, line, &b, out);
@@ -337,87 +333,84 @@ int jj_to_str(struct jj_ctx *c, int line, struct jj_val v, struct jj_val *out)
 
 /* ---- json.dumps -------------------------------------------------------------- */
 
-static int jstr(const struct jj_str *s, bool ascii, struct jj_buf *b)
+static int jstr(const struct jj_str *s, bool ascii, struct tg_buf *b)
 {
-    int rc = jj_buf_putc(b, '"');
+    int rc = tg_buf_putc(b, '"');
     for (size_t i = 0; i < s->len && rc == 0;) {
         size_t adv;
         uint32_t cp = jj_utf8_next(s->s + i, s->len - i, &adv);
         switch (cp) {
-        case '"': rc = jj_buf_put(b, "\\\"", 2); break;
-        case '\\': rc = jj_buf_put(b, "\\\\", 2); break;
-        case '\n': rc = jj_buf_put(b, "\\n", 2); break;
-        case '\r': rc = jj_buf_put(b, "\\r", 2); break;
-        case '\t': rc = jj_buf_put(b, "\\t", 2); break;
-        case '\b': rc = jj_buf_put(b, "\\b", 2); break;
-        case '\f': rc = jj_buf_put(b, "\\f", 2); break;
+        case '"': rc = tg_buf_append(b, "\\\"", 2); break;
+        case '\\': rc = tg_buf_append(b, "\\\\", 2); break;
+        case '\n': rc = tg_buf_append(b, "\\n", 2); break;
+        case '\r': rc = tg_buf_append(b, "\\r", 2); break;
+        case '\t': rc = tg_buf_append(b, "\\t", 2); break;
+        case '\b': rc = tg_buf_append(b, "\\b", 2); break;
+        case '\f': rc = tg_buf_append(b, "\\f", 2); break;
         default:
             if (cp < 0x20 || (ascii && cp >= 0x7f)) {
                 if (cp > 0xffff) {
                     uint32_t v = cp - 0x10000;
-                    rc = jj_buf_printf(b, "\\u%04x\\u%04x",
-                                       0xd800 | (v >> 10), 0xdc00 | (v & 0x3ff));
+                    rc = tg_buf_printf(b, "\\u%04x\\u%04x", 0xd800 | (v >> 10),
+                                       0xdc00 | (v & 0x3ff));
                 } else {
-                    rc = jj_buf_printf(b, "\\u%04x", cp);
+                    rc = tg_buf_printf(b, "\\u%04x", cp);
                 }
             } else {
-                rc = jj_buf_put(b, s->s + i, adv);
+                rc = tg_buf_append(b, s->s + i, adv);
             }
             break;
         }
         i += adv;
     }
     if (rc == 0)
-        rc = jj_buf_putc(b, '"');
+        rc = tg_buf_putc(b, '"');
     return rc;
 }
 
-static int json_float(double f, struct jj_buf *b)
+static int json_float(double f, struct tg_buf *b)
 {
     if (isnan(f))
-        return jj_buf_put(b, "NaN", 3);
+        return tg_buf_append(b, "NaN", 3);
     if (isinf(f))
-        return f > 0 ? jj_buf_put(b, "Infinity", 8)
-                     : jj_buf_put(b, "-Infinity", 9);
+        return f > 0 ? tg_buf_append(b, "Infinity", 8)
+                     : tg_buf_append(b, "-Infinity", 9);
     char tmp[64];
     jj_float_repr(f, tmp, sizeof tmp);
-    return jj_buf_put(b, tmp, strlen(tmp));
+    return tg_buf_append(b, tmp, strlen(tmp));
 }
 
 static int newline_indent(const struct jj_json_opts *o, int level,
-                          struct jj_buf *b)
+                          struct tg_buf *b)
 {
-    if (jj_buf_putc(b, '\n'))
+    if (tg_buf_putc(b, '\n'))
         return TG_ENOMEM;
     for (int i = 0; i < level; i++)
-        if (jj_buf_put(b, o->indent, o->indent_len))
+        if (tg_buf_append(b, o->indent, o->indent_len))
             return TG_ENOMEM;
     return 0;
 }
 
 static int dumps(struct jj_ctx *c, int line, struct jj_val v,
-                 const struct jj_json_opts *o, int level, struct jj_buf *b);
+                 const struct jj_json_opts *o, int level, struct tg_buf *b);
 
 /* A dict key as json.dumps converts it. */
 static int json_key(struct jj_ctx *c, int line, struct jj_val k,
-                    const struct jj_json_opts *o, struct jj_buf *b)
+                    const struct jj_json_opts *o, struct tg_buf *b)
 {
     switch (k.t) {
     case JJ_STR:
         return jstr(k.u.s, o->ensure_ascii, b) ? jj_oom(c, line) : 0;
     case JJ_BOOL:
-        return jj_buf_put(b, k.u.b ? "\"true\"" : "\"false\"",
-                          k.u.b ? 6 : 7)
+        return tg_buf_append(b, k.u.b ? "\"true\"" : "\"false\"", k.u.b ? 6 : 7)
                    ? jj_oom(c, line)
                    : 0;
-    case JJ_NONE:
-        return jj_buf_put(b, "\"null\"", 6) ? jj_oom(c, line) : 0;
+    case JJ_NONE: return tg_buf_append(b, "\"null\"", 6) ? jj_oom(c, line) : 0;
     case JJ_INT:
-        return jj_buf_printf(b, "\"%lld\"", (long long)k.u.i)
-                   ? jj_oom(c, line)
-                   : 0;
+        return tg_buf_printf(b, "\"%lld\"", (long long)k.u.i) ? jj_oom(c, line)
+                                                              : 0;
     case JJ_FLOAT:
-        if (jj_buf_putc(b, '"') || json_float(k.u.f, b) || jj_buf_putc(b, '"'))
+        if (tg_buf_putc(b, '"') || json_float(k.u.f, b) || tg_buf_putc(b, '"'))
             return jj_oom(c, line);
         return 0;
     default:
@@ -429,11 +422,10 @@ static int json_key(struct jj_ctx *c, int line, struct jj_val k,
 }
 
 static int dumps_dict(struct jj_ctx *c, int line, const struct jj_dict *d,
-                      const struct jj_json_opts *o, int level,
-                      struct jj_buf *b)
+                      const struct jj_json_opts *o, int level, struct tg_buf *b)
 {
     if (d->n == 0)
-        return jj_buf_put(b, "{}", 2) ? jj_oom(c, line) : 0;
+        return tg_buf_append(b, "{}", 2) ? jj_oom(c, line) : 0;
     size_t *order = malloc(d->n * sizeof(*order));
     if (order == NULL)
         return jj_oom(c, line);
@@ -456,11 +448,11 @@ static int dumps_dict(struct jj_ctx *c, int line, const struct jj_dict *d,
             order[j] = x;
         }
     }
-    if (rc == 0 && jj_buf_putc(b, '{'))
+    if (rc == 0 && tg_buf_putc(b, '{'))
         rc = jj_oom(c, line);
     for (size_t i = 0; i < d->n && rc == 0; i++) {
         size_t k = order[i];
-        if (i > 0 && jj_buf_put(b, o->item_sep, o->item_sep_len)) {
+        if (i > 0 && tg_buf_append(b, o->item_sep, o->item_sep_len)) {
             rc = jj_oom(c, line);
             break;
         }
@@ -470,7 +462,7 @@ static int dumps_dict(struct jj_ctx *c, int line, const struct jj_dict *d,
         }
         if ((rc = json_key(c, line, d->k[k], o, b)))
             break;
-        if (jj_buf_put(b, o->key_sep, o->key_sep_len)) {
+        if (tg_buf_append(b, o->key_sep, o->key_sep_len)) {
             rc = jj_oom(c, line);
             break;
         }
@@ -481,31 +473,27 @@ static int dumps_dict(struct jj_ctx *c, int line, const struct jj_dict *d,
         return rc;
     if (o->indent_set && newline_indent(o, level, b))
         return jj_oom(c, line);
-    return jj_buf_putc(b, '}') ? jj_oom(c, line) : 0;
+    return tg_buf_putc(b, '}') ? jj_oom(c, line) : 0;
 }
 
 static int dumps(struct jj_ctx *c, int line, struct jj_val v,
-                 const struct jj_json_opts *o, int level, struct jj_buf *b)
+                 const struct jj_json_opts *o, int level, struct tg_buf *b)
 {
     int rc;
     if ((rc = jj_step(c, line)))
         return rc;
-    if (b->n > c->lim.max_output)
+    if (b->len > c->lim.max_output)
         return jj_fail(c, line, TG_ETOOBIG,
                        "tojson output exceeds the output limit of %zu bytes",
                        c->lim.max_output);
     if (level > 1000)
         return jj_fail(c, line, TG_ETOOBIG, "tojson: value nested too deeply");
     switch (v.t) {
-    case JJ_NONE:
-        rc = jj_buf_put(b, "null", 4);
-        break;
+    case JJ_NONE: rc = tg_buf_append(b, "null", 4); break;
     case JJ_BOOL:
-        rc = v.u.b ? jj_buf_put(b, "true", 4) : jj_buf_put(b, "false", 5);
+        rc = v.u.b ? tg_buf_append(b, "true", 4) : tg_buf_append(b, "false", 5);
         break;
-    case JJ_INT:
-        rc = jj_buf_printf(b, "%lld", (long long)v.u.i);
-        break;
+    case JJ_INT: rc = tg_buf_printf(b, "%lld", (long long)v.u.i); break;
     case JJ_FLOAT:
         rc = json_float(v.u.f, b);
         break;
@@ -519,11 +507,11 @@ static int dumps(struct jj_ctx *c, int line, struct jj_val v,
         if (l->seq != JJ_SEQ_LIST && l->seq != JJ_SEQ_TUPLE)
             break;
         if (l->n == 0)
-            return jj_buf_put(b, "[]", 2) ? jj_oom(c, line) : 0;
-        if (jj_buf_putc(b, '['))
+            return tg_buf_append(b, "[]", 2) ? jj_oom(c, line) : 0;
+        if (tg_buf_putc(b, '['))
             return jj_oom(c, line);
         for (size_t i = 0; i < l->n; i++) {
-            if (i > 0 && jj_buf_put(b, o->item_sep, o->item_sep_len))
+            if (i > 0 && tg_buf_append(b, o->item_sep, o->item_sep_len))
                 return jj_oom(c, line);
             if (o->indent_set && newline_indent(o, level + 1, b))
                 return jj_oom(c, line);
@@ -532,7 +520,7 @@ static int dumps(struct jj_ctx *c, int line, struct jj_val v,
         }
         if (o->indent_set && newline_indent(o, level, b))
             return jj_oom(c, line);
-        return jj_buf_putc(b, ']') ? jj_oom(c, line) : 0;
+        return tg_buf_putc(b, ']') ? jj_oom(c, line) : 0;
     }
     case JJ_UNDEF:
         return jj_fail(c, line, TG_EINVAL,
@@ -551,7 +539,7 @@ static int dumps(struct jj_ctx *c, int line, struct jj_val v,
 }
 
 int jj_json_dumps(struct jj_ctx *c, int line, struct jj_val v,
-                  const struct jj_json_opts *o, struct jj_buf *b)
+                  const struct jj_json_opts *o, struct tg_buf *b)
 {
     return dumps(c, line, v, o, 0, b);
 }

@@ -111,6 +111,12 @@ int jj_render(const struct jj_template *t, const struct jj_vars *vars,
               const struct jj_render_opts *opt, char **out, size_t *out_len,
               char *err, size_t errlen);
 
+/* The bounds [*a, *b) of the n bytes of UTF-8 at s that Python's
+ * str.strip() keeps: whitespace as str.isspace() defines it cut from both
+ * ends (an ill-formed byte is not whitespace). For callers that post-process
+ * a rendered template the way transformers does. Any thread. */
+void jj_py_strip(const char *s, size_t n, size_t *a, size_t *b);
+
 /* Writes Python's json.dumps(v, ensure_ascii=ensure_ascii) of the JSON
  * value v (default separators ", " and ": ", key order kept, floats as
  * Python's repr) into *out, a malloc'd NUL-terminated string of *len bytes

@@ -118,68 +118,18 @@ bool jj_py_isspace(uint32_t cp)
 
 /* ---- buffers ------------------------------------------------------------ */
 
-static int buf_reserve(struct jj_buf *b, size_t more)
-{
-    size_t need = b->n + more + 1;
-    if (need < b->n)
-        return TG_ENOMEM;
-    return TG_GROW(b->p, &b->cap, need);
-}
-
-int jj_buf_put(struct jj_buf *b, const char *s, size_t n)
-{
-    if (buf_reserve(b, n))
-        return TG_ENOMEM;
-    if (n > 0)
-        memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return 0;
-}
-
-int jj_buf_putc(struct jj_buf *b, char ch)
-{
-    return jj_buf_put(b, &ch, 1);
-}
-
-int jj_buf_printf(struct jj_buf *b, const char *fmt, ...)
-{
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (k < 0)
-        return TG_EINVAL;
-    if ((size_t)k < sizeof tmp)
-        return jj_buf_put(b, tmp, (size_t)k);
-    if (buf_reserve(b, (size_t)k))
-        return TG_ENOMEM;
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->n, (size_t)k + 1, fmt, ap);
-    va_end(ap);
-    b->n += (size_t)k;
-    return 0;
-}
-
-int jj_buf_to_val(struct jj_ctx *c, int line, struct jj_buf *b,
+int jj_buf_to_val(struct jj_ctx *c, int line, struct tg_buf *b,
                   struct jj_val *out)
 {
-    int rc = jj_make_str(c, line, b->p != NULL ? b->p : "", b->n, out);
-    jj_buf_free(b);
+    int rc = jj_make_str(c, line, tg_buf_str(b), b->len, out);
+    tg_buf_free(b);
     return rc;
 }
 
-void jj_buf_free(struct jj_buf *b)
-{
-    free(b->p);
-    memset(b, 0, sizeof(*b));
-}
-
-static int buf_cp(struct jj_buf *b, uint32_t cp)
+static int buf_cp(struct tg_buf *b, uint32_t cp)
 {
     char tmp[4];
-    return jj_buf_put(b, tmp, jj_utf8_put(cp, tmp));
+    return tg_buf_append(b, tmp, jj_utf8_put(cp, tmp));
 }
 
 /* ---- strip -------------------------------------------------------------- */
@@ -195,15 +145,16 @@ static bool in_chars(const struct jj_str *chars, uint32_t cp)
     return false;
 }
 
-int jj_text_strip(struct jj_ctx *c, int line, struct jj_str *s,
-                  const struct jj_str *chars, enum jj_strip how,
-                  struct jj_val *out)
+/* The bounds [*a, *b) of s[0..n) that the strip keeps: the characters of
+ * `chars` (NULL: Python's whitespace) cut from the ends `how` names. */
+static void strip_bounds(const char *s, size_t n, const struct jj_str *chars,
+                         enum jj_strip how, size_t *pa, size_t *pb)
 {
-    size_t a = 0, b = s->len;
+    size_t a = 0, b = n;
     if (how != JJ_STRIP_RIGHT) {
         while (a < b) {
             size_t adv;
-            uint32_t cp = jj_utf8_next(s->s + a, b - a, &adv);
+            uint32_t cp = jj_utf8_next(s + a, b - a, &adv);
             if (chars ? !in_chars(chars, cp) : !jj_py_isspace(cp))
                 break;
             a += adv;
@@ -212,16 +163,31 @@ int jj_text_strip(struct jj_ctx *c, int line, struct jj_str *s,
     if (how != JJ_STRIP_LEFT) {
         while (b > a) {
             size_t p = b - 1;
-            while (p > a && ((unsigned char)s->s[p] & 0xC0) == 0x80)
+            while (p > a && ((unsigned char)s[p] & 0xC0) == 0x80)
                 p--;
             size_t adv;
-            uint32_t cp = jj_utf8_next(s->s + p, b - p, &adv);
+            uint32_t cp = jj_utf8_next(s + p, b - p, &adv);
             if (adv != b - p ||
                 (chars ? !in_chars(chars, cp) : !jj_py_isspace(cp)))
                 break;
             b = p;
         }
     }
+    *pa = a;
+    *pb = b;
+}
+
+void jj_py_strip(const char *s, size_t n, size_t *a, size_t *b)
+{
+    strip_bounds(s, n, NULL, JJ_STRIP_BOTH, a, b);
+}
+
+int jj_text_strip(struct jj_ctx *c, int line, struct jj_str *s,
+                  const struct jj_str *chars, enum jj_strip how,
+                  struct jj_val *out)
+{
+    size_t a, b;
+    strip_bounds(s->s, s->len, chars, how, &a, &b);
     if (a == 0 && b == s->len) {
         out->t = JJ_STR;
         out->u.s = s;
@@ -320,7 +286,7 @@ static bool jtitle_sep(uint32_t cp)
 int jj_text_case(struct jj_ctx *c, int line, struct jj_str *s,
                  enum jj_case how, struct jj_val *out)
 {
-    struct jj_buf b = {0};
+    struct tg_buf b = {0};
     bool prev_cased = false, first = true, prev_sep = true;
     int rc = 0;
     for (size_t i = 0; i < s->len && rc == 0;) {
@@ -369,7 +335,7 @@ int jj_text_case(struct jj_ctx *c, int line, struct jj_str *s,
             rc = jj_oom(c, line);
     }
     if (rc != 0) {
-        jj_buf_free(&b);
+        tg_buf_free(&b);
         return rc;
     }
     rc = jj_buf_to_val(c, line, &b, out);
@@ -394,18 +360,18 @@ int jj_text_replace(struct jj_ctx *c, int line, struct jj_str *s,
                     struct jj_str *old, struct jj_str *new_, int64_t count,
                     struct jj_val *out)
 {
-    struct jj_buf b = {0};
+    struct tg_buf b = {0};
     int64_t done = 0;
     if (old->len == 0) {
         /* Python inserts `new` before every character and at the end */
         size_t i = 0;
         for (;;) {
             if (count < 0 || done < count) {
-                if (jj_buf_put(&b, new_->s, new_->len))
+                if (tg_buf_append(&b, new_->s, new_->len))
                     goto oom;
                 done++;
             } else {
-                if (jj_buf_put(&b, s->s + i, s->len - i))
+                if (tg_buf_append(&b, s->s + i, s->len - i))
                     goto oom;
                 break;
             }
@@ -413,10 +379,10 @@ int jj_text_replace(struct jj_ctx *c, int line, struct jj_str *s,
                 break;
             size_t adv;
             jj_utf8_next(s->s + i, s->len - i, &adv);
-            if (jj_buf_put(&b, s->s + i, adv))
+            if (tg_buf_append(&b, s->s + i, adv))
                 goto oom;
             i += adv;
-            if (b.n > c->lim.max_output)
+            if (b.len > c->lim.max_output)
                 break;
         }
     } else {
@@ -427,23 +393,23 @@ int jj_text_replace(struct jj_ctx *c, int line, struct jj_str *s,
                                              old->len)
                                 : NULL;
             if (p == NULL) {
-                if (jj_buf_put(&b, s->s + i, s->len - i))
+                if (tg_buf_append(&b, s->s + i, s->len - i))
                     goto oom;
                 break;
             }
             size_t at = (size_t)(p - s->s);
-            if (jj_buf_put(&b, s->s + i, at - i) ||
-                jj_buf_put(&b, new_->s, new_->len))
+            if (tg_buf_append(&b, s->s + i, at - i) ||
+                tg_buf_append(&b, new_->s, new_->len))
                 goto oom;
             i = at + old->len;
             done++;
-            if (b.n > c->lim.max_output)
+            if (b.len > c->lim.max_output)
                 break;
         }
     }
     return jj_buf_to_val(c, line, &b, out);
 oom:
-    jj_buf_free(&b);
+    tg_buf_free(&b);
     return jj_oom(c, line);
 }
 
@@ -772,16 +738,16 @@ int jj_text_slice(struct jj_ctx *c, int line, struct jj_str *s, int64_t start,
     size_t *off = cp_offsets(s);
     if (off == NULL)
         return jj_oom(c, line);
-    struct jj_buf b = {0};
+    struct tg_buf b = {0};
     int rc = 0;
     for (int64_t i = 0; i < k && rc == 0; i++) {
         int64_t p = start + i * step;
-        if (jj_buf_put(&b, s->s + off[p], off[p + 1] - off[p]))
+        if (tg_buf_append(&b, s->s + off[p], off[p + 1] - off[p]))
             rc = jj_oom(c, line);
     }
     free(off);
     if (rc) {
-        jj_buf_free(&b);
+        tg_buf_free(&b);
         return rc;
     }
     return jj_buf_to_val(c, line, &b, out);
@@ -792,7 +758,7 @@ int jj_text_slice(struct jj_ctx *c, int line, struct jj_str *s, int64_t start,
 int jj_text_escape(struct jj_ctx *c, int line, struct jj_str *s,
                    struct jj_val *out)
 {
-    struct jj_buf b = {0};
+    struct tg_buf b = {0};
     for (size_t i = 0; i < s->len; i++) {
         const char *rep = NULL;
         switch (s->s[i]) {
@@ -803,9 +769,9 @@ int jj_text_escape(struct jj_ctx *c, int line, struct jj_str *s,
         case '"': rep = "&#34;"; break;
         default: break;
         }
-        if (rep != NULL ? jj_buf_put(&b, rep, strlen(rep))
-                        : jj_buf_putc(&b, s->s[i])) {
-            jj_buf_free(&b);
+        if (rep != NULL ? tg_buf_append(&b, rep, strlen(rep))
+                        : tg_buf_putc(&b, s->s[i])) {
+            tg_buf_free(&b);
             return jj_oom(c, line);
         }
     }

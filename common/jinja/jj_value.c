@@ -74,12 +74,6 @@ void jj_unref(struct jj_val v)
     obj_release(obj_of(v));
 }
 
-void jj_clear(struct jj_val *v)
-{
-    jj_unref(*v);
-    *v = jj_undef();
-}
-
 static void list_release_items(struct jj_list *l)
 {
     for (size_t i = 0; i < l->n; i++)
@@ -103,7 +97,7 @@ static void obj_free(struct jj_obj *o)
         }
         free(d->k);
         free(d->v);
-        free(d->index);
+        tg_hmap_free(&d->index);
         break;
     }
     case JJ_NS: {
@@ -314,40 +308,83 @@ struct jj_dict *jj_dict_new(size_t cap)
     return d;
 }
 
+/* Dicts of at least this many entries get a hash index over their keys;
+ * smaller ones are searched linearly. */
 #define DICT_INDEX_MIN 16
 
-static int index_rebuild(struct jj_dict *d)
+/* The index: a slot is entry + 1 (0 empty); a lookup's key is the dict
+ * and the value sought; the map's ctx is the dict, whose keys rehashing
+ * reads. */
+struct index_key {
+    const struct jj_dict *d;
+    struct jj_val k;
+};
+
+static inline int index_probe(const void *slot, const void *key)
 {
-    size_t cap = 64;
-    while (cap < d->n * 2)
-        cap *= 2;
-    uint32_t *idx = calloc(cap, sizeof(*idx));
-    if (idx == NULL)
+    uint32_t e = *(const uint32_t *)slot;
+    const struct index_key *q = key;
+    if (e == 0)
+        return TG_HMAP_EMPTY;
+    return jj_equal(q->d->k[e - 1], q->k) ? TG_HMAP_HIT : TG_HMAP_MISS;
+}
+
+static int index_empty(const void *slot)
+{
+    return *(const uint32_t *)slot == 0;
+}
+
+static uint64_t index_hash(const void *slot, void *ctx)
+{
+    const struct jj_dict *d = ctx;
+    return hash_val(d->k[*(const uint32_t *)slot - 1]);
+}
+
+static const struct tg_hmap_type index_type = {
+    .esize = sizeof(uint32_t),
+    .empty_byte = 0,
+    .probe = index_probe,
+    .is_empty = index_empty,
+    .hash = index_hash,
+};
+
+/* Enters entry i (its key not yet in the index). */
+static int index_put(struct jj_dict *d, size_t i)
+{
+    struct index_key q = {d, d->k[i]};
+    uint32_t *slot = tg_hmap_put(&d->index, &index_type, hash_val(d->k[i]), &q,
+                                 NULL);
+    if (slot == NULL)
         return TG_ENOMEM;
-    for (size_t i = 0; i < d->n; i++) {
-        size_t p = hash_val(d->k[i]) & (cap - 1);
-        while (idx[p] != 0)
-            p = (p + 1) & (cap - 1);
-        idx[p] = (uint32_t)(i + 1);
-    }
-    free(d->index);
-    d->index = idx;
-    d->index_cap = cap;
+    *slot = (uint32_t)(i + 1);
     return 0;
+}
+
+static int index_build(struct jj_dict *d)
+{
+    if (tg_hmap_init(&d->index, &index_type, d, d->n) != 0)
+        return TG_ENOMEM;
+    for (size_t i = 0; i < d->n; i++)
+        if (index_put(d, i) != 0)
+            return TG_ENOMEM;
+    return 0;
+}
+
+/* Out of line: inlined, its loop's registers would be saved on every
+ * lookup of the small dicts that have no index. */
+static __attribute__((noinline)) long index_find(const struct jj_dict *d,
+                                                 struct jj_val k)
+{
+    struct index_key q = {d, k};
+    const uint32_t *slot = tg_hmap_find(&d->index, &index_type, hash_val(k),
+                                        &q);
+    return slot != NULL ? (long)*slot - 1 : -1;
 }
 
 static long dict_find(const struct jj_dict *d, struct jj_val k)
 {
-    if (d->index != NULL) {
-        size_t p = hash_val(k) & (d->index_cap - 1);
-        while (d->index[p] != 0) {
-            size_t i = d->index[p] - 1;
-            if (jj_equal(d->k[i], k))
-                return (long)i;
-            p = (p + 1) & (d->index_cap - 1);
-        }
-        return -1;
-    }
+    if (d->index.slots != NULL)
+        return index_find(d, k);
     for (size_t i = 0; i < d->n; i++)
         if (jj_equal(d->k[i], k))
             return (long)i;
@@ -366,16 +403,13 @@ int jj_dict_append(struct jj_dict *d, struct jj_val k, struct jj_val v)
     d->k[d->n] = k;
     d->v[d->n] = v;
     d->n++;
-    if (d->index != NULL && d->n * 2 <= d->index_cap) {
-        size_t p = hash_val(k) & (d->index_cap - 1);
-        while (d->index[p] != 0)
-            p = (p + 1) & (d->index_cap - 1);
-        d->index[p] = (uint32_t)d->n;
-    } else if (d->n >= DICT_INDEX_MIN && index_rebuild(d) != 0) {
-        free(d->index); /* fall back to linear search */
-        d->index = NULL;
-        d->index_cap = 0;
-    }
+    int rc = 0;
+    if (d->index.slots != NULL)
+        rc = index_put(d, d->n - 1);
+    else if (d->n >= DICT_INDEX_MIN)
+        rc = index_build(d);
+    if (rc != 0)
+        tg_hmap_free(&d->index); /* fall back to linear search */
     return 0;
 }
 

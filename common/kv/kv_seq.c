@@ -385,29 +385,6 @@ int kv_seq_reserve_prompt(struct kv_seq *seq, const struct kv_layout *layout,
     return 0;
 }
 
-int kv_seq_reserve_prompt_plain(struct kv_seq *seq,
-                                const struct kv_layout *layout,
-                                struct kv_pool *pool, int64_t start_pos,
-                                int64_t n_new, char *err, size_t errlen)
-{
-    int64_t pages = 0;
-    int rc = prepare_prompt(seq, layout, pool, start_pos, n_new, &pages, err,
-                            errlen);
-    if (rc != 0)
-        return rc;
-    for (int32_t r = 0; r < seq->n_rows; r++) {
-        for (int32_t k = 0; k < seq->extra[r]; k++) {
-            int32_t id;
-            rc = kv_pool_pop(pool, 1, &id);
-            TG_ASSERT(rc == 0);
-            seq->ids[seq->off[r] + seq->n_pages[r]] = id;
-            seq->n_pages[r]++;
-        }
-    }
-    finish_prompt(seq, pool, start_pos, n_new, pages);
-    return 0;
-}
-
 int kv_seq__check_commit(const struct kv_seq *seq,
                          const struct kv_layout *layout, int64_t n,
                          char *err, size_t errlen)
@@ -672,30 +649,6 @@ int kv_seq_reserve_decode(struct kv_seq *seq, const struct kv_layout *layout,
             memcpy(dst, src, (size_t)k * sizeof(int32_t));
         src += k;
         seq->n_pages[r] += k;
-    }
-    finish_decode(seq, pool, n, pages);
-    return 0;
-}
-
-int kv_seq_reserve_decode_plain(struct kv_seq *seq,
-                                const struct kv_layout *layout,
-                                struct kv_pool *pool, int64_t n, char *err,
-                                size_t errlen)
-{
-    int64_t pages = 0;
-    int32_t n_list = 0;
-    int rc = prepare_decode(seq, layout, pool, n, &pages, &n_list, err, errlen);
-    if (rc != 0)
-        return rc;
-    /* The baseline walks every row and pops page by page. */
-    for (int32_t r = 0; r < seq->n_rows; r++) {
-        for (int32_t k = 0; k < seq->extra[r]; k++) {
-            int32_t id;
-            rc = kv_pool_pop(pool, 1, &id);
-            TG_ASSERT(rc == 0);
-            seq->ids[seq->off[r] + seq->n_pages[r]] = id;
-            seq->n_pages[r]++;
-        }
     }
     finish_decode(seq, pool, n, pages);
     return 0;

@@ -27,8 +27,8 @@
  * Page ids live in one slab per request, row r at ids[off[r] ..
  * off[r] + n_pages[r]) with spare capacity behind each row, so decode
  * growth appends in place and the block table copies each row with one
- * memcpy. The *_plain variants are deliberately naive baselines (one pool
- * pop per page) for the benchmark and tests; they produce identical state.
+ * memcpy. (tests/support/tt_kv.h holds the naive one-pop-per-page
+ * references the tests and bench-kv-table compare them with.)
  *
  * All functions: one thread per seq, and the pool's owner thread.
  */
@@ -115,13 +115,6 @@ int kv_seq_reserve_prompt(struct kv_seq *seq, const struct kv_layout *layout,
                           struct kv_pool *pool, int64_t start_pos,
                           int64_t n_new, char *err, size_t errlen);
 
-/* Baseline of kv_seq_reserve_prompt with one kv_pool_pop per page; same
- * contract and identical resulting state. Benchmarks and tests only. */
-int kv_seq_reserve_prompt_plain(struct kv_seq *seq,
-                                const struct kv_layout *layout,
-                                struct kv_pool *pool, int64_t start_pos,
-                                int64_t n_new, char *err, size_t errlen);
-
 /* Marks the next `n` positions of the reserved turn as written: each row's
  * filled count grows by what §4.3 keeps of them. n must end on a chunk
  * boundary of the turn (a multiple of C from the turn start) or at the end
@@ -157,13 +150,6 @@ int kv_seq_decode_pages(const struct kv_seq *seq,
 int kv_seq_reserve_decode(struct kv_seq *seq, const struct kv_layout *layout,
                           struct kv_pool *pool, int64_t n, char *err,
                           size_t errlen);
-
-/* Baseline of kv_seq_reserve_decode, one pop per page. Benchmarks and tests
- * only. */
-int kv_seq_reserve_decode_plain(struct kv_seq *seq,
-                                const struct kv_layout *layout,
-                                struct kv_pool *pool, int64_t n, char *err,
-                                size_t errlen);
 
 /* Shrinks row (l, g) to `tokens` reserved tokens (0 <= tokens <= current)
  * and returns its tail pages beyond ceil(tokens / P) to `pool` in one push:

@@ -448,51 +448,6 @@ int kv_table_refresh(struct kv_table *table, const struct kv_layout *layout,
     return 0;
 }
 
-int kv_table_build_plain(struct kv_table *table,
-                         const struct kv_layout *layout,
-                         const struct kv_seq *const *seqs, int32_t n_seqs,
-                         char *err, size_t errlen)
-{
-    int rc = begin_build(table, layout, seqs, n_seqs, 0, err, errlen);
-    if (rc != 0)
-        return build_failed(table, rc);
-    int64_t nnz = 0;
-    int32_t row = 0;
-    for (int32_t b = 0; b < n_seqs; b++) {
-        const struct kv_seq *s = seqs[b];
-        for (int l = 0; l < layout->n_layers; l++) {
-            for (int g = 0; g < layout->n_groups; g++, row++) {
-                table->indptr[row] = (int32_t)nnz;
-                table->npages[row] = 0;
-                table->lens[row] = 0;
-                if (s == NULL)
-                    continue;
-                int32_t n;
-                const int32_t *ids = kv_seq_row_ids(s, layout, l, g, &n);
-                for (int32_t p = 0; p < n; p++) {
-                    if (nnz >= table->cap_slots) {
-                        if (nnz >= INT32_MAX)
-                            return build_failed(
-                                table, tg_err_set(err, errlen, TG_ERANGE,
-                                                  "kv_table: too many pages"));
-                        if (reserve_slots(table, nnz + 1) != 0)
-                            return build_failed(
-                                table, tg_err_set(err, errlen, TG_ENOMEM,
-                                                  "kv_table: cannot grow ids"));
-                    }
-                    table->indices[nnz++] = ids[p];
-                    table->npages[row]++;
-                }
-                table->lens[row] = s->filled[l * layout->n_groups + g];
-            }
-        }
-    }
-    table->indptr[row] = (int32_t)nnz;
-    table->nnz = nnz;
-    table->n_slots = nnz;
-    return 0;
-}
-
 int kv_table_resolve(const struct kv_table *table, int32_t row, int32_t token,
                      int32_t *page, int32_t *slot)
 {

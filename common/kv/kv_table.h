@@ -34,9 +34,8 @@
  * positions a refresh wrote in place, so a step uploads the O(rows)
  * counts and scatters only those ids.
  *
- * kv_table_build_plain is a deliberately naive serial baseline (per-page
- * append with a bounds check) for the benchmark and tests; it gives a
- * dense table bit-identical to kv_table_build.
+ * (tests/support/tt_kv.h holds the naive serial per-page build the tests
+ * and bench-kv-table compare kv_table_build with.)
  *
  * Buffers only grow, geometrically, so a steady batch never allocates.
  * A table is used by one thread at a time; builds use OpenMP inside.
@@ -154,13 +153,6 @@ int kv_table_build_padded(struct kv_table *table,
 int kv_table_refresh(struct kv_table *table, const struct kv_layout *layout,
                      const struct kv_seq *const *seqs, int32_t n_seqs,
                      char *err, size_t errlen);
-
-/* The serial per-page baseline of kv_table_build, same contract and
- * bit-identical dense result. Benchmarks and tests only. */
-int kv_table_build_plain(struct kv_table *table,
-                         const struct kv_layout *layout,
-                         const struct kv_seq *const *seqs, int32_t n_seqs,
-                         char *err, size_t errlen);
 
 /* Resolves token `token` of row `row` to its page id and slot in the page
  * (the CPU reference of the device lookup). Any token below the row's

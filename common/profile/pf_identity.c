@@ -64,20 +64,6 @@ int pf_identity_of_config(const struct mc_model_config *cfg, char *out)
     return 0;
 }
 
-int pf_identity_of_model(const char *path, char *out, char *err,
-                         size_t errlen)
-{
-    struct mc_model_config cfg;
-    int rc = mc_model_config_load(&cfg, path, err, errlen);
-    if (rc != 0)
-        return rc;
-    rc = pf_identity_of_config(&cfg, out);
-    if (rc != 0)
-        return tg_err_set(err, errlen, rc, "cannot hash the model's config "
-                          "(libsodium failed to start)");
-    return 0;
-}
-
 bool pf_identity_valid(const char *s)
 {
     if (s == NULL || strncmp(s, PF_IDENTITY_PREFIX, 7) != 0 ||

@@ -65,12 +65,6 @@ int pf_identity_text(const struct mc_model_config *cfg, char *buf, size_t n);
  * not start). */
 int pf_identity_of_config(const struct mc_model_config *cfg, char *out);
 
-/* Loads `path` (a model directory or its config.json) and writes its
- * identity into out. Returns 0 or mc_model_config_load's codes with the
- * reason in err. */
-int pf_identity_of_model(const char *path, char *out, char *err,
-                         size_t errlen);
-
 /* True when s is an identity: "sha256:" and 64 lowercase hex digits. */
 bool pf_identity_valid(const char *s);
 

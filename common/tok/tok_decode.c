@@ -1,6 +1,6 @@
 /*
  * tok_decode.c — ids -> text (tok_tokenizer.h): lossy UTF-8 assembly,
- * the streaming decoder, and the growable buffers shared by tok_*.c.
+ * the streaming decoder, and the growable id array shared by tok_*.c.
  */
 #include "common/tok/tok_internal.h"
 #include "common/base/tg_err.h"
@@ -15,19 +15,6 @@ void tok_ids_free(struct tok_ids *ids)
 {
     free(ids->v);
     memset(ids, 0, sizeof(*ids));
-}
-
-void tok_text_free(struct tok_text *t)
-{
-    free(t->s);
-    memset(t, 0, sizeof(*t));
-}
-
-int tok__text_reserve(struct tok_text *t, size_t extra)
-{
-    if (extra > SIZE_MAX / 2 - t->n - 1)
-        return TG_ENOMEM;
-    return TG_GROW(t->s, &t->cap, t->n + extra + 1);
 }
 
 int tok__ids_reserve(struct tok_ids *ids, size_t extra)
@@ -105,7 +92,7 @@ int tok_utf8_valid(const char *s, size_t n, size_t *bad)
 /* Appends p[0..n) to out with ill-formed subsequences replaced by U+FFFD.
  * When !final an incomplete tail is left unconsumed; *used gets the bytes
  * consumed. Returns 0 or TG_ENOMEM. */
-static int append_lossy(struct tok_text *out, const uint8_t *p, size_t n,
+static int append_lossy(struct tg_buf *out, const uint8_t *p, size_t n,
                         int final, size_t *used)
 {
     size_t i = 0;
@@ -114,24 +101,18 @@ static int append_lossy(struct tok_text *out, const uint8_t *p, size_t n,
         if (tok_utf8_valid((const char *)p + i, rest, &good))
             good = rest;
         if (good > 0) {
-            if (tok__text_reserve(out, good) != 0)
+            if (tg_buf_append(out, p + i, good) != 0)
                 return TG_ENOMEM;
-            memcpy(out->s + out->n, p + i, good);
-            out->n += good;
             i += good;
             continue;
         }
         int r = tok__utf8_seq(p + i, rest);
         if (r == 0 && !final)
             break;
-        if (tok__text_reserve(out, 3) != 0)
+        if (tg_buf_append(out, REPLACEMENT, 3) != 0)
             return TG_ENOMEM;
-        memcpy(out->s + out->n, REPLACEMENT, 3);
-        out->n += 3;
         i += r == 0 ? rest : (size_t)-r;
     }
-    if (out->s != NULL)
-        out->s[out->n] = '\0';
     *used = i;
     return 0;
 }
@@ -149,41 +130,41 @@ static const uint8_t *id_bytes(const struct tok_tokenizer *tok, int32_t id,
 }
 
 int tok_decode(const struct tok_tokenizer *tok, const int32_t *ids, size_t n,
-               unsigned flags, struct tok_text *out, char *err, size_t errlen)
+               unsigned flags, struct tg_buf *out, char *err, size_t errlen)
 {
-    size_t start = out->n, total = 0;
+    size_t start = out->len, total = 0;
     for (size_t i = 0; i < n; i++) {
         size_t len;
         if (id_bytes(tok, ids[i], flags, &len) != NULL)
             total += len;
     }
-    if (tok__text_reserve(out, total) != 0)
+    if (tg_buf_reserve(out, total) != 0)
         return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
         size_t len;
         const uint8_t *b = id_bytes(tok, ids[i], flags, &len);
         if (b != NULL) {
-            memcpy(out->s + out->n, b, len);
-            out->n += len;
+            memcpy(out->data + out->len, b, len);
+            out->len += len;
         }
     }
-    out->s[out->n] = '\0';
-    if (tok_utf8_valid(out->s + start, total, NULL))
+    out->data[out->len] = '\0';
+    if (tok_utf8_valid(out->data + start, total, NULL))
         return 0;
     /* Rare: some bytes are ill-formed; redo that region lossily. */
     uint8_t *raw = malloc(total);
     if (raw == NULL)
         goto oom;
-    memcpy(raw, out->s + start, total);
-    out->n = start;
+    memcpy(raw, out->data + start, total);
+    tg_buf_truncate(out, start);
     size_t used;
     int rc = append_lossy(out, raw, total, 1, &used);
     free(raw);
     if (rc == 0)
         return 0;
 oom:
-    out->n = start;
-    out->s[start] = '\0';
+    tg_buf_truncate(out, start);
+    out->failed = 1;
     return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
 }
 
@@ -195,7 +176,7 @@ void tok_stream_init(struct tok_stream *s, const struct tok_tokenizer *tok,
     s->flags = flags;
 }
 
-int tok_stream_put(struct tok_stream *s, int32_t id, struct tok_text *out,
+int tok_stream_put(struct tok_stream *s, int32_t id, struct tg_buf *out,
                    char *err, size_t errlen)
 {
     size_t len;
@@ -212,16 +193,14 @@ int tok_stream_put(struct tok_stream *s, int32_t id, struct tok_text *out,
     }
     memcpy(buf, s->pend, s->npend);
     memcpy(buf + s->npend, b, len);
-    size_t start = out->n, used;
+    size_t start = out->len, used;
     int rc = append_lossy(out, buf, n, 0, &used);
     if (rc == 0) {
         TG_ASSERT(n - used < sizeof(s->pend));
         s->npend = (uint8_t)(n - used);
         memcpy(s->pend, buf + used, s->npend);
     } else {
-        out->n = start;
-        if (out->s != NULL)
-            out->s[start] = '\0';
+        tg_buf_truncate(out, start);
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
     }
     if (buf != local)
@@ -229,7 +208,7 @@ int tok_stream_put(struct tok_stream *s, int32_t id, struct tok_text *out,
     return rc;
 }
 
-int tok_stream_finish(struct tok_stream *s, struct tok_text *out, char *err,
+int tok_stream_finish(struct tok_stream *s, struct tg_buf *out, char *err,
                       size_t errlen)
 {
     if (s->npend == 0)

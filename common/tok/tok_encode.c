@@ -56,8 +56,8 @@ void tok_cache_free(struct tok_cache *c)
     free(c->heap);
     free(c->piece[0]);
     free(c->piece[1]);
-    tok_text_free(&c->norm);
-    tok_text_free(&c->pre);
+    tg_buf_free(&c->norm);
+    tg_buf_free(&c->pre);
     memset(c, 0, sizeof(*c));
 }
 
@@ -116,19 +116,9 @@ int tok__nfc_prepare(struct tok_tokenizer *tok, char *err, size_t errlen)
     return 0;
 }
 
-static int append_bytes(struct tok_text *out, const void *p, size_t n)
-{
-    if (tok__text_reserve(out, n) != 0)
-        return TG_ENOMEM;
-    memcpy(out->s + out->n, p, n);
-    out->n += n;
-    out->s[out->n] = '\0';
-    return 0;
-}
-
 /* Runs the normalizers over s[0..n) and appends the result. */
 static int map_all(const struct tok_tokenizer *tok, const char *s, size_t n,
-                   struct tok_text *out)
+                   struct tg_buf *out)
 {
     utf8proc_uint8_t *cur = NULL;
     utf8proc_ssize_t len = (utf8proc_ssize_t)n;
@@ -141,7 +131,7 @@ static int map_all(const struct tok_tokenizer *tok, const char *s, size_t n,
             return len == UTF8PROC_ERROR_NOMEM ? TG_ENOMEM : TG_EINVAL;
         cur = next;
     }
-    int rc = append_bytes(out, cur, (size_t)len);
+    int rc = tg_buf_append(out, cur, (size_t)len);
     free(cur);
     return rc;
 }
@@ -164,19 +154,18 @@ static size_t nfc_char(const struct tok_tokenizer *tok, const char *s, size_t n,
 }
 
 int tok__normalize(const struct tok_tokenizer *tok, const char *s, size_t n,
-                   struct tok_text *out)
+                   struct tg_buf *out)
 {
-    out->n = 0;
-    if (tok__text_reserve(out, n) != 0)
+    tg_buf_reset(out);
+    if (tg_buf_reserve(out, n) != 0)
         return TG_ENOMEM;
-    out->s[0] = '\0';
     if (tok->nfc_safe == NULL) {
         int ascii = 1;
         for (size_t i = 0; i < n && ascii; i++)
             ascii = (unsigned char)s[i] < 0x80;
         /* Every normalization form leaves ASCII unchanged. */
         if (ascii || tok->n_norm == 0)
-            return append_bytes(out, s, n);
+            return tg_buf_append(out, s, n);
         return map_all(tok, s, n, out);
     }
     /* NFC: copy safe stretches; run utf8proc only from the character
@@ -194,9 +183,9 @@ int tok__normalize(const struct tok_tokenizer *tok, const char *s, size_t n,
             u += k;
         }
         if (u == n)
-            return append_bytes(out, s + i, n - i);
+            return tg_buf_append(out, s + i, n - i);
         size_t a = prev == SIZE_MAX ? u : prev;
-        int rc = append_bytes(out, s + i, a - i);
+        int rc = tg_buf_append(out, s + i, a - i);
         if (rc != 0)
             return rc;
         size_t b = u;
@@ -218,16 +207,11 @@ int tok__normalize(const struct tok_tokenizer *tok, const char *s, size_t n,
 static const struct tok__merge_slot *merge_find(const struct tok_tokenizer *t,
                                                 int32_t a, int32_t b)
 {
-    if (t->merge == NULL)
+    if (t->merge.slots == NULL)
         return NULL;
     uint64_t key = (uint64_t)a << 32 | (uint32_t)b;
-    for (uint64_t s = tok__merge_hash(key) & t->merge_mask;;
-         s = (s + 1) & t->merge_mask) {
-        if (t->merge[s].key == key)
-            return &t->merge[s];
-        if (t->merge[s].key == UINT64_MAX)
-            return NULL;
-    }
+    return tg_hmap_find(&t->merge, &tok__merge_type, tok__merge_hash(key),
+                        &key);
 }
 
 static void heap_push(struct tok__heap_ent *h, size_t *n,
@@ -298,7 +282,7 @@ static int bpe_word(const struct tok_tokenizer *t, struct tok_cache *c,
     struct tok__cache_entry *ce = NULL;
     uint64_t h = 0;
     if (c->ent != NULL && n <= TOK__CACHE_KEY) {
-        h = tok__hash(p, n);
+        h = tg_hash_bytes(p, n);
         ce = &c->ent[h & c->mask];
         if (ce->len == n && ce->tag == (uint32_t)(h >> 32) &&
             memcmp(ce->key, p, n) == 0) {
@@ -497,13 +481,10 @@ static int pretok(const struct tok_tokenizer *t, struct tok_cache *c,
     if (n == 0)
         return 0;
     if (t->add_prefix_space && p[0] != ' ') {
-        c->pre.n = 0;
-        if (tok__text_reserve(&c->pre, n + 1) != 0)
+        tg_buf_reset(&c->pre);
+        if (tg_buf_putc(&c->pre, ' ') != 0 || tg_buf_append(&c->pre, p, n) != 0)
             return TG_ENOMEM;
-        c->pre.s[0] = ' ';
-        memcpy(c->pre.s + 1, p, n);
-        c->pre.n = n + 1;
-        p = c->pre.s;
+        p = c->pre.data;
         n++;
     }
     if (t->n_steps == 0)
@@ -571,7 +552,7 @@ static int gap_text(const struct tok_tokenizer *t, struct tok_cache *c,
     int rc = tok__normalize(t, s, n, &c->norm);
     if (rc != 0)
         return rc;
-    return split_added(t, c, 1, c->norm.s, c->norm.n, flags, out);
+    return split_added(t, c, 1, c->norm.data, c->norm.len, flags, out);
 }
 
 /* Cuts added tokens out of s, leftmost-longest (HF added_vocabulary.rs

@@ -61,9 +61,6 @@ struct tok__piece {
  * bytes to U+0100.. in byte order. */
 extern const uint16_t tok__byte_cp[256];
 
-/* 64-bit hash of n bytes (multiply-xorshift over 8-byte words). */
-uint64_t tok__hash(const void *p, size_t n);
-
 /* Classifies the UTF-8 sequence at p[0..n), n >= 1. Returns its length
  * (1..4) when well-formed; 0 when p is a valid but incomplete prefix cut by
  * the end; -k when ill-formed, k >= 1 being the length of the maximal
@@ -71,8 +68,6 @@ uint64_t tok__hash(const void *p, size_t n);
  * Maximal Subparts", which Rust's from_utf8_lossy implements). */
 int tok__utf8_seq(const uint8_t *p, size_t n);
 
-/* Makes room for `extra` more bytes (+ NUL). Returns 0 or TG_ENOMEM. */
-int tok__text_reserve(struct tok_text *t, size_t extra);
 /* Makes room for `extra` more ids. Returns 0 or TG_ENOMEM. */
 int tok__ids_reserve(struct tok_ids *ids, size_t extra);
 
@@ -89,11 +84,40 @@ static inline uint64_t tok__merge_hash(uint64_t key)
     return (key * 0x9E3779B97F4A7C15ull) >> 17;
 }
 
+/* The merge table's kind (tok_tokenizer.h, tok__merge_slot): keyed by a
+ * uint64_t merge key; empty slots hold the key UINT64_MAX. */
+static inline int tok__merge_probe(const void *slot, const void *key)
+{
+    uint64_t k = ((const struct tok__merge_slot *)slot)->key;
+    return k == *(const uint64_t *)key ? TG_HMAP_HIT
+           : k == UINT64_MAX           ? TG_HMAP_EMPTY
+                                       : TG_HMAP_MISS;
+}
+
+static inline int tok__merge_empty(const void *slot)
+{
+    return ((const struct tok__merge_slot *)slot)->key == UINT64_MAX;
+}
+
+static inline uint64_t tok__merge_slot_hash(const void *slot, void *ctx)
+{
+    (void)ctx;
+    return tok__merge_hash(((const struct tok__merge_slot *)slot)->key);
+}
+
+static const struct tg_hmap_type tok__merge_type = {
+    .esize = sizeof(struct tok__merge_slot),
+    .empty_byte = 0xff,
+    .probe = tok__merge_probe,
+    .is_empty = tok__merge_empty,
+    .hash = tok__merge_slot_hash,
+};
+
 /* Applies the tokenizer's normalizers to n bytes of valid UTF-8 and puts the
- * result in out (replacing what it held). Returns 0, TG_ENOMEM or TG_EINVAL
- * (utf8proc refused the text). */
+ * result in out (replacing what it held, a failure mark included). Returns
+ * 0, TG_ENOMEM or TG_EINVAL (utf8proc refused the text). */
 int tok__normalize(const struct tok_tokenizer *tok, const char *s, size_t n,
-                   struct tok_text *out);
+                   struct tg_buf *out);
 
 /* When the only normalizer is NFC, builds tok->nfc_safe so that
  * tok__normalize can copy text that NFC leaves alone (nearly all of it)

@@ -51,27 +51,6 @@ const uint16_t tok__byte_cp[256] = {
 
 #define NO_TOKEN UINT32_MAX
 
-uint64_t tok__hash(const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xC2B2AE3D27D4EB4Full);
-    while (n >= 8) {
-        uint64_t w;
-        memcpy(&w, b, 8);
-        h = (h ^ w) * 0xFF51AFD7ED558CCDull;
-        h ^= h >> 32;
-        b += 8;
-        n -= 8;
-    }
-    uint64_t w = 0;
-    memcpy(&w, b, n);
-    h = (h ^ w) * 0xC4CEB9FE1A85EC53ull;
-    h ^= h >> 29;
-    h *= 0xFF51AFD7ED558CCDull; /* murmur3 fmix64 finish */
-    h ^= h >> 32;
-    return h;
-}
-
 static int oom(char *err, size_t errlen)
 {
     return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
@@ -92,36 +71,99 @@ static int arena_add(struct tok_tokenizer *t, const void *p, size_t n,
     return 0;
 }
 
+/* The vocabulary tables map bytes to ids: a slot is an int32_t id (-1
+ * empty) whose bytes are t->str[id] (by_str) or t->raw[id] (by_raw) in the
+ * arena. A lookup's key carries the bytes sought and the spans to compare
+ * against. */
+struct vocab_key {
+    const struct tok_tokenizer *t;
+    const struct tok__span *sp; /* t->str or t->raw */
+    const void *p;
+    size_t n;
+};
+
+static inline int vocab_probe(const void *slot, const void *key)
+{
+    int32_t id = *(const int32_t *)slot;
+    const struct vocab_key *k = key;
+    if (id < 0)
+        return TG_HMAP_EMPTY;
+    const struct tok__span *s = &k->sp[id];
+    return s->len == k->n && memcmp(k->t->arena + s->off, k->p, k->n) == 0
+               ? TG_HMAP_HIT
+               : TG_HMAP_MISS;
+}
+
+static int vocab_empty(const void *slot)
+{
+    return *(const int32_t *)slot < 0;
+}
+
+/* Rehashing needs the bytes: ctx is the tokenizer, read only while it
+ * loads (the tables are sized for the whole vocabulary first and never
+ * grow after). */
+static uint64_t str_hash(const void *slot, void *ctx)
+{
+    const struct tok_tokenizer *t = ctx;
+    const struct tok__span *s = &t->str[*(const int32_t *)slot];
+    return tg_hash_bytes(t->arena + s->off, s->len);
+}
+
+static uint64_t raw_hash(const void *slot, void *ctx)
+{
+    const struct tok_tokenizer *t = ctx;
+    const struct tok__span *s = &t->raw[*(const int32_t *)slot];
+    return tg_hash_bytes(t->arena + s->off, s->len);
+}
+
+static const struct tg_hmap_type str_type = {
+    .esize = sizeof(int32_t),
+    .empty_byte = 0xff,
+    .probe = vocab_probe,
+    .is_empty = vocab_empty,
+    .hash = str_hash,
+};
+
+static const struct tg_hmap_type raw_type = {
+    .esize = sizeof(int32_t),
+    .empty_byte = 0xff,
+    .probe = vocab_probe,
+    .is_empty = vocab_empty,
+    .hash = raw_hash,
+};
+
 /* Looks up n bytes in by_str (use_raw == 0) or by_raw. */
 static int32_t table_find(const struct tok_tokenizer *t, int use_raw,
                           const void *p, size_t n)
 {
-    const int32_t *tab = use_raw ? t->by_raw : t->by_str;
-    const struct tok__span *sp = use_raw ? t->raw : t->str;
-    if (tab == NULL)
+    if (t->by_str.slots == NULL)
         return -1;
-    for (uint32_t i = (uint32_t)tok__hash(p, n) & t->by_mask;;
-         i = (i + 1) & t->by_mask) {
-        int32_t id = tab[i];
-        if (id < 0)
-            return -1;
-        if (sp[id].len == n && memcmp(t->arena + sp[id].off, p, n) == 0)
-            return id;
-    }
+    struct vocab_key k = {t, use_raw ? t->raw : t->str, p, n};
+    uint64_t h = tg_hash_bytes(p, n);
+    const int32_t *slot;
+    if (use_raw)
+        slot = tg_hmap_find(&t->by_raw, &raw_type, h, &k);
+    else
+        slot = tg_hmap_find(&t->by_str, &str_type, h, &k);
+    return slot != NULL ? *slot : -1;
 }
 
-/* Inserts id unless its bytes are already there (first one wins). */
+/* Inserts id unless its bytes are already there (first one wins). The
+ * table has room for every id: no growth, no failure. */
 static void table_put(struct tok_tokenizer *t, int use_raw, int32_t id)
 {
-    int32_t *tab = use_raw ? t->by_raw : t->by_str;
-    const struct tok__span *sp = use_raw ? &t->raw[id] : &t->str[id];
-    const char *p = t->arena + sp->off;
-    if (table_find(t, use_raw, p, sp->len) >= 0)
-        return;
-    uint32_t i = (uint32_t)tok__hash(p, sp->len) & t->by_mask;
-    while (tab[i] >= 0)
-        i = (i + 1) & t->by_mask;
-    tab[i] = id;
+    const struct tok__span *sp = use_raw ? t->raw : t->str;
+    struct vocab_key k = {t, sp, t->arena + sp[id].off, sp[id].len};
+    uint64_t h = tg_hash_bytes(k.p, k.n);
+    int added = 0;
+    int32_t *slot;
+    if (use_raw)
+        slot = tg_hmap_put(&t->by_raw, &raw_type, h, &k, &added);
+    else
+        slot = tg_hmap_put(&t->by_str, &str_type, h, &k, &added);
+    TG_ASSERT(slot != NULL);
+    if (added)
+        *slot = id;
 }
 
 /* Sets raw[id]: the bytes behind a byte-level string; a string with a
@@ -200,16 +242,10 @@ static int load_vocab(struct tok_tokenizer *t, json_t *model, json_t *added,
     t->raw = malloc((size_t)t->n_ids * sizeof(*t->raw));
     t->flags = calloc((size_t)t->n_ids, 1);
     size_t n_vocab = json_object_size(vocab);
-    uint32_t slots = 64;
-    while (slots < 2 * n_vocab)
-        slots *= 2;
-    t->by_mask = slots - 1;
-    t->by_str = malloc(slots * sizeof(int32_t));
-    t->by_raw = malloc(slots * sizeof(int32_t));
-    if (!t->str || !t->raw || !t->flags || !t->by_str || !t->by_raw)
+    if (!t->str || !t->raw || !t->flags ||
+        tg_hmap_init(&t->by_str, &str_type, t, n_vocab) != 0 ||
+        tg_hmap_init(&t->by_raw, &raw_type, t, n_vocab) != 0)
         return oom(err, errlen);
-    memset(t->by_str, 0xff, slots * sizeof(int32_t));
-    memset(t->by_raw, 0xff, slots * sizeof(int32_t));
     for (int32_t id = 0; id < t->n_ids; id++)
         t->str[id].len = t->raw[id].len = NO_TOKEN;
     int16_t inv[0x144]; /* code point -> byte, the inverse of tok__byte_cp */
@@ -284,14 +320,8 @@ static int load_merges(struct tok_tokenizer *t, json_t *model, char *err,
         return tg_err_set(err, errlen, TG_EFORMAT,
                           "model.merges: expected an array");
     size_t n = json_array_size(merges);
-    uint64_t slots = 64;
-    while (slots < 2 * (uint64_t)n)
-        slots *= 2;
-    t->merge = malloc(slots * sizeof(*t->merge));
-    if (t->merge == NULL)
+    if (tg_hmap_init(&t->merge, &tok__merge_type, NULL, n) != 0)
         return oom(err, errlen);
-    memset(t->merge, 0xff, slots * sizeof(*t->merge));
-    t->merge_mask = slots - 1;
     char local[512];
     for (size_t i = 0; i < n; i++) {
         const char *a = NULL, *b = NULL;
@@ -318,16 +348,16 @@ static int load_merges(struct tok_tokenizer *t, json_t *model, char *err,
                               "in the vocabulary",
                               i, (int)(na + nb), local);
         uint64_t key = (uint64_t)ia << 32 | (uint32_t)ib;
-        uint64_t s = tok__merge_hash(key) & t->merge_mask;
-        while (t->merge[s].key != UINT64_MAX && t->merge[s].key != key)
-            s = (s + 1) & t->merge_mask;
-        if (t->merge[s].key == UINT64_MAX)
-            t->n_merges++;
+        int added = 0;
+        struct tok__merge_slot *s = tg_hmap_put(
+            &t->merge, &tok__merge_type, tok__merge_hash(key), &key, &added);
+        TG_ASSERT(s != NULL); /* room for every merge was made above */
+        t->n_merges += (size_t)added;
         /* A repeated pair keeps the later rank, as a HashMap built from the
          * list does in HF. */
-        t->merge[s].key = key;
-        t->merge[s].rank = (uint32_t)i;
-        t->merge[s].id = im;
+        s->key = key;
+        s->rank = (uint32_t)i;
+        s->id = im;
     }
     return 0;
 }
@@ -435,12 +465,12 @@ static int load_added(struct tok_tokenizer *t, json_t *added, char *err,
         if (!a->normalized) {
             rc = trie_insert(&t->trie_raw, key, a->content.len, (int32_t)i);
         } else {
-            struct tok_text nk = {0};
+            struct tg_buf nk = {0};
             rc = tok__normalize(t, (const char *)key, a->content.len, &nk);
-            if (rc == 0 && nk.n > 0)
-                rc = trie_insert(&t->trie_norm, (const uint8_t *)nk.s, nk.n,
-                                 (int32_t)i);
-            tok_text_free(&nk);
+            if (rc == 0 && nk.len > 0)
+                rc = trie_insert(&t->trie_norm, (const uint8_t *)nk.data,
+                                 nk.len, (int32_t)i);
+            tg_buf_free(&nk);
         }
         if (rc != 0)
             return oom(err, errlen);
@@ -627,9 +657,9 @@ void tok_tokenizer_free(struct tok_tokenizer *tok)
     free(tok->str);
     free(tok->raw);
     free(tok->flags);
-    free(tok->by_str);
-    free(tok->by_raw);
-    free(tok->merge);
+    tg_hmap_free(&tok->by_str);
+    tg_hmap_free(&tok->by_raw);
+    tg_hmap_free(&tok->merge);
     free(tok->added);
     free(tok->nfc_safe);
     free(tok->trie_raw.node);

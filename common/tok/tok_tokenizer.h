@@ -39,6 +39,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/base/tg_buf.h"
+#include "common/base/tg_hmap.h"
+
 #define TOK_ENCODE_ADD_SPECIAL 1u /* add the post-processor's ids (BOS) */
 #define TOK_ENCODE_SPLIT_SPECIAL                                               \
     2u                             /* special tokens in the text are plain     \
@@ -59,16 +62,6 @@ struct tok_ids {
 
 /* Frees the storage and zeroes the array. Safe on a zeroed array. */
 void tok_ids_free(struct tok_ids *ids);
-
-/* A growable byte string the caller owns; zeroed is empty. When s != NULL
- * it is NUL-terminated at s[n]. */
-struct tok_text {
-    char *s;
-    size_t n, cap;
-};
-
-/* Frees the storage and zeroes the string. Safe on a zeroed string. */
-void tok_text_free(struct tok_text *t);
 
 /* ---- internal types (read-only after load; layout may change) ---- */
 struct tok__span {
@@ -125,11 +118,10 @@ struct tok_tokenizer {
                               UINT32_MAX when the id has no token */
     struct tok__span *raw; /* (n_ids) the bytes the token decodes to */
     uint8_t *flags;        /* (n_ids) TOK__F_* */
-    int32_t *by_str;       /* model vocab: string -> id, open addressing */
-    int32_t *by_raw;       /* model vocab: raw bytes -> id */
-    uint32_t by_mask;      /* slots - 1 of both tables */
-    struct tok__merge_slot *merge;
-    uint64_t merge_mask;
+    struct tg_hmap by_str; /* model vocab: string -> id (int32_t slots) */
+    struct tg_hmap by_raw; /* model vocab: raw bytes -> id */
+    struct tg_hmap merge;  /* struct tok__merge_slot slots; slots NULL
+                              without merges */
     size_t n_merges;
     int32_t byte_id[256]; /* id of each single byte, -1 when missing */
     struct tok__added *added;
@@ -200,8 +192,8 @@ struct tok_cache {
     size_t heap_cap;
     struct tok__piece *piece[2]; /* pieces between pre-tokenizer steps */
     size_t n_piece[2], piece_cap[2];
-    struct tok_text norm;  /* the normalized segment */
-    struct tok_text pre;   /* a segment with ByteLevel's prefix space */
+    struct tg_buf norm;    /* the normalized segment */
+    struct tg_buf pre;     /* a segment with ByteLevel's prefix space */
     uint64_t hits, misses; /* word cache statistics */
     size_t stop_n;         /* internal: tok_encode_max's bound on out->n */
 };
@@ -244,9 +236,11 @@ int tok_encode_max(const struct tok_tokenizer *tok, struct tok_cache *cache,
 /* Decodes `n` ids and appends the text to `out` (always valid UTF-8: ill-
  * formed byte sequences become U+FFFD). Ids without a token (negative, too
  * large, or holes) are skipped, as HF does. `flags`: TOK_DECODE_*. Returns 0
- * or TG_ENOMEM (out unchanged). Any thread. */
+ * or TG_ENOMEM (out keeps its text and is marked failed, tg_buf.h). Any
+ * thread. The text outputs of this header are struct tg_buf (the caller's,
+ * zeroed or holding text to append to). */
 int tok_decode(const struct tok_tokenizer *tok, const int32_t *ids, size_t n,
-               unsigned flags, struct tok_text *out, char *err, size_t errlen);
+               unsigned flags, struct tg_buf *out, char *err, size_t errlen);
 
 /* Streaming decoder for one generated sequence. Holds at most 3 bytes of an
  * incomplete UTF-8 sequence between calls. */
@@ -264,12 +258,12 @@ void tok_stream_init(struct tok_stream *s, const struct tok_tokenizer *tok,
 /* Feeds one id and appends to `out` only the text that is now complete:
  * never a broken UTF-8 sequence. Bytes that can never complete a sequence
  * become U+FFFD at once. Returns 0 or TG_ENOMEM. */
-int tok_stream_put(struct tok_stream *s, int32_t id, struct tok_text *out,
+int tok_stream_put(struct tok_stream *s, int32_t id, struct tg_buf *out,
                    char *err, size_t errlen);
 
 /* Ends the stream: an incomplete tail becomes one U+FFFD appended to `out`;
  * the stream is then empty and may be reused. Returns 0 or TG_ENOMEM. */
-int tok_stream_finish(struct tok_stream *s, struct tok_text *out, char *err,
+int tok_stream_finish(struct tok_stream *s, struct tg_buf *out, char *err,
                       size_t errlen);
 
 /* Returns 1 when `n` bytes at `s` are well-formed UTF-8, else 0 and, when

@@ -20,6 +20,8 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/gemm.h"
 
+#include "common/base/tg_hmap.h"
+
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -44,9 +46,7 @@ struct tg_cuda_gemm {
     cublasLtHandle_t lt;
     void *ws;        // device workspace (ws_bytes), reserved once
     size_t ws_bytes;
-    gemm_plan *plans; // open addressing, linear probing; cap a power of two
-    size_t cap;
-    size_t count;
+    struct tg_hmap plans; // gemm_plan slots, by shape (plan_type)
 };
 
 // ---------------------------------------------------------------- kernel
@@ -114,12 +114,37 @@ static uint64_t plan_hash(int m, int n, int k, int ydt, int has_bias,
     return h ^ (h >> 31);
 }
 
-static bool plan_matches(const gemm_plan *p, int m, int n, int k, int ydt,
-                         int has_bias, const uint8_t align[4])
+// A lookup's key is a plan with only its key fields set.
+static int plan_probe(const void *slot, const void *key)
 {
-    return p->used && p->m == m && p->n == n && p->k == k && p->ydt == ydt &&
-           p->has_bias == has_bias && memcmp(p->align, align, 4) == 0;
+    const gemm_plan *p = (const gemm_plan *)slot;
+    const gemm_plan *q = (const gemm_plan *)key;
+    if (!p->used)
+        return TG_HMAP_EMPTY;
+    return p->m == q->m && p->n == q->n && p->k == q->k && p->ydt == q->ydt &&
+                   p->has_bias == q->has_bias &&
+                   memcmp(p->align, q->align, 4) == 0
+               ? TG_HMAP_HIT
+               : TG_HMAP_MISS;
 }
+
+static int plan_empty(const void *slot)
+{
+    return !((const gemm_plan *)slot)->used;
+}
+
+static uint64_t plan_slot_hash(const void *slot, void *ctx)
+{
+    (void)ctx;
+    const gemm_plan *p = (const gemm_plan *)slot;
+    return plan_hash(p->m, p->n, p->k, p->ydt, p->has_bias, p->align);
+}
+
+// Plans live in their slots (moving one is a copy: its descriptors are
+// opaque handles); a zeroed slot is empty.
+static const struct tg_hmap_type plan_type = {
+    sizeof(gemm_plan), 0, plan_probe, plan_empty, plan_slot_hash,
+};
 
 // Releases whatever part of the plan was built; safe on a zeroed plan.
 static void plan_destroy(gemm_plan *p)
@@ -224,62 +249,37 @@ static int plan_build(const tg_cuda_gemm *g, gemm_plan *p, const void *bias)
     return 0;
 }
 
-// Doubles the table (or makes the first one) and reinserts every plan.
-static int plans_grow(tg_cuda_gemm *g)
-{
-    size_t cap = g->cap ? g->cap * 2 : 64;
-    gemm_plan *t = (gemm_plan *)calloc(cap, sizeof(*t));
-    if (t == nullptr)
-        return TG_ENOMEM;
-    for (size_t i = 0; i < g->cap; i++) {
-        const gemm_plan *p = &g->plans[i];
-        if (!p->used)
-            continue;
-        size_t j = plan_hash(p->m, p->n, p->k, p->ydt, p->has_bias,
-                             p->align) & (cap - 1);
-        while (t[j].used)
-            j = (j + 1) & (cap - 1);
-        t[j] = *p; // descriptors are opaque handles: moving them is a copy
-    }
-    free(g->plans);
-    g->plans = t;
-    g->cap = cap;
-    return 0;
-}
-
 // Finds the cached plan for the key or builds and inserts it.
 static int plan_get(tg_cuda_gemm *g, int m, int n, int k, int ydt,
                     const void *x, const void *w, const void *bias, void *y,
                     gemm_plan **out)
 {
-    uint8_t align[4] = {align_log2(x), align_log2(w), align_log2(y),
-                        bias != nullptr ? align_log2(bias) : (uint8_t)0};
-    int has_bias = bias != nullptr;
-    // Keep the load at most 1/2 so probes stay short.
-    if (2 * (g->count + 1) > g->cap) {
-        int rc = plans_grow(g);
-        if (rc != 0)
-            return rc;
+    gemm_plan fresh;
+    memset(&fresh, 0, sizeof(fresh));
+    fresh.m = m;
+    fresh.n = n;
+    fresh.k = k;
+    fresh.ydt = ydt;
+    fresh.has_bias = bias != nullptr;
+    fresh.align[0] = align_log2(x);
+    fresh.align[1] = align_log2(w);
+    fresh.align[2] = align_log2(y);
+    fresh.align[3] = bias != nullptr ? align_log2(bias) : (uint8_t)0;
+    uint64_t h = plan_hash(m, n, k, ydt, fresh.has_bias, fresh.align);
+    gemm_plan *p = (gemm_plan *)tg_hmap_find(&g->plans, &plan_type, h, &fresh);
+    if (p != nullptr) {
+        *out = p;
+        return 0;
     }
-    size_t j = plan_hash(m, n, k, ydt, has_bias, align) & (g->cap - 1);
-    while (g->plans[j].used) {
-        if (plan_matches(&g->plans[j], m, n, k, ydt, has_bias, align)) {
-            *out = &g->plans[j];
-            return 0;
-        }
-        j = (j + 1) & (g->cap - 1);
-    }
-    gemm_plan *p = &g->plans[j];
-    p->m = m;
-    p->n = n;
-    p->k = k;
-    p->ydt = ydt;
-    p->has_bias = has_bias;
-    memcpy(p->align, align, 4);
-    int rc = plan_build(g, p, bias);
+    int rc = plan_build(g, &fresh, bias);
     if (rc != 0)
-        return rc; // plan_build left the slot zeroed (unused)
-    g->count++;
+        return rc; // plan_build released what it had made
+    p = (gemm_plan *)tg_hmap_put(&g->plans, &plan_type, h, &fresh, nullptr);
+    if (p == nullptr) {
+        plan_destroy(&fresh);
+        return TG_ENOMEM;
+    }
+    *p = fresh;
     *out = p;
     return 0;
 }
@@ -316,9 +316,8 @@ extern "C" int tg_cuda_gemm_new(size_t workspace_bytes,
         }
     }
     g->ws_bytes = workspace_bytes;
-    rc = plans_grow(g);
-    if (rc != 0) {
-        rc = tg_err_set(err, errlen, rc, "gemm: out of host memory");
+    if (tg_hmap_init(&g->plans, &plan_type, nullptr, 32) != 0) {
+        rc = tg_err_set(err, errlen, TG_ENOMEM, "gemm: out of host memory");
         goto fail;
     }
     *out = g;
@@ -334,10 +333,11 @@ extern "C" void tg_cuda_gemm_free(struct tg_cuda_gemm *g)
         return;
     // Queued matmuls may still read the workspace and descriptors.
     (void)cudaDeviceSynchronize();
-    for (size_t i = 0; i < g->cap; i++)
-        if (g->plans[i].used)
-            plan_destroy(&g->plans[i]);
-    free(g->plans);
+    size_t pos = 0;
+    for (gemm_plan *p;
+         (p = (gemm_plan *)tg_hmap_next(&g->plans, &pos)) != nullptr;)
+        plan_destroy(p);
+    tg_hmap_free(&g->plans);
     (void)cudaFree(g->ws);
     if (g->lt != nullptr)
         (void)cublasLtDestroy(g->lt);
@@ -346,7 +346,7 @@ extern "C" void tg_cuda_gemm_free(struct tg_cuda_gemm *g)
 
 extern "C" size_t tg_cuda_gemm_cached(const struct tg_cuda_gemm *g)
 {
-    return g != nullptr ? g->count : 0;
+    return g != nullptr ? tg_hmap_count(&g->plans) : 0;
 }
 
 extern "C" int tg_cuda_gemm_bf16(struct tg_cuda_gemm *g, const void *x,

@@ -306,8 +306,7 @@ static int tool_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
     struct rt_tc_delta d;
     char *content = NULL;
     size_t clen = 0;
-    int rc = rt_tc_feed(a->tc, r->text.out.s ? r->text.out.s : "",
-                        r->text.out.n, &d);
+    int rc = rt_tc_feed(a->tc, tg_buf_str(&r->text.out), r->text.out.len, &d);
     if (rc == 0) {
         content = malloc(d.content_len + 1);
         if (content == NULL)
@@ -344,13 +343,13 @@ static int echo_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
                          const struct rt_usage *u, char **body, size_t *blen)
 {
     struct rt_api_gen *a = rt_api_gen_of(r);
-    size_t on = r->text.out.n, en = a->g.echo_len;
+    size_t on = r->text.out.len, en = a->g.echo_len;
     char *all = malloc(en + on + 1);
     if (all == NULL)
         return TG_ENOMEM;
     memcpy(all, a->g.echo_text, en);
     if (on > 0)
-        memcpy(all + en, r->text.out.s, on);
+        memcpy(all + en, r->text.out.data, on);
     all[en + on] = '\0';
     int rc = rt_openai_format_response(&a->ctx, all, en + on, r->lp_scratch,
                                        n_all, fin, u, body, blen);
@@ -422,9 +421,8 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
     int rc = a->tc != NULL ? tool_response(r, n_all, fin, &u, &body, &blen)
              : a->g.echo_text != NULL
                  ? echo_response(r, n_all, fin, &u, &body, &blen)
-                 : rt_openai_format_response(&a->ctx,
-                                             r->text.out.s ? r->text.out.s : "",
-                                             r->text.out.n, r->lp_scratch,
+                 : rt_openai_format_response(&a->ctx, tg_buf_str(&r->text.out),
+                                             r->text.out.len, r->lp_scratch,
                                              n_all, fin, &u, &body, &blen);
     if (g != NULL)
         group_body(g, r, rc, body, blen);
@@ -543,22 +541,22 @@ static int echo_prepare(struct rt_server *s, struct rt_req *r,
         g->echo_len = q->prompt_len;
         return 0;
     }
-    struct tok_text text = {0};
+    struct tg_buf text = {0};
     char err[256];
     int rc = tok_decode(&s->tok, q->prompt_ids, q->n_prompt_ids, 0, &text, err,
                         sizeof(err));
     if (rc != 0) {
-        tok_text_free(&text);
+        tg_buf_free(&text);
         rt_request_error_set(e, 400, "invalid_token", "prompt", "%s", err);
         return rc;
     }
-    g->echo_text = malloc(text.n + 1);
+    g->echo_text = malloc(text.len + 1);
     if (g->echo_text != NULL) {
-        memcpy(g->echo_text, text.s ? text.s : "", text.n);
-        g->echo_text[text.n] = '\0';
-        g->echo_len = text.n;
+        memcpy(g->echo_text, tg_buf_str(&text), text.len);
+        g->echo_text[text.len] = '\0';
+        g->echo_len = text.len;
     }
-    tok_text_free(&text);
+    tg_buf_free(&text);
     if (g->echo_text != NULL)
         return 0;
 oom:
@@ -829,7 +827,7 @@ static void h_metrics(struct rt_http_req *req, void *ud)
 {
     struct rt_server *s = ud;
     rt_server_scrape(s);
-    struct rt_metrics_buf buf = {0};
+    struct tg_buf buf = {0};
     char err[128];
     if (rt_metrics_render(&s->metrics.reg, &buf, err, sizeof(err)) != 0) {
         rt_http_respond_error(req, 500, NULL, "metrics unavailable: out of memory",
@@ -837,7 +835,7 @@ static void h_metrics(struct rt_http_req *req, void *ud)
     } else {
         rt_http_respond(req, 200, RT_METRICS_CONTENT_TYPE, buf.data, buf.len);
     }
-    rt_metrics_buf_free(&buf);
+    tg_buf_free(&buf);
 }
 
 int rt_api_http_register(struct rt_server *s, struct rt_http_server *http,

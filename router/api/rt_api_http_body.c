@@ -136,7 +136,7 @@ static int detokenize_body(struct rt_server *s, const char *body, size_t len,
             return TG_EINVAL;
         }
     }
-    struct tok_text text = {0};
+    struct tg_buf text = {0};
     char err[256];
     rc = tok_decode(&s->tok, d.tokens, d.n_tokens, 0, &text, err,
                     sizeof(err));
@@ -144,13 +144,13 @@ static int detokenize_body(struct rt_server *s, const char *body, size_t len,
     if (rc != 0) {
         rt_request_error_set(e, 400, "invalid_token", "tokens", "%s", err);
     } else {
-        rc = rt_openai_format_detokenize(text.s ? text.s : "", text.n, out,
+        rc = rt_openai_format_detokenize(tg_buf_str(&text), text.len, out,
                                          out_len);
         if (rc != 0)
             rt_request_error_set(e, 500, "internal_error", NULL,
                                  "out of memory");
     }
-    tok_text_free(&text);
+    tg_buf_free(&text);
     return rc;
 }
 

@@ -114,71 +114,25 @@ int rt_metrics_format_double(double v, char *dst, size_t dstlen)
     return snprintf(dst, dstlen, "%s", tmp);
 }
 
-/* ---- buffer ----------------------------------------------------------- */
+/* ---- writing -------------------------------------------------------- */
 
-void rt_metrics_buf_free(struct rt_metrics_buf *buf)
-{
-    if (buf == NULL)
-        return;
-    free(buf->data);
-    memset(buf, 0, sizeof(*buf));
-}
-
-/* An append cursor over a caller's buffer: the first failed growth sets
- * `failed` and later appends do nothing, so render checks once at the end. */
-struct writer {
-    struct rt_metrics_buf *b;
-    int failed;
-};
-
-static void w_reserve(struct writer *w, size_t extra)
-{
-    struct rt_metrics_buf *b = w->b;
-    if (w->failed)
-        return;
-    if (extra > SIZE_MAX / 2 - b->len) {
-        w->failed = 1;
-        return;
-    }
-    size_t need = b->len + extra + 1;
-    if (TG_GROW(b->data, &b->cap, need)) {
-        w->failed = 1;
-        return;
-    }
-    /* Terminated even when nothing gets appended (fresh storage, or a
-     * reused buffer the caller reset with len = 0). */
-    b->data[b->len] = '\0';
-}
-
-static void w_mem(struct writer *w, const char *s, size_t n)
-{
-    w_reserve(w, n);
-    if (w->failed)
-        return;
-    memcpy(w->b->data + w->b->len, s, n);
-    w->b->len += n;
-    w->b->data[w->b->len] = '\0';
-}
-
-static void w_str(struct writer *w, const char *s) { w_mem(w, s, strlen(s)); }
-
-static void w_double(struct writer *w, double v)
+static void w_double(struct tg_buf *w, double v)
 {
     char tmp[40];
     int n = rt_metrics_format_double(v, tmp, sizeof(tmp));
-    w_mem(w, tmp, (size_t)n);
+    tg_buf_append(w, tmp, (size_t)n);
 }
 
-static void w_u64(struct writer *w, uint64_t v)
+static void w_u64(struct tg_buf *w, uint64_t v)
 {
     char tmp[24];
     int n = snprintf(tmp, sizeof(tmp), "%" PRIu64, v);
-    w_mem(w, tmp, (size_t)n);
+    tg_buf_append(w, tmp, (size_t)n);
 }
 
 /* Appends s escaped for a label value (\ " newline) or, with
  * label = 0, for help text (\ newline), exposition format 0.0.4. */
-static void w_escaped(struct writer *w, const char *s, int label)
+static void w_escaped(struct tg_buf *w, const char *s, int label)
 {
     const char *run = s;
     for (const char *p = s;; p++) {
@@ -191,10 +145,10 @@ static void w_escaped(struct writer *w, const char *s, int label)
             esc = "\\\"";
         else if (*p != '\0')
             continue;
-        w_mem(w, run, (size_t)(p - run));
+        tg_buf_append(w, run, (size_t)(p - run));
         if (*p == '\0')
             return;
-        w_str(w, esc);
+        tg_buf_puts(w, esc);
         run = p + 1;
     }
 }
@@ -397,24 +351,22 @@ oom:
 static char *render_labels(const struct rt_metrics_family *f,
                            const char *const *values)
 {
-    struct rt_metrics_buf b = {0};
-    struct writer w = {&b, 0};
-    w_reserve(&w, 0); /* so a family without labels still gets "" */
+    struct tg_buf b = {0}, *w = &b;
     for (int i = 0; i < f->n_labels; i++) {
         if (i > 0)
-            w_str(&w, ",");
-        w_str(&w, f->label_names[i]);
-        w_str(&w, "=\"");
-        w_escaped(&w, values[i], 1);
-        w_str(&w, "\"");
+            tg_buf_puts(w, ",");
+        tg_buf_puts(w, f->label_names[i]);
+        tg_buf_puts(w, "=\"");
+        w_escaped(w, values[i], 1);
+        tg_buf_puts(w, "\"");
     }
-    if (w.failed) {
-        rt_metrics_buf_free(&b);
+    if (tg_buf_failed(&b)) {
+        tg_buf_free(&b);
         return NULL;
     }
     /* Keep only what is used: series labels live for the whole run. */
-    char *s = dup_str(b.data);
-    rt_metrics_buf_free(&b);
+    char *s = dup_str(tg_buf_str(&b));
+    tg_buf_free(&b);
     return s;
 }
 
@@ -562,26 +514,26 @@ uint64_t rt_metrics_histogram_cumulative(const struct rt_metrics_series *s,
 /* ---- rendering -------------------------------------------------------- */
 
 /* <name><suffix>{<labels>[,<extra>]} — braces only when there are labels. */
-static void w_series_name(struct writer *w, const struct rt_metrics_family *f,
-                          const char *suffix,
-                          const struct rt_metrics_series *s, const char *le)
+static void w_series_name(struct tg_buf *w, const struct rt_metrics_family *f,
+                          const char *suffix, const struct rt_metrics_series *s,
+                          const char *le)
 {
-    w_str(w, f->name);
-    w_str(w, suffix);
+    tg_buf_puts(w, f->name);
+    tg_buf_puts(w, suffix);
     int has = s->labels[0] != '\0';
     if (!has && le == NULL)
         return;
-    w_str(w, "{");
-    w_str(w, s->labels);
+    tg_buf_puts(w, "{");
+    tg_buf_puts(w, s->labels);
     if (le != NULL) {
-        w_str(w, has ? ",le=\"" : "le=\"");
-        w_str(w, le);
-        w_str(w, "\"");
+        tg_buf_puts(w, has ? ",le=\"" : "le=\"");
+        tg_buf_puts(w, le);
+        tg_buf_puts(w, "\"");
     }
-    w_str(w, "}");
+    tg_buf_puts(w, "}");
 }
 
-static void render_histogram(struct writer *w,
+static void render_histogram(struct tg_buf *w,
                              const struct rt_metrics_family *f,
                              const struct rt_metrics_series *s)
 {
@@ -590,56 +542,58 @@ static void render_histogram(struct writer *w,
         cum += s->buckets[i];
         w_series_name(w, f, "_bucket", s,
                       i < f->n_bounds ? f->bound_text[i] : "+Inf");
-        w_str(w, " ");
+        tg_buf_puts(w, " ");
         w_u64(w, cum);
-        w_str(w, "\n");
+        tg_buf_puts(w, "\n");
     }
     w_series_name(w, f, "_sum", s, NULL);
-    w_str(w, " ");
+    tg_buf_puts(w, " ");
     w_double(w, s->sum);
-    w_str(w, "\n");
+    tg_buf_puts(w, "\n");
     w_series_name(w, f, "_count", s, NULL);
-    w_str(w, " ");
+    tg_buf_puts(w, " ");
     w_u64(w, s->count);
-    w_str(w, "\n");
+    tg_buf_puts(w, "\n");
 }
 
-int rt_metrics_render(const struct rt_metrics_registry *reg,
-                      struct rt_metrics_buf *out, char *err, size_t errlen)
+int rt_metrics_render(const struct rt_metrics_registry *reg, struct tg_buf *out,
+                      char *err, size_t errlen)
 {
     size_t len0 = out->len;
-    struct writer w = {out, 0};
-    w_reserve(&w, 0); /* an empty registry still leaves a terminated buffer */
-    for (int i = 0; i < reg->n_families && !w.failed; i++) {
+    int failed0 = tg_buf_failed(out);
+    struct tg_buf *w = out;
+    tg_buf_reserve(w, 0); /* an empty registry still leaves a terminated
+                             buffer */
+    for (int i = 0; i < reg->n_families && !tg_buf_failed(w); i++) {
         const struct rt_metrics_family *f = reg->families[i];
         if (f->help[0] != '\0') {
-            w_str(&w, "# HELP ");
-            w_str(&w, f->name);
-            w_str(&w, " ");
-            w_escaped(&w, f->help, 0);
-            w_str(&w, "\n");
+            tg_buf_puts(w, "# HELP ");
+            tg_buf_puts(w, f->name);
+            tg_buf_puts(w, " ");
+            w_escaped(w, f->help, 0);
+            tg_buf_puts(w, "\n");
         }
-        w_str(&w, "# TYPE ");
-        w_str(&w, f->name);
-        w_str(&w, " ");
-        w_str(&w, type_name(f->type));
-        w_str(&w, "\n");
+        tg_buf_puts(w, "# TYPE ");
+        tg_buf_puts(w, f->name);
+        tg_buf_puts(w, " ");
+        tg_buf_puts(w, type_name(f->type));
+        tg_buf_puts(w, "\n");
         for (int k = 0; k < f->n_series; k++) {
             const struct rt_metrics_series *s = f->series[k];
             if (f->type == RT_METRICS_HISTOGRAM) {
-                render_histogram(&w, f, s);
+                render_histogram(w, f, s);
             } else {
-                w_series_name(&w, f, "", s, NULL);
-                w_str(&w, " ");
-                w_double(&w, s->value);
-                w_str(&w, "\n");
+                w_series_name(w, f, "", s, NULL);
+                tg_buf_puts(w, " ");
+                w_double(w, s->value);
+                tg_buf_puts(w, "\n");
             }
         }
     }
-    if (w.failed) {
-        out->len = len0;
-        if (out->data != NULL)
-            out->data[len0] = '\0';
+    if (tg_buf_failed(w)) {
+        /* All or nothing: the buffer as it was. */
+        tg_buf_truncate(out, len0);
+        out->failed = failed0;
         return tg_err_set(err, errlen, TG_ENOMEM,
                           "metrics: out of memory rendering %d families",
                           reg->n_families);

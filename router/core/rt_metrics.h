@@ -37,6 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/base/tg_buf.h"
+
 /* HTTP Content-Type of the rendered text (exposition format 0.0.4). */
 #define RT_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
 
@@ -50,16 +52,6 @@ enum rt_metrics_type {
     RT_METRICS_COUNTER,   /* monotonic, >= 0; name should end in _total */
     RT_METRICS_GAUGE,     /* any value, may go up and down */
     RT_METRICS_HISTOGRAM, /* observations counted into fixed buckets */
-};
-
-/* A growable text buffer supplied by the caller. Zero-initialise it before
- * first use; rendering appends at data[len] and keeps data NUL-terminated
- * (cap counts the terminator). Set len = 0 to reuse the storage for the
- * next scrape; release it with rt_metrics_buf_free. */
-struct rt_metrics_buf {
-    char *data; /* (cap) bytes; data[0..len) is text, data[len] == '\0' */
-    size_t len; /* bytes of text, excluding the terminator */
-    size_t cap; /* bytes allocated */
 };
 
 /* One labelled time series of a family. The handle stays valid until the
@@ -99,11 +91,6 @@ struct rt_metrics_registry {
     int cap_families;
     struct rt_metrics_family **families; /* (n_families) owned, stable */
 };
-
-/* ---- buffer ---------------------------------------------------------- */
-
-/* Releases the buffer's storage and zeroes it. Safe on a zeroed buffer. */
-void rt_metrics_buf_free(struct rt_metrics_buf *buf);
 
 /* ---- registry -------------------------------------------------------- */
 
@@ -187,12 +174,13 @@ uint64_t rt_metrics_histogram_cumulative(const struct rt_metrics_series *s,
 
 /* ---- rendering ------------------------------------------------------- */
 
-/* Appends the whole registry in text format 0.0.4 to `out` (see the top of
- * this file), growing out->data as needed. Returns 0 or TG_ENOMEM, in which
- * case out->len is restored to its value on entry (the text appended so far
- * is dropped) and out stays valid. */
-int rt_metrics_render(const struct rt_metrics_registry *reg,
-                      struct rt_metrics_buf *out, char *err, size_t errlen);
+/* Appends the whole registry in text format 0.0.4 to `out`, the caller's
+ * buffer (tg_buf.h: zeroed, or holding text; tg_buf_reset it to reuse its
+ * storage for the next scrape), leaving it NUL-terminated even for an
+ * empty registry. Returns 0 or TG_ENOMEM, in which case out is restored
+ * to its state on entry (the text appended so far is dropped). */
+int rt_metrics_render(const struct rt_metrics_registry *reg, struct tg_buf *out,
+                      char *err, size_t errlen);
 
 /* Writes the text form of `v` used for sample values and bounds into
  * dst[0..dstlen) and returns its length: integral values of magnitude

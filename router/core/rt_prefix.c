@@ -92,15 +92,7 @@ int rt_prefix_init(struct rt_prefix *pc, int n_ranks, char *err,
 
 static void unlink_entry(struct rt_prefix *pc, struct rt_prefix_entry *e)
 {
-    if (e->newer != NULL)
-        e->newer->older = e->older;
-    else
-        pc->newest = e->older;
-    if (e->older != NULL)
-        e->older->newer = e->newer;
-    else
-        pc->oldest = e->newer;
-    e->newer = e->older = NULL;
+    tg_list_remove(&pc->lru, &e->lru);
     pc->n_entries--;
     int64_t *held = e->on_host ? pc->host_pages : pc->pages;
     pc->n_host_entries -= e->on_host;
@@ -137,14 +129,14 @@ void rt_prefix_drop(struct rt_prefix *pc, struct kv_pool *pools,
 
 void rt_prefix_clear(struct rt_prefix *pc, struct kv_pool *pools)
 {
-    while (pc->oldest != NULL)
-        drop_entry(pc, pools, pc->oldest);
+    while (rt_prefix_oldest(pc) != NULL)
+        drop_entry(pc, pools, rt_prefix_oldest(pc));
 }
 
 void rt_prefix_free(struct rt_prefix *pc, struct kv_pool *pools)
 {
-    TG_ASSERT(pools != NULL || pc->oldest == NULL);
-    if (pc->oldest != NULL)
+    TG_ASSERT(pools != NULL || rt_prefix_oldest(pc) == NULL);
+    if (rt_prefix_oldest(pc) != NULL)
         rt_prefix_clear(pc, pools);
     free(pc->pages);
     free(pc->host_pages);
@@ -206,9 +198,9 @@ int rt_prefix_insert_bounds(struct rt_prefix *pc, struct kv_pool *pools,
     /* One entry per session and per sequence within a scope: the newer
      * turn replaces the older one, whose KV no prompt of that scope would
      * prefer any more. Another scope's entries are never touched. */
-    struct rt_prefix_entry *x = pc->newest;
+    struct rt_prefix_entry *x = rt_prefix_newest(pc);
     while (x != NULL) {
-        struct rt_prefix_entry *next = x->older;
+        struct rt_prefix_entry *next = rt_prefix_older(x);
         if (x->scope != scope) {
             x = next;
             continue;
@@ -225,12 +217,7 @@ int rt_prefix_insert_bounds(struct rt_prefix *pc, struct kv_pool *pools,
 
     memcpy(e->seqs, seqs, (size_t)pc->n_ranks * sizeof(struct kv_seq));
     memset(seqs, 0, (size_t)pc->n_ranks * sizeof(struct kv_seq));
-    e->older = pc->newest;
-    if (pc->newest != NULL)
-        pc->newest->newer = e;
-    else
-        pc->oldest = e;
-    pc->newest = e;
+    tg_list_push_front(&pc->lru, &e->lru);
     pc->n_entries++;
     for (int r = 0; r < pc->n_ranks; r++)
         pc->pages[r] += e->seqs[r].used_pages;
@@ -273,7 +260,8 @@ int rt_prefix_match(struct rt_prefix *pc, const int32_t *tokens,
         ph[i] = hash_step(ph[i - 1], tokens[i - 1]);
 
     struct rt_prefix_entry *best = NULL;
-    for (struct rt_prefix_entry *e = pc->newest; e != NULL; e = e->older) {
+    for (struct rt_prefix_entry *e = rt_prefix_newest(pc); e != NULL;
+         e = rt_prefix_older(e)) {
         if (e->scope != scope || !is_prefix(e, tokens, n_tokens, ph))
             continue;
         if (session != NULL && e->session != NULL &&
@@ -319,7 +307,8 @@ int rt_prefix_match_rewind(struct rt_prefix *pc, struct kv_pool *pools,
     struct rt_prefix_entry *best = NULL;
     int64_t best_n = 0;
     int32_t best_i = -1;
-    for (struct rt_prefix_entry *e = pc->newest; e != NULL; e = e->older) {
+    for (struct rt_prefix_entry *e = rt_prefix_newest(pc); e != NULL;
+         e = rt_prefix_older(e)) {
         if (e->scope != scope)
             continue;
         int32_t i = -1;
@@ -398,9 +387,9 @@ void rt_prefix_take(struct rt_prefix *pc, struct rt_prefix_entry *e,
 struct rt_prefix_entry *rt_prefix_oldest_device(
     const struct rt_prefix *pc, const struct rt_prefix_entry *keep)
 {
-    struct rt_prefix_entry *e = pc->oldest;
+    struct rt_prefix_entry *e = rt_prefix_oldest(pc);
     while (e != NULL && (e == keep || e->on_host))
-        e = e->newer;
+        e = rt_prefix_newer(e);
     return e;
 }
 
@@ -440,9 +429,9 @@ void rt_prefix_set_on_host(struct rt_prefix *pc, struct rt_prefix_entry *e)
 int rt_prefix_evict_host_lru(struct rt_prefix *pc,
                              const struct rt_prefix_entry *keep)
 {
-    struct rt_prefix_entry *e = pc->oldest;
+    struct rt_prefix_entry *e = rt_prefix_oldest(pc);
     while (e != NULL && (!e->on_host || e == keep))
-        e = e->newer;
+        e = rt_prefix_newer(e);
     if (e == NULL)
         return 0;
     drop_entry(pc, NULL, e);
@@ -453,8 +442,9 @@ int rt_prefix_evict_host_lru(struct rt_prefix *pc,
 int64_t rt_prefix_clear_host(struct rt_prefix *pc)
 {
     int64_t n = 0;
-    for (struct rt_prefix_entry *e = pc->oldest, *next; e != NULL; e = next) {
-        next = e->newer;
+    for (struct rt_prefix_entry *e = rt_prefix_oldest(pc), *next; e != NULL;
+         e = next) {
+        next = rt_prefix_newer(e);
         if (e->on_host) {
             drop_entry(pc, NULL, e);
             n++;

@@ -49,6 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/base/tg_list.h"
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
 
@@ -82,8 +83,7 @@ int rt_prefix_bounds_push(struct rt_prefix_bounds *b, int64_t pos,
 void rt_prefix_bounds_free(struct rt_prefix_bounds *b);
 
 struct rt_prefix_entry {
-    struct rt_prefix_entry *newer; /* LRU neighbours; NULL at the ends */
-    struct rt_prefix_entry *older;
+    struct tg_list_node lru;       /* in rt_prefix.lru (newest first) */
     int32_t *tokens;               /* (n_tokens) token ids whose KV is held */
     int64_t n_tokens;              /* == seqs[r].pos on every rank */
     uint64_t hash;                 /* FNV-1a of tokens */
@@ -99,8 +99,7 @@ struct rt_prefix_entry {
 
 struct rt_prefix {
     int n_ranks;                   /* T */
-    struct rt_prefix_entry *newest;
-    struct rt_prefix_entry *oldest;
+    struct tg_list lru;            /* the entries, newest first */
     int64_t n_entries;
     int64_t *pages;                /* (n_ranks) pages held by all entries */
     int64_t n_evictions;           /* entries dropped (LRU, replacement) */
@@ -113,6 +112,36 @@ struct rt_prefix {
     int64_t n_host_evictions;      /* host entries dropped by
                                       rt_prefix_evict_host_lru */
 };
+
+/* The LRU order: the newest and oldest entries, and an entry's older and
+ * newer neighbours; NULL past the ends. */
+static inline struct rt_prefix_entry *
+rt_prefix_newest(const struct rt_prefix *pc)
+{
+    return TG_LIST_FIRST(&pc->lru, struct rt_prefix_entry, lru);
+}
+
+static inline struct rt_prefix_entry *
+rt_prefix_oldest(const struct rt_prefix *pc)
+{
+    return TG_LIST_LAST(&pc->lru, struct rt_prefix_entry, lru);
+}
+
+static inline struct rt_prefix_entry *
+rt_prefix_older(const struct rt_prefix_entry *e)
+{
+    return e->lru.next != NULL
+               ? TG_LIST_ENTRY(e->lru.next, struct rt_prefix_entry, lru)
+               : NULL;
+}
+
+static inline struct rt_prefix_entry *
+rt_prefix_newer(const struct rt_prefix_entry *e)
+{
+    return e->lru.prev != NULL
+               ? TG_LIST_ENTRY(e->lru.prev, struct rt_prefix_entry, lru)
+               : NULL;
+}
 
 /* Initialises an empty cache for `n_ranks` >= 1 ranks. Returns 0, TG_EINVAL
  * or TG_ENOMEM (the cache is zeroed then). The caller owns `pc`. */

@@ -19,39 +19,19 @@ int rt_sched__running(const struct rt_sched_req *req)
 
 static void wait_unlink(struct rt_sched *s, struct rt_sched_req *req)
 {
-    if (req->prev != NULL)
-        req->prev->next = req->next;
-    else
-        s->wait_head = req->next;
-    if (req->next != NULL)
-        req->next->prev = req->prev;
-    else
-        s->wait_tail = req->prev;
-    req->prev = req->next = NULL;
+    tg_list_remove(&s->waiting, &req->wait_link);
     s->n_waiting--;
 }
 
 static void wait_push_back(struct rt_sched *s, struct rt_sched_req *req)
 {
-    req->next = NULL;
-    req->prev = s->wait_tail;
-    if (s->wait_tail != NULL)
-        s->wait_tail->next = req;
-    else
-        s->wait_head = req;
-    s->wait_tail = req;
+    tg_list_push_back(&s->waiting, &req->wait_link);
     s->n_waiting++;
 }
 
 static void wait_push_front(struct rt_sched *s, struct rt_sched_req *req)
 {
-    req->prev = NULL;
-    req->next = s->wait_head;
-    if (s->wait_head != NULL)
-        s->wait_head->prev = req;
-    else
-        s->wait_tail = req;
-    s->wait_head = req;
+    tg_list_push_front(&s->waiting, &req->wait_link);
     s->n_waiting++;
 }
 
@@ -235,19 +215,17 @@ int rt_sched_init(struct rt_sched *s, const struct rt_sched_config *cfg,
     /* Live requests never exceed max_queued + max_num_seqs (preemption
      * only moves running ones back), so the map never fills past half. */
     int64_t live = (int64_t)cfg->max_queued + cfg->max_num_seqs;
-    s->map_cap = 16;
-    while (s->map_cap < 2 * live)
-        s->map_cap *= 2;
     rc = rt_sched__tier_init(s, err, errlen);
     if (rc != 0)
         goto fail;
-    s->map = calloc((size_t)s->map_cap, sizeof(s->map[0]));
+    if (rt_sched__map_init(s, live) != 0)
+        goto oom;
     s->running = calloc((size_t)cfg->max_num_seqs, sizeof(s->running[0]));
     s->slot_used = calloc((size_t)cfg->max_num_seqs, 1);
     s->released = calloc((size_t)cfg->max_num_seqs, sizeof(int32_t));
     s->released_pages = calloc((size_t)cfg->n_ranks, sizeof(int64_t));
-    if (s->map == NULL || s->running == NULL || s->slot_used == NULL ||
-        s->released == NULL || s->released_pages == NULL)
+    if (s->running == NULL || s->slot_used == NULL || s->released == NULL ||
+        s->released_pages == NULL)
         goto oom;
     if (cfg->per_head) {
         for (int r = 0; r < cfg->n_ranks; r++)
@@ -305,11 +283,9 @@ fail:
 
 void rt_sched_free(struct rt_sched *s)
 {
-    if (s->map != NULL) {
-        for (int64_t i = 0; i < s->map_cap; i++)
-            if (s->map[i] != NULL)
-                req_free(s, s->map[i]);
-    }
+    size_t pos = 0;
+    for (struct rt_sched_req **q; (q = tg_hmap_next(&s->map, &pos)) != NULL;)
+        req_free(s, *q);
     if (s->pools != NULL) {
         rt_prefix_free(&s->cache, s->pools);
         for (int r = 0; r < s->cfg.n_ranks; r++)
@@ -320,7 +296,7 @@ void rt_sched_free(struct rt_sched *s)
     rt_sched__tier_free(s);
     free(s->pools);
     free(s->lay);
-    free(s->map);
+    tg_hmap_free(&s->map);
     free(s->running);
     free(s->slot_used);
     free(s->released);
@@ -678,7 +654,8 @@ enum { ADM_ADMITTED, ADM_RESTORING, ADM_ENDED, ADM_STOP };
  * tokens left in the step. */
 static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
 {
-    struct rt_sched_req *req = s->wait_head;
+    struct rt_sched_req *req = TG_LIST_ENTRY(s->waiting.first,
+                                             struct rt_sched_req, wait_link);
     const int T = s->cfg.n_ranks;
     const int64_t C = s->cfg.layout->prefill_chunk;
     /* Attached parallel samples come along: a slot each, and at most one
@@ -909,7 +886,7 @@ int rt_sched_plan(struct rt_sched *s, struct rt_step *out, char *err,
     }
 
     /* 3. Admission, strictly FIFO. */
-    while (s->wait_head != NULL && s->n_running < s->cfg.max_num_seqs &&
+    while (!tg_list_empty(&s->waiting) && s->n_running < s->cfg.max_num_seqs &&
            budget > 0) {
         int32_t before = out->n_entries;
         int r = admit_front(s, out, budget);

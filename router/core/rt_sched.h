@@ -118,6 +118,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/base/tg_hmap.h"
+#include "common/base/tg_list.h"
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
 #include "common/kv/kv_trig.h"
@@ -272,10 +274,9 @@ struct rt_sched {
     int32_t rows;                  /* L * G, the same on every rank */
     struct kv_pool *pools;         /* (n_ranks) */
     struct rt_prefix cache;
-    struct rt_sched_req **map;     /* (map_cap) open addressing by id */
-    int64_t map_cap;
-    struct rt_sched_req *wait_head; /* FIFO of WAITING requests */
-    struct rt_sched_req *wait_tail;
+    struct tg_hmap map;     /* request id -> struct rt_sched_req *
+                                      (rt_sched_map.c) */
+    struct tg_list waiting; /* FIFO of WAITING requests */
     int32_t n_waiting;
     struct rt_sched_req **running; /* (max_num_seqs) by admission order */
     int32_t n_running;

@@ -65,14 +65,15 @@ struct rt_sched_req {
     int64_t dbase;                  /* position where it began */
     uint64_t restoring;             /* the restore op it waits for before
                                        its first entry (§4.10), or 0 */
-    struct rt_sched_req *prev;      /* WAITING list links */
-    struct rt_sched_req *next;
+    struct tg_list_node wait_link;  /* in s->waiting while WAITING */
 };
 
 /* Returns the live request `id`, or NULL. */
 struct rt_sched_req *rt_sched__find(const struct rt_sched *s, uint64_t id);
-/* rt_sched_map.c: enter a request (its id not yet present; the map has
- * room for every live request) and remove the one of `id` (present). */
+/* rt_sched_map.c: make the map with room for `live` requests (0 or
+ * TG_ENOMEM), enter a request (its id not yet present; the map has room
+ * for every live request) and remove the one of `id` (present). */
+int rt_sched__map_init(struct rt_sched *s, int64_t live);
 void rt_sched__map_put(struct rt_sched *s, struct rt_sched_req *req);
 void rt_sched__map_del(struct rt_sched *s, uint64_t id);
 

@@ -1,58 +1,65 @@
-/* rt_sched_map.c — the scheduler's map from request id to request: open
- * addressing with linear probing and backward-shift deletion, sized at
- * init for every request the scheduler can hold (so a put never fails).
- * One thread, the scheduler's. */
+/* rt_sched_map.c — the scheduler's map from request id to request: a
+ * tg_hmap of request pointers, sized at init for every request the
+ * scheduler can hold (so a put never fails). One thread, the scheduler's. */
 #include <stdint.h>
 
 #include "common/base/tg_err.h"
+#include "common/base/tg_hmap.h"
 #include "router/core/rt_sched_internal.h"
 
-static uint64_t mix64(uint64_t x)
+static inline int req_probe(const void *slot, const void *key)
 {
-    /* splitmix64 finaliser (Steele, Lea, Flood 2014). */
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
+    const struct rt_sched_req *q = *(struct rt_sched_req *const *)slot;
+    if (q == NULL)
+        return TG_HMAP_EMPTY;
+    return q->id == *(const uint64_t *)key ? TG_HMAP_HIT : TG_HMAP_MISS;
 }
 
-static int64_t map_slot(const struct rt_sched *s, uint64_t id)
+static int req_empty(const void *slot)
 {
-    int64_t mask = s->map_cap - 1;
-    int64_t i = (int64_t)(mix64(id) & (uint64_t)mask);
-    while (s->map[i] != NULL && s->map[i]->id != id)
-        i = (i + 1) & mask;
-    return i;
+    return *(struct rt_sched_req *const *)slot == NULL;
+}
+
+static uint64_t req_hash(const void *slot, void *ctx)
+{
+    (void)ctx;
+    return tg_hash_u64((*(struct rt_sched_req *const *)slot)->id);
+}
+
+static const struct tg_hmap_type req_type = {
+    .esize = sizeof(struct rt_sched_req *),
+    .empty_byte = 0,
+    .probe = req_probe,
+    .is_empty = req_empty,
+    .hash = req_hash,
+};
+
+int rt_sched__map_init(struct rt_sched *s, int64_t live)
+{
+    return tg_hmap_init(&s->map, &req_type, NULL, (size_t)live);
 }
 
 struct rt_sched_req *rt_sched__find(const struct rt_sched *s, uint64_t id)
 {
-    return s->map[map_slot(s, id)];
+    struct rt_sched_req **slot = tg_hmap_find(&s->map, &req_type,
+                                              tg_hash_u64(id), &id);
+    return slot != NULL ? *slot : NULL;
 }
 
 void rt_sched__map_put(struct rt_sched *s, struct rt_sched_req *req)
 {
-    int64_t i = map_slot(s, req->id);
-    TG_ASSERT(s->map[i] == NULL); /* sized for every live request */
-    s->map[i] = req;
+    int added = 0;
+    struct rt_sched_req **slot = tg_hmap_put(
+        &s->map, &req_type, tg_hash_u64(req->id), &req->id, &added);
+    /* Sized for every live request: never grows, never fails. */
+    TG_ASSERT(slot != NULL && added);
+    *slot = req;
 }
 
 void rt_sched__map_del(struct rt_sched *s, uint64_t id)
 {
-    int64_t mask = s->map_cap - 1;
-    int64_t i = map_slot(s, id);
-    TG_ASSERT(s->map[i] != NULL);
-    s->map[i] = NULL;
-    /* Pull later members of the probe run back over the hole when their
-     * home slot does not lie cyclically in (hole, j]. */
-    for (int64_t j = (i + 1) & mask; s->map[j] != NULL; j = (j + 1) & mask) {
-        int64_t home = (int64_t)(mix64(s->map[j]->id) & (uint64_t)mask);
-        int stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (!stays) {
-            s->map[i] = s->map[j];
-            s->map[j] = NULL;
-            i = j;
-        }
-    }
+    struct rt_sched_req **slot = tg_hmap_find(&s->map, &req_type,
+                                              tg_hash_u64(id), &id);
+    TG_ASSERT(slot != NULL);
+    tg_hmap_del(&s->map, &req_type, slot);
 }

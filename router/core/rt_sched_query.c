@@ -111,8 +111,8 @@ static int validate_host(const struct rt_sched *s, int r, char *err,
         return tg_err_set(err, errlen, TG_ENOMEM,
                           "rt_sched: cannot allocate the check counts");
     int64_t held = 0;
-    for (const struct rt_prefix_entry *e = s->cache.newest; e != NULL;
-         e = e->older)
+    for (const struct rt_prefix_entry *e = rt_prefix_newest(&s->cache);
+         e != NULL; e = rt_prefix_older(e))
         if (e->on_host) {
             count_seq(&e->seqs[r], cnt);
             held += e->seqs[r].used_pages;
@@ -150,7 +150,11 @@ int rt_sched_validate(struct rt_sched *s, char *err, size_t errlen)
                           "rt_sched: %d slots used, %d running", (int)n_slots,
                           (int)s->n_running);
     int32_t n_wait = 0;
-    for (const struct rt_sched_req *q = s->wait_head; q != NULL; q = q->next) {
+    const struct tg_list_node *n;
+    TG_LIST_FOREACH(n, &s->waiting)
+    {
+        const struct rt_sched_req *q = TG_LIST_ENTRY(
+            n, const struct rt_sched_req, wait_link);
         if (q->state != RT_SCHED_WAITING || q->slot != -1 ||
             (q->seqs != NULL && q->seqs[0].used_pages != 0))
             return tg_err_set(err, errlen, TG_EINTERNAL,
@@ -189,8 +193,8 @@ int rt_sched_validate(struct rt_sched *s, char *err, size_t errlen)
         int64_t cached = 0, offloading = 0;
         for (int32_t i = 0; i < s->n_running; i++)
             count_seq(&s->running[i]->seqs[r], cnt);
-        for (const struct rt_prefix_entry *e = s->cache.newest; e != NULL;
-             e = e->older) {
+        for (const struct rt_prefix_entry *e = rt_prefix_newest(&s->cache);
+             e != NULL; e = rt_prefix_older(e)) {
             if (e->on_host)
                 continue;
             count_seq(&e->seqs[r], cnt);

@@ -269,8 +269,8 @@ static void requeue_waiter(struct rt_sched *s, const struct rt_tier_op *op)
 
 static void offload_ended(struct rt_sched *s, const struct rt_tier_op *op)
 {
-    for (struct rt_prefix_entry *e = s->cache.newest; e != NULL;
-         e = e->older)
+    for (struct rt_prefix_entry *e = rt_prefix_newest(&s->cache); e != NULL;
+         e = rt_prefix_older(e))
         if (e->offload_op == op->id) {
             if (op->failed) /* its host copy cannot be trusted */
                 rt_prefix_drop(&s->cache, s->pools, e);

@@ -570,7 +570,7 @@ static void drain_timeout_cb(uv_timer_t *t)
              * end the stream with the error. */
             r->holding = 0;
             r->no_hold = 1;
-            rt_text_mark(&r->text, r->text.out.n);
+            rt_text_mark(&r->text, r->text.out.len);
             r->lp_sent = r->n_out;
             rt_req_deliver(r, RT_FINISH_ERROR, "the server shut down");
         } else if (!r->done) {

@@ -28,6 +28,7 @@
 #include "common/kv/kv_seq.h"
 #include "common/model/mc_model_config.h"
 #include "common/profile/pf_profile.h"
+#include "common/base/tg_list.h"
 #include "common/base/tg_serve_opts.h"
 #include "common/tok/tok_tokenizer.h"
 #include "router/link/rt_link.h"
@@ -209,7 +210,7 @@ struct rt_server {
     int pump_on;
     int exit_code;
     int64_t started;            /* unix seconds */
-    struct rt_pool_job *jobs;   /* pool jobs queued or running */
+    struct tg_list jobs;        /* pool jobs queued or running */
     int n_jobs;                 /* their count: a drain waits for them */
     struct rt_gpreps gpreps;    /* grammars prepared on rank 0 (§4.11) */
     int32_t n_gwait;            /* requests with gwait set */
@@ -240,7 +241,7 @@ struct rt_pool_job {
     void (*done)(struct rt_pool_job *j, int ran); /* loop thread, once */
     atomic_int cancelled;       /* internal */
     int skipped;                /* internal: run was not called */
-    struct rt_pool_job *prev, *next; /* internal: s->jobs */
+    struct tg_list_node link;   /* internal: in s->jobs */
 };
 
 /* Queues `j` (run and done set) on the thread pool. Returns 0, or

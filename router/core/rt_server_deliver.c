@@ -58,7 +58,7 @@ void rt_req_deliver(struct rt_req *r, enum rt_finish fin, const char *error)
              * character. */
             upto = from + RT_DELIVER_MAX_TEXT;
             while (upto > from &&
-                   ((unsigned char)r->text.out.s[upto] & 0xC0) == 0x80)
+                   ((unsigned char)r->text.out.data[upto] & 0xC0) == 0x80)
                 upto--;
         }
         size_t n_lp = 0, avail = 0;
@@ -81,7 +81,7 @@ void rt_req_deliver(struct rt_req *r, enum rt_finish fin, const char *error)
         if (f != RT_FINISH_NONE)
             r->done = 1;
         r->in_deliver = 1;
-        r->sink->deliver(r, r->text.out.s ? r->text.out.s + from : "",
+        r->sink->deliver(r, r->text.out.data ? r->text.out.data + from : "",
                          upto - from, r->lp_scratch, n_lp, f, error);
         r->in_deliver = 0;
         if (last || r->done)

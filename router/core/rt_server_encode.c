@@ -175,13 +175,7 @@ static void pool_after(uv_work_t *w, int status)
 {
     struct rt_pool_job *j = w->data;
     struct rt_server *s = j->srv;
-    if (j->prev != NULL)
-        j->prev->next = j->next;
-    else
-        s->jobs = j->next;
-    if (j->next != NULL)
-        j->next->prev = j->prev;
-    j->prev = j->next = NULL;
+    tg_list_remove(&s->jobs, &j->link);
     s->n_jobs--;
     rt_metrics_gauge_set(s->metrics.tokenize_jobs_in_flight, (double)s->n_jobs);
     /* libuv orders the work function before this callback. */
@@ -202,11 +196,7 @@ int rt_pool_job_start(struct rt_server *s, struct rt_pool_job *j, char *err,
         return tg_err_set(err, errlen, TG_EINTERNAL,
                           "cannot queue work on the thread pool: %s",
                           uv_strerror(rc));
-    j->prev = NULL;
-    j->next = s->jobs;
-    if (s->jobs != NULL)
-        s->jobs->prev = j;
-    s->jobs = j;
+    tg_list_push_front(&s->jobs, &j->link);
     s->n_jobs++;
     rt_metrics_gauge_set(s->metrics.tokenize_jobs_in_flight, (double)s->n_jobs);
     return 0;
@@ -222,8 +212,11 @@ void rt_pool_job_cancel(struct rt_pool_job *j)
 
 void rt_server__cancel_jobs(struct rt_server *s)
 {
-    for (struct rt_pool_job *j = s->jobs; j != NULL; j = j->next)
-        rt_pool_job_cancel(j);
+    struct tg_list_node *n;
+    TG_LIST_FOREACH(n, &s->jobs)
+    {
+        rt_pool_job_cancel(TG_LIST_ENTRY(n, struct rt_pool_job, link));
+    }
 }
 
 /* ---- encode jobs --------------------------------------------------------- */

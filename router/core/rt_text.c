@@ -11,7 +11,7 @@ void rt_text_free(struct rt_text *t)
     for (int i = 0; i < t->n_stops; i++)
         free(t->stops[i]);
     free(t->stops);
-    tok_text_free(&t->out);
+    tg_buf_free(&t->out);
     memset(t, 0, sizeof(*t));
 }
 
@@ -71,19 +71,18 @@ int rt_text_push(struct rt_text *t, int32_t token, int *hit)
     *hit = 0;
     if (t->stopped)
         return 0;
-    size_t before = t->out.n;
+    size_t before = t->out.len;
     int rc = tok_stream_put(&t->ts, token, &t->out, NULL, 0);
     if (rc != 0)
         return rc;
-    if (t->n_stops > 0 && t->out.n > before) {
-        long at = find_stop(t, t->out.s, t->out.n, before);
+    if (t->n_stops > 0 && t->out.len > before) {
+        long at = find_stop(t, t->out.data, t->out.len, before);
         if (at >= 0) {
-            t->out.n = (size_t)at;
-            t->out.s[at] = '\0';
+            tg_buf_truncate(&t->out, (size_t)at);
             t->stopped = 1;
             *hit = 1;
-            if (t->emitted > t->out.n) /* cannot happen: hold-back */
-                t->emitted = t->out.n;
+            if (t->emitted > t->out.len) /* cannot happen: hold-back */
+                t->emitted = t->out.len;
         }
     }
     return 0;
@@ -99,25 +98,25 @@ int rt_text_finish(struct rt_text *t)
 size_t rt_text_ready(const struct rt_text *t, int final)
 {
     if (final || t->stopped || t->n_stops == 0)
-        return t->out.n;
+        return t->out.len;
     /* Hold back the longest tail that could still grow into a stop string. */
     size_t hold = 0;
     for (int i = 0; i < t->n_stops; i++) {
         size_t n = strlen(t->stops[i]);
-        size_t k = n - 1 < t->out.n ? n - 1 : t->out.n;
+        size_t k = n - 1 < t->out.len ? n - 1 : t->out.len;
         for (; k > hold; k--) {
-            if (memcmp(t->out.s + t->out.n - k, t->stops[i], k) == 0) {
+            if (memcmp(t->out.data + t->out.len - k, t->stops[i], k) == 0) {
                 hold = k;
                 break;
             }
         }
     }
-    size_t ready = t->out.n - hold;
+    size_t ready = t->out.len - hold;
     return ready > t->emitted ? ready : t->emitted;
 }
 
 void rt_text_mark(struct rt_text *t, size_t upto)
 {
-    if (upto > t->emitted && upto <= t->out.n)
+    if (upto > t->emitted && upto <= t->out.len)
         t->emitted = upto;
 }

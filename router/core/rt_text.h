@@ -19,7 +19,7 @@
 
 struct rt_text {
     struct tok_stream ts;     /* incremental, UTF-8 safe */
-    struct tok_text out;      /* all output text so far (stop-truncated) */
+    struct tg_buf out;        /* all output text so far (stop-truncated) */
     size_t emitted;           /* bytes already released to the client */
     char **stops;             /* (n_stops) owned copies */
     int n_stops;
@@ -46,7 +46,7 @@ int rt_text_push(struct rt_text *t, int32_t token, int *hit);
  * without a stop string). Returns 0 or TG_ENOMEM. */
 int rt_text_finish(struct rt_text *t);
 
-/* Returns how many bytes of t->out.s may be released now: everything once
+/* Returns how many bytes of t->out.data may be released now: everything once
  * `final` or stopped, else all but the longest tail that is a proper prefix
  * of some stop string. */
 size_t rt_text_ready(const struct rt_text *t, int final);

@@ -7,58 +7,13 @@
 #include "router/net/rt_http_internal.h"
 
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "common/base/tg_buf.h"
 #include "common/base/tg_err.h"
-#include "common/base/tg_grow.h"
-
-/* A growable byte string for building response heads. */
-struct sbuf {
-    char *p;
-    size_t len, cap;
-    int oom;
-};
-
-static int sbuf_grow(struct sbuf *b, size_t extra)
-{
-    if (b->oom)
-        return -1;
-    if (TG_GROW(b->p, &b->cap, b->len + extra + 1)) {
-        b->oom = 1;
-        return -1;
-    }
-    return 0;
-}
-
-static void sbuf_add(struct sbuf *b, const void *s, size_t n)
-{
-    if (sbuf_grow(b, n) < 0)
-        return;
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sbuf_printf(struct sbuf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-
-static void sbuf_printf(struct sbuf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || sbuf_grow(b, (size_t)n) < 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
 
 const char *rt_http_status_reason(int status)
 {
@@ -218,33 +173,33 @@ static int write_head(struct rt_http_req *req, int status,
                       size_t content_len, int keep, const char *body,
                       size_t body_len)
 {
-    struct sbuf h = {0};
-    sbuf_printf(&h, "HTTP/1.1 %d %s\r\n", status,
-                rt_http_status_reason(status));
+    struct tg_buf h = {0};
+    tg_buf_printf(&h, "HTTP/1.1 %d %s\r\n", status,
+                  rt_http_status_reason(status));
     if (content_type)
-        sbuf_printf(&h, "Content-Type: %s\r\n", content_type);
+        tg_buf_printf(&h, "Content-Type: %s\r\n", content_type);
     if (streaming) {
         if (req->http_minor >= 1 || req->http_major > 1)
-            sbuf_printf(&h, "Transfer-Encoding: chunked\r\n");
+            tg_buf_puts(&h, "Transfer-Encoding: chunked\r\n");
     } else if (status != 204 && status != 304) {
-        sbuf_printf(&h, "Content-Length: %zu\r\n", content_len);
+        tg_buf_printf(&h, "Content-Length: %zu\r\n", content_len);
     }
     if (!keep)
-        sbuf_printf(&h, "Connection: close\r\n");
+        tg_buf_puts(&h, "Connection: close\r\n");
     else if (req->http_major == 1 && req->http_minor == 0)
-        sbuf_printf(&h, "Connection: keep-alive\r\n");
+        tg_buf_puts(&h, "Connection: keep-alive\r\n");
     if (req->rhdrs)
-        sbuf_add(&h, req->rhdrs, req->rhlen);
-    sbuf_add(&h, "\r\n", 2);
+        tg_buf_append(&h, req->rhdrs, req->rhlen);
+    tg_buf_puts(&h, "\r\n");
     int rc;
-    if (!h.oom) {
-        rc = rt_http__write(req->conn, h.p, h.len, body, body_len, NULL, 0);
+    if (!tg_buf_failed(&h)) {
+        rc = rt_http__write(req->conn, h.data, h.len, body, body_len, NULL, 0);
     } else {
         rc = TG_ENOMEM;
         req->conn->want_close = 1;
         rt_http__resume_later(req->conn);
     }
-    free(h.p);
+    tg_buf_free(&h);
     return rc;
 }
 

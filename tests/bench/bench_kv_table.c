@@ -2,8 +2,9 @@
  * bench_kv_table.c — control-plane cost of ragged paging, side by side in
  * one run (DESIGN.md §4.3, §4.5):
  *   (a) block-table build for a batch: kv_table_build (OpenMP over rows,
- *       one memcpy per (layer, group) row) vs kv_table_build_plain (serial,
- *       per-page append); the OpenMP build is also timed on one thread;
+ *       one memcpy per (layer, group) row) vs the plain reference build
+ *       (tests/support/tt_kv.h: serial, per-page append); the OpenMP build
+ *       is also timed on one thread;
  *   (b) prompt reservation of every request of the batch: one pool pop per
  *       request vs one pop per page;
  *   (c) one decode step: append a token to every request (pages for rows
@@ -36,6 +37,7 @@
 #include "common/kv/kv_table.h"
 #include "common/base/tg_err.h"
 #include "common/json/tg_json.h"
+#include "tests/support/tt_kv.h"
 #include "tests/support/tt_support.h"
 
 #define CONTEXT 32768
@@ -140,12 +142,14 @@ static double *make_budgets(int L, int H, int hp, double *mean_head)
     return gb;
 }
 
-/* FNV-1a over the table, to compare builds without a second copy. */
-static uint64_t table_hash(const struct kv_table *t)
+/* FNV-1a over a dense table's arrays, to compare builds without a second
+ * copy. */
+static uint64_t arrays_hash(const int32_t *indptr, const int32_t *indices,
+                            const int32_t *rowlens, int64_t n_rows, int64_t nnz)
 {
     uint64_t h = 1469598103934665603ull;
-    const int32_t *arrs[3] = {t->indptr, t->indices, t->lens};
-    int64_t lens[3] = {t->n_rows + 1, t->nnz, t->n_rows};
+    const int32_t *arrs[3] = {indptr, indices, rowlens};
+    int64_t lens[3] = {n_rows + 1, nnz, n_rows};
     for (int a = 0; a < 3; a++)
         for (int64_t i = 0; i < lens[a]; i++) {
             h ^= (uint32_t)arrs[a][i];
@@ -194,12 +198,14 @@ static int run_case(const struct shape *sh, int hp, int n_req, int reps,
     struct kv_layout lo;
     struct kv_pool pool;
     struct kv_table table, padded;
+    struct tt_csr plain;
     struct kv_seq *seqs = NULL;
     const struct kv_seq **batch = NULL;
     memset(&lo, 0, sizeof(lo));
     memset(&pool, 0, sizeof(pool));
     memset(&table, 0, sizeof(table));
     memset(&padded, 0, sizeof(padded));
+    memset(&plain, 0, sizeof(plain));
     int status = 1, rc;
     /* The same profile for every batch size of a (model, H_p). */
     rng_state = 0x2545f4914f6cdd1dull ^ ((uint64_t)L << 32) ^ (uint64_t)hp;
@@ -264,9 +270,9 @@ static int run_case(const struct shape *sh, int hp, int n_req, int reps,
                 rc = variant == 0
                          ? kv_seq_reserve_prompt(&seqs[s], &lo, &pool, 0,
                                                  CONTEXT, err, sizeof(err))
-                         : kv_seq_reserve_prompt_plain(&seqs[s], &lo, &pool, 0,
-                                                       CONTEXT, err,
-                                                       sizeof(err));
+                         : tt_kv_seq_reserve_prompt_plain(&seqs[s], &lo, &pool,
+                                                          0, CONTEXT, err,
+                                                          sizeof(err));
                 if (rc != 0) {
                     fail("reserve", rc, err);
                     goto out;
@@ -301,7 +307,8 @@ static int run_case(const struct shape *sh, int hp, int n_req, int reps,
             goto out;
         }
         if (k < 0)
-            hv = table_hash(&table);
+            hv = arrays_hash(table.indptr, table.indices, table.lens,
+                             table.n_rows, table.nnz);
         omp_set_num_threads(1);
         t0 = now_us();
         rc = kv_table_build(&table, &lo, batch, n_req, err, sizeof(err));
@@ -309,15 +316,15 @@ static int run_case(const struct shape *sh, int hp, int n_req, int reps,
         omp_set_num_threads(nthreads);
         t0 = now_us();
         if (rc == 0)
-            rc = kv_table_build_plain(&table, &lo, batch, n_req, err,
-                                      sizeof(err));
+            rc = tt_csr_build(&plain, &lo, batch, n_req, err, sizeof(err));
         double t_plain = now_us() - t0;
         if (rc != 0) {
             fail("build", rc, err);
             goto out;
         }
         if (k < 0) {
-            hpl = table_hash(&table);
+            hpl = arrays_hash(plain.indptr, plain.indices, plain.lens,
+                              plain.n_rows, plain.nnz);
             continue;
         }
         tv[k] = t_vec;
@@ -359,8 +366,8 @@ static int run_case(const struct shape *sh, int hp, int n_req, int reps,
                 rc = variant < 2
                          ? kv_seq_reserve_decode(&seqs[s], &lo, &pool, 1, err,
                                                  sizeof(err))
-                         : kv_seq_reserve_decode_plain(&seqs[s], &lo, &pool, 1,
-                                                       err, sizeof(err));
+                         : tt_kv_seq_reserve_decode_plain(&seqs[s], &lo, &pool,
+                                                          1, err, sizeof(err));
                 if (rc != 0) {
                     fail("decode", rc, err);
                     goto out;
@@ -373,8 +380,7 @@ static int run_case(const struct shape *sh, int hp, int n_req, int reps,
                 rc = kv_table_build(&table, &lo, batch, n_req, err,
                                     sizeof(err));
             else
-                rc = kv_table_build_plain(&table, &lo, batch, n_req, err,
-                                          sizeof(err));
+                rc = tt_csr_build(&plain, &lo, batch, n_req, err, sizeof(err));
             if (rc != 0) {
                 fail("decode build", rc, err);
                 goto out;
@@ -394,7 +400,14 @@ static int run_case(const struct shape *sh, int hp, int n_req, int reps,
     res->dec_full = median(t1, reps);
     res->dec_plain = median(tp, reps);
     res->refresh_rebuilds = padded.n_builds - builds0;
-    /* The refreshed table must hold what a fresh build holds. */
+    /* The refreshed table must hold what a fresh build holds, and that
+     * what the plain path built last (untimed). */
+    if (kv_table_build(&table, &lo, batch, n_req, err, sizeof(err)) != 0 ||
+        arrays_hash(table.indptr, table.indices, table.lens, table.n_rows,
+                    table.nnz) != arrays_hash(plain.indptr, plain.indices,
+                                              plain.lens, plain.n_rows,
+                                              plain.nnz))
+        res->same = 0;
     if (kv_table_refresh(&padded, &lo, batch, n_req, err, sizeof(err)) != 0 ||
         padded.nnz != table.nnz ||
         memcmp(padded.lens, table.lens,
@@ -421,6 +434,7 @@ out:
     free(batch);
     kv_table_free(&table);
     kv_table_free(&padded);
+    tt_csr_free(&plain);
     kv_pool_free(&pool);
     kv_layout_free(&lo);
     return status;

@@ -14,7 +14,6 @@
  * cache on/off give identical ids and that decoding restores the text.
  */
 #include "common/base/tg_err.h"
-#include "common/base/tg_grow.h"
 #include "common/tok/tok_tokenizer.h"
 #include "tests/support/tt_support.h"
 
@@ -36,17 +35,12 @@ static const char *shared(void)
     return s ? s : "data";
 }
 
-static int append(struct tok_text *t, const char *s, size_t n)
+static int append(struct tg_buf *t, const char *s, size_t n)
 {
-    if (TG_GROW(t->s, &t->cap, t->n + n + 1))
-        return -1;
-    memcpy(t->s + t->n, s, n);
-    t->n += n;
-    t->s[t->n] = '\0';
-    return 0;
+    return tg_buf_append(t, s, n) != 0 ? -1 : 0;
 }
 
-static int append_file(struct tok_text *t, const char *path)
+static int append_file(struct tg_buf *t, const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (f == NULL)
@@ -172,13 +166,13 @@ static uint64_t rng(uint64_t *s)
     return *s >> 33;
 }
 
-static int generate(struct tok_text *t, size_t target)
+static int generate(struct tg_buf *t, size_t target)
 {
     uint64_t seed = 42;
     int total = 0;
     for (size_t i = 0; i < sizeof lists / sizeof *lists; i++)
         total += lists[i].weight;
-    while (t->n < target) {
+    while (t->len < target) {
         int pick = (int)(rng(&seed) % (uint64_t)total);
         size_t li = 0;
         while (pick >= lists[li].weight)
@@ -205,7 +199,7 @@ struct result {
     size_t n_ids;
 };
 
-static int bench_one(const char *dir, const struct tok_text *text, int reps,
+static int bench_one(const char *dir, const struct tg_buf *text, int reps,
                      struct result *r)
 {
     char err[512];
@@ -229,8 +223,8 @@ static int bench_one(const char *dir, const struct tok_text *text, int reps,
             ids[cached].n = 0;
             t0 = now();
             if (rc == 0)
-                rc = tok_encode(&tok, &c, text->s, text->n, 0, &ids[cached],
-                                err, sizeof err);
+                rc = tok_encode(&tok, &c, text->data, text->len, 0,
+                                &ids[cached], err, sizeof err);
             double dt = now() - t0;
             best = dt < best ? dt : best;
             if (cached)
@@ -238,7 +232,7 @@ static int bench_one(const char *dir, const struct tok_text *text, int reps,
                     (double)c.hits / (double)(c.hits + c.misses + 1);
             tok_cache_free(&c);
         }
-        r->enc_mbs[cached] = (double)text->n / best / 1e6;
+        r->enc_mbs[cached] = (double)text->len / best / 1e6;
     }
     if (rc != 0) {
         fprintf(stderr, "bench-tokenizer: %s\n", err);
@@ -251,20 +245,21 @@ static int bench_one(const char *dir, const struct tok_text *text, int reps,
         rc = -1;
         goto out;
     }
-    struct tok_text out = {0};
+    struct tg_buf out = {0};
     double best = 1e30;
     for (int rep = 0; rep < reps && rc == 0; rep++) {
-        out.n = 0;
+        tg_buf_reset(&out);
         t0 = now();
         rc = tok_decode(&tok, ids[0].v, ids[0].n, 0, &out, err, sizeof err);
         double dt = now() - t0;
         best = dt < best ? dt : best;
     }
-    r->dec_mbs = (double)out.n / best / 1e6;
+    r->dec_mbs = (double)out.len / best / 1e6;
     /* Without a normalizer decoding must give the text back exactly; with
      * NFC it gives the NFC form, so only the length is comparable loosely. */
     if (rc == 0 && tok.n_norm == 0 &&
-        (out.n != text->n || memcmp(out.s, text->s, text->n) != 0)) {
+        (out.len != text->len ||
+         memcmp(out.data, text->data, text->len) != 0)) {
         fprintf(stderr, "bench-tokenizer: round trip failed\n");
         rc = -1;
     }
@@ -272,7 +267,7 @@ static int bench_one(const char *dir, const struct tok_text *text, int reps,
     for (int rep = 0; rep < reps && rc == 0; rep++) {
         struct tok_stream s;
         tok_stream_init(&s, &tok, 0);
-        out.n = 0;
+        tg_buf_reset(&out);
         t0 = now();
         for (size_t i = 0; i < ids[0].n && rc == 0; i++)
             rc = tok_stream_put(&s, ids[0].v[i], &out, err, sizeof err);
@@ -281,8 +276,8 @@ static int bench_one(const char *dir, const struct tok_text *text, int reps,
         double dt = now() - t0;
         best = dt < best ? dt : best;
     }
-    r->stream_mbs = (double)out.n / best / 1e6;
-    tok_text_free(&out);
+    r->stream_mbs = (double)out.len / best / 1e6;
+    tg_buf_free(&out);
 out:
     tok_ids_free(&ids[0]);
     tok_ids_free(&ids[1]);
@@ -313,7 +308,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench-tokenizer: --mb must be in (0, 1000]\n");
         return 2;
     }
-    struct tok_text text = {0};
+    struct tg_buf text = {0};
     char p[1024];
     static const char *const inputs[] = {"llama-bpe", "qwen2"};
     for (int i = 0; i < 2 && file == NULL; i++) {
@@ -325,30 +320,25 @@ int main(int argc, char **argv)
         }
     }
     if (file != NULL) {
-        if (append_file(&text, file) != 0 || text.n == 0) {
+        if (append_file(&text, file) != 0 || text.len == 0) {
             fprintf(stderr, "bench-tokenizer: cannot read %s\n", file);
             return 1;
         }
         /* Repeat the file in place up to N MB (one allocation, so the
          * source of each copy stays valid). */
-        size_t one = text.n, copies = (size_t)(mb * 1e6) / one;
+        size_t one = text.len, copies = (size_t)(mb * 1e6) / one;
         copies = copies ? copies : 1;
-        char *grown = realloc(text.s, one * copies + 1);
-        if (grown == NULL) {
+        if (tg_buf_reserve(&text, one * (copies - 1)) != 0) {
             fprintf(stderr, "bench-tokenizer: out of memory\n");
             return 1;
         }
-        text.s = grown;
-        text.cap = one * copies + 1;
         for (size_t c = 1; c < copies; c++)
-            memcpy(text.s + c * one, text.s, one);
-        text.n = one * copies;
-        text.s[text.n] = '\0';
+            tg_buf_append(&text, text.data, one);
     } else if (generate(&text, (size_t)(mb * 1e6)) != 0) {
         fprintf(stderr, "bench-tokenizer: out of memory\n");
         return 1;
     }
-    printf("text: %.2f MB (%s), best of %d\n", (double)text.n / 1e6,
+    printf("text: %.2f MB (%s), best of %d\n", (double)text.len / 1e6,
            file ? file : "vocab test inputs + generated multilingual", reps);
     printf("%-8s %7s %9s %8s %12s %12s %7s %6s %10s %10s\n", "tokenizer",
            "load_s", "tokens", "B/token", "enc_MB/s", "enc_MB/s", "cache",
@@ -367,10 +357,10 @@ int main(int argc, char **argv)
         }
         printf(
             "%-8s %7.2f %9zu %8.2f %12.2f %12.2f %7.2f %5.0f%% %10.1f %10.1f\n",
-            toks[i], r.load_s, r.n_ids, (double)text.n / (double)r.n_ids,
+            toks[i], r.load_s, r.n_ids, (double)text.len / (double)r.n_ids,
             r.enc_mbs[0], r.enc_mbs[1], r.enc_mbs[1] / r.enc_mbs[0],
             100.0 * r.hit_rate, r.dec_mbs, r.stream_mbs);
     }
-    tok_text_free(&text);
+    tg_buf_free(&text);
     return status;
 }

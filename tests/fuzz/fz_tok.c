@@ -11,10 +11,10 @@ void fz_tok_decode(const struct tok_tokenizer *tok, const int32_t *ids,
                    size_t n, unsigned flags)
 {
     char err[512];
-    struct tok_text all = {0}, streamed = {0};
+    struct tg_buf all = {0}, streamed = {0};
     if (tok_decode(tok, ids, n, flags, &all, err, sizeof(err)) != 0)
         fz_fail("tok_decode: %s", err);
-    if (all.n > 0 && !tok_utf8_valid(all.s, all.n, NULL))
+    if (all.len > 0 && !tok_utf8_valid(all.data, all.len, NULL))
         fz_fail("tok_decode wrote ill-formed UTF-8");
     struct tok_stream st;
     tok_stream_init(&st, tok, flags);
@@ -23,13 +23,13 @@ void fz_tok_decode(const struct tok_tokenizer *tok, const int32_t *ids,
             fz_fail("tok_stream_put: %s", err);
     if (tok_stream_finish(&st, &streamed, err, sizeof(err)) != 0)
         fz_fail("tok_stream_finish: %s", err);
-    if (all.n != streamed.n ||
-        (all.n > 0 && memcmp(all.s, streamed.s, all.n) != 0))
+    if (all.len != streamed.len ||
+        (all.len > 0 && memcmp(all.data, streamed.data, all.len) != 0))
         fz_fail("streaming decode (%zu bytes) differs from tok_decode "
                 "(%zu bytes)",
-                streamed.n, all.n);
-    tok_text_free(&all);
-    tok_text_free(&streamed);
+                streamed.len, all.len);
+    tg_buf_free(&all);
+    tg_buf_free(&streamed);
 }
 
 void fz_tok_encode(const struct tok_tokenizer *tok, struct tok_cache *c,

@@ -61,7 +61,7 @@ static int one_walk(const struct tok_tokenizer *tok, const struct gm_vocab *v,
     struct tt_xrng r = {(h ^ (h >> 31)) | 1};
     struct gm_matcher m;
     struct tok_ids ids = {0};
-    struct tok_text text = {0};
+    struct tg_buf text = {0};
     int tokens = 0, rc = 0;
     if (gm_matcher_init(&m, g) != 0)
         return fail(name, k, "out of memory");
@@ -106,16 +106,17 @@ static int one_walk(const struct tok_tokenizer *tok, const struct gm_vocab *v,
         const uint8_t *b = gm_vocab_token(v, ids.v[i], &len);
         if (b == NULL)
             continue; /* EOS */
-        if (at + len > text.n || memcmp(text.s + at, b, len) != 0)
+        if (at + len > text.len || memcmp(text.data + at, b, len) != 0)
             rc = fail(name, k, "the decoded text differs from the tokens' "
                                "bytes (not UTF-8)");
         at += len;
     }
-    if (rc == 0 && (at != text.n || !tok_utf8_valid(text.s, text.n, NULL)))
+    if (rc == 0 &&
+        (at != text.len || !tok_utf8_valid(text.data, text.len, NULL)))
         rc = fail(name, k, "the output is not UTF-8");
     if (rc == 0) {
         int finished = gm_matcher_is_finished(&m);
-        json_t *t = json_stringn(text.s != NULL ? text.s : "", text.n);
+        json_t *t = json_stringn(tg_buf_str(&text), text.len);
         if (t == NULL) {
             rc = fail(name, k, "the output is not UTF-8");
         } else {
@@ -130,7 +131,7 @@ static int one_walk(const struct tok_tokenizer *tok, const struct gm_vocab *v,
             json_decref(line);
         }
     }
-    tok_text_free(&text);
+    tg_buf_free(&text);
     tok_ids_free(&ids);
     gm_matcher_free(&m);
     return rc;

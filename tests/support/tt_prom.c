@@ -420,9 +420,9 @@ void tt_prom_assert_invalid(const char *text, const char *why_part)
 char *tt_prom_render(const struct rt_metrics_registry *reg)
 {
     char err[256];
-    struct rt_metrics_buf b = {0};
+    struct tg_buf b = {0};
     assert_int_equal(rt_metrics_render(reg, &b, err, sizeof(err)), 0);
     assert_non_null(b.data);
     assert_int_equal(strlen(b.data), b.len);
-    return b.data;
+    return tg_buf_steal(&b, NULL);
 }

@@ -16,6 +16,7 @@
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
 #include "common/base/tg_err.h"
+#include "tests/support/tt_kv.h"
 
 static char err[256];
 
@@ -327,8 +328,9 @@ static void test_seq_enospc_unchanged(void **state)
     /* 116 pages needed, 4 free. */
     assert_int_equal(kv_seq_reserve_prompt(&other, &lo, &pool, 0, 1000, err,
                                            sizeof(err)), TG_ENOSPC);
-    assert_int_equal(kv_seq_reserve_prompt_plain(&other, &lo, &pool, 0, 1000,
-                                                 err, sizeof(err)), TG_ENOSPC);
+    assert_int_equal(tt_kv_seq_reserve_prompt_plain(&other, &lo, &pool, 0, 1000,
+                                                    err, sizeof(err)),
+                     TG_ENOSPC);
     assert_int_equal(other.used_pages, 0);
     assert_int_equal(other.tokens[2], 0);
     assert_int_equal(other.pos, 0);
@@ -337,8 +339,9 @@ static void test_seq_enospc_unchanged(void **state)
     memcpy(tokens, seq.tokens, sizeof(tokens));
     assert_int_equal(kv_seq_reserve_decode(&seq, &lo, &pool, 40, err,
                                            sizeof(err)), TG_ENOSPC);
-    assert_int_equal(kv_seq_reserve_decode_plain(&seq, &lo, &pool, 40, err,
-                                                 sizeof(err)), TG_ENOSPC);
+    assert_int_equal(
+        tt_kv_seq_reserve_decode_plain(&seq, &lo, &pool, 40, err, sizeof(err)),
+        TG_ENOSPC);
     assert_memory_equal(tokens, seq.tokens, sizeof(tokens));
     assert_int_equal(seq.used_pages, 116);
     assert_int_equal(pool.n_free, 4);
@@ -627,8 +630,8 @@ static void test_seq_random_properties(void **state)
                                  0);
                 int rc = kv_seq_reserve_prompt(a, &lo, &pv, start, n_new, err,
                                                sizeof(err));
-                int rc2 = kv_seq_reserve_prompt_plain(c, &lo, &pp, start,
-                                                      n_new, err, sizeof(err));
+                int rc2 = tt_kv_seq_reserve_prompt_plain(
+                    c, &lo, &pp, start, n_new, err, sizeof(err));
                 assert_int_equal(rc, rc2);
                 if (rc == 0) {
                     assert_int_equal(free_before - pv.n_free, need);
@@ -654,8 +657,8 @@ static void test_seq_random_properties(void **state)
                 }
                 int rc = kv_seq_reserve_decode(a, &lo, &pv, n, err,
                                                sizeof(err));
-                int rc2 = kv_seq_reserve_decode_plain(c, &lo, &pp, n, err,
-                                                      sizeof(err));
+                int rc2 = tt_kv_seq_reserve_decode_plain(c, &lo, &pp, n, err,
+                                                         sizeof(err));
                 assert_int_equal(rc, rc2);
                 if (rc == 0) {
                     assert_int_equal(free_before - pv.n_free, need);

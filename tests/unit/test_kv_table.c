@@ -1,5 +1,6 @@
 /* test_kv_table.c — the CSR block table: a worked example, the OpenMP
- * build against the plain baseline (bit for bit) and against the seqs
+ * build against the plain serial reference (tests/support/tt_kv.h, bit for
+ * bit) and against the seqs
  * directly on random batches, token resolution, buffer reuse, and bad
  * input. */
 #include <setjmp.h>
@@ -16,6 +17,7 @@
 #include "common/kv/kv_seq.h"
 #include "common/kv/kv_table.h"
 #include "common/base/tg_err.h"
+#include "tests/support/tt_kv.h"
 
 static char err[256];
 
@@ -28,6 +30,29 @@ static void assert_tables_equal(const struct kv_table *a,
     assert_int_equal(a->nnz, b->nnz);
     assert_int_equal(a->n_slots, b->n_slots);
     assert_int_equal(a->slack, b->slack);
+    assert_memory_equal(a->indptr, b->indptr,
+                        ((size_t)a->n_rows + 1) * sizeof(int32_t));
+    if (a->n_rows > 0) {
+        assert_memory_equal(a->lens, b->lens,
+                            (size_t)a->n_rows * sizeof(int32_t));
+        assert_memory_equal(a->npages, b->npages,
+                            (size_t)a->n_rows * sizeof(int32_t));
+    }
+    if (a->nnz > 0)
+        assert_memory_equal(a->indices, b->indices,
+                            (size_t)a->nnz * sizeof(int32_t));
+}
+
+/* A dense table equals the reference's CSR. */
+static void assert_table_is_csr(const struct kv_table *a,
+                                const struct tt_csr *b)
+{
+    assert_int_equal(a->n_rows, b->n_rows);
+    assert_int_equal(a->n_seqs, b->n_seqs);
+    assert_int_equal(a->rows_per_seq, b->rows_per_seq);
+    assert_int_equal(a->nnz, b->nnz);
+    assert_int_equal(a->n_slots, b->nnz);
+    assert_int_equal(a->slack, 0);
     assert_memory_equal(a->indptr, b->indptr,
                         ((size_t)a->n_rows + 1) * sizeof(int32_t));
     if (a->n_rows > 0) {
@@ -134,23 +159,21 @@ static void test_table_worked_example(void **state)
     assert_int_equal(kv_table_resolve(&t, -1, 0, &page, &slot), TG_ERANGE);
     assert_int_equal(kv_table_resolve(&t, 0, -1, &page, &slot), TG_ERANGE);
 
-    struct kv_table plain;
+    struct tt_csr plain;
     memset(&plain, 0, sizeof(plain));
-    assert_int_equal(kv_table_build_plain(&plain, &lo, batch, 3, err,
-                                          sizeof(err)), 0);
-    assert_tables_equal(&t, &plain);
+    assert_int_equal(tt_csr_build(&plain, &lo, batch, 3, err, sizeof(err)), 0);
+    assert_table_is_csr(&t, &plain);
 
     /* An empty batch is a table with no rows. */
     assert_int_equal(kv_table_build(&t, &lo, NULL, 0, err, sizeof(err)), 0);
     assert_int_equal(t.n_rows, 0);
     assert_int_equal(t.nnz, 0);
     assert_int_equal(t.indptr[0], 0);
-    assert_int_equal(kv_table_build_plain(&plain, &lo, NULL, 0, err,
-                                          sizeof(err)), 0);
-    assert_tables_equal(&t, &plain);
+    assert_int_equal(tt_csr_build(&plain, &lo, NULL, 0, err, sizeof(err)), 0);
+    assert_table_is_csr(&t, &plain);
 
     kv_table_free(&t);
-    kv_table_free(&plain);
+    tt_csr_free(&plain);
     kv_seq_free(&s0, &pool);
     kv_seq_free(&s2, &pool);
     kv_pool_free(&pool);
@@ -183,8 +206,6 @@ static void test_table_invalid(void **state)
     const struct kv_seq *batch[1] = {&s};
     assert_int_equal(kv_table_build(&t, &lo3, batch, 1, err, sizeof(err)),
                      TG_EINVAL);
-    assert_int_equal(kv_table_build_plain(&t, &lo3, batch, 1, err,
-                                          sizeof(err)), TG_EINVAL);
     assert_int_equal(kv_table_build(&t, &lo, batch, -1, err, sizeof(err)),
                      TG_EINVAL);
     assert_int_equal(kv_table_build(&t, &lo, NULL, 1, err, sizeof(err)),
@@ -233,13 +254,14 @@ static int64_t rnd(int64_t lo, int64_t hi)
  * growth and half-committed prefills); the OpenMP build equals the plain
  * build and the seqs, across rebuilds of the same table object. Large
  * enough batches take the parallel path. */
-static void test_table_random_vs_plain(void **state)
+static void test_table_random_vs_reference(void **state)
 {
     (void)state;
     rng_state = 0xdeadbeefcafef00dull;
-    struct kv_table t, plain;
+    struct kv_table t;
+    struct tt_csr plain;
+    memset(&plain, 0, sizeof(plain));
     assert_int_equal(kv_table_init(&t, 0, 0, err, sizeof(err)), 0);
-    assert_int_equal(kv_table_init(&plain, 0, 0, err, sizeof(err)), 0);
     for (int iter = 0; iter < 12; iter++) {
         int L = (int)rnd(1, 8), G = (int)rnd(1, 8);
         int P = (int)rnd(1, 32), C = (int)rnd(16, 600);
@@ -288,9 +310,9 @@ static void test_table_random_vs_plain(void **state)
         for (int rep = 0; rep < 3; rep++) {
             assert_int_equal(kv_table_build(&t, &lo, batch, n, err,
                                             sizeof(err)), 0);
-            assert_int_equal(kv_table_build_plain(&plain, &lo, batch, n, err,
-                                                  sizeof(err)), 0);
-            assert_tables_equal(&t, &plain);
+            assert_int_equal(
+                tt_csr_build(&plain, &lo, batch, n, err, sizeof(err)), 0);
+            assert_table_is_csr(&t, &plain);
             assert_table_matches(&t, &lo, batch, n);
             assert_int_equal(t.nnz, kv_pool_n_used(&pool));
             /* Every written token resolves to one of the row's pages. */
@@ -329,7 +351,7 @@ static void test_table_random_vs_plain(void **state)
         kv_layout_free(&lo);
     }
     kv_table_free(&t);
-    kv_table_free(&plain);
+    tt_csr_free(&plain);
 }
 
 /* A padded table refreshed through decode steps, new turns, truncations,
@@ -752,7 +774,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table_worked_example),
         cmocka_unit_test(test_table_invalid),
-        cmocka_unit_test(test_table_random_vs_plain),
+        cmocka_unit_test(test_table_random_vs_reference),
         cmocka_unit_test(test_table_padded_refresh),
         cmocka_unit_test(test_table_device_mirror),
         cmocka_unit_test(test_table_track_grows),

@@ -133,14 +133,12 @@ static void test_render_buffer(void **state)
     struct rt_metrics_registry reg;
     rt_metrics_registry_init(&reg);
     /* Empty registry: nothing appended, buffer still terminated. */
-    struct rt_metrics_buf b = {0};
+    struct tg_buf b = {0};
     assert_int_equal(rt_metrics_render(&reg, &b, err, sizeof(err)), 0);
     assert_int_equal(b.len, 0);
     assert_non_null(b.data);
     assert_string_equal(b.data, "");
-    rt_metrics_buf_free(&b);
-    assert_null(b.data);
-    rt_metrics_buf_free(&b); /* twice is fine */
+    tg_buf_free(&b);
 
     /* Appends after existing text, growing a tiny buffer. */
     struct rt_metrics_family *f;
@@ -159,25 +157,22 @@ static void test_render_buffer(void **state)
                          0);
         assert_int_equal(rt_metrics_histogram_observe(s, i * 10.0), 0);
     }
-    b.cap = 8;
-    b.data = malloc(b.cap);
-    memcpy(b.data, "pre\n", 5);
-    b.len = 4;
+    assert_int_equal(tg_buf_puts(&b, "pre\n"), 0);
     assert_int_equal(rt_metrics_render(&reg, &b, err, sizeof(err)), 0);
     assert_true(b.len > 100 * 24 * 20);
     assert_int_equal(strlen(b.data), b.len);
     assert_true(b.cap > b.len);
     assert_memory_equal(b.data, "pre\n# HELP big B.\n", 18);
     tt_prom_assert_valid(b.data + 4);
-    /* Reuse: len = 0 and render again gives the same text. */
+    /* Reuse: reset and render again gives the same text. */
     char *first = strdup(b.data + 4);
     size_t cap = b.cap;
-    b.len = 0;
+    tg_buf_reset(&b);
     assert_int_equal(rt_metrics_render(&reg, &b, err, sizeof(err)), 0);
     assert_string_equal(b.data, first);
     assert_int_equal(b.cap, cap); /* no growth the second time */
     free(first);
-    rt_metrics_buf_free(&b);
+    tg_buf_free(&b);
     rt_metrics_registry_free(&reg);
 }
 
@@ -386,7 +381,6 @@ static void test_free_zeroed(void **state)
     memset(&m, 0, sizeof(m));
     rt_metrics_tangram_free(&m);
     rt_metrics_tangram_free(NULL);
-    rt_metrics_buf_free(NULL);
     assert_string_equal(RT_METRICS_CONTENT_TYPE,
                         "text/plain; version=0.0.4; charset=utf-8");
 }

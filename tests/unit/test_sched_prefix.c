@@ -256,15 +256,16 @@ static void test_prefix_cache_unit(void **state)
     assert_null(m);
 
     /* LRU: oldest first (A), never the kept one. */
-    assert_int_equal(pc.oldest->n_tokens, 8);
-    assert_int_equal(rt_prefix_evict_lru(&pc, &pool, pc.oldest), 1);
+    assert_int_equal(rt_prefix_oldest(&pc)->n_tokens, 8);
+    assert_int_equal(rt_prefix_evict_lru(&pc, &pool, rt_prefix_oldest(&pc)), 1);
     assert_int_equal(pc.n_entries, 2);
-    assert_int_equal(pc.oldest->n_tokens, 8); /* A kept, B evicted */
-    assert_int_equal(pc.oldest->newer->n_tokens, 24);
+    assert_int_equal(rt_prefix_oldest(&pc)->n_tokens,
+                     8); /* A kept, B evicted */
+    assert_int_equal(rt_prefix_newer(rt_prefix_oldest(&pc))->n_tokens, 24);
     assert_int_equal(rt_prefix_evict_lru(&pc, &pool, NULL), 1); /* A */
     assert_int_equal(pc.n_entries, 1);
-    assert_int_equal(pc.oldest->n_tokens, 24);
-    assert_int_equal(rt_prefix_evict_lru(&pc, &pool, pc.oldest), 0);
+    assert_int_equal(rt_prefix_oldest(&pc)->n_tokens, 24);
+    assert_int_equal(rt_prefix_evict_lru(&pc, &pool, rt_prefix_oldest(&pc)), 0);
     assert_int_equal(rt_prefix_pages(&pc, 0), kv_pool_n_used(&pool));
 
     /* The same session replaces its entry; the same tokens too. */
@@ -272,12 +273,12 @@ static void test_prefix_cache_unit(void **state)
     assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 12, 0, "s2", &q, err,
                                       sizeof(err)), 0);
     assert_int_equal(pc.n_entries, 1);
-    assert_int_equal(pc.newest->n_tokens, 12);
+    assert_int_equal(rt_prefix_newest(&pc)->n_tokens, 12);
     make_seq(&q, &lay, &pool, 12);
     assert_int_equal(rt_prefix_insert(&pc, &pool, toks, 12, 0, NULL, &q, err,
                                       sizeof(err)), 0);
     assert_int_equal(pc.n_entries, 1);
-    assert_null(pc.newest->session);
+    assert_null(rt_prefix_newest(&pc)->session);
     assert_int_equal(rt_prefix_pages(&pc, 0), kv_pool_n_used(&pool));
 
     /* Take moves the seq out with its pages. */

@@ -292,8 +292,8 @@ static void test_tier_offload_restore(void **state)
     /* A's host pages went back at issue: what the host holds is B's. */
     rt_sched_rank_pages(&s, 0, &pg);
     assert_int_equal(pg.host_used, rt_prefix_host_pages(&s.cache, 0));
-    for (const struct rt_prefix_entry *x = s.cache.newest; x != NULL;
-         x = x->older)
+    for (const struct rt_prefix_entry *x = rt_prefix_newest(&s.cache);
+         x != NULL; x = rt_prefix_older(x))
         assert_int_not_equal(x->tokens[0], a[0]);
     /* Until both ranks report, the request gets no entry. */
     assert_int_equal(rt_sched_tier_done(&s, 1, res_id, 1, &ev), 0);
@@ -872,7 +872,7 @@ static void test_prefix_directory(void **state)
                                                  NULL, &q, &bounds[i], err,
                                                  sizeof(err)), 0);
     }
-    struct rt_prefix_entry *a = pc.oldest;
+    struct rt_prefix_entry *a = rt_prefix_oldest(&pc);
     int64_t a_pages = a->seqs[0].used_pages;
     int32_t old[64];
     assert_int_equal(kv_seq_move_pages(&a->seqs[0], &dev, &host, old, NULL,
@@ -883,14 +883,14 @@ static void test_prefix_directory(void **state)
     assert_int_equal(rt_prefix_pages(&pc, 0), dev_pages - a_pages);
     assert_int_equal(rt_prefix_host_pages(&pc, 0), a_pages);
     assert_int_equal(pc.n_host_entries, 1);
-    assert_ptr_equal(pc.oldest, a); /* its LRU place stays */
+    assert_ptr_equal(rt_prefix_oldest(&pc), a); /* its LRU place stays */
     /* Device eviction skips the host entry. */
-    struct rt_prefix_entry *b = a->newer;
+    struct rt_prefix_entry *b = rt_prefix_newer(a);
     assert_ptr_equal(rt_prefix_oldest_device(&pc, NULL), b);
-    assert_ptr_equal(rt_prefix_oldest_device(&pc, b), b->newer);
+    assert_ptr_equal(rt_prefix_oldest_device(&pc, b), rt_prefix_newer(b));
     assert_int_equal(rt_prefix_evict_lru(&pc, &dev, NULL), 1);
     assert_int_equal(pc.n_entries, 2);
-    assert_ptr_equal(pc.oldest, a);
+    assert_ptr_equal(rt_prefix_oldest(&pc), a);
     /* A host entry matches like a device one. */
     int32_t prompt[32];
     memcpy(prompt, toks[0], sizeof(prompt));

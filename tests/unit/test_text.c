@@ -57,7 +57,7 @@ static void stream(const char *text, const char *const *stops, int n_stops,
         size_t ready = rt_text_ready(&t, 0);
         /* a released byte is never taken back */
         assert_true(ready >= t.emitted);
-        memcpy(got + n, t.out.s + t.emitted, ready - t.emitted);
+        memcpy(got + n, t.out.data + t.emitted, ready - t.emitted);
         n += ready - t.emitted;
         rt_text_mark(&t, ready);
         if (hit) {
@@ -67,7 +67,7 @@ static void stream(const char *text, const char *const *stops, int n_stops,
     }
     assert_int_equal(rt_text_finish(&t), 0);
     size_t ready = rt_text_ready(&t, 1);
-    memcpy(got + n, t.out.s + t.emitted, ready - t.emitted);
+    memcpy(got + n, t.out.data + t.emitted, ready - t.emitted);
     n += ready - t.emitted;
     assert_true(n < cap);
     got[n] = '\0';
@@ -122,8 +122,8 @@ static void test_holdback_never_leaks_prefix(void **state)
         assert_int_equal(hit, 0);
         size_t ready = rt_text_ready(&t, 0);
         /* right after " world" the tail "world" must be held back */
-        if (t.out.n >= 11 && memcmp(t.out.s, "hello world", 11) == 0 &&
-            t.out.n == 11)
+        if (t.out.len >= 11 && memcmp(t.out.data, "hello world", 11) == 0 &&
+            t.out.len == 11)
             assert_int_equal(ready, 6); /* "hello " */
         rt_text_mark(&t, ready);
     }
@@ -156,9 +156,9 @@ static void test_split_utf8(void **state)
     for (int i = 0; i < 4; i++) {
         int hit;
         assert_int_equal(rt_text_push(&t, ids4[i], &hit), 0);
-        assert_int_equal(t.out.n, i < 3 ? 0u : 4u);
+        assert_int_equal(t.out.len, i < 3 ? 0u : 4u);
     }
-    assert_memory_equal(t.out.s, emoji, 4);
+    assert_memory_equal(t.out.data, emoji, 4);
     rt_text_free(&t);
 }
 

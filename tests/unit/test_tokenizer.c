@@ -163,26 +163,27 @@ static void run_vocab(const struct tok_tokenizer *tok, const char *name,
             tt_tok_check_ids(&got, &c[i].want, c[i].text);
             tok_ids_free(&got);
         }
-        struct tok_text txt = {0}, st = {0};
+        struct tg_buf txt = {0}, st = {0};
         assert_int_equal(tok_decode(tok, c[i].want.v, c[i].want.n, 0, &txt,
                                     errbuf, sizeof errbuf),
                          0);
-        assert_int_equal(txt.n, c[i].len);
-        assert_memory_equal(txt.n ? txt.s : "", c[i].text, c[i].len);
+        assert_int_equal(txt.len, c[i].len);
+        assert_memory_equal(txt.len ? txt.data : "", c[i].text, c[i].len);
         struct tok_stream s;
         tok_stream_init(&s, tok, 0);
         for (size_t k = 0; k < c[i].want.n; k++) {
-            size_t before = st.n;
+            size_t before = st.len;
             assert_int_equal(
                 tok_stream_put(&s, c[i].want.v[k], &st, errbuf, sizeof errbuf),
                 0);
-            assert_true(tok_utf8_valid(st.s + before, st.n - before, NULL));
+            assert_true(
+                tok_utf8_valid(st.data + before, st.len - before, NULL));
         }
         assert_int_equal(tok_stream_finish(&s, &st, errbuf, sizeof errbuf), 0);
-        assert_int_equal(st.n, c[i].len);
-        assert_memory_equal(st.n ? st.s : "", c[i].text, c[i].len);
-        tok_text_free(&txt);
-        tok_text_free(&st);
+        assert_int_equal(st.len, c[i].len);
+        assert_memory_equal(st.len ? st.data : "", c[i].text, c[i].len);
+        tg_buf_free(&txt);
+        tg_buf_free(&st);
     }
     assert_true(cache.hits > 0);
     tok_cache_free(&cache);
@@ -288,24 +289,24 @@ static void test_special_tokens_in_text(void **state)
     assert_int_equal(ids.v[ids.n - 1], 151657);
     for (size_t i = 0; i + 1 < ids.n; i++)
         assert_true(ids.v[i] < 151643);
-    struct tok_text t = {0};
+    struct tg_buf t = {0};
     assert_int_equal(
         tok_decode(&g_qwen25, ids.v, ids.n, 0, &t, errbuf, sizeof errbuf), 0);
-    assert_string_equal(t.s, "<|im_start|>user<tool_call>");
+    assert_string_equal(t.data, "<|im_start|>user<tool_call>");
     /* Skip-special decoding drops special tokens only. */
     static const int32_t mix[] = {151644, 872, 151657, 151645};
-    t.n = 0;
+    tg_buf_reset(&t);
     assert_int_equal(tok_decode(&g_qwen25, mix, 4, TOK_DECODE_SKIP_SPECIAL, &t,
                                 errbuf, sizeof errbuf),
                      0);
-    assert_string_equal(t.s, "user<tool_call>");
+    assert_string_equal(t.data, "user<tool_call>");
     /* Ids without a token are skipped. */
     static const int32_t holes[] = {-5, 872, 999999, 151700};
-    t.n = 0;
+    tg_buf_reset(&t);
     assert_int_equal(
         tok_decode(&g_qwen25, holes, 4, 0, &t, errbuf, sizeof errbuf), 0);
-    assert_string_equal(t.s, "user");
-    tok_text_free(&t);
+    assert_string_equal(t.data, "user");
+    tg_buf_free(&t);
     tok_ids_free(&ids);
 }
 
@@ -348,11 +349,11 @@ static void test_edge_texts(void **state)
     assert_int_equal(
         tok_encode(&g_llama, NULL, "a\0b", 3, 0, &ids, errbuf, sizeof errbuf),
         0);
-    struct tok_text t = {0};
+    struct tg_buf t = {0};
     assert_int_equal(
         tok_decode(&g_llama, ids.v, ids.n, 0, &t, errbuf, sizeof errbuf), 0);
-    assert_int_equal(t.n, 3);
-    assert_memory_equal(t.s, "a\0b", 3);
+    assert_int_equal(t.len, 3);
+    assert_memory_equal(t.data, "a\0b", 3);
     static const char fill[] = {'a', ' ', '7', '\n', '!'};
     size_t n = 200000;
     char *big = malloc(n);
@@ -361,7 +362,7 @@ static void test_edge_texts(void **state)
         const struct tok_tokenizer *tk[] = {&g_llama, &g_qwen25};
         for (int k = 0; k < 2; k++) {
             ids.n = 0;
-            t.n = 0;
+            tg_buf_reset(&t);
             assert_int_equal(
                 tok_encode(tk[k], NULL, big, n, 0, &ids, errbuf, sizeof errbuf),
                 0);
@@ -369,12 +370,12 @@ static void test_edge_texts(void **state)
             assert_int_equal(
                 tok_decode(tk[k], ids.v, ids.n, 0, &t, errbuf, sizeof errbuf),
                 0);
-            assert_int_equal(t.n, n);
-            assert_memory_equal(t.s, big, n);
+            assert_int_equal(t.len, n);
+            assert_memory_equal(t.data, big, n);
         }
     }
     free(big);
-    tok_text_free(&t);
+    tg_buf_free(&t);
     tok_ids_free(&ids);
 }
 
@@ -390,7 +391,7 @@ static void test_nfc_fast_path(void **state)
         0x3099, 0x0F73, 0x0344, 0x1E0A, 0x0B47, 0x0B3E,  0x4E2D, 0x0410, 0x0306,
         0x1F00, 0x0345, 0x2126, 0x0CC6, 0x0CD5, 0x1D15E, 0x2F800};
     struct tok_ids ids = {0};
-    struct tok_text back = {0};
+    struct tg_buf back = {0};
     unsigned seed = 7;
     int changed = 0;
     for (int trial = 0; trial < 3000; trial++) {
@@ -405,21 +406,21 @@ static void test_nfc_fast_path(void **state)
         assert_non_null(want);
         changed += strcmp((const char *)want, s) != 0;
         ids.n = 0;
-        back.n = 0;
+        tg_buf_reset(&back);
         assert_int_equal(
             tok_encode(&g_qwen3, NULL, s, n, 0, &ids, errbuf, sizeof errbuf),
             0);
         assert_int_equal(
             tok_decode(&g_qwen3, ids.v, ids.n, 0, &back, errbuf, sizeof errbuf),
             0);
-        if (strcmp(back.s, (const char *)want) != 0)
+        if (strcmp(back.data, (const char *)want) != 0)
             fprintf(stderr, "NFC mismatch on trial %d\n", trial);
-        assert_string_equal(back.s, (const char *)want);
+        assert_string_equal(back.data, (const char *)want);
         free(want);
     }
     assert_true(changed > 500); /* the strings really exercised NFC */
     tok_ids_free(&ids);
-    tok_text_free(&back);
+    tg_buf_free(&back);
 }
 
 /* ------------------------------------------------------------ streaming */
@@ -432,28 +433,28 @@ static void test_stream_multibyte(void **state)
     static const char *want[] = {" this", " is", " ", "", "\xF0\x9F\xA6\x99",
                                  ".",     "cpp"};
     struct tok_stream s;
-    struct tok_text out = {0};
+    struct tg_buf out = {0};
     tok_stream_init(&s, &g_llama, 0);
     for (int i = 0; i < 7; i++) {
-        size_t before = out.n;
+        size_t before = out.len;
         assert_int_equal(
             tok_stream_put(&s, ids[i], &out, errbuf, sizeof errbuf), 0);
-        assert_int_equal(out.n - before, strlen(want[i]));
-        assert_memory_equal(out.s + before, want[i], strlen(want[i]));
+        assert_int_equal(out.len - before, strlen(want[i]));
+        assert_memory_equal(out.data + before, want[i], strlen(want[i]));
     }
     assert_int_equal(tok_stream_finish(&s, &out, errbuf, sizeof errbuf), 0);
-    assert_string_equal(out.s, " this is \xF0\x9F\xA6\x99.cpp");
+    assert_string_equal(out.data, " this is \xF0\x9F\xA6\x99.cpp");
     /* Ending inside a sequence gives one U+FFFD at the end only. */
-    out.n = 0;
+    tg_buf_reset(&out);
     tok_stream_init(&s, &g_llama, 0);
     assert_int_equal(tok_stream_put(&s, 420, &out, errbuf, sizeof errbuf), 0);
     assert_int_equal(tok_stream_put(&s, 11410, &out, errbuf, sizeof errbuf), 0);
     assert_int_equal(tok_stream_put(&s, 99, &out, errbuf, sizeof errbuf), 0);
-    assert_string_equal(out.s, " this ");
+    assert_string_equal(out.data, " this ");
     assert_int_equal(tok_stream_finish(&s, &out, errbuf, sizeof errbuf), 0);
-    assert_string_equal(out.s, " this \xEF\xBF\xBD");
+    assert_string_equal(out.data, " this \xEF\xBF\xBD");
     assert_int_equal(s.npend, 0);
-    tok_text_free(&out);
+    tg_buf_free(&out);
 }
 
 static void test_stream_lossy(void **state)
@@ -488,11 +489,11 @@ static void test_stream_lossy(void **state)
         int32_t ids[8];
         for (size_t i = 0; i < n; i++)
             ids[i] = byte_tok[(uint8_t)fixed[f].in[i]];
-        struct tok_text t = {0};
+        struct tg_buf t = {0};
         assert_int_equal(
             tok_decode(&g_qwen25, ids, n, 0, &t, errbuf, sizeof errbuf), 0);
-        assert_string_equal(t.s, fixed[f].want);
-        tok_text_free(&t);
+        assert_string_equal(t.data, fixed[f].want);
+        tg_buf_free(&t);
     }
     /* Random byte soups fed one byte per token: the stream's output equals
      * the batch decode and every piece it emits is valid UTF-8. */
@@ -505,23 +506,24 @@ static void test_stream_lossy(void **state)
         size_t n = 1 + (size_t)(rand_r(&seed) % 16);
         for (size_t i = 0; i < n; i++)
             ids[i] = byte_tok[alphabet[rand_r(&seed) % sizeof alphabet]];
-        struct tok_text batch = {0}, st = {0};
+        struct tg_buf batch = {0}, st = {0};
         assert_int_equal(
             tok_decode(&g_qwen25, ids, n, 0, &batch, errbuf, sizeof errbuf), 0);
-        assert_true(tok_utf8_valid(batch.s, batch.n, NULL));
+        assert_true(tok_utf8_valid(batch.data, batch.len, NULL));
         struct tok_stream s;
         tok_stream_init(&s, &g_qwen25, 0);
         for (size_t i = 0; i < n; i++) {
-            size_t before = st.n;
+            size_t before = st.len;
             assert_int_equal(
                 tok_stream_put(&s, ids[i], &st, errbuf, sizeof errbuf), 0);
-            assert_true(tok_utf8_valid(st.s + before, st.n - before, NULL));
+            assert_true(
+                tok_utf8_valid(st.data + before, st.len - before, NULL));
         }
         assert_int_equal(tok_stream_finish(&s, &st, errbuf, sizeof errbuf), 0);
-        assert_int_equal(st.n, batch.n);
-        assert_memory_equal(st.s, batch.s, batch.n);
-        tok_text_free(&batch);
-        tok_text_free(&st);
+        assert_int_equal(st.len, batch.len);
+        assert_memory_equal(st.data, batch.data, batch.len);
+        tg_buf_free(&batch);
+        tg_buf_free(&st);
     }
 }
 

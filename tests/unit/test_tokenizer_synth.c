@@ -438,7 +438,7 @@ static void test_fuzzed_files(void **state)
         if (rc == 0) {
             loaded++;
             struct tok_ids ids = {0};
-            struct tok_text t = {0};
+            struct tg_buf t = {0};
             assert_int_equal(tok_encode(&tok, NULL, "ab <s>c", 7,
                                         TOK_ENCODE_ADD_SPECIAL, &ids, errbuf,
                                         sizeof errbuf),
@@ -447,7 +447,7 @@ static void test_fuzzed_files(void **state)
                 tok_decode(&tok, ids.v, ids.n, 0, &t, errbuf, sizeof errbuf),
                 0);
             tok_ids_free(&ids);
-            tok_text_free(&t);
+            tg_buf_free(&t);
         } else {
             assert_true(rc == TG_EFORMAT || rc == TG_EUNSUPPORTED);
             assert_int_equal(tok.n_ids, 0);

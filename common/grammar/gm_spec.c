@@ -14,7 +14,8 @@ static int dump(json_t *doc, char **out, size_t *len)
 {
     if (doc == NULL)
         return TG_ENOMEM;
-    char *s = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    char *s = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(17) |
+                                  JSON_ENCODE_ANY);
     json_decref(doc);
     if (s == NULL)
         return TG_ENOMEM;
@@ -28,6 +29,31 @@ int gm_spec_json(int object_only, char **out, size_t *len)
     return dump(json_pack("{ss}", "type",
                           object_only ? "json_object" : "json_value"),
                 out, len);
+}
+
+int gm_spec_whitespace(enum gm_ws ws, char **spec, size_t *len)
+{
+    json_t *doc = json_loadb(*spec, *len, JSON_ALLOW_NUL, NULL);
+    if (!json_is_object(doc)) {
+        json_decref(doc);
+        return TG_EINVAL;
+    }
+    if (ws == GM_WS_COMPACT)
+        (void)json_object_del(doc, "whitespace"); /* absent: fine */
+    else if (json_object_set_new(doc, "whitespace",
+                                 json_string(gm_ws_name(ws))) != 0) {
+        json_decref(doc);
+        return TG_ENOMEM;
+    }
+    char *out = NULL;
+    size_t n = 0;
+    int rc = dump(doc, &out, &n); /* takes doc */
+    if (rc != 0)
+        return rc;
+    free(*spec);
+    *spec = out;
+    *len = n;
+    return 0;
 }
 
 int gm_spec_json_schema(const json_t *schema, char **out, size_t *len)
@@ -76,7 +102,7 @@ int gm_spec_triggered(const char *trigger, int anchored, const char *inner,
 {
     if (trigger == NULL || trigger[0] == '\0' || inner == NULL)
         return TG_EINVAL;
-    json_t *in = json_loadb(inner, inner_len, 0, NULL);
+    json_t *in = json_loadb(inner, inner_len, JSON_ALLOW_NUL, NULL);
     if (in == NULL)
         return TG_EINVAL;
     return dump(json_pack("{sssssbso}", "type", "triggered", "trigger", trigger,
@@ -88,7 +114,7 @@ int gm_spec_trigger(const char *spec, size_t len, char **trigger, int *anchored)
 {
     *trigger = NULL;
     *anchored = 0;
-    json_t *doc = json_loadb(spec, len, 0, NULL);
+    json_t *doc = json_loadb(spec, len, JSON_ALLOW_NUL, NULL);
     if (doc == NULL)
         return TG_EFORMAT;
     int rc = 0;
@@ -224,12 +250,21 @@ int gm_spec_to_ir(const char *spec, size_t len, const struct gm_limits *lim,
                           "limit of %zu",
                           len, lim->max_spec_bytes);
     json_error_t je;
-    json_t *doc = json_loadb(spec, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *doc = json_loadb(spec, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+                             &je);
     if (doc == NULL)
         return tg_err_set(err, errlen, TG_EFORMAT, "spec: %s", je.text);
     const char *type = json_string_value(json_object_get(doc, "type"));
+    const json_t *wsv = json_object_get(doc, "whitespace");
+    enum gm_ws ws = GM_WS_COMPACT;
+    if (wsv != NULL && gm_ws_parse(json_string_value(wsv), &ws) != 0) {
+        json_decref(doc);
+        return tg_err_set(err, errlen, TG_EFORMAT,
+                          "spec: \"whitespace\" must be \"compact\", "
+                          "\"none\", \"pretty\" or \"free\"");
+    }
     struct gm_json j;
-    gm_json_init(&j, ir, lim->ws_indent);
+    gm_json_init(&j, ir, ws, lim->ws_indent);
     struct gm_schema_opts so = {.max_depth = lim->max_depth,
                                 .max_count = lim->max_count};
     int rc;

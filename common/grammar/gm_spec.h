@@ -35,8 +35,11 @@
  * grammar holds to the end of the output, otherwise the whole output is
  * free (the Llama-3 JSON format, where an answer is either calls or
  * text: T is "{").
- * A JSON document is surrounded by bounded whitespace (gm_json.h, bound
- * gm_limits.ws_indent); tool calls are exactly their format's text.
+ * Every kind takes an optional "whitespace": "compact" (the default: at
+ * most one space after ':' and ','), "none", "pretty" or "free" (gm_json.h,
+ * enum gm_ws; the wide policies bounded by gm_limits.ws_indent) for the
+ * JSON it generates (tool calls' arguments included); the format's own
+ * text of tool calls is exact. Strings in a spec may hold U+0000.
  *
  * Errors: TG_EFORMAT names what is malformed in the spec; the schema and
  * tool errors of gm_schema.h / gm_tool.h; TG_ETOOBIG when the text is over
@@ -50,6 +53,7 @@
 
 #include "common/grammar/gm_grammar.h"
 #include "common/grammar/gm_ir.h"
+#include "common/grammar/gm_json.h"
 #include "common/grammar/gm_tool.h"
 
 /* Each writes a new spec text (NUL-terminated, caller frees) to *out and
@@ -61,6 +65,12 @@ int gm_spec_tools(const struct gm_tool_format *fmt,
                   const struct gm_tool_fn *fns, size_t n_fns,
                   unsigned min_calls, unsigned max_calls, char **out,
                   size_t *len);
+
+/* Rewrites spec text *spec (*len bytes, owned by the caller, replaced on
+ * success) with the whitespace policy `ws` (GM_WS_COMPACT drops the
+ * field: the default). Returns 0, TG_EINVAL (not a JSON spec) or
+ * TG_ENOMEM (*spec unchanged). */
+int gm_spec_whitespace(enum gm_ws ws, char **spec, size_t *len);
 
 /* The triggered spec of trigger (non-empty, copied) and the tool_calls
  * spec text [inner, inner + inner_len); anchored as described above.

@@ -56,9 +56,19 @@ static const struct {
     {"properties", KW_OBJECT},
     {"required", KW_OBJECT},
     {"additionalProperties", KW_OBJECT},
+    {"minProperties", KW_OBJECT},
+    {"maxProperties", KW_OBJECT},
+    {"propertyNames", KW_OBJECT},
+    {"patternProperties", KW_OBJECT},
     {"items", KW_ARRAY},
+    {"prefixItems", KW_ARRAY},
+    {"additionalItems", KW_ARRAY},
     {"minItems", KW_ARRAY},
     {"maxItems", KW_ARRAY},
+    {"contains", KW_ARRAY},
+    {"minContains", KW_ARRAY},
+    {"maxContains", KW_ARRAY},
+    {"uniqueItems", KW_ARRAY},
     {"minLength", KW_STRING},
     {"maxLength", KW_STRING},
     {"minimum", KW_NUMBER},
@@ -70,6 +80,15 @@ static const struct {
     {"const", KW_ENUM},
     {"anyOf", KW_COMB},
     {"oneOf", KW_COMB},
+    {"allOf", KW_COMB},
+    {"not", KW_COMB},
+    {"if", KW_COMB},
+    {"then", KW_COMB},
+    {"else", KW_COMB},
+    {"unevaluatedProperties", KW_COMB},
+    {"unevaluatedItems", KW_COMB},
+    {"dependentRequired", KW_COMB},
+    {"dependentSchemas", KW_COMB},
     {"$ref", KW_REF},
 };
 
@@ -248,20 +267,26 @@ static int scan(struct gm__sc *c, const json_t *s, struct kws *k)
             size_t i;
             json_t *x;
             json_array_foreach(v, i, x) ok &= json_is_string(x);
-        } else if (strcmp(key, "additionalProperties") == 0) {
-            if (json_is_object(v) && json_object_size(v) > 0)
-                return gm__schema_fail(
-                    c, TG_EUNSUPPORTED,
-                    "\"additionalProperties\" with a schema is not "
-                    "supported (only true or false)");
+        } else if (strcmp(key, "additionalProperties") == 0 ||
+                   strcmp(key, "propertyNames") == 0) {
             ok = json_is_boolean(v) || json_is_object(v);
+        } else if (strcmp(key, "patternProperties") == 0) {
+            ok = json_is_object(v);
+        } else if (strcmp(key, "minProperties") == 0 ||
+                   strcmp(key, "maxProperties") == 0) {
+            ok = is_count(v);
         } else if (strcmp(key, "items") == 0) {
-            if (json_is_array(v))
-                return gm__schema_fail(
-                    c, TG_EUNSUPPORTED,
-                    "\"items\" as an array (tuple validation) is "
-                    "not supported");
+            ok = json_is_object(v) || json_is_boolean(v) || json_is_array(v);
+        } else if (strcmp(key, "prefixItems") == 0) {
+            ok = json_is_array(v);
+        } else if (strcmp(key, "additionalItems") == 0 ||
+                   strcmp(key, "contains") == 0) {
             ok = json_is_object(v) || json_is_boolean(v);
+        } else if (strcmp(key, "uniqueItems") == 0) {
+            ok = json_is_boolean(v);
+        } else if (strcmp(key, "minContains") == 0 ||
+                   strcmp(key, "maxContains") == 0) {
+            ok = is_count(v);
         } else if (strcmp(key, "minItems") == 0 ||
                    strcmp(key, "maxItems") == 0 ||
                    strcmp(key, "minLength") == 0 ||
@@ -269,7 +294,8 @@ static int scan(struct gm__sc *c, const json_t *s, struct kws *k)
             ok = is_count(v);
         else if (strcmp(key, "enum") == 0)
             ok = json_is_array(v);
-        else if (strcmp(key, "anyOf") == 0 || strcmp(key, "oneOf") == 0)
+        else if (strcmp(key, "anyOf") == 0 || strcmp(key, "oneOf") == 0 ||
+                 strcmp(key, "allOf") == 0)
             ok = json_is_array(v) && json_array_size(v) > 0;
         else if (strcmp(key, "$ref") == 0)
             ok = json_is_string(v);
@@ -292,7 +318,6 @@ static const char *other_kw(const struct kws *k, unsigned allowed)
 
 /* ---- pieces ------------------------------------------------------------ */
 
-static int32_t compile(struct gm__sc *c, const json_t *s);
 
 /* A rule with no alternative: no document. */
 static int32_t never(struct gm__sc *c)
@@ -405,17 +430,6 @@ static char *compact(const json_t *v)
     return t.s;
 }
 
-/* The compact JSON text of v as a literal. */
-static int32_t literal(struct gm__sc *c, const json_t *v)
-{
-    char *s = compact(v);
-    if (s == NULL)
-        return gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
-    int32_t e = gm_ir_str(c->ir, s);
-    free(s);
-    return e;
-}
-
 static int value_in_types(const json_t *v, unsigned types)
 {
     return (gm__schema_value_type(v) & types) != 0;
@@ -484,8 +498,8 @@ static int32_t enum_expr(struct gm__sc *c, const json_t *s, const struct kws *k)
 }
 
 /* The two bounds of a count pair, capped by max_count. */
-static int32_t counts(struct gm__sc *c, const json_t *s, const char *kmin,
-                      const char *kmax, uint32_t *lo, uint32_t *hi)
+int32_t gm__schema_counts(struct gm__sc *c, const json_t *s, const char *kmin,
+                          const char *kmax, uint32_t *lo, uint32_t *hi)
 {
     const json_t *a = json_object_get(s, kmin);
     const json_t *b = json_object_get(s, kmax);
@@ -511,166 +525,10 @@ static int32_t counts(struct gm__sc *c, const json_t *s, const char *kmin,
 static int32_t string_expr(struct gm__sc *c, const json_t *s)
 {
     uint32_t lo, hi;
-    int32_t rc = counts(c, s, "minLength", "maxLength", &lo, &hi);
+    int32_t rc = gm__schema_counts(c, s, "minLength", "maxLength", &lo, &hi);
     if (rc < 0)
         return rc;
     return gm_ir_ref(c->ir, gm_json_string_len(c->j, lo, hi));
-}
-
-static int32_t array_expr(struct gm__sc *c, const json_t *s)
-{
-    struct gm_ir *ir = c->ir;
-    uint32_t lo, hi;
-    int32_t rc = counts(c, s, "minItems", "maxItems", &lo, &hi);
-    if (rc < 0)
-        return rc;
-    int32_t ws = gm_json_ws(c->j);
-    if (hi == 0)
-        return gm_ir_seq(ir,
-                         (int32_t[]){gm_ir_str(ir, "["), ws,
-                                     gm_ir_str(ir, "]")},
-                         3);
-    const json_t *items = json_object_get(s, "items");
-    int32_t ir_item;
-    if (items == NULL) {
-        ir_item = gm_json_value(c->j);
-    } else {
-        size_t old = gm__schema_path_push(c, "items", 5);
-        ir_item = compile(c, items);
-        gm__schema_path_pop(c, old);
-    }
-    int32_t item = gm_ir_seq2(ir, gm_ir_ref(ir, ir_item), ws);
-    int32_t more = gm_ir_repeat(
-        ir,
-        gm_ir_seq(
-            ir, (int32_t[]){gm_ir_str(ir, ","), gm_json_ws_sep(c->j), item}, 3),
-        lo > 0 ? lo - 1 : 0, hi == GM_REPEAT_INF ? GM_REPEAT_INF : hi - 1);
-    int32_t body = gm_ir_seq2(ir, item, more);
-    if (lo == 0)
-        body = gm_ir_opt(ir, body);
-    return gm_ir_seq(
-        ir, (int32_t[]){gm_ir_str(ir, "["), ws, body, gm_ir_str(ir, "]")}, 4);
-}
-
-struct prop {
-    const char *name;
-    size_t len;
-    const json_t *schema; /* NULL: any value */
-    int required;
-};
-
-/* P = "name" ws ":" ws value ws */
-static int32_t prop_expr(struct gm__sc *c, const struct prop *p)
-{
-    struct gm_ir *ir = c->ir;
-    json_t *k = json_stringn(p->name, p->len);
-    if (k == NULL)
-        return gm__schema_fail(c, TG_EFORMAT, "property name is not UTF-8");
-    int32_t key = literal(c, k);
-    json_decref(k);
-    int32_t val;
-    if (p->schema == NULL) {
-        val = gm_json_value(c->j);
-    } else {
-        size_t old = gm__schema_path_push(c, "properties", 10);
-        size_t old2 = gm__schema_path_push(c, p->name, p->len);
-        val = compile(c, p->schema);
-        gm__schema_path_pop(c, old2);
-        gm__schema_path_pop(c, old);
-    }
-    int32_t ws = gm_json_ws(c->j);
-    return gm_ir_seq(ir,
-                     (int32_t[]){key, ws, gm_ir_str(ir, ":"),
-                                 gm_json_ws_sep(c->j), gm_ir_ref(ir, val), ws},
-                     6);
-}
-
-static int32_t object_expr(struct gm__sc *c, const json_t *s)
-{
-    struct gm_ir *ir = c->ir;
-    const json_t *props = json_object_get(s, "properties");
-    const json_t *req = json_object_get(s, "required");
-    const json_t *addl = json_object_get(s, "additionalProperties");
-    int closed = json_is_false(addl);
-    if (props == NULL && req == NULL && !closed)
-        return gm_ir_ref(ir, gm_json_object(c->j));
-    size_t n_props = props != NULL ? json_object_size(props) : 0;
-    size_t n_req = req != NULL ? json_array_size(req) : 0;
-    struct prop *p = calloc(n_props + n_req + 1, sizeof(*p));
-    int32_t *after = malloc((n_props + n_req + 1) * sizeof(*after));
-    int32_t *first = malloc((n_props + n_req + 1) * sizeof(*first));
-    if (p == NULL || after == NULL || first == NULL) {
-        free(p);
-        free(after);
-        free(first);
-        return gm_ir_fail(ir, TG_ENOMEM, "out of memory");
-    }
-    size_t n = 0;
-    int32_t rc = 0;
-    if (props != NULL) {
-        const char *key;
-        size_t kl;
-        json_t *v;
-        void *tmp;
-        json_object_keylen_foreach_safe((json_t *)props, tmp, key, kl, v)
-        {
-            p[n].name = key;
-            p[n].len = kl;
-            p[n].schema = v;
-            n++;
-        }
-    }
-    size_t i;
-    const json_t *x;
-    if (req != NULL)
-        json_array_foreach(req, i, x)
-        {
-            const char *k = json_string_value(x);
-            size_t kl = json_string_length(x);
-            size_t at = 0;
-            while (at < n && !(p[at].len == kl && memcmp(p[at].name, k, kl) == 0))
-                at++;
-            if (at == n) {
-                if (closed) {
-                    rc = gm__schema_fail(
-                        c, TG_EINVAL,
-                        "required property \"%.*s\" is not in "
-                        "\"properties\" and additionalProperties is "
-                        "false: no document satisfies it",
-                        (int)(kl > 64 ? 64 : kl), k);
-                    break;
-                }
-                p[n].name = k;
-                p[n].len = kl;
-                p[n].schema = NULL;
-                n++;
-            }
-            p[at].required = 1;
-        }
-    /* after[i]: the properties from i on, after one was written;
-     * first[i]: from i on, none written yet. */
-    int32_t ws = gm_json_ws(c->j);
-    after[n] = first[n] = gm_ir_empty(ir);
-    for (size_t k = n; rc == 0 && k-- > 0;) {
-        int32_t pe = prop_expr(c, &p[k]);
-        int32_t piece = gm_ir_seq(
-            ir, (int32_t[]){gm_ir_str(ir, ","), gm_json_ws_sep(c->j), pe}, 3);
-        after[k] = gm_ir_seq2(ir, p[k].required ? piece : gm_ir_opt(ir, piece),
-                              after[k + 1]);
-        int32_t here = gm_ir_seq2(ir, pe, after[k + 1]);
-        first[k] = p[k].required ? here : gm_ir_alt2(ir, here, first[k + 1]);
-        if (first[k] < 0)
-            rc = first[k];
-    }
-    int32_t e = rc < 0 ? rc
-                       : gm_ir_seq(ir,
-                                   (int32_t[]){gm_ir_str(ir, "{"), ws,
-                                               first[0], gm_ir_str(ir, "}")},
-                                   4);
-    free(p);
-    free(after);
-    free(first);
-    return e;
 }
 
 static int32_t ref_expr(struct gm__sc *c, const json_t *s, const struct kws *k)
@@ -694,7 +552,7 @@ static int32_t ref_expr(struct gm__sc *c, const json_t *s, const struct kws *k)
     memcpy(saved, c->path, sizeof saved);
     snprintf(c->path, sizeof c->path, "%s", ref);
     c->plen = strlen(c->path);
-    int32_t r = compile(c, t);
+    int32_t r = gm__schema_sub(c, t);
     memcpy(c->path, saved, sizeof saved);
     c->plen = saved_len;
     return gm_ir_ref(c->ir, r);
@@ -723,7 +581,7 @@ static int32_t comb_expr(struct gm__sc *c, const json_t *s, const struct kws *k)
     for (size_t i = 0; i < n && rc >= 0; i++) {
         size_t old = gm__schema_path_push(c, kw, strlen(kw));
         size_t old2 = gm__schema_path_index(c, i);
-        int32_t r = compile(c, json_array_get(arr, i));
+        int32_t r = gm__schema_sub(c, json_array_get(arr, i));
         gm__schema_path_pop(c, old2);
         gm__schema_path_pop(c, old);
         alts[i] = gm_ir_ref(c->ir, r);
@@ -781,9 +639,9 @@ static int32_t body_expr(struct gm__sc *c, const json_t *s, const struct kws *k)
     int32_t alts[7];
     size_t n = 0;
     if (types & GM__T_OBJECT)
-        alts[n++] = object_expr(c, s);
+        alts[n++] = gm__schema_object(c, s);
     if (types & GM__T_ARRAY)
-        alts[n++] = array_expr(c, s);
+        alts[n++] = gm__schema_array(c, s);
     if (types & GM__T_STRING)
         alts[n++] = string_expr(c, s);
     if (types & (GM__T_FRAC | GM__T_INT))
@@ -799,7 +657,37 @@ static int32_t body_expr(struct gm__sc *c, const json_t *s, const struct kws *k)
     return gm_ir_alt(ir, alts, n);
 }
 
-static int32_t compile(struct gm__sc *c, const json_t *s)
+/* The body of a schema without allOf: its "not", when it has one, proven
+ * to exclude the rest (which is what is generated). */
+static int32_t plain_body(struct gm__sc *c, const json_t *s, struct kws *k)
+{
+    const json_t *rest = s;
+    if (json_object_get(s, "not") != NULL) {
+        int ok = gm__schema_not_proven(c, s, &rest);
+        if (ok < 0)
+            return ok;
+        if (!ok)
+            return gm__schema_fail(c, TG_EUNSUPPORTED,
+                                   "\"not\": could not prove that what the "
+                                   "rest of the schema generates never "
+                                   "matches it");
+    }
+    int rc = scan(c, rest, k);
+    return rc != 0 ? rc : body_expr(c, rest, k);
+}
+
+const json_t *gm__schema_own(struct gm__sc *c, json_t *v)
+{
+    if (v == NULL)
+        return NULL;
+    if (c->owned == NULL && (c->owned = json_array()) == NULL) {
+        json_decref(v);
+        return NULL;
+    }
+    return json_array_append_new(c->owned, v) == 0 ? v : NULL;
+}
+
+int32_t gm__schema_sub(struct gm__sc *c, const json_t *s)
 {
     if (c->ir->err != 0)
         return c->ir->err;
@@ -829,7 +717,21 @@ static int32_t compile(struct gm__sc *c, const json_t *s)
     if (memo_put(c, s, r) != 0)
         return gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
     c->depth++;
-    int32_t body = body_expr(c, s, &k);
+    int32_t body;
+    if (gm__schema_needs_merge(s)) {
+        /* compiled as its merged form, under this rule (recursion through
+         * s finds the rule) */
+        const json_t *m = gm__schema_merge(c, s);
+        if (m == NULL)
+            body = c->ir->err != 0 ? c->ir->err : TG_EINTERNAL;
+        else if (json_is_boolean(m))
+            body = gm_ir_ref(c->ir,
+                             json_is_true(m) ? gm_json_value(c->j) : never(c));
+        else
+            body = plain_body(c, m, &k);
+    } else {
+        body = plain_body(c, s, &k);
+    }
     c->depth--;
     rc = gm_ir_rule_define(c->ir, r, body);
     return rc != 0 ? rc : r;
@@ -853,8 +755,9 @@ int gm_schema_compile(struct gm_json *j, const json_t *schema,
     c.plen = 1;
     int32_t r = gm__schema_refs_build(&c);
     if (r == 0)
-        r = compile(&c, schema);
+        r = gm__schema_sub(&c, schema);
     gm__schema_refs_free(&c);
+    json_decref(c.owned);
     free(c.memo);
     if (r < 0 || c.ir->err != 0) {
         int code = gm_ir_error(c.ir, err, errlen);

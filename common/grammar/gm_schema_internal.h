@@ -66,6 +66,7 @@ struct gm__sc {
     struct gm_ir *ir;
     const json_t *root;
     struct gm__refs *refs; /* the document's resources */
+    json_t *owned;         /* schemas made while compiling (an array) */
     struct gm_schema_opts o;
     struct gm__memo *memo; /* open addressing by address, cap a power of 2 */
     size_t n_memo, cap_memo;
@@ -85,6 +86,51 @@ int32_t gm__schema_fail(struct gm__sc *c, int code, const char *fmt, ...)
 size_t gm__schema_path_push(struct gm__sc *c, const char *seg, size_t n);
 size_t gm__schema_path_index(struct gm__sc *c, size_t i);
 void gm__schema_path_pop(struct gm__sc *c, size_t old);
+
+/* Keeps schema v (a new reference, taken; NULL: out of memory) alive
+ * until the compile ends and returns it, or NULL. */
+const json_t *gm__schema_own(struct gm__sc *c, json_t *v);
+
+/* The rule of subschema s (compiled once per schema object, memoized by
+ * its address), or a code. */
+int32_t gm__schema_sub(struct gm__sc *c, const json_t *s);
+
+/* The bounds of count keywords kmin/kmax of s (absent: 0 and
+ * GM_REPEAT_INF; above the cap: a max capped, a min refused). Returns 0
+ * or a code. */
+int32_t gm__schema_counts(struct gm__sc *c, const json_t *s, const char *kmin,
+                          const char *kmax, uint32_t *lo, uint32_t *hi);
+
+/* ---- objects (gm_schema_obj.c) ------------------------------------------ */
+
+/* The expression of the objects valid against s's object keywords
+ * (properties, required, additionalProperties, minProperties,
+ * maxProperties, propertyNames), or a code. */
+int32_t gm__schema_object(struct gm__sc *c, const json_t *s);
+
+/* ---- arrays (gm_schema_arr.c) -------------------------------------------- */
+
+/* The expression of the arrays valid against s's array keywords
+ * (prefixItems, items, additionalItems, minItems, maxItems, contains,
+ * minContains, maxContains, uniqueItems), or a code. */
+int32_t gm__schema_array(struct gm__sc *c, const json_t *s);
+
+/* ---- allOf and keywords beside combinators (gm_schema_merge.c) ------------ */
+
+/* 1 when s has allOf, or $ref/anyOf/oneOf beside assertion keywords or
+ * each other: it is compiled as gm__schema_merge(s). */
+int gm__schema_needs_merge(const json_t *s);
+
+/* A schema equivalent to s with allOf and the implicit allOf of its
+ * combinators opened and merged (owned by c), or NULL with the failure
+ * recorded. */
+const json_t *gm__schema_merge(struct gm__sc *c, const json_t *s);
+
+/* "not": *rest = s without it (owned by c); 1 when no document generated
+ * from *rest can be valid against it (gm__schema_exclusive) or s has
+ * none, 0 when that could not be proven, or a code. */
+int gm__schema_not_proven(struct gm__sc *c, const json_t *s,
+                          const json_t **rest);
 
 /* ---- references (gm_schema_ref.c) ---------------------------------------- */
 

@@ -620,6 +620,37 @@ out:
     return result;
 }
 
+int32_t gm__rx_set_expr(struct gm_ir *ir, const struct gm__cset *s, int enc)
+{
+    struct em e = {.ir = ir, .enc = enc};
+    e.cont = gm_ir_range(ir, 0x80, 0xBF);
+    e.empty = gm_ir_empty(ir);
+    struct seg *segs = malloc((2 * s->n + 1) * sizeof(*segs));
+    if (segs == NULL)
+        return em_oom(&e);
+    size_t n = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        uint32_t lo = s->r[i][0], hi = s->r[i][1];
+        if (hi > GM__CP_MAX)
+            hi = GM__CP_MAX;
+        /* no surrogates: split around them */
+        if (lo < 0xD800 && hi >= 0xD800) {
+            segs[n++] = (struct seg){lo, 0xD7FF, e.empty};
+            lo = 0xE000;
+        } else if (lo >= 0xD800 && lo <= 0xDFFF) {
+            lo = 0xE000;
+        }
+        if (lo <= hi)
+            segs[n++] = (struct seg){lo, hi, e.empty};
+    }
+    struct alts out = {0};
+    int rc = trie(&e, segs, n, &out);
+    int32_t r = rc != 0 ? em_oom(&e) : gm_ir_alt(ir, out.v, out.n);
+    free(out.v);
+    free(segs);
+    return r;
+}
+
 int32_t gm_regex_expr(struct gm_ir *ir, const struct gm_rx_item *items,
                       size_t n, const struct gm_rx_opts *o, char *err,
                       size_t errlen)

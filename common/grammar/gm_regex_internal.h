@@ -197,6 +197,12 @@ int gm__rx_dfa_run(const struct gm__rx_dfa *d, const uint32_t *cp, size_t n);
  * 3-7) into *cp; returns its length, or 0 when malformed. */
 size_t gm__utf8_dec(const unsigned char *s, size_t n, uint32_t *cp);
 
+/* One code point of set s (normalised; surrogates and anything above
+ * U+10FFFF ignored) written in encoding enc (enum gm_rx_enc), as a new
+ * expression of ir whose alternatives start with disjoint byte classes;
+ * or the IR's error. */
+int32_t gm__rx_set_expr(struct gm_ir *ir, const struct gm__cset *s, int enc);
+
 /* Compiles items into a DFA (the first half of gm_regex_expr), for the
  * tests and fuzzers. Same returns as gm_regex_expr. */
 int gm__rx_compile(const struct gm_rx_item *items, size_t n,

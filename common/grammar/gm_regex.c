@@ -134,6 +134,53 @@ int gm_regex_check(const char *pattern, size_t len, int kind, char *err,
     return rc;
 }
 
+int gm_regex_test_many(const struct gm_rx_item *items, size_t n,
+                       uint32_t min_len, uint32_t max_len, const char *const *s,
+                       const size_t *len, size_t m, uint8_t *out, char *err,
+                       size_t errlen)
+{
+    struct gm__rx_dfa d;
+    int rc = gm__rx_compile(items, n, 0, 0, &d, err, errlen);
+    if (rc == TG_EINVAL) { /* no string at all */
+        memset(out, 0, m);
+        return 0;
+    }
+    if (rc != 0)
+        return rc;
+    uint32_t *cp = NULL;
+    size_t cap = 0;
+    for (size_t i = 0; i < m && rc == 0; i++) {
+        const unsigned char *u = (const unsigned char *)s[i];
+        size_t k = 0, ok = 1;
+        if (TG_GROW(cp, &cap, len[i] + 1)) {
+            rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+            break;
+        }
+        for (size_t j = 0; j < len[i] && ok;) {
+            size_t l = gm__utf8_dec(u + j, len[i] - j, &cp[k]);
+            ok = l > 0;
+            j += l;
+            k += ok;
+        }
+        out[i] = ok && k >= min_len &&
+                 (max_len == GM_REPEAT_INF || k <= max_len) &&
+                 gm__rx_dfa_run(&d, cp, k);
+    }
+    free(cp);
+    gm__rx_dfa_free(&d);
+    return rc;
+}
+
+int gm_regex_test(const struct gm_rx_item *items, size_t n, uint32_t min_len,
+                  uint32_t max_len, const char *s, size_t len, char *err,
+                  size_t errlen)
+{
+    uint8_t out = 0;
+    int rc = gm_regex_test_many(items, n, min_len, max_len, &s, &len, 1, &out,
+                                err, errlen);
+    return rc != 0 ? rc : out;
+}
+
 /* ---- the product with a length counter ------------------------------------ */
 
 /* The DFA of the strings of d with lo..hi code points (hi GM_REPEAT_INF:
@@ -222,6 +269,75 @@ out:
     return rc;
 }
 
+/* The fewest and the most code points of an accepted string (*longest
+ * GM_REPEAT_INF when there is a cycle: every state is live). 0 or
+ * TG_ENOMEM. */
+static int length_span(const struct gm__rx_dfa *d, uint32_t *shortest,
+                       uint32_t *longest)
+{
+    size_t n = (size_t)d->n;
+    uint32_t *dist = malloc(n * sizeof(*dist)), *lng = calloc(n, sizeof(*lng));
+    int32_t *q = malloc(2 * n * sizeof(*q));
+    uint8_t *color = calloc(n, 1);
+    if (dist == NULL || lng == NULL || q == NULL || color == NULL) {
+        free(dist);
+        free(lng);
+        free(q);
+        free(color);
+        return TG_ENOMEM;
+    }
+    for (size_t s = 0; s < n; s++)
+        dist[s] = UINT32_MAX;
+    size_t qh = 0, qt = 0;
+    dist[d->start] = 0;
+    q[qt++] = d->start;
+    *shortest = UINT32_MAX;
+    while (qh < qt) {
+        int32_t s = q[qh++];
+        if (d->accept[s] && dist[s] < *shortest)
+            *shortest = dist[s];
+        for (size_t k = d->t0[s]; k < d->t0[s + 1]; k++)
+            if (dist[d->tr[k].to] == UINT32_MAX) {
+                dist[d->tr[k].to] = dist[s] + 1;
+                q[qt++] = d->tr[k].to;
+            }
+    }
+    /* longest: depth-first, post-order; a back edge is a cycle */
+    size_t sp = 0;
+    int cyclic = 0;
+    q[sp++] = d->start;
+    q[sp++] = 0;
+    color[d->start] = 1;
+    while (sp > 0 && !cyclic) {
+        int32_t s = q[sp - 2];
+        size_t k = d->t0[s] + (size_t)q[sp - 1]++;
+        if (k < d->t0[s + 1]) {
+            int32_t to = d->tr[k].to;
+            if (color[to] == 1) {
+                cyclic = 1;
+            } else if (color[to] == 0) {
+                color[to] = 1;
+                q[sp++] = to;
+                q[sp++] = 0;
+            }
+            continue;
+        }
+        uint32_t best = 0;
+        for (k = d->t0[s]; k < d->t0[s + 1]; k++)
+            if (lng[d->tr[k].to] + 1 > best)
+                best = lng[d->tr[k].to] + 1;
+        lng[s] = best;
+        color[s] = 2;
+        sp -= 2;
+    }
+    *longest = cyclic ? GM_REPEAT_INF : lng[d->start];
+    free(dist);
+    free(lng);
+    free(q);
+    free(color);
+    return 0;
+}
+
 /* ---- the automaton written as IR ------------------------------------------- */
 
 /* A run of code points that all continue with expression `leaf`. */
@@ -236,6 +352,7 @@ struct em {
     int enc;
     int32_t cont; /* [80-BF] */
     int32_t empty;
+    struct gm__kset tails; /* (leaf, k) -> tail() */
 };
 
 /* One byte set per leaf: the alternatives of one trie level. */
@@ -282,13 +399,28 @@ static int32_t em_oom(struct em *e)
     return gm_ir_fail(e->ir, TG_ENOMEM, "grammar IR: out of memory");
 }
 
-/* `leaf` after k continuation bytes. */
+/* `leaf` after k continuation bytes: cont, then `leaf` after k - 1 of
+ * them, made once per (leaf, k), so the lead bytes of every length share
+ * their tails (the automaton compiler shares an expression's nodes). */
 static int32_t tail(struct em *e, int k, int32_t leaf)
 {
-    if (k == 0)
+    if (k == 0 || leaf < 0)
         return leaf;
-    return gm_ir_seq2(
-        e->ir, gm_ir_repeat(e->ir, e->cont, (uint32_t)k, (uint32_t)k), leaf);
+    int32_t v;
+    int r = gm__kset_put(&e->tails, leaf, k, 0, -1, &v);
+    if (r < 0)
+        return em_oom(e);
+    if (r == 0)
+        return v;
+    int32_t x = gm_ir_seq2(e->ir, e->cont, tail(e, k - 1, leaf));
+    gm__kset_put(&e->tails, leaf, k, 0, x, &v);
+    /* the key is there: store its value */
+    uint32_t h = gm__key_hash(leaf, k, 0) & e->tails.mask;
+    while (!(e->tails.key[h][0] == leaf && e->tails.key[h][1] == k &&
+             e->tails.key[h][2] == 0))
+        h = (h + 1) & e->tails.mask;
+    e->tails.key[h][3] = x;
+    return x;
 }
 
 /* The UTF-8 trie of segs[0..n) (sorted, inside one level's range) at a
@@ -563,6 +695,8 @@ static int32_t emit(struct em *e)
     }
     e->cont = gm_ir_range(ir, 0x80, 0xBF);
     e->empty = gm_ir_empty(ir);
+    if (gm__kset_init(&e->tails) != 0)
+        goto oom;
     for (size_t i = 0; i < np && ir->err == 0; i++) {
         int32_t s = post[i];
         size_t ns = 0, nl = 0;
@@ -617,6 +751,7 @@ out:
     free(depth);
     free(segs);
     free(loop);
+    gm__kset_free(&e->tails);
     return result;
 }
 
@@ -626,8 +761,10 @@ int32_t gm__rx_set_expr(struct gm_ir *ir, const struct gm__cset *s, int enc)
     e.cont = gm_ir_range(ir, 0x80, 0xBF);
     e.empty = gm_ir_empty(ir);
     struct seg *segs = malloc((2 * s->n + 1) * sizeof(*segs));
-    if (segs == NULL)
+    if (segs == NULL || gm__kset_init(&e.tails) != 0) {
+        free(segs);
         return em_oom(&e);
+    }
     size_t n = 0;
     for (size_t i = 0; i < s->n; i++) {
         uint32_t lo = s->r[i][0], hi = s->r[i][1];
@@ -648,6 +785,7 @@ int32_t gm__rx_set_expr(struct gm_ir *ir, const struct gm__cset *s, int enc)
     int32_t r = rc != 0 ? em_oom(&e) : gm_ir_alt(ir, out.v, out.n);
     free(out.v);
     free(segs);
+    gm__kset_free(&e.tails);
     return r;
 }
 
@@ -681,9 +819,34 @@ int32_t gm_regex_expr(struct gm_ir *ir, const struct gm_rx_item *items,
     if (rc != 0)
         return rc;
     const struct gm__rx_dfa *a = &d;
-    if (o->min_len > 0 || o->max_len != GM_REPEAT_INF) {
-        rc = length_product(&d, o->min_len, o->max_len, ir->deadline, &p, err,
-                            errlen);
+    /* bounds every string of the DFA meets anyway are dropped */
+    uint32_t lo = o->min_len, hi = o->max_len, shortest, longest;
+    if (length_span(&d, &shortest, &longest) != 0) {
+        gm__rx_dfa_free(&d);
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+    }
+    if (lo <= shortest)
+        lo = 0;
+    if (hi != GM_REPEAT_INF && longest != GM_REPEAT_INF && longest <= hi)
+        hi = GM_REPEAT_INF;
+    if (lo > 0 || hi != GM_REPEAT_INF) {
+        /* a product over its limit: fewer lengths (shorter strings, all
+         * valid) until it fits */
+        int lowered = 0;
+        while ((rc = length_product(&d, lo, hi, ir->deadline, &p, err,
+                                    errlen)) == TG_ETOOBIG &&
+               hi != GM_REPEAT_INF && hi > lo) {
+            hi = lo + (hi - lo) / 2;
+            lowered = 1;
+        }
+        if (rc == 0 && p.n == 0 && lowered) {
+            gm__rx_dfa_free(&d);
+            return tg_err_set(err, errlen, TG_ETOOBIG,
+                              "the pattern with a length of %u..%u needs "
+                              "more than %u automaton states (the limit of "
+                              "a pattern with lengths)",
+                              o->min_len, o->max_len, GM_REGEX_MAX_PRODUCT);
+        }
         gm__rx_dfa_free(&d);
         if (rc == TG_ETIMEDOUT) {
             gm_ir_late(ir);

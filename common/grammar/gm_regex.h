@@ -46,7 +46,12 @@
  * 2009: similarity rules, character-class partitions) build a DFA over
  * code points, which is pruned of dead states and minimised (Moore). A
  * length range lo..hi (in code points, as JSON Schema's minLength and
- * maxLength count) is the product of the DFA with a counter. The DFA is
+ * maxLength count) is the product of the DFA with a counter (a bound
+ * every string of the DFA meets anyway, e.g. maxLength 254 on an email,
+ * is dropped first); when that product would exceed GM_REGEX_MAX_PRODUCT
+ * states, the maximum is lowered (halved toward the minimum) until it
+ * fits, so the strings written are shorter than the maximum allows (still
+ * valid, as the schema compiler's cap on maxLength). The DFA is
  * written as IR: each state is an expression whose alternatives start with
  * disjoint byte classes (the JSON or UTF-8 encoding of its transitions as
  * a byte trie), a self-loop is a repetition, and a state that closes
@@ -80,7 +85,7 @@
 #include "common/grammar/gm_ir.h"
 
 #define GM_REGEX_MAX_STATES 20000u       /* DFA states, default */
-#define GM_REGEX_MAX_PRODUCT 200000u     /* states of DFA × length counter */
+#define GM_REGEX_MAX_PRODUCT 30000u      /* states of DFA × length counter */
 #define GM_REGEX_MAX_PATTERN (64u << 10) /* bytes of one pattern */
 #define GM_REGEX_MAX_NESTING 200         /* groups and lookaheads */
 
@@ -151,6 +156,24 @@ int32_t gm_regex_json_string_items(struct gm_ir *ir,
                                    const struct gm_rx_item *items, size_t n,
                                    uint32_t min_len, uint32_t max_len,
                                    char *err, size_t errlen);
+
+/* Whether the string [s, s + len) (UTF-8) satisfies items[0..n) and has
+ * min_len..max_len code points: 1 yes, 0 no, or gm_regex_expr's codes
+ * (message in err). For the schema compiler's literal names and values:
+ * a property listed in `properties` against `propertyNames`, an enum or
+ * const against `pattern`. Text that is not UTF-8 is 0. Compiles the
+ * items each time (milliseconds for a format): batch the strings of one
+ * condition with gm_regex_test_many. */
+int gm_regex_test(const struct gm_rx_item *items, size_t n, uint32_t min_len,
+                  uint32_t max_len, const char *s, size_t len, char *err,
+                  size_t errlen);
+
+/* The same for m strings s[i] of len[i] bytes at once: out[i] = 1 or 0;
+ * returns 0 or a code. */
+int gm_regex_test_many(const struct gm_rx_item *items, size_t n,
+                       uint32_t min_len, uint32_t max_len, const char *const *s,
+                       const size_t *len, size_t m, uint8_t *out, char *err,
+                       size_t errlen);
 
 /* Checks a pattern's syntax and support without building anything: 0 or
  * the code and message gm_regex_expr would give for its syntax

@@ -9,6 +9,8 @@
 
 #include "common/base/tg_err.h"
 
+#define DERIV_MEMO_MAX (1u << 20) /* derivatives remembered (~24 MiB) */
+
 struct bld {
     struct gm__rx *rx;
     int32_t *term; /* (n) state -> term */
@@ -181,6 +183,10 @@ static int expand(struct bld *b, int32_t s)
     struct gm__rx *rx = b->rx;
     int32_t t = b->term[s];
     int ctx = b->ctx[s];
+    /* the derivatives' memo serves the subterms of one state's
+     * derivatives; across states it only grows: emptied past a bound */
+    if (rx->memo.n > DERIV_MEMO_MAX)
+        gm__kset_clear(&rx->memo);
     if (relevant_sets(b, t) != 0)
         return bfail(rx, TG_ENOMEM, "out of memory");
     /* elementary intervals of the alphabet between set boundaries */

@@ -660,6 +660,65 @@ static void test_items(void **state)
     assert_false(accepts(g, "\"box\"", 5));
     assert_false(accepts(g, "\"Ab\"", 4));
     gm_grammar_unref(g);
+    /* the same conditions on literal strings */
+    const char *s[] = {"names",   "ab",  "name", "a",
+                       "abcdefg", "box", "Ab",   "\xff"};
+    const size_t l[] = {5, 2, 4, 1, 7, 3, 2, 1};
+    uint8_t out[8];
+    assert_int_equal(
+        gm_regex_test_many(it, 3, 2, 6, s, l, 8, out, err, sizeof err), 0);
+    static const uint8_t want[8] = {1, 1, 0, 0, 0, 0, 0, 0};
+    assert_memory_equal(out, want, 8);
+    assert_int_equal(
+        gm_regex_test(it, 1, 0, GM_REPEAT_INF, "abc", 3, err, sizeof err), 1);
+    assert_int_equal(
+        gm_regex_test(it, 1, 0, GM_REPEAT_INF, "a1", 2, err, sizeof err), 0);
+    struct gm_rx_item bad = {.text = "(a)\\1", .len = 5};
+    assert_int_equal(
+        gm_regex_test(&bad, 1, 0, GM_REPEAT_INF, "aa", 2, err, sizeof err),
+        TG_EUNSUPPORTED);
+}
+
+/* Length ranges: one every string meets anyway costs nothing; one whose
+ * product with the automaton is over its limit writes shorter strings. */
+static void test_lengths(void **state)
+{
+    (void)state;
+    struct gm_ir ir;
+    gm_ir_init(&ir, 0);
+    char err[300];
+    /* a date is 10 characters: maxLength 254 changes nothing */
+    const char *date = "^\\d{4}-\\d{2}-\\d{2}$";
+    int32_t r1 = gm_regex_json_string(&ir, date, strlen(date), 0, 254, err,
+                                      sizeof err);
+    size_t n1 = ir.n_expr;
+    int32_t r2 = gm_regex_json_string(&ir, date, strlen(date), 0, GM_REPEAT_INF,
+                                      err, sizeof err);
+    assert_true(r1 >= 0 && r2 >= 0);
+    assert_int_equal(ir.n_expr - n1, n1); /* the same IR twice */
+    gm_ir_free(&ir);
+    /* 151 states × 1025 lengths: over GM_REGEX_MAX_PRODUCT, so at most a
+     * shorter length (still within 0..1024) is written */
+    gm_ir_init(&ir, 0);
+    const char *runs = "^(?:a{150}|b)*$";
+    int32_t r = gm_regex_json_string(&ir, runs, strlen(runs), 0, 1024, err,
+                                     sizeof err);
+    if (r < 0)
+        fail_msg("%s", err);
+    struct gm_grammar *g = grammar_of(&ir, r, &bytes_vocab);
+    gm_ir_free(&ir);
+    char doc[1100];
+    doc[0] = '"';
+    memset(doc + 1, 'b', 100);
+    memcpy(doc + 101, "\"", 1);
+    assert_true(accepts(g, doc, 102));
+    memset(doc + 1, 'b', 1024);
+    memcpy(doc + 1025, "\"", 1);
+    assert_false(accepts(g, doc, 1026)); /* valid, but no longer written */
+    memset(doc + 1, 'a', 151);
+    memcpy(doc + 152, "\"", 1);
+    assert_false(accepts(g, doc, 153)); /* invalid */
+    gm_grammar_unref(g);
 }
 
 /* ---- token masks over the real vocabulary ---------------------------------- */
@@ -737,6 +796,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_items),
+        cmocka_unit_test(test_lengths),
         cmocka_unit_test(test_fixed_patterns),
         cmocka_unit_test(test_suite_patterns),
         cmocka_unit_test(test_random_patterns_against_pcre2),

@@ -445,6 +445,16 @@ static void test_spec_kinds(void **state)
     assert_false(accepts(g, "123-AB ", 7));    /* whole output: no more */
     assert_false(accepts(g, "x123-AB", 7));    /* and no less */
     assert_false(accepts(g, "\"123-AB\"", 8)); /* raw text, not JSON */
+    /* a copy of a matcher whose grammar has no call (no stack vertex) */
+    struct gm_matcher c0, c1;
+    assert_int_equal(gm_matcher_init(&c0, g), 0);
+    assert_int_equal(gm_matcher_accept_bytes(&c0, "12", 2), 0);
+    assert_int_equal(gm_matcher_copy(&c1, &c0), 0);
+    assert_int_equal(gm_matcher_accept_bytes(&c1, "3-Z", 3), 0);
+    assert_true(gm_matcher_can_end(&c1));
+    assert_false(gm_matcher_can_end(&c0));
+    gm_matcher_free(&c0);
+    gm_matcher_free(&c1);
     gm_grammar_unref(g);
 
     const char *ch[] = {"yes", "no", "y\xc3\xa9s", "no"};
@@ -465,6 +475,28 @@ static void test_spec_kinds(void **state)
     free(s);
     assert_true(accepts(g, "hello world", 11));
     assert_false(accepts(g, "hello  world", 12));
+    gm_grammar_unref(g);
+
+    /* grammars of the empty output alone: an automaton without a byte
+     * edge or a head (qsort / memcpy of nothing, the heads' log) */
+    g = spec_grammar("{\"type\":\"regex\",\"pattern\":\"\"}", &bytes_vocab);
+    assert_true(accepts(g, "", 0));
+    assert_false(accepts(g, "a", 1));
+    size_t W = gm_vocab_mask_words(&bytes_vocab);
+    uint32_t *m1 = tt_xmalloc(W * sizeof(*m1)), *m2 = tt_xmalloc(W * 4);
+    struct gm_matcher mm;
+    assert_int_equal(gm_matcher_init(&mm, g), 0);
+    assert_int_equal(gm_matcher_fill_mask(&mm, m1, W), 0);
+    assert_int_equal(gm_matcher_fill_mask_naive(&mm, m2, W), 0);
+    assert_memory_equal(m1, m2, W * sizeof(*m1));
+    assert_int_equal(tt_mask_count(m1, W), 1); /* EOS alone */
+    gm_matcher_free(&mm);
+    free(m1);
+    free(m2);
+    gm_grammar_unref(g);
+    g = spec_grammar("{\"type\":\"grammar\",\"gbnf\":\"root ::= \\\"\\\"\"}",
+                     &bytes_vocab);
+    assert_true(accepts(g, "", 0));
     gm_grammar_unref(g);
 
     assert_int_equal(gm_spec_choice(ch, chl, 0, &s, &n), TG_EINVAL);

@@ -36,7 +36,7 @@ MIN_2020 = 200
 
 
 def groups(draft):
-    root = os.path.join(DATA, "json-schema-test-suite", draft)
+    root = os.path.join(DATA, "json-schema-test-suite", "tests", draft)
     for path in sorted(glob.glob(os.path.join(root, "*.json"))):
         with open(path, encoding="utf-8") as f:
             for g in json.load(f):

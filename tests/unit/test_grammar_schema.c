@@ -487,7 +487,7 @@ static void test_spec_errors(void **state)
     } cases[] = {
         {"not json", TG_EFORMAT, "spec:"},
         {"{}", TG_EFORMAT, "no \"type\""},
-        {"{\"type\":\"regex\"}", TG_EFORMAT, "unknown type \"regex\""},
+        {"{\"type\":\"lark\"}", TG_EFORMAT, "unknown type \"lark\""},
         {"{\"type\":\"json_schema\"}", TG_EFORMAT, "without \"schema\""},
         {"{\"type\":\"tool_calls\",\"format\":\"xml\",\"tools\":[]}",
          TG_EFORMAT, "\"format\" must be"},

@@ -94,7 +94,7 @@ static const struct {
 static int object_ir(struct gm_ir *ir, const struct prop *p, size_t n)
 {
     struct gm_json j;
-    gm_json_init(&j, ir, -1);
+    gm_json_init(&j, ir, GM_WS_NONE, -1);
     int32_t *parts = calloc(2 * n + 2, sizeof(*parts));
     size_t k = 0;
     parts[k++] = gm_ir_str(ir, "{");

@@ -75,7 +75,7 @@ struct gm_ir {
     size_t max_exprs; /* limit on n_expr + n_items */
     double deadline;  /* CLOCK_MONOTONIC seconds, 0: none */
     int err;          /* first failure, 0 none */
-    char errmsg[256];
+    char errmsg[512];
 };
 
 /* Prepares `ir` (zeroed or freed) with a limit of `max_exprs` expressions

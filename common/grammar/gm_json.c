@@ -5,32 +5,76 @@
 
 #include "common/base/tg_err.h"
 
-void gm_json_init(struct gm_json *j, struct gm_ir *ir, int ws_indent)
+static const char *const ws_names[] = {
+    [GM_WS_COMPACT] = "compact",
+    [GM_WS_NONE] = "none",
+    [GM_WS_PRETTY] = "pretty",
+    [GM_WS_FREE] = "free",
+};
+
+int gm_ws_parse(const char *name, enum gm_ws *ws)
+{
+    for (size_t i = 0; name != NULL && i < sizeof ws_names / sizeof *ws_names;
+         i++)
+        if (strcmp(name, ws_names[i]) == 0) {
+            *ws = (enum gm_ws)i;
+            return 0;
+        }
+    return TG_EINVAL;
+}
+
+const char *gm_ws_name(enum gm_ws ws)
+{
+    return (unsigned)ws < sizeof ws_names / sizeof *ws_names ? ws_names[ws]
+                                                             : "compact";
+}
+
+void gm_json_init(struct gm_json *j, struct gm_ir *ir, enum gm_ws ws,
+                  int ws_indent)
 {
     memset(j, 0, sizeof(*j));
     j->ir = ir;
+    j->policy = ws_indent < 0 ? GM_WS_NONE : ws;
     j->ws_indent = ws_indent;
-    j->ws = j->chr = -1;
+    j->ws = j->ws_sep = j->chr = -1;
     j->string = j->number = j->integer = -1;
     j->value = j->object = j->array = -1;
 }
 
-int32_t gm_json_ws(struct gm_json *j)
+/* The bounded gap of the pretty and free policies. */
+static int32_t wide_ws(struct gm_json *j)
 {
     struct gm_ir *ir = j->ir;
-    if (j->ws >= 0)
-        return j->ws;
-    if (j->ws_indent < 0) {
-        j->ws = gm_ir_empty(ir);
-    } else {
-        int32_t alts[3] = {
-            gm_ir_empty(ir), gm_ir_str(ir, " "),
-            gm_ir_seq2(ir, gm_ir_str(ir, "\n"),
-                       gm_ir_repeat(ir, gm_ir_chars(ir, " \t"), 0,
-                                    (uint32_t)j->ws_indent))};
-        j->ws = gm_ir_alt(ir, alts, 3);
-    }
+    uint32_t n = (uint32_t)j->ws_indent;
+    if (j->policy == GM_WS_FREE)
+        return gm_ir_repeat(ir, gm_ir_chars(ir, " \t\r\n"), 0, n);
+    int32_t alts[3] = {
+        gm_ir_empty(ir), gm_ir_str(ir, " "),
+        gm_ir_seq2(ir, gm_ir_str(ir, "\n"),
+                   gm_ir_repeat(ir, gm_ir_chars(ir, " \t"), 0, n))};
+    return gm_ir_alt(ir, alts, 3);
+}
+
+int32_t gm_json_ws(struct gm_json *j)
+{
+    if (j->ws < 0)
+        j->ws = j->policy == GM_WS_COMPACT || j->policy == GM_WS_NONE
+                    ? gm_ir_empty(j->ir)
+                    : wide_ws(j);
     return j->ws;
+}
+
+int32_t gm_json_ws_sep(struct gm_json *j)
+{
+    if (j->ws_sep >= 0)
+        return j->ws_sep;
+    if (j->policy == GM_WS_NONE)
+        j->ws_sep = gm_ir_empty(j->ir);
+    else if (j->policy == GM_WS_COMPACT)
+        j->ws_sep = gm_ir_opt(j->ir, gm_ir_str(j->ir, " "));
+    else
+        j->ws_sep = gm_json_ws(j);
+    return j->ws_sep;
 }
 
 /* [0-9A-Fa-f] */
@@ -143,11 +187,11 @@ int32_t gm_json_string_len(struct gm_json *j, uint32_t min, uint32_t max)
     return r;
 }
 
-/* -?(0|[1-9][0-9]*) */
+/* -?(0|[1-9][0-9]{0,GM_JSON_INT_DIGITS-1}) */
 static int32_t int_part(struct gm_ir *ir)
 {
     int32_t digits = gm_ir_repeat(ir, gm_ir_range(ir, '0', '9'), 0,
-                                  GM_REPEAT_INF);
+                                  GM_JSON_INT_DIGITS - 1);
     return gm_ir_seq2(
         ir, gm_ir_opt(ir, gm_ir_str(ir, "-")),
         gm_ir_alt2(ir, gm_ir_str(ir, "0"),
@@ -171,15 +215,17 @@ int32_t gm_json_number(struct gm_json *j)
     if (j->number >= 0)
         return j->number;
     int32_t r = gm_ir_rule(ir, "number");
-    int32_t digits1 = gm_ir_repeat(ir, gm_ir_range(ir, '0', '9'), 1,
-                                   GM_REPEAT_INF);
-    int32_t frac = gm_ir_opt(ir, gm_ir_seq2(ir, gm_ir_str(ir, "."), digits1));
+    int32_t digit = gm_ir_range(ir, '0', '9');
+    int32_t frac = gm_ir_opt(
+        ir, gm_ir_seq2(ir, gm_ir_str(ir, "."),
+                       gm_ir_repeat(ir, digit, 1, GM_JSON_FRAC_DIGITS)));
     int32_t exp = gm_ir_opt(
-        ir, gm_ir_seq(ir,
-                      (int32_t[]){gm_ir_chars(ir, "eE"),
-                                  gm_ir_opt(ir, gm_ir_chars(ir, "+-")),
-                                  digits1},
-                      3));
+        ir,
+        gm_ir_seq(ir,
+                  (int32_t[]){gm_ir_chars(ir, "eE"),
+                              gm_ir_opt(ir, gm_ir_chars(ir, "+-")),
+                              gm_ir_repeat(ir, digit, 1, GM_JSON_EXP_DIGITS)},
+                  3));
     int rc = gm_ir_rule_define(
         ir, r, gm_ir_seq(ir, (int32_t[]){int_part(ir), frac, exp}, 3));
     j->number = rc != 0 ? rc : r;
@@ -195,7 +241,7 @@ static int any_rules(struct gm_json *j)
     int32_t value = gm_ir_rule(ir, "value");
     int32_t object = gm_ir_rule(ir, "object");
     int32_t array = gm_ir_rule(ir, "array");
-    int32_t ws = gm_json_ws(j);
+    int32_t ws = gm_json_ws(j), sep = gm_json_ws_sep(j);
     int32_t v = gm_ir_ref(ir, value);
     int32_t alts[7] = {gm_ir_ref(ir, object),
                        gm_ir_ref(ir, array),
@@ -206,13 +252,12 @@ static int any_rules(struct gm_json *j)
                        gm_ir_str(ir, "null")};
     gm_ir_rule_define(ir, value, gm_ir_alt(ir, alts, 7));
     /* member = string ws ":" ws value ws */
-    int32_t member = gm_ir_seq(
-        ir,
-        (int32_t[]){gm_ir_ref(ir, gm_json_string(j)), ws, gm_ir_str(ir, ":"),
-                    ws, v, ws},
-        6);
+    int32_t member = gm_ir_seq(ir,
+                               (int32_t[]){gm_ir_ref(ir, gm_json_string(j)), ws,
+                                           gm_ir_str(ir, ":"), sep, v, ws},
+                               6);
     int32_t more_m = gm_ir_repeat(
-        ir, gm_ir_seq(ir, (int32_t[]){gm_ir_str(ir, ","), ws, member}, 3), 0,
+        ir, gm_ir_seq(ir, (int32_t[]){gm_ir_str(ir, ","), sep, member}, 3), 0,
         GM_REPEAT_INF);
     gm_ir_rule_define(
         ir, object,
@@ -223,7 +268,7 @@ static int any_rules(struct gm_json *j)
                   4));
     int32_t item = gm_ir_seq2(ir, v, ws);
     int32_t more_i = gm_ir_repeat(
-        ir, gm_ir_seq(ir, (int32_t[]){gm_ir_str(ir, ","), ws, item}, 3), 0,
+        ir, gm_ir_seq(ir, (int32_t[]){gm_ir_str(ir, ","), sep, item}, 3), 0,
         GM_REPEAT_INF);
     int rc = gm_ir_rule_define(
         ir, array,

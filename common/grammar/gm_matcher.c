@@ -135,7 +135,11 @@ int gm_matcher_init(struct gm_matcher *m, struct gm_grammar *g)
     memset(m, 0, sizeof(*m));
     m->g = gm_grammar_ref(g);
     m->budget_work = GM_MATCHER_WORK_DEFAULT;
-    if (walker_init(m, g) != 0 || start_state(m) != 0) {
+    /* the heads' log exists even when no state has a head (a grammar of
+     * the empty string alone): the walker is given m->log + h0 */
+    if (walker_init(m, g) != 0 ||
+        tg_grow((void **)&m->log, &m->cap_log, 1, sizeof(*m->log)) != 0 ||
+        start_state(m) != 0) {
         gm_matcher_free(m);
         return TG_ENOMEM;
     }

@@ -709,7 +709,8 @@ static int finish(struct bld *b, struct gm__pda *p)
     int32_t nt = b->n_t;
     int32_t n_all = nt + (int32_t)ir->n_rule;
     int rc = 0;
-    qsort(b->te, b->n_te, sizeof(*b->te), by_from);
+    if (b->n_te > 1) /* none: a grammar of the empty string alone */
+        qsort(b->te, b->n_te, sizeof(*b->te), by_from);
     struct eps x = {.te = b->te};
     x.first = calloc((size_t)nt + 1, sizeof(*x.first));
     x.stamp = malloc((size_t)nt * sizeof(*x.stamp));
@@ -824,7 +825,8 @@ static int finish(struct bld *b, struct gm__pda *p)
         rc = TG_ENOMEM;
         goto out;
     }
-    memcpy(p->cls, b->cls, b->n_cls * 32);
+    if (b->n_cls > 0) /* none: a grammar of the empty string alone */
+        memcpy(p->cls, b->cls, b->n_cls * 32);
     p->n_cls = b->n_cls;
     for (int32_t r = 0; r < p->n_rule; r++) {
         p->rule_name[r] = strdup(ir->rule[r].name);

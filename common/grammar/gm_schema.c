@@ -4,6 +4,7 @@
  * calling itself). */
 #include "common/grammar/gm_schema.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "common/grammar/gm_schema_internal.h"
 #include "common/base/tg_err.h"
+#include "common/base/tg_grow.h"
 #include "common/base/tg_hmap.h"
 
 enum kw {
@@ -20,6 +22,7 @@ enum kw {
     KW_OBJECT,
     KW_ARRAY,
     KW_STRING,
+    KW_NUMBER,
     KW_ENUM,
     KW_COMB,
     KW_REF,
@@ -37,6 +40,13 @@ static const struct {
     {"$comment", KW_ANNOT},
     {"$schema", KW_ANNOT},
     {"$id", KW_ANNOT},
+    {"$anchor", KW_ANNOT},
+    {"$dynamicAnchor", KW_ANNOT},
+    {"$recursiveAnchor", KW_ANNOT},
+    {"$vocabulary", KW_ANNOT},
+    {"contentMediaType", KW_ANNOT},
+    {"contentEncoding", KW_ANNOT},
+    {"contentSchema", KW_ANNOT},
     {"deprecated", KW_ANNOT},
     {"readOnly", KW_ANNOT},
     {"writeOnly", KW_ANNOT},
@@ -47,33 +57,40 @@ static const struct {
     {"properties", KW_OBJECT},
     {"required", KW_OBJECT},
     {"additionalProperties", KW_OBJECT},
+    {"minProperties", KW_OBJECT},
+    {"maxProperties", KW_OBJECT},
+    {"propertyNames", KW_OBJECT},
+    {"patternProperties", KW_OBJECT},
     {"items", KW_ARRAY},
+    {"prefixItems", KW_ARRAY},
+    {"additionalItems", KW_ARRAY},
     {"minItems", KW_ARRAY},
     {"maxItems", KW_ARRAY},
+    {"contains", KW_ARRAY},
+    {"minContains", KW_ARRAY},
+    {"maxContains", KW_ARRAY},
+    {"uniqueItems", KW_ARRAY},
     {"minLength", KW_STRING},
     {"maxLength", KW_STRING},
+    {"minimum", KW_NUMBER},
+    {"maximum", KW_NUMBER},
+    {"exclusiveMinimum", KW_NUMBER},
+    {"exclusiveMaximum", KW_NUMBER},
+    {"multipleOf", KW_NUMBER},
     {"enum", KW_ENUM},
     {"const", KW_ENUM},
     {"anyOf", KW_COMB},
     {"oneOf", KW_COMB},
+    {"allOf", KW_COMB},
+    {"not", KW_COMB},
+    {"if", KW_COMB},
+    {"then", KW_COMB},
+    {"else", KW_COMB},
+    {"unevaluatedProperties", KW_COMB},
+    {"unevaluatedItems", KW_COMB},
+    {"dependentRequired", KW_COMB},
+    {"dependentSchemas", KW_COMB},
     {"$ref", KW_REF},
-};
-
-struct memo {
-    const json_t *s;
-    int32_t rule;
-};
-
-struct sc {
-    struct gm_json *j;
-    struct gm_ir *ir;
-    const json_t *root;
-    struct gm_schema_opts o;
-    struct tg_hmap memo; /* struct memo slots, keyed by schema address */
-    char path[512]; /* JSON pointer of the schema being compiled */
-    size_t plen;
-    int depth;
-    int32_t never;
 };
 
 void gm_schema_opts_default(struct gm_schema_opts *o)
@@ -83,16 +100,14 @@ void gm_schema_opts_default(struct gm_schema_opts *o)
 }
 
 /* "#" + the current pointer. */
-static const char *where(struct sc *c)
+static const char *where(struct gm__sc *c)
 {
     return c->path;
 }
 
-static int32_t fail(struct sc *c, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int32_t fail(struct sc *c, int code, const char *fmt, ...)
+int32_t gm__schema_fail(struct gm__sc *c, int code, const char *fmt, ...)
 {
-    char msg[200];
+    char msg[384];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -102,7 +117,7 @@ static int32_t fail(struct sc *c, int code, const char *fmt, ...)
 
 /* Appends "/seg" (escaped as a JSON pointer) and returns the old length
  * for path_pop. A pointer too long for the buffer ends in "...". */
-static size_t path_push(struct sc *c, const char *seg, size_t n)
+size_t gm__schema_path_push(struct gm__sc *c, const char *seg, size_t n)
 {
     size_t old = c->plen;
     size_t cap = sizeof c->path - 4;
@@ -124,14 +139,14 @@ static size_t path_push(struct sc *c, const char *seg, size_t n)
     return old;
 }
 
-static size_t path_push_index(struct sc *c, size_t i)
+size_t gm__schema_path_index(struct gm__sc *c, size_t i)
 {
     char tmp[24];
     int k = snprintf(tmp, sizeof tmp, "%zu", i);
-    return path_push(c, tmp, (size_t)k);
+    return gm__schema_path_push(c, tmp, (size_t)k);
 }
 
-static void path_pop(struct sc *c, size_t old)
+void gm__schema_path_pop(struct gm__sc *c, size_t old)
 {
     c->plen = old;
     c->path[old] = '\0';
@@ -146,38 +161,38 @@ static uint64_t memo_hash(const json_t *s)
 
 static inline int memo_probe(const void *slot, const void *key)
 {
-    const json_t *s = ((const struct memo *)slot)->s;
+    const json_t *s = ((const struct gm__memo *)slot)->s;
     return s == key ? TG_HMAP_HIT : s == NULL ? TG_HMAP_EMPTY : TG_HMAP_MISS;
 }
 
 static int memo_empty(const void *slot)
 {
-    return ((const struct memo *)slot)->s == NULL;
+    return ((const struct gm__memo *)slot)->s == NULL;
 }
 
 static uint64_t memo_slot_hash(const void *slot, void *ctx)
 {
     (void)ctx;
-    return memo_hash(((const struct memo *)slot)->s);
+    return memo_hash(((const struct gm__memo *)slot)->s);
 }
 
 static const struct tg_hmap_type memo_type = {
-    .esize = sizeof(struct memo),
+    .esize = sizeof(struct gm__memo),
     .empty_byte = 0,
     .probe = memo_probe,
     .is_empty = memo_empty,
     .hash = memo_slot_hash,
 };
 
-static int32_t memo_get(const struct sc *c, const json_t *s)
+static int32_t memo_get(const struct gm__sc *c, const json_t *s)
 {
-    const struct memo *m = tg_hmap_find(&c->memo, &memo_type, memo_hash(s), s);
+    const struct gm__memo *m = tg_hmap_find(&c->memo, &memo_type, memo_hash(s), s);
     return m != NULL ? m->rule : -1;
 }
 
-static int memo_put(struct sc *c, const json_t *s, int32_t rule)
+static int memo_put(struct gm__sc *c, const json_t *s, int32_t rule)
 {
-    struct memo *m = tg_hmap_put(&c->memo, &memo_type, memo_hash(s), s, NULL);
+    struct gm__memo *m = tg_hmap_put(&c->memo, &memo_type, memo_hash(s), s, NULL);
     if (m == NULL)
         return TG_ENOMEM;
     m->s = s;
@@ -203,13 +218,24 @@ static int kw_kind(const char *k, size_t kl)
     return -1;
 }
 
+/* A count keyword's value: a non-negative integer, also written as a
+ * number with a zero fraction ("maxLength": 2.0 is valid JSON Schema). */
 static int is_count(const json_t *v)
 {
-    return json_is_integer(v) && json_integer_value(v) >= 0;
+    if (json_is_integer(v))
+        return json_integer_value(v) >= 0;
+    double d = json_is_real(v) ? json_real_value(v) : -1;
+    return d >= 0 && d == floor(d) && d <= 9.0e18;
+}
+
+static json_int_t count_of(const json_t *v)
+{
+    return json_is_integer(v) ? json_integer_value(v)
+                              : (json_int_t)json_real_value(v);
 }
 
 /* Checks every keyword of s: known, and of the right JSON type. */
-static int scan(struct sc *c, const json_t *s, struct kws *k)
+static int scan(struct gm__sc *c, const json_t *s, struct kws *k)
 {
     memset(k, 0, sizeof(*k));
     const char *key;
@@ -220,8 +246,9 @@ static int scan(struct sc *c, const json_t *s, struct kws *k)
     {
         int kind = kw_kind(key, kl);
         if (kind < 0)
-            return fail(c, TG_EUNSUPPORTED, "unsupported keyword \"%.*s\"",
-                        (int)(kl > 64 ? 64 : kl), key);
+            return gm__schema_fail(c, TG_EUNSUPPORTED,
+                                   "unsupported keyword \"%.*s\"",
+                                   (int)(kl > 64 ? 64 : kl), key);
         k->has[kind] = 1;
         if (k->first[kind] == NULL)
             k->first[kind] = key;
@@ -237,18 +264,26 @@ static int scan(struct sc *c, const json_t *s, struct kws *k)
             size_t i;
             json_t *x;
             json_array_foreach(v, i, x) ok &= json_is_string(x);
-        } else if (strcmp(key, "additionalProperties") == 0) {
-            if (json_is_object(v) && json_object_size(v) > 0)
-                return fail(c, TG_EUNSUPPORTED,
-                            "\"additionalProperties\" with a schema is not "
-                            "supported (only true or false)");
+        } else if (strcmp(key, "additionalProperties") == 0 ||
+                   strcmp(key, "propertyNames") == 0) {
             ok = json_is_boolean(v) || json_is_object(v);
+        } else if (strcmp(key, "patternProperties") == 0) {
+            ok = json_is_object(v);
+        } else if (strcmp(key, "minProperties") == 0 ||
+                   strcmp(key, "maxProperties") == 0) {
+            ok = is_count(v);
         } else if (strcmp(key, "items") == 0) {
-            if (json_is_array(v))
-                return fail(c, TG_EUNSUPPORTED,
-                            "\"items\" as an array (tuple validation) is "
-                            "not supported");
+            ok = json_is_object(v) || json_is_boolean(v) || json_is_array(v);
+        } else if (strcmp(key, "prefixItems") == 0) {
+            ok = json_is_array(v);
+        } else if (strcmp(key, "additionalItems") == 0 ||
+                   strcmp(key, "contains") == 0) {
             ok = json_is_object(v) || json_is_boolean(v);
+        } else if (strcmp(key, "uniqueItems") == 0) {
+            ok = json_is_boolean(v);
+        } else if (strcmp(key, "minContains") == 0 ||
+                   strcmp(key, "maxContains") == 0) {
+            ok = is_count(v);
         } else if (strcmp(key, "minItems") == 0 ||
                    strcmp(key, "maxItems") == 0 ||
                    strcmp(key, "minLength") == 0 ||
@@ -256,12 +291,13 @@ static int scan(struct sc *c, const json_t *s, struct kws *k)
             ok = is_count(v);
         else if (strcmp(key, "enum") == 0)
             ok = json_is_array(v);
-        else if (strcmp(key, "anyOf") == 0 || strcmp(key, "oneOf") == 0)
+        else if (strcmp(key, "anyOf") == 0 || strcmp(key, "oneOf") == 0 ||
+                 strcmp(key, "allOf") == 0)
             ok = json_is_array(v) && json_array_size(v) > 0;
         else if (strcmp(key, "$ref") == 0)
             ok = json_is_string(v);
         if (!ok)
-            return fail(c, TG_EFORMAT, "malformed \"%s\"", key);
+            return gm__schema_fail(c, TG_EFORMAT, "malformed \"%s\"", key);
     }
     return 0;
 }
@@ -279,10 +315,9 @@ static const char *other_kw(const struct kws *k, unsigned allowed)
 
 /* ---- pieces ------------------------------------------------------------ */
 
-static int32_t compile(struct sc *c, const json_t *s);
 
 /* A rule with no alternative: no document. */
-static int32_t never(struct sc *c)
+static int32_t never(struct gm__sc *c)
 {
     if (c->never < 0) {
         int32_t r = gm_ir_rule(c->ir, "never");
@@ -292,22 +327,104 @@ static int32_t never(struct sc *c)
     return c->never;
 }
 
+struct text {
+    char *s;
+    size_t n, cap;
+    int oom;
+};
+
+static void text_put(struct text *t, const char *p, size_t k)
+{
+    if (t->oom || tg_grow((void **)&t->s, &t->cap, t->n + k + 1, 1) != 0) {
+        t->oom = 1;
+        return;
+    }
+    memcpy(t->s + t->n, p, k);
+    t->n += k;
+    t->s[t->n] = '\0';
+}
+
+/* Appends the compact JSON text of v: reals as the shortest text that
+ * reads back as the same double (3.14, not jansson's 17 digits
+ * 3.1400000000000001, which a model should not have to write), the rest
+ * as jansson writes it. */
+static void text_of(const json_t *v, struct text *t)
+{
+    if (json_is_real(v)) {
+        char num[48];
+        double d = json_real_value(v);
+        if (d == floor(d) && fabs(d) < 1e17) {
+            snprintf(num, sizeof num, "%.0f", d); /* 1e3 as 1000 */
+        } else {
+            for (int p = 1; p <= 17; p++) {
+                snprintf(num, sizeof num, "%.*g", p, d);
+                if (strtod(num, NULL) == d)
+                    break;
+            }
+            /* "2.5e-07" as "2.5e-7", "1e+300" as "1e300" */
+            char *e = strchr(num, 'e');
+            if (e != NULL) {
+                char *q = e + 1, *w = e + 1;
+                if (*q == '+')
+                    q++;
+                else if (*q == '-')
+                    *w++ = *q++;
+                while (*q == '0' && q[1] != '\0')
+                    q++;
+                memmove(w, q, strlen(q) + 1);
+            }
+        }
+        text_put(t, num, strlen(num));
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        text_put(t, "[", 1);
+        json_array_foreach(v, i, x)
+        {
+            if (i > 0)
+                text_put(t, ",", 1);
+            text_of(x, t);
+        }
+        text_put(t, "]", 1);
+    } else if (json_is_object(v)) {
+        const char *key;
+        size_t kl, i = 0;
+        json_t *x;
+        void *tmp;
+        text_put(t, "{", 1);
+        json_object_keylen_foreach_safe((json_t *)v, tmp, key, kl, x)
+        {
+            if (i++ > 0)
+                text_put(t, ",", 1);
+            json_t *k = json_stringn(key, kl);
+            if (k == NULL)
+                t->oom = 1;
+            text_of(k, t);
+            json_decref(k);
+            text_put(t, ":", 1);
+            text_of(x, t);
+        }
+        text_put(t, "}", 1);
+    } else if (v != NULL) {
+        char *p = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (p == NULL)
+            t->oom = 1;
+        else
+            text_put(t, p, strlen(p));
+        free(p);
+    }
+}
+
 /* The compact JSON text of v (new, free it), or NULL. */
 static char *compact(const json_t *v)
 {
-    return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY |
-                             JSON_REAL_PRECISION(17));
-}
-
-/* The compact JSON text of v as a literal. */
-static int32_t literal(struct sc *c, const json_t *v)
-{
-    char *s = compact(v);
-    if (s == NULL)
-        return gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
-    int32_t e = gm_ir_str(c->ir, s);
-    free(s);
-    return e;
+    struct text t = {0};
+    text_of(v, &t);
+    if (t.oom || t.s == NULL) {
+        free(t.s);
+        return NULL;
+    }
+    return t.s;
 }
 
 static int value_in_types(const json_t *v, unsigned types)
@@ -315,13 +432,13 @@ static int value_in_types(const json_t *v, unsigned types)
     return (gm__schema_value_type(v) & types) != 0;
 }
 
-static int32_t enum_expr(struct sc *c, const json_t *s, const struct kws *k)
+static int32_t enum_expr(struct gm__sc *c, const json_t *s, const struct kws *k)
 {
     const char *o = other_kw(k, 1u << KW_ENUM | 1u << KW_TYPE);
     if (o != NULL)
-        return fail(c, TG_EUNSUPPORTED,
-                    "\"%s\" alongside \"%s\" is not supported",
-                    json_object_get(s, "const") ? "const" : "enum", o);
+        return gm__schema_fail(
+            c, TG_EUNSUPPORTED, "\"%s\" alongside \"%s\" is not supported",
+            json_object_get(s, "const") ? "const" : "enum", o);
     const json_t *type = json_object_get(s, "type");
     unsigned types = type != NULL ? gm__schema_type_of(type) : GM__T_ALL;
     const json_t *cv = json_object_get(s, "const");
@@ -363,11 +480,12 @@ static int32_t enum_expr(struct sc *c, const json_t *s, const struct kws *k)
         m++;
     }
     if (e == 0)
-        e = m == 0 ? fail(c, TG_EINVAL,
-                          "no value of \"enum\"/\"const\" fits the schema: "
-                          "no document satisfies it")
-                   : gm_ir_literals(c->ir, (const char *const *)txt, len,
-                                    NULL, m);
+        e = m == 0
+                ? gm__schema_fail(
+                      c, TG_EINVAL,
+                      "no value of \"enum\"/\"const\" fits the schema: "
+                      "no document satisfies it")
+                : gm_ir_literals(c->ir, (const char *const *)txt, len, NULL, m);
     for (size_t t = 0; txt != NULL && t < m; t++)
         free(txt[t]);
     free(txt);
@@ -377,21 +495,22 @@ static int32_t enum_expr(struct sc *c, const json_t *s, const struct kws *k)
 }
 
 /* The two bounds of a count pair, capped by max_count. */
-static int32_t counts(struct sc *c, const json_t *s, const char *kmin,
-                      const char *kmax, uint32_t *lo, uint32_t *hi)
+int32_t gm__schema_counts(struct gm__sc *c, const json_t *s, const char *kmin,
+                          const char *kmax, uint32_t *lo, uint32_t *hi)
 {
     const json_t *a = json_object_get(s, kmin);
     const json_t *b = json_object_get(s, kmax);
-    json_int_t mn = a != NULL ? json_integer_value(a) : 0;
-    json_int_t mx = b != NULL ? json_integer_value(b) : -1;
+    json_int_t mn = a != NULL ? count_of(a) : 0;
+    json_int_t mx = b != NULL ? count_of(b) : -1;
     if (mn > (json_int_t)c->o.max_count)
-        return fail(c, TG_ETOOBIG, "\"%s\" %lld is over the limit %u", kmin,
-                    (long long)mn, c->o.max_count);
+        return gm__schema_fail(c, TG_ETOOBIG,
+                               "\"%s\" %lld is over the limit %u", kmin,
+                               (long long)mn, c->o.max_count);
     if (mx >= 0 && mx < mn)
-        return fail(c, TG_EINVAL,
-                    "\"%s\" %lld is below \"%s\" %lld: no document "
-                    "satisfies it",
-                    kmax, (long long)mx, kmin, (long long)mn);
+        return gm__schema_fail(c, TG_EINVAL,
+                               "\"%s\" %lld is below \"%s\" %lld: no document "
+                               "satisfies it",
+                               kmax, (long long)mx, kmin, (long long)mn);
     *lo = (uint32_t)mn;
     if (mx < 0)
         *hi = GM_REPEAT_INF;
@@ -400,231 +519,77 @@ static int32_t counts(struct sc *c, const json_t *s, const char *kmin,
     return 0;
 }
 
-static int32_t string_expr(struct sc *c, const json_t *s)
+static int32_t string_expr(struct gm__sc *c, const json_t *s)
 {
     uint32_t lo, hi;
-    int32_t rc = counts(c, s, "minLength", "maxLength", &lo, &hi);
+    int32_t rc = gm__schema_counts(c, s, "minLength", "maxLength", &lo, &hi);
     if (rc < 0)
         return rc;
     return gm_ir_ref(c->ir, gm_json_string_len(c->j, lo, hi));
 }
 
-static int32_t array_expr(struct sc *c, const json_t *s)
-{
-    struct gm_ir *ir = c->ir;
-    uint32_t lo, hi;
-    int32_t rc = counts(c, s, "minItems", "maxItems", &lo, &hi);
-    if (rc < 0)
-        return rc;
-    int32_t ws = gm_json_ws(c->j);
-    if (hi == 0)
-        return gm_ir_seq(ir,
-                         (int32_t[]){gm_ir_str(ir, "["), ws,
-                                     gm_ir_str(ir, "]")},
-                         3);
-    const json_t *items = json_object_get(s, "items");
-    int32_t ir_item;
-    if (items == NULL) {
-        ir_item = gm_json_value(c->j);
-    } else {
-        size_t old = path_push(c, "items", 5);
-        ir_item = compile(c, items);
-        path_pop(c, old);
-    }
-    int32_t item = gm_ir_seq2(ir, gm_ir_ref(ir, ir_item), ws);
-    int32_t more = gm_ir_repeat(
-        ir, gm_ir_seq(ir, (int32_t[]){gm_ir_str(ir, ","), ws, item}, 3),
-        lo > 0 ? lo - 1 : 0, hi == GM_REPEAT_INF ? GM_REPEAT_INF : hi - 1);
-    int32_t body = gm_ir_seq2(ir, item, more);
-    if (lo == 0)
-        body = gm_ir_opt(ir, body);
-    return gm_ir_seq(
-        ir, (int32_t[]){gm_ir_str(ir, "["), ws, body, gm_ir_str(ir, "]")}, 4);
-}
-
-struct prop {
-    const char *name;
-    size_t len;
-    const json_t *schema; /* NULL: any value */
-    int required;
-};
-
-/* P = "name" ws ":" ws value ws */
-static int32_t prop_expr(struct sc *c, const struct prop *p)
-{
-    struct gm_ir *ir = c->ir;
-    json_t *k = json_stringn(p->name, p->len);
-    if (k == NULL)
-        return fail(c, TG_EFORMAT, "property name is not UTF-8");
-    int32_t key = literal(c, k);
-    json_decref(k);
-    int32_t val;
-    if (p->schema == NULL) {
-        val = gm_json_value(c->j);
-    } else {
-        size_t old = path_push(c, "properties", 10);
-        size_t old2 = path_push(c, p->name, p->len);
-        val = compile(c, p->schema);
-        path_pop(c, old2);
-        path_pop(c, old);
-    }
-    int32_t ws = gm_json_ws(c->j);
-    return gm_ir_seq(ir,
-                     (int32_t[]){key, ws, gm_ir_str(ir, ":"), ws,
-                                 gm_ir_ref(ir, val), ws},
-                     6);
-}
-
-static int32_t object_expr(struct sc *c, const json_t *s)
-{
-    struct gm_ir *ir = c->ir;
-    const json_t *props = json_object_get(s, "properties");
-    const json_t *req = json_object_get(s, "required");
-    const json_t *addl = json_object_get(s, "additionalProperties");
-    int closed = json_is_false(addl);
-    if (props == NULL && req == NULL && !closed)
-        return gm_ir_ref(ir, gm_json_object(c->j));
-    size_t n_props = props != NULL ? json_object_size(props) : 0;
-    size_t n_req = req != NULL ? json_array_size(req) : 0;
-    struct prop *p = calloc(n_props + n_req + 1, sizeof(*p));
-    int32_t *after = malloc((n_props + n_req + 1) * sizeof(*after));
-    int32_t *first = malloc((n_props + n_req + 1) * sizeof(*first));
-    if (p == NULL || after == NULL || first == NULL) {
-        free(p);
-        free(after);
-        free(first);
-        return gm_ir_fail(ir, TG_ENOMEM, "out of memory");
-    }
-    size_t n = 0;
-    int32_t rc = 0;
-    if (props != NULL) {
-        const char *key;
-        size_t kl;
-        json_t *v;
-        void *tmp;
-        json_object_keylen_foreach_safe((json_t *)props, tmp, key, kl, v)
-        {
-            p[n].name = key;
-            p[n].len = kl;
-            p[n].schema = v;
-            n++;
-        }
-    }
-    size_t i;
-    const json_t *x;
-    if (req != NULL)
-        json_array_foreach(req, i, x)
-        {
-            const char *k = json_string_value(x);
-            size_t kl = json_string_length(x);
-            size_t at = 0;
-            while (at < n && !(p[at].len == kl && memcmp(p[at].name, k, kl) == 0))
-                at++;
-            if (at == n) {
-                if (closed) {
-                    rc = fail(c, TG_EINVAL,
-                              "required property \"%.*s\" is not in "
-                              "\"properties\" and additionalProperties is "
-                              "false: no document satisfies it",
-                              (int)(kl > 64 ? 64 : kl), k);
-                    break;
-                }
-                p[n].name = k;
-                p[n].len = kl;
-                p[n].schema = NULL;
-                n++;
-            }
-            p[at].required = 1;
-        }
-    /* after[i]: the properties from i on, after one was written;
-     * first[i]: from i on, none written yet. */
-    int32_t ws = gm_json_ws(c->j);
-    after[n] = first[n] = gm_ir_empty(ir);
-    for (size_t k = n; rc == 0 && k-- > 0;) {
-        int32_t pe = prop_expr(c, &p[k]);
-        int32_t piece = gm_ir_seq(ir, (int32_t[]){gm_ir_str(ir, ","), ws, pe}, 3);
-        after[k] = gm_ir_seq2(ir, p[k].required ? piece : gm_ir_opt(ir, piece),
-                              after[k + 1]);
-        int32_t here = gm_ir_seq2(ir, pe, after[k + 1]);
-        first[k] = p[k].required ? here : gm_ir_alt2(ir, here, first[k + 1]);
-        if (first[k] < 0)
-            rc = first[k];
-    }
-    int32_t e = rc < 0 ? rc
-                       : gm_ir_seq(ir,
-                                   (int32_t[]){gm_ir_str(ir, "{"), ws,
-                                               first[0], gm_ir_str(ir, "}")},
-                                   4);
-    free(p);
-    free(after);
-    free(first);
-    return e;
-}
-
-static int32_t ref_expr(struct sc *c, const json_t *s, const struct kws *k)
+static int32_t ref_expr(struct gm__sc *c, const json_t *s, const struct kws *k)
 {
     const char *ref = json_string_value(json_object_get(s, "$ref"));
     const char *o = other_kw(k, 1u << KW_REF);
     if (o != NULL)
-        return fail(c, TG_EUNSUPPORTED,
-                    "\"$ref\" alongside \"%s\" is not supported", o);
-    if (ref[0] != '#')
-        return fail(c, TG_EUNSUPPORTED,
-                    "$ref \"%.100s\": only local references (\"#...\") "
-                    "are supported",
-                    ref);
-    if (ref[1] != '\0' && ref[1] != '/')
-        return fail(c, TG_EUNSUPPORTED,
-                    "$ref \"%.100s\": anchors are not supported", ref);
-    const json_t *t = gm__schema_pointer(c->root, ref);
+        return gm__schema_fail(c, TG_EUNSUPPORTED,
+                               "\"$ref\" alongside \"%s\" is not supported", o);
+    char why[320];
+    const json_t *t = gm__schema_resolve(c, s, ref, why, sizeof why);
     if (t == NULL)
-        return fail(c, TG_EFORMAT, "$ref \"%.100s\" does not resolve", ref);
-    /* The target is compiled under its own pointer. */
+        return gm__schema_fail(c,
+                               strstr(why, "not a resource") != NULL
+                                   ? TG_EUNSUPPORTED
+                                   : TG_EFORMAT,
+                               "%s", why);
+    /* The target is compiled under the reference's text. */
     char saved[sizeof c->path];
     size_t saved_len = c->plen;
     memcpy(saved, c->path, sizeof saved);
     snprintf(c->path, sizeof c->path, "%s", ref);
     c->plen = strlen(c->path);
-    int32_t r = compile(c, t);
+    int32_t r = gm__schema_sub(c, t);
     memcpy(c->path, saved, sizeof saved);
     c->plen = saved_len;
     return gm_ir_ref(c->ir, r);
 }
 
-static int32_t comb_expr(struct sc *c, const json_t *s, const struct kws *k)
+static int32_t comb_expr(struct gm__sc *c, const json_t *s, const struct kws *k)
 {
     const json_t *any = json_object_get(s, "anyOf");
     const json_t *one = json_object_get(s, "oneOf");
     if (any != NULL && one != NULL)
-        return fail(c, TG_EUNSUPPORTED,
-                    "\"anyOf\" together with \"oneOf\" is not supported");
+        return gm__schema_fail(
+            c, TG_EUNSUPPORTED,
+            "\"anyOf\" together with \"oneOf\" is not supported");
     const char *kw = any != NULL ? "anyOf" : "oneOf";
     const json_t *arr = any != NULL ? any : one;
     const char *o = other_kw(k, 1u << KW_COMB);
     if (o != NULL)
-        return fail(c, TG_EUNSUPPORTED, "\"%s\" alongside \"%s\" is not supported",
-                    kw, o);
+        return gm__schema_fail(c, TG_EUNSUPPORTED,
+                               "\"%s\" alongside \"%s\" is not supported", kw,
+                               o);
     size_t n = json_array_size(arr);
     int32_t *alts = malloc(n * sizeof(*alts));
     if (alts == NULL)
         return gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
     int32_t rc = 0;
     for (size_t i = 0; i < n && rc >= 0; i++) {
-        size_t old = path_push(c, kw, strlen(kw));
-        size_t old2 = path_push_index(c, i);
-        int32_t r = compile(c, json_array_get(arr, i));
-        path_pop(c, old2);
-        path_pop(c, old);
+        size_t old = gm__schema_path_push(c, kw, strlen(kw));
+        size_t old2 = gm__schema_path_index(c, i);
+        int32_t r = gm__schema_sub(c, json_array_get(arr, i));
+        gm__schema_path_pop(c, old2);
+        gm__schema_path_pop(c, old);
         alts[i] = gm_ir_ref(c->ir, r);
         rc = alts[i];
     }
     for (size_t i = 0; rc >= 0 && one != NULL && i < n; i++)
         for (size_t j = 0; rc >= 0 && j < n; j++) {
-            int ex = i == j
-                         ? 1
-                         : gm__schema_exclusive(c->root, json_array_get(arr, i),
-                                                json_array_get(arr, j),
-                                                c->ir->deadline);
+            int ex = i == j ? 1
+                            : gm__schema_exclusive(c, json_array_get(arr, i),
+                                                   json_array_get(arr, j),
+                                                   c->ir->deadline);
             if (ex == TG_ETIMEDOUT) {
                 gm_ir_late(c->ir);
                 rc = c->ir->err;
@@ -632,20 +597,19 @@ static int32_t comb_expr(struct sc *c, const json_t *s, const struct kws *k)
             }
             if (ex)
                 continue;
-            rc = fail(c, TG_EUNSUPPORTED,
-                      "\"oneOf\": a document of alternative %zu may also be "
-                      "valid against alternative %zu; exclusive alternatives "
-                      "must differ in type, in a const/enum value or in a "
-                      "required property (use \"anyOf\" when overlap is "
-                      "meant)",
-                      i, j);
+            rc = gm__schema_fail(
+                c, TG_EUNSUPPORTED,
+                "\"oneOf\" alternatives %zu and %zu may both hold "
+                "(exclusive ones differ in type, const/enum or a "
+                "required property; use \"anyOf\" for overlap)",
+                i, j);
         }
     int32_t e = rc < 0 ? rc : gm_ir_alt(c->ir, alts, n);
     free(alts);
     return e;
 }
 
-static int32_t body_expr(struct sc *c, const json_t *s, const struct kws *k)
+static int32_t body_expr(struct gm__sc *c, const json_t *s, const struct kws *k)
 {
     struct gm_ir *ir = c->ir;
     if (k->has[KW_REF])
@@ -664,21 +628,21 @@ static int32_t body_expr(struct sc *c, const json_t *s, const struct kws *k)
             types |= GM__T_ARRAY;
         if (k->has[KW_STRING])
             types |= GM__T_STRING;
+        if (k->has[KW_NUMBER])
+            types |= GM__T_INT | GM__T_FRAC;
         if (types == 0)
             return gm_ir_ref(ir, gm_json_value(c->j));
     }
     int32_t alts[7];
     size_t n = 0;
     if (types & GM__T_OBJECT)
-        alts[n++] = object_expr(c, s);
+        alts[n++] = gm__schema_object(c, s);
     if (types & GM__T_ARRAY)
-        alts[n++] = array_expr(c, s);
+        alts[n++] = gm__schema_array(c, s);
     if (types & GM__T_STRING)
         alts[n++] = string_expr(c, s);
-    if (types & GM__T_FRAC)
-        alts[n++] = gm_ir_ref(ir, gm_json_number(c->j));
-    else if (types & GM__T_INT)
-        alts[n++] = gm_ir_ref(ir, gm_json_integer(c->j));
+    if (types & (GM__T_FRAC | GM__T_INT))
+        alts[n++] = gm__schema_number(c, s, types & (GM__T_FRAC | GM__T_INT));
     if (types & GM__T_BOOL)
         alts[n++] = gm_ir_alt2(ir, gm_ir_str(ir, "true"),
                                gm_ir_str(ir, "false"));
@@ -690,7 +654,37 @@ static int32_t body_expr(struct sc *c, const json_t *s, const struct kws *k)
     return gm_ir_alt(ir, alts, n);
 }
 
-static int32_t compile(struct sc *c, const json_t *s)
+/* The body of a schema without allOf: its "not", when it has one, proven
+ * to exclude the rest (which is what is generated). */
+static int32_t plain_body(struct gm__sc *c, const json_t *s, struct kws *k)
+{
+    const json_t *rest = s;
+    if (json_object_get(s, "not") != NULL) {
+        int ok = gm__schema_not_proven(c, s, &rest);
+        if (ok < 0)
+            return ok;
+        if (!ok)
+            return gm__schema_fail(c, TG_EUNSUPPORTED,
+                                   "\"not\": could not prove that what the "
+                                   "rest of the schema generates never "
+                                   "matches it");
+    }
+    int rc = scan(c, rest, k);
+    return rc != 0 ? rc : body_expr(c, rest, k);
+}
+
+const json_t *gm__schema_own(struct gm__sc *c, json_t *v)
+{
+    if (v == NULL)
+        return NULL;
+    if (c->owned == NULL && (c->owned = json_array()) == NULL) {
+        json_decref(v);
+        return NULL;
+    }
+    return json_array_append_new(c->owned, v) == 0 ? v : NULL;
+}
+
+int32_t gm__schema_sub(struct gm__sc *c, const json_t *s)
 {
     if (c->ir->err != 0)
         return c->ir->err;
@@ -701,13 +695,15 @@ static int32_t compile(struct sc *c, const json_t *s)
     if (json_is_false(s))
         return never(c);
     if (!json_is_object(s))
-        return fail(c, TG_EFORMAT, "a schema must be an object or a boolean");
+        return gm__schema_fail(c, TG_EFORMAT,
+                               "a schema must be an object or a boolean");
     int32_t r = memo_get(c, s);
     if (r >= 0)
         return r;
     if (c->depth >= c->o.max_depth)
-        return fail(c, TG_ETOOBIG, "schema nested deeper than %d levels",
-                    c->o.max_depth);
+        return gm__schema_fail(c, TG_ETOOBIG,
+                               "schema nested deeper than %d levels",
+                               c->o.max_depth);
     struct kws k;
     int rc = scan(c, s, &k);
     if (rc != 0)
@@ -718,7 +714,21 @@ static int32_t compile(struct sc *c, const json_t *s)
     if (memo_put(c, s, r) != 0)
         return gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
     c->depth++;
-    int32_t body = body_expr(c, s, &k);
+    int32_t body;
+    if (gm__schema_needs_merge(s)) {
+        /* compiled as its merged form, under this rule (recursion through
+         * s finds the rule) */
+        const json_t *m = gm__schema_merge(c, s);
+        if (m == NULL)
+            body = c->ir->err != 0 ? c->ir->err : TG_EINTERNAL;
+        else if (json_is_boolean(m))
+            body = gm_ir_ref(c->ir,
+                             json_is_true(m) ? gm_json_value(c->j) : never(c));
+        else
+            body = plain_body(c, m, &k);
+    } else {
+        body = plain_body(c, s, &k);
+    }
     c->depth--;
     rc = gm_ir_rule_define(c->ir, r, body);
     return rc != 0 ? rc : r;
@@ -728,7 +738,7 @@ int gm_schema_compile(struct gm_json *j, const json_t *schema,
                       const struct gm_schema_opts *o, int32_t *rule,
                       char *err, size_t errlen)
 {
-    struct sc c;
+    struct gm__sc c;
     memset(&c, 0, sizeof c);
     c.j = j;
     c.ir = j->ir;
@@ -742,7 +752,11 @@ int gm_schema_compile(struct gm_json *j, const json_t *schema,
     c.plen = 1;
     if (tg_hmap_init(&c.memo, &memo_type, NULL, 32) != 0)
         return tg_err_set(err, errlen, TG_ENOMEM, "grammar: out of memory");
-    int32_t r = compile(&c, schema);
+    int32_t r = gm__schema_refs_build(&c);
+    if (r == 0)
+        r = gm__schema_sub(&c, schema);
+    gm__schema_refs_free(&c);
+    json_decref(c.owned);
     tg_hmap_free(&c.memo);
     if (r < 0 || c.ir->err != 0) {
         int code = gm_ir_error(c.ir, err, errlen);

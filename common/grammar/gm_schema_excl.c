@@ -108,6 +108,8 @@ const json_t *gm__schema_pointer(const json_t *root, const char *ref)
         return NULL;
     while (*p == '/' && cur != NULL) {
         p++;
+        /* the URI fragment's percent-decoding first (RFC 3986), then the
+         * pointer's ~1 and ~0 (RFC 6901), in that order */
         size_t n = 0;
         while (*p != '\0' && *p != '/') {
             int c = (unsigned char)*p++;
@@ -115,12 +117,19 @@ const json_t *gm__schema_pointer(const json_t *root, const char *ref)
                 c = hexval(p[0]) * 16 + hexval(p[1]);
                 p += 2;
             }
-            if (c == '~' && (*p == '0' || *p == '1')) {
-                c = *p == '0' ? '~' : '/';
-                p++;
-            }
             tok[n++] = (char)c;
         }
+        size_t w = 0;
+        for (size_t r = 0; r < n; r++) {
+            if (tok[r] == '~' && r + 1 < n &&
+                (tok[r + 1] == '0' || tok[r + 1] == '1')) {
+                tok[w++] = tok[r + 1] == '0' ? '~' : '/';
+                r++;
+            } else {
+                tok[w++] = tok[r];
+            }
+        }
+        n = w;
         tok[n] = '\0';
         if (json_is_object(cur)) {
             cur = json_object_getn(cur, tok, n);
@@ -179,13 +188,14 @@ int gm__schema_equal(const json_t *a, const json_t *b)
 }
 
 /* Follows $ref hops (a schema whose only assertion is $ref). */
-static const json_t *resolve(const json_t *root, const json_t *s)
+static const json_t *resolve(const struct gm__sc *c, const json_t *s)
 {
+    char why[256];
     for (int hop = 0; hop < MAX_DEPTH && json_is_object(s); hop++) {
         const json_t *r = json_object_get(s, "$ref");
         if (!json_is_string(r))
             return s;
-        s = gm__schema_pointer(root, json_string_value(r));
+        s = gm__schema_resolve(c, s, json_string_value(r), why, sizeof why);
     }
     return json_is_object(s) || json_is_boolean(s) ? s : NULL;
 }
@@ -280,7 +290,7 @@ static int in_list(const json_t *arr, const char *k, size_t kl)
  * seconds, 0: none), read every 256 steps; once past it every step
  * answers "not proven" and the caller reports the time-out. */
 struct excl {
-    const json_t *root;
+    const struct gm__sc *root;
     double deadline;
     unsigned ticks;
     int late;
@@ -298,7 +308,7 @@ static int late(struct excl *x)
 static int value_excl(struct excl *cx, const json_t *b, const json_t *v,
                       int depth)
 {
-    const json_t *root = cx->root;
+    const struct gm__sc *root = cx->root;
     if (late(cx))
         return 0;
     if (depth > MAX_DEPTH || (b = resolve(root, b)) == NULL)
@@ -450,7 +460,7 @@ static int apart(int64_t alo, int64_t ahi, int64_t blo, int64_t bhi)
 static int gen_excl(struct excl *cx, const json_t *a, const json_t *b,
                     int depth)
 {
-    const json_t *root = cx->root;
+    const struct gm__sc *root = cx->root;
     if (late(cx))
         return 0;
     if (depth > MAX_DEPTH)
@@ -530,8 +540,8 @@ static int gen_excl(struct excl *cx, const json_t *a, const json_t *b,
     return 0;
 }
 
-int gm__schema_exclusive(const json_t *root, const json_t *a, const json_t *b,
-                         double deadline)
+int gm__schema_exclusive(const struct gm__sc *root, const json_t *a,
+                         const json_t *b, double deadline)
 {
     struct excl cx = {.root = root, .deadline = deadline};
     int r = gen_excl(&cx, a, b, 0);

@@ -5,8 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grammar/gm_gbnf.h"
 #include "common/grammar/gm_internal.h"
 #include "common/grammar/gm_json.h"
+#include "common/grammar/gm_regex.h"
 #include "common/grammar/gm_schema.h"
 #include "common/base/tg_err.h"
 
@@ -14,7 +16,8 @@ static int dump(json_t *doc, char **out, size_t *len)
 {
     if (doc == NULL)
         return TG_ENOMEM;
-    char *s = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(17));
+    char *s = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(17) |
+                                  JSON_ENCODE_ANY);
     json_decref(doc);
     if (s == NULL)
         return TG_ENOMEM;
@@ -28,6 +31,31 @@ int gm_spec_json(int object_only, char **out, size_t *len)
     return dump(json_pack("{ss}", "type",
                           object_only ? "json_object" : "json_value"),
                 out, len);
+}
+
+int gm_spec_whitespace(enum gm_ws ws, char **spec, size_t *len)
+{
+    json_t *doc = json_loadb(*spec, *len, JSON_ALLOW_NUL, NULL);
+    if (!json_is_object(doc)) {
+        json_decref(doc);
+        return TG_EINVAL;
+    }
+    if (ws == GM_WS_COMPACT)
+        (void)json_object_del(doc, "whitespace"); /* absent: fine */
+    else if (json_object_set_new(doc, "whitespace",
+                                 json_string(gm_ws_name(ws))) != 0) {
+        json_decref(doc);
+        return TG_ENOMEM;
+    }
+    char *out = NULL;
+    size_t n = 0;
+    int rc = dump(doc, &out, &n); /* takes doc */
+    if (rc != 0)
+        return rc;
+    free(*spec);
+    *spec = out;
+    *len = n;
+    return 0;
 }
 
 int gm_spec_json_schema(const json_t *schema, char **out, size_t *len)
@@ -71,12 +99,54 @@ int gm_spec_tools(const struct gm_tool_format *fmt,
                 out, len);
 }
 
+int gm_spec_regex(const char *pattern, size_t plen, char **out, size_t *len)
+{
+    if (pattern == NULL || memchr(pattern, 0, plen) != NULL)
+        return TG_EINVAL;
+    json_t *p = json_stringn(pattern, plen);
+    if (p == NULL)
+        return TG_EINVAL;
+    return dump(json_pack("{ssso}", "type", "regex", "pattern", p), out, len);
+}
+
+int gm_spec_choice(const char *const *choices, const size_t *lens, size_t n,
+                   char **out, size_t *len)
+{
+    if (choices == NULL || n == 0)
+        return TG_EINVAL;
+    json_t *arr = json_array();
+    for (size_t i = 0; arr != NULL && i < n; i++) {
+        json_t *c = choices[i] != NULL && memchr(choices[i], 0, lens[i]) == NULL
+                        ? json_stringn(choices[i], lens[i])
+                        : NULL;
+        if (c == NULL) {
+            json_decref(arr);
+            return TG_EINVAL;
+        }
+        json_array_append_new(arr, c);
+    }
+    if (arr == NULL)
+        return TG_ENOMEM;
+    return dump(json_pack("{ssso}", "type", "choice", "choices", arr), out,
+                len);
+}
+
+int gm_spec_grammar(const char *gbnf, size_t glen, char **out, size_t *len)
+{
+    if (gbnf == NULL || memchr(gbnf, 0, glen) != NULL)
+        return TG_EINVAL;
+    json_t *g = json_stringn(gbnf, glen);
+    if (g == NULL)
+        return TG_EINVAL;
+    return dump(json_pack("{ssso}", "type", "grammar", "gbnf", g), out, len);
+}
+
 int gm_spec_triggered(const char *trigger, int anchored, const char *inner,
                       size_t inner_len, char **out, size_t *len)
 {
     if (trigger == NULL || trigger[0] == '\0' || inner == NULL)
         return TG_EINVAL;
-    json_t *in = json_loadb(inner, inner_len, 0, NULL);
+    json_t *in = json_loadb(inner, inner_len, JSON_ALLOW_NUL, NULL);
     if (in == NULL)
         return TG_EINVAL;
     return dump(json_pack("{sssssbso}", "type", "triggered", "trigger", trigger,
@@ -88,7 +158,7 @@ int gm_spec_trigger(const char *spec, size_t len, char **trigger, int *anchored)
 {
     *trigger = NULL;
     *anchored = 0;
-    json_t *doc = json_loadb(spec, len, 0, NULL);
+    json_t *doc = json_loadb(spec, len, JSON_ALLOW_NUL, NULL);
     if (doc == NULL)
         return TG_EFORMAT;
     int rc = 0;
@@ -203,6 +273,72 @@ static int triggered_ir(struct gm_json *j, const json_t *doc,
     return tools_ir(j, in, so, err, errlen);
 }
 
+/* The whole output matches the pattern (fullmatch), as raw UTF-8. */
+static int regex_ir(struct gm_ir *ir, const json_t *doc, char *err,
+                    size_t errlen)
+{
+    const json_t *p = json_object_get(doc, "pattern");
+    if (!json_is_string(p))
+        return tg_err_set(err, errlen, TG_EFORMAT,
+                          "spec: regex needs a \"pattern\" string");
+    struct gm_rx_item it = {.text = json_string_value(p),
+                            .len = json_string_length(p),
+                            .kind = GM_RX_FULL};
+    struct gm_rx_opts o;
+    gm_rx_opts_default(&o);
+    o.enc = GM_RX_RAW;
+    int32_t e = gm_regex_expr(ir, &it, 1, &o, err, errlen);
+    if (e < 0)
+        return e;
+    int32_t r = gm_ir_rule(ir, "output");
+    int rc = gm_ir_rule_define(ir, r, e);
+    return rc != 0 ? rc : gm_ir_root_set(ir, r);
+}
+
+/* Exactly one of the strings. */
+static int choice_ir(struct gm_ir *ir, const json_t *doc, char *err,
+                     size_t errlen)
+{
+    const json_t *c = json_object_get(doc, "choices");
+    size_t n = json_array_size(c);
+    int ok = json_is_array(c) && n > 0;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = json_is_string(json_array_get(c, i));
+    if (!ok)
+        return tg_err_set(err, errlen, TG_EFORMAT,
+                          "spec: choice needs a non-empty \"choices\" array "
+                          "of strings");
+    const char **s = malloc(n * sizeof(*s));
+    size_t *l = malloc(n * sizeof(*l));
+    if (s == NULL || l == NULL) {
+        free(s);
+        free(l);
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        s[i] = json_string_value(json_array_get(c, i));
+        l[i] = json_string_length(json_array_get(c, i));
+    }
+    int32_t e = gm_ir_literals(ir, s, l, NULL, n);
+    free(s);
+    free(l);
+    int32_t r = gm_ir_rule(ir, "output");
+    int rc = gm_ir_rule_define(ir, r, e);
+    return rc != 0 ? rc : gm_ir_root_set(ir, r);
+}
+
+static int grammar_ir(struct gm_ir *ir, const json_t *doc, char *err,
+                      size_t errlen)
+{
+    const json_t *g = json_object_get(doc, "gbnf");
+    if (!json_is_string(g))
+        return tg_err_set(err, errlen, TG_EFORMAT,
+                          "spec: grammar needs a \"gbnf\" string");
+    int32_t root = gm_gbnf_compile(ir, json_string_value(g),
+                                   json_string_length(g), err, errlen);
+    return root < 0 ? root : gm_ir_root_set(ir, root);
+}
+
 int gm_spec_to_ir(const char *spec, size_t len, const struct gm_limits *lim,
                   struct gm_ir *ir, char *err, size_t errlen)
 {
@@ -224,12 +360,21 @@ int gm_spec_to_ir(const char *spec, size_t len, const struct gm_limits *lim,
                           "limit of %zu",
                           len, lim->max_spec_bytes);
     json_error_t je;
-    json_t *doc = json_loadb(spec, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *doc = json_loadb(spec, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL,
+                             &je);
     if (doc == NULL)
         return tg_err_set(err, errlen, TG_EFORMAT, "spec: %s", je.text);
     const char *type = json_string_value(json_object_get(doc, "type"));
+    const json_t *wsv = json_object_get(doc, "whitespace");
+    enum gm_ws ws = GM_WS_COMPACT;
+    if (wsv != NULL && gm_ws_parse(json_string_value(wsv), &ws) != 0) {
+        json_decref(doc);
+        return tg_err_set(err, errlen, TG_EFORMAT,
+                          "spec: \"whitespace\" must be \"compact\", "
+                          "\"none\", \"pretty\" or \"free\"");
+    }
     struct gm_json j;
-    gm_json_init(&j, ir, lim->ws_indent);
+    gm_json_init(&j, ir, ws, lim->ws_indent);
     struct gm_schema_opts so = {.max_depth = lim->max_depth,
                                 .max_count = lim->max_count};
     int rc;
@@ -251,6 +396,12 @@ int gm_spec_to_ir(const char *spec, size_t len, const struct gm_limits *lim,
         rc = tools_ir(&j, doc, &so, err, errlen);
     } else if (strcmp(type, "triggered") == 0) {
         rc = triggered_ir(&j, doc, &so, err, errlen);
+    } else if (strcmp(type, "regex") == 0) {
+        rc = regex_ir(ir, doc, err, errlen);
+    } else if (strcmp(type, "choice") == 0) {
+        rc = choice_ir(ir, doc, err, errlen);
+    } else if (strcmp(type, "grammar") == 0) {
+        rc = grammar_ir(ir, doc, err, errlen);
     } else {
         rc = tg_err_set(err, errlen, TG_EFORMAT, "spec: unknown type \"%.40s\"",
                         type);

@@ -23,6 +23,19 @@
  *                                                first byte (T a non-empty
  *                                                prefix of the format's
  *                                                begin); see below
+ *   {"type": "regex", "pattern": P}              the whole output matches
+ *                                                the regular expression P
+ *                                                (gm_regex.h's dialect,
+ *                                                anchored at both ends as
+ *                                                vLLM's and Outlines'
+ *                                                fullmatch), raw UTF-8
+ *   {"type": "choice", "choices": ["a", ...]}    exactly one of the
+ *                                                strings (non-empty list)
+ *   {"type": "grammar", "gbnf": G}               the language of the GBNF
+ *                                                grammar G from its rule
+ *                                                root (gm_gbnf.h)
+ * The output of regex, choice and grammar is exactly that text: no
+ * whitespace is added around it.
  * A triggered spec compiles to its inner spec's grammar (the cache key
  * still is the whole text); what is free and when the matcher starts is
  * the server's slot state machine (gpu_worker/gw_grammar.h), which reads
@@ -35,8 +48,11 @@
  * grammar holds to the end of the output, otherwise the whole output is
  * free (the Llama-3 JSON format, where an answer is either calls or
  * text: T is "{").
- * A JSON document is surrounded by bounded whitespace (gm_json.h, bound
- * gm_limits.ws_indent); tool calls are exactly their format's text.
+ * Every kind takes an optional "whitespace": "compact" (the default: at
+ * most one space after ':' and ','), "none", "pretty" or "free" (gm_json.h,
+ * enum gm_ws; the wide policies bounded by gm_limits.ws_indent) for the
+ * JSON it generates (tool calls' arguments included); the format's own
+ * text of tool calls is exact. Strings in a spec may hold U+0000.
  *
  * Errors: TG_EFORMAT names what is malformed in the spec; the schema and
  * tool errors of gm_schema.h / gm_tool.h; TG_ETOOBIG when the text is over
@@ -50,6 +66,7 @@
 
 #include "common/grammar/gm_grammar.h"
 #include "common/grammar/gm_ir.h"
+#include "common/grammar/gm_json.h"
 #include "common/grammar/gm_tool.h"
 
 /* Each writes a new spec text (NUL-terminated, caller frees) to *out and
@@ -61,6 +78,22 @@ int gm_spec_tools(const struct gm_tool_format *fmt,
                   const struct gm_tool_fn *fns, size_t n_fns,
                   unsigned min_calls, unsigned max_calls, char **out,
                   size_t *len);
+
+/* Rewrites spec text *spec (*len bytes, owned by the caller, replaced on
+ * success) with the whitespace policy `ws` (GM_WS_COMPACT drops the
+ * field: the default). Returns 0, TG_EINVAL (not a JSON spec) or
+ * TG_ENOMEM (*spec unchanged). */
+int gm_spec_whitespace(enum gm_ws ws, char **spec, size_t *len);
+
+/* Specs of the other kinds: a regex of plen bytes (copied; UTF-8), n
+ * choices (choices[i] of lens[i] bytes, UTF-8, n > 0), a GBNF grammar of
+ * glen bytes. Same returns (TG_EINVAL: NULL, no choices, or text that is
+ * not UTF-8 or holds a NUL byte). The pattern and grammar are checked by
+ * gm_spec_check, not here. */
+int gm_spec_regex(const char *pattern, size_t plen, char **out, size_t *len);
+int gm_spec_choice(const char *const *choices, const size_t *lens, size_t n,
+                   char **out, size_t *len);
+int gm_spec_grammar(const char *gbnf, size_t glen, char **out, size_t *len);
 
 /* The triggered spec of trigger (non-empty, copied) and the tool_calls
  * spec text [inner, inner + inner_len); anchored as described above.

@@ -25,8 +25,11 @@ int gm__gss_copy(struct gm__gss *dst, const struct gm__gss *src)
         gm__gss_free(&d);
         return TG_ENOMEM;
     }
-    memcpy(d.v, src->v, (size_t)src->n_v * sizeof(*d.v));
-    memcpy(d.l, src->l, (size_t)src->n_l * sizeof(*d.l));
+    /* a grammar without calls has no vertex: nothing to copy */
+    if (src->n_v > 0)
+        memcpy(d.v, src->v, (size_t)src->n_v * sizeof(*d.v));
+    if (src->n_l > 0)
+        memcpy(d.l, src->l, (size_t)src->n_l * sizeof(*d.l));
     d.n_v = src->n_v;
     d.n_l = src->n_l;
     gm__gss_free(dst);

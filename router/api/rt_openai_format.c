@@ -35,7 +35,7 @@
 int rt_openai__grammar_take(char *spec, size_t len, const char *param,
                             char **out, struct rt_request_error *e)
 {
-    char msg[320];
+    char msg[384]; /* rt_request_error.message */
     int rc = gm_spec_check(spec, len, NULL, msg, sizeof(msg));
     if (rc == TG_ENOMEM) {
         free(spec);

@@ -583,10 +583,75 @@ def grammar_seeds():
     put("grammar", "spec_json_value", b'\x01{"type":"json_value"}\x00[1, {"a": "\\u00e9"}, true]')
     put("grammar", "spec_json_object", b'\x03{"type":"json_object"}\x00{"k":[null]}')
     put("grammar", "spec_bad", b'\x01{"type":"regex"}\x00x')
+    put("grammar", "spec_regex",
+        b'\x01{"type":"regex","pattern":"(yes|no)[.!]? \\\\d{2,3}"}\x00no! 42')
+    put("grammar", "spec_choice",
+        b'\x01{"type":"choice","choices":["red","green","gr\xc3\xa9y"]}\x00green')
+    put("grammar", "spec_gbnf",
+        b'\x01{"type":"grammar","gbnf":"root ::= item (\\", \\" item)*\\n'
+        b'item ::= [a-z]+ | \\"\\\\\\"\\" [^\\"]* \\"\\\\\\"\\""}\x00ab, "c d"')
     put("grammar", "schema_unsupported", b'\x00{"pattern":"a"}\x00"a"')
 
 
+def regex_seeds():
+    """fuzz_regex: mode byte, pattern, NUL, subject. Patterns users write
+    (zod's email, lookaheads, classes, Unicode), the refused constructs,
+    and PCRE2-comparable ones (only a-c, digits and operators)."""
+    cases = [
+        ("email", 0, r"^(?!\.)(?!.*\.\.)([A-Za-z0-9_'+\-\.]*)[A-Za-z0-9_+-]@"
+                     r"([A-Za-z0-9][A-Za-z0-9\-]*\.)+[A-Za-z]{2,}$", "ann.lee@example.com"),
+        ("password", 0, r"^(?=.*[A-Z])(?=.*\d)(?!.*\s).{8,16}$", "Secret123"),
+        ("date", 0, r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])$", "2024-02-29"),
+        ("unicode", 0, r"^\p{Lu}\p{Ll}*\u{1F600}?$", "\u00c9t\u00e9"),
+        ("escapes", 2 | 4 | 32, r"[\t\n\x22\\]+\cA", "\t\"\\\x01"),
+        ("word", 0, r"\bcat\b|\Bdog", "a cat"),
+        ("full", 1, r"(yes|no|maybe)[.!]?", "maybe!"),
+        ("length", 1 | 2 | 8 | 48, r"[a-z]+(-[a-z]+)*", "ab-cd"),
+        ("backref", 0, r"(a)\1", "aa"),
+        ("lookbehind", 0, r"(?<=a)b", "ab"),
+        ("look_in_rep", 0, r"(?:a(?=b))+", "ab"),
+        ("named", 0, r"(?<year>\d{4})-(?P<m>\d\d)", "2024-01"),
+        ("braces", 0, r"a{,2}}]{x", "a{,2}}]{x"),
+        ("classes", 0, r"[^]?[]?[\w.-]+@[^\s@]+", "x@y"),
+        ("pcre1", 0, r"^(a|b)*c{2,3}$", "abcc"),
+        ("pcre2", 1, r"(a|b|)+(?=c)c[abc]?\d*", "abc12"),
+        ("pcre3", 0, r"(?!a)\w\b(b|c)*", "xb"),
+        ("pcre4", 1, r"[a-c]{2}(?:a|bc){0,2}$", "bcbc"),
+        ("states", 0, r"a[ab]{20}$", "ab"),
+    ]
+    for name, mode, pat, sub in cases:
+        put("regex", name, bytes([mode]) + pat.encode() + b"\x00" + sub.encode())
+
+
+def gbnf_seeds():
+    """fuzz_gbnf: GBNF text, NUL, drive bytes."""
+    json_g = (
+        'root ::= object\n'
+        'value ::= object | array | string | number | ("true" | "false" | "null") ws\n'
+        'object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws\n'
+        'array ::= "[" ws ( value ("," ws value)* )? "]" ws\n'
+        'string ::= "\\"" ( [^"\\\\\\x7F\\x00-\\x1F] | "\\\\" (["\\\\bfnrt] | "u" [0-9a-fA-F]{4}) )* "\\"" ws\n'
+        'number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9]+)? ws\n'
+        'ws ::= | " " | "\\n" [ \\t]{0,20}   # bounded\n')
+    cases = [
+        ("json", json_g, '{"a": [1, true], "b": "x\\n"}'),
+        ("arith", 'root ::= expr\nexpr ::= term ([-+*/] term)*\n'
+                  'term ::= [0-9]+ | "(" expr ")"\n', "(1+2)*3"),
+        ("list", '# items\nroot ::= item ("," " "? item){0,4}\nitem ::= [a-z\\u00e0-\\u00ff]+\n'
+                 '  | "\\U0001F600"\n', "ab, \xc3\xa9t\xc3\xa9,\xf0\x9f\x98\x80"),
+        ("any", 'root ::= . . [^a-z\\n]* "end"', "\xce\xb1bXYend"),
+        ("left", 'root ::= a\na ::= b? a "x" | "y"\nb ::= "z"', "yx"),
+        ("undefined", 'root ::= item\n', "x"),
+        ("bad_escape", 'root ::= "\\q"', "q"),
+        ("nested", 'root ::= ((("a" | "b")+ ("c"? "d"){2,3})*)', "abcdd"),
+    ]
+    for name, g, drive in cases:
+        put("gbnf", name, g.encode() + b"\x00" + drive.encode())
+
+
 def main():
+    regex_seeds()
+    gbnf_seeds()
     grammar_seeds()
     http_seeds()
     openai_seeds()

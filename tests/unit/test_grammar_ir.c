@@ -400,8 +400,10 @@ static void test_json_strings_numbers(void **state)
 static void test_json_whitespace(void **state)
 {
     (void)state;
-    struct gm_grammar *g = compile_spec("{\"type\":\"json_value\"}",
-                                        GM_WS_INDENT_DEFAULT);
+    /* pretty: a gap is empty, one space, or a newline and an indent */
+    struct gm_grammar *g = compile_spec(
+        "{\"type\":\"json_value\",\"whitespace\":\"pretty\"}",
+        GM_WS_INDENT_DEFAULT);
     char text[256];
     expect(g, " [ 1 , 2 ] ", 1);
     expect(g, "{\n  \"a\": [\n    1\n  ]\n}\n", 1);
@@ -416,10 +418,34 @@ static void test_json_whitespace(void **state)
     expect(g, text, 0);
     gm_grammar_unref(g);
 
-    g = compile_spec("{\"type\":\"json_value\"}", -1); /* compact */
+    /* compact, the default: one optional space after ':' and ',' only */
+    g = compile_spec("{\"type\":\"json_value\"}", GM_WS_INDENT_DEFAULT);
+    expect(g, "[1,{\"a\":null}]", 1);
+    expect(g, "[1, {\"a\": null}]", 1);
+    expect(g, "[1,  2]", 0);
+    expect(g, "[ 1]", 0);
+    expect(g, "[1 ]", 0);
+    expect(g, "{\"a\" :1}", 0);
+    expect(g, " 1", 0);
+    expect(g, "1 ", 0);
+    expect(g, "[1,\n2]", 0);
+    gm_grammar_unref(g);
+
+    /* none: no whitespace at all (also ws_indent < 0) */
+    g = compile_spec("{\"type\":\"json_value\",\"whitespace\":\"none\"}",
+                     GM_WS_INDENT_DEFAULT);
     expect(g, "[1,{\"a\":null}]", 1);
     expect(g, "[1, 2]", 0);
-    expect(g, " 1", 0);
+    gm_grammar_unref(g);
+    g = compile_spec("{\"type\":\"json_value\",\"whitespace\":\"pretty\"}", -1);
+    expect(g, "[1,2]", 1);
+    expect(g, "[1, 2]", 0);
+    gm_grammar_unref(g);
+
+    /* free: any JSON whitespace, at most ws_indent characters a gap */
+    g = compile_spec("{\"type\":\"json_value\",\"whitespace\":\"free\"}", 4);
+    expect(g, "\r\n[\t 1 ,\n\n2]  ", 1);
+    expect(g, "[     1]", 0);
     gm_grammar_unref(g);
 
     g = compile_spec("{\"type\":\"json_object\"}", GM_WS_INDENT_DEFAULT);
@@ -427,13 +453,23 @@ static void test_json_whitespace(void **state)
     expect(g, "[]", 0);
     expect(g, "1", 0);
     gm_grammar_unref(g);
+
+    /* a policy the engine does not know is refused */
+    struct gm_grammar *bad = NULL;
+    char err[256];
+    const char *spec = "{\"type\":\"json_value\",\"whitespace\":\"wide\"}";
+    assert_int_equal(gm_spec_compile(spec, strlen(spec), &vocab, NULL, &bad,
+                                     err, sizeof err),
+                     TG_EFORMAT);
+    assert_non_null(strstr(err, "whitespace"));
 }
 
 static void test_matcher_eos_rollback_copy(void **state)
 {
     (void)state;
-    struct gm_grammar *g = compile_spec("{\"type\":\"json_value\"}",
-                                        GM_WS_INDENT_DEFAULT);
+    struct gm_grammar *g = compile_spec(
+        "{\"type\":\"json_value\",\"whitespace\":\"pretty\"}",
+        GM_WS_INDENT_DEFAULT);
     struct gm_matcher m, c;
     uint32_t a[(N_IDS + 31) / 32], b[(N_IDS + 31) / 32];
     size_t W = TT_COUNT(a);

@@ -1,5 +1,5 @@
 /*
- * bench_model_load.c — start-up weight loading (gpu_worker/gw_load.h), side
+ * bench_model_load.c — start-up weight loading (gpu_worker/model/gw_load.h), side
  * by side in one run, each variant in a child process of its own so its
  * peak resident set (VmHWM) is its alone:
  *
@@ -45,9 +45,9 @@
 #include <unistd.h>
 
 #include "common/model/st_safetensors.h"
-#include "gpu_worker/gw_load.h"
-#include "gpu_worker/gw_model.h"
-#include "gpu_worker/gw_wslab.h"
+#include "gpu_worker/model/gw_load.h"
+#include "gpu_worker/model/gw_model.h"
+#include "gpu_worker/cuda/gw_wslab.h"
 #include "tests/support/tt_support.h"
 #include "tests/support/tt_wsum.h"
 

@@ -48,9 +48,9 @@
 
 #include "common/profile/pf_split.h"
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_cuda.h"
-#include "gpu_worker/gw_engine.h"
-#include "gpu_worker/gw_forward.h"
+#include "gpu_worker/cuda/gw_cuda.h"
+#include "gpu_worker/engine/gw_engine.h"
+#include "gpu_worker/cpu/gw_forward.h"
 #include "common/kv/kv_layout.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"

@@ -1,4 +1,4 @@
-/* test_beat.c — a worker's heartbeat thread (gpu_worker/gw_beat.h) against
+/* test_beat.c — a worker's heartbeat thread (gpu_worker/serve/gw_beat.h) against
  * a ZMQ_ROUTER in the test: beats arrive on routing id "beat-<rank>" with
  * the process's pid while the thread that owns the progress marks does
  * something else (here: sleeps); they carry the step in flight and how
@@ -16,7 +16,7 @@
 #include <zmq.h>
 
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_beat.h"
+#include "gpu_worker/serve/gw_beat.h"
 #include "worker.pb-c.h"
 
 static char errbuf[256];

@@ -1,4 +1,4 @@
-/* test_model_load.c — streaming weight loading (gpu_worker/gw_load.h) on
+/* test_model_load.c — streaming weight loading (gpu_worker/model/gw_load.h) on
  * small generated checkpoints:
  *   - host fp32 weights (the CPU backend's sink) equal the mapped file's
  *     tensors converted by st_tensor_read_f32, bit for bit, for bf16,
@@ -37,10 +37,10 @@
 #include "common/model/st_safetensors.h"
 #include "common/model/st_writer.h"
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_backend.h"
-#include "gpu_worker/gw_load.h"
-#include "gpu_worker/gw_model.h"
-#include "gpu_worker/gw_wslab.h"
+#include "gpu_worker/backend/gw_backend.h"
+#include "gpu_worker/model/gw_load.h"
+#include "gpu_worker/model/gw_model.h"
+#include "gpu_worker/cuda/gw_wslab.h"
 #include "tests/support/tt_support.h"
 #include "tests/support/tt_wsum.h"
 

@@ -30,9 +30,9 @@
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_comm.h"
-#include "gpu_worker/gw_engine.h"
-#include "gpu_worker/gw_forward.h"
+#include "gpu_worker/cpu/gw_comm.h"
+#include "gpu_worker/engine/gw_engine.h"
+#include "gpu_worker/cpu/gw_forward.h"
 #include "common/kv/kv_layout.h"
 #include "tests/support/tt_support.h"
 

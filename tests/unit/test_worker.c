@@ -23,8 +23,8 @@
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_engine.h"
-#include "gpu_worker/gw_worker.h"
+#include "gpu_worker/engine/gw_engine.h"
+#include "gpu_worker/serve/gw_worker.h"
 #include "tests/support/tt_plan.h"
 #include "tests/support/tt_support.h"
 

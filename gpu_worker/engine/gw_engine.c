@@ -1,0 +1,696 @@
+/* gw_engine.c — in-process generation over one KV pool (see gw_engine.h). */
+#include "gpu_worker/engine/gw_engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/kv/kv_seq.h"
+#include "common/profile/pf_split.h"
+#include "common/kv/kv_trig.h"
+#include "common/base/tg_err.h"
+#include "common/base/tg_path.h"
+#include "common/base/tg_log.h"
+#include "common/kv/kv_layout.h"
+
+int gw_method_parse(const char *s, enum tg_score_method *out)
+{
+    if (strcmp(s, "snapkv") == 0)
+        *out = TG_SCORE_SNAPKV;
+    else if (strcmp(s, "keydiff") == 0)
+        *out = TG_SCORE_KEYDIFF;
+    else if (strcmp(s, "expected_attention") == 0)
+        *out = TG_SCORE_EXPECTED_ATTENTION;
+    else if (strcmp(s, "gvote") == 0)
+        *out = TG_SCORE_GVOTE;
+    else
+        return TG_EINVAL;
+    return 0;
+}
+
+void gw_engine_free(struct gw_engine *e)
+{
+    gw_backend_free(e->bk);
+    kv_pool_free(&e->pool);
+    kv_layout_free(&e->layout);
+    pf_profile_free(&e->profile);
+    gw_model_free(&e->model);
+    free(e->global_head);
+    gw_trig_cfg_free(&e->trig);
+    pf_trig_free(&e->trig_stats);
+    memset(e, 0, sizeof(*e));
+}
+
+int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
+                         struct kv_layout *layout,
+                         enum tg_score_method *method,
+                         const struct gw_engine_opts *o, char *err,
+                         size_t errlen)
+{
+    int *map = NULL;
+    int rc = gw_engine_load_parts_map(model, profile, layout, method, &map, o,
+                                      err, errlen);
+    free(map);
+    return rc;
+}
+
+int gw_engine_load_parts_map(struct gw_model *model,
+                             struct pf_profile *profile,
+                             struct kv_layout *layout,
+                             enum tg_score_method *method,
+                             int **global_head_out,
+                             const struct gw_engine_opts *o, char *err,
+                             size_t errlen)
+{
+    *global_head_out = NULL;
+    memset(model, 0, sizeof(*model));
+    memset(profile, 0, sizeof(*profile));
+    memset(layout, 0, sizeof(*layout));
+    int T = o->world_size > 1 ? o->world_size : 1;
+    if (o->rank < 0 || o->rank >= T)
+        return tg_err_set(err, errlen, TG_EINVAL, "rank %d is outside [0, %d)",
+                          o->rank, T);
+    struct mc_model_config cfg;
+    char path[4096];
+    int rc = tg_path_fmt(path, sizeof(path), err, errlen, "%s/config.json",
+                         o->model_dir);
+    if (rc == 0)
+        rc = mc_model_config_load(&cfg, path, err, errlen);
+    if (rc != 0)
+        return rc;
+    int full = o->profile_path == NULL || strcmp(o->profile_path, "none") == 0;
+    struct pf_profile whole = {0};
+    int *global_head = NULL;
+    char warn[768];
+    rc = pf_profile_for_model(&whole, full ? NULL : o->profile_path, &cfg,
+                              o->heads_per_group, o->profile_force, warn,
+                              sizeof(warn), err, errlen);
+    if (rc != 0)
+        goto fail;
+    if (warn[0] != '\0')
+        log_warn("%s", warn);
+
+    const char *name = o->method;
+    if (name == NULL)
+        name = full ? "snapkv" : whole.method;
+    if (gw_method_parse(name, method) != 0) {
+        rc = tg_err_set(err, errlen, TG_EINVAL,
+                        "unknown scoring method '%s' (snapkv, keydiff, "
+                        "expected_attention, gvote)", name);
+        goto fail;
+    }
+    /* §4.7: the rank's groups, its heads in group order and its layout,
+     * built as the router builds it (kv_layout_for_rank). Every method
+     * forces the same keys (window + sinks), so the reservation math of
+     * §4.3 holds for all of them. */
+    global_head = malloc((size_t)cfg.num_layers * (size_t)cfg.num_kv_heads *
+                         sizeof(int));
+    if (global_head == NULL) {
+        rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+        goto fail;
+    }
+    struct kv_forced_rule rule = kv_forced_rule_snapkv();
+    rc = kv_layout_for_rank(layout, profile, global_head, &whole, T, o->rank,
+                            o->page_size, o->prefill_chunk, &rule, err,
+                            errlen);
+    if (rc != 0)
+        goto fail;
+    struct gw_shard sh = {.rank = o->rank, .world = T, .kv_heads = global_head};
+    rc = o->no_host_weights
+             ? gw_model_open(model, o->model_dir, &sh, err, errlen)
+             : gw_model_load_shard(model, o->model_dir, &sh, err, errlen);
+    if (rc != 0)
+        goto fail;
+    *global_head_out = global_head;
+    pf_profile_free(&whole);
+    return 0;
+fail:
+    free(global_head);
+    pf_profile_free(&whole);
+    kv_layout_free(layout);
+    pf_profile_free(profile);
+    gw_model_free(model);
+    return rc;
+}
+
+int gw_engine_trig_init(struct gw_trig_cfg *c, struct pf_trig *own,
+                        const struct gw_trig_opts *o, const char *stats_path,
+                        const struct pf_profile *profile,
+                        const struct kv_layout *layout,
+                        const struct gw_model *m, const int *global_head,
+                        char *err, size_t errlen)
+{
+    memset(own, 0, sizeof(*own));
+    const struct pf_trig *stats = &profile->trig;
+    if (stats_path != NULL && stats_path[0] != '\0') {
+        /* Statistics of another profile file (a profile-less run has
+         * none of its own): the same model shape, heads renumbered to
+         * the rank's order. */
+        struct pf_profile sp;
+        int rc = pf_profile_load(&sp, stats_path, err, errlen);
+        if (rc != 0)
+            return rc;
+        if (sp.num_layers != m->n_layers || sp.head_dim != m->head_dim ||
+            sp.num_kv_heads != m->n_kv_heads * (m->world > 1 ? m->world : 1)) {
+            pf_profile_free(&sp);
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "trig statistics file %s is for L=%d H=%d "
+                              "d=%d, not this model", stats_path,
+                              sp.num_layers, sp.num_kv_heads, sp.head_dim);
+        }
+        if (sp.trig.num_q_heads == 0) {
+            pf_profile_free(&sp);
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "%s has no trig statistics (tangram-profile "
+                              "calibrate --trig)", stats_path);
+        }
+        rc = pf_trig_rank(own, &sp.trig, m->n_layers, sp.num_kv_heads,
+                          layout->n_kv_heads, global_head, err, errlen);
+        pf_profile_free(&sp);
+        if (rc != 0)
+            return rc;
+        stats = own;
+    } else if (stats->num_q_heads == 0) {
+        return tg_err_set(err, errlen, TG_EINVAL, "%s",
+                          kv_trig_no_stats_reason(
+                              strcmp(profile->method, "none") == 0));
+    }
+    int rc = gw_trig_cfg_init(c, o, profile, layout, stats, m->n_q_heads,
+                              m->inv_freq, err, errlen);
+    if (rc != 0)
+        pf_trig_free(own);
+    return rc;
+}
+
+int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
+                   char *err, size_t errlen)
+{
+    memset(e, 0, sizeof(*e));
+    if (o->world_size > 1)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "in-process generation runs one rank (world size "
+                          "%d asked)", o->world_size);
+    /* A CUDA backend streams the checkpoint to its device itself: the
+     * host keeps the model's shape only. */
+    struct gw_engine_opts lo = *o;
+    lo.no_host_weights = o->backend == GW_BACKEND_CUDA;
+    int rc = gw_engine_load_parts_map(&e->model, &e->profile, &e->layout,
+                                      &e->method, &e->global_head, &lo, err,
+                                      errlen);
+    if (rc != 0)
+        return rc;
+    const struct gw_model *m = &e->model;
+
+    if (o->max_context < 1) {
+        rc = tg_err_set(err, errlen, TG_EINVAL, "max_context must be >= 1");
+        goto fail;
+    }
+    e->max_context = o->max_context;
+    int64_t rows = (int64_t)m->n_layers * e->layout.n_groups;
+    int64_t pages = rows * kv_pages_for(o->max_context, o->page_size);
+    if (pages > INT32_MAX) {
+        rc = tg_err_set(err, errlen, TG_ETOOBIG, "%lld pages do not fit a pool",
+                        (long long)pages);
+        goto fail;
+    }
+    rc = kv_pool_init(&e->pool, (int32_t)pages, err, errlen);
+    if (rc != 0)
+        goto fail;
+    if (o->trig != NULL && o->trig->enabled) {
+        rc = gw_engine_trig_init(&e->trig, &e->trig_stats, o->trig,
+                                 o->trig_stats_path, &e->profile, &e->layout,
+                                 &e->model, e->global_head, err, errlen);
+        if (rc != 0)
+            goto fail;
+    }
+    /* The backend a one-slot worker of this rank would run, with a pool
+     * of exactly the accounting's pages and logits row 0. */
+    int chunk = o->prefill_chunk;
+    struct gw_backend_cfg bc = {
+        .model = &e->model,
+        .layout = &e->layout,
+        .profile = &e->profile,
+        .method = e->method,
+        .gvote = o->gvote != NULL ? *o->gvote : gw_gvote_params_default(),
+        .trig = e->trig.cap != NULL ? &e->trig : NULL,
+        .max_slots = 1,
+        .max_tokens = chunk > 1 ? chunk : 1,
+        .rank = 0,
+        .world_size = 1,
+        .n_threads = o->n_threads,
+        .kv_pages = pages,
+        .device = o->device > 0 ? o->device : 0,
+        .cuda_graphs = 1,
+        .on_scores = o->on_scores,
+        .on_scores_ud = o->on_scores_ud,
+        .on_queries = o->on_queries,
+        .on_queries_ud = o->on_queries_ud,
+    };
+    e->backend = o->backend;
+    rc = gw_backend_new(o->backend, &bc, &e->bk, err, errlen);
+    if (rc != 0)
+        goto fail;
+    if (e->bk->n_pages < pages) {
+        /* every page id the accounting hands out must exist there */
+        rc = tg_err_set(err, errlen, TG_EINTERNAL,
+                        "the %s backend's pool has %d pages, the accounting "
+                        "%lld", e->bk->ops->name, (int)e->bk->n_pages,
+                        (long long)pages);
+        goto fail;
+    }
+    /* One rank joins its group alone, as a worker of --tp 1 does. */
+    const uint8_t *id = NULL;
+    size_t id_len = 0;
+    e->bk->ops->comm_id(e->bk, &id, &id_len);
+    struct gw_comm_setup cs = {.world_size = 1, .kind = e->bk->ops->comm_kind,
+                               .id = id, .id_len = id_len};
+    rc = e->bk->ops->comm_join(e->bk, &cs, err, errlen);
+    if (rc != 0)
+        goto fail;
+    return 0;
+fail:
+    gw_engine_free(e);
+    return rc;
+}
+
+void gw_gen_result_free(struct gw_gen_result *r)
+{
+    free(r->tokens);
+    free(r->lps);
+    free(r->top_ids);
+    free(r->top_lps);
+    free(r->prompt_lp);
+    free(r->kept);
+    free(r->forced_lps);
+    free(r->kept_n);
+    free(r->kept_pos);
+    memset(r, 0, sizeof(*r));
+}
+
+/* Brings the worker-side mirror `view` (what the backend reads: page ids
+ * per row, and its filled counts, which the forward pass advances) up to
+ * the accounting `seq`: rows the accounting cut lose their tails, rows it
+ * grew get the new ids appended (the epoch stays, so a CUDA decode table
+ * only takes the new tail). Then points the forward pass's view gs at the
+ * mirror's rows (the slab may have moved). */
+static int sync_view(const struct gw_engine *e, const struct kv_seq *seq,
+                     struct kv_seq *view, struct gw_seq *gs,
+                     const int32_t **pages, char *err, size_t errlen)
+{
+    const struct kv_layout *kv = &e->layout;
+    for (int32_t r = 0; r < seq->n_rows; r++) {
+        int32_t have = view->n_pages[r], want = seq->n_pages[r];
+        int rc = 0;
+        if (have > want)
+            rc = kv_seq_row_cut(view, r, want);
+        else if (have < want)
+            rc = kv_seq_row_append(view, r, seq->ids + seq->off[r] + have,
+                                   want - have);
+        if (rc != 0)
+            return tg_err_set(err, errlen, rc,
+                              "cannot mirror row %d's %d pages", (int)r,
+                              (int)want);
+    }
+    for (int l = 0; l < kv->n_layers; l++)
+        for (int g = 0; g < kv->n_groups; g++) {
+            int32_t n;
+            pages[l * kv->n_groups + g] = kv_seq_row_ids(view, kv, l, g, &n);
+        }
+    gs->n_pages = view->n_pages;
+    return 0;
+}
+
+/* The physical fill must equal what the accounting says was written. */
+static int check_fill(const struct kv_seq *s, const int32_t *len, int rows,
+                      char *err, size_t errlen)
+{
+    for (int r = 0; r < rows; r++)
+        if (len[r] != s->filled[r])
+            return tg_err_set(err, errlen, TG_EINTERNAL,
+                              "row %d holds %d tokens, accounting says %d", r,
+                              len[r], s->filled[r]);
+    return 0;
+}
+
+static int is_stop(const struct gw_engine *e, const struct gw_gen_params *p,
+                   int32_t tok)
+{
+    if (!p->ignore_eos)
+        for (int i = 0; i < e->model.cfg.n_eos; i++)
+            if (tok == e->model.cfg.eos_token_ids[i])
+                return 1;
+    for (int i = 0; i < p->n_stop; i++)
+        if (tok == p->stop_ids[i])
+            return 1;
+    return 0;
+}
+
+/* Copies the counts (and, with slot_pos, the positions) each head holds
+ * into res, in model head order (the engine's heads are the profile's
+ * group order). */
+static int dump_kept(const struct gw_engine *e, const int32_t *len,
+                     const int32_t *hlen, const int32_t *slot_pos,
+                     int32_t slot_cap, struct gw_gen_result *res, char *err,
+                     size_t errlen)
+{
+    const struct kv_layout *kv = &e->layout;
+    int H = kv->n_kv_heads;
+    size_t heads = (size_t)kv->n_layers * (size_t)H;
+    res->kept_n = calloc(heads, sizeof(int32_t));
+    if (res->kept_n == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+    if (slot_pos != NULL) {
+        res->kept_cap = slot_cap;
+        res->kept_pos = malloc(heads * (size_t)slot_cap * sizeof(int32_t));
+        if (res->kept_pos == NULL)
+            return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+    }
+    for (int l = 0; l < kv->n_layers; l++)
+        for (int i = 0; i < H; i++) {
+            size_t li = (size_t)l * (size_t)H + (size_t)i;
+            int g = kv->head_group[li];
+            int32_t cnt = hlen != NULL ? hlen[li]
+                                       : len[(size_t)l * kv->n_groups + g];
+            size_t mh = (size_t)l * (size_t)H + (size_t)e->global_head[li];
+            res->kept_n[mh] = cnt;
+            /* Appends are in position order (chunks ascending, decode
+             * after), so the slots are already sorted. */
+            if (slot_pos != NULL)
+                memcpy(res->kept_pos + mh * (size_t)slot_cap,
+                       slot_pos + li * (size_t)slot_cap,
+                       (size_t)cnt * sizeof(int32_t));
+        }
+    return 0;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One generation's state: the accounting, the backend's mirror of it and
+ * the forward pass's view of the mirror. */
+struct gen_run {
+    struct kv_seq seq;     /* the accounting (pages from e->pool) */
+    struct kv_seq view;    /* the backend's mirror: ids and physical fill */
+    struct gw_seq gs;      /* the forward pass's view of `view` */
+    const int32_t **pages; /* (rows) row id lists of `view` */
+};
+
+/* §4.9 trigger: the step just run made the count of tokens decoded this
+ * turn a multiple of beta. Heads over their caps are compacted through the
+ * backend, the rows shrink to their longest heads and the tail pages go
+ * back at once. */
+static int decode_compact(struct gw_engine *e, struct gen_run *g,
+                          struct gw_gen_result *res, char *err,
+                          size_t errlen)
+{
+    double t0 = now_seconds();
+    int64_t heads = 0, freed = 0;
+    struct gw_seq *one = &g->gs;
+    int rc = e->bk->ops->compact(e->bk, &e->trig, &one, 1, &heads, err,
+                                 errlen);
+    if (rc == 0)
+        rc = kv_seq_compact_rows(&g->seq, &e->layout, &e->pool, g->gs.len,
+                                 &freed, err, errlen);
+    if (rc == 0)
+        rc = sync_view(e, &g->seq, &g->view, &g->gs, g->pages, err, errlen);
+    res->decode_triggers++;
+    res->decode_pages_released += freed;
+    res->compact_seconds += now_seconds() - t0;
+    return rc == 0 ? check_fill(&g->seq, g->gs.len, g->seq.n_rows, err,
+                                errlen)
+                   : rc;
+}
+
+/* Token t from logits row 0 (the prompt's last, then each decode step's).
+ * A forced id takes the sampled token's place: its log-probability under
+ * the raw distribution comes from the host row (a decode run without
+ * draws leaves it there on every backend) before the backend's greedy
+ * draw, which may use the row as scratch, lists the top alternatives. */
+static int draw(struct gw_engine *e, const struct gw_gen_params *p, int t,
+                const struct tg_sample_history *hist, int32_t *top_ids,
+                float *top_lps, int32_t *tok, float *lp, char *err,
+                size_t errlen)
+{
+    struct gw_backend *b = e->bk;
+    int K = p->sampling.n_top;
+    struct tg_sampling sp = p->sampling; /* greedy for forced ids */
+    struct gw_draw d = {.slot = 0,
+                        .row = 0,
+                        .sampling = &sp,
+                        .index = (uint64_t)t,
+                        .hist = *hist};
+    struct gw_token out;
+    if (p->forced_ids != NULL) {
+        *tok = p->forced_ids[t];
+        int rc = tg_ops_cpu.logprobs(b->host, b->logits, 1, e->model.vocab,
+                                     tok, lp);
+        if (rc != 0)
+            return tg_err_set(err, errlen, rc, "forced id %d: log-"
+                              "probability failed", (int)*tok);
+        if (K == 0)
+            return 0;
+        sp = TG_SAMPLING_OFF;
+        sp.n_top = K;
+        return b->ops->sample(b, &d, &out, top_ids, top_lps, err, errlen);
+    }
+    int rc = b->ops->sample(b, &d, &out, top_ids, top_lps, err, errlen);
+    if (rc == 0) {
+        *tok = out.token;
+        *lp = out.logprob;
+    }
+    return rc;
+}
+
+int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
+                       int n_prompt, const struct gw_gen_params *p,
+                       struct gw_gen_result *res, char *err, size_t errlen)
+{
+    memset(res, 0, sizeof(*res));
+    const struct gw_model *m = &e->model;
+    const struct kv_layout *kv = &e->layout;
+    const struct gw_backend_ops *ops = e->bk->ops;
+    if (n_prompt < 1 || p->max_tokens < 0 || p->sampling.n_top < 0)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "need at least one prompt token and max_tokens >= 0");
+    if (p->sampling.n_top > GW_BACKEND_MAX_TOP)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "%d top logprobs asked, at most %d",
+                          (int)p->sampling.n_top, GW_BACKEND_MAX_TOP);
+    if (p->dump_kept && e->backend != GW_BACKEND_CPU)
+        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
+                          "kept positions (--dump-kept) are recorded by the "
+                          "CPU backend only; use --backend cpu");
+    if (p->forced_ids != NULL && p->n_forced != p->max_tokens)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "%d forced ids with max_tokens %d: teacher-forced "
+                          "decode generates exactly the forced ids",
+                          p->n_forced, p->max_tokens);
+    for (int i = 0; p->forced_ids != NULL && i < p->n_forced; i++)
+        if (p->forced_ids[i] < 0 || p->forced_ids[i] >= m->vocab)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "forced id %d at index %d is outside the "
+                              "vocabulary [0, %d)", p->forced_ids[i], i,
+                              m->vocab);
+    if ((int64_t)n_prompt + p->max_tokens > e->max_context)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "prompt (%d) + max_tokens (%d) exceeds the context of "
+                          "%lld tokens", n_prompt, p->max_tokens,
+                          (long long)e->max_context);
+    if ((int64_t)n_prompt + p->max_tokens > m->max_positions)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "prompt (%d) + max_tokens (%d) exceeds the model's "
+                          "context of %d tokens", n_prompt, p->max_tokens,
+                          m->max_positions);
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= m->vocab)
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "prompt token %d at index %d is outside the "
+                              "vocabulary [0, %d)", prompt[i], i, m->vocab);
+
+    int rows = kv->n_layers * kv->n_groups;
+    int heads = kv->n_layers * kv->n_kv_heads;
+    int gvote = e->method == TG_SCORE_GVOTE;
+    int trig = e->trig.cap != NULL;
+    int K = p->sampling.n_top;
+    int T = p->max_tokens;
+    int32_t slot_cap = (int32_t)(n_prompt + T);
+    struct gen_run g = {0};
+    int32_t *hlen = gvote || trig ? calloc((size_t)heads, sizeof(int32_t))
+                                  : NULL;
+    int32_t *dstart = trig ? calloc((size_t)heads, sizeof(int32_t)) : NULL;
+    int32_t *slot_pos = p->dump_kept
+                            ? malloc((size_t)heads * (size_t)slot_cap *
+                                     sizeof(int32_t))
+                            : NULL;
+    if (p->forced_ids != NULL)
+        res->forced_lps = malloc(((size_t)T + 1) * sizeof(float));
+    g.pages = calloc((size_t)rows, sizeof(*g.pages));
+    int32_t *targets = malloc((size_t)kv->prefill_chunk * sizeof(int32_t));
+    res->tokens = malloc(((size_t)T + 1) * sizeof(int32_t));
+    res->lps = malloc(((size_t)T + 1) * sizeof(float));
+    res->top_ids = malloc(((size_t)T * K + 1) * sizeof(int32_t));
+    res->top_lps = malloc(((size_t)T * K + 1) * sizeof(float));
+    res->kept = malloc((size_t)rows * sizeof(int32_t));
+    res->n_top = K;
+    res->n_prompt = n_prompt;
+    if (p->prompt_logprobs)
+        res->prompt_lp = malloc((size_t)n_prompt * sizeof(float));
+    int32_t top_ids[GW_BACKEND_MAX_TOP];
+    float top_lps[GW_BACKEND_MAX_TOP];
+    int rc;
+    if (!g.pages || !targets || !res->tokens || !res->lps ||
+        !res->top_ids || !res->top_lps || !res->kept ||
+        ((gvote || trig) && !hlen) || (trig && !dstart) ||
+        (p->dump_kept && !slot_pos) ||
+        (p->forced_ids != NULL && !res->forced_lps) ||
+        (p->prompt_logprobs && !res->prompt_lp)) {
+        rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+        goto out;
+    }
+    rc = kv_seq_init(&g.seq, kv, err, errlen);
+    if (rc == 0)
+        rc = kv_seq_init(&g.view, kv, err, errlen);
+    if (rc == 0)
+        rc = kv_seq_reserve_prompt(&g.seq, kv, &e->pool, 0, n_prompt, err,
+                                   errlen);
+    g.gs = (struct gw_seq){.pos = 0,
+                           .len = g.view.filled,
+                           .pages = g.pages,
+                           .kv = &g.view,
+                           .hlen = hlen,
+                           .seed = p->sampling.seed,
+                           .slot_pos = slot_pos,
+                           .slot_cap = slot_cap};
+    if (rc == 0)
+        rc = sync_view(e, &g.seq, &g.view, &g.gs, g.pages, err, errlen);
+    if (rc != 0)
+        goto out;
+
+    /* Chunked prefill (§4.3): chunks of exactly C from the turn start. */
+    double t_pre = now_seconds();
+    if (res->prompt_lp != NULL)
+        res->prompt_lp[0] = NAN;
+    for (int off = 0; off < n_prompt; off += kv->prefill_chunk) {
+        int n = n_prompt - off < kv->prefill_chunk ? n_prompt - off : kv->prefill_chunk;
+        int last = off + n == n_prompt;
+        for (int i = 0; i < n; i++)
+            targets[i] = off + i + 1 < n_prompt ? prompt[off + i + 1] : -1;
+        /* lp[i] belongs to prompt position off + i + 1; the last row of the
+         * prompt has no target, so the write stays inside prompt_lp. */
+        rc = ops->prefill(e->bk, &g.gs, prompt + off, n, last ? 0 : -1,
+                          res->prompt_lp != NULL ? targets : NULL,
+                          res->prompt_lp != NULL ? res->prompt_lp + off + 1
+                                                 : NULL,
+                          err, errlen);
+        if (rc != 0)
+            goto out;
+        if (gvote) {
+            /* §4.8 step 5: the rows hold what their longest heads filled;
+             * what the chunk's reservation did not use goes back now. */
+            int64_t freed = 0;
+            rc = kv_seq_commit_kept(&g.seq, kv, &e->pool, n, g.gs.len,
+                                    &freed, err, errlen);
+            res->pages_released += freed;
+            if (rc == 0)
+                rc = sync_view(e, &g.seq, &g.view, &g.gs, g.pages, err,
+                               errlen);
+        } else {
+            rc = kv_seq_commit(&g.seq, kv, n, err, errlen);
+        }
+        if (rc == 0)
+            rc = check_fill(&g.seq, g.gs.len, rows, err, errlen);
+        if (rc != 0)
+            goto out;
+    }
+    res->prefill_seconds = now_seconds() - t_pre;
+    memcpy(res->kept, g.gs.len, (size_t)rows * sizeof(int32_t));
+    res->pages_peak = g.seq.used_pages;
+    if (trig) {
+        /* §4.9: decode's region of this turn starts where prefill left
+         * each head. */
+        memcpy(dstart, hlen, (size_t)heads * sizeof(int32_t));
+        g.gs.dstart = dstart;
+    }
+
+    struct tg_sample_history hist = {.prompt = prompt,
+                                     .n_prompt = n_prompt,
+                                     .output = res->tokens,
+                                     .n_output = 0};
+    res->finish = GW_FINISH_LENGTH;
+    for (int t = 0; t < T; t++) {
+        int32_t tok;
+        float lp;
+        hist.n_output = t;
+        rc = draw(e, p, t, &hist, top_ids, top_lps, &tok, &lp, err, errlen);
+        if (rc != 0)
+            goto out;
+        memcpy(res->top_ids + (size_t)t * K, top_ids,
+               (size_t)K * sizeof(int32_t));
+        memcpy(res->top_lps + (size_t)t * K, top_lps,
+               (size_t)K * sizeof(float));
+        if (p->forced_ids != NULL)
+            res->forced_lps[t] = lp;
+        res->tokens[t] = tok;
+        res->lps[t] = lp;
+        res->n_tokens = t + 1;
+        if (p->forced_ids == NULL && is_stop(e, p, tok)) {
+            res->finish = GW_FINISH_STOP;
+            break;
+        }
+        if (t + 1 == T)
+            break;
+        rc = kv_seq_reserve_decode(&g.seq, kv, &e->pool, 1, err, errlen);
+        if (rc == 0)
+            rc = sync_view(e, &g.seq, &g.view, &g.gs, g.pages, err, errlen);
+        if (rc != 0)
+            goto out;
+        if (g.seq.used_pages > res->pages_peak)
+            res->pages_peak = g.seq.used_pages;
+        /* kv_seq_reserve_decode already counted the token as written; the
+         * forward pass appends it physically and advances the mirror's
+         * fill. The next draw is announced (a CUDA backend then draws it
+         * on the device); a forced run keeps its logits on the host. */
+        struct gw_seq *one = &g.gs;
+        hist.n_output = t + 1;
+        struct gw_draw next = {.slot = 0,
+                               .row = 0,
+                               .sampling = &p->sampling,
+                               .index = (uint64_t)t + 1,
+                               .hist = hist};
+        int announce = p->forced_ids == NULL;
+        double t0 = now_seconds();
+        rc = ops->decode(e->bk, &one, &tok, 1, 0, announce ? &next : NULL,
+                         announce, err, errlen);
+        res->decode_seconds += now_seconds() - t0;
+        if (rc == 0)
+            rc = check_fill(&g.seq, g.gs.len, rows, err, errlen);
+        if (rc == 0 && trig && (t + 1) % e->trig.every == 0)
+            rc = decode_compact(e, &g, res, err, errlen);
+        if (rc != 0)
+            goto out;
+    }
+    res->pages_used = g.seq.used_pages;
+    res->mono_pages = g.seq.mono_pages;
+    if (p->dump_kept || p->head_counts) {
+        rc = dump_kept(e, g.gs.len, hlen, slot_pos, slot_cap, res, err,
+                       errlen);
+        if (rc != 0)
+            goto out;
+    }
+out:
+    free(hlen);
+    free(dstart);
+    free(slot_pos);
+    kv_seq_free(&g.seq, &e->pool);
+    kv_seq_clear(&g.view); /* a mirror: the ids are the accounting's */
+    kv_seq_free(&g.view, NULL);
+    free(g.pages);
+    free(targets);
+    return rc;
+}

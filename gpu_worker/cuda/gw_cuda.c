@@ -179,11 +179,11 @@ static int stream_weights(struct gw_cuda *c, struct gw_wslab_upload *up,
 {
     const struct gw_model *m = c->model;
     struct gw_load_plan plan;
-    TG_TRY(gw_load_plan_init(&plan, m, gw_wslab_tied_head(m), err, errlen));
+    TG_TRY(gw_model_load_plan(&plan, m, gw_wslab_tied_head(m), err, errlen));
     struct gw_load_sink sink = {.upload = gw_wslab_upload, .ctx = up};
     int rc;
     if (m->slab != NULL) {
-        rc = gw_load_run_host(&plan, m, 0, &sink, &c->load, err, errlen);
+        rc = gw_model_run_host(&plan, m, 0, &sink, &c->load, err, errlen);
     } else if (m->dir == NULL) {
         rc = tg_err_set(err, errlen, TG_EINVAL,
                         "the model has neither host weights nor a checkpoint");

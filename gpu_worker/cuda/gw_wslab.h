@@ -69,7 +69,7 @@ uint64_t gw_wslab_offset(const struct gw_wslab *s, int kind, int layer,
                          int *elem);
 
 /* Whether a gw_load plan for this slab must list the tied LM head's rows
- * separately (gw_load_plan_init's tied_head): a tied model on T > 1
+ * separately (gw_model_load_plan's tied_head): a tied model on T > 1
  * ranks. Pure. */
 int gw_wslab_tied_head(const struct gw_model *m);
 

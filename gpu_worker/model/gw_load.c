@@ -10,7 +10,6 @@
 #include "common/base/tg_err.h"
 #include "common/base/tg_grow.h"
 #include "common/base/tg_log.h"
-#include "gpu_worker/model/gw_model.h"
 
 static const char *const kind_names[GW_W_COUNT] = {
     [GW_W_EMBED] = "model.embed_tokens.weight",
@@ -54,11 +53,24 @@ void gw_load_plan_free(struct gw_load_plan *p)
     memset(p, 0, sizeof(*p));
 }
 
-/* Appends an entry for (kind, layer) of source shape (rows, cols) keeping
- * `sel` (the capacity was computed up front). */
-static void plan_add(struct gw_load_plan *p, enum gw_wkind kind, int layer,
-                     int64_t rows, int64_t cols, struct gw_load_sel sel)
+int gw_load_plan_alloc(struct gw_load_plan *p, int cap, size_t n_idx,
+                       char *err, size_t errlen)
 {
+    memset(p, 0, sizeof(*p));
+    p->t = calloc((size_t)(cap > 0 ? cap : 1), sizeof(*p->t));
+    p->idx = malloc((n_idx > 0 ? n_idx : 1) * sizeof(int32_t));
+    if (p->t == NULL || p->idx == NULL) {
+        gw_load_plan_free(p);
+        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
+    }
+    p->cap = cap;
+    return 0;
+}
+
+void gw_load_plan_add(struct gw_load_plan *p, enum gw_wkind kind, int layer,
+                      int64_t rows, int64_t cols, struct gw_load_sel sel)
+{
+    TG_ASSERT(p->n < p->cap && (unsigned)kind < GW_W_COUNT);
     struct gw_load_tensor *w = &p->t[p->n++];
     /* The format strings are the constant table above. */
 #pragma GCC diagnostic push
@@ -90,91 +102,6 @@ static void plan_add(struct gw_load_plan *p, enum gw_wkind kind, int layer,
     }
     w->numel = (uint64_t)w->out_rows * (uint64_t)(w->out_cols > 0 ? w->out_cols : 1);
     p->numel += w->numel;
-}
-
-static int is_identity(const int32_t *b, int n, int total)
-{
-    if (n != total)
-        return 0;
-    for (int i = 0; i < n; i++)
-        if (b[i] != i)
-            return 0;
-    return 1;
-}
-
-int gw_load_plan_init(struct gw_load_plan *p, const struct gw_model *m,
-                      int tied_head, char *err, size_t errlen)
-{
-    memset(p, 0, sizeof(*p));
-    const struct mc_model_config *c = &m->cfg;
-    int L = m->n_layers, T = m->world > 1 ? m->world : 1;
-    int Hl = m->n_kv_heads, Hq = m->n_q_heads, G = Hq / (Hl > 0 ? Hl : 1);
-    int64_t H = m->hidden, F = (int64_t)m->ffn * T, d = m->head_dim;
-    int64_t QD = (int64_t)Hq * T * d, KD = (int64_t)Hl * T * d;
-    size_t nkv = (size_t)L * (size_t)Hl, nq = (size_t)L * (size_t)Hq;
-    p->t = calloc((size_t)(16 * L + 4), sizeof(*p->t));
-    /* KV head blocks (L, Hl), query head blocks (L, Hq), the ffn block */
-    p->idx = malloc((nkv + nq + 1) * sizeof(int32_t));
-    if (p->t == NULL || p->idx == NULL) {
-        gw_load_plan_free(p);
-        return tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
-    }
-    int32_t *kvidx = p->idx, *qidx = p->idx + nkv, *fidx = qidx + nq;
-    for (size_t i = 0; i < nkv; i++) {
-        int g = m->head_map != NULL ? m->head_map[i] : (int)(i % (size_t)Hl);
-        kvidx[i] = g;
-        for (int j = 0; j < G; j++)
-            qidx[i * (size_t)G + (size_t)j] = g * G + j;
-    }
-    fidx[0] = m->rank;
-    p->tied = m->tied;
-    const struct gw_load_sel all = {GW_PICK_ALL, 0, NULL, 0, 0};
-    plan_add(p, GW_W_EMBED, 0, m->vocab, H, all);
-    for (int l = 0; l < L; l++) {
-        const int32_t *qb = qidx + (size_t)l * (size_t)Hq;
-        const int32_t *kb = kvidx + (size_t)l * (size_t)Hl;
-        struct gw_load_sel q = {GW_PICK_ROWS, d, qb, Hq, 0};
-        struct gw_load_sel kv = {GW_PICK_ROWS, d, kb, Hl, 0};
-        struct gw_load_sel o = {GW_PICK_COLS, d, qb, Hq, 0};
-        struct gw_load_sel fr = {GW_PICK_ROWS, m->ffn, fidx, 1, 0};
-        struct gw_load_sel fc = {GW_PICK_COLS, m->ffn, fidx, 1, 0};
-        if (is_identity(kb, Hl, c->num_kv_heads))
-            q = kv = o = all; /* whole model, model order */
-        if (T == 1)
-            fr = fc = all;
-        plan_add(p, GW_W_ATTN_NORM, l, H, 0, all);
-        plan_add(p, GW_W_WQ, l, QD, H, q);
-        plan_add(p, GW_W_WK, l, KD, H, kv);
-        plan_add(p, GW_W_WV, l, KD, H, kv);
-        if (c->qkv_bias) {
-            plan_add(p, GW_W_BQ, l, QD, 0, q);
-            plan_add(p, GW_W_BK, l, KD, 0, kv);
-            plan_add(p, GW_W_BV, l, KD, 0, kv);
-        }
-        if (c->qk_norm) {
-            plan_add(p, GW_W_Q_NORM, l, d, 0, all);
-            plan_add(p, GW_W_K_NORM, l, d, 0, all);
-        }
-        plan_add(p, GW_W_WO, l, H, QD, o);
-        /* The bias joins the all-reduced sum once: rank 0 adds it. */
-        if (c->o_bias && m->rank == 0)
-            plan_add(p, GW_W_BO, l, H, 0, all);
-        plan_add(p, GW_W_FFN_NORM, l, H, 0, all);
-        plan_add(p, GW_W_GATE, l, F, H, fr);
-        plan_add(p, GW_W_UP, l, F, H, fr);
-        plan_add(p, GW_W_DOWN, l, H, F, fc);
-    }
-    plan_add(p, GW_W_FINAL_NORM, 0, H, 0, all);
-    int v_first, v_count, v_per;
-    gw_model_vocab_slice(m, &v_first, &v_count, &v_per);
-    if (v_count > 0 && (!m->tied || tied_head)) {
-        struct gw_load_sel vs = {GW_PICK_RANGE, v_count, NULL, 0, v_first};
-        plan_add(p, GW_W_LM_HEAD, 0, m->vocab, H, vs);
-        if (m->tied) /* the rows come from the embedding */
-            snprintf(p->t[p->n - 1].name, sizeof(p->t[0].name), "%s",
-                     kind_names[GW_W_EMBED]);
-    }
-    return 0;
 }
 
 static int check_shape(const struct st_tensor *t, const struct gw_load_tensor *w,
@@ -538,8 +465,9 @@ int gw_load_run(const struct gw_load_plan *p, const struct st_model *st,
     return rc;
 }
 
-int gw_load_run_host(const struct gw_load_plan *p, const struct gw_model *m,
-                     size_t staging, const struct gw_load_sink *sink,
+int gw_load_run_host(const struct gw_load_plan *p, gw_load_host_fn host,
+                     const void *ud, size_t staging,
+                     const struct gw_load_sink *sink,
                      struct gw_load_stats *stats, char *err, size_t errlen)
 {
     struct gw_load_stats local;
@@ -550,10 +478,10 @@ int gw_load_run_host(const struct gw_load_plan *p, const struct gw_model *m,
     int rc = 0;
     for (int i = 0; i < p->n && rc == 0; i++) {
         const struct gw_load_tensor *w = &p->t[i];
-        const float *src = gw_model_weight(m, w->kind, w->layer);
+        const float *src = host(ud, w->kind, w->layer);
         if (src == NULL) {
             rc = tg_err_set(err, errlen, TG_EINVAL,
-                            "the host model has no %s", w->name);
+                            "the host weights have no %s", w->name);
             break;
         }
         for (uint64_t off = 0; off < w->numel && rc == 0; off += per) {

@@ -4,10 +4,11 @@
  * through one bounded staging buffer, into a sink (the destination's
  * upload op). Nothing holds a whole-model copy on the way.
  *
- * Plan. gw_load_plan_init lists what one tensor-parallel rank keeps
- * (gw_model.h has the split): per entry the checkpoint tensor's name and
- * shape there, the part kept (all of it; blocks of rows; blocks of columns
- * of every row; one range of rows) and the destination (kind, layer). The
+ * Plan. A plan lists what one destination keeps (gw_model_load_plan
+ * builds a tensor-parallel rank's, gw_model.h has the split; this file
+ * knows no model): per entry the checkpoint tensor's name and shape
+ * there, the part kept (all of it; blocks of rows; blocks of columns of
+ * every row; one range of rows) and the destination (kind, layer). The
  * kept part is a row-major (out_rows, out_cols) tensor, its elements in
  * the destination's order. gw_load_plan_bind finds every entry in an
  * opened checkpoint (single file or sharded index) and checks its shape
@@ -34,8 +35,9 @@
  * reads batches of whole rows into the upper part of a half and gathers
  * the kept columns into its lower part. The staging grows only when a row
  * of a column-split tensor is wider than a quarter of it (to four such
- * rows). gw_load_run_host feeds a sink the same slices from a model
- * already in host memory (fp32), for callers that built the weights
+ * rows). gw_load_run_host feeds a sink the same slices from weights
+ * already in host memory (fp32, found through a lookup function:
+ * gw_model_run_host passes a model's), for callers that built the weights
  * themselves (tests, benchmarks).
  *
  * Threads: gw_load_run calls the sink on the caller's thread only; the
@@ -61,8 +63,6 @@
 #define GW_LOAD_STAGING_DEFAULT ((size_t)64 << 20) /* 64 MiB */
 #define GW_LOAD_STAGING_MIN ((size_t)64 << 10)     /* 64 KiB */
 #define GW_LOAD_PROGRESS_S 10.0
-
-struct gw_model;
 
 /* Where a kept tensor goes: a model-wide tensor or one of a layer's. */
 enum gw_wkind {
@@ -125,22 +125,25 @@ struct gw_load_tensor {
 struct gw_load_plan {
     struct gw_load_tensor *t;      /* (n) in destination order */
     int n;
+    int cap;                       /* entries t has room for */
     int tied;                      /* the model ties lm_head to embed */
     uint64_t numel;                /* kept elements of all entries */
     int32_t *idx;                  /* owned block indices the entries
                                       point into */
 };
 
-/* Lists what m's shard keeps (m from gw_model_open: sizes, rank, world,
- * head map). Every kind the architecture has, per layer; o_proj's bias on
- * rank 0 only; the LM head as this rank's vocabulary rows
- * (gw_model_vocab_slice) of lm_head.weight, none when the rank holds
- * none. A tied model has no LM head entry unless tied_head is set, which
- * lists the rows from the embedding (for a destination that keeps the
- * slice apart from the whole embedding). Returns 0, or TG_ENOMEM; on
- * failure *p is left freed. */
-int gw_load_plan_init(struct gw_load_plan *p, const struct gw_model *m,
-                      int tied_head, char *err, size_t errlen);
+/* Makes *p an empty plan with room for `cap` entries and `n_idx` block
+ * indices in p->idx (owned by the plan; the entries' selections point
+ * into it). Returns 0, or TG_ENOMEM with *p left freed. */
+int gw_load_plan_alloc(struct gw_load_plan *p, int cap, size_t n_idx,
+                       char *err, size_t errlen);
+
+/* Appends the entry of destination (kind, layer) whose checkpoint tensor
+ * has shape (rows, cols) (cols 0: a vector), keeping `sel`, named after
+ * gw_wkind_name(kind). The caller sized the plan for it
+ * (gw_load_plan_alloc's cap: a broken count is an invariant failure). */
+void gw_load_plan_add(struct gw_load_plan *p, enum gw_wkind kind, int layer,
+                      int64_t rows, int64_t cols, struct gw_load_sel sel);
 
 /* Frees the plan; safe on a zeroed or freed one. */
 void gw_load_plan_free(struct gw_load_plan *p);
@@ -190,12 +193,19 @@ int gw_load_run(const struct gw_load_plan *p, const struct st_model *st,
                 size_t staging, const struct gw_load_sink *sink,
                 struct gw_load_stats *stats, char *err, size_t errlen);
 
-/* The same slices from a model whose host weights are loaded (m->slab,
- * fp32, as gw_model_tensor finds them): no file is read, no staging is
- * allocated (slices of at most `staging` bytes point into m). Returns 0,
- * TG_EINVAL (m lacks a tensor the plan lists) or the sink's code. */
-int gw_load_run_host(const struct gw_load_plan *p, const struct gw_model *m,
-                     size_t staging, const struct gw_load_sink *sink,
+/* The fp32 host array of destination (kind, layer), or NULL when there is
+ * none (for gw_load_run_host). */
+typedef const float *(*gw_load_host_fn)(const void *ud, enum gw_wkind kind,
+                                        int layer);
+
+/* The same slices from weights already in host memory (fp32 arrays that
+ * host(ud, kind, layer) finds, each of the entry's kept layout): no file
+ * is read, no staging is allocated (slices of at most `staging` bytes
+ * point into the arrays). Returns 0, TG_EINVAL (host finds no array for
+ * an entry) or the sink's code. */
+int gw_load_run_host(const struct gw_load_plan *p, gw_load_host_fn host,
+                     const void *ud, size_t staging,
+                     const struct gw_load_sink *sink,
                      struct gw_load_stats *stats, char *err, size_t errlen);
 
 /* Writes "1.19 GB from 1 file in 0.52 s (2.29 GB/s, 64 MiB staging)" into

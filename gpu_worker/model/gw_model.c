@@ -206,6 +206,102 @@ fail:
     return rc;
 }
 
+/* ---- the shard's load plan ------------------------------------------------ */
+
+static int is_identity(const int32_t *b, int n, int total)
+{
+    if (n != total)
+        return 0;
+    for (int i = 0; i < n; i++)
+        if (b[i] != i)
+            return 0;
+    return 1;
+}
+
+int gw_model_load_plan(struct gw_load_plan *p, const struct gw_model *m,
+                       int tied_head, char *err, size_t errlen)
+{
+    const struct mc_model_config *c = &m->cfg;
+    int L = m->n_layers, T = m->world > 1 ? m->world : 1;
+    int Hl = m->n_kv_heads, Hq = m->n_q_heads, G = Hq / (Hl > 0 ? Hl : 1);
+    int64_t H = m->hidden, F = (int64_t)m->ffn * T, d = m->head_dim;
+    int64_t QD = (int64_t)Hq * T * d, KD = (int64_t)Hl * T * d;
+    size_t nkv = (size_t)L * (size_t)Hl, nq = (size_t)L * (size_t)Hq;
+    /* At most 16 entries per layer and 4 model-wide ones; block indices:
+     * KV heads (L, Hl), query heads (L, Hq), the ffn block. */
+    TG_TRY(gw_load_plan_alloc(p, 16 * L + 4, nkv + nq + 1, err, errlen));
+    int32_t *kvidx = p->idx, *qidx = p->idx + nkv, *fidx = qidx + nq;
+    for (size_t i = 0; i < nkv; i++) {
+        int g = m->head_map != NULL ? m->head_map[i] : (int)(i % (size_t)Hl);
+        kvidx[i] = g;
+        for (int j = 0; j < G; j++)
+            qidx[i * (size_t)G + (size_t)j] = g * G + j;
+    }
+    fidx[0] = m->rank;
+    p->tied = m->tied;
+    const struct gw_load_sel all = {GW_PICK_ALL, 0, NULL, 0, 0};
+    gw_load_plan_add(p, GW_W_EMBED, 0, m->vocab, H, all);
+    for (int l = 0; l < L; l++) {
+        const int32_t *qb = qidx + (size_t)l * (size_t)Hq;
+        const int32_t *kb = kvidx + (size_t)l * (size_t)Hl;
+        struct gw_load_sel q = {GW_PICK_ROWS, d, qb, Hq, 0};
+        struct gw_load_sel kv = {GW_PICK_ROWS, d, kb, Hl, 0};
+        struct gw_load_sel o = {GW_PICK_COLS, d, qb, Hq, 0};
+        struct gw_load_sel fr = {GW_PICK_ROWS, m->ffn, fidx, 1, 0};
+        struct gw_load_sel fc = {GW_PICK_COLS, m->ffn, fidx, 1, 0};
+        if (is_identity(kb, Hl, c->num_kv_heads))
+            q = kv = o = all; /* whole model, model order */
+        if (T == 1)
+            fr = fc = all;
+        gw_load_plan_add(p, GW_W_ATTN_NORM, l, H, 0, all);
+        gw_load_plan_add(p, GW_W_WQ, l, QD, H, q);
+        gw_load_plan_add(p, GW_W_WK, l, KD, H, kv);
+        gw_load_plan_add(p, GW_W_WV, l, KD, H, kv);
+        if (c->qkv_bias) {
+            gw_load_plan_add(p, GW_W_BQ, l, QD, 0, q);
+            gw_load_plan_add(p, GW_W_BK, l, KD, 0, kv);
+            gw_load_plan_add(p, GW_W_BV, l, KD, 0, kv);
+        }
+        if (c->qk_norm) {
+            gw_load_plan_add(p, GW_W_Q_NORM, l, d, 0, all);
+            gw_load_plan_add(p, GW_W_K_NORM, l, d, 0, all);
+        }
+        gw_load_plan_add(p, GW_W_WO, l, H, QD, o);
+        /* The bias joins the all-reduced sum once: rank 0 adds it. */
+        if (c->o_bias && m->rank == 0)
+            gw_load_plan_add(p, GW_W_BO, l, H, 0, all);
+        gw_load_plan_add(p, GW_W_FFN_NORM, l, H, 0, all);
+        gw_load_plan_add(p, GW_W_GATE, l, F, H, fr);
+        gw_load_plan_add(p, GW_W_UP, l, F, H, fr);
+        gw_load_plan_add(p, GW_W_DOWN, l, H, F, fc);
+    }
+    gw_load_plan_add(p, GW_W_FINAL_NORM, 0, H, 0, all);
+    int v_first, v_count, v_per;
+    gw_model_vocab_slice(m, &v_first, &v_count, &v_per);
+    if (v_count > 0 && (!m->tied || tied_head)) {
+        struct gw_load_sel vs = {GW_PICK_RANGE, v_count, NULL, 0, v_first};
+        gw_load_plan_add(p, GW_W_LM_HEAD, 0, m->vocab, H, vs);
+        if (m->tied) /* the rows come from the embedding */
+            snprintf(p->t[p->n - 1].name, sizeof(p->t[0].name), "%s",
+                     gw_wkind_name(GW_W_EMBED));
+    }
+    return 0;
+}
+
+
+static const float *host_weight(const void *ud, enum gw_wkind kind, int layer)
+{
+    return gw_model_weight(ud, kind, layer);
+}
+
+int gw_model_run_host(const struct gw_load_plan *p, const struct gw_model *m,
+                      size_t staging, const struct gw_load_sink *sink,
+                      struct gw_load_stats *stats, char *err, size_t errlen)
+{
+    return gw_load_run_host(p, host_weight, m, staging, sink, stats, err,
+                            errlen);
+}
+
 /* ---- the host sink: fp32 arrays of m's slab ----------------------------- */
 
 static int host_upload(void *ctx, const struct gw_load_slice *s, char *err,
@@ -246,7 +342,7 @@ int gw_model_load_weights(struct gw_model *m, size_t staging, char *err,
     memset(&m->load, 0, sizeof(m->load));
     struct gw_load_plan plan;
     struct st_model st = {0};
-    int rc = gw_load_plan_init(&plan, m, 0, err, errlen);
+    int rc = gw_model_load_plan(&plan, m, 0, err, errlen);
     if (rc != 0)
         return rc;
     rc = st_model_open(&st, m->dir, err, errlen);

@@ -151,6 +151,25 @@ const float *gw_model_weight(const struct gw_model *m, enum gw_wkind kind,
 void gw_model_vocab_slice(const struct gw_model *m, int *first, int *count,
                           int *per_rank);
 
+/* Lists what m's shard keeps, in *p (m from gw_model_open: sizes, rank,
+ * world, head map; gw_load.h has the plan): every kind the architecture
+ * has, per layer; o_proj's bias on rank 0 only; the LM head as this
+ * rank's vocabulary rows (gw_model_vocab_slice) of lm_head.weight, none
+ * when the rank holds none. A tied model has no LM head entry unless
+ * tied_head is set, which lists the rows from the embedding (for a
+ * destination that keeps the slice apart from the whole embedding).
+ * Returns 0, or TG_ENOMEM; on failure *p is left freed. */
+int gw_model_load_plan(struct gw_load_plan *p, const struct gw_model *m,
+                       int tied_head, char *err, size_t errlen);
+
+/* gw_load_run_host over m's host weights (m->slab, fp32, as
+ * gw_model_weight finds them): plan p's slices handed to sink without
+ * reading a file. Returns 0, TG_EINVAL (m lacks a tensor the plan lists)
+ * or the sink's code. */
+int gw_model_run_host(const struct gw_load_plan *p, const struct gw_model *m,
+                      size_t staging, const struct gw_load_sink *sink,
+                      struct gw_load_stats *stats, char *err, size_t errlen);
+
 /* Frees everything `m` owns; safe on a zeroed or already-freed model. */
 void gw_model_free(struct gw_model *m);
 

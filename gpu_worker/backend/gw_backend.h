@@ -60,13 +60,20 @@
 #include "common/kv/kv_layout.h"
 #include "common/profile/pf_profile.h"
 #include "common/base/tg_config.h"
-#include "gpu_worker/cpu/gw_forward.h"
+#include "gpu_worker/cpu/gw_comm.h"
+#include "gpu_worker/model/gw_gvote.h"
 #include "gpu_worker/model/gw_model.h"
+#include "gpu_worker/model/gw_seq.h"
+#include "gpu_worker/model/gw_trig.h"
 #include "gpu_worker/step/gw_plan.h"
 #include "kernels/tg_ops.h"
 
 #define GW_BACKEND_MAX_TOP \
     TG_SAMPLING_MAX_TOP /* top alternatives of one draw */
+/* Ranks of one tensor-parallel group and the default bound of a join or
+ * collective wait, the same for every backend (the CPU group's). */
+#define GW_BACKEND_MAX_RANKS GW_COMM_MAX_RANKS
+#define GW_BACKEND_COMM_TIMEOUT_MS GW_COMM_DEFAULT_TIMEOUT_MS
 
 enum gw_backend_kind {
     GW_BACKEND_CPU = 0,
@@ -104,7 +111,8 @@ struct gw_backend_cfg {
     int max_tokens;                      /* max(prefill chunk, max_slots) */
     int rank, world_size;
     int comm_timeout_ms;                 /* joins and collective waits;
-                                            <= 0: gw_comm.h's default */
+                                            <= 0:
+                                            GW_BACKEND_COMM_TIMEOUT_MS */
     int n_threads;                       /* host threads; <= 0: default */
     int64_t kv_pages;                    /* > 0: exactly this many pages */
     struct tg_config_amount kv_memory;   /* else: bytes or a fraction */
@@ -114,7 +122,7 @@ struct gw_backend_cfg {
     int64_t host_tier_bytes;             /* --kv-host-memory of this rank:
                                             comes out of the host memory a
                                             CPU pool fraction is of */
-    /* Calibration hooks of the in-process engine (gw_forward.h's
+    /* Calibration hooks of the in-process engine (gw_seq.h's
      * contracts, heads in the rank's order; NULL in a worker): every
      * backend calls them from its prefill chunks. */
     gw_on_scores_fn on_scores;

@@ -10,6 +10,7 @@
 #include "common/base/tg_err.h"
 #include "common/base/tg_hostmem.h"
 #include "gpu_worker/cpu/gw_comm.h"
+#include "gpu_worker/cpu/gw_forward.h"
 
 struct cpu_backend {
     struct gw_backend base;      /* first: the interface's view */

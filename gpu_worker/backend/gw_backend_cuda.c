@@ -15,7 +15,6 @@
 
 #include "common/profile/pf_split.h"
 #include "common/base/tg_log.h"
-#include "gpu_worker/cpu/gw_comm.h"
 #include "gpu_worker/cuda/gw_cuda.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/decode_attn.h"
@@ -79,7 +78,7 @@ static int cuda_comm_join(struct gw_backend *b, const struct gw_comm_setup *cs,
     int rc = tg_nccl_init(&c->nccl, cs->id, o->rank, o->world_size,
                           c->device, o->comm_timeout_ms > 0
                                          ? o->comm_timeout_ms
-                                         : GW_COMM_DEFAULT_TIMEOUT_MS,
+                                         : GW_BACKEND_COMM_TIMEOUT_MS,
                           err, errlen);
     if (rc == 0)
         c->cu.opts.nccl = c->nccl;

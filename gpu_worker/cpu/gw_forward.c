@@ -40,11 +40,6 @@ void gw_runtime_free(struct gw_runtime *rt)
     memset(rt, 0, sizeof(*rt));
 }
 
-int gw_method_per_head(enum tg_score_method method)
-{
-    return method == TG_SCORE_GVOTE;
-}
-
 int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
                     const struct kv_layout *layout, const struct tg_ops *ops,
                     struct tg_backend *be, int32_t n_pages,
@@ -138,33 +133,6 @@ int gw_runtime_init(struct gw_runtime *rt, const struct gw_model *model,
     return 0;
 }
 
-int gw_chunk_plan(const struct kv_layout *lay, const struct gw_seq *seq,
-                  int n, int32_t *keep, int *forced, char *err,
-                  size_t errlen)
-{
-    int f = (int)kv_chunk_forced(seq->pos, n, &lay->rule);
-    size_t G = (size_t)lay->n_groups;
-    for (int l = 0; l < lay->n_layers; l++) {
-        int32_t *k = keep + (size_t)l * G;
-        for (size_t g = 0; g < G; g++)
-            k[g] = (int32_t)kv_chunk_keep(n, lay->group_budget[l * G + g], f);
-        int rc = gw_seq_room(lay, seq, l, k, err, errlen);
-        if (rc != 0)
-            return rc;
-    }
-    *forced = f;
-    return 0;
-}
-
-void gw_chunk_advance(struct gw_seq *seq, const struct kv_layout *lay,
-                      const int32_t *keep, int n)
-{
-    size_t rows = (size_t)lay->n_layers * (size_t)lay->n_groups;
-    for (size_t r = 0; r < rows; r++)
-        seq->len[r] += keep[r];
-    seq->pos += n;
-}
-
 /* Fills a row view of `seq` at layer l. gp receives n_groups pointers. */
 static void seq_rows(const struct gw_runtime *rt, const struct gw_seq *seq,
                      int l, const int32_t **gp, struct tg_kv_rows *r)
@@ -206,21 +174,6 @@ static void log_slots(const struct kv_layout *lay, struct gw_seq *seq, int l,
                                                   ? idx[(size_t)h * n + t]
                                                   : t));
     }
-}
-
-int gw_seq_room(const struct kv_layout *lay, const struct gw_seq *seq,
-                int l, const int32_t *add, char *err, size_t errlen)
-{
-    size_t base = (size_t)l * (size_t)lay->n_groups;
-    for (int g = 0; g < lay->n_groups; g++) {
-        int64_t need = kv_pages_for((int64_t)seq->len[base + g] + add[g],
-                                    lay->page_size);
-        if (need > seq->n_pages[base + g])
-            return tg_err_set(err, errlen, TG_ENOSPC,
-                              "layer %d group %d needs %lld pages, holds %d", l,
-                              g, (long long)need, seq->n_pages[base + g]);
-    }
-    return 0;
 }
 
 /* Q/K/V projections, optional q/k norm and RoPE for m rows of rt->h;

@@ -88,10 +88,12 @@
 
 #include "common/kv/kv_table.h"
 #include "common/base/tg_config.h"
-#include "gpu_worker/cpu/gw_forward.h"
 #include "gpu_worker/cuda/gw_mem.h"
-#include "gpu_worker/model/gw_model.h"
 #include "gpu_worker/cuda/gw_wslab.h"
+#include "gpu_worker/model/gw_gvote.h"
+#include "gpu_worker/model/gw_model.h"
+#include "gpu_worker/model/gw_seq.h"
+#include "gpu_worker/model/gw_trig.h"
 #include "kernels/cuda/sample.h" /* plain C: struct tg_cuda_sample_params */
 
 #define GW_CUDA_MAX_BUCKETS 32

@@ -23,7 +23,7 @@
 #include "common/kv/kv_pool.h"
 #include "common/profile/pf_profile.h"
 #include "gpu_worker/backend/gw_backend.h"
-#include "gpu_worker/cpu/gw_forward.h"
+#include "gpu_worker/model/gw_seq.h"
 #include "gpu_worker/model/gw_model.h"
 
 struct gw_engine_opts {
@@ -39,7 +39,7 @@ struct gw_engine_opts {
                                             defaults of §4.8 */
     int64_t max_context;       /* tokens one sequence may reach (pool size) */
     int n_threads;             /* <= 0: OpenMP default */
-    gw_on_scores_fn on_scores; /* optional, see gw_forward.h; scores are
+    gw_on_scores_fn on_scores; /* optional, see gw_seq.h; scores are
                                   in the rank profile's head order, which
                                   is the model's for a profile-less run */
     void *on_scores_ud;
@@ -48,7 +48,7 @@ struct gw_engine_opts {
     const char *trig_stats_path; /* profile file whose "trig" statistics
                                     score decode keys; NULL: the profile's
                                     own (a profile-less run needs one) */
-    gw_on_queries_fn on_queries; /* optional, see gw_forward.h (model head
+    gw_on_queries_fn on_queries; /* optional, see gw_seq.h (model head
                                     order for a profile-less run) */
     void *on_queries_ud;
     int rank;                  /* tensor-parallel rank (load_parts only) */

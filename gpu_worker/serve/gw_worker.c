@@ -75,11 +75,11 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
                    char *err, size_t errlen)
 {
     memset(w, 0, sizeof(*w));
-    if (o->world_size < 1 || o->world_size > GW_COMM_MAX_RANKS ||
+    if (o->world_size < 1 || o->world_size > GW_BACKEND_MAX_RANKS ||
         o->rank < 0 || o->rank >= o->world_size)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "--rank %d is outside [0, %d) (world size 1 .. %d)",
-                          o->rank, o->world_size, GW_COMM_MAX_RANKS);
+                          o->rank, o->world_size, GW_BACKEND_MAX_RANKS);
     if (o->max_slots < 1 || o->page_size < 1 || o->prefill_chunk < 1)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "max slots, page size and prefill chunk must be "

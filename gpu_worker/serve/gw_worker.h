@@ -100,7 +100,7 @@
 #include "gpu_worker/serve/gw_grammar.h"
 #include "gpu_worker/backend/gw_backend.h"
 #include "gpu_worker/serve/gw_beat.h"
-#include "gpu_worker/cpu/gw_forward.h"
+#include "gpu_worker/model/gw_seq.h"
 #include "gpu_worker/serve/gw_host_tier.h"
 #include "gpu_worker/model/gw_model.h"
 #include "gpu_worker/step/gw_plan.h"
@@ -127,7 +127,7 @@ struct gw_worker_opts {
     int rank;                   /* 0 .. world_size - 1; rank 0 samples */
     int world_size;             /* tensor-parallel ranks T */
     int comm_timeout_ms;        /* joining and every collective wait; <= 0:
-                                   the default of gw_comm.h */
+                                   GW_BACKEND_COMM_TIMEOUT_MS */
     volatile sig_atomic_t *peer_lost_flag; /* optional: set to 1 when a
                                    collective fails (e.g. the serve loop's
                                    stop flag) */

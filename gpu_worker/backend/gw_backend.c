@@ -34,6 +34,37 @@ void gw_backend_free(struct gw_backend *b)
         b->ops->free(b);
 }
 
+/* Host logits row `row` of rank 0, or NULL (no row, another rank). */
+static float *host_row(const struct gw_backend *b, int row)
+{
+    if (row < 0 || b->logits == NULL)
+        return NULL;
+    return b->logits + (size_t)row * (size_t)b->cfg.model->vocab;
+}
+
+int gw_backend_prefill(struct gw_backend *b, struct gw_seq *seq,
+                       const int32_t *ids, int n, int row,
+                       const int32_t *lp_targets, float *lp, char *err,
+                       size_t errlen)
+{
+    struct gw_prefill_out po = {
+        .want_logits = row >= 0,
+        .last_logits = host_row(b, row),
+        .lp_targets = lp_targets,
+        .lp = lp,
+    };
+    return b->ops->prefill(b, seq, ids, n, &po, err, errlen);
+}
+
+int gw_backend_decode(struct gw_backend *b, struct gw_seq *const *seqs,
+                      const int32_t *ids, int n, int first_row,
+                      const struct gw_draw *draws, int n_draws, char *err,
+                      size_t errlen)
+{
+    return b->ops->decode(b, seqs, ids, n, first_row, host_row(b, first_row),
+                          draws, n_draws, err, errlen);
+}
+
 int gw_backend__base_init(struct gw_backend *b, const struct gw_backend_cfg *cfg,
                           char *err, size_t errlen)
 {

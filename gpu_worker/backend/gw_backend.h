@@ -65,7 +65,6 @@
 #include "gpu_worker/model/gw_model.h"
 #include "gpu_worker/model/gw_seq.h"
 #include "gpu_worker/model/gw_trig.h"
-#include "gpu_worker/step/gw_plan.h"
 #include "kernels/tg_ops.h"
 
 #define GW_BACKEND_MAX_TOP \
@@ -83,6 +82,25 @@ enum gw_backend_kind {
 /* The kinds' names indexed by enum gw_backend_kind, NULL-terminated: the
  * choices of the tools' --backend flags (TG_CONFIG_ENUM). */
 extern const char *const gw_backend_choices[3];
+
+/* A token rank 0 drew. */
+struct gw_token {
+    uint32_t slot;
+    int32_t token;
+    float logprob; /* natural log, of the raw distribution */
+    int n_top;
+    const int32_t *top_ids; /* (n_top) most likely first */
+    const float *top_lps;   /* (n_top) */
+};
+
+/* The group a CommSetup names (the worker's link decodes it). */
+struct gw_comm_setup {
+    uint32_t version;
+    uint32_t world_size;
+    const char *kind; /* never NULL ("" at least) */
+    const uint8_t *id;
+    size_t id_len;
+};
 
 /* One token to draw (rank 0). */
 struct gw_draw {
@@ -146,22 +164,17 @@ struct gw_backend_ops {
                      char *err, size_t errlen);
     /* 1 once a collective failed: the peers are gone or out of step. */
     int (*comm_failed)(struct gw_backend *b);
-    /* Runs a chunk of n tokens of seq at seq->pos (gw_forward_prefill's
-     * contract: rows must hold the pages; TG_ENOSPC otherwise before
-     * anything changes), logits of its last token into `row` (< 0: none;
-     * written on rank 0). lp_targets (n ids, -1 for none; NULL: no prompt
-     * log-probabilities, as in a worker) asks for lp[i] = log P(
-     * lp_targets[i] | tokens <= i) (rank 0; gw_prefill_out's lp). */
-    int (*prefill)(struct gw_backend *b, struct gw_seq *seq,
-                   const int32_t *ids, int n, int row,
-                   const int32_t *lp_targets, float *lp, char *err,
+    /* gw_backend_prefill's work with its host row resolved: a chunk of n
+     * tokens of seq at seq->pos with what `out` asks (gw_prefill_out;
+     * out->last_logits is the host row, or NULL off rank 0). */
+    int (*prefill)(struct gw_backend *b, struct gw_seq *seq, const int32_t *ids,
+                   int n, const struct gw_prefill_out *out, char *err,
                    size_t errlen);
-    /* One token of each of n sequences (gw_forward_decode's contract),
-     * logits into rows first_row .. first_row + n - 1 (first_row < 0:
-     * none). draws[0 .. n_draws) are the rows of this batch rank 0 will
-     * ask `sample` for (NULL/0 elsewhere). */
+    /* gw_backend_decode's work with its host rows resolved: `logits` is
+     * host row first_row (NULL without logits or off rank 0), where the
+     * batch's logits go unless the backend draws them itself. */
     int (*decode)(struct gw_backend *b, struct gw_seq *const *seqs,
-                  const int32_t *ids, int n, int first_row,
+                  const int32_t *ids, int n, int first_row, float *logits,
                   const struct gw_draw *draws, int n_draws, char *err,
                   size_t errlen);
     /* Draws d's token into *out (slot, token, logprob, n_top; top_ids and
@@ -242,6 +255,27 @@ int gw_backend_new(enum gw_backend_kind kind, const struct gw_backend_cfg *cfg,
 
 /* Frees b; safe on NULL. */
 void gw_backend_free(struct gw_backend *b);
+
+/* Runs a chunk of n tokens of seq at seq->pos through b (gw_forward_prefill's
+ * contract: rows must hold the pages; TG_ENOSPC otherwise before anything
+ * changes), logits of its last token into logits row `row` (< 0: none;
+ * written on rank 0). lp_targets (n ids, -1 for none; NULL: no prompt
+ * log-probabilities, as in a worker) asks for lp[i] = log P(
+ * lp_targets[i] | tokens <= i) (rank 0; gw_prefill_out's lp). */
+int gw_backend_prefill(struct gw_backend *b, struct gw_seq *seq,
+                       const int32_t *ids, int n, int row,
+                       const int32_t *lp_targets, float *lp, char *err,
+                       size_t errlen);
+
+/* One token of each of n sequences through b (gw_forward_decode's
+ * contract), logits into rows first_row .. first_row + n - 1 (first_row
+ * < 0: none). draws[0 .. n_draws) are the rows of this batch rank 0 will
+ * ask `sample` for (NULL/0 elsewhere), which a backend may draw where the
+ * logits are. */
+int gw_backend_decode(struct gw_backend *b, struct gw_seq *const *seqs,
+                      const int32_t *ids, int n, int first_row,
+                      const struct gw_draw *draws, int n_draws, char *err,
+                      size_t errlen);
 
 /* The two implementations (gw_backend_new picks one). */
 int gw_backend_cpu_new(const struct gw_backend_cfg *cfg,

@@ -104,37 +104,24 @@ static int cpu_comm_failed(struct gw_backend *b)
 }
 
 static int cpu_prefill(struct gw_backend *b, struct gw_seq *seq,
-                       const int32_t *ids, int n, int row,
-                       const int32_t *lp_targets, float *lp, char *err,
+                       const int32_t *ids, int n,
+                       const struct gw_prefill_out *out, char *err,
                        size_t errlen)
 {
     struct cpu_backend *c = (struct cpu_backend *)b;
-    size_t V = (size_t)b->cfg.model->vocab;
-    struct gw_prefill_out po = {
-        .want_logits = row >= 0,
-        .last_logits = row >= 0 && b->logits != NULL
-                           ? b->logits + (size_t)row * V
-                           : NULL,
-        .lp_targets = lp_targets,
-        .lp = lp,
-    };
-    return gw_forward_prefill(&c->rt, seq, ids, n, &po, err, errlen);
+    return gw_forward_prefill(&c->rt, seq, ids, n, out, err, errlen);
 }
 
 static int cpu_decode(struct gw_backend *b, struct gw_seq *const *seqs,
-                      const int32_t *ids, int n, int first_row,
+                      const int32_t *ids, int n, int first_row, float *logits,
                       const struct gw_draw *draws, int n_draws, char *err,
                       size_t errlen)
 {
-    (void)draws;
+    (void)draws; /* drawn on the host by `sample` */
     (void)n_draws;
     struct cpu_backend *c = (struct cpu_backend *)b;
-    size_t V = (size_t)b->cfg.model->vocab;
-    return gw_forward_decode(&c->rt, seqs, ids, n, first_row >= 0,
-                             first_row >= 0 && b->logits != NULL
-                                 ? b->logits + (size_t)first_row * V
-                                 : NULL,
-                             err, errlen);
+    return gw_forward_decode(&c->rt, seqs, ids, n, first_row >= 0, logits, err,
+                             errlen);
 }
 
 static int cpu_sample(struct gw_backend *b, const struct gw_draw *d,

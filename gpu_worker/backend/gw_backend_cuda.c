@@ -96,21 +96,12 @@ static int cuda_comm_failed(struct gw_backend *b)
 }
 
 static int cuda_prefill(struct gw_backend *b, struct gw_seq *seq,
-                        const int32_t *ids, int n, int row,
-                        const int32_t *lp_targets, float *lp, char *err,
+                        const int32_t *ids, int n,
+                        const struct gw_prefill_out *out, char *err,
                         size_t errlen)
 {
     struct cuda_backend *c = (struct cuda_backend *)b;
-    size_t V = (size_t)b->cfg.model->vocab;
-    struct gw_prefill_out po = {
-        .want_logits = row >= 0,
-        .last_logits = row >= 0 && b->logits != NULL
-                           ? b->logits + (size_t)row * V
-                           : NULL,
-        .lp_targets = lp_targets,
-        .lp = lp,
-    };
-    int rc = gw_cuda_prefill(&c->cu, seq, ids, n, &po, err, errlen);
+    int rc = gw_cuda_prefill(&c->cu, seq, ids, n, out, err, errlen);
     if (rc == TG_ETIMEDOUT)
         c->lost = 1;
     return rc;
@@ -152,19 +143,16 @@ static int device_draws(const struct cuda_backend *c, const struct gw_draw *d,
 }
 
 static int cuda_decode(struct gw_backend *b, struct gw_seq *const *seqs,
-                       const int32_t *ids, int n, int first_row,
+                       const int32_t *ids, int n, int first_row, float *logits,
                        const struct gw_draw *draws, int n_draws, char *err,
                        size_t errlen)
 {
     struct cuda_backend *c = (struct cuda_backend *)b;
-    size_t V = (size_t)b->cfg.model->vocab;
     int dev = first_row >= 0 && device_draws(c, draws, n_draws);
     c->dev_first = -1;
+    /* Without a host row the logits stay on the device for the draws. */
     int rc = gw_cuda_decode(&c->cu, seqs, ids, n, first_row >= 0,
-                            first_row >= 0 && !dev && b->logits != NULL
-                                ? b->logits + (size_t)first_row * V
-                                : NULL,
-                            err, errlen);
+                            dev ? NULL : logits, err, errlen);
     if (rc == TG_ETIMEDOUT)
         c->lost = 1;
     if (rc != 0 || !dev)

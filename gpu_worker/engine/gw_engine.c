@@ -474,7 +474,6 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
     memset(res, 0, sizeof(*res));
     const struct gw_model *m = &e->model;
     const struct kv_layout *kv = &e->layout;
-    const struct gw_backend_ops *ops = e->bk->ops;
     if (n_prompt < 1 || p->max_tokens < 0 || p->sampling.n_top < 0)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "need at least one prompt token and max_tokens >= 0");
@@ -583,11 +582,11 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
             targets[i] = off + i + 1 < n_prompt ? prompt[off + i + 1] : -1;
         /* lp[i] belongs to prompt position off + i + 1; the last row of the
          * prompt has no target, so the write stays inside prompt_lp. */
-        rc = ops->prefill(e->bk, &g.gs, prompt + off, n, last ? 0 : -1,
-                          res->prompt_lp != NULL ? targets : NULL,
-                          res->prompt_lp != NULL ? res->prompt_lp + off + 1
-                                                 : NULL,
-                          err, errlen);
+        rc = gw_backend_prefill(
+            e->bk, &g.gs, prompt + off, n, last ? 0 : -1,
+            res->prompt_lp != NULL ? targets : NULL,
+            res->prompt_lp != NULL ? res->prompt_lp + off + 1 : NULL, err,
+            errlen);
         if (rc != 0)
             goto out;
         if (gvote) {
@@ -665,8 +664,8 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
                                .hist = hist};
         int announce = p->forced_ids == NULL;
         double t0 = now_seconds();
-        rc = ops->decode(e->bk, &one, &tok, 1, 0, announce ? &next : NULL,
-                         announce, err, errlen);
+        rc = gw_backend_decode(e->bk, &one, &tok, 1, 0, announce ? &next : NULL,
+                               announce, err, errlen);
         res->decode_seconds += now_seconds() - t0;
         if (rc == 0)
             rc = check_fill(&g.seq, g.gs.len, rows, err, errlen);

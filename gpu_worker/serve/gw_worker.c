@@ -550,7 +550,6 @@ static int compact_triggered(struct gw_worker *w, const struct gw_plan *plan,
 static int run_plan(struct gw_worker *w, const struct gw_plan *plan,
                     int32_t *row, char *err, size_t errlen)
 {
-    const struct gw_backend_ops *ops = w->be->ops;
     int rc, n_pf = 0, nd = 0, d_sample = 0;
     for (size_t i = 0; i < plan->n_entries; i++) {
         const struct gw_entry *e = &plan->entries[i];
@@ -571,8 +570,8 @@ static int run_plan(struct gw_worker *w, const struct gw_plan *plan,
         struct gw_seq *q = seq_view(w, e->slot);
         q->seed = e->sampling.seed; /* gvote's synthetic-query stream */
         double tb = now_s();
-        rc = ops->prefill(w->be, q, w->ids, (int)e->n_tokens, row[i],
-                          NULL, NULL, err, errlen);
+        rc = gw_backend_prefill(w->be, q, w->ids, (int)e->n_tokens, row[i],
+                                NULL, NULL, err, errlen);
         w->backend_s += now_s() - tb;
         gw_progress_mark(w->progress);
         if (rc != 0)
@@ -609,8 +608,9 @@ static int run_plan(struct gw_worker *w, const struct gw_plan *plan,
     }
     if (nd > 0) {
         double tb = now_s();
-        rc = ops->decode(w->be, w->seq_ptrs, w->ids, nd, d_sample ? n_pf : -1,
-                         n_draws > 0 ? w->draws : NULL, n_draws, err, errlen);
+        rc = gw_backend_decode(
+            w->be, w->seq_ptrs, w->ids, nd, d_sample ? n_pf : -1,
+            n_draws > 0 ? w->draws : NULL, n_draws, err, errlen);
         w->backend_s += now_s() - tb;
         gw_progress_mark(w->progress);
         if (rc != 0)

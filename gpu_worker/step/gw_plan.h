@@ -4,6 +4,9 @@
  * it encodes back into a StepResult, what a Hello announces and a
  * CommSetup asks. Nothing past the link sees protobuf.
  *
+ * A token drawn (gw_token) and the group a CommSetup names
+ * (gw_comm_setup) are the backend's (gpu_worker/backend/gw_backend.h).
+ *
  * Strings and arrays borrowed by a decoded plan point into the message the
  * link received; they stay valid until the link receives the next
  * message. A result borrows from the worker (gw_worker_step) until its
@@ -15,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gpu_worker/backend/gw_backend.h" /* gw_token, gw_comm_setup */
 #include "kernels/tg_ops.h"
 
 enum gw_entry_kind {
@@ -83,16 +87,6 @@ struct gw_plan {
     size_t n_frees;
 };
 
-/* A token rank 0 drew. */
-struct gw_token {
-    uint32_t slot;
-    int32_t token;
-    float logprob;              /* natural log, of the raw distribution */
-    int n_top;
-    const int32_t *top_ids;     /* (n_top) most likely first */
-    const float *top_lps;       /* (n_top) */
-};
-
 /* A sampled entry whose request fails alone (its parameters could not be
  * used or its draw failed); the step stands for everything else. */
 struct gw_slot_error {
@@ -141,15 +135,6 @@ struct gw_hello_info {
     const char *comm_kind;      /* "shm" or "nccl" */
     const uint8_t *comm_id;     /* rank 0's group id, or NULL */
     size_t comm_id_len;
-};
-
-/* What a CommSetup asks. */
-struct gw_comm_setup {
-    uint32_t version;
-    uint32_t world_size;
-    const char *kind;           /* never NULL ("" at least) */
-    const uint8_t *id;
-    size_t id_len;
 };
 
 #endif /* GW_PLAN_H */

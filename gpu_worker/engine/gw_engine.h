@@ -25,6 +25,7 @@
 #include "gpu_worker/backend/gw_backend.h"
 #include "gpu_worker/model/gw_seq.h"
 #include "gpu_worker/model/gw_model.h"
+#include "gpu_worker/model/gw_rank.h"
 
 struct gw_engine_opts {
     const char *model_dir;     /* Hugging Face model directory */
@@ -51,13 +52,7 @@ struct gw_engine_opts {
     gw_on_queries_fn on_queries; /* optional, see gw_seq.h (model head
                                     order for a profile-less run) */
     void *on_queries_ud;
-    int rank;                  /* tensor-parallel rank (load_parts only) */
-    int world_size;            /* T; <= 1: one rank (gw_engine_init needs 1) */
-    int no_host_weights;       /* load_parts only: the model's shape
-                                  (gw_model_open) without host weights, for
-                                  a backend that streams the checkpoint
-                                  into its own memory (CUDA); gw_engine_init
-                                  sets it from `backend` */
+    int world_size;               /* T; <= 1: one rank (all it runs) */
     enum gw_backend_kind backend; /* GW_BACKEND_CPU (the zero value) or
                                      GW_BACKEND_CUDA: the runtime the
                                      forward pass runs on */
@@ -82,44 +77,6 @@ struct gw_engine {
                                   order (else the profile's are used) */
 };
 
-/* Parses "snapkv" / "keydiff" / "expected_attention" / "gvote" into *out.
- * Returns 0 or TG_EINVAL. */
-int gw_method_parse(const char *s, enum tg_score_method *out);
-
-/* The parts every user of a model builds the same way, for rank o->rank
- * of o->world_size (T; one code path for T = 1): reads the model's config
- * at o->model_dir, loads the profile at o->profile_path (NULL or "none":
- * full KV with pf_full_heads_per_group(H, o->heads_per_group) heads per
- * group) and checks they match, assigns groups to ranks (pf_tp_assign)
- * and makes *profile the rank's profile (pf_profile_rank; with T = 1 the
- * whole profile with heads renumbered in group order), loads the rank's
- * model shard whose heads follow that order (gw_model_load_shard; only
- * gw_model_open's shape with o->no_host_weights),
- * resolves the scoring method (o->method, else the profile's, snapkv for
- * none) and builds the page layout for o->page_size and o->prefill_chunk.
- * Router and worker build rank profiles the same way, so their page math
- * agrees. The other fields of *o are ignored. Returns 0 or an error
- * naming the problem (TG_EINVAL for a T that does not divide the groups,
- * heads or ffn); on failure every part is left freed (zeroed). The caller
- * frees the parts with kv_layout_free, pf_profile_free and
- * gw_model_free. */
-int gw_engine_load_parts(struct gw_model *model, struct pf_profile *profile,
-                         struct kv_layout *layout,
-                         enum tg_score_method *method,
-                         const struct gw_engine_opts *o, char *err,
-                         size_t errlen);
-
-/* gw_engine_load_parts that also hands over the (L, Hkv/T) model KV head
- * of each of the rank's heads in *global_head (malloc'd, the caller
- * frees it; NULL on failure). */
-int gw_engine_load_parts_map(struct gw_model *model,
-                             struct pf_profile *profile,
-                             struct kv_layout *layout,
-                             enum tg_score_method *method,
-                             int **global_head,
-                             const struct gw_engine_opts *o, char *err,
-                             size_t errlen);
-
 /* Loads the model and profile, checks they match, sizes the KV pool for
  * one sequence of max_context tokens and creates the backend of
  * o->backend over it (gw_backend_new: a CUDA backend refuses with
@@ -132,19 +89,6 @@ int gw_engine_load_parts_map(struct gw_model *model,
  * sizes); on failure *e is left freed. */
 int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
                    char *err, size_t errlen);
-
-/* Decode-time compression of a rank (§4.9) as the engine and the worker
- * build it: statistics from stats_path (a profile file of the same model,
- * heads renumbered to the rank by global_head; its statistics go into
- * *own) or else the rank profile's own, then gw_trig_cfg_init. Missing
- * statistics are a TG_EINVAL naming the fix. *c borrows the statistics
- * (*own or the profile's) and m's frequencies. */
-int gw_engine_trig_init(struct gw_trig_cfg *c, struct pf_trig *own,
-                        const struct gw_trig_opts *o, const char *stats_path,
-                        const struct pf_profile *profile,
-                        const struct kv_layout *layout,
-                        const struct gw_model *m, const int *global_head,
-                        char *err, size_t errlen);
 
 /* Frees everything; safe on a zeroed or half-built engine. */
 void gw_engine_free(struct gw_engine *e);

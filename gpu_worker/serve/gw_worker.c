@@ -11,7 +11,7 @@
 #include "common/kv/kv_budget.h"
 #include "common/base/tg_err.h"
 #include "common/base/tg_grow.h"
-#include "gpu_worker/engine/gw_engine.h"
+#include "gpu_worker/model/gw_rank.h"
 #include "gpu_worker/serve/gw_worker_internal.h"
 
 static double now_s(void)
@@ -86,7 +86,7 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
                           ">= 1");
     int maxt = o->prefill_chunk > o->max_slots ? o->prefill_chunk : o->max_slots;
     w->peer_lost_flag = o->peer_lost_flag;
-    struct gw_engine_opts eo = {
+    struct gw_rank_opts ro = {
         .model_dir = o->model_dir,
         .profile_path = o->profile_path,
         .profile_force = o->profile_force,
@@ -101,17 +101,16 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     };
     int *global_head = NULL;
     int trig = o->trig != NULL && o->trig->enabled;
-    int rc = gw_engine_load_parts_map(&w->model, &w->profile, &w->layout,
-                                      &w->method, &global_head, &eo, err,
-                                      errlen);
+    int rc = gw_rank_load_map(&w->model, &w->profile, &w->layout, &w->method,
+                              &global_head, &ro, err, errlen);
     if (rc != 0)
         goto fail;
     if (trig) {
         /* Caps from common/kv (the router's admission bound uses the same
          * rule), statistics in the rank's head order. */
-        rc = gw_engine_trig_init(&w->trig, &w->trig_stats, o->trig,
-                                 o->trig_stats_path, &w->profile, &w->layout,
-                                 &w->model, global_head, err, errlen);
+        rc = gw_rank_trig_init(&w->trig, &w->trig_stats, o->trig,
+                               o->trig_stats_path, &w->profile, &w->layout,
+                               &w->model, global_head, err, errlen);
         if (rc != 0) {
             free(global_head);
             goto fail;
@@ -202,7 +201,7 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
             goto fail;
         }
     }
-    const char *prof = eo.profile_path == NULL ? "none" : eo.profile_path;
+    const char *prof = ro.profile_path == NULL ? "none" : ro.profile_path;
     snprintf(w->model_name, sizeof(w->model_name), "%s", o->model_dir);
     snprintf(w->profile_name, sizeof(w->profile_name), "%s", prof);
     if (w->rank == 0 &&

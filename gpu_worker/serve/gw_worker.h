@@ -60,7 +60,7 @@
  * documented limit.
  *
  * Tensor parallelism (DESIGN.md §4.7): rank r of T loads the profile and
- * layout kv_layout_for_rank gives it (gw_engine_load_parts), its model
+ * layout kv_layout_for_rank gives it (gw_rank_load), its model
  * shard and its backend (gw_worker_init, no communication). Rank 0's
  * backend also names the communicator group, announced in its Hello; the
  * router relays it to every rank in a CommSetup once all T said Hello, and
@@ -247,7 +247,7 @@ struct gw_worker {
 };
 
 /* Builds the worker without talking to any peer: loads the rank's
- * profile, layout and model shard (gw_engine_load_parts), creates the
+ * profile, layout and model shard (gw_rank_load), creates the
  * backend (which sizes its pool and, on rank 0, names the communicator
  * group) and the per-slot tables. Returns 0, or TG_EINVAL /
  * TG_EUNSUPPORTED (a build without CUDA, a shape the kernels lack) /

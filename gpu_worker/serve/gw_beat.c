@@ -1,49 +1,13 @@
-/* gw_beat.c — progress marks and the heartbeat thread (gw_beat.h). */
+/* gw_beat.c — the heartbeat thread (gw_beat.h). */
 #include "gpu_worker/serve/gw_beat.h"
-
-#include <time.h>
-
-int64_t gw_beat_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-void gw_progress_init(struct gw_progress *p)
-{
-    atomic_store(&p->step, 0);
-    atomic_store(&p->mark_ms, gw_beat_now_ms());
-}
-
-void gw_progress_mark(struct gw_progress *p)
-{
-    if (p != NULL)
-        atomic_store_explicit(&p->mark_ms, gw_beat_now_ms(),
-                              memory_order_release);
-}
-
-void gw_progress_step(struct gw_progress *p, uint64_t step)
-{
-    if (p == NULL)
-        return;
-    atomic_store_explicit(&p->step, step, memory_order_release);
-    gw_progress_mark(p);
-}
-
-int64_t gw_progress_stalled_ms(const struct gw_progress *p, int64_t now_ms)
-{
-    int64_t d = now_ms - atomic_load_explicit(&p->mark_ms,
-                                              memory_order_acquire);
-    return d > 0 ? d : 0;
-}
 
 #if __has_include("worker.pb-c.h")
 /* The generated protocol header lives in the build tree; a library target
- * without tg_proto's include directory has the progress marks only. */
+ * without tg_proto's include directory compiles this file to nothing. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -60,7 +24,7 @@ static void beat_send(struct gw_beat *b)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t stalled = gw_progress_stalled_ms(b->prog, gw_beat_now_ms());
+    int64_t stalled = gw_progress_stalled_ms(b->prog, gw_progress_now_ms());
     Tangram__Worker__V1__Heartbeat hb = TANGRAM__WORKER__V1__HEARTBEAT__INIT;
     hb.version = GW_PROTOCOL_VERSION;
     hb.seq = ++b->seq;

@@ -1,7 +1,7 @@
 /*
- * gw_beat.h — a worker's liveness: the progress marks of its compute
- * thread, and the heartbeat thread that reports them to the router
- * (proto/worker.proto, Heartbeat; DESIGN.md §2).
+ * gw_beat.h — a worker's liveness: the heartbeat thread that reports the
+ * progress marks of its compute thread (gpu_worker/step/gw_progress.h) to
+ * the router (proto/worker.proto, Heartbeat; DESIGN.md §2).
  *
  * Why a thread of its own. A step may take any time: a long prefill chunk
  * on the CPU backend, the first steps of a GPU (module loading, graph
@@ -20,8 +20,8 @@
  * Sends never block (ZMQ_DONTWAIT, a small high-water mark): a beat that
  * cannot go is dropped and the next one carries the current state.
  *
- * Threads: gw_progress_* are called by the compute thread (any thread may
- * read); gw_beat_start and gw_beat_stop by the thread that owns the
+ * The marks are the step loop's (gpu_worker/step/gw_progress.h). Threads:
+ * gw_beat_start and gw_beat_stop by the thread that owns the
  * worker's link, which must stop the beat before it terminates the ZeroMQ
  * context.
  */
@@ -29,33 +29,10 @@
 #define GW_BEAT_H
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* What the compute thread publishes. */
-struct gw_progress {
-    _Atomic uint64_t step;   /* step id in flight, 0 between steps */
-    _Atomic int64_t mark_ms; /* CLOCK_MONOTONIC ms of the last mark */
-};
-
-/* Sets no step in flight and a mark at the present time. */
-void gw_progress_init(struct gw_progress *p);
-
-/* Records a sign of progress now (after each backend call of a step, and
- * on every turn of the loop between steps). p may be NULL (no-op). */
-void gw_progress_mark(struct gw_progress *p);
-
-/* A step starts (step > 0) or ends (step 0); marks progress too. p may be
- * NULL. */
-void gw_progress_step(struct gw_progress *p, uint64_t step);
-
-/* Milliseconds between the last mark and now_ms (CLOCK_MONOTONIC ms, as
- * gw_beat_now_ms gives), at least 0. */
-int64_t gw_progress_stalled_ms(const struct gw_progress *p, int64_t now_ms);
-
-/* CLOCK_MONOTONIC in milliseconds. */
-int64_t gw_beat_now_ms(void);
+#include "gpu_worker/step/gw_progress.h"
 
 /* The heartbeat thread. Fields are private except the counters, which may
  * be read after gw_beat_stop. */

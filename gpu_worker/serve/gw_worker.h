@@ -1,8 +1,10 @@
 /*
  * gw_worker.h — one worker rank's plan execution (DESIGN.md §2), without
- * any I/O and without knowing its backend: the model, the persistent block
- * tables and the plan logic of a tangram-worker process. gw_wlink.h moves
- * the messages and decodes them into the plain structs of gw_plan.h; the
+ * any I/O and without knowing its backend: the model, the plan check and
+ * the application of the router's plans of a tangram-worker process.
+ * gw_wlink.h moves the messages and decodes them into the plain structs of
+ * gw_plan.h; the slots and the step itself are the step loop's
+ * (gpu_worker/step/gw_step.h, which in-process generation runs too); the
  * compute goes through the runtime interface of gw_backend.h.
  *
  * The router owns page accounting; the worker keeps, per request slot, a
@@ -15,9 +17,10 @@
  *      restarted at start_pos);
  *   3. `deltas` in order: cut the row to truncate_to pages when set, then
  *      append page_ids;
- *   4. every PREFILL entry, one by one, then all DECODE entries as one
- *      batch, through the backend;
- *   5. rank 0 only: every entry with `sample` draws one token.
+ *   4. the step loop runs the entries (gw_step_run: every PREFILL entry,
+ *      one by one, the forks, then all DECODE entries as one batch);
+ *   5. rank 0 only: every entry with `sample` draws one token
+ *      (gw_step_draw_all).
  * An adaptive method (gvote, gw_method_per_head) keeps per-head lengths in
  * every slot (kv_seq heads, announced in the Hello): a fresh entry sets
  * them from its head_lens (checked: one per KV head, rows = their longest
@@ -42,22 +45,16 @@
  * bad plan yields an error result and leaves the worker unchanged and
  * usable. The router is trusted not to hand one page to two rows (that
  * would mix data, never corrupt memory). Sampling parameters are the one
- * thing a client chooses: rank 0 checks them when it draws (finite, in
- * range, at most GW_WORKER_MAX_LOGPROBS alternatives), and an entry whose
- * draw cannot be made gets a slot error instead of a token while the step
- * and every other entry go on (its KV was written like the others'; the
- * router ends that request alone).
- *
- * Draws (rank 0, gw_backend.h): the RNG index of a draw is the tokens the
- * request sampled before (the slot's position - num_prompt_tokens, at
- * least 0), exactly gw_engine_generate's running state, so a request
- * sampled through plans draws what an in-process generation draws, and a
- * recompute after preemption (fresh, re-prefilling prompt + output)
- * continues the stream. Penalties see the slot's prompt tokens and output
- * tokens the worker was given since the slot's last fresh start
- * (positions [start_pos, pos)); tokens of adopted stored KV (a fresh entry
- * with start_pos > 0) are not known to the worker and do not count — a
- * documented limit.
+ * thing a client chooses: the plan check is the worker's trust boundary
+ * for them, where rank 0 runs the one check (tg_sampling_check: finite, in
+ * range, at most GW_WORKER_MAX_LOGPROBS alternatives) once per sampled
+ * entry; what runs after it (the step loop, the samplers) only asserts.
+ * An entry whose sampling fails the check, or whose draw cannot be made,
+ * gets a slot error instead of a token while the step and every other
+ * entry go on (its KV was written like the others'; the router ends that
+ * request alone). Draws follow gw_step.h (the RNG index, the penalties'
+ * history); structured outputs gate each draw with its slot's mask and
+ * accept each token (gw_grammar.h).
  *
  * Tensor parallelism (DESIGN.md §4.7): rank r of T loads the profile and
  * layout kv_layout_for_rank gives it (gw_rank_load), its model
@@ -104,10 +101,11 @@
 #include "gpu_worker/serve/gw_host_tier.h"
 #include "gpu_worker/model/gw_model.h"
 #include "gpu_worker/step/gw_plan.h"
+#include "gpu_worker/step/gw_step.h"
 
 #define GW_PROTOCOL_VERSION 1u    /* PROTOCOL_VERSION_1 of worker.proto */
-#define GW_WORKER_MAX_LOGPROBS GW_BACKEND_MAX_TOP /* per sampled token */
-#define GW_WORKER_SLOT_ERROR_MAX 256 /* bytes of one slot error text */
+#define GW_WORKER_MAX_LOGPROBS GW_STEP_MAX_TOP     /* per sampled token */
+#define GW_WORKER_SLOT_ERROR_MAX GW_STEP_ERROR_MAX /* one slot error text */
 #define GW_WORKER_EXIT_PEERS_LOST 5 /* tangram-worker's status when an
                                        all-reduce timed out */
 
@@ -151,28 +149,6 @@ struct gw_worker_opts {
                                    (gw_grammar.h); 0: its default */
 };
 
-/* The persistent state of one request slot. */
-struct gw_wslot {
-    int active;            /* assigned by a fresh entry, not freed since */
-    int64_t pos;           /* next position (tokens processed) */
-    int32_t num_prompt;    /* the request's prompt length (penalties) */
-    struct kv_seq kv;      /* its rows: page ids and tokens written */
-    const int32_t **rowp;  /* (rows) row pointers into kv's slab, set
-                              before each forward call */
-    int32_t *hist;         /* (hist_cap) tokens at positions
-                              [hist_from, pos) */
-    int64_t hist_from;     /* first position whose token is known */
-    int64_t hist_cap;
-    int32_t *dstart;       /* (L, Hkv) with trig: first slot of each
-                              head's decode region of the current turn
-                              (its length when the turn's prefill ended,
-                              or when its fork copied the source) */
-    int64_t dbase;         /* with trig: position where the current
-                              turn's decode began; a decode append that
-                              leaves pos - dbase a multiple of beta
-                              triggers a compaction */
-};
-
 struct gw_worker {
     struct gw_model model;
     struct pf_profile profile;    /* this rank's */
@@ -198,16 +174,12 @@ struct gw_worker {
     volatile sig_atomic_t *peer_lost_flag; /* borrowed, optional */
     int rows;                     /* L * G */
     uint64_t last_step;           /* step id of the last accepted plan */
-    double backend_s;             /* seconds inside the backend's calls in
-                                     the current step */
     struct gw_progress *progress; /* optional, borrowed (its link's): marked
                                      after every backend call of a step, so
                                      the heartbeat thread can tell a long
                                      step from a wedged one (gw_beat.h) */
-    struct gw_wslot *slots;       /* (max_slots) */
-    struct gw_seq *seqs;          /* (max_slots) forward views */
-    struct gw_seq **seq_ptrs;     /* (max_slots) decode batch */
-    int32_t *ids;                 /* (max(C, max_slots)) token scratch */
+    struct gw_step step;          /* the slots and the step loop
+                                     (gpu_worker/step/gw_step.h) */
     /* validation scratch: the state the plan would leave, per slot */
     int32_t *sim_n;               /* (max_slots, rows) pages per row */
     int32_t *sim_len;             /* (max_slots, rows) tokens per row */
@@ -218,25 +190,12 @@ struct gw_worker {
     uint64_t sim_serial;          /* one per validation pass */
     int32_t *touched;             /* (max_slots) slots with valid sim_* */
     int n_touched;
-    int32_t *entry_of;            /* (max_slots) entry index or -1, then the
-                                     logits row of each entry */
-    int32_t *cp_src, *cp_dst;     /* (rows) page copies of a fork entry */
+    int32_t *entry_of;                   /* (max_slots) entry index or -1 */
     const struct gw_entry *plan_entries; /* the plan being validated */
-    /* the step's draws and result storage, reused by every step */
-    struct gw_draw *draws;        /* (max_slots) plan order */
-    int32_t *draw_of;             /* (max_slots) entry -> draw or -1 */
-    struct gw_token *tok;         /* (max_slots) */
-    int32_t *top_ids;             /* (max_slots, GW_WORKER_MAX_LOGPROBS) */
-    float *top_lps;               /* (max_slots, GW_WORKER_MAX_LOGPROBS) */
-    struct gw_slot_error *serr;   /* (max_slots) */
-    char *serr_text;              /* (max_slots, GW_WORKER_SLOT_ERROR_MAX) */
     char *sp_bad;                 /* (max_slots, GW_WORKER_SLOT_ERROR_MAX)
                                      rank 0: the plan check's verdict on
                                      the sampling of each slot's sampled
                                      entry ("" = usable) */
-    struct gw_head_lens *hrep;    /* (max_slots) the step's head-length
-                                     reports, pointing into the slots */
-    int n_hrep;
     int32_t *row_max;             /* (rows) validation scratch */
     char error[512];              /* the result's error of the last step */
     struct gw_grammar gram;       /* rank 0: structured outputs' matchers

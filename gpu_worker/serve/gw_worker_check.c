@@ -21,7 +21,7 @@ static void sim_touch(struct gw_worker *w, uint32_t s)
         return;
     w->sim_stamp[s] = w->sim_serial;
     w->touched[w->n_touched++] = (int32_t)s;
-    const struct gw_wslot *sl = &w->slots[s];
+    const struct gw_slot *sl = &w->step.slots[s];
     size_t R = (size_t)w->rows;
     w->sim_active[s] = sl->active;
     w->sim_pos[s] = sl->pos;

@@ -1,8 +1,9 @@
 /*
- * gw_plan.h — one step as the worker runs it, in plain C: the BatchPlan of
- * proto/worker.proto decoded by the worker's link (gw_wlink.c), the result
- * it encodes back into a StepResult, what a Hello announces and a
- * CommSetup asks. Nothing past the link sees protobuf.
+ * gw_plan.h — one step in plain C, as the step loop runs it (gw_step.h):
+ * the BatchPlan of proto/worker.proto decoded by the worker's link
+ * (gpu_worker/serve/gw_wlink.c), or the one-entry plans of in-process
+ * generation; the result a worker encodes back into a StepResult, what a
+ * Hello announces. Nothing past the link sees protobuf.
  *
  * A token drawn (gw_token) and the group a CommSetup names
  * (gw_comm_setup) are the backend's (gpu_worker/backend/gw_backend.h).
@@ -64,6 +65,12 @@ struct gw_entry {
     size_t n_grammar_tokens;
     uint64_t grammar_pin;       /* with grammar: the prepare id rank 0
                                    holds its grammar under (gw_grammar.h) */
+    const int32_t *lp_targets;  /* PREFILL, in process only (the link
+                                   never sets it; gw_engine): (n_tokens)
+                                   the token following each, or -1, whose
+                                   log-probability rank 0 writes into
+                                   lp[i]; NULL: none */
+    float *lp;                  /* with lp_targets: (n_tokens) */
 };
 
 /* Page ids appended to one (layer, group) row of a slot, after an optional

@@ -163,7 +163,7 @@ static void worker_reset(struct gw_worker *w)
     uint32_t frees[64];
     size_t n = 0;
     for (int i = 0; i < w->max_slots && n < 64; i++)
-        if (w->slots[i].active)
+        if (w->step.slots[i].active)
             frees[n++] = (uint32_t)i;
     w->last_step = 0;
     if (n > 0) {
@@ -175,7 +175,7 @@ static void worker_reset(struct gw_worker *w)
     }
     w->last_step = 0;
     for (int i = 0; i < w->max_slots; i++)
-        if (w->slots[i].active)
+        if (w->step.slots[i].active)
             fz_fail("slot %d still active after the reset", i);
 }
 

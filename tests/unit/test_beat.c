@@ -97,7 +97,8 @@ static void test_beats(void **state)
     }
     assert_true(fresh);
     gw_progress_step(&p, 0);
-    assert_int_equal(gw_progress_stalled_ms(&p, gw_beat_now_ms() - 5000), 0);
+    assert_int_equal(gw_progress_stalled_ms(&p, gw_progress_now_ms() - 5000),
+                     0);
 
     gw_beat_stop(&b);
     assert_true(b.n_sent >= 5);

@@ -656,7 +656,7 @@ static void test_slot_error_alone(void **state)
         }
         /* Every slot took its chunk, the poisoned one too. */
         for (int q = 0; q < 3; q++)
-            assert_int_equal(w.slots[q].pos, 4);
+            assert_int_equal(w.step.slots[q].pos, 4);
         /* The router frees the failed request's slot; a fresh request
          * takes it over in the next step. */
         tt_plan_reset(&p, 2);
@@ -705,9 +705,10 @@ static void test_slot_epochs(void **state)
     struct gw_result res;
     good_plan(&p, &r, kv, 1, &gp);
     assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
-    uint64_t e1 = w.slots[0].kv.epoch;
+    uint64_t e1 = w.step.slots[0].kv.epoch;
     assert_true(e1 != 0);
-    assert_true(w.seqs[0].kv == &w.slots[0].kv); /* the forward view's */
+    assert_true(w.step.seqs[0].kv ==
+                &w.step.slots[0].kv); /* the forward view's */
 
     /* appending a page to row 0 keeps the epoch */
     int32_t extra = -1;
@@ -720,8 +721,8 @@ static void test_slot_epochs(void **state)
     p.d[0].n_page_ids = 1;
     p.plan.n_deltas = 1;
     assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
-    assert_true(w.slots[0].kv.epoch == e1);
-    int32_t n0 = w.slots[0].kv.n_pages[0];
+    assert_true(w.step.slots[0].kv.epoch == e1);
+    int32_t n0 = w.step.slots[0].kv.n_pages[0];
 
     /* cutting row 0 back changes it */
     tt_plan_reset(&p, 3);
@@ -731,7 +732,7 @@ static void test_slot_epochs(void **state)
     p.d[0].truncate_to = (uint32_t)(n0 - 1);
     p.plan.n_deltas = 1;
     assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
-    uint64_t e2 = w.slots[0].kv.epoch;
+    uint64_t e2 = w.step.slots[0].kv.epoch;
     assert_true(e2 != e1);
 
     /* freeing the slot changes it again, and a fresh start once more */
@@ -739,15 +740,16 @@ static void test_slot_epochs(void **state)
     p.frees[0] = 0;
     p.plan.n_frees = 1;
     assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
-    uint64_t e3 = w.slots[0].kv.epoch;
+    uint64_t e3 = w.step.slots[0].kv.epoch;
     assert_true(e3 != e2 && e3 != e1);
     memset(r.sent, 0, (size_t)w.rows * sizeof(int32_t));
     r.fresh = 1;
     r.pos = 0;
     good_plan(&p, &r, kv, 5, &gp);
     assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
-    assert_true(w.slots[0].kv.epoch != e3 && w.slots[0].kv.epoch != e2 &&
-                w.slots[0].kv.epoch != e1);
+    assert_true(w.step.slots[0].kv.epoch != e3 &&
+                w.step.slots[0].kv.epoch != e2 &&
+                w.step.slots[0].kv.epoch != e1);
 
     tt_req_free(&r, &pool);
     kv_pool_free(&pool);

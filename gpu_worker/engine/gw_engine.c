@@ -13,6 +13,7 @@
 
 void gw_engine_free(struct gw_engine *e)
 {
+    gw_step_free(&e->step);
     gw_backend_free(e->bk);
     kv_pool_free(&e->pool);
     kv_layout_free(&e->layout);
@@ -118,6 +119,22 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
     rc = e->bk->ops->comm_join(e->bk, &cs, err, errlen);
     if (rc != 0)
         goto fail;
+    /* The step loop of a one-slot worker: the same code drives the model
+     * here as in the daemon. */
+    int per_head = gw_method_per_head(e->method);
+    struct gw_step_cfg sc = {
+        .be = e->bk,
+        .layout = &e->layout,
+        .trig = e->trig.cap != NULL ? &e->trig : NULL,
+        .per_head = per_head || e->trig.cap != NULL,
+        .per_head_prefill = per_head,
+        .max_slots = 1,
+        .max_tokens = bc.max_tokens,
+        .rank = 0,
+    };
+    rc = gw_step_init(&e->step, &sc, err, errlen);
+    if (rc != 0)
+        goto fail;
     return 0;
 fail:
     gw_engine_free(e);
@@ -138,17 +155,14 @@ void gw_gen_result_free(struct gw_gen_result *r)
     memset(r, 0, sizeof(*r));
 }
 
-/* Brings the worker-side mirror `view` (what the backend reads: page ids
- * per row, and its filled counts, which the forward pass advances) up to
- * the accounting `seq`: rows the accounting cut lose their tails, rows it
- * grew get the new ids appended (the epoch stays, so a CUDA decode table
- * only takes the new tail). Then points the forward pass's view gs at the
- * mirror's rows (the slab may have moved). */
-static int sync_view(const struct gw_engine *e, const struct kv_seq *seq,
-                     struct kv_seq *view, struct gw_seq *gs,
-                     const int32_t **pages, char *err, size_t errlen)
+/* Brings the step's slot (the backend's mirror: page ids per row, and its
+ * filled counts, which the forward pass advances) up to the accounting
+ * `seq`, as a router's page deltas bring a worker's: rows the accounting
+ * cut lose their tails, rows it grew get the new ids appended (the epoch
+ * stays, so a CUDA decode table only takes the new tail). */
+static int sync_view(const struct kv_seq *seq, struct kv_seq *view, char *err,
+                     size_t errlen)
 {
-    const struct kv_layout *kv = &e->layout;
     for (int32_t r = 0; r < seq->n_rows; r++) {
         int32_t have = view->n_pages[r], want = seq->n_pages[r];
         int rc = 0;
@@ -162,12 +176,6 @@ static int sync_view(const struct gw_engine *e, const struct kv_seq *seq,
                               "cannot mirror row %d's %d pages", (int)r,
                               (int)want);
     }
-    for (int l = 0; l < kv->n_layers; l++)
-        for (int g = 0; g < kv->n_groups; g++) {
-            int32_t n;
-            pages[l * kv->n_groups + g] = kv_seq_row_ids(view, kv, l, g, &n);
-        }
-    gs->n_pages = view->n_pages;
     return 0;
 }
 
@@ -241,74 +249,74 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* One generation's state: the accounting, the backend's mirror of it and
- * the forward pass's view of the mirror. */
+/* One generation's state: the page accounting and the one-entry plan the
+ * step loop runs (slot 0 of the engine's step is the accounting's mirror). */
 struct gen_run {
-    struct kv_seq seq;     /* the accounting (pages from e->pool) */
-    struct kv_seq view;    /* the backend's mirror: ids and physical fill */
-    struct gw_seq gs;      /* the forward pass's view of `view` */
-    const int32_t **pages; /* (rows) row id lists of `view` */
+    struct kv_seq seq;  /* the accounting (pages from e->pool) */
+    struct gw_entry en; /* the step's entry */
+    struct gw_plan plan;
+    uint32_t tok; /* a decode entry's token */
 };
 
-/* §4.9 trigger: the step just run made the count of tokens decoded this
- * turn a multiple of beta. Heads over their caps are compacted through the
- * backend, the rows shrink to their longest heads and the tail pages go
- * back at once. */
-static int decode_compact(struct gw_engine *e, struct gen_run *g,
-                          struct gw_gen_result *res, char *err,
-                          size_t errlen)
+/* Runs g's entry through the step loop (its history reserved first). */
+static int run_entry(struct gw_engine *e, struct gen_run *g, int announce,
+                     char *err, size_t errlen)
 {
-    double t0 = now_seconds();
-    int64_t heads = 0, freed = 0;
-    struct gw_seq *one = &g->gs;
-    int rc = e->bk->ops->compact(e->bk, &e->trig, &one, 1, &heads, err,
-                                 errlen);
-    if (rc == 0)
-        rc = kv_seq_compact_rows(&g->seq, &e->layout, &e->pool, g->gs.len,
-                                 &freed, err, errlen);
-    if (rc == 0)
-        rc = sync_view(e, &g->seq, &g->view, &g->gs, g->pages, err, errlen);
-    res->decode_triggers++;
-    res->decode_pages_released += freed;
-    res->compact_seconds += now_seconds() - t0;
-    return rc == 0 ? check_fill(&g->seq, g->gs.len, g->seq.n_rows, err,
-                                errlen)
-                   : rc;
+    if (gw_step_reserve(&e->step, &g->plan) != 0)
+        return tg_err_set(err, errlen, TG_ENOMEM,
+                          "out of memory for the token history");
+    return gw_step_run(&e->step, &g->plan, announce, err, errlen);
 }
 
-/* Token t from logits row 0 (the prompt's last, then each decode step's).
- * A forced id takes the sampled token's place: its log-probability under
- * the raw distribution comes from the host row (a decode run without
- * draws leaves it there on every backend) before the backend's greedy
- * draw, which may use the row as scratch, lists the top alternatives. */
-static int draw(struct gw_engine *e, const struct gw_gen_params *p, int t,
-                const struct tg_sample_history *hist, int32_t *top_ids,
+/* §4.9 trigger: the step just run compacted the slot (its decoded count
+ * this turn reached a multiple of beta). The rows shrank to their longest
+ * heads; the accounting follows and its tail pages go back at once. */
+static int decode_compacted(struct gw_engine *e, struct gen_run *g,
+                            struct gw_gen_result *res, char *err, size_t errlen)
+{
+    double t0 = now_seconds();
+    int64_t freed = 0;
+    struct kv_seq *view = &e->step.slots[0].kv;
+    int rc = kv_seq_compact_rows(&g->seq, &e->layout, &e->pool, view->filled,
+                                 &freed, err, errlen);
+    if (rc == 0)
+        rc = sync_view(&g->seq, view, err, errlen);
+    res->decode_triggers++;
+    res->decode_pages_released += freed;
+    res->compact_seconds += e->step.compact_s + (now_seconds() - t0);
+    return rc;
+}
+
+/* Token t from the entry's logits row (the prompt's last, then each
+ * decode step's). A forced id takes the sampled token's place: its
+ * log-probability under the raw distribution comes from the host row (a
+ * step run without announced draws leaves it there on every backend)
+ * before a greedy draw, which may use the row as scratch, lists the top
+ * alternatives. */
+static int draw(struct gw_engine *e, struct gen_run *g,
+                const struct gw_gen_params *p, int t, int32_t *top_ids,
                 float *top_lps, int32_t *tok, float *lp, char *err,
                 size_t errlen)
 {
     struct gw_backend *b = e->bk;
-    int K = p->sampling.n_top;
-    struct tg_sampling sp = p->sampling; /* greedy for forced ids */
-    struct gw_draw d = {.slot = 0,
-                        .row = 0,
-                        .sampling = &sp,
-                        .index = (uint64_t)t,
-                        .hist = *hist};
     struct gw_token out;
     if (p->forced_ids != NULL) {
         *tok = p->forced_ids[t];
-        int rc = tg_ops_cpu.logprobs(b->host, b->logits, 1, e->model.vocab,
-                                     tok, lp);
+        const float *row = b->logits +
+                           (size_t)e->step.row[0] * (size_t)e->model.vocab;
+        int rc = tg_ops_cpu.logprobs(b->host, row, 1, e->model.vocab, tok, lp);
         if (rc != 0)
             return tg_err_set(err, errlen, rc, "forced id %d: log-"
                               "probability failed", (int)*tok);
-        if (K == 0)
+        if (p->sampling.n_top == 0)
             return 0;
-        sp = TG_SAMPLING_OFF;
-        sp.n_top = K;
-        return b->ops->sample(b, &d, &out, top_ids, top_lps, err, errlen);
+        struct tg_sampling greedy = TG_SAMPLING_OFF;
+        greedy.n_top = p->sampling.n_top;
+        return gw_step_draw(&e->step, &g->plan, 0, &greedy, &out, top_ids,
+                            top_lps, err, errlen);
     }
-    int rc = b->ops->sample(b, &d, &out, top_ids, top_lps, err, errlen);
+    int rc = gw_step_draw(&e->step, &g->plan, 0, NULL, &out, top_ids, top_lps,
+                          err, errlen);
     if (rc == 0) {
         *tok = out.token;
         *lp = out.logprob;
@@ -316,13 +324,12 @@ static int draw(struct gw_engine *e, const struct gw_gen_params *p, int t,
     return rc;
 }
 
-int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
-                       int n_prompt, const struct gw_gen_params *p,
-                       struct gw_gen_result *res, char *err, size_t errlen)
+/* The checks of gw_engine_generate's arguments. */
+static int check_args(const struct gw_engine *e, const int32_t *prompt,
+                      int n_prompt, const struct gw_gen_params *p, char *err,
+                      size_t errlen)
 {
-    memset(res, 0, sizeof(*res));
     const struct gw_model *m = &e->model;
-    const struct kv_layout *kv = &e->layout;
     if (n_prompt < 1 || p->max_tokens < 0 || p->sampling.n_top < 0)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "need at least one prompt token and max_tokens >= 0");
@@ -360,25 +367,83 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
             return tg_err_set(err, errlen, TG_EINVAL,
                               "prompt token %d at index %d is outside the "
                               "vocabulary [0, %d)", prompt[i], i, m->vocab);
+    return 0;
+}
 
+/* Chunked prefill (§4.3): chunks of exactly C from the turn start, each a
+ * step of the one-slot plan; the accounting follows every chunk. */
+static int prefill(struct gw_engine *e, struct gen_run *g,
+                   const int32_t *prompt, int n_prompt, int32_t *targets,
+                   struct gw_gen_result *res, char *err, size_t errlen)
+{
+    const struct kv_layout *kv = &e->layout;
+    struct kv_seq *view = &e->step.slots[0].kv;
+    int C = kv->prefill_chunk, rc = 0;
+    if (res->prompt_lp != NULL)
+        res->prompt_lp[0] = NAN;
+    for (int off = 0; off < n_prompt && rc == 0; off += C) {
+        int n = n_prompt - off < C ? n_prompt - off : C;
+        int last = off + n == n_prompt;
+        for (int i = 0; i < n; i++)
+            targets[i] = off + i + 1 < n_prompt ? prompt[off + i + 1] : -1;
+        /* Token ids were checked non-negative: their uint32 view is
+         * exact. lp[i] belongs to prompt position off + i + 1; the last
+         * row of the prompt has no target, so the write stays inside
+         * prompt_lp. */
+        g->en.kind = GW_ENTRY_PREFILL;
+        g->en.tokens = (const uint32_t *)(prompt + off);
+        g->en.n_tokens = (size_t)n;
+        g->en.start_pos = (uint32_t)off;
+        g->en.sample = last;
+        g->en.last_chunk = last;
+        g->en.lp_targets = res->prompt_lp != NULL ? targets : NULL;
+        g->en.lp = res->prompt_lp != NULL ? res->prompt_lp + off + 1 : NULL;
+        rc = run_entry(e, g, 1, err, errlen);
+        if (rc != 0)
+            break;
+        if (gw_method_per_head(e->method)) {
+            /* §4.8 step 5: the rows hold what their longest heads filled;
+             * what the chunk's reservation did not use goes back now. */
+            int64_t freed = 0;
+            rc = kv_seq_commit_kept(&g->seq, kv, &e->pool, n, view->filled,
+                                    &freed, err, errlen);
+            res->pages_released += freed;
+            if (rc == 0)
+                rc = sync_view(&g->seq, view, err, errlen);
+        } else {
+            rc = kv_seq_commit(&g->seq, kv, n, err, errlen);
+        }
+        if (rc == 0)
+            rc = check_fill(&g->seq, view->filled, g->seq.n_rows, err, errlen);
+    }
+    g->en.lp_targets = NULL;
+    g->en.lp = NULL;
+    return rc;
+}
+
+int gw_engine_generate(struct gw_engine *e, const int32_t *prompt, int n_prompt,
+                       const struct gw_gen_params *p, struct gw_gen_result *res,
+                       char *err, size_t errlen)
+{
+    memset(res, 0, sizeof(*res));
+    const struct kv_layout *kv = &e->layout;
+    int rc = check_args(e, prompt, n_prompt, p, err, errlen);
+    if (rc != 0)
+        return rc;
+    struct gw_step *st = &e->step;
+    struct kv_seq *view = &st->slots[0].kv;
     int rows = kv->n_layers * kv->n_groups;
     int heads = kv->n_layers * kv->n_kv_heads;
-    int gvote = e->method == TG_SCORE_GVOTE;
-    int trig = e->trig.cap != NULL;
     int K = p->sampling.n_top;
     int T = p->max_tokens;
     int32_t slot_cap = (int32_t)(n_prompt + T);
     struct gen_run g = {0};
-    int32_t *hlen = gvote || trig ? calloc((size_t)heads, sizeof(int32_t))
-                                  : NULL;
-    int32_t *dstart = trig ? calloc((size_t)heads, sizeof(int32_t)) : NULL;
     int32_t *slot_pos = p->dump_kept
                             ? malloc((size_t)heads * (size_t)slot_cap *
                                      sizeof(int32_t))
                             : NULL;
     if (p->forced_ids != NULL)
         res->forced_lps = malloc(((size_t)T + 1) * sizeof(float));
-    g.pages = calloc((size_t)rows, sizeof(*g.pages));
     int32_t *targets = malloc((size_t)kv->prefill_chunk * sizeof(int32_t));
     res->tokens = malloc(((size_t)T + 1) * sizeof(int32_t));
     res->lps = malloc(((size_t)T + 1) * sizeof(float));
@@ -391,91 +456,46 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
         res->prompt_lp = malloc((size_t)n_prompt * sizeof(float));
     int32_t top_ids[GW_BACKEND_MAX_TOP];
     float top_lps[GW_BACKEND_MAX_TOP];
-    int rc;
-    if (!g.pages || !targets || !res->tokens || !res->lps ||
-        !res->top_ids || !res->top_lps || !res->kept ||
-        ((gvote || trig) && !hlen) || (trig && !dstart) ||
-        (p->dump_kept && !slot_pos) ||
+    if (!targets || !res->tokens || !res->lps || !res->top_ids ||
+        !res->top_lps || !res->kept || (p->dump_kept && !slot_pos) ||
         (p->forced_ids != NULL && !res->forced_lps) ||
         (p->prompt_logprobs && !res->prompt_lp)) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
         goto out;
     }
+    /* Slot 0 starts afresh as a request's first plan entry would start
+     * it; its rows mirror the accounting's prompt reservation. */
+    g.en = (struct gw_entry){.slot = 0,
+                             .request_id = "",
+                             .kind = GW_ENTRY_PREFILL,
+                             .sampling = p->sampling,
+                             .num_prompt_tokens = (uint32_t)n_prompt};
+    g.plan = (struct gw_plan){.entries = &g.en, .n_entries = 1};
+    gw_step_slot_start(st, &g.en);
+    st->seqs[0].slot_pos = slot_pos;
+    st->seqs[0].slot_cap = slot_pos != NULL ? slot_cap : 0;
     rc = kv_seq_init(&g.seq, kv, err, errlen);
-    if (rc == 0)
-        rc = kv_seq_init(&g.view, kv, err, errlen);
     if (rc == 0)
         rc = kv_seq_reserve_prompt(&g.seq, kv, &e->pool, 0, n_prompt, err,
                                    errlen);
-    g.gs = (struct gw_seq){.pos = 0,
-                           .len = g.view.filled,
-                           .pages = g.pages,
-                           .kv = &g.view,
-                           .hlen = hlen,
-                           .seed = p->sampling.seed,
-                           .slot_pos = slot_pos,
-                           .slot_cap = slot_cap};
     if (rc == 0)
-        rc = sync_view(e, &g.seq, &g.view, &g.gs, g.pages, err, errlen);
+        rc = sync_view(&g.seq, view, err, errlen);
     if (rc != 0)
         goto out;
 
-    /* Chunked prefill (§4.3): chunks of exactly C from the turn start. */
     double t_pre = now_seconds();
-    if (res->prompt_lp != NULL)
-        res->prompt_lp[0] = NAN;
-    for (int off = 0; off < n_prompt; off += kv->prefill_chunk) {
-        int n = n_prompt - off < kv->prefill_chunk ? n_prompt - off : kv->prefill_chunk;
-        int last = off + n == n_prompt;
-        for (int i = 0; i < n; i++)
-            targets[i] = off + i + 1 < n_prompt ? prompt[off + i + 1] : -1;
-        /* lp[i] belongs to prompt position off + i + 1; the last row of the
-         * prompt has no target, so the write stays inside prompt_lp. */
-        rc = gw_backend_prefill(
-            e->bk, &g.gs, prompt + off, n, last ? 0 : -1,
-            res->prompt_lp != NULL ? targets : NULL,
-            res->prompt_lp != NULL ? res->prompt_lp + off + 1 : NULL, err,
-            errlen);
-        if (rc != 0)
-            goto out;
-        if (gvote) {
-            /* §4.8 step 5: the rows hold what their longest heads filled;
-             * what the chunk's reservation did not use goes back now. */
-            int64_t freed = 0;
-            rc = kv_seq_commit_kept(&g.seq, kv, &e->pool, n, g.gs.len,
-                                    &freed, err, errlen);
-            res->pages_released += freed;
-            if (rc == 0)
-                rc = sync_view(e, &g.seq, &g.view, &g.gs, g.pages, err,
-                               errlen);
-        } else {
-            rc = kv_seq_commit(&g.seq, kv, n, err, errlen);
-        }
-        if (rc == 0)
-            rc = check_fill(&g.seq, g.gs.len, rows, err, errlen);
-        if (rc != 0)
-            goto out;
-    }
+    rc = prefill(e, &g, prompt, n_prompt, targets, res, err, errlen);
+    if (rc != 0)
+        goto out;
     res->prefill_seconds = now_seconds() - t_pre;
-    memcpy(res->kept, g.gs.len, (size_t)rows * sizeof(int32_t));
+    memcpy(res->kept, view->filled, (size_t)rows * sizeof(int32_t));
     res->pages_peak = g.seq.used_pages;
-    if (trig) {
-        /* §4.9: decode's region of this turn starts where prefill left
-         * each head. */
-        memcpy(dstart, hlen, (size_t)heads * sizeof(int32_t));
-        g.gs.dstart = dstart;
-    }
 
-    struct tg_sample_history hist = {.prompt = prompt,
-                                     .n_prompt = n_prompt,
-                                     .output = res->tokens,
-                                     .n_output = 0};
     res->finish = GW_FINISH_LENGTH;
     for (int t = 0; t < T; t++) {
         int32_t tok;
         float lp;
-        hist.n_output = t;
-        rc = draw(e, p, t, &hist, top_ids, top_lps, &tok, &lp, err, errlen);
+        rc = draw(e, &g, p, t, top_ids, top_lps, &tok, &lp, err, errlen);
         if (rc != 0)
             goto out;
         memcpy(res->top_ids + (size_t)t * K, top_ids,
@@ -495,50 +515,47 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
             break;
         rc = kv_seq_reserve_decode(&g.seq, kv, &e->pool, 1, err, errlen);
         if (rc == 0)
-            rc = sync_view(e, &g.seq, &g.view, &g.gs, g.pages, err, errlen);
+            rc = sync_view(&g.seq, view, err, errlen);
         if (rc != 0)
             goto out;
         if (g.seq.used_pages > res->pages_peak)
             res->pages_peak = g.seq.used_pages;
         /* kv_seq_reserve_decode already counted the token as written; the
-         * forward pass appends it physically and advances the mirror's
-         * fill. The next draw is announced (a CUDA backend then draws it
-         * on the device); a forced run keeps its logits on the host. */
-        struct gw_seq *one = &g.gs;
-        hist.n_output = t + 1;
-        struct gw_draw next = {.slot = 0,
-                               .row = 0,
-                               .sampling = &p->sampling,
-                               .index = (uint64_t)t + 1,
-                               .hist = hist};
-        int announce = p->forced_ids == NULL;
+         * step appends it physically and advances the mirror's fill. Its
+         * draw is announced (a CUDA backend then draws it on the device);
+         * a forced run keeps its logits on the host. */
+        g.tok = (uint32_t)tok;
+        g.en.kind = GW_ENTRY_DECODE;
+        g.en.tokens = &g.tok;
+        g.en.n_tokens = 1;
+        g.en.start_pos = (uint32_t)(n_prompt + t);
+        g.en.sample = 1;
+        g.en.last_chunk = 0;
         double t0 = now_seconds();
-        rc = gw_backend_decode(e->bk, &one, &tok, 1, 0, announce ? &next : NULL,
-                               announce, err, errlen);
-        res->decode_seconds += now_seconds() - t0;
+        rc = run_entry(e, &g, p->forced_ids == NULL, err, errlen);
+        res->decode_seconds += now_seconds() - t0 - st->compact_s;
+        if (rc == 0 && st->n_compacted > 0)
+            rc = decode_compacted(e, &g, res, err, errlen);
         if (rc == 0)
-            rc = check_fill(&g.seq, g.gs.len, rows, err, errlen);
-        if (rc == 0 && trig && (t + 1) % e->trig.every == 0)
-            rc = decode_compact(e, &g, res, err, errlen);
+            rc = check_fill(&g.seq, view->filled, rows, err, errlen);
         if (rc != 0)
             goto out;
     }
     res->pages_used = g.seq.used_pages;
     res->mono_pages = g.seq.mono_pages;
     if (p->dump_kept || p->head_counts) {
-        rc = dump_kept(e, g.gs.len, hlen, slot_pos, slot_cap, res, err,
-                       errlen);
+        rc = dump_kept(e, view->filled, view->head_len, slot_pos, slot_cap, res,
+                       err, errlen);
         if (rc != 0)
             goto out;
     }
 out:
-    free(hlen);
-    free(dstart);
+    /* The slot mirrors the accounting, whose pages go back to the pool. */
+    st->seqs[0].slot_pos = NULL;
+    st->seqs[0].slot_cap = 0;
+    gw_step_slot_clear(st, 0);
     free(slot_pos);
     kv_seq_free(&g.seq, &e->pool);
-    kv_seq_clear(&g.view); /* a mirror: the ids are the accounting's */
-    kv_seq_free(&g.view, NULL);
-    free(g.pages);
     free(targets);
     return rc;
 }

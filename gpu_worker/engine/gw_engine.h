@@ -5,14 +5,16 @@
  *
  * The engine is a router and a one-slot worker in one process: a
  * sequence's pages are reserved exactly at admission (kv_seq, §4.3) in the
- * engine's pool, and the worker's backend (gw_backend.h: the CPU forward
- * pass or the CUDA runtime, through the same ops table the daemon's
- * workers use) fills them chunk by chunk through a mirror of the rows (a
- * pool-less kv_seq, as a worker keeps), which the engine brings up to date
- * after every reservation, release and compaction. After every step it
- * checks that the physical fill equals the accounting (they are computed
- * by different code, so this catches drift). Single-threaded use per
- * engine.
+ * engine's pool, and the worker's step loop (gpu_worker/step/gw_step.h,
+ * the code that runs the daemon's plans) fills them chunk by chunk
+ * through the backend (gw_backend.h: the CPU forward pass or the CUDA
+ * runtime): every prefill chunk and every decode token is a one-entry
+ * plan of slot 0, whose rows mirror the accounting (a pool-less kv_seq,
+ * as a worker keeps), brought up to date after every reservation,
+ * release and compaction as a router's page deltas bring a worker's.
+ * After every step it checks that the physical fill equals the accounting
+ * (they are computed by different code, so this catches drift).
+ * Single-threaded use per engine.
  */
 #ifndef GW_ENGINE_H
 #define GW_ENGINE_H
@@ -24,6 +26,7 @@
 #include "common/profile/pf_profile.h"
 #include "gpu_worker/backend/gw_backend.h"
 #include "gpu_worker/model/gw_seq.h"
+#include "gpu_worker/step/gw_step.h"
 #include "gpu_worker/model/gw_model.h"
 #include "gpu_worker/model/gw_rank.h"
 
@@ -75,6 +78,9 @@ struct gw_engine {
     struct gw_trig_cfg trig;   /* decode-time compression; cap NULL: off */
     struct pf_trig trig_stats; /* statistics from trig_stats_path, rank
                                   order (else the profile's are used) */
+    struct gw_step step;       /* the step loop of a one-slot worker
+                                  (gw_step.h); slot 0 mirrors the
+                                  accounting of the generation running */
 };
 
 /* Loads the model and profile, checks they match, sizes the KV pool for
@@ -153,9 +159,10 @@ struct gw_gen_result {
  * (bad ids, n_prompt + max_tokens > max_context, sampling.n_top above
  * GW_BACKEND_MAX_TOP), TG_EUNSUPPORTED (dump_kept off the CPU backend),
  * TG_ENOSPC, or a backend error; the sequence's pages are back in the
- * pool in every case. Draws go through the backend's `sample` op with
- * the request's RNG stream (seed, token index; gw_backend.h), so the CPU
- * backend draws what a worker draws for the same request. */
+ * pool in every case.
+ * Draws are the step loop's (gw_step.h: the request's RNG stream keyed by
+ * seed and token index), so the CPU backend draws what a worker draws for
+ * the same request. */
 int gw_engine_generate(struct gw_engine *e, const int32_t *prompt,
                        int n_prompt, const struct gw_gen_params *p,
                        struct gw_gen_result *res, char *err, size_t errlen);

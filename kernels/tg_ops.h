@@ -165,7 +165,11 @@ struct tg_ops {
      * unmodified distribution (log_softmax of the raw logits); when
      * n_top > 0 the n_top most likely tokens of that distribution go to
      * top_ids/top_lps (descending, ties to lower id). logits may be
-     * modified in place as scratch. Host memory. */
+     * modified in place as scratch. Host memory. *sp must be a value
+     * tg_sampling_check accepts for this vocabulary, checked once where
+     * it entered (a bad one stops the process: TG_ASSERT); TG_EINVAL is
+     * for bad arguments (sizes, pointers, a history id outside the
+     * vocabulary). */
     int (*sample)(struct tg_backend *b, float *logits, int vocab,
                   const struct tg_sampling *sp,
                   const struct tg_sample_history *hist, uint64_t *rng,

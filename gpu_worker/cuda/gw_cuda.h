@@ -388,8 +388,10 @@ int gw_cuda_decode(struct gw_cuda *c, struct gw_seq *const *seqs,
  * device logits after the finiteness check and before the draw and every
  * log-probability (kernels/cuda/logit_mask.h). bad[i] (host, n) gets the first id whose raw logit is NaN
  * or +-inf, or -1, and bad_val[i] (host, n) that logit: such a row's token
- * means nothing and the caller fails its request. Returns 0, TG_EINVAL (nothing kept, n too large, a
- * parameter out of range, too many bias entries) or TG_EDEVICE. */
+ * means nothing and the caller fails its request. The parameters come
+ * from sampling values checked where they entered (tg_sampling_check);
+ * the sampler asserts their range. Returns 0, TG_EINVAL (nothing kept, n
+ * too large, too many bias entries) or TG_EDEVICE. */
 int gw_cuda_sample(struct gw_cuda *c, int n,
                    const struct tg_cuda_sample_params *params,
                    const struct tg_sampling *const *bias,

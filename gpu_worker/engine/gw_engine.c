@@ -324,19 +324,26 @@ static int draw(struct gw_engine *e, struct gen_run *g,
     return rc;
 }
 
-/* The checks of gw_engine_generate's arguments. */
+/* The checks of gw_engine_generate's arguments: the in-process trust
+ * boundary (what the worker's plan check is to plans). */
 static int check_args(const struct gw_engine *e, const int32_t *prompt,
                       int n_prompt, const struct gw_gen_params *p, char *err,
                       size_t errlen)
 {
     const struct gw_model *m = &e->model;
-    if (n_prompt < 1 || p->max_tokens < 0 || p->sampling.n_top < 0)
+    if (n_prompt < 1 || p->max_tokens < 0)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "need at least one prompt token and max_tokens >= 0");
-    if (p->sampling.n_top > GW_BACKEND_MAX_TOP)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "%d top logprobs asked, at most %d",
-                          (int)p->sampling.n_top, GW_BACKEND_MAX_TOP);
+    /* The one check of the sampling value the draws will use (the
+     * samplers only assert): the request's, or a forced run's greedy one
+     * with its alternatives; none without draws (max_tokens 0). */
+    struct tg_sampling drawn = p->sampling;
+    if (p->forced_ids != NULL) {
+        drawn = TG_SAMPLING_OFF;
+        drawn.n_top = p->sampling.n_top;
+    }
+    if (p->max_tokens > 0)
+        TG_TRY(tg_sampling_check(&drawn, m->vocab, NULL, err, errlen));
     if (p->dump_kept && e->backend != GW_BACKEND_CPU)
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
                           "kept positions (--dump-kept) are recorded by the "

@@ -13,7 +13,9 @@
  * as a worker keeps), brought up to date after every reservation,
  * release and compaction as a router's page deltas bring a worker's.
  * After every step it checks that the physical fill equals the accounting
- * (they are computed by different code, so this catches drift).
+ * (they are computed by different code, so this catches drift). The
+ * arguments of gw_engine_generate are the in-process trust boundary:
+ * its sampling gets the one check there (tg_sampling_check).
  * Single-threaded use per engine.
  */
 #ifndef GW_ENGINE_H
@@ -156,10 +158,10 @@ struct gw_gen_result {
 
 /* Generates for `prompt` (n_prompt >= 1 ids). Fills *res (caller frees
  * with gw_gen_result_free, also after a failure). Returns 0, TG_EINVAL
- * (bad ids, n_prompt + max_tokens > max_context, sampling.n_top above
- * GW_BACKEND_MAX_TOP), TG_EUNSUPPORTED (dump_kept off the CPU backend),
- * TG_ENOSPC, or a backend error; the sequence's pages are back in the
- * pool in every case.
+ * (bad ids, n_prompt + max_tokens > max_context, a sampling value
+ * tg_sampling_check refuses: its message names the parameter),
+ * TG_EUNSUPPORTED (dump_kept off the CPU backend), TG_ENOSPC, or a
+ * backend error; the sequence's pages are back in the pool in every case.
  * Draws are the step loop's (gw_step.h: the request's RNG stream keyed by
  * seed and token index), so the CPU backend draws what a worker draws for
  * the same request. */

@@ -65,6 +65,7 @@
 #include "gpu_worker/model/gw_model.h"
 #include "gpu_worker/model/gw_seq.h"
 #include "gpu_worker/model/gw_trig.h"
+#include "kernels/cuda/compress.h" /* plain C: TG_CUDA_COMPRESS_MAX_CHUNK */
 #include "kernels/tg_ops.h"
 
 #define GW_BACKEND_MAX_TOP \
@@ -73,6 +74,9 @@
  * collective wait, the same for every backend (the CPU group's). */
 #define GW_BACKEND_MAX_RANKS GW_COMM_MAX_RANKS
 #define GW_BACKEND_COMM_TIMEOUT_MS GW_COMM_DEFAULT_TIMEOUT_MS
+/* Tokens of one prefill chunk the CUDA backend scores at most (its
+ * scoring kernels' bound; every build knows it). */
+#define GW_BACKEND_CUDA_MAX_CHUNK TG_CUDA_COMPRESS_MAX_CHUNK
 
 enum gw_backend_kind {
     GW_BACKEND_CPU = 0,

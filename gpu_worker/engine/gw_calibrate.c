@@ -12,7 +12,6 @@
 #include "common/base/tg_grow.h"
 #include "common/json/tg_json.h"
 #include "common/tok/tok_tokenizer.h"
-#include "kernels/cuda/compress.h" /* plain C: TG_CUDA_COMPRESS_MAX_CHUNK */
 #include <stdio.h>
 
 struct cand {
@@ -450,15 +449,16 @@ int gw_calibrate_files(const struct gw_calib_opts *o, struct pf_retention *r,
     if (rc != 0)
         goto out;
     if (o->backend == GW_BACKEND_CUDA && !gv &&
-        max_len > TG_CUDA_COMPRESS_MAX_CHUNK) {
-        /* The device scores a chunk of at most TG_CUDA_COMPRESS_MAX_CHUNK keys,
-         * and a scoring method's calibration scores a sample as one chunk. */
+        max_len > GW_BACKEND_CUDA_MAX_CHUNK) {
+        /* The device scores a chunk of at most GW_BACKEND_CUDA_MAX_CHUNK
+         * keys, and a scoring method's calibration scores a sample as one
+         * chunk. */
         rc = tg_err_set(err, errlen, TG_EINVAL,
                         "--backend cuda scores a sample as one chunk of at "
                         "most %d tokens; the longest sample has %d: give "
                         "--max-sample-tokens %d",
-                        TG_CUDA_COMPRESS_MAX_CHUNK, max_len,
-                        TG_CUDA_COMPRESS_MAX_CHUNK);
+                        GW_BACKEND_CUDA_MAX_CHUNK, max_len,
+                        GW_BACKEND_CUDA_MAX_CHUNK);
         goto out;
     }
     struct gw_calib_state st = {.ratio = o->ratio,

@@ -92,8 +92,8 @@ struct gw_calib_opts {
     int n_threads;
     enum gw_backend_kind backend; /* forward pass of the runs (CUDA:
                                      scoring methods take samples of at
-                                     most TG_CUDA_COMPRESS_MAX_CHUNK tokens, one
-                                     chunk each) */
+                                     most GW_BACKEND_CUDA_MAX_CHUNK tokens,
+                                     one chunk each) */
     int trig;                  /* also record the decode-time statistics
                                   of §4.9 into the profile's "trig" */
     gw_calib_progress_fn progress;

@@ -1,5 +1,6 @@
-/* gw_backend.c — choosing a worker backend, and what both share: the host
- * logits rows and the host sampler (gw_backend.h). */
+/* gw_backend.c — what both worker backends share: the prefill and decode
+ * calls with their rows resolved, the host logits rows and the host
+ * sampler (gw_backend.h). */
 #include "gpu_worker/backend/gw_backend.h"
 
 #include <math.h>
@@ -12,21 +13,6 @@
  * seed + k * GOLDEN (Steele, Lea & Flood 2014), so draw k does not depend
  * on how the earlier draws were batched. */
 #define GOLDEN 0x9E3779B97F4A7C15ull
-
-const char *const gw_backend_choices[3] = {"cpu", "cuda", NULL};
-
-int gw_backend_new(enum gw_backend_kind kind, const struct gw_backend_cfg *cfg,
-                   struct gw_backend **out, char *err, size_t errlen)
-{
-    *out = NULL;
-    switch (kind) {
-    case GW_BACKEND_CPU:
-        return gw_backend_cpu_new(cfg, out, err, errlen);
-    case GW_BACKEND_CUDA:
-        return gw_backend_cuda_new(cfg, out, err, errlen);
-    }
-    return tg_err_set(err, errlen, TG_EINVAL, "unknown backend %d", (int)kind);
-}
 
 void gw_backend_free(struct gw_backend *b)
 {

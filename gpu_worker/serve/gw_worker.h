@@ -96,11 +96,11 @@
 #include "common/base/tg_config.h"
 #include "gpu_worker/serve/gw_grammar.h"
 #include "gpu_worker/backend/gw_backend.h"
-#include "gpu_worker/serve/gw_beat.h"
 #include "gpu_worker/model/gw_seq.h"
 #include "gpu_worker/serve/gw_host_tier.h"
 #include "gpu_worker/model/gw_model.h"
 #include "gpu_worker/step/gw_plan.h"
+#include "gpu_worker/step/gw_progress.h"
 #include "gpu_worker/step/gw_step.h"
 
 #define GW_PROTOCOL_VERSION 1u    /* PROTOCOL_VERSION_1 of worker.proto */
@@ -177,7 +177,8 @@ struct gw_worker {
     struct gw_progress *progress; /* optional, borrowed (its link's): marked
                                      after every backend call of a step, so
                                      the heartbeat thread can tell a long
-                                     step from a wedged one (gw_beat.h) */
+                                     step from a wedged one (gw_beat.h,
+                                     gw_progress.h) */
     struct gw_step step;          /* the slots and the step loop
                                      (gpu_worker/step/gw_step.h) */
     /* validation scratch: the state the plan would leave, per slot */

@@ -75,10 +75,9 @@ static int cuda_comm_join(struct gw_backend *b, const struct gw_comm_setup *cs,
                           "CommSetup: a %zu-byte comm id is not an NCCL "
                           "unique id (%d bytes)", cs->id_len,
                           TG_NCCL_ID_BYTES);
-    int rc = tg_nccl_init(&c->nccl, cs->id, o->rank, o->world_size,
-                          c->device, o->comm_timeout_ms > 0
-                                         ? o->comm_timeout_ms
-                                         : GW_BACKEND_COMM_TIMEOUT_MS,
+    int rc = tg_nccl_init(&c->nccl, cs->id, o->rank, o->world_size, c->device,
+                          o->comm_timeout_ms > 0 ? o->comm_timeout_ms
+                                                 : GW_BACKEND_COMM_TIMEOUT_MS,
                           err, errlen);
     if (rc == 0)
         c->cu.opts.nccl = c->nccl;

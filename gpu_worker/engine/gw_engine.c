@@ -32,7 +32,8 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
     if (o->world_size > 1)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "in-process generation runs one rank (world size "
-                          "%d asked)", o->world_size);
+                          "%d asked)",
+                          o->world_size);
     /* A CUDA backend streams the checkpoint to its device itself: the
      * host keeps the model's shape only. */
     struct gw_rank_opts ro = {
@@ -106,7 +107,8 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
         /* every page id the accounting hands out must exist there */
         rc = tg_err_set(err, errlen, TG_EINTERNAL,
                         "the %s backend's pool has %d pages, the accounting "
-                        "%lld", e->bk->ops->name, (int)e->bk->n_pages,
+                        "%lld",
+                        e->bk->ops->name, (int)e->bk->n_pages,
                         (long long)pages);
         goto fail;
     }
@@ -114,8 +116,10 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
     const uint8_t *id = NULL;
     size_t id_len = 0;
     e->bk->ops->comm_id(e->bk, &id, &id_len);
-    struct gw_comm_setup cs = {.world_size = 1, .kind = e->bk->ops->comm_kind,
-                               .id = id, .id_len = id_len};
+    struct gw_comm_setup cs = {.world_size = 1,
+                               .kind = e->bk->ops->comm_kind,
+                               .id = id,
+                               .id_len = id_len};
     rc = e->bk->ops->comm_join(e->bk, &cs, err, errlen);
     if (rc != 0)
         goto fail;
@@ -306,8 +310,10 @@ static int draw(struct gw_engine *e, struct gen_run *g,
                            (size_t)e->step.row[0] * (size_t)e->model.vocab;
         int rc = tg_ops_cpu.logprobs(b->host, row, 1, e->model.vocab, tok, lp);
         if (rc != 0)
-            return tg_err_set(err, errlen, rc, "forced id %d: log-"
-                              "probability failed", (int)*tok);
+            return tg_err_set(err, errlen, rc,
+                              "forced id %d: log-"
+                              "probability failed",
+                              (int)*tok);
         if (p->sampling.n_top == 0)
             return 0;
         struct tg_sampling greedy = TG_SAMPLING_OFF;
@@ -357,23 +363,25 @@ static int check_args(const struct gw_engine *e, const int32_t *prompt,
         if (p->forced_ids[i] < 0 || p->forced_ids[i] >= m->vocab)
             return tg_err_set(err, errlen, TG_EINVAL,
                               "forced id %d at index %d is outside the "
-                              "vocabulary [0, %d)", p->forced_ids[i], i,
-                              m->vocab);
+                              "vocabulary [0, %d)",
+                              p->forced_ids[i], i, m->vocab);
     if ((int64_t)n_prompt + p->max_tokens > e->max_context)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "prompt (%d) + max_tokens (%d) exceeds the context of "
-                          "%lld tokens", n_prompt, p->max_tokens,
-                          (long long)e->max_context);
+        return tg_err_set(
+            err, errlen, TG_EINVAL,
+            "prompt (%d) + max_tokens (%d) exceeds the context of "
+            "%lld tokens",
+            n_prompt, p->max_tokens, (long long)e->max_context);
     if ((int64_t)n_prompt + p->max_tokens > m->max_positions)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "prompt (%d) + max_tokens (%d) exceeds the model's "
-                          "context of %d tokens", n_prompt, p->max_tokens,
-                          m->max_positions);
+                          "context of %d tokens",
+                          n_prompt, p->max_tokens, m->max_positions);
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= m->vocab)
             return tg_err_set(err, errlen, TG_EINVAL,
                               "prompt token %d at index %d is outside the "
-                              "vocabulary [0, %d)", prompt[i], i, m->vocab);
+                              "vocabulary [0, %d)",
+                              prompt[i], i, m->vocab);
     return 0;
 }
 
@@ -445,10 +453,9 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt, int n_prompt,
     int T = p->max_tokens;
     int32_t slot_cap = (int32_t)(n_prompt + T);
     struct gen_run g = {0};
-    int32_t *slot_pos = p->dump_kept
-                            ? malloc((size_t)heads * (size_t)slot_cap *
-                                     sizeof(int32_t))
-                            : NULL;
+    int32_t *slot_pos = p->dump_kept ? malloc((size_t)heads * (size_t)slot_cap *
+                                              sizeof(int32_t))
+                                     : NULL;
     if (p->forced_ids != NULL)
         res->forced_lps = malloc(((size_t)T + 1) * sizeof(float));
     int32_t *targets = malloc((size_t)kv->prefill_chunk * sizeof(int32_t));

@@ -53,8 +53,8 @@ void gw_load_plan_free(struct gw_load_plan *p)
     memset(p, 0, sizeof(*p));
 }
 
-int gw_load_plan_alloc(struct gw_load_plan *p, int cap, size_t n_idx,
-                       char *err, size_t errlen)
+int gw_load_plan_alloc(struct gw_load_plan *p, int cap, size_t n_idx, char *err,
+                       size_t errlen)
 {
     memset(p, 0, sizeof(*p));
     p->t = calloc((size_t)(cap > 0 ? cap : 1), sizeof(*p->t));

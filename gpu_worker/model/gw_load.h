@@ -135,8 +135,8 @@ struct gw_load_plan {
 /* Makes *p an empty plan with room for `cap` entries and `n_idx` block
  * indices in p->idx (owned by the plan; the entries' selections point
  * into it). Returns 0, or TG_ENOMEM with *p left freed. */
-int gw_load_plan_alloc(struct gw_load_plan *p, int cap, size_t n_idx,
-                       char *err, size_t errlen);
+int gw_load_plan_alloc(struct gw_load_plan *p, int cap, size_t n_idx, char *err,
+                       size_t errlen);
 
 /* Appends the entry of destination (kind, layer) whose checkpoint tensor
  * has shape (rows, cols) (cols 0: a vector), keeping `sel`, named after

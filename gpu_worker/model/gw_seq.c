@@ -10,8 +10,8 @@ int gw_method_per_head(enum tg_score_method method)
     return method == TG_SCORE_GVOTE;
 }
 
-int gw_seq_room(const struct kv_layout *lay, const struct gw_seq *seq,
-                int l, const int32_t *add, char *err, size_t errlen)
+int gw_seq_room(const struct kv_layout *lay, const struct gw_seq *seq, int l,
+                const int32_t *add, char *err, size_t errlen)
 {
     size_t base = (size_t)l * (size_t)lay->n_groups;
     for (int g = 0; g < lay->n_groups; g++) {
@@ -25,9 +25,8 @@ int gw_seq_room(const struct kv_layout *lay, const struct gw_seq *seq,
     return 0;
 }
 
-int gw_chunk_plan(const struct kv_layout *lay, const struct gw_seq *seq,
-                  int n, int32_t *keep, int *forced, char *err,
-                  size_t errlen)
+int gw_chunk_plan(const struct kv_layout *lay, const struct gw_seq *seq, int n,
+                  int32_t *keep, int *forced, char *err, size_t errlen)
 {
     int f = (int)kv_chunk_forced(seq->pos, n, &lay->rule);
     size_t G = (size_t)lay->n_groups;

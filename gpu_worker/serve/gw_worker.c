@@ -86,7 +86,8 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "max slots, page size and prefill chunk must be "
                           ">= 1");
-    int maxt = o->prefill_chunk > o->max_slots ? o->prefill_chunk : o->max_slots;
+    int maxt = o->prefill_chunk > o->max_slots ? o->prefill_chunk
+                                               : o->max_slots;
     w->peer_lost_flag = o->peer_lost_flag;
     struct gw_rank_opts ro = {
         .model_dir = o->model_dir,
@@ -131,15 +132,22 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     w->max_tokens = maxt;
     w->rows = w->layout.n_layers * w->layout.n_groups;
     struct gw_backend_cfg bc = {
-        .model = &w->model, .layout = &w->layout, .profile = &w->profile,
+        .model = &w->model,
+        .layout = &w->layout,
+        .profile = &w->profile,
         .method = w->method,
         .gvote = o->gvote != NULL ? *o->gvote : gw_gvote_params_default(),
         .trig = trig ? &w->trig : NULL,
-        .max_slots = o->max_slots, .max_tokens = maxt,
-        .rank = o->rank, .world_size = o->world_size,
-        .comm_timeout_ms = o->comm_timeout_ms, .n_threads = o->n_threads,
-        .kv_pages = o->kv_pages, .kv_memory = o->kv_memory,
-        .device = o->device, .cuda_graphs = o->cuda_graphs,
+        .max_slots = o->max_slots,
+        .max_tokens = maxt,
+        .rank = o->rank,
+        .world_size = o->world_size,
+        .comm_timeout_ms = o->comm_timeout_ms,
+        .n_threads = o->n_threads,
+        .kv_pages = o->kv_pages,
+        .kv_memory = o->kv_memory,
+        .device = o->device,
+        .cuda_graphs = o->cuda_graphs,
         .step_timeout_ms = o->step_timeout_ms,
         .host_tier_bytes = o->kv_host_memory > INT64_MAX
                                ? INT64_MAX
@@ -147,8 +155,7 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     };
     rc = gw_backend_new(o->backend, &bc, &w->be, err, errlen);
     if (rc == 0)
-        rc = gw_host_tier_init(&w->tier, w->be, o->kv_host_memory, err,
-                               errlen);
+        rc = gw_host_tier_init(&w->tier, w->be, o->kv_host_memory, err, errlen);
     if (rc != 0)
         goto fail;
 
@@ -238,7 +245,8 @@ int gw_worker_comm_join(struct gw_worker *w, const struct gw_comm_setup *cs,
     if (cs->world_size != (uint32_t)w->world_size)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "CommSetup for world size %u, this worker is rank "
-                          "%d of %d", cs->world_size, w->rank, w->world_size);
+                          "%d of %d",
+                          cs->world_size, w->rank, w->world_size);
     int rc = w->be->ops->comm_join(w->be, cs, err, errlen);
     if (rc == 0)
         w->joined = 1;

@@ -152,7 +152,8 @@ static void run_variant(enum variant v, const struct opts *o, const char *dir,
     if (rc == 0)
         rc = gw_wslab_init(&slab, &m, err, sizeof(err));
     if (rc == 0)
-        rc = gw_model_load_plan(&plan, &m, gw_wslab_tied_head(&m), err, sizeof(err));
+        rc = gw_model_load_plan(&plan, &m, gw_wslab_tied_head(&m), err,
+                                sizeof(err));
     if (rc == 0)
         rc = st_model_open(&st, dir, err, sizeof(err));
     if (rc == 0)

@@ -131,7 +131,7 @@ int td_sup_shm_forget(const char *shm_dir, long pid, char *err,
 {
     const char *dir = shm_dir != NULL ? shm_dir : "/dev/shm";
     char prefix[64];
-    /* gw_comm_new_id's names: "/tangram-<pid>-<hex>" (gpu_worker/gw_comm.h) */
+    /* gw_comm_new_id's names: "/tangram-<pid>-<hex>" (gpu_worker/cpu/gw_comm.h) */
     int plen = snprintf(prefix, sizeof prefix, "tangram-%ld-", pid);
     DIR *d = opendir(dir);
     if (d == NULL)

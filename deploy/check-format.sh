@@ -12,7 +12,8 @@
 # each file whose changed lines differ from clang-format's output and
 # printing that diff; also fails, saying why, without clang-format,
 # outside a git checkout, or when a BASE given does not exist. Apply the fix with
-# `git clang-format BASE` (it rewrites only the changed lines).
+# `git clang-format BASE` (it rewrites only the changed lines). A file moved
+# with git mv is checked only on the lines changed after the move.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -55,7 +56,28 @@ if [ -z "$files" ]; then
 fi
 
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+idx=$(mktemp)
+trap 'rm -f "$out" "$idx"' EXIT
+# A file moved (git mv) is not a changed file: git clang-format compares
+# paths, so a moved file would count as new, every line of it changed.
+# Compare with BASE's tree in which each renamed file already stands at its
+# new path (an unreferenced commit object, never a branch), so only the
+# lines a change touched in a moved file are checked.
+renames=$(git diff -M --name-status --diff-filter=R "$base" -- \
+    '*.c' '*.h' '*.cu' '*.cuh' | cut -f2,3)
+shown=$base
+if [ -n "$renames" ]; then
+    rm -f "$idx"
+    GIT_INDEX_FILE=$idx git read-tree "$base"
+    echo "$renames" | while IFS="$(printf '\t')" read -r old new; do
+        mode=$(git ls-tree "$base" -- "$old" | cut -d' ' -f1)
+        GIT_INDEX_FILE=$idx git update-index --add \
+            --cacheinfo "$mode,$(git rev-parse "$base:$old"),$new"
+        GIT_INDEX_FILE=$idx git update-index --force-remove -- "$old"
+    done
+    base=$(echo "check-format: $base with its renames" |
+        git commit-tree "$(GIT_INDEX_FILE=$idx git write-tree)" -p "$base")
+fi
 # git clang-format 14 exits 0 whether or not it found something: its
 # output decides (a diff, or "did not modify" / "no modified files").
 rc=0
@@ -69,11 +91,11 @@ if [ -z "$bad" ]; then
         cat "$out" >&2
         exit 1
     fi
-    echo "check-format: the changed lines since $base follow .clang-format" \
+    echo "check-format: the changed lines since $shown follow .clang-format" \
         "($(echo "$files" | wc -l) files)"
     exit 0
 fi
-echo "check-format: changed lines since $base differ from .clang-format in:" >&2
+echo "check-format: changed lines since $shown differ from .clang-format in:" >&2
 echo "$bad" | sed 's/^/    /' >&2
 echo "check-format: the fix (apply with: git clang-format $base):" >&2
 cat "$out" >&2

@@ -1,14 +1,14 @@
 /*
  * tangram-worker — one worker rank of the daemon (DESIGN.md §2): loads the
  * model, sizes its KV pool, connects to the router over ZeroMQ and runs
- * plans until told to stop (gpu_worker/gw_wlink.h has the loop).
+ * plans until told to stop (gpu_worker/serve/gw_wlink.h has the loop).
  *
  *   tangram-worker --model DIR --router ipc:///run/tangram/w.sock
  *       [--profile FILE|none] [--backend cpu|cuda] [--rank R]
  *       [--world-size T] [--kv-pages N | --kv-memory 0.5|8GiB] ...
  *
  * The T ranks of one daemon form a communicator group (a shared-memory
- * all-reduce on the CPU backend, gpu_worker/gw_comm.h; an NCCL
+ * all-reduce on the CPU backend, gpu_worker/cpu/gw_comm.h; an NCCL
  * communicator on the CUDA backend, whose unique id rank 0 draws) that
  * rank 0 names in its Hello and the router hands to every rank in a CommSetup
  * (proto/worker.proto); nothing on the command line names it. The flags are
@@ -36,8 +36,8 @@
 #include "common/base/tg_err.h"
 #include "common/base/tg_log.h"
 #include "common/base/tg_serve_opts.h"
-#include "gpu_worker/gw_wlink.h"
-#include "gpu_worker/gw_worker.h"
+#include "gpu_worker/serve/gw_wlink.h"
+#include "gpu_worker/serve/gw_worker.h"
 
 extern char **environ;
 

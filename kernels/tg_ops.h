@@ -1,15 +1,15 @@
 /*
  * tg_ops.h — the op table of the CPU reference backend (DESIGN.md §6).
  *
- * The CPU forward pass (gpu_worker/gw_forward.c) calls only these ops, and
+ * The CPU forward pass (gpu_worker/cpu/gw_forward.c) calls only these ops, and
  * kernels/cpu/ implements them in fp32 with OpenMP and BLAS. The CUDA
- * forward pass (gpu_worker/gw_cuda*.c) does not go through this table: it
+ * forward pass (gpu_worker/cuda/gw_cuda*.c) does not go through this table: it
  * calls the kernels of kernels/cuda/ directly, because they fuse and store
  * differently (bf16 weights and pages, fused Q/K norm and RoPE, one append
  * for a whole decode batch, CUDA graphs over fixed device addresses); each
  * of those kernels is tested against the CPU op here that it replaces.
  * What makes the two backends interchangeable for the worker is the
- * runtime interface one level up, gpu_worker/gw_backend.h.
+ * runtime interface one level up, gpu_worker/backend/gw_backend.h.
  * Pointers are host memory; activations are fp32 row-major unless a field
  * says otherwise.
  *
@@ -63,7 +63,7 @@ enum tg_score_method {
     TG_SCORE_EXPECTED_ATTENTION = 2, /* query-agnostic expected attention */
     TG_SCORE_GVOTE = 3,              /* adaptive per-head budgets (§4.8):
                                         not a `score` op, the forward pass
-                                        selects through gpu_worker/gw_gvote */
+                                        selects through gpu_worker/model/gw_gvote */
 };
 
 /* Token history a sampler needs for penalties (host memory). */
@@ -165,7 +165,11 @@ struct tg_ops {
      * unmodified distribution (log_softmax of the raw logits); when
      * n_top > 0 the n_top most likely tokens of that distribution go to
      * top_ids/top_lps (descending, ties to lower id). logits may be
-     * modified in place as scratch. Host memory. */
+     * modified in place as scratch. Host memory. *sp must be a value
+     * tg_sampling_check accepts for this vocabulary, checked once where
+     * it entered (a bad one stops the process: TG_ASSERT); TG_EINVAL is
+     * for bad arguments (sizes, pointers, a history id outside the
+     * vocabulary). */
     int (*sample)(struct tg_backend *b, float *logits, int vocab,
                   const struct tg_sampling *sp,
                   const struct tg_sample_history *hist, uint64_t *rng,

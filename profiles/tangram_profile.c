@@ -35,7 +35,7 @@
 #include "common/base/tg_config.h"
 #include "common/base/tg_err.h"
 #include "common/base/tg_path.h"
-#include "gpu_worker/gw_calibrate.h"
+#include "gpu_worker/engine/gw_calibrate.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -42,7 +42,7 @@
 #include "common/base/tg_path.h"
 #include "common/json/tg_json.h"
 #include "common/tok/tok_tokenizer.h"
-#include "gpu_worker/gw_engine.h"
+#include "gpu_worker/engine/gw_engine.h"
 
 extern char **environ;
 

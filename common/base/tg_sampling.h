@@ -4,7 +4,7 @@
  * from the API's fields) through the scheduler, the plan on the wire
  * (proto/worker.proto WorkerSampling) and the worker's entry, to the CPU
  * sampler (kernels/tg_ops.h) and the CUDA sampler's per-row block
- * (kernels/cuda/sample.h, built from it in gpu_worker/gw_backend_cuda.c).
+ * (kernels/cuda/sample.h, built from it in gpu_worker/backend/gw_backend_cuda.c).
  *
  * The order the samplers apply them is vLLM's (DESIGN.md §5): logit bias
  * and penalties on the raw logits, then temperature, top-k, top-p, min-p,
@@ -15,9 +15,11 @@
  * Request-level stop conditions (max_tokens, stop strings, ignore_eos ...)
  * are not the sampler's and live in the request.
  *
- * tg_sampling_check is the one definition of a usable value. It runs where
- * untrusted input enters: the router's front ends right after parsing, and
- * the worker on every plan (gpu_worker/gw_worker_check.c).
+ * tg_sampling_check is the one definition of a usable value. It runs once
+ * at each trust boundary: the router's front ends right after parsing,
+ * the worker on every plan (gpu_worker/serve/gw_worker_check.c) and
+ * in-process generation on its arguments (gpu_worker/engine/gw_engine.c).
+ * Past a boundary the value is trusted: the samplers only assert it.
  *
  * Thread: plain data and a pure function; any thread.
  */

@@ -5,6 +5,7 @@
 // cpu_score.c) with one token per sequence.
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/decode_append.h"
+#include "kernels/cuda/kv_csr.cuh"
 
 #include <climits>
 #include <cstdint>
@@ -19,16 +20,10 @@ constexpr int kThreads = kWarp * kWarps;
 struct append_params {
     const int32_t *head_group; // (Hkv)
     const int32_t *head_slot;  // (Hkv)
-    const int32_t *indptr;     // (n_rows + 1)
-    const int32_t *indices;    // page ids
-    const int32_t *lens;       // (n_rows), the new token included
-    const int32_t *head_lens;  // (n_seq * head_stride) or NULL
-    int head_stride, head_offset;
+    tg_cuda_kv_csr table;      // the layer's rows, lens incl. the token
     int32_t *fault;            // (1) or NULL
     int64_t n_pages;
-    int64_t n_items;           // n_seq * Hkv
-    int32_t n_rows;
-    int row_stride, row_offset;
+    int64_t n_items; // n_seq * Hkv
     int n_kv_heads;
     int du;                    // head_dim in copy units
     int hp, page_size;
@@ -50,21 +45,19 @@ decode_append_kernel(const append_params p, const T *__restrict__ k,
         return;
     const int s = (int)(item / p.n_kv_heads), h = (int)(item % p.n_kv_heads);
     const int grp = p.head_group[h], slot = p.head_slot[h];
-    const int64_t row = (int64_t)s * p.row_stride + p.row_offset + grp;
+    const tg_cuda_kv_csr &tb = p.table;
+    const int64_t row = kv_csr_row(tb, s, grp);
     const int P = p.page_size;
-    bool ok = grp >= 0 && slot >= 0 && slot < p.hp && row < p.n_rows;
+    bool ok = grp >= 0 && slot >= 0 && slot < p.hp && row < tb.n_rows;
     int64_t t = -1, page = -1;
     if (ok) {
         // lens (or the head's own count) already include the new token
-        t = p.head_lens != nullptr
-                ? (int64_t)p.head_lens[(size_t)s * p.head_stride +
-                                       p.head_offset + h] - 1
-                : (int64_t)p.lens[row] - 1;
-        const int64_t first = p.indptr[row];
-        const int64_t owned = (int64_t)p.indptr[row + 1] - first;
+        t = kv_csr_head_len(tb, s, h, tb.lens[row]) - 1;
+        const int64_t first = tb.indptr[row];
+        const int64_t owned = (int64_t)tb.indptr[row + 1] - first;
         ok = t >= 0 && t / P < owned;
         if (ok) {
-            page = p.indices[first + t / P];
+            page = tb.indices[first + t / P];
             ok = page >= 0 && page < p.n_pages;
         }
     }
@@ -139,36 +132,20 @@ extern "C" int tg_cuda_decode_append(const struct tg_cuda_decode_append_args *a,
         t->indptr == nullptr || t->indices == nullptr || t->lens == nullptr)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "decode_append: a device pointer is NULL");
-    // The first row of the last sequence must exist; each item's own row
-    // (which adds head_group, unknown here) is checked on the device.
-    if ((int64_t)(a->n_seq - 1) * t->row_stride + t->row_offset >=
-        (int64_t)t->n_rows)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "decode_append: %d sequences x stride %d + offset "
-                          "%d exceed the table's %d rows", a->n_seq,
-                          t->row_stride, t->row_offset, t->n_rows);
-
-    if (t->head_lens != nullptr &&
-        (t->head_offset < 0 || t->head_stride < t->head_offset + a->n_kv_heads))
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "decode_append: head lengths with stride %d and "
-                          "offset %d cannot hold %d heads", t->head_stride,
-                          t->head_offset, a->n_kv_heads);
+    // The first row of the last sequence must exist (a span of 1); each
+    // item's own row (which adds head_group, unknown here) is checked on
+    // the device.
+    int rc = kv_csr_check(t, a->n_seq, 1, a->n_kv_heads, "decode_append", err,
+                          errlen);
+    if (rc != 0)
+        return rc;
     append_params p;
     p.head_group = a->head_group;
     p.head_slot = a->head_slot;
-    p.indptr = t->indptr;
-    p.indices = t->indices;
-    p.lens = t->lens;
-    p.head_lens = t->head_lens;
-    p.head_stride = t->head_stride;
-    p.head_offset = t->head_offset;
+    p.table = *t;
     p.fault = a->fault;
     p.n_pages = a->n_pages;
     p.n_items = n_items;
-    p.n_rows = t->n_rows;
-    p.row_stride = t->row_stride;
-    p.row_offset = t->row_offset;
     p.n_kv_heads = a->n_kv_heads;
     p.hp = a->heads_per_group;
     p.page_size = a->page_size;

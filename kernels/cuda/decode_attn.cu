@@ -20,6 +20,7 @@
 // fp32 everywhere except the bf16 loads.
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/decode_attn.h"
+#include "kernels/cuda/kv_csr.cuh"
 
 #include <cuda_bf16.h>
 
@@ -42,16 +43,11 @@ struct dec_params {
     const __nv_bfloat16 *pool; // (n_pages, H_p, 2, P, d)
     const int32_t *head_group; // (Hkv)
     const int32_t *head_slot;  // (Hkv)
-    const int32_t *indptr;     // (n_rows + 1)
-    const int32_t *indices;    // (n_slots)
-    const int32_t *lens;       // (n_rows)
-    const int32_t *head_lens;  // (n_seq * head_stride) or NULL
+    tg_cuda_kv_csr table;      // the layer's rows
     const int32_t *offsets;    // (n_groups + 1) this layer's split prefix
     float *ws;                 // (n_seq, Hq, max_splits, d + 2)
     void *out;                 // (n_seq, Hq, d) bf16 or fp32
     int n_seq, n_q_heads, n_kv_heads, n_groups, hp, page_size, head_dim, g;
-    int row_stride, row_offset;
-    int head_stride, head_offset;
     int total_splits; // sum_g S[g]: CTAs per sequence
     int max_splits;   // max_g S[g]: workspace stride
     int out_f32;
@@ -125,15 +121,15 @@ decode_split_kernel(const dec_params p)
     const int n_split = p.offsets[g + 1] - p.offsets[g];
 
     const int P = p.page_size;
-    const int row = seq * p.row_stride + p.row_offset + g;
-    const int64_t len = p.lens[row];
+    const int64_t row = kv_csr_row(p.table, seq, g);
+    const int64_t len = p.table.lens[row];
     const int64_t n_pages = (len + P - 1) / P;
     // Contiguous, nearly equal page ranges; empty when split >= n_pages.
     const int64_t pg0 = (int64_t)split * n_pages / n_split;
     const int64_t pg1 = (int64_t)(split + 1) * n_pages / n_split;
     const int64_t t_begin = pg0 * P;
     const int64_t t_end = pg1 * P < len ? pg1 * P : len;
-    const int32_t *pages = p.indices + p.indptr[row];
+    const int32_t *pages = p.table.indices + p.table.indptr[row];
 
     // Invert (head_group, head_slot) for this group: slot -> KV head.
     if (threadIdx.x < kMaxHp)
@@ -153,12 +149,8 @@ decode_split_kernel(const dec_params p)
         if (h < 0)
             continue;
         // A head shorter than its row reads only its own tokens.
-        int64_t h_end = t_end;
-        if (p.head_lens != nullptr) {
-            const int64_t hl =
-                p.head_lens[(size_t)seq * p.head_stride + p.head_offset + h];
-            h_end = hl < h_end ? hl : h_end;
-        }
+        const int64_t hl = kv_csr_head_len(p.table, seq, h, t_end);
+        const int64_t h_end = hl < t_end ? hl : t_end;
         // The G query rows of KV head h, pre-scaled.
         for (int i = (int)threadIdx.x; i < GM * D; i += kThreads) {
             int gi = i / D, e = i % D;
@@ -457,19 +449,10 @@ extern "C" int tg_cuda_decode_attn(const struct tg_cuda_decode_attn_args *a,
         return tg_err_set(err, errlen, TG_EINVAL,
                           "decode_attn: pool not 16-byte aligned");
     const struct tg_cuda_kv_csr *t = &a->table;
-    if (t->row_stride < a->n_groups || t->row_offset < 0 ||
-        (int64_t)(a->n_seq - 1) * t->row_stride + t->row_offset + a->n_groups >
-            (int64_t)t->n_rows)
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "decode_attn: %d sequences x stride %d + offset %d "
-                          "+ %d groups exceed the table's %d rows", a->n_seq,
-                          t->row_stride, t->row_offset, a->n_groups, t->n_rows);
-    if (t->head_lens != nullptr &&
-        (t->head_offset < 0 || t->head_stride < t->head_offset + a->n_kv_heads))
-        return tg_err_set(err, errlen, TG_EINVAL,
-                          "decode_attn: head lengths with stride %d and "
-                          "offset %d cannot hold %d heads", t->head_stride,
-                          t->head_offset, a->n_kv_heads);
+    int rc = kv_csr_check(t, a->n_seq, a->n_groups, a->n_kv_heads,
+                          "decode_attn", err, errlen);
+    if (rc != 0)
+        return rc;
     const int total = sm->total[a->layer], max_s = sm->max[a->layer];
     if ((int64_t)a->n_seq * total > (int64_t)INT32_MAX)
         return tg_err_set(err, errlen, TG_EINVAL,
@@ -490,12 +473,7 @@ extern "C" int tg_cuda_decode_attn(const struct tg_cuda_decode_attn_args *a,
     p.pool = reinterpret_cast<const __nv_bfloat16 *>(a->pool);
     p.head_group = a->head_group;
     p.head_slot = a->head_slot;
-    p.indptr = t->indptr;
-    p.indices = t->indices;
-    p.lens = t->lens;
-    p.head_lens = t->head_lens;
-    p.head_stride = t->head_stride;
-    p.head_offset = t->head_offset;
+    p.table = *t;
     p.offsets = sm->offsets + (size_t)a->layer * (size_t)(a->n_groups + 1);
     p.ws = a->ws;
     p.out = a->out;
@@ -507,8 +485,6 @@ extern "C" int tg_cuda_decode_attn(const struct tg_cuda_decode_attn_args *a,
     p.page_size = a->page_size;
     p.head_dim = a->head_dim;
     p.g = a->n_q_heads / a->n_kv_heads;
-    p.row_stride = t->row_stride;
-    p.row_offset = t->row_offset;
     p.total_splits = total;
     p.max_splits = max_s;
     p.out_f32 = a->out_dtype == TG_CUDA_DECODE_OUT_F32;
@@ -518,7 +494,7 @@ extern "C" int tg_cuda_decode_attn(const struct tg_cuda_decode_attn_args *a,
     if (fn == nullptr) // unreachable after the checks above
         return tg_err_set(err, errlen, TG_EINVAL, "decode_attn: no kernel");
     cudaStream_t st = (cudaStream_t)a->stream;
-    int rc = launch_split(fn, p, st);
+    rc = launch_split(fn, p, st);
     if (rc == 0 && max_s > 1)
         rc = launch_combine(p, st);
     return rc;

@@ -121,10 +121,13 @@ void tg_cuda_sampler_free(struct tg_cuda_sampler *s);
  * the raw logits. logits device (n, vocab) fp32, not modified; params host
  * (n), copied before return (the caller may reuse it at once); tokens
  * device (n) int32; lps device (n) fp32 or NULL. 0 <= n <= max_rows; vocab
- * must equal the sampler's. Returns 0 once queued, TG_EINVAL (bad sizes,
- * NULL pointers, a parameter out of its range) or TG_EDEVICE. Not
- * thread-safe: one sampler per thread; calls on different streams must not
- * overlap (they share the scratch). */
+ * must equal the sampler's. Each row's parameters come from a sampling
+ * value tg_sampling_check accepted where it entered (the caller's trust
+ * boundary): one out of its range is a caller's bug, which stops the
+ * process (TG_ASSERT), never an input error. Returns 0 once queued,
+ * TG_EINVAL (bad sizes, NULL pointers) or TG_EDEVICE. Not thread-safe: one
+ * sampler per thread; calls on different streams must not overlap (they
+ * share the scratch). */
 int tg_cuda_sample(struct tg_cuda_sampler *s, const float *logits, int n,
                    int vocab, const struct tg_cuda_sample_params *params,
                    int32_t *tokens, float *lps, void *stream);

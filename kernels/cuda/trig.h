@@ -13,7 +13,7 @@
  *
  * Score (TriAttention's trigonometric estimate of a future query's logit,
  * constants and offsets of §4.9; CPU reference gw_trig_score in
- * gpu_worker/gw_trig.c). For a key k, next decode position t, the G query
+ * gpu_worker/model/gw_trig.c). For a key k, next decode position t, the G query
  * heads q of h (rank-local query heads h*G .. h*G + G - 1) with statistics
  * re, im, abs (d/2 each) and O = {2^0 .. 2^16}:
  *   score(k) = 1/(G |O| sqrt(d)) * sum_f [ kx_f U_f + ky_f V_f + A_f |k_f| ]

@@ -47,9 +47,9 @@
 #include "common/kv/kv_seq.h"
 #include "common/model/mc_model_config.h"
 #include "common/profile/pf_profile.h"
-#include "gpu_worker/gw_forward.h"
+#include "gpu_worker/cpu/gw_forward.h"
 #include "common/kv/kv_layout.h"
-#include "gpu_worker/gw_model.h"
+#include "gpu_worker/model/gw_model.h"
 #include "kernels/tg_ops.h"
 #include "tests/support/tt_model.h"
 

@@ -1,6 +1,6 @@
 /*
  * bench_cuda_model.c — end-to-end throughput of the CUDA forward runtime
- * (gpu_worker/gw_cuda.h) with full KV against TANGRAM profiles of target
+ * (gpu_worker/cuda/gw_cuda.h) with full KV against TANGRAM profiles of target
  * ratio 0.75, 0.5 and 0.25 on one model shape, every variant given the
  * SAME KV memory in bytes (issue: "throughput at 0.25 >= 2.6x full KV
  * under memory pressure", the paper's headline on A100; TANGRAM, Kim et
@@ -71,10 +71,10 @@
 #include "common/profile/pf_profile.h"
 #include "common/profile/pf_split.h"
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_cuda.h"
-#include "gpu_worker/gw_forward.h"
+#include "gpu_worker/cuda/gw_cuda.h"
+#include "gpu_worker/cpu/gw_forward.h"
 #include "common/kv/kv_layout.h"
-#include "gpu_worker/gw_model.h"
+#include "gpu_worker/model/gw_model.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_model.h"
 #include "tests/support/tt_support.h"

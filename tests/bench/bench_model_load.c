@@ -1,5 +1,5 @@
 /*
- * bench_model_load.c — start-up weight loading (gpu_worker/gw_load.h), side
+ * bench_model_load.c — start-up weight loading (gpu_worker/model/gw_load.h), side
  * by side in one run, each variant in a child process of its own so its
  * peak resident set (VmHWM) is its alone:
  *
@@ -45,9 +45,9 @@
 #include <unistd.h>
 
 #include "common/model/st_safetensors.h"
-#include "gpu_worker/gw_load.h"
-#include "gpu_worker/gw_model.h"
-#include "gpu_worker/gw_wslab.h"
+#include "gpu_worker/model/gw_load.h"
+#include "gpu_worker/model/gw_model.h"
+#include "gpu_worker/cuda/gw_wslab.h"
 #include "tests/support/tt_support.h"
 #include "tests/support/tt_wsum.h"
 
@@ -152,7 +152,8 @@ static void run_variant(enum variant v, const struct opts *o, const char *dir,
     if (rc == 0)
         rc = gw_wslab_init(&slab, &m, err, sizeof(err));
     if (rc == 0)
-        rc = gw_load_plan_init(&plan, &m, gw_wslab_tied_head(&m), err, sizeof(err));
+        rc = gw_model_load_plan(&plan, &m, gw_wslab_tied_head(&m), err,
+                                sizeof(err));
     if (rc == 0)
         rc = st_model_open(&st, dir, err, sizeof(err));
     if (rc == 0)

@@ -2,7 +2,7 @@
  * fuzz_worker.c — what a worker takes from the network (with tcp://
  * endpoints the router's messages cross hosts): WorkerMessage envelopes
  * of proto/worker.proto unpacked, checked and dispatched as the worker's
- * link does (gpu_worker/gw_wlink.c), BatchPlans decoded into struct
+ * link does (gpu_worker/serve/gw_wlink.c), BatchPlans decoded into struct
  * gw_plan (gw_wlink_decode_plan) and run by gw_worker_step on a tiny
  * Qwen3-shaped model with a compressing profile (CPU backend), whose
  * validation must turn every bad plan into an error result that changes
@@ -26,8 +26,8 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_wlink.h"
-#include "gpu_worker/gw_worker.h"
+#include "gpu_worker/serve/gw_wlink.h"
+#include "gpu_worker/serve/gw_worker.h"
 #include "tests/fuzz/fz_util.h"
 #include "tests/support/tt_support.h"
 
@@ -163,7 +163,7 @@ static void worker_reset(struct gw_worker *w)
     uint32_t frees[64];
     size_t n = 0;
     for (int i = 0; i < w->max_slots && n < 64; i++)
-        if (w->slots[i].active)
+        if (w->step.slots[i].active)
             frees[n++] = (uint32_t)i;
     w->last_step = 0;
     if (n > 0) {
@@ -175,7 +175,7 @@ static void worker_reset(struct gw_worker *w)
     }
     w->last_step = 0;
     for (int i = 0; i < w->max_slots; i++)
-        if (w->slots[i].active)
+        if (w->step.slots[i].active)
             fz_fail("slot %d still active after the reset", i);
 }
 

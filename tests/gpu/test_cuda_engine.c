@@ -30,7 +30,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_engine.h"
+#include "gpu_worker/engine/gw_engine.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"
 

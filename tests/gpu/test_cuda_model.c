@@ -48,9 +48,9 @@
 
 #include "common/profile/pf_split.h"
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_cuda.h"
-#include "gpu_worker/gw_engine.h"
-#include "gpu_worker/gw_forward.h"
+#include "gpu_worker/cuda/gw_cuda.h"
+#include "gpu_worker/model/gw_rank.h"
+#include "gpu_worker/cpu/gw_forward.h"
 #include "common/kv/kv_layout.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"
@@ -236,13 +236,16 @@ static void run_case(const char *dir, const char *profile, int hp, float tol)
     struct pf_profile prof = {0};
     struct kv_layout lay = {0};
     enum tg_score_method method;
-    struct gw_engine_opts eo = {.model_dir = dir, .profile_path = profile,
-                                .heads_per_group = hp, .page_size = P,
-                                .prefill_chunk = CHUNK, .rank = 0,
-                                .world_size = 1};
+    struct gw_rank_opts ro = {.model_dir = dir,
+                              .profile_path = profile,
+                              .heads_per_group = hp,
+                              .page_size = P,
+                              .prefill_chunk = CHUNK,
+                              .rank = 0,
+                              .world_size = 1};
     int *heads = NULL;
-    int rc = gw_engine_load_parts_map(&model, &prof, &lay, &method, &heads, &eo,
-                                      err, sizeof(err));
+    int rc = gw_rank_load_map(&model, &prof, &lay, &method, &heads, &ro, err,
+                              sizeof(err));
     if (rc != 0)
         fail_msg("load %s: %s", dir, err);
     /* cu[2] gets the shape alone: its runtime streams the checkpoint into
@@ -656,12 +659,13 @@ static void run_heads_case(int gvote, int trig, float tol)
     enum tg_score_method method;
     struct gw_gvote_params gp = gw_gvote_params_default();
     gp.samples = 0;
-    struct gw_engine_opts eo = {.model_dir = q3_dir, .profile_path = q3_profile,
-                                .page_size = P, .prefill_chunk = CHUNK,
-                                .method = gvote ? "gvote" : NULL,
-                                .gvote = &gp, .world_size = 1};
-    if (gw_engine_load_parts(&model, &prof, &lay, &method, &eo, err,
-                             sizeof(err)) != 0)
+    struct gw_rank_opts ro = {.model_dir = q3_dir,
+                              .profile_path = q3_profile,
+                              .page_size = P,
+                              .prefill_chunk = CHUNK,
+                              .method = gvote ? "gvote" : NULL,
+                              .world_size = 1};
+    if (gw_rank_load(&model, &prof, &lay, &method, &ro, err, sizeof(err)) != 0)
         fail_msg("load: %s", err);
     int L = model.n_layers, G = lay.n_groups, H = lay.n_kv_heads;
     int rows = L * G, per_row = (MAX_CTX + P - 1) / P, V = model.vocab;

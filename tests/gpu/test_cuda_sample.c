@@ -800,18 +800,10 @@ static void test_bad_arguments(void **state)
                      TG_EINVAL);
     assert_int_equal(tg_cuda_sample(sm, dx, -1, 10, p, dk, NULL, NULL),
                      TG_EINVAL);
-    static const struct tg_cuda_sample_params bad[] = {
-        {-1.0f, 0, 1.0f, 0.0f, 0, 0},    {NAN, 0, 1.0f, 0.0f, 0, 0},
-        {INFINITY, 0, 1.0f, 0.0f, 0, 0}, {1.0f, 0, 0.0f, 0.0f, 0, 0},
-        {1.0f, 0, 1.5f, 0.0f, 0, 0},     {1.0f, 0, NAN, 0.0f, 0, 0},
-        {1.0f, 0, 1.0f, -0.1f, 0, 0},    {1.0f, 0, 1.0f, 1.1f, 0, 0},
-        {1.0f, 0, 1.0f, NAN, 0, 0},
-    };
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        p[2] = bad[i];
-        assert_int_equal(tg_cuda_sample(sm, dx, 4, 10, p, dk, NULL, NULL),
-                         TG_EINVAL);
-    }
+    /* Parameters out of range are no input here: they come from values
+     * tg_sampling_check accepted where they entered, and the sampler only
+     * asserts them (tests/unit/test_cpu_sample.c holds the CPU sampler to
+     * the same; a CUDA process's child cannot safely show it here). */
     /* The other entries. */
     assert_int_equal(tg_cuda_logprobs(dx, -1, 10, dk, dl, NULL), TG_EINVAL);
     assert_int_equal(tg_cuda_logprobs(dx, 1, 0, dk, dl, NULL), TG_EINVAL);

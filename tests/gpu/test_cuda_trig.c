@@ -1,5 +1,5 @@
 /* test_cuda_trig.c — decode-time compression on the device
- * (kernels/cuda/trig.h) against the CPU pieces of gpu_worker/gw_trig.c:
+ * (kernels/cuda/trig.h) against the CPU pieces of gpu_worker/model/gw_trig.c:
  *  - scores of many items in one launch (several rows, layers, heads, G
  *    up to 8, d 64 / 128, regions crossing pages, positions up to 40K so
  *    the angles are large) against gw_trig_score, to fp32 rounding of a
@@ -27,7 +27,7 @@
 
 #include "common/model/st_safetensors.h"
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_trig.h"
+#include "gpu_worker/model/gw_trig.h"
 #include "kernels/tg_ops.h"
 #include "tests/support/tt_cuda.h"
 #include "tests/support/tt_support.h"

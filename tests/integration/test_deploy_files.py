@@ -632,7 +632,7 @@ deps = read(os.path.join(DEPLOY, "install-deps.sh"))
 check("python3-yaml" in deps, "install-deps.sh: python3-yaml not in PKGS")
 readme = read(os.path.join(DEPLOY, "README.md"))
 for f in ("Containerfile", "install-deps.sh", "run-tests.sh", "gpu-round.sh",
-          "check-format.sh",
+          "check-format.sh", "check-includes.py",
           "quickstart.sh",
           "systemd/tangramd.service", "systemd/tangramd.env") + tuple(
               "k8s/" + f for f in files):

@@ -18,7 +18,7 @@
 
 #include "common/model/mc_model_config.h"
 #include "common/profile/pf_profile.h"
-#include "gpu_worker/gw_model.h"
+#include "gpu_worker/model/gw_model.h"
 
 #define TT_RNG_SEED 0x9e3779b97f4a7c15ull /* the default (non-zero) seed */
 

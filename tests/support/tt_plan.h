@@ -1,5 +1,5 @@
 /*
- * tt_plan.h — building worker plans (gpu_worker/gw_plan.h) in tests the way
+ * tt_plan.h — building worker plans (gpu_worker/step/gw_plan.h) in tests the way
  * the router does: a request's page accounting (kv_seq) and what has been
  * handed to the worker so far, page deltas for the rows that grew, and
  * plan entries. Used by the worker tests (one process) and the
@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 #include "common/kv/kv_seq.h"
-#include "gpu_worker/gw_plan.h"
-#include "gpu_worker/gw_worker.h"
+#include "gpu_worker/step/gw_plan.h"
+#include "gpu_worker/serve/gw_worker.h"
 
 #define TT_PLAN_SLOTS 8         /* entries (and frees) per plan */
 #define TT_PLAN_CHUNK 64        /* tokens per entry */

@@ -1,5 +1,5 @@
 /*
- * tt_wsum.h — a test sink for the device weight slab (gpu_worker/gw_wslab.h):
+ * tt_wsum.h — a test sink for the device weight slab (gpu_worker/cuda/gw_wslab.h):
  * the CUDA runtime's upload path with the device copy replaced by a
  * checksum, and the same checksum computed independently from plain reads
  * of the checkpoint.
@@ -24,8 +24,8 @@
 #include <stdint.h>
 
 #include "common/model/st_safetensors.h"
-#include "gpu_worker/gw_load.h"
-#include "gpu_worker/gw_wslab.h"
+#include "gpu_worker/model/gw_load.h"
+#include "gpu_worker/cuda/gw_wslab.h"
 
 struct tt_wsum {
     const struct gw_wslab *slab;

@@ -1,4 +1,4 @@
-/* test_beat.c — a worker's heartbeat thread (gpu_worker/gw_beat.h) against
+/* test_beat.c — a worker's heartbeat thread (gpu_worker/serve/gw_beat.h) against
  * a ZMQ_ROUTER in the test: beats arrive on routing id "beat-<rank>" with
  * the process's pid while the thread that owns the progress marks does
  * something else (here: sleeps); they carry the step in flight and how
@@ -16,7 +16,7 @@
 #include <zmq.h>
 
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_beat.h"
+#include "gpu_worker/serve/gw_beat.h"
 #include "worker.pb-c.h"
 
 static char errbuf[256];
@@ -97,7 +97,8 @@ static void test_beats(void **state)
     }
     assert_true(fresh);
     gw_progress_step(&p, 0);
-    assert_int_equal(gw_progress_stalled_ms(&p, gw_beat_now_ms() - 5000), 0);
+    assert_int_equal(gw_progress_stalled_ms(&p, gw_progress_now_ms() - 5000),
+                     0);
 
     gw_beat_stop(&b);
     assert_true(b.n_sent >= 5);

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_comm.h"
+#include "gpu_worker/cpu/gw_comm.h"
 
 #define SLOT 1000 /* floats per slot: vectors up to 2.5 slots get chunked */
 #define ITERS 200

@@ -12,8 +12,12 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/base/tg_err.h"
 #include "kernels/tg_ops.h"
@@ -35,6 +39,30 @@ static void near(double got, double want, double tol)
         print_error("got %.9g want %.9g (tol %.3g)\n", got, want, tol);
         fail();
     }
+}
+
+/* A sampling value tg_sampling_check refuses reaching the sampler is a
+ * caller's bug (the value is checked once where it enters): the sampler
+ * stops the process (TG_ASSERT, abort) instead of answering. Tried in a
+ * child, whose assertion message goes to stderr. */
+static void sample_aborts(struct tg_backend *b, const struct tg_sampling *sp,
+                          int vocab)
+{
+    float x[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int32_t tok;
+        uint64_t rng = 1;
+        (void)tg_ops_cpu.sample(b, x, vocab, sp, NULL, &rng, &tok, NULL, 0,
+                                NULL, NULL);
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGABRT)
+        fail_msg("the sampler answered a refused value (status %d)", st);
 }
 
 static struct tg_backend *be(void)
@@ -402,21 +430,18 @@ static void test_sample_bad(void **st)
                      TG_EINVAL);
     assert_int_equal(tg_ops_cpu.sample(b, x, 3, &sp, NULL, NULL, &tok, NULL, 0, NULL, NULL),
                      TG_EINVAL); /* sampling needs a generator */
+    /* Values out of range are no input here: they stop the process. */
     sp.temperature = -1.0f;
-    assert_int_equal(tg_ops_cpu.sample(b, x, 3, &sp, NULL, &rng, &tok, NULL, 0, NULL, NULL),
-                     TG_EINVAL);
+    sample_aborts(b, &sp, 3);
     sp = plain;
     sp.top_p = 0.0f;
-    assert_int_equal(tg_ops_cpu.sample(b, x, 3, &sp, NULL, &rng, &tok, NULL, 0, NULL, NULL),
-                     TG_EINVAL);
+    sample_aborts(b, &sp, 3);
     sp = plain;
     sp.min_p = 1.5f;
-    assert_int_equal(tg_ops_cpu.sample(b, x, 3, &sp, NULL, &rng, &tok, NULL, 0, NULL, NULL),
-                     TG_EINVAL);
+    sample_aborts(b, &sp, 3);
     sp = plain;
     sp.repetition_penalty = 0.0f;
-    assert_int_equal(tg_ops_cpu.sample(b, x, 3, &sp, NULL, &rng, &tok, NULL, 0, NULL, NULL),
-                     TG_EINVAL);
+    sample_aborts(b, &sp, 3);
     assert_int_equal(tg_ops_cpu.sample(b, x, 0, &plain, NULL, &rng, &tok, NULL, 0, NULL, NULL),
                      TG_EINVAL);
     tg_backend_cpu_free(b);
@@ -424,8 +449,8 @@ static void test_sample_bad(void **st)
 
 /* OpenAI logit_bias: added to the logits before the draw (with the
  * penalties), so +100 forces a token and -100 bans the argmax; the
- * reported log-probability stays that of the raw logits; bad entries are
- * refused. */
+ * reported log-probability stays that of the raw logits; bad entries,
+ * which the boundary check refuses, stop the sampler. */
 static void test_logit_bias(void **st)
 {
     (void)st;
@@ -477,26 +502,22 @@ static void test_logit_bias(void **st)
                                        NULL, NULL), 0);
     assert_int_equal(tok, 1);
 
-    /* Refused: an id outside the vocabulary, a non-finite value, missing
-     * arrays, a negative count. */
+    /* A bias the boundary check refuses (an id outside the vocabulary, a
+     * non-finite value, missing arrays, a negative count) stops the
+     * process here. */
     ids[0] = V;
-    assert_int_equal(tg_ops_cpu.sample(b, row, V, &sp, NULL, NULL, &tok, &lp, 0,
-                                       NULL, NULL), TG_EINVAL);
+    sample_aborts(b, &sp, V);
     ids[0] = -1;
-    assert_int_equal(tg_ops_cpu.sample(b, row, V, &sp, NULL, NULL, &tok, &lp, 0,
-                                       NULL, NULL), TG_EINVAL);
+    sample_aborts(b, &sp, V);
     ids[0] = 2;
     vals[0] = NAN;
-    assert_int_equal(tg_ops_cpu.sample(b, row, V, &sp, NULL, NULL, &tok, &lp, 0,
-                                       NULL, NULL), TG_EINVAL);
+    sample_aborts(b, &sp, V);
     vals[0] = 1.0f;
     sp.bias_vals = NULL;
-    assert_int_equal(tg_ops_cpu.sample(b, row, V, &sp, NULL, NULL, &tok, &lp, 0,
-                                       NULL, NULL), TG_EINVAL);
+    sample_aborts(b, &sp, V);
     sp.bias_vals = vals;
     sp.n_bias = -1;
-    assert_int_equal(tg_ops_cpu.sample(b, row, V, &sp, NULL, NULL, &tok, &lp, 0,
-                                       NULL, NULL), TG_EINVAL);
+    sample_aborts(b, &sp, V);
     tg_backend_cpu_free(b);
 }
 

@@ -1,5 +1,5 @@
 /* test_gw_callwatch.c — the trigger watch of a triggered constraint
- * (gpu_worker/gw_callwatch.h):
+ * (gpu_worker/serve/gw_callwatch.h):
  *   - a trigger inside one token, after text in the same token, and with
  *     bytes after it: the bytes handed out start at its first byte;
  *   - a trigger split over several tokens, one byte per token, and a
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_callwatch.h"
+#include "gpu_worker/serve/gw_callwatch.h"
 
 static int feed(struct gw_callwatch *w, const char *s, const char **call,
                 size_t *n)

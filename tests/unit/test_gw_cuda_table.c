@@ -20,7 +20,7 @@
 #include "common/kv/kv_seq.h"
 #include "common/kv/kv_table.h"
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_cuda.h"
+#include "gpu_worker/cuda/gw_cuda.h"
 
 #define L 2
 #define G 2

@@ -55,7 +55,7 @@
 #include "common/grammar/gm_spec.h"
 #include "common/tok/tok_tokenizer.h"
 #include <jansson.h>
-#include "gpu_worker/gw_grammar.h"
+#include "gpu_worker/serve/gw_grammar.h"
 #include "tests/support/tt_support.h"
 
 #define ROW 151936 /* Qwen3's logits row: wider than its 151,669 ids */

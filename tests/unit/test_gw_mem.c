@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_cuda.h"
-#include "gpu_worker/gw_mem.h"
+#include "gpu_worker/cuda/gw_cuda.h"
+#include "gpu_worker/cuda/gw_mem.h"
 
 #define MIB ((uint64_t)1 << 20)
 #define GIB ((uint64_t)1 << 30)

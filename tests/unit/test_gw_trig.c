@@ -16,7 +16,7 @@
 #include <cmocka.h>
 
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_trig.h"
+#include "gpu_worker/model/gw_trig.h"
 
 static void test_caps(void **state)
 {

@@ -1,4 +1,4 @@
-/* test_model_load.c — streaming weight loading (gpu_worker/gw_load.h) on
+/* test_model_load.c — streaming weight loading (gpu_worker/model/gw_load.h) on
  * small generated checkpoints:
  *   - host fp32 weights (the CPU backend's sink) equal the mapped file's
  *     tensors converted by st_tensor_read_f32, bit for bit, for bf16,
@@ -37,10 +37,10 @@
 #include "common/model/st_safetensors.h"
 #include "common/model/st_writer.h"
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_backend.h"
-#include "gpu_worker/gw_load.h"
-#include "gpu_worker/gw_model.h"
-#include "gpu_worker/gw_wslab.h"
+#include "gpu_worker/backend/gw_backend.h"
+#include "gpu_worker/model/gw_load.h"
+#include "gpu_worker/model/gw_model.h"
+#include "gpu_worker/cuda/gw_wslab.h"
 #include "tests/support/tt_support.h"
 #include "tests/support/tt_wsum.h"
 
@@ -211,7 +211,8 @@ static void check_host_against_mapped(const struct gw_model *m)
 {
     struct gw_load_plan plan;
     struct st_model st;
-    assert_int_equal(gw_load_plan_init(&plan, m, 0, errbuf, sizeof(errbuf)), 0);
+    assert_int_equal(gw_model_load_plan(&plan, m, 0, errbuf, sizeof(errbuf)),
+                     0);
     assert_int_equal(st_model_open(&st, m->dir, errbuf, sizeof(errbuf)), 0);
     assert_int_equal(gw_load_plan_bind(&plan, &st, errbuf, sizeof(errbuf)), 0);
     for (int i = 0; i < plan.n; i++) {
@@ -315,8 +316,9 @@ static void slab_case(const char *dir, int world, int rank, size_t bounce,
     struct gw_load_plan plan;
     struct st_model st;
     assert_int_equal(gw_wslab_init(&slab, &m, errbuf, sizeof(errbuf)), 0);
-    assert_int_equal(gw_load_plan_init(&plan, &m, gw_wslab_tied_head(&m), errbuf,
-                                       sizeof(errbuf)), 0);
+    assert_int_equal(gw_model_load_plan(&plan, &m, gw_wslab_tied_head(&m),
+                                        errbuf, sizeof(errbuf)),
+                     0);
     assert_int_equal(st_model_open(&st, dir, errbuf, sizeof(errbuf)), 0);
     assert_int_equal(gw_load_plan_bind(&plan, &st, errbuf, sizeof(errbuf)), 0);
     struct tt_wsum got, want;
@@ -329,10 +331,11 @@ static void slab_case(const char *dir, int world, int rank, size_t bounce,
                                  .bounce_bytes = bounce};
     struct gw_load_sink sink = {.upload = gw_wslab_upload, .ctx = &up};
     struct gw_load_stats stats;
-    int rc = from_host ? gw_load_run_host(&plan, &m, GW_LOAD_STAGING_MIN, &sink,
-                                          &stats, errbuf, sizeof(errbuf))
-                       : gw_load_run(&plan, &st, GW_LOAD_STAGING_MIN, &sink,
-                                     &stats, errbuf, sizeof(errbuf));
+    int rc = from_host
+                 ? gw_model_run_host(&plan, &m, GW_LOAD_STAGING_MIN, &sink,
+                                     &stats, errbuf, sizeof(errbuf))
+                 : gw_load_run(&plan, &st, GW_LOAD_STAGING_MIN, &sink, &stats,
+                               errbuf, sizeof(errbuf));
     if (rc != 0)
         fail_msg("%s rank %d/%d: %s", dir, rank, world, errbuf);
     assert_int_equal(gw_wslab_upload_finish(&up, errbuf, sizeof(errbuf)), 0);
@@ -431,7 +434,8 @@ static void test_errors(void **state)
     assert_int_equal(gw_model_open(&m, dir, NULL, errbuf, sizeof(errbuf)), 0);
     struct gw_load_plan plan;
     struct st_model st;
-    assert_int_equal(gw_load_plan_init(&plan, &m, 0, errbuf, sizeof(errbuf)), 0);
+    assert_int_equal(gw_model_load_plan(&plan, &m, 0, errbuf, sizeof(errbuf)),
+                     0);
     assert_int_equal(st_model_open(&st, dir, errbuf, sizeof(errbuf)), 0);
     assert_int_equal(gw_load_plan_bind(&plan, &st, errbuf, sizeof(errbuf)), 0);
     snprintf(path, sizeof(path), "%s/model-00001-of-00001.safetensors", dir);

@@ -1,6 +1,6 @@
 /* test_tp_logits.c — the vocab-parallel LM head (Megatron-LM's
  * vocab-parallel output layer, Shoeybi et al. 2019) through gw_forward:
- * T forked ranks, each with its model shard (gw_engine_load_parts), its own
+ * T forked ranks, each with its model shard (gw_rank_load), its own
  * page accounting and a shared-memory comm (gw_comm.h), run the same
  * prefill chunks (with prompt logprobs) of two sequences and then decode
  * both as one batch; rank 0's logits after each prompt and its decode
@@ -30,9 +30,9 @@
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_comm.h"
-#include "gpu_worker/gw_engine.h"
-#include "gpu_worker/gw_forward.h"
+#include "gpu_worker/cpu/gw_comm.h"
+#include "gpu_worker/model/gw_rank.h"
+#include "gpu_worker/cpu/gw_forward.h"
 #include "common/kv/kv_layout.h"
 #include "tests/support/tt_support.h"
 
@@ -131,15 +131,18 @@ static void refresh(const struct kv_layout *kv, const struct kv_seq *s,
 static void run_rank(const char *dir, int rank, int world, const char *comm,
                      const int32_t *feed, int fd)
 {
-    struct gw_engine_opts eo = {.model_dir = dir, .heads_per_group = 1,
-                                .page_size = PAGE, .prefill_chunk = CHUNK,
-                                .rank = rank, .world_size = world};
+    struct gw_rank_opts ro = {.model_dir = dir,
+                              .heads_per_group = 1,
+                              .page_size = PAGE,
+                              .prefill_chunk = CHUNK,
+                              .rank = rank,
+                              .world_size = world};
     struct gw_model m;
     struct pf_profile prof;
     struct kv_layout lay;
     enum tg_score_method method;
-    CHECK(gw_engine_load_parts(&m, &prof, &lay, &method, &eo, errbuf,
-                               sizeof(errbuf)) == 0);
+    CHECK(gw_rank_load(&m, &prof, &lay, &method, &ro, errbuf, sizeof(errbuf)) ==
+          0);
     int first, count, vp;
     gw_model_vocab_slice(&m, &first, &count, &vp);
     CHECK(vp == (m.vocab + world - 1) / world && first == rank * vp);

@@ -27,8 +27,8 @@
 
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
-#include "gpu_worker/gw_engine.h"
-#include "gpu_worker/gw_wlink.h"
+#include "gpu_worker/engine/gw_engine.h"
+#include "gpu_worker/serve/gw_wlink.h"
 #include "tests/support/tt_support.h"
 
 #define PAGE 8

@@ -23,8 +23,8 @@
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_engine.h"
-#include "gpu_worker/gw_worker.h"
+#include "gpu_worker/engine/gw_engine.h"
+#include "gpu_worker/serve/gw_worker.h"
 #include "tests/support/tt_plan.h"
 #include "tests/support/tt_support.h"
 
@@ -656,7 +656,7 @@ static void test_slot_error_alone(void **state)
         }
         /* Every slot took its chunk, the poisoned one too. */
         for (int q = 0; q < 3; q++)
-            assert_int_equal(w.slots[q].pos, 4);
+            assert_int_equal(w.step.slots[q].pos, 4);
         /* The router frees the failed request's slot; a fresh request
          * takes it over in the next step. */
         tt_plan_reset(&p, 2);
@@ -686,6 +686,69 @@ static void test_slot_error_alone(void **state)
 /* gw_seq.epoch (the CUDA decode table cache's key): a slot's epoch
  * changes when its page lists are replaced or cut (fresh entry,
  * truncate_to, free) and stays when pages are only appended. */
+/* In-process generation's arguments are its trust boundary, as the plan
+ * check is a worker's: a sampling value the one check refuses is
+ * TG_EINVAL naming the parameter before anything runs (the samplers
+ * behind it only assert). A run without draws (max_tokens 0, as
+ * calibration's) and a teacher-forced run (greedy draws listing the
+ * alternatives) draw with no filter of the request's, so those are not
+ * held against it. */
+static void test_engine_sampling_checked(void **state)
+{
+    (void)state;
+    need_model();
+    struct gw_engine_opts eo = {.model_dir = model_dir,
+                                .heads_per_group = 1,
+                                .page_size = PAGE,
+                                .prefill_chunk = CHUNK,
+                                .max_context = 128,
+                                .n_threads = 1};
+    struct gw_engine eng;
+    assert_int_equal(gw_engine_init(&eng, &eo, errbuf, sizeof(errbuf)), 0);
+    const int32_t prompt[4] = {11, 22, 33, 44};
+    const struct {
+        float top_p, temp;
+        int32_t n_top;
+        const char *field;
+    } bad[] = {{0.0f, 1.0f, 0, "top_p"},
+               {1.0f, NAN, 0, "temperature"},
+               {1.0f, 0.0f, 1000, "logprobs"}};
+    struct gw_gen_result res;
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        struct gw_gen_params gp = greedy_params();
+        gp.max_tokens = 2;
+        gp.sampling.top_p = bad[i].top_p;
+        gp.sampling.temperature = bad[i].temp;
+        gp.sampling.n_top = bad[i].n_top;
+        assert_int_equal(gw_engine_generate(&eng, prompt, 4, &gp, &res, errbuf,
+                                            sizeof(errbuf)),
+                         TG_EINVAL);
+        if (strstr(errbuf, bad[i].field) == NULL)
+            fail_msg("'%s' does not name %s", errbuf, bad[i].field);
+        gw_gen_result_free(&res);
+    }
+    struct gw_gen_params gp = greedy_params();
+    gp.max_tokens = 0;
+    gp.sampling.top_p = 0.0f; /* no draw uses it */
+    assert_int_equal(
+        gw_engine_generate(&eng, prompt, 4, &gp, &res, errbuf, sizeof(errbuf)),
+        0);
+    assert_int_equal(res.n_tokens, 0);
+    gw_gen_result_free(&res);
+    const int32_t forced[2] = {5, 6};
+    gp.max_tokens = 2;
+    gp.forced_ids = forced;
+    gp.n_forced = 2;
+    assert_int_equal(
+        gw_engine_generate(&eng, prompt, 4, &gp, &res, errbuf, sizeof(errbuf)),
+        0);
+    assert_int_equal(res.n_tokens, 2);
+    assert_int_equal(res.tokens[0], 5);
+    assert_int_equal(res.tokens[1], 6);
+    gw_gen_result_free(&res);
+    gw_engine_free(&eng);
+}
+
 static void test_slot_epochs(void **state)
 {
     (void)state;
@@ -705,9 +768,10 @@ static void test_slot_epochs(void **state)
     struct gw_result res;
     good_plan(&p, &r, kv, 1, &gp);
     assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
-    uint64_t e1 = w.slots[0].kv.epoch;
+    uint64_t e1 = w.step.slots[0].kv.epoch;
     assert_true(e1 != 0);
-    assert_true(w.seqs[0].kv == &w.slots[0].kv); /* the forward view's */
+    assert_true(w.step.seqs[0].kv ==
+                &w.step.slots[0].kv); /* the forward view's */
 
     /* appending a page to row 0 keeps the epoch */
     int32_t extra = -1;
@@ -720,8 +784,8 @@ static void test_slot_epochs(void **state)
     p.d[0].n_page_ids = 1;
     p.plan.n_deltas = 1;
     assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
-    assert_true(w.slots[0].kv.epoch == e1);
-    int32_t n0 = w.slots[0].kv.n_pages[0];
+    assert_true(w.step.slots[0].kv.epoch == e1);
+    int32_t n0 = w.step.slots[0].kv.n_pages[0];
 
     /* cutting row 0 back changes it */
     tt_plan_reset(&p, 3);
@@ -731,7 +795,7 @@ static void test_slot_epochs(void **state)
     p.d[0].truncate_to = (uint32_t)(n0 - 1);
     p.plan.n_deltas = 1;
     assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
-    uint64_t e2 = w.slots[0].kv.epoch;
+    uint64_t e2 = w.step.slots[0].kv.epoch;
     assert_true(e2 != e1);
 
     /* freeing the slot changes it again, and a fresh start once more */
@@ -739,15 +803,16 @@ static void test_slot_epochs(void **state)
     p.frees[0] = 0;
     p.plan.n_frees = 1;
     assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
-    uint64_t e3 = w.slots[0].kv.epoch;
+    uint64_t e3 = w.step.slots[0].kv.epoch;
     assert_true(e3 != e2 && e3 != e1);
     memset(r.sent, 0, (size_t)w.rows * sizeof(int32_t));
     r.fresh = 1;
     r.pos = 0;
     good_plan(&p, &r, kv, 5, &gp);
     assert_int_equal(gw_worker_step(&w, &p.plan, &res), 0);
-    assert_true(w.slots[0].kv.epoch != e3 && w.slots[0].kv.epoch != e2 &&
-                w.slots[0].kv.epoch != e1);
+    assert_true(w.step.slots[0].kv.epoch != e3 &&
+                w.step.slots[0].kv.epoch != e2 &&
+                w.step.slots[0].kv.epoch != e1);
 
     tt_req_free(&r, &pool);
     kv_pool_free(&pool);
@@ -797,6 +862,7 @@ int main(void)
         cmocka_unit_test(test_two_requests_batched),
         cmocka_unit_test(test_bad_plans),
         cmocka_unit_test(test_slot_error_alone),
+        cmocka_unit_test(test_engine_sampling_checked),
         cmocka_unit_test(test_slot_epochs),
         cmocka_unit_test(test_init_refusals),
     };

@@ -1,4 +1,4 @@
-/* test_worker_tier.c — a worker's host tier (gpu_worker/gw_host_tier.h,
+/* test_worker_tier.c — a worker's host tier (gpu_worker/serve/gw_host_tier.h,
  * DESIGN.md §4.10) on the CPU backend: a conversation's pages offloaded
  * and restored into other pages give its next turn, adopted like any
  * stored conversation, exactly the tokens and log-probabilities (bit for
@@ -22,8 +22,8 @@
 #include "common/kv/kv_pool.h"
 #include "common/kv/kv_seq.h"
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_host_tier.h"
-#include "gpu_worker/gw_worker.h"
+#include "gpu_worker/serve/gw_host_tier.h"
+#include "gpu_worker/serve/gw_worker.h"
 #include "tests/support/tt_plan.h"
 #include "tests/support/tt_support.h"
 

@@ -38,8 +38,8 @@
 #include "common/profile/pf_profile.h"
 #include "common/profile/pf_split.h"
 #include "common/base/tg_err.h"
-#include "gpu_worker/gw_model.h"
-#include "gpu_worker/gw_worker.h"
+#include "gpu_worker/model/gw_model.h"
+#include "gpu_worker/serve/gw_worker.h"
 #include "tests/support/tt_plan.h"
 #include "tests/support/tt_support.h"
 

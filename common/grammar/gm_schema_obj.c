@@ -342,6 +342,7 @@ struct pnames {
     uint32_t lo, hi;  /* length bounds */
     struct gm_rx_item it[GM__SCHEMA_RX_MAX]; /* pattern, format */
     size_t n_it;
+    int en_listed; /* the enum's names were made listed members */
 };
 
 static int32_t read_pnames(struct gm__sc *c, const json_t *s, struct pnames *p)
@@ -530,8 +531,9 @@ int32_t gm__schema_object(struct gm__sc *c, const json_t *s)
         return gm_ir_ref(ir, gm_json_object(c->j));
     size_t n_props = props != NULL ? json_object_size(props) : 0;
     size_t n_req = req != NULL ? json_array_size(req) : 0;
-    struct prop *p = calloc(n_props + n_req + 1, sizeof(*p));
-    int32_t *mem = malloc((n_props + n_req + 1) * sizeof(*mem));
+    size_t n_en = extras && pn.en != NULL ? json_array_size(pn.en) : 0;
+    struct prop *p = calloc(n_props + n_req + n_en + 1, sizeof(*p));
+    int32_t *mem = malloc((n_props + n_req + n_en + 1) * sizeof(*mem));
     if (p == NULL || mem == NULL) {
         free(p);
         free(mem);
@@ -586,6 +588,27 @@ int32_t gm__schema_object(struct gm__sc *c, const json_t *s)
             }
             p[at].required = 1;
         }
+    /* Other members whose keys propertyNames enumerates are generated as
+     * listed ones, each once and all of them: distinct keys for certain,
+     * and the whole set that a client's record over an enum (zod's
+     * z.record(z.enum(...), ...)) wants. */
+    for (size_t q = 0; rc >= 0 && q < n_en; q++) {
+        const json_t *x2 = json_array_get(pn.en, q);
+        if (!json_is_string(x2))
+            continue;
+        const char *nm = json_string_value(x2);
+        size_t nl = json_string_length(x2);
+        int dup = 0;
+        for (size_t k2 = 0; k2 < n; k2++)
+            dup |= p[k2].len == nl && memcmp(p[k2].name, nm, nl) == 0;
+        if (dup)
+            continue;
+        p[n] = (struct prop){
+            .name = nm, .len = nl, .schema = addl, .required = 1, .unlisted = 1};
+        n++;
+    }
+    if (n_en > 0)
+        pn.en_listed = 1;
     /* propertyNames on the listed names: drop the optional ones it
      * refuses, fail on a required one */
     size_t w = 0;
@@ -670,7 +693,8 @@ int32_t gm__schema_object(struct gm__sc *c, const json_t *s)
     /* the others */
     int32_t extra = -1;
     int rx_keys = n_pp > 0 || pn.n_it > 0;
-    if (rc >= 0 && (extras || n_pp > 0) && !pn.none && !rx_keys) {
+    if (rc >= 0 && (extras || n_pp > 0) && !pn.none && !rx_keys &&
+        !pn.en_listed) {
         size_t old = gm__schema_path_push(c, "additionalProperties", 20);
         int32_t val = gm__schema_sub(c, addl);
         gm__schema_path_pop(c, old);

@@ -158,6 +158,20 @@ struct tg_ops {
     int (*logprobs)(struct tg_backend *b, const float *logits, int n,
                     int vocab, const int32_t *target, float *lp);
 
+    /* logprobs with each row's rank and alternatives (prompt
+     * log-probabilities over the API): lp[i] exactly as `logprobs` gives
+     * it; rank[i] = 1 + the ids whose logit is strictly greater than the
+     * target's (a NaN logit is never greater; a NaN target ranks after
+     * every other id); top_ids / top_lps (n, k) the k most
+     * likely ids of the row in (logit desc, id asc) order, NaN last, with
+     * their log_softmax values computed as lp is (so the target's value
+     * and its own entry among the alternatives are the same float).
+     * 0 <= k <= vocab; k == 0 leaves top_ids / top_lps untouched (may be
+     * NULL). */
+    int (*logprobs_top)(struct tg_backend *b, const float *logits, int n,
+                        int vocab, const int32_t *target, int k, float *lp,
+                        int32_t *rank, int32_t *top_ids, float *top_lps);
+
     /* Samples one token from logits (V) of one sequence: penalties, then
      * temperature, top-k, top-p, min-p (vLLM order), then a draw from
      * *rng (xoshiro/splitmix state, advanced). Greedy when temperature is

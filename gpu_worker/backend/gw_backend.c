@@ -30,15 +30,14 @@ static float *host_row(const struct gw_backend *b, int row)
 
 int gw_backend_prefill(struct gw_backend *b, struct gw_seq *seq,
                        const int32_t *ids, int n, int row,
-                       const int32_t *lp_targets, float *lp, char *err,
+                       const struct gw_prefill_out *lp, char *err,
                        size_t errlen)
 {
-    struct gw_prefill_out po = {
-        .want_logits = row >= 0,
-        .last_logits = host_row(b, row),
-        .lp_targets = lp_targets,
-        .lp = lp,
-    };
+    struct gw_prefill_out po = {0};
+    if (lp != NULL)
+        po = *lp;
+    po.want_logits = row >= 0;
+    po.last_logits = host_row(b, row);
     return b->ops->prefill(b, seq, ids, n, &po, err, errlen);
 }
 

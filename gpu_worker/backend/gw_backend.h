@@ -263,12 +263,14 @@ void gw_backend_free(struct gw_backend *b);
 /* Runs a chunk of n tokens of seq at seq->pos through b (gw_forward_prefill's
  * contract: rows must hold the pages; TG_ENOSPC otherwise before anything
  * changes), logits of its last token into logits row `row` (< 0: none;
- * written on rank 0). lp_targets (n ids, -1 for none; NULL: no prompt
- * log-probabilities, as in a worker) asks for lp[i] = log P(
- * lp_targets[i] | tokens <= i) (rank 0; gw_prefill_out's lp). */
+ * written on rank 0). lp (NULL: no prompt log-probabilities) asks for
+ * them as gw_prefill_out's lp fields say: lp_targets (n ids, -1 for none,
+ * the same on every rank), lp[i] = log P(lp_targets[i] | tokens <= i) and
+ * optionally ranks and alternatives (rank 0); its want_logits and
+ * last_logits are ignored. */
 int gw_backend_prefill(struct gw_backend *b, struct gw_seq *seq,
                        const int32_t *ids, int n, int row,
-                       const int32_t *lp_targets, float *lp, char *err,
+                       const struct gw_prefill_out *lp, char *err,
                        size_t errlen);
 
 /* One token of each of n sequences through b (gw_forward_decode's

@@ -319,10 +319,14 @@ static int final_logits(struct gw_runtime *rt, int first, int m, float *out,
  * blocks of GW_LP_BLOCK rows so the (rows, V) logits never get large.
  * Every rank runs the same blocks (targets are known everywhere); lp is
  * written on rank 0. */
-static int prompt_logprobs(struct gw_runtime *rt, int n, const int32_t *targets,
-                           float *lp, char *err, size_t errlen)
+static int prompt_logprobs(struct gw_runtime *rt, int n,
+                           const struct gw_prefill_out *po, char *err,
+                           size_t errlen)
 {
     const struct gw_model *md = rt->model;
+    const int32_t *targets = po->lp_targets;
+    float *lp = po->lp;
+    int K = po->rank != NULL ? po->n_top : 0;
     for (int i0 = 0; i0 < n; i0 += GW_LP_BLOCK) {
         int m = n - i0 < GW_LP_BLOCK ? n - i0 : GW_LP_BLOCK;
         int any = 0;
@@ -337,7 +341,26 @@ static int prompt_logprobs(struct gw_runtime *rt, int n, const int32_t *targets,
         if (!is_root(rt))
             continue;
         float out[GW_LP_BLOCK];
-        TG_TRY(rt->ops->logprobs(rt->be, rt->lp_logits, m, md->vocab, tgt, out));
+        if (po->rank == NULL) {
+            TG_TRY(rt->ops->logprobs(rt->be, rt->lp_logits, m, md->vocab, tgt,
+                                     out));
+        } else {
+            /* The same values with ranks and alternatives (the API's
+             * prompt log-probabilities); the block's own scratch. */
+            int32_t rk[GW_LP_BLOCK], ti[GW_LP_BLOCK * GW_PROMPT_MAX_TOP];
+            float tv[GW_LP_BLOCK * GW_PROMPT_MAX_TOP];
+            TG_TRY(rt->ops->logprobs_top(rt->be, rt->lp_logits, m, md->vocab,
+                                         tgt, K, out, rk, ti, tv));
+            for (int i = 0; i < m; i++) {
+                if (targets[i0 + i] < 0)
+                    continue;
+                po->rank[i0 + i] = rk[i];
+                memcpy(po->top_ids + (size_t)(i0 + i) * (size_t)K,
+                       ti + (size_t)i * (size_t)K, (size_t)K * sizeof(int32_t));
+                memcpy(po->top_lps + (size_t)(i0 + i) * (size_t)K,
+                       tv + (size_t)i * (size_t)K, (size_t)K * sizeof(float));
+            }
+        }
         for (int i = 0; i < m; i++)
             if (targets[i0 + i] >= 0)
                 lp[i0 + i] = out[i];
@@ -402,7 +425,10 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
     TG_TRY(comm_check(rt, err, errlen));
     if (out != NULL && is_root(rt) &&
         ((out->want_logits && out->last_logits == NULL) ||
-         (out->lp_targets != NULL && out->lp == NULL)))
+         (out->lp_targets != NULL && out->lp == NULL) ||
+         (out->rank != NULL &&
+          (out->n_top < 0 || out->n_top > GW_PROMPT_MAX_TOP ||
+           (out->n_top > 0 && (out->top_ids == NULL || out->top_lps == NULL))))))
         return tg_err_set(err, errlen, TG_EINVAL,
                           "rank 0 asked for logits without an output buffer");
     int64_t start = seq->pos;
@@ -469,7 +495,7 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
     /* Each layer appended at its rows' old lengths; they grow now. */
     gw_chunk_advance(seq, lay, rt->keep_rows, n);
     if (out != NULL && out->lp_targets != NULL)
-        TG_TRY(prompt_logprobs(rt, n, out->lp_targets, out->lp, err, errlen));
+        TG_TRY(prompt_logprobs(rt, n, out, err, errlen));
     if (out != NULL && out->want_logits)
         TG_TRY(final_logits(rt, n - 1, 1, out->last_logits, err, errlen));
     return 0;

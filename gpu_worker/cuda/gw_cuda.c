@@ -261,18 +261,19 @@ void gw_cuda_free(struct gw_cuda *c)
         free(c->splits);
     }
     void *dev[] = {
-        c->wslab,       c->head_group,  c->head_slot,  c->pool,
-        c->x,           c->part,        c->h,          c->q,
-        c->att,         c->k,           c->v,          c->gu,
-        c->mlp,         c->logits,      c->gathered,   c->scores,
-        c->idx,         c->cmp_ws,      c->dec_ws,     c->ids_d,
-        c->pos_d,       c->tgt_d,       c->lp_d,       c->fault_d,
-        c->dec.indptr,  c->dec.indices, c->dec.npages, c->dec.lens,
-        c->pre.indptr,  c->pre.indices, c->pre.npages, c->pre.lens,
-        c->sc_pos,      c->sc_val,      c->full,       c->s_tok,
-        c->s_lp,        c->s_bad,       c->s_bad_val,  c->s_top_ids,
-        c->s_top_lps,   c->s_bias_rows, c->s_bias_ids, c->s_bias_vals,
-        c->s_mask_rows, c->s_masks};
+        c->wslab,       c->head_group, c->head_slot,   c->pool,
+        c->x,           c->part,       c->h,           c->q,
+        c->att,         c->k,          c->v,           c->gu,
+        c->mlp,         c->logits,     c->gathered,    c->scores,
+        c->idx,         c->cmp_ws,     c->dec_ws,      c->ids_d,
+        c->pos_d,       c->tgt_d,      c->lp_d,        c->fault_d,
+        c->rank_d,      c->ptop_ids_d, c->ptop_lps_d,  c->dec.indptr,
+        c->dec.indices, c->dec.npages, c->dec.lens,    c->pre.indptr,
+        c->pre.indices, c->pre.npages, c->pre.lens,    c->sc_pos,
+        c->sc_val,      c->full,       c->s_tok,       c->s_lp,
+        c->s_bad,       c->s_bad_val,  c->s_top_ids,   c->s_top_lps,
+        c->s_bias_rows, c->s_bias_ids, c->s_bias_vals, c->s_mask_rows,
+        c->s_masks};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
         if (dev[i] != NULL)
             cudaFree(dev[i]);
@@ -283,7 +284,8 @@ void gw_cuda_free(struct gw_cuda *c)
         c->p_fault,      c->p_logits,      c->p_lp,         c->p_tok,
         c->p_top_ids,    c->p_slp,         c->p_top_lps,    c->p_bad,
         c->p_bad_val,    c->p_bias_rows,   c->p_bias_ids,   c->p_bias_vals,
-        c->p_mask_rows,  c->p_masks};
+        c->p_mask_rows,  c->p_masks,       c->p_rank,       c->p_ptop_ids,
+        c->p_ptop_lps};
     for (size_t i = 0; i < sizeof(pin) / sizeof(pin[0]); i++)
         if (pin[i] != NULL)
             cudaFreeHost(pin[i]);
@@ -324,6 +326,9 @@ static size_t act_bytes(const struct gw_cuda *c, int world, size_t *pinned)
     b += 2 * align256(Hkv * C * 4);
     b += align256(c->cmp_ws_bytes) + align256(c->dec_ws_bytes);
     b += 3 * align256(R * 4) + align256(GW_CUDA_LP_BLOCK * 4) + 256;
+    if (m->rank == 0) /* prompt ranks and alternatives */
+        b += align256(GW_CUDA_LP_BLOCK * 4) +
+             2 * align256(GW_CUDA_LP_BLOCK * GW_PROMPT_MAX_TOP * 4);
     size_t tab = 3 * align256((size_t)(c->dec.cap_rows + 1) * 4) +
                  align256((size_t)c->dec.cap_ids * 4) +
                  3 * align256((size_t)(c->pre.cap_rows + 1) * 4) +
@@ -460,6 +465,13 @@ static int alloc_runtime(struct gw_cuda *c, int world, char *err,
             return rc;
         if (world > 1)
             DALLOC(c->full, LR * (size_t)m->vocab * 4, "unsharded logits");
+        size_t PB = GW_CUDA_LP_BLOCK, PK = GW_PROMPT_MAX_TOP;
+        DALLOC(c->rank_d, PB * 4, "prompt ranks");
+        DALLOC(c->ptop_ids_d, PB * PK * 4, "prompt alternatives");
+        DALLOC(c->ptop_lps_d, PB * PK * 4, "prompt alternatives");
+        HALLOC(c->p_rank, PB * 4, "prompt ranks");
+        HALLOC(c->p_ptop_ids, PB * PK * 4, "prompt alternatives");
+        HALLOC(c->p_ptop_lps, PB * PK * 4, "prompt alternatives");
         DALLOC(c->s_tok, S * 4, "sampled tokens");
         DALLOC(c->s_lp, S * 4, "sampled tokens");
         DALLOC(c->s_bad, S * 4, "sampled tokens");

@@ -219,6 +219,11 @@ struct gw_cuda {
     size_t dec_ws_bytes;
     int32_t *ids_d, *pos_d, *tgt_d;    /* (max_rows) */
     float *lp_d;                       /* (GW_CUDA_LP_BLOCK) */
+    int32_t *rank_d;                   /* (GW_CUDA_LP_BLOCK) rank 0: the
+                                          API's prompt ranks */
+    int32_t *ptop_ids_d;               /* (GW_CUDA_LP_BLOCK,
+                                          GW_PROMPT_MAX_TOP) rank 0 */
+    float *ptop_lps_d;                 /* likewise */
     int32_t *fault_d;                  /* (1) */
 
     /* block tables (§4.5) at fixed device addresses, with pinned mirrors:
@@ -243,6 +248,8 @@ struct gw_cuda {
     int32_t *p_ids, *p_pos, *p_fault;  /* pinned (max_rows), (1) */
     float *p_logits;                   /* pinned (T, logit_rows, lm_rows) */
     float *p_lp;                       /* pinned (GW_CUDA_LP_BLOCK) */
+    int32_t *p_rank, *p_ptop_ids;      /* pinned mirrors of rank_d, */
+    float *p_ptop_lps;                 /* ptop_ids_d and ptop_lps_d */
     float *lp_host;                    /* (GW_CUDA_LP_BLOCK, V), T > 1 */
 
     struct tg_cuda_split_map *splits;  /* owned */

@@ -122,8 +122,12 @@ static int layer_compress(struct gw_cuda *c, const struct gw_seq *seq, int l,
     return 0;
 }
 
-/* log_softmax(row)[t] in double on the host (the T > 1 prompt path). */
-static float host_logprob(const float *row, int V, int t)
+/* log_softmax(row)[t] in double on the host (the T > 1 prompt path),
+ * with, when rank is not NULL, t's rank (1 + the ids more likely; NaN
+ * never is) and the k most likely ids (logit desc, id asc, NaN last)
+ * with their values computed as t's is. */
+static float host_logprob(const float *row, int V, int t, int32_t *rank, int k,
+                          int32_t *top_ids, float *top_lps)
 {
     float mx = row[0];
     for (int j = 1; j < V; j++)
@@ -131,7 +135,69 @@ static float host_logprob(const float *row, int V, int t)
     double s = 0.0;
     for (int j = 0; j < V; j++)
         s += exp((double)row[j] - (double)mx);
-    return (float)((double)row[t] - (double)mx - log(s));
+    double ls = log(s);
+    if (rank != NULL) {
+        int32_t above = 0;
+        for (int j = 0; j < V; j++)
+            above += row[j] > row[t] || (isnan(row[t]) && !isnan(row[j]));
+        *rank = above + 1;
+        int have = 0;
+        for (int j = 0; j < V; j++) {
+            float v = isnan(row[j]) ? -INFINITY : row[j];
+            int at = have;
+            while (at > 0 &&
+                   v > (isnan(row[top_ids[at - 1]]) ? -INFINITY
+                                                    : row[top_ids[at - 1]]))
+                at--;
+            if (at >= k)
+                continue;
+            for (int q = (have < k ? have : k - 1); q > at; q--)
+                top_ids[q] = top_ids[q - 1];
+            top_ids[at] = j;
+            have += have < k;
+        }
+        for (int q = 0; q < k; q++)
+            top_lps[q] = (float)((double)row[top_ids[q]] - (double)mx - ls);
+    }
+    return (float)((double)row[t] - (double)mx - ls);
+}
+
+/* Rank 0, one world: the block's ranks and alternatives on the device
+ * (tg_cuda_logprobs' and tg_cuda_topk_logprobs' reductions are the same,
+ * so a target's value equals its own entry among the alternatives). */
+static int prompt_top_dev(struct gw_cuda *c, int i0, int m,
+                          const struct gw_prefill_out *out, char *err,
+                          size_t errlen)
+{
+    const struct gw_model *md = c->model;
+    int V = md->vocab, K = out->n_top;
+    cudaStream_t st = STREAM(c);
+    GW_OP_TRY(tg_cuda_token_rank(c->logits, m, V, c->tgt_d, c->rank_d, st),
+              "prompt ranks", md->n_layers);
+    GW_CU_TRY(cudaMemcpyAsync(c->p_rank, c->rank_d, (size_t)m * 4,
+                              cudaMemcpyDeviceToHost, st));
+    if (K > 0) {
+        GW_OP_TRY(tg_cuda_topk_logprobs(c->logits, m, V, K, c->ptop_ids_d,
+                                        c->ptop_lps_d, st),
+                  "prompt alternatives", md->n_layers);
+        GW_CU_TRY(cudaMemcpyAsync(c->p_ptop_ids, c->ptop_ids_d,
+                                  (size_t)m * K * 4, cudaMemcpyDeviceToHost,
+                                  st));
+        GW_CU_TRY(cudaMemcpyAsync(c->p_ptop_lps, c->ptop_lps_d,
+                                  (size_t)m * K * 4, cudaMemcpyDeviceToHost,
+                                  st));
+    }
+    GW_WAIT_TRY(c);
+    for (int i = 0; i < m; i++) {
+        if (out->lp_targets[i0 + i] < 0)
+            continue;
+        out->rank[i0 + i] = c->p_rank[i];
+        memcpy(out->top_ids + (size_t)(i0 + i) * K,
+               c->p_ptop_ids + (size_t)i * K, (size_t)K * 4);
+        memcpy(out->top_lps + (size_t)(i0 + i) * K,
+               c->p_ptop_lps + (size_t)i * K, (size_t)K * 4);
+    }
+    return 0;
 }
 
 /* Prompt log-probabilities of a finished chunk of n rows (c->h holds the
@@ -176,15 +242,25 @@ static int prompt_lp(struct gw_cuda *c, int n, const struct gw_prefill_out *out,
             for (int i = 0; i < m; i++)
                 if (tg[i0 + i] >= 0)
                     out->lp[i0 + i] = c->p_lp[i];
+            if (out->rank != NULL &&
+                (rc = prompt_top_dev(c, i0, m, out, err, errlen)) != 0)
+                return rc;
         } else {
             /* the gathered slices are reordered on the host anyway */
             rc = gw_cuda__logits_to_host(c, m, m, c->lp_host, err, errlen);
             if (rc != 0)
                 return rc;
-            for (int i = 0; i < m; i++)
-                if (tg[i0 + i] >= 0)
-                    out->lp[i0 + i] = host_logprob(c->lp_host + (size_t)i * V,
-                                                   V, tg[i0 + i]);
+            for (int i = 0; i < m; i++) {
+                if (tg[i0 + i] < 0)
+                    continue;
+                size_t r = (size_t)(i0 + i);
+                int K = out->n_top;
+                out->lp[r] = host_logprob(
+                    c->lp_host + (size_t)i * V, V, tg[i0 + i],
+                    out->rank != NULL ? out->rank + r : NULL, K,
+                    out->rank != NULL ? out->top_ids + r * K : NULL,
+                    out->rank != NULL ? out->top_lps + r * K : NULL);
+            }
         }
     }
     return 0;
@@ -207,7 +283,11 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
     int want_last = out != NULL && out->want_logits;
     int want_lp = out != NULL && out->lp_targets != NULL;
     if (md->rank == 0 && ((want_last && out->last_logits == NULL) ||
-                          (want_lp && out->lp == NULL)))
+                          (want_lp && out->lp == NULL) ||
+                          (want_lp && out->rank != NULL &&
+                           (out->n_top < 0 || out->n_top > GW_PROMPT_MAX_TOP ||
+                            (out->n_top > 0 &&
+                             (out->top_ids == NULL || out->top_lps == NULL))))))
         return tg_err_set(err, errlen, TG_EINVAL,
                           "rank 0 needs the output buffers it asks for");
     int64_t start = seq->pos;

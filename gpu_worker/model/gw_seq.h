@@ -77,7 +77,21 @@ struct gw_prefill_out {
                                   (blocks without a target are skipped) */
     float *lp;                 /* (n) log P(lp_targets[i] | tokens <= i)
                                   (rank 0) */
+    /* With lp_targets, optional (rank 0; NULL: not asked): each target's
+     * rank (1 + the ids more likely), and top_ids / top_lps (n, n_top) the
+     * n_top most likely ids after row i (logit desc, id asc) with their
+     * log-probabilities, computed as lp is (the target's value equals its
+     * own entry among them). Rows without a target are left untouched.
+     * 0 <= n_top <= GW_PROMPT_MAX_TOP. */
+    int32_t *rank;
+    int n_top;
+    int32_t *top_ids;
+    float *top_lps;
 };
+
+/* Alternatives per prompt position a prefill chunk returns at most
+ * (gw_prefill_out.n_top; the API's bound, RT_OPENAI_MAX_LOGPROBS). */
+#define GW_PROMPT_MAX_TOP 20
 
 /* Returns 1 when `method` lets the heads of one group keep different
  * counts (gvote): the forward pass then needs gw_seq.hlen and its callers

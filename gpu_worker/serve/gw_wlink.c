@@ -34,6 +34,9 @@ void gw_wlink_close(struct gw_wlink *l)
     free(l->heads);
     free(l->heads_ptrs);
     free(l->head_vals);
+    free(l->plp);
+    free(l->plp_ptrs);
+    free(l->plp_u32);
     free(l->top_ids);
     memset(l, 0, sizeof(*l));
 }
@@ -115,6 +118,15 @@ int gw_wlink_decode_plan(struct gw_wlink *l,
         o->grammar_tokens = e->grammar_tokens;
         o->n_grammar_tokens = e->n_grammar_tokens;
         o->grammar_pin = e->grammar_prepare;
+        o->prompt_lp = e->prompt_logprobs;
+        o->prompt_top = e->prompt_top > INT32_MAX ? INT32_MAX
+                                                  : (int32_t)e->prompt_top;
+        o->lp_next =
+            e->next_token_opt_case ==
+                    TANGRAM__WORKER__V1__PLAN_ENTRY__NEXT_TOKEN_OPT_NEXT_TOKEN
+                ? (e->next_token > INT32_MAX ? INT32_MAX
+                                             : (int32_t)e->next_token)
+                : -1;
     }
     for (size_t i = 0; i < bp->n_page_deltas; i++) {
         const Tangram__Worker__V1__PageDelta *d =
@@ -205,6 +217,8 @@ int gw_wlink_encode_result(struct gw_wlink *l, const struct gw_result *r,
     }
     out->n_head_lens = r->n_head_lens;
     out->head_lens = r->n_head_lens > 0 ? l->heads_ptrs : NULL;
+    if (gw_wlink__encode_plps(l, r, out) != 0)
+        return TG_ENOMEM;
     out->version = GW_PROTOCOL_VERSION;
     out->step_id = r->step_id;
     out->rank = (uint32_t)r->rank;

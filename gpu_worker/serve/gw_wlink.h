@@ -103,6 +103,9 @@ struct gw_wlink {
     Tangram__Worker__V1__SlotHeadLens *heads, **heads_ptrs;
     uint32_t *head_vals;  /* (cap_head_vals) every report's values */
     size_t cap_heads, cap_head_vals;
+    Tangram__Worker__V1__PromptLogprobs *plp, **plp_ptrs;
+    uint32_t *plp_u32; /* (cap_plp_u32) every record's ranks and ids */
+    size_t cap_plp, cap_plp_u32;
     int extra_fd[GW_WLINK_EXTRA_FDS]; /* polled with the socket by
                              gw_wlink_recv, each when >= 0 (the host tier's
                              and the grammar pool's eventfds); -1 after
@@ -159,6 +162,12 @@ int gw_wlink_decode_plan(struct gw_wlink *l, const Tangram__Worker__V1__BatchPla
  * TG_ENOMEM. */
 int gw_wlink_encode_result(struct gw_wlink *l, const struct gw_result *r,
                            Tangram__Worker__V1__StepResult *out);
+
+/* gw_wlink_encode_result's prompt log-probabilities (gw_wlink_plp.c):
+ * r's plps as StepResult.prompt_logprobs (arrays the link's, floats
+ * borrowed from r). Returns 0 or TG_ENOMEM. */
+int gw_wlink__encode_plps(struct gw_wlink *l, const struct gw_result *r,
+                          Tangram__Worker__V1__StepResult *out);
 
 /* The host tier (DESIGN.md §4.10, gw_wlink_tier.c). A TierCommand's ops
  * are checked and queued on w's tier (gw_host_tier_submit); ops that

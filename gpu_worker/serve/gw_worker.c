@@ -343,6 +343,8 @@ int gw_worker_step(struct gw_worker *w, const struct gw_plan *plan,
     if (rc != 0 || w->rank != 0)
         goto done;
     gw_step_draw_all(st, plan);
+    out->plps = st->n_plps > 0 ? st->plps : NULL;
+    out->n_plps = (size_t)st->n_plps;
     out->n_tokens = st->n_tok;
     out->tokens = st->n_tok > 0 ? st->tok : NULL;
     out->n_slot_errors = st->n_serr;
@@ -356,6 +358,8 @@ done:
         out->slot_errors = NULL;
         out->n_head_lens = 0;
         out->head_lens = NULL;
+        out->n_plps = 0;
+        out->plps = NULL;
         if (w->error[0] == '\0')
             tg_err_set(err, errlen, rc, "%s", tg_strerror(rc));
     }

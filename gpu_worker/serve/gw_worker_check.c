@@ -141,6 +141,16 @@ static int check_entry(struct gw_worker *w, size_t i, const struct gw_entry *e,
                           "slot %u (request '%s'): unknown entry kind %d", s,
                           rid, (int)e->kind);
     }
+    if (e->prompt_lp &&
+        (e->kind != GW_ENTRY_PREFILL || e->prompt_top < 0 ||
+         e->prompt_top > GW_PROMPT_MAX_TOP || e->lp_next >= m->vocab))
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "slot %u (request '%s'): prompt log-probabilities "
+                          "need a prefill entry, 0 .. %d alternatives and a "
+                          "next token in the vocabulary (got kind %d, %d, "
+                          "%d)",
+                          s, rid, GW_PROMPT_MAX_TOP, (int)e->kind,
+                          (int)e->prompt_top, (int)e->lp_next);
     for (size_t t = 0; t < n; t++)
         if (e->tokens[t] >= (uint32_t)m->vocab)
             return tg_err_set(err, errlen, TG_EINVAL,

@@ -71,6 +71,32 @@ struct gw_entry {
                                    log-probability rank 0 writes into
                                    lp[i]; NULL: none */
     float *lp;                  /* with lp_targets: (n_tokens) */
+    int prompt_lp;              /* PREFILL (proto PlanEntry.prompt_logprobs):
+                                   asks rank 0 for the log-probability of
+                                   every position the chunk predicts
+                                   (tokens[i + 1], and lp_next after the
+                                   last one), its rank and prompt_top
+                                   alternatives, listed in the step's
+                                   plps; 0: none */
+    int32_t prompt_top;         /* with prompt_lp: 0 .. GW_PROMPT_MAX_TOP */
+    int32_t lp_next;            /* with prompt_lp: the token after the
+                                   chunk, or -1 (none asked for there) */
+};
+
+/* The prompt log-probabilities of one prefill chunk (rank 0): values for
+ * the positions first_pos .. first_pos + n - 1, each the log-probability
+ * of the token at that position given all before it, its rank (1 + the
+ * ids more likely) and the n_top most likely ids with theirs. Arrays
+ * borrowed from the step until its next run. */
+struct gw_prompt_lps {
+    uint32_t slot;
+    uint32_t first_pos; /* the chunk's start_pos + 1 */
+    size_t n;
+    const float *lp;     /* (n) */
+    const int32_t *rank; /* (n) */
+    int n_top;
+    const int32_t *top_ids; /* (n, n_top) most likely first */
+    const float *top_lps;   /* (n, n_top) */
 };
 
 /* Page ids appended to one (layer, group) row of a slot, after an optional
@@ -126,6 +152,9 @@ struct gw_result {
                                    sampling); the rest is host work */
     const struct gw_head_lens *head_lens; /* (n_head_lens) every rank */
     size_t n_head_lens;
+    const struct gw_prompt_lps *plps; /* (n_plps) rank 0: the prefill
+                                   entries that asked (prompt_lp) */
+    size_t n_plps;
 };
 
 /* What a Hello announces (the link adds version and pid). */

@@ -41,6 +41,10 @@ void gw_step_free(struct gw_step *s)
     free(s->cp_dst);
     free(s->draws);
     free(s->hrep);
+    free(s->plps);
+    free(s->lp_tgt);
+    free(s->plp_f);
+    free(s->plp_i);
     free(s->tok);
     free(s->top_ids);
     free(s->top_lps);
@@ -69,6 +73,8 @@ int gw_step_init(struct gw_step *s, const struct gw_step_cfg *cfg, char *err,
     s->cp_dst = malloc(R * sizeof(int32_t));
     s->draws = calloc(S, sizeof(*s->draws));
     s->hrep = calloc(S, sizeof(*s->hrep));
+    s->plps = calloc(S, sizeof(*s->plps));
+    s->lp_tgt = malloc((size_t)cfg->max_tokens * sizeof(int32_t));
     s->tok = calloc(S, sizeof(*s->tok));
     s->top_ids = malloc(S * K * sizeof(int32_t));
     s->top_lps = malloc(S * K * sizeof(float));
@@ -76,8 +82,9 @@ int gw_step_init(struct gw_step *s, const struct gw_step_cfg *cfg, char *err,
     s->serr_text = calloc(S, GW_STEP_ERROR_MAX);
     int rc = 0;
     if (!s->slots || !s->seqs || !s->seq_ptrs || !s->ids || !s->row ||
-        !s->cp_src || !s->cp_dst || !s->draws || !s->hrep || !s->tok ||
-        !s->top_ids || !s->top_lps || !s->serr || !s->serr_text) {
+        !s->cp_src || !s->cp_dst || !s->draws || !s->hrep || !s->plps ||
+        !s->lp_tgt || !s->tok || !s->top_ids || !s->top_lps || !s->serr ||
+        !s->serr_text) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory for %d slots",
                         cfg->max_slots);
         goto fail;
@@ -163,6 +170,19 @@ int gw_step_reserve(struct gw_step *s, const struct gw_plan *plan)
                     (int64_t)e->start_pos + (int64_t)e->n_tokens - from) != 0)
             return TG_ENOMEM;
     }
+    /* Prompt log-probabilities: per chunk token a value and a rank, plus
+     * its alternatives' ids and values (rank 0 fills them). */
+    size_t nf = 0, ni = 0;
+    for (size_t i = 0; s->cfg.rank == 0 && i < plan->n_entries; i++) {
+        const struct gw_entry *e = &plan->entries[i];
+        if (e->kind != GW_ENTRY_PREFILL || !e->prompt_lp)
+            continue;
+        nf += e->n_tokens * (1 + (size_t)e->prompt_top);
+        ni += e->n_tokens * (1 + (size_t)e->prompt_top);
+    }
+    if (nf > 0 && (TG_GROW(s->plp_f, &s->plp_cap_f, nf) != 0 ||
+                   TG_GROW(s->plp_i, &s->plp_cap_i, ni) != 0))
+        return TG_ENOMEM;
     return 0;
 }
 
@@ -337,17 +357,57 @@ static int compact_triggered(struct gw_step *s, const struct gw_plan *plan,
     return rc;
 }
 
+/* The prompt log-probabilities a chunk asks for: its targets (each
+ * row's next token) and, on rank 0, the step's room for the values
+ * (gw_step_reserve sized it for the plan; *used advances past them). */
+static void prompt_lp_out(struct gw_step *s, const struct gw_entry *e,
+                          size_t *used_f, size_t *used_i,
+                          struct gw_prefill_out *po)
+{
+    size_t n = e->n_tokens, K = (size_t)e->prompt_top;
+    for (size_t t = 0; t + 1 < n; t++)
+        s->lp_tgt[t] = (int32_t)e->tokens[t + 1];
+    s->lp_tgt[n - 1] = e->lp_next;
+    po->lp_targets = s->lp_tgt;
+    if (s->cfg.rank != 0)
+        return;
+    float *f = s->plp_f + *used_f;
+    int32_t *iv = s->plp_i + *used_i;
+    *used_f += n * (1 + K);
+    *used_i += n * (1 + K);
+    po->lp = f;
+    po->rank = iv;
+    po->n_top = (int)K;
+    po->top_ids = iv + n;
+    po->top_lps = f + n;
+    size_t values = e->lp_next >= 0 ? n : n - 1;
+    s->plps[s->n_plps++] = (struct gw_prompt_lps){
+        .slot = e->slot,
+        .first_pos = e->start_pos + 1,
+        .n = values,
+        .lp = po->lp,
+        .rank = po->rank,
+        .n_top = (int)K,
+        .top_ids = po->top_ids,
+        .top_lps = po->top_lps,
+    };
+}
+
 static int run_prefill(struct gw_step *s, const struct gw_entry *e, int row,
-                       char *err, size_t errlen)
+                       size_t *used_f, size_t *used_i, char *err, size_t errlen)
 {
     struct gw_slot *sl = &s->slots[e->slot];
     for (size_t t = 0; t < e->n_tokens; t++)
         s->ids[t] = (int32_t)e->tokens[t];
     struct gw_seq *q = seq_view(s, e->slot);
     q->seed = e->sampling.seed; /* gvote's synthetic-query stream */
+    struct gw_prefill_out po = {.lp_targets = e->lp_targets, .lp = e->lp};
+    if (e->prompt_lp && e->lp_targets == NULL)
+        prompt_lp_out(s, e, used_f, used_i, &po);
     double t0 = now_s();
     int rc = gw_backend_prefill(s->cfg.be, q, s->ids, (int)e->n_tokens, row,
-                                e->lp_targets, e->lp, err, errlen);
+                                po.lp_targets != NULL ? &po : NULL, err,
+                                errlen);
     backend_done(s, t0);
     if (rc != 0)
         return rc;
@@ -371,7 +431,9 @@ int gw_step_run(struct gw_step *s, const struct gw_plan *plan, int announce,
 {
     TG_ASSERT(plan->n_entries <= (size_t)s->cfg.max_slots);
     int rc, n_pf = 0, nd = 0, d_sample = 0, n_draws = 0;
+    size_t used_f = 0, used_i = 0;
     s->n_hrep = 0;
+    s->n_plps = 0;
     s->n_compacted = 0;
     s->compact_s = 0;
     for (size_t i = 0; i < plan->n_entries; i++) {
@@ -387,8 +449,8 @@ int gw_step_run(struct gw_step *s, const struct gw_plan *plan, int announce,
     }
     for (size_t i = 0; i < plan->n_entries; i++)
         if (plan->entries[i].kind == GW_ENTRY_PREFILL &&
-            (rc = run_prefill(s, &plan->entries[i], s->row[i], err, errlen)) !=
-                0)
+            (rc = run_prefill(s, &plan->entries[i], s->row[i], &used_f, &used_i,
+                              err, errlen)) != 0)
             return rc;
     for (size_t i = 0; i < plan->n_entries; i++)
         if (plan->entries[i].kind == GW_ENTRY_FORK &&

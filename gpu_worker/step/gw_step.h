@@ -140,6 +140,18 @@ struct gw_step {
     struct gw_head_lens *hrep; /* (max_slots) slots whose heads moved
                                      in ways the caller cannot predict */
     int n_hrep;
+    struct gw_prompt_lps *plps; /* (max_slots) rank 0: the last run's
+                                     prefill entries with prompt_lp,
+                                     in plan order */
+    int n_plps;
+    int32_t *lp_tgt;              /* (max_tokens) a chunk's targets */
+    float *plp_f;                 /* the last run's values: lp and the
+                                     alternatives' log-probabilities */
+    int32_t *plp_i;               /* its ranks and alternatives' ids */
+    size_t plp_cap_f, plp_cap_i;  /* grown by gw_step_reserve to what
+                                     the plan's chunks ask, at most
+                                     (1 + GW_PROMPT_MAX_TOP) values per
+                                     token */
     int n_compacted;              /* slots the last run compacted */
     double compact_s;             /* seconds of the last run's
                                      compaction */
@@ -176,7 +188,8 @@ void gw_step_slot_clear(struct gw_step *s, uint32_t slot);
  * caller checked e (one value per row or head, none beyond start_pos). */
 void gw_step_slot_start(struct gw_step *s, const struct gw_entry *e);
 
-/* Reserves the token history plan's entries will append, before anything
+/* Reserves the token history plan's entries will append and the room of
+ * the prompt log-probabilities its chunks ask for, before anything
  * changes, so a failure leaves every slot as it was. Returns 0 or
  * TG_ENOMEM. */
 int gw_step_reserve(struct gw_step *s, const struct gw_plan *plan);
@@ -184,7 +197,10 @@ int gw_step_reserve(struct gw_step *s, const struct gw_plan *plan);
 /* Runs plan's entries (steps 1-4 at the top of this file) on slots the
  * caller prepared: started, holding the pages the entries need (the
  * forward passes check the room again: TG_ENOSPC), history reserved
- * (gw_step_reserve). Sets row[], hrep, n_compacted and compact_s. With
+ * (gw_step_reserve). Sets row[], hrep, plps (rank 0: a prefill entry
+ * with prompt_lp gets the log-probabilities of the positions it
+ * predicts; the caller checked prompt_top <= GW_PROMPT_MAX_TOP and
+ * lp_next), n_compacted and compact_s. With
  * announce, rank 0 lets the backend draw the decode batch where its
  * logits are; without, every logits row is left on the host. Returns 0 or
  * the backend's code with the reason in err; a failure leaves the

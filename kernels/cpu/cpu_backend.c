@@ -26,6 +26,7 @@ const struct tg_ops tg_ops_cpu = {
     .select_topk = cpu__select_topk,
     .kv_append = cpu__kv_append,
     .logprobs = cpu__logprobs,
+    .logprobs_top = cpu__logprobs_top,
     .sample = cpu__sample,
     .logits_mask = cpu__logits_mask,
 };

@@ -94,6 +94,9 @@ int cpu__kv_append(struct tg_backend *b, const struct tg_kv_rows *rows,
                    const int32_t *n_keep);
 int cpu__logprobs(struct tg_backend *b, const float *logits, int n, int vocab,
                   const int32_t *target, float *lp);
+int cpu__logprobs_top(struct tg_backend *b, const float *logits, int n,
+                      int vocab, const int32_t *target, int k, float *lp,
+                      int32_t *rank, int32_t *top_ids, float *top_lps);
 int cpu__logits_mask(struct tg_backend *b, float *logits, int vocab,
                      const uint32_t *mask);
 int cpu__sample(struct tg_backend *b, float *logits, int vocab,

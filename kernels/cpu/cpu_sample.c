@@ -77,6 +77,68 @@ int cpu__logprobs(struct tg_backend *b, const float *logits, int n, int vocab,
     return 0;
 }
 
+/* Inserts (v, id) into the sorted top list ids/vals of *n entries (at
+ * most k), in (v desc, id asc) order; NaN values were mapped to -inf. */
+static void top_insert(int32_t *ids, float *vals, int *n, int k, float v,
+                       int32_t id)
+{
+    int at = *n;
+    while (at > 0 &&
+           (v > vals[at - 1] || (v == vals[at - 1] && id < ids[at - 1])))
+        at--;
+    if (at >= k)
+        return;
+    int last = *n < k ? *n : k - 1;
+    for (int j = last; j > at; j--) {
+        ids[j] = ids[j - 1];
+        vals[j] = vals[j - 1];
+    }
+    ids[at] = id;
+    vals[at] = v;
+    if (*n < k)
+        (*n)++;
+}
+
+int cpu__logprobs_top(struct tg_backend *b, const float *logits, int n,
+                      int vocab, const int32_t *target, int k, float *lp,
+                      int32_t *rank, int32_t *top_ids, float *top_lps)
+{
+    if (logits == NULL || target == NULL || lp == NULL || rank == NULL ||
+        n < 0 || vocab < 1 || k < 0 || k > vocab ||
+        (k > 0 && (top_ids == NULL || top_lps == NULL)))
+        return TG_EINVAL;
+    for (int i = 0; i < n; i++)
+        if (target[i] < 0 || target[i] >= vocab)
+            return TG_EINVAL;
+    int par = n > 1 && (size_t)n * (size_t)vocab >= CPU_PAR_MIN_WORK;
+#pragma omp parallel for num_threads(b->n_threads) if (par) schedule(static)
+    for (int i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * (size_t)vocab;
+        float mx;
+        double lse = row_lse(x, vocab, &mx);
+        float xt = x[target[i]];
+        lp[i] = (float)((double)xt - lse);
+        int32_t above = 0;
+        for (int j = 0; j < vocab; j++)
+            above += x[j] > xt || (isnan(xt) && !isnan(x[j]));
+        rank[i] = above + 1;
+        if (k == 0)
+            continue;
+        int32_t *ti = top_ids + (size_t)i * (size_t)k;
+        float *tv = top_lps + (size_t)i * (size_t)k;
+        int have = 0;
+        for (int j = 0; j < vocab; j++) {
+            float v = isnan(x[j]) ? -INFINITY : x[j];
+            if (have == k && v <= tv[k - 1])
+                continue; /* ids ascend: a tie never moves in */
+            top_insert(ti, tv, &have, k, v, j);
+        }
+        for (int t = 0; t < k; t++)
+            tv[t] = (float)((double)x[ti[t]] - lse);
+    }
+    return 0;
+}
+
 static uint64_t splitmix64(uint64_t *s)
 {
     /* Constants of the reference splitmix64 (Vigna, prng.di.unimi.it). */

@@ -365,6 +365,43 @@ extern "C" int tg_cuda_topk_logprobs(const float *logits, int n, int vocab,
     return launch_topk(logits, n, vocab, k, ids, lps, (cudaStream_t)stream);
 }
 
+// ---------------------------------------------------------------- ranks
+
+// 1 + the ids whose logit is strictly greater than the target's; a NaN
+// logit is never greater, a NaN target ranks after every other id. The
+// counts are summed as floats: exact below 2^24 ids.
+static __global__ void rank_kernel(const float *__restrict__ logits, int V,
+                                   const int32_t *__restrict__ target,
+                                   int32_t *__restrict__ rank)
+{
+    const float *x = logits + (size_t)blockIdx.x * V;
+    int t = target[blockIdx.x];
+    float xt = (t >= 0 && t < V) ? x[t] : NAN;
+    bool tnan = isnan(xt);
+    float c = 0.0f;
+    for (int j = threadIdx.x; j < V; j += BS)
+        c += (x[j] > xt || (tnan && !isnan(x[j]))) ? 1.0f : 0.0f;
+    c = block_sum(c);
+    if (threadIdx.x == 0)
+        rank[blockIdx.x] = (t >= 0 && t < V) ? (int32_t)c + 1 : -1;
+}
+
+extern "C" int tg_cuda_token_rank(const float *logits, int n, int vocab,
+                                  const int32_t *target, int32_t *rank,
+                                  void *stream)
+{
+    if (n < 0 || vocab < 1 || vocab >= (1 << 24))
+        return TG_EINVAL;
+    if (n == 0)
+        return 0;
+    if (logits == nullptr || target == nullptr || rank == nullptr)
+        return TG_EINVAL;
+    rank_kernel<<<n, BS, 0, (cudaStream_t)stream>>>(logits, vocab, target,
+                                                    rank);
+    TG_CUDA_LAUNCH_TRY();
+    return 0;
+}
+
 // ---------------------------------------------------------------- sampling
 
 // The logit as the sampler sees it: NaN -> -inf, times 1/T (the CPU

@@ -103,6 +103,15 @@ int tg_cuda_logit_bias(float *logits, int vocab, const int32_t *rows,
 int tg_cuda_topk_logprobs(const float *logits, int n, int vocab, int k,
                           int32_t *ids, float *lps, void *stream);
 
+/* rank[i] = 1 + the ids j with logits[i, j] > logits[i, target[i]] (a NaN
+ * logit is never greater; a NaN target ranks after every other id): the
+ * target's place in the row, as the API's prompt log-probabilities report
+ * it. logits device (n, vocab) fp32; target device (n) int32; rank device
+ * (n) int32 (-1 for a target outside [0, vocab)). vocab < 2^24. Returns 0
+ * once queued, TG_EINVAL or TG_EDEVICE. Any thread. */
+int tg_cuda_token_rank(const float *logits, int n, int vocab,
+                       const int32_t *target, int32_t *rank, void *stream);
+
 /* Creates a sampler for rows of `vocab` logits, at most `max_rows` rows per
  * call, on the current device: device copies of the parameters, sort
  * buffers for min(max_rows, TG_CUDA_SAMPLE_SORT_ROWS) rows and cub's

@@ -110,6 +110,46 @@ static void test_logprobs(void **st)
     tg_backend_cpu_free(b);
 }
 
+/* logprobs_top: the same values as logprobs, each target's rank (1 + the
+ * ids strictly more likely; NaN never is) and the k most likely ids in
+ * (logit desc, id asc) order with values equal to the target's own. */
+static void test_logprobs_top(void **st)
+{
+    (void)st;
+    struct tg_backend *b = be();
+    enum { N = 3, V = 9, K = 4 };
+    const float x[N * V] = {
+        0, 3,   1, 3, -2, 5, 1, 0, 2,  /* 5@5, 3@1, 3@3 (tie: id asc), 2@8 */
+        1, 1,   1, 1, 1,  1, 1, 1, 1,  /* all tied */
+        0, NAN, 4, 0, 0,  0, 0, 0, -1, /* NaN last, never above */
+    };
+    const int32_t t[N] = {3, 7, 2};
+    float lp[N], lp1[N], tv[N * K];
+    int32_t rank[N], ti[N * K];
+    assert_int_equal(
+        tg_ops_cpu.logprobs_top(b, x, N, V, t, K, lp, rank, ti, tv), 0);
+    assert_int_equal(tg_ops_cpu.logprobs(b, x, N, V, t, lp1), 0);
+    /* bit for bit (row 2's NaN makes its value NaN on both) */
+    assert_memory_equal(lp, lp1, sizeof(lp));
+    assert_int_equal(rank[0], 2); /* only id 5 is strictly above */
+    assert_int_equal(rank[1], 1);
+    assert_int_equal(rank[2], 1);
+    const int32_t want[N][K] = {{5, 1, 3, 8}, {0, 1, 2, 3}, {2, 0, 3, 4}};
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < K; k++)
+            assert_int_equal(ti[i * K + k], want[i][k]);
+    assert_true(tv[0 * K + 2] == lp[0]); /* id 3, the target of row 0 */
+    near(tv[0], ref_logprob(x, V, 5), 1e-5);
+    /* k 0 leaves the alternatives alone; bad targets are refused */
+    assert_int_equal(
+        tg_ops_cpu.logprobs_top(b, x, N, V, t, 0, lp, rank, NULL, NULL), 0);
+    const int32_t bad[N] = {0, V, 0};
+    assert_int_equal(
+        tg_ops_cpu.logprobs_top(b, x, N, V, bad, K, lp, rank, ti, tv),
+        TG_EINVAL);
+    tg_backend_cpu_free(b);
+}
+
 static void test_greedy(void **st)
 {
     (void)st;
@@ -585,6 +625,7 @@ int main(void)
         cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_raw_logprobs),
         cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_logprobs_top),
         cmocka_unit_test(test_logits_mask),
         cmocka_unit_test(test_sample_bad),
     };

@@ -88,6 +88,10 @@ int rt_api_gen_started(struct rt_req *r, struct rt_request_error *e)
         .include_usage = a->g.include_usage,
         .continuous_usage = a->g.continuous_usage,
         .index = r->choice,
+        .plp = r->plp,
+        .prompt_ids = r->prompt,
+        .echo_top = a->g.echo_top,
+        .prompt_top = a->g.prompt_top,
     };
     /* Tool calls are parsed out of the output when the template told the
      * model how to write them and the request offered tools. */

@@ -79,6 +79,9 @@
 #define RT_OPENAI_MAX_LOGIT_BIAS 1024 /* logit_bias entries per request */
 #define RT_OPENAI_MAX_N 16         /* choices (parallel samples) per request:
                                       n in [1, 16] (docs/API.md "n") */
+#define RT_OPENAI_MAX_BATCH \
+    64 /* prompts of one completions request
+                                      (docs/API.md "Batches of prompts") */
 
 /* The frame that ends every stream. */
 #define RT_OPENAI_SSE_DONE "data: [DONE]\n\n"
@@ -162,11 +165,24 @@ struct rt_gen_request {
     bool continuous_usage;    /* stream_options.continuous_usage_stats
                                  (vLLM): usage in every chunk */
     bool echo;                /* completions "echo": the output starts with
-                                 the prompt (refused with logprobs) */
+                                 the prompt */
     char *echo_text;          /* the prompt text to echo, filled by the front
                                  end (the text as sent, or the prompt ids
                                  decoded); owned, NULL = none */
     size_t echo_len;          /* bytes of echo_text */
+    /* Prompt log-probabilities (rt_openai_logprobs.c; q.opts.prompt_lp
+     * and prompt_top, the larger of the two, ask the core for them):
+     * echo_top, completions echo with logprobs k: the logprobs object
+     * starts with the prompt's positions, k alternatives each; top,
+     * vLLM's "prompt_logprobs": k. -1: not asked. */
+    int32_t echo_top;
+    int32_t prompt_top;
+    /* A completions batch ("prompt": [p0, p1, ...], lm-evaluation-
+     * harness's shape): q holds p0, batch[i] the prompt (text or ids) of
+     * p(i + 1) in its prompt fields only; each is answered as a choice of
+     * its own (index i + 1), in one response. NULL / 0: one prompt. */
+    struct rt_request *batch;
+    size_t n_batch;
     /* The core's request: q.n choices, 1..RT_OPENAI_MAX_N (parsed; 0 in
      * a request built elsewhere means 1); q.add_special_tokens completions
      * default true, chat false; q.sampling checked
@@ -336,6 +352,16 @@ struct rt_resp_ctx {
                               before the next token; advanced by the
                               formatters, so a stream continues it */
     int32_t index;         /* the choice's "index" (0 unless n > 1) */
+    /* Prompt log-probabilities (rt_openai_logprobs.c): the request's
+     * values (NULL: none) over its prompt ids; echo_top >= 0 puts the
+     * prompt's positions first in a completions logprobs object, with
+     * that many alternatives; prompt_top >= 0 writes vLLM's
+     * "prompt_logprobs" (the choice's on completions, the response's on
+     * chat) with that many. */
+    const struct rt_prompt_lps *plp;
+    const int32_t *prompt_ids;
+    int32_t echo_top;
+    int32_t prompt_top;
 };
 
 /* Writes "<prefix>-<16 hex digits of r>" into buf (cap >= 32 bytes is

@@ -88,4 +88,44 @@ json_t *rt_openai__string_lossy(const char *src, size_t len, int64_t *n_cp);
 int rt_openai__dump(json_t *doc, const char *prefix, const char *suffix,
                     char **out, size_t *out_len);
 
+/* Optional integer member in [lo, hi] (numbers without a fraction
+ * accepted); *present (may be NULL) says whether it was given. */
+int rt_openai__get_int(const json_t *obj, const char *key, const char *param,
+                       int64_t lo, int64_t hi, int64_t *out, bool *present,
+                       struct rt_request_error *e);
+
+/* rt_openai_logprobs.c: prompt log-probabilities and batches.
+ *   zero_max_ok      1 when the request may send max_tokens 0 (echo on
+ *                    completions, or prompt_logprobs): the prompt is
+ *                    scored and nothing generated.
+ *   parse_prompt_lp  after the sampling and stream fields: echo with
+ *                    logprobs and prompt_logprobs into r->echo_top,
+ *                    r->prompt_top and q.opts (prompt_lp, prompt_top,
+ *                    max_tokens 0 as prompt_only), the combinations
+ *                    refused (n > 1, stream, a batch with n > 1 or
+ *                    stream).
+ *   prompt_value     one prompt (a string or an array of token ids) at
+ *                    `param` into q's prompt fields. */
+int rt_openai__zero_max_ok(const json_t *root, const struct rt_gen_request *r);
+int rt_openai__parse_prompt_lp(const json_t *root, struct rt_gen_request *r,
+                               bool max_zero, struct rt_request_error *e);
+int rt_openai__prompt_value(const struct rt_openai_cfg *cfg, const json_t *v,
+                            const char *param, struct rt_request *q,
+                            struct rt_request_error *e);
+
+/* rt_openai_logprobs.c, for rt_openai_resp.c: the prompt's positions at
+ * the front of a completions logprobs object (c->echo_top >= 0; arrays
+ * of its four members, c->text_offset advanced), and vLLM's
+ * "prompt_logprobs" value (c->prompt_top >= 0). *bad set on failure. */
+void rt_openai__echo_entries(struct rt_resp_ctx *c, json_t *off, json_t *lps,
+                             json_t *toks, json_t *tops, int *bad);
+json_t *rt_openai__prompt_logprobs(const struct rt_resp_ctx *c);
+
+/* rt_openai_resp.c, for rt_openai_logprobs.c: a logprob as JSON (-9999.0
+ * for -inf and NaN, as vLLM writes them) and the token text of `id`
+ * through c's callback ("" when none). */
+json_t *rt_openai__logprob_json(float lp);
+const char *rt_openai__token_bytes(const struct rt_resp_ctx *c, int32_t id,
+                                   size_t *len);
+
 #endif /* RT_OPENAI_INTERNAL_H */

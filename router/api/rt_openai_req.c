@@ -160,6 +160,13 @@ static int get_int(const json_t *obj, const char *key, const char *param,
     return 0;
 }
 
+int rt_openai__get_int(const json_t *obj, const char *key, const char *param,
+                       int64_t lo, int64_t hi, int64_t *out, bool *present,
+                       struct rt_request_error *e)
+{
+    return get_int(obj, key, param, lo, hi, out, present, e);
+}
+
 /* Numbers in [lo, hi], or (lo, hi] when lo_open. */
 static int get_num(const json_t *obj, const char *key, double lo, bool lo_open,
                    double hi, double *out, struct rt_request_error *e)
@@ -363,9 +370,6 @@ static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
                                       "echo is a /v1/completions parameter");
     if (rt_openai__member(root, "suffix") != NULL)
         return rt_openai__unsupported(e, "suffix", "suffix is not supported");
-    if (rt_openai__member(root, "prompt_logprobs") != NULL)
-        return rt_openai__unsupported(e, "prompt_logprobs",
-                           "prompt logprobs are not supported over HTTP");
     int frc = rt_openai_parse_response_format(root, &out->q.grammar, e);
     if (frc == 0)
         frc = rt_openai_parse_structured(root, &out->q.grammar, e);
@@ -393,6 +397,8 @@ void rt_gen_request_defaults(struct rt_gen_request *r)
     r->q.opts.max_tokens = -1;
     r->q.opts.skip_special_tokens = true;
     r->q.opts.logprobs = -1;
+    r->echo_top = -1;
+    r->prompt_top = -1;
 }
 
 int rt_openai_check_sampling(const struct tg_sampling *sp, int32_t vocab,
@@ -413,6 +419,9 @@ void rt_gen_request_free(struct rt_gen_request *r)
     free(r->model);
     rt_openai_chat_messages_free(r->messages, r->n_messages);
     free(r->echo_text);
+    for (size_t i = 0; i < r->n_batch; i++)
+        rt_request_free(&r->batch[i]);
+    free(r->batch);
     rt_request_free(&r->q);
     memset(r, 0, sizeof(*r));
 }
@@ -585,11 +594,16 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
     const char *mkey = "max_tokens";
     if (chat && rt_openai__member(root, "max_completion_tokens") != NULL)
         mkey = "max_completion_tokens";
-    if ((rc = get_int(root, mkey, mkey, 1, max_hi, &x, &present, e)))
+    /* 0 (score the prompt, generate nothing) only where the prompt's
+     * log-probabilities can be asked for (rt_openai_logprobs.c). */
+    bool max_zero = false;
+    if ((rc = get_int(root, mkey, mkey, rt_openai__zero_max_ok(root, r) ? 0 : 1,
+                      max_hi, &x, &present, e)))
         return rc;
     if (present) {
         s->max_tokens = (int32_t)x;
         r->q.max_tokens_param = mkey;
+        max_zero = x == 0;
     }
     if ((rc = get_int(root, "min_tokens", "min_tokens", 0, max_hi, &x, &present,
                       e)))
@@ -680,6 +694,10 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
             s->logprobs = (int32_t)top;
     }
     sp->n_top = s->logprobs > 0 ? s->logprobs : 0;
+    if (max_zero) { /* prompt_only: one draw, dropped */
+        s->prompt_only = true;
+        s->max_tokens = 1;
+    }
     return 0;
 }
 
@@ -748,9 +766,9 @@ static int parse_ids(const json_t *root, struct rt_gen_request *r,
 
 /* ---- completions prompt ------------------------------------------------ */
 
-/* prompt: a string, an array of token ids, or a batch of one of those
- * (["text"] or [[ids]]); a longer batch is refused (one prompt per
- * request; its choices, n, are indexed 0..n-1). */
+/* prompt: a string, an array of token ids, or a batch of those (["text",
+ * ...] or [[ids], ...], at most RT_OPENAI_MAX_BATCH): the first goes to
+ * r->q, the others to r->batch, each answered as a choice of its own. */
 static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
                         struct rt_gen_request *r, struct rt_request_error *e)
 {
@@ -758,52 +776,68 @@ static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
     if (v == NULL)
         return rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
                                "prompt", "'prompt' is required");
-    const char *param = "prompt";
-    if (json_is_array(v) && json_array_size(v) >= 1 &&
-        !json_is_number(json_array_get(v, 0))) {
-        if (json_array_size(v) > 1)
-            return rt_openai__fail(
-                e, TG_EUNSUPPORTED, 400, "unsupported_value", "prompt",
-                "'prompt' holds %zu prompts; batched prompts are not "
-                "supported, send one prompt per request",
-                json_array_size(v));
-        v = json_array_get(v, 0);
-        param = "prompt[0]";
-        if (!json_is_string(v) && !json_is_array(v))
-            return rt_openai__bad_type(e, param,
-                                       "a string or an array of token ids");
+    if (!json_is_array(v) || json_array_size(v) == 0 ||
+        json_is_number(json_array_get(v, 0)))
+        return rt_openai__prompt_value(cfg, v, "prompt", &r->q, e);
+    size_t n = json_array_size(v);
+    if (n > RT_OPENAI_MAX_BATCH)
+        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", "prompt",
+                               "'prompt' holds %zu prompts; at most %d are "
+                               "allowed in one request",
+                               n, RT_OPENAI_MAX_BATCH);
+    int rc = rt_openai__prompt_value(cfg, json_array_get(v, 0), "prompt[0]",
+                                     &r->q, e);
+    if (rc != 0 || n == 1)
+        return rc;
+    r->batch = calloc(n - 1, sizeof(*r->batch));
+    if (r->batch == NULL)
+        return rt_openai__oom(e);
+    for (size_t i = 1; i < n; i++) {
+        char p[32];
+        snprintf(p, sizeof(p), "prompt[%zu]", i);
+        r->n_batch = i;
+        if ((rc = rt_openai__prompt_value(cfg, json_array_get(v, i), p,
+                                          &r->batch[i - 1], e)) != 0)
+            return rc;
     }
+    return 0;
+}
+
+int rt_openai__prompt_value(const struct rt_openai_cfg *cfg, const json_t *v,
+                            const char *param, struct rt_request *q,
+                            struct rt_request_error *e)
+{
     if (json_is_string(v)) {
         size_t n = json_string_length(v);
         if (n == 0)
             return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", param,
                                    "'%s' must not be empty", param);
-        r->q.prompt = strndup(json_string_value(v), n);
-        if (r->q.prompt == NULL)
+        q->prompt = strndup(json_string_value(v), n);
+        if (q->prompt == NULL)
             return rt_openai__oom(e);
-        r->q.prompt_len = n;
+        q->prompt_len = n;
         return 0;
     }
     if (!json_is_array(v))
         return rt_openai__bad_type(
-            e, "prompt",
-            "a string, an array of token ids or an array of one "
-            "string");
+            e, param,
+            strcmp(param, "prompt") == 0
+                ? "a string, an array of token ids or an array of those"
+                : "a string or an array of token ids");
     if (json_array_size(v) == 0)
         return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", param,
                                "'%s' must not be empty", param);
-    int rc = rt_openai__read_ids(cfg, v, param, 0, &r->q.prompt_ids,
-                                 &r->q.n_prompt_ids, e);
+    int rc = rt_openai__read_ids(cfg, v, param, 0, &q->prompt_ids,
+                                 &q->n_prompt_ids, e);
     if (rc)
         return rc;
-    if (cfg->max_model_len > 0 &&
-        r->q.n_prompt_ids >= (size_t)cfg->max_model_len)
+    if (cfg->max_model_len > 0 && q->n_prompt_ids >= (size_t)cfg->max_model_len)
         return rt_openai__fail(
             e, TG_ETOOBIG, 400, "context_length_exceeded", param,
             "the prompt has %zu tokens; this model's context is %d "
             "tokens, which must also hold at least one generated "
             "token",
-            r->q.n_prompt_ids, (int)cfg->max_model_len);
+            q->n_prompt_ids, (int)cfg->max_model_len);
     return 0;
 }
 
@@ -850,18 +884,9 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
         (rc = parse_sampling(cfg, root, out, e)) ||
         (rc = parse_stream(root, out, e)) || (rc = parse_ids(root, out, e)))
         goto fail;
-    /* vLLM answers echo + logprobs with the prompt's log-probabilities,
-     * which would cost a forward pass of every prompt position through
-     * the compressed prefill; this server does not compute them over HTTP
-     * (tangram-generate --prompt-logprobs does, offline). */
-    if (out->echo && out->q.opts.logprobs >= 0) {
-        rc = rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
-                             "echo",
-                             "'echo' with 'logprobs' would need the prompt's "
-                             "log-probabilities, which this server does not "
-                             "return; send echo without logprobs");
+    if ((rc = rt_openai__parse_prompt_lp(root, out, out->q.opts.prompt_only,
+                                         e)))
         goto fail;
-    }
     if ((rc = rt_openai_check_sampling(&out->q.sampling, cfg->vocab_size, "",
                                        e)) != 0)
         goto fail;

@@ -211,6 +211,17 @@ static const char *token_bytes(const struct rt_resp_ctx *c, int32_t id,
     return s;
 }
 
+json_t *rt_openai__logprob_json(float lp)
+{
+    return logprob_value(lp);
+}
+
+const char *rt_openai__token_bytes(const struct rt_resp_ctx *c, int32_t id,
+                                   size_t *len)
+{
+    return token_bytes(c, id, len);
+}
+
 /* Completions shape: {"text_offset", "token_logprobs", "tokens",
  * "top_logprobs"}; text_offset counts code points of the output so far
  * (vLLM counts Python str length) and is advanced in c. */
@@ -220,6 +231,8 @@ static json_t *completion_logprobs(struct rt_resp_ctx *c,
     json_t *o = json_object(), *off = json_array(), *lps = json_array(),
            *toks = json_array(), *tops = json_array();
     int bad = 0;
+    if (c->echo_top >= 0 && c->plp != NULL)
+        rt_openai__echo_entries(c, off, lps, toks, tops, &bad);
     for (size_t i = 0; i < n && !bad; i++) {
         size_t len;
         const char *s = token_bytes(c, lp[i].id, &len);
@@ -386,6 +399,11 @@ static int format_response(struct rt_resp_ctx *c, const char *text,
     }
     put(choice, "logprobs", logprobs_value(c, lp, n_lp, false), &bad);
     put(choice, "finish_reason", finish_value(fin), &bad);
+    /* vLLM: a completions choice carries its prompt's values, a chat
+     * response carries them beside its choices. */
+    if (c->prompt_top >= 0 && c->plp != NULL)
+        put(c->endpoint == RT_ENDPOINT_CHAT ? doc : choice, "prompt_logprobs",
+            rt_openai__prompt_logprobs(c), &bad);
     json_t *choices = json_array();
     push(choices, choice, &bad);
     put(doc, "choices", choices, &bad);

@@ -93,7 +93,22 @@ struct rt_gen_opts {
     int32_t logprobs;        /* -1 = none; else alternatives per token,
                                 0 .. the front end's bound (the sampler's
                                 n_top is the same number, 0 for none) */
+    bool prompt_lp;          /* the prompt's log-probabilities (echo with
+                                logprobs, vLLM's prompt_logprobs): every
+                                prompt position after the first, computed
+                                by the request's own chunked prefill (it
+                                never adopts stored KV); default false */
+    int32_t prompt_top;      /* with prompt_lp: alternatives per prompt
+                                position, 0 .. RT_PROMPT_LPS_MAX_TOP */
+    bool prompt_only;        /* the client's max_tokens 0 (with prompt_lp
+                                or echo): the prompt is prefilled and the
+                                one token its last chunk draws (max_tokens
+                                is 1) is dropped, never delivered; the
+                                request ends with "length" */
 };
+
+/* Alternatives per prompt position at most (the workers' bound). */
+#define RT_PROMPT_LPS_MAX_TOP 20
 
 /* A generation request. Exactly one of prompt, prompt_ids and
  * chat_messages is set. Zeroed is empty; everything is owned by the
@@ -179,6 +194,24 @@ struct rt_token_logprob {
     float logprob;
     const struct rt_top_logprob *top; /* (n_top) */
     size_t n_top;
+};
+
+/* The prompt log-probabilities of a request that asked (rt_gen_opts.
+ * prompt_lp): for each prompt position p in 1 .. n - 1, the natural-log
+ * probability of token p given tokens 0 .. p - 1 as the request's chunked
+ * prefill computed it (the compressed KV of its earlier chunks, DESIGN.md
+ * §4.3), the rank of token p (1 + the ids more likely) and the k most
+ * likely ids there. Filled as the chunks complete, in position order;
+ * complete when have == n - 1, which is before the first generated token
+ * is delivered. Memory: n * (8 + 8 k) bytes, allocated at submission. */
+struct rt_prompt_lps {
+    int64_t n;        /* prompt tokens */
+    int32_t k;        /* alternatives per position */
+    int64_t have;     /* positions 1 .. have are filled */
+    float *lp;        /* (n) [0] unused */
+    int32_t *rank;    /* (n) [0] unused */
+    int32_t *top_ids; /* (n, k) most likely first */
+    float *top_lps;   /* (n, k) */
 };
 
 #endif /* RT_REQUEST_H */

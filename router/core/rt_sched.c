@@ -410,6 +410,7 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
     q->user = req->user;
     q->n_tokens = q->n_prompt = req->n_prompt;
     q->max_tokens = req->max_tokens;
+    q->plp_top = req->prompt_lp ? req->prompt_top : -1;
     q->state = RT_SCHED_WAITING;
     q->slot = -1;
     if (leader != NULL) {
@@ -507,6 +508,14 @@ void rt_sched__add_entry(struct rt_sched *s, struct rt_step *out,
     e->num_prompt = req->n_prompt;
     e->row_lens_off = -1;
     e->fork_from = -1;
+    /* Prompt positions pos + 1 .. pos + n this chunk predicts, while one
+     * of them is a prompt position (a restart after preemption prefills
+     * its generated tokens too; their values are not asked for). */
+    e->prompt_lp = kind == RT_STEP_PREFILL && req->plp_top >= 0 &&
+                   pos + 1 < req->n_prompt;
+    e->prompt_top = e->prompt_lp ? req->plp_top : 0;
+    e->lp_next = e->prompt_lp && pos + n < req->n_prompt ? req->tokens[pos + n]
+                                                         : -1;
     /* A fresh slot on a worker starts its matcher from the spec and the
      * tokens generated so far (a restart after preemption replays them). */
     e->grammar = req->fresh ? req->grammar : NULL;
@@ -665,7 +674,10 @@ static int admit_front(struct rt_sched *s, struct rt_step *out, int64_t budget)
     if (s->n_running + 1 + req->n_sibs > s->cfg.max_num_seqs)
         return ADM_STOP;
     struct rt_prefix_entry *m = NULL;
-    if (rt_prefix_match_rewind(&s->cache, s->pools, s->lay, req->tokens,
+    /* Prompt log-probabilities are computed, never taken from the store:
+     * such a request prefills its whole prompt. */
+    if (req->plp_top < 0 &&
+        rt_prefix_match_rewind(&s->cache, s->pools, s->lay, req->tokens,
                                req->n_tokens, req->scope, req->session,
                                &m) != 0)
         m = NULL; /* no reuse without scratch memory; still correct */

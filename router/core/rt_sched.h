@@ -190,6 +190,16 @@ struct rt_sched_request {
                                holds it ready under (the caller submits a
                                constrained request only then), carried on
                                its fresh entries */
+    int prompt_lp;            /* nonzero: the log-probabilities of the
+                               prompt positions 1 .. n_prompt - 1 are
+                               asked of the workers (rt_step_entry.
+                               prompt_lp, with prompt_top alternatives)
+                               on every chunk that predicts one, and the
+                               request never adopts stored KV (rt_prefix):
+                               every prompt position is computed by its
+                               own chunked prefill from position 0, as
+                               `tangram-generate --prompt-logprobs` does */
+    int32_t prompt_top;       /* with prompt_lp: 0 .. 20 */
     uint64_t fork_of;       /* nonzero: a parallel sample (OpenAI n > 1)
                                of the WAITING, never admitted request
                                fork_of, submitted right after it with the

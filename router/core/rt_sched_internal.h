@@ -25,6 +25,9 @@ struct rt_sched_req {
                                  client prompt + max_tokens, so a huge
                                  max_tokens costs nothing up front */
     int64_t n_prompt;         /* the client's prompt length */
+    int32_t plp_top;          /* prompt log-probabilities asked with this
+                                 many alternatives (never adopts stored
+                                 KV), or -1 */
     int32_t max_tokens;
     int32_t n_generated;
     enum rt_sched_state state;

@@ -344,6 +344,12 @@ static void handle_result(struct rt_server *s, const struct rt_link_result *res)
         observe_finish(s, r, RT_FINISH_ERROR);
         rt_req_deliver(r, RT_FINISH_ERROR, res->entries[i].error);
     }
+    /* Prompt log-probabilities of the step's chunks. */
+    for (int32_t i = 0; i < n; i++) {
+        struct rt_req *r = s->step.entries[i].user;
+        if (res->entries[i].plp != NULL && !r->done)
+            rt_server__plp_take(r, res->entries[i].plp);
+    }
     uint8_t *stop = calloc((size_t)n + 1, 1);
     for (int32_t i = 0; i < n; i++) {
         const struct rt_step_entry *en = &s->step.entries[i];
@@ -351,6 +357,9 @@ static void handle_result(struct rt_server *s, const struct rt_link_result *res)
         r->in_step = 0;
         if (!en->sample || r->done || res->tokens[i] < 0)
             continue;
+        if (r->q.opts.prompt_only)
+            continue; /* max_tokens 0: the draw is dropped, max_tokens 1
+                         ends it */
         const struct rt_link_token *lt = &res->entries[i];
         int32_t tok = res->tokens[i];
         if (r->n_out < r->cap_out) {

@@ -112,6 +112,9 @@ struct rt_req {
     int32_t n_out, cap_out, n_top;
     int32_t lp_sent;            /* tokens whose logprobs were delivered */
     int64_t cached_tokens;      /* prompt tokens reused from stored KV */
+    struct rt_prompt_lps *plp;  /* with q.opts.prompt_lp: the prompt's
+                                   log-probabilities (rt_server_plp.c),
+                                   owned; NULL otherwise */
     double t_arrival, t_first, t_last; /* seconds, loop clock */
     int submitted;              /* the scheduler knows it */
     int done;                   /* finished; freed after the step */
@@ -360,6 +363,19 @@ void rt_server__grammar_flush(struct rt_server *s);
 void rt_server__on_grammar(void *ud, const struct rt_link_gready *rd, size_t n);
 void rt_server__grammar_lost(struct rt_server *s);
 void rt_server__grammar_gauges(struct rt_server *s);
+
+/* rt_server_plp.c: the prompt log-probabilities of requests that ask
+ * (rt_request.h struct rt_prompt_lps).
+ *   plp_alloc  at submission: r->plp for its n_prompt tokens (0, or
+ *              TG_ENOMEM with *e filled); no-op without prompt_lp.
+ *   plp_take   a chunk's values from rank 0 (rt_link.h): positions not
+ *              yet filled and inside the prompt are copied (a restart
+ *              after preemption computes some again: the first values
+ *              stand).
+ *   plp_free   frees r->plp. */
+int rt_server__plp_alloc(struct rt_req *r, struct rt_request_error *e);
+void rt_server__plp_take(struct rt_req *r, const struct rt_link_plp *p);
+void rt_server__plp_free(struct rt_req *r);
 
 /* rt_server_req.c: hands r (set up by the submission, its grammar ready
  * if it has one) to the scheduler. Returns 0 (r->submitted set) or the

@@ -59,6 +59,7 @@ void rt_req_drop(struct rt_req *r)
     free(r->out_top_lps);
     free(r->top_scratch);
     free(r->lp_scratch);
+    rt_server__plp_free(r);
     free(r);
 }
 
@@ -306,6 +307,8 @@ static int submit_tokenized(struct rt_req *r, struct rt_request_error *e)
         rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
         return TG_ENOMEM;
     }
+    if ((rc = rt_server__plp_alloc(r, e)) != 0)
+        return rc;
     if (r->fork_of == 0) /* a sample's seed is set by rt_req_new_sample */
         r->q.sampling.seed = sp->has_seed ? r->q.sampling.seed
                                           : rt_server__splitmix(&s->rng);
@@ -337,6 +340,8 @@ int rt_server__sched_submit(struct rt_req *r, struct rt_request_error *e)
         .cache_scope = cache_scope(r),
         .user = r,
         .fork_of = r->fork_of,
+        .prompt_lp = r->q.opts.prompt_lp,
+        .prompt_top = r->q.opts.prompt_top,
     };
     char err[256];
     rc = rt_sched_submit(&s->sched, &sr, err, sizeof(err));

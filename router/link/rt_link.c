@@ -215,6 +215,8 @@ static void complete_step(struct rt_link *link, int ok, const char *error)
             snprintf(verr, sizeof verr,
                      "rank 0 returned %d of %d sampled tokens", (int)got,
                      (int)want);
+        if (!verr[0])
+            rt_link__plp_result(link, sr, verr, sizeof verr);
         if (verr[0]) {
             ok = 0;
             error = verr;
@@ -222,6 +224,7 @@ static void complete_step(struct rt_link *link, int ok, const char *error)
                 link->res_tokens[i].token = -1;
                 link->res_tokens[i].n_top = 0;
                 link->res_tokens[i].error = NULL;
+                link->res_tokens[i].plp = NULL;
                 link->res_ids[i] = -1;
             }
         }
@@ -957,6 +960,8 @@ void rt_link_close(struct rt_link *link)
     free(link->entry_sample);
     free(link->res_tokens);
     free(link->res_ids);
+    free(link->entry_plp);
+    link->entry_plp = NULL;
     rt_link__heads_free(link);
     link->ranks = NULL;
     link->entry_slot = NULL;

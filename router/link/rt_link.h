@@ -151,6 +151,23 @@ struct rt_link_tier_done {
     const char *error;           /* "" when ok; valid during the callback */
 };
 
+/* The prompt log-probabilities rank 0 returned for one prefill entry
+ * that asked (rt_step_entry.prompt_lp; proto PromptLogprobs): n values
+ * for the positions first_pos .. first_pos + n - 1, each with its rank
+ * and n_top alternatives (position-major, most likely first). Checked
+ * against the entry: first_pos is its pos + 1, n its chunk (less one
+ * without lp_next), n_top its prompt_top, ids in the vocabulary. Pointers
+ * borrow from the result being delivered. */
+struct rt_link_plp {
+    int64_t first_pos;
+    size_t n;
+    const float *logprobs; /* (n) natural log */
+    const uint32_t *ranks; /* (n) >= 1 */
+    size_t n_top;
+    const uint32_t *top_ids;   /* (n, n_top) */
+    const float *top_logprobs; /* (n, n_top) */
+};
+
 /* One sampled token of a step, in step-entry order. Pointers borrow from
  * the result being delivered. */
 struct rt_link_token {
@@ -164,6 +181,8 @@ struct rt_link_token {
     size_t n_top;                /* alternatives, most likely first */
     const uint32_t *top_ids;     /* (n_top) */
     const float *top_logprobs;   /* (n_top) natural log */
+    const struct rt_link_plp *plp; /* the entry's prompt log-probabilities
+                                    (it asked, the step is ok), or NULL */
 };
 
 /* What on_result receives. Everything it points to is valid only during
@@ -276,6 +295,10 @@ struct rt_link {
     int32_t n_entries, cap_entries;
     uint32_t *entry_slot;        /* (cap_entries) slots of the step */
     uint8_t *entry_sample;       /* (cap_entries) sample flags */
+    struct rt_link_plp *entry_plp;    /* (cap_entries) what each entry's
+                                    prompt log-probabilities must be
+                                    (n_top SIZE_MAX: none asked), then
+                                    rank 0's (rt_link_plp.c) */
     struct rt_link_token *res_tokens; /* (cap_entries) result buffers */
     int32_t *res_ids;            /* (cap_entries) */
     uint8_t comm_id[RT_LINK_COMM_ID_MAX]; /* rank 0's group id */

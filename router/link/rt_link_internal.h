@@ -107,6 +107,18 @@ void rt_link__heads_result(struct rt_link *link, struct rt_link_result *res);
 /* rt_link_heads.c: frees the report buffers. */
 void rt_link__heads_free(struct rt_link *link);
 
+/* rt_link_plp.c: records what the prompt log-probabilities of the step's
+ * entries must be (rt_link_send_plan, once the plan is sent). */
+void rt_link__plp_expect(struct rt_link *link, const struct rt_step *step);
+
+/* rt_link_plp.c: checks rank 0's PromptLogprobs records of an ok
+ * StepResult against the entries that asked (each exactly once, its
+ * first position, count, alternatives and ids) and points those entries'
+ * res_tokens at them. Returns 0, or -1 with the reason in why. */
+int rt_link__plp_result(struct rt_link *link,
+                        const Tangram__Worker__V1__StepResult *sr, char *why,
+                        size_t n);
+
 /* rt_link_comm.c: handles a CommReady from alive rank `rank`. */
 /* Checks that a message `what` from `rank` carries the protocol's version
  * and names that rank; otherwise declares the rank dead (the link may be

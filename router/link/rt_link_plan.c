@@ -15,13 +15,14 @@
 #include "router/link/rt_link_internal.h"
 #include "worker.pb-c.h"
 
-/* Four arrays, one capacity: cap_entries moves once all have grown. */
+/* Five arrays, one capacity: cap_entries moves once all have grown. */
 static int grow_entries(struct rt_link *link, int32_t n)
 {
-    int32_t c1 = link->cap_entries, c2 = c1, c3 = c1, c4 = c1;
+    int32_t c1 = link->cap_entries, c2 = c1, c3 = c1, c4 = c1, c5 = c1;
     if (TG_GROW(link->entry_slot, &c1, n) ||
         TG_GROW(link->entry_sample, &c2, n) ||
-        TG_GROW(link->res_tokens, &c3, n) || TG_GROW(link->res_ids, &c4, n))
+        TG_GROW(link->res_tokens, &c3, n) || TG_GROW(link->res_ids, &c4, n) ||
+        TG_GROW(link->entry_plp, &c5, n))
         return TG_ENOMEM;
     link->cap_entries = c1;
     return 0;
@@ -66,6 +67,10 @@ static int check_step(const struct rt_link *link, const struct rt_step *s,
                                                 rows > s->n_row_lens))
             return tg_err_set(err, errlen, TG_EINVAL,
                               "entry %d: row lengths out of range", i);
+        if (e->prompt_lp && (e->kind != RT_STEP_PREFILL || e->prompt_top < 0 ||
+                             e->prompt_top > 20 || e->lp_next < -1))
+            return tg_err_set(err, errlen, TG_EINVAL,
+                              "entry %d: bad prompt log-probabilities", i);
         if (e->has_head_lens &&
             (e->row_lens_off < 0 || s->n_heads < 1 || e->head_lens_off < 0 ||
              e->head_lens_off + (int64_t)link->cfg.world_size * s->n_heads >
@@ -215,6 +220,15 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
             p->grammar_tokens = (uint32_t *)(uintptr_t)e->grammar_tokens;
             p->grammar_prepare = e->grammar_prepare;
         }
+        if (e->prompt_lp) {
+            p->prompt_logprobs = 1;
+            p->prompt_top = (uint32_t)e->prompt_top;
+            if (e->lp_next >= 0) {
+                p->next_token_opt_case =
+                    TANGRAM__WORKER__V1__PLAN_ENTRY__NEXT_TOKEN_OPT_NEXT_TOKEN;
+                p->next_token = (uint32_t)e->lp_next;
+            }
+        }
         b.pep[i] = p;
     }
 
@@ -306,6 +320,7 @@ int rt_link_send_plan(struct rt_link *link, const struct rt_step *step,
         link->entry_slot[i] = (uint32_t)step->entries[i].slot;
         link->entry_sample[i] = step->entries[i].sample ? 1 : 0;
     }
+    rt_link__plp_expect(link, step);
     rt_link__kick(link);
     rc = 0;
 out:

@@ -82,6 +82,14 @@ struct rt_step_entry {
     uint64_t grammar_prepare; /* with grammar: the id rank 0 holds the
                                 compiled grammar under (proto
                                 GrammarPrepare) */
+    int32_t prompt_lp;        /* RT_STEP_PREFILL: 1 asks rank 0 for the
+                                log-probabilities of the positions the
+                                chunk predicts (pos + 1 ..), with ranks
+                                and prompt_top alternatives each (proto
+                                PlanEntry.prompt_logprobs); 0: none */
+    int32_t prompt_top;       /* with prompt_lp: 0 .. 20 */
+    int32_t lp_next;          /* with prompt_lp: the token at pos + n (the
+                                last row's target), or -1 */
     int64_t delta_begin;     /* its records: deltas[delta_begin ..
                                 delta_end) */
     int64_t delta_end;

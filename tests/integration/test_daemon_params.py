@@ -9,7 +9,8 @@ openai_params.mjs) and raw HTTP:
   outside [-100, 100] are 400 naming the entry.
 - echo (completions): the text starts with the prompt and continues with
   what the same request without echo generates; streamed the same; usage
-  unchanged; echo with logprobs is 400; a prompt sent as token ids is
+  unchanged; echo with logprobs streamed is 400 (the prompt's
+  log-probabilities are test_daemon_prompt_logprobs.py's); a prompt sent as token ids is
   echoed decoded.
 - a response_format schema with an unsupported keyword and n = 17 (over
   the limit of 16) are 400
@@ -181,7 +182,7 @@ def t_node(d, force, ban):
               "node: echo streamed starts with the prompt too",
               j["echo_stream"])
     for k, param, what in (
-            ("echo_logprobs", "echo", "echo with logprobs"),
+            ("echo_logprobs", "echo", "echo with logprobs streamed"),
             ("json_schema", "response_format.json_schema.schema",
              "response_format schema with an unsupported keyword"),
             ("bias_range", "logit_bias.99999999",

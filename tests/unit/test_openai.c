@@ -128,8 +128,20 @@ static const struct bad_case BAD[] = {
      "(3; got 1)"},
     {H, "{" MSG ",\"echo\":true}", 400, TG_EUNSUPPORTED, "echo",
      "a /v1/completions parameter"},
-    {C, "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":0}", 400,
-     TG_EUNSUPPORTED, "echo", "prompt's log-probabilities"},
+    {C,
+     "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":0,"
+     "\"stream\":true}",
+     400, TG_EUNSUPPORTED, "echo", "cannot be streamed"},
+    {C, "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":1,\"n\":2}", 400,
+     TG_EUNSUPPORTED, "echo", "only with n = 1"},
+    {C, "{\"prompt\":\"hi\",\"prompt_logprobs\":21}", 400, TG_ERANGE,
+     "prompt_logprobs", ""},
+    {H, "{" MSG ",\"prompt_logprobs\":1,\"stream\":true}", 400, TG_EUNSUPPORTED,
+     "prompt_logprobs", "cannot be streamed"},
+    {C, "{\"prompt\":\"hi\",\"max_tokens\":0}", 400, TG_ERANGE, "max_tokens",
+     ""},
+    {C, "{\"prompt\":\"hi\",\"echo\":true,\"max_tokens\":0,\"n\":2}", 400,
+     TG_EUNSUPPORTED, "max_tokens", "only with n = 1"},
     {C, "{\"prompt\":\"hi\",\"echo\":\"no\"}", 400, TG_EFORMAT, "echo",
      "must be a boolean"},
     {C, "{\"prompt\":\"hi\",\"suffix\":\"x\"}", 400, TG_EUNSUPPORTED, "suffix",
@@ -152,8 +164,6 @@ static const struct bad_case BAD[] = {
      "logit_bias", "token 7 twice"},
     {C, "{\"prompt\":\"hi\",\"logit_bias\":[1]}", 400, TG_EFORMAT, "logit_bias",
      "must be an object"},
-    {C, "{\"prompt\":\"hi\",\"prompt_logprobs\":1}", 400, TG_EUNSUPPORTED,
-     "prompt_logprobs", "not supported"},
     {C, "{\"prompt\":\"hi\",\"response_format\":{\"type\":\"grammar\"}}", 400,
      TG_EUNSUPPORTED, "response_format.type", "not supported"},
     {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\"}}", 400,
@@ -780,6 +790,57 @@ static void test_completion_all_fields(void **state)
     rt_gen_request_free(&r);
 }
 
+/* echo with logprobs and prompt_logprobs ask the core for the prompt's
+ * values (the larger count of alternatives); max_tokens 0 scores the
+ * prompt and generates nothing (one draw, dropped). */
+static void test_prompt_logprobs(void **state)
+{
+    (void)state;
+    struct rt_gen_request r;
+    struct rt_request_error e;
+    const char *b = "{\"prompt\":[1,2,3],\"echo\":true,\"logprobs\":1,"
+                    "\"max_tokens\":1}";
+    assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
+    assert_true(r.q.opts.prompt_lp);
+    assert_int_equal(r.q.opts.prompt_top, 1);
+    assert_int_equal(r.echo_top, 1);
+    assert_int_equal(r.prompt_top, -1);
+    assert_false(r.q.opts.prompt_only);
+    assert_int_equal(r.q.opts.max_tokens, 1);
+    rt_gen_request_free(&r);
+    b = "{\"prompt\":[[1,2,3]],\"echo\":true,\"logprobs\":2,"
+        "\"prompt_logprobs\":5,\"max_tokens\":0}";
+    assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
+    assert_true(r.q.opts.prompt_lp);
+    assert_int_equal(r.q.opts.prompt_top, 5);
+    assert_int_equal(r.echo_top, 2);
+    assert_int_equal(r.prompt_top, 5);
+    assert_true(r.q.opts.prompt_only);
+    assert_int_equal(r.q.opts.max_tokens, 1);
+    rt_gen_request_free(&r);
+    /* echo alone with max_tokens 0: the prompt, nothing scored */
+    b = "{\"prompt\":\"hi\",\"echo\":true,\"max_tokens\":0}";
+    assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
+    assert_false(r.q.opts.prompt_lp);
+    assert_true(r.q.opts.prompt_only);
+    rt_gen_request_free(&r);
+    /* chat: prompt_logprobs, max_tokens 0 allowed with it */
+    b = "{" MSG ",\"prompt_logprobs\":0,\"max_tokens\":0}";
+    assert_int_equal(rt_openai_parse_chat(&CFG, b, strlen(b), &r, &e), 0);
+    assert_true(r.q.opts.prompt_lp);
+    assert_int_equal(r.q.opts.prompt_top, 0);
+    assert_int_equal(r.echo_top, -1);
+    assert_int_equal(r.prompt_top, 0);
+    assert_true(r.q.opts.prompt_only);
+    rt_gen_request_free(&r);
+    /* neither: nothing asked */
+    b = "{\"prompt\":\"hi\",\"logprobs\":1}";
+    assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
+    assert_false(r.q.opts.prompt_lp);
+    assert_int_equal(r.echo_top, -1);
+    rt_gen_request_free(&r);
+}
+
 static void test_logit_bias_and_echo(void **state)
 {
     (void)state;
@@ -932,6 +993,7 @@ int main(void)
         cmocka_unit_test(test_n_and_sample_copy),
         cmocka_unit_test(test_completion_all_fields),
         cmocka_unit_test(test_logit_bias_and_echo),
+        cmocka_unit_test(test_prompt_logprobs),
         cmocka_unit_test(test_completion_prompt_forms),
         cmocka_unit_test(test_fit),
         cmocka_unit_test(test_tokenize_requests),

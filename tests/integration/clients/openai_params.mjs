@@ -10,7 +10,7 @@
 //
 // Sends completions and chats with logit_bias (non-streaming and
 // streaming), completions with echo (both forms), and the requests the
-// server refuses with 400 (echo with logprobs, a response_format schema
+// server refuses with 400 (echo with logprobs streamed, a response_format schema
 // with an unsupported keyword, logit_bias outside the vocabulary, n = 17).
 // Prints one JSON
 // object with what the client saw; the Python test judges it. Exits 1 only
@@ -86,7 +86,7 @@ async function main() {
   out.echo_stream = await streamText({ ...base, echo: true });
 
   out.echo_logprobs = await refused(() => client.completions.create({
-    ...base, echo: true, logprobs: 1 }));
+    ...base, echo: true, logprobs: 1, stream: true }));
   out.json_schema = await refused(() => client.chat.completions.create({
     model, messages: [{ role: "user", content: "JSON please" }],
     max_tokens: 3, response_format: { type: "json_schema", json_schema: {

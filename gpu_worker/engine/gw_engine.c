@@ -152,6 +152,9 @@ void gw_gen_result_free(struct gw_gen_result *r)
     free(r->top_ids);
     free(r->top_lps);
     free(r->prompt_lp);
+    free(r->prompt_rank);
+    free(r->prompt_top_ids);
+    free(r->prompt_top_lps);
     free(r->kept);
     free(r->forced_lps);
     free(r->kept_n);
@@ -350,6 +353,10 @@ static int check_args(const struct gw_engine *e, const int32_t *prompt,
     }
     if (p->max_tokens > 0)
         TG_TRY(tg_sampling_check(&drawn, m->vocab, NULL, err, errlen));
+    if (p->prompt_top < 0 || p->prompt_top > GW_PROMPT_MAX_TOP)
+        return tg_err_set(err, errlen, TG_EINVAL,
+                          "prompt alternatives %d outside 0 .. %d",
+                          p->prompt_top, GW_PROMPT_MAX_TOP);
     if (p->dump_kept && e->backend != GW_BACKEND_CPU)
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
                           "kept positions (--dump-kept) are recorded by the "
@@ -385,6 +392,34 @@ static int check_args(const struct gw_engine *e, const int32_t *prompt,
     return 0;
 }
 
+/* The step's prompt log-probabilities of the chunk just run (one record,
+ * slot 0) into res at their positions. */
+static int take_prompt_lps(const struct gw_engine *e, struct gw_gen_result *res,
+                           char *err, size_t errlen)
+{
+    const struct gw_step *st = &e->step;
+    if (st->n_plps != 1)
+        return tg_err_set(err, errlen, TG_EINTERNAL,
+                          "the step returned %d prompt log-probability "
+                          "records for one chunk",
+                          st->n_plps);
+    const struct gw_prompt_lps *q = &st->plps[0];
+    size_t K = (size_t)res->prompt_n_top;
+    if (q->first_pos + q->n > (size_t)res->n_prompt || (size_t)q->n_top != K)
+        return tg_err_set(err, errlen, TG_EINTERNAL,
+                          "prompt log-probabilities out of the prompt");
+    for (size_t i = 0; i < q->n; i++) {
+        size_t p = q->first_pos + i;
+        res->prompt_lp[p] = q->lp[i];
+        res->prompt_rank[p] = q->rank[i];
+        memcpy(res->prompt_top_ids + p * K, q->top_ids + i * K,
+               K * sizeof(int32_t));
+        memcpy(res->prompt_top_lps + p * K, q->top_lps + i * K,
+               K * sizeof(float));
+    }
+    return 0;
+}
+
 /* Chunked prefill (§4.3): chunks of exactly C from the turn start, each a
  * step of the one-slot plan; the accounting follows every chunk. */
 static int prefill(struct gw_engine *e, struct gen_run *g,
@@ -411,9 +446,18 @@ static int prefill(struct gw_engine *e, struct gen_run *g,
         g->en.start_pos = (uint32_t)off;
         g->en.sample = last;
         g->en.last_chunk = last;
-        g->en.lp_targets = res->prompt_lp != NULL ? targets : NULL;
-        g->en.lp = res->prompt_lp != NULL ? res->prompt_lp + off + 1 : NULL;
+        int detail = res->prompt_rank != NULL;
+        g->en.lp_targets = res->prompt_lp != NULL && !detail ? targets : NULL;
+        g->en.lp = res->prompt_lp != NULL && !detail ? res->prompt_lp + off + 1
+                                                     : NULL;
+        /* With ranks and alternatives: the plan's own prompt_lp request,
+         * a worker's path for the API's prompt log-probabilities. */
+        g->en.prompt_lp = detail;
+        g->en.prompt_top = detail ? res->prompt_n_top : 0;
+        g->en.lp_next = detail && !last ? prompt[off + n] : -1;
         rc = run_entry(e, g, 1, err, errlen);
+        if (rc == 0 && detail)
+            rc = take_prompt_lps(e, res, err, errlen);
         if (rc != 0)
             break;
         if (gw_method_per_head(e->method)) {
@@ -433,6 +477,9 @@ static int prefill(struct gw_engine *e, struct gen_run *g,
     }
     g->en.lp_targets = NULL;
     g->en.lp = NULL;
+    g->en.prompt_lp = 0;
+    g->en.prompt_top = 0;
+    g->en.lp_next = -1;
     return rc;
 }
 
@@ -468,12 +515,23 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt, int n_prompt,
     res->n_prompt = n_prompt;
     if (p->prompt_logprobs)
         res->prompt_lp = malloc((size_t)n_prompt * sizeof(float));
+    int PK = p->prompt_logprobs ? p->prompt_top : 0;
+    if (PK > 0) {
+        res->prompt_n_top = PK;
+        res->prompt_rank = calloc((size_t)n_prompt, sizeof(int32_t));
+        res->prompt_top_ids = calloc((size_t)n_prompt * (size_t)PK,
+                                     sizeof(int32_t));
+        res->prompt_top_lps = calloc((size_t)n_prompt * (size_t)PK,
+                                     sizeof(float));
+    }
     int32_t top_ids[GW_BACKEND_MAX_TOP];
     float top_lps[GW_BACKEND_MAX_TOP];
     if (!targets || !res->tokens || !res->lps || !res->top_ids ||
         !res->top_lps || !res->kept || (p->dump_kept && !slot_pos) ||
         (p->forced_ids != NULL && !res->forced_lps) ||
-        (p->prompt_logprobs && !res->prompt_lp)) {
+        (p->prompt_logprobs && !res->prompt_lp) ||
+        (PK > 0 &&
+         (!res->prompt_rank || !res->prompt_top_ids || !res->prompt_top_lps))) {
         rc = tg_err_set(err, errlen, TG_ENOMEM, "out of memory");
         goto out;
     }

@@ -111,6 +111,10 @@ struct gw_gen_params {
     struct tg_sampling sampling; /* its seed and n_top (top-K logprobs
                                     per generated token) included */
     int prompt_logprobs;       /* compute log P(prompt[p] | prompt[<p]) */
+    int prompt_top;            /* with prompt_logprobs, 0 .. GW_PROMPT_MAX_TOP;
+                                  > 0: also every position's rank and
+                                  that many alternatives (the worker's
+                                  prompt_lp path, as the API asks it) */
     int ignore_eos;            /* do not stop at the model's eos ids */
     const int32_t *stop_ids;   /* extra stop ids (borrowed) */
     int n_stop;
@@ -131,6 +135,12 @@ struct gw_gen_result {
     float *top_lps;      /* (n_tokens, n_top) */
     int n_tokens, n_top;
     float *prompt_lp;    /* (n_prompt) [0] is NaN; NULL unless asked */
+    int32_t *prompt_rank;    /* (n_prompt) with prompt_top: 1 + the ids more
+                             likely than prompt[p] there ([0] is 0) */
+    int32_t *prompt_top_ids; /* (n_prompt, prompt_n_top) most likely
+                                first; row 0 unused */
+    float *prompt_top_lps;   /* likewise */
+    int prompt_n_top;
     int n_prompt;
     enum gw_finish finish;
     int32_t *kept;       /* (L, G) prompt tokens held per row after prefill */

@@ -26,6 +26,9 @@ chunked compressed prefill, DESIGN.md §4.3) on the tiny qwen3 model:
 - A text prompt and a chat request with prompt_logprobs are scored too.
 - Refusals (400 naming the parameter): echo + logprobs with stream, with
   n = 2; prompt_logprobs above 20; a batch of two prompts.
+- The official OpenAI Node client (tests/integration/clients/
+  openai_echo.mjs): completions.create with echo and logprobs (max_tokens
+  1 and 0) parses the answer, with the reference's values.
 - The same request twice: equal values (a prompt's stored KV is never
   adopted for scoring: the second is computed again, cached_tokens 0).
 
@@ -197,6 +200,34 @@ def check_refusals(d, ids):
                 "refused: %s (400 naming %s)" % (what, param), raw[:300])
 
 
+def check_node(d, ids, ref):
+    root, why = du.node_clients(["openai_echo.mjs"])
+    if root is None:
+        C.check(False, "the OpenAI Node client is available", why)
+        return
+    r = subprocess.run(["node", os.path.join(root, "openai_echo.mjs"),
+                        d.base_url + "/v1", "model", json.dumps(ids)],
+                       capture_output=True, text=True, timeout=300, cwd=root)
+    lines = r.stdout.strip().splitlines()
+    j = du.json_of(lines[-1]) if lines else None
+    if not C.check(r.returncode == 0 and isinstance(j, dict) and
+                   "error" not in j, "node: completions.create with echo and "
+                   "logprobs returned", r.stdout[-1500:] + r.stderr[-800:]):
+        return
+    n = len(ids)
+    one, zero = j["one"], j["zero"]
+    C.check(len(one["token_logprobs"]) == n + 1 and
+            one["token_logprobs"][0] is None and
+            max_diff(one["token_logprobs"][1:n], ref[1:]) <= TOL and
+            len(one["tokens"]) == n + 1 and len(one["text_offset"]) == n + 1,
+            "node: echo + logprobs parsed with the reference's values")
+    C.check(len(zero["token_logprobs"]) == n and
+            zero["finish_reason"] == "length" and
+            zero["usage"]["completion_tokens"] == 0,
+            "node: max_tokens 0 parsed", {k: zero[k] for k in
+                                          ("finish_reason", "usage")})
+
+
 def serve(model, prof, name, work, ids, ref, others):
     d = du.Daemon(model, work, profile=prof, args=[
         "--heads-per-group", "1", "--prefill-chunk", str(CHUNK)])
@@ -214,6 +245,7 @@ def serve(model, prof, name, work, ids, ref, others):
         for k, (oids, oref) in enumerate(others):
             check_loglikelihood(d, "%s prompt %d" % (name, k), oids, oref)
         if prof == "none":
+            check_node(d, ids, ref)
             check_refusals(d, ids)
             st, j, raw = complete(d, prompt="The quick brown fox jumps",
                                   echo=True, logprobs=2, max_tokens=0)

@@ -246,6 +246,7 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
     }
     Tangram__V1__GenerateResponse m = TANGRAM__V1__GENERATE_RESPONSE__INIT;
     Tangram__V1__Usage u = TANGRAM__V1__USAGE__INIT;
+    struct rt_api_grpc_plp pb = {0};
     int32_t n_new = r->n_out - c->tok_sent;
     uint32_t *ids = malloc(((size_t)n_new + 1) * sizeof(uint32_t));
     Tangram__V1__TokenLogprob *tl = calloc((size_t)n_new + 1, sizeof(*tl));
@@ -303,6 +304,9 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
             m.logprobs = tlp;
         }
         m.finish_reason = reason_of(fin);
+        if (fin != RT_FINISH_NONE && r->plp != NULL &&
+            rt_api_grpc__plp(r, &m, &pb) != 0)
+            ok = 0;
         if (fin != RT_FINISH_NONE) {
             u.prompt_tokens = (uint32_t)r->n_prompt;
             u.completion_tokens = (uint32_t)r->n_out;
@@ -320,6 +324,7 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
         }
         c->tok_sent = r->n_out;
     }
+    rt_api_grpc__plp_free(&pb);
     for (size_t i = 0; i < n_txt; i++)
         free(tok_txt[i]);
     free(tok_txt);
@@ -514,6 +519,16 @@ int rt_api_grpc_convert(struct rt_server *s,
     if (q->request_id != NULL && q->request_id[0] != '\0' &&
         (g->q.request_id = strdup(q->request_id)) == NULL)
         goto nomem;
+    if (q->prompt_logprobs_opt_case) {
+        if (q->prompt_logprobs > RT_PROMPT_LPS_MAX_TOP) {
+            rt_request_error_set(e, 400, "invalid_value", "prompt_logprobs",
+                                 "prompt_logprobs must be at most %d",
+                                 RT_PROMPT_LPS_MAX_TOP);
+            return TG_EINVAL;
+        }
+        o->prompt_lp = true;
+        o->prompt_top = (int32_t)q->prompt_logprobs;
+    }
     const Tangram__V1__SamplingParams *p = q->sampling;
     if (p == NULL)
         return rt_openai_check_sampling(sp, s->mc.vocab_size, "sampling.", e);
@@ -526,9 +541,14 @@ int rt_api_grpc_convert(struct rt_server *s,
         }                                                                    \
     } while (0)
     if (p->max_tokens_opt_case) {
-        RANGE(p->max_tokens >= 1 && p->max_tokens <= INT32_MAX, "max_tokens",
-              "max_tokens must be >= 1");
-        o->max_tokens = (int32_t)p->max_tokens;
+        /* 0 scores the prompt alone (one draw, dropped) */
+        RANGE((p->max_tokens >= 1 || o->prompt_lp) &&
+                  p->max_tokens <= INT32_MAX,
+              "max_tokens",
+              "max_tokens must be >= 1 (0 only with "
+              "prompt_logprobs)");
+        o->max_tokens = p->max_tokens > 0 ? (int32_t)p->max_tokens : 1;
+        o->prompt_only = p->max_tokens == 0;
     }
     if (p->temperature_opt_case) {
         RANGE(p->temperature >= 0 && p->temperature <= 2, "temperature",

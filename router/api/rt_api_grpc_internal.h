@@ -1,6 +1,7 @@
 /*
  * rt_api_grpc_internal.h — the conversion of a gRPC chat into the HTTP
- * API's JSON (rt_api_grpc_chat.c), for the gRPC front end's files only.
+ * API's JSON (rt_api_grpc_chat.c) and the prompt's log-probabilities of
+ * a response (rt_api_grpc_plp.c), for the gRPC front end's files only.
  */
 #ifndef RT_API_GRPC_INTERNAL_H
 #define RT_API_GRPC_INTERNAL_H
@@ -28,5 +29,20 @@ size_t rt_api_grpc__mem_estimate(size_t msg_len, const char *prompt,
                                  Tangram__V1__ChatMessage *const *msgs,
                                  size_t n, Tangram__V1__Tool *const *tools,
                                  size_t n_tools);
+
+/* The prompt's log-probabilities of a finished request (r->plp) as
+ * GenerateResponse.prompt_logprobs (rt_api_grpc_plp.c): the arrays live
+ * in *b until rt_api_grpc__plp_free, after the message is packed. Returns
+ * 0 or TG_ENOMEM. Loop thread. */
+struct rt_req;
+struct rt_api_grpc_plp {
+    Tangram__V1__PromptLogprob *v, **vp;
+    Tangram__V1__TopLogprob *top, **topp;
+    char **txt;
+    size_t n_txt;
+};
+int rt_api_grpc__plp(const struct rt_req *r, Tangram__V1__GenerateResponse *m,
+                     struct rt_api_grpc_plp *b);
+void rt_api_grpc__plp_free(struct rt_api_grpc_plp *b);
 
 #endif /* RT_API_GRPC_INTERNAL_H */

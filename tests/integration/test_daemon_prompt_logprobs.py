@@ -29,6 +29,9 @@ chunked compressed prefill, DESIGN.md §4.3) on the tiny qwen3 model:
 - The official OpenAI Node client (tests/integration/clients/
   openai_echo.mjs): completions.create with echo and logprobs (max_tokens
   1 and 0) parses the answer, with the reference's values.
+- gRPC: Generate with prompt_logprobs 2 and max_tokens 0 (and 1): the
+  final message holds positions 1..n-1 with the reference's values, ranks
+  and at most 2 alternatives; max_tokens 0 without it is INVALID_ARGUMENT.
 - The same request twice: equal values (a prompt's stored KV is never
   adopted for scoring: the second is computed again, cached_tokens 0).
 
@@ -228,6 +231,55 @@ def check_node(d, ids, ref):
                                           ("finish_reason", "usage")})
 
 
+def check_grpc(d, name, ids, ref, work):
+    try:
+        import grpc
+    except ImportError:
+        C.check(False, "Python module grpc (Debian package python3-grpcio)")
+        return
+    pb = du.load_tangram_pb2(work)
+    if not C.check(pb is not None, "protoc generates tangram_pb2"):
+        return
+    ch = grpc.insecure_channel(d.grpc_target)
+    gen = ch.unary_stream("/tangram.v1.Generation/Generate",
+                          request_serializer=lambda m: m.SerializeToString(),
+                          response_deserializer=pb.GenerateResponse.FromString)
+    try:
+        for mt in (0, 1):
+            req = pb.GenerateRequest(prompt_token_ids=ids, prompt_logprobs=2)
+            req.sampling.CopyFrom(pb.SamplingParams(max_tokens=mt,
+                                                    temperature=0.0))
+            msgs = list(gen(req, timeout=300))
+            last = msgs[-1]
+            pl = list(last.prompt_logprobs)
+            got = [x.logprob for x in pl]
+            C.check(len(pl) == len(ids) - 1 and
+                    [x.token_id for x in pl] == ids[1:] and
+                    max_diff(got, ref[1:]) <= TOL and
+                    all(x.rank >= 1 and len(x.top) == 2 for x in pl) and
+                    all(x.rank > 1 or x.top[0].logprob == x.logprob
+                        for x in pl) and
+                    sum(len(m.token_ids) for m in msgs) == mt and
+                    last.usage.completion_tokens == mt,
+                    "%s: gRPC prompt_logprobs with max_tokens %d" % (name, mt),
+                    (len(pl), len(ids), [len(m.token_ids) for m in msgs]))
+        req = pb.GenerateRequest(prompt_token_ids=ids)
+        req.sampling.CopyFrom(pb.SamplingParams(max_tokens=0))
+        try:
+            list(gen(req, timeout=60))
+            C.check(False, "gRPC max_tokens 0 without prompt_logprobs is "
+                    "refused")
+        except grpc.RpcError as e:
+            C.check(e.code() == grpc.StatusCode.INVALID_ARGUMENT,
+                    "gRPC max_tokens 0 without prompt_logprobs is "
+                    "INVALID_ARGUMENT", e.details())
+    except grpc.RpcError as e:
+        C.check(False, "%s: gRPC Generate" % name, "%s %s" % (e.code(),
+                                                             e.details()))
+    finally:
+        ch.close()
+
+
 def serve(model, prof, name, work, ids, ref, others):
     d = du.Daemon(model, work, profile=prof, args=[
         "--heads-per-group", "1", "--prefill-chunk", str(CHUNK)])
@@ -244,6 +296,7 @@ def serve(model, prof, name, work, ids, ref, others):
         check_vllm(d, name, ids, ref)
         for k, (oids, oref) in enumerate(others):
             check_loglikelihood(d, "%s prompt %d" % (name, k), oids, oref)
+        check_grpc(d, name, ids, ref, work)
         if prof == "none":
             check_node(d, ids, ref)
             check_refusals(d, ids)

@@ -230,6 +230,47 @@ void tt_fake_answer(struct tt_fake *f, const Tangram__Worker__V1__BatchPlan *p)
         sr.n_head_lens = nh;
         sr.head_lens = hlp;
     }
+    /* Prompt log-probabilities of the entries that asked (small chunks:
+     * at most 8 values of at most 4 alternatives each). */
+    Tangram__Worker__V1__PromptLogprobs pl[16], *plp[16];
+    float plv[16][8], pltl[16][32];
+    uint32_t plr[16][8], plti[16][32];
+    size_t npl = 0;
+    for (size_t i = 0;
+         f->rank == 0 && f->answer >= TT_ANSWER_PLP &&
+         f->answer != TT_ANSWER_PLP_NONE && i < p->n_entries && npl < 16;
+         i++) {
+        const Tangram__Worker__V1__PlanEntry *pe = p->entries[i];
+        if (!pe->prompt_logprobs)
+            continue;
+        size_t nv = pe->n_token_ids - (pe->next_token_opt_case ? 0 : 1);
+        size_t k = pe->prompt_top;
+        if (f->answer == TT_ANSWER_PLP_SHORT)
+            nv--;
+        assert_true(nv <= 8 && k <= 4);
+        tangram__worker__v1__prompt_logprobs__init(&pl[npl]);
+        pl[npl].slot = pe->slot;
+        pl[npl].first_pos = pe->start_pos + 1;
+        for (size_t v = 0; v < nv; v++) {
+            plv[npl][v] = -0.5f - (float)(pe->start_pos + 1 + v);
+            plr[npl][v] = 1 + pe->start_pos + 1 + (uint32_t)v;
+            for (size_t t = 0; t < k; t++) {
+                plti[npl][v * k + t] = 10 + (uint32_t)t;
+                pltl[npl][v * k + t] = -1.0f - (float)t;
+            }
+        }
+        pl[npl].n_logprobs = pl[npl].n_ranks = nv;
+        pl[npl].logprobs = plv[npl];
+        pl[npl].ranks = plr[npl];
+        pl[npl].n_top = (uint32_t)k;
+        pl[npl].n_top_ids = pl[npl].n_top_logprobs = nv * k;
+        pl[npl].top_ids = plti[npl];
+        pl[npl].top_logprobs = pltl[npl];
+        plp[npl] = &pl[npl];
+        npl++;
+    }
+    sr.n_prompt_logprobs = npl;
+    sr.prompt_logprobs = npl > 0 ? plp : NULL;
     wmsg_t m = TANGRAM__WORKER__V1__WORKER_MESSAGE__INIT;
     m.version = 1;
     m.body_case = TANGRAM__WORKER__V1__WORKER_MESSAGE__BODY_RESULT;
@@ -327,6 +368,15 @@ static void on_result(void *ud, const struct rt_link_result *r)
         snprintf(e->res_entry_error[i], sizeof e->res_entry_error[i], "%s",
                  r->entries[i].error ? r->entries[i].error : "");
         assert_int_equal(r->entries[i].token, r->tokens[i]);
+        const struct rt_link_plp *pl = r->entries[i].plp;
+        e->res_plp_first[i] = pl != NULL ? pl->first_pos : -1;
+        e->res_plp_n[i] = pl != NULL ? (int64_t)pl->n : 0;
+        e->res_plp_lp_last[i] = pl != NULL && pl->n > 0
+                                    ? pl->logprobs[pl->n - 1]
+                                    : 0.0f;
+        e->res_plp_top_last[i] = pl != NULL && pl->n > 0 && pl->n_top > 0
+                                     ? pl->top_ids[pl->n * pl->n_top - 1]
+                                     : 0;
     }
     e->res_top0 = r->n_entries ? r->entries[0].n_top : 0;
     e->res_top_id1 = e->res_top0 >= 2 ? r->entries[0].top_ids[1] : 0;

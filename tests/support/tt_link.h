@@ -46,6 +46,12 @@ enum tt_answer {
                               100 * rank + slot * 10 + k */
     TT_ANSWER_HEADS_COUNT, /* as HEADS with one value too few */
     TT_ANSWER_HEADS_SLOT,  /* as HEADS for slot 9, which has no entry */
+    TT_ANSWER_PLP,         /* rank 0: as OK, plus a PromptLogprobs record
+                              for every entry that asked (value -0.5 -
+                              position, rank 1 + position, alternatives
+                              ids 10 + k) */
+    TT_ANSWER_PLP_SHORT,   /* as PLP with one value too few */
+    TT_ANSWER_PLP_NONE,    /* as OK: the records are missing */
 };
 
 #define TT_LINK_HEADS (TT_LINK_L * TT_LINK_G) /* KV heads x L (H_p = 1) */
@@ -108,6 +114,10 @@ struct tt_link_env {
     int32_t res_n;
     size_t res_top0;
     uint32_t res_top_id1;
+    int64_t res_plp_first[16];     /* entries[i].plp: first position, or -1 */
+    int64_t res_plp_n[16];         /* its values */
+    float res_plp_lp_last[16];     /* its last value */
+    uint32_t res_plp_top_last[16]; /* its last position's last id */
     double res_seconds;
     int32_t res_n_heads;          /* head-length reports */
     int64_t res_heads_sum;        /* sum of all their values */

@@ -323,6 +323,76 @@ static void test_rank_error(void **state)
     tt_link_env_free(e);
 }
 
+/* Prompt log-probabilities: what an entry asks reaches the workers
+ * (prompt_logprobs, prompt_top, next_token), rank 0's records come back
+ * by entry, and a record of the wrong shape, or a missing one, fails the
+ * step. */
+static void test_prompt_logprobs(void **state)
+{
+    (void)state;
+    struct tt_link_env *e = tt_link_env_ready(2);
+    e->fk[0].answer = e->fk[1].answer = TT_ANSWER_PLP;
+    struct tt_mini_step m;
+    tt_mini_step_make(&m, 1);
+    /* entry 0: prefill of 3 at 4 with the next prompt token; entry 2:
+     * prefill of 2 at 0, the prompt's end (no next token) */
+    m.ent[0].prompt_lp = 1;
+    m.ent[0].prompt_top = 2;
+    m.ent[0].lp_next = 55;
+    m.ent[2].prompt_lp = 1;
+    m.ent[2].prompt_top = 0;
+    m.ent[2].lp_next = -1;
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), 0);
+    assert_true(TT_PUMP_UNTIL(e, e->n_result == 1, 2000));
+    assert_true(e->res_ok);
+    const Tangram__Worker__V1__PlanEntry *pe = e->fk[1].plan->plan->entries[0];
+    assert_true(pe->prompt_logprobs);
+    assert_int_equal(pe->prompt_top, 2);
+    assert_int_equal(
+        pe->next_token_opt_case,
+        TANGRAM__WORKER__V1__PLAN_ENTRY__NEXT_TOKEN_OPT_NEXT_TOKEN);
+    assert_int_equal(pe->next_token, 55);
+    assert_int_equal(e->res_plp_first[0], 5);
+    assert_int_equal(e->res_plp_n[0], 3);
+    assert_float_equal(e->res_plp_lp_last[0], -7.5f, 0);
+    assert_int_equal(e->res_plp_top_last[0], 11);
+    assert_int_equal(e->res_plp_first[1], -1); /* did not ask */
+    assert_int_equal(e->res_plp_first[2], 1);
+    assert_int_equal(e->res_plp_n[2], 1);
+    /* A bad entry is refused before anything leaves. */
+    tt_mini_step_make(&m, 2);
+    m.ent[1].prompt_lp = 1; /* a decode entry */
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err),
+                     TG_EINVAL);
+    m.ent[1].prompt_lp = 0;
+    m.ent[0].prompt_lp = 1;
+    m.ent[0].prompt_top = 21;
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err),
+                     TG_EINVAL);
+    /* A record of the wrong shape, or none, fails the step. */
+    e->fk[0].answer = TT_ANSWER_PLP_SHORT;
+    tt_mini_step_make(&m, 3);
+    m.ent[0].prompt_lp = 1;
+    m.ent[0].lp_next = 55;
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), 0);
+    assert_true(TT_PUMP_UNTIL(e, e->n_result == 2, 2000));
+    assert_false(e->res_ok);
+    assert_non_null(strstr(e->res_error, "wrong shape"));
+    assert_int_equal(e->res_plp_first[0], -1);
+    e->fk[0].answer = TT_ANSWER_PLP_NONE;
+    tt_mini_step_make(&m, 4);
+    m.ent[0].prompt_lp = 1;
+    m.ent[0].lp_next = -1;
+    assert_int_equal(rt_link_send_plan(&e->link, &m.s, err, sizeof err), 0);
+    assert_true(TT_PUMP_UNTIL(e, e->n_result == 3, 2000));
+    assert_false(e->res_ok);
+    assert_non_null(strstr(e->res_error, "of 1 chunks"));
+    e->fk[0].answer = TT_ANSWER_OK;
+    assert_true(tt_link_round_trip(e, 5));
+    assert_int_equal(e->n_dead, 0);
+    tt_link_env_free(e);
+}
+
 /* Per-head lengths: the Hello's flag is the group's (a rank that differs
  * is refused), a fresh entry's head lengths and a row cut reach each rank
  * as its own, and every rank's head-length reports come back by entry,
@@ -557,6 +627,7 @@ int main(void)
         cmocka_unit_test(test_plan_round_trip),
         cmocka_unit_test(test_grammar_channel),
         cmocka_unit_test(test_rank_error),
+        cmocka_unit_test(test_prompt_logprobs),
         cmocka_unit_test(test_head_lens),
         cmocka_unit_test(test_with_scheduler),
     };

@@ -175,6 +175,90 @@ static void test_completion_logprobs(void **state)
     assert_null(out);
 }
 
+/* The prompt's log-probabilities: echo puts the prompt's positions first
+ * (null for the first token, text_offset continued by the output), and
+ * prompt_logprobs lists vLLM's {"<id>": {logprob, rank, decoded_token}}
+ * per position, the prompt token included once. */
+static void test_prompt_logprobs(void **state)
+{
+    (void)state;
+    int calls = 0;
+    int32_t ids[3] = {1, 2, 1};
+    float lp[3] = {NAN, -0.75f, -2.0f};
+    int32_t rank[3] = {0, 1, 3};
+    int32_t top_ids[6] = {0, 0, 2, 3, 3, 2};
+    float top_lps[6] = {0, 0, -0.75f, -1.5f, -0.5f, -1.0f};
+    struct rt_prompt_lps p = {.n = 3,
+                              .k = 2,
+                              .have = 2,
+                              .lp = lp,
+                              .rank = rank,
+                              .top_ids = top_ids,
+                              .top_lps = top_lps};
+    struct rt_resp_ctx c = {.endpoint = RT_ENDPOINT_COMPLETIONS,
+                            .id = "cmpl-1",
+                            .model = "tiny",
+                            .logprobs = true,
+                            .token_text = tok_text,
+                            .token_user = &calls,
+                            .plp = &p,
+                            .prompt_ids = ids,
+                            .echo_top = 1,
+                            .prompt_top = 2};
+    struct rt_token_logprob out_lp[1] = {{3, -1.0f, NULL, 0}};
+    char *out;
+    size_t n;
+    assert_int_equal(rt_openai_format_response(&c, "x", 1, out_lp, 1,
+                                               RT_FINISH_LENGTH, NULL, &out,
+                                               &n),
+                     0);
+    json_t *j = load(out, n);
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *l = json_object_get(c0, "logprobs");
+    json_t *tl = json_object_get(l, "token_logprobs");
+    assert_int_equal(json_array_size(tl), 4);
+    assert_true(json_is_null(json_array_get(tl, 0)));
+    assert_true(json_real_value(json_array_get(tl, 1)) == -0.75);
+    assert_true(json_real_value(json_array_get(tl, 2)) == -2.0);
+    assert_true(json_real_value(json_array_get(tl, 3)) == -1.0);
+    json_t *off = json_object_get(l, "text_offset");
+    /* "Hello", " wörld", "Hello", then the output: 0, 5, 11, 16 */
+    assert_int_equal(json_integer_value(json_array_get(off, 3)), 16);
+    json_t *tops = json_object_get(l, "top_logprobs");
+    assert_true(json_is_null(json_array_get(tops, 0)));
+    json_t *t2 = json_array_get(tops, 2); /* echo_top 1: one alternative */
+    assert_int_equal(json_object_size(t2), 1);
+    assert_true(json_real_value(json_object_get(t2, "\xEF\xBF\xBD")) == -0.5);
+    json_t *pl = json_object_get(c0, "prompt_logprobs");
+    assert_int_equal(json_array_size(pl), 3);
+    assert_true(json_is_null(json_array_get(pl, 0)));
+    json_t *p1 = json_array_get(pl, 1); /* token 2 is also the top one */
+    assert_int_equal(json_object_size(p1), 2);
+    assert_int_equal(jint(json_object_get(p1, "2"), "rank"), 1);
+    assert_string_equal(jstr(json_object_get(p1, "2"), "decoded_token"),
+                        " w\xC3\xB6rld");
+    json_t *p2 = json_array_get(pl, 2); /* token 1 at rank 3, then 3, 2 */
+    assert_int_equal(json_object_size(p2), 3);
+    assert_int_equal(jint(json_object_get(p2, "1"), "rank"), 3);
+    assert_int_equal(jint(json_object_get(p2, "3"), "rank"), 1);
+    assert_int_equal(jint(json_object_get(p2, "2"), "rank"), 2);
+    json_decref(j);
+    free(out);
+    /* chat: beside the choices */
+    c.endpoint = RT_ENDPOINT_CHAT;
+    c.echo_top = -1;
+    assert_int_equal(rt_openai_format_chat_response(&c, "x", 1, NULL, 0, NULL,
+                                                    0, RT_FINISH_STOP, NULL,
+                                                    &out, &n),
+                     0);
+    j = load(out, n);
+    assert_int_equal(json_array_size(json_object_get(j, "prompt_logprobs")), 3);
+    assert_null(json_object_get(
+        json_array_get(json_object_get(j, "choices"), 0), "prompt_logprobs"));
+    json_decref(j);
+    free(out);
+}
+
 static void test_chat_response_logprobs(void **state)
 {
     (void)state;
@@ -727,6 +811,7 @@ int main(void)
         cmocka_unit_test(test_completion_response),
         cmocka_unit_test(test_choices),
         cmocka_unit_test(test_completion_logprobs),
+        cmocka_unit_test(test_prompt_logprobs),
         cmocka_unit_test(test_chat_response_logprobs),
         cmocka_unit_test(test_chat_tool_calls),
         cmocka_unit_test(test_chat_stream),

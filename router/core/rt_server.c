@@ -2,7 +2,7 @@
  * rt_server.h). The network servers and the front ends on them are the
  * app's (router/app/rt_app.h); nothing here calls into them, only the
  * hooks the app registered. */
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * rt_server.h, rt_req_deliver): the text and logprobs produced since the
  * last delivery, in pieces of bounded size while the client takes them,
  * and the final delivery held back for a client that is not reading. */
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 
 #include <stdio.h>
 

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "common/base/tg_err.h"
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 
 /* Renders (chat) and tokenizes what `j` names into j->ids; any thread. */
 static int encode_now(const struct rt_server *s, struct rt_encode_job *j)

@@ -4,7 +4,7 @@
  * grammar is not ready waits here, never in a step: its first plan entry
  * comes only after rank 0 reported the grammar ready, so a first-seen
  * schema's compile never stalls the batch. Loop thread. */
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * early context bound), the cache scope, and the submission to the
  * scheduler; resuming a request its client held back (see rt_server.h).
  * Loop thread, except the encode job's work function. */
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

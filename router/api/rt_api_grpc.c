@@ -62,7 +62,7 @@ static int grpc_status_of(int http)
 
 static int have_key(const struct rt_server *s)
 {
-    const char *key = s->opts->api_key;
+    const char *key = rt_server_opts(s)->api_key;
     return key != NULL && key[0] != '\0';
 }
 
@@ -75,7 +75,7 @@ static int admit(const struct rt_grpc_call *call, void *ud, char *msg,
     /* Probes (kubelet, load balancers) carry no key. */
     if (!have_key(s) || strncmp(call->path, health, sizeof(health) - 1) == 0)
         return RT_GRPC_OK;
-    const char *key = s->opts->api_key;
+    const char *key = rt_server_opts(s)->api_key;
     const char *h = rt_grpc_call_header(call, "authorization");
     if (h != NULL && strncasecmp(h, "Bearer ", 7) == 0) {
         /* Compare in time independent of where the strings differ, as the
@@ -88,7 +88,7 @@ static int admit(const struct rt_grpc_call *call, void *ud, char *msg,
         if (diff == 0)
             return RT_GRPC_OK;
     }
-    rt_metrics_counter_inc(s->metrics.grpc_unauthenticated_total);
+    rt_metrics_counter_inc(rt_server_metrics(s)->grpc_unauthenticated_total);
     snprintf(msg, msglen,
              "missing or invalid API key (authorization: Bearer ...)");
     return RT_GRPC_UNAUTHENTICATED;
@@ -97,7 +97,7 @@ static int admit(const struct rt_grpc_call *call, void *ud, char *msg,
 /* rt_grpc events into /metrics. */
 static void on_event(int event, void *ud)
 {
-    struct rt_metrics_tangram *m = &((struct rt_server *)ud)->metrics;
+    struct rt_metrics_tangram *m = rt_server_metrics(ud);
     switch (event) {
     case RT_GRPC_EVENT_CONN_OPEN:
         rt_metrics_gauge_add(m->grpc_connections, 1);
@@ -135,21 +135,28 @@ struct gen_client {
 
 static const struct rt_sink gen_sink;
 
+/* What owned_req looks for. */
+struct owner {
+    const char *id;
+    uint64_t conn_id; /* 0: any connection (an API key is set) */
+};
+
+static int owned_by(const struct rt_req *r, void *ud)
+{
+    const struct owner *o = ud;
+    const struct gen_client *c = r->client;
+    return r->sink == &gen_sink && c != NULL && strcmp(r->id_str, o->id) == 0 &&
+           (o->conn_id == 0 || c->conn_id == o->conn_id);
+}
+
 /* The live gRPC request with client id `id` that `call`'s caller owns
  * (see the top), or NULL. */
 static struct rt_req *owned_req(struct rt_server *s,
                                 const struct rt_grpc_call *call,
                                 const char *id)
 {
-    for (struct rt_req *r = s->reqs; r != NULL; r = r->next) {
-        const struct gen_client *c = r->client;
-        if (r->done || r->sink != &gen_sink || c == NULL ||
-            strcmp(r->id_str, id) != 0)
-            continue;
-        if (have_key(s) || c->conn_id == call->conn_id)
-            return r;
-    }
-    return NULL;
+    struct owner o = {id, have_key(s) ? 0 : call->conn_id};
+    return rt_server_find_req(s, owned_by, &o);
 }
 
 static Tangram__V1__FinishReason reason_of(enum rt_finish f)
@@ -247,13 +254,16 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
     Tangram__V1__GenerateResponse m = TANGRAM__V1__GENERATE_RESPONSE__INIT;
     Tangram__V1__Usage u = TANGRAM__V1__USAGE__INIT;
     int32_t n_new = r->n_out - c->tok_sent;
+    size_t n_top = (size_t)r->q.sampling.n_top;
     uint32_t *ids = malloc(((size_t)n_new + 1) * sizeof(uint32_t));
     Tangram__V1__TokenLogprob *tl = calloc((size_t)n_new + 1, sizeof(*tl));
     Tangram__V1__TokenLogprob **tlp = calloc((size_t)n_new + 1, sizeof(*tlp));
-    Tangram__V1__TopLogprob *tops = calloc((size_t)n_new * r->n_top + 1, sizeof(*tops));
-    Tangram__V1__TopLogprob **topp = calloc((size_t)n_new * r->n_top + 1, sizeof(*topp));
+    Tangram__V1__TopLogprob *tops = calloc((size_t)n_new * n_top + 1,
+                                           sizeof(*tops));
+    Tangram__V1__TopLogprob **topp = calloc((size_t)n_new * n_top + 1,
+                                            sizeof(*topp));
     char *txt = malloc(len + 1);
-    char **tok_txt = calloc((size_t)n_new * (r->n_top + 1) + 1, sizeof(char *));
+    char **tok_txt = calloc((size_t)n_new * (n_top + 1) + 1, sizeof(char *));
     int ok = ids && tl && tlp && tops && topp && txt && tok_txt && tc_ok;
     size_t n_txt = 0;
     if (ok) {
@@ -263,42 +273,41 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
             m.n_tool_calls = end_call - first_call;
             m.tool_calls = pcallp;
         }
-        for (int32_t i = 0; i < n_new; i++)
-            ids[i] = (uint32_t)r->out_ids[c->tok_sent + i];
+        int want_lps = n_top > 0 || r->q.opts.logprobs >= 0;
+        for (int32_t i = 0; i < n_new; i++) {
+            struct rt_token_logprob t;
+            rt_req_token_logprob(r, c->tok_sent + i, &t);
+            ids[i] = (uint32_t)t.id;
+            if (!want_lps)
+                continue;
+            tangram__v1__token_logprob__init(&tl[i]);
+            tl[i].token_id = (uint32_t)t.id;
+            tl[i].logprob = t.logprob;
+            size_t bl;
+            const char *b = rt_server_token_text(s, t.id, &bl);
+            tok_txt[n_txt] = strndup(b, bl);
+            tl[i].text = tok_txt[n_txt] ? tok_txt[n_txt] : "";
+            n_txt++;
+            tl[i].n_top = t.n_top;
+            tl[i].top = topp + (size_t)i * n_top;
+            for (size_t k = 0; k < t.n_top; k++) {
+                Tangram__V1__TopLogprob *tp = &tops[(size_t)i * n_top + k];
+                tangram__v1__top_logprob__init(tp);
+                tp->token_id = (uint32_t)t.top[k].id;
+                tp->logprob = t.top[k].logprob;
+                b = rt_server_token_text(s, t.top[k].id, &bl);
+                tok_txt[n_txt] = strndup(b, bl);
+                tp->text = tok_txt[n_txt] ? tok_txt[n_txt] : "";
+                n_txt++;
+                tl[i].top[k] = tp;
+            }
+            tlp[i] = &tl[i];
+        }
         m.n_token_ids = (size_t)n_new;
         m.token_ids = ids;
         m.text = txt;
         m.request_id = r->id_str;
-        if (r->n_top > 0 || r->q.opts.logprobs >= 0) {
-            for (int32_t i = 0; i < n_new; i++) {
-                int32_t t = c->tok_sent + i;
-                tangram__v1__token_logprob__init(&tl[i]);
-                tl[i].token_id = (uint32_t)r->out_ids[t];
-                tl[i].logprob = r->out_lps[t];
-                size_t bl;
-                const char *b = rt_server_token_text(s, r->out_ids[t], &bl);
-                tok_txt[n_txt] = strndup(b, bl);
-                tl[i].text = tok_txt[n_txt] ? tok_txt[n_txt] : "";
-                n_txt++;
-                tl[i].n_top = 0;
-                tl[i].top = topp + (size_t)i * r->n_top;
-                for (int k = 0; k < r->n_top; k++) {
-                    int32_t id = r->out_top_ids[(size_t)t * r->n_top + k];
-                    if (id < 0)
-                        break;
-                    Tangram__V1__TopLogprob *tp = &tops[(size_t)i * r->n_top + k];
-                    tangram__v1__top_logprob__init(tp);
-                    tp->token_id = (uint32_t)id;
-                    tp->logprob = r->out_top_lps[(size_t)t * r->n_top + k];
-                    b = rt_server_token_text(s, id, &bl);
-                    tok_txt[n_txt] = strndup(b, bl);
-                    tp->text = tok_txt[n_txt] ? tok_txt[n_txt] : "";
-                    n_txt++;
-                    topp[(size_t)i * r->n_top + k] = tp;
-                    tl[i].n_top++;
-                }
-                tlp[i] = &tl[i];
-            }
+        if (want_lps) {
             m.n_logprobs = (size_t)n_new;
             m.logprobs = tlp;
         }
@@ -362,7 +371,7 @@ static void gen_cancelled(struct rt_grpc_call *call, int status, void *ud)
 
 /* GenerateRequest -> rt_gen_request with the OpenAI defaults
  * (rt_api_grpc.h). */
-int rt_api_grpc_convert(struct rt_server *s,
+int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
                         const Tangram__V1__GenerateRequest *q,
                         struct rt_gen_request *g, struct rt_request_error *e,
                         const struct rt_grpc_call *call)
@@ -412,12 +421,11 @@ int rt_api_grpc_convert(struct rt_server *s,
     }
     int ws = 0;
     {
-        struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
         int rc = rt_openai_parse_response_format(so_root, &g->q.grammar, e);
         if (rc == 0)
             rc = rt_openai_parse_structured(so_root, &g->q.grammar, e);
         if (rc == 0)
-            rc = rt_openai_structured_ws(&cfg, so_root, &ws, e);
+            rc = rt_openai_structured_ws(cfg, so_root, &ws, e);
         json_decref(so_root);
         if (rc == 0 && q->n_messages == 0) /* no tools: applied now */
             rc = rt_openai_structured_apply_ws(ws, &g->q.grammar, e);
@@ -427,7 +435,7 @@ int rt_api_grpc_convert(struct rt_server *s,
             return rc;
         }
     }
-    g->model = strdup(s->model_name);
+    g->model = strdup(cfg->served_model);
     if (g->model == NULL)
         goto nomem;
     if (q->n_messages > 0) {
@@ -450,11 +458,9 @@ int rt_api_grpc_convert(struct rt_server *s,
         if (rc == 0)
             rc = rt_openai_chat_parse_tools(root, &g->q.tools, &g->tool_choice,
                                             e);
-        if (rc == 0) {
-            struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
-            rc = rt_openai_tool_grammar(&cfg, root, g->q.tools, g->tool_choice,
+        if (rc == 0)
+            rc = rt_openai_tool_grammar(cfg, root, g->q.tools, g->tool_choice,
                                         &g->q.grammar, e);
-        }
         if (rc == 0)
             rc = rt_openai_structured_apply_ws(ws, &g->q.grammar, e);
         json_decref(root);
@@ -516,7 +522,7 @@ int rt_api_grpc_convert(struct rt_server *s,
         goto nomem;
     const Tangram__V1__SamplingParams *p = q->sampling;
     if (p == NULL)
-        return rt_openai_check_sampling(sp, s->mc.vocab_size, "sampling.", e);
+        return rt_openai_check_sampling(sp, cfg->vocab_size, "sampling.", e);
 #define RANGE(cond, field, ...)                                              \
     do {                                                                     \
         if (!(cond)) {                                                       \
@@ -594,16 +600,17 @@ int rt_api_grpc_convert(struct rt_server *s,
         if (o->stop_token_ids == NULL)
             goto nomem;
         for (size_t i = 0; i < p->n_stop_token_ids; i++) {
-            RANGE(p->stop_token_ids[i] < (uint32_t)s->mc.vocab_size,
+            RANGE(p->stop_token_ids[i] < (uint32_t)cfg->vocab_size,
                   "stop_token_ids",
                   "stop_token_ids[%zu] = %u is not a token id (valid: "
-                  "0..%d)", i, p->stop_token_ids[i], s->mc.vocab_size - 1);
+                  "0..%d)",
+                  i, p->stop_token_ids[i], cfg->vocab_size - 1);
             o->stop_token_ids[i] = (int32_t)p->stop_token_ids[i];
         }
         o->n_stop_token_ids = p->n_stop_token_ids;
     }
 #undef RANGE
-    return rt_openai_check_sampling(sp, s->mc.vocab_size, "sampling.", e);
+    return rt_openai_check_sampling(sp, cfg->vocab_size, "sampling.", e);
 nomem:
     rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
     return TG_ENOMEM;
@@ -641,11 +648,12 @@ static int mem_take(struct rt_server *s, struct rt_grpc_call *call,
                     size_t *mem)
 {
     *mem = 0;
-    if (s->reqmem == NULL || call->msg_len <= RT_ENCODE_INLINE_BYTES)
+    struct rt_reqmem *m = rt_server_reqmem(s);
+    if (m == NULL || call->msg_len <= RT_ENCODE_INLINE_BYTES)
         return 1;
     size_t cost = rt_api_grpc__mem_estimate(call->msg_len, prompt, n_ids, msgs,
                                             n, tools, n_tools);
-    int rc = rt_reqmem_take(s->reqmem, cost);
+    int rc = rt_reqmem_take(m, cost);
     if (rc == 0) {
         *mem = cost;
         return 1;
@@ -657,7 +665,7 @@ static int mem_take(struct rt_server *s, struct rt_grpc_call *call,
                  "converted, rendered and tokenized, more than the server's "
                  "budget for requests being prepared (--max-request-memory "
                  "%zu MiB)",
-                 cost >> 20, s->reqmem->limit >> 20);
+                 cost >> 20, m->limit >> 20);
     else
         snprintf(msg, sizeof(msg),
                  "the server is preparing as many large requests as its "
@@ -722,7 +730,8 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     c->conn_id = call->conn_id;
     struct rt_gen_request g;
     memset(&g, 0, sizeof(g));
-    int rc = rt_api_grpc_convert(s, q, &g, &e, call);
+    struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
+    int rc = rt_api_grpc_convert(&cfg, q, &g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
     if (rc == 0)
         rc = rt_api_gen_attach(r, &g, &e);
@@ -809,7 +818,7 @@ static void tok_call_done(struct rt_encode_job *j)
         m.n_token_ids = j->ids.n;
         m.token_ids = (uint32_t *)j->ids.v; /* ids are >= 0 */
         m.count = (uint32_t)j->ids.n;
-        m.max_model_len = (uint32_t)tc->s->max_model_len;
+        m.max_model_len = (uint32_t)rt_server_info(tc->s)->max_model_len;
         reply(call, &m.base);
     }
     tok_call_free(tc);
@@ -905,17 +914,19 @@ static void h_model_info(struct rt_grpc_call *call, void *ud)
 {
     struct rt_server *s = ud;
     Tangram__V1__ModelInfoResponse m = TANGRAM__V1__MODEL_INFO_RESPONSE__INIT;
-    m.model = s->model_name;
-    m.max_model_len = (uint32_t)s->max_model_len;
-    m.vocab_size = (uint32_t)s->mc.vocab_size;
-    m.num_layers = (uint32_t)s->mc.num_layers;
-    m.num_kv_heads = (uint32_t)s->mc.num_kv_heads;
-    m.head_dim = (uint32_t)s->mc.head_dim;
-    m.page_size = (uint32_t)s->layout.page_size;
-    m.heads_per_group = (uint32_t)s->layout.heads_per_group;
-    m.profile = s->opts->profile ? s->opts->profile : "none";
-    m.tensor_parallel = (uint32_t)s->opts->tp;
-    m.backend = s->opts->backend == TG_SERVE_BACKEND_CUDA ? "cuda" : "cpu";
+    const struct rt_server_info *info = rt_server_info(s);
+    const struct tg_serve_opts *o = rt_server_opts(s);
+    m.model = (char *)info->model_name;
+    m.max_model_len = (uint32_t)info->max_model_len;
+    m.vocab_size = (uint32_t)info->vocab_size;
+    m.num_layers = (uint32_t)info->num_layers;
+    m.num_kv_heads = (uint32_t)info->num_kv_heads;
+    m.head_dim = (uint32_t)info->head_dim;
+    m.page_size = (uint32_t)info->page_size;
+    m.heads_per_group = (uint32_t)info->heads_per_group;
+    m.profile = o->profile ? o->profile : "none";
+    m.tensor_parallel = (uint32_t)o->tp;
+    m.backend = o->backend == TG_SERVE_BACKEND_CUDA ? "cuda" : "cpu";
     reply(call, &m.base);
 }
 

@@ -103,9 +103,8 @@ static int tokenize_body(struct rt_server *s, const char *body, size_t len,
                               t.add_special_tokens, &ids, e);
     if (rc == 0) {
         rc = rt_openai_format_tokenize(
-            ids.v, ids.n, s->max_model_len,
-            t.return_token_strs ? rt_server_token_text : NULL, s, out,
-            out_len);
+            ids.v, ids.n, rt_server_info(s)->max_model_len,
+            t.return_token_strs ? rt_server_token_text : NULL, s, out, out_len);
         if (rc != 0)
             rt_request_error_set(e, 500, "internal_error", NULL,
                                  "out of memory");
@@ -127,7 +126,8 @@ static int detokenize_body(struct rt_server *s, const char *body, size_t len,
     if (rc != 0)
         return rc;
     for (size_t i = 0; i < d.n_tokens; i++) {
-        if (d.tokens[i] < 0 || d.tokens[i] >= tok_vocab_size(&s->tok)) {
+        if (d.tokens[i] < 0 ||
+            d.tokens[i] >= tok_vocab_size(rt_server_tok(s))) {
             rt_request_error_set(e, 400, "invalid_token", "tokens",
                                  "token id %d at index %zu is outside the "
                                  "vocabulary",
@@ -138,7 +138,7 @@ static int detokenize_body(struct rt_server *s, const char *body, size_t len,
     }
     struct tg_buf text = {0};
     char err[256];
-    rc = tok_decode(&s->tok, d.tokens, d.n_tokens, 0, &text, err,
+    rc = tok_decode(rt_server_tok(s), d.tokens, d.n_tokens, 0, &text, err,
                     sizeof(err));
     rt_detokenize_request_free(&d);
     if (rc != 0) {
@@ -187,7 +187,7 @@ static void body_work(struct body_job *j);
  * refused. */
 static void body_scanned(struct body_job *j)
 {
-    struct rt_reqmem *m = j->s->reqmem;
+    struct rt_reqmem *m = rt_server_reqmem(j->s);
     int rc = m != NULL ? rt_reqmem_wait(m, &j->wait) : 0;
     if (rc == TG_EAGAIN) {
         j->phase = PH_WAIT;
@@ -223,15 +223,15 @@ static void body_go(struct rt_reqmem_waiter *w)
 /* Gives the job's charge back (once). */
 static void body_mem_give(struct body_job *j)
 {
-    if (j->mem && j->s->reqmem != NULL)
-        rt_reqmem_give(j->s->reqmem, j->mem);
+    rt_api_gen_mem_give(j->s, j->mem);
     j->mem = 0;
 }
 
 static void body_job_free(struct body_job *j)
 {
-    if (j->phase == PH_WAIT && j->s->reqmem != NULL)
-        rt_reqmem_cancel(j->s->reqmem, &j->wait);
+    struct rt_reqmem *m = rt_server_reqmem(j->s);
+    if (j->phase == PH_WAIT && m != NULL)
+        rt_reqmem_cancel(m, &j->wait);
     body_mem_give(j);
     rt_conn_body_free(&j->body);
     rt_gen_request_free(&j->g);

@@ -9,7 +9,130 @@
 #ifndef RT_SERVER_INTERNAL_H
 #define RT_SERVER_INTERNAL_H
 
+#include "common/kv/kv_seq.h"
+#include "common/model/mc_model_config.h"
+#include "common/profile/pf_profile.h"
+#include "router/core/rt_gprep.h"
+#include "router/core/rt_metrics_tier.h"
+#include "router/core/rt_sched.h"
 #include "router/core/rt_server.h"
+#include "router/core/rt_text.h"
+#include "router/link/rt_link.h"
+
+/* The core's state of a request (struct rt_req.core), allocated with it
+ * by rt_req_new. */
+struct rt_req_core {
+    int32_t *prompt; /* (n_prompt) token ids, owned */
+    struct rt_text text;
+    int32_t *out_ids;                    /* (n_out) generated ids */
+    float *out_lps;                      /* (n_out) their logprobs */
+    int32_t *out_top_ids;                /* (n_out, n_top) */
+    float *out_top_lps;                  /* (n_out, n_top) */
+    struct rt_top_logprob *top_scratch;  /* (n_top) */
+    struct rt_token_logprob *lp_scratch; /* (max_tokens) */
+    int32_t cap_out, n_top;
+    int32_t lp_sent; /* tokens whose logprobs were delivered */
+    double t_arrival, t_first, t_last; /* seconds, loop clock */
+    int submitted;                     /* the scheduler knows it */
+    int done;                          /* finished; freed after the step */
+    int in_step;                       /* part of the step in flight */
+    /* inside its sink: a cancel from there (a client gone while writing)
+     * must not free it under the sink's feet */
+    int in_deliver;
+    /* finished, its last delivery held for a client that is not reading
+     * (blocked); freed once delivered or cancelled */
+    int holding;
+    int held_fin;         /* enum rt_finish of that delivery */
+    char held_error[160]; /* its error text, "" for none */
+    int no_hold;          /* deliver even when blocked (drain cut) */
+    /* its encode job while one runs; a request cancelled meanwhile is freed
+     * when the job ends */
+    struct rt_encode_job *job;
+    /* a parallel sample other than choice 0: the id of the request it
+     * shares the prompt with; 0 otherwise */
+    uint64_t fork_of;
+    /* Structured outputs (DESIGN.md §4.11, rt_server_grammar.c): the
+     * grammar prepared on worker rank 0 that the request holds (one
+     * reference, rt_gprep.h; a sample shares its leader's), or NULL.
+     * gwait: it waits, outside the scheduler, for that grammar to be
+     * ready (rt_req_submit returned TG_EAGAIN). resubmit: it waits again
+     * because a worker restart lost the grammar while it was queued; the
+     * front end knows it was submitted, so the outcome goes to its sink,
+     * not to on_submitted. */
+    struct rt_gprep *gprep;
+    int gwait;
+    int resubmit;
+    int counted;         /* its prompt tokens were counted */
+    struct rt_req *next; /* in the server's list */
+};
+
+/* One allocation of rt_req_new: the shared part and the core's. */
+struct rt_req_full {
+    struct rt_req pub;
+    struct rt_req_core core;
+};
+
+struct rt_server {
+    uv_loop_t *loop;
+    /* the router's rows of the serving table (tg_serve_opts_table
+     * (TG_SERVE_ROUTER)); not owned */
+    const struct tg_serve_opts *opts;
+    /* what the front ends read (rt_server_info); info.model_name points
+     * into model_name */
+    struct rt_server_info info;
+    char model_name[256];
+    struct mc_model_config mc;
+    struct pf_profile profile; /* the whole model's (file or full KV) */
+    /* rank 0's layout: L, G/T, H_p, d, P and C are those of every rank */
+    struct kv_layout layout;
+    /* (T) rank r's own layout: the group budgets of pf_profile_rank(r) */
+    struct kv_layout *rank_layouts;
+    const struct kv_layout **rank_layout_ptrs; /* (T) into rank_layouts */
+    /* (T) rank r's decode caps with --decode-compress trig, else NULL */
+    struct kv_trig *rank_trig;
+    const struct kv_trig **rank_trig_ptrs; /* (T) into rank_trig */
+    struct tok_tokenizer tok;
+    struct ct_template tmpl; /* the model's chat template */
+    int have_tmpl;
+    char tmpl_error[512];         /* why chat is disabled, when it is */
+    struct rt_server_hooks hooks; /* the app's (rt_server_set_hooks) */
+    struct rt_link link;
+    struct rt_sched sched;
+    int sched_ready; /* initialized from the workers' pools */
+    struct rt_step step;
+    int step_in_flight;
+    /* rt_server_now() when the step in flight began to be planned */
+    double step_t0;
+    double step_plan_s; /* its planning and sending, seconds */
+    struct rt_metrics_tangram metrics;
+    struct rt_metrics_tier tier_metrics; /* in metrics.reg (§4.10) */
+    struct rt_req *reqs;                 /* live requests */
+    int n_reqs;
+    uint64_t next_id;
+    uint64_t rng; /* seeds for requests without one */
+    /* random per process: keys the multi-turn cache scopes (rt_server.c),
+     * so a scope cannot be computed from outside */
+    uint64_t scope_key;
+    int draining;
+    int stopping;
+    uv_signal_t sig_term, sig_int;
+    uv_timer_t drain_timer;
+    uv_timer_t tick; /* watchdog pings, drain checks */
+    uv_idle_t pump;  /* runs the step loop outside callbacks */
+    /* end-of-file on the notify pipe: tangramd is gone, so drain and exit */
+    uv_poll_t notify_poll;
+    int notify_watch;
+    int pump_on;
+    int exit_code;
+    struct tg_list jobs;     /* pool jobs queued or running */
+    int n_jobs;              /* their count: a drain waits for them */
+    struct rt_gpreps gpreps; /* grammars prepared on rank 0 (§4.11) */
+    int32_t n_gwait;         /* requests with gwait set */
+    /* the request memory budget the front ends charge large requests to
+     * until their prompt is tokenized (rt_reqmem.h); the app's
+     * (rt_server_set_reqmem); NULL = none */
+    struct rt_reqmem *reqmem;
+};
 
 /* Idle prepared grammars the router keeps pinned on rank 0 for the next
  * request with the same spec (rt_gprep.h `keep`): a working set of

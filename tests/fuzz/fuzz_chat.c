@@ -29,7 +29,7 @@
 #include "common/base/tg_err.h"
 #include "common/tok/tok_tokenizer.h"
 #include "router/api/rt_openai.h"
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 #include "tests/fuzz/fz_util.h"
 
 #define N_TEMPLATES 15

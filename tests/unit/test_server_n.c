@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 
 static void test_check_n(void **state)
 {

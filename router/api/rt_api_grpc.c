@@ -186,31 +186,14 @@ static int tool_delta(struct rt_req *r, const char **text, size_t *len,
                       size_t *n_calls)
 {
     struct rt_api_gen *a = rt_api_gen_of(r);
-    struct rt_tc_delta d;
-    int rc = rt_tc_feed(a->tc, *text, *len, &d);
-    if (rc != 0)
-        return rc;
-    size_t n = d.content_len;
-    char *buf = malloc(n + 1);
+    struct tg_buf content = {0};
+    int rc = rt_tc_take(a->tc, *text, *len, *fin != RT_FINISH_NONE, &content,
+                        first);
+    size_t n;
+    char *buf = rc == 0 ? tg_buf_steal(&content, &n) : NULL;
+    tg_buf_free(&content);
     if (buf == NULL)
-        return TG_ENOMEM;
-    memcpy(buf, d.content, n);
-    *first = d.first_index;
-    if (*fin != RT_FINISH_NONE) {
-        if ((rc = rt_tc_finish(a->tc, &d)) != 0) {
-            free(buf);
-            return rc;
-        }
-        char *b2 = realloc(buf, n + d.content_len + 1);
-        if (b2 == NULL) {
-            free(buf);
-            return TG_ENOMEM;
-        }
-        buf = b2;
-        memcpy(buf + n, d.content, d.content_len);
-        n += d.content_len;
-    }
-    buf[n] = '\0';
+        return rc != 0 ? rc : TG_ENOMEM;
     size_t total;
     rt_tc_calls(a->tc, &total);
     *n_calls = total;

@@ -304,39 +304,20 @@ static int tool_response(struct rt_req *r, const struct rt_token_logprob *lps,
                          const struct rt_usage *u, char **body, size_t *blen)
 {
     struct rt_api_gen *a = rt_api_gen_of(r);
-    struct rt_tc_delta d;
-    char *content = NULL;
-    size_t clen = 0, tlen;
+    struct tg_buf content = {0};
+    size_t tlen, first;
     const char *text = rt_req_text(r, &tlen);
-    int rc = rt_tc_feed(a->tc, text, tlen, &d);
+    int rc = rt_tc_take(a->tc, text, tlen, true, &content, &first);
     if (rc == 0) {
-        content = malloc(d.content_len + 1);
-        if (content == NULL)
-            rc = TG_ENOMEM;
-        else
-            memcpy(content, d.content, clen = d.content_len);
-    }
-    if (rc == 0 && (rc = rt_tc_finish(a->tc, &d)) == 0) {
-        char *c2 = realloc(content, clen + d.content_len + 1);
-        if (c2 == NULL) {
-            rc = TG_ENOMEM;
-        } else {
-            content = c2;
-            memcpy(content + clen, d.content, d.content_len);
-            clen += d.content_len;
-            content[clen] = '\0';
-        }
-    }
-    if (rc == 0) {
-        size_t n_calls;
+        size_t n_calls, clen = content.len;
         const struct rt_tool_call *calls = rt_tc_calls(a->tc, &n_calls);
         if (fin == RT_FINISH_STOP && n_calls > 0)
             fin = RT_FINISH_TOOL_CALLS;
         rc = rt_openai_format_chat_response(
-            &a->ctx, clen == 0 && n_calls > 0 ? NULL : content, clen, calls,
-            n_calls, lps, n_all, fin, u, body, blen);
+            &a->ctx, clen == 0 && n_calls > 0 ? NULL : tg_buf_str(&content),
+            clen, calls, n_calls, lps, n_all, fin, u, body, blen);
     }
-    free(content);
+    tg_buf_free(&content);
     return rc;
 }
 

@@ -252,19 +252,28 @@ static uint64_t cache_scope(const struct rt_req *r)
     return rt_server__splitmix(&h);
 }
 
-int rt_req_submit(struct rt_req *r, struct rt_request_error *e)
+/* 1 with *e set when s takes no request now (draining, or the workers not
+ * ready), else 0. */
+static int refusing(const struct rt_server *s, struct rt_request_error *e)
 {
-    struct rt_server *s = r->srv;
     if (s->draining) {
         rt_request_error_set(e, 503, "server_draining", NULL,
                              "the server is shutting down");
-        return TG_EBUSY;
+        return 1;
     }
     if (!rt_server_ready(s)) {
         rt_request_error_set(e, 503, "not_ready", NULL,
                              "the workers are not ready; retry later");
-        return TG_EBUSY;
+        return 1;
     }
+    return 0;
+}
+
+int rt_req_submit(struct rt_req *r, struct rt_request_error *e)
+{
+    struct rt_server *s = r->srv;
+    if (refusing(s, e))
+        return TG_EBUSY;
     int rc = tokenize(r, e);
     if (rc != 0)
         return rc;
@@ -276,16 +285,8 @@ static int submit_tokenized(struct rt_req *r, struct rt_request_error *e)
 {
     struct rt_server *s = r->srv;
     /* The state may have changed while the prompt was encoded. */
-    if (s->draining) {
-        rt_request_error_set(e, 503, "server_draining", NULL,
-                             "the server is shutting down");
+    if (refusing(s, e))
         return TG_EBUSY;
-    }
-    if (!rt_server_ready(s)) {
-        rt_request_error_set(e, 503, "not_ready", NULL,
-                             "the workers are not ready; retry later");
-        return TG_EBUSY;
-    }
     int rc = rt_request_fit(&r->q, s->info.max_model_len, r->n_prompt, e);
     if (rc != 0)
         return rc;

@@ -331,8 +331,13 @@ int rt_server__sched_submit(struct rt_req *r, struct rt_request_error *e)
     struct rt_server *s = r->srv;
     const struct rt_gen_opts *sp = &r->q.opts;
     int rc;
-    /* What the workers draw with: the value the front end checked, its
-     * seed resolved at the submission. */
+    /* What the workers draw with: the value the front end checked (its
+     * trust boundary; here it is an invariant), its seed resolved at the
+     * submission. The scheduler borrows the bias arrays: r outlives its
+     * time in the scheduler (r is freed only once done, and every end
+     * goes through the scheduler's end event or rt_sched_abort). */
+    TG_ASSERT(tg_sampling_check(&r->q.sampling, s->info.vocab_size, NULL, NULL,
+                                0) == 0);
     struct rt_sched_request sr = {
         .id = r->id,
         .request_id = r->id_str,

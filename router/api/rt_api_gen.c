@@ -11,7 +11,8 @@
 
 static int oom(struct rt_request_error *e)
 {
-    rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+    rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                         "out of memory");
     return TG_ENOMEM;
 }
 
@@ -108,14 +109,15 @@ void rt_api_gen_error(struct rt_request_error *e, const char *error)
     static const char kv[] = "kv_cache_exhausted: ";
     static const char gm[] = "output_constraint_too_complex: ";
     if (error != NULL && strncmp(error, kv, sizeof(kv) - 1) == 0)
-        rt_request_error_set(e, 503, "kv_cache_exhausted", NULL, "%s",
-                             error + sizeof(kv) - 1);
+        rt_request_error_set(e, RT_REQ_ERR_UNAVAILABLE, "kv_cache_exhausted",
+                             NULL, "%s", error + sizeof(kv) - 1);
     else if (error != NULL && strncmp(error, gm, sizeof(gm) - 1) == 0)
-        rt_request_error_set(e, 400, "output_constraint_too_complex", NULL,
-                             "%s", error + sizeof(gm) - 1);
+        rt_request_error_set(e, RT_REQ_ERR_INVALID,
+                             "output_constraint_too_complex", NULL, "%s",
+                             error + sizeof(gm) - 1);
     else
-        rt_request_error_set(e, 500, "generation_failed", NULL, "%s",
-                             error ? error : "the request failed");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "generation_failed", NULL,
+                             "%s", error ? error : "the request failed");
 }
 
 void rt_api_gen_release(struct rt_req *r)

@@ -35,26 +35,22 @@
 #include "common/json/tg_json.h"
 #include "common/tok/tok_tokenizer.h"
 #include "router/api/rt_api_grpc_internal.h"
+#include "router/api/rt_fields.h"
 #include "router/net/rt_grpc_reflect.h"
 #include "router/api/rt_openai_chat.h"
 #include "tangram.pb-c.h"
 #include "tg_api_descriptors.h"
 
-/* Maps an HTTP-shaped API error to a gRPC status code. */
-static int grpc_status_of(int http)
+/* Maps an error kind (rt_request.h) to a gRPC status code. */
+static int grpc_status_of(enum rt_req_err kind)
 {
-    switch (http) {
-    case 400:
-    case 413:
-        return RT_GRPC_INVALID_ARGUMENT;
-    case 401:
-        return RT_GRPC_UNAUTHENTICATED;
-    case 404:
-        return RT_GRPC_NOT_FOUND;
-    case 429:
-        return RT_GRPC_RESOURCE_EXHAUSTED;
-    case 503:
-        return RT_GRPC_UNAVAILABLE;
+    switch (kind) {
+    case RT_REQ_ERR_INVALID:
+    case RT_REQ_ERR_TOO_LARGE: return RT_GRPC_INVALID_ARGUMENT;
+    case RT_REQ_ERR_UNAUTHENTICATED: return RT_GRPC_UNAUTHENTICATED;
+    case RT_REQ_ERR_NOT_FOUND: return RT_GRPC_NOT_FOUND;
+    case RT_REQ_ERR_BUSY: return RT_GRPC_RESOURCE_EXHAUSTED;
+    case RT_REQ_ERR_UNAVAILABLE: return RT_GRPC_UNAVAILABLE;
     default:
         return RT_GRPC_INTERNAL;
     }
@@ -330,7 +326,7 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
         else if (fin == RT_FINISH_ERROR) {
             struct rt_request_error e;
             rt_api_gen_error(&e, error);
-            rt_grpc_call_finish(c->call, grpc_status_of(e.status), e.message);
+            rt_grpc_call_finish(c->call, grpc_status_of(e.kind), e.message);
         } else if (fin == RT_FINISH_ABORT)
             rt_grpc_call_finish(c->call, RT_GRPC_CANCELLED, "aborted");
         else
@@ -363,13 +359,13 @@ int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
                 (q->n_prompt_token_ids > 0) + (q->n_messages > 0);
     if (forms != 1) {
         rt_request_error_set(
-            e, 400, "invalid_value", "prompt",
+            e, RT_REQ_ERR_INVALID, "invalid_value", "prompt",
             "give exactly one of prompt, prompt_token_ids and messages");
         return TG_EINVAL;
     }
     if (q->n_messages == 0 && (q->n_tools > 0 || (q->tool_choice && q->tool_choice[0]))) {
         rt_request_error_set(
-            e, 400, "invalid_value", "tools",
+            e, RT_REQ_ERR_INVALID, "invalid_value", "tools",
             "tools and tool_choice apply to chats (messages) only");
         return TG_EINVAL;
     }
@@ -393,8 +389,9 @@ int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
         json_t *v = tg_json_loadb_wide(t, strlen(t), 0, &je);
         if (v == NULL) {
             json_decref(so_root);
-            rt_request_error_set(e, 400, "invalid_value", texts[k],
-                                 "%s is not JSON: %s", texts[k], je.text);
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value",
+                                 texts[k], "%s is not JSON: %s", texts[k],
+                                 je.text);
             return TG_EINVAL;
         }
         if (json_object_set_new(so_root, texts[k], v) != 0) {
@@ -413,7 +410,7 @@ int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
         if (rc == 0 && q->n_messages == 0) /* no tools: applied now */
             rc = rt_openai_structured_apply_ws(ws, &g->q.grammar, e);
         if (rc != 0) {
-            if (rc == TG_ENOMEM && e->status == 0)
+            if (rc == TG_ENOMEM && e->kind == RT_REQ_ERR_NONE)
                 goto nomem;
             return rc;
         }
@@ -428,7 +425,7 @@ int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
         json_t *root = rt_api_grpc__chat_json(q->messages, q->n_messages, q->tools,
                                  q->n_tools, q->tool_choice, e);
         if (root == NULL)
-            return e->status == 500 ? TG_ENOMEM : TG_EINVAL;
+            return e->kind == RT_REQ_ERR_INTERNAL ? TG_ENOMEM : TG_EINVAL;
         if (q->parallel_tool_calls_opt_case ==
                 TANGRAM__V1__GENERATE_REQUEST__PARALLEL_TOOL_CALLS_OPT_PARALLEL_TOOL_CALLS &&
             json_object_set_new(root, "parallel_tool_calls",
@@ -458,7 +455,7 @@ int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
         for (size_t i = 0; i < q->n_prompt_token_ids; i++) {
             if (q->prompt_token_ids[i] > INT32_MAX) {
                 rt_request_error_set(
-                    e, 400, "invalid_value", "prompt_token_ids",
+                    e, RT_REQ_ERR_INVALID, "invalid_value", "prompt_token_ids",
                     "prompt_token_ids[%zu] is not a token id", i);
                 return TG_EINVAL;
             }
@@ -481,7 +478,8 @@ int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
         if (strcasecmp(call->headers[i].name, "x-session-id") != 0)
             continue;
         if (meta != NULL) {
-            rt_request_error_set(e, 400, "invalid_value", "x-session-id",
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value",
+                                 "x-session-id",
                                  "the x-session-id metadata is given more "
                                  "than once; send one session id");
             return TG_EINVAL;
@@ -506,60 +504,59 @@ int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
     const Tangram__V1__SamplingParams *p = q->sampling;
     if (p == NULL)
         return rt_openai_check_sampling(sp, cfg->vocab_size, "sampling.", e);
-#define RANGE(cond, field, ...)                                              \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            rt_request_error_set(e, 400, "invalid_value", "sampling." field, \
-                                 __VA_ARGS__);                               \
-            return TG_EINVAL;                                                \
-        }                                                                    \
+#define RANGE(cond, field, ...)                                          \
+    do {                                                                 \
+        if (!(cond)) {                                                   \
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value", \
+                                 "sampling." field, __VA_ARGS__);        \
+            return TG_EINVAL;                                            \
+        }                                                                \
     } while (0)
     if (p->max_tokens_opt_case) {
         RANGE(p->max_tokens >= 1 && p->max_tokens <= INT32_MAX, "max_tokens",
               "max_tokens must be >= 1");
         o->max_tokens = (int32_t)p->max_tokens;
     }
-    if (p->temperature_opt_case) {
-        RANGE(p->temperature >= 0 && p->temperature <= 2, "temperature",
-              "temperature must be in [0, 2]");
-        sp->temperature = (float)p->temperature;
-    }
-    if (p->top_p_opt_case) {
-        RANGE(p->top_p > 0 && p->top_p <= 1, "top_p", "top_p must be in (0, 1]");
-        sp->top_p = (float)p->top_p;
+    /* The numeric sampling fields, ranges and all, from the table the
+     * HTTP API parses from too (rt_fields.h). presence_penalty and
+     * frequency_penalty are plain proto3 doubles: 0 when not sent. */
+    const struct {
+        enum rt_field f;
+        bool sent;
+        double x;
+    } nums[] = {
+        {RT_FIELD_TEMPERATURE, p->temperature_opt_case != 0, p->temperature},
+        {RT_FIELD_TOP_P, p->top_p_opt_case != 0, p->top_p},
+        {RT_FIELD_MIN_P, p->min_p_opt_case != 0, p->min_p},
+        {RT_FIELD_PRESENCE_PENALTY, true, p->presence_penalty},
+        {RT_FIELD_FREQUENCY_PENALTY, true, p->frequency_penalty},
+        {RT_FIELD_REPETITION_PENALTY, p->repetition_penalty_opt_case != 0,
+         p->repetition_penalty},
+    };
+    for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+        if (!nums[i].sent)
+            continue;
+        int rc = rt_field_check(nums[i].f, nums[i].x, "sampling.", e);
+        if (rc != 0)
+            return rc;
+        *rt_field_of(nums[i].f, sp) = (float)nums[i].x;
     }
     if (p->top_k_opt_case)
         sp->top_k = p->top_k > 0 ? p->top_k : 0;
-    if (p->min_p_opt_case) {
-        RANGE(p->min_p >= 0 && p->min_p <= 1, "min_p", "min_p must be in [0, 1]");
-        sp->min_p = (float)p->min_p;
-    }
     if (p->seed_opt_case) {
         o->has_seed = true;
         sp->seed = (uint64_t)p->seed;
     }
-    if (p->repetition_penalty_opt_case) {
-        RANGE(p->repetition_penalty > 0 && isfinite(p->repetition_penalty),
-              "repetition_penalty", "repetition_penalty must be > 0");
-        sp->repetition_penalty = (float)p->repetition_penalty;
-    }
     if (p->min_tokens_opt_case)
         o->min_tokens = (int32_t)(p->min_tokens > INT32_MAX ? INT32_MAX
                                                             : p->min_tokens);
-    RANGE(p->presence_penalty >= -2 && p->presence_penalty <= 2, "presence_penalty",
-          "presence_penalty must be in [-2, 2]");
-    RANGE(p->frequency_penalty >= -2 && p->frequency_penalty <= 2,
-          "frequency_penalty", "frequency_penalty must be in [-2, 2]");
     /* The limits of the HTTP API (rt_openai.h), the same numbers. */
     RANGE(p->logprobs <= RT_OPENAI_MAX_LOGPROBS, "logprobs",
           "logprobs must be at most %d", RT_OPENAI_MAX_LOGPROBS);
     RANGE(p->n_stop <= RT_OPENAI_MAX_STOP, "stop",
           "at most %d stop strings", RT_OPENAI_MAX_STOP);
-    RANGE(p->n_stop_token_ids <= RT_OPENAI_MAX_STOP_TOKEN_IDS,
-          "stop_token_ids", "at most %d stop_token_ids",
-          RT_OPENAI_MAX_STOP_TOKEN_IDS);
-    sp->presence_penalty = (float)p->presence_penalty;
-    sp->frequency_penalty = (float)p->frequency_penalty;
+    RANGE(p->n_stop_token_ids <= RT_OPENAI_MAX_STOP_TOKEN_IDS, "stop_token_ids",
+          "at most %d stop_token_ids", RT_OPENAI_MAX_STOP_TOKEN_IDS);
     o->ignore_eos = p->ignore_eos;
     o->logprobs = p->logprobs > 0 ? (int32_t)p->logprobs : -1;
     sp->n_top = o->logprobs > 0 ? o->logprobs : 0;
@@ -595,7 +592,8 @@ int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
 #undef RANGE
     return rt_openai_check_sampling(sp, cfg->vocab_size, "sampling.", e);
 nomem:
-    rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+    rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                         "out of memory");
     return TG_ENOMEM;
 }
 
@@ -607,13 +605,13 @@ static void gen_submitted(struct rt_req *r, int rc, struct rt_request_error *e)
         struct rt_grpc_call *call = c->call;
         rt_req_drop(r);
         free(c);
-        rt_grpc_call_finish(call, grpc_status_of(e->status), e->message);
+        rt_grpc_call_finish(call, grpc_status_of(e->kind), e->message);
         return;
     }
     if (rt_api_gen_started(r, e) != 0) {
         struct rt_grpc_call *call = c->call;
         gen_cancelled(call, 0, r);
-        rt_grpc_call_finish(call, grpc_status_of(e->status), e->message);
+        rt_grpc_call_finish(call, grpc_status_of(e->kind), e->message);
         return;
     }
     if (r->q.request_id != NULL)
@@ -735,12 +733,12 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     if (rc != 0 && rc != TG_EAGAIN) {
         rt_req_drop(r);
         free(c);
-        rt_grpc_call_finish(call, grpc_status_of(e.status), e.message);
+        rt_grpc_call_finish(call, grpc_status_of(e.kind), e.message);
         return;
     }
     if (rc == 0 && rt_api_gen_started(r, &e) != 0) {
         gen_cancelled(call, 0, r);
-        rt_grpc_call_finish(call, grpc_status_of(e.status), e.message);
+        rt_grpc_call_finish(call, grpc_status_of(e.kind), e.message);
         return;
     }
     if (rc == 0 && r->q.request_id != NULL)
@@ -795,7 +793,7 @@ static void tok_call_done(struct rt_encode_job *j)
     struct tok_call *tc = j->owner;
     struct rt_grpc_call *call = tc->call;
     if (call != NULL && j->rc != 0) {
-        rt_grpc_call_finish(call, grpc_status_of(j->e.status), j->e.message);
+        rt_grpc_call_finish(call, grpc_status_of(j->e.kind), j->e.message);
     } else if (call != NULL) {
         Tangram__V1__TokenizeResponse m = TANGRAM__V1__TOKENIZE_RESPONSE__INIT;
         m.n_token_ids = j->ids.n;
@@ -838,7 +836,7 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
     int chat = q->n_messages > 0;
     if (chat && q->text != NULL && q->text[0] != '\0') {
         rc = TG_EINVAL;
-        rt_request_error_set(&e, 400, "invalid_value", "text",
+        rt_request_error_set(&e, RT_REQ_ERR_INVALID, "invalid_value", "text",
                              "give either text or messages");
     } else if (chat) {
         j->is_chat = 1;
@@ -864,8 +862,8 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
         tc->text = strdup(q->text ? q->text : "");
         if (tc->text == NULL) {
             rc = TG_ENOMEM;
-            rt_request_error_set(&e, 500, "internal_error", NULL,
-                                 "out of memory");
+            rt_request_error_set(&e, RT_REQ_ERR_INTERNAL, "internal_error",
+                                 NULL, "out of memory");
         }
         j->text = tc->text;
         j->len = tc->text ? strlen(tc->text) : 0;
@@ -887,7 +885,7 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
     }
     if (rc != 0) {
         tok_call_free(tc);
-        rt_grpc_call_finish(call, grpc_status_of(e.status), e.message);
+        rt_grpc_call_finish(call, grpc_status_of(e.kind), e.message);
         return;
     }
     rt_grpc_call_on_cancel(call, tok_call_cancelled, tc);

@@ -18,11 +18,12 @@
  * limits of the HTTP API: exactly one prompt form, roles by name, ids
  * (session_id, or else call's "x-session-id" header, which is refused
  * when empty or given twice even beside session_id) of at most
- * RT_OPENAI_MAX_ID_BYTES bytes of UTF-8, sampling ranges, stop strings and
+ * RT_OPENAI_MAX_ID_BYTES bytes of UTF-8, sampling ranges (the table of
+ * rt_fields.h, as the HTTP API's), stop strings and
  * stop token ids below cfg->vocab_size; response_format and a
  * tool_choice that requires calls into q.grammar (checked with cfg's
  * tool-call format and whitespace policy). Returns 0, or TG_EINVAL /
- * TG_ENOMEM with *e filled; either way the caller frees *g
+ * TG_ERANGE / TG_ENOMEM with *e filled; either way the caller frees *g
  * (rt_gen_request_free). Any thread. */
 int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
                         const Tangram__V1__GenerateRequest *q,

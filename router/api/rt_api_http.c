@@ -61,11 +61,11 @@ void rt_api_http__send_error(struct rt_http_req *req,
                               "internal_error");
         return;
     }
-    if (e->status == 429)
+    if (e->kind == RT_REQ_ERR_BUSY)
         rt_http_resp_header(req, "Retry-After", RETRY_AFTER_QUEUE_FULL);
-    else if (e->status == 503)
+    else if (e->kind == RT_REQ_ERR_UNAVAILABLE)
         rt_http_resp_header(req, "Retry-After", RETRY_AFTER_UNAVAILABLE);
-    rt_http_respond(req, e->status, JSON, body, len);
+    rt_http_respond(req, rt_openai_http_status(e->kind), JSON, body, len);
     free(body);
 }
 
@@ -74,7 +74,8 @@ void rt_api_http__send_owned(struct rt_http_req *req, int status, char *body,
 {
     if (rc != 0) {
         struct rt_request_error e;
-        rt_request_error_set(&e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(&e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         rt_api_http__send_error(req, &e);
         return;
     }
@@ -109,8 +110,8 @@ static int head_check(const struct rt_http_req *req, void *ud,
         return 0;
     if (key_matches(key, rt_http_req_header(req, "authorization")))
         return 0;
-    out->status = 401;
-    out->type = rt_request_error_type(401);
+    out->status = rt_openai_http_status(RT_REQ_ERR_UNAUTHENTICATED);
+    out->type = rt_openai_error_type(RT_REQ_ERR_UNAUTHENTICATED);
     out->code = "invalid_api_key";
     out->message = "missing or invalid API key (Authorization: Bearer ...)";
     out->header = "WWW-Authenticate: Bearer";
@@ -261,8 +262,8 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
             rc = sse_tool_frames(r, &d, NULL, 0, &u);
         if (rc != 0) {
             struct rt_request_error e;
-            rt_request_error_set(&e, 500, "internal_error", NULL,
-                                 "out of memory");
+            rt_request_error_set(&e, RT_REQ_ERR_INTERNAL, "internal_error",
+                                 NULL, "out of memory");
             buf = NULL;
             stream_write_owned(req, buf, n, rt_openai_sse_error(&e, &buf, &n));
             fin = fin == RT_FINISH_NONE ? RT_FINISH_ERROR : fin;
@@ -476,7 +477,8 @@ static int group_start(struct rt_req *r, struct rt_request_error *e)
     if (g == NULL) {
         rt_http_req_on_abort(r->client, NULL, NULL);
         rt_req_cancel(r);
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return TG_ENOMEM;
     }
     g->req = r->client;
@@ -528,7 +530,8 @@ static int echo_prepare(struct rt_server *s, struct rt_req *r,
                         &text, err, sizeof(err));
     if (rc != 0) {
         tg_buf_free(&text);
-        rt_request_error_set(e, 400, "invalid_token", "prompt", "%s", err);
+        rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_token", "prompt",
+                             "%s", err);
         return rc;
     }
     g->echo_text = malloc(text.len + 1);
@@ -541,7 +544,8 @@ static int echo_prepare(struct rt_server *s, struct rt_req *r,
     if (g->echo_text != NULL)
         return 0;
 oom:
-    rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+    rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                         "out of memory");
     return TG_ENOMEM;
 }
 
@@ -618,7 +622,8 @@ static int session_header(const struct rt_http_req *req,
         if (strcasecmp(req->headers[i].name, "x-session-id") != 0)
             continue;
         if (sid != NULL) {
-            rt_request_error_set(e, 400, "invalid_value", "X-Session-Id",
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value",
+                                 "X-Session-Id",
                                  "X-Session-Id is given more than once; send "
                                  "one session id");
             return TG_EINVAL;
@@ -631,7 +636,8 @@ static int session_header(const struct rt_http_req *req,
     if (rc != 0 || g->q.session_id != NULL)
         return rc;
     if ((g->q.session_id = strdup(sid)) == NULL) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return TG_ENOMEM;
     }
     return 0;
@@ -650,7 +656,8 @@ void rt_api_http__generate_parsed(struct rt_server *s, struct rt_http_req *req,
         rc = session_header(req, g, e);
     struct rt_req *r = rc == 0 ? rt_req_new(s, &json_sink, req) : NULL;
     if (rc == 0 && r == NULL) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         rc = TG_ENOMEM;
     }
     if (rc != 0) {
@@ -751,8 +758,8 @@ static void h_model(struct rt_http_req *req, void *ud)
     if (path_decode(req->path + sizeof(prefix) - 1, id, sizeof(id)) != 0 ||
         strcmp(id, m->model_name) != 0) {
         struct rt_request_error e;
-        rt_request_error_set(&e, 404, "model_not_found", "model",
-                             "The model '%.200s' does not exist",
+        rt_request_error_set(&e, RT_REQ_ERR_NOT_FOUND, "model_not_found",
+                             "model", "The model '%.200s' does not exist",
                              req->path + sizeof(prefix) - 1);
         rt_api_http__send_error(req, &e);
         return;

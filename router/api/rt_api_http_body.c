@@ -106,7 +106,7 @@ static int tokenize_body(struct rt_server *s, const char *body, size_t len,
             ids.v, ids.n, rt_server_info(s)->max_model_len,
             t.return_token_strs ? rt_server_token_text : NULL, s, out, out_len);
         if (rc != 0)
-            rt_request_error_set(e, 500, "internal_error", NULL,
+            rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
                                  "out of memory");
     }
     tok_ids_free(&ids);
@@ -128,7 +128,8 @@ static int detokenize_body(struct rt_server *s, const char *body, size_t len,
     for (size_t i = 0; i < d.n_tokens; i++) {
         if (d.tokens[i] < 0 ||
             d.tokens[i] >= tok_vocab_size(rt_server_tok(s))) {
-            rt_request_error_set(e, 400, "invalid_token", "tokens",
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_token",
+                                 "tokens",
                                  "token id %d at index %zu is outside the "
                                  "vocabulary",
                                  d.tokens[i], i);
@@ -142,12 +143,13 @@ static int detokenize_body(struct rt_server *s, const char *body, size_t len,
                     sizeof(err));
     rt_detokenize_request_free(&d);
     if (rc != 0) {
-        rt_request_error_set(e, 400, "invalid_token", "tokens", "%s", err);
+        rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_token", "tokens",
+                             "%s", err);
     } else {
         rc = rt_openai_format_detokenize(tg_buf_str(&text), text.len, out,
                                          out_len);
         if (rc != 0)
-            rt_request_error_set(e, 500, "internal_error", NULL,
+            rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
                                  "out of memory");
     }
     tg_buf_free(&text);
@@ -196,7 +198,7 @@ static void body_scanned(struct body_job *j)
     if (rc == TG_ETOOBIG) {
         struct rt_request_error e;
         rt_request_error_set(
-            &e, 413, "request_too_large", NULL,
+            &e, RT_REQ_ERR_TOO_LARGE, "request_too_large", NULL,
             "the request would take up to %zu MiB of memory once parsed, "
             "rendered and tokenized, more than the server's budget for "
             "requests being prepared (--max-request-memory %zu MiB): send "
@@ -252,7 +254,8 @@ static void body_done(struct rt_pool_job *p, int ran)
         rt_http_req_on_abort(req, NULL, NULL);
         if (!ran) {
             j->rc = TG_ECANCELED;
-            rt_request_error_set(&j->e, 503, "server_draining", NULL,
+            rt_request_error_set(&j->e, RT_REQ_ERR_UNAVAILABLE,
+                                 "server_draining", NULL,
                                  "the request was cancelled before its body "
                                  "was read");
         }
@@ -289,7 +292,8 @@ static void body_work(struct body_job *j)
     j->phase = PH_WORK;
     if (rt_pool_job_start(j->s, &j->pool, err, sizeof(err)) != 0) {
         struct rt_request_error e;
-        rt_request_error_set(&e, 500, "internal_error", NULL, "%s", err);
+        rt_request_error_set(&e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "%s", err);
         rt_http_req_on_abort(j->req, NULL, NULL);
         rt_api_http__send_error(j->req, &e);
         body_job_free(j);
@@ -306,7 +310,8 @@ static void body_job_start(struct rt_server *s, struct rt_http_req *req,
     struct body_job *j = calloc(1, sizeof(*j));
     if (j == NULL || rt_http_req_take_body(req, &j->body) != 0) {
         free(j);
-        rt_request_error_set(&e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(&e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         rt_api_http__send_error(req, &e);
         return;
     }
@@ -321,7 +326,8 @@ static void body_job_start(struct rt_server *s, struct rt_http_req *req,
     if (rt_pool_job_start(s, &j->pool, err, sizeof(err)) != 0) {
         rt_conn_body_free(&j->body);
         free(j);
-        rt_request_error_set(&e, 500, "internal_error", NULL, "%s", err);
+        rt_request_error_set(&e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "%s", err);
         rt_api_http__send_error(req, &e);
         return;
     }

@@ -564,16 +564,38 @@ int rt_openai_merge_choices(const char *const *bodies, size_t n,
     return rt_openai__dump(doc, "", "", out, out_len);
 }
 
+int rt_openai_http_status(enum rt_req_err kind)
+{
+    switch (kind) {
+    case RT_REQ_ERR_INVALID: return 400;
+    case RT_REQ_ERR_NOT_FOUND: return 404;
+    case RT_REQ_ERR_TOO_LARGE: return 413;
+    case RT_REQ_ERR_UNAUTHENTICATED: return 401;
+    case RT_REQ_ERR_BUSY: return 429;
+    case RT_REQ_ERR_UNAVAILABLE: return 503;
+    default: return 500;
+    }
+}
+
+const char *rt_openai_error_type(enum rt_req_err kind)
+{
+    switch (kind) {
+    case RT_REQ_ERR_INVALID:
+    case RT_REQ_ERR_NOT_FOUND:
+    case RT_REQ_ERR_TOO_LARGE: return "invalid_request_error";
+    case RT_REQ_ERR_UNAUTHENTICATED: return "authentication_error";
+    case RT_REQ_ERR_BUSY: return "rate_limit_error";
+    default: return "server_error";
+    }
+}
+
 static json_t *error_doc(const struct rt_request_error *e)
 {
     int bad = 0;
     json_t *doc = json_object(), *o = json_object();
     put(o, "message",
         rt_openai__string_lossy(e->message, strlen(e->message), NULL), &bad);
-    put(o, "type",
-        json_string(e->type != NULL ? e->type
-                                    : rt_request_error_type(e->status)),
-        &bad);
+    put(o, "type", json_string(rt_openai_error_type(e->kind)), &bad);
     put(o, "param",
         e->param[0] != '\0'
             ? rt_openai__string_lossy(e->param, strlen(e->param), NULL)

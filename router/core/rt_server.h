@@ -12,8 +12,8 @@
  * deltas to the request's sink until it finishes. A client that goes away
  * aborts its request and its pages are freed at once. A dead worker fails
  * every running request with an error; admission resumes when all ranks are
- * back. SIGTERM drains: new requests get 503, running ones finish within
- * --shutdown-timeout, then the process exits.
+ * back. SIGTERM drains: new requests are refused (RT_REQ_ERR_UNAVAILABLE),
+ * running ones finish within --shutdown-timeout, then the process exits.
  *
  * Everything here runs on the loop thread.
  */
@@ -273,7 +273,7 @@ const struct tok_tokenizer *rt_server_tok(const struct rt_server *s);
 struct rt_metrics_tangram *rt_server_metrics(struct rt_server *s);
 
 /* 1 once a drain began (SIGTERM, SIGINT, tangramd gone): new requests are
- * refused with 503. Loop thread. */
+ * refused (RT_REQ_ERR_UNAVAILABLE). Loop thread. */
 int rt_server_draining(const struct rt_server *s);
 
 /* The endpoint the workers connect to, as bound ("ipc://..." or
@@ -313,7 +313,7 @@ struct rt_req *rt_req_new(struct rt_server *s, const struct rt_sink *sink,
                           void *client);
 
 /* Tokenizes r->q (prompt text, ids or chat messages), checks the context,
- * and submits it. On failure fills *e (HTTP status and OpenAI error) and
+ * and submits it. On failure fills *e (rt_request.h) and
  * the caller must rt_req_drop it. With r->on_submitted set and a text or
  * chat prompt, the tokenization runs on the thread pool and the return is
  * TG_EAGAIN: the outcome comes through on_submitted. The encoding stops as
@@ -323,8 +323,8 @@ struct rt_req *rt_req_new(struct rt_server *s, const struct rt_sink *sink,
  * it is refused with context_length_exceeded. */
 int rt_req_submit(struct rt_req *r, struct rt_request_error *e);
 
-/* Why n parallel samples of one request cannot run here, as a 400 naming
- * `n`: more than --max-num-seqs, or a scoring method whose rows shrink by
+/* Why n parallel samples of one request cannot run here, as an invalid
+ * request naming `n`: more than --max-num-seqs, or a scoring method whose rows shrink by
  * what the worker keeps after each chunk (gvote), which a sample forked
  * from the reservation cannot follow. Returns 0 (n <= 1 always) or
  * TG_EUNSUPPORTED with *e filled. Loop thread. */
@@ -338,8 +338,8 @@ int rt_server_check_n(const struct rt_server *s, int32_t n,
  * (rt_request_copy_sample), seeded with leader's seed + index
  * (modulo 2^64), submitted as a parallel sample (rt_sched_request.
  * fork_of) so it shares the prompt's KV. Returns it, or NULL with *e
- * filled (a 400 naming `n` when the samples do not fit a worker's pool,
- * else 500); the caller then cancels the leader and the samples made so
+ * filled (invalid, naming `n`, when the samples do not fit a worker's
+ * pool, else internal); the caller then cancels the leader and the samples made so
  * far. Loop thread. */
 struct rt_req *rt_req_new_sample(struct rt_req *leader, int32_t index,
                                  struct rt_request_error *e);

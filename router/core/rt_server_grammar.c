@@ -80,7 +80,7 @@ int rt_server__grammar_hold(struct rt_req *r, struct rt_request_error *e)
     }
     if (rc == TG_EBUSY) {
         rt_server__grammar_gauges(s);
-        rt_request_error_set(e, 429, "grammar_queue_full", NULL,
+        rt_request_error_set(e, RT_REQ_ERR_BUSY, "grammar_queue_full", NULL,
                              "too many output constraints are being "
                              "compiled (--max-grammar-compiles %lld); "
                              "retry later",
@@ -88,7 +88,8 @@ int rt_server__grammar_hold(struct rt_req *r, struct rt_request_error *e)
         return rc;
     }
     if (rc != TG_EAGAIN) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return rc;
     }
     /* It will wait: bounded with the scheduler's queue, and only for a
@@ -100,13 +101,13 @@ int rt_server__grammar_hold(struct rt_req *r, struct rt_request_error *e)
         rt_gpreps_put(&s->gpreps, p);
         rt_server__grammar_flush(s);
         if (r->on_submitted == NULL) {
-            rt_request_error_set(e, 500, "internal_error", NULL,
+            rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
                                  "a constrained request needs an "
                                  "asynchronous submission");
             return TG_EINVAL;
         }
         rt_request_error_set(
-            e, 429, "queue_full", NULL,
+            e, RT_REQ_ERR_BUSY, "queue_full", NULL,
             "too many requests are waiting (--max-queued %lld)",
             (long long)s->opts->max_queued);
         return TG_EBUSY;
@@ -177,12 +178,12 @@ static void answered(struct rt_server *s, struct rt_gprep *p)
             rc = rt_server__sched_submit(r, &e);
         } else if (p->busy) {
             rc = TG_EBUSY;
-            rt_request_error_set(&e, 429, "grammar_queue_full", NULL, "%s",
-                                 p->error);
+            rt_request_error_set(&e, RT_REQ_ERR_BUSY, "grammar_queue_full",
+                                 NULL, "%s", p->error);
         } else {
             rc = TG_EINVAL;
-            rt_request_error_set(&e, 400, "invalid_schema", param, "%s",
-                                 p->error);
+            rt_request_error_set(&e, RT_REQ_ERR_INVALID, "invalid_schema",
+                                 param, "%s", p->error);
         }
         if (!r->core->resubmit) {
             r->on_submitted(r, rc, &e);

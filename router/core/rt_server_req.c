@@ -70,7 +70,8 @@ static int take_prompt_ids(struct rt_req *r, struct rt_request_error *e)
     struct rt_server *s = r->srv;
     for (size_t i = 0; i < r->q.n_prompt_ids; i++)
         if (r->q.prompt_ids[i] < 0 || r->q.prompt_ids[i] >= s->mc.vocab_size) {
-            rt_request_error_set(e, 400, "invalid_token", "prompt",
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_token",
+                                 "prompt",
                                  "token id %d at index %zu is outside the "
                                  "vocabulary [0, %d)",
                                  r->q.prompt_ids[i], i, s->mc.vocab_size);
@@ -78,7 +79,8 @@ static int take_prompt_ids(struct rt_req *r, struct rt_request_error *e)
         }
     r->core->prompt = malloc((r->q.n_prompt_ids + 1) * sizeof(int32_t));
     if (r->core->prompt == NULL) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return TG_ENOMEM;
     }
     memcpy(r->core->prompt, r->q.prompt_ids,
@@ -121,13 +123,14 @@ static void job_inputs(struct rt_req *r, struct rt_encode_job *j)
 /* The context error of a prompt that tok_encode_max stopped. */
 static void over_context(struct rt_req *r, struct rt_request_error *e)
 {
-    rt_request_error_set(
-        e, 400, "context_length_exceeded", r->q.is_chat ? "messages" : "prompt",
-        "the prompt has more than %zu tokens; this model's "
-        "context is %d tokens, which must also hold %s",
-        prompt_bound(r), (int)r->srv->info.max_model_len,
-        r->q.opts.max_tokens > 0 ? "max_tokens"
-                                 : "at least one generated token");
+    rt_request_error_set(e, RT_REQ_ERR_INVALID, "context_length_exceeded",
+                         r->q.is_chat ? "messages" : "prompt",
+                         "the prompt has more than %zu tokens; this model's "
+                         "context is %d tokens, which must also hold %s",
+                         prompt_bound(r), (int)r->srv->info.max_model_len,
+                         r->q.opts.max_tokens > 0
+                             ? "max_tokens"
+                             : "at least one generated token");
 }
 
 static int submit_tokenized(struct rt_req *r, struct rt_request_error *e);
@@ -173,7 +176,8 @@ static int tokenize(struct rt_req *r, struct rt_request_error *e)
         return take_prompt_ids(r, e);
     struct rt_encode_job *j = calloc(1, sizeof(*j));
     if (j == NULL) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return TG_ENOMEM;
     }
     job_inputs(r, j);
@@ -257,12 +261,12 @@ static uint64_t cache_scope(const struct rt_req *r)
 static int refusing(const struct rt_server *s, struct rt_request_error *e)
 {
     if (s->draining) {
-        rt_request_error_set(e, 503, "server_draining", NULL,
+        rt_request_error_set(e, RT_REQ_ERR_UNAVAILABLE, "server_draining", NULL,
                              "the server is shutting down");
         return 1;
     }
     if (!rt_server_ready(s)) {
-        rt_request_error_set(e, 503, "not_ready", NULL,
+        rt_request_error_set(e, RT_REQ_ERR_UNAVAILABLE, "not_ready", NULL,
                              "the workers are not ready; retry later");
         return 1;
     }
@@ -294,7 +298,8 @@ static int submit_tokenized(struct rt_req *r, struct rt_request_error *e)
     rc = rt_text_init(&r->core->text, &s->tok, (const char *const *)sp->stop,
                       (int)sp->n_stop);
     if (rc != 0) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return rc;
     }
     r->core->n_top = r->q.sampling.n_top;
@@ -312,7 +317,8 @@ static int submit_tokenized(struct rt_req *r, struct rt_request_error *e)
     if (!r->core->out_ids || !r->core->out_lps || !r->core->lp_scratch ||
         !r->core->out_top_ids || !r->core->out_top_lps ||
         !r->core->top_scratch) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return TG_ENOMEM;
     }
     if (r->core->fork_of == 0) /* a sample's seed is set by rt_req_new_sample */
@@ -356,25 +362,26 @@ int rt_server__sched_submit(struct rt_req *r, struct rt_request_error *e)
     rc = rt_sched_submit(&s->sched, &sr, err, sizeof(err));
     if (rc == TG_EBUSY) {
         rt_request_error_set(
-            e, 429, "queue_full", NULL,
+            e, RT_REQ_ERR_BUSY, "queue_full", NULL,
             "too many requests are waiting (--max-queued %lld)",
             (long long)s->opts->max_queued);
         return rc;
     }
     if (rc == TG_ETOOBIG && r->core->fork_of != 0) {
-        rt_request_error_set(e, 400, "invalid_value", "n",
+        rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value", "n",
                              "'n' = %d parallel samples do not fit: %s",
                              (int)r->choice + 1, err);
         return rc;
     }
     if (rc == TG_ETOOBIG) {
         rt_request_error_set(
-            e, 400, "context_length_exceeded", "prompt",
+            e, RT_REQ_ERR_INVALID, "context_length_exceeded", "prompt",
             "the prompt needs more KV pages than a worker holds: %s", err);
         return rc;
     }
     if (rc != 0) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "%s", err);
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "%s", err);
         return rc;
     }
     r->core->submitted = 1;
@@ -394,7 +401,7 @@ int rt_server_check_n(const struct rt_server *s, int32_t n,
         return 0;
     if (n > s->opts->max_num_seqs) {
         rt_request_error_set(
-            e, 400, "unsupported_value", "n",
+            e, RT_REQ_ERR_INVALID, "unsupported_value", "n",
             "'n' = %d exceeds --max-num-seqs %lld: the choices "
             "of one request run side by side",
             (int)n, (long long)s->opts->max_num_seqs);
@@ -406,7 +413,7 @@ int rt_server_check_n(const struct rt_server *s, int32_t n,
                         ? s->opts->method
                         : s->profile.method;
     if (m != NULL && strcmp(m, "gvote") == 0) {
-        rt_request_error_set(e, 400, "unsupported_value", "n",
+        rt_request_error_set(e, RT_REQ_ERR_INVALID, "unsupported_value", "n",
                              "'n' = %d is not supported with --method gvote: "
                              "its rows shrink by what the worker keeps after "
                              "each prefill chunk, and the samples share the "
@@ -428,7 +435,8 @@ struct rt_req *rt_req_new_sample(struct rt_req *leader, int32_t index,
                                   sizeof(int32_t))) == NULL) {
         if (r != NULL)
             rt_req_drop(r);
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return NULL;
     }
     memcpy(r->core->prompt, leader->core->prompt,

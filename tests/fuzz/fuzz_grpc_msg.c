@@ -62,7 +62,7 @@ static void generate(const uint8_t *msg, size_t len, int session_header)
         if (rc == 0)
             rc = rt_request_fit(&g.q, 4096, n, &e);
     }
-    if (rc != 0 && (e.status < 400 || e.status > 599))
+    if (rc != 0 && e.kind == RT_REQ_ERR_NONE)
         fz_fail("error %d without an HTTP error status", rc);
     rt_gen_request_free(&g);
 }

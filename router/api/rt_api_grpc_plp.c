@@ -49,7 +49,8 @@ static char *text_of(const struct rt_req *r, struct rt_api_grpc_plp *b,
 int rt_api_grpc__plp(const struct rt_req *r, Tangram__V1__GenerateResponse *m,
                      struct rt_api_grpc_plp *b)
 {
-    const struct rt_prompt_lps *p = r->plp;
+    const int32_t *prompt = NULL;
+    const struct rt_prompt_lps *p = rt_req_prompt_lps(r, &prompt);
     size_t n = p->have > 0 ? (size_t)p->have : 0, k = (size_t)p->k;
     b->v = calloc(n + 1, sizeof(*b->v));
     b->vp = calloc(n + 1, sizeof(*b->vp));
@@ -62,10 +63,10 @@ int rt_api_grpc__plp(const struct rt_req *r, Tangram__V1__GenerateResponse *m,
         size_t pos = i + 1;
         Tangram__V1__PromptLogprob *o = &b->v[i];
         tangram__v1__prompt_logprob__init(o);
-        o->token_id = (uint32_t)r->prompt[pos];
+        o->token_id = (uint32_t)prompt[pos];
         o->logprob = p->lp[pos];
         o->rank = (uint32_t)p->rank[pos];
-        if ((o->text = text_of(r, b, r->prompt[pos])) == NULL)
+        if ((o->text = text_of(r, b, prompt[pos])) == NULL)
             return TG_ENOMEM;
         o->top = b->topp + i * k;
         for (size_t t = 0; t < k; t++) {

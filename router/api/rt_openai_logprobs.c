@@ -52,8 +52,8 @@ int rt_openai__parse_prompt_lp(const json_t *root, struct rt_gen_request *r,
     /* A batch is parsed whole but answered one prompt per request: the
      * front ends submit r->q alone. */
     if (r->n_batch > 0)
-        return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
-                               "prompt",
+        return rt_openai__fail(e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID,
+                               "unsupported_value", "prompt",
                                "'prompt' holds %zu prompts; batched prompts "
                                "are not supported, send one prompt (or a "
                                "batch of one) per request",
@@ -70,12 +70,12 @@ int rt_openai__parse_prompt_lp(const json_t *root, struct rt_gen_request *r,
      * them once per choice. */
     if (r->stream)
         return rt_openai__fail(
-            e, TG_EUNSUPPORTED, 400, "unsupported_value", param,
+            e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID, "unsupported_value", param,
             "%s cannot be streamed; send stream: false", what);
     if (r->q.n > 1)
-        return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
-                               param, "%s: only with n = 1 (got n = %d)", what,
-                               (int)r->q.n);
+        return rt_openai__fail(
+            e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID, "unsupported_value", param,
+            "%s: only with n = 1 (got n = %d)", what, (int)r->q.n);
     if (!want)
         return 0;
     r->q.opts.prompt_lp = true;

@@ -10,10 +10,11 @@
 
 #include "common/base/tg_err.h"
 #include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 
 void rt_server__plp_free(struct rt_req *r)
 {
-    struct rt_prompt_lps *p = r->plp;
+    struct rt_prompt_lps *p = r->core->plp;
     if (p == NULL)
         return;
     free(p->lp);
@@ -21,12 +22,12 @@ void rt_server__plp_free(struct rt_req *r)
     free(p->top_ids);
     free(p->top_lps);
     free(p);
-    r->plp = NULL;
+    r->core->plp = NULL;
 }
 
 int rt_server__plp_alloc(struct rt_req *r, struct rt_request_error *e)
 {
-    if (!r->q.opts.prompt_lp || r->plp != NULL)
+    if (!r->q.opts.prompt_lp || r->core->plp != NULL)
         return 0;
     size_t n = (size_t)r->n_prompt, k = (size_t)r->q.opts.prompt_top;
     struct rt_prompt_lps *p = calloc(1, sizeof(*p));
@@ -38,10 +39,10 @@ int rt_server__plp_alloc(struct rt_req *r, struct rt_request_error *e)
         p->top_ids = malloc(n * k * sizeof(int32_t) + 1);
         p->top_lps = malloc(n * k * sizeof(float) + 1);
     }
-    r->plp = p;
+    r->core->plp = p;
     if (p == NULL || !p->lp || !p->rank || !p->top_ids || !p->top_lps) {
         rt_server__plp_free(r);
-        rt_request_error_set(e, 500, "internal_error", NULL,
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
                              "out of memory for the prompt's "
                              "log-probabilities");
         return TG_ENOMEM;
@@ -53,7 +54,7 @@ int rt_server__plp_alloc(struct rt_req *r, struct rt_request_error *e)
 
 void rt_server__plp_take(struct rt_req *r, const struct rt_link_plp *c)
 {
-    struct rt_prompt_lps *p = r->plp;
+    struct rt_prompt_lps *p = r->core->plp;
     if (p == NULL)
         return;
     size_t k = (size_t)p->k, ck = c->n_top;
@@ -75,4 +76,12 @@ void rt_server__plp_take(struct rt_req *r, const struct rt_link_plp *c)
         }
         p->have = pos;
     }
+}
+
+const struct rt_prompt_lps *rt_req_prompt_lps(const struct rt_req *r,
+                                              const int32_t **ids)
+{
+    if (ids != NULL)
+        *ids = r->core->prompt;
+    return r->core->plp;
 }

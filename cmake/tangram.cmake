@@ -17,13 +17,17 @@ endfunction()
 
 # tg_add_programs(DIR): every DIR/tangram*.c becomes a program named after
 # it with '_' turned into '-' (tangram_worker.c -> tangram-worker,
-# tangramd.c -> tangramd), installed into bin/ by cmake --install.
+# tangramd.c -> tangramd), installed into bin/ by cmake --install; the
+# files X_*.c beside a tangram_X.c are parts of that program.
 function(tg_add_programs dir)
   file(GLOB mains CONFIGURE_DEPENDS ${dir}/tangram*.c)
   foreach(src ${mains})
     get_filename_component(stem ${src} NAME_WE)
     string(REPLACE "_" "-" prog ${stem})
-    add_executable(${prog} ${src})
+    # A program tangram_X.c may be split into X_*.c beside it.
+    string(REGEX REPLACE "^tangram_" "" part ${stem})
+    file(GLOB helpers CONFIGURE_DEPENDS ${dir}/${part}_*.c)
+    add_executable(${prog} ${src} ${helpers})
     target_link_libraries(${prog} PRIVATE tg_all)
     install(TARGETS ${prog} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   endforeach()

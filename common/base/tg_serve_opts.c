@@ -11,6 +11,9 @@ static const char *const backend_choices[] = {"cpu", "cuda", NULL};
 /* Same order as enum tg_log_format / enum tg_log_level in common/base/tg_log.h,
  * so the stored index is the enum value. */
 static const char *const log_format_choices[] = {"text", "json", NULL};
+/* In the order of enum gm_ws (common/grammar/gm_json.h). */
+static const char *const ws_choices[] = {"compact", "none", "pretty", "free",
+                                         NULL};
 static const char *const log_level_choices[] = {"err", "warn", "info",
                                                 "debug", NULL};
 static const char *const onoff_choices[] = {"off", "on", NULL};
@@ -180,6 +183,15 @@ static const struct tg_config_entry table[] = {
              "grammar_queue_full with Retry-After before it is queued. A "
              "grammar already prepared costs nothing here. At most the "
              "worker's compile queue (64)."},
+    {.name = "structured-whitespace", .type = TG_CONFIG_ENUM,
+     .def = "compact", .offset = OFF(structured_whitespace, int),
+     .choices = ws_choices, .metavar = "POLICY",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "Whitespace in JSON that structured outputs generate, unless "
+             "the request's structured_outputs.whitespace says otherwise: "
+             "compact (at most one space after ':' and ','), none, pretty "
+             "(newlines and indents, at most 20) or free (any JSON "
+             "whitespace, at most 20 characters a gap)."},
     {.name = "grammar-cache-memory", .type = TG_CONFIG_SIZE,
      .def = "256MiB", .min = 16777216.0, .max = 68719476736.0,
      .offset = OFF(grammar_cache_memory, uint64_t), .metavar = "BYTES",

@@ -105,6 +105,9 @@ struct tg_serve_opts {
     uint64_t kv_host_memory;  /* host tier per rank, bytes; 0 = off
                                  (DESIGN.md §4.10); the workers' */
     int64_t max_queued;       /* waiting requests before 429 */
+    int structured_whitespace;     /* JSON constraints' whitespace by default:
+                                  0 compact, 1 none, 2 pretty, 3 free
+                                  (common/grammar/gm_json.h enum gm_ws) */
     uint64_t grammar_cache_memory; /* worker rank 0: bytes of compiled
                                  grammars its cache keeps (DESIGN.md
                                  §4.11) */

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grammar/gm_format.h"
+#include "common/grammar/gm_regex.h"
 #include "common/grammar/gm_schema_internal.h"
 #include "common/base/tg_err.h"
 #include "common/base/tg_grow.h"
@@ -72,6 +74,9 @@ static const struct {
     {"uniqueItems", KW_ARRAY},
     {"minLength", KW_STRING},
     {"maxLength", KW_STRING},
+    {"pattern", KW_STRING},
+    {"$gm:patterns", KW_STRING},
+    {"format", KW_ANNOT},
     {"minimum", KW_NUMBER},
     {"maximum", KW_NUMBER},
     {"exclusiveMinimum", KW_NUMBER},
@@ -294,6 +299,10 @@ static int scan(struct gm__sc *c, const json_t *s, struct kws *k)
         else if (strcmp(key, "anyOf") == 0 || strcmp(key, "oneOf") == 0 ||
                  strcmp(key, "allOf") == 0)
             ok = json_is_array(v) && json_array_size(v) > 0;
+        else if (strcmp(key, "pattern") == 0 || strcmp(key, "format") == 0)
+            ok = json_is_string(v);
+        else if (strcmp(key, "$gm:patterns") == 0)
+            ok = json_is_array(v);
         else if (strcmp(key, "$ref") == 0)
             ok = json_is_string(v);
         if (!ok)
@@ -432,9 +441,38 @@ static int value_in_types(const json_t *v, unsigned types)
     return (gm__schema_value_type(v) & types) != 0;
 }
 
+/* A pattern error of gm_regex as the schema's failure (the IR's own
+ * failures are recorded already). */
+static int32_t regex_fail(struct gm__sc *c, int32_t rc, const char *err)
+{
+    if (c->ir->err != 0)
+        return c->ir->err;
+    return gm__schema_fail(c, rc, "%s", err);
+}
+
+/* Whether string value v satisfies s's string keywords (lengths,
+ * pattern, format): 1, 0, or a code. */
+static int string_value_ok(struct gm__sc *c, const json_t *s, const json_t *v)
+{
+    uint32_t lo, hi;
+    int32_t rc = gm__schema_counts(c, s, "minLength", "maxLength", &lo, &hi);
+    if (rc < 0)
+        return rc;
+    struct gm_rx_item it[GM__SCHEMA_RX_MAX];
+    size_t n = 0;
+    if ((rc = gm__schema_string_items(c, s, it, GM__SCHEMA_RX_MAX, &n)) < 0)
+        return rc;
+    char err[384];
+    int r = gm_regex_test(it, n, lo, hi == GM_REPEAT_INF ? GM_REPEAT_INF : hi,
+                          json_string_value(v), json_string_length(v), err,
+                          sizeof err);
+    return r < 0 ? regex_fail(c, r, err) : r;
+}
+
 static int32_t enum_expr(struct gm__sc *c, const json_t *s, const struct kws *k)
 {
-    const char *o = other_kw(k, 1u << KW_ENUM | 1u << KW_TYPE);
+    const char *o = other_kw(k,
+                             1u << KW_ENUM | 1u << KW_TYPE | 1u << KW_STRING);
     if (o != NULL)
         return gm__schema_fail(
             c, TG_EUNSUPPORTED, "\"%s\" alongside \"%s\" is not supported",
@@ -472,6 +510,16 @@ static int32_t enum_expr(struct gm__sc *c, const json_t *s, const struct kws *k)
     {
         if (e < 0 || !value_in_types(x, types))
             continue;
+        if (json_is_string(x) && k->has[KW_STRING]) {
+            /* string keywords beside the enum keep the values they allow */
+            int ok = string_value_ok(c, s, x);
+            if (ok < 0) {
+                e = ok;
+                break;
+            }
+            if (!ok)
+                continue;
+        }
         if ((txt[m] = compact(x)) == NULL) {
             e = gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
             break;
@@ -519,13 +567,56 @@ int32_t gm__schema_counts(struct gm__sc *c, const json_t *s, const char *kmin,
     return 0;
 }
 
+int gm__schema_string_items(struct gm__sc *c, const json_t *s,
+                            struct gm_rx_item *it, size_t cap, size_t *n)
+{
+    *n = 0;
+    const json_t *pat = json_object_get(s, "pattern");
+    const json_t *more = json_object_get(s, "$gm:patterns");
+    const json_t *fmt = json_object_get(s, "format");
+    if (pat != NULL && !json_is_string(pat))
+        return gm__schema_fail(c, TG_EFORMAT, "malformed \"pattern\"");
+    if (pat != NULL)
+        it[(*n)++] = (struct gm_rx_item){.text = json_string_value(pat),
+                                         .len = json_string_length(pat),
+                                         .kind = GM_RX_SEARCH};
+    size_t i;
+    const json_t *x;
+    json_array_foreach(more, i, x)
+    {
+        if (!json_is_string(x) || *n == cap)
+            return gm__schema_fail(c, TG_EFORMAT, "malformed \"pattern\"");
+        it[(*n)++] = (struct gm_rx_item){.text = json_string_value(x),
+                                         .len = json_string_length(x),
+                                         .kind = GM_RX_SEARCH};
+    }
+    /* a format this engine knows is enforced; another is what 2020-12
+     * makes every format by default, an annotation */
+    if (json_is_string(fmt) && *n < cap &&
+        gm_format_item(json_string_value(fmt), json_string_length(fmt),
+                       &it[*n]) == 0)
+        (*n)++;
+    return 0;
+}
+
 static int32_t string_expr(struct gm__sc *c, const json_t *s)
 {
     uint32_t lo, hi;
     int32_t rc = gm__schema_counts(c, s, "minLength", "maxLength", &lo, &hi);
     if (rc < 0)
         return rc;
-    return gm_ir_ref(c->ir, gm_json_string_len(c->j, lo, hi));
+    struct gm_rx_item it[GM__SCHEMA_RX_MAX];
+    size_t n = 0;
+    if ((rc = gm__schema_string_items(c, s, it, GM__SCHEMA_RX_MAX, &n)) < 0)
+        return rc;
+    if (n == 0)
+        return gm_ir_ref(c->ir, gm_json_string_len(c->j, lo, hi));
+    char err[384];
+    int32_t r = gm_regex_json_string_items(c->ir, it, n, lo, hi, err,
+                                           sizeof err);
+    if (r < 0)
+        return regex_fail(c, r, err);
+    return gm_ir_ref(c->ir, r);
 }
 
 static int32_t ref_expr(struct gm__sc *c, const json_t *s, const struct kws *k)

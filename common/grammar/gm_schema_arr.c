@@ -3,7 +3,8 @@
  * schemas with additionalItems), minItems, maxItems, contains with
  * minContains and maxContains, uniqueItems.
  *
- * Element i is generated from prefixItems[i] while there is one, then
+ * Element i is generated from prefixItems[i] while there is one (every
+ * position of the prefix, when maxItems allows), then
  * from `items` (any value when absent, none when false). With `contains`,
  * the elements after the prefix start with minContains (default 1) of
  * `items` and `contains` together; every other element must provably not
@@ -67,6 +68,11 @@ int32_t gm__schema_array(struct gm__sc *c, const json_t *s)
     }
     size_t k = json_is_array(prefix) ? json_array_size(prefix) : 0;
     int rest_none = json_is_false(rest);
+    /* Tuples are generated whole where the bounds allow: a shorter array
+     * is valid JSON Schema, but clients that check with the schema's
+     * source (zod's tuple()) want every position. */
+    if (k > 0 && lo < k && (hi == GM_REPEAT_INF || hi >= k))
+        lo = (uint32_t)k;
     if (rest_none && hi > k)
         hi = (uint32_t)k;
     if (lo > hi)

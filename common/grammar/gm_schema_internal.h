@@ -101,6 +101,17 @@ int32_t gm__schema_sub(struct gm__sc *c, const json_t *s);
 int32_t gm__schema_counts(struct gm__sc *c, const json_t *s, const char *kmin,
                           const char *kmax, uint32_t *lo, uint32_t *hi);
 
+/* ---- strings (gm_schema.c) ------------------------------------------------ */
+
+#define GM__SCHEMA_RX_MAX 16 /* conditions on one string */
+
+struct gm_rx_item;
+/* The regex conditions of s's string keywords (pattern, the merged
+ * patterns of allOf, a format the engine knows) into it[0..*n). Returns 0
+ * or a code (recorded). */
+int gm__schema_string_items(struct gm__sc *c, const json_t *s,
+                            struct gm_rx_item *it, size_t cap, size_t *n);
+
 /* ---- objects (gm_schema_obj.c) ------------------------------------------ */
 
 /* The expression of the objects valid against s's object keywords

@@ -235,7 +235,9 @@ static int merge_kw(struct mrg *m, json_t *out, const char *k, const json_t *a,
             m->why = "items as an array";
         else
             v = allof2(a, b);
-    } else if (strcmp(k, "pattern") == 0 || strcmp(k, "format") == 0) {
+    } else if (strcmp(k, "pattern") == 0 || strcmp(k, "$gm:patterns") == 0) {
+        return 0; /* gathered by merge2 */
+    } else if (strcmp(k, "format") == 0) {
         if (json_equal((json_t *)a, (json_t *)b))
             v = json_incref((json_t *)a);
         else
@@ -369,6 +371,27 @@ static json_t *merge2(struct mrg *m, const json_t *a, const json_t *b)
                 m->why = "draft-04 boolean exclusiveMinimum/Maximum";
     /* the companions: properties with additionalProperties, prefixItems
      * with items (items itself was merged above) */
+    /* patterns: every one must match; one in "pattern", the others in
+     * "$gm:patterns" */
+    json_t *pats = json_array();
+    for (int side = 0; side < 2 && pats != NULL; side++) {
+        const json_t *o = side == 0 ? a : b;
+        const json_t *p1 = json_object_get(o, "pattern");
+        const json_t *more = json_object_get(o, "$gm:patterns");
+        if (json_is_string(p1))
+            json_array_append(pats, (json_t *)p1);
+        if (json_is_array(more))
+            json_array_extend(pats, (json_t *)more);
+    }
+    json_object_del(out, "pattern");
+    json_object_del(out, "$gm:patterns");
+    if (pats != NULL && json_array_size(pats) > 0) {
+        json_object_set(out, "pattern", json_array_get(pats, 0));
+        json_array_remove(pats, 0);
+        if (json_array_size(pats) > 0)
+            json_object_set(out, "$gm:patterns", pats);
+    }
+    json_decref(pats);
     json_object_del(out, "properties");
     json_object_del(out, "additionalProperties");
     json_object_del(out, "patternProperties");

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/grammar/gm_regex.h"
 #include "common/grammar/gm_schema_internal.h"
 
 struct prop {
@@ -36,6 +37,7 @@ struct prop {
     size_t len;
     const json_t *schema; /* NULL: any value */
     int required;
+    int unlisted; /* required but not in properties */
 };
 
 /* ---- code points and the canonical key form ----------------------------- */
@@ -338,6 +340,9 @@ struct pnames {
     int none;         /* false: no key at all */
     const json_t *en; /* enum/const values, or NULL */
     uint32_t lo, hi;  /* length bounds */
+    struct gm_rx_item it[GM__SCHEMA_RX_MAX]; /* pattern, format */
+    size_t n_it;
+    int en_listed; /* the enum's names were made listed members */
 };
 
 static int32_t read_pnames(struct gm__sc *c, const json_t *s, struct pnames *p)
@@ -367,6 +372,9 @@ static int32_t read_pnames(struct gm__sc *c, const json_t *s, struct pnames *p)
             p->en = gm__schema_own(c, one);
             if (p->en == NULL)
                 return gm_ir_fail(c->ir, TG_ENOMEM, "out of memory");
+        } else if (strcmp(k, "pattern") == 0 || strcmp(k, "format") == 0 ||
+                   strcmp(k, "$gm:patterns") == 0) {
+            continue; /* read below, all together */
         } else if (strcmp(k, "minLength") == 0 && json_is_number(v)) {
             p->lo = (uint32_t)json_number_value(v);
         } else if (strcmp(k, "maxLength") == 0 && json_is_number(v)) {
@@ -377,16 +385,25 @@ static int32_t read_pnames(struct gm__sc *c, const json_t *s, struct pnames *p)
             return gm__schema_fail(c, TG_EUNSUPPORTED,
                                    "\"propertyNames\" with \"%s\" is not "
                                    "supported (type, enum, const, "
-                                   "minLength and maxLength are)",
+                                   "minLength, maxLength, pattern and "
+                                   "format are)",
                                    k);
         }
     }
-    return 0;
+    return gm__schema_string_items(c, n, p->it, GM__SCHEMA_RX_MAX, &p->n_it);
 }
 
-/* 1 when key [name, name + len) is valid against p. */
+/* 1 when key [name, name + len) is valid against p, 0 when not, or a
+ * regex code (message in err). */
 static int pname_ok(const struct pnames *p, const char *name, size_t len)
 {
+    char err[256];
+    if (!p->none && !p->any && p->n_it > 0) {
+        int r = gm_regex_test(p->it, p->n_it, 0, GM_REPEAT_INF, name, len, err,
+                              sizeof err);
+        if (r <= 0)
+            return r;
+    }
     if (p->none)
         return 0;
     if (p->any)
@@ -478,9 +495,6 @@ int32_t gm__schema_object(struct gm__sc *c, const json_t *s)
     const json_t *props = json_object_get(s, "properties");
     const json_t *req = json_object_get(s, "required");
     const json_t *addl = json_object_get(s, "additionalProperties");
-    if (json_object_get(s, "patternProperties") != NULL)
-        return gm__schema_fail(c, TG_EUNSUPPORTED,
-                               "\"patternProperties\" is not supported");
     int closed = json_is_false(addl);
     int extras = json_is_object(addl);
     uint32_t mn = 0, mx = GM_REPEAT_INF;
@@ -491,13 +505,35 @@ int32_t gm__schema_object(struct gm__sc *c, const json_t *s)
     struct pnames pn;
     if ((rc = read_pnames(c, s, &pn)) < 0)
         return rc;
+    const json_t *pp = json_object_get(s, "patternProperties");
+    size_t n_pp = pp != NULL ? json_object_size(pp) : 0;
+    if (n_pp > GM__SCHEMA_RX_MAX)
+        return gm__schema_fail(c, TG_ETOOBIG, "more than %d patternProperties",
+                               GM__SCHEMA_RX_MAX);
+    struct gm_rx_item pat[GM__SCHEMA_RX_MAX];
+    const json_t *pat_schema[GM__SCHEMA_RX_MAX];
+    {
+        size_t k = 0;
+        const char *key;
+        size_t kl;
+        json_t *v;
+        void *tmp;
+        if (pp != NULL)
+            json_object_keylen_foreach_safe((json_t *)pp, tmp, key, kl, v)
+            {
+                pat[k] = (struct gm_rx_item){
+                    .text = key, .len = kl, .kind = GM_RX_SEARCH};
+                pat_schema[k++] = v;
+            }
+    }
     if (props == NULL && req == NULL && !closed && !extras && mn == 0 &&
-        mx == GM_REPEAT_INF && pn.any)
+        mx == GM_REPEAT_INF && pn.any && n_pp == 0)
         return gm_ir_ref(ir, gm_json_object(c->j));
     size_t n_props = props != NULL ? json_object_size(props) : 0;
     size_t n_req = req != NULL ? json_array_size(req) : 0;
-    struct prop *p = calloc(n_props + n_req + 1, sizeof(*p));
-    int32_t *mem = malloc((n_props + n_req + 1) * sizeof(*mem));
+    size_t n_en = extras && pn.en != NULL ? json_array_size(pn.en) : 0;
+    struct prop *p = calloc(n_props + n_req + n_en + 1, sizeof(*p));
+    int32_t *mem = malloc((n_props + n_req + n_en + 1) * sizeof(*mem));
     if (p == NULL || mem == NULL) {
         free(p);
         free(mem);
@@ -528,8 +564,14 @@ int32_t gm__schema_object(struct gm__sc *c, const json_t *s)
             while (at < n &&
                    !(p[at].len == kl && memcmp(p[at].name, k, kl) == 0))
                 at++;
+            int by_pattern = 0;
+            for (size_t j = 0; at == n && j < n_pp; j++) {
+                char err[256];
+                by_pattern |= gm_regex_test(&pat[j], 1, 0, GM_REPEAT_INF, k, kl,
+                                            err, sizeof err) == 1;
+            }
             if (at == n) {
-                if (closed) {
+                if (closed && !by_pattern) {
                     rc = gm__schema_fail(
                         c, TG_EINVAL,
                         "required property \"%.*s\" is not in \"properties\" "
@@ -541,15 +583,42 @@ int32_t gm__schema_object(struct gm__sc *c, const json_t *s)
                 p[n].name = k;
                 p[n].len = kl;
                 p[n].schema = extras ? addl : NULL;
+                p[n].unlisted = 1;
                 n++;
             }
             p[at].required = 1;
         }
+    /* Other members whose keys propertyNames enumerates are generated as
+     * listed ones, each once and all of them: distinct keys for certain,
+     * and the whole set that a client's record over an enum (zod's
+     * z.record(z.enum(...), ...)) wants. */
+    for (size_t q = 0; rc >= 0 && q < n_en; q++) {
+        const json_t *x2 = json_array_get(pn.en, q);
+        if (!json_is_string(x2))
+            continue;
+        const char *nm = json_string_value(x2);
+        size_t nl = json_string_length(x2);
+        int dup = 0;
+        for (size_t k2 = 0; k2 < n; k2++)
+            dup |= p[k2].len == nl && memcmp(p[k2].name, nm, nl) == 0;
+        if (dup)
+            continue;
+        p[n] = (struct prop){
+            .name = nm, .len = nl, .schema = addl, .required = 1, .unlisted = 1};
+        n++;
+    }
+    if (n_en > 0)
+        pn.en_listed = 1;
     /* propertyNames on the listed names: drop the optional ones it
      * refuses, fail on a required one */
     size_t w = 0;
     for (size_t k = 0; rc >= 0 && k < n; k++) {
-        if (pname_ok(&pn, p[k].name, p[k].len)) {
+        int ok = pname_ok(&pn, p[k].name, p[k].len);
+        if (ok < 0) {
+            rc = gm__schema_fail(c, ok,
+                                 "\"propertyNames\": its pattern or "
+                                 "format cannot be compiled");
+        } else if (ok) {
             p[w++] = p[k];
         } else if (p[k].required) {
             rc = gm__schema_fail(c, TG_EINVAL,
@@ -572,6 +641,36 @@ int32_t gm__schema_object(struct gm__sc *c, const json_t *s)
         }
         int32_t key = gm_ir_str(ir, kt);
         free(kt);
+        /* patternProperties whose pattern the name matches apply too; a
+         * name matched by one is not additional */
+        json_t *all = n_pp > 0 ? json_array() : NULL;
+        for (size_t j = 0; rc >= 0 && j < n_pp; j++) {
+            char err[256];
+            int m = gm_regex_test(&pat[j], 1, 0, GM_REPEAT_INF, p[k].name,
+                                  p[k].len, err, sizeof err);
+            if (m < 0)
+                rc = gm__schema_fail(c, m, "patternProperties: %s", err);
+            else if (m)
+                json_array_append(all, (json_t *)pat_schema[j]);
+        }
+        if (rc < 0) {
+            json_decref(all);
+            break;
+        }
+        if (all != NULL && json_array_size(all) > 0) {
+            if (p[k].schema != NULL && !(p[k].unlisted && extras))
+                json_array_append(all, (json_t *)p[k].schema);
+            const json_t *both = gm__schema_own(
+                c, json_pack("{so}", "allOf", all));
+            if (both == NULL) {
+                rc = gm_ir_fail(ir, TG_ENOMEM, "out of memory");
+                break;
+            }
+            p[k].schema = both;
+            p[k].unlisted = 0;
+        } else {
+            json_decref(all);
+        }
         int32_t val;
         if (p[k].schema == NULL) {
             val = gm_json_value(c->j);
@@ -593,7 +692,9 @@ int32_t gm__schema_object(struct gm__sc *c, const json_t *s)
     }
     /* the others */
     int32_t extra = -1;
-    if (rc >= 0 && extras && !pn.none) {
+    int rx_keys = n_pp > 0 || pn.n_it > 0;
+    if (rc >= 0 && (extras || n_pp > 0) && !pn.none && !rx_keys &&
+        !pn.en_listed) {
         size_t old = gm__schema_path_push(c, "additionalProperties", 20);
         int32_t val = gm__schema_sub(c, addl);
         gm__schema_path_pop(c, old);
@@ -614,8 +715,8 @@ int32_t gm__schema_object(struct gm__sc *c, const json_t *s)
                 json_array_foreach(pn.en, i, x)
                 {
                     if (!json_is_string(x) || na == 256 ||
-                        !pname_ok(&pn, json_string_value(x),
-                                  json_string_length(x)))
+                        pname_ok(&pn, json_string_value(x),
+                                 json_string_length(x)) <= 0)
                         continue;
                     int dup = 0;
                     for (size_t k = 0; k < n; k++)
@@ -640,6 +741,61 @@ int32_t gm__schema_object(struct gm__sc *c, const json_t *s)
             rc = key;
         else if (key >= 0)
             extra = member(c, key, val);
+    } else if (rc >= 0 && (extras || n_pp > 0) && !pn.none) {
+        /* keys by their regex conditions: for pattern j, matching it and
+         * no other pattern (a key two patterns match is not generated)
+         * and no listed name; for additionalProperties, matching no
+         * pattern; propertyNames' conditions on all of them */
+        size_t cap = n_pp + n + pn.n_it + 1;
+        struct gm_rx_item *it = malloc(cap * sizeof(*it));
+        int32_t groups[GM__SCHEMA_RX_MAX + 1];
+        size_t ng = 0;
+        if (it == NULL)
+            rc = gm_ir_fail(ir, TG_ENOMEM, "out of memory");
+        for (size_t g = 0; rc >= 0 && g <= n_pp; g++) {
+            if (g == n_pp && !extras)
+                break;
+            size_t k = 0;
+            for (size_t j = 0; j < n_pp; j++) {
+                it[k] = pat[j];
+                it[k++].negate = j != g;
+            }
+            for (size_t q = 0; q < n; q++)
+                it[k++] = (struct gm_rx_item){.text = p[q].name,
+                                              .len = p[q].len,
+                                              .kind = GM_RX_LITERAL,
+                                              .negate = 1};
+            for (size_t q = 0; q < pn.n_it; q++)
+                it[k++] = pn.it[q];
+            char err[384];
+            int32_t key = gm_regex_json_string_items(ir, it, k, pn.lo, pn.hi,
+                                                     err, sizeof err);
+            if (key == TG_EINVAL && ir->err == 0)
+                continue; /* no such key: nothing to generate */
+            if (key < 0) {
+                rc = ir->err != 0 ? ir->err
+                                  : gm__schema_fail(c, key, "%s", err);
+                break;
+            }
+            const json_t *vs = g < n_pp ? pat_schema[g] : addl;
+            size_t old = gm__schema_path_push(
+                c, g < n_pp ? "patternProperties" : "additionalProperties",
+                g < n_pp ? 17 : 20);
+            size_t old2 = g < n_pp
+                              ? gm__schema_path_push(c, pat[g].text, pat[g].len)
+                              : old;
+            int32_t val = gm__schema_sub(c, vs);
+            gm__schema_path_pop(c, old2);
+            gm__schema_path_pop(c, old);
+            if (val < 0) {
+                rc = val;
+                break;
+            }
+            groups[ng++] = member(c, gm_ir_ref(ir, key), val);
+        }
+        free(it);
+        if (rc >= 0 && ng > 0)
+            extra = gm_ir_alt(ir, groups, ng);
     }
     if (rc >= 0 && mn > n)
         rc = gm__schema_fail(c, TG_EUNSUPPORTED,

@@ -142,5 +142,6 @@ struct rt_openai_cfg rt_api_openai_cfg(const struct rt_server *s)
          * has no options; the body limit is the HTTP server's anyway. */
         .max_body_bytes = s->opts != NULL ? (size_t)s->opts->http_max_body : 0,
         .tool_format = s->tmpl.tool_format,
+        .ws = s->opts != NULL ? s->opts->structured_whitespace : 0,
     };
 }

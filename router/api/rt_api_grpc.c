@@ -386,27 +386,46 @@ int rt_api_grpc_convert(struct rt_server *s,
     struct rt_gen_opts *o = &g->q.opts;
     rt_gen_request_defaults(g);
     g->q.max_tokens_param = "sampling.max_tokens";
-    if (q->response_format != NULL && q->response_format[0] != '\0') {
+    /* response_format and structured_outputs as the OpenAI parser reads
+     * them; so_root lives until the whitespace policy is applied */
+    json_t *so_root = json_object();
+    if (so_root == NULL)
+        goto nomem;
+    static const char *const texts[] = {"response_format",
+                                        "structured_outputs"};
+    for (int k = 0; k < 2; k++) {
+        const char *t = k == 0 ? q->response_format : q->structured_outputs;
+        if (t == NULL || t[0] == '\0')
+            continue;
         json_error_t je;
-        json_t *rf = tg_json_loadb_wide(q->response_format,
-                                        strlen(q->response_format), 0, &je);
-        if (rf == NULL) {
-            rt_request_error_set(e, 400, "invalid_value", "response_format",
-                                 "response_format is not JSON: %s", je.text);
+        json_t *v = tg_json_loadb_wide(t, strlen(t), 0, &je);
+        if (v == NULL) {
+            json_decref(so_root);
+            rt_request_error_set(e, 400, "invalid_value", texts[k],
+                                 "%s is not JSON: %s", texts[k], je.text);
             return TG_EINVAL;
         }
-        json_t *root = json_object();
-        int rc = root == NULL ||
-                         json_object_set_new(root, "response_format", rf) != 0
-                     ? TG_ENOMEM
-                     : rt_openai_parse_response_format(root, &g->q.grammar, e);
-        if (root == NULL)
-            json_decref(rf);
-        json_decref(root);
-        if (rc == TG_ENOMEM && e->status == 0)
+        if (json_object_set_new(so_root, texts[k], v) != 0) {
+            json_decref(so_root);
             goto nomem;
-        if (rc != 0)
+        }
+    }
+    int ws = 0;
+    {
+        struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
+        int rc = rt_openai_parse_response_format(so_root, &g->q.grammar, e);
+        if (rc == 0)
+            rc = rt_openai_parse_structured(so_root, &g->q.grammar, e);
+        if (rc == 0)
+            rc = rt_openai_structured_ws(&cfg, so_root, &ws, e);
+        json_decref(so_root);
+        if (rc == 0 && q->n_messages == 0) /* no tools: applied now */
+            rc = rt_openai_structured_apply_ws(ws, &g->q.grammar, e);
+        if (rc != 0) {
+            if (rc == TG_ENOMEM && e->status == 0)
+                goto nomem;
             return rc;
+        }
     }
     g->model = strdup(s->model_name);
     if (g->model == NULL)
@@ -436,6 +455,8 @@ int rt_api_grpc_convert(struct rt_server *s,
             rc = rt_openai_tool_grammar(&cfg, root, g->q.tools, g->tool_choice,
                                         &g->q.grammar, e);
         }
+        if (rc == 0)
+            rc = rt_openai_structured_apply_ws(ws, &g->q.grammar, e);
         json_decref(root);
         if (rc != 0)
             return rc;

@@ -186,6 +186,8 @@ struct rt_openai_cfg {
     enum ct_tool_format tool_format; /* the chat template's tool-call
                                         format: what tool_choice
                                         "required" constrains output to */
+    int ws; /* JSON constraints' whitespace policy by default (enum gm_ws
+               of common/grammar/gm_json.h; 0: compact) */
 };
 
 /* Parses and validates a /v1/completions body of `len` bytes into *out
@@ -232,6 +234,30 @@ void rt_gen_request_free(struct rt_gen_request *r);
  * response_format is the same JSON). Any thread (rt_openai_format.c). */
 int rt_openai_parse_response_format(const json_t *root, char **grammar,
                                     struct rt_request_error *e);
+
+/* The other spellings of an output constraint in root (vLLM's
+ * structured_outputs {json, regex, choice, grammar, json_object} and
+ * guided_json / guided_regex / guided_choice / guided_grammar; llama.cpp's
+ * grammar and json_schema; SGLang's regex, ebnf and json_schema) into
+ * *grammar, checked as response_format is. At most one constraint per
+ * request: a second one (response_format counts, when *grammar is set
+ * already) is a 400 naming both. Any thread (rt_openai_struct.c). */
+int rt_openai_parse_structured(const json_t *root, char **grammar,
+                               struct rt_request_error *e);
+
+/* The whitespace policy of *grammar's JSON (cfg->ws, or the request's
+ * structured_outputs.whitespace / disable_any_whitespace) written into
+ * its spec. Call after every constraint is parsed (tools included). */
+int rt_openai_structured_whitespace(const struct rt_openai_cfg *cfg,
+                                    const json_t *root, char **grammar,
+                                    struct rt_request_error *e);
+
+/* Its two halves: the policy the request asks for (*ws, an enum gm_ws),
+ * and writing a policy into *grammar's spec (nothing for compact). */
+int rt_openai_structured_ws(const struct rt_openai_cfg *cfg, const json_t *root,
+                            int *ws, struct rt_request_error *e);
+int rt_openai_structured_apply_ws(int ws, char **grammar,
+                                  struct rt_request_error *e);
 
 /* /tokenize (vLLM): {"model", "prompt", "add_special_tokens"} or
  * {"model", "messages", "tools", "add_generation_prompt",

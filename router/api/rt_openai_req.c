@@ -367,6 +367,8 @@ static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
         return rt_openai__unsupported(e, "prompt_logprobs",
                            "prompt logprobs are not supported over HTTP");
     int frc = rt_openai_parse_response_format(root, &out->q.grammar, e);
+    if (frc == 0)
+        frc = rt_openai_parse_structured(root, &out->q.grammar, e);
     if (frc != 0)
         return frc;
     if (ep != RT_ENDPOINT_CHAT)
@@ -840,6 +842,8 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
             (rc = rt_openai__get_bool(root, "echo", "echo", &out->echo, e)))
             goto fail;
     }
+    if ((rc = rt_openai_structured_whitespace(cfg, root, &out->q.grammar, e)))
+        goto fail;
     if ((rc = rt_openai__get_bool(root, "add_special_tokens",
                                   "add_special_tokens",
                                   &out->q.add_special_tokens, e)) ||

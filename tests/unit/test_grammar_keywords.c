@@ -108,12 +108,13 @@ static void test_arrays(void **state)
         "+[\"a\",1]", "+[\"a\", 1.5]", "-[\"a\"]", "-[1,\"a\"]", "-[\"a\",1,2]",
         "-[]");
     /* a tuple with a rest */
+    /* tuples are generated whole (zod's tuple() wants every position) */
     CHECK("{\"prefixItems\":[{\"type\":\"boolean\"}],\"items\":{\"type\":"
           "\"null\"}}",
-          "+[]", "+[true]", "+[false,null,null]", "-[null]", "-[true,true]");
+          "-[]", "+[true]", "+[false,null,null]", "-[null]", "-[true,true]");
     /* draft 2019-09: items as an array, additionalItems */
     CHECK("{\"items\":[{\"type\":\"integer\"}],\"additionalItems\":false}",
-          "+[]", "+[3]", "-[3,4]", "-[\"x\"]");
+          "-[]", "+[3]", "-[3,4]", "-[\"x\"]");
     /* maxItems below the prefix: the prefix is cut */
     CHECK("{\"prefixItems\":[{\"type\":\"integer\"},{\"type\":\"integer\"}],"
           "\"maxItems\":1}",
@@ -173,16 +174,62 @@ static void test_objects(void **state)
           "+{\"a\":1}", "-{\"bbbb\":1}");
     refused("{\"required\":[\"long\"],\"propertyNames\":{\"maxLength\":3}}",
             TG_EINVAL, "propertyNames");
+    /* keys from an enum: each once, all of them (zod's record over an
+     * enum) */
     CHECK("{\"propertyNames\":{\"enum\":[\"x\",\"y\"]},"
           "\"additionalProperties\":{\"type\":\"null\"}}",
-          "+{\"x\":null}", "+{\"x\":null,\"y\":null}", "-{\"z\":null}");
+          "-{\"x\":null}", "+{\"x\":null,\"y\":null}", "-{\"z\":null}",
+          "-{\"x\":null,\"x\":null}");
     CHECK("{\"propertyNames\":{\"minLength\":2,\"maxLength\":3},"
           "\"additionalProperties\":{\"type\":\"null\"}}",
           "+{\"ab\":null}", "+{\"abc\":null}", "-{\"a\":null}",
           "-{\"abcd\":null}");
-    refused("{\"propertyNames\":{\"pattern\":\"^a\"},"
-            "\"additionalProperties\":{}}",
-            TG_EUNSUPPORTED, "propertyNames");
+    /* keys by pattern: propertyNames, patternProperties (a key two
+     * patterns match is not generated), additionalProperties for the
+     * rest */
+    CHECK("{\"propertyNames\":{\"pattern\":\"^a\"},"
+          "\"additionalProperties\":{\"type\":\"null\"}}",
+          "+{\"ab\":null}", "-{\"b\":null}");
+    CHECK("{\"patternProperties\":{\"^x_\":{\"type\":\"integer\"},\"^y_\":{"
+          "\"type\":\"string\"}},\"additionalProperties\":false}",
+          "+{}", "+{\"x_1\":1}", "+{\"y_a\":\"s\",\"x_b\":2}",
+          "-{\"x_1\":\"s\"}", "-{\"z\":1}");
+    CHECK("{\"properties\":{\"x_id\":{\"minimum\":10}},\"patternProperties\":{"
+          "\"^x_\":{\"type\":\"integer\"}},\"additionalProperties\":{\"type\":"
+          "\"boolean\"}}",
+          "+{\"x_id\":11}", "-{\"x_id\":11.5}", "-{\"x_id\":3}", "+{\"x_q\":4}",
+          "+{\"other\":true}", "-{\"other\":4}", "-{\"x_q\":true}");
+    CHECK("{\"required\":[\"x_r\"],\"patternProperties\":{\"^x_\":{\"type\":"
+          "\"null\"}},\"additionalProperties\":false}",
+          "+{\"x_r\":null}", "-{\"x_r\":1}", "-{}");
+}
+
+static void test_strings(void **state)
+{
+    (void)state;
+    /* pattern, format (a known one enforced, an unknown one an
+     * annotation), lengths, and enum values filtered by them */
+    CHECK("{\"type\":\"string\",\"pattern\":\"^[0-9]{3}-[0-9]{4}$\"}",
+          "+\"555-1234\"", "-\"5551234\"", "-\"555-12345\"");
+    CHECK("{\"type\":\"string\",\"format\":\"uuid\"}",
+          "+\"123e4567-e89b-12d3-a456-426614174000\"", "-\"123e4567\"");
+    CHECK("{\"type\":\"string\",\"format\":\"no-such-format\"}", "+\"x\"");
+    CHECK("{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"^2024-\"}",
+          "+\"2024-02-29\"", "-\"2023-02-28\"", "-\"2024-02-30\"");
+    CHECK("{\"enum\":[\"apple\",\"kiwi\",\"banana\",3],\"maxLength\":5,"
+          "\"pattern\":\"a\"}",
+          "+\"apple\"", "-\"kiwi\"", "-\"banana\"", "+3");
+    /* two patterns under allOf: both */
+    CHECK("{\"allOf\":[{\"pattern\":\"^a\"},{\"pattern\":\"b$\"}],\"type\":"
+          "\"string\"}",
+          "+\"axb\"", "-\"ax\"", "-\"xb\"");
+    /* zod's .email() pattern, lookaheads and all */
+    CHECK(
+        "{\"type\":\"string\",\"format\":\"email\",\"pattern\":"
+        "\"^(?!\\\\.)(?!.*\\\\.\\\\.)([A-Za-z0-9_'+\\\\-\\\\.]*)[A-Za-z0-9_+-]@([A-Za-z0-9]"
+        "[A-Za-z0-9\\\\-]*\\\\.)+[A-Za-z]{2,}$\"}",
+        "+\"a.b@example.com\"", "-\".a@example.com\"", "-\"a..b@example.com\"",
+        "-\"a@b\"");
 }
 
 static void test_allof(void **state)
@@ -235,9 +282,9 @@ static void test_allof(void **state)
     refused("{\"$defs\":{\"a\":{\"allOf\":[{\"$ref\":\"#/$defs/a\"}]}},"
             "\"$ref\":\"#/$defs/a\"}",
             TG_EUNSUPPORTED, "nested deeper");
-    /* two different patterns cannot be one string schema */
-    refused("{\"allOf\":[{\"pattern\":\"a\"},{\"pattern\":\"b\"}]}",
-            TG_EUNSUPPORTED, "pattern");
+    /* two formats cannot be one string schema */
+    refused("{\"allOf\":[{\"format\":\"date\"},{\"format\":\"uuid\"}]}",
+            TG_EUNSUPPORTED, "format");
 }
 
 /* not (generated from the rest, proven never to match it), if/then/else
@@ -282,9 +329,8 @@ static void test_conditionals(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_arrays),
-        cmocka_unit_test(test_objects),
-        cmocka_unit_test(test_allof),
+        cmocka_unit_test(test_arrays),       cmocka_unit_test(test_objects),
+        cmocka_unit_test(test_strings),      cmocka_unit_test(test_allof),
         cmocka_unit_test(test_conditionals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -97,11 +97,6 @@ static int accepts(struct gm_grammar *g, const char *text)
 static void test_unsupported_keywords(void **state)
 {
     (void)state;
-    refused("{\"type\":\"object\",\"properties\":{\"zip\":{\"type\":\"string\","
-            "\"pattern\":\"^[0-9]+$\"}}}",
-            TG_EUNSUPPORTED, "unsupported keyword \"pattern\" at #/properties/zip");
-    refused("{\"type\":\"string\",\"format\":\"date-time\"}", TG_EUNSUPPORTED,
-            "unsupported keyword \"format\" at #");
     refused("{\"type\":\"array\",\"items\":{\"type\":\"number\","
             "\"$dynamicRef\":\"#x\"}}",
             TG_EUNSUPPORTED, "\"$dynamicRef\" at #/items");
@@ -120,8 +115,8 @@ static void test_unsupported_keywords(void **state)
     refused("{\"$ref\":\"http://example.com/s.json\"}", TG_EUNSUPPORTED,
             "only references inside the document");
     refused("{\"$ref\":\"#anchor\"}", TG_EFORMAT, "no \"$anchor\" \"anchor\"");
-    refused("{\"enum\":[\"a\"],\"maxLength\":3}", TG_EUNSUPPORTED,
-            "\"enum\" alongside \"maxLength\"");
+    refused("{\"enum\":[\"a\"],\"minItems\":3}", TG_EUNSUPPORTED,
+            "\"enum\" alongside \"minItems\"");
 }
 
 /* $ref resolution (draft 2020-12): against the resource its schema sits
@@ -407,7 +402,7 @@ static void test_tool_calls(void **state)
 
     /* errors name the tool */
     json_t *bad = json_loads("{\"type\":\"object\",\"properties\":{\"x\":{"
-                             "\"pattern\":\"a\"}}}",
+                             "\"nullable\":true}}}",
                              0, NULL);
     struct gm_tool_fn badfn = {"f", bad};
     assert_int_equal(gm_spec_tools(&GM_TOOL_HERMES, &badfn, 1, 1, 1, &spec,
@@ -417,7 +412,7 @@ static void test_tool_calls(void **state)
                                      sizeof err),
                      TG_EUNSUPPORTED);
     assert_string_equal(err, "tool \"f\" parameters: unsupported keyword "
-                             "\"pattern\" at #/properties/x");
+                             "\"nullable\" at #/properties/x");
     free(spec);
     json_decref(bad);
     json_decref(params);
@@ -531,7 +526,7 @@ static const char *const cache_specs[] = {
     "{\"type\":\"json_value\"}",
     "{\"type\":\"json_object\"}",
     "{\"type\":\"json_schema\",\"schema\":{\"type\":\"string\",\"maxLength\":9}}",
-    "{\"type\":\"json_schema\",\"schema\":{\"pattern\":\"x\"}}",
+    "{\"type\":\"json_schema\",\"schema\":{\"nullable\":true}}",
 };
 
 static void *cache_thread(void *arg)
@@ -544,7 +539,7 @@ static void *cache_thread(void *arg)
         int rc = gm_cache_get(j->c, cache_specs[i], strlen(cache_specs[i]), &g,
                               err, sizeof err);
         if (i == 3) {
-            if (rc != TG_EUNSUPPORTED || strstr(err, "pattern") == NULL)
+            if (rc != TG_EUNSUPPORTED || strstr(err, "nullable") == NULL)
                 j->failures++;
         } else if (rc != 0) {
             j->failures++;

@@ -304,7 +304,7 @@ static void test_bad_spec(void **state)
     got_reset();
     assert_int_equal(gw_grammar_init(&g, dir, ROW, 2, 0), 0);
     const char *bad = "{\"type\": \"json_schema\", \"schema\": {\"type\": "
-                      "\"string\", \"pattern\": \"a\"}}";
+                      "\"string\", \"pattern\": \"(a\"}}";
     /* The compile runs on a pool thread: the failure is its outcome,
      * and the id is not pinned. */
     gw_grammar_pin(&g, 1, bad, strlen(bad));

@@ -90,7 +90,7 @@ async function main() {
   out.json_schema = await refused(() => client.chat.completions.create({
     model, messages: [{ role: "user", content: "JSON please" }],
     max_tokens: 3, response_format: { type: "json_schema", json_schema: {
-      name: "zip", schema: { type: "string", pattern: "^[0-9]{5}$" } } } }));
+      name: "ids", schema: { type: "array", uniqueItems: true } } } }));
   out.bias_range = await refused(() => client.completions.create({
     ...base, logit_bias: { "99999999": 5 } }));
   out.bias_value = await refused(() => client.completions.create({

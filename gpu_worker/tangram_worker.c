@@ -101,6 +101,7 @@ int main(int argc, char **argv)
         /* a lost peer ends the serve loop after the failed StepResult */
         .peer_lost_flag = &stop_flag,
         .n_threads = (int)opt.threads,
+        .weights = (enum gw_weights)opt.cpu_weights,
         .device = (int)opt.device,
         .cuda_graphs = opt.cuda_graphs == 1,
         .step_timeout_ms = (int)opt.step_timeout_ms,

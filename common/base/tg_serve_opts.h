@@ -178,6 +178,9 @@ struct tg_serve_opts {
     int64_t router_timeout_ms; /* router silence before exit 3; 0 = 10 x
                                   heartbeat_ms, at least 10 s */
     int64_t threads;          /* CPU threads, 0 = all */
+    int cpu_weights;          /* CPU backend: the weight matrices in host
+                                 memory, 0 = auto, 1 = f32, 2 = bf16 (the
+                                 order of gw_model.h's enum gw_weights) */
     int64_t device;           /* CUDA device, -1 = the rank */
     int cuda_graphs;          /* 0 = off, 1 = on */
     int64_t step_timeout_ms;  /* CUDA, T > 1: bound of a step's wait */

@@ -39,6 +39,11 @@
 #include "gpu_worker/serve/gw_wlink.h"
 #include "gpu_worker/serve/gw_worker.h"
 
+_Static_assert((int)GW_WEIGHTS_AUTO == TG_SERVE_CPU_WEIGHTS_AUTO &&
+                   (int)GW_WEIGHTS_F32 == TG_SERVE_CPU_WEIGHTS_F32 &&
+                   (int)GW_WEIGHTS_BF16 == TG_SERVE_CPU_WEIGHTS_BF16,
+               "--cpu-weights is cast to enum gw_weights");
+
 extern char **environ;
 
 static volatile sig_atomic_t stop_flag;

@@ -47,6 +47,13 @@ static const struct tg_config_entry table[] = {
      .offset = OFF(backend, int), .choices = backend_choices,
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
      .help = "Kernel backend of the workers."},
+    {.name = "cpu-weights", .type = TG_CONFIG_ENUM, .def = "auto",
+     .offset = OFF(cpu_weights, int), .choices = cpu_weights_choices,
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "CPU backend: the weight matrices in host memory. auto keeps a "
+             "bf16 checkpoint's bf16 (exact, half the bytes a decode step "
+             "reads) and makes fp16/fp32 ones fp32; f32 or bf16 (rounded to "
+             "nearest even) whatever the checkpoint holds."},
     {.name = "tp", .type = TG_CONFIG_INT, .def = "1", .min = 1, .max = 64,
      .offset = OFF(tp, int64_t), .metavar = "N",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
@@ -428,13 +435,6 @@ static const struct tg_config_entry table[] = {
     {.name = "threads", .type = TG_CONFIG_INT, .def = "0", .min = 0,
      .max = 1024, .offset = OFF(threads, int64_t), .flags = TG_SERVE_WORKER,
      .help = "CPU threads (0 = all)."},
-    {.name = "cpu-weights", .type = TG_CONFIG_ENUM, .def = "auto",
-     .offset = OFF(cpu_weights, int), .choices = cpu_weights_choices,
-     .flags = TG_SERVE_WORKER,
-     .help = "CPU backend: the weight matrices in host memory. auto keeps a "
-             "bf16 checkpoint's bf16 (exact, half the bytes a decode step "
-             "reads) and makes fp16/fp32 ones fp32; f32 or bf16 (rounded to "
-             "nearest even) whatever the checkpoint holds."},
     {.name = "device", .type = TG_CONFIG_INT, .def = "-1", .min = -1,
      .max = 1023, .offset = OFF(device, int64_t), .flags = TG_SERVE_WORKER,
      .help = "CUDA device of this rank (-1 = the rank: one worker per GPU)."},

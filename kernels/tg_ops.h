@@ -121,7 +121,9 @@ struct tg_ops {
      * columns split over the backend's threads (OpenBLAS itself runs one
      * thread: one pool of threads, OpenMP's). Results agree with a
      * float64 product within fp32 rounding of a length-k sum; which
-     * rounding depends on m and the ISA level, never on the thread count. */
+     * rounding depends on m and the ISA level, and on the streaming
+     * kernels' rows (tests/unit/test_cpu_ops.c checks it) never on the
+     * thread count or on the other rows of x. */
     int (*gemm)(struct tg_backend *b, const float *x, const float *w,
                 const float *bias, int m, int n, int k, float *y);
 

@@ -115,6 +115,7 @@ int main(int argc, char **argv)
         .trig_stats_path = opt.trig_stats,
         .kv_host_memory = opt.kv_host_memory,
         .grammar_cache_bytes = opt.grammar_cache_memory,
+        .grammar_compile_s = opt.grammar_compile_timeout,
     };
     /* static: a compile thread still running at exit keeps using the
      * worker's grammar state until the process ends (gw_grammar_shutdown) */
@@ -163,12 +164,18 @@ out:
     gw_wlink_close(&link);
     /* A vocabulary load or a compile never holds up the exit: a router
      * waiting for this worker (a restart, a drain) gets it at once. */
+    int running = 0;
     if (w.rank == 0) {
         /* Logged before the shutdown, which frees what it counts. */
         gw_grammar_log_stats(&w.gram);
-        (void)gw_grammar_shutdown(&w.gram, 100);
+        running = gw_grammar_shutdown(&w.gram, 100) == TG_EBUSY;
     }
-    gw_worker_free(&w);
+    /* A pool thread still running uses w.gram until the process ends:
+     * then w is left whole (gw_worker_free would zero it under the
+     * thread), and what it holds stays reachable from this static for
+     * the leak checkers; the exit returns it all. */
+    if (!running)
+        gw_worker_free(&w);
     tg_serve_opts_free(&opt);
     return status;
 }

@@ -77,7 +77,7 @@ static void test_marks(void **state)
         "decode-compress", "decode-budget", "decode-budget-uniform",
         "decode-every", "decode-window", "trig-stats", "max-num-seqs", "max-batched-tokens", "kv-memory", "kv-host-memory",
         "max-queued", "max-grammar-compiles", "structured-whitespace",
-        "grammar-cache-memory",
+        "grammar-compile-timeout", "grammar-cache-memory",
         "tokenizer-threads",
         "api-key", "log-format", "log-level", "shutdown-timeout",
         "served-model-name", "max-model-len", "worker-heartbeat-ms",

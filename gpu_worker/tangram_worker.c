@@ -39,6 +39,11 @@
 #include "gpu_worker/serve/gw_wlink.h"
 #include "gpu_worker/serve/gw_worker.h"
 
+_Static_assert((int)GW_WEIGHTS_AUTO == TG_SERVE_CPU_WEIGHTS_AUTO &&
+                   (int)GW_WEIGHTS_F32 == TG_SERVE_CPU_WEIGHTS_F32 &&
+                   (int)GW_WEIGHTS_BF16 == TG_SERVE_CPU_WEIGHTS_BF16,
+               "--cpu-weights is cast to enum gw_weights");
+
 extern char **environ;
 
 static volatile sig_atomic_t stop_flag;
@@ -101,6 +106,7 @@ int main(int argc, char **argv)
         /* a lost peer ends the serve loop after the failed StepResult */
         .peer_lost_flag = &stop_flag,
         .n_threads = (int)opt.threads,
+        .weights = (enum gw_weights)opt.cpu_weights,
         .device = (int)opt.device,
         .cuda_graphs = opt.cuda_graphs == 1,
         .step_timeout_ms = (int)opt.step_timeout_ms,

@@ -83,6 +83,8 @@ static void test_marks(void **state)
         "http-header-timeout", "http-body-timeout", "http-min-body-rate",
         "http-idle-timeout",
         "http-send-timeout", "http-max-body", "metrics-auth",
+        "responses-db", "responses-max-entries", "responses-max-bytes",
+        "responses-ttl", "responses-rerender",
         "grpc-recv-timeout", "grpc-idle-timeout", "grpc-max-streams",
         "grpc-max-message", "grpc-max-connections",
         "grpc-max-connections-per-ip", "max-body-memory",

@@ -42,4 +42,11 @@ void rt_api_http__generate(struct rt_server *s, struct rt_http_req *req,
 void rt_api_http__tokenize(struct rt_http_req *req, void *ud);
 void rt_api_http__detokenize(struct rt_http_req *req, void *ud);
 
+/* The Responses API (rt_api_http_resp.c): POST /v1/responses, GET
+ * /v1/responses/{id} and .../input_items, DELETE /v1/responses/{id};
+ * ud is the server. */
+void rt_api_http__responses(struct rt_http_req *req, void *ud);
+void rt_api_http__responses_get(struct rt_http_req *req, void *ud);
+void rt_api_http__responses_delete(struct rt_http_req *req, void *ud);
+
 #endif /* RT_API_HTTP_INTERNAL_H */

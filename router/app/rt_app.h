@@ -29,6 +29,8 @@ struct rt_app {
     struct rt_reqmem reqmem;           /* what large requests become until their
                                           prompt is tokenized, both front ends
                                           (--max-request-memory; srv.reqmem) */
+    struct rt_respstore resp;          /* stored responses (--responses-*;
+                                          srv.respstore) */
     struct rt_http_server http;
     struct rt_grpc_server grpc;
 };

@@ -36,6 +36,7 @@
 #include "router/core/rt_metrics_tangram.h"
 #include "router/core/rt_metrics_tier.h"
 #include "router/core/rt_reqmem.h"
+#include "router/core/rt_respstore.h"
 #include "router/core/rt_request.h"
 #include "router/core/rt_sched.h"
 #include "router/core/rt_text.h"
@@ -219,6 +220,10 @@ struct rt_server {
                                    prompt is tokenized (rt_reqmem.h); the
                                    app's, set before they register; NULL =
                                    none */
+    struct rt_respstore *respstore; /* the responses held for later turns
+                                   (rt_respstore.h): the app's, the front
+                                   ends use it; NULL = none (a server made
+                                   for conversions alone) */
 };
 
 /* Idle prepared grammars the router keeps pinned on rank 0 for the next

@@ -33,6 +33,10 @@
 - Durability: the router SIGKILLed between two turns (the supervisor starts
   a new one, which reads the database back): the next turn continues the
   conversation, the earlier response is retrievable.
+- The official OpenAI Node client, unchanged (clients/openai_responses.mjs):
+  responses.create, a second turn, responses.stream with finalResponse,
+  retrieve, inputItems.list through its cursor pages, delete, a function
+  tool round trip and responses.parse with zodTextFormat.
 - Metrics: tangram_responses_stored_total, _lookups_total{result} count
   what the test did.
 """
@@ -42,6 +46,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -341,6 +346,63 @@ def check_tools(d):
               "whole one", (types, args))
 
 
+def check_node(d):
+    """The official OpenAI Node client (clients/openai_responses.mjs)."""
+    root, why = du.node_clients(["openai_responses.mjs"])
+    if not chk.check(root is not None, "the OpenAI Node client is available",
+                     why):
+        return
+    r = subprocess.run(["node", os.path.join(root, "openai_responses.mjs"),
+                        d.base_url + "/v1", MODEL], capture_output=True,
+                       text=True, timeout=300, cwd=root,
+                       env=dict(os.environ, OPENAI_API_KEY=KEY))
+    lines = r.stdout.strip().splitlines()
+    j = du.json_of(lines[-1]) if lines else None
+    if not chk.check(r.returncode == 0 and isinstance(j, dict),
+                     "node: every Responses call returned",
+                     r.stdout[-1500:] + r.stderr[-1500:]):
+        return
+    c, t2 = j["create"], j["turn2"]
+    chk.check(c["id"].startswith("resp_") and c["status"] == "incomplete" and
+              c["client_output_text"] == c["output_text"] != "",
+              "node: responses.create, output_text", c)
+    chk.check(t2["previous_response_id"] == c["id"] and
+              t2["usage"]["input_tokens_details"]["cached_tokens"] ==
+              c["usage"]["input_tokens"] + c["usage"]["output_tokens"] - 1,
+              "node: previous_response_id reuses the first turn's KV",
+              t2["usage"])
+    s = j["stream"]
+    chk.check(s["types"][0] == "response.created" and
+              s["types"][-1] == "response.incomplete" and
+              s["final"]["output_text"] == s["deltas"] != "",
+              "node: responses.stream and finalResponse", s)
+    chk.check(j["retrieve"]["output"] == t2["output"] and
+              j["retrieve"]["usage"] == t2["usage"] and
+              j["retrieve"]["id"] == t2["id"], "node: responses.retrieve",
+              (j["retrieve"], t2))
+    items = j["input_items"]
+    chk.check(len(items) == 3 and [i["role"] for i in items] ==
+              ["user", "assistant", "user"][::-1] and
+              items[1]["id"] == c["output"][0]["id"],
+              "node: inputItems.list pages through the conversation (limit "
+              "1, newest first)", items)
+    chk.check(j["after_delete"]["status"] == 404,
+              "node: responses.delete, then retrieve 404", j["after_delete"])
+    call = j.get("tool_call") or {}
+    chk.check(call.get("type") == "function_call" and
+              call.get("name") == "get_weather" and
+              isinstance(du.json_of(call.get("arguments", "")), dict),
+              "node: a function_call item", call)
+    tr = j.get("tool_result") or {}
+    chk.check(tr.get("status") in ("completed", "incomplete") and
+              tr.get("previous_response_id") is not None,
+              "node: the function_call_output turn", tr)
+    p = j["parse"]
+    chk.check(p["status"] == "completed" and
+              (p["output_parsed"] or {}).get("answer") in ("yes", "no"),
+              "node: responses.parse with zodTextFormat", p)
+
+
 def check_metrics(d):
     samples = du.fetch_metrics(
         d.base_url, {"Authorization": "Bearer " + KEY}) or {}
@@ -413,7 +475,7 @@ def check_durability(model, work):
 
 def main():
     global MODEL
-    missing = du.missing_inputs()
+    missing = du.missing_inputs(tools=["node", "npm"])
     if missing:
         return du.fail_missing(missing)
     work = du.scratch_dir("tgdresp")
@@ -429,6 +491,7 @@ def main():
                 check_continuation(d)
                 check_stream(d)
                 check_tools(d)
+                check_node(d)
                 check_metrics(d)
                 if chk.failures:
                     d.print_log_tail(chk)

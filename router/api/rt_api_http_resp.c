@@ -727,6 +727,53 @@ static int take_previous(struct resp_state *st, const struct rt_resp_entry *p,
     return 0;
 }
 
+/* Replaces each item_reference of st's input by the output item it names
+ * (an output item of a response stored in the caller's scope: 404 for
+ * any other id, as for previous_response_id). */
+static int resolve_refs(struct rt_server *s, struct resp_state *st,
+                        struct rt_request_error *e)
+{
+    size_t i;
+    json_t *x;
+    json_array_foreach(st->rq.input, i, x)
+    {
+        const char *t = json_string_value(json_object_get(x, "type"));
+        if (t == NULL || strcmp(t, "item_reference") != 0)
+            continue;
+        const char *id = json_string_value(json_object_get(x, "id"));
+        struct rt_resp_entry *en;
+        json_t *found = NULL;
+        if (rt_respstore_item(s->respstore, id, &st->scope, &en) == 0) {
+            json_error_t je;
+            json_t *resp = json_loads(en->response, 0, &je);
+            size_t k;
+            json_t *it;
+            json_array_foreach(json_object_get(resp, "output"), k, it)
+            {
+                const char *iid = json_string_value(json_object_get(it, "id"));
+                if (iid != NULL && strcmp(iid, id) == 0) {
+                    found = json_incref(it);
+                    break;
+                }
+            }
+            json_decref(resp);
+            rt_respstore_unref(s->respstore, en);
+        }
+        if (found == NULL) {
+            char p[64];
+            snprintf(p, sizeof(p), "input[%zu].id", i);
+            rt_request_error_set(e, 404, "item_not_found", p,
+                                 "Item with id '%.80s' not found.", id);
+            return TG_ENOTFOUND;
+        }
+        if (json_array_set_new(st->rq.input, i, found) != 0) {
+            oom_error(e);
+            return TG_ENOMEM;
+        }
+    }
+    return 0;
+}
+
 /* Builds the chat request of st (its history looked up) into *g. */
 static int build(struct rt_server *s, struct rt_http_req *req,
                  struct resp_state *st, struct rt_gen_request *g,
@@ -737,7 +784,9 @@ static int build(struct rt_server *s, struct rt_http_req *req,
         json_object_get(st->rq.chat, "session_id"));
     scope_of(s, req, body_sid, &st->scope);
     struct rt_resp_entry *prev = NULL;
-    int same_top = 0, rc = 0;
+    int same_top = 0, rc = resolve_refs(s, st, e);
+    if (rc != 0)
+        return rc;
     if (st->rq.previous_id != NULL) {
         if (rt_respstore_get(s->respstore, st->rq.previous_id, &st->scope,
                              &prev) != 0) {

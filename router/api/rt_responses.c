@@ -172,11 +172,22 @@ static int take_item(const json_t *x, const char *param, json_t *out,
         prefix = "fco";
         if (it != NULL && member(it, "status") == NULL)
             json_object_set_new(it, "status", json_string("completed"));
+    } else if (strcmp(t, "item_reference") == 0) {
+        /* Resolved by the front end against the stored responses. */
+        snprintf(p, sizeof(p), "%s.id", param);
+        if (!json_is_string(member(x, "id")))
+            return bad_type(e, p, "a string");
+        it = json_pack("{s:s, s:O}", "type", "item_reference", "id",
+                       member(x, "id"));
+        if (it == NULL || json_array_append_new(out, it) != 0)
+            return oom(e);
+        return 0;
     } else {
         snprintf(p, sizeof(p), "%s.type", param);
         rt_request_error_set(e, 400, "unsupported_parameter", p,
                              "input items of type '%.60s' are not served "
-                             "(message, function_call, function_call_output)",
+                             "(message, function_call, function_call_output, "
+                             "item_reference)",
                              t);
         return TG_EUNSUPPORTED;
     }
@@ -579,6 +590,32 @@ int rt_responses_parse(const struct rt_openai_cfg *cfg, const char *body,
         if ((rc = read_metadata(v, e)) != 0)
             goto done;
         out->metadata = json_incref(v);
+    }
+    /* What would change the answer and is not served is refused, never
+     * dropped: logprobs, background runs, extra output to include. */
+    if ((v = member(root, "top_logprobs")) != NULL &&
+        !(json_is_integer(v) && json_integer_value(v) == 0)) {
+        rc = fail(e, TG_EUNSUPPORTED, "unsupported_parameter", "top_logprobs",
+                  "'top_logprobs' is not served by /v1/responses (use "
+                  "/v1/chat/completions with logprobs)");
+        goto done;
+    }
+    if ((v = member(root, "background")) != NULL && !json_is_false(v)) {
+        rc = fail(e, TG_EUNSUPPORTED, "unsupported_parameter", "background",
+                  "background responses are not served");
+        goto done;
+    }
+    if ((v = member(root, "include")) != NULL &&
+        (!json_is_array(v) || json_array_size(v) > 0)) {
+        rc = fail(e, TG_EUNSUPPORTED, "unsupported_parameter", "include",
+                  "'include' is not served (no extra output to include)");
+        goto done;
+    }
+    if ((v = member(root, "conversation")) != NULL) {
+        rc = fail(e, TG_EUNSUPPORTED, "unsupported_parameter", "conversation",
+                  "conversations objects are not served; use "
+                  "previous_response_id");
+        goto done;
     }
     if ((v = member(root, "reasoning")) != NULL && !json_is_object(v)) {
         rc = bad_type(e, "reasoning", "an object");

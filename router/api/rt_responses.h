@@ -11,7 +11,8 @@
  * message; or items: {"type": "message"} (or no type) with role user,
  * system, developer or assistant and content a string or parts
  * input_text / output_text; function_call {call_id, name, arguments};
- * function_call_output {call_id, output}); instructions (a system message
+ * function_call_output {call_id, output}; item_reference {id}, an output
+ * item of a stored response, which the front end resolves); instructions (a system message
  * before the input); max_output_tokens; temperature, top_p and the
  * sampling extensions the chat API takes (top_k, min_p, seed,
  * repetition_penalty ..., passed through as sent); tools (function tools
@@ -21,8 +22,9 @@
  * schema, strict}: the chat API's response_format); stream; store
  * (default true); previous_response_id; metadata (at most 16 string
  * values); user; reasoning (accepted; its effort is not used). Other
- * item types (images, files, reasoning items, item references) are a 400
- * naming the item.
+ * item types (images, files, reasoning items) are a 400 naming the item;
+ * so are top_logprobs, background, a non-empty include and conversation,
+ * which would change the answer and are not served.
  *
  * Items are kept in their Responses shape (the input items listing and a
  * later re-render read them back): a string input becomes one user message

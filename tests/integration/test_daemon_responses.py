@@ -37,6 +37,11 @@
   responses.create, a second turn, responses.stream with finalResponse,
   retrieve, inputItems.list through its cursor pages, delete, a function
   tool round trip and responses.parse with zodTextFormat.
+- The AI SDK's OpenAI provider (clients/ai_sdk_responses.mjs: generateText,
+  streamText, a tool round trip whose call goes back as an item_reference,
+  generateObject) and the OpenAI Agents SDK (clients/agents_responses.mjs:
+  an agent calling a function tool, then a run continued by
+  previousResponseId), unchanged.
 - Metrics: tangram_responses_stored_total, _lookups_total{result} count
   what the test did.
 """
@@ -163,6 +168,14 @@ def check_basic(d):
     chk.check(st == 400 and du.is_openai_error(e) and
               e["error"]["param"] == "input[0].type",
               "an image item: 400 naming input[0].type", (st, data))
+    for field, value in (("include", ["message.output_text.logprobs"]),
+                         ("top_logprobs", 3), ("background", True)):
+        st, data = post(d, {"input": "x", field: value})
+        e = du.json_of(data)
+        chk.check(st == 400 and du.is_openai_error(e) and
+                  e["error"]["param"] == field,
+                  "%s (not served): 400 naming it, not ignored" % field,
+                  (st, data))
     st, data = post(d, {"input": "x"}, key=None)
     chk.check(st == 401, "no API key: 401", (st, data[:200]))
 
@@ -212,6 +225,22 @@ def check_continuation(d):
               [x["id"] for x in la["data"] + lb["data"]] == ids[::-1] and
               lb["has_more"] is False,
               "input_items: order=asc, limit and after page it", (la, lb))
+    # An item_reference names an output item of a stored response of the
+    # same scope.
+    ref = {"input": [{"type": "item_reference", "id": r2["output"][0]["id"]},
+                     {"role": "user", "content": "Quote it."}],
+           "max_output_tokens": 2, "temperature": 0}
+    r4 = create(d, ref, "item_reference: 200", session=s)
+    if r4 is not None:
+        st, li = get(d, "/v1/responses/%s/input_items?order=asc" % r4["id"],
+                     s)
+        chk.check(st == 200 and li["data"][0] == r2["output"][0],
+                  "item_reference: resolved to the stored output item", li)
+    st, data = post(d, ref, "conv-b")
+    e = du.json_of(data)
+    chk.check(st == 404 and du.is_openai_error(e) and
+              e["error"]["param"] == "input[0].id",
+              "item_reference of another session: 404", (st, data))
     # Another scope sees nothing of it.
     for path, what in (("/v1/responses/" + r1["id"], "retrieve"),
                        ("/v1/responses/%s/input_items" % r1["id"],
@@ -403,6 +432,68 @@ def check_node(d):
               "node: responses.parse with zodTextFormat", p)
 
 
+def run_node(d, script, what):
+    root, why = du.node_clients([script])
+    if not chk.check(root is not None, "%s: the Node clients are available"
+                     % what, why):
+        return None
+    r = subprocess.run(["node", os.path.join(root, script),
+                        d.base_url + "/v1", MODEL], capture_output=True,
+                       text=True, timeout=300, cwd=root,
+                       env=dict(os.environ, OPENAI_API_KEY=KEY))
+    lines = r.stdout.strip().splitlines()
+    j = du.json_of(lines[-1]) if lines else None
+    if not chk.check(r.returncode == 0 and isinstance(j, dict),
+                     "%s: every call returned" % what,
+                     r.stdout[-1500:] + r.stderr[-1500:]):
+        return None
+    return j
+
+
+def check_ai_sdk(d):
+    """The AI SDK's OpenAI provider (clients/ai_sdk_responses.mjs)."""
+    j = run_node(d, "ai_sdk_responses.mjs", "AI SDK")
+    if j is None:
+        return
+    g = j["generate"]
+    chk.check(g["text"] != "" and g["finishReason"] == "length" and
+              g["usage"]["outputTokens"] == 6 and
+              g["responseId"].startswith("resp_"),
+              "AI SDK: generateText", g)
+    s = j["stream"]
+    chk.check(s["deltas"] == s["text"] != "" and s["finishReason"] == "length",
+              "AI SDK: streamText", s)
+    t = j["tool"]
+    chk.check(t["finishReason"] == "tool-calls" and
+              t["toolCalls"][0]["name"] == "get_weather" and
+              len(t["toolResults"]) == len(t["toolCalls"]),
+              "AI SDK: a tool called and executed", t)
+    tr = j["tool_result"]
+    chk.check(tr["text"] != "" and tr["usage"]["inputTokens"] > 0,
+              "AI SDK: the tool's result sent back (the call as an "
+              "item_reference to the stored output)", tr)
+    chk.check(j["object"].get("answer") in ("yes", "no"),
+              "AI SDK: generateObject with a zod schema", j["object"])
+
+
+def check_agents(d):
+    """The OpenAI Agents SDK (clients/agents_responses.mjs)."""
+    j = run_node(d, "agents_responses.mjs", "Agents SDK")
+    if j is None:
+        return
+    r = j["run"]
+    chk.check(len(r["calls"]) >= 1 and "tool_call_item" in r["items"] and
+              "tool_call_output_item" in r["items"] and
+              r["items"][-1] == "message_output_item" and
+              isinstance(r["finalOutput"], str) and
+              r["lastResponseId"].startswith("resp_"),
+              "Agents SDK: an agent calls its function tool and answers", r)
+    r2 = j["run2"]
+    chk.check(isinstance(r2["finalOutput"], str) and
+              r2["lastResponseId"] != r["lastResponseId"],
+              "Agents SDK: a second run continues by previousResponseId", r2)
+
+
 def check_metrics(d):
     samples = du.fetch_metrics(
         d.base_url, {"Authorization": "Bearer " + KEY}) or {}
@@ -492,6 +583,8 @@ def main():
                 check_stream(d)
                 check_tools(d)
                 check_node(d)
+                check_ai_sdk(d)
+                check_agents(d)
                 check_metrics(d)
                 if chk.failures:
                     d.print_log_tail(chk)

@@ -41,7 +41,9 @@
   streamText, a tool round trip whose call goes back as an item_reference,
   generateObject) and the OpenAI Agents SDK (clients/agents_responses.mjs:
   an agent calling a function tool, then a run continued by
-  previousResponseId), unchanged.
+  previousResponseId) and LangChain's ChatOpenAI with useResponsesApi
+  (clients/langchain_responses.mjs: invoke, stream, a bound tool and its
+  result), unchanged.
 - Metrics: tangram_responses_stored_total, _lookups_total{result} count
   what the test did.
 """
@@ -494,6 +496,24 @@ def check_agents(d):
               "Agents SDK: a second run continues by previousResponseId", r2)
 
 
+def check_langchain(d):
+    """LangChain's ChatOpenAI with useResponsesApi
+    (clients/langchain_responses.mjs)."""
+    j = run_node(d, "langchain_responses.mjs", "LangChain")
+    if j is None:
+        return
+    chk.check(j["invoke"]["text"] != "" and
+              j["invoke"]["usage"]["output_tokens"] == 8,
+              "LangChain: invoke", j["invoke"])
+    chk.check(j["stream"]["text"] != "", "LangChain: stream", j["stream"])
+    tc = j.get("tool_calls") or []
+    chk.check(len(tc) >= 1 and tc[0]["name"] == "get_weather" and
+              isinstance(tc[0]["args"], dict),
+              "LangChain: a bound tool called", tc)
+    chk.check((j.get("tool_result") or {}).get("text", "") != "",
+              "LangChain: the tool's result sent back", j.get("tool_result"))
+
+
 def check_metrics(d):
     samples = du.fetch_metrics(
         d.base_url, {"Authorization": "Bearer " + KEY}) or {}
@@ -585,6 +605,7 @@ def main():
                 check_node(d)
                 check_ai_sdk(d)
                 check_agents(d)
+                check_langchain(d)
                 check_metrics(d)
                 if chk.failures:
                     d.print_log_tail(chk)

@@ -552,9 +552,19 @@ static void on_client_gone(struct rt_http_req *req, void *ud)
     rt_req_cancel(ud);
 }
 
+/* The core names the prompt "messages" or "prompt" in its errors (the
+ * context bound): here it is the input. */
+static void input_param(struct rt_request_error *e)
+{
+    if (strncmp(e->param, "messages", 8) == 0 ||
+        strcmp(e->param, "prompt") == 0)
+        snprintf(e->param, sizeof(e->param), "input");
+}
+
 static void submitted(struct rt_req *r, int rc, struct rt_request_error *e)
 {
     struct rt_http_req *req = r->client;
+    input_param(e);
     if (rc != 0) {
         rt_req_drop(r);
         rt_api_http__send_error(req, e);
@@ -774,29 +784,40 @@ static int resolve_refs(struct rt_server *s, struct resp_state *st,
     return 0;
 }
 
-/* Builds the chat request of st (its history looked up) into *g. */
-static int build(struct rt_server *s, struct rt_http_req *req,
-                 struct resp_state *st, struct rt_gen_request *g,
-                 struct rt_request_error *e)
+/* The loop's part of a request before its chat request is composed: the
+ * caller's scope, item references resolved, the previous response looked
+ * up (*prev: a reference, or NULL). */
+static int lookup(struct rt_server *s, struct rt_http_req *req,
+                  struct resp_state *st, struct rt_resp_entry **prev,
+                  struct rt_request_error *e)
 {
-    struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
     const char *body_sid = json_string_value(
         json_object_get(st->rq.chat, "session_id"));
     scope_of(s, req, body_sid, &st->scope);
-    struct rt_resp_entry *prev = NULL;
-    int same_top = 0, rc = resolve_refs(s, st, e);
-    if (rc != 0)
+    *prev = NULL;
+    int rc = resolve_refs(s, st, e);
+    if (rc != 0 || st->rq.previous_id == NULL)
         return rc;
-    if (st->rq.previous_id != NULL) {
-        if (rt_respstore_get(s->respstore, st->rq.previous_id, &st->scope,
-                             &prev) != 0) {
-            rt_request_error_set(e, 404, "previous_response_not_found",
-                                 "previous_response_id",
-                                 "Previous response with id '%.80s' not "
-                                 "found.",
-                                 st->rq.previous_id);
-            return TG_ENOTFOUND;
-        }
+    if (rt_respstore_get(s->respstore, st->rq.previous_id, &st->scope, prev) !=
+        0) {
+        rt_request_error_set(
+            e, 404, "previous_response_not_found", "previous_response_id",
+            "Previous response with id '%.80s' not found.", st->rq.previous_id);
+        return TG_ENOTFOUND;
+    }
+    return 0;
+}
+
+/* Composes the chat request of st (continuing `prev`, which stays
+ * referenced and unchanged meanwhile, or NULL) into *g. Any thread (a
+ * pool job for a continuation or a large body). */
+static int compose(struct rt_server *s, struct resp_state *st,
+                   const struct rt_resp_entry *prev, struct rt_gen_request *g,
+                   struct rt_request_error *e)
+{
+    struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
+    int same_top = 0, rc = 0;
+    if (prev != NULL) {
         rc = take_previous(st, prev, &same_top, e);
     } else if ((st->history = json_array()) == NULL) {
         oom_error(e);
@@ -853,64 +874,31 @@ static int build(struct rt_server *s, struct rt_http_req *req,
     json_decref(sys);
     json_decref(msgs);
     json_decref(fresh);
-    if (prev != NULL)
-        rt_respstore_unref(s->respstore, prev);
     return rc;
 }
 
-void rt_api_http__responses(struct rt_http_req *req, void *ud)
+/* Creates and submits the generation of st (moved in) with the composed
+ * chat request *g (moved in), answering req. */
+static void generate(struct rt_server *s, struct rt_http_req *req,
+                     struct resp_state *st, struct rt_gen_request *g)
 {
-    struct rt_server *s = ud;
     struct rt_request_error e;
-    struct rt_gen_request g;
-    memset(&g, 0, sizeof(g));
-    struct resp_state *st = calloc(1, sizeof(*st));
-    int rc = 0;
-    if (st == NULL || (st->calls = json_array()) == NULL) {
-        oom_error(&e);
-        rc = TG_ENOMEM;
-    }
-    struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
-    if (rc == 0)
-        rc = rt_responses_parse(&cfg, req->body, req->body_len, &st->rq, &e);
-    if (rc == 0 && s->respstore == NULL) {
-        rt_request_error_set(&e, 503, "unavailable", NULL,
-                             "this server holds no responses");
-        rc = TG_EUNSUPPORTED;
-    }
-    if (rc == 0 && (rt_respstore_new_id("resp", st->id) != 0 ||
-                    rt_respstore_new_id("msg", st->msg_id) != 0)) {
-        rt_request_error_set(&e, 500, "internal_error", NULL,
-                             "getrandom failed");
-        rc = TG_EIO;
-    }
-    if (rc == 0)
-        rc = build(s, req, st, &g, &e);
-    /* The body is parsed: its bytes go back to the budget. */
-    struct rt_conn_body body;
-    if (rt_http_req_take_body(req, &body) == 0)
-        rt_conn_body_free(&body);
-    struct rt_req *r = NULL;
-    if (rc == 0 &&
-        (r = rt_req_new(s, st->rq.stream ? &resp_sse_sink : &resp_json_sink,
-                        req)) == NULL) {
-        oom_error(&e);
-        rc = TG_ENOMEM;
-    }
-    if (rc != 0) {
-        rt_gen_request_free(&g);
+    struct rt_req *r = rt_req_new(
+        s, st->rq.stream ? &resp_sse_sink : &resp_json_sink, req);
+    if (r == NULL) {
+        rt_gen_request_free(g);
         state_free(st);
+        oom_error(&e);
         rt_api_http__send_error(req, &e);
         return;
     }
-    g.stream = st->rq.stream;
-    rc = rt_api_gen_attach(r, &g, &e);
+    g->stream = st->rq.stream;
+    int rc = rt_api_gen_attach(r, g, &e);
     if (rc == 0) {
         struct rt_api_gen *a = rt_api_gen_of(r);
         a->ext = st;
         a->ext_free = state_free;
         snprintf(r->id_str, sizeof(r->id_str), "%s", st->id);
-        st = NULL;
     } else {
         state_free(st);
     }
@@ -919,6 +907,7 @@ void rt_api_http__responses(struct rt_http_req *req, void *ud)
         rc = rt_req_submit(r, &e);
     if (rc != 0 && rc != TG_EAGAIN) {
         rt_req_drop(r);
+        input_param(&e);
         rt_api_http__send_error(req, &e);
         return;
     }
@@ -930,6 +919,170 @@ void rt_api_http__responses(struct rt_http_req *req, void *ud)
     rt_http_req_on_abort(req, on_client_gone, r);
     if (rc == 0 && state_of(r)->rq.stream)
         stream_begin(r);
+}
+
+/* A request's work on the thread pool: the parse of a large body (phase
+ * 1), then the composition of its chat request (phase 2: a continuation
+ * reads the stored conversation, a large input renders), so neither holds
+ * up the loop. The client leaving cancels it. */
+struct resp_job {
+    struct rt_pool_job pool; /* first */
+    struct rt_server *s;
+    struct rt_http_req *req; /* NULL once the client left */
+    int phase;
+    struct rt_conn_body body; /* phase 1's input (taken from req) */
+    int have_body;
+    struct resp_state *st;
+    struct rt_resp_entry *prev; /* a reference while phase 2 runs */
+    struct rt_gen_request g;
+    struct rt_request_error e;
+    int rc;
+};
+
+static void job_free(struct resp_job *j)
+{
+    if (j->have_body)
+        rt_conn_body_free(&j->body);
+    if (j->prev != NULL)
+        rt_respstore_unref(j->s->respstore, j->prev);
+    rt_gen_request_free(&j->g);
+    state_free(j->st);
+    free(j);
+}
+
+static void job_run(struct rt_pool_job *p)
+{
+    struct resp_job *j = (struct resp_job *)p;
+    if (j->phase == 1) {
+        struct rt_openai_cfg cfg = rt_api_openai_cfg(j->s);
+        j->rc = rt_responses_parse(&cfg, j->body.data, j->body.len, &j->st->rq,
+                                   &j->e);
+    } else {
+        j->rc = compose(j->s, j->st, j->prev, &j->g, &j->e);
+    }
+}
+
+static void job_gone(struct rt_http_req *req, void *ud)
+{
+    (void)req;
+    struct resp_job *j = ud;
+    j->req = NULL;
+    rt_pool_job_cancel(&j->pool);
+}
+
+static void job_done(struct rt_pool_job *p, int ran);
+
+static int job_queue(struct resp_job *j, int phase)
+{
+    char err[128];
+    j->phase = phase;
+    j->pool.run = job_run;
+    j->pool.done = job_done;
+    if (rt_pool_job_start(j->s, &j->pool, err, sizeof(err)) != 0) {
+        rt_request_error_set(&j->e, 500, "internal_error", NULL, "%s", err);
+        return TG_EINTERNAL;
+    }
+    rt_http_req_on_abort(j->req, job_gone, j);
+    return 0;
+}
+
+static void job_done(struct rt_pool_job *p, int ran)
+{
+    struct resp_job *j = (struct resp_job *)p;
+    if (j->req == NULL) { /* the client left */
+        job_free(j);
+        return;
+    }
+    struct rt_http_req *req = j->req;
+    rt_http_req_on_abort(req, NULL, NULL);
+    int rc = ran ? j->rc : TG_EINTERNAL;
+    if (!ran)
+        rt_request_error_set(&j->e, 503, "server_draining", NULL,
+                             "the server is shutting down");
+    if (j->phase == 1) {
+        rt_conn_body_free(&j->body);
+        j->have_body = 0;
+        if (rc == 0 && j->s->respstore == NULL) {
+            rt_request_error_set(&j->e, 503, "unavailable", NULL,
+                                 "this server holds no responses");
+            rc = TG_EUNSUPPORTED;
+        }
+        if (rc == 0)
+            rc = lookup(j->s, req, j->st, &j->prev, &j->e);
+        if (rc == 0)
+            rc = job_queue(j, 2);
+        if (rc == 0)
+            return;
+    } else if (rc == 0) {
+        struct resp_state *st = j->st;
+        j->st = NULL;
+        generate(j->s, req, st, &j->g);
+        job_free(j);
+        return;
+    }
+    rt_api_http__send_error(req, &j->e);
+    job_free(j);
+}
+
+void rt_api_http__responses(struct rt_http_req *req, void *ud)
+{
+    struct rt_server *s = ud;
+    struct resp_job *j = calloc(1, sizeof(*j));
+    struct resp_state *st = j != NULL ? calloc(1, sizeof(*st)) : NULL;
+    if (st == NULL || (st->calls = json_array()) == NULL ||
+        rt_respstore_new_id("resp", st->id) != 0 ||
+        rt_respstore_new_id("msg", st->msg_id) != 0) {
+        state_free(st);
+        free(j);
+        struct rt_request_error e;
+        oom_error(&e);
+        rt_api_http__send_error(req, &e);
+        return;
+    }
+    j->s = s;
+    j->req = req;
+    j->st = st;
+    int rc = 0;
+    if (req->body_len > RT_API_BODY_INLINE_BYTES) {
+        /* Parsed on the thread pool; the body goes with the job. */
+        if (rt_http_req_take_body(req, &j->body) != 0) {
+            oom_error(&j->e);
+            rc = TG_ENOMEM;
+        } else {
+            j->have_body = 1;
+            rc = job_queue(j, 1);
+        }
+    } else {
+        struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
+        rc = rt_responses_parse(&cfg, req->body, req->body_len, &st->rq, &j->e);
+        /* The body is parsed: its bytes go back to the budget. */
+        struct rt_conn_body body;
+        if (rt_http_req_take_body(req, &body) == 0)
+            rt_conn_body_free(&body);
+        if (rc == 0 && s->respstore == NULL) {
+            rt_request_error_set(&j->e, 503, "unavailable", NULL,
+                                 "this server holds no responses");
+            rc = TG_EUNSUPPORTED;
+        }
+        if (rc == 0)
+            rc = lookup(s, req, st, &j->prev, &j->e);
+        if (rc == 0 && j->prev != NULL) {
+            /* A continuation reads the stored conversation: off the loop. */
+            rc = job_queue(j, 2);
+        } else if (rc == 0) {
+            rc = compose(s, st, NULL, &j->g, &j->e);
+            if (rc == 0) {
+                j->st = NULL;
+                generate(s, req, st, &j->g);
+                job_free(j);
+                return;
+            }
+        }
+    }
+    if (rc != 0) {
+        rt_api_http__send_error(req, &j->e);
+        job_free(j);
+    }
 }
 
 /* ---- GET / DELETE /v1/responses/{id}[/input_items] ----------------------------- */

@@ -146,6 +146,27 @@ def check_basic(d):
                   j["text"]["format"]["type"] == "json_schema",
                   "create: instructions, metadata and text echoed", j)
 
+    # A body over the inline bound (16 KiB) is parsed on the thread pool.
+    big = " ".join("word%d" % (i % 50) for i in range(3000))
+    j = create(d, {"input": big, "max_output_tokens": 2,
+                   "instructions": "Summarize."}, "a 21 KB body: 200")
+    if j is not None:
+        j2 = create(d, {"input": big, "previous_response_id": j["id"],
+                        "instructions": "Summarize.",
+                        "max_output_tokens": 2},
+                    "a 21 KB continuation of a 21 KB turn: 200")
+        chk.check(j2 is not None and
+                  j2["usage"]["input_tokens_details"]["cached_tokens"] ==
+                  j["usage"]["input_tokens"] +
+                  j["usage"]["output_tokens"] - 1,
+                  "the large continuation reuses the large turn", j2)
+    st, data = post(d, {"input": big * 6, "max_output_tokens": 2})
+    e = du.json_of(data)
+    chk.check(st == 400 and du.is_openai_error(e) and
+              e["error"]["code"] == "context_length_exceeded" and
+              e["error"]["param"] == "input",
+              "an input over the context: 400 context_length_exceeded "
+              "naming input", (st, data[:300]))
     j = create(d, {"input": "not kept", "store": False,
                    "max_output_tokens": 2}, "store false: 200")
     if j is not None:

@@ -157,8 +157,11 @@ out:
     gw_wlink_close(&link);
     /* A vocabulary load or a compile never holds up the exit: a router
      * waiting for this worker (a restart, a drain) gets it at once. */
-    if (w.rank == 0)
+    if (w.rank == 0) {
+        /* Logged before the shutdown, which frees what it counts. */
+        gw_grammar_log_stats(&w.gram);
         (void)gw_grammar_shutdown(&w.gram, 100);
+    }
     gw_worker_free(&w);
     tg_serve_opts_free(&opt);
     return status;

@@ -29,8 +29,6 @@ void gw_worker_free(struct gw_worker *w)
     free(w->entry_of);
     free(w->sp_bad);
     free(w->row_max);
-    if (w->rank == 0)
-        gw_grammar_log_stats(&w->gram);
     gw_grammar_free(&w->gram);
     gw_host_tier_free(&w->tier); /* its copies use the backend */
     gw_backend_free(w->be);

@@ -191,7 +191,8 @@ def main():
     print("ratio constrained / unconstrained (time per token): %.3f" %
           ((wc / kc) / (wu / ku)))
     if not m:
-        print("no statistics line in the worker's log")
+        print("no statistics line in the worker's log; its tail:")
+        print(log[-3000:])
         return 1
     print("unconstrained streams (%d x %d tokens), inter-token gap in ms:"
           % (a.streams, a.stream_tokens))

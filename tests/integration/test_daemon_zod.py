@@ -13,6 +13,12 @@ tokenizer) and real clients:
   python3-jsonschema against the schema sent (formats checked too); most
   answers finish (a bias toward closing tokens keeps the random model's
   documents short).
+- the same zod cases through the Vercel AI SDK (ai@6 with @ai-sdk/openai's
+  chat model: generateObject, streamObject, generateText with
+  toolChoice "required") and LangChain.js (withStructuredOutput by
+  jsonSchema and by functionCalling), tests/integration/clients/
+  sdk_structured.mjs: every finished answer accepted by the library and
+  valid (zod, python3-jsonschema).
 - the OpenAI helper's zodResponseFormat (zod v3 API, the helper's own
   conversion) with client.chat.completions.parse.
 - vLLM's and SGLang's other constraints: structured_outputs.regex (the
@@ -54,7 +60,7 @@ def bias_of(d, weights):
 
 
 def t_zod(d, jsonschema, bias):
-    root, why = du.node_clients(["zod_structured.mjs"])
+    root, why = du.node_clients(["zod_structured.mjs", "zod_cases.mjs"])
     if root is None:
         chk.check(False, "the OpenAI Node client and zod are available", why)
         return
@@ -98,6 +104,71 @@ def t_zod(d, jsonschema, bias):
     chk.check("error" not in h and h.get("ok"),
               "zodResponseFormat + chat.completions.parse: parsed and "
               "valid (%s)" % h.get("finish"), h)
+
+
+SDK_KINDS = {
+    "ai_object": "AI SDK generateObject",
+    "ai_stream": "AI SDK streamObject",
+    "ai_tool": "AI SDK generateText toolChoice required",
+    "lc_json": "LangChain withStructuredOutput jsonSchema",
+    "lc_tool": "LangChain withStructuredOutput functionCalling",
+}
+
+
+def t_sdk(d, jsonschema, bias):
+    """The same zod cases through the Vercel AI SDK and LangChain.js, as
+    their users write them (clients/sdk_structured.mjs): every answer that
+    finished was accepted by the library, validates with zod, and
+    validates with python3-jsonschema against the JSON Schema zod wrote;
+    a library that threw did so only on an unfinished answer."""
+    root, why = du.node_clients(["sdk_structured.mjs", "zod_cases.mjs"])
+    if root is None:
+        chk.check(False, "the AI SDK and LangChain.js are available", why)
+        return
+    root = os.path.abspath(root)
+    r = subprocess.run(["node", os.path.join(root, "sdk_structured.mjs"),
+                        d.base_url + "/v1", MODEL, json.dumps(bias)],
+                       capture_output=True, text=True, timeout=1500, cwd=root)
+    lines = r.stdout.strip().splitlines()
+    j = du.json_of(lines[-1]) if lines else None
+    if not chk.check(r.returncode == 0 and isinstance(j, dict),
+                     "node (AI SDK, LangChain): the script ran",
+                     r.stdout[-800:] + r.stderr[-800:]):
+        return
+    fc = jsonschema.FormatChecker()
+    seen = {k: [0, 0] for k in SDK_KINDS}  # answers, finished
+    for name, c in sorted(j["cases"].items()):
+        v = jsonschema.Draft202012Validator(c["schema"], format_checker=fc)
+        for kind, label in SDK_KINDS.items():
+            a = c.get(kind)
+            if a is None:
+                continue
+            seen[kind][0] += 1
+            if a.get("finish") == "length":
+                continue  # unfinished: the library may refuse it
+            seen[kind][1] += 1
+            if "inputs" in a:
+                docs = a["inputs"] or [None]
+            else:
+                try:
+                    docs = [json.loads(a.get("text") or "")]
+                except ValueError:
+                    docs = [None]
+            errs = [e for doc in docs for e in (
+                v.iter_errors(doc) if doc is not None else ["not JSON"])]
+            chk.check(a.get("ok") and not errs and not a.get("error"),
+                      "%s, zod %s: accepted and valid (%s)" %
+                      (label, name, a.get("finish")),
+                      "%s %s %s" % (a.get("error"), str(docs)[:200],
+                                    getattr(errs[0], "message", errs[0])
+                                    if errs else ""))
+            if kind == "ai_stream":
+                chk.check(a.get("partials", 0) >= 1,
+                          "%s, zod %s: partial objects streamed (%s)" %
+                          (label, name, a.get("partials")))
+    for kind, (n, fin) in seen.items():
+        chk.check(n > 0 and fin * 3 >= n * 2, "%s: most answers finished "
+                  "(%d of %d)" % (SDK_KINDS[kind], fin, n))
 
 
 def chat(extra, bias, **kw):
@@ -214,6 +285,7 @@ def main():
             t_other_kinds(d, jsonschema, bias)
             t_grpc(d, work)
             t_zod(d, jsonschema, bias)
+            t_sdk(d, jsonschema, bias)
         if d is not None:
             d.check_alive(chk)
     finally:

@@ -165,9 +165,8 @@ static const struct bad_case BAD[] = {
     {H,
      "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
      "\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":"
-     "\"object\",\"patternProperties\":{}}}}}",
-     400, TG_EUNSUPPORTED, "response_format.json_schema.schema",
-     "patternProperties"},
+     "\"array\",\"uniqueItems\":true}}}}",
+     400, TG_EUNSUPPORTED, "response_format.json_schema.schema", "uniqueItems"},
     {H,
      "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
      "\"json_schema\":{\"name\":\"x\",\"strict\":1,"

@@ -18,6 +18,7 @@
 import OpenAI from "openai";
 import { zodResponseFormat } from "openai/helpers/zod";
 import { z } from "zod/v4";
+import { CASES } from "./zod_cases.mjs";
 import { z as z3 } from "zod";
 
 const [baseURL, model, biasJson] = process.argv.slice(2);
@@ -29,28 +30,6 @@ const logit_bias = JSON.parse(biasJson || "{}");
 const client = new OpenAI({ baseURL, apiKey: process.env.OPENAI_API_KEY || "none",
                             maxRetries: 0, timeout: 300000 });
 
-const CASES = {
-  int: z.object({ n: z.int() }),
-  int_range: z.object({ n: z.int().min(-5).max(40) }),
-  positive: z.object({ x: z.number().positive() }),
-  bounded: z.object({ x: z.number().min(0.5).max(2.25) }),
-  multiple: z.object({ m: z.int().multipleOf(7).min(0).max(100) }),
-  email: z.object({ e: z.email() }),
-  uuid: z.object({ u: z.uuid() }),
-  datetime: z.object({ d: z.iso.datetime() }),
-  date: z.object({ d: z.iso.date() }),
-  regex: z.object({ s: z.string().regex(/^[a-z]{2,5}$/) }),
-  record: z.record(z.string(), z.number()),
-  record_enum: z.record(z.enum(["a", "b"]), z.boolean()),
-  tuple: z.tuple([z.string().max(5), z.int()]),
-  intersection: z.intersection(z.looseObject({ a: z.string().max(4) }),
-                               z.looseObject({ b: z.int() })),
-  union: z.union([z.object({ kind: z.literal("x"), v: z.int() }),
-                  z.object({ kind: z.literal("y"), w: z.boolean() })]),
-  optional: z.object({ a: z.string().max(3).optional(), b: z.int().nullable() }),
-  array: z.object({ xs: z.array(z.int()).min(1).max(3) }),
-  enum: z.object({ c: z.enum(["red", "green", "blue"]) }),
-};
 
 const MESSAGES = [{ role: "user", content: "Answer in JSON." }];
 const out = { cases: {} };

@@ -67,6 +67,16 @@ struct rt_api_http__resp {
     int msg_index;      /* its output_index */
     struct tg_buf text; /* the message's text so far */
     json_t *calls;      /* function_call items sent (array) */
+    /* a thinking template's reasoning item (rt_responses_split_think) */
+    int think; /* the template has a think section */
+    char rs_id[RT_RESP_ID_MAX];
+    int think_state;     /* stream: 0 before it is known whether the
+                           output starts with one, 1 inside, 2 after */
+    int rs_open;         /* 1 announced, 2 done */
+    int rs_index;        /* its output_index */
+    int strip_nl;        /* the answer's leading newlines are dropped */
+    struct tg_buf pend;  /* output held while a tag may be starting */
+    struct tg_buf rtext; /* the reasoning so far */
 };
 
 /* Frees a state (rt_api_gen.ext_free); safe on NULL. */

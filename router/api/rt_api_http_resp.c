@@ -59,6 +59,8 @@ void rt_api_http__resp_free(void *p)
     json_decref(st->history);
     json_decref(st->calls);
     tg_buf_free(&st->text);
+    tg_buf_free(&st->pend);
+    tg_buf_free(&st->rtext);
     free(st);
 }
 
@@ -566,7 +568,8 @@ void rt_api_http__responses(struct rt_http_req *req, void *ud)
     struct rt_api_http__resp *st = j != NULL ? calloc(1, sizeof(*st)) : NULL;
     if (st == NULL || (st->calls = json_array()) == NULL ||
         rt_respstore_new_id("resp", st->id) != 0 ||
-        rt_respstore_new_id("msg", st->msg_id) != 0) {
+        rt_respstore_new_id("msg", st->msg_id) != 0 ||
+        rt_respstore_new_id("rs", st->rs_id) != 0) {
         rt_api_http__resp_free(st);
         free(j);
         struct rt_request_error e;
@@ -577,6 +580,9 @@ void rt_api_http__responses(struct rt_http_req *req, void *ud)
     j->s = s;
     j->req = req;
     j->st = st;
+    /* Its output opens with a thought to report as a reasoning item. */
+    st->think = s->have_tmpl && s->tmpl.source != NULL &&
+                strstr(s->tmpl.source, "<think>") != NULL;
     int rc = 0;
     if (req->body_len > RT_API_BODY_INLINE_BYTES) {
         /* Parsed on the thread pool; the body goes with the job. */

@@ -172,13 +172,44 @@ static void finish(struct rt_req *r, json_t *obj, json_t *output, char *body,
         pending_send(p);
 }
 
-/* The content and calls of r's whole output (non-streaming). */
+static json_t *answer_output(struct rt_req *r, const char *text, size_t len,
+                             const char *status);
+
+/* The items of r's whole output (non-streaming): its thought, then the
+ * message and the calls. */
 static json_t *whole_output(struct rt_req *r, const char *status)
 {
-    struct rt_api_gen *a = rt_api_gen_of(r);
     struct rt_api_http__resp *st = rt_api_http__resp_of(r);
     const char *text = tg_buf_str(&r->text.out);
     size_t len = r->text.out.len;
+    json_t *thought = NULL;
+    size_t r_off, r_len, c_off;
+    if (st->think &&
+        rt_responses_split_think(text, len, &r_off, &r_len, &c_off)) {
+        thought = rt_responses_reasoning_item(st->rs_id, text + r_off, r_len,
+                                              status);
+        if (thought == NULL)
+            return NULL;
+        text += c_off;
+        len -= c_off;
+    }
+    json_t *out = answer_output(r, text, len, status);
+    if (out != NULL && thought != NULL &&
+        json_array_insert(out, 0, thought) != 0) {
+        json_decref(out);
+        out = NULL;
+    }
+    json_decref(thought);
+    return out;
+}
+
+/* The output items of the answer `text` (after any thought): a message
+ * and the tool calls parsed out of it. */
+static json_t *answer_output(struct rt_req *r, const char *text, size_t len,
+                             const char *status)
+{
+    struct rt_api_gen *a = rt_api_gen_of(r);
+    struct rt_api_http__resp *st = rt_api_http__resp_of(r);
     if (a->tc == NULL)
         return rt_responses_output(st->msg_id, text, len, NULL, 0, status);
     struct tg_buf content = {0};
@@ -369,6 +400,151 @@ static int call_items(struct rt_req *r, const struct rt_tool_call *calls,
     return rc;
 }
 
+/* ---- the thought of a thinking template, streamed ----------------------- */
+
+static json_t *reasoning_item(const struct rt_api_http__resp *st,
+                              const char *status)
+{
+    return rt_responses_reasoning_item(st->rs_id, tg_buf_str(&st->rtext),
+                                       st->rtext.len, status);
+}
+
+static int reasoning_delta(struct rt_req *r, const char *t, size_t n)
+{
+    struct rt_api_http__resp *st = rt_api_http__resp_of(r);
+    int rc = 0;
+    if (st->rs_open == 0) {
+        st->rs_open = 1;
+        st->rs_index = st->out_index++;
+        json_t *item = rt_responses_reasoning_item(st->rs_id, "", 0,
+                                                   "in_progress");
+        if (item != NULL)
+            json_array_clear(json_object_get(item, "content"));
+        rc = emit(r, "response.output_item.added",
+                  json_pack("{s:i, s:o}", "output_index", st->rs_index, "item",
+                            item));
+        if (rc == 0)
+            rc = emit(r, "response.content_part.added",
+                      json_pack("{s:s, s:i, s:i, s:{s:s, s:s}}", "item_id",
+                                st->rs_id, "output_index", st->rs_index,
+                                "content_index", 0, "part", "type",
+                                "reasoning_text", "text", ""));
+    }
+    if (rc == 0 && n > 0 && (rc = tg_buf_append(&st->rtext, t, n)) == 0)
+        rc = emit(r, "response.reasoning_text.delta",
+                  json_pack("{s:s, s:i, s:i, s:s%}", "item_id", st->rs_id,
+                            "output_index", st->rs_index, "content_index", 0,
+                            "delta", t, n));
+    return rc;
+}
+
+static int reasoning_done(struct rt_req *r, const char *status)
+{
+    struct rt_api_http__resp *st = rt_api_http__resp_of(r);
+    if (st->rs_open != 1)
+        return 0;
+    st->rs_open = 2;
+    /* The template's newlines before the closing tag are not the thought's
+     * (the whole output's split drops them alike). */
+    while (st->rtext.len > 0 && st->rtext.data[st->rtext.len - 1] == '\n')
+        st->rtext.len--;
+    int rc = emit(r, "response.reasoning_text.done",
+                  json_pack("{s:s, s:i, s:i, s:s%}", "item_id", st->rs_id,
+                            "output_index", st->rs_index, "content_index", 0,
+                            "text", tg_buf_str(&st->rtext), st->rtext.len));
+    if (rc == 0)
+        rc = emit(r, "response.content_part.done",
+                  json_pack("{s:s, s:i, s:i, s:{s:s, s:s%}}", "item_id",
+                            st->rs_id, "output_index", st->rs_index,
+                            "content_index", 0, "part", "type",
+                            "reasoning_text", "text", tg_buf_str(&st->rtext),
+                            st->rtext.len));
+    if (rc == 0)
+        rc = emit(r, "response.output_item.done",
+                  json_pack("{s:i, s:o}", "output_index", st->rs_index, "item",
+                            reasoning_item(st, status)));
+    return rc;
+}
+
+/* Bytes of the longest suffix of t[0, n) that is a proper prefix of tag. */
+static size_t partial_tag(const char *t, size_t n, const char *tag)
+{
+    size_t k = strlen(tag) - 1;
+    for (k = k < n ? k : n; k > 0; k--)
+        if (memcmp(t + n - k, tag, k) == 0)
+            return k;
+    return 0;
+}
+
+/* Splits the stream's output as rt_responses_split_think splits a whole
+ * one: the thought goes out as reasoning events, the answer into *ans
+ * (appended). At the end (`fin`) what is held is decided. */
+static int think_feed(struct rt_req *r, const char *t, size_t n, int fin,
+                      struct tg_buf *ans)
+{
+    static const char OPEN[] = "<think>", CLOSE[] = "</think>";
+    struct rt_api_http__resp *st = rt_api_http__resp_of(r);
+    int rc = tg_buf_append(&st->pend, t, n);
+    while (rc == 0 && st->pend.len > 0) {
+        const char *p = tg_buf_str(&st->pend);
+        size_t len = st->pend.len, used = len;
+        if (st->think_state == 0) {
+            size_t i = 0;
+            while (i < len && (p[i] == ' ' || p[i] == '\n' || p[i] == '\r' ||
+                               p[i] == '\t'))
+                i++;
+            size_t k = len - i < sizeof(OPEN) - 1 ? len - i : sizeof(OPEN) - 1;
+            if (memcmp(p + i, OPEN, k) != 0) {
+                st->think_state = 2; /* no thought: all of it is answer */
+                continue;
+            }
+            if (k < sizeof(OPEN) - 1) { /* "<thi": wait for more */
+                if (!fin)
+                    break;
+                st->think_state = 2;
+                continue;
+            }
+            st->think_state = 1;
+            st->strip_nl = 1;
+            used = i + sizeof(OPEN) - 1;
+        } else if (st->think_state == 1) {
+            const char *c = memmem(p, len, CLOSE, sizeof(CLOSE) - 1);
+            size_t keep = c != NULL || fin ? 0 : partial_tag(p, len, CLOSE);
+            size_t upto = c != NULL ? (size_t)(c - p) : len - keep;
+            size_t skip = 0;
+            while (st->strip_nl && skip < upto && p[skip] == '\n')
+                skip++;
+            if (skip < upto)
+                st->strip_nl = 0;
+            rc = reasoning_delta(r, p + skip, upto - skip);
+            if (c != NULL) {
+                st->think_state = 2;
+                st->strip_nl = 1;
+                used = upto + sizeof(CLOSE) - 1;
+            } else {
+                used = upto;
+                if (used == 0)
+                    break;
+            }
+        } else {
+            size_t skip = 0;
+            while (st->strip_nl && skip < len &&
+                   (p[skip] == '\n' || p[skip] == '\r'))
+                skip++;
+            if (skip < len)
+                st->strip_nl = 0;
+            rc = tg_buf_append(ans, p + skip, len - skip);
+        }
+        memmove(st->pend.data, st->pend.data + used, len - used);
+        st->pend.len = len - used;
+    }
+    if (rc == 0 && (fin || st->think_state == 2))
+        rc = reasoning_done(
+            r, fin ? (fin == RT_FINISH_LENGTH ? "incomplete" : "completed")
+                   : "completed");
+    return rc;
+}
+
 static void sse_deliver(struct rt_req *r, const char *text, size_t len,
                         const struct rt_token_logprob *lps, size_t n_lp,
                         enum rt_finish fin, const char *error)
@@ -378,7 +554,13 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
     struct rt_api_gen *a = rt_api_gen_of(r);
     struct rt_api_http__resp *st = rt_api_http__resp_of(r);
     int rc = 0;
-    if (fin != RT_FINISH_ERROR) {
+    struct tg_buf ans = {0};
+    if (st->think && fin != RT_FINISH_ERROR) {
+        rc = think_feed(r, text, len, (int)fin, &ans);
+        text = tg_buf_str(&ans);
+        len = ans.len;
+    }
+    if (rc == 0 && fin != RT_FINISH_ERROR) {
         if (a->tc != NULL) {
             struct rt_tc_delta d;
             rc = rt_tc_feed(a->tc, text, len, &d);
@@ -396,6 +578,7 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
             rc = text_delta(r, text, len);
         }
     }
+    tg_buf_free(&ans);
     if (rc != 0 && fin == RT_FINISH_NONE) {
         fin = RT_FINISH_ERROR;
         error = "out of memory";
@@ -410,6 +593,8 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
         open_message(r);
     close_message(r, status);
     json_t *output = json_array();
+    if (output != NULL && st->rs_open != 0)
+        json_array_append_new(output, reasoning_item(st, status));
     if (output != NULL && st->msg_open != 0 &&
         (st->text.len > 0 || json_array_size(st->calls) == 0))
         json_array_append_new(output, message_item(st, status, 1));

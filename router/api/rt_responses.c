@@ -172,6 +172,13 @@ static int take_item(const json_t *x, const char *param, json_t *out,
         prefix = "fco";
         if (it != NULL && member(it, "status") == NULL)
             json_object_set_new(it, "status", json_string("completed"));
+    } else if (strcmp(t, "reasoning") == 0) {
+        /* An earlier turn's reasoning, sent back: the next assistant
+         * message's reasoning_content (rt_responses_messages). */
+        it = json_deep_copy(x);
+        prefix = "rs";
+        if (it != NULL && member(it, "status") == NULL)
+            json_object_set_new(it, "status", json_string("completed"));
     } else if (strcmp(t, "item_reference") == 0) {
         /* Resolved by the front end against the stored responses. */
         snprintf(p, sizeof(p), "%s.id", param);
@@ -187,7 +194,7 @@ static int take_item(const json_t *x, const char *param, json_t *out,
         rt_request_error_set(e, 400, "unsupported_parameter", p,
                              "input items of type '%.60s' are not served "
                              "(message, function_call, function_call_output, "
-                             "item_reference)",
+                             "reasoning, item_reference)",
                              t);
         return TG_EUNSUPPORTED;
     }
@@ -257,17 +264,41 @@ const char *rt_responses_item_text(const json_t *item)
     return t != NULL ? t : "";
 }
 
+/* The text of a reasoning item (its reasoning_text parts, else its
+ * summary) as m's reasoning_content. */
+static int set_thought(json_t *m, const json_t *item)
+{
+    const json_t *parts = json_object_get(item, "content");
+    if (json_array_size(parts) == 0)
+        parts = json_object_get(item, "summary");
+    char *text = parts_text(parts);
+    if (text == NULL)
+        return TG_ENOMEM;
+    int rc = text[0] != '\0' ? json_object_set_new(m, "reasoning_content",
+                                                   json_string(text))
+                             : 0;
+    free(text);
+    return rc != 0 ? TG_ENOMEM : 0;
+}
+
 int rt_responses_messages(const json_t *items, const char *param,
                           json_t *messages, struct rt_request_error *e)
 {
     json_t *calls_msg = NULL; /* the assistant message of the current run
                                  of function_call items */
+    const json_t *thought = NULL; /* a reasoning item for the next
+                                     assistant message */
     size_t i;
     json_t *x;
     json_array_foreach(items, i, x)
     {
         const char *t = json_string_value(json_object_get(x, "type"));
         json_t *m = NULL;
+        if (t != NULL && strcmp(t, "reasoning") == 0) {
+            thought = x;
+            calls_msg = NULL;
+            continue;
+        }
         if (t != NULL && strcmp(t, "function_call") == 0) {
             json_t *args = json_object_get(x, "arguments");
             json_t *call = json_pack(
@@ -284,6 +315,11 @@ int rt_responses_messages(const json_t *items, const char *param,
                     json_decref(call);
                     return oom(e);
                 }
+                if (thought != NULL && set_thought(calls_msg, thought) != 0) {
+                    json_decref(call);
+                    return oom(e);
+                }
+                thought = NULL;
             }
             if (json_array_append_new(json_object_get(calls_msg, "tool_calls"),
                                       call) != 0)
@@ -301,6 +337,15 @@ int rt_responses_messages(const json_t *items, const char *param,
                 m = json_pack("{s:O, s:s}", "role", json_object_get(x, "role"),
                               "content", text);
             free(text);
+            const char *role = json_string_value(json_object_get(x, "role"));
+            if (m != NULL && thought != NULL && role != NULL &&
+                strcmp(role, "assistant") == 0) {
+                if (set_thought(m, thought) != 0) {
+                    json_decref(m);
+                    return oom(e);
+                }
+                thought = NULL;
+            }
         } else {
             char p[64];
             snprintf(p, sizeof(p), "%s[%zu]", param, i);
@@ -816,4 +861,57 @@ int rt_responses_event(const char *type, json_t *data, int64_t *seq, char **out,
     free(js);
     (*seq)++;
     return 0;
+}
+
+#define THINK_OPEN "<think>"
+#define THINK_CLOSE "</think>"
+
+int rt_responses_split_think(const char *t, size_t n, size_t *r_off,
+                             size_t *r_len, size_t *c_off)
+{
+    size_t i = 0;
+    while (i < n &&
+           (t[i] == ' ' || t[i] == '\n' || t[i] == '\r' || t[i] == '\t'))
+        i++;
+    const size_t ol = sizeof(THINK_OPEN) - 1, cl = sizeof(THINK_CLOSE) - 1;
+    const char *close = NULL;
+    size_t start = 0;
+    if (n - i >= ol && memcmp(t + i, THINK_OPEN, ol) == 0) {
+        start = i + ol;
+    } else {
+        /* A generation prompt that opened the section itself: the output
+         * starts inside it and closes it. */
+        close = memmem(t, n, THINK_CLOSE, cl);
+        if (close == NULL) {
+            *r_off = *r_len = 0;
+            *c_off = 0;
+            return 0;
+        }
+    }
+    if (close == NULL)
+        close = memmem(t + start, n - start, THINK_CLOSE, cl);
+    size_t end = close != NULL ? (size_t)(close - t) : n;
+    size_t c = close != NULL ? end + cl : n;
+    while (c < n && (t[c] == '\n' || t[c] == '\r'))
+        c++;
+    /* The template's newlines around the thought are not part of it. */
+    while (start < end && t[start] == '\n')
+        start++;
+    while (end > start && t[end - 1] == '\n')
+        end--;
+    *r_off = start;
+    *r_len = end - start;
+    *c_off = c;
+    return 1;
+}
+
+json_t *rt_responses_reasoning_item(const char *id, const char *text,
+                                    size_t len, const char *status)
+{
+    json_t *t = json_stringn(text != NULL ? text : "", len);
+    if (t == NULL)
+        return NULL;
+    return json_pack("{s:s, s:s, s:s, s:[], s:[{s:s, s:o}]}", "id", id, "type",
+                     "reasoning", "status", status, "summary", "content",
+                     "type", "reasoning_text", "text", t);
 }

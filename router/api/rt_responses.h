@@ -11,7 +11,9 @@
  * message; or items: {"type": "message"} (or no type) with role user,
  * system, developer or assistant and content a string or parts
  * input_text / output_text; function_call {call_id, name, arguments};
- * function_call_output {call_id, output}; item_reference {id}, an output
+ * function_call_output {call_id, output}; reasoning {content
+ * [reasoning_text] or summary}, an earlier turn's thought, given to the
+ * next assistant message as reasoning_content; item_reference {id}, an output
  * item of a stored response, which the front end resolves); instructions (a system message
  * before the input); max_output_tokens; temperature, top_p and the
  * sampling extensions the chat API takes (top_k, min_p, seed,
@@ -22,7 +24,7 @@
  * schema, strict}: the chat API's response_format); stream; store
  * (default true); previous_response_id; metadata (at most 16 string
  * values); user; reasoning (accepted; its effort is not used). Other
- * item types (images, files, reasoning items) are a 400 naming the item;
+ * item types (images, files) are a 400 naming the item;
  * so are top_logprobs, background, a non-empty include and conversation,
  * which would change the answer and are not served.
  *
@@ -131,6 +133,21 @@ json_t *rt_responses_object(const struct rt_responses_request *r,
  * then advanced) into a malloc'd *out. Returns 0 or TG_ENOMEM. */
 int rt_responses_event(const char *type, json_t *data, int64_t *seq, char **out,
                        size_t *out_len);
+
+/* A thinking template's output `t` (n bytes) split into its reasoning and
+ * its answer: returns 1 when it holds a think section (starting with
+ * "<think>" after whitespace, or closed by "</think>" when the generation
+ * prompt opened it), with the thought at t[*r_off, +*r_len) (the newlines
+ * around it dropped; to the end when it was cut before "</think>") and the
+ * answer from *c_off; 0 when it has none (*c_off 0). */
+int rt_responses_split_think(const char *t, size_t n, size_t *r_off,
+                             size_t *r_len, size_t *c_off);
+
+/* A reasoning output item {id, type "reasoning", status, summary [],
+ * content [{type "reasoning_text", text}]} (a new reference; NULL when out
+ * of memory). */
+json_t *rt_responses_reasoning_item(const char *id, const char *text,
+                                    size_t len, const char *status);
 
 /* The output text of the message item `item` (its output_text parts
  * joined), or "" (borrowed from item). */

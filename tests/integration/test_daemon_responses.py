@@ -24,6 +24,10 @@
   content_part.done, output_item.done, response.completed or
   response.incomplete), sequence_number 0, 1, 2 ...; the deltas join into
   the final text; the streamed response is retrievable.
+- Reasoning: a thought (held to a think section by a regex constraint on
+  the tiny model, whose template is Qwen3's) is a reasoning item before the
+  message, whole and streamed (reasoning_text events); continued, its ids
+  are kept.
 - A function tool round trip: tool_choice naming the function gives a
   function_call item (call_id, name, arguments JSON); its
   function_call_output continues the conversation; streamed, the call comes
@@ -352,6 +356,48 @@ def check_stream(d):
               "stored", (st, g))
 
 
+def check_reasoning(d):
+    """A thinking template's thought (the tiny model's is Qwen3's): held to
+    a think section by a regex constraint, reported as a reasoning item
+    before the message, whole and streamed."""
+    body = {"input": "Think first.", "max_output_tokens": 40,
+            "temperature": 0, "structured_outputs": {
+                "regex": "<think>\n[a-z]{3}\n</think>\n\nhi"}}
+    j = create(d, body, "reasoning: 200")
+    if j is None:
+        return
+    out = j["output"]
+    chk.check(len(out) == 2 and out[0]["type"] == "reasoning" and
+              out[0]["id"].startswith("rs_") and
+              re.fullmatch(r"[a-z]{3}", out[0]["content"][0]["text"]) and
+              out[0]["content"][0]["type"] == "reasoning_text" and
+              text_of(j) == "hi",
+              "reasoning: a reasoning item, then the answer", out)
+    st, data = post(d, dict(body, stream=True))
+    types, ps, problems = events_of(data)
+    final = ps[-1]["response"] if ps else {}
+    rdeltas = "".join(p["delta"] for p in ps
+                      if p["type"] == "response.reasoning_text.delta")
+    chk.check(st == 200 and not problems and
+              types[2:4] == ["response.output_item.added",
+                             "response.content_part.added"] and
+              "response.reasoning_text.done" in types and
+              rdeltas.strip("\n") == out[0]["content"][0]["text"] and
+              [o["type"] for o in final.get("output", [])] ==
+              ["reasoning", "message"] and
+              final["output"][0]["content"] == out[0]["content"] and
+              text_of(final) == "hi",
+              "reasoning: streamed as reasoning_text events, the same items",
+              (types, final))
+    j2 = create(d, {"input": "Again.", "previous_response_id": j["id"],
+                    "max_output_tokens": 2}, "reasoning: a continuation")
+    if j2 is not None:
+        chk.check(j2["usage"]["input_tokens_details"]["cached_tokens"] ==
+                  j["usage"]["input_tokens"] + j["usage"]["output_tokens"] -
+                  1, "reasoning: the continuation keeps the thought's ids",
+                  j2["usage"])
+
+
 TOOLS = [{"type": "function", "name": "get_weather",
           "description": "Get the weather in a city.",
           "parameters": {"type": "object",
@@ -622,6 +668,7 @@ def main():
                 check_basic(d)
                 check_continuation(d)
                 check_stream(d)
+                check_reasoning(d)
                 check_tools(d)
                 check_node(d)
                 check_ai_sdk(d)

@@ -170,8 +170,7 @@ static const struct bad BAD[] = {
     {"{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\","
      "\"image_url\":\"u\"}]}]}",
      400, "input[0].content[0]"},
-    {"{\"input\":[{\"type\":\"reasoning\",\"summary\":[]}]}", 400,
-     "input[0].type"},
+    {"{\"input\":[{\"type\":\"computer_call\"}]}", 400, "input[0].type"},
     {"{\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":1,"
      "\"arguments\":\"{}\"}]}",
      400, "input[0].name"},
@@ -290,6 +289,51 @@ static void test_object_and_event(void **state)
     rt_responses_request_free(&r);
 }
 
+static void test_think(void **state)
+{
+    (void)state;
+    size_t ro, rl, co;
+    static const char A[] = "\n<think>\nweigh it\n</think>\n\nanswer";
+    assert_int_equal(rt_responses_split_think(A, strlen(A), &ro, &rl, &co), 1);
+    assert_int_equal(rl, 8);
+    assert_memory_equal(A + ro, "weigh it", 8);
+    assert_string_equal(A + co, "answer");
+    /* The generation prompt opened it: the output closes it. */
+    static const char B[] = "inside</think>out";
+    assert_int_equal(rt_responses_split_think(B, strlen(B), &ro, &rl, &co), 1);
+    assert_int_equal(ro, 0);
+    assert_int_equal(rl, 6);
+    assert_string_equal(B + co, "out");
+    /* Cut before its end: all thought, no answer. */
+    static const char C[] = "<think>still";
+    assert_int_equal(rt_responses_split_think(C, strlen(C), &ro, &rl, &co), 1);
+    assert_memory_equal(C + ro, "still", rl);
+    assert_int_equal(co, strlen(C));
+    /* None. */
+    static const char D[] = "plain <think> later";
+    assert_int_equal(rt_responses_split_think(D, strlen(D), &ro, &rl, &co), 0);
+    assert_int_equal(co, 0);
+    /* A reasoning item sent back is the next assistant message's
+     * reasoning_content. */
+    struct rt_responses_request r;
+    struct rt_request_error e;
+    assert_int_equal(
+        parse("{\"input\":[{\"role\":\"user\",\"content\":\"q\"},"
+              "{\"type\":\"reasoning\",\"summary\":[],\"content\":[{"
+              "\"type\":\"reasoning_text\",\"text\":\"hm\"}]},"
+              "{\"role\":\"assistant\",\"content\":\"a\"}]}",
+              &r, &e),
+        0);
+    json_t *msgs = json_array();
+    assert_int_equal(rt_responses_messages(r.input, "input", msgs, &e), 0);
+    assert_int_equal(json_array_size(msgs), 2);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(msgs, 1), "reasoning_content")),
+                        "hm");
+    json_decref(msgs);
+    rt_responses_request_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -297,6 +341,7 @@ int main(void)
         cmocka_unit_test(test_items_tools_format),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_object_and_event),
+        cmocka_unit_test(test_think),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -81,7 +81,7 @@ static json_t *response_object(struct rt_req *r, json_t *output,
         .id = st->id,
         .model = r->srv->model_name,
         .created = r->created,
-        .status = fin == RT_FINISH_ERROR    ? "failed"
+        .status = fin == RT_FINISH_ERROR || fin == RT_FINISH_ABORT ? "failed"
                   : fin == RT_FINISH_LENGTH ? "incomplete"
                                             : "completed",
         .incomplete = fin == RT_FINISH_LENGTH ? "max_output_tokens" : NULL,
@@ -92,6 +92,12 @@ static json_t *response_object(struct rt_req *r, json_t *output,
     };
     if (fin == RT_FINISH_ERROR) {
         rt_api_gen_error(errbuf, error);
+        res.error = errbuf;
+    } else if (fin == RT_FINISH_ABORT) {
+        /* Cut by a drain (the server is shutting down). */
+        rt_request_error_set(errbuf, 503, "aborted", NULL,
+                             "the generation was cut short (the server is "
+                             "shutting down)");
         res.error = errbuf;
     }
     return rt_responses_object(&st->rq, &res);
@@ -246,6 +252,9 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
         rt_api_http__send_error(r->client, &e);
         return;
     }
+    /* A response cut short is answered, not stored. */
+    if (fin == RT_FINISH_ABORT)
+        rt_api_http__resp_of(r)->rq.store = false;
     json_t *output = whole_output(r, fin == RT_FINISH_LENGTH ? "incomplete"
                                                              : "completed");
     struct rt_request_error eb;
@@ -603,7 +612,8 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
     struct rt_request_error eb;
     json_t *obj = output != NULL ? response_object(r, output, fin, error, &eb)
                                  : NULL;
-    const char *type = fin == RT_FINISH_ERROR    ? "response.failed"
+    const char *type = fin == RT_FINISH_ERROR || fin == RT_FINISH_ABORT
+                           ? "response.failed"
                        : fin == RT_FINISH_LENGTH ? "response.incomplete"
                                                  : "response.completed";
     char *buf = NULL;
@@ -616,8 +626,8 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
         rt_http_stream_end(r->client);
         return;
     }
-    /* A failed response is not stored. */
-    if (fin == RT_FINISH_ERROR)
+    /* A failed or cut response is not stored. */
+    if (fin == RT_FINISH_ERROR || fin == RT_FINISH_ABORT)
         st->rq.store = false;
     finish(r, obj, output, buf, n, 1);
     json_decref(obj);

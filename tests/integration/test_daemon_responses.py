@@ -28,6 +28,8 @@
   the tiny model, whose template is Qwen3's) is a reasoning item before the
   message, whole and streamed (reasoning_text events); continued, its ids
   are kept.
+- A streaming client that disconnects cancels the generation (nothing
+  runs on, far fewer tokens than asked, nothing stored).
 - A function tool round trip: tool_choice naming the function gives a
   function_call item (call_id, name, arguments JSON); its
   function_call_output continues the conversation; streamed, the call comes
@@ -57,6 +59,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 
@@ -398,6 +401,47 @@ def check_reasoning(d):
                   j2["usage"])
 
 
+def check_disconnect(d):
+    """A streaming client that leaves cancels the generation: nothing runs
+    on, far fewer tokens than asked are generated, nothing is stored."""
+    def gen_tokens():
+        m = du.fetch_metrics(d.base_url, {"Authorization": "Bearer " + KEY})
+        return du.metric(m or {}, "tangram_generation_tokens_total")
+    before = gen_tokens()
+    body = json.dumps({"input": "Go on forever.", "stream": True,
+                       "max_output_tokens": 20000, "ignore_eos": True,
+                       "temperature": 0}).encode()
+    head = ("POST /v1/responses HTTP/1.1\r\nHost: x\r\n"
+            "Authorization: Bearer %s\r\nContent-Type: application/json\r\n"
+            "Content-Length: %d\r\n\r\n" % (KEY, len(body))).encode()
+    s = socket.create_connection(("127.0.0.1", d.http_port), timeout=30)
+    s.sendall(head + body)
+    got = b""
+    while got.count(b"response.output_text.delta") < 2:
+        b = s.recv(4096)
+        if not b:
+            break
+        got += b
+    s.close()
+    m = re.search(rb'"id":"(resp_[0-9a-f]{32})"', got)
+    # Ended within 120 s (a bound for a loaded machine only: 20000 tokens
+    # would take minutes here).
+    def idle():
+        ms = du.fetch_metrics(d.base_url, {"Authorization": "Bearer " + KEY})
+        return du.metric(ms or {}, "tangram_num_requests_running") == 0
+    chk.check(du.wait_for(idle, 120), "disconnect: nothing runs on", None)
+    after = gen_tokens()
+    chk.check(before is not None and after is not None and
+              after - before < 20000,
+              "disconnect: the generation was cut (%s tokens)" %
+              (None if after is None or before is None else after - before))
+    if chk.check(m is not None, "disconnect: the stream named its response",
+                 got[:300]):
+        st, e = get(d, "/v1/responses/" + m.group(1).decode())
+        chk.check(st == 404, "disconnect: the cut response is not stored",
+                  (st, e))
+
+
 TOOLS = [{"type": "function", "name": "get_weather",
           "description": "Get the weather in a city.",
           "parameters": {"type": "object",
@@ -669,6 +713,7 @@ def main():
                 check_continuation(d)
                 check_stream(d)
                 check_reasoning(d)
+                check_disconnect(d)
                 check_tools(d)
                 check_node(d)
                 check_ai_sdk(d)

@@ -76,7 +76,7 @@ void rt_api_http__resp_scope(struct rt_server *s, const struct rt_http_req *req,
     const char *sid = rt_http_req_header(req, "x-session-id");
     if (sid == NULL)
         sid = body_session;
-    rt_respstore_scope(s->respstore, s->opts->api_key, sid, out);
+    rt_respstore_scope(rt_server_respstore(s), s->opts->api_key, sid, out);
 }
 
 
@@ -124,8 +124,8 @@ static int render(struct rt_server *s, json_t *msgs, json_t *tools,
         .kwargs = chat->kwargs,
     };
     char err[256];
-    int rc = ct_template_render(&s->tmpl, msgs, tools, &o, out, len, err,
-                                sizeof(err));
+    int rc = ct_template_render(rt_server_template(s), msgs, tools, &o, out,
+                                len, err, sizeof(err));
     if (rc != 0)
         rt_request_error_set(e, rc == TG_ENOMEM ? 500 : 400, "invalid_messages",
                              "input", "%s", err);
@@ -150,7 +150,7 @@ static int template_delta(struct rt_server *s, const struct rt_resp_entry *prev,
                           json_t *sys, json_t *msgs, struct rt_gen_request *g,
                           struct rt_request_error *e)
 {
-    if (!s->have_tmpl)
+    if (rt_server_template(s) == NULL)
         return TG_EAGAIN;
     json_t *stub = json_array(), *full = NULL;
     if (stub == NULL)
@@ -288,7 +288,8 @@ static int resolve_refs(struct rt_server *s, struct rt_api_http__resp *st,
         const char *id = json_string_value(json_object_get(x, "id"));
         struct rt_resp_entry *en;
         json_t *found = NULL;
-        if (rt_respstore_item(s->respstore, id, &st->scope, &en) == 0) {
+        if (rt_respstore_item(rt_server_respstore(s), id, &st->scope, &en) ==
+            0) {
             json_error_t je;
             json_t *resp = json_loads(en->response, 0, &je);
             size_t k;
@@ -302,7 +303,7 @@ static int resolve_refs(struct rt_server *s, struct rt_api_http__resp *st,
                 }
             }
             json_decref(resp);
-            rt_respstore_unref(s->respstore, en);
+            rt_respstore_unref(rt_server_respstore(s), en);
         }
         if (found == NULL) {
             char p[64];
@@ -333,8 +334,8 @@ static int lookup(struct rt_server *s, struct rt_http_req *req,
     int rc = resolve_refs(s, st, e);
     if (rc != 0 || st->rq.previous_id == NULL)
         return rc;
-    if (rt_respstore_get(s->respstore, st->rq.previous_id, &st->scope, prev) !=
-        0) {
+    if (rt_respstore_get(rt_server_respstore(s), st->rq.previous_id, &st->scope,
+                         prev) != 0) {
         rt_request_error_set(
             e, 404, "previous_response_not_found", "previous_response_id",
             "Previous response with id '%.80s' not found.", st->rq.previous_id);
@@ -481,7 +482,7 @@ static void job_free(struct resp_job *j)
     if (j->have_body)
         rt_conn_body_free(&j->body);
     if (j->prev != NULL)
-        rt_respstore_unref(j->s->respstore, j->prev);
+        rt_respstore_unref(rt_server_respstore(j->s), j->prev);
     rt_gen_request_free(&j->g);
     rt_api_http__resp_free(j->st);
     free(j);
@@ -539,7 +540,7 @@ static void job_done(struct rt_pool_job *p, int ran)
     if (j->phase == 1) {
         rt_conn_body_free(&j->body);
         j->have_body = 0;
-        if (rc == 0 && j->s->respstore == NULL) {
+        if (rc == 0 && rt_server_respstore(j->s) == NULL) {
             rt_request_error_set(&j->e, 503, "unavailable", NULL,
                                  "this server holds no responses");
             rc = TG_EUNSUPPORTED;
@@ -581,8 +582,9 @@ void rt_api_http__responses(struct rt_http_req *req, void *ud)
     j->req = req;
     j->st = st;
     /* Its output opens with a thought to report as a reasoning item. */
-    st->think = s->have_tmpl && s->tmpl.source != NULL &&
-                strstr(s->tmpl.source, "<think>") != NULL;
+    const struct ct_template *tmpl = rt_server_template(s);
+    st->think = tmpl != NULL && tmpl->source != NULL &&
+                strstr(tmpl->source, "<think>") != NULL;
     int rc = 0;
     if (req->body_len > RT_API_BODY_INLINE_BYTES) {
         /* Parsed on the thread pool; the body goes with the job. */
@@ -600,7 +602,7 @@ void rt_api_http__responses(struct rt_http_req *req, void *ud)
         struct rt_conn_body body;
         if (rt_http_req_take_body(req, &body) == 0)
             rt_conn_body_free(&body);
-        if (rc == 0 && s->respstore == NULL) {
+        if (rc == 0 && rt_server_respstore(s) == NULL) {
             rt_request_error_set(&j->e, 503, "unavailable", NULL,
                                  "this server holds no responses");
             rc = TG_EUNSUPPORTED;

@@ -110,7 +110,7 @@ static int store_response(struct rt_req *r, json_t *obj, json_t *output,
                           struct pending *p)
 {
     struct rt_api_http__resp *st = rt_api_http__resp_of(r);
-    struct rt_respstore *store = r->srv->respstore;
+    struct rt_respstore *store = rt_server_respstore(r->srv);
     if (!st->rq.store || store == NULL)
         return 0;
     struct rt_resp_entry *e = calloc(1, sizeof(*e));
@@ -144,8 +144,9 @@ static int store_response(struct rt_req *r, json_t *obj, json_t *output,
         log_err("response %s not stored: out of memory", st->id);
         return 0;
     }
-    memcpy(e->tokens, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
-    memcpy(e->tokens + r->n_prompt, r->out_ids,
+    memcpy(e->tokens, rt_req_prompt_ids(r),
+           (size_t)r->n_prompt * sizeof(int32_t));
+    memcpy(e->tokens + r->n_prompt, rt_req_out_ids(r),
            (size_t)r->n_out * sizeof(int32_t));
     int rc = rt_respstore_put(store, e, pending_done, p);
     return rc == TG_EAGAIN ? TG_EAGAIN : 0;
@@ -779,7 +780,7 @@ void rt_api_http__responses_get(struct rt_http_req *req, void *ud)
     struct rt_server *s = ud;
     char id[RT_RESP_ID_MAX];
     int items;
-    if (s->respstore == NULL ||
+    if (rt_server_respstore(s) == NULL ||
         path_id(req->path, id, sizeof(id), &items) != 0) {
         not_found(req, req->path + strlen("/v1/responses/"));
         return;
@@ -787,7 +788,7 @@ void rt_api_http__responses_get(struct rt_http_req *req, void *ud)
     struct rt_resp_scope sc;
     rt_api_http__resp_scope(s, req, NULL, &sc);
     struct rt_resp_entry *en;
-    if (rt_respstore_get(s->respstore, id, &sc, &en) != 0) {
+    if (rt_respstore_get(rt_server_respstore(s), id, &sc, &en) != 0) {
         not_found(req, id);
         return;
     }
@@ -795,7 +796,7 @@ void rt_api_http__responses_get(struct rt_http_req *req, void *ud)
         list_items(req, en);
     else
         rt_http_respond(req, 200, JSON, en->response, strlen(en->response));
-    rt_respstore_unref(s->respstore, en);
+    rt_respstore_unref(rt_server_respstore(s), en);
 }
 
 void rt_api_http__responses_delete(struct rt_http_req *req, void *ud)
@@ -803,7 +804,7 @@ void rt_api_http__responses_delete(struct rt_http_req *req, void *ud)
     struct rt_server *s = ud;
     char id[RT_RESP_ID_MAX];
     int items;
-    if (s->respstore == NULL ||
+    if (rt_server_respstore(s) == NULL ||
         path_id(req->path, id, sizeof(id), &items) != 0 || items) {
         not_found(req, req->path + strlen("/v1/responses/"));
         return;
@@ -825,7 +826,8 @@ void rt_api_http__responses_delete(struct rt_http_req *req, void *ud)
     p->len = strlen(body);
     /* Set before the delete: its commit may end before it returns. */
     rt_http_req_on_abort(req, pending_gone, p);
-    int rc = rt_respstore_delete(s->respstore, id, &sc, pending_done, p);
+    int rc = rt_respstore_delete(rt_server_respstore(s), id, &sc, pending_done,
+                                 p);
     if (rc == TG_ENOTFOUND) {
         rt_http_req_on_abort(req, NULL, NULL);
         free(body);

@@ -20,8 +20,8 @@ static void hook_scrape(void *ud)
 {
     struct rt_app *a = ud;
     rt_app_net_metrics(ud);
-    if (a->srv.respstore != NULL)
-        rt_respstore_expire(a->srv.respstore);
+    if (rt_server_respstore(&a->srv) != NULL)
+        rt_respstore_expire(rt_server_respstore(&a->srv));
 }
 
 /* Closes both servers, lets the core close its handles and run the loop
@@ -89,7 +89,7 @@ static int resp_init(struct rt_app *a, const struct tg_serve_opts *o, char *err,
     int rc = rt_respstore_init(&a->resp, &c, &a->srv.metrics.reg, &runner, err,
                                errlen);
     if (rc == 0)
-        a->srv.respstore = &a->resp;
+        rt_server_set_respstore(&a->srv, &a->resp);
     return rc;
 }
 

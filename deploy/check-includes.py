@@ -22,6 +22,16 @@ as a sibling of the room (router/app's `net/` is router/net/).
 Besides, a room never includes another room's *_internal.h (a module's
 private part shared by its own files).
 
+A room may also name its public headers, in a paragraph of its README
+that begins "Public headers" and ends at its first full stop:
+
+    Public headers: `rt_server.h`, `rt_request.h` and `rt_reqmem.h`.
+
+Then another room includes only those of its headers, and a public
+header includes only public headers of its own room, so what the other
+rooms see never reaches the room's private ones, directly or through a
+public header.
+
 Fails (exit 1), naming the file, the include and the rule, when a room
 has no rule, a rule names a path that does not exist, an include cannot be
 resolved, or an include breaks its room's rule. Registered with ctest as
@@ -39,6 +49,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 # code, the API's embedded descriptors), included with or without "proto/".
 GENERATED = re.compile(r"^(?:proto/)?([A-Za-z0-9_]+\.pb-c\.h|tg_api_descriptors\.h)$")
 RULE = re.compile(r"^May include\b[^:]*:")
+PUBLIC = re.compile(r"^Public headers\b[^:]*:")
 TICKS = re.compile(r"`([^`]+)`")
 
 # Known breaks of the internal-header rule that other work is removing: a
@@ -63,11 +74,12 @@ def first_sentence(text):
     return "".join(out)
 
 
-def read_rule(readme):
-    """The allowed paths of readme's "May include" sentence, or None."""
+def read_rule(readme, start=RULE):
+    """The paths named by readme's sentence that `start` begins ("May
+    include" by default), or None when it has none."""
     lines = open(readme, encoding="utf-8").read().split("\n")
     for i, line in enumerate(lines):
-        if not RULE.match(line):
+        if not start.match(line):
             continue
         para = []
         for more in lines[i:]:
@@ -75,8 +87,29 @@ def read_rule(readme):
                 break
             para.append(more.strip())
         sentence = first_sentence(" ".join(para))
-        return [t for t in TICKS.findall(sentence) if "/" in t]
+        ticks = TICKS.findall(sentence)
+        return ticks if start is PUBLIC else [t for t in ticks if "/" in t]
     return None
+
+
+def public_headers(errors):
+    """{room: set of its public headers' paths} for the rooms whose README
+    names them; a named header that does not exist is an error."""
+    out = {}
+    for d, _ in rooms():
+        readme = os.path.join(d, "README.md")
+        names = read_rule(readme, PUBLIC) if os.path.isfile(readme) else None
+        if names is None:
+            continue
+        room = rel(d)
+        out[room] = set()
+        for n in names:
+            path = f"{room}/{n}"
+            if not os.path.isfile(os.path.join(ROOT, path)):
+                errors.append(f"{room}/README.md: \"Public headers\" names "
+                              f"`{n}`, which is not a file of {room}/")
+            out[room].add(path)
+    return out
 
 
 def rooms():
@@ -103,6 +136,7 @@ def main():
     verbose = "--verbose" in sys.argv[1:]
     errors, seen_known = [], set()
     n_rooms = n_includes = 0
+    public = public_headers(errors)
     for d, srcs in rooms():
         room = rel(d)
         readme = os.path.join(d, "README.md")
@@ -138,7 +172,19 @@ def main():
                     continue
                 tdir = os.path.dirname(target)
                 if tdir == room:
-                    continue  # its own room
+                    # its own room; a public header stays among the public
+                    if (room in public and rel(src) in public[room]
+                            and target not in public[room]):
+                        errors.append(f"{where}: the public header "
+                                      f"{rel(src)} includes {target}, which "
+                                      f"{room}/README.md does not list among "
+                                      f"its public headers")
+                    continue
+                if tdir in public and target not in public[tdir]:
+                    errors.append(f"{where}: includes {target}, which is not "
+                                  f"one of {tdir}/'s public headers (Public "
+                                  f"headers: {', '.join(sorted(os.path.basename(h) for h in public[tdir]))})")
+                    continue
                 if target.endswith("_internal.h"):
                     if (rel(src), target) in KNOWN:
                         seen_known.add((rel(src), target))

@@ -109,6 +109,7 @@ int main(int argc, char **argv)
         .trig_stats_path = opt.trig_stats,
         .kv_host_memory = opt.kv_host_memory,
         .grammar_cache_bytes = opt.grammar_cache_memory,
+        .grammar_compile_s = opt.grammar_compile_timeout,
     };
     /* static: a compile thread still running at exit keeps using the
      * worker's grammar state until the process ends (gw_grammar_shutdown) */

@@ -67,7 +67,7 @@ int main(int argc, char **argv)
         log_err("cannot start: %s", err);
     } else {
         uv_run(&loop, UV_RUN_DEFAULT);
-        status = app.srv.exit_code;
+        status = rt_app_exit_code(&app);
         log_info("stopped");
     }
     rt_app_free(&app);

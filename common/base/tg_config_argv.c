@@ -37,6 +37,11 @@ void tg_config_argv_free(char **argv, size_t argc)
  * significant digits always suffice for an IEEE double). */
 static void format_double(double x, char *buf, size_t len)
 {
+    /* A whole number reads as one ("10", not %g's shortest "1e+01"). */
+    if (x > -1e15 && x < 1e15 && x == (double)(int64_t)x) {
+        snprintf(buf, len, "%" PRId64, (int64_t)x);
+        return;
+    }
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(buf, len, "%.*g", prec, x);
         if (strtod(buf, NULL) == x)

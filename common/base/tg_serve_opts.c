@@ -192,6 +192,15 @@ static const struct tg_config_entry table[] = {
              "compact (at most one space after ':' and ','), none, pretty "
              "(newlines and indents, at most 20) or free (any JSON "
              "whitespace, at most 20 characters a gap)."},
+    {.name = "grammar-compile-timeout", .type = TG_CONFIG_DOUBLE,
+     .def = "10", .min = 0.1, .max = 600.0,
+     .offset = OFF(grammar_compile_timeout, double), .metavar = "SECONDS",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "Wall time one output constraint's grammar may take to compile "
+             "on worker rank 0 (beside the steps, on the compile pool); past "
+             "it the request fails with 400 naming the limit. Raise it on a "
+             "machine whose cores are shared (a compile slows with the "
+             "load)."},
     {.name = "grammar-cache-memory", .type = TG_CONFIG_SIZE,
      .def = "256MiB", .min = 16777216.0, .max = 68719476736.0,
      .offset = OFF(grammar_cache_memory, uint64_t), .metavar = "BYTES",

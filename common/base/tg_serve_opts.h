@@ -108,6 +108,8 @@ struct tg_serve_opts {
     int structured_whitespace;     /* JSON constraints' whitespace by default:
                                   0 compact, 1 none, 2 pretty, 3 free
                                   (common/grammar/gm_json.h enum gm_ws) */
+    double grammar_compile_timeout; /* worker rank 0: wall-time limit of
+                                       one grammar compile, seconds */
     uint64_t grammar_cache_memory; /* worker rank 0: bytes of compiled
                                  grammars its cache keeps (DESIGN.md
                                  §4.11) */

@@ -228,13 +228,6 @@ int gw_trig_cfg_init(struct gw_trig_cfg *c, const struct gw_trig_opts *o,
     return 0;
 }
 
-int64_t gw_trig_row_bound(const struct gw_trig_cfg *c, int l, int g,
-                          int64_t max_tokens)
-{
-    int64_t cap = c->group_cap[(size_t)l * (size_t)c->n_groups + (size_t)g];
-    return kv_decode_bound(max_tokens, cap, c->every);
-}
-
 void gw_trig_work_free(struct gw_trig_work *w)
 {
     if (w == NULL)

@@ -131,11 +131,6 @@ int gw_trig_cfg_init(struct gw_trig_cfg *c, const struct gw_trig_opts *o,
 /* Frees what c owns; safe on a zeroed one. */
 void gw_trig_cfg_free(struct gw_trig_cfg *c);
 
-/* Decode tokens (l, g) of a request can hold at most (kv_decode_bound with
- * the group's largest cap). */
-int64_t gw_trig_row_bound(const struct gw_trig_cfg *c, int l, int g,
-                          int64_t max_tokens);
-
 /* Scratch of gw_trig_compact_layer, grown on demand; one per thread. */
 struct gw_trig_work {
     double *score, *coef;

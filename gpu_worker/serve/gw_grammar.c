@@ -99,6 +99,8 @@ static int load(struct gw_grammar *g)
         struct gm_limits lim;
         gm_limits_default(&lim);
         lim.threads = g->omp_threads;
+        if (g->compile_s > 0)
+            lim.max_compile_s = g->compile_s;
         if (lim.max_cache_bytes > g->cache_bytes / 2)
             lim.max_cache_bytes = g->cache_bytes / 2;
         rc = gm_cache_init(&g->cache, &g->v, &lim, GRAMMAR_CACHE_ENTRIES,
@@ -303,6 +305,7 @@ int gw_grammar_init(struct gw_grammar *g, const char *model_dir, int vocab,
     g->cache_bytes = cache_bytes > 0 ? cache_bytes : GW_GRAMMAR_CACHE_BYTES;
     g->token_work = GW_GRAMMAR_TOKEN_WORK;
     g->token_s = GW_GRAMMAR_TOKEN_S;
+    g->compile_s = GM_LIMIT_COMPILE_S;
     g->efd = -1;
     g->model_dir = strdup(model_dir != NULL ? model_dir : "");
     g->vocab = vocab;

@@ -170,6 +170,10 @@ struct gw_grammar {
                             GW_GRAMMAR_TOKEN_WORK; tests lower it before
                             a slot starts) */
     double token_s;      /* (init: GW_GRAMMAR_TOKEN_S) */
+    double compile_s;    /* wall-time limit of one compile, seconds
+                            (init: GM_LIMIT_COMPILE_S; the worker sets
+                            --grammar-compile-timeout before
+                            gw_grammar_preload) */
     struct gm_vocab v;
     struct gm_cache cache;
     struct gw_gslot *slots; /* (max_slots) */

@@ -191,13 +191,16 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
     const char *prof = ro.profile_path == NULL ? "none" : ro.profile_path;
     snprintf(w->model_name, sizeof(w->model_name), "%s", o->model_dir);
     snprintf(w->profile_name, sizeof(w->profile_name), "%s", prof);
-    if (w->rank == 0 &&
-        (gw_grammar_init(&w->gram, o->model_dir, w->model.vocab, o->max_slots,
-                         (size_t)o->grammar_cache_bytes) != 0 ||
-         gw_grammar_preload(&w->gram) != 0)) {
-        rc = tg_err_set(err, errlen, TG_ENOMEM,
-                        "out of memory or threads for structured outputs");
-        goto fail;
+    if (w->rank == 0) {
+        int grc = gw_grammar_init(&w->gram, o->model_dir, w->model.vocab,
+                                  o->max_slots, (size_t)o->grammar_cache_bytes);
+        if (grc == 0 && o->grammar_compile_s > 0)
+            w->gram.compile_s = o->grammar_compile_s;
+        if (grc != 0 || gw_grammar_preload(&w->gram) != 0) {
+            rc = tg_err_set(err, errlen, TG_ENOMEM,
+                            "out of memory or threads for structured outputs");
+            goto fail;
+        }
     }
     return 0;
 fail:

@@ -147,6 +147,8 @@ struct gw_worker_opts {
                                    (DESIGN.md §4.10), bytes; 0: none */
     uint64_t grammar_cache_bytes; /* rank 0: compiled grammars kept
                                    (gw_grammar.h); 0: its default */
+    double grammar_compile_s;     /* rank 0: wall-time limit of one
+                                     grammar compile, s; 0: its default */
 };
 
 struct gw_worker {

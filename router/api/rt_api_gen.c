@@ -11,7 +11,8 @@
 
 static int oom(struct rt_request_error *e)
 {
-    rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+    rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                         "out of memory");
     return TG_ENOMEM;
 }
 
@@ -65,8 +66,9 @@ int rt_api_gen_attach_sample(struct rt_req *q, const struct rt_req *leader,
 
 void rt_api_gen_mem_give(struct rt_server *s, size_t mem)
 {
-    if (mem != 0 && s->reqmem != NULL)
-        rt_reqmem_give(s->reqmem, mem);
+    struct rt_reqmem *m = rt_server_reqmem(s);
+    if (mem != 0 && m != NULL)
+        rt_reqmem_give(m, mem);
 }
 
 int rt_api_gen_started(struct rt_req *r, struct rt_request_error *e)
@@ -80,7 +82,7 @@ int rt_api_gen_started(struct rt_req *r, struct rt_request_error *e)
     a->ctx = (struct rt_resp_ctx){
         .endpoint = a->g.endpoint,
         .id = r->id_str,
-        .model = s->model_name,
+        .model = rt_server_info(s)->model_name,
         .created = r->created,
         .logprobs = r->q.opts.logprobs >= 0,
         .token_text = rt_server_token_text,
@@ -94,10 +96,10 @@ int rt_api_gen_started(struct rt_req *r, struct rt_request_error *e)
     if (a->tc == NULL && a->g.endpoint == RT_ENDPOINT_CHAT &&
         r->q.tools != NULL && json_array_size(r->q.tools) > 0 &&
         a->g.tool_choice != RT_TOOL_CHOICE_NONE &&
-        s->tmpl.tool_format != CT_TOOLS_NONE) {
+        rt_server_info(s)->tool_format != CT_TOOLS_NONE) {
         if ((a->tc = malloc(sizeof(*a->tc))) == NULL)
             return oom(e);
-        rt_tc_init(a->tc, s->tmpl.tool_format, rt_server_random(s));
+        rt_tc_init(a->tc, rt_server_info(s)->tool_format, rt_server_random(s));
     }
     return 0;
 }
@@ -107,14 +109,15 @@ void rt_api_gen_error(struct rt_request_error *e, const char *error)
     static const char kv[] = "kv_cache_exhausted: ";
     static const char gm[] = "output_constraint_too_complex: ";
     if (error != NULL && strncmp(error, kv, sizeof(kv) - 1) == 0)
-        rt_request_error_set(e, 503, "kv_cache_exhausted", NULL, "%s",
-                             error + sizeof(kv) - 1);
+        rt_request_error_set(e, RT_REQ_ERR_UNAVAILABLE, "kv_cache_exhausted",
+                             NULL, "%s", error + sizeof(kv) - 1);
     else if (error != NULL && strncmp(error, gm, sizeof(gm) - 1) == 0)
-        rt_request_error_set(e, 400, "output_constraint_too_complex", NULL,
-                             "%s", error + sizeof(gm) - 1);
+        rt_request_error_set(e, RT_REQ_ERR_INVALID,
+                             "output_constraint_too_complex", NULL, "%s",
+                             error + sizeof(gm) - 1);
     else
-        rt_request_error_set(e, 500, "generation_failed", NULL, "%s",
-                             error ? error : "the request failed");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "generation_failed", NULL,
+                             "%s", error ? error : "the request failed");
 }
 
 void rt_api_gen_release(struct rt_req *r)
@@ -136,14 +139,14 @@ void rt_api_gen_release(struct rt_req *r)
 
 struct rt_openai_cfg rt_api_openai_cfg(const struct rt_server *s)
 {
+    const struct rt_server_info *m = rt_server_info(s);
+    const struct tg_serve_opts *o = rt_server_opts(s);
     return (struct rt_openai_cfg){
-        .served_model = s->model_name,
-        .max_model_len = s->max_model_len,
-        .vocab_size = s->mc.vocab_size,
-        /* A server object made for conversions alone (rt_api_grpc.h)
-         * has no options; the body limit is the HTTP server's anyway. */
-        .max_body_bytes = s->opts != NULL ? (size_t)s->opts->http_max_body : 0,
-        .tool_format = s->tmpl.tool_format,
-        .ws = s->opts != NULL ? s->opts->structured_whitespace : 0,
+        .served_model = m->model_name,
+        .max_model_len = m->max_model_len,
+        .vocab_size = m->vocab_size,
+        .max_body_bytes = (size_t)o->http_max_body,
+        .tool_format = m->tool_format,
+        .ws = o->structured_whitespace,
     };
 }

@@ -35,26 +35,22 @@
 #include "common/json/tg_json.h"
 #include "common/tok/tok_tokenizer.h"
 #include "router/api/rt_api_grpc_internal.h"
+#include "router/api/rt_fields.h"
 #include "router/net/rt_grpc_reflect.h"
 #include "router/api/rt_openai_chat.h"
 #include "tangram.pb-c.h"
 #include "tg_api_descriptors.h"
 
-/* Maps an HTTP-shaped API error to a gRPC status code. */
-static int grpc_status_of(int http)
+/* Maps an error kind (rt_request.h) to a gRPC status code. */
+static int grpc_status_of(enum rt_req_err kind)
 {
-    switch (http) {
-    case 400:
-    case 413:
-        return RT_GRPC_INVALID_ARGUMENT;
-    case 401:
-        return RT_GRPC_UNAUTHENTICATED;
-    case 404:
-        return RT_GRPC_NOT_FOUND;
-    case 429:
-        return RT_GRPC_RESOURCE_EXHAUSTED;
-    case 503:
-        return RT_GRPC_UNAVAILABLE;
+    switch (kind) {
+    case RT_REQ_ERR_INVALID:
+    case RT_REQ_ERR_TOO_LARGE: return RT_GRPC_INVALID_ARGUMENT;
+    case RT_REQ_ERR_UNAUTHENTICATED: return RT_GRPC_UNAUTHENTICATED;
+    case RT_REQ_ERR_NOT_FOUND: return RT_GRPC_NOT_FOUND;
+    case RT_REQ_ERR_BUSY: return RT_GRPC_RESOURCE_EXHAUSTED;
+    case RT_REQ_ERR_UNAVAILABLE: return RT_GRPC_UNAVAILABLE;
     default:
         return RT_GRPC_INTERNAL;
     }
@@ -62,7 +58,7 @@ static int grpc_status_of(int http)
 
 static int have_key(const struct rt_server *s)
 {
-    const char *key = s->opts->api_key;
+    const char *key = rt_server_opts(s)->api_key;
     return key != NULL && key[0] != '\0';
 }
 
@@ -75,7 +71,7 @@ static int admit(const struct rt_grpc_call *call, void *ud, char *msg,
     /* Probes (kubelet, load balancers) carry no key. */
     if (!have_key(s) || strncmp(call->path, health, sizeof(health) - 1) == 0)
         return RT_GRPC_OK;
-    const char *key = s->opts->api_key;
+    const char *key = rt_server_opts(s)->api_key;
     const char *h = rt_grpc_call_header(call, "authorization");
     if (h != NULL && strncasecmp(h, "Bearer ", 7) == 0) {
         /* Compare in time independent of where the strings differ, as the
@@ -88,7 +84,7 @@ static int admit(const struct rt_grpc_call *call, void *ud, char *msg,
         if (diff == 0)
             return RT_GRPC_OK;
     }
-    rt_metrics_counter_inc(s->metrics.grpc_unauthenticated_total);
+    rt_metrics_counter_inc(rt_server_metrics(s)->grpc_unauthenticated_total);
     snprintf(msg, msglen,
              "missing or invalid API key (authorization: Bearer ...)");
     return RT_GRPC_UNAUTHENTICATED;
@@ -97,7 +93,7 @@ static int admit(const struct rt_grpc_call *call, void *ud, char *msg,
 /* rt_grpc events into /metrics. */
 static void on_event(int event, void *ud)
 {
-    struct rt_metrics_tangram *m = &((struct rt_server *)ud)->metrics;
+    struct rt_metrics_tangram *m = rt_server_metrics(ud);
     switch (event) {
     case RT_GRPC_EVENT_CONN_OPEN:
         rt_metrics_gauge_add(m->grpc_connections, 1);
@@ -135,21 +131,28 @@ struct gen_client {
 
 static const struct rt_sink gen_sink;
 
+/* What owned_req looks for. */
+struct owner {
+    const char *id;
+    uint64_t conn_id; /* 0: any connection (an API key is set) */
+};
+
+static int owned_by(const struct rt_req *r, void *ud)
+{
+    const struct owner *o = ud;
+    const struct gen_client *c = r->client;
+    return r->sink == &gen_sink && c != NULL && strcmp(r->id_str, o->id) == 0 &&
+           (o->conn_id == 0 || c->conn_id == o->conn_id);
+}
+
 /* The live gRPC request with client id `id` that `call`'s caller owns
  * (see the top), or NULL. */
 static struct rt_req *owned_req(struct rt_server *s,
                                 const struct rt_grpc_call *call,
                                 const char *id)
 {
-    for (struct rt_req *r = s->reqs; r != NULL; r = r->next) {
-        const struct gen_client *c = r->client;
-        if (r->done || r->sink != &gen_sink || c == NULL ||
-            strcmp(r->id_str, id) != 0)
-            continue;
-        if (have_key(s) || c->conn_id == call->conn_id)
-            return r;
-    }
-    return NULL;
+    struct owner o = {id, have_key(s) ? 0 : call->conn_id};
+    return rt_server_find_req(s, owned_by, &o);
 }
 
 static Tangram__V1__FinishReason reason_of(enum rt_finish f)
@@ -179,31 +182,14 @@ static int tool_delta(struct rt_req *r, const char **text, size_t *len,
                       size_t *n_calls)
 {
     struct rt_api_gen *a = rt_api_gen_of(r);
-    struct rt_tc_delta d;
-    int rc = rt_tc_feed(a->tc, *text, *len, &d);
-    if (rc != 0)
-        return rc;
-    size_t n = d.content_len;
-    char *buf = malloc(n + 1);
+    struct tg_buf content = {0};
+    int rc = rt_tc_take(a->tc, *text, *len, *fin != RT_FINISH_NONE, &content,
+                        first);
+    size_t n;
+    char *buf = rc == 0 ? tg_buf_steal(&content, &n) : NULL;
+    tg_buf_free(&content);
     if (buf == NULL)
-        return TG_ENOMEM;
-    memcpy(buf, d.content, n);
-    *first = d.first_index;
-    if (*fin != RT_FINISH_NONE) {
-        if ((rc = rt_tc_finish(a->tc, &d)) != 0) {
-            free(buf);
-            return rc;
-        }
-        char *b2 = realloc(buf, n + d.content_len + 1);
-        if (b2 == NULL) {
-            free(buf);
-            return TG_ENOMEM;
-        }
-        buf = b2;
-        memcpy(buf + n, d.content, d.content_len);
-        n += d.content_len;
-    }
-    buf[n] = '\0';
+        return rc != 0 ? rc : TG_ENOMEM;
     size_t total;
     rt_tc_calls(a->tc, &total);
     *n_calls = total;
@@ -247,13 +233,16 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
     Tangram__V1__GenerateResponse m = TANGRAM__V1__GENERATE_RESPONSE__INIT;
     Tangram__V1__Usage u = TANGRAM__V1__USAGE__INIT;
     int32_t n_new = r->n_out - c->tok_sent;
+    size_t n_top = (size_t)r->q.sampling.n_top;
     uint32_t *ids = malloc(((size_t)n_new + 1) * sizeof(uint32_t));
     Tangram__V1__TokenLogprob *tl = calloc((size_t)n_new + 1, sizeof(*tl));
     Tangram__V1__TokenLogprob **tlp = calloc((size_t)n_new + 1, sizeof(*tlp));
-    Tangram__V1__TopLogprob *tops = calloc((size_t)n_new * r->n_top + 1, sizeof(*tops));
-    Tangram__V1__TopLogprob **topp = calloc((size_t)n_new * r->n_top + 1, sizeof(*topp));
+    Tangram__V1__TopLogprob *tops = calloc((size_t)n_new * n_top + 1,
+                                           sizeof(*tops));
+    Tangram__V1__TopLogprob **topp = calloc((size_t)n_new * n_top + 1,
+                                            sizeof(*topp));
     char *txt = malloc(len + 1);
-    char **tok_txt = calloc((size_t)n_new * (r->n_top + 1) + 1, sizeof(char *));
+    char **tok_txt = calloc((size_t)n_new * (n_top + 1) + 1, sizeof(char *));
     int ok = ids && tl && tlp && tops && topp && txt && tok_txt && tc_ok;
     size_t n_txt = 0;
     if (ok) {
@@ -263,42 +252,41 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
             m.n_tool_calls = end_call - first_call;
             m.tool_calls = pcallp;
         }
-        for (int32_t i = 0; i < n_new; i++)
-            ids[i] = (uint32_t)r->out_ids[c->tok_sent + i];
+        int want_lps = n_top > 0 || r->q.opts.logprobs >= 0;
+        for (int32_t i = 0; i < n_new; i++) {
+            struct rt_token_logprob t;
+            rt_req_token_logprob(r, c->tok_sent + i, &t);
+            ids[i] = (uint32_t)t.id;
+            if (!want_lps)
+                continue;
+            tangram__v1__token_logprob__init(&tl[i]);
+            tl[i].token_id = (uint32_t)t.id;
+            tl[i].logprob = t.logprob;
+            size_t bl;
+            const char *b = rt_server_token_text(s, t.id, &bl);
+            tok_txt[n_txt] = strndup(b, bl);
+            tl[i].text = tok_txt[n_txt] ? tok_txt[n_txt] : "";
+            n_txt++;
+            tl[i].n_top = t.n_top;
+            tl[i].top = topp + (size_t)i * n_top;
+            for (size_t k = 0; k < t.n_top; k++) {
+                Tangram__V1__TopLogprob *tp = &tops[(size_t)i * n_top + k];
+                tangram__v1__top_logprob__init(tp);
+                tp->token_id = (uint32_t)t.top[k].id;
+                tp->logprob = t.top[k].logprob;
+                b = rt_server_token_text(s, t.top[k].id, &bl);
+                tok_txt[n_txt] = strndup(b, bl);
+                tp->text = tok_txt[n_txt] ? tok_txt[n_txt] : "";
+                n_txt++;
+                tl[i].top[k] = tp;
+            }
+            tlp[i] = &tl[i];
+        }
         m.n_token_ids = (size_t)n_new;
         m.token_ids = ids;
         m.text = txt;
         m.request_id = r->id_str;
-        if (r->n_top > 0 || r->q.opts.logprobs >= 0) {
-            for (int32_t i = 0; i < n_new; i++) {
-                int32_t t = c->tok_sent + i;
-                tangram__v1__token_logprob__init(&tl[i]);
-                tl[i].token_id = (uint32_t)r->out_ids[t];
-                tl[i].logprob = r->out_lps[t];
-                size_t bl;
-                const char *b = rt_server_token_text(s, r->out_ids[t], &bl);
-                tok_txt[n_txt] = strndup(b, bl);
-                tl[i].text = tok_txt[n_txt] ? tok_txt[n_txt] : "";
-                n_txt++;
-                tl[i].n_top = 0;
-                tl[i].top = topp + (size_t)i * r->n_top;
-                for (int k = 0; k < r->n_top; k++) {
-                    int32_t id = r->out_top_ids[(size_t)t * r->n_top + k];
-                    if (id < 0)
-                        break;
-                    Tangram__V1__TopLogprob *tp = &tops[(size_t)i * r->n_top + k];
-                    tangram__v1__top_logprob__init(tp);
-                    tp->token_id = (uint32_t)id;
-                    tp->logprob = r->out_top_lps[(size_t)t * r->n_top + k];
-                    b = rt_server_token_text(s, id, &bl);
-                    tok_txt[n_txt] = strndup(b, bl);
-                    tp->text = tok_txt[n_txt] ? tok_txt[n_txt] : "";
-                    n_txt++;
-                    topp[(size_t)i * r->n_top + k] = tp;
-                    tl[i].n_top++;
-                }
-                tlp[i] = &tl[i];
-            }
+        if (want_lps) {
             m.n_logprobs = (size_t)n_new;
             m.logprobs = tlp;
         }
@@ -338,7 +326,7 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
         else if (fin == RT_FINISH_ERROR) {
             struct rt_request_error e;
             rt_api_gen_error(&e, error);
-            rt_grpc_call_finish(c->call, grpc_status_of(e.status), e.message);
+            rt_grpc_call_finish(c->call, grpc_status_of(e.kind), e.message);
         } else if (fin == RT_FINISH_ABORT)
             rt_grpc_call_finish(c->call, RT_GRPC_CANCELLED, "aborted");
         else
@@ -362,7 +350,7 @@ static void gen_cancelled(struct rt_grpc_call *call, int status, void *ud)
 
 /* GenerateRequest -> rt_gen_request with the OpenAI defaults
  * (rt_api_grpc.h). */
-int rt_api_grpc_convert(struct rt_server *s,
+int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
                         const Tangram__V1__GenerateRequest *q,
                         struct rt_gen_request *g, struct rt_request_error *e,
                         const struct rt_grpc_call *call)
@@ -371,13 +359,13 @@ int rt_api_grpc_convert(struct rt_server *s,
                 (q->n_prompt_token_ids > 0) + (q->n_messages > 0);
     if (forms != 1) {
         rt_request_error_set(
-            e, 400, "invalid_value", "prompt",
+            e, RT_REQ_ERR_INVALID, "invalid_value", "prompt",
             "give exactly one of prompt, prompt_token_ids and messages");
         return TG_EINVAL;
     }
     if (q->n_messages == 0 && (q->n_tools > 0 || (q->tool_choice && q->tool_choice[0]))) {
         rt_request_error_set(
-            e, 400, "invalid_value", "tools",
+            e, RT_REQ_ERR_INVALID, "invalid_value", "tools",
             "tools and tool_choice apply to chats (messages) only");
         return TG_EINVAL;
     }
@@ -401,8 +389,9 @@ int rt_api_grpc_convert(struct rt_server *s,
         json_t *v = tg_json_loadb_wide(t, strlen(t), 0, &je);
         if (v == NULL) {
             json_decref(so_root);
-            rt_request_error_set(e, 400, "invalid_value", texts[k],
-                                 "%s is not JSON: %s", texts[k], je.text);
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value",
+                                 texts[k], "%s is not JSON: %s", texts[k],
+                                 je.text);
             return TG_EINVAL;
         }
         if (json_object_set_new(so_root, texts[k], v) != 0) {
@@ -412,22 +401,21 @@ int rt_api_grpc_convert(struct rt_server *s,
     }
     int ws = 0;
     {
-        struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
         int rc = rt_openai_parse_response_format(so_root, &g->q.grammar, e);
         if (rc == 0)
             rc = rt_openai_parse_structured(so_root, &g->q.grammar, e);
         if (rc == 0)
-            rc = rt_openai_structured_ws(&cfg, so_root, &ws, e);
+            rc = rt_openai_structured_ws(cfg, so_root, &ws, e);
         json_decref(so_root);
         if (rc == 0 && q->n_messages == 0) /* no tools: applied now */
             rc = rt_openai_structured_apply_ws(ws, &g->q.grammar, e);
         if (rc != 0) {
-            if (rc == TG_ENOMEM && e->status == 0)
+            if (rc == TG_ENOMEM && e->kind == RT_REQ_ERR_NONE)
                 goto nomem;
             return rc;
         }
     }
-    g->model = strdup(s->model_name);
+    g->model = strdup(cfg->served_model);
     if (g->model == NULL)
         goto nomem;
     if (q->n_messages > 0) {
@@ -437,7 +425,7 @@ int rt_api_grpc_convert(struct rt_server *s,
         json_t *root = rt_api_grpc__chat_json(q->messages, q->n_messages, q->tools,
                                  q->n_tools, q->tool_choice, e);
         if (root == NULL)
-            return e->status == 500 ? TG_ENOMEM : TG_EINVAL;
+            return e->kind == RT_REQ_ERR_INTERNAL ? TG_ENOMEM : TG_EINVAL;
         if (q->parallel_tool_calls_opt_case ==
                 TANGRAM__V1__GENERATE_REQUEST__PARALLEL_TOOL_CALLS_OPT_PARALLEL_TOOL_CALLS &&
             json_object_set_new(root, "parallel_tool_calls",
@@ -450,11 +438,9 @@ int rt_api_grpc_convert(struct rt_server *s,
         if (rc == 0)
             rc = rt_openai_chat_parse_tools(root, &g->q.tools, &g->tool_choice,
                                             e);
-        if (rc == 0) {
-            struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
-            rc = rt_openai_tool_grammar(&cfg, root, g->q.tools, g->tool_choice,
+        if (rc == 0)
+            rc = rt_openai_tool_grammar(cfg, root, g->q.tools, g->tool_choice,
                                         &g->q.grammar, e);
-        }
         if (rc == 0)
             rc = rt_openai_structured_apply_ws(ws, &g->q.grammar, e);
         json_decref(root);
@@ -469,7 +455,7 @@ int rt_api_grpc_convert(struct rt_server *s,
         for (size_t i = 0; i < q->n_prompt_token_ids; i++) {
             if (q->prompt_token_ids[i] > INT32_MAX) {
                 rt_request_error_set(
-                    e, 400, "invalid_value", "prompt_token_ids",
+                    e, RT_REQ_ERR_INVALID, "invalid_value", "prompt_token_ids",
                     "prompt_token_ids[%zu] is not a token id", i);
                 return TG_EINVAL;
             }
@@ -492,7 +478,8 @@ int rt_api_grpc_convert(struct rt_server *s,
         if (strcasecmp(call->headers[i].name, "x-session-id") != 0)
             continue;
         if (meta != NULL) {
-            rt_request_error_set(e, 400, "invalid_value", "x-session-id",
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value",
+                                 "x-session-id",
                                  "the x-session-id metadata is given more "
                                  "than once; send one session id");
             return TG_EINVAL;
@@ -516,61 +503,60 @@ int rt_api_grpc_convert(struct rt_server *s,
         goto nomem;
     const Tangram__V1__SamplingParams *p = q->sampling;
     if (p == NULL)
-        return rt_openai_check_sampling(sp, s->mc.vocab_size, "sampling.", e);
-#define RANGE(cond, field, ...)                                              \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            rt_request_error_set(e, 400, "invalid_value", "sampling." field, \
-                                 __VA_ARGS__);                               \
-            return TG_EINVAL;                                                \
-        }                                                                    \
+        return rt_openai_check_sampling(sp, cfg->vocab_size, "sampling.", e);
+#define RANGE(cond, field, ...)                                          \
+    do {                                                                 \
+        if (!(cond)) {                                                   \
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value", \
+                                 "sampling." field, __VA_ARGS__);        \
+            return TG_EINVAL;                                            \
+        }                                                                \
     } while (0)
     if (p->max_tokens_opt_case) {
         RANGE(p->max_tokens >= 1 && p->max_tokens <= INT32_MAX, "max_tokens",
               "max_tokens must be >= 1");
         o->max_tokens = (int32_t)p->max_tokens;
     }
-    if (p->temperature_opt_case) {
-        RANGE(p->temperature >= 0 && p->temperature <= 2, "temperature",
-              "temperature must be in [0, 2]");
-        sp->temperature = (float)p->temperature;
-    }
-    if (p->top_p_opt_case) {
-        RANGE(p->top_p > 0 && p->top_p <= 1, "top_p", "top_p must be in (0, 1]");
-        sp->top_p = (float)p->top_p;
+    /* The numeric sampling fields, ranges and all, from the table the
+     * HTTP API parses from too (rt_fields.h). presence_penalty and
+     * frequency_penalty are plain proto3 doubles: 0 when not sent. */
+    const struct {
+        enum rt_field f;
+        bool sent;
+        double x;
+    } nums[] = {
+        {RT_FIELD_TEMPERATURE, p->temperature_opt_case != 0, p->temperature},
+        {RT_FIELD_TOP_P, p->top_p_opt_case != 0, p->top_p},
+        {RT_FIELD_MIN_P, p->min_p_opt_case != 0, p->min_p},
+        {RT_FIELD_PRESENCE_PENALTY, true, p->presence_penalty},
+        {RT_FIELD_FREQUENCY_PENALTY, true, p->frequency_penalty},
+        {RT_FIELD_REPETITION_PENALTY, p->repetition_penalty_opt_case != 0,
+         p->repetition_penalty},
+    };
+    for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
+        if (!nums[i].sent)
+            continue;
+        int rc = rt_field_check(nums[i].f, nums[i].x, "sampling.", e);
+        if (rc != 0)
+            return rc;
+        *rt_field_of(nums[i].f, sp) = (float)nums[i].x;
     }
     if (p->top_k_opt_case)
         sp->top_k = p->top_k > 0 ? p->top_k : 0;
-    if (p->min_p_opt_case) {
-        RANGE(p->min_p >= 0 && p->min_p <= 1, "min_p", "min_p must be in [0, 1]");
-        sp->min_p = (float)p->min_p;
-    }
     if (p->seed_opt_case) {
         o->has_seed = true;
         sp->seed = (uint64_t)p->seed;
     }
-    if (p->repetition_penalty_opt_case) {
-        RANGE(p->repetition_penalty > 0 && isfinite(p->repetition_penalty),
-              "repetition_penalty", "repetition_penalty must be > 0");
-        sp->repetition_penalty = (float)p->repetition_penalty;
-    }
     if (p->min_tokens_opt_case)
         o->min_tokens = (int32_t)(p->min_tokens > INT32_MAX ? INT32_MAX
                                                             : p->min_tokens);
-    RANGE(p->presence_penalty >= -2 && p->presence_penalty <= 2, "presence_penalty",
-          "presence_penalty must be in [-2, 2]");
-    RANGE(p->frequency_penalty >= -2 && p->frequency_penalty <= 2,
-          "frequency_penalty", "frequency_penalty must be in [-2, 2]");
     /* The limits of the HTTP API (rt_openai.h), the same numbers. */
     RANGE(p->logprobs <= RT_OPENAI_MAX_LOGPROBS, "logprobs",
           "logprobs must be at most %d", RT_OPENAI_MAX_LOGPROBS);
     RANGE(p->n_stop <= RT_OPENAI_MAX_STOP, "stop",
           "at most %d stop strings", RT_OPENAI_MAX_STOP);
-    RANGE(p->n_stop_token_ids <= RT_OPENAI_MAX_STOP_TOKEN_IDS,
-          "stop_token_ids", "at most %d stop_token_ids",
-          RT_OPENAI_MAX_STOP_TOKEN_IDS);
-    sp->presence_penalty = (float)p->presence_penalty;
-    sp->frequency_penalty = (float)p->frequency_penalty;
+    RANGE(p->n_stop_token_ids <= RT_OPENAI_MAX_STOP_TOKEN_IDS, "stop_token_ids",
+          "at most %d stop_token_ids", RT_OPENAI_MAX_STOP_TOKEN_IDS);
     o->ignore_eos = p->ignore_eos;
     o->logprobs = p->logprobs > 0 ? (int32_t)p->logprobs : -1;
     sp->n_top = o->logprobs > 0 ? o->logprobs : 0;
@@ -594,18 +580,20 @@ int rt_api_grpc_convert(struct rt_server *s,
         if (o->stop_token_ids == NULL)
             goto nomem;
         for (size_t i = 0; i < p->n_stop_token_ids; i++) {
-            RANGE(p->stop_token_ids[i] < (uint32_t)s->mc.vocab_size,
+            RANGE(p->stop_token_ids[i] < (uint32_t)cfg->vocab_size,
                   "stop_token_ids",
                   "stop_token_ids[%zu] = %u is not a token id (valid: "
-                  "0..%d)", i, p->stop_token_ids[i], s->mc.vocab_size - 1);
+                  "0..%d)",
+                  i, p->stop_token_ids[i], cfg->vocab_size - 1);
             o->stop_token_ids[i] = (int32_t)p->stop_token_ids[i];
         }
         o->n_stop_token_ids = p->n_stop_token_ids;
     }
 #undef RANGE
-    return rt_openai_check_sampling(sp, s->mc.vocab_size, "sampling.", e);
+    return rt_openai_check_sampling(sp, cfg->vocab_size, "sampling.", e);
 nomem:
-    rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+    rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                         "out of memory");
     return TG_ENOMEM;
 }
 
@@ -617,13 +605,13 @@ static void gen_submitted(struct rt_req *r, int rc, struct rt_request_error *e)
         struct rt_grpc_call *call = c->call;
         rt_req_drop(r);
         free(c);
-        rt_grpc_call_finish(call, grpc_status_of(e->status), e->message);
+        rt_grpc_call_finish(call, grpc_status_of(e->kind), e->message);
         return;
     }
     if (rt_api_gen_started(r, e) != 0) {
         struct rt_grpc_call *call = c->call;
         gen_cancelled(call, 0, r);
-        rt_grpc_call_finish(call, grpc_status_of(e->status), e->message);
+        rt_grpc_call_finish(call, grpc_status_of(e->kind), e->message);
         return;
     }
     if (r->q.request_id != NULL)
@@ -641,11 +629,12 @@ static int mem_take(struct rt_server *s, struct rt_grpc_call *call,
                     size_t *mem)
 {
     *mem = 0;
-    if (s->reqmem == NULL || call->msg_len <= RT_ENCODE_INLINE_BYTES)
+    struct rt_reqmem *m = rt_server_reqmem(s);
+    if (m == NULL || call->msg_len <= RT_ENCODE_INLINE_BYTES)
         return 1;
     size_t cost = rt_api_grpc__mem_estimate(call->msg_len, prompt, n_ids, msgs,
                                             n, tools, n_tools);
-    int rc = rt_reqmem_take(s->reqmem, cost);
+    int rc = rt_reqmem_take(m, cost);
     if (rc == 0) {
         *mem = cost;
         return 1;
@@ -657,7 +646,7 @@ static int mem_take(struct rt_server *s, struct rt_grpc_call *call,
                  "converted, rendered and tokenized, more than the server's "
                  "budget for requests being prepared (--max-request-memory "
                  "%zu MiB)",
-                 cost >> 20, s->reqmem->limit >> 20);
+                 cost >> 20, m->limit >> 20);
     else
         snprintf(msg, sizeof(msg),
                  "the server is preparing as many large requests as its "
@@ -722,7 +711,8 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     c->conn_id = call->conn_id;
     struct rt_gen_request g;
     memset(&g, 0, sizeof(g));
-    int rc = rt_api_grpc_convert(s, q, &g, &e, call);
+    struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
+    int rc = rt_api_grpc_convert(&cfg, q, &g, &e, call);
     tangram__v1__generate_request__free_unpacked(q, NULL);
     if (rc == 0)
         rc = rt_api_gen_attach(r, &g, &e);
@@ -743,12 +733,12 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
     if (rc != 0 && rc != TG_EAGAIN) {
         rt_req_drop(r);
         free(c);
-        rt_grpc_call_finish(call, grpc_status_of(e.status), e.message);
+        rt_grpc_call_finish(call, grpc_status_of(e.kind), e.message);
         return;
     }
     if (rc == 0 && rt_api_gen_started(r, &e) != 0) {
         gen_cancelled(call, 0, r);
-        rt_grpc_call_finish(call, grpc_status_of(e.status), e.message);
+        rt_grpc_call_finish(call, grpc_status_of(e.kind), e.message);
         return;
     }
     if (rc == 0 && r->q.request_id != NULL)
@@ -803,13 +793,13 @@ static void tok_call_done(struct rt_encode_job *j)
     struct tok_call *tc = j->owner;
     struct rt_grpc_call *call = tc->call;
     if (call != NULL && j->rc != 0) {
-        rt_grpc_call_finish(call, grpc_status_of(j->e.status), j->e.message);
+        rt_grpc_call_finish(call, grpc_status_of(j->e.kind), j->e.message);
     } else if (call != NULL) {
         Tangram__V1__TokenizeResponse m = TANGRAM__V1__TOKENIZE_RESPONSE__INIT;
         m.n_token_ids = j->ids.n;
         m.token_ids = (uint32_t *)j->ids.v; /* ids are >= 0 */
         m.count = (uint32_t)j->ids.n;
-        m.max_model_len = (uint32_t)tc->s->max_model_len;
+        m.max_model_len = (uint32_t)rt_server_info(tc->s)->max_model_len;
         reply(call, &m.base);
     }
     tok_call_free(tc);
@@ -846,7 +836,7 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
     int chat = q->n_messages > 0;
     if (chat && q->text != NULL && q->text[0] != '\0') {
         rc = TG_EINVAL;
-        rt_request_error_set(&e, 400, "invalid_value", "text",
+        rt_request_error_set(&e, RT_REQ_ERR_INVALID, "invalid_value", "text",
                              "give either text or messages");
     } else if (chat) {
         j->is_chat = 1;
@@ -872,8 +862,8 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
         tc->text = strdup(q->text ? q->text : "");
         if (tc->text == NULL) {
             rc = TG_ENOMEM;
-            rt_request_error_set(&e, 500, "internal_error", NULL,
-                                 "out of memory");
+            rt_request_error_set(&e, RT_REQ_ERR_INTERNAL, "internal_error",
+                                 NULL, "out of memory");
         }
         j->text = tc->text;
         j->len = tc->text ? strlen(tc->text) : 0;
@@ -895,7 +885,7 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
     }
     if (rc != 0) {
         tok_call_free(tc);
-        rt_grpc_call_finish(call, grpc_status_of(e.status), e.message);
+        rt_grpc_call_finish(call, grpc_status_of(e.kind), e.message);
         return;
     }
     rt_grpc_call_on_cancel(call, tok_call_cancelled, tc);
@@ -905,17 +895,19 @@ static void h_model_info(struct rt_grpc_call *call, void *ud)
 {
     struct rt_server *s = ud;
     Tangram__V1__ModelInfoResponse m = TANGRAM__V1__MODEL_INFO_RESPONSE__INIT;
-    m.model = s->model_name;
-    m.max_model_len = (uint32_t)s->max_model_len;
-    m.vocab_size = (uint32_t)s->mc.vocab_size;
-    m.num_layers = (uint32_t)s->mc.num_layers;
-    m.num_kv_heads = (uint32_t)s->mc.num_kv_heads;
-    m.head_dim = (uint32_t)s->mc.head_dim;
-    m.page_size = (uint32_t)s->layout.page_size;
-    m.heads_per_group = (uint32_t)s->layout.heads_per_group;
-    m.profile = s->opts->profile ? s->opts->profile : "none";
-    m.tensor_parallel = (uint32_t)s->opts->tp;
-    m.backend = s->opts->backend == TG_SERVE_BACKEND_CUDA ? "cuda" : "cpu";
+    const struct rt_server_info *info = rt_server_info(s);
+    const struct tg_serve_opts *o = rt_server_opts(s);
+    m.model = (char *)info->model_name;
+    m.max_model_len = (uint32_t)info->max_model_len;
+    m.vocab_size = (uint32_t)info->vocab_size;
+    m.num_layers = (uint32_t)info->num_layers;
+    m.num_kv_heads = (uint32_t)info->num_kv_heads;
+    m.head_dim = (uint32_t)info->head_dim;
+    m.page_size = (uint32_t)info->page_size;
+    m.heads_per_group = (uint32_t)info->heads_per_group;
+    m.profile = o->profile ? o->profile : "none";
+    m.tensor_parallel = (uint32_t)o->tp;
+    m.backend = o->backend == TG_SERVE_BACKEND_CUDA ? "cuda" : "cpu";
     reply(call, &m.base);
 }
 

@@ -18,14 +18,14 @@
  * limits of the HTTP API: exactly one prompt form, roles by name, ids
  * (session_id, or else call's "x-session-id" header, which is refused
  * when empty or given twice even beside session_id) of at most
- * RT_OPENAI_MAX_ID_BYTES bytes of UTF-8, sampling ranges, stop strings and
- * stop token ids below s->mc.vocab_size; response_format and a
- * tool_choice that requires calls into q.grammar (checked). Reads
- * s->model_name, s->mc.vocab_size, s->tmpl.tool_format and s->opts (may be
- * NULL) only. Returns 0, or TG_EINVAL / TG_ENOMEM with *e
- * filled; either way the caller frees *g (rt_gen_request_free). Loop
- * thread (any thread for a server object of its own). */
-int rt_api_grpc_convert(struct rt_server *s,
+ * RT_OPENAI_MAX_ID_BYTES bytes of UTF-8, sampling ranges (the table of
+ * rt_fields.h, as the HTTP API's), stop strings and
+ * stop token ids below cfg->vocab_size; response_format and a
+ * tool_choice that requires calls into q.grammar (checked with cfg's
+ * tool-call format and whitespace policy). Returns 0, or TG_EINVAL /
+ * TG_ERANGE / TG_ENOMEM with *e filled; either way the caller frees *g
+ * (rt_gen_request_free). Any thread. */
+int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
                         const Tangram__V1__GenerateRequest *q,
                         struct rt_gen_request *g, struct rt_request_error *e,
                         const struct rt_grpc_call *call);

@@ -23,7 +23,7 @@ struct chat_build {
 static void build_fail_oom(struct chat_build *b)
 {
     if (!b->failed)
-        rt_request_error_set(b->e, 500, "internal_error", NULL,
+        rt_request_error_set(b->e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
                              "out of memory");
     b->failed = 1;
 }
@@ -39,9 +39,9 @@ static json_t *build_str(struct chat_build *b, const char *v,
         v = "";
     size_t n = strlen(v), bad = 0;
     if (!tok_utf8_valid(v, n, &bad)) {
-        rt_request_error_set(b->e, 400, "invalid_value", "messages",
-                             "%s[%zu] is not valid UTF-8 (byte %zu)", what, i,
-                             bad);
+        rt_request_error_set(
+            b->e, RT_REQ_ERR_INVALID, "invalid_value", "messages",
+            "%s[%zu] is not valid UTF-8 (byte %zu)", what, i, bad);
         b->failed = 1;
         return NULL;
     }
@@ -160,7 +160,7 @@ json_t *rt_api_grpc__chat_json(Tangram__V1__ChatMessage *const *msgs, size_t n,
                     t->parameters_json, strlen(t->parameters_json), 0, &je);
                 if (p == NULL) {
                     rt_request_error_set(
-                        e, 400, "invalid_value", "tools",
+                        e, RT_REQ_ERR_INVALID, "invalid_value", "tools",
                         "tools[%zu].parameters_json is not JSON: %s", k,
                         je.text);
                     b.failed = 1;

@@ -61,11 +61,11 @@ void rt_api_http__send_error(struct rt_http_req *req,
                               "internal_error");
         return;
     }
-    if (e->status == 429)
+    if (e->kind == RT_REQ_ERR_BUSY)
         rt_http_resp_header(req, "Retry-After", RETRY_AFTER_QUEUE_FULL);
-    else if (e->status == 503)
+    else if (e->kind == RT_REQ_ERR_UNAVAILABLE)
         rt_http_resp_header(req, "Retry-After", RETRY_AFTER_UNAVAILABLE);
-    rt_http_respond(req, e->status, JSON, body, len);
+    rt_http_respond(req, rt_openai_http_status(e->kind), JSON, body, len);
     free(body);
 }
 
@@ -74,7 +74,8 @@ void rt_api_http__send_owned(struct rt_http_req *req, int status, char *body,
 {
     if (rc != 0) {
         struct rt_request_error e;
-        rt_request_error_set(&e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(&e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         rt_api_http__send_error(req, &e);
         return;
     }
@@ -100,17 +101,17 @@ static int key_matches(const char *key, const char *h)
 static int head_check(const struct rt_http_req *req, void *ud,
                       struct rt_http_refusal *out)
 {
-    const struct rt_server *s = ud;
-    const char *key = s->opts->api_key;
+    const struct tg_serve_opts *o = rt_server_opts(ud);
+    const char *key = o->api_key;
     if (key == NULL || key[0] == '\0')
         return 0;
     if (strcmp(req->path, "/health") == 0 ||
-        (strcmp(req->path, "/metrics") == 0 && !s->opts->metrics_auth))
+        (strcmp(req->path, "/metrics") == 0 && !o->metrics_auth))
         return 0;
     if (key_matches(key, rt_http_req_header(req, "authorization")))
         return 0;
-    out->status = 401;
-    out->type = rt_request_error_type(401);
+    out->status = rt_openai_http_status(RT_REQ_ERR_UNAUTHENTICATED);
+    out->type = rt_openai_error_type(RT_REQ_ERR_UNAUTHENTICATED);
     out->code = "invalid_api_key";
     out->message = "missing or invalid API key (Authorization: Bearer ...)";
     out->header = "WWW-Authenticate: Bearer";
@@ -261,8 +262,8 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
             rc = sse_tool_frames(r, &d, NULL, 0, &u);
         if (rc != 0) {
             struct rt_request_error e;
-            rt_request_error_set(&e, 500, "internal_error", NULL,
-                                 "out of memory");
+            rt_request_error_set(&e, RT_REQ_ERR_INTERNAL, "internal_error",
+                                 NULL, "out of memory");
             buf = NULL;
             stream_write_owned(req, buf, n, rt_openai_sse_error(&e, &buf, &n));
             fin = fin == RT_FINISH_NONE ? RT_FINISH_ERROR : fin;
@@ -299,60 +300,45 @@ static void sse_deliver(struct rt_req *r, const char *text, size_t len,
 }
 
 /* The non-streaming chat body of a request with tool calls. */
-static int tool_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
+static int tool_response(struct rt_req *r, const struct rt_token_logprob *lps,
+                         size_t n_all, enum rt_finish fin,
                          const struct rt_usage *u, char **body, size_t *blen)
 {
     struct rt_api_gen *a = rt_api_gen_of(r);
-    struct rt_tc_delta d;
-    char *content = NULL;
-    size_t clen = 0;
-    int rc = rt_tc_feed(a->tc, tg_buf_str(&r->text.out), r->text.out.len, &d);
+    struct tg_buf content = {0};
+    size_t tlen, first;
+    const char *text = rt_req_text(r, &tlen);
+    int rc = rt_tc_take(a->tc, text, tlen, true, &content, &first);
     if (rc == 0) {
-        content = malloc(d.content_len + 1);
-        if (content == NULL)
-            rc = TG_ENOMEM;
-        else
-            memcpy(content, d.content, clen = d.content_len);
-    }
-    if (rc == 0 && (rc = rt_tc_finish(a->tc, &d)) == 0) {
-        char *c2 = realloc(content, clen + d.content_len + 1);
-        if (c2 == NULL) {
-            rc = TG_ENOMEM;
-        } else {
-            content = c2;
-            memcpy(content + clen, d.content, d.content_len);
-            clen += d.content_len;
-            content[clen] = '\0';
-        }
-    }
-    if (rc == 0) {
-        size_t n_calls;
+        size_t n_calls, clen = content.len;
         const struct rt_tool_call *calls = rt_tc_calls(a->tc, &n_calls);
         if (fin == RT_FINISH_STOP && n_calls > 0)
             fin = RT_FINISH_TOOL_CALLS;
         rc = rt_openai_format_chat_response(
-            &a->ctx, clen == 0 && n_calls > 0 ? NULL : content, clen, calls,
-            n_calls, r->lp_scratch, n_all, fin, u, body, blen);
+            &a->ctx, clen == 0 && n_calls > 0 ? NULL : tg_buf_str(&content),
+            clen, calls, n_calls, lps, n_all, fin, u, body, blen);
     }
-    free(content);
+    tg_buf_free(&content);
     return rc;
 }
 
 /* The non-streaming completions body with the echoed prompt in front. */
-static int echo_response(struct rt_req *r, size_t n_all, enum rt_finish fin,
+static int echo_response(struct rt_req *r, const struct rt_token_logprob *lps,
+                         size_t n_all, enum rt_finish fin,
                          const struct rt_usage *u, char **body, size_t *blen)
 {
     struct rt_api_gen *a = rt_api_gen_of(r);
-    size_t on = r->text.out.len, en = a->g.echo_len;
+    size_t on, en = a->g.echo_len;
+    const char *out = rt_req_text(r, &on);
     char *all = malloc(en + on + 1);
     if (all == NULL)
         return TG_ENOMEM;
     memcpy(all, a->g.echo_text, en);
     if (on > 0)
-        memcpy(all + en, r->text.out.data, on);
+        memcpy(all + en, out, on);
     all[en + on] = '\0';
-    int rc = rt_openai_format_response(&a->ctx, all, en + on, r->lp_scratch,
-                                       n_all, fin, u, body, blen);
+    int rc = rt_openai_format_response(&a->ctx, all, en + on, lps, n_all, fin,
+                                       u, body, blen);
     free(all);
     return rc;
 }
@@ -409,21 +395,17 @@ static void json_deliver(struct rt_req *r, const char *text, size_t len,
         return;
     }
     /* The whole output: every token's logprobs from the start. */
-    size_t n_all = 0;
-    if (a->ctx.logprobs) {
-        for (int32_t i = 0; i < r->n_out; i++) {
-            rt_req_token_logprob(r, i, &r->lp_scratch[n_all++]);
-        }
-    }
+    size_t n_all = a->ctx.logprobs ? (size_t)r->n_out : 0;
+    const struct rt_token_logprob *all = n_all ? rt_req_logprobs(r) : NULL;
     struct rt_usage u = usage_of(r);
     char *body = NULL;
-    size_t blen = 0;
-    int rc = a->tc != NULL ? tool_response(r, n_all, fin, &u, &body, &blen)
+    size_t blen = 0, olen;
+    const char *out = rt_req_text(r, &olen);
+    int rc = a->tc != NULL ? tool_response(r, all, n_all, fin, &u, &body, &blen)
              : a->g.echo_text != NULL
-                 ? echo_response(r, n_all, fin, &u, &body, &blen)
-                 : rt_openai_format_response(&a->ctx, tg_buf_str(&r->text.out),
-                                             r->text.out.len, r->lp_scratch,
-                                             n_all, fin, &u, &body, &blen);
+                 ? echo_response(r, all, n_all, fin, &u, &body, &blen)
+                 : rt_openai_format_response(&a->ctx, out, olen, all, n_all,
+                                             fin, &u, &body, &blen);
     if (g != NULL)
         group_body(g, r, rc, body, blen);
     else
@@ -495,7 +477,8 @@ static int group_start(struct rt_req *r, struct rt_request_error *e)
     if (g == NULL) {
         rt_http_req_on_abort(r->client, NULL, NULL);
         rt_req_cancel(r);
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return TG_ENOMEM;
     }
     g->req = r->client;
@@ -543,11 +526,12 @@ static int echo_prepare(struct rt_server *s, struct rt_req *r,
     }
     struct tg_buf text = {0};
     char err[256];
-    int rc = tok_decode(&s->tok, q->prompt_ids, q->n_prompt_ids, 0, &text, err,
-                        sizeof(err));
+    int rc = tok_decode(rt_server_tok(s), q->prompt_ids, q->n_prompt_ids, 0,
+                        &text, err, sizeof(err));
     if (rc != 0) {
         tg_buf_free(&text);
-        rt_request_error_set(e, 400, "invalid_token", "prompt", "%s", err);
+        rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_token", "prompt",
+                             "%s", err);
         return rc;
     }
     g->echo_text = malloc(text.len + 1);
@@ -560,7 +544,8 @@ static int echo_prepare(struct rt_server *s, struct rt_req *r,
     if (g->echo_text != NULL)
         return 0;
 oom:
-    rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+    rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                         "out of memory");
     return TG_ENOMEM;
 }
 
@@ -637,7 +622,8 @@ static int session_header(const struct rt_http_req *req,
         if (strcasecmp(req->headers[i].name, "x-session-id") != 0)
             continue;
         if (sid != NULL) {
-            rt_request_error_set(e, 400, "invalid_value", "X-Session-Id",
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value",
+                                 "X-Session-Id",
                                  "X-Session-Id is given more than once; send "
                                  "one session id");
             return TG_EINVAL;
@@ -650,7 +636,8 @@ static int session_header(const struct rt_http_req *req,
     if (rc != 0 || g->q.session_id != NULL)
         return rc;
     if ((g->q.session_id = strdup(sid)) == NULL) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return TG_ENOMEM;
     }
     return 0;
@@ -669,7 +656,8 @@ void rt_api_http__generate_parsed(struct rt_server *s, struct rt_http_req *req,
         rc = session_header(req, g, e);
     struct rt_req *r = rc == 0 ? rt_req_new(s, &json_sink, req) : NULL;
     if (rc == 0 && r == NULL) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         rc = TG_ENOMEM;
     }
     if (rc != 0) {
@@ -719,11 +707,11 @@ static void h_chat(struct rt_http_req *req, void *ud)
 
 static void h_models(struct rt_http_req *req, void *ud)
 {
-    struct rt_server *s = ud;
+    const struct rt_server_info *m = rt_server_info(ud);
     char *body = NULL;
     size_t len = 0;
-    int rc = rt_openai_format_models(s->model_name, s->started, s->max_model_len,
-                                     &body, &len);
+    int rc = rt_openai_format_models(m->model_name, m->started,
+                                     m->max_model_len, &body, &len);
     rt_api_http__send_owned(req, 200, body, len, rc);
 }
 
@@ -765,58 +753,43 @@ static int path_decode(const char *in, char *out, size_t cap)
 static void h_model(struct rt_http_req *req, void *ud)
 {
     static const char prefix[] = "/v1/models/";
-    struct rt_server *s = ud;
-    char id[sizeof(s->model_name) + 1];
+    const struct rt_server_info *m = rt_server_info(ud);
+    char id[512];
     if (path_decode(req->path + sizeof(prefix) - 1, id, sizeof(id)) != 0 ||
-        strcmp(id, s->model_name) != 0) {
+        strcmp(id, m->model_name) != 0) {
         struct rt_request_error e;
-        rt_request_error_set(&e, 404, "model_not_found", "model",
-                             "The model '%.200s' does not exist",
+        rt_request_error_set(&e, RT_REQ_ERR_NOT_FOUND, "model_not_found",
+                             "model", "The model '%.200s' does not exist",
                              req->path + sizeof(prefix) - 1);
         rt_api_http__send_error(req, &e);
         return;
     }
     char *body = NULL;
     size_t len = 0;
-    int rc = rt_openai_format_model(s->model_name, s->started,
-                                    s->max_model_len, &body, &len);
+    int rc = rt_openai_format_model(m->model_name, m->started, m->max_model_len,
+                                    &body, &len);
     rt_api_http__send_owned(req, 200, body, len, rc);
-}
-
-/* The first rank silent for more than two heartbeat periods (a worker
- * stopped or hung that the link has not declared dead yet, which takes
- * five), with its silence in *ms; -1 when every rank is speaking. */
-static int stalled_rank(const struct rt_server *s, int64_t *ms)
-{
-    int64_t late = 2 * s->opts->worker_heartbeat_ms;
-    for (int r = 0; r < (int)s->opts->tp; r++) {
-        int64_t quiet = rt_link_rank_silence_ms(&s->link, r);
-        if (quiet > late) {
-            *ms = quiet;
-            return r;
-        }
-    }
-    return -1;
 }
 
 static void h_health(struct rt_http_req *req, void *ud)
 {
     struct rt_server *s = ud;
     if (!rt_server_ready(s)) {
-        const char *why = s->draining ? "{\"status\":\"draining\"}"
-                                      : "{\"status\":\"starting\"}";
+        const char *why = rt_server_draining(s) ? "{\"status\":\"draining\"}"
+                                                : "{\"status\":\"starting\"}";
         rt_http_respond(req, 503, JSON, why, strlen(why));
         return;
     }
     int64_t ms = 0;
-    int rank = stalled_rank(s, &ms);
+    int rank = rt_server_stalled_rank(s, &ms);
     if (rank >= 0) {
         char body[256];
         int n = snprintf(body, sizeof(body),
                          "{\"status\":\"stalled\",\"reason\":\"worker rank %d "
                          "sent nothing for %" PRId64 " ms (heartbeat every "
                          "%lld ms)\"}",
-                         rank, ms, (long long)s->opts->worker_heartbeat_ms);
+                         rank, ms,
+                         (long long)rt_server_opts(s)->worker_heartbeat_ms);
         rt_http_respond(req, 503, JSON, body, (size_t)n);
         return;
     }
@@ -829,7 +802,8 @@ static void h_metrics(struct rt_http_req *req, void *ud)
     rt_server_scrape(s);
     struct tg_buf buf = {0};
     char err[128];
-    if (rt_metrics_render(&s->metrics.reg, &buf, err, sizeof(err)) != 0) {
+    if (rt_metrics_render(&rt_server_metrics(s)->reg, &buf, err, sizeof(err)) !=
+        0) {
         rt_http_respond_error(req, 500, NULL, "metrics unavailable: out of memory",
                               "internal_error");
     } else {

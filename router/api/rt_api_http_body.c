@@ -103,11 +103,10 @@ static int tokenize_body(struct rt_server *s, const char *body, size_t len,
                               t.add_special_tokens, &ids, e);
     if (rc == 0) {
         rc = rt_openai_format_tokenize(
-            ids.v, ids.n, s->max_model_len,
-            t.return_token_strs ? rt_server_token_text : NULL, s, out,
-            out_len);
+            ids.v, ids.n, rt_server_info(s)->max_model_len,
+            t.return_token_strs ? rt_server_token_text : NULL, s, out, out_len);
         if (rc != 0)
-            rt_request_error_set(e, 500, "internal_error", NULL,
+            rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
                                  "out of memory");
     }
     tok_ids_free(&ids);
@@ -127,8 +126,10 @@ static int detokenize_body(struct rt_server *s, const char *body, size_t len,
     if (rc != 0)
         return rc;
     for (size_t i = 0; i < d.n_tokens; i++) {
-        if (d.tokens[i] < 0 || d.tokens[i] >= tok_vocab_size(&s->tok)) {
-            rt_request_error_set(e, 400, "invalid_token", "tokens",
+        if (d.tokens[i] < 0 ||
+            d.tokens[i] >= tok_vocab_size(rt_server_tok(s))) {
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_token",
+                                 "tokens",
                                  "token id %d at index %zu is outside the "
                                  "vocabulary",
                                  d.tokens[i], i);
@@ -138,16 +139,17 @@ static int detokenize_body(struct rt_server *s, const char *body, size_t len,
     }
     struct tg_buf text = {0};
     char err[256];
-    rc = tok_decode(&s->tok, d.tokens, d.n_tokens, 0, &text, err,
+    rc = tok_decode(rt_server_tok(s), d.tokens, d.n_tokens, 0, &text, err,
                     sizeof(err));
     rt_detokenize_request_free(&d);
     if (rc != 0) {
-        rt_request_error_set(e, 400, "invalid_token", "tokens", "%s", err);
+        rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_token", "tokens",
+                             "%s", err);
     } else {
         rc = rt_openai_format_detokenize(tg_buf_str(&text), text.len, out,
                                          out_len);
         if (rc != 0)
-            rt_request_error_set(e, 500, "internal_error", NULL,
+            rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
                                  "out of memory");
     }
     tg_buf_free(&text);
@@ -187,7 +189,7 @@ static void body_work(struct body_job *j);
  * refused. */
 static void body_scanned(struct body_job *j)
 {
-    struct rt_reqmem *m = j->s->reqmem;
+    struct rt_reqmem *m = rt_server_reqmem(j->s);
     int rc = m != NULL ? rt_reqmem_wait(m, &j->wait) : 0;
     if (rc == TG_EAGAIN) {
         j->phase = PH_WAIT;
@@ -196,7 +198,7 @@ static void body_scanned(struct body_job *j)
     if (rc == TG_ETOOBIG) {
         struct rt_request_error e;
         rt_request_error_set(
-            &e, 413, "request_too_large", NULL,
+            &e, RT_REQ_ERR_TOO_LARGE, "request_too_large", NULL,
             "the request would take up to %zu MiB of memory once parsed, "
             "rendered and tokenized, more than the server's budget for "
             "requests being prepared (--max-request-memory %zu MiB): send "
@@ -223,15 +225,15 @@ static void body_go(struct rt_reqmem_waiter *w)
 /* Gives the job's charge back (once). */
 static void body_mem_give(struct body_job *j)
 {
-    if (j->mem && j->s->reqmem != NULL)
-        rt_reqmem_give(j->s->reqmem, j->mem);
+    rt_api_gen_mem_give(j->s, j->mem);
     j->mem = 0;
 }
 
 static void body_job_free(struct body_job *j)
 {
-    if (j->phase == PH_WAIT && j->s->reqmem != NULL)
-        rt_reqmem_cancel(j->s->reqmem, &j->wait);
+    struct rt_reqmem *m = rt_server_reqmem(j->s);
+    if (j->phase == PH_WAIT && m != NULL)
+        rt_reqmem_cancel(m, &j->wait);
     body_mem_give(j);
     rt_conn_body_free(&j->body);
     rt_gen_request_free(&j->g);
@@ -252,7 +254,8 @@ static void body_done(struct rt_pool_job *p, int ran)
         rt_http_req_on_abort(req, NULL, NULL);
         if (!ran) {
             j->rc = TG_ECANCELED;
-            rt_request_error_set(&j->e, 503, "server_draining", NULL,
+            rt_request_error_set(&j->e, RT_REQ_ERR_UNAVAILABLE,
+                                 "server_draining", NULL,
                                  "the request was cancelled before its body "
                                  "was read");
         }
@@ -289,7 +292,8 @@ static void body_work(struct body_job *j)
     j->phase = PH_WORK;
     if (rt_pool_job_start(j->s, &j->pool, err, sizeof(err)) != 0) {
         struct rt_request_error e;
-        rt_request_error_set(&e, 500, "internal_error", NULL, "%s", err);
+        rt_request_error_set(&e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "%s", err);
         rt_http_req_on_abort(j->req, NULL, NULL);
         rt_api_http__send_error(j->req, &e);
         body_job_free(j);
@@ -306,7 +310,8 @@ static void body_job_start(struct rt_server *s, struct rt_http_req *req,
     struct body_job *j = calloc(1, sizeof(*j));
     if (j == NULL || rt_http_req_take_body(req, &j->body) != 0) {
         free(j);
-        rt_request_error_set(&e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(&e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         rt_api_http__send_error(req, &e);
         return;
     }
@@ -321,7 +326,8 @@ static void body_job_start(struct rt_server *s, struct rt_http_req *req,
     if (rt_pool_job_start(s, &j->pool, err, sizeof(err)) != 0) {
         rt_conn_body_free(&j->body);
         free(j);
-        rt_request_error_set(&e, 500, "internal_error", NULL, "%s", err);
+        rt_request_error_set(&e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "%s", err);
         rt_api_http__send_error(req, &e);
         return;
     }

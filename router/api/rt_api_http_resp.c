@@ -47,7 +47,8 @@
 
 static void oom_error(struct rt_request_error *e)
 {
-    rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+    rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                         "out of memory");
 }
 
 void rt_api_http__resp_free(void *p)
@@ -76,7 +77,8 @@ void rt_api_http__resp_scope(struct rt_server *s, const struct rt_http_req *req,
     const char *sid = rt_http_req_header(req, "x-session-id");
     if (sid == NULL)
         sid = body_session;
-    rt_respstore_scope(rt_server_respstore(s), s->opts->api_key, sid, out);
+    rt_respstore_scope(rt_server_respstore(s), rt_server_opts(s)->api_key, sid,
+                       out);
 }
 
 
@@ -127,8 +129,9 @@ static int render(struct rt_server *s, json_t *msgs, json_t *tools,
     int rc = ct_template_render(rt_server_template(s), msgs, tools, &o, out,
                                 len, err, sizeof(err));
     if (rc != 0)
-        rt_request_error_set(e, rc == TG_ENOMEM ? 500 : 400, "invalid_messages",
-                             "input", "%s", err);
+        rt_request_error_set(
+            e, rc == TG_ENOMEM ? RT_REQ_ERR_INTERNAL : RT_REQ_ERR_INVALID,
+            "invalid_messages", "input", "%s", err);
     return rc;
 }
 
@@ -247,7 +250,8 @@ static int take_previous(struct rt_api_http__resp *st,
     if (!json_is_array(items) || !json_is_object(resp)) {
         json_decref(items);
         json_decref(resp);
-        rt_request_error_set(e, 500, "internal_error", "previous_response_id",
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error",
+                             "previous_response_id",
                              "the stored response is unreadable");
         return TG_EINTERNAL;
     }
@@ -308,7 +312,7 @@ static int resolve_refs(struct rt_server *s, struct rt_api_http__resp *st,
         if (found == NULL) {
             char p[64];
             snprintf(p, sizeof(p), "input[%zu].id", i);
-            rt_request_error_set(e, 404, "item_not_found", p,
+            rt_request_error_set(e, RT_REQ_ERR_NOT_FOUND, "item_not_found", p,
                                  "Item with id '%.80s' not found.", id);
             return TG_ENOTFOUND;
         }
@@ -337,7 +341,8 @@ static int lookup(struct rt_server *s, struct rt_http_req *req,
     if (rt_respstore_get(rt_server_respstore(s), st->rq.previous_id, &st->scope,
                          prev) != 0) {
         rt_request_error_set(
-            e, 404, "previous_response_not_found", "previous_response_id",
+            e, RT_REQ_ERR_NOT_FOUND, "previous_response_not_found",
+            "previous_response_id",
             "Previous response with id '%.80s' not found.", st->rq.previous_id);
         return TG_ENOTFOUND;
     }
@@ -373,7 +378,8 @@ static int compose(struct rt_server *s, struct rt_api_http__resp *st,
     }
     if (rc == 0)
         rc = rt_responses_messages(st->rq.input, "input", fresh, e);
-    int keep_ids = prev != NULL && same_top && !s->opts->responses_rerender;
+    int keep_ids = prev != NULL && same_top &&
+                   !rt_server_opts(s)->responses_rerender;
     if (rc == 0 && prev != NULL && !keep_ids)
         rc = rt_responses_messages(st->history, "previous_response_id", msgs,
                                    e);
@@ -517,7 +523,8 @@ static int job_queue(struct resp_job *j, int phase)
     j->pool.run = job_run;
     j->pool.done = job_done;
     if (rt_pool_job_start(j->s, &j->pool, err, sizeof(err)) != 0) {
-        rt_request_error_set(&j->e, 500, "internal_error", NULL, "%s", err);
+        rt_request_error_set(&j->e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "%s", err);
         return TG_EINTERNAL;
     }
     rt_http_req_on_abort(j->req, job_gone, j);
@@ -535,14 +542,14 @@ static void job_done(struct rt_pool_job *p, int ran)
     rt_http_req_on_abort(req, NULL, NULL);
     int rc = ran ? j->rc : TG_EINTERNAL;
     if (!ran)
-        rt_request_error_set(&j->e, 503, "server_draining", NULL,
-                             "the server is shutting down");
+        rt_request_error_set(&j->e, RT_REQ_ERR_UNAVAILABLE, "server_draining",
+                             NULL, "the server is shutting down");
     if (j->phase == 1) {
         rt_conn_body_free(&j->body);
         j->have_body = 0;
         if (rc == 0 && rt_server_respstore(j->s) == NULL) {
-            rt_request_error_set(&j->e, 503, "unavailable", NULL,
-                                 "this server holds no responses");
+            rt_request_error_set(&j->e, RT_REQ_ERR_UNAVAILABLE, "unavailable",
+                                 NULL, "this server holds no responses");
             rc = TG_EUNSUPPORTED;
         }
         if (rc == 0)
@@ -603,8 +610,8 @@ void rt_api_http__responses(struct rt_http_req *req, void *ud)
         if (rt_http_req_take_body(req, &body) == 0)
             rt_conn_body_free(&body);
         if (rc == 0 && rt_server_respstore(s) == NULL) {
-            rt_request_error_set(&j->e, 503, "unavailable", NULL,
-                                 "this server holds no responses");
+            rt_request_error_set(&j->e, RT_REQ_ERR_UNAVAILABLE, "unavailable",
+                                 NULL, "this server holds no responses");
             rc = TG_EUNSUPPORTED;
         }
         if (rc == 0)

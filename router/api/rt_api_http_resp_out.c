@@ -19,13 +19,14 @@ static const char JSON[] = "application/json";
 
 static void oom_error(struct rt_request_error *e)
 {
-    rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+    rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                         "out of memory");
 }
 
 static void not_found(struct rt_http_req *req, const char *id)
 {
     struct rt_request_error e;
-    rt_request_error_set(&e, 404, "response_not_found", NULL,
+    rt_request_error_set(&e, RT_REQ_ERR_NOT_FOUND, "response_not_found", NULL,
                          "Response with id '%.80s' not found.", id);
     rt_api_http__send_error(req, &e);
 }
@@ -79,7 +80,7 @@ static json_t *response_object(struct rt_req *r, json_t *output,
     struct rt_usage u = {r->n_prompt, r->n_out, r->cached_tokens};
     struct rt_responses_result res = {
         .id = st->id,
-        .model = r->srv->model_name,
+        .model = rt_server_info(r->srv)->model_name,
         .created = r->created,
         .status = fin == RT_FINISH_ERROR || fin == RT_FINISH_ABORT ? "failed"
                   : fin == RT_FINISH_LENGTH ? "incomplete"
@@ -95,7 +96,7 @@ static json_t *response_object(struct rt_req *r, json_t *output,
         res.error = errbuf;
     } else if (fin == RT_FINISH_ABORT) {
         /* Cut by a drain (the server is shutting down). */
-        rt_request_error_set(errbuf, 503, "aborted", NULL,
+        rt_request_error_set(errbuf, RT_REQ_ERR_UNAVAILABLE, "aborted", NULL,
                              "the generation was cut short (the server is "
                              "shutting down)");
         res.error = errbuf;
@@ -187,8 +188,8 @@ static json_t *answer_output(struct rt_req *r, const char *text, size_t len,
 static json_t *whole_output(struct rt_req *r, const char *status)
 {
     struct rt_api_http__resp *st = rt_api_http__resp_of(r);
-    const char *text = tg_buf_str(&r->text.out);
-    size_t len = r->text.out.len;
+    size_t len = 0;
+    const char *text = rt_req_text(r, &len);
     json_t *thought = NULL;
     size_t r_off, r_len, c_off;
     if (st->think &&
@@ -650,7 +651,7 @@ void rt_api_http__resp_stream_begin(struct rt_req *r)
     json_t *output = json_array();
     struct rt_responses_result res = {
         .id = st->id,
-        .model = r->srv->model_name,
+        .model = rt_server_info(r->srv)->model_name,
         .created = r->created,
         .status = "in_progress",
         .previous_id = st->rq.previous_id,
@@ -721,7 +722,8 @@ static void list_items(struct rt_http_req *req, const struct rt_resp_entry *en)
         char *end;
         limit = strtol(v, &end, 10);
         if (*end != '\0' || limit < 1 || limit > 100) {
-            rt_request_error_set(&e, 400, "invalid_value", "limit",
+            rt_request_error_set(&e, RT_REQ_ERR_INVALID, "invalid_value",
+                                 "limit",
                                  "'limit' must be an integer from 1 to 100");
             rt_api_http__send_error(req, &e);
             return;
@@ -729,8 +731,8 @@ static void list_items(struct rt_http_req *req, const struct rt_resp_entry *en)
     }
     if (query_get(req->query, "order", v, sizeof(v)) == 0) {
         if (strcmp(v, "asc") != 0 && strcmp(v, "desc") != 0) {
-            rt_request_error_set(&e, 400, "invalid_value", "order",
-                                 "'order' must be 'asc' or 'desc'");
+            rt_request_error_set(&e, RT_REQ_ERR_INVALID, "invalid_value",
+                                 "order", "'order' must be 'asc' or 'desc'");
             rt_api_http__send_error(req, &e);
             return;
         }

@@ -38,9 +38,10 @@
  * "description"?, "parameters"? object}}, at most RT_OPENAI_MAX_TOOLS) and
  * passed to the template as sent.
  *
- * Every failure fills a struct rt_request_error: the HTTP status (400 bad input,
- * 404 unknown model, 413 body too large, 500 out of memory), the OpenAI
- * error type and code, `param` naming the offending field as a path
+ * Every failure fills a struct rt_request_error: its kind (RT_REQ_ERR_INVALID
+ * for bad input, NOT_FOUND an unknown model, TOO_LARGE a body too large,
+ * INTERNAL out of memory; HTTP's status and OpenAI's error type follow
+ * from it, rt_openai_http_status / rt_openai_error_type), the code, `param` naming the offending field as a path
  * ("messages[2].content[0].text", "stream_options.include_usage"), and a
  * message for humans. rt_openai_format_error renders it as
  * {"error": {"message", "type", "param", "code"}}.
@@ -412,6 +413,16 @@ int rt_openai_sse_usage(const struct rt_resp_ctx *c, const struct rt_usage *u,
 int rt_openai_merge_choices(const char *const *bodies, size_t n,
                             const struct rt_usage *u, char **out,
                             size_t *out_len);
+
+/* The HTTP status of an error kind: 400 invalid, 404 not found, 413 too
+ * large, 401 unauthenticated, 429 busy, 503 unavailable, 500 internal
+ * (and anything else). Pure. */
+int rt_openai_http_status(enum rt_req_err kind);
+
+/* OpenAI's error type of a kind: "invalid_request_error" (invalid, not
+ * found, too large), "authentication_error", "rate_limit_error" (busy),
+ * "server_error" (unavailable, internal, anything else). Static. */
+const char *rt_openai_error_type(enum rt_req_err kind);
 
 /* Formats the body {"error": {...}} of e. Same ownership; 0 or TG_ENOMEM. */
 int rt_openai_format_error(const struct rt_request_error *e, char **out,

@@ -50,7 +50,8 @@ static int parse_content(const json_t *v, const char *param, char **out,
             return rt_openai__bad_type(e, p, "a string");
         if (strcmp(json_string_value(t), "text") != 0)
             return rt_openai__fail(
-                e, TG_EUNSUPPORTED, 400, "unsupported_content_type", p,
+                e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID,
+                "unsupported_content_type", p,
                 "content part type '%.64s' is not supported; "
                 "only 'text' is",
                 json_string_value(t));
@@ -81,14 +82,15 @@ static int parse_role(const json_t *v, const char *param, enum rt_role *out,
                       struct rt_request_error *e)
 {
     if (v == NULL || json_is_null(v))
-        return rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
-                               param, "'%s' is required", param);
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "missing_required_parameter", param,
+                               "'%s' is required", param);
     if (!json_is_string(v))
         return rt_openai__bad_type(e, param, "a string");
     const char *s = json_string_value(v);
     if (rt_role_from_name(s, out) != 0)
         return rt_openai__fail(
-            e, TG_EFORMAT, 400, "invalid_value", param,
+            e, TG_EFORMAT, RT_REQ_ERR_INVALID, "invalid_value", param,
             "'%s' must be one of system, developer, user, assistant, "
             "tool; got '%.64s'",
             param, s);
@@ -138,7 +140,8 @@ static int parse_tool_calls(const json_t *v, size_t i, json_t **out,
                    !(json_is_string(type) &&
                      strcmp(json_string_value(type), "function") == 0)) {
             snprintf(p + strlen(p), sizeof(p) - strlen(p), ".type");
-            rc = rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", p,
+            rc = rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                                 "invalid_value", p,
                                  "'%s' must be \"function\"", p);
         } else if (!json_is_object(fn)) {
             snprintf(p + strlen(p), sizeof(p) - strlen(p), ".function");
@@ -213,7 +216,8 @@ static int parse_message(const json_t *m, size_t i, struct rt_message *out,
     if (tc != NULL && !(json_is_array(tc) && json_array_size(tc) == 0)) {
         snprintf(p, sizeof(p), "messages[%zu].tool_calls", i);
         if (out->role != RT_ROLE_ASSISTANT)
-            return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", p,
+            return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                                   "invalid_value", p,
                                    "only assistant messages carry "
                                    "tool_calls");
         if ((rc = parse_tool_calls(tc, i, &calls, &out->n_tool_calls, e)))
@@ -224,7 +228,7 @@ static int parse_message(const json_t *m, size_t i, struct rt_message *out,
     if (content == NULL || json_is_null(content)) {
         if (calls == NULL) {
             json_decref(calls);
-            return rt_openai__fail(e, TG_EFORMAT, 400,
+            return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
                                    "missing_required_parameter", p,
                                    "'%s' is required", p);
         }
@@ -270,7 +274,7 @@ static int parse_message(const json_t *m, size_t i, struct rt_message *out,
                                      &out->tool_call_id, e)))
             return rc;
         if (out->tool_call_id == NULL)
-            return rt_openai__fail(e, TG_EFORMAT, 400,
+            return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
                                    "missing_required_parameter", p,
                                    "'%s' is required for a tool message", p);
         if ((rc = set_new(jm, "tool_call_id", json_string(out->tool_call_id),
@@ -286,13 +290,15 @@ int rt_openai_chat_parse_messages(const json_t *root, struct rt_message **out,
 {
     json_t *v = rt_openai__member(root, "messages");
     if (v == NULL)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
-                               "messages", "'messages' is required");
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "missing_required_parameter", "messages",
+                               "'messages' is required");
     if (!json_is_array(v))
         return rt_openai__bad_type(e, "messages", "an array of messages");
     size_t n = json_array_size(v);
     if (n == 0)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", "messages",
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "invalid_value", "messages",
                                "'messages' must contain at least one message");
     struct rt_message *m = calloc(n, sizeof(*m));
     json_t *arr = json_array();
@@ -344,8 +350,8 @@ static int check_named_choice(const json_t *c, const json_t *tools,
     json_t *type = json_object_get(c, "type");
     if (!json_is_string(type) ||
         strcmp(json_string_value(type), "function") != 0)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
-                               "tool_choice.type",
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "invalid_value", "tool_choice.type",
                                "'tool_choice.type' must be \"function\"");
     json_t *fn = json_object_get(c, "function");
     json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
@@ -359,7 +365,7 @@ static int check_named_choice(const json_t *c, const json_t *tools,
         if (json_equal(tn, name))
             return 0;
     }
-    return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
+    return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID, "invalid_value",
                            "tool_choice.function.name",
                            "'tool_choice' names the function '%.64s', which "
                            "is not among 'tools'",
@@ -379,8 +385,8 @@ int rt_openai_chat_parse_tools(const json_t *root, json_t **tools,
         if (!json_is_array(v))
             return rt_openai__bad_type(e, "tools", "an array");
         if (json_array_size(v) > RT_OPENAI_MAX_TOOLS)
-            return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value",
-                                   "tools",
+            return rt_openai__fail(e, TG_ERANGE, RT_REQ_ERR_INVALID,
+                                   "invalid_value", "tools",
                                    "'tools' has %zu entries; at most %d are "
                                    "allowed",
                                    json_array_size(v), RT_OPENAI_MAX_TOOLS);
@@ -395,7 +401,8 @@ int rt_openai_chat_parse_tools(const json_t *root, json_t **tools,
             snprintf(p, sizeof(p), "tools[%zu].type", i);
             if (!json_is_string(type) ||
                 strcmp(json_string_value(type), "function") != 0)
-                return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", p,
+                return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                                       "invalid_value", p,
                                        "'%s' must be \"function\"", p);
             json_t *fn = json_object_get(t, "function");
             snprintf(p, sizeof(p), "tools[%zu].function", i);
@@ -406,7 +413,8 @@ int rt_openai_chat_parse_tools(const json_t *root, json_t **tools,
             if (!json_is_string(name) ||
                 !valid_function_name(json_string_value(name),
                                      json_string_length(name)))
-                return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", p,
+                return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                                       "invalid_value", p,
                                        "'%s' must be 1 to 64 characters of "
                                        "a-z, A-Z, 0-9, _ and -",
                                        p);
@@ -442,8 +450,8 @@ int rt_openai_chat_parse_tools(const json_t *root, json_t **tools,
                     return rc;
                 *choice = RT_TOOL_CHOICE_FUNCTION;
             } else {
-                return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
-                                       "tool_choice",
+                return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                                       "invalid_value", "tool_choice",
                                        "'tool_choice' must be \"auto\", "
                                        "\"none\", \"required\" or a "
                                        "function");
@@ -477,7 +485,8 @@ int rt_openai__parse_chat_opts(const json_t *root, struct rt_chat_opts *c,
         return rc;
     if (c->add_generation_prompt && c->continue_final_message)
         return rt_openai__fail(
-            e, TG_EFORMAT, 400, "invalid_value", "continue_final_message",
+            e, TG_EFORMAT, RT_REQ_ERR_INVALID, "invalid_value",
+            "continue_final_message",
             "'continue_final_message' and 'add_generation_prompt' "
             "cannot both be true");
     json_t *kw = rt_openai__member(root, "chat_template_kwargs");
@@ -495,7 +504,8 @@ int rt_openai__parse_chat_opts(const json_t *root, struct rt_chat_opts *c,
         if (json_object_get(kw, reserved[i]) != NULL) {
             char p[96];
             snprintf(p, sizeof(p), "chat_template_kwargs.%s", reserved[i]);
-            return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", p,
+            return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                                   "invalid_value", p,
                                    "'%s' is set by the request itself, not "
                                    "by chat_template_kwargs",
                                    p);

@@ -44,7 +44,8 @@ int rt_openai__grammar_take(char *spec, size_t len, const char *param,
     if (rc != 0) {
         free(spec);
         return rt_openai__fail(
-            e, rc == TG_EUNSUPPORTED ? TG_EUNSUPPORTED : TG_EFORMAT, 400,
+            e, rc == TG_EUNSUPPORTED ? TG_EUNSUPPORTED : TG_EFORMAT,
+            RT_REQ_ERR_INVALID,
             rc == TG_ETOOBIG        ? "schema_too_large"
             : rc == TG_EUNSUPPORTED ? "unsupported_schema"
                                     : "invalid_schema",
@@ -60,7 +61,8 @@ static int parse_json_schema(const json_t *v, char **out,
 {
     json_t *js = rt_openai__member(v, "json_schema");
     if (js == NULL)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "missing_required_parameter",
                                "response_format.json_schema",
                                "response_format of type 'json_schema' needs "
                                "a 'json_schema' object");
@@ -78,7 +80,8 @@ static int parse_json_schema(const json_t *v, char **out,
                                    "a boolean");
     json_t *schema = rt_openai__member(js, "schema");
     if (schema == NULL)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "missing_required_parameter",
                                "response_format.json_schema.schema",
                                "response_format.json_schema needs a 'schema' "
                                "(a JSON Schema object) to constrain the "
@@ -92,10 +95,10 @@ static int parse_json_schema(const json_t *v, char **out,
     if (rc == TG_ENOMEM)
         return rt_openai__oom(e);
     if (rc != 0)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_schema",
-                               "response_format.json_schema.schema",
-                               "the schema cannot be used (%s)",
-                               tg_strerror(rc));
+        return rt_openai__fail(
+            e, TG_EFORMAT, RT_REQ_ERR_INVALID, "invalid_schema",
+            "response_format.json_schema.schema",
+            "the schema cannot be used (%s)", tg_strerror(rc));
     return rt_openai__grammar_take(
         spec, len, "response_format.json_schema.schema", out, e);
 }
@@ -123,8 +126,8 @@ int rt_openai_parse_response_format(const json_t *root, char **out,
             return rt_openai__oom(e);
         return rt_openai__grammar_take(spec, len, "response_format", out, e);
     }
-    return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
-                           "response_format.type",
+    return rt_openai__fail(e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID,
+                           "unsupported_value", "response_format.type",
                            "response_format type '%.64s' is not supported: "
                            "use \"text\", \"json_object\" or \"json_schema\"",
                            ts);
@@ -182,7 +185,8 @@ static int tools_spec(const struct rt_openai_cfg *cfg, const json_t *root,
     if (rc == TG_ENOMEM)
         return rt_openai__oom(e);
     if (rc != 0)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", "tools",
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "invalid_value", "tools",
                                "the tools cannot be used as a constraint "
                                "(%s)",
                                tg_strerror(rc));
@@ -212,14 +216,15 @@ static int strict_auto(const struct rt_openai_cfg *cfg, const json_t *root,
     char p[64];
     snprintf(p, sizeof(p), "tools[%zu].function.strict", strict);
     if (cfg->tool_format == CT_TOOLS_NONE)
-        return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value", p,
+        return rt_openai__fail(e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID,
+                               "unsupported_value", p,
                                "'strict': true tools need the model's chat "
                                "template to write a tool-call format this "
                                "server knows (Hermes <tool_call> or Llama-3 "
                                "JSON); this one writes neither");
     if (*grammar != NULL)
-        return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
-                               "response_format",
+        return rt_openai__fail(e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID,
+                               "unsupported_value", "response_format",
                                "'response_format' cannot be combined with "
                                "'strict': true tools under tool_choice "
                                "\"auto\": the format would hold the whole "
@@ -237,19 +242,19 @@ int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg, const json_t *root,
     if (choice != RT_TOOL_CHOICE_REQUIRED && choice != RT_TOOL_CHOICE_FUNCTION)
         return 0;
     if (n == 0)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
-                               "tool_choice",
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "invalid_value", "tool_choice",
                                "'tool_choice' requires a tool call, but the "
                                "request has no 'tools'");
     if (*grammar != NULL)
-        return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
-                               "response_format",
+        return rt_openai__fail(e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID,
+                               "unsupported_value", "response_format",
                                "'response_format' cannot be combined with a "
                                "'tool_choice' that requires a tool call: the "
                                "output is the call");
     if (cfg->tool_format == CT_TOOLS_NONE)
-        return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
-                               "tool_choice",
+        return rt_openai__fail(e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID,
+                               "unsupported_value", "tool_choice",
                                "the model's chat template writes no tool-call "
                                "format this server knows (Hermes <tool_call> "
                                "or Llama-3 JSON), so a call cannot be "

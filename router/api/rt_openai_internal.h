@@ -19,9 +19,9 @@
 #include "router/api/rt_openai.h"
 #include "router/api/rt_openai_chat.h"
 
-/* Fills *e (status, type from the status, code, param, message) and returns
- * rc unchanged, so failures read `return rt_openai__fail(...)`. */
-int rt_openai__fail(struct rt_request_error *e, int rc, int status,
+/* Fills *e (kind, code, param, message) and returns rc unchanged, so
+ * failures read `return rt_openai__fail(...)`. */
+int rt_openai__fail(struct rt_request_error *e, int rc, enum rt_req_err kind,
                     const char *code, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 

@@ -16,38 +16,40 @@
 #include "common/base/tg_err.h"
 #include "common/json/tg_json.h"
 #include "common/tok/tok_tokenizer.h"
+#include "router/api/rt_fields.h"
 #include "router/api/rt_openai_internal.h"
 
 /* ---- errors ------------------------------------------------------------ */
 
-int rt_openai__fail(struct rt_request_error *e, int rc, int status,
+int rt_openai__fail(struct rt_request_error *e, int rc, enum rt_req_err kind,
                     const char *code, const char *param, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    rt_request_error_vset(e, status, code, param, fmt, ap);
+    rt_request_error_vset(e, kind, code, param, fmt, ap);
     va_end(ap);
     return rc;
 }
 
 int rt_openai__oom(struct rt_request_error *e)
 {
-    return rt_openai__fail(e, TG_ENOMEM, 500, "internal_error", NULL,
-                           "out of memory while parsing the request");
+    return rt_openai__fail(e, TG_ENOMEM, RT_REQ_ERR_INTERNAL, "internal_error",
+                           NULL, "out of memory while parsing the request");
 }
 
 int rt_openai__bad_type(struct rt_request_error *e, const char *param,
                         const char *what)
 {
-    return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_type", param,
-                           "'%s' must be %s", param, what);
+    return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID, "invalid_type",
+                           param, "'%s' must be %s", param, what);
 }
 
 int rt_openai__unsupported(struct rt_request_error *e, const char *param,
                            const char *what)
 {
-    return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_parameter",
-                           param, "'%s': %s", param, what);
+    return rt_openai__fail(e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID,
+                           "unsupported_parameter", param, "'%s': %s", param,
+                           what);
 }
 
 const char *rt_role_name(enum rt_role r)
@@ -110,13 +112,13 @@ static int int_out_of_range(struct rt_request_error *e, const char *param,
                             int64_t lo, int64_t hi, bool above, const char *got)
 {
     if (!above && lo != INT64_MIN && (hi == INT64_MAX || hi == INT32_MAX))
-        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
-                               "'%s' must be at least %" PRId64 ", got %s",
-                               param, lo, got);
-    return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
-                           "'%s' must be between %" PRId64 " and %" PRId64
-                           ", got %s",
-                           param, lo, hi, got);
+        return rt_openai__fail(
+            e, TG_ERANGE, RT_REQ_ERR_INVALID, "invalid_value", param,
+            "'%s' must be at least %" PRId64 ", got %s", param, lo, got);
+    return rt_openai__fail(
+        e, TG_ERANGE, RT_REQ_ERR_INVALID, "invalid_value", param,
+        "'%s' must be between %" PRId64 " and %" PRId64 ", got %s", param, lo,
+        hi, got);
 }
 
 /* Integers: JSON integers, or reals with no fraction (pydantic's lax mode,
@@ -160,40 +162,22 @@ static int get_int(const json_t *obj, const char *key, const char *param,
     return 0;
 }
 
-/* Numbers in [lo, hi], or (lo, hi] when lo_open. */
-static int get_num(const json_t *obj, const char *key, double lo, bool lo_open,
-                   double hi, double *out, struct rt_request_error *e)
+/* A field of the table (rt_fields.h): its range checked on the double as
+ * sent, the value stored in the sampler's single precision (where it may
+ * become 0 or infinity, which rt_openai_check_sampling refuses). */
+static int get_field(const json_t *obj, enum rt_field f, struct tg_sampling *sp,
+                     struct rt_request_error *e)
 {
+    const char *key = rt_fields[f].name;
     json_t *v = rt_openai__member(obj, key);
     if (v == NULL)
         return 0;
     if (!json_is_number(v))
         return rt_openai__bad_type(e, key, "a number");
     double x = json_number_value(v);
-    if (!(lo_open ? x > lo : x >= lo) || !(x <= hi)) {
-        if (hi == DBL_MAX)
-            return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", key,
-                                   "'%s' must be %s %g, got %g", key,
-                                   lo_open ? "greater than" : "at least", lo,
-                                   x);
-        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", key,
-                               "'%s' must be in %c%g, %g], got %g", key,
-                               lo_open ? '(' : '[', lo, hi, x);
-    }
-    *out = x;
-    return 0;
-}
-
-/* get_num for a sampler parameter: the range checked on the double as
- * sent, the value stored in the sampler's single precision (where it may
- * become 0 or infinity, which rt_openai_check_sampling refuses). */
-static int get_numf(const json_t *obj, const char *key, double lo, bool lo_open,
-                    double hi, float *out, struct rt_request_error *e)
-{
-    double x = (double)*out;
-    int rc = get_num(obj, key, lo, lo_open, hi, &x, e);
+    int rc = rt_field_check(f, x, "", e);
     if (rc == 0)
-        *out = (float)x;
+        *rt_field_of(f, sp) = (float)x;
     return rc;
 }
 
@@ -208,9 +192,9 @@ int rt_openai__get_str(const json_t *obj, const char *key, const char *param,
         return rt_openai__bad_type(e, param, "a string");
     size_t n = json_string_length(v);
     if (max_bytes > 0 && n > max_bytes)
-        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
-                               "'%s' is longer than %zu bytes", param,
-                               max_bytes);
+        return rt_openai__fail(
+            e, TG_ERANGE, RT_REQ_ERR_INVALID, "invalid_value", param,
+            "'%s' is longer than %zu bytes", param, max_bytes);
     char *s = strndup(json_string_value(v), n);
     if (s == NULL)
         return rt_openai__oom(e);
@@ -227,12 +211,12 @@ int rt_openai__load_body(const struct rt_openai_cfg *cfg, const char *body,
     *root = NULL;
     if (cfg->max_body_bytes > 0 && len > cfg->max_body_bytes)
         return rt_openai__fail(
-            e, TG_ETOOBIG, 413, "request_too_large", NULL,
+            e, TG_ETOOBIG, RT_REQ_ERR_TOO_LARGE, "request_too_large", NULL,
             "request body of %zu bytes exceeds the limit of %zu bytes", len,
             cfg->max_body_bytes);
     if (body == NULL || len == 0)
         return rt_openai__fail(
-            e, TG_EFORMAT, 400, "invalid_json", NULL,
+            e, TG_EFORMAT, RT_REQ_ERR_INVALID, "invalid_json", NULL,
             "the request body is empty; expected a JSON object");
     json_error_t je;
     /* No JSON_ALLOW_NUL: a "\u0000" in a string is rejected here, so every
@@ -243,18 +227,20 @@ int rt_openai__load_body(const struct rt_openai_cfg *cfg, const char *body,
          * integers beyond 64 bits than tg_json_loadb_wide reads. Fewer of
          * those reach the fields' own range checks, which name them. */
         return rt_openai__fail(
-            e, TG_ERANGE, 400, "invalid_value", NULL,
+            e, TG_ERANGE, RT_REQ_ERR_INVALID, "invalid_value", NULL,
             "the number at line %d column %d is out of range: %s (a number "
             "must fit a double, and at most %d integers may be outside the "
             "64-bit range)",
             je.line, je.column, je.text, TG_JSON_MAX_WIDE);
     if (doc == NULL)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_json", NULL,
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "invalid_json", NULL,
                                "malformed JSON at line %d column %d: %s",
                                je.line, je.column, je.text);
     if (!json_is_object(doc)) {
         json_decref(doc);
-        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_json", NULL,
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "invalid_json", NULL,
                                "the request body must be a JSON object");
     }
     *root = doc;
@@ -275,7 +261,8 @@ int rt_openai__parse_model(const struct rt_openai_cfg *cfg, const json_t *root,
         name = json_string_value(v);
         if (strcmp(name, cfg->served_model) != 0)
             return rt_openai__fail(
-                e, TG_ENOTFOUND, 404, "model_not_found", "model",
+                e, TG_ENOTFOUND, RT_REQ_ERR_NOT_FOUND, "model_not_found",
+                "model",
                 "The model '%.100s' does not exist; this server "
                 "serves '%.100s'",
                 name, cfg->served_model);
@@ -291,9 +278,9 @@ int rt_openai__read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
 {
     size_t n = json_array_size(arr);
     if (max_n > 0 && n > max_n)
-        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", param,
-                               "'%s' has %zu entries; at most %zu are allowed",
-                               param, n, max_n);
+        return rt_openai__fail(
+            e, TG_ERANGE, RT_REQ_ERR_INVALID, "invalid_value", param,
+            "'%s' has %zu entries; at most %zu are allowed", param, n, max_n);
     int64_t hi =
         cfg->vocab_size > 0 ? (int64_t)cfg->vocab_size - 1 : (int64_t)INT32_MAX;
     int32_t *ids = NULL;
@@ -312,7 +299,7 @@ int rt_openai__read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
             /* 1e30, or an integer literal beyond 64 bits read as a real */
             if (d == floor(d) && (d < 0 || d > (double)hi))
                 return rt_openai__fail(
-                    e, TG_ERANGE, 400, "invalid_value", p,
+                    e, TG_ERANGE, RT_REQ_ERR_INVALID, "invalid_value", p,
                     "'%s' = %.17g is not a token id (valid: 0..%" PRId64 ")", p,
                     d, hi);
             return rt_openai__bad_type(e, p, "an integer token id");
@@ -321,7 +308,7 @@ int rt_openai__read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
         if (v < 0 || v > hi) {
             free(ids);
             return rt_openai__fail(
-                e, TG_ERANGE, 400, "invalid_value", p,
+                e, TG_ERANGE, RT_REQ_ERR_INVALID, "invalid_value", p,
                 "'%s' = %lld is not a token id (valid: 0..%" PRId64 ")", p,
                 (long long)v, hi);
         }
@@ -350,8 +337,8 @@ static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
                       NULL, e)))
         return rc;
     if (x != out->q.n)
-        return rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
-                               "best_of",
+        return rt_openai__fail(e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID,
+                               "unsupported_value", "best_of",
                                "'best_of' must equal 'n' (%d; got %" PRId64
                                "): ranking extra samples is not supported",
                                (int)out->q.n, x);
@@ -388,7 +375,7 @@ static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
 void rt_gen_request_defaults(struct rt_gen_request *r)
 {
     r->q.sampling = TG_SAMPLING_OFF;
-    r->q.sampling.temperature = 1.0f;
+    rt_fields_defaults(&r->q.sampling); /* OpenAI's temperature 1 */
     memset(&r->q.opts, 0, sizeof(r->q.opts));
     r->q.opts.max_tokens = -1;
     r->q.opts.skip_special_tokens = true;
@@ -405,7 +392,8 @@ int rt_openai_check_sampling(const struct tg_sampling *sp, int32_t vocab,
         return 0;
     char param[64];
     snprintf(param, sizeof(param), "%s%s", prefix, field);
-    return rt_openai__fail(e, rc, 400, "invalid_value", param, "%s", msg);
+    return rt_openai__fail(e, rc, RT_REQ_ERR_INVALID, "invalid_value", param,
+                           "%s", msg);
 }
 
 void rt_gen_request_free(struct rt_gen_request *r)
@@ -432,7 +420,8 @@ static int parse_stop(const json_t *root, struct rt_gen_opts *s,
         return rt_openai__bad_type(e, "stop",
                                    "a string or an array of strings");
     if (n > RT_OPENAI_MAX_STOP)
-        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", "stop",
+        return rt_openai__fail(e, TG_ERANGE, RT_REQ_ERR_INVALID,
+                               "invalid_value", "stop",
                                "'stop' has %zu strings; at most %d are allowed",
                                n, RT_OPENAI_MAX_STOP);
     if (n == 0)
@@ -451,12 +440,13 @@ static int parse_stop(const json_t *root, struct rt_gen_opts *s,
             return rt_openai__bad_type(e, p, "a string");
         size_t len = json_string_length(x);
         if (len == 0)
-            return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", p,
+            return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                                   "invalid_value", p,
                                    "'%s' must not be an empty string", p);
         if (len > RT_OPENAI_MAX_STOP_BYTES)
-            return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", p,
-                                   "'%s' is longer than %d bytes", p,
-                                   RT_OPENAI_MAX_STOP_BYTES);
+            return rt_openai__fail(
+                e, TG_ERANGE, RT_REQ_ERR_INVALID, "invalid_value", p,
+                "'%s' is longer than %d bytes", p, RT_OPENAI_MAX_STOP_BYTES);
         s->stop[i] = strndup(json_string_value(x), len);
         if (s->stop[i] == NULL)
             return rt_openai__oom(e);
@@ -492,9 +482,11 @@ static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
     if (n == 0)
         return 0;
     if (n > RT_OPENAI_MAX_LOGIT_BIAS)
-        return rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", "logit_bias",
+        return rt_openai__fail(e, TG_ERANGE, RT_REQ_ERR_INVALID,
+                               "invalid_value", "logit_bias",
                                "'logit_bias' has %zu entries; at most %d are "
-                               "allowed", n, RT_OPENAI_MAX_LOGIT_BIAS);
+                               "allowed",
+                               n, RT_OPENAI_MAX_LOGIT_BIAS);
     /* ids and values side by side, to sort by id. */
     struct { int32_t id; float val; } *tmp = malloc(n * sizeof(*tmp));
     if (tmp == NULL)
@@ -513,9 +505,11 @@ static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
         int64_t hi = cfg->vocab_size > 0 ? (int64_t)cfg->vocab_size - 1
                                          : INT32_MAX;
         if (id < 0 || end == NULL || *end != '\0' || errno != 0 || id > hi) {
-            rc = rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", p,
+            rc = rt_openai__fail(e, TG_ERANGE, RT_REQ_ERR_INVALID,
+                                 "invalid_value", p,
                                  "logit_bias key '%.64s' is not a token id "
-                                 "(valid: 0..%" PRId64 ")", key, hi);
+                                 "(valid: 0..%" PRId64 ")",
+                                 key, hi);
             break;
         }
         if (!json_is_number(val)) {
@@ -524,9 +518,11 @@ static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
         }
         double b = json_number_value(val);
         if (!(b >= -100.0 && b <= 100.0)) {
-            rc = rt_openai__fail(e, TG_ERANGE, 400, "invalid_value", p,
+            rc = rt_openai__fail(e, TG_ERANGE, RT_REQ_ERR_INVALID,
+                                 "invalid_value", p,
                                  "logit_bias values must be in [-100, 100] "
-                                 "(got %g for token %lld)", b, id);
+                                 "(got %g for token %lld)",
+                                 b, id);
             break;
         }
         tmp[i].id = (int32_t)id;
@@ -539,8 +535,8 @@ static int parse_logit_bias(const struct rt_openai_cfg *cfg, const json_t *root,
         qsort(tmp, n, sizeof(*tmp), cmp_bias);
         for (i = 1; i < n && rc == 0; i++)
             if (tmp[i].id == tmp[i - 1].id)
-                rc = rt_openai__fail(e, TG_EINVAL, 400, "invalid_value",
-                                     "logit_bias",
+                rc = rt_openai__fail(e, TG_EINVAL, RT_REQ_ERR_INVALID,
+                                     "invalid_value", "logit_bias",
                                      "'logit_bias' names token %d twice",
                                      (int)tmp[i].id);
     }
@@ -597,27 +593,17 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
     if (present) {
         if (s->max_tokens > 0 && x > s->max_tokens)
             return rt_openai__fail(
-                e, TG_ERANGE, 400, "invalid_value", "min_tokens",
+                e, TG_ERANGE, RT_REQ_ERR_INVALID, "invalid_value", "min_tokens",
                 "'min_tokens' (%" PRId64 ") must not exceed "
                 "'%s' (%d)",
                 x, r->q.max_tokens_param, (int)s->max_tokens);
         s->min_tokens = (int32_t)x;
     }
 
-    /* Ranges: temperature [0, 2] and penalties [-2, 2] per the OpenAI API
-     * reference; top_p (0, 1], min_p [0, 1], repetition_penalty > 0 per
-     * vLLM's SamplingParams checks. */
-    if ((rc = get_numf(root, "temperature", 0.0, false, 2.0, &sp->temperature,
-                       e)) ||
-        (rc = get_numf(root, "top_p", 0.0, true, 1.0, &sp->top_p, e)) ||
-        (rc = get_numf(root, "min_p", 0.0, false, 1.0, &sp->min_p, e)) ||
-        (rc = get_numf(root, "presence_penalty", -2.0, false, 2.0,
-                       &sp->presence_penalty, e)) ||
-        (rc = get_numf(root, "frequency_penalty", -2.0, false, 2.0,
-                       &sp->frequency_penalty, e)) ||
-        (rc = get_numf(root, "repetition_penalty", 0.0, true, DBL_MAX,
-                       &sp->repetition_penalty, e)))
-        return rc;
+    /* The numeric sampling fields, ranges and all, from the one table. */
+    for (int f = 0; f < RT_FIELD_COUNT; f++)
+        if ((rc = get_field(root, (enum rt_field)f, sp, e)))
+            return rc;
 
     /* vLLM: top_k -1 (and, since 0.8, 0) disables; otherwise >= 1. */
     if ((rc = get_int(root, "top_k", "top_k", -1, INT32_MAX, &x, &present, e)))
@@ -674,7 +660,8 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
             return rc;
         if (top > 0 && !want)
             return rt_openai__fail(
-                e, TG_EFORMAT, 400, "invalid_value", "top_logprobs",
+                e, TG_EFORMAT, RT_REQ_ERR_INVALID, "invalid_value",
+                "top_logprobs",
                 "'top_logprobs' requires 'logprobs' to be true");
         if (want)
             s->logprobs = (int32_t)top;
@@ -698,7 +685,8 @@ static int parse_stream(const json_t *root, struct rt_gen_request *r,
      * request rather than ignore it. */
     if (!r->stream)
         return rt_openai__fail(
-            e, TG_EFORMAT, 400, "invalid_value", "stream_options",
+            e, TG_EFORMAT, RT_REQ_ERR_INVALID, "invalid_value",
+            "stream_options",
             "'stream_options' is only allowed when 'stream' is true");
     if ((rc = rt_openai__get_bool(so, "include_usage",
                                   "stream_options.include_usage",
@@ -714,15 +702,18 @@ int rt_openai_check_id(const char *v, size_t n, const char *param,
                        struct rt_request_error *e)
 {
     if (n == 0)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", param,
-                               "%s must not be empty", param);
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "invalid_value", param, "%s must not be empty",
+                               param);
     if (n > RT_OPENAI_MAX_ID_BYTES)
-        return rt_openai__fail(e, TG_EINVAL, 400, "invalid_value", param,
-                               "%s is %zu bytes; at most %d are allowed",
-                               param, n, RT_OPENAI_MAX_ID_BYTES);
+        return rt_openai__fail(e, TG_EINVAL, RT_REQ_ERR_INVALID,
+                               "invalid_value", param,
+                               "%s is %zu bytes; at most %d are allowed", param,
+                               n, RT_OPENAI_MAX_ID_BYTES);
     if (!tok_utf8_valid(v, n, NULL))
-        return rt_openai__fail(e, TG_EINVAL, 400, "invalid_value", param,
-                               "%s is not valid UTF-8", param);
+        return rt_openai__fail(e, TG_EINVAL, RT_REQ_ERR_INVALID,
+                               "invalid_value", param, "%s is not valid UTF-8",
+                               param);
     return 0;
 }
 
@@ -741,8 +732,9 @@ static int parse_ids(const json_t *root, struct rt_gen_request *r,
                                  RT_OPENAI_MAX_ID_BYTES, &r->q.session_id, e)))
         return rc;
     if (r->q.session_id != NULL && r->q.session_id[0] == '\0')
-        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
-                               "session_id", "'session_id' must not be empty");
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "invalid_value", "session_id",
+                               "'session_id' must not be empty");
     return 0;
 }
 
@@ -756,14 +748,16 @@ static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
 {
     json_t *v = rt_openai__member(root, "prompt");
     if (v == NULL)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
-                               "prompt", "'prompt' is required");
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "missing_required_parameter", "prompt",
+                               "'prompt' is required");
     const char *param = "prompt";
     if (json_is_array(v) && json_array_size(v) >= 1 &&
         !json_is_number(json_array_get(v, 0))) {
         if (json_array_size(v) > 1)
             return rt_openai__fail(
-                e, TG_EUNSUPPORTED, 400, "unsupported_value", "prompt",
+                e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID, "unsupported_value",
+                "prompt",
                 "'prompt' holds %zu prompts; batched prompts are not "
                 "supported, send one prompt per request",
                 json_array_size(v));
@@ -776,7 +770,8 @@ static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
     if (json_is_string(v)) {
         size_t n = json_string_length(v);
         if (n == 0)
-            return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", param,
+            return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                                   "invalid_value", param,
                                    "'%s' must not be empty", param);
         r->q.prompt = strndup(json_string_value(v), n);
         if (r->q.prompt == NULL)
@@ -790,8 +785,9 @@ static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
             "a string, an array of token ids or an array of one "
             "string");
     if (json_array_size(v) == 0)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", param,
-                               "'%s' must not be empty", param);
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "invalid_value", param, "'%s' must not be empty",
+                               param);
     int rc = rt_openai__read_ids(cfg, v, param, 0, &r->q.prompt_ids,
                                  &r->q.n_prompt_ids, e);
     if (rc)
@@ -799,7 +795,7 @@ static int parse_prompt(const struct rt_openai_cfg *cfg, const json_t *root,
     if (cfg->max_model_len > 0 &&
         r->q.n_prompt_ids >= (size_t)cfg->max_model_len)
         return rt_openai__fail(
-            e, TG_ETOOBIG, 400, "context_length_exceeded", param,
+            e, TG_ETOOBIG, RT_REQ_ERR_INVALID, "context_length_exceeded", param,
             "the prompt has %zu tokens; this model's context is %d "
             "tokens, which must also hold at least one generated "
             "token",
@@ -855,8 +851,8 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
      * the compressed prefill; this server does not compute them over HTTP
      * (tangram-generate --prompt-logprobs does, offline). */
     if (out->echo && out->q.opts.logprobs >= 0) {
-        rc = rt_openai__fail(e, TG_EUNSUPPORTED, 400, "unsupported_value",
-                             "echo",
+        rc = rt_openai__fail(e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID,
+                             "unsupported_value", "echo",
                              "'echo' with 'logprobs' would need the prompt's "
                              "log-probabilities, which this server does not "
                              "return; send echo without logprobs");

@@ -423,6 +423,28 @@ int rt_openai_format_chat_response(struct rt_resp_ctx *c, const char *content,
                            n_lp, fin, u, out, out_len);
 }
 
+/* Ends a streamed chunk: `choice` as its only choice, the usage its
+ * options ask for (u with continuous_usage, else null when usage was
+ * asked for at all; u may be NULL), then the SSE frame in *out. `bad`: a
+ * put or push of the caller's failed. Frees doc either way. */
+static int sse_chunk_end(const struct rt_resp_ctx *c, json_t *doc,
+                         json_t *choice, const struct rt_usage *u, int bad,
+                         char **out, size_t *out_len)
+{
+    json_t *choices = json_array();
+    push(choices, choice, &bad);
+    put(doc, "choices", choices, &bad);
+    if (c->continuous_usage && u != NULL)
+        put(doc, "usage", usage_json(u), &bad);
+    else if (c->include_usage || c->continuous_usage)
+        put(doc, "usage", json_null(), &bad);
+    if (bad) {
+        json_decref(doc);
+        return TG_ENOMEM;
+    }
+    return rt_openai__dump(doc, "data: ", "\n\n", out, out_len);
+}
+
 int rt_openai_sse_tool_calls(struct rt_resp_ctx *c,
                              const struct rt_tool_call *calls, size_t n,
                              size_t first_index,
@@ -443,18 +465,7 @@ int rt_openai_sse_tool_calls(struct rt_resp_ctx *c,
     put(choice, "delta", delta, &bad);
     put(choice, "logprobs", logprobs_value(c, lp, n_lp, true), &bad);
     put(choice, "finish_reason", json_null(), &bad);
-    json_t *choices = json_array();
-    push(choices, choice, &bad);
-    put(doc, "choices", choices, &bad);
-    if (c->continuous_usage && u != NULL)
-        put(doc, "usage", usage_json(u), &bad);
-    else if (c->include_usage || c->continuous_usage)
-        put(doc, "usage", json_null(), &bad);
-    if (bad) {
-        json_decref(doc);
-        return TG_ENOMEM;
-    }
-    return rt_openai__dump(doc, "data: ", "\n\n", out, out_len);
+    return sse_chunk_end(c, doc, choice, u, bad, out, out_len);
 }
 
 int rt_openai_sse_role(const struct rt_resp_ctx *c, char **out, size_t *out_len)
@@ -471,16 +482,7 @@ int rt_openai_sse_role(const struct rt_resp_ctx *c, char **out, size_t *out_len)
     put(choice, "delta", delta, &bad);
     put(choice, "logprobs", json_null(), &bad);
     put(choice, "finish_reason", json_null(), &bad);
-    json_t *choices = json_array();
-    push(choices, choice, &bad);
-    put(doc, "choices", choices, &bad);
-    if (c->include_usage || c->continuous_usage)
-        put(doc, "usage", json_null(), &bad);
-    if (bad) {
-        json_decref(doc);
-        return TG_ENOMEM;
-    }
-    return rt_openai__dump(doc, "data: ", "\n\n", out, out_len);
+    return sse_chunk_end(c, doc, choice, NULL, bad, out, out_len);
 }
 
 int rt_openai_sse_delta(struct rt_resp_ctx *c, const char *text, size_t len,
@@ -510,18 +512,7 @@ int rt_openai_sse_delta(struct rt_resp_ctx *c, const char *text, size_t len,
     }
     put(choice, "logprobs", logprobs_value(c, lp, n_lp, true), &bad);
     put(choice, "finish_reason", finish_value(fin), &bad);
-    json_t *choices = json_array();
-    push(choices, choice, &bad);
-    put(doc, "choices", choices, &bad);
-    if (c->continuous_usage && u != NULL)
-        put(doc, "usage", usage_json(u), &bad);
-    else if (c->include_usage || c->continuous_usage)
-        put(doc, "usage", json_null(), &bad);
-    if (bad) {
-        json_decref(doc);
-        return TG_ENOMEM;
-    }
-    return rt_openai__dump(doc, "data: ", "\n\n", out, out_len);
+    return sse_chunk_end(c, doc, choice, u, bad, out, out_len);
 }
 
 int rt_openai_sse_usage(const struct rt_resp_ctx *c, const struct rt_usage *u,
@@ -573,16 +564,38 @@ int rt_openai_merge_choices(const char *const *bodies, size_t n,
     return rt_openai__dump(doc, "", "", out, out_len);
 }
 
+int rt_openai_http_status(enum rt_req_err kind)
+{
+    switch (kind) {
+    case RT_REQ_ERR_INVALID: return 400;
+    case RT_REQ_ERR_NOT_FOUND: return 404;
+    case RT_REQ_ERR_TOO_LARGE: return 413;
+    case RT_REQ_ERR_UNAUTHENTICATED: return 401;
+    case RT_REQ_ERR_BUSY: return 429;
+    case RT_REQ_ERR_UNAVAILABLE: return 503;
+    default: return 500;
+    }
+}
+
+const char *rt_openai_error_type(enum rt_req_err kind)
+{
+    switch (kind) {
+    case RT_REQ_ERR_INVALID:
+    case RT_REQ_ERR_NOT_FOUND:
+    case RT_REQ_ERR_TOO_LARGE: return "invalid_request_error";
+    case RT_REQ_ERR_UNAUTHENTICATED: return "authentication_error";
+    case RT_REQ_ERR_BUSY: return "rate_limit_error";
+    default: return "server_error";
+    }
+}
+
 static json_t *error_doc(const struct rt_request_error *e)
 {
     int bad = 0;
     json_t *doc = json_object(), *o = json_object();
     put(o, "message",
         rt_openai__string_lossy(e->message, strlen(e->message), NULL), &bad);
-    put(o, "type",
-        json_string(e->type != NULL ? e->type
-                                    : rt_request_error_type(e->status)),
-        &bad);
+    put(o, "type", json_string(rt_openai_error_type(e->kind)), &bad);
     put(o, "param",
         e->param[0] != '\0'
             ? rt_openai__string_lossy(e->param, strlen(e->param), NULL)

@@ -41,9 +41,9 @@ static int so_spec(const char *param, enum so_kind k, const json_t *v,
             schema = json_loadb(json_string_value(v), json_string_length(v),
                                 JSON_ALLOW_NUL, &je);
             if (schema == NULL)
-                return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
-                                       param, "'%s' is not JSON: %s", param,
-                                       je.text);
+                return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                                       "invalid_value", param,
+                                       "'%s' is not JSON: %s", param, je.text);
         } else if (json_is_object(v) || json_is_boolean(v)) {
             schema = json_incref((json_t *)v);
         } else {
@@ -105,7 +105,8 @@ static int so_spec(const char *param, enum so_kind k, const json_t *v,
     if (rc == TG_ENOMEM)
         return rt_openai__oom(e);
     if (rc != 0)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value", param,
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "invalid_value", param,
                                "'%s' is not a valid constraint", param);
     return rt_openai__grammar_take(spec, len, param, out, e);
 }
@@ -121,7 +122,7 @@ static int so_one(const char *param, enum so_kind k, const json_t *v,
         return 0;
     if (*taken != NULL || *grammar != NULL)
         return rt_openai__fail(
-            e, TG_EUNSUPPORTED, 400, "unsupported_value", param,
+            e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID, "unsupported_value", param,
             "'%s' cannot be combined with %s%s%s: a request takes one output "
             "constraint",
             param, *taken != NULL ? "'" : "",
@@ -196,8 +197,8 @@ int rt_openai_structured_ws(const struct rt_openai_cfg *cfg, const json_t *root,
                              ? json_object_get(so, "disable_any_whitespace")
                              : NULL;
     if (wv != NULL && gm_ws_parse(json_string_value(wv), &w) != 0)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "invalid_value",
-                               "structured_outputs.whitespace",
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "invalid_value", "structured_outputs.whitespace",
                                "'structured_outputs.whitespace' must be "
                                "'compact', 'none', 'pretty' or 'free'");
     if (none != NULL && !json_is_boolean(none))

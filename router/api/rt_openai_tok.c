@@ -20,8 +20,8 @@ static int parse_tokenize_prompt(const json_t *root,
 {
     json_t *v = rt_openai__member(root, "prompt");
     if (v == NULL)
-        return rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
-                               "prompt",
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "missing_required_parameter", "prompt",
                                "either 'prompt' or 'messages' is required");
     if (!json_is_string(v))
         return rt_openai__bad_type(e, "prompt", "a string");
@@ -97,8 +97,9 @@ int rt_openai_parse_detokenize(const struct rt_openai_cfg *cfg,
         goto fail;
     json_t *v = rt_openai__member(root, "tokens");
     if (v == NULL) {
-        rc = rt_openai__fail(e, TG_EFORMAT, 400, "missing_required_parameter",
-                             "tokens", "'tokens' is required");
+        rc = rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                             "missing_required_parameter", "tokens",
+                             "'tokens' is required");
         goto fail;
     }
     if (!json_is_array(v)) {

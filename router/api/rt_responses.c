@@ -13,8 +13,9 @@
 static int fail(struct rt_request_error *e, int rc, const char *code,
                 const char *param, const char *msg)
 {
-    rt_request_error_set(e, rc == TG_ENOMEM ? 500 : 400, code, param, "%s",
-                         msg);
+    rt_request_error_set(
+        e, rc == TG_ENOMEM ? RT_REQ_ERR_INTERNAL : RT_REQ_ERR_INVALID, code,
+        param, "%s", msg);
     return rc;
 }
 
@@ -33,8 +34,8 @@ static json_t *member(const json_t *o, const char *k)
 static int bad_type(struct rt_request_error *e, const char *param,
                     const char *what)
 {
-    rt_request_error_set(e, 400, "invalid_type", param, "'%s' must be %s",
-                         param, what);
+    rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_type", param,
+                         "'%s' must be %s", param, what);
     return TG_EFORMAT;
 }
 
@@ -91,7 +92,8 @@ static json_t *content_parts(const json_t *c, const char *role,
         }
         if (strcmp(t, "input_text") != 0 && strcmp(t, "output_text") != 0 &&
             strcmp(t, "text") != 0) {
-            rt_request_error_set(e, 400, "unsupported_parameter", p,
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "unsupported_parameter",
+                                 p,
                                  "content parts of type '%.60s' are not "
                                  "served (only input_text and output_text)",
                                  t);
@@ -129,7 +131,7 @@ static int take_item(const json_t *x, const char *param, json_t *out,
                             "'assistant'");
         if (strcmp(role, "user") != 0 && strcmp(role, "system") != 0 &&
             strcmp(role, "developer") != 0 && strcmp(role, "assistant") != 0) {
-            rt_request_error_set(e, 400, "invalid_value", p,
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value", p,
                                  "'%.40s' is not a role of a message item "
                                  "(user, system, developer, assistant)",
                                  role);
@@ -142,7 +144,7 @@ static int take_item(const json_t *x, const char *param, json_t *out,
         }
         json_t *parts = content_parts(c, role, param, e);
         if (parts == NULL)
-            return e->status == 500 ? TG_ENOMEM : TG_EFORMAT;
+            return e->kind == RT_REQ_ERR_INTERNAL ? TG_ENOMEM : TG_EFORMAT;
         it = json_pack("{s:s, s:s, s:o}", "type", "message", "role", role,
                        "content", parts);
         if (it != NULL && json_is_string(json_object_get(x, "id")))
@@ -191,7 +193,7 @@ static int take_item(const json_t *x, const char *param, json_t *out,
         return 0;
     } else {
         snprintf(p, sizeof(p), "%s.type", param);
-        rt_request_error_set(e, 400, "unsupported_parameter", p,
+        rt_request_error_set(e, RT_REQ_ERR_INVALID, "unsupported_parameter", p,
                              "input items of type '%.60s' are not served "
                              "(message, function_call, function_call_output, "
                              "reasoning, item_reference)",
@@ -284,7 +286,7 @@ static int set_thought(json_t *m, const json_t *item)
 int rt_responses_messages(const json_t *items, const char *param,
                           json_t *messages, struct rt_request_error *e)
 {
-    json_t *calls_msg = NULL; /* the assistant message of the current run
+    json_t *calls_msg = NULL;     /* the assistant message of the current run
                                  of function_call items */
     const json_t *thought = NULL; /* a reasoning item for the next
                                      assistant message */
@@ -415,7 +417,8 @@ static int read_tools(const json_t *v, json_t *chat, struct rt_request_error *e)
         if (!json_is_object(x) || t == NULL)
             return bad_type(e, p, "a tool object with a type");
         if (strcmp(t, "function") != 0) {
-            rt_request_error_set(e, 400, "unsupported_parameter", p,
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "unsupported_parameter",
+                                 p,
                                  "tools of type '%.60s' are not served (only "
                                  "function tools)",
                                  t);
@@ -489,7 +492,8 @@ static int read_text(const json_t *v, json_t *chat, json_t **echo,
             if (member(f, keys[k]) != NULL)
                 json_object_set(js, keys[k], member(f, keys[k]));
     } else {
-        rt_request_error_set(e, 400, "invalid_value", "text.format.type",
+        rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value",
+                             "text.format.type",
                              "'%.60s' is not a text format (text, "
                              "json_object, json_schema)",
                              t);
@@ -530,7 +534,7 @@ int rt_responses_parse(const struct rt_openai_cfg *cfg, const char *body,
     memset(out, 0, sizeof(*out));
     out->store = true;
     if (cfg->max_body_bytes > 0 && len > cfg->max_body_bytes) {
-        rt_request_error_set(e, 413, "request_too_large", NULL,
+        rt_request_error_set(e, RT_REQ_ERR_TOO_LARGE, "request_too_large", NULL,
                              "request body of %zu bytes exceeds the limit of "
                              "%zu bytes",
                              len, cfg->max_body_bytes);
@@ -541,7 +545,7 @@ int rt_responses_parse(const struct rt_openai_cfg *cfg, const char *body,
                                            : NULL;
     if (root == NULL || !json_is_object(root)) {
         json_decref(root);
-        rt_request_error_set(e, 400, "invalid_json", NULL,
+        rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_json", NULL,
                              "the request body must be a JSON object");
         return TG_EFORMAT;
     }
@@ -549,11 +553,11 @@ int rt_responses_parse(const struct rt_openai_cfg *cfg, const char *body,
     json_t *v = member(root, "model");
     if (v != NULL && (!json_is_string(v) ||
                       strcmp(json_string_value(v), cfg->served_model) != 0)) {
-        rt_request_error_set(e, 404, "model_not_found", "model",
-                             "The model '%.100s' does not exist; this server "
-                             "serves '%.100s'",
-                             json_is_string(v) ? json_string_value(v) : "?",
-                             cfg->served_model);
+        rt_request_error_set(
+            e, RT_REQ_ERR_NOT_FOUND, "model_not_found", "model",
+            "The model '%.100s' does not exist; this server "
+            "serves '%.100s'",
+            json_is_string(v) ? json_string_value(v) : "?", cfg->served_model);
         rc = TG_ENOTFOUND;
         goto done;
     }

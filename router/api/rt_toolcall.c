@@ -79,6 +79,25 @@ void rt_tc_free(struct rt_tc_parser *p)
     memset(p, 0, sizeof(*p));
 }
 
+int rt_tc_take(struct rt_tc_parser *p, const char *text, size_t len, bool last,
+               struct tg_buf *content, size_t *first)
+{
+    struct rt_tc_delta d;
+    int rc = rt_tc_feed(p, text, len, &d);
+    if (rc != 0)
+        return rc;
+    *first = d.first_index;
+    if (tg_buf_append(content, d.content != NULL ? d.content : "",
+                      d.content_len) != 0)
+        return TG_ENOMEM;
+    if (!last)
+        return 0;
+    if ((rc = rt_tc_finish(p, &d)) != 0)
+        return rc;
+    return tg_buf_append(content, d.content != NULL ? d.content : "",
+                         d.content_len);
+}
+
 const struct rt_tool_call *rt_tc_calls(const struct rt_tc_parser *p,
                                        size_t *n)
 {

@@ -41,6 +41,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/base/tg_buf.h"
 #include "common/chat/ct_template.h"
 
 struct rt_tool_call {
@@ -89,6 +90,14 @@ int rt_tc_feed(struct rt_tc_parser *p, const char *text, size_t len,
 /* Ends the output: everything held is decided and returned in *d. Returns
  * 0 or TG_ENOMEM. Feeding after finishing is not allowed. */
 int rt_tc_finish(struct rt_tc_parser *p, struct rt_tc_delta *d);
+
+/* Feeds len bytes and, when `last`, ends the output (rt_tc_feed, then
+ * rt_tc_finish): the content the two released, one after the other, is
+ * appended to *content (the caller's, freed with tg_buf_free), and
+ * *first is the index of the first call they completed (rt_tc_calls
+ * holds them all). Returns 0 or TG_ENOMEM. */
+int rt_tc_take(struct rt_tc_parser *p, const char *text, size_t len, bool last,
+               struct tg_buf *content, size_t *first);
 
 /* All calls found so far, in order (borrowed). */
 const struct rt_tool_call *rt_tc_calls(const struct rt_tc_parser *p,

@@ -20,8 +20,8 @@ static void hook_scrape(void *ud)
 {
     struct rt_app *a = ud;
     rt_app_net_metrics(ud);
-    if (rt_server_respstore(&a->srv) != NULL)
-        rt_respstore_expire(rt_server_respstore(&a->srv));
+    if (rt_server_respstore(a->srv) != NULL)
+        rt_respstore_expire(rt_server_respstore(a->srv));
 }
 
 /* Closes both servers, lets the core close its handles and run the loop
@@ -29,7 +29,8 @@ static void hook_scrape(void *ud)
 static void discard(struct rt_app *a)
 {
     hook_close(a);
-    rt_server_discard(&a->srv);
+    rt_server_discard(a->srv);
+    a->srv = NULL;
     rt_app_free(a);
 }
 
@@ -69,7 +70,7 @@ static int resp_submit(void *ud, void (*run)(void *), void (*done)(void *),
     j->done = done;
     j->arg = arg;
     char err[128];
-    if (rt_pool_job_start(&a->srv, &j->pool, err, sizeof(err)) != 0) {
+    if (rt_pool_job_start(a->srv, &j->pool, err, sizeof(err)) != 0) {
         free(j);
         return -1;
     }
@@ -86,10 +87,10 @@ static int resp_init(struct rt_app *a, const struct tg_serve_opts *o, char *err,
         .db_path = o->responses_db,
     };
     struct rt_respstore_runner runner = {resp_submit, a};
-    int rc = rt_respstore_init(&a->resp, &c, &a->srv.metrics.reg, &runner, err,
-                               errlen);
+    int rc = rt_respstore_init(&a->resp, &c, &rt_server_metrics(a->srv)->reg,
+                               &runner, err, errlen);
     if (rc == 0)
-        rt_server_set_respstore(&a->srv, &a->resp);
+        rt_server_set_respstore(a->srv, &a->resp);
     return rc;
 }
 
@@ -102,9 +103,9 @@ int rt_app_init(struct rt_app *a, uv_loop_t *loop,
         return rc; /* the core released itself; nothing else is open */
     struct rt_server_hooks hooks = {
         .close = hook_close, .scrape = hook_scrape, .ud = a};
-    rt_server_set_hooks(&a->srv, &hooks);
+    rt_server_set_hooks(a->srv, &hooks);
     rt_reqmem_init(&a->reqmem, (size_t)o->max_request_memory);
-    a->srv.reqmem = &a->reqmem;
+    rt_server_set_reqmem(a->srv, &a->reqmem);
 
     if ((rc = resp_init(a, o, err, errlen)) != 0) {
         discard(a);
@@ -119,9 +120,9 @@ int rt_app_init(struct rt_app *a, uv_loop_t *loop,
     if (rc == 0)
         rc = rt_grpc_server_init(&a->grpc, loop, &gc, err, errlen);
     if (rc == 0)
-        rc = rt_api_http_register(&a->srv, &a->http, err, errlen);
+        rc = rt_api_http_register(a->srv, &a->http, err, errlen);
     if (rc == 0)
-        rc = rt_api_grpc_register(&a->srv, &a->grpc, err, errlen);
+        rc = rt_api_grpc_register(a->srv, &a->grpc, err, errlen);
     if (rc != 0)
         discard(a);
     return rc;
@@ -129,7 +130,7 @@ int rt_app_init(struct rt_app *a, uv_loop_t *loop,
 
 int rt_app_listen(struct rt_app *a, char *err, size_t errlen)
 {
-    const struct tg_serve_opts *o = a->srv.opts;
+    const struct tg_serve_opts *o = rt_server_opts(a->srv);
     int rc = rt_http_server_listen(&a->http, o->host, (int)o->http_port, err,
                                    errlen);
     if (rc == 0)
@@ -139,19 +140,26 @@ int rt_app_listen(struct rt_app *a, char *err, size_t errlen)
         discard(a);
         return rc;
     }
-    rt_server_start(&a->srv);
+    rt_server_start(a->srv);
     log_info(
         "serving %s: HTTP %s:%lld, gRPC %s:%lld, workers at %s, context %d",
-        a->srv.model_name, o->host, (long long)o->http_port, o->host,
-        (long long)o->grpc_port, a->srv.link.endpoint, a->srv.max_model_len);
+        rt_server_info(a->srv)->model_name, o->host, (long long)o->http_port,
+        o->host, (long long)o->grpc_port, rt_server_link_endpoint(a->srv),
+        rt_server_info(a->srv)->max_model_len);
     return 0;
+}
+
+int rt_app_exit_code(const struct rt_app *a)
+{
+    return rt_server_exit_code(a->srv);
 }
 
 void rt_app_free(struct rt_app *a)
 {
     /* The core first: its requests may still name connections of the
      * servers, which are freed only after them. */
-    rt_server_free(&a->srv);
+    rt_server_free(a->srv);
+    a->srv = NULL;
     /* After the core: its drain waited for the store's jobs; what is
      * still pending is written here. */
     rt_respstore_free(&a->resp);

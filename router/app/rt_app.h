@@ -23,14 +23,15 @@
 #include "router/net/rt_http.h"
 
 struct rt_app {
-    struct rt_server srv;              /* the core; its hooks' ud is the app */
+    struct rt_server *srv;             /* the core; its hooks' ud is the app */
     struct rt_conn_budget body_budget; /* request bodies held by both
                                    servers (--max-body-memory) */
     struct rt_reqmem reqmem;           /* what large requests become until their
                                           prompt is tokenized, both front ends
-                                          (--max-request-memory; srv.reqmem) */
+                                          (--max-request-memory;
+                                          rt_server_set_reqmem) */
     struct rt_respstore resp;          /* stored responses (--responses-*;
-                                          srv.respstore) */
+                                          rt_server_set_respstore) */
     struct rt_http_server http;
     struct rt_grpc_server grpc;
 };
@@ -49,6 +50,11 @@ int rt_app_init(struct rt_app *a, uv_loop_t *loop,
  * an error with detail in err (a port in use names the address); on
  * failure everything is released as by a failed rt_app_init. */
 int rt_app_listen(struct rt_app *a, char *err, size_t errlen);
+
+/* The process's exit status once the loop ran out: 0 after a clean
+ * drain, 1 when the core stopped on a fatal condition or a second signal
+ * cut the drain. */
+int rt_app_exit_code(const struct rt_app *a);
 
 /* Frees what is left; safe on a zeroed app and after a failure. Run the
  * loop until it is empty afterwards so that handles close. */

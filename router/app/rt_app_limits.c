@@ -123,7 +123,7 @@ void rt_app_net_metrics(struct rt_app *a)
     const struct rt_http_stats *st = &a->http.stats;
     const struct rt_conn_stats *hs = &a->http.set.stats;
     const struct rt_conn_stats *gs = &a->grpc.set.stats;
-    struct rt_metrics_tangram *m = &a->srv.metrics;
+    struct rt_metrics_tangram *m = rt_server_metrics(a->srv);
     rt_metrics_gauge_set(m->http_connections_open, (double)a->http.set.n_live);
     follow(m->http_connections_evicted_total,
            hs->evicted_idle + hs->evicted_head + hs->evicted_body);

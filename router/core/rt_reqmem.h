@@ -15,7 +15,7 @@
  * other characters inside strings, which bound the longest word), and that
  * much is taken from the budget until the request's prompt is tokenized
  * (or it fails or ends); a request whose cost is more than the whole
- * budget is refused (413), one that does not fit now waits its turn in
+ * budget is refused (too large), one that does not fit now waits its turn in
  * arrival order (rt_reqmem_wait) or is refused with a retry (gRPC:
  * rt_reqmem_take). So the memory the router spends on requests before the
  * scheduler takes them is bounded by the budget, however many large

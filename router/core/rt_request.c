@@ -11,38 +11,23 @@
 
 #include "common/base/tg_err.h"
 
-const char *rt_request_error_type(int status)
-{
-    switch (status) {
-    case 400:
-    case 404:
-    case 413:
-    case 422: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 429: return "rate_limit_error";
-    default: return "server_error";
-    }
-}
-
-void rt_request_error_vset(struct rt_request_error *e, int status,
+void rt_request_error_vset(struct rt_request_error *e, enum rt_req_err kind,
                            const char *code, const char *param, const char *fmt,
                            va_list ap)
 {
-    e->status = status;
-    e->type = rt_request_error_type(status);
+    e->kind = kind;
     e->code = code;
     snprintf(e->param, sizeof(e->param), "%s", param != NULL ? param : "");
     vsnprintf(e->message, sizeof(e->message), fmt, ap);
 }
 
-void rt_request_error_set(struct rt_request_error *e, int status,
+void rt_request_error_set(struct rt_request_error *e, enum rt_req_err kind,
                           const char *code, const char *param, const char *fmt,
                           ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    rt_request_error_vset(e, status, code, param, fmt, ap);
+    rt_request_error_vset(e, kind, code, param, fmt, ap);
     va_end(ap);
 }
 
@@ -55,7 +40,7 @@ static int fail(struct rt_request_error *e, int rc, const char *code,
 {
     va_list ap;
     va_start(ap, fmt);
-    rt_request_error_vset(e, 400, code, param, fmt, ap);
+    rt_request_error_vset(e, RT_REQ_ERR_INVALID, code, param, fmt, ap);
     va_end(ap);
     return rc;
 }

@@ -29,34 +29,43 @@
 
 /* ---- errors ------------------------------------------------------------ */
 
-/* The error a request fails with, as every front end reports it: the
- * status in HTTP's numbers (the gRPC front end maps them onto its codes),
- * OpenAI's error type and a code, the offending field and a message.
- * `type` and `code` point to static strings (code NULL is none); param ""
- * is none. */
+/* What went wrong, in no protocol's terms: each front end maps the kind
+ * onto its own (HTTP status and OpenAI error type: rt_openai_http_status
+ * and rt_openai_error_type, router/api/rt_openai.h; gRPC status codes:
+ * router/api/rt_api_grpc.c). */
+enum rt_req_err {
+    RT_REQ_ERR_NONE = 0,        /* nothing recorded yet */
+    RT_REQ_ERR_INVALID,         /* the request is malformed, out of range
+                                   or refused as asked */
+    RT_REQ_ERR_NOT_FOUND,       /* it names what is not served (a model) */
+    RT_REQ_ERR_TOO_LARGE,       /* its body is over the size allowed */
+    RT_REQ_ERR_UNAUTHENTICATED, /* no or a wrong API key */
+    RT_REQ_ERR_BUSY,            /* too many requests wait: retry later */
+    RT_REQ_ERR_UNAVAILABLE,     /* the server drains or its workers are
+                                   not ready: retry later */
+    RT_REQ_ERR_INTERNAL,        /* the server failed (out of memory, a
+                                   worker error) */
+};
+
+/* The error a request fails with, as every front end reports it: its
+ * kind, a code, the offending field and a message. `code` points to a
+ * static string (NULL is none); param "" is none. */
 struct rt_request_error {
-    int status;        /* HTTP status: 400, 401, 404, 413, 429, 500, 503 */
-    const char *type;  /* "invalid_request_error", "server_error", ... */
+    enum rt_req_err kind;
     const char *code;  /* "invalid_type", "model_not_found", ... or NULL */
     char param[128];   /* offending field path, "" when none */
     char message[384]; /* human-readable detail */
 };
 
-/* Returns the error type for an HTTP status: "invalid_request_error"
- * for 400/404/413/422, "authentication_error" 401, "permission_error" 403,
- * "rate_limit_error" 429, "server_error" for 5xx and anything else.
- * The string is static. Any thread. */
-const char *rt_request_error_type(int status);
-
-/* Fills *e with status, the type of rt_request_error_type(status), `code`
- * (static string or NULL), `param` (copied; NULL = none) and the printf
- * message (truncated to fit). Returns nothing; e must be non-NULL. */
-void rt_request_error_set(struct rt_request_error *e, int status,
+/* Fills *e with `kind`, `code` (static string or NULL), `param` (copied;
+ * NULL = none) and the printf message (truncated to fit). Returns
+ * nothing; e must be non-NULL. */
+void rt_request_error_set(struct rt_request_error *e, enum rt_req_err kind,
                           const char *code, const char *param, const char *fmt,
                           ...) __attribute__((format(printf, 5, 6)));
 
 /* rt_request_error_set with a va_list. */
-void rt_request_error_vset(struct rt_request_error *e, int status,
+void rt_request_error_vset(struct rt_request_error *e, enum rt_req_err kind,
                            const char *code, const char *param, const char *fmt,
                            va_list ap);
 
@@ -133,7 +142,7 @@ struct rt_request {
  * max_model_len, and prompt + max_tokens must fit ("context_length_
  * exceeded"). Resolves max_tokens -1 to the room left. max_model_len <= 0
  * only rejects an empty prompt. Returns 0, or TG_EFORMAT / TG_ETOOBIG /
- * TG_ERANGE with *e filled (400). Any thread. */
+ * TG_ERANGE with *e filled (RT_REQ_ERR_INVALID). Any thread. */
 int rt_request_fit(struct rt_request *q, int32_t max_model_len,
                    int64_t n_prompt_tokens, struct rt_request_error *e);
 

@@ -79,7 +79,6 @@ static void req_free(struct rt_sched *s, struct rt_sched_req *req)
     free(req->session);
     free(req->request_id);
     free(req->grammar);
-    tg_sampling_bias_free(&req->sampling);
     free(req);
 }
 
@@ -401,9 +400,7 @@ int rt_sched_submit(struct rt_sched *s, const struct rt_sched_request *req,
     if (req->grammar != NULL && (q->grammar = strdup(req->grammar)) == NULL)
         goto oom;
     q->grammar_prepare = req->grammar_prepare;
-    q->sampling = req->sampling; /* the bias arrays copied just below */
-    if (tg_sampling_bias_copy(&q->sampling, &req->sampling) != 0)
-        goto oom;
+    q->sampling = req->sampling; /* the bias arrays borrowed */
     memcpy(q->tokens, req->prompt, (size_t)req->n_prompt * sizeof(int32_t));
     q->id = req->id;
     q->serial = s->next_serial++;

@@ -171,8 +171,12 @@ struct rt_sched_request {
     uint64_t id;            /* unique among live requests */
     const char *request_id; /* the client-visible id, for worker logs and
                                errors (copied; NULL: "") */
-    struct tg_sampling sampling; /* checked by the front end; the bias
-                                    arrays copied */
+    /* checked by the front end (rt_req_submit asserts it); the bias
+     * arrays are borrowed, not copied: they stay valid until the request
+     * leaves the scheduler (its end event, rt_sched_abort, rt_sched_free).
+     * The router's request owns them (rt_request.sampling), so one copy
+     * serves the parse, the scheduler and the plans. */
+    struct tg_sampling sampling;
     const int32_t *prompt;  /* (n_prompt) token ids >= 0, copied */
     int64_t n_prompt;       /* >= 1 */
     int32_t max_tokens;     /* tokens to generate at most, >= 1 */

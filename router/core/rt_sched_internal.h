@@ -15,7 +15,8 @@ struct rt_sched_req {
     char *session;            /* owned copy, or NULL */
     uint64_t scope;           /* multi-turn cache scope (rt_prefix.h) */
     char *request_id;         /* owned copy ("" at least) */
-    struct tg_sampling sampling;
+    struct tg_sampling sampling; /* bias arrays borrowed from the caller
+                                    (rt_sched_request.sampling) */
     char *grammar;            /* owned spec text, or NULL (no constraint) */
     uint64_t grammar_prepare; /* its prepare id on rank 0 */
     int32_t *tokens;          /* (cap) prompt + generated, token i at

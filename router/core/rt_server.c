@@ -2,7 +2,7 @@
  * rt_server.h). The network servers and the front ends on them are the
  * app's (router/app/rt_app.h); nothing here calls into them, only the
  * hooks the app registered. */
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -65,12 +65,12 @@ const struct ct_template *rt_server_template(const struct rt_server *s)
 
 const int32_t *rt_req_prompt_ids(const struct rt_req *r)
 {
-    return r->prompt;
+    return r->core->prompt;
 }
 
 const int32_t *rt_req_out_ids(const struct rt_req *r)
 {
-    return r->out_ids;
+    return r->core->out_ids;
 }
 
 const char *rt_server_token_text(void *user, int32_t id, size_t *len)
@@ -87,6 +87,74 @@ const char *rt_server_token_text(void *user, int32_t id, size_t *len)
 int rt_server_ready(const struct rt_server *s)
 {
     return s->sched_ready && rt_link_ready(&s->link) && !s->draining;
+}
+
+int rt_server_draining(const struct rt_server *s)
+{
+    return s->draining;
+}
+
+const struct rt_server_info *rt_server_info(const struct rt_server *s)
+{
+    return &s->info;
+}
+
+const struct tg_serve_opts *rt_server_opts(const struct rt_server *s)
+{
+    return s->opts;
+}
+
+const struct tok_tokenizer *rt_server_tok(const struct rt_server *s)
+{
+    return &s->tok;
+}
+
+struct rt_metrics_tangram *rt_server_metrics(struct rt_server *s)
+{
+    return &s->metrics;
+}
+
+void rt_server_set_reqmem(struct rt_server *s, struct rt_reqmem *m)
+{
+    s->reqmem = m;
+}
+
+struct rt_reqmem *rt_server_reqmem(const struct rt_server *s)
+{
+    return s->reqmem;
+}
+
+int rt_server_exit_code(const struct rt_server *s)
+{
+    return s->exit_code;
+}
+
+const char *rt_server_link_endpoint(const struct rt_server *s)
+{
+    return s->link.endpoint;
+}
+
+int rt_server_stalled_rank(const struct rt_server *s, int64_t *ms)
+{
+    int64_t late = 2 * s->opts->worker_heartbeat_ms;
+    for (int r = 0; r < (int)s->opts->tp; r++) {
+        int64_t quiet = rt_link_rank_silence_ms(&s->link, r);
+        if (quiet > late) {
+            *ms = quiet;
+            return r;
+        }
+    }
+    return -1;
+}
+
+struct rt_req *
+rt_server_find_req(struct rt_server *s,
+                   int (*match)(const struct rt_req *r, void *ud), void *ud)
+{
+    for (struct rt_req *r = s->reqs; r != NULL; r = r->core->next)
+        if (!r->core->done && match(r, ud))
+            return r;
+    return NULL;
 }
 
 static int is_stop_token(const struct rt_req *r, int32_t tok)
@@ -127,7 +195,7 @@ static void observe_finish(struct rt_server *s, struct rt_req *r, enum rt_finish
 {
     double now = rt_server_now(s);
     rt_metrics_histogram_observe(s->metrics.e2e_request_latency_seconds,
-                                 now - r->t_arrival);
+                                 now - r->core->t_arrival);
     enum rt_metrics_finish mf = fin == RT_FINISH_STOP     ? RT_METRICS_FINISH_STOP
                                 : fin == RT_FINISH_LENGTH ? RT_METRICS_FINISH_LENGTH
                                 : fin == RT_FINISH_ABORT  ? RT_METRICS_FINISH_ABORT
@@ -141,13 +209,13 @@ static void handle_events(struct rt_server *s, const char *error)
     for (int32_t i = 0; i < s->step.n_events; i++) {
         const struct rt_sched_event *ev = &s->step.events[i];
         struct rt_req *r = ev->user;
-        if (r == NULL || r->done)
+        if (r == NULL || r->core->done)
             continue;
         r->cached_tokens = ev->cached_prompt_tokens;
         enum rt_finish fin = finish_of(ev->finish);
         if (fin != RT_FINISH_NONE) {
-            if (fin != RT_FINISH_STOP || !r->text.stopped)
-                rt_text_finish(&r->text);
+            if (fin != RT_FINISH_STOP || !r->core->text.stopped)
+                rt_text_finish(&r->core->text);
             observe_finish(s, r, fin);
         }
         const char *why = error ? error : "the request failed";
@@ -181,8 +249,9 @@ static void reap(struct rt_server *s)
 {
     struct rt_req *r = s->reqs, *next;
     for (; r != NULL; r = next) {
-        next = r->next;
-        if (r->done && !r->in_step && !r->in_deliver && r->job == NULL)
+        next = r->core->next;
+        if (r->core->done && !r->core->in_step && !r->core->in_deliver &&
+            r->core->job == NULL)
             rt_req_drop(r);
     }
     rt_server__drain_check(s);
@@ -191,21 +260,21 @@ static void reap(struct rt_server *s)
 void rt_req_cancel(struct rt_req *r)
 {
     struct rt_server *s = r->srv;
-    if (r->job != NULL)
-        rt_encode_job_cancel(r->job); /* r is freed when the job ends */
-    if (r->done) {
-        if (!r->in_step && r->job == NULL)
+    if (r->core->job != NULL)
+        rt_encode_job_cancel(r->core->job); /* r is freed when the job ends */
+    if (r->core->done) {
+        if (!r->core->in_step && r->core->job == NULL)
             rt_req_drop(r);
         rt_server__drain_check(s);
         return;
     }
-    r->done = 1;
+    r->core->done = 1;
     /* A held request already left the scheduler and was counted. */
-    if (r->submitted && !r->holding) {
+    if (r->core->submitted && !r->core->holding) {
         rt_sched_abort(&s->sched, r->id); /* frees its pages at once */
         observe_finish(s, r, RT_FINISH_ABORT);
     }
-    if (!r->in_step && !r->in_deliver && r->job == NULL)
+    if (!r->core->in_step && !r->core->in_deliver && r->core->job == NULL)
         rt_req_drop(r);
     rt_server__drain_check(s);
     rt_server__wake(s);
@@ -214,14 +283,15 @@ void rt_req_cancel(struct rt_req *r)
 void rt_server__fail(struct rt_req *r, const char *why)
 {
     struct rt_server *s = r->srv;
-    if (r->done || r->holding)
+    if (r->core->done || r->core->holding)
         return;
-    if (r->submitted)
+    if (r->core->submitted)
         rt_sched_abort(&s->sched, r->id); /* frees its pages at once */
-    rt_text_finish(&r->text);
+    rt_text_finish(&r->core->text);
     observe_finish(s, r, RT_FINISH_ERROR);
     rt_req_deliver(r, RT_FINISH_ERROR, why);
-    if (r->done && !r->in_step && !r->in_deliver && r->job == NULL)
+    if (r->core->done && !r->core->in_step && !r->core->in_deliver &&
+        r->core->job == NULL)
         rt_req_drop(r);
     rt_server__drain_check(s);
     rt_server__wake(s);
@@ -230,15 +300,15 @@ void rt_server__fail(struct rt_req *r, const char *why)
 void rt_req_abort(struct rt_req *r)
 {
     struct rt_server *s = r->srv;
-    if (r->done || r->holding)
+    if (r->core->done || r->core->holding)
         return;
-    if (r->submitted)
+    if (r->core->submitted)
         rt_sched_abort(&s->sched, r->id);
-    if (r->job != NULL)
-        rt_encode_job_cancel(r->job); /* r is freed when the job ends */
+    if (r->core->job != NULL)
+        rt_encode_job_cancel(r->core->job); /* r is freed when the job ends */
     observe_finish(s, r, RT_FINISH_ABORT);
     rt_req_deliver(r, RT_FINISH_ABORT, NULL);
-    if (!r->in_step && !r->in_deliver && r->job == NULL)
+    if (!r->core->in_step && !r->core->in_deliver && r->core->job == NULL)
         rt_req_drop(r);
     rt_server__wake(s);
 }
@@ -312,14 +382,14 @@ static void pump_cb(uv_idle_t *h)
     if (s->step.n_entries == 0)
         return;
     for (int32_t i = 0; i < s->step.n_entries; i++)
-        ((struct rt_req *)s->step.entries[i].user)->in_step = 1;
+        ((struct rt_req *)s->step.entries[i].user)->core->in_step = 1;
     rc = rt_link_send_plan(&s->link, &s->step, err, sizeof(err));
     if (rc != 0) {
         log_err("cannot send step %llu: %s",
                 (unsigned long long)s->step.step_id, err);
         rt_sched_fail_running(&s->sched, &s->step);
         for (int32_t i = 0; i < s->step.n_entries; i++)
-            ((struct rt_req *)s->step.entries[i].user)->in_step = 0;
+            ((struct rt_req *)s->step.entries[i].user)->core->in_step = 0;
         handle_events(s, err);
         reap(s);
         return;
@@ -346,7 +416,7 @@ static void handle_result(struct rt_server *s, const struct rt_link_result *res)
         log_err("step %llu failed: %s", (unsigned long long)res->step_id, error);
         rt_sched_fail_running(&s->sched, &s->step);
         for (int32_t i = 0; i < s->step.n_entries; i++)
-            ((struct rt_req *)s->step.entries[i].user)->in_step = 0;
+            ((struct rt_req *)s->step.entries[i].user)->core->in_step = 0;
         handle_events(s, error);
         reap(s);
         update_gauges(s);
@@ -360,12 +430,12 @@ static void handle_result(struct rt_server *s, const struct rt_link_result *res)
      * its entry, and every other request goes on. */
     for (int32_t i = 0; i < n; i++) {
         struct rt_req *r = s->step.entries[i].user;
-        if (res->entries[i].error == NULL || r->done)
+        if (res->entries[i].error == NULL || r->core->done)
             continue;
         log_warn("request %s failed on the worker: %s", r->id_str,
                  res->entries[i].error);
         rt_sched_abort(&s->sched, r->id);
-        rt_text_finish(&r->text);
+        rt_text_finish(&r->core->text);
         observe_finish(s, r, RT_FINISH_ERROR);
         rt_req_deliver(r, RT_FINISH_ERROR, res->entries[i].error);
     }
@@ -373,37 +443,37 @@ static void handle_result(struct rt_server *s, const struct rt_link_result *res)
     for (int32_t i = 0; i < n; i++) {
         const struct rt_step_entry *en = &s->step.entries[i];
         struct rt_req *r = en->user;
-        r->in_step = 0;
-        if (!en->sample || r->done || res->tokens[i] < 0)
+        r->core->in_step = 0;
+        if (!en->sample || r->core->done || res->tokens[i] < 0)
             continue;
         const struct rt_link_token *lt = &res->entries[i];
         int32_t tok = res->tokens[i];
-        if (r->n_out < r->cap_out) {
-            r->out_ids[r->n_out] = tok;
-            r->out_lps[r->n_out] = lt->logprob;
-            for (int k = 0; k < r->n_top; k++) {
+        if (r->n_out < r->core->cap_out) {
+            r->core->out_ids[r->n_out] = tok;
+            r->core->out_lps[r->n_out] = lt->logprob;
+            for (int k = 0; k < r->core->n_top; k++) {
                 int have = (size_t)k < lt->n_top;
-                r->out_top_ids[(size_t)r->n_out * r->n_top + k] =
+                r->core->out_top_ids[(size_t)r->n_out * r->core->n_top + k] =
                     have ? (int32_t)lt->top_ids[k] : -1;
-                r->out_top_lps[(size_t)r->n_out * r->n_top + k] =
+                r->core->out_top_lps[(size_t)r->n_out * r->core->n_top + k] =
                     have ? lt->top_logprobs[k] : -INFINITY;
             }
             r->n_out++;
         }
         if (r->n_out == 1) {
-            r->t_first = now;
+            r->core->t_first = now;
             rt_metrics_histogram_observe(s->metrics.time_to_first_token_seconds,
-                                         now - r->t_arrival);
+                                         now - r->core->t_arrival);
         } else {
             rt_metrics_histogram_observe(s->metrics.inter_token_latency_seconds,
-                                         now - r->t_last);
+                                         now - r->core->t_last);
         }
-        r->t_last = now;
+        r->core->t_last = now;
         rt_metrics_counter_inc(s->metrics.generation_tokens_total);
         int hit = 0;
         int eos = is_stop_token(r, tok);
         if (!eos || r->q.opts.include_stop_str_in_output)
-            rt_text_push(&r->text, tok, &hit);
+            rt_text_push(&r->core->text, tok, &hit);
         if (r->n_out > r->q.opts.min_tokens || r->q.opts.min_tokens <= 0)
             stop[i] = (uint8_t)(eos || hit);
     }
@@ -418,7 +488,7 @@ static void handle_result(struct rt_server *s, const struct rt_link_result *res)
     /* Requests still running get their new text as it becomes safe. */
     for (int32_t i = 0; i < n; i++) {
         struct rt_req *r = s->step.entries[i].user;
-        if (!r->done)
+        if (!r->core->done)
             rt_req_deliver(r, RT_FINISH_NONE, NULL);
     }
     reap(s);
@@ -528,12 +598,12 @@ static void on_ready(void *ud)
          * such a request would be preempted and end without reaching its
          * own limit. */
         int64_t fit = rt_sched_max_tokens(&s->sched);
-        if (fit < s->max_model_len) {
+        if (fit < s->info.max_model_len) {
             log_warn("max_model_len %d capped to %lld: a KV pool of %d "
                      "pages per rank holds no more tokens of one request "
                      "(raise --kv-memory for the full context)",
-                     s->max_model_len, (long long)fit, sc.pages_per_rank);
-            s->max_model_len = (int32_t)fit;
+                     s->info.max_model_len, (long long)fit, sc.pages_per_rank);
+            s->info.max_model_len = (int32_t)fit;
         }
     } else {
         log_info("all workers are back; admitting again");
@@ -589,20 +659,20 @@ static void drain_timeout_cb(uv_timer_t *t)
     rt_server__cancel_jobs(s);
     struct rt_req *r = s->reqs, *next;
     for (; r != NULL; r = next) {
-        next = r->next;
-        if (r->holding) {
+        next = r->core->next;
+        if (r->core->holding) {
             /* Output held for a client that is not reading: drop it and
              * end the stream with the error. */
-            r->holding = 0;
-            r->no_hold = 1;
-            rt_text_mark(&r->text, r->text.out.len);
-            r->lp_sent = r->n_out;
+            r->core->holding = 0;
+            r->core->no_hold = 1;
+            rt_text_mark(&r->core->text, r->core->text.out.len);
+            r->core->lp_sent = r->n_out;
             rt_req_deliver(r, RT_FINISH_ERROR, "the server shut down");
-        } else if (!r->done) {
-            if (r->submitted)
+        } else if (!r->core->done) {
+            if (r->core->submitted)
                 rt_sched_abort(&s->sched, r->id);
             observe_finish(s, r, RT_FINISH_ERROR);
-            r->no_hold = 1;
+            r->core->no_hold = 1;
             rt_req_deliver(r, RT_FINISH_ERROR, "the server shut down");
         }
     }
@@ -746,7 +816,7 @@ static int load_model_side(struct rt_server *s, char *err, size_t errlen)
         ctx = s->mc.sliding_window;
     if (o->max_model_len > 0 && o->max_model_len < ctx)
         ctx = o->max_model_len;
-    s->max_model_len = ctx > INT32_MAX ? INT32_MAX : (int32_t)ctx;
+    s->info.max_model_len = ctx > INT32_MAX ? INT32_MAX : (int32_t)ctx;
     /* The name clients must send: cut, it would refuse the whole one. */
     if (strlen(o->served_model_name) >= sizeof(s->model_name))
         return tg_err_set(err, errlen, TG_ETOOBIG,
@@ -755,20 +825,32 @@ static int load_model_side(struct rt_server *s, char *err, size_t errlen)
                           o->served_model_name, strlen(o->served_model_name),
                           sizeof(s->model_name) - 1);
     snprintf(s->model_name, sizeof(s->model_name), "%s", o->served_model_name);
+    s->info.model_name = s->model_name;
+    s->info.vocab_size = s->mc.vocab_size;
+    s->info.num_layers = s->mc.num_layers;
+    s->info.num_kv_heads = s->mc.num_kv_heads;
+    s->info.head_dim = s->mc.head_dim;
+    s->info.page_size = s->layout.page_size;
+    s->info.heads_per_group = s->layout.heads_per_group;
+    s->info.tool_format = s->have_tmpl ? s->tmpl.tool_format : CT_TOOLS_NONE;
     return 0;
 }
 
-int rt_server_init(struct rt_server *s, uv_loop_t *loop,
+int rt_server_init(struct rt_server **out, uv_loop_t *loop,
                    const struct tg_serve_opts *o, char *err, size_t errlen)
 {
-    memset(s, 0, sizeof(*s));
+    *out = NULL;
+    struct rt_server *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return tg_err_set(err, errlen, TG_ENOMEM,
+                          "cannot allocate the router's core");
     s->loop = loop;
     s->opts = o;
     s->rng = uv_hrtime() ^ ((uint64_t)getpid() << 32);
     if (getrandom(&s->scope_key, sizeof(s->scope_key), 0) !=
         (ssize_t)sizeof(s->scope_key))
         s->scope_key = rt_server__splitmix(&s->rng);
-    s->started = (int64_t)time(NULL);
+    s->info.started = (int64_t)time(NULL);
     rt_step_init(&s->step);
     rt_gpreps_init(&s->gpreps, (int32_t)o->max_grammar_compiles,
                    RT_SERVER_GRAMMAR_KEEP);
@@ -809,6 +891,7 @@ int rt_server_init(struct rt_server *s, uv_loop_t *loop,
     rc = rt_link_init(&s->link, loop, &lc, err, errlen);
     if (rc != 0)
         goto fail;
+    *out = s;
     return 0;
 fail:
     rt_server_discard(s);
@@ -864,6 +947,8 @@ void rt_server_discard(struct rt_server *s)
 
 void rt_server_free(struct rt_server *s)
 {
+    if (s == NULL)
+        return;
     if (!s->stopping)
         rt_link_close(&s->link);
     while (s->reqs != NULL)
@@ -885,6 +970,5 @@ void rt_server_free(struct rt_server *s)
     pf_profile_free(&s->profile);
     tok_tokenizer_free(&s->tok);
     ct_template_free(&s->tmpl);
-    s->have_tmpl = 0;
-    s->sched_ready = 0;
+    free(s);
 }

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "common/base/tg_err.h"
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 
 /* Renders (chat) and tokenizes what `j` names into j->ids; any thread. */
 static int encode_now(const struct rt_server *s, struct rt_encode_job *j)
@@ -37,16 +37,16 @@ static int encode_now(const struct rt_server *s, struct rt_encode_job *j)
         int rc = tok_encode_max(&s->tok, NULL, j->text, j->len, flags,
                                 j->max_ids, &j->ids, err, sizeof(err));
         if (rc != 0)
-            rt_request_error_set(e, rc == TG_ENOMEM ? 500 : 400,
-                                 rc == TG_ERANGE ? "context_length_exceeded"
-                                                 : "invalid_prompt",
-                                 "prompt", "%s", err);
+            rt_request_error_set(
+                e, rc == TG_ENOMEM ? RT_REQ_ERR_INTERNAL : RT_REQ_ERR_INVALID,
+                rc == TG_ERANGE ? "context_length_exceeded" : "invalid_prompt",
+                "prompt", "%s", err);
         return rc;
     }
     if (!s->have_tmpl) {
-        rt_request_error_set(e, 400, "chat_template_unsupported", "messages",
-                             "this model has no usable chat template: %s",
-                             s->tmpl_error);
+        rt_request_error_set(
+            e, RT_REQ_ERR_INVALID, "chat_template_unsupported", "messages",
+            "this model has no usable chat template: %s", s->tmpl_error);
         return TG_EUNSUPPORTED;
     }
     char *rendered = NULL;
@@ -62,18 +62,19 @@ static int encode_now(const struct rt_server *s, struct rt_encode_job *j)
         const char *code = rc == TG_EUNSUPPORTED ? "chat_template_unsupported"
                            : rc == TG_ETOOBIG    ? "prompt_too_large"
                                                  : "invalid_messages";
-        rt_request_error_set(e, rc == TG_ENOMEM ? 500 : 400, code, "messages",
-                             "%s", err);
+        rt_request_error_set(
+            e, rc == TG_ENOMEM ? RT_REQ_ERR_INTERNAL : RT_REQ_ERR_INVALID, code,
+            "messages", "%s", err);
         return rc;
     }
     rc = tok_encode_max(&s->tok, NULL, rendered, rlen, flags, j->max_ids,
                         &j->ids, err, sizeof(err));
     free(rendered);
     if (rc != 0)
-        rt_request_error_set(e, rc == TG_ENOMEM ? 500 : 400,
-                             rc == TG_ERANGE ? "context_length_exceeded"
-                                             : "invalid_messages",
-                             "messages", "%s", err);
+        rt_request_error_set(
+            e, rc == TG_ENOMEM ? RT_REQ_ERR_INTERNAL : RT_REQ_ERR_INVALID,
+            rc == TG_ERANGE ? "context_length_exceeded" : "invalid_messages",
+            "messages", "%s", err);
     return rc;
 }
 
@@ -245,7 +246,8 @@ static void encode_done(struct rt_pool_job *p, int ran)
     if (!ran)
         j->rc = TG_ECANCELED;
     if (j->rc == TG_ECANCELED)
-        rt_request_error_set(&j->e, 503, "server_draining", NULL,
+        rt_request_error_set(&j->e, RT_REQ_ERR_UNAVAILABLE, "server_draining",
+                             NULL,
                              "the request was cancelled before its prompt was "
                              "tokenized");
     j->done(j);
@@ -259,7 +261,8 @@ int rt_encode_job_start(struct rt_server *s, struct rt_encode_job *j)
     j->pool.run = encode_run;
     j->pool.done = encode_done;
     if (rt_pool_job_start(s, &j->pool, err, sizeof(err)) != 0) {
-        rt_request_error_set(&j->e, 500, "internal_error", NULL, "%s", err);
+        rt_request_error_set(&j->e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "%s", err);
         return TG_EINTERNAL;
     }
     return 0;

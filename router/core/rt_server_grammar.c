@@ -4,7 +4,7 @@
  * grammar is not ready waits here, never in a step: its first plan entry
  * comes only after rank 0 reported the grammar ready, so a first-seen
  * schema's compile never stalls the batch. Loop thread. */
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -70,17 +70,17 @@ void rt_server__grammar_flush(struct rt_server *s)
 int rt_server__grammar_hold(struct rt_req *r, struct rt_request_error *e)
 {
     struct rt_server *s = r->srv;
-    if (r->q.grammar == NULL || r->gprep != NULL)
+    if (r->q.grammar == NULL || r->core->gprep != NULL)
         return 0; /* none, or a sample holding its leader's */
     struct rt_gprep *p = NULL;
     int rc = rt_gpreps_acquire(&s->gpreps, r->q.grammar, &p);
     if (rc == 0) {
-        r->gprep = p; /* ready on rank 0: straight to the scheduler */
+        r->core->gprep = p; /* ready on rank 0: straight to the scheduler */
         return 0;
     }
     if (rc == TG_EBUSY) {
         rt_server__grammar_gauges(s);
-        rt_request_error_set(e, 429, "grammar_queue_full", NULL,
+        rt_request_error_set(e, RT_REQ_ERR_BUSY, "grammar_queue_full", NULL,
                              "too many output constraints are being "
                              "compiled (--max-grammar-compiles %lld); "
                              "retry later",
@@ -88,7 +88,8 @@ int rt_server__grammar_hold(struct rt_req *r, struct rt_request_error *e)
         return rc;
     }
     if (rc != TG_EAGAIN) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return rc;
     }
     /* It will wait: bounded with the scheduler's queue, and only for a
@@ -100,19 +101,19 @@ int rt_server__grammar_hold(struct rt_req *r, struct rt_request_error *e)
         rt_gpreps_put(&s->gpreps, p);
         rt_server__grammar_flush(s);
         if (r->on_submitted == NULL) {
-            rt_request_error_set(e, 500, "internal_error", NULL,
+            rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
                                  "a constrained request needs an "
                                  "asynchronous submission");
             return TG_EINVAL;
         }
         rt_request_error_set(
-            e, 429, "queue_full", NULL,
+            e, RT_REQ_ERR_BUSY, "queue_full", NULL,
             "too many requests are waiting (--max-queued %lld)",
             (long long)s->opts->max_queued);
         return TG_EBUSY;
     }
-    r->gprep = p;
-    r->gwait = 1;
+    r->core->gprep = p;
+    r->core->gwait = 1;
     s->n_gwait++;
     rt_server__grammar_flush(s);
     rt_server__grammar_gauges(s);
@@ -122,14 +123,14 @@ int rt_server__grammar_hold(struct rt_req *r, struct rt_request_error *e)
 void rt_server__grammar_put(struct rt_req *r)
 {
     struct rt_server *s = r->srv;
-    if (r->gprep == NULL)
+    if (r->core->gprep == NULL)
         return;
-    if (r->gwait) {
-        r->gwait = 0;
+    if (r->core->gwait) {
+        r->core->gwait = 0;
         s->n_gwait--;
     }
-    rt_gpreps_put(&s->gpreps, r->gprep);
-    r->gprep = NULL;
+    rt_gpreps_put(&s->gpreps, r->core->gprep);
+    r->core->gprep = NULL;
     rt_server__grammar_flush(s);
     rt_server__grammar_gauges(s);
 }
@@ -151,8 +152,8 @@ static struct rt_req *oldest_waiter(struct rt_server *s,
                                     const struct rt_gprep *p)
 {
     struct rt_req *best = NULL;
-    for (struct rt_req *r = s->reqs; r != NULL; r = r->next)
-        if (r->gwait && !r->done && r->gprep == p &&
+    for (struct rt_req *r = s->reqs; r != NULL; r = r->core->next)
+        if (r->core->gwait && !r->core->done && r->core->gprep == p &&
             (best == NULL || r->id < best->id))
             best = r;
     return best;
@@ -169,7 +170,7 @@ static void answered(struct rt_server *s, struct rt_gprep *p)
     const char *param = p->state == RT_GPREP_READY ? NULL : param_of(p->spec);
     struct rt_req *r;
     while ((r = oldest_waiter(s, p)) != NULL) {
-        r->gwait = 0;
+        r->core->gwait = 0;
         s->n_gwait--;
         struct rt_request_error e;
         int rc;
@@ -177,17 +178,17 @@ static void answered(struct rt_server *s, struct rt_gprep *p)
             rc = rt_server__sched_submit(r, &e);
         } else if (p->busy) {
             rc = TG_EBUSY;
-            rt_request_error_set(&e, 429, "grammar_queue_full", NULL, "%s",
-                                 p->error);
+            rt_request_error_set(&e, RT_REQ_ERR_BUSY, "grammar_queue_full",
+                                 NULL, "%s", p->error);
         } else {
             rc = TG_EINVAL;
-            rt_request_error_set(&e, 400, "invalid_schema", param, "%s",
-                                 p->error);
+            rt_request_error_set(&e, RT_REQ_ERR_INVALID, "invalid_schema",
+                                 param, "%s", p->error);
         }
-        if (!r->resubmit) {
+        if (!r->core->resubmit) {
             r->on_submitted(r, rc, &e);
         } else {
-            r->resubmit = 0;
+            r->core->resubmit = 0;
             if (rc != 0)
                 rt_server__fail(r, e.message);
         }
@@ -216,7 +217,7 @@ void rt_server__on_grammar(void *ud, const struct rt_link_gready *rd, size_t n)
 /* The request with id `id`, or NULL. */
 static struct rt_req *find(struct rt_server *s, uint64_t id)
 {
-    for (struct rt_req *r = s->reqs; r != NULL; r = r->next)
+    for (struct rt_req *r = s->reqs; r != NULL; r = r->core->next)
         if (r->id == id)
             return r;
     return NULL;
@@ -236,8 +237,9 @@ void rt_server__grammar_lost(struct rt_server *s)
      * choice of n fails its group). */
     size_t n = 0, cap = 0;
     uint64_t *ids = NULL;
-    for (struct rt_req *r = s->reqs; r != NULL; r = r->next) {
-        if (r->gprep == NULL || !r->submitted || r->done || r->holding)
+    for (struct rt_req *r = s->reqs; r != NULL; r = r->core->next) {
+        if (r->core->gprep == NULL || !r->core->submitted || r->core->done ||
+            r->core->holding)
             continue;
         if (TG_GROW(ids, &cap, n + 1) != 0)
             break; /* the rest fail at their plan entry, alone */
@@ -247,16 +249,19 @@ void rt_server__grammar_lost(struct rt_server *s)
     int pulled = 0, failed = 0;
     for (size_t i = 0; i < n; i++) {
         struct rt_req *r = find(s, ids[i]);
-        if (r == NULL || r->done || r->holding || !r->submitted)
+        if (r == NULL || r->core->done || r->core->holding ||
+            !r->core->submitted)
             continue;
         struct rt_sched_req_info info;
         int queued = s->sched_ready &&
                      rt_sched_req_info(&s->sched, r->id, &info) == 0 &&
                      info.state == RT_SCHED_WAITING &&
                      info.completion_tokens == 0 && r->n_out == 0;
-        struct rt_req *lead = r->fork_of != 0 ? find(s, r->fork_of) : NULL;
-        if (r->fork_of != 0) /* a sample goes back with its leader only */
-            queued = lead != NULL && lead->gwait && lead->gprep == r->gprep;
+        struct rt_req *lead = r->core->fork_of != 0 ? find(s, r->core->fork_of)
+                                                    : NULL;
+        if (r->core->fork_of != 0) /* a sample goes back with its leader only */
+            queued = lead != NULL && lead->core->gwait &&
+                     lead->core->gprep == r->core->gprep;
         if (!queued) {
             rt_server__fail(r, "a worker died");
             failed++;
@@ -266,9 +271,9 @@ void rt_server__grammar_lost(struct rt_server *s)
          * submitted anew once the next group has it (a leader's samples
          * leave the scheduler with it and return right after it). */
         rt_sched_abort(&s->sched, r->id);
-        r->submitted = 0;
-        r->gwait = 1;
-        r->resubmit = 1;
+        r->core->submitted = 0;
+        r->core->gwait = 1;
+        r->core->resubmit = 1;
         s->n_gwait++;
         pulled++;
     }

@@ -4,7 +4,7 @@
  * early context bound), the cache scope, and the submission to the
  * scheduler; resuming a request its client held back (see rt_server.h).
  * Loop thread, except the encode job's work function. */
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,16 +17,18 @@
 struct rt_req *rt_req_new(struct rt_server *s, const struct rt_sink *sink,
                           void *client)
 {
-    struct rt_req *r = calloc(1, sizeof(*r));
-    if (r == NULL)
+    struct rt_req_full *f = calloc(1, sizeof(*f));
+    if (f == NULL)
         return NULL;
+    struct rt_req *r = &f->pub;
+    r->core = &f->core;
     r->srv = s;
     r->sink = sink;
     r->client = client;
     r->id = ++s->next_id;
     r->created = (int64_t)time(NULL);
-    r->t_arrival = rt_server_now(s);
-    r->next = s->reqs;
+    r->core->t_arrival = rt_server_now(s);
+    r->core->next = s->reqs;
     s->reqs = r;
     s->n_reqs++;
     return r;
@@ -35,9 +37,9 @@ struct rt_req *rt_req_new(struct rt_server *s, const struct rt_sink *sink,
 static void req_unlink(struct rt_req *r)
 {
     struct rt_server *s = r->srv;
-    for (struct rt_req **p = &s->reqs; *p != NULL; p = &(*p)->next) {
+    for (struct rt_req **p = &s->reqs; *p != NULL; p = &(*p)->core->next) {
         if (*p == r) {
-            *p = r->next;
+            *p = r->core->next;
             s->n_reqs--;
             return;
         }
@@ -51,35 +53,38 @@ void rt_req_drop(struct rt_req *r)
     if (r->sink != NULL && r->sink->release != NULL)
         r->sink->release(r);
     rt_request_free(&r->q);
-    rt_text_free(&r->text);
-    free(r->prompt);
-    free(r->out_ids);
-    free(r->out_lps);
-    free(r->out_top_ids);
-    free(r->out_top_lps);
-    free(r->top_scratch);
-    free(r->lp_scratch);
+    rt_text_free(&r->core->text);
+    free(r->core->prompt);
+    free(r->core->out_ids);
+    free(r->core->out_lps);
+    free(r->core->out_top_ids);
+    free(r->core->out_top_lps);
+    free(r->core->top_scratch);
+    free(r->core->lp_scratch);
     free(r);
 }
 
-/* Copies the client's token ids into r->prompt after checking them. */
+/* Copies the client's token ids into r->core->prompt after checking them. */
 static int take_prompt_ids(struct rt_req *r, struct rt_request_error *e)
 {
     struct rt_server *s = r->srv;
     for (size_t i = 0; i < r->q.n_prompt_ids; i++)
         if (r->q.prompt_ids[i] < 0 || r->q.prompt_ids[i] >= s->mc.vocab_size) {
-            rt_request_error_set(e, 400, "invalid_token", "prompt",
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_token",
+                                 "prompt",
                                  "token id %d at index %zu is outside the "
                                  "vocabulary [0, %d)",
                                  r->q.prompt_ids[i], i, s->mc.vocab_size);
             return TG_EINVAL;
         }
-    r->prompt = malloc((r->q.n_prompt_ids + 1) * sizeof(int32_t));
-    if (r->prompt == NULL) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+    r->core->prompt = malloc((r->q.n_prompt_ids + 1) * sizeof(int32_t));
+    if (r->core->prompt == NULL) {
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return TG_ENOMEM;
     }
-    memcpy(r->prompt, r->q.prompt_ids, r->q.n_prompt_ids * sizeof(int32_t));
+    memcpy(r->core->prompt, r->q.prompt_ids,
+           r->q.n_prompt_ids * sizeof(int32_t));
     r->n_prompt = (int64_t)r->q.n_prompt_ids;
     return 0;
 }
@@ -90,7 +95,7 @@ static int take_prompt_ids(struct rt_req *r, struct rt_request_error *e)
  * so encoding may stop there (tok_encode_max). */
 static size_t prompt_bound(const struct rt_req *r)
 {
-    int64_t ctx = r->srv->max_model_len;
+    int64_t ctx = r->srv->info.max_model_len;
     if (ctx <= 0)
         return SIZE_MAX;
     int64_t gen = r->q.opts.max_tokens > 0 ? r->q.opts.max_tokens : 1;
@@ -118,13 +123,14 @@ static void job_inputs(struct rt_req *r, struct rt_encode_job *j)
 /* The context error of a prompt that tok_encode_max stopped. */
 static void over_context(struct rt_req *r, struct rt_request_error *e)
 {
-    rt_request_error_set(
-        e, 400, "context_length_exceeded", r->q.is_chat ? "messages" : "prompt",
-        "the prompt has more than %zu tokens; this model's "
-        "context is %d tokens, which must also hold %s",
-        prompt_bound(r), (int)r->srv->max_model_len,
-        r->q.opts.max_tokens > 0 ? "max_tokens"
-                                 : "at least one generated token");
+    rt_request_error_set(e, RT_REQ_ERR_INVALID, "context_length_exceeded",
+                         r->q.is_chat ? "messages" : "prompt",
+                         "the prompt has more than %zu tokens; this model's "
+                         "context is %d tokens, which must also hold %s",
+                         prompt_bound(r), (int)r->srv->info.max_model_len,
+                         r->q.opts.max_tokens > 0
+                             ? "max_tokens"
+                             : "at least one generated token");
 }
 
 static int submit_tokenized(struct rt_req *r, struct rt_request_error *e);
@@ -134,21 +140,21 @@ static void req_job_done(struct rt_encode_job *j)
 {
     struct rt_req *r = j->owner;
     struct rt_server *s = r->srv;
-    r->job = NULL;
+    r->core->job = NULL;
     struct tok_ids ids = j->ids;
     int rc = j->rc;
     struct rt_request_error e = j->e;
     free(j);
-    if (r->done) {
+    if (r->core->done) {
         /* Cancelled or aborted meanwhile: the result is dropped. */
         tok_ids_free(&ids);
-        if (!r->in_step && !r->in_deliver && !r->holding)
+        if (!r->core->in_step && !r->core->in_deliver && !r->core->holding)
             rt_req_drop(r);
         rt_server__drain_check(s);
         return;
     }
     if (rc == 0) {
-        r->prompt = ids.v;
+        r->core->prompt = ids.v;
         r->n_prompt = (int64_t)ids.n;
         rc = submit_tokenized(r, &e);
         if (rc == TG_EAGAIN)
@@ -161,7 +167,7 @@ static void req_job_done(struct rt_encode_job *j)
     r->on_submitted(r, rc, &e);
 }
 
-/* Tokenizes the prompt of r->q into r->prompt, or starts a job for it
+/* Tokenizes the prompt of r->q into r->core->prompt, or starts a job for it
  * (TG_EAGAIN). */
 static int tokenize(struct rt_req *r, struct rt_request_error *e)
 {
@@ -170,7 +176,8 @@ static int tokenize(struct rt_req *r, struct rt_request_error *e)
         return take_prompt_ids(r, e);
     struct rt_encode_job *j = calloc(1, sizeof(*j));
     if (j == NULL) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return TG_ENOMEM;
     }
     job_inputs(r, j);
@@ -187,7 +194,7 @@ static int tokenize(struct rt_req *r, struct rt_request_error *e)
             free(j);
             return rc;
         }
-        r->prompt = j->ids.v;
+        r->core->prompt = j->ids.v;
         r->n_prompt = (int64_t)j->ids.n;
         free(j);
         return 0;
@@ -206,7 +213,7 @@ static int tokenize(struct rt_req *r, struct rt_request_error *e)
         free(j);
         return TG_EINTERNAL;
     }
-    r->job = j;
+    r->core->job = j;
     return TG_EAGAIN;
 }
 
@@ -249,64 +256,72 @@ static uint64_t cache_scope(const struct rt_req *r)
     return rt_server__splitmix(&h);
 }
 
+/* 1 with *e set when s takes no request now (draining, or the workers not
+ * ready), else 0. */
+static int refusing(const struct rt_server *s, struct rt_request_error *e)
+{
+    if (s->draining) {
+        rt_request_error_set(e, RT_REQ_ERR_UNAVAILABLE, "server_draining", NULL,
+                             "the server is shutting down");
+        return 1;
+    }
+    if (!rt_server_ready(s)) {
+        rt_request_error_set(e, RT_REQ_ERR_UNAVAILABLE, "not_ready", NULL,
+                             "the workers are not ready; retry later");
+        return 1;
+    }
+    return 0;
+}
+
 int rt_req_submit(struct rt_req *r, struct rt_request_error *e)
 {
     struct rt_server *s = r->srv;
-    if (s->draining) {
-        rt_request_error_set(e, 503, "server_draining", NULL,
-                             "the server is shutting down");
+    if (refusing(s, e))
         return TG_EBUSY;
-    }
-    if (!rt_server_ready(s)) {
-        rt_request_error_set(e, 503, "not_ready", NULL,
-                             "the workers are not ready; retry later");
-        return TG_EBUSY;
-    }
     int rc = tokenize(r, e);
     if (rc != 0)
         return rc;
     return submit_tokenized(r, e);
 }
 
-/* The rest of rt_req_submit once r->prompt holds the ids. */
+/* The rest of rt_req_submit once r->core->prompt holds the ids. */
 static int submit_tokenized(struct rt_req *r, struct rt_request_error *e)
 {
     struct rt_server *s = r->srv;
     /* The state may have changed while the prompt was encoded. */
-    if (s->draining) {
-        rt_request_error_set(e, 503, "server_draining", NULL,
-                             "the server is shutting down");
+    if (refusing(s, e))
         return TG_EBUSY;
-    }
-    if (!rt_server_ready(s)) {
-        rt_request_error_set(e, 503, "not_ready", NULL,
-                             "the workers are not ready; retry later");
-        return TG_EBUSY;
-    }
-    int rc = rt_request_fit(&r->q, s->max_model_len, r->n_prompt, e);
+    int rc = rt_request_fit(&r->q, s->info.max_model_len, r->n_prompt, e);
     if (rc != 0)
         return rc;
     const struct rt_gen_opts *sp = &r->q.opts;
-    rc = rt_text_init(&r->text, &s->tok, (const char *const *)sp->stop,
+    rc = rt_text_init(&r->core->text, &s->tok, (const char *const *)sp->stop,
                       (int)sp->n_stop);
     if (rc != 0) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return rc;
     }
-    r->n_top = r->q.sampling.n_top;
-    r->cap_out = sp->max_tokens;
-    r->out_ids = malloc((size_t)r->cap_out * sizeof(int32_t));
-    r->out_lps = malloc((size_t)r->cap_out * sizeof(float));
-    r->lp_scratch = calloc((size_t)r->cap_out, sizeof(*r->lp_scratch));
-    r->out_top_ids = malloc(((size_t)r->cap_out * r->n_top + 1) * sizeof(int32_t));
-    r->out_top_lps = malloc(((size_t)r->cap_out * r->n_top + 1) * sizeof(float));
-    r->top_scratch = calloc((size_t)r->cap_out * r->n_top + 1, sizeof(*r->top_scratch));
-    if (!r->out_ids || !r->out_lps || !r->lp_scratch || !r->out_top_ids ||
-        !r->out_top_lps || !r->top_scratch) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+    r->core->n_top = r->q.sampling.n_top;
+    r->core->cap_out = sp->max_tokens;
+    r->core->out_ids = malloc((size_t)r->core->cap_out * sizeof(int32_t));
+    r->core->out_lps = malloc((size_t)r->core->cap_out * sizeof(float));
+    r->core->lp_scratch = calloc((size_t)r->core->cap_out,
+                                 sizeof(*r->core->lp_scratch));
+    r->core->out_top_ids = malloc(
+        ((size_t)r->core->cap_out * r->core->n_top + 1) * sizeof(int32_t));
+    r->core->out_top_lps = malloc(
+        ((size_t)r->core->cap_out * r->core->n_top + 1) * sizeof(float));
+    r->core->top_scratch = calloc((size_t)r->core->cap_out * r->core->n_top + 1,
+                                  sizeof(*r->core->top_scratch));
+    if (!r->core->out_ids || !r->core->out_lps || !r->core->lp_scratch ||
+        !r->core->out_top_ids || !r->core->out_top_lps ||
+        !r->core->top_scratch) {
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return TG_ENOMEM;
     }
-    if (r->fork_of == 0) /* a sample's seed is set by rt_req_new_sample */
+    if (r->core->fork_of == 0) /* a sample's seed is set by rt_req_new_sample */
         r->q.sampling.seed = sp->has_seed ? r->q.sampling.seed
                                           : rt_server__splitmix(&s->rng);
     /* A constrained request goes on only once rank 0 holds its grammar
@@ -322,52 +337,59 @@ int rt_server__sched_submit(struct rt_req *r, struct rt_request_error *e)
     struct rt_server *s = r->srv;
     const struct rt_gen_opts *sp = &r->q.opts;
     int rc;
-    /* What the workers draw with: the value the front end checked, its
-     * seed resolved at the submission. */
+    /* What the workers draw with: the value the front end checked (its
+     * trust boundary; here it is an invariant), its seed resolved at the
+     * submission. The scheduler borrows the bias arrays: r outlives its
+     * time in the scheduler (r is freed only once done, and every end
+     * goes through the scheduler's end event or rt_sched_abort). */
+    TG_ASSERT(tg_sampling_check(&r->q.sampling, s->info.vocab_size, NULL, NULL,
+                                0) == 0);
     struct rt_sched_request sr = {
         .id = r->id,
         .request_id = r->id_str,
         .sampling = r->q.sampling,
-        .prompt = r->prompt,
+        .prompt = r->core->prompt,
         .n_prompt = r->n_prompt,
         .max_tokens = sp->max_tokens,
         .session_id = r->q.session_id,
         .grammar = r->q.grammar,
-        .grammar_prepare = r->gprep != NULL ? r->gprep->id : 0,
+        .grammar_prepare = r->core->gprep != NULL ? r->core->gprep->id : 0,
         .cache_scope = cache_scope(r),
         .user = r,
-        .fork_of = r->fork_of,
+        .fork_of = r->core->fork_of,
     };
     char err[256];
     rc = rt_sched_submit(&s->sched, &sr, err, sizeof(err));
     if (rc == TG_EBUSY) {
         rt_request_error_set(
-            e, 429, "queue_full", NULL,
+            e, RT_REQ_ERR_BUSY, "queue_full", NULL,
             "too many requests are waiting (--max-queued %lld)",
             (long long)s->opts->max_queued);
         return rc;
     }
-    if (rc == TG_ETOOBIG && r->fork_of != 0) {
-        rt_request_error_set(e, 400, "invalid_value", "n",
+    if (rc == TG_ETOOBIG && r->core->fork_of != 0) {
+        rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value", "n",
                              "'n' = %d parallel samples do not fit: %s",
                              (int)r->choice + 1, err);
         return rc;
     }
     if (rc == TG_ETOOBIG) {
         rt_request_error_set(
-            e, 400, "context_length_exceeded", "prompt",
+            e, RT_REQ_ERR_INVALID, "context_length_exceeded", "prompt",
             "the prompt needs more KV pages than a worker holds: %s", err);
         return rc;
     }
     if (rc != 0) {
-        rt_request_error_set(e, 500, "internal_error", NULL, "%s", err);
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "%s", err);
         return rc;
     }
-    r->submitted = 1;
-    if (r->fork_of == 0 && !r->counted) /* a shared prompt counts once */
+    r->core->submitted = 1;
+    if (r->core->fork_of == 0 &&
+        !r->core->counted) /* a shared prompt counts once */
         rt_metrics_counter_add(s->metrics.prompt_tokens_total,
                                (double)r->n_prompt);
-    r->counted = 1;
+    r->core->counted = 1;
     rt_server__wake(s);
     return 0;
 }
@@ -379,7 +401,7 @@ int rt_server_check_n(const struct rt_server *s, int32_t n,
         return 0;
     if (n > s->opts->max_num_seqs) {
         rt_request_error_set(
-            e, 400, "unsupported_value", "n",
+            e, RT_REQ_ERR_INVALID, "unsupported_value", "n",
             "'n' = %d exceeds --max-num-seqs %lld: the choices "
             "of one request run side by side",
             (int)n, (long long)s->opts->max_num_seqs);
@@ -391,7 +413,7 @@ int rt_server_check_n(const struct rt_server *s, int32_t n,
                         ? s->opts->method
                         : s->profile.method;
     if (m != NULL && strcmp(m, "gvote") == 0) {
-        rt_request_error_set(e, 400, "unsupported_value", "n",
+        rt_request_error_set(e, RT_REQ_ERR_INVALID, "unsupported_value", "n",
                              "'n' = %d is not supported with --method gvote: "
                              "its rows shrink by what the worker keeps after "
                              "each prefill chunk, and the samples share the "
@@ -409,28 +431,29 @@ struct rt_req *rt_req_new_sample(struct rt_req *leader, int32_t index,
     struct rt_server *s = leader->srv;
     struct rt_req *r = rt_req_new(s, leader->sink, leader->client);
     if (r == NULL || rt_request_copy_sample(&leader->q, &r->q) != 0 ||
-        (r->prompt = malloc(((size_t)leader->n_prompt + 1) *
-                            sizeof(int32_t))) == NULL) {
+        (r->core->prompt = malloc(((size_t)leader->n_prompt + 1) *
+                                  sizeof(int32_t))) == NULL) {
         if (r != NULL)
             rt_req_drop(r);
-        rt_request_error_set(e, 500, "internal_error", NULL, "out of memory");
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
         return NULL;
     }
-    memcpy(r->prompt, leader->prompt,
+    memcpy(r->core->prompt, leader->core->prompt,
            (size_t)leader->n_prompt * sizeof(int32_t));
     r->n_prompt = leader->n_prompt;
     r->blocked = leader->blocked;
     r->group = leader->group;
     r->choice = index;
-    r->fork_of = leader->id;
+    r->core->fork_of = leader->id;
     /* vLLM's rule for the choices of a seeded request: choice i draws
      * with seed + i; without a seed, leader's seed was random. */
     r->q.sampling.seed = leader->q.sampling.seed + (uint64_t)index;
     r->created = leader->created;
     memcpy(r->id_str, leader->id_str, sizeof(r->id_str));
-    if (leader->gprep != NULL) { /* the leader's grammar, ready */
-        r->gprep = leader->gprep;
-        rt_gpreps_ref(r->gprep);
+    if (leader->core->gprep != NULL) { /* the leader's grammar, ready */
+        r->core->gprep = leader->core->gprep;
+        rt_gpreps_ref(r->core->gprep);
     }
     if (submit_tokenized(r, e) != 0) {
         rt_req_drop(r);
@@ -442,16 +465,17 @@ struct rt_req *rt_req_new_sample(struct rt_req *leader, int32_t index,
 void rt_req_resume(struct rt_req *r)
 {
     struct rt_server *s = r->srv;
-    if (r->done)
+    if (r->core->done)
         return;
-    if (r->holding) {
-        r->holding = 0;
-        rt_req_deliver(r, (enum rt_finish)r->held_fin,
-                       r->held_error[0] ? r->held_error : NULL);
+    if (r->core->holding) {
+        r->core->holding = 0;
+        rt_req_deliver(r, (enum rt_finish)r->core->held_fin,
+                       r->core->held_error[0] ? r->core->held_error : NULL);
     } else {
         rt_req_deliver(r, RT_FINISH_NONE, NULL);
     }
-    if (r->done && !r->in_step && !r->in_deliver && r->job == NULL) {
+    if (r->core->done && !r->core->in_step && !r->core->in_deliver &&
+        r->core->job == NULL) {
         rt_req_drop(r);
         rt_server__drain_check(s);
     }

@@ -6,7 +6,7 @@
 
 #include "common/base/tg_err.h"
 #include "common/base/tg_log.h"
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 
 void rt_server__tier_send(struct rt_server *s)
 {

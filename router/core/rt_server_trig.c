@@ -8,7 +8,7 @@
 #include "common/kv/kv_trig.h"
 #include "common/base/tg_err.h"
 #include "common/base/tg_log.h"
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 
 /* The statistics trig scores with: --trig-stats names a profile file of
  * the same model, else the profile's own. Only their presence and shape

@@ -154,6 +154,21 @@ static int req_check(struct rt_http_req *req, unsigned mask)
     return 0;
 }
 
+/* req_check for a call that ends the response (state `state`): a request
+ * cancelled meanwhile is finished here, detached (released) or attached to
+ * a connection that failed (its handle freed), and TG_ECANCELED returned. */
+static int final_check(struct rt_http_req *req, int state)
+{
+    int rc = req_check(req, 1u << state);
+    if (rc != TG_ECANCELED)
+        return rc;
+    if (!req->conn)
+        return detached_final(req);
+    req->conn->cur = NULL;
+    rt_http__req_free(req);
+    return TG_ECANCELED;
+}
+
 /* The response is complete: free the handle, then keep the connection
  * going (next pipelined request) or end it. */
 static void req_complete(struct rt_http_req *req, int keep)
@@ -253,15 +268,7 @@ void rt_http_req_on_abort(struct rt_http_req *req, rt_http_abort_fn fn,
 int rt_http_respond(struct rt_http_req *req, int status,
                     const char *content_type, const char *body, size_t len)
 {
-    int rc = req_check(req, 1u << RQ_HANDLER);
-    if (rc == TG_ECANCELED) {
-        if (!req->conn)
-            return detached_final(req);
-        /* Attached but the connection failed: finish the handle. */
-        req->conn->cur = NULL;
-        rt_http__req_free(req);
-        return TG_ECANCELED;
-    }
+    int rc = final_check(req, RQ_HANDLER);
     if (rc < 0)
         return rc;
     if (status < 200 || status > 599 ||
@@ -362,14 +369,7 @@ int rt_http_stream_write(struct rt_http_req *req, const void *data,
 
 int rt_http_stream_end(struct rt_http_req *req)
 {
-    int rc = req_check(req, 1u << RQ_STREAMING);
-    if (rc == TG_ECANCELED) {
-        if (!req->conn)
-            return detached_final(req);
-        req->conn->cur = NULL;
-        rt_http__req_free(req);
-        return TG_ECANCELED;
-    }
+    int rc = final_check(req, RQ_STREAMING);
     if (rc < 0)
         return rc;
     int http10 = req->http_major == 1 && req->http_minor == 0;

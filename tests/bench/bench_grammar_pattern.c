@@ -49,6 +49,10 @@ struct prop {
 
 static const struct prop email_props[] = {
     {"email", ZOD_EMAIL, NULL, 0, GM_REPEAT_INF}};
+/* What z.email() really writes: the pattern and "format": "email", both
+ * enforced (their intersection). */
+static const struct prop email_fmt_props[] = {
+    {"email", ZOD_EMAIL, "email", 0, GM_REPEAT_INF}};
 static const struct prop format_props[] = {
     {"created", NULL, "date-time", 0, GM_REPEAT_INF},
     {"day", NULL, "date", 0, GM_REPEAT_INF},
@@ -84,6 +88,7 @@ static const struct {
     size_t n;
 } objects[] = {
     {"zod-email", email_props, 1},
+    {"zod-email+format", email_fmt_props, 1},
     {"formats-10", format_props, sizeof format_props / sizeof *format_props},
     {"patterns-8", pattern_props, sizeof pattern_props / sizeof *pattern_props},
     {"maxLength", length_props, sizeof length_props / sizeof *length_props},
@@ -101,7 +106,16 @@ static int object_ir(struct gm_ir *ir, const struct prop *p, size_t n)
     for (size_t i = 0; i < n; i++) {
         char err[300];
         int32_t r;
-        if (p[i].pattern != NULL)
+        if (p[i].pattern != NULL && p[i].format != NULL) {
+            struct gm_rx_item it[2] = {{.text = p[i].pattern,
+                                        .len = strlen(p[i].pattern),
+                                        .kind = GM_RX_SEARCH}};
+            if (gm_format_item(p[i].format, strlen(p[i].format), &it[1]) != 0)
+                r = TG_ENOTFOUND;
+            else
+                r = gm_regex_json_string_items(ir, it, 2, p[i].lo, p[i].hi, err,
+                                               sizeof err);
+        } else if (p[i].pattern != NULL)
             r = gm_regex_json_string(ir, p[i].pattern, strlen(p[i].pattern),
                                      p[i].lo, p[i].hi, err, sizeof err);
         else

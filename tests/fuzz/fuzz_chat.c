@@ -29,7 +29,7 @@
 #include "common/base/tg_err.h"
 #include "common/tok/tok_tokenizer.h"
 #include "router/api/rt_openai.h"
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 #include "tests/fuzz/fz_util.h"
 
 #define N_TEMPLATES 15
@@ -118,8 +118,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (ids.v[i] < 0 || ids.v[i] >= tok_vocab_size(&tok))
                 fz_fail("token id %d out of the vocabulary", (int)ids.v[i]);
         rc = rt_request_fit(&g.q, cfg.max_model_len, (int64_t)ids.n, &e);
-    } else if (e.status != 400 && e.status != 500) {
-        fz_fail("encode failed with HTTP status %d", e.status);
+    } else if (e.kind != RT_REQ_ERR_INVALID && e.kind != RT_REQ_ERR_INTERNAL) {
+        fz_fail("encode failed with error kind %d", (int)e.kind);
     }
     tok_ids_free(&ids);
     rt_gen_request_free(&g);

@@ -27,8 +27,8 @@ static void check_error(int rc, const struct rt_request_error *e)
 {
     if (rc == 0)
         return;
-    if (e->status < 400 || e->status > 599 || !e->type)
-        fz_fail("error %d without an HTTP error status (%d)", rc, e->status);
+    if (e->kind == RT_REQ_ERR_NONE)
+        fz_fail("error %d without an error kind", rc);
     if (memchr(e->param, '\0', sizeof(e->param)) == NULL ||
         memchr(e->message, '\0', sizeof(e->message)) == NULL)
         fz_fail("unterminated error text");

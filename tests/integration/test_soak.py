@@ -523,6 +523,13 @@ SCENARIOS = [(sc_completion, 5), (sc_chat_session, 3), (sc_grpc_session, 2),
              (sc_bad, 2)]
 
 
+# The kinds of answer every phase must have served, and a scenario of each.
+SERVED_KINDS = [("http completion", sc_completion),
+                ("http chat turn", sc_chat_session),
+                ("grpc chat turn", sc_grpc_session),
+                ("grpc generate", sc_grpc_prompt)]
+
+
 class Ctx:
     def __init__(self, d, ledger, phase_no):
         self.port = d.http_port
@@ -749,6 +756,22 @@ def run_phase(phase_no, name, model, work, args, profile, n_ranks, secs,
         cut = du.metric(sm, "tangram_http_slow_readers_aborted_total") or 0
         ck.check(sum(fault_counts.values()) >= 2 * n_rounds - 2,
                  "%s: faults injected %s" % (name, fault_counts), notes)
+        # On a loaded 2-core machine few requests of a kind may fall
+        # between the faults, and all of them may meet one (at load
+        # average 15 the 3 gRPC chat turns of a short run all did): a kind
+        # that never completed runs again, at most 3 times, with no fault
+        # injected, so the check below still says the server serves it
+        # after the faults.
+        rng_q = random.Random(99 + phase_no)
+        quiet = []
+        for kind, fn in SERVED_KINDS:
+            for _ in range(3):
+                if ledger.counts().get(kind, {}).get("completed", 0) > 0:
+                    break
+                quiet.append(kind)
+                fn(ctx, rng_q)
+        if quiet:
+            notes.append("quiet pass after the faults for %s" % quiet)
         d.note_children()
         children = set(d.children)
         rc, inflight, late = drain(d, ledger, random.Random(phase_no))
@@ -773,11 +796,11 @@ def run_phase(phase_no, name, model, work, args, profile, n_ranks, secs,
         for k in counts.values():
             for o, n in k.items():
                 by_outcome[o] = by_outcome.get(o, 0) + n
-        served = [k for k in ("http completion", "http chat turn",
-                              "grpc chat turn", "grpc generate")
+        served = [k for k, _ in SERVED_KINDS
                   if counts.get(k, {}).get("completed", 0) > 0]
         ck.check(len(served) == 4, "%s: completions of every kind between "
-                 "the faults: %s" % (name, served), counts)
+                 "the faults (again after them: %s): %s" %
+                 (name, sorted(set(quiet)) or "none", served), counts)
         reused = du.metric(sm, "tangram_cached_prompt_tokens_total") or 0
         ck.check(reused > 0, "%s: later turns reused stored KV (%d cached "
                  "prompt tokens)" % (name, reused))

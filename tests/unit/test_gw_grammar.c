@@ -333,6 +333,27 @@ static void test_bad_spec(void **state)
     gw_grammar_free(&g);
 }
 
+/* The compile's wall-time limit is the worker's (--grammar-compile-timeout,
+ * set before the vocabulary loads): past it the prepare fails naming
+ * the limit; nothing else changes. */
+static void test_compile_limit(void **state)
+{
+    (void)state;
+    static struct gw_grammar g;
+    got_reset();
+    assert_int_equal(gw_grammar_init(&g, dir, ROW, 2, 0), 0);
+    assert_true(g.compile_s == GM_LIMIT_COMPILE_S); /* the default */
+    g.compile_s = 1e-6; /* any compile takes longer */
+    const char *spec = "{\"type\": \"json_schema\", \"schema\": {\"type\": "
+                       "\"string\", \"format\": \"email\"}}";
+    gw_grammar_pin(&g, 1, spec, strlen(spec));
+    const struct gw_gready *r = wait_for(&g, 1);
+    assert_false(r->ok);
+    assert_non_null(strstr(r->error, "time limit"));
+    assert_int_equal(g.st.failed, 1);
+    gw_grammar_free(&g);
+}
+
 /* A model directory without a tokenizer: every prepare fails with the
  * reason, nothing else breaks. The load runs on the pool: the first
  * prepare's outcome says so after its fetch, later ones at once. */
@@ -785,6 +806,7 @@ int main(void)
         cmocka_unit_test(test_queue_limit),
         cmocka_unit_test(test_preload),
         cmocka_unit_test(test_triggered),
+        cmocka_unit_test(test_compile_limit),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -440,16 +440,17 @@ static void test_invalid_table(void **state)
         struct rt_request_error e;
         memset(&e, 0, sizeof(e));
         int rc = parse(b->ep, b->body, strlen(b->body), &e);
-        if (rc != b->rc || e.status != b->status ||
+        if (rc != b->rc || rt_openai_http_status(e.kind) != b->status ||
             strcmp(e.param, b->param) != 0 ||
             strstr(e.message, b->msg) == NULL) {
             print_error("case %zu: %s\n  rc %d (want %d) status %d (want %d) "
                         "param '%s' (want '%s')\n  message: %s\n  want: %s\n",
-                        i, b->body, rc, b->rc, e.status, b->status, e.param,
-                        b->param, e.message, b->msg);
+                        i, b->body, rc, b->rc, rt_openai_http_status(e.kind),
+                        b->status, e.param, b->param, e.message, b->msg);
             fail();
         }
-        assert_string_equal(e.type, "invalid_request_error");
+        assert_string_equal(rt_openai_error_type(e.kind),
+                            "invalid_request_error");
         assert_non_null(e.code);
         if (b->status == 404)
             assert_string_equal(e.code, "model_not_found");
@@ -526,14 +527,14 @@ static void test_big_numbers(void **state)
             assert_int_equal(rc, 0);
             continue;
         }
-        if (rc != TG_ERANGE || e.status != 400 ||
+        if (rc != TG_ERANGE || rt_openai_http_status(e.kind) != 400 ||
             strcmp(e.code, "invalid_value") != 0 ||
             strcmp(e.param, big[i].param) != 0 ||
             strstr(e.message, big[i].msg) == NULL) {
             print_error("case %zu: %s\n  rc %d status %d code %s param '%s' "
                         "(want '%s')\n  message: %s\n  want: %s\n",
-                        i, big[i].body, rc, e.status, e.code, e.param,
-                        big[i].param, e.message, big[i].msg);
+                        i, big[i].body, rc, rt_openai_http_status(e.kind),
+                        e.code, e.param, big[i].param, e.message, big[i].msg);
             fail();
         }
     }
@@ -583,7 +584,7 @@ static void test_body_too_large(void **state)
     body[n] = '\0';
     struct rt_request_error e;
     assert_int_equal(parse(C, body, n, &e), TG_ETOOBIG);
-    assert_int_equal(e.status, 413);
+    assert_int_equal(rt_openai_http_status(e.kind), 413);
     assert_string_equal(e.code, "request_too_large");
     assert_non_null(strstr(e.message, "exceeds the limit of 4096 bytes"));
     /* The same body one byte shorter is accepted (trailing whitespace). */
@@ -601,7 +602,7 @@ static void test_prompt_ids_over_context(void **state)
     strcat(body, "]}");
     struct rt_request_error e;
     assert_int_equal(parse(C, body, strlen(body), &e), TG_ETOOBIG);
-    assert_int_equal(e.status, 400);
+    assert_int_equal(rt_openai_http_status(e.kind), 400);
     assert_string_equal(e.param, "prompt");
     assert_string_equal(e.code, "context_length_exceeded");
     assert_non_null(strstr(e.message, "the prompt has 128 tokens"));
@@ -861,7 +862,7 @@ static void test_fit(void **state)
     assert_int_equal(rt_request_fit(&r.q, 128, 128, &e), TG_ETOOBIG);
     assert_string_equal(e.param, "messages");
     assert_string_equal(e.code, "context_length_exceeded");
-    assert_int_equal(e.status, 400);
+    assert_int_equal(rt_openai_http_status(e.kind), 400);
     rt_gen_request_free(&r);
 
     const char *b2 = "{\"prompt\":\"x\",\"max_tokens\":16,\"min_tokens\":9}";

@@ -447,8 +447,9 @@ static void test_errors(void **state)
 {
     (void)state;
     struct rt_request_error e;
-    rt_request_error_set(&e, 429, "queue_full", NULL, "queue is full (%d)", 64);
-    assert_string_equal(e.type, "rate_limit_error");
+    rt_request_error_set(&e, RT_REQ_ERR_BUSY, "queue_full", NULL,
+                         "queue is full (%d)", 64);
+    assert_string_equal(rt_openai_error_type(e.kind), "rate_limit_error");
     char *out;
     size_t n;
     assert_int_equal(rt_openai_format_error(&e, &out, &n), 0);
@@ -463,19 +464,19 @@ static void test_errors(void **state)
 
     /* A generation's failure, classed by the core's message prefix. */
     rt_api_gen_error(&e, "kv_cache_exhausted: the sequence outgrew it");
-    assert_int_equal(e.status, 503);
+    assert_int_equal(rt_openai_http_status(e.kind), 503);
     assert_string_equal(e.code, "kv_cache_exhausted");
     assert_string_equal(e.message, "the sequence outgrew it");
     rt_api_gen_error(&e, "output_constraint_too_complex: too ambiguous");
-    assert_int_equal(e.status, 400);
-    assert_string_equal(e.type, "invalid_request_error");
+    assert_int_equal(rt_openai_http_status(e.kind), 400);
+    assert_string_equal(rt_openai_error_type(e.kind), "invalid_request_error");
     assert_string_equal(e.code, "output_constraint_too_complex");
     assert_string_equal(e.message, "too ambiguous");
     rt_api_gen_error(&e, "NaN logits");
-    assert_int_equal(e.status, 500);
+    assert_int_equal(rt_openai_http_status(e.kind), 500);
     assert_string_equal(e.code, "generation_failed");
     rt_api_gen_error(&e, NULL);
-    assert_int_equal(e.status, 500);
+    assert_int_equal(rt_openai_http_status(e.kind), 500);
 
     /* A parse error round-trips with param and code. */
     static const struct rt_openai_cfg cfg = {.served_model = "tiny"};
@@ -493,17 +494,33 @@ static void test_errors(void **state)
     json_decref(j);
     free(out);
 
-    rt_request_error_set(&e, 503, NULL, "", "draining");
-    assert_string_equal(e.type, "server_error");
+    rt_request_error_set(&e, RT_REQ_ERR_UNAVAILABLE, NULL, "", "draining");
+    assert_string_equal(rt_openai_error_type(e.kind), "server_error");
     assert_int_equal(rt_openai_format_error(&e, &out, &n), 0);
     j = load(out, n);
     assert_true(
         json_is_null(json_object_get(json_object_get(j, "error"), "code")));
     json_decref(j);
     free(out);
-    assert_string_equal(rt_request_error_type(401), "authentication_error");
-    assert_string_equal(rt_request_error_type(404), "invalid_request_error");
-    assert_string_equal(rt_request_error_type(413), "invalid_request_error");
+    assert_string_equal(rt_openai_error_type(RT_REQ_ERR_UNAUTHENTICATED),
+                        "authentication_error");
+    assert_string_equal(rt_openai_error_type(RT_REQ_ERR_NOT_FOUND),
+                        "invalid_request_error");
+    assert_string_equal(rt_openai_error_type(RT_REQ_ERR_TOO_LARGE),
+                        "invalid_request_error");
+    /* Every kind's HTTP status. */
+    static const int want[] = {
+        [RT_REQ_ERR_NONE] = 500,
+        [RT_REQ_ERR_INVALID] = 400,
+        [RT_REQ_ERR_NOT_FOUND] = 404,
+        [RT_REQ_ERR_TOO_LARGE] = 413,
+        [RT_REQ_ERR_UNAUTHENTICATED] = 401,
+        [RT_REQ_ERR_BUSY] = 429,
+        [RT_REQ_ERR_UNAVAILABLE] = 503,
+        [RT_REQ_ERR_INTERNAL] = 500,
+    };
+    for (int k = 0; k <= RT_REQ_ERR_INTERNAL; k++)
+        assert_int_equal(rt_openai_http_status((enum rt_req_err)k), want[k]);
     assert_null(rt_finish_name(RT_FINISH_NONE));
     assert_string_equal(rt_finish_name(RT_FINISH_ERROR), "error");
 }

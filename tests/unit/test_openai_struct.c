@@ -76,7 +76,7 @@ static void expect_refused(const char *extra, const char *param,
     int rc = parse(&CFG, extra, &spec, &e);
     if (rc == 0)
         fail_msg("%s: accepted", extra);
-    assert_int_equal(e.status, 400);
+    assert_int_equal(rt_openai_http_status(e.kind), 400);
     if (strcmp(e.param, param) != 0 || strstr(e.message, words) == NULL)
         fail_msg("%s: param \"%s\", message \"%s\"; want \"%s\" and \"%s\"",
                  extra, e.param, e.message, param, words);

@@ -247,6 +247,45 @@ static void test_submit_errors(void **state)
 
 /* ---- one request from admission to the cache ------------------------- */
 
+/* The scheduler borrows a request's logit bias: the plan's entry carries
+ * the caller's arrays themselves, not a copy (the router's request owns
+ * them for as long as the scheduler holds the request). */
+static void test_bias_borrowed(void **state)
+{
+    (void)state;
+    struct kv_layout lay;
+    tt_sched_layout(&lay, 0);
+    struct rt_sched s;
+    struct rt_sched_config cfg = tt_sched_cfg(&lay, 2, 64, 4, 16, 8);
+    assert_int_equal(rt_sched_init(&s, &cfg, err, sizeof(err)), 0);
+    int32_t prompt[4];
+    tt_sched_fill(prompt, 4, 100);
+    static const int32_t ids[2] = {5, 9};
+    static const float vals[2] = {1.5f, -2.0f};
+    struct rt_sched_request rq = {
+        .id = 1,
+        .request_id = "bias",
+        .sampling = TG_SAMPLING_OFF,
+        .prompt = prompt,
+        .n_prompt = 4,
+        .max_tokens = 2,
+    };
+    rq.sampling.bias_ids = ids;
+    rq.sampling.bias_vals = vals;
+    rq.sampling.n_bias = 2;
+    assert_int_equal(rt_sched_submit(&s, &rq, err, sizeof(err)), 0);
+    struct rt_step st;
+    rt_step_init(&st);
+    assert_int_equal(rt_sched_plan(&s, &st, err, sizeof(err)), 0);
+    assert_int_equal(st.n_entries, 1);
+    const struct tg_sampling *sp = st.entries[0].sampling;
+    assert_int_equal(sp->n_bias, 2);
+    assert_ptr_equal(sp->bias_ids, ids);
+    assert_ptr_equal(sp->bias_vals, vals);
+    rt_step_free(&st);
+    rt_sched_free(&s);
+}
+
 static void test_single_request_life(void **state)
 {
     (void)state;
@@ -709,6 +748,7 @@ int main(void)
         cmocka_unit_test(test_abort_and_stop),
         cmocka_unit_test(test_fail_running),
         cmocka_unit_test(test_rank_layouts),
+        cmocka_unit_test(test_bias_borrowed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

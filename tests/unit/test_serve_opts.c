@@ -25,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MAX_ARGS 128
+#define MAX_ARGS 256
 
 static const struct tg_config_entry *find(const struct tg_config_entry *t,
                                           size_t n, const char *name)
@@ -75,7 +75,7 @@ static void test_marks(void **state)
         "decode-compress", "decode-budget", "decode-budget-uniform",
         "decode-every", "decode-window", "trig-stats", "max-num-seqs", "max-batched-tokens", "kv-memory", "kv-host-memory",
         "max-queued", "max-grammar-compiles", "structured-whitespace",
-        "grammar-cache-memory",
+        "grammar-compile-timeout", "grammar-cache-memory",
         "tokenizer-threads",
         "api-key", "log-format", "log-level", "shutdown-timeout",
         "served-model-name", "max-model-len", "worker-heartbeat-ms",
@@ -196,8 +196,10 @@ static void daemon_opts(struct tg_serve_opts *o, const char *const *extra)
         argv[argc++] = flags[i];
         argv[argc++] = vals[i];
     }
-    for (size_t i = 0; extra != NULL && extra[i] != NULL; i++)
+    for (size_t i = 0; extra != NULL && extra[i] != NULL; i++) {
+        assert_true(argc + 1 < MAX_ARGS);
         argv[argc++] = (char *)extra[i];
+    }
     argv[argc] = NULL;
     char err[512];
     memset(o, 0, sizeof *o);

@@ -22,7 +22,7 @@
 
 #include "common/base/tg_err.h"
 #include "common/tok/tok_tokenizer.h"
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 #include "tests/support/tt_support.h"
 
 static struct tok_tokenizer tok;
@@ -102,20 +102,23 @@ static struct rt_req *new_req(struct rt_server *s, int cap, int logprobs)
     seen.blocked_after = -1;
     struct rt_req *r = rt_req_new(s, &sink, NULL);
     assert_non_null(r);
-    assert_int_equal(rt_text_init(&r->text, &tok, NULL, 0), 0);
+    assert_int_equal(rt_text_init(&r->core->text, &tok, NULL, 0), 0);
     r->blocked = sink_blocked;
     r->q.opts.logprobs = logprobs ? 2 : -1;
-    r->n_top = logprobs ? 2 : 0;
-    r->cap_out = cap;
-    r->out_ids = malloc((size_t)cap * sizeof(int32_t));
-    r->out_lps = malloc((size_t)cap * sizeof(float));
-    r->lp_scratch = calloc((size_t)cap, sizeof(*r->lp_scratch));
-    r->out_top_ids = malloc(((size_t)cap * r->n_top + 1) * sizeof(int32_t));
-    r->out_top_lps = malloc(((size_t)cap * r->n_top + 1) * sizeof(float));
-    r->top_scratch =
-        calloc((size_t)cap * r->n_top + 1, sizeof(*r->top_scratch));
-    assert_true(r->out_ids && r->out_lps && r->lp_scratch &&
-                r->out_top_ids && r->out_top_lps && r->top_scratch);
+    r->core->n_top = logprobs ? 2 : 0;
+    r->core->cap_out = cap;
+    r->core->out_ids = malloc((size_t)cap * sizeof(int32_t));
+    r->core->out_lps = malloc((size_t)cap * sizeof(float));
+    r->core->lp_scratch = calloc((size_t)cap, sizeof(*r->core->lp_scratch));
+    r->core->out_top_ids = malloc(((size_t)cap * r->core->n_top + 1) *
+                                  sizeof(int32_t));
+    r->core->out_top_lps = malloc(((size_t)cap * r->core->n_top + 1) *
+                                  sizeof(float));
+    r->core->top_scratch = calloc((size_t)cap * r->core->n_top + 1,
+                                  sizeof(*r->core->top_scratch));
+    assert_true(r->core->out_ids && r->core->out_lps && r->core->lp_scratch &&
+                r->core->out_top_ids && r->core->out_top_lps &&
+                r->core->top_scratch);
     return r;
 }
 
@@ -125,21 +128,22 @@ static void push_text(struct rt_req *r, const char *text)
     struct tok_ids ids = {0};
     assert_int_equal(
         tok_encode(&tok, NULL, text, strlen(text), 0, &ids, NULL, 0), 0);
-    assert_true(r->n_out + (int32_t)ids.n <= r->cap_out);
+    assert_true(r->n_out + (int32_t)ids.n <= r->core->cap_out);
     for (size_t i = 0; i < ids.n; i++) {
         int32_t t = ids.v[i];
-        r->out_ids[r->n_out] = t;
-        r->out_lps[r->n_out] = -0.5f;
-        for (int k = 0; k < r->n_top; k++) {
-            r->out_top_ids[(size_t)r->n_out * r->n_top + k] = t + k;
-            r->out_top_lps[(size_t)r->n_out * r->n_top + k] = -0.5f - k;
+        r->core->out_ids[r->n_out] = t;
+        r->core->out_lps[r->n_out] = -0.5f;
+        for (int k = 0; k < r->core->n_top; k++) {
+            r->core->out_top_ids[(size_t)r->n_out * r->core->n_top + k] = t + k;
+            r->core->out_top_lps[(size_t)r->n_out * r->core->n_top + k] =
+                -0.5f - k;
         }
         r->n_out++;
         int hit = 0;
-        assert_int_equal(rt_text_push(&r->text, t, &hit), 0);
+        assert_int_equal(rt_text_push(&r->core->text, t, &hit), 0);
     }
     tok_ids_free(&ids);
-    seen.ids = r->out_ids;
+    seen.ids = r->core->out_ids;
 }
 
 /* A long stretch of words (about `words` tokens). */
@@ -184,11 +188,11 @@ static void test_pieces_and_hold(void **state)
     assert_int_equal(seen.calls, calls0 + 2);
     assert_int_equal(seen.next_token, n1 + 2 * RT_DELIVER_MAX_TOKENS);
     /* The request ends while blocked: the final delivery is held. */
-    assert_int_equal(rt_text_finish(&r->text), 0);
+    assert_int_equal(rt_text_finish(&r->core->text), 0);
     rt_req_deliver(r, RT_FINISH_LENGTH, NULL);
     assert_int_equal(seen.calls, calls0 + 2);
-    assert_true(r->holding);
-    assert_false(r->done);
+    assert_true(r->core->holding);
+    assert_false(r->core->done);
     assert_int_equal(s.n_reqs, 1);
     /* Later calls do nothing while it is held. */
     rt_req_deliver(r, RT_FINISH_NONE, NULL);
@@ -198,7 +202,7 @@ static void test_pieces_and_hold(void **state)
     rt_req_resume(r);
     assert_int_equal(seen.calls, calls0 + 4);
     assert_int_equal(seen.fins, 0);
-    assert_true(r->holding);
+    assert_true(r->core->holding);
     /* Drained: the rest, then the final delivery; the request is freed. */
     seen.blocked_after = -1;
     rt_req_resume(r);
@@ -229,9 +233,9 @@ static void test_tokens_complete(void **state)
     push_text(r, a);
     int32_t n = r->n_out;
     rt_req_deliver(r, RT_FINISH_NONE, NULL);
-    assert_int_equal(rt_text_finish(&r->text), 0);
+    assert_int_equal(rt_text_finish(&r->core->text), 0);
     rt_req_deliver(r, RT_FINISH_STOP, NULL);
-    assert_true(r->holding);
+    assert_true(r->core->holding);
     for (int i = 0; i < 100 && s.n_reqs; i++) {
         seen.blocked_after = seen.calls + 1; /* one piece per drain */
         rt_req_resume(r);
@@ -273,10 +277,10 @@ static void test_text_pieces(void **state)
      * here: stopping keeps the step pump off. */
     s.stopping = 1;
     push_text(r, "and the end");
-    assert_int_equal(rt_text_finish(&r->text), 0);
+    assert_int_equal(rt_text_finish(&r->core->text), 0);
     seen.blocked_after = seen.calls;
     rt_req_deliver(r, RT_FINISH_STOP, NULL);
-    assert_true(r->holding);
+    assert_true(r->core->holding);
     int calls = seen.calls;
     rt_req_cancel(r);
     assert_int_equal(seen.calls, calls);

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
-#include "router/core/rt_server.h"
+#include "router/core/rt_server_internal.h"
 
 static void test_check_n(void **state)
 {
@@ -33,7 +33,7 @@ static void test_check_n(void **state)
     assert_int_equal(rt_server_check_n(&s, 1, &e), 0);
     assert_int_equal(rt_server_check_n(&s, 4, &e), 0);
     assert_int_equal(rt_server_check_n(&s, 5, &e), TG_EUNSUPPORTED);
-    assert_int_equal(e.status, 400);
+    assert_int_equal(e.kind, RT_REQ_ERR_INVALID);
     assert_string_equal(e.param, "n");
     assert_non_null(strstr(e.message, "--max-num-seqs 4"));
     /* gvote from the profile, and from --method over the profile. */
@@ -41,7 +41,7 @@ static void test_check_n(void **state)
     assert_int_equal(rt_server_check_n(&s, 1, &e), 0);
     memset(&e, 0, sizeof(e));
     assert_int_equal(rt_server_check_n(&s, 2, &e), TG_EUNSUPPORTED);
-    assert_int_equal(e.status, 400);
+    assert_int_equal(e.kind, RT_REQ_ERR_INVALID);
     assert_string_equal(e.param, "n");
     assert_non_null(strstr(e.message, "gvote"));
     o.method = snapkv;

@@ -195,8 +195,11 @@ static void test_worker_argv(void **state)
     assert_non_null(find_flag(argv, argc, "--kv-host-memory"));
     /* The worker rank 0 bounds its grammar cache (DESIGN.md §4.11). */
     assert_non_null(find_flag(argv, argc, "--grammar-cache-memory"));
-    /* 21 rows, --heartbeat-ms, --kv-host-memory */
-    assert_int_equal(argc, 7 + 23);
+    /* and the wall time of a compile */
+    assert_string_equal(find_flag(argv, argc, "--grammar-compile-timeout"),
+                        "10");
+    /* 22 rows, --heartbeat-ms, --kv-host-memory */
+    assert_int_equal(argc, 7 + 24);
     /* The communicator is named by worker rank 0, never on a command
      * line (proto/worker.proto CommSetup). */
     assert_null(find_flag(argv, argc, "--comm-id"));

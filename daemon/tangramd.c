@@ -84,7 +84,7 @@ int main(int argc, char **argv)
         /* Every CPU rank gets the bytes planned for all ranks together
          * (a fraction read by each rank alone would not add up). */
         log_info("CPU backend: KV pool %lld MiB per rank x %lld (host "
-                 "memory available %lld MiB, fp32 weights ~%lld MiB)",
+                 "memory available %lld MiB, weights ~%lld MiB)",
                  (long long)(pre.kv_bytes_per_rank >> 20), (long long)o.tp,
                  (long long)(pre.host_available >> 20),
                  (long long)(pre.cpu_weight_bytes >> 20));

@@ -60,17 +60,22 @@ int td_preflight_listen(const char *host, int port, const char *what,
     return rc;
 }
 
-/* Sums the parameters of every tensor, and of the input embedding. */
-static void count_params(const struct st_model *m, int64_t *all,
-                         int64_t *embed)
+/* Sums the parameters of every tensor, of the input embedding, of the
+ * matrices (rank 2) and of the bf16 matrices. */
+static void count_params(const struct st_model *m, struct td_preflight *out)
 {
-    *all = 0;
-    *embed = 0;
+    out->weight_params = out->embed_params = 0;
+    out->matrix_params = out->bf16_matrix_params = 0;
     for (size_t i = 0; i < m->n_tensors; i++) {
         const struct st_tensor *t = m->tensors[i];
-        *all += (int64_t)t->numel;
+        out->weight_params += (int64_t)t->numel;
+        if (t->rank == 2) {
+            out->matrix_params += (int64_t)t->numel;
+            if (t->dtype == ST_DTYPE_BF16)
+                out->bf16_matrix_params += (int64_t)t->numel;
+        }
         if (strcmp(t->name, "model.embed_tokens.weight") == 0)
-            *embed = (int64_t)t->numel;
+            out->embed_params = (int64_t)t->numel;
     }
 }
 
@@ -100,7 +105,7 @@ static int check_model(const struct tg_serve_opts *o, struct mc_model_config *mc
     rc = st_model_open(&m, o->model, why, sizeof why);
     if (rc != 0)
         return tg_err_set(err, errlen, rc, "weights of %s: %s", o->model, why);
-    count_params(&m, &out->weight_params, &out->embed_params);
+    count_params(&m, out);
     st_model_close(&m);
     return 0;
 }
@@ -129,15 +134,22 @@ static int check_profile(const struct tg_serve_opts *o,
     return 0;
 }
 
-/* CPU backend: every rank holds its share of the fp32 weights, each the
- * whole input embedding; the pools come out of what is left. */
+/* CPU backend: every rank holds its share of the weights, each the whole
+ * input embedding; the pools come out of what is left. The matrices are
+ * bf16 (2 bytes) as the worker will keep them (gw_model.h: --cpu-weights
+ * bf16, or auto with every matrix bf16 in the checkpoint), else fp32. */
 static int plan_cpu_memory(const struct tg_serve_opts *o,
                            struct td_preflight *out, char *err, size_t errlen)
 {
     int64_t T = o->tp;
-    int64_t rest = out->weight_params - out->embed_params;
-    out->cpu_weight_bytes =
-        (int64_t)sizeof(float) * (rest + T * out->embed_params);
+    int bf16 = o->cpu_weights == TG_SERVE_CPU_WEIGHTS_BF16 ||
+               (o->cpu_weights == TG_SERVE_CPU_WEIGHTS_AUTO &&
+                out->bf16_matrix_params == out->matrix_params);
+    int64_t es = bf16 ? 2 : 4;
+    int64_t other = out->weight_params - out->matrix_params;
+    out->cpu_weight_bytes = es * (out->matrix_params - out->embed_params +
+                                  T * out->embed_params) +
+                            (int64_t)sizeof(float) * other;
     struct tg_hostmem hm;
     int rc = tg_hostmem_read(&hm, err, errlen);
     if (rc != 0)

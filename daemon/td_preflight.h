@@ -32,8 +32,13 @@ struct td_preflight {
     int64_t weight_params;     /* parameters in the safetensors files */
     int64_t embed_params;      /* of which the input embedding (each CPU
                                   rank holds it whole) */
-    int64_t cpu_weight_bytes;  /* CPU backend: fp32 weights of all ranks
-                                  (estimate) */
+    int64_t matrix_params;     /* of which in matrices (rank-2 tensors:
+                                  embedding, projections, LM head) */
+    int64_t bf16_matrix_params; /* of those, stored bf16 */
+    int64_t cpu_weight_bytes;   /* CPU backend: host weights of all ranks
+                                  (estimate): the matrices 2 bytes each
+                                  where --cpu-weights keeps them bf16,
+                                  else 4; norms and biases 4 */
     int64_t kv_bytes_per_rank; /* CPU backend: the resolved pool; 0 on CUDA
                                   (the worker plans device memory) */
     int64_t host_available;    /* CPU backend: bytes available at the check */

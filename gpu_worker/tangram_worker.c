@@ -39,6 +39,11 @@
 #include "gpu_worker/serve/gw_wlink.h"
 #include "gpu_worker/serve/gw_worker.h"
 
+_Static_assert((int)GW_WEIGHTS_AUTO == TG_SERVE_CPU_WEIGHTS_AUTO &&
+                   (int)GW_WEIGHTS_F32 == TG_SERVE_CPU_WEIGHTS_F32 &&
+                   (int)GW_WEIGHTS_BF16 == TG_SERVE_CPU_WEIGHTS_BF16,
+               "--cpu-weights is cast to enum gw_weights");
+
 extern char **environ;
 
 static volatile sig_atomic_t stop_flag;
@@ -101,6 +106,7 @@ int main(int argc, char **argv)
         /* a lost peer ends the serve loop after the failed StepResult */
         .peer_lost_flag = &stop_flag,
         .n_threads = (int)opt.threads,
+        .weights = (enum gw_weights)opt.cpu_weights,
         .device = (int)opt.device,
         .cuda_graphs = opt.cuda_graphs == 1,
         .step_timeout_ms = (int)opt.step_timeout_ms,
@@ -158,12 +164,18 @@ out:
     gw_wlink_close(&link);
     /* A vocabulary load or a compile never holds up the exit: a router
      * waiting for this worker (a restart, a drain) gets it at once. */
+    int running = 0;
     if (w.rank == 0) {
         /* Logged before the shutdown, which frees what it counts. */
         gw_grammar_log_stats(&w.gram);
-        (void)gw_grammar_shutdown(&w.gram, 100);
+        running = gw_grammar_shutdown(&w.gram, 100) == TG_EBUSY;
     }
-    gw_worker_free(&w);
+    /* A pool thread still running uses w.gram until the process ends:
+     * then w is left whole (gw_worker_free would zero it under the
+     * thread), and what it holds stays reachable from this static for
+     * the leak checkers; the exit returns it all. */
+    if (!running)
+        gw_worker_free(&w);
     tg_serve_opts_free(&opt);
     return status;
 }

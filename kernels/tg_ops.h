@@ -74,6 +74,24 @@ struct tg_sample_history {
     int n_output;
 };
 
+/* How a weight matrix or table is stored. bf16 is the high half of an
+ * fp32 value (round to nearest even when made from fp32); the ops that
+ * take bf16 weights convert them exactly to fp32 and compute in fp32. */
+enum tg_wtype {
+    TG_WTYPE_F32 = 0,
+    TG_WTYPE_BF16 = 1,
+};
+
+/* The instruction-set levels of the CPU backend's kernels, chosen at run
+ * time for the machine (tg_cpu_isa_detect): each level has its own code
+ * for the linear layers, and the backend's other loops are compiled once
+ * per level (GCC's target_clones; the dynamic loader picks one). */
+enum tg_cpu_isa {
+    TG_CPU_ISA_GENERIC = 0, /* x86-64 baseline (SSE2), or not x86 */
+    TG_CPU_ISA_AVX2 = 1,    /* x86-64-v3: AVX2, FMA */
+    TG_CPU_ISA_AVX512 = 2,  /* x86-64-v4: AVX-512 F/BW/CD/DQ/VL */
+};
+
 struct tg_backend; /* opaque per-thread backend context */
 
 struct tg_ops {
@@ -82,6 +100,12 @@ struct tg_ops {
     /* out[i,:] = table[ids[i],:]. table (V, hidden); out (n, hidden). */
     int (*embedding)(struct tg_backend *b, const float *table, int vocab,
                      int hidden, const int32_t *ids, int n, float *out);
+
+    /* embedding with a bf16 table (V, hidden): each row converted to
+     * fp32. */
+    int (*embedding_bf16)(struct tg_backend *b, const uint16_t *table,
+                          int vocab, int hidden, const int32_t *ids, int n,
+                          float *out);
 
     /* out = x * rsqrt(mean(x^2) + eps) * w per row. x, out (n, dim); w (dim).
      * out may equal x. */
@@ -92,9 +116,22 @@ struct tg_ops {
     int (*add)(struct tg_backend *b, float *y, const float *x, size_t len);
 
     /* y = x W^T (+ bias). x (m, k); w (n, k) row-major as in HF checkpoints;
-     * bias (n) or NULL; y (m, n). */
+     * bias (n) or NULL; y (m, n). Up to a few rows (a decode step) the
+     * backend's own kernels stream W once; more rows go to BLAS sgemm, its
+     * columns split over the backend's threads (OpenBLAS itself runs one
+     * thread: one pool of threads, OpenMP's). Results agree with a
+     * float64 product within fp32 rounding of a length-k sum; which
+     * rounding depends on m and the ISA level, and on the streaming
+     * kernels' rows (tests/unit/test_cpu_ops.c checks it) never on the
+     * thread count or on the other rows of x. */
     int (*gemm)(struct tg_backend *b, const float *x, const float *w,
                 const float *bias, int m, int n, int k, float *y);
+
+    /* gemm with bf16 weights w (n, k): the same product over the exact
+     * fp32 values of w (many rows: converted a block of rows at a time
+     * into the thread's scratch for sgemm). */
+    int (*gemm_bf16)(struct tg_backend *b, const float *x, const uint16_t *w,
+                     const float *bias, int m, int n, int k, float *y);
 
     /* out = silu(gate) * up. gate, up, out (len); out may equal gate. */
     int (*silu_mul)(struct tg_backend *b, const float *gate, const float *up,
@@ -188,10 +225,35 @@ struct tg_ops {
 extern const struct tg_ops tg_ops_cpu;
 
 /* Creates a CPU backend context (scratch buffers, thread count; n_threads
- * <= 0 uses OpenMP's default). Returns 0 or TG_ENOMEM; the caller frees it
- * with tg_backend_cpu_free (safe on NULL). */
+ * <= 0 uses OpenMP's default) at the machine's ISA level
+ * (tg_cpu_isa_detect). Sets OpenBLAS to one thread for the whole process:
+ * every op runs on OpenMP's threads only, so the two pools never spin
+ * against each other. Returns 0 or TG_ENOMEM; the caller frees it with
+ * tg_backend_cpu_free (safe on NULL). */
 int tg_backend_cpu_new(int n_threads, struct tg_backend **out);
 void tg_backend_cpu_free(struct tg_backend *b);
+
+/* The highest level this machine runs (cached after the first call;
+ * thread-safe). */
+enum tg_cpu_isa tg_cpu_isa_detect(void);
+
+/* "generic", "avx2" or "avx512". */
+const char *tg_cpu_isa_name(enum tg_cpu_isa isa);
+
+/* The level of b's linear-layer kernels. */
+enum tg_cpu_isa tg_backend_cpu_isa(const struct tg_backend *b);
+
+/* gemm and gemm_bf16 take the streaming kernels up to `rows` rows of x
+ * (default TG_CPU_GEMV_ROWS) and BLAS above; 0 .. TG_CPU_GEMV_ROWS_MAX
+ * (benchmarks and tests compare the two paths). Returns 0 or TG_EINVAL. */
+#define TG_CPU_GEMV_ROWS 32
+#define TG_CPU_GEMV_ROWS_MAX 64
+int tg_backend_cpu_set_gemv_rows(struct tg_backend *b, int rows);
+
+/* Makes b's linear-layer kernels use `isa` (tests and benchmarks compare
+ * the levels on one machine). Returns 0, or TG_EUNSUPPORTED when the
+ * machine lacks it. The backend's other loops keep the machine's level. */
+int tg_backend_cpu_set_isa(struct tg_backend *b, enum tg_cpu_isa isa);
 
 #ifdef __cplusplus
 }

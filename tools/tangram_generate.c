@@ -8,14 +8,17 @@
  *       [--gvote-future N] [--decode-compress none|trig] [--decode-budget c]
  *       [--decode-budget-uniform] [--decode-every B] [--decode-window W]
  *       [--trig-stats FILE] [--forced-ids JSON] [--dump-kept]
- *       [--backend cpu|cuda] [--timing] [--json]
+ *       [--backend cpu|cuda] [--cpu-weights auto|f32|bf16] [--timing]
+ *       [--json]
  *
  * --backend picks the forward pass: the CPU backend or the CUDA runtime,
  * through the same backend ops table a daemon worker uses (gw_engine.h);
  * the JSON is the same on both. Without a usable GPU --backend cuda
  * fails at once with the reason (exit status 1). --timing adds "timing"
  * (prefill and decode wall seconds and tokens per second); decode-time
- * compression always adds it.
+ * compression always adds it. --cpu-weights is the CPU backend's weight
+ * format (gw_model.h: auto keeps a bf16 checkpoint's matrices bf16, else
+ * fp32); the JSON names the one used ("cpu_weights").
  *
  * --forced-ids teacher-forces the decode (DESIGN.md §5): the m ids take the
  * places of m sampled tokens (the first from the prompt's last logits, m-1
@@ -81,11 +84,13 @@ struct gen_options {
     bool ignore_eos;
     int64_t threads;
     int backend;
+    int cpu_weights;
     bool timing;
     bool json;
 };
 
 #define OFF(f, t) TG_CONFIG_OFFSET(struct gen_options, f, t)
+/* clang-format off */
 static const struct tg_config_entry gen_table[] = {
     {.name = "model", .type = TG_CONFIG_STRING, .offset = OFF(model, char *),
      .metavar = "DIR", .flags = TG_CONFIG_REQUIRED,
@@ -197,6 +202,12 @@ static const struct tg_config_entry gen_table[] = {
      .offset = OFF(backend, int), .choices = gw_backend_choices,
      .help = "Forward pass: cpu, or cuda (one GPU, device 0 of "
              "CUDA_VISIBLE_DEVICES)."},
+    {.name = "cpu-weights", .type = TG_CONFIG_ENUM, .def = "auto",
+     .offset = OFF(cpu_weights, int), .choices = gw_weights_choices,
+     .help = "CPU backend: the weight matrices in host memory. auto keeps a "
+             "bf16 checkpoint's bf16 (exact, half the bytes per token) and "
+             "makes fp16/fp32 ones fp32; f32 or bf16 (rounded to nearest "
+             "even) whatever the checkpoint holds."},
     {.name = "timing", .type = TG_CONFIG_BOOL, .def = "false",
      .offset = OFF(timing, bool),
      .help = "Add prefill and decode wall times and tokens per second to "
@@ -204,6 +215,7 @@ static const struct tg_config_entry gen_table[] = {
     {.name = "json", .type = TG_CONFIG_BOOL, .def = "false",
      .offset = OFF(json, bool), .help = "Print one JSON object."},
 };
+/* clang-format on */
 #undef OFF
 #define N_GEN (sizeof(gen_table) / sizeof(gen_table[0]))
 
@@ -341,6 +353,7 @@ int main(int argc, char **argv)
         .max_context = (int64_t)prompt.n + o.max_tokens,
         .n_threads = (int)o.threads,
         .backend = (enum gw_backend_kind)o.backend,
+        .weights = (enum gw_weights)o.cpu_weights,
     };
     rc = gw_engine_init(&eng, &eo, err, sizeof(err));
     if (rc != 0) {
@@ -427,6 +440,10 @@ int main(int argc, char **argv)
         json_object_set_new(doc, "finish_reason", json_string(finish));
         json_object_set_new(doc, "backend",
                             json_string(gw_backend_choices[o.backend]));
+        if (o.backend == GW_BACKEND_CPU)
+            json_object_set_new(
+                doc, "cpu_weights",
+                json_string(eng.model.wtype == TG_WTYPE_BF16 ? "bf16" : "f32"));
         if (res.forced_lps != NULL) {
             a = json_array();
             for (int i = 0; i < res.n_tokens; i++)

@@ -17,6 +17,7 @@ static const char *const ws_choices[] = {"compact", "none", "pretty", "free",
 static const char *const log_level_choices[] = {"err", "warn", "info",
                                                 "debug", NULL};
 static const char *const onoff_choices[] = {"off", "on", NULL};
+static const char *const cpu_weights_choices[] = {"auto", "f32", "bf16", NULL};
 /* Same order as enum tg_decode_compress. */
 static const char *const decode_compress_choices[] = {"none", "trig", NULL};
 
@@ -46,6 +47,13 @@ static const struct tg_config_entry table[] = {
      .offset = OFF(backend, int), .choices = backend_choices,
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
      .help = "Kernel backend of the workers."},
+    {.name = "cpu-weights", .type = TG_CONFIG_ENUM, .def = "auto",
+     .offset = OFF(cpu_weights, int), .choices = cpu_weights_choices,
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER | TG_SERVE_WORKER,
+     .help = "CPU backend: the weight matrices in host memory. auto keeps a "
+             "bf16 checkpoint's bf16 (exact, half the bytes a decode step "
+             "reads) and makes fp16/fp32 ones fp32; f32 or bf16 (rounded to "
+             "nearest even) whatever the checkpoint holds."},
     {.name = "tp", .type = TG_CONFIG_INT, .def = "1", .min = 1, .max = 64,
      .offset = OFF(tp, int64_t), .metavar = "N",
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,

@@ -52,6 +52,14 @@ enum tg_serve_backend {
     TG_SERVE_BACKEND_CUDA = 1,
 };
 
+/* --cpu-weights. Values are the indices of the choices "auto", "f32",
+ * "bf16", the order of gpu_worker/model/gw_model.h's enum gw_weights. */
+enum tg_serve_cpu_weights {
+    TG_SERVE_CPU_WEIGHTS_AUTO = 0,
+    TG_SERVE_CPU_WEIGHTS_F32 = 1,
+    TG_SERVE_CPU_WEIGHTS_BF16 = 2,
+};
+
 /* --decode-compress. Values are the indices of the choices "none",
  * "trig" (DESIGN.md §4.9). */
 enum tg_decode_compress {
@@ -187,6 +195,9 @@ struct tg_serve_opts {
     int64_t router_timeout_ms; /* router silence before exit 3; 0 = 10 x
                                   heartbeat_ms, at least 10 s */
     int64_t threads;          /* CPU threads, 0 = all */
+    int cpu_weights;          /* enum tg_serve_cpu_weights: the CPU
+                                 backend's weight matrices in host memory
+                                 (tangramd: also its memory plan) */
     int64_t device;           /* CUDA device, -1 = the rank */
     int cuda_graphs;          /* 0 = off, 1 = on */
     int64_t step_timeout_ms;  /* CUDA, T > 1: bound of a step's wait */

@@ -9,6 +9,7 @@
 
 #include "common/base/tg_err.h"
 #include "common/base/tg_hostmem.h"
+#include "common/base/tg_log.h"
 #include "gpu_worker/cpu/gw_comm.h"
 #include "gpu_worker/cpu/gw_forward.h"
 
@@ -287,6 +288,10 @@ int gw_backend_cpu_new(const struct gw_backend_cfg *cfg,
         rc = tg_err_set(err, errlen, rc, "cannot create the CPU backend");
         goto fail;
     }
+    /* Which kernels this machine runs, for anyone comparing speeds. */
+    log_info("CPU backend: kernels at ISA level %s, %s weight matrices",
+             tg_cpu_isa_name(tg_backend_cpu_isa(c->be)),
+             cfg->model->wtype == TG_WTYPE_BF16 ? "bf16" : "fp32");
     struct gw_forward_opts fo = {.method = cfg->method,
                                  .gvote = cfg->gvote,
                                  .max_tokens = cfg->max_tokens,

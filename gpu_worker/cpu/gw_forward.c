@@ -184,9 +184,12 @@ static int qkv(struct gw_runtime *rt, const struct gw_layer *w, int m, int l)
     const struct gw_model *md = rt->model;
     const struct tg_ops *o = rt->ops;
     int d = md->head_dim;
-    TG_TRY(o->gemm(rt->be, rt->h, w->wq, w->bq, m, md->n_q_heads * d, md->hidden, rt->q));
-    TG_TRY(o->gemm(rt->be, rt->h, w->wk, w->bk, m, md->n_kv_heads * d, md->hidden, rt->k));
-    TG_TRY(o->gemm(rt->be, rt->h, w->wv, w->bv, m, md->n_kv_heads * d, md->hidden, rt->v));
+    TG_TRY(gw_model_gemm(md, o, rt->be, rt->h, w->wq, w->bq, m,
+                         md->n_q_heads * d, md->hidden, rt->q));
+    TG_TRY(gw_model_gemm(md, o, rt->be, rt->h, w->wk, w->bk, m,
+                         md->n_kv_heads * d, md->hidden, rt->k));
+    TG_TRY(gw_model_gemm(md, o, rt->be, rt->h, w->wv, w->bv, m,
+                         md->n_kv_heads * d, md->hidden, rt->v));
     if (w->q_norm != NULL) {
         TG_TRY(o->rmsnorm(rt->be, rt->q, w->q_norm, m * md->n_q_heads, d, md->norm_eps, rt->q));
         TG_TRY(o->rmsnorm(rt->be, rt->k, w->k_norm, m * md->n_kv_heads, d, md->norm_eps, rt->k));
@@ -225,14 +228,18 @@ static int attn_out_and_mlp(struct gw_runtime *rt, const struct gw_layer *w,
     const struct gw_model *md = rt->model;
     const struct tg_ops *o = rt->ops;
     size_t hm = (size_t)m * (size_t)md->hidden;
-    TG_TRY(o->gemm(rt->be, rt->att, w->wo, w->bo, m, md->hidden, md->n_q_heads * md->head_dim, rt->h));
+    TG_TRY(gw_model_gemm(md, o, rt->be, rt->att, w->wo, w->bo, m, md->hidden,
+                         md->n_q_heads * md->head_dim, rt->h));
     TG_TRY(reduce_partial(rt, hm, l, "o_proj", err, errlen));
     TG_TRY(o->add(rt->be, rt->x, rt->h, hm));
     TG_TRY(o->rmsnorm(rt->be, rt->x, w->ffn_norm, m, md->hidden, md->norm_eps, rt->h));
-    TG_TRY(o->gemm(rt->be, rt->h, w->w_gate, NULL, m, md->ffn, md->hidden, rt->gate));
-    TG_TRY(o->gemm(rt->be, rt->h, w->w_up, NULL, m, md->ffn, md->hidden, rt->up));
+    TG_TRY(gw_model_gemm(md, o, rt->be, rt->h, w->w_gate, NULL, m, md->ffn,
+                         md->hidden, rt->gate));
+    TG_TRY(gw_model_gemm(md, o, rt->be, rt->h, w->w_up, NULL, m, md->ffn,
+                         md->hidden, rt->up));
     TG_TRY(o->silu_mul(rt->be, rt->gate, rt->up, (size_t)m * (size_t)md->ffn, rt->gate));
-    TG_TRY(o->gemm(rt->be, rt->gate, w->w_down, NULL, m, md->hidden, md->ffn, rt->h));
+    TG_TRY(gw_model_gemm(md, o, rt->be, rt->gate, w->w_down, NULL, m,
+                         md->hidden, md->ffn, rt->h));
     TG_TRY(reduce_partial(rt, hm, l, "down_proj", err, errlen));
     TG_TRY(o->add(rt->be, rt->x, rt->h, hm));
     return 0;
@@ -278,8 +285,8 @@ static int final_logits(struct gw_runtime *rt, int first, int m, float *out,
         if (v_count > 0) {
             TG_TRY(rt->ops->rmsnorm(rt->be, xr, md->final_norm, mb, md->hidden,
                                  md->norm_eps, rt->h));
-            TG_TRY(rt->ops->gemm(rt->be, rt->h, md->lm_head, NULL, mb, v_count,
-                              md->hidden, loc));
+            TG_TRY(gw_model_gemm(md, rt->ops, rt->be, rt->h, md->lm_head, NULL,
+                                 mb, v_count, md->hidden, loc));
         }
         if (v_count < vp) {
             /* (mb, count) -> (mb, Vp): move rows back to front so none is
@@ -415,7 +422,7 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
         return rc;
 
     float scale = 1.0f / sqrtf((float)md->head_dim);
-    TG_TRY(o->embedding(rt->be, md->embed, md->vocab, md->hidden, ids, n, rt->x));
+    TG_TRY(gw_model_embed(md, o, rt->be, ids, n, rt->x));
     for (int l = 0; l < md->n_layers; l++) {
         const struct gw_layer *w = &md->layers[l];
         struct tg_kv_rows rows;
@@ -507,7 +514,7 @@ int gw_forward_decode(struct gw_runtime *rt, struct gw_seq *const *seqs,
     }
     float scale = 1.0f / sqrtf((float)md->head_dim);
     size_t kd = (size_t)md->n_kv_heads * (size_t)md->head_dim;
-    TG_TRY(o->embedding(rt->be, md->embed, md->vocab, md->hidden, ids, n_seq, rt->x));
+    TG_TRY(gw_model_embed(md, o, rt->be, ids, n_seq, rt->x));
     for (int l = 0; l < md->n_layers; l++) {
         const struct gw_layer *w = &md->layers[l];
         TG_TRY(o->rmsnorm(rt->be, rt->x, w->attn_norm, n_seq, md->hidden, md->norm_eps, rt->h));

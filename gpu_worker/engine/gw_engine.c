@@ -47,6 +47,7 @@ int gw_engine_init(struct gw_engine *e, const struct gw_engine_opts *o,
         .rank = 0,
         .world_size = 1,
         .no_host_weights = o->backend == GW_BACKEND_CUDA,
+        .weights = o->weights,
     };
     int rc = gw_rank_load_map(&e->model, &e->profile, &e->layout, &e->method,
                               &e->global_head, &ro, err, errlen);

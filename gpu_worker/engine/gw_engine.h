@@ -62,6 +62,8 @@ struct gw_engine_opts {
                                      GW_BACKEND_CUDA: the runtime the
                                      forward pass runs on */
     int device;                /* CUDA device ordinal (< 0: 0) */
+    enum gw_weights weights;   /* CPU backend: the host weights' format
+                                  (gw_model.h; AUTO when 0) */
 };
 
 struct gw_engine {

@@ -177,7 +177,8 @@ static int synth_queries(struct gw_gvote *g, const struct gw_model *md,
         }
     }
     if (c->proj == NULL) {
-        TG_TRY(ops->gemm(be, g->xs, c->w->wq, c->w->bq, S, Hq * d, H, g->qs));
+        TG_TRY(gw_model_gemm(md, ops, be, g->xs, c->w->wq, c->w->bq, S, Hq * d,
+                             H, g->qs));
     } else {
         TG_TRY(c->proj->run(c->proj->ctx, c->layer, g->xs, S, g->qs));
         if (c->w->bq != NULL)

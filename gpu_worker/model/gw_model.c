@@ -14,7 +14,9 @@ static void drop_weights(struct gw_model *m)
 {
     free(m->slab);
     m->slab = NULL;
-    m->slab_floats = 0;
+    m->slab_elems = 0;
+    m->slab_bytes = 0;
+    m->wtype = TG_WTYPE_F32;
     m->embed = m->final_norm = m->lm_head = NULL;
     if (m->layers != NULL)
         memset(m->layers, 0, (size_t)m->n_layers * sizeof(*m->layers));
@@ -41,66 +43,128 @@ void gw_model_vocab_slice(const struct gw_model *m, int *first, int *count,
     *count = (int)(n < 0 ? 0 : n < vp ? n : vp);
 }
 
-/* The field of m that holds destination (kind, layer). */
-static float **weight_slot(struct gw_model *m, enum gw_wkind kind, int layer)
+const char *const gw_weights_choices[4] = {"auto", "f32", "bf16", NULL};
+
+int gw_weights_parse(const char *s, enum gw_weights *out)
 {
-    if (kind < GW_W_FIRST_LAYER_KIND) {
-        switch (kind) {
-        case GW_W_EMBED:
-            return &m->embed;
-        case GW_W_FINAL_NORM:
-            return &m->final_norm;
-        default:
-            return &m->lm_head;
+    for (int i = 0; i < 3; i++)
+        if (s != NULL && strcmp(s, gw_weights_choices[i]) == 0) {
+            *out = (enum gw_weights)i;
+            return 0;
         }
+    return TG_EINVAL;
+}
+
+int gw_wkind_is_matrix(enum gw_wkind kind)
+{
+    switch (kind) {
+    case GW_W_EMBED:
+    case GW_W_LM_HEAD:
+    case GW_W_WQ:
+    case GW_W_WK:
+    case GW_W_WV:
+    case GW_W_WO:
+    case GW_W_GATE:
+    case GW_W_UP:
+    case GW_W_DOWN: return 1;
+    default: return 0;
+    }
+}
+
+/* The layer fields of each per-layer kind. */
+#define LAYER_FIELDS(X)          \
+    X(GW_W_ATTN_NORM, attn_norm) \
+    X(GW_W_WQ, wq)               \
+    X(GW_W_WK, wk)               \
+    X(GW_W_WV, wv)               \
+    X(GW_W_BQ, bq)               \
+    X(GW_W_BK, bk)               \
+    X(GW_W_BV, bv)               \
+    X(GW_W_Q_NORM, q_norm)       \
+    X(GW_W_K_NORM, k_norm)       \
+    X(GW_W_WO, wo)               \
+    X(GW_W_BO, bo)               \
+    X(GW_W_FFN_NORM, ffn_norm)   \
+    X(GW_W_GATE, w_gate)         \
+    X(GW_W_UP, w_up)             \
+    X(GW_W_DOWN, w_down)
+
+/* The array m holds for destination (kind, layer), or NULL. */
+static void *slot_get(const struct gw_model *m, enum gw_wkind kind, int layer)
+{
+    switch (kind) {
+    case GW_W_EMBED: return m->embed;
+    case GW_W_FINAL_NORM: return m->final_norm;
+    case GW_W_LM_HEAD: return m->lm_head;
+    default: break;
     }
     if (m->layers == NULL || layer < 0 || layer >= m->n_layers)
         return NULL;
+    const struct gw_layer *w = &m->layers[layer];
+    switch (kind) {
+#define GET(k, f) \
+    case k: return w->f;
+        LAYER_FIELDS(GET)
+#undef GET
+    default: return NULL;
+    }
+}
+
+/* Points destination (kind, layer) of m at p; 0, or -1 for no such
+ * field. */
+static int slot_set(struct gw_model *m, enum gw_wkind kind, int layer, void *p)
+{
+    switch (kind) {
+    case GW_W_EMBED: m->embed = p; return 0;
+    case GW_W_FINAL_NORM: m->final_norm = p; return 0;
+    case GW_W_LM_HEAD: m->lm_head = p; return 0;
+    default: break;
+    }
+    if (m->layers == NULL || layer < 0 || layer >= m->n_layers)
+        return -1;
     struct gw_layer *w = &m->layers[layer];
     switch (kind) {
-    case GW_W_ATTN_NORM:
-        return &w->attn_norm;
-    case GW_W_WQ:
-        return &w->wq;
-    case GW_W_WK:
-        return &w->wk;
-    case GW_W_WV:
-        return &w->wv;
-    case GW_W_BQ:
-        return &w->bq;
-    case GW_W_BK:
-        return &w->bk;
-    case GW_W_BV:
-        return &w->bv;
-    case GW_W_Q_NORM:
-        return &w->q_norm;
-    case GW_W_K_NORM:
-        return &w->k_norm;
-    case GW_W_WO:
-        return &w->wo;
-    case GW_W_BO:
-        return &w->bo;
-    case GW_W_FFN_NORM:
-        return &w->ffn_norm;
-    case GW_W_GATE:
-        return &w->w_gate;
-    case GW_W_UP:
-        return &w->w_up;
-    case GW_W_DOWN:
-        return &w->w_down;
-    default:
-        return NULL;
+#define SET(k, f) \
+    case k: w->f = p; return 0;
+        LAYER_FIELDS(SET)
+#undef SET
+    default: return -1;
     }
+}
+
+const void *gw_model_weight_any(const struct gw_model *m, enum gw_wkind kind,
+                                int layer, enum tg_wtype *wt)
+{
+    if ((unsigned)kind >= GW_W_COUNT)
+        return NULL;
+    *wt = gw_wkind_is_matrix(kind) ? m->wtype : TG_WTYPE_F32;
+    return slot_get(m, kind, layer);
 }
 
 const float *gw_model_weight(const struct gw_model *m, enum gw_wkind kind,
                              int layer)
 {
-    if ((unsigned)kind >= GW_W_COUNT)
-        return NULL;
-    /* weight_slot only locates the field; nothing is written through it. */
-    float **slot = weight_slot((struct gw_model *)m, kind, layer);
-    return slot != NULL ? *slot : NULL;
+    enum tg_wtype wt;
+    const void *p = gw_model_weight_any(m, kind, layer, &wt);
+    return wt == TG_WTYPE_F32 ? p : NULL;
+}
+
+int gw_model_gemm(const struct gw_model *m, const struct tg_ops *ops,
+                  struct tg_backend *be, const float *x, const void *w,
+                  const float *bias, int rows, int n, int k, float *y)
+{
+    if (m->wtype == TG_WTYPE_BF16)
+        return ops->gemm_bf16(be, x, w, bias, rows, n, k, y);
+    return ops->gemm(be, x, w, bias, rows, n, k, y);
+}
+
+int gw_model_embed(const struct gw_model *m, const struct tg_ops *ops,
+                   struct tg_backend *be, const int32_t *ids, int n, float *out)
+{
+    if (m->wtype == TG_WTYPE_BF16)
+        return ops->embedding_bf16(be, m->embed, m->vocab, m->hidden, ids, n,
+                                   out);
+    return ops->embedding(be, m->embed, m->vocab, m->hidden, ids, n, out);
 }
 
 /* Checks the shard against the config and stores its head map. */
@@ -169,6 +233,7 @@ int gw_model_open(struct gw_model *m, const char *dir,
     }
     m->rank = sh->rank;
     m->world = T;
+    m->weights = sh->weights;
     m->n_layers = c->num_layers;
     m->hidden = c->hidden_size;
     m->n_q_heads = c->num_heads / T;
@@ -298,23 +363,27 @@ int gw_model_run_host(const struct gw_load_plan *p, const struct gw_model *m,
                       size_t staging, const struct gw_load_sink *sink,
                       struct gw_load_stats *stats, char *err, size_t errlen)
 {
+    if (m->wtype != TG_WTYPE_F32)
+        return tg_err_set(err, errlen, TG_EUNSUPPORTED,
+                          "the model's host matrices are bf16; only fp32 "
+                          "host weights can be handed to a sink");
     return gw_load_run_host(p, host_weight, m, staging, sink, stats, err,
                             errlen);
 }
 
-/* ---- the host sink: fp32 arrays of m's slab ----------------------------- */
+/* ---- the host sink: the arrays of m's slab ----------------------------- */
 
 static int host_upload(void *ctx, const struct gw_load_slice *s, char *err,
                        size_t errlen)
 {
     struct gw_model *m = ctx;
-    float **slot = weight_slot(m, s->t->kind, s->t->layer);
-    if (slot == NULL || *slot == NULL || s->offset + s->n > s->t->numel)
+    enum tg_wtype wt;
+    void *dst = (void *)gw_model_weight_any(m, s->t->kind, s->t->layer, &wt);
+    if (dst == NULL || s->offset + s->n > s->t->numel)
         return tg_err_set(err, errlen, TG_EINVAL,
                           "host weights: no room for %s [%llu, +%llu)",
                           s->t->name, (unsigned long long)s->offset,
                           (unsigned long long)s->n);
-    float *dst = *slot + s->offset;
     const uint8_t *src = s->data;
     size_t es = st_dtype_size(s->dtype);
     /* Pieces of 64K elements over the OpenMP threads. */
@@ -323,13 +392,45 @@ static int host_upload(void *ctx, const struct gw_load_slice *s, char *err,
 #pragma omp parallel for schedule(static) reduction(| : bad) if (pieces > 1)
     for (int64_t k = 0; k < pieces; k++) {
         int64_t a = k * per, cnt = n - a < per ? n - a : per;
-        bad |= st_convert_f32(s->dtype, src + (size_t)a * es, (size_t)cnt, dst + a) != 0;
+        const uint8_t *from = src + (size_t)a * es;
+        size_t at = (size_t)(s->offset + (uint64_t)a);
+        if (wt == TG_WTYPE_BF16)
+            bad |= st_convert_bf16(s->dtype, from, (size_t)cnt,
+                                   (uint16_t *)dst + at) != 0;
+        else
+            bad |= st_convert_f32(s->dtype, from, (size_t)cnt,
+                                  (float *)dst + at) != 0;
     }
     if (bad)
         return tg_err_set(err, errlen, TG_EUNSUPPORTED,
-                          "tensor %s: cannot convert %s to float32",
-                          s->t->name, st_dtype_name(s->dtype));
+                          "tensor %s: cannot convert %s to %s", s->t->name,
+                          st_dtype_name(s->dtype),
+                          wt == TG_WTYPE_BF16 ? "bfloat16" : "float32");
     return 0;
+}
+
+/* The matrices' element type for the bound plan p: m->weights, AUTO
+ * keeping bf16 when every matrix of the checkpoint is bf16. */
+static enum tg_wtype choose_wtype(const struct gw_model *m,
+                                  const struct gw_load_plan *p)
+{
+    if (m->weights == GW_WEIGHTS_F32)
+        return TG_WTYPE_F32;
+    if (m->weights == GW_WEIGHTS_BF16)
+        return TG_WTYPE_BF16;
+    for (int i = 0; i < p->n; i++)
+        if (gw_wkind_is_matrix(p->t[i].kind) &&
+            p->t[i].src->dtype != ST_DTYPE_BF16)
+            return TG_WTYPE_F32;
+    return TG_WTYPE_BF16;
+}
+
+/* Bytes of entry e in a slab whose matrices are wt, each entry starting on
+ * a 64-byte boundary. */
+static size_t entry_bytes(const struct gw_load_tensor *e, enum tg_wtype wt)
+{
+    size_t es = gw_wkind_is_matrix(e->kind) && wt == TG_WTYPE_BF16 ? 2 : 4;
+    return ((size_t)e->numel * es + 63) & ~(size_t)63;
 }
 
 int gw_model_load_weights(struct gw_model *m, size_t staging, char *err,
@@ -348,20 +449,26 @@ int gw_model_load_weights(struct gw_model *m, size_t staging, char *err,
     rc = st_model_open(&st, m->dir, err, errlen);
     if (rc == 0)
         rc = gw_load_plan_bind(&plan, &st, err, errlen);
+    size_t bytes = 0;
     if (rc == 0) {
-        m->slab = malloc((size_t)plan.numel * sizeof(float) + 1);
+        m->wtype = choose_wtype(m, &plan);
+        for (int i = 0; i < plan.n; i++)
+            bytes += entry_bytes(&plan.t[i], m->wtype);
+        m->slab = aligned_alloc(64, bytes + 64);
         if (m->slab == NULL)
             rc = tg_err_set(err, errlen, TG_ENOMEM,
-                            "cannot allocate %llu bytes for the weights",
-                            (unsigned long long)plan.numel * 4);
+                            "cannot allocate %zu bytes for the weights", bytes);
     }
     if (rc == 0) {
         /* Carve the slab in plan order. */
-        m->slab_floats = (size_t)plan.numel;
+        m->slab_elems = (size_t)plan.numel;
+        m->slab_bytes = bytes;
         size_t off = 0;
         for (int i = 0; i < plan.n; i++) {
-            *weight_slot(m, plan.t[i].kind, plan.t[i].layer) = m->slab + off;
-            off += (size_t)plan.t[i].numel;
+            int set = slot_set(m, plan.t[i].kind, plan.t[i].layer,
+                               (char *)m->slab + off);
+            TG_ASSERT(set == 0);
+            off += entry_bytes(&plan.t[i], m->wtype);
         }
         struct gw_load_sink sink = {.upload = host_upload, .ctx = m};
         rc = gw_load_run(&plan, &st, staging, &sink, &m->load, err, errlen);
@@ -369,8 +476,10 @@ int gw_model_load_weights(struct gw_model *m, size_t staging, char *err,
     if (rc == 0 && m->tied) {
         int v_first, v_count, v_per;
         gw_model_vocab_slice(m, &v_first, &v_count, &v_per);
+        size_t es = m->wtype == TG_WTYPE_BF16 ? 2 : 4;
         if (v_count > 0)
-            m->lm_head = m->embed + (size_t)v_first * (size_t)m->hidden;
+            m->lm_head = (char *)m->embed +
+                         (size_t)v_first * (size_t)m->hidden * es;
     }
     st_model_close(&st);
     gw_load_plan_free(&plan);

@@ -94,7 +94,10 @@ int gw_rank_load_map(struct gw_model *model, struct pf_profile *profile,
                             o->page_size, o->prefill_chunk, &rule, err, errlen);
     if (rc != 0)
         goto fail;
-    struct gw_shard sh = {.rank = o->rank, .world = T, .kv_heads = global_head};
+    struct gw_shard sh = {.rank = o->rank,
+                          .world = T,
+                          .kv_heads = global_head,
+                          .weights = o->weights};
     rc = o->no_host_weights
              ? gw_model_open(model, o->model_dir, &sh, err, errlen)
              : gw_model_load_shard(model, o->model_dir, &sh, err, errlen);

@@ -34,6 +34,8 @@ struct gw_rank_opts {
     int no_host_weights;      /* the model's shape (gw_model_open) without
                                  host weights, for a backend that streams
                                  the checkpoint into its own memory (CUDA) */
+    enum gw_weights weights;  /* the host weights' format (gw_model.h;
+                                 AUTO when 0) */
 };
 
 /* Parses "snapkv" / "keydiff" / "expected_attention" / "gvote" into *out.

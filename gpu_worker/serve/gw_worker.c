@@ -99,6 +99,7 @@ int gw_worker_init(struct gw_worker *w, const struct gw_worker_opts *o,
         .world_size = o->world_size,
         /* a CUDA backend streams the checkpoint to its device itself */
         .no_host_weights = o->backend == GW_BACKEND_CUDA,
+        .weights = o->weights,
     };
     int *global_head = NULL;
     int trig = o->trig != NULL && o->trig->enabled;

@@ -131,6 +131,8 @@ struct gw_worker_opts {
                                    stop flag) */
     int n_threads;              /* <= 0: OpenMP default (with T > 1: the
                                    online cores / T) */
+    enum gw_weights weights;    /* CPU backend: the host weights' format
+                                   (gw_model.h; AUTO when 0) */
     int device;                 /* CUDA backend: device ordinal; < 0: the
                                    rank (one worker per GPU) */
     int cuda_graphs;            /* CUDA backend: capture decode graphs */

@@ -5,7 +5,9 @@
  * op needs more than it has, so a warmed-up backend never allocates. It is
  * not shared between threads (tg_ops.h: one backend context per thread).
  */
+#include <cblas.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,9 +17,11 @@
 const struct tg_ops tg_ops_cpu = {
     .name = "cpu",
     .embedding = cpu__embedding,
+    .embedding_bf16 = cpu__embedding_bf16,
     .rmsnorm = cpu__rmsnorm,
     .add = cpu__add,
     .gemm = cpu__gemm,
+    .gemm_bf16 = cpu__gemm_bf16,
     .silu_mul = cpu__silu_mul,
     .rope = cpu__rope,
     .attn_chunk = cpu__attn_chunk,
@@ -30,12 +34,83 @@ const struct tg_ops tg_ops_cpu = {
     .logits_mask = cpu__logits_mask,
 };
 
+static enum tg_cpu_isa detected;
+static pthread_once_t detect_once = PTHREAD_ONCE_INIT;
+
+/* The levels of x86-64 psABI that GCC's target_clones resolver tests for
+ * the CPU_CLONES loops, so both kinds of code run at one level. clang 14
+ * knows no level names: there the features one by one. */
+static void detect(void)
+{
+    detected = TG_CPU_ISA_GENERIC;
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+#if defined(__clang__)
+    int v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c");
+    int v4 = v3 && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512cd") &&
+             __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("avx512vl");
+#else
+    int v3 = __builtin_cpu_supports("x86-64-v3");
+    int v4 = __builtin_cpu_supports("x86-64-v4");
+#endif
+    if (v4)
+        detected = TG_CPU_ISA_AVX512;
+    else if (v3)
+        detected = TG_CPU_ISA_AVX2;
+#endif
+}
+
+enum tg_cpu_isa tg_cpu_isa_detect(void)
+{
+    pthread_once(&detect_once, detect);
+    return detected;
+}
+
+const char *tg_cpu_isa_name(enum tg_cpu_isa isa)
+{
+    switch (isa) {
+    case TG_CPU_ISA_AVX512: return "avx512";
+    case TG_CPU_ISA_AVX2: return "avx2";
+    default: return "generic";
+    }
+}
+
+enum tg_cpu_isa tg_backend_cpu_isa(const struct tg_backend *b)
+{
+    return b->isa;
+}
+
+int tg_backend_cpu_set_isa(struct tg_backend *b, enum tg_cpu_isa isa)
+{
+    if (isa < TG_CPU_ISA_GENERIC || isa > tg_cpu_isa_detect())
+        return TG_EUNSUPPORTED;
+    b->isa = isa;
+    return 0;
+}
+
+int tg_backend_cpu_set_gemv_rows(struct tg_backend *b, int rows)
+{
+    if (rows < 0 || rows > TG_CPU_GEMV_ROWS_MAX)
+        return TG_EINVAL;
+    b->gemv_rows = rows;
+    return 0;
+}
+
 int tg_backend_cpu_new(int n_threads, struct tg_backend **out)
 {
     *out = NULL;
     struct tg_backend *b = calloc(1, sizeof(*b));
     if (b == NULL)
         return TG_ENOMEM;
+    /* One pool: the ops split work over OpenMP's threads and call BLAS
+     * from inside the team, so OpenBLAS's own threads stay idle. */
+    openblas_set_num_threads(1);
+    b->isa = tg_cpu_isa_detect();
+    b->gemv_rows = TG_CPU_GEMV_ROWS;
     b->n_threads = n_threads > 0 ? n_threads : omp_get_max_threads();
     if (b->n_threads < 1)
         b->n_threads = 1;
@@ -61,6 +136,7 @@ void tg_backend_cpu_free(struct tg_backend *b)
             free(b->scratch[t]);
         free(b->scratch);
     }
+    free(b->xsplit);
     free(b->pairs);
     free(b->counts);
     free(b->seen);

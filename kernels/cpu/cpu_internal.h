@@ -25,6 +25,12 @@ struct cpu_pair {
 
 struct tg_backend {
     int n_threads;          /* OpenMP team size of every parallel op */
+    enum tg_cpu_isa isa;    /* level of the linear-layer kernels */
+    int gemv_rows;          /* gemm: streaming kernels up to this many rows
+                               of x (TG_CPU_GEMV_ROWS, measured in
+                               docs/PERFORMANCE.md "CPU linear layers") */
+    float *xsplit;          /* (xsplit_len) gemv's x in even/odd halves */
+    size_t xsplit_len;
     void **scratch;         /* (n_threads) per-thread slabs, 64-byte aligned */
     size_t scratch_bytes;   /* current size of each slab */
     /* Vocabulary-sized buffers of the (serial) sampler. */
@@ -37,6 +43,18 @@ struct tg_backend {
 /* Minimum work (multiply-adds or element moves) before an op opens an OpenMP
  * team: below this the fork/join costs more than it saves. */
 #define CPU_PAR_MIN_WORK 32768
+
+/* Runtime ISA dispatch of the backend's own loops: GCC compiles a function
+ * marked CPU_CLONES once per level of enum tg_cpu_isa and the dynamic
+ * loader's resolver calls the machine's (the same test as
+ * tg_cpu_isa_detect). Other compilers build the baseline only. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CPU_CLONES  \
+    __attribute__(( \
+        target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CPU_CLONES
+#endif
 
 /* Ensures every per-thread slab holds at least `bytes`. Returns 0 or
  * TG_ENOMEM (the old slabs stay valid on failure). Not thread-safe: call
@@ -72,6 +90,19 @@ int cpu__rmsnorm(struct tg_backend *b, const float *x, const float *w, int n,
 int cpu__add(struct tg_backend *b, float *y, const float *x, size_t len);
 int cpu__gemm(struct tg_backend *b, const float *x, const float *w,
               const float *bias, int m, int n, int k, float *y);
+int cpu__gemm_bf16(struct tg_backend *b, const float *x, const uint16_t *w,
+                   const float *bias, int m, int n, int k, float *y);
+int cpu__embedding_bf16(struct tg_backend *b, const uint16_t *table, int vocab,
+                        int hidden, const int32_t *ids, int n, float *out);
+
+/* y (m, n) = x (m, k) W^T for 1 <= m <= TG_CPU_GEMV_ROWS_MAX, W (n, k) stored
+ * as wt, with b's ISA level's kernels over b's threads (cpu_gemv.c).
+ * Returns 0 or TG_ENOMEM. */
+int cpu__gemv(struct tg_backend *b, const float *x, const void *w,
+              enum tg_wtype wt, int m, int n, int k, float *y);
+
+/* dst[i] = the fp32 value of bf16 src[i], i < n. */
+void cpu__bf16_to_f32(const uint16_t *src, size_t n, float *dst);
 int cpu__silu_mul(struct tg_backend *b, const float *gate, const float *up,
                   size_t len, float *out);
 int cpu__rope(struct tg_backend *b, float *x, int n, int heads, int d,

@@ -761,7 +761,7 @@ static int run(const struct bopts *o, int argc, char **argv)
     check(tt_model_init_random(&model, s, &rng, err, sizeof(err)),
           "random model", err);
     printf("host model built in %.1f s (%.1f GB fp32)\n", tt_now_s() - t0,
-           model.slab_floats * 4.0 / 1e9);
+           model.slab_bytes / 1e9);
 
     int n_heads = s->L * s->Hkv;
     double *budgets = xcalloc((size_t)n_heads, sizeof(double));

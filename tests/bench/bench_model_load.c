@@ -137,7 +137,7 @@ static void run_variant(enum variant v, const struct opts *o, const char *dir,
             return;
         }
         res->bytes = m.load.bytes;
-        res->weights = (int64_t)m.slab_floats * 4;
+        res->weights = (int64_t)m.slab_bytes;
         res->ok = 1;
         gw_model_free(&m);
         free(map);

@@ -103,5 +103,25 @@ import json,sys
 assert "timing" not in json.load(sys.stdin)
 ' && ok || bad "timing only when asked"
 
+# --cpu-weights: auto keeps this bf16 checkpoint's matrices bf16; f32
+# converts them (exactly). Same weights either way, so the prompt's
+# log-probabilities agree up to fp32 summation order (1e-4 relative).
+for w in auto f32 bf16; do
+    $G --prompt-ids '[5,6,7,8,9,10]' --max-tokens 0 --prompt-logprobs \
+        --cpu-weights $w --json > "$tmp/w-$w.json" || bad "--cpu-weights $w"
+done
+"$PY" - "$tmp" <<'PYEOF' && ok || bad "--cpu-weights JSON"
+import json, sys
+d = {w: json.load(open("%s/w-%s.json" % (sys.argv[1], w))) for w in ("auto", "f32", "bf16")}
+assert d["auto"]["cpu_weights"] == "bf16", d["auto"].get("cpu_weights")
+assert d["f32"]["cpu_weights"] == "f32", d["f32"].get("cpu_weights")
+assert d["bf16"]["cpu_weights"] == "bf16", d["bf16"].get("cpu_weights")
+a, b = d["f32"]["prompt_logprobs"], d["bf16"]["prompt_logprobs"]
+assert len(a) == len(b) == 6, (a, b)
+for x, y in zip(a[1:], b[1:]):
+    assert abs(x - y) <= 1e-4 * max(1.0, abs(x)), (a, b)
+PYEOF
+expect_err "bf16" $G --prompt-ids '[1]' --cpu-weights fp8
+
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -17,6 +17,7 @@ server was ready are covered by test_daemon_faults.py.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -176,6 +177,24 @@ def main():
         expect("KV pool larger than the host",
                base + ports() + ["--model", model, "--kv-memory", "64TiB"],
                3, "does not fit")
+        # The memory plan counts the weights as the CPU worker will hold
+        # them: this bf16 checkpoint's matrices (the bulk: a 151669 x 64
+        # embedding) take 2 bytes each under auto and bf16, 4 under f32
+        # (no host tier, whose bytes the message would add).
+        mib = {}
+        for w in ("auto", "f32", "bf16"):
+            rc, err = run(base + ports() + ["--model", model, "--kv-memory",
+                                            "64TiB", "--kv-host-memory", "0",
+                                            "--cpu-weights", w])
+            m = re.search(r"(\d+) MiB for the weights", err)
+            chk.check(rc == 3 and m is not None,
+                      "--cpu-weights %s: the plan names the weights" % w,
+                      err[-600:])
+            mib[w] = int(m.group(1)) if m else -1
+        chk.check(mib["auto"] == mib["bf16"] and mib["bf16"] > 0 and
+                  1.8 * mib["bf16"] <= mib["f32"] <= 2.2 * mib["bf16"],
+                  "weights planned at 2 bytes (auto, bf16) and 4 (f32) per "
+                  "matrix element", str(mib))
 
         def wrong_ffn(d):
             p = os.path.join(d, "config.json")

@@ -129,14 +129,15 @@ int tt_model_init_random(struct gw_model *m, const struct tt_shape *s,
     size_t h = (size_t)s->hidden, qd = (size_t)s->Hq * (size_t)s->d;
     size_t kd = (size_t)s->Hkv * (size_t)s->d, f = (size_t)s->ffn;
     size_t V = (size_t)s->vocab;
-    m->slab_floats = tt_model_param_count(s);
-    m->slab = malloc(m->slab_floats * sizeof(float));
+    m->slab_elems = tt_model_param_count(s);
+    m->slab_bytes = m->slab_elems * sizeof(float);
+    m->slab = malloc(m->slab_bytes);
     m->layers = calloc((size_t)s->L, sizeof(*m->layers));
     m->inv_freq = calloc((size_t)s->d / 2, sizeof(float));
     if (m->slab == NULL || m->layers == NULL || m->inv_freq == NULL) {
         rc = tg_err_set(err, errlen, TG_ENOMEM,
                         "random model: out of memory (%zu weights)",
-                        m->slab_floats);
+                        m->slab_elems);
         goto fail;
     }
     if ((rc = mc_rope_inv_freq(c, m->inv_freq)) != 0) {
@@ -147,7 +148,8 @@ int tt_model_init_random(struct gw_model *m, const struct tt_shape *s,
 
     const double a = 0.02 * sqrt(3.0);
     int qk_norm = s->arch == MC_ARCH_QWEN3;
-    float *cur = m->slab;
+    float *const base = m->slab;
+    float *cur = base;
     m->embed = carve(&cur, V * h);
     tt_fill_uniform(r, m->embed, V * h, a);
     for (int l = 0; l < s->L; l++) {
@@ -185,7 +187,7 @@ int tt_model_init_random(struct gw_model *m, const struct tt_shape *s,
         m->lm_head = carve(&cur, V * h);
         tt_fill_uniform(r, m->lm_head, V * h, a);
     }
-    TG_ASSERT((size_t)(cur - m->slab) == m->slab_floats);
+    TG_ASSERT((size_t)(cur - base) == m->slab_elems);
     return 0;
 fail:
     gw_model_free(m);
@@ -196,7 +198,8 @@ void tt_model_drop_weights(struct gw_model *m)
 {
     free(m->slab);
     m->slab = NULL;
-    m->slab_floats = 0;
+    m->slab_elems = 0;
+    m->slab_bytes = 0;
     m->embed = m->final_norm = m->lm_head = NULL;
     for (int l = 0; m->layers != NULL && l < m->n_layers; l++)
         memset(&m->layers[l], 0, sizeof(m->layers[l]));

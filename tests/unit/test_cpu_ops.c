@@ -174,6 +174,209 @@ static void test_gemm(void **st)
     tg_backend_cpu_free(b);
 }
 
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    u += 0x7FFFu + ((u >> 16) & 1u); /* nearest even; no NaN here */
+    return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+/* gemm and gemm_bf16 at every ISA level the machine has and on both paths
+ * (the streaming kernels up to the gemv rows, BLAS above): shapes with
+ * row counts around the kernels' tiles (1, 2, 3, 4, 5, 8, 9 and either side
+ * of the gemv/BLAS switch), odd k (the kernels' scalar tails and an odd
+ * element left from bf16's pairs) and n off every tile width, against a
+ * float64 product of the same values (the bf16 ones converted exactly).
+ * Each output may differ from it by fp32 rounding of a length-k sum,
+ * bounded relative to sum |x w|. Every level and path gives the same
+ * value up to that rounding, and a row's result does not depend on the
+ * other rows of the call or the thread count (the streaming kernels). */
+static void test_gemm_paths(void **st)
+{
+    (void)st;
+    struct tg_backend *b = be(), *b1 = NULL;
+    assert_int_equal(tg_backend_cpu_new(1, &b1), 0);
+    const int shapes[][3] = {{1, 37, 64},  {2, 19, 33},  {3, 40, 1},
+                             {4, 17, 100}, {5, 65, 31},  {8, 129, 96},
+                             {9, 7, 17},   {31, 33, 65}, {32, 20, 64},
+                             {33, 41, 47}, {64, 24, 32}, {1, 1000, 1024}};
+    enum tg_cpu_isa top = tg_cpu_isa_detect();
+    assert_int_equal(tg_backend_cpu_isa(b), top);
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        size_t mk = (size_t)m * k, nk = (size_t)n * k, mn = (size_t)m * n;
+        float *x = malloc(sizeof(float) * mk), *w = malloc(sizeof(float) * nk);
+        float *wr = malloc(sizeof(float) * nk),
+              *bias = malloc(sizeof(float) * n);
+        uint16_t *h = malloc(sizeof(uint16_t) * nk);
+        float *y = malloc(sizeof(float) * mn), *y1 = malloc(sizeof(float) * mn);
+        double *want = malloc(sizeof(double) * mn * 2);
+        double *mag = malloc(sizeof(double) * mn * 2);
+        fill(x, mk, 1.0);
+        fill(w, nk, 1.0);
+        fill(bias, (size_t)n, 1.0);
+        for (size_t e = 0; e < nk; e++) {
+            h[e] = to_bf16(w[e]);
+            wr[e] = from_bf16(h[e]);
+        }
+        for (int bf = 0; bf < 2; bf++)
+            for (int i = 0; i < m; i++)
+                for (int j = 0; j < n; j++) {
+                    double acc = bias[j], a = fabs(bias[j]);
+                    for (int t = 0; t < k; t++) {
+                        double p = (double)x[(size_t)i * k + t] *
+                                   (bf ? wr : w)[(size_t)j * k + t];
+                        acc += p;
+                        a += fabs(p);
+                    }
+                    want[bf * mn + (size_t)i * n + j] = acc;
+                    mag[bf * mn + (size_t)i * n + j] = a;
+                }
+        for (int isa = 0; isa <= (int)top; isa++) {
+            for (int path = 0; path < 2; path++) {
+                /* path 0: the default switch; 1: BLAS for every m. */
+                int rows = path == 0 ? TG_CPU_GEMV_ROWS : 0;
+                for (int bf = 0; bf < 2; bf++) {
+                    struct tg_backend *bs[2] = {b, b1};
+                    for (int t = 0; t < 2; t++) {
+                        assert_int_equal(tg_backend_cpu_set_isa(bs[t], isa), 0);
+                        assert_int_equal(
+                            tg_backend_cpu_set_gemv_rows(bs[t], rows), 0);
+                        float *out = t == 0 ? y : y1;
+                        int rc = bf ? tg_ops_cpu.gemm_bf16(bs[t], x, h, bias, m,
+                                                           n, k, out)
+                                    : tg_ops_cpu.gemm(bs[t], x, w, bias, m, n,
+                                                      k, out);
+                        assert_int_equal(rc, 0);
+                    }
+                    for (size_t e = 0; e < mn; e++) {
+                        double d = fabs(y[e] - want[bf * mn + e]);
+                        if (!(d <= 1e-5 * mag[bf * mn + e] + 1e-6)) {
+                            print_error(
+                                "isa %s path %d bf16 %d m %d n %d k %d: "
+                                "y[%zu] = %.9g, float64 %.9g\n",
+                                tg_cpu_isa_name(isa), path, bf, m, n, k, e,
+                                y[e], want[bf * mn + e]);
+                            fail();
+                        }
+                    }
+                    if (m <= TG_CPU_GEMV_ROWS && path == 0) {
+                        /* The streaming kernels: the same bits on 1 and 2
+                         * threads, and row 0 alone equals row 0 of m. */
+                        assert_memory_equal(y, y1, sizeof(float) * mn);
+                        int rc = bf ? tg_ops_cpu.gemm_bf16(b, x, h, bias, 1, n,
+                                                           k, y1)
+                                    : tg_ops_cpu.gemm(b, x, w, bias, 1, n, k,
+                                                      y1);
+                        assert_int_equal(rc, 0);
+                        assert_memory_equal(y, y1, sizeof(float) * n);
+                    }
+                }
+            }
+        }
+        free(x);
+        free(w);
+        free(wr);
+        free(bias);
+        free(h);
+        free(y);
+        free(y1);
+        free(want);
+        free(mag);
+    }
+    assert_int_equal(tg_backend_cpu_set_gemv_rows(b, -1), TG_EINVAL);
+    assert_int_equal(tg_backend_cpu_set_gemv_rows(b, TG_CPU_GEMV_ROWS_MAX + 1),
+                     TG_EINVAL);
+    assert_int_equal(tg_backend_cpu_set_isa(b, (enum tg_cpu_isa)(top + 1)),
+                     TG_EUNSUPPORTED);
+    assert_string_equal(tg_cpu_isa_name(TG_CPU_ISA_AVX512), "avx512");
+    uint16_t hz = 0;
+    float z = 0;
+    assert_int_equal(tg_ops_cpu.gemm_bf16(b, &z, &hz, NULL, -1, 1, 1, &z),
+                     TG_EINVAL);
+    assert_int_equal(tg_ops_cpu.gemm_bf16(b, &z, NULL, NULL, 1, 1, 1, &z),
+                     TG_EINVAL);
+    tg_backend_cpu_free(b);
+    tg_backend_cpu_free(b1);
+}
+
+/* embedding_bf16: each row the exact fp32 of the table's bf16 values. */
+static void test_embedding_bf16(void **st)
+{
+    (void)st;
+    struct tg_backend *b = be();
+    const int V = 50, H = 37;
+    uint16_t *t = malloc(sizeof(uint16_t) * V * H);
+    float *out = malloc(sizeof(float) * 3 * H);
+    for (int e = 0; e < V * H; e++)
+        t[e] = to_bf16((float)(urand() * 2.0 - 1.0));
+    const int32_t ids[3] = {49, 0, 17};
+    assert_int_equal(tg_ops_cpu.embedding_bf16(b, t, V, H, ids, 3, out), 0);
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < H; j++)
+            assert_true(out[i * H + j] == from_bf16(t[ids[i] * H + j]));
+    const int32_t bad = V;
+    assert_int_equal(tg_ops_cpu.embedding_bf16(b, t, V, H, &bad, 1, out),
+                     TG_EINVAL);
+    free(t);
+    free(out);
+    tg_backend_cpu_free(b);
+}
+
+/* The sampler's vocabulary buffers and gemm_bf16's split copy of x are
+ * separate: growing the one (a first sample over a vocabulary) leaves the
+ * other valid, so a later bf16 gemm gives the same bits and freeing the
+ * backend frees each buffer once (glibc aborts on a double free). */
+static void test_bf16_after_sample(void **st)
+{
+    (void)st;
+    struct tg_backend *b = be();
+    const int n = 40, k = 96, V = 4096;
+    float *x = malloc(sizeof(float) * k), *y = malloc(sizeof(float) * n);
+    float *y2 = malloc(sizeof(float) * n), *logits = malloc(sizeof(float) * V);
+    uint16_t *w = malloc(sizeof(uint16_t) * n * k);
+    fill(x, (size_t)k, 1.0);
+    for (int e = 0; e < n * k; e++)
+        w[e] = to_bf16((float)(urand() * 2.0 - 1.0));
+    fill(logits, (size_t)V, 1.0);
+    assert_int_equal(tg_ops_cpu.gemm_bf16(b, x, w, NULL, 1, n, k, y), 0);
+    const struct tg_sampling greedy = {
+        .temperature = 0.0f, .top_p = 1.0f, .repetition_penalty = 1.0f};
+    int32_t tok = -1;
+    assert_int_equal(tg_ops_cpu.sample(b, logits, V, &greedy, NULL, NULL, &tok,
+                                       NULL, 0, NULL, NULL),
+                     0);
+    assert_true(tok >= 0 && tok < V);
+    /* A block the size of the split copy, allocated right after the
+     * sample: had the sample freed the copy, the allocator would hand its
+     * memory out here (both glibc and jemalloc reuse a just-freed block of
+     * the size first) and the next gemm_bf16 would write into it. */
+    float *probe = aligned_alloc(64, sizeof(float) * k);
+    for (int e = 0; e < k; e++)
+        probe[e] = -7.0f;
+    assert_int_equal(tg_ops_cpu.gemm_bf16(b, x, w, NULL, 1, n, k, y2), 0);
+    for (int e = 0; e < k; e++)
+        if (probe[e] != -7.0f)
+            fail_msg("gemm_bf16 wrote into memory the sampler freed");
+    assert_memory_equal(y, y2, sizeof(float) * n);
+    free(probe);
+    tg_backend_cpu_free(b);
+    free(x);
+    free(y);
+    free(y2);
+    free(logits);
+    free(w);
+}
+
 static void test_rope(void **st)
 {
     (void)st;
@@ -571,6 +774,9 @@ int main(void)
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_add_silu),
         cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_gemm_paths),
+        cmocka_unit_test(test_embedding_bf16),
+        cmocka_unit_test(test_bf16_after_sample),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_attn_chunk),
         cmocka_unit_test(test_attn_chunk_bad),

@@ -72,6 +72,7 @@ static struct gm_grammar *gbnf(const char *text, const struct gm_vocab *v,
         struct gm_limits lim;
         gm_limits_default(&lim);
         lim.threads = 1;
+        lim.max_compile_s = 0; /* masks are tested, not the limit */
         *code = gm_grammar_compile_ir(&ir, v, &lim, &g, err, errlen);
     }
     gm_ir_free(&ir);

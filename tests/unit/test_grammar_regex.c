@@ -136,6 +136,7 @@ static struct gm_grammar *grammar_of(struct gm_ir *ir, int32_t rule,
     struct gm_limits lim;
     gm_limits_default(&lim);
     lim.threads = 1;
+    lim.max_compile_s = 0; /* masks are tested, not the limit */
     if (gm_grammar_compile_ir(ir, v, &lim, &g, err, sizeof err) != 0)
         fail_msg("compile: %s", err);
     return g;

@@ -206,7 +206,9 @@ static int remove_models(void **state)
 }
 
 /* Every host tensor of m equals its checkpoint tensor read through the
- * mapping (whole-model loads only). */
+ * mapping (whole-model loads only): fp32 exactly, bf16 matrices (m->wtype)
+ * as the checkpoint's values rounded to nearest even (bit for bit what a
+ * bf16 checkpoint stores). */
 static void check_host_against_mapped(const struct gw_model *m)
 {
     struct gw_load_plan plan;
@@ -223,10 +225,21 @@ static void check_host_against_mapped(const struct gw_model *m)
         float *want = tt_xmalloc(t->numel * sizeof(float));
         assert_int_equal(st_tensor_read_f32(t->src, 0, st_tensor_rows(t->src),
                                             want, errbuf, sizeof(errbuf)), 0);
-        const float *got = gw_model_weight(m, t->kind, t->layer);
+        enum tg_wtype wt;
+        const void *got = gw_model_weight_any(m, t->kind, t->layer, &wt);
         assert_non_null(got);
-        if (memcmp(got, want, t->numel * sizeof(float)) != 0)
+        assert_int_equal(wt,
+                         gw_wkind_is_matrix(t->kind) ? m->wtype : TG_WTYPE_F32);
+        if (wt == TG_WTYPE_BF16) {
+            assert_null(gw_model_weight(m, t->kind, t->layer));
+            const uint16_t *h = got;
+            for (uint64_t e = 0; e < t->numel; e++)
+                if (h[e] != st_f32_to_bf16(want[e]))
+                    fail_msg("%s[%llu]: host bf16 %#x, checkpoint %g", t->name,
+                             (unsigned long long)e, h[e], (double)want[e]);
+        } else if (memcmp(got, want, t->numel * sizeof(float)) != 0) {
             fail_msg("%s: host weights differ from the checkpoint", t->name);
+        }
         free(want);
     }
     if (m->tied)
@@ -235,27 +248,55 @@ static void check_host_against_mapped(const struct gw_model *m)
     gw_load_plan_free(&plan);
 }
 
+/* Every checkpoint dtype into every host format: auto keeps a bf16
+ * checkpoint's matrices bf16 and makes the others fp32; f32 and bf16 are
+ * what they say. */
 static void test_host_matches_mapped(void **state)
 {
     (void)state;
     const char *dirs[] = {bf16_dir, fp16_dir, fp32_dir, shard_dir};
+    const enum gw_weights fmts[] = {GW_WEIGHTS_AUTO, GW_WEIGHTS_F32,
+                                    GW_WEIGHTS_BF16};
     for (size_t i = 0; i < TT_COUNT(dirs); i++) {
-        struct gw_model m;
-        assert_int_equal(gw_model_open(&m, dirs[i], NULL, errbuf, sizeof(errbuf)), 0);
-        assert_null(m.slab);
-        assert_null(m.layers[0].wq);
-        assert_int_equal(gw_model_load_weights(&m, GW_LOAD_STAGING_MIN, errbuf,
-                                               sizeof(errbuf)), 0);
-        check_host_against_mapped(&m);
-        /* The staging stayed what was asked; every tensor byte was read
-         * once (bf16 / fp16: 2 bytes per element, fp32: 4). */
-        assert_int_equal(m.load.staging, GW_LOAD_STAGING_MIN);
-        uint64_t es = i < 2 ? 2 : 4; /* bf16, fp16; fp32 (biases too) */
-        assert_int_equal(m.load.elems, m.slab_floats);
-        assert_int_equal(m.load.bytes, (uint64_t)m.slab_floats * es);
-        assert_int_equal(m.load.n_files, i == 3 ? 3 : 1);
-        gw_model_free(&m);
+        for (size_t f = 0; f < TT_COUNT(fmts); f++) {
+            struct gw_model m;
+            struct gw_shard sh = {.rank = 0, .world = 1, .weights = fmts[f]};
+            assert_int_equal(
+                gw_model_open(&m, dirs[i], &sh, errbuf, sizeof(errbuf)), 0);
+            assert_null(m.slab);
+            assert_null(m.layers[0].wq);
+            assert_int_equal(gw_model_load_weights(&m, GW_LOAD_STAGING_MIN,
+                                                   errbuf, sizeof(errbuf)),
+                             0);
+            enum tg_wtype want = fmts[f] == GW_WEIGHTS_BF16 ||
+                                         (fmts[f] == GW_WEIGHTS_AUTO && i == 0)
+                                     ? TG_WTYPE_BF16
+                                     : TG_WTYPE_F32;
+            assert_int_equal(m.wtype, want);
+            check_host_against_mapped(&m);
+            /* The staging stayed what was asked; every tensor byte was
+             * read once (bf16 / fp16: 2 bytes per element, fp32: 4). */
+            assert_int_equal(m.load.staging, GW_LOAD_STAGING_MIN);
+            uint64_t es = i < 2 ? 2 : 4; /* bf16, fp16; fp32 (biases too) */
+            assert_int_equal(m.load.elems, m.slab_elems);
+            assert_int_equal(m.load.bytes, (uint64_t)m.slab_elems * es);
+            assert_int_equal(m.load.n_files, i == 3 ? 3 : 1);
+            /* bf16 matrices, the bulk of the weights, take 2 bytes each. */
+            if (want == TG_WTYPE_BF16)
+                assert_true(m.slab_bytes < m.slab_elems * 3);
+            else
+                assert_true(m.slab_bytes >= m.slab_elems * 4);
+            gw_model_free(&m);
+        }
     }
+    enum gw_weights w;
+    assert_int_equal(gw_weights_parse("bf16", &w), 0);
+    assert_int_equal(w, GW_WEIGHTS_BF16);
+    assert_int_equal(gw_weights_parse("auto", &w), 0);
+    assert_int_equal(w, GW_WEIGHTS_AUTO);
+    assert_int_equal(gw_weights_parse("f32", &w), 0);
+    assert_int_equal(w, GW_WEIGHTS_F32);
+    assert_int_equal(gw_weights_parse("fp8", &w), TG_EINVAL);
 }
 
 /* The sharded copy holds the single file's weights plus the biases. */
@@ -306,7 +347,11 @@ static void slab_case(const char *dir, int world, int rank, size_t bounce,
     for (int l = 0; l < L; l++)
         for (int i = 0; i < Hl; i++)
             map[l * Hl + i] = rank + (l % 2 == 0 ? i : Hl - 1 - i) * world;
-    struct gw_shard sh = {.rank = rank, .world = world, .kv_heads = map};
+    /* Host weights handed to a sink are fp32 (gw_model_run_host). */
+    struct gw_shard sh = {.rank = rank,
+                          .world = world,
+                          .kv_heads = map,
+                          .weights = GW_WEIGHTS_F32};
     struct gw_model m;
     if (from_host)
         assert_int_equal(gw_model_load_shard(&m, dir, &sh, errbuf, sizeof(errbuf)), 0);

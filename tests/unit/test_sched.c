@@ -284,6 +284,7 @@ static void test_bias_borrowed(void **state)
     assert_ptr_equal(sp->bias_vals, vals);
     rt_step_free(&st);
     rt_sched_free(&s);
+    kv_layout_free(&lay);
 }
 
 static void test_single_request_life(void **state)

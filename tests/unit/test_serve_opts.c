@@ -15,6 +15,7 @@
 #include "common/base/tg_serve_opts.h"
 #include "daemon/td_options.h"
 #include "daemon/td_supervisor.h"
+#include "gpu_worker/model/gw_model.h"
 #include "tests/support/tt_support.h"
 
 #include <fcntl.h>
@@ -68,7 +69,8 @@ static void test_marks(void **state)
      * worker's own rows are not tangramd's. */
     /* clang-format off */
     static const char *const daemon_rows[] = {
-        "model", "profile", "profile-force", "backend", "tp", "host",
+        "model", "profile", "profile-force", "backend", "cpu-weights", "tp",
+        "host",
         "http-port",
         "grpc-port", "heads-per-group", "page-size", "prefill-chunk",
         "method", "gvote-p", "gvote-samples", "gvote-future",
@@ -100,6 +102,19 @@ static void test_marks(void **state)
     assert_null(find(r, nr, "rank"));
     assert_non_null(find(w, nw, "router"));
     assert_non_null(find(w, nw, "step-timeout-ms"));
+    /* The CPU weight format: tangramd's (its memory plan), forwarded to
+     * the workers, its choices in the order of enum gw_weights
+     * (tangram-worker casts the index). */
+    const struct tg_config_entry *cw = find(w, nw, "cpu-weights");
+    assert_non_null(cw);
+    assert_non_null(find(d, nd, "cpu-weights"));
+    assert_string_equal(cw->def, "auto");
+    for (int i = 0; gw_weights_choices[i] != NULL || cw->choices[i] != NULL;
+         i++) {
+        assert_non_null(cw->choices[i]);
+        assert_non_null(gw_weights_choices[i]);
+        assert_string_equal(cw->choices[i], gw_weights_choices[i]);
+    }
     assert_null(find(w, nw, "http-port"));
     assert_null(find(w, nw, "api-key"));
     /* The worker alone keeps its cautious defaults; tangramd's stay. */

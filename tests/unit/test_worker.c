@@ -819,6 +819,32 @@ static void test_slot_epochs(void **state)
     gw_worker_free(&w);
 }
 
+/* --cpu-weights reaches the model: f32 and bf16 whatever the checkpoint
+ * holds. */
+static void test_weights_format(void **state)
+{
+    (void)state;
+    need_model();
+    const enum gw_weights fmt[2] = {GW_WEIGHTS_F32, GW_WEIGHTS_BF16};
+    const enum tg_wtype want[2] = {TG_WTYPE_F32, TG_WTYPE_BF16};
+    for (int i = 0; i < 2; i++) {
+        struct gw_worker w;
+        struct gw_worker_opts o = {.model_dir = model_dir,
+                                   .heads_per_group = 1,
+                                   .page_size = PAGE,
+                                   .prefill_chunk = CHUNK,
+                                   .kv_pages = POOL,
+                                   .max_slots = SLOTS,
+                                   .rank = 0,
+                                   .world_size = 1,
+                                   .n_threads = 1,
+                                   .weights = fmt[i]};
+        assert_int_equal(gw_worker_init(&w, &o, errbuf, sizeof(errbuf)), 0);
+        assert_int_equal(w.model.wtype, want[i]);
+        gw_worker_free(&w);
+    }
+}
+
 static void test_init_refusals(void **state)
 {
     (void)state;
@@ -864,6 +890,7 @@ int main(void)
         cmocka_unit_test(test_slot_error_alone),
         cmocka_unit_test(test_engine_sampling_checked),
         cmocka_unit_test(test_slot_epochs),
+        cmocka_unit_test(test_weights_format),
         cmocka_unit_test(test_init_refusals),
     };
     return cmocka_run_group_tests(tests, make_model, remove_model);

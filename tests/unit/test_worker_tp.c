@@ -500,6 +500,9 @@ static void test_peer_lost(void **state)
 
 /* ---- the shard loader -------------------------------------------------- */
 
+/* An fp32 host matrix of a model loaded with GW_WEIGHTS_F32. */
+#define F(p) ((const float *)(p))
+
 static void test_shard_slices(void **state)
 {
     (void)state;
@@ -508,13 +511,20 @@ static void test_shard_slices(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         struct gw_model whole, sh[2];
-        CHECK(gw_model_load(&whole, qwen2_dir, errbuf, sizeof(errbuf)) == 0);
+        /* fp32 host weights on both sides, compared as floats. */
+        const struct gw_shard one = {
+            .rank = 0, .world = 1, .weights = GW_WEIGHTS_F32};
+        CHECK(gw_model_load_shard(&whole, qwen2_dir, &one, errbuf,
+                                  sizeof(errbuf)) == 0);
         const int H = 4, Hl = 2, G = 2, d = 16, hid = 64, F = 128, Fl = 64;
         /* layer 0: rank 0 holds heads 3, 1; rank 1 heads 0, 2; layer 1
          * rank 0: 2, 0; rank 1: 1, 3 */
         const int heads[2][4] = {{3, 1, 2, 0}, {0, 2, 1, 3}};
         for (int r = 0; r < 2; r++) {
-            struct gw_shard s = {.rank = r, .world = 2, .kv_heads = heads[r]};
+            struct gw_shard s = {.rank = r,
+                                 .world = 2,
+                                 .kv_heads = heads[r],
+                                 .weights = GW_WEIGHTS_F32};
             CHECK(gw_model_load_shard(&sh[r], qwen2_dir, &s, errbuf,
                                       sizeof(errbuf)) == 0);
             const struct gw_model *m = &sh[r];
@@ -525,7 +535,7 @@ static void test_shard_slices(void **state)
             gw_model_vocab_slice(m, &vf, &vn, &vp);
             CHECK(vp == (whole.vocab + 1) / 2 && vf == r * vp);
             CHECK(vn == (r == 0 ? vp : whole.vocab - vp));
-            CHECK(m->lm_head == m->embed + (size_t)vf * hid);
+            CHECK(F(m->lm_head) == F(m->embed) + (size_t)vf * hid);
             CHECK(memcmp(m->embed, whole.embed,
                          (size_t)whole.vocab * hid * sizeof(float)) == 0);
             for (int l = 0; l < 2; l++) {
@@ -533,30 +543,35 @@ static void test_shard_slices(void **state)
                 CHECK(memcmp(a->attn_norm, b->attn_norm, hid * sizeof(float)) == 0);
                 for (int i = 0; i < Hl; i++) {
                     int g = heads[r][l * Hl + i];
-                    CHECK(memcmp(a->wk + (size_t)g * d * hid, b->wk + (size_t)i * d * hid,
+                    CHECK(memcmp(F(a->wk) + (size_t)g * d * hid,
+                                 F(b->wk) + (size_t)i * d * hid,
                                  (size_t)d * hid * sizeof(float)) == 0);
                     CHECK(memcmp(a->bv + (size_t)g * d, b->bv + (size_t)i * d,
                                  d * sizeof(float)) == 0);
                     for (int j = 0; j < G; j++) {
                         int gq = g * G + j, lq = i * G + j;
-                        CHECK(memcmp(a->wq + (size_t)gq * d * hid,
-                                     b->wq + (size_t)lq * d * hid,
+                        CHECK(memcmp(F(a->wq) + (size_t)gq * d * hid,
+                                     F(b->wq) + (size_t)lq * d * hid,
                                      (size_t)d * hid * sizeof(float)) == 0);
                         CHECK(memcmp(a->bq + (size_t)gq * d, b->bq + (size_t)lq * d,
                                      d * sizeof(float)) == 0);
                         for (int row = 0; row < hid; row++)
-                            CHECK(memcmp(a->wo + (size_t)row * H * G * d + (size_t)gq * d,
-                                         b->wo + (size_t)row * Hl * G * d + (size_t)lq * d,
+                            CHECK(memcmp(F(a->wo) + (size_t)row * H * G * d +
+                                             (size_t)gq * d,
+                                         F(b->wo) + (size_t)row * Hl * G * d +
+                                             (size_t)lq * d,
                                          d * sizeof(float)) == 0);
                     }
                 }
-                CHECK(memcmp(a->w_gate + (size_t)r * Fl * hid, b->w_gate,
+                CHECK(memcmp(F(a->w_gate) + (size_t)r * Fl * hid, b->w_gate,
                              (size_t)Fl * hid * sizeof(float)) == 0);
-                CHECK(memcmp(a->w_up + (size_t)r * Fl * hid, b->w_up,
+                CHECK(memcmp(F(a->w_up) + (size_t)r * Fl * hid, b->w_up,
                              (size_t)Fl * hid * sizeof(float)) == 0);
                 for (int row = 0; row < hid; row++)
-                    CHECK(memcmp(a->w_down + (size_t)row * F + (size_t)r * Fl,
-                                 b->w_down + (size_t)row * Fl, Fl * sizeof(float)) == 0);
+                    CHECK(
+                        memcmp(F(a->w_down) + (size_t)row * F + (size_t)r * Fl,
+                               F(b->w_down) + (size_t)row * Fl,
+                               Fl * sizeof(float)) == 0);
             }
             gw_model_free(&sh[r]);
         }

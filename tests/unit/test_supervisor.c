@@ -198,8 +198,10 @@ static void test_worker_argv(void **state)
     /* and the wall time of a compile */
     assert_string_equal(find_flag(argv, argc, "--grammar-compile-timeout"),
                         "10");
-    /* 22 rows, --heartbeat-ms, --kv-host-memory */
-    assert_int_equal(argc, 7 + 24);
+    /* The CPU backend's weight format travels to the workers. */
+    assert_non_null(find_flag(argv, argc, "--cpu-weights"));
+    /* 23 rows, --heartbeat-ms, --kv-host-memory */
+    assert_int_equal(argc, 7 + 25);
     /* The communicator is named by worker rank 0, never on a command
      * line (proto/worker.proto CommSetup). */
     assert_null(find_flag(argv, argc, "--comm-id"));

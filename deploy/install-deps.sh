@@ -19,7 +19,7 @@ PKGS="build-essential cmake pkg-config git ca-certificates curl
 libuv1-dev libzmq3-dev libprotobuf-c-dev protobuf-c-compiler
 libjemalloc-dev libjansson-dev libpcre2-dev libutf8proc-dev
 libnghttp2-dev libhttp-parser-dev libopenblas-dev libcmocka-dev
-libsystemd-dev libsodium-dev clang libclang-rt-14-dev libomp-dev clang-format
+libsystemd-dev libsodium-dev libsqlite3-dev clang libclang-rt-14-dev libomp-dev clang-format
 python3 python3-numpy python3-jinja2 python3-grpcio python3-yaml
 python3-protobuf python3-jsonschema protobuf-compiler nodejs npm prometheus"
 

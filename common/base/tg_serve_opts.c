@@ -332,6 +332,37 @@ static const struct tg_config_entry table[] = {
      .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
      .help = "Require the API key for /metrics too (by default scrapers "
              "read it without one)."},
+    /* Stored responses of the Responses API (router/core/rt_respstore.h,
+     * docs/API.md "Responses"). */
+    {.name = "responses-db", .type = TG_CONFIG_STRING, .def = "",
+     .offset = OFF(responses_db, char *), .metavar = "PATH",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "SQLite database (WAL) that keeps the stored responses of "
+             "/v1/responses (their items and token ids, not their KV), so a "
+             "restart or a router crash loses no conversation; empty keeps "
+             "them in memory only."},
+    {.name = "responses-max-entries", .type = TG_CONFIG_INT, .def = "10000",
+     .min = 1, .max = 100000000, .offset = OFF(responses_max_entries, int64_t),
+     .metavar = "N", .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "Stored responses held at most; the least recently used go "
+             "first (logged, tangram_responses_evicted_total)."},
+    {.name = "responses-max-bytes", .type = TG_CONFIG_SIZE, .def = "1GiB",
+     .min = 65536, .max = 1125899906842624.0,
+     .offset = OFF(responses_max_bytes, uint64_t), .metavar = "BYTES",
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "Bytes of stored responses held at most (token ids, items, "
+             "texts); the least recently used go first."},
+    {.name = "responses-ttl", .type = TG_CONFIG_DOUBLE, .def = "2592000",
+     .min = 1, .max = 3153600000.0, .offset = OFF(responses_ttl, double),
+     .metavar = "SECONDS", .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "A stored response older than this is gone (404), default 30 "
+             "days as OpenAI keeps them."},
+    {.name = "responses-rerender", .type = TG_CONFIG_BOOL, .def = "false",
+     .offset = OFF(responses_rerender, bool),
+     .flags = TG_SERVE_DAEMON | TG_SERVE_ROUTER,
+     .help = "previous_response_id re-renders the whole conversation with "
+             "the chat template (as transformers does) instead of continuing "
+             "the stored token ids with the rendering of the new input."},
     {.name = "grpc-recv-timeout", .type = TG_CONFIG_DOUBLE, .def = "30",
      .min = 0.001, .max = 3600, .offset = OFF(grpc_recv_timeout, double),
      .metavar = "SECONDS",

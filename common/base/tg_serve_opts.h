@@ -157,6 +157,13 @@ struct tg_serve_opts {
                                     (a client that stopped reading) */
     uint64_t http_max_body;      /* bytes of a request body */
     bool metrics_auth;           /* /metrics needs the API key too */
+    char *responses_db;          /* stored responses' SQLite file; "" =
+                                    memory only */
+    int64_t responses_max_entries; /* stored responses held at most */
+    uint64_t responses_max_bytes;  /* their bytes at most */
+    double responses_ttl;          /* seconds a stored response lives */
+    bool responses_rerender;       /* previous_response_id re-renders the
+                                    history instead of continuing its ids */
     /* gRPC front end limits (router/net/rt_grpc.h; docs/DEPLOYMENT.md) */
     double grpc_recv_timeout; /* seconds a gRPC request (each message of a
                                  streaming request) may take to arrive */

@@ -51,6 +51,10 @@ struct rt_api_gen {
     struct rt_tc_parser *tc; /* a chat offering tools to a model whose
                                    template names their format; NULL = the
                                    output is plain text */
+    void *ext;               /* a front end's own state of the request
+                                (the Responses API's), freed by
+                                ext_free at release; NULL = none */
+    void (*ext_free)(void *ext);
     size_t mem;              /* bytes of the request memory budget
                                 (router/core/rt_reqmem.h) it holds until
                                 its prompt is tokenized: given back by

@@ -131,6 +131,8 @@ void rt_api_gen_release(struct rt_req *r)
     if (a == NULL)
         return;
     rt_api_gen_mem_give(r->srv, a->mem);
+    if (a->ext != NULL)
+        a->ext_free(a->ext);
     if (a->tc != NULL) {
         rt_tc_free(a->tc);
         free(a->tc);

@@ -3,6 +3,7 @@
  * closes the servers and refreshes their metrics. */
 #include "router/app/rt_app.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/base/tg_log.h"
@@ -17,7 +18,10 @@ static void hook_close(void *ud)
 
 static void hook_scrape(void *ud)
 {
+    struct rt_app *a = ud;
     rt_app_net_metrics(ud);
+    if (rt_server_respstore(a->srv) != NULL)
+        rt_respstore_expire(rt_server_respstore(a->srv));
 }
 
 /* Closes both servers, lets the core close its handles and run the loop
@@ -28,6 +32,66 @@ static void discard(struct rt_app *a)
     rt_server_discard(a->srv);
     a->srv = NULL;
     rt_app_free(a);
+}
+
+/* The store's database work as jobs of the core's thread pool. */
+struct resp_job {
+    struct rt_pool_job pool; /* first */
+    void (*run)(void *arg), (*done)(void *arg);
+    void *arg;
+};
+
+static void resp_job_run(struct rt_pool_job *p)
+{
+    struct resp_job *j = (struct resp_job *)p;
+    j->run(j->arg);
+}
+
+static void resp_job_done(struct rt_pool_job *p, int ran)
+{
+    struct resp_job *j = (struct resp_job *)p;
+    /* A job skipped (a drain cut it) still ends: the batch runs here. */
+    if (!ran)
+        j->run(j->arg);
+    j->done(j->arg);
+    free(j);
+}
+
+static int resp_submit(void *ud, void (*run)(void *), void (*done)(void *),
+                       void *arg)
+{
+    struct rt_app *a = ud;
+    struct resp_job *j = calloc(1, sizeof(*j));
+    if (j == NULL)
+        return -1;
+    j->pool.run = resp_job_run;
+    j->pool.done = resp_job_done;
+    j->run = run;
+    j->done = done;
+    j->arg = arg;
+    char err[128];
+    if (rt_pool_job_start(a->srv, &j->pool, err, sizeof(err)) != 0) {
+        free(j);
+        return -1;
+    }
+    return 0;
+}
+
+static int resp_init(struct rt_app *a, const struct tg_serve_opts *o, char *err,
+                     size_t errlen)
+{
+    struct rt_respstore_config c = {
+        .max_entries = o->responses_max_entries,
+        .max_bytes = o->responses_max_bytes,
+        .ttl_s = (int64_t)o->responses_ttl,
+        .db_path = o->responses_db,
+    };
+    struct rt_respstore_runner runner = {resp_submit, a};
+    int rc = rt_respstore_init(&a->resp, &c, &rt_server_metrics(a->srv)->reg,
+                               &runner, err, errlen);
+    if (rc == 0)
+        rt_server_set_respstore(a->srv, &a->resp);
+    return rc;
 }
 
 int rt_app_init(struct rt_app *a, uv_loop_t *loop,
@@ -42,6 +106,11 @@ int rt_app_init(struct rt_app *a, uv_loop_t *loop,
     rt_server_set_hooks(a->srv, &hooks);
     rt_reqmem_init(&a->reqmem, (size_t)o->max_request_memory);
     rt_server_set_reqmem(a->srv, &a->reqmem);
+
+    if ((rc = resp_init(a, o, err, errlen)) != 0) {
+        discard(a);
+        return rc;
+    }
 
     struct rt_http_config hc;
     struct rt_grpc_config gc;
@@ -91,6 +160,9 @@ void rt_app_free(struct rt_app *a)
      * servers, which are freed only after them. */
     rt_server_free(a->srv);
     a->srv = NULL;
+    /* After the core: its drain waited for the store's jobs; what is
+     * still pending is written here. */
+    rt_respstore_free(&a->resp);
     rt_http_server_free(&a->http);
     rt_grpc_server_free(&a->grpc);
 }

@@ -30,6 +30,8 @@ struct rt_app {
                                           prompt is tokenized, both front ends
                                           (--max-request-memory;
                                           rt_server_set_reqmem) */
+    struct rt_respstore resp;          /* stored responses (--responses-*;
+                                          rt_server_set_respstore) */
     struct rt_http_server http;
     struct rt_grpc_server grpc;
 };

@@ -48,6 +48,31 @@ static void notify(struct rt_server *s, const char *line)
     (void)w;
 }
 
+void rt_server_set_respstore(struct rt_server *s, struct rt_respstore *st)
+{
+    s->respstore = st;
+}
+
+struct rt_respstore *rt_server_respstore(const struct rt_server *s)
+{
+    return s->respstore;
+}
+
+const struct ct_template *rt_server_template(const struct rt_server *s)
+{
+    return s->have_tmpl ? &s->tmpl : NULL;
+}
+
+const int32_t *rt_req_prompt_ids(const struct rt_req *r)
+{
+    return r->core->prompt;
+}
+
+const int32_t *rt_req_out_ids(const struct rt_req *r)
+{
+    return r->core->out_ids;
+}
+
 const char *rt_server_token_text(void *user, int32_t id, size_t *len)
 {
     struct rt_server *s = user;

@@ -30,6 +30,7 @@
 #include "common/tok/tok_tokenizer.h"
 #include "router/core/rt_metrics_tangram.h"
 #include "router/core/rt_reqmem.h"
+#include "router/core/rt_respstore.h"
 #include "router/core/rt_request.h"
 
 struct rt_req;
@@ -422,5 +423,21 @@ const struct rt_prompt_lps *rt_req_prompt_lps(const struct rt_req *r,
 
 /* Loop-clock seconds. */
 double rt_server_now(const struct rt_server *s);
+
+/* The responses held for later turns (rt_respstore.h): the app's, set
+ * before the front ends serve; NULL (the default) is none. Loop thread. */
+void rt_server_set_respstore(struct rt_server *s, struct rt_respstore *st);
+struct rt_respstore *rt_server_respstore(const struct rt_server *s);
+
+/* The model's chat template, or NULL when chat is disabled (no usable
+ * template). Immutable while serving: any thread that the loop keeps the
+ * server alive for. */
+const struct ct_template *rt_server_template(const struct rt_server *s);
+
+/* r's prompt ids (r->n_prompt of them, once tokenized) and its generated
+ * ids (r->n_out): what its KV holds, e.g. for a front end that stores the
+ * conversation. Valid until r is freed. Loop thread. */
+const int32_t *rt_req_prompt_ids(const struct rt_req *r);
+const int32_t *rt_req_out_ids(const struct rt_req *r);
 
 #endif /* RT_SERVER_H */

@@ -135,6 +135,10 @@ struct rt_server {
      * until their prompt is tokenized (rt_reqmem.h); the app's
      * (rt_server_set_reqmem); NULL = none */
     struct rt_reqmem *reqmem;
+    /* the responses held for later turns (rt_respstore.h): the app's
+     * (rt_server_set_respstore), the front ends use it; NULL = none (a
+     * server made for conversions alone) */
+    struct rt_respstore *respstore;
 };
 
 /* Idle prepared grammars the router keeps pinned on rank 0 for the next

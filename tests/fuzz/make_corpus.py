@@ -410,6 +410,44 @@ RAW_BODIES = ['{', '{"prompt":"hi",}', '{"prompt":"a\\u0000b"}',
               '{"prompt":"\\ud800 lone surrogate"}']
 
 
+RESPONSES_BODIES = [
+    {"model": "tiny", "input": "hi", "max_output_tokens": 8,
+     "temperature": 0, "instructions": "be brief", "metadata": {"k": "v"}},
+    {"input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "a"}, {"type": "input_text",
+                                              "text": "b"}]},
+               {"type": "reasoning", "summary": [], "content": [
+                   {"type": "reasoning_text", "text": "hm"}]},
+               {"type": "message", "role": "assistant", "content": [
+                   {"type": "output_text", "text": "c", "annotations": []}]},
+               {"type": "function_call", "call_id": "c1", "name": "f",
+                "arguments": "{\"x\": 1}"},
+               {"type": "function_call_output", "call_id": "c1",
+                "output": "one"},
+               {"type": "item_reference", "id": "fc_00"}],
+     "tools": [{"type": "function", "name": "f", "strict": True,
+                "parameters": {"type": "object", "properties": {
+                    "x": {"type": "integer"}}, "required": ["x"],
+                    "additionalProperties": False}}],
+     "tool_choice": {"type": "function", "name": "f"}, "stream": True},
+    {"input": "json", "text": {"format": {
+        "type": "json_schema", "name": "s", "strict": True,
+        "schema": {"type": "object", "properties": {
+            "a": {"enum": ["x", "y"]}}, "required": ["a"]}}},
+     "store": False, "previous_response_id": "resp_00"},
+    {"input": "x", "include": ["reasoning.encrypted_content"]},
+    {"input": [{"type": "input_image"}]},
+    '<think>\nweigh\n</think>\n\nanswer',
+]
+
+
+def responses_seeds():
+    for i, b in enumerate(RESPONSES_BODIES):
+        if not isinstance(b, str):
+            b = json.dumps(b, ensure_ascii=False)
+        put("responses", "body_%d" % i, b)
+
+
 def openai_seeds():
     def seed(ep, n_prompt, body):
         if not isinstance(body, str):
@@ -655,6 +693,7 @@ def main():
     grammar_seeds()
     http_seeds()
     openai_seeds()
+    responses_seeds()
     grpc_seeds()
     worker_seeds()
     tokenizer_seeds()

@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MAX_ARGS 128
+#define MAX_ARGS 256
 
 static const struct tg_config_entry *find(const struct tg_config_entry *t,
                                           size_t n, const char *name)
@@ -85,6 +85,8 @@ static void test_marks(void **state)
         "http-header-timeout", "http-body-timeout", "http-min-body-rate",
         "http-idle-timeout",
         "http-send-timeout", "http-max-body", "metrics-auth",
+        "responses-db", "responses-max-entries", "responses-max-bytes",
+        "responses-ttl", "responses-rerender",
         "grpc-recv-timeout", "grpc-idle-timeout", "grpc-max-streams",
         "grpc-max-message", "grpc-max-connections",
         "grpc-max-connections-per-ip", "max-body-memory",
@@ -209,8 +211,10 @@ static void daemon_opts(struct tg_serve_opts *o, const char *const *extra)
         argv[argc++] = flags[i];
         argv[argc++] = vals[i];
     }
-    for (size_t i = 0; extra != NULL && extra[i] != NULL; i++)
+    for (size_t i = 0; extra != NULL && extra[i] != NULL; i++) {
+        assert_true(argc + 1 < MAX_ARGS);
         argv[argc++] = (char *)extra[i];
+    }
     argv[argc] = NULL;
     char err[512];
     memset(o, 0, sizeof *o);

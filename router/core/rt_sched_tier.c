@@ -226,7 +226,8 @@ int32_t rt_sched_tier_take(struct rt_sched *s, double now,
     for (int32_t i = first; i < s->n_tier_ops; i++)
         s->tier_ops[i]->issued = now;
     s->tier_unsent = 0;
-    *ops = s->tier_ops + first;
+    *ops = n > 0 ? s->tier_ops + first
+                 : NULL; /* tier_ops NULL: no arithmetic */
     return n;
 }
 

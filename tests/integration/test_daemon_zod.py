@@ -59,20 +59,30 @@ def bias_of(d, weights):
     return out
 
 
-def t_zod(d, jsonschema, bias):
-    root, why = du.node_clients(["zod_structured.mjs", "zod_cases.mjs"])
+def run_node(d, script, bias, who):
+    """Runs clients/`script` (with zod_cases.mjs) against the daemon and
+    returns the JSON object it printed last, or None after a failed
+    check naming `who`."""
+    root, why = du.node_clients([script, "zod_cases.mjs"])
     if root is None:
-        chk.check(False, "the OpenAI Node client and zod are available", why)
-        return
+        chk.check(False, "%s and zod are available" % who, why)
+        return None
     root = os.path.abspath(root)
-    r = subprocess.run(["node", os.path.join(root, "zod_structured.mjs"),
+    r = subprocess.run(["node", os.path.join(root, script),
                         d.base_url + "/v1", MODEL, json.dumps(bias)],
                        capture_output=True, text=True, timeout=1500, cwd=root)
     lines = r.stdout.strip().splitlines()
     j = du.json_of(lines[-1]) if lines else None
     if not chk.check(r.returncode == 0 and isinstance(j, dict),
-                     "node: every request returned",
+                     "node (%s): every request returned" % who,
                      r.stdout[-800:] + r.stderr[-800:]):
+        return None
+    return j
+
+
+def t_zod(d, jsonschema, bias):
+    j = run_node(d, "zod_structured.mjs", bias, "the OpenAI Node client")
+    if j is None:
         return
     fc = jsonschema.FormatChecker()
     total = finished = 0
@@ -121,19 +131,8 @@ def t_sdk(d, jsonschema, bias):
     finished was accepted by the library, validates with zod, and
     validates with python3-jsonschema against the JSON Schema zod wrote;
     a library that threw did so only on an unfinished answer."""
-    root, why = du.node_clients(["sdk_structured.mjs", "zod_cases.mjs"])
-    if root is None:
-        chk.check(False, "the AI SDK and LangChain.js are available", why)
-        return
-    root = os.path.abspath(root)
-    r = subprocess.run(["node", os.path.join(root, "sdk_structured.mjs"),
-                        d.base_url + "/v1", MODEL, json.dumps(bias)],
-                       capture_output=True, text=True, timeout=1500, cwd=root)
-    lines = r.stdout.strip().splitlines()
-    j = du.json_of(lines[-1]) if lines else None
-    if not chk.check(r.returncode == 0 and isinstance(j, dict),
-                     "node (AI SDK, LangChain): the script ran",
-                     r.stdout[-800:] + r.stderr[-800:]):
+    j = run_node(d, "sdk_structured.mjs", bias, "the AI SDK and LangChain.js")
+    if j is None:
         return
     fc = jsonschema.FormatChecker()
     seen = {k: [0, 0] for k in SDK_KINDS}  # answers, finished

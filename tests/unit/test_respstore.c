@@ -123,6 +123,7 @@ static void test_put_get_delete_scope(void **state)
     assert_int_equal(rt_respstore_get(&st, "r1", &a, &e), 0);
     assert_int_equal(e->n_tokens, 5);
     assert_int_equal(e->tokens[4], 11);
+    rt_respstore_unref(&st, e);
     /* Other scopes see nothing: get, item, delete. */
     assert_int_equal(rt_respstore_get(&st, "r1", &b, &e), TG_ENOTFOUND);
     assert_null(e);

@@ -115,7 +115,7 @@ static void submitted(struct rt_req *r, int rc, struct rt_request_error *e)
         rt_api_http__resp_stream_begin(r);
 }
 
-/* The rendering of `msgs` (the stub before them included) with the
+/* The rendering of `msgs` (the anchor before them included) with the
  * request's template options. */
 static int render(struct rt_server *s, json_t *msgs, json_t *tools,
                   const struct rt_chat_opts *chat, bool gen, char **out,
@@ -135,19 +135,19 @@ static int render(struct rt_server *s, json_t *msgs, json_t *tools,
     return rc;
 }
 
-/* Markers of the stub turn the new items are rendered after. */
-#define STUB_USER "tangram-stub-user-turn"
-#define STUB_ASSISTANT "tangram-stub-assistant-turn"
+/* Markers of the anchor turn the new items are rendered after. */
+#define ANCHOR_USER "tangram-anchor-user-turn"
+#define ANCHOR_ASSISTANT "tangram-anchor-assistant-turn"
 
 /* The prompt of a continuation: the previous conversation's ids `prev`,
  * the closing of its assistant turn (what the template writes after an
  * assistant message, less what the model generated of it: its end token)
  * and the rendering of the new messages `msgs` with the generation prompt.
- * Both are cut out of renderings of a constant stub conversation (a user
+ * Both are cut out of renderings of a constant anchor conversation (a user
  * and an assistant turn) with and without the new messages, so the work
  * is bounded by the new input, not the history. Returns 0 with the ids
  * in g->q.prompt_ids (the chat messages dropped), TG_EAGAIN when the
- * template does not render the stub's turn the same way in both (the
+ * template does not render the anchor's turn the same way in both (the
  * caller re-renders the history), or an error with *e. */
 static int template_delta(struct rt_server *s, const struct rt_resp_entry *prev,
                           json_t *sys, json_t *msgs, struct rt_gen_request *g,
@@ -155,31 +155,33 @@ static int template_delta(struct rt_server *s, const struct rt_resp_entry *prev,
 {
     if (rt_server_template(s) == NULL)
         return TG_EAGAIN;
-    json_t *stub = json_array(), *full = NULL;
-    if (stub == NULL)
+    json_t *anchor = json_array(), *full = NULL;
+    if (anchor == NULL)
         goto oom;
     if (sys != NULL)
-        json_array_append(stub, sys);
-    json_array_append_new(
-        stub, json_pack("{s:s, s:s}", "role", "user", "content", STUB_USER));
-    json_array_append_new(stub, json_pack("{s:s, s:s}", "role", "assistant",
-                                          "content", STUB_ASSISTANT));
-    if ((full = json_copy(stub)) == NULL || json_array_extend(full, msgs) != 0)
+        json_array_append(anchor, sys);
+    json_array_append_new(anchor, json_pack("{s:s, s:s}", "role", "user",
+                                            "content", ANCHOR_USER));
+    json_array_append_new(anchor, json_pack("{s:s, s:s}", "role", "assistant",
+                                            "content", ANCHOR_ASSISTANT));
+    if ((full = json_copy(anchor)) == NULL ||
+        json_array_extend(full, msgs) != 0)
         goto oom;
     char *a = NULL, *b = NULL;
     size_t alen = 0, blen = 0;
     int rc = render(s, full, g->q.tools, &g->q.chat, true, &a, &alen, e);
     if (rc == 0)
-        rc = render(s, stub, g->q.tools, &g->q.chat, false, &b, &blen, e);
-    json_decref(stub);
+        rc = render(s, anchor, g->q.tools, &g->q.chat, false, &b, &blen, e);
+    json_decref(anchor);
     json_decref(full);
     if (rc != 0) {
         free(a);
         free(b);
         return rc;
     }
-    const size_t mk = strlen(STUB_ASSISTANT);
-    const char *pa = strstr(a, STUB_ASSISTANT), *pb = strstr(b, STUB_ASSISTANT);
+    const size_t mk = strlen(ANCHOR_ASSISTANT);
+    const char *pa = strstr(a, ANCHOR_ASSISTANT),
+               *pb = strstr(b, ANCHOR_ASSISTANT);
     const char *tail = pb != NULL ? pb + mk : NULL; /* the turn's closing */
     size_t tlen = tail != NULL ? blen - (size_t)(tail - b) : 0;
     if (pa == NULL || tail == NULL || strncmp(pa + mk, tail, tlen) != 0) {
@@ -230,7 +232,7 @@ static int template_delta(struct rt_server *s, const struct rt_resp_entry *prev,
     g->q.n_prompt_ids = n;
     return 0;
 oom:
-    json_decref(stub);
+    json_decref(anchor);
     json_decref(full);
 oom_nojson:
     oom_error(e);

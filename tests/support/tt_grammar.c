@@ -1,6 +1,12 @@
 /* tt_grammar.c — helpers of the grammar engine's tests (tt_grammar.h). */
 #include "tests/support/tt_grammar.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,4 +204,24 @@ size_t tt_mask_diff(const struct gm_vocab *v, const uint32_t *a,
         }
     }
     return n;
+}
+
+void tt_grammar_limits(struct gm_limits *lim)
+{
+    gm_limits_default(lim);
+    lim->threads = 1;
+    lim->max_compile_s = 0;
+}
+
+struct gm_grammar *tt_grammar_compile_rule(struct gm_ir *ir, int32_t rule,
+                                           const struct gm_vocab *v)
+{
+    assert_int_equal(gm_ir_root_set(ir, rule), 0);
+    struct gm_grammar *g = NULL;
+    char err[256];
+    struct gm_limits lim;
+    tt_grammar_limits(&lim);
+    if (gm_grammar_compile_ir(ir, v, &lim, &g, err, sizeof err) != 0)
+        fail_msg("compile: %s", err);
+    return g;
 }

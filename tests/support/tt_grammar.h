@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/grammar/gm_grammar.h"
+#include "common/grammar/gm_ir.h"
 #include "common/grammar/gm_vocab.h"
 #include "tests/support/tt_support.h"
 
@@ -68,5 +70,17 @@ size_t tt_mask_count(const uint32_t *mask, size_t words);
  * many ids differ. */
 size_t tt_mask_diff(const struct gm_vocab *v, const uint32_t *a,
                     const uint32_t *b, size_t words, char *out, size_t cap);
+
+/* The limits the grammar tests compile under: the defaults, one thread
+ * and no wall-time limit (they check masks and verdicts, not the limit,
+ * and a Qwen3 compile passed the default 10 s under ASan on a loaded
+ * machine). */
+void tt_grammar_limits(struct gm_limits *lim);
+
+/* Rule `rule` of ir made its root and compiled against v under
+ * tt_grammar_limits; fails the current cmocka test with the reason when
+ * it does not compile. The caller frees the grammar. */
+struct gm_grammar *tt_grammar_compile_rule(struct gm_ir *ir, int32_t rule,
+                                           const struct gm_vocab *v);
 
 #endif /* TT_GRAMMAR_H */

@@ -53,23 +53,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static struct gm_grammar *compile_rule(struct gm_ir *ir, int32_t rule,
-                                       const struct gm_vocab *v)
-{
-    assert_int_equal(gm_ir_root_set(ir, rule), 0);
-    struct gm_grammar *g = NULL;
-    char err[256];
-    struct gm_limits lim;
-    gm_limits_default(&lim);
-    lim.threads = 1;
-    /* No wall-time limit: these tests check masks, and a Qwen3 compile
-     * took over the default 10 s under ASan on a loaded machine. */
-    lim.max_compile_s = 0;
-    if (gm_grammar_compile_ir(ir, v, &lim, &g, err, sizeof err) != 0)
-        fail_msg("compile: %s", err);
-    return g;
-}
-
 static struct gm_grammar *format_grammar(const char *name, uint32_t lo,
                                          uint32_t hi, const struct gm_vocab *v)
 {
@@ -80,7 +63,7 @@ static struct gm_grammar *format_grammar(const char *name, uint32_t lo,
                                       sizeof err);
     if (r < 0)
         fail_msg("format %s: %s", name, err);
-    struct gm_grammar *g = compile_rule(&ir, r, v);
+    struct gm_grammar *g = tt_grammar_compile_rule(&ir, r, v);
     gm_ir_free(&ir);
     return g;
 }
@@ -354,7 +337,7 @@ static void test_combined_and_unknown(void **state)
     char err[300];
     int32_t r = gm_regex_json_string_items(&ir, it, 2, 0, 24, err, sizeof err);
     assert_true(r >= 0);
-    struct gm_grammar *g = compile_rule(&ir, r, &bytes_vocab);
+    struct gm_grammar *g = tt_grammar_compile_rule(&ir, r, &bytes_vocab);
     gm_ir_free(&ir);
     assert_true(accepts(g, "\"ann@example.com\"", 17));
     assert_false(accepts(g, "\"ann@example.org\"", 17));

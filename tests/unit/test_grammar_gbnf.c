@@ -70,9 +70,7 @@ static struct gm_grammar *gbnf(const char *text, const struct gm_vocab *v,
     *code = root < 0 ? root : 0;
     if (root >= 0 && gm_ir_root_set(&ir, root) == 0) {
         struct gm_limits lim;
-        gm_limits_default(&lim);
-        lim.threads = 1;
-        lim.max_compile_s = 0; /* masks are tested, not the limit */
+        tt_grammar_limits(&lim);
         *code = gm_grammar_compile_ir(&ir, v, &lim, &g, err, errlen);
     }
     gm_ir_free(&ir);

@@ -127,21 +127,6 @@ static size_t n_codepoints(const char *t, size_t n)
     return k;
 }
 
-static struct gm_grammar *grammar_of(struct gm_ir *ir, int32_t rule,
-                                     const struct gm_vocab *v)
-{
-    assert_int_equal(gm_ir_root_set(ir, rule), 0);
-    struct gm_grammar *g = NULL;
-    char err[256];
-    struct gm_limits lim;
-    gm_limits_default(&lim);
-    lim.threads = 1;
-    lim.max_compile_s = 0; /* masks are tested, not the limit */
-    if (gm_grammar_compile_ir(ir, v, &lim, &g, err, sizeof err) != 0)
-        fail_msg("compile: %s", err);
-    return g;
-}
-
 /* 1 when the grammar accepts bytes b[0..n) as a whole document. */
 static int accepts(struct gm_grammar *g, const void *b, size_t n)
 {
@@ -415,7 +400,7 @@ static void check_pattern(const struct pat *x, struct tt_xrng *r)
             gm_ir_rule_define(
                 &ir, rule,
                 mode == 2 ? c : gm_ir_seq(&ir, (int32_t[]){q, c, q}, 3));
-            g = grammar_of(&ir, rule, &bytes_vocab);
+            g = tt_grammar_compile_rule(&ir, rule, &bytes_vocab);
         }
         gm_ir_free(&ir);
         for (int i = 0; i < N_STRINGS; i++) {
@@ -532,7 +517,7 @@ static void suite_patterns(const char *rel, int *n_ok)
                                             GM_REPEAT_INF, err, sizeof err);
         if (rule < 0)
             fail_msg("%s: %s: %s", rel, json_string_value(pat), err);
-        struct gm_grammar *g = grammar_of(&ir, rule, &bytes_vocab);
+        struct gm_grammar *g = tt_grammar_compile_rule(&ir, rule, &bytes_vocab);
         gm_ir_free(&ir);
         json_array_foreach(json_object_get(grp, "tests"), k, t)
         {
@@ -651,7 +636,7 @@ static void test_items(void **state)
     char err[300];
     int32_t r = gm_regex_json_string_items(&ir, it, 3, 2, 6, err, sizeof err);
     assert_true(r >= 0);
-    struct gm_grammar *g = grammar_of(&ir, r, &bytes_vocab);
+    struct gm_grammar *g = tt_grammar_compile_rule(&ir, r, &bytes_vocab);
     gm_ir_free(&ir);
     assert_true(accepts(g, "\"names\"", 7));
     assert_true(accepts(g, "\"ab\"", 4));
@@ -706,7 +691,7 @@ static void test_lengths(void **state)
                                      sizeof err);
     if (r < 0)
         fail_msg("%s", err);
-    struct gm_grammar *g = grammar_of(&ir, r, &bytes_vocab);
+    struct gm_grammar *g = tt_grammar_compile_rule(&ir, r, &bytes_vocab);
     gm_ir_free(&ir);
     char doc[1100];
     doc[0] = '"';
@@ -745,7 +730,7 @@ static void mask_walks(const char *pat, int kind, int enc, uint32_t lo,
     gm_ir_rule_define(
         &ir, rule,
         enc == GM_RX_RAW ? c : gm_ir_seq(&ir, (int32_t[]){q, c, q}, 3));
-    struct gm_grammar *g = grammar_of(&ir, rule, &qwen);
+    struct gm_grammar *g = tt_grammar_compile_rule(&ir, rule, &qwen);
     gm_ir_free(&ir);
     size_t W = gm_vocab_mask_words(&qwen);
     uint32_t *a = tt_xmalloc(W * sizeof(*a)), *b = tt_xmalloc(W * sizeof(*b));

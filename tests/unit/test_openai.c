@@ -1,9 +1,9 @@
 /* test_openai.c — request parsing of the OpenAI API module
- * (router/api/rt_openai.h): a table of invalid requests (rc, status, param and
- * message), valid requests with their defaults and every field, the context
- * fit check, and /tokenize and /detokenize bodies. Chat messages, tools and
- * tool_choice are tested in test_openai_chat.c, responses and SSE frames in
- * test_openai_resp.c. */
+ * (router/api/rt_openai.h): numbers beyond their ranges, body limits, valid
+ * requests with their defaults and every field, the context fit check, and
+ * /tokenize and /detokenize bodies. The table of invalid requests is in
+ * test_openai_invalid.c, chat messages, tools and tool_choice in
+ * test_openai_chat.c, responses and SSE frames in test_openai_resp.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,454 +18,15 @@
 
 #include "common/base/tg_err.h"
 #include "router/api/rt_openai.h"
+#include "tests/support/tt_openai.h"
 
-static const struct rt_openai_cfg CFG = {
-    .served_model = "tiny",
-    .max_model_len = 128,
-    .vocab_size = 1000,
-    .max_body_bytes = 4096,
-};
-
-enum ep { C, H, T, D }; /* completions, chat, tokenize, detokenize */
-
-/* Parses `body` at endpoint ep; on success frees the result. */
-static int parse(enum ep ep, const char *body, size_t len,
-                 struct rt_request_error *e)
-{
-    int rc;
-    if (ep == C || ep == H) {
-        struct rt_gen_request r;
-        rc = ep == C ? rt_openai_parse_completion(&CFG, body, len, &r, e)
-                     : rt_openai_parse_chat(&CFG, body, len, &r, e);
-        if (rc != 0) {
-            /* A failed parse leaves the request empty. */
-            assert_null(r.model);
-            assert_null(r.messages);
-            assert_null(r.q.prompt);
-            assert_null(r.q.opts.stop);
-        }
-        rt_gen_request_free(&r);
-    } else if (ep == T) {
-        struct rt_tokenize_request r;
-        rc = rt_openai_parse_tokenize(&CFG, body, len, &r, e);
-        rt_tokenize_request_free(&r);
-    } else {
-        struct rt_detokenize_request r;
-        rc = rt_openai_parse_detokenize(&CFG, body, len, &r, e);
-        rt_detokenize_request_free(&r);
-    }
-    return rc;
-}
-
-/* ---- invalid requests ------------------------------------------------- */
+/* The tables' short names of the endpoints. */
+#define C TT_EP_COMPLETION
+#define H TT_EP_CHAT
+#define T TT_EP_TOKENIZE
+#define D TT_EP_DETOKENIZE
 
 #define MSG "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]"
-
-struct bad_case {
-    enum ep ep;
-    const char *body;
-    int status;
-    int rc;
-    const char *param; /* "" = null */
-    const char *msg;   /* substring of the message */
-};
-
-static const struct bad_case BAD[] = {
-    /* body and JSON */
-    {C, "", 400, TG_EFORMAT, "", "body is empty"},
-    {C, "{", 400, TG_EFORMAT, "", "malformed JSON"},
-    {C, "{\"prompt\":\"hi\",}", 400, TG_EFORMAT, "", "malformed JSON"},
-    {C, "[1,2]", 400, TG_EFORMAT, "", "must be a JSON object"},
-    {C, "\"prompt\"", 400, TG_EFORMAT, "", "malformed JSON"},
-    {C, "{\"prompt\":\"a\\u0000b\"}", 400, TG_EFORMAT, "", "malformed JSON"},
-    {C, "{\"prompt\":\"hi\"} trailing", 400, TG_EFORMAT, "", "malformed"},
-    /* model */
-    {C, "{\"model\":\"gpt-4\",\"prompt\":\"hi\"}", 404, TG_ENOTFOUND, "model",
-     "'gpt-4' does not exist"},
-    {C, "{\"model\":5,\"prompt\":\"hi\"}", 400, TG_EFORMAT, "model",
-     "must be a string"},
-    {H, "{\"model\":\"Tiny\"," MSG "}", 404, TG_ENOTFOUND, "model",
-     "serves 'tiny'"},
-    /* prompt */
-    {C, "{}", 400, TG_EFORMAT, "prompt", "'prompt' is required"},
-    {C, "{\"prompt\":null}", 400, TG_EFORMAT, "prompt", "is required"},
-    {C, "{\"prompt\":\"\"}", 400, TG_EFORMAT, "prompt", "must not be empty"},
-    {C, "{\"prompt\":[]}", 400, TG_EFORMAT, "prompt", "must not be empty"},
-    {C, "{\"prompt\":[\"\"]}", 400, TG_EFORMAT, "prompt[0]",
-     "must not be empty"},
-    {C, "{\"prompt\":[[]]}", 400, TG_EFORMAT, "prompt[0]", "must not be empty"},
-    {C, "{\"prompt\":[\"a\",\"b\"]}", 400, TG_EUNSUPPORTED, "prompt",
-     "batched prompts are not supported"},
-    {C, "{\"prompt\":[[1],[2]]}", 400, TG_EUNSUPPORTED, "prompt", "batched"},
-    {C, "{\"prompt\":[1,-2]}", 400, TG_ERANGE, "prompt[1]",
-     "is not a token id"},
-    {C, "{\"prompt\":[1,1000]}", 400, TG_ERANGE, "prompt[1]", "0..999"},
-    {C, "{\"prompt\":[1,\"a\"]}", 400, TG_EFORMAT, "prompt[1]",
-     "integer token id"},
-    {C, "{\"prompt\":[1,2.5]}", 400, TG_EFORMAT, "prompt[1]",
-     "integer token id"},
-    {C, "{\"prompt\":{\"a\":1}}", 400, TG_EFORMAT, "prompt",
-     "must be a string"},
-    {C, "{\"prompt\":7}", 400, TG_EFORMAT, "prompt", "must be a string"},
-    {C, "{\"prompt\":[true]}", 400, TG_EFORMAT, "prompt[0]",
-     "a string or an array of token ids"},
-    /* n in [1, RT_OPENAI_MAX_N]; best_of only equal to n */
-    {C, "{\"prompt\":\"hi\",\"n\":0}", 400, TG_ERANGE, "n",
-     "between 1 and 16, got 0"},
-    {C, "{\"prompt\":\"hi\",\"n\":17}", 400, TG_ERANGE, "n",
-     "between 1 and 16, got 17"},
-    {C, "{\"prompt\":\"hi\",\"n\":-1}", 400, TG_ERANGE, "n", "got -1"},
-    {C, "{\"prompt\":\"hi\",\"n\":2.5}", 400, TG_EFORMAT, "n",
-     "must be an integer"},
-    {C, "{\"prompt\":\"hi\",\"n\":\"1\"}", 400, TG_EFORMAT, "n",
-     "must be an integer"},
-    {H, "{" MSG ",\"n\":100}", 400, TG_ERANGE, "n", "got 100"},
-    {C, "{\"prompt\":\"hi\",\"best_of\":3}", 400, TG_EUNSUPPORTED, "best_of",
-     "must equal 'n' (1; got 3)"},
-    {C, "{\"prompt\":\"hi\",\"n\":2,\"best_of\":3}", 400, TG_EUNSUPPORTED,
-     "best_of", "must equal 'n' (2; got 3)"},
-    {H, "{" MSG ",\"n\":3,\"best_of\":1}", 400, TG_EUNSUPPORTED, "best_of",
-     "(3; got 1)"},
-    {H, "{" MSG ",\"echo\":true}", 400, TG_EUNSUPPORTED, "echo",
-     "a /v1/completions parameter"},
-    {C,
-     "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":0,"
-     "\"stream\":true}",
-     400, TG_EUNSUPPORTED, "echo", "cannot be streamed"},
-    {C, "{\"prompt\":\"hi\",\"echo\":true,\"logprobs\":1,\"n\":2}", 400,
-     TG_EUNSUPPORTED, "echo", "only with n = 1"},
-    {C, "{\"prompt\":\"hi\",\"prompt_logprobs\":21}", 400, TG_ERANGE,
-     "prompt_logprobs", ""},
-    {H, "{" MSG ",\"prompt_logprobs\":1,\"stream\":true}", 400, TG_EUNSUPPORTED,
-     "prompt_logprobs", "cannot be streamed"},
-    {C, "{\"prompt\":\"hi\",\"max_tokens\":0}", 400, TG_ERANGE, "max_tokens",
-     ""},
-    {C, "{\"prompt\":\"hi\",\"echo\":true,\"max_tokens\":0,\"n\":2}", 400,
-     TG_EUNSUPPORTED, "max_tokens", "only with n = 1"},
-    {C, "{\"prompt\":\"hi\",\"echo\":\"no\"}", 400, TG_EFORMAT, "echo",
-     "must be a boolean"},
-    {C, "{\"prompt\":\"hi\",\"suffix\":\"x\"}", 400, TG_EUNSUPPORTED, "suffix",
-     "not supported"},
-    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"1000\":1}}", 400, TG_ERANGE,
-     "logit_bias.1000", "valid: 0..999"},
-    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"-1\":1}}", 400, TG_ERANGE,
-     "logit_bias.-1", "not a token id"},
-    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"abc\":1}}", 400, TG_ERANGE,
-     "logit_bias.abc", "not a token id"},
-    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"5x\":1}}", 400, TG_ERANGE,
-     "logit_bias.5x", "not a token id"},
-    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":100.5}}", 400, TG_ERANGE,
-     "logit_bias.5", "[-100, 100]"},
-    {H, "{" MSG ",\"logit_bias\":{\"5\":-101}}", 400, TG_ERANGE, "logit_bias.5",
-     "[-100, 100]"},
-    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"5\":\"1\"}}", 400, TG_EFORMAT,
-     "logit_bias.5", "a number"},
-    {C, "{\"prompt\":\"hi\",\"logit_bias\":{\"7\":1,\"07\":2}}", 400, TG_EINVAL,
-     "logit_bias", "token 7 twice"},
-    {C, "{\"prompt\":\"hi\",\"logit_bias\":[1]}", 400, TG_EFORMAT, "logit_bias",
-     "must be an object"},
-    {C, "{\"prompt\":\"hi\",\"response_format\":{\"type\":\"grammar\"}}", 400,
-     TG_EUNSUPPORTED, "response_format.type", "not supported"},
-    {H, "{" MSG ",\"response_format\":{\"type\":\"json_schema\"}}", 400,
-     TG_EFORMAT, "response_format.json_schema", "needs"},
-    {H,
-     "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
-     "\"json_schema\":{\"name\":\"x\"}}}",
-     400, TG_EFORMAT, "response_format.json_schema.schema", "needs"},
-    {H,
-     "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
-     "\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":"
-     "\"array\",\"uniqueItems\":true}}}}",
-     400, TG_EUNSUPPORTED, "response_format.json_schema.schema", "uniqueItems"},
-    {H,
-     "{" MSG ",\"response_format\":{\"type\":\"json_schema\","
-     "\"json_schema\":{\"name\":\"x\",\"strict\":1,"
-     "\"schema\":{}}}}",
-     400, TG_EFORMAT, "response_format.json_schema.strict", "a boolean"},
-    {H, "{" MSG ",\"response_format\":{\"type\":5}}", 400, TG_EFORMAT,
-     "response_format.type", "a string"},
-    /* max_tokens, min_tokens */
-    {C, "{\"prompt\":\"hi\",\"max_tokens\":0}", 400, TG_ERANGE, "max_tokens",
-     "between 1 and 128, got 0"},
-    {C, "{\"prompt\":\"hi\",\"max_tokens\":-5}", 400, TG_ERANGE, "max_tokens",
-     "got -5"},
-    {C, "{\"prompt\":\"hi\",\"max_tokens\":129}", 400, TG_ERANGE, "max_tokens",
-     "between 1 and 128"},
-    {C, "{\"prompt\":\"hi\",\"max_tokens\":\"16\"}", 400, TG_EFORMAT,
-     "max_tokens", "must be an integer"},
-    {C, "{\"prompt\":\"hi\",\"max_tokens\":1.5}", 400, TG_EFORMAT, "max_tokens",
-     "must be an integer"},
-    {C, "{\"prompt\":\"hi\",\"max_tokens\":1e30}", 400, TG_ERANGE, "max_tokens",
-     "between 1 and 128, got 1e+30 (beyond 64 bits)"},
-    {H, "{" MSG ",\"max_completion_tokens\":0}", 400, TG_ERANGE,
-     "max_completion_tokens", "between 1 and 128"},
-    {H, "{" MSG ",\"max_tokens\":5,\"max_completion_tokens\":\"x\"}", 400,
-     TG_EFORMAT, "max_completion_tokens", "must be an integer"},
-    {C, "{\"prompt\":\"hi\",\"min_tokens\":20,\"max_tokens\":10}", 400,
-     TG_ERANGE, "min_tokens", "must not exceed 'max_tokens' (10)"},
-    {C, "{\"prompt\":\"hi\",\"min_tokens\":-1}", 400, TG_ERANGE, "min_tokens",
-     "got -1"},
-    /* sampling numbers */
-    {C, "{\"prompt\":\"hi\",\"temperature\":-0.1}", 400, TG_ERANGE,
-     "temperature", "must be in [0, 2]"},
-    {C, "{\"prompt\":\"hi\",\"temperature\":2.5}", 400, TG_ERANGE,
-     "temperature", "got 2.5"},
-    {C, "{\"prompt\":\"hi\",\"temperature\":\"hot\"}", 400, TG_EFORMAT,
-     "temperature", "must be a number"},
-    {H, "{" MSG ",\"temperature\":true}", 400, TG_EFORMAT, "temperature",
-     "must be a number"},
-    {C, "{\"prompt\":\"hi\",\"top_p\":0}", 400, TG_ERANGE, "top_p",
-     "must be in (0, 1]"},
-    {C, "{\"prompt\":\"hi\",\"top_p\":1.1}", 400, TG_ERANGE, "top_p", "(0, 1]"},
-    {C, "{\"prompt\":\"hi\",\"top_k\":-2}", 400, TG_ERANGE, "top_k",
-     "at least -1"},
-    {C, "{\"prompt\":\"hi\",\"top_k\":[1]}", 400, TG_EFORMAT, "top_k",
-     "must be an integer"},
-    {C, "{\"prompt\":\"hi\",\"min_p\":1.5}", 400, TG_ERANGE, "min_p", "[0, 1]"},
-    {C, "{\"prompt\":\"hi\",\"presence_penalty\":-3}", 400, TG_ERANGE,
-     "presence_penalty", "[-2, 2]"},
-    {C, "{\"prompt\":\"hi\",\"frequency_penalty\":2.01}", 400, TG_ERANGE,
-     "frequency_penalty", "got 2.01"},
-    {C, "{\"prompt\":\"hi\",\"repetition_penalty\":0}", 400, TG_ERANGE,
-     "repetition_penalty", "greater than 0"},
-    {C, "{\"prompt\":\"hi\",\"repetition_penalty\":-1}", 400, TG_ERANGE,
-     "repetition_penalty", "greater than 0"},
-    {C, "{\"prompt\":\"hi\",\"seed\":\"x\"}", 400, TG_EFORMAT, "seed",
-     "must be an integer"},
-    {C, "{\"prompt\":\"hi\",\"seed\":0.5}", 400, TG_EFORMAT, "seed",
-     "must be an integer"},
-    /* stop */
-    {C, "{\"prompt\":\"hi\",\"stop\":5}", 400, TG_EFORMAT, "stop",
-     "a string or an array of strings"},
-    {C, "{\"prompt\":\"hi\",\"stop\":\"\"}", 400, TG_EFORMAT, "stop",
-     "must not be an empty string"},
-    {C, "{\"prompt\":\"hi\",\"stop\":[\"a\",\"\"]}", 400, TG_EFORMAT, "stop[1]",
-     "must not be an empty string"},
-    {C, "{\"prompt\":\"hi\",\"stop\":[\"a\",1]}", 400, TG_EFORMAT, "stop[1]",
-     "must be a string"},
-    {C,
-     "{\"prompt\":\"hi\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\","
-     "\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\","
-     "\"17\"]}",
-     400, TG_ERANGE, "stop", "at most 16"},
-    {C, "{\"prompt\":\"hi\",\"stop_token_ids\":[5,-1]}", 400, TG_ERANGE,
-     "stop_token_ids[1]", "is not a token id"},
-    {C, "{\"prompt\":\"hi\",\"stop_token_ids\":\"5\"}", 400, TG_EFORMAT,
-     "stop_token_ids", "an array of token ids"},
-    /* booleans */
-    {C, "{\"prompt\":\"hi\",\"ignore_eos\":1}", 400, TG_EFORMAT, "ignore_eos",
-     "must be a boolean"},
-    {C, "{\"prompt\":\"hi\",\"skip_special_tokens\":\"true\"}", 400, TG_EFORMAT,
-     "skip_special_tokens", "must be a boolean"},
-    {C, "{\"prompt\":\"hi\",\"add_special_tokens\":0}", 400, TG_EFORMAT,
-     "add_special_tokens", "must be a boolean"},
-    /* logprobs */
-    {C, "{\"prompt\":\"hi\",\"logprobs\":21}", 400, TG_ERANGE, "logprobs",
-     "between 0 and 20, got 21"},
-    {C, "{\"prompt\":\"hi\",\"logprobs\":-1}", 400, TG_ERANGE, "logprobs",
-     "between 0 and 20"},
-    {C, "{\"prompt\":\"hi\",\"logprobs\":true}", 400, TG_EFORMAT, "logprobs",
-     "must be an integer"},
-    {H, "{" MSG ",\"logprobs\":\"yes\"}", 400, TG_EFORMAT, "logprobs",
-     "must be a boolean"},
-    {H, "{" MSG ",\"logprobs\":5}", 400, TG_EFORMAT, "logprobs",
-     "must be a boolean"},
-    {H, "{" MSG ",\"top_logprobs\":5}", 400, TG_EFORMAT, "top_logprobs",
-     "requires 'logprobs' to be true"},
-    {H, "{" MSG ",\"logprobs\":true,\"top_logprobs\":21}", 400, TG_ERANGE,
-     "top_logprobs", "between 0 and 20"},
-    {H, "{" MSG ",\"logprobs\":true,\"top_logprobs\":-1}", 400, TG_ERANGE,
-     "top_logprobs", "got -1"},
-    /* stream */
-    {C, "{\"prompt\":\"hi\",\"stream\":\"yes\"}", 400, TG_EFORMAT, "stream",
-     "must be a boolean"},
-    {C, "{\"prompt\":\"hi\",\"stream_options\":{\"include_usage\":true}}", 400,
-     TG_EFORMAT, "stream_options", "only allowed when 'stream' is true"},
-    {C, "{\"prompt\":\"hi\",\"stream\":true,\"stream_options\":[]}", 400,
-     TG_EFORMAT, "stream_options", "must be an object"},
-    {H, "{" MSG ",\"stream\":true,\"stream_options\":{\"include_usage\":1}}",
-     400, TG_EFORMAT, "stream_options.include_usage", "must be a boolean"},
-    /* identity */
-    {C, "{\"prompt\":\"hi\",\"user\":7}", 400, TG_EFORMAT, "user",
-     "must be a string"},
-    {C, "{\"prompt\":\"hi\",\"session_id\":\"\"}", 400, TG_EFORMAT,
-     "session_id", "must not be empty"},
-    {H, "{" MSG ",\"session_id\":[]}", 400, TG_EFORMAT, "session_id",
-     "must be a string"},
-    /* chat messages */
-    {H, "{}", 400, TG_EFORMAT, "messages", "'messages' is required"},
-    {H, "{\"messages\":\"hi\"}", 400, TG_EFORMAT, "messages",
-     "must be an array"},
-    {H, "{\"messages\":[]}", 400, TG_EFORMAT, "messages",
-     "at least one message"},
-    {H, "{\"messages\":[5]}", 400, TG_EFORMAT, "messages[0]",
-     "must be an object"},
-    {H, "{\"messages\":[{\"content\":\"x\"}]}", 400, TG_EFORMAT,
-     "messages[0].role", "is required"},
-    {H,
-     "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
-     "{\"role\":\"bot\",\"content\":\"x\"}]}",
-     400, TG_EFORMAT, "messages[1].role", "must be one of"},
-    {H, "{\"messages\":[{\"role\":3,\"content\":\"x\"}]}", 400, TG_EFORMAT,
-     "messages[0].role", "must be a string"},
-    {H, "{\"messages\":[{\"role\":\"user\"}]}", 400, TG_EFORMAT,
-     "messages[0].content", "is required"},
-    {H, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, TG_EFORMAT,
-     "messages[0].content", "a string or an array of content parts"},
-    {H,
-     "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":"
-     "\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}",
-     400, TG_EUNSUPPORTED, "messages[0].content[0].type",
-     "'image_url' is not supported"},
-    {H,
-     "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}"
-     "]}",
-     400, TG_EFORMAT, "messages[0].content[0].text", "must be a string"},
-    {H, "{\"messages\":[{\"role\":\"user\",\"content\":[\"x\"]}]}", 400,
-     TG_EFORMAT, "messages[0].content[0]", "must be an object"},
-    {H, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"x\"}]}]}",
-     400, TG_EFORMAT, "messages[0].content[0].type", "must be a string"},
-    {H,
-     "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
-     "{\"role\":\"tool\",\"content\":\"r\"}]}",
-     400, TG_EFORMAT, "messages[1].tool_call_id", "is required"},
-    {H, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"name\":5}]}",
-     400, TG_EFORMAT, "messages[0].name", "must be a string"},
-    {H,
-     "{\"messages\":[{\"role\":\"assistant\",\"content\":\"a\","
-     "\"tool_calls\":[{\"id\":\"c\",\"type\":\"function\"}]}]}",
-     400, TG_EFORMAT, "messages[0].tool_calls[0].function",
-     "must be an object"},
-    {H,
-     "{\"messages\":[{\"role\":\"assistant\",\"content\":null,"
-     "\"tool_calls\":[{\"type\":\"function\",\"function\":{\"name\":"
-     "\"f\",\"arguments\":\"{}\"}}]}]}",
-     400, TG_EFORMAT, "messages[0].tool_calls[0].id", "non-empty string"},
-    {H,
-     "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":"
-     "\"c\",\"type\":\"code\",\"function\":{\"name\":\"f\","
-     "\"arguments\":\"{}\"}}]}]}",
-     400, TG_EFORMAT, "messages[0].tool_calls[0].type", "\"function\""},
-    {H,
-     "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":"
-     "\"c\",\"function\":{\"name\":\"\",\"arguments\":\"{}\"}}]}]}",
-     400, TG_EFORMAT, "messages[0].tool_calls[0].function.name",
-     "non-empty string"},
-    {H,
-     "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":"
-     "\"c\",\"function\":{\"name\":\"f\",\"arguments\":3}}]}]}",
-     400, TG_EFORMAT, "messages[0].tool_calls[0].function.arguments",
-     "a JSON string"},
-    {H,
-     "{\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"tool_calls\":"
-     "[{\"id\":\"c\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}"
-     "]}]}",
-     400, TG_EFORMAT, "messages[0].tool_calls", "only assistant"},
-    {H, "{\"messages\":[{\"role\":\"assistant\",\"content\":null}]}", 400,
-     TG_EFORMAT, "messages[0].content", "is required"},
-    {H, "{\"messages\":[{\"role\":\"assistant\",\"function_call\":{}}]}", 400,
-     TG_EUNSUPPORTED, "messages[0].function_call", "tool_calls"},
-    {H, "{" MSG ",\"tools\":{}}", 400, TG_EFORMAT, "tools", "must be an array"},
-    {H, "{" MSG ",\"tools\":[3]}", 400, TG_EFORMAT, "tools[0]",
-     "must be an object"},
-    {H, "{" MSG ",\"tools\":[{\"type\":\"retrieval\"}]}", 400, TG_EFORMAT,
-     "tools[0].type", "\"function\""},
-    {H, "{" MSG ",\"tools\":[{\"type\":\"function\"}]}", 400, TG_EFORMAT,
-     "tools[0].function", "must be an object"},
-    {H,
-     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
-     "\"bad name\"}}]}",
-     400, TG_EFORMAT, "tools[0].function.name", "1 to 64 characters"},
-    {H,
-     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
-     "\"f\",\"parameters\":[]}}]}",
-     400, TG_EFORMAT, "tools[0].function.parameters", "JSON Schema object"},
-    {H,
-     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
-     "\"f\",\"description\":1}}]}",
-     400, TG_EFORMAT, "tools[0].function.description", "must be a string"},
-    {H, "{" MSG ",\"tool_choice\":\"required\"}", 400, TG_EFORMAT,
-     "tool_choice", "has no 'tools'"},
-    {H,
-     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
-     "\"g\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":"
-     "{\"name\":\"f\"}}}",
-     400, TG_EFORMAT, "tool_choice.function.name", "not among 'tools'"},
-    {H,
-     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
-     "\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":"
-     "{\"name\":\"f\"}}}",
-     400, TG_EUNSUPPORTED, "tool_choice", "no tool-call format"},
-    {H,
-     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
-     "\"f\",\"strict\":true}}]}",
-     400, TG_EUNSUPPORTED, "tools[0].function.strict", "tool-call format"},
-    {H,
-     "{" MSG ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
-     "\"f\"}}],\"tool_choice\":{\"type\":\"tool\"}}",
-     400, TG_EFORMAT, "tool_choice.type", "must be"},
-    {H, "{" MSG ",\"tool_choice\":\"sometimes\"}", 400, TG_EFORMAT,
-     "tool_choice", "must be"},
-    {H, "{" MSG ",\"parallel_tool_calls\":1}", 400, TG_EFORMAT,
-     "parallel_tool_calls", "must be a boolean"},
-    {H, "{" MSG ",\"chat_template_kwargs\":{\"messages\":[]}}", 400, TG_EFORMAT,
-     "chat_template_kwargs.messages", "set by the request"},
-    {H, "{" MSG ",\"functions\":[{\"name\":\"f\"}]}", 400, TG_EUNSUPPORTED,
-     "functions", "not supported"},
-    {H,
-     "{" MSG ",\"add_generation_prompt\":true,"
-     "\"continue_final_message\":true}",
-     400, TG_EFORMAT, "continue_final_message", "cannot both be true"},
-    {H, "{" MSG ",\"chat_template_kwargs\":5}", 400, TG_EFORMAT,
-     "chat_template_kwargs", "must be an object"},
-    {H, "{" MSG ",\"chat_template_kwargs\":{\"enable_thinking\":\"no\"}}", 400,
-     TG_EFORMAT, "chat_template_kwargs.enable_thinking", "must be a boolean"},
-    {H, "{" MSG ",\"chat_template\":\"{{x}}\"}", 400, TG_EUNSUPPORTED,
-     "chat_template", "custom chat templates"},
-    /* tokenize / detokenize */
-    {T, "{}", 400, TG_EFORMAT, "prompt", "either 'prompt' or 'messages'"},
-    {T, "{\"prompt\":5}", 400, TG_EFORMAT, "prompt", "must be a string"},
-    {T, "{\"messages\":[]}", 400, TG_EFORMAT, "messages",
-     "at least one message"},
-    {T, "{\"prompt\":\"x\",\"add_special_tokens\":\"no\"}", 400, TG_EFORMAT,
-     "add_special_tokens", "must be a boolean"},
-    {T, "{\"model\":\"big\",\"prompt\":\"x\"}", 404, TG_ENOTFOUND, "model",
-     "does not exist"},
-    {T, "nope", 400, TG_EFORMAT, "", "malformed JSON"},
-    {D, "{}", 400, TG_EFORMAT, "tokens", "'tokens' is required"},
-    {D, "{\"tokens\":\"1 2\"}", 400, TG_EFORMAT, "tokens",
-     "an array of token ids"},
-    {D, "{\"tokens\":[1,1000]}", 400, TG_ERANGE, "tokens[1]",
-     "is not a token id"},
-    {D, "{\"tokens\":[0.5]}", 400, TG_EFORMAT, "tokens[0]", "integer token id"},
-};
-
-static void test_invalid_table(void **state)
-{
-    (void)state;
-    size_t n = sizeof(BAD) / sizeof(BAD[0]);
-    assert_true(n >= 40);
-    for (size_t i = 0; i < n; i++) {
-        const struct bad_case *b = &BAD[i];
-        struct rt_request_error e;
-        memset(&e, 0, sizeof(e));
-        int rc = parse(b->ep, b->body, strlen(b->body), &e);
-        if (rc != b->rc || rt_openai_http_status(e.kind) != b->status ||
-            strcmp(e.param, b->param) != 0 ||
-            strstr(e.message, b->msg) == NULL) {
-            print_error("case %zu: %s\n  rc %d (want %d) status %d (want %d) "
-                        "param '%s' (want '%s')\n  message: %s\n  want: %s\n",
-                        i, b->body, rc, b->rc, rt_openai_http_status(e.kind),
-                        b->status, e.param, b->param, e.message, b->msg);
-            fail();
-        }
-        assert_string_equal(rt_openai_error_type(e.kind),
-                            "invalid_request_error");
-        assert_non_null(e.code);
-        if (b->status == 404)
-            assert_string_equal(e.code, "model_not_found");
-    }
-}
 
 /* Valid JSON numbers out of a field's range, integers beyond 64 bits
  * (which jansson alone refuses as malformed JSON) included, are 400
@@ -475,7 +36,7 @@ static void test_big_numbers(void **state)
 {
     (void)state;
     static const struct {
-        enum ep ep;
+        enum tt_ep ep;
         const char *body;
         const char *param; /* "" = null */
         const char *msg;
@@ -531,7 +92,8 @@ static void test_big_numbers(void **state)
     for (size_t i = 0; i < sizeof(big) / sizeof(big[0]); i++) {
         struct rt_request_error e;
         memset(&e, 0, sizeof(e));
-        int rc = parse(big[i].ep, big[i].body, strlen(big[i].body), &e);
+        int rc = tt_openai_parse(big[i].ep, big[i].body, strlen(big[i].body),
+                                 &e);
         if (big[i].msg[0] == '\0') {
             /* a field /tokenize ignores: the request parses */
             assert_int_equal(rc, 0);
@@ -554,13 +116,13 @@ static void test_big_numbers(void **state)
     struct rt_gen_request r;
     struct rt_request_error e;
     const char *b1 = "{\"prompt\":\"hi\",\"seed\":9223372036854775807}";
-    assert_int_equal(rt_openai_parse_completion(&CFG, b1, strlen(b1), &r, &e),
-                     0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b1, strlen(b1), &r, &e), 0);
     assert_true(r.q.opts.has_seed && r.q.sampling.seed == (uint64_t)INT64_MAX);
     rt_gen_request_free(&r);
     const char *b2 = "{\"prompt\":\"hi\",\"seed\":-9223372036854775808}";
-    assert_int_equal(rt_openai_parse_completion(&CFG, b2, strlen(b2), &r, &e),
-                     0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b2, strlen(b2), &r, &e), 0);
     assert_true(r.q.sampling.seed == (uint64_t)1 << 63);
     rt_gen_request_free(&r);
     const char *b3 = "{\"prompt\":\"hi\",\"response_format\":{\"type\":"
@@ -568,8 +130,8 @@ static void test_big_numbers(void **state)
                      "\"schema\":{\"enum\":[1,99999999999999999999]}}},"
                      "\"seed\":9007199254740993,"
                      "\"max_tokens\":7}";
-    assert_int_equal(rt_openai_parse_completion(&CFG, b3, strlen(b3), &r, &e),
-                     0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b3, strlen(b3), &r, &e), 0);
     assert_true(r.q.sampling.seed == 9007199254740993ull); /* 2^53 + 1 */
     assert_int_equal(r.q.opts.max_tokens, 7);
     rt_gen_request_free(&r);
@@ -578,7 +140,7 @@ static void test_big_numbers(void **state)
     const char *b4 = "{\"seed\":99999999999999999999,\n"
                      " \"a\":99999999999999999999, \"prompt\":\"hi\",}";
     memset(&e, 0, sizeof(e));
-    assert_int_equal(parse(C, b4, strlen(b4), &e), TG_EFORMAT);
+    assert_int_equal(tt_openai_parse(C, b4, strlen(b4), &e), TG_EFORMAT);
     assert_string_equal(e.code, "invalid_json");
     assert_non_null(strstr(e.message, "line 2 column 42"));
 }
@@ -586,19 +148,19 @@ static void test_big_numbers(void **state)
 static void test_body_too_large(void **state)
 {
     (void)state;
-    size_t n = CFG.max_body_bytes + 1;
+    size_t n = tt_openai_cfg.max_body_bytes + 1;
     char *body = malloc(n + 1);
     assert_non_null(body);
     memset(body, ' ', n);
     memcpy(body, "{\"prompt\":\"hi\"}", 15);
     body[n] = '\0';
     struct rt_request_error e;
-    assert_int_equal(parse(C, body, n, &e), TG_ETOOBIG);
+    assert_int_equal(tt_openai_parse(C, body, n, &e), TG_ETOOBIG);
     assert_int_equal(rt_openai_http_status(e.kind), 413);
     assert_string_equal(e.code, "request_too_large");
     assert_non_null(strstr(e.message, "exceeds the limit of 4096 bytes"));
     /* The same body one byte shorter is accepted (trailing whitespace). */
-    assert_int_equal(parse(C, body, n - 1, &e), 0);
+    assert_int_equal(tt_openai_parse(C, body, n - 1, &e), 0);
     free(body);
 }
 
@@ -611,7 +173,7 @@ static void test_prompt_ids_over_context(void **state)
                  i ? "," : "", i);
     strcat(body, "]}");
     struct rt_request_error e;
-    assert_int_equal(parse(C, body, strlen(body), &e), TG_ETOOBIG);
+    assert_int_equal(tt_openai_parse(C, body, strlen(body), &e), TG_ETOOBIG);
     assert_int_equal(rt_openai_http_status(e.kind), 400);
     assert_string_equal(e.param, "prompt");
     assert_string_equal(e.code, "context_length_exceeded");
@@ -626,7 +188,8 @@ static void test_completion_defaults(void **state)
     const char *b = "{\"prompt\":\"Hello\"}";
     struct rt_gen_request r;
     struct rt_request_error e;
-    assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b, strlen(b), &r, &e), 0);
     assert_int_equal(r.endpoint, RT_ENDPOINT_COMPLETIONS);
     assert_string_equal(r.model, "tiny");
     assert_string_equal(r.q.prompt, "Hello");
@@ -670,13 +233,13 @@ static void test_n_and_sample_copy(void **state)
     struct rt_gen_request r, c;
     struct rt_request_error e;
     const char *b0 = "{\"prompt\":\"Hello\"}";
-    assert_int_equal(rt_openai_parse_completion(&CFG, b0, strlen(b0), &r, &e),
-                     0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b0, strlen(b0), &r, &e), 0);
     assert_int_equal(r.q.n, 1);
     rt_gen_request_free(&r);
     const char *b1 = "{\"prompt\":\"Hello\",\"n\":16,\"best_of\":16}";
-    assert_int_equal(rt_openai_parse_completion(&CFG, b1, strlen(b1), &r, &e),
-                     0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b1, strlen(b1), &r, &e), 0);
     assert_int_equal(r.q.n, 16);
     rt_gen_request_free(&r);
     const char *b2 = "{" MSG ",\"n\":3.0,\"best_of\":null,\"stream\":true,"
@@ -688,7 +251,8 @@ static void test_n_and_sample_copy(void **state)
                      "\"session_id\":\"s1\",\"tools\":[{\"type\":\"function\","
                      "\"function\":{\"name\":\"f\"}}],"
                      "\"response_format\":{\"type\":\"json_object\"}}";
-    assert_int_equal(rt_openai_parse_chat(&CFG, b2, strlen(b2), &r, &e), 0);
+    assert_int_equal(
+        rt_openai_parse_chat(&tt_openai_cfg, b2, strlen(b2), &r, &e), 0);
     assert_int_equal(r.q.n, 3);
     /* response_format: the spec text of any JSON object (gm_spec.h). */
     assert_non_null(r.q.grammar);
@@ -750,7 +314,7 @@ static void test_completion_all_fields(void **state)
         "false}";
     struct rt_gen_request r;
     struct rt_request_error e;
-    int rc = rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e);
+    int rc = rt_openai_parse_completion(&tt_openai_cfg, b, strlen(b), &r, &e);
     if (rc)
         print_error("%s (param %s)\n", e.message, e.param);
     assert_int_equal(rc, 0);
@@ -800,7 +364,8 @@ static void test_prompt_logprobs(void **state)
     struct rt_request_error e;
     const char *b = "{\"prompt\":[1,2,3],\"echo\":true,\"logprobs\":1,"
                     "\"max_tokens\":1}";
-    assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b, strlen(b), &r, &e), 0);
     assert_true(r.q.opts.prompt_lp);
     assert_int_equal(r.q.opts.prompt_top, 1);
     assert_int_equal(r.echo_top, 1);
@@ -810,7 +375,8 @@ static void test_prompt_logprobs(void **state)
     rt_gen_request_free(&r);
     b = "{\"prompt\":[[1,2,3]],\"echo\":true,\"logprobs\":2,"
         "\"prompt_logprobs\":5,\"max_tokens\":0}";
-    assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b, strlen(b), &r, &e), 0);
     assert_true(r.q.opts.prompt_lp);
     assert_int_equal(r.q.opts.prompt_top, 5);
     assert_int_equal(r.echo_top, 2);
@@ -820,13 +386,15 @@ static void test_prompt_logprobs(void **state)
     rt_gen_request_free(&r);
     /* echo alone with max_tokens 0: the prompt, nothing scored */
     b = "{\"prompt\":\"hi\",\"echo\":true,\"max_tokens\":0}";
-    assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b, strlen(b), &r, &e), 0);
     assert_false(r.q.opts.prompt_lp);
     assert_true(r.q.opts.prompt_only);
     rt_gen_request_free(&r);
     /* chat: prompt_logprobs, max_tokens 0 allowed with it */
     b = "{" MSG ",\"prompt_logprobs\":0,\"max_tokens\":0}";
-    assert_int_equal(rt_openai_parse_chat(&CFG, b, strlen(b), &r, &e), 0);
+    assert_int_equal(rt_openai_parse_chat(&tt_openai_cfg, b, strlen(b), &r, &e),
+                     0);
     assert_true(r.q.opts.prompt_lp);
     assert_int_equal(r.q.opts.prompt_top, 0);
     assert_int_equal(r.echo_top, -1);
@@ -835,7 +403,8 @@ static void test_prompt_logprobs(void **state)
     rt_gen_request_free(&r);
     /* neither: nothing asked */
     b = "{\"prompt\":\"hi\",\"logprobs\":1}";
-    assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b, strlen(b), &r, &e), 0);
     assert_false(r.q.opts.prompt_lp);
     assert_int_equal(r.echo_top, -1);
     rt_gen_request_free(&r);
@@ -848,7 +417,8 @@ static void test_logit_bias_and_echo(void **state)
                     "{\"999\":-100,\"3\":2.5,\"0\":100}}";
     struct rt_gen_request r;
     struct rt_request_error e;
-    assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b, strlen(b), &r, &e), 0);
     assert_true(r.echo);
     assert_null(r.echo_text); /* the front end fills it */
     assert_int_equal(r.q.sampling.n_bias, 3);
@@ -862,13 +432,15 @@ static void test_logit_bias_and_echo(void **state)
     rt_gen_request_free(&r);
     /* chat takes logit_bias too; an empty map is none */
     b = "{" MSG ",\"logit_bias\":{\"42\":-100}}";
-    assert_int_equal(rt_openai_parse_chat(&CFG, b, strlen(b), &r, &e), 0);
+    assert_int_equal(rt_openai_parse_chat(&tt_openai_cfg, b, strlen(b), &r, &e),
+                     0);
     assert_int_equal(r.q.sampling.n_bias, 1);
     assert_int_equal(r.q.sampling.bias_ids[0], 42);
     assert_false(r.echo);
     rt_gen_request_free(&r);
     b = "{\"prompt\":\"hi\",\"logit_bias\":{},\"echo\":false}";
-    assert_int_equal(rt_openai_parse_completion(&CFG, b, strlen(b), &r, &e), 0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b, strlen(b), &r, &e), 0);
     assert_int_equal(r.q.sampling.n_bias, 0);
     assert_null(r.q.sampling.bias_ids);
     rt_gen_request_free(&r);
@@ -881,8 +453,8 @@ static void test_completion_prompt_forms(void **state)
     struct rt_request_error e;
     const char *b1 = "{\"prompt\":[\"one prompt\"],\"top_k\":-1,"
                      "\"stop\":[\"a\",\"bb\"],\"logprobs\":0,\"seed\":null}";
-    assert_int_equal(rt_openai_parse_completion(&CFG, b1, strlen(b1), &r, &e),
-                     0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b1, strlen(b1), &r, &e), 0);
     assert_string_equal(r.q.prompt, "one prompt");
     assert_int_equal(r.q.sampling.top_k, 0);
     assert_int_equal(r.q.opts.n_stop, 2);
@@ -892,8 +464,8 @@ static void test_completion_prompt_forms(void **state)
     rt_gen_request_free(&r);
 
     const char *b2 = "{\"prompt\":[[5,6]],\"stop\":[],\"top_k\":0}";
-    assert_int_equal(rt_openai_parse_completion(&CFG, b2, strlen(b2), &r, &e),
-                     0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b2, strlen(b2), &r, &e), 0);
     assert_null(r.q.prompt);
     assert_int_equal(r.q.n_prompt_ids, 2);
     assert_int_equal(r.q.prompt_ids[0], 5);
@@ -903,8 +475,8 @@ static void test_completion_prompt_forms(void **state)
 
     /* UTF-8 and escapes come through byte-exact. */
     const char *b3 = "{\"prompt\":\"caf\\u00e9 \\ud83d\\ude00\\n\"}";
-    assert_int_equal(rt_openai_parse_completion(&CFG, b3, strlen(b3), &r, &e),
-                     0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b3, strlen(b3), &r, &e), 0);
     assert_string_equal(r.q.prompt, "caf\xC3\xA9 \xF0\x9F\x98\x80\n");
     rt_gen_request_free(&r);
 }
@@ -915,7 +487,8 @@ static void test_fit(void **state)
     struct rt_gen_request r;
     struct rt_request_error e;
     const char *b = "{" MSG "}";
-    assert_int_equal(rt_openai_parse_chat(&CFG, b, strlen(b), &r, &e), 0);
+    assert_int_equal(rt_openai_parse_chat(&tt_openai_cfg, b, strlen(b), &r, &e),
+                     0);
     assert_int_equal(rt_request_fit(&r.q, 128, 100, &e), 0);
     assert_int_equal(r.q.opts.max_tokens, 28); /* the room left */
     assert_int_equal(rt_request_fit(&r.q, 128, 0, &e), TG_EFORMAT);
@@ -927,8 +500,8 @@ static void test_fit(void **state)
     rt_gen_request_free(&r);
 
     const char *b2 = "{\"prompt\":\"x\",\"max_tokens\":16,\"min_tokens\":9}";
-    assert_int_equal(rt_openai_parse_completion(&CFG, b2, strlen(b2), &r, &e),
-                     0);
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b2, strlen(b2), &r, &e), 0);
     assert_int_equal(rt_request_fit(&r.q, 128, 112, &e), 0);
     assert_int_equal(r.q.opts.max_tokens, 16);
     assert_int_equal(rt_request_fit(&r.q, 128, 113, &e), TG_ETOOBIG);
@@ -938,7 +511,8 @@ static void test_fit(void **state)
     rt_gen_request_free(&r);
 
     const char *b3 = "{" MSG ",\"min_tokens\":20}";
-    assert_int_equal(rt_openai_parse_chat(&CFG, b3, strlen(b3), &r, &e), 0);
+    assert_int_equal(
+        rt_openai_parse_chat(&tt_openai_cfg, b3, strlen(b3), &r, &e), 0);
     assert_int_equal(rt_request_fit(&r.q, 128, 120, &e), TG_ERANGE);
     assert_string_equal(e.param, "min_tokens");
     rt_gen_request_free(&r);
@@ -950,7 +524,8 @@ static void test_tokenize_requests(void **state)
     struct rt_tokenize_request t;
     struct rt_request_error e;
     const char *b1 = "{\"model\":\"tiny\",\"prompt\":\"\"}";
-    assert_int_equal(rt_openai_parse_tokenize(&CFG, b1, strlen(b1), &t, &e), 0);
+    assert_int_equal(
+        rt_openai_parse_tokenize(&tt_openai_cfg, b1, strlen(b1), &t, &e), 0);
     assert_string_equal(t.prompt, "");
     assert_true(t.add_special_tokens);
     assert_false(t.return_token_strs);
@@ -958,7 +533,8 @@ static void test_tokenize_requests(void **state)
     rt_tokenize_request_free(&t);
 
     const char *b2 = "{" MSG ",\"return_token_strs\":true}";
-    assert_int_equal(rt_openai_parse_tokenize(&CFG, b2, strlen(b2), &t, &e), 0);
+    assert_int_equal(
+        rt_openai_parse_tokenize(&tt_openai_cfg, b2, strlen(b2), &t, &e), 0);
     assert_null(t.prompt);
     assert_int_equal(t.n_messages, 1);
     assert_string_equal(t.messages[0].content, "hi");
@@ -969,14 +545,14 @@ static void test_tokenize_requests(void **state)
 
     struct rt_detokenize_request d;
     const char *b3 = "{\"tokens\":[]}";
-    assert_int_equal(rt_openai_parse_detokenize(&CFG, b3, strlen(b3), &d, &e),
-                     0);
+    assert_int_equal(
+        rt_openai_parse_detokenize(&tt_openai_cfg, b3, strlen(b3), &d, &e), 0);
     assert_int_equal(d.n_tokens, 0);
     assert_string_equal(d.model, "tiny");
     rt_detokenize_request_free(&d);
     const char *b4 = "{\"model\":null,\"tokens\":[0,999,3]}";
-    assert_int_equal(rt_openai_parse_detokenize(&CFG, b4, strlen(b4), &d, &e),
-                     0);
+    assert_int_equal(
+        rt_openai_parse_detokenize(&tt_openai_cfg, b4, strlen(b4), &d, &e), 0);
     assert_int_equal(d.n_tokens, 3);
     assert_int_equal(d.tokens[1], 999);
     rt_detokenize_request_free(&d);
@@ -985,7 +561,6 @@ static void test_tokenize_requests(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_invalid_table),
         cmocka_unit_test(test_big_numbers),
         cmocka_unit_test(test_body_too_large),
         cmocka_unit_test(test_prompt_ids_over_context),

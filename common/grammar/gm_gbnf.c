@@ -715,7 +715,9 @@ static int32_t emit(struct gp *g, int32_t x)
     const struct node *e = &g->node[x];
     switch (e->kind) {
     case N_EMPTY: return gm_ir_empty(ir);
-    case N_LIT: return gm_ir_bytes(ir, g->lit + e->a, (size_t)e->n);
+    case N_LIT: /* "" before any other literal: lit is still NULL */
+        return gm_ir_bytes(ir, e->n > 0 ? g->lit + e->a : (const uint8_t *)"",
+                           (size_t)e->n);
     case N_SET: return gm__rx_set_expr(ir, &g->set[e->a], GM_RX_RAW);
     case N_SEQ:
     case N_ALT: {

@@ -32,6 +32,12 @@ header includes only public headers of its own room, so what the other
 rooms see never reaches the room's private ones, directly or through a
 public header.
 
+The libraries a room uses are held to the same sentence: an
+angle-bracket include of one of the project's libraries (LIBRARIES below:
+jansson, libuv, ZeroMQ, SQLite, ...) needs the library's name in the room's
+"May include" sentence, so that, e.g., a core that must not speak JSON
+says so by not naming jansson. The C and system headers are not checked.
+
 Fails (exit 1), naming the file, the include and the rule, when a room
 has no rule, a rule names a path that does not exist, an include cannot be
 resolved, or an include breaks its room's rule. Registered with ctest as
@@ -51,6 +57,53 @@ GENERATED = re.compile(r"^(?:proto/)?([A-Za-z0-9_]+\.pb-c\.h|tg_api_descriptors\
 RULE = re.compile(r"^May include\b[^:]*:")
 PUBLIC = re.compile(r"^Public headers\b[^:]*:")
 TICKS = re.compile(r"`([^`]+)`")
+
+# The project's libraries: an angle-bracket header (or a prefix ending in
+# "/") and the name its users' README names it by (case-insensitive, a
+# whole word of the "May include" sentence).
+LIBRARIES = [
+    ("jansson.h", "jansson"),
+    ("uv.h", "libuv"),
+    ("zmq.h", "ZeroMQ"),
+    ("sqlite3.h", "SQLite"),
+    ("pcre2.h", "PCRE2"),
+    ("utf8proc.h", "utf8proc"),
+    ("nghttp2/", "nghttp2"),
+    ("http_parser.h", "http-parser"),
+    ("systemd/", "libsystemd"),
+    ("protobuf-c/", "protobuf-c"),
+    ("cblas.h", "OpenBLAS"),
+    ("omp.h", "OpenMP"),
+    ("cuda", "CUDA"),
+    ("cublas", "cuBLASLt"),
+    ("nccl.h", "NCCL"),
+    ("jemalloc/", "jemalloc"),
+]
+SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<([^>]+)>')
+
+
+def library_of(header):
+    """The library name a system include belongs to, or None."""
+    for prefix, name in LIBRARIES:
+        if header == prefix or (prefix.endswith("/") and header.startswith(prefix)) \
+                or (prefix in ("cuda", "cublas") and header.startswith(prefix)):
+            return name
+    return None
+
+
+def rule_sentence(readme):
+    """The whole "May include" sentence of readme, or ""."""
+    lines = open(readme, encoding="utf-8").read().split("\n")
+    for i, line in enumerate(lines):
+        if RULE.match(line):
+            para = []
+            for more in lines[i:]:
+                if not more.strip():
+                    break
+                para.append(more.strip())
+            return first_sentence(" ".join(para))
+    return ""
+
 
 # Known breaks of the internal-header rule that other work is removing: a
 # pair listed here is reported but does not fail. Remove the line with the
@@ -158,8 +211,18 @@ def main():
             allowed.append(path + "/" if tok.endswith("/") else path)
         if verbose:
             print(f"{room}/ may include: {', '.join(allowed) or 'its own files only'}")
+        words = set(w.lower() for w in re.findall(r"[A-Za-z0-9_+\-]+",
+                                                  rule_sentence(readme)))
         for src in srcs:
             for no, line in enumerate(open(src, encoding="utf-8", errors="replace"), 1):
+                sm = SYSTEM_INCLUDE.match(line)
+                if sm:
+                    lib = library_of(sm.group(1))
+                    if lib is not None and lib.lower() not in words:
+                        errors.append(f"{rel(src)}:{no}: includes <{sm.group(1)}> "
+                                      f"of {lib}, which {room}/README.md does "
+                                      f"not name in its \"May include\" sentence")
+                    continue
                 m = INCLUDE.match(line)
                 if not m:
                     continue

@@ -22,6 +22,7 @@
 #include "common/base/tg_grow.h"
 #include "common/json/tg_json.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,30 +15,6 @@
 #include "common/jinja/jj_template.h"
 #include "common/base/tg_err.h"
 #include "common/base/tg_grow.h"
-
-const char *ct_tool_format_name(enum ct_tool_format f)
-{
-    switch (f) {
-    case CT_TOOLS_HERMES:
-        return "hermes";
-    case CT_TOOLS_LLAMA_JSON:
-        return "llama3_json";
-    default:
-        return "none";
-    }
-}
-
-enum ct_tool_format ct_tool_format_detect(const char *text)
-{
-    if (text == NULL)
-        return CT_TOOLS_NONE;
-    if (strstr(text, "<tool_call>") != NULL)
-        return CT_TOOLS_HERMES;
-    if (strstr(text, "<|start_header_id|>") != NULL &&
-        strstr(text, "\"parameters\"") != NULL)
-        return CT_TOOLS_LLAMA_JSON;
-    return CT_TOOLS_NONE;
-}
 
 /* ---- sources ------------------------------------------------------------- */
 
@@ -548,4 +525,133 @@ int ct_template_render(const struct ct_template *t, json_t *messages,
     if (out_len != NULL)
         *out_len = len;
     return 0;
+}
+
+/* ---- the conversation value --------------------------------------------- */
+
+/* obj[key] = v (stolen); 0 or -1 (out of memory: v NULL or not set). */
+static int put(json_t *obj, const char *key, json_t *v)
+{
+    return v != NULL && json_object_set_new(obj, key, v) == 0 ? 0 : -1;
+}
+
+/* The template's form of an assistant's calls. */
+static json_t *calls_json(const struct ct_message *m)
+{
+    json_t *arr = json_array();
+    for (size_t k = 0; arr != NULL && k < m->n_calls; k++) {
+        const struct ct_tool_call *c = &m->calls[k];
+        const char *a = c->arguments != NULL ? c->arguments : "";
+        /* arguments: the value their text holds (vLLM), else the text */
+        json_error_t je;
+        json_t *args = json_loadb(a, strlen(a), JSON_DECODE_ANY, &je);
+        if (args == NULL)
+            args = json_string(a);
+        json_t *fn = json_object(), *call = json_object();
+        int bad = fn == NULL || call == NULL || args == NULL ||
+                  put(fn, "name", json_string(c->name));
+        if (bad)
+            json_decref(args);
+        else
+            bad = put(fn, "arguments", args); /* args stolen */
+        bad = bad || put(call, "id", json_string(c->id)) ||
+              put(call, "type", json_string("function"));
+        if (!bad) {
+            bad = put(call, "function", fn);
+            fn = NULL;
+        }
+        if (!bad) {
+            bad = json_array_append_new(arr, call) != 0;
+            call = NULL;
+        }
+        json_decref(fn);
+        json_decref(call);
+        if (bad) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
+static json_t *messages_json(const struct ct_chat *c)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; arr != NULL && i < c->n_messages; i++) {
+        const struct ct_message *m = &c->messages[i];
+        json_t *o = json_object();
+        int bad = o == NULL || json_array_append_new(arr, o) != 0 ||
+                  put(o, "role", json_string(ct_role_name(m->role))) ||
+                  put(o, "content",
+                      json_string(m->content != NULL ? m->content : ""));
+        if (!bad && m->name != NULL)
+            bad = put(o, "name", json_string(m->name));
+        if (!bad && m->reasoning_content != NULL)
+            bad = put(o, "reasoning_content",
+                      json_string(m->reasoning_content));
+        if (!bad && m->n_calls > 0)
+            bad = put(o, "tool_calls", calls_json(m));
+        if (!bad && m->tool_call_id != NULL)
+            bad = put(o, "tool_call_id", json_string(m->tool_call_id));
+        if (bad) {
+            json_decref(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
+/* A JSON object's text into *out; TG_EINVAL naming `what` otherwise. */
+static int object_text(const char *text, const char *what, json_t **out,
+                       char *err, size_t errlen)
+{
+    json_error_t je;
+    *out = json_loadb(text, strlen(text), 0, &je);
+    if (json_is_object(*out))
+        return 0;
+    int rc = *out == NULL && json_error_code(&je) == json_error_out_of_memory
+                 ? TG_ENOMEM
+                 : TG_EINVAL;
+    json_decref(*out);
+    *out = NULL;
+    return tg_err_set(err, errlen, rc, "%s is not a JSON object", what);
+}
+
+int ct_template_render_chat(const struct ct_template *t,
+                            const struct ct_chat *c, char **out,
+                            size_t *out_len, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (out_len != NULL)
+        *out_len = 0;
+    json_t *msgs = messages_json(c), *tools = NULL, *kwargs = NULL;
+    int rc = msgs != NULL ? 0 : TG_ENOMEM;
+    if (rc == 0 && c->tools != NULL && (tools = json_array()) == NULL)
+        rc = TG_ENOMEM;
+    for (size_t i = 0; rc == 0 && tools != NULL && i < c->tools->n; i++) {
+        json_t *x = NULL;
+        char what[96];
+        snprintf(what, sizeof(what), "tools[%zu]", i);
+        rc = object_text(c->tools->v[i].spec != NULL ? c->tools->v[i].spec : "",
+                         what, &x, err, errlen);
+        if (rc == 0 && json_array_append_new(tools, x) != 0)
+            rc = TG_ENOMEM;
+    }
+    if (rc == 0 && c->kwargs != NULL)
+        rc = object_text(c->kwargs, "chat_template_kwargs", &kwargs, err,
+                         errlen);
+    if (rc == 0) {
+        struct ct_render_opts o = {
+            .add_generation_prompt = c->add_generation_prompt,
+            .continue_final_message = c->continue_final_message,
+            .kwargs = kwargs,
+        };
+        rc = ct_template_render(t, msgs, tools, &o, out, out_len, err, errlen);
+    } else if (rc == TG_ENOMEM) {
+        tg_err_set(err, errlen, rc, "out of memory");
+    }
+    json_decref(msgs);
+    json_decref(tools);
+    json_decref(kwargs);
+    return rc;
 }

@@ -36,31 +36,20 @@
 #ifndef CT_TEMPLATE_H
 #define CT_TEMPLATE_H
 
-#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <time.h>
 
+#include "common/chat/ct_chat.h"
 #include "common/jinja/jj_template.h"
 
-enum ct_tool_format {
-    CT_TOOLS_NONE = 0,   /* no known tool-call output format */
-    CT_TOOLS_HERMES,     /* <tool_call>\n{"name", "arguments"}\n</tool_call> */
-    CT_TOOLS_LLAMA_JSON, /* the whole output is {"name", "parameters"} */
-};
-
-/* Returns "none", "hermes" or "llama3_json". */
-const char *ct_tool_format_name(enum ct_tool_format f);
-
-/* Recognizes the tool-call output format from template text. */
-enum ct_tool_format ct_tool_format_detect(const char *text);
 
 struct ct_template {
     struct jj_template *tmpl;      /* the default template */
     struct jj_template *tmpl_tools; /* "tool_use" of a template list, or
                                        NULL */
     char *source;                  /* text of the default template */
-    json_t *specials;              /* object: special token name -> value */
+    struct json_t *specials;       /* object: special token name -> value */
     enum ct_tool_format tool_format;
     char path[512];                /* where the template came from */
 };
@@ -97,9 +86,8 @@ int ct_template_load_file(struct ct_template *t, const char *path, char *err,
 
 /* Compiles template text (len bytes) with the special tokens of `specials`
  * (an object or NULL; a new reference is taken). Same codes. */
-int ct_template_load_text(struct ct_template *t, const char *text,
-                          size_t len, json_t *specials, char *err,
-                          size_t errlen);
+int ct_template_load_text(struct ct_template *t, const char *text, size_t len,
+                          struct json_t *specials, char *err, size_t errlen);
 
 /* Releases everything t holds; safe on a zeroed template. */
 void ct_template_free(struct ct_template *t);
@@ -107,7 +95,7 @@ void ct_template_free(struct ct_template *t);
 struct ct_render_opts {
     bool add_generation_prompt;
     bool continue_final_message; /* exclusive with add_generation_prompt */
-    json_t *kwargs;          /* extra template variables (an object, borrowed;
+    struct json_t *kwargs;   /* extra template variables (an object, borrowed;
                                 NULL = none): chat_template_kwargs */
     const struct tm *now;    /* strftime_now time; NULL = now, local */
     struct jj_limits limits; /* zero = the engine's defaults */
@@ -121,9 +109,21 @@ struct ct_render_opts {
  * documents, add_generation_prompt); TG_EFORMAT for continue_final_message
  * whose final message the output does not contain; TG_EUNSUPPORTED,
  * TG_ETOOBIG (a limit) and TG_ENOMEM from the engine. Any thread. */
-int ct_template_render(const struct ct_template *t, json_t *messages,
-                       json_t *tools, const struct ct_render_opts *o,
-                       char **out, size_t *out_len, char *err,
-                       size_t errlen);
+int ct_template_render(const struct ct_template *t, struct json_t *messages,
+                       struct json_t *tools, const struct ct_render_opts *o,
+                       char **out, size_t *out_len, char *err, size_t errlen);
+
+/* Renders the conversation c (ct_chat.h: its messages, tools and options;
+ * the engine's default limits, the current local time) with template t,
+ * as ct_template_render renders their JSON form: each message as an
+ * object of role, content, then name, reasoning_content, tool_calls ({id,
+ * type "function", function {name, arguments}}, the arguments parsed from
+ * their text) and tool_call_id where present; each tool as its spec; the
+ * kwargs as extra variables. Returns as ct_template_render does, and
+ * TG_EINVAL for a tool spec or kwargs that is not a JSON object. Any
+ * thread. */
+int ct_template_render_chat(const struct ct_template *t,
+                            const struct ct_chat *c, char **out,
+                            size_t *out_len, char *err, size_t errlen);
 
 #endif /* CT_TEMPLATE_H */

@@ -9,6 +9,7 @@
  * start out undefined in that frame instead of falling through to the
  * template variables, as Jinja's "missing" does. Macros see the top-level
  * scope as it is when they are called, never the caller's loop variables. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

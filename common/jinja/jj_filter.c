@@ -4,6 +4,7 @@
  * sort_keys=False) with those parameters in that order. The filters over
  * sequences are in jj_filter_seq.c, the tests in jj_test.c. */
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

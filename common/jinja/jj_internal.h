@@ -25,6 +25,7 @@
 #ifndef JJ_INTERNAL_H
 #define JJ_INTERNAL_H
 
+#include <jansson.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>

@@ -4,6 +4,7 @@
  * string repr picks its quotes and escapes as unicode_repr does), and
  * json.dumps with transformers' tojson arguments (ensure_ascii, indent,
  * separators, sort_keys) as Lib/json/encoder.py formats. */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -39,12 +39,13 @@
 #ifndef JJ_TEMPLATE_H
 #define JJ_TEMPLATE_H
 
-#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
+/* jansson's value (json_t): the header needs only its name. */
+struct json_t;
 struct jj_template;
 struct jj_vars;
 
@@ -93,7 +94,7 @@ struct jj_vars *jj_vars_new(void);
 void jj_vars_free(struct jj_vars *v);
 /* Sets `name` to a JSON value; the object takes its own reference (the
  * value must not be modified afterwards). Returns 0 or TG_ENOMEM. */
-int jj_vars_set_json(struct jj_vars *v, const char *name, json_t *value);
+int jj_vars_set_json(struct jj_vars *v, const char *name, struct json_t *value);
 int jj_vars_set_str(struct jj_vars *v, const char *name, const char *s);
 int jj_vars_set_bool(struct jj_vars *v, const char *name, bool b);
 /* Removes `name` (no-op when absent). */
@@ -122,7 +123,7 @@ void jj_py_strip(const char *s, size_t n, size_t *a, size_t *b);
  * Python's repr) into *out, a malloc'd NUL-terminated string of *len bytes
  * the caller frees. Returns 0, TG_ENOMEM, or TG_ETOOBIG past
  * JJ_DEFAULT_MAX_OUTPUT. Any thread. */
-int jj_json_dumps_py(const json_t *v, bool ensure_ascii, char **out,
+int jj_json_dumps_py(const struct json_t *v, bool ensure_ascii, char **out,
                      size_t *len);
 
 #endif /* JJ_TEMPLATE_H */

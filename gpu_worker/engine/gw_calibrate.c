@@ -1,6 +1,7 @@
 /* gw_calibrate.c — per-head retention under global top-k (gw_calibrate.h). */
 #include "gpu_worker/engine/gw_calibrate.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

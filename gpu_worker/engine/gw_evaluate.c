@@ -5,6 +5,7 @@
  */
 #include "gpu_worker/engine/gw_evaluate.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -88,6 +88,20 @@ int rt_api_gen_attach_sample(struct rt_req *q, const struct rt_req *leader,
  * parser. Returns 0, or TG_ENOMEM with *e filled. Loop thread. */
 int rt_api_gen_started(struct rt_req *r, struct rt_request_error *e);
 
+/* The multi-turn session of a request into q->session_id (rt_request.h),
+ * shared by the front ends: a session_id the request already holds (the
+ * JSON body's, checked by its parser) wins, then `field` (the gRPC
+ * field; NULL or "" is unset; named field_param), then the header's value
+ * `hdr` (the first of n_hdr headers of that name; named hdr_param). The
+ * header is checked either way: more than one, or a value that is not an
+ * id (rt_openai_check_id), is refused, since which conversation the
+ * client meant is not known (a proxy that appends its own, or a client
+ * bug) and guessing would share one's cache with the other's. Returns 0,
+ * TG_EINVAL or TG_ENOMEM with *e filled. Any thread. */
+int rt_api_session(struct rt_request *q, const char *field,
+                   const char *field_param, const char *hdr, size_t n_hdr,
+                   const char *hdr_param, struct rt_request_error *e);
+
 /* The API error of a generation that failed with the core's message
  * `error` (NULL: none given), by its prefix: "kv_cache_exhausted: " (the
  * sequence outgrew the KV cache: the replica's capacity is at fault) is

@@ -26,9 +26,9 @@ int rt_api_gen_attach(struct rt_req *r, struct rt_gen_request *g,
     }
     r->q = g->q;
     memset(&g->q, 0, sizeof(g->q));
-    if (g->tool_choice == RT_TOOL_CHOICE_NONE && r->q.tools != NULL) {
-        json_decref(r->q.tools);
-        r->q.tools = NULL;
+    if (g->tool_choice == RT_TOOL_CHOICE_NONE && r->q.chat.tools != NULL) {
+        ct_tools_unref(r->q.chat.tools);
+        r->q.chat.tools = NULL;
     }
     a->g = *g;
     memset(g, 0, sizeof(*g));
@@ -99,7 +99,7 @@ int rt_api_gen_started(struct rt_req *r, struct rt_request_error *e)
     /* Tool calls are parsed out of the output when the template told the
      * model how to write them and the request offered tools. */
     if (a->tc == NULL && a->g.endpoint == RT_ENDPOINT_CHAT &&
-        r->q.tools != NULL && json_array_size(r->q.tools) > 0 &&
+        r->q.chat.tools != NULL && r->q.chat.tools->n > 0 &&
         a->g.tool_choice != RT_TOOL_CHOICE_NONE &&
         rt_server_info(s)->tool_format != CT_TOOLS_NONE) {
         if ((a->tc = malloc(sizeof(*a->tc))) == NULL)
@@ -154,4 +154,33 @@ struct rt_openai_cfg rt_api_openai_cfg(const struct rt_server *s)
         .tool_format = m->tool_format,
         .ws = o->structured_whitespace,
     };
+}
+
+int rt_api_session(struct rt_request *q, const char *field,
+                   const char *field_param, const char *hdr, size_t n_hdr,
+                   const char *hdr_param, struct rt_request_error *e)
+{
+    if (n_hdr > 1) {
+        rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value", hdr_param,
+                             "%s is given more than once; send one session "
+                             "id",
+                             hdr_param);
+        return TG_EINVAL;
+    }
+    if (hdr != NULL && rt_openai_check_id(hdr, strlen(hdr), hdr_param, e) != 0)
+        return TG_EINVAL;
+    if (q->session_id != NULL)
+        return 0;
+    const char *sid = field != NULL && field[0] != '\0' ? field : hdr;
+    if (sid == NULL)
+        return 0;
+    if (sid == field &&
+        rt_openai_check_id(sid, strlen(sid), field_param, e) != 0)
+        return TG_EINVAL;
+    if ((q->session_id = strdup(sid)) == NULL) {
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
+        return TG_ENOMEM;
+    }
+    return 0;
 }

@@ -25,11 +25,11 @@
  * Loop thread only. */
 #include "router/api/rt_api.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "common/base/tg_err.h"
 #include "common/json/tg_json.h"
@@ -427,30 +427,26 @@ int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
         g->endpoint = RT_ENDPOINT_CHAT;
         g->q.is_chat = true;
         g->q.chat.add_generation_prompt = true;
-        json_t *root = rt_api_grpc__chat_json(q->messages, q->n_messages, q->tools,
-                                 q->n_tools, q->tool_choice, e);
-        if (root == NULL)
-            return e->kind == RT_REQ_ERR_INTERNAL ? TG_ENOMEM : TG_EINVAL;
-        if (q->parallel_tool_calls_opt_case ==
-                TANGRAM__V1__GENERATE_REQUEST__PARALLEL_TOOL_CALLS_OPT_PARALLEL_TOOL_CALLS &&
-            json_object_set_new(root, "parallel_tool_calls",
-                                json_boolean(q->parallel_tool_calls)) != 0) {
-            json_decref(root);
-            goto nomem;
-        }
-        int rc = rt_openai_chat_parse_messages(
-            root, &g->messages, &g->n_messages, &g->q.chat_messages, e);
+        bool par = q->parallel_tool_calls;
+        struct rt_tool_sel sel;
+        int rc = rt_api_grpc__chat(q->messages, q->n_messages, q->tools,
+                                   q->n_tools, &g->q.chat, e);
         if (rc == 0)
-            rc = rt_openai_chat_parse_tools(root, &g->q.tools, &g->tool_choice,
-                                            e);
+            rc = rt_api_grpc__tool_sel(
+                q->tool_choice,
+                q->parallel_tool_calls_opt_case ==
+                        TANGRAM__V1__GENERATE_REQUEST__PARALLEL_TOOL_CALLS_OPT_PARALLEL_TOOL_CALLS
+                    ? &par
+                    : NULL,
+                g->q.chat.tools, &sel, e);
         if (rc == 0)
-            rc = rt_openai_tool_grammar(cfg, root, g->q.tools, g->tool_choice,
-                                        &g->q.grammar, e);
+            rc = rt_openai_tool_grammar(cfg, g->q.chat.tools, &sel,
+                                        &g->q.grammar, &g->q.grammar_param, e);
         if (rc == 0)
             rc = rt_openai_structured_apply_ws(ws, &g->q.grammar, e);
-        json_decref(root);
         if (rc != 0)
             return rc;
+        g->tool_choice = sel.choice;
     } else if (q->n_prompt_token_ids > 0) {
         g->endpoint = RT_ENDPOINT_COMPLETIONS;
         g->q.add_special_tokens = true;
@@ -475,33 +471,15 @@ int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
             goto nomem;
         g->q.prompt_len = strlen(q->prompt);
     }
-    /* The x-session-id metadata is checked like HTTP's X-Session-Id even
-     * when session_id (which wins) is set: empty or given twice, it is
-     * refused. An empty session_id field is proto3's "unset". */
-    const char *meta = NULL;
-    for (size_t i = 0; i < call->n_headers; i++) {
-        if (strcasecmp(call->headers[i].name, "x-session-id") != 0)
-            continue;
-        if (meta != NULL) {
-            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value",
-                                 "x-session-id",
-                                 "the x-session-id metadata is given more "
-                                 "than once; send one session id");
-            return TG_EINVAL;
-        }
-        meta = call->headers[i].value;
-    }
-    if (meta != NULL &&
-        rt_openai_check_id(meta, strlen(meta), "x-session-id", e) != 0)
-        return TG_EINVAL;
-    const char *sid = q->session_id != NULL && q->session_id[0] ? q->session_id
-                                                                : meta;
-    if (sid != NULL) {
-        if (sid != meta &&
-            rt_openai_check_id(sid, strlen(sid), "session_id", e) != 0)
-            return TG_EINVAL;
-        if ((g->q.session_id = strdup(sid)) == NULL)
-            goto nomem;
+    /* The x-session-id metadata is checked like HTTP's X-Session-Id; the
+     * session_id field wins. An empty session_id is proto3's "unset". */
+    {
+        int rc = rt_api_session(&g->q, q->session_id, "session_id",
+                                rt_grpc_call_header(call, "x-session-id"),
+                                rt_grpc_call_header_count(call, "x-session-id"),
+                                "x-session-id", e);
+        if (rc != 0)
+            return rc;
     }
     if (q->request_id != NULL && q->request_id[0] != '\0' &&
         (g->q.request_id = strdup(q->request_id)) == NULL)
@@ -527,16 +505,45 @@ int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
             return TG_EINVAL;                                            \
         }                                                                \
     } while (0)
+    /* The whole-number fields from the table the HTTP API parses from
+     * too (rt_fields.h). */
+    int64_t lo, hi;
+    int rc;
     if (p->max_tokens_opt_case) {
         /* 0 scores the prompt alone (one draw, dropped) */
-        RANGE((p->max_tokens >= 1 || o->prompt_lp) &&
-                  p->max_tokens <= INT32_MAX,
-              "max_tokens",
-              "max_tokens must be >= 1 (0 only with "
-              "prompt_logprobs)");
+        rt_int_field_range(RT_INT_FIELD_MAX_TOKENS, 0, &lo, &hi);
+        if ((rc = rt_int_check(p->max_tokens, o->prompt_lp ? 0 : lo, hi, NULL,
+                               "sampling.max_tokens", e)))
+            return rc;
         o->max_tokens = p->max_tokens > 0 ? (int32_t)p->max_tokens : 1;
         o->prompt_only = p->max_tokens == 0;
     }
+    if (p->min_tokens_opt_case) {
+        rt_int_field_range(RT_INT_FIELD_MIN_TOKENS, 0, &lo, &hi);
+        if ((rc = rt_int_check(p->min_tokens, lo, hi, NULL,
+                               "sampling.min_tokens", e)))
+            return rc;
+        o->min_tokens = (int32_t)p->min_tokens;
+        if ((rc = rt_min_tokens_check(
+                 o->min_tokens, p->max_tokens_opt_case ? o->max_tokens : 0,
+                 "sampling.min_tokens", "sampling.max_tokens", e)))
+            return rc;
+    }
+    if (p->top_k_opt_case) {
+        rt_int_field_range(RT_INT_FIELD_TOP_K, 0, &lo, &hi);
+        if ((rc = rt_int_check(p->top_k, lo, hi, NULL, "sampling.top_k", e)))
+            return rc;
+        sp->top_k = p->top_k > 0 ? p->top_k : 0;
+    }
+    rt_int_field_range(RT_INT_FIELD_LOGPROBS, 0, &lo, &hi);
+    if ((rc = rt_int_check(p->logprobs, lo, hi, NULL, "sampling.logprobs",
+                           e)) ||
+        (rc = rt_int_count_check(RT_INT_FIELD_STOP, p->n_stop, "sampling.stop",
+                                 e)) ||
+        (rc = rt_int_count_check(RT_INT_FIELD_STOP_TOKEN_IDS,
+                                 p->n_stop_token_ids, "sampling.stop_token_ids",
+                                 e)))
+        return rc;
     /* The numeric sampling fields, ranges and all, from the table the
      * HTTP API parses from too (rt_fields.h). presence_penalty and
      * frequency_penalty are plain proto3 doubles: 0 when not sent. */
@@ -556,27 +563,15 @@ int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
     for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
         if (!nums[i].sent)
             continue;
-        int rc = rt_field_check(nums[i].f, nums[i].x, "sampling.", e);
+        rc = rt_field_check(nums[i].f, nums[i].x, "sampling.", e);
         if (rc != 0)
             return rc;
         *rt_field_of(nums[i].f, sp) = (float)nums[i].x;
     }
-    if (p->top_k_opt_case)
-        sp->top_k = p->top_k > 0 ? p->top_k : 0;
     if (p->seed_opt_case) {
         o->has_seed = true;
         sp->seed = (uint64_t)p->seed;
     }
-    if (p->min_tokens_opt_case)
-        o->min_tokens = (int32_t)(p->min_tokens > INT32_MAX ? INT32_MAX
-                                                            : p->min_tokens);
-    /* The limits of the HTTP API (rt_openai.h), the same numbers. */
-    RANGE(p->logprobs <= RT_OPENAI_MAX_LOGPROBS, "logprobs",
-          "logprobs must be at most %d", RT_OPENAI_MAX_LOGPROBS);
-    RANGE(p->n_stop <= RT_OPENAI_MAX_STOP, "stop",
-          "at most %d stop strings", RT_OPENAI_MAX_STOP);
-    RANGE(p->n_stop_token_ids <= RT_OPENAI_MAX_STOP_TOKEN_IDS, "stop_token_ids",
-          "at most %d stop_token_ids", RT_OPENAI_MAX_STOP_TOKEN_IDS);
     o->ignore_eos = p->ignore_eos;
     o->logprobs = p->logprobs > 0 ? (int32_t)p->logprobs : -1;
     sp->n_top = o->logprobs > 0 ? o->logprobs : 0;
@@ -782,7 +777,7 @@ static void reply(struct rt_grpc_call *call, const ProtobufCMessage *m)
 /* A Tokenize call while its prompt is encoded on the thread pool. */
 struct tok_call {
     struct rt_encode_job job;
-    json_t *chat_msgs, *tools;    /* the job's inputs (owned) */
+    struct ct_chat chat; /* the job's conversation (owned) */
     char *text;
     struct rt_grpc_call *call;    /* NULL once the call is cancelled */
     struct rt_server *s;
@@ -793,8 +788,7 @@ static void tok_call_free(struct tok_call *tc)
 {
     rt_api_gen_mem_give(tc->s, tc->mem);
     tok_ids_free(&tc->job.ids);
-    json_decref(tc->chat_msgs);
-    json_decref(tc->tools);
+    ct_chat_free(&tc->chat);
     free(tc->text);
     free(tc);
 }
@@ -860,23 +854,14 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
                              "give either text or messages");
     } else if (chat) {
         j->is_chat = 1;
+        j->add_special = q->add_special_tokens_opt_case ? q->add_special_tokens
+                                                        : 0;
+        rc = rt_api_grpc__chat(q->messages, q->n_messages, q->tools, q->n_tools,
+                               &tc->chat, &e);
+        j->chat = tc->chat;
         j->chat.add_generation_prompt = q->add_generation_prompt_opt_case
                                             ? (bool)q->add_generation_prompt
                                             : true;
-        j->add_special = q->add_special_tokens_opt_case ? q->add_special_tokens : 0;
-        json_t *root = rt_api_grpc__chat_json(q->messages, q->n_messages, q->tools,
-                                 q->n_tools, NULL, &e);
-        struct rt_message *msgs = NULL;
-        size_t n_msgs = 0;
-        rc = root == NULL ? TG_EINVAL
-                          : rt_openai_chat_parse_messages(root, &msgs, &n_msgs,
-                                                          &tc->chat_msgs, &e);
-        if (rc == 0)
-            rc = rt_openai_chat_parse_tools(root, &tc->tools, NULL, &e);
-        rt_openai_chat_messages_free(msgs, n_msgs);
-        json_decref(root);
-        j->messages = tc->chat_msgs;
-        j->tools = tc->tools;
     } else {
         j->add_special = q->add_special_tokens_opt_case ? q->add_special_tokens : 1;
         tc->text = strdup(q->text ? q->text : "");

@@ -1,195 +1,188 @@
 /* rt_api_grpc_chat.c — a gRPC chat (tangram.v1 ChatMessage and Tool) as
- * the OpenAI JSON the HTTP API validates, so both front ends share one
- * validation and normalization of messages, tools and tool_choice
- * (rt_openai_chat.c), and what such a request costs the request memory
- * budget. See rt_api_grpc_internal.h. */
+ * the conversation value (common/chat/ct_chat.h), checked by the same
+ * rt_chat_check as the HTTP API's, the tool_choice it asks, and what such
+ * a request costs the request memory budget. See rt_api_grpc_internal.h. */
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "common/base/tg_err.h"
 #include "common/json/tg_json.h"
 #include "common/tok/tok_tokenizer.h"
 #include "router/api/rt_api_grpc_internal.h"
+#include "router/api/rt_openai_chat.h"
 #include "router/core/rt_reqmem.h"
 
-/* Building rt_api_grpc__chat_json's document: the first failure wins and is kept in
- * *e (400 for a string that is not UTF-8, which protobuf-c does not check,
- * 500 out of memory); every later step is skipped. */
-struct chat_build {
-    struct rt_request_error *e;
-    int failed;
-};
-
-static void build_fail_oom(struct chat_build *b)
+static int oom(struct rt_request_error *e)
 {
-    if (!b->failed)
-        rt_request_error_set(b->e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
-                             "out of memory");
-    b->failed = 1;
+    rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                         "out of memory");
+    return TG_ENOMEM;
 }
 
-/* A new JSON string of v (NULL = ""), or NULL with the failure recorded;
- * `what` and `i` name the field in the message. */
-static json_t *build_str(struct chat_build *b, const char *v,
-                         const char *what, size_t i)
+/* A copy of v, or NULL for NULL or "" (absent in proto3); *bad set when
+ * out of memory. */
+static char *opt_str(const char *v, int *bad)
 {
-    if (b->failed)
+    if (v == NULL || v[0] == '\0')
         return NULL;
-    if (v == NULL)
-        v = "";
-    size_t n = strlen(v), bad = 0;
-    if (!tok_utf8_valid(v, n, &bad)) {
-        rt_request_error_set(
-            b->e, RT_REQ_ERR_INVALID, "invalid_value", "messages",
-            "%s[%zu] is not valid UTF-8 (byte %zu)", what, i, bad);
-        b->failed = 1;
-        return NULL;
+    char *s = strdup(v);
+    *bad |= s == NULL;
+    return s;
+}
+
+static int read_message(const Tangram__V1__ChatMessage *m, size_t i,
+                        struct ct_message *out, struct rt_request_error *e)
+{
+    if (ct_role_from_name(m->role != NULL ? m->role : "", &out->role) != 0) {
+        char p[64];
+        snprintf(p, sizeof(p), "messages[%zu].role", i);
+        rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value", p,
+                             "'%s' must be one of system, developer, user, "
+                             "assistant, tool; got '%.64s'",
+                             p, m->role != NULL ? m->role : "");
+        return TG_EFORMAT;
     }
-    json_t *j = json_stringn(v, n);
-    if (j == NULL)
-        build_fail_oom(b);
-    return j;
-}
-
-/* obj[key] = v, stealing v (NULL: a failure already recorded). */
-static void build_set(struct chat_build *b, json_t *obj, const char *key,
-                      json_t *v)
-{
-    if (v == NULL || b->failed) {
-        json_decref(v);
-        return;
+    int bad = 0;
+    const char *content = m->content != NULL ? m->content : "";
+    /* an assistant's calls with no text: no content (null, as OpenAI's) */
+    out->content_null = m->n_tool_calls > 0 && content[0] == '\0';
+    out->content = strdup(content);
+    bad |= out->content == NULL;
+    out->name = opt_str(m->name, &bad);
+    if (out->role == CT_ROLE_ASSISTANT)
+        out->reasoning_content = opt_str(m->reasoning_content, &bad);
+    if (out->role == CT_ROLE_TOOL)
+        out->tool_call_id = opt_str(m->tool_call_id, &bad);
+    if (m->n_tool_calls > 0 &&
+        (out->calls = calloc(m->n_tool_calls, sizeof(*out->calls))) == NULL)
+        return oom(e);
+    for (size_t k = 0; k < m->n_tool_calls; k++) {
+        const Tangram__V1__ToolCall *c = m->tool_calls[k];
+        struct ct_tool_call *t = &out->calls[k];
+        out->n_calls = k + 1;
+        t->id = strdup(c->id != NULL ? c->id : "");
+        t->name = strdup(c->name != NULL ? c->name : "");
+        t->arguments = strdup(c->arguments != NULL ? c->arguments : "");
+        bad |= t->id == NULL || t->name == NULL || t->arguments == NULL;
     }
-    if (json_object_set_new(obj, key, v) != 0)
-        build_fail_oom(b);
+    return bad ? oom(e) : 0;
 }
 
-/* Appends v to arr, stealing v. */
-static void build_append(struct chat_build *b, json_t *arr, json_t *v)
+/* 0 when s is valid UTF-8; else TG_EFORMAT with *e naming `param`: the
+ * spec's JSON cannot hold it, so this is checked before the spec is built
+ * (rt_chat_check_tools checks the rest). */
+static int utf8_field(const char *s, const char *param,
+                      struct rt_request_error *e)
 {
-    if (v == NULL || b->failed) {
-        json_decref(v);
-        return;
-    }
-    if (json_array_append_new(arr, v) != 0)
-        build_fail_oom(b);
+    size_t bad = 0;
+    if (s == NULL || tok_utf8_valid(s, strlen(s), &bad))
+        return 0;
+    rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value", param,
+                         "'%s' is not valid UTF-8 (byte %zu)", param, bad);
+    return TG_EFORMAT;
 }
 
-static json_t *build_new(struct chat_build *b, json_t *v)
+/* One Tool into *t: its spec {"type": "function", "function": {"name",
+ * "description"?, "parameters"?}} as the OpenAI API writes it. */
+static int read_tool(const Tangram__V1__Tool *x, size_t k, struct ct_tool *t,
+                     struct rt_request_error *e)
 {
-    if (v == NULL)
-        build_fail_oom(b);
-    return v;
-}
-
-json_t *rt_api_grpc__chat_json(Tangram__V1__ChatMessage *const *msgs, size_t n,
-                               Tangram__V1__Tool *const *tools, size_t n_tools,
-                               const char *tool_choice,
-                               struct rt_request_error *e)
-{
-    struct chat_build b = {.e = e};
-    json_t *root = build_new(&b, json_object());
-    json_t *arr = root ? build_new(&b, json_array()) : NULL;
-    if (root != NULL)
-        build_set(&b, root, "messages", arr);
-    for (size_t i = 0; !b.failed && i < n; i++) {
-        const Tangram__V1__ChatMessage *m = msgs[i];
-        json_t *o = build_new(&b, json_object());
-        build_append(&b, arr, o);
-        if (b.failed)
-            break;
-        build_set(&b, o, "role", build_str(&b, m->role, "messages.role", i));
-        bool null_content = m->n_tool_calls > 0 &&
-                            (m->content == NULL || m->content[0] == '\0');
-        build_set(&b, o, "content",
-                  null_content ? build_new(&b, json_null())
-                               : build_str(&b, m->content, "messages.content", i));
-        if (m->name != NULL && m->name[0] != '\0')
-            build_set(&b, o, "name", build_str(&b, m->name, "messages.name", i));
-        if (m->reasoning_content != NULL && m->reasoning_content[0] != '\0')
-            build_set(&b, o, "reasoning_content",
-                      build_str(&b, m->reasoning_content,
-                                "messages.reasoning_content", i));
-        if (m->tool_call_id != NULL && m->tool_call_id[0] != '\0')
-            build_set(&b, o, "tool_call_id",
-                      build_str(&b, m->tool_call_id, "messages.tool_call_id", i));
-        if (m->n_tool_calls == 0)
-            continue;
-        json_t *calls = build_new(&b, json_array());
-        build_set(&b, o, "tool_calls", calls);
-        for (size_t k = 0; !b.failed && k < m->n_tool_calls; k++) {
-            const Tangram__V1__ToolCall *c = m->tool_calls[k];
-            json_t *f = build_new(&b, json_object());
-            json_t *jc = build_new(&b, json_object());
-            build_append(&b, calls, jc);
-            if (b.failed) {
-                json_decref(f);
-                break;
-            }
-            build_set(&b, f, "name",
-                      build_str(&b, c->name, "messages.tool_calls.name", i));
-            build_set(&b, f, "arguments",
-                      build_str(&b, c->arguments,
-                                "messages.tool_calls.arguments", i));
-            build_set(&b, jc, "id",
-                      build_str(&b, c->id, "messages.tool_calls.id", i));
-            build_set(&b, jc, "type", build_new(&b, json_string("function")));
-            build_set(&b, jc, "function", f);
+    char p[64];
+    int rc;
+    snprintf(p, sizeof(p), "tools[%zu].function.name", k);
+    if ((rc = utf8_field(x->name, p, e)))
+        return rc;
+    snprintf(p, sizeof(p), "tools[%zu].function.description", k);
+    if ((rc = utf8_field(x->description, p, e)))
+        return rc;
+    json_t *params = NULL;
+    const char *pj = x->parameters_json;
+    if (pj != NULL && pj[0] != '\0') {
+        json_error_t je;
+        params = tg_json_loadb_wide(pj, strlen(pj), 0, &je);
+        if (params == NULL) {
+            snprintf(p, sizeof(p), "tools[%zu].parameters_json", k);
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value", p,
+                                 "'%s' is not JSON: %s", p, je.text);
+            return TG_EFORMAT;
         }
     }
-    if (!b.failed && n_tools > 0) {
-        json_t *ta = build_new(&b, json_array());
-        build_set(&b, root, "tools", ta);
-        for (size_t k = 0; !b.failed && k < n_tools; k++) {
-            const Tangram__V1__Tool *t = tools[k];
-            json_t *f = build_new(&b, json_object());
-            json_t *jt = build_new(&b, json_object());
-            build_append(&b, ta, jt);
-            if (b.failed) {
-                json_decref(f);
-                break;
-            }
-            build_set(&b, jt, "type", build_new(&b, json_string("function")));
-            build_set(&b, f, "name", build_str(&b, t->name, "tools.name", k));
-            if (t->description != NULL && t->description[0] != '\0')
-                build_set(&b, f, "description",
-                          build_str(&b, t->description, "tools.description", k));
-            if (!b.failed && t->parameters_json != NULL &&
-                t->parameters_json[0] != '\0') {
-                json_error_t je;
-                json_t *p = tg_json_loadb_wide(
-                    t->parameters_json, strlen(t->parameters_json), 0, &je);
-                if (p == NULL) {
-                    rt_request_error_set(
-                        e, RT_REQ_ERR_INVALID, "invalid_value", "tools",
-                        "tools[%zu].parameters_json is not JSON: %s", k,
-                        je.text);
-                    b.failed = 1;
-                }
-                build_set(&b, f, "parameters", p);
-            }
-            build_set(&b, jt, "function", f);
-        }
+    int bad = 0;
+    t->name = strdup(x->name != NULL ? x->name : "");
+    t->description = opt_str(x->description, &bad);
+    bad |= t->name == NULL;
+    json_t *fn = json_object(), *spec = json_object();
+    bad |= fn == NULL || spec == NULL ||
+           json_object_set_new(spec, "type", json_string("function")) != 0 ||
+           json_object_set_new(fn, "name", json_string(t->name)) != 0 ||
+           (t->description != NULL &&
+            json_object_set_new(fn, "description",
+                                json_string(t->description)) != 0);
+    if (!bad && params != NULL) {
+        bad |= (t->parameters = json_dumps(params, JSON_COMPACT)) == NULL;
+        bad |= json_object_set(fn, "parameters", params) != 0;
     }
-    if (tool_choice != NULL && tool_choice[0] != '\0' &&
-        (strcmp(tool_choice, "auto") == 0 || strcmp(tool_choice, "none") == 0 ||
-         strcmp(tool_choice, "required") == 0)) {
-        build_set(&b, root, "tool_choice",
-                  build_str(&b, tool_choice, "tool_choice", 0));
-    } else if (tool_choice != NULL && tool_choice[0] != '\0') {
-        /* Any other string names the one function to call, OpenAI's
-         * {"type": "function", "function": {"name"}}. */
-        json_t *c = build_new(&b, json_object());
-        json_t *f = build_new(&b, json_object());
-        build_set(&b, f, "name", build_str(&b, tool_choice, "tool_choice", 0));
-        build_set(&b, c, "type", build_str(&b, "function", "tool_choice", 0));
-        build_set(&b, c, "function", f);
-        build_set(&b, root, "tool_choice", c);
+    if (!bad) {
+        bad |= json_object_set(spec, "function", fn) != 0;
+        bad |= (t->spec = json_dumps(spec, JSON_COMPACT)) == NULL;
     }
-    if (b.failed) {
-        json_decref(root);
-        return NULL;
+    json_decref(params);
+    json_decref(fn);
+    json_decref(spec);
+    return bad ? oom(e) : 0;
+}
+
+int rt_api_grpc__chat(Tangram__V1__ChatMessage *const *msgs, size_t n,
+                      Tangram__V1__Tool *const *tools, size_t n_tools,
+                      struct ct_chat *out, struct rt_request_error *e)
+{
+    int rc = 0;
+    if (n > 0 && (out->messages = calloc(n, sizeof(*out->messages))) == NULL)
+        return oom(e);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        out->n_messages = i + 1;
+        rc = read_message(msgs[i], i, &out->messages[i], e);
     }
-    return root;
+    if (rc == 0 && n_tools > 0 && (out->tools = ct_tools_new(n_tools)) == NULL)
+        rc = oom(e);
+    for (size_t k = 0; rc == 0 && k < n_tools; k++)
+        rc = read_tool(tools[k], k, &out->tools->v[k], e);
+    if (rc == 0)
+        rc = rt_chat_check(out, e);
+    if (rc == 0)
+        rc = rt_chat_check_tools(out->tools, e);
+    return rc;
+}
+
+int rt_api_grpc__tool_sel(const char *choice, const bool *parallel,
+                          const struct ct_tools *tools, struct rt_tool_sel *sel,
+                          struct rt_request_error *e)
+{
+    *sel = (struct rt_tool_sel){.choice = RT_TOOL_CHOICE_AUTO,
+                                .parallel = parallel != NULL ? *parallel
+                                                             : true};
+    if (choice == NULL || choice[0] == '\0' || strcmp(choice, "auto") == 0)
+        return 0;
+    if (strcmp(choice, "none") == 0) {
+        sel->choice = RT_TOOL_CHOICE_NONE;
+    } else if (strcmp(choice, "required") == 0) {
+        sel->choice = RT_TOOL_CHOICE_REQUIRED;
+    } else if (ct_tools_find(tools, choice) >= 0) {
+        /* any other string names the one function to call */
+        sel->choice = RT_TOOL_CHOICE_FUNCTION;
+        sel->name = choice;
+    } else {
+        rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value",
+                             "tool_choice",
+                             "'tool_choice' names the function '%.64s', "
+                             "which is not among 'tools'",
+                             choice);
+        return TG_EFORMAT;
+    }
+    return 0;
 }
 
 /* ---- the request memory estimate ---------------------------------------- */

@@ -1,24 +1,34 @@
 /*
- * rt_api_grpc_internal.h — the conversion of a gRPC chat into the HTTP
- * API's JSON (rt_api_grpc_chat.c) and the prompt's log-probabilities of
+ * rt_api_grpc_internal.h — the conversion of a gRPC chat into the
+ * conversation value (rt_api_grpc_chat.c) and the prompt's log-probabilities of
  * a response (rt_api_grpc_plp.c), for the gRPC front end's files only.
  */
 #ifndef RT_API_GRPC_INTERNAL_H
 #define RT_API_GRPC_INTERNAL_H
 
-#include <jansson.h>
+#include <stdbool.h>
 
+#include "common/chat/ct_chat.h"
 #include "router/api/rt_api_grpc.h"
+#include "router/api/rt_openai_chat.h"
 
-/* The OpenAI JSON of a chat (messages, tools, tool_choice) from its
- * protobuf form, so that it goes through the HTTP API's validation and
- * normalization (rt_openai_chat.c). Returns a new object, or NULL with *e
- * filled (400 for a string that is not UTF-8 or parameters_json that is
- * not JSON, 500 out of memory). Any thread. */
-json_t *rt_api_grpc__chat_json(Tangram__V1__ChatMessage *const *msgs, size_t n,
-                               Tangram__V1__Tool *const *tools, size_t n_tools,
-                               const char *tool_choice,
-                               struct rt_request_error *e);
+/* The conversation of a chat from its protobuf form into *out (zeroed by
+ * the caller; freed by it with ct_chat_free whatever the result): proto3's
+ * empty strings are absent fields, an assistant message with calls and no
+ * text has no content; checked by rt_chat_check and rt_chat_check_tools
+ * as the HTTP API's are. Returns 0, or TG_EFORMAT / TG_ENOMEM with *e
+ * filled (RT_REQ_ERR_INVALID naming the field, e.g. parameters_json that
+ * is not JSON; RT_REQ_ERR_INTERNAL). Any thread. */
+int rt_api_grpc__chat(Tangram__V1__ChatMessage *const *msgs, size_t n,
+                      Tangram__V1__Tool *const *tools, size_t n_tools,
+                      struct ct_chat *out, struct rt_request_error *e);
+
+/* tool_choice ("" or "auto", "none", "required", or the name of one of
+ * `tools` to call) and parallel_tool_calls (NULL: unset, true) into *sel;
+ * sel->name borrows `choice`. Returns 0 or TG_EFORMAT with *e filled. */
+int rt_api_grpc__tool_sel(const char *choice, const bool *parallel,
+                          const struct ct_tools *tools, struct rt_tool_sel *sel,
+                          struct rt_request_error *e);
 
 /* What a gRPC request of `msg_len` bytes with this prompt text, these
  * prompt ids and this chat may cost from its conversion to its tokens,

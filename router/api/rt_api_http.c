@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "common/base/tg_err.h"
 #include "common/base/tg_log.h"
@@ -608,41 +607,6 @@ static void generate_submitted(struct rt_req *r, int rc,
     generate_begin(r);
 }
 
-/* X-Session-Id, checked as the body's session_id is (the body's wins
- * when both are given; the header is checked either way). An empty value
- * is refused like an empty session_id, and so are two of the header: which
- * conversation the client meant is not known (a proxy that appends its
- * own, or a client bug), and guessing would share one's cache with the
- * other's. */
-static int session_header(const struct rt_http_req *req,
-                          struct rt_gen_request *g, struct rt_request_error *e)
-{
-    const char *sid = NULL;
-    for (size_t i = 0; i < req->n_headers; i++) {
-        if (strcasecmp(req->headers[i].name, "x-session-id") != 0)
-            continue;
-        if (sid != NULL) {
-            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value",
-                                 "X-Session-Id",
-                                 "X-Session-Id is given more than once; send "
-                                 "one session id");
-            return TG_EINVAL;
-        }
-        sid = req->headers[i].value;
-    }
-    if (sid == NULL)
-        return 0;
-    int rc = rt_openai_check_id(sid, strlen(sid), "X-Session-Id", e);
-    if (rc != 0 || g->q.session_id != NULL)
-        return rc;
-    if ((g->q.session_id = strdup(sid)) == NULL) {
-        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
-                             "out of memory");
-        return TG_ENOMEM;
-    }
-    return 0;
-}
-
 void rt_api_http__generate_parsed(struct rt_server *s, struct rt_http_req *req,
                                   int rc, struct rt_gen_request *g,
                                   struct rt_request_error *e, size_t mem)
@@ -653,7 +617,9 @@ void rt_api_http__generate_parsed(struct rt_server *s, struct rt_http_req *req,
     if (rt_http_req_take_body(req, &body) == 0)
         rt_conn_body_free(&body);
     if (rc == 0)
-        rc = session_header(req, g, e);
+        rc = rt_api_session(
+            &g->q, NULL, NULL, rt_http_req_header(req, "x-session-id"),
+            rt_http_req_header_count(req, "x-session-id"), "X-Session-Id", e);
     struct rt_req *r = rc == 0 ? rt_req_new(s, &json_sink, req) : NULL;
     if (rc == 0 && r == NULL) {
         rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,

@@ -31,10 +31,10 @@
  * budget gets 413, one that does not fit now waits for room in arrival
  * order, holding only its body. The charge is given back when the
  * /tokenize or /detokenize answer is made, or, for generation, once the
- * prompt is tokenized (rt_api_gen_started) or the request ends. The C form
- * of a chat's messages is freed by the parse job, its template form by
- * the encode job (rt_encode_job.free_messages): a large request's parsed
- * form is never freed on the loop. */
+ * prompt is tokenized (rt_api_gen_started) or the request ends. The
+ * parse job frees the JSON, the encode job a chat's messages
+ * (rt_encode_job.free_messages): a large request's parsed form is never
+ * freed on the loop. */
 #include "router/api/rt_api_http_internal.h"
 
 #include <stdlib.h>
@@ -95,9 +95,8 @@ static int tokenize_body(struct rt_server *s, const char *body, size_t len,
     }
     /* /tokenize counts any length: no context bound. */
     struct tok_ids ids = {0};
-    if (t.messages != NULL)
-        rc = rt_server_encode_chat(s, t.chat_messages, t.tools, &t.chat,
-                                   t.add_special_tokens, &ids, e);
+    if (t.chat.messages != NULL)
+        rc = rt_server_encode_chat(s, &t.chat, t.add_special_tokens, &ids, e);
     else
         rc = rt_server_encode(s, t.prompt, t.prompt_len,
                               t.add_special_tokens, &ids, e);
@@ -171,11 +170,6 @@ static void body_run(struct rt_pool_job *p)
     }
     if (j->kind == BODY_GENERATE) {
         j->rc = parse_generate(j->s, j->ep, b, n, &j->g, &j->e);
-        /* The messages' C form is not needed past the parse (their
-         * template form is): freed here, off the loop. */
-        rt_openai_chat_messages_free(j->g.messages, j->g.n_messages);
-        j->g.messages = NULL;
-        j->g.n_messages = 0;
     } else if (j->kind == BODY_TOKENIZE)
         j->rc = tokenize_body(j->s, b, n, &j->out, &j->out_len, &j->e);
     else

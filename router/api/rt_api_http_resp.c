@@ -115,26 +115,6 @@ static void submitted(struct rt_req *r, int rc, struct rt_request_error *e)
         rt_api_http__resp_stream_begin(r);
 }
 
-/* The rendering of `msgs` (the anchor before them included) with the
- * request's template options. */
-static int render(struct rt_server *s, json_t *msgs, json_t *tools,
-                  const struct rt_chat_opts *chat, bool gen, char **out,
-                  size_t *len, struct rt_request_error *e)
-{
-    struct ct_render_opts o = {
-        .add_generation_prompt = gen,
-        .kwargs = chat->kwargs,
-    };
-    char err[256];
-    int rc = ct_template_render(rt_server_template(s), msgs, tools, &o, out,
-                                len, err, sizeof(err));
-    if (rc != 0)
-        rt_request_error_set(
-            e, rc == TG_ENOMEM ? RT_REQ_ERR_INTERNAL : RT_REQ_ERR_INVALID,
-            "invalid_messages", "input", "%s", err);
-    return rc;
-}
-
 /* Markers of the anchor turn the new items are rendered after. */
 #define ANCHOR_USER "tangram-anchor-user-turn"
 #define ANCHOR_ASSISTANT "tangram-anchor-assistant-turn"
@@ -142,41 +122,53 @@ static int render(struct rt_server *s, json_t *msgs, json_t *tools,
 /* The prompt of a continuation: the previous conversation's ids `prev`,
  * the closing of its assistant turn (what the template writes after an
  * assistant message, less what the model generated of it: its end token)
- * and the rendering of the new messages `msgs` with the generation prompt.
- * Both are cut out of renderings of a constant anchor conversation (a user
- * and an assistant turn) with and without the new messages, so the work
- * is bounded by the new input, not the history. Returns 0 with the ids
- * in g->q.prompt_ids (the chat messages dropped), TG_EAGAIN when the
+ * and the rendering of the new messages with the generation prompt: g's
+ * chat, whose first message is the instructions when `has_sys`. Both are
+ * cut out of renderings of a constant anchor conversation (a user and an
+ * assistant turn) with and without the new messages, so the work is
+ * bounded by the new input, not the history. Returns 0 with the ids in
+ * g->q.prompt_ids (the chat messages dropped), TG_EAGAIN when the
  * template does not render the anchor's turn the same way in both (the
  * caller re-renders the history), or an error with *e. */
 static int template_delta(struct rt_server *s, const struct rt_resp_entry *prev,
-                          json_t *sys, json_t *msgs, struct rt_gen_request *g,
+                          bool has_sys, struct rt_gen_request *g,
                           struct rt_request_error *e)
 {
-    if (rt_server_template(s) == NULL)
+    if (!rt_server_info(s)->chat)
         return TG_EAGAIN;
-    json_t *anchor = json_array(), *full = NULL;
-    if (anchor == NULL)
-        goto oom;
-    if (sys != NULL)
-        json_array_append(anchor, sys);
-    json_array_append_new(anchor, json_pack("{s:s, s:s}", "role", "user",
-                                            "content", ANCHOR_USER));
-    json_array_append_new(anchor, json_pack("{s:s, s:s}", "role", "assistant",
-                                            "content", ANCHOR_ASSISTANT));
-    if ((full = json_copy(anchor)) == NULL ||
-        json_array_extend(full, msgs) != 0)
-        goto oom;
+    const struct ct_chat *c = &g->q.chat;
+    size_t k = has_sys && c->n_messages > 0 ? 1 : 0;
+    /* [instructions?, anchor user, anchor assistant, new messages...]:
+     * the messages are borrowed, never freed from here */
+    struct ct_message *m = calloc(c->n_messages + 2, sizeof(*m));
+    if (m == NULL)
+        goto oom_nojson;
+    if (k == 1)
+        m[0] = c->messages[0];
+    m[k] = (struct ct_message){.role = CT_ROLE_USER, .content = ANCHOR_USER};
+    m[k + 1] = (struct ct_message){.role = CT_ROLE_ASSISTANT,
+                                   .content = ANCHOR_ASSISTANT};
+    memcpy(m + k + 2, c->messages + k, (c->n_messages - k) * sizeof(*m));
+    struct ct_chat full = *c, anchor = *c;
+    full.messages = m;
+    full.n_messages = c->n_messages + 2;
+    full.add_generation_prompt = true;
+    full.continue_final_message = false;
+    anchor.messages = m;
+    anchor.n_messages = k + 2;
+    anchor.add_generation_prompt = false;
+    anchor.continue_final_message = false;
     char *a = NULL, *b = NULL;
     size_t alen = 0, blen = 0;
-    int rc = render(s, full, g->q.tools, &g->q.chat, true, &a, &alen, e);
+    int rc = rt_server_render_chat(s, &full, &a, &alen, e);
     if (rc == 0)
-        rc = render(s, anchor, g->q.tools, &g->q.chat, false, &b, &blen, e);
-    json_decref(anchor);
-    json_decref(full);
+        rc = rt_server_render_chat(s, &anchor, &b, &blen, e);
+    free(m);
     if (rc != 0) {
         free(a);
         free(b);
+        if (strcmp(e->param, "messages") == 0)
+            snprintf(e->param, sizeof(e->param), "input");
         return rc;
     }
     const size_t mk = strlen(ANCHOR_ASSISTANT);
@@ -225,15 +217,13 @@ static int template_delta(struct rt_server *s, const struct rt_resp_entry *prev,
     memcpy(p, prev->tokens, (size_t)prev->n_tokens * sizeof(int32_t));
     memcpy(p + prev->n_tokens, ids.v, ids.n * sizeof(int32_t));
     tok_ids_free(&ids);
-    json_decref(g->q.chat_messages);
-    g->q.chat_messages = NULL;
+    ct_messages_free(g->q.chat.messages, g->q.chat.n_messages);
+    g->q.chat.messages = NULL;
+    g->q.chat.n_messages = 0;
     g->q.is_chat = false;
     g->q.prompt_ids = p;
     g->q.n_prompt_ids = n;
     return 0;
-oom:
-    json_decref(anchor);
-    json_decref(full);
 oom_nojson:
     oom_error(e);
     return TG_ENOMEM;
@@ -392,7 +382,7 @@ static int compose(struct rt_server *s, struct rt_api_http__resp *st,
     if (rc == 0)
         rc = rt_responses_chat(&cfg, &st->rq, msgs, g, e);
     if (rc == 0 && keep_ids) {
-        rc = template_delta(s, prev, sys, fresh, g, e);
+        rc = template_delta(s, prev, sys != NULL, g, e);
         if (rc == TG_EAGAIN) {
             /* The template does not close a turn alike everywhere: the
              * history is rendered again. */
@@ -591,9 +581,7 @@ void rt_api_http__responses(struct rt_http_req *req, void *ud)
     j->req = req;
     j->st = st;
     /* Its output opens with a thought to report as a reasoning item. */
-    const struct ct_template *tmpl = rt_server_template(s);
-    st->think = tmpl != NULL && tmpl->source != NULL &&
-                strstr(tmpl->source, "<think>") != NULL;
+    st->think = rt_server_info(s)->thinks;
     int rc = 0;
     if (req->body_len > RT_API_BODY_INLINE_BYTES) {
         /* Parsed on the thread pool; the body goes with the job. */

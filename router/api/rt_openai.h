@@ -24,19 +24,18 @@
  *
  * Chat messages are validated (OpenAI shapes: roles, content strings or text
  * parts, assistant tool_calls {id, type "function", function {name,
- * arguments}}, tool messages with tool_call_id) and kept twice: as C
- * structs, and as the JSON array the chat template renders
- * (rt_gen_request.q.chat_messages): roles as sent ("developer" becomes
- * "system"), text parts joined with "\n" into one string (vLLM's rule for
- * templates that take strings), content null (allowed only for an
- * assistant message with tool calls) as "" as vLLM passes it, tool-call
- * arguments parsed from their JSON string into
- * the object (as vLLM does, since Hugging Face templates expect an object;
- * a string that is not JSON stays a string), and each optional member
- * (name, reasoning_content, tool_calls, tool_call_id) present only when
- * given. Tools are validated ({"type": "function", "function": {"name",
- * "description"?, "parameters"? object}}, at most RT_OPENAI_MAX_TOOLS) and
- * passed to the template as sent.
+ * arguments}}, tool messages with tool_call_id) into the request's
+ * conversation (q.chat, common/chat/ct_chat.h; rt_openai_chat.h): roles as
+ * sent ("developer" becomes "system"), text parts joined with "\n" into one
+ * string (vLLM's rule for templates that take strings), content null
+ * (allowed only for an assistant message with tool calls) as "" as vLLM
+ * passes it, tool-call arguments as their text (the template renderer
+ * parses them into the object, as vLLM does, since Hugging Face templates
+ * expect an object; a string that is not JSON stays a string), and each
+ * optional member (name, reasoning_content, tool_calls, tool_call_id)
+ * present only when given. Tools are validated ({"type": "function",
+ * "function": {"name", "description"?, "parameters"? object}}, at most
+ * RT_OPENAI_MAX_TOOLS) and passed to the template as sent.
  *
  * Every failure fills a struct rt_request_error: its kind (RT_REQ_ERR_INVALID
  * for bad input, NOT_FOUND an unknown model, TOO_LARGE a body too large,
@@ -107,35 +106,6 @@ enum rt_endpoint {
     RT_ENDPOINT_CHAT,            /* /v1/chat/completions */
 };
 
-enum rt_role {
-    RT_ROLE_SYSTEM = 0, /* "system"; "developer" is read as system (OpenAI
-                           made it the new name of the system role) */
-    RT_ROLE_USER,
-    RT_ROLE_ASSISTANT,
-    RT_ROLE_TOOL,
-};
-
-/* Returns "system", "user", "assistant" or "tool" (static). */
-const char *rt_role_name(enum rt_role r);
-
-/* The role named `s` ("system", "developer", "user", "assistant",
- * "tool"; exact spelling) into *out. Returns 0 or TG_EFORMAT for any
- * other name. Shared by the HTTP and gRPC front ends. */
-int rt_role_from_name(const char *s, enum rt_role *out);
-
-/* One chat message. All strings are malloc'd and owned by the request. */
-struct rt_message {
-    enum rt_role role;
-    char *content;           /* never NULL ("" when content_null); text
-                                parts joined by "\n" as vLLM does */
-    bool content_null;       /* content was null (assistant with tool
-                                calls only) */
-    char *name;              /* NULL = absent */
-    char *reasoning_content; /* assistant only; NULL = absent */
-    char *tool_call_id;      /* tool role only (required there) */
-    size_t n_tool_calls;     /* assistant: calls in the message */
-};
-
 /* tool_choice: "auto" (the default with tools) lets the model call tools;
  * "none" renders the prompt without tools and returns text only;
  * "required" and a named function ({"type": "function", "function":
@@ -151,15 +121,12 @@ enum rt_tool_choice {
 
 /* A parsed generation request of either endpoint: the core's request
  * (q: exactly one of q.prompt, q.prompt_ids (completions) or
- * q.chat_messages (chat) set) and what only this API needs to answer it.
+ * q.chat's messages (chat) set) and what only this API needs to answer it.
  * Zeroed is empty; everything is owned by the struct and freed by
  * rt_gen_request_free. */
 struct rt_gen_request {
     enum rt_endpoint endpoint;
-    char *model;              /* the served name (the default when omitted) */
-    struct rt_message *messages; /* chat: (n_messages), at least one; their
-                                    template form is q.chat_messages */
-    size_t n_messages;
+    char *model; /* the served name (the default when omitted) */
     enum rt_tool_choice tool_choice;
     bool stream;
     bool include_usage;       /* stream_options.include_usage */
@@ -284,11 +251,8 @@ struct rt_tokenize_request {
     char *model;
     char *prompt;                /* text form (may be ""); NULL in chat form */
     size_t prompt_len;
-    struct rt_message *messages; /* chat form: (n_messages) */
-    size_t n_messages;
-    json_t *chat_messages;       /* chat form: for the template (owned) */
-    json_t *tools;               /* chat form: tools (owned; NULL = none) */
-    struct rt_chat_opts chat;
+    struct ct_chat chat;         /* chat form: the conversation (its
+                                    messages set), tools and options */
     bool add_special_tokens;     /* text form default true, chat false */
     bool return_token_strs;      /* default false */
 };

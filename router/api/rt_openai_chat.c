@@ -1,8 +1,8 @@
-/* rt_openai_chat.c — the chat parts of OpenAI requests (rt_openai.h):
- * messages (as C structs and as the JSON the chat template renders), tools,
+/* rt_openai_chat.c — the chat parts of OpenAI requests (rt_openai_chat.h):
+ * messages and tools read from JSON into the conversation value
+ * (common/chat/ct_chat.h), the check every front end runs on it,
  * tool_choice and the chat-template options. Shapes follow the OpenAI API
  * reference and vLLM's protocol.py; each rule says where it deviates. */
-#include "router/api/rt_openai.h"
 #include "router/api/rt_openai_chat.h"
 
 #include <jansson.h>
@@ -11,18 +11,9 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/tok/tok_tokenizer.h"
+#include "router/api/rt_openai.h"
 #include "router/api/rt_openai_internal.h"
-
-void rt_openai_chat_messages_free(struct rt_message *m, size_t n)
-{
-    for (size_t i = 0; m != NULL && i < n; i++) {
-        free(m[i].content);
-        free(m[i].name);
-        free(m[i].reasoning_content);
-        free(m[i].tool_call_id);
-    }
-    free(m);
-}
 
 /* Content: a string, or an array of {"type": "text", "text": ...} parts
  * joined with "\n" (vLLM's rule for text parts). */
@@ -78,7 +69,7 @@ static int parse_content(const json_t *v, const char *param, char **out,
     return 0;
 }
 
-static int parse_role(const json_t *v, const char *param, enum rt_role *out,
+static int parse_role(const json_t *v, const char *param, enum ct_role *out,
                       struct rt_request_error *e)
 {
     if (v == NULL || json_is_null(v))
@@ -88,7 +79,7 @@ static int parse_role(const json_t *v, const char *param, enum rt_role *out,
     if (!json_is_string(v))
         return rt_openai__bad_type(e, param, "a string");
     const char *s = json_string_value(v);
-    if (rt_role_from_name(s, out) != 0)
+    if (ct_role_from_name(s, out) != 0)
         return rt_openai__fail(
             e, TG_EFORMAT, RT_REQ_ERR_INVALID, "invalid_value", param,
             "'%s' must be one of system, developer, user, assistant, "
@@ -97,29 +88,27 @@ static int parse_role(const json_t *v, const char *param, enum rt_role *out,
     return 0;
 }
 
-/* Sets obj[key] = v (stealing v); a failure is out of memory. */
-static int set_new(json_t *obj, const char *key, json_t *v,
-                   struct rt_request_error *e)
+/* A malloc'd copy of a JSON string, or the JSON text of any other value
+ * (compact, keys in their order); NULL out of memory. */
+static char *text_of(const json_t *v)
 {
-    if (v == NULL || json_object_set_new(obj, key, v) != 0)
-        return rt_openai__oom(e);
-    return 0;
+    if (json_is_string(v))
+        return strndup(json_string_value(v), json_string_length(v));
+    return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
 }
 
 /* An assistant message's tool_calls: [{"id", "type": "function",
- * "function": {"name", "arguments"}}] into *out (normalized: type
- * "function", arguments parsed from a JSON string). */
-static int parse_tool_calls(const json_t *v, size_t i, json_t **out,
-                            size_t *n_out, struct rt_request_error *e)
+ * "function": {"name", "arguments"}}] into m->calls. */
+static int parse_tool_calls(const json_t *v, size_t i, struct ct_message *m,
+                            struct rt_request_error *e)
 {
     char p[160];
     snprintf(p, sizeof(p), "messages[%zu].tool_calls", i);
     if (!json_is_array(v))
         return rt_openai__bad_type(e, p, "an array of tool calls");
-    json_t *arr = json_array();
-    if (arr == NULL)
+    size_t n = json_array_size(v);
+    if ((m->calls = calloc(n, sizeof(*m->calls))) == NULL)
         return rt_openai__oom(e);
-    int rc = 0;
     size_t k;
     json_t *c;
     json_array_foreach(v, k, c)
@@ -130,10 +119,10 @@ static int parse_tool_calls(const json_t *v, size_t i, json_t **out,
         json_t *fn = json_object_get(c, "function");
         json_t *name = json_object_get(fn, "name");
         json_t *args = json_object_get(fn, "arguments");
+        int rc = 0;
         if (!json_is_object(c)) {
             rc = rt_openai__bad_type(e, p, "an object");
-        } else if (!json_is_string(id) || json_string_length(id) == 0 ||
-                   json_string_length(id) > RT_OPENAI_MAX_ID_BYTES) {
+        } else if (!json_is_string(id)) {
             snprintf(p + strlen(p), sizeof(p) - strlen(p), ".id");
             rc = rt_openai__bad_type(e, p, "a non-empty string");
         } else if (type != NULL && !json_is_null(type) &&
@@ -146,7 +135,7 @@ static int parse_tool_calls(const json_t *v, size_t i, json_t **out,
         } else if (!json_is_object(fn)) {
             snprintf(p + strlen(p), sizeof(p) - strlen(p), ".function");
             rc = rt_openai__bad_type(e, p, "an object");
-        } else if (!json_is_string(name) || json_string_length(name) == 0) {
+        } else if (!json_is_string(name)) {
             snprintf(p + strlen(p), sizeof(p) - strlen(p), ".function.name");
             rc = rt_openai__bad_type(e, p, "a non-empty string");
         } else if (!json_is_string(args) && !json_is_object(args)) {
@@ -154,47 +143,20 @@ static int parse_tool_calls(const json_t *v, size_t i, json_t **out,
                      ".function.arguments");
             rc = rt_openai__bad_type(e, p, "a JSON string");
         }
-        if (rc)
-            break;
-        /* arguments: the object a JSON string holds (vLLM), else as sent */
-        json_t *a = NULL;
-        if (json_is_string(args)) {
-            json_error_t je;
-            a = json_loadb(json_string_value(args), json_string_length(args),
-                           JSON_DECODE_ANY, &je);
-        }
-        if (a == NULL)
-            a = json_incref(args);
-        json_t *nf = json_object(), *nc = json_object();
-        if (nf == NULL || nc == NULL) {
-            json_decref(a);
-            json_decref(nf);
-            json_decref(nc);
-            rc = rt_openai__oom(e);
-            break;
-        }
-        if ((rc = set_new(nf, "name", json_incref(name), e)) ||
-            (rc = set_new(nf, "arguments", a, e)) ||
-            (rc = set_new(nc, "id", json_incref(id), e)) ||
-            (rc = set_new(nc, "type", json_string("function"), e)) ||
-            (rc = set_new(nc, "function", nf, e)) ||
-            json_array_append_new(arr, nc) != 0) {
-            if (rc == 0)
-                rc = rt_openai__oom(e);
-            break;
-        }
+        if (rc != 0)
+            return rc;
+        struct ct_tool_call *t = &m->calls[k];
+        m->n_calls = k + 1;
+        if ((t->id = text_of(id)) == NULL ||
+            (t->name = text_of(name)) == NULL ||
+            (t->arguments = text_of(args)) == NULL)
+            return rt_openai__oom(e);
     }
-    if (rc) {
-        json_decref(arr);
-        return rc;
-    }
-    *out = arr;
-    *n_out = json_array_size(arr);
     return 0;
 }
 
-static int parse_message(const json_t *m, size_t i, struct rt_message *out,
-                         json_t *jm, struct rt_request_error *e)
+static int parse_message(const json_t *m, size_t i, struct ct_message *out,
+                         struct rt_request_error *e)
 {
     char p[128];
     snprintf(p, sizeof(p), "messages[%zu]", i);
@@ -204,88 +166,45 @@ static int parse_message(const json_t *m, size_t i, struct rt_message *out,
     snprintf(p, sizeof(p), "messages[%zu].role", i);
     if ((rc = parse_role(json_object_get(m, "role"), p, &out->role, e)))
         return rc;
-    if ((rc = set_new(jm, "role", json_string(rt_role_name(out->role)), e)))
-        return rc;
     snprintf(p, sizeof(p), "messages[%zu].function_call", i);
     if (rt_openai__member(m, "function_call") != NULL)
         return rt_openai__unsupported(
             e, p, "the deprecated function_call is not supported; use "
                   "tool_calls");
     json_t *tc = rt_openai__member(m, "tool_calls");
-    json_t *calls = NULL;
-    if (tc != NULL && !(json_is_array(tc) && json_array_size(tc) == 0)) {
-        snprintf(p, sizeof(p), "messages[%zu].tool_calls", i);
-        if (out->role != RT_ROLE_ASSISTANT)
-            return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
-                                   "invalid_value", p,
-                                   "only assistant messages carry "
-                                   "tool_calls");
-        if ((rc = parse_tool_calls(tc, i, &calls, &out->n_tool_calls, e)))
-            return rc;
-    }
+    if (tc != NULL && !(json_is_array(tc) && json_array_size(tc) == 0) &&
+        (rc = parse_tool_calls(tc, i, out, e)))
+        return rc;
     snprintf(p, sizeof(p), "messages[%zu].content", i);
     json_t *content = json_object_get(m, "content");
     if (content == NULL || json_is_null(content)) {
-        if (calls == NULL) {
-            json_decref(calls);
-            return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
-                                   "missing_required_parameter", p,
-                                   "'%s' is required", p);
-        }
         /* as vLLM: the template gets "" (Qwen3's template, for one, cannot
-         * take None) */
+         * take None); rt_chat_check allows it only beside tool calls */
         out->content_null = true;
-        out->content = strdup("");
-        if (out->content == NULL ||
-            (rc = set_new(jm, "content", json_string(""), e))) {
-            json_decref(calls);
-            return out->content == NULL ? rt_openai__oom(e) : rc;
-        }
-    } else if ((rc = parse_content(content, p, &out->content, e)) ||
-               (rc = set_new(jm, "content", json_string(out->content), e))) {
-        json_decref(calls);
+        if ((out->content = strdup("")) == NULL)
+            return rt_openai__oom(e);
+    } else if ((rc = parse_content(content, p, &out->content, e))) {
         return rc;
     }
     snprintf(p, sizeof(p), "messages[%zu].name", i);
-    if ((rc = rt_openai__get_str(m, "name", p, RT_OPENAI_MAX_ID_BYTES,
-                                 &out->name, e)) ||
-        (out->name != NULL &&
-         (rc = set_new(jm, "name", json_string(out->name), e)))) {
-        json_decref(calls);
+    if ((rc = rt_openai__get_str(m, "name", p, 0, &out->name, e)))
         return rc;
-    }
-    if (out->role == RT_ROLE_ASSISTANT) {
+    if (out->role == CT_ROLE_ASSISTANT) {
         snprintf(p, sizeof(p), "messages[%zu].reasoning_content", i);
         if ((rc = rt_openai__get_str(m, "reasoning_content", p, 0,
-                                     &out->reasoning_content, e)) ||
-            (out->reasoning_content != NULL &&
-             (rc = set_new(jm, "reasoning_content",
-                           json_string(out->reasoning_content), e)))) {
-            json_decref(calls);
+                                     &out->reasoning_content, e)))
             return rc;
-        }
     }
-    if (calls != NULL && (rc = set_new(jm, "tool_calls", calls, e)))
-        return rc;
-    if (out->role == RT_ROLE_TOOL) {
+    if (out->role == CT_ROLE_TOOL) {
         snprintf(p, sizeof(p), "messages[%zu].tool_call_id", i);
-        if ((rc = rt_openai__get_str(m, "tool_call_id", p,
-                                     RT_OPENAI_MAX_ID_BYTES,
+        if ((rc = rt_openai__get_str(m, "tool_call_id", p, 0,
                                      &out->tool_call_id, e)))
-            return rc;
-        if (out->tool_call_id == NULL)
-            return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
-                                   "missing_required_parameter", p,
-                                   "'%s' is required for a tool message", p);
-        if ((rc = set_new(jm, "tool_call_id", json_string(out->tool_call_id),
-                          e)))
             return rc;
     }
     return 0;
 }
 
-int rt_openai_chat_parse_messages(const json_t *root, struct rt_message **out,
-                                  size_t *n_out, json_t **chat,
+int rt_openai_chat_parse_messages(const json_t *root, struct ct_chat *c,
                                   struct rt_request_error *e)
 {
     json_t *v = rt_openai__member(root, "messages");
@@ -296,35 +215,109 @@ int rt_openai_chat_parse_messages(const json_t *root, struct rt_message **out,
     if (!json_is_array(v))
         return rt_openai__bad_type(e, "messages", "an array of messages");
     size_t n = json_array_size(v);
-    if (n == 0)
+    struct ct_message *m = n > 0 ? calloc(n, sizeof(*m)) : NULL;
+    if (n > 0 && m == NULL)
+        return rt_openai__oom(e);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = parse_message(json_array_get(v, i), i, &m[i], e);
+    struct ct_chat tmp = {.messages = m, .n_messages = n};
+    if (rc == 0)
+        rc = rt_chat_check(&tmp, e);
+    if (rc != 0) {
+        ct_messages_free(m, n);
+        return rc;
+    }
+    ct_messages_free(c->messages, c->n_messages);
+    c->messages = m;
+    c->n_messages = n;
+    return 0;
+}
+
+/* ---- the check of a conversation ----------------------------------------- */
+
+/* s (NULL = absent) as UTF-8 of at most max bytes (0 = any) and, when
+ * `nonempty`, at least one; param names the field. */
+static int check_str(const char *s, size_t max, bool nonempty,
+                     const char *param, struct rt_request_error *e)
+{
+    if (s == NULL)
+        return 0;
+    size_t n = strlen(s), bad = 0;
+    if (nonempty && n == 0)
+        return rt_openai__bad_type(e, param, "a non-empty string");
+    if (max > 0 && n > max)
+        return rt_openai__fail(e, TG_ERANGE, RT_REQ_ERR_INVALID,
+                               "invalid_value", param,
+                               "'%s' is longer than %zu bytes", param, max);
+    if (!tok_utf8_valid(s, n, &bad))
+        return rt_openai__fail(
+            e, TG_EFORMAT, RT_REQ_ERR_INVALID, "invalid_value", param,
+            "'%s' is not valid UTF-8 (byte %zu)", param, bad);
+    return 0;
+}
+
+static int check_message(const struct ct_message *m, size_t i,
+                         struct rt_request_error *e)
+{
+    char p[160];
+    int rc;
+    if (m->n_calls > 0 && m->role != CT_ROLE_ASSISTANT) {
+        snprintf(p, sizeof(p), "messages[%zu].tool_calls", i);
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "invalid_value", p,
+                               "only assistant messages carry tool_calls");
+    }
+    snprintf(p, sizeof(p), "messages[%zu].content", i);
+    if (m->content_null && m->n_calls == 0)
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "missing_required_parameter", p,
+                               "'%s' is required", p);
+    if ((rc = check_str(m->content, 0, false, p, e)))
+        return rc;
+    snprintf(p, sizeof(p), "messages[%zu].name", i);
+    if ((rc = check_str(m->name, RT_OPENAI_MAX_ID_BYTES, false, p, e)))
+        return rc;
+    snprintf(p, sizeof(p), "messages[%zu].reasoning_content", i);
+    if ((rc = check_str(m->reasoning_content, 0, false, p, e)))
+        return rc;
+    snprintf(p, sizeof(p), "messages[%zu].tool_call_id", i);
+    if (m->role == CT_ROLE_TOOL && m->tool_call_id == NULL)
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "missing_required_parameter", p,
+                               "'%s' is required for a tool message", p);
+    if ((rc = check_str(m->tool_call_id, RT_OPENAI_MAX_ID_BYTES, false, p, e)))
+        return rc;
+    for (size_t k = 0; k < m->n_calls; k++) {
+        const struct ct_tool_call *c = &m->calls[k];
+        snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu].id", i, k);
+        if ((rc = check_str(c->id != NULL ? c->id : "", RT_OPENAI_MAX_ID_BYTES,
+                            true, p, e)))
+            return rc;
+        snprintf(p, sizeof(p), "messages[%zu].tool_calls[%zu].function.name", i,
+                 k);
+        if ((rc = check_str(c->name != NULL ? c->name : "", 0, true, p, e)))
+            return rc;
+        snprintf(p, sizeof(p),
+                 "messages[%zu].tool_calls[%zu].function.arguments", i, k);
+        if ((rc = check_str(c->arguments != NULL ? c->arguments : "", 0, false,
+                            p, e)))
+            return rc;
+    }
+    return 0;
+}
+
+int rt_chat_check(const struct ct_chat *c, struct rt_request_error *e)
+{
+    if (c->n_messages == 0)
         return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
                                "invalid_value", "messages",
                                "'messages' must contain at least one message");
-    struct rt_message *m = calloc(n, sizeof(*m));
-    json_t *arr = json_array();
-    if (m == NULL || arr == NULL) {
-        free(m);
-        json_decref(arr);
-        return rt_openai__oom(e);
-    }
-    for (size_t i = 0; i < n; i++) {
-        json_t *jm = json_object();
-        int rc = jm != NULL ? parse_message(json_array_get(v, i), i, &m[i],
-                                            jm, e)
-                            : rt_openai__oom(e);
-        if (rc == 0 && json_array_append_new(arr, jm) != 0)
-            rc = rt_openai__oom(e);
-        else if (rc != 0)
-            json_decref(jm);
-        if (rc) {
-            rt_openai_chat_messages_free(m, n);
-            json_decref(arr);
+    for (size_t i = 0; i < c->n_messages; i++) {
+        int rc = check_message(&c->messages[i], i, e);
+        if (rc != 0)
             return rc;
-        }
     }
-    *out = m;
-    *n_out = n;
-    *chat = arr;
     return 0;
 }
 
@@ -342,10 +335,47 @@ static bool valid_function_name(const char *s, size_t n)
     return true;
 }
 
+int rt_chat_check_tools(const struct ct_tools *t, struct rt_request_error *e)
+{
+    if (t == NULL)
+        return 0;
+    if (t->n > RT_OPENAI_MAX_TOOLS)
+        return rt_openai__fail(e, TG_ERANGE, RT_REQ_ERR_INVALID,
+                               "invalid_value", "tools",
+                               "'tools' has %zu entries; at most %d are "
+                               "allowed",
+                               t->n, RT_OPENAI_MAX_TOOLS);
+    char p[96];
+    for (size_t i = 0; i < t->n; i++) {
+        const struct ct_tool *x = &t->v[i];
+        snprintf(p, sizeof(p), "tools[%zu].function.name", i);
+        if (x->name == NULL || !valid_function_name(x->name, strlen(x->name)))
+            return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                                   "invalid_value", p,
+                                   "'%s' must be 1 to 64 characters of "
+                                   "a-z, A-Z, 0-9, _ and -",
+                                   p);
+        snprintf(p, sizeof(p), "tools[%zu].function.description", i);
+        int rc = check_str(x->description, 0, false, p, e);
+        if (rc != 0)
+            return rc;
+        snprintf(p, sizeof(p), "tools[%zu].function.parameters", i);
+        if (x->parameters != NULL) {
+            json_error_t je;
+            json_t *v = json_loads(x->parameters, 0, &je);
+            int obj = json_is_object(v);
+            json_decref(v);
+            if (!obj)
+                return rt_openai__bad_type(e, p, "a JSON Schema object");
+        }
+    }
+    return 0;
+}
+
 /* tool_choice {"type": "function", "function": {"name": f}} naming one of
- * the tools (OpenAI's shape). */
-static int check_named_choice(const json_t *c, const json_t *tools,
-                              struct rt_request_error *e)
+ * the tools (OpenAI's shape) into sel. */
+static int named_choice(const json_t *c, const struct ct_tools *tools,
+                        struct rt_tool_sel *sel, struct rt_request_error *e)
 {
     json_t *type = json_object_get(c, "type");
     if (!json_is_string(type) ||
@@ -357,124 +387,129 @@ static int check_named_choice(const json_t *c, const json_t *tools,
     json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
     if (!json_is_string(name))
         return rt_openai__bad_type(e, "tool_choice.function.name", "a string");
-    size_t i;
-    json_t *t;
-    json_array_foreach(tools, i, t)
-    {
-        json_t *tn = json_object_get(json_object_get(t, "function"), "name");
-        if (json_equal(tn, name))
-            return 0;
-    }
-    return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID, "invalid_value",
-                           "tool_choice.function.name",
-                           "'tool_choice' names the function '%.64s', which "
-                           "is not among 'tools'",
-                           json_string_value(name));
+    if (ct_tools_find(tools, json_string_value(name)) < 0)
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "invalid_value", "tool_choice.function.name",
+                               "'tool_choice' names the function '%.64s', "
+                               "which is not among 'tools'",
+                               json_string_value(name));
+    sel->choice = RT_TOOL_CHOICE_FUNCTION;
+    sel->name = json_string_value(name);
+    return 0;
 }
 
-int rt_openai_chat_parse_tools(const json_t *root, json_t **tools,
-                               enum rt_tool_choice *choice,
+/* One tool object (shape checked) into *t. */
+static int read_tool(const json_t *x, size_t i, struct ct_tool *t,
+                     struct rt_request_error *e)
+{
+    char p[96];
+    snprintf(p, sizeof(p), "tools[%zu]", i);
+    if (!json_is_object(x))
+        return rt_openai__bad_type(e, p, "an object");
+    json_t *type = json_object_get(x, "type");
+    snprintf(p, sizeof(p), "tools[%zu].type", i);
+    if (!json_is_string(type) ||
+        strcmp(json_string_value(type), "function") != 0)
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "invalid_value", p, "'%s' must be \"function\"",
+                               p);
+    json_t *fn = json_object_get(x, "function");
+    snprintf(p, sizeof(p), "tools[%zu].function", i);
+    if (!json_is_object(fn))
+        return rt_openai__bad_type(e, p, "an object");
+    json_t *name = json_object_get(fn, "name");
+    snprintf(p, sizeof(p), "tools[%zu].function.name", i);
+    if (!json_is_string(name))
+        return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                               "invalid_value", p,
+                               "'%s' must be 1 to 64 characters of "
+                               "a-z, A-Z, 0-9, _ and -",
+                               p);
+    json_t *d = rt_openai__member(fn, "description");
+    snprintf(p, sizeof(p), "tools[%zu].function.description", i);
+    if (d != NULL && !json_is_string(d))
+        return rt_openai__bad_type(e, p, "a string");
+    json_t *params = rt_openai__member(fn, "parameters");
+    snprintf(p, sizeof(p), "tools[%zu].function.parameters", i);
+    if (params != NULL && !json_is_object(params))
+        return rt_openai__bad_type(e, p, "a JSON Schema object");
+    json_t *strict = rt_openai__member(fn, "strict");
+    snprintf(p, sizeof(p), "tools[%zu].function.strict", i);
+    if (strict != NULL && !json_is_boolean(strict))
+        return rt_openai__bad_type(e, p, "a boolean");
+    t->strict = json_is_true(strict);
+    if ((t->name = text_of(name)) == NULL ||
+        (d != NULL && (t->description = text_of(d)) == NULL) ||
+        (params != NULL && (t->parameters = text_of(params)) == NULL) ||
+        (t->spec = text_of(x)) == NULL)
+        return rt_openai__oom(e);
+    return 0;
+}
+
+int rt_openai_chat_parse_tools(const json_t *root, struct ct_chat *c,
+                               struct rt_tool_sel *sel,
                                struct rt_request_error *e)
 {
-    *tools = NULL;
-    if (choice != NULL)
-        *choice = RT_TOOL_CHOICE_AUTO;
+    if (sel != NULL)
+        *sel = (struct rt_tool_sel){.choice = RT_TOOL_CHOICE_AUTO,
+                                    .parallel = true};
     json_t *v = rt_openai__member(root, "tools");
-    char p[96];
+    struct ct_tools *tools = NULL;
+    int rc = 0;
     if (v != NULL) {
         if (!json_is_array(v))
             return rt_openai__bad_type(e, "tools", "an array");
-        if (json_array_size(v) > RT_OPENAI_MAX_TOOLS)
+        size_t n = json_array_size(v);
+        if (n > RT_OPENAI_MAX_TOOLS)
             return rt_openai__fail(e, TG_ERANGE, RT_REQ_ERR_INVALID,
                                    "invalid_value", "tools",
                                    "'tools' has %zu entries; at most %d are "
                                    "allowed",
-                                   json_array_size(v), RT_OPENAI_MAX_TOOLS);
-        size_t i;
-        json_t *t;
-        json_array_foreach(v, i, t)
-        {
-            snprintf(p, sizeof(p), "tools[%zu]", i);
-            if (!json_is_object(t))
-                return rt_openai__bad_type(e, p, "an object");
-            json_t *type = json_object_get(t, "type");
-            snprintf(p, sizeof(p), "tools[%zu].type", i);
-            if (!json_is_string(type) ||
-                strcmp(json_string_value(type), "function") != 0)
-                return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
-                                       "invalid_value", p,
-                                       "'%s' must be \"function\"", p);
-            json_t *fn = json_object_get(t, "function");
-            snprintf(p, sizeof(p), "tools[%zu].function", i);
-            if (!json_is_object(fn))
-                return rt_openai__bad_type(e, p, "an object");
-            json_t *name = json_object_get(fn, "name");
-            snprintf(p, sizeof(p), "tools[%zu].function.name", i);
-            if (!json_is_string(name) ||
-                !valid_function_name(json_string_value(name),
-                                     json_string_length(name)))
-                return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
-                                       "invalid_value", p,
-                                       "'%s' must be 1 to 64 characters of "
-                                       "a-z, A-Z, 0-9, _ and -",
-                                       p);
-            json_t *d = rt_openai__member(fn, "description");
-            snprintf(p, sizeof(p), "tools[%zu].function.description", i);
-            if (d != NULL && !json_is_string(d))
-                return rt_openai__bad_type(e, p, "a string");
-            json_t *params = rt_openai__member(fn, "parameters");
-            snprintf(p, sizeof(p), "tools[%zu].function.parameters", i);
-            if (params != NULL && !json_is_object(params))
-                return rt_openai__bad_type(e, p, "a JSON Schema object");
-            json_t *strict = rt_openai__member(fn, "strict");
-            snprintf(p, sizeof(p), "tools[%zu].function.strict", i);
-            if (strict != NULL && !json_is_boolean(strict))
-                return rt_openai__bad_type(e, p, "a boolean");
-        }
+                                   n, RT_OPENAI_MAX_TOOLS);
+        if ((tools = ct_tools_new(n)) == NULL)
+            return rt_openai__oom(e);
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            rc = read_tool(json_array_get(v, i), i, &tools->v[i], e);
+        if (rc == 0)
+            rc = rt_chat_check_tools(tools, e);
     }
-    if (choice != NULL) {
-        json_t *c = rt_openai__member(root, "tool_choice");
-        if (c != NULL) {
-            if (json_is_string(c) &&
-                strcmp(json_string_value(c), "auto") == 0) {
-                *choice = RT_TOOL_CHOICE_AUTO;
-            } else if (json_is_string(c) &&
-                       strcmp(json_string_value(c), "none") == 0) {
-                *choice = RT_TOOL_CHOICE_NONE;
-            } else if (json_is_string(c) &&
-                       strcmp(json_string_value(c), "required") == 0) {
-                *choice = RT_TOOL_CHOICE_REQUIRED;
-            } else if (json_is_object(c)) {
-                int rc = check_named_choice(c, v, e);
-                if (rc != 0)
-                    return rc;
-                *choice = RT_TOOL_CHOICE_FUNCTION;
-            } else {
-                return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
-                                       "invalid_value", "tool_choice",
-                                       "'tool_choice' must be \"auto\", "
-                                       "\"none\", \"required\" or a "
-                                       "function");
-            }
-        }
-        int rc;
-        bool par = true;
-        if ((rc = rt_openai__get_bool(root, "parallel_tool_calls",
-                                      "parallel_tool_calls", &par, e)))
-            return rc;
+    json_t *ch = sel != NULL ? rt_openai__member(root, "tool_choice") : NULL;
+    if (rc == 0 && ch != NULL) {
+        const char *cs = json_string_value(ch);
+        if (cs != NULL && strcmp(cs, "auto") == 0)
+            sel->choice = RT_TOOL_CHOICE_AUTO;
+        else if (cs != NULL && strcmp(cs, "none") == 0)
+            sel->choice = RT_TOOL_CHOICE_NONE;
+        else if (cs != NULL && strcmp(cs, "required") == 0)
+            sel->choice = RT_TOOL_CHOICE_REQUIRED;
+        else if (json_is_object(ch))
+            rc = named_choice(ch, tools, sel, e);
+        else
+            rc = rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
+                                 "invalid_value", "tool_choice",
+                                 "'tool_choice' must be \"auto\", "
+                                 "\"none\", \"required\" or a function");
     }
-    if (v != NULL)
-        *tools = json_incref(v);
+    if (rc == 0 && sel != NULL)
+        rc = rt_openai__get_bool(root, "parallel_tool_calls",
+                                 "parallel_tool_calls", &sel->parallel, e);
+    if (rc != 0) {
+        ct_tools_unref(tools);
+        return rc;
+    }
+    ct_tools_unref(c->tools);
+    c->tools = tools;
     return 0;
 }
 
 /* Template options shared by chat and chat-form tokenize (vLLM names). */
-int rt_openai__parse_chat_opts(const json_t *root, struct rt_chat_opts *c,
+int rt_openai__parse_chat_opts(const json_t *root, struct ct_chat *c,
                                struct rt_request_error *e)
 {
     int rc;
     c->add_generation_prompt = true;
     c->continue_final_message = false;
+    free(c->kwargs);
     c->kwargs = NULL;
     if ((rc = rt_openai__get_bool(root, "add_generation_prompt",
                                   "add_generation_prompt",
@@ -510,6 +545,7 @@ int rt_openai__parse_chat_opts(const json_t *root, struct rt_chat_opts *c,
                                    "by chat_template_kwargs",
                                    p);
         }
-    c->kwargs = json_incref(kw);
+    if ((c->kwargs = json_dumps(kw, JSON_COMPACT)) == NULL)
+        return rt_openai__oom(e);
     return 0;
 }

@@ -139,27 +139,29 @@ int rt_openai_parse_response_format(const json_t *root, char **out,
  * parallel_tool_calls false, else any number. Under "auto": the
  * triggered spec of strict_auto, a non-strict tool's arguments any
  * object. */
-static int tools_spec(const struct rt_openai_cfg *cfg, const json_t *root,
-                      const json_t *tools, const json_t *named, bool under_auto,
-                      char **grammar, struct rt_request_error *e)
+static int tools_spec(const struct rt_openai_cfg *cfg,
+                      const struct ct_tools *tools, const char *named,
+                      bool parallel, bool under_auto, char **grammar,
+                      struct rt_request_error *e)
 {
-    bool par = true;
-    int rc = rt_openai__get_bool(root, "parallel_tool_calls",
-                                 "parallel_tool_calls", &par, e);
-    if (rc != 0)
-        return rc;
-    size_t n = json_array_size(tools), m = 0;
-    struct gm_tool_fn *fns = calloc(n, sizeof(*fns));
-    if (fns == NULL)
-        return rt_openai__oom(e);
-    for (size_t i = 0; i < n; i++) {
-        json_t *fn = json_object_get(json_array_get(tools, i), "function");
-        json_t *name = json_object_get(fn, "name");
-        if (named != NULL && !json_equal(name, named))
+    size_t n = tools->n, m = 0;
+    struct gm_tool_fn *fns = calloc(n > 0 ? n : 1, sizeof(*fns));
+    json_t **params = calloc(n > 0 ? n : 1, sizeof(*params));
+    int rc = fns != NULL && params != NULL ? 0 : TG_ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const struct ct_tool *t = &tools->v[i];
+        if (named != NULL && strcmp(t->name, named) != 0)
             continue;
-        fns[m].name = json_string_value(name);
-        if (!under_auto || json_is_true(json_object_get(fn, "strict")))
-            fns[m].parameters = rt_openai__member(fn, "parameters");
+        fns[m].name = t->name;
+        if ((!under_auto || t->strict) && t->parameters != NULL) {
+            json_error_t je;
+            params[m] = json_loads(t->parameters, 0, &je);
+            if (params[m] == NULL)
+                rc = json_error_code(&je) == json_error_out_of_memory
+                         ? TG_ENOMEM
+                         : TG_EFORMAT;
+            fns[m].parameters = params[m];
+        }
         m++;
     }
     bool hermes = cfg->tool_format == CT_TOOLS_HERMES;
@@ -167,12 +169,17 @@ static int tools_spec(const struct rt_openai_cfg *cfg, const json_t *root,
      * as many calls as parallel_tool_calls does. Under "auto", Hermes has
      * one call per trigger (the text between calls is free), Llama-3
      * JSON's calls run to the end, separated by "; ". */
-    unsigned max_calls = named != NULL || !par || (under_auto && hermes) ? 1
-                                                                         : 0;
+    unsigned max_calls = named != NULL || !parallel || (under_auto && hermes)
+                             ? 1
+                             : 0;
     char *inner = NULL, *spec = NULL;
     size_t ilen = 0, len = 0;
-    rc = gm_spec_tools(hermes ? &GM_TOOL_HERMES : &GM_TOOL_LLAMA3_JSON, fns, m,
-                       1, max_calls, &inner, &ilen);
+    if (rc == 0)
+        rc = gm_spec_tools(hermes ? &GM_TOOL_HERMES : &GM_TOOL_LLAMA3_JSON, fns,
+                           m, 1, max_calls, &inner, &ilen);
+    for (size_t i = 0; params != NULL && i < m; i++)
+        json_decref(params[i]);
+    free(params);
     free(fns);
     if (rc == 0 && under_auto) {
         rc = gm_spec_triggered(hermes ? "<tool_call>" : "{", !hermes, inner,
@@ -201,15 +208,13 @@ static int tools_spec(const struct rt_openai_cfg *cfg, const json_t *root,
  * JSON format an answer whose first non-space byte is "{" is calls to
  * its end (rt_toolcall reads nothing else as calls). No strict tool:
  * unconstrained, as before. */
-static int strict_auto(const struct rt_openai_cfg *cfg, const json_t *root,
-                       const json_t *tools, char **grammar,
-                       struct rt_request_error *e)
+static int strict_auto(const struct rt_openai_cfg *cfg,
+                       const struct ct_tools *tools, bool parallel,
+                       char **grammar, struct rt_request_error *e)
 {
-    size_t n = json_array_size(tools), strict = n;
+    size_t n = tools->n, strict = n;
     for (size_t i = 0; i < n && strict == n; i++)
-        if (json_is_true(json_object_get(
-                json_object_get(json_array_get(tools, i), "function"),
-                "strict")))
+        if (tools->v[i].strict)
             strict = i;
     if (strict == n)
         return 0;
@@ -229,40 +234,47 @@ static int strict_auto(const struct rt_openai_cfg *cfg, const json_t *root,
                                "'strict': true tools under tool_choice "
                                "\"auto\": the format would hold the whole "
                                "output, so no call could be made");
-    return tools_spec(cfg, root, tools, NULL, true, grammar, e);
+    return tools_spec(cfg, tools, NULL, parallel, true, grammar, e);
 }
 
-int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg, const json_t *root,
-                           const json_t *tools, enum rt_tool_choice choice,
-                           char **grammar, struct rt_request_error *e)
+int rt_openai_tool_grammar(const struct rt_openai_cfg *cfg,
+                           const struct ct_tools *tools,
+                           const struct rt_tool_sel *sel, char **grammar,
+                           const char **param, struct rt_request_error *e)
 {
-    size_t n = tools != NULL ? json_array_size(tools) : 0;
-    if (choice == RT_TOOL_CHOICE_AUTO && n > 0)
-        return strict_auto(cfg, root, tools, grammar, e);
-    if (choice != RT_TOOL_CHOICE_REQUIRED && choice != RT_TOOL_CHOICE_FUNCTION)
+    size_t n = tools != NULL ? tools->n : 0;
+    char *before = *grammar;
+    int rc;
+    if (sel->choice == RT_TOOL_CHOICE_AUTO && n > 0) {
+        rc = strict_auto(cfg, tools, sel->parallel, grammar, e);
+    } else if (sel->choice != RT_TOOL_CHOICE_REQUIRED &&
+               sel->choice != RT_TOOL_CHOICE_FUNCTION) {
         return 0;
-    if (n == 0)
+    } else if (n == 0) {
         return rt_openai__fail(e, TG_EFORMAT, RT_REQ_ERR_INVALID,
                                "invalid_value", "tool_choice",
                                "'tool_choice' requires a tool call, but the "
                                "request has no 'tools'");
-    if (*grammar != NULL)
+    } else if (*grammar != NULL) {
         return rt_openai__fail(e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID,
                                "unsupported_value", "response_format",
                                "'response_format' cannot be combined with a "
                                "'tool_choice' that requires a tool call: the "
                                "output is the call");
-    if (cfg->tool_format == CT_TOOLS_NONE)
+    } else if (cfg->tool_format == CT_TOOLS_NONE) {
         return rt_openai__fail(e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID,
                                "unsupported_value", "tool_choice",
-                               "the model's chat template writes no tool-call "
-                               "format this server knows (Hermes <tool_call> "
-                               "or Llama-3 JSON), so a call cannot be "
-                               "required");
-    const json_t *named = NULL;
-    if (choice == RT_TOOL_CHOICE_FUNCTION)
-        named = json_object_get(
-            json_object_get(json_object_get(root, "tool_choice"), "function"),
-            "name");
-    return tools_spec(cfg, root, tools, named, false, grammar, e);
+                               "the model's chat template writes no "
+                               "tool-call format this server knows (Hermes "
+                               "<tool_call> or Llama-3 JSON), so a call "
+                               "cannot be required");
+    } else {
+        rc = tools_spec(cfg, tools,
+                        sel->choice == RT_TOOL_CHOICE_FUNCTION ? sel->name
+                                                               : NULL,
+                        sel->parallel, false, grammar, e);
+    }
+    if (rc == 0 && *grammar != before && param != NULL)
+        *param = "tools";
+    return rc;
 }

@@ -72,8 +72,8 @@ int rt_openai__read_ids(const struct rt_openai_cfg *cfg, const json_t *arr,
                         size_t *n_out, struct rt_request_error *e);
 
 /* add_generation_prompt, continue_final_message, chat_template_kwargs
- * (kept as a new reference in c->kwargs). */
-int rt_openai__parse_chat_opts(const json_t *root, struct rt_chat_opts *c,
+ * (its JSON text in c->kwargs) into c. */
+int rt_openai__parse_chat_opts(const json_t *root, struct ct_chat *c,
                                struct rt_request_error *e);
 
 /* Appends to *dst a JSON string of src[0..len) with every maximal ill-formed

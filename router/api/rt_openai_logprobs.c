@@ -8,6 +8,7 @@
  * router/core/rt_request.h).
  */
 #include <inttypes.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

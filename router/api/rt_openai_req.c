@@ -52,36 +52,6 @@ int rt_openai__unsupported(struct rt_request_error *e, const char *param,
                            what);
 }
 
-const char *rt_role_name(enum rt_role r)
-{
-    switch (r) {
-    case RT_ROLE_SYSTEM:
-        return "system";
-    case RT_ROLE_USER:
-        return "user";
-    case RT_ROLE_ASSISTANT:
-        return "assistant";
-    case RT_ROLE_TOOL:
-        return "tool";
-    }
-    return "system";
-}
-
-int rt_role_from_name(const char *s, enum rt_role *out)
-{
-    if (strcmp(s, "system") == 0 || strcmp(s, "developer") == 0)
-        *out = RT_ROLE_SYSTEM;
-    else if (strcmp(s, "user") == 0)
-        *out = RT_ROLE_USER;
-    else if (strcmp(s, "assistant") == 0)
-        *out = RT_ROLE_ASSISTANT;
-    else if (strcmp(s, "tool") == 0)
-        *out = RT_ROLE_TOOL;
-    else
-        return TG_EFORMAT;
-    return 0;
-}
-
 /* ---- typed optional members -------------------------------------------
  * Each getter leaves *out untouched when the member is absent or null and
  * sets *present (when non-NULL) to whether it was given. `param` names the
@@ -108,19 +78,6 @@ int rt_openai__get_bool(const json_t *obj, const char *key, const char *param,
 /* The 400 for an integer field outside [lo, hi]; `got` is the value as
  * text. hi = INT32_MAX or INT64_MAX stands for "no upper bound" in the
  * message unless the value is above it or lo is INT64_MIN too. */
-static int int_out_of_range(struct rt_request_error *e, const char *param,
-                            int64_t lo, int64_t hi, bool above, const char *got)
-{
-    if (!above && lo != INT64_MIN && (hi == INT64_MAX || hi == INT32_MAX))
-        return rt_openai__fail(
-            e, TG_ERANGE, RT_REQ_ERR_INVALID, "invalid_value", param,
-            "'%s' must be at least %" PRId64 ", got %s", param, lo, got);
-    return rt_openai__fail(
-        e, TG_ERANGE, RT_REQ_ERR_INVALID, "invalid_value", param,
-        "'%s' must be between %" PRId64 " and %" PRId64 ", got %s", param, lo,
-        hi, got);
-}
-
 /* Integers: JSON integers, or reals with no fraction (pydantic's lax mode,
  * which vLLM uses, accepts 16.0 for an int field). An integral real
  * outside the 64-bit range (1e30, or an integer literal beyond 64 bits,
@@ -146,20 +103,32 @@ static int get_int(const json_t *obj, const char *key, const char *param,
          * -2^63, which is also what a literal just below it rounds to */
         if (d <= -0x1p63 || d >= 0x1p63) {
             snprintf(got, sizeof(got), "%.17g (beyond 64 bits)", d);
-            return int_out_of_range(e, param, lo, hi, d > 0, got);
+            return rt_int_check(d > 0 ? INT64_MAX : INT64_MIN, lo, hi, got,
+                                param, e);
         }
         x = (int64_t)d;
     } else {
         return rt_openai__bad_type(e, param, "an integer");
     }
-    if (x < lo || x > hi) {
-        snprintf(got, sizeof(got), "%" PRId64, x);
-        return int_out_of_range(e, param, lo, hi, x > hi, got);
-    }
+    int rc = rt_int_check(x, lo, hi, NULL, param, e);
+    if (rc != 0)
+        return rc;
     *out = x;
     if (present != NULL)
         *present = true;
     return 0;
+}
+
+/* Field f of the whole-number table (rt_fields.h) from obj[key] (named
+ * `param`), its range's top lowered to cap (> 0) and its bottom to lo0
+ * when lo0 < the table's. */
+static int get_ifield(const json_t *obj, const char *key, enum rt_int_field f,
+                      int64_t cap, int64_t lo0, int64_t *out, bool *present,
+                      struct rt_request_error *e)
+{
+    int64_t lo, hi;
+    rt_int_field_range(f, cap, &lo, &hi);
+    return get_int(obj, key, key, lo0 < lo ? lo0 : lo, hi, out, present, e);
 }
 
 int rt_openai__get_int(const json_t *obj, const char *key, const char *param,
@@ -335,7 +304,7 @@ static int reject_unsupported(const json_t *root, enum rt_endpoint ep,
     int64_t x = 1;
     /* n: parallel samples of one prompt (docs/API.md "n"), at most
      * RT_OPENAI_MAX_N; the server also bounds it by --max-num-seqs. */
-    if ((rc = get_int(root, "n", "n", 1, RT_OPENAI_MAX_N, &x, NULL, e)))
+    if ((rc = get_ifield(root, "n", RT_INT_FIELD_N, 0, 1, &x, NULL, e)))
         return rc;
     out->q.n = (int32_t)x;
     /* best_of = n is the same request; more would need the choices ranked
@@ -405,7 +374,6 @@ int rt_openai_check_sampling(const struct tg_sampling *sp, int32_t vocab,
 void rt_gen_request_free(struct rt_gen_request *r)
 {
     free(r->model);
-    rt_openai_chat_messages_free(r->messages, r->n_messages);
     free(r->echo_text);
     for (size_t i = 0; i < r->n_batch; i++)
         rt_request_free(&r->batch[i]);
@@ -428,11 +396,9 @@ static int parse_stop(const json_t *root, struct rt_gen_opts *s,
     else
         return rt_openai__bad_type(e, "stop",
                                    "a string or an array of strings");
-    if (n > RT_OPENAI_MAX_STOP)
-        return rt_openai__fail(e, TG_ERANGE, RT_REQ_ERR_INVALID,
-                               "invalid_value", "stop",
-                               "'stop' has %zu strings; at most %d are allowed",
-                               n, RT_OPENAI_MAX_STOP);
+    int rc = rt_int_count_check(RT_INT_FIELD_STOP, n, "stop", e);
+    if (rc != 0)
+        return rc;
     if (n == 0)
         return 0;
     s->stop = calloc(n, sizeof(*s->stop));
@@ -593,24 +559,22 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
     /* 0 (score the prompt, generate nothing) only where the prompt's
      * log-probabilities can be asked for (rt_openai_logprobs.c). */
     bool max_zero = false;
-    if ((rc = get_int(root, mkey, mkey, rt_openai__zero_max_ok(root, r) ? 0 : 1,
-                      max_hi, &x, &present, e)))
+    if ((rc = get_ifield(root, mkey, RT_INT_FIELD_MAX_TOKENS, max_hi,
+                         rt_openai__zero_max_ok(root, r) ? 0 : 1, &x, &present,
+                         e)))
         return rc;
     if (present) {
         s->max_tokens = (int32_t)x;
         r->q.max_tokens_param = mkey;
         max_zero = x == 0;
     }
-    if ((rc = get_int(root, "min_tokens", "min_tokens", 0, max_hi, &x, &present,
-                      e)))
+    if ((rc = get_ifield(root, "min_tokens", RT_INT_FIELD_MIN_TOKENS, max_hi, 0,
+                         &x, &present, e)))
         return rc;
     if (present) {
-        if (s->max_tokens > 0 && x > s->max_tokens)
-            return rt_openai__fail(
-                e, TG_ERANGE, RT_REQ_ERR_INVALID, "invalid_value", "min_tokens",
-                "'min_tokens' (%" PRId64 ") must not exceed "
-                "'%s' (%d)",
-                x, r->q.max_tokens_param, (int)s->max_tokens);
+        if ((rc = rt_min_tokens_check(x, s->max_tokens, "min_tokens",
+                                      r->q.max_tokens_param, e)))
+            return rc;
         s->min_tokens = (int32_t)x;
     }
 
@@ -620,7 +584,8 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
             return rc;
 
     /* vLLM: top_k -1 (and, since 0.8, 0) disables; otherwise >= 1. */
-    if ((rc = get_int(root, "top_k", "top_k", -1, INT32_MAX, &x, &present, e)))
+    if ((rc = get_ifield(root, "top_k", RT_INT_FIELD_TOP_K, 0, 0, &x, &present,
+                         e)))
         return rc;
     if (present)
         sp->top_k = x <= 0 ? 0 : (int32_t)x;
@@ -659,18 +624,18 @@ static int parse_sampling(const struct rt_openai_cfg *cfg, const json_t *root,
      * chat takes a bool plus top_logprobs 0..20, and vLLM rejects
      * top_logprobs > 0 without logprobs=true. */
     if (!chat) {
-        if ((rc = get_int(root, "logprobs", "logprobs", 0,
-                          RT_OPENAI_MAX_LOGPROBS, &x, &present, e)))
+        if ((rc = get_ifield(root, "logprobs", RT_INT_FIELD_LOGPROBS, 0, 0, &x,
+                             &present, e)))
             return rc;
         if (present)
             s->logprobs = (int32_t)x;
     } else {
         bool want = false;
         int64_t top = 0;
-        if ((rc =
-                 rt_openai__get_bool(root, "logprobs", "logprobs", &want, e)) ||
-            (rc = get_int(root, "top_logprobs", "top_logprobs", 0,
-                          RT_OPENAI_MAX_LOGPROBS, &top, NULL, e)))
+        if ((rc = rt_openai__get_bool(root, "logprobs", "logprobs", &want,
+                                      e)) ||
+            (rc = get_ifield(root, "top_logprobs", RT_INT_FIELD_LOGPROBS, 0, 0,
+                             &top, NULL, e)))
             return rc;
         if (top > 0 && !want)
             return rt_openai__fail(
@@ -856,16 +821,15 @@ static int parse_gen(const struct rt_openai_cfg *cfg, enum rt_endpoint ep,
     out->q.is_chat = ep == RT_ENDPOINT_CHAT;
     if (ep == RT_ENDPOINT_CHAT) {
         out->q.add_special_tokens = false;
-        if ((rc = rt_openai_chat_parse_messages(root, &out->messages,
-                                                &out->n_messages,
-                                                &out->q.chat_messages, e)) ||
-            (rc = rt_openai_chat_parse_tools(root, &out->q.tools,
-                                             &out->tool_choice, e)) ||
-            (rc = rt_openai_tool_grammar(cfg, root, out->q.tools,
-                                         out->tool_choice, &out->q.grammar,
+        struct rt_tool_sel sel;
+        if ((rc = rt_openai_chat_parse_messages(root, &out->q.chat, e)) ||
+            (rc = rt_openai_chat_parse_tools(root, &out->q.chat, &sel, e)) ||
+            (rc = rt_openai_tool_grammar(cfg, out->q.chat.tools, &sel,
+                                         &out->q.grammar, &out->q.grammar_param,
                                          e)) ||
             (rc = rt_openai__parse_chat_opts(root, &out->q.chat, e)))
             goto fail;
+        out->tool_choice = sel.choice;
     } else {
         out->q.add_special_tokens = true;
         if ((rc = parse_prompt(cfg, root, out, e)) ||

@@ -45,11 +45,8 @@ int rt_openai_parse_tokenize(const struct rt_openai_cfg *cfg, const char *body,
         /* Chat form: the template adds the special tokens, so vLLM's
          * default for add_special_tokens is false here. */
         out->add_special_tokens = false;
-        if ((rc = rt_openai_chat_parse_messages(root, &out->messages,
-                                                &out->n_messages,
-                                                &out->chat_messages, e)) ||
-            (rc = rt_openai_chat_parse_tools(root, &out->tools, NULL,
-                                             e)) ||
+        if ((rc = rt_openai_chat_parse_messages(root, &out->chat, e)) ||
+            (rc = rt_openai_chat_parse_tools(root, &out->chat, NULL, e)) ||
             (rc = rt_openai__parse_chat_opts(root, &out->chat, e)))
             goto fail;
     } else {
@@ -76,10 +73,7 @@ void rt_tokenize_request_free(struct rt_tokenize_request *r)
 {
     free(r->model);
     free(r->prompt);
-    rt_openai_chat_messages_free(r->messages, r->n_messages);
-    json_decref(r->chat_messages);
-    json_decref(r->tools);
-    json_decref(r->chat.kwargs);
+    ct_chat_free(&r->chat);
     memset(r, 0, sizeof(*r));
 }
 

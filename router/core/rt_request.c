@@ -109,13 +109,13 @@ int rt_request_copy_sample(const struct rt_request *src, struct rt_request *out)
     out->n = 1;
     out->chat.add_generation_prompt = src->chat.add_generation_prompt;
     out->chat.continue_final_message = src->chat.continue_final_message;
+    out->chat.tools = ct_tools_ref(src->chat.tools);
     out->add_special_tokens = src->add_special_tokens;
     out->max_tokens_param = src->max_tokens_param;
     out->user = dup_or_null(src->user, &bad);
     out->request_id = dup_or_null(src->request_id, &bad);
     out->grammar = dup_or_null(src->grammar, &bad);
-    if (src->tools != NULL)
-        out->tools = json_incref(src->tools);
+    out->grammar_param = src->grammar_param;
     out->sampling = src->sampling;
     bad |= tg_sampling_bias_copy(&out->sampling, &src->sampling) != 0;
     struct rt_gen_opts *d = &out->opts;
@@ -145,9 +145,7 @@ void rt_request_free(struct rt_request *r)
 {
     free(r->prompt);
     free(r->prompt_ids);
-    json_decref(r->chat_messages);
-    json_decref(r->tools);
-    json_decref(r->chat.kwargs);
+    ct_chat_free(&r->chat);
     for (size_t i = 0; i < r->opts.n_stop; i++)
         free(r->opts.stop[i]);
     free(r->opts.stop);

@@ -23,9 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <jansson.h>
-
 #include "common/base/tg_sampling.h"
+#include "common/chat/ct_chat.h"
 
 /* ---- errors ------------------------------------------------------------ */
 
@@ -73,15 +72,6 @@ void rt_request_error_vset(struct rt_request_error *e, enum rt_req_err kind,
 
 #define RT_REQUEST_MAX_ID_BYTES 256 /* session, request and user ids */
 
-/* Chat-template options of a chat or chat-form tokenize request. */
-struct rt_chat_opts {
-    bool add_generation_prompt;  /* default true */
-    bool continue_final_message; /* default false; exclusive with the above */
-    json_t *kwargs; /* chat_template_kwargs as sent (an object, owned;
-                       NULL = none): extra template variables such as
-                       enable_thinking (which must be a boolean) */
-};
-
 /* What a generation request asks beyond the sampler (whose parameters
  * are the request's struct tg_sampling): its length limits, stop
  * conditions and output options, with the defaults of OpenAI / vLLM. */
@@ -119,22 +109,21 @@ struct rt_gen_opts {
 /* Alternatives per prompt position at most (the workers' bound). */
 #define RT_PROMPT_LPS_MAX_TOP 20
 
-/* A generation request. Exactly one of prompt, prompt_ids and
- * chat_messages is set. Zeroed is empty; everything is owned by the
- * struct and freed by rt_request_free. */
+/* A generation request. Exactly one of prompt, prompt_ids and chat's
+ * messages is set. Zeroed is empty; everything is owned by the struct and
+ * freed by rt_request_free. */
 struct rt_request {
-    bool is_chat;        /* the prompt is chat_messages, rendered by
-                                 the model's template */
+    bool is_chat;        /* the prompt is `chat`, rendered by the model's
+                            template */
     int32_t n;           /* choices, >= 1 (0 means 1) */
     char *prompt;        /* text form; NUL-terminated */
     size_t prompt_len;   /* bytes */
     int32_t *prompt_ids; /* token form: (n_prompt_ids) */
     size_t n_prompt_ids;
-    json_t *chat_messages; /* chat: the messages as the template sees
-                                 them (owned) */
-    json_t *tools;         /* chat: the tools the template renders
-                                 (owned; NULL = none) */
-    struct rt_chat_opts chat;
+    struct ct_chat chat;         /* chat: the conversation, its tools and the
+                            template's options (common/chat/ct_chat.h),
+                            checked by the front end; the messages are
+                            dropped once rendered */
     bool add_special_tokens;     /* the tokenizer's special tokens around the
                                  prompt */
     struct tg_sampling sampling; /* checked by the front end; bias arrays
@@ -150,6 +139,10 @@ struct rt_request {
                                  gm_spec.h), checked by the front end
                                  (gm_spec_check); the workers compile it.
                                  Owned; NULL = unconstrained */
+    const char *grammar_param;    /* static: the field the constraint came
+                                     from ("tools", "response_format", ...),
+                                     named when the workers refuse it;
+                                     NULL = "response_format" */
 };
 
 /* Checks q against the context once its prompt has been tokenized to
@@ -164,7 +157,8 @@ int rt_request_fit(struct rt_request *q, int32_t max_model_len,
 /* Fills *out (overwritten) with what one more parallel sample of `src`
  * needs once src's prompt is tokenized and its max_tokens resolved: is_chat,
  * add_special_tokens, sampling (logit bias copied), options (stop strings
- * and ids copied), max_tokens_param, the tools (a reference), user,
+ * and ids copied), max_tokens_param, the chat's options and tools (a
+ * reference; not its kwargs), user,
  * request_id and the grammar (each choice is constrained on its own); no
  * prompt, messages or session (a sample is never stored
  * for multi-turn reuse), and n = 1. Returns 0 or TG_ENOMEM (*out then

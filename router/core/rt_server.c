@@ -58,11 +58,6 @@ struct rt_respstore *rt_server_respstore(const struct rt_server *s)
     return s->respstore;
 }
 
-const struct ct_template *rt_server_template(const struct rt_server *s)
-{
-    return s->have_tmpl ? &s->tmpl : NULL;
-}
-
 const int32_t *rt_req_prompt_ids(const struct rt_req *r)
 {
     return r->core->prompt;
@@ -842,6 +837,9 @@ static int load_model_side(struct rt_server *s, char *err, size_t errlen)
     s->info.page_size = s->layout.page_size;
     s->info.heads_per_group = s->layout.heads_per_group;
     s->info.tool_format = s->have_tmpl ? s->tmpl.tool_format : CT_TOOLS_NONE;
+    s->info.chat = s->have_tmpl != 0;
+    s->info.thinks = s->have_tmpl && s->tmpl.source != NULL &&
+                     strstr(s->tmpl.source, "<think>") != NULL;
     return 0;
 }
 

@@ -26,7 +26,7 @@
 
 #include "common/base/tg_list.h"
 #include "common/base/tg_serve_opts.h"
-#include "common/chat/ct_template.h"
+#include "common/chat/ct_chat.h"
 #include "common/tok/tok_tokenizer.h"
 #include "router/core/rt_metrics_tangram.h"
 #include "router/core/rt_reqmem.h"
@@ -54,6 +54,9 @@ struct rt_server_info {
     int32_t heads_per_group;                    /* KV heads per page group */
     /* how the chat template writes tool calls (CT_TOOLS_NONE: it does not) */
     enum ct_tool_format tool_format;
+    bool chat;   /* the model has a usable chat template */
+    bool thinks; /* its template writes <think> (a reasoning model's
+                    output opens with a thought) */
 };
 
 /* What the app (router/app/) does for the core at the moments the core
@@ -181,14 +184,13 @@ struct rt_encode_job {
     int is_chat;
     const char *text;           /* !is_chat: len bytes, borrowed */
     size_t len;
-    json_t *messages;           /* is_chat: JSON array, borrowed, or owned
-                                   with free_messages */
-    int free_messages;          /* the job drops its reference to messages
-                                   once rendered, on the pool thread (a
-                                   large chat's parsed form is freed off
-                                   the loop) */
-    json_t *tools;              /* is_chat: JSON array or NULL, borrowed */
-    struct rt_chat_opts chat;   /* is_chat: a copy; kwargs borrowed */
+    struct ct_chat chat; /* is_chat: a shallow copy, borrowed (its
+                                   tools and kwargs always; its messages
+                                   unless free_messages) */
+    int free_messages;   /* the job owns chat.messages and frees
+                                   them once rendered, on the pool thread
+                                   (a large chat's parsed form is freed
+                                   off the loop) */
     int add_special;
     size_t max_ids;             /* stop once the prompt has more ids than
                                    this (TG_ERANGE, tok_encode_max);
@@ -378,15 +380,21 @@ int rt_server_encode(struct rt_server *s, const char *text, size_t len,
                      int add_special, struct tok_ids *ids,
                      struct rt_request_error *e);
 
-/* Renders the chat `messages` (JSON array, rt_request.chat_messages) and
- * `tools` (JSON array or NULL) with the model's chat template and options
- * `chat`, then tokenizes the prompt, appending to *ids. On failure fills *e
- * and returns the code: 400 for a template failure (its message, e.g. a
- * template's raise_exception) or a chat model without a usable template
- * (TG_EUNSUPPORTED, naming why), 500 out of memory. */
-int rt_server_encode_chat(struct rt_server *s, json_t *messages, json_t *tools,
-                          const struct rt_chat_opts *chat, int add_special,
-                          struct tok_ids *ids, struct rt_request_error *e);
+/* Renders the conversation `chat` (borrowed) with the model's chat
+ * template, then tokenizes the prompt, appending to *ids. On failure fills
+ * *e and returns the code: RT_REQ_ERR_INVALID for a template failure (its
+ * message, e.g. a template's raise_exception) or a chat model without a
+ * usable template (TG_EUNSUPPORTED, naming why), RT_REQ_ERR_INTERNAL out
+ * of memory. Any thread (reads only immutable server state). */
+int rt_server_encode_chat(struct rt_server *s, const struct ct_chat *chat,
+                          int add_special, struct tok_ids *ids,
+                          struct rt_request_error *e);
+
+/* Renders `chat` (borrowed) with the model's chat template into *out, a
+ * malloc'd NUL-terminated string of *len bytes (the caller frees). Errors
+ * as rt_server_encode_chat's. Any thread. */
+int rt_server_render_chat(struct rt_server *s, const struct ct_chat *chat,
+                          char **out, size_t *len, struct rt_request_error *e);
 
 /* Readiness for /health and the gRPC health service. */
 int rt_server_ready(const struct rt_server *s);
@@ -428,11 +436,6 @@ double rt_server_now(const struct rt_server *s);
  * before the front ends serve; NULL (the default) is none. Loop thread. */
 void rt_server_set_respstore(struct rt_server *s, struct rt_respstore *st);
 struct rt_respstore *rt_server_respstore(const struct rt_server *s);
-
-/* The model's chat template, or NULL when chat is disabled (no usable
- * template). Immutable while serving: any thread that the loop keeps the
- * server alive for. */
-const struct ct_template *rt_server_template(const struct rt_server *s);
 
 /* r's prompt ids (r->n_prompt of them, once tokenized) and its generated
  * ids (r->n_out): what its KV holds, e.g. for a front end that stores the

@@ -27,6 +27,30 @@
 #include "common/base/tg_err.h"
 #include "router/core/rt_server_internal.h"
 
+/* Renders `chat` with s's template into *out; errors into *e. */
+static int render_chat(const struct rt_server *s, const struct ct_chat *chat,
+                       char **out, size_t *len, struct rt_request_error *e)
+{
+    char err[512];
+    if (!s->have_tmpl) {
+        rt_request_error_set(
+            e, RT_REQ_ERR_INVALID, "chat_template_unsupported", "messages",
+            "this model has no usable chat template: %s", s->tmpl_error);
+        return TG_EUNSUPPORTED;
+    }
+    int rc = ct_template_render_chat(&s->tmpl, chat, out, len, err,
+                                     sizeof(err));
+    if (rc != 0) {
+        const char *code = rc == TG_EUNSUPPORTED ? "chat_template_unsupported"
+                           : rc == TG_ETOOBIG    ? "prompt_too_large"
+                                                 : "invalid_messages";
+        rt_request_error_set(
+            e, rc == TG_ENOMEM ? RT_REQ_ERR_INTERNAL : RT_REQ_ERR_INVALID, code,
+            "messages", "%s", err);
+    }
+    return rc;
+}
+
 /* Renders (chat) and tokenizes what `j` names into j->ids; any thread. */
 static int encode_now(const struct rt_server *s, struct rt_encode_job *j)
 {
@@ -43,30 +67,11 @@ static int encode_now(const struct rt_server *s, struct rt_encode_job *j)
                 "prompt", "%s", err);
         return rc;
     }
-    if (!s->have_tmpl) {
-        rt_request_error_set(
-            e, RT_REQ_ERR_INVALID, "chat_template_unsupported", "messages",
-            "this model has no usable chat template: %s", s->tmpl_error);
-        return TG_EUNSUPPORTED;
-    }
     char *rendered = NULL;
     size_t rlen = 0;
-    struct ct_render_opts o = {
-        .add_generation_prompt = j->chat.add_generation_prompt,
-        .continue_final_message = j->chat.continue_final_message,
-        .kwargs = j->chat.kwargs,
-    };
-    int rc = ct_template_render(&s->tmpl, j->messages, j->tools, &o,
-                                &rendered, &rlen, err, sizeof(err));
-    if (rc != 0) {
-        const char *code = rc == TG_EUNSUPPORTED ? "chat_template_unsupported"
-                           : rc == TG_ETOOBIG    ? "prompt_too_large"
-                                                 : "invalid_messages";
-        rt_request_error_set(
-            e, rc == TG_ENOMEM ? RT_REQ_ERR_INTERNAL : RT_REQ_ERR_INVALID, code,
-            "messages", "%s", err);
+    int rc = render_chat(s, &j->chat, &rendered, &rlen, e);
+    if (rc != 0)
         return rc;
-    }
     rc = tok_encode_max(&s->tok, NULL, rendered, rlen, flags, j->max_ids,
                         &j->ids, err, sizeof(err));
     free(rendered);
@@ -76,6 +81,12 @@ static int encode_now(const struct rt_server *s, struct rt_encode_job *j)
             rc == TG_ERANGE ? "context_length_exceeded" : "invalid_messages",
             "messages", "%s", err);
     return rc;
+}
+
+int rt_server_render_chat(struct rt_server *s, const struct ct_chat *chat,
+                          char **out, size_t *len, struct rt_request_error *e)
+{
+    return render_chat(s, chat, out, len, e);
 }
 
 int rt_server_encode(struct rt_server *s, const char *text, size_t len,
@@ -93,13 +104,16 @@ int rt_server_encode(struct rt_server *s, const char *text, size_t len,
     return rc;
 }
 
-int rt_server_encode_chat(struct rt_server *s, json_t *messages, json_t *tools,
-                          const struct rt_chat_opts *chat, int add_special,
-                          struct tok_ids *ids, struct rt_request_error *e)
+int rt_server_encode_chat(struct rt_server *s, const struct ct_chat *chat,
+                          int add_special, struct tok_ids *ids,
+                          struct rt_request_error *e)
 {
     struct rt_encode_job j = {
-        .is_chat = 1, .messages = messages, .tools = tools, .chat = *chat,
-        .add_special = add_special, .max_ids = SIZE_MAX, .ids = *ids,
+        .is_chat = 1,
+        .chat = *chat,
+        .add_special = add_special,
+        .max_ids = SIZE_MAX,
+        .ids = *ids,
     };
     int rc = encode_now(s, &j);
     *ids = j.ids;
@@ -110,38 +124,12 @@ int rt_server_encode_chat(struct rt_server *s, json_t *messages, json_t *tools,
 
 /* ---- encode jobs on the thread pool ------------------------------------- */
 
-/* Adds the bytes of every string in v (keys included) to *n, stopping
- * once it passes `cap`. */
-static void json_bytes(const json_t *v, size_t cap, size_t *n)
-{
-    if (*n > cap || v == NULL)
-        return;
-    if (json_is_string(v)) {
-        *n += json_string_length(v);
-    } else if (json_is_array(v)) {
-        size_t i;
-        const json_t *x;
-        json_array_foreach(v, i, x) json_bytes(x, cap, n);
-    } else if (json_is_object(v)) {
-        const char *k;
-        const json_t *x;
-        json_object_foreach((json_t *)v, k, x)
-        {
-            *n += strlen(k);
-            json_bytes(x, cap, n);
-        }
-    }
-}
-
 int rt_encode_job_small(const struct rt_encode_job *j)
 {
-    size_t n = 0;
     if (!j->is_chat)
         return j->len <= RT_ENCODE_INLINE_BYTES;
-    json_bytes(j->messages, RT_ENCODE_INLINE_BYTES, &n);
-    json_bytes(j->tools, RT_ENCODE_INLINE_BYTES, &n);
-    json_bytes(j->chat.kwargs, RT_ENCODE_INLINE_BYTES, &n);
-    return n <= RT_ENCODE_INLINE_BYTES;
+    return ct_chat_bytes(&j->chat, RT_ENCODE_INLINE_BYTES) <=
+           RT_ENCODE_INLINE_BYTES;
 }
 
 void rt_encode_job_run(struct rt_server *s, struct rt_encode_job *j)
@@ -226,8 +214,9 @@ void rt_server__cancel_jobs(struct rt_server *s)
 static void drop_messages(struct rt_encode_job *j)
 {
     if (j->free_messages) {
-        json_decref(j->messages);
-        j->messages = NULL;
+        ct_messages_free(j->chat.messages, j->chat.n_messages);
+        j->chat.messages = NULL;
+        j->chat.n_messages = 0;
         j->free_messages = 0;
     }
 }

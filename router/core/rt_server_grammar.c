@@ -6,7 +6,6 @@
  * schema's compile never stalls the batch. Loop thread. */
 #include "router/core/rt_server_internal.h"
 
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,18 +134,6 @@ void rt_server__grammar_put(struct rt_req *r)
     rt_server__grammar_gauges(s);
 }
 
-/* The param a failed constraint is reported under: tool calls come from
- * `tools`, documents from `response_format`. */
-static const char *param_of(const char *spec)
-{
-    json_t *root = json_loads(spec, 0, NULL);
-    const char *t = json_string_value(json_object_get(root, "type"));
-    int tools = t != NULL &&
-                (strcmp(t, "tool_calls") == 0 || strcmp(t, "triggered") == 0);
-    json_decref(root);
-    return tools ? "tools" : "response_format";
-}
-
 /* The oldest request waiting for p, or NULL. */
 static struct rt_req *oldest_waiter(struct rt_server *s,
                                     const struct rt_gprep *p)
@@ -167,7 +154,6 @@ static struct rt_req *oldest_waiter(struct rt_server *s,
 static void answered(struct rt_server *s, struct rt_gprep *p)
 {
     rt_gpreps_ref(p); /* p outlives its waiters' puts */
-    const char *param = p->state == RT_GPREP_READY ? NULL : param_of(p->spec);
     struct rt_req *r;
     while ((r = oldest_waiter(s, p)) != NULL) {
         r->core->gwait = 0;
@@ -183,7 +169,9 @@ static void answered(struct rt_server *s, struct rt_gprep *p)
         } else {
             rc = TG_EINVAL;
             rt_request_error_set(&e, RT_REQ_ERR_INVALID, "invalid_schema",
-                                 param, "%s", p->error);
+                                 r->q.grammar_param != NULL ? r->q.grammar_param
+                                                            : "response_format",
+                                 "%s", p->error);
         }
         if (!r->core->resubmit) {
             r->on_submitted(r, rc, &e);

@@ -9,6 +9,7 @@
 #ifndef RT_SERVER_INTERNAL_H
 #define RT_SERVER_INTERNAL_H
 
+#include "common/chat/ct_template.h"
 #include "common/kv/kv_seq.h"
 #include "common/model/mc_model_config.h"
 #include "common/profile/pf_profile.h"

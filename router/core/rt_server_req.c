@@ -112,8 +112,6 @@ static void job_inputs(struct rt_req *r, struct rt_encode_job *j)
     j->max_ids = prompt_bound(r);
     if (r->q.is_chat) {
         j->is_chat = 1;
-        j->messages = r->q.chat_messages;
-        j->tools = r->q.tools;
         j->chat = r->q.chat;
     } else {
         j->text = r->q.prompt;
@@ -205,11 +203,14 @@ static int tokenize(struct rt_req *r, struct rt_request_error *e)
      * frees them where it renders them, off the loop. */
     if (j->is_chat) {
         j->free_messages = 1;
-        r->q.chat_messages = NULL;
+        r->q.chat.messages = NULL;
+        r->q.chat.n_messages = 0;
     }
     if (rt_encode_job_start(s, j) != 0) {
-        if (j->free_messages)
-            r->q.chat_messages = j->messages;
+        if (j->free_messages) {
+            r->q.chat.messages = j->chat.messages;
+            r->q.chat.n_messages = j->chat.n_messages;
+        }
         *e = j->e;
         free(j);
         return TG_EINTERNAL;

@@ -416,6 +416,11 @@ void rt_grpc_server_free(struct rt_grpc_server *srv);
 const char *rt_grpc_call_header(const struct rt_grpc_call *call,
                                 const char *name);
 
+/* The number of request metadata entries named `name` (ASCII
+ * case-insensitive). */
+size_t rt_grpc_call_header_count(const struct rt_grpc_call *call,
+                                 const char *name);
+
 /* Sets the admission callback (NULL: every call is admitted). Loop
  * thread, before listening. */
 void rt_grpc_server_on_admit(struct rt_grpc_server *srv, rt_grpc_admit_fn fn,

@@ -868,6 +868,15 @@ const char *rt_grpc_call_header(const struct rt_grpc_call *call,
     return NULL;
 }
 
+size_t rt_grpc_call_header_count(const struct rt_grpc_call *call,
+                                 const char *name)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < call->n_headers; i++)
+        n += strcasecmp(call->headers[i].name, name) == 0;
+    return n;
+}
+
 void rt_grpc_call_on_message(struct rt_grpc_call *call, rt_grpc_message_fn fn,
                              void *ud)
 {

@@ -404,6 +404,10 @@ void rt_http_server_free(struct rt_http_server *srv);
 const char *rt_http_req_header(const struct rt_http_req *req,
                                const char *name);
 
+/* The number of request headers named `name` (ASCII case-insensitive). */
+size_t rt_http_req_header_count(const struct rt_http_req *req,
+                                const char *name);
+
 /* Registers the abort callback of `req` (replacing a previous one). Set it
  * before returning from the handler when responding later. */
 void rt_http_req_on_abort(struct rt_http_req *req, rt_http_abort_fn fn,

@@ -256,6 +256,14 @@ const char *rt_http_req_header(const struct rt_http_req *req,
     return NULL;
 }
 
+size_t rt_http_req_header_count(const struct rt_http_req *req, const char *name)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < req->n_headers; i++)
+        n += strcasecmp(req->headers[i].name, name) == 0;
+    return n;
+}
+
 void rt_http_req_on_abort(struct rt_http_req *req, rt_http_abort_fn fn,
                           void *ud)
 {

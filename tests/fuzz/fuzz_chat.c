@@ -110,9 +110,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     struct tok_ids ids = {0};
-    int rc = rt_server_encode_chat(s, g.q.chat_messages, g.q.tools, &g.q.chat,
-                                   add_special || g.q.add_special_tokens, &ids,
-                                   &e);
+    int rc = rt_server_encode_chat(
+        s, &g.q.chat, add_special || g.q.add_special_tokens, &ids, &e);
     if (rc == 0) {
         for (size_t i = 0; i < ids.n; i++)
             if (ids.v[i] < 0 || ids.v[i] >= tok_vocab_size(&tok))

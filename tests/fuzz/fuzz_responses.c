@@ -67,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         struct rt_gen_request g;
         rc = rt_responses_chat(&cfg, &r, msgs, &g, &e);
         check_error(rc, &e);
-        if (rc == 0 && g.q.chat_messages == NULL)
+        if (rc == 0 && g.q.chat.messages == NULL)
             fz_fail("a chat request without messages");
         rt_gen_request_free(&g);
     }

@@ -26,7 +26,7 @@ int tt_openai_parse(enum tt_ep ep, const char *body, size_t len,
         if (rc != 0) {
             /* A failed parse leaves the request empty. */
             assert_null(r.model);
-            assert_null(r.messages);
+            assert_null(r.q.chat.messages);
             assert_null(r.q.prompt);
             assert_null(r.q.opts.stop);
         }

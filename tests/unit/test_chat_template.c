@@ -9,6 +9,7 @@
  * continue_final_message, and the error paths. The byte-for-byte
  * comparison against jinja2 over many conversations is
  * tests/integration/test_chat_template.py. */
+#include <jansson.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

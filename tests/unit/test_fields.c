@@ -1,4 +1,4 @@
-/* test_fields.c — the one table of the API's numeric sampling fields
+/* test_fields.c — the tables of the API's numeric request fields
  * (router/api/rt_fields.h), as both front ends parse from it: the OpenAI
  * body (rt_openai_parse_completion) and the gRPC GenerateRequest
  * (rt_api_grpc_convert). */
@@ -101,10 +101,94 @@ static void test_fields_one_table(void **state)
     rt_gen_request_free(&g);
 }
 
+/* The whole-number fields (rt_fields.h RT_INT_FIELDS): a value out of
+ * range is refused by both front ends with the same sentence, a value in
+ * range taken by both. */
+static void test_int_fields_one_table(void **state)
+{
+    (void)state;
+    static const struct rt_openai_cfg cfg = {.served_model = "tiny",
+                                             .vocab_size = 1000};
+    struct rt_grpc_call call;
+    memset(&call, 0, sizeof(call));
+    static char *stops[17] = {"a", "b", "c", "d", "e", "f", "g", "h", "i",
+                              "j", "k", "l", "m", "n", "o", "p", "q"};
+    const struct {
+        const char *json; /* completions body members */
+        int top_k_set, top_k, logprobs, max_set, max, min_set, min, n_stop;
+        int ok;
+        const char *param; /* the HTTP name; gRPC's is "sampling." it */
+    } cases[] = {
+        {"\"top_k\":-2", 1, -2, 0, 0, 0, 0, 0, 0, 0, "top_k"},
+        {"\"top_k\":5", 1, 5, 0, 0, 0, 0, 0, 0, 1, NULL},
+        {"\"top_k\":-1", 1, -1, 0, 0, 0, 0, 0, 0, 1, NULL},
+        {"\"logprobs\":21", 0, 0, 21, 0, 0, 0, 0, 0, 0, "logprobs"},
+        {"\"logprobs\":3", 0, 0, 3, 0, 0, 0, 0, 0, 1, NULL},
+        {"\"max_tokens\":0", 0, 0, 0, 1, 0, 0, 0, 0, 0, "max_tokens"},
+        {"\"max_tokens\":4,\"min_tokens\":5", 0, 0, 0, 1, 4, 1, 5, 0, 0,
+         "min_tokens"},
+        {"\"max_tokens\":4,\"min_tokens\":4", 0, 0, 0, 1, 4, 1, 4, 0, 1, NULL},
+        {"\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\","
+         "\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]",
+         0, 0, 0, 0, 0, 0, 0, 17, 0, "stop"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct rt_gen_request h, g;
+        struct rt_request_error eh, eg;
+        memset(&h, 0, sizeof(h));
+        memset(&g, 0, sizeof(g));
+        char body[256];
+        snprintf(body, sizeof(body), "{\"prompt\":\"x\",%s}", cases[i].json);
+        int rh = rt_openai_parse_completion(&cfg, body, strlen(body), &h, &eh);
+        Tangram__V1__SamplingParams sp = TANGRAM__V1__SAMPLING_PARAMS__INIT;
+        if (cases[i].top_k_set) {
+            sp.top_k_opt_case = TANGRAM__V1__SAMPLING_PARAMS__TOP_K_OPT_TOP_K;
+            sp.top_k = cases[i].top_k;
+        }
+        sp.logprobs = (uint32_t)cases[i].logprobs;
+        if (cases[i].max_set) {
+            sp.max_tokens_opt_case =
+                TANGRAM__V1__SAMPLING_PARAMS__MAX_TOKENS_OPT_MAX_TOKENS;
+            sp.max_tokens = (uint32_t)cases[i].max;
+        }
+        if (cases[i].min_set) {
+            sp.min_tokens_opt_case =
+                TANGRAM__V1__SAMPLING_PARAMS__MIN_TOKENS_OPT_MIN_TOKENS;
+            sp.min_tokens = (uint32_t)cases[i].min;
+        }
+        sp.n_stop = (size_t)cases[i].n_stop;
+        sp.stop = stops;
+        Tangram__V1__GenerateRequest q = TANGRAM__V1__GENERATE_REQUEST__INIT;
+        q.prompt = "x";
+        q.sampling = &sp;
+        int rg = rt_api_grpc_convert(&cfg, &q, &g, &eg, &call);
+        if (cases[i].ok) {
+            assert_int_equal(rh, 0);
+            assert_int_equal(rg, 0);
+            assert_int_equal(h.q.sampling.top_k, g.q.sampling.top_k);
+            assert_int_equal(h.q.opts.logprobs, g.q.opts.logprobs);
+            assert_int_equal(h.q.opts.min_tokens, g.q.opts.min_tokens);
+        } else {
+            char want[64];
+            snprintf(want, sizeof(want), "sampling.%s", cases[i].param);
+            assert_int_not_equal(rh, 0);
+            assert_int_not_equal(rg, 0);
+            assert_string_equal(eh.param, cases[i].param);
+            assert_string_equal(eg.param, want);
+            if (strcmp(cases[i].param, "min_tokens") != 0) /* names both */
+                assert_string_equal(strchr(eh.message, ' '),
+                                    strchr(eg.message, ' '));
+        }
+        rt_gen_request_free(&h);
+        rt_gen_request_free(&g);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fields_one_table),
+        cmocka_unit_test(test_int_fields_one_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
  * escapes). Then syntax errors and unsupported constructs (named, with their
  * line), runtime errors as Jinja raises them, the limits on output, work and
  * macro depth, the parse limits, and jj_json_dumps_py. */
+#include <jansson.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

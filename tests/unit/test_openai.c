@@ -195,7 +195,7 @@ static void test_completion_defaults(void **state)
     assert_string_equal(r.q.prompt, "Hello");
     assert_int_equal(r.q.prompt_len, 5);
     assert_null(r.q.prompt_ids);
-    assert_null(r.messages);
+    assert_null(r.q.chat.messages);
     assert_true(r.q.add_special_tokens);
     const struct tg_sampling *s = &r.q.sampling;
     const struct rt_gen_opts *o = &r.q.opts;
@@ -282,15 +282,15 @@ static void test_n_and_sample_copy(void **state)
     assert_true(c.q.sampling.temperature == 0.5);
     assert_int_equal(c.q.opts.logprobs, 2);
     assert_string_equal(c.q.user, "u1");
-    assert_ptr_equal(c.q.tools, r.q.tools);
+    assert_ptr_equal(c.q.chat.tools, r.q.chat.tools);
     /* ... and nothing of the prompt or the session. */
-    assert_null(c.q.chat_messages);
+    assert_null(c.q.chat.messages);
     assert_null(c.q.prompt);
     assert_null(c.q.session_id);
     /* Each frees its own. */
     rt_gen_request_free(&r);
     assert_string_equal(c.q.opts.stop[0], "x");
-    assert_int_equal((int)json_array_size(c.q.tools), 1);
+    assert_int_equal((int)c.q.chat.tools->n, 1);
     rt_gen_request_free(&c);
 }
 
@@ -529,15 +529,15 @@ static void test_tokenize_requests(void **state)
     assert_string_equal(t.prompt, "");
     assert_true(t.add_special_tokens);
     assert_false(t.return_token_strs);
-    assert_null(t.messages);
+    assert_null(t.chat.messages);
     rt_tokenize_request_free(&t);
 
     const char *b2 = "{" MSG ",\"return_token_strs\":true}";
     assert_int_equal(
         rt_openai_parse_tokenize(&tt_openai_cfg, b2, strlen(b2), &t, &e), 0);
     assert_null(t.prompt);
-    assert_int_equal(t.n_messages, 1);
-    assert_string_equal(t.messages[0].content, "hi");
+    assert_int_equal(t.chat.n_messages, 1);
+    assert_string_equal(t.chat.messages[0].content, "hi");
     assert_false(t.add_special_tokens);
     assert_true(t.chat.add_generation_prompt);
     assert_true(t.return_token_strs);

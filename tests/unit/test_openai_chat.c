@@ -16,7 +16,28 @@
 #include <string.h>
 
 #include "common/base/tg_err.h"
+#include "common/chat/ct_template.h"
 #include "router/api/rt_openai.h"
+
+/* What a template sees of a conversation: `expr` (e.g. "messages") as
+ * transformers' tojson writes it, rendered by the renderer the server uses
+ * (ct_template_render_chat). Caller frees. */
+static char *view(const struct ct_chat *c, const char *expr)
+{
+    char src[128], err[256];
+    snprintf(src, sizeof(src), "{{ %s | tojson }}", expr);
+    struct ct_template t = {0};
+    assert_int_equal(
+        ct_template_load_text(&t, src, strlen(src), NULL, err, sizeof(err)), 0);
+    char *out = NULL;
+    size_t len = 0;
+    int rc = ct_template_render_chat(&t, c, &out, &len, err, sizeof(err));
+    if (rc != 0)
+        print_error("%s\n", err);
+    assert_int_equal(rc, 0);
+    ct_template_free(&t);
+    return out;
+}
 
 static const struct rt_openai_cfg CFG = {
     .served_model = "tiny",
@@ -126,45 +147,48 @@ static void test_chat_messages(void **state)
         print_error("%s (param %s)\n", e.message, e.param);
     assert_int_equal(rc, 0);
     assert_int_equal(r.endpoint, RT_ENDPOINT_CHAT);
-    assert_int_equal(r.n_messages, 6);
-    assert_int_equal(r.messages[0].role, RT_ROLE_SYSTEM);
-    assert_int_equal(r.messages[1].role, RT_ROLE_SYSTEM);
-    assert_string_equal(rt_role_name(r.messages[1].role), "system");
-    assert_int_equal(r.messages[2].role, RT_ROLE_USER);
-    assert_string_equal(r.messages[2].name, "ann");
-    assert_string_equal(r.messages[2].content, "part one\npart two");
-    assert_int_equal(r.messages[3].role, RT_ROLE_ASSISTANT);
-    assert_string_equal(r.messages[3].reasoning_content, "hmm");
-    assert_int_equal(r.messages[4].role, RT_ROLE_TOOL);
-    assert_string_equal(r.messages[4].tool_call_id, "call_1");
-    assert_string_equal(r.messages[5].content, "");
-    assert_null(r.messages[0].name);
+    assert_int_equal(r.q.chat.n_messages, 6);
+    assert_int_equal(r.q.chat.messages[0].role, CT_ROLE_SYSTEM);
+    assert_int_equal(r.q.chat.messages[1].role, CT_ROLE_SYSTEM);
+    assert_string_equal(ct_role_name(r.q.chat.messages[1].role), "system");
+    assert_int_equal(r.q.chat.messages[2].role, CT_ROLE_USER);
+    assert_string_equal(r.q.chat.messages[2].name, "ann");
+    assert_string_equal(r.q.chat.messages[2].content, "part one\npart two");
+    assert_int_equal(r.q.chat.messages[3].role, CT_ROLE_ASSISTANT);
+    assert_string_equal(r.q.chat.messages[3].reasoning_content, "hmm");
+    assert_int_equal(r.q.chat.messages[4].role, CT_ROLE_TOOL);
+    assert_string_equal(r.q.chat.messages[4].tool_call_id, "call_1");
+    assert_string_equal(r.q.chat.messages[5].content, "");
+    assert_null(r.q.chat.messages[0].name);
     assert_int_equal(r.q.opts.max_tokens, 20);
     assert_string_equal(r.q.max_tokens_param, "max_completion_tokens");
     assert_int_equal(r.q.opts.logprobs, 3);
     assert_true(r.q.chat.add_generation_prompt);
     assert_false(r.q.chat.continue_final_message);
-    assert_true(
-        json_is_false(json_object_get(r.q.chat.kwargs, "enable_thinking")));
-    assert_int_equal(
-        json_integer_value(json_object_get(r.q.chat.kwargs, "other")), 1);
+    assert_string_equal(r.q.chat.kwargs,
+                        "{\"enable_thinking\":false,\"other\":1}");
     assert_int_equal(r.tool_choice, RT_TOOL_CHOICE_NONE);
-    assert_int_equal(json_array_size(r.q.tools), 0);
+    assert_non_null(r.q.chat.tools);
+    assert_int_equal(r.q.chat.tools->n, 0);
     assert_false(r.q.add_special_tokens);
     /* the template's view: developer is system, parts joined, an empty
-     * tool_calls list dropped, optional members only when given */
-    char *view = json_dumps(r.q.chat_messages, JSON_COMPACT);
+     * tool_calls list dropped, optional members only when given; the
+     * kwargs are variables of their own */
+    char *v = view(&r.q.chat, "messages");
     assert_string_equal(
-        view, "[{\"role\":\"system\",\"content\":\"be brief\"},"
-              "{\"role\":\"system\",\"content\":\"dev\"},"
-              "{\"role\":\"user\",\"content\":\"part one\\npart two\","
-              "\"name\":\"ann\"},"
-              "{\"role\":\"assistant\",\"content\":\"ok\","
-              "\"reasoning_content\":\"hmm\"},"
-              "{\"role\":\"tool\",\"content\":\"42\",\"tool_call_id\":"
-              "\"call_1\"},"
-              "{\"role\":\"user\",\"content\":\"\"}]");
-    free(view);
+        v, "[{\"role\": \"system\", \"content\": \"be brief\"}, "
+           "{\"role\": \"system\", \"content\": \"dev\"}, "
+           "{\"role\": \"user\", \"content\": \"part one\\npart two\", "
+           "\"name\": \"ann\"}, "
+           "{\"role\": \"assistant\", \"content\": \"ok\", "
+           "\"reasoning_content\": \"hmm\"}, "
+           "{\"role\": \"tool\", \"content\": \"42\", \"tool_call_id\": "
+           "\"call_1\"}, "
+           "{\"role\": \"user\", \"content\": \"\"}]");
+    free(v);
+    v = view(&r.q.chat, "[enable_thinking, other, tools]");
+    assert_string_equal(v, "[false, 1, []]");
+    free(v);
     rt_gen_request_free(&r);
 
     const char *b2 = "{" MSG ",\"logprobs\":true,\"add_generation_prompt\":"
@@ -175,8 +199,7 @@ static void test_chat_messages(void **state)
     assert_int_equal(r.q.opts.logprobs, 0);
     assert_false(r.q.chat.add_generation_prompt);
     assert_true(r.q.chat.continue_final_message);
-    assert_true(
-        json_is_true(json_object_get(r.q.chat.kwargs, "enable_thinking")));
+    assert_string_equal(r.q.chat.kwargs, "{\"enable_thinking\":true}");
     rt_gen_request_free(&r);
 
     const char *b3 = "{" MSG ",\"top_logprobs\":0,\"max_tokens\":7}";
@@ -185,7 +208,7 @@ static void test_chat_messages(void **state)
     assert_int_equal(r.q.opts.max_tokens, 7);
     assert_string_equal(r.q.max_tokens_param, "max_tokens");
     assert_null(r.q.chat.kwargs);
-    assert_null(r.q.tools);
+    assert_null(r.q.chat.tools);
     assert_int_equal(r.tool_choice, RT_TOOL_CHOICE_AUTO);
     rt_gen_request_free(&r);
 }
@@ -213,20 +236,32 @@ static void test_chat_tools(void **state)
     if (rc)
         print_error("%s (param %s)\n", e.message, e.param);
     assert_int_equal(rc, 0);
-    assert_true(r.messages[1].content_null);
-    assert_string_equal(r.messages[1].content, "");
-    assert_int_equal(r.messages[1].n_tool_calls, 2);
+    assert_true(r.q.chat.messages[1].content_null);
+    assert_string_equal(r.q.chat.messages[1].content, "");
+    assert_int_equal(r.q.chat.messages[1].n_calls, 2);
     assert_int_equal(r.tool_choice, RT_TOOL_CHOICE_AUTO);
-    assert_int_equal(json_array_size(r.q.tools), 1);
+    assert_int_equal(r.q.chat.tools->n, 1);
+    assert_string_equal(r.q.chat.tools->v[0].name, "get_weather");
+    assert_string_equal(r.q.chat.tools->v[0].description, "Weather.");
+    assert_string_equal(r.q.chat.tools->v[0].parameters,
+                        "{\"type\":\"object\"}");
+    assert_false(r.q.chat.tools->v[0].strict);
     /* arguments parsed from their JSON string; a non-JSON string stays */
-    char *view = json_dumps(json_array_get(r.q.chat_messages, 1), JSON_COMPACT);
+    char *v = view(&r.q.chat, "messages[1]");
     assert_string_equal(
-        view, "{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":["
-              "{\"id\":\"call_1\",\"type\":\"function\",\"function\":{"
-              "\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}},"
-              "{\"id\":\"call_2\",\"type\":\"function\",\"function\":{"
-              "\"name\":\"f\",\"arguments\":\"not json\"}}]}");
-    free(view);
+        v, "{\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": ["
+           "{\"id\": \"call_1\", \"type\": \"function\", \"function\": {"
+           "\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}, "
+           "{\"id\": \"call_2\", \"type\": \"function\", \"function\": {"
+           "\"name\": \"f\", \"arguments\": \"not json\"}}]}");
+    free(v);
+    /* the tools as sent */
+    v = view(&r.q.chat, "tools");
+    assert_string_equal(
+        v, "[{\"type\": \"function\", \"function\": {\"name\": "
+           "\"get_weather\", \"description\": \"Weather.\", \"parameters\": "
+           "{\"type\": \"object\"}, \"strict\": false}}]");
+    free(v);
     rt_gen_request_free(&r);
 
     /* /tokenize takes tools too */
@@ -234,8 +269,8 @@ static void test_chat_tools(void **state)
     const char *b2 = "{" MSG ",\"tools\":[{\"type\":\"function\","
                      "\"function\":{\"name\":\"f\"}}]}";
     assert_int_equal(rt_openai_parse_tokenize(&CFG, b2, strlen(b2), &t, &e), 0);
-    assert_int_equal(json_array_size(t.tools), 1);
-    assert_int_equal(json_array_size(t.chat_messages), 1);
+    assert_int_equal(t.chat.tools->n, 1);
+    assert_int_equal(t.chat.n_messages, 1);
     rt_tokenize_request_free(&t);
 }
 

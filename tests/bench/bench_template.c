@@ -18,7 +18,12 @@
  *              cannot test `in` on None);
  *   chat-512   512 messages of ~600 bytes (not in --quick).
  * Each cell is the best of R runs of N renders (R = 3, N = 200, 20 for
- * chat-512; --quick: R = 1, N = 5). The template is compiled once before
+ * chat-512; --quick: R = 1, N = 5). Ours is timed as the router renders:
+ * the conversation value (common/chat/ct_chat.h, ct_template_render_chat,
+ * which builds the template's variables from it), and beside it the JSON
+ * form alone (ct_template_render): the "value" column is the share of the
+ * time the conversion takes, and both must give the same bytes. The
+ * template is compiled once before
  * timing on both sides (the router compiles at start-up; transformers caches
  * compiled templates). Prints renders per second of each engine, output
  * MB/s of ours and the speedup, and fails unless both engines produced the
@@ -165,12 +170,73 @@ static json_t *conversation(enum conv c, json_t **tools)
     return m;
 }
 
+/* s as a malloc'd string (a JSON string's text, any other value's JSON
+ * text), or NULL for NULL. */
+static char *text_of(const json_t *v)
+{
+    if (v == NULL || json_is_null(v))
+        return NULL;
+    char *t = json_is_string(v) ? strdup(json_string_value(v))
+                                : json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (t == NULL)
+        die("out of memory");
+    return t;
+}
+
+/* The conversation value of messages (and tools) as the router's front
+ * ends build it. */
+static void chat_of(const json_t *messages, const json_t *tools,
+                    struct ct_chat *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->add_generation_prompt = true;
+    size_t n = json_array_size(messages);
+    c->messages = calloc(n, sizeof(*c->messages));
+    if (c->messages == NULL)
+        die("out of memory");
+    c->n_messages = n;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *m = json_array_get(messages, i);
+        struct ct_message *o = &c->messages[i];
+        if (ct_role_from_name(json_string_value(json_object_get(m, "role")),
+                              &o->role) != 0)
+            die("bad role");
+        o->content = text_of(json_object_get(m, "content"));
+        if (o->content == NULL && (o->content = strdup("")) == NULL)
+            die("out of memory");
+        o->tool_call_id = text_of(json_object_get(m, "tool_call_id"));
+        const json_t *calls = json_object_get(m, "tool_calls");
+        o->n_calls = json_array_size(calls);
+        if (o->n_calls > 0 &&
+            (o->calls = calloc(o->n_calls, sizeof(*o->calls))) == NULL)
+            die("out of memory");
+        for (size_t k = 0; k < o->n_calls; k++) {
+            const json_t *x = json_array_get(calls, k);
+            const json_t *fn = json_object_get(x, "function");
+            o->calls[k].id = text_of(json_object_get(x, "id"));
+            o->calls[k].name = text_of(json_object_get(fn, "name"));
+            o->calls[k].arguments = text_of(json_object_get(fn, "arguments"));
+        }
+    }
+    if (tools == NULL)
+        return;
+    if ((c->tools = ct_tools_new(json_array_size(tools))) == NULL)
+        die("out of memory");
+    for (size_t i = 0; i < c->tools->n; i++) {
+        const json_t *t = json_array_get(tools, i);
+        c->tools->v[i].name = text_of(
+            json_object_get(json_object_get(t, "function"), "name"));
+        c->tools->v[i].spec = text_of(t);
+    }
+}
+
 struct cell {
     int t;
     enum conv c;
     json_t *messages, *tools;
+    struct ct_chat chat; /* the same conversation as the router holds it */
     int iters;
-    double ours_s;
+    double ours_s, json_s;
     char *out;
     size_t out_len;
     char out_path[600];
@@ -219,6 +285,7 @@ int main(int argc, char **argv)
         x->t = t;
         x->c = c;
         x->messages = conversation(x->c, &x->tools);
+        chat_of(x->messages, x->tools, &x->chat);
         x->iters = quick ? 5 : x->c == CONV_CHAT512 ? 20 : 200;
         tt_path(x->out_path, sizeof x->out_path, "%s/peer-%zu.txt", dir, i);
         tt_data_path(TEMPLATES[x->t].rel, path, sizeof path);
@@ -230,31 +297,52 @@ int main(int argc, char **argv)
             die("out of memory");
     }
 
-    /* Ours. */
+    /* Ours: the conversation value as the router renders it, and the JSON
+     * form alone (the same bytes). */
     const struct ct_render_opts ro = {.add_generation_prompt = true};
+    int bad = 0;
     for (size_t i = 0; i < n_cells; i++) {
         struct cell *x = &cells[i];
-        if (ct_template_render(&tmpl[x->t], x->messages, x->tools, &ro,
-                               &x->out, &x->out_len, err, sizeof err) != 0) {
+        char *js = NULL;
+        size_t js_len = 0;
+        if (ct_template_render_chat(&tmpl[x->t], &x->chat, &x->out,
+                                    &x->out_len, err, sizeof err) != 0 ||
+            ct_template_render(&tmpl[x->t], x->messages, x->tools, &ro, &js,
+                               &js_len, err, sizeof err) != 0) {
             fprintf(stderr, PROG ": %s %s: %s\n", TEMPLATES[x->t].name,
                     CONV_NAMES[x->c], err);
             return 1;
         }
-        double best = 0;
-        for (int r = 0; r < repeats; r++) {
-            double t0 = tt_now_s();
-            for (int k = 0; k < x->iters; k++) {
-                char *o = NULL;
-                size_t n = 0;
-                if (ct_template_render(&tmpl[x->t], x->messages, x->tools,
-                                       &ro, &o, &n, err, sizeof err) != 0)
-                    die(err);
-                free(o);
-            }
-            double dt = tt_now_s() - t0;
-            best = r == 0 || dt < best ? dt : best;
+        if (js_len != x->out_len || memcmp(js, x->out, js_len) != 0) {
+            fprintf(stderr, PROG ": %s %s: the conversation value renders "
+                            "differently from its JSON form\n",
+                    TEMPLATES[x->t].name, CONV_NAMES[x->c]);
+            bad = 1;
         }
-        x->ours_s = best;
+        free(js);
+        for (int form = 0; form < 2; form++) {
+            double best = 0;
+            for (int r = 0; r < repeats; r++) {
+                double t0 = tt_now_s();
+                for (int k = 0; k < x->iters; k++) {
+                    char *o = NULL;
+                    size_t n = 0;
+                    int rc = form == 0
+                                 ? ct_template_render_chat(&tmpl[x->t],
+                                                           &x->chat, &o, &n,
+                                                           err, sizeof err)
+                                 : ct_template_render(&tmpl[x->t], x->messages,
+                                                      x->tools, &ro, &o, &n,
+                                                      err, sizeof err);
+                    if (rc != 0)
+                        die(err);
+                    free(o);
+                }
+                double dt = tt_now_s() - t0;
+                best = r == 0 || dt < best ? dt : best;
+            }
+            *(form == 0 ? &x->ours_s : &x->json_s) = best;
+        }
     }
 
     /* The peer, one process for every cell. */
@@ -270,10 +358,9 @@ int main(int argc, char **argv)
     if (peer == NULL)
         die("cannot start the peer (python3-jinja2)");
 
-    printf("%-10s %-9s %5s %9s %12s %12s %9s %8s %5s\n", "template",
+    printf("%-10s %-9s %5s %9s %12s %12s %9s %8s %6s %5s\n", "template",
            "chat", "msgs", "bytes", "ours r/s", "jinja2 r/s", "ours MB/s",
-           "speedup", "same");
-    int bad = 0;
+           "speedup", "value", "same");
     double log_sum = 0;
     for (size_t i = 0; i < n_cells; i++) {
         struct cell *x = &cells[i];
@@ -304,10 +391,12 @@ int main(int argc, char **argv)
         double mbs = (double)x->out_len * x->iters / x->ours_s / 1e6;
         double speedup = ours_rps / peer_rps;
         log_sum += log(speedup);
-        printf("%-10s %-9s %5zu %9zu %12.0f %12.0f %9.1f %7.2fx %5s\n",
+        /* the conversion's share of the serving path's time */
+        double value = x->ours_s > x->json_s ? 1.0 - x->json_s / x->ours_s : 0;
+        printf("%-10s %-9s %5zu %9zu %12.0f %12.0f %9.1f %7.2fx %5.1f%% %5s\n",
                TEMPLATES[x->t].name, CONV_NAMES[x->c],
                json_array_size(x->messages), x->out_len, ours_rps, peer_rps,
-               mbs, speedup, same ? "yes" : "NO");
+               mbs, speedup, 100.0 * value, same ? "yes" : "NO");
     }
     int prc = pclose(peer);
     printf("geometric mean speedup over %zu cells: %.2fx\n", n_cells,
@@ -322,6 +411,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n_cells; i++) {
         json_decref(cells[i].messages);
         json_decref(cells[i].tools);
+        ct_chat_free(&cells[i].chat);
         free(cells[i].out);
     }
     free(cells);

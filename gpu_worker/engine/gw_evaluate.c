@@ -359,7 +359,8 @@ struct turn_rows {
     int fd;         /* the rows file */
     float *buf;     /* (V) full KV's row read back */
     struct gw_eval_acc *one;
-    int io_err; /* errno of a failed read or write */
+    int io_err;   /* errno of a failed read or write */
+    double *kl_s; /* the profile's seconds in here */
 };
 
 static void on_row(void *ud, int64_t pos, const float *row, int V)
@@ -367,6 +368,7 @@ static void on_row(void *ud, int64_t pos, const float *row, int V)
     struct turn_rows *x = ud;
     if (x->io_err != 0 || pos < x->sp->begin || pos >= x->sp->end)
         return;
+    double t0 = now_s();
     int64_t ai = x->a_turn + (pos - x->sp->begin);
     double lse;
     int32_t top;
@@ -376,6 +378,7 @@ static void on_row(void *ud, int64_t pos, const float *row, int V)
         x->c->lse[ai] = lse;
         x->c->top1[ai] = top;
         x->io_err = rows_io(x->fd, (void *)row, bytes, x->c->a0 + ai, 1);
+        *x->kl_s += now_s() - t0;
         return;
     }
     if ((x->io_err = rows_io(x->fd, x->buf, bytes, x->c->a0 + ai, 0)) != 0)
@@ -383,6 +386,7 @@ static void on_row(void *ud, int64_t pos, const float *row, int V)
     double kl = kl_exact(x->buf, x->c->lse[ai], row, lse, V);
     x->one->kl += kl;
     x->one->top1_agree += top == x->c->top1[ai];
+    *x->kl_s += now_s() - t0;
     if (x->o->on_token != NULL)
         x->o->on_token(x->o->on_token_ud, x->profile, x->sp->ids, (int)pos, kl);
 }
@@ -450,7 +454,8 @@ static int run_conv(struct gw_engine *e, const struct gw_eval_opts *o,
                                  .a_turn = a,
                                  .fd = fd,
                                  .buf = buf,
-                                 .one = &one};
+                                 .one = &one,
+                                 .kl_s = &p->kl_seconds};
         struct gw_gen_params gp = {.max_tokens = 0,
                                    .sampling = TG_SAMPLING_OFF,
                                    .prompt_logprobs = 1,

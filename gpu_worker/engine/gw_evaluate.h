@@ -59,6 +59,9 @@ struct gw_eval_profile {
                                   turn's rendering and request, and the
                                   continuations */
     double seconds;      /* wall time of this profile's runs */
+    double kl_seconds;   /* of which in the exact KL's host work: full
+                            KV's rows written (its run) or read back and
+                            met (a profile's), log-sum-exps included */
     struct gw_eval_acc all;
     struct gw_eval_acc *turn; /* (n_turn) by assistant turn index */
     int n_turn;

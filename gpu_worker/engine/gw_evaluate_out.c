@@ -73,6 +73,7 @@ void gw_eval_print(const struct gw_eval_result *r, FILE *f)
                 i == 0 ? "full KV" : p->path, p->target_ratio, p->conversations,
                 (long long)p->prefilled, p->seconds,
                 ratio((double)p->prefilled, p->seconds));
+        fprintf(f, ", %.1f s of it the KL's rows", p->kl_seconds);
         if (p->calibrated > 0)
             fprintf(f, "; calibrated in %.1f s", p->calib_seconds);
         fprintf(f, ")\n");
@@ -119,13 +120,14 @@ json_t *gw_eval_json(const struct gw_eval_result *r)
             if (json_array_append_new(turns, acc_json(&p->turn[t])) != 0)
                 bad = 1;
         json_t *o = json_pack(
-            "{s:s, s:b, s:f, s:o, s:f, s:i, s:I, s:f, s:o, s:o}", "profile",
-            p->path, "full_kv", i == 0, "target_ratio", p->target_ratio,
-            "calibrated_ratio",
+            "{s:s, s:b, s:f, s:o, s:f, s:i, s:I, s:f, s:f, s:o, s:o}",
+            "profile", p->path, "full_kv", i == 0, "target_ratio",
+            p->target_ratio, "calibrated_ratio",
             p->calibrated > 0 ? json_real(p->calibrated) : json_null(),
             "calibration_seconds", p->calib_seconds, "conversations",
             p->conversations, "tokens_run", (json_int_t)p->prefilled, "seconds",
-            p->seconds, "all", acc_json(&p->all), "turns", turns);
+            p->seconds, "kl_seconds", p->kl_seconds, "all", acc_json(&p->all),
+            "turns", turns);
         if (o == NULL || json_array_append_new(ps, o) != 0)
             bad = 1;
     }
@@ -196,20 +198,29 @@ static void axes(FILE *f, const struct area *a, const char *title,
     fprintf(f,
             "<text transform='translate(%.1f,%.1f) rotate(-90)' "
             "text-anchor='middle'>%s</text>\n",
-            a->x0 - 52, a->y0 + a->h / 2, ylabel);
+            a->x0 - 56, a->y0 + a->h / 2, ylabel);
     if (a->ymin < 0) /* no loss: a gain shows below this line */
         fprintf(f,
                 "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' stroke='#888' "
                 "stroke-dasharray='4 3'/>\n",
                 a->x0, a->x0 + a->w, py(a, 0), py(a, 0));
-    for (int i = 0; i <= 4; i++) {
+    for (int i = 0; i <= 4; i++) { /* x: 0..100 % or turns 1..T */
         double x = a->xmin + (a->xmax - a->xmin) * i / 4.0;
-        double y = a->ymin + (a->ymax - a->ymin) * i / 4.0;
         if (!xticks_int || fabs(x - round(x)) < 1e-9)
             fprintf(f,
                     "<text x='%.1f' y='%.1f' text-anchor='middle' "
-                    "font-size='11'>%.*f</text>\n",
-                    px(a, x), a->y0 + a->h + 16, xticks_int ? 0 : 2, x);
+                    "font-size='11'>%.0f</text>\n",
+                    px(a, x), a->y0 + a->h + 16, x);
+    }
+    /* y: a round step (1, 2 or 5 x 10^k) giving at most 6 lines, at its
+     * multiples, so 0 is one of them and the labels stay short. */
+    double span = a->ymax - a->ymin, step = pow(10, floor(log10(span / 4)));
+    if (span / step > 20)
+        step *= 5;
+    else if (span / step > 8)
+        step *= 2;
+    for (double k = ceil(a->ymin / step); k * step <= a->ymax; k++) {
+        double y = fabs(k) < 0.5 ? 0.0 : k * step;
         fprintf(f,
                 "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' "
                 "stroke='#eee'/>\n<text x='%.1f' y='%.1f' text-anchor='end' "

@@ -12,13 +12,16 @@
 
 #include "common/base/tg_config.h"
 #include "common/profile/pf_profile.h"
+#include "gpu_worker/engine/gw_engine.h" /* gw_method_parse */
 #include "gpu_worker/engine/gw_evaluate.h"
 #include "profiles/profile_cli.h"
 
 struct eval_args {
-    char *model, *data, *profiles, *json_out, *plot;
+    char *model, *data, *profiles, *json_out, *plot, *ratios, *samples, *method,
+        *tmp_dir;
+    double alpha;
     int backend;
-    int64_t chunk, page, hpg, threads, cont, kl_top, max_tokens, max_conv;
+    int64_t chunk, page, hpg, threads, cont, max_tokens, max_conv;
 };
 
 #define EV_OFF(f, t) TG_CONFIG_OFFSET(struct eval_args, f, t)
@@ -41,9 +44,44 @@ static const struct tg_config_entry eval_table[] = {
      .type = TG_CONFIG_STRING,
      .offset = EV_OFF(profiles, char *),
      .metavar = "P.json",
-     .flags = TG_CONFIG_REQUIRED,
      .help = "Profile to compare with full KV; give it several times (or "
              "a comma-separated list) for several."},
+    {.name = "ratio",
+     .type = TG_CONFIG_STRING,
+     .offset = EV_OFF(ratios, char *),
+     .metavar = "r,r,...",
+     .help = "Also calibrate the model's profile at each ratio in (0, 1] "
+             "(as `calibrate --ratio r` with --samples, --method, --alpha "
+             "and --heads-per-group) and compare it; no file is kept."},
+    {.name = "samples",
+     .type = TG_CONFIG_STRING,
+     .offset = EV_OFF(samples, char *),
+     .metavar = "FILE.jsonl",
+     .help = "Calibration samples of the --ratio profiles (text, messages "
+             "or prompt_ids lines); default --data."},
+    {.name = "method",
+     .type = TG_CONFIG_STRING,
+     .def = "snapkv",
+     .offset = EV_OFF(method, char *),
+     .metavar = "M",
+     .help = "Scoring method of the --ratio profiles: snapkv, keydiff or "
+             "expected_attention."},
+    {.name = "alpha",
+     .type = TG_CONFIG_DOUBLE,
+     .def = "2",
+     .min = 0,
+     .max = 1e9,
+     .offset = EV_OFF(alpha, double),
+     .metavar = "A",
+     .help = "Alpha of the --ratio profiles: budget = min(1, mean + A x "
+             "std)."},
+    {.name = "tmp-dir",
+     .type = TG_CONFIG_STRING,
+     .offset = EV_OFF(tmp_dir, char *),
+     .metavar = "DIR",
+     .help = "Where full KV's logits rows (4 x vocab bytes per assistant "
+             "token, for the exact KL) and the --ratio profiles go while "
+             "the run lasts; default $TMPDIR, else /tmp."},
     {.name = "backend",
      .type = TG_CONFIG_ENUM,
      .def = "cpu",
@@ -73,7 +111,8 @@ static const struct tg_config_entry eval_table[] = {
      .max = PF_MAX_HEADS,
      .offset = EV_OFF(hpg, int64_t),
      .metavar = "N",
-     .help = "H_p of the full-KV run (profiles carry their own)."},
+     .help = "H_p of the full-KV run and of the --ratio profiles "
+             "(profile files carry their own)."},
     {.name = "threads",
      .type = TG_CONFIG_INT,
      .def = "0",
@@ -91,14 +130,6 @@ static const struct tg_config_entry eval_table[] = {
      .metavar = "N",
      .help = "Greedy tokens generated at each turn's start and compared "
              "with full KV's (0: none)."},
-    {.name = "kl-top",
-     .type = TG_CONFIG_INT,
-     .def = "20",
-     .min = 1,
-     .max = 20,
-     .offset = EV_OFF(kl_top, int64_t),
-     .metavar = "K",
-     .help = "Alternatives per position the KL lower bound uses."},
     {.name = "max-tokens",
      .type = TG_CONFIG_INT,
      .def = "4096",
@@ -144,25 +175,48 @@ static int eval_run(struct eval_args *a)
     if (a->plot != NULL && (n < 4 || strcmp(a->plot + n - 4, ".svg") != 0))
         return profile_cli_usage_error("--plot writes SVG: name a .svg file");
     const char *list[64];
-    int np = 0;
-    for (char *tok = strtok(a->profiles, ","); tok != NULL;
-         tok = strtok(NULL, ","))
+    double ratios[64];
+    int np = 0, nr = 0;
+    for (char *tok = a->profiles != NULL ? strtok(a->profiles, ",") : NULL;
+         tok != NULL; tok = strtok(NULL, ","))
         if (*tok != '\0' && np < 64)
             list[np++] = tok;
-    if (np == 0)
-        return profile_cli_usage_error("--profile: no profile given");
+    for (char *tok = a->ratios != NULL ? strtok(a->ratios, ",") : NULL;
+         tok != NULL; tok = strtok(NULL, ",")) {
+        char *end;
+        double r = strtod(tok, &end);
+        if (end == tok || *end != '\0' || !(r > 0 && r <= 1) || nr == 64)
+            return profile_cli_usage_error(
+                "--ratio: a comma-separated list of at most 64 keep ratios "
+                "in (0, 1]");
+        ratios[nr++] = r;
+    }
+    if (np + nr == 0)
+        return profile_cli_usage_error("no profile given: name profile files "
+                                       "with --profile or ratios with "
+                                       "--ratio");
+    enum tg_score_method m;
+    if (nr > 0 && (gw_method_parse(a->method, &m) != 0 || m == TG_SCORE_GVOTE))
+        return profile_cli_usage_error(
+            "--method: snapkv, keydiff or expected_attention (a --ratio "
+            "profile needs a scoring method: gvote has no ratio)");
     struct gw_eval_opts o = {
         .model_dir = a->model,
         .data_path = a->data,
         .profiles = list,
         .n_profiles = np,
+        .ratios = ratios,
+        .n_ratios = nr,
+        .samples_path = a->samples,
+        .calib_method = a->method,
+        .calib_alpha = a->alpha,
+        .tmp_dir = a->tmp_dir,
         .backend = (enum gw_backend_kind)a->backend,
         .prefill_chunk = (int)a->chunk,
         .page_size = (int)a->page,
         .heads_per_group = (int)a->hpg,
         .n_threads = (int)a->threads,
         .continuation = (int)a->cont,
-        .kl_top = (int)a->kl_top,
         .max_tokens = (int)a->max_tokens,
         .max_conversations = (int)a->max_conv,
         .stop = &eval_stop,

@@ -19,7 +19,8 @@
  *                          [--prefill-chunk C] [--seed N] ... -o OUT
  *   (calibrate also takes --backend cpu|cuda: the forward pass of the runs)
  *   tangram-profile evaluate --model DIR --data FILE.jsonl --profile A.json
- *                          [--profile B.json ...] [--backend cpu|cuda]
+ *                          [--profile B.json ...] [--ratio 0.5,0.25
+ *                          [--samples FILE.jsonl]] [--backend cpu|cuda]
  *                          [--json FILE] [--plot FILE.svg] ...
  *
  * JSON results go to stdout, errors to stderr; exit status 0 on success, 1
@@ -882,11 +883,12 @@ static const struct command commands[] = {
     {"evaluate", profile_cli_evaluate,
      "Measure what profiles cost in quality and save in KV memory on "
      "conversations, against full KV: a table, --json and --plot (SVG).",
-     PROG " evaluate --model DIR --data FILE.jsonl --profile P.json "
-          "[--profile Q.json ...] [--backend cpu|cuda] [--prefill-chunk 512] "
-          "[--page-size 16] [--continuation 16] [--kl-top 20] "
-          "[--max-tokens 4096] [--max-conversations N] [--json FILE] "
-          "[--plot FILE.svg]"},
+     PROG " evaluate --model DIR --data FILE.jsonl (--profile P.json "
+          "[--profile Q.json ...] | --ratio r[,r...] | both) [--samples "
+          "FILE.jsonl] [--method snapkv] [--alpha 2] [--heads-per-group 1] "
+          "[--backend cpu|cuda] [--prefill-chunk 512] [--page-size 16] "
+          "[--continuation 16] [--max-tokens 4096] [--max-conversations N] "
+          "[--tmp-dir DIR] [--json FILE] [--plot FILE.svg]"},
     {"tp", cmd_tp,
      "Print the heads (and groups) of each tensor-parallel rank as JSON.",
      PROG " tp --profile P --ranks T"},

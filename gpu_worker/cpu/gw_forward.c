@@ -326,7 +326,7 @@ static int final_logits(struct gw_runtime *rt, int first, int m, float *out,
  * blocks of GW_LP_BLOCK rows so the (rows, V) logits never get large.
  * Every rank runs the same blocks (targets are known everywhere); lp is
  * written on rank 0. */
-static int prompt_logprobs(struct gw_runtime *rt, int n,
+static int prompt_logprobs(struct gw_runtime *rt, int64_t start, int n,
                            const struct gw_prefill_out *po, char *err,
                            size_t errlen)
 {
@@ -347,6 +347,13 @@ static int prompt_logprobs(struct gw_runtime *rt, int n,
         TG_TRY(final_logits(rt, i0, m, rt->lp_logits, err, errlen));
         if (!is_root(rt))
             continue;
+        for (int i = 0; po->on_row != NULL && i < m; i++) {
+            int64_t pos = start + i0 + i + 1;
+            if (targets[i0 + i] >= 0 && pos >= po->row_from)
+                po->on_row(po->row_ud, pos,
+                           rt->lp_logits + (size_t)i * (size_t)md->vocab,
+                           md->vocab);
+        }
         float out[GW_LP_BLOCK];
         if (po->rank == NULL) {
             TG_TRY(rt->ops->logprobs(rt->be, rt->lp_logits, m, md->vocab, tgt,
@@ -502,7 +509,7 @@ int gw_forward_prefill(struct gw_runtime *rt, struct gw_seq *seq,
     /* Each layer appended at its rows' old lengths; they grow now. */
     gw_chunk_advance(seq, lay, rt->keep_rows, n);
     if (out != NULL && out->lp_targets != NULL)
-        TG_TRY(prompt_logprobs(rt, n, out, err, errlen));
+        TG_TRY(prompt_logprobs(rt, start, n, out, err, errlen));
     if (out != NULL && out->want_logits)
         TG_TRY(final_logits(rt, n - 1, 1, out->last_logits, err, errlen));
     return 0;

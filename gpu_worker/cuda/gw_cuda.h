@@ -250,7 +250,8 @@ struct gw_cuda {
     float *p_lp;                       /* pinned (GW_CUDA_LP_BLOCK) */
     int32_t *p_rank, *p_ptop_ids;      /* pinned mirrors of rank_d, */
     float *p_ptop_lps;                 /* ptop_ids_d and ptop_lps_d */
-    float *lp_host;                    /* (GW_CUDA_LP_BLOCK, V), T > 1 */
+    float *lp_host;                    /* (GW_CUDA_LP_BLOCK, V), T > 1 or
+                                          whole rows asked (on_row) */
 
     struct tg_cuda_split_map *splits;  /* owned */
 

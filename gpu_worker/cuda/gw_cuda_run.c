@@ -204,8 +204,20 @@ static int prompt_top_dev(struct gw_cuda *c, int i0, int m,
  * final-normed rows), GW_CUDA_LP_BLOCK rows per LM-head GEMM. Blocks
  * without a target are skipped on every rank alike (the targets are the
  * same everywhere); results go to out->lp on rank 0. */
-static int prompt_lp(struct gw_cuda *c, int n, const struct gw_prefill_out *out,
-                     char *err, size_t errlen)
+/* out->on_row for the rows of a block whose logits are in c->lp_host. */
+static void rows_to_caller(const struct gw_cuda *c, int64_t start, int i0,
+                           int m, const struct gw_prefill_out *out)
+{
+    int V = c->model->vocab;
+    for (int i = 0; out->on_row != NULL && i < m; i++) {
+        int64_t pos = start + i0 + i + 1;
+        if (out->lp_targets[i0 + i] >= 0 && pos >= out->row_from)
+            out->on_row(out->row_ud, pos, c->lp_host + (size_t)i * V, V);
+    }
+}
+
+static int prompt_lp(struct gw_cuda *c, int64_t start, int n,
+                     const struct gw_prefill_out *out, char *err, size_t errlen)
 {
     const struct gw_model *md = c->model;
     int V = md->vocab, rank0 = md->rank == 0;
@@ -213,7 +225,7 @@ static int prompt_lp(struct gw_cuda *c, int n, const struct gw_prefill_out *out,
     cudaStream_t st = STREAM(c);
     /* Before the first collective: a failure here must not leave rank 0
      * one all-gather short of its peers. */
-    if (rank0 && md->world > 1 && c->lp_host == NULL &&
+    if (rank0 && (md->world > 1 || out->on_row != NULL) && c->lp_host == NULL &&
         (c->lp_host = malloc((size_t)GW_CUDA_LP_BLOCK * (size_t)V * 4)) == NULL)
         return tg_err_set(err, errlen, TG_ENOMEM, "out of host memory");
     GW_WAIT_TRY(c); /* p_pos / p_ids are free again */
@@ -230,6 +242,14 @@ static int prompt_lp(struct gw_cuda *c, int n, const struct gw_prefill_out *out,
         if (!rank0) {
             GW_WAIT_TRY(c);
         } else if (md->world <= 1) {
+            /* The caller's whole rows first, before any reduction runs
+             * over the logits; only blocks that reach row_from. */
+            if (out->on_row != NULL && start + i0 + m >= out->row_from) {
+                rc = gw_cuda__logits_to_host(c, m, m, c->lp_host, err, errlen);
+                if (rc != 0)
+                    return rc;
+                rows_to_caller(c, start, i0, m, out);
+            }
             for (int i = 0; i < m; i++)
                 c->p_pos[i] = tg[i0 + i] >= 0 ? tg[i0 + i] : 0;
             GW_CU_TRY(cudaMemcpyAsync(c->tgt_d, c->p_pos, (size_t)m * 4,
@@ -250,6 +270,7 @@ static int prompt_lp(struct gw_cuda *c, int n, const struct gw_prefill_out *out,
             rc = gw_cuda__logits_to_host(c, m, m, c->lp_host, err, errlen);
             if (rc != 0)
                 return rc;
+            rows_to_caller(c, start, i0, m, out);
             for (int i = 0; i < m; i++) {
                 if (tg[i0 + i] < 0)
                     continue;
@@ -344,7 +365,7 @@ int gw_cuda_prefill(struct gw_cuda *c, struct gw_seq *seq, const int32_t *ids,
     if (want_last || want_lp) {
         if ((rc = gw_cuda__final_norm(c, n, err, errlen)) != 0)
             return rc;
-        if (want_lp && (rc = prompt_lp(c, n, out, err, errlen)) != 0)
+        if (want_lp && (rc = prompt_lp(c, start, n, out, err, errlen)) != 0)
             return rc;
         if (want_last) {
             if ((rc = gw_cuda__lm_head(c, n - 1, 1, err, errlen)) != 0)

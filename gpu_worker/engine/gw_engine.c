@@ -425,7 +425,8 @@ static int take_prompt_lps(const struct gw_engine *e, struct gw_gen_result *res,
  * step of the one-slot plan; the accounting follows every chunk. */
 static int prefill(struct gw_engine *e, struct gen_run *g,
                    const int32_t *prompt, int n_prompt, int32_t *targets,
-                   struct gw_gen_result *res, char *err, size_t errlen)
+                   const struct gw_gen_params *p, struct gw_gen_result *res,
+                   char *err, size_t errlen)
 {
     const struct kv_layout *kv = &e->layout;
     struct kv_seq *view = &e->step.slots[0].kv;
@@ -456,6 +457,9 @@ static int prefill(struct gw_engine *e, struct gen_run *g,
         g->en.prompt_lp = detail;
         g->en.prompt_top = detail ? res->prompt_n_top : 0;
         g->en.lp_next = detail && !last ? prompt[off + n] : -1;
+        g->en.lp_row = res->prompt_lp != NULL ? p->prompt_rows : NULL;
+        g->en.lp_row_ud = p->prompt_rows_ud;
+        g->en.lp_row_from = p->prompt_rows_from;
         rc = run_entry(e, g, 1, err, errlen);
         if (rc == 0 && detail)
             rc = take_prompt_lps(e, res, err, errlen);
@@ -481,6 +485,8 @@ static int prefill(struct gw_engine *e, struct gen_run *g,
     g->en.prompt_lp = 0;
     g->en.prompt_top = 0;
     g->en.lp_next = -1;
+    g->en.lp_row = NULL;
+    g->en.lp_row_ud = NULL;
     return rc;
 }
 
@@ -557,7 +563,7 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt, int n_prompt,
         goto out;
 
     double t_pre = now_seconds();
-    rc = prefill(e, &g, prompt, n_prompt, targets, res, err, errlen);
+    rc = prefill(e, &g, prompt, n_prompt, targets, p, res, err, errlen);
     if (rc != 0)
         goto out;
     res->prefill_seconds = now_seconds() - t_pre;

@@ -117,6 +117,14 @@ struct gw_gen_params {
                                   > 0: also every position's rank and
                                   that many alternatives (the worker's
                                   prompt_lp path, as the API asks it) */
+    gw_logits_row_fn prompt_rows; /* with prompt_logprobs, optional: shown
+                                  the raw logits row (vocab floats) that
+                                  predicts each prompt position >=
+                                  prompt_rows_from, in order, as the
+                                  prefill computes it (on CUDA each such
+                                  block comes to the host) */
+    void *prompt_rows_ud;
+    int prompt_rows_from;
     int ignore_eos;            /* do not stop at the model's eos ids */
     const int32_t *stop_ids;   /* extra stop ids (borrowed) */
     int n_stop;

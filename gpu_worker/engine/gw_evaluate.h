@@ -12,9 +12,14 @@
  *
  * Runs profile by profile (one engine, hence one copy of the weights, at
  * a time): full KV over every conversation first, keeping what the
- * comparisons need of it (per assistant token its value and top
- * alternatives; per turn the greedy continuation and the pages), then
- * each profile. Deterministic: greedy, seed 0, the same chunks.
+ * comparisons need of it (per assistant token its value, its top-1 id and
+ * its log-normalizer in memory, 16 bytes; its whole logits row, 4 x vocab
+ * bytes, in an unlinked temporary file; per turn the greedy continuation
+ * and the pages), then each profile, whose rows meet full KV's read back
+ * one at a time: the KL divergence is exact over the whole vocabulary
+ * with one row of memory. Profiles asked for by ratio are calibrated
+ * first, in process, as `tangram-profile calibrate` makes them
+ * (gw_calibrate_files). Deterministic: greedy, seed 0, the same chunks.
  */
 #ifndef GW_EVALUATE_H
 #define GW_EVALUATE_H
@@ -35,20 +40,28 @@ struct gw_eval_acc {
     double nll;         /* sum of -log P(token) under the profile */
     double nll_full;    /* the same tokens under full KV */
     int64_t top1_agree; /* tokens whose most likely id equals full KV's */
-    double kl;          /* sum of the KL(full || profile) lower bounds */
+    double kl;          /* sum of KL(full || profile) of the next-token
+                           distributions, exact over the whole vocabulary
+                           (in double, from the raw logits rows) */
     double pages;       /* sum of the pages held at the turn's end */
     double pages_full;  /* the same under full KV */
     int64_t greedy;     /* sum of the greedy agreement lengths */
 };
 
 struct gw_eval_profile {
-    char *path;          /* the profile file; "none" for full KV */
+    char *path;          /* the profile file; "none" for full KV; for a
+                            --ratio profile "ratio R (METHOD)" */
     double target_ratio; /* the profile's (1 for full KV) */
+    double calibrated;   /* the ratio it was calibrated at (0: a file) */
+    double calib_seconds; /* wall time of that calibration */
     int conversations;   /* evaluated (fewer when interrupted) */
     int64_t prefilled;   /* tokens run through the model: every
                                   turn's rendering and request, and the
                                   continuations */
     double seconds;      /* wall time of this profile's runs */
+    double kl_seconds;   /* of which in the exact KL's host work: full
+                            KV's rows written (its run) or read back and
+                            met (a profile's), log-sum-exps included */
     struct gw_eval_acc all;
     struct gw_eval_acc *turn; /* (n_turn) by assistant turn index */
     int n_turn;
@@ -61,11 +74,18 @@ struct gw_eval_result {
     int skipped;       /* not scorable (see gw_evaluate_run) */
     int interrupted;   /* *stop was seen: partial results */
     int continuation;  /* greedy tokens compared per turn end */
-    int kl_top;        /* alternatives of the KL bound */
+    int vocab;         /* the model's: the KL's support */
+    int64_t row_bytes; /* temporary file space full KV's rows took */
 };
 
 typedef void (*gw_eval_progress_fn)(void *ud, int profile, int n_profiles,
                                     int done, int total);
+
+/* Shown every scored assistant token of a compared profile (profile >= 1
+ * in the result's order): the turn's ids, the token's position q in them
+ * and its KL(full || profile); for tests and per-token dumps. */
+typedef void (*gw_eval_token_fn)(void *ud, int profile, const int32_t *ids,
+                                 int q, double kl);
 
 struct gw_eval_opts {
     const char *model_dir;
@@ -75,13 +95,23 @@ struct gw_eval_opts {
                                   system) */
     const char *const *profiles; /* (n_profiles) profile files */
     int n_profiles;
+    const double *ratios; /* (n_ratios) in (0, 1]: profiles calibrated
+                              at these ratios, evaluated after the files */
+    int n_ratios;
+    const char *samples_path; /* their calibration samples (gw_calibrate.h
+                                 format); NULL: data_path */
+    const char *calib_method; /* their scoring method; NULL: snapkv */
+    double calib_alpha;       /* their alpha (B = mean + alpha x std) */
+    const char *tmp_dir;      /* full KV's rows and the calibrated profiles go
+                            in a new folder here, removed at the end;
+                            NULL: $TMPDIR, else /tmp */
     enum gw_backend_kind backend;
     int prefill_chunk;     /* C, as the server's --prefill-chunk */
     int page_size;         /* P */
-    int heads_per_group;   /* H_p of the full-KV run */
+    int heads_per_group;   /* H_p of the full-KV run and of the
+                              calibrated profiles */
     int n_threads;         /* <= 0: all */
     int continuation;      /* greedy tokens at each turn end, 0..256 */
-    int kl_top;            /* 1 .. GW_PROMPT_MAX_TOP */
     int max_tokens;        /* conversations longer are cut here
                                   (their last turns dropped) */
     int max_conversations; /* 0: all */
@@ -89,14 +119,18 @@ struct gw_eval_opts {
                                   running and return the partial result */
     gw_eval_progress_fn progress;
     void *progress_ud;
+    gw_eval_token_fn on_token; /* optional */
+    void *on_token_ud;
 };
 
 /* Runs the evaluation (above) into *res (freed with gw_eval_result_free,
  * also after a failure). A conversation is skipped (counted) when it has
  * no assistant turn or when its template does not render turn by turn as
- * prefixes of the whole (then its turn boundaries are unknown). Returns
- * 0 (also when interrupted) or the first error naming the file, line or
- * profile. */
+ * prefixes of the whole (then its turn boundaries are unknown). Full
+ * KV's rows need 4 x vocab bytes per assistant token of temporary space:
+ * checked against the folder's free space before they are written
+ * (TG_ENOSPC naming both). Returns 0 (also when interrupted) or the first
+ * error naming the file, line, profile or ratio. */
 int gw_evaluate_run(const struct gw_eval_opts *o, struct gw_eval_result *res,
                     char *err, size_t errlen);
 

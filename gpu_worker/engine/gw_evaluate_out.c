@@ -61,21 +61,25 @@ void gw_eval_print(const struct gw_eval_result *r, FILE *f)
 {
     fprintf(f,
             "%d conversations read, %d skipped%s; greedy continuation %d "
-            "tokens; KL bound over the top %d\n",
+            "tokens; KL exact over %d ids (%.1f MiB of full KV's rows)\n",
             r->conversations, r->skipped,
             r->interrupted ? " (INTERRUPTED: partial results)" : "",
-            r->continuation, r->kl_top);
+            r->continuation, r->vocab, (double)r->row_bytes / 1048576.0);
     for (int i = 0; i < r->n_profiles; i++) {
         const struct gw_eval_profile *p = &r->profiles[i];
         fprintf(f,
                 "\n%s (target ratio %.3g, %d conversations; %lld tokens run "
-                "in %.1f s, %.0f tokens/s)\n",
+                "in %.1f s, %.0f tokens/s",
                 i == 0 ? "full KV" : p->path, p->target_ratio, p->conversations,
                 (long long)p->prefilled, p->seconds,
                 ratio((double)p->prefilled, p->seconds));
+        fprintf(f, ", %.1f s of it the KL's rows", p->kl_seconds);
+        if (p->calibrated > 0)
+            fprintf(f, "; calibrated in %.1f s", p->calib_seconds);
+        fprintf(f, ")\n");
         fprintf(f, "  %-6s %6s %8s %8s %9s %7s %7s %9s %8s %7s %7s\n", "turn",
-                "turns", "tokens", "NLL", "dNLL", "PPLx", "top1",
-                "KL>=", "pages", "saved", "greedy");
+                "turns", "tokens", "NLL", "dNLL", "PPLx", "top1", "KL", "pages",
+                "saved", "greedy");
         for (int t = 0; t < p->n_turn; t++) {
             char what[16];
             snprintf(what, sizeof(what), "%d", t + 1);
@@ -94,18 +98,19 @@ static json_t *acc_json(const struct gw_eval_acc *a)
                      (json_int_t)a->tokens, "nll", gw_eval_nll(a), "nll_full",
                      ratio(a->nll_full, (double)a->tokens), "delta_nll",
                      gw_eval_dnll(a), "ppl_ratio", exp(gw_eval_dnll(a)),
-                     "top1_agreement", top1(a), "kl_lower_bound", kl(a),
-                     "pages", ratio(a->pages, (double)a->turns), "memory_saved",
+                     "top1_agreement", top1(a), "kl", kl(a), "pages",
+                     ratio(a->pages, (double)a->turns), "memory_saved",
                      gw_eval_saved(a), "greedy_agreement", greedy(a));
 }
 
 json_t *gw_eval_json(const struct gw_eval_result *r)
 {
-    json_t *doc = json_pack("{s:s, s:i, s:i, s:i, s:b, s:i, s:i}", "format",
-                            "tangram-evaluate", "version", 1, "conversations",
-                            r->conversations, "skipped", r->skipped,
-                            "interrupted", r->interrupted, "continuation",
-                            r->continuation, "kl_top", r->kl_top);
+    json_t *doc = json_pack("{s:s, s:i, s:i, s:i, s:b, s:i, s:i, s:I}",
+                            "format", "tangram-evaluate", "version", 1,
+                            "conversations", r->conversations, "skipped",
+                            r->skipped, "interrupted", r->interrupted,
+                            "continuation", r->continuation, "vocab", r->vocab,
+                            "row_bytes", (json_int_t)r->row_bytes);
     json_t *ps = json_array();
     int bad = doc == NULL || ps == NULL;
     for (int i = 0; !bad && i < r->n_profiles; i++) {
@@ -115,10 +120,14 @@ json_t *gw_eval_json(const struct gw_eval_result *r)
             if (json_array_append_new(turns, acc_json(&p->turn[t])) != 0)
                 bad = 1;
         json_t *o = json_pack(
-            "{s:s, s:b, s:f, s:i, s:I, s:f, s:o, s:o}", "profile", p->path,
-            "full_kv", i == 0, "target_ratio", p->target_ratio, "conversations",
+            "{s:s, s:b, s:f, s:o, s:f, s:i, s:I, s:f, s:f, s:o, s:o}",
+            "profile", p->path, "full_kv", i == 0, "target_ratio",
+            p->target_ratio, "calibrated_ratio",
+            p->calibrated > 0 ? json_real(p->calibrated) : json_null(),
+            "calibration_seconds", p->calib_seconds, "conversations",
             p->conversations, "tokens_run", (json_int_t)p->prefilled, "seconds",
-            p->seconds, "all", acc_json(&p->all), "turns", turns);
+            p->seconds, "kl_seconds", p->kl_seconds, "all", acc_json(&p->all),
+            "turns", turns);
         if (o == NULL || json_array_append_new(ps, o) != 0)
             bad = 1;
     }
@@ -189,20 +198,29 @@ static void axes(FILE *f, const struct area *a, const char *title,
     fprintf(f,
             "<text transform='translate(%.1f,%.1f) rotate(-90)' "
             "text-anchor='middle'>%s</text>\n",
-            a->x0 - 52, a->y0 + a->h / 2, ylabel);
+            a->x0 - 56, a->y0 + a->h / 2, ylabel);
     if (a->ymin < 0) /* no loss: a gain shows below this line */
         fprintf(f,
                 "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' stroke='#888' "
                 "stroke-dasharray='4 3'/>\n",
                 a->x0, a->x0 + a->w, py(a, 0), py(a, 0));
-    for (int i = 0; i <= 4; i++) {
+    for (int i = 0; i <= 4; i++) { /* x: 0..100 % or turns 1..T */
         double x = a->xmin + (a->xmax - a->xmin) * i / 4.0;
-        double y = a->ymin + (a->ymax - a->ymin) * i / 4.0;
         if (!xticks_int || fabs(x - round(x)) < 1e-9)
             fprintf(f,
                     "<text x='%.1f' y='%.1f' text-anchor='middle' "
-                    "font-size='11'>%.*f</text>\n",
-                    px(a, x), a->y0 + a->h + 16, xticks_int ? 0 : 2, x);
+                    "font-size='11'>%.0f</text>\n",
+                    px(a, x), a->y0 + a->h + 16, x);
+    }
+    /* y: a round step (1, 2 or 5 x 10^k) giving at most 6 lines, at its
+     * multiples, so 0 is one of them and the labels stay short. */
+    double span = a->ymax - a->ymin, step = pow(10, floor(log10(span / 4)));
+    if (span / step > 20)
+        step *= 5;
+    else if (span / step > 8)
+        step *= 2;
+    for (double k = ceil(a->ymin / step); k * step <= a->ymax; k++) {
+        double y = fabs(k) < 0.5 ? 0.0 : k * step;
         fprintf(f,
                 "<line x1='%.1f' x2='%.1f' y1='%.1f' y2='%.1f' "
                 "stroke='#eee'/>\n<text x='%.1f' y='%.1f' text-anchor='end' "
@@ -276,7 +294,7 @@ int gw_eval_svg(const struct gw_eval_result *r, const char *path, char *err,
                 "<rect x='80' y='%.1f' width='12' height='12' fill='%s'/>\n"
                 "<text x='98' y='%.1f'>%s: target ratio %.3g, memory saved "
                 "%.1f%%, dNLL %+.4f, PPL x%.4f, top-1 %.2f%%, "
-                "KL&gt;=%.4f</text>\n",
+                "KL %.4f</text>\n",
                 ly - 10, col, ly,
                 xml(i == 0 ? "full KV" : p->path, buf, sizeof(buf)),
                 p->target_ratio, 100.0 * gw_eval_saved(&p->all),

@@ -65,6 +65,14 @@ typedef void (*gw_on_scores_fn)(void *ud, int layer, const float *scores, int n,
 typedef void (*gw_on_queries_fn)(void *ud, int layer, const float *q, int n,
                                  int n_q_heads, int head_dim);
 
+/* Called on rank 0 with the raw logits (vocab floats, host memory valid
+ * during the call only) of one prefill row that predicts prompt position
+ * pos (the chunk's start + row + 1), for callers that need the whole
+ * next-token distribution (an exact KL divergence) rather than a few
+ * values. Rows come in position order. */
+typedef void (*gw_logits_row_fn)(void *ud, int64_t pos, const float *logits,
+                                 int vocab);
+
 /* What a prefill chunk should produce besides the KV. The decisions
  * (want_logits, lp_targets non-NULL) must be the same on every rank; the
  * outputs are written on rank 0 only (required there, TG_EINVAL when
@@ -87,6 +95,13 @@ struct gw_prefill_out {
     int n_top;
     int32_t *top_ids;
     float *top_lps;
+    /* With lp_targets, optional (rank 0; NULL: none): on_row(row_ud, ...)
+     * for every row with a target whose position is >= row_from, before
+     * its values are computed. The CUDA backend then copies those rows'
+     * blocks of logits to the host (V floats per row). */
+    gw_logits_row_fn on_row;
+    void *row_ud;
+    int64_t row_from;
 };
 
 /* Alternatives per prompt position a prefill chunk returns at most

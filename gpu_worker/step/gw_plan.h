@@ -71,6 +71,13 @@ struct gw_entry {
                                    log-probability rank 0 writes into
                                    lp[i]; NULL: none */
     float *lp;                  /* with lp_targets: (n_tokens) */
+    gw_logits_row_fn lp_row;    /* PREFILL, in process only, with
+                                   lp_targets or prompt_lp: rank 0 shows
+                                   it the raw logits of each row that
+                                   predicts a position >= lp_row_from
+                                   (gw_prefill_out.on_row); NULL: none */
+    void *lp_row_ud;
+    int64_t lp_row_from;
     int prompt_lp;              /* PREFILL (proto PlanEntry.prompt_logprobs):
                                    asks rank 0 for the log-probability of
                                    every position the chunk predicts

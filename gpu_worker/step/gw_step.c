@@ -404,6 +404,11 @@ static int run_prefill(struct gw_step *s, const struct gw_entry *e, int row,
     struct gw_prefill_out po = {.lp_targets = e->lp_targets, .lp = e->lp};
     if (e->prompt_lp && e->lp_targets == NULL)
         prompt_lp_out(s, e, used_f, used_i, &po);
+    if (s->cfg.rank == 0) {
+        po.on_row = e->lp_row;
+        po.row_ud = e->lp_row_ud;
+        po.row_from = e->lp_row_from;
+    }
     double t0 = now_s();
     int rc = gw_backend_prefill(s->cfg.be, q, s->ids, (int)e->n_tokens, row,
                                 po.lp_targets != NULL ? &po : NULL, err,

@@ -10,6 +10,12 @@
  *    probabilities within tolerance, a greedy run of 12 tokens equal to
  *    the CPU's up to its first near-tie, and the pages back in the pool;
  *  - --dump-kept's positions refused off the CPU backend (TG_EUNSUPPORTED);
+ *  - the prompt's whole logits rows (gw_gen_params.prompt_rows, what
+ *    `tangram-profile evaluate --backend cuda` computes its exact KL
+ *    from) on both backends: exactly the positions from prompt_rows_from
+ *    on, in order, each row's log-softmax at the prompt token equal to the
+ *    backend's own prompt log-probability there (the same row: float
+ *    against double, 1e-3);
  *  - the calibration hooks: every layer's key scores of a 150-token chunk
  *    and its normed, unrotated queries, shown by the CUDA runtime from the
  *    device, within tolerance of what the CPU forward pass shows (scores
@@ -272,6 +278,64 @@ static void test_calibration_hooks(void **state)
     }
 }
 
+/* What the prompt_rows callback saw. */
+struct rows_seen {
+    const int32_t *prompt;
+    int n, next_pos, bad_order;
+    float lp[PROMPT]; /* log-softmax of the row at the prompt's token */
+};
+
+static void on_rows(void *ud, int64_t pos, const float *row, int V)
+{
+    struct rows_seen *w = ud;
+    if (pos != w->next_pos || pos >= PROMPT) {
+        w->bad_order = 1;
+        return;
+    }
+    w->next_pos++;
+    w->n++;
+    float mx = row[0];
+    for (int i = 1; i < V; i++)
+        mx = row[i] > mx ? row[i] : mx;
+    double s = 0;
+    for (int i = 0; i < V; i++)
+        s += exp((double)row[i] - (double)mx);
+    w->lp[pos] = (float)((double)row[w->prompt[pos]] - (double)mx - log(s));
+}
+
+static void run_rows(enum gw_backend_kind kind)
+{
+    enum { FROM = 70 }; /* the first chunk's rows are not asked for */
+    int32_t prompt[PROMPT];
+    prompt_of(prompt, PROMPT);
+    struct gw_engine e;
+    engine_open(&e, kind, q3_profile, PROMPT, NULL);
+    struct rows_seen w = {.prompt = prompt, .next_pos = FROM};
+    struct gw_gen_params gp = {.max_tokens = 0,
+                               .sampling = TG_SAMPLING_OFF,
+                               .prompt_logprobs = 1,
+                               .prompt_rows = on_rows,
+                               .prompt_rows_ud = &w,
+                               .prompt_rows_from = FROM};
+    struct gw_gen_result r;
+    generate(&e, prompt, &gp, &r);
+    assert_false(w.bad_order);
+    assert_int_equal(w.n, PROMPT - FROM);
+    double d = max_diff(w.lp + FROM, r.prompt_lp + FROM, PROMPT - FROM);
+    print_message("%s rows: max |row lp - prompt lp| = %.2g\n",
+                  kind == GW_BACKEND_CUDA ? "cuda" : "cpu", d);
+    assert_true(d <= 1e-3);
+    gw_gen_result_free(&r);
+    gw_engine_free(&e);
+}
+
+static void test_prompt_rows(void **state)
+{
+    (void)state;
+    run_rows(GW_BACKEND_CPU);
+    run_rows(GW_BACKEND_CUDA);
+}
+
 int main(void)
 {
 #ifdef TANGRAM_CUDA
@@ -279,6 +343,7 @@ int main(void)
         cmocka_unit_test(test_generate_full),
         cmocka_unit_test(test_generate_profile),
         cmocka_unit_test(test_calibration_hooks),
+        cmocka_unit_test(test_prompt_rows),
     };
     if (!tt_cuda_have_device("no CUDA device: skipped"))
         return 77;
@@ -287,6 +352,7 @@ int main(void)
     (void)test_generate_full;
     (void)test_generate_profile;
     (void)test_calibration_hooks;
+    (void)test_prompt_rows;
     (void)setup;
     (void)teardown;
     printf("built without CUDA: skipped\n");

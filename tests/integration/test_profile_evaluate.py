@@ -8,6 +8,10 @@ tiny qwen3 model, CPU backend, prefill chunk 64, page size 4:
 - full KV's own rows report zero differences (dNLL 0, top-1 agreement 1,
   KL 0, greedy agreement = the continuation, memory saved 0);
 - a ratio-1.0 profile (every head's budget 1) equals full KV exactly;
+- --ratio 1.0,0.5 (profiles calibrated in process on --samples): the
+  ratio-1.0 one equals full KV exactly, the ratio-0.5 one equals, value
+  for value, evaluating the profile file `tangram-profile calibrate
+  --ratio 0.5` writes from the same samples (and saves memory);
 - a ratio-0.5 profile's mean NLL per turn index equals an independent
   computation: each turn rendered with tangram-template (the messages
   through the reply; the messages before it with the generation prompt
@@ -17,7 +21,8 @@ tiny qwen3 model, CPU backend, prefill chunk 64, page size 4:
 - --json and --plot write a report and an SVG with one point per profile;
 - SIGINT during the run: exit status 130, the partial report written
   (interrupted true);
-- usage errors: --plot of a .png, no --profile.
+- usage errors: --plot of a .png, no --profile and no --ratio, a ratio
+  outside (0, 1], --ratio with --method gvote.
 
 Fails, naming it, when a program is missing.
 """
@@ -125,15 +130,72 @@ def write_full_profile(path):
                    "samples": 1, "heads_per_group": 1, "layers": layers}, f)
 
 
-def evaluate(model, data, profiles, out_json, plot=None, extra=None):
+def evaluate(model, data, profiles, out_json, plot=None, extra=None,
+             chunk=CHUNK):
     cmd = [du.prog("tangram-profile"), "evaluate", "--model", model, "--data",
-           data, "--prefill-chunk", str(CHUNK), "--page-size", str(PAGE),
+           data, "--prefill-chunk", str(chunk), "--page-size", str(PAGE),
            "--continuation", str(CONT), "--json", out_json]
     for p in profiles:
         cmd += ["--profile", p]
     if plot:
         cmd += ["--plot", plot]
     return cmd + (extra or [])
+
+
+SAMPLE_KEYS = ("nll", "nll_full", "delta_nll", "tokens", "turns", "pages",
+               "memory_saved", "greedy_agreement", "top1_agreement", "kl")
+
+
+def check_ratios(model, data, w):
+    """--ratio 1.0,0.5 beside the profile file `calibrate --ratio 0.5`
+    writes from the same samples. Chunks of 128: of a chunk of 64, 36 keys
+    are forced (the last 32 and 4 sinks), so every budget up to 0.56 would
+    keep the same keys and hide a profile that differs."""
+    samples = os.path.join(w, "samples.jsonl")
+    with open(samples, "w") as f:
+        for k in range(4):
+            # 300 words: the 36 forced keys are a small part of each, so
+            # the ratio, not the forced keys, decides the budgets.
+            f.write(json.dumps({"text": sentence(20 + k, 300)}) + "\n")
+    made = os.path.join(w, "cal05.json")
+    r = subprocess.run([du.prog("tangram-profile"), "calibrate", "--model",
+                        model, "--samples", samples, "--ratio", "0.5",
+                        "--heads-per-group", "1", "-o", made],
+                       capture_output=True, text=True, timeout=600)
+    if not C.check(r.returncode == 0, "calibrate --ratio 0.5 exits 0",
+                   r.stderr[-1000:]):
+        return
+    out = os.path.join(w, "ratios.json")
+    r = subprocess.run(evaluate(model, data, [made], out,
+                                extra=["--ratio", "1.0,0.5", "--samples",
+                                       samples, "--heads-per-group", "1"],
+                                chunk=128),
+                       capture_output=True, text=True, timeout=1200)
+    if not C.check(r.returncode == 0, "evaluate --ratio 1.0,0.5 exits 0",
+                   r.stderr[-2000:]):
+        return
+    rep = json.load(open(out))
+    names = [p["profile"] for p in rep["profiles"]]
+    C.check(len(names) == 4 and names[2] == "ratio 1 (snapkv)" and
+            names[3] == "ratio 0.5 (snapkv)" and
+            rep["profiles"][3]["calibrated_ratio"] == 0.5 and
+            rep["profiles"][3]["target_ratio"] == 0.5 and
+            rep["profiles"][1]["calibrated_ratio"] is None,
+            "--ratio adds one calibrated profile per ratio after the files",
+            names)
+    full, made_p, r1, r5 = rep["profiles"]
+
+    def same(a, b):
+        rows = [(a["all"], b["all"])] + list(zip(a["turns"], b["turns"]))
+        return len(a["turns"]) == len(b["turns"]) and all(
+            x[k] == y[k] for x, y in rows for k in SAMPLE_KEYS)
+    C.check(same(r1, full) and r1["all"]["kl"] == 0 and
+            r1["all"]["delta_nll"] == 0,
+            "--ratio 1.0 equals full KV", r1["all"])
+    C.check(same(r5, made_p) and r5["all"]["memory_saved"] > 0 and
+            r5["all"]["kl"] > 0,
+            "--ratio 0.5 equals the profile calibrate --ratio 0.5 writes "
+            "(and saves memory)", (r5["all"], made_p["all"]))
 
 
 def main():
@@ -169,7 +231,7 @@ def main():
         C.check(full["full_kv"] and len(full["turns"]) == 2 and
                 full["all"]["delta_nll"] == 0 and
                 full["all"]["top1_agreement"] == 1 and
-                full["all"]["kl_lower_bound"] == 0 and
+                full["all"]["kl"] == 0 and
                 full["all"]["greedy_agreement"] == CONT and
                 full["all"]["memory_saved"] == 0,
                 "full KV reports zero differences", full["all"])
@@ -178,7 +240,7 @@ def main():
                                                "greedy_agreement",
                                                "top1_agreement"))
         C.check(same and p1["all"]["delta_nll"] == 0 and
-                p1["all"]["kl_lower_bound"] == 0,
+                p1["all"]["kl"] == 0,
                 "the ratio-1.0 profile equals full KV", p1["all"])
         C.check(p5["all"]["memory_saved"] > 0 and
                 p5["all"]["delta_nll"] != 0 and
@@ -200,6 +262,7 @@ def main():
         txt = open(svg).read()
         C.check(txt.startswith("<svg") and txt.count("r='5'") == 3 and
                 "ratio1.json" in txt, "the SVG has one point per profile")
+        check_ratios(model, data, w)
         # usage errors
         r = subprocess.run(evaluate(model, data, [half], out,
                                     os.path.join(w, "x.png")),
@@ -210,6 +273,15 @@ def main():
                            capture_output=True, text=True, timeout=60)
         C.check(r.returncode == 2 and "profile" in r.stderr,
                 "no --profile is a usage error", r.stderr[-300:])
+        for bad, what in ((["--ratio", "1.5"], "a ratio above 1"),
+                          (["--ratio", "0.5,x"], "a ratio that is no number"),
+                          (["--ratio", "0.5", "--method", "gvote"],
+                           "--ratio with gvote")):
+            r = subprocess.run(evaluate(model, data, [], out, extra=bad),
+                               capture_output=True, text=True, timeout=60)
+            C.check(r.returncode == 2 and ("--ratio" in r.stderr or
+                                           "--method" in r.stderr),
+                    "%s is a usage error" % what, r.stderr[-300:])
         # SIGINT: partial results
         big = os.path.join(w, "big.jsonl")
         with open(big, "w") as f:

@@ -59,6 +59,9 @@ struct rt_api_gen {
                                 (router/core/rt_reqmem.h) it holds until
                                 its prompt is tokenized: given back by
                                 rt_api_gen_started or _release */
+    int32_t slot;            /* its choice's index in the answer: a
+                                parallel sample's r->choice, a batch
+                                member's prompt index, else 0 */
 };
 
 /* r's front-end state (NULL before rt_api_gen_attach). */

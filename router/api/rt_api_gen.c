@@ -46,6 +46,7 @@ int rt_api_gen_attach_sample(struct rt_req *q, const struct rt_req *leader,
     if (a == NULL)
         return oom(e);
     q->fe = a;
+    a->slot = q->choice;
     struct rt_gen_request *d = &a->g;
     d->endpoint = f->endpoint;
     d->tool_choice = f->tool_choice;
@@ -90,7 +91,7 @@ int rt_api_gen_started(struct rt_req *r, struct rt_request_error *e)
         .token_user = s,
         .include_usage = a->g.include_usage,
         .continuous_usage = a->g.continuous_usage,
-        .index = r->choice,
+        .index = a->slot,
         .plp = rt_req_prompt_lps(r, &prompt_ids),
         .prompt_ids = prompt_ids,
         .echo_top = a->g.echo_top,

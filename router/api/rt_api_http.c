@@ -119,6 +119,11 @@ static int head_check(const struct rt_http_req *req, void *ud,
 
 /* ---- parallel samples (n > 1) ------------------------------------------ */
 
+/* The most choices of one answer: n samples, or a batch's prompts. */
+#define GROUP_MAX                                                \
+    (RT_OPENAI_MAX_BATCH > RT_OPENAI_MAX_N ? RT_OPENAI_MAX_BATCH \
+                                           : RT_OPENAI_MAX_N)
+
 /* The n choices of one request (docs/API.md "n"): n rt_reqs with one
  * client. Every member is listed in m[] until its final delivery reaches
  * its sink (or the group cancels it), never after, since the server frees
@@ -130,12 +135,14 @@ struct gen_group {
     struct rt_http_req *req;
     int busy;                      /* inside group_drained: freed after */
     int dead;                      /* freed while busy */
-    struct rt_req *m[RT_OPENAI_MAX_N];
-    char *bodies[RT_OPENAI_MAX_N]; /* non-streaming: each choice's body */
-    size_t blens[RT_OPENAI_MAX_N];
-    int32_t n, n_open;             /* choices; not yet finished */
-    int64_t done_tokens;           /* completion tokens of finished ones */
-    int64_t n_prompt, cached;      /* the shared prompt, counted once */
+    struct rt_req *m[GROUP_MAX];
+    char *bodies[GROUP_MAX]; /* non-streaming: each choice's body */
+    size_t blens[GROUP_MAX];
+    int32_t n, n_open;        /* choices; not yet finished */
+    int64_t done_tokens;      /* completion tokens of finished ones */
+    int64_t n_prompt, cached; /* n > 1: the shared prompt, counted once */
+    int batch;                /* a batch of prompts: each choice its own */
+    int64_t done_prompt, done_cached; /* batch: of the finished ones */
 };
 
 static void group_free(struct gen_group *g)
@@ -160,9 +167,19 @@ static struct rt_usage usage_of(const struct rt_req *r)
     }
     struct rt_usage u = {g->n_prompt, g->done_tokens,
                          g->m[0] != NULL ? g->m[0]->cached_tokens : g->cached};
-    for (int32_t i = 0; i < g->n; i++)
-        if (g->m[i] != NULL)
-            u.completion_tokens += g->m[i]->n_out;
+    if (g->batch) {
+        u.prompt_tokens = g->done_prompt;
+        u.cached_tokens = g->done_cached;
+    }
+    for (int32_t i = 0; i < g->n; i++) {
+        if (g->m[i] == NULL)
+            continue;
+        u.completion_tokens += g->m[i]->n_out;
+        if (g->batch) {
+            u.prompt_tokens += g->m[i]->n_prompt;
+            u.cached_tokens += g->m[i]->cached_tokens;
+        }
+    }
     return u;
 }
 
@@ -170,11 +187,14 @@ static struct rt_usage usage_of(const struct rt_req *r)
  * choice (the caller ends the response and frees the group). */
 static int group_leave(struct gen_group *g, struct rt_req *r)
 {
-    if (g->m[r->choice] == r) {
-        if (r->choice == 0)
+    int32_t k = rt_api_gen_of(r)->slot;
+    if (g->m[k] == r) {
+        if (k == 0)
             g->cached = r->cached_tokens;
-        g->m[r->choice] = NULL;
+        g->m[k] = NULL;
         g->done_tokens += r->n_out;
+        g->done_prompt += r->n_prompt;
+        g->done_cached += r->cached_tokens;
         g->n_open--;
     }
     return g->n_open == 0;
@@ -355,8 +375,8 @@ static void group_body(struct gen_group *g, struct rt_req *r, int rc,
         rt_api_http__send_owned(req, 200, NULL, 0, rc); /* the 500 */
         return;
     }
-    g->bodies[r->choice] = body;
-    g->blens[r->choice] = blen;
+    g->bodies[rt_api_gen_of(r)->slot] = body;
+    g->blens[rt_api_gen_of(r)->slot] = blen;
     if (!group_leave(g, r))
         return;
     struct rt_usage u = usage_of(r);
@@ -607,6 +627,159 @@ static void generate_submitted(struct rt_req *r, int rc,
     generate_begin(r);
 }
 
+/* ---- batches of prompts (completions) ---------------------------------- */
+
+/* A batch's member: g's answer options and the prompt of p (moved out of
+ * p); no session (a batch is no conversation). */
+static int batch_member(const struct rt_gen_request *g, struct rt_request *p,
+                        struct rt_gen_request *out, struct rt_request_error *e)
+{
+    memset(out, 0, sizeof(*out));
+    out->endpoint = g->endpoint;
+    out->tool_choice = g->tool_choice;
+    out->stream = g->stream;
+    out->include_usage = g->include_usage;
+    out->continuous_usage = g->continuous_usage;
+    out->echo = g->echo;
+    out->echo_top = g->echo_top;
+    out->prompt_top = g->prompt_top;
+    if ((g->model != NULL && (out->model = strdup(g->model)) == NULL) ||
+        rt_request_copy_sample(&g->q, &out->q) != 0) {
+        rt_gen_request_free(out);
+        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
+        return TG_ENOMEM;
+    }
+    out->q.prompt = p->prompt;
+    out->q.prompt_len = p->prompt_len;
+    out->q.prompt_ids = p->prompt_ids;
+    out->q.n_prompt_ids = p->n_prompt_ids;
+    p->prompt = NULL;
+    p->prompt_ids = NULL;
+    return 0;
+}
+
+/* One prompt of a batch fails (rc, *e), so the request does: the others
+ * are cancelled and the error answers. r is dropped (not submitted) or
+ * cancelled (submitted). */
+static void batch_fail(struct gen_group *g, struct rt_req *r, int submitted,
+                       const struct rt_request_error *e)
+{
+    struct rt_http_req *req = g->req;
+    group_leave(g, r);
+    if (submitted)
+        rt_req_cancel(r);
+    else
+        rt_req_drop(r);
+    rt_http_req_on_abort(req, NULL, NULL);
+    group_cancel(g);
+    group_free(g);
+    rt_api_http__send_error(req, e);
+}
+
+/* A batch member's prompt was tokenized off the loop. */
+static void batch_submitted(struct rt_req *r, int rc,
+                            struct rt_request_error *e)
+{
+    if (rc != 0)
+        batch_fail(r->group, r, 0, e);
+    else if (rt_api_gen_started(r, e) != 0)
+        batch_fail(r->group, r, 1, e);
+}
+
+/* A completions request with several prompts (rt_gen_request.batch, moved
+ * in as g): one core request per prompt, each tokenized and scheduled on
+ * its own, answered together as the choices of one body (index i for
+ * prompt i), usage summed; the first failure fails the request. The body's
+ * memory charge rides with the first prompt. Loop thread. */
+static void batch_start(struct rt_server *s, struct rt_http_req *req,
+                        struct rt_gen_request *g0, size_t mem)
+{
+    struct rt_request_error e;
+    size_t n = g0->n_batch + 1, made = 0;
+    struct gen_group *g = calloc(1, sizeof(*g));
+    struct rt_gen_request *parts = calloc(n, sizeof(*parts));
+    int rc = g != NULL && parts != NULL ? 0 : TG_ENOMEM;
+    if (rc != 0)
+        rt_request_error_set(&e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
+                             "out of memory");
+    for (size_t i = 1; rc == 0 && i < n; i++)
+        rc = batch_member(g0, &g0->batch[i - 1], &parts[i], &e);
+    for (size_t i = 0; i < g0->n_batch; i++)
+        rt_request_free(&g0->batch[i]);
+    free(g0->batch);
+    g0->batch = NULL;
+    g0->n_batch = 0;
+    if (rc != 0) {
+        for (size_t i = 1; parts != NULL && i < n; i++)
+            rt_gen_request_free(&parts[i]);
+        free(parts);
+        free(g);
+        rt_gen_request_free(g0);
+        rt_api_gen_mem_give(s, mem);
+        rt_api_http__send_error(req, &e);
+        return;
+    }
+    parts[0] = *g0;
+    memset(g0, 0, sizeof(*g0));
+    free(parts[0].q.session_id); /* a batch is no conversation */
+    parts[0].q.session_id = NULL;
+    g->req = req;
+    g->n = (int32_t)n;
+    g->batch = 1;
+    rt_http_req_on_abort(req, group_gone, g);
+    for (; made < n; made++) {
+        struct rt_req *r = rt_req_new(s, &json_sink, req);
+        if (r == NULL) {
+            rt_request_error_set(&e, RT_REQ_ERR_INTERNAL, "internal_error",
+                                 NULL, "out of memory");
+            break;
+        }
+        if (rt_api_gen_attach(r, &parts[made], &e) != 0) {
+            rt_req_drop(r);
+            break;
+        }
+        struct rt_api_gen *a = rt_api_gen_of(r);
+        a->slot = (int32_t)made;
+        if (made == 0) {
+            a->mem = mem; /* given back once its prompt is tokenized */
+            mem = 0;
+        }
+        r->group = g;
+        r->on_submitted = batch_submitted;
+        g->m[made] = r;
+        g->n_open++;
+        rc = echo_prepare(s, r, &e);
+        if (rc == 0)
+            rc = rt_req_submit(r, &e);
+        if (rc == TG_EAGAIN)
+            continue;
+        int submitted = rc == 0;
+        if (rc == 0)
+            rc = rt_api_gen_started(r, &e);
+        if (rc != 0) {
+            for (size_t i = made + 1; i < n; i++)
+                rt_gen_request_free(&parts[i]);
+            free(parts);
+            rt_api_gen_mem_give(s, mem);
+            batch_fail(g, r, submitted, &e);
+            return;
+        }
+    }
+    if (made < n) { /* out of memory making a member */
+        for (size_t i = made; i < n; i++)
+            rt_gen_request_free(&parts[i]);
+        free(parts);
+        rt_api_gen_mem_give(s, mem);
+        rt_http_req_on_abort(req, NULL, NULL);
+        group_cancel(g);
+        group_free(g);
+        rt_api_http__send_error(req, &e);
+        return;
+    }
+    free(parts);
+}
+
 void rt_api_http__generate_parsed(struct rt_server *s, struct rt_http_req *req,
                                   int rc, struct rt_gen_request *g,
                                   struct rt_request_error *e, size_t mem)
@@ -620,6 +793,10 @@ void rt_api_http__generate_parsed(struct rt_server *s, struct rt_http_req *req,
         rc = rt_api_session(
             &g->q, NULL, NULL, rt_http_req_header(req, "x-session-id"),
             rt_http_req_header_count(req, "x-session-id"), "X-Session-Id", e);
+    if (rc == 0 && g->n_batch > 0) {
+        batch_start(s, req, g, mem);
+        return;
+    }
     struct rt_req *r = rc == 0 ? rt_req_new(s, &json_sink, req) : NULL;
     if (rc == 0 && r == NULL) {
         rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,

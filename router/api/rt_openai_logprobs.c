@@ -50,14 +50,21 @@ int rt_openai__parse_prompt_lp(const json_t *root, struct rt_gen_request *r,
         return rc;
     r->prompt_top = present ? (int32_t)x : -1;
     r->echo_top = r->echo && r->q.opts.logprobs >= 0 ? r->q.opts.logprobs : -1;
-    /* A batch is parsed whole but answered one prompt per request: the
-     * front ends submit r->q alone. */
-    if (r->n_batch > 0)
+    /* A batch is answered as one body whose choices are its prompts (the
+     * HTTP front end, rt_api_http.c): not as a stream, and one choice
+     * per prompt. */
+    if (r->n_batch > 0 && r->stream)
         return rt_openai__fail(e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID,
-                               "unsupported_value", "prompt",
-                               "'prompt' holds %zu prompts; batched prompts "
-                               "are not supported, send one prompt (or a "
-                               "batch of one) per request",
+                               "unsupported_value", "stream",
+                               "'prompt' holds %zu prompts: a batch of "
+                               "prompts is answered whole; send stream: "
+                               "false, or one prompt per request",
+                               r->n_batch + 1);
+    if (r->n_batch > 0 && r->q.n > 1)
+        return rt_openai__fail(e, TG_EUNSUPPORTED, RT_REQ_ERR_INVALID,
+                               "unsupported_value", "n",
+                               "'prompt' holds %zu prompts: a batch of "
+                               "prompts takes n = 1 (one choice per prompt)",
                                r->n_batch + 1);
     bool want = r->prompt_top >= 0 || r->echo_top >= 0;
     if (!want && !max_zero)

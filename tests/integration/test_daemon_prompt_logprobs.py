@@ -24,8 +24,12 @@ chunked compressed prefill, DESIGN.md §4.3) on the tiny qwen3 model:
   token_logprobs', its rank) and the k most likely ids (ranks 1..k, the
   top one's value equal to top_logprobs' best).
 - A text prompt and a chat request with prompt_logprobs are scored too.
+- A batch of prompts (lm-evaluation-harness's batches: "prompt" a list of
+  id lists) with echo + logprobs: one choice per prompt, index i for
+  prompt i, each with its own prompt's reference values; usage sums the
+  prompts. A batch of two texts is answered too.
 - Refusals (400 naming the parameter): echo + logprobs with stream, with
-  n = 2; prompt_logprobs above 20; a batch of two prompts.
+  n = 2; prompt_logprobs above 20; a batch with stream, with n = 2.
 - The official OpenAI Node client (tests/integration/clients/
   openai_echo.mjs): completions.create with echo and logprobs (max_tokens
   1 and 0) parses the answer, with the reference's values.
@@ -184,6 +188,37 @@ def check_vllm(d, name, ids, ref):
             "likely" % name)
 
 
+def check_batch(d, name, pairs):
+    """pairs: [(ids, ref)] answered in one request, in order."""
+    prompts = [p for p, _ in pairs]
+    st, j, raw = complete(d, prompt=prompts, echo=True, logprobs=1,
+                          max_tokens=1)
+    if not C.check(st == 200 and j and len(j.get("choices", [])) ==
+                   len(pairs), "%s: a batch of %d prompts answered with one "
+                   "choice each" % (name, len(pairs)), raw[:500]):
+        return
+    ok_index, ok_vals = True, True
+    for k, (ch, (ids, ref)) in enumerate(zip(j["choices"], pairs)):
+        n = len(ids)
+        lp = ch["logprobs"]["token_logprobs"]
+        ok_index &= ch["index"] == k
+        ok_vals &= (len(lp) == n + 1 and lp[0] is None and
+                    max_diff(lp[1:n], ref[1:]) <= TOL)
+    C.check(ok_index, "%s: the batch's choices carry index 0..%d in prompt "
+            "order" % (name, len(pairs) - 1),
+            [c["index"] for c in j["choices"]])
+    C.check(ok_vals, "%s: each prompt of the batch scored with its own "
+            "reference values" % name)
+    C.check(j["usage"]["prompt_tokens"] == sum(len(p) for p in prompts) and
+            j["usage"]["completion_tokens"] == len(pairs),
+            "%s: the batch's usage sums its prompts" % name, j["usage"])
+    st, j, raw = complete(d, prompt=["The quick brown fox", "Lorem ipsum"],
+                          max_tokens=2)
+    C.check(st == 200 and j and [c["index"] for c in j["choices"]] == [0, 1]
+            and all(isinstance(c["text"], str) for c in j["choices"]),
+            "%s: a batch of two texts answered" % name, raw[:400])
+
+
 def check_refusals(d, ids):
     cases = [
         ("stream", dict(prompt=ids, echo=True, logprobs=1, max_tokens=1,
@@ -192,8 +227,10 @@ def check_refusals(d, ids):
          "echo"),
         ("prompt_logprobs 21", dict(prompt=ids, prompt_logprobs=21,
                                     max_tokens=1), "prompt_logprobs"),
-        ("a batch of two", dict(prompt=[ids, ids], echo=True, logprobs=1,
-                                max_tokens=1), "prompt"),
+        ("a batch streamed", dict(prompt=[ids, ids], echo=True, logprobs=1,
+                                  max_tokens=1, stream=True), "stream"),
+        ("a batch with n = 2", dict(prompt=[ids, ids], max_tokens=1, n=2),
+         "n"),
         ("max_tokens 0 without echo", dict(prompt=ids, max_tokens=0),
          "max_tokens"),
     ]
@@ -296,6 +333,7 @@ def serve(model, prof, name, work, ids, ref, others):
         check_vllm(d, name, ids, ref)
         for k, (oids, oref) in enumerate(others):
             check_loglikelihood(d, "%s prompt %d" % (name, k), oids, oref)
+        check_batch(d, name, [(ids, ref)] + list(others))
         check_grpc(d, name, ids, ref, work)
         if prof == "none":
             check_node(d, ids, ref)

@@ -479,6 +479,21 @@ static void test_completion_prompt_forms(void **state)
         rt_openai_parse_completion(&tt_openai_cfg, b3, strlen(b3), &r, &e), 0);
     assert_string_equal(r.q.prompt, "caf\xC3\xA9 \xF0\x9F\x98\x80\n");
     rt_gen_request_free(&r);
+
+    /* A batch: the first prompt in q, the others in batch, each in its
+     * own form; the options are q's, shared. */
+    const char *b4 = "{\"prompt\":[\"first\",[7,8,9]],\"echo\":true,"
+                     "\"logprobs\":2,\"max_tokens\":0}";
+    assert_int_equal(
+        rt_openai_parse_completion(&tt_openai_cfg, b4, strlen(b4), &r, &e), 0);
+    assert_string_equal(r.q.prompt, "first");
+    assert_int_equal(r.n_batch, 1);
+    assert_null(r.batch[0].prompt);
+    assert_int_equal(r.batch[0].n_prompt_ids, 3);
+    assert_int_equal(r.batch[0].prompt_ids[2], 9);
+    assert_int_equal(r.echo_top, 2);
+    assert_true(r.q.opts.prompt_lp && r.q.opts.prompt_only);
+    rt_gen_request_free(&r);
 }
 
 static void test_fit(void **state)

@@ -18,6 +18,13 @@
  * as if they did not exist. Requests started over HTTP are not gRPC's to
  * abort.
  *
+ * Conversations held by the server (GenerateRequest.previous_response_id
+ * and store; rt_api_grpc_cont.c over rt_api_cont.h, which the Responses
+ * API shares): a continuation is looked up in the caller's scope on the
+ * loop and its prompt composed on the thread pool before its request is
+ * created (a cancelled call cancels the job); a stored turn's final
+ * message goes out once the turn is stored (with a database, committed).
+ *
  * Prompts of Generate and Tokenize are tokenized on the thread pool
  * (rt_encode_job): the handler returns and the call goes on when the job
  * ends; a call cancelled meanwhile cancels the job.
@@ -25,17 +32,14 @@
  * Loop thread only. */
 #include "router/api/rt_api.h"
 
-#include <jansson.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/base/tg_err.h"
-#include "common/json/tg_json.h"
 #include "common/tok/tok_tokenizer.h"
+#include "router/api/rt_api_cont.h"
 #include "router/api/rt_api_grpc_internal.h"
-#include "router/api/rt_fields.h"
 #include "router/net/rt_grpc_reflect.h"
 #include "router/api/rt_openai_chat.h"
 #include "tangram.pb-c.h"
@@ -127,7 +131,16 @@ struct gen_client {
     int32_t tok_sent; /* tokens already streamed */
     uint64_t conn_id; /* the connection that started it (its owner when
                          no API key is set; see the top) */
+    struct rt_api_grpc_cont *cont; /* a stored or continued conversation
+                                      (owned), or NULL */
 };
+
+static void gen_client_free(struct gen_client *c)
+{
+    if (c != NULL)
+        rt_api_grpc__cont_free(c->cont);
+    free(c);
+}
 
 static const struct rt_sink gen_sink;
 
@@ -244,7 +257,12 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
                                             sizeof(*topp));
     char *txt = malloc(len + 1);
     char **tok_txt = calloc((size_t)n_new * (n_top + 1) + 1, sizeof(char *));
-    int ok = ids && tl && tlp && tops && topp && txt && tok_txt && tc_ok;
+    int ok = ids && tl && tlp && tops && topp && txt && tok_txt && tc_ok &&
+             rt_api_grpc__cont_text(c->cont, text, len) == 0;
+    /* A stored turn's final message goes out once it is stored. */
+    int stored = c->cont != NULL && c->cont->store &&
+                 (fin == RT_FINISH_STOP || fin == RT_FINISH_LENGTH ||
+                  fin == RT_FINISH_TOOL_CALLS);
     size_t n_txt = 0;
     if (ok) {
         memcpy(txt, text, len);
@@ -302,8 +320,11 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
             m.usage = &u;
         }
         size_t sz = tangram__v1__generate_response__get_packed_size(&m);
-        uint8_t *buf = malloc(sz + 1);
-        if (buf != NULL) {
+        uint8_t *buf = stored ? NULL : malloc(sz + 1);
+        if (stored) {
+            if (rt_api_grpc__cont_finish(r, c->cont, fin, c->call, &m) != 0)
+                ok = 0;
+        } else if (buf != NULL) {
             tangram__v1__generate_response__pack(&m, buf);
             rt_grpc_call_send(c->call, buf, sz);
             free(buf);
@@ -334,9 +355,9 @@ static void gen_deliver(struct rt_req *r, const char *text, size_t len,
             rt_grpc_call_finish(c->call, grpc_status_of(e.kind), e.message);
         } else if (fin == RT_FINISH_ABORT)
             rt_grpc_call_finish(c->call, RT_GRPC_CANCELLED, "aborted");
-        else
+        else if (!stored) /* else finished by rt_api_grpc__cont_finish */
             rt_grpc_call_finish(c->call, RT_GRPC_OK, NULL);
-        free(c);
+        gen_client_free(c);
         r->client = NULL;
     }
 }
@@ -348,268 +369,9 @@ static void gen_cancelled(struct rt_grpc_call *call, int status, void *ud)
     (void)call;
     (void)status;
     struct rt_req *r = ud;
-    free(r->client);
+    gen_client_free(r->client);
     r->client = NULL;
     rt_req_cancel(r);
-}
-
-/* GenerateRequest -> rt_gen_request with the OpenAI defaults
- * (rt_api_grpc.h). */
-int rt_api_grpc_convert(const struct rt_openai_cfg *cfg,
-                        const Tangram__V1__GenerateRequest *q,
-                        struct rt_gen_request *g, struct rt_request_error *e,
-                        const struct rt_grpc_call *call)
-{
-    int forms = (q->prompt != NULL && q->prompt[0] != '\0') +
-                (q->n_prompt_token_ids > 0) + (q->n_messages > 0);
-    if (forms != 1) {
-        rt_request_error_set(
-            e, RT_REQ_ERR_INVALID, "invalid_value", "prompt",
-            "give exactly one of prompt, prompt_token_ids and messages");
-        return TG_EINVAL;
-    }
-    if (q->n_messages == 0 && (q->n_tools > 0 || (q->tool_choice && q->tool_choice[0]))) {
-        rt_request_error_set(
-            e, RT_REQ_ERR_INVALID, "invalid_value", "tools",
-            "tools and tool_choice apply to chats (messages) only");
-        return TG_EINVAL;
-    }
-    memset(g, 0, sizeof(*g));
-    struct tg_sampling *sp = &g->q.sampling;
-    struct rt_gen_opts *o = &g->q.opts;
-    rt_gen_request_defaults(g);
-    g->q.max_tokens_param = "sampling.max_tokens";
-    /* response_format and structured_outputs as the OpenAI parser reads
-     * them; so_root lives until the whitespace policy is applied */
-    json_t *so_root = json_object();
-    if (so_root == NULL)
-        goto nomem;
-    static const char *const texts[] = {"response_format",
-                                        "structured_outputs"};
-    for (int k = 0; k < 2; k++) {
-        const char *t = k == 0 ? q->response_format : q->structured_outputs;
-        if (t == NULL || t[0] == '\0')
-            continue;
-        json_error_t je;
-        json_t *v = tg_json_loadb_wide(t, strlen(t), 0, &je);
-        if (v == NULL) {
-            json_decref(so_root);
-            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value",
-                                 texts[k], "%s is not JSON: %s", texts[k],
-                                 je.text);
-            return TG_EINVAL;
-        }
-        if (json_object_set_new(so_root, texts[k], v) != 0) {
-            json_decref(so_root);
-            goto nomem;
-        }
-    }
-    int ws = 0;
-    {
-        int rc = rt_openai_parse_response_format(so_root, &g->q.grammar, e);
-        if (rc == 0)
-            rc = rt_openai_parse_structured(so_root, &g->q.grammar, e);
-        if (rc == 0)
-            rc = rt_openai_structured_ws(cfg, so_root, &ws, e);
-        json_decref(so_root);
-        if (rc == 0 && q->n_messages == 0) /* no tools: applied now */
-            rc = rt_openai_structured_apply_ws(ws, &g->q.grammar, e);
-        if (rc != 0) {
-            if (rc == TG_ENOMEM && e->kind == RT_REQ_ERR_NONE)
-                goto nomem;
-            return rc;
-        }
-    }
-    g->model = strdup(cfg->served_model);
-    if (g->model == NULL)
-        goto nomem;
-    if (q->n_messages > 0) {
-        g->endpoint = RT_ENDPOINT_CHAT;
-        g->q.is_chat = true;
-        g->q.chat.add_generation_prompt = true;
-        bool par = q->parallel_tool_calls;
-        struct rt_tool_sel sel;
-        int rc = rt_api_grpc__chat(q->messages, q->n_messages, q->tools,
-                                   q->n_tools, &g->q.chat, e);
-        if (rc == 0)
-            rc = rt_api_grpc__tool_sel(
-                q->tool_choice,
-                q->parallel_tool_calls_opt_case ==
-                        TANGRAM__V1__GENERATE_REQUEST__PARALLEL_TOOL_CALLS_OPT_PARALLEL_TOOL_CALLS
-                    ? &par
-                    : NULL,
-                g->q.chat.tools, &sel, e);
-        if (rc == 0)
-            rc = rt_openai_tool_grammar(cfg, g->q.chat.tools, &sel,
-                                        &g->q.grammar, &g->q.grammar_param, e);
-        if (rc == 0)
-            rc = rt_openai_structured_apply_ws(ws, &g->q.grammar, e);
-        if (rc != 0)
-            return rc;
-        g->tool_choice = sel.choice;
-    } else if (q->n_prompt_token_ids > 0) {
-        g->endpoint = RT_ENDPOINT_COMPLETIONS;
-        g->q.add_special_tokens = true;
-        g->q.prompt_ids = malloc(q->n_prompt_token_ids * sizeof(int32_t));
-        if (g->q.prompt_ids == NULL)
-            goto nomem;
-        for (size_t i = 0; i < q->n_prompt_token_ids; i++) {
-            if (q->prompt_token_ids[i] > INT32_MAX) {
-                rt_request_error_set(
-                    e, RT_REQ_ERR_INVALID, "invalid_value", "prompt_token_ids",
-                    "prompt_token_ids[%zu] is not a token id", i);
-                return TG_EINVAL;
-            }
-            g->q.prompt_ids[i] = (int32_t)q->prompt_token_ids[i];
-        }
-        g->q.n_prompt_ids = q->n_prompt_token_ids;
-    } else {
-        g->endpoint = RT_ENDPOINT_COMPLETIONS;
-        g->q.add_special_tokens = true;
-        g->q.prompt = strdup(q->prompt);
-        if (g->q.prompt == NULL)
-            goto nomem;
-        g->q.prompt_len = strlen(q->prompt);
-    }
-    /* The x-session-id metadata is checked like HTTP's X-Session-Id; the
-     * session_id field wins. An empty session_id is proto3's "unset". */
-    {
-        int rc = rt_api_session(&g->q, q->session_id, "session_id",
-                                rt_grpc_call_header(call, "x-session-id"),
-                                rt_grpc_call_header_count(call, "x-session-id"),
-                                "x-session-id", e);
-        if (rc != 0)
-            return rc;
-    }
-    if (q->request_id != NULL && q->request_id[0] != '\0' &&
-        (g->q.request_id = strdup(q->request_id)) == NULL)
-        goto nomem;
-    if (q->prompt_logprobs_opt_case) {
-        if (q->prompt_logprobs > RT_PROMPT_LPS_MAX_TOP) {
-            rt_request_error_set(
-                e, RT_REQ_ERR_INVALID, "invalid_value", "prompt_logprobs",
-                "prompt_logprobs must be at most %d", RT_PROMPT_LPS_MAX_TOP);
-            return TG_EINVAL;
-        }
-        o->prompt_lp = true;
-        o->prompt_top = (int32_t)q->prompt_logprobs;
-    }
-    const Tangram__V1__SamplingParams *p = q->sampling;
-    if (p == NULL)
-        return rt_openai_check_sampling(sp, cfg->vocab_size, "sampling.", e);
-#define RANGE(cond, field, ...)                                          \
-    do {                                                                 \
-        if (!(cond)) {                                                   \
-            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value", \
-                                 "sampling." field, __VA_ARGS__);        \
-            return TG_EINVAL;                                            \
-        }                                                                \
-    } while (0)
-    /* The whole-number fields from the table the HTTP API parses from
-     * too (rt_fields.h). */
-    int64_t lo, hi;
-    int rc;
-    if (p->max_tokens_opt_case) {
-        /* 0 scores the prompt alone (one draw, dropped) */
-        rt_int_field_range(RT_INT_FIELD_MAX_TOKENS, 0, &lo, &hi);
-        if ((rc = rt_int_check(p->max_tokens, o->prompt_lp ? 0 : lo, hi, NULL,
-                               "sampling.max_tokens", e)))
-            return rc;
-        o->max_tokens = p->max_tokens > 0 ? (int32_t)p->max_tokens : 1;
-        o->prompt_only = p->max_tokens == 0;
-    }
-    if (p->min_tokens_opt_case) {
-        rt_int_field_range(RT_INT_FIELD_MIN_TOKENS, 0, &lo, &hi);
-        if ((rc = rt_int_check(p->min_tokens, lo, hi, NULL,
-                               "sampling.min_tokens", e)))
-            return rc;
-        o->min_tokens = (int32_t)p->min_tokens;
-        if ((rc = rt_min_tokens_check(
-                 o->min_tokens, p->max_tokens_opt_case ? o->max_tokens : 0,
-                 "sampling.min_tokens", "sampling.max_tokens", e)))
-            return rc;
-    }
-    if (p->top_k_opt_case) {
-        rt_int_field_range(RT_INT_FIELD_TOP_K, 0, &lo, &hi);
-        if ((rc = rt_int_check(p->top_k, lo, hi, NULL, "sampling.top_k", e)))
-            return rc;
-        sp->top_k = p->top_k > 0 ? p->top_k : 0;
-    }
-    rt_int_field_range(RT_INT_FIELD_LOGPROBS, 0, &lo, &hi);
-    if ((rc = rt_int_check(p->logprobs, lo, hi, NULL, "sampling.logprobs",
-                           e)) ||
-        (rc = rt_int_count_check(RT_INT_FIELD_STOP, p->n_stop, "sampling.stop",
-                                 e)) ||
-        (rc = rt_int_count_check(RT_INT_FIELD_STOP_TOKEN_IDS,
-                                 p->n_stop_token_ids, "sampling.stop_token_ids",
-                                 e)))
-        return rc;
-    /* The numeric sampling fields, ranges and all, from the table the
-     * HTTP API parses from too (rt_fields.h). presence_penalty and
-     * frequency_penalty are plain proto3 doubles: 0 when not sent. */
-    const struct {
-        enum rt_field f;
-        bool sent;
-        double x;
-    } nums[] = {
-        {RT_FIELD_TEMPERATURE, p->temperature_opt_case != 0, p->temperature},
-        {RT_FIELD_TOP_P, p->top_p_opt_case != 0, p->top_p},
-        {RT_FIELD_MIN_P, p->min_p_opt_case != 0, p->min_p},
-        {RT_FIELD_PRESENCE_PENALTY, true, p->presence_penalty},
-        {RT_FIELD_FREQUENCY_PENALTY, true, p->frequency_penalty},
-        {RT_FIELD_REPETITION_PENALTY, p->repetition_penalty_opt_case != 0,
-         p->repetition_penalty},
-    };
-    for (size_t i = 0; i < sizeof(nums) / sizeof(nums[0]); i++) {
-        if (!nums[i].sent)
-            continue;
-        rc = rt_field_check(nums[i].f, nums[i].x, "sampling.", e);
-        if (rc != 0)
-            return rc;
-        *rt_field_of(nums[i].f, sp) = (float)nums[i].x;
-    }
-    if (p->seed_opt_case) {
-        o->has_seed = true;
-        sp->seed = (uint64_t)p->seed;
-    }
-    o->ignore_eos = p->ignore_eos;
-    o->logprobs = p->logprobs > 0 ? (int32_t)p->logprobs : -1;
-    sp->n_top = o->logprobs > 0 ? o->logprobs : 0;
-    if (p->n_stop > 0) {
-        o->stop = calloc(p->n_stop, sizeof(char *));
-        if (o->stop == NULL)
-            goto nomem;
-        for (size_t i = 0; i < p->n_stop; i++) {
-            RANGE(p->stop[i] != NULL && p->stop[i][0] != '\0', "stop",
-                  "stop[%zu] is empty", i);
-            RANGE(strlen(p->stop[i]) <= RT_OPENAI_MAX_STOP_BYTES, "stop",
-                  "stop[%zu] is longer than %d bytes", i,
-                  RT_OPENAI_MAX_STOP_BYTES);
-            if ((o->stop[i] = strdup(p->stop[i])) == NULL)
-                goto nomem;
-            o->n_stop = i + 1;
-        }
-    }
-    if (p->n_stop_token_ids > 0) {
-        o->stop_token_ids = malloc(p->n_stop_token_ids * sizeof(int32_t));
-        if (o->stop_token_ids == NULL)
-            goto nomem;
-        for (size_t i = 0; i < p->n_stop_token_ids; i++) {
-            RANGE(p->stop_token_ids[i] < (uint32_t)cfg->vocab_size,
-                  "stop_token_ids",
-                  "stop_token_ids[%zu] = %u is not a token id (valid: "
-                  "0..%d)",
-                  i, p->stop_token_ids[i], cfg->vocab_size - 1);
-            o->stop_token_ids[i] = (int32_t)p->stop_token_ids[i];
-        }
-        o->n_stop_token_ids = p->n_stop_token_ids;
-    }
-#undef RANGE
-    return rt_openai_check_sampling(sp, cfg->vocab_size, "sampling.", e);
-nomem:
-    rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error", NULL,
-                         "out of memory");
-    return TG_ENOMEM;
 }
 
 /* The prompt was tokenized off the loop (rt_req.on_submitted). */
@@ -619,7 +381,7 @@ static void gen_submitted(struct rt_req *r, int rc, struct rt_request_error *e)
     if (rc != 0) {
         struct rt_grpc_call *call = c->call;
         rt_req_drop(r);
-        free(c);
+        gen_client_free(c);
         rt_grpc_call_finish(call, grpc_status_of(e->kind), e->message);
         return;
     }
@@ -674,6 +436,146 @@ static int mem_take(struct rt_server *s, struct rt_grpc_call *call,
     return 0;
 }
 
+/* A Generate between its conversion and its submission: a continuation
+ * composes its prompt on the thread pool meanwhile (it reads the stored
+ * conversation and renders the template); the call cancelled cancels it. */
+struct gen_start {
+    struct rt_pool_job pool; /* first */
+    struct rt_server *s;
+    struct rt_grpc_call *call; /* NULL once the call was cancelled */
+    struct rt_gen_request g;
+    struct rt_api_grpc_cont *cont;
+    struct rt_resp_entry *prev; /* referenced while the job runs */
+    size_t mem;                 /* bytes of the request memory budget */
+    struct rt_request_error e;
+    int rc;
+};
+
+static void gen_start_free(struct gen_start *st)
+{
+    rt_api_gen_mem_give(st->s, st->mem);
+    rt_gen_request_free(&st->g);
+    rt_api_grpc__cont_free(st->cont);
+    if (st->prev != NULL)
+        rt_respstore_unref(rt_server_respstore(st->s), st->prev);
+    free(st);
+}
+
+/* Creates and submits the request of st (freed here) when rc is 0, else
+ * ends the call with st->e. */
+static void gen_go(struct gen_start *st, int rc)
+{
+    struct rt_server *s = st->s;
+    struct rt_grpc_call *call = st->call;
+    struct rt_request_error e = st->e;
+    /* Checked again after a continuation's job: the id may have been
+     * taken meanwhile. */
+    if (rc == 0 && st->g.q.request_id != NULL &&
+        owned_req(s, call, st->g.q.request_id) != NULL) {
+        gen_start_free(st);
+        rt_grpc_call_finish(call, RT_GRPC_ALREADY_EXISTS,
+                            "a running request has this request_id");
+        return;
+    }
+    struct gen_client *c = rc == 0 ? calloc(1, sizeof(*c)) : NULL;
+    struct rt_req *r = c ? rt_req_new(s, &gen_sink, c) : NULL;
+    if (r == NULL) {
+        free(c);
+        gen_start_free(st);
+        if (rc == 0)
+            rt_grpc_call_finish(call, RT_GRPC_RESOURCE_EXHAUSTED,
+                                "out of memory");
+        else
+            rt_grpc_call_finish(call, grpc_status_of(e.kind), e.message);
+        return;
+    }
+    c->call = call;
+    c->conn_id = call->conn_id;
+    c->cont = st->cont;
+    st->cont = NULL;
+    rc = rt_api_gen_attach(r, &st->g, &e);
+    /* The request holds its charge until its prompt is tokenized. */
+    if (rc == 0) {
+        rt_api_gen_of(r)->mem = st->mem;
+        st->mem = 0;
+    }
+    gen_start_free(st);
+    r->on_submitted = gen_submitted;
+    /* rt_openai_check_id() kept it within id_str; named at once, so that the id
+     * is taken (and Abort finds it) while the prompt is tokenized. */
+    if (rc == 0 && r->q.request_id != NULL)
+        snprintf(r->id_str, sizeof(r->id_str), "%s", r->q.request_id);
+    if (rc == 0)
+        rc = rt_req_submit(r, &e);
+    if (rc != 0 && rc != TG_EAGAIN) {
+        rt_req_drop(r);
+        gen_client_free(c);
+        rt_grpc_call_finish(call, grpc_status_of(e.kind), e.message);
+        return;
+    }
+    if (rc == 0 && rt_api_gen_started(r, &e) != 0) {
+        gen_cancelled(call, 0, r);
+        rt_grpc_call_finish(call, grpc_status_of(e.kind), e.message);
+        return;
+    }
+    if (rc == 0 && r->q.request_id != NULL)
+        snprintf(r->id_str, sizeof(r->id_str), "%s", r->q.request_id);
+    rt_grpc_call_on_cancel(call, gen_cancelled, r);
+}
+
+static void gen_start_run(struct rt_pool_job *p)
+{
+    struct gen_start *st = (struct gen_start *)p;
+    st->rc = rt_api_grpc__cont_compose(st->s, st->cont, st->prev, &st->g,
+                                       &st->e);
+}
+
+static void gen_start_done(struct rt_pool_job *p, int ran)
+{
+    struct gen_start *st = (struct gen_start *)p;
+    rt_respstore_unref(rt_server_respstore(st->s), st->prev);
+    st->prev = NULL;
+    if (st->call == NULL) { /* the call was cancelled */
+        gen_start_free(st);
+        return;
+    }
+    int rc = ran ? st->rc : TG_EINTERNAL;
+    if (!ran)
+        rt_request_error_set(&st->e, RT_REQ_ERR_UNAVAILABLE, "server_draining",
+                             NULL, "the server is shutting down");
+    gen_go(st, rc);
+}
+
+static void gen_start_cancelled(struct rt_grpc_call *call, int status, void *ud)
+{
+    (void)call;
+    (void)status;
+    struct gen_start *st = ud;
+    st->call = NULL;
+    rt_pool_job_cancel(&st->pool);
+}
+
+/* A continuation: the stored response looked up in the caller's scope,
+ * then its prompt composed on the thread pool. Returns 0 (gen_go
+ * follows from the job) or an error with st->e. */
+static int gen_continue(struct gen_start *st)
+{
+    int rc = rt_api_cont_lookup(st->s, st->cont->prev_id, &st->cont->scope,
+                                "previous_response_id", &st->prev, &st->e);
+    if (rc != 0)
+        return rc;
+    char err[128];
+    st->pool.run = gen_start_run;
+    st->pool.done = gen_start_done;
+    if (rt_pool_job_start(st->s, &st->pool, err, sizeof(err)) != 0) {
+        rt_request_error_set(&st->e, RT_REQ_ERR_INTERNAL, "internal_error",
+                             NULL, "%s", err);
+        return TG_EINTERNAL;
+    }
+    rt_grpc_call_on_cancel(st->call, gen_start_cancelled, st);
+    return 0;
+}
+
 static void h_generate(struct rt_grpc_call *call, void *ud)
 {
     struct rt_server *s = ud;
@@ -712,53 +614,27 @@ static void h_generate(struct rt_grpc_call *call, void *ud)
         tangram__v1__generate_request__free_unpacked(q, NULL);
         return;
     }
-    struct gen_client *c = calloc(1, sizeof(*c));
-    struct rt_req *r = c ? rt_req_new(s, &gen_sink, c) : NULL;
-    struct rt_request_error e;
-    if (r == NULL) {
-        free(c);
+    struct gen_start *st = calloc(1, sizeof(*st));
+    if (st == NULL) {
         rt_api_gen_mem_give(s, mem);
         tangram__v1__generate_request__free_unpacked(q, NULL);
         rt_grpc_call_finish(call, RT_GRPC_RESOURCE_EXHAUSTED, "out of memory");
         return;
     }
-    c->call = call;
-    c->conn_id = call->conn_id;
-    struct rt_gen_request g;
-    memset(&g, 0, sizeof(g));
+    st->s = s;
+    st->call = call;
+    st->mem = mem;
     struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
-    int rc = rt_api_grpc_convert(&cfg, q, &g, &e, call);
+    int rc = rt_api_grpc_convert(&cfg, q, &st->g, &st->e, call);
+    if (rc == 0)
+        rc = rt_api_grpc__cont_new(s, q, &st->g, &st->cont, &st->e);
     tangram__v1__generate_request__free_unpacked(q, NULL);
-    if (rc == 0)
-        rc = rt_api_gen_attach(r, &g, &e);
-    else
-        rt_gen_request_free(&g);
-    /* The request holds its charge until its prompt is tokenized. */
-    if (rc == 0)
-        rt_api_gen_of(r)->mem = mem;
-    else
-        rt_api_gen_mem_give(s, mem);
-    r->on_submitted = gen_submitted;
-    /* rt_openai_check_id() kept it within id_str; named at once, so that the id
-     * is taken (and Abort finds it) while the prompt is tokenized. */
-    if (rc == 0 && r->q.request_id != NULL)
-        snprintf(r->id_str, sizeof(r->id_str), "%s", r->q.request_id);
-    if (rc == 0)
-        rc = rt_req_submit(r, &e);
-    if (rc != 0 && rc != TG_EAGAIN) {
-        rt_req_drop(r);
-        free(c);
-        rt_grpc_call_finish(call, grpc_status_of(e.kind), e.message);
-        return;
+    if (rc == 0 && st->cont != NULL && st->cont->prev_id != NULL) {
+        rc = gen_continue(st);
+        if (rc == 0)
+            return;
     }
-    if (rc == 0 && rt_api_gen_started(r, &e) != 0) {
-        gen_cancelled(call, 0, r);
-        rt_grpc_call_finish(call, grpc_status_of(e.kind), e.message);
-        return;
-    }
-    if (rc == 0 && r->q.request_id != NULL)
-        snprintf(r->id_str, sizeof(r->id_str), "%s", r->q.request_id);
-    rt_grpc_call_on_cancel(call, gen_cancelled, r);
+    gen_go(st, rc);
 }
 
 static void reply(struct rt_grpc_call *call, const ProtobufCMessage *m)

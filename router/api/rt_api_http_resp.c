@@ -11,12 +11,11 @@
  * adds this one's output from the object) and the token ids of the whole
  * conversation (this turn's prompt and everything generated).
  *
- * previous_response_id continues a stored conversation. By default its
- * token ids are continued: the next prompt is those ids, the closing of
- * the previous assistant turn and the rendering of the new items alone
- * (template_delta), so the multi-turn cache holds the previous turn's KV
- * for exactly that prefix and the scheduler reuses it whatever the
- * template would have made of the earlier turns. With
+ * previous_response_id continues a stored conversation as the gRPC API
+ * does (rt_api_cont.h, shared): by default its token ids are continued
+ * (the next prompt is those ids, the closing of the previous assistant
+ * turn and the rendering of the new items alone), so the multi-turn cache
+ * holds the previous turn's KV for exactly that prefix. With
  * --responses-rerender, or when the continuation changes the instructions
  * or the tools (the template renders both at the top of the prompt), the
  * whole history is rendered again as chat messages (what transformers
@@ -43,6 +42,7 @@
 #include "common/base/tg_buf.h"
 #include "common/base/tg_err.h"
 #include "common/base/tg_log.h"
+#include "router/api/rt_api_cont.h"
 #include "router/api/rt_responses.h"
 
 static void oom_error(struct rt_request_error *e)
@@ -77,8 +77,7 @@ void rt_api_http__resp_scope(struct rt_server *s, const struct rt_http_req *req,
     const char *sid = rt_http_req_header(req, "x-session-id");
     if (sid == NULL)
         sid = body_session;
-    rt_respstore_scope(rt_server_respstore(s), rt_server_opts(s)->api_key, sid,
-                       out);
+    rt_api_cont_scope(s, sid, out);
 }
 
 
@@ -113,159 +112,6 @@ static void submitted(struct rt_req *r, int rc, struct rt_request_error *e)
     }
     if (rt_api_http__resp_of(r)->rq.stream)
         rt_api_http__resp_stream_begin(r);
-}
-
-/* Markers of the anchor turn the new items are rendered after. */
-#define ANCHOR_USER "tangram-anchor-user-turn"
-#define ANCHOR_ASSISTANT "tangram-anchor-assistant-turn"
-
-/* The prompt of a continuation: the previous conversation's ids `prev`,
- * the closing of its assistant turn (what the template writes after an
- * assistant message, less what the model generated of it: its end token)
- * and the rendering of the new messages with the generation prompt: g's
- * chat, whose first message is the instructions when `has_sys`. Both are
- * cut out of renderings of a constant anchor conversation (a user and an
- * assistant turn) with and without the new messages, so the work is
- * bounded by the new input, not the history. Returns 0 with the ids in
- * g->q.prompt_ids (the chat messages dropped), TG_EAGAIN when the
- * template does not render the anchor's turn the same way in both (the
- * caller re-renders the history), or an error with *e. */
-static int template_delta(struct rt_server *s, const struct rt_resp_entry *prev,
-                          bool has_sys, struct rt_gen_request *g,
-                          struct rt_request_error *e)
-{
-    if (!rt_server_info(s)->chat)
-        return TG_EAGAIN;
-    const struct ct_chat *c = &g->q.chat;
-    size_t k = has_sys && c->n_messages > 0 ? 1 : 0;
-    /* [instructions?, anchor user, anchor assistant, new messages...]:
-     * the messages are borrowed, never freed from here */
-    struct ct_message *m = calloc(c->n_messages + 2, sizeof(*m));
-    if (m == NULL)
-        goto oom_nojson;
-    if (k == 1)
-        m[0] = c->messages[0];
-    m[k] = (struct ct_message){.role = CT_ROLE_USER, .content = ANCHOR_USER};
-    m[k + 1] = (struct ct_message){.role = CT_ROLE_ASSISTANT,
-                                   .content = ANCHOR_ASSISTANT};
-    memcpy(m + k + 2, c->messages + k, (c->n_messages - k) * sizeof(*m));
-    struct ct_chat full = *c, anchor = *c;
-    full.messages = m;
-    full.n_messages = c->n_messages + 2;
-    full.add_generation_prompt = true;
-    full.continue_final_message = false;
-    anchor.messages = m;
-    anchor.n_messages = k + 2;
-    anchor.add_generation_prompt = false;
-    anchor.continue_final_message = false;
-    char *a = NULL, *b = NULL;
-    size_t alen = 0, blen = 0;
-    int rc = rt_server_render_chat(s, &full, &a, &alen, e);
-    if (rc == 0)
-        rc = rt_server_render_chat(s, &anchor, &b, &blen, e);
-    free(m);
-    if (rc != 0) {
-        free(a);
-        free(b);
-        if (strcmp(e->param, "messages") == 0)
-            snprintf(e->param, sizeof(e->param), "input");
-        return rc;
-    }
-    const size_t mk = strlen(ANCHOR_ASSISTANT);
-    const char *pa = strstr(a, ANCHOR_ASSISTANT),
-               *pb = strstr(b, ANCHOR_ASSISTANT);
-    const char *tail = pb != NULL ? pb + mk : NULL; /* the turn's closing */
-    size_t tlen = tail != NULL ? blen - (size_t)(tail - b) : 0;
-    if (pa == NULL || tail == NULL || strncmp(pa + mk, tail, tlen) != 0) {
-        free(a);
-        free(b);
-        return TG_EAGAIN;
-    }
-    const char *delta = pa + mk + tlen;
-    /* What of the closing the model generated: its last token (the end
-     * token the template writes, when it stopped there). */
-    size_t skip = 0;
-    if (prev->n_tokens > 0) {
-        size_t n = 0;
-        const char *last = rt_server_token_text(
-            s, prev->tokens[prev->n_tokens - 1], &n);
-        if (n > 0 && n <= tlen && memcmp(tail, last, n) == 0)
-            skip = n;
-    }
-    struct tg_buf text = {0};
-    int ok = tg_buf_append(&text, tail + skip, tlen - skip) == 0 &&
-             tg_buf_append(&text, delta, alen - (size_t)(delta - a)) == 0;
-    free(a);
-    free(b);
-    if (!ok) {
-        tg_buf_free(&text);
-        goto oom_nojson;
-    }
-    struct tok_ids ids = {0};
-    rc = rt_server_encode(s, tg_buf_str(&text), text.len, 0, &ids, e);
-    tg_buf_free(&text);
-    if (rc != 0) {
-        tok_ids_free(&ids);
-        return rc;
-    }
-    size_t n = (size_t)prev->n_tokens + ids.n;
-    int32_t *p = malloc(n * sizeof(int32_t) + 1);
-    if (p == NULL) {
-        tok_ids_free(&ids);
-        goto oom_nojson;
-    }
-    memcpy(p, prev->tokens, (size_t)prev->n_tokens * sizeof(int32_t));
-    memcpy(p + prev->n_tokens, ids.v, ids.n * sizeof(int32_t));
-    tok_ids_free(&ids);
-    ct_messages_free(g->q.chat.messages, g->q.chat.n_messages);
-    g->q.chat.messages = NULL;
-    g->q.chat.n_messages = 0;
-    g->q.is_chat = false;
-    g->q.prompt_ids = p;
-    g->q.n_prompt_ids = n;
-    return 0;
-oom_nojson:
-    oom_error(e);
-    return TG_ENOMEM;
-}
-
-/* The previous response's items and output (its history for this turn)
- * into st->history, and whether a continuation may keep its ids (the
- * same instructions and tools). */
-static int take_previous(struct rt_api_http__resp *st,
-                         const struct rt_resp_entry *p, int *same_top,
-                         struct rt_request_error *e)
-{
-    json_error_t je;
-    json_t *items = json_loads(p->items, 0, &je);
-    json_t *resp = json_loads(p->response, 0, &je);
-    if (!json_is_array(items) || !json_is_object(resp)) {
-        json_decref(items);
-        json_decref(resp);
-        rt_request_error_set(e, RT_REQ_ERR_INTERNAL, "internal_error",
-                             "previous_response_id",
-                             "the stored response is unreadable");
-        return TG_EINTERNAL;
-    }
-    /* The history of the next turn: the conversation's input items and
-     * the previous response's output. */
-    if (json_array_extend(items, json_object_get(resp, "output")) != 0) {
-        json_decref(items);
-        json_decref(resp);
-        oom_error(e);
-        return TG_ENOMEM;
-    }
-    st->history = items;
-    json_t *instr = json_object_get(resp, "instructions");
-    json_t *tools = json_object_get(resp, "tools");
-    json_t *none = json_array();
-    *same_top = (st->rq.instructions != NULL
-                     ? json_equal(instr, st->rq.instructions)
-                     : json_is_null(instr)) &&
-                json_equal(tools, st->rq.tools != NULL ? st->rq.tools : none);
-    json_decref(none);
-    json_decref(resp);
-    return 0;
 }
 
 /* Replaces each item_reference of st's input by the output item it names
@@ -330,15 +176,8 @@ static int lookup(struct rt_server *s, struct rt_http_req *req,
     int rc = resolve_refs(s, st, e);
     if (rc != 0 || st->rq.previous_id == NULL)
         return rc;
-    if (rt_respstore_get(rt_server_respstore(s), st->rq.previous_id, &st->scope,
-                         prev) != 0) {
-        rt_request_error_set(
-            e, RT_REQ_ERR_NOT_FOUND, "previous_response_not_found",
-            "previous_response_id",
-            "Previous response with id '%.80s' not found.", st->rq.previous_id);
-        return TG_ENOTFOUND;
-    }
-    return 0;
+    return rt_api_cont_lookup(s, st->rq.previous_id, &st->scope,
+                              "previous_response_id", prev, e);
 }
 
 /* Composes the chat request of st (continuing `prev`, which stays
@@ -349,15 +188,18 @@ static int compose(struct rt_server *s, struct rt_api_http__resp *st,
                    struct rt_request_error *e)
 {
     struct rt_openai_cfg cfg = rt_api_openai_cfg(s);
-    int same_top = 0, rc = 0;
+    struct rt_api_cont_prev hist = {0};
+    int rc = 0;
     if (prev != NULL) {
-        rc = take_previous(st, prev, &same_top, e);
+        rc = rt_api_cont_read(prev, &hist, e);
+        if (rc == 0)
+            st->history = json_incref(hist.history);
     } else if ((st->history = json_array()) == NULL) {
         oom_error(e);
         rc = TG_ENOMEM;
     }
-    json_t *sys = NULL, *msgs = json_array(), *fresh = json_array();
-    if (rc == 0 && (msgs == NULL || fresh == NULL)) {
+    json_t *sys = NULL, *msgs = json_array();
+    if (rc == 0 && msgs == NULL) {
         oom_error(e);
         rc = TG_ENOMEM;
     }
@@ -369,45 +211,19 @@ static int compose(struct rt_server *s, struct rt_api_http__resp *st,
         rc = TG_ENOMEM;
     }
     if (rc == 0)
-        rc = rt_responses_messages(st->rq.input, "input", fresh, e);
-    int keep_ids = prev != NULL && same_top &&
-                   !rt_server_opts(s)->responses_rerender;
-    if (rc == 0 && prev != NULL && !keep_ids)
-        rc = rt_responses_messages(st->history, "previous_response_id", msgs,
-                                   e);
-    if (rc == 0 && json_array_extend(msgs, fresh) != 0) {
-        oom_error(e);
-        rc = TG_ENOMEM;
-    }
+        rc = rt_responses_messages(st->rq.input, "input", msgs, e);
     if (rc == 0)
         rc = rt_responses_chat(&cfg, &st->rq, msgs, g, e);
-    if (rc == 0 && keep_ids) {
-        rc = template_delta(s, prev, sys != NULL, g, e);
-        if (rc == TG_EAGAIN) {
-            /* The template does not close a turn alike everywhere: the
-             * history is rendered again. */
-            log_info("response %s: the chat template's turns differ by "
-                     "position; previous_response_id re-renders the history",
-                     st->id);
-            json_t *all = json_array();
-            if (all == NULL || (sys != NULL && json_array_append(all, sys)) ||
-                (rc = rt_responses_messages(st->history, "previous_response_id",
-                                            all, e)) != 0 ||
-                json_array_extend(all, fresh) != 0) {
-                if (rc == 0 || rc == TG_EAGAIN) {
-                    oom_error(e);
-                    rc = TG_ENOMEM;
-                }
-            } else {
-                rt_gen_request_free(g);
-                rc = rt_responses_chat(&cfg, &st->rq, all, g, e);
-            }
-            json_decref(all);
-        }
-    }
+    /* The stored ids continue while the instructions and tools (the top
+     * of the prompt) stay the same. */
+    if (rc == 0 && prev != NULL)
+        rc = rt_api_cont_compose(
+            s, prev, &hist, sys != NULL,
+            rt_api_cont_same_top(&hist, st->rq.instructions, st->rq.tools),
+            st->id, g, e);
+    rt_api_cont_prev_free(&hist);
     json_decref(sys);
     json_decref(msgs);
-    json_decref(fresh);
     return rc;
 }
 
@@ -417,19 +233,28 @@ static void generate(struct rt_server *s, struct rt_http_req *req,
                      struct rt_api_http__resp *st, struct rt_gen_request *g)
 {
     struct rt_request_error e;
-    struct rt_req *r = rt_req_new(s,
-                                  st->rq.stream ? &rt_api_http__resp_sse_sink
+    /* The session of the multi-turn cache's scope as the chat API takes
+     * it (and the gRPC API: a conversation continued by either front end
+     * finds its KV in the same scope). */
+    int rc = rt_api_session(
+        &g->q, NULL, NULL, rt_http_req_header(req, "x-session-id"),
+        rt_http_req_header_count(req, "x-session-id"), "X-Session-Id", &e);
+    struct rt_req *r = rc == 0 ? rt_req_new(s,
+                                            st->rq.stream
+                                                ? &rt_api_http__resp_sse_sink
                                                 : &rt_api_http__resp_json_sink,
-                                  req);
+                                            req)
+                               : NULL;
     if (r == NULL) {
         rt_gen_request_free(g);
         rt_api_http__resp_free(st);
-        oom_error(&e);
+        if (rc == 0)
+            oom_error(&e);
         rt_api_http__send_error(req, &e);
         return;
     }
     g->stream = st->rq.stream;
-    int rc = rt_api_gen_attach(r, g, &e);
+    rc = rt_api_gen_attach(r, g, &e);
     if (rc == 0) {
         struct rt_api_gen *a = rt_api_gen_of(r);
         a->ext = st;
@@ -539,11 +364,8 @@ static void job_done(struct rt_pool_job *p, int ran)
     if (j->phase == 1) {
         rt_conn_body_free(&j->body);
         j->have_body = 0;
-        if (rc == 0 && rt_server_respstore(j->s) == NULL) {
-            rt_request_error_set(&j->e, RT_REQ_ERR_UNAVAILABLE, "unavailable",
-                                 NULL, "this server holds no responses");
-            rc = TG_EUNSUPPORTED;
-        }
+        if (rc == 0)
+            rc = rt_api_cont_available(j->s, &j->e);
         if (rc == 0)
             rc = lookup(j->s, req, j->st, &j->prev, &j->e);
         if (rc == 0)
@@ -599,11 +421,8 @@ void rt_api_http__responses(struct rt_http_req *req, void *ud)
         struct rt_conn_body body;
         if (rt_http_req_take_body(req, &body) == 0)
             rt_conn_body_free(&body);
-        if (rc == 0 && rt_server_respstore(s) == NULL) {
-            rt_request_error_set(&j->e, RT_REQ_ERR_UNAVAILABLE, "unavailable",
-                                 NULL, "this server holds no responses");
-            rc = TG_EUNSUPPORTED;
-        }
+        if (rc == 0)
+            rc = rt_api_cont_available(s, &j->e);
         if (rc == 0)
             rc = lookup(s, req, st, &j->prev, &j->e);
         if (rc == 0 && j->prev != NULL) {

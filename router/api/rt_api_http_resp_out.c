@@ -13,6 +13,7 @@
 #include "common/base/tg_buf.h"
 #include "common/base/tg_err.h"
 #include "common/base/tg_log.h"
+#include "router/api/rt_api_cont.h"
 #include "router/api/rt_responses.h"
 
 static const char JSON[] = "application/json";
@@ -111,46 +112,10 @@ static int store_response(struct rt_req *r, json_t *obj, json_t *output,
                           struct pending *p)
 {
     struct rt_api_http__resp *st = rt_api_http__resp_of(r);
-    struct rt_respstore *store = rt_server_respstore(r->srv);
-    if (!st->rq.store || store == NULL)
+    if (!st->rq.store)
         return 0;
-    struct rt_resp_entry *e = calloc(1, sizeof(*e));
-    /* The input items of the conversation (what input_items lists); the
-     * output is the Response object's, added by the next turn. */
-    json_t *items = json_copy(st->history);
-    int ok = e != NULL && items != NULL &&
-             json_array_extend(items, st->rq.input) == 0;
-    if (ok) {
-        snprintf(e->id, sizeof(e->id), "%s", st->id);
-        e->scope = st->scope;
-        e->created = r->created;
-        e->n_tokens = r->n_prompt + r->n_out;
-        e->tokens = malloc((size_t)e->n_tokens * sizeof(int32_t) + 1);
-        e->response = json_dumps(obj, JSON_COMPACT);
-        e->items = json_dumps(items, JSON_COMPACT);
-        e->n_item_ids = json_array_size(output);
-        e->item_ids = calloc(e->n_item_ids + 1, sizeof(char *));
-        ok = e->tokens != NULL && e->response != NULL && e->items != NULL &&
-             e->item_ids != NULL;
-    }
-    for (size_t i = 0; ok && i < e->n_item_ids; i++) {
-        const char *id = json_string_value(
-            json_object_get(json_array_get(output, i), "id"));
-        ok = (e->item_ids[i] = strdup(id != NULL ? id : "")) != NULL;
-    }
-    json_decref(items);
-    if (!ok) {
-        if (e != NULL)
-            rt_resp_entry_free(e, 1);
-        log_err("response %s not stored: out of memory", st->id);
-        return 0;
-    }
-    memcpy(e->tokens, rt_req_prompt_ids(r),
-           (size_t)r->n_prompt * sizeof(int32_t));
-    memcpy(e->tokens + r->n_prompt, rt_req_out_ids(r),
-           (size_t)r->n_out * sizeof(int32_t));
-    int rc = rt_respstore_put(store, e, pending_done, p);
-    return rc == TG_EAGAIN ? TG_EAGAIN : 0;
+    return rt_api_cont_store(r, st->id, &st->scope, obj, st->history,
+                             st->rq.input, output, pending_done, p);
 }
 
 /* Sends (now or once stored) `body` of r's end: the JSON answer or the

@@ -4,8 +4,9 @@
  * means (so the chat path parses, renders, constrains and generates it:
  * one engine for both APIs), the items of a conversation turned into chat
  * messages, and the Response object and stream events written. No I/O,
- * no store, no tokenizer: the HTTP front end (rt_api_http_resp.c) holds
- * the conversations (router/core/rt_respstore.h) and drives them.
+ * no store, no tokenizer: the front ends hold the conversations
+ * (router/core/rt_respstore.h) and drive them (rt_api_http_resp.c, and
+ * rt_api_cont.h, which the gRPC API shares).
  *
  * The request (docs/API.md "Responses"): model; input (a string: one user
  * message; or items: {"type": "message"} (or no type) with role user,

@@ -609,22 +609,27 @@ static void generate_begin(struct rt_req *r)
     }
 }
 
-/* The prompt was tokenized off the loop (rt_req.on_submitted). */
-static void generate_submitted(struct rt_req *r, int rc,
-                               struct rt_request_error *e)
+int rt_api_http__started(struct rt_req *r, int rc, struct rt_request_error *e)
 {
     struct rt_http_req *req = r->client;
     if (rc != 0) {
         rt_req_drop(r);
         rt_api_http__send_error(req, e);
-        return;
+        return rc;
     }
-    if (rt_api_gen_started(r, e) != 0) {
+    if ((rc = rt_api_gen_started(r, e)) != 0) {
         rt_req_cancel(r);
         rt_api_http__send_error(req, e);
-        return;
     }
-    generate_begin(r);
+    return rc;
+}
+
+/* The prompt was tokenized off the loop (rt_req.on_submitted). */
+static void generate_submitted(struct rt_req *r, int rc,
+                               struct rt_request_error *e)
+{
+    if (rt_api_http__started(r, rc, e) == 0)
+        generate_begin(r);
 }
 
 /* ---- batches of prompts (completions) ---------------------------------- */
@@ -822,16 +827,8 @@ void rt_api_http__generate_parsed(struct rt_server *s, struct rt_http_req *req,
         rc = echo_prepare(s, r, e);
     if (rc == 0)
         rc = rt_req_submit(r, e);
-    if (rc != 0 && rc != TG_EAGAIN) {
-        rt_req_drop(r);
-        rt_api_http__send_error(req, e);
+    if (rc != TG_EAGAIN && rt_api_http__started(r, rc, e) != 0)
         return;
-    }
-    if (rc == 0 && rt_api_gen_started(r, e) != 0) {
-        rt_req_cancel(r);
-        rt_api_http__send_error(req, e);
-        return;
-    }
     /* A client gone while its prompt is tokenized cancels it too. */
     rt_http_req_on_abort(req, on_client_gone, r);
     if (rc == 0)

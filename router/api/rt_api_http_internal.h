@@ -22,6 +22,13 @@
 void rt_api_http__send_error(struct rt_http_req *req,
                              const struct rt_request_error *e);
 
+/* The outcome of r's submission (rc, *e: rt_req.on_submitted's, or
+ * rt_req_submit's 0): 0 when r is with the scheduler and its answer
+ * context made (rt_api_gen_started); otherwise r is dropped (not
+ * submitted) or cancelled, e answers the client and the result is
+ * nonzero. Loop thread. */
+int rt_api_http__started(struct rt_req *r, int rc, struct rt_request_error *e);
+
 /* Answers req with `status` and the JSON `body` (owned, freed here), or
  * with a 500 when rc != 0. */
 void rt_api_http__send_owned(struct rt_http_req *req, int status, char *body,

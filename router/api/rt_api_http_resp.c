@@ -98,18 +98,9 @@ static void input_param(struct rt_request_error *e)
 
 static void submitted(struct rt_req *r, int rc, struct rt_request_error *e)
 {
-    struct rt_http_req *req = r->client;
     input_param(e);
-    if (rc != 0) {
-        rt_req_drop(r);
-        rt_api_http__send_error(req, e);
+    if (rt_api_http__started(r, rc, e) != 0)
         return;
-    }
-    if (rt_api_gen_started(r, e) != 0) {
-        rt_req_cancel(r);
-        rt_api_http__send_error(req, e);
-        return;
-    }
     if (rt_api_http__resp_of(r)->rq.stream)
         rt_api_http__resp_stream_begin(r);
 }

@@ -139,9 +139,9 @@ static void h_tokenize(struct rt_grpc_call *call, void *ud)
                             "cannot parse tangram.v1.TokenizeRequest");
         return;
     }
-    enum rt_role role;
+    enum ct_role role;
     for (size_t i = 0; i < q->n_messages; i++) {
-        if (rt_role_from_name(q->messages[i]->role ? q->messages[i]->role
+        if (ct_role_from_name(q->messages[i]->role ? q->messages[i]->role
                                                    : "",
                               &role) != 0) {
             tangram__v1__tokenize_request__free_unpacked(q, NULL);

@@ -4,7 +4,7 @@
  * GenerateRequest (unpacked, then converted into the router's request by
  * rt_api_grpc_convert, whose sampling check (tg_sampling_check) runs, and
  * rt_request_fit), TokenizeRequest (unpacked, roles checked with
- * rt_role_from_name), AbortRequest, and grpc.health.v1
+ * ct_role_from_name), AbortRequest, and grpc.health.v1
  * HealthCheckRequest. The framing around them (HTTP/2, the 5-byte gRPC
  * prefix) and the reflection service are fuzzed by fuzz_grpc.c; this
  * harness reaches the message decoding at full speed.
@@ -51,14 +51,14 @@ static void generate(const uint8_t *msg, size_t len, int session_header)
     tangram__v1__generate_request__free_unpacked(q, NULL);
     if (rc == 0) {
         if ((g.q.prompt != NULL) + (g.q.prompt_ids != NULL) +
-                (g.messages != NULL) !=
+                (g.q.chat.messages != NULL) !=
             1)
             fz_fail("a request needs exactly one prompt form");
         /* The prompt's token count as the router would find it: ids as
          * given, text at most one token per byte. */
         int64_t n = g.q.prompt_ids ? (int64_t)g.q.n_prompt_ids
                     : g.q.prompt   ? (int64_t)g.q.prompt_len
-                                   : (int64_t)g.n_messages * 4;
+                                   : (int64_t)g.q.chat.n_messages * 4;
         if (rc == 0)
             rc = rt_request_fit(&g.q, 4096, n, &e);
     }
@@ -74,11 +74,11 @@ static void tokenize(const uint8_t *msg, size_t len)
     if (!q)
         return;
     for (size_t i = 0; i < q->n_messages; i++) {
-        enum rt_role role;
-        if (rt_role_from_name(q->messages[i]->role ? q->messages[i]->role
+        enum ct_role role;
+        if (ct_role_from_name(q->messages[i]->role ? q->messages[i]->role
                                                    : "",
                               &role) == 0 &&
-            rt_role_name(role) == NULL)
+            ct_role_name(role) == NULL)
             fz_fail("role without a name");
     }
     tangram__v1__tokenize_request__free_unpacked(q, NULL);

@@ -62,7 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_error(rc, &e);
         if (rc == 0) {
             if ((g.q.prompt != NULL) + (g.q.prompt_ids != NULL) +
-                    (g.messages != NULL) !=
+                    (g.q.chat.messages != NULL) !=
                 1)
                 fz_fail("a request needs exactly one prompt form");
             rc = rt_request_fit(&g.q, cfg.max_model_len, n_prompt, &e);

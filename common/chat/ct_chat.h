@@ -13,6 +13,9 @@
  * arguments that are not JSON reach the template as a string, as vLLM
  * passes them).
  *
+ * Every string is valid UTF-8 without NUL bytes: the front ends check it
+ * (rt_chat_check), and the renderer does not check it again.
+ *
  * Ownership: every string and array of a struct ct_chat is malloc'd and
  * owned by it (ct_chat_free); the tools are shared, reference-counted
  * (ct_tools_ref / ct_tools_unref; the count is atomic, so requests on

@@ -529,6 +529,14 @@ int ct_template_render(const struct ct_template *t, json_t *messages,
 
 /* ---- the conversation value --------------------------------------------- */
 
+/* A JSON string of s, which the conversation's contract holds to be UTF-8
+ * (ct_chat.h; the front ends checked it): not validated again, since a
+ * long conversation's text is most of what rendering it reads. */
+static json_t *str(const char *s)
+{
+    return s != NULL ? json_stringn_nocheck(s, strlen(s)) : NULL;
+}
+
 /* obj[key] = v (stolen); 0 or -1 (out of memory: v NULL or not set). */
 static int put(json_t *obj, const char *key, json_t *v)
 {
@@ -546,15 +554,15 @@ static json_t *calls_json(const struct ct_message *m)
         json_error_t je;
         json_t *args = json_loadb(a, strlen(a), JSON_DECODE_ANY, &je);
         if (args == NULL)
-            args = json_string(a);
+            args = str(a);
         json_t *fn = json_object(), *call = json_object();
         int bad = fn == NULL || call == NULL || args == NULL ||
-                  put(fn, "name", json_string(c->name));
+                  put(fn, "name", str(c->name));
         if (bad)
             json_decref(args);
         else
             bad = put(fn, "arguments", args); /* args stolen */
-        bad = bad || put(call, "id", json_string(c->id)) ||
+        bad = bad || put(call, "id", str(c->id)) ||
               put(call, "type", json_string("function"));
         if (!bad) {
             bad = put(call, "function", fn);
@@ -582,17 +590,15 @@ static json_t *messages_json(const struct ct_chat *c)
         json_t *o = json_object();
         int bad = o == NULL || json_array_append_new(arr, o) != 0 ||
                   put(o, "role", json_string(ct_role_name(m->role))) ||
-                  put(o, "content",
-                      json_string(m->content != NULL ? m->content : ""));
+                  put(o, "content", str(m->content != NULL ? m->content : ""));
         if (!bad && m->name != NULL)
-            bad = put(o, "name", json_string(m->name));
+            bad = put(o, "name", str(m->name));
         if (!bad && m->reasoning_content != NULL)
-            bad = put(o, "reasoning_content",
-                      json_string(m->reasoning_content));
+            bad = put(o, "reasoning_content", str(m->reasoning_content));
         if (!bad && m->n_calls > 0)
             bad = put(o, "tool_calls", calls_json(m));
         if (!bad && m->tool_call_id != NULL)
-            bad = put(o, "tool_call_id", json_string(m->tool_call_id));
+            bad = put(o, "tool_call_id", str(m->tool_call_id));
         if (bad) {
             json_decref(arr);
             return NULL;

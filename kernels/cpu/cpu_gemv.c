@@ -247,10 +247,15 @@ T512 static INLINE void tile_bf16_512(const float *x, const float *xs,
         }                                                              \
     } while (0)
 
+/* m = 1 reads W one row at a time: the rows are contiguous, so that is one
+ * sequential stream, which the prefetchers serve faster than 8 rows of 4
+ * KiB read side by side (28-30 against 20-22 GB/s of weights on the 2-vCPU
+ * EPYC of docs/PERFORMANCE.md, with the slab's 2 MiB pages); a row's sum
+ * is the same chain of fmadds either way, so the results do not change. */
 T512 static void f32_avx512(const float *x, const float *w, int m, int k,
                             int j0, int j1, float *y, int ldy)
 {
-    GROUPS(tile_f32_512, 8, x, w, k);
+    GROUPS(tile_f32_512, 1, x, w, k);
 }
 
 T512 static void bf16_avx512(const float *x, const float *xs, const uint16_t *w,

@@ -483,10 +483,12 @@ int main(int argc, char **argv)
             int n_dec = res.n_tokens > 1 ? res.n_tokens - 1 : 0;
             json_object_set_new(
                 doc, "timing",
-                json_pack("{s:f,s:f,s:f,s:f,s:f}", "prefill_seconds",
+                json_pack("{s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "prefill_seconds",
                           res.prefill_seconds, "decode_seconds",
                           res.decode_seconds, "compact_seconds",
-                          res.compact_seconds, "prefill_tokens_per_second",
+                          res.compact_seconds, "prefill_cpu_seconds",
+                          res.prefill_cpu_seconds, "decode_cpu_seconds",
+                          res.decode_cpu_seconds, "prefill_tokens_per_second",
                           res.prefill_seconds > 0
                               ? (double)prompt.n / res.prefill_seconds
                               : 0.0,

@@ -257,6 +257,15 @@ static double now_seconds(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* CPU time of the whole process (every thread), for the *_cpu_seconds
+ * results. */
+static double cpu_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* One generation's state: the page accounting and the one-entry plan the
  * step loop runs (slot 0 of the engine's step is the accounting's mirror). */
 struct gen_run {
@@ -562,11 +571,12 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt, int n_prompt,
     if (rc != 0)
         goto out;
 
-    double t_pre = now_seconds();
+    double t_pre = now_seconds(), c_pre = cpu_seconds();
     rc = prefill(e, &g, prompt, n_prompt, targets, p, res, err, errlen);
     if (rc != 0)
         goto out;
     res->prefill_seconds = now_seconds() - t_pre;
+    res->prefill_cpu_seconds = cpu_seconds() - c_pre;
     memcpy(res->kept, view->filled, (size_t)rows * sizeof(int32_t));
     res->pages_peak = g.seq.used_pages;
 
@@ -610,9 +620,10 @@ int gw_engine_generate(struct gw_engine *e, const int32_t *prompt, int n_prompt,
         g.en.start_pos = (uint32_t)(n_prompt + t);
         g.en.sample = 1;
         g.en.last_chunk = 0;
-        double t0 = now_seconds();
+        double t0 = now_seconds(), c0 = cpu_seconds();
         rc = run_entry(e, &g, p->forced_ids == NULL, err, errlen);
         res->decode_seconds += now_seconds() - t0 - st->compact_s;
+        res->decode_cpu_seconds += cpu_seconds() - c0;
         if (rc == 0 && st->n_compacted > 0)
             rc = decode_compacted(e, &g, res, err, errlen);
         if (rc == 0)

@@ -168,6 +168,13 @@ struct gw_gen_result {
                                       steps */
     double compact_seconds;        /* wall time of the compactions (incl.
                                       the page accounting) */
+    double prefill_cpu_seconds;    /* CPU time of the process (all its
+                                      threads) over the prefill: beside
+                                      the wall time, what a loaded
+                                      machine does not inflate by
+                                      descheduling */
+    double decode_cpu_seconds;     /* the same over the decode steps
+                                      (compactions included) */
     float *forced_lps;   /* (n_forced) log P(forced id t | all before) */
     int32_t *kept_n;     /* (L, Hkv) model head order: positions held at
                             the end (dump_kept, head_counts) */

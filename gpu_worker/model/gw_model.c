@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common/model/st_safetensors.h"
 #include "common/base/tg_err.h"
@@ -425,6 +426,27 @@ static enum tg_wtype choose_wtype(const struct gw_model *m,
     return TG_WTYPE_BF16;
 }
 
+/* The slab of the weights. A decode step streams all of it, GBs through
+ * 4 KiB pages each needing a TLB entry; a slab of at least 2 MiB is
+ * 2 MiB-aligned and asks for transparent huge pages (the kernel's common
+ * "madvise" mode gives them only to regions that ask). Best effort: where
+ * THP is off the advice fails and the pages stay small. free() releases
+ * either kind. */
+static void *slab_alloc(size_t bytes)
+{
+    const size_t huge = (size_t)2 << 20;
+    if (bytes < huge)
+        return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    size_t rounded = (bytes + huge - 1) & ~(huge - 1);
+    void *p = NULL;
+    if (posix_memalign(&p, huge, rounded) != 0)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
 /* Bytes of entry e in a slab whose matrices are wt, each entry starting on
  * a 64-byte boundary. */
 static size_t entry_bytes(const struct gw_load_tensor *e, enum tg_wtype wt)
@@ -454,7 +476,7 @@ int gw_model_load_weights(struct gw_model *m, size_t staging, char *err,
         m->wtype = choose_wtype(m, &plan);
         for (int i = 0; i < plan.n; i++)
             bytes += entry_bytes(&plan.t[i], m->wtype);
-        m->slab = aligned_alloc(64, bytes + 64);
+        m->slab = slab_alloc(bytes + 64);
         if (m->slab == NULL)
             rc = tg_err_set(err, errlen, TG_ENOMEM,
                             "cannot allocate %zu bytes for the weights", bytes);

@@ -221,8 +221,8 @@ T512 static INLINE void tile_bf16_512(const float *x, const float *xs,
 
 /* The x rows of a call. Rows of W per tile: more streams when each is
  * used by fewer rows of x (m = 1: NR1, 8 for fp32 and 16 for bf16, whose
- * rows are half as long; m = 2: 8; else 4, measured in docs/PERFORMANCE.md
- * "CPU linear layers"). For m > 2, blocks of 64 rows of W (L2-resident)
+ * rows are half as long, on AVX2; 1 on AVX-512, see f32_avx512; m = 2: 8;
+ * else 4, measured in docs/PERFORMANCE.md "CPU linear layers"). For m > 2, blocks of 64 rows of W (L2-resident)
  * see the x rows 4 at a time, then the remainder. */
 #define GROUPS(tile, NR1, ...)                                         \
     do {                                                               \
@@ -247,16 +247,23 @@ T512 static INLINE void tile_bf16_512(const float *x, const float *xs,
         }                                                              \
     } while (0)
 
+/* m = 1 reads W one row at a time: the rows are contiguous, so that is one
+ * sequential stream, which the prefetchers serve faster than 8 or 16 rows
+ * read side by side (fp32: 28-30 against 20-22 GB/s of weights on the
+ * 2-vCPU EPYC of docs/PERFORMANCE.md, with the slab's 2 MiB pages; a
+ * bf16 decode step 1.5x faster than with 16 rows, 2 rows being slower
+ * still); a row's sum is the same chain of fmadds either way, so the
+ * results do not change. */
 T512 static void f32_avx512(const float *x, const float *w, int m, int k,
                             int j0, int j1, float *y, int ldy)
 {
-    GROUPS(tile_f32_512, 8, x, w, k);
+    GROUPS(tile_f32_512, 1, x, w, k);
 }
 
 T512 static void bf16_avx512(const float *x, const float *xs, const uint16_t *w,
                              int m, int k, int j0, int j1, float *y, int ldy)
 {
-    GROUPS(tile_bf16_512, 16, x, xs, w, k);
+    GROUPS(tile_bf16_512, 1, x, xs, w, k);
 }
 
 /* ---- AVX2 + FMA --------------------------------------------------------- */

@@ -871,15 +871,29 @@ def node_clients(scripts):
     the lockfile changes; a file lock makes tests running in parallel share
     one install. Returns (dir, None), or (None, why) when node/npm is
     missing or the install failed."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients")
+    return node_packages(src, "integration-clients", scripts, "openai",
+                         ["npm", "ci"])
+
+
+def node_packages(src, name, scripts, sentinel, install):
+    """node_clients for any folder `src` holding package.json and
+    package-lock.json: copies them and `scripts` into <build>/<name> (or
+    $TMPDIR/tangram-<name>), runs `install` (an npm command line, to which
+    the quiet flags are added) there once per build tree and again when the
+    lockfile changes, under a file lock; node_modules/<sentinel> must exist
+    afterwards. Returns (dir, None) or (None, why)."""
     import fcntl
     if shutil.which("node") is None or shutil.which("npm") is None:
         return None, "node/npm not installed"
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "clients")
     base = os.path.dirname(BIN.rstrip("/")) if BIN else ""
-    root = os.path.join(base, "integration-clients") if base and \
+    root = os.path.join(base, name) if base and \
         os.access(base, os.W_OK) else os.path.join(
-            os.environ.get("TMPDIR", "/tmp"), "tangram-integration-clients")
+            os.environ.get("TMPDIR", "/tmp"), "tangram-" + name)
     os.makedirs(root, exist_ok=True)
+    lockname = os.path.relpath(
+        os.path.join(src, "package-lock.json"),
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(root, ".install-lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         for f in ["package.json", "package-lock.json"] + list(scripts):
@@ -896,18 +910,18 @@ def node_clients(scripts):
         except OSError:
             have = None
         if have != want or not os.path.isdir(
-                os.path.join(root, "node_modules", "openai")):
+                os.path.join(root, "node_modules", sentinel)):
             try:
-                r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund",
-                                    "--loglevel=error"], cwd=root,
-                                   capture_output=True, text=True,
-                                   timeout=300)
+                r = subprocess.run(list(install) + [
+                    "--no-audit", "--no-fund", "--loglevel=error"], cwd=root,
+                    capture_output=True, text=True, timeout=300)
             except subprocess.TimeoutExpired:
-                return None, "npm ci timed out"
+                return None, " ".join(install) + " timed out"
             if r.returncode != 0 or not os.path.isdir(
-                    os.path.join(root, "node_modules", "openai")):
-                return None, ("npm ci (tests/integration/clients/"
-                              "package-lock.json) failed: " + r.stderr[-300:])
+                    os.path.join(root, "node_modules", sentinel)):
+                return None, ("%s (tests/%s) failed: %s"
+                              % (" ".join(install), lockname,
+                                 r.stderr[-300:]))
             with open(stamp, "wb") as f:
                 f.write(want)
     return root, None

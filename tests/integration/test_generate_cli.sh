@@ -87,16 +87,17 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
     expect_err "use --backend cpu" $G --prompt-ids '[1,2,3]' --backend cuda
 fi
 
-# --timing: prefill and decode wall times on any backend; the JSON names
-# its backend.
+# --timing: prefill and decode wall and process CPU times on any backend;
+# the JSON names its backend.
 $G --prompt-ids '[1,2,3,4]' --max-tokens 3 --timing --json | "$PY" -c '
 import json,sys
 d=json.load(sys.stdin)
 t=d["timing"]
 assert d["backend"]=="cpu", d["backend"]
-for k in ("prefill_seconds","decode_seconds","compact_seconds","prefill_tokens_per_second","decode_tokens_per_second"):
+for k in ("prefill_seconds","decode_seconds","compact_seconds","prefill_cpu_seconds","decode_cpu_seconds","prefill_tokens_per_second","decode_tokens_per_second"):
     assert isinstance(t[k],float) and t[k]>=0, (k,t)
 assert t["prefill_seconds"]>0 and t["decode_seconds"]>0, t
+assert t["prefill_cpu_seconds"]>0 and t["decode_cpu_seconds"]>0, t
 ' && ok || bad "--timing JSON"
 $G --prompt-ids '[1,2,3,4]' --max-tokens 3 --json | "$PY" -c '
 import json,sys

@@ -352,8 +352,12 @@ def t_affinity(st):
                if SESSION_HEADER.lower() in repr(f).lower()]
     chk.check(not dropped, "no HTTPRoute filter touches %s" % SESSION_HEADER,
               dropped)
-    http_src = read(os.path.join(SRC, "router", "api", "rt_api_http.c"))
-    grpc_src = read(os.path.join(SRC, "router", "api", "rt_api_grpc.c"))
+    # The front ends' files (rt_api_http*.c, rt_api_grpc*.c) name it.
+    api = os.path.join(SRC, "router", "api")
+    http_src = "".join(read(os.path.join(api, f)) for f in sorted(os.listdir(api))
+                       if f.startswith("rt_api_http") and f.endswith(".c"))
+    grpc_src = "".join(read(os.path.join(api, f)) for f in sorted(os.listdir(api))
+                       if f.startswith("rt_api_grpc") and f.endswith(".c"))
     chk.check('"%s"' % SESSION_HEADER.lower() in http_src and
               '"%s"' % SESSION_HEADER.lower() in grpc_src,
               "the router reads the %s header (HTTP) and metadata key (gRPC)"

@@ -10,7 +10,6 @@
 
 #include "common/base/tg_err.h"
 #include "common/json/tg_json.h"
-#include "common/tok/tok_tokenizer.h"
 #include "router/api/rt_api_grpc_internal.h"
 #include "router/api/rt_openai_chat.h"
 #include "router/core/rt_reqmem.h"
@@ -71,64 +70,61 @@ static int read_message(const Tangram__V1__ChatMessage *m, size_t i,
     return bad ? oom(e) : 0;
 }
 
-/* 0 when s is valid UTF-8; else TG_EFORMAT with *e naming `param`: the
- * spec's JSON cannot hold it, so this is checked before the spec is built
- * (rt_chat_check_tools checks the rest). */
-static int utf8_field(const char *s, const char *param,
-                      struct rt_request_error *e)
-{
-    size_t bad = 0;
-    if (s == NULL || tok_utf8_valid(s, strlen(s), &bad))
-        return 0;
-    rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value", param,
-                         "'%s' is not valid UTF-8 (byte %zu)", param, bad);
-    return TG_EFORMAT;
-}
-
-/* One Tool into *t: its spec {"type": "function", "function": {"name",
- * "description"?, "parameters"?}} as the OpenAI API writes it. */
+/* One Tool's fields into *t: name, description, and parameters_json as
+ * compact JSON text (parsed here: 400 naming it when it is not a JSON
+ * object). The
+ * spec is built once the tools are checked (tool_spec). */
 static int read_tool(const Tangram__V1__Tool *x, size_t k, struct ct_tool *t,
                      struct rt_request_error *e)
 {
-    char p[64];
-    int rc;
-    snprintf(p, sizeof(p), "tools[%zu].function.name", k);
-    if ((rc = utf8_field(x->name, p, e)))
-        return rc;
-    snprintf(p, sizeof(p), "tools[%zu].function.description", k);
-    if ((rc = utf8_field(x->description, p, e)))
-        return rc;
-    json_t *params = NULL;
+    int bad = 0;
+    t->name = strdup(x->name != NULL ? x->name : "");
+    t->description = opt_str(x->description, &bad);
+    bad |= t->name == NULL;
     const char *pj = x->parameters_json;
-    if (pj != NULL && pj[0] != '\0') {
+    if (!bad && pj != NULL && pj[0] != '\0') {
         json_error_t je;
-        params = tg_json_loadb_wide(pj, strlen(pj), 0, &je);
+        json_t *params = tg_json_loadb_wide(pj, strlen(pj), 0, &je);
         if (params == NULL) {
+            char p[64];
             snprintf(p, sizeof(p), "tools[%zu].parameters_json", k);
             rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value", p,
                                  "'%s' is not JSON: %s", p, je.text);
             return TG_EFORMAT;
         }
-    }
-    int bad = 0;
-    t->name = strdup(x->name != NULL ? x->name : "");
-    t->description = opt_str(x->description, &bad);
-    bad |= t->name == NULL;
-    json_t *fn = json_object(), *spec = json_object();
-    bad |= fn == NULL || spec == NULL ||
-           json_object_set_new(spec, "type", json_string("function")) != 0 ||
-           json_object_set_new(fn, "name", json_string(t->name)) != 0 ||
-           (t->description != NULL &&
-            json_object_set_new(fn, "description",
-                                json_string(t->description)) != 0);
-    if (!bad && params != NULL) {
+        if (!json_is_object(params)) {
+            json_decref(params);
+            char p[64];
+            snprintf(p, sizeof(p), "tools[%zu].parameters_json", k);
+            rt_request_error_set(e, RT_REQ_ERR_INVALID, "invalid_value", p,
+                                 "'%s' must be a JSON Schema object", p);
+            return TG_EFORMAT;
+        }
         bad |= (t->parameters = json_dumps(params, JSON_COMPACT)) == NULL;
-        bad |= json_object_set(fn, "parameters", params) != 0;
+        json_decref(params);
     }
-    if (!bad) {
-        bad |= json_object_set(spec, "function", fn) != 0;
-        bad |= (t->spec = json_dumps(spec, JSON_COMPACT)) == NULL;
-    }
+    return bad ? oom(e) : 0;
+}
+
+/* t's spec as the OpenAI API writes a tool: {"type": "function",
+ * "function": {"name", "description"?, "parameters"?}}. t is checked
+ * (rt_chat_check_tools: UTF-8, parameters a JSON object). */
+static int tool_spec(struct ct_tool *t, struct rt_request_error *e)
+{
+    json_error_t je;
+    json_t *params = t->parameters != NULL ? json_loads(t->parameters, 0, &je)
+                                           : NULL;
+    json_t *fn = json_object(), *spec = json_object();
+    int bad = (t->parameters != NULL && params == NULL) || fn == NULL ||
+              spec == NULL ||
+              json_object_set_new(spec, "type", json_string("function")) ||
+              json_object_set_new(fn, "name", json_string(t->name)) ||
+              (t->description != NULL &&
+               json_object_set_new(fn, "description",
+                                   json_string(t->description))) ||
+              (params != NULL && json_object_set(fn, "parameters", params)) ||
+              json_object_set(spec, "function", fn) ||
+              (t->spec = json_dumps(spec, JSON_COMPACT)) == NULL;
     json_decref(params);
     json_decref(fn);
     json_decref(spec);
@@ -154,6 +150,8 @@ int rt_api_grpc__chat(Tangram__V1__ChatMessage *const *msgs, size_t n,
         rc = rt_chat_check(out, e);
     if (rc == 0)
         rc = rt_chat_check_tools(out->tools, e);
+    for (size_t k = 0; rc == 0 && k < n_tools; k++)
+        rc = tool_spec(&out->tools->v[k], e);
     return rc;
 }
 

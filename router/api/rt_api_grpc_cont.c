@@ -121,29 +121,16 @@ static json_t *output_items(struct rt_req *r, struct rt_api_grpc_cont *c,
 {
     const char *text = tg_buf_str(&c->text);
     size_t len = c->text.len;
-    json_t *thought = NULL;
-    size_t r_off, r_len, c_off;
-    if (rt_server_info(r->srv)->thinks &&
-        rt_responses_split_think(text, len, &r_off, &r_len, &c_off)) {
-        thought = rt_responses_reasoning_item(c->rs_id, text + r_off, r_len,
-                                              status);
-        if (thought == NULL)
-            return NULL;
-        text += c_off;
-        len -= c_off;
-    }
+    json_t *thought;
+    if (rt_responses_take_thought(rt_server_info(r->srv)->thinks, c->rs_id,
+                                  status, &text, &len, &thought) != 0)
+        return NULL;
     struct rt_api_gen *a = rt_api_gen_of(r);
     size_t n = 0;
     const struct rt_tool_call *calls = a->tc != NULL ? rt_tc_calls(a->tc, &n)
                                                      : NULL;
-    json_t *out = rt_responses_output(c->msg_id, text, len, calls, n, status);
-    if (out != NULL && thought != NULL &&
-        json_array_insert(out, 0, thought) != 0) {
-        json_decref(out);
-        out = NULL;
-    }
-    json_decref(thought);
-    return out;
+    return rt_responses_thought_first(
+        thought, rt_responses_output(c->msg_id, text, len, calls, n, status));
 }
 
 int rt_api_grpc__cont_store(struct rt_req *r, struct rt_api_grpc_cont *c,

@@ -155,25 +155,12 @@ static json_t *whole_output(struct rt_req *r, const char *status)
     struct rt_api_http__resp *st = rt_api_http__resp_of(r);
     size_t len = 0;
     const char *text = rt_req_text(r, &len);
-    json_t *thought = NULL;
-    size_t r_off, r_len, c_off;
-    if (st->think &&
-        rt_responses_split_think(text, len, &r_off, &r_len, &c_off)) {
-        thought = rt_responses_reasoning_item(st->rs_id, text + r_off, r_len,
-                                              status);
-        if (thought == NULL)
-            return NULL;
-        text += c_off;
-        len -= c_off;
-    }
-    json_t *out = answer_output(r, text, len, status);
-    if (out != NULL && thought != NULL &&
-        json_array_insert(out, 0, thought) != 0) {
-        json_decref(out);
-        out = NULL;
-    }
-    json_decref(thought);
-    return out;
+    json_t *thought;
+    if (rt_responses_take_thought(st->think, st->rs_id, status, &text, &len,
+                                  &thought) != 0)
+        return NULL;
+    return rt_responses_thought_first(thought,
+                                      answer_output(r, text, len, status));
 }
 
 /* The output items of the answer `text` (after any thought): a message

@@ -359,15 +359,6 @@ int rt_chat_check_tools(const struct ct_tools *t, struct rt_request_error *e)
         int rc = check_str(x->description, 0, false, p, e);
         if (rc != 0)
             return rc;
-        snprintf(p, sizeof(p), "tools[%zu].function.parameters", i);
-        if (x->parameters != NULL) {
-            json_error_t je;
-            json_t *v = json_loads(x->parameters, 0, &je);
-            int obj = json_is_object(v);
-            json_decref(v);
-            if (!obj)
-                return rt_openai__bad_type(e, p, "a JSON Schema object");
-        }
     }
     return 0;
 }

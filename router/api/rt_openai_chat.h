@@ -52,8 +52,9 @@ int rt_openai_chat_parse_tools(const json_t *root, struct ct_chat *c,
 int rt_chat_check(const struct ct_chat *c, struct rt_request_error *e);
 
 /* Checks the tools: at most RT_OPENAI_MAX_TOOLS, each name 1 to 64
- * characters of [a-zA-Z0-9_-] (OpenAI's rule), parameters a JSON object
- * when given, strings valid UTF-8. */
+ * characters of [a-zA-Z0-9_-] (OpenAI's rule), the description valid
+ * UTF-8. That parameters is a JSON object the readers check, which parse
+ * it anyway. */
 int rt_chat_check_tools(const struct ct_tools *t, struct rt_request_error *e);
 
 /* The constraint of tool_choice "required" or a named function

@@ -919,3 +919,31 @@ json_t *rt_responses_reasoning_item(const char *id, const char *text,
                      "reasoning", "status", status, "summary", "content",
                      "type", "reasoning_text", "text", t);
 }
+
+int rt_responses_take_thought(bool thinks, const char *rs_id,
+                              const char *status, const char **text,
+                              size_t *len, json_t **thought)
+{
+    size_t r_off, r_len, c_off;
+    *thought = NULL;
+    if (!thinks ||
+        !rt_responses_split_think(*text, *len, &r_off, &r_len, &c_off))
+        return 0;
+    *thought = rt_responses_reasoning_item(rs_id, *text + r_off, r_len, status);
+    if (*thought == NULL)
+        return TG_ENOMEM;
+    *text += c_off;
+    *len -= c_off;
+    return 0;
+}
+
+json_t *rt_responses_thought_first(json_t *thought, json_t *out)
+{
+    if (out != NULL && thought != NULL &&
+        json_array_insert(out, 0, thought) != 0) {
+        json_decref(out);
+        out = NULL;
+    }
+    json_decref(thought);
+    return out;
+}

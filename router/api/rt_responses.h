@@ -144,6 +144,19 @@ int rt_responses_event(const char *type, json_t *data, int64_t *seq, char **out,
 int rt_responses_split_think(const char *t, size_t n, size_t *r_off,
                              size_t *r_len, size_t *c_off);
 
+/* The thought of a whole answer: when `thinks` (the model's template writes
+ * <think>) and *text (*len bytes) holds a think section
+ * (rt_responses_split_think), *thought is its reasoning item `rs_id` (a new
+ * reference) and *text / *len are advanced to the answer after it; else
+ * *thought is NULL and the text stays. Returns 0 or TG_ENOMEM. */
+int rt_responses_take_thought(bool thinks, const char *rs_id,
+                              const char *status, const char **text,
+                              size_t *len, json_t **thought);
+
+/* `out` (the answer's output items) with `thought` (NULL: none) first;
+ * both stolen. NULL when out is NULL or out of memory. */
+json_t *rt_responses_thought_first(json_t *thought, json_t *out);
+
 /* A reasoning output item {id, type "reasoning", status, summary [],
  * content [{type "reasoning_text", text}]} (a new reference; NULL when out
  * of memory). */

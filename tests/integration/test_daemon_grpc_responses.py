@@ -2,8 +2,8 @@
 """Conversations held by the server over gRPC (GenerateRequest
 previous_response_id and store, GenerateResponse.response_id; docs/API.md
 "gRPC") on the real tangramd with the tiny model, an API key and
---responses-db, through Debian's python3-grpcio (the stubs and protobuf
-modules of test_daemon_grpc.py).
+--responses-db, through Debian's python3-grpcio (the generated client code and
+protobuf modules of test_daemon_grpc.py).
 
 - A plain Generate stores nothing (no response_id): existing clients are
   unchanged. store=true on a chat: the final message (only it) carries a
